@@ -1,0 +1,125 @@
+"""Sharding a run over several processes: ``--shard I/N``, torchrun and SLURM ranks, key-mod selection.
+
+Pure logic apart from reading the environment; the reader discovers shard directories on disk.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from gencache.canonical import json_digest
+from gencache.errors import ShardError
+
+SHARD_RULE = "key-mod"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Shard ``index`` of ``count`` (zero-based), and where the numbers came from."""
+
+    index: int
+    count: int
+    origin: str = "--shard"
+    local_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ShardError(f"Shard count must be at least 1, got {self.count}.")
+        if not 0 <= self.index < self.count:
+            raise ShardError(
+                f"Shard index {self.index} is out of range for {self.count} shards (use 0..{self.count - 1})."
+            )
+
+    def owns(self, key: str) -> bool:
+        """True when this shard generates ``key`` (``int(key, 16) % count == index``)."""
+        return int(key, 16) % self.count == self.index
+
+    def select(self, keys: Iterable[str]) -> list[str]:
+        return [key for key in keys if self.owns(key)]
+
+    def summary(self, run_digest: str) -> dict[str, Any]:
+        """The manifest's ``summary.shard`` record."""
+        return {"index": self.index, "count": self.count, "rule": SHARD_RULE, "run_digest": run_digest}
+
+
+def parse_shard(text: str) -> ShardSpec:
+    """Parse ``I/N`` (``I`` zero-based)."""
+    parts = text.strip().split("/")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {text!r}.")
+    return ShardSpec(index=int(parts[0]), count=int(parts[1]), origin="--shard")
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ShardError(f"Environment variable {name}={value!r} is not an integer.") from None
+
+
+def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
+    """The shard implied by torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``) or SLURM, or None for one process."""
+    env = os.environ if env is None else env
+    world = _env_int(env, "WORLD_SIZE")
+    if world is not None and world > 1:
+        rank = _env_int(env, "RANK")
+        if rank is None:
+            raise ShardError("WORLD_SIZE is set but RANK is not; launch with torchrun or set RANK.")
+        local = _env_int(env, "LOCAL_RANK")
+        return ShardSpec(index=rank, count=world, origin="torchrun", local_rank=rank if local is None else local)
+    ntasks = _env_int(env, "SLURM_NTASKS")
+    if ntasks is not None and ntasks > 1:
+        procid = _env_int(env, "SLURM_PROCID")
+        if procid is None:
+            raise ShardError("SLURM_NTASKS is set but SLURM_PROCID is not; launch the tasks with srun.")
+        local = _env_int(env, "SLURM_LOCALID")
+        return ShardSpec(index=procid, count=ntasks, origin="slurm", local_rank=procid if local is None else local)
+    return None
+
+
+def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -> ShardSpec | None:
+    """``--shard`` when given (it must agree with a launcher's rank if both exist), else the launcher's rank."""
+    from_env = shard_from_env(env)
+    if cli_value is None:
+        return from_env
+    explicit = parse_shard(cli_value)
+    if from_env is not None and (from_env.index, from_env.count) != (explicit.index, explicit.count):
+        raise ShardError(
+            f"--shard {explicit.index}/{explicit.count} disagrees with the {from_env.origin} rank "
+            f"{from_env.index}/{from_env.count}; drop --shard under a launcher."
+        )
+    if from_env is not None:
+        return from_env
+    return explicit
+
+
+def device_for_rank(device: str, shard: ShardSpec | None) -> str:
+    """Map the configured device to this rank's device under a multi-process launcher.
+
+    ``cuda`` or ``cuda:0`` means ``cuda:LOCAL_RANK``; another index is ambiguous and an error; ``auto`` would
+    spread every rank over all GPUs and is an error too; ``cpu`` stays ``cpu``.
+    """
+    if shard is None or shard.local_rank is None:
+        return device
+    if device in ("cuda", "cuda:0"):
+        return f"cuda:{shard.local_rank}"
+    if device == "cpu":
+        return device
+    raise ShardError(
+        f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
+        "\"cuda\" (each rank uses cuda:LOCAL_RANK)."
+    )
+
+
+def run_digest(resolved_config: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
+    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard", "cache_path")}
+    return json_digest(stripped)
