@@ -1,2 +1,51 @@
-"""gencache: immutable teacher-generation caches for knowledge distillation."""
+"""gencache: immutable teacher-generation caches for knowledge distillation.
+
+The public names are imported lazily, so ``import gencache`` (and ``gencache --help``) does not pay for torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "CacheReader": "gencache.reader",
+    "Generation": "gencache.reader",
+    "open_caches": "gencache.reader",
+    "load_config": "gencache.config",
+    "build_samples": "gencache.samples",
+    "semantic_key": "gencache.keys",
+    "prepare_tokenizer": "gencache.tokenizer",
+    "GencacheError": "gencache.errors",
+}
+
+if TYPE_CHECKING:
+    from gencache.config import load_config
+    from gencache.errors import GencacheError
+    from gencache.keys import semantic_key
+    from gencache.reader import CacheReader, Generation, open_caches
+    from gencache.samples import build_samples
+    from gencache.tokenizer import prepare_tokenizer
+
+__all__ = [
+    "CacheReader",
+    "GencacheError",
+    "Generation",
+    "__version__",
+    "build_samples",
+    "load_config",
+    "open_caches",
+    "prepare_tokenizer",
+    "semantic_key",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gencache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -29,8 +29,4 @@ def json_digest(value: Any) -> str:
 
 def is_sha256_hex(value: object) -> bool:
     """True for a 64-character lowercase hexadecimal string."""
-    return (
-        isinstance(value, str)
-        and len(value) == 64
-        and all(c in "0123456789abcdef" for c in value)
-    )
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)

@@ -115,7 +115,7 @@ def device_for_rank(device: str, shard: ShardSpec | None) -> str:
         return device
     raise ShardError(
         f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
-        "\"cuda\" (each rank uses cuda:LOCAL_RANK)."
+        '"cuda" (each rank uses cuda:LOCAL_RANK).'
     )
 
 

@@ -1,0 +1,164 @@
+"""The ``gencache`` command line: a thin layer over the library that maps errors to one line and an exit code.
+
+Heavy modules (torch, transformers, datasets) are imported inside the commands so ``gencache --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gencache import __version__
+from gencache.errors import GencacheError
+
+app = typer.Typer(
+    name="gencache",
+    help="Build, inspect and verify immutable teacher-generation caches for knowledge distillation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gencache {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
+
+
+@app.command()
+def generate(
+    config: Annotated[Path, typer.Argument(help="The run's JSON config (a sibling _default.json is merged in).")],
+    shard: Annotated[
+        str | None,
+        typer.Option("--shard", help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM."),
+    ] = None,
+    skip_published: Annotated[
+        bool,
+        typer.Option(
+            "--skip-published", help="Exit 0 when this shard is already published, verifies and is of the same run."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Validate the config and build every sample without loading the model.")
+    ] = False,
+) -> None:
+    """Run the teacher over every sample of CONFIG and publish one immutable artifact directory."""
+    from gencache.pipeline import run_generate
+
+    run_generate(config, shard=shard, skip_published=skip_published, dry_run=dry_run)
+
+
+@app.command()
+def inspect(
+    dirs: Annotated[list[Path], typer.Argument(help="Artifact directories (or an unsuffixed sharded output_dir).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
+) -> None:
+    """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps."""
+    import json
+
+    from gencache.inspect import inspect_report, render_inspect
+
+    report = inspect_report(dirs)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, ensure_ascii=False, sort_keys=True))
+    else:
+        from rich.console import Console
+
+        render_inspect(report, Console())
+
+
+@app.command()
+def verify(
+    dirs: Annotated[list[Path], typer.Argument(help="Artifact directories to re-hash.")],
+) -> None:
+    """Re-hash every tensor and entry and check the header against the manifest; exit 1 on any problem."""
+    from gencache.inspect import verify_report
+
+    ok, lines = verify_report(dirs, progress=sys.stderr.isatty())
+    for line in lines:
+        typer.echo(line)
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def export(
+    directory: Annotated[Path, typer.Argument(help="A published artifact directory.")],
+    out: Annotated[Path, typer.Option("--out", help="The JSONL file to write (must not exist).")],
+) -> None:
+    """Write one JSON line per stored sequence with its prompt, lengths, finish reason and text."""
+    from gencache.export import export_jsonl
+
+    count = export_jsonl(directory, out)
+    typer.echo(f"wrote {count} lines to {out}")
+
+
+@app.command()
+def clean(
+    parent: Annotated[Path, typer.Argument(help="The directory that holds output directories (output_dir's parent).")],
+) -> None:
+    """Remove temporary directories left by killed gencache processes on this host."""
+    from gencache.writer import clean as clean_parent
+
+    removed = clean_parent(parent)
+    for path in removed:
+        typer.echo(f"removed {path}")
+    typer.echo(f"{len(removed)} temporary director{'y' if len(removed) == 1 else 'ies'} removed")
+
+
+@app.command()
+def demo(
+    workdir: Annotated[
+        Path, typer.Option("--workdir", help="Where to build the tiny teacher and the artifact.")
+    ] = Path("gencache-demo"),
+) -> None:
+    """Build a tiny random teacher, generate a cache over bundled sample data on CPU, inspect it and read an entry."""
+    from gencache.demo import run_demo
+
+    run_demo(workdir)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 interrupted."""
+    import click
+
+    try:
+        result = app(args=argv, prog_name="gencache", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        typer.echo("Aborted; nothing was published.", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except GencacheError as exc:
+        if os.environ.get("GENCACHE_DEBUG") == "1":
+            traceback.print_exc()
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        typer.echo("Interrupted; nothing was published.", err=True)
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run())
