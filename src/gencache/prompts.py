@@ -1,0 +1,413 @@
+"""Typed prompts, chat templates and per-part tokenization.
+
+A prompt is a tuple of parts: :class:`Inline` text (instructions, few-shot preambles, chat markup) and
+:class:`ContextBlock` documents. Templates only ever change inline text; a document is never altered, and a
+template that would alter one is an error. Tokenization encodes every part separately (no special tokens added)
+and concatenates the ids, so document boundaries survive as token spans.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError, model_validator
+
+from gencache.canonical import json_digest
+from gencache.errors import PromptError
+
+
+@dataclass(frozen=True, slots=True)
+class Inline:
+    """Inline prompt text that templates may wrap or extend."""
+
+    text: str
+
+    @property
+    def kind(self) -> Literal["inline"]:
+        return "inline"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextBlock:
+    """One document; its text is reproduced verbatim by every template."""
+
+    text: str
+
+    @property
+    def kind(self) -> Literal["context"]:
+        return "context"
+
+
+Part = Inline | ContextBlock
+Prompt = tuple[Part, ...]
+
+
+def normalize(parts: Iterable[Part]) -> Prompt:
+    """Drop empty inline parts, merge adjacent inline parts, keep every document; the result ends with inline text."""
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, Inline):
+            if not isinstance(part.text, str):
+                raise PromptError(f"Inline text must be a string, got {type(part.text).__name__}.")
+            if not part.text:
+                continue
+            if out and isinstance(out[-1], Inline):
+                out[-1] = Inline(out[-1].text + part.text)
+            else:
+                out.append(part)
+        elif isinstance(part, ContextBlock):
+            if not isinstance(part.text, str):
+                raise PromptError(f"ContextBlock text must be a string, got {type(part.text).__name__}.")
+            out.append(part)
+        else:
+            raise PromptError(f"Prompt parts must be Inline or ContextBlock, got {type(part).__name__}.")
+    if not out or not isinstance(out[-1], Inline):
+        raise PromptError("A prompt must end with a non-empty Inline part (the task text); give the sample a query.")
+    return tuple(out)
+
+
+def compose_default(preamble: str, documents: Sequence[str], task_prompt: str) -> Prompt:
+    """``preamble``, the documents separated by single spaces, one space, then the task prompt (normalised)."""
+    parts: list[Part] = [Inline(preamble)]
+    for index, document in enumerate(documents):
+        if index:
+            parts.append(Inline(" "))
+        parts.append(ContextBlock(document))
+    parts.append(Inline(" "))
+    parts.append(Inline(task_prompt))
+    return normalize(parts)
+
+
+def prompt_text(parts: Prompt) -> str:
+    """The flat text the teacher reads."""
+    return "".join(part.text for part in parts)
+
+
+# -- templates ---------------------------------------------------------------------------------------------------
+
+
+def _reject_think(template: str) -> Callable[[Any], Any]:
+    def check(data: Any) -> Any:
+        if isinstance(data, Mapping) and "think" in data:
+            if template == "tokenizer_chat":
+                raise ValueError("the 'think' kwarg was renamed: use enable_thinking (true or false)")
+            raise ValueError(
+                f"{template} has no thinking switch: use template tokenizer_chat with enable_thinking instead of think"
+            )
+        return data
+
+    return check
+
+
+class DefaultKwargs(BaseModel):
+    """The ``default`` template takes no kwargs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_think(cls, data: Any) -> Any:
+        return _reject_think("default")(data)
+
+
+class TokenizerChatKwargs(BaseModel):
+    """Kwargs of ``tokenizer_chat``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system_prompt: StrictStr = ""
+    enable_thinking: StrictBool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_think(cls, data: Any) -> Any:
+        return _reject_think("tokenizer_chat")(data)
+
+
+class LlamaChatKwargs(BaseModel):
+    """Kwargs of ``llama_chat``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system_prompt: StrictStr = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_think(cls, data: Any) -> Any:
+        return _reject_think("llama_chat")(data)
+
+
+class Qwen3ChatKwargs(BaseModel):
+    """Kwargs of ``qwen_3_chat``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system_prompt: StrictStr = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_think(cls, data: Any) -> Any:
+        return _reject_think("qwen_3_chat")(data)
+
+
+class TemplateSpec(ABC):
+    """A named prompt template: its kwargs model and how it renders a normalised prompt."""
+
+    name: str
+    kwargs_model: type[BaseModel]
+    needs_tokenizer: bool
+
+    @abstractmethod
+    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        """Return the rendered, normalised prompt; documents are never altered."""
+
+
+class DefaultTemplate(TemplateSpec):
+    """Plain text: the prompt as composed by the dataset."""
+
+    name = "default"
+    kwargs_model = DefaultKwargs
+    needs_tokenizer = False
+
+    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        return normalize(parts)
+
+
+def _wrap(parts: Prompt, prefix: str, suffix: str) -> Prompt:
+    body = normalize(parts)
+    last = body[-1]
+    assert isinstance(last, Inline)  # normalize guarantees it
+    return normalize((Inline(prefix), *body[:-1], Inline(last.text + suffix)))
+
+
+class LlamaChatTemplate(TemplateSpec):
+    """Hard-coded Llama-3.1 chat markup (the reference's dated system header)."""
+
+    name = "llama_chat"
+    kwargs_model = LlamaChatKwargs
+    needs_tokenizer = False
+    PREFIX_HEAD: ClassVar[str] = (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+    )
+    PREFIX_TAIL: ClassVar[str] = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+    SUFFIX: ClassVar[str] = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+
+    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        assert isinstance(kwargs, LlamaChatKwargs)
+        return _wrap(parts, self.PREFIX_HEAD + kwargs.system_prompt + self.PREFIX_TAIL, self.SUFFIX)
+
+
+class Qwen3ChatTemplate(TemplateSpec):
+    """Hard-coded Qwen3 ChatML markup (no think block)."""
+
+    name = "qwen_3_chat"
+    kwargs_model = Qwen3ChatKwargs
+    needs_tokenizer = False
+    SUFFIX: ClassVar[str] = "<|im_end|>\n<|im_start|>assistant\n"
+
+    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        assert isinstance(kwargs, Qwen3ChatKwargs)
+        system = f"<|im_start|>system\n{kwargs.system_prompt}<|im_end|>\n" if kwargs.system_prompt else ""
+        return _wrap(parts, system + "<|im_start|>user\n", self.SUFFIX)
+
+
+SENTINEL = "<|gencache_part_boundary|>"
+
+
+def _sentinel(index: int) -> str:
+    return f"{SENTINEL}[{index}]"
+
+
+class TokenizerChatTemplate(TemplateSpec):
+    """The tokenizer's own chat template, rendered once with boundary sentinels so part boundaries survive.
+
+    The user message is every part's text with a numbered sentinel between consecutive parts. After rendering,
+    each sentinel must occur exactly once and in order; the render is cut there, inline parts take their
+    rendered segment (so chat markup lands in the first and last inline part) and every document segment must
+    equal the document exactly.
+    """
+
+    name = "tokenizer_chat"
+    kwargs_model = TokenizerChatKwargs
+    needs_tokenizer = True
+
+    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        assert isinstance(kwargs, TokenizerChatKwargs)
+        apply = getattr(tokenizer, "apply_chat_template", None)
+        if tokenizer is None or not callable(apply):
+            raise PromptError(
+                "Template tokenizer_chat needs a tokenizer with a callable apply_chat_template; "
+                "pass the teacher's tokenizer or choose another template."
+            )
+        body = list(normalize(parts))
+        if isinstance(body[0], ContextBlock):
+            body.insert(0, Inline(""))
+        if SENTINEL in kwargs.system_prompt:
+            raise PromptError(f"tokenizer_chat sentinel collision: system_prompt contains {SENTINEL!r}; remove it.")
+        for index, part in enumerate(body):
+            if SENTINEL in part.text:
+                raise PromptError(
+                    f"tokenizer_chat sentinel collision: prompt.parts[{index}] contains {SENTINEL!r}; remove it."
+                )
+        user = "".join(
+            part.text + (_sentinel(index) if index < len(body) - 1 else "") for index, part in enumerate(body)
+        )
+        messages: list[dict[str, str]] = []
+        if kwargs.system_prompt:
+            messages.append({"role": "system", "content": kwargs.system_prompt})
+        messages.append({"role": "user", "content": user})
+        rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
+        if not isinstance(rendered, str):
+            raise PromptError(
+                f"tokenizer_chat: apply_chat_template returned {type(rendered).__name__}, expected str; "
+                "check the tokenizer's chat template."
+            )
+        positions: list[int] = []
+        for index in range(len(body) - 1):
+            marker = _sentinel(index)
+            count = rendered.count(marker)
+            if count != 1:
+                raise PromptError(
+                    f"tokenizer_chat sentinel count mismatch for boundary {index}: expected 1, got {count}; "
+                    "the chat template drops or repeats user content, use another template."
+                )
+            positions.append(rendered.index(marker))
+        if any(later <= earlier for earlier, later in pairwise(positions)):
+            raise PromptError(
+                "tokenizer_chat: rendered sentinels are out of order; the chat template reorders user content, "
+                "use another template."
+            )
+        segments: list[str] = []
+        start = 0
+        for index, position in enumerate(positions):
+            segments.append(rendered[start:position])
+            start = position + len(_sentinel(index))
+        segments.append(rendered[start:])
+        out: list[Part] = []
+        for index, (part, segment) in enumerate(zip(body, segments, strict=True)):
+            if isinstance(part, ContextBlock):
+                if segment != part.text:
+                    raise PromptError(
+                        f"tokenizer_chat template modified ContextBlock content at prompt.parts[{index}]; "
+                        "documents must pass through a chat template unchanged, use another template."
+                    )
+                out.append(part)
+            else:
+                out.append(Inline(segment))
+        return normalize(out)
+
+
+TEMPLATES: dict[str, TemplateSpec] = {
+    spec.name: spec for spec in (DefaultTemplate(), TokenizerChatTemplate(), LlamaChatTemplate(), Qwen3ChatTemplate())
+}
+
+
+def get_template(name: str) -> TemplateSpec:
+    """The template called ``name``; a :class:`PromptError` naming the known templates otherwise."""
+    spec = TEMPLATES.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise PromptError(f"Unknown template {name!r}; known templates: {', '.join(sorted(TEMPLATES))}.")
+    return spec
+
+
+def validate_template_kwargs(template: str, template_kwargs: Mapping[str, Any] | BaseModel) -> BaseModel:
+    """Validate ``template_kwargs`` against the template's model; a :class:`PromptError` naming the bad kwarg."""
+    spec = get_template(template)
+    if isinstance(template_kwargs, spec.kwargs_model):
+        return template_kwargs
+    if isinstance(template_kwargs, BaseModel):
+        template_kwargs = template_kwargs.model_dump()
+    if not isinstance(template_kwargs, Mapping):
+        raise PromptError(f"template_kwargs must be an object, got {type(template_kwargs).__name__}.")
+    try:
+        return spec.kwargs_model.model_validate(dict(template_kwargs))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(item) for item in error["loc"])
+        accepted = ", ".join(spec.kwargs_model.model_fields) or "none"
+        name = f"template_kwargs.{where}" if where else "template_kwargs"
+        raise PromptError(f"{name}: {error['msg']} (template {template} accepts: {accepted}).") from None
+
+
+def render_prompt(
+    template: str,
+    parts: Prompt,
+    template_kwargs: Mapping[str, Any] | BaseModel,
+    tokenizer: Any | None = None,
+) -> Prompt:
+    """Render ``parts`` with ``template`` after validating its kwargs."""
+    kwargs = validate_template_kwargs(template, template_kwargs)
+    return get_template(template).render(parts, kwargs, tokenizer)
+
+
+# -- tokenization ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenizedPrompt:
+    """Concatenated ids of every part and the ``(kind, start, end)`` span of each part."""
+
+    input_ids: tuple[int, ...]
+    spans: tuple[tuple[str, int, int], ...]
+
+
+def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
+    """Tokenize each part on its own (no special tokens, one batched call) and concatenate the ids.
+
+    Every document span and the terminal inline span must be non-empty.
+    """
+    body = normalize(parts)
+    encoded = tokenizer([part.text for part in body], add_special_tokens=False, padding=False)
+    id_lists = encoded["input_ids"]
+    if len(id_lists) != len(body):
+        raise PromptError(f"Tokenizer returned {len(id_lists)} id lists for {len(body)} prompt parts.")
+    ids: list[int] = []
+    spans: list[tuple[str, int, int]] = []
+    for index, (part, part_ids) in enumerate(zip(body, id_lists, strict=True)):
+        start = len(ids)
+        ids.extend(int(token) for token in part_ids)
+        end = len(ids)
+        if start == end and isinstance(part, ContextBlock):
+            raise PromptError(
+                f"ContextBlock spans must be non-empty: prompt.parts[{index}] tokenizes to no tokens "
+                "(an empty or whitespace-only document); drop empty documents from the source."
+            )
+        if start == end and index == len(body) - 1:
+            raise PromptError("The terminal Inline span must be non-empty: the task text tokenizes to no tokens.")
+        spans.append((part.kind, start, end))
+    return TokenizedPrompt(input_ids=tuple(ids), spans=tuple(spans))
+
+
+def chat_template_digest(tokenizer: Any) -> str | None:
+    """SHA-256 of the tokenizer's chat template (canonical JSON when it holds several named templates)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None:
+        return None
+    if isinstance(template, str):
+        return hashlib.sha256(template.encode("utf-8")).hexdigest()
+    return json_digest(template)
+
+
+__all__ = [
+    "TEMPLATES",
+    "ContextBlock",
+    "Inline",
+    "Part",
+    "Prompt",
+    "TemplateSpec",
+    "TokenizedPrompt",
+    "chat_template_digest",
+    "compose_default",
+    "get_template",
+    "normalize",
+    "prompt_text",
+    "render_prompt",
+    "tokenize_prompt",
+    "validate_template_kwargs",
+]
