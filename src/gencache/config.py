@@ -1,0 +1,769 @@
+"""The generation-cache config: pydantic models, the ``_default.json`` merge, and one-line error messages.
+
+A config is one JSON object (SPEC section 2)::
+
+    {"model": {...}, "data_configs": [{...}, ...], "gen_batch_size": 1, "cache_device": "cpu", "seed": 42,
+     "output_dir": "..."}
+
+Every model forbids unknown keys, ints are strict (``true`` is not an int, ``1.0`` is not an int) and every error
+names the path of the offending field, e.g. ``data_configs[1].data_kwargs.difficulty``. ``data_kwargs`` and
+``template_kwargs`` are validated through the dataset recipe's and the template's own models; after validation
+they hold the *effective* values, defaults included, as plain JSON, so ``config_to_json`` reproduces exactly the
+samples a run used.
+
+This module imports neither torch, transformers nor datasets; the dataset and template registries are imported
+when a data config is validated.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from gencache.errors import ConfigError
+
+__all__ = [
+    "DEFAULTS_FILENAME",
+    "LOGIT_FIELDS",
+    "NO_LOGITS_MESSAGE",
+    "CacheConfig",
+    "DataConfig",
+    "ModelConfig",
+    "config_to_json",
+    "format_validation_error",
+    "load_config",
+    "merge_defaults",
+    "parse_config",
+    "parse_data_configs",
+    "validate_generation_kwargs",
+]
+
+DEFAULTS_FILENAME = "_default.json"
+
+NO_LOGITS_MESSAGE = (
+    "format 3 never collects or stores logits or scores; KL training computes teacher logits online. "
+    "Delete this field from the config (the reference's _default.json files shipped `store_logits: true`)."
+)
+
+# Fields that ask generation to return or store logits, scores or other per-step tensors. They are rejected
+# wherever they appear (top level, ``model``, ``model.generation_kwargs``, a data config) with NO_LOGITS_MESSAGE.
+LOGIT_FIELDS: frozenset[str] = frozenset(
+    {
+        "store_logits",
+        "output_scores",
+        "output_logits",
+        "return_dict_in_generate",
+        "output_attentions",
+        "output_hidden_states",
+        "return_legacy_cache",
+        "logits_to_keep",
+        "num_logits_to_keep",
+        "store_scores",
+    }
+)
+
+Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
+
+_DEVICE_RE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
+_NESTED = "gencache_nested"
+_MAX_REPR = 60
+
+Loc: TypeAlias = tuple[str | int, ...]
+Problem: TypeAlias = tuple[Loc, str]
+
+
+# -- pydantic error plumbing ------------------------------------------------------------------------------
+def _nested_error(problems: Sequence[Problem]) -> PydanticCustomError:
+    """An error carrying ``(sub-path, message)`` problems below the field that raised it.
+
+    :func:`format_validation_error` appends each sub-path to the field's own location, so a validator on
+    ``data_kwargs`` can report ``data_configs[1].data_kwargs.difficulty``.
+    """
+    first_loc, first_msg = problems[0]
+    return PydanticCustomError(
+        _NESTED,
+        "{summary}",
+        {"summary": f"{_format_loc(first_loc) or '(value)'}: {first_msg}", "problems": tuple(problems)},
+    )
+
+
+def _format_loc(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _show(value: Any) -> str:
+    """A short JSON-ish rendering of a bad value for an error message."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > _MAX_REPR:
+        text = text[: _MAX_REPR - 3] + "..."
+    return text
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__name__
+
+
+def _allowed_fields(model: type[BaseModel] | None, loc: Loc) -> list[str] | None:
+    """The field names allowed at the object that holds ``loc[-1]``, walking model annotations."""
+    if model is None:
+        return None
+    current: type[BaseModel] = model
+    parents = [p for p in loc[:-1] if not isinstance(p, int)]
+    for name in parents:
+        field = current.model_fields.get(str(name))
+        if field is None:
+            return None
+        nested = _model_in_annotation(field.annotation)
+        if nested is None:
+            return None
+        current = nested
+    return sorted(current.model_fields)
+
+
+def _model_in_annotation(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in_annotation(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _unknown_field_message(name: str | int, allowed: list[str] | None, what: str = "field") -> str:
+    msg = f"unknown {what}"
+    if name in LOGIT_FIELDS:
+        return NO_LOGITS_MESSAGE
+    if allowed is not None:
+        close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        msg += f" ({hint}allowed: {', '.join(allowed) if allowed else 'none'})"
+    return msg
+
+
+def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> list[Problem]:
+    """Turn one pydantic error dict into ``(location, message)`` problems with readable messages."""
+    loc: Loc = tuple(err.get("loc", ()))
+    kind = str(err.get("type", ""))
+    ctx: Mapping[str, Any] = err.get("ctx") or {}
+    value = err.get("input")
+    if kind == _NESTED:
+        return [(loc + tuple(sub), msg) for sub, msg in ctx.get("problems", ())]
+    if kind == "missing":
+        return [(loc, "is required")]
+    if kind == "extra_forbidden":
+        return [(loc, _unknown_field_message(loc[-1] if loc else "", _allowed_fields(model, loc)))]
+    if kind in {"int_type", "int_parsing", "int_from_float"}:
+        return [(loc, f"must be an integer, not {_type_name(value)} (got {_show(value)})")]
+    if kind in {"string_type"}:
+        return [(loc, f"must be a string, not {_type_name(value)} (got {_show(value)})")]
+    if kind in {"bool_type", "bool_parsing"}:
+        return [(loc, f"must be true or false, not {_type_name(value)} (got {_show(value)})")]
+    if kind in {"dict_type", "model_type", "model_attributes_type", "mapping_type"}:
+        return [(loc, f"must be an object, not {_type_name(value)} (got {_show(value)})")]
+    if kind == "list_type":
+        return [(loc, f"must be a list, not {_type_name(value)} (got {_show(value)})")]
+    if kind in {"float_type", "float_parsing"}:
+        return [(loc, f"must be a number, not {_type_name(value)} (got {_show(value)})")]
+    if kind == "string_too_short":
+        return [(loc, "must be a non-empty string")]
+    if kind == "too_short":
+        return [(loc, f"must be a non-empty list (got {_show(value)})")]
+    if kind in {"greater_than_equal", "greater_than", "less_than_equal", "less_than"}:
+        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        bound = next(iter(v for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"}), "?")
+        return [(loc, f"must be {op} {bound} (got {_show(value)})")]
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", ""))
+        return [(loc, f"must be {expected} (got {_show(value)})")]
+    if kind in {"value_error", "assertion_error"}:
+        error = ctx.get("error")
+        text = str(error) if error is not None else str(err.get("msg", ""))
+        return [(loc, text)]
+    msg = str(err.get("msg", "is invalid"))
+    return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {_show(value)})")]
+
+
+def _problems(exc: ValidationError, model: type[BaseModel] | None, prefix: Loc = ()) -> list[Problem]:
+    out: list[Problem] = []
+    for err in exc.errors(include_url=False):
+        for loc, msg in _error_message(err, model):
+            out.append((prefix + loc, msg))
+    return out
+
+
+def _join(problems: Sequence[Problem], origin: str | None) -> str:
+    parts = [f"{_format_loc(loc) or '(config)'}: {msg}" for loc, msg in problems]
+    shown = parts[:5]
+    if len(parts) > 5:
+        shown.append(f"... and {len(parts) - 5} more")
+    text = "; ".join(shown)
+    return f"{origin}: {text}" if origin else text
+
+
+def format_validation_error(
+    exc: ValidationError, *, model: type[BaseModel] | None = None, origin: str | None = None, prefix: Loc = ()
+) -> str:
+    """One line naming every failing field path and what is wrong with it."""
+    return _join(_problems(exc, model, prefix), origin)
+
+
+# -- generation_kwargs (the part that needs no model) -----------------------------------------------------
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+
+
+def _positive_int(value: Any) -> str | None:
+    if _is_int(value) and value >= 1:
+        return None
+    if _is_int(value):
+        return f"must be a positive integer (got {value})"
+    return f"must be a positive integer, not {_type_name(value)} (got {_show(value)})"
+
+
+def _non_negative_int(value: Any) -> str | None:
+    if _is_int(value) and value >= 0:
+        return None
+    if _is_int(value):
+        return f"must be an integer >= 0 (got {value})"
+    return f"must be an integer >= 0, not {_type_name(value)} (got {_show(value)})"
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"must be true or false, not {_type_name(value)} (got {_show(value)})"
+
+
+def _positive_number(value: Any) -> str | None:
+    if _is_number(value) and value > 0:
+        return None
+    return f"must be a number > 0 (got {_show(value)})"
+
+
+def _number(value: Any) -> str | None:
+    return None if _is_number(value) else f"must be a finite number (got {_show(value)})"
+
+
+def _probability(value: Any) -> str | None:
+    if _is_number(value) and 0 <= value <= 1:
+        return None
+    return f"must be a number between 0 and 1 (got {_show(value)})"
+
+
+def _token_id(value: Any) -> str | None:
+    if _is_int(value) and value >= 0:
+        return None
+    return f"must be a token id (an integer >= 0), not {_type_name(value)} (got {_show(value)})"
+
+
+def _token_ids(value: Any) -> str | None:
+    if _is_int(value) and value >= 0:
+        return None
+    if isinstance(value, list) and value and all(_is_int(v) and v >= 0 for v in value):
+        return None
+    return f"must be a token id or a non-empty list of token ids (got {_show(value)})"
+
+
+def _stop_strings(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return None
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return None
+    return f"must be a non-empty string or a non-empty list of non-empty strings (got {_show(value)})"
+
+
+def _early_stopping(value: Any) -> str | None:
+    if isinstance(value, bool) or value == "never":
+        return None
+    return f'must be true, false or "never" (got {_show(value)})'
+
+
+# Type rules for the generation settings a JSON config can sensibly carry. Keys not listed here are passed to
+# transformers' GenerationConfig, which the generation module validates strictly before weights load.
+_GENERATION_RULES: dict[str, Callable[[Any], str | None]] = {
+    "max_new_tokens": _positive_int,
+    "min_new_tokens": _non_negative_int,
+    "max_length": _positive_int,
+    "min_length": _non_negative_int,
+    "do_sample": _boolean,
+    "use_cache": _boolean,
+    "num_beams": _positive_int,
+    "num_beam_groups": _positive_int,
+    "num_return_sequences": _positive_int,
+    "temperature": _positive_number,
+    "top_k": _non_negative_int,
+    "top_p": _probability,
+    "min_p": _probability,
+    "typical_p": _probability,
+    "epsilon_cutoff": _probability,
+    "eta_cutoff": _probability,
+    "repetition_penalty": _positive_number,
+    "length_penalty": _number,
+    "diversity_penalty": _number,
+    "no_repeat_ngram_size": _non_negative_int,
+    "early_stopping": _early_stopping,
+    "renormalize_logits": _boolean,
+    "remove_invalid_values": _boolean,
+    "eos_token_id": _token_ids,
+    "pad_token_id": _token_id,
+    "bos_token_id": _token_id,
+    "decoder_start_token_id": _token_id,
+    "stop_strings": _stop_strings,
+}
+
+# Python-object hooks of ``model.generate`` that a JSON config cannot express and gencache owns itself.
+_GENERATION_FORBIDDEN = {
+    "streamer": "gencache shows its own progress",
+    "stopping_criteria": "gencache installs its own stopping criterion (use stop_strings or eos_token_id)",
+    "logits_processor": "not expressible in a JSON config",
+    "prefix_allowed_tokens_fn": "not expressible in a JSON config",
+    "assistant_model": "not expressible in a JSON config",
+    "synced_gpus": "gencache decides device placement",
+    "generation_config": "give the settings themselves in generation_kwargs",
+    "tokenizer": "gencache passes the configured tokenizer",
+    "inputs": "gencache builds the inputs from the data configs",
+    "input_ids": "gencache builds the inputs from the data configs",
+    "attention_mask": "gencache builds the attention mask",
+}
+
+
+def _json_problems(value: Any, loc: Loc) -> list[Problem]:
+    if value is None or isinstance(value, (bool, str)):
+        return []
+    if isinstance(value, int):
+        return []
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [(loc, f"must be a finite number (got {value!r})")]
+    if isinstance(value, Mapping):
+        out: list[Problem] = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                out.append((loc, f"object keys must be strings (got {key!r})"))
+                continue
+            out.extend(_json_problems(item, (*loc, key)))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [p for i, item in enumerate(value) for p in _json_problems(item, (*loc, i))]
+    return [(loc, f"must be a JSON value, not {type(value).__name__}")]
+
+
+def _generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for key in sorted(kwargs, key=str):
+        value = kwargs[key]
+        if not isinstance(key, str):
+            problems.append(((), f"keys must be strings (got {key!r})"))
+            continue
+        if key in LOGIT_FIELDS:
+            problems.append(((key,), NO_LOGITS_MESSAGE))
+            continue
+        if key in _GENERATION_FORBIDDEN:
+            problems.append(((key,), f"not allowed here: {_GENERATION_FORBIDDEN[key]}"))
+            continue
+        json_problems = _json_problems(value, (key,))
+        if json_problems:
+            problems.extend(json_problems)
+            continue
+        rule = _GENERATION_RULES.get(key)
+        if value is None:
+            # An explicit null unsets a value inherited from _default.json: the teacher's generation_config.json
+            # (then transformers' defaults) supplies it. max_new_tokens is checked on the effective config.
+            continue
+        if rule is not None:
+            message = rule(value)
+            if message is not None:
+                problems.append(((key,), message))
+    return problems
+
+
+def validate_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Check the part of ``model.generation_kwargs`` that needs no model.
+
+    Logit and score fields are rejected with :data:`NO_LOGITS_MESSAGE`; ``max_new_tokens``, when present and not
+    null, must be a positive int (``true`` is not an int); common sampling, beam and token-id settings must have
+    sensible types and ranges; every value must be JSON. Whether ``max_new_tokens`` is set at all is decided on the
+    effective generation config (teacher's ``generation_config.json`` included) by the generation module.
+
+    Raises :class:`ConfigError` naming ``model.generation_kwargs.<field>``.
+    """
+    if not isinstance(kwargs, Mapping):
+        raise ConfigError(f"model.generation_kwargs: must be an object, not {_type_name(kwargs)}")
+    problems = _generation_problems(kwargs)
+    if problems:
+        raise ConfigError(_join([(("model", "generation_kwargs", *loc), msg) for loc, msg in problems], None))
+
+
+def _logit_fields_check(data: Any) -> Any:
+    if isinstance(data, Mapping):
+        found = sorted(k for k in data if isinstance(k, str) and k in LOGIT_FIELDS)
+        if found:
+            raise _nested_error([((name,), NO_LOGITS_MESSAGE) for name in found])
+    return data
+
+
+# -- the models -------------------------------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
+
+
+class ModelConfig(_Strict):
+    """The teacher: where to load it from and how."""
+
+    model_path: str = Field(
+        min_length=1,
+        description="Hub id or local directory of the teacher; stored verbatim in the artifact's provenance.",
+    )
+    tokenizer_path: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Hub id or local directory of the tokenizer; null means model_path (made explicit after "
+        "validation). Training compares it with its own tokenizer path.",
+    )
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Hub revision (branch, tag or commit) for model and tokenizer; recorded.",
+    )
+    dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
+    device: str = Field(
+        default="cuda:0",
+        description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
+        '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
+    )
+    attn_implementation: str | None = Field(
+        default=None,
+        min_length=1,
+        description='Passed to from_pretrained (e.g. "sdpa", "eager", "flash_attention_2"); recorded.',
+    )
+    generation_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings for model.generate (max_new_tokens, do_sample, temperature, stop_strings, ...). "
+        "Effective config: these, then the teacher's generation_config.json, then transformers' defaults; "
+        "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
+        "are rejected.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_logits(cls, data: Any) -> Any:
+        return _logit_fields_check(data)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not _DEVICE_RE.match(value):
+            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {_show(value)})')
+        return value
+
+    @field_validator("generation_kwargs")
+    @classmethod
+    def _generation(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problems = _generation_problems(value)
+        if problems:
+            raise _nested_error(problems)
+        return copy.deepcopy(value)
+
+    @model_validator(mode="after")
+    def _explicit_tokenizer_path(self) -> ModelConfig:
+        if self.tokenizer_path is None:
+            object.__setattr__(self, "tokenizer_path", self.model_path)
+        return self
+
+    @property
+    def effective_tokenizer_path(self) -> str:
+        """``tokenizer_path``, or ``model_path`` when no tokenizer path was given."""
+        return self.tokenizer_path or self.model_path
+
+
+def _registry_problem(kind: str, name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown {kind} {name!r} ({hint}known: {', '.join(sorted(known))})"
+
+
+def _known_datasets() -> list[str]:
+    from gencache.datasets import DATASETS
+
+    return list(DATASETS)
+
+
+def _known_templates() -> list[str]:
+    from gencache.prompts import TEMPLATES
+
+    return list(TEMPLATES)
+
+
+def _kwargs_through(model: type[BaseModel], value: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """Validate ``value`` with ``model`` and return its effective JSON dump, or raise a nested error."""
+    try:
+        instance = model.model_validate(dict(value))
+    except ValidationError as exc:
+        problems: list[Problem] = []
+        for loc, msg in _problems(exc, model):
+            if msg.startswith("unknown field"):
+                msg = msg.replace("unknown field", f"unknown {what}", 1)
+            problems.append((loc, msg))
+        raise _nested_error(problems) from None
+    dumped: dict[str, Any] = instance.model_dump(mode="json")
+    return dumped
+
+
+class DataConfig(_Strict):
+    """One dataset selection: which samples, rendered with which template."""
+
+    dataset_name: str = Field(description="Dataset recipe: biography, hotpot_qa, musique or niah.")
+    num_samples: int = Field(
+        ge=0,
+        description="Samples to take (an error if the split holds fewer). 0 is allowed for one data config, "
+        "but a run whose data configs total 0 samples fails.",
+    )
+    num_data_strs: int = Field(ge=0, description="Biography: statements per person used as documents.")
+    num_shots: int = Field(ge=0, description="Few-shot examples rendered before each sample (NIAH: must be 0).")
+    subset: str = Field(min_length=1, description="Dataset config / subset (e.g. 10k, fullwiki, default, 4096).")
+    split: str = Field(default="train", min_length=1, description="Split to draw samples from.")
+    seed: int = Field(default=42, description="Seed of this data config's own random.Random (selection order).")
+    source: str | None = Field(
+        default=None,
+        min_length=1,
+        description="null: the canonical hub dataset. Otherwise a hub id, a local directory laid out like a hub "
+        "dataset (files named by split, optionally under a subset folder), or a single JSON/JSONL/parquet "
+        "file. Relative paths are relative to the working directory.",
+    )
+    data_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        validate_default=True,
+        description="Per-dataset options (tables below); unknown keys are errors. After validation: the "
+        "effective values, defaults included, as recorded in resolved_config.json.",
+    )
+    template: str = Field(
+        default="default",
+        min_length=1,
+        description="Prompt template: default, tokenizer_chat, llama_chat or qwen_3_chat.",
+    )
+    template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        validate_default=True,
+        description="Per-template options (tables below); unknown keys are errors. After validation: the "
+        "effective values, defaults included.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_logits(cls, data: Any) -> Any:
+        return _logit_fields_check(data)
+
+    @field_validator("dataset_name")
+    @classmethod
+    def _dataset_known(cls, value: str) -> str:
+        known = _known_datasets()
+        if value not in known:
+            raise ValueError(_registry_problem("dataset", value, known))
+        return value
+
+    @field_validator("template")
+    @classmethod
+    def _template_known(cls, value: str) -> str:
+        known = _known_templates()
+        if value not in known:
+            raise ValueError(_registry_problem("template", value, known))
+        return value
+
+    @field_validator("data_kwargs")
+    @classmethod
+    def _data_kwargs(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        name = info.data.get("dataset_name")
+        if name is None:  # dataset_name itself failed; that error is reported instead
+            return value
+        from gencache.datasets import get_recipe
+
+        recipe = get_recipe(name)
+        return _kwargs_through(recipe.kwargs_model, value, f"data_kwargs key for dataset {name!r}")
+
+    @field_validator("template_kwargs")
+    @classmethod
+    def _template_kwargs(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        name = info.data.get("template")
+        if name is None:
+            return value
+        from gencache.prompts import get_template
+
+        spec = get_template(name)
+        return _kwargs_through(spec.kwargs_model, value, f"template_kwargs key for template {name!r}")
+
+
+class CacheConfig(_Strict):
+    """A whole generation-cache run: one teacher, its data configs, one output artifact."""
+
+    model: ModelConfig = Field(description="The teacher.")
+    data_configs: list[DataConfig] = Field(
+        min_length=1,
+        description="Data configs, generated in order; samples with equal keys are generated once "
+        "(first occurrence wins).",
+    )
+    gen_batch_size: int = Field(default=1, ge=1, description="Prompts per generate call (longest first).")
+    cache_device: Literal["cpu"] = Field(
+        default="cpu", description='Where entries are staged before they are written; only "cpu" exists.'
+    )
+    seed: int = Field(default=42, description="Seeds Python's random and torch before the teacher loads.")
+    output_dir: str = Field(
+        min_length=1,
+        description="Artifact directory to publish; relative to the working directory; must not exist, not even "
+        "as a dangling symlink.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_logits(cls, data: Any) -> Any:
+        return _logit_fields_check(data)
+
+    @field_validator("cache_device", mode="before")
+    @classmethod
+    def _cache_device(cls, value: Any) -> Any:
+        if value != "cpu" or not isinstance(value, str):
+            raise ValueError(
+                f'must be "cpu" (got {_show(value)}): entries are staged on the CPU and streamed to disk; '
+                "training chooses where to put what it reads"
+            )
+        return value
+
+
+class _DataConfigList(_Strict):
+    data_configs: list[DataConfig] = Field(min_length=1)
+
+
+# -- loading ----------------------------------------------------------------------------------------------
+def merge_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``defaults`` under ``config`` without modifying either (SPEC section 2).
+
+    The config wins: a key missing from it is copied from the defaults; where both hold an object the merge
+    recurses; anything else (scalars, lists, an explicit ``null``, a type mismatch) keeps the config's value.
+    """
+    merged: dict[str, Any] = copy.deepcopy(dict(config))
+    for key, default in defaults.items():
+        if key not in merged:
+            merged[key] = copy.deepcopy(default)
+        elif isinstance(merged[key], Mapping) and isinstance(default, Mapping):
+            merged[key] = merge_defaults(merged[key], default)
+    return merged
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} in one object")
+        out[key] = value
+    return out
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} is a directory, not a JSON file: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: the config must be a JSON object, not {_type_name(value)}")
+    return value
+
+
+def load_config(path: str | os.PathLike[str]) -> CacheConfig:
+    """Read a config file, deep-merge its sibling ``_default.json`` (if any) under it, and validate it.
+
+    Raises :class:`ConfigError` (one line naming the file and every failing field path) for a missing or
+    unreadable file, invalid JSON (with line and column), or an invalid field.
+    """
+    config_path = Path(path)
+    raw = _read_json_object(config_path, "config file")
+    defaults_path = config_path.parent / DEFAULTS_FILENAME
+    origin = str(config_path)
+    if defaults_path.is_file() and config_path.name != DEFAULTS_FILENAME:
+        defaults = _read_json_object(defaults_path, "defaults file")
+        raw = merge_defaults(raw, defaults)
+        origin = f"{config_path} (merged with {defaults_path.name})"
+    return parse_config(raw, origin=origin)
+
+
+def parse_config(raw: Mapping[str, Any], *, origin: str = "<config>") -> CacheConfig:
+    """Validate an already-merged config mapping; :class:`ConfigError` names ``origin`` and every bad field."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{origin}: the config must be an object, not {_type_name(raw)}")
+    try:
+        return CacheConfig.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, model=CacheConfig, origin=origin)) from None
+
+
+def parse_data_configs(raw: Sequence[Any]) -> list[DataConfig]:
+    """Validate a list of data configs (mappings or :class:`DataConfig`), as training has them.
+
+    Errors name ``data_configs[i]...`` like those of a whole config; an empty list is an error.
+    """
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
+        raise ConfigError(f"data_configs: must be a list, not {_type_name(raw)}")
+    items = [
+        item if isinstance(item, DataConfig) else (dict(item) if isinstance(item, Mapping) else item) for item in raw
+    ]
+    try:
+        return list(_DataConfigList.model_validate({"data_configs": items}).data_configs)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, model=_DataConfigList)) from None
+
+
+def config_to_json(cfg: BaseModel) -> dict[str, Any]:
+    """The effective config as plain JSON: every default explicit, ``tokenizer_path`` resolved, effective
+    ``data_kwargs`` and ``template_kwargs``. This is what ``resolved_config.json`` records; parsing it again
+    gives an equal config."""
+    dumped: dict[str, Any] = cfg.model_dump(mode="json")
+    return dumped
