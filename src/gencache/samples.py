@@ -1,0 +1,300 @@
+"""The samples of a run: every data config loaded, rendered, keyed and (with a tokenizer) tokenized.
+
+:func:`build_samples` is what generation, dry runs, export and training all call, so they agree on which samples
+exist, in which order, and under which keys. Samples with equal keys are generated once: the first occurrence
+(first data config, first sample) wins, and duplicates whose rendered prompts differ are reported with a
+:class:`DuplicatePromptWarning`, because the later ones silently reuse the first one's teacher answer.
+
+This module imports neither torch, transformers nor datasets at import time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, overload
+
+from gencache.config import CacheConfig, DataConfig, parse_data_configs
+from gencache.errors import ConfigError, DatasetError, PromptError
+
+if TYPE_CHECKING:
+    from gencache.datasets import SourceInfo
+    from gencache.prompts import Prompt
+
+__all__ = [
+    "DataConfigSummary",
+    "DuplicatePromptWarning",
+    "Sample",
+    "SampleSet",
+    "build_samples",
+    "needs_tokenizer",
+    "tokenizer_reasons",
+]
+
+
+class DuplicatePromptWarning(UserWarning):
+    """Samples share a key but rendered different prompts; only the first occurrence is generated."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample of a run.
+
+    ``key`` is the semantic key; ``data_config_index`` and ``sample_index`` say where it came from; ``semantic``
+    is the key payload; ``query`` is the query as shown, ``answer`` the gold answer; ``parts`` the rendered prompt;
+    ``input_ids`` and ``spans`` the per-part tokenization (None when no tokenizer was given).
+    """
+
+    key: str
+    data_config_index: int
+    sample_index: int
+    semantic: Mapping[str, Any]
+    query: str
+    answer: str
+    parts: Prompt
+    input_ids: tuple[int, ...] | None = None
+    spans: tuple[tuple[str, int, int], ...] | None = None
+
+    @property
+    def prompt_text(self) -> str:
+        """The rendered prompt as one string (every part's text, in order)."""
+        from gencache.prompts import prompt_text
+
+        return prompt_text(self.parts)
+
+
+@dataclass(frozen=True)
+class DataConfigSummary:
+    """What one data config contributed.
+
+    ``unique``: distinct keys among this config's samples. ``duplicates``: this config's samples whose key had
+    already appeared earlier in the run (in this config or an earlier one). ``prompt_chars`` and
+    ``prompt_tokens`` are (min, median, max) over this config's samples (median_low, so an int; all zeros when the
+    config has no samples); ``prompt_tokens`` is None without a tokenizer. ``data_kwargs`` are the effective
+    values, defaults included.
+    """
+
+    index: int
+    dataset_name: str
+    samples: int
+    unique: int
+    duplicates: int
+    prompt_chars: tuple[int, int, int]
+    prompt_tokens: tuple[int, int, int] | None
+    source: SourceInfo
+    data_kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    """Every sample of a run in run order, plus the deduplicated view generation uses.
+
+    Iterating, ``len`` and indexing go over all samples; :attr:`unique` holds the first occurrence of each key in
+    first-occurrence order; :meth:`keys` lists those keys.
+    """
+
+    samples: tuple[Sample, ...]
+    unique: tuple[Sample, ...]
+    duplicates: int
+    conflicting_prompts: tuple[str, ...]
+    summaries: tuple[DataConfigSummary, ...]
+    _by_key: dict[str, Sample] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._by_key.update((sample.key, sample) for sample in self.unique)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __iter__(self) -> Iterator[Sample]:
+        return iter(self.samples)
+
+    @overload
+    def __getitem__(self, index: int) -> Sample: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Sample, ...]: ...
+    def __getitem__(self, index: int | slice) -> Sample | tuple[Sample, ...]:
+        return self.samples[index]
+
+    def keys(self) -> list[str]:
+        """The unique keys, in first-occurrence order."""
+        return [sample.key for sample in self.unique]
+
+    def by_key(self, key: str) -> Sample:
+        """The first sample with ``key`` (a ``KeyError`` when no sample has it)."""
+        return self._by_key[key]
+
+
+def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
+    if isinstance(config_or_data_configs, CacheConfig):
+        return list(config_or_data_configs.data_configs)
+    if isinstance(config_or_data_configs, DataConfig):
+        return [config_or_data_configs]
+    if isinstance(config_or_data_configs, Mapping):
+        raise ConfigError(
+            "build_samples takes a CacheConfig or a list of data configs, not a mapping; "
+            "use load_config/parse_config for a whole config, or pass [data_config, ...]."
+        )
+    if isinstance(config_or_data_configs, (str, bytes)) or not isinstance(config_or_data_configs, Sequence):
+        raise ConfigError(
+            f"build_samples takes a CacheConfig or a list of data configs, not {type(config_or_data_configs).__name__}."
+        )
+    if all(isinstance(item, DataConfig) for item in config_or_data_configs):
+        if not config_or_data_configs:
+            raise ConfigError("data_configs: must be a non-empty list")
+        return list(config_or_data_configs)
+    return parse_data_configs(config_or_data_configs)
+
+
+def tokenizer_reasons(config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]]) -> list[str]:
+    """Why these data configs need a tokenizer: one ``data_configs[i]: ...`` line per reason (empty: none needed)."""
+    from gencache.datasets import get_recipe
+    from gencache.prompts import get_template
+
+    reasons: list[str] = []
+    for index, dc in enumerate(_as_data_configs(config_or_data_configs)):
+        spec = get_template(dc.template)
+        if spec.needs_tokenizer:
+            reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
+        recipe = get_recipe(dc.dataset_name)
+        kwargs = recipe.kwargs_model.model_validate(dc.data_kwargs)
+        if recipe.needs_tokenizer(kwargs):
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(dc.data_kwargs.items()))
+            reasons.append(
+                f"data_configs[{index}]: dataset {dc.dataset_name!r} with data_kwargs {{{shown}}} counts tokens"
+            )
+    return reasons
+
+
+def needs_tokenizer(config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]]) -> bool:
+    """True when any data config's template or dataset recipe needs a tokenizer to build its samples."""
+    return bool(tokenizer_reasons(config_or_data_configs))
+
+
+def _stats(values: Sequence[int]) -> tuple[int, int, int]:
+    if not values:
+        return (0, 0, 0)
+    return (min(values), int(statistics.median_low(values)), max(values))
+
+
+def _load_one(index: int, dc: DataConfig, tokenizer: Any | None) -> tuple[list[Sample], SourceInfo]:
+    from gencache.datasets import get_recipe
+    from gencache.keys import semantic_key
+    from gencache.prompts import render_prompt, tokenize_prompt
+
+    recipe = get_recipe(dc.dataset_name)
+    kwargs = recipe.kwargs_model.model_validate(dc.data_kwargs)
+    raw_samples, source = recipe.load(dc, kwargs, tokenizer)
+    if len(raw_samples) != dc.num_samples:
+        raise DatasetError(
+            f"data_configs[{index}]: dataset {dc.dataset_name!r} returned {len(raw_samples)} samples "
+            f"but num_samples is {dc.num_samples}."
+        )
+    template_kwargs = dict(dc.template_kwargs)
+    out: list[Sample] = []
+    for sample_index, raw in enumerate(raw_samples):
+        parts = render_prompt(dc.template, raw.parts, template_kwargs, tokenizer)
+        input_ids: tuple[int, ...] | None = None
+        spans: tuple[tuple[str, int, int], ...] | None = None
+        if tokenizer is not None:
+            tokenized = tokenize_prompt(parts, tokenizer)
+            input_ids, spans = tokenized.input_ids, tokenized.spans
+        out.append(
+            Sample(
+                key=semantic_key(raw.semantic),
+                data_config_index=index,
+                sample_index=sample_index,
+                semantic=raw.semantic,
+                query=raw.query,
+                answer=raw.answer,
+                parts=parts,
+                input_ids=input_ids,
+                spans=spans,
+            )
+        )
+    return out, source
+
+
+def _with_index(index: int, exc: Exception) -> str:
+    text = str(exc)
+    return text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
+
+
+def build_samples(
+    config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]],
+    tokenizer: Any | None = None,
+) -> SampleSet:
+    """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order.
+
+    Accepts a :class:`CacheConfig` or a list of data configs (models or mappings, as training has them). Without a
+    tokenizer, a data config whose template or dataset needs one is a :class:`ConfigError` naming its index and why,
+    raised before any data loads. Dataset, template and shortfall errors name the data config too. Duplicated keys
+    are counted; when duplicates rendered different prompts a :class:`DuplicatePromptWarning` is issued and the
+    keys are listed in :attr:`SampleSet.conflicting_prompts`. A run with no samples at all is a :class:`ConfigError`.
+    """
+    data_configs = _as_data_configs(config_or_data_configs)
+    if tokenizer is None:
+        reasons = tokenizer_reasons(data_configs)
+        if reasons:
+            raise ConfigError(f"A tokenizer is needed but none was given: {'; '.join(reasons)}.")
+
+    samples: list[Sample] = []
+    summaries: list[DataConfigSummary] = []
+    first: dict[str, Sample] = {}
+    conflicting: dict[str, tuple[Sample, Sample]] = {}
+    for index, dc in enumerate(data_configs):
+        try:
+            loaded, source = _load_one(index, dc, tokenizer)
+        except (ConfigError, DatasetError, PromptError) as exc:
+            raise type(exc)(_with_index(index, exc)) from exc
+        seen_here: set[str] = set()
+        duplicates_here = 0
+        for sample in loaded:
+            seen_here.add(sample.key)
+            earlier = first.get(sample.key)
+            if earlier is None:
+                first[sample.key] = sample
+                continue
+            duplicates_here += 1
+            if earlier.parts != sample.parts and sample.key not in conflicting:
+                conflicting[sample.key] = (earlier, sample)
+        samples.extend(loaded)
+        chars = [len(sample.prompt_text) for sample in loaded]
+        tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
+        summaries.append(
+            DataConfigSummary(
+                index=index,
+                dataset_name=dc.dataset_name,
+                samples=len(loaded),
+                unique=len(seen_here),
+                duplicates=duplicates_here,
+                prompt_chars=_stats(chars),
+                prompt_tokens=_stats(tokens) if tokenizer is not None else None,
+                source=source,
+                data_kwargs=dict(dc.data_kwargs),
+            )
+        )
+    if not samples:
+        raise ConfigError(
+            "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
+        )
+    if conflicting:
+        earlier, later = next(iter(conflicting.values()))
+        warnings.warn(
+            f"{len(conflicting)} key(s) occur more than once with different rendered prompts; each is generated "
+            "once, from its first occurrence, and the others reuse that answer (first: key "
+            f"{earlier.key[:12]}... at data_configs[{earlier.data_config_index}] sample {earlier.sample_index} and "
+            f"data_configs[{later.data_config_index}] sample {later.sample_index}).",
+            DuplicatePromptWarning,
+            stacklevel=2,
+        )
+    unique = tuple(first.values())
+    return SampleSet(
+        samples=tuple(samples),
+        unique=unique,
+        duplicates=len(samples) - len(unique),
+        conflicting_prompts=tuple(conflicting),
+        summaries=tuple(summaries),
+    )
