@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -34,6 +34,8 @@ from gencache.errors import ConfigError
 
 __all__ = [
     "DEFAULTS_FILENAME",
+    "GENERATION_FORBIDDEN",
+    "GENERATION_KWARG_RULES",
     "LOGIT_FIELDS",
     "NO_LOGITS_MESSAGE",
     "CacheConfig",
@@ -219,14 +221,38 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
 
 def _problems(exc: ValidationError, model: type[BaseModel] | None, prefix: Loc = ()) -> list[Problem]:
     out: list[Problem] = []
+    missing: dict[Loc, list[str]] = {}
     for err in exc.errors(include_url=False):
-        for loc, msg in _error_message(err, model):
-            out.append((prefix + loc, msg))
-    return out
+        loc: Loc = tuple(err.get("loc", ()))
+        if err.get("type") == "missing" and loc:
+            # One problem per object listing all its missing fields, at the first one's position.
+            parent = prefix + loc[:-1]
+            if parent not in missing:
+                missing[parent] = []
+                out.append((parent, ""))
+            missing[parent].append(str(loc[-1]))
+            continue
+        for sub, msg in _error_message(err, model):
+            out.append((prefix + sub, msg))
+    resolved: list[Problem] = []
+    for loc, msg in out:
+        if msg:
+            resolved.append((loc, msg))
+            continue
+        names = missing[loc]
+        if len(names) == 1:
+            resolved.append(((*loc, names[0]), "is required"))
+        else:
+            resolved.append((loc, f"missing required fields {', '.join(names)}"))
+    return resolved
+
+
+def _sentence(msg: str) -> str:
+    return msg[:-1] if msg.endswith(".") and not msg.endswith("...") else msg
 
 
 def _join(problems: Sequence[Problem], origin: str | None) -> str:
-    parts = [f"{_format_loc(loc) or '(config)'}: {msg}" for loc, msg in problems]
+    parts = [f"{_format_loc(loc) or '(config)'}: {_sentence(msg)}" for loc, msg in problems]
     shown = parts[:5]
     if len(parts) > 5:
         shown.append(f"... and {len(parts) - 5} more")
@@ -314,41 +340,56 @@ def _early_stopping(value: Any) -> str | None:
     return f'must be true, false or "never" (got {_show(value)})'
 
 
+class _Rule(NamedTuple):
+    check: Callable[[Any], str | None]
+    text: str
+
+
+_POSITIVE_INT = _Rule(_positive_int, "integer >= 1")
+_NON_NEGATIVE_INT = _Rule(_non_negative_int, "integer >= 0")
+_BOOLEAN = _Rule(_boolean, "true or false")
+_POSITIVE_NUMBER = _Rule(_positive_number, "number > 0")
+_NUMBER = _Rule(_number, "finite number")
+_PROBABILITY = _Rule(_probability, "number in [0, 1]")
+
 # Type rules for the generation settings a JSON config can sensibly carry. Keys not listed here are passed to
 # transformers' GenerationConfig, which the generation module validates strictly before weights load.
-_GENERATION_RULES: dict[str, Callable[[Any], str | None]] = {
-    "max_new_tokens": _positive_int,
-    "min_new_tokens": _non_negative_int,
-    "max_length": _positive_int,
-    "min_length": _non_negative_int,
-    "do_sample": _boolean,
-    "use_cache": _boolean,
-    "num_beams": _positive_int,
-    "num_beam_groups": _positive_int,
-    "num_return_sequences": _positive_int,
-    "temperature": _positive_number,
-    "top_k": _non_negative_int,
-    "top_p": _probability,
-    "min_p": _probability,
-    "typical_p": _probability,
-    "epsilon_cutoff": _probability,
-    "eta_cutoff": _probability,
-    "repetition_penalty": _positive_number,
-    "length_penalty": _number,
-    "diversity_penalty": _number,
-    "no_repeat_ngram_size": _non_negative_int,
-    "early_stopping": _early_stopping,
-    "renormalize_logits": _boolean,
-    "remove_invalid_values": _boolean,
-    "eos_token_id": _token_ids,
-    "pad_token_id": _token_id,
-    "bos_token_id": _token_id,
-    "decoder_start_token_id": _token_id,
-    "stop_strings": _stop_strings,
+_GENERATION_RULES: dict[str, _Rule] = {
+    "max_new_tokens": _POSITIVE_INT,
+    "min_new_tokens": _NON_NEGATIVE_INT,
+    "max_length": _POSITIVE_INT,
+    "min_length": _NON_NEGATIVE_INT,
+    "do_sample": _BOOLEAN,
+    "use_cache": _BOOLEAN,
+    "num_beams": _POSITIVE_INT,
+    "num_beam_groups": _POSITIVE_INT,
+    "num_return_sequences": _POSITIVE_INT,
+    "temperature": _POSITIVE_NUMBER,
+    "top_k": _NON_NEGATIVE_INT,
+    "top_p": _PROBABILITY,
+    "min_p": _PROBABILITY,
+    "typical_p": _PROBABILITY,
+    "epsilon_cutoff": _PROBABILITY,
+    "eta_cutoff": _PROBABILITY,
+    "repetition_penalty": _POSITIVE_NUMBER,
+    "length_penalty": _NUMBER,
+    "diversity_penalty": _NUMBER,
+    "no_repeat_ngram_size": _NON_NEGATIVE_INT,
+    "early_stopping": _Rule(_early_stopping, 'true, false or "never"'),
+    "renormalize_logits": _BOOLEAN,
+    "remove_invalid_values": _BOOLEAN,
+    "eos_token_id": _Rule(_token_ids, "token id or non-empty list of token ids"),
+    "pad_token_id": _Rule(_token_id, "token id (integer >= 0)"),
+    "bos_token_id": _Rule(_token_id, "token id (integer >= 0)"),
+    "decoder_start_token_id": _Rule(_token_id, "token id (integer >= 0)"),
+    "stop_strings": _Rule(_stop_strings, "non-empty string or non-empty list of non-empty strings"),
 }
 
-# Python-object hooks of ``model.generate`` that a JSON config cannot express and gencache owns itself.
-_GENERATION_FORBIDDEN = {
+#: ``generation_kwargs`` keys gencache type-checks before anything loads, and the rule each must satisfy.
+GENERATION_KWARG_RULES: Mapping[str, str] = {name: rule.text for name, rule in _GENERATION_RULES.items()}
+
+#: Python-object hooks of ``model.generate`` that a JSON config cannot express or that gencache owns itself.
+GENERATION_FORBIDDEN: Mapping[str, str] = {
     "streamer": "gencache shows its own progress",
     "stopping_criteria": "gencache installs its own stopping criterion (use stop_strings or eos_token_id)",
     "logits_processor": "not expressible in a JSON config",
@@ -393,8 +434,8 @@ def _generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
         if key in LOGIT_FIELDS:
             problems.append(((key,), NO_LOGITS_MESSAGE))
             continue
-        if key in _GENERATION_FORBIDDEN:
-            problems.append(((key,), f"not allowed here: {_GENERATION_FORBIDDEN[key]}"))
+        if key in GENERATION_FORBIDDEN:
+            problems.append(((key,), f"not allowed here: {GENERATION_FORBIDDEN[key]}"))
             continue
         json_problems = _json_problems(value, (key,))
         if json_problems:
@@ -406,7 +447,7 @@ def _generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
             # (then transformers' defaults) supplies it. max_new_tokens is checked on the effective config.
             continue
         if rule is not None:
-            message = rule(value)
+            message = rule.check(value)
             if message is not None:
                 problems.append(((key,), message))
     return problems
