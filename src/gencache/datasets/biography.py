@@ -1,0 +1,239 @@
+"""Biography (``alex-karev/biographies``): synthetic people with six attributes.
+
+The hub config holds two row-aligned tables: ``train`` (paraphrased statements per attribute) and ``test``
+(completion prefixes per attribute, ``name`` and gold ``labels``). Rows whose test ``birth_date`` list is empty or
+holds one repeated string are dropped from both; the data config's ``split`` is then a 50/50 partition of the
+remaining rows (``train`` the first half, ``test`` the rest), not a hub split.
+
+With ``random.Random(seed)``: the partition's indices are shuffled; few-shot people are the last ``num_shots``,
+the pool is the rest. Each shot builds its document (one random statement per attribute) and then its question;
+each sample builds its question, then draws ``num_data_strs`` people from the pool (the target replaces position 0
+when not drawn) and builds their documents.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from gencache.datasets.base import (
+    DataConfigLike,
+    RawSample,
+    SourceInfo,
+    check_counts,
+    coerce_kwargs,
+    require_str,
+    require_str_list,
+    shortfall,
+)
+from gencache.datasets.source import load_tables
+from gencache.errors import DatasetError
+from gencache.prompts import compose_default
+
+ATTRIBUTES = ("birth_date", "birth_place", "current_location", "university", "major", "company")
+QA_SUFFIX = " Respond with the answer only. Answer:"
+QA_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "birth_date": (
+        "What is the birth date of {name}?",
+        "When was {name} born?",
+        "When did {name}'s birth occur?",
+        "When did {name} come into this world?",
+    ),
+    "birth_place": (
+        "Where was {name} born?",
+        "Which place is the birthplace of {name}?",
+        "What is the birthplace of {name}?",
+        "Where did {name} originate from?",
+    ),
+    "current_location": (
+        "Where is {name} currently located?",
+        "What is the current location of {name}?",
+        "Where can I find {name} now?",
+        "Where does {name} live currently?",
+        "Where is {name} residing at present?",
+    ),
+    "university": (
+        "Which university did {name} attend?",
+        "What university did {name} go to?",
+        "Where did {name} study in higher education?",
+        "Where did {name} go for higher education?",
+    ),
+    "major": (
+        "What was {name}'s major in university?",
+        "What did {name} study in university?",
+        "What field did {name} specialize in at university?",
+        "In which subject did {name} major during university?",
+    ),
+    "company": (
+        "Which company does {name} work for?",
+        "Where is {name} employed?",
+        "What is the name of the company where {name} works?",
+        "At which company is {name} employed?",
+    ),
+}
+SPLITS = ("train", "test")
+
+
+class BiographyKwargs(BaseModel):
+    """``data_kwargs`` of ``biography``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    question_type: Literal["completion", "QA"] = Field(
+        default="completion",
+        description="completion: '## ' + a sentence prefix; QA: a templated question plus an answer-only cue.",
+    )
+    cache_dataset: StrictBool = Field(default=True, description="Accepted for reference configs; has no effect.")
+
+
+class _Tables:
+    """Row access into the filtered, row-aligned train/test tables (rows fetched once)."""
+
+    def __init__(self, train: Any, test: Any, kept: list[int]) -> None:
+        self._train = train
+        self._test = test
+        self._kept = kept
+        self._train_rows: dict[int, dict[str, Any]] = {}
+        self._test_rows: dict[int, dict[str, Any]] = {}
+
+    def train(self, index: int) -> dict[str, Any]:
+        if index not in self._train_rows:
+            self._train_rows[index] = self._train[self._kept[index]]
+        return self._train_rows[index]
+
+    def test(self, index: int) -> dict[str, Any]:
+        if index not in self._test_rows:
+            self._test_rows[index] = self._test[self._kept[index]]
+        return self._test_rows[index]
+
+    def source_row(self, index: int) -> int:
+        return self._kept[index]
+
+
+def _choice(rng: random.Random, values: Any, what: str) -> str:
+    items = require_str_list(values, what)
+    if not items:
+        raise DatasetError(f"{what} is empty; every person needs at least one entry per attribute.")
+    return rng.choice(items)
+
+
+class BiographyRecipe:
+    """The ``biography`` recipe."""
+
+    name = "biography"
+    hub_id = "alex-karev/biographies"
+    kwargs_model: type[BaseModel] = BiographyKwargs
+
+    def needs_tokenizer(self, kwargs: BaseModel) -> bool:
+        return False
+
+    def load(self, dc: DataConfigLike, kwargs: BaseModel, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
+        kw = coerce_kwargs(BiographyKwargs, kwargs, self.name)
+        check_counts(dc)
+        if dc.split not in SPLITS:
+            raise DatasetError(
+                f"Unknown split {dc.split!r} for biography; use 'train' or 'test' "
+                "(a 50/50 partition of the filtered people)."
+            )
+        tables, info = load_tables(
+            dc.source,
+            self.hub_id,
+            label=self.name,
+            hub_config=dc.subset,
+            dir_config=dc.subset,
+            splits=SPLITS,
+            single_file_error=(
+                "biography needs two row-aligned tables, train (statements) and test (prefixes, name, labels); "
+                "point source at a directory holding <subset>/train.jsonl and <subset>/test.jsonl"
+            ),
+        )
+        train, test = tables["train"], tables["test"]
+        if len(train) != len(test):
+            raise DatasetError(
+                f"biography tables are not row-aligned: train has {len(train)} rows, test has {len(test)}; "
+                "row i of both must describe the same person."
+            )
+        if "birth_date" not in test.column_names:
+            raise DatasetError("biography test table has no 'birth_date' column; check the source's schema.")
+        kept = [i for i, dates in enumerate(test["birth_date"]) if dates and len(set(dates)) > 1]
+        cut = int(len(kept) * 0.5)
+        bounds = (0, cut) if dc.split == "train" else (cut, len(kept))
+        rows = _Tables(train, test, kept)
+        rng = random.Random(dc.seed)
+        order = list(range(*bounds))
+        rng.shuffle(order)
+        if dc.num_shots > len(order) or len(order) - dc.num_shots < dc.num_samples:
+            raise shortfall(
+                self.name,
+                dc.split,
+                dc.num_samples,
+                max(len(order) - dc.num_shots, 0),
+                f"{len(order)} people in this half of {len(kept)} kept rows, {dc.num_shots} used as few-shot",
+            )
+        pool = order[: len(order) - dc.num_shots]
+        shot_people = order[len(order) - dc.num_shots :] if dc.num_shots else []
+        if dc.num_samples and dc.num_data_strs > len(pool):
+            raise DatasetError(
+                f"biography num_data_strs is {dc.num_data_strs} but the split's pool holds {len(pool)} people; "
+                f"lower num_data_strs to at most {len(pool)}."
+            )
+
+        def document(index: int) -> str:
+            row = rows.train(index)
+            where = f"biography train row {rows.source_row(index)}"
+            return " ".join(_choice(rng, row.get(attr), f"{where} {attr}") for attr in ATTRIBUTES)
+
+        def question(index: int) -> tuple[str, str, str, str]:
+            """(attribute, semantic query, shown question, answer)."""
+            row = rows.test(index)
+            where = f"biography test row {rows.source_row(index)}"
+            attribute = rng.choice(ATTRIBUTES)
+            if kw.question_type == "completion":
+                semantic = _choice(rng, row.get(attribute), f"{where} {attribute}").rstrip()
+                shown = "## " + semantic
+            else:
+                name = require_str(row.get("name"), f"{where} name")
+                semantic = rng.choice(QA_TEMPLATES[attribute]).replace("{name}", name)
+                shown = semantic + QA_SUFFIX
+            labels = row.get("labels")
+            if not isinstance(labels, dict):
+                raise DatasetError(f"{where} has no labels object; check the source's schema.")
+            answer = require_str(labels.get(attribute), f"{where} labels.{attribute}")
+            return attribute, semantic, shown, answer
+
+        shots: list[dict[str, Any]] = []
+        rendered: list[str] = []
+        for index in shot_people:
+            doc = document(index)
+            attribute, semantic_query, shown, answer = question(index)
+            rendered.append(f"{doc} {shown} {answer}.")
+            shots.append(
+                {"documents": [doc], "query": semantic_query, "answer": answer, "task": {"attribute": attribute}}
+            )
+        preamble = "\n".join(rendered) + "\n" if rendered else ""
+        samples: list[RawSample] = []
+        for position in range(dc.num_samples):
+            target = pool[position]
+            attribute, semantic_query, shown, answer = question(target)
+            chosen = rng.sample(pool, dc.num_data_strs)
+            if dc.num_data_strs > 0 and target not in chosen:
+                chosen[0] = target
+            documents = [document(index) for index in chosen]
+            semantic = {
+                "documents": documents,
+                "query": semantic_query,
+                "shots": copy.deepcopy(shots),
+                "task": {"attribute": attribute},
+            }
+            samples.append(
+                RawSample(
+                    semantic=semantic, parts=compose_default(preamble, documents, shown), query=shown, answer=answer
+                )
+            )
+        return samples, info
+
+
+RECIPE = BiographyRecipe()

@@ -1,0 +1,258 @@
+"""RULER needle-in-a-haystack (``simonjegou/ruler``): long contexts with a short answer.
+
+Always the hub ``test`` table of the config ``subset`` (the context length). Its rows are shuffled with a fixed
+``random.Random(42)`` and halved: the data config's ``train`` is the first ``int(n * 0.5)``, ``test`` the rest.
+That half is shuffled with ``random.Random(seed)``, optionally filtered by RULER task (``tasks``; the filter keeps
+the shuffled order, so each task's samples are a subsequence of the all-tasks order), and scanned in order:
+with ``max_len >= 0`` a row whose context has more than ``max_len`` tokens (teacher tokenizer, no special
+tokens) is skipped.
+
+The key holds the raw context as the single document. The prompt splits it into sentences with gencache's own
+deterministic splitter (:func:`split_sentences`) and packs them greedily into chunks of at most ``chunk_size``
+characters (:func:`chunk_sentences`), one document block per chunk. Chunking never changes a key.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from gencache.datasets.base import (
+    DataConfigLike,
+    RawSample,
+    SourceInfo,
+    check_counts,
+    coerce_kwargs,
+    require_str,
+    shortfall,
+)
+from gencache.datasets.source import load_tables
+from gencache.errors import DatasetError
+from gencache.prompts import compose_default
+
+PARTITION_SEED = 42
+SPLITS = ("train", "test")
+HUB_SPLIT = "test"
+ANSWER_CUE = "\nProvide a short answer directly separated by space. Short Answer:"
+RULER_TASKS = (
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+    "cwe",
+    "fwe",
+    "qa_1",
+    "qa_2",
+)
+RulerTask = Literal[
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+    "cwe",
+    "fwe",
+    "qa_1",
+    "qa_2",
+]
+
+
+class NIAHKwargs(BaseModel):
+    """``data_kwargs`` of ``niah``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chunk_size: StrictInt = Field(default=4096, ge=1, description="Largest prompt chunk, in characters.")
+    max_len: StrictInt = Field(
+        default=-1, ge=-1, description="Skip contexts longer than this many teacher tokens; -1: no limit."
+    )
+    tasks: list[RulerTask] | None = Field(
+        default=None, min_length=1, description="RULER tasks to keep (the 'task' column); null: all tasks."
+    )
+    cache_dataset: StrictBool = Field(default=True, description="Accepted for reference configs; has no effect.")
+
+
+# -- sentence splitting and chunking (gencache's own, deterministic; documented in docs/datasets.md) -------------
+
+ABBREVIATIONS = frozenset(
+    {
+        "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "ft", "vs", "etc", "e.g", "i.e", "cf", "al",
+        "a.m", "p.m", "u.s", "u.k", "no", "nos", "vol", "fig", "figs", "inc", "ltd", "co", "corp", "dept",
+        "approx", "est", "gen", "gov", "col", "lt", "sgt", "capt", "rev", "hon", "jan", "feb", "mar", "apr",
+        "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
+    }
+)  # fmt: skip
+_CLOSERS = "\"'\u201d\u2019)]\u300d\u300f"
+_BOUNDARY = re.compile(
+    r"(?P<paragraph>\n[ \t\r\f\v]*\n)"
+    r"|(?P<cjk>[\u3002\uff01\uff1f]+[" + re.escape(_CLOSERS) + r"]*)"
+    r"|(?P<stop>(?:[.!?]+|\u2026)[" + re.escape(_CLOSERS) + r"]*)(?=\s|$)"
+)
+
+
+def _word_before(text: str, dot: int) -> str:
+    start = dot
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "._"):
+        start -= 1
+    return text[start:dot].lower()
+
+
+def _next_char(text: str, position: int) -> str:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return text[position : position + 1]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` into sentences, deterministically, with no external model.
+
+    Boundaries: (a) a blank line; (b) ``。``, ``！`` or ``？`` (plus closing quotes or brackets); (c) a run of
+    ``.``, ``!`` or ``?`` (or ``…``), plus closing quotes or brackets, followed by whitespace or the end of the
+    text, except when the run is a single ``.`` that ends a known abbreviation (``Dr.``, ``e.g.``, ``a.m.``, ...)
+    or a one-letter initial, or that is followed by a lowercase letter. Sentences are stripped of surrounding
+    whitespace and empty ones dropped; text inside a sentence is kept as is.
+    """
+    sentences: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text):
+        if match.lastgroup == "paragraph":
+            sentences.append(text[start : match.start()])
+            start = match.end()
+            continue
+        if match.lastgroup == "stop" and match.group(0).rstrip(_CLOSERS) == ".":
+            word = _word_before(text, match.start())
+            if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or _next_char(text, match.end()).islower():
+                continue
+        sentences.append(text[start : match.end()])
+        start = match.end()
+    sentences.append(text[start:])
+    return [sentence.strip() for sentence in sentences if sentence.strip()]
+
+
+def chunk_sentences(sentences: Sequence[str], chunk_size: int) -> list[str]:
+    """Pack sentences greedily, joined by single spaces, into chunks of at most ``chunk_size`` characters.
+
+    A sentence joins the current chunk when ``len(chunk) + 1 + len(sentence) <= chunk_size``, else it starts a new
+    chunk; a sentence longer than ``chunk_size`` is a chunk of its own (sentences are never cut).
+    """
+    if chunk_size < 1:
+        raise DatasetError(f"chunk_size must be >= 1, got {chunk_size}.")
+    chunks: list[str] = []
+    for sentence in sentences:
+        if chunks and len(chunks[-1]) + len(sentence) + 1 <= chunk_size:
+            chunks[-1] = chunks[-1] + " " + sentence
+        else:
+            chunks.append(sentence)
+    return chunks
+
+
+def _token_count(tokenizer: Any, text: str) -> int:
+    encode = getattr(tokenizer, "encode", None)
+    if callable(encode):
+        return len(encode(text, add_special_tokens=False))
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+class NIAHRecipe:
+    """The ``niah`` recipe."""
+
+    name = "niah"
+    hub_id = "simonjegou/ruler"
+    kwargs_model: type[BaseModel] = NIAHKwargs
+
+    def needs_tokenizer(self, kwargs: BaseModel) -> bool:
+        return coerce_kwargs(NIAHKwargs, kwargs, self.name).max_len >= 0
+
+    def load(self, dc: DataConfigLike, kwargs: BaseModel, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
+        kw = coerce_kwargs(NIAHKwargs, kwargs, self.name)
+        check_counts(dc)
+        if dc.split not in SPLITS:
+            raise DatasetError(
+                f"Unknown split {dc.split!r} for niah; use 'train' or 'test' "
+                "(halves of the hub test table, shuffled with seed 42)."
+            )
+        if dc.num_data_strs != 0:
+            raise DatasetError("NIAH dataset requires num_data_strs to be 0 to use all passages.")
+        if dc.num_shots > 0:
+            raise DatasetError("niah has no few-shot examples (the reference never rendered them); set num_shots to 0.")
+        if kw.max_len >= 0 and tokenizer is None:
+            raise DatasetError(
+                f"niah data_kwargs.max_len={kw.max_len} counts teacher tokens and needs a tokenizer; "
+                "pass the teacher's tokenizer or set max_len to -1."
+            )
+        tables, info = load_tables(
+            dc.source,
+            self.hub_id,
+            label=self.name,
+            hub_config=dc.subset,
+            dir_config=dc.subset,
+            splits=(HUB_SPLIT,),
+        )
+        table = tables[HUB_SPLIT]
+        total = len(table)
+        order = list(range(total))
+        random.Random(PARTITION_SEED).shuffle(order)
+        cut = int(total * 0.5)
+        part = order[:cut] if dc.split == "train" else order[cut:]
+        random.Random(dc.seed).shuffle(part)
+        detail = f"{len(part)} rows in this half of {total}"
+        if kw.tasks is not None:
+            if "task" not in table.column_names:
+                raise DatasetError("niah data_kwargs.tasks needs a 'task' column in the source; omit tasks.")
+            task_of = list(table["task"])
+            wanted = set(kw.tasks)
+            part = [i for i in part if task_of[i] in wanted]
+            detail += f", {len(part)} of tasks {', '.join(kw.tasks)}"
+        if dc.num_samples > len(part):
+            raise shortfall(self.name, dc.split, dc.num_samples, len(part), detail)
+        samples: list[RawSample] = []
+        candidates = iter(part)
+        skipped = 0
+        while len(samples) < dc.num_samples:
+            index = next(candidates, None)
+            if index is None:
+                raise shortfall(
+                    self.name,
+                    dc.split,
+                    dc.num_samples,
+                    len(samples),
+                    f"{detail}, {skipped} longer than max_len={kw.max_len} tokens",
+                )
+            record = table[index]
+            context = require_str(record.get("context"), f"niah row {index} context")
+            if kw.max_len >= 0 and _token_count(tokenizer, context) > kw.max_len:
+                skipped += 1
+                continue
+            samples.append(self._sample(record, index, context, kw.chunk_size))
+        return samples, info
+
+    @staticmethod
+    def _sample(record: dict[str, Any], index: int, context: str, chunk_size: int) -> RawSample:
+        question = require_str(record.get("question"), f"niah row {index} question")
+        raw_answer = record.get("answer")
+        if isinstance(raw_answer, str):
+            answer = raw_answer
+        elif isinstance(raw_answer, list) and all(isinstance(a, str) for a in raw_answer):
+            answer = " ".join(raw_answer)
+        else:
+            raise DatasetError(f"niah row {index} answer must be a list of strings; check the source's schema.")
+        shown = question + ANSWER_CUE
+        chunks = chunk_sentences(split_sentences(context), chunk_size)
+        semantic = {"documents": [context], "query": question, "shots": [], "task": {}}
+        return RawSample(semantic=semantic, parts=compose_default("", chunks, shown), query=shown, answer=answer)
+
+
+RECIPE = NIAHRecipe()

@@ -1,0 +1,208 @@
+"""Loading a dataset's tables from the hub, a hub-style local directory or a single file, through ``datasets``.
+
+``source`` in a data config takes three forms:
+
+- absent: the recipe's canonical hub id, ``datasets.load_dataset(hub_id, config, split=split)`` (which honours
+  ``HF_HUB_OFFLINE`` and the local ``datasets`` cache);
+- a directory: files named by split, ``<source>/<config>/<split>.{jsonl,json,parquet}`` or
+  ``<source>/<split>.{jsonl,json,parquet}`` (sharded ``<split>-00000-of-00002.parquet`` too); a directory without
+  such files whose ``README.md`` declares ``configs:`` is loaded with ``datasets.load_dataset(source, config)``;
+  any other string that is not an existing path is a hub id;
+- a single ``.json``/``.jsonl``/``.parquet`` file: the rows of the requested split of a single-table dataset.
+
+Local files are read with ``datasets.load_dataset("json" | "parquet", data_files=..., split="train")``, the same
+library path as the hub, and row order is preserved. Every local file read is hashed (SHA-256) for provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gencache.datasets.base import SourceInfo
+from gencache.errors import DatasetError
+
+EXTENSIONS = (".jsonl", ".json", ".parquet")
+_SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _looks_local(source: str) -> bool:
+    return (
+        os.path.isabs(source)
+        or source.startswith(("./", "../", "~", ".\\", "..\\"))
+        or source in (".", "..")
+        or source.lower().endswith(EXTENSIONS)
+    )
+
+
+def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
+    """``(kind, location)``: ``("hub", id)``, ``("directory", abs path)`` or ``("file", abs path)``.
+
+    Relative paths are resolved against the current working directory.
+    """
+    if source is None:
+        return "hub", hub_id
+    if not isinstance(source, str) or not source.strip():
+        raise DatasetError(f"source must be a non-empty string (a hub id or a local path), got {source!r}.")
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return "directory", str(path.resolve())
+    if path.is_file():
+        if not path.name.lower().endswith(EXTENSIONS):
+            raise DatasetError(
+                f"source file {str(path.resolve())!r} is not .jsonl, .json or .parquet; convert it or point source "
+                "at a directory laid out by split."
+            )
+        return "file", str(path.resolve())
+    if _looks_local(source):
+        raise DatasetError(f"source path {str(path.absolute())!r} does not exist; fix the path or omit source.")
+    return "hub", source
+
+
+def _split_files(folder: Path, split: str) -> list[Path]:
+    """Files holding ``split`` directly in ``folder`` (one file, or the shards of one parquet table)."""
+    found = [folder / f"{split}{ext}" for ext in EXTENSIONS if (folder / f"{split}{ext}").is_file()]
+    shards = sorted(
+        p for p in folder.glob(f"{glob_escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
+    )
+    if found and shards:
+        found.append(shards[0])
+    if len(found) > 1:
+        names = ", ".join(str(p) for p in found)
+        raise DatasetError(f"split {split!r} is ambiguous in {str(folder)!r}: {names}; keep exactly one of them.")
+    return found or shards
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _declares_configs(directory: Path) -> bool:
+    readme = directory / "README.md"
+    if not readme.is_file():
+        return False
+    lines = readme.read_text(encoding="utf-8", errors="replace").splitlines()
+    if not lines or lines[0].strip() != "---":
+        return False
+    for line in lines[1:]:
+        if line.strip() == "---":
+            return False
+        if line.startswith("configs:"):
+            return True
+    return False
+
+
+def _read_files(paths: Sequence[Path], label: str) -> Any:
+    """One ``datasets.Dataset`` over ``paths`` (all json/jsonl or all parquet), rows in file order."""
+    import datasets
+    from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
+
+    builder = "parquet" if all(p.name.lower().endswith(".parquet") for p in paths) else "json"
+    bars = is_progress_bar_enabled()
+    disable_progress_bars()
+    try:
+        return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+    except Exception as exc:  # datasets raises many types for unreadable files; report one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatasetError(
+            f"could not read {label} from {', '.join(str(p) for p in paths)}: {first}; "
+            "check that the file is valid JSON Lines, JSON or parquet in the dataset's schema."
+        ) from None
+    finally:
+        if bars:
+            enable_progress_bars()
+
+
+def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
+    import datasets
+
+    try:
+        return datasets.load_dataset(hub_id, config, split=split)
+    except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
+        raise DatasetError(
+            f"could not load {label} from the hub dataset {where}: {first}{hint}; "
+            "set source to a local copy (a directory laid out by split, or one file) or make the hub reachable."
+        ) from None
+
+
+def load_tables(
+    source: str | None,
+    hub_id: str,
+    *,
+    label: str,
+    hub_config: str | None,
+    dir_config: str | None,
+    splits: Sequence[str],
+    single_file_error: str | None = None,
+) -> tuple[dict[str, Any], SourceInfo]:
+    """Load ``splits`` of a dataset from ``source`` (see the module docstring) as ``datasets.Dataset`` objects.
+
+    ``hub_config`` is the config name passed to the hub (``None``: none); ``dir_config`` the sub-folder tried first
+    in a local directory. ``single_file_error`` (when set) is why a single file cannot serve this dataset; a single
+    file otherwise serves exactly one requested split.
+    """
+    kind, location = classify_source(source, hub_id)
+    if kind == "hub":
+        hint = ""
+        if source is not None:
+            hint = f" (no local file or directory named {source!r} exists either)"
+        tables = {split: _load_hub(location, hub_config, split, label, hint) for split in splits}
+        return tables, SourceInfo(kind="hub", location=location)
+    path = Path(location)
+    if kind == "file":
+        if single_file_error is not None:
+            raise DatasetError(f"{label} cannot be read from the single file {location!r}: {single_file_error}.")
+        if len(splits) != 1:
+            raise DatasetError(f"{label} needs the tables {', '.join(splits)}; a single file holds only one.")
+        table = _read_files([path], label)
+        return {splits[0]: table}, SourceInfo(kind="file", location=location, files=((location, file_sha256(path)),))
+    tables = {}
+    files: list[tuple[str, str]] = []
+    folders = [path / dir_config, path] if dir_config else [path]
+    missing: list[str] = []
+    for split in splits:
+        chosen: list[Path] = []
+        for folder in folders:
+            if folder.is_dir():
+                chosen = _split_files(folder, split)
+                if chosen:
+                    break
+        if not chosen:
+            missing.append(split)
+            continue
+        tables[split] = _read_files(chosen, f"{label} split {split!r}")
+        files.extend((str(p), file_sha256(p)) for p in chosen)
+    if not missing:
+        return tables, SourceInfo(kind="directory", location=location, files=tuple(files))
+    if _declares_configs(path):
+        tables = {split: _load_hub(location, hub_config, split, label, "") for split in splits}
+        declared = sorted(
+            (str(p), file_sha256(p))
+            for p in path.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+        return tables, SourceInfo(kind="directory", location=location, files=tuple(declared))
+    tried = [str(folder / f"{split}{ext}") for split in missing for folder in folders for ext in EXTENSIONS]
+    raise DatasetError(
+        f"{label}: no file for split {', '.join(repr(s) for s in missing)} in {location!r}; tried {', '.join(tried)} "
+        f"(and sharded <split>-NNNNN-of-NNNNN.parquet); lay the directory out by split or point source at one file."
+    )
+
+
+__all__ = ["EXTENSIONS", "classify_source", "file_sha256", "load_tables"]
