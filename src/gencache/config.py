@@ -120,6 +120,11 @@ def _show(value: Any) -> str:
     return text
 
 
+def _not(value: Any) -> str:
+    """``not <kind> (got <value>)``, or ``not null``."""
+    return "not null" if value is None else f"not {_type_name(value)} (got {_show(value)})"
+
+
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -189,17 +194,17 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
     if kind == "extra_forbidden":
         return [(loc, _unknown_field_message(loc[-1] if loc else "", _allowed_fields(model, loc)))]
     if kind in {"int_type", "int_parsing", "int_from_float"}:
-        return [(loc, f"must be an integer, not {_type_name(value)} (got {_show(value)})")]
+        return [(loc, f"must be an integer, {_not(value)}")]
     if kind in {"string_type"}:
-        return [(loc, f"must be a string, not {_type_name(value)} (got {_show(value)})")]
+        return [(loc, f"must be a string, {_not(value)}")]
     if kind in {"bool_type", "bool_parsing"}:
-        return [(loc, f"must be true or false, not {_type_name(value)} (got {_show(value)})")]
+        return [(loc, f"must be true or false, {_not(value)}")]
     if kind in {"dict_type", "model_type", "model_attributes_type", "mapping_type"}:
-        return [(loc, f"must be an object, not {_type_name(value)} (got {_show(value)})")]
+        return [(loc, f"must be an object, {_not(value)}")]
     if kind == "list_type":
-        return [(loc, f"must be a list, not {_type_name(value)} (got {_show(value)})")]
+        return [(loc, f"must be a list, {_not(value)}")]
     if kind in {"float_type", "float_parsing"}:
-        return [(loc, f"must be a number, not {_type_name(value)} (got {_show(value)})")]
+        return [(loc, f"must be a number, {_not(value)}")]
     if kind == "string_too_short":
         return [(loc, "must be a non-empty string")]
     if kind == "too_short":
@@ -281,7 +286,7 @@ def _positive_int(value: Any) -> str | None:
         return None
     if _is_int(value):
         return f"must be a positive integer (got {value})"
-    return f"must be a positive integer, not {_type_name(value)} (got {_show(value)})"
+    return f"must be a positive integer, {_not(value)}"
 
 
 def _non_negative_int(value: Any) -> str | None:
@@ -289,11 +294,11 @@ def _non_negative_int(value: Any) -> str | None:
         return None
     if _is_int(value):
         return f"must be an integer >= 0 (got {value})"
-    return f"must be an integer >= 0, not {_type_name(value)} (got {_show(value)})"
+    return f"must be an integer >= 0, {_not(value)}"
 
 
 def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"must be true or false, not {_type_name(value)} (got {_show(value)})"
+    return None if isinstance(value, bool) else f"must be true or false, {_not(value)}"
 
 
 def _positive_number(value: Any) -> str | None:
@@ -315,7 +320,7 @@ def _probability(value: Any) -> str | None:
 def _token_id(value: Any) -> str | None:
     if _is_int(value) and value >= 0:
         return None
-    return f"must be a token id (an integer >= 0), not {_type_name(value)} (got {_show(value)})"
+    return f"must be a token id (an integer >= 0), {_not(value)}"
 
 
 def _token_ids(value: Any) -> str | None:

@@ -251,14 +251,15 @@ def _field_table(
     rows = ["| field | type | default | rule |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
         prop = props.get(name, {})
-        rule = "; ".join([*_constraints(prop), *([info.description] if info.description else [])])
+        constraints = list(dict.fromkeys(_constraints(prop)))
+        rule = " ".join(
+            [
+                *([info.description] if info.description else []),
+                *([f"Must be {', '.join(constraints)}."] if constraints else []),
+            ]
+        )
         rows.append(f"| `{prefix}{name}` | {_type_text(prop, all_defs)} | {_default_text(info)} | {_escape(rule)} |")
     return rows
-
-
-def _docstring(model: type[BaseModel]) -> str:
-    doc = (model.__doc__ or "").strip()
-    return " ".join(doc.split())
 
 
 def _example_block(value: Any) -> list[str]:
@@ -343,12 +344,8 @@ def render_config_markdown() -> str:
         kwargs_model = recipe.kwargs_model
         lines += [f"#### `{name}`", ""]
         hub_id = getattr(recipe, "hub_id", None)
-        summary = _docstring(kwargs_model)
         if hub_id:
-            lines.append(f"Canonical source: `{hub_id}`.{' ' + summary if summary else ''}")
-        elif summary:
-            lines.append(summary)
-        lines.append("")
+            lines += [f"Canonical source (when `source` is null): `{hub_id}`.", ""]
         if kwargs_model.model_fields:
             lines += _field_table(kwargs_model, "", defs, defs[f"data_kwargs.{name}"])
         else:
@@ -359,7 +356,7 @@ def render_config_markdown() -> str:
         kwargs_model = spec.kwargs_model
         needs = "needs a tokenizer" if spec.needs_tokenizer else "needs no tokenizer"
         summary = " ".join((type(spec).__doc__ or "").split())
-        lines += [f"#### `{name}`", "", f"{summary} ({needs}.)" if summary else f"({needs}.)", ""]
+        lines += [f"#### `{name}`", "", f"{summary} {needs.capitalize()}." if summary else f"{needs.capitalize()}.", ""]
         if kwargs_model.model_fields:
             lines += _field_table(kwargs_model, "", defs, defs[f"template_kwargs.{name}"])
         else:
