@@ -54,7 +54,7 @@ DEFAULTS_FILENAME = "_default.json"
 
 NO_LOGITS_MESSAGE = (
     "format 3 never collects or stores logits or scores; KL training computes teacher logits online. "
-    "Delete this field from the config (the reference's _default.json files shipped `store_logits: true`)."
+    "Delete this field from the config (the reference's _default.json files shipped `store_logits: true`)"
 )
 
 # Fields that ask generation to return or store logits, scores or other per-step tensors. They are rejected
@@ -257,7 +257,7 @@ def _sentence(msg: str) -> str:
 
 
 def _join(problems: Sequence[Problem], origin: str | None) -> str:
-    parts = [f"{_format_loc(loc) or '(config)'}: {_sentence(msg)}" for loc, msg in problems]
+    parts = [f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg) for loc, msg in problems]
     shown = parts[:5]
     if len(parts) > 5:
         shown.append(f"... and {len(parts) - 5} more")

@@ -1,0 +1,604 @@
+"""The config model: defaults, strictness, one-line field-path errors, the _default.json merge, loading."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gencache.canonical import canonical_json
+from gencache.config import (
+    LOGIT_FIELDS,
+    NO_LOGITS_MESSAGE,
+    CacheConfig,
+    DataConfig,
+    ModelConfig,
+    config_to_json,
+    load_config,
+    merge_defaults,
+    parse_config,
+    parse_data_configs,
+    validate_generation_kwargs,
+)
+from gencache.errors import ConfigError, GencacheError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def hotpot(**overrides: Any) -> dict[str, Any]:
+    dc: dict[str, Any] = {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 4,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+    }
+    dc.update(overrides)
+    return dc
+
+
+def valid_config() -> dict[str, Any]:
+    return {
+        "model": {"model_path": "Qwen/Qwen3-8B", "generation_kwargs": {"max_new_tokens": 64}},
+        "data_configs": [hotpot(), hotpot(dataset_name="biography", num_data_strs=2, subset="10k")],
+        "output_dir": "out/artifact",
+    }
+
+
+def mutated(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    cfg = valid_config()
+    change(cfg)
+    return cfg
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A mutation setting ``a.b[1].c`` to ``value`` (creating objects on the way)."""
+
+    def change(cfg: dict[str, Any]) -> None:
+        target: Any = cfg
+        parts: list[str | int] = []
+        for piece in path.replace("]", "").replace("[", ".").split("."):
+            parts.append(int(piece) if piece.isdigit() else piece)
+        for part in parts[:-1]:
+            if isinstance(part, str) and isinstance(target, dict) and part not in target:
+                target[part] = {}
+            target = target[part]
+        target[parts[-1]] = value
+
+    return change
+
+
+def _delete(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(cfg: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = cfg
+        for part in parents:
+            target = target[part]
+        del target[last]
+
+    return change
+
+
+# (id, mutation, fragments the one-line message must contain)
+MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] = [
+    # reference 10.3 rejects_invalid_owned_fields
+    ("store_logits_string", _set("store_logits", "true"), ("store_logits:", NO_LOGITS_MESSAGE, "Delete this field")),
+    ("gen_batch_size_zero", _set("gen_batch_size", 0), ("gen_batch_size: must be >= 1 (got 0)",)),
+    ("cache_device_not_a_device", _set("cache_device", "not a device"), ('cache_device: must be "cpu"',)),
+    ("data_configs_empty", _set("data_configs", []), ("data_configs: must be a non-empty list",)),
+    ("seed_true", _set("seed", True), ("seed: must be an integer, not a boolean (got true)",)),
+    # logits and friends, wherever they are
+    ("store_logits_true", _set("store_logits", True), ("store_logits:", "KL training computes teacher logits online")),
+    ("model_store_logits", _set("model.store_logits", False), ("model.store_logits:", NO_LOGITS_MESSAGE)),
+    ("gen_output_scores", _set("model.generation_kwargs.output_scores", True), ("generation_kwargs.output_scores:",)),
+    ("gen_output_logits", _set("model.generation_kwargs.output_logits", False), ("generation_kwargs.output_logits:",)),
+    (
+        "gen_return_dict",
+        _set("model.generation_kwargs.return_dict_in_generate", True),
+        ("model.generation_kwargs.return_dict_in_generate: format 3 never collects",),
+    ),
+    ("data_config_store_logits", _set("data_configs[1].store_logits", True), ("data_configs[1].store_logits:",)),
+    # unknown keys at every level
+    ("unknown_top", _set("outptu_dir", "x"), ("outptu_dir: unknown field", "did you mean 'output_dir'")),
+    ("unknown_model", _set("model.dtpye", "float32"), ("model.dtpye: unknown field", "did you mean 'dtype'")),
+    ("unknown_data_config", _set("data_configs[1].splt", "test"), ("data_configs[1].splt: unknown field",)),
+    (
+        "unknown_data_kwargs",
+        _set("data_configs[0].data_kwargs", {"dificulty": ["hard"]}),
+        ("data_configs[0].data_kwargs.dificulty: unknown data_kwargs key for dataset 'hotpot_qa'", "'difficulty'"),
+    ),
+    (
+        "unknown_template_kwargs",
+        _set("data_configs[1].template_kwargs", {"system_prompt": "x"}),
+        ("data_configs[1].template_kwargs.system_prompt: unknown template_kwargs key for template 'default'",),
+    ),
+    (
+        "tokenizer_chat_unknown_kwarg",
+        _set("data_configs[0]", hotpot(template="tokenizer_chat", template_kwargs={"systm_prompt": "x"})),
+        ("data_configs[0].template_kwargs.systm_prompt: unknown", "allowed: enable_thinking, system_prompt"),
+    ),
+    (
+        "tokenizer_chat_think",
+        _set("data_configs[0]", hotpot(template="tokenizer_chat", template_kwargs={"think": True})),
+        ("data_configs[0].template_kwargs:", "enable_thinking"),
+    ),
+    (
+        "enable_thinking_int",
+        _set("data_configs[0]", hotpot(template="tokenizer_chat", template_kwargs={"enable_thinking": 1})),
+        ("data_configs[0].template_kwargs.enable_thinking: must be true or false",),
+    ),
+    # bools and floats where ints go
+    ("gen_batch_size_true", _set("gen_batch_size", True), ("gen_batch_size: must be an integer, not a boolean",)),
+    ("gen_batch_size_float", _set("gen_batch_size", 2.0), ("gen_batch_size: must be an integer, not a number",)),
+    ("num_samples_true", _set("data_configs[0].num_samples", True), ("data_configs[0].num_samples: must be an integer",)),
+    ("num_samples_negative", _set("data_configs[1].num_samples", -1), ("data_configs[1].num_samples: must be >= 0",)),
+    ("num_shots_string", _set("data_configs[0].num_shots", "1"), ("data_configs[0].num_shots: must be an integer",)),
+    ("data_seed_false", _set("data_configs[0].seed", False), ("data_configs[0].seed: must be an integer, not a bool",)),
+    # dtype and device forms
+    ("dtype_float64", _set("model.dtype", "float64"), ("model.dtype: must be 'bfloat16', 'float16' or 'float32'",)),
+    ("dtype_torch_name", _set("model.dtype", "torch.bfloat16"), ("model.dtype:",)),
+    ("device_gpu", _set("model.device", "gpu"), ('model.device: must be "cpu", "cuda", "cuda:N" or "auto"',)),
+    ("device_cuda_letter", _set("model.device", "cuda:x"), ("model.device:", '"cuda:x"')),
+    ("device_uppercase", _set("model.device", "CUDA:0"), ("model.device:",)),
+    ("device_int", _set("model.device", 0), ("model.device: must be a string, not an integer",)),
+    ("cache_device_cuda", _set("cache_device", "cuda:0"), ('cache_device: must be "cpu" (got "cuda:0")',)),
+    ("cache_device_cpu0", _set("cache_device", "cpu:0"), ('cache_device: must be "cpu"',)),
+    # hotpot difficulty forms (reference 10.5 hotpot_validates_difficulty)
+    ("difficulty_null", _set("data_configs[0].data_kwargs", {"difficulty": None}), ("data_kwargs.difficulty:",)),
+    (
+        "difficulty_empty",
+        _set("data_configs[0].data_kwargs", {"difficulty": []}),
+        ("data_configs[0].data_kwargs.difficulty: must be a non-empty list",),
+    ),
+    (
+        "difficulty_string",
+        _set("data_configs[0].data_kwargs", {"difficulty": "hard"}),
+        ("data_configs[0].data_kwargs.difficulty: must be a list",),
+    ),
+    (
+        "difficulty_unknown",
+        _set("data_configs[0].data_kwargs", {"difficulty": ["unknown"]}),
+        ("data_configs[0].data_kwargs.difficulty[0]:", "'easy', 'medium' or 'hard'"),
+    ),
+    (
+        "difficulty_int_item",
+        _set("data_configs[0].data_kwargs", {"difficulty": ["hard", 1]}),
+        ("data_configs[0].data_kwargs.difficulty[1]:",),
+    ),
+    (
+        "biography_question_type",
+        _set("data_configs[1].data_kwargs", {"question_type": "qa"}),
+        ("data_configs[1].data_kwargs.question_type:", "'completion' or 'QA'"),
+    ),
+    (
+        "niah_max_len_bool",
+        _set("data_configs[1]", hotpot(dataset_name="niah", subset="4096", data_kwargs={"max_len": True})),
+        ("data_configs[1].data_kwargs.max_len: must be an integer, not a boolean",),
+    ),
+    ("data_kwargs_list", _set("data_configs[0].data_kwargs", ["hard"]), ("data_configs[0].data_kwargs: must be an obj",)),
+    # registries
+    (
+        "unknown_dataset",
+        _set("data_configs[0].dataset_name", "hotpotqa"),
+        ("data_configs[0].dataset_name: unknown dataset 'hotpotqa'", "biography, hotpot_qa, musique, niah"),
+    ),
+    (
+        "unknown_template",
+        _set("data_configs[1].template", "chatml"),
+        ("data_configs[1].template: unknown template 'chatml'", "default", "tokenizer_chat"),
+    ),
+    # max_new_tokens and other generation settings
+    ("max_new_tokens_zero", _set("model.generation_kwargs.max_new_tokens", 0), ("max_new_tokens: must be a positive",)),
+    (
+        "max_new_tokens_true",
+        _set("model.generation_kwargs.max_new_tokens", True),
+        ("model.generation_kwargs.max_new_tokens: must be a positive integer, not a boolean",),
+    ),
+    (
+        "max_new_tokens_string",
+        _set("model.generation_kwargs.max_new_tokens", "64"),
+        ("model.generation_kwargs.max_new_tokens: must be a positive integer, not a string",),
+    ),
+    ("max_new_tokens_float", _set("model.generation_kwargs.max_new_tokens", 64.0), ("max_new_tokens: must be a pos",)),
+    ("do_sample_string", _set("model.generation_kwargs.do_sample", "false"), ("generation_kwargs.do_sample: must be",)),
+    ("temperature_zero", _set("model.generation_kwargs.temperature", 0), ("generation_kwargs.temperature: must be",)),
+    ("stop_strings_empty", _set("model.generation_kwargs.stop_strings", []), ("generation_kwargs.stop_strings:",)),
+    ("eos_negative", _set("model.generation_kwargs.eos_token_id", [1, -2]), ("generation_kwargs.eos_token_id:",)),
+    ("streamer", _set("model.generation_kwargs.streamer", "tqdm"), ("generation_kwargs.streamer: not allowed",)),
+    ("generation_kwargs_list", _set("model.generation_kwargs", [1]), ("model.generation_kwargs: must be an object",)),
+    # required and non-empty strings, wrong shapes
+    ("output_dir_empty", _set("output_dir", ""), ("output_dir: must be a non-empty string",)),
+    ("output_dir_missing", _delete("output_dir"), ("output_dir: is required",)),
+    ("output_dir_null", _set("output_dir", None), ("output_dir: must be a string, not null",)),
+    ("model_path_empty", _set("model.model_path", ""), ("model.model_path: must be a non-empty string",)),
+    ("model_path_missing", _delete("model.model_path"), ("model.model_path: is required",)),
+    ("model_not_object", _set("model", "Qwen/Qwen3-8B"), ("model: must be an object, not a string",)),
+    ("data_configs_object", _set("data_configs", {"a": 1}), ("data_configs: must be a list, not an object",)),
+    ("data_config_not_object", _set("data_configs[1]", "hotpot"), ("data_configs[1]: must be an object",)),
+    ("tokenizer_path_empty", _set("model.tokenizer_path", ""), ("model.tokenizer_path: must be a non-empty string",)),
+    ("subset_empty", _set("data_configs[0].subset", ""), ("data_configs[0].subset: must be a non-empty string",)),
+    ("source_empty", _set("data_configs[0].source", ""), ("data_configs[0].source: must be a non-empty string",)),
+    (
+        "data_config_missing_fields",
+        _set("data_configs[1]", {"dataset_name": "musique"}),
+        ("data_configs[1]: missing required fields num_samples, num_data_strs, num_shots, subset",),
+    ),
+]
+
+
+def test_malformed_table_is_large() -> None:
+    assert len(MALFORMED) >= 25
+    assert len({case[0] for case in MALFORMED}) == len(MALFORMED)
+
+
+@pytest.mark.parametrize(("change", "fragments"), [case[1:] for case in MALFORMED], ids=[c[0] for c in MALFORMED])
+def test_malformed_config_gives_one_line_naming_the_field(
+    change: Callable[[dict[str, Any]], None], fragments: tuple[str, ...]
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(mutated(change), origin="bad.json")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("bad.json: ")
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, GencacheError)
+    assert info.value.exit_code == 2
+    assert "pydantic" not in message and "Value error," not in message
+
+
+def test_every_logit_field_is_rejected_with_the_no_logits_message() -> None:
+    for name in sorted(LOGIT_FIELDS):
+        for path in (name, f"model.{name}", f"model.generation_kwargs.{name}", f"data_configs[0].{name}"):
+            with pytest.raises(ConfigError, match="never collects or stores logits") as info:
+                parse_config(mutated(_set(path, False)))
+            assert f"{path}:" in str(info.value)
+
+
+def test_several_errors_are_reported_on_one_line() -> None:
+    cfg = mutated(_set("gen_batch_size", 0))
+    cfg["model"]["dtype"] = "fp8"
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg)
+    message = str(info.value)
+    assert "model.dtype:" in message and "gen_batch_size:" in message and "; " in message
+    assert "\n" not in message
+
+
+# -- defaults -------------------------------------------------------------------------------------------
+def test_defaults_are_normalized() -> None:
+    cfg = parse_config(
+        {
+            "model": {"model_path": "org/teacher"},
+            "data_configs": [hotpot()],
+            "output_dir": "out",
+        }
+    )
+    assert cfg.model.tokenizer_path == "org/teacher"
+    assert cfg.model.effective_tokenizer_path == "org/teacher"
+    assert cfg.model.dtype == "bfloat16"
+    assert cfg.model.device == "cuda:0"
+    assert cfg.model.revision is None and cfg.model.attn_implementation is None
+    assert cfg.model.generation_kwargs == {}
+    assert cfg.gen_batch_size == 1
+    assert cfg.cache_device == "cpu"
+    assert cfg.seed == 42
+    (dc,) = cfg.data_configs
+    assert (dc.split, dc.seed, dc.template, dc.source) == ("train", 42, "default", None)
+    assert dc.data_kwargs == {"add_inst": True, "add_cot": True, "difficulty": ["hard"]}
+    assert dc.template_kwargs == {}
+
+
+def test_explicit_tokenizer_path_is_kept() -> None:
+    model = ModelConfig(model_path="a", tokenizer_path="b")
+    assert model.tokenizer_path == "b" and model.effective_tokenizer_path == "b"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:7", "cuda:12", "auto"])
+def test_valid_device_forms(device: str) -> None:
+    assert ModelConfig(model_path="m", device=device).device == device
+
+
+def test_effective_kwargs_defaults_are_recorded_for_every_dataset_and_template() -> None:
+    cfg = parse_config(
+        {
+            "model": {"model_path": "m"},
+            "data_configs": [
+                hotpot(template="tokenizer_chat"),
+                hotpot(dataset_name="biography", subset="10k", num_data_strs=2, template="qwen_3_chat"),
+                hotpot(dataset_name="musique", subset="default", data_kwargs={"add_cot": False}),
+                hotpot(dataset_name="niah", subset="4096", data_kwargs={"chunk_size": 2048}, template="llama_chat"),
+            ],
+            "output_dir": "o",
+        }
+    )
+    hp, bio, mus, niah = cfg.data_configs
+    assert hp.data_kwargs["difficulty"] == ["hard"]
+    assert hp.template_kwargs == {"system_prompt": "", "enable_thinking": False}
+    assert bio.data_kwargs["question_type"] == "completion"
+    assert bio.template_kwargs == {"system_prompt": ""}
+    assert mus.data_kwargs == {"add_inst": True, "add_cot": False, "cache_dataset": True}
+    assert niah.data_kwargs["chunk_size"] == 2048 and niah.data_kwargs["max_len"] == -1
+    assert niah.data_kwargs["tasks"] is None
+    resolved = config_to_json(cfg)
+    assert resolved["data_configs"][0]["data_kwargs"]["difficulty"] == ["hard"]
+    canonical_json(resolved)  # plain JSON, no NaN
+
+
+def test_config_to_json_is_explicit_and_round_trips() -> None:
+    cfg = parse_config(valid_config())
+    resolved = config_to_json(cfg)
+    assert set(resolved) == {"model", "data_configs", "gen_batch_size", "cache_device", "seed", "output_dir"}
+    assert set(resolved["model"]) == set(ModelConfig.model_fields)
+    assert all(set(dc) == set(DataConfig.model_fields) for dc in resolved["data_configs"])
+    assert resolved["model"]["tokenizer_path"] == "Qwen/Qwen3-8B"
+    again = parse_config(json.loads(json.dumps(resolved)))
+    assert again == cfg
+    assert config_to_json(again) == resolved
+
+
+def test_validation_does_not_mutate_the_input() -> None:
+    raw = valid_config()
+    before = copy.deepcopy(raw)
+    cfg = parse_config(raw)
+    assert raw == before
+    raw["model"]["generation_kwargs"]["max_new_tokens"] = 1
+    assert cfg.model.generation_kwargs["max_new_tokens"] == 64
+
+
+def test_models_are_frozen() -> None:
+    cfg = parse_config(valid_config())
+    with pytest.raises(ValueError):
+        cfg.gen_batch_size = 3  # type: ignore[misc]
+
+
+def test_num_samples_zero_is_allowed_in_the_config() -> None:
+    cfg = parse_config(mutated(_set("data_configs[0].num_samples", 0)))
+    assert cfg.data_configs[0].num_samples == 0
+
+
+def test_null_max_new_tokens_unsets_an_inherited_value() -> None:
+    cfg = parse_config(mutated(_set("model.generation_kwargs.max_new_tokens", None)))
+    assert cfg.model.generation_kwargs == {"max_new_tokens": None}
+
+
+def test_unlisted_generation_kwargs_pass_through() -> None:
+    cfg = parse_config(mutated(_set("model.generation_kwargs.cache_implementation", "static")))
+    assert cfg.model.generation_kwargs["cache_implementation"] == "static"
+
+
+# -- validate_generation_kwargs -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"max_new_tokens": 0}, "model.generation_kwargs.max_new_tokens: must be a positive integer (got 0)"),
+        ({"max_new_tokens": True}, "not a boolean"),
+        ({"max_new_tokens": "64"}, "not a string"),
+        ({"output_scores": True}, NO_LOGITS_MESSAGE),
+        ({"return_dict_in_generate": False}, "model.generation_kwargs.return_dict_in_generate"),
+        ({"top_p": 1.5}, "model.generation_kwargs.top_p: must be a number between 0 and 1"),
+        ({"temperature": float("nan")}, "model.generation_kwargs.temperature: must be a finite number"),
+        ({"num_return_sequences": 0}, "num_return_sequences: must be a positive integer"),
+        ({"eos_token_id": [1, "2"]}, "eos_token_id: must be a token id"),
+        ({"stop_strings": ["ok", ""]}, "stop_strings: must be"),
+        ({"custom": object()}, "model.generation_kwargs.custom: must be a JSON value"),
+    ],
+)
+def test_validate_generation_kwargs_rejects(kwargs: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_generation_kwargs(kwargs)
+    assert fragment in str(info.value)
+
+
+def test_validate_generation_kwargs_accepts_typical_settings() -> None:
+    validate_generation_kwargs({})
+    validate_generation_kwargs({"max_new_tokens": None})
+    validate_generation_kwargs(
+        {
+            "max_new_tokens": 512,
+            "do_sample": True,
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "top_k": 20,
+            "num_return_sequences": 2,
+            "eos_token_id": [151645, 151643],
+            "stop_strings": ["\n\n"],
+            "use_cache": True,
+            "repetition_penalty": 1,
+        }
+    )
+
+
+# -- parse_data_configs (training) ------------------------------------------------------------------------
+def test_parse_data_configs_validates_with_paths() -> None:
+    dcs = parse_data_configs([hotpot(), DataConfig.model_validate(hotpot(seed=3))])
+    assert [dc.seed for dc in dcs] == [42, 3]
+    assert dcs[0].data_kwargs["difficulty"] == ["hard"]
+    with pytest.raises(ConfigError, match=r"data_configs\[1\]\.data_kwargs\.difficulty"):
+        parse_data_configs([hotpot(), hotpot(data_kwargs={"difficulty": []})])
+    with pytest.raises(ConfigError, match="data_configs: must be a non-empty list"):
+        parse_data_configs([])
+    with pytest.raises(ConfigError, match="data_configs: must be a list"):
+        parse_data_configs("hotpot")  # type: ignore[arg-type]
+
+
+# -- merge and loading -----------------------------------------------------------------------------------
+def test_merge_defaults_reference_example() -> None:
+    defaults = {
+        "model": {
+            "model_path": "Qwen/Qwen3-8B",
+            "generation_kwargs": {"max_new_tokens": 64, "do_sample": False, "use_cache": True},
+        },
+        "gen_batch_size": 8,
+    }
+    config = {"model": {"generation_kwargs": {"max_new_tokens": 512}}, "output_dir": "o"}
+    merged = merge_defaults(config, defaults)
+    assert merged == {
+        "model": {
+            "model_path": "Qwen/Qwen3-8B",
+            "generation_kwargs": {"max_new_tokens": 512, "do_sample": False, "use_cache": True},
+        },
+        "gen_batch_size": 8,
+        "output_dir": "o",
+    }
+    assert config == {"model": {"generation_kwargs": {"max_new_tokens": 512}}, "output_dir": "o"}
+    merged["model"]["generation_kwargs"]["use_cache"] = False
+    assert defaults["model"]["generation_kwargs"]["use_cache"] is True  # deep copies
+
+
+@pytest.mark.parametrize(
+    ("config", "defaults", "expected"),
+    [
+        ({"a": [1]}, {"a": [2, 3]}, {"a": [1]}),  # lists replace whole
+        ({"a": None}, {"a": {"b": 1}}, {"a": None}),  # explicit null stays
+        ({"a": 1}, {"a": {"b": 1}}, {"a": 1}),  # type mismatch: the config wins
+        ({"a": {"b": 1}}, {"a": 5}, {"a": {"b": 1}}),
+        ({}, {"a": {"b": [1]}}, {"a": {"b": [1]}}),
+        ({"a": {"b": {"c": 1}}}, {"a": {"b": {"d": 2}, "e": 3}}, {"a": {"b": {"c": 1, "d": 2}, "e": 3}}),
+        ({"a": "x"}, {}, {"a": "x"}),
+    ],
+)
+def test_merge_defaults_rules(config: dict[str, Any], defaults: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert merge_defaults(config, defaults) == expected
+
+
+def _write(path: Path, value: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def test_load_config_merges_sibling_default(tmp_path: Path) -> None:
+    _write(
+        tmp_path / "teacher" / "_default.json",
+        {
+            "model": {
+                "model_path": "Qwen/Qwen3-8B",
+                "generation_kwargs": {"max_new_tokens": 64, "do_sample": False, "use_cache": True},
+            },
+            "gen_batch_size": 8,
+            "data_configs": [hotpot(num_samples=1)],
+        },
+    )
+    path = _write(
+        tmp_path / "teacher" / "run.json",
+        {
+            "model": {"generation_kwargs": {"max_new_tokens": 512}},
+            "data_configs": [hotpot(num_samples=2), hotpot(num_samples=3)],
+            "output_dir": "out",
+        },
+    )
+    cfg = load_config(path)
+    assert cfg.model.model_path == "Qwen/Qwen3-8B"
+    assert cfg.model.generation_kwargs == {"max_new_tokens": 512, "do_sample": False, "use_cache": True}
+    assert cfg.gen_batch_size == 8
+    assert [dc.num_samples for dc in cfg.data_configs] == [2, 3]  # lists replace whole
+    assert isinstance(load_config(str(path)), CacheConfig)
+
+
+def test_load_config_without_default_file(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path / "c.json", valid_config()))
+    assert cfg.output_dir == "out/artifact"
+
+
+def test_default_merge_is_one_level_only(tmp_path: Path) -> None:
+    _write(tmp_path / "_default.json", {"gen_batch_size": 4})
+    cfg = load_config(_write(tmp_path / "sub" / "c.json", valid_config()))
+    assert cfg.gen_batch_size == 1
+
+
+def test_explicit_null_in_config_is_not_filled_from_default(tmp_path: Path) -> None:
+    _write(tmp_path / "_default.json", {"model": {"model_path": "m", "generation_kwargs": {"max_new_tokens": 64}}})
+    raw = valid_config()
+    raw["model"] = {"generation_kwargs": {"max_new_tokens": None}}
+    cfg = load_config(_write(tmp_path / "c.json", raw))
+    assert cfg.model.generation_kwargs == {"max_new_tokens": None}
+    raw["output_dir"] = None
+    with pytest.raises(ConfigError, match=r"output_dir: must be a string, not null"):
+        load_config(_write(tmp_path / "d.json", raw))
+
+
+def test_default_file_can_supply_any_field_and_errors_name_both_files(tmp_path: Path) -> None:
+    _write(tmp_path / "_default.json", {"store_logits": True, "model": {"model_path": "m"}})
+    path = _write(tmp_path / "c.json", {k: v for k, v in valid_config().items() if k != "model"})
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert str(path) in message and "_default.json" in message
+    assert "store_logits:" in message and "Delete this field" in message
+
+
+def test_loading_the_default_file_itself(tmp_path: Path) -> None:
+    path = _write(tmp_path / "_default.json", valid_config())
+    assert load_config(path).output_dir == "out/artifact"
+
+
+def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text('{\n  "model": {"model_path": "m",}\n}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"c\.json: invalid JSON at line 2 column \d+"):
+        load_config(path)
+
+
+def test_invalid_default_json_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "_default.json").write_text("{oops", encoding="utf-8")
+    path = _write(tmp_path / "c.json", valid_config())
+    with pytest.raises(ConfigError, match=r"_default\.json: invalid JSON at line 1 column 2"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[1, 2]", "must be a JSON object, not a list"),
+        ('"x"', "must be a JSON object, not a string"),
+        ('{"seed": NaN}', "NaN is not valid JSON"),
+        ('{"seed": 1, "seed": 2}', "duplicate key 'seed'"),
+        ("", "invalid JSON at line 1 column 1"),
+    ],
+)
+def test_bad_json_documents(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(path)
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.json")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+
+
+def test_parse_config_rejects_non_mapping() -> None:
+    with pytest.raises(ConfigError, match="must be an object, not a list"):
+        parse_config([1])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*/*.json")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shipped_configs_load(path: Path) -> None:
+    if path.name == "_default.json":
+        pytest.skip("a defaults file is not a whole config")
+    cfg = load_config(path)
+    assert cfg.cache_device == "cpu"
+    assert cfg.model.generation_kwargs.get("max_new_tokens")
+
+
+def test_config_module_imports_no_heavy_libraries() -> None:
+    code = (
+        "import sys, gencache.config, gencache.samples, gencache.configdoc\n"
+        "from gencache.config import parse_config\n"
+        "parse_config({'model': {'model_path': 'm'}, 'output_dir': 'o', 'data_configs': [{'dataset_name': 'niah',"
+        " 'num_samples': 1, 'num_data_strs': 0, 'num_shots': 0, 'subset': '4096'}]})\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
