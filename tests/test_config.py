@@ -136,7 +136,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     # bools and floats where ints go
     ("gen_batch_size_true", _set("gen_batch_size", True), ("gen_batch_size: must be an integer, not a boolean",)),
     ("gen_batch_size_float", _set("gen_batch_size", 2.0), ("gen_batch_size: must be an integer, not a number",)),
-    ("num_samples_true", _set("data_configs[0].num_samples", True), ("data_configs[0].num_samples: must be an integer",)),
+    ("num_samples_true", _set("data_configs[0].num_samples", True), ("num_samples: must be an integer",)),
     ("num_samples_negative", _set("data_configs[1].num_samples", -1), ("data_configs[1].num_samples: must be >= 0",)),
     ("num_shots_string", _set("data_configs[0].num_shots", "1"), ("data_configs[0].num_shots: must be an integer",)),
     ("data_seed_false", _set("data_configs[0].seed", False), ("data_configs[0].seed: must be an integer, not a bool",)),
@@ -181,7 +181,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
         _set("data_configs[1]", hotpot(dataset_name="niah", subset="4096", data_kwargs={"max_len": True})),
         ("data_configs[1].data_kwargs.max_len: must be an integer, not a boolean",),
     ),
-    ("data_kwargs_list", _set("data_configs[0].data_kwargs", ["hard"]), ("data_configs[0].data_kwargs: must be an obj",)),
+    ("data_kwargs_list", _set("data_configs[0].data_kwargs", ["hard"]), ("data_kwargs: must be an obj",)),
     # registries
     (
         "unknown_dataset",
