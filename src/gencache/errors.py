@@ -95,5 +95,19 @@ __all__ = [
     "OutputExistsError",
     "PromptError",
     "ShardError",
+    "Terminated",
     "WriteError",
 ]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (or SIGHUP) arrived during an artifact build; raised like Ctrl-C so cleanup runs.
+
+    Deliberately not a :class:`GencacheError` (nor an ``Exception``): a broad ``except Exception`` inside model
+    code must not swallow a termination request. ``exit_code`` follows the shell convention 128 + SIGTERM.
+    """
+
+    exit_code: int = 143
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "terminated by a signal; nothing was published"
