@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from pydantic_core import to_jsonable_python
 
 from gencache.config import (
     DEFAULTS_FILENAME,
@@ -85,8 +86,16 @@ def _merge_defs(target: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any
     return schema
 
 
+def _factory_default(info: FieldInfo) -> Any:
+    return to_jsonable_python(info.default_factory())  # type: ignore[call-arg,misc]
+
+
 def _kwargs_schema(model: type[BaseModel], defs: dict[str, Any], def_name: str) -> str:
     schema = _merge_defs(defs, model.model_json_schema(ref_template="#/$defs/{model}"))
+    for name, info in model.model_fields.items():
+        prop = schema.get("properties", {}).get(name)
+        if isinstance(prop, dict) and info.default_factory is not None and "default" not in prop:
+            prop["default"] = _factory_default(info)
     schema.setdefault("additionalProperties", False)
     defs[def_name] = schema
     return f"#/$defs/{def_name}"
@@ -234,7 +243,7 @@ def _default_text(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     if info.default_factory is not None:
-        return _code(info.default_factory())  # type: ignore[call-arg]
+        return _code(_factory_default(info))
     return _code(info.default)
 
 
