@@ -1,0 +1,339 @@
+"""What ``gencache inspect`` and ``gencache verify`` report: plain data first, rich rendering second.
+
+:func:`inspect_report` returns JSON-ready data (``inspect --json`` prints it as is); :func:`render_inspect`
+draws it as tables; :func:`verify_report` re-hashes artifacts with a progress bar and returns one line per
+finding.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from gencache.errors import GencacheError
+from gencache.format import FORMAT_VERSION
+from gencache.reader import CacheReader, PathLike, ShardSet, find_shards, verify
+
+PROGRESS_MIN_BYTES = 32 * 1024 * 1024
+MAX_LISTED_KEYS = 5
+
+
+def _artifact_report(reader: CacheReader) -> dict[str, Any]:
+    entries = reader.manifest["entries"]
+    lengths = [ref["shape"][0] for entry in entries.values() for ref in entry["sequences"]]
+    summary = reader.summary
+    return {
+        "path": str(reader.path),
+        "kind": "artifact",
+        "format_version": FORMAT_VERSION,
+        "teacher": reader.provenance["model_path"],
+        "tokenizer_path": reader.provenance["tokenizer_path"],
+        "tokenizer": dict(reader.provenance["tokenizer"]),
+        "dtype": reader.provenance["dtype"],
+        "provenance_digest": reader.provenance_digest,
+        "entries": summary["entries"],
+        "sequences": summary["sequences"],
+        "tokens": summary["tokens"],
+        "token_length": (
+            {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)} if lengths else None
+        ),
+        "finish_reasons": dict(summary["finish_reasons"]),
+        "duplicates": summary["duplicates"],
+        "data_configs": list(summary["data_configs"]),
+        "shard": summary["shard"],
+        "payload_bytes": reader.payload_bytes,
+        "header": {"capacity": reader.header_capacity, "used": reader.header_json_bytes},
+    }
+
+
+def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]]:
+    readers: list[CacheReader] = []
+    reports: list[dict[str, Any]] = []
+    digests: dict[int, str | None] = {}
+    for index, path in shards.present.items():
+        try:
+            reader = CacheReader(path)
+        except GencacheError as error:
+            reports.append({"path": str(path), "kind": "error", "error": str(error)})
+            digests[index] = None
+            continue
+        readers.append(reader)
+        reports.append(_artifact_report(reader))
+        info = reader.summary["shard"]
+        named_right = info is not None and info["index"] == index and info["count"] == shards.count
+        digests[index] = info["run_digest"] if named_right else None
+    counted: dict[str, int] = {}
+    for digest in digests.values():
+        if digest is not None:
+            counted[digest] = counted.get(digest, 0) + 1
+    run_digest = max(counted, key=lambda d: counted[d]) if counted else None
+    report = {
+        "path": str(shards.base),
+        "kind": "sharded",
+        "shards": {
+            "count": shards.count,
+            "present": [f"{i:05d}" for i in shards.present],
+            "missing": [f"{i:05d}" for i in shards.missing],
+            "other_run": [f"{i:05d}" for i, d in digests.items() if d != run_digest],
+            "other_splits": [p.name for paths in shards.other_splits.values() for p in paths],
+            "run_digest": run_digest,
+        },
+        "totals": {
+            field: sum(r[field] for r in reports if r["kind"] == "artifact")
+            for field in ("entries", "sequences", "tokens", "payload_bytes")
+        },
+        "artifacts": reports,
+    }
+    return report, readers
+
+
+def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
+    digests: list[dict[str, str]] = []
+    for _, readers in named:
+        merged: dict[str, str] = {}
+        for reader in readers:
+            for key, entry in reader.manifest["entries"].items():
+                merged.setdefault(key, entry["content_digest"])
+        digests.append(merged)
+    first = named[0][1][0]
+    differing = sorted(
+        {
+            field
+            for _, readers in named
+            for reader in readers
+            for field in ("model_path", "tokenizer_path", "dtype", "tokenizer")
+            if reader.provenance[field] != first.provenance[field]
+        }
+    )
+    pairs = []
+    for i in range(len(named)):
+        for j in range(i + 1, len(named)):
+            shared = digests[i].keys() & digests[j].keys()
+            conflicting = sorted(k for k in shared if digests[i][k] != digests[j][k])
+            pairs.append(
+                {
+                    "a": named[i][0],
+                    "b": named[j][0],
+                    "shared": len(shared),
+                    "conflicting": len(conflicting),
+                    "conflicting_keys": conflicting[:MAX_LISTED_KEYS],
+                }
+            )
+    union = set().union(*(d.keys() for d in digests))
+    return {
+        "provenance": "identical" if not differing else "differs",
+        "differing": differing,
+        "union": len(union),
+        "pairs": pairs,
+    }
+
+
+def inspect_report(paths: Sequence[PathLike]) -> dict[str, Any]:
+    """A JSON-ready description of each path: an artifact, a sharded output directory, or an error; for several
+    readable paths, their overlap (shared and conflicting keys, provenance)."""
+    artifacts: list[dict[str, Any]] = []
+    opened: list[tuple[str, list[CacheReader]]] = []
+    for item in paths:
+        path = Path(item).expanduser().absolute()
+        shards = None if os.path.lexists(path) else find_shards(path)
+        if shards is not None:
+            report, readers = _sharded_report(shards)
+            artifacts.append(report)
+            if readers:
+                opened.append((str(path), readers))
+            continue
+        try:
+            reader = CacheReader(path)
+        except GencacheError as error:
+            artifacts.append({"path": str(path), "kind": "error", "error": str(error)})
+            continue
+        artifacts.append(_artifact_report(reader))
+        opened.append((str(path), [reader]))
+    return {"artifacts": artifacts, "overlap": _overlap(opened) if len(opened) > 1 else None}
+
+
+# -- rendering ----------------------------------------------------------------------------------------------
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _artifact_table(report: dict[str, Any]) -> Table:
+    table = Table(title=report["path"], show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    tok = report["tokenizer"]
+    lengths = report["token_length"]
+    shard = report["shard"]
+    rows = [
+        ("format", str(report["format_version"])),
+        ("teacher", report["teacher"]),
+        ("tokenizer", report["tokenizer_path"]),
+        (
+            "tokenizer state",
+            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
+        ),
+        ("dtype", report["dtype"]),
+        ("entries", f"{report['entries']:,}"),
+        ("sequences", f"{report['sequences']:,}"),
+        ("tokens", f"{report['tokens']:,}"),
+        (
+            "token length",
+            f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
+        ),
+        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
+        ("duplicates", f"{report['duplicates']:,}"),
+        (
+            "data configs",
+            "; ".join(f"#{d['index']}: {d['samples']} samples, {d['unique']} unique" for d in report["data_configs"])
+            or "-",
+        ),
+        (
+            "shard",
+            f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none",
+        ),
+        (
+            "payload",
+            f"{_size(report['payload_bytes'])}, header {report['header']['used']:,} of "
+            f"{report['header']['capacity']:,} bytes",
+        ),
+    ]
+    for field, value in rows:
+        table.add_row(field, value)
+    return table
+
+
+def _sharded_table(report: dict[str, Any]) -> Table:
+    info = report["shards"]
+    table = Table(title=f"{report['path']} ({info['count']} shards)", title_justify="left")
+    for column in ("shard", "status", "entries", "sequences", "tokens"):
+        table.add_column(column, justify="right" if column not in ("shard", "status") else "left")
+    by_index = {i: r for i, r in zip(info["present"], report["artifacts"], strict=True)}
+    for index in range(info["count"]):
+        name = f"{index:05d}"
+        shard_report = by_index.get(name)
+        if shard_report is None:
+            table.add_row(name, "[red]missing[/]", "", "", "")
+        elif shard_report["kind"] == "error":
+            table.add_row(name, f"[red]unreadable[/]: {shard_report['error']}", "", "", "")
+        else:
+            status = "[yellow]other run[/]" if name in info["other_run"] else "[green]ok[/]"
+            table.add_row(
+                name,
+                status,
+                f"{shard_report['entries']:,}",
+                f"{shard_report['sequences']:,}",
+                f"{shard_report['tokens']:,}",
+            )
+    totals = report["totals"]
+    table.add_row("total", "", f"{totals['entries']:,}", f"{totals['sequences']:,}", f"{totals['tokens']:,}")
+    return table
+
+
+def render_inspect(report: dict[str, Any], console: Console) -> None:
+    """Print an :func:`inspect_report` as rich tables."""
+    for artifact in report["artifacts"]:
+        if artifact["kind"] == "error":
+            console.print(f"[red]{artifact['path']}[/]: {artifact['error']}")
+        elif artifact["kind"] == "sharded":
+            console.print(_sharded_table(artifact))
+            info = artifact["shards"]
+            if info["missing"]:
+                console.print(f"[red]missing shards[/]: {', '.join(info['missing'])}")
+            if info["other_run"]:
+                console.print(f"[yellow]shards of another run[/]: {', '.join(info['other_run'])}")
+            if info["other_splits"]:
+                console.print(f"[yellow]directories of another split[/]: {', '.join(info['other_splits'])}")
+            for shard_report in artifact["artifacts"]:
+                if shard_report["kind"] == "artifact":
+                    console.print(_artifact_table(shard_report))
+                    break
+        else:
+            console.print(_artifact_table(artifact))
+    overlap = report["overlap"]
+    if overlap is not None:
+        table = Table(title="overlap", title_justify="left")
+        for column in ("a", "b", "shared keys", "conflicting keys"):
+            table.add_column(column)
+        for pair in overlap["pairs"]:
+            conflicting = str(pair["conflicting"])
+            if pair["conflicting_keys"]:
+                conflicting += f" (e.g. {pair['conflicting_keys'][0][:16]}…)"
+            table.add_row(pair["a"], pair["b"], f"{pair['shared']:,}", conflicting)
+        console.print(table)
+        provenance = overlap["provenance"]
+        if overlap["differing"]:
+            provenance += f" ({', '.join(overlap['differing'])})"
+        console.print(f"provenance: {provenance}; union of keys: {overlap['union']:,}")
+
+
+# -- verify -------------------------------------------------------------------------------------------------
+def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
+    path = Path(item).expanduser().absolute()
+    if os.path.lexists(path):
+        return [path], []
+    shards = find_shards(path)
+    if shards is None:
+        return [path], []
+    problems = [f"{path}: shard {i:05d} of {shards.count} is missing" for i in shards.missing]
+    problems += [f"{p}: belongs to another split of {path}" for paths in shards.other_splits.values() for p in paths]
+    return list(shards.present.values()), problems
+
+
+def verify_report(
+    paths: Sequence[PathLike], progress: bool = True, console: Console | None = None
+) -> tuple[bool, list[str]]:
+    """Verify every path (a sharded output directory means all its shards); ``(all intact, report lines)``.
+
+    With ``progress``, artifacts of at least 32 MiB show a progress bar on ``console`` (stderr by default).
+    """
+    console = console or Console(stderr=True)
+    lines: list[str] = []
+    ok = True
+    for item in paths:
+        targets, problems = _verify_targets(item)
+        if problems:
+            ok = False
+            lines.extend(f"FAIL {problem}" for problem in problems)
+        for target in targets:
+            try:
+                size = os.stat(target / "cache.safetensors").st_size
+            except OSError:
+                size = 0
+            if progress and size >= PROGRESS_MIN_BYTES:
+                with Progress(
+                    TextColumn("verifying {task.description}"),
+                    BarColumn(),
+                    DownloadColumn(),
+                    TimeRemainingColumn(),
+                    console=console,
+                    transient=True,
+                ) as bar:
+                    task = bar.add_task(target.name, total=size)
+
+                    def advance(done: int, total: int, bar: Progress = bar, task: TaskID = task) -> None:
+                        bar.update(task, completed=done, total=total)
+
+                    found = verify(target, advance)
+            else:
+                found = verify(target)
+            if found:
+                ok = False
+                lines.extend(f"FAIL {problem}" for problem in found)
+            else:
+                lines.append(f"OK   {target}")
+    return ok, lines
+
+
+__all__ = ["inspect_report", "render_inspect", "verify_report"]
