@@ -136,16 +136,19 @@ def demo(
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 interrupted."""
-    import click
+    try:  # typer >= 0.20 vendors click; older releases depend on it
+        from typer._click.exceptions import ClickException
+    except ImportError:  # pragma: no cover
+        from click import ClickException
 
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("Aborted; nothing was published.", err=True)
         return 130
-    except click.ClickException as exc:
+    except ClickException as exc:
         exc.show()
         return int(exc.exit_code)
     except GencacheError as exc:
