@@ -139,7 +139,7 @@ def run(argv: list[str] | None = None) -> int:
     try:  # typer >= 0.20 vendors click; older releases depend on it
         from typer._click.exceptions import ClickException
     except ImportError:  # pragma: no cover
-        from click import ClickException
+        from click import ClickException  # type: ignore[assignment]
 
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
