@@ -1,0 +1,241 @@
+"""Progress reporting for generation: a live rich bar on a terminal, periodic plain lines otherwise.
+
+Both report samples done out of the total, generated tokens, tokens per second and the estimated time left.
+No torch here. ``make_progress`` picks the kind from the stream; the clock is injectable so tests need no sleeps.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import IO, Any, Protocol, runtime_checkable
+
+Clock = Callable[[], float]
+
+
+@runtime_checkable
+class Progress(Protocol):
+    """What the generator reports to: ``start`` once with the number of samples, ``advance`` per entry written,
+    ``close`` at the end (idempotent; the owner calls it, also on failure)."""
+
+    def start(self, total_samples: int) -> None: ...
+
+    def advance(self, samples: int, tokens: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def format_duration(seconds: float | None) -> str:
+    """``H:MM:SS`` (or ``-:--:--`` when unknown)."""
+    if seconds is None or seconds != seconds or seconds < 0 or seconds == float("inf"):
+        return "-:--:--"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+class _Counter:
+    """Shared bookkeeping: totals, rates and ETA from an injectable monotonic clock."""
+
+    def __init__(self, total_samples: int, clock: Clock) -> None:
+        self.clock = clock
+        self.total = max(0, int(total_samples))
+        self.samples = 0
+        self.tokens = 0
+        self.started: float | None = None
+        self.closed = False
+
+    def begin(self, total_samples: int) -> None:
+        self.total = max(0, int(total_samples))
+        if self.started is None:
+            self.started = self.clock()
+
+    def add(self, samples: int, tokens: int) -> None:
+        if self.started is None:
+            self.started = self.clock()
+        self.samples += int(samples)
+        self.tokens += int(tokens)
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started is None else max(0.0, self.clock() - self.started)
+
+    def tokens_per_second(self) -> float:
+        elapsed = self.elapsed()
+        return self.tokens / elapsed if elapsed > 0 else 0.0
+
+    def eta(self) -> float | None:
+        elapsed = self.elapsed()
+        if self.samples <= 0 or elapsed <= 0:
+            return None
+        remaining = max(0, self.total - self.samples)
+        return remaining * elapsed / self.samples
+
+    def line(self) -> str:
+        percent = (100.0 * self.samples / self.total) if self.total else 100.0
+        return (
+            f"{self.samples}/{self.total} samples ({percent:.1f}%), {self.tokens} tokens, "
+            f"{self.tokens_per_second():.1f} tok/s, elapsed {format_duration(self.elapsed())}, "
+            f"ETA {format_duration(self.eta())}"
+        )
+
+
+class PlainProgress:
+    """Plain lines for logs: one at start, then at most one every ``interval`` seconds, and a final one at close."""
+
+    def __init__(
+        self,
+        total_samples: int,
+        *,
+        stream: IO[str],
+        interval: float = 10.0,
+        clock: Clock = time.monotonic,
+        prefix: str = "gencache: generate",
+    ) -> None:
+        self.counter = _Counter(total_samples, clock)
+        self.stream = stream
+        self.interval = interval
+        self.prefix = prefix
+        self._last_line: float | None = None
+
+    def _emit(self) -> None:
+        self.stream.write(f"{self.prefix}: {self.counter.line()}\n")
+        self.stream.flush()
+        self._last_line = self.counter.clock()
+
+    def start(self, total_samples: int) -> None:
+        self.counter.begin(total_samples)
+        self._emit()
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.counter.add(samples, tokens)
+        now = self.counter.clock()
+        if self._last_line is None or now - self._last_line >= self.interval:
+            self._emit()
+
+    def close(self) -> None:
+        if self.counter.closed:
+            return
+        self.counter.closed = True
+        if self.counter.started is not None:
+            self._emit()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class RichProgress:
+    """A live rich bar: samples, generated tokens, tokens/s and ETA."""
+
+    def __init__(self, total_samples: int, *, stream: IO[str], clock: Clock = time.monotonic) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, TextColumn
+        from rich.progress import Progress as RichBar
+
+        self.counter = _Counter(total_samples, clock)
+        self.console = Console(file=stream)
+        self.bar = RichBar(
+            TextColumn("[bold]generate"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} samples"),
+            TextColumn("{task.fields[tokens]} tokens"),
+            TextColumn("{task.fields[rate]} tok/s"),
+            TextColumn("ETA {task.fields[eta]}"),
+            console=self.console,
+            transient=False,
+            get_time=clock,
+        )
+        self.task: Any = None
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "tokens": self.counter.tokens,
+            "rate": f"{self.counter.tokens_per_second():.1f}",
+            "eta": format_duration(self.counter.eta()),
+        }
+
+    def start(self, total_samples: int) -> None:
+        self.counter.begin(total_samples)
+        if self.task is None:
+            self.bar.start()
+            self.task = self.bar.add_task("generate", total=self.counter.total, **self._fields())
+        else:
+            self.bar.update(self.task, total=self.counter.total)
+
+    def advance(self, samples: int, tokens: int) -> None:
+        if self.task is None:
+            self.start(self.counter.total)
+        self.counter.add(samples, tokens)
+        self.bar.update(self.task, completed=self.counter.samples, **self._fields())
+
+    def close(self) -> None:
+        if self.counter.closed:
+            return
+        self.counter.closed = True
+        if self.task is not None:
+            self.bar.update(self.task, completed=self.counter.samples, **self._fields())
+            self.bar.stop()
+
+    def __enter__(self) -> RichProgress:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class NullProgress:
+    """Reports nothing (``--quiet`` style callers and library use)."""
+
+    def start(self, total_samples: int) -> None:
+        return None
+
+    def advance(self, samples: int, tokens: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> NullProgress:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except (OSError, ValueError):
+        return False
+
+
+def make_progress(
+    total: int,
+    *,
+    stream: IO[str] | None = None,
+    interval: float = 10.0,
+    clock: Clock = time.monotonic,
+    live: bool | None = None,
+) -> PlainProgress | RichProgress:
+    """A rich bar when ``stream`` (default ``sys.stderr``) is a terminal, plain periodic lines otherwise.
+    ``live`` forces one kind. Call ``start`` (the generator does) and ``close`` (the owner does, or use ``with``)."""
+    out = sys.stderr if stream is None else stream
+    use_live = _is_terminal(out) if live is None else live
+    if use_live:
+        return RichProgress(total, stream=out, clock=clock)
+    return PlainProgress(total, stream=out, interval=interval, clock=clock)
+
+
+__all__ = ["NullProgress", "PlainProgress", "Progress", "RichProgress", "format_duration", "make_progress"]

@@ -1,0 +1,241 @@
+"""A tiny, offline, deterministic Qwen3-style teacher for tests, benchmarks and ``gencache demo``.
+
+:func:`build_tiny_teacher` writes a complete Hugging Face model directory: random Qwen3 weights from a config
+(a few layers, hidden size 64), a byte-level BPE tokenizer trained with ``tokenizers`` on a built-in corpus, a
+Qwen3-like chat template whose generation prompt ends with an empty think block when ``enable_thinking`` is false,
+and a ``generation_config.json`` shaped like Qwen3's: ``eos_token_id`` is a list, sampling is switched on with
+temperature/top-p/top-k (so gencache's "greedy unless asked" rule is exercised) and ``max_new_tokens`` is set.
+
+The same ``seed`` and ``corpus`` give byte-identical files. Nothing is downloaded. torch, transformers and tokenizers
+are imported inside the functions so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+ENDOFTEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
+THINK_TOKENS = ("<think>", "</think>")
+
+TINY_VOCAB_SIZE = 1024
+TINY_HIDDEN_SIZE = 64
+TINY_LAYERS = 2
+TINY_MAX_NEW_TOKENS = 16
+#: Larger than Qwen3's 0.02 so greedy top-1/top-2 logit margins of the random model are far above float32 noise.
+TINY_INITIALIZER_RANGE = 0.08
+
+#: The sampling parameters Qwen3 ships in its generation config; the tiny teacher ships the same.
+TINY_GENERATION_CONFIG: dict[str, Any] = {
+    "do_sample": True,
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "top_k": 20,
+    "max_new_tokens": TINY_MAX_NEW_TOKENS,
+}
+
+# A Qwen3-like chat template: optional system message, role blocks, and with ``add_generation_prompt`` the assistant
+# header followed by an empty think block unless thinking is enabled (Qwen3-8B's behaviour).
+CHAT_TEMPLATE = (
+    "{%- if messages and messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] != 'system' %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+_FIRST_NAMES = (
+    "Alice", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kamala", "Lars",
+    "Maya", "Nikolai", "Olga", "Pablo", "Quinn", "Rosa", "Samir", "Tove",
+)  # fmt: skip
+_LAST_NAMES = (
+    "Hartley", "Moreau", "Okafor", "Lindqvist", "Tanaka", "Ferreira", "Novak", "Castillo", "Brennan", "Petrov",
+)  # fmt: skip
+_CITIES = (
+    "Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Valparaiso", "Krakow", "Melbourne", "Tunis", "Seattle",
+)  # fmt: skip
+_FIELDS = ("physics", "history", "chemistry", "linguistics", "economics", "music", "geology", "medicine")
+_COMPANIES = ("Northwind Labs", "Bluewater Systems", "Aurora Press", "Granite Works", "Helix Energy")
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November",
+    "December",
+)  # fmt: skip
+_PASSAGES = (
+    "The river flows north through the valley before it reaches the old stone bridge near the harbour.",
+    "Question: Which city hosted the first exhibition? Answer: The first exhibition was held in Lisbon.",
+    "A needle is hidden in a haystack of unrelated sentences; the special magic number is 7341.",
+    "Read the documents carefully and respond with the answer only.",
+    "The committee met on Tuesday, reviewed 12 proposals, and approved 3 of them after a long debate.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose molecules.",
+    "In 1969 the mission landed on the Moon, and millions watched the broadcast around the world.",
+    "What is the capital of Norway? The capital of Norway is Oslo.",
+    "Let's think step by step: first find the author, then find the year the book was published.",
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))  # 5",
+    "Prices rose by 4.5% in May, while wages grew by only 2.1% over the same period.",
+    "Ünïcödé tëxt, emoji 🙂 and CJK 漢字 appear rarely but must round-trip through the byte-level tokenizer.",
+    "Distillation trains a small student model to imitate the answers of a larger teacher model.",
+    "The orchestra performed a symphony by a forgotten composer, and the audience applauded for minutes.",
+    "Glaciers carved deep fjords along the coast during the last ice age, leaving steep granite walls.",
+    "The treaty was signed in Vienna after months of negotiation between seven delegations.",
+    "Vaccines train the immune system to recognise a pathogen without causing the disease itself.",
+    "Her novel, published in 1987, follows three generations of a fishing family on a remote island.",
+    "Supply chains depend on shipping routes, warehouses, customs offices and reliable forecasts.",
+    "The volcano erupted twice in one decade, covering nearby villages with a thick layer of ash.",
+    "Mathematicians proved the conjecture using a clever argument about prime numbers and symmetry.",
+    "The library keeps manuscripts, maps, photographs and letters written by famous explorers.",
+)
+
+
+def builtin_corpus() -> Iterator[str]:
+    """The deterministic training text of the tiny tokenizer: biography-like sentences, QA lines and passages."""
+    for i, first in enumerate(_FIRST_NAMES):
+        last = _LAST_NAMES[i % len(_LAST_NAMES)]
+        city = _CITIES[(3 * i) % len(_CITIES)]
+        field = _FIELDS[i % len(_FIELDS)]
+        company = _COMPANIES[i % len(_COMPANIES)]
+        month = _MONTHS[(5 * i) % len(_MONTHS)]
+        year = 1940 + 3 * i
+        pronoun = "She" if i % 2 == 0 else "He"
+        yield (
+            f"{first} {last} was born on {month} {1 + (7 * i) % 28}, {year} in {city}. "
+            f"{pronoun} studied {field} at the University of {_CITIES[(i + 4) % len(_CITIES)]}. "
+            f"{pronoun} worked for {company} and lived in {city} for {10 + i} years."
+        )
+        yield f"Question: Where was {first} {last} born? Answer: {city}."
+        yield f"Question: What did {first} {last} study? Answer: {field}."
+    yield from _PASSAGES
+    for n in range(0, 200, 7):
+        yield f"{n} + {n + 1} = {2 * n + 1}; {n} * 2 = {2 * n}."
+
+
+def _train_tokenizer(corpus: Iterable[str]) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=TINY_VOCAB_SIZE - len(THINK_TOKENS),
+        min_frequency=1,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    texts = list(corpus)
+    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    return tokenizer
+
+
+def build_tiny_teacher(
+    directory: str | os.PathLike[str], *, seed: int = 0, corpus: Iterable[str] | None = None
+) -> Path:
+    """Write a tiny random-weight Qwen3 teacher with its tokenizer into ``directory`` and return its path.
+
+    ``directory`` is created if needed; the files it receives are ``config.json``, ``generation_config.json``,
+    ``model.safetensors`` and the tokenizer files. ``corpus`` adds text to the tokenizer's built-in training corpus.
+    The same ``seed`` and ``corpus`` always give byte-identical files, and the global torch RNG is left untouched.
+    """
+    import torch
+    import transformers
+
+    hf: Any = transformers
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+
+    texts = list(builtin_corpus())
+    if corpus is not None:
+        texts.extend(str(text) for text in corpus)
+    raw = _train_tokenizer(texts)
+    tokenizer = hf.PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        additional_special_tokens=[IM_START],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+        model_max_length=4096,
+    )
+    tokenizer.add_tokens(list(THINK_TOKENS), special_tokens=False)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(str(out))
+
+    endoftext_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
+    config = hf.Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=TINY_HIDDEN_SIZE,
+        intermediate_size=2 * TINY_HIDDEN_SIZE,
+        num_hidden_layers=TINY_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=TINY_HIDDEN_SIZE // 4,
+        max_position_embeddings=4096,
+        initializer_range=TINY_INITIALIZER_RANGE,
+        tie_word_embeddings=False,
+        bos_token_id=endoftext_id,
+        eos_token_id=im_end_id,
+        pad_token_id=endoftext_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = hf.Qwen3ForCausalLM(config)
+    model.eval()
+    model.generation_config = hf.GenerationConfig(
+        bos_token_id=endoftext_id,
+        eos_token_id=[im_end_id, endoftext_id],
+        pad_token_id=endoftext_id,
+        **TINY_GENERATION_CONFIG,
+    )
+    _save_quietly(model, out)
+    return out
+
+
+def _save_quietly(model: Any, out: Path) -> None:
+    """``model.save_pretrained`` without transformers' progress bar (the demo's output stays readable)."""
+    import transformers
+
+    hf_logging: Any = transformers.utils.logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(str(out))
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def tiny_teacher_summary(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """A few facts about a built tiny teacher (read from its JSON files, no torch): sizes and special ids."""
+    root = Path(directory)
+    config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    generation = json.loads((root / "generation_config.json").read_text(encoding="utf-8"))
+    return {
+        "vocab_size": config["vocab_size"],
+        "hidden_size": config["hidden_size"],
+        "num_hidden_layers": config["num_hidden_layers"],
+        "eos_token_id": generation["eos_token_id"],
+        "pad_token_id": generation.get("pad_token_id"),
+        "max_new_tokens": generation.get("max_new_tokens"),
+    }
+
+
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_teacher", "builtin_corpus", "tiny_teacher_summary"]
