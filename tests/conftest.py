@@ -1,0 +1,53 @@
+"""Session-wide test setup: offline Hugging Face libraries and one tiny teacher built per session.
+
+The offline variables are set at import time, before any test module imports transformers or datasets (both read
+them when they are imported), and re-asserted by an autouse session fixture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+os.environ.update(OFFLINE_ENV)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def offline_env() -> Iterator[dict[str, str]]:
+    """Every test runs with the Hugging Face libraries offline (nothing is ever downloaded)."""
+    os.environ.update(OFFLINE_ENV)
+    yield dict(OFFLINE_ENV)
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Qwen3 teacher directory (seed 0), built once per session."""
+    from gencache.tiny import build_tiny_teacher
+
+    return build_tiny_teacher(tmp_path_factory.mktemp("tiny-teacher"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_teacher_dir: Path) -> Any:
+    """The tiny teacher's tokenizer in gencache's state (left padding)."""
+    from gencache.generate import load_tokenizer
+
+    return load_tokenizer(str(tiny_teacher_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_teacher_dir: Path) -> Any:
+    """The tiny teacher loaded in float32 on CPU, in eval mode."""
+    from gencache.generate import load_teacher
+
+    return load_teacher(str(tiny_teacher_dir), dtype="float32", device="cpu")
