@@ -134,7 +134,7 @@ def _dry_run_max_new_tokens(config: CacheConfig) -> tuple[int | None, int]:
     try:
         from transformers import GenerationConfig
 
-        teacher = GenerationConfig.from_pretrained(config.model.model_path, revision=config.model.revision)
+        teacher = GenerationConfig.from_pretrained(config.model.model_path, revision=config.model.revision or "main")
     except Exception:  # the teacher's config is unreachable here; the real run checks it before weights load
         return None, returns
     teacher_value = getattr(teacher, "max_new_tokens", None)
