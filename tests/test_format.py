@@ -1,0 +1,270 @@
+"""Pure format-3 logic: the header budget, names, provenance, digests, summary and manifest/header checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
+from gencache.format import (
+    MAX_HEADER_BYTES,
+    EntryRecord,
+    build_header,
+    build_manifest,
+    build_summary,
+    check_manifest,
+    check_provenance,
+    content_digest,
+    header_capacity,
+    json_file_bytes,
+    make_provenance,
+    make_shard_info,
+    pad_header,
+    parse_header,
+    parse_shard_dir_name,
+    provenance_digest,
+    read_length_prefix,
+    shard_dir_name,
+    shard_of,
+    tensor_name,
+)
+from storage_helpers import PROVENANCE, TOKENIZER, key
+
+
+def records_for(plan: list[list[int]], keys: list[str] | None = None) -> dict[str, EntryRecord]:
+    """Entry records with the given sequence lengths per entry, offsets laid out back to back."""
+    out, cursor = {}, 0
+    for i, lengths in enumerate(plan):
+        starts = []
+        for n in lengths:
+            starts.append(cursor)
+            cursor += n * 8
+        k = keys[i] if keys else key(i)
+        out[k] = EntryRecord(
+            tuple(starts),
+            tuple(lengths),
+            tuple("0" * 64 for _ in lengths),
+            tuple("t" for _ in lengths),
+            tuple("eos" for _ in lengths),
+        )
+    return out
+
+
+# -- header budget ---------------------------------------------------------------------------------------------
+@settings(deadline=None, max_examples=200)
+@given(
+    entries=st.integers(0, 40),
+    sequences=st.integers(1, 12),
+    max_tokens=st.integers(1, 10**7),
+    data=st.data(),
+)
+def test_header_capacity_bounds_every_header_of_the_plan(
+    entries: int, sequences: int, max_tokens: int, data: Any
+) -> None:
+    capacity = header_capacity(entries, sequences, max_tokens)
+    assert capacity % 8 == 0
+    plan = [
+        data.draw(st.lists(st.integers(1, max_tokens), min_size=1, max_size=sequences), label="lengths")
+        for _ in range(entries)
+    ]
+    keys = data.draw(
+        st.lists(st.text("0123456789abcdef", min_size=64, max_size=64), min_size=entries, max_size=entries, unique=True)
+    )
+    header = build_header(records_for(plan, keys).items(), "f" * 64)
+    assert len(header) <= capacity
+
+
+def test_header_capacity_is_tight_for_the_worst_case() -> None:
+    # one tensor of one token: offsets [0, 8] have exactly the digits the formula allows
+    header = build_header(records_for([[1]]).items(), "f" * 64)
+    assert header_capacity(1, 1, 1) - len(header) < 8
+    # all sequences at the maximum length: within a few bytes per tensor of the real header
+    plan = [[999] * 3 for _ in range(1000)]
+    header = build_header(records_for(plan).items(), "f" * 64)
+    capacity = header_capacity(1000, 3, 999)
+    assert len(header) <= capacity < len(header) * 1.05
+
+
+def test_header_capacity_refuses_plans_over_the_safetensors_limit_and_suggests_sharding() -> None:
+    assert header_capacity(600_000, 1, 256) <= MAX_HEADER_BYTES
+    with pytest.raises(HeaderCapacityError, match=r"--shard I/\d+"):
+        header_capacity(800_000, 1, 256)
+    with pytest.raises(HeaderCapacityError, match="100,000,000"):
+        header_capacity(100_000, 8, 32_768)
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [((-1, 1, 1), "entries"), ((1, 0, 1), "sequences"), ((1, 1, 0), "max_new"), ((1, True, 5), "sequences")],
+)
+def test_header_capacity_rejects_bad_plans(args: tuple[int, int, int], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        header_capacity(*args)
+
+
+def test_pad_header_and_length_prefix() -> None:
+    assert pad_header(b'{"a":1}', 16) == b'{"a":1}' + b" " * 9
+    with pytest.raises(HeaderCapacityError, match="only 8 were reserved"):
+        pad_header(b"{" + b" " * 8 + b"}", 8)
+    with pytest.raises(HeaderCapacityError, match="multiple of 8"):
+        pad_header(b"{}", 12)
+    assert read_length_prefix((16).to_bytes(8, "little"), 24) == 16
+    for prefix, size in [
+        ((12).to_bytes(8, "little"), 100),
+        ((0).to_bytes(8, "little"), 100),
+        ((64).to_bytes(8, "little"), 40),
+        (b"\x01", 1),
+    ]:
+        with pytest.raises(FormatError):
+            read_length_prefix(prefix, size)
+    with pytest.raises(FormatError, match="invalid"):
+        read_length_prefix((MAX_HEADER_BYTES + 8).to_bytes(8, "little"), 10**9)
+
+
+# -- names -------------------------------------------------------------------------------------------------------
+def test_tensor_and_shard_names() -> None:
+    assert tensor_name("ab" * 32, 3) == "ab" * 32 + ".3"
+    assert shard_dir_name("runs/out", 2, 8) == "runs/out-shard-00002-of-00008"
+    assert shard_dir_name("runs/out/", 0, 1) == "runs/out-shard-00000-of-00001"
+    assert parse_shard_dir_name("out-shard-00002-of-00008") == ("out", 2, 8)
+    assert parse_shard_dir_name("a-shard-x-shard-00000-of-00003") == ("a-shard-x", 0, 3)
+    for name in (
+        "out",
+        "out-shard-2-of-8",
+        "out-shard-00008-of-00008",
+        "out-shard-00000-of-00000",
+        "-shard-00000-of-00001",
+    ):
+        assert parse_shard_dir_name(name) is None
+    for index, count in [(8, 8), (-1, 2), (0, 0), (0, 100_000), (True, 2)]:
+        with pytest.raises(ShardError):
+            shard_dir_name("out", index, count)
+    with pytest.raises(ShardError, match="no name"):
+        shard_dir_name("/", 0, 2)
+    k = key(5)
+    assert shard_of(k, 7) == int(k, 16) % 7
+    assert make_shard_info(1, 4, "e" * 64) == {"index": 1, "count": 4, "rule": "key-mod", "run_digest": "e" * 64}
+    with pytest.raises(ShardError, match="run_digest"):
+        make_shard_info(1, 4, "E" * 64)
+
+
+# -- provenance and digests ----------------------------------------------------------------------------------------
+def test_provenance_from_a_tokenizer_object_or_state() -> None:
+    tok = SimpleNamespace(padding_side="left", pad_token_id=0, eos_token_id=2)
+    assert make_provenance("tiny/teacher", "tiny/teacher", "float32", tok) == PROVENANCE
+    assert make_provenance("tiny/teacher", "tiny/teacher", "float32", TOKENIZER) == PROVENANCE
+    assert list(PROVENANCE) == ["model_path", "tokenizer_path", "dtype", "tokenizer"]
+    expected = hashlib.sha256(json.dumps(PROVENANCE, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert provenance_digest(PROVENANCE) == expected
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"model_path": ""}, "model_path"),
+        ({"tokenizer_path": 3}, "tokenizer_path"),
+        ({"dtype": "fp16"}, "dtype"),
+        ({"tokenizer": {**TOKENIZER, "extra": 1}}, "exactly the fields"),
+        ({"tokenizer": {**TOKENIZER, "pad_token_id": True}}, "pad_token_id"),
+        ({"tokenizer": {**TOKENIZER, "eos_token_id": -1}}, "eos_token_id"),
+        ({"tokenizer": {**TOKENIZER, "padding_side": "middle"}}, "padding_side"),
+        ({"tokenizer": [1]}, "object"),
+        ({"store_logits": False}, "extra"),
+    ],
+)
+def test_invalid_provenance_is_named(change: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(FormatError, match=fragment):
+        check_provenance({**PROVENANCE, **change})
+
+
+def test_content_digest_is_canonical_and_excludes_tensor_names() -> None:
+    refs = [{"tensor": "a.0", "dtype": "I64", "shape": [3], "digest": "1" * 64}]
+    renamed = [{**refs[0], "tensor": "b.0"}]
+    assert content_digest(refs, ["x"], ["eos"]) == content_digest(renamed, ["x"], ["eos"])
+    canonical = (
+        '{"finish_reasons":["eos"],"sequences":[{"digest":"' + "1" * 64 + '","dtype":"I64","shape":[3]}],"text":["x"]}'
+    )
+    assert content_digest(refs, ["x"], ["eos"]) == hashlib.sha256(canonical.encode()).hexdigest()
+    assert content_digest(refs, ["x"], ["length"]) != content_digest(refs, ["x"], ["eos"])
+    assert content_digest(refs, ["y"], ["eos"]) != content_digest(refs, ["x"], ["eos"])
+
+
+def test_json_file_bytes_is_canonical_with_a_newline_and_refuses_what_json_cannot_hold() -> None:
+    assert json_file_bytes({"b": [1, "é"], "a": None}) == '{"a":null,"b":[1,"é"]}\n'.encode()
+    for bad in ({"x": float("nan")}, {"x": "\ud800"}, {"x": object()}):
+        with pytest.raises(FormatError, match="canonical JSON"):
+            json_file_bytes(bad)
+
+
+# -- summary -------------------------------------------------------------------------------------------------------
+def test_summary_counts_entries_and_checks_the_callers_numbers() -> None:
+    records = records_for([[3, 4], [5]])
+    summary = build_summary(records, {"data_configs": [{"index": 0, "samples": 3, "unique": 2}]})
+    assert summary == {
+        "entries": 2,
+        "sequences": 3,
+        "tokens": 12,
+        "duplicates": 1,
+        "finish_reasons": {"eos": 3, "stop_string": 0, "length": 0},
+        "data_configs": [{"index": 0, "samples": 3, "unique": 2}],
+        "shard": None,
+    }
+    assert build_summary(records, {})["duplicates"] == 0
+    with pytest.raises(FormatError, match="duplicates must be samples - entries"):
+        build_summary(records, {"duplicates": 5, "data_configs": [{"index": 0, "samples": 3, "unique": 2}]})
+    with pytest.raises(FormatError, match="unknown fields"):
+        build_summary(records, {"entries": 2})
+    with pytest.raises(FormatError, match="index must be 0"):
+        build_summary(records, {"data_configs": [{"index": 1, "samples": 3, "unique": 2}]})
+    with pytest.raises(FormatError, match="unique <= samples"):
+        build_summary(records, {"data_configs": [{"index": 0, "samples": 1, "unique": 2}]})
+    wrong_shard = {"shard": make_shard_info(shard_of(key(0), 2) ^ 1, 2, "e" * 64)}
+    with pytest.raises(FormatError, match="belongs to shard"):
+        build_summary(records_for([[1]]), wrong_shard)
+
+
+# -- manifest and header checks ------------------------------------------------------------------------------------
+def manifest_for(plan: list[list[int]]) -> dict[str, Any]:
+    records = records_for(plan)
+    return build_manifest(PROVENANCE, records, build_summary(records, {}))
+
+
+def test_check_manifest_accepts_what_the_writer_builds() -> None:
+    manifest = json.loads(json_file_bytes(manifest_for([[2], [3, 1]])))
+    checked = check_manifest(manifest)
+    assert checked.provenance == PROVENANCE
+    assert list(checked.entries) == sorted(checked.entries)
+
+
+@pytest.mark.parametrize("version", [2, 3.0, True, "3", None, 4])
+def test_only_the_integer_format_version_3_is_accepted(version: Any) -> None:
+    manifest = manifest_for([[2]])
+    manifest["format_version"] = version
+    with pytest.raises(FormatError, match="format_version"):
+        check_manifest(manifest)
+
+
+def test_empty_artifacts_are_valid() -> None:
+    manifest = manifest_for([])
+    assert check_manifest(json.loads(json_file_bytes(manifest))).entries == {}
+
+
+def test_parse_header_requires_a_space_padded_json_object() -> None:
+    good = b'{"__metadata__":{"format_version":"3","provenance_digest":"x"}}'
+    assert parse_header(good + b"   ").metadata == {"format_version": "3", "provenance_digest": "x"}
+    for raw in (
+        b" " * 16,
+        good + b"\0\0",
+        good[:-5] + b" " * 5,
+        b"[1]" + b" " * 5,
+        b'{"__metadata__":{"a":1}}',
+        b"{\xff}",
+    ):
+        with pytest.raises(FormatError):
+            parse_header(raw)
