@@ -1,0 +1,403 @@
+"""The writer and publish protocol on real files: golden bytes, reservation, backfill, rollback, duplicates,
+cleanup on failure, publishing modes, permissions and ``clean``."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import hashlib
+import os
+import signal
+import socket
+import struct
+import subprocess
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors
+import safetensors.torch
+
+from gencache import writer as writer_module
+from gencache.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
+from gencache.format import header_capacity
+from gencache.reader import CacheReader, verify
+from gencache.writer import ArtifactBuild, CacheWriter, check_output_path, clean, probe_rename, publish
+from storage_helpers import PROVENANCE, make_entries, tokens, write_artifact
+
+A, B = "a" * 64, "b" * 64
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- golden bytes ----------------------------------------------------------------------------------------------
+def test_golden_bytes_of_a_small_artifact(tmp_path: Path) -> None:
+    out = tmp_path / "golden"
+    with ArtifactBuild(out, provenance=PROVENANCE, header_capacity=header_capacity(2, 2, 3)) as build:
+        assert build.writer.add(A, [tokens([1, 2, 3])], ["hi"], ["eos"])
+        assert build.writer.add(B, [tokens([7]), tokens([8, 9])], ["x", "ÿ"], ["length", "stop_string"])
+        build.writer.finalize(resolved_config={"seed": 1, "model": {"dtype": "float32"}}, summary={})
+        assert build.publish() == "renameat2"
+    assert sorted(os.listdir(out)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
+
+    provenance_json = (
+        '{"dtype":"float32","model_path":"tiny/teacher","tokenizer":{"eos_token_id":2,"pad_token_id":0,'
+        '"padding_side":"left"},"tokenizer_path":"tiny/teacher"}'
+    )
+    provenance_digest = sha(provenance_json.encode())
+    # the header budget, by hand: metadata + 4 tensors x the longest member of this plan (2 entries x 2 x 3 tokens)
+    metadata = '{"__metadata__":{"format_version":"3","provenance_digest":"' + "0" * 64 + '"}}'
+    longest_member = ',"' + "a" * 64 + '.1":{"data_offsets":[96,96],"dtype":"I64","shape":[3]}'
+    capacity = -(-(len(metadata) + 4 * len(longest_member)) // 8) * 8
+    assert capacity == header_capacity(2, 2, 3) == 608
+
+    header_json = (
+        '{"__metadata__":{"format_version":"3","provenance_digest":"' + provenance_digest + '"},'
+        f'"{A}.0":{{"data_offsets":[0,24],"dtype":"I64","shape":[3]}},'
+        f'"{B}.0":{{"data_offsets":[24,32],"dtype":"I64","shape":[1]}},'
+        f'"{B}.1":{{"data_offsets":[32,48],"dtype":"I64","shape":[2]}}}}'
+    ).encode()
+    data = struct.pack("<6q", 1, 2, 3, 7, 8, 9)
+    payload = (out / "cache.safetensors").read_bytes()
+    assert payload[:8] == b"\x60\x02\x00\x00\x00\x00\x00\x00"  # 608, little-endian
+    assert payload[8 : 8 + len(header_json)] == header_json
+    assert payload[8 + len(header_json) : 8 + 608] == b" " * (608 - len(header_json))
+    assert payload[616:] == data
+    assert len(payload) == 616 + 48
+
+    d_a0, d_b0, d_b1 = sha(data[:24]), sha(data[24:32]), sha(data[32:])
+    content_a = sha(
+        (
+            '{"finish_reasons":["eos"],"sequences":[{"digest":"' + d_a0 + '","dtype":"I64","shape":[3]}],"text":["hi"]}'
+        ).encode()
+    )
+    content_b = sha(
+        (
+            '{"finish_reasons":["length","stop_string"],"sequences":[{"digest":"'
+            + d_b0
+            + '","dtype":"I64","shape":[1]},'
+            '{"digest":"' + d_b1 + '","dtype":"I64","shape":[2]}],"text":["x","ÿ"]}'
+        ).encode()
+    )
+    manifest = (
+        '{"entries":{'
+        f'"{A}":{{"content_digest":"{content_a}","finish_reasons":["eos"],"sequences":[{{"digest":"{d_a0}",'
+        f'"dtype":"I64","shape":[3],"tensor":"{A}.0"}}],"text":["hi"]}},'
+        f'"{B}":{{"content_digest":"{content_b}","finish_reasons":["length","stop_string"],"sequences":['
+        f'{{"digest":"{d_b0}","dtype":"I64","shape":[1],"tensor":"{B}.0"}},'
+        f'{{"digest":"{d_b1}","dtype":"I64","shape":[2],"tensor":"{B}.1"}}],"text":["x","ÿ"]}}}},'
+        '"format_version":3,"payload":"cache.safetensors","provenance":' + provenance_json + ","
+        f'"provenance_digest":"{provenance_digest}",'
+        '"storage":"safetensors","summary":{"data_configs":[],"duplicates":0,'
+        '"entries":2,"finish_reasons":{"eos":1,"length":1,"stop_string":1},"sequences":3,"shard":null,"tokens":6}}\n'
+    )
+    assert (out / "manifest.json").read_bytes() == manifest.encode()
+    assert (out / "resolved_config.json").read_bytes() == b'{"model":{"dtype":"float32"},"seed":1}\n'
+
+    loaded = safetensors.torch.load_file(out / "cache.safetensors")
+    assert {name: t.tolist() for name, t in loaded.items()} == {f"{A}.0": [1, 2, 3], f"{B}.0": [7], f"{B}.1": [8, 9]}
+    with safetensors.safe_open(out / "cache.safetensors", framework="pt") as handle:
+        assert handle.metadata() == {"format_version": "3", "provenance_digest": provenance_digest}
+        assert handle.get_tensor(f"{B}.1").tolist() == [8, 9]
+
+
+# -- the reservation and the backfill ------------------------------------------------------------------------------
+def test_an_unfinished_payload_is_rejected_by_safetensors_loaders(tmp_path: Path) -> None:
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, 1, 10)) as w:
+        path = w.path
+        for stage in range(3):
+            raw = path.read_bytes()
+            assert raw[8 : 8 + w.header_capacity] == b" " * w.header_capacity
+            for load in (
+                lambda: safetensors.safe_open(path, framework="pt"),
+                lambda: safetensors.safe_open(path, framework="numpy"),
+                lambda: safetensors.torch.load_file(path),
+            ):
+                with pytest.raises(Exception):  # noqa: B017 (safetensors raises its own error types)
+                    load()
+            entry = make_entries(3)[stage]
+            w.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
+    assert os.listdir(tmp_path) == []  # leaving without finalize removed the file
+
+
+def test_finalize_backfills_the_header_in_place(tmp_path: Path) -> None:
+    entries = make_entries(20, length=30)
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(20, 1, 40))
+    for e in entries:
+        w.add(e.key, e.payload(), e.texts, e.finish_reasons)
+    before = w.path.read_bytes()
+    inode = os.stat(w.path).st_ino
+    w.finalize(resolved_config={}, summary={})
+    after = w.path.read_bytes()
+    assert os.stat(w.path).st_ino == inode
+    start = 8 + w.header_capacity
+    assert after[start:] == before[start:] == b"".join(p for e in entries for p in e.payload())
+    assert after[:8] == before[:8]
+    assert set(w.timings) == {"build_s", "write_s", "fsync_s"}
+    assert sorted(os.listdir(tmp_path)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
+    assert all(os.stat(tmp_path / n).st_mode & 0o777 == 0o444 for n in os.listdir(tmp_path))
+    with safetensors.safe_open(w.path, framework="pt") as handle:
+        assert sorted(handle.keys()) == sorted(f"{e.key}.0" for e in entries)
+
+
+def test_header_capacity_overflow_removes_the_private_payload(tmp_path: Path) -> None:
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(1, 1, 5))
+    for e in make_entries(3):
+        w.add(e.key, e.payload(), e.texts, e.finish_reasons)
+    with pytest.raises(HeaderCapacityError, match="reserved"):
+        w.finalize(resolved_config={}, summary={})
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(WriteError, match="aborted"):
+        w.finalize(resolved_config={}, summary={})
+    with pytest.raises(WriteError, match="aborted"):
+        w.add(*_args(make_entries(1, start=9)[0]))
+
+
+def test_capacity_overflow_in_a_build_publishes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(HeaderCapacityError):
+        write_artifact(tmp_path / "out", make_entries(4), capacity=header_capacity(1, 1, 5))
+    assert os.listdir(tmp_path) == []
+
+
+def _args(e):  # type: ignore[no-untyped-def]
+    return e.key, e.payload(), e.texts, e.finish_reasons
+
+
+# -- duplicates and invalid input ------------------------------------------------------------------------------------
+def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path: Path) -> None:
+    e = make_entries(1, sequences=2)[0]
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(2, 2, 20)) as w:
+        assert w.add(*_args(e)) is True
+        size = os.stat(w.path).st_size
+        assert w.add(e.key, [bytearray(p) for p in e.payload()], list(e.texts), list(e.finish_reasons)) is False
+        assert os.stat(w.path).st_size == size
+        for change in (
+            {"seqs": [e.payload()[0], tokens([1])]},
+            {"texts": [e.texts[0], "other"]},
+            {"reasons": ["length", "length"]},
+            {"seqs": e.payload()[:1], "texts": e.texts[:1], "reasons": e.finish_reasons[:1]},
+        ):
+            with pytest.raises(FormatError, match="Conflicting duplicate key"):
+                w.add(
+                    e.key,
+                    change.get("seqs", e.payload()),
+                    change.get("texts", e.texts),
+                    change.get("reasons", e.finish_reasons),
+                )
+            assert os.stat(w.path).st_size == size
+        assert list(w.keys()) == [e.key] and len(w) == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "sequences", "texts", "reasons", "fragment"),
+    [
+        ("A" * 64, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
+        ("a" * 63, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
+        ("a" * 64, [], [], [], "no sequences"),
+        ("a" * 64, [b""], ["t"], ["eos"], "at least one int64"),
+        ("a" * 64, [b"\x01\x02\x03"], ["t"], ["eos"], "at least one int64"),
+        ("a" * 64, tokens([1]), ["t"], ["eos"], "list of sequences"),
+        ("a" * 64, [[1, 2]], ["t"], ["eos"], "bytes-like"),
+        ("a" * 64, [tokens([1])], ["t", "u"], ["eos"], "one text and one finish reason"),
+        ("a" * 64, [tokens([1])], ["t"], ["stop"], "finish reason"),
+        ("a" * 64, [tokens([1])], [b"t"], ["eos"], "must be a str"),
+        ("a" * 64, [tokens([1])], ["\ud800"], ["eos"], "not valid Unicode"),
+        ("a" * 64, [np.arange(4, dtype=np.int64)[::2]], ["t"], ["eos"], "contiguous"),
+    ],
+)
+def test_invalid_entries_are_rejected_and_leave_the_writer_usable(
+    tmp_path: Path, key: str, sequences: object, texts: list[object], reasons: list[str], fragment: str
+) -> None:
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(2, 2, 20)) as w:
+        size = os.stat(w.path).st_size
+        with pytest.raises(FormatError, match=fragment):
+            w.add(key, sequences, texts, reasons)  # type: ignore[arg-type]
+        assert os.stat(w.path).st_size == size and len(w) == 0
+        assert w.add(*_args(make_entries(1)[0]))
+
+
+def test_the_writer_keeps_no_reference_to_token_buffers(tmp_path: Path) -> None:
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(50, 1, 64)) as w:
+        refs = []
+        for i in range(50):
+            array = np.arange(i, i + 64, dtype="<i8")
+            refs.append(weakref.ref(array))
+            w.add(hashlib.sha256(bytes([i])).hexdigest(), [array], ["t"], ["eos"])
+            del array
+        gc.collect()
+        assert all(ref() is None for ref in refs)
+
+
+def test_abort_is_idempotent_and_closes_the_writer(tmp_path: Path) -> None:
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=64)
+    w.abort()
+    w.abort()
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(WriteError, match="aborted"):
+        w.add(*_args(make_entries(1)[0]))
+    with pytest.raises(FormatError, match="resolved_config must be"):
+        CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=64).finalize(resolved_config=[], summary={})  # type: ignore[arg-type]
+
+
+def test_invalid_writer_settings(tmp_path: Path) -> None:
+    with pytest.raises(HeaderCapacityError, match="multiple of 8"):
+        CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=100)
+    with pytest.raises(FormatError, match="dtype"):
+        CacheWriter(tmp_path, provenance={**PROVENANCE, "dtype": "int8"}, header_capacity=64)
+    (tmp_path / "cache.safetensors").write_bytes(b"")
+    with pytest.raises(WriteError, match="File exists"):
+        CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=64)
+    assert os.listdir(tmp_path) == ["cache.safetensors"]
+
+
+def test_summary_and_resolved_config_of_a_finalized_artifact(tmp_path: Path) -> None:
+    entries = make_entries(6, sequences=2)
+    out = write_artifact(
+        tmp_path / "out",
+        entries,
+        summary={"data_configs": [{"index": 0, "samples": 5, "unique": 5}, {"index": 1, "samples": 3, "unique": 2}]},
+        resolved_config={"b": [1.5, None], "a": "é"},
+    )
+    summary = CacheReader(out).summary
+    assert summary["entries"] == 6 and summary["sequences"] == 12 and summary["duplicates"] == 2
+    assert sum(summary["finish_reasons"].values()) == 12
+    assert summary["tokens"] == sum(len(s) for e in entries for s in e.sequences)
+    assert (out / "resolved_config.json").read_text(encoding="utf-8") == '{"a":"é","b":[1.5,null]}\n'
+
+
+def test_an_artifact_without_entries_publishes_and_reads(tmp_path: Path) -> None:
+    out = write_artifact(tmp_path / "empty", [], capacity=header_capacity(0, 1, 1))
+    reader = CacheReader(out)
+    assert len(reader) == 0 and verify(out) == []
+    assert safetensors.torch.load_file(out / "cache.safetensors") == {}
+
+
+# -- the build context ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_any_error_in_a_build_removes_the_temporary_directory(tmp_path: Path, error: BaseException) -> None:
+    handler = signal.getsignal(signal.SIGTERM)
+    with (
+        pytest.raises(type(error)),
+        ArtifactBuild(tmp_path / "out", provenance=PROVENANCE, header_capacity=256) as build,
+    ):
+        assert build.temp_dir is not None and build.temp_dir.is_dir()
+        assert signal.getsignal(signal.SIGTERM) is not handler
+        build.writer.add(*_args(make_entries(1)[0]))
+        raise error
+    assert os.listdir(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+def test_temporary_directory_is_private_and_named_for_clean(tmp_path: Path) -> None:
+    with ArtifactBuild(tmp_path / "runs" / "out", provenance=PROVENANCE, header_capacity=256) as build:
+        assert build.temp_dir is not None
+        name = build.temp_dir.name
+        assert build.temp_dir.parent == tmp_path / "runs"
+        assert name.startswith(".out.gencache-") and f"-{os.getpid()}-" in name
+        assert os.stat(build.temp_dir).st_mode & 0o777 == 0o700
+        assert clean(tmp_path / "runs") == []  # our own process is alive
+    assert os.listdir(tmp_path / "runs") == []  # left without publishing: nothing published, nothing left
+
+
+def test_publish_requires_a_finalized_writer(tmp_path: Path) -> None:
+    with (
+        ArtifactBuild(tmp_path / "out", provenance=PROVENANCE, header_capacity=256) as build,
+        pytest.raises(WriteError, match="Finalize the writer"),
+    ):
+        build.publish()
+    with pytest.raises(WriteError, match="inside the with block"):
+        ArtifactBuild(tmp_path / "out", provenance=PROVENANCE, header_capacity=256).publish()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["file", "dir", "empty-dir", "dangling-symlink"])
+def test_an_existing_output_path_is_refused_before_anything_is_created(tmp_path: Path, kind: str) -> None:
+    out = tmp_path / "out"
+    if kind == "file":
+        out.write_text("x")
+    elif kind == "dangling-symlink":
+        out.symlink_to(tmp_path / "missing")
+    else:
+        out.mkdir()
+        if kind == "dir":
+            (out / "f").write_text("x")
+    with pytest.raises(OutputExistsError, match="already exists; choose a new output_dir"):
+        check_output_path(out)
+    with pytest.raises(OutputExistsError), ArtifactBuild(out, provenance=PROVENANCE, header_capacity=256):
+        pass
+    assert os.listdir(tmp_path) == ["out"]
+    assert OutputExistsError.exit_code == 2
+
+
+def test_an_empty_directory_at_the_output_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with (
+        pytest.raises(OutputExistsError, match="appeared while generating"),
+        ArtifactBuild(out, provenance=PROVENANCE, header_capacity=256) as build,
+    ):
+        build.writer.add(*_args(make_entries(1)[0]))
+        build.writer.finalize(resolved_config={}, summary={})
+        out.mkdir()
+        build.publish()
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == []
+
+
+def test_published_files_are_read_only_and_the_directory_follows_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        out = write_artifact(tmp_path / "out", make_entries(2))
+    finally:
+        os.umask(previous)
+    assert os.stat(out).st_mode & 0o777 == 0o750
+    assert {os.stat(out / n).st_mode & 0o777 for n in os.listdir(out)} == {0o444}
+
+
+def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert probe_rename(tmp_path / "new" / "parent") == "renameat2"
+    assert os.listdir(tmp_path / "new" / "parent") == []
+    out = write_artifact(tmp_path / "a", make_entries(2), rename_mode="rename")
+    assert verify(out) == []
+    # a filesystem without RENAME_NOREPLACE answers EINVAL: probe and publish fall back to rename
+    monkeypatch.setattr(writer_module, "_renameat2", lambda source, target: errno.EINVAL)
+    assert probe_rename(tmp_path) == "rename"
+    with ArtifactBuild(tmp_path / "b", provenance=PROVENANCE, header_capacity=256) as build:
+        build.writer.add(*_args(make_entries(1)[0]))
+        build.writer.finalize(resolved_config={}, summary={})
+        assert build.publish() == "rename"
+    assert verify(tmp_path / "b") == []
+    # the fallback still never replaces an existing path, empty or not
+    temp = tmp_path / ".c.tmp"
+    temp.mkdir()
+    (temp / "f").write_text("x")
+    (tmp_path / "c").mkdir()
+    with pytest.raises(OutputExistsError):
+        publish(temp, tmp_path / "c")
+    assert os.listdir(tmp_path / "c") == []
+
+
+# -- clean ------------------------------------------------------------------------------------------------------------
+def test_clean_removes_only_directories_of_dead_processes_of_this_host(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = writer_module._host_tag()
+    names = {
+        "dead": f".out.gencache-{host}-{dead.pid}-0123abcd",
+        "alive": f".out.gencache-{host}-{os.getpid()}-0123abcd",
+        "other-host": f".out.gencache-{host}x-{dead.pid}-0123abcd",
+        "unrelated": f".out.other-{host}-{dead.pid}-0123abcd",
+        "probe": f".probe.rename-probe-a.gencache-{host}-{dead.pid}-89abcdef",
+    }
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cache.safetensors").write_bytes(b"x")
+    os.chmod(tmp_path / names["dead"] / "cache.safetensors", 0o444)
+    (tmp_path / f".link.gencache-{host}-{dead.pid}-0123abcd").symlink_to(tmp_path / names["alive"])
+    removed = clean(tmp_path)
+    assert sorted(p.name for p in removed) == sorted([names["dead"], names["probe"]])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [names["alive"], names["other-host"], names["unrelated"], f".link.gencache-{host}-{dead.pid}-0123abcd"]
+    )
+    assert socket.gethostname()  # the host tag is derived from it
