@@ -1,0 +1,203 @@
+"""CacheReader on real artifacts: round-trips, zero-copy views, lazy integrity, compatibility, coverage, pickling,
+and interoperability with safetensors' own loaders."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import safetensors
+import safetensors.torch
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gencache.errors import CompatibilityError, IntegrityError, MissingEntriesError, MissingEntryError
+from gencache.reader import CacheReader, Generation, open_caches, verify
+from storage_helpers import PROVENANCE, TOKENIZER, Entry, key, make_entries, writable_copy, write_artifact
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Entry]]:
+    entries = make_entries(12, length=9, sequences=2)
+    return write_artifact(tmp_path_factory.mktemp("reader") / "out", entries), entries
+
+
+def test_entries_round_trip(artifact: tuple[Path, list[Entry]]) -> None:
+    path, entries = artifact
+    reader = CacheReader(path)
+    assert len(reader) == 12 and list(reader.keys()) == sorted(e.key for e in entries)
+    for e in entries:
+        generation = reader[e.key]
+        assert isinstance(generation, Generation) and generation.key == e.key
+        assert [t.tolist() for t in generation.sequences] == [list(s) for s in e.sequences]
+        assert all(t.dtype == torch.int64 and t.dim() == 1 and t.device.type == "cpu" for t in generation.sequences)
+        assert generation.texts == e.texts and generation.finish_reasons == e.finish_reasons
+        assert e.key in reader and reader.get(e.key) is not None
+    assert reader.provenance == PROVENANCE
+    assert reader.manifest["summary"]["entries"] == 12
+
+
+def test_missing_keys(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    assert reader.get(key("absent")) is None and key("absent") not in reader
+    with pytest.raises(MissingEntryError, match="not in the cache") as caught:
+        reader[key("absent")]
+    assert isinstance(caught.value, KeyError)
+    assert reader.metadata(key("absent")) is None
+
+
+def test_entries_are_zero_copy_views_of_one_map(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    storage = reader._storage
+    base, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+    first, again = reader[artifact[1][0].key], reader[artifact[1][0].key]
+    for a, b in zip(first.sequences, again.sequences, strict=True):
+        assert a.untyped_storage().data_ptr() == base
+        assert base <= a.data_ptr() < end and a.data_ptr() == b.data_ptr()
+    offsets = sorted(t.data_ptr() - base for e in artifact[1] for t in reader[e.key].sequences)
+    assert offsets[0] == 8 + reader.header_capacity
+
+
+def test_views_outlive_the_reader(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    e = artifact[1][3]
+    sequences = reader[e.key].sequences
+    del reader
+    import gc
+
+    gc.collect()
+    assert [t.tolist() for t in sequences] == [list(s) for s in e.sequences]
+
+
+def test_metadata_is_the_manifest_entry_and_a_copy(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    e = artifact[1][0]
+    meta = reader.metadata(e.key)
+    assert meta is not None and meta["text"] == list(e.texts) and meta["sequences"][1]["tensor"] == f"{e.key}.1"
+    meta["text"][0] = "changed"
+    assert reader[e.key].texts == e.texts
+
+
+def test_the_reader_is_picklable(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    clone = pickle.loads(pickle.dumps(reader))
+    e = artifact[1][5]
+    assert clone.path == reader.path and [t.tolist() for t in clone[e.key].sequences] == [list(s) for s in e.sequences]
+    mixture = open_caches([artifact[0]])
+    assert len(pickle.loads(pickle.dumps(mixture))) == 12
+
+
+def test_payload_corruption_is_found_on_first_read_of_that_entry(
+    artifact: tuple[Path, list[Entry]], tmp_path: Path
+) -> None:
+    path = writable_copy(artifact[0], tmp_path / "copy")
+    payload = path / "cache.safetensors"
+    raw = bytearray(payload.read_bytes())
+    raw[-1] ^= 0x01  # the last byte belongs to the last entry written
+    payload.write_bytes(bytes(raw))
+    reader = CacheReader(path)  # opening reads no tensor data, so it cannot notice
+    last = artifact[1][-1]
+    for e in artifact[1][:-1]:
+        reader[e.key]
+    with pytest.raises(IntegrityError, match="digest mismatch"):
+        reader[last.key]
+    with pytest.raises(IntegrityError):
+        reader.get(last.key)
+    assert any("digest mismatch" in p for p in verify(path))
+
+
+def test_check_compatible_names_every_differing_field(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    reader.check_compatible(
+        model_path="tiny/teacher", tokenizer_path="tiny/teacher", dtype="float32", tokenizer=TOKENIZER
+    )
+    reader.check_compatible(
+        model_path="tiny/teacher",
+        tokenizer_path="tiny/teacher",
+        dtype=torch.float32,
+        tokenizer=SimpleNamespace(**TOKENIZER),
+    )
+    with pytest.raises(CompatibilityError) as caught:
+        reader.check_compatible(
+            model_path="other/teacher",
+            tokenizer_path="other/tok",
+            dtype=torch.bfloat16,
+            tokenizer={**TOKENIZER, "padding_side": "right"},
+        )
+    message = str(caught.value)
+    for field in ("model_path", "tokenizer_path", "dtype", "tokenizer", "prepare_tokenizer", "'bfloat16'"):
+        assert field in message
+    assert "\n" not in message
+    with pytest.raises(CompatibilityError) as caught:
+        reader.check_compatible(
+            model_path="tiny/teacher", tokenizer_path="tiny/teacher", dtype="bfloat16", tokenizer=TOKENIZER
+        )
+    assert "dtype" in str(caught.value) and "prepare_tokenizer" not in str(caught.value)
+
+
+def test_require_reports_the_number_of_missing_keys(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    present = [e.key for e in artifact[1]]
+    reader.require(present + present)
+    with pytest.raises(MissingEntriesError, match="is missing 2 required semantic samples") as caught:
+        reader.require([*present, key("x"), key("y"), key("x")])
+    assert isinstance(caught.value, KeyError)
+
+
+def test_safetensors_loaders_read_gencache_artifacts(artifact: tuple[Path, list[Entry]]) -> None:
+    path, entries = artifact
+    loaded = safetensors.torch.load_file(path / "cache.safetensors")
+    assert len(loaded) == 24
+    with safetensors.safe_open(path / "cache.safetensors", framework="pt") as handle:
+        for e in entries:
+            for i, s in enumerate(e.sequences):
+                assert handle.get_tensor(f"{e.key}.{i}").tolist() == list(s) == loaded[f"{e.key}.{i}"].tolist()
+    with safetensors.safe_open(path / "cache.safetensors", framework="numpy") as handle:
+        assert handle.get_tensor(f"{entries[0].key}.0").tolist() == list(entries[0].sequences[0])
+
+
+def test_the_artifact_directory_may_be_reached_through_a_symlink(
+    artifact: tuple[Path, list[Entry]], tmp_path: Path
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(artifact[0])
+    assert len(CacheReader(link)) == 12 and CacheReader(link).path == link
+
+
+texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+entry_plans = st.lists(
+    st.tuples(
+        st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=70), min_size=1, max_size=3),
+        st.data(),
+    ),
+    min_size=0,
+    max_size=12,
+)
+
+
+@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@given(plans=entry_plans)
+def test_hypothesis_round_trips(plans: list[tuple[list[list[int]], st.DataObject]]) -> None:
+    entries = []
+    for i, (sequences, data) in enumerate(plans):
+        n = len(sequences)
+        entry_texts = data.draw(st.lists(texts, min_size=n, max_size=n))
+        reasons = data.draw(st.lists(st.sampled_from(["eos", "stop_string", "length"]), min_size=n, max_size=n))
+        entries.append(Entry(key(f"h{i}"), tuple(map(tuple, sequences)), tuple(entry_texts), tuple(reasons)))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = write_artifact(Path(tmp) / "out", entries)
+        reader = CacheReader(out)
+        assert len(reader) == len(entries)
+        for e in entries:
+            generation = reader[e.key]
+            assert [t.tolist() for t in generation.sequences] == [list(s) for s in e.sequences]
+            assert generation.texts == e.texts and generation.finish_reasons == e.finish_reasons
+        assert verify(out) == []
+        loaded = safetensors.torch.load_file(out / "cache.safetensors")
+        assert len(loaded) == sum(len(e.sequences) for e in entries)
+        assert sorted(os.listdir(out)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
