@@ -1,0 +1,182 @@
+"""Mixtures of artifacts and sharded output directories: open_caches, inspect and verify reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gencache.errors import CompatibilityError, FormatError, GencacheError, ShardError
+from gencache.format import make_provenance
+from gencache.inspect import inspect_report, render_inspect, verify_report
+from gencache.reader import CacheReader, MultiCacheReader, open_caches
+from storage_helpers import PROVENANCE, Entry, make_entries, write_artifact, write_shard
+
+RUN = "1" * 64
+OTHER_RUN = "2" * 64
+
+
+def conflicting(entry: Entry) -> Entry:
+    return Entry(entry.key, entry.sequences, ("a different answer",), entry.finish_reasons)
+
+
+def test_a_single_path_opens_a_plain_reader(tmp_path: Path) -> None:
+    out = write_artifact(tmp_path / "a", make_entries(3))
+    assert isinstance(open_caches(out), CacheReader)
+    assert isinstance(open_caches(str(out)), CacheReader)
+    assert isinstance(open_caches([out]), CacheReader)
+    with pytest.raises(FormatError, match="at least one"):
+        open_caches([])
+    with pytest.raises(FormatError, match="does not exist"):
+        open_caches(tmp_path / "missing")
+
+
+def test_mixtures_take_the_union_and_accept_identical_duplicates(tmp_path: Path) -> None:
+    entries = make_entries(5)
+    a = write_artifact(tmp_path / "a", entries[:3])
+    b = write_artifact(tmp_path / "b", entries[2:])
+    mix = open_caches([a, b])
+    assert isinstance(mix, MultiCacheReader)
+    assert len(mix) == 5 and set(mix.keys()) == {e.key for e in entries}
+    for e in entries:
+        assert mix[e.key].texts == e.texts and e.key in mix
+    assert mix.source(entries[2].key) == a and mix.source(entries[4].key) == b
+    assert mix.metadata(entries[4].key) is not None and mix.get("0" * 64) is None
+    mix.require(e.key for e in entries)
+    mix.check_compatible(
+        model_path="tiny/teacher", tokenizer_path="tiny/teacher", dtype="float32", tokenizer=PROVENANCE["tokenizer"]
+    )
+
+
+def test_conflicting_duplicates_fail_at_open(tmp_path: Path) -> None:
+    entries = make_entries(3)
+    a = write_artifact(tmp_path / "a", entries)
+    b = write_artifact(tmp_path / "b", [conflicting(entries[1])])
+    with pytest.raises(FormatError, match=f"conflicting duplicate key {entries[1].key}"):
+        open_caches([a, b])
+
+
+def test_mixtures_require_identical_provenance(tmp_path: Path) -> None:
+    a = write_artifact(tmp_path / "a", make_entries(2))
+    other = make_provenance("other/teacher", "tiny/teacher", "bfloat16", PROVENANCE["tokenizer"])
+    b = write_artifact(tmp_path / "b", make_entries(2, start=5), provenance=other)
+    with pytest.raises(CompatibilityError, match=r"incompatible provenance.*model_path, dtype"):
+        open_caches([a, b])
+
+
+def test_the_same_directory_twice_is_rejected_even_through_a_symlink(tmp_path: Path) -> None:
+    a = write_artifact(tmp_path / "a", make_entries(2))
+    (tmp_path / "alias").symlink_to(a)
+    for paths in ([a, a], [a, tmp_path / "alias"], [tmp_path / "alias", str(a) + "/"]):
+        with pytest.raises(FormatError, match="same directory"):
+            open_caches(paths)
+
+
+# -- shards ----------------------------------------------------------------------------------------------------
+def make_shards(base: Path, count: int, entries: list[Entry], run: str = RUN) -> list[Path]:
+    return [write_shard(base, i, count, entries, run) for i in range(count)]
+
+
+def test_an_unsuffixed_output_directory_expands_to_all_its_shards(tmp_path: Path) -> None:
+    entries = make_entries(30)
+    make_shards(tmp_path / "out", 3, entries)
+    mix = open_caches(tmp_path / "out")
+    assert isinstance(mix, MultiCacheReader) and len(mix.readers) == 3
+    assert set(mix.keys()) == {e.key for e in entries}
+    assert open_caches(str(tmp_path / "out") + "/").keys() == mix.keys()
+    report = inspect_report([tmp_path / "out"])
+    shards = report["artifacts"][0]
+    assert shards["kind"] == "sharded" and shards["totals"]["entries"] == 30
+    assert shards["shards"]["missing"] == [] and shards["shards"]["other_run"] == []
+    ok, lines = verify_report([tmp_path / "out"], progress=False)
+    assert ok and len(lines) == 3 and all(line.startswith("OK") for line in lines)
+
+
+def test_a_missing_shard_is_named(tmp_path: Path) -> None:
+    entries = make_entries(30)
+    paths = make_shards(tmp_path / "out", 4, entries)
+    shutil.rmtree(paths[2])
+    with pytest.raises(ShardError, match=r"shards 00002 are missing.*--shard I/4"):
+        open_caches(tmp_path / "out")
+    report = inspect_report([tmp_path / "out"])
+    assert report["artifacts"][0]["shards"]["missing"] == ["00002"]
+    ok, lines = verify_report([tmp_path / "out"], progress=False)
+    assert not ok and any("shard 00002 of 4 is missing" in line for line in lines)
+
+
+def test_a_shard_of_another_run_is_named(tmp_path: Path) -> None:
+    entries = make_entries(30)
+    paths = make_shards(tmp_path / "out", 3, entries)
+    shutil.rmtree(paths[1])
+    write_shard(tmp_path / "out", 1, 3, entries, OTHER_RUN)
+    with pytest.raises(ShardError, match=r"different runs.*shards 00001 have run_digest 222222222222"):
+        open_caches(tmp_path / "out")
+    assert inspect_report([tmp_path / "out"])["artifacts"][0]["shards"]["other_run"] == ["00001"]
+
+
+def test_a_renamed_shard_or_a_stale_split_is_rejected(tmp_path: Path) -> None:
+    entries = make_entries(20)
+    paths = make_shards(tmp_path / "out", 2, entries)
+    make_shards(tmp_path / "old", 3, entries)
+    os.rename(tmp_path / "old-shard-00000-of-00003", tmp_path / "out-shard-00000-of-00003")
+    with pytest.raises(ShardError, match=r"different splits.*out-shard-00000-of-00003"):
+        open_caches(tmp_path / "out")
+    assert inspect_report([tmp_path / "out"])["artifacts"][0]["shards"]["other_splits"] == ["out-shard-00000-of-00003"]
+    shutil.rmtree(tmp_path / "out-shard-00000-of-00003")
+    swapped = tmp_path / "swap"
+    os.rename(paths[0], swapped)
+    os.rename(paths[1], paths[0])
+    os.rename(swapped, paths[1])
+    with pytest.raises(ShardError, match="is named shard 0 of 2 but its manifest records shard"):
+        open_caches(tmp_path / "out")
+
+
+def test_shard_directories_can_also_be_listed_explicitly(tmp_path: Path) -> None:
+    entries = make_entries(12)
+    paths = make_shards(tmp_path / "out", 2, entries)
+    assert len(open_caches(paths)) == 12
+
+
+# -- inspect ---------------------------------------------------------------------------------------------------
+def test_inspect_reports_an_artifact(tmp_path: Path) -> None:
+    entries = make_entries(6, length=4, sequences=2)
+    out = write_artifact(tmp_path / "a", entries, summary={"data_configs": [{"index": 0, "samples": 8, "unique": 6}]})
+    report = inspect_report([out])
+    json.dumps(report)  # JSON-ready for inspect --json
+    item = report["artifacts"][0]
+    lengths = sorted(len(s) for e in entries for s in e.sequences)
+    assert item["kind"] == "artifact" and item["teacher"] == "tiny/teacher" and item["dtype"] == "float32"
+    assert item["tokenizer"] == PROVENANCE["tokenizer"] and item["format_version"] == 3
+    assert (item["entries"], item["sequences"], item["duplicates"]) == (6, 12, 2)
+    assert item["token_length"]["min"] == lengths[0] and item["token_length"]["max"] == lengths[-1]
+    assert item["finish_reasons"] == {"eos": 4, "stop_string": 4, "length": 4}
+    assert item["shard"] is None and report["overlap"] is None
+    console = Console(record=True, width=140)
+    render_inspect(report, console)
+    text = console.export_text()
+    assert "tiny/teacher" in text and "entries" in text and "token length" in text
+
+
+def test_inspect_reports_shared_and_conflicting_keys(tmp_path: Path) -> None:
+    entries = make_entries(6)
+    a = write_artifact(tmp_path / "a", entries[:4])
+    b = write_artifact(tmp_path / "b", [*entries[2:3], conflicting(entries[3]), *entries[4:]])
+    report = inspect_report([a, b, tmp_path / "missing"])
+    assert report["artifacts"][2]["kind"] == "error"
+    pair = report["overlap"]["pairs"][0]
+    assert (pair["shared"], pair["conflicting"], pair["conflicting_keys"]) == (2, 1, [entries[3].key])
+    assert report["overlap"]["provenance"] == "identical" and report["overlap"]["union"] == 6
+    console = Console(record=True, width=200)
+    render_inspect(report, console)
+    assert "overlap" in console.export_text()
+
+
+def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
+    a = write_artifact(tmp_path / "a", make_entries(3))
+    ok, lines = verify_report([a, tmp_path / "nope"], progress=True, console=Console(record=True))
+    assert not ok and lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
+    assert issubclass(ShardError, GencacheError)
