@@ -34,7 +34,8 @@ def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Qwen3 teacher directory (seed 0), built once per session."""
     from gencache.tiny import build_tiny_teacher
 
-    return build_tiny_teacher(tmp_path_factory.mktemp("tiny-teacher"), seed=0)
+    directory: Path = build_tiny_teacher(tmp_path_factory.mktemp("tiny-teacher"), seed=0)
+    return directory
 
 
 @pytest.fixture(scope="session")

@@ -341,9 +341,10 @@ def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return user
 
 
-def read_teacher_generation_config(model_path: str, *, revision: str | None = None) -> GenerationConfig:
-    """The teacher's generation config, read without weights: ``generation_config.json`` when the model has one,
-    otherwise what transformers derives from ``config.json`` (as ``from_pretrained`` does)."""
+def read_teacher_generation_config(model_path: str, *, revision: str | None = None) -> dict[str, Any]:
+    """The teacher's generation settings as a dict of known, non-null fields, read without weights: from
+    ``generation_config.json`` when the model has one, otherwise what transformers derives from ``config.json``
+    (as ``from_pretrained`` does). Values are not validated here; :func:`resolve_generation` does that."""
     hf = _hf()
     where = f"model.model_path {model_path!r}{f' at revision {revision!r}' if revision else ''}"
     try:
@@ -359,15 +360,13 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
                 data = json.load(handle)
             if not isinstance(data, dict):
                 raise ValueError("generation_config.json does not hold a JSON object")
-            known = _known_generation_fields()
-            values = {k: v for k, v in data.items() if k in known and k != "transformers_version"}
-            config: GenerationConfig = hf.GenerationConfig(**values)
-            return config
-        model_config = hf.AutoConfig.from_pretrained(model_path, **_revision_kwargs(revision))
-        derived: GenerationConfig = hf.GenerationConfig.from_model_config(model_config)
-        return derived
+        else:
+            model_config = hf.AutoConfig.from_pretrained(model_path, **_revision_kwargs(revision))
+            data = hf.GenerationConfig.from_model_config(model_config).to_dict()
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's configuration from {where}: {_first_line(exc)}") from exc
+    known = _known_generation_fields()
+    return {key: value for key, value in data.items() if key in known and value is not None}
 
 
 def _check_range(key: str, value: Any, *, source: str) -> None:
@@ -394,12 +393,10 @@ def resolve_generation(
     required, decides the length). Every problem raises :class:`ConfigError` naming the field.
     """
     user = _user_kwargs(generation_kwargs)
-    teacher = read_teacher_generation_config(model_path, revision=revision)
-    known = _known_generation_fields()
     teacher_values = {
         key: value
-        for key, value in teacher.to_dict().items()
-        if key in known and value is not None and key not in LOGITS_KEYS and key not in _UNSUPPORTED_KEYS
+        for key, value in read_teacher_generation_config(model_path, revision=revision).items()
+        if key not in LOGITS_KEYS and key not in _UNSUPPORTED_KEYS
     }
     teacher_values.pop("do_sample", None)
 
@@ -408,7 +405,7 @@ def resolve_generation(
     merged.update(user)
     merged["do_sample"] = bool(user.get("do_sample", False))
     merged["pad_token_id"] = user.get("pad_token_id", getattr(tokenizer, "pad_token_id", None))
-    for key in ("max_length", *LOGITS_KEYS):
+    for key in ("max_length", *LOGITS_KEYS, *_UNSUPPORTED_KEYS):  # inert defaults of unsupported features
         merged.pop(key, None)
     merged = {key: value for key, value in merged.items() if value is not None}
 
@@ -450,8 +447,11 @@ def resolve_generation(
                     dropped.append(key)
     else:
         for key in SAMPLING_KEYS:
-            if key in merged:
-                _check_range(key, merged[key], source="config" if key in user else "teacher's generation config")
+            source = "config" if key in user else "teacher's generation config"
+            if key in _SAMPLING_RANGES and key in merged:
+                _check_range(key, merged[key], source=source)
+            elif key == "top_k" and key in merged and not (_is_int(merged[key]) and merged[key] >= 0):
+                raise ConfigError(f"{FIELD}.top_k ({source}) must be a non-negative integer, got {merged[key]!r}.")
     if "repetition_penalty" in merged:
         source = "config" if "repetition_penalty" in user else "teacher's generation config"
         _check_range("repetition_penalty", merged["repetition_penalty"], source=source)
@@ -576,6 +576,7 @@ def runtime_info(model: Any) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": _hf().__version__,
         "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
         "python": platform.python_version(),
     }
 
