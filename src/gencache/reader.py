@@ -305,13 +305,16 @@ class CacheReader(_CacheAPI):
         raw_manifest = _read_regular(self.path / MANIFEST_NAME, "Manifest")
         if raw_manifest != json_file_bytes(self.manifest):
             problems.append("manifest.json is not canonical JSON plus a newline (it was edited)")
+        raw_resolved = _read_regular(self.path / RESOLVED_NAME, "Resolved config")
         try:
-            resolved = json.loads(_read_regular(self.path / RESOLVED_NAME, "Resolved config").decode("utf-8"))
+            resolved = json.loads(raw_resolved.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as error:
             problems.append(f"resolved_config.json is not valid UTF-8 JSON ({error})")
         else:
             if not isinstance(resolved, dict):
                 problems.append("resolved_config.json does not hold a JSON object")
+            elif raw_resolved != json_file_bytes(resolved):
+                problems.append("resolved_config.json is not canonical JSON plus a newline (it was edited)")
         tensors = sorted((start, key, i) for key, starts in self._starts.items() for i, start in enumerate(starts))
         total = self.payload_bytes
         with open(self.path / PAYLOAD_NAME, "rb", buffering=8 * 1024 * 1024) as handle:
