@@ -95,7 +95,7 @@ def memory(args: argparse.Namespace) -> int:
 
     from gencache.reader import CacheReader
 
-    payload = str(Path(args.output).absolute() / "cache.safetensors")
+    payload = os.path.realpath(Path(args.output) / "cache.safetensors")  # smaps names the real path
     anon_before = _status("RssAnon")
     reader = CacheReader(args.output)
     anon_open = _status("RssAnon")
