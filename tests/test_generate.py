@@ -578,3 +578,57 @@ def test_an_unreadable_teacher_is_a_config_error(tiny_tokenizer: Any, tmp_path: 
     (broken / "generation_config.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ConfigError, match="teacher"):
         _resolve(broken, tiny_tokenizer, max_new_tokens=3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Progress reporting (no model)
+# ---------------------------------------------------------------------------------------------------------------
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_progress_prints_periodic_lines_with_rate_and_eta() -> None:
+    import io
+
+    from gencache.progress import PlainProgress, Progress
+
+    clock, stream = _Clock(), io.StringIO()
+    progress = PlainProgress(10, stream=stream, interval=10.0, clock=clock)
+    assert isinstance(progress, Progress)
+    progress.start(10)
+    clock.now += 4
+    progress.advance(1, 40)  # within the interval: no line
+    clock.now += 6
+    progress.advance(4, 160)  # 10 s after the first line
+    clock.now += 1
+    progress.advance(1, 10)
+    progress.close()
+    progress.close()  # idempotent
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("gencache: generate: 0/10 samples (0.0%), 0 tokens")
+    assert "5/10 samples (50.0%), 200 tokens, 20.0 tok/s, elapsed 0:00:10, ETA 0:00:10" in lines[1]
+    assert "6/10 samples (60.0%), 210 tokens" in lines[2]
+
+
+def test_make_progress_picks_plain_lines_off_a_terminal_and_rich_when_asked() -> None:
+    import io
+
+    from gencache.progress import PlainProgress, RichProgress, format_duration, make_progress
+
+    assert isinstance(make_progress(3, stream=io.StringIO()), PlainProgress)
+    stream = io.StringIO()
+    clock = _Clock()
+    with make_progress(3, stream=stream, live=True, clock=clock) as progress:
+        assert isinstance(progress, RichProgress)
+        progress.start(3)
+        clock.now += 2
+        progress.advance(3, 30)
+    output = stream.getvalue()
+    assert "3/3 samples" in output and "30 tokens" in output and "15.0 tok/s" in output
+    assert format_duration(3725.4) == "1:02:05"
+    assert format_duration(None) == "-:--:--"
