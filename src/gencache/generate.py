@@ -82,7 +82,7 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "top_h", "typical_p",
 #: Parameters used only by beam search; dropped when ``num_beams`` is 1.
 BEAM_KEYS = ("early_stopping", "length_penalty")
 
-# Simple type rules for user values: (kind, lower bound, lower bound inclusive, upper bound).
+# Type rules for user values: integer fields with their minimum, finite-number fields, and boolean fields.
 _INT_FIELDS: dict[str, int] = {
     "max_new_tokens": 1, "min_new_tokens": 0, "min_length": 0, "num_beams": 1, "num_return_sequences": 1,
     "top_k": 0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "pad_token_id": 0,
