@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gencache.canonical import canonical_bytes, canonical_json, is_sha256_hex, json_digest
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
@@ -247,9 +247,11 @@ def content_digest(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class EntryRecord:
-    """What the writer keeps of one appended entry: offsets (relative to the data start), lengths, digests, texts."""
+class EntryRecord(NamedTuple):
+    """What the writer keeps of one appended entry: offsets (relative to the data start), lengths, digests, texts.
+
+    A named tuple: the writer creates one per entry on its hot path.
+    """
 
     starts: tuple[int, ...]
     lengths: tuple[int, ...]

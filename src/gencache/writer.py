@@ -55,7 +55,6 @@ from gencache.format import (
     build_summary,
     check_provenance,
     content_digest,
-    is_key,
     json_file_bytes,
     length_prefix,
     provenance_digest,
@@ -67,6 +66,8 @@ READ_ONLY = 0o444
 _CHUNK = 8 * 1024 * 1024
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
+_KEY_MATCH = re.compile(r"[0-9a-f]{64}\Z").match
+_REASONS = frozenset(FINISH_REASONS)
 _TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})\Z")
 
 
@@ -108,6 +109,14 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    size = len(data) if type(data) is bytes else memoryview(data).nbytes
+    if size <= _CHUNK:
+        written = os.pwrite(fd, data, offset)
+        if written == size:
+            return
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        data, offset = memoryview(data).cast("B")[written:], offset + written
     view = memoryview(data).cast("B")
     while view:
         written = os.pwrite(fd, view[:_CHUNK], offset)
@@ -115,6 +124,17 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
             raise OSError(errno.EIO, "write made no progress")
         view = view[written:]
         offset += written
+
+
+def _sha256_hex(data: bytes | memoryview) -> str:
+    size = len(data) if type(data) is bytes else memoryview(data).nbytes
+    if size <= _CHUNK:
+        return hashlib.sha256(data).hexdigest()
+    hasher = hashlib.sha256()
+    view = memoryview(data).cast("B")
+    for offset in range(0, size, _CHUNK):
+        hasher.update(view[offset : offset + _CHUNK])
+    return hasher.hexdigest()
 
 
 def _pwritev_all(fd: int, views: list[memoryview], offset: int) -> None:
@@ -352,6 +372,7 @@ class CacheWriter:
         self.path = self.directory / PAYLOAD_NAME
         self.timings: dict[str, float] = {}
         self._records: dict[str, EntryRecord] = {}
+        self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
         self._state = "open"
         self._created: list[Path] = []
@@ -399,21 +420,30 @@ class CacheWriter:
     def add(self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]) -> bool:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
         reason per sequence. Returns False for an identical re-add (nothing written)."""
-        self._require_open("add entries")
-        if not is_key(key):
+        if self._state != "open":
+            self._require_open("add entries")
+        if type(key) is not str or _KEY_MATCH(key) is None:
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
         if isinstance(sequences, (bytes, bytearray, memoryview)):
             raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
-        views = [_as_view(s, f"Entry {key} sequence {i}") for i, s in enumerate(sequences)]
+        views: list[bytes | memoryview] = []
+        for i, sequence in enumerate(sequences):
+            if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:
+                views.append(sequence)  # the common case: no memoryview needed
+            else:
+                views.append(_as_view(sequence, f"Entry {key} sequence {i}"))
         texts, reasons = tuple(texts), tuple(finish_reasons)
-        if not views:
+        count = len(views)
+        if not count:
             raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
-        if len(texts) != len(views) or len(reasons) != len(views):
+        if len(texts) != count or len(reasons) != count:
             raise FormatError(
-                f"Entry {key} has {len(views)} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
+                f"Entry {key} has {count} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
                 "give one text and one finish reason per sequence."
             )
         for i, text in enumerate(texts):
+            if type(text) is str and text.isascii():
+                continue
             if not isinstance(text, str):
                 raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
             try:
@@ -421,13 +451,13 @@ class CacheWriter:
             except UnicodeEncodeError as error:
                 raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
         for reason in reasons:
-            if reason not in FINISH_REASONS:
+            if reason not in _REASONS:
                 raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
-        lengths = tuple(v.nbytes // TOKEN_BYTES for v in views)
+        sizes = [v.nbytes if isinstance(v, memoryview) else len(v) for v in views]
+        lengths = tuple(n // TOKEN_BYTES for n in sizes)
         existing = self._records.get(key)
         if existing is not None:
-            digests = tuple(hashlib.sha256(v).hexdigest() for v in views)
-            new = EntryRecord((), lengths, digests, texts, reasons)
+            new = EntryRecord((), lengths, tuple(_sha256_hex(v) for v in views), texts, reasons)
             if content_digest(new.sequence_refs(key), texts, reasons) == content_digest(
                 existing.sequence_refs(key), existing.texts, existing.finish_reasons
             ):
@@ -437,27 +467,31 @@ class CacheWriter:
                 "map to one generation."
             )
         start = self._data_end
-        position = LENGTH_PREFIX_BYTES + self.header_capacity + start
-        hashers = []
+        position = self._data_start + start
         try:
-            for view in views:
-                hasher = hashlib.sha256()
-                for offset in range(0, view.nbytes, _CHUNK):
-                    hasher.update(view[offset : offset + _CHUNK])
-                hashers.append(hasher)
-            _pwritev_all(self._fd, views, position)
+            digests = tuple(_sha256_hex(v) for v in views)
+            if count == 1:
+                _pwrite_all(self._fd, views[0], position)
+            else:
+                _pwritev_all(self._fd, [memoryview(v) for v in views], position)
         except BaseException as error:
             self._rollback(start)
             if isinstance(error, OSError):
                 raise _write_error(f"Appending entry {key} to {self.path}", error) from error
             raise
-        starts, cursor = [], start
-        for view in views:
-            starts.append(cursor)
-            cursor += view.nbytes
-        self._records[key] = EntryRecord(tuple(starts), lengths, tuple(h.hexdigest() for h in hashers), texts, reasons)
+        if count == 1:
+            starts: tuple[int, ...] = (start,)
+            cursor = start + sizes[0]
+        else:
+            offsets, cursor = [], start
+            for size in sizes:
+                offsets.append(cursor)
+                cursor += size
+            starts = tuple(offsets)
+        self._records[key] = EntryRecord(starts, lengths, digests, texts, reasons)
         self._data_end = cursor
-        _phase("appended")
+        if _PHASE_FDS is not None:
+            _phase("appended")
         return True
 
     def _rollback(self, data_end: int) -> None:
