@@ -216,8 +216,24 @@ def test_summary_counts_entries_and_checks_the_callers_numbers() -> None:
         "shard": None,
     }
     assert build_summary(records, {})["duplicates"] == 0
-    with pytest.raises(FormatError, match="duplicates must be samples - entries"):
-        build_summary(records, {"duplicates": 5, "data_configs": [{"index": 0, "samples": 3, "unique": 2}]})
+    with pytest.raises(FormatError, match="not 2 entries"):
+        build_summary(records, {"duplicates": 0, "data_configs": [{"index": 0, "samples": 3, "unique": 3}]})
+    with pytest.raises(FormatError, match="per-config unique counts"):
+        build_summary(records, {"duplicates": 2, "data_configs": [{"index": 0, "samples": 3, "unique": 2}]})
+    # a shard's data_configs and duplicates describe the whole run: its entries are only part of the unique keys
+    mine = {k: r for k, r in records_for([[1]] * 12).items() if shard_of(k, 3) == 0}
+    run = {"duplicates": 2, "data_configs": [{"index": 0, "samples": 14, "unique": 12}]}
+    sharded = build_summary(mine, {**run, "shard": make_shard_info(0, 3, "e" * 64)})
+    assert sharded["entries"] == len(mine) < 12 and sharded["duplicates"] == 2
+    with pytest.raises(FormatError, match="only 1 unique keys"):
+        build_summary(
+            mine,
+            {
+                "duplicates": 0,
+                "data_configs": [{"index": 0, "samples": 1, "unique": 1}],
+                "shard": make_shard_info(0, 3, "e" * 64),
+            },
+        )
     with pytest.raises(FormatError, match="unknown fields"):
         build_summary(records, {"entries": 2})
     with pytest.raises(FormatError, match="index must be 0"):

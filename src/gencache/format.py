@@ -344,8 +344,10 @@ def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, A
 def build_summary(records: Mapping[str, EntryRecord], caller: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest summary: counts computed from the entries plus the caller's duplicates, data_configs, shard.
 
-    ``duplicates`` may be omitted; it is then ``sum(samples) - entries`` (0 without data_configs). When given with
-    data_configs it must equal that, so the summary stays self-consistent (the reader checks it).
+    ``data_configs`` and ``duplicates`` describe the whole run's samples (for a shard too): ``duplicates`` is the
+    number of samples whose key repeats an earlier one, so ``sum(samples) - duplicates`` is the run's unique keys.
+    That must equal the entries of an unsharded artifact and be at least the entries of a shard (checked here and
+    by the reader). Omitted, ``duplicates`` is inferred for an unsharded artifact (0 without data_configs).
     """
     if not isinstance(caller, Mapping):
         raise FormatError("summary must be an object with duplicates, data_configs and shard.")
@@ -365,16 +367,14 @@ def build_summary(records: Mapping[str, EntryRecord], caller: Mapping[str, Any])
         for reason in record.finish_reasons:
             reasons[reason] += 1
     entries = len(records)
-    samples = sum(item["samples"] for item in data_configs)
-    implied = samples - entries if data_configs else 0
+    whole_run = shard is None or shard["count"] == 1
+    implied = sum(item["samples"] for item in data_configs) - entries if data_configs and whole_run else 0
     duplicates = caller.get("duplicates", implied)
     if not _is_int(duplicates) or duplicates < 0:
         raise FormatError(f"summary.duplicates must be a non-negative integer, got {duplicates!r}.")
-    if data_configs and duplicates != implied:
-        raise FormatError(
-            f"summary.duplicates is {duplicates} but data_configs hold {samples} samples for {entries} entries "
-            f"(duplicates must be samples - entries = {implied}); count the samples of this artifact (this shard)."
-        )
+    problem = summary_inconsistency(entries, duplicates, data_configs, shard)
+    if problem:
+        raise FormatError(f"summary is inconsistent: {problem}.")
     summary = {
         "entries": entries,
         "sequences": sequences,
@@ -387,6 +387,31 @@ def build_summary(records: Mapping[str, EntryRecord], caller: Mapping[str, Any])
     if shard is not None:
         _check_shard_membership(records, shard, "summary.shard")
     return summary
+
+
+def summary_inconsistency(
+    entries: int, duplicates: int, data_configs: Sequence[Mapping[str, int]], shard: Mapping[str, Any] | None
+) -> str | None:
+    """What is inconsistent between the entry count and the run's sample counts, or None."""
+    if not data_configs:
+        return None
+    samples = sum(item["samples"] for item in data_configs)
+    unique_keys = samples - duplicates
+    if unique_keys < max(item["unique"] for item in data_configs) or unique_keys > sum(
+        item["unique"] for item in data_configs
+    ):
+        return (
+            f"{samples} samples with {duplicates} duplicates leave {unique_keys} unique keys, which the per-config "
+            "unique counts cannot produce"
+        )
+    if shard is None or shard["count"] == 1:
+        if unique_keys != entries:
+            return (
+                f"{samples} samples with {duplicates} duplicates make {unique_keys} unique keys, not {entries} entries"
+            )
+    elif unique_keys < entries:
+        return f"a shard holds {entries} entries but the run has only {unique_keys} unique keys"
+    return None
 
 
 def _check_shard_membership(keys: Iterable[str], shard: Mapping[str, Any], where: str) -> None:
@@ -525,14 +550,10 @@ def _check_summary(
     duplicates = value["duplicates"]
     if not _is_int(duplicates) or duplicates < 0:
         raise FormatError(f"manifest.json summary.duplicates must be a non-negative integer, got {duplicates!r}.")
-    if data_configs:
-        samples = sum(item["samples"] for item in data_configs)
-        if duplicates != samples - len(entries) or sum(item["unique"] for item in data_configs) < len(entries):
-            raise FormatError(
-                f"manifest.json summary is inconsistent: {samples} samples, {duplicates} duplicates, "
-                f"{len(entries)} entries."
-            )
     shard = check_shard_info(value["shard"], "manifest.json summary.shard")
+    problem = summary_inconsistency(len(entries), duplicates, data_configs, shard)
+    if problem:
+        raise FormatError(f"manifest.json summary is inconsistent: {problem}.")
     if shard is not None:
         _check_shard_membership(entries, shard, "manifest.json summary.shard")
     return value
