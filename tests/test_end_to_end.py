@@ -1,0 +1,253 @@
+"""`gencache generate` end to end on the real tiny teacher (CPU, float32): the published artifact, batching
+invariance, duplicates, refusals before the model loads, shards, export, skip-published and the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from gencache.cli import run as cli_run
+from gencache.datasets import sample_source
+from gencache.errors import OutputExistsError
+from gencache.pipeline import run_generate
+from gencache.reader import CacheReader, open_caches
+from gencache.samples import build_samples
+
+
+def data_configs() -> list[dict[str, Any]]:
+    return [
+        {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
+         "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+         "template": "tokenizer_chat", "source": str(sample_source("hotpot_qa"))},
+        {"dataset_name": "musique", "num_samples": 5, "num_data_strs": 0, "num_shots": 0, "subset": "default",
+         "split": "train", "seed": 2, "source": str(sample_source("musique"))},
+    ]  # fmt: skip
+
+
+def write_config(directory: Path, teacher: Path, output_dir: Path, **overrides: Any) -> Path:
+    config: dict[str, Any] = {
+        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
+                  "generation_kwargs": {"max_new_tokens": 12}},
+        "data_configs": data_configs(),
+        "gen_batch_size": 4,
+        "seed": 0,
+        "output_dir": str(output_dir),
+    }  # fmt: skip
+    config.update(overrides)
+    path = directory / f"config-{len(list(directory.glob('config-*.json')))}.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def entries(path: Path) -> dict[str, Any]:
+    manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    return dict(manifest["entries"])
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> Path:
+    work = tmp_path_factory.mktemp("e2e")
+    output = run_generate(write_config(work, tiny_teacher_dir, work / "out"))
+    assert output is not None
+    return output
+
+
+def test_publishes_exactly_three_files_that_safetensors_reads(published: Path) -> None:
+    assert sorted(os.listdir(published)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
+    assert not [p for p in os.listdir(published.parent) if p.startswith(".")]  # no temporary leftovers
+    reader = CacheReader(published)
+    assert len(reader) == 11
+    with safe_open(str(published / "cache.safetensors"), framework="pt") as handle:
+        names = set(handle.keys())
+        assert handle.metadata() == {"format_version": "3", "provenance_digest": reader.provenance_digest}
+        for key in reader.keys():
+            generation = reader[key]
+            for index, sequence in enumerate(generation.sequences):
+                assert torch.equal(handle.get_tensor(f"{key}.{index}"), sequence)
+                assert sequence.dtype == torch.int64 and sequence.dim() == 1 and sequence.numel() >= 1
+    assert names == {f"{key}.0" for key in reader.keys()}
+
+
+def test_resolved_config_records_the_run(published: Path, tiny_teacher_dir: Path) -> None:
+    resolved = json.loads((published / "resolved_config.json").read_text(encoding="utf-8"))
+    assert resolved["output_dir"] == str(published)
+    assert resolved["config"]["data_configs"][0]["data_kwargs"]["add_cot"] is True  # defaults made explicit
+    assert resolved["generation"]["max_new_tokens"] == 12
+    assert resolved["generation"]["do_sample"] is False
+    assert resolved["batching"]["batch_size"] == 4
+    assert resolved["tokenizer"] == {"padding_side": "left", "pad_token_id": 0, "eos_token_id": 2}
+    assert resolved["chat_template_sha256"]
+    assert resolved["publish"]["rename"] in ("renameat2", "rename")
+    assert {"torch", "transformers", "python"} <= set(resolved["runtime"])
+    assert resolved["sources"][0]["files"][0]["sha256"]
+    reader = CacheReader(published)
+    assert reader.provenance["model_path"] == str(tiny_teacher_dir)
+    reader.check_compatible(
+        model_path=str(tiny_teacher_dir), tokenizer_path=str(tiny_teacher_dir), dtype="float32",
+        tokenizer=resolved["tokenizer"],
+    )  # fmt: skip
+
+
+def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
+    published: Path, tiny_model: Any, tiny_tokenizer: Any
+) -> None:
+    from gencache.config import load_config
+
+    config = load_config(next(published.parent.glob("config-0.json")))
+    samples = build_samples(config, tokenizer=tiny_tokenizer)
+    reader = CacheReader(published)
+    eos = set(tiny_model.generation_config.eos_token_id)
+    for sample in samples.unique:
+        assert sample.input_ids is not None
+        ids = torch.tensor([sample.input_ids])
+        with torch.inference_mode():
+            out = tiny_model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                pad_token_id=tiny_tokenizer.pad_token_id,
+            )[0, ids.shape[1]:].tolist()  # fmt: skip
+        cut = next((i + 1 for i, token in enumerate(out) if token in eos), len(out))
+        stored = reader[sample.key]
+        assert stored.sequences[0].tolist() == out[:cut]
+        assert stored.finish_reasons[0] == ("eos" if cut < len(out) or out[-1] in eos else "length")
+
+
+def test_batch_size_one_and_four_give_identical_entries(
+    published: Path, tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    single = run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "bs1", gen_batch_size=1))
+    assert single is not None
+    assert entries(single) == entries(published)
+
+
+def test_duplicate_samples_are_generated_once(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    twice = data_configs()[:1] * 2
+    output = run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "dup", data_configs=twice))
+    assert output is not None
+    manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["summary"]["entries"] == 6
+    assert manifest["summary"]["duplicates"] == 6
+    assert manifest["summary"]["data_configs"] == [
+        {"index": 0, "samples": 6, "unique": 6},
+        {"index": 1, "samples": 6, "unique": 6},
+    ]
+
+
+@pytest.mark.parametrize("kind", ["directory", "file", "dangling-symlink"])
+def test_existing_output_path_is_refused_before_the_model_loads(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "out"
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "file":
+        target.write_text("x")
+    else:
+        target.symlink_to(tmp_path / "missing")
+    # The teacher does not exist: reaching the model (or the tokenizer) would fail with another error.
+    config = write_config(tmp_path, tmp_path / "no-such-teacher", target)
+    with pytest.raises(OutputExistsError, match="already exists"):
+        run_generate(config)
+    assert cli_run(["generate", str(config)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", config.name])
+
+
+def test_three_shards_partition_the_unsharded_run(
+    published: Path, tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "sharded")
+    shard_dirs = []
+    for index in range(3):
+        if index < 2:
+            out = run_generate(config, shard=f"{index}/3")
+        else:  # the last one as a torchrun rank
+            out = run_generate(config, env={"WORLD_SIZE": "3", "RANK": "2", "LOCAL_RANK": "2"})
+        assert out is not None
+        assert out.name == f"sharded-shard-{index:05d}-of-00003"
+        shard_dirs.append(out)
+    parts = [entries(d) for d in shard_dirs]
+    keys = [set(p) for p in parts]
+    assert all(keys) and not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
+    union = {k: v for part in parts for k, v in part.items()}
+    assert union == entries(published)
+    for index, part in enumerate(keys):
+        assert all(int(key, 16) % 3 == index for key in part)
+    digests = {json.loads((d / "manifest.json").read_text())["summary"]["shard"]["run_digest"] for d in shard_dirs}
+    assert len(digests) == 1
+    mixed = open_caches(tmp_path / "sharded")
+    assert set(mixed.keys()) == set(union)
+    from gencache.inspect import inspect_report
+
+    report = json.dumps(inspect_report([tmp_path / "sharded"]))
+    assert "missing" not in report.lower() or '"missing": []' in report
+    # a deleted shard is flagged by inspect and open_caches
+    import shutil
+
+    shutil.rmtree(shard_dirs[1])
+    report = inspect_report([tmp_path / "sharded"])
+    assert "00001" in json.dumps(report)
+    with pytest.raises(Exception, match="00001|1"):
+        open_caches(tmp_path / "sharded")
+    # --skip-published: existing verified shards exit at once, the missing one is regenerated
+    assert run_generate(config, shard="0/3", skip_published=True) is None
+    regenerated = run_generate(config, shard="1/3", skip_published=True)
+    assert regenerated == shard_dirs[1]
+    assert entries(regenerated) == parts[1]
+
+
+def test_skip_published_refuses_a_shard_of_another_run(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    first = write_config(tmp_path, tiny_teacher_dir, tmp_path / "s")
+    assert run_generate(first, shard="0/2") is not None
+    other = write_config(tmp_path, tiny_teacher_dir, tmp_path / "s", seed=7)
+    with pytest.raises(OutputExistsError, match="another run"):
+        run_generate(other, shard="0/2", skip_published=True)
+
+
+def test_export_writes_one_line_per_sequence(published: Path, tmp_path: Path) -> None:
+    out = tmp_path / "answers.jsonl"
+    assert cli_run(["export", str(published), "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    reader = CacheReader(published)
+    assert len(lines) == len(reader)
+    assert {line["key"] for line in lines} == set(reader.keys())
+    for line in lines:
+        generation = reader[line["key"]]
+        assert line["text"] == generation.texts[line["sequence_index"]]
+        assert line["token_length"] == generation.sequences[line["sequence_index"]].numel()
+        assert line["reached_max_length"] == (line["finish_reason"] == "length")
+        assert line["prompt_text"] and line["prompt_token_length"] > 0
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+    assert cli_run(["export", str(published), "--out", str(out)]) == 2  # never overwrites
+
+
+def test_dry_run_builds_samples_without_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # model_path points nowhere: a dry run of default-template configs needs neither model nor tokenizer
+    musique_only = [dict(data_configs()[1], template="default")]
+    config = write_config(tmp_path, tmp_path / "no-such-teacher", tmp_path / "out", data_configs=musique_only)
+    assert cli_run(["generate", str(config), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "musique" in err and "header budget" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_invalid_config_is_one_line_and_exit_code_two(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, tmp_path / "teacher", tmp_path / "out", gen_batch_size=True)
+    assert cli_run(["generate", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gen_batch_size" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_runs_offline_on_cpu(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from gencache.demo import run_demo
+
+    console = Console(file=open(os.devnull, "w"), width=100)  # noqa: SIM115
+    published = run_demo(tmp_path / "demo", console=console)
+    reader = CacheReader(published)
+    assert len(reader) > 0
+    assert cli_run(["verify", str(published)]) == 0
