@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 from gencache.cli import run as cli_run
 from gencache.datasets import sample_source
-from gencache.errors import OutputExistsError
+from gencache.errors import GencacheError, OutputExistsError
 from gencache.pipeline import run_generate
 from gencache.reader import CacheReader, open_caches
 from gencache.samples import build_samples
@@ -66,12 +66,12 @@ def test_publishes_exactly_three_files_that_safetensors_reads(published: Path) -
     with safe_open(str(published / "cache.safetensors"), framework="pt") as handle:
         names = set(handle.keys())
         assert handle.metadata() == {"format_version": "3", "provenance_digest": reader.provenance_digest}
-        for key in reader.keys():
+        for key in reader.keys():  # noqa: SIM118
             generation = reader[key]
             for index, sequence in enumerate(generation.sequences):
                 assert torch.equal(handle.get_tensor(f"{key}.{index}"), sequence)
                 assert sequence.dtype == torch.int64 and sequence.dim() == 1 and sequence.numel() >= 1
-    assert names == {f"{key}.0" for key in reader.keys()}
+    assert names == {f"{key}.0" for key in reader.keys()}  # noqa: SIM118
 
 
 def test_resolved_config_records_the_run(published: Path, tiny_teacher_dir: Path) -> None:
@@ -181,15 +181,15 @@ def test_three_shards_partition_the_unsharded_run(
     assert set(mixed.keys()) == set(union)
     from gencache.inspect import inspect_report
 
-    report = json.dumps(inspect_report([tmp_path / "sharded"]))
-    assert "missing" not in report.lower() or '"missing": []' in report
+    shards = inspect_report([tmp_path / "sharded"])["artifacts"][0]["shards"]
+    assert (shards["present"], shards["missing"], shards["other_run"]) == (["00000", "00001", "00002"], [], [])
     # a deleted shard is flagged by inspect and open_caches
     import shutil
 
     shutil.rmtree(shard_dirs[1])
-    report = inspect_report([tmp_path / "sharded"])
-    assert "00001" in json.dumps(report)
-    with pytest.raises(Exception, match="00001|1"):
+    shards = inspect_report([tmp_path / "sharded"])["artifacts"][0]["shards"]
+    assert (shards["present"], shards["missing"]) == (["00000", "00002"], ["00001"])
+    with pytest.raises(GencacheError, match="00001"):
         open_caches(tmp_path / "sharded")
     # --skip-published: existing verified shards exit at once, the missing one is regenerated
     assert run_generate(config, shard="0/3", skip_published=True) is None
