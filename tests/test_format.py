@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gencache.canonical import json_digest
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
 from gencache.format import (
     MAX_HEADER_BYTES,
@@ -193,6 +194,36 @@ def test_content_digest_is_canonical_and_excludes_tensor_names() -> None:
     assert content_digest(refs, ["x"], ["eos"]) == hashlib.sha256(canonical.encode()).hexdigest()
     assert content_digest(refs, ["x"], ["length"]) != content_digest(refs, ["x"], ["eos"])
     assert content_digest(refs, ["y"], ["eos"]) != content_digest(refs, ["x"], ["eos"])
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    shapes=st.lists(st.lists(st.integers(0, 10**12), min_size=1, max_size=2), min_size=1, max_size=3),
+    texts=st.lists(st.text(st.characters(exclude_categories=("Cs",))), min_size=1, max_size=3),
+    reasons=st.lists(st.sampled_from(["eos", "stop_string", "length", 'q"\\\n']), min_size=1, max_size=3),
+    digest=st.text(max_size=70),
+)
+def test_content_digest_equals_the_canonical_json_digest(
+    shapes: list[list[int]], texts: list[str], reasons: list[str], digest: str
+) -> None:
+    refs = [{"tensor": "x", "dtype": "I64", "shape": shape, "digest": digest} for shape in shapes]
+    expected = json_digest(
+        {
+            "sequences": [{"dtype": "I64", "shape": s, "digest": digest} for s in shapes],
+            "text": texts,
+            "finish_reasons": reasons,
+        }
+    )
+    assert content_digest(refs, texts, reasons) == expected
+
+
+def test_content_digest_of_unencodable_or_odd_values_never_matches_and_never_raises() -> None:
+    refs = [{"dtype": "I64", "shape": [1], "digest": "0" * 64}]
+    assert content_digest(refs, ["\ud800"], ["eos"]) == "not-encodable"
+    assert content_digest([{"dtype": "I64", "shape": [True], "digest": "0" * 64}], ["t"], ["eos"]) == json_digest(
+        {"sequences": [{"dtype": "I64", "shape": [True], "digest": "0" * 64}], "text": ["t"], "finish_reasons": ["eos"]}
+    )
+    assert content_digest([{"dtype": "I64", "shape": [object()], "digest": "0"}], ["t"], ["eos"]) == "not-encodable"
 
 
 def test_json_file_bytes_is_canonical_with_a_newline_and_refuses_what_json_cannot_hold() -> None:

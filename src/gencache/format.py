@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from gencache.canonical import canonical_bytes, canonical_json, is_sha256_hex, json_digest
+from gencache.canonical import canonical_bytes, canonical_json, is_sha256_hex, json_digest, sha256_hex
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
 from gencache.tokenizer import TOKENIZER_STATE_FIELDS, tokenizer_state
 
@@ -60,6 +60,8 @@ SHARD_FIELDS = frozenset({"index", "count", "rule", "run_digest"})
 SHARD_RULE = "key-mod"
 MAX_SHARDS = 99_999
 
+# json.dumps(..., ensure_ascii=False) encodes strings with this function; content_digest relies on it.
+_encode_json_string: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]
 _KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
 _SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
 
@@ -235,16 +237,52 @@ def provenance_digest(provenance: Mapping[str, Any]) -> str:
 def content_digest(
     sequence_refs: Sequence[Mapping[str, Any]], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> str:
-    """SHA-256 of canonical ``{sequences: [{dtype, shape, digest}], text, finish_reasons}`` (tensor names excluded)."""
-    return json_digest(
-        {
-            "sequences": [
-                {"dtype": ref["dtype"], "shape": list(ref["shape"]), "digest": ref["digest"]} for ref in sequence_refs
-            ],
-            "text": list(texts),
-            "finish_reasons": list(finish_reasons),
-        }
+    """SHA-256 of canonical ``{sequences: [{dtype, shape, digest}], text, finish_reasons}`` (tensor names excluded).
+
+    The canonical JSON of this fixed shape is assembled directly (the same bytes as :func:`canonical_json`, which
+    a test checks): finalize and first reads compute one per entry. Text that cannot be encoded (a lone
+    surrogate read from a damaged manifest) gives a digest no entry can have.
+    """
+    encode = _encode_json_string
+    sequences = []
+    for ref in sequence_refs:
+        dtype, shape, digest = ref["dtype"], ref["shape"], ref["digest"]
+        if (
+            type(dtype) is not str
+            or type(digest) is not str
+            or type(shape) not in (list, tuple)
+            or any(type(n) is not int for n in shape)
+        ):
+            return _content_digest_slow(sequence_refs, texts, finish_reasons)
+        sequences.append(f'{{"digest":{encode(digest)},"dtype":{encode(dtype)},"shape":[{",".join(map(str, shape))}]}}')
+    if any(type(t) is not str for t in texts) or any(type(r) is not str for r in finish_reasons):
+        return _content_digest_slow(sequence_refs, texts, finish_reasons)
+    document = (
+        f'{{"finish_reasons":[{",".join(map(encode, finish_reasons))}],"sequences":[{",".join(sequences)}],'
+        f'"text":[{",".join(map(encode, texts))}]}}'
     )
+    try:
+        return sha256_hex(document.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "not-encodable"
+
+
+def _content_digest_slow(
+    sequence_refs: Sequence[Mapping[str, Any]], texts: Sequence[Any], finish_reasons: Sequence[Any]
+) -> str:
+    try:
+        return json_digest(
+            {
+                "sequences": [
+                    {"dtype": ref["dtype"], "shape": list(ref["shape"]), "digest": ref["digest"]}
+                    for ref in sequence_refs
+                ],
+                "text": list(texts),
+                "finish_reasons": list(finish_reasons),
+            }
+        )
+    except (TypeError, ValueError):
+        return "not-encodable"
 
 
 class EntryRecord(NamedTuple):
