@@ -273,6 +273,15 @@ def test_tampered_digests_and_provenance(corpus: Corpus) -> None:
     assert corpus.check(non_canonical, "indent") == "verify"
 
 
+def test_a_lone_surrogate_in_a_manifest_text_is_an_integrity_error(corpus: Corpus) -> None:
+    def damage() -> None:
+        manifest = json.loads(corpus.files["manifest.json"])
+        manifest["entries"][corpus.entries[2].key]["text"][0] = "\ud800"
+        corpus.rewrite("manifest.json", json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode() + b"\n")
+
+    assert corpus.check(damage, "surrogate") == "read"
+
+
 def test_swapped_tensor_offsets_never_serve_another_entrys_tokens(corpus: Corpus) -> None:
     data = corpus.files["cache.safetensors"]
     capacity = int.from_bytes(data[:8], "little")
