@@ -308,6 +308,21 @@ def test_appended_bytes_and_other_length_prefixes(corpus: Corpus) -> None:
         assert corpus.check(lambda d=damaged: corpus.rewrite("cache.safetensors", d), "prefix") == "open"
 
 
+def test_deeply_nested_json_is_refused_not_a_crash(corpus: Corpus) -> None:
+    nested = b"[" * 200_000 + b"]" * 200_000
+    assert corpus.check(lambda: corpus.rewrite("manifest.json", nested + b"\n"), "nested manifest") == "open"
+    assert corpus.check(lambda: corpus.rewrite("resolved_config.json", nested + b"\n"), "nested resolved") == "verify"
+    data = corpus.files["cache.safetensors"]
+    capacity = int.from_bytes(data[:8], "little")
+    depth = (capacity - 7) // 2
+    deep = b'{"a":' + b"[" * depth + b"]" * depth + b"}"
+    deep += b" " * (capacity - len(deep))
+    assert (
+        corpus.check(lambda: corpus.rewrite("cache.safetensors", data[:8] + deep + data[8 + capacity :]), "deep")
+        == "open"
+    )
+
+
 def test_a_resolved_config_that_is_not_a_json_object(corpus: Corpus) -> None:
     for data in (b"[1]\n", b"\xff\n", b"{\n"):
         assert corpus.check(lambda d=data: corpus.rewrite("resolved_config.json", d), "resolved") == "verify"

@@ -632,7 +632,7 @@ def parse_header(raw: bytes) -> Header:
     try:
         text = body.decode("utf-8")
         parsed = json.loads(text, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise FormatError(f"{PAYLOAD_NAME} header is not valid JSON ({error}); the file is damaged.") from None
     if not isinstance(parsed, dict):
         raise FormatError(f"{PAYLOAD_NAME} header must be a JSON object.")
@@ -715,7 +715,7 @@ def is_canonical_header(raw: bytes) -> bool:
     body = raw.rstrip(b" ")
     try:
         return canonical_bytes(json.loads(body.decode("utf-8"))) == body
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return False
 
 

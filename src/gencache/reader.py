@@ -199,14 +199,17 @@ class CacheReader(_CacheAPI):
                 "elsewhere or regenerate."
             )
         for name in sorted(ARTIFACT_FILES):
-            mode = os.lstat(path / name).st_mode
+            try:
+                mode = os.lstat(path / name).st_mode
+            except OSError as error:
+                raise self._fail(f"{name} cannot be read ({error.strerror}).") from None
             if not stat.S_ISREG(mode):
                 kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
                 raise self._fail(f"{name} is {kind}; artifact files must be regular files (copy, do not link).")
         raw_manifest = _read_regular(path / MANIFEST_NAME, "Manifest")
         try:
             parsed = json.loads(raw_manifest.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as error:
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise self._fail(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
         try:
             manifest = check_manifest(parsed)
@@ -308,7 +311,7 @@ class CacheReader(_CacheAPI):
         raw_resolved = _read_regular(self.path / RESOLVED_NAME, "Resolved config")
         try:
             resolved = json.loads(raw_resolved.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as error:
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
             problems.append(f"resolved_config.json is not valid UTF-8 JSON ({error})")
         else:
             if not isinstance(resolved, dict):
