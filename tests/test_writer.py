@@ -206,6 +206,9 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
         ("a" * 64, [tokens([1])], [b"t"], ["eos"], "must be a str"),
         ("a" * 64, [tokens([1])], ["\ud800"], ["eos"], "not valid Unicode"),
         ("a" * 64, [np.arange(4, dtype=np.int64)[::2]], ["t"], ["eos"], "contiguous"),
+        ("a" * 64, [np.arange(2, dtype=np.int32)], ["t"], ["eos"], "format 'i'"),
+        ("a" * 64, [np.arange(2, dtype=np.float64)], ["t"], ["eos"], "format 'd'"),
+        ("a" * 64, [np.arange(2, dtype=">i8")], ["t"], ["eos"], "format '>q'"),
     ],
 )
 def test_invalid_entries_are_rejected_and_leave_the_writer_usable(
@@ -217,6 +220,20 @@ def test_invalid_entries_are_rejected_and_leave_the_writer_usable(
             w.add(key, sequences, texts, reasons)  # type: ignore[arg-type]
         assert os.stat(w.path).st_size == size and len(w) == 0
         assert w.add(*_args(make_entries(1)[0]))
+
+
+def test_int64_arrays_and_raw_bytes_are_accepted(tmp_path: Path) -> None:
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(4, 1, 3)) as w:
+        for i, sequence in enumerate(
+            [
+                np.array([1, 2, 3], dtype=np.int64),
+                bytearray(tokens([1, 2, 3])),
+                memoryview(tokens([1, 2, 3])),
+                tokens([1, 2, 3]),
+            ]
+        ):
+            assert w.add(hashlib.sha256(bytes([i])).hexdigest(), [sequence], ["t"], ["eos"])
+        assert len({r.digests for r in w._records.values()}) == 1
 
 
 def test_the_writer_keeps_no_reference_to_token_buffers(tmp_path: Path) -> None:

@@ -348,6 +348,11 @@ def _as_view(sequence: object, where: str) -> memoryview:
         ) from None
     if not view.c_contiguous:
         raise FormatError(f"{where} must be contiguous.")
+    kind = view.format.lstrip("@=<")
+    if kind not in ("B", "b", "c") and not (kind in ("q", "l") and view.itemsize == TOKEN_BYTES):
+        raise FormatError(
+            f"{where} holds elements of format {view.format!r}; give little-endian int64 token ids or their raw bytes."
+        )
     view = view.cast("B")
     if view.nbytes == 0 or view.nbytes % TOKEN_BYTES:
         raise FormatError(f"{where} must hold at least one int64 token ({view.nbytes} bytes given).")
