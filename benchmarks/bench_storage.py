@@ -69,7 +69,8 @@ def make_inputs(shape: Shape) -> tuple[list[str], list[bytes], list[str]]:
 class WriteResult:
     path: Path
     append_s: float
-    finalize_s: float
+    build_s: float
+    write_s: float
     fsync_s: float
     sizes: dict[str, int]
 
@@ -90,7 +91,7 @@ def write(shape: Shape, directory: Path, name: str) -> WriteResult:
         build.publish()
     sizes = {name: os.path.getsize(out / name) for name in os.listdir(out)}
     sizes["header"] = capacity
-    return WriteResult(out, append_s, timings["build_s"] + timings["write_s"], timings["fsync_s"], sizes)
+    return WriteResult(out, append_s, timings["build_s"], timings["write_s"], timings["fsync_s"], sizes)
 
 
 def writer_memory(shape: Shape, directory: Path) -> float:
@@ -287,11 +288,15 @@ def _run(args: argparse.Namespace, root: Path, base: Shape, tenfold: Shape, heav
             f"{status(throughput >= 0.9)} |"
         )
     small, large = results[base.name], results[tenfold.name]
-    ratio = large.finalize_s / small.finalize_s
-    lines.append(
-        f"| finalize without fsync, {tenfold.name} vs {base.name} | {fmt_s(large.finalize_s)} | "
-        f"{fmt_s(small.finalize_s)} | {ratio:.2f}x | ~1x (payload-independent) | {status(ratio < 1.5)} |"
-    )
+    for label, ours, theirs in (
+        ("finalize without fsync: header + manifest built", large.build_s, small.build_s),
+        ("finalize without fsync: header + files written", large.write_s, small.write_s),
+    ):
+        ratio = ours / theirs
+        lines.append(
+            f"| {label}, {tenfold.name} vs {base.name} | {fmt_s(ours)} | {fmt_s(theirs)} | {ratio:.2f}x | "
+            f"~1x (payload-independent) | {status(ratio < 1.5)} |"
+        )
     lines.append(
         f"| open, {base.name} | {fmt_s(open_ours)} | {fmt_s(open_base)} (safe_open + manifest JSON) | "
         f"{open_ours / open_base:.2f}x | <= 3x | {status(open_ours <= 3 * open_base)} |"
@@ -327,7 +332,10 @@ def _run(args: argparse.Namespace, root: Path, base: Shape, tenfold: Shape, heav
         "writer keep (offsets, lengths, digest, tuples; the caller's 1 KB text is referenced, not copied); it does "
         "not grow with the payload. A first `reader[key]` "
         "re-hashes that entry and its content digest (the lazy integrity check of SPEC section 8); repeated reads "
-        "are views of the one memory map. RSS growth on open is measured in a fresh process from /proc/self/status.",
+        "are views of the one memory map. RSS growth on open is measured in a fresh process from /proc/self/status. "
+        "Finalize writes the header in place and the manifest; after a multi-GB payload the kernel may throttle "
+        "those writes while it flushes the payload's dirty pages, which is I/O pressure rather than work that "
+        "grows with the payload (the fsync column reports the flush itself).",
     ]
     print("\n".join(lines))
     return 0
