@@ -5,16 +5,21 @@ Heavy modules (torch, transformers, datasets) are imported inside the commands s
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
 from gencache import __version__
-from gencache.errors import GencacheError
+from gencache.errors import GencacheError, Terminated
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 app = typer.Typer(
     name="gencache",
@@ -24,6 +29,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+class _Interrupted(Exception):
+    """Carries a KeyboardInterrupt past typer, which would turn it into a silent exit code 130."""
+
+
+def _interruptible(command: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted(exc) from exc
+
+    return wrapper
 
 
 def _version(value: bool) -> None:
@@ -42,6 +62,7 @@ def _root(
 
 
 @app.command()
+@_interruptible
 def generate(
     config: Annotated[Path, typer.Argument(help="The run's JSON config (a sibling _default.json is merged in).")],
     shard: Annotated[
@@ -84,6 +105,7 @@ def inspect(
 
 
 @app.command()
+@_interruptible
 def verify(
     dirs: Annotated[list[Path], typer.Argument(help="Artifact directories to re-hash.")],
 ) -> None:
@@ -98,6 +120,7 @@ def verify(
 
 
 @app.command()
+@_interruptible
 def export(
     directory: Annotated[Path, typer.Argument(help="A published artifact directory.")],
     out: Annotated[Path, typer.Option("--out", help="The JSONL file to write (must not exist).")],
@@ -123,6 +146,7 @@ def clean(
 
 
 @app.command()
+@_interruptible
 def demo(
     workdir: Annotated[
         Path, typer.Option("--workdir", help="Where to build the tiny teacher and the artifact.")
@@ -135,7 +159,7 @@ def demo(
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 interrupted."""
+    """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM."""
     try:  # typer >= 0.20 vendors click; older releases depend on it
         from typer._click.exceptions import ClickException
     except ImportError:  # pragma: no cover
@@ -156,9 +180,10 @@ def run(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        typer.echo("Interrupted; nothing was published.", err=True)
-        return 130
+    except _Interrupted as wrapped:  # SIGINT, or SIGTERM/SIGHUP as gencache.errors.Terminated
+        interrupt = wrapped.args[0]
+        typer.echo(str(interrupt) or "Interrupted; nothing was published.", err=True)
+        return 143 if isinstance(interrupt, Terminated) else 130
     return result if isinstance(result, int) else 0
 
 

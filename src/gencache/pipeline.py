@@ -248,6 +248,7 @@ def run_generate(
     )
     from gencache.progress import make_progress
     from gencache.writer import ArtifactBuild, check_output_path, probe_rename
+    from gencache.writer import _phase as test_phase
 
     check_output_path(output_dir)
     device = device_for_rank(config.model.device, shard_spec)
@@ -289,6 +290,7 @@ def run_generate(
         attn_implementation=config.model.attn_implementation,
     )
     console.print(f"teacher loaded in {time.monotonic() - started:.1f}s")
+    test_phase("model_loaded")
 
     by_key = {s.key: s for s in plan.samples.unique}
     prompts = []

@@ -1,0 +1,125 @@
+"""`gencache generate` killed or interrupted at each phase never leaves a partial output directory.
+
+The child process reports its phases through the writer's test hook (``GENCACHE_TEST_PHASE_FD``): it writes each
+phase name to a pipe and then blocks until the test lets it go on, so a kill lands exactly in that phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gencache.datasets import sample_source
+from gencache.writer import clean
+
+TIMEOUT = 120
+
+
+def write_config(tmp_path: Path, teacher: Path) -> Path:
+    config = {
+        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
+                  "generation_kwargs": {"max_new_tokens": 8}},
+        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
+                          "subset": "default", "source": str(sample_source("musique"))}],
+        "gen_batch_size": 2,
+        "output_dir": str(tmp_path / "out"),
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+class Child:
+    """A ``gencache generate`` process paused at every phase."""
+
+    def __init__(self, config: Path) -> None:
+        self.phases_r, phases_w = os.pipe()
+        go_r, self.go_w = os.pipe()
+        env = dict(os.environ, GENCACHE_TEST_PHASE_FD=f"{phases_w}:{go_r}")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gencache", "generate", str(config)],
+            env=env,
+            pass_fds=(phases_w, go_r),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        os.close(phases_w)
+        os.close(go_r)
+        self.reader = os.fdopen(self.phases_r, "r")
+        self.seen: list[str] = []
+
+    def run_until(self, phase: str, occurrence: int = 1) -> None:
+        """Let the child go on until it reports ``phase`` for the ``occurrence``-th time (and is paused there)."""
+        count = 0
+        while True:
+            line = self.reader.readline()
+            if not line:
+                raise AssertionError(f"child ended before {phase!r}; saw {self.seen}: {self.proc.stderr.read()!r}")  # type: ignore[union-attr]
+            name = line.strip()
+            self.seen.append(name)
+            if name == phase:
+                count += 1
+                if count == occurrence:
+                    return
+            os.write(self.go_w, b"g")
+
+    def release(self) -> None:
+        with contextlib.suppress(BrokenPipeError):
+            os.write(self.go_w, b"g" * 64)
+
+    def finish(self) -> int:
+        """Let the child run to its end; its exit status."""
+        try:
+            while line := self.reader.readline():
+                self.seen.append(line.strip())
+                os.write(self.go_w, b"g")
+        except BrokenPipeError:
+            pass
+        code = self.proc.wait(timeout=TIMEOUT)
+        self.reader.close()
+        os.close(self.go_w)
+        return code
+
+
+@pytest.mark.parametrize(
+    ("phase", "occurrence"),
+    [("model_loaded", 1), ("appended", 3), ("header_written", 1), ("manifest_written", 1)],
+)
+def test_kill_9_leaves_no_partial_output(tmp_path: Path, tiny_teacher_dir: Path, phase: str, occurrence: int) -> None:
+    child = Child(write_config(tmp_path, tiny_teacher_dir))
+    child.run_until(phase, occurrence)
+    child.proc.send_signal(signal.SIGKILL)
+    assert child.finish() == -signal.SIGKILL
+    assert not os.path.lexists(tmp_path / "out")
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".out.gencache-")]
+    assert len(leftovers) == (0 if phase == "model_loaded" else 1)
+    assert clean(tmp_path) == leftovers  # the killed process's temporary directory is removed by `gencache clean`
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_mid_generation_removes_the_temporary_directory(
+    tmp_path: Path, tiny_teacher_dir: Path, signum: int
+) -> None:
+    child = Child(write_config(tmp_path, tiny_teacher_dir))
+    child.run_until("appended", 2)
+    child.proc.send_signal(signum)
+    child.release()
+    code = child.finish()
+    assert code == (130 if signum == signal.SIGINT else 143)
+    assert "nothing was published" in child.proc.stderr.read().decode()  # type: ignore[union-attr]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def test_uninterrupted_child_publishes(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    child = Child(write_config(tmp_path, tiny_teacher_dir))
+    assert child.finish() == 0
+    assert {"model_loaded", "temp_created", "appended", "header_written", "published"} <= set(child.seen)
+    assert sorted(os.listdir(tmp_path / "out")) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
