@@ -125,10 +125,15 @@ def test_batch_size_one_and_four_give_identical_entries(
     assert entries(single) == entries(published)
 
 
-def test_duplicate_samples_are_generated_once(tmp_path: Path, tiny_teacher_dir: Path) -> None:
-    twice = data_configs()[:1] * 2
+def test_duplicate_samples_are_generated_once(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the same samples twice, the second time through another template: same keys, different prompts
+    twice = [data_configs()[0], dict(data_configs()[0], template="default")]
     output = run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "dup", data_configs=twice))
     assert output is not None
+    err = capsys.readouterr().err
+    assert err.count("6 duplicated keys rendered different prompts") == 1
     manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["summary"]["entries"] == 6
     assert manifest["summary"]["duplicates"] == 6

@@ -11,6 +11,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from gencache import __version__
 from gencache.config import CacheConfig, config_to_json, load_config
 from gencache.errors import GenerationError, OutputExistsError, ShardError
 from gencache.format import header_capacity, make_provenance, shard_dir_name
-from gencache.samples import SampleSet, build_samples, needs_tokenizer
+from gencache.samples import DuplicatePromptWarning, SampleSet, build_samples, needs_tokenizer
 from gencache.sharding import ShardSpec, device_for_rank, resolve_shard, run_digest
 from gencache.tokenizer import tokenizer_state
 
@@ -60,7 +61,9 @@ def output_path_for(config: CacheConfig, shard: ShardSpec | None) -> Path:
 def plan_run(config: CacheConfig, shard: ShardSpec | None, tokenizer: Any | None) -> RunPlan:
     """Build every sample and pick this shard's unique keys (first occurrence wins)."""
     config_json = config_to_json(config)
-    samples = build_samples(config, tokenizer=tokenizer)
+    with warnings.catch_warnings():  # reported once, by the caller, from samples.conflicting_prompts
+        warnings.simplefilter("ignore", DuplicatePromptWarning)
+        samples = build_samples(config, tokenizer=tokenizer)
     keys = [s.key for s in samples.unique]
     if shard is not None:
         keys = shard.select(keys)
@@ -108,11 +111,7 @@ def render_plan(plan: RunPlan, console: Console, *, capacity: int | None, max_ne
         f"samples: {len(plan.samples)}   unique keys: {len(plan.samples.unique)}   "
         f"duplicates: {plan.samples.duplicates}"
     )
-    if plan.samples.conflicting_prompts:
-        console.print(
-            f"[yellow]warning:[/yellow] {len(plan.samples.conflicting_prompts)} duplicated keys rendered different "
-            "prompts; the first occurrence's prompt is generated."
-        )
+    warn_conflicting_prompts(plan, console)
     if plan.shard is not None:
         console.print(f"shard {plan.shard.index}/{plan.shard.count} ({plan.shard.origin}): {len(plan.keys)} keys")
     if capacity is not None:
@@ -123,6 +122,15 @@ def render_plan(plan: RunPlan, console: Console, *, capacity: int | None, max_ne
         console.print("header budget: unknown until the teacher's generation_config.json supplies max_new_tokens")
     if os.path.lexists(plan.output_dir):
         console.print(f"[red]output path exists:[/red] {plan.output_dir} (generate would refuse it)")
+
+
+def warn_conflicting_prompts(plan: RunPlan, console: Console) -> None:
+    """One warning line when samples with equal keys rendered different prompts (the first one is generated)."""
+    if plan.samples.conflicting_prompts:
+        console.print(
+            f"[yellow]warning:[/yellow] {len(plan.samples.conflicting_prompts)} duplicated keys rendered different "
+            "prompts (another template or rendering option); the first occurrence's prompt is generated for all."
+        )
 
 
 def _dry_run_max_new_tokens(config: CacheConfig) -> tuple[int | None, int]:
@@ -275,6 +283,7 @@ def run_generate(
         dtype=config.model.dtype,
         tokenizer=tokenizer_state(tokenizer),
     )
+    warn_conflicting_prompts(plan, console)
     console.print(
         f"{len(plan.keys)} unique samples to generate ({plan.samples.duplicates} duplicates skipped), "
         f"max_new_tokens {generation.max_new_tokens}, batch size {config.gen_batch_size}, device {device}"
