@@ -160,9 +160,7 @@ def test_existing_output_path_is_refused_before_the_model_loads(tmp_path: Path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", config.name])
 
 
-def test_three_shards_partition_the_unsharded_run(
-    published: Path, tmp_path: Path, tiny_teacher_dir: Path
-) -> None:
+def test_three_shards_partition_the_unsharded_run(published: Path, tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "sharded")
     shard_dirs = []
     for index in range(3):

@@ -32,9 +32,7 @@ def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:
     """A config over the bundled sample data for the tiny teacher, on CPU in float32."""
     data_configs = []
     for entry in DEMO_DATASETS:
-        data_configs.append(
-            {**entry, "split": "train", "seed": 0, "source": str(sample_source(entry["dataset_name"]))}
-        )
+        data_configs.append({**entry, "split": "train", "seed": 0, "source": str(sample_source(entry["dataset_name"]))})
     return {
         "model": {
             "model_path": str(teacher),
