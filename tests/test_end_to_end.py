@@ -186,12 +186,14 @@ def test_three_shards_partition_the_unsharded_run(published: Path, tmp_path: Pat
 
     shards = inspect_report([tmp_path / "sharded"])["artifacts"][0]["shards"]
     assert (shards["present"], shards["missing"], shards["other_run"]) == (["00000", "00001", "00002"], [], [])
+    assert cli_run(["inspect", str(tmp_path / "sharded")]) == 0
     # a deleted shard is flagged by inspect and open_caches
     import shutil
 
     shutil.rmtree(shard_dirs[1])
     shards = inspect_report([tmp_path / "sharded"])["artifacts"][0]["shards"]
     assert (shards["present"], shards["missing"]) == (["00000", "00002"], ["00001"])
+    assert cli_run(["inspect", str(tmp_path / "sharded"), "--json"]) == 1
     with pytest.raises(GencacheError, match="00001"):
         open_caches(tmp_path / "sharded")
     # --skip-published: existing verified shards exit at once, the missing one is regenerated

@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
@@ -90,7 +90,8 @@ def inspect(
     dirs: Annotated[list[Path], typer.Argument(help="Artifact directories (or an unsuffixed sharded output_dir).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
 ) -> None:
-    """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps."""
+    """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps (exit 1 when a path
+    cannot be read or a sharded output misses shards)."""
     import json
 
     from gencache.inspect import inspect_report, render_inspect
@@ -102,6 +103,19 @@ def inspect(
         from rich.console import Console
 
         render_inspect(report, Console())
+    if not _inspect_ok(report):
+        raise typer.Exit(1)
+
+
+def _inspect_ok(report: dict[str, Any]) -> bool:
+    """False when a path could not be read, or a sharded output misses shards or mixes runs."""
+    for artifact in report["artifacts"]:
+        if artifact.get("kind") == "error":
+            return False
+        shards = artifact.get("shards")
+        if isinstance(shards, dict) and (shards.get("missing") or shards.get("other_run")):
+            return False
+    return True
 
 
 @app.command()
