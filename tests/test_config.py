@@ -206,6 +206,13 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
         ("model.generation_kwargs.max_new_tokens: must be a positive integer, not a string",),
     ),
     ("max_new_tokens_float", _set("model.generation_kwargs.max_new_tokens", 64.0), ("max_new_tokens: must be a pos",)),
+    (
+        "max_length_refused",
+        _set("model.generation_kwargs.max_length", 64),
+        ("max_length: not supported", "max_new_tokens"),
+    ),
+    ("diversity_penalty_refused", _set("model.generation_kwargs.diversity_penalty", 0.5), ("custom_generate",)),
+    ("max_time_refused", _set("model.generation_kwargs.max_time", 5.0), ("machine speed",)),
     ("do_sample_string", _set("model.generation_kwargs.do_sample", "false"), ("generation_kwargs.do_sample: must be",)),
     ("temperature_zero", _set("model.generation_kwargs.temperature", 0), ("generation_kwargs.temperature: must be",)),
     ("stop_strings_empty", _set("model.generation_kwargs.stop_strings", []), ("generation_kwargs.stop_strings:",)),

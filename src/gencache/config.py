@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULTS_FILENAME",
     "GENERATION_FORBIDDEN",
     "GENERATION_KWARG_RULES",
+    "GENERATION_UNSUPPORTED",
     "LOGIT_FIELDS",
     "NO_LOGITS_MESSAGE",
     "CacheConfig",
@@ -362,12 +363,10 @@ _PROBABILITY = _Rule(_probability, "number in [0, 1]")
 _GENERATION_RULES: dict[str, _Rule] = {
     "max_new_tokens": _POSITIVE_INT,
     "min_new_tokens": _NON_NEGATIVE_INT,
-    "max_length": _POSITIVE_INT,
     "min_length": _NON_NEGATIVE_INT,
     "do_sample": _BOOLEAN,
     "use_cache": _BOOLEAN,
     "num_beams": _POSITIVE_INT,
-    "num_beam_groups": _POSITIVE_INT,
     "num_return_sequences": _POSITIVE_INT,
     "temperature": _POSITIVE_NUMBER,
     "top_k": _NON_NEGATIVE_INT,
@@ -378,7 +377,6 @@ _GENERATION_RULES: dict[str, _Rule] = {
     "eta_cutoff": _PROBABILITY,
     "repetition_penalty": _POSITIVE_NUMBER,
     "length_penalty": _NUMBER,
-    "diversity_penalty": _NUMBER,
     "no_repeat_ngram_size": _NON_NEGATIVE_INT,
     "early_stopping": _Rule(_early_stopping, 'true, false or "never"'),
     "renormalize_logits": _BOOLEAN,
@@ -407,6 +405,27 @@ GENERATION_FORBIDDEN: Mapping[str, str] = {
     "input_ids": "gencache builds the inputs from the data configs",
     "attention_mask": "gencache builds the attention mask",
 }
+
+
+#: Generation settings transformers knows but gencache refuses, with the reason given to the user.
+GENERATION_UNSUPPORTED: dict[str, str] = {
+    "max_length": "it counts the prompt tokens; set max_new_tokens instead",
+    "max_time": "a wall-clock limit would make the stored answers depend on machine speed",
+    "compile_config": "it is a Python object and cannot be given in a JSON config",
+    "continuous_batching_config": "continuous batching does not support gencache's stopping criterion",
+    "transformers_version": "it is metadata, not a generation setting",
+}
+for _name in (
+    "is_assistant", "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
+    "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_early_exit", "assistant_lookbehind",
+    "target_lookbehind", "assistant_ensemble_weight", "speculation_type", "use_mtp",
+):  # fmt: skip
+    GENERATION_UNSUPPORTED[_name] = "assisted and speculative decoding generate one prompt at a time"
+for _name in (
+    "low_memory", "penalty_alpha", "dola_layers", "num_beam_groups", "diversity_penalty", "constraints",
+    "force_words_ids",
+):  # fmt: skip
+    GENERATION_UNSUPPORTED[_name] = "this decoding strategy moved out of transformers (custom_generate)"
 
 
 def _json_problems(value: Any, loc: Loc) -> list[Problem]:
@@ -441,6 +460,9 @@ def _generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
             continue
         if key in GENERATION_FORBIDDEN:
             problems.append(((key,), f"not allowed here: {GENERATION_FORBIDDEN[key]}"))
+            continue
+        if key in GENERATION_UNSUPPORTED:
+            problems.append(((key,), f"not supported: {GENERATION_UNSUPPORTED[key]}"))
             continue
         json_problems = _json_problems(value, (key,))
         if json_problems:

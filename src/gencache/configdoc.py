@@ -24,6 +24,7 @@ from gencache.config import (
     DEFAULTS_FILENAME,
     GENERATION_FORBIDDEN,
     GENERATION_KWARG_RULES,
+    GENERATION_UNSUPPORTED,
     LOGIT_FIELDS,
     NO_LOGITS_MESSAGE,
     CacheConfig,
@@ -141,7 +142,9 @@ def config_schema() -> dict[str, Any]:
     )
 
     generation = defs["ModelConfig"]["properties"]["generation_kwargs"]
-    generation["propertyNames"] = {"not": {"enum": sorted(LOGIT_FIELDS | set(GENERATION_FORBIDDEN))}}
+    generation["propertyNames"] = {
+        "not": {"enum": sorted(LOGIT_FIELDS | set(GENERATION_FORBIDDEN) | set(GENERATION_UNSUPPORTED))}
+    }
     generation["properties"] = {
         "max_new_tokens": {
             "anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}],
@@ -337,6 +340,7 @@ def render_config_markdown() -> str:
         "|---|---|",
         *[f"| `{name}` | logits and scores are never collected (format 3) |" for name in sorted(LOGIT_FIELDS)],
         *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_FORBIDDEN.items()],
+        *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_UNSUPPORTED.items()],
         "",
         "## `data_configs[i]`",
         "",

@@ -32,6 +32,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.config import GENERATION_UNSUPPORTED as _UNSUPPORTED_KEYS
+from gencache.config import LOGIT_FIELDS as LOGITS_KEYS
+from gencache.config import NO_LOGITS_MESSAGE
 from gencache.errors import ConfigError, GenerationError
 from gencache.tokenizer import prepare_tokenizer
 
@@ -48,34 +51,6 @@ FINISH_STOP_STRING = "stop_string"
 FINISH_LENGTH = "length"
 FINISH_REASONS = (FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH)
 _REASON_CODES = {1: FINISH_EOS, 2: FINISH_STOP_STRING, 3: FINISH_LENGTH}
-
-NO_LOGITS_MESSAGE = "format 3 never collects or stores logits or scores; KL training computes teacher logits online."
-
-#: Settings that would make generate collect logits, scores or other per-step outputs.
-LOGITS_KEYS = frozenset(
-    {"output_scores", "output_logits", "return_dict_in_generate", "output_attentions", "output_hidden_states",
-     "store_logits"}
-)  # fmt: skip
-
-#: Known GenerationConfig fields gencache refuses, with the reason given to the user.
-_UNSUPPORTED_KEYS: dict[str, str] = {
-    "max_length": "it counts the prompt tokens; set max_new_tokens instead",
-    "max_time": "a wall-clock limit would make the stored answers depend on machine speed",
-    "compile_config": "it is a Python object and cannot be given in a JSON config",
-    "continuous_batching_config": "continuous batching does not support gencache's stopping criterion",
-    "transformers_version": "it is metadata, not a generation setting",
-}
-for _name in (
-    "is_assistant", "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
-    "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_early_exit", "assistant_lookbehind",
-    "target_lookbehind", "assistant_ensemble_weight", "speculation_type", "use_mtp",
-):  # fmt: skip
-    _UNSUPPORTED_KEYS[_name] = "assisted and speculative decoding generate one prompt at a time"
-for _name in (
-    "low_memory", "penalty_alpha", "dola_layers", "num_beam_groups", "diversity_penalty", "constraints",
-    "force_words_ids",
-):  # fmt: skip
-    _UNSUPPORTED_KEYS[_name] = "this decoding strategy moved out of transformers (custom_generate)"
 
 #: Parameters used only when sampling; dropped under greedy decoding.
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff")
