@@ -36,6 +36,8 @@ def test_torchrun_and_slurm_environments() -> None:
     assert spec == ShardSpec(index=11, count=16, origin="torchrun", local_rank=3)
     slurm = shard_from_env({"SLURM_NTASKS": "4", "SLURM_PROCID": "2", "SLURM_LOCALID": "0"})
     assert slurm == ShardSpec(index=2, count=4, origin="slurm", local_rank=0)
+    step = shard_from_env({"SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3"})
+    assert step == ShardSpec(index=3, count=4, origin="slurm", local_rank=3)
     with pytest.raises(ShardError, match="RANK"):
         shard_from_env({"WORLD_SIZE": "2"})
 
@@ -51,15 +53,17 @@ def test_explicit_shard_must_agree_with_launcher() -> None:
 
 def test_devices_map_to_the_local_rank() -> None:
     spec = ShardSpec(index=5, count=8, origin="torchrun", local_rank=5)
-    assert device_for_rank("cuda", spec) == "cuda:5"
-    assert device_for_rank("cuda:0", spec) == "cuda:5"
-    assert device_for_rank("cpu", spec) == "cpu"
+    all_gpus = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    assert device_for_rank("cuda", spec, all_gpus) == "cuda:5"
+    assert device_for_rank("cuda:0", spec, {}) == "cuda:5"
+    assert device_for_rank("cuda", spec, {"CUDA_VISIBLE_DEVICES": "5"}) == "cuda:0"  # srun --gpus-per-task 1
+    assert device_for_rank("cpu", spec, all_gpus) == "cpu"
     with pytest.raises(ShardError, match="cuda:LOCAL_RANK"):
-        device_for_rank("cuda:1", spec)
+        device_for_rank("cuda:1", spec, all_gpus)
     with pytest.raises(ShardError):
-        device_for_rank("auto", spec)
-    assert device_for_rank("cuda:1", ShardSpec(index=0, count=2)) == "cuda:1"  # --shard without a launcher
-    assert device_for_rank("cuda:1", None) == "cuda:1"
+        device_for_rank("auto", spec, all_gpus)
+    assert device_for_rank("cuda:1", ShardSpec(index=0, count=2), {}) == "cuda:1"  # --shard without a launcher
+    assert device_for_rank("cuda:1", None, {}) == "cuda:1"
 
 
 def test_run_digest_ignores_output_and_shard_fields_only() -> None:

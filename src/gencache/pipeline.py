@@ -259,7 +259,7 @@ def run_generate(
     from gencache.writer import _phase as test_phase
 
     check_output_path(output_dir)
-    device = device_for_rank(config.model.device, shard_spec)
+    device = device_for_rank(config.model.device, shard_spec, env)
     tokenizer = load_tokenizer(config.model.effective_tokenizer_path, revision=config.model.revision)
     generation = resolve_generation(
         config.model.generation_kwargs,
@@ -284,6 +284,11 @@ def run_generate(
         tokenizer=tokenizer_state(tokenizer),
     )
     warn_conflicting_prompts(plan, console)
+    if shard_spec is not None:
+        console.print(
+            f"shard {shard_spec.index}/{shard_spec.count} (from {shard_spec.origin}): {len(plan.keys)} of "
+            f"{len(plan.samples.unique)} unique samples, publishing {output_dir}"
+        )
     console.print(
         f"{len(plan.keys)} unique samples to generate ({plan.samples.duplicates} duplicates skipped), "
         f"max_new_tokens {generation.max_new_tokens}, batch size {config.gen_batch_size}, device {device}"

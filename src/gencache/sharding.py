@@ -75,7 +75,10 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
             raise ShardError("WORLD_SIZE is set but RANK is not; launch with torchrun or set RANK.")
         local = _env_int(env, "LOCAL_RANK")
         return ShardSpec(index=rank, count=world, origin="torchrun", local_rank=rank if local is None else local)
-    ntasks = _env_int(env, "SLURM_NTASKS")
+    # srun sets SLURM_STEP_NUM_TASKS for the step; SLURM_NTASKS alone is also visible to a batch script's own shell.
+    ntasks = _env_int(env, "SLURM_STEP_NUM_TASKS")
+    if ntasks is None:
+        ntasks = _env_int(env, "SLURM_NTASKS")
     if ntasks is not None and ntasks > 1:
         procid = _env_int(env, "SLURM_PROCID")
         if procid is None:
@@ -101,16 +104,19 @@ def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -
     return explicit
 
 
-def device_for_rank(device: str, shard: ShardSpec | None) -> str:
+def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None = None) -> str:
     """Map the configured device to this rank's device under a multi-process launcher.
 
-    ``cuda`` or ``cuda:0`` means ``cuda:LOCAL_RANK``; another index is ambiguous and an error; ``auto`` would
-    spread every rank over all GPUs and is an error too; ``cpu`` stays ``cpu``.
+    ``cuda`` or ``cuda:0`` means ``cuda:LOCAL_RANK``, unless ``CUDA_VISIBLE_DEVICES`` leaves this process exactly
+    one GPU (``srun --gpus-per-task 1``), which is then ``cuda:0``; another index is ambiguous and an error;
+    ``auto`` would spread every rank over all GPUs and is an error too; ``cpu`` stays ``cpu``.
     """
     if shard is None or shard.local_rank is None:
         return device
+    env = os.environ if env is None else env
     if device in ("cuda", "cuda:0"):
-        return f"cuda:{shard.local_rank}"
+        visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        return "cuda:0" if len(visible) == 1 else f"cuda:{shard.local_rank}"
     if device == "cpu":
         return device
     raise ShardError(
