@@ -251,8 +251,8 @@ def test_demo_runs_offline_on_cpu(tmp_path: Path) -> None:
 
     from gencache.demo import run_demo
 
-    console = Console(file=open(os.devnull, "w"), width=100)  # noqa: SIM115
-    published = run_demo(tmp_path / "demo", console=console)
+    with open(os.devnull, "w") as sink:
+        published = run_demo(tmp_path / "demo", console=Console(file=sink, width=100))
     reader = CacheReader(published)
     assert len(reader) > 0
     assert cli_run(["verify", str(published)]) == 0
