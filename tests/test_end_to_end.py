@@ -256,3 +256,38 @@ def test_demo_runs_offline_on_cpu(tmp_path: Path) -> None:
     reader = CacheReader(published)
     assert len(reader) > 0
     assert cli_run(["verify", str(published)]) == 0
+
+
+def test_export_works_from_another_directory_with_relative_paths(
+    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(sample_source("musique"), work / "data")
+    shutil.copytree(tiny_teacher_dir, work / "teacher")
+    monkeypatch.chdir(work)
+    relative = [dict(data_configs()[1], source="data")]
+    config = write_config(work, Path("teacher"), Path("out"), data_configs=relative)
+    assert cli_run(["generate", str(config)]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli_run(["export", str(work / "out"), "--out", "answers.jsonl"]) == 0
+    assert len((elsewhere / "answers.jsonl").read_text(encoding="utf-8").splitlines()) == 5
+
+
+def test_unwritable_export_target_is_one_line(published: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_run(["export", str(published), "--out", "/proc/gencache-test/answers.jsonl"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: Cannot write")
+
+
+def test_dry_run_reads_max_new_tokens_from_the_teacher(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = {"model_path": str(tiny_teacher_dir), "generation_kwargs": {"num_return_sequences": None}}
+    config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "out", model=model)
+    assert cli_run(["generate", str(config), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "max_new_tokens 16" in err  # the tiny teacher's generation_config.json

@@ -190,15 +190,29 @@ def run(argv: list[str] | None = None) -> int:
         exc.show()
         return int(exc.exit_code)
     except GencacheError as exc:
-        if os.environ.get("GENCACHE_DEBUG") == "1":
-            traceback.print_exc()
+        _debug_traceback()
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
     except _Interrupted as wrapped:  # SIGINT, or SIGTERM/SIGHUP as gencache.errors.Terminated
         interrupt = wrapped.args[0]
         typer.echo(str(interrupt) or "Interrupted; nothing was published.", err=True)
         return 143 if isinstance(interrupt, Terminated) else 130
+    except OSError as exc:  # a file-system failure gencache did not anticipate: still one line
+        _debug_traceback()
+        typer.echo(f"error: {exc}", err=True)
+        return 1
+    except Exception as exc:  # a bug: say so in one line, the traceback is one variable away
+        _debug_traceback()
+        typer.echo(
+            f"internal error: {type(exc).__name__}: {exc} (rerun with GENCACHE_DEBUG=1 for the traceback)", err=True
+        )
+        return 1
     return result if isinstance(result, int) else 0
+
+
+def _debug_traceback() -> None:
+    if os.environ.get("GENCACHE_DEBUG") == "1":
+        traceback.print_exc()
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from gencache.datasets import sample_source
+from gencache.errors import WriteError
 
 DEMO_DATASETS: list[dict[str, Any]] = [
     {"dataset_name": "biography", "num_samples": 4, "num_data_strs": 2, "num_shots": 0, "subset": "1k",
@@ -63,7 +64,10 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
 
     console = console or Console()
     workdir = Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"Cannot create the demo work directory {workdir}: {exc.strerror or exc}.") from exc
     teacher = workdir / "tiny-teacher"
     if not (teacher / "config.json").exists():
         console.print(f"[bold]1.[/bold] building a tiny random Qwen3-style teacher in {teacher}")

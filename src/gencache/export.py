@@ -86,10 +86,14 @@ def write_jsonl_atomic(records: list[dict[str, Any]], out: Path) -> None:
     out = Path(os.path.abspath(out))
     if os.path.lexists(out):
         raise OutputExistsError(f"{out} already exists; choose another --out path.")
-    out.parent.mkdir(parents=True, exist_ok=True)
     temp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(temp, "x", encoding="utf-8") as handle:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(temp, "x", encoding="utf-8")  # noqa: SIM115 - closed by the with block below
+    except OSError as exc:
+        raise WriteError(f"Cannot write {out}: {exc.strerror or exc}; choose another --out path.") from exc
+    try:
+        with handle:
             for record in records:
                 handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
             handle.flush()

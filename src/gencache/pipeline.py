@@ -6,6 +6,7 @@ sample count, header budget, rename support) runs before the model loads, so a b
 
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import statistics
@@ -134,19 +135,24 @@ def warn_conflicting_prompts(plan: RunPlan, console: Console) -> None:
 
 
 def _dry_run_max_new_tokens(config: CacheConfig) -> tuple[int | None, int]:
+    """``(max_new_tokens, num_return_sequences)`` for the header budget, from the config or else the teacher's
+    generation config when it is readable without weights (None when it is not)."""
     kwargs = config.model.generation_kwargs
-    returns = int(kwargs.get("num_return_sequences", 1))
+    returns = kwargs.get("num_return_sequences")
     value = kwargs.get("max_new_tokens")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value, returns
-    try:
-        from transformers import GenerationConfig
+    if value is None or returns is None:
+        from gencache.errors import GencacheError
+        from gencache.generate import read_teacher_generation_config
 
-        teacher = GenerationConfig.from_pretrained(config.model.model_path, revision=config.model.revision or "main")
-    except Exception:  # the teacher's config is unreachable here; the real run checks it before weights load
-        return None, returns
-    teacher_value = getattr(teacher, "max_new_tokens", None)
-    return (teacher_value if isinstance(teacher_value, int) else None), returns
+        try:
+            teacher = read_teacher_generation_config(config.model.model_path, revision=config.model.revision)
+        except GencacheError:  # unreachable here; the real run reads it before any weights load
+            teacher = {}
+        value = teacher.get("max_new_tokens") if value is None else value
+        returns = teacher.get("num_return_sequences") if returns is None else returns
+    max_new_tokens = value if isinstance(value, int) and not isinstance(value, bool) else None
+    sequences = returns if isinstance(returns, int) and not isinstance(returns, bool) and returns > 0 else 1
+    return max_new_tokens, sequences
 
 
 def resolved_config(
@@ -162,14 +168,24 @@ def resolved_config(
     from gencache.generate import runtime_info
     from gencache.prompts import chat_template_digest
 
-    config_json = dict(plan.config_json)
-    config_json["output_dir"] = str(plan.output_dir if plan.shard is None else _absolute(plan.config.output_dir))
+    # The recorded config must rebuild the same samples from any working directory (gencache export does):
+    # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
+    config_json = copy.deepcopy(plan.config_json)
+    config_json["output_dir"] = str(_absolute(plan.config.output_dir))
+    for data_config, summary in zip(config_json["data_configs"], plan.samples.summaries, strict=True):
+        if summary.source.kind in ("directory", "file"):
+            data_config["source"] = summary.source.location
+    for field in ("model_path", "tokenizer_path"):
+        value = config_json["model"].get(field)
+        if isinstance(value, str) and os.path.exists(value):
+            config_json["model"][field] = os.path.abspath(value)
     model_config = getattr(model, "config", None)
     return {
         "format_version": 3,
         "gencache_version": __version__,
         "config": config_json,
         "output_dir": str(plan.output_dir),
+        "working_directory": os.getcwd(),
         "run_digest": plan.run_digest,
         "shard": None if plan.shard is None else plan.shard.summary(plan.run_digest) | {"origin": plan.shard.origin},
         "sources": [s.source.to_json() for s in plan.samples.summaries],

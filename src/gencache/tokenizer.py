@@ -46,6 +46,12 @@ def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
         source: Any = tokenizer
         get = source.__getitem__
     else:
+        missing = [f for f in TOKENIZER_STATE_FIELDS if not hasattr(tokenizer, f)]
+        if missing:
+            raise ConfigError(
+                f"Expected a tokenizer or a {{padding_side, pad_token_id, eos_token_id}} dict, got "
+                f"{type(tokenizer).__name__} (no {', '.join(missing)})."
+            )
         get = lambda name: getattr(tokenizer, name)  # noqa: E731
     return {
         "padding_side": str(get("padding_side")),
