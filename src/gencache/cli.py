@@ -64,7 +64,10 @@ def _root(
 @app.command()
 @_interruptible
 def generate(
-    config: Annotated[Path, typer.Argument(help="The run's JSON config (a sibling _default.json is merged in).")],
+    config: Annotated[
+        Path,
+        typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
+    ],
     shard: Annotated[
         str | None,
         typer.Option("--shard", help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM."),
@@ -87,7 +90,9 @@ def generate(
 
 @app.command()
 def inspect(
-    dirs: Annotated[list[Path], typer.Argument(help="Artifact directories (or an unsuffixed sharded output_dir).")],
+    dirs: Annotated[
+        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
 ) -> None:
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps (exit 1 when a path
@@ -121,7 +126,7 @@ def _inspect_ok(report: dict[str, Any]) -> bool:
 @app.command()
 @_interruptible
 def verify(
-    dirs: Annotated[list[Path], typer.Argument(help="Artifact directories to re-hash.")],
+    dirs: Annotated[list[Path], typer.Argument(metavar="DIR", help="Artifact directories to re-hash.")],
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest; exit 1 on any problem."""
     from gencache.inspect import verify_report
@@ -136,7 +141,7 @@ def verify(
 @app.command()
 @_interruptible
 def export(
-    directory: Annotated[Path, typer.Argument(help="A published artifact directory.")],
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="A published artifact directory.")],
     out: Annotated[Path, typer.Option("--out", help="The JSONL file to write (must not exist).")],
 ) -> None:
     """Write one JSON line per stored sequence with its prompt, lengths, finish reason and text."""
@@ -148,7 +153,10 @@ def export(
 
 @app.command()
 def clean(
-    parent: Annotated[Path, typer.Argument(help="The directory that holds output directories (output_dir's parent).")],
+    parent: Annotated[
+        Path,
+        typer.Argument(metavar="PARENT_DIR", help="The directory that holds output directories (output_dir's parent)."),
+    ],
 ) -> None:
     """Remove temporary directories left by killed gencache processes on this host."""
     from gencache.writer import clean as clean_parent
