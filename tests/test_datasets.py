@@ -640,6 +640,7 @@ def test_source_info_json_and_relative_paths(tmp_path: Path, monkeypatch: pytest
         "kind": "directory",
         "location": str(tmp_path.resolve()),
         "files": [{"path": str((tmp_path / "validation.jsonl").resolve()), "sha256": digest}],
+        "fingerprints": {},
     }
     _, info = load_info(dc("musique", 1, source="validation.jsonl"))
     assert info.kind == "file" and info.files == ((str((tmp_path / "validation.jsonl").resolve()), digest),)

@@ -53,18 +53,21 @@ class SourceInfo:
     """Where a recipe's rows came from: ``kind`` is ``hub``, ``directory`` or ``file``.
 
     ``location`` is the hub id or the absolute local path; ``files`` lists ``(absolute path, sha256)`` of every
-    local file read, in reading order (empty for the hub).
+    local file read, in reading order (empty for the hub); ``fingerprints`` lists ``(split, fingerprint)`` of hub
+    tables, the digest ``datasets`` derives from the files it downloaded.
     """
 
     kind: str
     location: str
     files: tuple[tuple[str, str], ...] = field(default=())
+    fingerprints: tuple[tuple[str, str], ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "location": self.location,
             "files": [{"path": path, "sha256": digest} for path, digest in self.files],
+            "fingerprints": dict(self.fingerprints),
         }
 
 

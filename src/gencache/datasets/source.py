@@ -127,6 +127,11 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
             enable_progress_bars()
 
 
+def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``(split, fingerprint)`` of hub tables: datasets derives it from the files it downloaded."""
+    return tuple((split, str(getattr(table, "_fingerprint", ""))) for split, table in tables.items())
+
+
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
 
@@ -163,7 +168,7 @@ def load_tables(
         if source is not None:
             hint = f" (no local file or directory named {source!r} exists either)"
         tables = {split: _load_hub(location, hub_config, split, label, hint) for split in splits}
-        return tables, SourceInfo(kind="hub", location=location)
+        return tables, SourceInfo(kind="hub", location=location, fingerprints=_fingerprints(tables))
     path = Path(location)
     if kind == "file":
         if single_file_error is not None:
@@ -172,6 +177,14 @@ def load_tables(
             raise DatasetError(f"{label} needs the tables {', '.join(splits)}; a single file holds only one.")
         table = _read_files([path], label)
         return {splits[0]: table}, SourceInfo(kind="file", location=location, files=((location, file_sha256(path)),))
+    if _declares_configs(path):  # a hub-style repository with its own README configs: datasets reads it
+        tables = {split: _load_hub(location, hub_config, split, label, "") for split in splits}
+        declared = sorted(
+            (str(p), file_sha256(p))
+            for p in path.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+        return tables, SourceInfo(kind="directory", location=location, files=tuple(declared))
     tables = {}
     files: list[tuple[str, str]] = []
     folders = [path / dir_config, path] if dir_config else [path]
@@ -190,14 +203,6 @@ def load_tables(
         files.extend((str(p), file_sha256(p)) for p in chosen)
     if not missing:
         return tables, SourceInfo(kind="directory", location=location, files=tuple(files))
-    if _declares_configs(path):
-        tables = {split: _load_hub(location, hub_config, split, label, "") for split in splits}
-        declared = sorted(
-            (str(p), file_sha256(p))
-            for p in path.rglob("*")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-        )
-        return tables, SourceInfo(kind="directory", location=location, files=tuple(declared))
     tried = [str(folder / f"{split}{ext}") for split in missing for folder in folders for ext in EXTENSIONS]
     raise DatasetError(
         f"{label}: no file for split {', '.join(repr(s) for s in missing)} in {location!r}; tried {', '.join(tried)} "
