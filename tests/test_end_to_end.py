@@ -134,6 +134,9 @@ def test_duplicate_samples_are_generated_once(
     assert output is not None
     err = capsys.readouterr().err
     assert err.count("6 duplicated keys rendered different prompts") == 1
+    from gencache.inspect import inspect_report
+
+    assert inspect_report([output])["artifacts"][0]["conflicting_prompts"] == 6
     manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["summary"]["entries"] == 6
     assert manifest["summary"]["duplicates"] == 6

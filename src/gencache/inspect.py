@@ -7,6 +7,7 @@ finding.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from collections.abc import Sequence
@@ -18,11 +19,21 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 from rich.table import Table
 
 from gencache.errors import GencacheError
-from gencache.format import FORMAT_VERSION
+from gencache.format import FORMAT_VERSION, RESOLVED_NAME
 from gencache.reader import CacheReader, PathLike, ShardSet, find_shards, verify
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 MAX_LISTED_KEYS = 5
+
+
+def _conflicting_prompts(reader: CacheReader) -> int | None:
+    """How many duplicated keys rendered different prompts, from ``resolved_config.json`` (None if unrecorded)."""
+    try:
+        resolved = json.loads((reader.path / RESOLVED_NAME).read_text(encoding="utf-8"))
+        value = resolved["samples"]["conflicting_prompts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _artifact_report(reader: CacheReader) -> dict[str, Any]:
@@ -46,6 +57,7 @@ def _artifact_report(reader: CacheReader) -> dict[str, Any]:
         ),
         "finish_reasons": dict(summary["finish_reasons"]),
         "duplicates": summary["duplicates"],
+        "conflicting_prompts": _conflicting_prompts(reader),
         "data_configs": list(summary["data_configs"]),
         "shard": summary["shard"],
         "payload_bytes": reader.payload_bytes,
@@ -193,7 +205,15 @@ def _artifact_table(report: dict[str, Any]) -> Table:
             f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
         ),
         ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
-        ("duplicates", f"{report['duplicates']:,}"),
+        (
+            "duplicates",
+            f"{report['duplicates']:,}"
+            + (
+                f" ([yellow]{report['conflicting_prompts']:,} rendered different prompts; the first was generated[/])"
+                if report.get("conflicting_prompts")
+                else ""
+            ),
+        ),
         (
             "data configs",
             "; ".join(f"#{d['index']}: {d['samples']} samples, {d['unique']} unique" for d in report["data_configs"])

@@ -207,7 +207,13 @@ def resolved_config(
         },
         "runtime": runtime_info(model) | {"python": platform.python_version()},
         "publish": {"rename": rename_mode},
-        "samples": {"total": len(plan.samples), "unique": len(plan.samples.unique), "generated": len(plan.keys)},
+        "samples": {
+            "total": len(plan.samples),
+            "unique": len(plan.samples.unique),
+            "generated": len(plan.keys),
+            "duplicates": plan.samples.duplicates,
+            "conflicting_prompts": len(plan.samples.conflicting_prompts),
+        },
     }
 
 
