@@ -41,7 +41,7 @@ def config(tmp_path: Path, teacher: Path, dtype: str, batch_size: int, name: str
                 ],
                 "gen_batch_size": batch_size,
                 "output_dir": str(tmp_path / name),
-            }  # fmt: skip
+            }
         ),
         encoding="utf-8",
     )
