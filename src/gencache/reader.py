@@ -9,6 +9,7 @@ This module imports torch, never transformers.
 
 from __future__ import annotations
 
+import abc
 import copy
 import hashlib
 import json
@@ -85,20 +86,23 @@ def _dtype_name(dtype: str | torch.dtype) -> str:
     return str(dtype)
 
 
-class _CacheAPI:
+class _CacheAPI(abc.ABC):
     """What :class:`CacheReader` and :class:`MultiCacheReader` share; subclasses provide the lookups."""
 
     provenance: dict[str, Any]
     provenance_digest: str
 
-    def _describe(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _describe(self) -> str: ...
 
-    def keys(self) -> KeysView[str]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def keys(self) -> KeysView[str]: ...
 
+    @abc.abstractmethod
     def __getitem__(self, key: str) -> Generation:
-        raise NotImplementedError
+        """The entry of ``key``: zero-copy int64 views of one private memory map of the payload, its texts and
+        finish reasons. ``.clone()`` a tensor before modifying it in place: an in-place edit would change what
+        later reads of that key return in this process (the file itself is never written)."""
 
     def __len__(self) -> int:
         return len(self.keys())
