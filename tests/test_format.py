@@ -11,26 +11,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gencache.canonical import json_digest
+from gencache.canonical import canonical_bytes, json_digest
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
 from gencache.format import (
     MAX_HEADER_BYTES,
-    EntryRecord,
+    Record,
     build_header,
     build_manifest,
+    build_manifest_bytes,
     build_summary,
     check_manifest,
     check_provenance,
     content_digest,
     header_capacity,
+    header_object,
+    iter_manifest_bytes,
     json_file_bytes,
     make_provenance,
+    make_record,
     make_shard_info,
     pad_header,
     parse_header,
     parse_shard_dir_name,
     provenance_digest,
     read_length_prefix,
+    record_fields,
     shard_dir_name,
     shard_of,
     tensor_name,
@@ -38,22 +43,13 @@ from gencache.format import (
 from storage_helpers import PROVENANCE, TOKENIZER, key
 
 
-def records_for(plan: list[list[int]], keys: list[str] | None = None) -> dict[str, EntryRecord]:
+def records_for(plan: list[list[int]], keys: list[str] | None = None) -> dict[str, Record]:
     """Entry records with the given sequence lengths per entry, offsets laid out back to back."""
     out, cursor = {}, 0
     for i, lengths in enumerate(plan):
-        starts = []
-        for n in lengths:
-            starts.append(cursor)
-            cursor += n * 8
         k = keys[i] if keys else key(i)
-        out[k] = EntryRecord(
-            tuple(starts),
-            tuple(lengths),
-            tuple("0" * 64 for _ in lengths),
-            tuple("t" for _ in lengths),
-            tuple("eos" for _ in lengths),
-        )
+        out[k] = make_record(cursor, lengths, [bytes(32)] * len(lengths), ["t"] * len(lengths), ["eos"] * len(lengths))
+        cursor += 8 * sum(lengths)
     return out
 
 
@@ -77,17 +73,17 @@ def test_header_capacity_bounds_every_header_of_the_plan(
     keys = data.draw(
         st.lists(st.text("0123456789abcdef", min_size=64, max_size=64), min_size=entries, max_size=entries, unique=True)
     )
-    header = build_header(records_for(plan, keys).items(), "f" * 64)
+    header = build_header(records_for(plan, keys), "f" * 64)
     assert len(header) <= capacity
 
 
 def test_header_capacity_is_tight_for_the_worst_case() -> None:
     # one tensor of one token: offsets [0, 8] have exactly the digits the formula allows
-    header = build_header(records_for([[1]]).items(), "f" * 64)
+    header = build_header(records_for([[1]]), "f" * 64)
     assert header_capacity(1, 1, 1) - len(header) < 8
     # all sequences at the maximum length: within a few bytes per tensor of the real header
     plan = [[999] * 3 for _ in range(1000)]
-    header = build_header(records_for(plan).items(), "f" * 64)
+    header = build_header(records_for(plan), "f" * 64)
     capacity = header_capacity(1000, 3, 999)
     assert len(header) <= capacity < len(header) * 1.05
 
@@ -315,3 +311,94 @@ def test_parse_header_requires_a_space_padded_json_object() -> None:
     ):
         with pytest.raises(FormatError):
             parse_header(raw)
+
+
+# -- the direct serialisers are byte-identical to canonical JSON -------------------------------------------------------
+_hex_keys = st.text("0123456789abcdef", min_size=64, max_size=64)
+_reasons = st.sampled_from(["eos", "stop_string", "length"])
+
+
+@st.composite
+def _records(draw: Any, max_sequences: int = 13) -> dict[str, Record]:
+    """Records as the writer keeps them: keys starting with digits and letters (around ``__metadata__``), up to
+    13 sequences (``<key>.10`` sorts before ``<key>.2``), any Unicode text JSON can carry."""
+    keys = draw(st.lists(_hex_keys, max_size=8, unique=True))
+    records, cursor = {}, 0
+    for k in keys:
+        lengths = draw(st.lists(st.integers(1, 10**9), min_size=1, max_size=max_sequences))
+        digests = [draw(st.binary(min_size=32, max_size=32)) for _ in lengths]
+        texts = [draw(st.text(st.characters(exclude_categories=("Cs",)), max_size=20)) for _ in lengths]
+        reasons = [draw(_reasons) for _ in lengths]
+        records[k] = make_record(cursor, lengths, digests, texts, reasons)
+        cursor += 8 * sum(lengths)
+    return records
+
+
+@settings(deadline=None, max_examples=300)
+@given(records=_records(), digest=st.text("0123456789abcdef", min_size=64, max_size=64))
+def test_build_header_is_the_canonical_json_of_the_header_object(records: dict[str, Record], digest: str) -> None:
+    assert build_header(records, digest) == canonical_bytes(header_object(records, digest))
+
+
+@settings(deadline=None, max_examples=300)
+@given(records=_records(), data=st.data())
+def test_build_manifest_bytes_is_the_canonical_json_of_the_manifest(records: dict[str, Record], data: Any) -> None:
+    caller: dict[str, Any] = {}
+    if data.draw(st.booleans(), label="with data_configs"):
+        caller = {"data_configs": [{"index": 0, "samples": len(records) + 2, "unique": len(records)}]}
+    summary = build_summary(records, caller)
+    expected = json_file_bytes(build_manifest(PROVENANCE, records, summary))
+    assert build_manifest_bytes(PROVENANCE, records, summary) == expected
+    chunk_bytes = data.draw(st.integers(1, 3000), label="chunk_bytes")
+    pieces = list(iter_manifest_bytes(PROVENANCE, records, summary, chunk_bytes=chunk_bytes))
+    assert b"".join(pieces) == expected
+    assert all(len(piece) >= chunk_bytes for piece in pieces[:-1])  # streamed in pieces of about chunk_bytes
+    manifest = check_manifest(json.loads(expected))
+    for k, entry in manifest.entries.items():  # the content digests are the ones readers check
+        assert entry["content_digest"] == content_digest(entry["sequences"], entry["text"], entry["finish_reasons"])
+        assert [ref["digest"] for ref in entry["sequences"]] == [d.hex() for d in record_fields(records[k])[2]]
+
+
+def test_the_direct_serialisers_escape_texts_and_place_the_metadata_like_json() -> None:
+    texts = ['q"\\', "\n\t\r\x08\x0c\x00\x1f\x7f", "é✓\U0001f600", "", "\u2028"]
+    keys = ["0" * 64, "9" + "f" * 63, "a" * 64, "f" * 64, "5" * 64]  # around "__metadata__" in sort order
+    records = {}
+    for i, (k, text) in enumerate(zip(keys, texts, strict=True)):
+        if i % 2:
+            records[k] = make_record(i * 80, [10, 1], [bytes([i]) * 32] * 2, [text, text + "x"], ["length", "eos"])
+        else:
+            records[k] = make_record(i * 80, [10], [bytes([i]) * 32], [text], ["stop_string"])
+    for subset in ({}, {keys[0]: records[keys[0]]}, {keys[2]: records[keys[2]]}, records):
+        assert build_header(subset, "e" * 64) == canonical_bytes(header_object(subset, "e" * 64))
+        summary = build_summary(subset, {})
+        expected = json_file_bytes(build_manifest(PROVENANCE, subset, summary))
+        assert build_manifest_bytes(PROVENANCE, subset, summary) == expected
+
+
+def test_records_are_flat_and_round_trip() -> None:
+    record = make_record(16, [2, 3], [b"a" * 32, b"b" * 32], ["x", "y"], ["eos", "length"])
+    assert record == (16, 2, b"a" * 32, "x", "eos", 3, b"b" * 32, "y", "length")
+    assert record_fields(record) == (16, (2, 3), (b"a" * 32, b"b" * 32), ("x", "y"), ("eos", "length"))
+    with pytest.raises(ValueError):
+        make_record(0, [1, 2], [b"a" * 32], ["x"], ["eos"])
+
+
+@pytest.mark.parametrize("bad", ["A" * 64, "a" * 63, "a" * 65, "g" * 64, " " + "a" * 63, "aa " * 21 + "a", "٠" * 64])
+def test_the_direct_serialisers_refuse_keys_that_are_not_semantic_keys(bad: str) -> None:
+    records = {
+        "a" * 64: make_record(0, [1], [bytes(32)], ["t"], ["eos"]),
+        bad: make_record(8, [1], [bytes(32)], ["t"], ["eos"]),
+    }
+    with pytest.raises(FormatError, match="semantic key"):
+        build_header(records, "e" * 64)
+    with pytest.raises(FormatError, match="semantic key"):
+        build_manifest_bytes(PROVENANCE, records, build_summary(records, {}))
+
+
+def test_build_manifest_bytes_refuses_what_json_cannot_hold() -> None:
+    records = {"a" * 64: make_record(0, [1], [bytes(32)], ["\ud800"], ["eos"])}
+    with pytest.raises(FormatError, match="canonical JSON"):
+        build_manifest_bytes(PROVENANCE, records, build_summary(records, {}))
+    records = {"a" * 64: (0, 1, bytes(32), "t", "eos", 2)}
+    with pytest.raises(FormatError, match="record of 6 fields"):
+        build_manifest_bytes(PROVENANCE, records, {})

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ import safetensors.torch
 
 from gencache import writer as writer_module
 from gencache.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
-from gencache.format import header_capacity
+from gencache.format import MANIFEST_CHUNK_BYTES, build_manifest, build_summary, header_capacity, json_file_bytes
 from gencache.reader import CacheReader, verify
 from gencache.writer import ArtifactBuild, CacheWriter, check_output_path, clean, probe_rename, publish
 from storage_helpers import PROVENANCE, make_entries, tokens, write_artifact
@@ -209,6 +210,16 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
         ("a" * 64, [np.arange(2, dtype=np.int32)], ["t"], ["eos"], "format 'i'"),
         ("a" * 64, [np.arange(2, dtype=np.float64)], ["t"], ["eos"], "format 'd'"),
         ("a" * 64, [np.arange(2, dtype=">i8")], ["t"], ["eos"], "format '>q'"),
+        ("aa " * 21 + "a", [tokens([1])], ["t"], ["eos"], "lowercase hex"),
+        (" " + "a" * 63, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
+        ("g" * 64, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
+        ("\u0660" * 64, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
+        (b"a" * 64, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
+        ("a" * 64, [tokens([1])], "t", ["eos"], "texts must be a list"),
+        ("a" * 64, [tokens([1])], ["t"], "eos", "finish reasons must be a list"),
+        ("a" * 64, [tokens([1])], [None], ["eos"], "must be a str"),
+        ("a" * 64, [tokens([1])], ["t"], [["eos"]], "finish reason"),
+        ("a" * 64, [tokens([1]), tokens([2])], ["t", "\udfff"], ["eos", "eos"], "not valid Unicode"),
     ],
 )
 def test_invalid_entries_are_rejected_and_leave_the_writer_usable(
@@ -233,7 +244,7 @@ def test_int64_arrays_and_raw_bytes_are_accepted(tmp_path: Path) -> None:
             ]
         ):
             assert w.add(hashlib.sha256(bytes([i])).hexdigest(), [sequence], ["t"], ["eos"])
-        assert len({r.digests for r in w._records.values()}) == 1
+        assert len({r[2] for r in w._records.values()}) == 1  # one digest
 
 
 def test_the_writer_keeps_no_reference_to_token_buffers(tmp_path: Path) -> None:
@@ -418,3 +429,108 @@ def test_clean_removes_only_directories_of_dead_processes_of_this_host(tmp_path:
         [names["alive"], names["other-host"], names["unrelated"], f".link.gencache-{host}-{dead.pid}-0123abcd"]
     )
     assert socket.gethostname()  # the host tag is derived from it
+
+
+# -- the append fast path and its fallbacks ----------------------------------------------------------------------------
+class _Str(str):
+    pass
+
+
+def test_single_sequence_re_adds_and_conflicts_on_the_fast_path(tmp_path: Path) -> None:
+    seq = tokens([1, 2, 3])
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, 1, 3)) as w:
+        assert w.add(A, [seq], ["tëxt"], ["length"]) is True
+        size = os.stat(w.path).st_size
+        assert w._records[A] == (0, 3, hashlib.sha256(seq).digest(), "tëxt", "length")  # one flat tuple
+        for same in (
+            ([seq], ["tëxt"], ["length"]),
+            ((seq,), ("tëxt",), ("length",)),
+            ([bytearray(seq)], ["tëxt"], ["length"]),  # the general path
+            ([np.array([1, 2, 3], dtype=np.int64)], [_Str("tëxt")], [_Str("length")]),
+        ):
+            assert w.add(A, *same) is False
+        for different in (
+            ([tokens([1, 2, 4])], ["tëxt"], ["length"]),
+            ([tokens([1, 2])], ["tëxt"], ["length"]),
+            ([seq], ["text"], ["length"]),
+            ([seq], ["tëxt"], ["eos"]),
+            ([seq, seq], ["tëxt", "tëxt"], ["length", "length"]),
+        ):
+            with pytest.raises(FormatError, match="Conflicting duplicate key"):
+                w.add(A, *different)
+        # an entry added on the general path and re-added on the fast one
+        assert w.add(B, [tokens([5]), tokens([6])], [_Str("a"), "b"], [_Str("eos"), "eos"]) is True
+        assert w.add(B, [tokens([5]), tokens([6])], ["a", "b"], ["eos", "eos"]) is False
+        assert type(w._records[B][4]) is str  # a str subclass reason is kept as the plain str
+        assert os.stat(w.path).st_size == size + 16
+        w.finalize(resolved_config={}, summary={})
+    assert verify(tmp_path) == []
+
+
+def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_pwrite, real_pwritev = os.pwrite, os.pwritev
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        return real_pwrite(fd, memoryview(data)[:5], offset)
+
+    def pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
+        return real_pwritev(fd, [memoryview(buffers[0])[:11]], offset)
+
+    entries = make_entries(4, length=9, sequences=1) + make_entries(3, length=9, sequences=3, start=4)
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(7, 3, 11)) as w:
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        monkeypatch.setattr(os, "pwritev", pwritev)
+        for e in entries:
+            assert w.add(*_args(e))
+        monkeypatch.undo()
+        data = w.path.read_bytes()[8 + w.header_capacity :]
+        assert data == b"".join(p for e in entries for p in e.payload())
+        w.finalize(resolved_config={}, summary={})
+    assert verify(tmp_path) == []
+
+
+@pytest.mark.parametrize("sequences", [1, 3])
+def test_a_failed_append_rolls_back_and_the_writer_stays_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sequences: int
+) -> None:
+    real_pwrite, real_pwritev = os.pwrite, os.pwritev
+    calls = []
+
+    def failing(real: Any) -> Any:
+        def write(fd: int, data: Any, offset: int) -> int:
+            calls.append(offset)
+            if len(calls) == 1:  # part of the entry goes out, then the disk is full
+                part = [memoryview(data[0])[:8]] if isinstance(data, list) else memoryview(data)[:8]
+                return real(fd, part, offset)  # type: ignore[no-any-return]
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return write
+
+    first, second, third = make_entries(3, sequences=sequences)
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, sequences, 10)) as w:
+        w.add(*_args(first))
+        size = os.stat(w.path).st_size
+        monkeypatch.setattr(os, "pwrite", failing(real_pwrite))
+        monkeypatch.setattr(os, "pwritev", failing(real_pwritev))
+        with pytest.raises(WriteError, match="ENOSPC") as caught:
+            w.add(*_args(second))
+        monkeypatch.undo()
+        assert caught.value.errno == errno.ENOSPC and len(calls) == 2
+        assert os.stat(w.path).st_size == size and list(w.keys()) == [first.key]
+        assert w.add(*_args(third)) and w.add(*_args(second))
+        w.finalize(resolved_config={}, summary={})
+    reader = CacheReader(tmp_path)
+    assert list(reader.keys()) == sorted([first.key, second.key, third.key]) and verify(tmp_path) == []
+
+
+def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:
+    count = 1_500  # about 1.6 MB of manifest: more than one MANIFEST_CHUNK_BYTES piece
+    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(count, 1, 2)) as w:
+        for i in range(count):
+            w.add(hashlib.sha256(b"%d" % i).hexdigest(), [tokens([i, i + 1])], [f"{i} " + "é" * 500], ["eos"])
+        records = dict(w._records)
+        w.finalize(resolved_config={}, summary={})
+    manifest = (tmp_path / "manifest.json").read_bytes()
+    assert len(manifest) > MANIFEST_CHUNK_BYTES
+    assert manifest == json_file_bytes(build_manifest(PROVENANCE, records, build_summary(records, {})))
+    assert verify(tmp_path) == []

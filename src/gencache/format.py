@@ -19,12 +19,14 @@ Everything here works on values and bytes so it can be unit-tested without files
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from gencache.canonical import canonical_bytes, canonical_json, is_sha256_hex, json_digest, sha256_hex
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
@@ -285,47 +287,121 @@ def _content_digest_slow(
         return "not-encodable"
 
 
-class EntryRecord(NamedTuple):
-    """What the writer keeps of one appended entry: offsets (relative to the data start), lengths, digests, texts.
+Record = tuple[Any, ...]
+"""What the writer keeps of one appended entry, flat so that it is one small tuple: ``(start, n_0, digest_0,
+text_0, reason_0, n_1, digest_1, text_1, reason_1, ...)``. ``start`` is the offset of the entry's first sequence
+relative to the data start (an entry's sequences are contiguous, in order); per sequence: its token count, the raw
+32-byte SHA-256 of its bytes, its text and its finish reason. Build one with :func:`make_record`."""
 
-    A named tuple: the writer creates one per entry on its hot path.
-    """
-
-    starts: tuple[int, ...]
-    lengths: tuple[int, ...]
-    digests: tuple[str, ...]
-    texts: tuple[str, ...]
-    finish_reasons: tuple[str, ...]
-
-    def sequence_refs(self, key: str) -> list[dict[str, Any]]:
-        return [
-            {"tensor": tensor_name(key, i), "dtype": TOKEN_DTYPE, "shape": [n], "digest": digest}
-            for i, (n, digest) in enumerate(zip(self.lengths, self.digests, strict=True))
-        ]
-
-    def manifest_entry(self, key: str) -> dict[str, Any]:
-        refs = self.sequence_refs(key)
-        return {
-            "sequences": refs,
-            "text": list(self.texts),
-            "finish_reasons": list(self.finish_reasons),
-            "content_digest": content_digest(refs, self.texts, self.finish_reasons),
-        }
+RECORD_STRIDE = 4
 
 
-def build_header(records: Iterable[tuple[str, EntryRecord]], provenance_digest: str) -> bytes:
-    """The canonical header JSON (unpadded) for the appended entries."""
+def make_record(
+    start: int, lengths: Sequence[int], digests: Sequence[bytes], texts: Sequence[str], reasons: Sequence[str]
+) -> Record:
+    """The flat :data:`Record` of one entry."""
+    flat: list[Any] = [start]
+    for fields in zip(lengths, digests, texts, reasons, strict=True):
+        flat += fields
+    return tuple(flat)
+
+
+def record_fields(
+    record: Record,
+) -> tuple[int, tuple[int, ...], tuple[bytes, ...], tuple[str, ...], tuple[str, ...]]:
+    """``(start, lengths, digests, texts, finish_reasons)`` of a :data:`Record`."""
+    return record[0], record[1::4], record[2::4], record[3::4], record[4::4]
+
+
+def _record_refs(key: str, record: Record) -> list[dict[str, Any]]:
+    """The manifest's ``sequences`` list of one entry."""
+    _, lengths, digests, _, _ = record_fields(record)
+    return [
+        {"tensor": tensor_name(key, i), "dtype": TOKEN_DTYPE, "shape": [n], "digest": digest.hex()}
+        for i, (n, digest) in enumerate(zip(lengths, digests, strict=True))
+    ]
+
+
+def _manifest_entry(key: str, record: Record) -> dict[str, Any]:
+    """The manifest's object for one entry (the reference for :func:`build_manifest_bytes`)."""
+    refs = _record_refs(key, record)
+    _, _, _, texts, reasons = record_fields(record)
+    return {
+        "sequences": refs,
+        "text": list(texts),
+        "finish_reasons": list(reasons),
+        "content_digest": content_digest(refs, texts, reasons),
+    }
+
+
+def header_object(records: Mapping[str, Record], provenance_digest: str) -> dict[str, Any]:
+    """The header as an object (the reference for :func:`build_header`, which serialises it directly)."""
     header: dict[str, Any] = {
         "__metadata__": {"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest}
     }
-    for key, record in records:
-        for i, (start, n) in enumerate(zip(record.starts, record.lengths, strict=True)):
+    for key, record in records.items():
+        start, lengths, _, _, _ = record_fields(record)
+        for i, n in enumerate(lengths):
             header[tensor_name(key, i)] = {
                 "data_offsets": [start, start + n * TOKEN_BYTES],
                 "dtype": TOKEN_DTYPE,
                 "shape": [n],
             }
-    return canonical_bytes(header)
+            start += n * TOKEN_BYTES
+    return header
+
+
+def _sorted_indices(count: int) -> Sequence[int]:
+    """Sequence indices in the order canonical JSON sorts ``<key>.<i>`` names ("10" before "2")."""
+    return range(count) if count <= 10 else sorted(range(count), key=str)
+
+
+def _check_record_keys(keys: Sequence[str]) -> None:
+    """Every key is 64 lowercase hex characters (checked in bulk: one join, one hex round trip)."""
+    try:
+        joined = "".join(keys)
+        valid = set(map(len, keys)) <= {64} and bytes.fromhex(joined).hex() == joined
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        bad = next((k for k in keys if not is_key(k)), None)
+        raise FormatError(f"Entry key {bad!r} is not a 64-character lowercase hex semantic key.")
+
+
+def build_header(records: Mapping[str, Record], provenance_digest: str) -> bytes:
+    """The canonical header JSON (unpadded) for the appended entries: the bytes of
+    ``canonical_bytes(header_object(records, provenance_digest))``, assembled directly (a test checks identity).
+
+    Keys must be semantic keys (checked): hex, so no name needs escaping and ``"__metadata__"`` sorts between the
+    keys that start with a digit and those that start with a letter.
+    """
+    keys = sorted(records)
+    _check_record_keys(keys)
+    meta = canonical_json({"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest})
+    at = bisect.bisect_left(keys, "__metadata__")
+    parts: list[str] = []  # members written out with TOKEN_DTYPE "I64" and TOKEN_BYTES 8 (checked by the tests)
+    append = parts.append
+    for position, key in enumerate(keys):
+        if position == at:
+            append(f'"__metadata__":{meta}')
+        record = records[key]
+        if len(record) == 5:  # one sequence
+            start, n = record[0], record[1]
+            append(f'"{key}.0":{{"data_offsets":[{start},{start + n * 8}],"dtype":"I64","shape":[{n}]}}')
+            continue
+        if len(record) % RECORD_STRIDE != 1:
+            raise FormatError(f"Entry {key} has a record of {len(record)} fields.")
+        start, lengths = record[0], record[1::4]
+        starts = []
+        for n in lengths:
+            starts.append(start)
+            start += n * 8
+        for i in _sorted_indices(len(lengths)):
+            s, n = starts[i], lengths[i]
+            append(f'"{key}.{i}":{{"data_offsets":[{s},{s + n * 8}],"dtype":"I64","shape":[{n}]}}')
+    if at == len(keys):
+        append(f'"__metadata__":{meta}')
+    return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
 def pad_header(header_json: bytes, capacity: int) -> bytes:
@@ -379,7 +455,7 @@ def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, A
         raise FormatError(f"{where}: {error}") from error
 
 
-def build_summary(records: Mapping[str, EntryRecord], caller: Mapping[str, Any]) -> dict[str, Any]:
+def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest summary: counts computed from the entries plus the caller's duplicates, data_configs, shard.
 
     ``data_configs`` and ``duplicates`` describe the whole run's samples (for a shard too): ``duplicates`` is the
@@ -400,9 +476,14 @@ def build_summary(records: Mapping[str, EntryRecord], caller: Mapping[str, Any])
     reasons = dict.fromkeys(FINISH_REASONS, 0)
     sequences = tokens = 0
     for record in records.values():
-        sequences += len(record.lengths)
-        tokens += sum(record.lengths)
-        for reason in record.finish_reasons:
+        if len(record) == 5:  # one sequence
+            sequences += 1
+            tokens += record[1]
+            reasons[record[4]] += 1
+            continue
+        sequences += len(record) // RECORD_STRIDE
+        tokens += sum(record[1::4])
+        for reason in record[4::4]:
             reasons[reason] += 1
     entries = len(records)
     whole_run = shard is None or shard["count"] == 1
@@ -462,9 +543,9 @@ def _check_shard_membership(keys: Iterable[str], shard: Mapping[str, Any], where
 
 
 def build_manifest(
-    provenance: Mapping[str, Any], records: Mapping[str, EntryRecord], summary: Mapping[str, Any]
+    provenance: Mapping[str, Any], records: Mapping[str, Record], summary: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The manifest object (SPEC section 6); serialise it with :func:`manifest_bytes`."""
+    """The manifest object (SPEC section 6); :func:`build_manifest_bytes` serialises the same thing directly."""
     checked = check_provenance(provenance)
     return {
         "format_version": FORMAT_VERSION,
@@ -472,7 +553,7 @@ def build_manifest(
         "payload": PAYLOAD_NAME,
         "provenance": checked,
         "provenance_digest": provenance_digest(checked),
-        "entries": {key: record.manifest_entry(key) for key, record in records.items()},
+        "entries": {key: _manifest_entry(key, record) for key, record in records.items()},
         "summary": dict(summary),
     }
 
@@ -483,6 +564,90 @@ def json_file_bytes(value: Any) -> bytes:
         return canonical_bytes(value) + b"\n"
     except (TypeError, ValueError) as error:  # UnicodeEncodeError is a ValueError
         raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
+
+
+MANIFEST_CHUNK_BYTES = 1 << 20
+
+
+def iter_manifest_bytes(
+    provenance: Mapping[str, Any],
+    records: Mapping[str, Record],
+    summary: Mapping[str, Any],
+    *,
+    chunk_bytes: int = MANIFEST_CHUNK_BYTES,
+) -> Iterator[bytes]:
+    """``json_file_bytes(build_manifest(provenance, records, summary))`` in pieces of about ``chunk_bytes`` bytes,
+    assembled directly (a test checks identity), so a writer can stream it without holding the whole file.
+
+    Each entry's texts are JSON-encoded once and shared by its manifest object and its content-digest document,
+    whose fixed shapes are written out here; the small provenance and summary go through :func:`canonical_json`.
+    The keys, the provenance and the summary are checked before the first piece is yielded.
+    """
+    keys = sorted(records)
+    _check_record_keys(keys)
+    checked = check_provenance(provenance)
+    encode = _encode_json_string
+    try:
+        tail = (
+            f'}},"format_version":{FORMAT_VERSION},"payload":{encode(PAYLOAD_NAME)},'
+            f'"provenance":{canonical_json(checked)},"provenance_digest":{encode(provenance_digest(checked))},'
+            f'"storage":{encode(STORAGE)},"summary":{canonical_json(dict(summary))}}}\n'
+        ).encode()
+    except (TypeError, ValueError) as error:  # UnicodeEncodeError is a ValueError
+        raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
+    sha256 = hashlib.sha256
+    reason_json: dict[str, str] = {}
+    parts: list[bytes] = [b'{"entries":{']
+    append = parts.append
+    size = 0
+    for position, key in enumerate(keys):
+        record = records[key]
+        try:
+            if len(record) == 5:  # one sequence
+                _, n, digest, text, reason = record
+                reasons_json = reason_json.get(reason)
+                if reasons_json is None:
+                    reasons_json = reason_json[reason] = encode(reason)
+                texts_json = encode(text)
+                core = f'{{"digest":"{digest.hex()}","dtype":"I64","shape":[{n}]'
+                content = f"{core}}}"
+                refs = f'{core},"tensor":"{key}.0"}}'
+            else:
+                if len(record) % RECORD_STRIDE != 1:
+                    raise FormatError(f"Entry {key} has a record of {len(record)} fields.")
+                reasons_json = ",".join(map(encode, record[4::4]))
+                texts_json = ",".join(map(encode, record[3::4]))
+                cores = [
+                    f'{{"digest":"{digest.hex()}","dtype":"I64","shape":[{n}]'
+                    for n, digest in zip(record[1::4], record[2::4], strict=True)
+                ]
+                content = ",".join([f"{core}}}" for core in cores])
+                refs = ",".join([f'{core},"tensor":"{key}.{i}"}}' for i, core in enumerate(cores)])
+            document = f'{{"finish_reasons":[{reasons_json}],"sequences":[{content}],"text":[{texts_json}]}}'
+            digest_hex = sha256(document.encode("utf-8")).hexdigest()
+            member = (
+                f'{"," if position else ""}"{key}":{{"content_digest":"{digest_hex}","finish_reasons":[{reasons_json}],'
+                f'"sequences":[{refs}],"text":[{texts_json}]}}'.encode()
+            )
+        except (TypeError, ValueError, AttributeError) as error:  # UnicodeEncodeError is a ValueError
+            if isinstance(error, FormatError):
+                raise
+            raise FormatError(f"Cannot serialise entry {key} to canonical JSON: {error}.") from error
+        append(member)
+        size += len(member)
+        if size >= chunk_bytes:
+            yield b"".join(parts)
+            parts.clear()
+            size = 0
+    append(tail)
+    yield b"".join(parts)
+
+
+def build_manifest_bytes(
+    provenance: Mapping[str, Any], records: Mapping[str, Record], summary: Mapping[str, Any]
+) -> bytes:
+    """The bytes of ``manifest.json``: :func:`iter_manifest_bytes` joined."""
+    return b"".join(iter_manifest_bytes(provenance, records, summary))
 
 
 manifest_bytes = json_file_bytes
@@ -724,16 +889,19 @@ __all__ = [
     "DTYPES",
     "FINISH_REASONS",
     "FORMAT_VERSION",
+    "MANIFEST_CHUNK_BYTES",
     "MANIFEST_NAME",
     "MAX_HEADER_BYTES",
     "PAYLOAD_NAME",
+    "RECORD_STRIDE",
     "RESOLVED_NAME",
     "SHARD_RULE",
-    "EntryRecord",
     "Header",
     "Manifest",
+    "Record",
     "build_header",
     "build_manifest",
+    "build_manifest_bytes",
     "build_summary",
     "check_header",
     "check_manifest",
@@ -741,11 +909,14 @@ __all__ = [
     "check_shard_info",
     "content_digest",
     "header_capacity",
+    "header_object",
     "is_canonical_header",
     "is_key",
+    "iter_manifest_bytes",
     "json_file_bytes",
     "length_prefix",
     "make_provenance",
+    "make_record",
     "make_shard_info",
     "manifest_bytes",
     "pad_header",
@@ -753,6 +924,7 @@ __all__ = [
     "parse_shard_dir_name",
     "provenance_digest",
     "read_length_prefix",
+    "record_fields",
     "shard_dir_name",
     "shard_of",
     "tensor_name",

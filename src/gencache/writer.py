@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import itertools
 import os
 import re
 import secrets
@@ -35,7 +36,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator, KeysView, Mapping, Sequence
+from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -47,14 +48,14 @@ from gencache.format import (
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
+    RECORD_STRIDE,
     RESOLVED_NAME,
     TOKEN_BYTES,
-    EntryRecord,
+    Record,
     build_header,
-    build_manifest,
     build_summary,
     check_provenance,
-    content_digest,
+    iter_manifest_bytes,
     json_file_bytes,
     length_prefix,
     provenance_digest,
@@ -66,8 +67,12 @@ READ_ONLY = 0o444
 _CHUNK = 8 * 1024 * 1024
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
-_KEY_MATCH = re.compile(r"[0-9a-f]{64}\Z").match
+_IOV_BATCH = 64  # buffers per pwritev (far below IOV_MAX)
 _REASONS = frozenset(FINISH_REASONS)
+_REASON_STR = {reason: reason for reason in FINISH_REASONS}  # a str subclass equal to a reason -> the plain str
+_LISTS = (list, tuple)
+_FROMHEX = bytes.fromhex
+_SHA256 = hashlib.sha256
 _TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})\Z")
 
 
@@ -109,49 +114,58 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    size = len(data) if type(data) is bytes else memoryview(data).nbytes
-    if size <= _CHUNK:
-        written = os.pwrite(fd, data, offset)
-        if written == size:
+    """Write all of ``data`` at ``offset``: one ``pwrite`` unless it comes back short."""
+    written = os.pwrite(fd, data, offset)
+    if written != (len(data) if type(data) is bytes else memoryview(data).nbytes):
+        _pwrite_rest(fd, data, offset, written)
+
+
+def _pwrite_rest(fd: int, data: bytes | memoryview, offset: int, written: int) -> None:
+    """Continue after a short ``pwrite`` of ``written`` bytes (a file-size limit, a 2 GiB kernel cap, a signal)."""
+    view = memoryview(data).cast("B")
+    while True:
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        view, offset = view[written:], offset + written
+        if not view:
+            return
+        written = os.pwrite(fd, view[:_CHUNK], offset)
+
+
+def _pwritev_all(fd: int, buffers: list[bytes | memoryview], total: int, offset: int) -> None:
+    """Write ``buffers`` (``total`` bytes, none empty) back to back at ``offset``: one ``pwritev`` unless short."""
+    written = 0
+    if len(buffers) <= _IOV_BATCH:
+        written = os.pwritev(fd, buffers, offset)
+        if written == total:
             return
         if written <= 0:
             raise OSError(errno.EIO, "write made no progress")
-        data, offset = memoryview(data).cast("B")[written:], offset + written
-    view = memoryview(data).cast("B")
-    while view:
-        written = os.pwrite(fd, view[:_CHUNK], offset)
-        if written <= 0:
-            raise OSError(errno.EIO, "write made no progress")
-        view = view[written:]
-        offset += written
-
-
-def _sha256_hex(data: bytes | memoryview) -> str:
-    size = len(data) if type(data) is bytes else memoryview(data).nbytes
-    if size <= _CHUNK:
-        return hashlib.sha256(data).hexdigest()
-    hasher = hashlib.sha256()
-    view = memoryview(data).cast("B")
-    for offset in range(0, size, _CHUNK):
-        hasher.update(view[offset : offset + _CHUNK])
-    return hasher.hexdigest()
-
-
-def _pwritev_all(fd: int, views: list[memoryview], offset: int) -> None:
-    pending = [v for v in views if v.nbytes]
-    while pending:
-        written = os.pwritev(fd, pending[:64], offset)
-        if written <= 0:
-            raise OSError(errno.EIO, "write made no progress")
+    pending = [memoryview(b).cast("B") for b in buffers]
+    pending.reverse()  # the next buffer to write is last: pop() from the end
+    while True:
         offset += written
         while written:
-            head = pending[0]
+            head = pending[-1]
             if written >= head.nbytes:
                 written -= head.nbytes
-                pending.pop(0)
+                pending.pop()
             else:
-                pending[0] = head[written:]
+                pending[-1] = head[written:]
                 written = 0
+        if not pending:
+            return
+        written = os.pwritev(fd, pending[: -_IOV_BATCH - 1 : -1], offset)
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _umask() -> int:
@@ -376,7 +390,7 @@ class CacheWriter:
         self.header_capacity = header_capacity
         self.path = self.directory / PAYLOAD_NAME
         self.timings: dict[str, float] = {}
-        self._records: dict[str, EntryRecord] = {}
+        self._records: dict[str, Record] = {}
         self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
         self._state = "open"
@@ -424,21 +438,74 @@ class CacheWriter:
     # -- appending ----------------------------------------------------------------------------------------
     def add(self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]) -> bool:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
-        reason per sequence. Returns False for an identical re-add (nothing written)."""
+        reason per sequence. Returns False for an identical re-add (nothing written).
+
+        The common case (one ``bytes`` sequence, one ``str`` text, one finish reason, in lists or tuples) is
+        checked inline; everything else, errors included, goes through :meth:`_add_general` (the same checks).
+        What is kept is one flat tuple per entry (:data:`gencache.format.Record`).
+        """
         if self._state != "open":
             self._require_open("add entries")
-        if type(key) is not str or _KEY_MATCH(key) is None:
+        try:  # 64 lowercase hex digits: the hex round trip rejects upper case, whitespace and other characters
+            valid = type(key) is str and len(key) == 64 and _FROMHEX(key).hex() == key
+        except ValueError:
+            valid = False
+        if not valid:
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
+        if (
+            type(sequences) in _LISTS
+            and len(sequences) == 1
+            and type(texts) in _LISTS
+            and len(texts) == 1
+            and type(finish_reasons) in _LISTS
+            and len(finish_reasons) == 1
+        ):
+            data, text, reason = sequences[0], texts[0], finish_reasons[0]
+            size = len(data) if type(data) is bytes else 0
+            if (
+                size
+                and not size % TOKEN_BYTES
+                and type(reason) is str
+                and reason in _REASONS
+                and type(text) is str
+                and (text.isascii() or _encodable(text))
+            ):
+                if key in self._records:
+                    return self._re_add(key, [data], (size // TOKEN_BYTES, None, text, reason))
+                start = self._data_end
+                try:
+                    digest = _SHA256(data).digest()
+                    written = os.pwrite(self._fd, data, self._data_start + start)
+                    if written != size:
+                        _pwrite_rest(self._fd, data, self._data_start + start, written)
+                except BaseException as error:
+                    self._rollback(start)
+                    if isinstance(error, OSError):
+                        raise _write_error(f"Appending entry {key} to {self.path}", error) from error
+                    raise
+                self._records[key] = (start, size // TOKEN_BYTES, digest, text, reason)
+                self._data_end = start + size
+                if _PHASE_FDS is not None:
+                    _phase("appended")
+                return True
+        return self._add_general(key, sequences, texts, finish_reasons)
+
+    def _add_general(
+        self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
+    ) -> bool:
         if isinstance(sequences, (bytes, bytearray, memoryview)):
             raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
-        views: list[bytes | memoryview] = []
+        for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
+            if isinstance(value, (str, bytes, bytearray, memoryview)):
+                raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
+        buffers: list[bytes | memoryview] = []
         for i, sequence in enumerate(sequences):
             if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:
-                views.append(sequence)  # the common case: no memoryview needed
+                buffers.append(sequence)
             else:
-                views.append(_as_view(sequence, f"Entry {key} sequence {i}"))
+                buffers.append(_as_view(sequence, f"Entry {key} sequence {i}"))
         texts, reasons = tuple(texts), tuple(finish_reasons)
-        count = len(views)
+        count = len(buffers)
         if not count:
             raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
         if len(texts) != count or len(reasons) != count:
@@ -447,8 +514,6 @@ class CacheWriter:
                 "give one text and one finish reason per sequence."
             )
         for i, text in enumerate(texts):
-            if type(text) is str and text.isascii():
-                continue
             if not isinstance(text, str):
                 raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
             try:
@@ -456,48 +521,44 @@ class CacheWriter:
             except UnicodeEncodeError as error:
                 raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
         for reason in reasons:
-            if reason not in _REASONS:
+            if not isinstance(reason, str) or reason not in _REASONS:
                 raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
-        sizes = [v.nbytes if isinstance(v, memoryview) else len(v) for v in views]
-        lengths = tuple(n // TOKEN_BYTES for n in sizes)
-        existing = self._records.get(key)
-        if existing is not None:
-            new = EntryRecord((), lengths, tuple(_sha256_hex(v) for v in views), texts, reasons)
-            if content_digest(new.sequence_refs(key), texts, reasons) == content_digest(
-                existing.sequence_refs(key), existing.texts, existing.finish_reasons
-            ):
-                return False
-            raise FormatError(
-                f"Conflicting duplicate key {key}: it was already added with different content; a key must always "
-                "map to one generation."
-            )
+        sizes = [b.nbytes if isinstance(b, memoryview) else len(b) for b in buffers]
+        fields: list[Any] = []  # (n, digest placeholder, text, reason) per sequence; reasons as the plain str
+        for size, text, reason in zip(sizes, texts, reasons, strict=True):
+            fields += (size // TOKEN_BYTES, None, text, _REASON_STR[reason])
+        if key in self._records:
+            return self._re_add(key, buffers, tuple(fields))
         start = self._data_end
-        position = self._data_start + start
+        total = sum(sizes)
         try:
-            digests = tuple(_sha256_hex(v) for v in views)
+            fields[1::RECORD_STRIDE] = [_SHA256(b).digest() for b in buffers]
             if count == 1:
-                _pwrite_all(self._fd, views[0], position)
+                _pwrite_all(self._fd, buffers[0], self._data_start + start)
             else:
-                _pwritev_all(self._fd, [memoryview(v) for v in views], position)
+                _pwritev_all(self._fd, buffers, total, self._data_start + start)
         except BaseException as error:
             self._rollback(start)
             if isinstance(error, OSError):
                 raise _write_error(f"Appending entry {key} to {self.path}", error) from error
             raise
-        if count == 1:
-            starts: tuple[int, ...] = (start,)
-            cursor = start + sizes[0]
-        else:
-            offsets, cursor = [], start
-            for size in sizes:
-                offsets.append(cursor)
-                cursor += size
-            starts = tuple(offsets)
-        self._records[key] = EntryRecord(starts, lengths, digests, texts, reasons)
-        self._data_end = cursor
+        self._records[key] = (start, *fields)
+        self._data_end = start + total
         if _PHASE_FDS is not None:
             _phase("appended")
         return True
+
+    def _re_add(self, key: str, buffers: Sequence[bytes | memoryview], fields: tuple[Any, ...]) -> bool:
+        """An entry whose key was already added: False when its content (``fields``: the record without its
+        start, digests left ``None``) is identical, else :class:`FormatError`. Nothing is written."""
+        new = list(fields)
+        new[1::RECORD_STRIDE] = [_SHA256(b).digest() for b in buffers]
+        if self._records[key][1:] == tuple(new):
+            return False
+        raise FormatError(
+            f"Conflicting duplicate key {key}: it was already added with different content; a key must always "
+            "map to one generation."
+        )
 
     def _rollback(self, data_end: int) -> None:
         try:
@@ -529,16 +590,17 @@ class CacheWriter:
     def _finalize(self, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         clock = time.perf_counter
         started = clock()
-        header = build_header(self._records.items(), self.provenance_digest)
+        header = build_header(self._records, self.provenance_digest)
         if len(header) > self.header_capacity:
             raise HeaderCapacityError(
                 f"The safetensors header needs {len(header):,} bytes but only {self.header_capacity:,} were "
                 "reserved; reserve gencache.format.header_capacity(entries, sequences_per_entry, max_new_tokens) "
                 "for the run, or split it with --shard. Nothing was published."
             )
-        manifest = json_file_bytes(
-            build_manifest(self.provenance, self._records, build_summary(self._records, summary))
-        )
+        # The manifest is streamed to its file in ~1 MiB pieces (memory stays flat however many entries); its
+        # keys, provenance and summary are checked, and its first piece built, before anything is written.
+        manifest = iter_manifest_bytes(self.provenance, self._records, build_summary(self._records, summary))
+        first = next(manifest)
         resolved = json_file_bytes(dict(resolved_config))
         built = clock()
         expected = LENGTH_PREFIX_BYTES + self.header_capacity + self._data_end
@@ -553,34 +615,47 @@ class CacheWriter:
         fd, self._fd = self._fd, -1
         os.close(fd)
         _phase("header_written")
+        build_s = built - started
         write_s = written - built
         fsync_s = synced - written
-        for name, data, phase in (
-            (MANIFEST_NAME, manifest, "manifest_written"),
-            (RESOLVED_NAME, resolved, "resolved_written"),
+        for name, pieces, phase in (
+            (MANIFEST_NAME, itertools.chain((first,), manifest), "manifest_written"),
+            (RESOLVED_NAME, (resolved,), "resolved_written"),
         ):
-            w, f = self._write_new(self.directory / name, data)
+            b, w, f = self._write_new(self.directory / name, pieces)
+            build_s += b
             write_s += w
             fsync_s += f
             _phase(phase)
         before = clock()
         _fsync_dir(self.directory)
         fsync_s += clock() - before
-        self.timings = {"build_s": built - started, "write_s": write_s, "fsync_s": fsync_s}
+        self.timings = {"build_s": build_s, "write_s": write_s, "fsync_s": fsync_s}
 
-    def _write_new(self, path: Path, data: bytes) -> tuple[float, float]:
+    def _write_new(self, path: Path, pieces: Iterable[bytes]) -> tuple[float, float, float]:
+        """Write a new read-only file from ``pieces``; seconds spent producing the pieces, writing, fsyncing."""
         clock = time.perf_counter
         started = clock()
+        produce_s = 0.0
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self._created.append(path)
         try:
-            _pwrite_all(fd, data, 0)
+            offset = 0
+            iterator = iter(pieces)
+            while True:
+                before = clock()
+                data = next(iterator, None)
+                produce_s += clock() - before
+                if data is None:
+                    break
+                _pwrite_all(fd, data, offset)
+                offset += len(data)
             os.fchmod(fd, READ_ONLY)
             written = clock()
             os.fsync(fd)
         finally:
             os.close(fd)
-        return written - started, clock() - written
+        return produce_s, written - started - produce_s, clock() - written
 
     def abort(self) -> None:
         """Close and remove this writer's files (idempotent; a finalized writer keeps them)."""
