@@ -534,3 +534,29 @@ def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:
     assert len(manifest) > MANIFEST_CHUNK_BYTES
     assert manifest == json_file_bytes(build_manifest(PROVENANCE, records, build_summary(records, {})))
     assert verify(tmp_path) == []
+
+
+def test_clean_of_a_missing_parent_is_bad_input(tmp_path: Path) -> None:
+    from gencache.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not a directory"):
+        writer_module.clean(tmp_path / "missing")
+
+
+def test_a_failed_parent_sync_after_the_rename_says_the_artifact_was_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / ".out.tmp"
+    temp.mkdir()
+    (temp / "f").write_text("x")
+    real_fsync_dir = writer_module._fsync_dir
+
+    def failing_for_parent(path: Path) -> None:
+        if Path(path) == tmp_path:
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(writer_module, "_fsync_dir", failing_for_parent)
+    with pytest.raises(WriteError, match="was published, but syncing"):
+        writer_module.publish(temp, tmp_path / "out")
+    assert (tmp_path / "out" / "f").read_text() == "x"

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from gencache.errors import FormatError, HeaderCapacityError, OutputExistsError, Terminated, WriteError
+from gencache.errors import ConfigError, FormatError, HeaderCapacityError, OutputExistsError, Terminated, WriteError
 from gencache.format import (
     FINISH_REASONS,
     LENGTH_PREFIX_BYTES,
@@ -305,8 +305,11 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
     _phase("renamed")
     try:
         _fsync_dir(output_dir.parent)
-    except OSError as error:
-        raise _write_error(f"Syncing {output_dir.parent} after publishing", error) from error
+    except OSError as error:  # the rename happened: say so, never "nothing was published"
+        raise WriteError(
+            f"{output_dir} was published, but syncing {output_dir.parent} failed ({error.strerror or error}); "
+            "the rename may not survive a power loss: run `gencache verify` on it after a crash."
+        ) from error
     _phase("published")
     return used
 
@@ -315,12 +318,14 @@ def clean(parent: Path | str) -> list[Path]:
     """Remove ``.<name>.gencache-<host>-<pid>-<random>`` directories in ``parent`` left by dead processes of this
     host; return what was removed. Directories of live processes, other hosts and anything else are kept."""
     parent = Path(parent)
+    if not parent.is_dir():
+        raise ConfigError(f"{parent} is not a directory; give the directory that holds the output directories.")
     host = _host_tag()
     removed = []
     try:
         entries = list(os.scandir(parent))
     except OSError as error:
-        raise _write_error(f"Listing {parent}", error) from error
+        raise WriteError(f"Cannot list {parent}: {error.strerror or error}.") from error
     for entry in entries:
         match = _TEMP_RE.match(entry.name)
         if match is None or match["host"] != host or not entry.is_dir(follow_symlinks=False):
