@@ -24,9 +24,9 @@ identical greedy outputs. On a GPU the teacher's decode step is bound by memory 
 weights once per batch, so tokens/s grow almost linearly with `gen_batch_size` until compute or KV-cache memory
 becomes the limit. For an 8B model in bfloat16 (about 16 GB of weights) on an H100/H200 class GPU, expect a few tens
 of tokens/s at batch size 1 with transformers' `generate`, and roughly an order of magnitude more at batch sizes
-32-64; vLLM with continuous batching and paged attention is several times faster again. Batched bfloat16 greedy output can depend on
-batch composition, which is why `resolved_config.json` records the batching policy, dtype, attention implementation
-and device.
+32-64; vLLM with continuous batching and paged attention is several times faster again. Batched bfloat16
+greedy output can depend on batch composition, which is why `resolved_config.json` records the batching policy,
+dtype, attention implementation and device.
 
 Measure it on the machine that will run the teacher, with nothing downloaded (random weights of Qwen3-8B's shape):
 
@@ -60,6 +60,7 @@ def main(argv: list[str]) -> int:
         f"- command: `{command_line}`",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "",
         "",
     ]
     sections.append(GPU_NOTES.strip())

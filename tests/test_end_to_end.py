@@ -294,3 +294,32 @@ def test_dry_run_reads_max_new_tokens_from_the_teacher(
     assert cli_run(["generate", str(config), "--dry-run"]) == 0
     err = capsys.readouterr().err
     assert "max_new_tokens 16" in err  # the tiny teacher's generation_config.json
+
+
+def test_a_shard_without_keys_publishes_an_empty_artifact(
+    published: Path, tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    count = 64
+    owned = {int(key, 16) % count for key in entries(published)}
+    empty = next(i for i in range(count) if i not in owned)
+    out = run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "many"), shard=f"{empty}/{count}")
+    assert out is not None
+    assert len(CacheReader(out)) == 0
+    assert cli_run(["verify", str(out)]) == 0
+
+
+def test_python_m_and_the_seed_script_are_aliases_of_the_cli(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    module = subprocess.run([sys.executable, "-m", "gencache", "--help"], capture_output=True, text=True, check=False)
+    assert module.returncode == 0 and "generate" in module.stdout
+    missing = tmp_path / "missing.json"
+    for command in (
+        [sys.executable, "-m", "gencache", "generate"],
+        [sys.executable, str(root / "run_generation_cache.py")],
+    ):
+        result = subprocess.run([*command, str(missing)], capture_output=True, text=True, check=False)
+        assert result.returncode == 2
+        assert result.stderr.strip() == f"error: config file not found: {missing}"

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from gencache import __version__
 from gencache.config import CacheConfig, config_to_json, load_config
-from gencache.errors import GenerationError, OutputExistsError, ShardError
+from gencache.errors import GenerationError, OutputExistsError
 from gencache.format import header_capacity, make_provenance, shard_dir_name
 from gencache.samples import DuplicatePromptWarning, SampleSet, build_samples, needs_tokenizer
 from gencache.sharding import ShardSpec, device_for_rank, resolve_shard, run_digest
@@ -289,14 +289,9 @@ def run_generate(
         revision=config.model.revision,
         tokenizer=tokenizer,
     )
-    plan = plan_run(config, shard_spec, tokenizer)
-    if not plan.keys:
-        raise ShardError(
-            f"Shard {shard_spec.index}/{shard_spec.count} owns none of the {len(plan.samples.unique)} keys; "
-            "use fewer shards."
-            if shard_spec is not None
-            else "The config produced no samples; raise num_samples."
-        )
+    plan = plan_run(config, shard_spec, tokenizer)  # build_samples refuses a run of zero samples
+    if not plan.keys and shard_spec is not None:  # still published (empty), so the set of shards is complete
+        console.print(f"[yellow]warning:[/yellow] shard {shard_spec.index}/{shard_spec.count} owns none of the keys")
     capacity = header_capacity(len(plan.keys), generation.num_return_sequences, generation.max_new_tokens)
     rename_mode = probe_rename(output_dir.parent)
     provenance = make_provenance(
