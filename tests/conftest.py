@@ -52,3 +52,28 @@ def tiny_model(tiny_teacher_dir: Path) -> Any:
     from gencache.generate import load_teacher
 
     return load_teacher(str(tiny_teacher_dir), dtype="float32", device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def offline_datasets_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `datasets` library reads and writes its cache under the session's temporary directory, offline."""
+    import datasets.config
+
+    cache = tmp_path_factory.getbasetemp() / "hf-datasets-cache"
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture(scope="session")
+def golden_tokenizer() -> Any:
+    """The small tokenizer (with a chat template) the reference's tokenizer_chat golden cases were rendered with."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(Path(__file__).parent / "data" / "golden" / "tokenizer"))
+
+
+@pytest.fixture()
+def tokenizer(golden_tokenizer: Any) -> Any:
+    """Alias of :func:`golden_tokenizer` for the dataset, prompt and sample tests."""
+    return golden_tokenizer

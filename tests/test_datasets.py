@@ -8,7 +8,6 @@ import json
 import random
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from dataset_helpers import FIX, DataConfig
 from gencache.datasets import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
 from gencache.datasets.niah import RULER_TASKS, chunk_sentences, split_sentences
 from gencache.errors import ConfigError, DatasetError
 from gencache.keys import semantic_key
 from gencache.prompts import ContextBlock, Inline, prompt_text, render_prompt, tokenize_prompt
-
-GOLDEN = Path(__file__).parent / "data" / "golden"
-FIX = GOLDEN / "fixtures"
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    dataset_name: str
-    num_samples: int
-    num_data_strs: int = 0
-    num_shots: int = 0
-    subset: str = "default"
-    split: str = "train"
-    seed: int = 42
-    source: str | None = None
-
 
 DEFAULT_SOURCES = {
     "biography": (str(FIX / "biography"), "1k", "train"),
@@ -86,25 +70,6 @@ def to_parquet(jsonl: Path, target: Path) -> Path:
 
 def fingerprint(samples: list[RawSample]) -> list[tuple[str, tuple[Any, ...], str, str]]:
     return [(semantic_key(s.semantic), s.parts, s.query, s.answer) for s in samples]
-
-
-@pytest.fixture(autouse=True)
-def _offline_datasets(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets.config
-
-    cache = tmp_path_factory.getbasetemp() / "hf-datasets-cache"
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(GOLDEN / "tokenizer"))
 
 
 # -- registry and kwargs models ------------------------------------------------------------------------------

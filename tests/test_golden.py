@@ -8,49 +8,16 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dataset_helpers import GOLDEN, DataConfig
 from gencache.datasets import get_recipe
 from gencache.keys import semantic_key
 from gencache.prompts import normalize, prompt_text, render_prompt
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 CASES: list[dict[str, Any]] = json.loads((GOLDEN / "cases.json").read_text(encoding="utf-8"))
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    dataset_name: str
-    num_samples: int
-    num_data_strs: int
-    num_shots: int
-    subset: str
-    split: str
-    seed: int
-    source: str | None
-
-
-@pytest.fixture(autouse=True)
-def _offline_datasets(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets.config
-
-    cache = tmp_path_factory.getbasetemp() / "hf-datasets-cache"
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-
-
-@pytest.fixture(scope="module")
-def golden_tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(GOLDEN / "tokenizer"))
 
 
 def _run(case: dict[str, Any]) -> tuple[list[Any], list[str]]:

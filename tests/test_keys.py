@@ -6,20 +6,17 @@ import copy
 import hashlib
 import json
 import unicodedata
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataset_helpers import GOLDEN, DataConfig
 from gencache.datasets import get_recipe
 from gencache.errors import DatasetError, GencacheError
 from gencache.keys import SEMANTIC_FIELDS, semantic_key
 from gencache.prompts import render_prompt, tokenize_prompt
-
-GOLDEN = Path(__file__).parent / "data" / "golden"
 
 # Pinned: computed from SPEC section 4 with json.dumps + hashlib, not with gencache. Changing one is a breaking change.
 PINNED: list[tuple[dict[str, Any], str]] = [
@@ -64,29 +61,6 @@ PINNED: list[tuple[dict[str, Any], str]] = [
         "67f63f2897d3fd6578794f26e8ee116d8f51a4145fec87571d3f41d068d31857",
     ),
 ]
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    dataset_name: str
-    num_samples: int
-    num_data_strs: int
-    num_shots: int
-    subset: str
-    split: str
-    seed: int
-    source: str | None
-
-
-@pytest.fixture(autouse=True)
-def _offline_datasets(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets.config
-
-    cache = tmp_path_factory.getbasetemp() / "hf-datasets-cache"
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
 
 
 @pytest.mark.parametrize(("payload", "key"), PINNED)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +24,6 @@ from gencache.prompts import (
     tokenize_prompt,
 )
 
-GOLDEN_TOKENIZER = Path(__file__).parent / "data" / "golden" / "tokenizer"
-
 QWEN3_LIKE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
@@ -37,13 +34,6 @@ LLAMA_LIKE_TRIM = (
     "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(GOLDEN_TOKENIZER))
 
 
 @pytest.fixture()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import random
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dataset_helpers import GOLDEN
 from gencache.config import DataConfig, parse_config, parse_data_configs
 from gencache.errors import ConfigError, DatasetError
 from gencache.samples import (
@@ -22,7 +22,6 @@ from gencache.samples import (
     tokenizer_reasons,
 )
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 CASES: list[dict[str, Any]] = json.loads((GOLDEN / "cases.json").read_text(encoding="utf-8"))
 CASE = {case["id"]: case for case in CASES}
 DC_FIELDS = (
@@ -37,25 +36,6 @@ DC_FIELDS = (
     "template",
     "template_kwargs",
 )
-
-
-@pytest.fixture(autouse=True)
-def _offline_datasets(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets.config
-
-    cache = tmp_path_factory.getbasetemp() / "hf-datasets-cache"
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(GOLDEN / "tokenizer"))
 
 
 def data_config(case_id: str, **overrides: Any) -> dict[str, Any]:
