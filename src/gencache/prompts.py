@@ -104,55 +104,44 @@ def _reject_think(template: str) -> Callable[[Any], Any]:
     return check
 
 
-class DefaultKwargs(BaseModel):
-    """The ``default`` template takes no kwargs."""
+class _TemplateKwargs(BaseModel):
+    """Base of the template kwargs models: strict, frozen, and the old ``think`` kwarg explained."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    template_name: ClassVar[str]
 
     @model_validator(mode="before")
     @classmethod
     def _no_think(cls, data: Any) -> Any:
-        return _reject_think("default")(data)
+        return _reject_think(cls.template_name)(data)
 
 
-class TokenizerChatKwargs(BaseModel):
+class DefaultKwargs(_TemplateKwargs):
+    """The ``default`` template takes no kwargs."""
+
+    template_name = "default"
+
+
+class TokenizerChatKwargs(_TemplateKwargs):
     """Kwargs of ``tokenizer_chat``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+    template_name = "tokenizer_chat"
     system_prompt: StrictStr = ""
     enable_thinking: StrictBool = False
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_think(cls, data: Any) -> Any:
-        return _reject_think("tokenizer_chat")(data)
 
-
-class LlamaChatKwargs(BaseModel):
+class LlamaChatKwargs(_TemplateKwargs):
     """Kwargs of ``llama_chat``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+    template_name = "llama_chat"
     system_prompt: StrictStr = ""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_think(cls, data: Any) -> Any:
-        return _reject_think("llama_chat")(data)
 
-
-class Qwen3ChatKwargs(BaseModel):
+class Qwen3ChatKwargs(_TemplateKwargs):
     """Kwargs of ``qwen_3_chat``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+    template_name = "qwen_3_chat"
     system_prompt: StrictStr = ""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_think(cls, data: Any) -> Any:
-        return _reject_think("qwen_3_chat")(data)
 
 
 class TemplateSpec(ABC):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
@@ -38,21 +38,6 @@ PARTITION_SEED = 42
 SPLITS = ("train", "test")
 HUB_SPLIT = "test"
 ANSWER_CUE = "\nProvide a short answer directly separated by space. Short Answer:"
-RULER_TASKS = (
-    "niah_single_1",
-    "niah_single_2",
-    "niah_single_3",
-    "niah_multikey_1",
-    "niah_multikey_2",
-    "niah_multikey_3",
-    "niah_multivalue",
-    "niah_multiquery",
-    "vt",
-    "cwe",
-    "fwe",
-    "qa_1",
-    "qa_2",
-)
 RulerTask = Literal[
     "niah_single_1",
     "niah_single_2",
@@ -68,6 +53,7 @@ RulerTask = Literal[
     "qa_1",
     "qa_2",
 ]
+RULER_TASKS: tuple[str, ...] = get_args(RulerTask)
 
 
 class NIAHKwargs(BaseModel):
