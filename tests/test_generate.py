@@ -632,3 +632,29 @@ def test_make_progress_picks_plain_lines_off_a_terminal_and_rich_when_asked() ->
     assert "3/3 samples" in output and "30 tokens" in output and "15.0 tok/s" in output
     assert format_duration(3725.4) == "1:02:05"
     assert format_duration(None) == "-:--:--"
+
+
+def test_device_auto_places_the_teacher_through_accelerate(tiny_teacher_dir: Path) -> None:
+    import torch
+
+    model = load_teacher(str(tiny_teacher_dir), dtype="float32", device="auto")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert next(model.parameters()).device.type == expected
+    with torch.inference_mode():
+        ids = torch.tensor([[5, 6, 7]], device=next(model.parameters()).device)
+        assert model(ids).logits.shape[:2] == (1, 3)
+
+
+def test_out_of_memory_names_the_batch_and_suggests_a_smaller_batch_size(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> Any:  # what a too-large batch does on a GPU
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(tiny_model, "generate", out_of_memory)
+    generation = _resolve(tiny_teacher_dir, tiny_tokenizer)
+    expected = r"Out of memory generating batch 0 \(4 prompts.*gen_batch_size \(now 4\)"
+    with pytest.raises(GenerationError, match=expected):
+        _run(tiny_model, tiny_tokenizer, generation, _prompts(tiny_tokenizer)[:4], 4)

@@ -113,12 +113,14 @@ def inspect(
 
 
 def _inspect_ok(report: dict[str, Any]) -> bool:
-    """False when a path could not be read, or a sharded output misses shards or mixes runs."""
+    """False when a path could not be read, or a sharded output misses shards, mixes runs or splits."""
     for artifact in report["artifacts"]:
         if artifact.get("kind") == "error":
             return False
         shards = artifact.get("shards")
-        if isinstance(shards, dict) and (shards.get("missing") or shards.get("other_run")):
+        if isinstance(shards, dict) and (
+            shards.get("missing") or shards.get("other_run") or shards.get("other_splits")
+        ):
             return False
     return True
 

@@ -346,6 +346,12 @@ def _early_stopping(value: Any) -> str | None:
     return f'must be true, false or "never" (got {_show(value)})'
 
 
+def _open_probability(value: Any) -> str | None:
+    if _is_number(value) and 0 < value <= 1:
+        return None
+    return f"must be a number greater than 0 and at most 1 (got {_show(value)})"
+
+
 class _Rule(NamedTuple):
     check: Callable[[Any], str | None]
     text: str
@@ -370,7 +376,7 @@ _GENERATION_RULES: dict[str, _Rule] = {
     "num_return_sequences": _POSITIVE_INT,
     "temperature": _POSITIVE_NUMBER,
     "top_k": _NON_NEGATIVE_INT,
-    "top_p": _PROBABILITY,
+    "top_p": _Rule(_open_probability, "number in (0, 1]"),
     "min_p": _PROBABILITY,
     "typical_p": _PROBABILITY,
     "epsilon_cutoff": _PROBABILITY,
@@ -615,7 +621,7 @@ def _kwargs_through(model: type[BaseModel], value: Mapping[str, Any], what: str)
 class DataConfig(_Strict):
     """One dataset selection: which samples, rendered with which template."""
 
-    dataset_name: str = Field(description="Dataset recipe: biography, hotpot_qa, musique or niah.")
+    dataset_name: str = Field(description="Dataset recipe name (a key of gencache.datasets.DATASETS).")
     num_samples: int = Field(
         ge=0,
         description="Samples to take (an error if the split holds fewer). 0 is allowed for one data config, "

@@ -9,8 +9,10 @@ from __future__ import annotations
 import copy
 import os
 import platform
+import signal
 import statistics
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,7 +25,7 @@ from rich.table import Table
 
 from gencache import __version__
 from gencache.config import CacheConfig, config_to_json, load_config
-from gencache.errors import GenerationError, OutputExistsError
+from gencache.errors import GenerationError, OutputExistsError, Terminated
 from gencache.format import header_capacity, make_provenance, shard_dir_name
 from gencache.samples import DuplicatePromptWarning, SampleSet, build_samples, needs_tokenizer
 from gencache.sharding import ShardSpec, device_for_rank, resolve_shard, run_digest
@@ -267,6 +269,38 @@ def run_generate(
     if skip_published and os.path.lexists(output_dir):
         _check_published(output_dir, run_digest(config_to_json(config)), console)
         return None
+
+    previous = _terminate_with_a_message()
+    try:
+        return _generate(config, shard_spec, output_dir, env, console)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_with_a_message() -> Any:
+    """Until the artifact build takes over signals, SIGTERM raises :class:`Terminated` (one line, exit 143) instead
+    of killing the process silently while the tokenizer, datasets or model load; returns the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN:
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated("Terminated by SIGTERM before generation started; nothing was published.")
+
+    signal.signal(signal.SIGTERM, handler)
+    return previous
+
+
+def _generate(
+    config: CacheConfig,
+    shard_spec: ShardSpec | None,
+    output_dir: Path,
+    env: Mapping[str, str] | None,
+    console: Console,
+) -> Path:
 
     from gencache.generate import (
         batching_policy,

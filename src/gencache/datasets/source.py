@@ -4,10 +4,10 @@
 
 - absent: the recipe's canonical hub id, ``datasets.load_dataset(hub_id, config, split=split)`` (which honours
   ``HF_HUB_OFFLINE`` and the local ``datasets`` cache);
-- a directory: files named by split, ``<source>/<config>/<split>.{jsonl,json,parquet}`` or
-  ``<source>/<split>.{jsonl,json,parquet}`` (sharded ``<split>-00000-of-00002.parquet`` too); a directory without
-  such files whose ``README.md`` declares ``configs:`` is loaded with ``datasets.load_dataset(source, config)``;
-  any other string that is not an existing path is a hub id;
+- a directory: when its ``README.md`` declares ``configs:`` (a hub dataset repository), it is loaded with
+  ``datasets.load_dataset(source, config)``; otherwise files named by split,
+  ``<source>/<config>/<split>.{jsonl,json,parquet}`` or ``<source>/<split>.{jsonl,json,parquet}`` (sharded
+  ``<split>-00000-of-00002.parquet`` too); any other string that is not an existing path is a hub id;
 - a single ``.json``/``.jsonl``/``.parquet`` file: the rows of the requested split of a single-table dataset.
 
 Local files are read with ``datasets.load_dataset("json" | "parquet", data_files=..., split="train")``, the same
