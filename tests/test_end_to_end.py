@@ -238,6 +238,8 @@ def test_dry_run_builds_samples_without_the_model(tmp_path: Path, capsys: pytest
     assert cli_run(["generate", str(config), "--dry-run"]) == 0
     err = capsys.readouterr().err
     assert "musique" in err and "header budget" in err
+    assert "samples: 5   unique keys: 5   duplicates: 0" in err
+    assert "header budget: " in err and "for 5 entries x max_new_tokens 12" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -323,3 +325,34 @@ def test_python_m_and_the_seed_script_are_aliases_of_the_cli(tmp_path: Path) -> 
         result = subprocess.run([*command, str(missing)], capture_output=True, text=True, check=False)
         assert result.returncode == 2
         assert result.stderr.strip() == f"error: config file not found: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"model": {"generation_kwargs": {"max_new_tokens": 12, "do_sample": True, "num_return_sequences": 10**6}}},
+         "HeaderCapacityError"),
+        ({"data_configs": [dict(data_configs()[1], num_samples=500)]}, "DatasetError"),
+        ({"model": {"generation_kwargs": {"max_new_tokens": 0}}}, "ConfigError"),
+        ({"model": {"generation_kwargs": {"max_new_tokens": 12, "num_return_sequences": 2}}}, "ConfigError"),
+    ],
+    ids=["header-budget", "dataset-shortfall", "max-new-tokens", "greedy-with-several-sequences"],
+)  # fmt: skip
+def test_model_free_checks_fail_before_the_teacher_loads(
+    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], error: str
+) -> None:
+    import gencache.generate
+
+    def load_teacher(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the teacher was loaded before a model-free check failed")
+
+    monkeypatch.setattr(gencache.generate, "load_teacher", load_teacher)
+    if "model" in change:
+        change = {
+            "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu", **change["model"]}
+        }
+    config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "out", **change)
+    with pytest.raises(GencacheError) as caught:
+        run_generate(config)
+    assert type(caught.value).__name__ == error
+    assert sorted(p.name for p in tmp_path.iterdir()) == [config.name]
