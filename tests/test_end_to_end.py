@@ -356,3 +356,17 @@ def test_model_free_checks_fail_before_the_teacher_loads(
         run_generate(config)
     assert type(caught.value).__name__ == error
     assert sorted(p.name for p in tmp_path.iterdir()) == [config.name]
+
+
+def test_sampled_runs_are_reproducible_from_the_seed(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    sampling = {"max_new_tokens": 12, "do_sample": True, "temperature": 1.5, "num_return_sequences": 2}
+    model = {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu", "generation_kwargs": sampling}
+    runs = [
+        run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / name, model=model, seed=seed))
+        for name, seed in (("a", 5), ("b", 5), ("c", 6))
+    ]
+    assert all(run is not None for run in runs)
+    a, b, c = (entries(run) for run in runs if run is not None)
+    assert a == b
+    assert a != c
+    assert all(len(entry["sequences"]) == 2 for entry in a.values())

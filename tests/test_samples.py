@@ -145,6 +145,23 @@ def test_template_change_gives_same_keys_and_a_conflict_warning() -> None:
     assert result.samples[6].prompt_text.startswith("<|im_start|>user\n")
 
 
+def test_thinking_markup_and_tokenizer_never_change_keys(tiny_tokenizer: Any) -> None:
+    """Keys through build_samples: the same with think markup on or off, with or without a tokenizer, and whatever
+    tokenizer renders the prompt (the golden one and the tiny teacher's)."""
+    plain = build_samples([data_config("hotpot_qa-1")])
+    thinking = [
+        build_samples([data_config("hotpot_qa-1", template="tokenizer_chat",
+                                   template_kwargs={"enable_thinking": flag})], tokenizer=tiny_tokenizer)
+        for flag in (False, True)
+    ]  # fmt: skip
+    assert "<think>" in thinking[0].samples[0].prompt_text and "<think>" not in thinking[1].samples[0].prompt_text
+    tokenized = build_samples([data_config("hotpot_qa-1")], tokenizer=tiny_tokenizer)
+    assert tokenized.samples[0].input_ids is not None and plain.samples[0].input_ids is None
+    keys = [s["key"] for s in CASE["hotpot_qa-1"]["samples"]]
+    for result in (plain, tokenized, *thinking):
+        assert [s.key for s in result.samples] == keys
+
+
 # -- tokenizer requirements -------------------------------------------------------------------------------
 def test_tokenizer_chat_without_tokenizer_names_the_data_config() -> None:
     configs = [data_config("hotpot_qa-1"), data_config("hotpot_qa-1-chat")]

@@ -311,8 +311,7 @@ def _generate(
         seed_everything,
     )
     from gencache.progress import make_progress
-    from gencache.writer import ArtifactBuild, check_output_path, probe_rename
-    from gencache.writer import _phase as test_phase
+    from gencache.writer import ArtifactBuild, check_output_path, probe_rename, report_phase
 
     check_output_path(output_dir)
     device = device_for_rank(config.model.device, shard_spec, env)
@@ -355,7 +354,7 @@ def _generate(
         attn_implementation=config.model.attn_implementation,
     )
     console.print(f"teacher loaded in {time.monotonic() - started:.1f}s")
-    test_phase("model_loaded")
+    report_phase("model_loaded")
 
     by_key = {s.key: s for s in plan.samples.unique}
     prompts = []

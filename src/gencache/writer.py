@@ -87,7 +87,9 @@ def _parse_phase_env(value: str | None) -> tuple[int, int | None] | None:
 _PHASE_FDS = _parse_phase_env(os.environ.get(PHASE_ENV))
 
 
-def _phase(name: str) -> None:
+def report_phase(name: str) -> None:
+    """Test hook: with ``GENCACHE_TEST_PHASE_FD="W[:R]"`` set, write ``name`` to fd W and wait for a byte on fd R,
+    so crash tests can kill a writer (or ``gencache generate``) exactly in a phase. A no-op otherwise."""
     if _PHASE_FDS is None:
         return
     write_fd, read_fd = _PHASE_FDS
@@ -302,7 +304,7 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
                     "Choose a new output_dir."
                 ) from error
             raise _write_error(f"Publishing {output_dir}", error) from error
-    _phase("renamed")
+    report_phase("renamed")
     try:
         _fsync_dir(output_dir.parent)
     except OSError as error:  # the rename happened: say so, never "nothing was published"
@@ -310,7 +312,7 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
             f"{output_dir} was published, but syncing {output_dir.parent} failed ({error.strerror or error}); "
             "the rename may not survive a power loss: run `gencache verify` on it after a crash."
         ) from error
-    _phase("published")
+    report_phase("published")
     return used
 
 
@@ -491,7 +493,7 @@ class CacheWriter:
                 self._records[key] = (start, size // TOKEN_BYTES, digest, text, reason)
                 self._data_end = start + size
                 if _PHASE_FDS is not None:
-                    _phase("appended")
+                    report_phase("appended")
                 return True
         return self._add_general(key, sequences, texts, finish_reasons)
 
@@ -550,7 +552,7 @@ class CacheWriter:
         self._records[key] = (start, *fields)
         self._data_end = start + total
         if _PHASE_FDS is not None:
-            _phase("appended")
+            report_phase("appended")
         return True
 
     def _re_add(self, key: str, buffers: Sequence[bytes | memoryview], fields: tuple[Any, ...]) -> bool:
@@ -619,7 +621,7 @@ class CacheWriter:
         synced = clock()
         fd, self._fd = self._fd, -1
         os.close(fd)
-        _phase("header_written")
+        report_phase("header_written")
         build_s = built - started
         write_s = written - built
         fsync_s = synced - written
@@ -631,7 +633,7 @@ class CacheWriter:
             build_s += b
             write_s += w
             fsync_s += f
-            _phase(phase)
+            report_phase(phase)
         before = clock()
         _fsync_dir(self.directory)
         fsync_s += clock() - before
@@ -798,7 +800,7 @@ class ArtifactBuild:
                 temp = self.output_dir.parent / _temp_name(self.output_dir)
                 temp.mkdir(mode=0o700)
                 self.temp_dir = temp
-            _phase("temp_created")
+            report_phase("temp_created")
             self._writer = CacheWriter(self.temp_dir, provenance=self.provenance, header_capacity=self.header_capacity)
         except BaseException as error:
             self._cleanup(in_flight=True)
@@ -847,4 +849,5 @@ __all__ = [
     "clean",
     "probe_rename",
     "publish",
+    "report_phase",
 ]
