@@ -65,27 +65,30 @@ def _env_int(env: Mapping[str, str], name: str) -> int | None:
         raise ShardError(f"Environment variable {name}={value!r} is not an integer.") from None
 
 
+def _launcher_shard(
+    env: Mapping[str, str], origin: str, count: int | None, rank_var: str, local_var: str
+) -> ShardSpec | None:
+    """The shard of a launcher that started ``count`` processes (None when it started at most one)."""
+    if count is None or count <= 1:
+        return None
+    rank = _env_int(env, rank_var)
+    if rank is None:
+        raise ShardError(f"{origin} started {count} processes but {rank_var} is not set; launch through {origin}.")
+    local = _env_int(env, local_var)
+    return ShardSpec(index=rank, count=count, origin=origin, local_rank=rank if local is None else local)
+
+
 def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
     """The shard implied by torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``) or SLURM, or None for one process."""
     env = os.environ if env is None else env
-    world = _env_int(env, "WORLD_SIZE")
-    if world is not None and world > 1:
-        rank = _env_int(env, "RANK")
-        if rank is None:
-            raise ShardError("WORLD_SIZE is set but RANK is not; launch with torchrun or set RANK.")
-        local = _env_int(env, "LOCAL_RANK")
-        return ShardSpec(index=rank, count=world, origin="torchrun", local_rank=rank if local is None else local)
+    torchrun = _launcher_shard(env, "torchrun", _env_int(env, "WORLD_SIZE"), "RANK", "LOCAL_RANK")
+    if torchrun is not None:
+        return torchrun
     # srun sets SLURM_STEP_NUM_TASKS for the step; SLURM_NTASKS alone is also visible to a batch script's own shell.
     ntasks = _env_int(env, "SLURM_STEP_NUM_TASKS")
     if ntasks is None:
         ntasks = _env_int(env, "SLURM_NTASKS")
-    if ntasks is not None and ntasks > 1:
-        procid = _env_int(env, "SLURM_PROCID")
-        if procid is None:
-            raise ShardError("SLURM_NTASKS is set but SLURM_PROCID is not; launch the tasks with srun.")
-        local = _env_int(env, "SLURM_LOCALID")
-        return ShardSpec(index=procid, count=ntasks, origin="slurm", local_rank=procid if local is None else local)
-    return None
+    return _launcher_shard(env, "slurm", ntasks, "SLURM_PROCID", "SLURM_LOCALID")
 
 
 def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -> ShardSpec | None:
