@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from typing import Any
 
 
@@ -17,7 +19,7 @@ def canonical_bytes(value: Any) -> bytes:
     return canonical_json(value).encode("utf-8")
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes | bytearray | memoryview) -> str:
     """Lowercase hex SHA-256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
 
@@ -27,6 +29,19 @@ def json_digest(value: Any) -> str:
     return sha256_hex(canonical_bytes(value))
 
 
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def is_int(value: object) -> bool:
+    """True for a JSON integer (``bool`` is not an int here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value: object) -> bool:
+    """True for a finite JSON number (int or float, not ``bool``, not NaN or infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def is_sha256_hex(value: object) -> bool:
     """True for a 64-character lowercase hexadecimal string."""
-    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    return isinstance(value, str) and _SHA256_HEX.match(value) is not None

@@ -30,6 +30,7 @@ from typing import Any, Literal, NamedTuple, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from gencache.canonical import is_finite_number, is_int
 from gencache.errors import ConfigError
 
 __all__ = [
@@ -274,26 +275,18 @@ def format_validation_error(
 
 
 # -- generation_kwargs (the part that needs no model) -----------------------------------------------------
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
-
-
 def _positive_int(value: Any) -> str | None:
-    if _is_int(value) and value >= 1:
+    if is_int(value) and value >= 1:
         return None
-    if _is_int(value):
+    if is_int(value):
         return f"must be a positive integer (got {value})"
     return f"must be a positive integer, {_not(value)}"
 
 
 def _non_negative_int(value: Any) -> str | None:
-    if _is_int(value) and value >= 0:
+    if is_int(value) and value >= 0:
         return None
-    if _is_int(value):
+    if is_int(value):
         return f"must be an integer >= 0 (got {value})"
     return f"must be an integer >= 0, {_not(value)}"
 
@@ -303,31 +296,31 @@ def _boolean(value: Any) -> str | None:
 
 
 def _positive_number(value: Any) -> str | None:
-    if _is_number(value) and value > 0:
+    if is_finite_number(value) and value > 0:
         return None
     return f"must be a number > 0 (got {_show(value)})"
 
 
 def _number(value: Any) -> str | None:
-    return None if _is_number(value) else f"must be a finite number (got {_show(value)})"
+    return None if is_finite_number(value) else f"must be a finite number (got {_show(value)})"
 
 
 def _probability(value: Any) -> str | None:
-    if _is_number(value) and 0 <= value <= 1:
+    if is_finite_number(value) and 0 <= value <= 1:
         return None
     return f"must be a number between 0 and 1 (got {_show(value)})"
 
 
 def _token_id(value: Any) -> str | None:
-    if _is_int(value) and value >= 0:
+    if is_int(value) and value >= 0:
         return None
     return f"must be a token id (an integer >= 0), {_not(value)}"
 
 
 def _token_ids(value: Any) -> str | None:
-    if _is_int(value) and value >= 0:
+    if is_int(value) and value >= 0:
         return None
-    if isinstance(value, list) and value and all(_is_int(v) and v >= 0 for v in value):
+    if isinstance(value, list) and value and all(is_int(v) and v >= 0 for v in value):
         return None
     return f"must be a token id or a non-empty list of token ids (got {_show(value)})"
 
@@ -347,7 +340,7 @@ def _early_stopping(value: Any) -> str | None:
 
 
 def _open_probability(value: Any) -> str | None:
-    if _is_number(value) and 0 < value <= 1:
+    if is_finite_number(value) and 0 < value <= 1:
         return None
     return f"must be a number greater than 0 and at most 1 (got {_show(value)})"
 

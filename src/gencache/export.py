@@ -14,16 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from gencache.errors import FormatError, OutputExistsError, WriteError
+from gencache.format import RESOLVED_NAME
+from gencache.writer import _fsync_dir
 
 
 def _load_resolved(directory: Path) -> dict[str, Any]:
-    path = directory / "resolved_config.json"
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"Cannot read {path}: {exc}") from exc
-    if not isinstance(value, dict) or not isinstance(value.get("config"), dict):
-        raise FormatError(f"{path} has no 'config' object; it was not written by this gencache version.")
+    from gencache.reader import read_resolved_config
+
+    value = read_resolved_config(directory)
+    if not isinstance(value.get("config"), dict):
+        raise FormatError(
+            f"{directory / RESOLVED_NAME} has no 'config' object; it was not written by this gencache version."
+        )
     return value
 
 
@@ -31,22 +33,21 @@ def export_records(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The export lines of one artifact, in generation order of the rebuilt samples."""
     from gencache.config import parse_config
     from gencache.errors import DatasetError
+    from gencache.format import shard_of
     from gencache.generate import load_tokenizer
     from gencache.reader import CacheReader
     from gencache.samples import build_samples
-    from gencache.sharding import ShardSpec
 
     directory = Path(directory)
     reader = CacheReader(directory)
     resolved = _load_resolved(directory)
-    config = parse_config(resolved["config"], origin=f"{directory}/resolved_config.json")
+    config = parse_config(resolved["config"], origin=str(directory / RESOLVED_NAME))
     tokenizer = load_tokenizer(config.model.effective_tokenizer_path, revision=config.model.revision)
     samples = build_samples(config, tokenizer=tokenizer)
     shard = reader.manifest["summary"].get("shard")
     unique = list(samples.unique)
     if shard:
-        spec = ShardSpec(index=int(shard["index"]), count=int(shard["count"]))
-        unique = [s for s in unique if spec.owns(s.key)]
+        unique = [s for s in unique if shard_of(s.key, shard["count"]) == shard["index"]]
     expected = {s.key for s in unique}
     stored = set(reader.keys())
     if expected != stored:
@@ -104,11 +105,7 @@ def write_jsonl_atomic(records: list[dict[str, Any]], out: Path) -> None:
             raise OutputExistsError(f"{out} appeared while exporting; nothing was replaced.") from None
         except OSError as exc:
             raise WriteError(f"Cannot publish {out}: {exc}") from exc
-        directory = os.open(out.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        _fsync_dir(out.parent)
     finally:
         if os.path.lexists(temp):
             os.unlink(temp)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.canonical import canonical_bytes, canonical_json, is_sha256_hex, json_digest, sha256_hex
+from gencache.canonical import canonical_bytes, canonical_json, is_int, is_sha256_hex, json_digest, sha256_hex
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
 from gencache.tokenizer import TOKENIZER_STATE_FIELDS, tokenizer_state
 
@@ -64,17 +64,12 @@ MAX_SHARDS = 99_999
 
 # json.dumps(..., ensure_ascii=False) encodes strings with this function; content_digest relies on it.
 _encode_json_string: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]
-_KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
 _SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
 
 
 def is_key(value: object) -> bool:
     """True for a semantic key: 64 lowercase hexadecimal characters."""
-    return isinstance(value, str) and _KEY_RE.match(value) is not None
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return is_sha256_hex(value)
 
 
 def _digits(value: int) -> int:
@@ -113,9 +108,9 @@ def shard_of(key: str, count: int) -> int:
 
 
 def _check_shard_numbers(index: object, count: object, *, where: str) -> None:
-    if not _is_int(count) or not 1 <= count <= MAX_SHARDS:  # type: ignore[operator]
+    if not is_int(count) or not 1 <= count <= MAX_SHARDS:  # type: ignore[operator]
         raise ShardError(f"{where}: shard count must be an integer from 1 to {MAX_SHARDS}, got {count!r}.")
-    if not _is_int(index) or not 0 <= index < count:  # type: ignore[operator]
+    if not is_int(index) or not 0 <= index < count:  # type: ignore[operator]
         raise ShardError(f"{where}: shard index must be an integer from 0 to {count - 1}, got {index!r}.")  # type: ignore[operator]
 
 
@@ -149,7 +144,7 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
         ("sequences_per_entry", sequences_per_entry, 1),
         ("max_new_tokens", max_new_tokens, 1),
     ):
-        if not _is_int(value) or value < low:
+        if not is_int(value) or value < low:
             raise ConfigError(f"header_capacity: {name} must be an integer >= {low}, got {value!r}.")
     tensors = entries * sequences_per_entry
     max_payload = tensors * max_new_tokens * TOKEN_BYTES
@@ -168,7 +163,7 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
 
 
 def _check_capacity(capacity: object) -> int:
-    if not _is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:  # type: ignore[operator]
+    if not is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:  # type: ignore[operator]
         raise HeaderCapacityError(
             f"Header capacity must be a positive multiple of 8 up to {MAX_HEADER_BYTES:,} bytes, got {capacity!r}; "
             "compute it with gencache.format.header_capacity."
@@ -189,7 +184,7 @@ def _check_tokenizer_state(value: object, where: str) -> dict[str, Any]:
         raise FormatError(f"{where}.padding_side must be 'left' or 'right', got {value['padding_side']!r}.")
     for field in ("pad_token_id", "eos_token_id"):
         token = value[field]
-        if token is not None and (not _is_int(token) or token < 0):
+        if token is not None and (not is_int(token) or token < 0):
             raise FormatError(f"{where}.{field} must be a non-negative integer or null, got {token!r}.")
     return {field: value[field] for field in TOKENIZER_STATE_FIELDS}
 
@@ -430,10 +425,10 @@ def _check_data_configs(value: object, where: str) -> list[dict[str, int]]:
         here = f"{where}[{position}]"
         if not isinstance(item, Mapping) or set(item) != DATA_CONFIG_SUMMARY_FIELDS:
             raise FormatError(f"{here} must be an object with exactly index, samples, unique.")
-        if item["index"] != position or not _is_int(item["index"]):
+        if item["index"] != position or not is_int(item["index"]):
             raise FormatError(f"{here}.index must be {position}, got {item['index']!r}.")
         samples, unique = item["samples"], item["unique"]
-        if not _is_int(samples) or samples < 0 or not _is_int(unique) or not 0 <= unique <= samples:
+        if not is_int(samples) or samples < 0 or not is_int(unique) or not 0 <= unique <= samples:
             raise FormatError(
                 f"{here} needs integers 0 <= unique <= samples, got unique={unique!r} samples={samples!r}."
             )
@@ -489,7 +484,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     whole_run = shard is None or shard["count"] == 1
     implied = sum(item["samples"] for item in data_configs) - entries if data_configs and whole_run else 0
     duplicates = caller.get("duplicates", implied)
-    if not _is_int(duplicates) or duplicates < 0:
+    if not is_int(duplicates) or duplicates < 0:
         raise FormatError(f"summary.duplicates must be a non-negative integer, got {duplicates!r}.")
     problem = summary_inconsistency(entries, duplicates, data_configs, shard)
     if problem:
@@ -650,9 +645,6 @@ def build_manifest_bytes(
     return b"".join(iter_manifest_bytes(provenance, records, summary))
 
 
-manifest_bytes = json_file_bytes
-
-
 # -- checking what was read --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Manifest:
@@ -732,7 +724,7 @@ def _check_entry(key: object, entry: object) -> tuple[int, int]:
         if ref["dtype"] != TOKEN_DTYPE:
             raise FormatError(f"{here}.dtype must be {TOKEN_DTYPE!r}, got {ref['dtype']!r}.")
         shape = ref["shape"]
-        if not isinstance(shape, list) or len(shape) != 1 or not _is_int(shape[0]) or shape[0] < 1:
+        if not isinstance(shape, list) or len(shape) != 1 or not is_int(shape[0]) or shape[0] < 1:
             raise FormatError(f"{here}.shape must be [n] with an integer n >= 1, got {shape!r}.")
         if not is_sha256_hex(ref["digest"]):
             raise FormatError(f"{here}.digest must be a lowercase SHA-256 hex digest.")
@@ -747,11 +739,11 @@ def _check_summary(
         raise FormatError(f"manifest.json summary must be an object with exactly {', '.join(sorted(SUMMARY_FIELDS))}.")
     counted = {"entries": len(entries), "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
     for field, expected in counted.items():
-        if value[field] != expected or (field != "finish_reasons" and not _is_int(value[field])):
+        if value[field] != expected or (field != "finish_reasons" and not is_int(value[field])):
             raise FormatError(f"manifest.json summary.{field} is {value[field]!r} but the entries hold {expected!r}.")
     data_configs = _check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
     duplicates = value["duplicates"]
-    if not _is_int(duplicates) or duplicates < 0:
+    if not is_int(duplicates) or duplicates < 0:
         raise FormatError(f"manifest.json summary.duplicates must be a non-negative integer, got {duplicates!r}.")
     shard = check_shard_info(value["shard"], "manifest.json summary.shard")
     problem = summary_inconsistency(len(entries), duplicates, data_configs, shard)
@@ -840,7 +832,7 @@ def check_header(header: Header, manifest: Manifest, file_size: int) -> dict[str
                 info["dtype"] != ref["dtype"]
                 or shape != ref["shape"]
                 or not isinstance(shape, list)
-                or not all(_is_int(n) for n in shape)
+                or not all(is_int(n) for n in shape)
             ):
                 raise FormatError(
                     f"{PAYLOAD_NAME} tensor {name} is {info['dtype']} {info['shape']} but manifest.json says "
@@ -850,7 +842,7 @@ def check_header(header: Header, manifest: Manifest, file_size: int) -> dict[str
             if (
                 not isinstance(offsets, list)
                 or len(offsets) != 2
-                or not all(_is_int(o) for o in offsets)
+                or not all(is_int(o) for o in offsets)
                 or offsets[1] - offsets[0] != ref["shape"][0] * TOKEN_BYTES
                 or offsets[0] < 0
             ):
@@ -918,7 +910,6 @@ __all__ = [
     "make_provenance",
     "make_record",
     "make_shard_info",
-    "manifest_bytes",
     "pad_header",
     "parse_header",
     "parse_shard_dir_name",

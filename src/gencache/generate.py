@@ -23,6 +23,7 @@ torch and transformers are imported inside the functions, so importing this modu
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import json
 import math
@@ -32,10 +33,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.canonical import is_finite_number, is_int
 from gencache.config import GENERATION_UNSUPPORTED as _UNSUPPORTED_KEYS
 from gencache.config import LOGIT_FIELDS as LOGITS_KEYS
 from gencache.config import NO_LOGITS_MESSAGE
 from gencache.errors import ConfigError, GenerationError
+from gencache.format import DTYPES, FINISH_REASONS
 from gencache.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
@@ -46,10 +49,7 @@ if TYPE_CHECKING:
 
 FIELD = "model.generation_kwargs"
 
-FINISH_EOS = "eos"
-FINISH_STOP_STRING = "stop_string"
-FINISH_LENGTH = "length"
-FINISH_REASONS = (FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH)
+FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
 _REASON_CODES = {1: FINISH_EOS, 2: FINISH_STOP_STRING, 3: FINISH_LENGTH}
 
 #: Parameters used only when sampling; dropped under greedy decoding.
@@ -152,15 +152,12 @@ def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     return prepare_tokenizer(tokenizer)
 
 
-_DTYPES = ("bfloat16", "float16", "float32")
-
-
 def torch_dtype(dtype: str) -> torch.dtype:
     """The torch dtype of a config dtype string (``bfloat16``, ``float16``, ``float32``)."""
     import torch
 
-    if dtype not in _DTYPES:
-        raise ConfigError(f"model.dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}.")
+    if dtype not in DTYPES:
+        raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}.")
     result: torch.dtype = getattr(torch, dtype)
     return result
 
@@ -233,21 +230,14 @@ def seed_everything(seed: int) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Effective generation config
 # ---------------------------------------------------------------------------------------------------------------
+@functools.cache
 def _known_generation_fields() -> frozenset[str]:
     return frozenset(name for name in vars(_hf().GenerationConfig()) if not name.startswith("_"))
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, int | float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _token_ids(name: str, value: Any, *, source: str) -> tuple[int, ...]:
     items = value if isinstance(value, list | tuple) else [value]
-    if not all(_is_int(item) and item >= 0 for item in items):
+    if not all(is_int(item) and item >= 0 for item in items):
         raise ConfigError(f"{name} ({source}) must be a non-negative integer or a list of them, got {value!r}.")
     return tuple(int(item) for item in items)
 
@@ -255,12 +245,12 @@ def _token_ids(name: str, value: Any, *, source: str) -> tuple[int, ...]:
 def _check_user_value(key: str, value: Any) -> Any:
     name = f"{FIELD}.{key}"
     if key in _INT_FIELDS:
-        if not _is_int(value):
+        if not is_int(value):
             raise ConfigError(f"{name} must be an integer, got {value!r}.")
         if value < _INT_FIELDS[key]:
             raise ConfigError(f"{name} must be at least {_INT_FIELDS[key]}, got {value!r}.")
     elif key in _FLOAT_FIELDS:
-        if not _is_number(value):
+        if not is_finite_number(value):
             raise ConfigError(f"{name} must be a finite number, got {value!r}.")
     elif key in _BOOL_FIELDS:
         if not isinstance(value, bool):
@@ -346,7 +336,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
 
 def _check_range(key: str, value: Any, *, source: str) -> None:
     low, low_inclusive, high, high_inclusive = _SAMPLING_RANGES[key]
-    if not _is_number(value):
+    if not is_finite_number(value):
         raise ConfigError(f"{FIELD}.{key} ({source}) must be a finite number, got {value!r}.")
     ok_low = value >= low if low_inclusive else value > low
     ok_high = value <= high if high_inclusive else value < high
@@ -391,16 +381,16 @@ def resolve_generation(
             f"(the teacher's generation config at {model_path!r} does not set it)."
         )
     max_new_tokens = merged["max_new_tokens"]
-    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+    if not is_int(max_new_tokens) or max_new_tokens < 1:
         source = "config" if "max_new_tokens" in user else "teacher's generation_config.json"
         raise ConfigError(f"{FIELD}.max_new_tokens ({source}) must be a positive integer, got {max_new_tokens!r}.")
 
     do_sample: bool = merged["do_sample"]
     num_beams = merged.get("num_beams", 1)
-    if not _is_int(num_beams) or num_beams < 1:
+    if not is_int(num_beams) or num_beams < 1:
         raise ConfigError(f"{FIELD}.num_beams must be a positive integer, got {num_beams!r}.")
     num_return_sequences = merged.get("num_return_sequences", 1)
-    if not _is_int(num_return_sequences) or num_return_sequences < 1:
+    if not is_int(num_return_sequences) or num_return_sequences < 1:
         raise ConfigError(f"{FIELD}.num_return_sequences must be a positive integer, got {num_return_sequences!r}.")
     if num_return_sequences > 1 and not do_sample and num_beams == 1:
         raise ConfigError(
@@ -425,7 +415,7 @@ def resolve_generation(
             source = "config" if key in user else "teacher's generation config"
             if key in _SAMPLING_RANGES and key in merged:
                 _check_range(key, merged[key], source=source)
-            elif key == "top_k" and key in merged and not (_is_int(merged[key]) and merged[key] >= 0):
+            elif key == "top_k" and key in merged and not (is_int(merged[key]) and merged[key] >= 0):
                 raise ConfigError(f"{FIELD}.top_k ({source}) must be a non-negative integer, got {merged[key]!r}.")
     if "repetition_penalty" in merged:
         source = "config" if "repetition_penalty" in user else "teacher's generation config"
@@ -497,7 +487,7 @@ def _build_config(merged: dict[str, Any]) -> GenerationConfig:
 # ---------------------------------------------------------------------------------------------------------------
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks."""
-    if not _is_int(batch_size) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ConfigError(f"gen_batch_size must be a positive integer, got {batch_size!r}.")
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]

@@ -7,7 +7,6 @@ finding.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from collections.abc import Sequence
@@ -18,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from gencache.errors import GencacheError
-from gencache.format import FORMAT_VERSION, RESOLVED_NAME
-from gencache.reader import CacheReader, PathLike, ShardSet, find_shards, verify
+from gencache.errors import FormatError, GencacheError
+from gencache.format import FORMAT_VERSION, PROVENANCE_FIELDS
+from gencache.reader import CacheReader, PathLike, ShardSet, find_shards, read_resolved_config, verify
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 MAX_LISTED_KEYS = 5
@@ -29,9 +28,8 @@ MAX_LISTED_KEYS = 5
 def _conflicting_prompts(reader: CacheReader) -> int | None:
     """How many duplicated keys rendered different prompts, from ``resolved_config.json`` (None if unrecorded)."""
     try:
-        resolved = json.loads((reader.path / RESOLVED_NAME).read_text(encoding="utf-8"))
-        value = resolved["samples"]["conflicting_prompts"]
-    except (OSError, ValueError, KeyError, TypeError):
+        value = read_resolved_config(reader.path)["samples"]["conflicting_prompts"]
+    except (FormatError, KeyError, TypeError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -120,7 +118,7 @@ def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
             field
             for _, readers in named
             for reader in readers
-            for field in ("model_path", "tokenizer_path", "dtype", "tokenizer")
+            for field in PROVENANCE_FIELDS
             if reader.provenance[field] != first.provenance[field]
         }
     )

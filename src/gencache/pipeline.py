@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -207,7 +206,7 @@ def resolved_config(
             "revision": plan.config.model.revision,
             "commit_hash": getattr(model_config, "_commit_hash", None),
         },
-        "runtime": runtime_info(model) | {"python": platform.python_version()},
+        "runtime": runtime_info(model),
         "publish": {"rename": rename_mode},
         "samples": {
             "total": len(plan.samples),
@@ -221,17 +220,15 @@ def resolved_config(
 
 def _check_published(output_dir: Path, digest: str, console: Console) -> bool:
     """True when ``output_dir`` is a verified artifact of the same run (for ``--skip-published``)."""
-    import json
 
-    from gencache.reader import verify
+    from gencache.reader import read_resolved_config, verify
 
     problems = verify(output_dir)
     if problems:
         raise OutputExistsError(
             f"{output_dir} exists but does not verify ({problems[0]}); move it aside and rerun this shard."
         )
-    resolved = json.loads((output_dir / "resolved_config.json").read_text(encoding="utf-8"))
-    if resolved.get("run_digest") != digest:
+    if read_resolved_config(output_dir).get("run_digest") != digest:
         raise OutputExistsError(
             f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir."
         )
@@ -377,7 +374,7 @@ def _generate(
                     entry.texts,
                     entry.finish_reasons,
                 )
-                tokens += sum(int(seq.numel()) for seq in entry.sequences)
+                tokens += entry.num_tokens
         finally:
             progress.close()
         resolved = resolved_config(

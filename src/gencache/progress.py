@@ -192,27 +192,6 @@ class RichProgress:
         self.close()
 
 
-class NullProgress:
-    """Reports nothing (``--quiet`` style callers and library use)."""
-
-    def start(self, total_samples: int) -> None:
-        return None
-
-    def advance(self, samples: int, tokens: int) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> NullProgress:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
 def _is_terminal(stream: IO[str]) -> bool:
     isatty = getattr(stream, "isatty", None)
     try:
@@ -238,4 +217,4 @@ def make_progress(
     return PlainProgress(total, stream=out, interval=interval, clock=clock)
 
 
-__all__ = ["NullProgress", "PlainProgress", "Progress", "RichProgress", "format_duration", "make_progress"]
+__all__ = ["PlainProgress", "Progress", "RichProgress", "format_duration", "make_progress"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import copy
-import hashlib
 import json
 import os
 import stat
@@ -23,6 +22,7 @@ from typing import Any
 
 import torch
 
+from gencache.canonical import sha256_hex
 from gencache.errors import (
     CompatibilityError,
     FormatError,
@@ -37,8 +37,8 @@ from gencache.format import (
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
+    PROVENANCE_FIELDS,
     RESOLVED_NAME,
-    SHARD_RULE,
     TOKEN_BYTES,
     check_header,
     check_manifest,
@@ -78,6 +78,20 @@ def _read_regular(path: Path, what: str) -> bytes:
             return handle.read()
     finally:
         os.close(fd)
+
+
+def read_resolved_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed ``resolved_config.json`` of an artifact directory (provenance only); :class:`FormatError` when it
+    is missing, not a regular file or not a JSON object."""
+    path = Path(directory) / RESOLVED_NAME
+    raw = _read_regular(path, "Resolved config")
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise FormatError(f"Resolved config {path} is not valid UTF-8 JSON ({error}).") from None
+    if not isinstance(value, dict):
+        raise FormatError(f"Resolved config {path} does not hold a JSON object.")
+    return value
 
 
 def _dtype_name(dtype: str | torch.dtype) -> str:
@@ -149,7 +163,7 @@ class _CacheAPI(abc.ABC):
         }
         differences = [
             f"{field} (cache {ours[field]!r}, requested {requested[field]!r})"
-            for field in ("model_path", "tokenizer_path", "dtype", "tokenizer")
+            for field in PROVENANCE_FIELDS
             if ours[field] != requested[field]
         ]
         if differences:
@@ -333,7 +347,7 @@ class CacheReader(_CacheAPI):
             for _start, key, i in tensors:
                 length = self._entries[key]["sequences"][i]["shape"][0] * TOKEN_BYTES
                 data = handle.read(length)
-                digests[key][i] = hashlib.sha256(data).hexdigest()
+                digests[key][i] = sha256_hex(data)
                 done += len(data)
                 if progress is not None:
                     progress(done, total)
@@ -357,7 +371,7 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
 
 
 def _digest_tensor(tensor: torch.Tensor) -> str:
-    return hashlib.sha256(tensor.numpy().data).hexdigest()
+    return sha256_hex(tensor.numpy().data)
 
 
 def _entry_problems(key: str, entry: dict[str, Any], digests: Sequence[str]) -> list[str]:
@@ -460,7 +474,7 @@ def _check_shard_run(readers: Sequence[CacheReader], shards: ShardSet) -> None:
     digests: dict[str, list[str]] = {}
     for (index, path), reader in zip(shards.present.items(), readers, strict=True):
         info = reader.summary["shard"]
-        if info is None or info["index"] != index or info["count"] != shards.count or info["rule"] != SHARD_RULE:
+        if info is None or info["index"] != index or info["count"] != shards.count:
             raise ShardError(
                 f"{path} is named shard {index} of {shards.count} but its manifest records shard {info!r}; "
                 "it was renamed or copied from another run."
@@ -489,11 +503,7 @@ class MultiCacheReader(_CacheAPI):
         first = self.readers[0]
         for reader in self.readers[1:]:
             if reader.provenance_digest != first.provenance_digest:
-                fields = [
-                    f
-                    for f in ("model_path", "tokenizer_path", "dtype", "tokenizer")
-                    if reader.provenance[f] != first.provenance[f]
-                ]
+                fields = [f for f in PROVENANCE_FIELDS if reader.provenance[f] != first.provenance[f]]
                 raise CompatibilityError(
                     f"Generation caches {first.path} and {reader.path} have incompatible provenance (differing: "
                     f"{', '.join(fields)}); mix only artifacts of one teacher, tokenizer state and dtype."

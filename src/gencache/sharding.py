@@ -8,14 +8,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from gencache.canonical import json_digest
 from gencache.errors import ShardError
-
-SHARD_RULE = "key-mod"
-
-T = TypeVar("T")
+from gencache.format import make_shard_info, shard_of
 
 
 @dataclass(frozen=True)
@@ -37,14 +34,14 @@ class ShardSpec:
 
     def owns(self, key: str) -> bool:
         """True when this shard generates ``key`` (``int(key, 16) % count == index``)."""
-        return int(key, 16) % self.count == self.index
+        return shard_of(key, self.count) == self.index
 
     def select(self, keys: Iterable[str]) -> list[str]:
         return [key for key in keys if self.owns(key)]
 
     def summary(self, run_digest: str) -> dict[str, Any]:
         """The manifest's ``summary.shard`` record."""
-        return {"index": self.index, "count": self.count, "rule": SHARD_RULE, "run_digest": run_digest}
+        return make_shard_info(self.index, self.count, run_digest)
 
 
 def parse_shard(text: str) -> ShardSpec:

@@ -423,11 +423,6 @@ class CacheWriter:
     def finalized(self) -> bool:
         return self._state == "finalized"
 
-    @property
-    def data_bytes(self) -> int:
-        """Bytes of tensor data appended so far."""
-        return self._data_end
-
     def keys(self) -> KeysView[str]:
         """Keys appended so far, in generation order."""
         return self._records.keys()
