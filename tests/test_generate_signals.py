@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gencache.datasets import sample_source
-from gencache.writer import clean
+from gencache.writer import PHASE_ENV, clean
 
 TIMEOUT = 120
 
@@ -42,7 +42,7 @@ class Child:
     def __init__(self, config: Path) -> None:
         self.phases_r, phases_w = os.pipe()
         go_r, self.go_w = os.pipe()
-        env = dict(os.environ, GENCACHE_TEST_PHASE_FD=f"{phases_w}:{go_r}")
+        env = {**os.environ, PHASE_ENV: f"{phases_w}:{go_r}"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gencache", "generate", str(config)],
             env=env,

@@ -255,3 +255,23 @@ def test_building_samples_leaves_the_global_rng_untouched() -> None:
 def test_samples_are_deterministic() -> None:
     configs = [data_config("hotpot_qa-4"), data_config("biography-3")]
     assert build_samples(configs).samples == build_samples(configs).samples
+
+
+def test_data_configs_over_one_source_load_and_hash_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gencache.datasets.source as source
+
+    loads: list[str | None] = []
+    real = source._load_tables
+
+    def counting(src: str | None, *args: Any, **kwargs: Any) -> Any:
+        loads.append(src)
+        return real(src, *args, **kwargs)
+
+    monkeypatch.setattr(source, "_load_tables", counting)
+    configs = [data_config("biography-1"), data_config("biography-1", seed=5), data_config("hotpot_qa-1")]
+    result = build_samples(configs)
+    assert len(loads) == 2  # biography once for both of its data configs, hotpot_qa once
+    assert result.summaries[0].source == result.summaries[1].source
+    assert [s.key for s in result.samples[:5]] == [s["key"] for s in CASE["biography-1"]["samples"]]
+    build_samples(configs[:1])
+    assert len(loads) == 3  # nothing is kept between runs

@@ -17,6 +17,12 @@ class GencacheError(Exception):
         return str(self.args[0]) if self.args else self.__class__.__name__
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when it has none), for one-line errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 # -- bad input (exit code 2) ------------------------------------------------------------------------------
 class ConfigError(GencacheError, ValueError):
     """The config file or one of its fields is invalid."""
@@ -97,6 +103,7 @@ __all__ = [
     "ShardError",
     "Terminated",
     "WriteError",
+    "first_line",
 ]
 
 

@@ -37,7 +37,7 @@ from gencache.canonical import is_finite_number, is_int
 from gencache.config import GENERATION_UNSUPPORTED as _UNSUPPORTED_KEYS
 from gencache.config import LOGIT_FIELDS as LOGITS_KEYS
 from gencache.config import NO_LOGITS_MESSAGE
-from gencache.errors import ConfigError, GenerationError
+from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.format import DTYPES, FINISH_REASONS
 from gencache.tokenizer import prepare_tokenizer
 
@@ -131,11 +131,6 @@ def _hf() -> Any:
     return transformers
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _revision_kwargs(revision: str | None) -> dict[str, Any]:
     return {"revision": revision} if revision else {}
 
@@ -147,7 +142,7 @@ def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     except Exception as exc:
         raise ConfigError(
             f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
-            f"{f' at revision {revision!r}' if revision else ''}: {_first_line(exc)}"
+            f"{f' at revision {revision!r}' if revision else ''}: {first_line(exc)}"
         ) from exc
     return prepare_tokenizer(tokenizer)
 
@@ -188,7 +183,7 @@ def load_teacher(
         try:
             target = torch.device(device)
         except (RuntimeError, ValueError) as exc:
-            raise ConfigError(f"model.device: {device!r} is not a torch device ({_first_line(exc)}).") from exc
+            raise ConfigError(f"model.device: {device!r} is not a torch device ({first_line(exc)}).") from exc
         if has_accelerate:
             kwargs["device_map"] = target
     try:
@@ -197,12 +192,12 @@ def load_teacher(
             model = model.to(target)
     except torch.OutOfMemoryError as exc:
         raise GenerationError(
-            f"Out of memory while loading the teacher {model_path!r} in {dtype} on {device}: {_first_line(exc)}"
+            f"Out of memory while loading the teacher {model_path!r} in {dtype} on {device}: {first_line(exc)}"
         ) from exc
     except Exception as exc:
         raise GenerationError(
             f"Cannot load the teacher {model_path!r} ({dtype}, device {device}"
-            f"{f', revision {revision}' if revision else ''}): {_first_line(exc)}"
+            f"{f', revision {revision}' if revision else ''}): {first_line(exc)}"
         ) from exc
     model.eval()
     return model
@@ -318,7 +313,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             **_revision_kwargs(revision),
         )  # fmt: skip
     except Exception as exc:
-        raise ConfigError(f"Cannot read the teacher's generation config from {where}: {_first_line(exc)}") from exc
+        raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
     try:
         if path is not None:
             with open(path, encoding="utf-8") as handle:
@@ -329,7 +324,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             model_config = hf.AutoConfig.from_pretrained(model_path, **_revision_kwargs(revision))
             data = hf.GenerationConfig.from_model_config(model_config).to_dict()
     except Exception as exc:
-        raise ConfigError(f"Cannot read the teacher's configuration from {where}: {_first_line(exc)}") from exc
+        raise ConfigError(f"Cannot read the teacher's configuration from {where}: {first_line(exc)}") from exc
     known = _known_generation_fields()
     return {key: value for key, value in data.items() if key in known and value is not None}
 
@@ -768,7 +763,7 @@ def generate_entries(
                 f"Out of memory generating {described} on {device}; try a smaller gen_batch_size (now {batch_size})."
             ) from exc
         except Exception as exc:
-            raise GenerationError(f"Generation failed in {described}: {_first_line(exc)}") from exc
+            raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
         generated = sequences[:, width:]
         if generated.shape[0] != len(batch) * per_prompt:
             raise GenerationError(

@@ -9,12 +9,11 @@ from __future__ import annotations
 import copy
 import os
 import signal
-import statistics
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,7 +65,7 @@ def plan_run(config: CacheConfig, shard: ShardSpec | None, tokenizer: Any | None
     with warnings.catch_warnings():  # reported once, by the caller, from samples.conflicting_prompts
         warnings.simplefilter("ignore", DuplicatePromptWarning)
         samples = build_samples(config, tokenizer=tokenizer)
-    keys = [s.key for s in samples.unique]
+    keys = samples.keys()
     if shard is not None:
         keys = shard.select(keys)
     return RunPlan(
@@ -78,12 +77,6 @@ def plan_run(config: CacheConfig, shard: ShardSpec | None, tokenizer: Any | None
         keys=tuple(keys),
         run_digest=run_digest(config_json),
     )
-
-
-def _stats(values: Sequence[int]) -> str:
-    if not values:
-        return "-"
-    return f"{min(values)} / {int(statistics.median(values))} / {max(values)}"
 
 
 def render_plan(plan: RunPlan, console: Console, *, capacity: int | None, max_new_tokens: int | None) -> None:
@@ -353,10 +346,9 @@ def _generate(
     console.print(f"teacher loaded in {time.monotonic() - started:.1f}s")
     report_phase("model_loaded")
 
-    by_key = {s.key: s for s in plan.samples.unique}
     prompts = []
     for key in plan.keys:
-        ids = by_key[key].input_ids
+        ids = plan.samples.by_key(key).input_ids
         if ids is None:  # build_samples tokenizes whenever a tokenizer is given
             raise GenerationError(f"Sample {key} has no prompt token ids.")
         prompts.append((key, ids))

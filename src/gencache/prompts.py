@@ -8,16 +8,15 @@ and concatenates the ids, so document boundaries survive as token spans.
 
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError, model_validator
 
-from gencache.canonical import json_digest
+from gencache.canonical import json_digest, sha256_hex
 from gencache.errors import PromptError
 
 
@@ -91,19 +90,6 @@ def prompt_text(parts: Prompt) -> str:
 # -- templates ---------------------------------------------------------------------------------------------------
 
 
-def _reject_think(template: str) -> Callable[[Any], Any]:
-    def check(data: Any) -> Any:
-        if isinstance(data, Mapping) and "think" in data:
-            if template == "tokenizer_chat":
-                raise ValueError("the 'think' kwarg was renamed: use enable_thinking (true or false)")
-            raise ValueError(
-                f"{template} has no thinking switch: use template tokenizer_chat with enable_thinking instead of think"
-            )
-        return data
-
-    return check
-
-
 class _TemplateKwargs(BaseModel):
     """Base of the template kwargs models: strict, frozen, and the old ``think`` kwarg explained."""
 
@@ -113,7 +99,14 @@ class _TemplateKwargs(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_think(cls, data: Any) -> Any:
-        return _reject_think(cls.template_name)(data)
+        if isinstance(data, Mapping) and "think" in data:
+            if cls.template_name == "tokenizer_chat":
+                raise ValueError("the 'think' kwarg was renamed: use enable_thinking (true or false)")
+            raise ValueError(
+                f"{cls.template_name} has no thinking switch: use template tokenizer_chat with enable_thinking "
+                "instead of think"
+            )
+        return data
 
 
 class DefaultKwargs(_TemplateKwargs):
@@ -379,7 +372,7 @@ def chat_template_digest(tokenizer: Any) -> str | None:
     if template is None:
         return None
     if isinstance(template, str):
-        return hashlib.sha256(template.encode("utf-8")).hexdigest()
+        return sha256_hex(template.encode("utf-8"))
     return json_digest(template)
 
 

@@ -21,7 +21,7 @@ from gencache.errors import ConfigError, DatasetError, PromptError
 
 if TYPE_CHECKING:
     from gencache.datasets import SourceInfo
-    from gencache.prompts import Prompt
+    from gencache.prompts import Prompt, TokenizedPrompt
 
 __all__ = [
     "DataConfigSummary",
@@ -179,7 +179,9 @@ def _stats(values: Sequence[int]) -> tuple[int, int, int]:
     return (min(values), int(statistics.median_low(values)), max(values))
 
 
-def _load_one(index: int, dc: DataConfig, tokenizer: Any | None) -> tuple[list[Sample], SourceInfo]:
+def _load_one(
+    index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
+) -> tuple[list[Sample], SourceInfo]:
     from gencache.datasets import get_recipe
     from gencache.keys import semantic_key
     from gencache.prompts import render_prompt, tokenize_prompt
@@ -199,7 +201,9 @@ def _load_one(index: int, dc: DataConfig, tokenizer: Any | None) -> tuple[list[S
         input_ids: tuple[int, ...] | None = None
         spans: tuple[tuple[str, int, int], ...] | None = None
         if tokenizer is not None:
-            tokenized = tokenize_prompt(parts, tokenizer)
+            tokenized = tokenized_prompts.get(parts)  # duplicates across data configs render identical prompts
+            if tokenized is None:
+                tokenized = tokenized_prompts[parts] = tokenize_prompt(parts, tokenizer)
             input_ids, spans = tokenized.input_ids, tokenized.spans
         out.append(
             Sample(
@@ -244,38 +248,42 @@ def build_samples(
     summaries: list[DataConfigSummary] = []
     first: dict[str, Sample] = {}
     conflicting: dict[str, tuple[Sample, Sample]] = {}
-    for index, dc in enumerate(data_configs):
-        try:
-            loaded, source = _load_one(index, dc, tokenizer)
-        except (ConfigError, DatasetError, PromptError) as exc:
-            raise type(exc)(_with_index(index, exc)) from exc
-        seen_here: set[str] = set()
-        duplicates_here = 0
-        for sample in loaded:
-            seen_here.add(sample.key)
-            earlier = first.get(sample.key)
-            if earlier is None:
-                first[sample.key] = sample
-                continue
-            duplicates_here += 1
-            if earlier.parts != sample.parts and sample.key not in conflicting:
-                conflicting[sample.key] = (earlier, sample)
-        samples.extend(loaded)
-        chars = [len(sample.prompt_text) for sample in loaded]
-        tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
-        summaries.append(
-            DataConfigSummary(
-                index=index,
-                dataset_name=dc.dataset_name,
-                samples=len(loaded),
-                unique=len(seen_here),
-                duplicates=duplicates_here,
-                prompt_chars=_stats(chars),
-                prompt_tokens=_stats(tokens) if tokenizer is not None else None,
-                source=source,
-                data_kwargs=dict(dc.data_kwargs),
+    tokenized_prompts: dict[Prompt, TokenizedPrompt] = {}
+    from gencache.datasets.source import shared_tables
+
+    with shared_tables():  # data configs reading the same source share one load (and one file hash)
+        for index, dc in enumerate(data_configs):
+            try:
+                loaded, source = _load_one(index, dc, tokenizer, tokenized_prompts)
+            except (ConfigError, DatasetError, PromptError) as exc:
+                raise type(exc)(_with_index(index, exc)) from exc
+            seen_here: set[str] = set()
+            duplicates_here = 0
+            for sample in loaded:
+                seen_here.add(sample.key)
+                earlier = first.get(sample.key)
+                if earlier is None:
+                    first[sample.key] = sample
+                    continue
+                duplicates_here += 1
+                if earlier.parts != sample.parts and sample.key not in conflicting:
+                    conflicting[sample.key] = (earlier, sample)
+            samples.extend(loaded)
+            chars = [len(sample.prompt_text) for sample in loaded]
+            tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
+            summaries.append(
+                DataConfigSummary(
+                    index=index,
+                    dataset_name=dc.dataset_name,
+                    samples=len(loaded),
+                    unique=len(seen_here),
+                    duplicates=duplicates_here,
+                    prompt_chars=_stats(chars),
+                    prompt_tokens=_stats(tokens) if tokenizer is not None else None,
+                    source=source,
+                    data_kwargs=dict(dc.data_kwargs),
+                )
             )
-        )
     if not samples:
         raise ConfigError(
             "No samples: every data config has num_samples 0; raise num_samples of at least one data config."

@@ -19,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from gencache.datasets.base import SourceInfo
-from gencache.errors import DatasetError
+from gencache.errors import DatasetError, first_line
 
 EXTENSIONS = (".jsonl", ".json", ".parquet")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
@@ -117,7 +119,7 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     try:
         return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
     except Exception as exc:  # datasets raises many types for unreadable files; report one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise DatasetError(
             f"could not read {label} from {', '.join(str(p) for p in paths)}: {first}; "
             "check that the file is valid JSON Lines, JSON or parquet in the dataset's schema."
@@ -138,12 +140,28 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
     try:
         return datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
         raise DatasetError(
             f"could not load {label} from the hub dataset {where}: {first}{hint}; "
             "set source to a local copy (a directory laid out by split, or one file) or make the hub reachable."
         ) from None
+
+
+_SHARED: ContextVar[dict[tuple[Any, ...], tuple[dict[str, Any], SourceInfo]] | None] = ContextVar(
+    "gencache_shared_tables", default=None
+)
+
+
+@contextmanager
+def shared_tables() -> Iterator[None]:
+    """Within this block, loading the same tables again returns the first load (recipes only read tables), so
+    data configs over one source load and hash it once; build_samples opens one block per run."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def load_tables(
@@ -160,8 +178,31 @@ def load_tables(
 
     ``hub_config`` is the config name passed to the hub (``None``: none); ``dir_config`` the sub-folder tried first
     in a local directory. ``single_file_error`` (when set) is why a single file cannot serve this dataset; a single
-    file otherwise serves exactly one requested split.
+    file otherwise serves exactly one requested split. Inside :func:`shared_tables`, repeated loads are shared.
     """
+    memo = _SHARED.get()
+    request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
+    if memo is not None and request in memo:
+        return memo[request]
+    loaded = _load_tables(
+        source, hub_id, label=label, hub_config=hub_config, dir_config=dir_config, splits=splits,
+        single_file_error=single_file_error,
+    )  # fmt: skip
+    if memo is not None:
+        memo[request] = loaded
+    return loaded
+
+
+def _load_tables(
+    source: str | None,
+    hub_id: str,
+    *,
+    label: str,
+    hub_config: str | None,
+    dir_config: str | None,
+    splits: Sequence[str],
+    single_file_error: str | None = None,
+) -> tuple[dict[str, Any], SourceInfo]:
     kind, location = classify_source(source, hub_id)
     if kind == "hub":
         hint = ""
