@@ -363,15 +363,24 @@ def _check_record_keys(keys: Sequence[str]) -> None:
         raise FormatError(f"Entry key {bad!r} is not a 64-character lowercase hex semantic key.")
 
 
-def build_header(records: Mapping[str, Record], provenance_digest: str) -> bytes:
+def sorted_record_keys(records: Mapping[str, Record]) -> list[str]:
+    """The entry keys in manifest and header order, each checked to be a semantic key."""
+    keys = sorted(records)
+    _check_record_keys(keys)
+    return keys
+
+
+def build_header(
+    records: Mapping[str, Record], provenance_digest: str, *, sorted_keys: Sequence[str] | None = None
+) -> bytes:
     """The canonical header JSON (unpadded) for the appended entries: the bytes of
     ``canonical_bytes(header_object(records, provenance_digest))``, assembled directly (a test checks identity).
 
     Keys must be semantic keys (checked): hex, so no name needs escaping and ``"__metadata__"`` sorts between the
-    keys that start with a digit and those that start with a letter.
+    keys that start with a digit and those that start with a letter. ``sorted_keys`` (from
+    :func:`sorted_record_keys`) spares a caller that also builds the manifest a second sort and check.
     """
-    keys = sorted(records)
-    _check_record_keys(keys)
+    keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
     meta = canonical_json({"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest})
     at = bisect.bisect_left(keys, "__metadata__")
     parts: list[str] = []  # members written out with TOKEN_DTYPE "I64" and TOKEN_BYTES 8 (checked by the tests)
@@ -570,16 +579,17 @@ def iter_manifest_bytes(
     summary: Mapping[str, Any],
     *,
     chunk_bytes: int = MANIFEST_CHUNK_BYTES,
+    sorted_keys: Sequence[str] | None = None,
 ) -> Iterator[bytes]:
     """``json_file_bytes(build_manifest(provenance, records, summary))`` in pieces of about ``chunk_bytes`` bytes,
     assembled directly (a test checks identity), so a writer can stream it without holding the whole file.
 
     Each entry's texts are JSON-encoded once and shared by its manifest object and its content-digest document,
     whose fixed shapes are written out here; the small provenance and summary go through :func:`canonical_json`.
-    The keys, the provenance and the summary are checked before the first piece is yielded.
+    The keys, the provenance and the summary are checked before the first piece is yielded (the keys unless
+    ``sorted_keys`` from :func:`sorted_record_keys` is given).
     """
-    keys = sorted(records)
-    _check_record_keys(keys)
+    keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
     checked = check_provenance(provenance)
     encode = _encode_json_string
     try:
@@ -918,5 +928,6 @@ __all__ = [
     "record_fields",
     "shard_dir_name",
     "shard_of",
+    "sorted_record_keys",
     "tensor_name",
 ]

@@ -59,6 +59,7 @@ from gencache.format import (
     json_file_bytes,
     length_prefix,
     provenance_digest,
+    sorted_record_keys,
 )
 
 PHASE_ENV = "GENCACHE_TEST_PHASE_FD"
@@ -592,7 +593,8 @@ class CacheWriter:
     def _finalize(self, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         clock = time.perf_counter
         started = clock()
-        header = build_header(self._records, self.provenance_digest)
+        keys = sorted_record_keys(self._records)
+        header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
         if len(header) > self.header_capacity:
             raise HeaderCapacityError(
                 f"The safetensors header needs {len(header):,} bytes but only {self.header_capacity:,} were "
@@ -601,7 +603,9 @@ class CacheWriter:
             )
         # The manifest is streamed to its file in ~1 MiB pieces (memory stays flat however many entries); its
         # keys, provenance and summary are checked, and its first piece built, before anything is written.
-        manifest = iter_manifest_bytes(self.provenance, self._records, build_summary(self._records, summary))
+        manifest = iter_manifest_bytes(
+            self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
+        )
         first = next(manifest)
         resolved = json_file_bytes(dict(resolved_config))
         built = clock()
