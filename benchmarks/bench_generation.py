@@ -1,9 +1,9 @@
 """Generation throughput: gencache's batched, length-sorted generator vs a one-by-one ``generate`` loop.
 
 CPU mode (default): on the tiny teacher (float32), the same prompts of varied lengths are generated greedily by a
-plain ``model.generate`` loop, one prompt at a time, and by :func:`gencache.generate.generate_entries` at several
-batch sizes. It reports tokens/s of each, the ratio, the padding waste (pad cells over all prompt cells of the
-planned batches, sorted and, for comparison, in input order), and asserts identical greedy outputs.
+plain ``model.generate`` loop, one prompt at a time, and by gencache's ``generate_entries`` at several batch sizes. It
+reports tokens/s of each, the ratio, the padding waste (pad cells over all prompt cells of the planned batches,
+sorted and, for comparison, in input order), and asserts identical greedy outputs.
 
 GPU mode (``--gpu``, for a lent accelerator): a random-weight model of Qwen3-8B's shape built from a config in
 bfloat16 (nothing is downloaded), tokens/s per batch size (1, 8, 32, 64 by default) through gencache's generator,
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
-from gencache.generate import (  # noqa: E402
+from gencache.generation.generate import (  # noqa: E402
     EffectiveGeneration,
     generate_entries,
     load_teacher,
@@ -102,7 +102,7 @@ def one_by_one(model: Any, generation: EffectiveGeneration, prompts: Sequence[Pr
     """A plain ``model.generate`` loop, one prompt at a time (no padding): the baseline."""
     import torch
 
-    from gencache.generate import model_device
+    from gencache.generation.generate import model_device
 
     device = model_device(model)
     config = copy.deepcopy(generation.config)
@@ -351,7 +351,7 @@ def gpu_benchmark(
         f"Device {info['device_name']}, torch {info['torch']} (CUDA {info['cuda']}), transformers "
         f"{info['transformers']}, {info['attn_implementation']} attention. Model built from Qwen3-8B's config with "
         f"random weights in {build_seconds:.1f} s (nothing downloaded). Prompts of 64-512 tokens (uniform), greedy, "
-        f"exactly {max_new_tokens} new tokens per prompt (no EOS), through `gencache.generate.generate_entries`.",
+        f"exactly {max_new_tokens} new tokens per prompt (no EOS), through gencache's `generate_entries`.",
         "",
         "| batch size | prompts | generated tokens | seconds | tokens/s | vs first batch size | padding waste | "
         "peak GiB |",

@@ -28,8 +28,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gencache.format import header_capacity, make_provenance  # noqa: E402
-from gencache.writer import ArtifactBuild  # noqa: E402
+from gencache.artifact.format import header_capacity, make_provenance  # noqa: E402
+from gencache.artifact.writer import ArtifactBuild  # noqa: E402
 
 PROVENANCE = make_provenance(
     "bench/teacher", "bench/teacher", "bfloat16", {"padding_side": "left", "pad_token_id": 0, "eos_token_id": 1}
@@ -152,7 +152,7 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 def open_times(path: Path, repeat: int) -> tuple[float, float]:
     import safetensors
 
-    from gencache.reader import CacheReader
+    from gencache.artifact.reader import CacheReader
 
     def ours() -> None:
         CacheReader(path)
@@ -170,7 +170,7 @@ def get_times(path: Path, samples: int) -> tuple[float, float, float]:
     """Per-get seconds: first read of a key (digests checked), a repeated read, safe_open's get_tensor."""
     import safetensors
 
-    from gencache.reader import CacheReader
+    from gencache.artifact.reader import CacheReader
 
     reader = CacheReader(path)
     keys = list(reader.keys())
@@ -206,7 +206,7 @@ def open_rss(path: Path) -> int:
 def _open_rss_child(path: str) -> int:
     import torch  # noqa: F401  (its own allocations are not the reader's)
 
-    from gencache.reader import CacheReader
+    from gencache.artifact.reader import CacheReader
 
     gc.collect()
     before = rss_anon()

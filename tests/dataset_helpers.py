@@ -11,7 +11,7 @@ FIX = GOLDEN / "fixtures"
 
 @dataclass(frozen=True)
 class DataConfig:
-    """The fields a dataset recipe reads (gencache.datasets.DataConfigLike), without the config model's checks."""
+    """The fields a dataset recipe reads (gencache.data.recipes.DataConfigLike), without the config model's checks."""
 
     dataset_name: str
     num_samples: int

@@ -3,7 +3,7 @@
 ``python storage_child.py build OUTPUT ENTRIES LENGTH [--rename-mode M] [--fsize BYTES] [--rollback]``
     writes ENTRIES entries of about LENGTH tokens through ArtifactBuild and publishes OUTPUT. Exit codes: 0
     published, 143 SIGTERM, 130 Ctrl-C, otherwise the GencacheError's exit code (its message on stderr). With
-    ``GENCACHE_TEST_PHASE_FD`` set (see gencache.writer) it reports phases and waits at each. ``--fsize`` sets
+    ``GENCACHE_TEST_PHASE_FD`` set (see gencache.artifact.writer) it reports phases and waits at each. ``--fsize`` sets
     RLIMIT_FSIZE after the header is reserved; ``--rollback`` catches the first append failure, checks that the
     file is back at its previous size, appends one small entry and publishes (JSON report on stdout).
 ``python storage_child.py memory ARTIFACT``
@@ -20,9 +20,9 @@ import resource
 import sys
 from pathlib import Path
 
+from gencache.artifact.format import header_capacity
+from gencache.artifact.writer import ArtifactBuild
 from gencache.errors import GencacheError, Terminated, WriteError
-from gencache.format import header_capacity
-from gencache.writer import ArtifactBuild
 from storage_helpers import PROVENANCE, make_entries
 
 
@@ -93,7 +93,7 @@ def _mapping_rss(path: str) -> int | None:
 def memory(args: argparse.Namespace) -> int:
     import torch  # noqa: F401  (imported before measuring so its own allocations are not counted)
 
-    from gencache.reader import CacheReader
+    from gencache.artifact.reader import CacheReader
 
     payload = os.path.realpath(Path(args.output) / "cache.safetensors")  # smaps names the real path
     anon_before = _status("RssAnon")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gencache.format import header_capacity, make_provenance, make_shard_info
-from gencache.writer import ArtifactBuild
+from gencache.artifact.format import header_capacity, make_provenance, make_shard_info
+from gencache.artifact.writer import ArtifactBuild
 
 TESTS = Path(__file__).resolve().parent
 CHILD = TESTS / "storage_child.py"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gencache.canonical import canonical_json
-from gencache.config import (
+from gencache.data.config import (
     LOGIT_FIELDS,
     NO_LOGITS_MESSAGE,
     CacheConfig,
@@ -604,8 +604,8 @@ def test_shipped_configs_load(path: Path) -> None:
 
 def test_config_module_imports_no_heavy_libraries() -> None:
     code = (
-        "import sys, gencache.config, gencache.samples, gencache.configdoc\n"
-        "from gencache.config import parse_config\n"
+        "import sys, gencache.data.config, gencache.data.samples, gencache.configdoc\n"
+        "from gencache.data.config import parse_config\n"
         "parse_config({'model': {'model_path': 'm'}, 'output_dir': 'o', 'data_configs': [{'dataset_name': 'niah',"
         " 'num_samples': 1, 'num_data_strs': 0, 'num_shots': 0, 'subset': '4096'}]})\n"
         "print(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"

@@ -10,15 +10,6 @@ from typing import Any
 
 import pytest
 
-from gencache.config import (
-    GENERATION_FORBIDDEN,
-    GENERATION_KWARG_RULES,
-    LOGIT_FIELDS,
-    CacheConfig,
-    DataConfig,
-    ModelConfig,
-    parse_config,
-)
 from gencache.configdoc import (
     EXAMPLE_CONFIG,
     MARKDOWN_PATH,
@@ -30,8 +21,17 @@ from gencache.configdoc import (
     stale_docs,
     write_docs,
 )
-from gencache.datasets import DATASETS
-from gencache.prompts import TEMPLATES
+from gencache.data.config import (
+    GENERATION_FORBIDDEN,
+    GENERATION_KWARG_RULES,
+    LOGIT_FIELDS,
+    CacheConfig,
+    DataConfig,
+    ModelConfig,
+    parse_config,
+)
+from gencache.data.prompts import TEMPLATES
+from gencache.data.recipes import DATASETS
 
 REPO = Path(__file__).resolve().parents[1]
 REGENERATE = "out of date: run `uv run python -m gencache.configdoc` and commit docs/"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from gencache.artifact.format import make_shard_info, shard_of
+from gencache.artifact.reader import CacheReader, verify
 from gencache.canonical import canonical_bytes, json_digest
 from gencache.errors import GencacheError
-from gencache.format import make_shard_info, shard_of
-from gencache.reader import CacheReader, verify
 from storage_helpers import Entry, make_entries, writable_copy, write_artifact
 
 MASKS = (0x01, 0x20, 0x80)

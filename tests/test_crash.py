@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gencache.format import LENGTH_PREFIX_BYTES, header_capacity
-from gencache.reader import CacheReader, verify
-from gencache.writer import PHASE_ENV, clean
+from gencache.artifact.format import LENGTH_PREFIX_BYTES, header_capacity
+from gencache.artifact.phases import PHASE_ENV
+from gencache.artifact.publish import clean
+from gencache.artifact.reader import CacheReader, verify
 from storage_helpers import CHILD, PYTHON, child_env, make_entries
 
 ENTRIES = 6
@@ -263,6 +264,8 @@ def test_an_empty_directory_created_at_the_output_mid_run_is_not_replaced(tmp_pa
 
 
 def test_the_writer_core_does_not_import_torch() -> None:
-    code = "import sys, gencache.writer, gencache.format; sys.exit(1 if 'torch' in sys.modules else 0)"
+    code = (
+        "import sys, gencache.artifact.writer, gencache.artifact.format; sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
     result = subprocess.run([PYTHON, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, "gencache.writer imported torch (keep gencache/__init__.py lazy)"
+    assert result.returncode == 0, "gencache.artifact.writer imported torch (keep gencache/__init__.py lazy)"

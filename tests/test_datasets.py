@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from dataset_helpers import FIX, DataConfig
-from gencache.datasets import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
-from gencache.datasets.niah import RULER_TASKS, chunk_sentences, split_sentences
+from gencache.data.keys import semantic_key
+from gencache.data.prompts import ContextBlock, Inline, prompt_text, render_prompt, tokenize_prompt
+from gencache.data.recipes import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
+from gencache.data.recipes.niah import RULER_TASKS, chunk_sentences, split_sentences
 from gencache.errors import ConfigError, DatasetError
-from gencache.keys import semantic_key
-from gencache.prompts import ContextBlock, Inline, prompt_text, render_prompt, tokenize_prompt
 
 DEFAULT_SOURCES = {
     "biography": (str(FIX / "biography"), "1k", "train"),

@@ -12,12 +12,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from gencache.artifact.reader import CacheReader, open_caches
 from gencache.cli import run as cli_run
-from gencache.datasets import sample_source
+from gencache.data.recipes import sample_source
+from gencache.data.samples import build_samples
 from gencache.errors import GencacheError, OutputExistsError
 from gencache.pipeline import run_generate
-from gencache.reader import CacheReader, open_caches
-from gencache.samples import build_samples
 
 
 def data_configs() -> list[dict[str, Any]]:
@@ -97,7 +97,7 @@ def test_resolved_config_records_the_run(published: Path, tiny_teacher_dir: Path
 def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
     published: Path, tiny_model: Any, tiny_tokenizer: Any
 ) -> None:
-    from gencache.config import load_config
+    from gencache.data.config import load_config
 
     config = load_config(next(published.parent.glob("config-0.json")))
     samples = build_samples(config, tokenizer=tiny_tokenizer)
@@ -134,7 +134,7 @@ def test_duplicate_samples_are_generated_once(
     assert output is not None
     err = capsys.readouterr().err
     assert err.count("6 duplicated keys rendered different prompts") == 1
-    from gencache.inspect import inspect_report
+    from gencache.artifact.report import inspect_report
 
     assert inspect_report([output])["artifacts"][0]["conflicting_prompts"] == 6
     manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
@@ -185,7 +185,7 @@ def test_three_shards_partition_the_unsharded_run(published: Path, tmp_path: Pat
     assert len(digests) == 1
     mixed = open_caches(tmp_path / "sharded")
     assert set(mixed.keys()) == set(union)
-    from gencache.inspect import inspect_report
+    from gencache.artifact.report import inspect_report
 
     shards = inspect_report([tmp_path / "sharded"])["artifacts"][0]["shards"]
     assert (shards["present"], shards["missing"], shards["other_run"]) == (["00000", "00001", "00002"], [], [])
@@ -341,12 +341,12 @@ def test_python_m_and_the_seed_script_are_aliases_of_the_cli(tmp_path: Path) -> 
 def test_model_free_checks_fail_before_the_teacher_loads(
     tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], error: str
 ) -> None:
-    import gencache.generate
+    import gencache.generation.generate
 
     def load_teacher(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the teacher was loaded before a model-free check failed")
 
-    monkeypatch.setattr(gencache.generate, "load_teacher", load_teacher)
+    monkeypatch.setattr(gencache.generation.generate, "load_teacher", load_teacher)
     if "model" in change:
         change = {
             "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu", **change["model"]}

@@ -11,9 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gencache.canonical import canonical_bytes, json_digest
-from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
-from gencache.format import (
+from gencache.artifact.format import (
     MAX_HEADER_BYTES,
     Record,
     build_header,
@@ -40,6 +38,8 @@ from gencache.format import (
     shard_of,
     tensor_name,
 )
+from gencache.canonical import canonical_bytes, json_digest
+from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
 from storage_helpers import PROVENANCE, TOKENIZER, key
 
 

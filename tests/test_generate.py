@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gencache.errors import ConfigError, GenerationError
-from gencache.generate import (
+from gencache.generation.generate import (
     FINISH_EOS,
     FINISH_LENGTH,
     FINISH_STOP_STRING,

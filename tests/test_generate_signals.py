@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gencache.datasets import sample_source
-from gencache.writer import PHASE_ENV, clean
+from gencache.artifact.phases import PHASE_ENV
+from gencache.artifact.publish import clean
+from gencache.data.recipes import sample_source
 
 TIMEOUT = 120
 

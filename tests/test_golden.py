@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from dataset_helpers import GOLDEN, DataConfig
-from gencache.datasets import get_recipe
-from gencache.keys import semantic_key
-from gencache.prompts import normalize, prompt_text, render_prompt
+from gencache.data.keys import semantic_key
+from gencache.data.prompts import normalize, prompt_text, render_prompt
+from gencache.data.recipes import get_recipe
 
 CASES: list[dict[str, Any]] = json.loads((GOLDEN / "cases.json").read_text(encoding="utf-8"))
 

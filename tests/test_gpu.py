@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gencache.datasets import sample_source
+from gencache.artifact.reader import CacheReader, verify
+from gencache.data.recipes import sample_source
 from gencache.pipeline import run_generate
-from gencache.reader import CacheReader, verify
 
 pytestmark = [
     pytest.mark.gpu,

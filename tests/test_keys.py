@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataset_helpers import GOLDEN, DataConfig
-from gencache.datasets import get_recipe
+from gencache.data.keys import SEMANTIC_FIELDS, semantic_key
+from gencache.data.prompts import render_prompt, tokenize_prompt
+from gencache.data.recipes import get_recipe
 from gencache.errors import DatasetError, GencacheError
-from gencache.keys import SEMANTIC_FIELDS, semantic_key
-from gencache.prompts import render_prompt, tokenize_prompt
 
 # Pinned: computed from SPEC section 4 with json.dumps + hashlib, not with gencache. Changing one is a breaking change.
 PINNED: list[tuple[dict[str, Any], str]] = [

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from gencache.artifact.format import make_provenance
+from gencache.artifact.reader import CacheReader, MultiCacheReader, open_caches
+from gencache.artifact.report import inspect_report, render_inspect, verify_report
 from gencache.errors import CompatibilityError, FormatError, GencacheError, ShardError
-from gencache.format import make_provenance
-from gencache.inspect import inspect_report, render_inspect, verify_report
-from gencache.reader import CacheReader, MultiCacheReader, open_caches
 from storage_helpers import PROVENANCE, Entry, make_entries, write_artifact, write_shard
 
 RUN = "1" * 64

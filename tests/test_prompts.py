@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gencache.errors import PromptError
-from gencache.prompts import (
+from gencache.data.prompts import (
     TEMPLATES,
     ContextBlock,
     Inline,
@@ -23,6 +22,7 @@ from gencache.prompts import (
     render_prompt,
     tokenize_prompt,
 )
+from gencache.errors import PromptError
 
 QWEN3_LIKE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -16,8 +16,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gencache.artifact.reader import CacheReader, Generation, open_caches, verify
 from gencache.errors import CompatibilityError, IntegrityError, MissingEntriesError, MissingEntryError
-from gencache.reader import CacheReader, Generation, open_caches, verify
 from storage_helpers import PROVENANCE, TOKENIZER, Entry, key, make_entries, writable_copy, write_artifact
 
 

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from dataset_helpers import GOLDEN
-from gencache.config import DataConfig, parse_config, parse_data_configs
-from gencache.errors import ConfigError, DatasetError
-from gencache.samples import (
+from gencache.data.config import DataConfig, parse_config, parse_data_configs
+from gencache.data.samples import (
     DataConfigSummary,
     DuplicatePromptWarning,
     Sample,
@@ -21,6 +20,7 @@ from gencache.samples import (
     needs_tokenizer,
     tokenizer_reasons,
 )
+from gencache.errors import ConfigError, DatasetError
 
 CASES: list[dict[str, Any]] = json.loads((GOLDEN / "cases.json").read_text(encoding="utf-8"))
 CASE = {case["id"]: case for case in CASES}
@@ -258,7 +258,7 @@ def test_samples_are_deterministic() -> None:
 
 
 def test_data_configs_over_one_source_load_and_hash_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gencache.datasets.source as source
+    import gencache.data.sources as source
 
     loads: list[str | None] = []
     real = source._load_tables

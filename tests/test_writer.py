@@ -20,11 +20,18 @@ import pytest
 import safetensors
 import safetensors.torch
 
-from gencache import writer as writer_module
+from gencache.artifact import publish as publish_module
+from gencache.artifact.format import (
+    MANIFEST_CHUNK_BYTES,
+    build_manifest,
+    build_summary,
+    header_capacity,
+    json_file_bytes,
+)
+from gencache.artifact.publish import check_output_path, clean, probe_rename, publish
+from gencache.artifact.reader import CacheReader, verify
+from gencache.artifact.writer import ArtifactBuild, CacheWriter
 from gencache.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
-from gencache.format import MANIFEST_CHUNK_BYTES, build_manifest, build_summary, header_capacity, json_file_bytes
-from gencache.reader import CacheReader, verify
-from gencache.writer import ArtifactBuild, CacheWriter, check_output_path, clean, probe_rename, publish
 from storage_helpers import PROVENANCE, make_entries, tokens, write_artifact
 
 A, B = "a" * 64, "b" * 64
@@ -389,7 +396,7 @@ def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, mon
     out = write_artifact(tmp_path / "a", make_entries(2), rename_mode="rename")
     assert verify(out) == []
     # a filesystem without RENAME_NOREPLACE answers EINVAL: probe and publish fall back to rename
-    monkeypatch.setattr(writer_module, "_renameat2", lambda source, target: errno.EINVAL)
+    monkeypatch.setattr(publish_module, "_renameat2", lambda source, target: errno.EINVAL)
     assert probe_rename(tmp_path) == "rename"
     with ArtifactBuild(tmp_path / "b", provenance=PROVENANCE, header_capacity=256) as build:
         build.writer.add(*_args(make_entries(1)[0]))
@@ -410,7 +417,7 @@ def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, mon
 def test_clean_removes_only_directories_of_dead_processes_of_this_host(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
-    host = writer_module._host_tag()
+    host = publish_module.host_tag()
     names = {
         "dead": f".out.gencache-{host}-{dead.pid}-0123abcd",
         "alive": f".out.gencache-{host}-{os.getpid()}-0123abcd",
@@ -540,7 +547,7 @@ def test_clean_of_a_missing_parent_is_bad_input(tmp_path: Path) -> None:
     from gencache.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not a directory"):
-        writer_module.clean(tmp_path / "missing")
+        publish_module.clean(tmp_path / "missing")
 
 
 def test_a_failed_parent_sync_after_the_rename_says_the_artifact_was_published(
@@ -549,14 +556,14 @@ def test_a_failed_parent_sync_after_the_rename_says_the_artifact_was_published(
     temp = tmp_path / ".out.tmp"
     temp.mkdir()
     (temp / "f").write_text("x")
-    real_fsync_dir = writer_module._fsync_dir
+    real_fsync_dir = publish_module.fsync_dir
 
     def failing_for_parent(path: Path) -> None:
         if Path(path) == tmp_path:
             raise OSError(errno.EIO, "Input/output error")
         real_fsync_dir(path)
 
-    monkeypatch.setattr(writer_module, "_fsync_dir", failing_for_parent)
+    monkeypatch.setattr(publish_module, "fsync_dir", failing_for_parent)
     with pytest.raises(WriteError, match="was published, but syncing"):
-        writer_module.publish(temp, tmp_path / "out")
+        publish_module.publish(temp, tmp_path / "out")
     assert (tmp_path / "out" / "f").read_text() == "x"

@@ -11,22 +11,22 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "CacheReader": "gencache.reader",
-    "Generation": "gencache.reader",
-    "open_caches": "gencache.reader",
-    "load_config": "gencache.config",
-    "build_samples": "gencache.samples",
-    "semantic_key": "gencache.keys",
+    "CacheReader": "gencache.artifact.reader",
+    "Generation": "gencache.artifact.reader",
+    "open_caches": "gencache.artifact.reader",
+    "load_config": "gencache.data.config",
+    "build_samples": "gencache.data.samples",
+    "semantic_key": "gencache.data.keys",
     "prepare_tokenizer": "gencache.tokenizer",
     "GencacheError": "gencache.errors",
 }
 
 if TYPE_CHECKING:
-    from gencache.config import load_config
+    from gencache.artifact.reader import CacheReader, Generation, open_caches
+    from gencache.data.config import load_config
+    from gencache.data.keys import semantic_key
+    from gencache.data.samples import build_samples
     from gencache.errors import GencacheError
-    from gencache.keys import semantic_key
-    from gencache.reader import CacheReader, Generation, open_caches
-    from gencache.samples import build_samples
     from gencache.tokenizer import prepare_tokenizer
 
 __all__ = [

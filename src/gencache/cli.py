@@ -99,7 +99,7 @@ def inspect(
     cannot be read or a sharded output misses shards)."""
     import json
 
-    from gencache.inspect import inspect_report, render_inspect
+    from gencache.artifact.report import inspect_report, render_inspect
 
     report = inspect_report(dirs)
     if as_json:
@@ -131,7 +131,7 @@ def verify(
     dirs: Annotated[list[Path], typer.Argument(metavar="DIR", help="Artifact directories to re-hash.")],
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest; exit 1 on any problem."""
-    from gencache.inspect import verify_report
+    from gencache.artifact.report import verify_report
 
     ok, lines = verify_report(dirs, progress=sys.stderr.isatty())
     for line in lines:
@@ -161,7 +161,7 @@ def clean(
     ],
 ) -> None:
     """Remove temporary directories left by killed gencache processes on this host."""
-    from gencache.writer import clean as clean_parent
+    from gencache.artifact.publish import clean as clean_parent
 
     removed = clean_parent(parent)
     for path in removed:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from gencache.datasets import sample_source
+from gencache.data.recipes import sample_source
 from gencache.errors import WriteError
 
 DEMO_DATASETS: list[dict[str, Any]] = [
@@ -57,9 +57,9 @@ def _fresh_output(workdir: Path) -> Path:
 
 def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None) -> Path:
     """Run the demo in ``workdir``; return the published artifact directory."""
-    from gencache.inspect import inspect_report, render_inspect
+    from gencache.artifact.reader import CacheReader
+    from gencache.artifact.report import inspect_report, render_inspect
     from gencache.pipeline import run_generate
-    from gencache.reader import CacheReader
     from gencache.tiny import build_tiny_teacher
 
     console = console or Console()

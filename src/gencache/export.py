@@ -13,13 +13,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from gencache.artifact._fs import fsync_dir
+from gencache.artifact.format import RESOLVED_NAME
 from gencache.errors import FormatError, OutputExistsError, WriteError
-from gencache.format import RESOLVED_NAME
-from gencache.writer import _fsync_dir
 
 
 def _load_resolved(directory: Path) -> dict[str, Any]:
-    from gencache.reader import read_resolved_config
+    from gencache.artifact.reader import read_resolved_config
 
     value = read_resolved_config(directory)
     if not isinstance(value.get("config"), dict):
@@ -31,12 +31,12 @@ def _load_resolved(directory: Path) -> dict[str, Any]:
 
 def export_records(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The export lines of one artifact, in generation order of the rebuilt samples."""
-    from gencache.config import parse_config
+    from gencache.artifact.format import shard_of
+    from gencache.artifact.reader import CacheReader
+    from gencache.data.config import parse_config
+    from gencache.data.samples import build_samples
     from gencache.errors import DatasetError
-    from gencache.format import shard_of
-    from gencache.generate import load_tokenizer
-    from gencache.reader import CacheReader
-    from gencache.samples import build_samples
+    from gencache.generation.generate import load_tokenizer
 
     directory = Path(directory)
     reader = CacheReader(directory)
@@ -105,7 +105,7 @@ def write_jsonl_atomic(records: list[dict[str, Any]], out: Path) -> None:
             raise OutputExistsError(f"{out} appeared while exporting; nothing was replaced.") from None
         except OSError as exc:
             raise WriteError(f"Cannot publish {out}: {exc}") from exc
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     finally:
         if os.path.lexists(temp):
             os.unlink(temp)

@@ -22,15 +22,15 @@ from rich.console import Console
 from rich.table import Table
 
 from gencache import __version__
-from gencache.config import CacheConfig, config_to_json, load_config
+from gencache.artifact.format import header_capacity, make_provenance, shard_dir_name
+from gencache.data.config import CacheConfig, config_to_json, load_config
+from gencache.data.samples import DuplicatePromptWarning, SampleSet, build_samples, needs_tokenizer
 from gencache.errors import GenerationError, OutputExistsError, Terminated
-from gencache.format import header_capacity, make_provenance, shard_dir_name
-from gencache.samples import DuplicatePromptWarning, SampleSet, build_samples, needs_tokenizer
 from gencache.sharding import ShardSpec, device_for_rank, resolve_shard, run_digest
 from gencache.tokenizer import tokenizer_state
 
 if TYPE_CHECKING:
-    from gencache.generate import EffectiveGeneration
+    from gencache.generation.generate import EffectiveGeneration
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def _dry_run_max_new_tokens(config: CacheConfig) -> tuple[int | None, int]:
     value = kwargs.get("max_new_tokens")
     if value is None or returns is None:
         from gencache.errors import GencacheError
-        from gencache.generate import read_teacher_generation_config
+        from gencache.generation.generate import read_teacher_generation_config
 
         try:
             teacher = read_teacher_generation_config(config.model.model_path, revision=config.model.revision)
@@ -159,8 +159,8 @@ def resolved_config(
     batch_policy: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Everything needed to reproduce and audit the run (provenance only; training never reads it)."""
-    from gencache.generate import runtime_info
-    from gencache.prompts import chat_template_digest
+    from gencache.data.prompts import chat_template_digest
+    from gencache.generation.generate import runtime_info
 
     # The recorded config must rebuild the same samples from any working directory (gencache export does):
     # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
@@ -214,7 +214,7 @@ def resolved_config(
 def _check_published(output_dir: Path, digest: str, console: Console) -> bool:
     """True when ``output_dir`` is a verified artifact of the same run (for ``--skip-published``)."""
 
-    from gencache.reader import read_resolved_config, verify
+    from gencache.artifact.reader import read_resolved_config, verify
 
     problems = verify(output_dir)
     if problems:
@@ -247,7 +247,7 @@ def run_generate(
     if dry_run:
         tokenizer = None
         if needs_tokenizer(config.data_configs):
-            from gencache.generate import load_tokenizer
+            from gencache.generation.generate import load_tokenizer
 
             tokenizer = load_tokenizer(config.model.effective_tokenizer_path, revision=config.model.revision)
         plan = plan_run(config, shard_spec, tokenizer)
@@ -292,7 +292,10 @@ def _generate(
     console: Console,
 ) -> Path:
 
-    from gencache.generate import (
+    from gencache.artifact.phases import report_phase
+    from gencache.artifact.publish import check_output_path, probe_rename
+    from gencache.artifact.writer import ArtifactBuild
+    from gencache.generation.generate import (
         batching_policy,
         generate_entries,
         load_teacher,
@@ -301,7 +304,6 @@ def _generate(
         seed_everything,
     )
     from gencache.progress import make_progress
-    from gencache.writer import ArtifactBuild, check_output_path, probe_rename, report_phase
 
     check_output_path(output_dir)
     device = device_for_rank(config.model.device, shard_spec, env)

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gencache.artifact.format import make_shard_info, shard_of
 from gencache.canonical import json_digest
 from gencache.errors import ShardError
-from gencache.format import make_shard_info, shard_of
 
 
 @dataclass(frozen=True)

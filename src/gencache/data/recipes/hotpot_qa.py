@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from gencache.datasets.base import (
+from gencache.data.prompts import compose_default
+from gencache.data.recipes.base import (
     DataConfigLike,
     RawSample,
     SourceInfo,
@@ -25,9 +26,8 @@ from gencache.datasets.base import (
     shortfall,
     warn,
 )
-from gencache.datasets.source import load_tables
+from gencache.data.sources import load_tables
 from gencache.errors import DatasetError
-from gencache.prompts import compose_default
 
 Difficulty = Literal["easy", "medium", "hard"]
 

@@ -21,7 +21,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from gencache.datasets.base import (
+from gencache.data.prompts import compose_default
+from gencache.data.recipes.base import (
     DataConfigLike,
     RawSample,
     SourceInfo,
@@ -30,9 +31,8 @@ from gencache.datasets.base import (
     require_str,
     shortfall,
 )
-from gencache.datasets.source import load_tables
+from gencache.data.sources import load_tables
 from gencache.errors import DatasetError
-from gencache.prompts import compose_default
 
 PARTITION_SEED = 42
 SPLITS = ("train", "test")

@@ -13,8 +13,8 @@ An artifact directory holds exactly three regular files:
 ``resolved_config.json``
     canonical JSON plus a newline: provenance for humans; never a compatibility gate.
 
-Everything here works on values and bytes so it can be unit-tested without files; :mod:`gencache.writer` and
-:mod:`gencache.reader` do the I/O. Nothing here imports torch.
+Everything here works on values and bytes so it can be unit-tested without files; :mod:`gencache.artifact.writer` and
+:mod:`gencache.artifact.reader` do the I/O. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def _check_capacity(capacity: object) -> int:
     if not is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:  # type: ignore[operator]
         raise HeaderCapacityError(
             f"Header capacity must be a positive multiple of 8 up to {MAX_HEADER_BYTES:,} bytes, got {capacity!r}; "
-            "compute it with gencache.format.header_capacity."
+            "compute it with gencache.artifact.format.header_capacity."
         )
     return capacity  # type: ignore[return-value]
 
@@ -414,7 +414,7 @@ def pad_header(header_json: bytes, capacity: int) -> bytes:
     if len(header_json) > capacity:
         raise HeaderCapacityError(
             f"The safetensors header needs {len(header_json):,} bytes but only {capacity:,} were reserved; "
-            "reserve gencache.format.header_capacity(entries, sequences_per_entry, max_new_tokens) bytes for the "
+            "reserve header_capacity(entries, sequences_per_entry, max_new_tokens) bytes for the "
             "run, or split it with --shard."
         )
     return header_json + b" " * (capacity - len(header_json))

@@ -22,17 +22,7 @@ from typing import Any
 
 import torch
 
-from gencache.canonical import sha256_hex
-from gencache.errors import (
-    CompatibilityError,
-    FormatError,
-    GencacheError,
-    IntegrityError,
-    MissingEntriesError,
-    MissingEntryError,
-    ShardError,
-)
-from gencache.format import (
+from gencache.artifact.format import (
     ARTIFACT_FILES,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
@@ -48,6 +38,16 @@ from gencache.format import (
     parse_header,
     parse_shard_dir_name,
     read_length_prefix,
+)
+from gencache.canonical import sha256_hex
+from gencache.errors import (
+    CompatibilityError,
+    FormatError,
+    GencacheError,
+    IntegrityError,
+    MissingEntriesError,
+    MissingEntryError,
+    ShardError,
 )
 from gencache.tokenizer import tokenizer_state
 

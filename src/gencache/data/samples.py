@@ -16,12 +16,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from gencache.config import CacheConfig, DataConfig, parse_data_configs
+from gencache.data.config import CacheConfig, DataConfig, parse_data_configs
 from gencache.errors import ConfigError, DatasetError, PromptError
 
 if TYPE_CHECKING:
-    from gencache.datasets import SourceInfo
-    from gencache.prompts import Prompt, TokenizedPrompt
+    from gencache.data.prompts import Prompt, TokenizedPrompt
+    from gencache.data.recipes import SourceInfo
 
 __all__ = [
     "DataConfigSummary",
@@ -60,7 +60,7 @@ class Sample:
     @property
     def prompt_text(self) -> str:
         """The rendered prompt as one string (every part's text, in order)."""
-        from gencache.prompts import prompt_text
+        from gencache.data.prompts import prompt_text
 
         return prompt_text(self.parts)
 
@@ -150,8 +150,8 @@ def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
 
 def tokenizer_reasons(config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]]) -> list[str]:
     """Why these data configs need a tokenizer: one ``data_configs[i]: ...`` line per reason (empty: none needed)."""
-    from gencache.datasets import get_recipe
-    from gencache.prompts import get_template
+    from gencache.data.prompts import get_template
+    from gencache.data.recipes import get_recipe
 
     reasons: list[str] = []
     for index, dc in enumerate(_as_data_configs(config_or_data_configs)):
@@ -182,9 +182,9 @@ def _stats(values: Sequence[int]) -> tuple[int, int, int]:
 def _load_one(
     index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
 ) -> tuple[list[Sample], SourceInfo]:
-    from gencache.datasets import get_recipe
-    from gencache.keys import semantic_key
-    from gencache.prompts import render_prompt, tokenize_prompt
+    from gencache.data.keys import semantic_key
+    from gencache.data.prompts import render_prompt, tokenize_prompt
+    from gencache.data.recipes import get_recipe
 
     recipe = get_recipe(dc.dataset_name)
     kwargs = recipe.kwargs_model.model_validate(dc.data_kwargs)
@@ -249,7 +249,7 @@ def build_samples(
     first: dict[str, Sample] = {}
     conflicting: dict[str, tuple[Sample, Sample]] = {}
     tokenized_prompts: dict[Prompt, TokenizedPrompt] = {}
-    from gencache.datasets.source import shared_tables
+    from gencache.data.sources import shared_tables
 
     with shared_tables():  # data configs reading the same source share one load (and one file hash)
         for index, dc in enumerate(data_configs):

@@ -33,12 +33,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.format import DTYPES, FINISH_REASONS
 from gencache.canonical import is_finite_number, is_int
-from gencache.config import GENERATION_UNSUPPORTED as _UNSUPPORTED_KEYS
-from gencache.config import LOGIT_FIELDS as LOGITS_KEYS
-from gencache.config import NO_LOGITS_MESSAGE
+from gencache.data.config import GENERATION_UNSUPPORTED as _UNSUPPORTED_KEYS
+from gencache.data.config import LOGIT_FIELDS as LOGITS_KEYS
+from gencache.data.config import NO_LOGITS_MESSAGE
 from gencache.errors import ConfigError, GenerationError, first_line
-from gencache.format import DTYPES, FINISH_REASONS
 from gencache.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:

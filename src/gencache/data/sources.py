@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from gencache.datasets.base import SourceInfo
+from gencache.data.recipes.base import SourceInfo
 from gencache.errors import DatasetError, first_line
 
 EXTENSIONS = (".jsonl", ".json", ".parquet")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gencache.datasets import biography, hotpot_qa, musique, niah
-from gencache.datasets.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo
+from gencache.data.recipes import biography, hotpot_qa, musique, niah
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo
 from gencache.errors import ConfigError
 
 DATASETS: dict[str, DatasetRecipe] = {
@@ -19,7 +19,7 @@ DATASETS: dict[str, DatasetRecipe] = {
     "niah": niah.RECIPE,
 }
 
-SAMPLES_DIR = Path(__file__).parent / "samples"
+SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
 
 
 def get_recipe(name: str) -> DatasetRecipe:

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from gencache.artifact.format import FORMAT_VERSION, PROVENANCE_FIELDS
+from gencache.artifact.reader import CacheReader, PathLike, ShardSet, find_shards, read_resolved_config, verify
 from gencache.errors import FormatError, GencacheError
-from gencache.format import FORMAT_VERSION, PROVENANCE_FIELDS
-from gencache.reader import CacheReader, PathLike, ShardSet, find_shards, read_resolved_config, verify
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 MAX_LISTED_KEYS = 5

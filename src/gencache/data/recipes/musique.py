@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from gencache.datasets.base import (
+from gencache.data.prompts import compose_default
+from gencache.data.recipes.base import (
     DataConfigLike,
     RawSample,
     SourceInfo,
@@ -23,9 +24,8 @@ from gencache.datasets.base import (
     shortfall,
     warn,
 )
-from gencache.datasets.source import load_tables
+from gencache.data.sources import load_tables
 from gencache.errors import DatasetError
-from gencache.prompts import compose_default
 
 INSTRUCTION = "Answer the following question based on the provided context.\n"
 COT = (

@@ -585,13 +585,13 @@ def _registry_problem(kind: str, name: str, known: Sequence[str]) -> str:
 
 
 def _known_datasets() -> list[str]:
-    from gencache.datasets import DATASETS
+    from gencache.data.recipes import DATASETS
 
     return list(DATASETS)
 
 
 def _known_templates() -> list[str]:
-    from gencache.prompts import TEMPLATES
+    from gencache.data.prompts import TEMPLATES
 
     return list(TEMPLATES)
 
@@ -614,7 +614,7 @@ def _kwargs_through(model: type[BaseModel], value: Mapping[str, Any], what: str)
 class DataConfig(_Strict):
     """One dataset selection: which samples, rendered with which template."""
 
-    dataset_name: str = Field(description="Dataset recipe name (a key of gencache.datasets.DATASETS).")
+    dataset_name: str = Field(description="Dataset recipe name (a key of gencache.data.recipes.DATASETS).")
     num_samples: int = Field(
         ge=0,
         description="Samples to take (an error if the split holds fewer). 0 is allowed for one data config, "
@@ -677,7 +677,7 @@ class DataConfig(_Strict):
         name = info.data.get("dataset_name")
         if name is None:  # dataset_name itself failed; that error is reported instead
             return value
-        from gencache.datasets import get_recipe
+        from gencache.data.recipes import get_recipe
 
         recipe = get_recipe(name)
         return _kwargs_through(recipe.kwargs_model, value, f"data_kwargs key for dataset {name!r}")
@@ -688,7 +688,7 @@ class DataConfig(_Strict):
         name = info.data.get("template")
         if name is None:
             return value
-        from gencache.prompts import get_template
+        from gencache.data.prompts import get_template
 
         spec = get_template(name)
         return _kwargs_through(spec.kwargs_model, value, f"template_kwargs key for template {name!r}")

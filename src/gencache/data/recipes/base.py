@@ -9,8 +9,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
+from gencache.data.prompts import Prompt
 from gencache.errors import DatasetError
-from gencache.prompts import Prompt
 
 
 class DataConfigLike(Protocol):

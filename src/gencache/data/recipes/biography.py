@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from gencache.datasets.base import (
+from gencache.data.prompts import compose_default
+from gencache.data.recipes.base import (
     DataConfigLike,
     RawSample,
     SourceInfo,
@@ -29,9 +30,8 @@ from gencache.datasets.base import (
     require_str_list,
     shortfall,
 )
-from gencache.datasets.source import load_tables
+from gencache.data.sources import load_tables
 from gencache.errors import DatasetError
-from gencache.prompts import compose_default
 
 ATTRIBUTES = ("birth_date", "birth_place", "current_location", "university", "major", "company")
 QA_SUFFIX = " Respond with the answer only. Answer:"

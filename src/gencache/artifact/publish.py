@@ -1,0 +1,194 @@
+"""Publishing an artifact directory: the output-path check, the no-replace rename and ``gencache clean``.
+
+1. :func:`check_output_path` refuses an existing output path, even a dangling symlink.
+2. :func:`probe_rename` learns before generation whether the filesystem has ``renameat2(RENAME_NOREPLACE)``.
+3. :func:`publish` renames the finished temporary directory into place without replacing anything (falling back
+   to a plain rename of the non-empty directory where the filesystem lacks the flag) and fsyncs the parent.
+4. :func:`clean` removes the temporary directories that killed processes left behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
+from gencache.artifact.phases import report_phase
+from gencache.errors import ConfigError, OutputExistsError, WriteError
+
+RENAME_MODES = ("renameat2", "rename")
+
+
+_AT_FDCWD = -100
+
+
+_RENAME_NOREPLACE = 1
+
+
+def check_output_path(output_dir: Path | str) -> None:
+    """Refuse an existing output path: a file, a directory (even empty) or a dangling symlink."""
+    if os.path.lexists(output_dir):
+        raise OutputExistsError(
+            f"Output path {output_dir} already exists; choose a new output_dir (gencache never overwrites, appends to "
+            "or resumes an artifact)."
+        )
+
+
+_renameat2_func: Any = None
+
+
+def _renameat2(source: Path, target: Path) -> int:
+    """``renameat2(source, target, RENAME_NOREPLACE)`` through libc; 0 or the errno."""
+    global _renameat2_func
+    if _renameat2_func is None:
+        try:
+            func = ctypes.CDLL(None, use_errno=True).renameat2
+        except (AttributeError, OSError):
+            _renameat2_func = False
+            return errno.ENOSYS
+        func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        func.restype = ctypes.c_int
+        _renameat2_func = func
+    if _renameat2_func is False:
+        return errno.ENOSYS
+    ctypes.set_errno(0)
+    result = _renameat2_func(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE)
+    return 0 if result == 0 else (ctypes.get_errno() or errno.EIO)
+
+
+def probe_rename(parent: Path | str) -> str:
+    """Which publish rename ``parent``'s filesystem supports: ``"renameat2"`` or ``"rename"`` (fallback).
+
+    Creates ``parent`` (and its parents) if needed, then renames a scratch directory to a fresh name with
+    ``RENAME_NOREPLACE``; EINVAL or ENOSYS means the filesystem or kernel lacks it. When it works, a second
+    no-replace rename onto an empty directory must fail with EEXIST. The scratch directories are removed.
+    """
+    parent = Path(parent)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise write_error(f"Creating the output parent directory {parent}", error) from error
+    base = parent / "probe"
+    source, target, occupied = (parent / temp_name(base, f".rename-probe-{tag}") for tag in "abc")
+    try:
+        try:
+            source.mkdir(mode=0o700)
+            occupied.mkdir(mode=0o700)
+        except OSError as error:
+            raise write_error(f"Creating a scratch directory in {parent}", error) from error
+        code = _renameat2(source, target)
+        if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            return "rename"
+        if code:
+            raise WriteError(f"renameat2 probe in {parent} failed: {os.strerror(code)}; check the output filesystem.")
+        code = _renameat2(target, occupied)
+        if code != errno.EEXIST:
+            raise WriteError(
+                f"renameat2(RENAME_NOREPLACE) in {parent} did not refuse an existing directory "
+                f"({os.strerror(code) if code else 'it replaced it'}); this filesystem cannot publish safely."
+            )
+        return "renameat2"
+    finally:
+        for path in (source, target, occupied):
+            with suppress(OSError):
+                path.rmdir()
+
+
+def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = None) -> str:
+    """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
+
+    ``mode`` ``None`` or ``"renameat2"``: ``renameat2(RENAME_NOREPLACE)``, falling back to a plain rename of the
+    non-empty directory when the filesystem answers EINVAL/ENOSYS; ``"rename"`` (what :func:`probe_rename`
+    found): the plain rename directly. The directory's mode follows the umask; the parent is fsynced.
+    """
+    temp_dir, output_dir = Path(temp_dir), Path(output_dir)
+    if mode not in (None, *RENAME_MODES):
+        raise ValueError(f"publish mode must be one of {RENAME_MODES}, got {mode!r}")
+    try:
+        os.chmod(temp_dir, 0o777 & ~umask())
+        fsync_dir(temp_dir)
+    except OSError as error:
+        raise write_error(f"Preparing {temp_dir} for publishing", error) from error
+    used = mode or "renameat2"
+    if used == "renameat2":
+        code = _renameat2(temp_dir, output_dir)
+        if code == errno.EEXIST:
+            raise OutputExistsError(
+                f"Output path {output_dir} appeared while generating; it was left untouched and nothing was "
+                "published. Choose a new output_dir."
+            )
+        if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            used = "rename"
+        elif code:
+            raise write_error(f"Publishing {output_dir}", OSError(code, os.strerror(code)))
+    if used == "rename":
+        check_output_path(output_dir)
+        try:
+            os.rename(temp_dir, output_dir)
+        except OSError as error:
+            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise OutputExistsError(
+                    f"Output path {output_dir} appeared while generating; nothing was published. "
+                    "Choose a new output_dir."
+                ) from error
+            raise write_error(f"Publishing {output_dir}", error) from error
+    report_phase("renamed")
+    try:
+        fsync_dir(output_dir.parent)
+    except OSError as error:  # the rename happened: say so, never "nothing was published"
+        raise WriteError(
+            f"{output_dir} was published, but syncing {output_dir.parent} failed ({error.strerror or error}); "
+            "the rename may not survive a power loss: run `gencache verify` on it after a crash."
+        ) from error
+    report_phase("published")
+    return used
+
+
+def clean(parent: Path | str) -> list[Path]:
+    """Remove ``.<name>.gencache-<host>-<pid>-<random>`` directories in ``parent`` left by dead processes of this
+    host; return what was removed. Directories of live processes, other hosts and anything else are kept."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        raise ConfigError(f"{parent} is not a directory; give the directory that holds the output directories.")
+    host = host_tag()
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError as error:
+        raise WriteError(f"Cannot list {parent}: {error.strerror or error}.") from error
+    for entry in entries:
+        match = TEMP_RE.match(entry.name)
+        if match is None or match["host"] != host or not entry.is_dir(follow_symlinks=False):
+            continue
+        if _pid_alive(int(match["pid"])):
+            continue
+        try:
+            shutil.rmtree(entry.path)
+        except OSError as error:
+            raise write_error(f"Removing {entry.path}", error) from error
+        removed.append(Path(entry.path))
+    return sorted(removed)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with suppress(OSError), open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+        state = handle.read().rpartition(")")[2].split()
+        if state and state[0] in ("Z", "X"):
+            return False
+    return True
+
+
+__all__ = ["RENAME_MODES", "check_output_path", "clean", "probe_rename", "publish"]

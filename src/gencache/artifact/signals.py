@@ -1,0 +1,73 @@
+"""Signal handling while an artifact is built: SIGTERM/SIGHUP/SIGINT become exceptions, deferred in critical
+sections, and the previous handlers come back afterwards."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from gencache.errors import Terminated
+
+
+class SignalGuard:
+    """SIGTERM/SIGHUP raise :class:`Terminated` and SIGINT ``KeyboardInterrupt`` (main thread only); critical
+    sections defer them; the previous handlers come back on :meth:`restore`."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+        self.pending: int | None = None
+        self.depth = 0
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_IGN or previous is None:
+                continue  # an ignored signal stays ignored (nohup)
+            self.previous[signum] = previous
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.depth:
+            self.pending = signum
+            return
+        self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(f"Terminated by {signal.Signals(signum).name}; nothing was published.")
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold signals during a critical section; raise a held one at its normal end."""
+        self.depth += 1
+        try:
+            yield
+        except BaseException:
+            self.depth -= 1
+            raise
+        self.depth -= 1
+        if not self.depth and self.pending is not None:
+            signum, self.pending = self.pending, None
+            self._raise(signum)
+
+    def restore(self, *, redeliver: bool) -> None:
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        self.previous.clear()
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            if redeliver:
+                signal.raise_signal(signum)
+
+
+__all__ = ["SignalGuard"]

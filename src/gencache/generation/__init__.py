@@ -1,0 +1,1 @@
+"""Generation: the effective generation settings, the teacher, finish rules and the engines that run it."""
