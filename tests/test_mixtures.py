@@ -105,7 +105,7 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
     report = inspect_report([tmp_path / "out"])
     assert report["artifacts"][0]["shards"]["missing"] == ["00002"]
     ok, lines = verify_report([tmp_path / "out"], progress=False)
-    assert not ok and any("shard 00002 of 4 is missing" in line for line in lines)
+    assert not ok and any("shards 00002 are missing" in line for line in lines)
 
 
 def test_a_shard_of_another_run_is_named(tmp_path: Path) -> None:
@@ -116,6 +116,13 @@ def test_a_shard_of_another_run_is_named(tmp_path: Path) -> None:
     with pytest.raises(ShardError, match=r"different runs.*shards 00001 have run_digest 222222222222"):
         open_caches(tmp_path / "out")
     assert inspect_report([tmp_path / "out"])["artifacts"][0]["shards"]["other_run"] == ["00001"]
+    # verify applies the same check: each shard is intact on its own, but the set is not one run
+    ok, lines = verify_report([tmp_path / "out"], progress=False)
+    assert not ok
+    assert [line for line in lines if line.startswith("FAIL")] == [
+        line for line in lines if "different runs" in line and "shards 00001 have run_digest 222222222222" in line
+    ]
+    assert sum(line.startswith("OK") for line in lines) == 3
 
 
 def test_a_renamed_shard_or_a_stale_split_is_rejected(tmp_path: Path) -> None:

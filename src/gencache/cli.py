@@ -118,9 +118,7 @@ def _inspect_ok(report: dict[str, Any]) -> bool:
         if artifact.get("kind") == "error":
             return False
         shards = artifact.get("shards")
-        if isinstance(shards, dict) and (
-            shards.get("missing") or shards.get("other_run") or shards.get("other_splits")
-        ):
+        if isinstance(shards, dict) and shards.get("problems"):
             return False
     return True
 

@@ -36,9 +36,9 @@ from gencache.artifact.format import (
     is_canonical_header,
     json_file_bytes,
     parse_header,
-    parse_shard_dir_name,
     read_length_prefix,
 )
+from gencache.artifact.shards import ShardSet, check_shard_set, expand_output, find_shards
 from gencache.canonical import sha256_hex
 from gencache.errors import (
     CompatibilityError,
@@ -406,86 +406,16 @@ def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str
     return [f"{reader.path}: {problem}" for problem in problems]
 
 
-# -- shards --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ShardSet:
-    """The shard directories ``<base>-shard-IIIII-of-NNNNN`` found beside an unsuffixed output path."""
-
-    base: Path
-    count: int
-    present: dict[int, Path]
-    missing: tuple[int, ...]
-    other_splits: dict[int, tuple[Path, ...]]
-
-    def describe_missing(self) -> str:
-        return ", ".join(f"{i:05d}" for i in self.missing)
-
-
-def find_shards(path: PathLike) -> ShardSet | None:
-    """The shard siblings of an unsuffixed ``path`` (None when there are none). The split with the most
-    directories is the one described; directories of other splits are listed in ``other_splits``."""
-    base = Path(path).expanduser().absolute()
-    parent, name = base.parent, base.name
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return None
-    splits: dict[int, dict[int, Path]] = {}
-    for candidate in names:
-        parsed = parse_shard_dir_name(candidate)
-        if parsed is None or parsed[0] != name:
-            continue
-        _, index, count = parsed
-        splits.setdefault(count, {})[index] = parent / candidate
-    if not splits:
-        return None
-    count = max(splits, key=lambda c: (len(splits[c]), c))
-    present = dict(sorted(splits[count].items()))
-    missing = tuple(i for i in range(count) if i not in present)
-    others = {c: tuple(p for _, p in sorted(found.items())) for c, found in splits.items() if c != count}
-    return ShardSet(base, count, present, missing, others)
-
-
 def _expand(path: PathLike) -> tuple[list[Path], ShardSet | None]:
-    full = Path(path).expanduser().absolute()
-    if os.path.lexists(full):
-        return [full], None
-    shards = find_shards(full)
-    if shards is None:
+    expanded, shards = expand_output(path)
+    if shards is None and not os.path.lexists(expanded[0]):
         raise FormatError(
-            f"Cache directory {full} does not exist (and no shard directories {full.name}-shard-*-of-* are beside "
-            "it); check the path."
+            f"Cache directory {expanded[0]} does not exist (and no shard directories {expanded[0].name}-shard-*-of-* "
+            "are beside it); check the path."
         )
-    if shards.other_splits:
-        stray = ", ".join(p.name for paths in shards.other_splits.values() for p in paths)
-        raise ShardError(
-            f"{full} has shard directories of {len(shards.other_splits) + 1} different splits; the {shards.count}-way "
-            f"split is kept and these belong to another split: {stray}. Move them away."
-        )
-    if shards.missing:
-        raise ShardError(
-            f"{full} is split {shards.count} ways but shards {shards.describe_missing()} are missing; rerun them "
-            f"(gencache generate CONFIG --shard I/{shards.count}, or the whole launch with --skip-published)."
-        )
-    return list(shards.present.values()), shards
-
-
-def _check_shard_run(readers: Sequence[CacheReader], shards: ShardSet) -> None:
-    digests: dict[str, list[str]] = {}
-    for (index, path), reader in zip(shards.present.items(), readers, strict=True):
-        info = reader.summary["shard"]
-        if info is None or info["index"] != index or info["count"] != shards.count:
-            raise ShardError(
-                f"{path} is named shard {index} of {shards.count} but its manifest records shard {info!r}; "
-                "it was renamed or copied from another run."
-            )
-        digests.setdefault(info["run_digest"], []).append(f"{index:05d}")
-    if len(digests) > 1:
-        groups = "; ".join(f"shards {', '.join(idx)} have run_digest {d[:12]}" for d, idx in digests.items())
-        raise ShardError(
-            f"The shards of {shards.base} come from different runs ({groups}); rerun the shards of the wrong run "
-            "with the same config."
-        )
+    if shards is not None and (shards.missing or shards.other_splits):
+        raise ShardError(" ".join(check_shard_set(shards, {}).problems()))
+    return expanded, shards
 
 
 # -- mixtures -----------------------------------------------------------------------------------------------
@@ -573,7 +503,7 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
-    groups: list[tuple[list[Path], ShardSet | None]] = [_expand(item) for item in items]
+    groups = [_expand(item) for item in items]
     seen: dict[str, Path] = {}
     for expanded, _ in groups:
         for path in expanded:
@@ -587,7 +517,10 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     for expanded, shards in groups:
         opened = [CacheReader(path) for path in expanded]
         if shards is not None:
-            _check_shard_run(opened, shards)
+            infos = {index: reader.summary["shard"] for index, reader in zip(shards.present, opened, strict=True)}
+            problems = check_shard_set(shards, infos).problems()
+            if problems:
+                raise ShardError(" ".join(problems))
         readers.extend(opened)
     return readers[0] if len(readers) == 1 else MultiCacheReader(readers)
 

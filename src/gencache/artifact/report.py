@@ -18,7 +18,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 from rich.table import Table
 
 from gencache.artifact.format import FORMAT_VERSION, PROVENANCE_FIELDS
-from gencache.artifact.reader import CacheReader, PathLike, ShardSet, find_shards, read_resolved_config, verify
+from gencache.artifact.reader import CacheReader, PathLike, read_resolved_config, verify
+from gencache.artifact.shards import ShardSet, check_shard_set, find_shards
 from gencache.errors import FormatError, GencacheError
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
@@ -66,24 +67,17 @@ def _artifact_report(reader: CacheReader) -> dict[str, Any]:
 def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]]:
     readers: list[CacheReader] = []
     reports: list[dict[str, Any]] = []
-    digests: dict[int, str | None] = {}
+    infos: dict[int, Any] = {}
     for index, path in shards.present.items():
         try:
             reader = CacheReader(path)
         except GencacheError as error:
             reports.append({"path": str(path), "kind": "error", "error": str(error)})
-            digests[index] = None
             continue
         readers.append(reader)
         reports.append(_artifact_report(reader))
-        info = reader.summary["shard"]
-        named_right = info is not None and info["index"] == index and info["count"] == shards.count
-        digests[index] = info["run_digest"] if named_right else None
-    counted: dict[str, int] = {}
-    for digest in digests.values():
-        if digest is not None:
-            counted[digest] = counted.get(digest, 0) + 1
-    run_digest = max(counted, key=lambda d: counted[d]) if counted else None
+        infos[index] = reader.summary["shard"]
+    check = check_shard_set(shards, infos)
     report = {
         "path": str(shards.base),
         "kind": "sharded",
@@ -91,9 +85,12 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
             "count": shards.count,
             "present": [f"{i:05d}" for i in shards.present],
             "missing": [f"{i:05d}" for i in shards.missing],
-            "other_run": [f"{i:05d}" for i, d in digests.items() if d != run_digest],
+            "unreadable": [f"{i:05d}" for i in check.unreadable],
+            "mislabeled": [f"{i:05d}" for i in check.mislabeled],
+            "other_run": [f"{i:05d}" for i in check.other_run],
             "other_splits": [p.name for paths in shards.other_splits.values() for p in paths],
-            "run_digest": run_digest,
+            "run_digest": check.run_digest,
+            "problems": check.problems(),
         },
         "totals": {
             field: sum(r[field] for r in reports if r["kind"] == "artifact")
@@ -246,7 +243,12 @@ def _sharded_table(report: dict[str, Any]) -> Table:
         elif shard_report["kind"] == "error":
             table.add_row(name, f"[red]unreadable[/]: {shard_report['error']}", "", "", "")
         else:
-            status = "[yellow]other run[/]" if name in info["other_run"] else "[green]ok[/]"
+            if name in info["other_run"]:
+                status = "[yellow]other run[/]"
+            elif name in info["mislabeled"]:
+                status = "[yellow]misnamed[/]"
+            else:
+                status = "[green]ok[/]"
             table.add_row(
                 name,
                 status,
@@ -267,12 +269,8 @@ def render_inspect(report: dict[str, Any], console: Console) -> None:
         elif artifact["kind"] == "sharded":
             console.print(_sharded_table(artifact))
             info = artifact["shards"]
-            if info["missing"]:
-                console.print(f"[red]missing shards[/]: {', '.join(info['missing'])}")
-            if info["other_run"]:
-                console.print(f"[yellow]shards of another run[/]: {', '.join(info['other_run'])}")
-            if info["other_splits"]:
-                console.print(f"[yellow]directories of another split[/]: {', '.join(info['other_splits'])}")
+            for problem in info["problems"]:
+                console.print(f"[red]problem[/]: {problem}", markup=True, highlight=False)
             for shard_report in artifact["artifacts"]:
                 if shard_report["kind"] == "artifact":
                     console.print(_artifact_table(shard_report))
@@ -298,15 +296,20 @@ def render_inspect(report: dict[str, Any], console: Console) -> None:
 
 # -- verify -------------------------------------------------------------------------------------------------
 def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
+    """The artifacts ``item`` stands for and the problems of its shard set (one check with ``open_caches``)."""
     path = Path(item).expanduser().absolute()
     if os.path.lexists(path):
         return [path], []
     shards = find_shards(path)
     if shards is None:
         return [path], []
-    problems = [f"{path}: shard {i:05d} of {shards.count} is missing" for i in shards.missing]
-    problems += [f"{p}: belongs to another split of {path}" for paths in shards.other_splits.values() for p in paths]
-    return list(shards.present.values()), problems
+    infos: dict[int, Any] = {}
+    for index, shard_dir in shards.present.items():
+        try:
+            infos[index] = CacheReader(shard_dir).summary["shard"]
+        except (GencacheError, OSError):
+            continue  # verify() reports why it cannot be read
+    return list(shards.present.values()), check_shard_set(shards, infos).problems()
 
 
 def verify_report(

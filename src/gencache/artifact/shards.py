@@ -1,0 +1,163 @@
+"""The one check of a set of shard directories, shared by ``open_caches``, ``inspect`` and ``verify``.
+
+An unsuffixed output path ``<base>`` that does not exist stands for its shard siblings
+``<base>-shard-IIIII-of-NNNNN``. The set is whole when all N shards are present, no directory of another split
+sits beside them, every shard's manifest records the index and count its name says, and all of them record one
+``run_digest``. This module only looks at names and at the ``summary.shard`` records its callers read; it opens
+no artifact itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gencache.artifact.format import parse_shard_dir_name, shard_dir_name
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """The shard directories ``<base>-shard-IIIII-of-NNNNN`` found beside an unsuffixed output path."""
+
+    base: Path
+    count: int
+    present: dict[int, Path]
+    missing: tuple[int, ...]
+    other_splits: dict[int, tuple[Path, ...]]
+
+    def describe_missing(self) -> str:
+        return ", ".join(f"{i:05d}" for i in self.missing)
+
+
+def shard_path(base: PathLike, index: int, count: int) -> Path:
+    """The directory of shard ``index`` of ``count`` of the output ``base``."""
+    return Path(shard_dir_name(str(base), index, count))
+
+
+def find_shards(path: PathLike) -> ShardSet | None:
+    """The shard siblings of an unsuffixed ``path`` (None when there are none). The split with the most
+    directories is the one described; directories of other splits are listed in ``other_splits``."""
+    base = Path(path).expanduser().absolute()
+    parent, name = base.parent, base.name
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return None
+    splits: dict[int, dict[int, Path]] = {}
+    for candidate in names:
+        parsed = parse_shard_dir_name(candidate)
+        if parsed is None or parsed[0] != name:
+            continue
+        _, index, count = parsed
+        splits.setdefault(count, {})[index] = parent / candidate
+    if not splits:
+        return None
+    count = max(splits, key=lambda c: (len(splits[c]), c))
+    present = dict(sorted(splits[count].items()))
+    missing = tuple(i for i in range(count) if i not in present)
+    others = {c: tuple(p for _, p in sorted(found.items())) for c, found in splits.items() if c != count}
+    return ShardSet(base, count, present, missing, others)
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """The verdict on one :class:`ShardSet`: which shards are missing, unreadable, mislabeled or of another run."""
+
+    shards: ShardSet
+    run_digest: str | None
+    unreadable: tuple[int, ...] = ()
+    mislabeled: dict[int, Any] = field(default_factory=dict)
+    other_run: tuple[int, ...] = ()
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems()
+
+    def problems(self) -> list[str]:
+        """One plain sentence per problem, each naming the directories concerned and what to do."""
+        shards = self.shards
+        found: list[str] = []
+        if shards.missing:
+            found.append(
+                f"{shards.base} is split {shards.count} ways but shards {shards.describe_missing()} are missing; "
+                f"rerun the same command (gencache generate CONFIG --shards {shards.count} regenerates only the "
+                f"missing ones; one shard alone is --shard I/{shards.count})."
+            )
+        if shards.other_splits:
+            stray = ", ".join(p.name for paths in shards.other_splits.values() for p in paths)
+            found.append(
+                f"{shards.base} has shard directories of {len(shards.other_splits) + 1} different splits; the "
+                f"{shards.count}-way split is kept and these belong to another split: {stray}. Move them away."
+            )
+        for index, info in self.mislabeled.items():
+            found.append(
+                f"{shards.present[index]} is named shard {index} of {shards.count} but its manifest records shard "
+                f"{_describe_info(info)}; it was renamed or copied from another run."
+            )
+        if len(self.groups) > 1:
+            described = "; ".join(
+                f"shards {', '.join(f'{i:05d}' for i in indices)} have run_digest {digest[:12]}"
+                for digest, indices in self.groups.items()
+            )
+            found.append(
+                f"The shards of {shards.base} come from different runs ({described}); remove the shards of the "
+                "wrong run and rerun them with the same config."
+            )
+        return found
+
+
+def _describe_info(info: Any) -> str:
+    if not isinstance(info, Mapping):
+        return "none (it is not a shard)"
+    return f"{info.get('index')} of {info.get('count')}"
+
+
+def check_shard_set(shards: ShardSet, infos: Mapping[int, Mapping[str, Any] | None]) -> ShardCheck:
+    """Check ``shards`` given the manifest ``summary.shard`` record of each readable shard (``infos`` maps a
+    present index to it; a present index missing from ``infos`` could not be opened).
+
+    The run of the set is the ``run_digest`` recorded by most correctly named shards (the lowest index wins a tie);
+    every other correctly named shard is of another run.
+    """
+    unreadable = tuple(i for i in shards.present if i not in infos)
+    mislabeled: dict[int, Any] = {}
+    groups: dict[str, list[int]] = {}
+    for index in shards.present:
+        if index not in infos:
+            continue
+        info = infos[index]
+        if not isinstance(info, Mapping) or info.get("index") != index or info.get("count") != shards.count:
+            mislabeled[index] = info
+            continue
+        groups.setdefault(str(info.get("run_digest")), []).append(index)
+    run_digest = max(groups, key=lambda d: (len(groups[d]), -groups[d][0])) if groups else None
+    other_run = tuple(i for d, indices in groups.items() if d != run_digest for i in indices)
+    return ShardCheck(
+        shards=shards,
+        run_digest=run_digest,
+        unreadable=unreadable,
+        mislabeled=mislabeled,
+        other_run=tuple(sorted(other_run)),
+        groups={d: tuple(indices) for d, indices in groups.items()},
+    )
+
+
+def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
+    """The directories an artifact path stands for: itself when it exists, else its shard siblings (all of
+    them, even when some are missing: the caller checks the set). ``([path], None)`` when there are none."""
+    full = Path(path).expanduser().absolute()
+    if os.path.lexists(full):
+        return [full], None
+    shards = find_shards(full)
+    if shards is None:
+        return [full], None
+    return list(shards.present.values()), shards
+
+
+__all__ = ["ShardCheck", "ShardSet", "check_shard_set", "expand_output", "find_shards", "shard_path"]
