@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gencache.artifact.format import make_shard_info, shard_of
+from gencache.artifact.names import make_shard_info, shard_of
 from gencache.artifact.reader import CacheReader, verify
 from gencache.canonical import canonical_bytes, json_digest
 from gencache.errors import GencacheError
@@ -30,11 +30,11 @@ MASKS = (0x01, 0x20, 0x80)
 class Corpus:
     """One pristine artifact and a writable copy that each case damages and then restores."""
 
-    def __init__(self, root: Path) -> None:
-        entries = make_entries(4, length=6, sequences=2)
-        entries[1] = Entry(
-            entries[1].key, entries[1].sequences, ('naïve ✓ "quoted"', "日本語"), entries[1].finish_reasons
-        )
+    def __init__(self, root: Path, sequences: int) -> None:
+        entries = make_entries(4, length=6, sequences=sequences)
+        texts = ('naïve ✓ "quoted"', "日本語")[:sequences]
+        entries[1] = Entry(entries[1].key, entries[1].sequences, texts, entries[1].finish_reasons)
+        self.sequences = sequences
         self.entries = entries
         count = 1
         shard = make_shard_info(shard_of(entries[0].key, count), count, "c" * 64)
@@ -91,9 +91,12 @@ class Corpus:
                 self.restore()
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
-    yield Corpus(tmp_path_factory.mktemp("corpus"))
+@pytest.fixture(scope="module", params=[2, 1], ids=["two-sequences", "one-sequence"])
+def corpus(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Corpus]:
+    """Entries of two sequences (the reader's general path) and of one (its canonical scan, checked here)."""
+    built = Corpus(tmp_path_factory.mktemp("corpus"), request.param)
+    assert CacheReader(built.pristine)._index.fast == (request.param == 1)
+    yield built
 
 
 def test_the_pristine_artifact_is_accepted(corpus: Corpus) -> None:
@@ -245,11 +248,19 @@ def test_tampered_digests_and_provenance(corpus: Corpus) -> None:
             }
         )
 
+    def swapped_reasons(m: dict) -> None:  # type: ignore[type-arg]
+        # the summary's finish-reason counts stay right; both entries' content digests no longer match
+        a, b = m["entries"][first]["finish_reasons"], m["entries"][second]["finish_reasons"]
+        assert a[0] != b[0]
+        a[0], b[0] = b[0], a[0]
+
     edits: list[tuple[Callable[[dict], None], str]] = [  # type: ignore[type-arg]
         (other_tensor_digest, "read"),
         (lambda m: m["entries"][first].__setitem__("content_digest", "0" * 64), "read"),
         (lambda m: m["entries"][second]["text"].__setitem__(0, "forged"), "read"),
-        (lambda m: m["entries"][second]["finish_reasons"].reverse(), "read"),
+        # reversing the reasons of a one-sequence entry changes nothing
+        (lambda m: m["entries"][second]["finish_reasons"].reverse(), "read" if corpus.sequences > 1 else "accepted"),
+        (swapped_reasons, "read"),
         (lambda m: m["provenance"].__setitem__("model_path", "other"), "open"),
         (lambda m: m.__setitem__("provenance_digest", "0" * 64), "open"),
         (lambda m: m["entries"][first]["sequences"][0].__setitem__("digest", "A" * 64), "open"),

@@ -1,81 +1,77 @@
-"""Reading format-3 artifacts: one memory map, zero-copy entries, lazy digest checks, mixtures, verification.
+"""Reading format-3 artifacts: a compact checked index, one memory map, zero-copy entries, lazy digest checks.
 
-:class:`CacheReader` checks everything that needs no tensor data when it opens (SPEC section 8), maps the payload
-once with ``torch.UntypedStorage.from_file(path, shared=False, ...)`` and serves ``reader[key]`` as views of that
-map. The tensor and content digests of an entry are checked the first time it is read. :func:`open_caches`
-combines artifacts (and expands a sharded output directory); :func:`verify` re-hashes a whole artifact.
+:class:`CacheReader` checks everything that needs no tensor data when it opens (the three files, the manifest,
+the header against the manifest, coverage of every tensor), keeps the result as flat arrays
+(:mod:`gencache.artifact._index`), maps the payload once with ``torch.UntypedStorage.from_file(path,
+shared=False, ...)`` and serves ``reader[key]`` as views of that map. The tensor and content digests of an entry
+are checked the first time it is read. :func:`verify` re-hashes a whole artifact; mixtures and sharded output
+directories are opened by :func:`gencache.artifact.mixture.open_caches` (also importable from here).
 This module imports torch, never transformers.
 """
 
 from __future__ import annotations
 
-import abc
-import copy
+import hashlib
 import json
+import mmap
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator, KeysView, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import numpy as np
 import torch
 
-from gencache.artifact.format import (
+from gencache.artifact._index import CompactIndex, build_index
+from gencache.artifact.cache import Generation, GenerationCache
+from gencache.artifact.header import is_canonical_header, read_length_prefix
+from gencache.artifact.manifest import content_digest, json_file_bytes
+from gencache.artifact.names import (
     ARTIFACT_FILES,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
-    PROVENANCE_FIELDS,
     RESOLVED_NAME,
     TOKEN_BYTES,
-    check_header,
-    check_manifest,
-    content_digest,
-    is_canonical_header,
-    json_file_bytes,
-    parse_header,
-    read_length_prefix,
 )
-from gencache.artifact.shards import ShardSet, check_shard_set, expand_output, find_shards
-from gencache.canonical import sha256_hex
-from gencache.errors import (
-    CompatibilityError,
-    FormatError,
-    GencacheError,
-    IntegrityError,
-    MissingEntriesError,
-    MissingEntryError,
-    ShardError,
-)
-from gencache.tokenizer import tokenizer_state
+from gencache.errors import FormatError, GencacheError, IntegrityError
 
 PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]
 MAX_LISTED_PROBLEMS = 100
+_TEXTS = msgspec.json.Decoder(list[str])
 
 
-@dataclass(frozen=True, eq=False)
-class Generation:
-    """The teacher's answer for one key: 1-D int64 CPU tensors (views of the map), texts and finish reasons."""
-
-    key: str
-    sequences: tuple[torch.Tensor, ...]
-    texts: tuple[str, ...]
-    finish_reasons: tuple[str, ...]
-
-
-def _read_regular(path: Path, what: str) -> bytes:
+def _open_regular(path: Path, what: str) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
         raise FormatError(f"{what} {path} cannot be opened ({error.strerror}).") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FormatError(f"{what} {path} is not a regular file.")
+    return fd
+
+
+def _read_regular(path: Path, what: str) -> bytes:
+    fd = _open_regular(path, what)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise FormatError(f"{what} {path} is not a regular file.")
         with os.fdopen(os.dup(fd), "rb") as handle:
             return handle.read()
+    finally:
+        os.close(fd)
+
+
+def _map_regular(path: Path, what: str) -> mmap.mmap | bytes:
+    """A read-only shared map of a regular file (file-backed pages, shared by forked processes)."""
+    fd = _open_regular(path, what)
+    try:
+        if os.fstat(fd).st_size == 0:
+            return b""
+        return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
 
@@ -94,101 +90,27 @@ def read_resolved_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
     return value
 
 
-def _dtype_name(dtype: str | torch.dtype) -> str:
-    if isinstance(dtype, torch.dtype):
-        return str(dtype).removeprefix("torch.")
-    return str(dtype)
-
-
-class _CacheAPI(abc.ABC):
-    """What :class:`CacheReader` and :class:`MultiCacheReader` share; subclasses provide the lookups."""
-
-    provenance: dict[str, Any]
-    provenance_digest: str
-
-    @abc.abstractmethod
-    def _describe(self) -> str: ...
-
-    @abc.abstractmethod
-    def keys(self) -> KeysView[str]: ...
-
-    @abc.abstractmethod
-    def __getitem__(self, key: str) -> Generation:
-        """The entry of ``key``: zero-copy int64 views of one private memory map of the payload, its texts and
-        finish reasons. ``.clone()`` a tensor before modifying it in place: an in-place edit would change what
-        later reads of that key return in this process (the file itself is never written)."""
-
-    def __len__(self) -> int:
-        return len(self.keys())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys()
-
-    def get(self, key: str) -> Generation | None:
-        """The entry for ``key``, or None when the cache does not hold it."""
-        return self[key] if key in self.keys() else None
-
-    def _missing(self, key: object) -> MissingEntryError:
-        return MissingEntryError(
-            f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
-            "(check the data configs, or use .get() to test membership)."
-        )
-
-    def require(self, keys: Iterable[str]) -> None:
-        """Coverage check: raise :class:`MissingEntriesError` unless every key is present."""
-        wanted = set(keys)
-        available = self.keys()
-        missing = sorted(k for k in wanted if k not in available)
-        if missing:
-            raise MissingEntriesError(
-                f"Generation cache {self._describe()} is missing {len(missing)} required semantic samples "
-                f"(of {len(wanted)} unique keys; first: {missing[0]}); generate an artifact for those data configs "
-                "or add the artifact that holds them."
-            )
-
-    def check_compatible(
-        self, *, model_path: str, tokenizer_path: str, dtype: str | torch.dtype, tokenizer: Any
-    ) -> None:
-        """Raise one :class:`CompatibilityError` naming every provenance field that differs from the training
-        setup (paths as exact strings, dtype as a string or ``torch.dtype``, the tokenizer state)."""
-        ours = self.provenance
-        requested = {
-            "model_path": model_path,
-            "tokenizer_path": tokenizer_path,
-            "dtype": _dtype_name(dtype),
-            "tokenizer": tokenizer_state(tokenizer),
-        }
-        differences = [
-            f"{field} (cache {ours[field]!r}, requested {requested[field]!r})"
-            for field in PROVENANCE_FIELDS
-            if ours[field] != requested[field]
-        ]
-        if differences:
-            hint = (
-                "; pass the training tokenizer through gencache.prepare_tokenizer() so its padding side and pad id "
-                "match generation"
-                if ours["tokenizer"] != requested["tokenizer"]
-                else ""
-            )
-            raise CompatibilityError(
-                f"Generation cache {self._describe()} is incompatible with the training setup: "
-                f"{'; '.join(differences)}{hint}; or regenerate the cache with this teacher."
-            )
-
-
-class CacheReader(_CacheAPI):
-    """One format-3 artifact, opened without reading tensor data.
+class CacheReader(GenerationCache):
+    """One format-3 artifact, opened without reading tensor data; a read-only mapping from key to
+    :class:`Generation`.
 
     ``reader[key]`` returns a :class:`Generation` of zero-copy views (raising :class:`MissingEntryError`, also a
-    ``KeyError``); ``get`` returns None instead. The first read of a key checks its tensor and content digests
-    (:class:`IntegrityError` on mismatch). Picklable: unpickling reopens and rechecks the artifact.
+    ``KeyError``); ``get`` returns None instead; ``get_many(keys)`` reads several. The first read of a key checks
+    its tensor and content digests (:class:`IntegrityError` on mismatch).
+
+    Each returned tensor has its own small storage that points into the map, so it crosses process boundaries
+    (DataLoader workers under fork or spawn, either sharing strategy) as exactly its own bytes. The index is held
+    in flat arrays, so forked workers share it without copying. Picklable: unpickling reopens the artifact and
+    refuses one whose entries differ from those of the pickled reader.
+
+    The payload is memory-mapped: truncating or rewriting ``cache.safetensors`` while a reader (or a tensor it
+    returned) is alive makes the next access to the lost pages kill the process with SIGBUS, as with any memory
+    map. Artifacts are immutable; replace one by publishing a new directory, never by editing its files.
     """
 
     def __init__(self, path: PathLike) -> None:
         self.path = Path(path).expanduser().absolute()
+        self._identity: str | None = None
         self._open()
 
     def _describe(self) -> str:
@@ -197,9 +119,7 @@ class CacheReader(_CacheAPI):
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
 
-    def _open(self) -> None:
-        if sys.byteorder != "little":
-            raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
+    def _check_files(self) -> None:
         path = self.path
         try:
             names = set(os.listdir(path))
@@ -224,42 +144,32 @@ class CacheReader(_CacheAPI):
             if not stat.S_ISREG(mode):
                 kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
                 raise self._fail(f"{name} is {kind}; artifact files must be regular files (copy, do not link).")
-        raw_manifest = _read_regular(path / MANIFEST_NAME, "Manifest")
-        try:
-            parsed = json.loads(raw_manifest.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            raise self._fail(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
-        try:
-            manifest = check_manifest(parsed)
-        except FormatError as error:
-            raise self._fail(str(error)) from None
-        payload = path / PAYLOAD_NAME
-        try:
-            fd = os.open(payload, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as error:
-            raise self._fail(f"{PAYLOAD_NAME} cannot be opened ({error.strerror}).") from None
+
+    def _open(self) -> None:
+        if sys.byteorder != "little":
+            raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
+        self._check_files()
+        manifest = _map_regular(self.path / MANIFEST_NAME, "Manifest")
+        payload = self.path / PAYLOAD_NAME
+        fd = _open_regular(payload, PAYLOAD_NAME)
         try:
             size = os.fstat(fd).st_size
-            try:
-                capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-                raw = _pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
-                header = parse_header(raw)
-                starts = check_header(header, manifest, size)
-            except FormatError as error:
-                raise self._fail(str(error)) from None
+            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
+            header = _pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
+            index = build_index(manifest, header, size)
+        except FormatError as error:
+            raise self._fail(str(error)) from None
         finally:
             os.close(fd)
-        self.manifest: dict[str, Any] = manifest.raw
-        self.summary: dict[str, Any] = manifest.summary
-        self.provenance = manifest.provenance
-        self.provenance_digest = manifest.provenance_digest
+        self._index: CompactIndex = index
+        self.summary: dict[str, Any] = index.summary
+        self.provenance = index.provenance
+        self.provenance_digest = index.provenance_digest
         self.header_capacity = capacity
-        self.header_json_bytes = header.json_length
+        self.header_json_bytes = len(header.rstrip(b" "))
         self.payload_bytes = size
-        self._entries = manifest.entries
-        self._starts = starts
         self._data_offset = LENGTH_PREFIX_BYTES + capacity
-        self._verified: set[str] = set()
+        self._verified = np.zeros(len(index), dtype=np.bool_)
         try:
             self._storage: torch.UntypedStorage = torch.UntypedStorage.from_file(  # type: ignore[assignment]
                 str(payload), shared=False, nbytes=size
@@ -267,65 +177,148 @@ class CacheReader(_CacheAPI):
         except RuntimeError as error:
             raise self._fail(f"{PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
 
-    # -- mapping API --------------------------------------------------------------------------------------
-    def keys(self) -> KeysView[str]:
-        """Keys in manifest (sorted) order."""
-        return self._entries.keys()
-
+    # -- mapping -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._index)
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
+    def __iter__(self) -> Iterator[str]:
+        """Keys in sorted (manifest) order."""
+        return self._index.iter_keys()
 
-    def get(self, key: str) -> Generation | None:
-        return self[key] if key in self._entries else None
+    def _position(self, key: object) -> int:
+        return self._index.find(key)
+
+    @property
+    def index(self) -> CompactIndex:
+        """The checked index (flat arrays; read-only by convention)."""
+        return self._index
+
+    def entry_at(self, position: int) -> Generation:
+        """The entry of the ``position``-th key in sorted order (what a mixture's index points at)."""
+        if not 0 <= position < len(self._index):
+            raise IndexError(f"entry position {position} is out of range for {len(self._index)} entries")
+        return self._read(position)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The whole manifest, parsed from ``manifest.json`` on every access (large for big artifacts: prefer
+        :attr:`summary`, :meth:`metadata` and the mapping itself)."""
+        value: dict[str, Any] = json.loads(_read_regular(self.path / MANIFEST_NAME, "Manifest").decode("utf-8"))
+        return value
 
     def metadata(self, key: str) -> dict[str, Any] | None:
-        """A copy of the manifest entry for ``key`` (tensor refs, text, finish reasons, digests), or None."""
-        entry = self._entries.get(key)
-        return copy.deepcopy(entry) if entry is not None else None
+        position = self._index.find(key)
+        if position < 0:
+            return None
+        texts = self._texts(position)
+        return {
+            "sequences": self._index.sequence_refs(position),
+            "text": list(texts) if texts is not None else None,
+            "finish_reasons": list(self._index.finish_reasons(position)),
+            "content_digest": bytes(self._index.content[position]).hex(),
+        }
 
-    def __getitem__(self, key: str) -> Generation:
-        entry = self._entries.get(key) if isinstance(key, str) else None
-        if entry is None:
+    def source(self, key: str) -> Path:
+        if self._index.find(key) < 0:
             raise self._missing(key)
-        sequences = tuple(
-            self._view(start, ref["shape"][0]) for start, ref in zip(self._starts[key], entry["sequences"], strict=True)
-        )
-        if key not in self._verified:
-            problems = _entry_problems(key, entry, [_digest_tensor(t) for t in sequences])
+        return self.path
+
+    def _texts(self, position: int) -> tuple[str, ...] | None:
+        try:
+            return tuple(_TEXTS.decode(self._index.texts_json(position)))
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None
+
+    def _read(self, position: int) -> Generation:
+        index = self._index
+        lo, hi = index.first[position : position + 2].tolist()
+        starts = index.starts[lo:hi].tolist()
+        lengths = index.lengths[lo:hi].tolist()
+        sequences = tuple(self._view(start, length) for start, length in zip(starts, lengths, strict=True))
+        texts = self._texts(position)
+        key = index.key(position)
+        if texts is None or not self._verified[position]:
+            problems = self._entry_problems(position, [_digest(t) for t in sequences], texts)
             if problems:
                 raise IntegrityError(
                     f"{self.path}: {problems[0]}; the artifact is damaged (run gencache verify), regenerate it or "
                     "restore a copy."
                 )
-            self._verified.add(key)
-        return Generation(key, sequences, tuple(entry["text"]), tuple(entry["finish_reasons"]))
+            self._verified[position] = True
+        assert texts is not None
+        return Generation(key, sequences, texts, index.finish_reasons(position))
 
     def _view(self, start: int, length: int) -> torch.Tensor:
-        offset = (self._data_offset + start) // TOKEN_BYTES
-        return torch.empty(0, dtype=torch.int64).set_(self._storage, offset, (length,), (1,))
+        """A 1-D int64 tensor over ``length`` tokens at ``start`` (relative to the data): its own storage, a slice
+        of the map (zero-copy; it keeps the map alive), so pickling it for another process carries only these
+        bytes, never the map's file descriptor or the whole payload."""
+        begin = self._data_offset + start
+        piece = self._storage[begin : begin + length * TOKEN_BYTES]
+        return torch.empty(0, dtype=torch.int64).set_(piece, 0, (length,), (1,))
+
+    def _entry_problems(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> list[str]:
+        index = self._index
+        key = index.key(position)
+        lo, hi = index.first[position : position + 2].tolist()
+        problems = [
+            f"tensor {key}.{i} digest mismatch (the payload bytes changed)"
+            for i, (digest, expected) in enumerate(zip(digests, index.digests[lo:hi], strict=True))
+            if digest != expected.tobytes()
+        ]
+        if texts is None:
+            problems.append(f"entry {key} texts in manifest.json cannot be decoded as a JSON list of strings")
+            return problems
+        refs = [
+            {"dtype": ref["dtype"], "shape": ref["shape"], "digest": ref["digest"]}
+            for ref in index.sequence_refs(position)
+        ]
+        try:
+            digest = content_digest(refs, texts, index.finish_reasons(position))
+        except FormatError:
+            digest = ""
+        if len(texts) != hi - lo or digest != bytes(index.content[position]).hex():
+            problems.append(f"entry {key} content_digest mismatch (its texts, finish reasons or digests were changed)")
+        return problems
 
     # -- pickling (DataLoader workers reopen the map) -----------------------------------------------------
+    @property
+    def identity(self) -> str:
+        """SHA-256 over the provenance digest and every entry's key, content digest, offset and length: two
+        readers with the same identity serve the same bytes and texts (computed once, on first use)."""
+        if self._identity is None:
+            index = self._index
+            digest = hashlib.sha256(self.provenance_digest.encode())
+            for array in (index.keys, index.first, index.starts, index.lengths, index.digests, index.content):
+                digest.update(np.ascontiguousarray(array).data)
+            self._identity = digest.hexdigest()
+        return self._identity
+
     def __getstate__(self) -> dict[str, str]:
-        return {"path": str(self.path), "provenance_digest": self.provenance_digest}
+        return {"path": str(self.path), "identity": self.identity}
 
     def __setstate__(self, state: dict[str, str]) -> None:
         self.path = Path(state["path"])
+        self._identity = None
         self._open()
-        if self.provenance_digest != state["provenance_digest"]:
-            raise self._fail("the artifact changed since the reader was pickled (another provenance).")
+        if self.identity != state["identity"]:
+            raise self._fail(
+                "the artifact at this path is not the one the reader was pickled from (it was regenerated or "
+                "replaced); open the new artifact explicitly."
+            )
 
     def __repr__(self) -> str:
         return f"CacheReader({str(self.path)!r}, entries={len(self)})"
 
     # -- full verification ----------------------------------------------------------------------------------
-    def _verify_all(self, progress: ProgressCallback | None) -> list[str]:
+    def verify_all(self, progress: ProgressCallback | None = None) -> list[str]:
+        """Every check of :func:`verify` on this opened artifact; the problems found (without the path)."""
         problems: list[str] = []
         raw_manifest = _read_regular(self.path / MANIFEST_NAME, "Manifest")
-        if raw_manifest != json_file_bytes(self.manifest):
-            problems.append("manifest.json is not canonical JSON plus a newline (it was edited)")
+        try:
+            if raw_manifest != json_file_bytes(json.loads(raw_manifest.decode("utf-8"))):
+                problems.append("manifest.json is not canonical JSON plus a newline (it was edited)")
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
+            problems.append(f"manifest.json is not valid UTF-8 JSON ({error})")
         raw_resolved = _read_regular(self.path / RESOLVED_NAME, "Resolved config")
         try:
             resolved = json.loads(raw_resolved.decode("utf-8"))
@@ -336,23 +329,26 @@ class CacheReader(_CacheAPI):
                 problems.append("resolved_config.json does not hold a JSON object")
             elif raw_resolved != json_file_bytes(resolved):
                 problems.append("resolved_config.json is not canonical JSON plus a newline (it was edited)")
-        tensors = sorted((start, key, i) for key, starts in self._starts.items() for i, start in enumerate(starts))
+        index = self._index
+        order = np.argsort(index.starts, kind="stable")
+        digests: list[bytes] = [b""] * len(order)
         total = self.payload_bytes
         with open(self.path / PAYLOAD_NAME, "rb", buffering=8 * 1024 * 1024) as handle:
             raw = handle.read(self._data_offset)
             if not is_canonical_header(raw[LENGTH_PREFIX_BYTES:]):
                 problems.append(f"{PAYLOAD_NAME} header is not canonical JSON padded with spaces (it was edited)")
             done = len(raw)
-            digests = {key: [""] * len(starts) for key, starts in self._starts.items()}
-            for _start, key, i in tensors:
-                length = self._entries[key]["sequences"][i]["shape"][0] * TOKEN_BYTES
-                data = handle.read(length)
-                digests[key][i] = sha256_hex(data)
+            for sequence, length in zip(order.tolist(), index.lengths[order].tolist(), strict=True):
+                data = handle.read(length * TOKEN_BYTES)
+                digests[sequence] = hashlib.sha256(data).digest()
                 done += len(data)
                 if progress is not None:
                     progress(done, total)
-        for key, entry in self._entries.items():
-            problems.extend(_entry_problems(key, entry, digests.get(key, [])))
+        first = index.first.tolist()
+        for position in range(len(index)):
+            problems.extend(
+                self._entry_problems(position, digests[first[position] : first[position + 1]], self._texts(position))
+            )
         if progress is not None:
             progress(total, total)
         return problems
@@ -370,21 +366,8 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _digest_tensor(tensor: torch.Tensor) -> str:
-    return sha256_hex(tensor.numpy().data)
-
-
-def _entry_problems(key: str, entry: dict[str, Any], digests: Sequence[str]) -> list[str]:
-    problems = []
-    refs = entry["sequences"]
-    for ref, digest in zip(refs, digests, strict=False):
-        if digest != ref["digest"]:
-            problems.append(f"tensor {ref['tensor']} digest mismatch (the payload bytes changed)")
-    if len(digests) != len(refs):
-        problems.append(f"entry {key} has {len(digests)} of its {len(refs)} tensors in the payload")
-    if content_digest(refs, entry["text"], entry["finish_reasons"]) != entry["content_digest"]:
-        problems.append(f"entry {key} content_digest mismatch (its texts, finish reasons or digests were changed)")
-    return problems
+def _digest(tensor: torch.Tensor) -> bytes:
+    return hashlib.sha256(tensor.numpy().data).digest()
 
 
 def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str]:
@@ -396,7 +379,7 @@ def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str
     """
     try:
         reader = CacheReader(path)
-        problems = reader._verify_all(progress)
+        problems = reader.verify_all(progress)
     except GencacheError as error:
         return [str(error)]
     except OSError as error:
@@ -406,131 +389,13 @@ def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str
     return [f"{reader.path}: {problem}" for problem in problems]
 
 
-def _expand(path: PathLike) -> tuple[list[Path], ShardSet | None]:
-    expanded, shards = expand_output(path)
-    if shards is None and not os.path.lexists(expanded[0]):
-        raise FormatError(
-            f"Cache directory {expanded[0]} does not exist (and no shard directories {expanded[0].name}-shard-*-of-* "
-            "are beside it); check the path."
-        )
-    if shards is not None and (shards.missing or shards.other_splits):
-        raise ShardError(" ".join(check_shard_set(shards, {}).problems()))
-    return expanded, shards
+def __getattr__(name: str) -> Any:
+    # open_caches and MultiCacheReader live in gencache.artifact.mixture (which imports this module).
+    if name in ("open_caches", "MultiCacheReader", "ShardSet", "find_shards"):
+        from gencache.artifact import mixture
+
+        return getattr(mixture, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# -- mixtures -----------------------------------------------------------------------------------------------
-class MultiCacheReader(_CacheAPI):
-    """Several artifacts with identical provenance read as one cache (same API as :class:`CacheReader`).
-
-    Keys are the union; a key present in several artifacts must have the same content digest everywhere
-    (checked at open), and the first artifact holding it serves it.
-    """
-
-    def __init__(self, readers: Sequence[CacheReader]) -> None:
-        if not readers:
-            raise FormatError("A mixture needs at least one artifact.")
-        self.readers = tuple(readers)
-        first = self.readers[0]
-        for reader in self.readers[1:]:
-            if reader.provenance_digest != first.provenance_digest:
-                fields = [f for f in PROVENANCE_FIELDS if reader.provenance[f] != first.provenance[f]]
-                raise CompatibilityError(
-                    f"Generation caches {first.path} and {reader.path} have incompatible provenance (differing: "
-                    f"{', '.join(fields)}); mix only artifacts of one teacher, tokenizer state and dtype."
-                )
-        self.provenance = first.provenance
-        self.provenance_digest = first.provenance_digest
-        owners: dict[str, int] = {}
-        for position, reader in enumerate(self.readers):
-            for key, entry in reader._entries.items():
-                owner = owners.setdefault(key, position)
-                if owner != position:
-                    other = self.readers[owner]._entries[key]
-                    if other["content_digest"] != entry["content_digest"]:
-                        raise FormatError(
-                            f"Generation caches contain conflicting duplicate key {key}: {self.readers[owner].path} "
-                            f"and {reader.path} store different generations for it; drop one of the artifacts."
-                        )
-        self._owners = owners
-
-    @property
-    def paths(self) -> tuple[Path, ...]:
-        return tuple(reader.path for reader in self.readers)
-
-    def _describe(self) -> str:
-        return f"({', '.join(str(p) for p in self.paths)})"
-
-    def keys(self) -> KeysView[str]:
-        return self._owners.keys()
-
-    def __len__(self) -> int:
-        return len(self._owners)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._owners
-
-    def __getitem__(self, key: str) -> Generation:
-        owner = self._owners.get(key) if isinstance(key, str) else None
-        if owner is None:
-            raise self._missing(key)
-        return self.readers[owner][key]
-
-    def get(self, key: str) -> Generation | None:
-        return self[key] if key in self._owners else None
-
-    def metadata(self, key: str) -> dict[str, Any] | None:
-        owner = self._owners.get(key)
-        return None if owner is None else self.readers[owner].metadata(key)
-
-    def source(self, key: str) -> Path:
-        """The artifact that serves ``key``."""
-        owner = self._owners.get(key)
-        if owner is None:
-            raise self._missing(key)
-        return self.readers[owner].path
-
-    def __repr__(self) -> str:
-        return f"MultiCacheReader({[str(p) for p in self.paths]!r}, entries={len(self)})"
-
-
-def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCacheReader:
-    """Open one artifact or a mixture.
-
-    A path that does not exist but has shard siblings ``<path>-shard-IIIII-of-NNNNN`` stands for all N shards
-    (every shard must exist and come from the same run). The same directory twice (even through a symlink),
-    differing provenance or a key stored with different content in two artifacts are errors.
-    """
-    items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    if not items:
-        raise FormatError("open_caches needs at least one artifact path.")
-    groups = [_expand(item) for item in items]
-    seen: dict[str, Path] = {}
-    for expanded, _ in groups:
-        for path in expanded:
-            real = os.path.realpath(path)
-            if real in seen:
-                raise FormatError(
-                    f"Cache paths {seen[real]} and {path} are the same directory ({real}); list each artifact once."
-                )
-            seen[real] = path
-    readers: list[CacheReader] = []
-    for expanded, shards in groups:
-        opened = [CacheReader(path) for path in expanded]
-        if shards is not None:
-            infos = {index: reader.summary["shard"] for index, reader in zip(shards.present, opened, strict=True)}
-            problems = check_shard_set(shards, infos).problems()
-            if problems:
-                raise ShardError(" ".join(problems))
-        readers.extend(opened)
-    return readers[0] if len(readers) == 1 else MultiCacheReader(readers)
-
-
-__all__ = [
-    "CacheReader",
-    "Generation",
-    "MultiCacheReader",
-    "ShardSet",
-    "find_shards",
-    "open_caches",
-    "verify",
-]
+__all__ = ["CacheReader", "Generation", "read_resolved_config", "verify"]

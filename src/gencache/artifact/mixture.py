@@ -1,0 +1,161 @@
+"""Several artifacts read as one cache: :class:`MultiCacheReader` and :func:`open_caches`.
+
+The mixture's index is one sorted array of the union of keys with, per key, the artifact that serves it and the
+key's position there (flat arrays, like each reader's own index), so a mixture of millions of entries costs a
+few bytes per key and forked workers share it without copying.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gencache.artifact.cache import Generation, GenerationCache
+from gencache.artifact.manifest import PROVENANCE_FIELDS
+from gencache.artifact.reader import CacheReader, PathLike
+from gencache.artifact.shards import ShardSet, check_shard_set, expand_output, find_shards
+from gencache.errors import CompatibilityError, FormatError, ShardError
+
+
+class MultiCacheReader(GenerationCache):
+    """Several artifacts with identical provenance read as one cache (the same mapping API as
+    :class:`CacheReader`).
+
+    Keys are the union, iterated in sorted order; a key present in several artifacts must have the same content
+    digest everywhere (checked at open), and the first artifact holding it serves it. Picklable (each reader
+    reopens and checks its artifact).
+    """
+
+    def __init__(self, readers: Sequence[CacheReader]) -> None:
+        if not readers:
+            raise FormatError("A mixture needs at least one artifact.")
+        self.readers = tuple(readers)
+        first = self.readers[0]
+        for reader in self.readers[1:]:
+            if reader.provenance_digest != first.provenance_digest:
+                fields = [f for f in PROVENANCE_FIELDS if reader.provenance[f] != first.provenance[f]]
+                raise CompatibilityError(
+                    f"Generation caches {first.path} and {reader.path} have incompatible provenance (differing: "
+                    f"{', '.join(fields)}); mix only artifacts of one teacher, tokenizer state and dtype."
+                )
+        self.provenance = first.provenance
+        self.provenance_digest = first.provenance_digest
+        self._merge()
+
+    def _merge(self) -> None:
+        indexes = [reader.index for reader in self.readers]
+        keys = np.concatenate([index.keys for index in indexes]) if indexes else np.empty(0, "S64")
+        owners = np.concatenate([np.full(len(index), i, dtype=np.int32) for i, index in enumerate(indexes)])
+        local = np.concatenate([np.arange(len(index), dtype=np.int64) for index in indexes])
+        content = np.concatenate([index.content for index in indexes])
+        order = np.argsort(keys, kind="stable")  # stable: among equal keys, the earliest artifact comes first
+        keys, owners, local, content = keys[order], owners[order], local[order], content[order]
+        repeat = np.flatnonzero(keys[1:] == keys[:-1]) + 1
+        conflicts = repeat[(content[repeat] != content[repeat - 1]).any(axis=1)]
+        if len(conflicts):
+            at = int(conflicts[0])
+            key = bytes(keys[at]).decode()
+            start = int(np.searchsorted(keys, keys[at]))
+            raise FormatError(
+                f"Generation caches contain conflicting duplicate key {key}: {self.readers[owners[start]].path} and "
+                f"{self.readers[owners[at]].path} store different generations for it; drop one of the artifacts."
+            )
+        keep = np.ones(len(keys), dtype=np.bool_)
+        keep[repeat] = False
+        self._keys, self._owners, self._local = keys[keep], owners[keep], local[keep]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"readers": self.readers}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["readers"])  # type: ignore[misc]
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return tuple(reader.path for reader in self.readers)
+
+    def _describe(self) -> str:
+        return f"({', '.join(str(p) for p in self.paths)})"
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        keys = self._keys
+        for at in range(0, len(keys), 4096):
+            for raw in keys[at : at + 4096].tolist():
+                yield raw.decode()
+
+    def _position(self, key: object) -> int:
+        if type(key) is not str or len(key) != 64 or not key.isascii():
+            return -1
+        raw = key.encode()
+        position = int(self._keys.searchsorted(raw))
+        return position if position < len(self._keys) and self._keys[position] == raw else -1
+
+    def _read(self, position: int) -> Generation:
+        return self.readers[int(self._owners[position])].entry_at(int(self._local[position]))
+
+    def metadata(self, key: str) -> dict[str, Any] | None:
+        position = self._position(key)
+        return None if position < 0 else self.readers[int(self._owners[position])].metadata(key)
+
+    def source(self, key: str) -> Path:
+        position = self._position(key)
+        if position < 0:
+            raise self._missing(key)
+        return self.readers[int(self._owners[position])].path
+
+    def __repr__(self) -> str:
+        return f"MultiCacheReader({[str(p) for p in self.paths]!r}, entries={len(self)})"
+
+
+def _expand(path: PathLike) -> tuple[list[Path], ShardSet | None]:
+    expanded, shards = expand_output(path)
+    if shards is None and not os.path.lexists(expanded[0]):
+        raise FormatError(
+            f"Cache directory {expanded[0]} does not exist (and no shard directories {expanded[0].name}-shard-*-of-* "
+            "are beside it); check the path."
+        )
+    if shards is not None and (shards.missing or shards.other_splits):
+        raise ShardError(" ".join(check_shard_set(shards, {}).problems()))
+    return expanded, shards
+
+
+def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCacheReader:
+    """Open one artifact or a mixture.
+
+    A path that does not exist but has shard siblings ``<path>-shard-IIIII-of-NNNNN`` stands for all N shards
+    (every shard must exist and come from the same run). The same directory twice (even through a symlink),
+    differing provenance or a key stored with different content in two artifacts are errors.
+    """
+    items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise FormatError("open_caches needs at least one artifact path.")
+    groups = [_expand(item) for item in items]
+    seen: dict[str, Path] = {}
+    for expanded, _ in groups:
+        for path in expanded:
+            real = os.path.realpath(path)
+            if real in seen:
+                raise FormatError(
+                    f"Cache paths {seen[real]} and {path} are the same directory ({real}); list each artifact once."
+                )
+            seen[real] = path
+    readers: list[CacheReader] = []
+    for expanded, shards in groups:
+        opened = [CacheReader(path) for path in expanded]
+        if shards is not None:
+            infos = {index: reader.summary["shard"] for index, reader in zip(shards.present, opened, strict=True)}
+            problems = check_shard_set(shards, infos).problems()
+            if problems:
+                raise ShardError(" ".join(problems))
+        readers.extend(opened)
+    return readers[0] if len(readers) == 1 else MultiCacheReader(readers)
+
+
+__all__ = ["MultiCacheReader", "ShardSet", "find_shards", "open_caches"]
