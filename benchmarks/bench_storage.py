@@ -28,7 +28,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gencache.artifact.format import header_capacity, make_provenance  # noqa: E402
+from gencache.artifact.header import header_capacity  # noqa: E402
+from gencache.artifact.manifest import make_provenance  # noqa: E402
 from gencache.artifact.writer import ArtifactBuild  # noqa: E402
 
 PROVENANCE = make_provenance(

@@ -20,7 +20,7 @@ import resource
 import sys
 from pathlib import Path
 
-from gencache.artifact.format import header_capacity
+from gencache.artifact.header import header_capacity
 from gencache.artifact.writer import ArtifactBuild
 from gencache.errors import GencacheError, Terminated, WriteError
 from storage_helpers import PROVENANCE, make_entries

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gencache.artifact.format import header_capacity, make_provenance, make_shard_info
+from gencache.artifact.header import header_capacity
+from gencache.artifact.manifest import make_provenance
+from gencache.artifact.names import make_shard_info
 from gencache.artifact.writer import ArtifactBuild
 
 TESTS = Path(__file__).resolve().parent

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gencache.artifact.format import LENGTH_PREFIX_BYTES, header_capacity
+from gencache.artifact.header import header_capacity
+from gencache.artifact.names import LENGTH_PREFIX_BYTES
 from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader, verify
@@ -265,7 +266,8 @@ def test_an_empty_directory_created_at_the_output_mid_run_is_not_replaced(tmp_pa
 
 def test_the_writer_core_does_not_import_torch() -> None:
     code = (
-        "import sys, gencache.artifact.writer, gencache.artifact.format; sys.exit(1 if 'torch' in sys.modules else 0)"
+        "import sys, gencache.artifact.writer, gencache.artifact.header, gencache.artifact.manifest; "
+        "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     result = subprocess.run([PYTHON, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, "gencache.artifact.writer imported torch (keep gencache/__init__.py lazy)"

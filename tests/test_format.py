@@ -11,33 +11,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gencache.artifact.format import (
-    MAX_HEADER_BYTES,
-    Record,
-    build_header,
-    build_manifest,
-    build_manifest_bytes,
-    build_summary,
+from format_reference import header_object, make_record, manifest_object, record_fields
+from gencache.artifact.header import build_header, header_capacity, pad_header, parse_header, read_length_prefix
+from gencache.artifact.manifest import (
     check_manifest,
     check_provenance,
     content_digest,
-    header_capacity,
-    header_object,
     iter_manifest_bytes,
     json_file_bytes,
     make_provenance,
-    make_record,
-    make_shard_info,
-    pad_header,
-    parse_header,
-    parse_shard_dir_name,
     provenance_digest,
-    read_length_prefix,
-    record_fields,
+)
+from gencache.artifact.names import (
+    MAX_HEADER_BYTES,
+    make_shard_info,
+    parse_shard_dir_name,
     shard_dir_name,
     shard_of,
     tensor_name,
 )
+from gencache.artifact.records import Record
+from gencache.artifact.summary import build_summary
 from gencache.canonical import canonical_bytes, json_digest
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
 from storage_helpers import PROVENANCE, TOKENIZER, key
@@ -51,6 +45,11 @@ def records_for(plan: list[list[int]], keys: list[str] | None = None) -> dict[st
         out[k] = make_record(cursor, lengths, [bytes(32)] * len(lengths), ["t"] * len(lengths), ["eos"] * len(lengths))
         cursor += 8 * sum(lengths)
     return out
+
+
+def manifest_bytes(provenance: dict[str, Any], records: dict[str, Record], summary: dict[str, Any]) -> bytes:
+    """The whole ``manifest.json`` the encoder streams."""
+    return b"".join(iter_manifest_bytes(provenance, records, summary))
 
 
 # -- header budget ---------------------------------------------------------------------------------------------
@@ -213,13 +212,22 @@ def test_content_digest_equals_the_canonical_json_digest(
     assert content_digest(refs, texts, reasons) == expected
 
 
-def test_content_digest_of_unencodable_or_odd_values_never_matches_and_never_raises() -> None:
-    refs = [{"dtype": "I64", "shape": [1], "digest": "0" * 64}]
-    assert content_digest(refs, ["\ud800"], ["eos"]) == "not-encodable"
-    assert content_digest([{"dtype": "I64", "shape": [True], "digest": "0" * 64}], ["t"], ["eos"]) == json_digest(
-        {"sequences": [{"dtype": "I64", "shape": [True], "digest": "0" * 64}], "text": ["t"], "finish_reasons": ["eos"]}
-    )
-    assert content_digest([{"dtype": "I64", "shape": [object()], "digest": "0"}], ["t"], ["eos"]) == "not-encodable"
+@pytest.mark.parametrize(
+    ("refs", "texts", "fragment"),
+    [
+        ([{"dtype": "I64", "shape": [1], "digest": "0" * 64}], ["\ud800"], "surrogate"),
+        ([{"dtype": "I64", "shape": [True], "digest": "0" * 64}], ["t"], "integer shape"),
+        ([{"dtype": "I64", "shape": [object()], "digest": "0"}], ["t"], "integer shape"),
+        ([{"dtype": "I64", "shape": [1], "digest": None}], ["t"], "string dtype and digest"),
+        ([{"dtype": "I64", "shape": [1], "digest": "0"}], [3], "must be strings"),
+        ([{"dtype": "I64", "shape": [1]}], ["t"], "digest"),
+    ],
+)
+def test_content_digest_refuses_values_a_manifest_cannot_hold(
+    refs: list[dict[str, Any]], texts: list[Any], fragment: str
+) -> None:
+    with pytest.raises(FormatError, match=f"content digest.*{fragment}"):
+        content_digest(refs, texts, ["eos"])
 
 
 def test_json_file_bytes_is_canonical_with_a_newline_and_refuses_what_json_cannot_hold() -> None:
@@ -275,7 +283,7 @@ def test_summary_counts_entries_and_checks_the_callers_numbers() -> None:
 # -- manifest and header checks ------------------------------------------------------------------------------------
 def manifest_for(plan: list[list[int]]) -> dict[str, Any]:
     records = records_for(plan)
-    return build_manifest(PROVENANCE, records, build_summary(records, {}))
+    return manifest_object(PROVENANCE, records, build_summary(records, {}))
 
 
 def test_check_manifest_accepts_what_the_writer_builds() -> None:
@@ -342,13 +350,13 @@ def test_build_header_is_the_canonical_json_of_the_header_object(records: dict[s
 
 @settings(deadline=None, max_examples=300)
 @given(records=_records(), data=st.data())
-def test_build_manifest_bytes_is_the_canonical_json_of_the_manifest(records: dict[str, Record], data: Any) -> None:
+def test_the_manifest_encoder_is_the_canonical_json_of_the_manifest(records: dict[str, Record], data: Any) -> None:
     caller: dict[str, Any] = {}
     if data.draw(st.booleans(), label="with data_configs"):
         caller = {"data_configs": [{"index": 0, "samples": len(records) + 2, "unique": len(records)}]}
     summary = build_summary(records, caller)
-    expected = json_file_bytes(build_manifest(PROVENANCE, records, summary))
-    assert build_manifest_bytes(PROVENANCE, records, summary) == expected
+    expected = json_file_bytes(manifest_object(PROVENANCE, records, summary))
+    assert manifest_bytes(PROVENANCE, records, summary) == expected
     chunk_bytes = data.draw(st.integers(1, 3000), label="chunk_bytes")
     pieces = list(iter_manifest_bytes(PROVENANCE, records, summary, chunk_bytes=chunk_bytes))
     assert b"".join(pieces) == expected
@@ -371,8 +379,8 @@ def test_the_direct_serialisers_escape_texts_and_place_the_metadata_like_json() 
     for subset in ({}, {keys[0]: records[keys[0]]}, {keys[2]: records[keys[2]]}, records):
         assert build_header(subset, "e" * 64) == canonical_bytes(header_object(subset, "e" * 64))
         summary = build_summary(subset, {})
-        expected = json_file_bytes(build_manifest(PROVENANCE, subset, summary))
-        assert build_manifest_bytes(PROVENANCE, subset, summary) == expected
+        expected = json_file_bytes(manifest_object(PROVENANCE, subset, summary))
+        assert manifest_bytes(PROVENANCE, subset, summary) == expected
 
 
 def test_records_are_flat_and_round_trip() -> None:
@@ -392,13 +400,64 @@ def test_the_direct_serialisers_refuse_keys_that_are_not_semantic_keys(bad: str)
     with pytest.raises(FormatError, match="semantic key"):
         build_header(records, "e" * 64)
     with pytest.raises(FormatError, match="semantic key"):
-        build_manifest_bytes(PROVENANCE, records, build_summary(records, {}))
+        manifest_bytes(PROVENANCE, records, build_summary(records, {}))
 
 
-def test_build_manifest_bytes_refuses_what_json_cannot_hold() -> None:
+def test_the_manifest_encoder_refuses_what_json_cannot_hold() -> None:
     records = {"a" * 64: make_record(0, [1], [bytes(32)], ["\ud800"], ["eos"])}
     with pytest.raises(FormatError, match="canonical JSON"):
-        build_manifest_bytes(PROVENANCE, records, build_summary(records, {}))
+        manifest_bytes(PROVENANCE, records, build_summary(records, {}))
     records = {"a" * 64: (0, 1, bytes(32), "t", "eos", 2)}
     with pytest.raises(FormatError, match="record of 6 fields"):
-        build_manifest_bytes(PROVENANCE, records, {})
+        manifest_bytes(PROVENANCE, records, {})
+
+
+def test_the_encoders_write_these_exact_bytes() -> None:
+    """Hand-written golden bytes: metadata between digit and letter keys, escaped texts, two sequences."""
+    a, b = "0" * 64, "a" * 64
+    records = {
+        b: make_record(16, [1, 3], [b"\x11" * 32, b"\x22" * 32], ['é"', "x\n"], ["length", "stop_string"]),
+        a: make_record(0, [2], [bytes(32)], ["hi"], ["eos"]),
+    }
+    assert (
+        build_header(records, "e" * 64)
+        == (
+            f'{{"{a}.0":{{"data_offsets":[0,16],"dtype":"I64","shape":[2]}},'
+            f'"__metadata__":{{"format_version":"3","provenance_digest":"{"e" * 64}"}},'
+            f'"{b}.0":{{"data_offsets":[16,24],"dtype":"I64","shape":[1]}},'
+            f'"{b}.1":{{"data_offsets":[24,48],"dtype":"I64","shape":[3]}}}}'
+        ).encode()
+    )
+    d0, d1, d2 = "00" * 32, "11" * 32, "22" * 32
+    content_a = hashlib.sha256(
+        f'{{"finish_reasons":["eos"],"sequences":[{{"digest":"{d0}","dtype":"I64","shape":[2]}}],"text":["hi"]}}'.encode()
+    ).hexdigest()
+    content_b = hashlib.sha256(
+        (
+            f'{{"finish_reasons":["length","stop_string"],"sequences":[{{"digest":"{d1}","dtype":"I64","shape":[1]}},'
+            f'{{"digest":"{d2}","dtype":"I64","shape":[3]}}],"text":["é\\"","x\\n"]}}'
+        ).encode()
+    ).hexdigest()
+    provenance_json = (
+        '{"dtype":"float32","model_path":"tiny/teacher","tokenizer":{"eos_token_id":2,"pad_token_id":0,'
+        '"padding_side":"left"},"tokenizer_path":"tiny/teacher"}'
+    )
+    expected = (
+        f'{{"entries":{{"{a}":{{"content_digest":"{content_a}","finish_reasons":["eos"],'
+        f'"sequences":[{{"digest":"{d0}","dtype":"I64","shape":[2],"tensor":"{a}.0"}}],"text":["hi"]}},'
+        f'"{b}":{{"content_digest":"{content_b}","finish_reasons":["length","stop_string"],'
+        f'"sequences":[{{"digest":"{d1}","dtype":"I64","shape":[1],"tensor":"{b}.0"}},'
+        f'{{"digest":"{d2}","dtype":"I64","shape":[3],"tensor":"{b}.1"}}],"text":["é\\"","x\\n"]}}}},'
+        f'"format_version":3,"payload":"cache.safetensors","provenance":{provenance_json},'
+        f'"provenance_digest":"{hashlib.sha256(provenance_json.encode()).hexdigest()}","storage":"safetensors",'
+        '"summary":{"data_configs":[],"duplicates":0,"entries":2,'
+        '"finish_reasons":{"eos":1,"length":1,"stop_string":1},"sequences":3,"shard":null,"tokens":6}}\n'
+    ).encode()
+    assert manifest_bytes(PROVENANCE, records, build_summary(records, {})) == expected
+    entry = json.loads(expected)["entries"][b]
+    assert content_digest(entry["sequences"], entry["text"], entry["finish_reasons"]) == content_b
+
+
+def test_a_header_over_budget_is_a_bad_plan() -> None:
+    assert HeaderCapacityError.exit_code == 2
+    assert not issubclass(HeaderCapacityError, OSError)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from gencache.artifact.format import make_provenance
+from gencache.artifact.manifest import make_provenance
 from gencache.artifact.reader import CacheReader, MultiCacheReader, open_caches
 from gencache.artifact.report import inspect_report, render_inspect, verify_report
 from gencache.errors import CompatibilityError, FormatError, GencacheError, ShardError

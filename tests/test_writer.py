@@ -20,16 +20,13 @@ import pytest
 import safetensors
 import safetensors.torch
 
+from format_reference import manifest_object
 from gencache.artifact import publish as publish_module
-from gencache.artifact.format import (
-    MANIFEST_CHUNK_BYTES,
-    build_manifest,
-    build_summary,
-    header_capacity,
-    json_file_bytes,
-)
+from gencache.artifact.header import header_capacity
+from gencache.artifact.manifest import MANIFEST_CHUNK_BYTES, json_file_bytes
 from gencache.artifact.publish import check_output_path, clean, probe_rename, publish
 from gencache.artifact.reader import CacheReader, verify
+from gencache.artifact.summary import build_summary
 from gencache.artifact.writer import ArtifactBuild, CacheWriter
 from gencache.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
 from storage_helpers import PROVENANCE, make_entries, tokens, write_artifact
@@ -539,7 +536,7 @@ def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:
         w.finalize(resolved_config={}, summary={})
     manifest = (tmp_path / "manifest.json").read_bytes()
     assert len(manifest) > MANIFEST_CHUNK_BYTES
-    assert manifest == json_file_bytes(build_manifest(PROVENANCE, records, build_summary(records, {})))
+    assert manifest == json_file_bytes(manifest_object(PROVENANCE, records, build_summary(records, {})))
     assert verify(tmp_path) == []
 
 

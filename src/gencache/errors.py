@@ -54,6 +54,13 @@ class OutputExistsError(GencacheError, FileExistsError):
     exit_code = 2
 
 
+class HeaderCapacityError(GencacheError, ValueError):
+    """The run's plan needs a bigger safetensors header than fits (split it with ``--shard``), or the header
+    outgrew the capacity reserved for it."""
+
+    exit_code = 2
+
+
 # -- failures (exit code 1) -------------------------------------------------------------------------------
 class GenerationError(GencacheError, RuntimeError):
     """Teacher generation failed (model loading, out of memory, invalid generation settings)."""
@@ -61,10 +68,6 @@ class GenerationError(GencacheError, RuntimeError):
 
 class WriteError(GencacheError, OSError):
     """Writing or publishing an artifact failed; nothing was published."""
-
-
-class HeaderCapacityError(WriteError):
-    """The safetensors header does not fit in the reserved capacity."""
 
 
 class FormatError(GencacheError, ValueError):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gencache.artifact._fs import fsync_dir
-from gencache.artifact.format import RESOLVED_NAME
+from gencache.artifact.names import RESOLVED_NAME
 from gencache.errors import FormatError, OutputExistsError, WriteError
 
 
@@ -31,7 +31,7 @@ def _load_resolved(directory: Path) -> dict[str, Any]:
 
 def export_records(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The export lines of one artifact, in generation order of the rebuilt samples."""
-    from gencache.artifact.format import shard_of
+    from gencache.artifact.names import shard_of
     from gencache.artifact.reader import CacheReader
     from gencache.data.config import parse_config
     from gencache.data.samples import build_samples

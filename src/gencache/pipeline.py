@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from gencache import __version__
-from gencache.artifact.format import header_capacity, make_provenance, shard_dir_name
+from gencache.artifact.header import header_capacity
+from gencache.artifact.manifest import make_provenance
+from gencache.artifact.names import shard_dir_name
 from gencache.data.config import CacheConfig, config_to_json, load_config
 from gencache.data.samples import DuplicatePromptWarning, SampleSet, build_samples, needs_tokenizer
 from gencache.errors import GenerationError, OutputExistsError, Terminated

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.artifact.format import make_shard_info, shard_of
+from gencache.artifact.names import make_shard_info, shard_of
 from gencache.canonical import json_digest
 from gencache.errors import ShardError
 

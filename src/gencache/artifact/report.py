@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from gencache.artifact.format import FORMAT_VERSION, PROVENANCE_FIELDS
+from gencache.artifact.manifest import PROVENANCE_FIELDS
+from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.reader import CacheReader, PathLike, read_resolved_config, verify
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards
 from gencache.errors import FormatError, GencacheError

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gencache.artifact.format import parse_shard_dir_name, shard_dir_name
+from gencache.artifact.names import parse_shard_dir_name, shard_dir_name
 
 PathLike = str | os.PathLike[str]
 

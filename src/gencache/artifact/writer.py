@@ -1,6 +1,6 @@
 """Writing format-3 artifacts (bytes in, bytes out: no torch import).
 
-1. :func:`gencache.artifact.format.header_capacity` fixes the header reservation before any generation.
+1. :func:`gencache.artifact.header.header_capacity` fixes the header reservation before any generation.
 2. :class:`ArtifactBuild` checks the output path, creates ``.<name>.gencache-<host>-<pid>-<random>`` beside the
    output directory and a :class:`CacheWriter` in it, which writes the length field and a space-filled header (no
    loader accepts that file), then appends each entry's bytes once while hashing them.
@@ -33,27 +33,21 @@ from gencache.artifact._fs import (
     temp_name,
     write_error,
 )
-from gencache.artifact.format import (
+from gencache.artifact.header import build_header, length_prefix
+from gencache.artifact.manifest import check_provenance, iter_manifest_bytes, json_file_bytes, provenance_digest
+from gencache.artifact.names import (
     FINISH_REASONS,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
-    RECORD_STRIDE,
     RESOLVED_NAME,
     TOKEN_BYTES,
-    Record,
-    build_header,
-    build_summary,
-    check_provenance,
-    iter_manifest_bytes,
-    json_file_bytes,
-    length_prefix,
-    provenance_digest,
-    sorted_record_keys,
 )
 from gencache.artifact.phases import PHASE_HOOK_ACTIVE, report_phase
 from gencache.artifact.publish import RENAME_MODES, check_output_path, publish
+from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
 from gencache.artifact.signals import SignalGuard
+from gencache.artifact.summary import build_summary
 from gencache.errors import FormatError, HeaderCapacityError, WriteError
 
 READ_ONLY = 0o444
@@ -159,7 +153,7 @@ class CacheWriter:
 
         The common case (one ``bytes`` sequence, one ``str`` text, one finish reason, in lists or tuples) is
         checked inline; everything else, errors included, goes through :meth:`_add_general` (the same checks).
-        What is kept is one flat tuple per entry (:data:`gencache.artifact.format.Record`).
+        What is kept is one flat tuple per entry (:data:`gencache.artifact.records.Record`).
         """
         if self._state != "open":
             self._require_open("add entries")
@@ -312,7 +306,7 @@ class CacheWriter:
         if len(header) > self.header_capacity:
             raise HeaderCapacityError(
                 f"The safetensors header needs {len(header):,} bytes but only {self.header_capacity:,} were "
-                "reserved; reserve gencache.artifact.format.header_capacity(entries, sequences_per_entry, "
+                "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
                 "max_new_tokens) "
                 "for the run, or split it with --shard. Nothing was published."
             )

@@ -1,0 +1,283 @@
+"""The safetensors header of ``cache.safetensors``: its reserved capacity, its one encoder, parsing and checks.
+
+The file starts with an 8-byte little-endian length ``H`` (the capacity reserved before generation, a multiple of
+8), then ``H`` bytes of canonical header JSON padded with spaces. The header maps each tensor name ``<key>.<i>``
+to ``{"data_offsets": [start, end], "dtype": "I64", "shape": [n]}`` (offsets relative to the data start) and
+``__metadata__`` to ``{"format_version": "3", "provenance_digest": <hex>}``. Pure: no I/O, no torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gencache.artifact.names import (
+    FORMAT_VERSION,
+    LENGTH_PREFIX_BYTES,
+    MAX_HEADER_BYTES,
+    PAYLOAD_NAME,
+    TOKEN_BYTES,
+    TOKEN_DTYPE,
+)
+from gencache.artifact.records import Record, check_record_length, sorted_record_keys
+from gencache.canonical import canonical_bytes, canonical_json, is_int
+from gencache.errors import ConfigError, FormatError, HeaderCapacityError
+
+if TYPE_CHECKING:
+    from gencache.artifact.manifest import Manifest
+
+HEADER_TENSOR_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
+
+_METADATA_TEMPLATE = {"__metadata__": {"format_version": str(FORMAT_VERSION), "provenance_digest": "0" * 64}}
+# Everything of one tensor's header member except the variable-width numbers and the name's characters:
+# "<name>":{"data_offsets":[<start>,<end>],"dtype":"I64","shape":[<n>]} and the "," that separates members.
+_TENSOR_MEMBER_FIXED = len(canonical_json({"": {"data_offsets": [0, 0], "dtype": TOKEN_DTYPE, "shape": [0]}})) - 2 - 3
+_TENSOR_MEMBER_FIXED += 1  # the separating comma
+_DTYPE_JSON = json.dumps(TOKEN_DTYPE)
+
+
+def _digits(value: int) -> int:
+    return len(str(value))
+
+
+def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int) -> int:
+    """The header reservation for a run of ``entries`` unique keys, each with ``sequences_per_entry`` sequences
+    of at most ``max_new_tokens`` tokens.
+
+    A fixed formula: the length of the metadata plus, per tensor, the longest header member that tensor can
+    have (a 64-hex key, the largest sequence index, offsets up to the largest possible payload and the largest
+    shape), rounded up to a multiple of 8. It bounds the real header for any keys and lengths of that plan.
+    Raises :class:`HeaderCapacityError` (suggesting ``--shard``) when it exceeds the safetensors limit.
+    """
+    for name, value, low in (
+        ("entries", entries, 0),
+        ("sequences_per_entry", sequences_per_entry, 1),
+        ("max_new_tokens", max_new_tokens, 1),
+    ):
+        if not is_int(value) or value < low:
+            raise ConfigError(f"header_capacity: {name} must be an integer >= {low}, got {value!r}.")
+    tensors = entries * sequences_per_entry
+    max_payload = tensors * max_new_tokens * TOKEN_BYTES
+    name_chars = 64 + 1 + _digits(sequences_per_entry - 1)
+    member = _TENSOR_MEMBER_FIXED + name_chars + 2 * _digits(max_payload) + _digits(max_new_tokens)
+    needed = len(canonical_json(_METADATA_TEMPLATE)) + tensors * member
+    capacity = -(-needed // 8) * 8
+    if capacity > MAX_HEADER_BYTES:
+        shards = math.ceil(capacity * 1.25 / MAX_HEADER_BYTES)
+        raise HeaderCapacityError(
+            f"The safetensors header for {entries:,} entries x {sequences_per_entry} sequences x {max_new_tokens} "
+            f"tokens needs up to {capacity:,} bytes, over the {MAX_HEADER_BYTES:,}-byte safetensors limit; "
+            f"split the run with --shard I/{shards} (or more shards)."
+        )
+    return capacity
+
+
+def _check_capacity(capacity: object) -> int:
+    if not is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:  # type: ignore[operator]
+        raise HeaderCapacityError(
+            f"Header capacity must be a positive multiple of 8 up to {MAX_HEADER_BYTES:,} bytes, got {capacity!r}; "
+            "compute it with gencache.artifact.header.header_capacity."
+        )
+    return capacity  # type: ignore[return-value]
+
+
+def _sorted_indices(count: int) -> Sequence[int]:
+    """Sequence indices in the order canonical JSON sorts ``<key>.<i>`` names ("10" before "2")."""
+    return range(count) if count <= 10 else sorted(range(count), key=str)
+
+
+def build_header(
+    records: Mapping[str, Record], provenance_digest: str, *, sorted_keys: Sequence[str] | None = None
+) -> bytes:
+    """The canonical header JSON (unpadded) for the appended entries, in the sorted order of canonical JSON.
+
+    Assembled directly from the records (the tests pin its bytes against a reference built with
+    :func:`gencache.canonical.canonical_json`). Keys must be semantic keys (checked): hex, so no name needs
+    escaping and ``"__metadata__"`` sorts between the keys that start with a digit and those that start with a
+    letter. ``sorted_keys`` (from :func:`gencache.artifact.records.sorted_record_keys`) spares a caller that also
+    builds the manifest a second sort and check.
+    """
+    keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
+    meta = canonical_json({"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest})
+    at = bisect.bisect_left(keys, "__metadata__")
+    width, dtype = TOKEN_BYTES, _DTYPE_JSON
+    parts: list[str] = []
+    append = parts.append
+    for position, key in enumerate(keys):
+        if position == at:
+            append(f'"__metadata__":{meta}')
+        record = records[key]
+        if len(record) == 5:  # one sequence
+            start, n = record[0], record[1]
+            append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":{dtype},"shape":[{n}]}}')
+            continue
+        check_record_length(key, record)
+        start, lengths = record[0], record[1::4]
+        starts = []
+        for n in lengths:
+            starts.append(start)
+            start += n * width
+        for i in _sorted_indices(len(lengths)):
+            s, n = starts[i], lengths[i]
+            append(f'"{key}.{i}":{{"data_offsets":[{s},{s + n * width}],"dtype":{dtype},"shape":[{n}]}}')
+    if at == len(keys):
+        append(f'"__metadata__":{meta}')
+    return ("{" + ",".join(parts) + "}").encode("utf-8")
+
+
+def pad_header(header_json: bytes, capacity: int) -> bytes:
+    """``header_json`` padded with spaces to ``capacity`` bytes; :class:`HeaderCapacityError` when it does not fit."""
+    capacity = _check_capacity(capacity)
+    if len(header_json) > capacity:
+        raise HeaderCapacityError(
+            f"The safetensors header needs {len(header_json):,} bytes but only {capacity:,} were reserved; "
+            "reserve header_capacity(entries, sequences_per_entry, max_new_tokens) bytes for the "
+            "run, or split it with --shard."
+        )
+    return header_json + b" " * (capacity - len(header_json))
+
+
+def length_prefix(capacity: int) -> bytes:
+    """The 8-byte little-endian header length field."""
+    return _check_capacity(capacity).to_bytes(LENGTH_PREFIX_BYTES, "little")
+
+
+# -- reading -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A parsed safetensors header: capacity ``H``, the JSON's own length, metadata and tensors by name."""
+
+    capacity: int
+    json_length: int
+    metadata: dict[str, str]
+    tensors: dict[str, dict[str, Any]]
+
+
+def read_length_prefix(prefix: bytes, file_size: int) -> int:
+    """The header capacity from the first 8 bytes, checked against the format-3 rules and the file size."""
+    if len(prefix) < LENGTH_PREFIX_BYTES or file_size < LENGTH_PREFIX_BYTES:
+        raise FormatError(f"{PAYLOAD_NAME} is {file_size} bytes, too short for a safetensors length prefix.")
+    capacity = int.from_bytes(prefix[:LENGTH_PREFIX_BYTES], "little")
+    if capacity == 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:
+        raise FormatError(
+            f"{PAYLOAD_NAME} header length {capacity} is invalid (format {FORMAT_VERSION} uses a positive multiple "
+            f"of 8 up to {MAX_HEADER_BYTES:,})."
+        )
+    if LENGTH_PREFIX_BYTES + capacity > file_size:
+        raise FormatError(
+            f"{PAYLOAD_NAME} is truncated: its header needs {capacity} bytes but the file is {file_size}."
+        )
+    return capacity
+
+
+def parse_header(raw: bytes) -> Header:
+    """Parse the ``H`` header bytes: canonical-form JSON object padded with spaces only."""
+    body = raw.rstrip(b" ")
+    if not body.startswith(b"{"):
+        raise FormatError(f"{PAYLOAD_NAME} header does not start with a JSON object (unfinished or damaged file).")
+    try:
+        text = body.decode("utf-8")
+        parsed = json.loads(text, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise FormatError(f"{PAYLOAD_NAME} header is not valid JSON ({error}); the file is damaged.") from None
+    if not isinstance(parsed, dict):
+        raise FormatError(f"{PAYLOAD_NAME} header must be a JSON object.")
+    metadata = parsed.pop("__metadata__", None)
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise FormatError(f"{PAYLOAD_NAME} header __metadata__ must be an object of strings.")
+    return Header(len(raw), len(body), metadata, parsed)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def check_header(header: Header, manifest: Manifest, file_size: int) -> dict[str, tuple[int, ...]]:
+    """Cross-check the header with the manifest; return each entry's tensor start offsets (relative to data).
+
+    Checks the metadata, that the header names exactly the manifest's tensors with the same dtype and shape,
+    that offsets are contiguous from 0 and that the file ends at the last tensor.
+    """
+    expected_meta = {"format_version": str(FORMAT_VERSION), "provenance_digest": manifest.provenance_digest}
+    if header.metadata != expected_meta:
+        raise FormatError(
+            f"{PAYLOAD_NAME} __metadata__ {header.metadata!r} does not match the manifest (expected {expected_meta!r})."
+        )
+    tensors = header.tensors
+    count = sum(len(entry["sequences"]) for entry in manifest.entries.values())
+    starts: dict[str, tuple[int, ...]] = {}
+    spans: list[tuple[int, int]] = []
+    for key, entry in manifest.entries.items():
+        entry_starts = []
+        for ref in entry["sequences"]:
+            name = ref["tensor"]
+            info = tensors.get(name)
+            if info is None:
+                raise FormatError(f"{PAYLOAD_NAME} has no tensor {name} that manifest.json lists.")
+            if not isinstance(info, dict) or info.keys() != HEADER_TENSOR_FIELDS:
+                raise FormatError(f"{PAYLOAD_NAME} header entry {name} must have exactly dtype, shape, data_offsets.")
+            shape = info["shape"]
+            if (
+                info["dtype"] != ref["dtype"]
+                or shape != ref["shape"]
+                or not isinstance(shape, list)
+                or not all(is_int(n) for n in shape)
+            ):
+                raise FormatError(
+                    f"{PAYLOAD_NAME} tensor {name} is {info['dtype']} {info['shape']} but manifest.json says "
+                    f"{ref['dtype']} {ref['shape']}."
+                )
+            offsets = info["data_offsets"]
+            if (
+                not isinstance(offsets, list)
+                or len(offsets) != 2
+                or not all(is_int(o) for o in offsets)
+                or offsets[1] - offsets[0] != ref["shape"][0] * TOKEN_BYTES
+                or offsets[0] < 0
+            ):
+                raise FormatError(f"{PAYLOAD_NAME} tensor {name} has invalid data_offsets {offsets!r}.")
+            entry_starts.append(offsets[0])
+            spans.append((offsets[0], offsets[1]))
+        starts[key] = tuple(entry_starts)
+    if len(tensors) != count:
+        extra = sorted(set(tensors) - {ref["tensor"] for e in manifest.entries.values() for ref in e["sequences"]})
+        raise FormatError(f"{PAYLOAD_NAME} holds tensors manifest.json does not list: {', '.join(extra[:5])}.")
+    spans.sort()
+    end = 0
+    for start, stop in spans:
+        if start != end:
+            raise FormatError(f"{PAYLOAD_NAME} tensor offsets are not contiguous at byte {end} of the data.")
+        end = stop
+    expected_size = LENGTH_PREFIX_BYTES + header.capacity + end
+    if file_size != expected_size:
+        raise FormatError(
+            f"{PAYLOAD_NAME} is {file_size} bytes but its header describes {expected_size} (truncated or extended)."
+        )
+    return starts
+
+
+def is_canonical_header(raw: bytes) -> bool:
+    """True when the header bytes are canonical JSON followed by spaces only (what the writer produces)."""
+    body = raw.rstrip(b" ")
+    try:
+        return canonical_bytes(json.loads(body.decode("utf-8"))) == body
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+
+
+__all__ = [
+    "HEADER_TENSOR_FIELDS",
+    "Header",
+    "build_header",
+    "check_header",
+    "header_capacity",
+    "is_canonical_header",
+    "length_prefix",
+    "pad_header",
+    "parse_header",
+    "read_length_prefix",
+]

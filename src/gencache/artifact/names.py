@@ -1,0 +1,146 @@
+"""Format 3's names and constants: files, tensor names, the key form, dtypes, finish reasons, the shard rule.
+
+An artifact directory holds exactly three regular files:
+
+``cache.safetensors`` (:data:`PAYLOAD_NAME`)
+    a standard safetensors file: u64 little-endian header length ``H`` (the reserved capacity, a multiple of 8),
+    ``H`` bytes of canonical header JSON padded with spaces, then one I64 1-D tensor per answer sequence, named
+    ``<key>.<i>``, back to back in generation order (:mod:`gencache.artifact.header`).
+``manifest.json`` (:data:`MANIFEST_NAME`)
+    canonical JSON plus a newline: provenance, per-entry tensor references, texts, finish reasons and digests,
+    and a summary (:mod:`gencache.artifact.manifest`).
+``resolved_config.json`` (:data:`RESOLVED_NAME`)
+    canonical JSON plus a newline: the effective config, for humans; never a compatibility gate.
+
+A sharded run writes one such directory per shard, ``<output_dir>-shard-<I:05d>-of-<N:05d>``; shard ``I`` holds
+exactly the keys ``k`` with ``int(k, 16) % N == I`` (the ``key-mod`` rule). Pure: no I/O, no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gencache.canonical import is_int, is_sha256_hex
+from gencache.errors import FormatError, ShardError
+
+FORMAT_VERSION = 3
+STORAGE = "safetensors"
+PAYLOAD_NAME = "cache.safetensors"
+MANIFEST_NAME = "manifest.json"
+RESOLVED_NAME = "resolved_config.json"
+ARTIFACT_FILES = frozenset({PAYLOAD_NAME, MANIFEST_NAME, RESOLVED_NAME})
+
+MAX_HEADER_BYTES = 100_000_000
+"""The safetensors limit on the header length (``MAX_HEADER_SIZE`` in safetensors' ``tensor.rs``)."""
+
+LENGTH_PREFIX_BYTES = 8
+TOKEN_DTYPE = "I64"
+TOKEN_BYTES = 8
+FINISH_REASONS = ("eos", "stop_string", "length")
+DTYPES = ("bfloat16", "float16", "float32")
+PADDING_SIDES = ("left", "right")
+
+SHARD_FIELDS = frozenset({"index", "count", "rule", "run_digest"})
+SHARD_RULE = "key-mod"
+MAX_SHARDS = 99_999
+
+_SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
+
+
+def is_key(value: object) -> bool:
+    """True for a semantic key: 64 lowercase hexadecimal characters."""
+    return is_sha256_hex(value)
+
+
+def tensor_name(key: str, index: int) -> str:
+    """The payload tensor holding answer sequence ``index`` of entry ``key``: ``"<key>.<index>"``."""
+    return f"{key}.{index}"
+
+
+# -- the shard rule ----------------------------------------------------------------------------------------
+def shard_dir_name(output_dir: str, index: int, count: int) -> str:
+    """``"<output_dir>-shard-<I:05d>-of-<N:05d>"``; a trailing ``/`` of ``output_dir`` is ignored."""
+    base = str(output_dir).rstrip("/")
+    if not base:
+        raise ShardError(f"output_dir {output_dir!r} has no name to suffix with a shard; choose a directory name.")
+    check_shard_numbers(index, count, where="shard")
+    return f"{base}-shard-{index:05d}-of-{count:05d}"
+
+
+def parse_shard_dir_name(name: str) -> tuple[str, int, int] | None:
+    """``(base, index, count)`` of a shard directory name made by :func:`shard_dir_name`, or None."""
+    match = _SHARD_SUFFIX_RE.match(name)
+    if match is None:
+        return None
+    index, count = int(match["index"]), int(match["count"])
+    if count < 1 or index >= count:
+        return None
+    return match["base"], index, count
+
+
+def shard_of(key: str, count: int) -> int:
+    """The shard (``key-mod`` rule) that owns ``key`` in a run split ``count`` ways."""
+    return int(key, 16) % count
+
+
+def check_shard_numbers(index: object, count: object, *, where: str) -> None:
+    """:class:`ShardError` unless ``count`` is 1..:data:`MAX_SHARDS` and ``index`` is 0..count-1 (integers)."""
+    if not is_int(count) or not 1 <= count <= MAX_SHARDS:  # type: ignore[operator]
+        raise ShardError(f"{where}: shard count must be an integer from 1 to {MAX_SHARDS}, got {count!r}.")
+    if not is_int(index) or not 0 <= index < count:  # type: ignore[operator]
+        raise ShardError(f"{where}: shard index must be an integer from 0 to {count - 1}, got {index!r}.")  # type: ignore[operator]
+
+
+def make_shard_info(index: int, count: int, run_digest: str) -> dict[str, Any]:
+    """The ``summary.shard`` object of a sharded run's manifest."""
+    check_shard_numbers(index, count, where="shard")
+    if not is_sha256_hex(run_digest):
+        raise ShardError(f"shard run_digest must be a lowercase SHA-256 hex digest, got {run_digest!r}.")
+    return {"index": index, "count": count, "rule": SHARD_RULE, "run_digest": run_digest}
+
+
+def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, Any] | None:
+    """Validate a recorded ``summary.shard``: null or ``{index, count, rule: "key-mod", run_digest}``.
+
+    Raises :class:`FormatError` (the record is part of an artifact that was read).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != SHARD_FIELDS:
+        raise FormatError(f"{where} must be null or an object with exactly index, count, rule, run_digest.")
+    if value["rule"] != SHARD_RULE:
+        raise FormatError(f"{where}.rule must be {SHARD_RULE!r}, got {value['rule']!r}.")
+    try:
+        return make_shard_info(value["index"], value["count"], value["run_digest"])
+    except ShardError as error:
+        raise FormatError(f"{where}: {error}") from error
+
+
+__all__ = [
+    "ARTIFACT_FILES",
+    "DTYPES",
+    "FINISH_REASONS",
+    "FORMAT_VERSION",
+    "LENGTH_PREFIX_BYTES",
+    "MANIFEST_NAME",
+    "MAX_HEADER_BYTES",
+    "MAX_SHARDS",
+    "PADDING_SIDES",
+    "PAYLOAD_NAME",
+    "RESOLVED_NAME",
+    "SHARD_FIELDS",
+    "SHARD_RULE",
+    "STORAGE",
+    "TOKEN_BYTES",
+    "TOKEN_DTYPE",
+    "check_shard_info",
+    "check_shard_numbers",
+    "is_key",
+    "make_shard_info",
+    "parse_shard_dir_name",
+    "shard_dir_name",
+    "shard_of",
+    "tensor_name",
+]

@@ -1,0 +1,51 @@
+"""What the writer keeps of each appended entry, and the order entries are written in (pure, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gencache.artifact.names import is_key
+from gencache.errors import FormatError
+
+Record = tuple[Any, ...]
+"""What the writer keeps of one appended entry, flat so that it is one small tuple: ``(start, n_0, digest_0,
+text_0, reason_0, n_1, digest_1, text_1, reason_1, ...)``. ``start`` is the offset of the entry's first sequence
+relative to the data start (an entry's sequences are contiguous, in order); per sequence: its token count, the raw
+32-byte SHA-256 of its bytes, its text and its finish reason; so ``record[1::4]`` are the lengths,
+``record[2::4]`` the digests, ``record[3::4]`` the texts and ``record[4::4]`` the finish reasons."""
+
+RECORD_STRIDE = 4
+"""Fields per sequence in a :data:`Record` (after the leading ``start``)."""
+
+
+def check_record_length(key: str, record: Record) -> None:
+    """:class:`FormatError` unless ``record`` is ``start`` plus whole groups of :data:`RECORD_STRIDE` fields."""
+    if len(record) % RECORD_STRIDE != 1:
+        raise FormatError(f"Entry {key} has a record of {len(record)} fields.")
+
+
+def sorted_record_keys(records: Mapping[str, Record]) -> list[str]:
+    """The entry keys in manifest and header order, each checked to be a semantic key.
+
+    Checked in bulk (one join, one hex round trip): every key is 64 lowercase hex characters, so no name needs
+    escaping in JSON and ``"__metadata__"`` sorts between the keys that start with a digit and those that start
+    with a letter.
+    """
+    keys = sorted(records)
+    _check_keys(keys)
+    return keys
+
+
+def _check_keys(keys: Sequence[str]) -> None:
+    try:
+        joined = "".join(keys)
+        valid = set(map(len, keys)) <= {64} and bytes.fromhex(joined).hex() == joined
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        bad = next((k for k in keys if not is_key(k)), None)
+        raise FormatError(f"Entry key {bad!r} is not a 64-character lowercase hex semantic key.")
+
+
+__all__ = ["RECORD_STRIDE", "Record", "check_record_length", "sorted_record_keys"]
