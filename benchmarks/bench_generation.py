@@ -33,16 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
-from gencache.generation.generate import (  # noqa: E402
-    EffectiveGeneration,
-    generate_entries,
-    load_teacher,
-    load_tokenizer,
-    padding_stats,
-    plan_batches,
-    resolve_generation,
-    runtime_info,
-)
+from gencache.generation.effective import EffectiveGeneration, resolve_generation  # noqa: E402
+from gencache.generation.engines.static import generate_entries, padding_stats, plan_batches  # noqa: E402
+from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info  # noqa: E402
 from gencache.tiny import build_tiny_teacher, builtin_corpus  # noqa: E402
 
 Prompt = tuple[str, list[int]]
@@ -102,7 +95,7 @@ def one_by_one(model: Any, generation: EffectiveGeneration, prompts: Sequence[Pr
     """A plain ``model.generate`` loop, one prompt at a time (no padding): the baseline."""
     import torch
 
-    from gencache.generation.generate import model_device
+    from gencache.generation.teacher import model_device
 
     device = model_device(model)
     config = copy.deepcopy(generation.config)

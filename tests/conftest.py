@@ -41,7 +41,7 @@ def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_teacher_dir: Path) -> Any:
     """The tiny teacher's tokenizer in gencache's state (left padding)."""
-    from gencache.generation.generate import load_tokenizer
+    from gencache.generation.teacher import load_tokenizer
 
     return load_tokenizer(str(tiny_teacher_dir))
 
@@ -49,7 +49,7 @@ def tiny_tokenizer(tiny_teacher_dir: Path) -> Any:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_teacher_dir: Path) -> Any:
     """The tiny teacher loaded in float32 on CPU, in eval mode."""
-    from gencache.generation.generate import load_teacher
+    from gencache.generation.teacher import load_teacher
 
     return load_teacher(str(tiny_teacher_dir), dtype="float32", device="cpu")
 

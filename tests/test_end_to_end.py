@@ -341,12 +341,12 @@ def test_python_m_and_the_seed_script_are_aliases_of_the_cli(tmp_path: Path) -> 
 def test_model_free_checks_fail_before_the_teacher_loads(
     tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], error: str
 ) -> None:
-    import gencache.generation.generate
+    import gencache.generation.teacher
 
     def load_teacher(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the teacher was loaded before a model-free check failed")
 
-    monkeypatch.setattr(gencache.generation.generate, "load_teacher", load_teacher)
+    monkeypatch.setattr(gencache.generation.teacher, "load_teacher", load_teacher)
     if "model" in change:
         change = {
             "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu", **change["model"]}

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 import logging
 import shutil
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,71 +14,18 @@ from typing import Any
 import pytest
 
 from gencache.errors import ConfigError, GenerationError
-from gencache.generation.generate import (
-    FINISH_EOS,
-    FINISH_LENGTH,
-    FINISH_STOP_STRING,
-    NO_LOGITS_MESSAGE,
-    EffectiveGeneration,
-    GeneratedEntry,
-    batching_policy,
-    generate_entries,
-    load_teacher,
-    load_tokenizer,
-    padding_stats,
-    plan_batches,
-    resolve_generation,
-    runtime_info,
-    seed_everything,
-)
+from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.engines import GeneratedEntry
+from gencache.generation.engines.static import batching_policy, generate_entries, padding_stats, plan_batches
+from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
+from gencache.generation.settings import NO_LOGITS_MESSAGE
+from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info, seed_everything
 from gencache.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
-
-PROMPT_TEXTS = (
-    "Alice Hartley was born in",
-    "Question: Where was Bruno Moreau born? Answer:",
-    "The river flows",
-    "What is the capital of Norway?",
-    "12 + 13 =",
-    "Distillation trains a small student",
-    "Hello",
-    "The volcano erupted",
-    "a",
-    "Glaciers carved deep fjords along the coast during the last ice age",
-    "Oslo",
-    "Read the documents carefully and respond with the answer only.",
-)
-
-
-def _key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _prompts(tokenizer: Any, texts: Sequence[str] = PROMPT_TEXTS) -> list[tuple[str, list[int]]]:
-    return [(_key(text), list(tokenizer(text, add_special_tokens=False).input_ids)) for text in texts]
-
-
-def _resolve(teacher: Path, tokenizer: Any, **kwargs: Any) -> EffectiveGeneration:
-    return resolve_generation(kwargs, model_path=str(teacher), revision=None, tokenizer=tokenizer)
+from generation_helpers import PROMPT_TEXTS, choose_finish_case, decode, key_of, resolve, solo, text_prompts
 
 
 def _run(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, batch_size: int) -> list[Any]:
     return list(generate_entries(model, tokenizer, generation, prompts, batch_size=batch_size))
-
-
-def _solo(model: Any, tokenizer: Any, generation: EffectiveGeneration, ids: Sequence[int]) -> list[list[int]]:
-    """A plain ``model.generate`` of one prompt, no padding: the generated rows of its output."""
-    import torch
-
-    input_ids = torch.tensor([list(ids)])
-    with torch.inference_mode():
-        output = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            generation_config=copy.deepcopy(generation.config),
-            tokenizer=tokenizer if generation.stop_strings else None,
-        )
-    rows: list[list[int]] = output[:, input_ids.shape[1] :].tolist()
-    return rows
 
 
 def _tokens(entry: GeneratedEntry) -> list[list[int]]:
@@ -116,16 +61,16 @@ def _no_warnings() -> Iterator[list[logging.LogRecord]]:
 def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer)
-    prompts = _prompts(tiny_tokenizer)
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer)
+    prompts = text_prompts(tiny_tokenizer)
     entries = _run(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4)
     assert [entry.key for entry in entries] == [
         prompts[i][0] for batch in plan_batches([len(ids) for _, ids in prompts], 4) for i in batch
     ]
     ids_by_key = dict(prompts)
     for entry in entries:
-        solo = _solo(tiny_model, tiny_tokenizer, generation, ids_by_key[entry.key])
-        assert _tokens(entry) == solo
+        alone = solo(tiny_model, tiny_tokenizer, generation, ids_by_key[entry.key])
+        assert _tokens(entry) == alone
         (sequence,) = entry.sequences
         assert entry.texts == (tiny_tokenizer.decode(sequence.tolist(), skip_special_tokens=False),)
         last = sequence[-1].item()
@@ -138,14 +83,14 @@ def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
 def test_batch_sizes_one_and_four_give_identical_entries(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=10)
-    prompts = _prompts(tiny_tokenizer)
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=10)
+    prompts = text_prompts(tiny_tokenizer)
 
-    def by_key(batch_size: int) -> dict[str, tuple[Any, ...]]:
+    def bykey_of(batch_size: int) -> dict[str, tuple[Any, ...]]:
         entries = _run(tiny_model, tiny_tokenizer, generation, prompts, batch_size)
         return {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries}
 
-    one, four = by_key(1), by_key(4)
+    one, four = bykey_of(1), bykey_of(4)
     assert one == four
     assert len(one) == len(prompts)
 
@@ -155,8 +100,8 @@ def test_entries_are_one_dimensional_int64_cpu_tensors_with_their_own_storage(
 ) -> None:
     import torch
 
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=6)
-    for entry in _run(tiny_model, tiny_tokenizer, generation, _prompts(tiny_tokenizer)[:5], batch_size=5):
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=6)
+    for entry in _run(tiny_model, tiny_tokenizer, generation, text_prompts(tiny_tokenizer)[:5], batch_size=5):
         for sequence in entry.sequences:
             assert sequence.dtype == torch.int64
             assert sequence.dim() == 1
@@ -169,77 +114,24 @@ def test_entries_are_one_dimensional_int64_cpu_tensors_with_their_own_storage(
 # ---------------------------------------------------------------------------------------------------------------
 # Finish reasons: eos (one on the first token), stop_string and length, at different steps, in one batch
 # ---------------------------------------------------------------------------------------------------------------
-def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
-    text: str = tokenizer.decode(list(ids), skip_special_tokens=False)
-    return text
-
-
-def _choose_finish_case(tokenizer: Any, outputs: dict[str, list[int]], steps: int) -> dict[str, Any]:
-    """From the model's own one-by-one greedy outputs, pick rows A (EOS on its first token), B (EOS at a later
-    step), C (a stop string completed at yet another step) and D (neither within ``steps``), plus the EOS list and
-    the stop string that make them finish so."""
-    keys = list(outputs)
-    for a in keys:
-        e1 = outputs[a][0]
-        for b in keys:
-            sb = outputs[b]
-            if b == a:
-                continue
-            for kb in range(3, steps):
-                e2 = sb[kb - 1]
-                if e2 == e1 or e2 in sb[: kb - 1] or e1 in sb[:kb]:
-                    continue
-                eos = {e1, e2}
-                for c in keys:
-                    sc = outputs[c]
-                    if c in (a, b):
-                        continue
-                    first_eos = next((i for i, t in enumerate(sc) if t in eos), steps)
-                    for kc in range(2, min(first_eos, steps - 1) + 1):
-                        stop = _decode(tokenizer, sc[kc - 1 : kc])
-                        if kc == kb or len(stop) < 2 or not stop.isascii() or not stop.strip():
-                            continue
-                        if stop in _decode(tokenizer, sc[: kc - 1]) or stop not in _decode(tokenizer, sc[:kc]):
-                            continue
-                        if stop in _decode(tokenizer, sb[:kb]) or stop in _decode(tokenizer, outputs[a][:1]):
-                            continue
-                        for d in keys:
-                            sd = outputs[d]
-                            if d in (a, b, c) or any(t in eos for t in sd[:steps]):
-                                continue
-                            if stop in _decode(tokenizer, sd[:steps]):
-                                continue
-                            return {
-                                "eos": [e1, e2],
-                                "stop": stop,
-                                "expect": {
-                                    a: (1, FINISH_EOS),
-                                    b: (kb, FINISH_EOS),
-                                    c: (kc, FINISH_STOP_STRING),
-                                    d: (steps, FINISH_LENGTH),
-                                },
-                            }
-    raise AssertionError("the tiny model's outputs allow no eos/stop_string/length batch; change PROMPT_TEXTS")
-
-
 def test_one_batch_finishes_by_eos_stop_string_and_length_at_different_steps(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
     steps = 12
-    prompts = _prompts(tiny_tokenizer)
+    prompts = text_prompts(tiny_tokenizer)
     # The model's own greedy outputs, one prompt at a time, with no EOS ids and no stop strings.
-    free = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=steps, eos_token_id=[])
+    free = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=steps, eos_token_id=[])
     assert free.eos_token_ids == ()
-    outputs = {key: _solo(tiny_model, tiny_tokenizer, free, ids)[0] for key, ids in prompts}
+    outputs = {key: solo(tiny_model, tiny_tokenizer, free, ids)[0] for key, ids in prompts}
     assert all(len(tokens) == steps for tokens in outputs.values())
-    case = _choose_finish_case(tiny_tokenizer, outputs, steps)
+    case = choose_finish_case(tiny_tokenizer, outputs, steps)
     expect: dict[str, tuple[int, str]] = case["expect"]
     # Not vacuous: all three reasons, at four different steps, one EOS on the very first token.
     assert {reason for _, reason in expect.values()} == {FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH}
     assert len({step for step, _ in expect.values()}) == 4
     assert (1, FINISH_EOS) in expect.values()
 
-    generation = _resolve(
+    generation = resolve(
         tiny_teacher_dir, tiny_tokenizer, max_new_tokens=steps, eos_token_id=case["eos"], stop_strings=[case["stop"]]
     )
     chosen = [(key, ids) for key, ids in prompts if key in expect]
@@ -250,21 +142,21 @@ def test_one_batch_finishes_by_eos_stop_string_and_length_at_different_steps(
         step, reason = expect[entry.key]
         assert entry.finish_reasons == (reason,)
         assert _tokens(entry) == [outputs[entry.key][:step]]
-        assert entry.texts == (_decode(tiny_tokenizer, outputs[entry.key][:step]),)
+        assert entry.texts == (decode(tiny_tokenizer, outputs[entry.key][:step]),)
         if reason == FINISH_STOP_STRING:
             assert entry.texts[0].endswith(case["stop"])
         # transformers' own EOS and stop-string criteria, one prompt alone, stop at the same token.
-        assert _tokens(entry) == _solo(tiny_model, tiny_tokenizer, generation, dict(chosen)[entry.key])
+        assert _tokens(entry) == solo(tiny_model, tiny_tokenizer, generation, dict(chosen)[entry.key])
 
 
 def test_pad_fill_never_enters_an_answer(tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any) -> None:
     """Rows that finish early are followed by pad fill in the batch output; the cut is by recorded step."""
     pad = tiny_tokenizer.pad_token_id
-    prompts = _prompts(tiny_tokenizer)
-    free = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8, eos_token_id=[])
-    first_tokens = {key: _solo(tiny_model, tiny_tokenizer, free, ids)[0][0] for key, ids in prompts[:4]}
+    prompts = text_prompts(tiny_tokenizer)
+    free = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8, eos_token_id=[])
+    first_tokens = {key: solo(tiny_model, tiny_tokenizer, free, ids)[0][0] for key, ids in prompts[:4]}
     eos = next(iter(first_tokens.values()))
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8, eos_token_id=[eos])
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8, eos_token_id=[eos])
     entries = _run(tiny_model, tiny_tokenizer, generation, prompts[:4], batch_size=4)
     finished_at_once = [e for e in entries if e.finish_reasons == (FINISH_EOS,) and e.sequences[0].numel() == 1]
     assert finished_at_once
@@ -287,32 +179,32 @@ def test_prompts_containing_the_pad_id_are_padded_correctly(
     assert pad == tiny_tokenizer.convert_tokens_to_ids(ENDOFTEXT)
     body = list(tiny_tokenizer("The river flows north", add_special_tokens=False).input_ids)
     prompts = [
-        (_key("pad-first"), [pad, *body]),
-        (_key("pad-middle"), [*body[:2], pad, pad, *body[2:]]),
-        (_key("pad-last"), [*body, pad]),
-        (_key("pad-only"), [pad]),
-        (_key("long"), list(tiny_tokenizer(PROMPT_TEXTS[9], add_special_tokens=False).input_ids)),
+        (key_of("pad-first"), [pad, *body]),
+        (key_of("pad-middle"), [*body[:2], pad, pad, *body[2:]]),
+        (key_of("pad-last"), [*body, pad]),
+        (key_of("pad-only"), [pad]),
+        (key_of("long"), list(tiny_tokenizer(PROMPT_TEXTS[9], add_special_tokens=False).input_ids)),
     ]
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8)
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8)
     entries = _run(tiny_model, tiny_tokenizer, generation, prompts, batch_size=len(prompts))
     ids_by_key = dict(prompts)
     for entry in entries:
-        assert _tokens(entry) == _solo(tiny_model, tiny_tokenizer, generation, ids_by_key[entry.key])
+        assert _tokens(entry) == solo(tiny_model, tiny_tokenizer, generation, ids_by_key[entry.key])
     # The pad id inside a prompt is content: dropping it changes the answer, so it was really attended to.
-    with_pad = {e.key: _tokens(e) for e in entries}[_key("pad-middle")]
-    without_pad = _solo(tiny_model, tiny_tokenizer, generation, body)
+    with_pad = {e.key: _tokens(e) for e in entries}[key_of("pad-middle")]
+    without_pad = solo(tiny_model, tiny_tokenizer, generation, body)
     assert with_pad != without_pad
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Several sequences per prompt
 # ---------------------------------------------------------------------------------------------------------------
-def test_num_return_sequences_with_sampling_stores_all_sequences_under_one_key(
+def test_num_return_sequences_with_sampling_stores_all_sequences_under_onekey_of(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, do_sample=True, num_return_sequences=3, max_new_tokens=6)
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, do_sample=True, num_return_sequences=3, max_new_tokens=6)
     assert generation.do_sample and generation.kwargs["temperature"] == 0.6  # the teacher's sampling parameters
-    prompts = _prompts(tiny_tokenizer)[:5]
+    prompts = text_prompts(tiny_tokenizer)[:5]
 
     def run() -> list[GeneratedEntry]:
         seed_everything(7)
@@ -323,7 +215,7 @@ def test_num_return_sequences_with_sampling_stores_all_sequences_under_one_key(
     for entry in entries:
         assert len(entry.sequences) == len(entry.texts) == len(entry.finish_reasons) == 3
         for sequence, text, reason in zip(entry.sequences, entry.texts, entry.finish_reasons, strict=True):
-            assert text == _decode(tiny_tokenizer, sequence.tolist())
+            assert text == decode(tiny_tokenizer, sequence.tolist())
             assert reason in (FINISH_EOS, FINISH_LENGTH)
             assert (reason == FINISH_LENGTH) == (sequence.numel() == 6 and sequence[-1].item() not in (2, 0))
     assert len({tuple(map(tuple, _tokens(e))) for e in entries}) == len(entries)
@@ -334,15 +226,15 @@ def test_num_return_sequences_with_sampling_stores_all_sequences_under_one_key(
 def test_beam_search_cuts_each_returned_sequence_at_its_first_eos(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, num_beams=3, num_return_sequences=2, max_new_tokens=6)
-    prompts = _prompts(tiny_tokenizer)[:6]
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, num_beams=3, num_return_sequences=2, max_new_tokens=6)
+    prompts = text_prompts(tiny_tokenizer)[:6]
     entries = _run(tiny_model, tiny_tokenizer, generation, prompts, batch_size=3)
     ids_by_key = dict(prompts)
     eos = set(generation.eos_token_ids)
     for entry in entries:
         assert len(entry.sequences) == 2
-        solo = _solo(tiny_model, tiny_tokenizer, generation, ids_by_key[entry.key])
-        for sequence, reason, row in zip(entry.sequences, entry.finish_reasons, solo, strict=True):
+        alone = solo(tiny_model, tiny_tokenizer, generation, ids_by_key[entry.key])
+        for sequence, reason, row in zip(entry.sequences, entry.finish_reasons, alone, strict=True):
             tokens = sequence.tolist()
             assert row[: len(tokens)] == tokens
             if reason == FINISH_EOS:
@@ -371,8 +263,8 @@ class _Recorder:
 def test_progress_is_started_and_advanced_per_entry(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=5)
-    prompts = _prompts(tiny_tokenizer)[:5]
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=5)
+    prompts = text_prompts(tiny_tokenizer)[:5]
     progress = _Recorder()
     entries = list(generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=2, progress=progress))
     assert progress.events[0] == ("start", 5, 0)
@@ -409,9 +301,9 @@ def test_runtime_info_records_dtype_attention_device_and_versions(tiny_model: An
 
 
 def test_an_empty_prompt_is_a_generation_error(tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any) -> None:
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2)
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2)
     with pytest.raises(GenerationError, match="no tokens"):
-        _run(tiny_model, tiny_tokenizer, generation, [(_key("empty"), [])], batch_size=1)
+        _run(tiny_model, tiny_tokenizer, generation, [(key_of("empty"), [])], batch_size=1)
 
 
 def test_loading_errors_are_clear(tmp_path: Path) -> None:
@@ -436,7 +328,7 @@ def _teacher_without_weights(source: Path, target: Path, generation_config: dict
 
 
 def test_user_kwargs_beat_the_teacher_config_which_beats_defaults(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=5, repetition_penalty=1.2)
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=5, repetition_penalty=1.2)
     im_end = tiny_tokenizer.convert_tokens_to_ids(IM_END)
     endoftext = tiny_tokenizer.convert_tokens_to_ids(ENDOFTEXT)
     assert generation.max_new_tokens == 5 and generation.config.max_new_tokens == 5  # user beats teacher (16)
@@ -448,9 +340,9 @@ def test_user_kwargs_beat_the_teacher_config_which_beats_defaults(tiny_teacher_d
     assert "max_length" not in generation.kwargs
     assert generation.num_return_sequences == 1
     json.dumps(generation.kwargs)
-    teacher_default = _resolve(tiny_teacher_dir, tiny_tokenizer)
+    teacher_default = resolve(tiny_teacher_dir, tiny_tokenizer)
     assert teacher_default.max_new_tokens == TINY_MAX_NEW_TOKENS
-    explicit = _resolve(tiny_teacher_dir, tiny_tokenizer, eos_token_id=7, pad_token_id=3, max_new_tokens=None)
+    explicit = resolve(tiny_teacher_dir, tiny_tokenizer, eos_token_id=7, pad_token_id=3, max_new_tokens=None)
     assert explicit.eos_token_ids == (7,) and explicit.config.pad_token_id == 3
     assert explicit.max_new_tokens == TINY_MAX_NEW_TOKENS  # null means "not set"
 
@@ -459,16 +351,16 @@ def test_greedy_unless_asked_and_sampling_parameters_are_dropped_without_warning
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
     with _no_warnings() as records:
-        generation = _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=3, top_p=0.5)
+        generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=3, top_p=0.5)
         generation.config.validate(strict=True)
-        entries = _run(tiny_model, tiny_tokenizer, generation, _prompts(tiny_tokenizer)[:3], batch_size=3)
+        entries = _run(tiny_model, tiny_tokenizer, generation, text_prompts(tiny_tokenizer)[:3], batch_size=3)
     assert entries
     assert [r.getMessage() for r in records] == []
     assert generation.do_sample is False and generation.config.do_sample is False  # the teacher ships do_sample
     for key in ("temperature", "top_p", "top_k", "min_p", "typical_p"):
         assert key not in generation.kwargs
     assert set(generation.dropped) == {"temperature", "top_p", "top_k"}
-    sampled = _resolve(tiny_teacher_dir, tiny_tokenizer, do_sample=True, top_p=0.5)
+    sampled = resolve(tiny_teacher_dir, tiny_tokenizer, do_sample=True, top_p=0.5)
     assert sampled.kwargs["top_p"] == 0.5 and sampled.kwargs["top_k"] == 20 and sampled.kwargs["temperature"] == 0.6
 
 
@@ -494,12 +386,12 @@ def test_the_eos_list_comes_from_the_teacher_config_in_any_form(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tmp_path: Path
 ) -> None:
     single = _teacher_without_weights(tiny_teacher_dir, tmp_path / "single", {"eos_token_id": 2, "max_new_tokens": 4})
-    assert _resolve(single, tiny_tokenizer).eos_token_ids == (2,)
+    assert resolve(single, tiny_tokenizer).eos_token_ids == (2,)
     listed = _teacher_without_weights(tiny_teacher_dir, tmp_path / "list", {"eos_token_id": [5, 2, 0]})
-    assert _resolve(listed, tiny_tokenizer, max_new_tokens=4).eos_token_ids == (5, 2, 0)
+    assert resolve(listed, tiny_tokenizer, max_new_tokens=4).eos_token_ids == (5, 2, 0)
     # No generation_config.json: what transformers derives from config.json (its eos_token_id), then defaults.
     absent = _teacher_without_weights(tiny_teacher_dir, tmp_path / "absent", None)
-    derived = _resolve(absent, tiny_tokenizer, max_new_tokens=4)
+    derived = resolve(absent, tiny_tokenizer, max_new_tokens=4)
     assert derived.eos_token_ids == (tiny_tokenizer.convert_tokens_to_ids(IM_END),)
     assert derived.do_sample is False and derived.kwargs["num_beams"] == 1
 
@@ -507,18 +399,18 @@ def test_the_eos_list_comes_from_the_teacher_config_in_any_form(
 def test_missing_max_new_tokens_is_a_config_error(tiny_teacher_dir: Path, tiny_tokenizer: Any, tmp_path: Path) -> None:
     teacher = _teacher_without_weights(tiny_teacher_dir, tmp_path / "t", {"eos_token_id": [2, 0], "do_sample": True})
     with pytest.raises(ConfigError, match=r"model\.generation_kwargs\.max_new_tokens is required") as info:
-        _resolve(teacher, tiny_tokenizer)
+        resolve(teacher, tiny_tokenizer)
     assert info.value.exit_code == 2
-    assert _resolve(teacher, tiny_tokenizer, max_new_tokens=3).max_new_tokens == 3
+    assert resolve(teacher, tiny_tokenizer, max_new_tokens=3).max_new_tokens == 3
     bad_teacher = _teacher_without_weights(tiny_teacher_dir, tmp_path / "bad", {"max_new_tokens": 0})
-    with pytest.raises(ConfigError, match=r"max_new_tokens \(teacher's generation_config.json\)"):
-        _resolve(bad_teacher, tiny_tokenizer)
+    with pytest.raises(ConfigError, match=r"max_new_tokens \(teacher's generation config\)"):
+        resolve(bad_teacher, tiny_tokenizer)
 
 
 @pytest.mark.parametrize("value", [0, -3, True, 2.0, "16"])
 def test_max_new_tokens_must_be_a_positive_integer(tiny_teacher_dir: Path, tiny_tokenizer: Any, value: Any) -> None:
     with pytest.raises(ConfigError, match=r"model\.generation_kwargs\.max_new_tokens"):
-        _resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=value)
+        resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=value)
 
 
 @pytest.mark.parametrize(
@@ -526,7 +418,7 @@ def test_max_new_tokens_must_be_a_positive_integer(tiny_teacher_dir: Path, tiny_
 )
 def test_logits_and_scores_are_rejected_with_one_message(tiny_teacher_dir: Path, tiny_tokenizer: Any, key: str) -> None:
     with pytest.raises(ConfigError) as info:
-        _resolve(tiny_teacher_dir, tiny_tokenizer, **{key: True})
+        resolve(tiny_teacher_dir, tiny_tokenizer, **{key: True})
     assert str(info.value) == f"model.generation_kwargs.{key}: {NO_LOGITS_MESSAGE}"
 
 
@@ -535,7 +427,7 @@ def test_logits_and_scores_are_rejected_with_one_message(tiny_teacher_dir: Path,
     [
         ({"num_return_sequences": 2}, "num_return_sequences = 2 needs sampling"),
         ({"num_return_sequences": 3, "num_beams": 2}, "cannot exceed num_beams"),
-        ({"num_return_sequences": 0}, "num_return_sequences must be at least 1"),
+        ({"num_return_sequences": 0}, r"num_return_sequences: must be a positive integer \(got 0\)"),
         ({"temprature": 0.5}, r"Unknown generation setting: model\.generation_kwargs\.temprature"),
         ({"stopping_criteria": [], "streamer": 1}, r"Unknown generation settings: .*stopping_criteria, .*streamer"),
         ({"max_length": 50}, "max_length is not supported"),
@@ -547,11 +439,11 @@ def test_logits_and_scores_are_rejected_with_one_message(tiny_teacher_dir: Path,
         ({"stop_strings": ["ok", 3]}, "stop_strings"),
         ({"eos_token_id": [2, "x"]}, "eos_token_id"),
         ({"eos_token_id": -1}, "eos_token_id"),
-        ({"do_sample": "yes"}, "do_sample must be true or false"),
-        ({"do_sample": True, "temperature": 0.0}, r"temperature \(config\) must be in"),
-        ({"do_sample": True, "top_p": 1.5}, r"top_p \(config\) must be in"),
-        ({"temperature": "hot"}, "temperature must be a finite number"),
-        ({"num_beams": 0}, "num_beams must be at least 1"),
+        ({"do_sample": "yes"}, "do_sample: must be true or false"),
+        ({"do_sample": True, "temperature": 0.0}, r"temperature: must be a number > 0 \(got 0.0\)"),
+        ({"do_sample": True, "top_p": 1.5}, r"top_p: must be a number greater than 0 and at most 1"),
+        ({"temperature": "hot"}, "temperature: must be a number > 0"),
+        ({"num_beams": 0}, "num_beams: must be a positive integer"),
         ({"cache_implementation": "paged"}, "continuous batching"),
         ({"cache_implementation": "bogus"}, "invalid generation settings"),
         ({"early_stopping": "sometimes"}, "early_stopping"),
@@ -561,7 +453,7 @@ def test_invalid_generation_settings_are_config_errors(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, kwargs: dict[str, Any], fragment: str
 ) -> None:
     with pytest.raises(ConfigError, match=fragment) as info:
-        _resolve(tiny_teacher_dir, tiny_tokenizer, **kwargs)
+        resolve(tiny_teacher_dir, tiny_tokenizer, **kwargs)
     assert info.value.exit_code == 2
 
 
@@ -572,12 +464,12 @@ def test_generation_kwargs_must_be_an_object(tiny_teacher_dir: Path, tiny_tokeni
 
 def test_an_unreadable_teacher_is_a_config_error(tiny_tokenizer: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"model\.model_path"):
-        _resolve(tmp_path / "nowhere", tiny_tokenizer, max_new_tokens=3)
+        resolve(tmp_path / "nowhere", tiny_tokenizer, max_new_tokens=3)
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "generation_config.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ConfigError, match="teacher"):
-        _resolve(broken, tiny_tokenizer, max_new_tokens=3)
+        resolve(broken, tiny_tokenizer, max_new_tokens=3)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -654,7 +546,7 @@ def test_out_of_memory_names_the_batch_and_suggests_a_smaller_batch_size(
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(tiny_model, "generate", out_of_memory)
-    generation = _resolve(tiny_teacher_dir, tiny_tokenizer)
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer)
     expected = r"Out of memory generating batch 0 \(4 prompts.*gen_batch_size \(now 4\)"
     with pytest.raises(GenerationError, match=expected):
-        _run(tiny_model, tiny_tokenizer, generation, _prompts(tiny_tokenizer)[:4], 4)
+        _run(tiny_model, tiny_tokenizer, generation, text_prompts(tiny_tokenizer)[:4], 4)

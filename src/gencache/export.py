@@ -36,7 +36,7 @@ def export_records(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     from gencache.data.config import parse_config
     from gencache.data.samples import build_samples
     from gencache.errors import DatasetError
-    from gencache.generation.generate import load_tokenizer
+    from gencache.generation.teacher import load_tokenizer
 
     directory = Path(directory)
     reader = CacheReader(directory)

@@ -1,38 +1,57 @@
-"""One generation run: config -> samples -> every model-free check -> teacher -> writer -> publish.
+"""One generation run: config -> every model-free check -> teacher -> writer -> publish, one shard after another.
 
-Everything that needs no weights (config, shard, output path, tokenizer, effective generation config, datasets,
-sample count, header budget, rename support) runs before the model loads, so a bad run fails in seconds.
+:func:`gencache.checks.preflight` makes every check that needs no weights (the same code path for ``--dry-run``),
+so a bad run fails in seconds. ``--shards N`` runs all N shards in this one process with one model load and
+publishes each shard as soon as it is done; a rerun after a crash skips the shards that are published, verify and
+belong to the same run, and generates the rest. Nothing is printed here: messages go to the caller's ``notify``
+and progress to the caller's ``progress`` factory; the CLI renders the results.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import signal
-import sys
 import threading
 import time
-import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from gencache import __version__
-from gencache.artifact.header import header_capacity
-from gencache.artifact.manifest import make_provenance
 from gencache.artifact.names import shard_dir_name
-from gencache.data.config import CacheConfig, config_to_json, load_config
-from gencache.data.samples import DuplicatePromptWarning, SampleSet, build_samples, needs_tokenizer
-from gencache.errors import GenerationError, OutputExistsError, Terminated
-from gencache.sharding import ShardSpec, device_for_rank, resolve_shard, run_digest
+from gencache.data.config import CacheConfig, config_to_json
+from gencache.errors import GenerationError, OutputExistsError, ShardError, Terminated
+from gencache.overrides import Overrides, load_with_overrides
+from gencache.sharding import ShardSpec, resolve_shard, run_digest
 from gencache.tokenizer import tokenizer_state
 
 if TYPE_CHECKING:
-    from gencache.generation.generate import EffectiveGeneration
+    from gencache.checks import Preflight
+    from gencache.data.samples import Sample, SampleSet
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.generation.engines import Engine
+    from gencache.progress import Progress
+
+#: ``notify(level, text)``: ``level`` is ``"info"`` or ``"warning"``.
+Notify = Callable[[str, str], None]
+#: ``progress(total_samples)``: a :class:`gencache.progress.Progress` for the whole run.
+ProgressFactory = Callable[[int], "Progress"]
+
+
+def _quiet(level: str, text: str) -> None:
+    """The default ``notify``: library callers get results, not output."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One artifact this run publishes: its directory, its shard (None for an unsharded run) and its keys."""
+
+    output_dir: Path
+    shard: ShardSpec | None
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,35 @@ class RunPlan:
     run_digest: str
 
 
+@dataclass
+class DryRun:
+    """What ``--dry-run`` found: the checks (with every problem), the plan and an optional rendered prompt."""
+
+    preflight: Preflight
+    output_dir: Path
+    targets: list[Target]
+    published: list[Path]
+    prompt: Sample | None = None
+    prompt_index: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.preflight.exit_code
+
+
+@dataclass
+class RunResult:
+    """What a run did: the directories it published, those it found already published, and the totals."""
+
+    output_dir: Path
+    published: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    entries: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    dry_run: DryRun | None = None
+
+
 def _absolute(path: str) -> Path:
     """``output_dir`` relative to the working directory, made absolute without resolving symlinks."""
     return Path(os.path.abspath(os.path.expanduser(path)))
@@ -61,108 +109,17 @@ def output_path_for(config: CacheConfig, shard: ShardSpec | None) -> Path:
     return Path(shard_dir_name(str(base), shard.index, shard.count))
 
 
-def plan_run(config: CacheConfig, shard: ShardSpec | None, tokenizer: Any | None) -> RunPlan:
-    """Build every sample and pick this shard's unique keys (first occurrence wins)."""
-    config_json = config_to_json(config)
-    with warnings.catch_warnings():  # reported once, by the caller, from samples.conflicting_prompts
-        warnings.simplefilter("ignore", DuplicatePromptWarning)
-        samples = build_samples(config, tokenizer=tokenizer)
-    keys = samples.keys()
-    if shard is not None:
-        keys = shard.select(keys)
-    return RunPlan(
-        config=config,
-        config_json=config_json,
-        shard=shard,
-        output_dir=output_path_for(config, shard),
-        samples=samples,
-        keys=tuple(keys),
-        run_digest=run_digest(config_json),
-    )
-
-
-def render_plan(plan: RunPlan, console: Console, *, capacity: int | None, max_new_tokens: int | None) -> None:
-    """The dry-run report: one row per data config, then the run's totals and header budget."""
-    table = Table(title=f"gencache dry run: {plan.output_dir}")
-    for column in ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max"):
-        table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-    has_tokens = any(s.prompt_tokens is not None for s in plan.samples.summaries)
-    if has_tokens:
-        table.add_column("prompt tokens min/med/max")
-    for summary, data_config in zip(plan.samples.summaries, plan.config.data_configs, strict=True):
-        row = [
-            str(summary.index),
-            summary.dataset_name,
-            data_config.split,
-            data_config.template,
-            str(summary.samples),
-            str(summary.unique),
-            str(summary.duplicates),
-            "{} / {} / {}".format(*summary.prompt_chars),
-        ]
-        if has_tokens:
-            row.append("{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-")
-        table.add_row(*row)
-    console.print(table)
-    console.print(
-        f"samples: {len(plan.samples)}   unique keys: {len(plan.samples.unique)}   "
-        f"duplicates: {plan.samples.duplicates}"
-    )
-    warn_conflicting_prompts(plan, console)
-    if plan.shard is not None:
-        console.print(f"shard {plan.shard.index}/{plan.shard.count} ({plan.shard.origin}): {len(plan.keys)} keys")
-    if capacity is not None:
-        console.print(
-            f"header budget: {capacity:,} bytes for {len(plan.keys)} entries x max_new_tokens {max_new_tokens}"
-        )
-    else:
-        console.print("header budget: unknown until the teacher's generation_config.json supplies max_new_tokens")
-    if os.path.lexists(plan.output_dir):
-        console.print(f"[red]output path exists:[/red] {plan.output_dir} (generate would refuse it)")
-
-
-def warn_conflicting_prompts(plan: RunPlan, console: Console) -> None:
-    """One warning line when samples with equal keys rendered different prompts (the first one is generated)."""
-    if plan.samples.conflicting_prompts:
-        console.print(
-            f"[yellow]warning:[/yellow] {len(plan.samples.conflicting_prompts)} duplicated keys rendered different "
-            "prompts (another template or rendering option); the first occurrence's prompt is generated for all."
-        )
-
-
-def _dry_run_max_new_tokens(config: CacheConfig) -> tuple[int | None, int]:
-    """``(max_new_tokens, num_return_sequences)`` for the header budget, from the config or else the teacher's
-    generation config when it is readable without weights (None when it is not)."""
-    kwargs = config.model.generation_kwargs
-    returns = kwargs.get("num_return_sequences")
-    value = kwargs.get("max_new_tokens")
-    if value is None or returns is None:
-        from gencache.errors import GencacheError
-        from gencache.generation.generate import read_teacher_generation_config
-
-        try:
-            teacher = read_teacher_generation_config(config.model.model_path, revision=config.model.revision)
-        except GencacheError:  # unreachable here; the real run reads it before any weights load
-            teacher = {}
-        value = teacher.get("max_new_tokens") if value is None else value
-        returns = teacher.get("num_return_sequences") if returns is None else returns
-    max_new_tokens = value if isinstance(value, int) and not isinstance(value, bool) else None
-    sequences = returns if isinstance(returns, int) and not isinstance(returns, bool) and returns > 0 else 1
-    return max_new_tokens, sequences
-
-
 def resolved_config(
     plan: RunPlan,
     *,
     generation: EffectiveGeneration,
     tokenizer: Any,
-    model: Any,
+    engine: Engine,
     rename_mode: str,
-    batch_policy: Mapping[str, Any],
+    overrides: Overrides | None = None,
 ) -> dict[str, Any]:
     """Everything needed to reproduce and audit the run (provenance only; training never reads it)."""
     from gencache.data.prompts import chat_template_digest
-    from gencache.generation.generate import runtime_info
 
     # The recorded config must rebuild the same samples from any working directory (gencache export does):
     # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
@@ -171,15 +128,15 @@ def resolved_config(
     for data_config, summary in zip(config_json["data_configs"], plan.samples.summaries, strict=True):
         if summary.source.kind in ("directory", "file"):
             data_config["source"] = summary.source.location
-    for field in ("model_path", "tokenizer_path"):
-        value = config_json["model"].get(field)
+    for field_name in ("model_path", "tokenizer_path"):
+        value = config_json["model"].get(field_name)
         if isinstance(value, str) and os.path.exists(value):
-            config_json["model"][field] = os.path.abspath(value)
-    model_config = getattr(model, "config", None)
+            config_json["model"][field_name] = os.path.abspath(value)
     return {
         "format_version": 3,
         "gencache_version": __version__,
         "config": config_json,
+        "overrides": (overrides or Overrides()).to_json(),
         "output_dir": str(plan.output_dir),
         "working_directory": os.getcwd(),
         "run_digest": plan.run_digest,
@@ -195,13 +152,14 @@ def resolved_config(
             "padding_side": "left",
             "description": "each inline text and each document tokenized separately, ids concatenated",
         },
-        "batching": dict(batch_policy),
+        "engine": engine.describe(),
+        "batching": engine.batching(),
         "model": {
             "model_path": plan.config.model.model_path,
             "revision": plan.config.model.revision,
-            "commit_hash": getattr(model_config, "_commit_hash", None),
+            "commit_hash": engine.commit_hash(),
         },
-        "runtime": runtime_info(model),
+        "runtime": engine.runtime(),
         "publish": {"rename": rename_mode},
         "samples": {
             "total": len(plan.samples),
@@ -213,22 +171,286 @@ def resolved_config(
     }
 
 
-def _check_published(output_dir: Path, digest: str, console: Console) -> bool:
-    """True when ``output_dir`` is a verified artifact of the same run (for ``--skip-published``)."""
-
+def check_published(output_dir: Path, digest: str) -> None:
+    """Accept an existing ``output_dir`` only as a verified artifact of the same run; raise otherwise."""
     from gencache.artifact.reader import read_resolved_config, verify
 
     problems = verify(output_dir)
     if problems:
         raise OutputExistsError(
-            f"{output_dir} exists but does not verify ({problems[0]}); move it aside and rerun this shard."
+            f"{output_dir} exists but does not verify ({problems[0]}); move it aside and rerun (gencache never "
+            "overwrites an artifact)."
         )
     if read_resolved_config(output_dir).get("run_digest") != digest:
         raise OutputExistsError(
-            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir."
+            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
+            "it aside."
         )
-    console.print(f"already published and verified: {output_dir}")
-    return True
+
+
+def _targets(config: CacheConfig, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
+    spec = resolve_shard(shard, env)
+    if shards is not None:
+        if spec is not None:
+            raise ShardError(
+                f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
+                "or use --shard I/N alone."
+            )
+        if isinstance(shards, bool) or shards < 1:
+            raise ShardError(f"--shards must be at least 1, got {shards}.")
+        specs: list[ShardSpec | None] = [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
+    else:
+        specs = [spec]
+    return [Target(output_path_for(config, s), s) for s in specs]
+
+
+def _with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
+    keys = samples.keys()
+    return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
+
+
+def generate_run(
+    config_path: str | os.PathLike[str],
+    *,
+    shard: str | None = None,
+    shards: int | None = None,
+    skip_published: bool = False,
+    dry_run: bool = False,
+    overrides: Overrides | None = None,
+    show_prompt: int | None = None,
+    env: Mapping[str, str] | None = None,
+    notify: Notify | None = None,
+    progress: ProgressFactory | None = None,
+) -> RunResult:
+    """Check, generate and publish the artifact(s) of ``config_path`` (see the module docstring).
+
+    ``shard`` is ``"I/N"`` (one shard; under torchrun/SLURM the rank's shard is used), ``shards`` runs all N
+    shards here; either way, with ``skip_published`` (always with ``shards``) an output that is already published,
+    verifies and belongs to this run is skipped. ``dry_run`` returns the checks' findings without loading weights;
+    ``show_prompt`` picks the sample (zero-based, in run order) whose rendered prompt the dry run returns.
+    """
+    from gencache.checks import preflight
+
+    say = notify or _quiet
+    overrides = overrides or Overrides()
+    config = load_with_overrides(config_path, overrides)
+    config_json = config_to_json(config)
+    digest = run_digest(config_json)
+    targets = _targets(config, shard, shards, env)
+    base = _absolute(config.output_dir)
+    skip = skip_published or shards is not None
+    pending: list[Target] = []
+    published: list[Path] = []
+    for target in targets:
+        if skip and os.path.lexists(target.output_dir):
+            check_published(target.output_dir, digest)
+            published.append(target.output_dir)
+        else:
+            pending.append(target)
+    single = targets[0].shard
+    found = preflight(
+        config,
+        [t.output_dir for t in pending],
+        single if shards is None else None,
+        env,
+        collect=dry_run,
+        create_parent=not dry_run,
+        owned_keys=lambda samples: {t.output_dir: t.keys for t in _with_keys(pending, samples)},
+    )
+    if found.samples is not None:
+        pending = _with_keys(pending, found.samples)
+    if dry_run:
+        report = DryRun(found, base if shards is not None or single is None else targets[0].output_dir, pending,
+                        published)  # fmt: skip
+        if show_prompt is not None:
+            report.prompt_index = show_prompt
+            report.prompt = _nth_sample(found.samples, show_prompt)
+        return RunResult(output_dir=report.output_dir, skipped=published, dry_run=report)
+    for path in published:
+        say("info", f"already published and verified: {path}")
+    result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
+    if not pending:
+        return result
+    assert found.samples is not None and found.generation is not None and found.engine is not None
+    if found.samples.conflicting_prompts:
+        say(
+            "warning",
+            f"{len(found.samples.conflicting_prompts)} duplicated keys rendered different prompts (another template "
+            "or rendering option); the first occurrence's prompt is generated for all.",
+        )
+    run = _Run(config, config_json, digest, found, overrides, say, progress, result)
+    with _terminate_with_a_message(run):
+        run.execute(pending)
+    return result
+
+
+def _nth_sample(samples: SampleSet | None, index: int) -> Sample | None:
+    from gencache.errors import ConfigError
+
+    if samples is None:
+        return None
+    if not 0 <= index < len(samples):
+        raise ConfigError(f"--show-prompt {index} is out of range: the run has {len(samples)} samples (0..).")
+    return samples[index]
+
+
+class _Run:
+    """The weights-loading part of a run: one model load, then each pending target in turn."""
+
+    def __init__(
+        self,
+        config: CacheConfig,
+        config_json: dict[str, Any],
+        digest: str,
+        found: Preflight,
+        overrides: Overrides,
+        say: Notify,
+        progress: ProgressFactory | None,
+        result: RunResult,
+    ) -> None:
+        self.config, self.config_json, self.digest, self.found = config, config_json, digest, found
+        self.overrides, self.say, self.progress, self.result = overrides, say, progress, result
+        self.current: Path | None = None
+
+    def execute(self, pending: Sequence[Target]) -> None:
+        from gencache.artifact.phases import report_phase
+        from gencache.generation.teacher import seed_everything
+        from gencache.progress import StagedProgress
+
+        found, config = self.found, self.config
+        assert found.generation is not None and found.engine is not None and found.samples is not None
+        total = sum(len(t.keys) for t in pending)
+        self.say(
+            "info",
+            f"{total} unique samples to generate ({found.samples.duplicates} duplicates skipped"
+            f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
+            f"{found.generation.max_new_tokens}, engine {config.engine}"
+            f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
+            f"device {found.device}",
+        )
+        seed_everything(config.seed)
+        started = time.monotonic()
+        found.engine.load()
+        self.say("info", f"teacher loaded in {time.monotonic() - started:.1f}s")
+        report_phase("model_loaded")
+        bar = StagedProgress(self.progress(total) if self.progress is not None else None, total)
+        try:
+            for target in pending:
+                if target.shard is not None:
+                    bar.stage(f"shard {target.shard.index + 1}/{target.shard.count}")
+                    if not target.keys:  # still published (empty), so the set of shards is complete
+                        self.say(
+                            "warning",
+                            f"shard {target.shard.index}/{target.shard.count} owns none of the keys; publishing it "
+                            "empty",
+                        )
+                self._one(target, bar)
+        finally:
+            bar.finish()
+        self.result.seconds = time.monotonic() - started
+
+    def _one(self, target: Target, bar: StagedProgress) -> None:
+        from gencache.artifact.manifest import make_provenance
+        from gencache.artifact.writer import ArtifactBuild
+
+        found, config = self.found, self.config
+        assert found.generation is not None and found.engine is not None and found.samples is not None
+        assert found.rename_mode is not None
+        samples = found.samples
+        prompts = []
+        for key in target.keys:
+            ids = samples.by_key(key).input_ids
+            if ids is None:  # build_samples tokenizes whenever a tokenizer is given
+                raise GenerationError(f"Sample {key} has no prompt token ids.")
+            prompts.append((key, ids))
+        plan = RunPlan(config, self.config_json, target.shard, target.output_dir, samples, target.keys, self.digest)
+        provenance = make_provenance(
+            model_path=config.model.model_path,
+            tokenizer_path=config.model.effective_tokenizer_path,
+            dtype=config.model.dtype,
+            tokenizer=tokenizer_state(found.tokenizer),
+        )
+        started = time.monotonic()
+        tokens = 0
+        self.current = target.output_dir
+        capacity = found.capacity[target.output_dir]
+        with ArtifactBuild(
+            target.output_dir, provenance=provenance, header_capacity=capacity, rename_mode=found.rename_mode
+        ) as build:
+            # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
+            with contextlib.closing(found.engine.generate(prompts, progress=bar)) as entries:
+                for entry in entries:
+                    build.writer.add(
+                        entry.key,
+                        [seq.numpy().tobytes() for seq in entry.sequences],
+                        entry.texts,
+                        entry.finish_reasons,
+                    )
+                    tokens += entry.num_tokens
+            resolved = resolved_config(
+                plan,
+                generation=found.generation,
+                tokenizer=found.tokenizer,
+                engine=found.engine,
+                rename_mode=found.rename_mode,
+                overrides=self.overrides,
+            )
+            summary = {
+                "duplicates": samples.duplicates,
+                "data_configs": [
+                    {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
+                ],
+                "shard": None if target.shard is None else target.shard.summary(self.digest),
+            }
+            build.writer.finalize(resolved_config=resolved, summary=summary)
+            mode = build.publish()
+        self.current = None
+        self.result.published.append(target.output_dir)
+        self.result.entries += len(prompts)
+        self.result.tokens += tokens
+        self.say(
+            "info",
+            f"published {target.output_dir} ({len(prompts)} entries, {tokens} tokens, "
+            f"{time.monotonic() - started:.1f}s, rename: {mode})",
+        )
+
+    def interrupted(self, signame: str) -> str:
+        """What a signal that stops the run means for what is on disk."""
+        done = self.result.published
+        if not done:
+            return f"Terminated by {signame}; nothing was published."
+        shown = ", ".join(str(p) for p in done)
+        return (
+            f"Terminated by {signame}; published before it: {shown}. Rerun the same command to generate the rest "
+            "(published shards are kept and skipped)."
+        )
+
+
+@contextlib.contextmanager
+def _terminate_with_a_message(run: _Run) -> Any:
+    """While the run has no artifact build open, SIGTERM raises :class:`Terminated` (one line, exit 143) instead of
+    killing the process silently while the model loads; a termination inside a build (the writer's own handler)
+    gets the run's published shards added to its message."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is signal.SIG_IGN:
+            previous = None
+        else:
+
+            def handler(signum: int, frame: Any) -> None:
+                raise Terminated(run.interrupted("SIGTERM"))
+
+            signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except Terminated as stop:
+        if run.result.published and "published before it" not in str(stop):
+            raise Terminated(f"{stop} {run.interrupted('the signal')}") from stop
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def run_generate(
@@ -238,159 +460,26 @@ def run_generate(
     skip_published: bool = False,
     dry_run: bool = False,
     env: Mapping[str, str] | None = None,
-    console: Console | None = None,
+    overrides: Overrides | None = None,
+    notify: Notify | None = None,
 ) -> Path | None:
-    """Generate and publish the artifact of ``config_path``; return its path (None for a dry run or a skip)."""
-    console = console or Console(stderr=True)
-    config = load_config(config_path)
-    shard_spec = resolve_shard(shard, env)
-    output_dir = output_path_for(config, shard_spec)
-
-    if dry_run:
-        tokenizer = None
-        if needs_tokenizer(config.data_configs):
-            from gencache.generation.generate import load_tokenizer
-
-            tokenizer = load_tokenizer(config.model.effective_tokenizer_path, revision=config.model.revision)
-        plan = plan_run(config, shard_spec, tokenizer)
-        max_new_tokens, returns = _dry_run_max_new_tokens(config)
-        capacity = None if max_new_tokens is None else header_capacity(len(plan.keys), returns, max_new_tokens)
-        render_plan(plan, console, capacity=capacity, max_new_tokens=max_new_tokens)
-        return None
-
-    if skip_published and os.path.lexists(output_dir):
-        _check_published(output_dir, run_digest(config_to_json(config)), console)
-        return None
-
-    previous = _terminate_with_a_message()
-    try:
-        return _generate(config, shard_spec, output_dir, env, console)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    """Generate and publish the artifact of ``config_path``; return its path (None for a dry run or when it was
+    already published). :func:`generate_run` is the full interface."""
+    result = generate_run(
+        config_path, shard=shard, skip_published=skip_published, dry_run=dry_run, env=env, overrides=overrides,
+        notify=notify,
+    )  # fmt: skip
+    return result.published[0] if result.published else None
 
 
-def _terminate_with_a_message() -> Any:
-    """Until the artifact build takes over signals, SIGTERM raises :class:`Terminated` (one line, exit 143) instead
-    of killing the process silently while the tokenizer, datasets or model load; returns the previous handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_IGN:
-        return None
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated("Terminated by SIGTERM before generation started; nothing was published.")
-
-    signal.signal(signal.SIGTERM, handler)
-    return previous
-
-
-def _generate(
-    config: CacheConfig,
-    shard_spec: ShardSpec | None,
-    output_dir: Path,
-    env: Mapping[str, str] | None,
-    console: Console,
-) -> Path:
-
-    from gencache.artifact.phases import report_phase
-    from gencache.artifact.publish import check_output_path, probe_rename
-    from gencache.artifact.writer import ArtifactBuild
-    from gencache.generation.generate import (
-        batching_policy,
-        generate_entries,
-        load_teacher,
-        load_tokenizer,
-        resolve_generation,
-        seed_everything,
-    )
-    from gencache.progress import make_progress
-
-    check_output_path(output_dir)
-    device = device_for_rank(config.model.device, shard_spec, env)
-    tokenizer = load_tokenizer(config.model.effective_tokenizer_path, revision=config.model.revision)
-    generation = resolve_generation(
-        config.model.generation_kwargs,
-        model_path=config.model.model_path,
-        revision=config.model.revision,
-        tokenizer=tokenizer,
-    )
-    plan = plan_run(config, shard_spec, tokenizer)  # build_samples refuses a run of zero samples
-    if not plan.keys and shard_spec is not None:  # still published (empty), so the set of shards is complete
-        console.print(f"[yellow]warning:[/yellow] shard {shard_spec.index}/{shard_spec.count} owns none of the keys")
-    capacity = header_capacity(len(plan.keys), generation.num_return_sequences, generation.max_new_tokens)
-    rename_mode = probe_rename(output_dir.parent)
-    provenance = make_provenance(
-        model_path=config.model.model_path,
-        tokenizer_path=config.model.effective_tokenizer_path,
-        dtype=config.model.dtype,
-        tokenizer=tokenizer_state(tokenizer),
-    )
-    warn_conflicting_prompts(plan, console)
-    if shard_spec is not None:
-        console.print(
-            f"shard {shard_spec.index}/{shard_spec.count} (from {shard_spec.origin}): {len(plan.keys)} of "
-            f"{len(plan.samples.unique)} unique samples, publishing {output_dir}"
-        )
-    console.print(
-        f"{len(plan.keys)} unique samples to generate ({plan.samples.duplicates} duplicates skipped), "
-        f"max_new_tokens {generation.max_new_tokens}, batch size {config.gen_batch_size}, device {device}"
-    )
-
-    seed_everything(config.seed)
-    started = time.monotonic()
-    model = load_teacher(
-        config.model.model_path,
-        dtype=config.model.dtype,
-        device=device,
-        revision=config.model.revision,
-        attn_implementation=config.model.attn_implementation,
-    )
-    console.print(f"teacher loaded in {time.monotonic() - started:.1f}s")
-    report_phase("model_loaded")
-
-    prompts = []
-    for key in plan.keys:
-        ids = plan.samples.by_key(key).input_ids
-        if ids is None:  # build_samples tokenizes whenever a tokenizer is given
-            raise GenerationError(f"Sample {key} has no prompt token ids.")
-        prompts.append((key, ids))
-
-    tokens = 0
-    with ArtifactBuild(output_dir, provenance=provenance, header_capacity=capacity, rename_mode=rename_mode) as build:
-        progress = make_progress(len(prompts))
-        try:
-            for entry in generate_entries(
-                model, tokenizer, generation, prompts, batch_size=config.gen_batch_size, progress=progress
-            ):
-                build.writer.add(
-                    entry.key,
-                    [seq.numpy().tobytes() for seq in entry.sequences],
-                    entry.texts,
-                    entry.finish_reasons,
-                )
-                tokens += entry.num_tokens
-        finally:
-            progress.close()
-        resolved = resolved_config(
-            plan,
-            generation=generation,
-            tokenizer=tokenizer,
-            model=model,
-            rename_mode=rename_mode,
-            batch_policy=batching_policy(config.gen_batch_size),
-        )
-        summary = {
-            "duplicates": plan.samples.duplicates,
-            "data_configs": [
-                {"index": s.index, "samples": s.samples, "unique": s.unique} for s in plan.samples.summaries
-            ],
-            "shard": None if shard_spec is None else shard_spec.summary(plan.run_digest),
-        }
-        build.writer.finalize(resolved_config=resolved, summary=summary)
-        mode = build.publish()
-    elapsed = time.monotonic() - started
-    console.print(f"published {output_dir} ({len(prompts)} entries, {tokens} tokens, {elapsed:.1f}s, rename: {mode})")
-    print(output_dir, file=sys.stdout)
-    return output_dir
+__all__ = [
+    "DryRun",
+    "RunPlan",
+    "RunResult",
+    "Target",
+    "check_published",
+    "generate_run",
+    "output_path_for",
+    "resolved_config",
+    "run_generate",
+]

@@ -20,18 +20,24 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from gencache.canonical import is_finite_number, is_int
 from gencache.errors import ConfigError
+from gencache.generation.settings import (
+    GENERATION_FORBIDDEN,
+    GENERATION_KWARG_RULES,
+    GENERATION_UNSUPPORTED,
+    LOGIT_FIELDS,
+    NO_LOGITS_MESSAGE,
+    generation_problems,
+)
 
 __all__ = [
     "DEFAULTS_FILENAME",
@@ -53,28 +59,6 @@ __all__ = [
 ]
 
 DEFAULTS_FILENAME = "_default.json"
-
-NO_LOGITS_MESSAGE = (
-    "format 3 never collects or stores logits or scores; KL training computes teacher logits online. "
-    "Delete this field from the config (the reference's _default.json files shipped `store_logits: true`)"
-)
-
-# Fields that ask generation to return or store logits, scores or other per-step tensors. They are rejected
-# wherever they appear (top level, ``model``, ``model.generation_kwargs``, a data config) with NO_LOGITS_MESSAGE.
-LOGIT_FIELDS: frozenset[str] = frozenset(
-    {
-        "store_logits",
-        "output_scores",
-        "output_logits",
-        "return_dict_in_generate",
-        "output_attentions",
-        "output_hidden_states",
-        "return_legacy_cache",
-        "logits_to_keep",
-        "num_logits_to_keep",
-        "store_scores",
-    }
-)
 
 Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 
@@ -274,211 +258,7 @@ def format_validation_error(
     return _join(_problems(exc, model, prefix), origin)
 
 
-# -- generation_kwargs (the part that needs no model) -----------------------------------------------------
-def _positive_int(value: Any) -> str | None:
-    if is_int(value) and value >= 1:
-        return None
-    if is_int(value):
-        return f"must be a positive integer (got {value})"
-    return f"must be a positive integer, {_not(value)}"
-
-
-def _non_negative_int(value: Any) -> str | None:
-    if is_int(value) and value >= 0:
-        return None
-    if is_int(value):
-        return f"must be an integer >= 0 (got {value})"
-    return f"must be an integer >= 0, {_not(value)}"
-
-
-def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"must be true or false, {_not(value)}"
-
-
-def _positive_number(value: Any) -> str | None:
-    if is_finite_number(value) and value > 0:
-        return None
-    return f"must be a number > 0 (got {_show(value)})"
-
-
-def _number(value: Any) -> str | None:
-    return None if is_finite_number(value) else f"must be a finite number (got {_show(value)})"
-
-
-def _probability(value: Any) -> str | None:
-    if is_finite_number(value) and 0 <= value <= 1:
-        return None
-    return f"must be a number between 0 and 1 (got {_show(value)})"
-
-
-def _token_id(value: Any) -> str | None:
-    if is_int(value) and value >= 0:
-        return None
-    return f"must be a token id (an integer >= 0), {_not(value)}"
-
-
-def _token_ids(value: Any) -> str | None:
-    if is_int(value) and value >= 0:
-        return None
-    if isinstance(value, list) and value and all(is_int(v) and v >= 0 for v in value):
-        return None
-    return f"must be a token id or a non-empty list of token ids (got {_show(value)})"
-
-
-def _stop_strings(value: Any) -> str | None:
-    if isinstance(value, str) and value:
-        return None
-    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
-        return None
-    return f"must be a non-empty string or a non-empty list of non-empty strings (got {_show(value)})"
-
-
-def _early_stopping(value: Any) -> str | None:
-    if isinstance(value, bool) or value == "never":
-        return None
-    return f'must be true, false or "never" (got {_show(value)})'
-
-
-def _open_probability(value: Any) -> str | None:
-    if is_finite_number(value) and 0 < value <= 1:
-        return None
-    return f"must be a number greater than 0 and at most 1 (got {_show(value)})"
-
-
-class _Rule(NamedTuple):
-    check: Callable[[Any], str | None]
-    text: str
-
-
-_POSITIVE_INT = _Rule(_positive_int, "integer >= 1")
-_NON_NEGATIVE_INT = _Rule(_non_negative_int, "integer >= 0")
-_BOOLEAN = _Rule(_boolean, "true or false")
-_POSITIVE_NUMBER = _Rule(_positive_number, "number > 0")
-_NUMBER = _Rule(_number, "finite number")
-_PROBABILITY = _Rule(_probability, "number in [0, 1]")
-
-# Type rules for the generation settings a JSON config can sensibly carry. Keys not listed here are passed to
-# transformers' GenerationConfig, which the generation module validates strictly before weights load.
-_GENERATION_RULES: dict[str, _Rule] = {
-    "max_new_tokens": _POSITIVE_INT,
-    "min_new_tokens": _NON_NEGATIVE_INT,
-    "min_length": _NON_NEGATIVE_INT,
-    "do_sample": _BOOLEAN,
-    "use_cache": _BOOLEAN,
-    "num_beams": _POSITIVE_INT,
-    "num_return_sequences": _POSITIVE_INT,
-    "temperature": _POSITIVE_NUMBER,
-    "top_k": _NON_NEGATIVE_INT,
-    "top_p": _Rule(_open_probability, "number in (0, 1]"),
-    "min_p": _PROBABILITY,
-    "typical_p": _PROBABILITY,
-    "epsilon_cutoff": _PROBABILITY,
-    "eta_cutoff": _PROBABILITY,
-    "repetition_penalty": _POSITIVE_NUMBER,
-    "length_penalty": _NUMBER,
-    "no_repeat_ngram_size": _NON_NEGATIVE_INT,
-    "early_stopping": _Rule(_early_stopping, 'true, false or "never"'),
-    "renormalize_logits": _BOOLEAN,
-    "remove_invalid_values": _BOOLEAN,
-    "eos_token_id": _Rule(_token_ids, "token id or non-empty list of token ids"),
-    "pad_token_id": _Rule(_token_id, "token id (integer >= 0)"),
-    "bos_token_id": _Rule(_token_id, "token id (integer >= 0)"),
-    "decoder_start_token_id": _Rule(_token_id, "token id (integer >= 0)"),
-    "stop_strings": _Rule(_stop_strings, "non-empty string or non-empty list of non-empty strings"),
-}
-
-#: ``generation_kwargs`` keys gencache type-checks before anything loads, and the rule each must satisfy.
-GENERATION_KWARG_RULES: Mapping[str, str] = {name: rule.text for name, rule in _GENERATION_RULES.items()}
-
-#: Python-object hooks of ``model.generate`` that a JSON config cannot express or that gencache owns itself.
-GENERATION_FORBIDDEN: Mapping[str, str] = {
-    "streamer": "gencache shows its own progress",
-    "stopping_criteria": "gencache installs its own stopping criterion (use stop_strings or eos_token_id)",
-    "logits_processor": "not expressible in a JSON config",
-    "prefix_allowed_tokens_fn": "not expressible in a JSON config",
-    "assistant_model": "not expressible in a JSON config",
-    "synced_gpus": "gencache decides device placement",
-    "generation_config": "give the settings themselves in generation_kwargs",
-    "tokenizer": "gencache passes the configured tokenizer",
-    "inputs": "gencache builds the inputs from the data configs",
-    "input_ids": "gencache builds the inputs from the data configs",
-    "attention_mask": "gencache builds the attention mask",
-}
-
-
-#: Generation settings transformers knows but gencache refuses, with the reason given to the user.
-GENERATION_UNSUPPORTED: dict[str, str] = {
-    "max_length": "it counts the prompt tokens; set max_new_tokens instead",
-    "max_time": "a wall-clock limit would make the stored answers depend on machine speed",
-    "compile_config": "it is a Python object and cannot be given in a JSON config",
-    "continuous_batching_config": "continuous batching does not support gencache's stopping criterion",
-    "transformers_version": "it is metadata, not a generation setting",
-}
-for _name in (
-    "is_assistant", "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
-    "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_early_exit", "assistant_lookbehind",
-    "target_lookbehind", "assistant_ensemble_weight", "speculation_type", "use_mtp",
-):  # fmt: skip
-    GENERATION_UNSUPPORTED[_name] = "assisted and speculative decoding generate one prompt at a time"
-for _name in (
-    "low_memory", "penalty_alpha", "dola_layers", "num_beam_groups", "diversity_penalty", "constraints",
-    "force_words_ids",
-):  # fmt: skip
-    GENERATION_UNSUPPORTED[_name] = "this decoding strategy moved out of transformers (custom_generate)"
-
-
-def _json_problems(value: Any, loc: Loc) -> list[Problem]:
-    if value is None or isinstance(value, (bool, str)):
-        return []
-    if isinstance(value, int):
-        return []
-    if isinstance(value, float):
-        return [] if math.isfinite(value) else [(loc, f"must be a finite number (got {value!r})")]
-    if isinstance(value, Mapping):
-        out: list[Problem] = []
-        for key, item in value.items():
-            if not isinstance(key, str):
-                out.append((loc, f"object keys must be strings (got {key!r})"))
-                continue
-            out.extend(_json_problems(item, (*loc, key)))
-        return out
-    if isinstance(value, (list, tuple)):
-        return [p for i, item in enumerate(value) for p in _json_problems(item, (*loc, i))]
-    return [(loc, f"must be a JSON value, not {type(value).__name__}")]
-
-
-def _generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
-    problems: list[Problem] = []
-    for key in sorted(kwargs, key=str):
-        value = kwargs[key]
-        if not isinstance(key, str):
-            problems.append(((), f"keys must be strings (got {key!r})"))
-            continue
-        if key in LOGIT_FIELDS:
-            problems.append(((key,), NO_LOGITS_MESSAGE))
-            continue
-        if key in GENERATION_FORBIDDEN:
-            problems.append(((key,), f"not allowed here: {GENERATION_FORBIDDEN[key]}"))
-            continue
-        if key in GENERATION_UNSUPPORTED:
-            problems.append(((key,), f"not supported: {GENERATION_UNSUPPORTED[key]}"))
-            continue
-        json_problems = _json_problems(value, (key,))
-        if json_problems:
-            problems.extend(json_problems)
-            continue
-        rule = _GENERATION_RULES.get(key)
-        if value is None:
-            # An explicit null unsets a value inherited from _default.json: the teacher's generation_config.json
-            # (then transformers' defaults) supplies it. max_new_tokens is checked on the effective config.
-            continue
-        if rule is not None:
-            message = rule.check(value)
-            if message is not None:
-                problems.append(((key,), message))
-    return problems
-
-
+# -- generation_kwargs (the part that needs no model): the rule book lives in gencache.generation.settings ----
 def validate_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
     """Check the part of ``model.generation_kwargs`` that needs no model.
 
@@ -491,7 +271,7 @@ def validate_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
     """
     if not isinstance(kwargs, Mapping):
         raise ConfigError(f"model.generation_kwargs: must be an object, not {_type_name(kwargs)}")
-    problems = _generation_problems(kwargs)
+    problems = generation_problems(kwargs)
     if problems:
         raise ConfigError(_join([(("model", "generation_kwargs", *loc), msg) for loc, msg in problems], None))
 
@@ -561,7 +341,7 @@ class ModelConfig(_Strict):
     @field_validator("generation_kwargs")
     @classmethod
     def _generation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        problems = _generation_problems(value)
+        problems = generation_problems(value)
         if problems:
             raise _nested_error(problems)
         return copy.deepcopy(value)
@@ -703,7 +483,20 @@ class CacheConfig(_Strict):
         description="Data configs, generated in order; samples with equal keys are generated once "
         "(first occurrence wins).",
     )
-    gen_batch_size: int = Field(default=1, ge=1, description="Prompts per generate call (longest first).")
+    gen_batch_size: int = Field(
+        default=1, ge=1, description='Prompts per generate call (longest first) of the "transformers" engine.'
+    )
+    engine: Literal["transformers", "transformers-continuous", "vllm"] = Field(
+        default="transformers",
+        description='Generation engine: "transformers" (static length-sorted batches; honours every setting), '
+        '"transformers-continuous" (transformers\' continuous batching, paged KV cache) or "vllm" (optional, CUDA). '
+        "See docs/engines.md.",
+    )
+    engine_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of the chosen engine (strict; see the engine_options tables). After validation they "
+        "hold the effective values, defaults included.",
+    )
     cache_device: Literal["cpu"] = Field(
         default="cpu", description='Where entries are staged before they are written; only "cpu" exists.'
     )
@@ -718,6 +511,20 @@ class CacheConfig(_Strict):
     @classmethod
     def _no_logits(cls, data: Any) -> Any:
         return _logit_fields_check(data)
+
+    @model_validator(mode="after")
+    def _engine_options(self) -> CacheConfig:
+        from gencache.generation.options import ENGINE_OPTIONS
+
+        try:
+            effective = _kwargs_through(
+                ENGINE_OPTIONS[self.engine], self.engine_options, f"option of engine {self.engine!r}"
+            )
+        except PydanticCustomError as exc:
+            problems = [(("engine_options", *loc), msg) for loc, msg in (exc.context or {}).get("problems", ())]
+            raise _nested_error(problems) from None
+        object.__setattr__(self, "engine_options", effective)
+        return self
 
     @field_validator("cache_device", mode="before")
     @classmethod

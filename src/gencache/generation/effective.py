@@ -1,0 +1,289 @@
+"""The effective generation config, resolved and validated before any weights load.
+
+The user's ``model.generation_kwargs``, then the teacher's ``generation_config.json``, then transformers' defaults.
+``do_sample`` is false unless the user asks; settings of a decoding mode the run does not use are dropped (sampling
+parameters under greedy decoding, beam parameters without beams); every value is checked against the rule book in
+:mod:`gencache.generation.settings`; every problem is a :class:`~gencache.errors.ConfigError` (exit code 2).
+:func:`check_engine` then refuses what the chosen engine cannot honour.
+
+transformers is imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gencache.canonical import is_int
+from gencache.errors import ConfigError, first_line
+from gencache.generation.settings import (
+    FIELD,
+    GENERATION_FORBIDDEN,
+    GENERATION_SETTINGS,
+    GENERATION_UNSUPPORTED,
+    LOGIT_FIELDS,
+    MODE_BEAM,
+    MODE_SAMPLING,
+    NO_LOGITS_MESSAGE,
+    engine_refusals,
+    setting_problem,
+)
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig
+
+__all__ = [
+    "BEAM_KEYS",
+    "SAMPLING_KEYS",
+    "EffectiveGeneration",
+    "check_engine",
+    "read_teacher_generation_config",
+    "resolve_generation",
+]
+
+#: Parameters used only when sampling; dropped under greedy decoding.
+SAMPLING_KEYS = tuple(name for name, rule in GENERATION_SETTINGS.items() if rule.mode == MODE_SAMPLING)
+#: Parameters used only by beam search; dropped when ``num_beams`` is 1.
+BEAM_KEYS = tuple(name for name, rule in GENERATION_SETTINGS.items() if rule.mode == MODE_BEAM)
+
+_ALLOWED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample")
+_TEACHER = "teacher's generation config"
+
+
+@dataclass(frozen=True)
+class EffectiveGeneration:
+    """The generation settings a run uses, resolved and validated before any weights load.
+
+    ``config`` is what ``model.generate`` receives; ``kwargs`` is the same settings as a JSON-able dict for
+    ``resolved_config.json`` (every non-null effective field; sampling parameters are absent under greedy decoding).
+    ``eos_token_ids`` is the generation EOS list (possibly empty), ``dropped`` names the settings that were set by
+    the user or the teacher but dropped because the decoding mode does not use them. ``defaults`` holds
+    transformers' default values (what "no effect" means for settings the rule book does not list).
+    """
+
+    config: GenerationConfig
+    kwargs: dict[str, Any]
+    eos_token_ids: tuple[int, ...]
+    stop_strings: tuple[str, ...]
+    max_new_tokens: int
+    num_return_sequences: int
+    do_sample: bool
+    num_beams: int = 1
+    dropped: tuple[str, ...] = ()
+    defaults: Mapping[str, Any] | None = None
+
+
+def _hf() -> Any:
+    import transformers
+
+    return transformers
+
+
+def _revision_kwargs(revision: str | None) -> dict[str, Any]:
+    return {"revision": revision} if revision else {}
+
+
+@functools.cache
+def _known_generation_fields() -> frozenset[str]:
+    return frozenset(name for name in vars(_hf().GenerationConfig()) if not name.startswith("_"))
+
+
+def _token_id_tuple(value: Any) -> tuple[int, ...]:
+    items = value if isinstance(value, list | tuple) else [value]
+    return tuple(int(item) for item in items)
+
+
+def _stop_string_tuple(value: Any) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([value] if isinstance(value, str) else value))
+
+
+def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(generation_kwargs, Mapping):
+        raise ConfigError(f"{FIELD} must be an object, got {type(generation_kwargs).__name__}.")
+    known = _known_generation_fields()
+    for key in generation_kwargs:
+        if not isinstance(key, str):
+            raise ConfigError(f"{FIELD} keys must be strings, got {key!r}.")
+        if key in LOGIT_FIELDS:
+            raise ConfigError(f"{FIELD}.{key}: {NO_LOGITS_MESSAGE}")
+    unknown = sorted(key for key in generation_kwargs if key not in known or key in GENERATION_FORBIDDEN)
+    if unknown:
+        names = ", ".join(f"{FIELD}.{key}" for key in unknown)
+        raise ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
+    user: dict[str, Any] = {}
+    for key, value in generation_kwargs.items():
+        if key in GENERATION_UNSUPPORTED:
+            raise ConfigError(f"{FIELD}.{key} is not supported: {GENERATION_UNSUPPORTED[key]}.")
+        if value is None:  # null means "not set": the teacher's value or transformers' default applies
+            continue
+        problem = setting_problem(key, value)
+        if problem is not None:
+            raise ConfigError(f"{FIELD}.{key}: {problem}.")
+        user[key] = value
+    return user
+
+
+def read_teacher_generation_config(model_path: str, *, revision: str | None = None) -> dict[str, Any]:
+    """The teacher's generation settings as a dict of known, non-null fields, read without weights: from
+    ``generation_config.json`` when the model has one, otherwise what transformers derives from ``config.json``
+    (as ``from_pretrained`` does). Values are not validated here; :func:`resolve_generation` does that."""
+    hf = _hf()
+    where = f"model.model_path {model_path!r}{f' at revision {revision!r}' if revision else ''}"
+    try:
+        path = hf.utils.cached_file(
+            model_path, "generation_config.json", _raise_exceptions_for_missing_entries=False,
+            **_revision_kwargs(revision),
+        )  # fmt: skip
+    except Exception as exc:
+        raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
+    try:
+        if path is not None:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            if not isinstance(data, dict):
+                raise ValueError("generation_config.json does not hold a JSON object")
+        else:
+            model_config = hf.AutoConfig.from_pretrained(model_path, **_revision_kwargs(revision))
+            data = hf.GenerationConfig.from_model_config(model_config).to_dict()
+    except Exception as exc:
+        raise ConfigError(f"Cannot read the teacher's configuration from {where}: {first_line(exc)}") from exc
+    known = _known_generation_fields()
+    return {key: value for key, value in data.items() if key in known and value is not None}
+
+
+def _check_effective(merged: Mapping[str, Any], user: Mapping[str, Any]) -> None:
+    """The rule book's checks on the merged values (the teacher's included: a bad teacher value fails here)."""
+    for key, value in merged.items():
+        problem = setting_problem(key, value)
+        if problem is not None:
+            source = "config" if key in user else _TEACHER
+            raise ConfigError(f"{FIELD}.{key} ({source}): {problem}.")
+
+
+def resolve_generation(
+    generation_kwargs: Mapping[str, Any], *, model_path: str, revision: str | None, tokenizer: Any
+) -> EffectiveGeneration:
+    """Resolve and strictly validate the effective generation config, before any weights load.
+
+    Precedence: the user's ``generation_kwargs``, then the teacher's generation config, then transformers'
+    defaults; except ``do_sample`` (false unless the user sets it) and ``pad_token_id`` (the tokenizer's pad id
+    unless the user sets it). A null user value means "not set". Sampling parameters are dropped under greedy
+    decoding, beam-only parameters when ``num_beams`` is 1, and ``max_length`` always (``max_new_tokens``, which is
+    required, decides the length). Every problem raises :class:`ConfigError` naming the field.
+    """
+    user = _user_kwargs(generation_kwargs)
+    teacher_values = {
+        key: value
+        for key, value in read_teacher_generation_config(model_path, revision=revision).items()
+        if key not in LOGIT_FIELDS and key not in GENERATION_UNSUPPORTED and key not in GENERATION_FORBIDDEN
+    }
+    teacher_values.pop("do_sample", None)
+
+    defaults: dict[str, Any] = dict(_hf().GenerationConfig._get_default_generation_params())
+    merged = dict(defaults)
+    merged.update(teacher_values)
+    merged.update(user)
+    merged["do_sample"] = bool(user.get("do_sample", False))
+    merged["pad_token_id"] = user.get("pad_token_id", getattr(tokenizer, "pad_token_id", None))
+    for key in ("max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED):  # inert defaults of unsupported features
+        merged.pop(key, None)
+    merged = {key: value for key, value in merged.items() if value is not None}
+
+    if "max_new_tokens" not in merged:
+        raise ConfigError(
+            f"{FIELD}.max_new_tokens is required: set it in the config "
+            f"(the teacher's generation config at {model_path!r} does not set it)."
+        )
+    do_sample: bool = merged["do_sample"]
+    num_beams = merged.get("num_beams", 1)
+    if not do_sample:
+        sampling = {key for key in SAMPLING_KEYS if key in merged}
+        checked = {key: value for key, value in merged.items() if key not in sampling}
+    else:
+        checked = merged
+    _check_effective(checked, user)
+    num_return_sequences = merged.get("num_return_sequences", 1)
+    if num_return_sequences > 1 and not do_sample and num_beams == 1:
+        raise ConfigError(
+            f"{FIELD}.num_return_sequences = {num_return_sequences} needs sampling (do_sample: true) or beam search "
+            "(num_beams > 1): greedy decoding returns one sequence per prompt."
+        )
+    if num_beams > 1 and num_return_sequences > num_beams:
+        raise ConfigError(
+            f"{FIELD}.num_return_sequences ({num_return_sequences}) cannot exceed num_beams ({num_beams})."
+        )
+
+    dropped: list[str] = []
+    explicit = set(user) | set(teacher_values)
+    if not do_sample:
+        for key in SAMPLING_KEYS:
+            if key in merged:
+                merged.pop(key)
+                if key in explicit:
+                    dropped.append(key)
+    if num_beams == 1:
+        for key in BEAM_KEYS:
+            if key in merged:
+                value = merged.pop(key)
+                if key in explicit and value != GENERATION_SETTINGS[key].neutral:
+                    dropped.append(key)
+
+    eos_token_ids = _token_id_tuple(merged.get("eos_token_id", []))
+    if "eos_token_id" in merged:
+        merged["eos_token_id"] = list(eos_token_ids)
+    stop_strings: tuple[str, ...] = ()
+    if "stop_strings" in merged:
+        stop_strings = _stop_string_tuple(merged["stop_strings"])
+        merged["stop_strings"] = list(stop_strings)
+    if stop_strings and num_beams > 1:
+        raise ConfigError(
+            f"{FIELD}.stop_strings cannot be combined with beam search (num_beams = {num_beams}): gencache records "
+            "each sequence's finish step, which beam search does not expose."
+        )
+
+    config = _build_config(merged)
+    mode = str(getattr(config.get_generation_mode(), "value", config.get_generation_mode()))
+    if mode not in _ALLOWED_MODES:
+        raise ConfigError(
+            f"{FIELD}: the settings select the {mode!r} decoding mode; gencache supports greedy decoding, sampling "
+            "and beam search."
+        )
+    kwargs = {key: merged[key] for key in sorted(merged)}
+    try:
+        json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{FIELD}: the effective settings are not JSON-serialisable: {exc}") from exc
+    return EffectiveGeneration(
+        config=config,
+        kwargs=kwargs,
+        eos_token_ids=eos_token_ids,
+        stop_strings=stop_strings,
+        max_new_tokens=int(merged["max_new_tokens"]),
+        num_return_sequences=int(num_return_sequences),
+        do_sample=do_sample,
+        num_beams=int(num_beams) if is_int(num_beams) else 1,
+        dropped=tuple(dropped),
+        defaults={key: value for key, value in defaults.items() if value is not None},
+    )
+
+
+def _build_config(merged: dict[str, Any]) -> GenerationConfig:
+    try:
+        config: GenerationConfig = _hf().GenerationConfig(**merged)
+        config.validate(strict=True)
+    except (ValueError, TypeError) as exc:
+        message = " ".join(str(exc).split())
+        raise ConfigError(f"{FIELD}: invalid generation settings: {message}") from exc
+    return config
+
+
+def check_engine(engine: str, generation: EffectiveGeneration) -> None:
+    """Refuse, before any weights load, every effective setting ``engine`` cannot honour exactly: one
+    :class:`ConfigError` (exit code 2) whose line names the engine, the setting and the engines that honour it."""
+    lines = engine_refusals(engine, generation.kwargs, defaults=generation.defaults or {})
+    if lines:
+        more = f" (and {len(lines) - 1} more setting{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else ""
+        raise ConfigError(lines[0].rstrip(".") + more + ".")

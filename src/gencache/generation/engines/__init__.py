@@ -1,0 +1,136 @@
+"""The engine seam: what every generation engine takes and yields, and the registry the pipeline picks from.
+
+An engine is created from an :class:`EngineContext` (the effective generation settings, the tokenizer, the
+teacher's location and the engine's options) *before any weights load*: creating it refuses whatever it cannot
+honour (:func:`create_engine`). :meth:`Engine.load` then loads the weights, and :meth:`Engine.generate` takes the
+unique prompts ``(key, token ids)`` and yields one :class:`GeneratedEntry` per prompt, in any order. The writer, the
+keys, the format and the provenance do not depend on the engine; :meth:`Engine.describe` says what
+``resolved_config.json`` records about it.
+
+Importing this package imports neither torch nor an engine module; :func:`create_engine` imports the one chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gencache.errors import ConfigError
+from gencache.generation.settings import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
+
+if TYPE_CHECKING:
+    import torch
+
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.progress import Progress
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineContext",
+    "EngineStats",
+    "GeneratedEntry",
+    "Prompt",
+    "create_engine",
+]
+
+Prompt = tuple[str, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class GeneratedEntry:
+    """The teacher's answers for one unique prompt: 1-D int64 CPU tensors, decoded texts and finish reasons.
+
+    Each sequence is cut at its finish step; each text is ``tokenizer.decode(tokens, skip_special_tokens=False)``.
+    """
+
+    key: str
+    sequences: tuple[torch.Tensor, ...]
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(int(seq.numel()) for seq in self.sequences)
+
+
+@dataclass
+class EngineStats:
+    """What an engine spent: forward passes, decode slots (one sequence row in one forward), kept tokens and prompt
+    cells (padding included). Slot efficiency is kept tokens over slots."""
+
+    forwards: int = 0
+    slots: int = 0
+    kept_tokens: int = 0
+    prompt_cells: int = 0
+    pad_cells: int = 0
+    cancelled: int = 0
+
+    @property
+    def slot_efficiency(self) -> float:
+        return self.kept_tokens / self.slots if self.slots else 0.0
+
+    @property
+    def rows_per_forward(self) -> float:
+        return self.slots / self.forwards if self.forwards else 0.0
+
+
+@dataclass(frozen=True)
+class EngineContext:
+    """Everything an engine needs, fixed before any weights load."""
+
+    generation: EffectiveGeneration
+    tokenizer: Any
+    model_path: str
+    dtype: str
+    device: str
+    revision: str | None = None
+    attn_implementation: str | None = None
+    batch_size: int = 1
+    seed: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """A generation engine (see the module docstring for the life cycle)."""
+
+    name: str
+    stats: EngineStats
+
+    def load(self) -> None:
+        """Load the teacher's weights (after every model-free check passed)."""
+
+    def generate(
+        self, prompts: Sequence[Prompt], *, progress: Progress | None = None
+    ) -> Generator[GeneratedEntry, None, None]:
+        """Yield one entry per prompt, in any order; ``progress`` is started with the prompt count and advanced per
+        entry. Close the iterator (``contextlib.closing``) when stopping early: engines release threads there."""
+
+    def describe(self) -> dict[str, Any]:
+        """``resolved_config.json``'s ``engine`` section: name, effective options, version and engine facts."""
+
+    def batching(self) -> dict[str, Any]:
+        """``resolved_config.json``'s ``batching`` section (batch composition can change half-precision tokens)."""
+
+    def runtime(self) -> dict[str, Any]:
+        """dtype, attention, device and library versions of the loaded teacher."""
+
+    def commit_hash(self) -> str | None:
+        """The teacher's hub commit when it was loaded from the hub."""
+
+
+#: Engine name -> module under ``gencache.generation.engines`` that defines ``create(context) -> Engine``.
+ENGINES: dict[str, str] = {ENGINE_STATIC: "static", ENGINE_CONTINUOUS: "continuous", ENGINE_VLLM: "vllm"}
+assert tuple(ENGINES) == ALL_ENGINES
+
+
+def create_engine(name: str, context: EngineContext) -> Engine:
+    """The engine ``name`` for ``context``, refusing (before any weights load) settings it cannot honour and a
+    missing optional dependency, each as one :class:`ConfigError` line (exit code 2)."""
+    if name not in ENGINES:
+        raise ConfigError(f"engine: unknown engine {name!r}; choose one of {', '.join(ENGINES)}.")
+    module = importlib.import_module(f"gencache.generation.engines.{ENGINES[name]}")
+    engine: Engine = module.create(context)
+    return engine

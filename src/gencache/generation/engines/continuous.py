@@ -1,0 +1,377 @@
+"""The ``transformers-continuous`` engine: transformers' continuous-batching manager over a paged KV cache.
+
+Every sequence is one request of the manager (``init_continuous_batching``); requests join the running batch as
+others leave it, so no decode slot is spent on a finished answer. Finished requests stream straight to the writer
+(in finish order). gencache's own finish rule (:class:`~gencache.generation.finish.FinishScanner`) decides every
+finish reason: the manager stops a request at an EOS id or at ``max_new_tokens``; stop strings, which the manager
+does not know, are matched on streamed outputs and the request is cancelled as soon as one completes (a step or
+two may already be under way; those tokens are never kept).
+
+The paged cache is sized from the workload and the device, never from a share of host memory: enough blocks for
+``max_concurrent_sequences`` requests of the longest prompt plus ``max_new_tokens`` (:func:`size_paged_cache`),
+lowered to fit ``kv_cache_memory_gib`` (or 90% of free CUDA memory, or a quarter of available host memory).
+
+Sampling draws from torch's global generator, seeded with the run's ``seed`` when the manager starts: an identical
+run (same prompts, settings, options, machine) reproduces its samples. The batch composition changes them: one
+draw covers every running row, so the concurrency, the set of prompts (a subset, another shard) and their order
+change which sample each answer gets.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Generator, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.generation import teacher
+from gencache.generation.effective import check_engine
+from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt
+from gencache.generation.finish import FinishScanner
+from gencache.generation.options import ContinuousOptions
+from gencache.generation.settings import ENGINE_CONTINUOUS
+
+if TYPE_CHECKING:
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.progress import Progress
+
+__all__ = ["CacheSizing", "ContinuousEngine", "create", "generate_continuous", "size_paged_cache"]
+
+_GIB = 2**30
+_POLL_SECONDS = 0.05
+_STOP_SECONDS = 60.0
+
+
+def _hf() -> Any:
+    import transformers
+
+    return transformers
+
+
+@dataclass(frozen=True)
+class CacheSizing:
+    """The paged cache of one run: what was asked, what fits, and the memory it takes."""
+
+    concurrency: int
+    page_size: int
+    num_blocks: int
+    max_batch_tokens: int
+    kv_bytes: int
+    mask_bytes: int
+    budget_bytes: int
+    budget_source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
+    text = getattr(model_config, "get_text_config", lambda: model_config)()
+    layers = int(text.num_hidden_layers)
+    heads = int(getattr(text, "num_attention_heads", 1))
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def _memory_budget(options: ContinuousOptions, device: Any) -> tuple[int, str]:
+    if options.kv_cache_memory_gib is not None:
+        return int(options.kv_cache_memory_gib * _GIB), "engine_options.kv_cache_memory_gib"
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(0.9 * free), "90% of free CUDA memory"
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf: assume 4 GiB available
+        available = 4 * _GIB
+    return int(available // 4), "a quarter of available host memory"
+
+
+def size_paged_cache(
+    prompt_lengths: Sequence[int],
+    max_new_tokens: int,
+    sequences: int,
+    options: ContinuousOptions,
+    *,
+    model_config: Any,
+    dtype_bytes: int,
+    budget: tuple[int, str],
+) -> CacheSizing:
+    """Blocks for ``concurrency`` worst-case requests (the longest prompt plus ``max_new_tokens``), where
+    ``concurrency`` is ``max_concurrent_sequences`` lowered to the run's sequence count and to what the memory
+    budget holds (the KV blocks plus the attention mask of one forward)."""
+    budget_bytes, source = budget
+    longest = max(prompt_lengths, default=1)
+    page = options.page_size
+    blocks_per_request = math.ceil((longest + max_new_tokens + 1) / page)
+    per_token = _kv_bytes_per_token(model_config, dtype_bytes)
+
+    def need(concurrency: int) -> tuple[int, int, int, int]:
+        blocks = concurrency * blocks_per_request + 1
+        batch_tokens = options.max_batch_tokens or max(concurrency, min(longest, 4096) + concurrency)
+        kv = blocks * page * per_token
+        mask = batch_tokens * (blocks * page + batch_tokens) * dtype_bytes
+        return blocks, batch_tokens, kv, mask
+
+    concurrency = max(1, min(options.max_concurrent_sequences, sequences))
+    blocks, batch_tokens, kv, mask = need(concurrency)
+    while kv + mask > budget_bytes and concurrency > 1:
+        concurrency = min(concurrency - 1, max(1, concurrency * budget_bytes // (kv + mask)))
+        blocks, batch_tokens, kv, mask = need(concurrency)
+    if kv + mask > budget_bytes:
+        raise GenerationError(
+            f"engine {ENGINE_CONTINUOUS}: one request of the longest prompt ({longest} tokens) plus max_new_tokens "
+            f"({max_new_tokens}) needs {(kv + mask) / _GIB:.2f} GiB of paged KV cache, more than {source} "
+            f"({budget_bytes / _GIB:.2f} GiB); raise engine_options.kv_cache_memory_gib or shorten the prompts."
+        )
+    return CacheSizing(concurrency, page, blocks, batch_tokens, kv, mask, budget_bytes, source)
+
+
+class _ForwardCounter:
+    """Counts the manager's forwards and the sequences (rows) each packs, by wrapping ``model.forward``."""
+
+    def __init__(self, model: Any, stats: EngineStats) -> None:
+        self.model = model
+        self.stats = stats
+
+    def __enter__(self) -> _ForwardCounter:
+        original = self.model.forward
+        stats = self.stats
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            cu_seq_lens = kwargs.get("cu_seq_lens_q")
+            stats.forwards += 1
+            stats.slots += int(cu_seq_lens.numel()) - 1 if cu_seq_lens is not None else 1
+            return original(*args, **kwargs)
+
+        self.model.forward = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.__dict__.pop("forward", None)
+
+
+def _manager_config(generation: EffectiveGeneration) -> Any:
+    config = copy.deepcopy(generation.config)
+    config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
+    config.num_return_sequences = 1  # every sequence is its own request
+    config.eos_token_id = list(generation.eos_token_ids) or -1
+    return config
+
+
+def generate_continuous(
+    model: Any,
+    tokenizer: Any,
+    generation: EffectiveGeneration,
+    prompts: Sequence[Prompt],
+    *,
+    options: ContinuousOptions | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+    stats: EngineStats | None = None,
+    sizing: list[CacheSizing] | None = None,
+) -> Generator[GeneratedEntry, None, None]:
+    """Generate every prompt through transformers' continuous-batching manager; one entry per prompt, in finish order.
+
+    ``options`` defaults to :class:`ContinuousOptions`' defaults; ``stats`` counts forwards, slots (rows per
+    forward), kept tokens and cancelled requests; the chosen :class:`CacheSizing` is appended to ``sizing``. The
+    manager's thread is stopped when the iterator ends, fails or is closed (close it when stopping early).
+    """
+    import torch
+
+    options = options or ContinuousOptions()
+    stats = stats if stats is not None else EngineStats()
+    checked: list[tuple[str, list[int]]] = []
+    for key, ids in prompts:
+        token_ids = [int(token) for token in ids]
+        if not token_ids:
+            raise GenerationError(f"The prompt of sample {key} has no tokens.")
+        checked.append((key, token_ids))
+    if progress is not None:
+        progress.start(len(checked))
+    if not checked:
+        return
+    per_prompt = generation.num_return_sequences
+    dtype = getattr(model, "dtype", torch.float32)
+    chosen = size_paged_cache(
+        [len(ids) for _, ids in checked], generation.max_new_tokens, len(checked) * per_prompt, options,
+        model_config=model.config, dtype_bytes=torch.empty((), dtype=dtype).element_size(),
+        budget=_memory_budget(options, teacher.model_device(model)),
+    )  # fmt: skip
+    if sizing is not None:
+        sizing.append(chosen)
+    cb_config = _hf().generation.configuration_utils.ContinuousBatchingConfig(
+        page_size=chosen.page_size, num_blocks=chosen.num_blocks, max_batch_tokens=chosen.max_batch_tokens,
+        max_requests_per_batch=chosen.concurrency, max_blocks_per_request=0,
+        allow_block_sharing=options.prefix_sharing, use_cuda_graph=False, use_async_batching=False,
+        safety_margin=0.0, seed=seed, auto_switch_to_flash=False, cpu_offload_space=0.0,
+    )  # fmt: skip
+    scanner = FinishScanner(
+        eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=tokenizer,
+        max_new_tokens=generation.max_new_tokens,
+    )  # fmt: skip
+    streaming = bool(generation.stop_strings)
+    eos = list(generation.eos_token_ids) or -1
+    results: dict[int, list[tuple[list[int], str] | None]] = {i: [None] * per_prompt for i in range(len(checked))}
+    scanned: dict[str, int] = {}
+    done: set[str] = set()
+    with _ForwardCounter(model, stats):
+        manager = model.init_continuous_batching(
+            generation_config=_manager_config(generation), continuous_batching_config=cb_config
+        )
+        finished_cleanly = False
+        manager.start()
+        try:
+            for index, (_key, ids) in enumerate(checked):
+                for sequence in range(per_prompt):
+                    request = f"{index}:{sequence}"
+                    scanned[request] = 0
+                    added = manager.add_request(
+                        ids, request_id=request, max_new_tokens=generation.max_new_tokens, streaming=streaming,
+                        eos_token_id=eos,
+                    )  # fmt: skip
+                    if added is None:
+                        raise GenerationError("The continuous-batching manager refused a request (it stopped).")
+            remaining = len(checked) * per_prompt
+            while remaining:
+                output = manager.get_result(timeout=_POLL_SECONDS)
+                if output is None:
+                    fatal = manager.background_thread_status.fatal_error
+                    if fatal is not None or not manager.is_running():
+                        reason = (
+                            first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
+                        )
+                        raise GenerationError(f"Continuous batching stopped: {reason}")
+                    continue
+                request = output.request_id
+                if request in done:  # a streamed output generated before the cancellation took effect
+                    continue
+                if output.error is not None:
+                    raise GenerationError(f"Continuous batching failed request {request}: {first_line(output.error)}")
+                tokens = [int(token) for token in output.generated_tokens]
+                hit = scanner.scan(tokens, scanned[request])
+                scanned[request] = len(tokens)
+                if hit is None:
+                    if output.is_finished():
+                        raise GenerationError(
+                            f"Continuous batching finished request {request} after {len(tokens)} tokens without "
+                            "an EOS id or max_new_tokens; its output cannot be cut by gencache's finish rule."
+                        )
+                    continue
+                length, reason = hit
+                done.add(request)
+                remaining -= 1
+                if not output.is_finished():
+                    manager.cancel_request(request)  # a stop string completed: free its slot now
+                    stats.cancelled += 1
+                index_text, sequence_text = request.split(":")
+                index, sequence = int(index_text), int(sequence_text)
+                slots = results[index]
+                slots[sequence] = (tokens[:length], reason)
+                if all(slot is not None for slot in slots):
+                    entry = _entry(checked[index][0], [slot for slot in slots if slot is not None], tokenizer)
+                    del results[index]
+                    stats.kept_tokens += entry.num_tokens
+                    tokens_in_entry = entry.num_tokens
+                    yield entry
+                    del entry
+                    if progress is not None:
+                        progress.advance(1, tokens_in_entry)
+            finished_cleanly = True
+        except torch.OutOfMemoryError as exc:
+            raise GenerationError(
+                f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
+                "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
+            ) from exc
+        finally:
+            try:
+                manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
+            finally:
+                manager.destroy()
+    stats.prompt_cells += sum(len(ids) for _, ids in checked) * per_prompt
+
+
+def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
+    import torch
+
+    tensors = tuple(torch.tensor(tokens, dtype=torch.int64) for tokens, _ in sequences)
+    return GeneratedEntry(
+        key=key,
+        sequences=tensors,
+        texts=tuple(tokenizer.decode(tokens, skip_special_tokens=False) for tokens, _ in sequences),
+        finish_reasons=tuple(reason for _, reason in sequences),
+    )
+
+
+class ContinuousEngine:
+    """The ``transformers-continuous`` engine (see the module docstring)."""
+
+    name = ENGINE_CONTINUOUS
+
+    def __init__(self, context: EngineContext) -> None:
+        check_engine(self.name, context.generation)
+        configuration = _hf().generation.configuration_utils
+        if not hasattr(configuration, "ContinuousBatchingConfig"):
+            raise ConfigError(
+                f'engine "{self.name}" needs transformers with ContinuousBatchingConfig (5.24 or later); this '
+                f'environment has transformers {_hf().__version__}. Use engine "transformers" here.'
+            )
+        self.context = context
+        self.options = ContinuousOptions.model_validate(dict(context.options))
+        self.model: Any = None
+        self.stats = EngineStats()
+        self.sizing: list[CacheSizing] = []
+
+    def load(self) -> None:
+        ctx = self.context
+        self.model = teacher.load_teacher(
+            ctx.model_path, dtype=ctx.dtype, device=ctx.device, revision=ctx.revision,
+            attn_implementation=ctx.attn_implementation,
+        )  # fmt: skip
+
+    def generate(
+        self, prompts: Sequence[Prompt], *, progress: Progress | None = None
+    ) -> Generator[GeneratedEntry, None, None]:
+        if self.model is None:
+            raise GenerationError("The teacher is not loaded; call load() first.")
+        return generate_continuous(
+            self.model, self.context.tokenizer, self.context.generation, prompts, options=self.options,
+            seed=self.context.seed, progress=progress, stats=self.stats, sizing=self.sizing,
+        )  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {
+            "name": self.name,
+            "options": self.options.model_dump(mode="json"),
+            "version": _hf().__version__,
+            "stop_strings": "matched on streamed outputs; the request is cancelled when one completes",
+        }
+        if self.sizing:
+            facts["paged_cache"] = self.sizing[-1].to_json()
+        return facts
+
+    def batching(self) -> dict[str, Any]:
+        return {
+            "order": "all requests submitted in input order; results in finish order",
+            "unit": "one request per returned sequence",
+            "concurrency": self.sizing[-1].concurrency if self.sizing else self.options.max_concurrent_sequences,
+            "padding": "none (sequences are packed)",
+            "answer_cut": "gencache's finish rule on each request's tokens (eos inclusive, stop_string inclusive, "
+            "length)",
+        }
+
+    def runtime(self) -> dict[str, Any]:
+        return teacher.runtime_info(self.model)
+
+    def commit_hash(self) -> str | None:
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
+        return value if isinstance(value, str) else None
+
+
+def create(context: EngineContext) -> ContinuousEngine:
+    return ContinuousEngine(context)

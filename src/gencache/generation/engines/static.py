@@ -1,0 +1,269 @@
+"""The ``transformers`` engine: static batches through ``model.generate``.
+
+The unique prompts are generated in batches sorted by prompt length (longest first), left padded with an explicit
+attention mask, and each batch runs until its slowest row finishes. A stopping criterion of gencache's own
+(:class:`~gencache.generation.finish.FinishRecorder`) records, for every row, the step at which it finished and why;
+the answer is cut at that step, never by token value, so fill tokens never enter an answer.
+
+Beam search (``num_beams > 1``) is supported without stop strings: a beam hypothesis is final at its first EOS
+token, so beam outputs are cut after their first EOS id (``eos``) or kept whole (``length``).
+
+This is the only engine that honours every setting gencache accepts; it is the default.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gencache.canonical import is_int
+from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.generation import teacher
+from gencache.generation.effective import check_engine
+from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt
+from gencache.generation.finish import FinishRecorder, cut_at_first_eos
+from gencache.generation.settings import ENGINE_STATIC
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import GenerationConfig
+
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.progress import Progress
+
+__all__ = ["StaticEngine", "batching_policy", "create", "generate_entries", "padding_stats", "plan_batches"]
+
+
+def _hf() -> Any:
+    import transformers
+
+    return transformers
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks."""
+    if not is_int(batch_size) or batch_size < 1:
+        raise ConfigError(f"gen_batch_size must be a positive integer, got {batch_size!r}.")
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def batching_policy(batch_size: int) -> dict[str, Any]:
+    """The batching facts recorded in ``resolved_config.json`` (batched half-precision greedy output can depend
+    on batch composition, so they are part of the provenance)."""
+    return {
+        "order": "length-sorted-longest-first",
+        "sort": "stable, by prompt token count, descending",
+        "batch_size": batch_size,
+        "unit": "unique samples",
+        "padding_side": "left",
+        "attention_mask": "explicit",
+        "answer_cut": "recorded finish step per row (eos inclusive, stop_string inclusive, length)",
+    }
+
+
+def padding_stats(lengths: Sequence[int], batch_size: int) -> dict[str, Any]:
+    """Prompt padding of the planned batches: pad cells over all prompt cells (the padding waste)."""
+    total = padded = 0
+    for batch in plan_batches(lengths, batch_size):
+        width = max(lengths[index] for index in batch)
+        total += width * len(batch)
+        padded += sum(width - lengths[index] for index in batch)
+    return {"prompt_cells": total, "pad_cells": padded, "pad_fraction": (padded / total) if total else 0.0}
+
+
+def _call_config(generation: EffectiveGeneration) -> GenerationConfig:
+    """The config ``generate`` receives: gencache's recorder decides stop strings (outside beam search)."""
+    config = copy.deepcopy(generation.config)
+    if generation.num_beams == 1:
+        config.stop_strings = None
+    return config
+
+
+def _generate_batch(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    config: GenerationConfig,
+    recorder: FinishRecorder | None,
+) -> torch.Tensor:
+    """One ``model.generate`` call with ``config`` as the model's generation config too, so transformers cannot
+    re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher."""
+    import torch
+
+    previous = model.generation_config
+    model.generation_config = config
+    try:
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                stopping_criteria=_hf().StoppingCriteriaList([recorder]) if recorder is not None else None,
+            )
+    finally:
+        model.generation_config = previous
+    sequences = output if isinstance(output, torch.Tensor) else output.sequences
+    return sequences
+
+
+def generate_entries(
+    model: Any,
+    tokenizer: Any,
+    generation: EffectiveGeneration,
+    prompts: Sequence[tuple[str, Sequence[int]]],
+    *,
+    batch_size: int,
+    progress: Progress | None = None,
+    stats: EngineStats | None = None,
+) -> Generator[GeneratedEntry, None, None]:
+    """Generate every prompt and yield one :class:`GeneratedEntry` per prompt, in batch order.
+
+    ``prompts`` are ``(key, input_ids)`` of unique samples. Batches are planned longest prompt first
+    (:func:`plan_batches`), left padded with an explicit attention mask (padding is never inferred from pad id
+    equality, so prompts may contain the pad id). Each row is cut at the step the :class:`FinishRecorder` recorded.
+    Only the yielded entry's tensors are staged on CPU; ``progress`` (if given) is started with the number of
+    prompts and advanced after each entry has been consumed. ``stats`` (if given) counts forwards, decode slots
+    (rows x steps of every batch), kept tokens and prompt padding. A CUDA out-of-memory error becomes a
+    :class:`GenerationError` naming the batch.
+    """
+    import torch
+
+    checked: list[tuple[str, list[int]]] = []
+    for key, ids in prompts:
+        token_ids = [int(token) for token in ids]
+        if not token_ids:
+            raise GenerationError(f"The prompt of sample {key} has no tokens.")
+        checked.append((key, token_ids))
+    batches = plan_batches([len(ids) for _, ids in checked], batch_size)
+    device = teacher.model_device(model)
+    per_prompt = generation.num_return_sequences
+    pad_id = generation.config.pad_token_id
+    if pad_id is None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    config = _call_config(generation)
+    beams = generation.num_beams > 1
+    if progress is not None:
+        progress.start(len(checked))
+
+    for batch_index, batch in enumerate(batches):
+        width = max(len(checked[index][1]) for index in batch)
+        input_ids = torch.full((len(batch), width), int(pad_id), dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, index in enumerate(batch):
+            ids = checked[index][1]
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        input_ids = input_ids.to(device)
+        attention_mask = attention_mask.to(device)
+        recorder = None
+        if not beams:
+            recorder = FinishRecorder(
+                prompt_width=width,
+                rows=len(batch) * per_prompt,
+                eos_token_ids=generation.eos_token_ids,
+                stop_strings=generation.stop_strings,
+                tokenizer=tokenizer,
+                max_new_tokens=generation.max_new_tokens,
+                device=device,
+            )
+        described = (
+            f"batch {batch_index} ({len(batch)} prompts x {per_prompt} sequences, prompt width {width} tokens, "
+            f"max_new_tokens {generation.max_new_tokens})"
+        )
+        try:
+            sequences = _generate_batch(model, input_ids, attention_mask, config, recorder)
+        except torch.OutOfMemoryError as exc:
+            del input_ids, attention_mask
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            raise GenerationError(
+                f"Out of memory generating {described} on {device}; try a smaller gen_batch_size (now {batch_size})."
+            ) from exc
+        except Exception as exc:
+            raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
+        generated = sequences[:, width:]
+        if generated.shape[0] != len(batch) * per_prompt:
+            raise GenerationError(
+                f"Generation returned {generated.shape[0]} rows for {described}; expected {len(batch) * per_prompt}."
+            )
+        if recorder is not None:
+            lengths, reasons = recorder.results(generated.shape[1])
+        else:
+            lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
+        del sequences, input_ids, attention_mask
+        if stats is not None:
+            steps = int(generated.shape[1])
+            stats.forwards += steps
+            stats.slots += steps * int(generated.shape[0])
+            stats.kept_tokens += sum(lengths)
+            stats.prompt_cells += width * len(batch)
+            stats.pad_cells += sum(width - len(checked[index][1]) for index in batch)
+
+        for position, index in enumerate(batch):
+            rows = range(position * per_prompt, (position + 1) * per_prompt)
+            seqs: list[torch.Tensor] = []
+            for row in rows:
+                if lengths[row] < 1:
+                    raise GenerationError(f"Row {row} of {described} generated no tokens.")
+                seqs.append(generated[row, : lengths[row]].to(device="cpu", dtype=torch.int64, copy=True))
+            texts = tuple(tokenizer.decode(seq.tolist(), skip_special_tokens=False) for seq in seqs)
+            entry = GeneratedEntry(
+                key=checked[index][0],
+                sequences=tuple(seqs),
+                texts=texts,
+                finish_reasons=tuple(reasons[row] for row in rows),
+            )
+            tokens = entry.num_tokens
+            yield entry
+            del entry, seqs
+            if progress is not None:
+                progress.advance(1, tokens)
+        del generated
+
+
+class StaticEngine:
+    """The ``transformers`` engine (see the module docstring)."""
+
+    name = ENGINE_STATIC
+
+    def __init__(self, context: EngineContext) -> None:
+        check_engine(self.name, context.generation)
+        self.context = context
+        self.model: Any = None
+        self.stats = EngineStats()
+
+    def load(self) -> None:
+        ctx = self.context
+        self.model = teacher.load_teacher(
+            ctx.model_path, dtype=ctx.dtype, device=ctx.device, revision=ctx.revision,
+            attn_implementation=ctx.attn_implementation,
+        )  # fmt: skip
+
+    def generate(
+        self, prompts: Sequence[Prompt], *, progress: Progress | None = None
+    ) -> Generator[GeneratedEntry, None, None]:
+        if self.model is None:
+            raise GenerationError("The teacher is not loaded; call load() first.")
+        return generate_entries(
+            self.model, self.context.tokenizer, self.context.generation, prompts,
+            batch_size=self.context.batch_size, progress=progress, stats=self.stats,
+        )  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "options": dict(self.context.options), "version": _hf().__version__}
+
+    def batching(self) -> dict[str, Any]:
+        return batching_policy(self.context.batch_size)
+
+    def runtime(self) -> dict[str, Any]:
+        return teacher.runtime_info(self.model)
+
+    def commit_hash(self) -> str | None:
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
+        return value if isinstance(value, str) else None
+
+
+def create(context: EngineContext) -> StaticEngine:
+    return StaticEngine(context)

@@ -1,0 +1,72 @@
+"""The strict ``engine_options`` of each engine (pydantic models; no torch, no transformers).
+
+The config validates ``engine_options`` against the model of the chosen ``engine``; after validation it holds the
+effective options, defaults included, which ``resolved_config.json`` records.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gencache.generation.settings import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
+
+__all__ = ["ENGINE_OPTIONS", "ContinuousOptions", "StaticOptions", "VllmOptions"]
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class StaticOptions(_Options):
+    """``transformers``: static, length-sorted batches of ``gen_batch_size`` prompts; it has no options."""
+
+
+class ContinuousOptions(_Options):
+    """``transformers-continuous``: transformers' continuous-batching manager with a paged KV cache."""
+
+    max_concurrent_sequences: int = Field(
+        default=64,
+        ge=1,
+        description="Sequences decoding together (rows of every forward). Lowered to what the KV-cache memory "
+        "holds for the workload's longest request, and to the number of sequences of the run.",
+    )
+    max_batch_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Query tokens per forward; null: the longest prompt (at most 4096) plus the concurrency. "
+        "Longer prompts are prefilled over several forwards.",
+    )
+    page_size: int = Field(default=64, ge=1, description="Tokens per block of the paged KV cache.")
+    kv_cache_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="Memory the paged KV cache and its attention mask may use, in GiB. null: 90% of the free "
+        "CUDA memory after the weights load, or a quarter of the available host memory on CPU.",
+    )
+    prefix_sharing: bool = Field(
+        default=True, description="Share the KV blocks of identical prompt prefixes (transformers' block sharing)."
+    )
+
+
+class VllmOptions(_Options):
+    """``vllm``: vLLM's offline ``LLM`` engine (CUDA only; install the ``vllm`` extra)."""
+
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Fraction of GPU memory vLLM may use (weights and KV cache)."
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs the model is split over.")
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Context length (prompt plus answer); null: the model's own (vLLM's default)."
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="Sequences decoding together; null: vLLM's default."
+    )
+    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs (slower, less memory).")
+
+
+#: The options model of every engine, by name.
+ENGINE_OPTIONS: dict[str, type[_Options]] = {
+    ENGINE_STATIC: StaticOptions,
+    ENGINE_CONTINUOUS: ContinuousOptions,
+    ENGINE_VLLM: VllmOptions,
+}

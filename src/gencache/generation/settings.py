@@ -1,0 +1,373 @@
+"""The one rule book of generation settings: what each ``model.generation_kwargs`` key may hold, which decoding mode
+uses it, and which engines honour it.
+
+Three readers share it: the config loader (type and range checks when the config loads, no model needed), the
+effective generation config (the same checks on the merged user + teacher values, then the decoding-mode drops), and
+the config reference page (``gencache.configdoc``). The engine check (:func:`engine_refusals`) runs on the effective
+config before any weights load: a setting an engine cannot honour exactly is refused with one line naming the
+engine, the setting and the engines that do honour it.
+
+This module imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from gencache.canonical import is_finite_number, is_int
+
+__all__ = [
+    "ALL_ENGINES",
+    "ENGINE_CONTINUOUS",
+    "ENGINE_STATIC",
+    "ENGINE_VLLM",
+    "FIELD",
+    "GENERATION_FORBIDDEN",
+    "GENERATION_KWARG_RULES",
+    "GENERATION_SETTINGS",
+    "GENERATION_UNSUPPORTED",
+    "LOGIT_FIELDS",
+    "NO_LOGITS_MESSAGE",
+    "SettingRule",
+    "engine_refusals",
+    "generation_problems",
+    "setting_problem",
+]
+
+FIELD = "model.generation_kwargs"
+
+#: Engine names (the top-level ``engine`` field of a config).
+ENGINE_STATIC = "transformers"
+ENGINE_CONTINUOUS = "transformers-continuous"
+ENGINE_VLLM = "vllm"
+ALL_ENGINES: tuple[str, ...] = (ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM)
+
+NO_LOGITS_MESSAGE = (
+    "format 3 never collects or stores logits or scores; KL training computes teacher logits online. "
+    "Delete this field from the config (the reference's _default.json files shipped `store_logits: true`)"
+)
+
+# Fields that ask generation to return or store logits, scores or other per-step tensors. They are rejected
+# wherever they appear (top level, ``model``, ``model.generation_kwargs``, a data config) with NO_LOGITS_MESSAGE.
+LOGIT_FIELDS: frozenset[str] = frozenset(
+    {
+        "store_logits",
+        "output_scores",
+        "output_logits",
+        "return_dict_in_generate",
+        "output_attentions",
+        "output_hidden_states",
+        "return_legacy_cache",
+        "logits_to_keep",
+        "num_logits_to_keep",
+        "store_scores",
+    }
+)
+
+Loc: TypeAlias = tuple[str | int, ...]
+Problem: TypeAlias = tuple[Loc, str]
+_MAX_REPR = 60
+
+
+def _show(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
+
+
+def _not(value: Any) -> str:
+    if value is None:
+        return "not null"
+    if isinstance(value, bool):
+        kind = "a boolean"
+    elif isinstance(value, str):
+        kind = "a string"
+    elif isinstance(value, (int, float)):
+        kind = "a number"
+    elif isinstance(value, (list, tuple)):
+        kind = "a list"
+    elif isinstance(value, Mapping):
+        kind = "an object"
+    else:
+        kind = type(value).__name__
+    return f"not {kind} (got {_show(value)})"
+
+
+# -- value checks: None when the value is acceptable, else what is wrong --------------------------------------
+def _positive_int(value: Any) -> str | None:
+    if is_int(value) and value >= 1:
+        return None
+    return (
+        f"must be a positive integer (got {value})" if is_int(value) else f"must be a positive integer, {_not(value)}"
+    )
+
+
+def _non_negative_int(value: Any) -> str | None:
+    if is_int(value) and value >= 0:
+        return None
+    return f"must be an integer >= 0 (got {value})" if is_int(value) else f"must be an integer >= 0, {_not(value)}"
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"must be true or false, {_not(value)}"
+
+
+def _positive_number(value: Any) -> str | None:
+    return None if is_finite_number(value) and value > 0 else f"must be a number > 0 (got {_show(value)})"
+
+
+def _number(value: Any) -> str | None:
+    return None if is_finite_number(value) else f"must be a finite number (got {_show(value)})"
+
+
+def _probability(value: Any) -> str | None:
+    ok = is_finite_number(value) and 0 <= value <= 1
+    return None if ok else f"must be a number between 0 and 1 (got {_show(value)})"
+
+
+def _open_probability(value: Any) -> str | None:
+    ok = is_finite_number(value) and 0 < value <= 1
+    return None if ok else f"must be a number greater than 0 and at most 1 (got {_show(value)})"
+
+
+def _cutoff(value: Any) -> str | None:
+    ok = is_finite_number(value) and 0 <= value < 1
+    return None if ok else f"must be a number >= 0 and below 1 (got {_show(value)})"
+
+
+def _token_id(value: Any) -> str | None:
+    return None if is_int(value) and value >= 0 else f"must be a token id (an integer >= 0), {_not(value)}"
+
+
+def _token_ids(value: Any) -> str | None:
+    if is_int(value) and value >= 0:
+        return None
+    if isinstance(value, list) and value and all(is_int(v) and v >= 0 for v in value):
+        return None
+    return f"must be a token id or a non-empty list of token ids (got {_show(value)})"
+
+
+def _eos_ids(value: Any) -> str | None:
+    if is_int(value) and value >= 0:
+        return None
+    if isinstance(value, list) and all(is_int(v) and v >= 0 for v in value):
+        return None
+    return f"must be a token id or a list of token ids (got {_show(value)})"
+
+
+def _token_id_list(value: Any) -> str | None:
+    if isinstance(value, list) and all(is_int(v) and v >= 0 for v in value):
+        return None
+    return f"must be a list of token ids (got {_show(value)})"
+
+
+def _stop_strings(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return None
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return None
+    return f"must be a non-empty string or a non-empty list of non-empty strings (got {_show(value)})"
+
+
+def _early_stopping(value: Any) -> str | None:
+    return (
+        None if isinstance(value, bool) or value == "never" else f'must be true, false or "never" (got {_show(value)})'
+    )
+
+
+def _cache_implementation(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, {_not(value)}"
+    if value == "paged":
+        return 'must not be "paged": continuous batching is chosen with the top-level engine field'
+    return None
+
+
+#: A rule's ``neutral`` when no value leaves the setting without effect.
+NO_NEUTRAL: Any = object()
+
+#: Decoding modes a setting applies to; a setting of another mode is dropped from the effective config.
+MODE_ANY, MODE_SAMPLING, MODE_BEAM = "any", "sampling", "beam search"
+
+
+@dataclass(frozen=True)
+class SettingRule:
+    """One generation setting: its value check and the rule text shown in the docs, the decoding mode that uses it,
+    the value under which it has no effect (``neutral``), and the engines that honour any other value exactly."""
+
+    check: Callable[[Any], str | None]
+    text: str
+    mode: str = MODE_ANY
+    neutral: Any = NO_NEUTRAL
+    engines: tuple[str, ...] = ALL_ENGINES
+
+
+_STATIC_ONLY = (ENGINE_STATIC,)
+_NOT_CONTINUOUS = (ENGINE_STATIC, ENGINE_VLLM)
+_TOKEN_ID = "token id (integer >= 0)"
+
+# The rule book. Keys transformers knows but not listed here are passed to its GenerationConfig (validated strictly
+# before weights load) and honoured by the "transformers" engine only, unless their value is transformers' default.
+GENERATION_SETTINGS: dict[str, SettingRule] = {
+    "max_new_tokens": SettingRule(_positive_int, "integer >= 1"),
+    "min_new_tokens": SettingRule(_non_negative_int, "integer >= 0", neutral=0, engines=_STATIC_ONLY),
+    "min_length": SettingRule(_non_negative_int, "integer >= 0", neutral=0, engines=_STATIC_ONLY),
+    "do_sample": SettingRule(_boolean, "true or false"),
+    "use_cache": SettingRule(_boolean, "true or false"),
+    "num_beams": SettingRule(_positive_int, "integer >= 1", neutral=1, engines=_STATIC_ONLY),
+    "num_return_sequences": SettingRule(_positive_int, "integer >= 1"),
+    "temperature": SettingRule(_positive_number, "number > 0", MODE_SAMPLING),
+    "top_k": SettingRule(_non_negative_int, "integer >= 0", MODE_SAMPLING),
+    "top_p": SettingRule(_open_probability, "number in (0, 1]", MODE_SAMPLING),
+    "min_p": SettingRule(_probability, "number in [0, 1]", MODE_SAMPLING),
+    "typical_p": SettingRule(_open_probability, "number in (0, 1]", MODE_SAMPLING, 1.0, _STATIC_ONLY),
+    "epsilon_cutoff": SettingRule(_cutoff, "number in [0, 1)", MODE_SAMPLING, 0.0, _STATIC_ONLY),
+    "eta_cutoff": SettingRule(_cutoff, "number in [0, 1)", MODE_SAMPLING, 0.0, _STATIC_ONLY),
+    "top_h": SettingRule(_open_probability, "number in (0, 1]", MODE_SAMPLING, NO_NEUTRAL, _STATIC_ONLY),
+    "repetition_penalty": SettingRule(_positive_number, "number > 0", neutral=1.0, engines=_NOT_CONTINUOUS),
+    "encoder_repetition_penalty": SettingRule(_positive_number, "number > 0", neutral=1.0, engines=_STATIC_ONLY),
+    "length_penalty": SettingRule(_number, "finite number", MODE_BEAM, 1.0, _STATIC_ONLY),
+    "early_stopping": SettingRule(_early_stopping, 'true, false or "never"', MODE_BEAM, False, _STATIC_ONLY),
+    "no_repeat_ngram_size": SettingRule(_non_negative_int, "integer >= 0", neutral=0, engines=_STATIC_ONLY),
+    "encoder_no_repeat_ngram_size": SettingRule(_non_negative_int, "integer >= 0", neutral=0, engines=_STATIC_ONLY),
+    "renormalize_logits": SettingRule(_boolean, "true or false", neutral=False, engines=_STATIC_ONLY),
+    "remove_invalid_values": SettingRule(_boolean, "true or false", neutral=False, engines=_STATIC_ONLY),
+    "eos_token_id": SettingRule(_eos_ids, "token id or list of token ids ([] stops only at max_new_tokens)"),
+    "pad_token_id": SettingRule(_token_id, _TOKEN_ID),
+    "bos_token_id": SettingRule(_token_id, _TOKEN_ID),
+    "decoder_start_token_id": SettingRule(_token_id, _TOKEN_ID),
+    "forced_bos_token_id": SettingRule(_token_id, _TOKEN_ID, engines=_STATIC_ONLY),
+    "forced_eos_token_id": SettingRule(_token_ids, "token id or non-empty list of token ids", engines=_STATIC_ONLY),
+    "suppress_tokens": SettingRule(_token_id_list, "list of token ids", engines=_STATIC_ONLY),
+    "begin_suppress_tokens": SettingRule(_token_id_list, "list of token ids", engines=_STATIC_ONLY),
+    "stop_strings": SettingRule(_stop_strings, "non-empty string or non-empty list of non-empty strings"),
+    "guidance_scale": SettingRule(_number, "finite number", neutral=1.0, engines=_STATIC_ONLY),
+    "token_healing": SettingRule(_boolean, "true or false", neutral=False, engines=_STATIC_ONLY),
+    "disable_compile": SettingRule(_boolean, "true or false"),
+    "cache_implementation": SettingRule(_cache_implementation, 'string, not "paged"', engines=_STATIC_ONLY),
+    "max_cache_len": SettingRule(_positive_int, "integer >= 1", engines=_STATIC_ONLY),
+    "prefill_chunk_size": SettingRule(_positive_int, "integer >= 1", engines=_STATIC_ONLY),
+}  # fmt: skip
+
+#: ``generation_kwargs`` keys gencache type-checks before anything loads, and the rule each must satisfy.
+GENERATION_KWARG_RULES: Mapping[str, str] = {name: rule.text for name, rule in GENERATION_SETTINGS.items()}
+
+#: Python-object hooks of ``model.generate`` that a JSON config cannot express or that gencache owns itself.
+GENERATION_FORBIDDEN: Mapping[str, str] = {
+    "streamer": "gencache shows its own progress",
+    "stopping_criteria": "gencache installs its own stopping criterion (use stop_strings or eos_token_id)",
+    "logits_processor": "not expressible in a JSON config",
+    "prefix_allowed_tokens_fn": "not expressible in a JSON config",
+    "assistant_model": "not expressible in a JSON config",
+    "synced_gpus": "gencache decides device placement",
+    "generation_config": "give the settings themselves in generation_kwargs",
+    "tokenizer": "gencache passes the configured tokenizer",
+    "inputs": "gencache builds the inputs from the data configs",
+    "input_ids": "gencache builds the inputs from the data configs",
+    "attention_mask": "gencache builds the attention mask",
+}
+
+#: Generation settings transformers knows but gencache refuses, with the reason given to the user.
+GENERATION_UNSUPPORTED: dict[str, str] = {
+    "max_length": "it counts the prompt tokens; set max_new_tokens instead",
+    "max_time": "a wall-clock limit would make the stored answers depend on machine speed",
+    "compile_config": "it is a Python object and cannot be given in a JSON config",
+    "continuous_batching_config": 'choose continuous batching with the top-level "engine" field and size it in '
+    '"engine_options"',
+    "transformers_version": "it is metadata, not a generation setting",
+}
+for _name in (
+    "is_assistant", "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
+    "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_early_exit", "assistant_lookbehind",
+    "target_lookbehind", "assistant_ensemble_weight", "speculation_type", "use_mtp",
+):  # fmt: skip
+    GENERATION_UNSUPPORTED[_name] = "assisted and speculative decoding generate one prompt at a time"
+for _name in (
+    "low_memory", "penalty_alpha", "dola_layers", "num_beam_groups", "diversity_penalty", "constraints",
+    "force_words_ids",
+):  # fmt: skip
+    GENERATION_UNSUPPORTED[_name] = "this decoding strategy moved out of transformers (custom_generate)"
+
+
+def _json_problems(value: Any, loc: Loc) -> list[Problem]:
+    if value is None or isinstance(value, (bool, str, int)):
+        return []
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [(loc, f"must be a finite number (got {value!r})")]
+    if isinstance(value, Mapping):
+        out: list[Problem] = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                out.append((loc, f"object keys must be strings (got {key!r})"))
+                continue
+            out.extend(_json_problems(item, (*loc, key)))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [p for i, item in enumerate(value) for p in _json_problems(item, (*loc, i))]
+    return [(loc, f"must be a JSON value, not {type(value).__name__}")]
+
+
+def setting_problem(key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` for the generation setting ``key`` (None when it is acceptable or unlisted)."""
+    rule = GENERATION_SETTINGS.get(key)
+    return None if rule is None else rule.check(value)
+
+
+def generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
+    """Every problem of a ``generation_kwargs`` object that needs no model, as ``((key, ...), message)`` pairs.
+
+    Logit and score fields, Python-object hooks and unsupported settings are refused; every value must be JSON; the
+    listed settings must satisfy their rule. An explicit null is accepted: it unsets a value inherited from
+    ``_default.json`` (the teacher's generation config, then transformers' defaults, supply it)."""
+    problems: list[Problem] = []
+    for key in sorted(kwargs, key=str):
+        value = kwargs[key]
+        if not isinstance(key, str):
+            problems.append(((), f"keys must be strings (got {key!r})"))
+        elif key in LOGIT_FIELDS:
+            problems.append(((key,), NO_LOGITS_MESSAGE))
+        elif key in GENERATION_FORBIDDEN:
+            problems.append(((key,), f"not allowed here: {GENERATION_FORBIDDEN[key]}"))
+        elif key in GENERATION_UNSUPPORTED:
+            problems.append(((key,), f"not supported: {GENERATION_UNSUPPORTED[key]}"))
+        elif json_problems := _json_problems(value, (key,)):
+            problems.extend(json_problems)
+        elif value is not None and (message := setting_problem(key, value)) is not None:
+            problems.append(((key,), message))
+    return problems
+
+
+def _engines_text(engines: Sequence[str]) -> str:
+    names = [f'"{name}"' for name in engines]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" or {names[-1]}"
+
+
+def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> list[str]:
+    """One line per effective setting ``engine`` cannot honour exactly (empty when it honours them all).
+
+    ``effective`` is the effective generation config (every non-null field); ``defaults`` transformers' default
+    values, which stand for "no effect" for settings the rule book does not list. A setting at its neutral value is
+    never refused."""
+    if engine not in ALL_ENGINES:
+        raise ValueError(f"unknown engine {engine!r}")
+    lines: list[str] = []
+    for key in sorted(effective):
+        value = effective[key]
+        rule = GENERATION_SETTINGS.get(key)
+        engines = rule.engines if rule is not None else _STATIC_ONLY
+        if engine in engines:
+            continue
+        neutral = rule.neutral if rule is not None else defaults.get(key, NO_NEUTRAL)
+        if neutral is not NO_NEUTRAL and value == neutral:
+            continue
+        lines.append(
+            f'engine "{engine}" cannot honour {FIELD}.{key} = {_show(value)} exactly; remove it, or use engine '
+            f"{_engines_text(engines)}, which honours it."
+        )
+    return lines

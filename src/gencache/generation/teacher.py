@@ -1,0 +1,148 @@
+"""Loading the tokenizer and the teacher for the transformers engines, seeding, and the runtime facts recorded in
+``resolved_config.json``.
+
+torch and transformers are imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import random
+from typing import TYPE_CHECKING, Any
+
+from gencache.artifact.names import DTYPES
+from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.tokenizer import prepare_tokenizer
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
+
+
+def _hf() -> Any:
+    """The transformers module, typed ``Any`` (its own annotations are incomplete under mypy strict)."""
+    import transformers
+
+    return transformers
+
+
+def _revision_kwargs(revision: str | None) -> dict[str, Any]:
+    return {"revision": revision} if revision else {}
+
+
+def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
+    """``AutoTokenizer.from_pretrained`` then :func:`prepare_tokenizer` (left padding, pad falls back to EOS)."""
+    try:
+        tokenizer = _hf().AutoTokenizer.from_pretrained(tokenizer_path, **_revision_kwargs(revision))
+    except Exception as exc:
+        raise ConfigError(
+            f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
+            f"{f' at revision {revision!r}' if revision else ''}: {first_line(exc)}"
+        ) from exc
+    return prepare_tokenizer(tokenizer)
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a config dtype string (``bfloat16``, ``float16``, ``float32``)."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}.")
+    result: torch.dtype = getattr(torch, dtype)
+    return result
+
+
+def load_teacher(
+    model_path: str,
+    *,
+    dtype: str,
+    device: str,
+    revision: str | None = None,
+    attn_implementation: str | None = None,
+) -> Any:
+    """Load the teacher for generation: ``AutoModelForCausalLM`` with dtype, device, revision and attention
+    implementation, in ``eval()`` mode. ``device="auto"`` uses ``device_map="auto"`` (needs ``accelerate``); other
+    devices use ``device_map=<device>`` when ``accelerate`` is installed, else load then move the model."""
+    import torch
+
+    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **_revision_kwargs(revision)}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    has_accelerate = importlib.util.find_spec("accelerate") is not None
+    if device == "auto":
+        if not has_accelerate:
+            raise GenerationError("model.device 'auto' needs the accelerate package; install it or name a device.")
+        kwargs["device_map"] = "auto"
+        target = None
+    else:
+        try:
+            target = torch.device(device)
+        except (RuntimeError, ValueError) as exc:
+            raise ConfigError(f"model.device: {device!r} is not a torch device ({first_line(exc)}).") from exc
+        if has_accelerate:
+            kwargs["device_map"] = target
+    try:
+        model: Any = _hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        if target is not None and "device_map" not in kwargs:
+            model = model.to(target)
+    except torch.OutOfMemoryError as exc:
+        raise GenerationError(
+            f"Out of memory while loading the teacher {model_path!r} in {dtype} on {device}: {first_line(exc)}"
+        ) from exc
+    except Exception as exc:
+        raise GenerationError(
+            f"Cannot load the teacher {model_path!r} ({dtype}, device {device}"
+            f"{f', revision {revision}' if revision else ''}): {first_line(exc)}"
+        ) from exc
+    model.eval()
+    return model
+
+
+def model_device(model: Any) -> torch.device:
+    """Where inputs go: ``model.device`` when it is a ``torch.device``, else the first parameter's device."""
+    import torch
+
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    first: torch.device = next(model.parameters()).device
+    return first
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random`` and torch (which seeds every CUDA device too)."""
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def runtime_info(model: Any) -> dict[str, Any]:
+    """dtype, attention implementation, device and library versions, for ``resolved_config.json``."""
+    import torch
+
+    from gencache import __version__
+
+    device = model_device(model)
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = f"{platform.machine() or 'unknown'} CPU"
+    dtype = getattr(model, "dtype", None)
+    config = getattr(model, "config", None)
+    device_map = getattr(model, "hf_device_map", None)
+    return {
+        "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "device": str(device),
+        "device_name": device_name,
+        "device_map": {str(k): str(v) for k, v in device_map.items()} if isinstance(device_map, dict) else None,
+        "gencache": __version__,
+        "torch": torch.__version__,
+        "transformers": _hf().__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "python": platform.python_version(),
+    }
