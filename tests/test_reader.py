@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gencache.artifact.reader import CacheReader, Generation, open_caches, verify
-from gencache.errors import CompatibilityError, IntegrityError, MissingEntriesError, MissingEntryError
+from gencache.errors import CompatibilityError, FormatError, IntegrityError, MissingEntriesError, MissingEntryError
 from storage_helpers import PROVENANCE, TOKENIZER, Entry, key, make_entries, writable_copy, write_artifact
 
 
@@ -202,3 +202,80 @@ def test_hypothesis_round_trips(plans: list[tuple[list[list[int]], st.DataObject
         loaded = safetensors.torch.load_file(out / "cache.safetensors")
         assert len(loaded) == sum(len(e.sequences) for e in entries)
         assert sorted(os.listdir(out)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
+
+
+# -- the mapping API ---------------------------------------------------------------------------------------------
+def test_readers_are_mappings(artifact: tuple[Path, list[Entry]], tmp_path: Path) -> None:
+    from collections.abc import Mapping
+
+    path, entries = artifact
+    reader = CacheReader(path)
+    other = write_artifact(tmp_path / "other", make_entries(3, start=50))
+    mixture = open_caches([path, other])
+    for cache, count in ((reader, 12), (mixture, 15)):
+        assert isinstance(cache, Mapping) and len(cache) == count
+        assert list(cache) == sorted(cache) == list(cache.keys())
+        items = dict(cache.items())
+        assert list(items) == list(cache) and all(isinstance(g, Generation) for g in cache.values())
+        assert [g.key for g in cache.values()] == list(cache)
+        assert cache.get(key("absent"), "default") == "default" and cache.get(key("absent")) is None
+        assert 42 not in cache and key("absent").upper() not in cache
+        assert cache == cache and cache != CacheReader(path) and len({cache}) == 1
+    assert items[entries[0].key].texts == entries[0].texts
+
+
+def test_get_many_reads_in_order_and_checks_every_key_first(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    wanted = [e.key for e in artifact[1][:3]]
+    got = reader.get_many([wanted[2], wanted[0], wanted[2]])
+    assert [g.key for g in got] == [wanted[2], wanted[0], wanted[2]]
+    with pytest.raises(MissingEntriesError, match="missing 1 required"):
+        reader.get_many([wanted[0], key("absent")])
+
+
+def test_one_string_is_not_an_iterable_of_keys(artifact: tuple[Path, list[Entry]]) -> None:
+    reader = CacheReader(artifact[0])
+    present = artifact[1][0].key
+    for method in (reader.require, reader.get_many, open_caches([artifact[0]]).require):
+        with pytest.raises(TypeError, match="iterable of keys, not one str"):
+            method(present)  # type: ignore[arg-type]
+    reader.require([present])
+
+
+def test_a_pickled_reader_refuses_a_regenerated_artifact(tmp_path: Path) -> None:
+    out = write_artifact(tmp_path / "out", make_entries(4))
+    reader = CacheReader(out)
+    state = pickle.dumps(reader)
+    assert len(pickle.loads(state)) == 4  # the same artifact reopens
+    import shutil
+
+    shutil.rmtree(out)
+    regenerated = make_entries(4)
+    regenerated[1] = Entry(regenerated[1].key, regenerated[1].sequences, ("another answer",), ("eos",))
+    write_artifact(out, regenerated)  # same path, same provenance, other content
+    assert CacheReader(out).provenance_digest == reader.provenance_digest
+    with pytest.raises(FormatError, match="not the one the reader was pickled from"):
+        pickle.loads(state)
+
+
+def test_the_canonical_scan_and_the_general_parse_agree(tmp_path: Path) -> None:
+    import json
+
+    from gencache.canonical import canonical_bytes
+
+    entries = make_entries(30, length=7)
+    out = write_artifact(tmp_path / "fast", entries)
+    fast = CacheReader(out)
+    slow_path = writable_copy(out, tmp_path / "slow")
+    manifest = json.loads((slow_path / "manifest.json").read_bytes())
+    (slow_path / "manifest.json").write_bytes(json.dumps(manifest, indent=1).encode())  # same content, other layout
+    slow = CacheReader(slow_path)
+    assert fast.index.fast and not slow.index.fast
+    assert canonical_bytes(manifest) + b"\n" == (out / "manifest.json").read_bytes()
+    for name in ("keys", "first", "starts", "lengths", "digests", "reasons", "content"):
+        assert (getattr(fast.index, name) == getattr(slow.index, name)).all(), name
+    assert fast.summary == slow.summary and fast.provenance == slow.provenance
+    for e in entries:
+        assert fast.metadata(e.key) == slow.metadata(e.key) == manifest["entries"][e.key]
+        assert fast[e.key].texts == slow[e.key].texts == e.texts
+    assert fast.identity == slow.identity

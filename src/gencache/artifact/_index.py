@@ -35,7 +35,7 @@ from gencache.canonical import canonical_json
 from gencache.errors import FormatError
 
 Buffer = bytes | mmap.mmap
-CHUNK = 1 << 16
+CHUNK = 1 << 13
 _REASON_CODES = {reason: code for code, reason in enumerate(FINISH_REASONS)}
 _HEX = np.full(256, 255, dtype=np.uint8)
 _HEX[np.frombuffer(b"0123456789", dtype=np.uint8)] = np.arange(10, dtype=np.uint8)
@@ -78,7 +78,7 @@ class CompactIndex:
     digests: np.ndarray  # (s, 32) uint8: SHA-256 of each sequence's bytes
     reasons: np.ndarray  # (s,) uint8: index into FINISH_REASONS
     content: np.ndarray  # (n, 32) uint8: content digests
-    text_spans: np.ndarray  # (n, 2) int64: the JSON of each entry's text list, without brackets, in text_source
+    text_spans: np.ndarray  # (n, 2) int64: the JSON of each entry's text list (brackets included) in text_source
     text_source: Buffer
     summary: dict[str, Any]
     provenance: dict[str, Any]
@@ -108,7 +108,7 @@ class CompactIndex:
 
     def texts_json(self, position: int) -> bytes:
         start, end = self.text_spans[position].tolist()
-        return b"[" + self.text_source[start:end] + b"]"
+        return self.text_source[start:end]
 
     def sequence_refs(self, position: int) -> list[dict[str, Any]]:
         """The entry's ``sequences`` list as the manifest holds it."""
@@ -120,7 +120,9 @@ class CompactIndex:
         ]
 
     def finish_reasons(self, position: int) -> tuple[str, ...]:
-        lo, hi = self.first[position], self.first[position + 1]
+        lo, hi = self.first[position : position + 2].tolist()
+        if hi == lo + 1:
+            return (FINISH_REASONS[self.reasons[lo]],)
         return tuple(FINISH_REASONS[code] for code in self.reasons[lo:hi].tolist())
 
 
@@ -158,7 +160,7 @@ def _general_index(raw_manifest: bytes, header_raw: bytes, payload_size: int) ->
         digests.extend(ref["digest"] for ref in refs)
         reasons.extend(_REASON_CODES[reason] for reason in entry["finish_reasons"])
         content.append(entry["content_digest"])
-        texts.append(json.dumps(entry["text"], ensure_ascii=True, separators=(",", ":"))[1:-1].encode())
+        texts.append(json.dumps(entry["text"], ensure_ascii=True, separators=(",", ":")).encode())
         first.append(len(starts))
     spans = np.zeros((len(keys), 2), dtype=np.int64)
     sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
@@ -282,15 +284,15 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
         _require(bool((_window(buf, p, 64) == key_bytes[at : at + CHUNK]).all()))
         p = p + 64
         _expect(buf, p, _AFTER_TENSOR)
-        spans[at : at + CHUNK, 0] = p + len(_AFTER_TENSOR)
+        spans[at : at + CHUNK, 0] = p + len(_AFTER_TENSOR) - 1  # from the list's "["
     if count:
         ends = np.empty(count, dtype=np.int64)
         ends[:-1] = opens[1:] - 68  # ...]}  ,"<key>
         ends[-1] = tail_at - 1  # ...]}}  ,"format_version"
         _expect(buf, ends[:-1], b']},"')
         _require(buf[tail_at - 1] == ord("]"))
-        _require(bool((ends > spans[:, 0]).all()))
-        spans[:, 1] = ends
+        _require(bool((ends > spans[:, 0] + 1).all()))
+        spans[:, 1] = ends + 1  # through the list's "]"
         _require(bool((keys[1:] > keys[:-1]).all()))
     tail = b"{" + bytes(manifest[(tail_at + 3 if count else len(_EMPTY_TAIL) - len(b'"format_version":')) :])
     top = _parse_tail(tail)

@@ -253,8 +253,7 @@ class CacheReader(GenerationCache):
         of the map (zero-copy; it keeps the map alive), so pickling it for another process carries only these
         bytes, never the map's file descriptor or the whole payload."""
         begin = self._data_offset + start
-        piece = self._storage[begin : begin + length * TOKEN_BYTES]
-        return torch.empty(0, dtype=torch.int64).set_(piece, 0, (length,), (1,))
+        return torch.empty(0, dtype=torch.int64).set_(self._storage[begin : begin + length * TOKEN_BYTES])
 
     def _entry_problems(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> list[str]:
         index = self._index
