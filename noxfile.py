@@ -37,3 +37,34 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run the benchmarks and rewrite docs/benchmarks.md (pass --quick for small shapes)."""
     session.run("uv", "run", "python", "benchmarks/run_all.py", *session.posargs, external=True)
+
+
+# uv project environment of the lock's vLLM fork (torch 2.14, transformers < 5.21); never the default .venv.
+VLLM_ENV = ".venv-vllm"
+VLLM_LOWEST_ENV = ".venv-vllm-lowest"
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """vLLM engine tests in the locked vLLM fork: `uv run nox -s vllm` (pass pytest arguments after `--`)."""
+    session.run(
+        "uv", "run", "--frozen", "--extra", "vllm", "--no-dev", "--group", "test",
+        "pytest", *(session.posargs or ["-m", "vllm"]),
+        env={"UV_PROJECT_ENVIRONMENT": VLLM_ENV, "VIRTUAL_ENV": VLLM_ENV},
+        external=True,
+    )  # fmt: skip
+
+
+@nox.session(name="vllm-lowest")
+def vllm_lowest(session: nox.Session) -> None:
+    """vLLM engine tests at the lowest versions pyproject allows beside vLLM: the requirements are compiled with
+    uv's lowest-direct resolution, synced exactly into their own environment, and gencache installed over them."""
+    requirements = f"{VLLM_LOWEST_ENV}/requirements.txt"
+    session.run("uv", "venv", "--clear", "--python", "3.11", VLLM_LOWEST_ENV, external=True)
+    session.run(
+        "uv", "pip", "compile", "pyproject.toml", "--extra", "vllm", "--group", "test", "--resolution",
+        "lowest-direct", "--python", "3.11", "--quiet", "-o", requirements, external=True,
+    )  # fmt: skip
+    session.run("uv", "pip", "sync", "--python", VLLM_LOWEST_ENV, requirements, external=True)
+    session.run("uv", "pip", "install", "--python", VLLM_LOWEST_ENV, "--no-deps", "-e", ".", external=True)
+    session.run(f"{VLLM_LOWEST_ENV}/bin/python", "-m", "pytest", *(session.posargs or ["-m", "vllm"]), external=True)

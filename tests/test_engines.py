@@ -163,7 +163,8 @@ def test_the_registry_names_every_engine() -> None:
     [
         ({"repetition_penalty": 1.3}, ENGINE_CONTINUOUS, 'repetition_penalty = 1.3 exactly; remove it, or use '
          'engine "transformers" or "vllm"'),
-        ({"min_new_tokens": 3}, ENGINE_CONTINUOUS, 'min_new_tokens = 3 exactly; remove it, or use engine "transformers"'),
+        ({"min_new_tokens": 3}, ENGINE_CONTINUOUS, 'min_new_tokens = 3 exactly; remove it, or use '
+         'engine "transformers",'),
         ({"no_repeat_ngram_size": 2}, ENGINE_CONTINUOUS, "no_repeat_ngram_size"),
         ({"num_beams": 2}, ENGINE_CONTINUOUS, "num_beams"),
         ({"do_sample": True, "typical_p": 0.5}, ENGINE_CONTINUOUS, "typical_p"),
