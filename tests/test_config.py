@@ -340,10 +340,45 @@ def test_effective_kwargs_defaults_are_recorded_for_every_dataset_and_template()
     assert parse_config(json.loads(json.dumps(resolved))) == cfg  # effective kwargs validate again unchanged
 
 
+def test_data_configs_keep_the_typed_kwargs_of_their_dataset_and_template() -> None:
+    from gencache.data.prompts import TEMPLATES
+    from gencache.data.recipes import DATASETS
+
+    cfg = parse_config(
+        {
+            "model": {"model_path": "m"},
+            "data_configs": [
+                hotpot(template="tokenizer_chat", data_kwargs={"difficulty": ["easy"]}),
+                hotpot(dataset_name="niah", subset="4096", data_kwargs={"chunk_size": 2048}, template="llama_chat"),
+            ],
+            "output_dir": "o",
+        }
+    )
+    hp, niah = cfg.data_configs
+    assert type(hp.data_kwargs) is DATASETS["hotpot_qa"].kwargs_model and hp.data_kwargs.difficulty == ["easy"]
+    assert type(niah.data_kwargs) is DATASETS["niah"].kwargs_model and niah.data_kwargs.chunk_size == 2048
+    assert type(hp.template_kwargs) is TEMPLATES["tokenizer_chat"].kwargs_model
+    assert type(niah.template_kwargs) is TEMPLATES["llama_chat"].kwargs_model
+    again = parse_data_configs([hp, config_to_json(niah)])
+    assert again[0].data_kwargs is hp.data_kwargs  # an already validated model is kept as it is
+    assert again[1] == niah
+    with pytest.raises(ConfigError, match=r"data_configs\[0\]\.data_kwargs\.difficulty: unknown data_kwargs key"):
+        parse_data_configs([hotpot(dataset_name="niah", subset="4096", data_kwargs=hp.data_kwargs)])
+
+
 def test_config_to_json_is_explicit_and_round_trips() -> None:
     cfg = parse_config(valid_config())
     resolved = config_to_json(cfg)
-    assert set(resolved) == {"model", "data_configs", "gen_batch_size", "cache_device", "seed", "output_dir"}
+    assert set(resolved) == {
+        "model",
+        "data_configs",
+        "gen_batch_size",
+        "engine",
+        "engine_options",
+        "cache_device",
+        "seed",
+        "output_dir",
+    }
     assert set(resolved["model"]) == set(ModelConfig.model_fields)
     assert all(set(dc) == set(DataConfig.model_fields) for dc in resolved["data_configs"])
     assert resolved["model"]["tokenizer_path"] == "Qwen/Qwen3-8B"

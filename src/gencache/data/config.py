@@ -24,11 +24,27 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from gencache.data._config_errors import format_validation_error, validate_nested
+from gencache.data._config_errors import join_problems as _join
+from gencache.data._config_errors import nested_error as _nested_error
+from gencache.data._config_errors import show as _show
+from gencache.data._config_errors import type_name as _type_name
+from gencache.data.kwargs import KwargsModel
 from gencache.errors import ConfigError
 from gencache.generation.settings import (
     GENERATION_FORBIDDEN,
@@ -63,199 +79,6 @@ DEFAULTS_FILENAME = "_default.json"
 Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
-_NESTED = "gencache_nested"
-_MAX_REPR = 60
-
-Loc: TypeAlias = tuple[str | int, ...]
-Problem: TypeAlias = tuple[Loc, str]
-
-
-# -- pydantic error plumbing ------------------------------------------------------------------------------
-def _nested_error(problems: Sequence[Problem]) -> PydanticCustomError:
-    """An error carrying ``(sub-path, message)`` problems below the field that raised it.
-
-    :func:`format_validation_error` appends each sub-path to the field's own location, so a validator on
-    ``data_kwargs`` can report ``data_configs[1].data_kwargs.difficulty``.
-    """
-    first_loc, first_msg = problems[0]
-    return PydanticCustomError(
-        _NESTED,
-        "{summary}",
-        {"summary": f"{_format_loc(first_loc) or '(value)'}: {first_msg}", "problems": tuple(problems)},
-    )
-
-
-def _format_loc(loc: Sequence[str | int]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _show(value: Any) -> str:
-    """A short JSON-ish rendering of a bad value for an error message."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    if len(text) > _MAX_REPR:
-        text = text[: _MAX_REPR - 3] + "..."
-    return text
-
-
-def _not(value: Any) -> str:
-    """``not <kind> (got <value>)``, or ``not null``."""
-    return "not null" if value is None else f"not {_type_name(value)} (got {_show(value)})"
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return type(value).__name__
-
-
-def _allowed_fields(model: type[BaseModel] | None, loc: Loc) -> list[str] | None:
-    """The field names allowed at the object that holds ``loc[-1]``, walking model annotations."""
-    if model is None:
-        return None
-    current: type[BaseModel] = model
-    parents = [p for p in loc[:-1] if not isinstance(p, int)]
-    for name in parents:
-        field = current.model_fields.get(str(name))
-        if field is None:
-            return None
-        nested = _model_in_annotation(field.annotation)
-        if nested is None:
-            return None
-        current = nested
-    return sorted(current.model_fields)
-
-
-def _model_in_annotation(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in_annotation(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _unknown_field_message(name: str | int, allowed: list[str] | None, what: str = "field") -> str:
-    msg = f"unknown {what}"
-    if name in LOGIT_FIELDS:
-        return NO_LOGITS_MESSAGE
-    if allowed is not None:
-        close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        msg += f" ({hint}allowed: {', '.join(allowed) if allowed else 'none'})"
-    return msg
-
-
-def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> list[Problem]:
-    """Turn one pydantic error dict into ``(location, message)`` problems with readable messages."""
-    loc: Loc = tuple(err.get("loc", ()))
-    kind = str(err.get("type", ""))
-    ctx: Mapping[str, Any] = err.get("ctx") or {}
-    value = err.get("input")
-    if kind == _NESTED:
-        return [(loc + tuple(sub), msg) for sub, msg in ctx.get("problems", ())]
-    if kind == "missing":
-        return [(loc, "is required")]
-    if kind == "extra_forbidden":
-        return [(loc, _unknown_field_message(loc[-1] if loc else "", _allowed_fields(model, loc)))]
-    if kind in {"int_type", "int_parsing", "int_from_float"}:
-        return [(loc, f"must be an integer, {_not(value)}")]
-    if kind in {"string_type"}:
-        return [(loc, f"must be a string, {_not(value)}")]
-    if kind in {"bool_type", "bool_parsing"}:
-        return [(loc, f"must be true or false, {_not(value)}")]
-    if kind in {"dict_type", "model_type", "model_attributes_type", "mapping_type"}:
-        return [(loc, f"must be an object, {_not(value)}")]
-    if kind == "list_type":
-        return [(loc, f"must be a list, {_not(value)}")]
-    if kind in {"float_type", "float_parsing"}:
-        return [(loc, f"must be a number, {_not(value)}")]
-    if kind == "string_too_short":
-        return [(loc, "must be a non-empty string")]
-    if kind == "too_short":
-        return [(loc, f"must be a non-empty list (got {_show(value)})")]
-    if kind in {"greater_than_equal", "greater_than", "less_than_equal", "less_than"}:
-        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
-        bound = next(iter(v for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"}), "?")
-        return [(loc, f"must be {op} {bound} (got {_show(value)})")]
-    if kind == "literal_error":
-        expected = str(ctx.get("expected", ""))
-        return [(loc, f"must be {expected} (got {_show(value)})")]
-    if kind in {"value_error", "assertion_error"}:
-        error = ctx.get("error")
-        text = str(error) if error is not None else str(err.get("msg", ""))
-        return [(loc, text)]
-    msg = str(err.get("msg", "is invalid"))
-    return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {_show(value)})")]
-
-
-def _problems(exc: ValidationError, model: type[BaseModel] | None, prefix: Loc = ()) -> list[Problem]:
-    out: list[Problem] = []
-    missing: dict[Loc, list[str]] = {}
-    for err in exc.errors(include_url=False):
-        loc: Loc = tuple(err.get("loc", ()))
-        if err.get("type") == "missing" and loc:
-            # One problem per object listing all its missing fields, at the first one's position.
-            parent = prefix + loc[:-1]
-            if parent not in missing:
-                missing[parent] = []
-                out.append((parent, ""))
-            missing[parent].append(str(loc[-1]))
-            continue
-        for sub, msg in _error_message(err, model):
-            out.append((prefix + sub, msg))
-    resolved: list[Problem] = []
-    for loc, msg in out:
-        if msg:
-            resolved.append((loc, msg))
-            continue
-        names = missing[loc]
-        if len(names) == 1:
-            resolved.append(((*loc, names[0]), "is required"))
-        else:
-            resolved.append((loc, f"missing required fields {', '.join(names)}"))
-    return resolved
-
-
-def _sentence(msg: str) -> str:
-    return msg[:-1] if msg.endswith(".") and not msg.endswith("...") else msg
-
-
-def _join(problems: Sequence[Problem], origin: str | None) -> str:
-    parts = [f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg) for loc, msg in problems]
-    shown = parts[:5]
-    if len(parts) > 5:
-        shown.append(f"... and {len(parts) - 5} more")
-    text = "; ".join(shown)
-    return f"{origin}: {text}" if origin else text
-
-
-def format_validation_error(
-    exc: ValidationError, *, model: type[BaseModel] | None = None, origin: str | None = None, prefix: Loc = ()
-) -> str:
-    """One line naming every failing field path and what is wrong with it."""
-    return _join(_problems(exc, model, prefix), origin)
 
 
 # -- generation_kwargs (the part that needs no model): the rule book lives in gencache.generation.settings ----
@@ -378,17 +201,32 @@ def _known_templates() -> list[str]:
 
 def _kwargs_through(model: type[BaseModel], value: Mapping[str, Any], what: str) -> dict[str, Any]:
     """Validate ``value`` with ``model`` and return its effective JSON dump, or raise a nested error."""
-    try:
-        instance = model.model_validate(dict(value))
-    except ValidationError as exc:
-        problems: list[Problem] = []
-        for loc, msg in _problems(exc, model):
-            if msg.startswith("unknown field"):
-                msg = msg.replace("unknown field", f"unknown {what}", 1)
-            problems.append((loc, msg))
-        raise _nested_error(problems) from None
-    dumped: dict[str, Any] = instance.model_dump(mode="json")
+    dumped: dict[str, Any] = validate_nested(model, value, what).model_dump(mode="json")
     return dumped
+
+
+def _kwargs_of(value: Any, model: type[KwargsModel], what: str) -> KwargsModel:
+    """A data config's ``data_kwargs`` or ``template_kwargs``: a JSON object validated with the dataset's or
+    template's model (an instance of that model passes as it is)."""
+    if isinstance(value, model):
+        return value
+    if isinstance(value, KwargsModel):
+        value = value.as_json()
+    if not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    return validate_nested(model, value, what)
+
+
+# A validated kwargs model, serialised with its own fields; the model is chosen by the sibling name field, so the
+# schema here is an object and configdoc adds the per-dataset and per-template schemas.
+DataKwargs: TypeAlias = Annotated[
+    SerializeAsAny[KwargsModel],
+    WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Data Kwargs"}),
+]
+TemplateKwargs: TypeAlias = Annotated[
+    SerializeAsAny[KwargsModel],
+    WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Template Kwargs"}),
+]
 
 
 class DataConfig(_Strict):
@@ -412,7 +250,7 @@ class DataConfig(_Strict):
         "dataset (files named by split, optionally under a subset folder), or a single JSON/JSONL/parquet "
         "file. Relative paths are relative to the working directory.",
     )
-    data_kwargs: dict[str, Any] = Field(
+    data_kwargs: DataKwargs = Field(
         default_factory=dict,
         validate_default=True,
         description="Per-dataset options (tables below); unknown keys are errors. After validation: the "
@@ -423,7 +261,7 @@ class DataConfig(_Strict):
         min_length=1,
         description="Prompt template: default, tokenizer_chat, llama_chat or qwen_3_chat.",
     )
-    template_kwargs: dict[str, Any] = Field(
+    template_kwargs: TemplateKwargs = Field(
         default_factory=dict,
         validate_default=True,
         description="Per-template options (tables below); unknown keys are errors. After validation: the "
@@ -451,27 +289,25 @@ class DataConfig(_Strict):
             raise ValueError(_registry_problem("template", value, known))
         return value
 
-    @field_validator("data_kwargs")
+    @field_validator("data_kwargs", mode="before")
     @classmethod
-    def _data_kwargs(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    def _data_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
         name = info.data.get("dataset_name")
         if name is None:  # dataset_name itself failed; that error is reported instead
-            return value
+            return KwargsModel()
         from gencache.data.recipes import get_recipe
 
-        recipe = get_recipe(name)
-        return _kwargs_through(recipe.kwargs_model, value, f"data_kwargs key for dataset {name!r}")
+        return _kwargs_of(value, get_recipe(name).kwargs_model, f"data_kwargs key for dataset {name!r}")
 
-    @field_validator("template_kwargs")
+    @field_validator("template_kwargs", mode="before")
     @classmethod
-    def _template_kwargs(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    def _template_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
         name = info.data.get("template")
         if name is None:
-            return value
+            return KwargsModel()
         from gencache.data.prompts import get_template
 
-        spec = get_template(name)
-        return _kwargs_through(spec.kwargs_model, value, f"template_kwargs key for template {name!r}")
+        return _kwargs_of(value, get_template(name).kwargs_model, f"template_kwargs key for template {name!r}")
 
 
 class CacheConfig(_Strict):

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError, model_validator
+from pydantic import BaseModel, StrictBool, StrictStr, ValidationError, model_validator
 
 from gencache.canonical import json_digest, sha256_hex
+from gencache.data.kwargs import KwargsModel
 from gencache.errors import PromptError
 
 
@@ -90,10 +91,9 @@ def prompt_text(parts: Prompt) -> str:
 # -- templates ---------------------------------------------------------------------------------------------------
 
 
-class _TemplateKwargs(BaseModel):
+class _TemplateKwargs(KwargsModel):
     """Base of the template kwargs models: strict, frozen, and the old ``think`` kwarg explained."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     template_name: ClassVar[str]
 
     @model_validator(mode="before")
@@ -141,7 +141,7 @@ class TemplateSpec(ABC):
     """A named prompt template: its kwargs model and how it renders a normalised prompt."""
 
     name: str
-    kwargs_model: type[BaseModel]
+    kwargs_model: type[KwargsModel]
     needs_tokenizer: bool
 
     @abstractmethod

@@ -158,9 +158,7 @@ def tokenizer_reasons(config_or_data_configs: CacheConfig | Sequence[DataConfig 
         spec = get_template(dc.template)
         if spec.needs_tokenizer:
             reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
-        recipe = get_recipe(dc.dataset_name)
-        kwargs = recipe.kwargs_model.model_validate(dc.data_kwargs)
-        if recipe.needs_tokenizer(kwargs):
+        if get_recipe(dc.dataset_name).needs_tokenizer(dc.data_kwargs):
             shown = ", ".join(f"{k}={v!r}" for k, v in sorted(dc.data_kwargs.items()))
             reasons.append(
                 f"data_configs[{index}]: dataset {dc.dataset_name!r} with data_kwargs {{{shown}}} counts tokens"
@@ -183,21 +181,19 @@ def _load_one(
     index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
 ) -> tuple[list[Sample], SourceInfo]:
     from gencache.data.keys import semantic_key
-    from gencache.data.prompts import render_prompt, tokenize_prompt
+    from gencache.data.prompts import get_template, tokenize_prompt
     from gencache.data.recipes import get_recipe
 
-    recipe = get_recipe(dc.dataset_name)
-    kwargs = recipe.kwargs_model.model_validate(dc.data_kwargs)
-    raw_samples, source = recipe.load(dc, kwargs, tokenizer)
+    raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)
     if len(raw_samples) != dc.num_samples:
         raise DatasetError(
             f"data_configs[{index}]: dataset {dc.dataset_name!r} returned {len(raw_samples)} samples "
             f"but num_samples is {dc.num_samples}."
         )
-    template_kwargs = dict(dc.template_kwargs)
+    template = get_template(dc.template)
     out: list[Sample] = []
     for sample_index, raw in enumerate(raw_samples):
-        parts = render_prompt(dc.template, raw.parts, template_kwargs, tokenizer)
+        parts = template.render(raw.parts, dc.template_kwargs, tokenizer)
         input_ids: tuple[int, ...] | None = None
         spans: tuple[tuple[str, int, int], ...] | None = None
         if tokenizer is not None:
@@ -281,7 +277,7 @@ def build_samples(
                     prompt_chars=_stats(chars),
                     prompt_tokens=_stats(tokens) if tokenizer is not None else None,
                     source=source,
-                    data_kwargs=dict(dc.data_kwargs),
+                    data_kwargs=dc.data_kwargs.as_json(),
                 )
             )
     if not samples:

@@ -1,15 +1,18 @@
-"""Types shared by the dataset recipes: what a recipe reads, what it returns, and a few common checks."""
+"""The dataset recipe skeleton, the types a recipe reads and returns, and a few common checks."""
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gencache.data.prompts import Prompt
+from gencache.data.kwargs import KwargsModel
+from gencache.data.prompts import Prompt, compose_default
 from gencache.errors import DatasetError
 
 
@@ -71,26 +74,178 @@ class SourceInfo:
         }
 
 
-@runtime_checkable
-class DatasetRecipe(Protocol):
-    """A dataset: its name, canonical hub id, ``data_kwargs`` model and how it turns a data config into samples."""
+KwargsT = TypeVar("KwargsT", bound=KwargsModel)
+RowsT = TypeVar("RowsT")
 
-    name: str
-    hub_id: str
-    kwargs_model: type[BaseModel]
 
-    def needs_tokenizer(self, kwargs: BaseModel) -> bool: ...
+@dataclass(frozen=True)
+class Shot:
+    """One few-shot example: what its key records (documents, query, answer, task) and its rendered text."""
+
+    documents: list[str]
+    query: str
+    answer: str
+    rendered: str
+    task: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Question:
+    """One sample before the skeleton adds the shots: its key fields and what its prompt shows.
+
+    ``task_prompt`` is the text after the documents; ``shown`` the query as shown (``query`` when None);
+    ``context`` the prompt's document blocks (the key's ``documents`` when None).
+    """
+
+    documents: list[str]
+    query: str
+    answer: str
+    task_prompt: str
+    task: dict[str, Any] = field(default_factory=dict)
+    shown: str | None = None
+    context: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Selection(Generic[RowsT]):
+    """What a recipe chose from its source: few-shot indices, sample candidates in order, and its row access.
+
+    ``rows`` is whatever the recipe's :meth:`DatasetRecipe.shot` and :meth:`DatasetRecipe.sample` read (a table,
+    the seeded ``random.Random`` they share, ...). ``candidates`` are tried in order until ``num_samples`` samples
+    are made; a candidate the recipe skips (``sample`` returns None) is counted.
+    """
+
+    source: SourceInfo
+    rows: RowsT
+    shots: Sequence[int]
+    candidates: Iterable[int]
+
+
+@dataclass(frozen=True)
+class QuestionRows:
+    """Rows of a question-answering table: the recipe's documents of a row, its question and its answer."""
+
+    table: Any
+    label: str
+    documents: Callable[[dict[str, Any], int], list[str]]
+
+    def read(self, index: int) -> tuple[list[str], str, str]:
+        """``(documents, question, answer)`` of row ``index``."""
+        record = self.table[index]
+        return (
+            self.documents(record, index),
+            require_str(record.get("question"), f"{self.label} row {index} question"),
+            require_str(record.get("answer"), f"{self.label} row {index} answer"),
+        )
+
+
+class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
+    """A dataset: its name, canonical hub id, ``data_kwargs`` model, and the steps that turn a data config into
+    samples. :meth:`load` is the one skeleton: :meth:`select` (read and shuffle the source), one :meth:`shot` per
+    few-shot index, :meth:`preamble`, then :meth:`sample` per candidate until ``num_samples`` are made, each
+    becoming a :class:`RawSample` whose key holds the shots."""
+
+    name: ClassVar[str]
+    hub_id: ClassVar[str]
+    kwargs_model: ClassVar[type[KwargsModel]]
+
+    def needs_tokenizer(self, kwargs: KwargsT) -> bool:
+        """Whether building the samples counts teacher tokens."""
+        return False
+
+    @abstractmethod
+    def select(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> Selection[RowsT]:
+        """Load the source and choose the few-shot rows and the sample candidates (raising any shortfall)."""
+
+    @abstractmethod
+    def sample(self, rows: RowsT, kwargs: KwargsT, index: int) -> Question | None:
+        """The sample made of candidate ``index``, or None to skip it."""
+
+    def shot(self, rows: RowsT, kwargs: KwargsT, index: int) -> Shot:
+        """The few-shot example made of row ``index`` (a recipe with few-shot examples overrides this)."""
+        raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.")
+
+    def preamble(self, rendered: list[str]) -> str:
+        """The text before the documents: the rendered shots, one per line, then a newline."""
+        return "\n".join(rendered) + "\n" if rendered else ""
+
+    def exhausted(self, dc: DataConfigLike, kwargs: KwargsT, rows: RowsT, made: int, skipped: int) -> DatasetError:
+        """The error when the candidates run out before ``num_samples`` samples are made."""
+        return shortfall(self.name, dc.split, dc.num_samples, made, f"{skipped} rows skipped")
+
+    def tables(
+        self,
+        dc: DataConfigLike,
+        *,
+        splits: Sequence[str],
+        hub_config: str | None,
+        single_file_error: str | None = None,
+    ) -> tuple[dict[str, Any], SourceInfo]:
+        """The data config's tables from its ``source`` (the hub dataset :attr:`hub_id` when null), by split;
+        in a local directory the ``subset`` folder is tried first (see :mod:`gencache.data.sources`)."""
+        from gencache.data.sources import load_tables
+
+        return load_tables(
+            dc.source,
+            self.hub_id,
+            label=self.name,
+            hub_config=hub_config,
+            dir_config=dc.subset,
+            splits=splits,
+            single_file_error=single_file_error,
+        )
 
     def load(
-        self, dc: DataConfigLike, kwargs: BaseModel, tokenizer: Any | None
-    ) -> tuple[list[RawSample], SourceInfo]: ...
+        self, dc: DataConfigLike, kwargs: KwargsT | Mapping[str, Any], tokenizer: Any | None
+    ) -> tuple[list[RawSample], SourceInfo]:
+        """The data config's samples, in order, and where their rows came from."""
+        kw: KwargsT = coerce_kwargs(self.kwargs_model, kwargs, self.name)  # type: ignore[assignment]
+        check_counts(dc)
+        selection = self.select(dc, kw, tokenizer)
+        shots = [self.shot(selection.rows, kw, index) for index in selection.shots]
+        preamble = self.preamble([shot.rendered for shot in shots])
+        recorded = [
+            {"documents": shot.documents, "query": shot.query, "answer": shot.answer, "task": shot.task}
+            for shot in shots
+        ]
+        samples: list[RawSample] = []
+        skipped = 0
+        for index in selection.candidates:
+            if len(samples) == dc.num_samples:
+                break
+            question = self.sample(selection.rows, kw, index)
+            if question is None:
+                skipped += 1
+                continue
+            semantic = {
+                "documents": question.documents,
+                "query": question.query,
+                "shots": copy.deepcopy(recorded),
+                "task": question.task,
+            }
+            context = question.documents if question.context is None else question.context
+            samples.append(
+                RawSample(
+                    semantic=semantic,
+                    parts=compose_default(preamble, context, question.task_prompt),
+                    query=question.query if question.shown is None else question.shown,
+                    answer=question.answer,
+                )
+            )
+        if len(samples) < dc.num_samples:
+            raise self.exhausted(dc, kw, selection.rows, len(samples), skipped)
+        return samples, selection.source
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def coerce_kwargs(model: type[ModelT], kwargs: BaseModel | Mapping[str, Any] | None, dataset: str) -> ModelT:
-    """``kwargs`` as an instance of ``model`` (validating a mapping); a :class:`DatasetError` naming the bad key."""
+    """``kwargs`` as an instance of ``model`` (validating a mapping); a :class:`DatasetError` naming the bad key.
+
+    A data config's ``data_kwargs`` already is an instance and passes through; a caller of a recipe may pass a
+    mapping instead.
+    """
     if isinstance(kwargs, model):
         return kwargs
     if kwargs is None:
@@ -128,8 +283,9 @@ def shortfall(dataset: str, split: str, asked: int, available: int, detail: str)
 
 
 def warn(message: str) -> None:
-    """A reference-compatible ``UserWarning`` attributed to the caller of the recipe."""
-    warnings.warn(message, UserWarning, stacklevel=3)
+    """A reference-compatible ``UserWarning`` attributed to the caller of :meth:`DatasetRecipe.load` (issued
+    from a recipe's :meth:`DatasetRecipe.select`)."""
+    warnings.warn(message, UserWarning, stacklevel=4)
 
 
 def require_str(value: Any, what: str) -> str:
@@ -149,7 +305,11 @@ def require_str_list(value: Any, what: str) -> list[str]:
 __all__ = [
     "DataConfigLike",
     "DatasetRecipe",
+    "Question",
+    "QuestionRows",
     "RawSample",
+    "Selection",
+    "Shot",
     "SourceInfo",
     "check_counts",
     "coerce_kwargs",

@@ -13,24 +13,22 @@ when not drawn) and builds their documents.
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 
-from gencache.data.prompts import compose_default
+from gencache.data.kwargs import KwargsModel
 from gencache.data.recipes.base import (
     DataConfigLike,
-    RawSample,
-    SourceInfo,
-    check_counts,
-    coerce_kwargs,
+    DatasetRecipe,
+    Question,
+    Selection,
+    Shot,
     require_str,
     require_str_list,
     shortfall,
 )
-from gencache.data.sources import load_tables
 from gencache.errors import DatasetError
 
 ATTRIBUTES = ("birth_date", "birth_place", "current_location", "university", "major", "company")
@@ -77,10 +75,8 @@ QA_TEMPLATES: dict[str, tuple[str, ...]] = {
 SPLITS = ("train", "test")
 
 
-class BiographyKwargs(BaseModel):
+class BiographyKwargs(KwargsModel):
     """``data_kwargs`` of ``biography``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     question_type: Literal["completion", "QA"] = Field(
         default="completion",
@@ -89,15 +85,22 @@ class BiographyKwargs(BaseModel):
     cache_dataset: StrictBool = Field(default=True, description="Accepted for reference configs; has no effect.")
 
 
-class _Tables:
-    """Row access into the filtered, row-aligned train/test tables (rows fetched once)."""
+class _Rows:
+    """Row access into the filtered, row-aligned train/test tables (rows fetched once), the seeded
+    ``random.Random`` every step draws from in order, and the pool of people (``per_sample`` per sample) whose
+    documents a sample shows."""
 
-    def __init__(self, train: Any, test: Any, kept: list[int]) -> None:
+    def __init__(
+        self, train: Any, test: Any, kept: list[int], rng: random.Random, pool: list[int], per_sample: int
+    ) -> None:
         self._train = train
         self._test = test
         self._kept = kept
         self._train_rows: dict[int, dict[str, Any]] = {}
         self._test_rows: dict[int, dict[str, Any]] = {}
+        self.rng = rng
+        self.pool = pool
+        self.per_sample = per_sample
 
     def train(self, index: int) -> dict[str, Any]:
         if index not in self._train_rows:
@@ -109,8 +112,29 @@ class _Tables:
             self._test_rows[index] = self._test[self._kept[index]]
         return self._test_rows[index]
 
-    def source_row(self, index: int) -> int:
-        return self._kept[index]
+    def document(self, index: int) -> str:
+        """One random statement per attribute of person ``index``."""
+        row = self.train(index)
+        where = f"biography train row {self._kept[index]}"
+        return " ".join(_choice(self.rng, row.get(attr), f"{where} {attr}") for attr in ATTRIBUTES)
+
+    def question(self, index: int, question_type: str) -> tuple[str, str, str, str]:
+        """(attribute, semantic query, shown question, answer) of person ``index``."""
+        row = self.test(index)
+        where = f"biography test row {self._kept[index]}"
+        attribute = self.rng.choice(ATTRIBUTES)
+        if question_type == "completion":
+            semantic = _choice(self.rng, row.get(attribute), f"{where} {attribute}").rstrip()
+            shown = "## " + semantic
+        else:
+            name = require_str(row.get("name"), f"{where} name")
+            semantic = self.rng.choice(QA_TEMPLATES[attribute]).replace("{name}", name)
+            shown = semantic + QA_SUFFIX
+        labels = row.get("labels")
+        if not isinstance(labels, dict):
+            raise DatasetError(f"{where} has no labels object; check the source's schema.")
+        answer = require_str(labels.get(attribute), f"{where} labels.{attribute}")
+        return attribute, semantic, shown, answer
 
 
 def _choice(rng: random.Random, values: Any, what: str) -> str:
@@ -120,31 +144,23 @@ def _choice(rng: random.Random, values: Any, what: str) -> str:
     return rng.choice(items)
 
 
-class BiographyRecipe:
+class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
     """The ``biography`` recipe."""
 
     name = "biography"
     hub_id = "alex-karev/biographies"
-    kwargs_model: type[BaseModel] = BiographyKwargs
+    kwargs_model = BiographyKwargs
 
-    def needs_tokenizer(self, kwargs: BaseModel) -> bool:
-        return False
-
-    def load(self, dc: DataConfigLike, kwargs: BaseModel, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
-        kw = coerce_kwargs(BiographyKwargs, kwargs, self.name)
-        check_counts(dc)
+    def select(self, dc: DataConfigLike, kwargs: BiographyKwargs, tokenizer: Any | None) -> Selection[_Rows]:
         if dc.split not in SPLITS:
             raise DatasetError(
                 f"Unknown split {dc.split!r} for biography; use 'train' or 'test' "
                 "(a 50/50 partition of the filtered people)."
             )
-        tables, info = load_tables(
-            dc.source,
-            self.hub_id,
-            label=self.name,
-            hub_config=dc.subset,
-            dir_config=dc.subset,
+        tables, info = self.tables(
+            dc,
             splits=SPLITS,
+            hub_config=dc.subset,
             single_file_error=(
                 "biography needs two row-aligned tables, train (statements) and test (prefixes, name, labels); "
                 "point source at a directory holding <subset>/train.jsonl and <subset>/test.jsonl"
@@ -161,7 +177,6 @@ class BiographyRecipe:
         kept = [i for i, dates in enumerate(test["birth_date"]) if dates and len(set(dates)) > 1]
         cut = int(len(kept) * 0.5)
         bounds = (0, cut) if dc.split == "train" else (cut, len(kept))
-        rows = _Tables(train, test, kept)
         rng = random.Random(dc.seed)
         order = list(range(*bounds))
         rng.shuffle(order)
@@ -180,60 +195,21 @@ class BiographyRecipe:
                 f"biography num_data_strs is {dc.num_data_strs} but the split's pool holds {len(pool)} people; "
                 f"lower num_data_strs to at most {len(pool)}."
             )
+        rows = _Rows(train, test, kept, rng, pool, dc.num_data_strs)
+        return Selection(info, rows, shot_people, pool[: dc.num_samples])
 
-        def document(index: int) -> str:
-            row = rows.train(index)
-            where = f"biography train row {rows.source_row(index)}"
-            return " ".join(_choice(rng, row.get(attr), f"{where} {attr}") for attr in ATTRIBUTES)
+    def shot(self, rows: _Rows, kwargs: BiographyKwargs, index: int) -> Shot:
+        document = rows.document(index)
+        attribute, query, shown, answer = rows.question(index, kwargs.question_type)
+        return Shot([document], query, answer, f"{document} {shown} {answer}.", {"attribute": attribute})
 
-        def question(index: int) -> tuple[str, str, str, str]:
-            """(attribute, semantic query, shown question, answer)."""
-            row = rows.test(index)
-            where = f"biography test row {rows.source_row(index)}"
-            attribute = rng.choice(ATTRIBUTES)
-            if kw.question_type == "completion":
-                semantic = _choice(rng, row.get(attribute), f"{where} {attribute}").rstrip()
-                shown = "## " + semantic
-            else:
-                name = require_str(row.get("name"), f"{where} name")
-                semantic = rng.choice(QA_TEMPLATES[attribute]).replace("{name}", name)
-                shown = semantic + QA_SUFFIX
-            labels = row.get("labels")
-            if not isinstance(labels, dict):
-                raise DatasetError(f"{where} has no labels object; check the source's schema.")
-            answer = require_str(labels.get(attribute), f"{where} labels.{attribute}")
-            return attribute, semantic, shown, answer
-
-        shots: list[dict[str, Any]] = []
-        rendered: list[str] = []
-        for index in shot_people:
-            doc = document(index)
-            attribute, semantic_query, shown, answer = question(index)
-            rendered.append(f"{doc} {shown} {answer}.")
-            shots.append(
-                {"documents": [doc], "query": semantic_query, "answer": answer, "task": {"attribute": attribute}}
-            )
-        preamble = "\n".join(rendered) + "\n" if rendered else ""
-        samples: list[RawSample] = []
-        for position in range(dc.num_samples):
-            target = pool[position]
-            attribute, semantic_query, shown, answer = question(target)
-            chosen = rng.sample(pool, dc.num_data_strs)
-            if dc.num_data_strs > 0 and target not in chosen:
-                chosen[0] = target
-            documents = [document(index) for index in chosen]
-            semantic = {
-                "documents": documents,
-                "query": semantic_query,
-                "shots": copy.deepcopy(shots),
-                "task": {"attribute": attribute},
-            }
-            samples.append(
-                RawSample(
-                    semantic=semantic, parts=compose_default(preamble, documents, shown), query=shown, answer=answer
-                )
-            )
-        return samples, info
+    def sample(self, rows: _Rows, kwargs: BiographyKwargs, index: int) -> Question:
+        attribute, query, shown, answer = rows.question(index, kwargs.question_type)
+        chosen = rows.rng.sample(rows.pool, rows.per_sample)
+        if rows.per_sample > 0 and index not in chosen:
+            chosen[0] = index
+        documents = [rows.document(person) for person in chosen]
+        return Question(documents, query, answer, shown, {"attribute": attribute}, shown=shown)
 
 
 RECIPE = BiographyRecipe()

@@ -8,25 +8,23 @@ its sentences concatenated with no separator (titles are dropped).
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 
-from gencache.data.prompts import compose_default
+from gencache.data.kwargs import KwargsModel
 from gencache.data.recipes.base import (
     DataConfigLike,
-    RawSample,
-    SourceInfo,
-    check_counts,
-    coerce_kwargs,
-    require_str,
+    DatasetRecipe,
+    Question,
+    QuestionRows,
+    Selection,
+    Shot,
     require_str_list,
     shortfall,
     warn,
 )
-from gencache.data.sources import load_tables
 from gencache.errors import DatasetError
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -40,10 +38,8 @@ def _hard_only() -> list[Difficulty]:
     return ["hard"]
 
 
-class HotpotQAKwargs(BaseModel):
+class HotpotQAKwargs(KwargsModel):
     """``data_kwargs`` of ``hotpot_qa``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
@@ -74,27 +70,15 @@ def task_prompt(question: str, add_inst: bool, add_cot: bool) -> str:
     return text
 
 
-class HotpotQARecipe:
+class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
     """The ``hotpot_qa`` recipe."""
 
     name = "hotpot_qa"
     hub_id = "hotpotqa/hotpot_qa"
-    kwargs_model: type[BaseModel] = HotpotQAKwargs
+    kwargs_model = HotpotQAKwargs
 
-    def needs_tokenizer(self, kwargs: BaseModel) -> bool:
-        return False
-
-    def load(self, dc: DataConfigLike, kwargs: BaseModel, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
-        kw = coerce_kwargs(HotpotQAKwargs, kwargs, self.name)
-        check_counts(dc)
-        tables, info = load_tables(
-            dc.source,
-            self.hub_id,
-            label=self.name,
-            hub_config=dc.subset,
-            dir_config=dc.subset,
-            splits=(dc.split,),
-        )
+    def select(self, dc: DataConfigLike, kwargs: HotpotQAKwargs, tokenizer: Any | None) -> Selection[QuestionRows]:
+        tables, info = self.tables(dc, splits=(dc.split,), hub_config=dc.subset)
         table = tables[dc.split]
         if "level" not in table.column_names:
             raise DatasetError("hotpot_qa source has no 'level' column; it is needed for the difficulty filter.")
@@ -102,7 +86,7 @@ class HotpotQARecipe:
         rng = random.Random(dc.seed)
         order = list(range(len(levels)))
         rng.shuffle(order)
-        wanted = set(kw.difficulty)
+        wanted = set(kwargs.difficulty)
         kept = [i for i in order if levels[i] in wanted]
         if dc.num_shots > 0:
             warn("few_shot_str is not recommended for HotpotQA")
@@ -112,31 +96,26 @@ class HotpotQARecipe:
                 dc.split,
                 dc.num_samples,
                 max(len(kept) - dc.num_shots, 0),
-                f"{len(kept)} rows of difficulty {', '.join(kw.difficulty)}, {dc.num_shots} used as few-shot",
+                f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot",
             )
+        return Selection(
+            info,
+            QuestionRows(table, self.name, _documents),
+            kept[: dc.num_shots],
+            kept[dc.num_shots : dc.num_shots + dc.num_samples],
+        )
 
-        def row(index: int) -> tuple[list[str], str, str]:
-            record = table[index]
-            return (
-                _documents(record, index),
-                require_str(record.get("question"), f"hotpot_qa row {index} question"),
-                require_str(record.get("answer"), f"hotpot_qa row {index} answer"),
-            )
+    def shot(self, rows: QuestionRows, kwargs: HotpotQAKwargs, index: int) -> Shot:
+        documents, question, answer = rows.read(index)
+        rendered = f"Context: {' '.join(documents)}\nQuestion: {question}\nAnswer: {answer}\n"
+        return Shot(documents, question, answer, rendered)
 
-        shots: list[dict[str, Any]] = []
-        rendered: list[str] = []
-        for index in kept[: dc.num_shots]:
-            documents, question, answer = row(index)
-            rendered.append(f"Context: {' '.join(documents)}\nQuestion: {question}\nAnswer: {answer}\n")
-            shots.append({"documents": documents, "query": question, "answer": answer, "task": {}})
-        preamble = "\n".join(rendered)
-        samples: list[RawSample] = []
-        for index in kept[dc.num_shots : dc.num_shots + dc.num_samples]:
-            documents, question, answer = row(index)
-            semantic = {"documents": documents, "query": question, "shots": copy.deepcopy(shots), "task": {}}
-            parts = compose_default(preamble, documents, task_prompt(question, kw.add_inst, kw.add_cot))
-            samples.append(RawSample(semantic=semantic, parts=parts, query=question, answer=answer))
-        return samples, info
+    def preamble(self, rendered: list[str]) -> str:
+        return "\n".join(rendered)  # each shot already ends with a newline
+
+    def sample(self, rows: QuestionRows, kwargs: HotpotQAKwargs, index: int) -> Question:
+        documents, question, answer = rows.read(index)
+        return Question(documents, question, answer, task_prompt(question, kwargs.add_inst, kwargs.add_cot))
 
 
 RECIPE = HotpotQARecipe()

@@ -7,24 +7,23 @@ that order and samples the first ``num_samples``. One document per paragraph (``
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
 
-from gencache.data.prompts import compose_default
+from gencache.data.kwargs import KwargsModel
 from gencache.data.recipes.base import (
     DataConfigLike,
-    RawSample,
-    SourceInfo,
-    check_counts,
-    coerce_kwargs,
+    DatasetRecipe,
+    Question,
+    QuestionRows,
+    Selection,
+    Shot,
     require_str,
     shortfall,
     warn,
 )
-from gencache.data.sources import load_tables
 from gencache.errors import DatasetError
 
 INSTRUCTION = "Answer the following question based on the provided context.\n"
@@ -34,10 +33,8 @@ COT = (
 )
 
 
-class MuSiQueKwargs(BaseModel):
+class MuSiQueKwargs(KwargsModel):
     """``data_kwargs`` of ``musique``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     add_inst: StrictBool = Field(default=True, description="Wrap the question in the instruction.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence and answer format.")
@@ -64,33 +61,21 @@ def _paragraphs(record: dict[str, Any], index: int) -> list[str]:
     return out
 
 
-class MuSiQueRecipe:
+class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
     """The ``musique`` recipe."""
 
     name = "musique"
     hub_id = "dgslibisey/MuSiQue"
-    kwargs_model: type[BaseModel] = MuSiQueKwargs
+    kwargs_model = MuSiQueKwargs
 
-    def needs_tokenizer(self, kwargs: BaseModel) -> bool:
-        return False
-
-    def load(self, dc: DataConfigLike, kwargs: BaseModel, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
-        kw = coerce_kwargs(MuSiQueKwargs, kwargs, self.name)
-        check_counts(dc)
-        tables, info = load_tables(
-            dc.source,
-            self.hub_id,
-            label=self.name,
-            hub_config=None,
-            dir_config=dc.subset,
-            splits=(dc.split,),
-        )
+    def select(self, dc: DataConfigLike, kwargs: MuSiQueKwargs, tokenizer: Any | None) -> Selection[QuestionRows]:
+        tables, info = self.tables(dc, splits=(dc.split,), hub_config=None)
         table = tables[dc.split]
         total = len(table)
         rng = random.Random(dc.seed)
         order = list(range(total))
         rng.shuffle(order)
-        if dc.num_shots > 0 and kw.add_cot:
+        if dc.num_shots > 0 and kwargs.add_cot:
             warn("Do not recommend using few-shot with CoT for MuSiQue dataset.")
         if dc.num_shots > total or total - dc.num_shots < dc.num_samples:
             raise shortfall(
@@ -100,32 +85,20 @@ class MuSiQueRecipe:
                 max(total - dc.num_shots, 0),
                 f"{total} rows, {dc.num_shots} used as few-shot",
             )
+        shots = order[total - dc.num_shots :] if dc.num_shots else []
+        return Selection(
+            info, QuestionRows(table, self.name, _paragraphs), shots, order[: total - dc.num_shots][: dc.num_samples]
+        )
 
-        def row(index: int) -> tuple[list[str], str, str]:
-            record = table[index]
-            return (
-                _paragraphs(record, index),
-                require_str(record.get("question"), f"musique row {index} question"),
-                require_str(record.get("answer"), f"musique row {index} answer"),
-            )
+    def shot(self, rows: QuestionRows, kwargs: MuSiQueKwargs, index: int) -> Shot:
+        documents, question, answer = rows.read(index)
+        shown = INSTRUCTION + question if kwargs.add_inst else "Question: " + question
+        context = "\n".join(documents)
+        return Shot(documents, question, answer, f"Context: {context}\n{shown}\nAnswer: {answer}\n")
 
-        shot_indices = order[total - dc.num_shots :] if dc.num_shots else []
-        shots: list[dict[str, Any]] = []
-        rendered: list[str] = []
-        for index in shot_indices:
-            documents, question, answer = row(index)
-            shown = INSTRUCTION + question if kw.add_inst else "Question: " + question
-            context = "\n".join(documents)
-            rendered.append(f"Context: {context}\n{shown}\nAnswer: {answer}\n")
-            shots.append({"documents": documents, "query": question, "answer": answer, "task": {}})
-        preamble = "\n".join(rendered) + "\n" if rendered else ""
-        samples: list[RawSample] = []
-        for index in order[: total - dc.num_shots][: dc.num_samples]:
-            documents, question, answer = row(index)
-            semantic = {"documents": documents, "query": question, "shots": copy.deepcopy(shots), "task": {}}
-            parts = compose_default(preamble, documents, task_prompt(question, kw.add_inst, kw.add_cot))
-            samples.append(RawSample(semantic=semantic, parts=parts, query=question, answer=answer))
-        return samples, info
+    def sample(self, rows: QuestionRows, kwargs: MuSiQueKwargs, index: int) -> Question:
+        documents, question, answer = rows.read(index)
+        return Question(documents, question, answer, task_prompt(question, kwargs.add_inst, kwargs.add_cot))
 
 
 RECIPE = MuSiQueRecipe()

@@ -17,21 +17,13 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import Field, StrictBool, StrictInt
 
-from gencache.data.prompts import compose_default
-from gencache.data.recipes.base import (
-    DataConfigLike,
-    RawSample,
-    SourceInfo,
-    check_counts,
-    coerce_kwargs,
-    require_str,
-    shortfall,
-)
-from gencache.data.sources import load_tables
+from gencache.data.kwargs import KwargsModel
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, require_str, shortfall
 from gencache.errors import DatasetError
 
 PARTITION_SEED = 42
@@ -56,10 +48,8 @@ RulerTask = Literal[
 RULER_TASKS: tuple[str, ...] = get_args(RulerTask)
 
 
-class NIAHKwargs(BaseModel):
+class NIAHKwargs(KwargsModel):
     """``data_kwargs`` of ``niah``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     chunk_size: StrictInt = Field(default=4096, ge=1, description="Largest prompt chunk, in characters.")
     max_len: StrictInt = Field(
@@ -152,19 +142,24 @@ def _token_count(tokenizer: Any, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-class NIAHRecipe:
+@dataclass(frozen=True)
+class _Rows:
+    table: Any
+    tokenizer: Any | None
+    detail: str
+
+
+class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
     """The ``niah`` recipe."""
 
     name = "niah"
     hub_id = "simonjegou/ruler"
-    kwargs_model: type[BaseModel] = NIAHKwargs
+    kwargs_model = NIAHKwargs
 
-    def needs_tokenizer(self, kwargs: BaseModel) -> bool:
-        return coerce_kwargs(NIAHKwargs, kwargs, self.name).max_len >= 0
+    def needs_tokenizer(self, kwargs: NIAHKwargs) -> bool:
+        return kwargs.max_len >= 0
 
-    def load(self, dc: DataConfigLike, kwargs: BaseModel, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
-        kw = coerce_kwargs(NIAHKwargs, kwargs, self.name)
-        check_counts(dc)
+    def select(self, dc: DataConfigLike, kwargs: NIAHKwargs, tokenizer: Any | None) -> Selection[_Rows]:
         if dc.split not in SPLITS:
             raise DatasetError(
                 f"Unknown split {dc.split!r} for niah; use 'train' or 'test' "
@@ -174,19 +169,12 @@ class NIAHRecipe:
             raise DatasetError("NIAH dataset requires num_data_strs to be 0 to use all passages.")
         if dc.num_shots > 0:
             raise DatasetError("niah has no few-shot examples (the reference never rendered them); set num_shots to 0.")
-        if kw.max_len >= 0 and tokenizer is None:
+        if kwargs.max_len >= 0 and tokenizer is None:
             raise DatasetError(
-                f"niah data_kwargs.max_len={kw.max_len} counts teacher tokens and needs a tokenizer; "
+                f"niah data_kwargs.max_len={kwargs.max_len} counts teacher tokens and needs a tokenizer; "
                 "pass the teacher's tokenizer or set max_len to -1."
             )
-        tables, info = load_tables(
-            dc.source,
-            self.hub_id,
-            label=self.name,
-            hub_config=dc.subset,
-            dir_config=dc.subset,
-            splits=(HUB_SPLIT,),
-        )
+        tables, info = self.tables(dc, splits=(HUB_SPLIT,), hub_config=dc.subset)
         table = tables[HUB_SPLIT]
         total = len(table)
         order = list(range(total))
@@ -195,38 +183,22 @@ class NIAHRecipe:
         part = order[:cut] if dc.split == "train" else order[cut:]
         random.Random(dc.seed).shuffle(part)
         detail = f"{len(part)} rows in this half of {total}"
-        if kw.tasks is not None:
+        if kwargs.tasks is not None:
             if "task" not in table.column_names:
                 raise DatasetError("niah data_kwargs.tasks needs a 'task' column in the source; omit tasks.")
             task_of = list(table["task"])
-            wanted = set(kw.tasks)
+            wanted = set(kwargs.tasks)
             part = [i for i in part if task_of[i] in wanted]
-            detail += f", {len(part)} of tasks {', '.join(kw.tasks)}"
+            detail += f", {len(part)} of tasks {', '.join(kwargs.tasks)}"
         if dc.num_samples > len(part):
             raise shortfall(self.name, dc.split, dc.num_samples, len(part), detail)
-        samples: list[RawSample] = []
-        candidates = iter(part)
-        skipped = 0
-        while len(samples) < dc.num_samples:
-            index = next(candidates, None)
-            if index is None:
-                raise shortfall(
-                    self.name,
-                    dc.split,
-                    dc.num_samples,
-                    len(samples),
-                    f"{detail}, {skipped} longer than max_len={kw.max_len} tokens",
-                )
-            record = table[index]
-            context = require_str(record.get("context"), f"niah row {index} context")
-            if kw.max_len >= 0 and _token_count(tokenizer, context) > kw.max_len:
-                skipped += 1
-                continue
-            samples.append(self._sample(record, index, context, kw.chunk_size))
-        return samples, info
+        return Selection(info, _Rows(table, tokenizer, detail), (), part)
 
-    @staticmethod
-    def _sample(record: dict[str, Any], index: int, context: str, chunk_size: int) -> RawSample:
+    def sample(self, rows: _Rows, kwargs: NIAHKwargs, index: int) -> Question | None:
+        record = rows.table[index]
+        context = require_str(record.get("context"), f"niah row {index} context")
+        if kwargs.max_len >= 0 and _token_count(rows.tokenizer, context) > kwargs.max_len:
+            return None
         question = require_str(record.get("question"), f"niah row {index} question")
         raw_answer = record.get("answer")
         if isinstance(raw_answer, str):
@@ -236,9 +208,12 @@ class NIAHRecipe:
         else:
             raise DatasetError(f"niah row {index} answer must be a list of strings; check the source's schema.")
         shown = question + ANSWER_CUE
-        chunks = chunk_sentences(split_sentences(context), chunk_size)
-        semantic = {"documents": [context], "query": question, "shots": [], "task": {}}
-        return RawSample(semantic=semantic, parts=compose_default("", chunks, shown), query=shown, answer=answer)
+        chunks = chunk_sentences(split_sentences(context), kwargs.chunk_size)
+        return Question([context], question, answer, shown, shown=shown, context=chunks)
+
+    def exhausted(self, dc: DataConfigLike, kwargs: NIAHKwargs, rows: _Rows, made: int, skipped: int) -> DatasetError:
+        detail = f"{rows.detail}, {skipped} longer than max_len={kwargs.max_len} tokens"
+        return shortfall(self.name, dc.split, dc.num_samples, made, detail)
 
 
 RECIPE = NIAHRecipe()

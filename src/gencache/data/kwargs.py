@@ -1,0 +1,48 @@
+"""The base of every ``data_kwargs`` and ``template_kwargs`` model (pure: no I/O, no heavy imports).
+
+A data config validates its ``data_kwargs`` with the model of its dataset and its ``template_kwargs`` with the
+model of its template (selected by ``dataset_name`` and ``template``), and keeps the validated instances: the
+recipe and the template receive them as they are, never a dict to validate again. An instance reads like the
+JSON object it records, so ``kwargs["difficulty"]``, ``dict(kwargs.items())`` and ``kwargs == {...}`` compare
+effective values, defaults included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, KeysView, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class KwargsModel(BaseModel):
+    """Strict, frozen options of one dataset or template; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def as_json(self) -> dict[str, Any]:
+        """The effective values as plain JSON (what ``resolved_config.json`` records)."""
+        dumped: dict[str, Any] = self.model_dump(mode="json")
+        return dumped
+
+    def __getitem__(self, name: str) -> Any:
+        return self.as_json()[name]
+
+    def keys(self) -> KeysView[str]:
+        return self.as_json().keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        return self.as_json().items()
+
+    def __contains__(self, name: object) -> bool:
+        return name in type(self).model_fields
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self.as_json() == dict(other)
+        return super().__eq__(other)
+
+    __hash__ = BaseModel.__hash__
+
+
+__all__ = ["KwargsModel"]
