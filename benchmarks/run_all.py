@@ -17,27 +17,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ["bench_storage.py", "bench_generation.py"]
 
-GPU_NOTES = """## Generation on a GPU: what to expect and how to measure it
-
-The CPU figures above come from a tiny random teacher and only show that batching and length sorting pay off with
-identical greedy outputs. On a GPU the teacher's decode step is bound by memory bandwidth: every new token reads all
-weights once per batch, so tokens/s grow almost linearly with `gen_batch_size` until compute or KV-cache memory
-becomes the limit. For an 8B model in bfloat16 (about 16 GB of weights) on an H100/H200 class GPU, expect a few tens
-of tokens/s at batch size 1 with transformers' `generate`, and roughly an order of magnitude more at batch sizes
-32-64; vLLM with continuous batching and paged attention is several times faster again. Batched bfloat16
-greedy output can depend on batch composition, which is why `resolved_config.json` records the batching policy,
-dtype, attention implementation and device.
-
-Measure it on the machine that will run the teacher, with nothing downloaded (random weights of Qwen3-8B's shape):
-
-```bash
-uv run python benchmarks/bench_generation.py --gpu --batch-sizes 1,8,32,64 --max-new-tokens 128
-```
-
-It prints tokens/s, padding waste and peak GPU memory per batch size (and the same prompts through vLLM when it is
-installed). Pick the largest `gen_batch_size` that fits; memory grows with batch size x (prompt + max_new_tokens).
-"""
-
 
 def main(argv: list[str]) -> int:
     sections = []
@@ -63,7 +42,6 @@ def main(argv: list[str]) -> int:
         "",
         "",
     ]
-    sections.append(GPU_NOTES.strip())
     (ROOT / "docs" / "benchmarks.md").write_text("\n".join(header) + "\n\n".join(sections) + "\n", encoding="utf-8")
     print("wrote docs/benchmarks.md", file=sys.stderr)
     return 0

@@ -22,16 +22,21 @@ from pydantic_core import to_jsonable_python
 
 from gencache.data.config import (
     DEFAULTS_FILENAME,
-    GENERATION_FORBIDDEN,
-    GENERATION_KWARG_RULES,
-    GENERATION_UNSUPPORTED,
-    LOGIT_FIELDS,
-    NO_LOGITS_MESSAGE,
     CacheConfig,
     DataConfig,
     ModelConfig,
     config_to_json,
     parse_config,
+)
+from gencache.generation.options import ENGINE_OPTIONS
+from gencache.generation.settings import (
+    ALL_ENGINES,
+    GENERATION_FORBIDDEN,
+    GENERATION_SETTINGS,
+    GENERATION_UNSUPPORTED,
+    LOGIT_FIELDS,
+    NO_LOGITS_MESSAGE,
+    NO_NEUTRAL,
 )
 
 __all__ = ["EXAMPLE_CONFIG", "config_schema", "main", "render_config_markdown", "write_docs"]
@@ -140,6 +145,12 @@ def config_schema() -> dict[str, Any]:
     data_config["allOf"] = _switch("dataset_name", data_refs, "data_kwargs") + _switch(
         "template", template_refs, "template_kwargs"
     )
+
+    engine_refs = {
+        name: _kwargs_schema(model, defs, f"engine_options.{name}") for name, model in ENGINE_OPTIONS.items()
+    }
+    schema["properties"]["engine_options"].pop("default", None)
+    schema["allOf"] = _switch("engine", engine_refs, "engine_options")
 
     generation = defs["ModelConfig"]["properties"]["generation_kwargs"]
     generation["propertyNames"] = {
@@ -250,6 +261,10 @@ def _default_text(info: FieldInfo) -> str:
     return _code(info.default)
 
 
+def _neutral_text(value: Any) -> str:
+    return "-" if value is NO_NEUTRAL else _code(value)
+
+
 def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -329,11 +344,19 @@ def render_config_markdown() -> str:
         "under greedy decoding sampling parameters are dropped. `max_new_tokens` must end up a positive integer "
         "(from here or the teacher's `generation_config.json`); an explicit `null` unsets a value inherited from "
         f"`{DEFAULTS_FILENAME}`. The effective config is validated strictly before the weights load. These keys are "
-        "type-checked when the config loads:",
+        "type-checked when the config loads (and again on the effective config, the teacher's values included). "
+        "A key of another decoding mode is dropped (sampling keys under greedy decoding, beam keys without beams). "
+        "Before any weights load, a setting the chosen `engine` cannot honour exactly is refused unless it has its "
+        "neutral value; keys not listed here are honoured by the `transformers` engine only, unless they keep "
+        "transformers' default:",
         "",
-        "| key | rule |",
-        "|---|---|",
-        *[f"| `{name}` | {_escape(rule)} |" for name, rule in GENERATION_KWARG_RULES.items()],
+        "| key | rule | decoding mode | neutral value | engines |",
+        "|---|---|---|---|---|",
+        *[
+            f"| `{name}` | {_escape(rule.text)} | {rule.mode} | {_neutral_text(rule.neutral)} | "
+            f"{', '.join(f'`{engine}`' for engine in rule.engines) if rule.engines != ALL_ENGINES else 'all'} |"
+            for name, rule in GENERATION_SETTINGS.items()
+        ],
         "",
         "These keys are errors:",
         "",
@@ -343,6 +366,24 @@ def render_config_markdown() -> str:
         *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_FORBIDDEN.items()],
         *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_UNSUPPORTED.items()],
         "",
+        "## `engine_options` per engine",
+        "",
+        "Strict: an unknown option is an error. See [engines.md](engines.md) for which engine to pick.",
+        "",
+        *[
+            line
+            for name, model in ENGINE_OPTIONS.items()
+            for line in (
+                f"### `{name}`",
+                "",
+                *(
+                    _field_table(model, "engine_options.", defs, defs[f"engine_options.{name}"])
+                    if model.model_fields
+                    else ["No options: `engine_options` must be empty."]
+                ),
+                "",
+            )
+        ],
         "## `data_configs[i]`",
         "",
         *_field_table(DataConfig, "", defs, defs["DataConfig"]),

@@ -1,0 +1,199 @@
+"""The long-tail generation workload and the engine runs measured on it (used by ``bench_generation.py``).
+
+Answers of real distillation runs finish at very different steps. :func:`choose_eos` picks EOS ids from the model's
+own greedy outputs (generated without EOS) so that the answers finish early with a long tail: median about 20% of
+``max_new_tokens`` and about 10% of the answers at the limit. Every engine then generates the same prompts with that
+EOS list and is measured by what it spent: decode slots (one sequence row in one forward), kept tokens, rows per
+forward, prompt padding, wall time and CPU time.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gencache.generation.effective import EffectiveGeneration
+from gencache.generation.engines import EngineStats, GeneratedEntry
+from gencache.generation.engines.continuous import generate_continuous
+from gencache.generation.engines.static import generate_entries
+from gencache.generation.options import ContinuousOptions
+from gencache.generation.teacher import model_device
+
+Prompt = tuple[str, list[int]]
+
+
+@dataclass(frozen=True)
+class EosChoice:
+    """EOS ids and the answer lengths they give on the model's free greedy outputs."""
+
+    eos: tuple[int, ...]
+    lengths: tuple[int, ...]
+    max_new_tokens: int
+
+    @property
+    def median_fraction(self) -> float:
+        return statistics.median(self.lengths) / self.max_new_tokens
+
+    @property
+    def at_limit_fraction(self) -> float:
+        return sum(length >= self.max_new_tokens for length in self.lengths) / len(self.lengths)
+
+
+def _lengths(firsts: Sequence[dict[int, int]], eos: set[int], limit: int) -> list[int]:
+    return [min([first[t] + 1 for t in eos if t in first] + [limit]) for first in firsts]
+
+
+def choose_eos(
+    free_outputs: Sequence[Sequence[int]], max_new_tokens: int, *, median: float = 0.2, at_limit: float = 0.1
+) -> EosChoice:
+    """Greedily add the token that brings (median answer / max_new_tokens, share at the limit) closest to
+    (``median``, ``at_limit``), as long as it gets closer. ``free_outputs`` are greedy outputs without EOS."""
+    firsts: list[dict[int, int]] = []
+    for output in free_outputs:
+        first: dict[int, int] = {}
+        for position, token in enumerate(output[:max_new_tokens]):
+            first.setdefault(int(token), position)
+        firsts.append(first)
+    candidates = sorted({token for first in firsts for token in first})
+
+    def loss(eos: set[int]) -> float:
+        lengths = _lengths(firsts, eos, max_new_tokens)
+        med = statistics.median(lengths) / max_new_tokens
+        limit = sum(length >= max_new_tokens for length in lengths) / len(lengths)
+        return abs(med - median) / median + abs(limit - at_limit) / at_limit
+
+    chosen: set[int] = set()
+    best = loss(chosen)
+    while True:
+        scored = [(loss(chosen | {token}), token) for token in candidates if token not in chosen]
+        if not scored:
+            break
+        score, token = min(scored)
+        if score >= best:
+            break
+        chosen.add(token)
+        best = score
+    lengths = _lengths(firsts, chosen, max_new_tokens)
+    return EosChoice(tuple(sorted(chosen)), tuple(lengths), max_new_tokens)
+
+
+def one_by_one(model: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt]) -> dict[str, list[int]]:
+    """A plain ``model.generate`` loop, one prompt at a time (no padding): the exactness reference."""
+    import torch
+
+    device = model_device(model)
+    config = copy.deepcopy(generation.config)
+    outputs: dict[str, list[int]] = {}
+    with torch.inference_mode():
+        for key, ids in prompts:
+            input_ids = torch.tensor([ids], device=device)
+            out = model.generate(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config
+            )
+            outputs[key] = out[0, input_ids.shape[1] :].tolist()
+    return outputs
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One engine at one concurrency on the workload."""
+
+    engine: str
+    concurrency: int
+    stats: EngineStats | None
+    kept_tokens: int
+    seconds: float
+    cpu_seconds: float
+    outputs: dict[str, list[int]]
+    peak_gib: float | None = None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.kept_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_cpu_second(self) -> float:
+        return self.kept_tokens / self.cpu_seconds if self.cpu_seconds else 0.0
+
+
+def _measure(engine: str, concurrency: int, run: Callable[[EngineStats], Any], *, cuda: bool = False) -> EngineRun:
+    import torch
+
+    stats = EngineStats()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    wall, cpu = time.perf_counter(), time.process_time()
+    entries: list[GeneratedEntry] = list(run(stats))
+    if cuda:
+        torch.cuda.synchronize()
+    seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
+    outputs = {entry.key: entry.sequences[0].tolist() for entry in entries}
+    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    kept = sum(entry.num_tokens for entry in entries)
+    return EngineRun(engine, concurrency, stats, kept, seconds, cpu_seconds, outputs, peak)
+
+
+def run_static(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt], batch: int,
+               *, cuda: bool = False) -> EngineRun:  # fmt: skip
+    """The ``transformers`` engine at ``gen_batch_size`` = ``batch``."""
+    return _measure(
+        "transformers", batch,
+        lambda stats: generate_entries(model, tokenizer, generation, prompts, batch_size=batch, stats=stats),
+        cuda=cuda,
+    )  # fmt: skip
+
+
+def run_continuous(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt],
+                   concurrency: int, *, cuda: bool = False) -> EngineRun:  # fmt: skip
+    """The ``transformers-continuous`` engine at ``max_concurrent_sequences`` = ``concurrency``."""
+    options = ContinuousOptions(max_concurrent_sequences=concurrency)
+    return _measure(
+        "transformers-continuous", concurrency,
+        lambda stats: generate_continuous(model, tokenizer, generation, prompts, options=options, stats=stats),
+        cuda=cuda,
+    )  # fmt: skip
+
+
+def table(runs: Sequence[EngineRun], reference: dict[str, list[int]] | None, *, gpu: bool = False) -> list[str]:
+    """Markdown rows: one per engine run."""
+    head = (
+        "| engine | concurrency | useful tokens | decode slots | slot efficiency | rows per forward | prompt padding "
+        "| seconds | tokens/s | tokens per CPU-second | equal to one-by-one |"
+    )
+    rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    if gpu:
+        head += " peak GiB |"
+        rule += "---:|"
+    rows = [head, rule]
+    for run in runs:
+        stats = run.stats
+        if stats is not None and stats.slots:
+            slots = f"{stats.slots}"
+            efficiency = f"{stats.slot_efficiency:.3f}"
+            per_forward = f"{stats.rows_per_forward:.1f}"
+        else:
+            slots = efficiency = per_forward = "not exposed"
+        padding = (
+            f"{100 * stats.pad_cells / stats.prompt_cells:.1f}%" if stats is not None and stats.prompt_cells else "0.0%"
+        )
+        if reference is None:
+            equal = "not checked (bfloat16)"
+        else:
+            same = sum(run.outputs.get(key) == tokens for key, tokens in reference.items())
+            equal = "all" if same == len(reference) else f"{same} of {len(reference)}"
+        row = (
+            f"| {run.engine} | {run.concurrency} | {run.kept_tokens} | {slots} | {efficiency} | {per_forward} | "
+            f"{padding} | {run.seconds:.2f} | {run.tokens_per_second:.1f} | {run.tokens_per_cpu_second:.1f} | {equal} |"
+        )
+        if gpu:
+            row += f" {run.peak_gib:.1f} |" if run.peak_gib is not None else " - |"
+        rows.append(row)
+    return rows
+
+
+__all__ = ["EngineRun", "EosChoice", "choose_eos", "one_by_one", "run_continuous", "run_static", "table"]
