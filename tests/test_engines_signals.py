@@ -1,0 +1,62 @@
+"""`gencache generate` with the transformers-continuous engine, killed or interrupted mid-generation, leaves no output
+and no temporary directory, and its manager thread never keeps the process alive."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from gencache.artifact.publish import clean
+from gencache.data.recipes import sample_source
+from test_generate_signals import Child
+
+
+def write_config(tmp_path: Path, teacher: Path) -> Path:
+    config = {
+        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
+                  "generation_kwargs": {"max_new_tokens": 8, "stop_strings": ["."]}},
+        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
+                          "subset": "default", "source": str(sample_source("musique"))}],
+        "engine": "transformers-continuous",
+        "engine_options": {"max_concurrent_sequences": 2, "page_size": 16},
+        "output_dir": str(tmp_path / "out"),
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def test_kill_9_mid_continuous_generation_leaves_no_output(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    child = Child(write_config(tmp_path, tiny_teacher_dir))
+    child.run_until("appended", 2)
+    child.proc.send_signal(signal.SIGKILL)
+    assert child.finish() == -signal.SIGKILL
+    assert not os.path.lexists(tmp_path / "out")
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".out.gencache-")]
+    assert len(leftovers) == 1
+    assert clean(tmp_path) == leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_mid_continuous_generation_removes_the_temporary_directory(
+    tmp_path: Path, tiny_teacher_dir: Path, signum: int
+) -> None:
+    child = Child(write_config(tmp_path, tiny_teacher_dir))
+    child.run_until("appended", 2)
+    child.proc.send_signal(signum)
+    child.release()
+    code = child.finish()  # returns at all: the manager's (non-daemon) thread was stopped
+    assert code == (130 if signum == signal.SIGINT else 143), child.stderr
+    assert "nothing was published" in child.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+def test_uninterrupted_continuous_child_publishes(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    child = Child(write_config(tmp_path, tiny_teacher_dir))
+    assert child.finish() == 0, child.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
