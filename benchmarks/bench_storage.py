@@ -1,4 +1,4 @@
-"""Storage benchmark: the SPEC section 9 ratios of the format-3 writer and reader, measured side by side.
+"""Storage benchmark: the format-3 writer and reader as ratios to a plain baseline, measured side by side.
 
 ``python benchmarks/bench_storage.py [--quick] [--dir DIR]`` prints one markdown section on stdout (progress on
 stderr). Full shapes: 100,000 entries x 256 tokens x 1 KB of text, the same entries with 10x the tokens, and 64
@@ -347,8 +347,9 @@ def _run(args: argparse.Namespace, root: Path, base: Shape, tenfold: Shape, heav
         "Writer memory per entry is what tracemalloc sees the writer keep (one flat tuple: offset, length, raw "
         "digest, references to the caller's text and a shared finish-reason string; the 1 KB text is referenced, "
         "not copied); it does not grow with the payload. A first `reader[key]` "
-        "re-hashes that entry and its content digest (the lazy integrity check of SPEC section 8); repeated reads "
-        "are views of the one memory map. RSS growth on open is measured in a fresh process from /proc/self/status. "
+        "re-hashes that entry and its content digest (integrity is checked lazily, on an entry's first read); "
+        "repeated reads are views of the one memory map. RSS growth on open is measured in a fresh process from "
+        "/proc/self/status. "
         "Finalize writes the header in place and the manifest; the payload is flushed (`os.sync()`, untimed) before "
         "finalize for every shape, so the comparison measures finalize's own work rather than the kernel throttling "
         "its writes while it writes back gigabytes of dirty payload pages (the fsync column is finalize's own fsyncs).",

@@ -3,7 +3,7 @@ never a crash, never wrong data.
 
 Each case damages a writable copy of one small artifact, then opens it, reads every entry and verifies it. The
 only bytes whose change goes unnoticed are the manifest summary's informational ``data_configs[i].unique``
-counts and ``shard.run_digest`` (SPEC section 6: the summary is not digested); for those the test checks that
+counts and ``shard.run_digest`` (the summary is informational: no digest covers it); for those the test checks that
 every entry still reads back exactly.
 """
 

@@ -49,7 +49,7 @@ def test_there_are_seventeen_cases_covering_every_dataset_and_template() -> None
 
 
 def test_golden_keys_follow_the_spec_recipe() -> None:
-    """The golden keys are the SHA-256 of the canonical JSON as SPEC section 4 states (checked with json+hashlib)."""
+    """The golden keys are the SHA-256 of the canonical JSON docs/datasets.md defines (checked with json+hashlib)."""
     for case in CASES:
         for sample in case["samples"]:
             text = json.dumps(sample["semantic"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -18,7 +18,8 @@ from gencache.data.prompts import render_prompt, tokenize_prompt
 from gencache.data.recipes import get_recipe
 from gencache.errors import DatasetError, GencacheError
 
-# Pinned: computed from SPEC section 4 with json.dumps + hashlib, not with gencache. Changing one is a breaking change.
+# Pinned: computed from the key's definition (docs/datasets.md) with json.dumps + hashlib, not with gencache.
+# Changing one is a breaking change.
 PINNED: list[tuple[dict[str, Any], str]] = [
     (
         {"documents": [], "query": "", "shots": [], "task": {}},

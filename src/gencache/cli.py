@@ -182,10 +182,10 @@ def demo(
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM."""
-    try:  # typer >= 0.20 vendors click; older releases depend on it
-        from typer._click.exceptions import ClickException
+    try:  # typer's own base of its usage errors (newer typer vendors click); older releases raise click's
+        from typer import TyperException as CommandLineError
     except ImportError:  # pragma: no cover
-        from click import ClickException  # type: ignore[assignment]
+        from click import ClickException as CommandLineError  # type: ignore[assignment]
 
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
@@ -194,8 +194,12 @@ def run(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("Aborted; nothing was published.", err=True)
         return 130
-    except ClickException as exc:
-        exc.show()
+    except CommandLineError as exc:
+        show = getattr(exc, "show", None)  # usage errors print the usage line and a hint
+        if callable(show):
+            show()
+        else:  # pragma: no cover
+            typer.echo(f"Error: {exc.format_message()}", err=True)
         return int(exc.exit_code)
     except GencacheError as exc:
         _debug_traceback()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache import __version__
-from gencache.artifact.names import shard_dir_name
+from gencache.artifact.names import FORMAT_VERSION, shard_dir_name
 from gencache.data.config import CacheConfig, config_to_json
 from gencache.errors import GenerationError, OutputExistsError, ShardError, Terminated
 from gencache.overrides import Overrides, load_with_overrides
@@ -133,7 +133,7 @@ def resolved_config(
         if isinstance(value, str) and os.path.exists(value):
             config_json["model"][field_name] = os.path.abspath(value)
     return {
-        "format_version": 3,
+        "format_version": FORMAT_VERSION,
         "gencache_version": __version__,
         "config": config_json,
         "overrides": (overrides or Overrides()).to_json(),

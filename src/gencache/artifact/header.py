@@ -30,7 +30,7 @@ from gencache.errors import ConfigError, FormatError, HeaderCapacityError
 if TYPE_CHECKING:
     from gencache.artifact.manifest import Manifest
 
-HEADER_TENSOR_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
+_HEADER_TENSOR_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
 
 _METADATA_TEMPLATE = {"__metadata__": {"format_version": str(FORMAT_VERSION), "provenance_digest": "0" * 64}}
 # Everything of one tensor's header member except the variable-width numbers and the name's characters:
@@ -218,7 +218,7 @@ def check_header(header: Header, manifest: Manifest, file_size: int) -> dict[str
             info = tensors.get(name)
             if info is None:
                 raise FormatError(f"{PAYLOAD_NAME} has no tensor {name} that manifest.json lists.")
-            if not isinstance(info, dict) or info.keys() != HEADER_TENSOR_FIELDS:
+            if not isinstance(info, dict) or info.keys() != _HEADER_TENSOR_FIELDS:
                 raise FormatError(f"{PAYLOAD_NAME} header entry {name} must have exactly dtype, shape, data_offsets.")
             shape = info["shape"]
             if (
@@ -270,7 +270,6 @@ def is_canonical_header(raw: bytes) -> bool:
 
 
 __all__ = [
-    "HEADER_TENSOR_FIELDS",
     "Header",
     "build_header",
     "check_header",

@@ -40,8 +40,8 @@ PROVENANCE_FIELDS = ("model_path", "tokenizer_path", "dtype", "tokenizer")
 MANIFEST_FIELDS = frozenset(
     {"format_version", "storage", "payload", "provenance", "provenance_digest", "entries", "summary"}
 )
-ENTRY_FIELDS = frozenset({"sequences", "text", "finish_reasons", "content_digest"})
-TENSOR_REF_FIELDS = frozenset({"tensor", "dtype", "shape", "digest"})
+_ENTRY_FIELDS = frozenset({"sequences", "text", "finish_reasons", "content_digest"})
+_TENSOR_REF_FIELDS = frozenset({"tensor", "dtype", "shape", "digest"})
 MANIFEST_CHUNK_BYTES = 1 << 20
 """About how many bytes :func:`iter_manifest_bytes` yields at a time."""
 
@@ -290,8 +290,8 @@ def _check_entry(key: object, entry: object) -> tuple[int, int]:
     if not is_key(key):
         raise FormatError(f"manifest.json entry key {key!r} is not a 64-character lowercase hex semantic key.")
     where = f"manifest.json entries[{key}]"
-    if not isinstance(entry, dict) or entry.keys() != ENTRY_FIELDS:
-        raise FormatError(f"{where} must be an object with exactly {', '.join(sorted(ENTRY_FIELDS))}.")
+    if not isinstance(entry, dict) or entry.keys() != _ENTRY_FIELDS:
+        raise FormatError(f"{where} must be an object with exactly {', '.join(sorted(_ENTRY_FIELDS))}.")
     refs, texts, reasons = entry["sequences"], entry["text"], entry["finish_reasons"]
     if not isinstance(refs, list) or not refs:
         raise FormatError(f"{where}.sequences must be a non-empty list.")
@@ -304,8 +304,8 @@ def _check_entry(key: object, entry: object) -> tuple[int, int]:
     tokens = 0
     for i, ref in enumerate(refs):
         here = f"{where}.sequences[{i}]"
-        if not isinstance(ref, dict) or ref.keys() != TENSOR_REF_FIELDS:
-            raise FormatError(f"{here} must be an object with exactly {', '.join(sorted(TENSOR_REF_FIELDS))}.")
+        if not isinstance(ref, dict) or ref.keys() != _TENSOR_REF_FIELDS:
+            raise FormatError(f"{here} must be an object with exactly {', '.join(sorted(_TENSOR_REF_FIELDS))}.")
         if ref["tensor"] != tensor_name(key, i):  # type: ignore[arg-type]
             raise FormatError(f"{here}.tensor must be {tensor_name(key, i)!r}, got {ref['tensor']!r}.")  # type: ignore[arg-type]
         if ref["dtype"] != TOKEN_DTYPE:
@@ -321,6 +321,7 @@ def _check_entry(key: object, entry: object) -> tuple[int, int]:
 
 __all__ = [
     "MANIFEST_CHUNK_BYTES",
+    "MANIFEST_FIELDS",
     "PROVENANCE_FIELDS",
     "Manifest",
     "check_manifest",

@@ -42,7 +42,7 @@ FINISH_REASONS = ("eos", "stop_string", "length")
 DTYPES = ("bfloat16", "float16", "float32")
 PADDING_SIDES = ("left", "right")
 
-SHARD_FIELDS = frozenset({"index", "count", "rule", "run_digest"})
+_SHARD_FIELDS = frozenset({"index", "count", "rule", "run_digest"})
 SHARD_RULE = "key-mod"
 MAX_SHARDS = 99_999
 
@@ -65,7 +65,7 @@ def shard_dir_name(output_dir: str, index: int, count: int) -> str:
     base = str(output_dir).rstrip("/")
     if not base:
         raise ShardError(f"output_dir {output_dir!r} has no name to suffix with a shard; choose a directory name.")
-    check_shard_numbers(index, count, where="shard")
+    _check_shard_numbers(index, count, where="shard")
     return f"{base}-shard-{index:05d}-of-{count:05d}"
 
 
@@ -85,7 +85,7 @@ def shard_of(key: str, count: int) -> int:
     return int(key, 16) % count
 
 
-def check_shard_numbers(index: object, count: object, *, where: str) -> None:
+def _check_shard_numbers(index: object, count: object, *, where: str) -> None:
     """:class:`ShardError` unless ``count`` is 1..:data:`MAX_SHARDS` and ``index`` is 0..count-1 (integers)."""
     if not is_int(count) or not 1 <= count <= MAX_SHARDS:  # type: ignore[operator]
         raise ShardError(f"{where}: shard count must be an integer from 1 to {MAX_SHARDS}, got {count!r}.")
@@ -95,7 +95,7 @@ def check_shard_numbers(index: object, count: object, *, where: str) -> None:
 
 def make_shard_info(index: int, count: int, run_digest: str) -> dict[str, Any]:
     """The ``summary.shard`` object of a sharded run's manifest."""
-    check_shard_numbers(index, count, where="shard")
+    _check_shard_numbers(index, count, where="shard")
     if not is_sha256_hex(run_digest):
         raise ShardError(f"shard run_digest must be a lowercase SHA-256 hex digest, got {run_digest!r}.")
     return {"index": index, "count": count, "rule": SHARD_RULE, "run_digest": run_digest}
@@ -108,7 +108,7 @@ def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, A
     """
     if value is None:
         return None
-    if not isinstance(value, Mapping) or set(value) != SHARD_FIELDS:
+    if not isinstance(value, Mapping) or set(value) != _SHARD_FIELDS:
         raise FormatError(f"{where} must be null or an object with exactly index, count, rule, run_digest.")
     if value["rule"] != SHARD_RULE:
         raise FormatError(f"{where}.rule must be {SHARD_RULE!r}, got {value['rule']!r}.")
@@ -130,13 +130,11 @@ __all__ = [
     "PADDING_SIDES",
     "PAYLOAD_NAME",
     "RESOLVED_NAME",
-    "SHARD_FIELDS",
     "SHARD_RULE",
     "STORAGE",
     "TOKEN_BYTES",
     "TOKEN_DTYPE",
     "check_shard_info",
-    "check_shard_numbers",
     "is_key",
     "make_shard_info",
     "parse_shard_dir_name",

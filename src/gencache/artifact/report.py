@@ -18,7 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 from rich.table import Table
 
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.names import FORMAT_VERSION
+from gencache.artifact.names import FORMAT_VERSION, PAYLOAD_NAME
 from gencache.artifact.reader import CacheReader, PathLike, read_resolved_config, verify
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards
 from gencache.errors import FormatError, GencacheError
@@ -330,7 +330,7 @@ def verify_report(
             lines.extend(f"FAIL {problem}" for problem in problems)
         for target in targets:
             try:
-                size = os.stat(target / "cache.safetensors").st_size
+                size = os.stat(target / PAYLOAD_NAME).st_size
             except OSError:
                 size = 0
             if progress and size >= PROGRESS_MIN_BYTES:

@@ -14,9 +14,9 @@ from gencache.artifact.records import RECORD_STRIDE, Record
 from gencache.canonical import is_int
 from gencache.errors import FormatError
 
-SUMMARY_FIELDS = frozenset({"entries", "sequences", "tokens", "duplicates", "finish_reasons", "data_configs", "shard"})
-CALLER_SUMMARY_FIELDS = frozenset({"duplicates", "data_configs", "shard"})
-DATA_CONFIG_SUMMARY_FIELDS = frozenset({"index", "samples", "unique"})
+_SUMMARY_FIELDS = frozenset({"entries", "sequences", "tokens", "duplicates", "finish_reasons", "data_configs", "shard"})
+_CALLER_SUMMARY_FIELDS = frozenset({"duplicates", "data_configs", "shard"})
+_DATA_CONFIG_SUMMARY_FIELDS = frozenset({"index", "samples", "unique"})
 
 
 def _check_data_configs(value: object, where: str) -> list[dict[str, int]]:
@@ -25,7 +25,7 @@ def _check_data_configs(value: object, where: str) -> list[dict[str, int]]:
     out = []
     for position, item in enumerate(value):
         here = f"{where}[{position}]"
-        if not isinstance(item, Mapping) or set(item) != DATA_CONFIG_SUMMARY_FIELDS:
+        if not isinstance(item, Mapping) or set(item) != _DATA_CONFIG_SUMMARY_FIELDS:
             raise FormatError(f"{here} must be an object with exactly index, samples, unique.")
         if item["index"] != position or not is_int(item["index"]):
             raise FormatError(f"{here}.index must be {position}, got {item['index']!r}.")
@@ -54,7 +54,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     """
     if not isinstance(caller, Mapping):
         raise FormatError("summary must be an object with duplicates, data_configs and shard.")
-    unknown = set(caller) - CALLER_SUMMARY_FIELDS
+    unknown = set(caller) - _CALLER_SUMMARY_FIELDS
     if unknown:
         raise FormatError(
             f"summary has unknown fields {sorted(map(str, unknown))}; the caller provides only duplicates, "
@@ -94,8 +94,8 @@ def check_summary(
     value: object, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
 ) -> dict[str, Any]:
     """Check a read manifest's ``summary`` against the counts of its ``entries``; return it unchanged."""
-    if not isinstance(value, dict) or value.keys() != SUMMARY_FIELDS:
-        raise FormatError(f"manifest.json summary must be an object with exactly {', '.join(sorted(SUMMARY_FIELDS))}.")
+    if not isinstance(value, dict) or value.keys() != _SUMMARY_FIELDS:
+        raise FormatError(f"manifest.json summary must be an object with exactly {', '.join(sorted(_SUMMARY_FIELDS))}.")
     counted = {"entries": len(entries), "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
     for field, expected in counted.items():
         if value[field] != expected or (field != "finish_reasons" and not is_int(value[field])):
@@ -153,4 +153,4 @@ def _summary_inconsistency(
     return None
 
 
-__all__ = ["SUMMARY_FIELDS", "build_summary", "check_summary"]
+__all__ = ["build_summary", "check_summary"]

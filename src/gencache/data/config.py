@@ -1,6 +1,6 @@
 """The generation-cache config: pydantic models, the ``_default.json`` merge, and one-line error messages.
 
-A config is one JSON object (SPEC section 2)::
+A config is one JSON object (every field is described in docs/config.md)::
 
     {"model": {...}, "data_configs": [{...}, ...], "gen_batch_size": 1, "cache_device": "cpu", "seed": 42,
      "output_dir": "..."}
@@ -379,7 +379,7 @@ class _DataConfigList(_Strict):
 
 # -- loading ----------------------------------------------------------------------------------------------
 def merge_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``defaults`` under ``config`` without modifying either (SPEC section 2).
+    """Deep-merge ``defaults`` under ``config`` without modifying either.
 
     The config wins: a key missing from it is copied from the defaults; where both hold an object the merge
     recurses; anything else (scalars, lists, an explicit ``null``, a type mismatch) keeps the config's value.
