@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ pytestmark = [
 ]
 
 
-def config(tmp_path: Path, teacher: Path, dtype: str, batch_size: int, name: str) -> Path:
+def config(tmp_path: Path, teacher: Path, dtype: str, batch_size: int, name: str, **extra: Any) -> Path:
     path = tmp_path / f"{name}.json"
     path.write_text(
         json.dumps(
@@ -41,6 +42,7 @@ def config(tmp_path: Path, teacher: Path, dtype: str, batch_size: int, name: str
                 ],
                 "gen_batch_size": batch_size,
                 "output_dir": str(tmp_path / name),
+                **extra,
             }
         ),
         encoding="utf-8",
@@ -67,3 +69,22 @@ def test_float32_batching_on_cuda_matches_one_by_one(tmp_path: Path, tiny_teache
     a = json.loads((batched / "manifest.json").read_text())["entries"]
     b = json.loads((single / "manifest.json").read_text())["entries"]
     assert a == b
+
+
+def _digests(path: Path) -> dict[str, str]:
+    entries = json.loads((path / "manifest.json").read_text())["entries"]
+    return {key: entry["content_digest"] for key, entry in entries.items()}
+
+
+def test_float32_continuous_engine_on_cuda_matches_the_static_engine(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    static = run_generate(config(tmp_path, tiny_teacher_dir, "float32", 4, "static"))
+    continuous = run_generate(
+        config(
+            tmp_path, tiny_teacher_dir, "float32", 4, "continuous", engine="transformers-continuous",
+            engine_options={"max_concurrent_sequences": 4},
+        )
+    )  # fmt: skip
+    assert static is not None and continuous is not None and verify(continuous) == []
+    assert _digests(static) == _digests(continuous)
+    resolved = json.loads((continuous / "resolved_config.json").read_text(encoding="utf-8"))
+    assert resolved["engine"]["paged_cache"]["budget_source"] == "90% of free CUDA memory"
