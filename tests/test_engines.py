@@ -286,3 +286,15 @@ def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: 
     assert _resolved(static)["engine"] == {
         "name": ENGINE_STATIC, "options": {}, "version": recorded["runtime"]["transformers"]
     }  # fmt: skip
+
+
+def test_the_rule_book_the_options_and_the_engine_registry_import_without_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import gencache.data.config, gencache.generation.settings, gencache.generation.options, "
+        "gencache.generation.engines; print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
