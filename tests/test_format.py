@@ -461,3 +461,17 @@ def test_the_encoders_write_these_exact_bytes() -> None:
 def test_a_header_over_budget_is_a_bad_plan() -> None:
     assert HeaderCapacityError.exit_code == 2
     assert not issubclass(HeaderCapacityError, OSError)
+
+
+def test_the_format_keys_and_kwargs_modules_are_pure() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gencache.artifact.names, gencache.artifact.records, gencache.artifact.header, "
+        "gencache.artifact.summary, gencache.artifact.manifest, gencache.canonical, gencache.data.keys, "
+        "gencache.data.kwargs\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert result.stdout.strip() == "[]"
