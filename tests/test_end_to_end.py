@@ -125,15 +125,15 @@ def test_batch_size_one_and_four_give_identical_entries(
     assert entries(single) == entries(published)
 
 
-def test_duplicate_samples_are_generated_once(
-    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_duplicate_samples_are_generated_once(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     # the same samples twice, the second time through another template: same keys, different prompts
     twice = [data_configs()[0], dict(data_configs()[0], template="default")]
-    output = run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "dup", data_configs=twice))
+    notices: list[tuple[str, str]] = []
+    config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "dup", data_configs=twice)
+    output = run_generate(config, notify=lambda level, text: notices.append((level, text)))
     assert output is not None
-    err = capsys.readouterr().err
-    assert err.count("6 duplicated keys rendered different prompts") == 1
+    warned = [text for level, text in notices if level == "warning"]
+    assert len(warned) == 1 and "6 duplicated keys rendered different prompts" in warned[0]
     from gencache.artifact.report import inspect_report
 
     assert inspect_report([output])["artifacts"][0]["conflicting_prompts"] == 6
@@ -231,15 +231,28 @@ def test_export_writes_one_line_per_sequence(published: Path, tmp_path: Path) ->
     assert cli_run(["export", str(published), "--out", str(out)]) == 2  # never overwrites
 
 
-def test_dry_run_builds_samples_without_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # model_path points nowhere: a dry run of default-template configs needs neither model nor tokenizer
+def test_dry_run_builds_samples_without_the_model(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     musique_only = [dict(data_configs()[1], template="default")]
-    config = write_config(tmp_path, tmp_path / "no-such-teacher", tmp_path / "out", data_configs=musique_only)
+    config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "out", data_configs=musique_only)
     assert cli_run(["generate", str(config), "--dry-run"]) == 0
     err = capsys.readouterr().err
-    assert "musique" in err and "header budget" in err
+    assert "musique" in err and "every check passed" in err
     assert "samples: 5   unique keys: 5   duplicates: 0" in err
-    assert "header budget: " in err and "for 5 entries x max_new_tokens 12" in err
+    assert "header budget: " in err and "bytes (largest artifact)" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_without_the_model_still_counts_the_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # model_path points nowhere: the dry run says so (exit 2, like generate) and still loads and counts the data
+    musique_only = [dict(data_configs()[1], template="default")]
+    config = write_config(tmp_path, tmp_path / "no-such-teacher", tmp_path / "out", data_configs=musique_only)
+    assert cli_run(["generate", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: model.model_path {tmp_path / 'no-such-teacher'} does not exist" in err
+    assert "musique" in err and "5 rows in 1 of 1 data configs" in " ".join(err.split())
+    assert "not computed" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -291,7 +304,7 @@ def test_unwritable_export_target_is_one_line(published: Path, capsys: pytest.Ca
 def test_dry_run_reads_max_new_tokens_from_the_teacher(
     tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model = {"model_path": str(tiny_teacher_dir), "generation_kwargs": {"num_return_sequences": None}}
+    model = {"model_path": str(tiny_teacher_dir), "device": "cpu", "generation_kwargs": {"num_return_sequences": None}}
     config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "out", model=model)
     assert cli_run(["generate", str(config), "--dry-run"]) == 0
     err = capsys.readouterr().err

@@ -61,6 +61,31 @@ def _root(
     """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
 
 
+FLAG = ""  # shown instead of typer's "<bool>" for flags in --help
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Keep the Hugging Face libraries' log lines and bars (hub retries, weight loading) away from the user unless
+    ``--verbose`` or ``GENCACHE_DEBUG=1``; bound how long one hub request may wait."""
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    if verbose or os.environ.get("GENCACHE_DEBUG") == "1":
+        return
+    import logging
+
+    for name in ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY", "HF_HUB_VERBOSITY"):
+        os.environ.setdefault(name, "error")
+    if not sys.stderr.isatty():
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for logger in ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock"):
+        logging.getLogger(logger).setLevel(logging.ERROR)
+    transformers_logging = sys.modules.get("transformers.utils.logging")
+    if transformers_logging is not None:
+        transformers_logging.set_verbosity_error()  # type: ignore[attr-defined]
+        if not sys.stderr.isatty():
+            transformers_logging.disable_progress_bar()  # type: ignore[attr-defined]
+
+
 @app.command()
 @_interruptible
 def generate(
@@ -68,24 +93,96 @@ def generate(
         Path,
         typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
     ],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="PATH=VALUE",
+            help="Override one config field by its dotted path with a JSON value (repeatable), e.g. "
+            "--set model.generation_kwargs.max_new_tokens=64.",
+        ),
+    ] = None,
+    output_dir: Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix of the full run)."
+        ),
+    ] = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            metavar="N",
+            help="Run all N shards in this process, publishing each when done; rerun after a crash to generate only "
+            "the shards that are not published yet.",
+        ),
+    ] = None,
     shard: Annotated[
         str | None,
-        typer.Option("--shard", help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM."),
+        typer.Option(
+            "--shard",
+            metavar="I/N",
+            help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM.",
+        ),
     ] = None,
     skip_published: Annotated[
         bool,
         typer.Option(
-            "--skip-published", help="Exit 0 when this shard is already published, verifies and is of the same run."
+            "--skip-published",
+            metavar=FLAG,
+            help="Exit 0 when this shard is already published, verifies and is of the same run.",
         ),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Validate the config and build every sample without loading the model.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            metavar=FLAG,
+            help="Make every check generate makes before loading weights, report them and exit with generate's code.",
+        ),
+    ] = False,
+    show_prompt: Annotated[
+        int | None,
+        typer.Option(
+            "--show-prompt",
+            metavar="N",
+            help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines (hub, transformers) through."),
     ] = False,
 ) -> None:
-    """Run the teacher over every sample of CONFIG and publish one immutable artifact directory."""
-    from gencache.pipeline import run_generate
+    """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
+    _quiet_libraries(verbose)
+    from rich.console import Console
 
-    run_generate(config, shard=shard, skip_published=skip_published, dry_run=dry_run)
+    from gencache.overrides import Overrides
+    from gencache.pipeline import generate_run
+    from gencache.progress import make_progress
+    from gencache.render import render_dry_run, render_notice
+
+    err = Console(stderr=True)
+    overrides = Overrides(sets=tuple(set_ or ()), output_dir=output_dir, limit=limit)
+    result = generate_run(
+        config,
+        shard=shard,
+        shards=shards,
+        skip_published=skip_published,
+        dry_run=dry_run or show_prompt is not None,
+        overrides=overrides,
+        show_prompt=show_prompt,
+        notify=lambda level, text: render_notice(err, level, text),
+        progress=lambda total: make_progress(total),
+    )
+    if result.dry_run is not None:
+        render_dry_run(result.dry_run, err)
+        for error in result.dry_run.preflight.errors:
+            typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(result.dry_run.exit_code)
+    typer.echo(str(result.output_dir))
 
 
 @app.command()

@@ -60,6 +60,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report, render_inspect
     from gencache.pipeline import run_generate
+    from gencache.render import render_notice
     from gencache.tiny import build_tiny_teacher
 
     console = console or Console()
@@ -78,7 +79,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     config_path = workdir / "demo-config.json"
     config_path.write_text(json.dumps(demo_config(teacher, output_dir), indent=2) + "\n", encoding="utf-8")
     console.print(f"[bold]2.[/bold] generating from {config_path}")
-    published = run_generate(config_path, console=console)
+    published = run_generate(config_path, notify=lambda level, text: render_notice(console, level, text))
     assert published is not None  # not a dry run
     console.print(f"[bold]3.[/bold] gencache inspect {published}")
     render_inspect(inspect_report([published]), console)

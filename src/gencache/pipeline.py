@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from gencache.data.samples import Sample, SampleSet
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
-    from gencache.progress import Progress
+    from gencache.progress import Progress, StagedProgress
 
 #: ``notify(level, text)``: ``level`` is ``"info"`` or ``"warning"``.
 Notify = Callable[[str, str], None]
@@ -248,29 +248,40 @@ def generate_run(
         else:
             pending.append(target)
     single = targets[0].shard
-    found = preflight(
-        config,
-        [t.output_dir for t in pending],
-        single if shards is None else None,
-        env,
-        collect=dry_run,
-        create_parent=not dry_run,
-        owned_keys=lambda samples: {t.output_dir: t.keys for t in _with_keys(pending, samples)},
-    )
-    if found.samples is not None:
-        pending = _with_keys(pending, found.samples)
-    if dry_run:
-        report = DryRun(found, base if shards is not None or single is None else targets[0].output_dir, pending,
-                        published)  # fmt: skip
-        if show_prompt is not None:
-            report.prompt_index = show_prompt
-            report.prompt = _nth_sample(found.samples, show_prompt)
-        return RunResult(output_dir=report.output_dir, skipped=published, dry_run=report)
-    for path in published:
-        say("info", f"already published and verified: {path}")
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
-    if not pending:
-        return result
+    run = _Run(config, config_json, digest, overrides, say, progress, result)
+    with _terminate_with_a_message(run, active=not dry_run):
+        found = preflight(
+            config,
+            [t.output_dir for t in pending],
+            single if shards is None else None,
+            env,
+            collect=dry_run,
+            owned_keys=lambda samples: {t.output_dir: t.keys for t in _with_keys(pending, samples)},
+        )
+        if found.samples is not None:
+            pending = _with_keys(pending, found.samples)
+        if dry_run:
+            output = base if shards is not None or single is None else targets[0].output_dir
+            report = DryRun(found, output, pending, published)
+            if show_prompt is not None:
+                report.prompt_index = show_prompt
+                report.prompt = _nth_sample(found.samples, show_prompt)
+            result.dry_run = report
+            return result
+        for path in published:
+            say("info", f"already published and verified: {path}")
+        if not pending:
+            return result
+        assert found.samples is not None
+        if found.samples.conflicting_prompts:
+            say(
+                "warning",
+                f"{len(found.samples.conflicting_prompts)} duplicated keys rendered different prompts (another "
+                "template or rendering option); the first occurrence's prompt is generated for all.",
+            )
+        run.execute(found, pending)
+    return result
     assert found.samples is not None and found.generation is not None and found.engine is not None
     if found.samples.conflicting_prompts:
         say(
@@ -302,24 +313,27 @@ class _Run:
         config: CacheConfig,
         config_json: dict[str, Any],
         digest: str,
-        found: Preflight,
         overrides: Overrides,
         say: Notify,
         progress: ProgressFactory | None,
         result: RunResult,
     ) -> None:
-        self.config, self.config_json, self.digest, self.found = config, config_json, digest, found
+        self.config, self.config_json, self.digest = config, config_json, digest
+        self.found: Preflight | None = None
         self.overrides, self.say, self.progress, self.result = overrides, say, progress, result
         self.current: Path | None = None
+        self.target_count = 0
+        self.started = False
 
-    def execute(self, pending: Sequence[Target]) -> None:
+    def execute(self, found: Preflight, pending: Sequence[Target]) -> None:
         from gencache.artifact.phases import report_phase
         from gencache.generation.teacher import seed_everything
         from gencache.progress import StagedProgress
 
-        found, config = self.found, self.config
+        self.found, config = found, self.config
         assert found.generation is not None and found.engine is not None and found.samples is not None
         total = sum(len(t.keys) for t in pending)
+        self.target_count = len(pending)
         self.say(
             "info",
             f"{total} unique samples to generate ({found.samples.duplicates} duplicates skipped"
@@ -333,6 +347,7 @@ class _Run:
         found.engine.load()
         self.say("info", f"teacher loaded in {time.monotonic() - started:.1f}s")
         report_phase("model_loaded")
+        self.started = True
         bar = StagedProgress(self.progress(total) if self.progress is not None else None, total)
         try:
             for target in pending:
@@ -354,6 +369,7 @@ class _Run:
         from gencache.artifact.writer import ArtifactBuild
 
         found, config = self.found, self.config
+        assert found is not None
         assert found.generation is not None and found.engine is not None and found.samples is not None
         assert found.rename_mode is not None
         samples = found.samples
@@ -403,7 +419,13 @@ class _Run:
                 "shard": None if target.shard is None else target.shard.summary(self.digest),
             }
             build.writer.finalize(resolved_config=resolved, summary=summary)
-            mode = build.publish()
+            try:
+                mode = build.publish()
+            except Terminated:
+                if build.published_mode is not None:  # the signal came after the rename: it is published
+                    self.result.published.append(target.output_dir)
+                    self.current = None
+                raise
         self.current = None
         self.result.published.append(target.output_dir)
         self.result.entries += len(prompts)
@@ -417,22 +439,24 @@ class _Run:
     def interrupted(self, signame: str) -> str:
         """What a signal that stops the run means for what is on disk."""
         done = self.result.published
+        during = f" while generating {self.current} (not published)" if self.current is not None else ""
         if not done:
-            return f"Terminated by {signame}; nothing was published."
+            when = "" if self.started else " before generation started"
+            return f"Terminated by {signame}{when}{during}; nothing was published."
         shown = ", ".join(str(p) for p in done)
         return (
-            f"Terminated by {signame}; published before it: {shown}. Rerun the same command to generate the rest "
-            "(published shards are kept and skipped)."
+            f"Terminated by {signame}{during}; published: {shown}. Rerun the same command to generate the rest "
+            "(published shards are verified and skipped)."
         )
 
 
 @contextlib.contextmanager
-def _terminate_with_a_message(run: _Run) -> Any:
+def _terminate_with_a_message(run: _Run, *, active: bool = True) -> Any:
     """While the run has no artifact build open, SIGTERM raises :class:`Terminated` (one line, exit 143) instead of
     killing the process silently while the model loads; a termination inside a build (the writer's own handler)
     gets the run's published shards added to its message."""
     previous = None
-    if threading.current_thread() is threading.main_thread():
+    if active and threading.current_thread() is threading.main_thread():
         previous = signal.getsignal(signal.SIGTERM)
         if previous is signal.SIG_IGN:
             previous = None
@@ -445,8 +469,8 @@ def _terminate_with_a_message(run: _Run) -> Any:
     try:
         yield
     except Terminated as stop:
-        if run.result.published and "published before it" not in str(stop):
-            raise Terminated(f"{stop} {run.interrupted('the signal')}") from stop
+        if run.result.published and run.target_count > 1:  # the writer's message knows one artifact only
+            raise Terminated(run.interrupted("a signal")) from stop
         raise
     finally:
         if previous is not None:

@@ -98,10 +98,16 @@ class PlainProgress:
         self.stream = stream
         self.interval = interval
         self.prefix = prefix
+        self.label = ""
         self._last_line: float | None = None
 
+    def set_label(self, label: str) -> None:
+        """Name the current stage (``shard 2/4``) in the following lines."""
+        self.label = label
+
     def _emit(self) -> None:
-        self.stream.write(f"{self.prefix}: {self.counter.line()}\n")
+        stage = f" [{self.label}]" if self.label else ""
+        self.stream.write(f"{self.prefix}{stage}: {self.counter.line()}\n")
         self.stream.flush()
         self._last_line = self.counter.clock()
 
@@ -142,7 +148,7 @@ class RichProgress:
         self.counter = _Counter(total_samples, clock)
         self.console = Console(file=stream)
         self.bar = RichBar(
-            TextColumn("[bold]generate"),
+            TextColumn("[bold]generate{task.fields[label]}"),
             BarColumn(),
             TextColumn("{task.completed}/{task.total} samples"),
             TextColumn("{task.fields[tokens]} tokens"),
@@ -153,9 +159,17 @@ class RichProgress:
             get_time=clock,
         )
         self.task: Any = None
+        self.label = ""
+
+    def set_label(self, label: str) -> None:
+        """Name the current stage (``shard 2/4``) beside the bar."""
+        self.label = label
+        if self.task is not None:
+            self.bar.update(self.task, **self._fields())
 
     def _fields(self) -> dict[str, Any]:
         return {
+            "label": f" {self.label}" if self.label else "",
             "tokens": self.counter.tokens,
             "rate": f"{self.counter.tokens_per_second():.1f}",
             "eta": format_duration(self.counter.eta()),
@@ -192,6 +206,41 @@ class RichProgress:
         self.close()
 
 
+class StagedProgress:
+    """One progress display over several stages (the shards of a ``--shards`` run).
+
+    The engine starts a progress once per stage with that stage's prompt count; this adapter keeps the display's
+    total at the whole run's count instead, so the bar shows overall progress while its label names the stage.
+    ``inner`` None reports nothing. The owner calls :meth:`finish` once at the end (``close`` is per stage).
+    """
+
+    def __init__(self, inner: PlainProgress | RichProgress | Progress | None, total: int) -> None:
+        self.inner = inner
+        self.total = total
+        self.started = False
+
+    def stage(self, label: str) -> None:
+        setter = getattr(self.inner, "set_label", None)
+        if callable(setter):
+            setter(label)
+
+    def start(self, total_samples: int) -> None:
+        if self.inner is not None and not self.started:
+            self.inner.start(self.total)
+        self.started = True
+
+    def advance(self, samples: int, tokens: int) -> None:
+        if self.inner is not None:
+            self.inner.advance(samples, tokens)
+
+    def close(self) -> None:
+        """The end of one stage; the display stays open for the next."""
+
+    def finish(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
 def _is_terminal(stream: IO[str]) -> bool:
     isatty = getattr(stream, "isatty", None)
     try:
@@ -217,4 +266,4 @@ def make_progress(
     return PlainProgress(total, stream=out, interval=interval, clock=clock)
 
 
-__all__ = ["PlainProgress", "Progress", "RichProgress", "format_duration", "make_progress"]
+__all__ = ["PlainProgress", "Progress", "RichProgress", "StagedProgress", "format_duration", "make_progress"]

@@ -23,6 +23,8 @@ class SignalGuard:
         self.previous: dict[int, Any] = {}
         self.pending: int | None = None
         self.depth = 0
+        #: Set by the build once its rename happened: a signal from then on must not say "nothing was published".
+        self.published: str | None = None
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -40,11 +42,19 @@ class SignalGuard:
             return
         self._raise(signum)
 
-    @staticmethod
-    def _raise(signum: int) -> None:
+    def _raise(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self.published is not None:
+            message = (
+                f"Terminated by {name} after {self.published} was published; the artifact is complete "
+                "(gencache verify checks it)."
+            )
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt(message)
+            raise Terminated(message)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        raise Terminated(f"Terminated by {signal.Signals(signum).name}; nothing was published.")
+        raise Terminated(f"Terminated by {name}; nothing was published.")
 
     @contextmanager
     def deferred(self) -> Iterator[None]:

@@ -470,6 +470,7 @@ class ArtifactBuild:
         with self._signals.deferred():
             mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)
             self.published_mode = mode
+            self._signals.published = str(self.output_dir)
         return mode
 
     def _cleanup(self, *, in_flight: bool) -> None:

@@ -108,12 +108,49 @@ def _declares_configs(directory: Path) -> bool:
     return False
 
 
+def check_text_file(path: Path, label: str) -> None:
+    """Refuse an empty JSON/JSON Lines file, or one that is not UTF-8 (naming the line and byte offset), before
+    ``datasets`` reads it: otherwise a bad row surfaces later as a decoding error, or not at all."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, line, content = 0, 1, False
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            try:
+                text = decoder.decode(block)
+            except UnicodeDecodeError as error:
+                where = offset + error.start
+                line += block[: error.start].count(b"\n")
+                raise DatasetError(
+                    f"{label}: {path} is not valid UTF-8 (line {line}, byte {where}: {error.reason}); re-encode the "
+                    "file as UTF-8 (for example with iconv) and rerun."
+                ) from None
+            content = content or bool(text.strip())
+            line += block.count(b"\n")
+            offset += len(block)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise DatasetError(
+                f"{label}: {path} is not valid UTF-8 (it ends inside a multi-byte character); re-encode it as UTF-8."
+            ) from None
+    if not content:
+        raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the dataset's rows.")
+
+
 def _read_files(paths: Sequence[Path], label: str) -> Any:
     """One ``datasets.Dataset`` over ``paths`` (all json/jsonl or all parquet), rows in file order."""
     import datasets
     from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
 
     builder = "parquet" if all(p.name.lower().endswith(".parquet") for p in paths) else "json"
+    for path in paths:
+        if path.name.lower().endswith(".parquet"):
+            if path.stat().st_size == 0:
+                raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the rows.")
+        else:
+            check_text_file(path, label)
     bars = is_progress_bar_enabled()
     disable_progress_bars()
     try:
@@ -137,10 +174,16 @@ def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
 
+    from gencache import hub
+
+    local = os.path.isdir(hub_id)
+    state = None if local else hub.hub_state()  # a quick probe: offline mode instead of a minute of retries
     try:
         return datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
         first = first_line(exc)
+        if state is not None and not state.online:
+            raise hub.dataset_unavailable(label, hub_id, first) from None
         where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
         raise DatasetError(
             f"could not load {label} from the hub dataset {where}: {first}{hint}; "

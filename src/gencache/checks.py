@@ -1,0 +1,421 @@
+"""Every check a run makes before the teacher's weights load: the one code path of ``generate`` and ``--dry-run``.
+
+:func:`preflight` runs, in order: paths that must be valid UTF-8, the output location (absent, writable parent,
+rename support), the device, the local model and tokenizer directories (or the hub ids, quickly), the tokenizer,
+the effective generation config, the datasets and sample counts, the context length (longest prompt plus
+``max_new_tokens`` within the teacher's maximum positions) and the header budget. ``generate`` stops at the first
+problem (``collect=False``); the dry run collects every problem, skips what depends on a failed check and says
+what it could not compute. Nothing is printed here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gencache.errors import ConfigError, GencacheError
+from gencache.sharding import ShardSpec
+
+if TYPE_CHECKING:
+    from gencache.data.config import CacheConfig
+    from gencache.data.samples import SampleSet
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.generation.engines import Engine
+
+T = TypeVar("T")
+
+#: Fields of a model's ``config.json`` that give its maximum number of positions, in the order tried.
+POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the dry-run report: ``status`` is ``ok``, ``failed`` or ``skipped``."""
+
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass
+class Preflight:
+    """What the checks found: everything the run needs from them, and the report lines."""
+
+    config: CacheConfig
+    outputs: list[Path]
+    device: str | None = None
+    tokenizer: Any | None = None
+    generation: EffectiveGeneration | None = None
+    engine: Engine | None = None
+    samples: SampleSet | None = None
+    sample_counts: list[int] | None = None
+    max_positions: int | None = None
+    longest_prompt: int | None = None
+    capacity: dict[Path, int] = field(default_factory=dict)
+    rename_mode: str | None = None
+    checks: list[Check] = field(default_factory=list)
+    errors: list[GencacheError] = field(default_factory=list)
+    not_computed: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """What ``generate`` would exit with: the first problem's code, 0 when there is none."""
+        return self.errors[0].exit_code if self.errors else 0
+
+    def failed(self, name: str) -> bool:
+        return any(c.name == name and c.status != "ok" for c in self.checks)
+
+
+class _Runner:
+    def __init__(self, result: Preflight, collect: bool) -> None:
+        self.result = result
+        self.collect = collect
+
+    def step(self, name: str, action: Callable[[], tuple[T, str]], *, needs: Sequence[str] = ()) -> T | None:
+        blocked = [n for n in needs if self.result.failed(n)]
+        if blocked:
+            self.result.checks.append(Check(name, "skipped", f"not checked: {', '.join(blocked)} failed"))
+            return None
+        try:
+            value, detail = action()
+        except GencacheError as error:
+            if not self.collect:
+                raise
+            self.result.errors.append(error)
+            self.result.checks.append(Check(name, "failed", str(error)))
+            return None
+        self.result.checks.append(Check(name, "ok", detail))
+        return value
+
+
+# -- the individual checks ----------------------------------------------------------------------------------
+def check_utf8_paths(paths: Mapping[str, str]) -> None:
+    """Refuse a path that is not valid UTF-8 (it could not be recorded in the artifact's JSON)."""
+    for what, value in paths.items():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ConfigError(
+                f"The {what} {shown} is not valid UTF-8, so the artifact could not record it; rename it or run "
+                "from a directory whose path is UTF-8."
+            ) from None
+
+
+def _nearest_existing(path: Path) -> Path:
+    current = path
+    while not os.path.lexists(current) and current.parent != current:
+        current = current.parent
+    return current
+
+
+def check_output_location(outputs: Sequence[Path], *, create: bool) -> str:
+    """Every output path is absent and its parent can hold it; return the publish rename mode.
+
+    With ``create`` the parent is created (a real run); without it (a dry run) the nearest existing ancestor is
+    checked instead and nothing is left behind.
+    """
+    from gencache.artifact.publish import check_output_path, probe_rename
+
+    for output in outputs:
+        check_output_path(output)
+    parent = outputs[0].parent
+    ancestor = _nearest_existing(parent)
+    if not ancestor.is_dir():
+        raise ConfigError(f"Output parent {ancestor} is not a directory; choose an output_dir under a directory.")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"Output parent {ancestor} is not writable; choose an output_dir you can write to.")
+    where = parent if create or ancestor == parent else ancestor
+    try:
+        return probe_rename(where)
+    except GencacheError as error:
+        raise ConfigError(f"The output location {parent} cannot be used: {error}") from None
+
+
+def check_device(device: str) -> str:
+    """The device exists on this machine: ``cpu``, ``cuda``/``cuda:N`` with that GPU, ``mps``, or ``auto``."""
+    import importlib.util
+
+    if device == "cpu":
+        return "cpu"
+    if device == "auto":
+        if importlib.util.find_spec("accelerate") is None:
+            raise ConfigError('model.device "auto" needs the accelerate package; install it or name a device.')
+        return "auto (device_map)"
+    import torch
+
+    try:
+        target = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f'model.device {device!r} is not a device; use "cpu", "cuda", "cuda:N" or "auto".') from None
+    if target.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"model.device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+                'set model.device to "cpu" or run on a machine with a GPU.'
+            )
+        count = torch.cuda.device_count()
+        if target.index is not None and target.index >= count:
+            raise ConfigError(
+                f"model.device {device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1}); "
+                "choose one of them."
+            )
+        return f"{device} ({torch.cuda.get_device_name(target.index or 0)})"
+    if target.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"model.device {device!r}: MPS is not available on this machine; choose another device.")
+    return device
+
+
+def check_model_location(field_name: str, value: str, revision: str | None) -> str:
+    """A local model or tokenizer directory exists (with ``config.json`` for a model); a hub id is reachable or
+    cached. Returns a description."""
+    from gencache import hub
+
+    path = Path(value).expanduser()
+    if os.path.isdir(path):
+        if field_name == "model.model_path" and not (path / "config.json").is_file():
+            raise ConfigError(
+                f"{field_name} {path} has no config.json; point it at a model directory saved by save_pretrained."
+            )
+        return f"local directory {path.absolute()}"
+    if os.path.lexists(path):
+        raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
+    if hub.looks_like_path(value):
+        raise ConfigError(f"{field_name} {path.absolute()} does not exist; fix the path or give a hub id.")
+    hub.require_model_id(field_name, value, revision)
+    state = hub.hub_state()
+    return f"hub id {value}" + ("" if state.online else " (from the local cache, offline)")
+
+
+def read_max_positions(model_path: str, revision: str | None) -> int | None:
+    """The teacher's maximum positions from its ``config.json`` (no weights), or None when it records none."""
+    from transformers import AutoConfig
+
+    try:
+        kwargs: dict[str, Any] = {"revision": revision} if revision else {}
+        config = AutoConfig.from_pretrained(model_path, **kwargs)
+    except Exception as error:
+        from gencache.errors import first_line
+
+        raise ConfigError(f"Cannot read the teacher's config.json from {model_path!r}: {first_line(error)}") from None
+    for candidate in (config, getattr(config, "text_config", None)):
+        if candidate is None:
+            continue
+        for name in POSITION_FIELDS:
+            value = getattr(candidate, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def check_context(longest: int, where: str, max_new_tokens: int, max_positions: int) -> str:
+    if longest + max_new_tokens > max_positions:
+        room = max_positions - longest
+        advice = f"lower max_new_tokens to at most {room}" if room > 0 else "shorten the prompts"
+        raise ConfigError(
+            f"model.generation_kwargs.max_new_tokens {max_new_tokens} plus the longest prompt ({longest} tokens, "
+            f"{where}) is {longest + max_new_tokens} tokens, beyond the teacher's {max_positions} positions "
+            f"(config.json); {advice}."
+        )
+    return f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {max_positions} positions"
+
+
+def _count_without_tokenizer(config: CacheConfig) -> list[int]:
+    """Load every data config that can be loaded without a tokenizer (its rows, not its prompts) and count them."""
+    from gencache.data.recipes import get_recipe
+    from gencache.data.sources import shared_tables
+
+    counts: list[int] = []
+    with shared_tables():
+        for index, dc in enumerate(config.data_configs):
+            recipe = get_recipe(dc.dataset_name)
+            kwargs = recipe.kwargs_model.model_validate(dc.data_kwargs)
+            if recipe.needs_tokenizer(kwargs):
+                counts.append(-1)
+                continue
+            try:
+                raw, _ = recipe.load(dc, kwargs, None)
+            except GencacheError as error:
+                raise type(error)(f"data_configs[{index}]: {error}") from None
+            counts.append(len(raw))
+    return counts
+
+
+# -- the whole path -----------------------------------------------------------------------------------------
+def preflight(
+    config: CacheConfig,
+    outputs: Sequence[Path],
+    shard: ShardSpec | None,
+    env: Mapping[str, str] | None,
+    *,
+    collect: bool = False,
+    create_parent: bool = False,
+    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None = None,
+) -> Preflight:
+    """Run every model-free check (see the module docstring) and return what they found.
+
+    ``outputs`` are the directories the run publishes (one, or one per shard still to generate); ``owned_keys``
+    maps the built samples to each output's keys for the header budget (default: all unique keys go to
+    ``outputs[0]``). With ``collect=False`` the first problem is raised; with ``collect=True`` every problem is
+    recorded in :attr:`Preflight.errors`.
+    """
+    from gencache.sharding import device_for_rank
+
+    result = Preflight(config=config, outputs=list(outputs))
+    run = _Runner(result, collect)
+    model = config.model
+
+    def paths() -> tuple[None, str]:
+        named = {"working directory": os.getcwd(), "output path": str(outputs[0]) if outputs else ""}
+        named |= {"model.model_path": model.model_path, "model.tokenizer_path": model.effective_tokenizer_path}
+        check_utf8_paths(named)
+        return None, "working directory and output path are valid UTF-8"
+
+    run.step("paths", paths)
+
+    def location() -> tuple[str | None, str]:
+        if not outputs:
+            return None, "every output is already published"
+        mode = check_output_location(outputs, create=create_parent)
+        shown = str(outputs[0]) if len(outputs) == 1 else f"{len(outputs)} shard directories beside {outputs[0]}"
+        return mode, f"{shown} is free; publish with {mode}"
+
+    result.rename_mode = run.step("output path", location, needs=("paths",))
+
+    def device() -> tuple[str, str]:
+        chosen = device_for_rank(model.device, shard, env)
+        return chosen, check_device(chosen)
+
+    result.device = run.step("device", device)
+    run.step("model", lambda: (None, check_model_location("model.model_path", model.model_path, model.revision)))
+    if model.effective_tokenizer_path != model.model_path:
+        run.step(
+            "tokenizer path",
+            lambda: (
+                None,
+                check_model_location("model.tokenizer_path", model.effective_tokenizer_path, model.revision),
+            ),
+        )
+
+    def tokenizer() -> tuple[Any, str]:
+        from gencache.generation.teacher import load_tokenizer
+
+        loaded = load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+        return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
+
+    result.tokenizer = run.step("tokenizer", tokenizer, needs=("model", "tokenizer path"))
+
+    def generation() -> tuple[EffectiveGeneration, str]:
+        from gencache.generation.effective import resolve_generation
+
+        effective = resolve_generation(
+            model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=result.tokenizer
+        )
+        return effective, (
+            f"max_new_tokens {effective.max_new_tokens}, {effective.num_return_sequences} sequence(s) per prompt"
+        )
+
+    result.generation = run.step("generation", generation, needs=("tokenizer",))
+
+    def engine() -> tuple[Engine, str]:
+        from gencache.generation.engines import EngineContext, create_engine
+
+        assert result.generation is not None and result.device is not None
+        created = create_engine(  # refuses settings the engine cannot honour
+            config.engine,
+            EngineContext(
+                generation=result.generation, tokenizer=result.tokenizer, model_path=model.model_path,
+                dtype=model.dtype, device=result.device, revision=model.revision,
+                attn_implementation=model.attn_implementation, batch_size=config.gen_batch_size, seed=config.seed,
+                options=config.engine_options,
+            ),
+        )  # fmt: skip
+        return created, f"{config.engine}"
+
+    result.engine = run.step("engine", engine, needs=("generation", "device"))
+
+    def positions() -> tuple[int | None, str]:
+        value = read_max_positions(model.model_path, model.revision)
+        return value, f"{value} positions" if value else "config.json records no maximum positions"
+
+    result.max_positions = run.step("teacher config", positions, needs=("model",))
+
+    def datasets() -> tuple[SampleSet | None, str]:
+        from gencache.data.samples import build_samples
+
+        if result.tokenizer is None:
+            counts = _count_without_tokenizer(config)
+            result.sample_counts = counts
+            known = [c for c in counts if c >= 0]
+            result.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
+            return None, f"{sum(known)} rows in {len(known)} of {len(counts)} data configs (without a tokenizer)"
+        import warnings
+
+        from gencache.data.samples import DuplicatePromptWarning
+
+        with warnings.catch_warnings():  # reported by the caller, from samples.conflicting_prompts
+            warnings.simplefilter("ignore", DuplicatePromptWarning)
+            built = build_samples(config, tokenizer=result.tokenizer)
+        result.sample_counts = [s.samples for s in built.summaries]
+        return built, f"{len(built)} samples, {len(built.unique)} unique keys, {built.duplicates} duplicates"
+
+    result.samples = run.step("datasets", datasets)
+
+    def context() -> tuple[None, str]:
+        samples, generation_ = result.samples, result.generation
+        assert samples is not None and generation_ is not None
+        longest, where = 0, "-"
+        for summary in samples.summaries:
+            if summary.prompt_tokens and summary.prompt_tokens[2] > longest:
+                longest, where = summary.prompt_tokens[2], f"data_configs[{summary.index}]"
+        result.longest_prompt = longest
+        if result.max_positions is None:
+            return None, "not checked: the teacher's config.json records no maximum positions"
+        return None, check_context(longest, where, generation_.max_new_tokens, result.max_positions)
+
+    if result.samples is None or result.generation is None:
+        result.checks.append(
+            Check("context length", "skipped", "not computed: needs the samples and generation config")
+        )
+        result.not_computed.append("the context-length check")
+    else:
+        run.step("context length", context)
+
+    def budget() -> tuple[dict[Path, int], str]:
+        from gencache.artifact.header import header_capacity
+
+        samples, generation_ = result.samples, result.generation
+        assert samples is not None and generation_ is not None
+        if owned_keys is not None:
+            keys = owned_keys(samples)
+        else:
+            keys = {outputs[0]: shard.select(samples.keys()) if shard else samples.keys()} if outputs else {}
+        capacities = {
+            path: header_capacity(len(owned), generation_.num_return_sequences, generation_.max_new_tokens)
+            for path, owned in keys.items()
+        }
+        largest = max(capacities.values(), default=0)
+        return capacities, f"{largest:,} bytes reserved for the largest artifact"
+
+    if result.samples is None or result.generation is None:
+        result.checks.append(Check("header budget", "skipped", "not computed: needs the samples and generation config"))
+        result.not_computed.append("the header budget")
+    else:
+        result.capacity = run.step("header budget", budget) or {}
+    return result
+
+
+__all__ = [
+    "Check",
+    "Preflight",
+    "check_context",
+    "check_device",
+    "check_model_location",
+    "check_output_location",
+    "check_utf8_paths",
+    "preflight",
+    "read_max_positions",
+]

@@ -1,0 +1,121 @@
+"""How the CLI shows the results the library returns: the dry-run report, a rendered prompt, run messages.
+
+Only the CLI (and the demo) call this module; the library returns data and never prints.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from gencache.data.samples import Sample
+    from gencache.pipeline import DryRun
+
+_STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
+
+
+def render_notice(console: Console, level: str, text: str) -> None:
+    """One run message: warnings in yellow."""
+    if level == "warning":
+        console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False)
+    else:
+        console.print(escape(text), highlight=False)
+
+
+def _data_table(report: DryRun) -> Table | None:
+    found = report.preflight
+    config = found.config
+    table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
+    columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
+    samples = found.samples
+    if samples is not None:
+        table.add_column("prompt tokens min/med/max")
+        for summary, data_config in zip(samples.summaries, config.data_configs, strict=True):
+            table.add_row(
+                str(summary.index), summary.dataset_name, data_config.split, data_config.template,
+                str(summary.samples), str(summary.unique), str(summary.duplicates),
+                "{} / {} / {}".format(*summary.prompt_chars),
+                "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
+            )  # fmt: skip
+        return table
+    if found.sample_counts is None:
+        return None
+    for index, (count, data_config) in enumerate(zip(found.sample_counts, config.data_configs, strict=True)):
+        shown = str(count) if count >= 0 else "?"
+        table.add_row(
+            str(index), data_config.dataset_name, data_config.split, data_config.template, shown, "?", "?", "?"
+        )
+    return table
+
+
+def render_dry_run(report: DryRun, console: Console) -> None:
+    """The dry-run report: the data configs, every check with its outcome, the plan and what was not computed."""
+    found = report.preflight
+    table = _data_table(report)
+    if table is not None:
+        console.print(table)
+    checks = Table(title="checks (the same ones generate makes before loading weights)", title_justify="left")
+    for column in ("check", "status", "detail"):
+        checks.add_column(column)
+    for check in found.checks:
+        checks.add_row(check.name, _STATUS.get(check.status, check.status), escape(check.detail))
+    console.print(checks)
+    samples = found.samples
+    if samples is not None:
+        console.print(
+            f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}",
+            highlight=False,
+        )
+        if samples.conflicting_prompts:
+            render_notice(
+                console,
+                "warning",
+                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts; the first "
+                "occurrence's prompt is generated for all.",
+            )
+    for path in report.published:
+        console.print(f"already published and verified (skipped): {escape(str(path))}", highlight=False)
+    for target in report.targets:
+        if target.shard is not None:
+            console.print(
+                f"shard {target.shard.index}/{target.shard.count} ({target.shard.origin}): {len(target.keys)} keys "
+                f"-> {escape(str(target.output_dir))}",
+                highlight=False,
+            )
+    if found.capacity:
+        console.print(f"header budget: {max(found.capacity.values()):,} bytes (largest artifact)", highlight=False)
+    if found.not_computed:
+        console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(found.not_computed))}", highlight=False)
+    if report.prompt is not None:
+        render_prompt(report.prompt, report.prompt_index or 0, console)
+    if found.errors:
+        console.print(
+            f"[red]the dry run found {len(found.errors)} problem(s); generate would exit {found.exit_code}[/]"
+        )
+    else:
+        console.print("[green]every check passed[/]: generate would start loading the teacher")
+
+
+def render_prompt(sample: Sample, index: int, console: Console) -> None:
+    """Sample ``index``'s rendered prompt: where it came from, each part and the token count."""
+    tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
+    console.print(
+        f"[bold]prompt {index}[/bold]: data_configs[{sample.data_config_index}] sample {sample.sample_index}, "
+        f"key {sample.key}, {tokens} tokens",
+        highlight=False,
+    )
+    counts = [end - start for _, start, end in (sample.spans or ())]
+    for position, part in enumerate(sample.parts):
+        kind = type(part).__name__
+        count = f", {counts[position]} tokens" if position < len(counts) else ""
+        console.print(f"[bold]-- part {position} ({kind}{count}) --[/bold]", highlight=False)
+        console.print(escape(part.text), highlight=False, markup=True)
+
+
+__all__ = ["render_dry_run", "render_notice", "render_prompt"]
