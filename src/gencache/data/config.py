@@ -109,7 +109,15 @@ def _logit_fields_check(data: Any) -> Any:
 
 # -- the models -------------------------------------------------------------------------------------------
 class _Strict(BaseModel):
+    """Base of the config models: unknown keys are errors, ints are strict, and no logit or score field is
+    accepted at any level."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_logits(cls, data: Any) -> Any:
+        return _logit_fields_check(data)
 
 
 class ModelConfig(_Strict):
@@ -148,11 +156,6 @@ class ModelConfig(_Strict):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_logits(cls, data: Any) -> Any:
-        return _logit_fields_check(data)
 
     @field_validator("device")
     @classmethod
@@ -268,11 +271,6 @@ class DataConfig(_Strict):
         "effective values, defaults included.",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_logits(cls, data: Any) -> Any:
-        return _logit_fields_check(data)
-
     @field_validator("dataset_name")
     @classmethod
     def _dataset_known(cls, value: str) -> str:
@@ -342,11 +340,6 @@ class CacheConfig(_Strict):
         description="Artifact directory to publish; relative to the working directory; must not exist, not even "
         "as a dangling symlink.",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_logits(cls, data: Any) -> Any:
-        return _logit_fields_check(data)
 
     @model_validator(mode="after")
     def _engine_options(self) -> CacheConfig:

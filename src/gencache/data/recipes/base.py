@@ -195,6 +195,12 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             single_file_error=single_file_error,
         )
 
+    def require_rows(self, dc: DataConfigLike, available: int, detail: str) -> None:
+        """A shortfall error unless ``available`` rows cover ``num_shots`` few-shot examples and ``num_samples``
+        samples (``detail`` says what the rows are)."""
+        if dc.num_shots + dc.num_samples > available:
+            raise shortfall(self.name, dc.split, dc.num_samples, max(available - dc.num_shots, 0), detail)
+
     def load(
         self, dc: DataConfigLike, kwargs: KwargsT | Mapping[str, Any], tokenizer: Any | None
     ) -> tuple[list[RawSample], SourceInfo]:

@@ -27,7 +27,6 @@ from gencache.data.recipes.base import (
     Shot,
     require_str,
     require_str_list,
-    shortfall,
 )
 from gencache.errors import DatasetError
 
@@ -180,14 +179,11 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
         rng = random.Random(dc.seed)
         order = list(range(*bounds))
         rng.shuffle(order)
-        if dc.num_shots > len(order) or len(order) - dc.num_shots < dc.num_samples:
-            raise shortfall(
-                self.name,
-                dc.split,
-                dc.num_samples,
-                max(len(order) - dc.num_shots, 0),
-                f"{len(order)} people in this half of {len(kept)} kept rows, {dc.num_shots} used as few-shot",
-            )
+        self.require_rows(
+            dc,
+            len(order),
+            f"{len(order)} people in this half of {len(kept)} kept rows, {dc.num_shots} used as few-shot",
+        )
         pool = order[: len(order) - dc.num_shots]
         shot_people = order[len(order) - dc.num_shots :] if dc.num_shots else []
         if dc.num_samples and dc.num_data_strs > len(pool):

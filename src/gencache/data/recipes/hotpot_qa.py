@@ -22,7 +22,6 @@ from gencache.data.recipes.base import (
     Selection,
     Shot,
     require_str_list,
-    shortfall,
     warn,
 )
 from gencache.errors import DatasetError
@@ -90,14 +89,11 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
         kept = [i for i in order if levels[i] in wanted]
         if dc.num_shots > 0:
             warn("few_shot_str is not recommended for HotpotQA")
-        if dc.num_shots + dc.num_samples > len(kept):
-            raise shortfall(
-                self.name,
-                dc.split,
-                dc.num_samples,
-                max(len(kept) - dc.num_shots, 0),
-                f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot",
-            )
+        self.require_rows(
+            dc,
+            len(kept),
+            f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot",
+        )
         return Selection(
             info,
             QuestionRows(table, self.name, _documents),

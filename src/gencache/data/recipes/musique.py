@@ -21,7 +21,6 @@ from gencache.data.recipes.base import (
     Selection,
     Shot,
     require_str,
-    shortfall,
     warn,
 )
 from gencache.errors import DatasetError
@@ -77,14 +76,7 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
         rng.shuffle(order)
         if dc.num_shots > 0 and kwargs.add_cot:
             warn("Do not recommend using few-shot with CoT for MuSiQue dataset.")
-        if dc.num_shots > total or total - dc.num_shots < dc.num_samples:
-            raise shortfall(
-                self.name,
-                dc.split,
-                dc.num_samples,
-                max(total - dc.num_shots, 0),
-                f"{total} rows, {dc.num_shots} used as few-shot",
-            )
+        self.require_rows(dc, total, f"{total} rows, {dc.num_shots} used as few-shot")
         shots = order[total - dc.num_shots :] if dc.num_shots else []
         return Selection(
             info, QuestionRows(table, self.name, _paragraphs), shots, order[: total - dc.num_shots][: dc.num_samples]
