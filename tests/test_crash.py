@@ -83,7 +83,8 @@ class Child:
 
 
 def temp_dirs(parent: Path) -> list[str]:
-    return sorted(name for name in os.listdir(parent) if ".gencache-" in name)
+    """Temporary directories (their ``.lock`` files beside them are not counted; clean removes them too)."""
+    return sorted(name for name in os.listdir(parent) if ".gencache-" in name and not name.endswith(".lock"))
 
 
 def assert_no_output_or_valid(output: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import shutil
 from contextlib import suppress
@@ -149,29 +150,135 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
     return used
 
 
+# -- the writer's lock and gencache clean ---------------------------------------------------------------------
+LOCK_SUFFIX = ".lock"
+
+
+def lock_path(temp_dir: Path | str) -> Path:
+    """The lock file of a temporary directory: ``<temp_dir>.lock`` beside it (an artifact holds exactly its three
+    files, so the lock cannot live inside the directory that is renamed into place)."""
+    temp_dir = Path(temp_dir)
+    return temp_dir.with_name(temp_dir.name + LOCK_SUFFIX)
+
+
+def hold_lock(temp_dir: Path) -> int:
+    """Create and ``flock`` the lock file of ``temp_dir`` before the directory exists; return its descriptor.
+
+    The lock lives as long as the writer's process (the kernel drops it at exit, however the process ends), so
+    ``gencache clean`` can tell a live writer from a dead one on any host or PID namespace that shares the
+    filesystem's locks.
+    """
+    path = lock_path(temp_dir)
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise write_error(f"Creating the lock file {path}", error) from error
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A cleaner may have taken and removed the file between its creation and the flock: then lock anew.
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            os.close(fd)
+            raise write_error(f"Locking {path}", error) from error
+        os.close(fd)
+    raise WriteError(f"The lock file {path} kept disappearing (a concurrent gencache clean?); rerun.")
+
+
+def release_lock(temp_dir: Path, fd: int) -> None:
+    """Remove the lock file, then drop the lock (the directory was renamed into place or removed before)."""
+    with suppress(OSError):
+        lock_path(temp_dir).unlink()
+    with suppress(OSError):
+        os.close(fd)
+
+
+def _try_lock(path: str) -> tuple[str, int]:
+    """``flock`` an existing lock file without waiting: ``("dead", fd)`` when it was free (this call now holds it),
+    ``("live", -1)`` when a writer holds it (or it cannot be opened), ``("absent", -1)`` when there is none."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "absent", -1
+    except OSError:
+        return "live", -1  # unreadable: leave it alone
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return "live", -1
+    return "dead", fd
+
+
+def _remove_tree(path: str) -> bool:
+    """Remove a directory tree; True when this call removed it, False when it was already gone (another cleaner)."""
+    if not os.path.lexists(path):
+        return False
+
+    def ignore_missing(function: Any, name: str, info: Any) -> None:
+        error = info[1]
+        if not isinstance(error, FileNotFoundError):
+            raise error
+
+    try:
+        shutil.rmtree(path, onerror=ignore_missing)
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise WriteError(f"Removing {path} failed: {error.strerror or error}; remove it by hand.") from error
+    return True
+
+
 def clean(parent: Path | str) -> list[Path]:
-    """Remove ``.<name>.gencache-<host>-<pid>-<random>`` directories in ``parent`` left by dead processes of this
-    host; return what was removed. Directories of live processes, other hosts and anything else are kept."""
+    """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
+
+    A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
+    in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
+    only when it was written on this host by a process that no longer exists. A directory or lock file that another
+    ``gencache clean`` removed meanwhile counts as done, so concurrent cleaners all succeed.
+    """
     parent = Path(parent)
     if not parent.is_dir():
         raise ConfigError(f"{parent} is not a directory; give the directory that holds the output directories.")
     host = host_tag()
     removed = []
     try:
-        entries = list(os.scandir(parent))
+        names = os.listdir(parent)
     except OSError as error:
         raise WriteError(f"Cannot list {parent}: {error.strerror or error}.") from error
-    for entry in entries:
-        match = TEMP_RE.match(entry.name)
-        if match is None or match["host"] != host or not entry.is_dir(follow_symlinks=False):
+    for name in sorted(names):
+        path = os.path.join(parent, name)
+        if name.endswith(LOCK_SUFFIX) and TEMP_RE.match(name[: -len(LOCK_SUFFIX)]):
+            if not os.path.lexists(path[: -len(LOCK_SUFFIX)]):  # a lock left without its directory
+                state, fd = _try_lock(path)
+                if state == "dead":
+                    with suppress(OSError):
+                        os.unlink(path)
+                    os.close(fd)
             continue
-        if _pid_alive(int(match["pid"])):
+        match = TEMP_RE.match(name)
+        if match is None or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        lock = path + LOCK_SUFFIX
+        state, fd = _try_lock(lock)
+        if state == "live":
+            continue
+        if state == "absent":  # no lock file: an older gencache's directory, judged by its pid on this host
+            if match["host"] != host or _pid_alive(int(match["pid"])):
+                continue
+            if _remove_tree(path):
+                removed.append(Path(path))
             continue
         try:
-            shutil.rmtree(entry.path)
-        except OSError as error:
-            raise write_error(f"Removing {entry.path}", error) from error
-        removed.append(Path(entry.path))
+            if _remove_tree(path):
+                removed.append(Path(path))
+            with suppress(OSError):
+                os.unlink(lock)
+        finally:
+            os.close(fd)
     return sorted(removed)
 
 
@@ -191,4 +298,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["RENAME_MODES", "check_output_path", "clean", "probe_rename", "publish"]
+__all__ = [
+    "LOCK_SUFFIX",
+    "RENAME_MODES",
+    "check_output_path",
+    "clean",
+    "hold_lock",
+    "lock_path",
+    "probe_rename",
+    "publish",
+    "release_lock",
+]

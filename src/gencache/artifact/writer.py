@@ -44,7 +44,7 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
 )
 from gencache.artifact.phases import PHASE_HOOK_ACTIVE, report_phase
-from gencache.artifact.publish import RENAME_MODES, check_output_path, publish
+from gencache.artifact.publish import RENAME_MODES, check_output_path, hold_lock, publish, release_lock
 from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
 from gencache.artifact.signals import SignalGuard
 from gencache.artifact.summary import build_summary
@@ -430,6 +430,7 @@ class ArtifactBuild:
         self.temp_dir: Path | None = None
         self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
+        self._lock: tuple[Path, int] | None = None
         self._signals = SignalGuard()
 
     @property
@@ -448,6 +449,7 @@ class ArtifactBuild:
         try:
             with self._signals.deferred():
                 temp = self.output_dir.parent / temp_name(self.output_dir)
+                self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
                 temp.mkdir(mode=0o700)
                 self.temp_dir = temp
             report_phase("temp_created")
@@ -481,6 +483,9 @@ class ArtifactBuild:
                     self._writer.abort()
                 if self.temp_dir is not None:
                     shutil.rmtree(self.temp_dir, ignore_errors=True)
+            if self._lock is not None:
+                release_lock(*self._lock)
+                self._lock = None
         finally:
             self._signals.depth -= 1
             self._signals.restore(redeliver=not in_flight)

@@ -1,0 +1,91 @@
+"""`gencache clean`: a temporary directory is dead when its writer's lock is free (whatever PID namespace wrote
+it), older lock-less directories fall back to the pid check, and concurrent cleaners all succeed."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gencache.artifact._fs import host_tag
+from gencache.artifact.publish import clean, lock_path
+from gencache.artifact.writer import ArtifactBuild
+from gencache.cli import run as cli_run
+
+PROVENANCE = {
+    "model_path": "teacher",
+    "tokenizer_path": "teacher",
+    "dtype": "float32",
+    "tokenizer": {"padding_side": "left", "pad_token_id": 0, "eos_token_id": 1},
+}
+DEAD_PID = 4_000_000  # above any pid_max: no process of this host has it
+
+
+def temp_dir(parent: Path, pid: int, token: str, *, locked: bool) -> Path:
+    path = parent / f".out.gencache-{host_tag()}-{pid}-{token}"
+    path.mkdir()
+    (path / "cache.safetensors").write_bytes(b"x" * 64)
+    if locked:
+        lock_path(path).write_bytes(b"")
+    return path
+
+
+def test_a_locked_directory_is_kept_even_when_its_pid_is_not_on_this_host(tmp_path: Path) -> None:
+    # A writer in another PID namespace with the same host name: its pid means nothing here, its lock does.
+    live = temp_dir(tmp_path, DEAD_PID, "0000aaaa", locked=True)
+    holder = os.open(lock_path(live), os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        assert clean(tmp_path) == []
+        assert live.is_dir()
+    finally:
+        os.close(holder)  # the writer dies: the kernel drops its lock
+    assert clean(tmp_path) == [live]
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_live_lock_of_a_real_build_protects_it(tmp_path: Path) -> None:
+    with ArtifactBuild(tmp_path / "out", provenance=PROVENANCE, header_capacity=256) as build:
+        assert build.temp_dir is not None and lock_path(build.temp_dir).exists()
+        assert clean(tmp_path) == []
+        assert build.temp_dir.is_dir()
+    assert os.listdir(tmp_path) == []  # left without publishing: directory and lock file are gone
+
+
+def test_lockless_directories_of_older_versions_use_the_pid(tmp_path: Path) -> None:
+    dead = temp_dir(tmp_path, DEAD_PID, "0000bbbb", locked=False)
+    alive = temp_dir(tmp_path, os.getpid(), "0000cccc", locked=False)
+    other_host = tmp_path / f".out.gencache-elsewhere-{DEAD_PID}-0000dddd"
+    other_host.mkdir()
+    assert clean(tmp_path) == [dead]
+    assert alive.is_dir() and other_host.is_dir()
+
+
+def test_a_stale_lock_file_without_its_directory_is_removed(tmp_path: Path) -> None:
+    stale = lock_path(tmp_path / f".out.gencache-{host_tag()}-{DEAD_PID}-0000eeee")
+    stale.write_bytes(b"")
+    (tmp_path / "unrelated.lock").write_bytes(b"")
+    assert clean(tmp_path) == []
+    assert sorted(os.listdir(tmp_path)) == ["unrelated.lock"]
+
+
+def test_three_concurrent_cleaners_all_succeed(tmp_path: Path) -> None:
+    dirs = [temp_dir(tmp_path, DEAD_PID, f"{i:08x}", locked=i % 2 == 0) for i in range(60)]
+    for path in dirs:  # enough files that the removals overlap
+        for n in range(30):
+            (path / f"f{n}").write_bytes(b"")
+    command = [sys.executable, "-m", "gencache", "clean", str(tmp_path)]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [proc.communicate(timeout=120) + (proc.returncode,) for proc in procs]
+    for out, err, code in results:
+        assert code == 0, err
+        assert err == ""
+    removed = [line for out, _, _ in results for line in out.splitlines() if line.startswith("removed ")]
+    assert sorted(removed) == sorted(f"removed {p}" for p in dirs)  # each directory reported once
+    assert os.listdir(tmp_path) == []
+
+
+def test_clean_of_a_missing_parent_is_bad_input(tmp_path: Path) -> None:
+    assert cli_run(["clean", str(tmp_path / "missing")]) == 2
