@@ -81,8 +81,11 @@ def choose_eos(
     return EosChoice(tuple(sorted(chosen)), tuple(lengths), max_new_tokens)
 
 
-def one_by_one(model: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt]) -> dict[str, list[int]]:
-    """A plain ``model.generate`` loop, one prompt at a time (no padding): the exactness reference."""
+def one_by_one(
+    model: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt], tokenizer: Any = None
+) -> dict[str, list[int]]:
+    """A plain ``model.generate`` loop, one prompt at a time (no padding): the exactness reference (transformers'
+    own EOS and stop-string criteria; ``tokenizer`` is needed with stop strings)."""
     import torch
 
     device = model_device(model)
@@ -92,7 +95,10 @@ def one_by_one(model: Any, generation: EffectiveGeneration, prompts: Sequence[Pr
         for key, ids in prompts:
             input_ids = torch.tensor([ids], device=device)
             out = model.generate(
-                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                generation_config=config,
+                tokenizer=tokenizer if generation.stop_strings else None,
             )
             outputs[key] = out[0, input_ids.shape[1] :].tolist()
     return outputs
@@ -149,14 +155,31 @@ def run_static(model: Any, tokenizer: Any, generation: EffectiveGeneration, prom
 
 
 def run_continuous(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt],
-                   concurrency: int, *, cuda: bool = False) -> EngineRun:  # fmt: skip
-    """The ``transformers-continuous`` engine at ``max_concurrent_sequences`` = ``concurrency``."""
+                   concurrency: int, *, cuda: bool = False, cancel: bool = True) -> EngineRun:  # fmt: skip
+    """The ``transformers-continuous`` engine at ``max_concurrent_sequences`` = ``concurrency`` (``cancel=False``:
+    requests that completed a stop string are not cancelled, to measure what cancelling saves)."""
     options = ContinuousOptions(max_concurrent_sequences=concurrency)
     return _measure(
-        "transformers-continuous", concurrency,
-        lambda stats: generate_continuous(model, tokenizer, generation, prompts, options=options, stats=stats),
+        "transformers-continuous" if cancel else "transformers-continuous, no cancel", concurrency,
+        lambda stats: generate_continuous(
+            model, tokenizer, generation, prompts, options=options, stats=stats, cancel_on_stop_string=cancel
+        ),
         cuda=cuda,
     )  # fmt: skip
+
+
+def choose_stop_string(tokenizer: Any, free_outputs: Sequence[Sequence[int]], choice: EosChoice) -> str:
+    """A stop string from the answers themselves: the decoded text of the token that most answers contain before
+    their EOS cut (at least two characters, ASCII, not an EOS id)."""
+    counts: dict[int, int] = {}
+    for output, length in zip(free_outputs, choice.lengths, strict=True):
+        for token in set(output[: max(0, length - 1)]):
+            counts[int(token)] = counts.get(int(token), 0) + 1
+    for token, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        text = tokenizer.decode([token], skip_special_tokens=False).strip()
+        if token not in choice.eos and len(text) >= 2 and text.isascii():
+            return str(text)
+    raise ValueError("no stop string candidate in the answers")
 
 
 def table(runs: Sequence[EngineRun], reference: dict[str, list[int]] | None, *, gpu: bool = False) -> list[str]:
@@ -196,4 +219,13 @@ def table(runs: Sequence[EngineRun], reference: dict[str, list[int]] | None, *, 
     return rows
 
 
-__all__ = ["EngineRun", "EosChoice", "choose_eos", "one_by_one", "run_continuous", "run_static", "table"]
+__all__ = [
+    "EngineRun",
+    "EosChoice",
+    "choose_eos",
+    "choose_stop_string",
+    "one_by_one",
+    "run_continuous",
+    "run_static",
+    "table",
+]

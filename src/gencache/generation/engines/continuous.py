@@ -175,12 +175,15 @@ def generate_continuous(
     progress: Progress | None = None,
     stats: EngineStats | None = None,
     sizing: list[CacheSizing] | None = None,
+    cancel_on_stop_string: bool = True,
 ) -> Generator[GeneratedEntry, None, None]:
     """Generate every prompt through transformers' continuous-batching manager; one entry per prompt, in finish order.
 
     ``options`` defaults to :class:`ContinuousOptions`' defaults; ``stats`` counts forwards, slots (rows per
     forward), kept tokens and cancelled requests; the chosen :class:`CacheSizing` is appended to ``sizing``. The
     manager's thread is stopped when the iterator ends, fails or is closed (close it when stopping early).
+    ``cancel_on_stop_string=False`` lets a request that completed a stop string run on to its EOS or limit (the
+    answer is cut the same way); it exists to measure what cancelling saves.
     """
     import torch
 
@@ -266,7 +269,7 @@ def generate_continuous(
                 length, reason = hit
                 done.add(request)
                 remaining -= 1
-                if not output.is_finished():
+                if not output.is_finished() and cancel_on_stop_string:
                     manager.cancel_request(request)  # a stop string completed: free its slot now
                     stats.cancelled += 1
                 index_text, sequence_text = request.split(":")
