@@ -84,6 +84,7 @@ class CompactIndex:
     provenance: dict[str, Any]
     provenance_digest: str
     fast: bool  # whether the canonical scan built it
+    header_used: int  # bytes of header JSON before the padding
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -180,6 +181,7 @@ def _general_index(raw_manifest: bytes, header_raw: bytes, payload_size: int) ->
         provenance=manifest.provenance,
         provenance_digest=manifest.provenance_digest,
         fast=False,
+        header_used=header.json_length,
     )
 
 
@@ -195,9 +197,10 @@ def _require(condition: bool | np.bool_) -> None:
 
 
 def _window(buf: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
-    index = positions[:, None] + np.arange(width, dtype=np.int64)
-    np.minimum(index, len(buf) - 1, out=index)
-    return buf[index]
+    """The ``width`` bytes at each position (rows of a strided view: no index matrix)."""
+    _require(len(buf) >= width and (len(positions) == 0 or int(positions.max()) + width <= len(buf)))
+    _require(len(positions) == 0 or int(positions.min()) >= 0)
+    return np.lib.stride_tricks.sliding_window_view(buf, width)[positions]
 
 
 def _expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:
@@ -209,22 +212,30 @@ def _expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:
 def _hex_at(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """The 32 bytes encoded by the 64 lowercase hex characters at each position."""
     nibbles = _HEX[_window(buf, positions, 64)]
-    _require(bool((nibbles != 255).all()))
+    _require(int(nibbles.max(initial=0)) < 16)
     rows: np.ndarray = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
     return rows
 
 
 def _number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The JSON non-negative integers at each position (at most 18 digits) and their digit counts."""
-    window = _window(buf, positions, 19).astype(np.int64) - 48
-    digit = (window >= 0) & (window <= 9)
+    width = 19
+    near_end = positions > len(buf) - width
+    raw = np.empty((len(positions), width), dtype=np.uint8)
+    raw[~near_end] = _window(buf, positions[~near_end], width)
+    if near_end.any():  # the last number of a document: read it from a zero-padded copy of the tail
+        _require(int(positions.max()) < len(buf) and int(positions.min()) >= 0)
+        padded = np.concatenate([buf[max(0, len(buf) - width) :], np.zeros(width, dtype=np.uint8)])
+        base = len(buf) - (len(padded) - width)
+        raw[near_end] = np.lib.stride_tricks.sliding_window_view(padded, width)[positions[near_end] - base]
+    digits = raw - np.uint8(48)  # wraps below "0": anything >= 10 is not a digit
+    digit = digits <= 9
     count = np.argmin(digit, axis=1)
     _require(bool(((count >= 1) & ~digit.all(axis=1)).all()))
-    _require(bool(((window[:, 0] != 0) | (count == 1)).all()))  # no leading zeros
-    value = np.zeros(len(positions), dtype=np.int64)
-    for column in range(18):
-        used = column < count
-        value += np.where(used, window[:, column], 0) * np.where(used, _POW10[np.maximum(count - 1 - column, 0)], 0)
+    _require(bool(((digits[:, 0] != 0) | (count == 1)).all()))  # no leading zeros
+    exponent = count[:, None] - 1 - np.arange(width - 1)
+    scale = np.where(exponent >= 0, _POW10[np.clip(exponent, 0, 17)], 0)
+    value = (np.where(digit[:, : width - 1], digits[:, : width - 1], 0).astype(np.int64) * scale).sum(axis=1)
     return value, count
 
 
@@ -234,8 +245,8 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     tail_at = manifest.rfind(_MANIFEST_TAIL)
     empty = manifest[: len(_EMPTY_TAIL)] == _EMPTY_TAIL
     _require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN and (tail_at > 0 or empty))
-    opens = np.fromiter(
-        (m.start() for m in _ENTRY_OPEN_RE.finditer(manifest, 0, tail_at if tail_at > 0 else size)), dtype=np.int64
+    opens = np.array(
+        [m.start() for m in _ENTRY_OPEN_RE.finditer(manifest, 0, tail_at if tail_at > 0 else size)], dtype=np.int64
     )
     count = len(opens)
     _require(empty == (count == 0))
@@ -314,6 +325,7 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
         provenance=top["provenance"],
         provenance_digest=top["provenance_digest"],
         fast=True,
+        header_used=len(header_raw.rstrip(b" ")),
     )
 
 
@@ -363,7 +375,7 @@ def _check_fast_header(
     )
     meta_at = body.find(meta)
     _require(meta_at > 0 and body.find(meta, meta_at + 1) < 0 and body.startswith(b"{") and body.endswith(b"}"))
-    opens = np.fromiter((m.start() for m in _MEMBER_OPEN_RE.finditer(body)), dtype=np.int64)
+    opens = np.array([m.start() for m in _MEMBER_OPEN_RE.finditer(body)], dtype=np.int64)
     count = len(keys)
     _require(len(opens) == count)
     starts = np.empty(count, dtype=np.int64)

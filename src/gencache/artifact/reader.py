@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from gencache.artifact._index import CompactIndex, build_index
+from gencache.artifact._index_cache import cache_directory, file_identity, load_index, save_index
 from gencache.artifact.cache import Generation, GenerationCache
 from gencache.artifact.header import is_canonical_header, read_length_prefix
 from gencache.artifact.manifest import content_digest, json_file_bytes
@@ -65,13 +66,12 @@ def _read_regular(path: Path, what: str) -> bytes:
         os.close(fd)
 
 
-def _map_regular(path: Path, what: str) -> mmap.mmap | bytes:
-    """A read-only shared map of a regular file (file-backed pages, shared by forked processes)."""
+def _map_regular(path: Path, what: str) -> tuple[mmap.mmap | bytes, os.stat_result]:
+    """A read-only shared map of a regular file (file-backed pages, shared by forked processes) and its stat."""
     fd = _open_regular(path, what)
     try:
-        if os.fstat(fd).st_size == 0:
-            return b""
-        return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        info = os.fstat(fd)
+        return (b"" if info.st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)), info
     finally:
         os.close(fd)
 
@@ -103,13 +103,19 @@ class CacheReader(GenerationCache):
     in flat arrays, so forked workers share it without copying. Picklable: unpickling reopens the artifact and
     refuses one whose entries differ from those of the pickled reader.
 
+    ``index_cache`` (a directory; by default ``$GENCACHE_INDEX_CACHE`` when set, ``False`` to disable) keeps the
+    checked index outside the artifact, keyed by the stat identity of its files, so that later opens (other ranks,
+    spawned workers, the next run) memory-map it instead of re-checking the manifest; a stale or damaged cached
+    index is rebuilt, never used (:mod:`gencache.artifact._index_cache`). ``index_cached`` says which happened.
+
     The payload is memory-mapped: truncating or rewriting ``cache.safetensors`` while a reader (or a tensor it
     returned) is alive makes the next access to the lost pages kill the process with SIGBUS, as with any memory
     map. Artifacts are immutable; replace one by publishing a new directory, never by editing its files.
     """
 
-    def __init__(self, path: PathLike) -> None:
+    def __init__(self, path: PathLike, *, index_cache: PathLike | bool | None = None) -> None:
         self.path = Path(path).expanduser().absolute()
+        self.index_cache = index_cache
         self._identity: str | None = None
         self._open()
 
@@ -149,14 +155,21 @@ class CacheReader(GenerationCache):
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
         self._check_files()
-        manifest = _map_regular(self.path / MANIFEST_NAME, "Manifest")
+        manifest, manifest_stat = _map_regular(self.path / MANIFEST_NAME, "Manifest")
         payload = self.path / PAYLOAD_NAME
         fd = _open_regular(payload, PAYLOAD_NAME)
         try:
-            size = os.fstat(fd).st_size
+            payload_stat = os.fstat(fd)
+            size = payload_stat.st_size
             capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-            header = _pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
-            index = build_index(manifest, header, size)
+            directory = cache_directory(self.index_cache)
+            identity = file_identity(manifest_stat, payload_stat)
+            index = None if directory is None else load_index(directory, identity, manifest)
+            self.index_cached = index is not None
+            if index is None:
+                index = build_index(manifest, _pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), size)
+                if directory is not None:
+                    save_index(directory, identity, index)
         except FormatError as error:
             raise self._fail(str(error)) from None
         finally:
@@ -166,7 +179,7 @@ class CacheReader(GenerationCache):
         self.provenance = index.provenance
         self.provenance_digest = index.provenance_digest
         self.header_capacity = capacity
-        self.header_json_bytes = len(header.rstrip(b" "))
+        self.header_json_bytes = index.header_used
         self.payload_bytes = size
         self._data_offset = LENGTH_PREFIX_BYTES + capacity
         self._verified = np.zeros(len(index), dtype=np.bool_)
@@ -292,11 +305,17 @@ class CacheReader(GenerationCache):
             self._identity = digest.hexdigest()
         return self._identity
 
-    def __getstate__(self) -> dict[str, str]:
-        return {"path": str(self.path), "identity": self.identity}
+    def __getstate__(self) -> dict[str, Any]:
+        cache = self.index_cache
+        return {
+            "path": str(self.path),
+            "identity": self.identity,
+            "index_cache": cache if isinstance(cache, (bool, type(None))) else os.fspath(cache),
+        }
 
-    def __setstate__(self, state: dict[str, str]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
+        self.index_cache = state.get("index_cache")
         self._identity = None
         self._open()
         if self.identity != state["identity"]:
