@@ -185,67 +185,131 @@ def generate(
     typer.echo(str(result.output_dir))
 
 
+def printable(text: str) -> str:
+    """``text`` with anything the terminal cannot encode (lone surrogates from a damaged file) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _echo_json(value: Any) -> None:
+    import json
+
+    typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))
+
+
 @app.command()
 def inspect(
     dirs: Annotated[
         list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
     ],
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of tables.")
+    ] = False,
 ) -> None:
-    """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps (exit 1 when a path
-    cannot be read or a sharded output misses shards)."""
-    import json
-
+    """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps (exit 1 when an
+    artifact cannot be read or a sharded output is not one whole run; 2 when a path is not an artifact at all)."""
     from gencache.artifact.report import inspect_report, render_inspect
 
     report = inspect_report(dirs)
     if as_json:
-        typer.echo(json.dumps(report, indent=2, ensure_ascii=False, sort_keys=True))
+        _echo_json(report)
     else:
         from rich.console import Console
 
         render_inspect(report, Console())
-    if not _inspect_ok(report):
-        raise typer.Exit(1)
+    code = _inspect_code(report)
+    if code:
+        raise typer.Exit(code)
 
 
-def _inspect_ok(report: dict[str, Any]) -> bool:
-    """False when a path could not be read, or a sharded output misses shards, mixes runs or splits."""
+def _inspect_code(report: dict[str, Any]) -> int:
+    """2 when a path is missing or not an artifact, 1 when one cannot be read or a shard set is not one run."""
+    from gencache.artifact.report import BAD_INPUT_KINDS
+
+    kinds = [artifact.get("kind") for artifact in report["artifacts"]]
+    if any(kind in BAD_INPUT_KINDS for kind in kinds):
+        return 2
     for artifact in report["artifacts"]:
         if artifact.get("kind") == "error":
-            return False
+            return 1
         shards = artifact.get("shards")
         if isinstance(shards, dict) and shards.get("problems"):
-            return False
-    return True
+            return 1
+    return 0
 
 
 @app.command()
 @_interruptible
 def verify(
-    dirs: Annotated[list[Path], typer.Argument(metavar="DIR", help="Artifact directories to re-hash.")],
+    dirs: Annotated[
+        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of lines.")
+    ] = False,
 ) -> None:
-    """Re-hash every tensor and entry and check the header against the manifest; exit 1 on any problem."""
-    from gencache.artifact.report import verify_report
+    """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
+    output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
+    from gencache.artifact.report import verify_results
 
-    ok, lines = verify_report(dirs, progress=sys.stderr.isatty())
-    for line in lines:
-        typer.echo(line)
-    if not ok:
+    results = verify_results(dirs, progress=sys.stderr.isatty() and not as_json)
+    if as_json:
+        _echo_json({"ok": all(r["status"] == "ok" for r in results), "results": results})
+    else:
+        for result in results:
+            if result["status"] == "ok":
+                typer.echo(printable(f"OK   {result['path']}"))
+            for problem in result["problems"]:
+                typer.echo(printable(f"FAIL {problem}"))
+    if any(r["status"] == "bad_input" for r in results):
+        raise typer.Exit(2)
+    if any(r["status"] != "ok" for r in results):
         raise typer.Exit(1)
 
 
 @app.command()
 @_interruptible
 def export(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="A published artifact directory.")],
-    out: Annotated[Path, typer.Option("--out", help="The JSONL file to write (must not exist).")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="A published artifact directory (or an unsuffixed sharded output).")
+    ],
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The file to write (must not exist).")],
+    format: Annotated[
+        str, typer.Option("--format", metavar="jsonl|parquet", help="JSON Lines (default) or parquet.")
+    ] = "jsonl",
+    no_prompts: Annotated[
+        bool, typer.Option("--no-prompts", metavar=FLAG, help="Leave the prompts out (no datasets needed).")
+    ] = False,
+    data_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-root",
+            metavar="DIR",
+            help="Look for the recorded local dataset sources under DIR (by their last path component).",
+        ),
+    ] = None,
+    source: Annotated[
+        list[str] | None,
+        typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
+    ] = None,
 ) -> None:
-    """Write one JSON line per stored sequence with its prompt, lengths, finish reason and text."""
-    from gencache.export import export_jsonl
+    """Write one record per stored sequence: key, text, finish reason, token length and, when the datasets can be
+    read, the prompt. Works from the artifact alone."""
+    _quiet_libraries(False)
+    from gencache.artifact.report import classify_path
+    from gencache.errors import InputPathError
+    from gencache.export import export as export_artifact
+    from gencache.export import parse_source_override
 
-    count = export_jsonl(directory, out)
-    typer.echo(f"wrote {count} lines to {out}")
+    not_artifact = classify_path(directory)
+    if not_artifact is not None:
+        raise InputPathError(not_artifact["error"])
+    sources = dict(parse_source_override(text) for text in source or ())
+    result = export_artifact(
+        directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources
+    )
+    if result.note:
+        typer.echo(f"note: {result.note}", err=True)
+    typer.echo(f"wrote {result.records} records to {result.out}")
 
 
 @app.command()
@@ -274,6 +338,7 @@ def demo(
     """Build a tiny random teacher, generate a cache over bundled sample data on CPU, inspect it and read an entry."""
     from gencache.demo import run_demo
 
+    _quiet_libraries(False)
     run_demo(workdir)
 
 
@@ -300,11 +365,11 @@ def run(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except GencacheError as exc:
         _debug_traceback()
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(printable(f"error: {exc}"), err=True)
         return exc.exit_code
     except _Interrupted as wrapped:  # SIGINT, or SIGTERM/SIGHUP as gencache.errors.Terminated
         interrupt = wrapped.args[0]
-        typer.echo(str(interrupt) or "Interrupted; nothing was published.", err=True)
+        typer.echo(printable(str(interrupt) or "Interrupted; nothing was published."), err=True)
         return 143 if isinstance(interrupt, Terminated) else 130
     except OSError as exc:  # a file-system failure gencache did not anticipate: still one line
         _debug_traceback()

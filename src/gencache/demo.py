@@ -65,6 +65,10 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
 
     console = console or Console()
     workdir = Path(workdir).absolute()
+    if os.path.lexists(workdir) and not workdir.is_dir():
+        from gencache.errors import InputPathError
+
+        raise InputPathError(f"--workdir {workdir} exists and is not a directory; choose a directory for the demo.")
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -61,6 +61,12 @@ class HeaderCapacityError(GencacheError, ValueError):
     exit_code = 2
 
 
+class InputPathError(GencacheError, FileNotFoundError):
+    """A path given on the command line does not exist or is not what the command reads."""
+
+    exit_code = 2
+
+
 # -- failures (exit code 1) -------------------------------------------------------------------------------
 class GenerationError(GencacheError, RuntimeError):
     """Teacher generation failed (model loading, out of memory, invalid generation settings)."""
@@ -98,6 +104,7 @@ __all__ = [
     "GencacheError",
     "GenerationError",
     "HeaderCapacityError",
+    "InputPathError",
     "IntegrityError",
     "MissingEntriesError",
     "MissingEntryError",

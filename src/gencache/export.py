@@ -1,102 +1,169 @@
-"""``gencache export``: one JSON line per stored sequence, with the prompt that produced it.
+"""``gencache export``: one record per stored sequence, as JSON Lines or parquet, from the artifact alone.
 
-Samples are rebuilt from the artifact's ``resolved_config.json`` (datasets and tokenizer must be reachable) and
-matched to the cache by semantic key; the file is written to a temporary sibling, fsynced and linked into place,
-so it either appears complete or not at all.
+Every record has the key, the sequence index, the answer text, its finish reason and token length, and the run's
+``max_new_tokens`` (from ``resolved_config.json``). Prompts (and the data config and sample index of each key) are
+added when the samples can be rebuilt: from the dataset sources the artifact recorded, or from ``data_root`` (a
+directory holding the recorded local sources by their last path component) and ``sources`` (a new source per data
+config index). When they cannot be rebuilt the export still happens, without prompts, and says why; ``prompts=False``
+skips them. Records are streamed: one entry at a time to a temporary sibling that is fsynced and linked into place,
+so the file appears complete or not at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gencache.artifact._fs import fsync_dir
-from gencache.artifact.names import RESOLVED_NAME
-from gencache.errors import FormatError, OutputExistsError, WriteError
+from gencache.errors import ConfigError, DatasetError, GencacheError, OutputExistsError, WriteError, first_line
+
+FORMATS = ("jsonl", "parquet")
+Record = dict[str, Any]
+PARQUET_BATCH_ROWS = 4096
+
+#: The columns of every record and their pyarrow types (``None`` values are nulls).
+COLUMNS: dict[str, str] = {
+    "key": "string",
+    "data_config_index": "int64",
+    "sample_index": "int64",
+    "sequence_index": "int64",
+    "prompt_text": "string",
+    "prompt_token_length": "int64",
+    "token_length": "int64",
+    "max_new_tokens": "int64",
+    "finish_reason": "string",
+    "reached_max_length": "bool_",
+    "text": "string",
+}
 
 
-def _load_resolved(directory: Path) -> dict[str, Any]:
-    from gencache.artifact.reader import read_resolved_config
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export wrote: the number of records, whether they carry prompts, and why not when they do not."""
 
-    value = read_resolved_config(directory)
-    if not isinstance(value.get("config"), dict):
-        raise FormatError(
-            f"{directory / RESOLVED_NAME} has no 'config' object; it was not written by this gencache version."
-        )
-    return value
+    out: Path
+    records: int
+    prompts: bool
+    note: str | None = None
 
 
-def export_records(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The export lines of one artifact, in generation order of the rebuilt samples."""
-    from gencache.artifact.names import shard_of
-    from gencache.artifact.reader import CacheReader
+@dataclass(frozen=True)
+class _Prompt:
+    data_config_index: int
+    sample_index: int
+    text: str
+    tokens: int | None
+
+
+def _rebuild_prompts(
+    resolved: Mapping[str, Any], data_root: Path | None, sources: Mapping[int, str], keys: set[str]
+) -> tuple[list[str], dict[str, _Prompt]]:
+    """The prompts of ``keys`` rebuilt from the recorded config (with the overrides), in run order."""
     from gencache.data.config import parse_config
     from gencache.data.samples import build_samples
-    from gencache.errors import DatasetError
     from gencache.generation.teacher import load_tokenizer
 
-    directory = Path(directory)
-    reader = CacheReader(directory)
-    resolved = _load_resolved(directory)
-    config = parse_config(resolved["config"], origin=str(directory / RESOLVED_NAME))
+    raw = resolved.get("config")
+    if not isinstance(raw, dict):
+        raise DatasetError("resolved_config.json records no config to rebuild the samples from")
+    config_json = json.loads(json.dumps(raw))
+    data_configs = config_json.get("data_configs") or []
+    for index in sources:
+        if not 0 <= index < len(data_configs):
+            raise ConfigError(f"--source {index}=...: the run has data configs 0..{len(data_configs) - 1}.")
+    for index, data_config in enumerate(data_configs):
+        if index in sources:
+            data_config["source"] = sources[index]
+        elif data_root is not None and isinstance(data_config.get("source"), str):
+            data_config["source"] = str(data_root / Path(data_config["source"]).name)
+    config = parse_config(config_json, origin="resolved_config.json")
     tokenizer = load_tokenizer(config.model.effective_tokenizer_path, revision=config.model.revision)
     samples = build_samples(config, tokenizer=tokenizer)
-    shard = reader.manifest["summary"].get("shard")
-    unique = list(samples.unique)
-    if shard:
-        unique = [s for s in unique if shard_of(s.key, shard["count"]) == shard["index"]]
-    expected = {s.key for s in unique}
-    stored = set(reader.keys())
-    if expected != stored:
-        missing, unexpected = len(expected - stored), len(stored - expected)
+    prompts: dict[str, _Prompt] = {}
+    order: list[str] = []
+    for sample in samples.unique:
+        if sample.key in keys:
+            order.append(sample.key)
+            tokens = len(sample.input_ids) if sample.input_ids is not None else None
+            prompts[sample.key] = _Prompt(sample.data_config_index, sample.sample_index, sample.prompt_text, tokens)
+    missing = len(keys) - len(prompts)
+    if missing:
         raise DatasetError(
-            f"Cache/config sample mismatch in {directory}: {missing} rebuilt samples are missing from the cache and "
-            f"{unexpected} cache entries match no rebuilt sample; the datasets or tokenizer changed since generation."
+            f"{missing} cache entries match no rebuilt sample (the datasets or tokenizer changed since generation)"
         )
-    max_new_tokens = resolved.get("generation", {}).get("max_new_tokens")
-    records = []
-    for sample in unique:
-        generation = reader[sample.key]
-        prompt_tokens = len(sample.input_ids) if sample.input_ids is not None else None
+    return order, prompts
+
+
+def _records(reader: Any, order: list[str], prompts: Mapping[str, _Prompt], max_new_tokens: Any) -> Iterator[Record]:
+    for key in order:
+        generation = reader[key]
+        prompt = prompts.get(key)
         for index, (sequence, text, reason) in enumerate(
             zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
         ):
-            records.append(
-                {
-                    "key": sample.key,
-                    "data_config_index": sample.data_config_index,
-                    "sample_index": sample.sample_index,
-                    "sequence_index": index,
-                    "prompt_text": sample.prompt_text,
-                    "prompt_token_length": prompt_tokens,
-                    "token_length": int(sequence.numel()),
-                    "max_new_tokens": max_new_tokens,
-                    "finish_reason": reason,
-                    "reached_max_length": reason == "length",
-                    "text": text,
-                }
-            )
-    return records
+            yield {
+                "key": key,
+                "data_config_index": None if prompt is None else prompt.data_config_index,
+                "sample_index": None if prompt is None else prompt.sample_index,
+                "sequence_index": index,
+                "prompt_text": None if prompt is None else prompt.text,
+                "prompt_token_length": None if prompt is None else prompt.tokens,
+                "token_length": int(sequence.numel()),
+                "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
+                "finish_reason": reason,
+                "reached_max_length": reason == "length",
+                "text": text,
+            }
 
 
-def write_jsonl_atomic(records: list[dict[str, Any]], out: Path) -> None:
-    """Write ``records`` to ``out``, which must not exist; a failure leaves no file behind."""
+def _write_jsonl(records: Iterator[Record], handle: IO[bytes]) -> int:
+    count = 0
+    for record in records:
+        handle.write((json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
+        count += 1
+    return count
+
+
+def _write_parquet(records: Iterator[Record], handle: IO[bytes]) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in COLUMNS.items()])
+    count = 0
+    with pq.ParquetWriter(handle, schema) as writer:
+        batch: list[Record] = []
+        for record in records:
+            batch.append(record)
+            if len(batch) >= PARQUET_BATCH_ROWS:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                count += len(batch)
+                batch = []
+        if batch or not count:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            count += len(batch)
+    return count
+
+
+def _write_atomic(out: Path, write: Any) -> int:
+    """Run ``write(handle)`` on a temporary sibling of ``out`` (which must not exist) and link it into place."""
     out = Path(os.path.abspath(out))
     if os.path.lexists(out):
         raise OutputExistsError(f"{out} already exists; choose another --out path.")
     temp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(temp, "x", encoding="utf-8")  # noqa: SIM115 - closed by the with block below
+        handle = open(temp, "xb")  # noqa: SIM115 - closed by the with block below
     except OSError as exc:
         raise WriteError(f"Cannot write {out}: {exc.strerror or exc}; choose another --out path.") from exc
     try:
         with handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+            count: int = write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         try:
@@ -107,15 +174,68 @@ def write_jsonl_atomic(records: list[dict[str, Any]], out: Path) -> None:
             raise WriteError(f"Cannot publish {out}: {exc}") from exc
         fsync_dir(out.parent)
     finally:
-        if os.path.lexists(temp):
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
+    return count
+
+
+def export(
+    directory: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    format: str = "jsonl",
+    prompts: bool = True,
+    data_root: str | os.PathLike[str] | None = None,
+    sources: Mapping[int, str] | None = None,
+) -> ExportResult:
+    """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
+    from gencache.artifact.reader import open_caches, read_resolved_config
+
+    if format not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
+    out_path = Path(out)
+    if os.path.lexists(out_path):
+        raise OutputExistsError(f"{os.path.abspath(out_path)} already exists; choose another --out path.")
+    reader = open_caches(directory)
+    paths = getattr(reader, "paths", None) or (reader.path,)
+    try:
+        resolved = read_resolved_config(paths[0])
+    except GencacheError:
+        resolved = {}
+    generation = resolved.get("generation")
+    max_new_tokens = generation.get("max_new_tokens") if isinstance(generation, dict) else None
+    keys = set(reader.keys())
+    order = sorted(keys)
+    found: dict[str, _Prompt] = {}
+    note = None
+    overridden = data_root is not None or bool(sources)
+    if prompts:
+        root = Path(data_root).expanduser().absolute() if data_root is not None else None
+        try:
+            order, found = _rebuild_prompts(resolved, root, dict(sources or {}), keys)
+        except GencacheError as error:
+            if overridden:  # the user pointed at the data: not finding it is an error
+                raise DatasetError(f"Cannot rebuild the prompts of {directory}: {error}") from None
+            note = (
+                f"prompts left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
+                "--source at the datasets to add them, or pass --no-prompts"
+            )
+    writer = _write_parquet if format == "parquet" else _write_jsonl
+    count = _write_atomic(out_path, lambda handle: writer(_records(reader, order, found, max_new_tokens), handle))
+    return ExportResult(Path(os.path.abspath(out_path)), count, bool(found) or (not keys and prompts), note)
 
 
 def export_jsonl(directory: str | os.PathLike[str], out: str | os.PathLike[str]) -> int:
-    """Export one artifact to ``out``; return the number of lines written."""
-    out_path = Path(out)
-    if os.path.lexists(out_path):
-        raise OutputExistsError(f"{out_path} already exists; choose another --out path.")
-    records = export_records(directory)
-    write_jsonl_atomic(records, out_path)
-    return len(records)
+    """Export one artifact to JSON Lines at ``out``; return the number of lines written."""
+    return export(directory, out).records
+
+
+def parse_source_override(text: str) -> tuple[int, str]:
+    """``I=PATH`` (``--source``) to ``(data config index, source)``."""
+    index, sep, source = text.partition("=")
+    if not sep or not index.strip().isdigit() or not source:
+        raise ConfigError(f"--source must look like I=PATH (data config index I), got {text!r}.")
+    return int(index), source
+
+
+__all__ = ["COLUMNS", "FORMATS", "ExportResult", "export", "export_jsonl", "parse_source_override"]

@@ -17,14 +17,61 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.names import FORMAT_VERSION, PAYLOAD_NAME
+from gencache.artifact.names import FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME
 from gencache.artifact.reader import CacheReader, PathLike, read_resolved_config, verify
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards
 from gencache.errors import FormatError, GencacheError
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
+_NOT_UNICODE = (
+    "{path}: the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); the "
+    "artifact was not written by gencache or was edited."
+)
 MAX_LISTED_KEYS = 5
+MAX_LISTED_CHILDREN = 10
+#: Report kinds that mean the user named the wrong thing (exit code 2), not a damaged artifact (exit code 1).
+BAD_INPUT_KINDS = ("missing", "temporary", "parent")
+
+
+def classify_path(item: PathLike) -> dict[str, Any] | None:
+    """Why ``item`` is not something to open as an artifact (None when it may be one): a missing path, the
+    temporary directory of an unfinished run, or a parent directory of artifacts. JSON-ready, with an ``error``."""
+    path = Path(item).expanduser().absolute()
+    if not os.path.lexists(path):
+        if find_shards(path) is not None:
+            return None
+        return {
+            "path": str(path),
+            "kind": "missing",
+            "error": f"{path} does not exist (and no shard directories {path.name}-shard-*-of-* are beside it); "
+            "check the path.",
+        }
+    if TEMP_RE.match(path.name) and path.is_dir():
+        return {
+            "path": str(path),
+            "kind": "temporary",
+            "error": f"{path} is the temporary directory of an unfinished gencache run, not an artifact; if that run "
+            f"was killed, `gencache clean {path.parent}` removes it (a live run's directory is kept).",
+        }
+    if path.is_dir() and not (path / MANIFEST_NAME).exists():
+        children = sorted(
+            child.name
+            for child in path.iterdir()
+            if child.is_dir() and not child.name.startswith(".") and (child / MANIFEST_NAME).is_file()
+        )
+        if children:
+            shown = ", ".join(children[:MAX_LISTED_CHILDREN])
+            more = f" and {len(children) - MAX_LISTED_CHILDREN} more" if len(children) > MAX_LISTED_CHILDREN else ""
+            return {
+                "path": str(path),
+                "kind": "parent",
+                "children": children,
+                "error": f"{path} is a parent directory of {len(children)} artifact(s): {shown}{more}; inspect those "
+                "(or an unsuffixed sharded output) instead.",
+            }
+    return None
 
 
 def _conflicting_prompts(reader: CacheReader) -> int | None:
@@ -150,6 +197,10 @@ def inspect_report(paths: Sequence[PathLike]) -> dict[str, Any]:
     opened: list[tuple[str, list[CacheReader]]] = []
     for item in paths:
         path = Path(item).expanduser().absolute()
+        not_artifact = classify_path(path)
+        if not_artifact is not None:
+            artifacts.append(not_artifact)
+            continue
         shards = None if os.path.lexists(path) else find_shards(path)
         if shards is not None:
             report, readers = _sharded_report(shards)
@@ -161,6 +212,9 @@ def inspect_report(paths: Sequence[PathLike]) -> dict[str, Any]:
             reader = CacheReader(path)
         except GencacheError as error:
             artifacts.append({"path": str(path), "kind": "error", "error": str(error)})
+            continue
+        except UnicodeError:
+            artifacts.append({"path": str(path), "kind": "error", "error": _NOT_UNICODE.format(path=path)})
             continue
         artifacts.append(_artifact_report(reader))
         opened.append((str(path), [reader]))
@@ -313,49 +367,71 @@ def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
     return list(shards.present.values()), check_shard_set(shards, infos).problems()
 
 
+def _verify_one(target: Path, progress: bool, console: Console) -> list[str]:
+    try:
+        size = os.stat(target / PAYLOAD_NAME).st_size
+    except OSError:
+        size = 0
+    try:
+        if progress and size >= PROGRESS_MIN_BYTES:
+            with Progress(
+                TextColumn("verifying {task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+            ) as bar:
+                task = bar.add_task(target.name, total=size)
+
+                def advance(done: int, total: int, bar: Progress = bar, task: TaskID = task) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                return verify(target, advance)
+        return verify(target)
+    except UnicodeError:
+        return [_NOT_UNICODE.format(path=target)]
+
+
+def verify_results(
+    paths: Sequence[PathLike], progress: bool = True, console: Console | None = None
+) -> list[dict[str, Any]]:
+    """Verify every path (a sharded output directory means all its shards and the set's one-run check).
+
+    One JSON-ready result per artifact or finding: ``{"path", "status", "problems"}`` with ``status`` ``"ok"``,
+    ``"fail"`` (damaged, or a shard set that is not one whole run) or ``"bad_input"`` (a missing path, a
+    temporary directory, a parent of artifacts). With ``progress``, artifacts of at least 32 MiB show a progress
+    bar on ``console`` (stderr by default).
+    """
+    console = console or Console(stderr=True)
+    results: list[dict[str, Any]] = []
+    for item in paths:
+        not_artifact = classify_path(item)
+        if not_artifact is not None:
+            results.append({"path": not_artifact["path"], "status": "bad_input", "problems": [not_artifact["error"]]})
+            continue
+        targets, problems = _verify_targets(item)
+        if problems:
+            base = str(Path(item).expanduser().absolute())
+            results.append({"path": base, "status": "fail", "problems": problems})
+        for target in targets:
+            found = _verify_one(target, progress, console)
+            results.append({"path": str(target), "status": "fail" if found else "ok", "problems": found})
+    return results
+
+
 def verify_report(
     paths: Sequence[PathLike], progress: bool = True, console: Console | None = None
 ) -> tuple[bool, list[str]]:
-    """Verify every path (a sharded output directory means all its shards); ``(all intact, report lines)``.
-
-    With ``progress``, artifacts of at least 32 MiB show a progress bar on ``console`` (stderr by default).
-    """
-    console = console or Console(stderr=True)
+    """:func:`verify_results` as ``(all intact, report lines)``: ``OK   <path>`` or ``FAIL <problem>``."""
+    results = verify_results(paths, progress, console)
     lines: list[str] = []
-    ok = True
-    for item in paths:
-        targets, problems = _verify_targets(item)
-        if problems:
-            ok = False
-            lines.extend(f"FAIL {problem}" for problem in problems)
-        for target in targets:
-            try:
-                size = os.stat(target / PAYLOAD_NAME).st_size
-            except OSError:
-                size = 0
-            if progress and size >= PROGRESS_MIN_BYTES:
-                with Progress(
-                    TextColumn("verifying {task.description}"),
-                    BarColumn(),
-                    DownloadColumn(),
-                    TimeRemainingColumn(),
-                    console=console,
-                    transient=True,
-                ) as bar:
-                    task = bar.add_task(target.name, total=size)
-
-                    def advance(done: int, total: int, bar: Progress = bar, task: TaskID = task) -> None:
-                        bar.update(task, completed=done, total=total)
-
-                    found = verify(target, advance)
-            else:
-                found = verify(target)
-            if found:
-                ok = False
-                lines.extend(f"FAIL {problem}" for problem in found)
-            else:
-                lines.append(f"OK   {target}")
-    return ok, lines
+    for result in results:
+        if result["status"] == "ok":
+            lines.append(f"OK   {result['path']}")
+        else:
+            lines.extend(f"FAIL {problem}" for problem in result["problems"])
+    return all(r["status"] == "ok" for r in results), lines
 
 
-__all__ = ["inspect_report", "render_inspect", "verify_report"]
+__all__ = ["BAD_INPUT_KINDS", "classify_path", "inspect_report", "render_inspect", "verify_report", "verify_results"]

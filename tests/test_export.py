@@ -1,0 +1,111 @@
+"""`gencache export` from the artifact alone: JSONL and parquet, prompts when the data is reachable (or pointed at
+with --data-root / --source), none with --no-prompts, streamed in batches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gencache.artifact.reader import CacheReader
+from gencache.cli import run as cli_run
+from gencache.data.recipes import sample_source
+from gencache.pipeline import run_generate
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> tuple[Path, Path]:
+    """An artifact over a private copy of the musique sample data; returns (artifact, data directory)."""
+    work = tmp_path_factory.mktemp("export")
+    data = work / "musique-data"
+    shutil.copytree(sample_source("musique"), data)
+    config = {
+        "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
+                  "generation_kwargs": {"max_new_tokens": 8}},
+        "data_configs": [{"dataset_name": "musique", "num_samples": 5, "num_data_strs": 0, "num_shots": 0,
+                          "subset": "default", "split": "train", "seed": 2, "source": str(data)}],
+        "gen_batch_size": 4, "seed": 0, "output_dir": str(work / "out"),
+    }  # fmt: skip
+    path = work / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    out = run_generate(path)
+    assert out is not None
+    return out, data
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_export_with_prompts_then_without_the_data(
+    artifact: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    published, data = artifact
+    reader = CacheReader(published)
+    full = tmp_path / "full.jsonl"
+    assert cli_run(["export", str(published), "--out", str(full)]) == 0
+    with_prompts = lines(full)
+    assert len(with_prompts) == len(reader) == 5
+    assert all(r["prompt_text"] and r["prompt_token_length"] > 0 and r["data_config_index"] == 0 for r in with_prompts)
+    # the dataset moves away: the export still works, from the artifact alone, and says what it left out
+    moved = tmp_path / "moved" / data.name
+    shutil.move(str(data), moved)
+    try:
+        capsys.readouterr()
+        bare = tmp_path / "bare.jsonl"
+        assert cli_run(["export", str(published), "--out", str(bare)]) == 0
+        assert "prompts left out" in capsys.readouterr().err
+        without = lines(bare)
+        assert {r["key"] for r in without} == set(reader.keys())
+        for record in without:
+            generation = reader[record["key"]]
+            assert record["text"] == generation.texts[record["sequence_index"]]
+            assert record["finish_reason"] == generation.finish_reasons[record["sequence_index"]]
+            assert record["token_length"] == generation.sequences[record["sequence_index"]].numel()
+            assert record["max_new_tokens"] == 8
+            assert record["prompt_text"] is None and record["data_config_index"] is None
+        # --data-root and --source bring the prompts back, identical to the first export
+        for option in (["--data-root", str(moved.parent)], ["--source", f"0={moved}"]):
+            again = tmp_path / f"again-{option[0].strip('-')}.jsonl"
+            assert cli_run(["export", str(published), "--out", str(again), *option]) == 0
+            assert lines(again) == with_prompts
+        # a --data-root that does not hold the data is an error, not a silent export without prompts
+        wrong = tmp_path / "wrong.jsonl"
+        assert cli_run(["export", str(published), "--out", str(wrong), "--data-root", str(tmp_path)]) == 2
+        assert not wrong.exists()
+    finally:
+        shutil.move(str(moved), data)
+
+
+def test_no_prompts_and_parquet_read_back_with_datasets(
+    artifact: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasets
+    import pyarrow.parquet as pq
+
+    import gencache.export
+
+    published, _ = artifact
+    jsonl = tmp_path / "a.jsonl"
+    assert cli_run(["export", str(published), "--out", str(jsonl)]) == 0
+    monkeypatch.setattr(gencache.export, "PARQUET_BATCH_ROWS", 2)  # streamed: several row groups
+    parquet = tmp_path / "a.parquet"
+    assert cli_run(["export", str(published), "--out", str(parquet), "--format", "parquet"]) == 0
+    assert pq.ParquetFile(parquet).metadata.num_row_groups == 3
+    table = datasets.load_dataset("parquet", data_files=str(parquet), split="train")
+    assert table.num_rows == 5
+    assert table.features["token_length"].dtype == "int64"
+    assert table.features["reached_max_length"].dtype == "bool"
+    assert [dict(row) for row in table] == lines(jsonl)
+    bare = tmp_path / "bare.parquet"
+    assert cli_run(["export", str(published), "--out", str(bare), "--format", "parquet", "--no-prompts"]) == 0
+    rows = datasets.load_dataset("parquet", data_files=str(bare), split="train")
+    assert rows["prompt_text"] == [None] * 5 and sorted(rows["key"]) == sorted(r["key"] for r in lines(jsonl))
+    assert cli_run(["export", str(published), "--out", str(tmp_path / "x.csv"), "--format", "csv"]) == 2
+
+
+def test_export_of_a_missing_directory_is_bad_input(tmp_path: Path) -> None:
+    assert cli_run(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "a.jsonl")]) == 2
