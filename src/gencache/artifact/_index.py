@@ -200,7 +200,8 @@ def _window(buf: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
     """The ``width`` bytes at each position (rows of a strided view: no index matrix)."""
     _require(len(buf) >= width and (len(positions) == 0 or int(positions.max()) + width <= len(buf)))
     _require(len(positions) == 0 or int(positions.min()) >= 0)
-    return np.lib.stride_tricks.sliding_window_view(buf, width)[positions]
+    rows: np.ndarray = np.lib.stride_tricks.sliding_window_view(buf, width)[positions]
+    return rows
 
 
 def _expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:

@@ -53,6 +53,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     ``max_length`` bounds ``len(input_ids)``. ``truncation="refuse"`` raises :class:`ConfigError` on a longer
     sample; ``"left"`` drops prompt tokens from the left until it fits. The answer is never cut: a sample whose
     answer alone exceeds ``max_length`` is refused under either policy.
+
+    ``index_cache`` is passed to :func:`gencache.artifact.mixture.open_caches` (see :class:`CacheReader`): with it,
+    every rank and spawned worker after the first maps the checked index instead of re-checking the manifests.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         seed: int = 0,
         max_length: int | None = None,
         truncation: Truncation = "refuse",
+        index_cache: str | os.PathLike[str] | bool | None = None,
     ) -> None:
         if sequences not in SEQUENCE_CHOICES:
             raise ConfigError(f"sequences must be one of {', '.join(SEQUENCE_CHOICES)}, got {sequences!r}.")
@@ -78,7 +82,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         configs = load_config(data_configs) if isinstance(data_configs, (str, os.PathLike)) else data_configs
         self.samples: SampleSet = build_samples(configs, tokenizer)
         self.cache: GenerationCache = open_caches(
-            cache_paths if isinstance(cache_paths, (str, os.PathLike)) else [Path(p) for p in cache_paths]
+            cache_paths if isinstance(cache_paths, (str, os.PathLike)) else [Path(p) for p in cache_paths],
+            index_cache=index_cache,
         )
         self.cache.check_compatible(
             model_path=model_path, tokenizer_path=tokenizer_path, dtype=dtype, tokenizer=tokenizer
