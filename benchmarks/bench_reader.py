@@ -35,6 +35,7 @@ TOKENS = 200
 TEXT = ("A cached teacher answer of eight hundred characters, repeated to length. " * 12)[:800]
 WORKERS = 4
 READS = 20_000
+SHARD_ENTRIES = 500_000
 
 
 def log(message: str) -> None:
@@ -51,19 +52,29 @@ def token_block(i: int) -> bytes:
 
 # -- building the three stores -------------------------------------------------------------------------------
 def build_gencache(count: int, out: Path) -> None:
+    """One artifact, or key-mod shards of at most SHARD_ENTRIES entries (one safetensors header holds at most
+    100 MB, about 700,000 such entries): ``out`` then names the shard set, as ``open_caches`` takes it."""
     from gencache.artifact.header import header_capacity
     from gencache.artifact.manifest import make_provenance
+    from gencache.artifact.names import make_shard_info, shard_dir_name, shard_of
     from gencache.artifact.writer import ArtifactBuild
 
     provenance = make_provenance(
         "bench/teacher", "bench/teacher", "bfloat16", {"padding_side": "left", "pad_token_id": 0, "eos_token_id": 1}
     )
-    with ArtifactBuild(out, provenance=provenance, header_capacity=header_capacity(count, 1, TOKENS)) as build:
-        add = build.writer.add
-        for i, key in enumerate(keys_of(count)):
-            add(key, [token_block(i)], [f"{i:08d}" + TEXT[8:]], ["eos"])
-        build.writer.finalize(resolved_config={"bench": "reader"}, summary={})
-        build.publish()
+    keys = keys_of(count)
+    shards = -(-count // SHARD_ENTRIES)
+    for shard in range(shards):
+        mine = [i for i, key in enumerate(keys) if shards == 1 or shard_of(key, shards) == shard]
+        target = out if shards == 1 else Path(shard_dir_name(str(out), shard, shards))
+        summary = {} if shards == 1 else {"shard": make_shard_info(shard, shards, "b" * 64)}
+        capacity = header_capacity(len(mine), 1, TOKENS)
+        with ArtifactBuild(target, provenance=provenance, header_capacity=capacity) as build:
+            add = build.writer.add
+            for i in mine:
+                add(keys[i], [token_block(i)], [f"{i:08d}" + TEXT[8:]], ["eos"])
+            build.writer.finalize(resolved_config={"bench": "reader"}, summary=summary)
+            build.publish()
 
 
 def build_floor(count: int, out: Path) -> None:
@@ -109,12 +120,12 @@ class Store:
     def __init__(self, kind: str, path: Path) -> None:
         self.kind = kind
         if kind in ("gencache", "warm", "prime"):
-            from gencache.artifact.reader import CacheReader
+            from gencache.artifact.mixture import MultiCacheReader, open_caches
 
             # cold: no index cache; prime: builds it; warm: a fresh process maps the index primed before
-            self.reader = CacheReader(path, index_cache=False if kind == "gencache" else path.parent / "index-cache")
-            if kind == "warm":
-                assert self.reader.index_cached
+            self.reader = open_caches(path, index_cache=False if kind == "gencache" else path.parent / "index-cache")
+            readers = self.reader.readers if isinstance(self.reader, MultiCacheReader) else (self.reader,)
+            assert all(reader.index_cached for reader in readers) == (kind == "warm")
         elif kind == "datasets":
             import datasets
 
@@ -152,7 +163,7 @@ def child(kind: str, path: Path) -> dict[str, Any]:
     import numpy  # noqa: F401  (imported before measuring, for every store alike)
     import torch  # noqa: F401
 
-    importlib.import_module("datasets" if kind == "datasets" else "gencache.artifact.reader")  # not timed
+    importlib.import_module("datasets" if kind == "datasets" else "gencache.artifact.mixture")  # not timed
     anon_before = rollup("Anonymous")
     started = time.perf_counter()
     store = Store(kind, path)

@@ -57,7 +57,8 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """Where ``key`` is held (implementation-defined), or -1."""
 
     @abc.abstractmethod
-    def _read(self, position: int) -> Generation: ...
+    def _read(self, position: int, key: str | None = None) -> Generation:
+        """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
 
     @abc.abstractmethod
     def __len__(self) -> int: ...
@@ -80,7 +81,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         position = self._position(key)
         if position < 0:
             raise self._missing(key)
-        return self._read(position)
+        return self._read(position, key)
 
     def __contains__(self, key: object) -> bool:
         return self._position(key) >= 0
@@ -93,7 +94,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def get(self, key: str, /, default: Any = None) -> Any:
         """The entry for ``key``, or ``default`` (None) when the cache does not hold it."""
         position = self._position(key)
-        return default if position < 0 else self._read(position)
+        return default if position < 0 else self._read(position, key)
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__
@@ -106,7 +107,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         missing = sorted({key for key, position in zip(wanted, positions, strict=True) if position < 0})
         if missing:
             raise self._missing_many(missing, len(set(wanted)))
-        return [self._read(position) for position in positions]
+        return [self._read(position, key) for position, key in zip(positions, wanted, strict=True)]
 
     def _missing(self, key: object) -> MissingEntryError:
         return MissingEntryError(

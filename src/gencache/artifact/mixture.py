@@ -97,8 +97,10 @@ class MultiCacheReader(GenerationCache):
         position = int(self._keys.searchsorted(raw))
         return position if position < len(self._keys) and self._keys[position] == raw else -1
 
-    def _read(self, position: int) -> Generation:
-        return self.readers[int(self._owners[position])].entry_at(int(self._local[position]))
+    def _read(self, position: int, key: str | None = None) -> Generation:
+        reader = self.readers[int(self._owners[position])]
+        local = int(self._local[position])
+        return reader.entry_at(local, key)
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)

@@ -32,6 +32,7 @@ from gencache.artifact.header import is_canonical_header, read_length_prefix
 from gencache.artifact.manifest import content_digest, json_file_bytes
 from gencache.artifact.names import (
     ARTIFACT_FILES,
+    FINISH_REASONS,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
@@ -183,6 +184,7 @@ class CacheReader(GenerationCache):
         self.payload_bytes = size
         self._data_offset = LENGTH_PREFIX_BYTES + capacity
         self._verified = np.zeros(len(index), dtype=np.bool_)
+        self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
         try:
             self._storage: torch.UntypedStorage = torch.UntypedStorage.from_file(  # type: ignore[assignment]
                 str(payload), shared=False, nbytes=size
@@ -206,11 +208,12 @@ class CacheReader(GenerationCache):
         """The checked index (flat arrays; read-only by convention)."""
         return self._index
 
-    def entry_at(self, position: int) -> Generation:
-        """The entry of the ``position``-th key in sorted order (what a mixture's index points at)."""
+    def entry_at(self, position: int, key: str | None = None) -> Generation:
+        """The entry of the ``position``-th key in sorted order (what a mixture's index points at); ``key``, when
+        given, must be that key (it spares decoding it)."""
         if not 0 <= position < len(self._index):
             raise IndexError(f"entry position {position} is out of range for {len(self._index)} entries")
-        return self._read(position)
+        return self._read(position, key)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -242,14 +245,19 @@ class CacheReader(GenerationCache):
         except (msgspec.DecodeError, UnicodeDecodeError):
             return None
 
-    def _read(self, position: int) -> Generation:
+    def _read(self, position: int, key: str | None = None) -> Generation:
         index = self._index
-        lo, hi = index.first[position : position + 2].tolist()
-        starts = index.starts[lo:hi].tolist()
-        lengths = index.lengths[lo:hi].tolist()
-        sequences = tuple(self._view(start, length) for start, length in zip(starts, lengths, strict=True))
+        if self._single:  # every entry has one sequence: entry i is sequence i
+            offset = self._data_offset + int(index.starts[position])
+            end = offset + int(index.lengths[position]) * TOKEN_BYTES
+            sequences: tuple[torch.Tensor, ...] = (torch.empty(0, dtype=torch.int64).set_(self._storage[offset:end]),)
+            reasons: tuple[str, ...] = (FINISH_REASONS[index.reasons[position]],)
+        else:
+            lo, hi = index.first[position : position + 2].tolist()
+            spans = zip(index.starts[lo:hi].tolist(), index.lengths[lo:hi].tolist(), strict=True)
+            sequences = tuple(self._view(start, length) for start, length in spans)
+            reasons = index.finish_reasons(position)
         texts = self._texts(position)
-        key = index.key(position)
         if texts is None or not self._verified[position]:
             problems = self._entry_problems(position, [_digest(t) for t in sequences], texts)
             if problems:
@@ -259,7 +267,7 @@ class CacheReader(GenerationCache):
                 )
             self._verified[position] = True
         assert texts is not None
-        return Generation(key, sequences, texts, index.finish_reasons(position))
+        return Generation(index.key(position) if key is None else key, sequences, texts, reasons)
 
     def _view(self, start: int, length: int) -> torch.Tensor:
         """A 1-D int64 tensor over ``length`` tokens at ``start`` (relative to the data): its own storage, a slice
