@@ -173,7 +173,7 @@ def test_inspect_reports_shared_and_conflicting_keys(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", entries[:4])
     b = write_artifact(tmp_path / "b", [*entries[2:3], conflicting(entries[3]), *entries[4:]])
     report = inspect_report([a, b, tmp_path / "missing"])
-    assert report["artifacts"][2]["kind"] == "error"
+    assert report["artifacts"][2]["kind"] == "missing"
     pair = report["overlap"]["pairs"][0]
     assert (pair["shared"], pair["conflicting"], pair["conflicting_keys"]) == (2, 1, [entries[3].key])
     assert report["overlap"]["provenance"] == "identical" and report["overlap"]["union"] == 6
