@@ -40,12 +40,12 @@ def write_config(tmp_path: Path, teacher: Path) -> Path:
 class Child:
     """A ``gencache generate`` process paused at every phase."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(self, config: Path, args: list[str] | None = None) -> None:
         self.phases_r, phases_w = os.pipe()
         go_r, self.go_w = os.pipe()
         env = {**os.environ, PHASE_ENV: f"{phases_w}:{go_r}"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gencache", "generate", str(config)],
+            [sys.executable, "-m", "gencache", "generate", str(config), *(args or [])],
             env=env,
             pass_fds=(phases_w, go_r),
             stdout=subprocess.DEVNULL,

@@ -1,0 +1,137 @@
+"""`gencache generate --shards N`: every shard in one process, each published when done; after a kill -9 the same
+command regenerates only what is missing, entry for entry as an uninterrupted run, leaving finished shards alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gencache.artifact.publish import clean
+from gencache.artifact.reader import CacheReader, open_caches
+from gencache.artifact.shards import shard_path
+from gencache.cli import run as cli_run
+from gencache.data.recipes import sample_source
+from gencache.overrides import Overrides
+from gencache.pipeline import generate_run
+from test_generate_signals import Child
+
+COUNT = 4
+
+
+def write_config(tmp_path: Path, teacher: Path) -> Path:
+    config = {
+        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
+                  "generation_kwargs": {"max_new_tokens": 6}},
+        "data_configs": [
+            {"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "default",
+             "split": "train", "seed": 2, "source": str(sample_source("musique"))},
+            {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
+             "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+             "template": "default", "source": str(sample_source("hotpot_qa"))},
+        ],
+        "gen_batch_size": 2,
+        "output_dir": str(tmp_path / "out"),
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def inodes(directory: Path) -> dict[str, int]:
+    return {name: os.stat(directory / name).st_ino for name in ["", *sorted(os.listdir(directory))]}
+
+
+def content(directory: Path) -> dict[str, Any]:
+    reader = CacheReader(directory)
+    return {
+        key: ([s.tolist() for s in reader[key].sequences], reader[key].texts, reader[key].finish_reasons)
+        for key in reader.keys()
+    }
+
+
+def test_kill_9_during_shard_2_of_4_then_rerun(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    reference = generate_run(config, shards=COUNT, overrides=Overrides(output_dir=str(tmp_path / "reference")))
+    assert reference.published == [shard_path(tmp_path / "reference", i, COUNT) for i in range(COUNT)]
+    assert all(len(CacheReader(p)) for p in reference.published)  # every shard owns keys
+
+    child = Child(config, ["--shards", str(COUNT)])
+    child.run_until("temp_created", 3)  # shard 2's build began
+    os.write(child.go_w, b"g")
+    child.run_until("appended", 1)  # and wrote an entry
+    child.proc.kill()
+    assert child.finish() == -signal.SIGKILL
+    out = tmp_path / "out"
+    done = [shard_path(out, i, COUNT) for i in range(2)]
+    assert all(p.is_dir() for p in done)
+    assert not shard_path(out, 2, COUNT).exists() and not shard_path(out, 3, COUNT).exists()
+    before = {p: inodes(p) for p in done}
+
+    notices: list[str] = []
+    rerun = generate_run(config, shards=COUNT, notify=lambda level, text: notices.append(text))
+    assert rerun.skipped == done
+    assert rerun.published == [shard_path(out, i, COUNT) for i in (2, 3)]
+    assert sum("already published and verified" in n for n in notices) == 2
+    assert {p: inodes(p) for p in done} == before  # untouched: same inodes
+    for index in range(COUNT):
+        assert content(shard_path(out, index, COUNT)) == content(reference.published[index])
+        ours = json.loads((shard_path(out, index, COUNT) / "manifest.json").read_text(encoding="utf-8"))
+        theirs = json.loads((reference.published[index] / "manifest.json").read_text(encoding="utf-8"))
+        assert ours["entries"] == theirs["entries"] and ours["summary"] == theirs["summary"]
+    mixture = open_caches(out)
+    assert set(mixture.keys()) == set(open_caches(tmp_path / "reference").keys())
+    # the killed build's temporary directory is dead (its lock is free): clean removes it
+    assert len(clean(tmp_path)) == 1
+    # a third run has nothing left to do
+    third = generate_run(config, shards=COUNT)
+    assert third.published == [] and len(third.skipped) == COUNT
+    assert cli_run(["verify", str(out)]) == 0
+
+
+def test_sigterm_between_shards_names_what_was_published(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    child = Child(config, ["--shards", "2"])
+    child.run_until("temp_created", 2)
+    child.proc.send_signal(signal.SIGTERM)
+    child.release()
+    assert child.finish() == 143
+    first = shard_path(tmp_path / "out", 0, 2)
+    assert first.is_dir() and not shard_path(tmp_path / "out", 1, 2).exists()
+    assert f"published: {first}" in child.stderr and "Rerun the same command" in child.stderr
+    assert "nothing was published" not in child.stderr
+
+
+def test_sigterm_right_after_the_rename_says_it_was_published(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    child = Child(config)
+    child.run_until("renamed")
+    child.proc.send_signal(signal.SIGTERM)
+    child.release()
+    assert child.finish() == 143
+    assert "was published; the artifact is complete" in child.stderr
+    assert "nothing was published" not in child.stderr
+    assert cli_run(["verify", str(tmp_path / "out")]) == 0
+
+
+def test_shards_and_shard_together_are_refused(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(config), "--shards", "2", "--shard", "0/2"]) == 2
+    assert cli_run(["generate", str(config), "--shards", "0"]) == 2
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+@pytest.mark.parametrize("count", [3])
+def test_dry_run_with_shards_lists_each_shard(
+    tmp_path: Path, tiny_teacher_dir: Path, count: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(config), "--shards", str(count), "--dry-run"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    for index in range(count):
+        assert f"shard {index}/{count} (--shards)" in err
+    assert not (tmp_path / "out").exists()
