@@ -50,7 +50,7 @@ def content(directory: Path) -> dict[str, Any]:
     reader = CacheReader(directory)
     return {
         key: ([s.tolist() for s in reader[key].sequences], reader[key].texts, reader[key].finish_reasons)
-        for key in reader.keys()
+        for key in reader
     }
 
 

@@ -128,6 +128,10 @@ def load_with_overrides(path: str | os.PathLike[str], overrides: Overrides) -> C
         return load_config(path)
     if overrides.limit is not None and (isinstance(overrides.limit, bool) or overrides.limit < 1):
         raise ConfigError(f"--limit must be a positive number of samples, got {overrides.limit}.")
+    if overrides.output_dir is not None:
+        from gencache.checks import check_utf8_paths
+
+        check_utf8_paths({"--output-dir path": overrides.output_dir})
     config_path = Path(path)
     origin = str(config_path)
     raw = _read_merged(config_path)

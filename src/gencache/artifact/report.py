@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -319,8 +320,10 @@ def _sharded_table(report: dict[str, Any]) -> Table:
 def render_inspect(report: dict[str, Any], console: Console) -> None:
     """Print an :func:`inspect_report` as rich tables."""
     for artifact in report["artifacts"]:
-        if artifact["kind"] == "error":
-            console.print(f"[red]{artifact['path']}[/]: {artifact['error']}")
+        if artifact["kind"] in BAD_INPUT_KINDS:
+            console.print(f"[red]error[/]: {escape(artifact['error'])}", highlight=False)
+        elif artifact["kind"] == "error":
+            console.print(f"[red]{escape(artifact['path'])}[/]: {escape(artifact['error'])}", highlight=False)
         elif artifact["kind"] == "sharded":
             console.print(_sharded_table(artifact))
             info = artifact["shards"]

@@ -1,0 +1,274 @@
+"""Operating gencache: fast plain failures (hub unreachable, missing directories, bad files and paths, context
+length), a dry run that makes the same checks as generate, command-line overrides and bad-input exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gencache.artifact.reader import read_resolved_config
+from gencache.cli import run as cli_run
+from gencache.data.recipes import sample_source
+from gencache.data.samples import build_samples
+from gencache.overrides import Overrides, load_with_overrides
+from storage_helpers import make_entries, writable_copy, write_artifact
+
+
+def musique(**change: Any) -> dict[str, Any]:
+    return {"dataset_name": "musique", "num_samples": 4, "num_data_strs": 0, "num_shots": 0, "subset": "default",
+            "split": "train", "seed": 2, "source": str(sample_source("musique"))} | change  # fmt: skip
+
+
+def write_config(directory: Path, teacher: Path | str, **change: Any) -> Path:
+    config: dict[str, Any] = {
+        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
+                  "generation_kwargs": {"max_new_tokens": 6}},
+        "data_configs": [musique()],
+        "gen_batch_size": 2,
+        "output_dir": str(directory / "out"),
+    }  # fmt: skip
+    config.update(change)
+    path = directory / f"config-{len(list(directory.glob('config-*.json')))}.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def online_env(tmp_path: Path) -> dict[str, str]:
+    """A child environment where the libraries are not told to be offline and the hub endpoint refuses
+    connections (a closed local port), with an empty hub cache: the hub is really unreachable."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+    }
+    return env | {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf-home")}
+
+
+def gencache(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gencache", *args], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+
+
+# -- fail fast and plainly -------------------------------------------------------------------------------------
+def test_an_unreachable_hub_is_one_line_naming_the_id(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    env = online_env(tmp_path)
+    config = write_config(tmp_path, "some-org/some-model")
+    result = gencache(["generate", str(config)], env)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr  # one line: no retry or library log lines
+    assert "model.model_path 'some-org/some-model' is a hub id" in result.stderr
+    assert "HF_HUB_OFFLINE=1" in result.stderr and "local path" in result.stderr
+    # a hub dataset (no source) with a local teacher: the dataset id is named
+    hub_data = write_config(tmp_path, tiny_teacher_dir, data_configs=[musique(source=None)])
+    result = gencache(["generate", str(hub_data), "--dry-run"], env)
+    assert result.returncode == 2
+    assert "Retrying" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "hub dataset" in errors[0] and "set source to a local copy" in errors[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_local_model_or_tokenizer_directory_is_named(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no" / "such-teacher"
+    assert cli_run(["generate", str(write_config(tmp_path, missing))]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"error: model.model_path {missing} does not exist; fix the path or give a hub id."
+    )
+    model = {"model_path": str(tiny_teacher_dir), "tokenizer_path": str(missing), "device": "cpu"}
+    assert cli_run(["generate", str(write_config(tmp_path, tiny_teacher_dir, model=model))]) == 2
+    err = capsys.readouterr().err
+    assert f"model.tokenizer_path {missing} does not exist" in err and "Repo id" not in err
+
+
+def test_dataset_files_that_are_not_utf8_or_empty_are_refused(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(sample_source("musique"), data)
+    train = data / "train.jsonl"
+    train.write_bytes(train.read_bytes() + b'{"id": "bad \xff row"}\n')  # the last row: never sampled
+    config = write_config(tmp_path, tiny_teacher_dir, data_configs=[musique(source=str(data))])
+    assert cli_run(["generate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid UTF-8" in err and str(train) in err and "internal error" not in err
+    train.write_bytes(b"")
+    assert cli_run(["generate", str(config), "--dry-run"]) == 2
+    assert f"{train} is empty" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_paths_that_are_not_utf8_are_refused_before_the_model_loads(
+    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    bad = os.fsdecode(str(tmp_path).encode() + b"/out-\xff")
+    assert cli_run(["generate", str(config), "--output-dir", bad]) == 2
+    assert "is not valid UTF-8" in capsys.readouterr().err
+    weird = os.fsdecode(str(tmp_path).encode() + b"/cwd-\xfe")
+    os.mkdir(weird)
+    monkeypatch.chdir(weird)
+    assert cli_run(["generate", str(config)]) == 2
+    assert "working directory" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == sorted([config.name, os.path.basename(weird)])
+
+
+def test_max_new_tokens_beyond_the_context_is_refused_by_generate_and_the_dry_run(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    too_long = ["--set", "model.generation_kwargs.max_new_tokens=100000"]
+    assert cli_run(["generate", str(config), *too_long]) == 2
+    err = capsys.readouterr().err
+    assert "beyond the teacher's 4096 positions" in err and "lower max_new_tokens to at most" in err
+    assert cli_run(["generate", str(config), *too_long, "--dry-run"]) == 2
+    assert "beyond the teacher's 4096 positions" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# -- the dry run -------------------------------------------------------------------------------------------
+def test_the_dry_run_fails_where_generate_fails(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unwritable = write_config(tmp_path, tiny_teacher_dir, output_dir="/proc/gencache-test/out")
+    cases = [(unwritable, "/proc")]
+    import torch
+
+    if not torch.cuda.is_available():
+        gpu = {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cuda:0"}
+        cases.append((write_config(tmp_path, tiny_teacher_dir, model=gpu), "CUDA is not available"))
+    for config, message in cases:
+        assert cli_run(["generate", str(config), "--dry-run"]) == 2
+        assert message in capsys.readouterr().err
+        assert cli_run(["generate", str(config)]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_without_a_tokenizer_the_dry_run_checks_the_rest_and_says_what_it_could_not_compute(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_tokenizer = tmp_path / "no-tokenizer-files"
+    no_tokenizer.mkdir()
+    model = {"model_path": str(tiny_teacher_dir), "tokenizer_path": str(no_tokenizer), "device": "cpu"}
+    config = write_config(tmp_path, tiny_teacher_dir, model=model, data_configs=[musique(template="tokenizer_chat")])
+    assert cli_run(["generate", str(config), "--dry-run"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "model.tokenizer_path" in err
+    assert "4 rows in 1 of 1 data configs" in err  # the data was still loaded and counted
+    assert "not computed:" in err and "prompt token counts" in err and "the header budget" in err
+
+
+def test_show_prompt_prints_the_rendered_parts_and_token_count(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(config), "--show-prompt", "1"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    samples = build_samples(load_with_overrides(config, Overrides()), tokenizer=None)
+    assert "prompt 1: data_configs[0] sample 1" in err and f"key {samples[1].key}" in err
+    assert "-- part 0" in err and " tokens" in err
+    assert " ".join(samples[1].query.split()) in err
+    assert cli_run(["generate", str(config), "--show-prompt", "99"]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_shows_as_a_flag_in_help() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gencache", "generate", "--help"],
+        capture_output=True, text=True, env=os.environ | {"COLUMNS": "200"}, check=True,
+    )  # fmt: skip
+    line = next(line for line in result.stdout.splitlines() if "--dry-run" in line)
+    assert "<bool>" not in line
+
+
+# -- overrides -----------------------------------------------------------------------------------------------
+def test_set_output_dir_and_limit_are_applied_validated_and_recorded(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir, data_configs=[musique(num_samples=5)])
+    out = tmp_path / "elsewhere"
+    args = ["--set", "model.generation_kwargs.max_new_tokens=4", "--set", "gen_batch_size=3", "--output-dir", str(out)]
+    assert cli_run(["generate", str(config), *args, "--limit", "3"]) == 0
+    resolved = read_resolved_config(out)
+    assert resolved["config"]["gen_batch_size"] == 3 and resolved["generation"]["max_new_tokens"] == 4
+    assert resolved["config"]["data_configs"][0]["num_samples"] == 3
+    assert resolved["overrides"] == {
+        "set": ["model.generation_kwargs.max_new_tokens=4", "gen_batch_size=3"], "output_dir": str(out), "limit": 3
+    }  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_limit_keeps_a_prefix_of_the_full_selection(tmp_path: Path) -> None:
+    hotpot = {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
+              "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+              "template": "default", "source": str(sample_source("hotpot_qa"))}  # fmt: skip
+    config = write_config(tmp_path, tmp_path / "teacher", data_configs=[musique(num_samples=6), hotpot])
+    full = build_samples(load_with_overrides(config, Overrides()))
+    limited = build_samples(load_with_overrides(config, Overrides(limit=2)))
+    for index in (0, 1):
+        keys = [s.key for s in full if s.data_config_index == index]
+        assert [s.key for s in limited if s.data_config_index == index] == keys[:2]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("gen_batch_size=0", "error: --set gen_batch_size=0: "),
+        ("model.no_such_field=1", "error: --set model.no_such_field=1: "),
+        ("data_configs.5.num_samples=1", "error: --set data_configs.5.num_samples=1: data_configs.5 does not exist"),
+        ("novalue", "error: --set 'novalue' must look like PATH=VALUE"),
+    ],
+)
+def test_a_bad_set_is_named(tmp_path: Path, override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, tmp_path / "teacher")
+    assert cli_run(["generate", str(config), "--set", override, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and len(err.splitlines()) == 1
+
+
+# -- exit codes and what inspect / verify say about things that are not artifacts ------------------------------
+def test_paths_that_are_not_artifacts_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parent = tmp_path / "artifacts"
+    for name in ("a", "b"):
+        write_artifact(parent / name, make_entries(2))
+    for command in (["inspect"], ["verify"], ["verify", "--json"], ["inspect", "--json"]):
+        assert cli_run([*command, str(tmp_path / "missing")]) == 2
+        assert "does not exist" in capsys.readouterr().out + capsys.readouterr().err
+        assert cli_run([*command, str(parent)]) == 2
+        assert "parent directory of 2 artifact(s): a, b" in capsys.readouterr().out
+    temp = parent / ".c.gencache-host-123-0123abcd"
+    temp.mkdir()
+    assert cli_run(["inspect", str(temp)]) == 2
+    assert f"gencache clean {parent}" in " ".join(capsys.readouterr().out.split())
+    assert cli_run(["verify", "--json", str(parent / "a")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report == {"ok": True, "results": [{"path": str(parent / "a"), "status": "ok", "problems": []}]}
+    (tmp_path / "file").write_text("x")
+    assert cli_run(["demo", "--workdir", str(tmp_path / "file")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["provenance", "tensor name"])
+def test_a_surrogate_escape_in_a_manifest_is_a_printable_fail(tmp_path: Path, where: str) -> None:
+    good = write_artifact(tmp_path / "good", make_entries(2))
+    bad = writable_copy(good, tmp_path / "bad")
+    manifest = (bad / "manifest.json").read_text(encoding="utf-8")
+    if where == "provenance":
+        manifest = manifest.replace('"tiny/teacher"', '"tiny/\\ud800teacher"', 1)
+    else:
+        key = make_entries(1)[0].key
+        manifest = manifest.replace(f'"{key}.0"', f'"{key}.\\ud800"', 1)
+    (bad / "manifest.json").write_text(manifest, encoding="utf-8")
+    result = gencache(["verify", str(bad)])
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("FAIL ") and "internal error" not in result.stdout + result.stderr
+    inspected = gencache(["inspect", str(bad)])
+    assert inspected.returncode == 1 and "internal error" not in inspected.stdout + inspected.stderr
