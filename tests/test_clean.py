@@ -78,8 +78,8 @@ def test_three_concurrent_cleaners_all_succeed(tmp_path: Path) -> None:
             (path / f"f{n}").write_bytes(b"")
     command = [sys.executable, "-m", "gencache", "clean", str(tmp_path)]
     procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    results = [proc.communicate(timeout=120) + (proc.returncode,) for proc in procs]
-    for out, err, code in results:
+    results = [(*proc.communicate(timeout=120), proc.returncode) for proc in procs]
+    for _, err, code in results:
         assert code == 0, err
         assert err == ""
     removed = [line for out, _, _ in results for line in out.splitlines() if line.startswith("removed ")]

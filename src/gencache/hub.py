@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from gencache.errors import ConfigError, DatasetError
 
 PROBE_TIMEOUT_S = 3.0
+OFFLINE_REASON = "HF_HUB_OFFLINE is set"
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -96,7 +97,7 @@ def hub_state() -> HubState:
     """The hub's state for this process: probed once; offline mode when asked for or when the probe fails."""
     global _STATE
     if _STATE is None:
-        _STATE = HubState(False, endpoint(), "HF_HUB_OFFLINE is set") if offline_requested() else probe()
+        _STATE = HubState(False, endpoint(), OFFLINE_REASON) if offline_requested() else probe()
         if not _STATE.online:
             go_offline()
     return _STATE
@@ -109,7 +110,7 @@ def reset() -> None:
 
 
 def _hint(state: HubState) -> str:
-    if state.reason == "HF_HUB_OFFLINE is set":
+    if state.reason == OFFLINE_REASON:
         return "download it into the local cache first (with the hub reachable) or give a local path"
     return "set HF_HUB_OFFLINE=1 if it is in a local cache elsewhere (HF_HOME), or give a local path"
 
@@ -136,13 +137,16 @@ def require_model_id(field: str, repo_id: str, revision: str | None) -> None:
     )
 
 
-def dataset_unavailable(label: str, repo_id: str, error_line: str) -> DatasetError:
-    """The error for a hub dataset that failed to load while the hub is unreachable."""
+def dataset_unavailable(label: str, repo_id: str, error_line: str, hint: str = "") -> DatasetError:
+    """The error for a hub dataset that failed to load while the hub is unreachable (or offline mode is on)."""
     state = hub_state()
+    elsewhere = (
+        "" if state.reason == OFFLINE_REASON else ", or set HF_HUB_OFFLINE=1 if it is cached elsewhere (HF_HOME)"
+    )
     return DatasetError(
-        f"could not load {label} from the hub dataset {repo_id!r}: {state.reason} and it is not in the local "
-        f"datasets cache ({error_line}); set source to a local copy (a directory laid out by split, or one file), "
-        "or set HF_HUB_OFFLINE=1 if it is cached elsewhere (HF_HOME)."
+        f"could not load {label} from the hub dataset {repo_id!r}{hint}: {state.reason} and it is not in the local "
+        f"datasets cache ({error_line}); set source to a local copy (a directory laid out by split, or one "
+        f"file){elsewhere}."
     )
 
 

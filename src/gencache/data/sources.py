@@ -183,7 +183,7 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
     except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
         first = first_line(exc)
         if state is not None and not state.online:
-            raise hub.dataset_unavailable(label, hub_id, first) from None
+            raise hub.dataset_unavailable(label, hub_id, first, hint) from None
         where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
         raise DatasetError(
             f"could not load {label} from the hub dataset {where}: {first}{hint}; "
