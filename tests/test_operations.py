@@ -272,3 +272,26 @@ def test_a_surrogate_escape_in_a_manifest_is_a_printable_fail(tmp_path: Path, wh
     assert result.stdout.startswith("FAIL ") and "internal error" not in result.stdout + result.stderr
     inspected = gencache(["inspect", str(bad)])
     assert inspected.returncode == 1 and "internal error" not in inspected.stdout + inspected.stderr
+
+
+def test_the_progress_of_a_sharded_run_counts_the_whole_run_and_names_the_shard() -> None:
+    import io
+
+    from gencache.progress import PlainProgress, StagedProgress
+
+    stream = io.StringIO()
+    now = [0.0]
+    bar = StagedProgress(PlainProgress(0, stream=stream, interval=0, clock=lambda: now[0]), 10)
+    bar.stage("shard 1/2")
+    bar.start(4)  # the engine starts each shard with that shard's prompt count
+    for _ in range(4):
+        now[0] += 1
+        bar.advance(1, 3)
+    bar.close()
+    bar.stage("shard 2/2")
+    bar.start(6)
+    bar.advance(1, 3)
+    bar.finish()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("gencache: generate [shard 1/2]: 0/10 samples")
+    assert lines[-1].startswith("gencache: generate [shard 2/2]: 5/10 samples (50.0%), 15 tokens")
