@@ -19,6 +19,7 @@ Each mode prints markdown sections on stdout. ``main(argv)`` is what ``benchmark
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import random
 import sys
@@ -269,12 +270,15 @@ def longtail_cpu(*, quick: bool) -> str:
     worst = min(run.stats.slot_efficiency for run in continuous if run.stats is not None)
     static_best = max(run.stats.slot_efficiency for run in runs if run.engine == "transformers" and run.stats)
     verdict = "meets" if worst >= 0.95 else "falls short of"
+    speed = max(run.tokens_per_second for run in continuous) / max(
+        run.tokens_per_second for run in runs if run.engine == "transformers"
+    )
     return "\n".join(
         [
             "## Generation engines on a long-tail workload (tiny teacher, CPU)",
             "",
-            "Command: `uv run python benchmarks/bench_generation.py` (this section and the one above; `--quick` for a "
-            "smoke run).",
+            "Command: `uv run python benchmarks/bench_generation.py` (this section and the one above, run "
+            f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; `--quick` for a smoke run).",
             "",
             *_workload_lines(choice, prompts, "uniform"),
             f"float32, {info['attn_implementation']} attention, {threads} torch threads, torch {info['torch']}, "
@@ -287,10 +291,11 @@ def longtail_cpu(*, quick: bool) -> str:
             "",
             f"Continuous batching keeps slot efficiency at {worst:.3f} or better (target >= 0.95: {verdict} it); the "
             f"static engine reaches at most {static_best:.3f}, because every batch runs until its slowest row ends. "
-            "On a CPU wall time says little: the continuous engine's CPU attention packs all active requests into "
-            "one dense-masked call, so it can be slower per token here although it wastes no slots. On a GPU a "
-            "decode step of an 8B model costs about the same for 8 or 64 rows, so slot efficiency is what turns "
-            "into tokens/s; measure it with the `--gpu` command below.",
+            f"Here its best tokens/s is {speed:.2f}x the static engine's best, but CPU wall time is a weak guide: the "
+            "tiny model's step cost is mostly Python overhead, the continuous engine's CPU attention packs all "
+            f"active requests into one dense-masked call, and wall times of a shared {os.cpu_count()}-CPU machine "
+            "are noisy. On a GPU a decode step of an 8B model costs about the same for 8 or 64 rows, so slot "
+            "efficiency is what turns into tokens/s; measure it with the `--gpu` command below.",
             "",
             f"The same workload with the stop string {stop!r} added (picked from the answers): the continuous engine "
             f"matches stop strings on streamed tokens and cancels the request as soon as one completes. It cancelled "

@@ -48,37 +48,51 @@ def _lengths(firsts: Sequence[dict[int, int]], eos: set[int], limit: int) -> lis
 
 
 def choose_eos(
-    free_outputs: Sequence[Sequence[int]], max_new_tokens: int, *, median: float = 0.2, at_limit: float = 0.1
+    free_outputs: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    median: float = 0.2,
+    at_limit: float = 0.1,
+    candidates: int = 60,
 ) -> EosChoice:
-    """Greedily add the token that brings (median answer / max_new_tokens, share at the limit) closest to
-    (``median``, ``at_limit``), as long as it gets closer. ``free_outputs`` are greedy outputs without EOS."""
+    """EOS ids that bring (median answer / max_new_tokens, share of answers at the limit) closest to (``median``,
+    ``at_limit``) on ``free_outputs`` (greedy outputs generated without EOS; an answer ends at its first EOS id).
+
+    Multi-start greedy over the ``candidates`` tokens that occur in the most outputs: from each of them (and from no
+    token), keep adding the token that lowers the distance most, while it does; the best set wins."""
     firsts: list[dict[int, int]] = []
     for output in free_outputs:
         first: dict[int, int] = {}
         for position, token in enumerate(output[:max_new_tokens]):
             first.setdefault(int(token), position)
         firsts.append(first)
-    candidates = sorted({token for first in firsts for token in first})
+    counts: dict[int, int] = {}
+    for first in firsts:
+        for token in first:
+            counts[token] = counts.get(token, 0) + 1
+    pool = [token for token, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:candidates]]
 
-    def loss(eos: set[int]) -> float:
-        lengths = _lengths(firsts, eos, max_new_tokens)
+    def loss(eos: frozenset[int]) -> float:
+        lengths = _lengths(firsts, set(eos), max_new_tokens)
         med = statistics.median(lengths) / max_new_tokens
         limit = sum(length >= max_new_tokens for length in lengths) / len(lengths)
         return abs(med - median) / median + abs(limit - at_limit) / at_limit
 
-    chosen: set[int] = set()
-    best = loss(chosen)
-    while True:
-        scored = [(loss(chosen | {token}), token) for token in candidates if token not in chosen]
-        if not scored:
-            break
-        score, token = min(scored)
-        if score >= best:
-            break
-        chosen.add(token)
-        best = score
-    lengths = _lengths(firsts, chosen, max_new_tokens)
-    return EosChoice(tuple(sorted(chosen)), tuple(lengths), max_new_tokens)
+    def grow(start: frozenset[int]) -> tuple[float, frozenset[int]]:
+        chosen, best = start, loss(start)
+        while True:
+            scored = [(loss(chosen | {token}), token) for token in pool if token not in chosen]
+            if not scored:
+                return best, chosen
+            score, token = min(scored)
+            if score >= best:
+                return best, chosen
+            chosen, best = chosen | {token}, score
+
+    starts = [frozenset[int](), *(frozenset([token]) for token in pool)]
+    _, eos = min((grow(start) for start in starts), key=lambda result: (result[0], sorted(result[1])))
+    lengths = _lengths(firsts, set(eos), max_new_tokens)
+    return EosChoice(tuple(sorted(eos)), tuple(lengths), max_new_tokens)
 
 
 def one_by_one(

@@ -6,7 +6,6 @@ torch and transformers are imported inside the functions, so importing this modu
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 import random
 from typing import TYPE_CHECKING, Any
@@ -70,10 +69,14 @@ def load_teacher(
     kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **_revision_kwargs(revision)}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    has_accelerate = importlib.util.find_spec("accelerate") is not None
+    # transformers' own check: an installed accelerate older than the version it needs counts as absent.
+    has_accelerate = bool(_hf().utils.is_accelerate_available())
     if device == "auto":
         if not has_accelerate:
-            raise GenerationError("model.device 'auto' needs the accelerate package; install it or name a device.")
+            raise GenerationError(
+                "model.device 'auto' needs the accelerate package (a version this transformers supports); install "
+                "it or name a device."
+            )
         kwargs["device_map"] = "auto"
         target = None
     else:
