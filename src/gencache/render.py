@@ -94,6 +94,8 @@ def render_dry_run(report: DryRun, console: Console) -> None:
         console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(found.not_computed))}", highlight=False)
     if report.prompt is not None:
         render_prompt(report.prompt, report.prompt_index or 0, console)
+    elif report.prompt_index is not None:
+        console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
     if found.errors:
         console.print(
             f"[red]the dry run found {len(found.errors)} problem(s); generate would exit {found.exit_code}[/]"
