@@ -282,17 +282,6 @@ def generate_run(
             )
         run.execute(found, pending)
     return result
-    assert found.samples is not None and found.generation is not None and found.engine is not None
-    if found.samples.conflicting_prompts:
-        say(
-            "warning",
-            f"{len(found.samples.conflicting_prompts)} duplicated keys rendered different prompts (another template "
-            "or rendering option); the first occurrence's prompt is generated for all.",
-        )
-    run = _Run(config, config_json, digest, found, overrides, say, progress, result)
-    with _terminate_with_a_message(run):
-        run.execute(pending)
-    return result
 
 
 def _nth_sample(samples: SampleSet | None, index: int) -> Sample | None:
