@@ -187,3 +187,20 @@ def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
     ok, lines = verify_report([a, tmp_path / "nope"], progress=True, console=Console(record=True))
     assert not ok and lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
     assert issubclass(ShardError, GencacheError)
+
+
+def test_a_shard_set_routes_each_key_to_its_shard(tmp_path: Path) -> None:
+    from gencache.artifact.names import shard_of
+
+    entries = make_entries(40)
+    paths = make_shards(tmp_path / "out", 3, entries)
+    for mix in (open_caches(tmp_path / "out"), open_caches(list(reversed(paths)))):
+        assert isinstance(mix, MultiCacheReader)
+        assert list(mix) == sorted(e.key for e in entries) and len(mix) == 40
+        for e in entries:
+            assert mix.source(e.key) == paths[shard_of(e.key, 3)] and mix[e.key].texts == e.texts
+            assert mix.metadata(e.key) is not None
+        missing = "f" * 64
+        assert missing not in mix and mix.get(missing) is None and "g" * 64 not in mix
+    mixed = open_caches([*paths, write_artifact(tmp_path / "extra", make_entries(2, start=90))])
+    assert len(mixed) == 42 and all(e.key in mixed for e in entries)

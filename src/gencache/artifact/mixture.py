@@ -7,6 +7,7 @@ few bytes per key and forked workers share it without copying.
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,10 @@ class MultiCacheReader(GenerationCache):
     Keys are the union, iterated in sorted order; a key present in several artifacts must have the same content
     digest everywhere (checked at open), and the first artifact holding it serves it. Picklable (each reader
     reopens and checks its artifact).
+
+    When the artifacts are exactly the shards ``0..N-1`` of one run (each shard's keys were checked at its open to
+    follow the key-mod rule, so shards never share a key), a key is routed to its shard by the rule and no merged
+    index is built: opening a shard set costs nothing beyond opening its shards.
     """
 
     def __init__(self, readers: Sequence[CacheReader]) -> None:
@@ -44,7 +49,22 @@ class MultiCacheReader(GenerationCache):
                 )
         self.provenance = first.provenance
         self.provenance_digest = first.provenance_digest
-        self._merge()
+        self._route = self._shard_route()
+        if self._route is None:
+            self._merge()
+
+    def _shard_route(self) -> list[int] | None:
+        """Reader position per shard index when the readers are exactly the shards of one run, else None."""
+        infos = [reader.summary["shard"] for reader in self.readers]
+        count = len(self.readers)
+        if any(info is None for info in infos):
+            return None
+        if {info["count"] for info in infos} != {count} or len({info["run_digest"] for info in infos}) != 1:
+            return None
+        route = [-1] * count
+        for position, info in enumerate(infos):
+            route[info["index"]] = position
+        return None if -1 in route else route
 
     def _merge(self) -> None:
         indexes = [reader.index for reader in self.readers]
@@ -82,9 +102,14 @@ class MultiCacheReader(GenerationCache):
         return f"({', '.join(str(p) for p in self.paths)})"
 
     def __len__(self) -> int:
+        if self._route is not None:
+            return sum(len(reader) for reader in self.readers)
         return len(self._keys)
 
     def __iter__(self) -> Iterator[str]:
+        if self._route is not None:
+            yield from heapq.merge(*self.readers)
+            return
         keys = self._keys
         for at in range(0, len(keys), 4096):
             for raw in keys[at : at + 4096].tolist():
@@ -93,24 +118,36 @@ class MultiCacheReader(GenerationCache):
     def _position(self, key: object) -> int:
         if type(key) is not str or len(key) != 64 or not key.isascii():
             return -1
+        if self._route is not None:
+            try:
+                owner = self._route[int(key, 16) % len(self._route)]
+            except ValueError:
+                return -1
+            local = self.readers[owner].index.find(key)
+            return -1 if local < 0 else local * len(self.readers) + owner
         raw = key.encode()
         position = int(self._keys.searchsorted(raw))
         return position if position < len(self._keys) and self._keys[position] == raw else -1
 
+    def _locate(self, position: int) -> tuple[CacheReader, int]:
+        if self._route is not None:
+            local, owner = divmod(position, len(self.readers))
+            return self.readers[owner], local
+        return self.readers[int(self._owners[position])], int(self._local[position])
+
     def _read(self, position: int, key: str | None = None) -> Generation:
-        reader = self.readers[int(self._owners[position])]
-        local = int(self._local[position])
+        reader, local = self._locate(position)
         return reader.entry_at(local, key)
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)
-        return None if position < 0 else self.readers[int(self._owners[position])].metadata(key)
+        return None if position < 0 else self._locate(position)[0].metadata(key)
 
     def source(self, key: str) -> Path:
         position = self._position(key)
         if position < 0:
             raise self._missing(key)
-        return self.readers[int(self._owners[position])].path
+        return self._locate(position)[0].path
 
     def __repr__(self) -> str:
         return f"MultiCacheReader({[str(p) for p in self.paths]!r}, entries={len(self)})"
