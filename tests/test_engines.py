@@ -15,13 +15,17 @@ from gencache.data.recipes import sample_source
 from gencache.errors import ConfigError, GenerationError
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import ENGINES, EngineContext, EngineStats, create_engine
-from gencache.generation.engines.continuous import generate_continuous, size_paged_cache
+from gencache.generation.engines.continuous import generate_continuous, size_paged_cache, supported_transformers
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.options import ContinuousOptions
 from gencache.generation.settings import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.pipeline import run_generate
 from generation_helpers import choose_finish_case, decode, resolve, solo, text_prompts
+
+needs_continuous = pytest.mark.skipif(
+    not supported_transformers(), reason="this transformers is older than the continuous engine supports"
+)
 
 
 def _tokens(entry: Any) -> list[list[int]]:
@@ -35,6 +39,7 @@ def _continuous(model: Any, tokenizer: Any, generation: Any, prompts: Any, **opt
 # ---------------------------------------------------------------------------------------------------------------
 # transformers-continuous equals one-prompt generate and the static engine
 # ---------------------------------------------------------------------------------------------------------------
+@needs_continuous
 def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_and_length(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
@@ -75,6 +80,7 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 
 
+@needs_continuous
 def test_continuous_uses_its_slots_on_kept_tokens_and_caps_rows_per_forward(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
@@ -94,6 +100,7 @@ def test_continuous_uses_its_slots_on_kept_tokens_and_caps_rows_per_forward(
     assert static_stats.slot_efficiency <= 1.0
 
 
+@needs_continuous
 def test_num_return_sequences_and_seeded_sampling_are_reproducible(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
@@ -264,6 +271,7 @@ def _resolved(path: Path) -> dict[str, Any]:
     return result
 
 
+@needs_continuous
 def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     generation = {"max_new_tokens": 10, "stop_strings": ["."]}
     static = run_generate(_config(tmp_path, tiny_teacher_dir, ENGINE_STATIC, generation))
@@ -298,3 +306,16 @@ def test_the_rule_book_the_options_and_the_engine_registry_import_without_torch(
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(supported_transformers(), reason="this transformers supports the continuous engine")
+def test_the_continuous_engine_on_an_older_transformers_is_refused_before_the_teacher_loads(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any
+) -> None:
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8)
+    context = EngineContext(
+        generation=generation, tokenizer=tiny_tokenizer, model_path=str(tiny_teacher_dir), dtype="float32",
+        device="cpu",
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r'engine "transformers-continuous" needs transformers 5\.20 or later'):
+        create_engine(ENGINE_CONTINUOUS, context)

@@ -20,8 +20,10 @@ change which sample each answer gets.
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import math
 import os
+import re
 from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,7 +40,15 @@ if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
     from gencache.progress import Progress
 
-__all__ = ["CacheSizing", "ContinuousEngine", "create", "generate_continuous", "size_paged_cache"]
+__all__ = [
+    "MIN_TRANSFORMERS",
+    "CacheSizing",
+    "ContinuousEngine",
+    "create",
+    "generate_continuous",
+    "size_paged_cache",
+    "supported_transformers",
+]
 
 _GIB = 2**30
 _POLL_SECONDS = 0.05
@@ -156,6 +166,28 @@ class _ForwardCounter:
         self.model.__dict__.pop("forward", None)
 
 
+def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: int) -> Any:
+    """transformers' ``ContinuousBatchingConfig`` for the chosen sizing (workload-sized, no CUDA graphs, no
+    attention switch, no free-cache margin, no CPU offload)."""
+    return _hf().generation.configuration_utils.ContinuousBatchingConfig(
+        page_size=chosen.page_size, num_blocks=chosen.num_blocks, max_batch_tokens=chosen.max_batch_tokens,
+        max_requests_per_batch=chosen.concurrency, max_blocks_per_request=0,
+        allow_block_sharing=options.prefix_sharing, use_cuda_graph=False, use_async_batching=False,
+        safety_margin=0.0, seed=seed, auto_switch_to_flash=False, cpu_offload_space=0.0,
+    )  # fmt: skip
+
+
+#: The oldest transformers whose continuous-batching manager this engine is tested with (5.20 and 5.24).
+MIN_TRANSFORMERS = (5, 20)
+
+
+def supported_transformers() -> bool:
+    """Whether the installed transformers has the continuous-batching manager this engine drives."""
+    version = importlib.metadata.version("transformers")
+    parts = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    return parts >= MIN_TRANSFORMERS
+
+
 def _manager_config(generation: EffectiveGeneration) -> Any:
     config = copy.deepcopy(generation.config)
     config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
@@ -208,12 +240,7 @@ def generate_continuous(
     )  # fmt: skip
     if sizing is not None:
         sizing.append(chosen)
-    cb_config = _hf().generation.configuration_utils.ContinuousBatchingConfig(
-        page_size=chosen.page_size, num_blocks=chosen.num_blocks, max_batch_tokens=chosen.max_batch_tokens,
-        max_requests_per_batch=chosen.concurrency, max_blocks_per_request=0,
-        allow_block_sharing=options.prefix_sharing, use_cuda_graph=False, use_async_batching=False,
-        safety_margin=0.0, seed=seed, auto_switch_to_flash=False, cpu_offload_space=0.0,
-    )  # fmt: skip
+    cb_config = _manager_cb_config(chosen, options, seed)
     scanner = FinishScanner(
         eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=tokenizer,
         max_new_tokens=generation.max_new_tokens,
@@ -318,11 +345,11 @@ class ContinuousEngine:
 
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
-        configuration = _hf().generation.configuration_utils
-        if not hasattr(configuration, "ContinuousBatchingConfig"):
+        if not supported_transformers():
             raise ConfigError(
-                f'engine "{self.name}" needs transformers with ContinuousBatchingConfig (5.24 or later); this '
-                f'environment has transformers {_hf().__version__}. Use engine "transformers" here.'
+                f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later (its '
+                f"continuous-batching manager); this environment has transformers "
+                f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
         self.context = context
         self.options = ContinuousOptions.model_validate(dict(context.options))
