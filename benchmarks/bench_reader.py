@@ -222,7 +222,8 @@ def measure(kind: str, path: Path) -> dict[str, Any]:
 
 
 def mb(value: int | None) -> str:
-    return "-" if value is None else f"{value / 1e6:.0f} MB"
+    # anonymous memory freed while opening can make the difference slightly negative: report it as 0
+    return "-" if value is None else f"{max(value, 0) / 1e6:.0f} MB"
 
 
 def main(argv: list[str]) -> int:
