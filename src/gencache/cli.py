@@ -5,11 +5,12 @@ Heavy modules (torch, transformers, datasets) are imported inside the commands s
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -64,26 +65,55 @@ def _root(
 FLAG = ""  # shown instead of typer's "<bool>" for flags in --help
 
 
-def _quiet_libraries(verbose: bool) -> None:
+_LOGGERS = ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock")
+
+
+@contextlib.contextmanager
+def _quiet_libraries(verbose: bool) -> Iterator[None]:
     """Keep the Hugging Face libraries' log lines and bars (hub retries, weight loading) away from the user unless
-    ``--verbose`` or ``GENCACHE_DEBUG=1``; bound how long one hub request may wait."""
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
-    if verbose or os.environ.get("GENCACHE_DEBUG") == "1":
-        return
+    ``--verbose`` or ``GENCACHE_DEBUG=1``, and bound how long one hub request may wait; everything is restored
+    afterwards (the CLI can run inside a longer-lived process, such as a test)."""
     import logging
 
-    for name in ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY", "HF_HUB_VERBOSITY"):
-        os.environ.setdefault(name, "error")
-    if not sys.stderr.isatty():
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    for logger in ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock"):
-        logging.getLogger(logger).setLevel(logging.ERROR)
+    saved_env = {name: os.environ.get(name) for name in _QUIET_ENV}
+    saved_levels = {name: logging.getLogger(name).level for name in _LOGGERS}
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
     transformers_logging = sys.modules.get("transformers.utils.logging")
-    if transformers_logging is not None:
-        transformers_logging.set_verbosity_error()  # type: ignore[attr-defined]
+    verbosity = transformers_logging.get_verbosity() if transformers_logging is not None else None  # type: ignore[attr-defined]
+    if quiet:
+        for name in ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY", "HF_HUB_VERBOSITY"):
+            os.environ.setdefault(name, "error")
         if not sys.stderr.isatty():
-            transformers_logging.disable_progress_bar()  # type: ignore[attr-defined]
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        for name in _LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        if transformers_logging is not None:
+            transformers_logging.set_verbosity_error()  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+        imported = sys.modules.get("transformers.utils.logging")
+        if imported is not None:  # back to what it was, or to transformers' default when it was imported here
+            imported.set_verbosity(verbosity if verbosity is not None else logging.WARNING)  # type: ignore[attr-defined]
+
+
+_QUIET_ENV = (
+    "HF_HUB_ETAG_TIMEOUT",
+    "HF_HUB_DOWNLOAD_TIMEOUT",
+    "TRANSFORMERS_VERBOSITY",
+    "DATASETS_VERBOSITY",
+    "HF_HUB_VERBOSITY",
+    "HF_HUB_DISABLE_PROGRESS_BARS",
+)
 
 
 @app.command()
@@ -156,7 +186,6 @@ def generate(
     ] = False,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
-    _quiet_libraries(verbose)
     from rich.console import Console
 
     from gencache.overrides import Overrides
@@ -166,17 +195,18 @@ def generate(
 
     err = Console(stderr=True)
     overrides = Overrides(sets=tuple(set_ or ()), output_dir=output_dir, limit=limit)
-    result = generate_run(
-        config,
-        shard=shard,
-        shards=shards,
-        skip_published=skip_published,
-        dry_run=dry_run or show_prompt is not None,
-        overrides=overrides,
-        show_prompt=show_prompt,
-        notify=lambda level, text: render_notice(err, level, text),
-        progress=lambda total: make_progress(total),
-    )
+    with _quiet_libraries(verbose):
+        result = generate_run(
+            config,
+            shard=shard,
+            shards=shards,
+            skip_published=skip_published,
+            dry_run=dry_run or show_prompt is not None,
+            overrides=overrides,
+            show_prompt=show_prompt,
+            notify=lambda level, text: render_notice(err, level, text),
+            progress=make_progress,
+        )
     if result.dry_run is not None:
         render_dry_run(result.dry_run, err)
         for error in result.dry_run.preflight.errors:
@@ -294,7 +324,6 @@ def export(
 ) -> None:
     """Write one record per stored sequence: key, text, finish reason, token length and, when the datasets can be
     read, the prompt. Works from the artifact alone."""
-    _quiet_libraries(False)
     from gencache.artifact.report import classify_path
     from gencache.errors import InputPathError
     from gencache.export import export as export_artifact
@@ -304,9 +333,10 @@ def export(
     if not_artifact is not None:
         raise InputPathError(not_artifact["error"])
     sources = dict(parse_source_override(text) for text in source or ())
-    result = export_artifact(
-        directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources
-    )
+    with _quiet_libraries(False):
+        result = export_artifact(
+            directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources
+        )
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
     typer.echo(f"wrote {result.records} records to {result.out}")
@@ -338,8 +368,8 @@ def demo(
     """Build a tiny random teacher, generate a cache over bundled sample data on CPU, inspect it and read an entry."""
     from gencache.demo import run_demo
 
-    _quiet_libraries(False)
-    run_demo(workdir)
+    with _quiet_libraries(False):
+        run_demo(workdir)
 
 
 def run(argv: list[str] | None = None) -> int:
