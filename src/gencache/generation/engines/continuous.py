@@ -250,6 +250,7 @@ def generate_continuous(
     results: dict[int, list[tuple[list[int], str] | None]] = {i: [None] * per_prompt for i in range(len(checked))}
     scanned: dict[str, int] = {}
     done: set[str] = set()
+    previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
     with _ForwardCounter(model, stats):
         manager = model.init_continuous_batching(
             generation_config=_manager_config(generation), continuous_batching_config=cb_config
@@ -323,6 +324,7 @@ def generate_continuous(
                 manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
             finally:
                 manager.destroy()
+                model.generation_config = previous_config
     stats.prompt_cells += sum(len(ids) for _, ids in checked) * per_prompt
 
 
