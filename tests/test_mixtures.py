@@ -12,8 +12,9 @@ from rich.console import Console
 
 from gencache.artifact.manifest import make_provenance
 from gencache.artifact.reader import CacheReader, MultiCacheReader, open_caches
-from gencache.artifact.report import inspect_report, render_inspect, verify_report
+from gencache.artifact.report import inspect_report, verify_report
 from gencache.errors import CompatibilityError, FormatError, GencacheError, ShardError
+from gencache.render import render_inspect, verify_progress
 from storage_helpers import PROVENANCE, Entry, make_entries, write_artifact, write_shard
 
 RUN = "1" * 64
@@ -92,7 +93,7 @@ def test_an_unsuffixed_output_directory_expands_to_all_its_shards(tmp_path: Path
     shards = report["artifacts"][0]
     assert shards["kind"] == "sharded" and shards["totals"]["entries"] == 30
     assert shards["shards"]["missing"] == [] and shards["shards"]["other_run"] == []
-    ok, lines = verify_report([tmp_path / "out"], progress=False)
+    ok, lines = verify_report([tmp_path / "out"])
     assert ok and len(lines) == 3 and all(line.startswith("OK") for line in lines)
 
 
@@ -104,7 +105,7 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
         open_caches(tmp_path / "out")
     report = inspect_report([tmp_path / "out"])
     assert report["artifacts"][0]["shards"]["missing"] == ["00002"]
-    ok, lines = verify_report([tmp_path / "out"], progress=False)
+    ok, lines = verify_report([tmp_path / "out"])
     assert not ok and any("shards 00002 are missing" in line for line in lines)
 
 
@@ -117,7 +118,7 @@ def test_a_shard_of_another_run_is_named(tmp_path: Path) -> None:
         open_caches(tmp_path / "out")
     assert inspect_report([tmp_path / "out"])["artifacts"][0]["shards"]["other_run"] == ["00001"]
     # verify applies the same check: each shard is intact on its own, but the set is not one run
-    ok, lines = verify_report([tmp_path / "out"], progress=False)
+    ok, lines = verify_report([tmp_path / "out"])
     assert not ok
     assert [line for line in lines if line.startswith("FAIL")] == [
         line for line in lines if "different runs" in line and "shards 00001 have run_digest 222222222222" in line
@@ -184,7 +185,7 @@ def test_inspect_reports_shared_and_conflicting_keys(tmp_path: Path) -> None:
 
 def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", make_entries(3))
-    ok, lines = verify_report([a, tmp_path / "nope"], progress=True, console=Console(record=True))
+    ok, lines = verify_report([a, tmp_path / "nope"], progress=verify_progress(Console(record=True)))
     assert not ok and lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
     assert issubclass(ShardError, GencacheError)
 

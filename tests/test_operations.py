@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from gencache.artifact.reader import read_resolved_config
+from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
+from gencache.errors import FormatError
 from gencache.overrides import Overrides, load_with_overrides
 from storage_helpers import make_entries, writable_copy, write_artifact
 
@@ -267,6 +268,8 @@ def test_a_surrogate_escape_in_a_manifest_is_a_printable_fail(tmp_path: Path, wh
         key = make_entries(1)[0].key
         manifest = manifest.replace(f'"{key}.0"', f'"{key}.\\ud800"', 1)
     (bad / "manifest.json").write_text(manifest, encoding="utf-8")
+    with pytest.raises(FormatError):
+        CacheReader(bad)
     result = gencache(["verify", str(bad)])
     assert result.returncode == 1, result.stderr
     assert result.stdout.startswith("FAIL ") and "internal error" not in result.stdout + result.stderr

@@ -237,13 +237,15 @@ def inspect(
 ) -> None:
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps (exit 1 when an
     artifact cannot be read or a sharded output is not one whole run; 2 when a path is not an artifact at all)."""
-    from gencache.artifact.report import inspect_report, render_inspect
+    from gencache.artifact.report import inspect_report
 
     report = inspect_report(dirs)
     if as_json:
         _echo_json(report)
     else:
         from rich.console import Console
+
+        from gencache.render import render_inspect
 
         render_inspect(report, Console())
     code = _inspect_code(report)
@@ -279,9 +281,13 @@ def verify(
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    from gencache.artifact.report import verify_results
+    from rich.console import Console
 
-    results = verify_results(dirs, progress=sys.stderr.isatty() and not as_json)
+    from gencache.artifact.report import verify_results
+    from gencache.render import verify_progress
+
+    show_progress = sys.stderr.isatty() and not as_json
+    results = verify_results(dirs, progress=verify_progress(Console(stderr=True)) if show_progress else None)
     if as_json:
         _echo_json({"ok": all(r["status"] == "ok" for r in results), "results": results})
     else:

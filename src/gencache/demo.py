@@ -58,9 +58,9 @@ def _fresh_output(workdir: Path) -> Path:
 def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None) -> Path:
     """Run the demo in ``workdir``; return the published artifact directory."""
     from gencache.artifact.reader import CacheReader
-    from gencache.artifact.report import inspect_report, render_inspect
+    from gencache.artifact.report import inspect_report
     from gencache.pipeline import run_generate
-    from gencache.render import render_notice
+    from gencache.render import render_inspect, render_notice
     from gencache.tiny import build_tiny_teacher
 
     console = console or Console()

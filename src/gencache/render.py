@@ -1,17 +1,23 @@
-"""How the CLI shows the results the library returns: the dry-run report, a rendered prompt, run messages.
+"""How the CLI shows the results the library returns: the dry-run report, a rendered prompt, run messages, the
+inspect tables and the verify progress bar.
 
 Only the CLI (and the demo) call this module; the library returns data and never prints.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from gencache.artifact.reader import ProgressCallback
+    from gencache.artifact.report import ProgressFactory
     from gencache.data.samples import Sample
     from gencache.pipeline import DryRun
 
@@ -121,3 +127,161 @@ def render_prompt(sample: Sample, index: int, console: Console) -> None:
 
 
 __all__ = ["render_dry_run", "render_notice", "render_prompt"]
+
+
+# -- inspect and verify ---------------------------------------------------------------------------------
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _artifact_table(report: dict[str, Any]) -> Table:
+    table = Table(title=report["path"], show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    tok = report["tokenizer"]
+    lengths = report["token_length"]
+    shard = report["shard"]
+    rows = [
+        ("format", str(report["format_version"])),
+        ("teacher", report["teacher"]),
+        ("tokenizer", report["tokenizer_path"]),
+        (
+            "tokenizer state",
+            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
+        ),
+        ("dtype", report["dtype"]),
+        ("entries", f"{report['entries']:,}"),
+        ("sequences", f"{report['sequences']:,}"),
+        ("tokens", f"{report['tokens']:,}"),
+        (
+            "token length",
+            f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
+        ),
+        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
+        (
+            "duplicates",
+            f"{report['duplicates']:,}"
+            + (
+                f" ([yellow]{report['conflicting_prompts']:,} rendered different prompts; the first was generated[/])"
+                if report.get("conflicting_prompts")
+                else ""
+            ),
+        ),
+        (
+            "data configs",
+            "; ".join(f"#{d['index']}: {d['samples']} samples, {d['unique']} unique" for d in report["data_configs"])
+            or "-",
+        ),
+        (
+            "shard",
+            f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none",
+        ),
+        (
+            "payload",
+            f"{_size(report['payload_bytes'])}, header {report['header']['used']:,} of "
+            f"{report['header']['capacity']:,} bytes",
+        ),
+    ]
+    for field, value in rows:
+        table.add_row(field, value)
+    return table
+
+
+def _sharded_table(report: dict[str, Any]) -> Table:
+    info = report["shards"]
+    table = Table(title=f"{report['path']} ({info['count']} shards)", title_justify="left")
+    for column in ("shard", "status", "entries", "sequences", "tokens"):
+        table.add_column(column, justify="right" if column not in ("shard", "status") else "left")
+    by_index = {i: r for i, r in zip(info["present"], report["artifacts"], strict=True)}
+    for index in range(info["count"]):
+        name = f"{index:05d}"
+        shard_report = by_index.get(name)
+        if shard_report is None:
+            table.add_row(name, "[red]missing[/]", "", "", "")
+        elif shard_report["kind"] == "error":
+            table.add_row(name, f"[red]unreadable[/]: {shard_report['error']}", "", "", "")
+        else:
+            if name in info["other_run"]:
+                status = "[yellow]other run[/]"
+            elif name in info["mislabeled"]:
+                status = "[yellow]misnamed[/]"
+            else:
+                status = "[green]ok[/]"
+            table.add_row(
+                name,
+                status,
+                f"{shard_report['entries']:,}",
+                f"{shard_report['sequences']:,}",
+                f"{shard_report['tokens']:,}",
+            )
+    totals = report["totals"]
+    table.add_row("total", "", f"{totals['entries']:,}", f"{totals['sequences']:,}", f"{totals['tokens']:,}")
+    return table
+
+
+def render_inspect(report: dict[str, Any], console: Console) -> None:
+    """Print an :func:`inspect_report` as rich tables."""
+    from gencache.artifact.report import BAD_INPUT_KINDS
+
+    for artifact in report["artifacts"]:
+        if artifact["kind"] in BAD_INPUT_KINDS:
+            console.print(f"[red]error[/]: {escape(artifact['error'])}", highlight=False)
+        elif artifact["kind"] == "error":
+            console.print(f"[red]{escape(artifact['path'])}[/]: {escape(artifact['error'])}", highlight=False)
+        elif artifact["kind"] == "sharded":
+            console.print(_sharded_table(artifact))
+            info = artifact["shards"]
+            for problem in info["problems"]:
+                console.print(f"[red]problem[/]: {problem}", markup=True, highlight=False)
+            for shard_report in artifact["artifacts"]:
+                if shard_report["kind"] == "artifact":
+                    console.print(_artifact_table(shard_report))
+                    break
+        else:
+            console.print(_artifact_table(artifact))
+    overlap = report["overlap"]
+    if overlap is not None:
+        table = Table(title="overlap", title_justify="left")
+        for column in ("a", "b", "shared keys", "conflicting keys"):
+            table.add_column(column)
+        for pair in overlap["pairs"]:
+            conflicting = str(pair["conflicting"])
+            if pair["conflicting_keys"]:
+                conflicting += f" (e.g. {pair['conflicting_keys'][0][:16]}…)"
+            table.add_row(pair["a"], pair["b"], f"{pair['shared']:,}", conflicting)
+        console.print(table)
+        provenance = overlap["provenance"]
+        if overlap["differing"]:
+            provenance += f" ({', '.join(overlap['differing'])})"
+        console.print(f"provenance: {provenance}; union of keys: {overlap['union']:,}")
+
+
+# -- verify -------------------------------------------------------------------------------------------------
+
+
+def verify_progress(console: Console) -> ProgressFactory:
+    """A progress factory for :func:`gencache.artifact.report.verify_results`: one transient bar per artifact."""
+
+    @contextmanager
+    def bar_for(name: str, total: int) -> Iterator[ProgressCallback]:
+        with Progress(
+            TextColumn("verifying {task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(name, total=total)
+
+            def advance(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield advance
+
+    return bar_for

@@ -173,6 +173,11 @@ class CacheReader(GenerationCache):
                     save_index(directory, identity, index)
         except FormatError as error:
             raise self._fail(str(error)) from None
+        except UnicodeEncodeError:
+            raise self._fail(
+                "the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); "
+                "the artifact was not written by gencache or was edited."
+            ) from None
         finally:
             os.close(fd)
         self._index: CompactIndex = index

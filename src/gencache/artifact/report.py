@@ -1,27 +1,23 @@
 """What ``gencache inspect`` and ``gencache verify`` report: plain data first, rich rendering second.
 
-:func:`inspect_report` returns JSON-ready data (``inspect --json`` prints it as is); :func:`render_inspect`
-draws it as tables; :func:`verify_report` re-hashes artifacts with a progress bar and returns one line per
-finding.
+:func:`inspect_report` returns JSON-ready data (``inspect --json`` prints it as is; the CLI draws it as tables
+with :func:`gencache.render.render_inspect`); :func:`verify_results` re-hashes artifacts and returns one result
+per artifact or finding. Nothing here prints.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.names import FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME
-from gencache.artifact.reader import CacheReader, PathLike, read_resolved_config, verify
+from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, read_resolved_config, verify
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards
 from gencache.errors import FormatError, GencacheError
 
@@ -30,6 +26,8 @@ _NOT_UNICODE = (
     "{path}: the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); the "
     "artifact was not written by gencache or was edited."
 )
+#: Enters a progress display for one artifact (name, total bytes) and yields its callback.
+ProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCallback]]
 MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
 #: Report kinds that mean the user named the wrong thing (exit code 2), not a damaged artifact (exit code 1).
@@ -223,136 +221,6 @@ def inspect_report(paths: Sequence[PathLike]) -> dict[str, Any]:
 
 
 # -- rendering ----------------------------------------------------------------------------------------------
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
-def _artifact_table(report: dict[str, Any]) -> Table:
-    table = Table(title=report["path"], show_header=False, title_justify="left")
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    tok = report["tokenizer"]
-    lengths = report["token_length"]
-    shard = report["shard"]
-    rows = [
-        ("format", str(report["format_version"])),
-        ("teacher", report["teacher"]),
-        ("tokenizer", report["tokenizer_path"]),
-        (
-            "tokenizer state",
-            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
-        ),
-        ("dtype", report["dtype"]),
-        ("entries", f"{report['entries']:,}"),
-        ("sequences", f"{report['sequences']:,}"),
-        ("tokens", f"{report['tokens']:,}"),
-        (
-            "token length",
-            f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
-        ),
-        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
-        (
-            "duplicates",
-            f"{report['duplicates']:,}"
-            + (
-                f" ([yellow]{report['conflicting_prompts']:,} rendered different prompts; the first was generated[/])"
-                if report.get("conflicting_prompts")
-                else ""
-            ),
-        ),
-        (
-            "data configs",
-            "; ".join(f"#{d['index']}: {d['samples']} samples, {d['unique']} unique" for d in report["data_configs"])
-            or "-",
-        ),
-        (
-            "shard",
-            f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none",
-        ),
-        (
-            "payload",
-            f"{_size(report['payload_bytes'])}, header {report['header']['used']:,} of "
-            f"{report['header']['capacity']:,} bytes",
-        ),
-    ]
-    for field, value in rows:
-        table.add_row(field, value)
-    return table
-
-
-def _sharded_table(report: dict[str, Any]) -> Table:
-    info = report["shards"]
-    table = Table(title=f"{report['path']} ({info['count']} shards)", title_justify="left")
-    for column in ("shard", "status", "entries", "sequences", "tokens"):
-        table.add_column(column, justify="right" if column not in ("shard", "status") else "left")
-    by_index = {i: r for i, r in zip(info["present"], report["artifacts"], strict=True)}
-    for index in range(info["count"]):
-        name = f"{index:05d}"
-        shard_report = by_index.get(name)
-        if shard_report is None:
-            table.add_row(name, "[red]missing[/]", "", "", "")
-        elif shard_report["kind"] == "error":
-            table.add_row(name, f"[red]unreadable[/]: {shard_report['error']}", "", "", "")
-        else:
-            if name in info["other_run"]:
-                status = "[yellow]other run[/]"
-            elif name in info["mislabeled"]:
-                status = "[yellow]misnamed[/]"
-            else:
-                status = "[green]ok[/]"
-            table.add_row(
-                name,
-                status,
-                f"{shard_report['entries']:,}",
-                f"{shard_report['sequences']:,}",
-                f"{shard_report['tokens']:,}",
-            )
-    totals = report["totals"]
-    table.add_row("total", "", f"{totals['entries']:,}", f"{totals['sequences']:,}", f"{totals['tokens']:,}")
-    return table
-
-
-def render_inspect(report: dict[str, Any], console: Console) -> None:
-    """Print an :func:`inspect_report` as rich tables."""
-    for artifact in report["artifacts"]:
-        if artifact["kind"] in BAD_INPUT_KINDS:
-            console.print(f"[red]error[/]: {escape(artifact['error'])}", highlight=False)
-        elif artifact["kind"] == "error":
-            console.print(f"[red]{escape(artifact['path'])}[/]: {escape(artifact['error'])}", highlight=False)
-        elif artifact["kind"] == "sharded":
-            console.print(_sharded_table(artifact))
-            info = artifact["shards"]
-            for problem in info["problems"]:
-                console.print(f"[red]problem[/]: {problem}", markup=True, highlight=False)
-            for shard_report in artifact["artifacts"]:
-                if shard_report["kind"] == "artifact":
-                    console.print(_artifact_table(shard_report))
-                    break
-        else:
-            console.print(_artifact_table(artifact))
-    overlap = report["overlap"]
-    if overlap is not None:
-        table = Table(title="overlap", title_justify="left")
-        for column in ("a", "b", "shared keys", "conflicting keys"):
-            table.add_column(column)
-        for pair in overlap["pairs"]:
-            conflicting = str(pair["conflicting"])
-            if pair["conflicting_keys"]:
-                conflicting += f" (e.g. {pair['conflicting_keys'][0][:16]}…)"
-            table.add_row(pair["a"], pair["b"], f"{pair['shared']:,}", conflicting)
-        console.print(table)
-        provenance = overlap["provenance"]
-        if overlap["differing"]:
-            provenance += f" ({', '.join(overlap['differing'])})"
-        console.print(f"provenance: {provenance}; union of keys: {overlap['union']:,}")
-
-
-# -- verify -------------------------------------------------------------------------------------------------
 def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
     """The artifacts ``item`` stands for and the problems of its shard set (one check with ``open_caches``)."""
     path = Path(item).expanduser().absolute()
@@ -370,43 +238,28 @@ def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
     return list(shards.present.values()), check_shard_set(shards, infos).problems()
 
 
-def _verify_one(target: Path, progress: bool, console: Console) -> list[str]:
+def _verify_one(target: Path, progress: ProgressFactory | None) -> list[str]:
     try:
         size = os.stat(target / PAYLOAD_NAME).st_size
     except OSError:
         size = 0
     try:
-        if progress and size >= PROGRESS_MIN_BYTES:
-            with Progress(
-                TextColumn("verifying {task.description}"),
-                BarColumn(),
-                DownloadColumn(),
-                TimeRemainingColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
-                task = bar.add_task(target.name, total=size)
-
-                def advance(done: int, total: int, bar: Progress = bar, task: TaskID = task) -> None:
-                    bar.update(task, completed=done, total=total)
-
+        if progress is not None and size >= PROGRESS_MIN_BYTES:
+            with progress(target.name, size) as advance:
                 return verify(target, advance)
         return verify(target)
     except UnicodeError:
         return [_NOT_UNICODE.format(path=target)]
 
 
-def verify_results(
-    paths: Sequence[PathLike], progress: bool = True, console: Console | None = None
-) -> list[dict[str, Any]]:
+def verify_results(paths: Sequence[PathLike], progress: ProgressFactory | None = None) -> list[dict[str, Any]]:
     """Verify every path (a sharded output directory means all its shards and the set's one-run check).
 
     One JSON-ready result per artifact or finding: ``{"path", "status", "problems"}`` with ``status`` ``"ok"``,
     ``"fail"`` (damaged, or a shard set that is not one whole run) or ``"bad_input"`` (a missing path, a
-    temporary directory, a parent of artifacts). With ``progress``, artifacts of at least 32 MiB show a progress
-    bar on ``console`` (stderr by default).
+    temporary directory, a parent of artifacts). ``progress(name, total_bytes)``, when given, is entered around
+    the verification of each artifact of at least 32 MiB and yields the callback that receives the bytes done.
     """
-    console = console or Console(stderr=True)
     results: list[dict[str, Any]] = []
     for item in paths:
         not_artifact = classify_path(item)
@@ -418,16 +271,14 @@ def verify_results(
             base = str(Path(item).expanduser().absolute())
             results.append({"path": base, "status": "fail", "problems": problems})
         for target in targets:
-            found = _verify_one(target, progress, console)
+            found = _verify_one(target, progress)
             results.append({"path": str(target), "status": "fail" if found else "ok", "problems": found})
     return results
 
 
-def verify_report(
-    paths: Sequence[PathLike], progress: bool = True, console: Console | None = None
-) -> tuple[bool, list[str]]:
+def verify_report(paths: Sequence[PathLike], progress: ProgressFactory | None = None) -> tuple[bool, list[str]]:
     """:func:`verify_results` as ``(all intact, report lines)``: ``OK   <path>`` or ``FAIL <problem>``."""
-    results = verify_results(paths, progress, console)
+    results = verify_results(paths, progress)
     lines: list[str] = []
     for result in results:
         if result["status"] == "ok":
@@ -437,4 +288,4 @@ def verify_report(
     return all(r["status"] == "ok" for r in results), lines
 
 
-__all__ = ["BAD_INPUT_KINDS", "classify_path", "inspect_report", "render_inspect", "verify_report", "verify_results"]
+__all__ = ["BAD_INPUT_KINDS", "classify_path", "inspect_report", "verify_report", "verify_results"]
