@@ -135,7 +135,7 @@ def test_truncation_cuts_the_prompt_from_the_left_and_never_the_answer(demo: dic
     answer = len(item["input_ids"]) - item["prompt_length"]
     limit = item["prompt_length"] // 2 + answer
     with pytest.raises(ConfigError, match="over max_length"):
-        dataset(demo, max_length=limit)[0]
+        dataset(demo, max_length=limit)  # refused up front, before any item is read
     cut = dataset(demo, max_length=limit, truncation="left")[0]
     assert len(cut["input_ids"]) == limit
     assert cut["input_ids"].tolist() == item["input_ids"].tolist()[-limit:]
@@ -143,7 +143,7 @@ def test_truncation_cuts_the_prompt_from_the_left_and_never_the_answer(demo: dic
     assert cut["labels"][: limit - answer].tolist() == [-100] * (limit - answer)
     for policy in ("refuse", "left"):
         with pytest.raises(ConfigError, match="answer is never cut"):
-            dataset(demo, max_length=answer, truncation=policy)[0]
+            dataset(demo, max_length=answer, truncation=policy)
 
 
 def test_the_sequence_choice_with_several_answers(demo: dict[str, Any], tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from gencache.artifact._fs import fsync_dir
+from gencache.artifact.publish import fsync_dir
 from gencache.errors import ConfigError, DatasetError, GencacheError, OutputExistsError, WriteError, first_line
 
 FORMATS = ("jsonl", "parquet")

@@ -140,7 +140,7 @@ def _size(n: int) -> str:
 
 
 def _artifact_table(report: dict[str, Any]) -> Table:
-    table = Table(title=report["path"], show_header=False, title_justify="left")
+    table = Table(title=escape(report["path"]), show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value")
     tok = report["tokenizer"]
@@ -148,8 +148,8 @@ def _artifact_table(report: dict[str, Any]) -> Table:
     shard = report["shard"]
     rows = [
         ("format", str(report["format_version"])),
-        ("teacher", report["teacher"]),
-        ("tokenizer", report["tokenizer_path"]),
+        ("teacher", escape(report["teacher"])),
+        ("tokenizer", escape(report["tokenizer_path"])),
         (
             "tokenizer state",
             f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
@@ -194,7 +194,7 @@ def _artifact_table(report: dict[str, Any]) -> Table:
 
 def _sharded_table(report: dict[str, Any]) -> Table:
     info = report["shards"]
-    table = Table(title=f"{report['path']} ({info['count']} shards)", title_justify="left")
+    table = Table(title=f"{escape(report['path'])} ({info['count']} shards)", title_justify="left")
     for column in ("shard", "status", "entries", "sequences", "tokens"):
         table.add_column(column, justify="right" if column not in ("shard", "status") else "left")
     by_index = {i: r for i, r in zip(info["present"], report["artifacts"], strict=True)}
@@ -204,7 +204,7 @@ def _sharded_table(report: dict[str, Any]) -> Table:
         if shard_report is None:
             table.add_row(name, "[red]missing[/]", "", "", "")
         elif shard_report["kind"] == "error":
-            table.add_row(name, f"[red]unreadable[/]: {shard_report['error']}", "", "", "")
+            table.add_row(name, f"[red]unreadable[/]: {escape(shard_report['error'])}", "", "", "")
         else:
             if name in info["other_run"]:
                 status = "[yellow]other run[/]"
@@ -237,7 +237,7 @@ def render_inspect(report: dict[str, Any], console: Console) -> None:
             console.print(_sharded_table(artifact))
             info = artifact["shards"]
             for problem in info["problems"]:
-                console.print(f"[red]problem[/]: {problem}", markup=True, highlight=False)
+                console.print(f"[red]problem[/]: {escape(problem)}", highlight=False)
             for shard_report in artifact["artifacts"]:
                 if shard_report["kind"] == "artifact":
                     console.print(_artifact_table(shard_report))
@@ -253,7 +253,7 @@ def render_inspect(report: dict[str, Any], console: Console) -> None:
             conflicting = str(pair["conflicting"])
             if pair["conflicting_keys"]:
                 conflicting += f" (e.g. {pair['conflicting_keys'][0][:16]}…)"
-            table.add_row(pair["a"], pair["b"], f"{pair['shared']:,}", conflicting)
+            table.add_row(escape(pair["a"]), escape(pair["b"]), f"{pair['shared']:,}", conflicting)
         console.print(table)
         provenance = overlap["provenance"]
         if overlap["differing"]:

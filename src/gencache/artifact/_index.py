@@ -29,7 +29,7 @@ import numpy as np
 
 from gencache.artifact.header import Header, check_header, parse_header
 from gencache.artifact.manifest import MANIFEST_FIELDS, check_manifest, check_provenance, provenance_digest
-from gencache.artifact.names import FINISH_REASONS, FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES
+from gencache.artifact.names import FINISH_REASONS, FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES, TOKEN_DTYPE
 from gencache.artifact.summary import check_summary
 from gencache.canonical import canonical_json
 from gencache.errors import FormatError
@@ -48,7 +48,7 @@ _POW10 = 10 ** np.arange(18, dtype=np.int64)
 _ENTRY_OPEN = b'":{"content_digest":"'
 _AFTER_CONTENT = b'","finish_reasons":["'
 _AFTER_REASON = b'"],"sequences":[{"digest":"'
-_AFTER_DIGEST = b'","dtype":"I64","shape":['
+_AFTER_DIGEST = b'","dtype":"' + TOKEN_DTYPE.encode() + b'","shape":['
 _AFTER_LENGTH = b'],"tensor":"'
 _AFTER_TENSOR = b'.0"}],"text":['
 _ENTRY_CLOSE = b"]}"
@@ -57,7 +57,7 @@ _MANIFEST_TAIL = b'}},"format_version":'
 _EMPTY_TAIL = b'{"entries":{},"format_version":'
 # "<key>.0":{"data_offsets":[<start>,<end>],"dtype":"I64","shape":[<n>]}
 _MEMBER_OPEN = b'.0":{"data_offsets":['
-_AFTER_END = b'],"dtype":"I64","shape":['
+_AFTER_END = b'],"dtype":"' + TOKEN_DTYPE.encode() + b'","shape":['
 _MEMBER_CLOSE = b"]}"
 _ENTRY_OPEN_RE = re.compile(re.escape(_ENTRY_OPEN))
 _MEMBER_OPEN_RE = re.compile(re.escape(_MEMBER_OPEN))
@@ -116,7 +116,7 @@ class CompactIndex:
         key = self.key(position)
         lo, hi = self.first[position], self.first[position + 1]
         return [
-            {"tensor": f"{key}.{i}", "dtype": "I64", "shape": [int(n)], "digest": bytes(digest).hex()}
+            {"tensor": f"{key}.{i}", "dtype": TOKEN_DTYPE, "shape": [int(n)], "digest": bytes(digest).hex()}
             for i, (n, digest) in enumerate(zip(self.lengths[lo:hi], self.digests[lo:hi], strict=True))
         ]
 

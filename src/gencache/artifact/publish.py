@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import shutil
+import sys
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -175,8 +176,9 @@ def hold_lock(temp_dir: Path) -> int:
         except OSError as error:
             raise write_error(f"Creating the lock file {path}", error) from error
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            # A cleaner may have taken and removed the file between its creation and the flock: then lock anew.
+            # Blocking: a cleaner that found this fresh file before the directory exists holds its lock only while
+            # it removes the file. Then the inode check below fails and a new file is created.
+            fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 return fd
         except FileNotFoundError:
@@ -218,13 +220,15 @@ def _remove_tree(path: str) -> bool:
     if not os.path.lexists(path):
         return False
 
-    def ignore_missing(function: Any, name: str, info: Any) -> None:
-        error = info[1]
+    def ignore_missing(function: Any, name: str, error: BaseException) -> None:
         if not isinstance(error, FileNotFoundError):
             raise error
 
     try:
-        shutil.rmtree(path, onerror=ignore_missing)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=ignore_missing)
+        else:
+            shutil.rmtree(path, onerror=lambda function, name, info: ignore_missing(function, name, info[1]))
     except FileNotFoundError:
         return False
     except OSError as error:
@@ -303,6 +307,7 @@ __all__ = [
     "RENAME_MODES",
     "check_output_path",
     "clean",
+    "fsync_dir",
     "hold_lock",
     "lock_path",
     "probe_rename",

@@ -93,11 +93,31 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         self.seed = seed
         self.max_length = max_length
         self.truncation: Truncation = truncation
-        self._per_sample = self._answers_per_sample() if sequences == "all" else 1
+        self._per_sample = 1
+        if sequences == "all" or max_length is not None:
+            self._check_lengths()
 
-    def _answers_per_sample(self) -> int:
-        first = self.samples.unique[0]
-        return len(self.cache[first.key].sequences)
+    def _check_lengths(self) -> None:
+        """Fail now, not in a DataLoader worker mid-epoch: with ``sequences='all'`` every key must hold the same
+        number of answers, and with ``max_length`` every item must fit under the truncation policy. Reads the
+        manifest's shapes only, never the payload."""
+        if not self.samples.unique:
+            raise ConfigError("The data configs select no samples; there is nothing to train on.")
+        for position, sample in enumerate(self.samples.unique):
+            entry = self.cache.metadata(sample.key)
+            assert entry is not None  # require() above
+            lengths = [int(ref["shape"][0]) for ref in entry["sequences"]]
+            if self.sequences == "all":
+                if position == 0:
+                    self._per_sample = len(lengths)
+                elif len(lengths) != self._per_sample:
+                    raise ConfigError(
+                        f"sequences='all' needs the same number of answers for every key, but key {sample.key} has "
+                        f"{len(lengths)} and the first has {self._per_sample}; use sequences='first' or 'random'."
+                    )
+            assert sample.input_ids is not None  # build_samples tokenizes with the tokenizer given
+            for answer_length in lengths[:1] if self.sequences == "first" else lengths:
+                self._check_fit(sample, len(sample.input_ids), answer_length)
 
     def __len__(self) -> int:
         return len(self.samples) * self._per_sample
@@ -118,12 +138,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         elif self.sequences == "random":
             choice = random.Random(self.seed * 1_000_003 + index).randrange(count)
         else:
-            choice = index % self._per_sample
-            if count != self._per_sample:
-                raise ConfigError(
-                    f"sequences='all' needs the same number of answers for every key, but key {sample.key} has "
-                    f"{count} and the first has {self._per_sample}; use sequences='first' or 'random'."
-                )
+            choice = index % self._per_sample  # every key holds _per_sample answers (checked at construction)
         answer = generation.sequences[choice]
         assert sample.input_ids is not None  # build_samples tokenizes with the tokenizer given
         prompt = torch.tensor(sample.input_ids, dtype=torch.int64)
@@ -141,9 +156,16 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         }
 
     def _fit(self, sample: Sample, prompt: torch.Tensor, answer_length: int) -> torch.Tensor:
+        self._check_fit(sample, len(prompt), answer_length)
         limit = self.max_length
         if limit is None or len(prompt) + answer_length <= limit:
             return prompt
+        return prompt[len(prompt) + answer_length - limit :]
+
+    def _check_fit(self, sample: Sample, prompt_length: int, answer_length: int) -> None:
+        limit = self.max_length
+        if limit is None or prompt_length + answer_length <= limit:
+            return
         where = f"sample {sample.sample_index} of data_configs[{sample.data_config_index}] (key {sample.key[:12]}...)"
         if answer_length >= limit:
             raise ConfigError(
@@ -152,10 +174,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             )
         if self.truncation == "refuse":
             raise ConfigError(
-                f"{where} has {len(prompt)} prompt + {answer_length} answer tokens, over max_length {limit}; raise "
+                f"{where} has {prompt_length} prompt + {answer_length} answer tokens, over max_length {limit}; raise "
                 "max_length or pass truncation='left' to drop prompt tokens from the left."
             )
-        return prompt[len(prompt) + answer_length - limit :]
 
     def __repr__(self) -> str:
         return f"DistillationDataset(items={len(self)}, sequences={self.sequences!r}, cache={self.cache!r})"

@@ -148,8 +148,10 @@ class _ForwardCounter:
     def __init__(self, model: Any, stats: EngineStats) -> None:
         self.model = model
         self.stats = stats
+        self.own_forward: Any = None
 
     def __enter__(self) -> _ForwardCounter:
+        self.own_forward = self.model.__dict__.get("forward")  # an instance-level forward (accelerate hooks) stays
         original = self.model.forward
         stats = self.stats
 
@@ -163,7 +165,10 @@ class _ForwardCounter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.model.__dict__.pop("forward", None)
+        if self.own_forward is None:
+            self.model.__dict__.pop("forward", None)
+        else:
+            self.model.forward = self.own_forward
 
 
 def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: int) -> Any:
@@ -256,8 +261,8 @@ def generate_continuous(
             generation_config=_manager_config(generation), continuous_batching_config=cb_config
         )
         finished_cleanly = False
-        manager.start()
         try:
+            manager.start()
             for index, (_key, ids) in enumerate(checked):
                 for sequence in range(per_prompt):
                     request = f"{index}:{sequence}"
@@ -322,6 +327,9 @@ def generate_continuous(
         finally:
             try:
                 manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
+            except Exception:
+                if finished_cleanly:  # never let a failed shutdown hide the error that is already in flight
+                    raise
             finally:
                 manager.destroy()
                 model.generation_config = previous_config
