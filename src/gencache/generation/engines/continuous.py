@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.effective import check_engine
 from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt
+from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.finish import FinishScanner
 from gencache.generation.options import ContinuousOptions
 from gencache.generation.settings import ENGINE_CONTINUOUS
@@ -348,39 +348,27 @@ def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any)
     )
 
 
-class ContinuousEngine:
+class ContinuousEngine(TransformersEngine):
     """The ``transformers-continuous`` engine (see the module docstring)."""
 
     name = ENGINE_CONTINUOUS
 
     def __init__(self, context: EngineContext) -> None:
-        check_engine(self.name, context.generation)
+        super().__init__(context)
         if not supported_transformers():
             raise ConfigError(
                 f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later (its '
                 f"continuous-batching manager); this environment has transformers "
                 f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
-        self.context = context
         self.options = ContinuousOptions.model_validate(dict(context.options))
-        self.model: Any = None
-        self.stats = EngineStats()
         self.sizing: list[CacheSizing] = []
-
-    def load(self) -> None:
-        ctx = self.context
-        self.model = teacher.load_teacher(
-            ctx.model_path, dtype=ctx.dtype, device=ctx.device, revision=ctx.revision,
-            attn_implementation=ctx.attn_implementation,
-        )  # fmt: skip
 
     def generate(
         self, prompts: Sequence[Prompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
-        if self.model is None:
-            raise GenerationError("The teacher is not loaded; call load() first.")
         return generate_continuous(
-            self.model, self.context.tokenizer, self.context.generation, prompts, options=self.options,
+            self.loaded_model(), self.context.tokenizer, self.context.generation, prompts, options=self.options,
             seed=self.context.seed, progress=progress, stats=self.stats, sizing=self.sizing,
         )  # fmt: skip
 
@@ -404,13 +392,6 @@ class ContinuousEngine:
             "answer_cut": "gencache's finish rule on each request's tokens (eos inclusive, stop_string inclusive, "
             "length)",
         }
-
-    def runtime(self) -> dict[str, Any]:
-        return teacher.runtime_info(self.model)
-
-    def commit_hash(self) -> str | None:
-        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
-        return value if isinstance(value, str) else None
 
 
 def create(context: EngineContext) -> ContinuousEngine:

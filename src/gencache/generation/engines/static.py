@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from gencache.canonical import is_int
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.effective import check_engine
 from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt
+from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.finish import FinishRecorder, cut_at_first_eos
 from gencache.generation.settings import ENGINE_STATIC
 
@@ -223,31 +223,16 @@ def generate_entries(
         del generated
 
 
-class StaticEngine:
+class StaticEngine(TransformersEngine):
     """The ``transformers`` engine (see the module docstring)."""
 
     name = ENGINE_STATIC
 
-    def __init__(self, context: EngineContext) -> None:
-        check_engine(self.name, context.generation)
-        self.context = context
-        self.model: Any = None
-        self.stats = EngineStats()
-
-    def load(self) -> None:
-        ctx = self.context
-        self.model = teacher.load_teacher(
-            ctx.model_path, dtype=ctx.dtype, device=ctx.device, revision=ctx.revision,
-            attn_implementation=ctx.attn_implementation,
-        )  # fmt: skip
-
     def generate(
         self, prompts: Sequence[Prompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
-        if self.model is None:
-            raise GenerationError("The teacher is not loaded; call load() first.")
         return generate_entries(
-            self.model, self.context.tokenizer, self.context.generation, prompts,
+            self.loaded_model(), self.context.tokenizer, self.context.generation, prompts,
             batch_size=self.context.batch_size, progress=progress, stats=self.stats,
         )  # fmt: skip
 
@@ -256,13 +241,6 @@ class StaticEngine:
 
     def batching(self) -> dict[str, Any]:
         return batching_policy(self.context.batch_size)
-
-    def runtime(self) -> dict[str, Any]:
-        return teacher.runtime_info(self.model)
-
-    def commit_hash(self) -> str | None:
-        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
-        return value if isinstance(value, str) else None
 
 
 def create(context: EngineContext) -> StaticEngine:

@@ -1,0 +1,43 @@
+"""What the engines that run a transformers model in this process share: loading the teacher once, refusing to
+generate before it is loaded, and the runtime facts recorded in ``resolved_config.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gencache.errors import GenerationError
+from gencache.generation import teacher
+from gencache.generation.effective import check_engine
+from gencache.generation.engines import EngineContext, EngineStats
+
+
+class TransformersEngine:
+    """Base of the ``transformers`` and ``transformers-continuous`` engines; subclasses set ``name``."""
+
+    name: str
+
+    def __init__(self, context: EngineContext) -> None:
+        check_engine(self.name, context.generation)
+        self.context = context
+        self.model: Any = None
+        self.stats = EngineStats()
+
+    def load(self) -> None:
+        ctx = self.context
+        self.model = teacher.load_teacher(
+            ctx.model_path, dtype=ctx.dtype, device=ctx.device, revision=ctx.revision,
+            attn_implementation=ctx.attn_implementation,
+        )  # fmt: skip
+
+    def loaded_model(self) -> Any:
+        """The teacher, or a :class:`GenerationError` when :meth:`load` was not called."""
+        if self.model is None:
+            raise GenerationError("The teacher is not loaded; call load() first.")
+        return self.model
+
+    def runtime(self) -> dict[str, Any]:
+        return teacher.runtime_info(self.model)
+
+    def commit_hash(self) -> str | None:
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
+        return value if isinstance(value, str) else None
