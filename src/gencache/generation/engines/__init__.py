@@ -13,11 +13,11 @@ Importing this package imports neither torch nor an engine module; :func:`create
 from __future__ import annotations
 
 import importlib
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gencache.errors import ConfigError
+from gencache.errors import ConfigError, GenerationError
 from gencache.generation.settings import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ __all__ = [
     "EngineStats",
     "GeneratedEntry",
     "Prompt",
+    "checked_prompts",
     "create_engine",
 ]
 
@@ -124,6 +125,18 @@ class Engine(Protocol):
 #: Engine name -> module under ``gencache.generation.engines`` that defines ``create(context) -> Engine``.
 ENGINES: dict[str, str] = {ENGINE_STATIC: "static", ENGINE_CONTINUOUS: "continuous", ENGINE_VLLM: "vllm"}
 assert tuple(ENGINES) == ALL_ENGINES
+
+
+def checked_prompts(prompts: Iterable[Prompt]) -> list[tuple[str, list[int]]]:
+    """The prompts an engine was given as ``(key, token ids)`` with plain ints; a prompt without tokens is a
+    :class:`GenerationError` naming its sample."""
+    checked: list[tuple[str, list[int]]] = []
+    for key, ids in prompts:
+        token_ids = [int(token) for token in ids]
+        if not token_ids:
+            raise GenerationError(f"The prompt of sample {key} has no tokens.")
+        checked.append((key, token_ids))
+    return checked
 
 
 def create_engine(name: str, context: EngineContext) -> Engine:

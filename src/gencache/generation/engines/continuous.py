@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt
+from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
 from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.finish import FinishScanner
 from gencache.generation.options import ContinuousOptions
@@ -226,12 +226,7 @@ def generate_continuous(
 
     options = options or ContinuousOptions()
     stats = stats if stats is not None else EngineStats()
-    checked: list[tuple[str, list[int]]] = []
-    for key, ids in prompts:
-        token_ids = [int(token) for token in ids]
-        if not token_ids:
-            raise GenerationError(f"The prompt of sample {key} has no tokens.")
-        checked.append((key, token_ids))
+    checked = checked_prompts(prompts)
     if progress is not None:
         progress.start(len(checked))
     if not checked:

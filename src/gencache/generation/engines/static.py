@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gencache.canonical import is_int
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt
+from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
 from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.finish import FinishRecorder, cut_at_first_eos
 from gencache.generation.settings import ENGINE_STATIC
@@ -130,12 +130,7 @@ def generate_entries(
     """
     import torch
 
-    checked: list[tuple[str, list[int]]] = []
-    for key, ids in prompts:
-        token_ids = [int(token) for token in ids]
-        if not token_ids:
-            raise GenerationError(f"The prompt of sample {key} has no tokens.")
-        checked.append((key, token_ids))
+    checked = checked_prompts(prompts)
     batches = plan_batches([len(ids) for _, ids in checked], batch_size)
     device = teacher.model_device(model)
     per_prompt = generation.num_return_sequences

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation.effective import check_engine
-from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt
+from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.options import VllmOptions
 from gencache.generation.settings import ENGINE_VLLM
@@ -196,10 +196,7 @@ class VllmEngine:
         import vllm
 
         ctx = self.context
-        checked = [(key, [int(token) for token in ids]) for key, ids in prompts]
-        for key, ids in checked:
-            if not ids:
-                raise GenerationError(f"The prompt of sample {key} has no tokens.")
+        checked = checked_prompts(prompts)
         if progress is not None:
             progress.start(len(checked))
         if not checked:
