@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gencache.artifact.publish import clean
 from gencache.data.recipes import sample_source
 from gencache.generation.engines.continuous import supported_transformers
-from test_generate_signals import Child
+from test_generate_signals import Child, assert_killed_run_leaves_only_a_temporary_directory
 
 pytestmark = pytest.mark.skipif(
     not supported_transformers(), reason="this transformers is older than the continuous engine supports"
@@ -40,12 +39,7 @@ def test_kill_9_mid_continuous_generation_leaves_no_output(tmp_path: Path, tiny_
     child.run_until("appended", 2)
     child.proc.send_signal(signal.SIGKILL)
     assert child.finish() == -signal.SIGKILL
-    assert not os.path.lexists(tmp_path / "out")
-    # the temporary directory (its lock file beside it is removed by clean too)
-    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".out.gencache-") and p.suffix != ".lock"]
-    assert len(leftovers) == 1
-    assert clean(tmp_path) == leftovers
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert_killed_run_leaves_only_a_temporary_directory(tmp_path, 1)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

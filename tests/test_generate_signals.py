@@ -37,6 +37,16 @@ def write_config(tmp_path: Path, teacher: Path) -> Path:
     return path
 
 
+def assert_killed_run_leaves_only_a_temporary_directory(tmp_path: Path, expected: int) -> None:
+    """After a kill -9: no output, ``expected`` temporary directories (their lock files beside them do not count),
+    and `gencache clean` removes them and their locks, leaving only the config."""
+    assert not os.path.lexists(tmp_path / "out")
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".out.gencache-") and p.suffix != ".lock"]
+    assert len(leftovers) == expected
+    assert clean(tmp_path) == leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
 class Child:
     """A ``gencache generate`` process paused at every phase."""
 
@@ -102,12 +112,7 @@ def test_kill_9_leaves_no_partial_output(tmp_path: Path, tiny_teacher_dir: Path,
     child.run_until(phase, occurrence)
     child.proc.send_signal(signal.SIGKILL)
     assert child.finish() == -signal.SIGKILL
-    assert not os.path.lexists(tmp_path / "out")
-    # the temporary directory (its lock file beside it is removed by clean too)
-    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".out.gencache-") and p.suffix != ".lock"]
-    assert len(leftovers) == (0 if phase == "model_loaded" else 1)
-    assert clean(tmp_path) == leftovers  # the killed process's temporary directory is removed by `gencache clean`
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+    assert_killed_run_leaves_only_a_temporary_directory(tmp_path, 0 if phase == "model_loaded" else 1)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
