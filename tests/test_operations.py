@@ -163,7 +163,7 @@ def test_without_a_tokenizer_the_dry_run_checks_the_rest_and_says_what_it_could_
     model = {"model_path": str(tiny_teacher_dir), "tokenizer_path": str(no_tokenizer), "device": "cpu"}
     config = write_config(tmp_path, tiny_teacher_dir, model=model, data_configs=[musique(template="tokenizer_chat")])
     assert cli_run(["generate", str(config), "--dry-run"]) == 2
-    err = " ".join(capsys.readouterr().err.split())
+    err = capsys.readouterr().err  # never wrapped: each phrase is whole on its line
     assert "model.tokenizer_path" in err
     assert "4 rows in 1 of 1 data configs" in err  # the data was still loaded and counted
     assert "not computed:" in err and "prompt token counts" in err and "the header budget" in err
@@ -242,19 +242,34 @@ def test_paths_that_are_not_artifacts_are_bad_input(tmp_path: Path, capsys: pyte
         write_artifact(parent / name, make_entries(2))
     for command in (["inspect"], ["verify"], ["verify", "--json"], ["inspect", "--json"]):
         assert cli_run([*command, str(tmp_path / "missing")]) == 2
-        assert "does not exist" in capsys.readouterr().out + capsys.readouterr().err
+        captured = capsys.readouterr()
+        assert "does not exist" in captured.out + captured.err
         assert cli_run([*command, str(parent)]) == 2
-        assert "parent directory of 2 artifact(s): a, b" in capsys.readouterr().out
+        captured = capsys.readouterr()
+        assert "parent directory of 2 artifact(s): a, b" in captured.out + captured.err
     temp = parent / ".c.gencache-host-123-0123abcd"
     temp.mkdir()
     assert cli_run(["inspect", str(temp)]) == 2
-    assert f"gencache clean {parent}" in " ".join(capsys.readouterr().out.split())
+    assert f"gencache clean {parent}" in capsys.readouterr().err
     assert cli_run(["verify", "--json", str(parent / "a")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report == {"ok": True, "results": [{"path": str(parent / "a"), "status": "ok", "problems": []}]}
     (tmp_path / "file").write_text("x")
     assert cli_run(["demo", "--workdir", str(tmp_path / "file")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_messages_are_one_line_on_stderr_whatever_the_width(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "30")  # a narrow terminal guess must not wrap or cut anything
+    missing = tmp_path / ("a-rather-long-directory-name-" * 4) / "missing"
+    assert cli_run(["inspect", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(missing) in lines[0]
+    assert "does not exist" in lines[0]
 
 
 @pytest.mark.parametrize("where", ["provenance", "tensor name"])

@@ -186,14 +186,12 @@ def generate(
     ] = False,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
-    from rich.console import Console
-
     from gencache.overrides import Overrides
     from gencache.pipeline import generate_run
     from gencache.progress import make_progress
-    from gencache.render import render_dry_run, render_notice
+    from gencache.render import make_console, render_dry_run, render_notice
 
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     overrides = Overrides(sets=tuple(set_ or ()), output_dir=output_dir, limit=limit)
     with _quiet_libraries(verbose):
         result = generate_run(
@@ -243,11 +241,9 @@ def inspect(
     if as_json:
         _echo_json(report)
     else:
-        from rich.console import Console
+        from gencache.render import make_console, render_inspect
 
-        from gencache.render import render_inspect
-
-        render_inspect(report, Console())
+        render_inspect(report, make_console(), make_console(stderr=True))
     code = _inspect_code(report)
     if code:
         raise typer.Exit(code)
@@ -281,13 +277,11 @@ def verify(
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    from rich.console import Console
-
     from gencache.artifact.report import verify_results
-    from gencache.render import verify_progress
+    from gencache.render import make_console, verify_progress
 
     show_progress = sys.stderr.isatty() and not as_json
-    results = verify_results(dirs, progress=verify_progress(Console(stderr=True)) if show_progress else None)
+    results = verify_results(dirs, progress=verify_progress(make_console(stderr=True)) if show_progress else None)
     if as_json:
         _echo_json({"ok": all(r["status"] == "ok" for r in results), "results": results})
     else:

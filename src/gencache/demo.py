@@ -60,10 +60,10 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
     from gencache.pipeline import run_generate
-    from gencache.render import render_inspect, render_notice
+    from gencache.render import make_console, render_inspect, render_notice
     from gencache.tiny import build_tiny_teacher
 
-    console = console or Console()
+    console = console or make_console()
     workdir = Path(workdir).absolute()
     if os.path.lexists(workdir) and not workdir.is_dir():
         from gencache.errors import InputPathError
@@ -91,13 +91,14 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     key = next(iter(reader.keys()))
     generation = reader[key]
     console.print("[bold]4.[/bold] reading one entry, as a training loop does:")
-    console.print(
+    snippet = (
         "    from gencache import CacheReader\n"
         f"    reader = CacheReader({str(published)!r})\n"
-        f"    generation = reader[{key!r}]"
+        f"    generation = reader[{key!r}]\n"
+        f"    tokens: {generation.sequences[0].tolist()}\n"
+        f"    text: {generation.texts[0]!r}\n"
+        f"    finish reason: {generation.finish_reasons[0]}"
     )
-    console.print(f"    tokens: {generation.sequences[0].tolist()}")
-    console.print(f"    text: {generation.texts[0]!r}")
-    console.print(f"    finish reason: {generation.finish_reasons[0]}")
+    console.print(snippet, markup=False, highlight=False)  # pasted as is: no markup, never wrapped
     console.print(f"done: {published}")
     return published

@@ -141,12 +141,13 @@ class RichProgress:
     """A live rich bar: samples, generated tokens, tokens/s and ETA."""
 
     def __init__(self, total_samples: int, *, stream: IO[str], clock: Clock = time.monotonic) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, TextColumn
         from rich.progress import Progress as RichBar
 
+        from gencache.render import make_console
+
         self.counter = _Counter(total_samples, clock)
-        self.console = Console(file=stream)
+        self.console = make_console(file=stream)
         self.bar = RichBar(
             TextColumn("[bold]generate{task.fields[label]}"),
             BarColumn(),

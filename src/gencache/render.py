@@ -6,9 +6,10 @@ Only the CLI (and the demo) call this module; the library returns data and never
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,6 +21,24 @@ if TYPE_CHECKING:
     from gencache.artifact.report import ProgressFactory
     from gencache.data.samples import Sample
     from gencache.pipeline import DryRun
+
+# Width given to a console whose stream is not a terminal (a pipe, a log, a test's capture): wide enough that no
+# table column is cut and no line is wrapped, so every message can be grepped and every snippet pasted.
+PIPE_WIDTH = 10_000
+
+
+def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
+    """The console every CLI message goes through.
+
+    Text is never hard-wrapped (``soft_wrap``): a message is one line whatever the width. On a terminal tables fit
+    the terminal; elsewhere the console is :data:`PIPE_WIDTH` wide, so tables keep every column whole.
+    """
+    stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
+    isatty = getattr(stream, "isatty", None)
+    if callable(isatty) and isatty():
+        return Console(file=stream, soft_wrap=True)
+    return Console(file=stream, soft_wrap=True, width=PIPE_WIDTH)
+
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -126,9 +145,6 @@ def render_prompt(sample: Sample, index: int, console: Console) -> None:
         console.print(escape(part.text), highlight=False, markup=True)
 
 
-__all__ = ["render_dry_run", "render_notice", "render_prompt"]
-
-
 # -- inspect and verify ---------------------------------------------------------------------------------
 def _size(n: int) -> str:
     value = float(n)
@@ -224,13 +240,15 @@ def _sharded_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def render_inspect(report: dict[str, Any], console: Console) -> None:
-    """Print an :func:`inspect_report` as rich tables."""
+def render_inspect(report: dict[str, Any], console: Console, err: Console | None = None) -> None:
+    """Print an :func:`inspect_report` as rich tables; a path that is not an artifact is one ``error:`` line on
+    ``err`` (the same console when not given)."""
     from gencache.artifact.report import BAD_INPUT_KINDS
 
+    err = err or console
     for artifact in report["artifacts"]:
         if artifact["kind"] in BAD_INPUT_KINDS:
-            console.print(f"[red]error[/]: {escape(artifact['error'])}", highlight=False)
+            err.print(f"error: {artifact['error']}", highlight=False, markup=False)
         elif artifact["kind"] == "error":
             console.print(f"[red]{escape(artifact['path'])}[/]: {escape(artifact['error'])}", highlight=False)
         elif artifact["kind"] == "sharded":
@@ -285,3 +303,14 @@ def verify_progress(console: Console) -> ProgressFactory:
             yield advance
 
     return bar_for
+
+
+__all__ = [
+    "PIPE_WIDTH",
+    "make_console",
+    "render_dry_run",
+    "render_inspect",
+    "render_notice",
+    "render_prompt",
+    "verify_progress",
+]
