@@ -7,7 +7,10 @@ import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from gencache.artifact._fs import host_tag
 from gencache.artifact.publish import clean, lock_path
@@ -92,3 +95,51 @@ def test_three_concurrent_cleaners_all_succeed(tmp_path: Path) -> None:
 
 def test_clean_of_a_missing_parent_is_bad_input(tmp_path: Path) -> None:
     assert cli_run(["clean", str(tmp_path / "missing")]) == 2
+
+
+def test_a_complete_artifact_with_a_temporary_looking_name_is_never_removed(tmp_path: Path) -> None:
+    # A user's output_dir may look like a leftover; a directory holding every artifact file is never one.
+    looks_temporary = tmp_path / f".x.gencache-{host_tag()}-{DEAD_PID}-0123abcd"
+    looks_temporary.mkdir()
+    for name in ("cache.safetensors", "manifest.json", "resolved_config.json"):
+        (looks_temporary / name).write_bytes(b"{}")
+    assert clean(tmp_path) == []
+    assert sorted(os.listdir(looks_temporary)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
+
+
+def test_generate_refuses_an_output_dir_named_like_a_temporary_directory(tmp_path: Path) -> None:
+    from gencache.artifact.publish import check_output_path
+    from gencache.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gencache temporary directory"):
+        check_output_path(tmp_path / f".x.gencache-{host_tag()}-123-0123abcd")
+    with pytest.raises(ConfigError, match="over the file system's 255"):
+        check_output_path(tmp_path / ("n" * 256))
+    with pytest.raises(ConfigError, match="temporary lock file name"):
+        check_output_path(tmp_path / ("n" * 240))
+    with pytest.raises(ConfigError, match="over the kernel's 4096"):
+        check_output_path(tmp_path.joinpath(*["d" * 200] * 21))
+
+
+@pytest.fixture
+def read_only_mount(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs that the test fills and then remounts read-only (needs root, as CI has)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_clean_on_a_read_only_file_system_says_what_it_could_not_remove(
+    read_only_mount: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    leftover = temp_dir(read_only_mount, DEAD_PID, "0000ffff", locked=True)
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only_mount)], check=True)
+    assert cli_run(["clean", str(read_only_mount)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "could not remove 1 temporary directory" in err and str(leftover) in err
+    assert leftover.is_dir()

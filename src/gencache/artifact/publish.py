@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
+from gencache.artifact.names import ARTIFACT_FILES
 from gencache.artifact.phases import report_phase
 from gencache.errors import ConfigError, OutputExistsError, WriteError
 
@@ -32,12 +33,45 @@ _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 
 
+NAME_MAX = 255
+"""The longest file name (bytes) Linux file systems take."""
+PATH_MAX = 4096
+"""The longest path (bytes) the kernel takes."""
+
+
 def check_output_path(output_dir: Path | str) -> None:
-    """Refuse an existing output path: a file, a directory (even empty) or a dangling symlink."""
+    """Refuse an output path that exists (a file, a directory, even empty, or a dangling symlink), whose name a
+    temporary directory could have (``gencache clean`` would take it for a leftover), or whose name or path is too
+    long for the file system once the temporary name and the lock file are derived from it."""
     if os.path.lexists(output_dir):
         raise OutputExistsError(
             f"Output path {output_dir} already exists; choose a new output_dir (gencache never overwrites, appends to "
             "or resumes an artifact)."
+        )
+    path = Path(output_dir)
+    if TEMP_RE.match(path.name):
+        raise ConfigError(
+            f"output_dir {output_dir} has the form of a gencache temporary directory (.NAME.gencache-HOST-PID-HEX), "
+            "which gencache clean removes; choose another name."
+        )
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise ConfigError(
+                f"output_dir component {part[:40]}... is {len(os.fsencode(part))} bytes, over the file system's "
+                f"{NAME_MAX}; choose a shorter name."
+            )
+    longest = len(os.fsencode(temp_name(path) + LOCK_SUFFIX))
+    if longest > NAME_MAX:
+        raise ConfigError(
+            f"output_dir name {path.name[:40]}... is too long: its temporary lock file name would be {longest} bytes, "
+            f"over the file system's {NAME_MAX}; choose a name of at most {NAME_MAX - (longest - len(path.name))} "
+            "bytes."
+        )
+    total = len(os.fsencode(os.path.abspath(path.parent / (temp_name(path) + LOCK_SUFFIX))))
+    if total > PATH_MAX:
+        raise ConfigError(
+            f"output_dir {str(output_dir)[:60]}... is too long: its temporary paths would be {total} bytes, over the "
+            f"kernel's {PATH_MAX}; choose a shorter path."
         )
 
 
@@ -205,8 +239,13 @@ def _try_lock(path: str) -> tuple[str, int]:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         return "absent", -1
-    except OSError:
-        return "live", -1  # unreadable: leave it alone
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return "live", -1  # unreadable: leave it alone
+        try:  # a read-only file system or file: flock works on a read-only descriptor too
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return "live", -1
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -236,13 +275,24 @@ def _remove_tree(path: str) -> bool:
     return True
 
 
+def _is_complete_artifact(path: str) -> bool:
+    """True when ``path`` holds every file of an artifact: never a leftover to remove, whatever its name."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return True  # cannot tell: keep it
+    return ARTIFACT_FILES <= names
+
+
 def clean(parent: Path | str) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
 
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
     in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
-    only when it was written on this host by a process that no longer exists. A directory or lock file that another
-    ``gencache clean`` removed meanwhile counts as done, so concurrent cleaners all succeed.
+    only when it was written on this host by a process that no longer exists. A directory that holds every artifact
+    file is never removed, whatever its name. A directory or lock file that another ``gencache clean`` removed
+    meanwhile counts as done, so concurrent cleaners all succeed. When some leftovers cannot be removed (a read-only
+    file system, permissions), the others are still removed and a :class:`WriteError` then names what is left.
     """
     parent = Path(parent)
     if not parent.is_dir():
@@ -253,6 +303,7 @@ def clean(parent: Path | str) -> list[Path]:
         names = os.listdir(parent)
     except OSError as error:
         raise WriteError(f"Cannot list {parent}: {error.strerror or error}.") from error
+    failed: list[str] = []
     for name in sorted(names):
         path = os.path.join(parent, name)
         if name.endswith(LOCK_SUFFIX) and TEMP_RE.match(name[: -len(LOCK_SUFFIX)]):
@@ -264,25 +315,31 @@ def clean(parent: Path | str) -> list[Path]:
                     os.close(fd)
             continue
         match = TEMP_RE.match(name)
-        if match is None or not os.path.isdir(path) or os.path.islink(path):
+        if match is None or not os.path.isdir(path) or os.path.islink(path) or _is_complete_artifact(path):
             continue
         lock = path + LOCK_SUFFIX
         state, fd = _try_lock(lock)
         if state == "live":
             continue
-        if state == "absent":  # no lock file: an older gencache's directory, judged by its pid on this host
-            if match["host"] != host or _pid_alive(int(match["pid"])):
-                continue
-            if _remove_tree(path):
-                removed.append(Path(path))
-            continue
+        if state == "absent" and (match["host"] != host or _pid_alive(int(match["pid"]))):
+            continue  # no lock file: an older gencache's directory, judged by its pid on this host
         try:
             if _remove_tree(path):
                 removed.append(Path(path))
-            with suppress(OSError):
-                os.unlink(lock)
+            if fd >= 0:
+                with suppress(OSError):
+                    os.unlink(lock)
+        except WriteError as error:
+            failed.append(f"{path} ({error.__cause__.strerror if isinstance(error.__cause__, OSError) else error})")
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
+    if failed:
+        done = f"removed {len(removed)}; " if removed else ""
+        raise WriteError(
+            f"{done}could not remove {len(failed)} temporary director{'y' if len(failed) == 1 else 'ies'}: "
+            f"{'; '.join(failed)}; remove them by hand or rerun where the file system is writable."
+        )
     return sorted(removed)
 
 
