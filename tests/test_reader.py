@@ -327,3 +327,39 @@ def test_a_pickled_reader_keeps_its_index_cache(tmp_path: Path) -> None:
     reader = CacheReader(out, index_cache=tmp_path / "cache")
     clone = pickle.loads(pickle.dumps(reader))
     assert clone.index_cached and clone.index_cache == str(tmp_path / "cache") and len(clone) == 3
+
+
+def test_a_payload_truncated_under_a_live_reader_raises_on_the_next_read(
+    artifact: tuple[Path, list[Entry]], tmp_path: Path
+) -> None:
+    path = writable_copy(artifact[0], tmp_path / "copy")
+    entries = artifact[1]
+    reader = CacheReader(path)
+    for e in entries[:8]:
+        assert [t.tolist() for t in reader[e.key].sequences] == [list(s) for s in e.sequences]
+    os.truncate(path / "cache.safetensors", 8)
+    for e in entries:  # read before (verified) or not: every read refuses
+        with pytest.raises(IntegrityError, match="changed while it was open"):
+            reader[e.key]
+
+
+def test_an_in_place_rewrite_under_a_live_reader_raises_even_for_a_verified_entry(
+    artifact: tuple[Path, list[Entry]], tmp_path: Path
+) -> None:
+    path = writable_copy(artifact[0], tmp_path / "copy")
+    e = artifact[1][0]
+    reader = CacheReader(path)
+    first = reader[e.key].sequences[0].clone()
+    payload = path / "cache.safetensors"
+    data = bytearray(payload.read_bytes())
+    tensor = bytes(first.numpy().data)
+    at = data.index(tensor)
+    data[at] ^= 0xFF  # one token changed, same size
+    stamp = os.stat(payload)
+    with open(payload, "r+b") as handle:
+        handle.write(data)
+    os.utime(payload, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))  # a coarse clock still moves
+    with pytest.raises(IntegrityError, match="changed while it was open"):
+        reader[e.key]
+    with pytest.raises(IntegrityError, match="digest mismatch"):
+        CacheReader(path)[e.key]

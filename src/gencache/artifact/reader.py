@@ -109,9 +109,14 @@ class CacheReader(GenerationCache):
     spawned workers, the next run) memory-map it instead of re-checking the manifest; a stale or damaged cached
     index is rebuilt, never used (:mod:`gencache.artifact._index_cache`). ``index_cached`` says which happened.
 
-    The payload is memory-mapped: truncating or rewriting ``cache.safetensors`` while a reader (or a tensor it
-    returned) is alive makes the next access to the lost pages kill the process with SIGBUS, as with any memory
-    map. Artifacts are immutable; replace one by publishing a new directory, never by editing its files.
+    The payload is memory-mapped. The reader keeps the payload file open and, before every read, checks that the
+    file it opened still has the size and modification time it had: a payload truncated or rewritten in place
+    under a live reader makes every later read raise :class:`IntegrityError`, even of entries already verified.
+    Tensors returned before the change are views of the map and change with the file (or, for pages cut off by a
+    truncation, read as zeros or raise SIGBUS, as with any memory map): copy them (``.clone()``) to keep them
+    independent of the file. Replacing the directory or renaming another file over the payload does not affect an
+    open reader, which keeps serving the file it opened. Artifacts are immutable; replace one by publishing a new
+    directory, never by editing its files.
     """
 
     def __init__(self, path: PathLike, *, index_cache: PathLike | bool | None = None) -> None:
@@ -119,6 +124,16 @@ class CacheReader(GenerationCache):
         self.index_cache = index_cache
         self._identity: str | None = None
         self._open()
+
+    def _check_payload(self) -> None:
+        """Raise when the payload file this reader opened was truncated or rewritten since (size or mtime)."""
+        info = os.fstat(self._payload.fileno())
+        if (info.st_size, info.st_mtime_ns) != self._payload_stamp:
+            raise IntegrityError(
+                f"{self.path}: {PAYLOAD_NAME} changed while it was open (size {self._payload_stamp[0]} -> "
+                f"{info.st_size} bytes, or rewritten in place); artifacts are immutable: reopen it after restoring "
+                "or regenerating it."
+            )
 
     def _describe(self) -> str:
         return str(self.path)
@@ -159,6 +174,7 @@ class CacheReader(GenerationCache):
         manifest, manifest_stat = _map_regular(self.path / MANIFEST_NAME, "Manifest")
         payload = self.path / PAYLOAD_NAME
         fd = _open_regular(payload, PAYLOAD_NAME)
+        ok = False
         try:
             payload_stat = os.fstat(fd)
             size = payload_stat.st_size
@@ -171,6 +187,7 @@ class CacheReader(GenerationCache):
                 index = build_index(manifest, _pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), size)
                 if directory is not None:
                     save_index(directory, identity, index)
+            ok = True
         except FormatError as error:
             raise self._fail(str(error)) from None
         except UnicodeEncodeError:
@@ -179,7 +196,11 @@ class CacheReader(GenerationCache):
                 "the artifact was not written by gencache or was edited."
             ) from None
         finally:
-            os.close(fd)
+            if not ok:
+                os.close(fd)
+        # Kept open (closed with the reader) so that every read can check the file is still the one opened.
+        self._payload = os.fdopen(fd, "rb", buffering=0)
+        self._payload_stamp = (payload_stat.st_size, payload_stat.st_mtime_ns)
         self._index: CompactIndex = index
         self.summary: dict[str, Any] = index.summary
         self.provenance = index.provenance
@@ -251,6 +272,7 @@ class CacheReader(GenerationCache):
             return None
 
     def _read(self, position: int, key: str | None = None) -> Generation:
+        self._check_payload()
         index = self._index
         if self._single:  # every entry has one sequence: entry i is sequence i
             offset = self._data_offset + int(index.starts[position])
