@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gencache.data.recipes.base import SourceInfo
+from gencache.data.recipes.columns import TableOrigin, register_origin
 from gencache.errors import DatasetError, first_line
 
 EXTENSIONS = (".jsonl", ".json", ".parquet")
@@ -154,7 +155,7 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     bars = is_progress_bar_enabled()
     disable_progress_bars()
     try:
-        return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+        table = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
     except Exception as exc:  # datasets raises many types for unreadable files; report one line
         first = first_line(exc)
         raise DatasetError(
@@ -164,6 +165,8 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     finally:
         if bars:
             enable_progress_bars()
+    register_origin(table, TableOrigin(what=label, files=tuple(paths)))
+    return table
 
 
 def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -179,7 +182,7 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
     local = os.path.isdir(hub_id)
     state = None if local else hub.hub_state()  # a quick probe: offline mode instead of a minute of retries
     try:
-        return datasets.load_dataset(hub_id, config, split=split)
+        table = datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
         first = first_line(exc)
         if state is not None and not state.online:
@@ -189,6 +192,10 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
             f"could not load {label} from the hub dataset {where}: {first}{hint}; "
             "set source to a local copy (a directory laid out by split, or one file) or make the hub reachable."
         ) from None
+    kind = "dataset directory" if local else "hub dataset"
+    where = f"{kind} {hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
+    register_origin(table, TableOrigin(what=where))
+    return table
 
 
 _SHARED: ContextVar[dict[tuple[Any, ...], tuple[dict[str, Any], SourceInfo]] | None] = ContextVar(

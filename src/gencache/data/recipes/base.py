@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from gencache.data.kwargs import KwargsModel
 from gencache.data.prompts import Prompt, compose_default
+from gencache.data.recipes.columns import Column, check_columns, field_of
 from gencache.errors import DatasetError
 
 
@@ -42,13 +43,15 @@ class RawSample:
     """One sample as a recipe yields it, before any template.
 
     ``semantic`` is the key payload ``{documents, query, shots, task}``; ``parts`` the default composition;
-    ``query`` the query as shown in the prompt; ``answer`` the gold answer.
+    ``query`` the query as shown in the prompt; ``answer`` the gold answer. ``history`` is set for a chat row only:
+    the ``(role, content)`` turns before its final user turn, which ``parts`` holds; chat templates render them.
     """
 
     semantic: dict[str, Any]
     parts: Prompt
     query: str
     answer: str
+    history: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,8 @@ class QuestionRows:
         record = self.table[index]
         return (
             self.documents(record, index),
-            require_str(record.get("question"), f"{self.label} row {index} question"),
-            require_str(record.get("answer"), f"{self.label} row {index} answer"),
+            field_of(self.table, self.label, index, record, "question", "string"),
+            field_of(self.table, self.label, index, record, "answer", "string"),
         )
 
 
@@ -148,6 +151,13 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     name: ClassVar[str]
     hub_id: ClassVar[str]
     kwargs_model: ClassVar[type[KwargsModel]]
+    #: The columns the recipe reads (docs/datasets.md renders them; :meth:`check_columns` checks them).
+    columns: ClassVar[tuple[Column, ...]] = ()
+
+    def check_columns(self, table: Any, table_name: str | None = None) -> None:
+        """A :class:`DatasetError` naming the first required column of :attr:`columns` (of ``table_name``) that
+        ``table`` lacks, the files read and the columns they hold."""
+        check_columns(table, self.name, self.columns, table_name)
 
     def needs_tokenizer(self, kwargs: KwargsT) -> bool:
         """Whether building the samples counts teacher tokens."""

@@ -19,15 +19,8 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool
 
 from gencache.data.kwargs import KwargsModel
-from gencache.data.recipes.base import (
-    DataConfigLike,
-    DatasetRecipe,
-    Question,
-    Selection,
-    Shot,
-    require_str,
-    require_str_list,
-)
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
+from gencache.data.recipes.columns import Column, field_of, row_error
 from gencache.errors import DatasetError
 
 ATTRIBUTES = ("birth_date", "birth_place", "current_location", "university", "major", "company")
@@ -72,6 +65,18 @@ QA_TEMPLATES: dict[str, tuple[str, ...]] = {
     ),
 }
 SPLITS = ("train", "test")
+COLUMNS = (
+    *(
+        Column(attr, "list of strings", True, "Statements about the person; a document takes one at random.", "train")
+        for attr in ATTRIBUTES
+    ),
+    *(
+        Column(attr, "list of strings", True, "Completion prefixes (question_type completion).", "test")
+        for attr in ATTRIBUTES
+    ),
+    Column("name", "string", False, "The person's name; question_type QA needs it.", "test"),
+    Column("labels", "object of strings", True, "The gold answer per attribute (labels.<attribute>).", "test"),
+)
 
 
 class BiographyKwargs(KwargsModel):
@@ -111,36 +116,32 @@ class _Rows:
             self._test_rows[index] = self._test[self._kept[index]]
         return self._test_rows[index]
 
+    def _choice(self, table: Any, index: int, row: dict[str, Any], attr: str) -> str:
+        label = "biography train" if table is self._train else "biography test"
+        items = field_of(table, label, self._kept[index], row, attr, "list of strings")
+        if not items:
+            raise row_error(table, label, self._kept[index], f"{attr!r} is empty; every person needs one entry or more")
+        return self.rng.choice(items)  # type: ignore[no-any-return]
+
     def document(self, index: int) -> str:
         """One random statement per attribute of person ``index``."""
         row = self.train(index)
-        where = f"biography train row {self._kept[index]}"
-        return " ".join(_choice(self.rng, row.get(attr), f"{where} {attr}") for attr in ATTRIBUTES)
+        return " ".join(self._choice(self._train, index, row, attr) for attr in ATTRIBUTES)
 
     def question(self, index: int, question_type: str) -> tuple[str, str, str, str]:
         """(attribute, semantic query, shown question, answer) of person ``index``."""
         row = self.test(index)
-        where = f"biography test row {self._kept[index]}"
+        at = self._kept[index]
         attribute = self.rng.choice(ATTRIBUTES)
         if question_type == "completion":
-            semantic = _choice(self.rng, row.get(attribute), f"{where} {attribute}").rstrip()
+            semantic = self._choice(self._test, index, row, attribute).rstrip()
             shown = "## " + semantic
         else:
-            name = require_str(row.get("name"), f"{where} name")
+            name = field_of(self._test, "biography test", at, row, "name", "string")
             semantic = self.rng.choice(QA_TEMPLATES[attribute]).replace("{name}", name)
             shown = semantic + QA_SUFFIX
-        labels = row.get("labels")
-        if not isinstance(labels, dict):
-            raise DatasetError(f"{where} has no labels object; check the source's schema.")
-        answer = require_str(labels.get(attribute), f"{where} labels.{attribute}")
+        answer = field_of(self._test, "biography test", at, row, f"labels.{attribute}", "string")
         return attribute, semantic, shown, answer
-
-
-def _choice(rng: random.Random, values: Any, what: str) -> str:
-    items = require_str_list(values, what)
-    if not items:
-        raise DatasetError(f"{what} is empty; every person needs at least one entry per attribute.")
-    return rng.choice(items)
 
 
 class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
@@ -149,6 +150,7 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
     name = "biography"
     hub_id = "alex-karev/biographies"
     kwargs_model = BiographyKwargs
+    columns = COLUMNS
 
     def select(self, dc: DataConfigLike, kwargs: BiographyKwargs, tokenizer: Any | None) -> Selection[_Rows]:
         if dc.split not in SPLITS:
@@ -171,8 +173,8 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
                 f"biography tables are not row-aligned: train has {len(train)} rows, test has {len(test)}; "
                 "row i of both must describe the same person."
             )
-        if "birth_date" not in test.column_names:
-            raise DatasetError("biography test table has no 'birth_date' column; check the source's schema.")
+        self.check_columns(train, "train")
+        self.check_columns(test, "test")
         kept = [i for i, dates in enumerate(test["birth_date"]) if dates and len(set(dates)) > 1]
         cut = int(len(kept) * 0.5)
         bounds = (0, cut) if dc.split == "train" else (cut, len(kept))

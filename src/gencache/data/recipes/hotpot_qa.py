@@ -14,17 +14,8 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool
 
 from gencache.data.kwargs import KwargsModel
-from gencache.data.recipes.base import (
-    DataConfigLike,
-    DatasetRecipe,
-    Question,
-    QuestionRows,
-    Selection,
-    Shot,
-    require_str_list,
-    warn,
-)
-from gencache.errors import DatasetError
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot, warn
+from gencache.data.recipes.columns import Column, field_of, require_type
 
 Difficulty = Literal["easy", "medium", "hard"]
 
@@ -49,14 +40,30 @@ class HotpotQAKwargs(KwargsModel):
     )
 
 
-def _documents(row: dict[str, Any], index: int) -> list[str]:
-    context = row.get("context")
-    if not isinstance(context, dict) or "sentences" not in context:
-        raise DatasetError(f"hotpot_qa row {index} has no context.sentences; check the source's schema.")
-    paragraphs = context["sentences"]
-    if not isinstance(paragraphs, list):
-        raise DatasetError(f"hotpot_qa row {index}: context.sentences must be a list of sentence lists.")
-    return ["".join(require_str_list(p, f"hotpot_qa row {index} context.sentences")) for p in paragraphs]
+COLUMNS = (
+    Column("question", "string", True, "The question: the key's query and the task text."),
+    Column("answer", "string", True, "The gold answer (few-shot examples show it)."),
+    Column(
+        "context.sentences",
+        "list of lists of strings",
+        True,
+        "One list of sentences per paragraph; each paragraph's sentences, concatenated, are one document.",
+    ),
+    Column("level", "string", True, "easy, medium or hard; the difficulty filter reads it."),
+    Column("context.title", "list of strings", False, "Paragraph titles; not used."),
+    Column("id", "string", False, "Not used."),
+)
+
+
+def _documents(table: Any) -> Any:
+    def documents(row: dict[str, Any], index: int) -> list[str]:
+        paragraphs = field_of(table, "hotpot_qa", index, row, "context.sentences", "list")
+        return [
+            "".join(require_type(table, "hotpot_qa", index, p, f"context.sentences[{n}]", "list of strings"))
+            for n, p in enumerate(paragraphs)
+        ]
+
+    return documents
 
 
 def task_prompt(question: str, add_inst: bool, add_cot: bool) -> str:
@@ -75,12 +82,12 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
     name = "hotpot_qa"
     hub_id = "hotpotqa/hotpot_qa"
     kwargs_model = HotpotQAKwargs
+    columns = COLUMNS
 
     def select(self, dc: DataConfigLike, kwargs: HotpotQAKwargs, tokenizer: Any | None) -> Selection[QuestionRows]:
         tables, info = self.tables(dc, splits=(dc.split,), hub_config=dc.subset)
         table = tables[dc.split]
-        if "level" not in table.column_names:
-            raise DatasetError("hotpot_qa source has no 'level' column; it is needed for the difficulty filter.")
+        self.check_columns(table)
         levels = list(table["level"])
         rng = random.Random(dc.seed)
         order = list(range(len(levels)))
@@ -96,7 +103,7 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
         )
         return Selection(
             info,
-            QuestionRows(table, self.name, _documents),
+            QuestionRows(table, self.name, _documents(table)),
             kept[: dc.num_shots],
             kept[dc.num_shots : dc.num_shots + dc.num_samples],
         )

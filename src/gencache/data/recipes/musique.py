@@ -13,17 +13,8 @@ from typing import Any
 from pydantic import Field, StrictBool
 
 from gencache.data.kwargs import KwargsModel
-from gencache.data.recipes.base import (
-    DataConfigLike,
-    DatasetRecipe,
-    Question,
-    QuestionRows,
-    Selection,
-    Shot,
-    require_str,
-    warn,
-)
-from gencache.errors import DatasetError
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot, warn
+from gencache.data.recipes.columns import Column, field_of, require_type
 
 INSTRUCTION = "Answer the following question based on the provided context.\n"
 COT = (
@@ -48,16 +39,32 @@ def task_prompt(question: str, add_inst: bool, add_cot: bool) -> str:
     return text
 
 
-def _paragraphs(record: dict[str, Any], index: int) -> list[str]:
-    paragraphs = record.get("paragraphs")
-    if not isinstance(paragraphs, list):
-        raise DatasetError(f"musique row {index} has no paragraphs list; check the source's schema.")
-    out = []
-    for position, paragraph in enumerate(paragraphs):
-        if not isinstance(paragraph, dict):
-            raise DatasetError(f"musique row {index} paragraphs[{position}] must be an object with paragraph_text.")
-        out.append(require_str(paragraph.get("paragraph_text"), f"musique row {index} paragraph_text"))
-    return out
+COLUMNS = (
+    Column("question", "string", True, "The question: the key's query and the task text."),
+    Column("answer", "string", True, "The gold answer (few-shot examples show it)."),
+    Column(
+        "paragraphs[].paragraph_text",
+        "list of objects with a string paragraph_text",
+        True,
+        "One document per paragraph, in order.",
+    ),
+    Column("paragraphs[].title", "string", False, "Not used."),
+    Column("id", "string", False, "Not used."),
+    Column("answer_aliases", "list of strings", False, "Not used."),
+)
+
+
+def _paragraphs(table: Any) -> Any:
+    def paragraphs(record: dict[str, Any], index: int) -> list[str]:
+        items = field_of(table, "musique", index, record, "paragraphs", "list")
+        out = []
+        for position, paragraph in enumerate(items):
+            where = f"paragraphs[{position}]"
+            require_type(table, "musique", index, paragraph, where, "object")
+            out.append(field_of(table, "musique", index, {where: paragraph}, f"{where}.paragraph_text", "string"))
+        return out
+
+    return paragraphs
 
 
 class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
@@ -66,10 +73,12 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
     name = "musique"
     hub_id = "dgslibisey/MuSiQue"
     kwargs_model = MuSiQueKwargs
+    columns = COLUMNS
 
     def select(self, dc: DataConfigLike, kwargs: MuSiQueKwargs, tokenizer: Any | None) -> Selection[QuestionRows]:
         tables, info = self.tables(dc, splits=(dc.split,), hub_config=None)
         table = tables[dc.split]
+        self.check_columns(table)
         total = len(table)
         rng = random.Random(dc.seed)
         order = list(range(total))
@@ -78,9 +87,8 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
             warn("Do not recommend using few-shot with CoT for MuSiQue dataset.")
         self.require_rows(dc, total, f"{total} rows, {dc.num_shots} used as few-shot")
         shots = order[total - dc.num_shots :] if dc.num_shots else []
-        return Selection(
-            info, QuestionRows(table, self.name, _paragraphs), shots, order[: total - dc.num_shots][: dc.num_samples]
-        )
+        candidates = order[: total - dc.num_shots][: dc.num_samples]
+        return Selection(info, QuestionRows(table, self.name, _paragraphs(table)), shots, candidates)
 
     def shot(self, rows: QuestionRows, kwargs: MuSiQueKwargs, index: int) -> Shot:
         documents, question, answer = rows.read(index)

@@ -23,7 +23,8 @@ from typing import Any, Literal, get_args
 from pydantic import Field, StrictBool, StrictInt
 
 from gencache.data.kwargs import KwargsModel
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, require_str, shortfall
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
+from gencache.data.recipes.columns import Column, field_of
 from gencache.errors import DatasetError
 
 PARTITION_SEED = 42
@@ -142,6 +143,17 @@ def _token_count(tokenizer: Any, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+COLUMNS = (
+    Column("context", "string", True, "The haystack: the key's single document, chunked for the prompt."),
+    Column("question", "string", True, "The question: the key's query."),
+    Column("answer", "list of strings (or a string)", True, "The gold answer, joined by spaces."),
+    Column("task", "string", False, "The RULER task name; needed by data_kwargs.tasks."),
+    Column("answer_prefix", "string", False, "Not used."),
+    Column("max_new_tokens", "integer", False, "Not used."),
+    Column("length", "integer", False, "Not used."),
+)
+
+
 @dataclass(frozen=True)
 class _Rows:
     table: Any
@@ -155,6 +167,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
     name = "niah"
     hub_id = "simonjegou/ruler"
     kwargs_model = NIAHKwargs
+    columns = COLUMNS
 
     def needs_tokenizer(self, kwargs: NIAHKwargs) -> bool:
         return kwargs.max_len >= 0
@@ -176,6 +189,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
             )
         tables, info = self.tables(dc, splits=(HUB_SPLIT,), hub_config=dc.subset)
         table = tables[HUB_SPLIT]
+        self.check_columns(table)
         total = len(table)
         order = list(range(total))
         random.Random(PARTITION_SEED).shuffle(order)
@@ -185,7 +199,10 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
         detail = f"{len(part)} rows in this half of {total}"
         if kwargs.tasks is not None:
             if "task" not in table.column_names:
-                raise DatasetError("niah data_kwargs.tasks needs a 'task' column in the source; omit tasks.")
+                raise DatasetError(
+                    "niah data_kwargs.tasks needs a 'task' column in the source (its columns: "
+                    f"{', '.join(table.column_names)}); omit tasks."
+                )
             task_of = list(table["task"])
             wanted = set(kwargs.tasks)
             part = [i for i in part if task_of[i] in wanted]
@@ -196,17 +213,15 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
 
     def sample(self, rows: _Rows, kwargs: NIAHKwargs, index: int) -> Question | None:
         record = rows.table[index]
-        context = require_str(record.get("context"), f"niah row {index} context")
+        context = field_of(rows.table, self.name, index, record, "context", "string")
         if kwargs.max_len >= 0 and _token_count(rows.tokenizer, context) > kwargs.max_len:
             return None
-        question = require_str(record.get("question"), f"niah row {index} question")
+        question = field_of(rows.table, self.name, index, record, "question", "string")
         raw_answer = record.get("answer")
         if isinstance(raw_answer, str):
             answer = raw_answer
-        elif isinstance(raw_answer, list) and all(isinstance(a, str) for a in raw_answer):
-            answer = " ".join(raw_answer)
         else:
-            raise DatasetError(f"niah row {index} answer must be a list of strings; check the source's schema.")
+            answer = " ".join(field_of(rows.table, self.name, index, record, "answer", "list of strings"))
         shown = question + ANSWER_CUE
         chunks = chunk_sentences(split_sentences(context), kwargs.chunk_size)
         return Question([context], question, answer, shown, shown=shown, context=chunks)

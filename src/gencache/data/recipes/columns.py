@@ -1,0 +1,193 @@
+"""What a recipe reads from its tables (declared columns) and where a row came from (file and line).
+
+Every recipe declares its columns as :class:`Column` entries: docs/datasets.md renders them, and the recipe checks
+them when its tables load. A column absent from a table is a :class:`DatasetError` naming the column, the files
+read and the columns they hold; a bad value in one row names the file and its line (JSON Lines) or its row index
+within the file (parquet, a JSON array), counted in the file's own order, before any shuffling.
+
+:mod:`gencache.data.sources` records the origin of every table it loads here (:func:`register_origin`); row
+positions are only computed when an error is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gencache.errors import DatasetError
+
+__all__ = [
+    "Column",
+    "TableOrigin",
+    "check_columns",
+    "describe_row",
+    "field_of",
+    "origin_of",
+    "register_origin",
+    "require_type",
+    "row_error",
+    "row_value",
+]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column a recipe reads: its name (a dotted path for a nested field), its JSON type as text, whether a
+    row must have it, the table it belongs to (``None``: the recipe's only table) and what it is used for."""
+
+    name: str
+    type: str
+    required: bool
+    description: str
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class TableOrigin:
+    """Where a loaded table's rows came from: its local files in reading order (none for a hub table) and a
+    description of the table (``what``) for messages."""
+
+    what: str
+    files: tuple[Path, ...] = ()
+
+    def describe(self) -> str:
+        """The files read (or the hub table), for a message."""
+        return ", ".join(str(p) for p in self.files) if self.files else self.what
+
+    def locate(self, index: int) -> str:
+        """``<file> line N`` (JSON Lines, 1-based) or ``<file> row N`` (0-based, in the file's own order) of the
+        table's row ``index``; for a hub table, ``<table> row N``."""
+        remaining = index
+        for path in self.files:
+            count, lines = _rows_of(path)
+            if remaining < count:
+                if lines is not None:
+                    return f"{path} line {lines[remaining]}"
+                return f"{path} row {remaining}"
+            remaining -= count
+        return f"{self.what} row {index}"
+
+
+def _rows_of(path: Path) -> tuple[int, list[int] | None]:
+    """How many rows ``path`` holds and, for JSON Lines, the 1-based line number of each row (blank lines hold
+    no row)."""
+    if path.name.lower().endswith(".parquet"):
+        import pyarrow.parquet
+
+        return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows), None
+    with path.open("rb") as handle:
+        head = handle.read(4096).lstrip()
+    if path.name.lower().endswith(".json") and head.startswith(b"["):
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            return 0, None
+        return (len(rows), None) if isinstance(rows, list) else (0, None)
+    numbers: list[int] = []
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                numbers.append(number)
+    return len(numbers), numbers
+
+
+_ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionary()
+
+
+def register_origin(table: Any, origin: TableOrigin) -> None:
+    """Remember where ``table`` (a ``datasets.Dataset``) came from."""
+    with contextlib.suppress(TypeError):  # a table without weak references: errors fall back to row indices
+        _ORIGINS[table] = origin
+
+
+def origin_of(table: Any, label: str) -> TableOrigin:
+    """The recorded origin of ``table``; a table loaded some other way is described by ``label``."""
+    try:
+        found = _ORIGINS.get(table)
+    except TypeError:
+        found = None
+    return found if found is not None else TableOrigin(what=f"{label} table")
+
+
+def describe_row(row: Mapping[str, Any]) -> str:
+    """The non-null fields of a row, for a message."""
+    present = [str(name) for name, value in row.items() if value is not None]
+    return ", ".join(present) if present else "no non-null fields"
+
+
+def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
+    """Raise a :class:`DatasetError` when a required top-level column of ``table_name`` is absent from ``table``:
+    it names the column, the files read and the columns they hold."""
+    names = list(getattr(table, "column_names", []) or [])
+    for column in columns:
+        if not column.required or column.table != table_name:
+            continue
+        top = column.name.split(".")[0].removesuffix("[]")
+        if top not in names:
+            origin = origin_of(table, label)
+            which = f" {table_name} table" if table_name else ""
+            raise DatasetError(
+                f"{label}{which}: column {top!r} is missing from {origin.describe()} (its columns: "
+                f"{', '.join(names) or 'none'}); rename the column in the file or see docs/datasets.md for the "
+                f"columns {label} reads."
+            )
+
+
+def row_error(table: Any, label: str, index: int, problem: str) -> DatasetError:
+    """A :class:`DatasetError` for row ``index`` of ``table``: ``<label>: <file> line N: <problem>``."""
+    return DatasetError(f"{label}: {origin_of(table, label).locate(index)}: {problem}.")
+
+
+def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: Sequence[str]) -> Any:
+    """The value at ``path`` (nested object keys) of row ``index``; a missing or null value is an error naming
+    the field, the row's file and line, and the fields that are there."""
+    value: Any = row
+    for depth, key in enumerate(path):
+        if not isinstance(value, Mapping) or value.get(key) is None:
+            name = ".".join(path[: depth + 1])
+            here = describe_row(value) if isinstance(value, Mapping) else f"a {type(value).__name__}"
+            where = "the row" if depth == 0 else ".".join(path[:depth])
+            raise row_error(table, label, index, f"{name!r} is missing or null ({where} has: {here})")
+        value = value[key]
+    return value
+
+
+def require_type(table: Any, label: str, index: int, value: Any, name: str, kind: str) -> Any:
+    """``value`` if it has JSON type ``kind`` (``string``, ``list of strings``, ``object``, ``list``), else an
+    error naming the field and the row's file and line."""
+    checks = {
+        "string": lambda v: isinstance(v, str),
+        "list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "object": lambda v: isinstance(v, Mapping),
+        "list": lambda v: isinstance(v, list),
+    }
+    if not checks[kind](value):
+        raise row_error(table, label, index, f"{name!r} must be a {kind}, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
+
+
+def field_of(table: Any, label: str, index: int, row: Mapping[str, Any], name: str, kind: str) -> Any:
+    """The dotted field ``name`` of row ``index``, checked to be of JSON type ``kind`` (see :func:`require_type`)."""
+    value = row_value(table, label, index, row, name.split("."))
+    return require_type(table, label, index, value, name, kind)
