@@ -78,7 +78,8 @@ def test_the_collator_pads_on_the_tokenizer_side(demo: dict[str, Any]) -> None:
     rows = 0
     for batch in loader:
         width = batch["input_ids"].shape[1]
-        for row, key in enumerate(batch["key"]):
+        assert set(batch) == {"input_ids", "attention_mask", "labels"}  # model inputs only
+        for row, key in enumerate(batch.metadata["key"]):
             item = data[rows]
             assert item["key"] == key
             n = len(item["input_ids"])
@@ -86,6 +87,8 @@ def test_the_collator_pads_on_the_tokenizer_side(demo: dict[str, Any]) -> None:
             assert batch["input_ids"][row, : width - n].tolist() == [tokenizer.pad_token_id] * (width - n)
             assert batch["attention_mask"][row].tolist() == [0] * (width - n) + [1] * n
             assert batch["labels"][row].tolist() == [-100] * (width - n) + item["labels"].tolist()
+            assert batch.metadata["prompt_length"][row] == item["prompt_length"]
+            assert batch.metadata["finish_reason"][row] == item["finish_reason"]
             rows += 1
     assert rows == len(data)
     right = pad_batch([data[0], data[1]], pad_token_id=7, padding_side="right")

@@ -1,12 +1,55 @@
-"""Training on a generation cache: :class:`DistillationDataset` pairs each sample's prompt ids with the teacher's
-cached answer ids, and :class:`DistillationCollator` pads them into batches.
+"""Training on a generation cache.
 
-Imports torch (lazily, through the submodules), never transformers: pass the student's tokenizer in.
+- :class:`DistillationDataset` pairs each sample's prompt ids with the teacher's cached answer ids;
+  :class:`DistillationCollator` pads them into :class:`DistillationBatch` es that hold model inputs only (the
+  sample keys and finish reasons ride beside them in ``batch.metadata``), so Hugging Face ``Trainer`` takes them.
+- :func:`to_hf_dataset` (also ``DistillationDataset.to_hf_dataset``) is the same items as a ``datasets.Dataset``
+  with TRL's ``completion_mask``, from the exact stored ids.
+- :func:`distillation_loss` is the online loss: cross-entropy on the cached answer tokens plus a KL term against
+  the teacher's logits, over answer positions only, in bounded memory; :class:`DistillationTrainer` is a
+  ``transformers.Trainer`` that computes it, with a ``teacher`` argument.
+
+Importing this package imports torch (lazily, through the submodules), never transformers; ``DistillationTrainer``
+imports transformers when it is first asked for.
 """
 
 from __future__ import annotations
 
-from gencache.training.collate import DistillationCollator, pad_batch
-from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SEQUENCE_CHOICES", "TRUNCATION_POLICIES", "DistillationCollator", "DistillationDataset", "pad_batch"]
+from gencache.training.collate import METADATA_FIELDS, MODEL_INPUTS, DistillationBatch, DistillationCollator, pad_batch
+from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset
+from gencache.training.hf import to_hf_dataset
+from gencache.training.loss import DistillationLoss, answer_positions, distillation_loss
+
+if TYPE_CHECKING:
+    from gencache.training.trainer import DistillationTrainer, check_vocabularies
+
+_LAZY = {"DistillationTrainer": "gencache.training.trainer", "check_vocabularies": "gencache.training.trainer"}
+
+__all__ = [
+    "METADATA_FIELDS",
+    "MODEL_INPUTS",
+    "SEQUENCE_CHOICES",
+    "TRUNCATION_POLICIES",
+    "DistillationBatch",
+    "DistillationCollator",
+    "DistillationDataset",
+    "DistillationLoss",
+    "DistillationTrainer",
+    "answer_positions",
+    "check_vocabularies",
+    "distillation_loss",
+    "pad_batch",
+    "to_hf_dataset",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gencache.training' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

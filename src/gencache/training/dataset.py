@@ -42,8 +42,12 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     caches (``require``): both are checked here, so a wrong setup fails before the first batch.
 
     Item ``i`` is a dict: ``input_ids`` (prompt ids then answer ids, int64), ``attention_mask`` (ones),
-    ``labels`` (``-100`` over the prompt, the answer ids after it), ``key``, ``finish_reason``,
-    ``sequence_index`` and ``prompt_length``.
+    ``labels`` (``-100`` over the prompt, the answer ids after it), and what describes it: ``key`` (the
+    sample's semantic key), ``finish_reason``, ``sequence_index`` (which of the key's answers) and
+    ``prompt_length`` (the number of prompt ids at the front of ``input_ids``, after truncation).
+    :class:`~gencache.training.DistillationCollator` keeps those four out of the model inputs
+    (``batch.metadata``), so the batches suit Hugging Face ``Trainer`` under any ``remove_unused_columns``;
+    :meth:`to_hf_dataset` gives the same items as a ``datasets.Dataset`` for TRL.
 
     With several answers per key (``num_return_sequences > 1``), ``sequences`` chooses: ``"first"`` (the first
     answer), ``"random"`` (one answer per sample, drawn from ``seed`` and the item index, so reproducible and the
@@ -177,6 +181,13 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 f"{where} has {prompt_length} prompt + {answer_length} answer tokens, over max_length {limit}; raise "
                 "max_length or pass truncation='left' to drop prompt tokens from the left."
             )
+
+    def to_hf_dataset(self, *, path: str | os.PathLike[str] | None = None, metadata: bool = True) -> Any:
+        """These items as a ``datasets.Dataset`` of the exact stored ids, with TRL's ``completion_mask``: see
+        :func:`gencache.training.to_hf_dataset`."""
+        from gencache.training.hf import to_hf_dataset
+
+        return to_hf_dataset(self, path=path, metadata=metadata)
 
     def __repr__(self) -> str:
         return f"DistillationDataset(items={len(self)}, sequences={self.sequences!r}, cache={self.cache!r})"

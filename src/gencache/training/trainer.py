@@ -1,0 +1,164 @@
+"""Online distillation with Hugging Face ``Trainer``: :class:`DistillationTrainer` is a ``transformers.Trainer``
+whose ``compute_loss`` runs the teacher on the batch's ``input_ids`` and returns
+:func:`gencache.training.distillation_loss` of the student's logits against it.
+
+This module imports transformers; :mod:`gencache.training` loads it only when ``DistillationTrainer`` is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import transformers
+
+from gencache.errors import CompatibilityError
+from gencache.training.loss import DEFAULT_CHUNK_SIZE, distillation_loss
+
+
+def _output_size(model: Any) -> int | None:
+    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    if weight is not None and weight.dim() == 2:
+        return int(weight.shape[0])
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if isinstance(size, int) else None
+
+
+def _vocabulary(tokenizer: Any) -> dict[str, int] | None:
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    return dict(get_vocab()) if callable(get_vocab) else None
+
+
+def check_vocabularies(
+    student: Any, teacher: Any, student_tokenizer: Any = None, teacher_tokenizer: Any = None
+) -> None:
+    """Raise one :class:`CompatibilityError` when the teacher and the student cannot be distilled token for token:
+    output layers of different widths, a tokenizer with ids past the student's output layer, or two tokenizers
+    (when both are given) that map some token to different ids."""
+    student_size, teacher_size = _output_size(student), _output_size(teacher)
+    if student_size is not None and teacher_size is not None and student_size != teacher_size:
+        raise CompatibilityError(
+            f"The teacher's vocabulary has {teacher_size} logits and the student's {student_size}; distillation on "
+            "cached teacher tokens needs one shared vocabulary (the same tokenizer and output layer width)."
+        )
+    for name, tokenizer in (("student", student_tokenizer), ("teacher", teacher_tokenizer)):
+        if tokenizer is not None and student_size is not None and len(tokenizer) > student_size:
+            raise CompatibilityError(
+                f"The {name} tokenizer has {len(tokenizer)} tokens but the models' output layers only "
+                f"{student_size}; the tokenizer does not belong to these models."
+            )
+    ours, theirs = _vocabulary(student_tokenizer), _vocabulary(teacher_tokenizer)
+    if ours is not None and theirs is not None and ours != theirs:
+        differing = sorted(set(ours.items()) ^ set(theirs.items()))
+        token = differing[0][0] if differing else "?"
+        raise CompatibilityError(
+            f"The student's tokenizer ({len(ours)} tokens) and the teacher's ({len(theirs)}) differ (for example "
+            f"at token {token!r}, {len(differing)} entries in all); distillation needs one shared tokenizer."
+        )
+
+
+class DistillationTrainer(transformers.Trainer):
+    """``transformers.Trainer`` with the online distillation loss; the extra arguments are keywords:
+
+    ``teacher`` (a causal LM on the student's vocabulary: put in eval mode with gradients off, and moved to the
+    training device unless ``move_teacher=False`` or it was dispatched with a ``device_map``; its dtype is kept),
+    ``temperature``, ``ce_weight``, ``kl_weight`` (the loss is ``ce_weight * CE + kl_weight * T**2 * KL`` over
+    the answer positions, see :mod:`gencache.training.loss`), ``chunk_size`` (answer positions per float32 chunk)
+    and ``teacher_tokenizer`` (compared with ``processing_class`` when both are given). A vocabulary or tokenizer
+    mismatch raises :class:`CompatibilityError` here, before the first step.
+
+    The batches need ``input_ids`` and ``labels`` (``attention_mask`` and other model inputs are passed on to both
+    models): :class:`DistillationDataset` with :class:`DistillationCollator`, or the datasets view. The mean
+    cross-entropy and KL of the logged steps are logged beside the loss as ``ce`` and ``kl``.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        teacher: Any,
+        temperature: float = 1.0,
+        ce_weight: float = 1.0,
+        kl_weight: float = 1.0,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        teacher_tokenizer: Any = None,
+        move_teacher: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        check_vocabularies(self.model, teacher, self.processing_class, teacher_tokenizer)
+        distillation_loss(  # the settings are checked now, not at the first step
+            torch.zeros((1, 1, 1)),
+            None,
+            torch.full((1, 1), -100),
+            temperature=temperature,
+            kl_weight=0.0,
+            chunk_size=chunk_size,
+        )
+        teacher.eval()
+        teacher.requires_grad_(False)
+        if move_teacher and getattr(teacher, "hf_device_map", None) is None:
+            teacher.to(self.args.device)
+        self.teacher = teacher
+        self.temperature = float(temperature)
+        self.ce_weight = float(ce_weight)
+        self.kl_weight = float(kl_weight)
+        self.chunk_size = chunk_size
+        self._parts: dict[str, float] = {"ce": 0.0, "kl": 0.0, "steps": 0.0}
+
+    def _teacher_device(self) -> torch.device:
+        for parameter in self.teacher.parameters():
+            device: torch.device = parameter.device
+            return device
+        return torch.device("cpu")
+
+    def teacher_logits(self, model_inputs: Mapping[str, Any]) -> torch.Tensor:
+        """The teacher's logits on ``model_inputs`` (moved to the teacher's device), without gradients."""
+        device = self._teacher_device()
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_inputs.items()}
+        with torch.no_grad():
+            logits: torch.Tensor = self.teacher(**moved).logits
+        return logits
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        labels = inputs["labels"]
+        model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
+        outputs = model(**model_inputs)
+        teacher_logits = self.teacher_logits(model_inputs) if self.kl_weight != 0.0 else None
+        parts = distillation_loss(
+            outputs.logits,
+            teacher_logits,
+            labels,
+            temperature=self.temperature,
+            ce_weight=self.ce_weight,
+            kl_weight=self.kl_weight,
+            chunk_size=self.chunk_size,
+            num_items=num_items_in_batch,
+        )
+        loss = parts.loss
+        # Normalized by the whole accumulated step's answer positions when the Trainer counted them.
+        self.loss_is_scaled_for_ga = num_items_in_batch is not None
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
+            loss = loss * self.accelerator.num_processes
+        if model.training:
+            self._parts["ce"] += float(parts.ce)
+            self._parts["kl"] += float(parts.kl)
+            self._parts["steps"] += 1
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        steps = self._parts["steps"]
+        if "loss" in logs and steps:
+            logs = {**logs, "ce": self._parts["ce"] / steps, "kl": self._parts["kl"] / steps}
+            self._parts = {"ce": 0.0, "kl": 0.0, "steps": 0.0}
+        super().log(logs, *args, **kwargs)
+
+
+__all__ = ["DistillationTrainer", "check_vocabularies"]
