@@ -107,3 +107,18 @@ def choose_finish_case(tokenizer: Any, outputs: dict[str, list[int]], steps: int
                                 },
                             }
     raise AssertionError("the tiny model's outputs allow no eos/stop_string/length batch; change PROMPT_TEXTS")
+
+
+def build_cpu_attention_teacher(directory: Path) -> Path:
+    """The tiny teacher with a head size vLLM's CPU attention supports (32); same tokenizer as the default one."""
+    from gencache.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
+
+    return build_tiny_teacher(directory, seed=0, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)
+
+
+def manifest_digests(artifact: Path) -> dict[str, str]:
+    """Each entry's content digest in an artifact's manifest, by key."""
+    import json
+
+    entries = json.loads((artifact / "manifest.json").read_text(encoding="utf-8"))["entries"]
+    return {key: value["content_digest"] for key, value in entries.items()}

