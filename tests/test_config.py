@@ -186,7 +186,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     (
         "unknown_dataset",
         _set("data_configs[0].dataset_name", "hotpotqa"),
-        ("data_configs[0].dataset_name: unknown dataset 'hotpotqa'", "biography, hotpot_qa, musique, niah"),
+        ("data_configs[0].dataset_name: unknown dataset 'hotpotqa'", "biography, chat, hotpot_qa, musique, niah"),
     ),
     (
         "unknown_template",

@@ -23,6 +23,7 @@ from gencache.data.recipes import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSampl
 from gencache.data.recipes.niah import RULER_TASKS, chunk_sentences, split_sentences
 from gencache.errors import ConfigError, DatasetError
 
+REFERENCE_DATASETS = ("biography", "hotpot_qa", "musique", "niah")
 DEFAULT_SOURCES = {
     "biography": (str(FIX / "biography"), "1k", "train"),
     "hotpot_qa": (str(FIX / "hotpot_qa.jsonl"), "fullwiki", "validation"),
@@ -76,23 +77,26 @@ def fingerprint(samples: list[RawSample]) -> list[tuple[str, tuple[Any, ...], st
 
 
 def test_registry_names_hub_ids_and_protocol() -> None:
-    assert set(DATASETS) == {"biography", "hotpot_qa", "musique", "niah"}
+    assert set(DATASETS) == {"biography", "hotpot_qa", "musique", "niah", "table", "chat"}
     assert {n: r.hub_id for n, r in DATASETS.items()} == {
         "biography": "alex-karev/biographies",
         "hotpot_qa": "hotpotqa/hotpot_qa",
         "musique": "dgslibisey/MuSiQue",
         "niah": "simonjegou/ruler",
+        "table": "",
+        "chat": "",
     }
     for name, recipe in DATASETS.items():
         assert isinstance(recipe, DatasetRecipe)
         assert recipe.name == name and get_recipe(name) is recipe
         assert recipe.kwargs_model.model_config.get("extra") == "forbid"
-    with pytest.raises(ConfigError, match="Unknown dataset 'hotpot'; known datasets: biography, hotpot_qa, musique"):
+    known = "known datasets: biography, chat, hotpot_qa, musique, niah, table"
+    with pytest.raises(ConfigError, match=f"Unknown dataset 'hotpot'; {known}"):
         get_recipe("hotpot")
 
 
 def test_kwargs_defaults_are_the_reference_defaults() -> None:
-    dumped = {name: recipe.kwargs_model().model_dump() for name, recipe in DATASETS.items()}
+    dumped = {name: DATASETS[name].kwargs_model().model_dump() for name in REFERENCE_DATASETS}
     assert dumped == {
         "biography": {"question_type": "completion", "cache_dataset": True},
         "hotpot_qa": {"add_inst": True, "add_cot": True, "difficulty": ["hard"]},
@@ -673,7 +677,7 @@ def test_wrong_schema_is_a_dataset_error(tmp_path: Path) -> None:
         load(dc("hotpot_qa", 1, source=str(path)))
 
 
-@pytest.mark.parametrize(("name", "hub_id"), [(n, r.hub_id) for n, r in DATASETS.items()])
+@pytest.mark.parametrize(("name", "hub_id"), [(n, DATASETS[n].hub_id) for n in REFERENCE_DATASETS])
 def test_hub_sources_go_through_datasets_and_fail_clearly_offline(name: str, hub_id: str) -> None:
     with pytest.raises(DatasetError, match=re.escape(f"hub dataset '{hub_id}'")) as info:
         load(dc(name, 1, source=None))
@@ -706,7 +710,7 @@ SAMPLE_CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(DATASETS))
+@pytest.mark.parametrize("name", sorted(REFERENCE_DATASETS))
 def test_bundled_samples_load_render_and_tokenize(name: str, tokenizer: Any) -> None:
     source = sample_source(name)
     assert source.is_dir() and source.parent == SAMPLES_DIR

@@ -45,6 +45,9 @@ class ContextBlock:
 
 Part = Inline | ContextBlock
 Prompt = tuple[Part, ...]
+#: The turns of a conversation before its final user turn, as ``(role, content)``.
+History = tuple[tuple[str, str], ...]
+CHAT_TEMPLATES = ("tokenizer_chat", "qwen_3_chat", "llama_chat")
 
 
 def normalize(parts: Iterable[Part]) -> Prompt:
@@ -148,6 +151,16 @@ class TemplateSpec(ABC):
     def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
         """Return the rendered, normalised prompt; documents are never altered."""
 
+    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        """Render a conversation: the earlier ``(role, content)`` turns, then ``parts`` as the final user turn.
+
+        Only chat templates can; this one refuses with one line.
+        """
+        raise PromptError(
+            f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat row); "
+            f"use one of {', '.join(CHAT_TEMPLATES)}."
+        )
+
 
 class DefaultTemplate(TemplateSpec):
     """Plain text: the prompt as composed by the dataset."""
@@ -158,6 +171,19 @@ class DefaultTemplate(TemplateSpec):
 
     def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
         return normalize(parts)
+
+
+def _system_of(history: History, system_prompt: str, template: str) -> tuple[str, History]:
+    """The system message (the conversation's own system turn, or ``system_prompt``) and the other turns; both
+    at once is refused."""
+    if history and history[0][0] == "system":
+        if system_prompt:
+            raise PromptError(
+                f"{template}: the chat row has its own system turn and template_kwargs.system_prompt is set too; "
+                "drop system_prompt or the row's system turn."
+            )
+        return history[0][1], history[1:]
+    return system_prompt, history
 
 
 def _wrap(parts: Prompt, prefix: str, suffix: str) -> Prompt:
@@ -184,6 +210,13 @@ class LlamaChatTemplate(TemplateSpec):
         assert isinstance(kwargs, LlamaChatKwargs)
         return _wrap(parts, self.PREFIX_HEAD + kwargs.system_prompt + self.PREFIX_TAIL, self.SUFFIX)
 
+    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        assert isinstance(kwargs, LlamaChatKwargs)
+        system, turns = _system_of(history, kwargs.system_prompt, self.name)
+        earlier = "".join(f"<|start_header_id|>{role}<|end_header_id|>\n\n{text}<|eot_id|>" for role, text in turns)
+        prefix = self.PREFIX_HEAD + system + "<|eot_id|>" + earlier + self.PREFIX_TAIL.removeprefix("<|eot_id|>")
+        return _wrap(parts, prefix, self.SUFFIX)
+
 
 class Qwen3ChatTemplate(TemplateSpec):
     """Hard-coded Qwen3 ChatML markup (no think block)."""
@@ -197,6 +230,13 @@ class Qwen3ChatTemplate(TemplateSpec):
         assert isinstance(kwargs, Qwen3ChatKwargs)
         system = f"<|im_start|>system\n{kwargs.system_prompt}<|im_end|>\n" if kwargs.system_prompt else ""
         return _wrap(parts, system + "<|im_start|>user\n", self.SUFFIX)
+
+    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        assert isinstance(kwargs, Qwen3ChatKwargs)
+        system, turns = _system_of(history, kwargs.system_prompt, self.name)
+        turns = ((("system", system),) if system else ()) + turns
+        earlier = "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
+        return _wrap(parts, earlier + "<|im_start|>user\n", self.SUFFIX)
 
 
 SENTINEL = "<|gencache_part_boundary|>"
@@ -220,7 +260,11 @@ class TokenizerChatTemplate(TemplateSpec):
     needs_tokenizer = True
 
     def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
+        return self.render_chat((), parts, kwargs, tokenizer)
+
+    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
         assert isinstance(kwargs, TokenizerChatKwargs)
+        system, turns = _system_of(history, kwargs.system_prompt, self.name)
         apply = getattr(tokenizer, "apply_chat_template", None)
         if tokenizer is None or not callable(apply):
             raise PromptError(
@@ -232,6 +276,8 @@ class TokenizerChatTemplate(TemplateSpec):
             body.insert(0, Inline(""))
         if SENTINEL in kwargs.system_prompt:
             raise PromptError(f"tokenizer_chat sentinel collision: system_prompt contains {SENTINEL!r}; remove it.")
+        if SENTINEL in system or any(SENTINEL in text for _, text in turns):
+            raise PromptError(f"tokenizer_chat sentinel collision: an earlier chat turn contains {SENTINEL!r}.")
         for index, part in enumerate(body):
             if SENTINEL in part.text:
                 raise PromptError(
@@ -240,9 +286,8 @@ class TokenizerChatTemplate(TemplateSpec):
         user = "".join(
             part.text + (_sentinel(index) if index < len(body) - 1 else "") for index, part in enumerate(body)
         )
-        messages: list[dict[str, str]] = []
-        if kwargs.system_prompt:
-            messages.append({"role": "system", "content": kwargs.system_prompt})
+        messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+        messages.extend({"role": role, "content": text} for role, text in turns)
         messages.append({"role": "user", "content": user})
         rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
         if not isinstance(rendered, str):
@@ -377,8 +422,10 @@ def chat_template_digest(tokenizer: Any) -> str | None:
 
 
 __all__ = [
+    "CHAT_TEMPLATES",
     "TEMPLATES",
     "ContextBlock",
+    "History",
     "Inline",
     "Part",
     "Prompt",

@@ -193,7 +193,10 @@ def _load_one(
     template = get_template(dc.template)
     out: list[Sample] = []
     for sample_index, raw in enumerate(raw_samples):
-        parts = template.render(raw.parts, dc.template_kwargs, tokenizer)
+        if raw.history is None:
+            parts = template.render(raw.parts, dc.template_kwargs, tokenizer)
+        else:  # a chat row: the template renders the whole conversation, or refuses
+            parts = template.render_chat(raw.history, raw.parts, dc.template_kwargs, tokenizer)
         input_ids: tuple[int, ...] | None = None
         spans: tuple[tuple[str, int, int], ...] | None = None
         if tokenizer is not None:

@@ -1,34 +1,80 @@
-"""Dataset recipes: the registry, and the types a recipe reads and returns.
+"""Dataset recipes: the registry (built-ins and plug-ins), and the types a recipe reads and returns.
 
-Adding a dataset is one module exposing ``RECIPE`` (an instance of a :class:`DatasetRecipe` subclass that fills
-in its steps) plus one line in :data:`DATASETS` below; see docs/datasets.md.
+Built-in datasets are modules here exposing ``RECIPE`` (an instance of a :class:`DatasetRecipe` subclass that fills
+in its steps) plus one line in :data:`BUILTIN_DATASETS` below. Other packages add recipes without changing
+gencache through the ``gencache.recipes`` entry point group (:mod:`gencache.data.recipes.plugins`). See
+docs/datasets.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.data.recipes import biography, hotpot_qa, musique, niah
+from gencache.data.recipes import biography, chat, hotpot_qa, musique, niah, plugins, table
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo
-from gencache.errors import ConfigError
+from gencache.errors import ConfigError, DatasetError
 
-DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
+BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
     "biography": biography.RECIPE,
     "hotpot_qa": hotpot_qa.RECIPE,
     "musique": musique.RECIPE,
     "niah": niah.RECIPE,
+    "table": table.RECIPE,
+    "chat": chat.RECIPE,
 }
 
 SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
 
 
+class Registry(Mapping[str, DatasetRecipe[Any, Any]]):
+    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted).
+
+    Listing names imports no plug-in; looking one up imports it (see :func:`get_recipe`).
+    """
+
+    def __getitem__(self, name: str) -> DatasetRecipe[Any, Any]:
+        if not isinstance(name, str):
+            raise KeyError(name)
+        if name in BUILTIN_DATASETS:
+            return _builtin(name)
+        ep = plugins.entry_point(name)
+        if ep is None:
+            raise KeyError(name)
+        return plugins.load_plugin(ep)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from BUILTIN_DATASETS
+        yield from (name for name in plugins.plugin_names() if name not in BUILTIN_DATASETS)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in BUILTIN_DATASETS or plugins.entry_point(name) is not None)
+
+
+def _builtin(name: str) -> DatasetRecipe[Any, Any]:
+    ep = plugins.entry_point(name)
+    if ep is not None:
+        raise DatasetError(
+            f"{plugins.describe(ep)} uses the name of the built-in dataset {name!r}; a plug-in cannot replace a "
+            "built-in, rename its entry point."
+        )
+    return BUILTIN_DATASETS[name]
+
+
+DATASETS = Registry()
+
+
 def get_recipe(name: str) -> DatasetRecipe[Any, Any]:
-    """The recipe called ``name``; a :class:`ConfigError` naming the known datasets otherwise."""
-    recipe = DATASETS.get(name) if isinstance(name, str) else None
-    if recipe is None:
-        raise ConfigError(f"Unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}.")
-    return recipe
+    """The recipe called ``name`` (a built-in, or a plug-in imported now); a :class:`ConfigError` naming the known
+    datasets when there is none, a :class:`DatasetError` naming the plug-in when it cannot be loaded."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise ConfigError(f"Unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}.") from None
 
 
 def sample_source(name: str) -> Path:
@@ -38,11 +84,13 @@ def sample_source(name: str) -> Path:
 
 
 __all__ = [
+    "BUILTIN_DATASETS",
     "DATASETS",
     "SAMPLES_DIR",
     "DataConfigLike",
     "DatasetRecipe",
     "RawSample",
+    "Registry",
     "SourceInfo",
     "get_recipe",
     "sample_source",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,11 +160,12 @@ def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: 
 def require_type(table: Any, label: str, index: int, value: Any, name: str, kind: str) -> Any:
     """``value`` if it has JSON type ``kind`` (``string``, ``list of strings``, ``object``, ``list``), else an
     error naming the field and the row's file and line."""
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "string": lambda v: isinstance(v, str),
         "list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
         "object": lambda v: isinstance(v, Mapping),
         "list": lambda v: isinstance(v, list),
+        "any": lambda v: True,
     }
     if not checks[kind](value):
         raise row_error(table, label, index, f"{name!r} must be a {kind}, got {_json_type(value)}")

@@ -1,0 +1,166 @@
+"""``chat``: rows that already are conversations, ``messages: [{"role": ..., "content": ...}, ...]``.
+
+The format TRL and the chat templates use. A conversation ending with an assistant turn has that turn dropped (it
+is the gold answer); what is left must end with a user turn. The key is the conversation without the final
+assistant turn, in order: ``{"documents": [<documents column(s)>], "query": <the final user turn's content>,
+"shots": [], "task": {"history": [{"role", "content"}, ... every earlier turn]}}``, plus any ``task`` columns.
+
+The prompt is rendered by a chat template (``tokenizer_chat``, ``qwen_3_chat`` or ``llama_chat``): the earlier
+turns as they are, the final user turn as its documents (one block each, then a space) and its content. The
+``default`` template cannot render a conversation and is refused. Selection is the ``table`` recipe's: a seeded
+shuffle (unless ``shuffle`` is false), ``filters`` keeping that order, the first ``num_samples``; ``num_shots``
+must be 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, StrictBool, StrictStr, field_validator
+
+from gencache.data.kwargs import KwargsModel
+from gencache.data.prompts import ContextBlock, Inline, normalize
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo, shortfall
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
+from gencache.data.recipes.table import Scalar, documents_of, filtered_order, load_table, named_columns, task_of
+from gencache.errors import DatasetError
+
+ROLES = ("system", "user", "assistant")
+HISTORY = "history"
+
+
+class ChatKwargs(KwargsModel):
+    """``data_kwargs`` of ``chat``."""
+
+    messages: StrictStr = Field(
+        default="messages", min_length=1, description="Column holding the conversation (a list of {role, content})."
+    )
+    documents: StrictStr | list[StrictStr] | None = Field(
+        default=None,
+        description="Column(s) holding documents shown in the final user turn before its content; null: none.",
+    )
+    document_field: StrictStr = Field(
+        default="text", min_length=1, description="The text field of documents given as objects."
+    )
+    task: list[StrictStr] = Field(
+        default_factory=list, description="Columns copied into the key's task fields besides history."
+    )
+    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
+        default_factory=dict,
+        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
+    )
+    shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, value: list[str]) -> list[str]:
+        if HISTORY in value:
+            raise ValueError(f"{HISTORY!r} is the key's conversation field; rename that column")
+        return value
+
+    def document_columns(self) -> list[str]:
+        """The document columns, in order."""
+        if self.documents is None:
+            return []
+        return [self.documents] if isinstance(self.documents, str) else list(self.documents)
+
+
+COLUMNS = (
+    Column(
+        "<messages>",
+        "list of objects {role, content}",
+        True,
+        "The column data_kwargs.messages names (default messages): roles system, user, assistant; contents strings.",
+    ),
+    Column(
+        "<documents>", "string, list of strings or list of objects", False, "The columns data_kwargs.documents names."
+    ),
+    Column("<task>", "any JSON", False, "The columns data_kwargs.task names: the key's task fields."),
+)
+
+
+@dataclass(frozen=True)
+class ChatRows:
+    """The table a ``chat`` data config reads."""
+
+    table: Any
+
+
+def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
+    """The ``(role, content)`` turns of row ``index``, checked."""
+    turns: list[tuple[str, str]] = []
+    for position, turn in enumerate(field_of(table, label, index, row, column, "list")):
+        where = f"{column}[{position}]"
+        require_type(table, label, index, turn, where, "object")
+        role = field_of(table, label, index, {where: turn}, f"{where}.role", "string")
+        content = field_of(table, label, index, {where: turn}, f"{where}.content", "string")
+        if role not in ROLES:
+            raise row_error(table, label, index, f"{where}.role is {role!r}; chat rows take {', '.join(ROLES)}")
+        if role == "system" and position:
+            raise row_error(table, label, index, f"{where} is a system turn; only the first turn may be one")
+        turns.append((role, content))
+    return turns
+
+
+class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
+    """The ``chat`` recipe."""
+
+    name = "chat"
+    hub_id = ""
+    kwargs_model = ChatKwargs
+    columns = COLUMNS
+
+    def load(
+        self, dc: DataConfigLike, kwargs: ChatKwargs | Mapping[str, Any], tokenizer: Any | None
+    ) -> tuple[list[RawSample], SourceInfo]:
+        from gencache.data.recipes.base import check_counts, coerce_kwargs
+
+        kw = coerce_kwargs(ChatKwargs, kwargs, self.name)
+        check_counts(dc)
+        selection = self.select(dc, kw, tokenizer)
+        table = selection.rows.table
+        samples = [self._raw(table, kw, index) for index in selection.candidates]
+        return samples, selection.source
+
+    def select(self, dc: DataConfigLike, kwargs: ChatKwargs, tokenizer: Any | None) -> Any:
+        from gencache.data.recipes.base import Selection
+
+        if dc.num_shots:
+            raise DatasetError(
+                "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
+            )
+        table, info = load_table(self, dc)
+        check_columns(table, self.name, named_columns(kwargs, kwargs.messages))
+        order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
+        if dc.num_samples > len(order):
+            raise shortfall(self.name, dc.split, dc.num_samples, len(order), detail)
+        return Selection(info, ChatRows(table), (), order[: dc.num_samples])
+
+    def sample(self, rows: ChatRows, kwargs: ChatKwargs, index: int) -> None:
+        raise DatasetError("chat rows are built by ChatRecipe.load")  # load builds RawSamples directly
+
+    def _raw(self, table: Any, kwargs: ChatKwargs, index: int) -> RawSample:
+        row = table[index]
+        turns = conversation(table, self.name, index, row, kwargs.messages)
+        answer = ""
+        if turns and turns[-1][0] == "assistant":
+            answer = turns.pop()[1]
+        if not turns or turns[-1][0] != "user":
+            problem = f"{kwargs.messages!r} must end with a user turn (after its final assistant turn)"
+            raise row_error(table, self.name, index, problem)
+        query = turns[-1][1]
+        history = tuple(turns[:-1])
+        documents = documents_of(table, self.name, index, row, kwargs)
+        task: dict[str, Any] = {HISTORY: [{"role": role, "content": content} for role, content in history]}
+        task.update(task_of(table, self.name, index, row, kwargs.task))
+        semantic = {"documents": documents, "query": query, "shots": [], "task": task}
+        if not query:
+            raise row_error(table, self.name, index, "the final user turn is empty; every sample needs a query")
+        blocks = [part for document in documents for part in (ContextBlock(document), Inline(" "))]
+        parts = normalize([*blocks, Inline(query)])
+        return RawSample(semantic=semantic, parts=parts, query=query, answer=answer, history=history)
+
+
+RECIPE = ChatRecipe()

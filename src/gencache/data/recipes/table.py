@@ -1,0 +1,204 @@
+"""``table``: a declarative recipe over any JSON, JSON Lines or parquet table, local directory or hub dataset.
+
+``data_kwargs`` name the columns: ``query`` (the question), ``documents`` (one or several columns), ``answer``
+(the gold answer, shown by few-shot examples), ``task`` (columns copied into the key's task fields), an
+``instruction`` and optional ``filters``. The rows are shuffled with ``random.Random(seed)`` (unless ``shuffle`` is
+false), rows failing a filter are dropped keeping that order, the few-shot examples are the first ``num_shots`` and
+the samples the next ``num_samples``; ``num_data_strs`` is ignored.
+
+A row becomes the key payload ``{"documents": [...], "query": <the query column, raw>, "shots": [...],
+"task": {<task column>: <its value>, ...}}`` (see docs/datasets.md for a worked example).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+
+from gencache.data.kwargs import KwargsModel
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot, shortfall
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error, row_value
+from gencache.errors import DatasetError
+
+Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None
+
+
+class TableKwargs(KwargsModel):
+    """``data_kwargs`` of ``table``."""
+
+    query: StrictStr = Field(default="question", min_length=1, description="Column holding the query (a string).")
+    documents: StrictStr | list[StrictStr] | None = Field(
+        default=None,
+        description="Column(s) holding the documents, in order: each value is a string, a list of strings or a "
+        "list of objects with a document_field; null: no documents.",
+    )
+    document_field: StrictStr = Field(
+        default="text", min_length=1, description="The text field of documents given as objects."
+    )
+    answer: StrictStr | None = Field(
+        default="answer",
+        description="Column holding the gold answer (a string); null: none (then num_shots must be 0).",
+    )
+    task: list[StrictStr] = Field(
+        default_factory=list,
+        description="Columns copied into the key's task fields, {column: value}: what the answer depends on "
+        "besides the documents and the query.",
+    )
+    instruction: StrictStr = Field(
+        default="", description="Text before the query in the prompt, followed by a newline; not part of the key."
+    )
+    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
+        default_factory=dict,
+        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
+    )
+    shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
+
+    @field_validator("documents")
+    @classmethod
+    def _documents(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and not value:
+            raise ValueError("must name at least one column (or be null for no documents)")
+        return value
+
+    def document_columns(self) -> list[str]:
+        """The document columns, in order."""
+        if self.documents is None:
+            return []
+        return [self.documents] if isinstance(self.documents, str) else list(self.documents)
+
+
+COLUMNS = (
+    Column("<query>", "string", True, "The column data_kwargs.query names (default question): the key's query."),
+    Column(
+        "<documents>",
+        "string, list of strings or list of objects",
+        False,
+        "The column(s) data_kwargs.documents names: the key's documents, in column order.",
+    ),
+    Column("<answer>", "string", False, "The column data_kwargs.answer names (default answer): the gold answer."),
+    Column("<task>", "any JSON", False, "The columns data_kwargs.task names: the key's task fields."),
+    Column("<filter>", "string, number or boolean", False, "The columns data_kwargs.filters names."),
+)
+
+
+def named_columns(kwargs: Any, first: str) -> list[Column]:
+    """The columns a row must have under ``kwargs`` (a table's or chat's): ``first`` (the query or messages column),
+    the document, task and filter columns, and the answer column when there is one."""
+    names = [first, *kwargs.document_columns(), *kwargs.task, *kwargs.filters]
+    answer = getattr(kwargs, "answer", None)
+    if answer is not None:
+        names.append(answer)
+    return [Column(name, "", True, "") for name in dict.fromkeys(names)]
+
+
+def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwargs: Any) -> list[str]:
+    """The documents of row ``index``: each document column in order; a string is one document, a list gives
+    its strings (or its objects' ``document_field``) in order."""
+    documents: list[str] = []
+    for column in kwargs.document_columns():
+        value = row_value(table, label, index, row, column.split("."))
+        if isinstance(value, str):
+            documents.append(value)
+            continue
+        require_type(table, label, index, value, column, "list")
+        for position, item in enumerate(value):
+            where = f"{column}[{position}]"
+            if isinstance(item, Mapping):
+                text = field_of(table, label, index, {where: item}, f"{where}.{kwargs.document_field}", "string")
+                documents.append(text)
+            else:
+                documents.append(require_type(table, label, index, item, where, "string"))
+    return documents
+
+
+def task_of(table: Any, label: str, index: int, row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
+    """``{column: value}`` of the task columns of row ``index`` (a null value is an error)."""
+    return {column: field_of(table, label, index, row, column, "any") for column in columns}
+
+
+def filtered_order(table: Any, dc: DataConfigLike, shuffle: bool, filters: Mapping[str, Any]) -> tuple[list[int], str]:
+    """Row indices in selection order (seeded shuffle, then the filters keeping that order) and what they are."""
+    order = list(range(len(table)))
+    if shuffle:
+        random.Random(dc.seed).shuffle(order)
+    detail = f"{len(order)} rows"
+    for column, wanted in filters.items():
+        allowed = wanted if isinstance(wanted, list) else [wanted]
+        values = table[column]
+        order = [i for i in order if _matches(values[i], allowed)]
+    if filters:
+        shown = ", ".join(f"{column} in {wanted!r}" for column, wanted in filters.items())
+        detail += f", {len(order)} where {shown}"
+    return order, detail
+
+
+def _matches(value: Any, allowed: list[Any]) -> bool:
+    """``value`` equals one of ``allowed`` (``true`` never equals ``1``)."""
+    return any(value == option and isinstance(value, bool) == isinstance(option, bool) for option in allowed)
+
+
+def load_table(recipe: DatasetRecipe[Any, Any], dc: DataConfigLike) -> tuple[Any, Any]:
+    """The data config's table (from ``source``; there is no canonical hub dataset) and its source info."""
+    if dc.source is None:
+        raise DatasetError(
+            f"{recipe.name} reads your own table: set source to a JSON/JSONL/parquet file, a directory laid out by "
+            "split, or a hub dataset id."
+        )
+    tables, info = recipe.tables(dc, splits=(dc.split,), hub_config=None if dc.subset == "default" else dc.subset)
+    return tables[dc.split], info
+
+
+@dataclass(frozen=True)
+class TableRows:
+    """The table a ``table`` data config reads."""
+
+    table: Any
+
+
+class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
+    """The ``table`` recipe."""
+
+    name = "table"
+    hub_id = ""
+    kwargs_model = TableKwargs
+    columns = COLUMNS
+
+    def select(self, dc: DataConfigLike, kwargs: TableKwargs, tokenizer: Any | None) -> Selection[TableRows]:
+        if dc.num_shots and kwargs.answer is None:
+            raise DatasetError("table few-shot examples show the answer: set data_kwargs.answer or num_shots to 0.")
+        table, info = load_table(self, dc)
+        check_columns(table, self.name, named_columns(kwargs, kwargs.query))
+        order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
+        if dc.num_shots + dc.num_samples > len(order):
+            available = max(len(order) - dc.num_shots, 0)
+            detail += f", {dc.num_shots} used as few-shot"
+            raise shortfall(self.name, dc.split, dc.num_samples, available, detail)
+        shots = order[: dc.num_shots]
+        return Selection(info, TableRows(table), shots, order[dc.num_shots : dc.num_shots + dc.num_samples])
+
+    def _read(self, rows: TableRows, kwargs: TableKwargs, index: int) -> tuple[list[str], str, str, dict[str, Any]]:
+        table = rows.table
+        row = table[index]
+        documents = documents_of(table, self.name, index, row, kwargs)
+        query = field_of(table, self.name, index, row, kwargs.query, "string")
+        answer = "" if kwargs.answer is None else field_of(table, self.name, index, row, kwargs.answer, "string")
+        return documents, query, answer, task_of(table, self.name, index, row, kwargs.task)
+
+    def shot(self, rows: TableRows, kwargs: TableKwargs, index: int) -> Shot:
+        documents, query, answer, task = self._read(rows, kwargs, index)
+        context = "".join(document + "\n" for document in documents)
+        return Shot(documents, query, answer, f"{context}Question: {query}\nAnswer: {answer}\n", task)
+
+    def sample(self, rows: TableRows, kwargs: TableKwargs, index: int) -> Question:
+        documents, query, answer, task = self._read(rows, kwargs, index)
+        if not query:
+            raise row_error(rows.table, self.name, index, f"{kwargs.query!r} is empty; every sample needs a query")
+        shown = f"{kwargs.instruction}\n{query}" if kwargs.instruction else query
+        return Question(documents, query, answer, shown, task)
+
+
+RECIPE = TableRecipe()
