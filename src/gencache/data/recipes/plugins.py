@@ -18,6 +18,7 @@ count), is one :class:`DatasetError` naming the plug-in, its entry point and its
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Mapping
 from importlib import metadata
@@ -32,13 +33,22 @@ __all__ = ["GROUP", "PluginRecipe", "entry_point", "load_plugin", "plugin_names"
 
 
 @functools.lru_cache(maxsize=8)
-def _entry_points(path: tuple[str, ...]) -> tuple[metadata.EntryPoint, ...]:
-    """The group's entry points visible on ``path`` (``sys.path`` as it was; a changed path scans again)."""
+def _entry_points(state: tuple[tuple[str, int], ...]) -> tuple[metadata.EntryPoint, ...]:
+    """The group's entry points for one state of ``sys.path`` (see :func:`_current`)."""
     return tuple(metadata.entry_points(group=GROUP))
 
 
+def _mtime(entry: str) -> int:
+    try:
+        return os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        return -1
+
+
 def _current() -> tuple[metadata.EntryPoint, ...]:
-    return _entry_points(tuple(sys.path))
+    """The group's entry points, scanned again whenever ``sys.path`` or one of its directories changed (an
+    installation adds a ``.dist-info`` directory, which changes its parent's modification time)."""
+    return _entry_points(tuple((entry, _mtime(entry)) for entry in sys.path))
 
 
 def plugin_names() -> list[str]:
@@ -153,7 +163,7 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
         return samples, source
 
     def _malformed(self, problem: str) -> DatasetError:
-        return DatasetError(f"{self.label} returned malformed samples: {problem}; fix the plug-in.")
+        return DatasetError(f"{self.label} returned malformed samples: {problem.rstrip('.')}; fix the plug-in.")
 
     def _check_sample(self, index: int, sample: Any) -> None:
         from gencache.data.keys import semantic_key
