@@ -70,3 +70,15 @@ def test_run_digest_ignores_output_and_shard_fields_only() -> None:
     config = {"model": {"model_path": "m"}, "seed": 1, "output_dir": "/a"}
     assert run_digest(config) == run_digest(config | {"output_dir": "/b", "shard": {"index": 1}})
     assert run_digest(config) != run_digest(config | {"seed": 2})
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2"), ({"SLURM_NTASKS": "2", "SLURM_PROCID": "5"}, "SLURM_PROCID=5")],
+)
+def test_a_launcher_rank_out_of_range_names_the_variable(env: dict[str, str], variable: str) -> None:
+    from gencache.errors import ShardError
+    from gencache.sharding import shard_from_env
+
+    with pytest.raises(ShardError, match=f"Environment variable {variable} is out of range for 2 processes"):
+        shard_from_env(env)

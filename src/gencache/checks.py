@@ -244,6 +244,34 @@ def _count_without_tokenizer(config: CacheConfig) -> list[int]:
     return counts
 
 
+def _teacher_steps(run: _Runner, result: Preflight) -> None:
+    """The checks of the teacher itself: attention on the device, whole weight files, the vocabulary."""
+    from gencache.generation.teacher_files import (
+        check_attn_implementation,
+        check_teacher_weights,
+        check_vocabulary,
+        read_vocab_size,
+    )
+
+    model = result.config.model
+
+    def attention() -> tuple[None, str]:
+        assert result.device is not None
+        return None, check_attn_implementation(model.attn_implementation, result.device)
+
+    def vocabulary() -> tuple[None, str]:
+        vocab_size = read_vocab_size(model.model_path, model.revision)
+        if vocab_size is None:
+            return None, "not checked: config.json records no vocab_size"
+        assert result.generation is not None
+        settings = {**result.generation.kwargs, "eos_token_id": list(result.generation.eos_token_ids)}
+        return None, check_vocabulary(result.tokenizer, vocab_size, settings)
+
+    run.step("attention", attention, needs=("device",))
+    run.step("teacher weights", lambda: (None, check_teacher_weights(model.model_path)), needs=("model",))
+    run.step("vocabulary", vocabulary, needs=("tokenizer", "generation", "teacher config"))
+
+
 # -- the whole path -----------------------------------------------------------------------------------------
 def preflight(
     config: CacheConfig,
@@ -342,6 +370,7 @@ def preflight(
         return value, f"{value} positions" if value else "config.json records no maximum positions"
 
     result.max_positions = run.step("teacher config", positions, needs=("model",))
+    _teacher_steps(run, result)
 
     def datasets() -> tuple[SampleSet | None, str]:
         from gencache.data.samples import build_samples

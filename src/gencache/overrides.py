@@ -11,14 +11,13 @@ given, and the result is validated exactly like a file; a problem that an overri
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gencache.data.config import DEFAULTS_FILENAME, CacheConfig, load_config, merge_defaults, parse_config
+from gencache.data.config import CacheConfig, load_config, parse_config, parse_set_value, read_merged_config
 from gencache.errors import ConfigError
 
 
@@ -56,11 +55,7 @@ def parse_set(text: str) -> Override:
     if any(not part for part in parts):
         raise ConfigError(f"--set {text!r}: the path {name!r} has an empty part; separate field names by single dots.")
     path = tuple(int(part) if part.isdigit() else part for part in parts)
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    return Override(text, path, value)
+    return Override(text, path, parse_set_value(raw, f"--set {text}"))
 
 
 def _describe(path: Sequence[str | int]) -> str:
@@ -92,25 +87,6 @@ def apply_override(raw: dict[str, Any], override: Override) -> None:
         node[last] = override.value
 
 
-def _read_merged(path: Path) -> dict[str, Any]:
-    """The config file with its ``_default.json`` merged under it, unvalidated (the file's own errors come from
-    :func:`load_config`, worded as they are without overrides)."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        defaults_path = path.parent / DEFAULTS_FILENAME
-        if defaults_path.is_file() and path.name != DEFAULTS_FILENAME:
-            defaults = json.loads(defaults_path.read_text(encoding="utf-8"))
-            if isinstance(raw, dict) and isinstance(defaults, dict):
-                raw = merge_defaults(raw, defaults)
-    except (OSError, ValueError):
-        load_config(path)  # raises the file's own, precise error
-        raise
-    if not isinstance(raw, dict):
-        load_config(path)
-        raise ConfigError(f"{path}: the config must be an object.")
-    return raw
-
-
 def _limit(raw: dict[str, Any], limit: int) -> None:
     configs = raw.get("data_configs")
     if not isinstance(configs, list):
@@ -132,9 +108,7 @@ def load_with_overrides(path: str | os.PathLike[str], overrides: Overrides) -> C
         from gencache.checks import check_utf8_paths
 
         check_utf8_paths({"--output-dir path": overrides.output_dir})
-    config_path = Path(path)
-    origin = str(config_path)
-    raw = _read_merged(config_path)
+    raw, origin = read_merged_config(Path(path))
     steps = [parse_set(text) for text in overrides.sets]
     if overrides.output_dir is not None:
         steps.insert(0, Override(f"--output-dir {overrides.output_dir}", ("output_dir",), overrides.output_dir))

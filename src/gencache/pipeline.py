@@ -260,6 +260,7 @@ def generate_run(
             owned_keys=lambda samples: {t.output_dir: t.keys for t in _with_keys(pending, samples)},
         )
         if found.samples is not None:
+            _check_shard_count(found, targets[0].shard, collect=dry_run)
             pending = _with_keys(pending, found.samples)
         if dry_run:
             output = base if shards is not None or single is None else targets[0].output_dir
@@ -282,6 +283,25 @@ def generate_run(
             )
         run.execute(found, pending)
     return result
+
+
+def _check_shard_count(found: Preflight, shard: ShardSpec | None, *, collect: bool) -> None:
+    """Refuse more shards than the run has unique keys (some shards would be empty); in a dry run the problem is
+    recorded like every other check's."""
+    from gencache.checks import Check
+
+    assert found.samples is not None
+    unique = len(found.samples.unique)
+    if shard is None or shard.count <= max(unique, 1):
+        return
+    error = ShardError(
+        f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards would be "
+        f"empty; use at most {max(unique, 1)} shards."
+    )
+    if not collect:
+        raise error
+    found.errors.append(error)
+    found.checks.append(Check("shards", "failed", str(error)))
 
 
 def _nth_sample(samples: SampleSet | None, index: int) -> Sample | None:
@@ -461,6 +481,8 @@ def _terminate_with_a_message(run: _Run, *, active: bool = True) -> Any:
         if run.result.published and run.target_count > 1:  # the writer's message knows one artifact only
             raise Terminated(run.interrupted("a signal")) from stop
         raise
+    except KeyboardInterrupt as stop:  # SIGINT: say what is on disk
+        raise KeyboardInterrupt(run.interrupted("SIGINT")) from stop
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

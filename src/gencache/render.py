@@ -250,7 +250,9 @@ def render_inspect(report: dict[str, Any], console: Console, err: Console | None
         if artifact["kind"] in BAD_INPUT_KINDS:
             err.print(f"error: {artifact['error']}", highlight=False, markup=False)
         elif artifact["kind"] == "error":
-            console.print(f"[red]{escape(artifact['path'])}[/]: {escape(artifact['error'])}", highlight=False)
+            path, error = artifact["path"], artifact["error"]
+            shown = error if error.startswith(path) else f"{path}: {error}"
+            err.print(f"FAIL {shown}", highlight=False, markup=False)
         elif artifact["kind"] == "sharded":
             console.print(_sharded_table(artifact))
             info = artifact["shards"]

@@ -72,6 +72,12 @@ def _launcher_shard(
     if rank is None:
         raise ShardError(f"{origin} started {count} processes but {rank_var} is not set; launch through {origin}.")
     local = _env_int(env, local_var)
+    if not 0 <= rank < count:
+        count_var = "WORLD_SIZE" if origin == "torchrun" else "SLURM_STEP_NUM_TASKS or SLURM_NTASKS"
+        raise ShardError(
+            f"Environment variable {rank_var}={rank} is out of range for {count} processes ({count_var}={count}; "
+            f"use 0..{count - 1}); launch through {origin} or fix the variables."
+        )
     return ShardSpec(index=rank, count=count, origin=origin, local_rank=rank if local is None else local)
 
 

@@ -245,7 +245,10 @@ class CacheReader(GenerationCache):
     def manifest(self) -> dict[str, Any]:
         """The whole manifest, parsed from ``manifest.json`` on every access (large for big artifacts: prefer
         :attr:`summary`, :meth:`metadata` and the mapping itself)."""
-        value: dict[str, Any] = json.loads(_read_regular(self.path / MANIFEST_NAME, "Manifest").decode("utf-8"))
+        try:
+            value: dict[str, Any] = json.loads(_read_regular(self.path / MANIFEST_NAME, "Manifest").decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
+            raise self._fail(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
         return value
 
     def metadata(self, key: str) -> dict[str, Any] | None:

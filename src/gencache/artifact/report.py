@@ -8,11 +8,12 @@ per artifact or finding. Nothing here prints.
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.manifest import PROVENANCE_FIELDS
@@ -83,8 +84,7 @@ def _conflicting_prompts(reader: CacheReader) -> int | None:
 
 
 def _artifact_report(reader: CacheReader) -> dict[str, Any]:
-    entries = reader.manifest["entries"]
-    lengths = [ref["shape"][0] for entry in entries.values() for ref in entry["sequences"]]
+    lengths = reader.index.lengths  # every sequence's token count, from the checked index (never re-parsed)
     summary = reader.summary
     return {
         "path": str(reader.path),
@@ -99,7 +99,9 @@ def _artifact_report(reader: CacheReader) -> dict[str, Any]:
         "sequences": summary["sequences"],
         "tokens": summary["tokens"],
         "token_length": (
-            {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)} if lengths else None
+            {"min": int(lengths.min()), "median": float(np.median(lengths)), "max": int(lengths.max())}
+            if len(lengths)
+            else None
         ),
         "finish_reasons": dict(summary["finish_reasons"]),
         "duplicates": summary["duplicates"],

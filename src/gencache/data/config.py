@@ -22,6 +22,7 @@ import difflib
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
@@ -61,6 +62,8 @@ __all__ = [
     "GENERATION_KWARG_RULES",
     "GENERATION_UNSUPPORTED",
     "LOGIT_FIELDS",
+    "MAX_JSON_DEPTH",
+    "MAX_SEED",
     "NO_LOGITS_MESSAGE",
     "CacheConfig",
     "DataConfig",
@@ -71,10 +74,16 @@ __all__ = [
     "merge_defaults",
     "parse_config",
     "parse_data_configs",
+    "parse_json_text",
+    "parse_set_value",
+    "read_config_document",
+    "read_merged_config",
     "validate_generation_kwargs",
 ]
 
 DEFAULTS_FILENAME = "_default.json"
+MAX_SEED = 2**64 - 1
+"""The largest seed: torch seeds its generators with an unsigned 64-bit integer."""
 
 Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 
@@ -245,7 +254,9 @@ class DataConfig(_Strict):
     num_shots: int = Field(ge=0, description="Few-shot examples rendered before each sample (NIAH: must be 0).")
     subset: str = Field(min_length=1, description="Dataset config / subset (e.g. 10k, fullwiki, default, 4096).")
     split: str = Field(default="train", min_length=1, description="Split to draw samples from.")
-    seed: int = Field(default=42, description="Seed of this data config's own random.Random (selection order).")
+    seed: int = Field(
+        default=42, ge=0, le=MAX_SEED, description="Seed of this data config's own random.Random (selection order)."
+    )
     source: str | None = Field(
         default=None,
         min_length=1,
@@ -334,7 +345,9 @@ class CacheConfig(_Strict):
     cache_device: Literal["cpu"] = Field(
         default="cpu", description='Where entries are staged before they are written; only "cpu" exists.'
     )
-    seed: int = Field(default=42, description="Seeds Python's random and torch before the teacher loads.")
+    seed: int = Field(
+        default=42, ge=0, le=MAX_SEED, description="Seeds Python's random and torch before the teacher loads."
+    )
     output_dir: str = Field(
         min_length=1,
         description="Artifact directory to publish; relative to the working directory; must not exist, not even "
@@ -386,6 +399,11 @@ def merge_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> di
     return merged
 
 
+MAX_JSON_DEPTH = 64
+"""How deeply a config document (or a ``--set`` value) may nest objects and lists: far beyond any real config,
+far below Python's recursion limit."""
+
+
 def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
@@ -399,26 +417,93 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+def _depth_before_parsing(text: str) -> int:
+    """The bracket depth of JSON ``text`` (strings skipped), without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_json_text(text: str, origin: str) -> Any:
+    """Parse config JSON strictly: no duplicate keys, no NaN/Infinity, at most :data:`MAX_JSON_DEPTH` levels.
+
+    Every config document goes through here: config files, ``_default.json`` and ``--set`` values alike.
+    Raises :class:`ConfigError` naming ``origin`` (and the line and column of a syntax error).
+    """
+    if _depth_before_parsing(text) > MAX_JSON_DEPTH:
+        raise ConfigError(f"{origin}: nested more than {MAX_JSON_DEPTH} levels deep; a config never needs that.")
     try:
-        text = path.read_text(encoding="utf-8")
+        return json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{origin}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise ConfigError(f"{origin}: nested too deeply.") from None
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: invalid JSON: {exc}") from None
+
+
+def parse_set_value(text: str, origin: str) -> Any:
+    """A ``--set`` value: JSON read as strictly as a config file, or ``text`` itself when it is not JSON at all."""
+    if _depth_before_parsing(text) <= MAX_JSON_DEPTH:
+        try:
+            json.loads(text)
+        except ValueError:
+            return text
+    return parse_json_text(text, origin)
+
+
+def read_config_document(path: Path, what: str) -> dict[str, Any]:
+    """Read one config document (a config file or a ``_default.json``): a regular UTF-8 file holding a strict JSON
+    object (:func:`parse_json_text`). A FIFO, a device or a directory is refused before it is opened."""
+    try:
+        info = path.stat()
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} is a directory, not a JSON file: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{what} is a directory, not a JSON file: {path}")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{what} {path} is not a regular file (a pipe or a device?); give a JSON file.")
+    try:
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    try:
-        value = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    value = parse_json_text(text, str(path))
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: the config must be a JSON object, not {_type_name(value)}")
     return value
+
+
+def read_merged_config(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """The config file at ``path`` with its sibling ``_default.json`` (if any) deep-merged under it, unvalidated,
+    and the origin that errors name. The one reader of config files (``load_config`` and the overrides use it)."""
+    config_path = Path(path)
+    raw = read_config_document(config_path, "config file")
+    defaults_path = config_path.parent / DEFAULTS_FILENAME
+    origin = str(config_path)
+    if defaults_path.is_file() and config_path.name != DEFAULTS_FILENAME:
+        defaults = read_config_document(defaults_path, "defaults file")
+        raw = merge_defaults(raw, defaults)
+        origin = f"{config_path} (merged with {defaults_path.name})"
+    return raw, origin
 
 
 def load_config(path: str | os.PathLike[str]) -> CacheConfig:
@@ -427,14 +512,7 @@ def load_config(path: str | os.PathLike[str]) -> CacheConfig:
     Raises :class:`ConfigError` (one line naming the file and every failing field path) for a missing or
     unreadable file, invalid JSON (with line and column), or an invalid field.
     """
-    config_path = Path(path)
-    raw = _read_json_object(config_path, "config file")
-    defaults_path = config_path.parent / DEFAULTS_FILENAME
-    origin = str(config_path)
-    if defaults_path.is_file() and config_path.name != DEFAULTS_FILENAME:
-        defaults = _read_json_object(defaults_path, "defaults file")
-        raw = merge_defaults(raw, defaults)
-        origin = f"{config_path} (merged with {defaults_path.name})"
+    raw, origin = read_merged_config(path)
     return parse_config(raw, origin=origin)
 
 
