@@ -1,5 +1,6 @@
 """`gencache export` from the artifact alone: JSONL and parquet, prompts when the data is reachable (or pointed at
-with --data-root / --source), none with --no-prompts, streamed in batches."""
+with --data-root / --source), none with --no-prompts, streamed in batches; the stored token ids under TRL's column
+names, and the artifact's provenance in the parquet schema metadata."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 
 from gencache.artifact.reader import CacheReader
 from gencache.cli import run as cli_run
+from gencache.data.config import load_config
 from gencache.data.recipes import sample_source
+from gencache.data.samples import build_samples
 from gencache.pipeline import run_generate
 
 
@@ -109,3 +112,46 @@ def test_no_prompts_and_parquet_read_back_with_datasets(
 
 def test_export_of_a_missing_directory_is_bad_input(tmp_path: Path) -> None:
     assert cli_run(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "a.jsonl")]) == 2
+
+
+def test_token_columns_and_provenance_survive_the_parquet(
+    artifact: tuple[Path, Path], tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any
+) -> None:
+    import hashlib
+
+    import datasets
+    import pyarrow.parquet as pq
+
+    published, data = artifact
+    reader = CacheReader(published)
+    out = tmp_path / "tokens.parquet"
+    assert cli_run(["export", str(published), "--out", str(out), "--format", "parquet", "--no-legacy-names"]) == 0
+    table = datasets.load_dataset("parquet", data_files=str(out), split="train")
+    assert "text" not in table.column_names and "prompt_text" not in table.column_names
+    assert {"prompt", "completion", "prompt_ids", "completion_ids", "dataset_name"} <= set(table.column_names)
+    samples = {s.key: s for s in build_samples(load_config(data.parent / "config.json"), tiny_tokenizer)}
+    for row in table:
+        generation = reader[row["key"]]
+        stored = generation.sequences[row["sequence_index"]]
+        assert row["completion_ids"] == stored.tolist() and row["token_length"] == len(stored)
+        assert row["completion"] == generation.texts[row["sequence_index"]]
+        assert row["prompt_ids"] == list(samples[row["key"]].input_ids or ())
+        assert row["prompt"] == samples[row["key"]].prompt_text and row["prompt_token_length"] == len(row["prompt_ids"])
+        assert row["dataset_name"] == "musique" and row["data_config_index"] == 0
+        assert row["content_digest"] == (reader.metadata(row["key"]) or {})["content_digest"]
+    meta = json.loads(pq.read_schema(out).metadata[b"gencache"])
+    assert meta["teacher"]["model_path"] == str(tiny_teacher_dir) == reader.provenance["model_path"]
+    assert meta["provenance_digest"] == reader.provenance_digest and meta["dtype"] == "float32"
+    assert meta["tokenizer"] == reader.provenance["tokenizer"] and meta["format_version"] == 3
+    entries = hashlib.sha256()
+    for key in sorted(reader.keys()):
+        entries.update(f"{key} {(reader.metadata(key) or {})['content_digest']}\n".encode())
+    assert meta["entries_digest"] == entries.hexdigest() and meta["entries"] == len(reader)
+    # the recipe the README gives for TRL: exact ids, completion_mask on the answer
+    tokenized = table.map(
+        lambda r: {"input_ids": r["prompt_ids"] + r["completion_ids"],
+                   "completion_mask": [0] * len(r["prompt_ids"]) + [1] * len(r["completion_ids"])}
+    )  # fmt: skip
+    first = tokenized[0]
+    assert first["input_ids"][-first["token_length"] :] == first["completion_ids"]
+    assert sum(first["completion_mask"]) == first["token_length"]

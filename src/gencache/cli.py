@@ -321,9 +321,18 @@ def export(
         list[str] | None,
         typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
     ] = None,
+    no_legacy_names: Annotated[
+        bool,
+        typer.Option(
+            "--no-legacy-names",
+            metavar=FLAG,
+            help="Leave out prompt_text and text (the same values as prompt and completion).",
+        ),
+    ] = False,
 ) -> None:
-    """Write one record per stored sequence: key, text, finish reason, token length and, when the datasets can be
-    read, the prompt. Works from the artifact alone."""
+    """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
+    length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
+    the artifact's provenance in its schema metadata. Works from the artifact alone."""
     from gencache.artifact.report import classify_path
     from gencache.errors import InputPathError
     from gencache.export import export as export_artifact
@@ -335,8 +344,9 @@ def export(
     sources = dict(parse_source_override(text) for text in source or ())
     with _quiet_libraries(False):
         result = export_artifact(
-            directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources
-        )
+            directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources,
+            legacy_names=not no_legacy_names,
+        )  # fmt: skip
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
     typer.echo(f"wrote {result.records} records to {result.out}")

@@ -1,12 +1,17 @@
 """``gencache export``: one record per stored sequence, as JSON Lines or parquet, from the artifact alone.
 
-Every record has the key, the sequence index, the answer text, its finish reason and token length, and the run's
-``max_new_tokens`` (from ``resolved_config.json``). Prompts (and the data config and sample index of each key) are
-added when the samples can be rebuilt: from the dataset sources the artifact recorded, or from ``data_root`` (a
-directory holding the recorded local sources by their last path component) and ``sources`` (a new source per data
-config index). When they cannot be rebuilt the export still happens, without prompts, and says why; ``prompts=False``
-skips them. Records are streamed: one entry at a time to a temporary sibling that is fsynced and linked into place,
-so the file appears complete or not at all.
+Every record has the key, the sequence index, the answer as text (``completion``) and as the exact stored token ids
+(``completion_ids``), its finish reason, token length and content digest, and the run's ``max_new_tokens`` (from
+``resolved_config.json``). Prompts (``prompt``, ``prompt_ids``, and the dataset name, data config index and sample
+index of each key) are added when the samples can be rebuilt: from the dataset sources the artifact recorded, or from
+``data_root`` (a directory holding the recorded local sources by their last path component) and ``sources`` (a new
+source per data config index). When they cannot be rebuilt the export still happens, without prompts, and says why;
+``prompts=False`` skips them. ``prompt_text`` and ``text``, the earlier names of ``prompt`` and ``completion``, are
+written too unless ``legacy_names=False``.
+
+A parquet file carries the artifact's provenance in its schema metadata, under the key ``gencache`` (JSON, see
+:func:`export_metadata`). Records are streamed: one entry at a time to a temporary sibling that is fsynced and
+linked into place, so the file appears complete or not at all.
 """
 
 from __future__ import annotations
@@ -27,30 +32,40 @@ FORMATS = ("jsonl", "parquet")
 Record = dict[str, Any]
 PARQUET_BATCH_ROWS = 4096
 
-#: The columns of every record and their pyarrow types (``None`` values are nulls).
+#: The columns of every record and their pyarrow types (``None`` values are nulls; ``ids`` is a list of int64).
 COLUMNS: dict[str, str] = {
     "key": "string",
+    "dataset_name": "string",
     "data_config_index": "int64",
     "sample_index": "int64",
     "sequence_index": "int64",
-    "prompt_text": "string",
+    "prompt": "string",
+    "completion": "string",
+    "prompt_ids": "ids",
+    "completion_ids": "ids",
     "prompt_token_length": "int64",
     "token_length": "int64",
     "max_new_tokens": "int64",
     "finish_reason": "string",
     "reached_max_length": "bool_",
-    "text": "string",
+    "content_digest": "string",
 }
+#: The earlier names of ``prompt`` and ``completion``, written beside them unless ``legacy_names=False``.
+LEGACY_COLUMNS: dict[str, str] = {"prompt_text": "prompt", "text": "completion"}
+#: The parquet schema metadata key holding :func:`export_metadata`.
+METADATA_KEY = "gencache"
 
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What an export wrote: the number of records, whether they carry prompts, and why not when they do not."""
+    """What an export wrote: the number of records, whether they carry prompts, why not when they do not, and the
+    provenance a parquet file carries in its schema metadata."""
 
     out: Path
     records: int
     prompts: bool
     note: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,8 @@ class _Prompt:
     data_config_index: int
     sample_index: int
     text: str
-    tokens: int | None
+    ids: tuple[int, ...] | None
+    dataset_name: str | None
 
 
 def _rebuild_prompts(
@@ -90,8 +106,9 @@ def _rebuild_prompts(
     for sample in samples.unique:
         if sample.key in keys:
             order.append(sample.key)
-            tokens = len(sample.input_ids) if sample.input_ids is not None else None
-            prompts[sample.key] = _Prompt(sample.data_config_index, sample.sample_index, sample.prompt_text, tokens)
+            ids = tuple(int(i) for i in sample.input_ids) if sample.input_ids is not None else None
+            name = config.data_configs[sample.data_config_index].dataset_name
+            prompts[sample.key] = _Prompt(sample.data_config_index, sample.sample_index, sample.prompt_text, ids, name)
     missing = len(keys) - len(prompts)
     if missing:
         raise DatasetError(
@@ -100,26 +117,72 @@ def _rebuild_prompts(
     return order, prompts
 
 
-def _records(reader: Any, order: list[str], prompts: Mapping[str, _Prompt], max_new_tokens: Any) -> Iterator[Record]:
+def _records(
+    reader: Any, order: list[str], prompts: Mapping[str, _Prompt], max_new_tokens: Any, legacy_names: bool
+) -> Iterator[Record]:
     for key in order:
         generation = reader[key]
+        entry = reader.metadata(key) or {}
         prompt = prompts.get(key)
+        prompt_ids = None if prompt is None or prompt.ids is None else list(prompt.ids)
         for index, (sequence, text, reason) in enumerate(
             zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
         ):
-            yield {
+            record: Record = {
                 "key": key,
+                "dataset_name": None if prompt is None else prompt.dataset_name,
                 "data_config_index": None if prompt is None else prompt.data_config_index,
                 "sample_index": None if prompt is None else prompt.sample_index,
                 "sequence_index": index,
-                "prompt_text": None if prompt is None else prompt.text,
-                "prompt_token_length": None if prompt is None else prompt.tokens,
+                "prompt": None if prompt is None else prompt.text,
+                "completion": text,
+                "prompt_ids": prompt_ids,
+                "completion_ids": sequence.tolist(),
+                "prompt_token_length": None if prompt_ids is None else len(prompt_ids),
                 "token_length": int(sequence.numel()),
                 "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
                 "finish_reason": reason,
                 "reached_max_length": reason == "length",
-                "text": text,
+                "content_digest": entry.get("content_digest"),
             }
+            if legacy_names:
+                for old, new in LEGACY_COLUMNS.items():
+                    record[old] = record[new]
+            yield record
+
+
+def export_metadata(reader: Any, resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """Where an export came from: the teacher (``model_path``, its ``commit_hash`` when recorded), the tokenizer
+    path and state, the dtype, the format and gencache versions, the provenance digest, the artifact paths, and
+    ``entries_digest``: SHA-256 over ``"<key> <content_digest>\\n"`` for every entry in key order (each record
+    carries its entry's ``content_digest``)."""
+    import hashlib
+
+    from gencache import __version__
+    from gencache.artifact.names import FORMAT_VERSION
+
+    entries = hashlib.sha256()
+    for key in reader:
+        entry = reader.metadata(key) or {}
+        entries.update(f"{key} {entry.get('content_digest')}\n".encode())
+    provenance = dict(reader.provenance)
+    recorded = resolved.get("model")
+    model: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
+    paths = getattr(reader, "paths", None) or (reader.path,)
+    return {
+        "format_version": FORMAT_VERSION,
+        "gencache_version": __version__,
+        "teacher": {"model_path": provenance.get("model_path"), "commit_hash": model.get("commit_hash")},
+        "tokenizer_path": provenance.get("tokenizer_path"),
+        "tokenizer": provenance.get("tokenizer"),
+        "dtype": provenance.get("dtype"),
+        "provenance": provenance,
+        "provenance_digest": reader.provenance_digest,
+        "artifacts": [str(path) for path in paths],
+        "entries": len(reader),
+        "entries_digest": entries.hexdigest(),
+        "run_digest": resolved.get("run_digest"),
+    }
 
 
 def _write_jsonl(records: Iterator[Record], handle: IO[bytes]) -> int:
@@ -130,11 +193,22 @@ def _write_jsonl(records: Iterator[Record], handle: IO[bytes]) -> int:
     return count
 
 
-def _write_parquet(records: Iterator[Record], handle: IO[bytes]) -> int:
+def parquet_schema(*, legacy_names: bool = True, metadata: Mapping[str, Any] | None = None) -> Any:
+    """The pyarrow schema of an export (with ``metadata`` as JSON under :data:`METADATA_KEY`)."""
+    import pyarrow as pa
+
+    columns = dict(COLUMNS)
+    if legacy_names:
+        columns.update({old: COLUMNS[new] for old, new in LEGACY_COLUMNS.items()})
+    fields = [(name, pa.list_(pa.int64()) if kind == "ids" else getattr(pa, kind)()) for name, kind in columns.items()]
+    encoded = None if metadata is None else {METADATA_KEY: json.dumps(metadata, sort_keys=True)}
+    return pa.schema(fields, metadata=encoded)
+
+
+def _write_parquet(records: Iterator[Record], handle: IO[bytes], schema: Any) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in COLUMNS.items()])
     count = 0
     with pq.ParquetWriter(handle, schema) as writer:
         batch: list[Record] = []
@@ -187,6 +261,7 @@ def export(
     prompts: bool = True,
     data_root: str | os.PathLike[str] | None = None,
     sources: Mapping[int, str] | None = None,
+    legacy_names: bool = True,
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
     from gencache.artifact.reader import open_caches, read_resolved_config
@@ -220,9 +295,16 @@ def export(
                 f"prompts left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
                 "--source at the datasets to add them, or pass --no-prompts"
             )
-    writer = _write_parquet if format == "parquet" else _write_jsonl
-    count = _write_atomic(out_path, lambda handle: writer(_records(reader, order, found, max_new_tokens), handle))
-    return ExportResult(Path(os.path.abspath(out_path)), count, bool(found) or (not keys and prompts), note)
+    metadata = export_metadata(reader, resolved)
+    schema = parquet_schema(legacy_names=legacy_names, metadata=metadata)
+
+    def write(handle: IO[bytes]) -> int:
+        records = _records(reader, order, found, max_new_tokens, legacy_names)
+        return _write_parquet(records, handle, schema) if format == "parquet" else _write_jsonl(records, handle)
+
+    count = _write_atomic(out_path, write)
+    with_prompts = bool(found) or (not keys and prompts)
+    return ExportResult(Path(os.path.abspath(out_path)), count, with_prompts, note, metadata)
 
 
 def export_jsonl(directory: str | os.PathLike[str], out: str | os.PathLike[str]) -> int:
@@ -238,4 +320,15 @@ def parse_source_override(text: str) -> tuple[int, str]:
     return int(index), source
 
 
-__all__ = ["COLUMNS", "FORMATS", "ExportResult", "export", "export_jsonl", "parse_source_override"]
+__all__ = [
+    "COLUMNS",
+    "FORMATS",
+    "LEGACY_COLUMNS",
+    "METADATA_KEY",
+    "ExportResult",
+    "export",
+    "export_jsonl",
+    "export_metadata",
+    "parquet_schema",
+    "parse_source_override",
+]
