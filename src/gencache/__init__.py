@@ -19,9 +19,11 @@ _EXPORTS = {
     "semantic_key": "gencache.data.keys",
     "prepare_tokenizer": "gencache.tokenizer",
     "GencacheError": "gencache.errors",
+    "generate": "gencache.api",
 }
 
 if TYPE_CHECKING:
+    from gencache.api import generate
     from gencache.artifact.reader import CacheReader, Generation, open_caches
     from gencache.data.config import load_config
     from gencache.data.keys import semantic_key
@@ -35,6 +37,7 @@ __all__ = [
     "Generation",
     "__version__",
     "build_samples",
+    "generate",
     "load_config",
     "open_caches",
     "prepare_tokenizer",

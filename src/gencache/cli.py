@@ -186,31 +186,31 @@ def generate(
     ] = False,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
-    from gencache.overrides import Overrides
-    from gencache.pipeline import generate_run
+    from gencache.api import generate as generate_cache
     from gencache.progress import make_progress
     from gencache.render import make_console, render_dry_run, render_notice
 
     err = make_console(stderr=True)
-    overrides = Overrides(sets=tuple(set_ or ()), output_dir=output_dir, limit=limit)
     with _quiet_libraries(verbose):
-        result = generate_run(
+        result = generate_cache(
             config,
+            overrides=list(set_ or ()),
+            output_dir=output_dir,
+            limit=limit,
             shard=shard,
             shards=shards,
             skip_published=skip_published,
             dry_run=dry_run or show_prompt is not None,
-            overrides=overrides,
             show_prompt=show_prompt,
             notify=lambda level, text: render_notice(err, level, text),
             progress=make_progress,
         )
-    if result.dry_run is not None:
-        render_dry_run(result.dry_run, err)
-        for error in result.dry_run.preflight.errors:
+    if not isinstance(result, Path):  # the dry run's report
+        render_dry_run(result, err)
+        for error in result.preflight.errors:
             typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(result.dry_run.exit_code)
-    typer.echo(str(result.output_dir))
+        raise typer.Exit(result.exit_code)
+    typer.echo(str(result))
 
 
 def printable(text: str) -> str:
