@@ -313,3 +313,38 @@ def test_the_progress_of_a_sharded_run_counts_the_whole_run_and_names_the_shard(
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("gencache: generate [shard 1/2]: 0/10 samples")
     assert lines[-1].startswith("gencache: generate [shard 2/2]: 5/10 samples (50.0%), 15 tokens")
+
+
+@pytest.mark.parametrize("what", ["file", "empty directory", "/dev/null"])
+def test_inspect_verify_and_export_of_what_is_not_an_artifact_are_bad_input(
+    what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if what == "file":
+        path = tmp_path / "file"
+        path.write_text("x")
+    elif what == "empty directory":
+        path = tmp_path / "empty"
+        path.mkdir()
+    else:
+        path = Path("/dev/null")
+    for command in (["inspect"], ["verify"], ["export", "--out", str(tmp_path / "out.jsonl")]):
+        assert cli_run([*command, str(path)]) == 2, command
+        captured = capsys.readouterr()
+        assert "is not an artifact" in captured.out + captured.err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_recipe_warning_is_one_warning_line_without_a_source_path(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import warnings
+
+    hotpot = {"dataset_name": "hotpot_qa", "num_samples": 2, "num_data_strs": 0, "num_shots": 1, "subset": "fullwiki",
+              "split": "train", "source": str(sample_source("hotpot_qa")),
+              "data_kwargs": {"difficulty": ["easy", "medium", "hard"]}}  # fmt: skip
+    config = write_config(tmp_path, tiny_teacher_dir, data_configs=[hotpot])
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli_run(["generate", str(config), "--dry-run"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "few_shot_str" in line]
+    assert lines == ["warning: few_shot_str is not recommended for HotpotQA"]

@@ -363,3 +363,12 @@ def test_an_in_place_rewrite_under_a_live_reader_raises_even_for_a_verified_entr
         reader[e.key]
     with pytest.raises(IntegrityError, match="digest mismatch"):
         CacheReader(path)[e.key]
+
+
+def test_open_caches_refuses_an_empty_path_and_bytes() -> None:
+    with pytest.raises(FormatError, match="empty path"):
+        open_caches("")
+    with pytest.raises(FormatError, match="empty path"):
+        open_caches(["", ""])
+    with pytest.raises(TypeError, match="not bytes"):
+        open_caches(b"/tmp")  # type: ignore[arg-type]

@@ -74,7 +74,10 @@ def _quiet_libraries(verbose: bool) -> Iterator[None]:
     ``--verbose`` or ``GENCACHE_DEBUG=1``, and bound how long one hub request may wait; everything is restored
     afterwards (the CLI can run inside a longer-lived process, such as a test)."""
     import logging
+    import warnings
 
+    saved_show = warnings.showwarning
+    warnings.showwarning = _one_line_warning
     saved_env = {name: os.environ.get(name) for name in _QUIET_ENV}
     saved_levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
@@ -94,6 +97,7 @@ def _quiet_libraries(verbose: bool) -> Iterator[None]:
     try:
         yield
     finally:
+        warnings.showwarning = saved_show
         for name, value in saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -104,6 +108,13 @@ def _quiet_libraries(verbose: bool) -> Iterator[None]:
         imported = sys.modules.get("transformers.utils.logging")
         if imported is not None:  # back to what it was, or to transformers' default when it was imported here
             imported.set_verbosity(verbosity if verbosity is not None else logging.WARNING)  # type: ignore[attr-defined]
+
+
+def _one_line_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """A Python warning as one ``warning:`` line on stderr (no source path, no code line)."""
+    typer.echo(printable(f"warning: {' '.join(str(message).split())}"), err=True)
 
 
 _QUIET_ENV = (
@@ -410,7 +421,7 @@ def run(argv: list[str] | None = None) -> int:
     except _Interrupted as wrapped:  # SIGINT, or SIGTERM/SIGHUP as gencache.errors.Terminated
         interrupt = wrapped.args[0]
         typer.echo(printable(str(interrupt) or "Interrupted; nothing was published."), err=True)
-        return 143 if isinstance(interrupt, Terminated) else 130
+        return interrupt.exit_code if isinstance(interrupt, Terminated) else 130
     except OSError as exc:  # a file-system failure gencache did not anticipate: still one line
         _debug_traceback()
         typer.echo(f"error: {exc}", err=True)

@@ -285,6 +285,11 @@ def generate_run(
     return result
 
 
+def _seconds(value: float) -> str:
+    """A duration for a message: milliseconds under a second (a tiny teacher loads in 40 ms, not "0.0s")."""
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f}s"
+
+
 def _check_shard_count(found: Preflight, shard: ShardSpec | None, *, collect: bool) -> None:
     """Refuse more shards than the run has unique keys (some shards would be empty); in a dry run the problem is
     recorded like every other check's."""
@@ -354,26 +359,26 @@ class _Run:
         seed_everything(config.seed)
         started = time.monotonic()
         found.engine.load()
-        self.say("info", f"teacher loaded in {time.monotonic() - started:.1f}s")
+        self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
         report_phase("model_loaded")
         self.started = True
         bar = StagedProgress(self.progress(total) if self.progress is not None else None, total)
         try:
-            for target in pending:
-                if target.shard is not None:
-                    bar.stage(f"shard {target.shard.index + 1}/{target.shard.count}")
+            for position, target in enumerate(pending):
+                if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
+                    bar.stage(f"shard {target.shard.index}/{target.shard.count}")
                     if not target.keys:  # still published (empty), so the set of shards is complete
                         self.say(
                             "warning",
                             f"shard {target.shard.index}/{target.shard.count} owns none of the keys; publishing it "
                             "empty",
                         )
-                self._one(target, bar)
+                self._one(target, bar, last=position == len(pending) - 1)
         finally:
             bar.finish()
         self.result.seconds = time.monotonic() - started
 
-    def _one(self, target: Target, bar: StagedProgress) -> None:
+    def _one(self, target: Target, bar: StagedProgress, *, last: bool) -> None:
         from gencache.artifact.manifest import make_provenance
         from gencache.artifact.writer import ArtifactBuild
 
@@ -439,10 +444,12 @@ class _Run:
         self.result.published.append(target.output_dir)
         self.result.entries += len(prompts)
         self.result.tokens += tokens
+        if last:  # the bar's final line comes before the last word
+            bar.finish()
         self.say(
             "info",
             f"published {target.output_dir} ({len(prompts)} entries, {tokens} tokens, "
-            f"{time.monotonic() - started:.1f}s, rename: {mode})",
+            f"{_seconds(time.monotonic() - started)}, rename: {mode})",
         )
 
     def interrupted(self, signame: str) -> str:

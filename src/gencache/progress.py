@@ -238,8 +238,10 @@ class StagedProgress:
         """The end of one stage; the display stays open for the next."""
 
     def finish(self) -> None:
+        """Close the display (once; later calls do nothing)."""
         if self.inner is not None:
             self.inner.close()
+            self.inner = None
 
 
 def _is_terminal(stream: IO[str]) -> bool:

@@ -156,15 +156,15 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
             if ours[field] != requested[field]
         ]
         if differences:
-            hint = (
-                "; pass the training tokenizer through gencache.prepare_tokenizer() so its padding side and pad id "
-                "match generation"
+            fix = (
+                "pass the training tokenizer through gencache.prepare_tokenizer() so its padding side and pad id "
+                "match generation, or regenerate the cache with this teacher"
                 if ours["tokenizer"] != requested["tokenizer"]
-                else ""
+                else "train with the cache's teacher, tokenizer and dtype, or regenerate the cache with this teacher"
             )
             raise CompatibilityError(
                 f"Generation cache {self._describe()} is incompatible with the training setup: "
-                f"{'; '.join(differences)}{hint}; or regenerate the cache with this teacher."
+                f"{'; '.join(differences)}. To fix it, {fix}."
             )
 
 

@@ -175,9 +175,16 @@ def open_caches(
     differing provenance or a key stored with different content in two artifacts are errors. ``index_cache`` is
     passed to every :class:`CacheReader`.
     """
+    if isinstance(paths, (bytes, bytearray)):
+        raise TypeError("open_caches takes str or os.PathLike paths (or a list of them), not bytes; decode the path.")
     items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes):
+            raise TypeError(f"open_caches: {item!r} is not a str or os.PathLike path.")
+        if os.fspath(item) == "":
+            raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
     groups = [_expand(item) for item in items]
     seen: dict[str, Path] = {}
     for expanded, _ in groups:

@@ -17,7 +17,7 @@ import numpy as np
 
 from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.names import FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME
+from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, read_resolved_config, verify
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards
 from gencache.errors import FormatError, GencacheError
@@ -32,7 +32,7 @@ ProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCallback]]
 MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
 #: Report kinds that mean the user named the wrong thing (exit code 2), not a damaged artifact (exit code 1).
-BAD_INPUT_KINDS = ("missing", "temporary", "parent")
+BAD_INPUT_KINDS = ("missing", "temporary", "parent", "not_artifact")
 
 
 def classify_path(item: PathLike) -> dict[str, Any] | None:
@@ -71,6 +71,24 @@ def classify_path(item: PathLike) -> dict[str, Any] | None:
                 "error": f"{path} is a parent directory of {len(children)} artifact(s): {shown}{more}; inspect those "
                 "(or an unsuffixed sharded output) instead.",
             }
+    if not path.is_dir():
+        return {
+            "path": str(path),
+            "kind": "not_artifact",
+            "error": f"{path} is not an artifact: an artifact is a directory (with cache.safetensors, manifest.json "
+            "and resolved_config.json); give its directory.",
+        }
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return None  # opening it says why it cannot be read
+    if not names & ARTIFACT_FILES:
+        return {
+            "path": str(path),
+            "kind": "not_artifact",
+            "error": f"{path} is not an artifact: it holds none of cache.safetensors, manifest.json and "
+            "resolved_config.json; check the path.",
+        }
     return None
 
 
