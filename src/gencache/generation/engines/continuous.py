@@ -32,6 +32,7 @@ from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
 from gencache.generation.engines._transformers import TransformersEngine
+from gencache.generation.engines.prefix import PrefixStats, prefix_floor
 from gencache.generation.finish import FinishScanner
 from gencache.generation.options import ContinuousOptions
 from gencache.generation.settings import ENGINE_CONTINUOUS
@@ -213,6 +214,7 @@ def generate_continuous(
     stats: EngineStats | None = None,
     sizing: list[CacheSizing] | None = None,
     cancel_on_stop_string: bool = True,
+    prefix: list[PrefixStats] | None = None,
 ) -> Generator[GeneratedEntry, None, None]:
     """Generate every prompt through transformers' continuous-batching manager; one entry per prompt, in finish order.
 
@@ -220,7 +222,9 @@ def generate_continuous(
     forward), kept tokens and cancelled requests; the chosen :class:`CacheSizing` is appended to ``sizing``. The
     manager's thread is stopped when the iterator ends, fails or is closed (close it when stopping early).
     ``cancel_on_stop_string=False`` lets a request that completed a stop string run on to its EOS or limit (the
-    answer is cut the same way); it exists to measure what cancelling saves.
+    answer is cut the same way); it exists to measure what cancelling saves. The run's :class:`PrefixStats` (prompt
+    tokens, those the manager's block sharing served, and the floor at ``page_size`` blocks) are appended to
+    ``prefix``.
     """
     import torch
 
@@ -250,11 +254,16 @@ def generate_continuous(
     results: dict[int, list[tuple[list[int], str] | None]] = {i: [None] * per_prompt for i in range(len(checked))}
     scanned: dict[str, int] = {}
     done: set[str] = set()
+    total, floor = prefix_floor((ids for _, ids in checked for _ in range(per_prompt)), chosen.page_size)
+    shared = PrefixStats(chosen.page_size, total, floor_tokens=floor)
+    if prefix is not None:
+        prefix.append(shared)
     previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
     with _ForwardCounter(model, stats):
         manager = model.init_continuous_batching(
             generation_config=_manager_config(generation), continuous_batching_config=cb_config
         )
+        _count_prefix_matches(manager, shared)
         finished_cleanly = False
         try:
             manager.start()
@@ -331,6 +340,33 @@ def generate_continuous(
     stats.prompt_cells += sum(len(ids) for _, ids in checked) * per_prompt
 
 
+def _count_prefix_matches(manager: Any, shared: PrefixStats) -> None:
+    """Add every prefix match of the manager's paged cache (tokens a request took from blocks an earlier request
+    completed) to ``shared.cached_tokens``: the cache is created in the manager's thread, so its creation is
+    wrapped on this manager instance."""
+    create = getattr(manager, "_create_batch_processor", None)
+    if not callable(create):
+        shared.source = "not measured (this transformers' manager has no batch-processor factory)"
+        return
+    shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
+
+    def create_counted() -> Any:
+        processor = create()
+        cache = processor.cache
+        if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
+            search = cache.search_prefix_match
+
+            def search_counted(request_id: str, prompt_ids: list[int]) -> int:
+                matched = int(search(request_id, prompt_ids))
+                shared.cached_tokens += matched
+                return matched
+
+            cache.search_prefix_match = search_counted
+        return processor
+
+    manager._create_batch_processor = create_counted
+
+
 def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
     import torch
 
@@ -358,13 +394,14 @@ class ContinuousEngine(TransformersEngine):
             )
         self.options = ContinuousOptions.model_validate(dict(context.options))
         self.sizing: list[CacheSizing] = []
+        self.prefix: list[PrefixStats] = []
 
     def generate(
         self, prompts: Sequence[Prompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_continuous(
             self.loaded_model(), self.context.tokenizer, self.context.generation, prompts, options=self.options,
-            seed=self.context.seed, progress=progress, stats=self.stats, sizing=self.sizing,
+            seed=self.context.seed, progress=progress, stats=self.stats, sizing=self.sizing, prefix=self.prefix,
         )  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
@@ -386,6 +423,7 @@ class ContinuousEngine(TransformersEngine):
             "padding": "none (sequences are packed)",
             "answer_cut": "gencache's finish rule on each request's tokens (eos inclusive, stop_string inclusive, "
             "length)",
+            **({"prefix_cache": self.prefix[-1].to_json()} if self.prefix else {}),
         }
 
 

@@ -66,6 +66,7 @@ class PrefixStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     floor_tokens: int = 0
+    source: str = ""
 
     @property
     def computed_tokens(self) -> int:
@@ -84,4 +85,5 @@ class PrefixStats:
             "cached_prompt_tokens": self.cached_tokens,
             "computed_prompt_tokens": self.computed_tokens,
             "floor_prompt_tokens": self.floor_tokens,
+            "cached_from": self.source,
         }

@@ -341,7 +341,7 @@ class VllmEngine:
         cache_config = engine.vllm_config.cache_config
         block = int(cache_config.block_size or CPU_BLOCK_SIZE)
         total, floor = prefix_floor((ids for _, ids in ordered), block)
-        prefix = PrefixStats(block_size=block, prompt_tokens=total, floor_tokens=floor)
+        prefix = PrefixStats(block, total, floor_tokens=floor, source="vLLM's RequestOutput.num_cached_tokens")
         self.prefix = prefix
         scanner = FinishScanner(
             eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=ctx.tokenizer,

@@ -1,0 +1,99 @@
+"""Shared prompt prefixes: the prefix order, the floor of prompt tokens a run must compute, and the continuous
+transformers engine's block sharing measured against that floor (the vllm engine's own measure is tested in
+``test_vllm_cpu.py``). Runs in the default environment."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gencache.generation.engines.continuous import ContinuousEngine, generate_continuous, supported_transformers
+from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order, reusable_prefix
+from gencache.generation.options import ContinuousOptions
+from generation_helpers import resolve
+
+
+def test_the_floor_counts_what_no_earlier_prompt_shares_in_whole_blocks() -> None:
+    shared = list(range(10, 30))  # 20 tokens: two whole blocks of 8 and 4 more
+    first, second = [*shared, 1, 2, 3], [*shared, 4, 5]
+    assert prefix_floor([first], 8) == (23, 23)  # nothing before it
+    # The second prompt shares 20 tokens, of which two whole blocks (16 tokens) can be served.
+    assert prefix_floor([first, second], 8) == (45, 23 + 22 - 16)
+    assert prefix_floor([first, first], 8) == (46, 23 + 23 - 16)  # the last prompt token is always computed
+    assert prefix_floor([[1, 2, 3], [4, 5, 6]], 1) == (6, 6)
+    assert prefix_floor([[1, 2, 3], [1, 2, 9]], 1) == (6, 4)
+    assert reusable_prefix(8, 8, 8) == 0 and reusable_prefix(8, 9, 8) == 8 and reusable_prefix(0, 0, 8) == 0
+    with pytest.raises(ValueError, match="block"):
+        prefix_floor([first], 0)
+
+
+def test_the_prefix_order_puts_prompts_with_a_common_prefix_together_and_keeps_every_prompt() -> None:
+    rng = random.Random(0)
+    shots = {name: [rng.randrange(100, 200) for _ in range(30)] for name in "abc"}
+    prompts = [(f"{name}{i}", [*shots[name], rng.randrange(100, 200)]) for i in range(4) for name in "abc"]
+    ordered = prefix_order(prompts)
+    assert sorted(ordered) == sorted(prompts)
+    groups = [key[0] for key, _ in ordered]
+    runs = [group for i, group in enumerate(groups) if i == 0 or groups[i - 1] != group]
+    assert sorted(runs) == ["a", "b", "c"]  # each group of shared shots is one run of neighbours
+    # Ordering never changes the floor of whole blocks here, and grouped prompts reach it.
+    assert prefix_floor((ids for _, ids in ordered), 8)[1] == prefix_floor((ids for _, ids in prompts), 8)[1]
+
+
+def test_prefix_stats_say_how_much_of_what_the_floor_allows_was_cached() -> None:
+    stats = PrefixStats(16, prompt_tokens=100, cached_tokens=45, floor_tokens=50, source="test")
+    assert stats.computed_tokens == 55 and stats.reuse_of_floor == pytest.approx(0.9)
+    assert stats.to_json() == {
+        "block_size": 16, "prompt_tokens": 100, "cached_prompt_tokens": 45, "computed_prompt_tokens": 55,
+        "floor_prompt_tokens": 50, "cached_from": "test",
+    }  # fmt: skip
+
+
+needs_continuous = pytest.mark.skipif(not supported_transformers(), reason="transformers too old for the manager")
+
+
+@needs_continuous
+def test_the_continuous_engines_block_sharing_is_measured_against_the_floor(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
+) -> None:
+    rng = random.Random(1)
+    vocabulary = len(tiny_tokenizer)
+    shots = [rng.randrange(5, vocabulary) for _ in range(96)]  # six whole blocks of 16
+    few_shot = [(f"q{i}", [*shots, *(rng.randrange(5, vocabulary) for _ in range(5))]) for i in range(6)]
+    unrelated = [(f"u{i}", [i + 5, *(rng.randrange(5, vocabulary) for _ in range(40))]) for i in range(6)]
+    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=3, eos_token_id=[])
+    options = ContinuousOptions(max_concurrent_sequences=2, page_size=16)
+    measured: list[PrefixStats] = []
+    entries = list(
+        generate_continuous(tiny_model, tiny_tokenizer, generation, few_shot, options=options, prefix=measured)
+    )
+    assert len(entries) == 6
+    (stats,) = measured
+    assert (stats.prompt_tokens, stats.floor_tokens) == (6 * 101, 101 + 5 * 5)
+    # The two requests of the first forward each compute the shots; every later one is served them from the cache.
+    assert stats.cached_tokens == 4 * 96
+    assert "block sharing" in stats.source
+    list(generate_continuous(tiny_model, tiny_tokenizer, generation, unrelated, options=options, prefix=measured))
+    assert measured[-1].cached_tokens == 0 and measured[-1].floor_tokens == measured[-1].prompt_tokens == 6 * 41
+
+
+@needs_continuous
+def test_the_continuous_engine_records_its_prefix_statistics_under_batching(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any
+) -> None:
+    from gencache.generation.engines import EngineContext
+
+    context = EngineContext(
+        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2), tokenizer=tiny_tokenizer,
+        model_path=str(tiny_teacher_dir), dtype="float32", device="cpu", options={"page_size": 16},
+    )  # fmt: skip
+    engine = ContinuousEngine(context)
+    engine.load()
+    prompts = [(f"k{i}", [7] * 40 + [i + 9]) for i in range(3)]
+    assert len(list(engine.generate(prompts))) == 3
+    recorded = engine.batching()["prefix_cache"]
+    assert recorded["prompt_tokens"] == 3 * 41 and recorded["block_size"] == 16
+    assert recorded["floor_prompt_tokens"] == 41 + 2 * 9
