@@ -31,7 +31,9 @@ from gencache.data.config import (
     parse_config,
 )
 from gencache.data.prompts import TEMPLATES
-from gencache.data.recipes import DATASETS
+from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
+from gencache.datasetdoc import BEGIN, DATASETS_PATH, END, datasets_page, render_columns
+from schema_check import errors
 
 REPO = Path(__file__).resolve().parents[1]
 REGENERATE = "out of date: run `uv run python -m gencache.configdoc` and commit docs/"
@@ -67,7 +69,8 @@ def test_schema_structure() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["type"] == "object" and schema["additionalProperties"] is False
     assert set(schema["properties"]) == set(CacheConfig.model_fields)
-    assert set(schema["required"]) == {"model", "data_configs", "output_dir"}
+    # a file as written: the model block (or anything else) may come from _default.json
+    assert "required" not in schema and "required" not in defs["ModelConfig"]
     assert schema["properties"]["cache_device"]["const"] == "cpu"
     assert schema["properties"]["gen_batch_size"]["minimum"] == 1
     assert schema["properties"]["data_configs"]["minItems"] == 1
@@ -75,7 +78,8 @@ def test_schema_structure() -> None:
         assert defs[name]["additionalProperties"] is False
         assert set(defs[name]["properties"]) == set(model.model_fields)
     data_config = defs["DataConfig"]
-    assert data_config["properties"]["dataset_name"]["enum"] == sorted(DATASETS)
+    assert data_config["properties"]["dataset_name"]["examples"] == sorted(DATASETS)
+    assert "enum" not in data_config["properties"]["dataset_name"]  # plug-ins add dataset names
     assert data_config["properties"]["template"]["enum"] == sorted(TEMPLATES)
     assert set(data_config["required"]) == {"dataset_name", "num_samples", "num_data_strs", "num_shots", "subset"}
     # every dataset and template has its kwargs model, closed to unknown keys
@@ -138,7 +142,7 @@ def test_write_docs_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["--root", str(tmp_path), "--check"]) == 1
     assert "out of date" in capsys.readouterr().err
     written = write_docs(tmp_path)
-    assert written == [tmp_path / MARKDOWN_PATH, tmp_path / SCHEMA_PATH]
+    assert written == [tmp_path / MARKDOWN_PATH, tmp_path / SCHEMA_PATH, tmp_path / DATASETS_PATH]
     assert stale_docs(tmp_path) == []
     assert main(["--root", str(tmp_path), "--check"]) == 0
     (tmp_path / SCHEMA_PATH).write_text("{}\n", encoding="utf-8")
@@ -156,3 +160,94 @@ def test_module_entry_point(tmp_path: Path) -> None:
     )
     assert "config.md" in result.stdout
     assert (tmp_path / MARKDOWN_PATH).read_text(encoding="utf-8") == render_config_markdown()
+
+
+# -- the dataset columns in docs/datasets.md --------------------------------------------------------------------
+
+
+def test_checked_in_dataset_columns_match_the_recipes() -> None:
+    page = (REPO / DATASETS_PATH).read_text(encoding="utf-8")
+    assert page == datasets_page(REPO), REGENERATE
+    generated = page.split(BEGIN)[1].split(END)[0]
+    for name, recipe in DATASETS.items():
+        assert f"#### `{name}` columns" in generated
+        for column in recipe.columns:
+            assert f"`{column.name}`" in generated
+
+
+def test_the_generated_part_is_spliced_between_the_markers(tmp_path: Path) -> None:
+    page = tmp_path / DATASETS_PATH
+    page.parent.mkdir(parents=True)
+    page.write_text(f"# Mine\n\nhand-written\n{BEGIN}\nstale\n{END}\nafter\n", encoding="utf-8")
+    assert stale_docs(tmp_path) and main(["--root", str(tmp_path)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# Mine\n\nhand-written\n") and text.endswith(f"{END}\nafter\n")
+    assert render_columns() in text and "stale" not in text
+    page.write_text("# no markers\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="marker lines"):
+        datasets_page(tmp_path)
+
+
+def test_the_worked_key_example_is_what_the_table_recipe_computes(tmp_path: Path) -> None:
+    from gencache.data.samples import build_samples
+
+    page = (REPO / DATASETS_PATH).read_text(encoding="utf-8")
+    row = {"id": 7, "question": "Who wrote Hamlet?", "answer": "Shakespeare",
+           "passages": ["Hamlet is a tragedy.", "It was written around 1600."], "lang": "en"}  # fmt: skip
+    assert json.dumps(row, ensure_ascii=False) in page
+    source = tmp_path / "rows.jsonl"
+    source.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    (sample,) = build_samples([{"dataset_name": "table", "num_samples": 1, "num_data_strs": 0, "num_shots": 0,
+                                "subset": "default", "source": str(source),
+                                "data_kwargs": {"documents": "passages", "task": ["lang"]}}])  # fmt: skip
+    assert f"Key: `{sample.key}`" in page
+    chat = tmp_path / "chat.jsonl"
+    turns_in = [("user", "Capital of Norway?"), ("assistant", "Oslo."), ("user", "And of Sweden?"),
+                ("assistant", "Stockholm.")]  # fmt: skip
+    messages = [{"role": role, "content": content} for role, content in turns_in]
+    chat.write_text(json.dumps({"messages": messages}) + "\n", encoding="utf-8")
+    (turns,) = build_samples([{"dataset_name": "chat", "num_samples": 1, "num_data_strs": 0, "num_shots": 0,
+                               "subset": "default", "source": str(chat), "template": "qwen_3_chat"}])  # fmt: skip
+    assert f"Key: `{turns.key}`" in page and turns.answer == "Stockholm."
+
+
+# -- the published schema against real configs ----------------------------------------------------------------
+
+
+def _published() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads((REPO / SCHEMA_PATH).read_text(encoding="utf-8"))
+    return schema
+
+
+SHIPPED = sorted((REPO / "configs").rglob("*.json"))
+
+
+def test_there_are_shipped_configs_and_most_rely_on_their_defaults() -> None:
+    assert len(SHIPPED) > 10
+    without_model = [p for p in SHIPPED if "model" not in json.loads(p.read_text(encoding="utf-8"))]
+    assert without_model  # the case an editor used to reject
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(p.relative_to(REPO)) for p in SHIPPED])
+def test_every_shipped_config_validates_against_the_published_schema(path: Path) -> None:
+    schema = _published()
+    assert errors(json.loads(path.read_text(encoding="utf-8")), schema, schema) == []
+
+
+def test_the_schema_still_checks_what_a_file_holds() -> None:
+    schema = _published()
+    assert errors(EXAMPLE_CONFIG, schema, schema) == []
+    data_config = {"dataset_name": "hotpot_qa", "num_samples": 1, "num_data_strs": 0, "num_shots": 0, "subset": "x"}
+    bad = [
+        {"gen_batch_size": 0},
+        {"store_logits": True},
+        {"model": {"model_pth": "x"}},
+        {"data_configs": [{**data_config, "data_kwargs": {"dificulty": ["hard"]}}]},
+        {"data_configs": [{**data_config, "template": "chatml"}]},
+        {"data_configs": [{k: v for k, v in data_config.items() if k != "subset"}]},
+        {"data_configs": [{**data_config, "dataset_name": "table", "data_kwargs": {"quary": "q"}}]},
+    ]
+    for config in bad:
+        assert errors(config, schema, schema), config
+    plugin = {**data_config, "dataset_name": "glossary", "data_kwargs": {"with_notes": False}}
+    assert errors({"data_configs": [plugin]}, schema, schema) == []  # a plug-in's name and kwargs are not known here

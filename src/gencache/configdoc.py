@@ -1,7 +1,8 @@
 """The config's JSON Schema and reference page, generated from the models and registries.
 
-``docs/config.schema.json`` and ``docs/config.md`` are the output of this module; a test compares the checked-in
-files with what it generates, so they cannot drift from the code. Regenerate them with::
+``docs/config.schema.json``, ``docs/config.md`` and the dataset columns in ``docs/datasets.md``
+(:mod:`gencache.datasetdoc`) are the output of this module; a test compares the checked-in files with what it
+generates, so they cannot drift from the code. Regenerate them with::
 
     uv run python -m gencache.configdoc          # rewrite docs/ under the current directory
     uv run python -m gencache.configdoc --check  # exit 1 if they are out of date
@@ -118,13 +119,15 @@ def _switch(selector: str, refs: Mapping[str, str], target: str) -> list[dict[st
 
 
 def config_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of a config file after the ``_default.json`` merge.
+    """JSON Schema (draft 2020-12) of a config file as written (a config relying on its ``_default.json``, or the
+    ``_default.json`` itself): what the merge may provide is optional, everything present is checked.
 
-    Generated from the pydantic models; dataset names and templates are enumerated from the registries, and
-    ``data_kwargs`` / ``template_kwargs`` are validated against the chosen dataset's and template's model.
+    Generated from the pydantic models; templates are enumerated from the registry, built-in dataset names are
+    listed as examples (plug-ins add others), and ``data_kwargs`` / ``template_kwargs`` are validated against the
+    chosen built-in dataset's and template's model.
     """
     from gencache.data.prompts import TEMPLATES
-    from gencache.data.recipes import DATASETS
+    from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
 
     schema = CacheConfig.model_json_schema(ref_template="#/$defs/{model}")
     defs: dict[str, Any] = schema.pop("$defs", {})
@@ -138,7 +141,7 @@ def config_schema() -> dict[str, Any]:
 
     data_config = defs["DataConfig"]
     props = data_config["properties"]
-    props["dataset_name"]["enum"] = sorted(DATASETS)
+    props["dataset_name"]["examples"] = sorted(DATASETS)  # not an enum: plug-ins add names
     props["template"]["enum"] = sorted(TEMPLATES)
     props["data_kwargs"].pop("default", None)
     props["template_kwargs"].pop("default", None)
@@ -180,12 +183,18 @@ def config_schema() -> dict[str, Any]:
         },
     }
 
+    # A file as written: anything may come from a sibling _default.json (the model block most often), so nothing at
+    # the top level or in model is required here; gencache checks the merged config. A data config is never
+    # merged (lists replace whole), so its own required fields stay required.
+    after_merge = schema.pop("required", [])
+    defs["ModelConfig"].pop("required", None)
     out: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID}
     out.update(schema)
     out["title"] = "gencache generation-cache config (format 3)"
     out["description"] = (
-        f"One JSON object, deep-merged first with a sibling {DEFAULTS_FILENAME} (the file itself wins). "
-        "Unknown keys are errors everywhere."
+        f"One config file as written, or a {DEFAULTS_FILENAME}: gencache deep-merges a sibling {DEFAULTS_FILENAME} "
+        "under a config (the file itself wins), so fields it provides may be left out here; after the merge "
+        f"{', '.join(after_merge)} and model.model_path are required. Unknown keys are errors everywhere."
     )
     out["$defs"] = dict(sorted(defs.items()))
     return out
@@ -297,7 +306,7 @@ def render_config_markdown() -> str:
     """The config reference page (``docs/config.md``): every field with its type, default and rule, the
     per-dataset ``data_kwargs`` and per-template ``template_kwargs`` tables, and an example config."""
     from gencache.data.prompts import TEMPLATES
-    from gencache.data.recipes import DATASETS
+    from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
 
     schema = config_schema()
     defs: Mapping[str, Any] = schema["$defs"]
@@ -309,8 +318,17 @@ def render_config_markdown() -> str:
         "     and the dataset and template registries. Do not edit by hand; a test fails when this file is out of",
         "     date. -->",
         "",
-        "A generation-cache config is one JSON file: `gencache generate CONFIG.json`. Its JSON Schema is",
-        "[`config.schema.json`](config.schema.json) (point your editor at it for completion and checking).",
+        "A generation-cache config is one JSON file: `gencache generate CONFIG.json`. Point your editor at",
+        "[`config.schema.json`](config.schema.json) for completion and checking: it is the schema of a config file as",
+        f"written, and of a `{DEFAULTS_FILENAME}` too, so a config taking `model` (or anything else) from its "
+        f"`{DEFAULTS_FILENAME}` validates. gencache checks the merged config: then `model.model_path`, "
+        "`data_configs` and `output_dir` are required. In VS Code, for example:",
+        "",
+        "```",
+        '"json.schemas": [{"fileMatch": ["configs/**/*.json"], "url": "./docs/config.schema.json"}]',
+        "```",
+        "",
+        "`gencache init DIR` writes a config over local files that runs as is with the demo's tiny teacher.",
         "",
         "## Loading rules",
         "",
@@ -441,15 +459,21 @@ def render_schema_text() -> str:
     return json.dumps(config_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _documents() -> dict[Path, str]:
-    return {MARKDOWN_PATH: render_config_markdown(), SCHEMA_PATH: render_schema_text()}
+def _documents(root: Path) -> dict[Path, str]:
+    from gencache.datasetdoc import DATASETS_PATH, datasets_page
+
+    return {
+        MARKDOWN_PATH: render_config_markdown(),
+        SCHEMA_PATH: render_schema_text(),
+        DATASETS_PATH: datasets_page(root),
+    }
 
 
 def write_docs(root: Path) -> list[Path]:
-    """Write ``docs/config.md`` and ``docs/config.schema.json`` under the repository root ``root``; return the
-    paths written."""
+    """Write ``docs/config.md``, ``docs/config.schema.json`` and the generated part of ``docs/datasets.md`` under
+    the repository root ``root``; return the paths written."""
     written: list[Path] = []
-    for relative, text in _documents().items():
+    for relative, text in _documents(root).items():
         path = Path(root) / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -460,7 +484,7 @@ def write_docs(root: Path) -> list[Path]:
 def stale_docs(root: Path) -> list[Path]:
     """The generated files under ``root`` that are missing or differ from what this module generates."""
     stale: list[Path] = []
-    for relative, text in _documents().items():
+    for relative, text in _documents(root).items():
         path = Path(root) / relative
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             stale.append(path)
@@ -470,7 +494,8 @@ def stale_docs(root: Path) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m gencache.configdoc [--root DIR] [--check]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m gencache.configdoc", description="Generate docs/config.md and docs/config.schema.json."
+        prog="python -m gencache.configdoc",
+        description="Generate docs/config.md, docs/config.schema.json and the columns in docs/datasets.md.",
     )
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root (default: current directory)")
     parser.add_argument("--check", action="store_true", help="only check; exit 1 if the files are out of date")
