@@ -393,6 +393,30 @@ def demo(
         run_demo(workdir)
 
 
+@app.command()
+@_interruptible
+def init(
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Where to write config.json and data/ (created if needed).")
+    ] = Path("gencache-start"),
+    teacher: Annotated[
+        str | None,
+        typer.Option("--teacher", metavar="PATH_OR_ID", help="The teacher to use instead of building the tiny one."),
+    ] = None,
+) -> None:
+    """Write a config over local example files (a QA table and chat rows) that runs as is, to edit into your own."""
+    from gencache.init import write_starter
+
+    with _quiet_libraries(False):
+        starter = write_starter(directory, teacher=teacher)
+    if starter.built_teacher:
+        typer.echo(f"built the demo's tiny teacher in {starter.teacher}")
+    for path in starter.data:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {starter.config}")
+    typer.echo(f"next: gencache generate {starter.config} --dry-run   (then without --dry-run)")
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM."""
     try:  # typer's own base of its usage errors (newer typer vendors click); older releases raise click's

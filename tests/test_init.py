@@ -1,0 +1,50 @@
+"""``gencache init`` writes local example data and a config that runs as is with the tiny teacher."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gencache.cli import run as cli_run
+from gencache.data.config import load_config
+from gencache.data.samples import build_samples
+from gencache.init import CHAT_ROWS, QA_ROWS, write_starter
+
+
+def test_init_writes_a_config_that_generates_as_is(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start = tmp_path / "start"
+    assert cli_run(["init", str(start), "--teacher", str(tiny_teacher_dir)]) == 0
+    out = capsys.readouterr().out
+    config = start / "config.json"
+    assert f"wrote {config}" in out and f"gencache generate {config} --dry-run" in out
+    assert [json.loads(line) for line in (start / "data" / "qa.jsonl").read_text().splitlines()] == QA_ROWS
+    assert [json.loads(line) for line in (start / "data" / "chat.jsonl").read_text().splitlines()] == CHAT_ROWS
+    cfg = load_config(config)
+    assert [dc.dataset_name for dc in cfg.data_configs] == ["table", "chat"]
+    assert cli_run(["generate", str(config), "--dry-run"]) == 0
+    assert cli_run(["generate", str(config)]) == 0
+    manifest = json.loads((start / "artifacts" / "first-cache" / "manifest.json").read_text(encoding="utf-8"))
+    assert len(manifest["entries"]) == 7
+    assert cli_run(["init", str(start), "--teacher", str(tiny_teacher_dir)]) == 2  # never overwrites
+    assert "never overwrites" in capsys.readouterr().err
+
+
+def test_init_reuses_the_tiny_teacher_in_its_directory(
+    tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any
+) -> None:
+    shutil.copytree(tiny_teacher_dir, tmp_path / "tiny-teacher")
+    starter = write_starter(tmp_path)
+    assert starter.teacher == str(tmp_path / "tiny-teacher") and not starter.built_teacher
+    samples = build_samples(load_config(starter.config), tiny_tokenizer)
+    assert len(samples) == 7 and all(sample.input_ids for sample in samples)
+
+
+def test_init_refuses_a_file_as_its_directory(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    assert cli_run(["init", str(tmp_path / "f"), "--teacher", "x"]) == 2
