@@ -164,3 +164,25 @@ def test_every_builtin_declares_its_columns() -> None:
     for name, recipe in BUILTIN_DATASETS.items():
         assert recipe.columns, name
         assert any(column.required for column in recipe.columns), name
+
+
+def test_generate_exits_2_with_one_line_naming_the_missing_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gencache.cli import run as cli_run
+
+    rows = [drop("question")(row) for row in read(FIX / "musique.jsonl")]
+    path = write(tmp_path / "train.jsonl", rows)
+    data = {"dataset_name": "musique", "num_samples": 2, "num_data_strs": 0, "num_shots": 0, "subset": "default",
+            "source": str(path)}  # fmt: skip
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model": {"model_path": str(tmp_path / "none")}, "data_configs": [data],
+                                  "output_dir": str(tmp_path / "out")}), encoding="utf-8")  # fmt: skip
+    assert cli_run(["generate", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    lines = [line for line in err if line.startswith("error:") and "column 'question'" in line]
+    assert lines == [
+        f"error: data_configs[0]: musique: column 'question' is missing from {path} (its columns: id, paragraphs, "
+        "question_decomposition, answer, answer_aliases, answerable); rename the column in the file or see "
+        "docs/datasets.md for the columns musique reads."
+    ]

@@ -80,7 +80,11 @@ def get_recipe(name: str) -> DatasetRecipe[Any, Any]:
 def sample_source(name: str) -> Path:
     """The bundled sample directory of a dataset (hub-style layout; usable as a data config's ``source``)."""
     get_recipe(name)
-    return SAMPLES_DIR / name
+    path = SAMPLES_DIR / name
+    if not path.is_dir():
+        bundled = ", ".join(sorted(p.name for p in SAMPLES_DIR.iterdir() if p.is_dir()))
+        raise DatasetError(f"{name!r} has no bundled sample set (bundled: {bundled}); point source at your own data.")
+    return path
 
 
 __all__ = [
