@@ -9,6 +9,10 @@ CPU mode (default), on the tiny teacher in float32:
    limit). Every engine and concurrency reports useful tokens, decode slots, slot efficiency, rows per forward,
    prompt padding, tokens/s, tokens per CPU-second, and whether its tokens equal one-by-one ``generate``.
 
+3. *vLLM's CPU build beside both transformers engines* (``engines_cpu.py``): the long-tail and a few-shot workload
+   on a head_dim 32 tiny teacher, with prompt tokens computed against the prefix floor, and gencache's vLLM engine
+   against a bare ``LLM.generate`` (vLLM runs in ``.venv-vllm-cpu``).
+
 GPU mode (``--gpu``, for a lent accelerator): the same long-tail workload on a random-weight model of Qwen3-8B's
 shape in bfloat16 (nothing is downloaded), through the static engine, the continuous engine and vLLM (when it is
 importable), with peak GPU memory.
@@ -43,6 +47,7 @@ from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_in
 from gencache.tiny import build_tiny_teacher, builtin_corpus  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from engines_cpu import vllm_beside_transformers  # noqa: E402
 from longtail import (  # noqa: E402
     EngineRun,
     choose_eos,
@@ -285,7 +290,8 @@ def longtail_cpu(*, quick: bool) -> str:
             f"transformers {info['transformers']}; one run each.",
             "",
             *table(runs, reference),
-            "| vllm | - | - | - | - | - | - | - | - | - | not run: vLLM needs a CUDA GPU (and the `vllm` extra) |",
+            "| vllm | - | - | - | - | - | - | - | - | - | not run here: vLLM's CPU attention needs head_dim >= 32; "
+            "see the head_dim 32 section below |",
             "",
             _COLUMNS,
             "",
@@ -525,6 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(cpu_benchmark(quick=args.quick))
         print()
         print(longtail_cpu(quick=args.quick))
+        print()
+        print(vllm_beside_transformers(quick=args.quick))
         print()
         print(NO_GPU_NOTE)
     return 0

@@ -10,6 +10,7 @@ forward, prompt padding, wall time and CPU time.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 from gencache.generation.effective import EffectiveGeneration
 from gencache.generation.engines import EngineStats, GeneratedEntry
 from gencache.generation.engines.continuous import generate_continuous
+from gencache.generation.engines.prefix import PrefixStats
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.options import ContinuousOptions
 from gencache.generation.teacher import model_device
@@ -130,6 +132,7 @@ class EngineRun:
     cpu_seconds: float
     outputs: dict[str, list[int]]
     peak_gib: float | None = None
+    prefix: PrefixStats | None = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -171,15 +174,19 @@ def run_static(model: Any, tokenizer: Any, generation: EffectiveGeneration, prom
 def run_continuous(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt],
                    concurrency: int, *, cuda: bool = False, cancel: bool = True) -> EngineRun:  # fmt: skip
     """The ``transformers-continuous`` engine at ``max_concurrent_sequences`` = ``concurrency`` (``cancel=False``:
-    requests that completed a stop string are not cancelled, to measure what cancelling saves)."""
+    requests that completed a stop string are not cancelled, to measure what cancelling saves), with its
+    prefix-sharing statistics."""
     options = ContinuousOptions(max_concurrent_sequences=concurrency)
-    return _measure(
+    shared: list[PrefixStats] = []
+    run = _measure(
         "transformers-continuous" if cancel else "transformers-continuous, no cancel", concurrency,
         lambda stats: generate_continuous(
-            model, tokenizer, generation, prompts, options=options, stats=stats, cancel_on_stop_string=cancel
+            model, tokenizer, generation, prompts, options=options, stats=stats, cancel_on_stop_string=cancel,
+            prefix=shared,
         ),
         cuda=cuda,
     )  # fmt: skip
+    return dataclasses.replace(run, prefix=shared[-1] if shared else None)
 
 
 def choose_stop_string(tokenizer: Any, free_outputs: Sequence[Sequence[int]], choice: EosChoice) -> str:

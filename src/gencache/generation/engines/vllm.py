@@ -295,7 +295,8 @@ class VllmEngine:
             gc.collect()
 
     def _ensure_cpu_llm(self, checked: Sequence[tuple[str, list[int]]]) -> None:
-        """Build (or, for a longer context than the built one, rebuild) the CPU ``LLM`` sized for ``checked``."""
+        """Build the CPU ``LLM`` sized for ``checked``, or rebuild it when ``checked`` needs a longer context or more
+        concurrent requests than the built one holds (a later shard of the same process)."""
         generation, options = self.context.generation, self.options
         shape = self.shape or attention_shape(self.context.model_path, self.context.revision)
         if shape is None:
@@ -306,7 +307,13 @@ class VllmEngine:
             dtype_bytes=_dtype_bytes(self.context.dtype), max_model_len=options.max_model_len,
             max_num_seqs=options.max_num_seqs, kv_cache_memory_gib=options.kv_cache_memory_gib,
         )  # fmt: skip
-        if self.llm is not None and self.sizing is not None and sizing.max_model_len <= self.sizing.max_model_len:
+        built = self.sizing
+        if (
+            self.llm is not None
+            and built is not None
+            and sizing.max_model_len <= built.max_model_len
+            and sizing.concurrency <= built.concurrency
+        ):
             return
         self._shutdown()
         self._build(
