@@ -23,7 +23,7 @@ from pathlib import Path
 from gencache.artifact.header import header_capacity
 from gencache.artifact.writer import ArtifactBuild
 from gencache.errors import GencacheError, Terminated, WriteError
-from storage_helpers import PROVENANCE, make_entries
+from storage_helpers import PROVENANCE, RESOLVED, make_entries
 
 
 def build(args: argparse.Namespace) -> int:
@@ -53,7 +53,7 @@ def build(args: argparse.Namespace) -> int:
                     small = make_entries(1, length=1, start=10_000)[0]
                     b.writer.add(small.key, small.payload(), small.texts, small.finish_reasons)
                     break
-            b.writer.finalize(resolved_config={"output_dir": str(args.output)}, summary={})
+            b.writer.finalize(resolved_config=RESOLVED, summary={})
             report["mode"] = b.publish()
             report["entries"] = len(b.writer)
     except Terminated:

@@ -73,12 +73,25 @@ def write_artifact(
     with ArtifactBuild(output_dir, provenance=provenance, header_capacity=capacity, rename_mode=rename_mode) as build:
         for entry in entries:
             build.writer.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
+        shard = (summary or {}).get("shard")
         build.writer.finalize(
-            resolved_config=resolved_config or {"output_dir": str(output_dir)},
+            resolved_config=resolved_config or resolved_for(output_dir, provenance, shard),
             summary=summary if summary is not None else {},
         )
         build.publish()
     return output_dir
+
+
+def resolved_for(output_dir: Path, provenance: Mapping[str, Any], shard: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A resolved config of the documented shape that agrees with ``provenance`` and the shard record."""
+    return {
+        "format_version": 3, "gencache_version": "test", "output_dir": str(output_dir), "overrides": {},
+        "config": {"model": {"model_path": provenance["model_path"], "dtype": provenance["dtype"]}},
+        "run_digest": shard["run_digest"] if shard else "0" * 64, "shard": dict(shard) if shard else None,
+        "sources": [], "data_kwargs": [], "generation": {}, "tokenizer": dict(provenance["tokenizer"]),
+        "engine": {}, "batching": None, "model": {"model_path": provenance["model_path"]}, "runtime": {},
+        "samples": {},
+    }  # fmt: skip
 
 
 def write_shard(base: Path, index: int, count: int, entries: Sequence[Entry], run_digest: str) -> Path:
@@ -106,3 +119,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+RESOLVED = resolved_for(Path("out"), PROVENANCE, None)
+"""A resolved config of the documented shape for artifacts written with :data:`PROVENANCE` (not sharded)."""

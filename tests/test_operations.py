@@ -348,3 +348,16 @@ def test_a_recipe_warning_is_one_warning_line_without_a_source_path(
         assert cli_run(["generate", str(config), "--dry-run"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "few_shot_str" in line]
     assert lines == ["warning: few_shot_str is not recommended for HotpotQA"]
+
+
+def test_show_prompt_raw_prints_the_exact_text_and_ids_as_json(
+    tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(config), "--show-prompt", "1", "--raw"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    samples = build_samples(load_with_overrides(config, Overrides()), tokenizer=tiny_tokenizer)
+    assert shown["key"] == samples[1].key and shown["prompt"] == samples[1].prompt_text
+    assert shown["input_ids"] == list(samples[1].input_ids or ())
+    assert cli_run(["generate", str(config), "--raw"]) == 2
+    assert "--raw goes with --show-prompt" in capsys.readouterr().err

@@ -3,11 +3,13 @@ and interoperability with safetensors' own loaders."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import safetensors
@@ -372,3 +374,28 @@ def test_open_caches_refuses_an_empty_path_and_bytes() -> None:
         open_caches(["", ""])
     with pytest.raises(TypeError, match="not bytes"):
         open_caches(b"/tmp")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda r: r["model"].update(model_path="other/teacher"), "model.model_path is 'other/teacher'"),
+        (lambda r: r["config"]["model"].update(dtype="bfloat16"), "config.model.dtype is 'bfloat16'"),
+        (lambda r: r["tokenizer"].update(pad_token_id=5), "resolved_config.json tokenizer is"),
+        (lambda r: r.update(config=[1, 2]), "field 'config' is not a JSON dict"),
+        (lambda r: r.pop("generation"), "lacks the field 'generation'"),
+    ],
+)
+def test_verify_checks_the_resolved_config_against_the_manifest(
+    artifact: tuple[Path, list[Entry]], tmp_path: Path, edit: Any, says: str
+) -> None:
+    from gencache.artifact.manifest import json_file_bytes
+    from gencache.cli import run as cli_run
+
+    path = writable_copy(artifact[0], tmp_path / "copy")
+    resolved = json.loads((path / "resolved_config.json").read_text(encoding="utf-8"))
+    edit(resolved)
+    (path / "resolved_config.json").write_bytes(json_file_bytes(resolved))  # canonical: only the content is wrong
+    problems = verify(path)
+    assert any(says in problem for problem in problems), problems
+    assert cli_run(["inspect", str(path)]) == 0  # provenance for humans: inspect still shows the artifact

@@ -29,7 +29,7 @@ from gencache.artifact.reader import CacheReader, verify
 from gencache.artifact.summary import build_summary
 from gencache.artifact.writer import ArtifactBuild, CacheWriter
 from gencache.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
-from storage_helpers import PROVENANCE, make_entries, tokens, write_artifact
+from storage_helpers import PROVENANCE, RESOLVED, make_entries, tokens, write_artifact
 
 A, B = "a" * 64, "b" * 64
 
@@ -135,7 +135,7 @@ def test_finalize_backfills_the_header_in_place(tmp_path: Path) -> None:
         w.add(e.key, e.payload(), e.texts, e.finish_reasons)
     before = w.path.read_bytes()
     inode = os.stat(w.path).st_ino
-    w.finalize(resolved_config={}, summary={})
+    w.finalize(resolved_config=RESOLVED, summary={})
     after = w.path.read_bytes()
     assert os.stat(w.path).st_ino == inode
     start = 8 + w.header_capacity
@@ -153,10 +153,10 @@ def test_header_capacity_overflow_removes_the_private_payload(tmp_path: Path) ->
     for e in make_entries(3):
         w.add(e.key, e.payload(), e.texts, e.finish_reasons)
     with pytest.raises(HeaderCapacityError, match="reserved"):
-        w.finalize(resolved_config={}, summary={})
+        w.finalize(resolved_config=RESOLVED, summary={})
     assert os.listdir(tmp_path) == []
     with pytest.raises(WriteError, match="aborted"):
-        w.finalize(resolved_config={}, summary={})
+        w.finalize(resolved_config=RESOLVED, summary={})
     with pytest.raises(WriteError, match="aborted"):
         w.add(*_args(make_entries(1, start=9)[0]))
 
@@ -371,7 +371,7 @@ def test_an_empty_directory_at_the_output_is_never_replaced(tmp_path: Path) -> N
         ArtifactBuild(out, provenance=PROVENANCE, header_capacity=256) as build,
     ):
         build.writer.add(*_args(make_entries(1)[0]))
-        build.writer.finalize(resolved_config={}, summary={})
+        build.writer.finalize(resolved_config=RESOLVED, summary={})
         out.mkdir()
         build.publish()
     assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == []
@@ -397,7 +397,7 @@ def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, mon
     assert probe_rename(tmp_path) == "rename"
     with ArtifactBuild(tmp_path / "b", provenance=PROVENANCE, header_capacity=256) as build:
         build.writer.add(*_args(make_entries(1)[0]))
-        build.writer.finalize(resolved_config={}, summary={})
+        build.writer.finalize(resolved_config=RESOLVED, summary={})
         assert build.publish() == "rename"
     assert verify(tmp_path / "b") == []
     # the fallback still never replaces an existing path, empty or not
@@ -467,7 +467,7 @@ def test_single_sequence_re_adds_and_conflicts_on_the_fast_path(tmp_path: Path) 
         assert w.add(B, [tokens([5]), tokens([6])], ["a", "b"], ["eos", "eos"]) is False
         assert type(w._records[B][4]) is str  # a str subclass reason is kept as the plain str
         assert os.stat(w.path).st_size == size + 16
-        w.finalize(resolved_config={}, summary={})
+        w.finalize(resolved_config=RESOLVED, summary={})
     assert verify(tmp_path) == []
 
 
@@ -489,7 +489,7 @@ def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         monkeypatch.undo()
         data = w.path.read_bytes()[8 + w.header_capacity :]
         assert data == b"".join(p for e in entries for p in e.payload())
-        w.finalize(resolved_config={}, summary={})
+        w.finalize(resolved_config=RESOLVED, summary={})
     assert verify(tmp_path) == []
 
 
@@ -522,7 +522,7 @@ def test_a_failed_append_rolls_back_and_the_writer_stays_usable(
         assert caught.value.errno == errno.ENOSPC and len(calls) == 2
         assert os.stat(w.path).st_size == size and list(w.keys()) == [first.key]
         assert w.add(*_args(third)) and w.add(*_args(second))
-        w.finalize(resolved_config={}, summary={})
+        w.finalize(resolved_config=RESOLVED, summary={})
     reader = CacheReader(tmp_path)
     assert list(reader.keys()) == sorted([first.key, second.key, third.key]) and verify(tmp_path) == []
 
@@ -533,7 +533,7 @@ def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:
         for i in range(count):
             w.add(hashlib.sha256(b"%d" % i).hexdigest(), [tokens([i, i + 1])], [f"{i} " + "é" * 500], ["eos"])
         records = dict(w._records)
-        w.finalize(resolved_config={}, summary={})
+        w.finalize(resolved_config=RESOLVED, summary={})
     manifest = (tmp_path / "manifest.json").read_bytes()
     assert len(manifest) > MANIFEST_CHUNK_BYTES
     assert manifest == json_file_bytes(manifest_object(PROVENANCE, records, build_summary(records, {})))

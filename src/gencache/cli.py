@@ -191,6 +191,15 @@ def generate(
             help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
         ),
     ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            metavar=FLAG,
+            help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
+            "stdout (no report).",
+        ),
+    ] = False,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines (hub, transformers) through."),
@@ -201,6 +210,10 @@ def generate(
     from gencache.progress import make_progress
     from gencache.render import make_console, render_dry_run, render_notice
 
+    if raw and show_prompt is None:
+        from gencache.errors import ConfigError
+
+        raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
     err = make_console(stderr=True)
     with _quiet_libraries(verbose):
         result = generate_cache(
@@ -216,12 +229,30 @@ def generate(
             notify=lambda level, text: render_notice(err, level, text),
             progress=make_progress,
         )
+    if not isinstance(result, Path) and raw:
+        for error in result.preflight.errors:
+            typer.echo(f"error: {error}", err=True)
+        if result.prompt is not None:
+            _echo_json(_raw_prompt(result.prompt, result.prompt_index or 0))
+        raise typer.Exit(result.exit_code or (0 if result.prompt is not None else 2))
     if not isinstance(result, Path):  # the dry run's report
         render_dry_run(result, err)
         for error in result.preflight.errors:
             typer.echo(f"error: {error}", err=True)
         raise typer.Exit(result.exit_code)
     typer.echo(str(result))
+
+
+def _raw_prompt(sample: Any, index: int) -> dict[str, Any]:
+    """What ``--show-prompt N --raw`` prints: the exact text and ids the teacher would get."""
+    return {
+        "index": index,
+        "key": sample.key,
+        "data_config_index": sample.data_config_index,
+        "sample_index": sample.sample_index,
+        "prompt": sample.prompt_text,
+        "input_ids": None if sample.input_ids is None else list(sample.input_ids),
+    }
 
 
 def printable(text: str) -> str:

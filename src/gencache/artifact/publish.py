@@ -281,7 +281,7 @@ def _is_complete_artifact(path: str) -> bool:
         names = set(os.listdir(path))
     except OSError:
         return True  # cannot tell: keep it
-    return ARTIFACT_FILES <= names
+    return names >= ARTIFACT_FILES
 
 
 def clean(parent: Path | str) -> list[Path]:
@@ -289,8 +289,8 @@ def clean(parent: Path | str) -> list[Path]:
 
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
     in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
-    only when it was written on this host by a process that no longer exists. A directory that holds every artifact
-    file is never removed, whatever its name. A directory or lock file that another ``gencache clean`` removed
+    only when it was written on this host by a process that no longer exists, and never when it holds every
+    artifact file (a published artifact whose name looks temporary; a writer's own directory always has a lock). A directory or lock file that another ``gencache clean`` removed
     meanwhile counts as done, so concurrent cleaners all succeed. When some leftovers cannot be removed (a read-only
     file system, permissions), the others are still removed and a :class:`WriteError` then names what is left.
     """
@@ -315,14 +315,16 @@ def clean(parent: Path | str) -> list[Path]:
                     os.close(fd)
             continue
         match = TEMP_RE.match(name)
-        if match is None or not os.path.isdir(path) or os.path.islink(path) or _is_complete_artifact(path):
+        if match is None or not os.path.isdir(path) or os.path.islink(path):
             continue
         lock = path + LOCK_SUFFIX
         state, fd = _try_lock(lock)
         if state == "live":
             continue
-        if state == "absent" and (match["host"] != host or _pid_alive(int(match["pid"]))):
-            continue  # no lock file: an older gencache's directory, judged by its pid on this host
+        if state == "absent" and (
+            match["host"] != host or _pid_alive(int(match["pid"])) or _is_complete_artifact(path)
+        ):  # no lock file: an older gencache's directory judged by its pid on this host, or a published artifact
+            continue
         try:
             if _remove_tree(path):
                 removed.append(Path(path))

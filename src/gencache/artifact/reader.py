@@ -39,6 +39,7 @@ from gencache.artifact.names import (
     RESOLVED_NAME,
     TOKEN_BYTES,
 )
+from gencache.artifact.resolved import resolved_config_problems
 from gencache.errors import FormatError, GencacheError, IntegrityError
 
 PathLike = str | os.PathLike[str]
@@ -385,6 +386,8 @@ class CacheReader(GenerationCache):
                 problems.append("resolved_config.json does not hold a JSON object")
             elif raw_resolved != json_file_bytes(resolved):
                 problems.append("resolved_config.json is not canonical JSON plus a newline (it was edited)")
+            else:
+                problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
         index = self._index
         order = np.argsort(index.starts, kind="stable")
         digests: list[bytes] = [b""] * len(order)

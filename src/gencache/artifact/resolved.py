@@ -1,0 +1,73 @@
+"""The shape of ``resolved_config.json`` and what it must agree on with the manifest. Pure: no I/O.
+
+The resolved config is provenance for humans (never a compatibility gate), but ``gencache verify`` still checks
+that it is the document gencache wrote: an object with the documented top-level fields of the documented types,
+whose format version, teacher, tokenizer state and dtype are those the manifest records, and whose run digest is
+the shard record's when the artifact is a shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gencache.artifact.names import FORMAT_VERSION
+
+__all__ = ["RESOLVED_FIELDS", "resolved_config_problems"]
+
+#: Top-level fields of ``resolved_config.json`` and the JSON type each holds (``None``: may also be null).
+RESOLVED_FIELDS: dict[str, tuple[type, ...]] = {
+    "format_version": (int,),
+    "gencache_version": (str,),
+    "config": (dict,),
+    "overrides": (dict,),
+    "output_dir": (str,),
+    "run_digest": (str,),
+    "shard": (dict, type(None)),
+    "sources": (list,),
+    "data_kwargs": (list,),
+    "generation": (dict,),
+    "tokenizer": (dict,),
+    "engine": (dict,),
+    "batching": (dict, type(None)),
+    "model": (dict,),
+    "runtime": (dict,),
+    "samples": (dict,),
+}
+
+
+def _get(value: Any, *path: str) -> Any:
+    for part in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def resolved_config_problems(
+    resolved: Mapping[str, Any], provenance: Mapping[str, Any], shard: Mapping[str, Any] | None
+) -> list[str]:
+    """Every way ``resolved`` is not the resolved config of an artifact with this ``provenance`` and ``shard``
+    record (the manifest's ``summary.shard``); empty when it is."""
+    problems = []
+    for name, types in RESOLVED_FIELDS.items():
+        if name not in resolved:
+            problems.append(f"resolved_config.json lacks the field {name!r}")
+        elif not isinstance(resolved[name], types) or isinstance(resolved[name], bool):
+            problems.append(f"resolved_config.json field {name!r} is not a JSON {types[0].__name__}")
+    if problems:
+        return problems
+    agreements = [
+        ("format_version", resolved["format_version"], FORMAT_VERSION),
+        ("model.model_path", _get(resolved, "model", "model_path"), provenance.get("model_path")),
+        ("tokenizer", resolved["tokenizer"], provenance.get("tokenizer")),
+        ("config.model.dtype", _get(resolved, "config", "model", "dtype"), provenance.get("dtype")),
+    ]
+    if shard is not None:
+        agreements.append(("run_digest", resolved["run_digest"], shard.get("run_digest")))
+    for name, found, expected in agreements:
+        if found != expected:
+            problems.append(
+                f"resolved_config.json {name} is {found!r} but the manifest records {expected!r} (it was edited)"
+            )
+    return problems
