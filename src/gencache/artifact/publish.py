@@ -290,7 +290,8 @@ def clean(parent: Path | str) -> list[Path]:
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
     in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
     only when it was written on this host by a process that no longer exists, and never when it holds every
-    artifact file (a published artifact whose name looks temporary; a writer's own directory always has a lock). A directory or lock file that another ``gencache clean`` removed
+    artifact file (a published artifact whose name looks temporary; a writer's own directory always has a lock).
+    A directory or lock file that another ``gencache clean`` removed
     meanwhile counts as done, so concurrent cleaners all succeed. When some leftovers cannot be removed (a read-only
     file system, permissions), the others are still removed and a :class:`WriteError` then names what is left.
     """
