@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -205,3 +206,19 @@ def test_a_shard_set_routes_each_key_to_its_shard(tmp_path: Path) -> None:
         assert missing not in mix and mix.get(missing) is None and "g" * 64 not in mix
     mixed = open_caches([*paths, write_artifact(tmp_path / "extra", make_entries(2, start=90))])
     assert len(mixed) == 42 and all(e.key in mixed for e in entries)
+
+
+def test_inspect_of_a_shard_set_details_every_shard_and_keeps_whole_paths(tmp_path: Path) -> None:
+    from gencache.render import make_console
+
+    entries = make_entries(9)
+    base = tmp_path / ("a-long-output-directory-name-" * 3)
+    paths = [write_shard(base, index, 3, entries, "d" * 64) for index in range(3)]
+    other = write_artifact(tmp_path / ("another-long-output-directory-name-" * 3), entries[:2])
+    report = inspect_report([base, other])
+    sink = io.StringIO()
+    render_inspect(report, make_console(file=sink))
+    text = sink.getvalue()
+    for path in paths:
+        assert str(path) in text  # one detail table per shard, titled by its whole path
+    assert str(other) in text and "…" not in text

@@ -361,3 +361,16 @@ def test_show_prompt_raw_prints_the_exact_text_and_ids_as_json(
     assert shown["input_ids"] == list(samples[1].input_ids or ())
     assert cli_run(["generate", str(config), "--raw"]) == 2
     assert "--raw goes with --show-prompt" in capsys.readouterr().err
+
+
+def test_sigint_after_the_command_finished_exits_with_its_code_and_no_traceback() -> None:
+    # A worker thread of an engine may still wind down at interpreter exit after the artifact was published.
+    code = (
+        "import os, signal, threading, time\n"
+        "from gencache.cli import _exit_quietly_on_interrupt\n"
+        "threading.Thread(target=time.sleep, args=(30,)).start()  # a non-daemon thread joined at exit\n"
+        "_exit_quietly_on_interrupt(0)\n"
+        "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr

@@ -497,4 +497,27 @@ def _debug_traceback() -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    sys.exit(run())
+    code = run()
+    _exit_quietly_on_interrupt(code)
+    sys.exit(code)
+
+
+def _exit_quietly_on_interrupt(code: int) -> None:
+    """Once the command is done, SIGINT during interpreter shutdown (an engine's worker thread still winding down)
+    ends the process with the command's own exit code instead of a KeyboardInterrupt traceback: the work is
+    already published or already failed."""
+    import signal
+
+    def finish_now(signum: int, frame: Any) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    if _on_main_thread():
+        signal.signal(signal.SIGINT, finish_now)
+
+
+def _on_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

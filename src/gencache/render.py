@@ -258,10 +258,9 @@ def render_inspect(report: dict[str, Any], console: Console, err: Console | None
             info = artifact["shards"]
             for problem in info["problems"]:
                 console.print(f"[red]problem[/]: {escape(problem)}", highlight=False)
-            for shard_report in artifact["artifacts"]:
+            for shard_report in artifact["artifacts"]:  # every shard in detail, not only the first
                 if shard_report["kind"] == "artifact":
                     console.print(_artifact_table(shard_report))
-                    break
         else:
             console.print(_artifact_table(artifact))
     overlap = report["overlap"]
