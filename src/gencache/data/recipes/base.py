@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gencache.data.kwargs import KwargsModel
-from gencache.data.prompts import Prompt, compose_default
+from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
 from gencache.errors import DatasetError
 
@@ -97,7 +97,9 @@ class Question:
     """One sample before the skeleton adds the shots: its key fields and what its prompt shows.
 
     ``task_prompt`` is the text after the documents; ``shown`` the query as shown (``query`` when None);
-    ``context`` the prompt's document blocks (the key's ``documents`` when None).
+    ``context`` the prompt's document blocks (the key's ``documents`` when None). ``history`` makes it a chat row:
+    the ``(role, content)`` turns before the final user turn, whose text is the documents (each followed by a
+    space) and then the task prompt.
     """
 
     documents: list[str]
@@ -107,6 +109,7 @@ class Question:
     task: dict[str, Any] = field(default_factory=dict)
     shown: str | None = None
     context: list[str] | None = None
+    history: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -240,12 +243,18 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
                 "task": question.task,
             }
             context = question.documents if question.context is None else question.context
+            if question.history is None:
+                parts = compose_default(preamble, context, question.task_prompt)
+            else:  # a chat row's final user turn: no preamble, no leading space
+                blocks = [part for text in context for part in (ContextBlock(text), Inline(" "))]
+                parts = normalize([*blocks, Inline(question.task_prompt)])
             samples.append(
                 RawSample(
                     semantic=semantic,
-                    parts=compose_default(preamble, context, question.task_prompt),
+                    parts=parts,
                     query=question.query if question.shown is None else question.shown,
                     answer=question.answer,
+                    history=question.history,
                 )
             )
         if len(samples) < dc.num_samples:

@@ -21,8 +21,7 @@ from typing import Any
 from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from gencache.data.kwargs import KwargsModel
-from gencache.data.prompts import ContextBlock, Inline, normalize
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo, shortfall
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
 from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 from gencache.data.recipes.table import Scalar, documents_of, filtered_order, load_table, named_columns, task_of
 from gencache.errors import DatasetError
@@ -112,21 +111,7 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
     kwargs_model = ChatKwargs
     columns = COLUMNS
 
-    def load(
-        self, dc: DataConfigLike, kwargs: ChatKwargs | Mapping[str, Any], tokenizer: Any | None
-    ) -> tuple[list[RawSample], SourceInfo]:
-        from gencache.data.recipes.base import check_counts, coerce_kwargs
-
-        kw = coerce_kwargs(ChatKwargs, kwargs, self.name)
-        check_counts(dc)
-        selection = self.select(dc, kw, tokenizer)
-        table = selection.rows.table
-        samples = [self._raw(table, kw, index) for index in selection.candidates]
-        return samples, selection.source
-
-    def select(self, dc: DataConfigLike, kwargs: ChatKwargs, tokenizer: Any | None) -> Any:
-        from gencache.data.recipes.base import Selection
-
+    def select(self, dc: DataConfigLike, kwargs: ChatKwargs, tokenizer: Any | None) -> Selection[ChatRows]:
         if dc.num_shots:
             raise DatasetError(
                 "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
@@ -138,10 +123,8 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
             raise shortfall(self.name, dc.split, dc.num_samples, len(order), detail)
         return Selection(info, ChatRows(table), (), order[: dc.num_samples])
 
-    def sample(self, rows: ChatRows, kwargs: ChatKwargs, index: int) -> None:
-        raise DatasetError("chat rows are built by ChatRecipe.load")  # load builds RawSamples directly
-
-    def _raw(self, table: Any, kwargs: ChatKwargs, index: int) -> RawSample:
+    def sample(self, rows: ChatRows, kwargs: ChatKwargs, index: int) -> Question:
+        table = rows.table
         row = table[index]
         turns = conversation(table, self.name, index, row, kwargs.messages)
         answer = ""
@@ -151,16 +134,13 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
             problem = f"{kwargs.messages!r} must end with a user turn (after its final assistant turn)"
             raise row_error(table, self.name, index, problem)
         query = turns[-1][1]
-        history = tuple(turns[:-1])
-        documents = documents_of(table, self.name, index, row, kwargs)
-        task: dict[str, Any] = {HISTORY: [{"role": role, "content": content} for role, content in history]}
-        task.update(task_of(table, self.name, index, row, kwargs.task))
-        semantic = {"documents": documents, "query": query, "shots": [], "task": task}
         if not query:
             raise row_error(table, self.name, index, "the final user turn is empty; every sample needs a query")
-        blocks = [part for document in documents for part in (ContextBlock(document), Inline(" "))]
-        parts = normalize([*blocks, Inline(query)])
-        return RawSample(semantic=semantic, parts=parts, query=query, answer=answer, history=history)
+        history = tuple(turns[:-1])
+        task: dict[str, Any] = {HISTORY: [{"role": role, "content": content} for role, content in history]}
+        task.update(task_of(table, self.name, index, row, kwargs.task))
+        documents = documents_of(table, self.name, index, row, kwargs)
+        return Question(documents, query, answer, query, task, history=history)
 
 
 RECIPE = ChatRecipe()
