@@ -4,3 +4,5 @@ from gencache.cli import main
 
 if __name__ == "__main__":
     main()
+
+__all__: list[str] = []

@@ -102,3 +102,10 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     console.print(snippet, markup=False, highlight=False)  # pasted as is: no markup, never wrapped
     console.print(f"done: {published}")
     return published
+
+
+__all__ = [
+    "DEMO_DATASETS",
+    "demo_config",
+    "run_demo",
+]

@@ -18,7 +18,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
-    from gencache.artifact.report import ProgressFactory
+    from gencache.artifact.report import VerifyProgressFactory
     from gencache.data.samples import Sample
     from gencache.pipeline import DryRun
 
@@ -118,7 +118,7 @@ def render_dry_run(report: DryRun, console: Console) -> None:
     if found.not_computed:
         console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(found.not_computed))}", highlight=False)
     if report.prompt is not None:
-        render_prompt(report.prompt, report.prompt_index or 0, console)
+        render_sample_prompt(report.prompt, report.prompt_index or 0, console)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
     if found.errors:
@@ -129,7 +129,7 @@ def render_dry_run(report: DryRun, console: Console) -> None:
         console.print("[green]every check passed[/]: generate would start loading the teacher")
 
 
-def render_prompt(sample: Sample, index: int, console: Console) -> None:
+def render_sample_prompt(sample: Sample, index: int, console: Console) -> None:
     """Sample ``index``'s rendered prompt: where it came from, each part and the token count."""
     tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
     console.print(
@@ -283,7 +283,7 @@ def render_inspect(report: dict[str, Any], console: Console, err: Console | None
 # -- verify -------------------------------------------------------------------------------------------------
 
 
-def verify_progress(console: Console) -> ProgressFactory:
+def verify_progress(console: Console) -> VerifyProgressFactory:
     """A progress factory for :func:`gencache.artifact.report.verify_results`: one transient bar per artifact."""
 
     @contextmanager
@@ -312,6 +312,6 @@ __all__ = [
     "render_dry_run",
     "render_inspect",
     "render_notice",
-    "render_prompt",
+    "render_sample_prompt",
     "verify_progress",
 ]

@@ -135,3 +135,13 @@ def run_digest(resolved_config: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
     stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard", "cache_path")}
     return json_digest(stripped)
+
+
+__all__ = [
+    "ShardSpec",
+    "device_for_rank",
+    "parse_shard",
+    "resolve_shard",
+    "run_digest",
+    "shard_from_env",
+]

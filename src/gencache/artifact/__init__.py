@@ -2,3 +2,5 @@
 
 Nothing in this package imports transformers; only the reader imports torch (to map the payload).
 """
+
+__all__: list[str] = []

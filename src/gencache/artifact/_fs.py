@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gencache.errors import WriteError
 
-CHUNK = 8 * 1024 * 1024  # largest single write
+MAX_WRITE_BYTES = 8 * 1024 * 1024  # largest single write
 _IOV_BATCH = 64  # buffers per pwritev (far below IOV_MAX)
 
 
@@ -51,7 +51,7 @@ def pwrite_rest(fd: int, data: bytes | memoryview, offset: int, written: int) ->
         view, offset = view[written:], offset + written
         if not view:
             return
-        written = os.pwrite(fd, view[:CHUNK], offset)
+        written = os.pwrite(fd, view[:MAX_WRITE_BYTES], offset)
 
 
 def pwritev_all(fd: int, buffers: list[bytes | memoryview], total: int, offset: int) -> None:
@@ -114,3 +114,18 @@ def write_error(what: str, error: OSError) -> WriteError:
     wrapped = WriteError(f"{what} failed: {detail}; {_error_hint(error)}. Nothing was published.")
     wrapped.errno = error.errno
     return wrapped
+
+
+__all__ = [
+    "MAX_WRITE_BYTES",
+    "TEMP_RE",
+    "encodable",
+    "fsync_dir",
+    "host_tag",
+    "pwrite_all",
+    "pwrite_rest",
+    "pwritev_all",
+    "temp_name",
+    "umask",
+    "write_error",
+]

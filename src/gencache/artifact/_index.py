@@ -35,8 +35,8 @@ from gencache.canonical import canonical_json
 from gencache.errors import FormatError
 
 Buffer = bytes | mmap.mmap
-CHUNK = 1 << 13
-_REASON_CODES = {reason: code for code, reason in enumerate(FINISH_REASONS)}
+ENTRY_WINDOW = 1 << 13
+_REASON_INDEX = {reason: code for code, reason in enumerate(FINISH_REASONS)}
 _HEX = np.full(256, 255, dtype=np.uint8)
 _HEX[np.frombuffer(b"0123456789", dtype=np.uint8)] = np.arange(10, dtype=np.uint8)
 _HEX[np.frombuffer(b"abcdef", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint8)
@@ -159,7 +159,7 @@ def _general_index(raw_manifest: bytes, header_raw: bytes, payload_size: int) ->
         starts.extend(starts_by_key[key])
         lengths.extend(ref["shape"][0] for ref in refs)
         digests.extend(ref["digest"] for ref in refs)
-        reasons.extend(_REASON_CODES[reason] for reason in entry["finish_reasons"])
+        reasons.extend(_REASON_INDEX[reason] for reason in entry["finish_reasons"])
         content.append(entry["content_digest"])
         texts.append(json.dumps(entry["text"], ensure_ascii=True, separators=(",", ":")).encode())
         first.append(len(starts))
@@ -260,43 +260,43 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     spans = np.empty((count, 2), dtype=np.int64)
     if count:
         _require(opens[0] == len(_MANIFEST_OPEN) + 65)
-    for at in range(0, count, CHUNK):
-        s = opens[at : at + CHUNK]
+    for at in range(0, count, ENTRY_WINDOW):
+        s = opens[at : at + ENTRY_WINDOW]
         _expect(buf, s - 65, b'"')
-        key_bytes[at : at + CHUNK] = _window(buf, s - 64, 64)
+        key_bytes[at : at + ENTRY_WINDOW] = _window(buf, s - 64, 64)
         _hex_at(buf, s - 64)
         p = s + len(_ENTRY_OPEN)
-        content[at : at + CHUNK] = _hex_at(buf, p)
+        content[at : at + ENTRY_WINDOW] = _hex_at(buf, p)
         p = p + 64
         _expect(buf, p, _AFTER_CONTENT)
         p = p + len(_AFTER_CONTENT)
         first_letter = buf[p]
         code = np.full(len(s), 255, dtype=np.uint8)
         width = np.zeros(len(s), dtype=np.int64)
-        for reason, value in _REASON_CODES.items():
+        for reason, value in _REASON_INDEX.items():
             chosen = first_letter == reason.encode()[0]
             _expect(buf, p[chosen], reason.encode())
             code[chosen] = value
             width[chosen] = len(reason)
         _require(bool((code != 255).all()))
-        reasons[at : at + CHUNK] = code
+        reasons[at : at + ENTRY_WINDOW] = code
         p = p + width
         _expect(buf, p, _AFTER_REASON)
         p = p + len(_AFTER_REASON)
-        digests[at : at + CHUNK] = _hex_at(buf, p)
+        digests[at : at + ENTRY_WINDOW] = _hex_at(buf, p)
         p = p + 64
         _expect(buf, p, _AFTER_DIGEST)
         p = p + len(_AFTER_DIGEST)
         n, digits = _number_at(buf, p)
         _require(bool((n >= 1).all()))
-        lengths[at : at + CHUNK] = n
+        lengths[at : at + ENTRY_WINDOW] = n
         p = p + digits
         _expect(buf, p, _AFTER_LENGTH)
         p = p + len(_AFTER_LENGTH)
-        _require(bool((_window(buf, p, 64) == key_bytes[at : at + CHUNK]).all()))
+        _require(bool((_window(buf, p, 64) == key_bytes[at : at + ENTRY_WINDOW]).all()))
         p = p + 64
         _expect(buf, p, _AFTER_TENSOR)
-        spans[at : at + CHUNK, 0] = p + len(_AFTER_TENSOR) - 1  # from the list's "["
+        spans[at : at + ENTRY_WINDOW, 0] = p + len(_AFTER_TENSOR) - 1  # from the list's "["
     if count:
         ends = np.empty(count, dtype=np.int64)
         ends[:-1] = opens[1:] - 68  # ...]}  ,"<key>
@@ -309,7 +309,7 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     tail = b"{" + bytes(manifest[(tail_at + 3 if count else len(_EMPTY_TAIL) - len(b'"format_version":')) :])
     top = _parse_tail(tail)
     tokens = int(lengths.sum())
-    reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_CODES.items()}
+    reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_INDEX.items()}
     summary = check_summary(top["summary"], _KeySet(keys), count, tokens, reason_counts)
     starts = _check_fast_header(header_raw, keys, lengths, top["provenance_digest"], payload_size)
     return CompactIndex(
@@ -382,10 +382,10 @@ def _check_fast_header(
     starts = np.empty(count, dtype=np.int64)
     member_ends = np.empty(count, dtype=np.int64)
     key_bytes = keys.view(np.uint8).reshape(count, 64)
-    for at in range(0, count, CHUNK):
-        o = opens[at : at + CHUNK]
+    for at in range(0, count, ENTRY_WINDOW):
+        o = opens[at : at + ENTRY_WINDOW]
         _expect(buf, o - 65, b'"')
-        _require(bool((_window(buf, o - 64, 64) == key_bytes[at : at + CHUNK]).all()))
+        _require(bool((_window(buf, o - 64, 64) == key_bytes[at : at + ENTRY_WINDOW]).all()))
         p = o + len(_MEMBER_OPEN)
         begin, digits = _number_at(buf, p)
         p = p + digits
@@ -397,10 +397,10 @@ def _check_fast_header(
         shape, digits = _number_at(buf, p)
         p = p + digits
         _expect(buf, p, _MEMBER_CLOSE)
-        _require(bool((shape == lengths[at : at + CHUNK]).all()))
+        _require(bool((shape == lengths[at : at + ENTRY_WINDOW]).all()))
         _require(bool((end - begin == shape * TOKEN_BYTES).all()))
-        starts[at : at + CHUNK] = begin
-        member_ends[at : at + CHUNK] = p + len(_MEMBER_CLOSE)
+        starts[at : at + ENTRY_WINDOW] = begin
+        member_ends[at : at + ENTRY_WINDOW] = p + len(_MEMBER_CLOSE)
     # the members and the metadata tile the object: "{" m ("," m)* "}"
     member_starts = np.append(opens - 65, meta_at)
     ends = np.append(member_ends, meta_at + len(meta))
@@ -420,3 +420,10 @@ def _check_fast_header(
         data_end = 0
     _require(payload_size == 8 + len(header_raw) + data_end)
     return starts
+
+
+__all__ = [
+    "ENTRY_WINDOW",
+    "CompactIndex",
+    "build_index",
+]

@@ -23,7 +23,14 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
     TOKEN_DTYPE,
 )
-from gencache.artifact.records import Record, check_record_length, sorted_record_keys
+from gencache.artifact.records import (
+    Record,
+    check_record_length,
+    is_single,
+    record_lengths,
+    record_start,
+    sorted_record_keys,
+)
 from gencache.canonical import canonical_bytes, canonical_json, is_int
 from gencache.errors import ConfigError, FormatError, HeaderCapacityError
 
@@ -111,12 +118,12 @@ def build_header(
         if position == at:
             append(f'"__metadata__":{meta}')
         record = records[key]
-        if len(record) == 5:  # one sequence
+        if is_single(record):
             start, n = record[0], record[1]
             append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":{dtype},"shape":[{n}]}}')
             continue
         check_record_length(key, record)
-        start, lengths = record[0], record[1::4]
+        start, lengths = record_start(record), record_lengths(record)
         starts = []
         for n in lengths:
             starts.append(start)

@@ -30,7 +30,16 @@ from gencache.artifact.names import (
     is_key,
     tensor_name,
 )
-from gencache.artifact.records import Record, check_record_length, sorted_record_keys
+from gencache.artifact.records import (
+    Record,
+    check_record_length,
+    is_single,
+    record_digests,
+    record_lengths,
+    record_reasons,
+    record_texts,
+    sorted_record_keys,
+)
 from gencache.artifact.summary import check_summary
 from gencache.canonical import canonical_bytes, canonical_json, is_int, is_sha256_hex, json_digest
 from gencache.errors import FormatError
@@ -161,7 +170,7 @@ def json_file_bytes(value: Any) -> bytes:
 def _entry_member(key: str, record: Record, reason_json: dict[str, str]) -> str:
     """``"<key>":{...}`` of one entry; each text is encoded once, for the member and its content digest."""
     encode = _encode
-    if len(record) == 5:  # one sequence
+    if is_single(record):
         _, n, digest, text, reason = record
         reasons_json = reason_json.get(reason)
         if reasons_json is None:
@@ -172,9 +181,10 @@ def _entry_member(key: str, record: Record, reason_json: dict[str, str]) -> str:
         refs = f'{core},"tensor":"{tensor_name(key, 0)}"}}'
     else:
         check_record_length(key, record)
-        reasons_json = ",".join(map(encode, record[4::4]))
-        texts_json = ",".join(map(encode, record[3::4]))
-        cores = [_ref_open(f'"{d.hex()}"', _DTYPE_JSON, n) for n, d in zip(record[1::4], record[2::4], strict=True)]
+        reasons_json = ",".join(map(encode, record_reasons(record)))
+        texts_json = ",".join(map(encode, record_texts(record)))
+        pairs = zip(record_lengths(record), record_digests(record), strict=True)
+        cores = [_ref_open(f'"{d.hex()}"', _DTYPE_JSON, n) for n, d in pairs]
         content = ",".join([f"{core}}}" for core in cores])
         refs = ",".join([f'{core},"tensor":"{tensor_name(key, i)}"}}' for i, core in enumerate(cores)])
     digest_hex = _content_sha256(content, texts_json, reasons_json)

@@ -12,11 +12,46 @@ Record = tuple[Any, ...]
 """What the writer keeps of one appended entry, flat so that it is one small tuple: ``(start, n_0, digest_0,
 text_0, reason_0, n_1, digest_1, text_1, reason_1, ...)``. ``start`` is the offset of the entry's first sequence
 relative to the data start (an entry's sequences are contiguous, in order); per sequence: its token count, the raw
-32-byte SHA-256 of its bytes, its text and its finish reason; so ``record[1::4]`` are the lengths,
-``record[2::4]`` the digests, ``record[3::4]`` the texts and ``record[4::4]`` the finish reasons."""
+32-byte SHA-256 of its bytes, its text and its finish reason. Read it only through the accessors below
+(:func:`record_lengths`, :func:`record_digests`, :func:`record_texts`, :func:`record_reasons`, :func:`is_single`)."""
 
 RECORD_STRIDE = 4
 """Fields per sequence in a :data:`Record` (after the leading ``start``)."""
+
+
+SINGLE_RECORD_LENGTH = 1 + RECORD_STRIDE
+"""The length of the record of an entry with one sequence (the common case the writers take a fast path for)."""
+
+
+def is_single(record: Record) -> bool:
+    """True when ``record`` holds exactly one sequence."""
+    return len(record) == SINGLE_RECORD_LENGTH
+
+
+def record_start(record: Record) -> int:
+    """The offset of the entry's first sequence, relative to the data start."""
+    start: int = record[0]
+    return start
+
+
+def record_lengths(record: Record) -> tuple[int, ...]:
+    """Each sequence's token count."""
+    return record[1::RECORD_STRIDE]
+
+
+def record_digests(record: Record) -> tuple[bytes, ...]:
+    """Each sequence's raw 32-byte SHA-256."""
+    return record[2::RECORD_STRIDE]
+
+
+def record_texts(record: Record) -> tuple[str, ...]:
+    """Each sequence's decoded text."""
+    return record[3::RECORD_STRIDE]
+
+
+def record_reasons(record: Record) -> tuple[str, ...]:
+    """Each sequence's finish reason."""
+    return record[4::RECORD_STRIDE]
 
 
 def check_record_length(key: str, record: Record) -> None:
@@ -48,4 +83,16 @@ def _check_keys(keys: Sequence[str]) -> None:
         raise FormatError(f"Entry key {bad!r} is not a 64-character lowercase hex semantic key.")
 
 
-__all__ = ["RECORD_STRIDE", "Record", "check_record_length", "sorted_record_keys"]
+__all__ = [
+    "RECORD_STRIDE",
+    "SINGLE_RECORD_LENGTH",
+    "Record",
+    "check_record_length",
+    "is_single",
+    "record_digests",
+    "record_lengths",
+    "record_reasons",
+    "record_start",
+    "record_texts",
+    "sorted_record_keys",
+]

@@ -28,7 +28,7 @@ _NOT_UNICODE = (
     "artifact was not written by gencache or was edited."
 )
 #: Enters a progress display for one artifact (name, total bytes) and yields its callback.
-ProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCallback]]
+VerifyProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCallback]]
 MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
 #: Report kinds that mean the user named the wrong thing (exit code 2), not a damaged artifact (exit code 1).
@@ -258,7 +258,7 @@ def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
     return list(shards.present.values()), check_shard_set(shards, infos).problems()
 
 
-def _verify_one(target: Path, progress: ProgressFactory | None) -> list[str]:
+def _verify_one(target: Path, progress: VerifyProgressFactory | None) -> list[str]:
     try:
         size = os.stat(target / PAYLOAD_NAME).st_size
     except OSError:
@@ -272,7 +272,7 @@ def _verify_one(target: Path, progress: ProgressFactory | None) -> list[str]:
         return [_NOT_UNICODE.format(path=target)]
 
 
-def verify_results(paths: Sequence[PathLike], progress: ProgressFactory | None = None) -> list[dict[str, Any]]:
+def verify_results(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> list[dict[str, Any]]:
     """Verify every path (a sharded output directory means all its shards and the set's one-run check).
 
     One JSON-ready result per artifact or finding: ``{"path", "status", "problems"}`` with ``status`` ``"ok"``,
@@ -296,7 +296,7 @@ def verify_results(paths: Sequence[PathLike], progress: ProgressFactory | None =
     return results
 
 
-def verify_report(paths: Sequence[PathLike], progress: ProgressFactory | None = None) -> tuple[bool, list[str]]:
+def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> tuple[bool, list[str]]:
     """:func:`verify_results` as ``(all intact, report lines)``: ``OK   <path>`` or ``FAIL <problem>``."""
     results = verify_results(paths, progress)
     lines: list[str] = []
@@ -308,4 +308,11 @@ def verify_report(paths: Sequence[PathLike], progress: ProgressFactory | None = 
     return all(r["status"] == "ok" for r in results), lines
 
 
-__all__ = ["BAD_INPUT_KINDS", "classify_path", "inspect_report", "verify_report", "verify_results"]
+__all__ = [
+    "BAD_INPUT_KINDS",
+    "VerifyProgressFactory",
+    "classify_path",
+    "inspect_report",
+    "verify_report",
+    "verify_results",
+]

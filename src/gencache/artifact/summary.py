@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gencache.artifact.names import FINISH_REASONS, check_shard_info, shard_of
-from gencache.artifact.records import RECORD_STRIDE, Record
+from gencache.artifact.records import Record, is_single, record_lengths, record_reasons
 from gencache.canonical import is_int
 from gencache.errors import FormatError
 
@@ -65,14 +65,15 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     reasons = dict.fromkeys(FINISH_REASONS, 0)
     sequences = tokens = 0
     for record in records.values():
-        if len(record) == 5:  # one sequence
+        if is_single(record):  # the fast path: (start, n, digest, text, reason)
             sequences += 1
             tokens += record[1]
             reasons[record[4]] += 1
             continue
-        sequences += len(record) // RECORD_STRIDE
-        tokens += sum(record[1::4])
-        for reason in record[4::4]:
+        lengths = record_lengths(record)
+        sequences += len(lengths)
+        tokens += sum(lengths)
+        for reason in record_reasons(record):
             reasons[reason] += 1
     entries = len(records)
     whole_run = shard is None or shard["count"] == 1

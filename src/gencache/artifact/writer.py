@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from gencache.artifact._fs import (
-    CHUNK,
+    MAX_WRITE_BYTES,
     encodable,
     fsync_dir,
     pwrite_all,
@@ -118,7 +118,7 @@ class CacheWriter:
         self._created.append(self.path)
         try:
             pwrite_all(self._fd, prefix, 0)
-            spaces = b" " * min(header_capacity, CHUNK)
+            spaces = b" " * min(header_capacity, MAX_WRITE_BYTES)
             for offset in range(0, header_capacity, len(spaces)):
                 pwrite_all(self._fd, spaces[: header_capacity - offset], LENGTH_PREFIX_BYTES + offset)
         except BaseException as error:

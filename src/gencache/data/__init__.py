@@ -2,3 +2,5 @@
 
 Everything here is model-free: a tokenizer is passed in where prompts are tokenized, never loaded here.
 """
+
+__all__: list[str] = []

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
-_REASON_CODES = {1: FINISH_EOS, 2: FINISH_STOP_STRING, 3: FINISH_LENGTH}
+_SCAN_REASONS = {1: FINISH_EOS, 2: FINISH_STOP_STRING, 3: FINISH_LENGTH}
 
 
 class StopStringMatcher:
@@ -174,7 +174,7 @@ class FinishRecorder:
                 reasons.append(FINISH_LENGTH)
             else:
                 out_lengths.append(int(length))
-                reasons.append(_REASON_CODES[int(code)])
+                reasons.append(_SCAN_REASONS[int(code)])
         return out_lengths, reasons
 
 
