@@ -521,3 +521,11 @@ def _on_main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
+
+
+__all__ = [
+    "app",
+    "main",
+    "printable",
+    "run",
+]
