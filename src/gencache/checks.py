@@ -136,7 +136,8 @@ def check_output_location(outputs: Sequence[Path], *, create: bool) -> str:
 
 
 def check_device(device: str) -> str:
-    """The device exists on this machine: ``cpu``, ``cuda``/``cuda:N`` with that GPU, ``mps``, or ``auto``."""
+    """The device exists on this machine: ``cpu``, ``cuda``/``cuda:N`` with that GPU, or ``auto`` (the only
+    values the config accepts)."""
     import importlib.util
 
     if device == "cpu":
@@ -164,8 +165,6 @@ def check_device(device: str) -> str:
                 "choose one of them."
             )
         return f"{device} ({torch.cuda.get_device_name(target.index or 0)})"
-    if target.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"model.device {device!r}: MPS is not available on this machine; choose another device.")
     return device
 
 

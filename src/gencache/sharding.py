@@ -133,7 +133,7 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
 
 def run_digest(resolved_config: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
-    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard", "cache_path")}
+    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}
     return json_digest(stripped)
 
 

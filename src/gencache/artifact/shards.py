@@ -75,10 +75,6 @@ class ShardCheck:
     other_run: tuple[int, ...] = ()
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
-    @property
-    def ok(self) -> bool:
-        return not self.problems()
-
     def problems(self) -> list[str]:
         """One plain sentence per problem, each naming the directories concerned and what to do."""
         shards = self.shards
