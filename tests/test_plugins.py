@@ -197,3 +197,32 @@ def test_a_plugin_cannot_replace_a_builtin(site: Path, tmp_path: Path) -> None:
     install_package(project, site)
     with pytest.raises(DatasetError, match=r"recipe plug-in 'musique' .* uses the name of the built-in dataset"):
         get_recipe("musique")
+
+
+def test_the_helper_installs_what_an_installer_does(tmp_path: Path) -> None:
+    """The example is a real installable package: where uv can build it offline, its entry points and modules are
+    exactly what the tests' helper installs."""
+    import shutil
+
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH")
+    target = tmp_path / "real"
+    built = subprocess.run(
+        [uv, "pip", "install", "--offline", "--no-deps", "--quiet", "--target", str(target), str(EXAMPLE)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.skip(f"the example cannot be built offline here: {built.stderr.strip().splitlines()[-1:]}")
+    helper = install_package(EXAMPLE, tmp_path / "helper")
+    (real_dist,) = target.glob("*.dist-info")
+    (helper_dist,) = helper.glob("*.dist-info")
+    assert real_dist.name == helper_dist.name
+    assert _entry_lines(real_dist) == _entry_lines(helper_dist)
+    package = "gencache_recipe_example"
+    assert (target / package / "__init__.py").read_bytes() == (helper / package / "__init__.py").read_bytes()
+
+
+def _entry_lines(dist: Path) -> list[str]:
+    text = (dist / "entry_points.txt").read_text(encoding="utf-8")
+    return sorted(line.replace(" ", "") for line in text.splitlines() if line.strip())
