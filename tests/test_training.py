@@ -172,3 +172,21 @@ def test_the_sequence_choice_with_several_answers(demo: dict[str, Any], tmp_path
     assert len(every) == 3 * len(firsts)
     assert [every[i]["sequence_index"] for i in range(6)] == [0, 1, 2, 0, 1, 2]
     assert every[4]["key"] == firsts[1]["key"]
+
+
+def test_batches_hold_model_inputs_and_carry_metadata_across_processes(demo: dict[str, Any]) -> None:
+    import copy
+    import pickle
+
+    data = dataset(demo)
+    collate = DistillationCollator(demo["tokenizer"], padding_side="right")
+    batch = collate([data[0], data[1]])
+    assert list(batch) == ["input_ids", "attention_mask", "labels"]
+    for again in (pickle.loads(pickle.dumps(batch)), copy.copy(batch)):  # DataLoader workers, pin_memory
+        assert again.metadata == batch.metadata and torch.equal(again["input_ids"], batch["input_ids"])
+    assert batch.metadata["key"] == [data[0]["key"], data[1]["key"]]
+    # what Trainer's remove_unused_columns leaves of an item: the collator needs only the ids and labels
+    stripped = collate([{k: data[0][k] for k in ("input_ids", "labels")}])
+    assert stripped.metadata == {} and stripped["attention_mask"].tolist() == [[1] * len(data[0]["input_ids"])]
+    with pytest.raises(ConfigError, match="padding_side"):
+        DistillationCollator(demo["tokenizer"], padding_side="middle")
