@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gencache.errors import ConfigError, GencacheError
+from gencache.generation.settings import ENGINE_CONTINUOUS
 from gencache.sharding import ShardSpec
 
 if TYPE_CHECKING:
@@ -222,6 +223,35 @@ def check_context(longest: int, where: str, max_new_tokens: int, max_positions: 
     return f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {max_positions} positions"
 
 
+def check_paged_cache(found: Preflight) -> str:
+    """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
+    prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
+    from transformers import AutoConfig
+
+    from gencache.generation.engines.continuous import size_paged_cache
+    from gencache.generation.options import ContinuousOptions
+
+    config, samples, generation = found.config, found.samples, found.generation
+    assert samples is not None and generation is not None
+    options = ContinuousOptions.model_validate(config.engine_options)
+    assert options.kv_cache_memory_gib is not None
+    model = config.model
+    model_config = AutoConfig.from_pretrained(
+        model.model_path, **({"revision": model.revision} if model.revision else {})
+    )
+    unique_keys = samples.keys()
+    lengths = [len(samples.by_key(key).input_ids or ()) for key in unique_keys]
+    try:
+        sizing = size_paged_cache(
+            lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
+            model_config=model_config, dtype_bytes=4 if model.dtype == "float32" else 2,
+            budget=(int(options.kv_cache_memory_gib * 2**30), "engine_options.kv_cache_memory_gib"),
+        )  # fmt: skip
+    except GencacheError as error:
+        raise ConfigError(str(error)) from None
+    return f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
+
+
 def _count_without_tokenizer(config: CacheConfig) -> list[int]:
     """Load every data config that can be loaded without a tokenizer (its rows, not its prompts) and count them."""
     from gencache.data.recipes import get_recipe
@@ -411,6 +441,8 @@ def preflight(
         result.not_computed.append("the context-length check")
     else:
         run.step("context length", context)
+        if config.engine == ENGINE_CONTINUOUS and config.engine_options.get("kv_cache_memory_gib") is not None:
+            run.step("paged cache", lambda: (None, check_paged_cache(result)))
 
     def budget() -> tuple[dict[Path, int], str]:
         from gencache.artifact.header import header_capacity
