@@ -16,7 +16,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from gencache import __version__
+from gencache.version import __version__
 from gencache.errors import GencacheError, Terminated
 
 P = ParamSpec("P")

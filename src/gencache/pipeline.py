@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache import __version__
+from gencache.version import __version__
 from gencache.artifact.names import FORMAT_VERSION, shard_dir_name
 from gencache.data.config import CacheConfig, config_to_json
 from gencache.errors import GenerationError, OutputExistsError, ShardError, Terminated

@@ -126,7 +126,7 @@ def runtime_info(model: Any) -> dict[str, Any]:
     """dtype, attention implementation, device and library versions, for ``resolved_config.json``."""
     import torch
 
-    from gencache import __version__
+    from gencache.version import __version__
 
     device = model_device(model)
     if device.type == "cuda":
