@@ -211,3 +211,5 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
 
 
 RECIPE = BiographyRecipe()
+
+__all__ = ["ATTRIBUTES", "QA_TEMPLATES", "RECIPE", "BiographyKwargs", "BiographyRecipe"]

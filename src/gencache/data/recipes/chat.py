@@ -144,3 +144,5 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
 
 
 RECIPE = ChatRecipe()
+
+__all__ = ["RECIPE", "ChatKwargs", "ChatRecipe", "conversation"]

@@ -122,3 +122,5 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
 
 
 RECIPE = HotpotQARecipe()
+
+__all__ = ["RECIPE", "HotpotQAKwargs", "HotpotQARecipe", "task_prompt"]

@@ -102,3 +102,5 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
 
 
 RECIPE = MuSiQueRecipe()
+
+__all__ = ["RECIPE", "MuSiQueKwargs", "MuSiQueRecipe", "task_prompt"]

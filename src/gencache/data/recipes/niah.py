@@ -232,3 +232,5 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
 
 
 RECIPE = NIAHRecipe()
+
+__all__ = ["RECIPE", "RULER_TASKS", "NIAHKwargs", "NIAHRecipe", "chunk_sentences", "split_sentences"]

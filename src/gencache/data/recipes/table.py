@@ -202,3 +202,14 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
 
 
 RECIPE = TableRecipe()
+
+__all__ = [
+    "RECIPE",
+    "TableKwargs",
+    "TableRecipe",
+    "documents_of",
+    "filtered_order",
+    "load_table",
+    "named_columns",
+    "task_of",
+]
