@@ -16,8 +16,8 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from gencache.version import __version__
 from gencache.errors import GencacheError, Terminated
+from gencache.version import __version__
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.version import __version__
 from gencache.artifact.names import FORMAT_VERSION, shard_dir_name
 from gencache.data.config import CacheConfig, config_to_json
 from gencache.errors import GenerationError, OutputExistsError, ShardError, Terminated
 from gencache.overrides import Overrides, load_with_overrides
 from gencache.sharding import ShardSpec, resolve_shard, run_digest
 from gencache.tokenizer import tokenizer_state
+from gencache.version import __version__
 
 if TYPE_CHECKING:
     from gencache.checks import Preflight
@@ -291,13 +291,14 @@ def _seconds(value: float) -> str:
 
 
 def _check_shard_count(found: Preflight, shard: ShardSpec | None, *, collect: bool) -> None:
-    """Refuse more shards than the run has unique keys (some shards would be empty); in a dry run the problem is
-    recorded like every other check's."""
+    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty); in a
+    dry run the problem is recorded like every other check's. One shard of a launched or ``--shard I/N`` run that
+    owns no key is still published empty, so that the set of shards is complete (generate says so)."""
     from gencache.checks import Check
 
     assert found.samples is not None
     unique = len(found.samples.unique)
-    if shard is None or shard.count <= max(unique, 1):
+    if shard is None or shard.origin != "--shards" or shard.count <= max(unique, 1):
         return
     error = ShardError(
         f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards would be "

@@ -10,7 +10,10 @@ import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 Clock = Callable[[], float]
 
@@ -137,14 +140,32 @@ class PlainProgress:
         self.close()
 
 
+# Width given to a console whose stream is not a terminal (a pipe, a log, a test's capture): wide enough that no
+# table column is cut and no line is wrapped, so every message can be grepped and every snippet pasted.
+PIPE_WIDTH = 10_000
+
+
+def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
+    """The console every CLI message goes through.
+
+    Text is never hard-wrapped (``soft_wrap``): a message is one line whatever the width. On a terminal tables fit
+    the terminal; elsewhere the console is :data:`PIPE_WIDTH` wide, so tables keep every column whole.
+    """
+    from rich.console import Console
+
+    stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
+    isatty = getattr(stream, "isatty", None)
+    if callable(isatty) and isatty():
+        return Console(file=stream, soft_wrap=True)
+    return Console(file=stream, soft_wrap=True, width=PIPE_WIDTH)
+
+
 class RichProgress:
     """A live rich bar: samples, generated tokens, tokens/s and ETA."""
 
     def __init__(self, total_samples: int, *, stream: IO[str], clock: Clock = time.monotonic) -> None:
         from rich.progress import BarColumn, TextColumn
         from rich.progress import Progress as RichBar
-
-        from gencache.render import make_console
 
         self.counter = _Counter(total_samples, clock)
         self.console = make_console(file=stream)
@@ -269,4 +290,13 @@ def make_progress(
     return PlainProgress(total, stream=out, interval=interval, clock=clock)
 
 
-__all__ = ["PlainProgress", "Progress", "RichProgress", "StagedProgress", "format_duration", "make_progress"]
+__all__ = [
+    "PIPE_WIDTH",
+    "PlainProgress",
+    "Progress",
+    "RichProgress",
+    "StagedProgress",
+    "format_duration",
+    "make_console",
+    "make_progress",
+]

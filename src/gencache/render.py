@@ -6,39 +6,22 @@ Only the CLI (and the demo) call this module; the library returns data and never
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from gencache.progress import PIPE_WIDTH, make_console
+
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
     from gencache.data.samples import Sample
     from gencache.pipeline import DryRun
-
-# Width given to a console whose stream is not a terminal (a pipe, a log, a test's capture): wide enough that no
-# table column is cut and no line is wrapped, so every message can be grepped and every snippet pasted.
-PIPE_WIDTH = 10_000
-
-
-def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
-    """The console every CLI message goes through.
-
-    Text is never hard-wrapped (``soft_wrap``): a message is one line whatever the width. On a terminal tables fit
-    the terminal; elsewhere the console is :data:`PIPE_WIDTH` wide, so tables keep every column whole.
-    """
-    stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
-    isatty = getattr(stream, "isatty", None)
-    if callable(isatty) and isatty():
-        return Console(file=stream, soft_wrap=True)
-    return Console(file=stream, soft_wrap=True, width=PIPE_WIDTH)
-
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
