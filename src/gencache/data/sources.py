@@ -28,8 +28,9 @@ from typing import Any
 from gencache.data.recipes.base import SourceInfo
 from gencache.data.recipes.columns import TableOrigin, register_origin
 from gencache.errors import DatasetError, first_line
+from gencache.hub import FILE_SUFFIXES, looks_like_path
 
-EXTENSIONS = (".jsonl", ".json", ".parquet")
+EXTENSIONS = FILE_SUFFIXES
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
 
 
@@ -40,15 +41,6 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _looks_local(source: str) -> bool:
-    return (
-        os.path.isabs(source)
-        or source.startswith(("./", "../", "~", ".\\", "..\\"))
-        or source in (".", "..")
-        or source.lower().endswith(EXTENSIONS)
-    )
 
 
 def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
@@ -70,7 +62,7 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
                 "at a directory laid out by split."
             )
         return "file", str(path.resolve())
-    if _looks_local(source):
+    if looks_like_path(source):
         raise DatasetError(f"source path {str(path.absolute())!r} does not exist; fix the path or omit source.")
     return "hub", source
 
