@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from config_factory import musique, write_config
 from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
@@ -20,25 +21,6 @@ from gencache.data.samples import build_samples
 from gencache.errors import FormatError
 from gencache.overrides import Overrides, load_with_overrides
 from storage_helpers import make_entries, writable_copy, write_artifact
-
-
-def musique(**change: Any) -> dict[str, Any]:
-    return {"dataset_name": "musique", "num_samples": 4, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-            "split": "train", "seed": 2, "source": str(sample_source("musique"))} | change  # fmt: skip
-
-
-def write_config(directory: Path, teacher: Path | str, **change: Any) -> Path:
-    config: dict[str, Any] = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 6}},
-        "data_configs": [musique()],
-        "gen_batch_size": 2,
-        "output_dir": str(directory / "out"),
-    }  # fmt: skip
-    config.update(change)
-    path = directory / f"config-{len(list(directory.glob('config-*.json')))}.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
 
 
 def online_env(tmp_path: Path) -> dict[str, str]:
