@@ -28,8 +28,8 @@ def config_dict(directory: Path, teacher: Path | str, **change: Any) -> dict[str
     return config
 
 
-def write_config(directory: Path, teacher: Path | str, **change: Any) -> Path:
-    """Write :func:`config_dict` to a fresh ``config-N.json`` in ``directory`` and return its path."""
-    path = directory / f"config-{len(list(directory.glob('config-*.json')))}.json"
+def write_config(directory: Path, teacher: Path | str, *, name: str | None = None, **change: Any) -> Path:
+    """Write :func:`config_dict` to ``directory / name`` (default: a fresh ``config-N.json``); return its path."""
+    path = directory / (name or f"config-{len(list(directory.glob('config-*.json')))}.json")
     path.write_text(json.dumps(config_dict(directory, teacher, **change)), encoding="utf-8")
     return path

@@ -3,14 +3,14 @@ and no temporary directory, and its manager thread never keeps the process alive
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
 
-from gencache.data.recipes import sample_source
+from config_factory import config_dict, musique
+from config_factory import write_config as factory_config
 from gencache.generation.engines.continuous import supported_transformers
 from test_generate_signals import Child, assert_killed_run_leaves_only_a_temporary_directory
 
@@ -20,18 +20,13 @@ pytestmark = pytest.mark.skipif(
 
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:
-    config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 8, "stop_strings": ["."]}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "source": str(sample_source("musique"))}],
-        "engine": "transformers-continuous",
-        "engine_options": {"max_concurrent_sequences": 2, "page_size": 16},
-        "output_dir": str(tmp_path / "out"),
-    }  # fmt: skip
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
+    """Six MuSiQue samples through the continuous engine, two at a time."""
+    generation = {"max_new_tokens": 8, "stop_strings": ["."]}
+    model = config_dict(tmp_path, teacher)["model"] | {"generation_kwargs": generation}
+    return factory_config(
+        tmp_path, teacher, name="config.json", model=model, data_configs=[musique(num_samples=6)],
+        engine="transformers-continuous", engine_options={"max_concurrent_sequences": 2, "page_size": 16},
+    )  # fmt: skip
 
 
 def test_kill_9_mid_continuous_generation_leaves_no_output(tmp_path: Path, tiny_teacher_dir: Path) -> None:

@@ -7,7 +7,6 @@ phase name to a pipe and then blocks until the test lets it go on, so a kill lan
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -16,25 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from config_factory import config_dict, musique
+from config_factory import write_config as factory_config
 from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
-from gencache.data.recipes import sample_source
 
 TIMEOUT = 120
 
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:
-    config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 8}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "source": str(sample_source("musique"))}],
-        "gen_batch_size": 2,
-        "output_dir": str(tmp_path / "out"),
-    }  # fmt: skip
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
+    """Six MuSiQue samples, 8 new tokens: long enough to be killed mid-run."""
+    model = config_dict(tmp_path, teacher)["model"] | {"generation_kwargs": {"max_new_tokens": 8}}
+    return factory_config(tmp_path, teacher, name="config.json", model=model, data_configs=[musique(num_samples=6)])
 
 
 def assert_killed_run_leaves_only_a_temporary_directory(tmp_path: Path, expected: int) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from config_factory import musique
+from config_factory import write_config as factory_config
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader, open_caches
 from gencache.artifact.shards import shard_path
@@ -24,22 +26,11 @@ COUNT = 4
 
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:
-    config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 6}},
-        "data_configs": [
-            {"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-             "split": "train", "seed": 2, "source": str(sample_source("musique"))},
-            {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
-             "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-             "template": "default", "source": str(sample_source("hotpot_qa"))},
-        ],
-        "gen_batch_size": 2,
-        "output_dir": str(tmp_path / "out"),
-    }  # fmt: skip
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
+    """Six MuSiQue and six HotpotQA samples: enough keys for every shard."""
+    hotpot = {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
+              "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+              "template": "default", "source": str(sample_source("hotpot_qa"))}  # fmt: skip
+    return factory_config(tmp_path, teacher, name="config.json", data_configs=[musique(num_samples=6), hotpot])
 
 
 def inodes(directory: Path) -> dict[str, int]:
