@@ -22,7 +22,7 @@ from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from gencache.data.kwargs import KwargsModel
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
-from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
+from gencache.data.recipes.columns import Column, check_columns, column_list, field_of, require_type, row_error
 from gencache.data.recipes.table import Scalar, documents_of, filtered_order, load_table, named_columns, task_of
 from gencache.errors import DatasetError
 
@@ -61,9 +61,7 @@ class ChatKwargs(KwargsModel):
 
     def document_columns(self) -> list[str]:
         """The document columns, in order."""
-        if self.documents is None:
-            return []
-        return [self.documents] if isinstance(self.documents, str) else list(self.documents)
+        return column_list(self.documents)
 
 
 COLUMNS = (

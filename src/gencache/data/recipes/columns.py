@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gencache.data._config_errors import type_name
 from gencache.errors import DatasetError
 
 __all__ = [
     "Column",
     "TableOrigin",
     "check_columns",
+    "column_list",
     "describe_row",
     "field_of",
     "origin_of",
@@ -173,19 +175,14 @@ def require_type(table: Any, label: str, index: int, value: Any, name: str, kind
 
 
 def _json_type(value: Any) -> str:
+    return type_name(value)
+
+
+def column_list(value: str | Sequence[str] | None) -> list[str]:
+    """The column names a ``data_kwargs`` field gives: none, one, or several in order."""
     if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def field_of(table: Any, label: str, index: int, row: Mapping[str, Any], name: str, kind: str) -> Any:

@@ -21,7 +21,15 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field
 
 from gencache.data.kwargs import KwargsModel
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot, shortfall
-from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error, row_value
+from gencache.data.recipes.columns import (
+    Column,
+    check_columns,
+    column_list,
+    field_of,
+    require_type,
+    row_error,
+    row_value,
+)
 from gencache.errors import DatasetError
 
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None
@@ -66,9 +74,7 @@ class TableKwargs(KwargsModel):
 
     def document_columns(self) -> list[str]:
         """The document columns, in order."""
-        if self.documents is None:
-            return []
-        return [self.documents] if isinstance(self.documents, str) else list(self.documents)
+        return column_list(self.documents)
 
 
 COLUMNS = (
