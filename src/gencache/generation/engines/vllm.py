@@ -433,7 +433,7 @@ class VllmEngine:
     def runtime(self) -> dict[str, Any]:
         import torch
 
-        from gencache import __version__
+        from gencache.version import __version__
 
         cuda = not self.on_cpu and torch.cuda.is_available()
         return {
