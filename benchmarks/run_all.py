@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ["bench_storage.py", "bench_reader.py", "bench_generation.py"]
+BENCHMARKS = ["bench_storage.py", "bench_reader.py", "bench_generation.py", "bench_loss.py"]
 
 
 def main(argv: list[str]) -> int:

@@ -131,3 +131,17 @@ def test_a_wide_vocabulary_never_meets_more_than_one_float32_chunk(chunk_size: i
     # the one full-size buffer is the gradient, in the student's own dtype
     assert student.grad is not None and student.grad.dtype == torch.bfloat16
     assert sizes.largest[torch.bfloat16] == student.numel()
+
+
+def test_a_teacher_logit_of_minus_infinity_adds_nothing() -> None:
+    student, teacher, labels = fixed_batch()
+    masked = teacher.clone()
+    masked[..., :5] = float("-inf")  # tokens the teacher rules out
+    out = distillation_loss(student, masked, labels, temperature=2.0)
+    targets = labels[:, 1:]
+    mask = targets != -100
+    s, q = student[:, :-1][mask].double(), masked[:, :-1][mask].double()
+    p = torch.softmax(q / 2, dim=-1)
+    terms = torch.where(p > 0, p * (torch.log_softmax(q / 2, dim=-1) - torch.log_softmax(s / 2, dim=-1)), 0.0)
+    expected = F.cross_entropy(s, targets[mask]) + 4 * terms.sum(-1).mean()
+    assert torch.isfinite(out.loss) and out.loss.item() == pytest.approx(expected.item(), rel=1e-5)

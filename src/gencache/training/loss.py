@@ -93,18 +93,22 @@ def _chunk_loss(
     """Per-row CE and KL of one chunk (float32 rows) and, when ``want_grad``, ``scale`` times the gradient of
     ``ce_weight * CE + kl_weight * T**2 * KL`` (summed over the rows) with respect to the student's logits."""
     rows = torch.arange(len(targets), device=student.device)
-    z = student.float()
+    z = student.float()  # the chunk is a private copy (index_select), so it may be changed in place
     log_p = torch.log_softmax(z, dim=-1)
     ce = -log_p[rows, targets]
     kl = torch.zeros_like(ce)
     grad: torch.Tensor | None = None
     if teacher is not None:
-        log_q = log_p if temperature == 1.0 else torch.log_softmax(z / temperature, dim=-1)
+        log_q = log_p if temperature == 1.0 else torch.log_softmax(z.div_(temperature), dim=-1)
         del z
-        log_t = torch.log_softmax(teacher.to(device=student.device, dtype=torch.float32) / temperature, dim=-1)
+        zero_mass = bool(torch.isneginf(teacher).any())
+        t = teacher.to(device=student.device, dtype=torch.float32)
+        log_t = torch.log_softmax(t if temperature == 1.0 else t.div_(temperature), dim=-1)
+        del t
         p_t = log_t.exp()
         terms = log_t.sub_(log_q).mul_(p_t)
-        terms.masked_fill_(p_t == 0, 0.0)  # 0 * log 0 is 0 (a teacher logit of -inf)
+        if zero_mass:
+            terms.nan_to_num_(nan=0.0)  # 0 * log 0 is 0 (a teacher logit of -inf)
         kl = terms.sum(dim=-1)
         del terms, log_t
         if want_grad:
