@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.canonical import is_int
 from gencache.errors import ConfigError, first_line
+from gencache.generation import teacher
 from gencache.generation.settings import (
     FIELD,
     GENERATION_FORBIDDEN,
@@ -76,19 +77,13 @@ class EffectiveGeneration:
     defaults: Mapping[str, Any] | None = None
 
 
-def _hf() -> Any:
-    import transformers
-
-    return transformers
-
-
 def _revision_kwargs(revision: str | None) -> dict[str, Any]:
     return {"revision": revision} if revision else {}
 
 
 @functools.cache
 def _known_generation_fields() -> frozenset[str]:
-    return frozenset(name for name in vars(_hf().GenerationConfig()) if not name.startswith("_"))
+    return frozenset(name for name in vars(teacher.hf().GenerationConfig()) if not name.startswith("_"))
 
 
 def _token_id_tuple(value: Any) -> tuple[int, ...]:
@@ -130,7 +125,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
     """The teacher's generation settings as a dict of known, non-null fields, read without weights: from
     ``generation_config.json`` when the model has one, otherwise what transformers derives from ``config.json``
     (as ``from_pretrained`` does). Values are not validated here; :func:`resolve_generation` does that."""
-    hf = _hf()
+    hf = teacher.hf()
     where = f"model.model_path {model_path!r}{f' at revision {revision!r}' if revision else ''}"
     try:
         path = hf.utils.cached_file(
@@ -182,7 +177,7 @@ def resolve_generation(
     }
     teacher_values.pop("do_sample", None)
 
-    defaults: dict[str, Any] = dict(_hf().GenerationConfig._get_default_generation_params())
+    defaults: dict[str, Any] = dict(teacher.hf().GenerationConfig._get_default_generation_params())
     merged = dict(defaults)
     merged.update(teacher_values)
     merged.update(user)
@@ -272,7 +267,7 @@ def resolve_generation(
 
 def _build_config(merged: dict[str, Any]) -> GenerationConfig:
     try:
-        config: GenerationConfig = _hf().GenerationConfig(**merged)
+        config: GenerationConfig = teacher.hf().GenerationConfig(**merged)
         config.validate(strict=True)
     except (ValueError, TypeError) as exc:
         message = " ".join(str(exc).split())

@@ -17,11 +17,12 @@ from gencache.tokenizer import prepare_tokenizer
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
+__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
 
 
-def _hf() -> Any:
-    """The transformers module, typed ``Any`` (its own annotations are incomplete under mypy strict)."""
+def hf() -> Any:
+    """The transformers module, imported on first use and typed ``Any`` (its own annotations are incomplete
+    under mypy strict); the one place the generation package reaches it this way."""
     import transformers
 
     return transformers
@@ -34,7 +35,7 @@ def _revision_kwargs(revision: str | None) -> dict[str, Any]:
 def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained`` then :func:`prepare_tokenizer` (left padding, pad falls back to EOS)."""
     try:
-        tokenizer = _hf().AutoTokenizer.from_pretrained(tokenizer_path, **_revision_kwargs(revision))
+        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **_revision_kwargs(revision))
     except Exception as exc:
         raise ConfigError(
             f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
@@ -70,7 +71,7 @@ def load_teacher(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     # transformers' own check: an installed accelerate older than the version it needs counts as absent.
-    has_accelerate = bool(_hf().utils.is_accelerate_available())
+    has_accelerate = bool(hf().utils.is_accelerate_available())
     if device == "auto":
         if not has_accelerate:
             raise GenerationError(
@@ -87,7 +88,7 @@ def load_teacher(
         if has_accelerate:
             kwargs["device_map"] = target
     try:
-        model: Any = _hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        model: Any = hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
         if target is not None and "device_map" not in kwargs:
             model = model.to(target)
     except torch.OutOfMemoryError as exc:
@@ -144,7 +145,7 @@ def runtime_info(model: Any) -> dict[str, Any]:
         "device_map": {str(k): str(v) for k, v in device_map.items()} if isinstance(device_map, dict) else None,
         "gencache": __version__,
         "torch": torch.__version__,
-        "transformers": _hf().__version__,
+        "transformers": hf().__version__,
         "cuda": torch.version.cuda,
         "cuda_available": torch.cuda.is_available(),
         "python": platform.python_version(),

@@ -56,12 +56,6 @@ _POLL_SECONDS = 0.05
 _STOP_SECONDS = 60.0
 
 
-def _hf() -> Any:
-    import transformers
-
-    return transformers
-
-
 @dataclass(frozen=True)
 class CacheSizing:
     """The paged cache of one run: what was asked, what fits, and the memory it takes."""
@@ -175,7 +169,7 @@ class _ForwardCounter:
 def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: int) -> Any:
     """transformers' ``ContinuousBatchingConfig`` for the chosen sizing (workload-sized, no CUDA graphs, no
     attention switch, no free-cache margin, no CPU offload)."""
-    return _hf().generation.configuration_utils.ContinuousBatchingConfig(
+    return teacher.hf().generation.configuration_utils.ContinuousBatchingConfig(
         page_size=chosen.page_size, num_blocks=chosen.num_blocks, max_batch_tokens=chosen.max_batch_tokens,
         max_requests_per_batch=chosen.concurrency, max_blocks_per_request=0,
         allow_block_sharing=options.prefix_sharing, use_cuda_graph=False, use_async_batching=False,
@@ -408,7 +402,7 @@ class ContinuousEngine(TransformersEngine):
         facts: dict[str, Any] = {
             "name": self.name,
             "options": self.options.model_dump(mode="json"),
-            "version": _hf().__version__,
+            "version": teacher.hf().__version__,
             "stop_strings": "matched on streamed outputs; the request is cancelled when one completes",
         }
         if self.sizing:

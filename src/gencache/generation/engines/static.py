@@ -35,12 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["StaticEngine", "batching_policy", "create", "generate_entries", "padding_stats", "plan_batches"]
 
 
-def _hf() -> Any:
-    import transformers
-
-    return transformers
-
-
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks."""
     if not is_int(batch_size) or batch_size < 1:
@@ -100,7 +94,7 @@ def _generate_batch(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=config,
-                stopping_criteria=_hf().StoppingCriteriaList([recorder]) if recorder is not None else None,
+                stopping_criteria=teacher.hf().StoppingCriteriaList([recorder]) if recorder is not None else None,
             )
     finally:
         model.generation_config = previous
@@ -232,7 +226,7 @@ class StaticEngine(TransformersEngine):
         )  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "options": dict(self.context.options), "version": _hf().__version__}
+        return {"name": self.name, "options": dict(self.context.options), "version": teacher.hf().__version__}
 
     def batching(self) -> dict[str, Any]:
         return batching_policy(self.context.batch_size)
