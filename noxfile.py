@@ -20,8 +20,9 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""
-    session.run("uv", "run", "ruff", "check", "src", "tests", "benchmarks", "noxfile.py", external=True)
-    session.run("uv", "run", "ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py", external=True)
+    paths = ("src", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("uv", "run", "ruff", "check", *paths, external=True)
+    session.run("uv", "run", "ruff", "format", "--check", *paths, external=True)
 
 
 @nox.session
