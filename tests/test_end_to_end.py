@@ -12,7 +12,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from gencache.artifact.reader import CacheReader, open_caches
+from gencache.artifact.mixture import open_caches
+from gencache.artifact.reader import CacheReader
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples

@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from gencache.artifact.manifest import make_provenance
-from gencache.artifact.reader import CacheReader, MultiCacheReader, open_caches
+from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.reader import CacheReader
 from gencache.artifact.report import inspect_report, verify_report
 from gencache.errors import CompatibilityError, FormatError, GencacheError, ShardError
 from gencache.render import render_inspect, verify_progress
@@ -222,3 +223,16 @@ def test_inspect_of_a_shard_set_details_every_shard_and_keeps_whole_paths(tmp_pa
     for path in paths:
         assert str(path) in text  # one detail table per shard, titled by its whole path
     assert str(other) in text and "…" not in text
+
+
+def test_an_unsuffixed_shard_set_exports_every_shard(tmp_path: Path) -> None:
+    from gencache.export import export
+
+    entries = make_entries(9)
+    base = tmp_path / "out"
+    for index in range(3):
+        write_shard(base, index, 3, entries, "d" * 64)
+    result = export(base, tmp_path / "out.jsonl", format="jsonl", prompts=False)
+    lines = (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()
+    assert result.records == len(lines) == 9
+    assert sorted(json.loads(line)["key"] for line in lines) == sorted(e.key for e in entries)

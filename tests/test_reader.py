@@ -18,7 +18,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gencache.artifact.reader import CacheReader, Generation, open_caches, verify
+from gencache.artifact.mixture import open_caches
+from gencache.artifact.reader import CacheReader, Generation, verify
 from gencache.errors import CompatibilityError, FormatError, IntegrityError, MissingEntriesError, MissingEntryError
 from storage_helpers import PROVENANCE, TOKENIZER, Entry, key, make_entries, writable_copy, write_artifact
 

@@ -13,8 +13,9 @@ import pytest
 
 from config_factory import musique
 from config_factory import write_config as factory_config
+from gencache.artifact.mixture import open_caches
 from gencache.artifact.publish import clean
-from gencache.artifact.reader import CacheReader, open_caches
+from gencache.artifact.reader import CacheReader
 from gencache.artifact.shards import shard_path
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source

@@ -13,7 +13,7 @@ from gencache.version import __version__
 _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",
     "Generation": "gencache.artifact.reader",
-    "open_caches": "gencache.artifact.reader",
+    "open_caches": "gencache.artifact.mixture",
     "load_config": "gencache.data.config",
     "build_samples": "gencache.data.samples",
     "semantic_key": "gencache.data.keys",
@@ -24,7 +24,8 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from gencache.api import generate
-    from gencache.artifact.reader import CacheReader, Generation, open_caches
+    from gencache.artifact.mixture import open_caches
+    from gencache.artifact.reader import CacheReader, Generation
     from gencache.data.config import load_config
     from gencache.data.keys import semantic_key
     from gencache.data.samples import build_samples

@@ -5,7 +5,7 @@ the header against the manifest, coverage of every tensor), keeps the result as 
 (:mod:`gencache.artifact._index`), maps the payload once with ``torch.UntypedStorage.from_file(path,
 shared=False, ...)`` and serves ``reader[key]`` as views of that map. The tensor and content digests of an entry
 are checked the first time it is read. :func:`verify` re-hashes a whole artifact; mixtures and sharded output
-directories are opened by :func:`gencache.artifact.mixture.open_caches` (also importable from here).
+directories are opened by :func:`gencache.artifact.mixture.open_caches`.
 This module imports torch, never transformers.
 """
 
@@ -446,15 +446,6 @@ def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str
     if len(problems) > MAX_LISTED_PROBLEMS:
         problems = [*problems[:MAX_LISTED_PROBLEMS], f"... and {len(problems) - MAX_LISTED_PROBLEMS} more problems"]
     return [f"{reader.path}: {problem}" for problem in problems]
-
-
-def __getattr__(name: str) -> Any:
-    # open_caches and MultiCacheReader live in gencache.artifact.mixture (which imports this module).
-    if name in ("open_caches", "MultiCacheReader", "ShardSet", "find_shards"):
-        from gencache.artifact import mixture
-
-        return getattr(mixture, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CacheReader", "Generation", "read_resolved_config", "verify"]
