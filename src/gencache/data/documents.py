@@ -1,0 +1,153 @@
+"""Reading config documents: the one strict JSON reader for config files, ``_default.json`` and ``--set`` values,
+and the ``_default.json`` merge. Pure apart from reading the files it is given; no pydantic, no validation of
+fields (that is :mod:`gencache.data.config`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gencache.data._config_errors import type_name as _type_name
+from gencache.errors import ConfigError
+
+DEFAULTS_FILENAME = "_default.json"
+"""The sibling file whose fields fill in what a config file leaves out (deep-merged under it)."""
+
+
+def merge_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``defaults`` under ``config`` without modifying either.
+
+    The config wins: a key missing from it is copied from the defaults; where both hold an object the merge
+    recurses; anything else (scalars, lists, an explicit ``null``, a type mismatch) keeps the config's value.
+    """
+    merged: dict[str, Any] = copy.deepcopy(dict(config))
+    for key, default in defaults.items():
+        if key not in merged:
+            merged[key] = copy.deepcopy(default)
+        elif isinstance(merged[key], Mapping) and isinstance(default, Mapping):
+            merged[key] = merge_defaults(merged[key], default)
+    return merged
+
+
+MAX_JSON_DEPTH = 64
+"""How deeply a config document (or a ``--set`` value) may nest objects and lists: far beyond any real config,
+far below Python's recursion limit."""
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} in one object")
+        out[key] = value
+    return out
+
+
+def _depth_before_parsing(text: str) -> int:
+    """The bracket depth of JSON ``text`` (strings skipped), without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_json_text(text: str, origin: str) -> Any:
+    """Parse config JSON strictly: no duplicate keys, no NaN/Infinity, at most :data:`MAX_JSON_DEPTH` levels.
+
+    Every config document goes through here: config files, ``_default.json`` and ``--set`` values alike.
+    Raises :class:`ConfigError` naming ``origin`` (and the line and column of a syntax error).
+    """
+    if _depth_before_parsing(text) > MAX_JSON_DEPTH:
+        raise ConfigError(f"{origin}: nested more than {MAX_JSON_DEPTH} levels deep; a config never needs that.")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{origin}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise ConfigError(f"{origin}: nested too deeply.") from None
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: invalid JSON: {exc}") from None
+
+
+def parse_set_value(text: str, origin: str) -> Any:
+    """A ``--set`` value: JSON read as strictly as a config file, or ``text`` itself when it is not JSON at all."""
+    if _depth_before_parsing(text) <= MAX_JSON_DEPTH:
+        try:
+            json.loads(text)
+        except ValueError:
+            return text
+    return parse_json_text(text, origin)
+
+
+def read_config_document(path: Path, what: str) -> dict[str, Any]:
+    """Read one config document (a config file or a ``_default.json``): a regular UTF-8 file holding a strict JSON
+    object (:func:`parse_json_text`). A FIFO, a device or a directory is refused before it is opened."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{what} is a directory, not a JSON file: {path}")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{what} {path} is not a regular file (a pipe or a device?); give a JSON file.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    value = parse_json_text(text, str(path))
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: the config must be a JSON object, not {_type_name(value)}")
+    return value
+
+
+def read_merged_config(path: str | os.PathLike[str]) -> tuple[dict[str, Any], str]:
+    """The config file at ``path`` with its sibling ``_default.json`` (if any) deep-merged under it, unvalidated,
+    and the origin that errors name. The one reader of config files (``load_config`` and the overrides use it)."""
+    config_path = Path(path)
+    raw = read_config_document(config_path, "config file")
+    defaults_path = config_path.parent / DEFAULTS_FILENAME
+    origin = str(config_path)
+    if defaults_path.is_file() and config_path.name != DEFAULTS_FILENAME:
+        defaults = read_config_document(defaults_path, "defaults file")
+        raw = merge_defaults(raw, defaults)
+        origin = f"{config_path} (merged with {defaults_path.name})"
+    return raw, origin
+
+
+__all__ = [
+    "DEFAULTS_FILENAME",
+    "MAX_JSON_DEPTH",
+    "merge_defaults",
+    "parse_json_text",
+    "parse_set_value",
+    "read_config_document",
+    "read_merged_config",
+]
