@@ -301,29 +301,13 @@ def _teacher_steps(run: _Runner, result: Preflight) -> None:
     run.step("vocabulary", vocabulary, needs=("tokenizer", "generation", "teacher config"))
 
 
-# -- the whole path -----------------------------------------------------------------------------------------
-def preflight(
-    config: CacheConfig,
-    outputs: Sequence[Path],
-    shard: ShardSpec | None,
-    env: Mapping[str, str] | None,
-    *,
-    collect: bool = False,
-    create_parent: bool = False,
-    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None = None,
-) -> Preflight:
-    """Run every model-free check (see the module docstring) and return what they found.
-
-    ``outputs`` are the directories the run publishes (one, or one per shard still to generate); ``owned_keys``
-    maps the built samples to each output's keys for the header budget (default: all unique keys go to
-    ``outputs[0]``). With ``collect=False`` the first problem is raised; with ``collect=True`` every problem is
-    recorded in :attr:`Preflight.errors`.
-    """
+def _location_steps(
+    run: _Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None, *, create_parent: bool
+) -> None:
+    """Paths, the output location, the device and where the model and tokenizer are."""
     from gencache.sharding import device_for_rank
 
-    result = Preflight(config=config, outputs=list(outputs))
-    run = _Runner(result, collect)
-    model = config.model
+    outputs, model = result.outputs, result.config.model
 
     def paths() -> tuple[None, str]:
         named = {"working directory": os.getcwd(), "output path": str(outputs[0]) if outputs else ""}
@@ -356,6 +340,12 @@ def preflight(
                 check_model_location("model.tokenizer_path", model.effective_tokenizer_path, model.revision),
             ),
         )
+
+
+def _model_steps(run: _Runner, result: Preflight) -> None:
+    """The tokenizer, the effective generation config, the engine, the teacher's config and files."""
+    config = result.config
+    model = config.model
 
     def tokenizer() -> tuple[Any, str]:
         from gencache.generation.teacher import load_tokenizer
@@ -400,6 +390,16 @@ def preflight(
 
     result.max_positions = run.step("teacher config", positions, needs=("model",))
     _teacher_steps(run, result)
+
+
+def _data_steps(
+    run: _Runner,
+    result: Preflight,
+    shard: ShardSpec | None,
+    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None,
+) -> None:
+    """The datasets and samples, the context length, the paged cache and the header budget."""
+    config, outputs = result.config, result.outputs
 
     def datasets() -> tuple[SampleSet | None, str]:
         from gencache.data.samples import build_samples
@@ -465,6 +465,31 @@ def preflight(
         result.not_computed.append("the header budget")
     else:
         result.capacity = run.step("header budget", budget) or {}
+
+
+# -- the whole path -----------------------------------------------------------------------------------------
+def preflight(
+    config: CacheConfig,
+    outputs: Sequence[Path],
+    shard: ShardSpec | None,
+    env: Mapping[str, str] | None,
+    *,
+    collect: bool = False,
+    create_parent: bool = False,
+    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None = None,
+) -> Preflight:
+    """Run every model-free check (see the module docstring) and return what they found.
+
+    ``outputs`` are the directories the run publishes (one, or one per shard still to generate); ``owned_keys``
+    maps the built samples to each output's keys for the header budget (default: all unique keys go to
+    ``outputs[0]``). With ``collect=False`` the first problem is raised; with ``collect=True`` every problem is
+    recorded in :attr:`Preflight.errors`.
+    """
+    result = Preflight(config=config, outputs=list(outputs))
+    run = _Runner(result, collect)
+    _location_steps(run, result, shard, env, create_parent=create_parent)
+    _model_steps(run, result)
+    _data_steps(run, result, shard, owned_keys)
     return result
 
 
