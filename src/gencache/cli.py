@@ -5,18 +5,18 @@ Heavy modules (torch, transformers, datasets) are imported inside the commands s
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
 from gencache.errors import GencacheError, Terminated
+from gencache.quiet import printable, quiet_libraries
 from gencache.version import __version__
 
 P = ParamSpec("P")
@@ -63,68 +63,6 @@ def _root(
 
 
 FLAG = ""  # shown instead of typer's "<bool>" for flags in --help
-
-
-_LOGGERS = ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock")
-
-
-@contextlib.contextmanager
-def _quiet_libraries(verbose: bool) -> Iterator[None]:
-    """Keep the Hugging Face libraries' log lines and bars (hub retries, weight loading) away from the user unless
-    ``--verbose`` or ``GENCACHE_DEBUG=1``, and bound how long one hub request may wait; everything is restored
-    afterwards (the CLI can run inside a longer-lived process, such as a test)."""
-    import logging
-    import warnings
-
-    saved_show = warnings.showwarning
-    warnings.showwarning = _one_line_warning
-    saved_env = {name: os.environ.get(name) for name in _QUIET_ENV}
-    saved_levels = {name: logging.getLogger(name).level for name in _LOGGERS}
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
-    quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
-    transformers_logging = sys.modules.get("transformers.utils.logging")
-    verbosity = transformers_logging.get_verbosity() if transformers_logging is not None else None  # type: ignore[attr-defined]
-    if quiet:
-        for name in ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY", "HF_HUB_VERBOSITY"):
-            os.environ.setdefault(name, "error")
-        if not sys.stderr.isatty():
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        for name in _LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
-        if transformers_logging is not None:
-            transformers_logging.set_verbosity_error()  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        warnings.showwarning = saved_show
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        for name, level in saved_levels.items():
-            logging.getLogger(name).setLevel(level)
-        imported = sys.modules.get("transformers.utils.logging")
-        if imported is not None:  # back to what it was, or to transformers' default when it was imported here
-            imported.set_verbosity(verbosity if verbosity is not None else logging.WARNING)  # type: ignore[attr-defined]
-
-
-def _one_line_warning(
-    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
-) -> None:
-    """A Python warning as one ``warning:`` line on stderr (no source path, no code line)."""
-    typer.echo(printable(f"warning: {' '.join(str(message).split())}"), err=True)
-
-
-_QUIET_ENV = (
-    "HF_HUB_ETAG_TIMEOUT",
-    "HF_HUB_DOWNLOAD_TIMEOUT",
-    "TRANSFORMERS_VERBOSITY",
-    "DATASETS_VERBOSITY",
-    "HF_HUB_VERBOSITY",
-    "HF_HUB_DISABLE_PROGRESS_BARS",
-)
 
 
 @app.command()
@@ -215,7 +153,7 @@ def generate(
 
         raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
     err = make_console(stderr=True)
-    with _quiet_libraries(verbose):
+    with quiet_libraries(verbose):
         result = generate_cache(
             config,
             overrides=list(set_ or ()),
@@ -253,11 +191,6 @@ def _raw_prompt(sample: Any, index: int) -> dict[str, Any]:
         "prompt": sample.prompt_text,
         "input_ids": None if sample.input_ids is None else list(sample.input_ids),
     }
-
-
-def printable(text: str) -> str:
-    """``text`` with anything the terminal cannot encode (lone surrogates from a damaged file) escaped."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _echo_json(value: Any) -> None:
@@ -384,7 +317,7 @@ def export(
     if not_artifact is not None:
         raise InputPathError(not_artifact["error"])
     sources = dict(parse_source_override(text) for text in source or ())
-    with _quiet_libraries(False):
+    with quiet_libraries(False):
         result = export_artifact(
             directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources,
             legacy_names=not no_legacy_names,
@@ -420,7 +353,7 @@ def demo(
     """Build a tiny random teacher, generate a cache over bundled sample data on CPU, inspect it and read an entry."""
     from gencache.demo import run_demo
 
-    with _quiet_libraries(False):
+    with quiet_libraries(False):
         run_demo(workdir)
 
 
@@ -438,7 +371,7 @@ def init(
     """Write a config over local example files (a QA table and chat rows) that runs as is, to edit into your own."""
     from gencache.init import write_starter
 
-    with _quiet_libraries(False):
+    with quiet_libraries(False):
         starter = write_starter(directory, teacher=teacher)
     if starter.built_teacher:
         typer.echo(f"built the demo's tiny teacher in {starter.teacher}")
