@@ -158,8 +158,8 @@ def export_metadata(reader: Any, resolved: Mapping[str, Any]) -> dict[str, Any]:
     carries its entry's ``content_digest``)."""
     import hashlib
 
-    from gencache import __version__
     from gencache.artifact.names import FORMAT_VERSION
+    from gencache.version import __version__
 
     entries = hashlib.sha256()
     for key in reader:
@@ -264,7 +264,8 @@ def export(
     legacy_names: bool = True,
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
-    from gencache.artifact.reader import open_caches, read_resolved_config
+    from gencache.artifact.mixture import MultiCacheReader, open_caches
+    from gencache.artifact.reader import read_resolved_config
 
     if format not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
@@ -272,9 +273,9 @@ def export(
     if os.path.lexists(out_path):
         raise OutputExistsError(f"{os.path.abspath(out_path)} already exists; choose another --out path.")
     reader = open_caches(directory)
-    paths = getattr(reader, "paths", None) or (reader.path,)
+    first = reader.readers[0] if isinstance(reader, MultiCacheReader) else reader  # a shard set: its first shard
     try:
-        resolved = read_resolved_config(paths[0])
+        resolved = read_resolved_config(first.path)
     except GencacheError:
         resolved = {}
     generation = resolved.get("generation")
