@@ -142,6 +142,24 @@ def test_the_distillation_trainer_adds_the_teacher_term(
     assert all(torch.equal(before[name], p) for name, p in teacher.named_parameters())  # the teacher never trains
 
 
+def test_the_distillation_trainer_also_takes_the_datasets_view(
+    data: DistillationDataset, teacher: Any, demo: dict[str, Any], tmp_path: Path
+) -> None:
+    from gencache.training import DistillationTrainer
+
+    model = student(teacher)
+    calls = forward_keys(model)
+    trainer = DistillationTrainer(
+        model=model,
+        args=arguments(tmp_path),  # remove_unused_columns drops completion_mask and the metadata columns
+        train_dataset=data.to_hf_dataset(),
+        data_collator=DistillationCollator(demo["tokenizer"], padding_side="right"),
+        teacher=teacher,
+    )
+    assert trainer.train().global_step == 2
+    assert calls and all(set(keys) <= {"input_ids", "attention_mask"} for keys in calls)
+
+
 def test_a_vocabulary_mismatch_fails_before_the_first_step(
     data: DistillationDataset, teacher: Any, demo: dict[str, Any], tmp_path: Path, golden_tokenizer: Any
 ) -> None:
