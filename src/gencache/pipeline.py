@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +26,7 @@ from gencache.sharding import ShardSpec, resolve_shard, run_digest
 from gencache.tokenizer import tokenizer_state
 
 if TYPE_CHECKING:
+    from gencache.artifact.signals import SignalGuard
     from gencache.checks import Preflight
     from gencache.data.samples import Sample, SampleSet
     from gencache.progress import Progress, StagedProgress
@@ -167,7 +166,7 @@ def generate_run(
     single = targets[0].shard
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
     run = _Run(config, config_json, digest, overrides, say, progress, result)
-    with _terminate_with_a_message(run, active=not dry_run):
+    with _run_signals(run, active=not dry_run):
         found = preflight(
             config,
             [t.output_dir for t in pending],
@@ -256,6 +255,7 @@ class _Run:
         self.current: Path | None = None
         self.target_count = 0
         self.started = False
+        self.signals: SignalGuard | None = None  # the run's signal owner while it runs (see _run_signals)
 
     def execute(self, found: Preflight, pending: Sequence[Target]) -> None:
         from gencache.artifact.phases import report_phase
@@ -323,7 +323,11 @@ class _Run:
         self.current = target.output_dir
         capacity = found.capacity[target.output_dir]
         with ArtifactBuild(
-            target.output_dir, provenance=provenance, header_capacity=capacity, rename_mode=found.rename_mode
+            target.output_dir,
+            provenance=provenance,
+            header_capacity=capacity,
+            rename_mode=found.rename_mode,
+            signals=self.signals,
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(found.engine.generate(prompts, progress=bar)) as entries:
@@ -370,10 +374,19 @@ class _Run:
             f"{_seconds(time.monotonic() - started)}, rename: {mode})",
         )
 
-    def interrupted(self, signame: str) -> str:
-        """What a signal that stops the run means for what is on disk."""
-        done = self.result.published
-        during = f" while generating {self.current} (not published)" if self.current is not None else ""
+    def interrupted(self, signame: str, just_published: str | None = None) -> str:
+        """What a signal that stops the run means for what is on disk; ``just_published`` is the directory the
+        current build renamed into place just before the signal (not yet in the run's list)."""
+        done = list(self.result.published)
+        if just_published is not None and Path(just_published) not in done:
+            done.append(Path(just_published))
+            if self.target_count <= 1:
+                return (
+                    f"Terminated by {signame} after {just_published} was published; the artifact is complete "
+                    "(gencache verify checks it)."
+                )
+        current = None if just_published is not None else self.current
+        during = f" while generating {current} (not published)" if current is not None else ""
         if not done:
             when = "" if self.started else " before generation started"
             return f"Terminated by {signame}{when}{during}; nothing was published."
@@ -385,32 +398,24 @@ class _Run:
 
 
 @contextlib.contextmanager
-def _terminate_with_a_message(run: _Run, *, active: bool = True) -> Any:
-    """While the run has no artifact build open, SIGTERM raises :class:`Terminated` (one line, exit 143) instead of
-    killing the process silently while the model loads; a termination inside a build (the writer's own handler)
-    gets the run's published shards added to its message."""
-    previous = None
-    if active and threading.current_thread() is threading.main_thread():
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous is signal.SIG_IGN:
-            previous = None
-        else:
+def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
+    """The run's one signal owner: from the first check to the last publish, SIGTERM/SIGHUP raise
+    :class:`Terminated` (exit 143) and SIGINT ``KeyboardInterrupt`` (exit 130), each with one line saying what was
+    published and what was not. Every artifact build of the run uses this guard (its critical sections defer
+    signals); the previous handlers come back afterwards."""
+    from gencache.artifact.signals import SignalGuard
 
-            def handler(signum: int, frame: Any) -> None:
-                raise Terminated(run.interrupted("SIGTERM"))
-
-            signal.signal(signal.SIGTERM, handler)
+    if not active:
+        yield
+        return
+    guard = SignalGuard(describe=run.interrupted)
+    guard.install()
+    run.signals = guard
     try:
         yield
-    except Terminated as stop:
-        if run.result.published and run.target_count > 1:  # the writer's message knows one artifact only
-            raise Terminated(run.interrupted("a signal")) from stop
-        raise
-    except KeyboardInterrupt as stop:  # SIGINT: say what is on disk
-        raise KeyboardInterrupt(run.interrupted("SIGINT")) from stop
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        run.signals = None
+        guard.restore(redeliver=False)
 
 
 def run_generate(

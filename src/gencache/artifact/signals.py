@@ -5,24 +5,34 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 from gencache.errors import Terminated
 
+Describe = Callable[[str, "str | None"], str]
+"""``describe(signal_name, just_published)``: the one-line message of a signal; ``just_published`` is the
+directory the current build renamed into place (None before that)."""
+
 
 class SignalGuard:
     """SIGTERM/SIGHUP raise :class:`Terminated` and SIGINT ``KeyboardInterrupt`` (main thread only); critical
-    sections defer them; the previous handlers come back on :meth:`restore`."""
+    sections defer them; the previous handlers come back on :meth:`restore`.
+
+    There is one guard per run: a generation run installs one for its whole length and hands it to each
+    :class:`gencache.artifact.writer.ArtifactBuild` (``describe`` then says what the whole run published); a
+    build used on its own installs its own.
+    """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
-    def __init__(self) -> None:
+    def __init__(self, describe: Describe | None = None) -> None:
         self.previous: dict[int, Any] = {}
         self.pending: int | None = None
         self.depth = 0
+        self.describe = describe
         #: Set by the build once its rename happened: a signal from then on must not say "nothing was published".
         self.published: str | None = None
 
@@ -44,6 +54,11 @@ class SignalGuard:
 
     def _raise(self, signum: int) -> None:
         name = signal.Signals(signum).name
+        if self.describe is not None:
+            message = self.describe(name, self.published)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt(message)
+            raise Terminated(message)
         if self.published is not None:
             message = (
                 f"Terminated by {name} after {self.published} was published; the artifact is complete "
@@ -70,6 +85,13 @@ class SignalGuard:
             signum, self.pending = self.pending, None
             self._raise(signum)
 
+    def raise_pending(self) -> None:
+        """Raise a signal that arrived during a critical section now that it has ended (a shared guard's owner is
+        still running, so the signal is raised here rather than redelivered to the previous handler)."""
+        if self.pending is not None and not self.depth:
+            signum, self.pending = self.pending, None
+            self._raise(signum)
+
     def restore(self, *, redeliver: bool) -> None:
         for signum, previous in self.previous.items():
             signal.signal(signum, previous)
@@ -80,4 +102,4 @@ class SignalGuard:
                 signal.raise_signal(signum)
 
 
-__all__ = ["SignalGuard"]
+__all__ = ["Describe", "SignalGuard"]

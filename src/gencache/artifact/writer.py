@@ -407,10 +407,11 @@ class ArtifactBuild:
             build.writer.finalize(resolved_config=resolved, summary=summary)
             mode = build.publish()
 
-    On entry: :func:`check_output_path`, the parent directory is created, SIGTERM/SIGHUP handlers are installed
-    (main thread only) and ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700) is created beside
-    ``output_dir``. Any exception, Ctrl-C or SIGTERM before :meth:`publish` removes it; leaving the block
-    without publishing removes it too. The previous signal handlers are restored on exit.
+    On entry: :func:`check_output_path`, the parent directory is created, SIGTERM/SIGHUP/SIGINT handlers are
+    installed (main thread only; with ``signals``, the run's guard is used and its owner installs it) and
+    ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700) is created beside ``output_dir``. Any exception,
+    Ctrl-C or SIGTERM before :meth:`publish` removes it; leaving the block without publishing removes it too. The
+    previous signal handlers are restored on exit.
     """
 
     def __init__(
@@ -420,6 +421,7 @@ class ArtifactBuild:
         provenance: Mapping[str, Any],
         header_capacity: int,
         rename_mode: str | None = None,
+        signals: SignalGuard | None = None,
     ) -> None:
         if rename_mode not in (None, *RENAME_MODES):
             raise ValueError(f"rename_mode must be one of {RENAME_MODES} or None, got {rename_mode!r}")
@@ -431,7 +433,9 @@ class ArtifactBuild:
         self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
         self._lock: tuple[Path, int] | None = None
-        self._signals = SignalGuard()
+        # The run's guard when one is given (its owner installs and restores it), else the build's own.
+        self._owns_signals = signals is None
+        self._signals = signals if signals is not None else SignalGuard()
 
     @property
     def writer(self) -> CacheWriter:
@@ -445,7 +449,9 @@ class ArtifactBuild:
             self.output_dir.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise write_error(f"Creating {self.output_dir.parent}", error) from error
-        self._signals.install()
+        if self._owns_signals:
+            self._signals.install()
+        self._signals.published = None
         try:
             with self._signals.deferred():
                 temp = self.output_dir.parent / temp_name(self.output_dir)
@@ -488,7 +494,10 @@ class ArtifactBuild:
                 self._lock = None
         finally:
             self._signals.depth -= 1
-            self._signals.restore(redeliver=not in_flight)
+            if self._owns_signals:
+                self._signals.restore(redeliver=not in_flight)
+            elif not in_flight:
+                self._signals.raise_pending()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

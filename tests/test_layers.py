@@ -1,0 +1,69 @@
+"""Which part of gencache may import which: the layers that docs/architecture.md draws, pinned.
+
+Bottom to top: the foundation modules (errors, canonical JSON, tokenizer state, hub access, the progress protocol,
+the version), then the artifact package, the generation package, the data package, the training package, and the
+run and the CLI on top. A module may import its own layer and the layers below it, never one above; no package
+module imports the package root. Imports inside functions count too (they are still arrows).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import gencache
+
+ROOT = Path(gencache.__file__).parent
+FOUNDATION = {"errors", "canonical", "tokenizer", "hub", "progress", "version"}
+LAYERS = ["foundation", "artifact", "generation", "data", "training", "top"]
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")[1:]
+    if not parts:
+        return "root"
+    if parts[0] in FOUNDATION:
+        return "foundation"
+    if parts[0] in ("artifact", "generation", "data", "training"):
+        return parts[0]
+    return "top"
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "gencache":
+                found.update(f"gencache.{alias.name}" for alias in node.names if alias.name != "__version__")
+                if any(alias.name == "__version__" for alias in node.names):
+                    found.add("gencache")
+            elif node.module.startswith("gencache."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("gencache"))
+    return found
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    violations = []
+    for path in sorted(ROOT.rglob("*.py")):
+        name = module_name(path)
+        if name == "gencache" or name == "gencache.__main__":
+            continue
+        own = layer_of(name)
+        for target in imports_of(path):
+            other = layer_of(target)
+            if other == "root":
+                violations.append(f"{name} imports the package root")
+            elif LAYERS.index(other) > LAYERS.index(own):
+                violations.append(f"{name} ({own}) imports {target} ({other})")
+    assert violations == []
