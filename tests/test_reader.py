@@ -362,10 +362,24 @@ def test_an_in_place_rewrite_under_a_live_reader_raises_even_for_a_verified_entr
     with open(payload, "r+b") as handle:
         handle.write(data)
     os.utime(payload, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))  # a coarse clock still moves
-    with pytest.raises(IntegrityError, match="changed while it was open"):
-        reader[e.key]
+    with pytest.raises(IntegrityError, match="digest mismatch"):
+        reader[e.key]  # verified before the rewrite, checked again after it
     with pytest.raises(IntegrityError, match="digest mismatch"):
         CacheReader(path)[e.key]
+    other = artifact[1][1]
+    assert [t.tolist() for t in reader[other.key].sequences] == [list(s) for s in other.sequences]
+
+
+def test_touching_the_payload_under_a_live_reader_changes_nothing(
+    artifact: tuple[Path, list[Entry]], tmp_path: Path
+) -> None:
+    path = writable_copy(artifact[0], tmp_path / "copy")
+    reader = CacheReader(path)
+    e = artifact[1][0]
+    before = [t.tolist() for t in reader[e.key].sequences]
+    stamp = os.stat(path / "cache.safetensors")
+    os.utime(path / "cache.safetensors", ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 5_000_000_000))  # touch
+    assert [t.tolist() for t in reader[e.key].sequences] == before
 
 
 def test_open_caches_refuses_an_empty_path_and_bytes() -> None:

@@ -110,15 +110,20 @@ class CacheReader(GenerationCache):
     spawned workers, the next run) memory-map it instead of re-checking the manifest; a stale or damaged cached
     index is rebuilt, never used (:mod:`gencache.artifact._index_cache`). ``index_cached`` says which happened.
 
-    The payload is memory-mapped. The reader keeps the payload file open and, before every read, checks that the
-    file it opened still has the size and modification time it had: a payload truncated or rewritten in place
-    under a live reader makes every later read raise :class:`IntegrityError`, even of entries already verified.
+    The payload is memory-mapped. Before every read the reader checks that the file it opened still has its size:
+    a payload truncated or grown under a live reader makes every later read raise :class:`IntegrityError`. When
+    only its modification time moved (rewritten in place, or touched), every entry is checked against its digests
+    again on its next read, so a changed token raises :class:`IntegrityError` even for an entry already verified.
     Tensors returned before the change are views of the map and change with the file (or, for pages cut off by a
     truncation, read as zeros or raise SIGBUS, as with any memory map): copy them (``.clone()``) to keep them
     independent of the file. Replacing the directory or renaming another file over the payload does not affect an
     open reader, which keeps serving the file it opened. Artifacts are immutable; replace one by publishing a new
     directory, never by editing its files.
     """
+
+    _payload_identity: tuple[int, int]
+    _payload_stamp: tuple[int, int]
+    _verified: np.ndarray[Any, np.dtype[np.bool_]]
 
     def __init__(self, path: PathLike, *, index_cache: PathLike | bool | None = None) -> None:
         self.path = Path(path).expanduser().absolute()
@@ -127,14 +132,24 @@ class CacheReader(GenerationCache):
         self._open()
 
     def _check_payload(self) -> None:
-        """Raise when the payload file this reader opened was truncated or rewritten since (size or mtime)."""
-        info = os.fstat(self._payload.fileno())
-        if (info.st_size, info.st_mtime_ns) != self._payload_stamp:
+        """Raise when the payload file this reader opened was truncated or grown since; when only its modification
+        time moved (a rewrite in place, or a mere ``touch``), forget which entries were verified so that each is
+        re-checked against its digests on its next read. A payload replaced by another file (a new inode at the
+        path) does not concern this reader, whose map keeps the file it opened."""
+        try:
+            info = os.stat(self.path / PAYLOAD_NAME)
+        except OSError:
+            return  # removed or replaced: the map still holds the opened file
+        if (info.st_dev, info.st_ino) != self._payload_identity:
+            return
+        if info.st_size != self._payload_stamp[0]:
             raise IntegrityError(
                 f"{self.path}: {PAYLOAD_NAME} changed while it was open (size {self._payload_stamp[0]} -> "
-                f"{info.st_size} bytes, or rewritten in place); artifacts are immutable: reopen it after restoring "
-                "or regenerating it."
+                f"{info.st_size} bytes); artifacts are immutable: reopen it after restoring or regenerating it."
             )
+        if info.st_mtime_ns != self._payload_stamp[1]:
+            self._verified[:] = False
+            self._payload_stamp = (info.st_size, info.st_mtime_ns)
 
     def _describe(self) -> str:
         return str(self.path)
@@ -175,7 +190,6 @@ class CacheReader(GenerationCache):
         manifest, manifest_stat = _map_regular(self.path / MANIFEST_NAME, "Manifest")
         payload = self.path / PAYLOAD_NAME
         fd = _open_regular(payload, PAYLOAD_NAME)
-        ok = False
         try:
             payload_stat = os.fstat(fd)
             size = payload_stat.st_size
@@ -188,7 +202,6 @@ class CacheReader(GenerationCache):
                 index = build_index(manifest, _pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), size)
                 if directory is not None:
                     save_index(directory, identity, index)
-            ok = True
         except FormatError as error:
             raise self._fail(str(error)) from None
         except UnicodeEncodeError:
@@ -197,10 +210,9 @@ class CacheReader(GenerationCache):
                 "the artifact was not written by gencache or was edited."
             ) from None
         finally:
-            if not ok:
-                os.close(fd)
-        # Kept open (closed with the reader) so that every read can check the file is still the one opened.
-        self._payload = os.fdopen(fd, "rb", buffering=0)
+            os.close(fd)
+        # Every read checks that the file at the path, when it is still the one opened, kept its size and mtime.
+        self._payload_identity = (payload_stat.st_dev, payload_stat.st_ino)
         self._payload_stamp = (payload_stat.st_size, payload_stat.st_mtime_ns)
         self._index: CompactIndex = index
         self.summary: dict[str, Any] = index.summary
