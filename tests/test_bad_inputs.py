@@ -106,10 +106,12 @@ CASES = [
          2, "nested more than 64 levels"),
     Case("--set object with a duplicate key", _with_args("--set", 'model.generation_kwargs={"a": 1, "a": 2}'), 2,
          "duplicate key 'a'"),
-    Case("seed beyond 64 bits", _config(seed=2**64), 2, "seed"),
-    Case("data config seed below zero", _config(data_configs=[musique(seed=-1)]), 2, "seed"),
-    Case("attn_implementation garbage", _model(attn_implementation="garbage"), 2, "model.attn_implementation"),
-    Case("flash attention on a CPU", _model(attn_implementation="flash_attention_2"), 2, "flash_attention_2"),
+    Case("seed beyond numpy's range", _config(seed=2**32), 2, "seed: must be <= 4294967295"),
+    Case("data config seed below zero", _config(data_configs=[musique(seed=-1)]), 2, "seed: must be >= 0"),
+    Case("attn_implementation garbage", _model(attn_implementation="garbage"), 2,
+         "model.attn_implementation 'garbage' is not an attention implementation"),
+    Case("flash attention on a CPU", _model(attn_implementation="flash_attention_2"), 2,
+         "'flash_attention_2' needs a CUDA device"),
     Case("pad_token_id beyond the vocabulary", _model(generation_kwargs={"max_new_tokens": 6, "pad_token_id": 10**6}),
          2, "pad_token_id"),
     Case("forced_eos_token_id beyond the vocabulary",
@@ -119,16 +121,19 @@ CASES = [
     Case("more shards than keys", _with_args("--shards", "16"), 2, "--shards asks for 16 shards but the run has 4"),
     Case("paged cache too small for one request",
          _config(engine="transformers-continuous", engine_options={"kv_cache_memory_gib": 1e-6}), 2,
-         "needs"),
+         "of paged KV cache, more than engine_options.kv_cache_memory_gib"),
     Case("output_dir component over 255 bytes", _config(output_dir="/tmp/" + "x" * 300), 2, "255"),
     Case("output_dir path over 4096 bytes", _config(output_dir="/tmp/" + "/".join(["d" * 200] * 22)), 2, "4096"),
-    Case("teacher weights missing", _teacher_copy(_remove_weights), 2, "weights"),
-    Case("teacher weights truncated", _teacher_copy(_truncate_weights), 2, "model.safetensors"),
+    Case("teacher weights missing", _teacher_copy(_remove_weights), 2, "has no weights"),
+    Case("teacher weights truncated", _teacher_copy(_truncate_weights), 2, "model.safetensors is truncated"),
     Case("teacher generation_config max_new_tokens 0", lambda t, m: _teacher_max_new_tokens_zero(t, m), 2,
          "max_new_tokens"),
     Case("tokenizer beyond the teacher's embedding", _teacher_copy(_edit_json("config.json", vocab_size=300)), 2,
-         "vocab"),
-    Case("tokenizer of another model", _teacher_copy(_edit_json("config.json", vocab_size=40_000)), 2, "vocab"),
+         "but the teacher's embedding has 300 rows"),
+    Case("tokenizer of another model", _teacher_copy(_edit_json("config.json", vocab_size=40_000)), 2,
+         "under 90% of the teacher's 40,000-row vocabulary"),
+    Case("attn_implementation flash_attention_4 on a CPU", _model(attn_implementation="flash_attention_4"), 2,
+         "'flash_attention_4' needs a CUDA device"),
 ]  # fmt: skip
 
 
@@ -157,3 +162,24 @@ def test_bad_input_is_one_line_and_the_dry_run_agrees(
     assert cli_run(["generate", str(config), "--dry-run", *args]) == case.code
     dry = capsys.readouterr().err
     assert any(line.startswith("error: ") and case.says in line for line in dry.splitlines()), dry
+
+
+def test_what_real_teachers_ship_is_accepted() -> None:
+    from gencache.generation.teacher_files import check_attn_implementation, check_vocabulary
+
+    class Tokenizer:
+        def __len__(self) -> int:
+            return 262_145  # Gemma 3: one special token beyond its 262,144 embedding rows
+
+    assert "262,144 rows" in check_vocabulary(Tokenizer(), 262_144, {"eos_token_id": [1, 106]})
+    assert check_attn_implementation("flash_attention_4", "cuda:0") == "flash_attention_4"
+    assert "resolved by transformers" in check_attn_implementation("kernels-community/flash-attn2", "cpu")
+
+
+def test_a_stale_index_beside_model_safetensors_is_not_read(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    from gencache.generation.teacher_files import check_teacher_weights
+
+    copy = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher_dir, copy)
+    (copy / "pytorch_model.bin.index.json").write_text('{"weight_map": {"a": "pytorch_model-00001.bin"}}')
+    assert "1 weight file(s)" in check_teacher_weights(str(copy))  # model.safetensors loads first, as in transformers

@@ -55,6 +55,7 @@ class Preflight:
     sample_counts: list[int] | None = None
     max_positions: int | None = None
     longest_prompt: int | None = None
+    vocab_size: int | None = None
     capacity: dict[Path, int] = field(default_factory=dict)
     rename_mode: str | None = None
     checks: list[Check] = field(default_factory=list)
@@ -223,6 +224,19 @@ def check_context(longest: int, where: str, max_new_tokens: int, max_positions: 
     return f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {max_positions} positions"
 
 
+def _largest_prompt_id(found: Preflight) -> str:
+    from gencache.generation.teacher_files import check_prompt_ids
+
+    samples = found.samples
+    assert samples is not None and found.vocab_size is not None
+    largest, where = -1, "-"
+    for sample in samples.unique:
+        if sample.input_ids and max(sample.input_ids) > largest:
+            largest = max(sample.input_ids)
+            where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
+    return check_prompt_ids(largest, where, found.vocab_size)
+
+
 def check_paged_cache(found: Preflight) -> str:
     """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
     prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
@@ -236,12 +250,11 @@ def check_paged_cache(found: Preflight) -> str:
     options = ContinuousOptions.model_validate(config.engine_options)
     assert options.kv_cache_memory_gib is not None
     model = config.model
-    model_config = AutoConfig.from_pretrained(
-        model.model_path, **({"revision": model.revision} if model.revision else {})
-    )
-    unique_keys = samples.keys()
-    lengths = [len(samples.by_key(key).input_ids or ()) for key in unique_keys]
+    lengths = [len(sample.input_ids or ()) for sample in samples.unique]
     try:
+        model_config = AutoConfig.from_pretrained(
+            model.model_path, **({"revision": model.revision} if model.revision else {})
+        )
         sizing = size_paged_cache(
             lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
             model_config=model_config, dtype_bytes=4 if model.dtype == "float32" else 2,
@@ -249,6 +262,12 @@ def check_paged_cache(found: Preflight) -> str:
         )  # fmt: skip
     except GencacheError as error:
         raise ConfigError(str(error)) from None
+    except Exception as error:  # an unreadable config.json or one without the attention sizes
+        from gencache.errors import first_line
+
+        raise ConfigError(
+            f"engine_options.kv_cache_memory_gib: cannot size the paged cache: {first_line(error)}"
+        ) from None
     return f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
 
 
@@ -292,6 +311,7 @@ def _teacher_steps(run: _Runner, result: Preflight) -> None:
         vocab_size = read_vocab_size(model.model_path, model.revision)
         if vocab_size is None:
             return None, "not checked: config.json records no vocab_size"
+        result.vocab_size = vocab_size
         assert result.generation is not None
         settings = {**result.generation.kwargs, "eos_token_id": list(result.generation.eos_token_ids)}
         return None, check_vocabulary(result.tokenizer, vocab_size, settings)
@@ -441,8 +461,10 @@ def _data_steps(
         result.not_computed.append("the context-length check")
     else:
         run.step("context length", context)
+        if result.vocab_size is not None:
+            run.step("prompt ids", lambda: (None, _largest_prompt_id(result)))
         if config.engine == ENGINE_CONTINUOUS and config.engine_options.get("kv_cache_memory_gib") is not None:
-            run.step("paged cache", lambda: (None, check_paged_cache(result)))
+            run.step("paged cache", lambda: (None, check_paged_cache(result)), needs=("teacher config", "engine"))
 
     def budget() -> tuple[dict[Path, int], str]:
         from gencache.artifact.header import header_capacity

@@ -1,7 +1,7 @@
 """The shape of ``resolved_config.json`` and what it must agree on with the manifest. Pure: no I/O.
 
 The resolved config is provenance for humans (never a compatibility gate), but ``gencache verify`` still checks
-that it is the document gencache wrote: an object with the documented top-level fields of the documented types,
+that the document a gencache run wrote is whole: an object with the documented top-level fields of the documented types,
 whose format version, teacher, tokenizer state and dtype are those the manifest records, and whose run digest is
 the shard record's when the artifact is a shard.
 """
@@ -48,7 +48,13 @@ def resolved_config_problems(
     resolved: Mapping[str, Any], provenance: Mapping[str, Any], shard: Mapping[str, Any] | None
 ) -> list[str]:
     """Every way ``resolved`` is not the resolved config of an artifact with this ``provenance`` and ``shard``
-    record (the manifest's ``summary.shard``); empty when it is."""
+    record (the manifest's ``summary.shard``); empty when it is.
+
+    A resolved config without ``gencache_version`` and ``config`` was not written by a gencache run (an artifact
+    built with :class:`gencache.artifact.writer.ArtifactBuild` directly records what its caller chose) and is
+    only required to be a JSON object."""
+    if "gencache_version" not in resolved and "config" not in resolved:
+        return []
     problems = []
     for name, types in RESOLVED_FIELDS.items():
         if name not in resolved:

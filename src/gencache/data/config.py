@@ -87,8 +87,9 @@ __all__ = [
     "validate_generation_kwargs",
 ]
 
-MAX_SEED = 2**64 - 1
-"""The largest seed: torch seeds its generators with an unsigned 64-bit integer."""
+MAX_SEED = 2**32 - 1
+"""The largest seed: numpy's range, which transformers' and vLLM's seeding hand on (torch and ``random`` take
+more, but a seed that fails at numpy would fail the run after the weights load)."""
 
 Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 

@@ -8,8 +8,8 @@ config. Every problem is a :class:`ConfigError` (bad input, exit 2) naming the f
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,21 +18,29 @@ from gencache.errors import ConfigError
 
 __all__ = [
     "ATTENTION_IMPLEMENTATIONS",
+    "MAX_EXTRA_TOKENS",
     "MIN_VOCAB_COVERAGE",
     "TOKEN_ID_SETTINGS",
     "check_attn_implementation",
+    "check_prompt_ids",
     "check_teacher_weights",
     "check_vocabulary",
     "read_vocab_size",
 ]
 
-#: The attention implementations transformers knows by name (a hub kernel, ``org/name``, is also accepted).
-ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
-_FLASH_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+#: The attention implementations transformers knows by name; ``flash_attention_<N>`` (any N), a hub kernel
+#: (``org/name``) and a ``paged|...`` form are accepted too and resolved by transformers when the teacher loads.
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_<N>")
+_FLASH = re.compile(r"^flash_attention_\d+\Z")
 
 #: A tokenizer with fewer tokens than this share of the teacher's embedding rows belongs to another model (real
 #: models pad their embedding by well under 1%).
 MIN_VOCAB_COVERAGE = 0.9
+
+#: How many tokens a tokenizer may have beyond the embedding (at least; 1% of it for large vocabularies): some
+#: models ship special tokens the model never sees (Gemma 3: 262,145 tokens, 262,144 rows). The ids a run really
+#: uses, those of the prompts and of the generation config, must all be inside the embedding.
+MAX_EXTRA_TOKENS = 64
 
 #: Generation settings that hold token ids (a single id, a list of ids, or a list of lists).
 TOKEN_ID_SETTINGS = (
@@ -47,28 +55,33 @@ TOKEN_ID_SETTINGS = (
     "bad_words_ids",
 )
 
-_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-_SINGLE_FILES = ("model.safetensors", "pytorch_model.bin")
+#: Where transformers looks for weights, in its order: the first that exists is what loads.
+_WEIGHT_NAMES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def _weight_files(directory: Path) -> list[Path]:
-    for index_name in _INDEX_FILES:
-        index = directory / index_name
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-                names = sorted(set(weight_map.values()))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-                raise ConfigError(
-                    f"Teacher weight index {index} cannot be read ({error}); re-download or re-save the model."
-                ) from None
-            return [directory / name for name in names]
-    for name in _SINGLE_FILES:
-        if (directory / name).is_file():
-            return [directory / name]
+    for name in _WEIGHT_NAMES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return [path]
+        try:
+            weight_map = json.loads(path.read_text(encoding="utf-8"))["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ConfigError(
+                f"Teacher weight index {path} cannot be read ({error}); re-download or re-save the model."
+            ) from None
+        return [directory / shard for shard in names]
     raise ConfigError(
-        f"model.model_path {directory} has no weights (none of {', '.join(_INDEX_FILES + _SINGLE_FILES)}); "
-        "point it at a directory saved by save_pretrained."
+        f"model.model_path {directory} has no weights (none of {', '.join(_WEIGHT_NAMES)}); point it at a "
+        "directory saved by save_pretrained."
     )
 
 
@@ -144,7 +157,7 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, settings: Mapping[str, Any
     """The tokenizer belongs to the teacher (no id beyond its embedding, not far fewer tokens than it has) and
     every token id among the effective generation ``settings`` is inside the embedding."""
     tokens = len(tokenizer)
-    if tokens > vocab_size:
+    if tokens > vocab_size + max(MAX_EXTRA_TOKENS, vocab_size // 100):
         raise ConfigError(
             f"model.tokenizer_path: the tokenizer has {tokens:,} tokens but the teacher's embedding has {vocab_size:,} "
             "rows (vocab_size in config.json): its ids would fall outside the teacher; use the teacher's tokenizer."
@@ -165,27 +178,32 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, settings: Mapping[str, Any
     return f"tokenizer {tokens:,} tokens, embedding {vocab_size:,} rows; every generation token id inside"
 
 
+def check_prompt_ids(largest: int, where: str, vocab_size: int) -> str:
+    """Every prompt token id is inside the teacher's embedding (``largest`` is the largest, in ``where``)."""
+    if largest >= vocab_size:
+        raise ConfigError(
+            f"model.tokenizer_path: prompt token id {largest} ({where}) is outside the teacher's {vocab_size:,}-row "
+            "embedding (vocab_size in config.json); use the teacher's tokenizer."
+        )
+    return f"largest prompt token id {largest} < {vocab_size:,}"
+
+
 def check_attn_implementation(value: str | None, device: str) -> str:
-    """``model.attn_implementation`` is one transformers knows (or a hub kernel) and can run on ``device``."""
+    """``model.attn_implementation`` is one transformers knows (or a hub kernel) and can run on ``device``:
+    flash attention needs a CUDA device (whether its package or a kernel fallback is installed, transformers
+    decides when the teacher loads)."""
     if value is None:
         return "transformers' default"
     if "/" in value or value.startswith("paged|"):
         return f"{value} (resolved by transformers when the teacher loads)"
-    if value not in ATTENTION_IMPLEMENTATIONS:
+    if value not in ATTENTION_IMPLEMENTATIONS[:3] and not _FLASH.match(value):
         raise ConfigError(
             f"model.attn_implementation {value!r} is not an attention implementation; use one of "
             f"{', '.join(ATTENTION_IMPLEMENTATIONS)} (or a hub kernel, org/name), or null for the default."
         )
-    package = _FLASH_PACKAGES.get(value)
-    if package is not None:
-        if not device.startswith("cuda") and device != "auto":
-            raise ConfigError(
-                f"model.attn_implementation {value!r} needs a CUDA device (model.device is {device!r}); "
-                'use "sdpa" or "eager" on this device.'
-            )
-        if importlib.util.find_spec(package) is None:
-            raise ConfigError(
-                f"model.attn_implementation {value!r} needs the {package} package, which is not installed; "
-                'install it or use "sdpa".'
-            )
+    if _FLASH.match(value) and not device.startswith("cuda") and device != "auto":
+        raise ConfigError(
+            f"model.attn_implementation {value!r} needs a CUDA device (model.device is {device!r}); "
+            'use "sdpa" or "eager" on this device.'
+        )
     return value
