@@ -98,13 +98,16 @@ def test_sigterm_between_shards_names_what_was_published(tmp_path: Path, tiny_te
     assert "nothing was published" not in child.stderr
 
 
-def test_sigterm_right_after_the_rename_says_it_was_published(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_right_after_the_rename_says_it_was_published(
+    tmp_path: Path, tiny_teacher_dir: Path, signum: int, code: int
+) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     child = Child(config)
     child.run_until("renamed")
-    child.proc.send_signal(signal.SIGTERM)
+    child.proc.send_signal(signum)
     child.release()
-    assert child.finish() == 143
+    assert child.finish() == code
     assert "was published; the artifact is complete" in child.stderr
     assert "nothing was published" not in child.stderr
     assert cli_run(["verify", str(tmp_path / "out")]) == 0

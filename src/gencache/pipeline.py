@@ -357,7 +357,7 @@ class _Run:
             build.writer.finalize(resolved_config=resolved, summary=summary)
             try:
                 mode = build.publish()
-            except Terminated:
+            except (Terminated, KeyboardInterrupt):
                 if build.published_mode is not None:  # the signal came after the rename: it is published
                     self.result.published.append(target.output_dir)
                     self.current = None
