@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 from safetensors import safe_open
 
 from gencache.artifact.mixture import open_caches
-from gencache.artifact.reader import CacheReader
+from gencache.artifact.reader import CacheReader, verify
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
@@ -384,3 +385,25 @@ def test_sampled_runs_are_reproducible_from_the_seed(tmp_path: Path, tiny_teache
     assert a == b
     assert a != c
     assert all(len(entry["sequences"]) == 2 for entry in a.values())
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda r: r["config"].update(seed=r["config"]["seed"] + 1),
+        lambda r: r["generation"].update(max_new_tokens=r["generation"]["max_new_tokens"] + 1),
+        lambda r: r["config"]["data_configs"][0].update(seed=7),
+    ],
+)
+def test_verify_fails_when_the_resolved_config_is_edited(published: Path, tmp_path: Path, edit: Any) -> None:
+    from gencache.artifact.manifest import json_file_bytes
+
+    copy = tmp_path / "copy"
+    shutil.copytree(published, copy)
+    for name in os.listdir(copy):
+        os.chmod(copy / name, 0o644)
+    resolved = json.loads((copy / "resolved_config.json").read_text(encoding="utf-8"))
+    assert verify(copy) == []
+    edit(resolved)
+    (copy / "resolved_config.json").write_bytes(json_file_bytes(resolved))  # still canonical JSON
+    assert any("does not match its resolved_digest" in problem for problem in verify(copy))

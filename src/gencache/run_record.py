@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FORMAT_VERSION
+from gencache.artifact.resolved import with_resolved_digest
 from gencache.data.config import CacheConfig
 from gencache.overrides import Overrides
 from gencache.sharding import ShardSpec
@@ -63,43 +64,47 @@ def resolved_config(
         value = config_json["model"].get(field_name)
         if isinstance(value, str) and os.path.exists(value):
             config_json["model"][field_name] = os.path.abspath(value)
-    return {
-        "format_version": FORMAT_VERSION,
-        "gencache_version": __version__,
-        "config": config_json,
-        "overrides": (overrides or Overrides()).to_json(),
-        "output_dir": str(plan.output_dir),
-        "working_directory": os.getcwd(),
-        "run_digest": plan.run_digest,
-        "shard": None if plan.shard is None else plan.shard.summary(plan.run_digest) | {"origin": plan.shard.origin},
-        "sources": [s.source.to_json() for s in plan.samples.summaries],
-        "data_kwargs": [dict(s.data_kwargs) for s in plan.samples.summaries],
-        "generation": generation.kwargs,
-        "tokenizer": tokenizer_state(tokenizer),
-        "chat_template_sha256": chat_template_digest(tokenizer),
-        "tokenization": {
-            "scheme": "per-part",
-            "add_special_tokens": False,
-            "padding_side": "left",
-            "description": "each inline text and each document tokenized separately, ids concatenated",
-        },
-        "engine": engine.describe(),
-        "batching": engine.batching(),
-        "model": {
-            "model_path": plan.config.model.model_path,
-            "revision": plan.config.model.revision,
-            "commit_hash": engine.commit_hash(),
-        },
-        "runtime": engine.runtime(),
-        "publish": {"rename": rename_mode},
-        "samples": {
-            "total": len(plan.samples),
-            "unique": len(plan.samples.unique),
-            "generated": len(plan.keys),
-            "duplicates": plan.samples.duplicates,
-            "conflicting_prompts": len(plan.samples.conflicting_prompts),
-        },
-    }
+    return with_resolved_digest(
+        {
+            "format_version": FORMAT_VERSION,
+            "gencache_version": __version__,
+            "config": config_json,
+            "overrides": (overrides or Overrides()).to_json(),
+            "output_dir": str(plan.output_dir),
+            "working_directory": os.getcwd(),
+            "run_digest": plan.run_digest,
+            "shard": None
+            if plan.shard is None
+            else plan.shard.summary(plan.run_digest) | {"origin": plan.shard.origin},
+            "sources": [s.source.to_json() for s in plan.samples.summaries],
+            "data_kwargs": [dict(s.data_kwargs) for s in plan.samples.summaries],
+            "generation": generation.kwargs,
+            "tokenizer": tokenizer_state(tokenizer),
+            "chat_template_sha256": chat_template_digest(tokenizer),
+            "tokenization": {
+                "scheme": "per-part",
+                "add_special_tokens": False,
+                "padding_side": "left",
+                "description": "each inline text and each document tokenized separately, ids concatenated",
+            },
+            "engine": engine.describe(),
+            "batching": engine.batching(),
+            "model": {
+                "model_path": plan.config.model.model_path,
+                "revision": plan.config.model.revision,
+                "commit_hash": engine.commit_hash(),
+            },
+            "runtime": engine.runtime(),
+            "publish": {"rename": rename_mode},
+            "samples": {
+                "total": len(plan.samples),
+                "unique": len(plan.samples.unique),
+                "generated": len(plan.keys),
+                "duplicates": plan.samples.duplicates,
+                "conflicting_prompts": len(plan.samples.conflicting_prompts),
+            },
+        }
+    )
 
 
 __all__ = ["RunPlan", "absolute_path", "resolved_config"]

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gencache.artifact.names import FORMAT_VERSION
+from gencache.canonical import json_digest
 
-__all__ = ["RESOLVED_FIELDS", "resolved_config_problems"]
+__all__ = ["DIGEST_FIELD", "RESOLVED_FIELDS", "resolved_config_problems", "with_resolved_digest"]
 
 #: Top-level fields of ``resolved_config.json`` and the JSON type each holds (``None``: may also be null).
 RESOLVED_FIELDS: dict[str, tuple[type, ...]] = {
@@ -34,6 +35,17 @@ RESOLVED_FIELDS: dict[str, tuple[type, ...]] = {
     "runtime": (dict,),
     "samples": (dict,),
 }
+
+
+DIGEST_FIELD = "resolved_digest"
+"""The SHA-256 of the canonical JSON of every other field: a hand edit of the file (a seed, the generation block)
+that does not also recompute it fails ``gencache verify``."""
+
+
+def with_resolved_digest(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """``resolved`` with :data:`DIGEST_FIELD` set over its other fields."""
+    body = {key: value for key, value in resolved.items() if key != DIGEST_FIELD}
+    return {**body, DIGEST_FIELD: json_digest(body)}
 
 
 def _get(value: Any, *path: str) -> Any:
@@ -63,6 +75,9 @@ def resolved_config_problems(
             problems.append(f"resolved_config.json field {name!r} is not a JSON {types[0].__name__}")
     if problems:
         return problems
+    recorded = resolved.get(DIGEST_FIELD)
+    if recorded is not None and recorded != with_resolved_digest(resolved)[DIGEST_FIELD]:
+        problems.append(f"resolved_config.json does not match its {DIGEST_FIELD} (a field was edited)")
     agreements = [
         ("format_version", resolved["format_version"], FORMAT_VERSION),
         ("model.model_path", _get(resolved, "model", "model_path"), provenance.get("model_path")),
