@@ -67,3 +67,61 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
             elif LAYERS.index(other) > LAYERS.index(own):
                 violations.append(f"{name} ({own}) imports {target} ({other})")
     assert violations == []
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """The gencache modules ``path`` imports at run time, at module level or inside functions (not under
+    ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for child in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("gencache"):
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("gencache"))
+    return found
+
+
+def test_no_import_circle() -> None:
+    modules = {module_name(path): path for path in ROOT.rglob("*.py")}
+    graph = {
+        name: sorted(target for target in runtime_imports(path) if target in modules and target != name)
+        for name, path in modules.items()
+    }
+    for name in graph:  # a package imports its submodules' names: only arrows out of the package count
+        if modules[name].name == "__init__.py":
+            graph[name] = [t for t in graph[name] if not t.startswith(name + ".")]
+    assert cycles_of(graph) == []
+
+
+def cycles_of(graph: dict[str, list[str]]) -> list[str]:
+    """Every import circle of ``graph`` (module -> the modules it imports), as ``a -> b -> a``."""
+    cycles: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for target in graph.get(node, []):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def test_the_circle_check_sees_a_circle_through_a_function_level_import() -> None:
+    assert cycles_of({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a -> b -> c -> a"]

@@ -25,8 +25,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from gencache.data.recipes.base import SourceInfo
-from gencache.data.recipes.columns import TableOrigin, register_origin
+from gencache.data.origins import SourceInfo, TableOrigin, register_origin
 from gencache.errors import DatasetError, first_line
 from gencache.hub import FILE_SUFFIXES, looks_like_path
 

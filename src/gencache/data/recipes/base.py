@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gencache.data.kwargs import KwargsModel
+from gencache.data.origins import SourceInfo
 from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
 from gencache.errors import DatasetError
@@ -52,29 +53,6 @@ class RawSample:
     query: str
     answer: str
     history: tuple[tuple[str, str], ...] | None = None
-
-
-@dataclass(frozen=True)
-class SourceInfo:
-    """Where a recipe's rows came from: ``kind`` is ``hub``, ``directory`` or ``file``.
-
-    ``location`` is the hub id or the absolute local path; ``files`` lists ``(absolute path, sha256)`` of every
-    local file read, in reading order (empty for the hub); ``fingerprints`` lists ``(split, fingerprint)`` of hub
-    tables, the digest ``datasets`` derives from the files it downloaded.
-    """
-
-    kind: str
-    location: str
-    files: tuple[tuple[str, str], ...] = field(default=())
-    fingerprints: tuple[tuple[str, str], ...] = field(default=())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "location": self.location,
-            "files": [{"path": path, "sha256": digest} for path, digest in self.files],
-            "fingerprints": dict(self.fingerprints),
-        }
 
 
 KwargsT = TypeVar("KwargsT", bound=KwargsModel)

@@ -5,32 +5,26 @@ them when its tables load. A column absent from a table is a :class:`DatasetErro
 read and the columns they hold; a bad value in one row names the file and its line (JSON Lines) or its row index
 within the file (parquet, a JSON array), counted in the file's own order, before any shuffling.
 
-:mod:`gencache.data.sources` records the origin of every table it loads here (:func:`register_origin`); row
+:mod:`gencache.data.sources` records the origin of every table it loads (:mod:`gencache.data.origins`); row
 positions are only computed when an error is reported.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gencache.data._config_errors import type_name
+from gencache.data.origins import origin_of
 from gencache.errors import DatasetError
 
 __all__ = [
     "Column",
-    "TableOrigin",
     "check_columns",
     "column_list",
     "describe_row",
     "field_of",
-    "origin_of",
-    "register_origin",
     "require_type",
     "row_error",
     "row_value",
@@ -47,73 +41,6 @@ class Column:
     required: bool
     description: str
     table: str | None = None
-
-
-@dataclass(frozen=True)
-class TableOrigin:
-    """Where a loaded table's rows came from: its local files in reading order (none for a hub table) and a
-    description of the table (``what``) for messages."""
-
-    what: str
-    files: tuple[Path, ...] = ()
-
-    def describe(self) -> str:
-        """The files read (or the hub table), for a message."""
-        return ", ".join(str(p) for p in self.files) if self.files else self.what
-
-    def locate(self, index: int) -> str:
-        """``<file> line N`` (JSON Lines, 1-based) or ``<file> row N`` (0-based, in the file's own order) of the
-        table's row ``index``; for a hub table, ``<table> row N``."""
-        remaining = index
-        for path in self.files:
-            count, lines = _rows_of(path)
-            if remaining < count:
-                if lines is not None:
-                    return f"{path} line {lines[remaining]}"
-                return f"{path} row {remaining}"
-            remaining -= count
-        return f"{self.what} row {index}"
-
-
-def _rows_of(path: Path) -> tuple[int, list[int] | None]:
-    """How many rows ``path`` holds and, for JSON Lines, the 1-based line number of each row (blank lines hold
-    no row)."""
-    if path.name.lower().endswith(".parquet"):
-        import pyarrow.parquet
-
-        return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows), None
-    with path.open("rb") as handle:
-        head = handle.read(4096).lstrip()
-    if path.name.lower().endswith(".json") and head.startswith(b"["):
-        try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
-            return 0, None
-        return (len(rows), None) if isinstance(rows, list) else (0, None)
-    numbers: list[int] = []
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                numbers.append(number)
-    return len(numbers), numbers
-
-
-_ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionary()
-
-
-def register_origin(table: Any, origin: TableOrigin) -> None:
-    """Remember where ``table`` (a ``datasets.Dataset``) came from."""
-    with contextlib.suppress(TypeError):  # a table without weak references: errors fall back to row indices
-        _ORIGINS[table] = origin
-
-
-def origin_of(table: Any, label: str) -> TableOrigin:
-    """The recorded origin of ``table``; a table loaded some other way is described by ``label``."""
-    try:
-        found = _ORIGINS.get(table)
-    except TypeError:
-        found = None
-    return found if found is not None else TableOrigin(what=f"{label} table")
 
 
 def describe_row(row: Mapping[str, Any]) -> str:

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection, SourceInfo
+from gencache.data.origins import SourceInfo
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
 from gencache.errors import DatasetError, GencacheError, PromptError, first_line
 
 GROUP = "gencache.recipes"

@@ -1,0 +1,107 @@
+"""Where a dataset's rows came from: the source of a recipe's rows (recorded in ``resolved_config.json``) and the
+origin of each loaded table (its files, for messages that name a file's own line).
+
+The bottom of the data package's loading side: :mod:`gencache.data.sources` produces these values and the recipes
+(:mod:`gencache.data.recipes`) read them, so neither imports the other for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SourceInfo", "TableOrigin", "origin_of", "register_origin"]
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """Where a recipe's rows came from: ``kind`` is ``hub``, ``directory`` or ``file``.
+
+    ``location`` is the hub id or the absolute local path; ``files`` lists ``(absolute path, sha256)`` of every
+    local file read, in reading order (empty for the hub); ``fingerprints`` lists ``(split, fingerprint)`` of hub
+    tables, the digest ``datasets`` derives from the files it downloaded.
+    """
+
+    kind: str
+    location: str
+    files: tuple[tuple[str, str], ...] = field(default=())
+    fingerprints: tuple[tuple[str, str], ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "files": [{"path": path, "sha256": digest} for path, digest in self.files],
+            "fingerprints": dict(self.fingerprints),
+        }
+
+
+@dataclass(frozen=True)
+class TableOrigin:
+    """Where a loaded table's rows came from: its local files in reading order (none for a hub table) and a
+    description of the table (``what``) for messages."""
+
+    what: str
+    files: tuple[Path, ...] = ()
+
+    def describe(self) -> str:
+        """The files read (or the hub table), for a message."""
+        return ", ".join(str(p) for p in self.files) if self.files else self.what
+
+    def locate(self, index: int) -> str:
+        """``<file> line N`` (JSON Lines, 1-based) or ``<file> row N`` (0-based, in the file's own order) of the
+        table's row ``index``; for a hub table, ``<table> row N``."""
+        remaining = index
+        for path in self.files:
+            count, lines = _rows_of(path)
+            if remaining < count:
+                if lines is not None:
+                    return f"{path} line {lines[remaining]}"
+                return f"{path} row {remaining}"
+            remaining -= count
+        return f"{self.what} row {index}"
+
+
+def _rows_of(path: Path) -> tuple[int, list[int] | None]:
+    """How many rows ``path`` holds and, for JSON Lines, the 1-based line number of each row (blank lines hold
+    no row)."""
+    if path.name.lower().endswith(".parquet"):
+        import pyarrow.parquet
+
+        return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows), None
+    with path.open("rb") as handle:
+        head = handle.read(4096).lstrip()
+    if path.name.lower().endswith(".json") and head.startswith(b"["):
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            return 0, None
+        return (len(rows), None) if isinstance(rows, list) else (0, None)
+    numbers: list[int] = []
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                numbers.append(number)
+    return len(numbers), numbers
+
+
+_ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionary()
+
+
+def register_origin(table: Any, origin: TableOrigin) -> None:
+    """Remember where ``table`` (a ``datasets.Dataset``) came from."""
+    with contextlib.suppress(TypeError):  # a table without weak references: errors fall back to row indices
+        _ORIGINS[table] = origin
+
+
+def origin_of(table: Any, label: str) -> TableOrigin:
+    """The recorded origin of ``table``; a table loaded some other way is described by ``label``."""
+    try:
+        found = _ORIGINS.get(table)
+    except TypeError:
+        found = None
+    return found if found is not None else TableOrigin(what=f"{label} table")
