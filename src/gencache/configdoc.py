@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_core import to_jsonable_python
 
+from gencache.configschema import config_schema, factory_default
 from gencache.data.config import (
     DEFAULTS_FILENAME,
     CacheConfig,
@@ -42,7 +42,6 @@ from gencache.generation.settings import (
 
 __all__ = ["EXAMPLE_CONFIG", "config_schema", "main", "render_config_markdown", "write_docs"]
 
-SCHEMA_ID = "https://gencache.invalid/config.schema.json"
 MARKDOWN_PATH = Path("docs") / "config.md"
 SCHEMA_PATH = Path("docs") / "config.schema.json"
 
@@ -83,124 +82,6 @@ EXAMPLE_CONFIG: dict[str, Any] = {
 }
 
 
-# -- schema -----------------------------------------------------------------------------------------------
-def _merge_defs(target: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    for name, definition in schema.pop("$defs", {}).items():
-        existing = target.get(name)
-        if existing is not None and existing != definition:
-            raise RuntimeError(f"Two different JSON schema definitions are both named {name!r}.")
-        target[name] = definition
-    return schema
-
-
-def _factory_default(info: FieldInfo) -> Any:
-    return to_jsonable_python(info.default_factory())  # type: ignore[call-arg,misc]
-
-
-def _kwargs_schema(model: type[BaseModel], defs: dict[str, Any], def_name: str) -> str:
-    schema = _merge_defs(defs, model.model_json_schema(ref_template="#/$defs/{model}"))
-    for name, info in model.model_fields.items():
-        prop = schema.get("properties", {}).get(name)
-        if isinstance(prop, dict) and info.default_factory is not None and "default" not in prop:
-            prop["default"] = _factory_default(info)
-    schema.setdefault("additionalProperties", False)
-    defs[def_name] = schema
-    return f"#/$defs/{def_name}"
-
-
-def _switch(selector: str, refs: Mapping[str, str], target: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "if": {"properties": {selector: {"const": name}}, "required": [selector]},
-            "then": {"properties": {target: {"$ref": ref}}},
-        }
-        for name, ref in refs.items()
-    ]
-
-
-def config_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of a config file as written (a config relying on its ``_default.json``, or the
-    ``_default.json`` itself): what the merge may provide is optional, everything present is checked.
-
-    Generated from the pydantic models; templates are enumerated from the registry, built-in dataset names are
-    listed as examples (plug-ins add others), and ``data_kwargs`` / ``template_kwargs`` are validated against the
-    chosen built-in dataset's and template's model.
-    """
-    from gencache.data.prompts import TEMPLATES
-    from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
-
-    schema = CacheConfig.model_json_schema(ref_template="#/$defs/{model}")
-    defs: dict[str, Any] = schema.pop("$defs", {})
-
-    data_refs = {
-        name: _kwargs_schema(recipe.kwargs_model, defs, f"data_kwargs.{name}") for name, recipe in DATASETS.items()
-    }
-    template_refs = {
-        name: _kwargs_schema(spec.kwargs_model, defs, f"template_kwargs.{name}") for name, spec in TEMPLATES.items()
-    }
-
-    data_config = defs["DataConfig"]
-    props = data_config["properties"]
-    props["dataset_name"]["examples"] = sorted(DATASETS)  # not an enum: plug-ins add names
-    props["template"]["enum"] = sorted(TEMPLATES)
-    props["data_kwargs"].pop("default", None)
-    props["template_kwargs"].pop("default", None)
-    data_config["allOf"] = _switch("dataset_name", data_refs, "data_kwargs") + _switch(
-        "template", template_refs, "template_kwargs"
-    )
-
-    engine_refs = {
-        name: _kwargs_schema(model, defs, f"engine_options.{name}") for name, model in ENGINE_OPTIONS.items()
-    }
-    schema["properties"]["engine_options"].pop("default", None)
-    schema["allOf"] = _switch("engine", engine_refs, "engine_options")
-
-    generation = defs["ModelConfig"]["properties"]["generation_kwargs"]
-    generation["propertyNames"] = {
-        "not": {"enum": sorted(LOGIT_FIELDS | set(GENERATION_FORBIDDEN) | set(GENERATION_UNSUPPORTED))}
-    }
-    generation["properties"] = {
-        "max_new_tokens": {
-            "anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}],
-            "description": "Tokens to generate per answer. Required here or in the teacher's generation_config.json; "
-            "null unsets a value inherited from _default.json.",
-        },
-        "do_sample": {"type": ["boolean", "null"], "description": "Sampling instead of greedy decoding."},
-        "num_return_sequences": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
-        "stop_strings": {
-            "anyOf": [
-                {"type": "string", "minLength": 1},
-                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-                {"type": "null"},
-            ]
-        },
-        "eos_token_id": {
-            "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
-                {"type": "null"},
-            ]
-        },
-    }
-
-    # A file as written: anything may come from a sibling _default.json (the model block most often), so nothing at
-    # the top level or in model is required here; gencache checks the merged config. A data config is never
-    # merged (lists replace whole), so its own required fields stay required.
-    after_merge = schema.pop("required", [])
-    defs["ModelConfig"].pop("required", None)
-    out: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID}
-    out.update(schema)
-    out["title"] = "gencache generation-cache config (format 3)"
-    out["description"] = (
-        f"One config file as written, or a {DEFAULTS_FILENAME}: gencache deep-merges a sibling {DEFAULTS_FILENAME} "
-        "under a config (the file itself wins), so fields it provides may be left out here; after the merge "
-        f"{', '.join(after_merge)} and model.model_path are required. Unknown keys are errors everywhere."
-    )
-    out["$defs"] = dict(sorted(defs.items()))
-    return out
-
-
-# -- markdown ---------------------------------------------------------------------------------------------
 def _code(value: Any) -> str:
     return f"`{json.dumps(value, ensure_ascii=False)}`"
 
@@ -266,7 +147,7 @@ def _default_text(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     if info.default_factory is not None:
-        return _code(_factory_default(info))
+        return _code(factory_default(info))
     return _code(info.default)
 
 
@@ -305,13 +186,22 @@ def _example_block(value: Any) -> list[str]:
 def render_config_markdown() -> str:
     """The config reference page (``docs/config.md``): every field with its type, default and rule, the
     per-dataset ``data_kwargs`` and per-template ``template_kwargs`` tables, and an example config."""
-    from gencache.data.prompts import TEMPLATES
-    from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
-
     schema = config_schema()
     defs: Mapping[str, Any] = schema["$defs"]
-    example = parse_config(EXAMPLE_CONFIG, origin="EXAMPLE_CONFIG")
-    lines: list[str] = [
+    lines = [
+        *_intro_lines(),
+        *_model_lines(schema, defs),
+        *_generation_lines(),
+        *_engine_lines(defs),
+        *_data_config_lines(defs),
+        *_template_lines(defs),
+        *_example_lines(),
+    ]
+    return "\n".join(lines)
+
+
+def _intro_lines() -> list[str]:
+    return [
         "# Config reference",
         "",
         "<!-- Generated by `uv run python -m gencache.configdoc` from the models in src/gencache/data/config.py",
@@ -340,13 +230,19 @@ def render_config_markdown() -> str:
         "- Integers are strict: `true`/`false` and `1.0` are not integers. Strings are strict too.",
         "- Every error is one line: `<file>: <path>: <what is wrong>`, several separated by `;`. The CLI exits "
         "with code 2 and creates nothing.",
-        "- Invalid JSON is reported with its line and column; duplicate keys in one object and `NaN`/`Infinity` "
-        "are errors.",
+        "- Invalid JSON is reported with its line and column; duplicate keys in one object, `NaN`/`Infinity`, "
+        "nesting deeper than 64 levels and a path that is not a regular file (a FIFO, a device) are errors, in "
+        f"the config, its `{DEFAULTS_FILENAME}` and every `--set` value alike.",
         f"- Logit and score fields ({', '.join(f'`{n}`' for n in sorted(LOGIT_FIELDS))}) are rejected wherever "
         f"they appear (top level, `model`, `model.generation_kwargs`, a data config) with: *{NO_LOGITS_MESSAGE}*",
         "- After validation, `model.tokenizer_path` is explicit and `data_kwargs` / `template_kwargs` hold the "
         "effective values, defaults included. That effective config is what `resolved_config.json` records.",
         "",
+    ]
+
+
+def _model_lines(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> list[str]:
+    return [
         "## Top level",
         "",
         *_field_table(CacheConfig, "", defs, _strip_defs(schema)),
@@ -355,6 +251,11 @@ def render_config_markdown() -> str:
         "",
         *_field_table(ModelConfig, "model.", defs, defs["ModelConfig"]),
         "",
+    ]
+
+
+def _generation_lines() -> list[str]:
+    return [
         "### `model.generation_kwargs`",
         "",
         "Passed to transformers' `GenerationConfig`. The effective generation config is these values, then the "
@@ -384,6 +285,11 @@ def render_config_markdown() -> str:
         *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_FORBIDDEN.items()],
         *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_UNSUPPORTED.items()],
         "",
+    ]
+
+
+def _engine_lines(defs: Mapping[str, Any]) -> list[str]:
+    return [
         "## `engine_options` per engine",
         "",
         "Strict: an unknown option is an error. See [engines.md](engines.md) for which engine to pick.",
@@ -402,6 +308,13 @@ def render_config_markdown() -> str:
                 "",
             )
         ],
+    ]
+
+
+def _data_config_lines(defs: Mapping[str, Any]) -> list[str]:
+    from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
+
+    lines = [
         "## `data_configs[i]`",
         "",
         *_field_table(DataConfig, "", defs, defs["DataConfig"]),
@@ -424,6 +337,13 @@ def render_config_markdown() -> str:
         else:
             lines.append("No `data_kwargs`: any key is an error.")
         lines.append("")
+    return lines
+
+
+def _template_lines(defs: Mapping[str, Any]) -> list[str]:
+    from gencache.data.prompts import TEMPLATES
+
+    lines: list[str] = []
     lines += ["### `template_kwargs` per template", ""]
     for name, spec in TEMPLATES.items():
         kwargs_model = spec.kwargs_model
@@ -435,6 +355,12 @@ def render_config_markdown() -> str:
         else:
             lines.append("No `template_kwargs`: any key is an error.")
         lines.append("")
+    return lines
+
+
+def _example_lines() -> list[str]:
+    example = parse_config(EXAMPLE_CONFIG, origin="EXAMPLE_CONFIG")
+    lines: list[str] = []
     lines += [
         "## Example",
         "",
@@ -447,7 +373,7 @@ def render_config_markdown() -> str:
         *_example_block(config_to_json(example)),
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def _strip_defs(schema: Mapping[str, Any]) -> dict[str, Any]:
