@@ -1,9 +1,13 @@
 """Every check a run makes before the teacher's weights load: the one code path of ``generate`` and ``--dry-run``.
 
-:func:`preflight` runs, in order: paths that must be valid UTF-8, the output location (absent, writable parent,
-rename support), the device, the local model and tokenizer directories (or the hub ids, quickly), the tokenizer,
-the effective generation config, the datasets and sample counts, the context length (longest prompt plus
-``max_new_tokens`` within the teacher's maximum positions) and the header budget. ``generate`` stops at the first
+:func:`preflight` runs, in order: paths that must be valid UTF-8, the output location (absent, a name no
+temporary directory could have, lengths the file system takes, a writable parent, rename support), the device, the
+local model and tokenizer directories (or the hub ids, quickly), the tokenizer, the effective generation config,
+the engine's refusals, the teacher's config, attention implementation, weight files and vocabulary (every token id
+inside the embedding), the datasets and sample counts, the context length (longest prompt plus
+``max_new_tokens`` within the teacher's maximum positions), the prompt ids, the continuous engine's paged-cache
+budget and the header budget (the run adds the ``--shards`` count against the keys). The individual checks are
+in :mod:`gencache.run_checks`. ``generate`` stops at the first
 problem (``collect=False``); the dry run collects every problem, skips what depends on a failed check and says
 what it could not compute. Nothing is printed here.
 """
