@@ -291,9 +291,9 @@ def clean(parent: Path | str) -> list[Path]:
     in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
     only when it was written on this host by a process that no longer exists, and never when it holds every
     artifact file (a published artifact whose name looks temporary; a writer's own directory always has a lock).
-    A directory or lock file that another ``gencache clean`` removed
-    meanwhile counts as done, so concurrent cleaners all succeed. When some leftovers cannot be removed (a read-only
-    file system, permissions), the others are still removed and a :class:`WriteError` then names what is left.
+    A directory or lock file that another ``gencache clean`` removed meanwhile counts as done, so concurrent
+    cleaners all succeed. When some leftovers cannot be removed (a read-only file system, permissions), the others
+    are still removed and a :class:`WriteError` then names what is left.
     """
     parent = Path(parent)
     if not parent.is_dir():
