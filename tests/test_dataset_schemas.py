@@ -186,3 +186,11 @@ def test_generate_exits_2_with_one_line_naming_the_missing_column(
         "question_decomposition, answer, answer_aliases, answerable); rename the column in the file or see "
         "docs/datasets.md for the columns musique reads."
     ]
+
+
+def test_a_biography_row_whose_labels_lack_the_asked_attribute_is_refused(tmp_path: Path) -> None:
+    person = _first_kept()
+    path = _biography(tmp_path, "test", lambda rows: rows[person].update(labels={}))
+    full = DataConfig("biography", 18, num_data_strs=2, subset="1k", source=str(tmp_path))
+    with pytest.raises(DatasetError, match=rf"{re.escape(str(path))} line {line_of(person)}: 'labels\.[a-z_]+' is"):
+        load(full)

@@ -374,3 +374,35 @@ def test_one_rule_says_what_is_a_local_path_for_models_and_datasets(value: str, 
             classify_source(value, "hub/id")
     else:
         assert classify_source(value, "hub/id") == ("hub", value)
+
+
+def test_run_messages_read_in_order_with_sub_second_durations_and_zero_based_shards(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    from gencache.pipeline import generate_run
+
+    events: list[str] = []
+
+    class Recorder:
+        def __init__(self, total: int) -> None:
+            self.label = ""
+
+        def start(self, total_samples: int) -> None:
+            events.append("start")
+
+        def advance(self, samples: int, tokens: int) -> None:
+            pass
+
+        def set_label(self, label: str) -> None:
+            events.append(f"label {label}")
+
+        def close(self) -> None:
+            events.append("close")
+
+    config = write_config(tmp_path, tiny_teacher_dir)
+    generate_run(config, shards=2, notify=lambda level, text: events.append(text), progress=Recorder)
+    loaded = next(e for e in events if e.startswith("teacher loaded in"))
+    assert loaded.endswith((" ms", "s")) and "0.0s" not in loaded  # a tiny teacher loads in milliseconds
+    assert [e for e in events if e.startswith("label")] == ["label shard 0/2", "label shard 1/2"]
+    last_published = max(i for i, e in enumerate(events) if e.startswith("published"))
+    assert events.index("close") < last_published  # the bar's final line comes before the last word

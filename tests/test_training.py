@@ -190,3 +190,20 @@ def test_batches_hold_model_inputs_and_carry_metadata_across_processes(demo: dic
     assert stripped.metadata == {} and stripped["attention_mask"].tolist() == [[1] * len(data[0]["input_ids"])]
     with pytest.raises(ConfigError, match="padding_side"):
         DistillationCollator(demo["tokenizer"], padding_side="middle")
+
+
+def test_a_compatibility_error_is_one_sentence_of_fix_after_the_differences(tmp_path: Path) -> None:
+    from gencache.artifact.reader import CacheReader
+    from gencache.errors import CompatibilityError
+    from storage_helpers import PROVENANCE, make_entries, write_artifact
+
+    reader = CacheReader(write_artifact(tmp_path / "a", make_entries(2)))
+    with pytest.raises(CompatibilityError) as info:
+        reader.check_compatible(
+            model_path="other/teacher", tokenizer_path=PROVENANCE["tokenizer_path"], dtype="float32",
+            tokenizer=PROVENANCE["tokenizer"],
+        )  # fmt: skip
+    message = str(info.value)
+    assert "\n" not in message and "model_path (cache 'tiny/teacher', requested 'other/teacher')" in message
+    assert message.endswith("To fix it, train with the cache's teacher, tokenizer and dtype, or regenerate the cache "
+                            "with this teacher.") and "; or " not in message  # fmt: skip
