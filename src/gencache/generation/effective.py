@@ -176,17 +176,8 @@ def resolve_generation(
         if key not in LOGIT_FIELDS and key not in GENERATION_UNSUPPORTED and key not in GENERATION_FORBIDDEN
     }
     teacher_values.pop("do_sample", None)
-
     defaults: dict[str, Any] = dict(teacher.hf().GenerationConfig._get_default_generation_params())
-    merged = dict(defaults)
-    merged.update(teacher_values)
-    merged.update(user)
-    merged["do_sample"] = bool(user.get("do_sample", False))
-    merged["pad_token_id"] = user.get("pad_token_id", getattr(tokenizer, "pad_token_id", None))
-    for key in ("max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED):  # inert defaults of unsupported features
-        merged.pop(key, None)
-    merged = {key: value for key, value in merged.items() if value is not None}
-
+    merged = _merge(defaults, teacher_values, user, tokenizer)
     if "max_new_tokens" not in merged:
         raise ConfigError(
             f"{FIELD}.max_new_tokens is required: set it in the config "
@@ -201,30 +192,8 @@ def resolve_generation(
         checked = merged
     _check_effective(checked, user)
     num_return_sequences = merged.get("num_return_sequences", 1)
-    if num_return_sequences > 1 and not do_sample and num_beams == 1:
-        raise ConfigError(
-            f"{FIELD}.num_return_sequences = {num_return_sequences} needs sampling (do_sample: true) or beam search "
-            "(num_beams > 1): greedy decoding returns one sequence per prompt."
-        )
-    if num_beams > 1 and num_return_sequences > num_beams:
-        raise ConfigError(
-            f"{FIELD}.num_return_sequences ({num_return_sequences}) cannot exceed num_beams ({num_beams})."
-        )
-
-    dropped: list[str] = []
-    explicit = set(user) | set(teacher_values)
-    if not do_sample:
-        for key in SAMPLING_KEYS:
-            if key in merged:
-                merged.pop(key)
-                if key in explicit:
-                    dropped.append(key)
-    if num_beams == 1:
-        for key in BEAM_KEYS:
-            if key in merged:
-                value = merged.pop(key)
-                if key in explicit and value != GENERATION_SETTINGS[key].neutral:
-                    dropped.append(key)
+    _check_sequence_counts(num_return_sequences, do_sample, num_beams)
+    dropped = _drop_unused(merged, set(user) | set(teacher_values), do_sample, num_beams)
 
     eos_token_ids = _token_id_tuple(merged.get("eos_token_id", []))
     if "eos_token_id" in merged:
@@ -263,6 +232,52 @@ def resolve_generation(
         dropped=tuple(dropped),
         defaults={key: value for key, value in defaults.items() if value is not None},
     )
+
+
+def _merge(
+    defaults: Mapping[str, Any], teacher_values: Mapping[str, Any], user: Mapping[str, Any], tokenizer: Any
+) -> dict[str, Any]:
+    """transformers' defaults, under the teacher's values, under the user's; ``do_sample`` false unless the user
+    asks, ``pad_token_id`` the tokenizer's unless the user sets it; inert and unset values left out."""
+    merged = dict(defaults)
+    merged.update(teacher_values)
+    merged.update(user)
+    merged["do_sample"] = bool(user.get("do_sample", False))
+    merged["pad_token_id"] = user.get("pad_token_id", getattr(tokenizer, "pad_token_id", None))
+    for key in ("max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED):  # inert defaults of unsupported features
+        merged.pop(key, None)
+    return {key: value for key, value in merged.items() if value is not None}
+
+
+def _check_sequence_counts(num_return_sequences: int, do_sample: bool, num_beams: int) -> None:
+    if num_return_sequences > 1 and not do_sample and num_beams == 1:
+        raise ConfigError(
+            f"{FIELD}.num_return_sequences = {num_return_sequences} needs sampling (do_sample: true) or beam search "
+            "(num_beams > 1): greedy decoding returns one sequence per prompt."
+        )
+    if num_beams > 1 and num_return_sequences > num_beams:
+        raise ConfigError(
+            f"{FIELD}.num_return_sequences ({num_return_sequences}) cannot exceed num_beams ({num_beams})."
+        )
+
+
+def _drop_unused(merged: dict[str, Any], explicit: set[str], do_sample: bool, num_beams: int) -> list[str]:
+    """Remove (in place) sampling keys under greedy decoding and beam keys without beams; return the explicit ones
+    (set by the user or the teacher, beam keys only when not neutral) that were dropped."""
+    dropped: list[str] = []
+    if not do_sample:
+        for key in SAMPLING_KEYS:
+            if key in merged:
+                merged.pop(key)
+                if key in explicit:
+                    dropped.append(key)
+    if num_beams == 1:
+        for key in BEAM_KEYS:
+            if key in merged:
+                value = merged.pop(key)
+                if key in explicit and value != GENERATION_SETTINGS[key].neutral:
+                    dropped.append(key)
+    return dropped
 
 
 def _build_config(merged: dict[str, Any]) -> GenerationConfig:
