@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,29 @@ def manifest_digests(artifact: Path) -> dict[str, str]:
 
     entries = json.loads((artifact / "manifest.json").read_text(encoding="utf-8"))["entries"]
     return {key: value["content_digest"] for key, value in entries.items()}
+
+
+@dataclass(frozen=True)
+class FinishWorkload:
+    """The tiny prompts with a generation config under which they finish in every way (see
+    :func:`choose_finish_case`): ``outputs`` are the unstopped one-prompt greedy outputs, ``expect`` maps the rows
+    that must finish early to their ``(step, reason)``."""
+
+    prompts: list[tuple[str, list[int]]]
+    outputs: dict[str, list[int]]
+    expect: dict[str, tuple[int, str]]
+    generation: EffectiveGeneration
+
+
+def finish_workload(teacher: Path, tokenizer: Any, model: Any, steps: int) -> FinishWorkload:
+    """Build the workload of :class:`FinishWorkload` from the model's own greedy outputs over ``steps`` tokens."""
+    prompts = text_prompts(tokenizer)
+    free = resolve(teacher, tokenizer, max_new_tokens=steps, eos_token_id=[])
+    outputs = {key: solo(model, tokenizer, free, ids)[0] for key, ids in prompts}
+    case = choose_finish_case(tokenizer, outputs, steps)
+    expect: dict[str, tuple[int, str]] = case["expect"]
+    assert (1, FINISH_EOS) in expect.values()
+    generation = resolve(
+        teacher, tokenizer, max_new_tokens=steps, eos_token_id=case["eos"], stop_strings=[case["stop"]]
+    )
+    return FinishWorkload(prompts, outputs, expect, generation)

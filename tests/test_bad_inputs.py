@@ -123,7 +123,7 @@ CASES = [
          _config(engine="transformers-continuous", engine_options={"kv_cache_memory_gib": 1e-6}), 2,
          "of paged KV cache, more than engine_options.kv_cache_memory_gib"),
     Case("output_dir component over 255 bytes", _config(output_dir="/tmp/" + "x" * 300), 2, "255"),
-    Case("output_dir path over 4096 bytes", _config(output_dir="/tmp/" + "/".join(["d" * 200] * 22)), 2, "4096"),
+    Case("output_dir path over 4096 bytes", _config(output_dir="/tmp/" + "/".join(["d" * 100] * 42)), 2, "4096"),
     Case("teacher weights missing", _teacher_copy(_remove_weights), 2, "has no weights"),
     Case("teacher weights truncated", _teacher_copy(_truncate_weights), 2, "model.safetensors is truncated"),
     Case("teacher generation_config max_new_tokens 0", lambda t, m: _teacher_max_new_tokens_zero(t, m), 2,

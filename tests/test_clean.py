@@ -118,7 +118,7 @@ def test_generate_refuses_an_output_dir_named_like_a_temporary_directory(tmp_pat
     with pytest.raises(ConfigError, match="temporary lock file name"):
         check_output_path(tmp_path / ("n" * 240))
     with pytest.raises(ConfigError, match="over the kernel's 4096"):
-        check_output_path(tmp_path.joinpath(*["d" * 200] * 21))
+        check_output_path(tmp_path.joinpath(*["d" * 100] * 42))
 
 
 @pytest.fixture

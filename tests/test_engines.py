@@ -21,7 +21,7 @@ from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_ST
 from gencache.generation.options import ContinuousOptions
 from gencache.generation.settings import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.pipeline import run_generate
-from generation_helpers import choose_finish_case, decode, resolve, solo, text_prompts
+from generation_helpers import decode, finish_workload, resolve, solo, text_prompts
 
 needs_continuous = pytest.mark.skipif(
     not supported_transformers(), reason="this transformers is older than the continuous engine supports"
@@ -43,16 +43,8 @@ def _continuous(model: Any, tokenizer: Any, generation: Any, prompts: Any, **opt
 def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_and_length(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
-    steps = 12
-    prompts = text_prompts(tiny_tokenizer)
-    free = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=steps, eos_token_id=[])
-    outputs = {key: solo(tiny_model, tiny_tokenizer, free, ids)[0] for key, ids in prompts}
-    case = choose_finish_case(tiny_tokenizer, outputs, steps)
-    expect: dict[str, tuple[int, str]] = case["expect"]
-    assert (1, FINISH_EOS) in expect.values()
-    generation = resolve(
-        tiny_teacher_dir, tiny_tokenizer, max_new_tokens=steps, eos_token_id=case["eos"], stop_strings=[case["stop"]]
-    )
+    workload = finish_workload(tiny_teacher_dir, tiny_tokenizer, tiny_model, steps=12)
+    prompts, outputs, expect, generation = workload.prompts, workload.outputs, workload.expect, workload.generation
     stats = EngineStats()
     entries = list(
         generate_continuous(

@@ -24,8 +24,8 @@ from gencache.generation.engines.vllm_platform import installed_build
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from generation_helpers import (
     build_cpu_attention_teacher,
-    choose_finish_case,
     decode,
+    finish_workload,
     manifest_digests,
     resolve,
     solo,
@@ -103,16 +103,8 @@ def _tokens(entry: Any) -> list[list[int]]:
 def test_greedy_float32_equals_one_prompt_generate_for_every_finish_reason(
     teacher: Path, tokenizer: Any, model: Any, engines: list[VllmEngine]
 ) -> None:
-    steps = 12
-    prompts = text_prompts(tokenizer)
-    free = resolve(teacher, tokenizer, max_new_tokens=steps, eos_token_id=[])
-    outputs = {key: solo(model, tokenizer, free, ids)[0] for key, ids in prompts}
-    case = choose_finish_case(tokenizer, outputs, steps)
-    expect: dict[str, tuple[int, str]] = case["expect"]
-    assert (1, FINISH_EOS) in expect.values()
-    generation = resolve(
-        teacher, tokenizer, max_new_tokens=steps, eos_token_id=case["eos"], stop_strings=[case["stop"]]
-    )
+    workload = finish_workload(teacher, tokenizer, model, steps=12)
+    prompts, outputs, expect, generation = workload.prompts, workload.outputs, workload.expect, workload.generation
     engine = _engine(teacher, tokenizer, generation)
     engines.append(engine)
     entries = list(engine.generate(prompts))

@@ -28,7 +28,8 @@ from gencache.run_checks import (
     check_model_location,
     check_output_location,
     check_utf8_paths,
-    read_max_positions,
+    max_positions_of,
+    read_teacher_config,
 )
 from gencache.sharding import ShardSpec
 
@@ -65,6 +66,7 @@ class Preflight:
     max_positions: int | None = None
     longest_prompt: int | None = None
     vocab_size: int | None = None
+    teacher_config: Any | None = None
     capacity: dict[Path, int] = field(default_factory=dict)
     rename_mode: str | None = None
     checks: list[Check] = field(default_factory=list)
@@ -118,8 +120,6 @@ def _largest_prompt_id(found: Preflight) -> str:
 def check_paged_cache(found: Preflight) -> str:
     """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
     prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
-    from transformers import AutoConfig
-
     from gencache.generation.engines.continuous import size_paged_cache
     from gencache.generation.options import ContinuousOptions
 
@@ -130,17 +130,14 @@ def check_paged_cache(found: Preflight) -> str:
     model = config.model
     lengths = [len(sample.input_ids or ()) for sample in samples.unique]
     try:
-        model_config = AutoConfig.from_pretrained(
-            model.model_path, **({"revision": model.revision} if model.revision else {})
-        )
         sizing = size_paged_cache(
             lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
-            model_config=model_config, dtype_bytes=4 if model.dtype == "float32" else 2,
+            model_config=found.teacher_config, dtype_bytes=4 if model.dtype == "float32" else 2,
             budget=(int(options.kv_cache_memory_gib * 2**30), "engine_options.kv_cache_memory_gib"),
         )  # fmt: skip
     except GencacheError as error:
         raise ConfigError(str(error)) from None
-    except Exception as error:  # an unreadable config.json or one without the attention sizes
+    except Exception as error:  # a config.json without the attention sizes
         from gencache.errors import first_line
 
         raise ConfigError(
@@ -176,7 +173,7 @@ def _teacher_steps(run: _Runner, result: Preflight) -> None:
         check_attn_implementation,
         check_teacher_weights,
         check_vocabulary,
-        read_vocab_size,
+        vocab_size_of,
     )
 
     model = result.config.model
@@ -186,7 +183,7 @@ def _teacher_steps(run: _Runner, result: Preflight) -> None:
         return None, check_attn_implementation(model.attn_implementation, result.device)
 
     def vocabulary() -> tuple[None, str]:
-        vocab_size = read_vocab_size(model.model_path, model.revision)
+        vocab_size = vocab_size_of(result.teacher_config)
         if vocab_size is None:
             return None, "not checked: config.json records no vocab_size"
         result.vocab_size = vocab_size
@@ -283,7 +280,8 @@ def _model_steps(run: _Runner, result: Preflight) -> None:
     result.engine = run.step("engine", engine, needs=("generation", "device"))
 
     def positions() -> tuple[int | None, str]:
-        value = read_max_positions(model.model_path, model.revision)
+        result.teacher_config = read_teacher_config(model.model_path, model.revision)
+        value = max_positions_of(result.teacher_config)
         return value, f"{value} positions" if value else "config.json records no maximum positions"
 
     result.max_positions = run.step("teacher config", positions, needs=("model",))
@@ -401,6 +399,7 @@ __all__ = [
     "check_model_location",
     "check_output_location",
     "check_utf8_paths",
+    "max_positions_of",
     "preflight",
-    "read_max_positions",
+    "read_teacher_config",
 ]

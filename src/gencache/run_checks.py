@@ -113,17 +113,21 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
     return f"hub id {value}" + ("" if state.online else " (from the local cache, offline)")
 
 
-def read_max_positions(model_path: str, revision: str | None) -> int | None:
-    """The teacher's maximum positions from its ``config.json`` (no weights), or None when it records none."""
+def read_teacher_config(model_path: str, revision: str | None) -> Any:
+    """The teacher's ``config.json`` (no weights), read once per run; :class:`ConfigError` when it cannot be read."""
     from transformers import AutoConfig
 
     try:
         kwargs: dict[str, Any] = {"revision": revision} if revision else {}
-        config = AutoConfig.from_pretrained(model_path, **kwargs)
+        return AutoConfig.from_pretrained(model_path, **kwargs)
     except Exception as error:
         from gencache.errors import first_line
 
         raise ConfigError(f"Cannot read the teacher's config.json from {model_path!r}: {first_line(error)}") from None
+
+
+def max_positions_of(config: Any) -> int | None:
+    """The teacher's maximum positions from its config (or its text config's), or None when it records none."""
     for candidate in (config, getattr(config, "text_config", None)):
         if candidate is None:
             continue
@@ -153,5 +157,6 @@ __all__ = [
     "check_model_location",
     "check_output_location",
     "check_utf8_paths",
-    "read_max_positions",
+    "max_positions_of",
+    "read_teacher_config",
 ]

@@ -2,8 +2,8 @@
 vocabulary fits the tokenizer and every token id of the generation config, and the attention implementation
 can run on the chosen device.
 
-Reads ``config.json`` and the safetensors headers only (never tensor data); imports transformers only to read a
-config. Every problem is a :class:`ConfigError` (bad input, exit 2) naming the file or the setting.
+Reads the safetensors headers only (never tensor data) and takes the teacher's config as the run read it.
+Every problem is a :class:`ConfigError` (bad input, exit 2) naming the file or the setting.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = [
     "check_prompt_ids",
     "check_teacher_weights",
     "check_vocabulary",
-    "read_vocab_size",
+    "vocab_size_of",
 ]
 
 #: The attention implementations transformers knows by name; ``flash_attention_<N>`` (any N), a hub kernel
@@ -128,14 +128,8 @@ def check_teacher_weights(model_path: str) -> str:
     return f"{len(files)} weight file(s), {total / 2**20:,.1f} MiB, complete"
 
 
-def read_vocab_size(model_path: str, revision: str | None) -> int | None:
-    """The teacher's embedding rows (``vocab_size`` in ``config.json``, or its text config's), or None."""
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(model_path, **({"revision": revision} if revision else {}))
-    except Exception:  # the teacher-config check reports an unreadable config.json
-        return None
+def vocab_size_of(config: Any) -> int | None:
+    """The teacher's embedding rows (``vocab_size`` of its config, or of its text config), or None."""
     for candidate in (config, getattr(config, "text_config", None)):
         value = getattr(candidate, "vocab_size", None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
