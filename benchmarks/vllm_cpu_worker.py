@@ -70,6 +70,7 @@ def _bare_run(engine: Any, prompts: list[tuple[str, list[int]]], generation: Any
 def run(request: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from gencache.config.engines import VllmOptions
     from gencache.generation.effective import resolve_generation
     from gencache.generation.engines import EngineContext
     from gencache.generation.engines.vllm import VllmEngine
@@ -84,11 +85,11 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         generation = resolve_generation(workload["generation"], model_path=teacher, revision=None, tokenizer=tokenizer)
         context = EngineContext(
             generation=generation, tokenizer=tokenizer, model_path=teacher, dtype="float32", device="cpu", seed=0,
-            options=request["options"],
+            options=VllmOptions.model_validate(request["options"]),
         )  # fmt: skip
         engine = VllmEngine(context)
         started = time.perf_counter()
-        engine.load()
+        engine.load_weights()
         list(engine.generate(prompts))  # warm-up: builds the LLM sized for this workload
         build_seconds = time.perf_counter() - started
         best: dict[str, dict[str, Any]] = {}

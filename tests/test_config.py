@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 
 from gencache.canonical import canonical_json
-from gencache.data.config import (
-    LOGIT_FIELDS,
-    NO_LOGITS_MESSAGE,
+from gencache.config import (
     CacheConfig,
     DataConfig,
     ModelConfig,
@@ -24,8 +22,8 @@ from gencache.data.config import (
     merge_defaults,
     parse_config,
     parse_data_configs,
-    validate_generation_kwargs,
 )
+from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 from gencache.errors import ConfigError, GencacheError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -417,7 +415,11 @@ def test_unlisted_generation_kwargs_pass_through() -> None:
     assert cfg.model.generation_kwargs["cache_implementation"] == "static"
 
 
-# -- validate_generation_kwargs -------------------------------------------------------------------------
+# -- generation_kwargs through the config model ----------------------------------------------------------
+def validate_generation_kwargs(kwargs: dict[str, Any]) -> None:
+    parse_config(mutated(_set("model.generation_kwargs", kwargs)))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
@@ -639,8 +641,8 @@ def test_shipped_configs_load(path: Path) -> None:
 
 def test_config_module_imports_no_heavy_libraries() -> None:
     code = (
-        "import sys, gencache.data.config, gencache.data.samples, gencache.configdoc\n"
-        "from gencache.data.config import parse_config\n"
+        "import sys, gencache.config, gencache.data.samples, gencache.configdoc\n"
+        "from gencache.config import parse_config\n"
         "parse_config({'model': {'model_path': 'm'}, 'output_dir': 'o', 'data_configs': [{'dataset_name': 'niah',"
         " 'num_samples': 1, 'num_data_strs': 0, 'num_shots': 0, 'subset': '4096'}]})\n"
         "print(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"

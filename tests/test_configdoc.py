@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from gencache.config import CacheConfig, DataConfig, ModelConfig, parse_config
+from gencache.config.generation import GENERATION_FORBIDDEN, GENERATION_KWARG_RULES, LOGIT_FIELDS
 from gencache.configdoc import (
     EXAMPLE_CONFIG,
     MARKDOWN_PATH,
@@ -20,15 +22,6 @@ from gencache.configdoc import (
     render_schema_text,
     stale_docs,
     write_docs,
-)
-from gencache.data.config import (
-    GENERATION_FORBIDDEN,
-    GENERATION_KWARG_RULES,
-    LOGIT_FIELDS,
-    CacheConfig,
-    DataConfig,
-    ModelConfig,
-    parse_config,
 )
 from gencache.data.prompts import TEMPLATES
 from gencache.data.recipes import BUILTIN_DATASETS as DATASETS

@@ -39,7 +39,7 @@ def line_of(row: int) -> int:
 
 def load(config: DataConfig, **kwargs: Any) -> None:
     recipe = get_recipe(config.dataset_name)
-    recipe.load(config, kwargs, None)
+    recipe.load(config, recipe.kwargs_model.model_validate(kwargs), None)
 
 
 def drop(column: str) -> Callable[[Row], Row]:

@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from dataset_helpers import FIX, DataConfig
+from gencache.config import parse_data_configs
+from gencache.config.datasets import RULER_TASKS
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import ContextBlock, Inline, prompt_text, render_prompt, tokenize_prompt
 from gencache.data.recipes import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
-from gencache.data.recipes.niah import RULER_TASKS, chunk_sentences, split_sentences
+from gencache.data.recipes.niah import chunk_sentences, split_sentences
 from gencache.errors import ConfigError, DatasetError
 
 REFERENCE_DATASETS = ("biography", "hotpot_qa", "musique", "niah")
@@ -136,8 +138,9 @@ def test_invalid_data_kwargs(name: str, kwargs: dict[str, Any], where: str) -> N
     recipe = get_recipe(name)
     with pytest.raises(ValidationError):
         recipe.kwargs_model.model_validate(kwargs)
-    with pytest.raises(DatasetError, match=re.escape(f"data_kwargs.{where}")):
-        recipe.load(dc(name, 1), kwargs, None)  # type: ignore[arg-type]
+    path = re.sub(r"\.(\d+)", r"[\1]", f"data_configs[0].data_kwargs.{where}")  # the config writes list[0]
+    with pytest.raises(ConfigError, match=re.escape(path)):
+        parse_data_configs([{**dataclasses.asdict(dc(name, 1)), "data_kwargs": kwargs}])
 
 
 def test_needs_tokenizer_only_for_niah_max_len() -> None:
@@ -148,11 +151,10 @@ def test_needs_tokenizer_only_for_niah_max_len() -> None:
     assert niah.needs_tokenizer(niah.kwargs_model(max_len=-1)) is False
 
 
-def test_recipes_accept_a_mapping_for_kwargs() -> None:
+def test_recipes_take_validated_kwargs_only() -> None:
     recipe = get_recipe("hotpot_qa")
-    a, _ = recipe.load(dc("hotpot_qa", 2), {"add_cot": False}, None)  # type: ignore[arg-type]
-    b = load(dc("hotpot_qa", 2), add_cot=False)
-    assert fingerprint(a) == fingerprint(b)
+    with pytest.raises(DatasetError, match="must be a validated HotpotQAKwargs, not dict"):
+        recipe.load(dc("hotpot_qa", 2), {"add_cot": False}, None)  # type: ignore[arg-type]
 
 
 # -- hotpot_qa ---------------------------------------------------------------------------------------------------
@@ -720,7 +722,7 @@ def test_bundled_samples_load_render_and_tokenize(name: str, tokenizer: Any) -> 
     assert len({semantic_key(s.semantic) for s in samples}) == 4
     for sample in samples:
         for template in ("default", "tokenizer_chat", "qwen_3_chat"):
-            parts = render_prompt(template, sample.parts, {}, tokenizer)
+            parts = render_prompt(template, sample.parts, None, tokenizer)
             tokenized = tokenize_prompt(parts, tokenizer)
             assert len(tokenized.spans) == len(parts)
     if name == "niah":

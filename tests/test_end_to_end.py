@@ -99,7 +99,7 @@ def test_resolved_config_records_the_run(published: Path, tiny_teacher_dir: Path
 def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
     published: Path, tiny_model: Any, tiny_tokenizer: Any
 ) -> None:
-    from gencache.data.config import load_config
+    from gencache.config import load_config
 
     config = load_config(next(published.parent.glob("config-0.json")))
     samples = build_samples(config, tokenizer=tiny_tokenizer)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gencache.cli import run as cli_run
+from gencache.config.engines import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM, ContinuousOptions
 from gencache.data.recipes import sample_source
 from gencache.errors import ConfigError, GenerationError
 from gencache.generation.effective import check_engine
@@ -18,8 +19,6 @@ from gencache.generation.engines import ENGINES, EngineContext, EngineStats, cre
 from gencache.generation.engines.continuous import generate_continuous, size_paged_cache, supported_transformers
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
-from gencache.generation.options import ContinuousOptions
-from gencache.generation.settings import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.pipeline import run_generate
 from generation_helpers import decode, finish_workload, resolve, solo, text_prompts
 
@@ -293,7 +292,7 @@ def test_the_rule_book_the_options_and_the_engine_registry_import_without_torch(
     import sys
 
     code = (
-        "import sys; import gencache.data.config, gencache.generation.settings, gencache.generation.options, "
+        "import sys; import gencache.config, gencache.config.generation, gencache.config.engines, "
         "gencache.generation.engines; print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -13,7 +13,7 @@ import pytest
 
 from gencache.artifact.reader import CacheReader
 from gencache.cli import run as cli_run
-from gencache.data.config import load_config
+from gencache.config import load_config
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
 from gencache.pipeline import run_generate

@@ -470,7 +470,7 @@ def test_the_format_keys_and_kwargs_modules_are_pure() -> None:
     code = (
         "import sys, gencache.artifact.names, gencache.artifact.records, gencache.artifact.header, "
         "gencache.artifact.summary, gencache.artifact.manifest, gencache.canonical, gencache.data.keys, "
-        "gencache.data.kwargs\n"
+        "gencache.config.kwargs\n"
         "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

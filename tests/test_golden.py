@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dataset_helpers import GOLDEN, DataConfig
+from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import normalize, prompt_text, render_prompt
 from gencache.data.recipes import get_recipe
@@ -72,7 +73,8 @@ def test_golden_case(case: dict[str, Any], golden_tokenizer: Any) -> None:
             assert case["dataset_name"] == "niah"
             continue
         tokenizer = golden_tokenizer if case["template"] == "tokenizer_chat" else None
-        parts = render_prompt(case["template"], got.parts, case["template_kwargs"], tokenizer)
+        template_kwargs = TEMPLATE_KWARGS[case["template"]].model_validate(case["template_kwargs"])
+        parts = render_prompt(case["template"], got.parts, template_kwargs, tokenizer)
         assert [{"kind": p.kind, "text": p.text} for p in parts] == expected["prompt_parts"], where
         assert normalize(parts) == parts
         if "prompt_text" in expected:

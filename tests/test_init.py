@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gencache.cli import run as cli_run
-from gencache.data.config import load_config
+from gencache.config import load_config
 from gencache.data.samples import build_samples
 from gencache.init import CHAT_ROWS, QA_ROWS, write_starter
 

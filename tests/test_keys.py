@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataset_helpers import GOLDEN, DataConfig
+from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.data.keys import SEMANTIC_FIELDS, semantic_key
 from gencache.data.prompts import render_prompt, tokenize_prompt
 from gencache.data.recipes import get_recipe
@@ -247,7 +248,7 @@ def test_templates_think_markup_and_tokenizer_do_not_change_keys() -> None:
         ("tokenizer_chat", {"enable_thinking": True, "system_prompt": "Think."}),
     ]:
         for sample in samples:
-            parts = render_prompt(template, sample.parts, kwargs, tokenizer)
+            parts = render_prompt(template, sample.parts, TEMPLATE_KWARGS[template].model_validate(kwargs), tokenizer)
             tokenize_prompt(parts, tokenizer)
             renders.add(parts)
     assert len(renders) == 5 * len(samples)

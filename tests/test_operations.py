@@ -364,9 +364,9 @@ def test_sigint_after_the_command_finished_exits_with_its_code_and_no_traceback(
      ("~/x", True), ("org/name", False), ("name", False), ("Qwen/Qwen3-8B", False)],
 )  # fmt: skip
 def test_one_rule_says_what_is_a_local_path_for_models_and_datasets(value: str, is_path: bool) -> None:
+    from gencache.config import looks_like_path
     from gencache.data.sources import classify_source
     from gencache.errors import DatasetError
-    from gencache.hub import looks_like_path
 
     assert looks_like_path(value) is is_path
     if is_path:  # a dataset source that looks like a path is a path (missing here), never a hub id

@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from gencache.config import parse_data_configs
+from gencache.config.templates import DefaultKwargs
 from gencache.data.prompts import (
     TEMPLATES,
     ContextBlock,
     Inline,
+    Prompt,
     TokenizedPrompt,
     chat_template_digest,
     compose_default,
@@ -22,7 +25,7 @@ from gencache.data.prompts import (
     render_prompt,
     tokenize_prompt,
 )
-from gencache.errors import PromptError
+from gencache.errors import ConfigError, PromptError
 
 QWEN3_LIKE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -34,6 +37,13 @@ LLAMA_LIKE_TRIM = (
     "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
+
+
+def render(template: str, parts: Prompt, kwargs: dict[str, Any], tokenizer: Any | None = None) -> Prompt:
+    """``render_prompt`` with ``kwargs`` validated the way a data config validates its ``template_kwargs``."""
+    config = {"dataset_name": "musique", "num_samples": 1, "num_data_strs": 0, "num_shots": 0, "subset": "default"}
+    validated = parse_data_configs([{**config, "template": template, "template_kwargs": kwargs}])[0]
+    return render_prompt(template, parts, validated.template_kwargs, tokenizer)
 
 
 @pytest.fixture()
@@ -214,17 +224,26 @@ def test_template_kwarg_defaults() -> None:
     ],
 )
 def test_bad_template_kwargs_name_the_kwarg(template: str, kwargs: dict[str, Any], fragment: str) -> None:
-    with pytest.raises(PromptError, match=re.escape(fragment)):
-        render_prompt(template, (Inline("q"),), kwargs, CharTokenizer())
+    with pytest.raises(ConfigError, match=re.escape(f"data_configs[0].{fragment}")):
+        render(template, (Inline("q"),), kwargs, CharTokenizer())
 
 
 def test_tokenizer_chat_rejects_old_think_kwarg() -> None:
-    with pytest.raises(PromptError, match="use enable_thinking"):
-        render_prompt("tokenizer_chat", (Inline("q"),), {"think": False}, FakeChat(_chatml))
+    with pytest.raises(ConfigError, match="use enable_thinking"):
+        render("tokenizer_chat", (Inline("q"),), {"think": False}, FakeChat(_chatml))
     with pytest.raises(ValidationError, match="use enable_thinking"):
         TEMPLATES["tokenizer_chat"].kwargs_model.model_validate({"think": True})
-    with pytest.raises(PromptError, match="tokenizer_chat with enable_thinking"):
-        render_prompt("qwen_3_chat", (Inline("q"),), {"think": True})
+    with pytest.raises(ConfigError, match="tokenizer_chat with enable_thinking"):
+        render("qwen_3_chat", (Inline("q"),), {"think": True})
+
+
+def test_render_prompt_takes_validated_kwargs_only() -> None:
+    parts = (Inline("q"),)
+    assert render_prompt("default", parts) == parts
+    with pytest.raises(PromptError, match="must be a validated LlamaChatKwargs, not dict"):
+        render_prompt("llama_chat", parts, {"system_prompt": "S"})  # type: ignore[arg-type]
+    with pytest.raises(PromptError, match="must be a validated LlamaChatKwargs, not DefaultKwargs"):
+        render_prompt("llama_chat", parts, DefaultKwargs())
 
 
 # -- default, llama_chat, qwen_3_chat ------------------------------------------------------------------------
@@ -232,12 +251,12 @@ def test_tokenizer_chat_rejects_old_think_kwarg() -> None:
 
 def test_default_returns_the_prompt_unchanged() -> None:
     parts = compose_default("p", ["d"], "q")
-    assert render_prompt("default", parts, {}) == parts
+    assert render("default", parts, {}) == parts
 
 
 def test_llama_chat_exact_strings() -> None:
     parts = compose_default("", ["doc"], "task")
-    out = render_prompt("llama_chat", parts, {"system_prompt": "Be brief."})
+    out = render("llama_chat", parts, {"system_prompt": "Be brief."})
     assert out == (
         Inline(
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
@@ -247,18 +266,18 @@ def test_llama_chat_exact_strings() -> None:
         ContextBlock("doc"),
         Inline(" task<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
     )
-    plain = render_prompt("llama_chat", parts, {})
+    plain = render("llama_chat", parts, {})
     assert plain[0].text.endswith("Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n")
 
 
 def test_qwen_3_chat_exact_strings() -> None:
     parts = compose_default("pre ", ["doc"], "task")
-    assert render_prompt("qwen_3_chat", parts, {}) == (
+    assert render("qwen_3_chat", parts, {}) == (
         Inline("<|im_start|>user\npre "),
         ContextBlock("doc"),
         Inline(" task<|im_end|>\n<|im_start|>assistant\n"),
     )
-    with_system = render_prompt("qwen_3_chat", parts, {"system_prompt": "S"})
+    with_system = render("qwen_3_chat", parts, {"system_prompt": "S"})
     assert with_system[0] == Inline("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\npre ")
 
 
@@ -266,7 +285,7 @@ def test_qwen_3_chat_exact_strings() -> None:
 def test_templates_preserve_documents(template: str, tokenizer: Any) -> None:
     docs = [" lead space", "trail space ", "multi\nline", "北京 🙂"]
     parts = compose_default("Shots:\n", docs, "Q?\n")
-    out = render_prompt(template, parts, {}, tokenizer)
+    out = render(template, parts, {}, tokenizer)
     assert [p.text for p in out if isinstance(p, ContextBlock)] == docs
     assert isinstance(out[-1], Inline) and out == normalize(out)
 
@@ -276,7 +295,7 @@ def test_templates_preserve_documents(template: str, tokenizer: Any) -> None:
 
 def test_tokenizer_chat_preserves_context_and_defaults_enable_thinking() -> None:
     fake = FakeChat(_chatml)
-    out = render_prompt("tokenizer_chat", compose_default("pre", ["d0", "d1"], "task"), {}, fake)
+    out = render("tokenizer_chat", compose_default("pre", ["d0", "d1"], "task"), {}, fake)
     assert out == (
         Inline("<chat:user>pre"),
         ContextBlock("d0"),
@@ -292,7 +311,7 @@ def test_tokenizer_chat_preserves_context_and_defaults_enable_thinking() -> None
 
 def test_tokenizer_chat_passes_enable_thinking_true_and_system_prompt_first() -> None:
     fake = FakeChat(_chatml)
-    out = render_prompt(
+    out = render(
         "tokenizer_chat", compose_default("", ["d"], "t"), {"enable_thinking": True, "system_prompt": "S"}, fake
     )
     messages, kwargs = fake.calls[0]
@@ -303,8 +322,8 @@ def test_tokenizer_chat_passes_enable_thinking_true_and_system_prompt_first() ->
 
 def test_tokenizer_chat_with_real_qwen3_like_template_puts_think_block_in_terminal_inline(qwen_like: Any) -> None:
     parts = compose_default("", ["doc one", "doc two"], "Q?")
-    off = render_prompt("tokenizer_chat", parts, {}, qwen_like)
-    on = render_prompt("tokenizer_chat", parts, {"enable_thinking": True}, qwen_like)
+    off = render("tokenizer_chat", parts, {}, qwen_like)
+    on = render("tokenizer_chat", parts, {"enable_thinking": True}, qwen_like)
     assert off[-1] == Inline(" Q?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert on[-1] == Inline(" Q?<|im_end|>\n<|im_start|>assistant\n")
     assert off[0] == on[0] == Inline("<|im_start|>user\n")
@@ -323,7 +342,7 @@ def test_tokenizer_chat_accepts_trailing_terminal_whitespace_trim(tokenizer: Any
     tok = copy.deepcopy(tokenizer)
     tok.chat_template = LLAMA_LIKE_TRIM
     parts = compose_default("Read:\n", ["doc"], "Q?\n")
-    out = render_prompt("tokenizer_chat", parts, {}, tok)
+    out = render("tokenizer_chat", parts, {}, tok)
     assert out == (
         Inline("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nRead:\n"),
         ContextBlock("doc"),
@@ -332,7 +351,7 @@ def test_tokenizer_chat_accepts_trailing_terminal_whitespace_trim(tokenizer: Any
 
 
 def test_tokenizer_chat_keeps_wrapper_owned_by_inline_with_empty_preamble() -> None:
-    out = render_prompt("tokenizer_chat", compose_default("", ["doc"], "task"), {}, FakeChat(_chatml))
+    out = render("tokenizer_chat", compose_default("", ["doc"], "task"), {}, FakeChat(_chatml))
     assert out == (Inline("<chat:user>"), ContextBlock("doc"), Inline(" task</chat><chat:assistant>"))
 
 
@@ -345,7 +364,7 @@ def test_tokenizer_chat_preserves_interleaved_inline_parts() -> None:
         ContextBlock("d2"),
         Inline("Z"),
     )
-    out = render_prompt("tokenizer_chat", parts, {}, FakeChat(_chatml))
+    out = render("tokenizer_chat", parts, {}, FakeChat(_chatml))
     assert out == (
         Inline("<chat:user>A"),
         ContextBlock("d0"),
@@ -363,22 +382,22 @@ def _sentinels(text: str) -> list[str]:
 def test_tokenizer_chat_rejects_modified_context_content() -> None:
     fake = FakeChat(lambda m: _chatml(m).replace("doc", "DOC"))
     with pytest.raises(PromptError, match=r"modified ContextBlock content at prompt.parts\[1\]"):
-        render_prompt("tokenizer_chat", compose_default("", ["doc"], "task"), {}, fake)
+        render("tokenizer_chat", compose_default("", ["doc"], "task"), {}, fake)
 
 
 def test_tokenizer_chat_requires_apply_chat_template() -> None:
     with pytest.raises(PromptError, match="apply_chat_template"):
-        render_prompt("tokenizer_chat", (Inline("q"),), {}, CharTokenizer())
+        render("tokenizer_chat", (Inline("q"),), {}, CharTokenizer())
     with pytest.raises(PromptError, match="apply_chat_template"):
-        render_prompt("tokenizer_chat", (Inline("q"),), {}, None)
+        render("tokenizer_chat", (Inline("q"),), {}, None)
 
 
 def test_tokenizer_chat_rejects_sentinel_collision() -> None:
     sentinel = "<|gencache_part_boundary|>"
     with pytest.raises(PromptError, match=r"sentinel collision: prompt.parts\[1\]"):
-        render_prompt("tokenizer_chat", compose_default("", [f"x{sentinel}"], "q"), {}, FakeChat(_chatml))
+        render("tokenizer_chat", compose_default("", [f"x{sentinel}"], "q"), {}, FakeChat(_chatml))
     with pytest.raises(PromptError, match="sentinel collision: system_prompt"):
-        render_prompt("tokenizer_chat", (Inline("q"),), {"system_prompt": sentinel}, FakeChat(_chatml))
+        render("tokenizer_chat", (Inline("q"),), {"system_prompt": sentinel}, FakeChat(_chatml))
 
 
 def test_tokenizer_chat_rejects_missing_sentinel_after_render() -> None:
@@ -388,12 +407,12 @@ def test_tokenizer_chat_rejects_missing_sentinel_after_render() -> None:
         return text.replace(first, "")
 
     with pytest.raises(PromptError, match="sentinel count mismatch for boundary 0: expected 1, got 0"):
-        render_prompt("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(drop))
+        render("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(drop))
 
 
 def test_tokenizer_chat_rejects_repeated_sentinel_after_render() -> None:
     with pytest.raises(PromptError, match="expected 1, got 2"):
-        render_prompt("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(lambda m: _chatml(m) * 2))
+        render("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(lambda m: _chatml(m) * 2))
 
 
 def test_tokenizer_chat_rejects_out_of_order_segments_after_render() -> None:
@@ -405,12 +424,12 @@ def test_tokenizer_chat_rejects_out_of_order_segments_after_render() -> None:
         return _chatml([{"role": "user", "content": reordered}])
 
     with pytest.raises(PromptError, match="out of order"):
-        render_prompt("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(swap))
+        render("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(swap))
 
 
 def test_tokenizer_chat_rejects_non_string_render() -> None:
     with pytest.raises(PromptError, match="returned list, expected str"):
-        render_prompt("tokenizer_chat", (Inline("q"),), {}, FakeChat(lambda m: [1, 2]))
+        render("tokenizer_chat", (Inline("q"),), {}, FakeChat(lambda m: [1, 2]))
 
 
 def test_chat_template_digest(tokenizer: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dataset_helpers import GOLDEN
-from gencache.data.config import DataConfig, parse_config, parse_data_configs
+from gencache.config import DataConfig, parse_config, parse_data_configs
 from gencache.data.samples import (
     DataConfigSummary,
     DuplicatePromptWarning,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gencache.cli import run as cli_run
+from gencache.config.engines import VllmOptions
 from gencache.data.recipes import sample_source
 from gencache.errors import ConfigError
 from gencache.generation.engines import EngineContext, create_engine
@@ -63,11 +64,11 @@ def model(teacher: Path) -> Any:
 def _engine(teacher: Path, tokenizer: Any, generation: Any, dtype: str = "float32", **options: Any) -> VllmEngine:
     context = EngineContext(
         generation=generation, tokenizer=tokenizer, model_path=str(teacher), dtype=dtype, device="cpu", seed=7,
-        options={**OPTIONS, **options},
+        options=VllmOptions(**{**OPTIONS, **options}),
     )  # fmt: skip
     engine = create_engine("vllm", context)
     assert isinstance(engine, VllmEngine)
-    engine.load()
+    engine.load_weights()
     return engine
 
 

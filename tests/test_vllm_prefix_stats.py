@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from gencache.config.engines import ContinuousOptions
 from gencache.generation.engines.continuous import ContinuousEngine, generate_continuous, supported_transformers
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order, reusable_prefix
-from gencache.generation.options import ContinuousOptions
 from generation_helpers import resolve
 
 
@@ -88,10 +88,10 @@ def test_the_continuous_engine_records_its_prefix_statistics_under_batching(
 
     context = EngineContext(
         generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2), tokenizer=tiny_tokenizer,
-        model_path=str(tiny_teacher_dir), dtype="float32", device="cpu", options={"page_size": 16},
+        model_path=str(tiny_teacher_dir), dtype="float32", device="cpu", options=ContinuousOptions(page_size=16),
     )  # fmt: skip
     engine = ContinuousEngine(context)
-    engine.load()
+    engine.load_weights()
     prompts = [(f"k{i}", [7] * 40 + [i + 9]) for i in range(3)]
     assert len(list(engine.generate(prompts))) == 3
     recorded = engine.batching()["prefix_cache"]

@@ -14,7 +14,7 @@ _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",
     "Generation": "gencache.artifact.reader",
     "open_caches": "gencache.artifact.mixture",
-    "load_config": "gencache.data.config",
+    "load_config": "gencache.config",
     "build_samples": "gencache.data.samples",
     "semantic_key": "gencache.data.keys",
     "prepare_tokenizer": "gencache.tokenizer",
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from gencache.api import generate
     from gencache.artifact.mixture import open_caches
     from gencache.artifact.reader import CacheReader, Generation
-    from gencache.data.config import load_config
+    from gencache.config import load_config
     from gencache.data.keys import semantic_key
     from gencache.data.samples import build_samples
     from gencache.errors import GencacheError

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gencache.errors import ConfigError, GencacheError
-from gencache.generation.settings import ENGINE_CONTINUOUS
+from gencache.config.engines import ENGINE_CONTINUOUS
+from gencache.errors import ConfigError, GencacheError, GenerationError
 from gencache.run_checks import (
     check_context,
     check_device,
@@ -34,7 +34,7 @@ from gencache.run_checks import (
 from gencache.sharding import ShardSpec
 
 if TYPE_CHECKING:
-    from gencache.data.config import CacheConfig
+    from gencache.config import CacheConfig
     from gencache.data.samples import SampleSet
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
@@ -51,9 +51,23 @@ class Check:
     detail: str
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run takes from the checks, every part present (:meth:`Preflight.run_inputs` builds it or raises)."""
+
+    device: str
+    tokenizer: Any
+    generation: EffectiveGeneration
+    engine: Engine
+    samples: SampleSet
+    capacity: Mapping[Path, int]
+    rename_mode: str
+
+
 @dataclass
 class Preflight:
-    """What the checks found: everything the run needs from them, and the report lines."""
+    """What the checks found, as the dry run reports it: each check's line, every problem, and the values the
+    checks that passed produced (a value is None when its check failed or was skipped)."""
 
     config: CacheConfig
     outputs: list[Path]
@@ -80,6 +94,21 @@ class Preflight:
 
     def failed(self, name: str) -> bool:
         return any(c.name == name and c.status != "ok" for c in self.checks)
+
+    def run_inputs(self) -> RunInputs:
+        """The complete inputs of a run that publishes :attr:`outputs`: the first problem is raised, and a value no
+        check produced is a :class:`GenerationError` naming it."""
+        if self.errors:
+            raise self.errors[0]
+        device, tokenizer, generation, engine = self.device, self.tokenizer, self.generation, self.engine
+        samples, rename_mode = self.samples, self.rename_mode
+        produced = {"device": device, "tokenizer": tokenizer, "generation": generation, "engine": engine}
+        produced |= {"samples": samples, "output location": rename_mode}
+        missing = [name for name, value in produced.items() if value is None]
+        missing += [f"the header budget of {path}" for path in self.outputs if path not in self.capacity]
+        if missing or device is None or generation is None or engine is None or samples is None or not rename_mode:
+            raise GenerationError(f"The checks before the run left {', '.join(missing)} unknown; nothing was loaded.")
+        return RunInputs(device, tokenizer, generation, engine, samples, dict(self.capacity), rename_mode)
 
 
 class _Runner:
@@ -120,13 +149,13 @@ def _largest_prompt_id(found: Preflight) -> str:
 def check_paged_cache(found: Preflight) -> str:
     """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
     prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
+    from gencache.config.engines import ContinuousOptions
     from gencache.generation.engines.continuous import size_paged_cache
-    from gencache.generation.options import ContinuousOptions
 
     config, samples, generation = found.config, found.samples, found.generation
     assert samples is not None and generation is not None
-    options = ContinuousOptions.model_validate(config.engine_options)
-    assert options.kv_cache_memory_gib is not None
+    options = config.engine_options
+    assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
     model = config.model
     lengths = [len(sample.input_ids or ()) for sample in samples.unique]
     try:
@@ -155,7 +184,7 @@ def _count_without_tokenizer(config: CacheConfig) -> list[int]:
     with shared_tables():
         for index, dc in enumerate(config.data_configs):
             recipe = get_recipe(dc.dataset_name)
-            kwargs = recipe.kwargs_model.model_validate(dc.data_kwargs)
+            kwargs = dc.data_kwargs
             if recipe.needs_tokenizer(kwargs):
                 counts.append(-1)
                 continue
@@ -197,7 +226,7 @@ def _teacher_steps(run: _Runner, result: Preflight) -> None:
 
 
 def _location_steps(
-    run: _Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None, *, create_parent: bool
+    run: _Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None
 ) -> None:
     """Paths, the output location, the device and where the model and tokenizer are."""
     from gencache.sharding import device_for_rank
@@ -215,7 +244,7 @@ def _location_steps(
     def location() -> tuple[str | None, str]:
         if not outputs:
             return None, "every output is already published"
-        mode = check_output_location(outputs, create=create_parent)
+        mode = check_output_location(outputs)
         shown = str(outputs[0]) if len(outputs) == 1 else f"{len(outputs)} shard directories beside {outputs[0]}"
         return mode, f"{shown} is free; publish with {mode}"
 
@@ -339,7 +368,10 @@ def _data_steps(
         run.step("context length", context)
         if result.vocab_size is not None:
             run.step("prompt ids", lambda: (None, _largest_prompt_id(result)))
-        if config.engine == ENGINE_CONTINUOUS and config.engine_options.get("kv_cache_memory_gib") is not None:
+        if (
+            getattr(config.engine_options, "kv_cache_memory_gib", None) is not None
+            and config.engine == ENGINE_CONTINUOUS
+        ):
             run.step("paged cache", lambda: (None, check_paged_cache(result)), needs=("teacher config", "engine"))
 
     def budget() -> tuple[dict[Path, int], str]:
@@ -373,7 +405,6 @@ def preflight(
     env: Mapping[str, str] | None,
     *,
     collect: bool = False,
-    create_parent: bool = False,
     owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None = None,
 ) -> Preflight:
     """Run every model-free check (see the module docstring) and return what they found.
@@ -385,7 +416,7 @@ def preflight(
     """
     result = Preflight(config=config, outputs=list(outputs))
     run = _Runner(result, collect)
-    _location_steps(run, result, shard, env, create_parent=create_parent)
+    _location_steps(run, result, shard, env)
     _model_steps(run, result)
     _data_steps(run, result, shard, owned_keys)
     return result
@@ -394,6 +425,7 @@ def preflight(
 __all__ = [
     "Check",
     "Preflight",
+    "RunInputs",
     "check_context",
     "check_device",
     "check_model_location",

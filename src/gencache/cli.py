@@ -65,83 +65,93 @@ def _root(
 FLAG = ""  # shown instead of typer's "<bool>" for flags in --help
 
 
+_ConfigArgument = Annotated[
+    Path,
+    typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
+]
+_SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="PATH=VALUE",
+        help="Override one config field by its dotted path with a JSON value (repeatable), e.g. "
+        "--set model.generation_kwargs.max_new_tokens=64.",
+    ),
+]
+_OutputDirOption = Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")]
+_LimitOption = Annotated[
+    int | None,
+    typer.Option("--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix of the full run)."),
+]
+_ShardsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--shards",
+        metavar="N",
+        help="Run all N shards in this process, publishing each when done; rerun after a crash to generate only "
+        "the shards that are not published yet.",
+    ),
+]
+_ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        metavar="I/N",
+        help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM.",
+    ),
+]
+_SkipPublishedOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-published",
+        metavar=FLAG,
+        help="Exit 0 when this shard is already published, verifies and is of the same run.",
+    ),
+]
+_DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        metavar=FLAG,
+        help="Make every check generate makes before loading weights, report them and exit with generate's code.",
+    ),
+]
+_ShowPromptOption = Annotated[
+    int | None,
+    typer.Option(
+        "--show-prompt",
+        metavar="N",
+        help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
+    ),
+]
+_RawOption = Annotated[
+    bool,
+    typer.Option(
+        "--raw",
+        metavar=FLAG,
+        help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
+        "stdout (no report).",
+    ),
+]
+_VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines (hub, transformers) through.")
+]
+
+
 @app.command()
 @_interruptible
 def generate(
-    config: Annotated[
-        Path,
-        typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
-    ],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="PATH=VALUE",
-            help="Override one config field by its dotted path with a JSON value (repeatable), e.g. "
-            "--set model.generation_kwargs.max_new_tokens=64.",
-        ),
-    ] = None,
-    output_dir: Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")] = None,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix of the full run)."
-        ),
-    ] = None,
-    shards: Annotated[
-        int | None,
-        typer.Option(
-            "--shards",
-            metavar="N",
-            help="Run all N shards in this process, publishing each when done; rerun after a crash to generate only "
-            "the shards that are not published yet.",
-        ),
-    ] = None,
-    shard: Annotated[
-        str | None,
-        typer.Option(
-            "--shard",
-            metavar="I/N",
-            help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM.",
-        ),
-    ] = None,
-    skip_published: Annotated[
-        bool,
-        typer.Option(
-            "--skip-published",
-            metavar=FLAG,
-            help="Exit 0 when this shard is already published, verifies and is of the same run.",
-        ),
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            metavar=FLAG,
-            help="Make every check generate makes before loading weights, report them and exit with generate's code.",
-        ),
-    ] = False,
-    show_prompt: Annotated[
-        int | None,
-        typer.Option(
-            "--show-prompt",
-            metavar="N",
-            help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
-        ),
-    ] = None,
-    raw: Annotated[
-        bool,
-        typer.Option(
-            "--raw",
-            metavar=FLAG,
-            help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
-            "stdout (no report).",
-        ),
-    ] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines (hub, transformers) through."),
-    ] = False,
+    config: _ConfigArgument,
+    set_: _SetOption = None,
+    output_dir: _OutputDirOption = None,
+    limit: _LimitOption = None,
+    shards: _ShardsOption = None,
+    shard: _ShardOption = None,
+    skip_published: _SkipPublishedOption = False,
+    dry_run: _DryRunOption = False,
+    show_prompt: _ShowPromptOption = None,
+    raw: _RawOption = False,
+    verbose: _VerboseOption = False,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.api import generate as generate_cache

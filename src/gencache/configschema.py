@@ -11,16 +11,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from gencache.data.config import (
-    DEFAULTS_FILENAME,
-    CacheConfig,
-)
-from gencache.generation.options import ENGINE_OPTIONS
-from gencache.generation.settings import (
-    GENERATION_FORBIDDEN,
-    GENERATION_UNSUPPORTED,
-    LOGIT_FIELDS,
-)
+from gencache.config import DEFAULTS_FILENAME, CacheConfig
+from gencache.config.engines import ENGINE_OPTIONS
+from gencache.config.generation import GENERATION_FORBIDDEN, GENERATION_UNSUPPORTED, LOGIT_FIELDS
 
 SCHEMA_ID = "https://gencache.invalid/config.schema.json"
 

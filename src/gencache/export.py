@@ -29,7 +29,7 @@ from gencache.artifact.publish import fsync_dir
 from gencache.errors import ConfigError, DatasetError, GencacheError, OutputExistsError, WriteError, first_line
 
 FORMATS = ("jsonl", "parquet")
-Record = dict[str, Any]
+ExportRow = dict[str, Any]
 PARQUET_BATCH_ROWS = 4096
 
 #: The columns of every record and their pyarrow types (``None`` values are nulls; ``ids`` is a list of int64).
@@ -81,7 +81,7 @@ def _rebuild_prompts(
     resolved: Mapping[str, Any], data_root: Path | None, sources: Mapping[int, str], keys: set[str]
 ) -> tuple[list[str], dict[str, _Prompt]]:
     """The prompts of ``keys`` rebuilt from the recorded config (with the overrides), in run order."""
-    from gencache.data.config import parse_config
+    from gencache.config import parse_config
     from gencache.data.samples import build_samples
     from gencache.generation.teacher import load_tokenizer
 
@@ -119,7 +119,7 @@ def _rebuild_prompts(
 
 def _records(
     reader: Any, order: list[str], prompts: Mapping[str, _Prompt], max_new_tokens: Any, legacy_names: bool
-) -> Iterator[Record]:
+) -> Iterator[ExportRow]:
     for key in order:
         generation = reader[key]
         entry = reader.metadata(key) or {}
@@ -128,7 +128,7 @@ def _records(
         for index, (sequence, text, reason) in enumerate(
             zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
         ):
-            record: Record = {
+            record: ExportRow = {
                 "key": key,
                 "dataset_name": None if prompt is None else prompt.dataset_name,
                 "data_config_index": None if prompt is None else prompt.data_config_index,
@@ -185,7 +185,7 @@ def export_metadata(reader: Any, resolved: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _write_jsonl(records: Iterator[Record], handle: IO[bytes]) -> int:
+def _write_jsonl(records: Iterator[ExportRow], handle: IO[bytes]) -> int:
     count = 0
     for record in records:
         handle.write((json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
@@ -205,13 +205,13 @@ def parquet_schema(*, legacy_names: bool = True, metadata: Mapping[str, Any] | N
     return pa.schema(fields, metadata=encoded)
 
 
-def _write_parquet(records: Iterator[Record], handle: IO[bytes], schema: Any) -> int:
+def _write_parquet(records: Iterator[ExportRow], handle: IO[bytes], schema: Any) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     count = 0
     with pq.ParquetWriter(handle, schema) as writer:
-        batch: list[Record] = []
+        batch: list[ExportRow] = []
         for record in records:
             batch.append(record)
             if len(batch) >= PARQUET_BATCH_ROWS:
@@ -308,11 +308,6 @@ def export(
     return ExportResult(Path(os.path.abspath(out_path)), count, with_prompts, note, metadata)
 
 
-def export_jsonl(directory: str | os.PathLike[str], out: str | os.PathLike[str]) -> int:
-    """Export one artifact to JSON Lines at ``out``; return the number of lines written."""
-    return export(directory, out).records
-
-
 def parse_source_override(text: str) -> tuple[int, str]:
     """``I=PATH`` (``--source``) to ``(data config index, source)``."""
     index, sep, source = text.partition("=")
@@ -328,7 +323,6 @@ __all__ = [
     "METADATA_KEY",
     "ExportResult",
     "export",
-    "export_jsonl",
     "export_metadata",
     "parquet_schema",
     "parse_source_override",

@@ -150,33 +150,11 @@ def dataset_unavailable(label: str, repo_id: str, error_line: str, hint: str = "
     )
 
 
-#: File suffixes that make a name a local file, never a hub id (data files a dataset source may name).
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-def looks_like_path(value: str) -> bool:
-    """True for a string meant as a local path rather than a hub id ``name`` or ``org/name``: the one rule for
-    models, tokenizers and dataset sources alike. A path is absolute, starts with ``./``, ``../`` or ``~``, is
-    ``.`` or ``..``, has more than one ``/``, ends with ``/``, holds a backslash, or names a data file
-    (:data:`FILE_SUFFIXES`)."""
-    return (
-        os.path.isabs(value)
-        or value.startswith(("./", "../", "~", ".\\", "..\\"))
-        or value in (".", "..")
-        or value.count("/") > 1
-        or value.endswith("/")
-        or "\\" in value
-        or value.lower().endswith(FILE_SUFFIXES)
-    )
-
-
 __all__ = [
-    "FILE_SUFFIXES",
     "HubState",
     "dataset_unavailable",
     "go_offline",
     "hub_state",
-    "looks_like_path",
     "model_in_cache",
     "probe",
     "require_model_id",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gencache.data.config import CacheConfig, load_config, parse_config, parse_set_value, read_merged_config
+from gencache.config import CacheConfig, load_config, parse_config, parse_set_value, read_merged_config
 from gencache.errors import ConfigError
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import shard_dir_name
-from gencache.data.config import CacheConfig, config_to_json
+from gencache.config import CacheConfig, config_to_json
 from gencache.errors import GenerationError, OutputExistsError, ShardError, Terminated
 from gencache.overrides import Overrides, load_with_overrides
 from gencache.run_record import RunPlan, absolute_path, resolved_config
@@ -27,7 +27,7 @@ from gencache.tokenizer import tokenizer_state
 
 if TYPE_CHECKING:
     from gencache.artifact.signals import SignalGuard
-    from gencache.checks import Preflight
+    from gencache.checks import Preflight, RunInputs
     from gencache.data.samples import Sample, SampleSet
     from gencache.progress import Progress, StagedProgress
 
@@ -190,14 +190,14 @@ def generate_run(
             say("info", f"already published and verified: {path}")
         if not pending:
             return result
-        assert found.samples is not None
-        if found.samples.conflicting_prompts:
+        inputs = found.run_inputs()
+        if inputs.samples.conflicting_prompts:
             say(
                 "warning",
-                f"{len(found.samples.conflicting_prompts)} duplicated keys rendered different prompts (another "
+                f"{len(inputs.samples.conflicting_prompts)} duplicated keys rendered different prompts (another "
                 "template or rendering option); the first occurrence's prompt is generated for all.",
             )
-        run.execute(found, pending)
+        run.execute(inputs, pending)
     return result
 
 
@@ -250,33 +250,32 @@ class _Run:
         result: RunResult,
     ) -> None:
         self.config, self.config_json, self.digest = config, config_json, digest
-        self.found: Preflight | None = None
+        self.inputs: RunInputs | None = None
         self.overrides, self.say, self.progress, self.result = overrides, say, progress, result
         self.current: Path | None = None
         self.target_count = 0
         self.started = False
         self.signals: SignalGuard | None = None  # the run's signal owner while it runs (see _run_signals)
 
-    def execute(self, found: Preflight, pending: Sequence[Target]) -> None:
+    def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
         from gencache.artifact.phases import report_phase
         from gencache.generation.teacher import seed_everything
         from gencache.progress import StagedProgress
 
-        self.found, config = found, self.config
-        assert found.generation is not None and found.engine is not None and found.samples is not None
+        self.inputs, config = inputs, self.config
         total = sum(len(t.keys) for t in pending)
         self.target_count = len(pending)
         self.say(
             "info",
-            f"{total} unique samples to generate ({found.samples.duplicates} duplicates skipped"
+            f"{total} unique samples to generate ({inputs.samples.duplicates} duplicates skipped"
             f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
-            f"{found.generation.max_new_tokens}, engine {config.engine}"
+            f"{inputs.generation.max_new_tokens}, engine {config.engine}"
             f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
-            f"device {found.device}",
+            f"device {inputs.device}",
         )
         seed_everything(config.seed)
         started = time.monotonic()
-        found.engine.load()
+        inputs.engine.load_weights()
         self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
         report_phase("model_loaded")
         self.started = True
@@ -300,10 +299,8 @@ class _Run:
         from gencache.artifact.manifest import make_provenance
         from gencache.artifact.writer import ArtifactBuild
 
-        found, config = self.found, self.config
-        assert found is not None
-        assert found.generation is not None and found.engine is not None and found.samples is not None
-        assert found.rename_mode is not None
+        found, config = self.inputs, self.config
+        assert found is not None, "execute sets the run's inputs before each target"
         samples = found.samples
         prompts = []
         for key in target.keys:

@@ -36,11 +36,11 @@ def _nearest_existing(path: Path) -> Path:
     return current
 
 
-def check_output_location(outputs: Sequence[Path], *, create: bool) -> str:
+def check_output_location(outputs: Sequence[Path]) -> str:
     """Every output path is absent and its parent can hold it; return the publish rename mode.
 
-    With ``create`` the parent is created (a real run); without it (a dry run) the nearest existing ancestor is
-    checked instead and nothing is left behind.
+    The parent's nearest existing ancestor is checked (a missing parent is created when the run publishes), and
+    nothing is left behind.
     """
     from gencache.artifact.publish import check_output_path, probe_rename
 
@@ -52,9 +52,8 @@ def check_output_location(outputs: Sequence[Path], *, create: bool) -> str:
         raise ConfigError(f"Output parent {ancestor} is not a directory; choose an output_dir under a directory.")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(f"Output parent {ancestor} is not writable; choose an output_dir you can write to.")
-    where = parent if create or ancestor == parent else ancestor
     try:
-        return probe_rename(where)
+        return probe_rename(ancestor)
     except GencacheError as error:
         raise ConfigError(f"The output location {parent} cannot be used: {error}") from None
 
@@ -96,6 +95,7 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
     """A local model or tokenizer directory exists (with ``config.json`` for a model); a hub id is reachable or
     cached. Returns a description."""
     from gencache import hub
+    from gencache.config.paths import looks_like_path
 
     path = Path(value).expanduser()
     if os.path.isdir(path):
@@ -106,7 +106,7 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
         return f"local directory {path.absolute()}"
     if os.path.lexists(path):
         raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
-    if hub.looks_like_path(value):
+    if looks_like_path(value):
         raise ConfigError(f"{field_name} {path.absolute()} does not exist; fix the path or give a hub id.")
     hub.require_model_id(field_name, value, revision)
     state = hub.hub_state()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import with_resolved_digest
-from gencache.data.config import CacheConfig
+from gencache.config import CacheConfig
 from gencache.overrides import Overrides
 from gencache.sharding import ShardSpec
 from gencache.tokenizer import tokenizer_state

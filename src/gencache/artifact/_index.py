@@ -240,8 +240,36 @@ def _number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.n
     return value, count
 
 
-def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> CompactIndex:
-    buf = np.frombuffer(manifest, dtype=np.uint8)
+@dataclass(frozen=True, eq=False)
+class _EntryColumns:
+    """The per-entry arrays the canonical scan fills (``n`` single-sequence entries, in manifest order)."""
+
+    keys: np.ndarray  # (n,) S64: the hex keys
+    key_bytes: np.ndarray  # (n, 64) uint8: a view of keys
+    content: np.ndarray  # (n, 32) uint8: content digests
+    digests: np.ndarray  # (n, 32) uint8: sequence digests
+    reasons: np.ndarray  # (n,) uint8: finish-reason codes
+    lengths: np.ndarray  # (n,) int64: tokens of each sequence
+    spans: np.ndarray  # (n, 2) int64: the byte span of each entry's text list
+
+    @classmethod
+    def allocate(cls, count: int) -> _EntryColumns:
+        """Uninitialised columns for ``count`` entries."""
+        keys = np.empty(count, dtype="S64")
+        return cls(
+            keys=keys,
+            key_bytes=keys.view(np.uint8).reshape(count, 64),
+            content=np.empty((count, 32), dtype=np.uint8),
+            digests=np.empty((count, 32), dtype=np.uint8),
+            reasons=np.empty(count, dtype=np.uint8),
+            lengths=np.empty(count, dtype=np.int64),
+            spans=np.empty((count, 2), dtype=np.int64),
+        )
+
+
+def _entry_opens(manifest: Buffer) -> tuple[np.ndarray, int]:
+    """Where each entry's ``":{"content_digest":"`` starts, and where the manifest's tail does (``<= 0`` in a
+    manifest without entries), once its opening and tail are the canonical ones."""
     size = len(manifest)
     tail_at = manifest.rfind(_MANIFEST_TAIL)
     empty = manifest[: len(_EMPTY_TAIL)] == _EMPTY_TAIL
@@ -249,65 +277,86 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     opens = np.array(
         [m.start() for m in _ENTRY_OPEN_RE.finditer(manifest, 0, tail_at if tail_at > 0 else size)], dtype=np.int64
     )
+    _require(empty == (len(opens) == 0))
+    return opens, tail_at
+
+
+def _reason_at(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The finish-reason code of the quoted reason at each position and its width in bytes."""
+    first_letter = buf[p]
+    code = np.full(len(p), 255, dtype=np.uint8)
+    width = np.zeros(len(p), dtype=np.int64)
+    for reason, value in _REASON_INDEX.items():
+        chosen = first_letter == reason.encode()[0]
+        _expect(buf, p[chosen], reason.encode())
+        code[chosen] = value
+        width[chosen] = len(reason)
+    _require(bool((code != 255).all()))
+    return code, width
+
+
+def _scan_entries(buf: np.ndarray, s: np.ndarray, columns: _EntryColumns, rows: slice) -> None:
+    """Check the entries opening at ``s`` (one window) byte by byte and fill their ``rows`` of ``columns``; each
+    text span gets its start (the list's ``[``)."""
+    _expect(buf, s - 65, b'"')
+    columns.key_bytes[rows] = _window(buf, s - 64, 64)
+    _hex_at(buf, s - 64)
+    p = s + len(_ENTRY_OPEN)
+    columns.content[rows] = _hex_at(buf, p)
+    p = p + 64
+    _expect(buf, p, _AFTER_CONTENT)
+    p = p + len(_AFTER_CONTENT)
+    code, width = _reason_at(buf, p)
+    columns.reasons[rows] = code
+    p = p + width
+    _expect(buf, p, _AFTER_REASON)
+    p = p + len(_AFTER_REASON)
+    columns.digests[rows] = _hex_at(buf, p)
+    p = p + 64
+    _expect(buf, p, _AFTER_DIGEST)
+    p = p + len(_AFTER_DIGEST)
+    n, digits = _number_at(buf, p)
+    _require(bool((n >= 1).all()))
+    columns.lengths[rows] = n
+    p = p + digits
+    _expect(buf, p, _AFTER_LENGTH)
+    p = p + len(_AFTER_LENGTH)
+    _require(bool((_window(buf, p, 64) == columns.key_bytes[rows]).all()))
+    p = p + 64
+    _expect(buf, p, _AFTER_TENSOR)
+    columns.spans[rows, 0] = p + len(_AFTER_TENSOR) - 1  # from the list's "["
+
+
+def _end_text_spans(buf: np.ndarray, opens: np.ndarray, tail_at: int, columns: _EntryColumns) -> None:
+    """End each text span at its list's ``]`` (each entry closes right before the next key, the last before the
+    tail) and check the keys are sorted and unique; at least one entry."""
+    ends = np.empty(len(opens), dtype=np.int64)
+    ends[:-1] = opens[1:] - 68  # ...]}  ,"<key>
+    ends[-1] = tail_at - 1  # ...]}}  ,"format_version"
+    _expect(buf, ends[:-1], b']},"')
+    _require(buf[tail_at - 1] == ord("]"))
+    _require(bool((ends > columns.spans[:, 0] + 1).all()))
+    columns.spans[:, 1] = ends + 1  # through the list's "]"
+    keys = columns.keys
+    _require(bool((keys[1:] > keys[:-1]).all()))
+
+
+def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> CompactIndex:
+    """The index of canonical single-sequence bytes by the vectorised scan; :class:`_Mismatch` for anything the
+    scan does not recognise."""
+    buf = np.frombuffer(manifest, dtype=np.uint8)
+    opens, tail_at = _entry_opens(manifest)
     count = len(opens)
-    _require(empty == (count == 0))
-    keys = np.empty(count, dtype="S64")
-    key_bytes = keys.view(np.uint8).reshape(count, 64)
-    content = np.empty((count, 32), dtype=np.uint8)
-    digests = np.empty((count, 32), dtype=np.uint8)
-    reasons = np.empty(count, dtype=np.uint8)
-    lengths = np.empty(count, dtype=np.int64)
-    spans = np.empty((count, 2), dtype=np.int64)
+    columns = _EntryColumns.allocate(count)
     if count:
         _require(opens[0] == len(_MANIFEST_OPEN) + 65)
     for at in range(0, count, ENTRY_WINDOW):
-        s = opens[at : at + ENTRY_WINDOW]
-        _expect(buf, s - 65, b'"')
-        key_bytes[at : at + ENTRY_WINDOW] = _window(buf, s - 64, 64)
-        _hex_at(buf, s - 64)
-        p = s + len(_ENTRY_OPEN)
-        content[at : at + ENTRY_WINDOW] = _hex_at(buf, p)
-        p = p + 64
-        _expect(buf, p, _AFTER_CONTENT)
-        p = p + len(_AFTER_CONTENT)
-        first_letter = buf[p]
-        code = np.full(len(s), 255, dtype=np.uint8)
-        width = np.zeros(len(s), dtype=np.int64)
-        for reason, value in _REASON_INDEX.items():
-            chosen = first_letter == reason.encode()[0]
-            _expect(buf, p[chosen], reason.encode())
-            code[chosen] = value
-            width[chosen] = len(reason)
-        _require(bool((code != 255).all()))
-        reasons[at : at + ENTRY_WINDOW] = code
-        p = p + width
-        _expect(buf, p, _AFTER_REASON)
-        p = p + len(_AFTER_REASON)
-        digests[at : at + ENTRY_WINDOW] = _hex_at(buf, p)
-        p = p + 64
-        _expect(buf, p, _AFTER_DIGEST)
-        p = p + len(_AFTER_DIGEST)
-        n, digits = _number_at(buf, p)
-        _require(bool((n >= 1).all()))
-        lengths[at : at + ENTRY_WINDOW] = n
-        p = p + digits
-        _expect(buf, p, _AFTER_LENGTH)
-        p = p + len(_AFTER_LENGTH)
-        _require(bool((_window(buf, p, 64) == key_bytes[at : at + ENTRY_WINDOW]).all()))
-        p = p + 64
-        _expect(buf, p, _AFTER_TENSOR)
-        spans[at : at + ENTRY_WINDOW, 0] = p + len(_AFTER_TENSOR) - 1  # from the list's "["
+        _scan_entries(buf, opens[at : at + ENTRY_WINDOW], columns, slice(at, at + ENTRY_WINDOW))
     if count:
-        ends = np.empty(count, dtype=np.int64)
-        ends[:-1] = opens[1:] - 68  # ...]}  ,"<key>
-        ends[-1] = tail_at - 1  # ...]}}  ,"format_version"
-        _expect(buf, ends[:-1], b']},"')
-        _require(buf[tail_at - 1] == ord("]"))
-        _require(bool((ends > spans[:, 0] + 1).all()))
-        spans[:, 1] = ends + 1  # through the list's "]"
-        _require(bool((keys[1:] > keys[:-1]).all()))
+        _end_text_spans(buf, opens, tail_at, columns)
     tail = b"{" + bytes(manifest[(tail_at + 3 if count else len(_EMPTY_TAIL) - len(b'"format_version":')) :])
     top = _parse_tail(tail)
+    keys, lengths, reasons = columns.keys, columns.lengths, columns.reasons
     tokens = int(lengths.sum())
     reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_INDEX.items()}
     summary = check_summary(top["summary"], _KeySet(keys), count, tokens, reason_counts)
@@ -317,10 +366,10 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
         first=np.arange(count + 1, dtype=np.int64),
         starts=starts,
         lengths=lengths,
-        digests=digests,
+        digests=columns.digests,
         reasons=reasons,
-        content=content,
-        text_spans=spans,
+        content=columns.content,
+        text_spans=columns.spans,
         text_source=manifest,
         summary=summary,
         provenance=top["provenance"],

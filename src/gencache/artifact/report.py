@@ -1,4 +1,4 @@
-"""What ``gencache inspect`` and ``gencache verify`` report: plain data first, rich rendering second.
+"""What ``gencache inspect`` and ``gencache verify`` report, as plain data (:mod:`gencache.render` draws it).
 
 :func:`inspect_report` returns JSON-ready data (``inspect --json`` prints it as is; the CLI draws it as tables
 with :func:`gencache.render.render_inspect`); :func:`verify_results` re-hashes artifacts and returns one result

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gencache.artifact._entries import REASONS, entry_fields
 from gencache.artifact._fs import (
     MAX_WRITE_BYTES,
     encodable,
@@ -36,7 +37,6 @@ from gencache.artifact._fs import (
 from gencache.artifact.header import build_header, length_prefix
 from gencache.artifact.manifest import check_provenance, iter_manifest_bytes, json_file_bytes, provenance_digest
 from gencache.artifact.names import (
-    FINISH_REASONS,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
@@ -53,12 +53,6 @@ from gencache.errors import FormatError, HeaderCapacityError, WriteError
 READ_ONLY = 0o444
 
 
-_REASONS = frozenset(FINISH_REASONS)
-
-
-_REASON_STR = {reason: reason for reason in FINISH_REASONS}  # a str subclass equal to a reason -> the plain str
-
-
 _LISTS = (list, tuple)
 
 
@@ -66,27 +60,6 @@ _FROMHEX = bytes.fromhex
 
 
 _SHA256 = hashlib.sha256
-
-
-def _as_view(sequence: object, where: str) -> memoryview:
-    try:
-        view = memoryview(sequence)  # type: ignore[arg-type]
-    except TypeError:
-        raise FormatError(
-            f"{where} must be a bytes-like object of little-endian int64 token ids (for a tensor: "
-            "t.to(torch.int64).contiguous().numpy())."
-        ) from None
-    if not view.c_contiguous:
-        raise FormatError(f"{where} must be contiguous.")
-    kind = view.format.lstrip("@=<")
-    if kind not in ("B", "b", "c") and not (kind in ("q", "l") and view.itemsize == TOKEN_BYTES):
-        raise FormatError(
-            f"{where} holds elements of format {view.format!r}; give little-endian int64 token ids or their raw bytes."
-        )
-    view = view.cast("B")
-    if view.nbytes == 0 or view.nbytes % TOKEN_BYTES:
-        raise FormatError(f"{where} must hold at least one int64 token ({view.nbytes} bytes given).")
-    return view
 
 
 class CacheWriter:
@@ -177,7 +150,7 @@ class CacheWriter:
                 size
                 and not size % TOKEN_BYTES
                 and type(reason) is str
-                and reason in _REASONS
+                and reason in REASONS
                 and type(text) is str
                 and (text.isascii() or encodable(text))
             ):
@@ -204,44 +177,12 @@ class CacheWriter:
     def _add_general(
         self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
     ) -> bool:
-        if isinstance(sequences, (bytes, bytearray, memoryview)):
-            raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
-        for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
-            if isinstance(value, (str, bytes, bytearray, memoryview)):
-                raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
-        buffers: list[bytes | memoryview] = []
-        for i, sequence in enumerate(sequences):
-            if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:
-                buffers.append(sequence)
-            else:
-                buffers.append(_as_view(sequence, f"Entry {key} sequence {i}"))
-        texts, reasons = tuple(texts), tuple(finish_reasons)
-        count = len(buffers)
-        if not count:
-            raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
-        if len(texts) != count or len(reasons) != count:
-            raise FormatError(
-                f"Entry {key} has {count} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
-                "give one text and one finish reason per sequence."
-            )
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
-        for reason in reasons:
-            if not isinstance(reason, str) or reason not in _REASONS:
-                raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
-        sizes = [b.nbytes if isinstance(b, memoryview) else len(b) for b in buffers]
-        fields: list[Any] = []  # (n, digest placeholder, text, reason) per sequence; reasons as the plain str
-        for size, text, reason in zip(sizes, texts, reasons, strict=True):
-            fields += (size // TOKEN_BYTES, None, text, _REASON_STR[reason])
+        buffers, sizes, fields = entry_fields(key, sequences, texts, finish_reasons)
         if key in self._records:
             return self._re_add(key, buffers, tuple(fields))
         start = self._data_end
         total = sum(sizes)
+        count = len(buffers)
         try:
             fields[1::RECORD_STRIDE] = [_SHA256(b).digest() for b in buffers]
             if count == 1:

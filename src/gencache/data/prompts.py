@@ -9,15 +9,21 @@ and concatenates the ids, so document boundaries survive as token spans.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, StrictBool, StrictStr, ValidationError, model_validator
+from pydantic import BaseModel
 
 from gencache.canonical import json_digest, sha256_hex
-from gencache.data.kwargs import KwargsModel
+from gencache.config.templates import (
+    DefaultKwargs,
+    LlamaChatKwargs,
+    Qwen3ChatKwargs,
+    TemplateKwargs,
+    TokenizerChatKwargs,
+)
 from gencache.errors import PromptError
 
 
@@ -94,57 +100,11 @@ def prompt_text(parts: Prompt) -> str:
 # -- templates ---------------------------------------------------------------------------------------------------
 
 
-class _TemplateKwargs(KwargsModel):
-    """Base of the template kwargs models: strict, frozen, and the old ``think`` kwarg explained."""
-
-    template_name: ClassVar[str]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_think(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and "think" in data:
-            if cls.template_name == "tokenizer_chat":
-                raise ValueError("the 'think' kwarg was renamed: use enable_thinking (true or false)")
-            raise ValueError(
-                f"{cls.template_name} has no thinking switch: use template tokenizer_chat with enable_thinking "
-                "instead of think"
-            )
-        return data
-
-
-class DefaultKwargs(_TemplateKwargs):
-    """The ``default`` template takes no kwargs."""
-
-    template_name = "default"
-
-
-class TokenizerChatKwargs(_TemplateKwargs):
-    """Kwargs of ``tokenizer_chat``."""
-
-    template_name = "tokenizer_chat"
-    system_prompt: StrictStr = ""
-    enable_thinking: StrictBool = False
-
-
-class LlamaChatKwargs(_TemplateKwargs):
-    """Kwargs of ``llama_chat``."""
-
-    template_name = "llama_chat"
-    system_prompt: StrictStr = ""
-
-
-class Qwen3ChatKwargs(_TemplateKwargs):
-    """Kwargs of ``qwen_3_chat``."""
-
-    template_name = "qwen_3_chat"
-    system_prompt: StrictStr = ""
-
-
 class TemplateSpec(ABC):
     """A named prompt template: its kwargs model and how it renders a normalised prompt."""
 
     name: str
-    kwargs_model: type[KwargsModel]
+    kwargs_model: type[TemplateKwargs]
     needs_tokenizer: bool
 
     @abstractmethod
@@ -194,7 +154,7 @@ def _wrap(parts: Prompt, prefix: str, suffix: str) -> Prompt:
 
 
 class LlamaChatTemplate(TemplateSpec):
-    """Hard-coded Llama-3.1 chat markup (the reference's dated system header)."""
+    """Hard-coded Llama-3.1 chat markup (the SemPIC research code's dated system header)."""
 
     name = "llama_chat"
     kwargs_model = LlamaChatKwargs
@@ -343,34 +303,24 @@ def get_template(name: str) -> TemplateSpec:
     return spec
 
 
-def validate_template_kwargs(template: str, template_kwargs: Mapping[str, Any] | BaseModel) -> BaseModel:
-    """Validate ``template_kwargs`` against the template's model; a :class:`PromptError` naming the bad kwarg."""
-    spec = get_template(template)
-    if isinstance(template_kwargs, spec.kwargs_model):
-        return template_kwargs
-    if isinstance(template_kwargs, BaseModel):
-        template_kwargs = template_kwargs.model_dump()
-    if not isinstance(template_kwargs, Mapping):
-        raise PromptError(f"template_kwargs must be an object, got {type(template_kwargs).__name__}.")
-    try:
-        return spec.kwargs_model.model_validate(dict(template_kwargs))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(item) for item in error["loc"])
-        accepted = ", ".join(spec.kwargs_model.model_fields) or "none"
-        name = f"template_kwargs.{where}" if where else "template_kwargs"
-        raise PromptError(f"{name}: {error['msg']} (template {template} accepts: {accepted}).") from None
-
-
 def render_prompt(
     template: str,
     parts: Prompt,
-    template_kwargs: Mapping[str, Any] | BaseModel,
+    template_kwargs: TemplateKwargs | None = None,
     tokenizer: Any | None = None,
 ) -> Prompt:
-    """Render ``parts`` with ``template`` after validating its kwargs."""
-    kwargs = validate_template_kwargs(template, template_kwargs)
-    return get_template(template).render(parts, kwargs, tokenizer)
+    """Render ``parts`` with ``template``; ``template_kwargs`` is the template's validated kwargs model (a data
+    config's ``template_kwargs``), None for its defaults. A plain mapping is refused: validate it with the config
+    (:func:`gencache.config.parse_data_configs`) or the model (:data:`gencache.config.templates.TEMPLATE_KWARGS`)."""
+    spec = get_template(template)
+    if template_kwargs is None:
+        template_kwargs = spec.kwargs_model()
+    if not isinstance(template_kwargs, spec.kwargs_model):
+        raise PromptError(
+            f"template_kwargs of template {template!r} must be a validated {spec.kwargs_model.__name__}, not "
+            f"{type(template_kwargs).__name__}; validate it with gencache.config (parse_data_configs) first."
+        )
+    return spec.render(parts, template_kwargs, tokenizer)
 
 
 # -- tokenization ------------------------------------------------------------------------------------------------
@@ -438,5 +388,4 @@ __all__ = [
     "prompt_text",
     "render_prompt",
     "tokenize_prompt",
-    "validate_template_kwargs",
 ]

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from gencache.data.config import CacheConfig, DataConfig, parse_data_configs
+from gencache.config import CacheConfig, DataConfig, parse_data_configs
 from gencache.errors import ConfigError, DatasetError, PromptError
 
 if TYPE_CHECKING:

@@ -25,9 +25,10 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from gencache.config import looks_like_path
+from gencache.config.paths import FILE_SUFFIXES
 from gencache.data.origins import SourceInfo, TableOrigin, register_origin
 from gencache.errors import DatasetError, first_line
-from gencache.hub import FILE_SUFFIXES, looks_like_path
 
 EXTENSIONS = FILE_SUFFIXES
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")

@@ -3,7 +3,7 @@
 The user's ``model.generation_kwargs``, then the teacher's ``generation_config.json``, then transformers' defaults.
 ``do_sample`` is false unless the user asks; settings of a decoding mode the run does not use are dropped (sampling
 parameters under greedy decoding, beam parameters without beams); every value is checked against the rule book in
-:mod:`gencache.generation.settings`; every problem is a :class:`~gencache.errors.ConfigError` (exit code 2).
+:mod:`gencache.config.generation`; every problem is a :class:`~gencache.errors.ConfigError` (exit code 2).
 :func:`check_engine` then refuses what the chosen engine cannot honour.
 
 transformers is imported inside the functions, so importing this module stays cheap.
@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gencache.canonical import is_int
-from gencache.errors import ConfigError, first_line
-from gencache.generation import teacher
-from gencache.generation.settings import (
+from gencache.config.describe import type_name
+from gencache.config.generation import (
     FIELD,
     GENERATION_FORBIDDEN,
     GENERATION_SETTINGS,
@@ -28,10 +27,13 @@ from gencache.generation.settings import (
     LOGIT_FIELDS,
     MODE_BEAM,
     MODE_SAMPLING,
-    NO_LOGITS_MESSAGE,
     engine_refusals,
+    generation_problems,
     setting_problem,
 )
+from gencache.config.messages import join_problems
+from gencache.errors import ConfigError, first_line
+from gencache.generation import teacher
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig
@@ -96,29 +98,20 @@ def _stop_string_tuple(value: Any) -> tuple[str, ...]:
 
 
 def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The user's settings without nulls (null means "not set": the teacher's value or transformers' default
+    applies), checked with the config's rule book (the same problems, in the same words, as when the config loads)
+    and against the fields transformers' ``GenerationConfig`` knows (the one check that needs transformers)."""
     if not isinstance(generation_kwargs, Mapping):
-        raise ConfigError(f"{FIELD} must be an object, got {type(generation_kwargs).__name__}.")
+        raise ConfigError(f"{FIELD}: must be an object, not {type_name(generation_kwargs)}")
+    problems = generation_problems(generation_kwargs)
+    if problems:
+        raise ConfigError(join_problems([((*FIELD.split("."), *loc), msg) for loc, msg in problems], None))
     known = _known_generation_fields()
-    for key in generation_kwargs:
-        if not isinstance(key, str):
-            raise ConfigError(f"{FIELD} keys must be strings, got {key!r}.")
-        if key in LOGIT_FIELDS:
-            raise ConfigError(f"{FIELD}.{key}: {NO_LOGITS_MESSAGE}")
-    unknown = sorted(key for key in generation_kwargs if key not in known or key in GENERATION_FORBIDDEN)
+    unknown = sorted(key for key in generation_kwargs if key not in known)
     if unknown:
         names = ", ".join(f"{FIELD}.{key}" for key in unknown)
         raise ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
-    user: dict[str, Any] = {}
-    for key, value in generation_kwargs.items():
-        if key in GENERATION_UNSUPPORTED:
-            raise ConfigError(f"{FIELD}.{key} is not supported: {GENERATION_UNSUPPORTED[key]}.")
-        if value is None:  # null means "not set": the teacher's value or transformers' default applies
-            continue
-        problem = setting_problem(key, value)
-        if problem is not None:
-            raise ConfigError(f"{FIELD}.{key}: {problem}.")
-        user[key] = value
-    return user
+    return {key: value for key, value in generation_kwargs.items() if value is not None}
 
 
 def read_teacher_generation_config(model_path: str, *, revision: str | None = None) -> dict[str, Any]:

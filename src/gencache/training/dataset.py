@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.mixture import open_caches
-from gencache.data.config import CacheConfig, DataConfig, load_config
+from gencache.config import CacheConfig, DataConfig, load_config
 from gencache.data.samples import Sample, SampleSet, build_samples
 from gencache.errors import ConfigError
 

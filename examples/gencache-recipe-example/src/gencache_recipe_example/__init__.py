@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, StrictBool
 
-from gencache.data.kwargs import KwargsModel
+from gencache.config import KwargsModel
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
 from gencache.data.recipes.columns import Column, field_of
 

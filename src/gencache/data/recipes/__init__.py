@@ -12,8 +12,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.data.recipes import biography, chat, hotpot_qa, musique, niah, plugins, table
+from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
+from gencache.config.datasets import DATASET_KWARGS
+from gencache.data.recipes import biography, chat, hotpot_qa, musique, niah, table
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo
+from gencache.data.recipes.plugins import load_plugin
 from gencache.errors import ConfigError, DatasetError
 
 BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
@@ -24,6 +27,7 @@ BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
     "table": table.RECIPE,
     "chat": chat.RECIPE,
 }
+assert tuple(BUILTIN_DATASETS) == tuple(DATASET_KWARGS), "each built-in recipe has its data_kwargs model"
 
 SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
 
@@ -38,31 +42,21 @@ class Registry(Mapping[str, DatasetRecipe[Any, Any]]):
         if not isinstance(name, str):
             raise KeyError(name)
         if name in BUILTIN_DATASETS:
-            return _builtin(name)
-        ep = plugins.entry_point(name)
+            dataset_kwargs_model(name)  # refuses a plug-in that reuses a built-in's name
+            return BUILTIN_DATASETS[name]
+        ep = entry_point(name)
         if ep is None:
             raise KeyError(name)
-        return plugins.load_plugin(ep)
+        return load_plugin(ep)
 
     def __iter__(self) -> Iterator[str]:
-        yield from BUILTIN_DATASETS
-        yield from (name for name in plugins.plugin_names() if name not in BUILTIN_DATASETS)
+        yield from dataset_names()
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in BUILTIN_DATASETS or plugins.entry_point(name) is not None)
-
-
-def _builtin(name: str) -> DatasetRecipe[Any, Any]:
-    ep = plugins.entry_point(name)
-    if ep is not None:
-        raise DatasetError(
-            f"{plugins.describe(ep)} uses the name of the built-in dataset {name!r}; a plug-in cannot replace a "
-            "built-in, rename its entry point."
-        )
-    return BUILTIN_DATASETS[name]
+        return isinstance(name, str) and (name in BUILTIN_DATASETS or entry_point(name) is not None)
 
 
 DATASETS = Registry()

@@ -5,13 +5,11 @@ from __future__ import annotations
 import copy
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
-from gencache.data.kwargs import KwargsModel
+from gencache.config import KwargsModel
 from gencache.data.origins import SourceInfo
 from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
@@ -192,12 +190,18 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
         if dc.num_shots + dc.num_samples > available:
             raise shortfall(self.name, dc.split, dc.num_samples, max(available - dc.num_shots, 0), detail)
 
-    def load(
-        self, dc: DataConfigLike, kwargs: KwargsT | Mapping[str, Any], tokenizer: Any | None
-    ) -> tuple[list[RawSample], SourceInfo]:
-        """The data config's samples, in order, and where their rows came from."""
-        kw: KwargsT = coerce_kwargs(self.kwargs_model, kwargs, self.name)  # type: ignore[assignment]
-        check_counts(dc)
+    def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
+        """The data config's samples, in order, and where their rows came from.
+
+        ``dc`` is a validated data config and ``kwargs`` its ``data_kwargs``: an instance of :attr:`kwargs_model`
+        (``gencache.config`` validates both; a plain mapping is refused here, never validated a second time).
+        """
+        if not isinstance(kwargs, self.kwargs_model):
+            raise DatasetError(
+                f"data_kwargs of {self.name} must be a validated {self.kwargs_model.__name__}, not "
+                f"{type(kwargs).__name__}; validate the data config with gencache.config (parse_data_configs) first."
+            )
+        kw = kwargs
         selection = self.select(dc, kw, tokenizer)
         shots = [self.shot(selection.rows, kw, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])
@@ -240,43 +244,6 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
         return samples, selection.source
 
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def coerce_kwargs(model: type[ModelT], kwargs: BaseModel | Mapping[str, Any] | None, dataset: str) -> ModelT:
-    """``kwargs`` as an instance of ``model`` (validating a mapping); a :class:`DatasetError` naming the bad key.
-
-    A data config's ``data_kwargs`` already is an instance and passes through; a caller of a recipe may pass a
-    mapping instead.
-    """
-    if isinstance(kwargs, model):
-        return kwargs
-    if kwargs is None:
-        kwargs = {}
-    elif isinstance(kwargs, BaseModel):
-        kwargs = kwargs.model_dump()
-    if not isinstance(kwargs, Mapping):
-        raise DatasetError(f"data_kwargs of {dataset} must be an object, got {type(kwargs).__name__}.")
-    try:
-        return model.model_validate(dict(kwargs))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(item) for item in error["loc"])
-        accepted = ", ".join(model.model_fields)
-        name = f"data_kwargs.{where}" if where else "data_kwargs"
-        raise DatasetError(f"{name}: {error['msg']} ({dataset} accepts: {accepted}).") from None
-
-
-def check_counts(dc: DataConfigLike) -> None:
-    """Counts must be non-negative integers (the config model checks this too; recipes can be called directly)."""
-    for name in ("num_samples", "num_data_strs", "num_shots", "seed"):
-        value = getattr(dc, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise DatasetError(f"{name} must be an integer, got {value!r}.")
-        if name != "seed" and value < 0:
-            raise DatasetError(f"{name} must be >= 0, got {value}.")
-
-
 def shortfall(dataset: str, split: str, asked: int, available: int, detail: str) -> DatasetError:
     """The error for asking more samples than a split holds."""
     return DatasetError(
@@ -286,8 +253,8 @@ def shortfall(dataset: str, split: str, asked: int, available: int, detail: str)
 
 
 def warn(message: str) -> None:
-    """A reference-compatible ``UserWarning`` attributed to the caller of :meth:`DatasetRecipe.load` (issued
-    from a recipe's :meth:`DatasetRecipe.select`)."""
+    """A ``UserWarning`` as the SemPIC research code issued it, attributed to the caller of
+    :meth:`DatasetRecipe.load` (issued from a recipe's :meth:`DatasetRecipe.select`)."""
     warnings.warn(message, UserWarning, stacklevel=4)
 
 
@@ -314,8 +281,6 @@ __all__ = [
     "Selection",
     "Shot",
     "SourceInfo",
-    "check_counts",
-    "coerce_kwargs",
     "require_str",
     "require_str_list",
     "shortfall",

@@ -14,11 +14,9 @@ when not drawn) and builds their documents.
 from __future__ import annotations
 
 import random
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, StrictBool
-
-from gencache.data.kwargs import KwargsModel
+from gencache.config.datasets import BiographyKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
 from gencache.data.recipes.columns import Column, field_of, row_error
 from gencache.errors import DatasetError
@@ -77,16 +75,6 @@ COLUMNS = (
     Column("name", "string", False, "The person's name; question_type QA needs it.", "test"),
     Column("labels", "object of strings", True, "The gold answer per attribute (labels.<attribute>).", "test"),
 )
-
-
-class BiographyKwargs(KwargsModel):
-    """``data_kwargs`` of ``biography``."""
-
-    question_type: Literal["completion", "QA"] = Field(
-        default="completion",
-        description="completion: '## ' + a sentence prefix; QA: a templated question plus an answer-only cue.",
-    )
-    cache_dataset: StrictBool = Field(default=True, description="Accepted for reference configs; has no effect.")
 
 
 class _Rows:

@@ -18,52 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, StrictBool, StrictStr, field_validator
-
-from gencache.data.kwargs import KwargsModel
+from gencache.config.datasets import HISTORY, ChatKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
-from gencache.data.recipes.columns import Column, check_columns, column_list, field_of, require_type, row_error
-from gencache.data.recipes.table import Scalar, documents_of, filtered_order, load_table, named_columns, task_of
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
+from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, task_of
 from gencache.errors import DatasetError
 
 ROLES = ("system", "user", "assistant")
-HISTORY = "history"
-
-
-class ChatKwargs(KwargsModel):
-    """``data_kwargs`` of ``chat``."""
-
-    messages: StrictStr = Field(
-        default="messages", min_length=1, description="Column holding the conversation (a list of {role, content})."
-    )
-    documents: StrictStr | list[StrictStr] | None = Field(
-        default=None,
-        description="Column(s) holding documents shown in the final user turn before its content; null: none.",
-    )
-    document_field: StrictStr = Field(
-        default="text", min_length=1, description="The text field of documents given as objects."
-    )
-    task: list[StrictStr] = Field(
-        default_factory=list, description="Columns copied into the key's task fields besides history."
-    )
-    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
-        default_factory=dict,
-        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
-    )
-    shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
-
-    @field_validator("task")
-    @classmethod
-    def _task(cls, value: list[str]) -> list[str]:
-        if HISTORY in value:
-            raise ValueError(f"{HISTORY!r} is the key's conversation field; rename that column")
-        return value
-
-    def document_columns(self) -> list[str]:
-        """The document columns, in order."""
-        return column_list(self.documents)
-
-
 COLUMNS = (
     Column(
         "<messages>",

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.data._config_errors import type_name
+from gencache.config.describe import type_name
 from gencache.data.origins import origin_of
 from gencache.errors import DatasetError
 
 __all__ = [
     "Column",
     "check_columns",
-    "column_list",
     "describe_row",
     "field_of",
     "require_type",
@@ -103,13 +102,6 @@ def require_type(table: Any, label: str, index: int, value: Any, name: str, kind
 
 def _json_type(value: Any) -> str:
     return type_name(value)
-
-
-def column_list(value: str | Sequence[str] | None) -> list[str]:
-    """The column names a ``data_kwargs`` field gives: none, one, or several in order."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 def field_of(table: Any, label: str, index: int, row: Mapping[str, Any], name: str, kind: str) -> Any:

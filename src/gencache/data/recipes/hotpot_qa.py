@@ -9,35 +9,15 @@ its sentences concatenated with no separator (titles are dropped).
 from __future__ import annotations
 
 import random
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, StrictBool
-
-from gencache.data.kwargs import KwargsModel
+from gencache.config.datasets import HotpotQAKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot, warn
 from gencache.data.recipes.columns import Column, field_of, require_type
-
-Difficulty = Literal["easy", "medium", "hard"]
 
 INSTRUCTION = "Answer the following question based on the provided context.\n"
 COT = "You should get the final answer by thinking step by step.\n"
 ANSWER_FORMAT = "Your response should end with: 'Short Answer: <your final answer>'.\n"
-
-
-def _hard_only() -> list[Difficulty]:
-    return ["hard"]
-
-
-class HotpotQAKwargs(KwargsModel):
-    """``data_kwargs`` of ``hotpot_qa``."""
-
-    add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
-    add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
-    difficulty: list[Difficulty] = Field(
-        default_factory=_hard_only,
-        min_length=1,
-        description="Levels to keep (a non-empty list of easy, medium, hard).",
-    )
 
 
 COLUMNS = (
@@ -67,7 +47,7 @@ def _documents(table: Any) -> Any:
 
 
 def task_prompt(question: str, add_inst: bool, add_cot: bool) -> str:
-    """The reference's task text: instruction, question, step-by-step sentence (glued on), answer format."""
+    """The SemPIC research code's task text: instruction, question, step-by-step sentence (glued on), answer format."""
     text = INSTRUCTION + question if add_inst else question
     if add_cot:
         text += COT

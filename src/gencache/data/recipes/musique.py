@@ -1,8 +1,9 @@
 """MuSiQue (``dgslibisey/MuSiQue``): multi-hop questions over a list of paragraphs.
 
-``subset`` is not a hub config here (the reference never passed it); in a local directory it is only the first
-folder tried. The split is shuffled with ``random.Random(seed)``; few-shot examples are the last ``num_shots`` of
-that order and samples the first ``num_samples``. One document per paragraph (``paragraph_text``), in order.
+``subset`` is not a hub config here (the SemPIC research code never passed it); in a local directory it is only
+the first folder tried. The split is shuffled with ``random.Random(seed)``; few-shot examples are the last
+``num_shots`` of that order and samples the first ``num_samples``. One document per paragraph
+(``paragraph_text``), in order.
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from pydantic import Field, StrictBool
-
-from gencache.data.kwargs import KwargsModel
+from gencache.config.datasets import MuSiQueKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot, warn
 from gencache.data.recipes.columns import Column, field_of, require_type
 
@@ -23,16 +22,8 @@ COT = (
 )
 
 
-class MuSiQueKwargs(KwargsModel):
-    """``data_kwargs`` of ``musique``."""
-
-    add_inst: StrictBool = Field(default=True, description="Wrap the question in the instruction.")
-    add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence and answer format.")
-    cache_dataset: StrictBool = Field(default=True, description="Accepted for reference configs; has no effect.")
-
-
 def task_prompt(question: str, add_inst: bool, add_cot: bool) -> str:
-    """The reference's task text for one question."""
+    """The SemPIC research code's task text for one question."""
     text = INSTRUCTION + question + "\n" if add_inst else question
     if add_cot:
         text += COT

@@ -18,11 +18,9 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
-from pydantic import Field, StrictBool, StrictInt
-
-from gencache.data.kwargs import KwargsModel
+from gencache.config.datasets import RULER_TASKS, NIAHKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
 from gencache.data.recipes.columns import Column, field_of
 from gencache.errors import DatasetError
@@ -31,37 +29,6 @@ PARTITION_SEED = 42
 SPLITS = ("train", "test")
 HUB_SPLIT = "test"
 ANSWER_CUE = "\nProvide a short answer directly separated by space. Short Answer:"
-RulerTask = Literal[
-    "niah_single_1",
-    "niah_single_2",
-    "niah_single_3",
-    "niah_multikey_1",
-    "niah_multikey_2",
-    "niah_multikey_3",
-    "niah_multivalue",
-    "niah_multiquery",
-    "vt",
-    "cwe",
-    "fwe",
-    "qa_1",
-    "qa_2",
-]
-RULER_TASKS: tuple[str, ...] = get_args(RulerTask)
-
-
-class NIAHKwargs(KwargsModel):
-    """``data_kwargs`` of ``niah``."""
-
-    chunk_size: StrictInt = Field(default=4096, ge=1, description="Largest prompt chunk, in characters.")
-    max_len: StrictInt = Field(
-        default=-1, ge=-1, description="Skip contexts longer than this many teacher tokens; -1: no limit."
-    )
-    tasks: list[RulerTask] | None = Field(
-        default=None, min_length=1, description="RULER tasks to keep (the 'task' column); null: all tasks."
-    )
-    cache_dataset: StrictBool = Field(default=True, description="Accepted for reference configs; has no effect.")
-
-
 # -- sentence splitting and chunking (gencache's own, deterministic; documented in docs/datasets.md) -------------
 
 ABBREVIATIONS = frozenset(
@@ -181,7 +148,9 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
         if dc.num_data_strs != 0:
             raise DatasetError("NIAH dataset requires num_data_strs to be 0 to use all passages.")
         if dc.num_shots > 0:
-            raise DatasetError("niah has no few-shot examples (the reference never rendered them); set num_shots to 0.")
+            raise DatasetError(
+                "niah has no few-shot examples (the SemPIC research code never rendered them); set num_shots to 0."
+            )
         if kwargs.max_len >= 0 and tokenizer is None:
             raise DatasetError(
                 f"niah data_kwargs.max_len={kwargs.max_len} counts teacher tokens and needs a tokenizer; "

@@ -17,86 +17,25 @@ count), is one :class:`DatasetError` naming the plug-in, its entry point and its
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from gencache.config.catalog import describe, load_entry_point, not_a_recipe
 from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
 from gencache.errors import DatasetError, GencacheError, PromptError, first_line
 
-GROUP = "gencache.recipes"
-
-__all__ = ["GROUP", "PluginRecipe", "entry_point", "load_plugin", "plugin_names"]
-
-
-@functools.lru_cache(maxsize=8)
-def _entry_points(state: tuple[tuple[str, int], ...]) -> tuple[metadata.EntryPoint, ...]:
-    """The group's entry points for one state of ``sys.path`` (see :func:`_current`)."""
-    return tuple(metadata.entry_points(group=GROUP))
-
-
-def _mtime(entry: str) -> int:
-    try:
-        return os.stat(entry or ".").st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _current() -> tuple[metadata.EntryPoint, ...]:
-    """The group's entry points, scanned again whenever ``sys.path`` or one of its directories changed (an
-    installation adds a ``.dist-info`` directory, which changes its parent's modification time)."""
-    return _entry_points(tuple((entry, _mtime(entry)) for entry in sys.path))
-
-
-def plugin_names() -> list[str]:
-    """Names of the installed recipe plug-ins, sorted (nothing is imported)."""
-    return sorted({ep.name for ep in _current()})
-
-
-def entry_point(name: str) -> metadata.EntryPoint | None:
-    """The entry point registering ``name`` (the first one found on ``sys.path``), or None."""
-    for ep in _current():
-        if ep.name == name:
-            return ep
-    return None
-
-
-def describe(ep: metadata.EntryPoint) -> str:
-    """``recipe plug-in 'name' (entry point name = module:attr of dist version)``."""
-    dist = getattr(ep, "dist", None)
-    owner = f" of {dist.name} {dist.version}" if dist is not None else ""
-    return f"recipe plug-in {ep.name!r} (entry point {ep.name} = {ep.value}{owner})"
+__all__ = ["PluginRecipe", "load_plugin"]
 
 
 def load_plugin(ep: metadata.EntryPoint) -> PluginRecipe:
-    """Import the plug-in behind ``ep`` and wrap it; a :class:`DatasetError` naming it when that fails."""
-    label = describe(ep)
-    try:
-        target = ep.load()
-    except Exception as exc:  # whatever the plug-in's import raises: one line naming it
-        raise DatasetError(
-            f"{label} failed to import: {type(exc).__name__}: {first_line(exc)}; fix or uninstall the plug-in."
-        ) from None
-    try:
-        if callable(target) and not isinstance(target, DatasetRecipe):  # a recipe class or a factory
-            target = target()
-    except Exception as exc:
-        raise DatasetError(f"{label} failed to build its recipe: {type(exc).__name__}: {first_line(exc)}.") from None
+    """Import the plug-in behind ``ep`` (:func:`gencache.config.catalog.load_entry_point`) and wrap it; a
+    :class:`DatasetError` naming it when it is no :class:`DatasetRecipe`."""
+    target = load_entry_point(ep)
     if not isinstance(target, DatasetRecipe):
-        raise DatasetError(
-            f"{label} is a {type(target).__name__}, not a gencache DatasetRecipe (an instance, a subclass or a "
-            "callable returning one); point the entry point at the recipe."
-        )
-    if getattr(target, "name", None) != ep.name:
-        raise DatasetError(
-            f"{label}: its recipe is named {getattr(target, 'name', None)!r}; the recipe's name and the entry "
-            "point's name must be the same."
-        )
-    return PluginRecipe.wrap(target, label)
+        raise not_a_recipe(describe(ep), target)
+    return PluginRecipe.wrap(target, describe(ep))
 
 
 class PluginRecipe(DatasetRecipe[Any, Any]):

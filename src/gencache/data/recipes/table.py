@@ -17,65 +17,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
-
-from gencache.data.kwargs import KwargsModel
+from gencache.config.datasets import TableKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot, shortfall
 from gencache.data.recipes.columns import (
     Column,
     check_columns,
-    column_list,
     field_of,
     require_type,
     row_error,
     row_value,
 )
 from gencache.errors import DatasetError
-
-Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None
-
-
-class TableKwargs(KwargsModel):
-    """``data_kwargs`` of ``table``."""
-
-    query: StrictStr = Field(default="question", min_length=1, description="Column holding the query (a string).")
-    documents: StrictStr | list[StrictStr] | None = Field(
-        default=None,
-        description="Column(s) holding the documents, in order: each value is a string, a list of strings or a "
-        "list of objects with a document_field; null: no documents.",
-    )
-    document_field: StrictStr = Field(
-        default="text", min_length=1, description="The text field of documents given as objects."
-    )
-    answer: StrictStr | None = Field(
-        default="answer",
-        description="Column holding the gold answer (a string); null: none (then num_shots must be 0).",
-    )
-    task: list[StrictStr] = Field(
-        default_factory=list,
-        description="Columns copied into the key's task fields, {column: value}: what the answer depends on "
-        "besides the documents and the query.",
-    )
-    instruction: StrictStr = Field(
-        default="", description="Text before the query in the prompt, followed by a newline; not part of the key."
-    )
-    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
-        default_factory=dict,
-        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
-    )
-    shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
-
-    @field_validator("documents")
-    @classmethod
-    def _documents(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and not value:
-            raise ValueError("must name at least one column (or be null for no documents)")
-        return value
-
-    def document_columns(self) -> list[str]:
-        """The document columns, in order."""
-        return column_list(self.documents)
-
 
 COLUMNS = (
     Column("<query>", "string", True, "The column data_kwargs.query names (default question): the key's query."),

@@ -2,7 +2,7 @@
 
 An engine is created from an :class:`EngineContext` (the effective generation settings, the tokenizer, the
 teacher's location and the engine's options) *before any weights load*: creating it refuses whatever it cannot
-honour (:func:`create_engine`). :meth:`Engine.load` then loads the weights, and :meth:`Engine.generate` takes the
+honour (:func:`create_engine`). :meth:`Engine.load_weights` then loads the weights, and :meth:`Engine.generate` takes the
 unique prompts ``(key, token ids)`` and yields one :class:`GeneratedEntry` per prompt, in any order. The writer, the
 keys, the format and the provenance do not depend on the engine; :meth:`Engine.describe` says what
 ``resolved_config.json`` records about it.
@@ -12,13 +12,12 @@ Importing this package imports neither torch nor an engine module; :func:`create
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from gencache.config.engines import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM, EngineOptions
 from gencache.errors import ConfigError, GenerationError
-from gencache.generation.settings import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 
 if TYPE_CHECKING:
     import torch
@@ -32,12 +31,13 @@ __all__ = [
     "EngineContext",
     "EngineStats",
     "GeneratedEntry",
-    "Prompt",
+    "KeyedPrompt",
     "checked_prompts",
     "create_engine",
+    "options_of",
 ]
 
-Prompt = tuple[str, Sequence[int]]
+KeyedPrompt = tuple[str, Sequence[int]]
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ class EngineContext:
     attn_implementation: str | None = None
     batch_size: int = 1
     seed: int = 0
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: EngineOptions | None = None
+    """The engine's validated options (a config's ``engine_options``); None: the engine's defaults."""
 
 
 class Engine(Protocol):
@@ -100,11 +101,11 @@ class Engine(Protocol):
     name: str
     stats: EngineStats
 
-    def load(self) -> None:
+    def load_weights(self) -> None:
         """Load the teacher's weights (after every model-free check passed)."""
 
     def generate(
-        self, prompts: Sequence[Prompt], *, progress: Progress | None = None
+        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         """Yield one entry per prompt, in any order; ``progress`` is started with the prompt count and advanced per
         entry. Close the iterator (``contextlib.closing``) when stopping early: engines release threads there."""
@@ -122,12 +123,35 @@ class Engine(Protocol):
         """The teacher's hub commit when it was loaded from the hub."""
 
 
-#: Engine name -> module under ``gencache.generation.engines`` that defines ``create(context) -> Engine``.
-ENGINES: dict[str, str] = {ENGINE_STATIC: "static", ENGINE_CONTINUOUS: "continuous", ENGINE_VLLM: "vllm"}
+def _static(context: EngineContext) -> Engine:
+    from gencache.generation.engines.static import StaticEngine
+
+    return StaticEngine(context)
+
+
+def _continuous(context: EngineContext) -> Engine:
+    from gencache.generation.engines.continuous import ContinuousEngine
+
+    return ContinuousEngine(context)
+
+
+def _vllm(context: EngineContext) -> Engine:
+    from gencache.generation.engines.vllm import VllmEngine
+
+    return VllmEngine(context)
+
+
+#: Engine name -> the function that imports that engine's module (only then: torch, transformers or vLLM) and
+#: creates the engine, whose constructor refuses what it cannot honour.
+ENGINES: dict[str, Callable[[EngineContext], Engine]] = {
+    ENGINE_STATIC: _static,
+    ENGINE_CONTINUOUS: _continuous,
+    ENGINE_VLLM: _vllm,
+}
 assert tuple(ENGINES) == ALL_ENGINES
 
 
-def checked_prompts(prompts: Iterable[Prompt]) -> list[tuple[str, list[int]]]:
+def checked_prompts(prompts: Iterable[KeyedPrompt]) -> list[tuple[str, list[int]]]:
     """The prompts an engine was given as ``(key, token ids)`` with plain ints; a prompt without tokens is a
     :class:`GenerationError` naming its sample."""
     checked: list[tuple[str, list[int]]] = []
@@ -139,11 +163,25 @@ def checked_prompts(prompts: Iterable[Prompt]) -> list[tuple[str, list[int]]]:
     return checked
 
 
+OptionsT = TypeVar("OptionsT", bound=EngineOptions)
+
+
+def options_of(context: EngineContext, model: type[OptionsT]) -> OptionsT:
+    """The context's options as the engine's own options model (its defaults when None); options of another
+    engine, or a plain mapping, are refused: ``gencache.config`` validates them once."""
+    if context.options is None:
+        return model()
+    if not isinstance(context.options, model):
+        raise ConfigError(
+            f"engine options must be a validated {model.__name__}, not {type(context.options).__name__}; "
+            "validate them with gencache.config (CacheConfig.engine_options)."
+        )
+    return context.options
+
+
 def create_engine(name: str, context: EngineContext) -> Engine:
     """The engine ``name`` for ``context``, refusing (before any weights load) settings it cannot honour and a
     missing optional dependency, each as one :class:`ConfigError` line (exit code 2)."""
     if name not in ENGINES:
         raise ConfigError(f"engine: unknown engine {name!r}; choose one of {', '.join(ENGINES)}.")
-    module = importlib.import_module(f"gencache.generation.engines.{ENGINES[name]}")
-    engine: Engine = module.create(context)
-    return engine
+    return ENGINES[name](context)

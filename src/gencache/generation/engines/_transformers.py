@@ -22,7 +22,7 @@ class TransformersEngine:
         self.model: Any = None
         self.stats = EngineStats()
 
-    def load(self) -> None:
+    def load_weights(self) -> None:
         ctx = self.context
         self.model = teacher.load_teacher(
             ctx.model_path, dtype=ctx.dtype, device=ctx.device, revision=ctx.revision,
@@ -30,9 +30,9 @@ class TransformersEngine:
         )  # fmt: skip
 
     def loaded_model(self) -> Any:
-        """The teacher, or a :class:`GenerationError` when :meth:`load` was not called."""
+        """The teacher, or a :class:`GenerationError` when :meth:`load_weights` was not called."""
         if self.model is None:
-            raise GenerationError("The teacher is not loaded; call load() first.")
+            raise GenerationError("The teacher is not loaded; call load_weights() first.")
         return self.model
 
     def runtime(self) -> dict[str, Any]:

@@ -28,14 +28,20 @@ from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.config.engines import ENGINE_CONTINUOUS, ContinuousOptions
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
+from gencache.generation.engines import (
+    EngineContext,
+    EngineStats,
+    GeneratedEntry,
+    KeyedPrompt,
+    checked_prompts,
+    options_of,
+)
 from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor
 from gencache.generation.finish import FinishScanner
-from gencache.generation.options import ContinuousOptions
-from gencache.generation.settings import ENGINE_CONTINUOUS
 
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
@@ -45,7 +51,6 @@ __all__ = [
     "MIN_TRANSFORMERS",
     "CacheSizing",
     "ContinuousEngine",
-    "create",
     "generate_continuous",
     "size_paged_cache",
     "supported_transformers",
@@ -196,11 +201,132 @@ def _manager_config(generation: EffectiveGeneration) -> Any:
     return config
 
 
+def _choose_sizing(
+    model: Any, generation: EffectiveGeneration, checked: Sequence[tuple[str, list[int]]], options: ContinuousOptions
+) -> CacheSizing:
+    """The paged cache of this run (:func:`size_paged_cache`) for the model's dtype and the budget of its device."""
+    import torch
+
+    dtype = getattr(model, "dtype", torch.float32)
+    return size_paged_cache(
+        [len(ids) for _, ids in checked], generation.max_new_tokens, len(checked) * generation.num_return_sequences,
+        options, model_config=model.config, dtype_bytes=torch.empty((), dtype=dtype).element_size(),
+        budget=_memory_budget(options, teacher.model_device(model)),
+    )  # fmt: skip
+
+
+def _poll(manager: Any) -> Any:
+    """The manager's next output, or None when none came within a poll interval; a stopped manager raises."""
+    output = manager.get_result(timeout=_POLL_SECONDS)
+    if output is None:
+        fatal = manager.background_thread_status.fatal_error
+        if fatal is not None or not manager.is_running():
+            reason = first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
+            raise GenerationError(f"Continuous batching stopped: {reason}")
+    return output
+
+
+class _Requests:
+    """The requests of one run (``"<prompt index>:<sequence>"``), their scan state and each prompt's answers so far."""
+
+    def __init__(
+        self,
+        checked: Sequence[tuple[str, list[int]]],
+        generation: EffectiveGeneration,
+        tokenizer: Any,
+        stats: EngineStats,
+        *,
+        cancel_on_stop_string: bool,
+    ) -> None:
+        self.checked = checked
+        self.per_prompt = generation.num_return_sequences
+        self.max_new_tokens = generation.max_new_tokens
+        self.tokenizer = tokenizer
+        self.stats = stats
+        self.cancel_on_stop_string = cancel_on_stop_string
+        self.scanner = FinishScanner(
+            eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=tokenizer,
+            max_new_tokens=generation.max_new_tokens,
+        )  # fmt: skip
+        self.streaming = bool(generation.stop_strings)
+        self.eos = list(generation.eos_token_ids) or -1
+        self.results: dict[int, list[tuple[list[int], str] | None]] = {
+            i: [None] * self.per_prompt for i in range(len(checked))
+        }
+        self.scanned: dict[str, int] = {}
+        self.done: set[str] = set()
+        self.remaining = 0
+
+    def submit(self, manager: Any) -> None:
+        """Add every request to the manager in input order; ``remaining`` counts them all once added."""
+        for index, (_key, ids) in enumerate(self.checked):
+            for sequence in range(self.per_prompt):
+                request = f"{index}:{sequence}"
+                self.scanned[request] = 0
+                added = manager.add_request(
+                    ids, request_id=request, max_new_tokens=self.max_new_tokens, streaming=self.streaming,
+                    eos_token_id=self.eos,
+                )  # fmt: skip
+                if added is None:
+                    raise GenerationError("The continuous-batching manager refused a request (it stopped).")
+        self.remaining = len(self.checked) * self.per_prompt
+
+    def next_entry(self, manager: Any) -> GeneratedEntry | None:
+        """Scan one output of the manager; the entry it completes (counted in ``kept_tokens``), else None. A request
+        whose stop string completed early is cancelled (unless ``cancel_on_stop_string`` is off)."""
+        output = _poll(manager)
+        if output is None:
+            return None
+        request = output.request_id
+        if request in self.done:  # a streamed output generated before the cancellation took effect
+            return None
+        if output.error is not None:
+            raise GenerationError(f"Continuous batching failed request {request}: {first_line(output.error)}")
+        tokens = [int(token) for token in output.generated_tokens]
+        hit = self.scanner.scan(tokens, self.scanned[request])
+        self.scanned[request] = len(tokens)
+        if hit is None:
+            if output.is_finished():
+                raise GenerationError(
+                    f"Continuous batching finished request {request} after {len(tokens)} tokens without "
+                    "an EOS id or max_new_tokens; its output cannot be cut by gencache's finish rule."
+                )
+            return None
+        length, reason = hit
+        self.done.add(request)
+        self.remaining -= 1
+        if not output.is_finished() and self.cancel_on_stop_string:
+            manager.cancel_request(request)  # a stop string completed: free its slot now
+            self.stats.cancelled += 1
+        index_text, sequence_text = request.split(":")
+        index, sequence = int(index_text), int(sequence_text)
+        slots = self.results[index]
+        slots[sequence] = (tokens[:length], reason)
+        if not all(slot is not None for slot in slots):
+            return None
+        entry = _entry(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
+        del self.results[index]
+        self.stats.kept_tokens += entry.num_tokens
+        return entry
+
+
+def _shut_down(manager: Any, model: Any, previous_config: Any, *, finished_cleanly: bool) -> None:
+    """Stop the manager (hard unless finished cleanly), destroy it and hand the model its generation config back."""
+    try:
+        manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
+    except Exception:
+        if finished_cleanly:  # never let a failed shutdown hide the error that is already in flight
+            raise
+    finally:
+        manager.destroy()
+        model.generation_config = previous_config
+
+
 def generate_continuous(
     model: Any,
     tokenizer: Any,
     generation: EffectiveGeneration,
-    prompts: Sequence[Prompt],
+    prompts: Sequence[KeyedPrompt],
     *,
     options: ContinuousOptions | None = None,
     seed: int = 0,
@@ -229,26 +355,12 @@ def generate_continuous(
         progress.start(len(checked))
     if not checked:
         return
-    per_prompt = generation.num_return_sequences
-    dtype = getattr(model, "dtype", torch.float32)
-    chosen = size_paged_cache(
-        [len(ids) for _, ids in checked], generation.max_new_tokens, len(checked) * per_prompt, options,
-        model_config=model.config, dtype_bytes=torch.empty((), dtype=dtype).element_size(),
-        budget=_memory_budget(options, teacher.model_device(model)),
-    )  # fmt: skip
+    chosen = _choose_sizing(model, generation, checked, options)
     if sizing is not None:
         sizing.append(chosen)
     cb_config = _manager_cb_config(chosen, options, seed)
-    scanner = FinishScanner(
-        eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=tokenizer,
-        max_new_tokens=generation.max_new_tokens,
-    )  # fmt: skip
-    streaming = bool(generation.stop_strings)
-    eos = list(generation.eos_token_ids) or -1
-    results: dict[int, list[tuple[list[int], str] | None]] = {i: [None] * per_prompt for i in range(len(checked))}
-    scanned: dict[str, int] = {}
-    done: set[str] = set()
-    total, floor = prefix_floor((ids for _, ids in checked for _ in range(per_prompt)), chosen.page_size)
+    requests = _Requests(checked, generation, tokenizer, stats, cancel_on_stop_string=cancel_on_stop_string)
+    total, floor = prefix_floor((ids for _, ids in checked for _ in range(requests.per_prompt)), chosen.page_size)
     shared = PrefixStats(chosen.page_size, total, floor_tokens=floor)
     if prefix is not None:
         prefix.append(shared)
@@ -261,61 +373,16 @@ def generate_continuous(
         finished_cleanly = False
         try:
             manager.start()
-            for index, (_key, ids) in enumerate(checked):
-                for sequence in range(per_prompt):
-                    request = f"{index}:{sequence}"
-                    scanned[request] = 0
-                    added = manager.add_request(
-                        ids, request_id=request, max_new_tokens=generation.max_new_tokens, streaming=streaming,
-                        eos_token_id=eos,
-                    )  # fmt: skip
-                    if added is None:
-                        raise GenerationError("The continuous-batching manager refused a request (it stopped).")
-            remaining = len(checked) * per_prompt
-            while remaining:
-                output = manager.get_result(timeout=_POLL_SECONDS)
-                if output is None:
-                    fatal = manager.background_thread_status.fatal_error
-                    if fatal is not None or not manager.is_running():
-                        reason = (
-                            first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
-                        )
-                        raise GenerationError(f"Continuous batching stopped: {reason}")
+            requests.submit(manager)
+            while requests.remaining:
+                entry = requests.next_entry(manager)
+                if entry is None:
                     continue
-                request = output.request_id
-                if request in done:  # a streamed output generated before the cancellation took effect
-                    continue
-                if output.error is not None:
-                    raise GenerationError(f"Continuous batching failed request {request}: {first_line(output.error)}")
-                tokens = [int(token) for token in output.generated_tokens]
-                hit = scanner.scan(tokens, scanned[request])
-                scanned[request] = len(tokens)
-                if hit is None:
-                    if output.is_finished():
-                        raise GenerationError(
-                            f"Continuous batching finished request {request} after {len(tokens)} tokens without "
-                            "an EOS id or max_new_tokens; its output cannot be cut by gencache's finish rule."
-                        )
-                    continue
-                length, reason = hit
-                done.add(request)
-                remaining -= 1
-                if not output.is_finished() and cancel_on_stop_string:
-                    manager.cancel_request(request)  # a stop string completed: free its slot now
-                    stats.cancelled += 1
-                index_text, sequence_text = request.split(":")
-                index, sequence = int(index_text), int(sequence_text)
-                slots = results[index]
-                slots[sequence] = (tokens[:length], reason)
-                if all(slot is not None for slot in slots):
-                    entry = _entry(checked[index][0], [slot for slot in slots if slot is not None], tokenizer)
-                    del results[index]
-                    stats.kept_tokens += entry.num_tokens
-                    tokens_in_entry = entry.num_tokens
-                    yield entry
-                    del entry
-                    if progress is not None:
-                        progress.advance(1, tokens_in_entry)
+                tokens_in_entry = entry.num_tokens
+                yield entry
+                del entry
+                if progress is not None:
+                    progress.advance(1, tokens_in_entry)
             finished_cleanly = True
         except torch.OutOfMemoryError as exc:
             raise GenerationError(
@@ -323,15 +390,8 @@ def generate_continuous(
                 "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
             ) from exc
         finally:
-            try:
-                manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
-            except Exception:
-                if finished_cleanly:  # never let a failed shutdown hide the error that is already in flight
-                    raise
-            finally:
-                manager.destroy()
-                model.generation_config = previous_config
-    stats.prompt_cells += sum(len(ids) for _, ids in checked) * per_prompt
+            _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
+    stats.prompt_cells += sum(len(ids) for _, ids in checked) * requests.per_prompt
 
 
 def _count_prefix_matches(manager: Any, shared: PrefixStats) -> None:
@@ -386,12 +446,12 @@ class ContinuousEngine(TransformersEngine):
                 f"continuous-batching manager); this environment has transformers "
                 f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
-        self.options = ContinuousOptions.model_validate(dict(context.options))
+        self.options = options_of(context, ContinuousOptions)
         self.sizing: list[CacheSizing] = []
         self.prefix: list[PrefixStats] = []
 
     def generate(
-        self, prompts: Sequence[Prompt], *, progress: Progress | None = None
+        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_continuous(
             self.loaded_model(), self.context.tokenizer, self.context.generation, prompts, options=self.options,
@@ -419,7 +479,3 @@ class ContinuousEngine(TransformersEngine):
             "length)",
             **({"prefix_cache": self.prefix[-1].to_json()} if self.prefix else {}),
         }
-
-
-def create(context: EngineContext) -> ContinuousEngine:
-    return ContinuousEngine(context)

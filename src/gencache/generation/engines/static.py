@@ -18,12 +18,19 @@ from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.canonical import is_int
+from gencache.config.engines import ENGINE_STATIC, StaticOptions
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
+from gencache.generation.engines import (
+    EngineContext,
+    EngineStats,
+    GeneratedEntry,
+    KeyedPrompt,
+    checked_prompts,
+    options_of,
+)
 from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.finish import FinishRecorder, cut_at_first_eos
-from gencache.generation.settings import ENGINE_STATIC
 
 if TYPE_CHECKING:
     import torch
@@ -32,7 +39,7 @@ if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
     from gencache.progress import Progress
 
-__all__ = ["StaticEngine", "batching_policy", "create", "generate_entries", "padding_stats", "plan_batches"]
+__all__ = ["StaticEngine", "batching_policy", "generate_entries", "padding_stats", "plan_batches"]
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -102,6 +109,135 @@ def _generate_batch(
     return sequences
 
 
+class _StaticRun:
+    """One run of :func:`generate_entries`: the checked prompts and what every batch shares (device, pad id, the
+    ``generate`` config); builds, generates and cuts one batch at a time."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        generation: EffectiveGeneration,
+        checked: list[tuple[str, list[int]]],
+        batch_size: int,
+        stats: EngineStats | None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.generation = generation
+        self.checked = checked
+        self.batch_size = batch_size
+        self.stats = stats
+        self.device = teacher.model_device(model)
+        self.per_prompt = generation.num_return_sequences
+        pad_id = generation.config.pad_token_id
+        if pad_id is None:
+            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.pad_id = pad_id
+        self.config = _call_config(generation)
+        self.beams = generation.num_beams > 1
+
+    def _padded(self, batch: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's prompts left padded to ``width`` and their attention mask, on the model's device."""
+        import torch
+
+        input_ids = torch.full((len(batch), width), int(self.pad_id), dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, index in enumerate(batch):
+            ids = self.checked[index][1]
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        return input_ids.to(self.device), attention_mask.to(self.device)
+
+    def _recorder(self, batch: list[int], width: int) -> FinishRecorder | None:
+        """The finish recorder of one batch (None under beam search, whose outputs are cut at their first EOS)."""
+        if self.beams:
+            return None
+        generation = self.generation
+        return FinishRecorder(
+            prompt_width=width,
+            rows=len(batch) * self.per_prompt,
+            eos_token_ids=generation.eos_token_ids,
+            stop_strings=generation.stop_strings,
+            tokenizer=self.tokenizer,
+            max_new_tokens=generation.max_new_tokens,
+            device=self.device,
+        )
+
+    def generate(self, batch_index: int, batch: list[int]) -> tuple[torch.Tensor, list[int], list[str], str]:
+        """Generate one batch: its generated tokens (prompt columns dropped), each row's answer length and finish
+        reason, and the batch described for errors; counted in ``stats``. An out-of-memory error frees the batch's
+        inputs and the CUDA cache before it becomes a :class:`GenerationError`."""
+        import torch
+
+        generation, checked = self.generation, self.checked
+        width = max(len(checked[index][1]) for index in batch)
+        input_ids, attention_mask = self._padded(batch, width)
+        recorder = self._recorder(batch, width)
+        described = (
+            f"batch {batch_index} ({len(batch)} prompts x {self.per_prompt} sequences, prompt width {width} tokens, "
+            f"max_new_tokens {generation.max_new_tokens})"
+        )
+        try:
+            sequences = _generate_batch(self.model, input_ids, attention_mask, self.config, recorder)
+        except torch.OutOfMemoryError as exc:
+            del input_ids, attention_mask
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            raise GenerationError(
+                f"Out of memory generating {described} on {self.device}; try a smaller gen_batch_size (now "
+                f"{self.batch_size})."
+            ) from exc
+        except Exception as exc:
+            raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
+        generated = sequences[:, width:]
+        if generated.shape[0] != len(batch) * self.per_prompt:
+            raise GenerationError(
+                f"Generation returned {generated.shape[0]} rows for {described}; expected "
+                f"{len(batch) * self.per_prompt}."
+            )
+        if recorder is not None:
+            lengths, reasons = recorder.results(generated.shape[1])
+        else:
+            lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
+        del sequences, input_ids, attention_mask
+        if self.stats is not None:
+            steps = int(generated.shape[1])
+            self.stats.forwards += steps
+            self.stats.slots += steps * int(generated.shape[0])
+            self.stats.kept_tokens += sum(lengths)
+            self.stats.prompt_cells += width * len(batch)
+            self.stats.pad_cells += sum(width - len(checked[index][1]) for index in batch)
+        return generated, lengths, reasons, described
+
+    def entry(
+        self,
+        generated: torch.Tensor,
+        lengths: list[int],
+        reasons: list[str],
+        described: str,
+        position: int,
+        index: int,
+    ) -> GeneratedEntry:
+        """The entry of prompt ``index``, at ``position`` in its batch: its rows cut at their recorded lengths and
+        staged on CPU, their texts decoded."""
+        import torch
+
+        rows = range(position * self.per_prompt, (position + 1) * self.per_prompt)
+        seqs: list[torch.Tensor] = []
+        for row in rows:
+            if lengths[row] < 1:
+                raise GenerationError(f"Row {row} of {described} generated no tokens.")
+            seqs.append(generated[row, : lengths[row]].to(device="cpu", dtype=torch.int64, copy=True))
+        texts = tuple(self.tokenizer.decode(seq.tolist(), skip_special_tokens=False) for seq in seqs)
+        return GeneratedEntry(
+            key=self.checked[index][0],
+            sequences=tuple(seqs),
+            texts=texts,
+            finish_reasons=tuple(reasons[row] for row in rows),
+        )
+
+
 def generate_entries(
     model: Any,
     tokenizer: Any,
@@ -122,91 +258,19 @@ def generate_entries(
     (rows x steps of every batch), kept tokens and prompt padding. A CUDA out-of-memory error becomes a
     :class:`GenerationError` naming the batch.
     """
-    import torch
-
     checked = checked_prompts(prompts)
     batches = plan_batches([len(ids) for _, ids in checked], batch_size)
-    device = teacher.model_device(model)
-    per_prompt = generation.num_return_sequences
-    pad_id = generation.config.pad_token_id
-    if pad_id is None:
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    config = _call_config(generation)
-    beams = generation.num_beams > 1
+    run = _StaticRun(model, tokenizer, generation, checked, batch_size, stats)
     if progress is not None:
         progress.start(len(checked))
 
     for batch_index, batch in enumerate(batches):
-        width = max(len(checked[index][1]) for index in batch)
-        input_ids = torch.full((len(batch), width), int(pad_id), dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            ids = checked[index][1]
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
-        input_ids = input_ids.to(device)
-        attention_mask = attention_mask.to(device)
-        recorder = None
-        if not beams:
-            recorder = FinishRecorder(
-                prompt_width=width,
-                rows=len(batch) * per_prompt,
-                eos_token_ids=generation.eos_token_ids,
-                stop_strings=generation.stop_strings,
-                tokenizer=tokenizer,
-                max_new_tokens=generation.max_new_tokens,
-                device=device,
-            )
-        described = (
-            f"batch {batch_index} ({len(batch)} prompts x {per_prompt} sequences, prompt width {width} tokens, "
-            f"max_new_tokens {generation.max_new_tokens})"
-        )
-        try:
-            sequences = _generate_batch(model, input_ids, attention_mask, config, recorder)
-        except torch.OutOfMemoryError as exc:
-            del input_ids, attention_mask
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            raise GenerationError(
-                f"Out of memory generating {described} on {device}; try a smaller gen_batch_size (now {batch_size})."
-            ) from exc
-        except Exception as exc:
-            raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
-        generated = sequences[:, width:]
-        if generated.shape[0] != len(batch) * per_prompt:
-            raise GenerationError(
-                f"Generation returned {generated.shape[0]} rows for {described}; expected {len(batch) * per_prompt}."
-            )
-        if recorder is not None:
-            lengths, reasons = recorder.results(generated.shape[1])
-        else:
-            lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
-        del sequences, input_ids, attention_mask
-        if stats is not None:
-            steps = int(generated.shape[1])
-            stats.forwards += steps
-            stats.slots += steps * int(generated.shape[0])
-            stats.kept_tokens += sum(lengths)
-            stats.prompt_cells += width * len(batch)
-            stats.pad_cells += sum(width - len(checked[index][1]) for index in batch)
-
+        generated, lengths, reasons, described = run.generate(batch_index, batch)
         for position, index in enumerate(batch):
-            rows = range(position * per_prompt, (position + 1) * per_prompt)
-            seqs: list[torch.Tensor] = []
-            for row in rows:
-                if lengths[row] < 1:
-                    raise GenerationError(f"Row {row} of {described} generated no tokens.")
-                seqs.append(generated[row, : lengths[row]].to(device="cpu", dtype=torch.int64, copy=True))
-            texts = tuple(tokenizer.decode(seq.tolist(), skip_special_tokens=False) for seq in seqs)
-            entry = GeneratedEntry(
-                key=checked[index][0],
-                sequences=tuple(seqs),
-                texts=texts,
-                finish_reasons=tuple(reasons[row] for row in rows),
-            )
+            entry = run.entry(generated, lengths, reasons, described, position, index)
             tokens = entry.num_tokens
             yield entry
-            del entry, seqs
+            del entry
             if progress is not None:
                 progress.advance(1, tokens)
         del generated
@@ -217,8 +281,12 @@ class StaticEngine(TransformersEngine):
 
     name = ENGINE_STATIC
 
+    def __init__(self, context: EngineContext) -> None:
+        super().__init__(context)
+        self.options = options_of(context, StaticOptions)
+
     def generate(
-        self, prompts: Sequence[Prompt], *, progress: Progress | None = None
+        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_entries(
             self.loaded_model(), self.context.tokenizer, self.context.generation, prompts,
@@ -226,11 +294,7 @@ class StaticEngine(TransformersEngine):
         )  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "options": dict(self.context.options), "version": teacher.hf().__version__}
+        return {"name": self.name, "options": self.options.model_dump(mode="json"), "version": teacher.hf().__version__}
 
     def batching(self) -> dict[str, Any]:
         return batching_policy(self.context.batch_size)
-
-
-def create(context: EngineContext) -> StaticEngine:
-    return StaticEngine(context)

@@ -40,9 +40,17 @@ import platform
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gencache.config.engines import ENGINE_VLLM, VllmOptions
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation.effective import check_engine
-from gencache.generation.engines import EngineContext, EngineStats, GeneratedEntry, Prompt, checked_prompts
+from gencache.generation.engines import (
+    EngineContext,
+    EngineStats,
+    GeneratedEntry,
+    KeyedPrompt,
+    checked_prompts,
+    options_of,
+)
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order
 from gencache.generation.engines.vllm_platform import (
     CPU_BLOCK_SIZE,
@@ -56,8 +64,6 @@ from gencache.generation.engines.vllm_platform import (
     size_cpu_kv_cache,
 )
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
-from gencache.generation.options import VllmOptions
-from gencache.generation.settings import ENGINE_VLLM
 
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
@@ -67,7 +73,6 @@ __all__ = [
     "INSTALL_HINT",
     "VllmEngine",
     "completion_to_answer",
-    "create",
     "prompt_seed",
     "request_output_to_entry",
     "sampling_params_kwargs",
@@ -217,7 +222,7 @@ class VllmEngine:
             )
         check_engine(self.name, context.generation)
         self.context = context
-        self.options = VllmOptions.model_validate(dict(context.options))
+        self.options = options_of(context, VllmOptions)
         self.shape: AttentionShape | None = None
         if self.on_cpu:
             if self.options.tensor_parallel_size != 1:
@@ -240,7 +245,7 @@ class VllmEngine:
         self.amx: bool | None = None
 
     # -- building the LLM ---------------------------------------------------------------------------------------
-    def load(self) -> None:
+    def load_weights(self) -> None:
         """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
         CPU the ``LLM`` is built by the first :meth:`generate`, with a KV cache sized from its prompts."""
         if self.on_cpu:
@@ -325,7 +330,7 @@ class VllmEngine:
 
     # -- generation ---------------------------------------------------------------------------------------------
     def generate(
-        self, prompts: Sequence[Prompt], *, progress: Progress | None = None
+        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         checked = checked_prompts(prompts)
         if checked and self.on_cpu:
@@ -335,7 +340,7 @@ class VllmEngine:
         if not checked:
             return
         if self.llm is None:
-            raise GenerationError("The teacher is not loaded; call load() first.")
+            raise GenerationError("The teacher is not loaded; call load_weights() first.")
         yield from self._stream(prefix_order(checked), progress)
 
     def _stream(
@@ -455,7 +460,3 @@ class VllmEngine:
 
     def commit_hash(self) -> str | None:
         return None
-
-
-def create(context: EngineContext) -> VllmEngine:
-    return VllmEngine(context)

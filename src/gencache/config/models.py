@@ -22,7 +22,7 @@ import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -37,54 +37,29 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from gencache.data._config_errors import format_validation_error, validate_nested
-from gencache.data._config_errors import join_problems as _join
-from gencache.data._config_errors import nested_error as _nested_error
-from gencache.data._config_errors import show as _show
-from gencache.data._config_errors import type_name as _type_name
-from gencache.data.documents import (
-    DEFAULTS_FILENAME,
-    MAX_JSON_DEPTH,
-    merge_defaults,
-    parse_json_text,
-    parse_set_value,
-    read_config_document,
+from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model, template_names
+from gencache.config.describe import show as _show
+from gencache.config.describe import type_name as _type_name
+from gencache.config.documents import (
     read_merged_config,
 )
-from gencache.data.kwargs import KwargsModel
+from gencache.config.engines import ENGINE_OPTIONS, EngineOptions
+from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE, generation_problems
+from gencache.config.kwargs import KwargsModel
+from gencache.config.messages import format_validation_error, validate_nested
+from gencache.config.messages import nested_error as _nested_error
+from gencache.config.templates import TemplateKwargs
 from gencache.errors import ConfigError
-from gencache.generation.settings import (
-    GENERATION_FORBIDDEN,
-    GENERATION_KWARG_RULES,
-    GENERATION_UNSUPPORTED,
-    LOGIT_FIELDS,
-    NO_LOGITS_MESSAGE,
-    generation_problems,
-)
 
 __all__ = [
-    "DEFAULTS_FILENAME",
-    "GENERATION_FORBIDDEN",
-    "GENERATION_KWARG_RULES",
-    "GENERATION_UNSUPPORTED",
-    "LOGIT_FIELDS",
-    "MAX_JSON_DEPTH",
     "MAX_SEED",
-    "NO_LOGITS_MESSAGE",
     "CacheConfig",
     "DataConfig",
     "ModelConfig",
     "config_to_json",
-    "format_validation_error",
     "load_config",
-    "merge_defaults",
     "parse_config",
     "parse_data_configs",
-    "parse_json_text",
-    "parse_set_value",
-    "read_config_document",
-    "read_merged_config",
-    "validate_generation_kwargs",
 ]
 
 MAX_SEED = 2**32 - 1
@@ -94,24 +69,6 @@ more, but a seed that fails at numpy would fail the run after the weights load).
 Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
-
-
-# -- generation_kwargs (the part that needs no model): the rule book lives in gencache.generation.settings ----
-def validate_generation_kwargs(kwargs: Mapping[str, Any]) -> None:
-    """Check the part of ``model.generation_kwargs`` that needs no model.
-
-    Logit and score fields are rejected with :data:`NO_LOGITS_MESSAGE`; ``max_new_tokens``, when present and not
-    null, must be a positive int (``true`` is not an int); common sampling, beam and token-id settings must have
-    sensible types and ranges; every value must be JSON. Whether ``max_new_tokens`` is set at all is decided on the
-    effective generation config (teacher's ``generation_config.json`` included) by the generation module.
-
-    Raises :class:`ConfigError` naming ``model.generation_kwargs.<field>``.
-    """
-    if not isinstance(kwargs, Mapping):
-        raise ConfigError(f"model.generation_kwargs: must be an object, not {_type_name(kwargs)}")
-    problems = generation_problems(kwargs)
-    if problems:
-        raise ConfigError(_join([(("model", "generation_kwargs", *loc), msg) for loc, msg in problems], None))
 
 
 def _logit_fields_check(data: Any) -> Any:
@@ -205,25 +162,10 @@ def _registry_problem(kind: str, name: str, known: Sequence[str]) -> str:
     return f"unknown {kind} {name!r} ({hint}known: {', '.join(sorted(known))})"
 
 
-def _known_datasets() -> list[str]:
-    from gencache.data.recipes import DATASETS
-
-    return list(DATASETS)
+KwargsT = TypeVar("KwargsT", bound=KwargsModel)
 
 
-def _known_templates() -> list[str]:
-    from gencache.data.prompts import TEMPLATES
-
-    return list(TEMPLATES)
-
-
-def _kwargs_through(model: type[BaseModel], value: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """Validate ``value`` with ``model`` and return its effective JSON dump, or raise a nested error."""
-    dumped: dict[str, Any] = validate_nested(model, value, what).model_dump(mode="json")
-    return dumped
-
-
-def _kwargs_of(value: Any, model: type[KwargsModel], what: str) -> KwargsModel:
+def _kwargs_of(value: Any, model: type[KwargsT], what: str) -> KwargsT:
     """A data config's ``data_kwargs`` or ``template_kwargs``: a JSON object validated with the dataset's or
     template's model (an instance of that model passes as it is)."""
     if isinstance(value, model):
@@ -237,13 +179,20 @@ def _kwargs_of(value: Any, model: type[KwargsModel], what: str) -> KwargsModel:
 
 # A validated kwargs model, serialised with its own fields; the model is chosen by the sibling name field, so the
 # schema here is an object and configdoc adds the per-dataset and per-template schemas.
-DataKwargs: TypeAlias = Annotated[
+DataKwargsField: TypeAlias = Annotated[
     SerializeAsAny[KwargsModel],
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Data Kwargs"}),
 ]
-TemplateKwargs: TypeAlias = Annotated[
-    SerializeAsAny[KwargsModel],
+TemplateKwargsField: TypeAlias = Annotated[
+    SerializeAsAny[TemplateKwargs],
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Template Kwargs"}),
+]
+
+
+# The chosen engine's validated options model, serialised with its own fields (configdoc adds the per-engine schemas).
+EngineOptionsField: TypeAlias = Annotated[
+    SerializeAsAny[EngineOptions],
+    WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Engine Options"}),
 ]
 
 
@@ -270,7 +219,7 @@ class DataConfig(_Strict):
         "dataset (files named by split, optionally under a subset folder), or a single JSON/JSONL/parquet "
         "file. Relative paths are relative to the working directory.",
     )
-    data_kwargs: DataKwargs = Field(
+    data_kwargs: DataKwargsField = Field(
         default_factory=dict,
         validate_default=True,
         description="Per-dataset options (tables below); unknown keys are errors. After validation: the "
@@ -281,7 +230,7 @@ class DataConfig(_Strict):
         min_length=1,
         description="Prompt template: default, tokenizer_chat, llama_chat or qwen_3_chat.",
     )
-    template_kwargs: TemplateKwargs = Field(
+    template_kwargs: TemplateKwargsField = Field(
         default_factory=dict,
         validate_default=True,
         description="Per-template options (tables below); unknown keys are errors. After validation: the "
@@ -291,7 +240,7 @@ class DataConfig(_Strict):
     @field_validator("dataset_name")
     @classmethod
     def _dataset_known(cls, value: str) -> str:
-        known = _known_datasets()
+        known = dataset_names()
         if value not in known:
             raise ValueError(_registry_problem("dataset", value, known))
         return value
@@ -299,7 +248,7 @@ class DataConfig(_Strict):
     @field_validator("template")
     @classmethod
     def _template_known(cls, value: str) -> str:
-        known = _known_templates()
+        known = template_names()
         if value not in known:
             raise ValueError(_registry_problem("template", value, known))
         return value
@@ -310,19 +259,17 @@ class DataConfig(_Strict):
         name = info.data.get("dataset_name")
         if name is None:  # dataset_name itself failed; that error is reported instead
             return KwargsModel()
-        from gencache.data.recipes import get_recipe
-
-        return _kwargs_of(value, get_recipe(name).kwargs_model, f"data_kwargs key for dataset {name!r}")
+        # A plug-in that cannot be loaded raises its own one-line DatasetError through validation, as it is.
+        model = dataset_kwargs_model(name)
+        return _kwargs_of(value, model, f"data_kwargs key for dataset {name!r}")
 
     @field_validator("template_kwargs", mode="before")
     @classmethod
-    def _template_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
+    def _template_kwargs(cls, value: Any, info: ValidationInfo) -> TemplateKwargs:
         name = info.data.get("template")
         if name is None:
-            return KwargsModel()
-        from gencache.data.prompts import get_template
-
-        return _kwargs_of(value, get_template(name).kwargs_model, f"template_kwargs key for template {name!r}")
+            return TemplateKwargs()
+        return _kwargs_of(value, template_kwargs_model(name), f"template_kwargs key for template {name!r}")
 
 
 class CacheConfig(_Strict):
@@ -343,8 +290,9 @@ class CacheConfig(_Strict):
         '"transformers-continuous" (transformers\' continuous batching, paged KV cache) or "vllm" (optional, CUDA). '
         "See docs/engines.md.",
     )
-    engine_options: dict[str, Any] = Field(
+    engine_options: EngineOptionsField = Field(
         default_factory=dict,
+        validate_default=True,
         description="Options of the chosen engine (strict; see the engine_options tables). After validation they "
         "hold the effective values, defaults included.",
     )
@@ -360,19 +308,20 @@ class CacheConfig(_Strict):
         "as a dangling symlink.",
     )
 
-    @model_validator(mode="after")
-    def _engine_options(self) -> CacheConfig:
-        from gencache.generation.options import ENGINE_OPTIONS
-
-        try:
-            effective = _kwargs_through(
-                ENGINE_OPTIONS[self.engine], self.engine_options, f"option of engine {self.engine!r}"
-            )
-        except PydanticCustomError as exc:
-            problems = [(("engine_options", *loc), msg) for loc, msg in (exc.context or {}).get("problems", ())]
-            raise _nested_error(problems) from None
-        object.__setattr__(self, "engine_options", effective)
-        return self
+    @field_validator("engine_options", mode="before")
+    @classmethod
+    def _engine_options(cls, value: Any, info: ValidationInfo) -> EngineOptions:
+        name = info.data.get("engine")
+        if name is None:  # engine itself failed; that error is reported instead
+            return EngineOptions()
+        model = ENGINE_OPTIONS[name]
+        if isinstance(value, model):
+            return value
+        if isinstance(value, EngineOptions):
+            value = value.model_dump(mode="json")
+        if not isinstance(value, dict):
+            raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+        return validate_nested(model, value, f"option of engine {name!r}")
 
     @field_validator("cache_device", mode="before")
     @classmethod

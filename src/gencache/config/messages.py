@@ -9,17 +9,16 @@ raises :func:`nested_error` so its problems keep their full paths.
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from gencache.generation.settings import LOGIT_FIELDS, NO_LOGITS_MESSAGE
+from gencache.config.describe import not_value, show, type_name
+from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 _NESTED = "gencache_nested"
-_MAX_REPR = 60
 
 Loc: TypeAlias = tuple[str | int, ...]
 Problem: TypeAlias = tuple[Loc, str]
@@ -49,40 +48,6 @@ def _format_loc(loc: Sequence[str | int]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
-
-
-def show(value: Any) -> str:
-    """A short JSON-ish rendering of a bad value for an error message."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    if len(text) > _MAX_REPR:
-        text = text[: _MAX_REPR - 3] + "..."
-    return text
-
-
-def _not(value: Any) -> str:
-    """``not <kind> (got <value>)``, or ``not null``."""
-    return "not null" if value is None else f"not {type_name(value)} (got {show(value)})"
-
-
-def type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return type(value).__name__
 
 
 def _allowed_fields(model: type[BaseModel] | None, loc: Loc) -> list[str] | None:
@@ -136,17 +101,17 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
     if kind == "extra_forbidden":
         return [(loc, _unknown_field_message(loc[-1] if loc else "", _allowed_fields(model, loc)))]
     if kind in {"int_type", "int_parsing", "int_from_float"}:
-        return [(loc, f"must be an integer, {_not(value)}")]
+        return [(loc, f"must be an integer, {not_value(value)}")]
     if kind in {"string_type"}:
-        return [(loc, f"must be a string, {_not(value)}")]
+        return [(loc, f"must be a string, {not_value(value)}")]
     if kind in {"bool_type", "bool_parsing"}:
-        return [(loc, f"must be true or false, {_not(value)}")]
+        return [(loc, f"must be true or false, {not_value(value)}")]
     if kind in {"dict_type", "model_type", "model_attributes_type", "mapping_type"}:
-        return [(loc, f"must be an object, {_not(value)}")]
+        return [(loc, f"must be an object, {not_value(value)}")]
     if kind == "list_type":
-        return [(loc, f"must be a list, {_not(value)}")]
+        return [(loc, f"must be a list, {not_value(value)}")]
     if kind in {"float_type", "float_parsing"}:
-        return [(loc, f"must be a number, {_not(value)}")]
+        return [(loc, f"must be a number, {not_value(value)}")]
     if kind == "string_too_short":
         return [(loc, "must be a non-empty string")]
     if kind == "too_short":

@@ -12,19 +12,16 @@ This module imports neither torch nor transformers.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from gencache.canonical import is_finite_number, is_int
+from gencache.config.describe import not_value, show
+from gencache.config.engines import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM
 
 __all__ = [
-    "ALL_ENGINES",
-    "ENGINE_CONTINUOUS",
-    "ENGINE_STATIC",
-    "ENGINE_VLLM",
     "FIELD",
     "GENERATION_FORBIDDEN",
     "GENERATION_KWARG_RULES",
@@ -44,15 +41,9 @@ __all__ = [
 
 FIELD = "model.generation_kwargs"
 
-#: Engine names (the top-level ``engine`` field of a config).
-ENGINE_STATIC = "transformers"
-ENGINE_CONTINUOUS = "transformers-continuous"
-ENGINE_VLLM = "vllm"
-ALL_ENGINES: tuple[str, ...] = (ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM)
-
 NO_LOGITS_MESSAGE = (
     "format 3 never collects or stores logits or scores; KL training computes teacher logits online. "
-    "Delete this field from the config (the reference's _default.json files shipped `store_logits: true`)"
+    "Delete this field from the config (the SemPIC research code's _default.json files shipped `store_logits: true`)"
 )
 
 # Fields that ask generation to return or store logits, scores or other per-step tensors. They are rejected
@@ -74,33 +65,6 @@ LOGIT_FIELDS: frozenset[str] = frozenset(
 
 Loc: TypeAlias = tuple[str | int, ...]
 Problem: TypeAlias = tuple[Loc, str]
-_MAX_REPR = 60
-
-
-def _show(value: Any) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
-
-
-def _not(value: Any) -> str:
-    if value is None:
-        return "not null"
-    if isinstance(value, bool):
-        kind = "a boolean"
-    elif isinstance(value, str):
-        kind = "a string"
-    elif isinstance(value, (int, float)):
-        kind = "a number"
-    elif isinstance(value, (list, tuple)):
-        kind = "a list"
-    elif isinstance(value, Mapping):
-        kind = "an object"
-    else:
-        kind = type(value).__name__
-    return f"not {kind} (got {_show(value)})"
 
 
 # -- value checks: None when the value is acceptable, else what is wrong --------------------------------------
@@ -108,45 +72,47 @@ def _positive_int(value: Any) -> str | None:
     if is_int(value) and value >= 1:
         return None
     return (
-        f"must be a positive integer (got {value})" if is_int(value) else f"must be a positive integer, {_not(value)}"
+        f"must be a positive integer (got {value})"
+        if is_int(value)
+        else f"must be a positive integer, {not_value(value)}"
     )
 
 
 def _non_negative_int(value: Any) -> str | None:
     if is_int(value) and value >= 0:
         return None
-    return f"must be an integer >= 0 (got {value})" if is_int(value) else f"must be an integer >= 0, {_not(value)}"
+    return f"must be an integer >= 0 (got {value})" if is_int(value) else f"must be an integer >= 0, {not_value(value)}"
 
 
 def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"must be true or false, {_not(value)}"
+    return None if isinstance(value, bool) else f"must be true or false, {not_value(value)}"
 
 
 def _positive_number(value: Any) -> str | None:
-    return None if is_finite_number(value) and value > 0 else f"must be a number > 0 (got {_show(value)})"
+    return None if is_finite_number(value) and value > 0 else f"must be a number > 0 (got {show(value)})"
 
 
 def _number(value: Any) -> str | None:
-    return None if is_finite_number(value) else f"must be a finite number (got {_show(value)})"
+    return None if is_finite_number(value) else f"must be a finite number (got {show(value)})"
 
 
 def _probability(value: Any) -> str | None:
     ok = is_finite_number(value) and 0 <= value <= 1
-    return None if ok else f"must be a number between 0 and 1 (got {_show(value)})"
+    return None if ok else f"must be a number between 0 and 1 (got {show(value)})"
 
 
 def _open_probability(value: Any) -> str | None:
     ok = is_finite_number(value) and 0 < value <= 1
-    return None if ok else f"must be a number greater than 0 and at most 1 (got {_show(value)})"
+    return None if ok else f"must be a number greater than 0 and at most 1 (got {show(value)})"
 
 
 def _cutoff(value: Any) -> str | None:
     ok = is_finite_number(value) and 0 <= value < 1
-    return None if ok else f"must be a number >= 0 and below 1 (got {_show(value)})"
+    return None if ok else f"must be a number >= 0 and below 1 (got {show(value)})"
 
 
 def _token_id(value: Any) -> str | None:
-    return None if is_int(value) and value >= 0 else f"must be a token id (an integer >= 0), {_not(value)}"
+    return None if is_int(value) and value >= 0 else f"must be a token id (an integer >= 0), {not_value(value)}"
 
 
 def _token_ids(value: Any) -> str | None:
@@ -154,7 +120,7 @@ def _token_ids(value: Any) -> str | None:
         return None
     if isinstance(value, list) and value and all(is_int(v) and v >= 0 for v in value):
         return None
-    return f"must be a token id or a non-empty list of token ids (got {_show(value)})"
+    return f"must be a token id or a non-empty list of token ids (got {show(value)})"
 
 
 def _eos_ids(value: Any) -> str | None:
@@ -162,13 +128,13 @@ def _eos_ids(value: Any) -> str | None:
         return None
     if isinstance(value, list) and all(is_int(v) and v >= 0 for v in value):
         return None
-    return f"must be a token id or a list of token ids (got {_show(value)})"
+    return f"must be a token id or a list of token ids (got {show(value)})"
 
 
 def _token_id_list(value: Any) -> str | None:
     if isinstance(value, list) and all(is_int(v) and v >= 0 for v in value):
         return None
-    return f"must be a list of token ids (got {_show(value)})"
+    return f"must be a list of token ids (got {show(value)})"
 
 
 def _stop_strings(value: Any) -> str | None:
@@ -176,18 +142,18 @@ def _stop_strings(value: Any) -> str | None:
         return None
     if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
         return None
-    return f"must be a non-empty string or a non-empty list of non-empty strings (got {_show(value)})"
+    return f"must be a non-empty string or a non-empty list of non-empty strings (got {show(value)})"
 
 
 def _early_stopping(value: Any) -> str | None:
     return (
-        None if isinstance(value, bool) or value == "never" else f'must be true, false or "never" (got {_show(value)})'
+        None if isinstance(value, bool) or value == "never" else f'must be true, false or "never" (got {show(value)})'
     )
 
 
 def _cache_implementation(value: Any) -> str | None:
     if not isinstance(value, str):
-        return f"must be a string, {_not(value)}"
+        return f"must be a string, {not_value(value)}"
     if value == "paged":
         return 'must not be "paged": continuous batching is chosen with the top-level engine field'
     return None
@@ -371,7 +337,7 @@ def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapp
         if neutral is not NO_NEUTRAL and value == neutral:
             continue
         lines.append(
-            f'engine "{engine}" cannot honour {FIELD}.{key} = {_show(value)} exactly; remove it, or use engine '
+            f'engine "{engine}" cannot honour {FIELD}.{key} = {show(value)} exactly; remove it, or use engine '
             f"{_engines_text(engines)}, which honours it."
         )
     return lines

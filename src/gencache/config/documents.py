@@ -1,6 +1,6 @@
 """Reading config documents: the one strict JSON reader for config files, ``_default.json`` and ``--set`` values,
 and the ``_default.json`` merge. Pure apart from reading the files it is given; no pydantic, no validation of
-fields (that is :mod:`gencache.data.config`).
+fields (that is :mod:`gencache.config.models`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.data._config_errors import type_name as _type_name
+from gencache.config.describe import type_name as _type_name
 from gencache.errors import ConfigError
 
 DEFAULTS_FILENAME = "_default.json"

@@ -1,0 +1,68 @@
+"""Every input rule in one package: reading a config document, the ``_default.json`` merge, the models, the
+generation rule book, each engine's options, each dataset's and template's kwargs, the messages, and the one
+local-path rule.
+
+Nothing here imports torch, transformers or datasets, reads a dataset or loads a model; the layers above receive
+validated models and never validate a dict again::
+
+    from gencache.config import load_config
+
+    config = load_config("configs/run.json")      # ConfigError: one line naming the file and every bad field
+    config.data_configs[0].data_kwargs            # the dataset's validated kwargs model, defaults included
+    config.engine_options                         # the chosen engine's validated options model
+
+Modules: ``documents`` (the one strict reader of JSON documents and the merge), ``models`` (the pydantic models and
+loading), ``generation`` (the rule book of generation settings), ``engines`` (engine names and options),
+``datasets`` and ``templates`` (kwargs models), ``catalog`` (which datasets and templates exist, plug-ins
+included), ``messages`` and ``describe`` (how errors read), ``paths`` (path or hub id), ``kwargs`` (their base).
+"""
+
+from __future__ import annotations
+
+from gencache.config.documents import (
+    DEFAULTS_FILENAME,
+    MAX_JSON_DEPTH,
+    merge_defaults,
+    parse_json_text,
+    parse_set_value,
+    read_config_document,
+    read_merged_config,
+)
+from gencache.config.engines import ALL_ENGINES, ENGINE_OPTIONS, EngineOptions
+from gencache.config.kwargs import KwargsModel
+from gencache.config.messages import format_validation_error
+from gencache.config.models import (
+    MAX_SEED,
+    CacheConfig,
+    DataConfig,
+    ModelConfig,
+    config_to_json,
+    load_config,
+    parse_config,
+    parse_data_configs,
+)
+from gencache.config.paths import looks_like_path
+
+__all__ = [
+    "ALL_ENGINES",
+    "DEFAULTS_FILENAME",
+    "ENGINE_OPTIONS",
+    "MAX_JSON_DEPTH",
+    "MAX_SEED",
+    "CacheConfig",
+    "DataConfig",
+    "EngineOptions",
+    "KwargsModel",
+    "ModelConfig",
+    "config_to_json",
+    "format_validation_error",
+    "load_config",
+    "looks_like_path",
+    "merge_defaults",
+    "parse_config",
+    "parse_data_configs",
+    "parse_json_text",
+    "parse_set_value",
+    "read_config_document",
+    "read_merged_config",
+]

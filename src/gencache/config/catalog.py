@@ -1,0 +1,154 @@
+"""Which datasets and templates a config may name, and the kwargs model each one validates with.
+
+The built-in datasets and templates are tables of this package (:data:`~gencache.config.datasets.DATASET_KWARGS`,
+:data:`~gencache.config.templates.TEMPLATE_KWARGS`). Other packages add datasets through the ``gencache.recipes``
+entry point group: its entry point's name is the ``dataset_name``, its object a recipe (an instance, a recipe class
+instantiated without arguments, or a callable returning one) whose ``kwargs_model`` is a :class:`KwargsModel`.
+Listing names imports no plug-in; looking one up imports it (:func:`load_entry_point`). How a recipe samples is the
+data package's business (``gencache.data.recipes``, which wraps the same loaded object).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from importlib import metadata
+from typing import Any
+
+from gencache.config.datasets import DATASET_KWARGS
+from gencache.config.kwargs import KwargsModel
+from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
+from gencache.errors import ConfigError, DatasetError, first_line
+
+__all__ = [
+    "GROUP",
+    "dataset_kwargs_model",
+    "dataset_names",
+    "describe",
+    "entry_point",
+    "load_entry_point",
+    "not_a_recipe",
+    "plugin_names",
+    "template_kwargs_model",
+    "template_names",
+]
+
+GROUP = "gencache.recipes"
+
+
+@functools.lru_cache(maxsize=8)
+def _entry_points(state: tuple[tuple[str, int], ...]) -> tuple[metadata.EntryPoint, ...]:
+    """The group's entry points for one state of ``sys.path`` (see :func:`_current`)."""
+    return tuple(metadata.entry_points(group=GROUP))
+
+
+def _mtime(entry: str) -> int:
+    try:
+        return os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _current() -> tuple[metadata.EntryPoint, ...]:
+    """The group's entry points, scanned again whenever ``sys.path`` or one of its directories changed (an
+    installation adds a ``.dist-info`` directory, which changes its parent's modification time)."""
+    return _entry_points(tuple((entry, _mtime(entry)) for entry in sys.path))
+
+
+def plugin_names() -> list[str]:
+    """Names of the installed recipe plug-ins, sorted (nothing is imported)."""
+    return sorted({ep.name for ep in _current()})
+
+
+def entry_point(name: str) -> metadata.EntryPoint | None:
+    """The entry point registering ``name`` (the first one found on ``sys.path``), or None."""
+    for ep in _current():
+        if ep.name == name:
+            return ep
+    return None
+
+
+def describe(ep: metadata.EntryPoint) -> str:
+    """``recipe plug-in 'name' (entry point name = module:attr of dist version)``."""
+    dist = getattr(ep, "dist", None)
+    owner = f" of {dist.name} {dist.version}" if dist is not None else ""
+    return f"recipe plug-in {ep.name!r} (entry point {ep.name} = {ep.value}{owner})"
+
+
+def not_a_recipe(label: str, target: Any) -> DatasetError:
+    """The error for an entry point whose object is no recipe."""
+    return DatasetError(
+        f"{label} is a {type(target).__name__}, not a gencache DatasetRecipe (an instance, a subclass or a "
+        "callable returning one); point the entry point at the recipe."
+    )
+
+
+def load_entry_point(ep: metadata.EntryPoint) -> Any:
+    """Import the object behind ``ep`` and make it a recipe instance (calling a class or factory); one
+    :class:`DatasetError` naming the plug-in when that fails, when it has no ``kwargs_model`` or when its name is
+    not the entry point's."""
+    label = describe(ep)
+    try:
+        target = ep.load()
+    except Exception as exc:  # whatever the plug-in's import raises: one line naming it
+        raise DatasetError(
+            f"{label} failed to import: {type(exc).__name__}: {first_line(exc)}; fix or uninstall the plug-in."
+        ) from None
+    if isinstance(target, type) or (callable(target) and not hasattr(target, "kwargs_model")):
+        try:
+            target = target()
+        except Exception as exc:
+            raise DatasetError(
+                f"{label} failed to build its recipe: {type(exc).__name__}: {first_line(exc)}."
+            ) from None
+    model = getattr(target, "kwargs_model", None)
+    if not (isinstance(model, type) and issubclass(model, KwargsModel)):
+        raise not_a_recipe(label, target)
+    if getattr(target, "name", None) != ep.name:
+        raise DatasetError(
+            f"{label}: its recipe is named {getattr(target, 'name', None)!r}; the recipe's name and the entry "
+            "point's name must be the same."
+        )
+    return target
+
+
+def dataset_names() -> list[str]:
+    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted)."""
+    return [*DATASET_KWARGS, *(name for name in plugin_names() if name not in DATASET_KWARGS)]
+
+
+def _unknown(kind: str, name: str, known: list[str]) -> ConfigError:
+    return ConfigError(f"Unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}.")
+
+
+def dataset_kwargs_model(name: str) -> type[KwargsModel]:
+    """The ``data_kwargs`` model of dataset ``name``: a built-in's, or a plug-in's (imported now).
+
+    A :class:`ConfigError` naming the known datasets when there is none; a :class:`DatasetError` naming the
+    plug-in when it cannot be loaded or when it reuses a built-in's name."""
+    ep = entry_point(name) if isinstance(name, str) else None
+    if name in DATASET_KWARGS:
+        if ep is not None:
+            raise DatasetError(
+                f"{describe(ep)} uses the name of the built-in dataset {name!r}; a plug-in cannot replace a "
+                "built-in, rename its entry point."
+            )
+        return DATASET_KWARGS[name]
+    if ep is None:
+        raise _unknown("dataset", name, dataset_names())
+    model: type[KwargsModel] = load_entry_point(ep).kwargs_model
+    return model
+
+
+def template_names() -> list[str]:
+    """Every template a config may name."""
+    return list(TEMPLATE_KWARGS)
+
+
+def template_kwargs_model(name: str) -> type[TemplateKwargs]:
+    """The ``template_kwargs`` model of template ``name``; a :class:`ConfigError` naming the known ones otherwise."""
+    model = TEMPLATE_KWARGS.get(name) if isinstance(name, str) else None
+    if model is None:
+        raise _unknown("template", name, template_names())
+    return model

@@ -1,0 +1,207 @@
+"""The ``data_kwargs`` of every built-in dataset: strict pydantic models, one per recipe (no I/O).
+
+A data config validates its ``data_kwargs`` with the model of its ``dataset_name`` (:data:`DATASET_KWARGS`, or a
+plug-in's own model, see :mod:`gencache.config.catalog`) and keeps the validated instance; the recipe receives
+it as it is. Each model's fields, defaults and descriptions are what docs/config.md lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, get_args
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+
+from gencache.config.kwargs import KwargsModel
+
+
+def column_list(value: str | Sequence[str] | None) -> list[str]:
+    """The column names a ``data_kwargs`` field gives: none, one, or several in order."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+class BiographyKwargs(KwargsModel):
+    """``data_kwargs`` of ``biography``."""
+
+    question_type: Literal["completion", "QA"] = Field(
+        default="completion",
+        description="completion: '## ' + a sentence prefix; QA: a templated question plus an answer-only cue.",
+    )
+    cache_dataset: StrictBool = Field(
+        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
+    )
+
+
+Difficulty = Literal["easy", "medium", "hard"]
+
+
+def _hard_only() -> list[Difficulty]:
+    return ["hard"]
+
+
+class HotpotQAKwargs(KwargsModel):
+    """``data_kwargs`` of ``hotpot_qa``."""
+
+    add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
+    add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
+    difficulty: list[Difficulty] = Field(
+        default_factory=_hard_only,
+        min_length=1,
+        description="Levels to keep (a non-empty list of easy, medium, hard).",
+    )
+
+
+class MuSiQueKwargs(KwargsModel):
+    """``data_kwargs`` of ``musique``."""
+
+    add_inst: StrictBool = Field(default=True, description="Wrap the question in the instruction.")
+    add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence and answer format.")
+    cache_dataset: StrictBool = Field(
+        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
+    )
+
+
+RulerTask = Literal[
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+    "cwe",
+    "fwe",
+    "qa_1",
+    "qa_2",
+]
+
+
+RULER_TASKS: tuple[str, ...] = get_args(RulerTask)
+
+
+class NIAHKwargs(KwargsModel):
+    """``data_kwargs`` of ``niah``."""
+
+    chunk_size: StrictInt = Field(default=4096, ge=1, description="Largest prompt chunk, in characters.")
+    max_len: StrictInt = Field(
+        default=-1, ge=-1, description="Skip contexts longer than this many teacher tokens; -1: no limit."
+    )
+    tasks: list[RulerTask] | None = Field(
+        default=None, min_length=1, description="RULER tasks to keep (the 'task' column); null: all tasks."
+    )
+    cache_dataset: StrictBool = Field(
+        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
+    )
+
+
+Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None
+
+
+class TableKwargs(KwargsModel):
+    """``data_kwargs`` of ``table``."""
+
+    query: StrictStr = Field(default="question", min_length=1, description="Column holding the query (a string).")
+    documents: StrictStr | list[StrictStr] | None = Field(
+        default=None,
+        description="Column(s) holding the documents, in order: each value is a string, a list of strings or a "
+        "list of objects with a document_field; null: no documents.",
+    )
+    document_field: StrictStr = Field(
+        default="text", min_length=1, description="The text field of documents given as objects."
+    )
+    answer: StrictStr | None = Field(
+        default="answer",
+        description="Column holding the gold answer (a string); null: none (then num_shots must be 0).",
+    )
+    task: list[StrictStr] = Field(
+        default_factory=list,
+        description="Columns copied into the key's task fields, {column: value}: what the answer depends on "
+        "besides the documents and the query.",
+    )
+    instruction: StrictStr = Field(
+        default="", description="Text before the query in the prompt, followed by a newline; not part of the key."
+    )
+    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
+        default_factory=dict,
+        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
+    )
+    shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
+
+    @field_validator("documents")
+    @classmethod
+    def _documents(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and not value:
+            raise ValueError("must name at least one column (or be null for no documents)")
+        return value
+
+    def document_columns(self) -> list[str]:
+        """The document columns, in order."""
+        return column_list(self.documents)
+
+
+HISTORY = "history"
+
+
+class ChatKwargs(KwargsModel):
+    """``data_kwargs`` of ``chat``."""
+
+    messages: StrictStr = Field(
+        default="messages", min_length=1, description="Column holding the conversation (a list of {role, content})."
+    )
+    documents: StrictStr | list[StrictStr] | None = Field(
+        default=None,
+        description="Column(s) holding documents shown in the final user turn before its content; null: none.",
+    )
+    document_field: StrictStr = Field(
+        default="text", min_length=1, description="The text field of documents given as objects."
+    )
+    task: list[StrictStr] = Field(
+        default_factory=list, description="Columns copied into the key's task fields besides history."
+    )
+    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
+        default_factory=dict,
+        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
+    )
+    shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, value: list[str]) -> list[str]:
+        if HISTORY in value:
+            raise ValueError(f"{HISTORY!r} is the key's conversation field; rename that column")
+        return value
+
+    def document_columns(self) -> list[str]:
+        """The document columns, in order."""
+        return column_list(self.documents)
+
+
+#: The ``data_kwargs`` model of every built-in dataset, by ``dataset_name``.
+DATASET_KWARGS: dict[str, type[KwargsModel]] = {
+    "biography": BiographyKwargs,
+    "hotpot_qa": HotpotQAKwargs,
+    "musique": MuSiQueKwargs,
+    "niah": NIAHKwargs,
+    "table": TableKwargs,
+    "chat": ChatKwargs,
+}
+
+__all__ = [
+    "DATASET_KWARGS",
+    "HISTORY",
+    "RULER_TASKS",
+    "BiographyKwargs",
+    "ChatKwargs",
+    "Difficulty",
+    "HotpotQAKwargs",
+    "MuSiQueKwargs",
+    "NIAHKwargs",
+    "RulerTask",
+    "Scalar",
+    "TableKwargs",
+    "column_list",
+]

@@ -1,0 +1,41 @@
+"""A run's inputs are one complete value: preparing them raises the first problem or a missing value by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config_factory import config_dict
+from gencache.checks import Preflight, preflight
+from gencache.config import parse_config
+from gencache.errors import ConfigError, GenerationError
+
+
+def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
+    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), outputs=[tmp_path / "out"])
+    with pytest.raises(GenerationError) as info:
+        found.run_inputs()
+    message = str(info.value)
+    for name in ("device", "tokenizer", "generation", "engine", "samples", "output location", "header budget"):
+        assert name in message
+    assert message.endswith("unknown; nothing was loaded.")
+
+
+def test_the_first_problem_is_raised_as_it_is(tmp_path: Path) -> None:
+    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), outputs=[tmp_path / "out"])
+    first, second = ConfigError("first problem"), ConfigError("second problem")
+    found.errors += [first, second]
+    with pytest.raises(ConfigError) as info:
+        found.run_inputs()
+    assert info.value is first
+
+
+def test_the_checks_produce_complete_inputs(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = parse_config(config_dict(tmp_path, tiny_teacher_dir))
+    output = tmp_path / "out"
+    inputs = preflight(config, [output], None, {}).run_inputs()
+    assert inputs.device == "cpu" and inputs.rename_mode
+    assert len(inputs.samples.unique) == 4 and inputs.generation.max_new_tokens == 6
+    assert inputs.engine.name == "transformers" and set(inputs.capacity) == {output}
+    assert not output.exists()
