@@ -225,9 +225,7 @@ def _teacher_steps(run: _Runner, result: Preflight) -> None:
     run.step("vocabulary", vocabulary, needs=("tokenizer", "generation", "teacher config"))
 
 
-def _location_steps(
-    run: _Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None
-) -> None:
+def _location_steps(run: _Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
     """Paths, the output location, the device and where the model and tokenizer are."""
     from gencache.sharding import device_for_rank
 

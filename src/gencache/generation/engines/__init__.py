@@ -1,13 +1,14 @@
 """The engine seam: what every generation engine takes and yields, and the registry the pipeline picks from.
 
 An engine is created from an :class:`EngineContext` (the effective generation settings, the tokenizer, the
-teacher's location and the engine's options) *before any weights load*: creating it refuses whatever it cannot
-honour (:func:`create_engine`). :meth:`Engine.load_weights` then loads the weights, and :meth:`Engine.generate` takes the
-unique prompts ``(key, token ids)`` and yields one :class:`GeneratedEntry` per prompt, in any order. The writer, the
-keys, the format and the provenance do not depend on the engine; :meth:`Engine.describe` says what
-``resolved_config.json`` records about it.
+teacher's location and the engine's validated options) *before any weights load*: creating it refuses whatever it
+cannot honour (:func:`create_engine`). :meth:`Engine.load_weights` then loads the weights, and
+:meth:`Engine.generate` takes the unique prompts ``(key, token ids)`` and yields one :class:`GeneratedEntry` per
+prompt, in any order. The writer, the keys, the format and the provenance do not depend on the engine;
+:meth:`Engine.describe` says what ``resolved_config.json`` records about it.
 
-Importing this package imports neither torch nor an engine module; :func:`create_engine` imports the one chosen.
+Importing this package imports neither torch nor an engine module; :data:`ENGINES` maps each engine name to the
+function that imports its module and creates it, and :func:`create_engine` calls the one chosen.
 """
 
 from __future__ import annotations
