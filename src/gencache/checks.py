@@ -420,16 +420,4 @@ def preflight(
     return result
 
 
-__all__ = [
-    "Check",
-    "Preflight",
-    "RunInputs",
-    "check_context",
-    "check_device",
-    "check_model_location",
-    "check_output_location",
-    "check_utf8_paths",
-    "max_positions_of",
-    "preflight",
-    "read_teacher_config",
-]
+__all__ = ["Check", "Preflight", "RunInputs", "preflight"]

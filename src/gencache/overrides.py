@@ -105,7 +105,7 @@ def load_with_overrides(path: str | os.PathLike[str], overrides: Overrides) -> C
     if overrides.limit is not None and (isinstance(overrides.limit, bool) or overrides.limit < 1):
         raise ConfigError(f"--limit must be a positive number of samples, got {overrides.limit}.")
     if overrides.output_dir is not None:
-        from gencache.checks import check_utf8_paths
+        from gencache.run_checks import check_utf8_paths
 
         check_utf8_paths({"--output-dir path": overrides.output_dir})
     raw, origin = read_merged_config(Path(path))

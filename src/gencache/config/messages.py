@@ -15,7 +15,7 @@ from typing import Any, TypeAlias, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from gencache.config.describe import not_value, show, type_name
+from gencache.config.describe import not_value, show
 from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 _NESTED = "gencache_nested"
@@ -200,7 +200,5 @@ __all__ = [
     "format_validation_error",
     "join_problems",
     "nested_error",
-    "show",
-    "type_name",
     "validate_nested",
 ]

@@ -1,4 +1,4 @@
-"""The generation-cache config: pydantic models, the ``_default.json`` merge, and one-line error messages.
+"""The generation-cache config: the pydantic models and loading (reading and merging is :mod:`.documents`).
 
 A config is one JSON object (every field is described in docs/config.md)::
 
@@ -7,12 +7,12 @@ A config is one JSON object (every field is described in docs/config.md)::
 
 Every model forbids unknown keys, ints are strict (``true`` is not an int, ``1.0`` is not an int) and every error
 names the path of the offending field, e.g. ``data_configs[1].data_kwargs.difficulty``. ``data_kwargs`` and
-``template_kwargs`` are validated through the dataset recipe's and the template's own models; after validation
-they hold the *effective* values, defaults included, as plain JSON, so ``config_to_json`` reproduces exactly the
-samples a run used.
+``template_kwargs`` are validated with the dataset's and the template's own models (:mod:`.catalog` finds them)
+and kept as those validated models, ``engine_options`` as the chosen engine's; ``config_to_json`` dumps their
+*effective* values, defaults included, so it reproduces exactly the samples a run used.
 
-This module imports neither torch, transformers nor datasets; the dataset and template registries are imported
-when a data config is validated.
+This module imports neither torch, transformers nor datasets; a plug-in dataset's module is imported when a data
+config naming it is validated.
 """
 
 from __future__ import annotations

@@ -1,0 +1,64 @@
+"""Every input rule is validated once, in gencache.config, and the layers above take only validated models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config_factory import config_dict
+from gencache.config import config_to_json, parse_config
+from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model
+from gencache.config.datasets import DATASET_KWARGS
+from gencache.config.engines import ContinuousOptions, StaticOptions
+from gencache.config.templates import TEMPLATE_KWARGS
+from gencache.data.prompts import TEMPLATES
+from gencache.data.recipes import BUILTIN_DATASETS
+from gencache.errors import ConfigError
+from gencache.generation.engines import EngineContext, create_engine
+from generation_helpers import resolve
+
+
+def test_engine_options_are_the_chosen_engines_validated_model(tmp_path: Path) -> None:
+    config = parse_config(
+        config_dict(tmp_path, "org/teacher", engine="transformers-continuous", engine_options={"page_size": 16})
+    )
+    assert isinstance(config.engine_options, ContinuousOptions) and config.engine_options.page_size == 16
+    recorded = config_to_json(config)["engine_options"]
+    assert recorded == ContinuousOptions(page_size=16).model_dump(mode="json") and recorded["page_size"] == 16
+    assert parse_config(config_to_json(config)) == config
+    assert isinstance(parse_config(config_dict(tmp_path, "org/teacher")).engine_options, StaticOptions)
+
+
+def test_engine_options_of_another_engine_name_the_engine(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"engine_options\.page_size: unknown option of engine 'transformers'"):
+        parse_config(config_dict(tmp_path, "org/teacher", engine_options={"page_size": 16}))
+
+
+@pytest.mark.parametrize("options", [{"page_size": 16}, StaticOptions()])
+def test_an_engine_refuses_options_it_did_not_get_validated(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, options: Any
+) -> None:
+    context = EngineContext(
+        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2), tokenizer=tiny_tokenizer,
+        model_path=str(tiny_teacher_dir), dtype="float32", device="cpu", options=options,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="engine options must be a validated ContinuousOptions"):
+        create_engine("transformers-continuous", context)
+
+
+def test_every_built_in_dataset_and_template_has_its_kwargs_model_in_the_config_package() -> None:
+    assert list(BUILTIN_DATASETS) == list(DATASET_KWARGS) == dataset_names()[: len(DATASET_KWARGS)]
+    for name, recipe in BUILTIN_DATASETS.items():
+        assert recipe.kwargs_model is DATASET_KWARGS[name] is dataset_kwargs_model(name)
+    assert list(TEMPLATES) == list(TEMPLATE_KWARGS)
+    for name, spec in TEMPLATES.items():
+        assert spec.kwargs_model is template_kwargs_model(name)
+
+
+def test_an_unknown_dataset_or_template_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"Unknown dataset 'hotpot'; known datasets: .*hotpot_qa"):
+        dataset_kwargs_model("hotpot")
+    with pytest.raises(ConfigError, match=r"Unknown template 'qwen'; known templates: .*qwen_3_chat"):
+        template_kwargs_model("qwen")
