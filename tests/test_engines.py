@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gencache.cli import run as cli_run
-from gencache.config.engines import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM, ContinuousOptions
+from gencache.config.engines import ContinuousOptions
+from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.data.recipes import sample_source
 from gencache.errors import ConfigError, GenerationError
 from gencache.generation.effective import check_engine

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gencache.config.engines import ENGINE_CONTINUOUS
+from gencache.config.names import ENGINE_CONTINUOUS
 from gencache.errors import ConfigError, GencacheError, GenerationError
 from gencache.run_checks import (
     check_context,

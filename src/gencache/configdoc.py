@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from gencache.config import DEFAULTS_FILENAME, CacheConfig, DataConfig, ModelConfig, config_to_json, parse_config
-from gencache.config.engines import ALL_ENGINES, ENGINE_OPTIONS
+from gencache.config.engines import ENGINE_OPTIONS
 from gencache.config.generation import (
     GENERATION_FORBIDDEN,
     GENERATION_SETTINGS,
@@ -30,6 +30,7 @@ from gencache.config.generation import (
     NO_LOGITS_MESSAGE,
     NO_NEUTRAL,
 )
+from gencache.config.names import ALL_ENGINES
 from gencache.configschema import config_schema, factory_default
 
 __all__ = ["EXAMPLE_CONFIG", "config_schema", "main", "render_config_markdown", "write_docs"]

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.artifact.names import (
-    DTYPES,
     FINISH_REASONS,
     FORMAT_VERSION,
     PADDING_SIDES,
@@ -42,6 +41,7 @@ from gencache.artifact.records import (
 )
 from gencache.artifact.summary import check_summary
 from gencache.canonical import canonical_bytes, canonical_json, is_int, is_sha256_hex, json_digest
+from gencache.config.names import DTYPES
 from gencache.errors import FormatError
 from gencache.tokenizer import TOKENIZER_STATE_FIELDS, tokenizer_state
 

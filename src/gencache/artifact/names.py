@@ -39,7 +39,6 @@ LENGTH_PREFIX_BYTES = 8
 TOKEN_DTYPE = "I64"
 TOKEN_BYTES = 8
 FINISH_REASONS = ("eos", "stop_string", "length")
-DTYPES = ("bfloat16", "float16", "float32")
 PADDING_SIDES = ("left", "right")
 
 _SHARD_FIELDS = frozenset({"index", "count", "rule", "run_digest"})
@@ -120,7 +119,6 @@ def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, A
 
 __all__ = [
     "ARTIFACT_FILES",
-    "DTYPES",
     "FINISH_REASONS",
     "FORMAT_VERSION",
     "LENGTH_PREFIX_BYTES",

@@ -12,9 +12,10 @@ validated models and never validate a dict again::
     config.engine_options                         # the chosen engine's validated options model
 
 Modules: ``documents`` (the one strict reader of JSON documents and the merge), ``models`` (the pydantic models and
-loading), ``generation`` (the rule book of generation settings), ``engines`` (engine names and options),
-``datasets`` and ``templates`` (kwargs models), ``catalog`` (which datasets and templates exist, plug-ins
-included), ``messages`` and ``describe`` (how errors read), ``paths`` (path or hub id), ``kwargs`` (their base).
+loading), ``generation`` (the rule book of generation settings), ``engines`` (each engine's options), ``names``
+(the dtypes and engine names), ``datasets`` and ``templates`` (kwargs models), ``catalog`` (which datasets and
+templates exist, plug-ins included), ``messages`` and ``describe`` (how errors read), ``paths`` (path or hub id),
+``kwargs`` (their base).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gencache.config.documents import (
     read_config_document,
     read_merged_config,
 )
-from gencache.config.engines import ALL_ENGINES, ENGINE_OPTIONS, EngineOptions
+from gencache.config.engines import ENGINE_OPTIONS, EngineOptions
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error
 from gencache.config.models import (
@@ -41,11 +42,13 @@ from gencache.config.models import (
     parse_config,
     parse_data_configs,
 )
+from gencache.config.names import ALL_ENGINES, DTYPES
 from gencache.config.paths import looks_like_path
 
 __all__ = [
     "ALL_ENGINES",
     "DEFAULTS_FILENAME",
+    "DTYPES",
     "ENGINE_OPTIONS",
     "MAX_JSON_DEPTH",
     "MAX_SEED",

@@ -8,23 +8,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
+
 __all__ = [
-    "ALL_ENGINES",
-    "ENGINE_CONTINUOUS",
     "ENGINE_OPTIONS",
-    "ENGINE_STATIC",
-    "ENGINE_VLLM",
     "ContinuousOptions",
     "EngineOptions",
     "StaticOptions",
     "VllmOptions",
 ]
-
-#: Engine names (the top-level ``engine`` field of a config).
-ENGINE_STATIC = "transformers"
-ENGINE_CONTINUOUS = "transformers-continuous"
-ENGINE_VLLM = "vllm"
-ALL_ENGINES: tuple[str, ...] = (ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM)
 
 
 class EngineOptions(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 
 from gencache.canonical import is_finite_number, is_int
 from gencache.config.describe import not_value, show
-from gencache.config.engines import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM
+from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM
 
 __all__ = [
     "FIELD",

@@ -48,6 +48,7 @@ from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE, generati
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.messages import nested_error as _nested_error
+from gencache.config.names import Dtype, EngineName
 from gencache.config.templates import TemplateKwargs
 from gencache.errors import ConfigError
 
@@ -65,8 +66,6 @@ __all__ = [
 MAX_SEED = 2**32 - 1
 """The largest seed: numpy's range, which transformers' and vLLM's seeding hand on (torch and ``random`` take
 more, but a seed that fails at numpy would fail the run after the weights load)."""
-
-Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
 
@@ -284,7 +283,7 @@ class CacheConfig(_Strict):
     gen_batch_size: int = Field(
         default=1, ge=1, description='Prompts per generate call (longest first) of the "transformers" engine.'
     )
-    engine: Literal["transformers", "transformers-continuous", "vllm"] = Field(
+    engine: EngineName = Field(
         default="transformers",
         description='Generation engine: "transformers" (static length-sorted batches; honours every setting), '
         '"transformers-continuous" (transformers\' continuous batching, paged KV cache) or "vllm" (optional, CUDA). '

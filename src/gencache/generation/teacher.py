@@ -10,7 +10,7 @@ import platform
 import random
 from typing import TYPE_CHECKING, Any
 
-from gencache.artifact.names import DTYPES
+from gencache.config.names import DTYPES
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.tokenizer import prepare_tokenizer
 

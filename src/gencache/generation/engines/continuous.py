@@ -28,7 +28,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.engines import ENGINE_CONTINUOUS, ContinuousOptions
+from gencache.config.engines import ContinuousOptions
+from gencache.config.names import ENGINE_CONTINUOUS
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.engines import (

@@ -18,7 +18,8 @@ from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.canonical import is_int
-from gencache.config.engines import ENGINE_STATIC, StaticOptions
+from gencache.config.engines import StaticOptions
+from gencache.config.names import ENGINE_STATIC
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.engines import (

@@ -40,7 +40,8 @@ import platform
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.engines import ENGINE_VLLM, VllmOptions
+from gencache.config.engines import VllmOptions
+from gencache.config.names import ENGINE_VLLM
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import (

@@ -1,0 +1,28 @@
+"""The fixed choices a config names, each written once: the weights dtypes and the engines (pure constants).
+
+The config models type their fields with these literals; the artifact format checks a recorded dtype against
+:data:`DTYPES`, and the engine registry is keyed by :data:`ALL_ENGINES`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias, get_args
+
+__all__ = [
+    "ALL_ENGINES",
+    "DTYPES",
+    "ENGINE_CONTINUOUS",
+    "ENGINE_STATIC",
+    "ENGINE_VLLM",
+    "Dtype",
+    "EngineName",
+]
+
+#: The weights dtypes a teacher loads in (``model.dtype``), recorded in an artifact's provenance as this string.
+Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
+
+#: The engines a config may name (the top-level ``engine`` field).
+EngineName: TypeAlias = Literal["transformers", "transformers-continuous", "vllm"]
+ALL_ENGINES: tuple[str, ...] = get_args(EngineName)
+ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM = ALL_ENGINES
