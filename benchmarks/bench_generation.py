@@ -58,7 +58,7 @@ from longtail import (  # noqa: E402
     table,
 )
 
-Prompt = tuple[str, list[int]]
+KeyedPrompt = tuple[str, list[int]]
 
 #: Qwen3-8B's architecture (its config.json), used with random weights.
 QWEN3_8B_SHAPE: dict[str, Any] = {
@@ -87,10 +87,10 @@ def _quiet_transformers() -> None:
     hf.utils.logging.disable_progress_bar()
 
 
-def make_prompts(pool: Sequence[int], count: int, low: int, high: int, *, seed: int = 0) -> list[Prompt]:
+def make_prompts(pool: Sequence[int], count: int, low: int, high: int, *, seed: int = 0) -> list[KeyedPrompt]:
     """``count`` prompts of lengths drawn uniformly from ``[low, high]``, cut from ``pool`` at random offsets."""
     rng = random.Random(seed)
-    prompts: list[Prompt] = []
+    prompts: list[KeyedPrompt] = []
     for index in range(count):
         length = rng.randint(low, high)
         start = rng.randrange(0, max(1, len(pool) - length))
@@ -112,7 +112,7 @@ def _unsorted_pad_fraction(lengths: Sequence[int], batch_size: int) -> float:
 
 
 def batched(
-    model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt], batch_size: int
+    model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[KeyedPrompt], batch_size: int
 ) -> dict[str, list[int]]:
     """gencache's generator: unique prompts, length-sorted longest first, left padded, cut per recorded step."""
     return {
@@ -201,7 +201,7 @@ def cpu_benchmark(*, quick: bool) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # The long-tail workload
 # ---------------------------------------------------------------------------------------------------------------
-def _free_outputs(model: Any, tokenizer: Any, prompts: Sequence[Prompt], max_new_tokens: int, path: str) -> Any:
+def _free_outputs(model: Any, tokenizer: Any, prompts: Sequence[KeyedPrompt], max_new_tokens: int, path: str) -> Any:
     """The model's greedy outputs without EOS ids (static batches are exact in float32, and fast)."""
     free = resolve_generation(
         {"max_new_tokens": max_new_tokens, "eos_token_id": []}, model_path=path, revision=None, tokenizer=tokenizer
@@ -209,7 +209,7 @@ def _free_outputs(model: Any, tokenizer: Any, prompts: Sequence[Prompt], max_new
     return batched(model, tokenizer, free, prompts, 16)
 
 
-def _workload_lines(choice: Any, prompts: Sequence[Prompt], where: str) -> list[str]:
+def _workload_lines(choice: Any, prompts: Sequence[KeyedPrompt], where: str) -> list[str]:
     lengths = [len(ids) for _, ids in prompts]
     return [
         f"{len(prompts)} prompts of {min(lengths)}-{max(lengths)} tokens ({where}), greedy, max_new_tokens "
@@ -339,7 +339,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _vllm_run(
-    model_dir: Path, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt], concurrency: int
+    model_dir: Path, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[KeyedPrompt], concurrency: int
 ) -> EngineRun | str:
     """vLLM (dummy weights of the same shape) through the vllm engine's own settings and output mapping."""
     try:

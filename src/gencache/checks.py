@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gencache.config.names import ENGINE_CONTINUOUS
+from gencache.config.engines import ContinuousOptions
 from gencache.errors import ConfigError, GencacheError, GenerationError
 from gencache.run_checks import (
     check_context,
@@ -106,6 +106,7 @@ class Preflight:
         produced |= {"samples": samples, "output location": rename_mode}
         missing = [name for name, value in produced.items() if value is None]
         missing += [f"the header budget of {path}" for path in self.outputs if path not in self.capacity]
+        # the None tests repeat ``missing`` for the type checker
         if missing or device is None or generation is None or engine is None or samples is None or not rename_mode:
             raise GenerationError(f"The checks before the run left {', '.join(missing)} unknown; nothing was loaded.")
         return RunInputs(device, tokenizer, generation, engine, samples, dict(self.capacity), rename_mode)
@@ -149,7 +150,6 @@ def _largest_prompt_id(found: Preflight) -> str:
 def check_paged_cache(found: Preflight) -> str:
     """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
     prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
-    from gencache.config.engines import ContinuousOptions
     from gencache.generation.engines.continuous import size_paged_cache
 
     config, samples, generation = found.config, found.samples, found.generation
@@ -366,10 +366,8 @@ def _data_steps(
         run.step("context length", context)
         if result.vocab_size is not None:
             run.step("prompt ids", lambda: (None, _largest_prompt_id(result)))
-        if (
-            getattr(config.engine_options, "kv_cache_memory_gib", None) is not None
-            and config.engine == ENGINE_CONTINUOUS
-        ):
+        options = config.engine_options
+        if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
             run.step("paged cache", lambda: (None, check_paged_cache(result)), needs=("teacher config", "engine"))
 
     def budget() -> tuple[dict[Path, int], str]:

@@ -299,9 +299,9 @@ class _Run:
         from gencache.artifact.manifest import make_provenance
         from gencache.artifact.writer import ArtifactBuild
 
-        found, config = self.inputs, self.config
-        assert found is not None, "execute sets the run's inputs before each target"
-        samples = found.samples
+        inputs, config = self.inputs, self.config
+        assert inputs is not None, "execute sets the run's inputs before each target"
+        samples = inputs.samples
         prompts = []
         for key in target.keys:
             ids = samples.by_key(key).input_ids
@@ -313,21 +313,21 @@ class _Run:
             model_path=config.model.model_path,
             tokenizer_path=config.model.effective_tokenizer_path,
             dtype=config.model.dtype,
-            tokenizer=tokenizer_state(found.tokenizer),
+            tokenizer=tokenizer_state(inputs.tokenizer),
         )
         started = time.monotonic()
         tokens = 0
         self.current = target.output_dir
-        capacity = found.capacity[target.output_dir]
+        capacity = inputs.capacity[target.output_dir]
         with ArtifactBuild(
             target.output_dir,
             provenance=provenance,
             header_capacity=capacity,
-            rename_mode=found.rename_mode,
+            rename_mode=inputs.rename_mode,
             signals=self.signals,
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
-            with contextlib.closing(found.engine.generate(prompts, progress=bar)) as entries:
+            with contextlib.closing(inputs.engine.generate(prompts, progress=bar)) as entries:
                 for entry in entries:
                     build.writer.add(
                         entry.key,
@@ -338,10 +338,10 @@ class _Run:
                     tokens += entry.num_tokens
             resolved = resolved_config(
                 plan,
-                generation=found.generation,
-                tokenizer=found.tokenizer,
-                engine=found.engine,
-                rename_mode=found.rename_mode,
+                generation=inputs.generation,
+                tokenizer=inputs.tokenizer,
+                engine=inputs.engine,
+                rename_mode=inputs.rename_mode,
                 overrides=self.overrides,
             )
             summary = {

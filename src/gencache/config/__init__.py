@@ -15,35 +15,64 @@ Modules: ``documents`` (the one strict reader of JSON documents and the merge), 
 loading), ``generation`` (the rule book of generation settings), ``engines`` (each engine's options), ``names``
 (the dtypes and engine names), ``datasets`` and ``templates`` (kwargs models), ``catalog`` (which datasets and
 templates exist, plug-ins included), ``messages`` and ``describe`` (how errors read), ``paths`` (path or hub id),
-``kwargs`` (their base).
+``kwargs`` (their base). The names below are imported on first use.
 """
 
 from __future__ import annotations
 
-from gencache.config.documents import (
-    DEFAULTS_FILENAME,
-    MAX_JSON_DEPTH,
-    merge_defaults,
-    parse_json_text,
-    parse_set_value,
-    read_config_document,
-    read_merged_config,
-)
-from gencache.config.engines import ENGINE_OPTIONS, EngineOptions
-from gencache.config.kwargs import KwargsModel
-from gencache.config.messages import format_validation_error
-from gencache.config.models import (
-    MAX_SEED,
-    CacheConfig,
-    DataConfig,
-    ModelConfig,
-    config_to_json,
-    load_config,
-    parse_config,
-    parse_data_configs,
-)
-from gencache.config.names import ALL_ENGINES, DTYPES
-from gencache.config.paths import looks_like_path
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gencache.config.documents import (
+        DEFAULTS_FILENAME,
+        MAX_JSON_DEPTH,
+        merge_defaults,
+        parse_json_text,
+        parse_set_value,
+        read_config_document,
+        read_merged_config,
+    )
+    from gencache.config.engines import ENGINE_OPTIONS, EngineOptions
+    from gencache.config.kwargs import KwargsModel
+    from gencache.config.messages import format_validation_error
+    from gencache.config.models import (
+        MAX_SEED,
+        CacheConfig,
+        DataConfig,
+        ModelConfig,
+        config_to_json,
+        load_config,
+        parse_config,
+        parse_data_configs,
+    )
+    from gencache.config.names import ALL_ENGINES, DTYPES
+    from gencache.config.paths import looks_like_path
+
+_EXPORTS = {
+    "DEFAULTS_FILENAME": "gencache.config.documents",
+    "MAX_JSON_DEPTH": "gencache.config.documents",
+    "merge_defaults": "gencache.config.documents",
+    "parse_json_text": "gencache.config.documents",
+    "parse_set_value": "gencache.config.documents",
+    "read_config_document": "gencache.config.documents",
+    "read_merged_config": "gencache.config.documents",
+    "ENGINE_OPTIONS": "gencache.config.engines",
+    "EngineOptions": "gencache.config.engines",
+    "KwargsModel": "gencache.config.kwargs",
+    "format_validation_error": "gencache.config.messages",
+    "CacheConfig": "gencache.config.models",
+    "DataConfig": "gencache.config.models",
+    "MAX_SEED": "gencache.config.models",
+    "ModelConfig": "gencache.config.models",
+    "config_to_json": "gencache.config.models",
+    "load_config": "gencache.config.models",
+    "parse_config": "gencache.config.models",
+    "parse_data_configs": "gencache.config.models",
+    "ALL_ENGINES": "gencache.config.names",
+    "DTYPES": "gencache.config.names",
+    "looks_like_path": "gencache.config.paths",
+}
 
 __all__ = [
     "ALL_ENGINES",
@@ -69,3 +98,14 @@ __all__ = [
     "read_config_document",
     "read_merged_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, imported on first use: ``import gencache.config.names`` (which the artifact format uses)
+    loads no pydantic model."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gencache.config' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

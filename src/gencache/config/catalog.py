@@ -103,8 +103,13 @@ def load_entry_point(ep: metadata.EntryPoint) -> Any:
                 f"{label} failed to build its recipe: {type(exc).__name__}: {first_line(exc)}."
             ) from None
     model = getattr(target, "kwargs_model", None)
-    if not (isinstance(model, type) and issubclass(model, KwargsModel)):
+    if model is None:
         raise not_a_recipe(label, target)
+    if not (isinstance(model, type) and issubclass(model, KwargsModel)):
+        raise DatasetError(
+            f"{label}: its kwargs_model is {model!r}, not a subclass of gencache.config.KwargsModel; derive the "
+            "recipe's data_kwargs model from it."
+        )
     if getattr(target, "name", None) != ep.name:
         raise DatasetError(
             f"{label}: its recipe is named {getattr(target, 'name', None)!r}; the recipe's name and the entry "

@@ -258,7 +258,7 @@ class DataConfig(_Strict):
         name = info.data.get("dataset_name")
         if name is None:  # dataset_name itself failed; that error is reported instead
             return KwargsModel()
-        # A plug-in that cannot be loaded raises its own one-line DatasetError through validation, as it is.
+        # A plug-in that cannot be loaded raises a DatasetError (a ValueError): it is reported at this field.
         model = dataset_kwargs_model(name)
         return _kwargs_of(value, model, f"data_kwargs key for dataset {name!r}")
 

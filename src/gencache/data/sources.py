@@ -25,8 +25,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from gencache.config import looks_like_path
-from gencache.config.paths import FILE_SUFFIXES
+from gencache.config.paths import FILE_SUFFIXES, looks_like_path
 from gencache.data.origins import SourceInfo, TableOrigin, register_origin
 from gencache.errors import DatasetError, first_line
 

@@ -200,4 +200,4 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
 
 RECIPE = BiographyRecipe()
 
-__all__ = ["ATTRIBUTES", "QA_TEMPLATES", "RECIPE", "BiographyKwargs", "BiographyRecipe"]
+__all__ = ["ATTRIBUTES", "QA_TEMPLATES", "RECIPE", "BiographyRecipe"]

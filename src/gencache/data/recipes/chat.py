@@ -104,4 +104,4 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
 
 RECIPE = ChatRecipe()
 
-__all__ = ["RECIPE", "ChatKwargs", "ChatRecipe", "conversation"]
+__all__ = ["RECIPE", "ChatRecipe", "conversation"]

@@ -103,4 +103,4 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
 
 RECIPE = HotpotQARecipe()
 
-__all__ = ["RECIPE", "HotpotQAKwargs", "HotpotQARecipe", "task_prompt"]
+__all__ = ["RECIPE", "HotpotQARecipe", "task_prompt"]

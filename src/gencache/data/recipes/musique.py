@@ -94,4 +94,4 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
 
 RECIPE = MuSiQueRecipe()
 
-__all__ = ["RECIPE", "MuSiQueKwargs", "MuSiQueRecipe", "task_prompt"]
+__all__ = ["RECIPE", "MuSiQueRecipe", "task_prompt"]

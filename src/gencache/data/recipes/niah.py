@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.config.datasets import RULER_TASKS, NIAHKwargs
+from gencache.config.datasets import NIAHKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
 from gencache.data.recipes.columns import Column, field_of
 from gencache.errors import DatasetError
@@ -202,4 +202,4 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
 
 RECIPE = NIAHRecipe()
 
-__all__ = ["RECIPE", "RULER_TASKS", "NIAHKwargs", "NIAHRecipe", "chunk_sentences", "split_sentences"]
+__all__ = ["RECIPE", "NIAHRecipe", "chunk_sentences", "split_sentences"]

@@ -17,7 +17,6 @@ count), is one :class:`DatasetError` naming the plug-in, its entry point and its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -85,9 +84,7 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
     def sample(self, rows: Any, kwargs: Any, index: int) -> Any:
         return self._call("sample", lambda: self.inner.sample(rows, kwargs, index))
 
-    def load(
-        self, dc: DataConfigLike, kwargs: Any | Mapping[str, Any], tokenizer: Any | None
-    ) -> tuple[list[RawSample], SourceInfo]:
+    def load(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         result = self._call("load", lambda: self.inner.load(dc, kwargs, tokenizer))
         if not (isinstance(result, tuple) and len(result) == 2):
             raise self._malformed(f"load returned {type(result).__name__}, not (samples, SourceInfo)")

@@ -161,13 +161,4 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
 
 RECIPE = TableRecipe()
 
-__all__ = [
-    "RECIPE",
-    "TableKwargs",
-    "TableRecipe",
-    "documents_of",
-    "filtered_order",
-    "load_table",
-    "named_columns",
-    "task_of",
-]
+__all__ = ["RECIPE", "TableRecipe", "documents_of", "filtered_order", "load_table", "named_columns", "task_of"]
