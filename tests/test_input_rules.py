@@ -66,3 +66,22 @@ def test_an_unknown_dataset_or_template_names_the_known_ones() -> None:
         dataset_kwargs_model("hotpot")
     with pytest.raises(ConfigError, match=r"Unknown template 'qwen'; known templates: .*qwen_3_chat"):
         template_kwargs_model("qwen")
+
+
+def test_a_plugin_object_without_a_kwargs_model_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    from gencache.config.catalog import GROUP, load_entry_point
+    from gencache.errors import DatasetError
+
+    module = "gencache_test_bad_plugin"
+    (tmp_path / f"{module}.py").write_text("class Recipe:\n    name = 'bad'\n    kwargs_model = dict\n\nTHING = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bad_model = metadata.EntryPoint(name="bad", value=f"{module}:Recipe", group=GROUP)
+    with pytest.raises(
+        DatasetError, match=r"kwargs_model is <class 'dict'>, not a subclass of gencache\.config\.Kwarg"
+    ):
+        load_entry_point(bad_model)
+    no_recipe = metadata.EntryPoint(name="bad", value=f"{module}:THING", group=GROUP)
+    with pytest.raises(DatasetError, match="is a int, not a gencache DatasetRecipe"):
+        load_entry_point(no_recipe)
