@@ -1,10 +1,10 @@
 """Which part of gencache may import which: the layers that docs/architecture.md draws, pinned.
 
 Bottom to top: the foundation modules (errors, canonical JSON, tokenizer state, hub access, the progress protocol,
-the version), then the config package (every input rule), the artifact package, the generation package, the data
-package, the training package, and the run and the CLI on top. A module may import its own layer and the layers
-below it, never one above; no package module imports the package root. Imports inside functions count too (they
-are still arrows).
+the version, the lazy package names), then the config package (every input rule), the artifact package, the
+generation package, the data package, the training package, and the run and the CLI on top. A module may import
+its own layer and the layers below it, never one above; no package module imports the package root. Imports
+inside functions count too (they are still arrows).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import gencache
 
 ROOT = Path(gencache.__file__).parent
-FOUNDATION = {"errors", "canonical", "tokenizer", "hub", "progress", "version"}
+FOUNDATION = {"errors", "canonical", "tokenizer", "hub", "progress", "version", "lazy"}
 LAYERS = ["foundation", "config", "artifact", "generation", "data", "training", "top"]
 
 

@@ -20,8 +20,9 @@ templates exist, plug-ins included), ``messages`` and ``describe`` (how errors r
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gencache.lazy import lazy_names
 
 if TYPE_CHECKING:
     from gencache.config.documents import (
@@ -100,12 +101,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The public names, imported on first use: ``import gencache.config.names`` (which the artifact format uses)
-    loads no pydantic model."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gencache.config' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _EXPORTS)

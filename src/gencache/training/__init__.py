@@ -15,9 +15,9 @@ imports transformers when it is first asked for.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gencache.lazy import lazy_names
 from gencache.training.collate import METADATA_FIELDS, MODEL_INPUTS, DistillationBatch, DistillationCollator, pad_batch
 from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset
 from gencache.training.hf import to_hf_dataset
@@ -46,10 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gencache.training' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
