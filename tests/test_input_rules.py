@@ -85,3 +85,9 @@ def test_a_plugin_object_without_a_kwargs_model_is_named(tmp_path: Path, monkeyp
     no_recipe = metadata.EntryPoint(name="bad", value=f"{module}:THING", group=GROUP)
     with pytest.raises(DatasetError, match="is a int, not a gencache DatasetRecipe"):
         load_entry_point(no_recipe)
+
+
+def test_every_dtype_has_its_byte_size() -> None:
+    from gencache.config.names import DTYPE_BYTES, DTYPES
+
+    assert tuple(DTYPE_BYTES) == DTYPES

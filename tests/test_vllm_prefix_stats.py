@@ -73,8 +73,9 @@ def test_the_continuous_engines_block_sharing_is_measured_against_the_floor(
     assert len(entries) == 6
     (stats,) = measured
     assert (stats.prompt_tokens, stats.floor_tokens) == (6 * 101, 101 + 5 * 5)
-    # The two requests of the first forward each compute the shots; every later one is served them from the cache.
-    assert stats.cached_tokens == 4 * 96
+    # The requests of the first forward each compute the shots; every later one is served them from the cache. The
+    # manager runs in its own thread, so the first forward holds one request or both (two slots), by timing.
+    assert stats.cached_tokens in (4 * 96, 5 * 96)
     assert "block sharing" in stats.source
     list(generate_continuous(tiny_model, tiny_tokenizer, generation, unrelated, options=options, prefix=measured))
     assert measured[-1].cached_tokens == 0 and measured[-1].floor_tokens == measured[-1].prompt_tokens == 6 * 41

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gencache.config.engines import ContinuousOptions
+from gencache.config.names import DTYPE_BYTES
 from gencache.errors import ConfigError, GencacheError, GenerationError
 from gencache.run_checks import (
     check_context,
@@ -161,7 +162,7 @@ def check_paged_cache(found: Preflight) -> str:
     try:
         sizing = size_paged_cache(
             lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
-            model_config=found.teacher_config, dtype_bytes=4 if model.dtype == "float32" else 2,
+            model_config=found.teacher_config, dtype_bytes=DTYPE_BYTES[model.dtype],
             budget=(int(options.kv_cache_memory_gib * 2**30), "engine_options.kv_cache_memory_gib"),
         )  # fmt: skip
     except GencacheError as error:

@@ -155,8 +155,8 @@ def generate(
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.api import generate as generate_cache
-    from gencache.progress import make_progress
-    from gencache.render import make_console, render_dry_run, render_notice
+    from gencache.progress import make_console, make_progress
+    from gencache.render import render_dry_run, render_notice
 
     if raw and show_prompt is None:
         from gencache.errors import ConfigError
@@ -226,7 +226,8 @@ def inspect(
     if as_json:
         _echo_json(report)
     else:
-        from gencache.render import make_console, render_inspect
+        from gencache.progress import make_console
+        from gencache.render import render_inspect
 
         render_inspect(report, make_console(), make_console(stderr=True))
     code = _inspect_code(report)
@@ -263,9 +264,10 @@ def verify(
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
     from gencache.artifact.report import verify_results
-    from gencache.render import make_console, verify_progress
+    from gencache.progress import is_terminal, make_console
+    from gencache.render import verify_progress
 
-    show_progress = sys.stderr.isatty() and not as_json
+    show_progress = is_terminal(sys.stderr) and not as_json
     results = verify_results(dirs, progress=verify_progress(make_console(stderr=True)) if show_progress else None)
     if as_json:
         _echo_json({"ok": all(r["status"] == "ok" for r in results), "results": results})

@@ -60,7 +60,8 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
     from gencache.pipeline import run_generate
-    from gencache.render import make_console, render_inspect, render_notice
+    from gencache.progress import make_console
+    from gencache.render import render_inspect, render_notice
     from gencache.tiny import build_tiny_teacher
 
     console = console or make_console()
@@ -99,7 +100,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
         f"    text: {generation.texts[0]!r}\n"
         f"    finish reason: {generation.finish_reasons[0]}"
     )
-    console.print(snippet, markup=False, highlight=False)  # pasted as is: no markup, never wrapped
+    console.print(snippet, markup=False, highlight=False, soft_wrap=True)  # pasted as is: no markup, unwrapped
     console.print(f"done: {published}")
     return published
 

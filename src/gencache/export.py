@@ -117,12 +117,21 @@ def _rebuild_prompts(
     return order, prompts
 
 
+def _content_digests(reader: Any) -> dict[str, Any]:
+    """Every entry's ``content_digest``, by key (one pass over the manifest entries)."""
+    return {key: (reader.metadata(key) or {}).get("content_digest") for key in reader}
+
+
 def _records(
-    reader: Any, order: list[str], prompts: Mapping[str, _Prompt], max_new_tokens: Any, legacy_names: bool
+    reader: Any,
+    order: list[str],
+    prompts: Mapping[str, _Prompt],
+    max_new_tokens: Any,
+    legacy_names: bool,
+    digests: Mapping[str, Any],
 ) -> Iterator[ExportRow]:
     for key in order:
         generation = reader[key]
-        entry = reader.metadata(key) or {}
         prompt = prompts.get(key)
         prompt_ids = None if prompt is None or prompt.ids is None else list(prompt.ids)
         for index, (sequence, text, reason) in enumerate(
@@ -143,7 +152,7 @@ def _records(
                 "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
                 "finish_reason": reason,
                 "reached_max_length": reason == "length",
-                "content_digest": entry.get("content_digest"),
+                "content_digest": digests.get(key),
             }
             if legacy_names:
                 for old, new in LEGACY_COLUMNS.items():
@@ -151,20 +160,23 @@ def _records(
             yield record
 
 
-def export_metadata(reader: Any, resolved: Mapping[str, Any]) -> dict[str, Any]:
+def export_metadata(
+    reader: Any, resolved: Mapping[str, Any], digests: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Where an export came from: the teacher (``model_path``, its ``commit_hash`` when recorded), the tokenizer
     path and state, the dtype, the format and gencache versions, the provenance digest, the artifact paths, and
     ``entries_digest``: SHA-256 over ``"<key> <content_digest>\\n"`` for every entry in key order (each record
-    carries its entry's ``content_digest``)."""
+    carries its entry's ``content_digest``; ``digests`` gives them when they were already read)."""
     import hashlib
 
     from gencache.artifact.names import FORMAT_VERSION
     from gencache.version import __version__
 
+    if digests is None:
+        digests = _content_digests(reader)
     entries = hashlib.sha256()
     for key in reader:
-        entry = reader.metadata(key) or {}
-        entries.update(f"{key} {entry.get('content_digest')}\n".encode())
+        entries.update(f"{key} {digests.get(key)}\n".encode())
     provenance = dict(reader.provenance)
     recorded = resolved.get("model")
     model: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
@@ -296,12 +308,14 @@ def export(
                 f"prompts left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
                 "--source at the datasets to add them, or pass --no-prompts"
             )
-    metadata = export_metadata(reader, resolved)
-    schema = parquet_schema(legacy_names=legacy_names, metadata=metadata)
+    digests = _content_digests(reader)
+    metadata = export_metadata(reader, resolved, digests)
 
     def write(handle: IO[bytes]) -> int:
-        records = _records(reader, order, found, max_new_tokens, legacy_names)
-        return _write_parquet(records, handle, schema) if format == "parquet" else _write_jsonl(records, handle)
+        records = _records(reader, order, found, max_new_tokens, legacy_names, digests)
+        if format == "parquet":
+            return _write_parquet(records, handle, parquet_schema(legacy_names=legacy_names, metadata=metadata))
+        return _write_jsonl(records, handle)
 
     count = _write_atomic(out_path, write)
     with_prompts = bool(found) or (not keys and prompts)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import shard_dir_name
+from gencache.artifact.signals import published_then_stopped
 from gencache.config import CacheConfig, config_to_json
 from gencache.errors import GenerationError, OutputExistsError, ShardError, Terminated
 from gencache.overrides import Overrides, load_with_overrides
@@ -378,10 +379,7 @@ class _Run:
         if just_published is not None and Path(just_published) not in done:
             done.append(Path(just_published))
             if self.target_count <= 1:
-                return (
-                    f"Terminated by {signame} after {just_published} was published; the artifact is complete "
-                    "(gencache verify checks it)."
-                )
+                return published_then_stopped(signame, just_published)
         current = None if just_published is not None else self.current
         during = f" while generating {current} (not published)" if current is not None else ""
         if not done:

@@ -154,8 +154,7 @@ def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Consol
     from rich.console import Console
 
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
-    isatty = getattr(stream, "isatty", None)
-    if callable(isatty) and isatty():
+    if is_terminal(stream):
         return Console(file=stream, soft_wrap=True)
     return Console(file=stream, soft_wrap=True, width=PIPE_WIDTH)
 
@@ -265,7 +264,8 @@ class StagedProgress:
             self.inner = None
 
 
-def _is_terminal(stream: IO[str]) -> bool:
+def is_terminal(stream: IO[str]) -> bool:
+    """Whether ``stream`` is a terminal (a closed or odd stream is not)."""
     isatty = getattr(stream, "isatty", None)
     try:
         return bool(isatty()) if callable(isatty) else False
@@ -284,7 +284,7 @@ def make_progress(
     """A rich bar when ``stream`` (default ``sys.stderr``) is a terminal, plain periodic lines otherwise.
     ``live`` forces one kind. Call ``start`` (the generator does) and ``close`` (the owner does, or use ``with``)."""
     out = sys.stderr if stream is None else stream
-    use_live = _is_terminal(out) if live is None else live
+    use_live = is_terminal(out) if live is None else live
     if use_live:
         return RichProgress(total, stream=out, clock=clock)
     return PlainProgress(total, stream=out, interval=interval, clock=clock)
@@ -297,6 +297,7 @@ __all__ = [
     "RichProgress",
     "StagedProgress",
     "format_duration",
+    "is_terminal",
     "make_console",
     "make_progress",
 ]

@@ -13,6 +13,8 @@ from typing import Any
 
 import typer
 
+from gencache.progress import is_terminal
+
 
 def printable(text: str) -> str:
     """``text`` with anything the terminal cannot encode (lone surrogates from a damaged file) escaped."""
@@ -42,7 +44,7 @@ def quiet_libraries(verbose: bool) -> Iterator[None]:
     if quiet:
         for name in ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY", "HF_HUB_VERBOSITY"):
             os.environ.setdefault(name, "error")
-        if not sys.stderr.isatty():
+        if not is_terminal(sys.stderr):
             os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         for name in _LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)

@@ -15,8 +15,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from gencache.progress import PIPE_WIDTH, make_console
-
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
@@ -290,8 +288,6 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
 
 
 __all__ = [
-    "PIPE_WIDTH",
-    "make_console",
     "render_dry_run",
     "render_inspect",
     "render_notice",

@@ -17,6 +17,14 @@ Describe = Callable[[str, "str | None"], str]
 directory the current build renamed into place (None before that)."""
 
 
+def published_then_stopped(signame: str, published: object) -> str:
+    """The message of a signal that came right after ``published`` was renamed into place."""
+    return (
+        f"Terminated by {signame} after {published} was published; the artifact is complete (gencache verify "
+        "checks it)."
+    )
+
+
 class SignalGuard:
     """SIGTERM/SIGHUP raise :class:`Terminated` and SIGINT ``KeyboardInterrupt`` (main thread only); critical
     sections defer them; the previous handlers come back on :meth:`restore`.
@@ -60,10 +68,7 @@ class SignalGuard:
                 raise KeyboardInterrupt(message)
             raise Terminated(message)
         if self.published is not None:
-            message = (
-                f"Terminated by {name} after {self.published} was published; the artifact is complete "
-                "(gencache verify checks it)."
-            )
+            message = published_then_stopped(name, self.published)
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt(message)
             raise Terminated(message)
@@ -81,9 +86,7 @@ class SignalGuard:
             self.depth -= 1
             raise
         self.depth -= 1
-        if not self.depth and self.pending is not None:
-            signum, self.pending = self.pending, None
-            self._raise(signum)
+        self.raise_pending()
 
     def raise_pending(self) -> None:
         """Raise a signal that arrived during a critical section now that it has ended (a shared guard's owner is
@@ -102,4 +105,4 @@ class SignalGuard:
                 signal.raise_signal(signum)
 
 
-__all__ = ["Describe", "SignalGuard"]
+__all__ = ["Describe", "SignalGuard", "published_then_stopped"]

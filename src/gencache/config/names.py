@@ -11,6 +11,7 @@ from typing import Literal, TypeAlias, get_args
 __all__ = [
     "ALL_ENGINES",
     "DTYPES",
+    "DTYPE_BYTES",
     "ENGINE_CONTINUOUS",
     "ENGINE_STATIC",
     "ENGINE_VLLM",
@@ -21,6 +22,8 @@ __all__ = [
 #: The weights dtypes a teacher loads in (``model.dtype``), recorded in an artifact's provenance as this string.
 Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
+#: Bytes per element of each dtype (what KV-cache sizing multiplies by).
+DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 #: The engines a config may name (the top-level ``engine`` field).
 EngineName: TypeAlias = Literal["transformers", "transformers-continuous", "vllm"]

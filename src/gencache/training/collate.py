@@ -15,6 +15,7 @@ import torch
 
 from gencache.errors import ConfigError
 
+#: The label of a position that is not an answer token (Hugging Face's ignore index).
 IGNORE_INDEX = -100
 #: The model inputs of every batch, in order.
 MODEL_INPUTS: tuple[str, ...] = ("input_ids", "attention_mask", "labels")
@@ -58,7 +59,7 @@ def pad_batch(items: Sequence[Mapping[str, Any]], *, pad_token_id: int, padding_
             raise ConfigError(f"pad_batch needs {name!r} in every item (a DistillationDataset item has it).")
     width = max(len(item["input_ids"]) for item in items)
     batch = DistillationBatch()
-    for name, fill in (("input_ids", pad_token_id), ("attention_mask", 0), ("labels", IGNORE_INDEX)):
+    for name, fill in zip(MODEL_INPUTS, (pad_token_id, 0, IGNORE_INDEX), strict=True):
         out = torch.full((len(items), width), fill, dtype=torch.int64)
         for row, item in enumerate(items):
             values = item[name] if name in item else torch.ones(len(item["input_ids"]), dtype=torch.int64)
@@ -95,4 +96,4 @@ class DistillationCollator:
         return pad_batch(items, pad_token_id=self.pad_token_id, padding_side=self.padding_side)
 
 
-__all__ = ["METADATA_FIELDS", "MODEL_INPUTS", "DistillationBatch", "DistillationCollator", "pad_batch"]
+__all__ = ["IGNORE_INDEX", "METADATA_FIELDS", "MODEL_INPUTS", "DistillationBatch", "DistillationCollator", "pad_batch"]

@@ -22,12 +22,12 @@ from gencache.artifact.mixture import open_caches
 from gencache.config import CacheConfig, DataConfig, load_config
 from gencache.data.samples import Sample, SampleSet, build_samples
 from gencache.errors import ConfigError
+from gencache.training.collate import IGNORE_INDEX
 
 SequenceChoice = Literal["first", "random", "all"]
 Truncation = Literal["refuse", "left"]
 SEQUENCE_CHOICES: tuple[str, ...] = ("first", "random", "all")
 TRUNCATION_POLICIES: tuple[str, ...] = ("refuse", "left")
-IGNORE_INDEX = -100
 
 DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.PathLike[str]
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gencache.errors import OutputExistsError, WriteError
+from gencache.training.collate import IGNORE_INDEX
 
 if TYPE_CHECKING:
     from gencache.training.dataset import DistillationDataset
@@ -59,7 +60,7 @@ def _batches(data: DistillationDataset, metadata: bool) -> Iterator[Any]:
         ids = [item["input_ids"].numpy() for item in items]
         labels = [item["labels"].numpy() for item in items]
         ones = [np.ones(len(row), dtype=np.int64) for row in ids]
-        completion = [(row != -100).astype(np.int64) for row in labels]
+        completion = [(row != IGNORE_INDEX).astype(np.int64) for row in labels]
         columns = [_list_column(ids), _list_column(ones), _list_column(labels), _list_column(completion)]
         if metadata:
             columns += [

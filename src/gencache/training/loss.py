@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from gencache.errors import CompatibilityError, ConfigError
+from gencache.training.collate import IGNORE_INDEX
 
-IGNORE_INDEX = -100
 DEFAULT_CHUNK_SIZE = 512
 
 
@@ -57,7 +57,7 @@ def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return positions, flat[positions]
 
 
-def _check(student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Tensor, temperature: float) -> None:
+def _check(student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Tensor) -> None:
     if student.dim() != 3:
         raise ConfigError(f"student_logits must be (batch, length, vocabulary), got shape {tuple(student.shape)}.")
     if tuple(labels.shape) != tuple(student.shape[:2]):
@@ -75,6 +75,13 @@ def _check(student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Te
                 f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)}; run the "
                 "teacher on the same input_ids."
             )
+
+
+def check_loss_settings(*, temperature: float, chunk_size: int) -> None:
+    """The loss settings that do not depend on a batch: a positive ``temperature`` and a positive integer
+    ``chunk_size``; one :class:`ConfigError` otherwise."""
+    if type(chunk_size) is not int or chunk_size < 1:
+        raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size!r}.")
     if not temperature > 0:
         raise ConfigError(f"temperature must be positive, got {temperature!r}.")
 
@@ -212,11 +219,10 @@ def distillation_loss(
     takes them. ``num_items`` replaces the batch's answer-position count as the denominator. A batch with no
     answer position has loss 0.
     """
-    if type(chunk_size) is not int or chunk_size < 1:
-        raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size!r}.")
+    check_loss_settings(temperature=temperature, chunk_size=chunk_size)
     if teacher_logits is None and kl_weight != 0.0:
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")
-    _check(student_logits, teacher_logits, labels, temperature)
+    _check(student_logits, teacher_logits, labels)
     items = int(num_items) if num_items is not None else None
     if items is not None and items < 1:
         items = None
@@ -234,4 +240,4 @@ def distillation_loss(
     return DistillationLoss(loss=loss, ce=ce.detach(), kl=kl.detach(), positions=positions)
 
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "DistillationLoss", "answer_positions", "distillation_loss"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "DistillationLoss", "answer_positions", "check_loss_settings", "distillation_loss"]

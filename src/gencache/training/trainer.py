@@ -14,7 +14,7 @@ import torch
 import transformers
 
 from gencache.errors import CompatibilityError
-from gencache.training.loss import DEFAULT_CHUNK_SIZE, distillation_loss
+from gencache.training.loss import DEFAULT_CHUNK_SIZE, check_loss_settings, distillation_loss
 
 
 def _output_size(model: Any) -> int | None:
@@ -88,14 +88,7 @@ class DistillationTrainer(transformers.Trainer):
     ) -> None:
         super().__init__(*args, **kwargs)
         check_vocabularies(self.model, teacher, self.processing_class, teacher_tokenizer)
-        distillation_loss(  # the settings are checked now, not at the first step
-            torch.zeros((1, 1, 1)),
-            None,
-            torch.full((1, 1), -100),
-            temperature=temperature,
-            kl_weight=0.0,
-            chunk_size=chunk_size,
-        )
+        check_loss_settings(temperature=temperature, chunk_size=chunk_size)  # now, not at the first step
         teacher.eval()
         teacher.requires_grad_(False)
         if move_teacher and getattr(teacher, "hf_device_map", None) is None:
@@ -105,7 +98,7 @@ class DistillationTrainer(transformers.Trainer):
         self.ce_weight = float(ce_weight)
         self.kl_weight = float(kl_weight)
         self.chunk_size = chunk_size
-        self._parts: dict[str, float] = {"ce": 0.0, "kl": 0.0, "steps": 0.0}
+        self._parts: dict[str, Any] = {"ce": 0.0, "kl": 0.0, "steps": 0}  # summed as tensors: no sync per step
 
     def _teacher_device(self) -> torch.device:
         for parameter in self.teacher.parameters():
@@ -146,18 +139,20 @@ class DistillationTrainer(transformers.Trainer):
         # Normalized by the whole accumulated step's answer positions when the Trainer counted them.
         self.loss_is_scaled_for_ga = num_items_in_batch is not None
         if num_items_in_batch is not None and self.args.average_tokens_across_devices:
-            loss = loss * self.accelerator.num_processes
+            # as transformers' own compute_loss: tensor-parallel ranks share their batch
+            processes = self.accelerator.num_processes // self.get_tp_size()
+            loss = loss * (processes if self.args.n_gpu <= 1 else self.args.n_gpu)
         if model.training:
-            self._parts["ce"] += float(parts.ce)
-            self._parts["kl"] += float(parts.kl)
+            self._parts["ce"] = self._parts["ce"] + parts.ce
+            self._parts["kl"] = self._parts["kl"] + parts.kl
             self._parts["steps"] += 1
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         steps = self._parts["steps"]
         if "loss" in logs and steps:
-            logs = {**logs, "ce": self._parts["ce"] / steps, "kl": self._parts["kl"] / steps}
-            self._parts = {"ce": 0.0, "kl": 0.0, "steps": 0.0}
+            logs = {**logs, "ce": float(self._parts["ce"]) / steps, "kl": float(self._parts["kl"]) / steps}
+            self._parts = {"ce": 0.0, "kl": 0.0, "steps": 0}
         super().log(logs, *args, **kwargs)
 
 

@@ -258,20 +258,6 @@ def warn(message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=4)
 
 
-def require_str(value: Any, what: str) -> str:
-    """``value`` if it is a string, else a :class:`DatasetError` naming the field."""
-    if not isinstance(value, str):
-        raise DatasetError(f"{what} must be a string, got {type(value).__name__}; check the source's schema.")
-    return value
-
-
-def require_str_list(value: Any, what: str) -> list[str]:
-    """``value`` if it is a list of strings, else a :class:`DatasetError` naming the field."""
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise DatasetError(f"{what} must be a list of strings; check the source's schema.")
-    return value
-
-
 __all__ = [
     "DataConfigLike",
     "DatasetRecipe",
@@ -281,8 +267,6 @@ __all__ = [
     "Selection",
     "Shot",
     "SourceInfo",
-    "require_str",
-    "require_str_list",
     "shortfall",
     "warn",
 ]

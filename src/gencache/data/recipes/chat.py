@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, task_of
 from gencache.errors import DatasetError
@@ -78,8 +78,7 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
         table, info = load_table(self, dc)
         check_columns(table, self.name, named_columns(kwargs, kwargs.messages))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
-        if dc.num_samples > len(order):
-            raise shortfall(self.name, dc.split, dc.num_samples, len(order), detail)
+        self.require_rows(dc, len(order), detail)  # num_shots is 0 here
         return Selection(info, ChatRows(table), (), order[: dc.num_samples])
 
     def sample(self, rows: ChatRows, kwargs: ChatKwargs, index: int) -> Question:

@@ -96,12 +96,8 @@ def require_type(table: Any, label: str, index: int, value: Any, name: str, kind
         "any": lambda v: True,
     }
     if not checks[kind](value):
-        raise row_error(table, label, index, f"{name!r} must be a {kind}, got {_json_type(value)}")
+        raise row_error(table, label, index, f"{name!r} must be a {kind}, got {type_name(value)}")
     return value
-
-
-def _json_type(value: Any) -> str:
-    return type_name(value)
 
 
 def field_of(table: Any, label: str, index: int, row: Mapping[str, Any], name: str, kind: str) -> Any:

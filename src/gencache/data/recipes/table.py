@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import TableKwargs
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot, shortfall
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
 from gencache.data.recipes.columns import (
     Column,
     check_columns,
@@ -131,10 +131,7 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
         table, info = load_table(self, dc)
         check_columns(table, self.name, named_columns(kwargs, kwargs.query))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
-        if dc.num_shots + dc.num_samples > len(order):
-            available = max(len(order) - dc.num_shots, 0)
-            detail += f", {dc.num_shots} used as few-shot"
-            raise shortfall(self.name, dc.split, dc.num_samples, available, detail)
+        self.require_rows(dc, len(order), f"{detail}, {dc.num_shots} used as few-shot")
         shots = order[: dc.num_shots]
         return Selection(info, TableRows(table), shots, order[dc.num_shots : dc.num_shots + dc.num_samples])
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import math
-import os
 import re
 from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
@@ -41,6 +40,7 @@ from gencache.generation.engines import (
     options_of,
 )
 from gencache.generation.engines._transformers import TransformersEngine
+from gencache.generation.engines.memory import attention_shape_of, available_host_memory
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor
 from gencache.generation.finish import FinishScanner
 
@@ -79,15 +79,6 @@ class CacheSizing:
         return asdict(self)
 
 
-def _kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
-    text = getattr(model_config, "get_text_config", lambda: model_config)()
-    layers = int(text.num_hidden_layers)
-    heads = int(getattr(text, "num_attention_heads", 1))
-    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
-    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
-    return 2 * layers * kv_heads * head_dim * dtype_bytes
-
-
 def _memory_budget(options: ContinuousOptions, device: Any) -> tuple[int, str]:
     if options.kv_cache_memory_gib is not None:
         return int(options.kv_cache_memory_gib * _GIB), "engine_options.kv_cache_memory_gib"
@@ -96,11 +87,7 @@ def _memory_budget(options: ContinuousOptions, device: Any) -> tuple[int, str]:
 
         free, _total = torch.cuda.mem_get_info(device)
         return int(0.9 * free), "90% of free CUDA memory"
-    try:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # no sysconf: assume 4 GiB available
-        available = 4 * _GIB
-    return int(available // 4), "a quarter of available host memory"
+    return available_host_memory() // 4, "a quarter of available host memory"
 
 
 def size_paged_cache(
@@ -120,7 +107,7 @@ def size_paged_cache(
     longest = max(prompt_lengths, default=1)
     page = options.page_size
     blocks_per_request = math.ceil((longest + max_new_tokens + 1) / page)
-    per_token = _kv_bytes_per_token(model_config, dtype_bytes)
+    per_token = attention_shape_of(model_config).bytes_per_token(dtype_bytes)
 
     def need(concurrency: int) -> tuple[int, int, int, int]:
         blocks = concurrency * blocks_per_request + 1

@@ -41,7 +41,7 @@ from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import VllmOptions
-from gencache.config.names import ENGINE_VLLM
+from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
@@ -52,11 +52,11 @@ from gencache.generation.engines import (
     checked_prompts,
     options_of,
 )
+from gencache.generation.engines.memory import AttentionShape
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order
 from gencache.generation.engines.vllm_platform import (
     CPU_BLOCK_SIZE,
     CPU_HEAD_SIZES,
-    AttentionShape,
     KvSizing,
     VllmBuild,
     allow_amx,
@@ -168,16 +168,6 @@ def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, token
         texts=tuple(tokenizer.decode(tokens, skip_special_tokens=False) for tokens, _ in answers),
         finish_reasons=tuple(reason for _, reason in answers),
     )
-
-
-def vllm_version() -> str | None:
-    """The installed vLLM's version (read from its distribution's metadata, without importing it), or None."""
-    build = installed_build()
-    return build.version if build is not None else None
-
-
-def _dtype_bytes(dtype: str) -> int:
-    return 4 if dtype == "float32" else 2
 
 
 def _cpu_name() -> str | None:
@@ -311,7 +301,7 @@ class VllmEngine:
         sizing = size_cpu_kv_cache(
             [len(ids) for _, ids in checked], generation.max_new_tokens,
             len(checked) * generation.num_return_sequences, shape=shape,
-            dtype_bytes=_dtype_bytes(self.context.dtype), max_model_len=options.max_model_len,
+            dtype_bytes=DTYPE_BYTES[self.context.dtype], max_model_len=options.max_model_len,
             max_num_seqs=options.max_num_seqs, kv_cache_memory_gib=options.kv_cache_memory_gib,
         )  # fmt: skip
         built = self.sizing

@@ -17,17 +17,16 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gencache.errors import GenerationError
+from gencache.generation.engines.memory import AttentionShape, attention_shape_of, available_host_memory
 
 __all__ = [
     "CPU_BLOCK_SIZE",
     "CPU_HEAD_SIZES",
-    "AttentionShape",
     "KvSizing",
     "VllmBuild",
     "allow_amx",
@@ -76,18 +75,6 @@ def installed_build() -> VllmBuild | None:
     return VllmBuild(None, None, cpu=False)
 
 
-@dataclass(frozen=True)
-class AttentionShape:
-    """What one token of KV cache holds: layers x KV heads x head size."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-
-    def bytes_per_token(self, dtype_bytes: int) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
-
-
 def attention_shape(model_path: str, revision: str | None) -> AttentionShape | None:
     """The teacher's attention shape from its ``config.json`` (a local directory or the hub cache), or None when
     it cannot be read without loading anything else."""
@@ -95,12 +82,7 @@ def attention_shape(model_path: str, revision: str | None) -> AttentionShape | N
         import transformers
 
         hf: Any = transformers
-        config = hf.AutoConfig.from_pretrained(model_path, revision=revision)
-        text = getattr(config, "get_text_config", lambda: config)()
-        heads = int(text.num_attention_heads)
-        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
-        kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
-        return AttentionShape(int(text.num_hidden_layers), kv_heads, head_dim)
+        return attention_shape_of(hf.AutoConfig.from_pretrained(model_path, revision=revision))
     except Exception:  # the model's own loader reports an unreadable config with its own message
         return None
 
@@ -120,13 +102,6 @@ class KvSizing:
         return asdict(self)
 
 
-def _available_host_memory() -> int:
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # no sysconf: assume 4 GiB available
-        return 4 * _GIB
-
-
 def size_cpu_kv_cache(
     prompt_lengths: Sequence[int],
     max_new_tokens: int,
@@ -137,7 +112,6 @@ def size_cpu_kv_cache(
     max_model_len: int | None = None,
     max_num_seqs: int | None = None,
     kv_cache_memory_gib: float | None = None,
-    available_bytes: int | None = None,
 ) -> KvSizing:
     """The KV cache for a CPU run: ``max_model_len`` (default: the longest prompt plus ``max_new_tokens``), and
     blocks for ``concurrency`` such requests, where the concurrency is ``max_num_seqs`` (vLLM's default 256)
@@ -157,7 +131,7 @@ def size_cpu_kv_cache(
         concurrency = max(1, budget // per_request)
         kv_bytes = budget
     else:
-        available = _available_host_memory() if available_bytes is None else available_bytes
+        available = available_host_memory()
         budget, source = available // 4, "the workload, within a quarter of the available host memory"
         if per_request > budget:
             raise GenerationError(
