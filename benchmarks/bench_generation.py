@@ -348,8 +348,9 @@ def _vllm_run(
         return f"not run: vLLM is not importable ({type(exc).__name__}: {_first_line(exc)})"
     import torch
 
-    from gencache.generation.engines.vllm import prompt_seed, request_output_to_entry, sampling_params_kwargs
+    from gencache.generation.engines.vllm import request_output_to_entry, sampling_params_kwargs
     from gencache.generation.finish import FinishScanner
+    from gencache.generation.sampling import sampling_seed
 
     try:
         v: Any = vllm
@@ -364,7 +365,7 @@ def _vllm_run(
             max_new_tokens=generation.max_new_tokens,
         )  # fmt: skip
         inputs = [v.TokensPrompt(prompt_token_ids=ids) for _, ids in prompts]
-        params = [v.SamplingParams(**sampling_params_kwargs(generation, seed=prompt_seed(0, k))) for k, _ in prompts]
+        params = [v.SamplingParams(**sampling_params_kwargs(generation, seed=sampling_seed(0, k))) for k, _ in prompts]
         llm.generate(inputs[:2], params[:2], use_tqdm=False)  # warm-up
         torch.cuda.synchronize()
         wall, cpu = time.perf_counter(), time.process_time()

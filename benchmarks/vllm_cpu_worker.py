@@ -55,10 +55,11 @@ def _gencache_run(engine: Any, prompts: list[tuple[str, list[int]]], generation:
 def _bare_run(engine: Any, prompts: list[tuple[str, list[int]]], generation: Any) -> dict[str, Any]:
     import vllm
 
-    from gencache.generation.engines.vllm import prompt_seed, sampling_params_kwargs
+    from gencache.generation.engines.vllm import sampling_params_kwargs
+    from gencache.generation.sampling import sampling_seed
 
     inputs = [vllm.TokensPrompt(prompt_token_ids=ids) for _, ids in prompts]
-    params = [vllm.SamplingParams(**sampling_params_kwargs(generation, seed=prompt_seed(0, k))) for k, _ in prompts]
+    params = [vllm.SamplingParams(**sampling_params_kwargs(generation, seed=sampling_seed(0, k))) for k, _ in prompts]
     engine.llm.reset_prefix_cache()
     wall, cpu = time.perf_counter(), time.process_time()
     outputs = engine.llm.generate(inputs, params, use_tqdm=False)

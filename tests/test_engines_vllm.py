@@ -15,11 +15,11 @@ import pytest
 from gencache.errors import GenerationError
 from gencache.generation.engines.vllm import (
     completion_to_answer,
-    prompt_seed,
     request_output_to_entry,
     sampling_params_kwargs,
 )
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
+from gencache.generation.sampling import sampling_seed
 from generation_helpers import decode, resolve
 
 pytestmark = pytest.mark.vllm
@@ -40,7 +40,7 @@ def _scanner(tokenizer: Any, eos: list[int], stops: list[str], max_new_tokens: i
 
 def test_greedy_settings_map_to_sampling_params(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:
     generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=24, eos_token_id=[2, 7], stop_strings="\n")
-    params = vllm.SamplingParams(**sampling_params_kwargs(generation, seed=prompt_seed(3, "k")))
+    params = vllm.SamplingParams(**sampling_params_kwargs(generation, seed=sampling_seed(3, "k")))
     assert params.max_tokens == 24
     assert params.temperature == 0.0  # greedy
     assert params.n == 1
@@ -50,7 +50,7 @@ def test_greedy_settings_map_to_sampling_params(tiny_teacher_dir: Path, tiny_tok
     assert params.include_stop_str_in_output is True
     assert params.skip_special_tokens is False
     assert params.min_tokens == 0
-    assert params.seed == prompt_seed(3, "k")
+    assert params.seed == sampling_seed(3, "k")
 
 
 def test_sampling_settings_map_to_sampling_params(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:
@@ -64,7 +64,7 @@ def test_sampling_settings_map_to_sampling_params(tiny_teacher_dir: Path, tiny_t
     assert params.repetition_penalty == pytest.approx(1.1)
     assert params.stop in (None, [])
     assert params.detokenize is False  # no stop strings: gencache decodes the texts itself
-    assert prompt_seed(5, "a") != prompt_seed(5, "b") and prompt_seed(5, "a") == prompt_seed(5, "a")
+    assert sampling_seed(5, "a") != sampling_seed(5, "b") and sampling_seed(5, "a") == sampling_seed(5, "a")
 
 
 def test_completions_map_to_finish_reasons_with_gencaches_cut(tiny_tokenizer: Any) -> None:

@@ -79,6 +79,13 @@ class VllmOptions(EngineOptions):
         "on a CPU, blocks for max_num_seqs requests of the longest prompt plus max_new_tokens, within a quarter "
         "of the available host memory.",
     )
+    batch_invariant: bool = Field(
+        default=False,
+        description="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1, set before vLLM is imported): tokens "
+        "independent of the batch size and of the order of requests in a batch (vLLM beta; NVIDIA GPUs of "
+        "compute capability 8.0 or newer, not the CPU build; costs from under 1% to about 30% of throughput "
+        "depending on the workload).",
+    )
 
 
 #: The options model of every engine, by name.

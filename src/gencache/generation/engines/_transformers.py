@@ -7,8 +7,10 @@ from typing import Any
 
 from gencache.errors import GenerationError
 from gencache.generation import teacher
+from gencache.generation.determinism import determinism_facts
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import EngineContext, EngineStats
+from gencache.generation.sampling import SAMPLING_RULE
 
 
 class TransformersEngine:
@@ -36,7 +38,23 @@ class TransformersEngine:
         return self.model
 
     def runtime(self) -> dict[str, Any]:
-        return teacher.runtime_info(self.model)
+        info = teacher.runtime_info(self.model)
+        return {**info, "determinism": self.determinism(info.get("attn_implementation"))}
+
+    def determinism(self, attention: str | None) -> dict[str, Any]:
+        """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
+        when ``prefill_chunk_size`` is set (subclasses add their own)."""
+        return determinism_facts(
+            device=self.context.device, batch_invariant=False, prefix_caching=False,
+            chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
+            tensor_parallel_size=1, attention_backend=attention,
+        )  # fmt: skip
+
+    def sampling(self) -> dict[str, Any] | str:
+        """``engine.sampling``: the per-sequence rule when sampling, else greedy."""
+        if not self.context.generation.do_sample:
+            return "greedy (no random draws)"
+        return dict(SAMPLING_RULE)
 
     def commit_hash(self) -> str | None:
         value = getattr(getattr(self.model, "config", None), "_commit_hash", None)

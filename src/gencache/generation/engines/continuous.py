@@ -11,10 +11,11 @@ The paged cache is sized from the workload and the device, never from a share of
 ``max_concurrent_sequences`` requests of the longest prompt plus ``max_new_tokens`` (:func:`size_paged_cache`),
 lowered to fit ``kv_cache_memory_gib`` (or 90% of free CUDA memory, or a quarter of available host memory).
 
-Sampling draws from torch's global generator, seeded with the run's ``seed`` when the manager starts: an identical
-run (same prompts, settings, options, machine) reproduces its samples. The batch composition changes them: one
-draw covers every running row, so the concurrency, the set of prompts (a subset, another shard) and their order
-change which sample each answer gets.
+Sampling (``do_sample``) draws each request's tokens from the sequence's own stream
+(:mod:`gencache.generation.sampling`): the manager's sampling step is replaced, on this manager's model runner
+only, by one that draws every row from its request's stream at the request's answer position, so a sample's answers
+do not depend on the concurrency, the other prompts or their order. A transformers whose manager has no such step
+refuses sampling before the weights load.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gencache.config.engines import ContinuousOptions
 from gencache.config.names import ENGINE_CONTINUOUS
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
+from gencache.generation.determinism import determinism_facts
 from gencache.generation.engines import (
     EngineContext,
     EngineStats,
@@ -40,9 +42,11 @@ from gencache.generation.engines import (
     options_of,
 )
 from gencache.generation.engines._transformers import TransformersEngine
+from gencache.generation.engines.manager_hooks import ForwardCounter, hook_batch_processor, sampling_supported
 from gencache.generation.engines.memory import attention_shape_of, available_host_memory
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor
 from gencache.generation.finish import FinishScanner
+from gencache.generation.sampling import sampling_seed
 
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
@@ -74,6 +78,7 @@ class CacheSizing:
     mask_bytes: int
     budget_bytes: int
     budget_source: str
+    longest_prompt: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,36 +132,7 @@ def size_paged_cache(
             f"({max_new_tokens}) needs {(kv + mask) / _GIB:.2f} GiB of paged KV cache, more than {source} "
             f"({budget_bytes / _GIB:.2f} GiB); raise engine_options.kv_cache_memory_gib or shorten the prompts."
         )
-    return CacheSizing(concurrency, page, blocks, batch_tokens, kv, mask, budget_bytes, source)
-
-
-class _ForwardCounter:
-    """Counts the manager's forwards and the sequences (rows) each packs, by wrapping ``model.forward``."""
-
-    def __init__(self, model: Any, stats: EngineStats) -> None:
-        self.model = model
-        self.stats = stats
-        self.own_forward: Any = None
-
-    def __enter__(self) -> _ForwardCounter:
-        self.own_forward = self.model.__dict__.get("forward")  # an instance-level forward (accelerate hooks) stays
-        original = self.model.forward
-        stats = self.stats
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            cu_seq_lens = kwargs.get("cu_seq_lens_q")
-            stats.forwards += 1
-            stats.slots += int(cu_seq_lens.numel()) - 1 if cu_seq_lens is not None else 1
-            return original(*args, **kwargs)
-
-        self.model.forward = counted
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.own_forward is None:
-            self.model.__dict__.pop("forward", None)
-        else:
-            self.model.forward = self.own_forward
+    return CacheSizing(concurrency, page, blocks, batch_tokens, kv, mask, budget_bytes, source, longest)
 
 
 def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: int) -> Any:
@@ -244,6 +220,14 @@ class _Requests:
         self.scanned: dict[str, int] = {}
         self.done: set[str] = set()
         self.remaining = 0
+
+    def streams(self, seed: int) -> dict[str, int]:
+        """Each request's sampling stream seed (:func:`~gencache.generation.sampling.sampling_seed`)."""
+        return {
+            f"{index}:{sequence}": sampling_seed(seed, key, sequence)
+            for index, (key, _ids) in enumerate(self.checked)
+            for sequence in range(self.per_prompt)
+        }
 
     def submit(self, manager: Any) -> None:
         """Add every request to the manager in input order; ``remaining`` counts them all once added."""
@@ -353,11 +337,12 @@ def generate_continuous(
     if prefix is not None:
         prefix.append(shared)
     previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
-    with _ForwardCounter(model, stats):
+    with ForwardCounter(model, stats):
         manager = model.init_continuous_batching(
             generation_config=_manager_config(generation), continuous_batching_config=cb_config
         )
-        _count_prefix_matches(manager, shared)
+        streams = requests.streams(seed) if generation.do_sample else None
+        hook_batch_processor(manager, shared, streams)
         finished_cleanly = False
         try:
             manager.start()
@@ -380,33 +365,6 @@ def generate_continuous(
         finally:
             _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
     stats.prompt_cells += sum(len(ids) for _, ids in checked) * requests.per_prompt
-
-
-def _count_prefix_matches(manager: Any, shared: PrefixStats) -> None:
-    """Add every prefix match of the manager's paged cache (tokens a request took from blocks an earlier request
-    completed) to ``shared.cached_tokens``: the cache is created in the manager's thread, so its creation is
-    wrapped on this manager instance."""
-    create = getattr(manager, "_create_batch_processor", None)
-    if not callable(create):
-        shared.source = "not measured (this transformers' manager has no batch-processor factory)"
-        return
-    shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
-
-    def create_counted() -> Any:
-        processor = create()
-        cache = processor.cache
-        if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
-            search = cache.search_prefix_match
-
-            def search_counted(request_id: str, prompt_ids: list[int]) -> int:
-                matched = int(search(request_id, prompt_ids))
-                shared.cached_tokens += matched
-                return matched
-
-            cache.search_prefix_match = search_counted
-        return processor
-
-    manager._create_batch_processor = create_counted
 
 
 def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
@@ -434,6 +392,12 @@ class ContinuousEngine(TransformersEngine):
                 f"continuous-batching manager); this environment has transformers "
                 f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
+        if context.generation.do_sample and not sampling_supported():
+            raise ConfigError(
+                f'engine "{self.name}" cannot sample per sequence with this transformers '
+                f"({importlib.metadata.version('transformers')}: its continuous-batching manager has no sampling "
+                'step to replace); use engine "transformers" for do_sample.'
+            )
         self.options = options_of(context, ContinuousOptions)
         self.sizing: list[CacheSizing] = []
         self.prefix: list[PrefixStats] = []
@@ -452,10 +416,19 @@ class ContinuousEngine(TransformersEngine):
             "options": self.options.model_dump(mode="json"),
             "version": teacher.hf().__version__,
             "stop_strings": "matched on streamed outputs; the request is cancelled when one completes",
+            "sampling": self.sampling(),
         }
         if self.sizing:
             facts["paged_cache"] = self.sizing[-1].to_json()
         return facts
+
+    def determinism(self, attention: str | None) -> dict[str, Any]:
+        sizing = self.sizing[-1] if self.sizing else None
+        return determinism_facts(
+            device=self.context.device, batch_invariant=False, prefix_caching=self.options.prefix_sharing,
+            chunked_prefill=None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens,
+            tensor_parallel_size=1, attention_backend=attention,
+        )  # fmt: skip
 
     def batching(self) -> dict[str, Any]:
         return {

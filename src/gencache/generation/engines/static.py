@@ -8,13 +8,19 @@ the answer is cut at that step, never by token value, so fill tokens never enter
 Beam search (``num_beams > 1``) is supported without stop strings: a beam hypothesis is final at its first EOS
 token, so beam outputs are cut after their first EOS id (``eos``) or kept whole (``length``).
 
+Sampling (``do_sample``) draws each sequence from its own stream (:mod:`gencache.generation.sampling`): gencache's
+:class:`~gencache.generation.sampling.SequenceSampler`, placed after every processor and warper transformers builds,
+picks each row's token, so a sample's answers do not depend on ``gen_batch_size``, the other prompts or their order.
+Sampling beam search (``do_sample`` with ``num_beams > 1``) draws all beams from one generator and is refused.
+
 This is the only engine that honours every setting gencache accepts; it is the default.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.canonical import is_int
@@ -32,6 +38,7 @@ from gencache.generation.engines import (
 )
 from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.finish import FinishRecorder, cut_at_first_eos
+from gencache.generation.sampling import SequenceSampler, sampling_seed
 
 if TYPE_CHECKING:
     import torch
@@ -83,21 +90,44 @@ def _call_config(generation: EffectiveGeneration) -> GenerationConfig:
     return config
 
 
+@contextlib.contextmanager
+def _last_processor(model: Any, sampler: SequenceSampler | None) -> Iterator[None]:
+    """While generating, ``sampler`` is appended to the logits processors transformers builds (after its warpers,
+    which a ``logits_processor`` argument would precede); the model's own method is restored afterwards."""
+    if sampler is None:
+        yield
+        return
+    build = model._get_logits_processor
+
+    def with_sampler(*args: Any, **kwargs: Any) -> Any:
+        processors = build(*args, **kwargs)
+        processors.append(sampler)
+        return processors
+
+    model._get_logits_processor = with_sampler
+    try:
+        yield
+    finally:
+        del model._get_logits_processor
+
+
 def _generate_batch(
     model: Any,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     config: GenerationConfig,
     recorder: FinishRecorder | None,
+    sampler: SequenceSampler | None = None,
 ) -> torch.Tensor:
     """One ``model.generate`` call with ``config`` as the model's generation config too, so transformers cannot
-    re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher."""
+    re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher; a
+    ``sampler`` draws every sampled token."""
     import torch
 
     previous = model.generation_config
     model.generation_config = config
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), _last_processor(model, sampler):
             output = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -122,6 +152,7 @@ class _StaticRun:
         checked: list[tuple[str, list[int]]],
         batch_size: int,
         stats: EngineStats | None,
+        seed: int,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -137,6 +168,16 @@ class _StaticRun:
         self.pad_id = pad_id
         self.config = _call_config(generation)
         self.beams = generation.num_beams > 1
+        self.seed = seed
+
+    def _sampler(self, batch: list[int], width: int) -> SequenceSampler | None:
+        """The batch's per-sequence sampler (None under greedy decoding and beam search)."""
+        if not self.generation.do_sample or self.beams:
+            return None
+        keys = [self.checked[index][0] for index in batch]
+        return SequenceSampler(
+            [sampling_seed(self.seed, key, s) for key in keys for s in range(self.per_prompt)], width
+        )
 
     def _padded(self, batch: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's prompts left padded to ``width`` and their attention mask, on the model's device."""
@@ -180,7 +221,8 @@ class _StaticRun:
             f"max_new_tokens {generation.max_new_tokens})"
         )
         try:
-            sequences = _generate_batch(self.model, input_ids, attention_mask, self.config, recorder)
+            sampler = self._sampler(batch, width)
+            sequences = _generate_batch(self.model, input_ids, attention_mask, self.config, recorder, sampler)
         except torch.OutOfMemoryError as exc:
             del input_ids, attention_mask
             if torch.cuda.is_available():
@@ -248,6 +290,7 @@ def generate_entries(
     batch_size: int,
     progress: Progress | None = None,
     stats: EngineStats | None = None,
+    seed: int = 0,
 ) -> Generator[GeneratedEntry, None, None]:
     """Generate every prompt and yield one :class:`GeneratedEntry` per prompt, in batch order.
 
@@ -257,11 +300,12 @@ def generate_entries(
     Only the yielded entry's tensors are staged on CPU; ``progress`` (if given) is started with the number of
     prompts and advanced after each entry has been consumed. ``stats`` (if given) counts forwards, decode slots
     (rows x steps of every batch), kept tokens and prompt padding. A CUDA out-of-memory error becomes a
-    :class:`GenerationError` naming the batch.
+    :class:`GenerationError` naming the batch. Sampled sequences draw from their own streams, seeded from ``seed``,
+    the sample key and the sequence index (:mod:`gencache.generation.sampling`).
     """
     checked = checked_prompts(prompts)
     batches = plan_batches([len(ids) for _, ids in checked], batch_size)
-    run = _StaticRun(model, tokenizer, generation, checked, batch_size, stats)
+    run = _StaticRun(model, tokenizer, generation, checked, batch_size, stats, seed)
     if progress is not None:
         progress.start(len(checked))
 
@@ -291,11 +335,16 @@ class StaticEngine(TransformersEngine):
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_entries(
             self.loaded_model(), self.context.tokenizer, self.context.generation, prompts,
-            batch_size=self.context.batch_size, progress=progress, stats=self.stats,
+            batch_size=self.context.batch_size, progress=progress, stats=self.stats, seed=self.context.seed,
         )  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "options": self.options.model_dump(mode="json"), "version": teacher.hf().__version__}
+        return {
+            "name": self.name,
+            "options": self.options.model_dump(mode="json"),
+            "version": teacher.hf().__version__,
+            "sampling": self.sampling(),
+        }
 
     def batching(self) -> dict[str, Any]:
         return batching_policy(self.context.batch_size)

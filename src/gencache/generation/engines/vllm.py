@@ -3,8 +3,11 @@
 The effective generation config becomes one ``SamplingParams`` per prompt (:func:`sampling_params_kwargs`): the EOS
 list as ``stop_token_ids`` with ``ignore_eos`` (so vLLM stops at gencache's EOS ids and nowhere else), stop strings
 kept in the output, special tokens kept, ``max_tokens`` = ``max_new_tokens``, ``n`` = ``num_return_sequences`` and a
-per-prompt seed derived from the run's ``seed`` and the sample key. vLLM loads with ``generation_config="vllm"``, so
-the teacher's ``generation_config.json`` adds nothing gencache did not resolve.
+per-prompt seed derived from the run's ``seed`` and the sample key (:func:`~gencache.generation.sampling.sampling_seed`),
+from which vLLM draws the prompt's ``n`` sequences. vLLM loads with ``generation_config="vllm"``, so the teacher's
+``generation_config.json`` adds nothing gencache did not resolve. ``engine_options.batch_invariant`` sets vLLM's
+``VLLM_BATCH_INVARIANT=1`` before vLLM is imported (refused on the CPU build and on GPUs vLLM has no such kernels
+for).
 
 Prompts are sorted by their token ids (:func:`~gencache.generation.engines.prefix.prefix_order`), so prompts that
 share a prefix run together and vLLM's automatic prefix cache serves the shared blocks; the per-prompt seeds keep
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from gencache.config.engines import VllmOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.generation.determinism import BATCH_INVARIANT_ENV, determinism_facts, env_batch_invariant
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
     EngineContext,
@@ -61,10 +64,12 @@ from gencache.generation.engines.vllm_platform import (
     VllmBuild,
     allow_amx,
     attention_shape,
+    batch_invariant_refusal,
     installed_build,
     size_cpu_kv_cache,
 )
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
+from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
 
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
@@ -74,7 +79,6 @@ __all__ = [
     "INSTALL_HINT",
     "VllmEngine",
     "completion_to_answer",
-    "prompt_seed",
     "request_output_to_entry",
     "sampling_params_kwargs",
 ]
@@ -90,18 +94,11 @@ INSTALL_HINT = (
 QUEUE_PER_SLOT = 2
 
 
-def prompt_seed(seed: int, key: str) -> int:
-    """The sampling seed of one prompt: derived from the run's seed and the sample key, so a prompt's samples do
-    not depend on which other prompts run with it (a subset, a shard, the batch composition)."""
-    digest = hashlib.sha256(f"{seed}\0{key}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
 def sampling_params_kwargs(generation: EffectiveGeneration, *, seed: int) -> dict[str, Any]:
     """The ``SamplingParams`` keyword arguments of the effective generation config (no vLLM import).
 
     Greedy decoding is ``temperature=0``; sampling keeps the effective temperature, top_p, top_k and min_p.
-    ``seed`` is the prompt's own seed (:func:`prompt_seed`)."""
+    ``seed`` is the prompt's own seed (:func:`~gencache.generation.sampling.sampling_seed` of its key)."""
     kwargs = generation.kwargs
     params: dict[str, Any] = {
         "n": generation.num_return_sequences,
@@ -228,6 +225,10 @@ class VllmEngine:
                     f"one vLLM's CPU attention supports ({', '.join(map(str, CPU_HEAD_SIZES))}); use engine "
                     '"transformers" or "transformers-continuous".'
                 )
+        if self.options.batch_invariant:
+            refusal = batch_invariant_refusal(build, context.device)
+            if refusal is not None:
+                raise ConfigError(f'engine "{self.name}": {refusal}')
         self.llm: Any = None
         self.stats = EngineStats()
         self.sizing: KvSizing | None = None
@@ -242,6 +243,8 @@ class VllmEngine:
         if self.on_cpu:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one process: no worker to outlive a killed run
             self.amx = allow_amx()  # before any vLLM kernel runs in this process (bfloat16 needs it)
+        if self.options.batch_invariant:
+            os.environ[BATCH_INVARIANT_ENV] = "1"  # vLLM reads it when imported (the constructor checked it can)
         import vllm.platforms
 
         self.platform = str(vllm.platforms.current_platform.device_type)
@@ -360,7 +363,7 @@ class VllmEngine:
                 while following < len(ordered) and len(in_flight) < queue_size:
                     key, ids = ordered[following]
                     params = vllm.SamplingParams(
-                        **sampling_params_kwargs(generation, seed=prompt_seed(ctx.seed, key)),
+                        **sampling_params_kwargs(generation, seed=sampling_seed(ctx.seed, key)),
                         output_kind=RequestOutputKind.FINAL_ONLY,
                     )
                     request = str(following)
@@ -403,7 +406,7 @@ class VllmEngine:
             "options": self.options.model_dump(mode="json"),
             "version": self.build.version,
             "distribution": self.build.distribution,
-            "sampling_seed": "per prompt: sha256(seed, key)",
+            "sampling": dict(VLLM_SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
         }
         if self.on_cpu:
             facts["process"] = "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
@@ -447,7 +450,44 @@ class VllmEngine:
             "cuda": torch.version.cuda,
             "cuda_available": torch.cuda.is_available(),
             "python": platform.python_version(),
+            "determinism": determinism_facts(
+                device="cpu" if self.on_cpu else self.context.device,
+                batch_invariant=env_batch_invariant(),
+                prefix_caching=True,
+                chunked_prefill=self._chunked_prefill(),
+                tensor_parallel_size=self.options.tensor_parallel_size,
+                attention_backend=self._attention_backend(),
+            ),
         }
+
+    def _vllm_config(self) -> Any:
+        engine = getattr(self.llm, "llm_engine", None)
+        return getattr(engine, "vllm_config", None)
+
+    def _chunked_prefill(self) -> bool | None:
+        """vLLM's scheduler setting of the built ``LLM`` (None when no ``LLM`` was built)."""
+        scheduler = getattr(self._vllm_config(), "scheduler_config", None)
+        value = getattr(scheduler, "enable_chunked_prefill", None)
+        return bool(value) if value is not None else None
+
+    def _attention_backend(self) -> str | None:
+        """The attention backend vLLM selects for the teacher's layers under the built ``LLM``'s config (the choice
+        its workers make); None when it cannot be asked."""
+        config = self._vllm_config()
+        shape = self.shape or attention_shape(self.context.model_path, self.context.revision)
+        if config is None or shape is None:
+            return None
+        try:
+            import torch
+            from vllm.config import set_current_vllm_config
+            from vllm.v1.attention.selector import get_attn_backend
+
+            dtype = getattr(config.model_config, "dtype", None) or getattr(torch, self.context.dtype)
+            with set_current_vllm_config(config):
+                backend = get_attn_backend(shape.head_dim, dtype, None)
+            return str(backend.get_name())
+        except Exception:
+            return None
 
     def commit_hash(self) -> str | None:
         return None

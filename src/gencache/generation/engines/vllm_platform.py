@@ -25,12 +25,14 @@ from gencache.errors import GenerationError
 from gencache.generation.engines.memory import AttentionShape, attention_shape_of, available_host_memory
 
 __all__ = [
+    "BATCH_INVARIANT_MIN_CAPABILITY",
     "CPU_BLOCK_SIZE",
     "CPU_HEAD_SIZES",
     "KvSizing",
     "VllmBuild",
     "allow_amx",
     "attention_shape",
+    "batch_invariant_refusal",
     "installed_build",
     "size_cpu_kv_cache",
 ]
@@ -152,3 +154,40 @@ def allow_amx() -> bool:
 
     init = getattr(torch.cpu, "_init_amx", None)
     return bool(init()) if callable(init) else False
+
+
+#: The oldest NVIDIA compute capability vLLM's batch-invariant kernels support.
+BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)
+
+
+def batch_invariant_refusal(build: VllmBuild, device: str) -> str | None:
+    """Why ``engine_options.batch_invariant`` cannot be honoured here (one line), or None when it can: vLLM's
+    batch-invariant kernels exist for NVIDIA GPUs of compute capability 8.0 or newer, not in the CPU build; and the
+    switch is read when vLLM is imported, so a vLLM imported earlier in this process without it is refused."""
+    import sys
+
+    from gencache.generation.determinism import BATCH_INVARIANT_ENV, env_batch_invariant
+
+    if build.cpu or device == "cpu":
+        return (
+            f"engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant kernels "
+            "(vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
+        )
+    import torch
+
+    if torch.cuda.is_available():
+        index = torch.device(device).index if device.startswith("cuda") else None
+        capability = tuple(torch.cuda.get_device_capability(0 if index is None else index))
+        if capability < BATCH_INVARIANT_MIN_CAPABILITY:
+            name = torch.cuda.get_device_name(0 if index is None else index)
+            return (
+                f"engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
+                f"capability 8.0 or newer; {name} has {capability[0]}.{capability[1]}. Remove it on this GPU."
+            )
+    if "vllm" in sys.modules and not env_batch_invariant():
+        return (
+            f"engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} was "
+            f"set, and reads it at import; run gencache in a fresh process, or set {BATCH_INVARIANT_ENV}=1 in "
+            "the environment."
+        )
+    return None

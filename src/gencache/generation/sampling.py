@@ -1,0 +1,124 @@
+"""Per-sequence sampling: every sequence of every sample draws from its own random stream.
+
+A sampled answer depends only on its prompt, the teacher, the generation settings and the run's ``seed``, never on
+which other prompts share its batch, its shard or its run. The rule, written once here and used by every engine:
+
+- **The stream seed** of sequence ``s`` of the sample with key ``k`` is :func:`sampling_seed` ``(seed, k, s)``: the
+  first four bytes of ``sha256(f"{seed}\\0{k}\\0{s}")``, big-endian, masked to 31 bits. The ``vllm`` engine gives
+  each request (prompt) the seed :func:`sampling_seed` ``(seed, k)`` (no sequence index) and vLLM draws the
+  request's ``n`` sequences from that one seed.
+- **The draw** of the token at answer position ``t`` (0 for the first answer token) of a sequence in the
+  ``transformers`` and ``transformers-continuous`` engines is one uniform number ``u`` (:func:`uniforms`: output
+  ``t + 1`` of SplitMix64 started at the stream seed, its top 53 bits over 2**53) turned into a token by inverse
+  transform (:func:`draw_tokens`): the smallest token whose cumulative probability (float64 sum of the float32
+  softmax of the processed scores, in token order) exceeds ``u`` times the total. The draw is counter-based, so a
+  request that an engine pauses, evicts or recomputes draws the same token at the same position.
+
+Greedy decoding draws nothing. Only :func:`draw_tokens` needs torch (imported inside it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "SAMPLING_RULE",
+    "VLLM_SAMPLING_RULE",
+    "SequenceSampler",
+    "draw_tokens",
+    "one_hot_scores",
+    "sampling_seed",
+    "uniforms",
+]
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+SAMPLING_RULE: dict[str, str] = {
+    "scope": "per sequence: every sequence of every sample has its own random stream",
+    "stream_seed": "sha256(f'{seed}\\0{key}\\0{sequence}')[:4] big-endian & 0x7FFFFFFF",
+    "draw": "answer position t: u = top 53 bits of SplitMix64 output t+1 from the stream seed / 2**53; the first "
+    "token whose float64 cumulative softmax (float32) of the processed scores exceeds u * total",
+}
+"""How the ``transformers`` and ``transformers-continuous`` engines sample (recorded in ``resolved_config.json``)."""
+
+VLLM_SAMPLING_RULE: dict[str, str] = {
+    "scope": "per prompt: one vLLM request seed, from which vLLM draws the prompt's n sequences",
+    "stream_seed": "sha256(f'{seed}\\0{key}')[:4] big-endian & 0x7FFFFFFF",
+    "draw": "vLLM's own sampler with SamplingParams.seed = the stream seed",
+}
+"""How the ``vllm`` engine samples (recorded in ``resolved_config.json``)."""
+
+
+def sampling_seed(seed: int, key: str, sequence: int | None = None) -> int:
+    """The 31-bit stream seed of sequence ``sequence`` of the sample ``key`` in a run seeded with ``seed``; without
+    ``sequence``, the seed of the whole request (the ``vllm`` engine's)."""
+    text = f"{seed}\0{key}" if sequence is None else f"{seed}\0{key}\0{sequence}"
+    digest = hashlib.sha256(text.encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def uniforms(streams: Sequence[int], positions: Sequence[int]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """One uniform number in [0, 1) per ``(stream seed, answer position)`` pair: output ``position + 1`` of a
+    SplitMix64 generator started at the stream seed (its top 53 bits over 2**53)."""
+    state = np.asarray([int(s) & _MASK64 for s in streams], dtype=np.uint64)
+    steps = np.asarray([int(p) + 1 for p in positions], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = state + steps * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    draws: np.ndarray[Any, np.dtype[np.float64]] = (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return draws
+
+
+def draw_tokens(scores: torch.Tensor, draws: np.ndarray[Any, np.dtype[np.float64]]) -> torch.Tensor:
+    """The token of each row of ``scores`` (``[rows, vocab]``, processed logits; ``-inf`` where a token is
+    excluded) for the row's uniform number in ``draws``, by inverse transform over the float64 cumulative sum of the
+    float32 softmax; a 1-D int64 tensor on the scores' device."""
+    import torch
+
+    probs = torch.softmax(scores.float(), dim=-1).double()
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    targets = torch.as_tensor(draws, dtype=torch.float64, device=scores.device).unsqueeze(-1) * total
+    # strictly below the total, so the token found always has a positive probability (its cumulative sum rises)
+    targets = torch.minimum(targets, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, targets, right=True).squeeze(-1)
+
+
+def one_hot_scores(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Scores that leave a sampler no choice: 0 at each row's token, ``-inf`` elsewhere (softmax gives probability
+    1 to the chosen token, so transformers' own multinomial draw returns it)."""
+    import torch
+
+    chosen = torch.full_like(scores, float("-inf"))
+    chosen.scatter_(1, tokens.unsqueeze(-1).to(scores.device), 0.0)
+    return chosen
+
+
+class SequenceSampler:
+    """The last logits processor of a batched ``model.generate`` call: it draws each row's token from the row's own
+    stream (:func:`uniforms`, :func:`draw_tokens`) and hands transformers one-hot scores, so transformers' own
+    draw from its global generator returns that token.
+
+    ``streams`` holds one stream seed per row (prompt-major: row ``r`` is sequence ``r % n`` of prompt ``r // n``),
+    ``prompt_width`` the padded prompt width (the answer position is the row length minus it)."""
+
+    def __init__(self, streams: Sequence[int], prompt_width: int) -> None:
+        self.streams = list(streams)
+        self.prompt_width = prompt_width
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        position = int(input_ids.shape[1]) - self.prompt_width
+        draws = uniforms(self.streams, [position] * len(self.streams))
+        return one_hot_scores(scores, draw_tokens(scores, draws))
