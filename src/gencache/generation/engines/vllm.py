@@ -3,7 +3,7 @@
 The effective generation config becomes one ``SamplingParams`` per prompt (:func:`sampling_params_kwargs`): the EOS
 list as ``stop_token_ids`` with ``ignore_eos`` (so vLLM stops at gencache's EOS ids and nowhere else), stop strings
 kept in the output, special tokens kept, ``max_tokens`` = ``max_new_tokens``, ``n`` = ``num_return_sequences`` and a
-per-prompt seed derived from the run's ``seed`` and the sample key (:func:`~gencache.generation.sampling.sampling_seed`),
+per-prompt seed derived from the run's ``seed`` and the sample key (:func:`gencache.generation.sampling.sampling_seed`),
 from which vLLM draws the prompt's ``n`` sequences. vLLM loads with ``generation_config="vllm"``, so the teacher's
 ``generation_config.json`` adds nothing gencache did not resolve. ``engine_options.batch_invariant`` sets vLLM's
 ``VLLM_BATCH_INVARIANT=1`` before vLLM is imported (refused on the CPU build and on GPUs vLLM has no such kernels
