@@ -36,6 +36,11 @@ class DatasetError(GencacheError, ValueError):
     exit_code = 2
 
 
+class SourceChangedError(DatasetError):
+    """A dataset source file differs from the one a run recorded (its SHA-256), so the run's samples cannot be
+    rebuilt as they were."""
+
+
 class PromptError(GencacheError, ValueError):
     """A prompt template cannot render a sample (unknown kwargs, sentinel problems, empty documents)."""
 
@@ -111,6 +116,7 @@ __all__ = [
     "OutputExistsError",
     "PromptError",
     "ShardError",
+    "SourceChangedError",
     "Terminated",
     "WriteError",
     "first_line",

@@ -1,0 +1,293 @@
+"""The run an artifact records: its ``resolved_config.json`` checked, and its samples rebuilt from it.
+
+A published artifact records the effective config of the run that made it (``config``: the data configs after
+``--limit``, ``--set`` and ``--output-dir``), the sources its rows were read from (each local file with its
+SHA-256) and the effective generation settings. Everything that rebuilds a run from that record (training with no
+config, ``gencache export`` with prompts, ``gencache audit``) goes through here, so each trusts the same checked
+values:
+
+- :func:`recorded_run` checks the document (the shape and ``resolved_digest`` of
+  :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record)
+  and parses its config; a damaged or hand-edited document is a :class:`FormatError` (exit 1) naming the file.
+- :func:`check_sources` hashes every recorded local source file again; a file that changed since generation is a
+  :class:`SourceChangedError` (exit 2), one that is gone a :class:`DatasetError`, each naming the file.
+- :func:`rebuild_samples` builds the samples with :func:`gencache.data.samples.build_samples`, optionally reading
+  some data configs from other sources, and checks that the files it read are the recorded ones.
+
+The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's. This module
+reads no artifact file itself (the caller reads ``resolved_config.json`` and hands over the manifest's values), so
+it imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gencache.artifact.names import shard_of
+from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
+from gencache.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
+
+if TYPE_CHECKING:
+    from gencache.config import CacheConfig
+    from gencache.data.origins import SourceInfo
+    from gencache.data.samples import SampleSet
+
+__all__ = ["RecordedRun", "check_resolved", "check_sources", "rebuild_samples", "recorded_run"]
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """The checked record of the run behind an artifact, a shard or a whole shard set.
+
+    ``path`` is what was opened and ``paths`` the artifact directories it stands for (the shards of a shard base);
+    ``resolved_path`` the ``resolved_config.json`` read (the first artifact's) and ``resolved`` its checked content.
+    ``config`` is the recorded effective config parsed (``--limit``, ``--set`` and ``--output-dir`` applied),
+    ``generation`` the effective generation settings the run used and ``seed`` its seed. ``shard_count`` and
+    ``shards`` say which shards of a sharded run ``paths`` hold (``shards`` is None when they hold the whole run).
+    ``sources_checked`` is True once every recorded source file was hashed again and matched.
+    """
+
+    path: Path
+    paths: tuple[Path, ...]
+    resolved_path: Path
+    resolved: Mapping[str, Any]
+    config: CacheConfig
+    generation: Mapping[str, Any]
+    seed: int
+    run_digest: str
+    shard_count: int | None = None
+    shards: tuple[int, ...] | None = None
+    sources_checked: bool = False
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The run's ``max_new_tokens`` (checked to be a positive integer)."""
+        value: int = self.generation["max_new_tokens"]
+        return value
+
+    def owns(self, key: str) -> bool:
+        """Whether the run's sample ``key`` belongs in ``paths`` (always, unless they hold only some shards)."""
+        if self.shards is None or self.shard_count is None:
+            return True
+        return shard_of(key, self.shard_count) in self.shards
+
+
+def _refuse(where: Path, problem: str) -> FormatError:
+    return FormatError(
+        f"{where}: {problem}; the artifact's record of its run is damaged or was edited, so nothing is taken from "
+        "it (gencache verify checks the whole artifact; regenerate it)."
+    )
+
+
+def check_resolved(
+    resolved: Mapping[str, Any],
+    *,
+    resolved_path: Path,
+    provenance: Mapping[str, Any],
+    shard_record: Mapping[str, Any] | None,
+    require_digest: bool = True,
+) -> None:
+    """Refuse, with a :class:`FormatError` naming ``resolved_path``, a resolved config that does not pass
+    :func:`gencache.artifact.resolved.resolved_config_problems` against the manifest's ``provenance`` and
+    ``shard_record``, one written by a gencache run that lacks its ``resolved_digest`` (unless not
+    ``require_digest``), or one whose ``generation.max_new_tokens`` is there but not a positive integer."""
+    problems = resolved_config_problems(resolved, provenance, shard_record)
+    is_run = "config" in resolved or "gencache_version" in resolved
+    if not problems and is_run and require_digest and not isinstance(resolved.get(DIGEST_FIELD), str):
+        problems = [f"it has no {DIGEST_FIELD} (written by an older gencache, or the field was removed)"]
+    generation = resolved.get("generation")
+    if not problems and isinstance(generation, Mapping) and "max_new_tokens" in generation:
+        limit = generation["max_new_tokens"]
+        if type(limit) is not int or limit < 1:
+            problems = [f"generation.max_new_tokens is {limit!r}, not a positive integer"]
+    if problems:
+        raise _refuse(resolved_path, problems[0])
+
+
+def _sources_of(resolved: Mapping[str, Any], count: int, where: Path) -> list[dict[str, Any]]:
+    """The recorded sources, one per data config, with their shape checked."""
+    sources = resolved["sources"]
+    if len(sources) != count:
+        raise _refuse(where, f"'sources' lists {len(sources)} sources for {count} data configs")
+    for index, source in enumerate(sources):
+        files = source.get("files") if isinstance(source, dict) else None
+        if not isinstance(files, list) or not isinstance(source.get("location"), str):
+            raise _refuse(where, f"sources[{index}] is not an object with a location and a list of files")
+        for entry in files:
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("path", "sha256")):
+                raise _refuse(where, f"sources[{index}].files holds {entry!r}, not {{path, sha256}}")
+    return list(sources)
+
+
+def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | None, tuple[int, ...] | None]:
+    """The shard count and the shard indices held, from each artifact's ``summary.shard`` (None: the whole run)."""
+    if not records or records[0] is None:
+        return None, None
+    count = records[0].get("count")
+    held = tuple(sorted({int(record["index"]) for record in records if record is not None}))
+    return (None, None) if len(held) == count else (count if isinstance(count, int) else None, held)
+
+
+def recorded_run(
+    resolved: Mapping[str, Any],
+    *,
+    resolved_path: Path,
+    provenance: Mapping[str, Any],
+    shard_records: Sequence[Mapping[str, Any] | None],
+    path: Path,
+    paths: tuple[Path, ...],
+) -> RecordedRun:
+    """Check ``resolved`` (read from ``resolved_path``, the first artifact's) against that artifact's manifest
+    ``provenance`` and shard record (``shard_records[0]``; one ``summary.shard`` per artifact of ``paths``, which
+    are all of one run) and parse its config. A :class:`FormatError` naming the file when anything is off; a
+    :class:`ConfigError` when the document records no run (an artifact written by ``ArtifactBuild`` directly)."""
+    from gencache.config import parse_config
+
+    if "config" not in resolved and "gencache_version" not in resolved:
+        raise ConfigError(
+            f"{resolved_path} records no run config (the artifact was not made by gencache generate), so its samples "
+            "cannot be rebuilt from it; pass the data configs it was generated from."
+        )
+    check_resolved(
+        resolved,
+        resolved_path=resolved_path,
+        provenance=provenance,
+        shard_record=shard_records[0] if shard_records else None,
+    )
+    generation = resolved["generation"]
+    if "max_new_tokens" not in generation:
+        raise _refuse(resolved_path, "generation has no max_new_tokens")
+    try:
+        config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(resolved_path))
+    except GencacheError as error:
+        raise _refuse(resolved_path, f"its config does not parse ({first_line(error)})") from None
+    _sources_of(resolved, len(config.data_configs), resolved_path)
+    count, shards = _held_shards(shard_records)
+    return RecordedRun(
+        path=path,
+        paths=paths,
+        resolved_path=resolved_path,
+        resolved=resolved,
+        config=config,
+        generation=generation,
+        seed=config.seed,
+        run_digest=resolved["run_digest"],
+        shard_count=count,
+        shards=shards,
+    )
+
+
+def _relocated(source: Mapping[str, Any], data_root: Path | None) -> tuple[str, dict[str, str]]:
+    """The source location and its files (path -> recorded sha256), moved under ``data_root`` by the location's
+    last path component when given."""
+    location = str(source["location"])
+    files = {str(entry["path"]): str(entry["sha256"]) for entry in source["files"]}
+    if data_root is None or source.get("kind") not in ("directory", "file"):
+        return location, files
+    moved = data_root / Path(location).name
+    if source.get("kind") == "file":
+        return str(moved), {str(moved): digest for digest in files.values()}
+    return str(moved), {str(moved / os.path.relpath(path, location)): digest for path, digest in files.items()}
+
+
+def _overrides(run: RecordedRun, sources: Mapping[int, str] | None) -> dict[int, str]:
+    chosen = dict(sources or {})
+    count = len(run.config.data_configs)
+    for index in chosen:
+        if type(index) is not int or not 0 <= index < count:
+            raise ConfigError(f"--source {index}=...: the run has data configs 0..{count - 1}.")
+    return chosen
+
+
+def check_sources(
+    run: RecordedRun, *, sources: Mapping[int, str] | None = None, data_root: str | os.PathLike[str] | None = None
+) -> None:
+    """Hash every recorded local source file again (under ``data_root`` when given; data configs read from
+    ``sources`` are skipped) and refuse, in one line naming the file, one that is gone (:class:`DatasetError`) or
+    whose bytes changed since generation (:class:`SourceChangedError`)."""
+    from gencache.data.sources import file_sha256
+
+    skipped = _overrides(run, sources)
+    root = None if data_root is None else Path(data_root).expanduser().absolute()
+    for index, source in enumerate(_sources_of(run.resolved, len(run.config.data_configs), run.resolved_path)):
+        if index in skipped:
+            continue
+        for name, recorded in _relocated(source, root)[1].items():
+            file = Path(name)
+            if not file.is_file():
+                raise DatasetError(
+                    f"data_configs[{index}]: the recorded source file {file} is gone; restore it, or point "
+                    "--data-root/--source (data_root/sources) at the data."
+                )
+            found = file_sha256(file)
+            if found != recorded:
+                raise SourceChangedError(
+                    f"data_configs[{index}]: source file {file} changed since generation (sha256 {found[:12]}..., "
+                    f"recorded {recorded[:12]}...); restore the file the run read, or regenerate."
+                )
+
+
+def _effective_config(run: RecordedRun, sources: Mapping[int, str], data_root: Path | None) -> CacheConfig:
+    """The recorded config with each data config's source replaced by ``sources`` or moved under ``data_root``."""
+    if not sources and data_root is None:
+        return run.config
+    from gencache.config import parse_config
+
+    raw = copy.deepcopy(dict(run.resolved["config"]))
+    for index, data_config in enumerate(raw["data_configs"]):
+        if index in sources:
+            data_config["source"] = sources[index]
+        elif data_root is not None and isinstance(data_config.get("source"), str):
+            data_config["source"] = str(data_root / Path(data_config["source"]).name)
+    return parse_config(raw, origin=f"{run.resolved_path} with the sources given")
+
+
+def _compare_read(index: int, info: SourceInfo, recorded: Mapping[str, Any], files: Mapping[str, str]) -> None:
+    """Refuse when the rebuild read other files (or other hub tables) than the run recorded."""
+    read = dict(info.files)
+    for name in sorted(set(read) | set(files)):
+        if read.get(name) != files.get(name):
+            what = "was not read by the run" if name not in files else "changed since generation"
+            if name not in read:
+                what = "was read by the run but not now"
+            raise SourceChangedError(f"data_configs[{index}]: source file {name} {what}; restore the run's data.")
+    fingerprints = recorded.get("fingerprints")
+    if info.kind == "hub" and isinstance(fingerprints, dict) and fingerprints != dict(info.fingerprints):
+        raise SourceChangedError(
+            f"data_configs[{index}]: hub dataset {info.location} changed since generation (its fingerprints differ); "
+            "pin the revision the run read, or regenerate."
+        )
+
+
+def rebuild_samples(
+    run: RecordedRun,
+    tokenizer: Any | None = None,
+    *,
+    sources: Mapping[int, str] | None = None,
+    data_root: str | os.PathLike[str] | None = None,
+) -> SampleSet:
+    """The run's samples, rebuilt from its recorded config with :func:`gencache.data.samples.build_samples`
+    (tokenized when ``tokenizer`` is given).
+
+    ``sources`` maps a data config index to another source to read it from (export's ``--source I=PATH``);
+    ``data_root`` is a directory holding the recorded local sources by their last path component (``--data-root``).
+    The recorded files are checked first (:func:`check_sources`, unless ``run.sources_checked`` and the files did
+    not move), and after the build the files read must be those the run read, with the same bytes."""
+    from gencache.data.samples import build_samples
+
+    chosen = _overrides(run, sources)
+    root = None if data_root is None else Path(data_root).expanduser().absolute()
+    if not run.sources_checked or root is not None:
+        check_sources(run, sources=chosen, data_root=root)
+    samples = build_samples(_effective_config(run, chosen, root), tokenizer)
+    recorded = _sources_of(run.resolved, len(run.config.data_configs), run.resolved_path)
+    for summary in samples.summaries:
+        if summary.index not in chosen:
+            files = _relocated(recorded[summary.index], root)[1]
+            _compare_read(summary.index, summary.source, recorded[summary.index], files)
+    return samples
