@@ -327,6 +327,13 @@ def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapp
     if engine not in ALL_ENGINES:
         raise ValueError(f"unknown engine {engine!r}")
     lines: list[str] = []
+    beams = effective.get("num_beams", 1)
+    if effective.get("do_sample") is True and is_int(beams) and beams > 1:
+        lines.append(
+            f'engine "{engine}" cannot sample each sequence from its own stream in beam search ({FIELD}.do_sample '
+            f"with num_beams = {beams}: every beam of a batch draws from one generator); set do_sample false for "
+            "beam search, or num_beams 1 for sampling."
+        )
     for key in sorted(effective):
         value = effective[key]
         rule = GENERATION_SETTINGS.get(key)
