@@ -7,6 +7,9 @@ working. ``exit_code`` is what the CLI exits with: 2 for bad input, 1 for failur
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 
 class GencacheError(Exception):
     """Root of every error gencache raises on purpose."""
@@ -72,6 +75,38 @@ class InputPathError(GencacheError, FileNotFoundError):
     exit_code = 2
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One problem a check found: the check's name, where it is (a config field such as
+    ``data_configs[1].data_kwargs.query``, or a command-line option) and the error itself."""
+
+    check: str
+    location: str
+    error: GencacheError
+
+    def to_json(self) -> dict[str, str]:
+        return {"check": self.check, "location": self.location, "message": str(self.error)}
+
+
+class InputProblems(GencacheError, ValueError):
+    """Several independent problems found before a run loads its teacher, each in :attr:`problems` (the CLI
+    prints one ``error:`` line each); ``exit_code`` is the first problem's."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        shown = "; ".join(str(problem.error) for problem in problems)
+        super().__init__(f"{len(problems)} problems: {shown}")
+        self.problems = list(problems)
+        self.exit_code = problems[0].error.exit_code if problems else 2
+
+
+def raise_problems(problems: Sequence[Problem]) -> None:
+    """Raise the one problem as it is, or :class:`InputProblems` for several; nothing for none."""
+    if len(problems) == 1:
+        raise problems[0].error
+    if problems:
+        raise InputProblems(problems)
+
+
 # -- failures (exit code 1) -------------------------------------------------------------------------------
 class GenerationError(GencacheError, RuntimeError):
     """Teacher generation failed (model loading, out of memory, invalid generation settings)."""
@@ -110,16 +145,19 @@ __all__ = [
     "GenerationError",
     "HeaderCapacityError",
     "InputPathError",
+    "InputProblems",
     "IntegrityError",
     "MissingEntriesError",
     "MissingEntryError",
     "OutputExistsError",
+    "Problem",
     "PromptError",
     "ShardError",
     "SourceChangedError",
     "Terminated",
     "WriteError",
     "first_line",
+    "raise_problems",
 ]
 
 
