@@ -169,3 +169,52 @@ def test_a_missing_messages_column_names_the_columns_there(tmp_path: Path) -> No
         build_samples([data_config(path, num_samples=1)])
     got = build_samples([data_config(path, num_samples=1, data_kwargs={"messages": "conversation"})])
     assert got[0].semantic["query"] == "x"
+
+
+SHAREGPT_FROM = {"user": "human", "assistant": "gpt", "system": "system"}
+
+
+def sharegpt(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"from": SHAREGPT_FROM[m["role"]], "value": m["content"]} for m in messages]
+
+
+def test_sharegpt_conversations_give_the_keys_of_the_same_messages(chats: Path, tmp_path: Path) -> None:
+    path = tmp_path / "sharegpt.jsonl"
+    pairs = enumerate(zip(CONVERSATIONS, DOCS, strict=True))
+    rows = [{"id": f"q{i}", "conversations": sharegpt(m), "docs": d} for i, (m, d) in pairs]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    kwargs = {"shuffle": False, "documents": "docs"}
+    openai = build_samples([data_config(chats, data_kwargs=kwargs)])
+    shared = build_samples([data_config(path, data_kwargs=kwargs)])  # the default messages column is absent
+    assert shared.keys() == openai.keys() and [s.answer for s in shared] == [s.answer for s in openai]
+    assert [s.prompt_text for s in shared] == [s.prompt_text for s in openai]
+    named = build_samples([data_config(path, data_kwargs={**kwargs, "messages": "conversations", "id": "id"})])
+    assert named.keys() == openai.keys() and [s.row_id for s in named] == ["q0", "q1", "q2", "q3"]
+    assert [s.source_id for s in openai] == [0, 1, 2, 3] and [s.reference for s in openai] == ["4", None, "Oslo", None]
+
+
+@pytest.mark.parametrize(
+    ("turns", "message"),
+    [
+        ([{"from": "bot", "value": "x"}], "conversations[0].from is 'bot'; ShareGPT rows take human, gpt, system"),
+        ([{"from": "human"}], "'conversations[0].value' is missing or null (conversations[0] has: from)"),
+        ([{"from": "human", "value": "A"}, {"value": "B"}], "'conversations[1].from' is missing or null"),
+        ([{"from": "human", "value": "A"}, {"from": "system", "value": "S"}], "conversations[1] is a system turn"),
+    ],
+)
+def test_malformed_sharegpt_rows_name_the_file_and_line(tmp_path: Path, turns: list[Any], message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = {"conversations": [{"from": "human", "value": "fine"}]}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({"conversations": turns}) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as info:
+        build_samples([data_config(path, num_samples=2)])
+    assert f"chat: {path} line 2: " in str(info.value) and message in str(info.value)
+
+
+def test_an_id_column_must_hold_strings_or_integers(chats: Path, tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="column 'ident' is missing"):
+        build_samples([data_config(chats, data_kwargs={"id": "ident"})])
+    path = tmp_path / "ids.jsonl"
+    path.write_text(json.dumps({"id": True, "messages": [turn("user", "x")]}) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match="'id' must be a string or integer, got a boolean"):
+        build_samples([data_config(path, num_samples=1, data_kwargs={"id": "id"})])

@@ -101,6 +101,12 @@ class NIAHKwargs(KwargsModel):
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None
 
 
+ID_DESCRIPTION = (
+    "Column holding each row's own id (a string or an integer), which exports and the datasets view carry as "
+    "row_id to join answers back to the rows; not part of the key. null: row_id is the row's index in the source."
+)
+
+
 class TableKwargs(KwargsModel):
     """``data_kwargs`` of ``table``."""
 
@@ -130,6 +136,7 @@ class TableKwargs(KwargsModel):
         description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
     )
     shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
+    id: StrictStr | None = Field(default=None, min_length=1, description=ID_DESCRIPTION)
 
     @field_validator("documents")
     @classmethod
@@ -167,6 +174,7 @@ class ChatKwargs(KwargsModel):
         description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
     )
     shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
+    id: StrictStr | None = Field(default=None, min_length=1, description=ID_DESCRIPTION)
 
     @field_validator("task")
     @classmethod

@@ -44,7 +44,9 @@ class Sample:
 
     ``key`` is the semantic key; ``data_config_index`` and ``sample_index`` say where it came from; ``semantic``
     is the key payload; ``query`` is the query as shown, ``answer`` the gold answer; ``parts`` the rendered prompt;
-    ``input_ids`` and ``spans`` the per-part tokenization (None when no tokenizer was given).
+    ``input_ids`` and ``spans`` the per-part tokenization (None when no tokenizer was given). ``row`` is the source
+    row the sample was made of (a table recipe's row index in its source table) and ``row_id`` that row's own id
+    when the recipe reads one (``data_kwargs.id`` of ``table`` and ``chat``).
     """
 
     key: str
@@ -56,6 +58,18 @@ class Sample:
     parts: Prompt
     input_ids: tuple[int, ...] | None = None
     spans: tuple[tuple[str, int, int], ...] | None = None
+    row: int | None = None
+    row_id: str | int | None = None
+
+    @property
+    def reference(self) -> str | None:
+        """The recipe's reference (gold) answer, or None when it has none."""
+        return self.answer or None
+
+    @property
+    def source_id(self) -> str | int | None:
+        """The id that joins the sample back to its source row: ``row_id`` when the recipe read one, else ``row``."""
+        return self.row if self.row_id is None else self.row_id
 
     @property
     def prompt_text(self) -> str:
@@ -215,6 +229,8 @@ def _load_one(
                 parts=parts,
                 input_ids=input_ids,
                 spans=spans,
+                row=raw.row,
+                row_id=raw.row_id,
             )
         )
     return out, source
@@ -223,6 +239,7 @@ def _load_one(
 def _with_index(index: int, exc: Exception) -> str:
     text = str(exc)
     return text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
+
 
 
 def build_samples(

@@ -44,6 +44,9 @@ class RawSample:
     ``semantic`` is the key payload ``{documents, query, shots, task}``; ``parts`` the default composition;
     ``query`` the query as shown in the prompt; ``answer`` the gold answer. ``history`` is set for a chat row only:
     the ``(role, content)`` turns before its final user turn, which ``parts`` holds; chat templates render them.
+    ``row`` is the candidate the sample was made of (a table recipe's row index in its source table) and
+    ``row_id`` the row's own id when the recipe reads one (``table`` and ``chat`` with ``data_kwargs.id``); neither
+    is part of the key.
     """
 
     semantic: dict[str, Any]
@@ -51,6 +54,8 @@ class RawSample:
     query: str
     answer: str
     history: tuple[tuple[str, str], ...] | None = None
+    row: int | None = None
+    row_id: str | int | None = None
 
 
 KwargsT = TypeVar("KwargsT", bound=KwargsModel)
@@ -75,7 +80,7 @@ class Question:
     ``task_prompt`` is the text after the documents; ``shown`` the query as shown (``query`` when None);
     ``context`` the prompt's document blocks (the key's ``documents`` when None). ``history`` makes it a chat row:
     the ``(role, content)`` turns before the final user turn, whose text is the documents (each followed by a
-    space) and then the task prompt.
+    space) and then the task prompt. ``row_id`` is the row's own id, when the recipe reads one.
     """
 
     documents: list[str]
@@ -86,6 +91,7 @@ class Question:
     shown: str | None = None
     context: list[str] | None = None
     history: tuple[tuple[str, str], ...] | None = None
+    row_id: str | int | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +243,8 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
                     query=question.query if question.shown is None else question.shown,
                     answer=question.answer,
                     history=question.history,
+                    row=index,
+                    row_id=question.row_id,
                 )
             )
         if len(samples) < dc.num_samples:

@@ -1,6 +1,10 @@
 """``chat``: rows that already are conversations, ``messages: [{"role": ..., "content": ...}, ...]``.
 
-The format TRL and the chat templates use. A conversation ending with an assistant turn has that turn dropped (it
+The format TRL and the chat templates use; ShareGPT-style rows, ``conversations: [{"from": ..., "value": ...}, ...]``,
+are read too (a row whose first turn has ``from`` is a ShareGPT row; its roles map as ShareGPT's do: ``human`` to
+``user``, ``gpt`` to ``assistant``, ``system`` to ``system``), and give the keys of the same turns written as
+messages. With the default ``data_kwargs.messages`` a table without a ``messages`` column but with a
+``conversations`` column reads that one. A conversation ending with an assistant turn has that turn dropped (it
 is the gold answer); what is left must end with a user turn. The key is the conversation without the final
 assistant turn, in order: ``{"documents": [<documents column(s)>], "query": <the final user turn's content>,
 "shots": [], "task": {"history": [{"role", "content"}, ... every earlier turn]}}``, plus any ``task`` columns.
@@ -21,10 +25,14 @@ from typing import Any
 from gencache.config.datasets import HISTORY, ChatKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
-from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, task_of
+from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, row_id_of, task_of
 from gencache.errors import DatasetError
 
 ROLES = ("system", "user", "assistant")
+#: ShareGPT's ``from`` values and the roles they stand for.
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+#: The column ShareGPT files hold their turns in, read when the default ``messages`` column is absent.
+SHAREGPT_COLUMN = "conversations"
 COLUMNS = (
     Column(
         "<messages>",
@@ -33,29 +41,60 @@ COLUMNS = (
         "The column data_kwargs.messages names (default messages): roles system, user, assistant; contents strings.",
     ),
     Column(
+        SHAREGPT_COLUMN,
+        "list of objects {from, value}",
+        False,
+        "ShareGPT rows instead of messages (read when the default messages column is absent): from human, gpt, system.",
+    ),
+    Column(
         "<documents>", "string, list of strings or list of objects", False, "The columns data_kwargs.documents names."
     ),
     Column("<task>", "any JSON", False, "The columns data_kwargs.task names: the key's task fields."),
+    Column("<id>", "string or integer", False, "The column data_kwargs.id names: the row's id (row_id), not keyed."),
 )
 
 
 @dataclass(frozen=True)
 class ChatRows:
-    """The table a ``chat`` data config reads."""
+    """The table a ``chat`` data config reads and the column holding its conversations."""
 
     table: Any
+    column: str
+
+
+def messages_column(table: Any, kwargs: ChatKwargs) -> str:
+    """``data_kwargs.messages``, or ShareGPT's ``conversations`` when the default ``messages`` column is absent."""
+    names = list(getattr(table, "column_names", []) or [])
+    default = ChatKwargs.model_fields["messages"].default
+    if kwargs.messages == default and default not in names and SHAREGPT_COLUMN in names:
+        return SHAREGPT_COLUMN
+    return kwargs.messages
+
+
+def _turn(table: Any, label: str, index: int, turn: Any, where: str, sharegpt: bool) -> tuple[str, str]:
+    """The ``(role, content)`` of one turn: ``{role, content}``, or ShareGPT's ``{from, value}`` mapped."""
+    require_type(table, label, index, turn, where, "object")
+    if not sharegpt:
+        role = field_of(table, label, index, {where: turn}, f"{where}.role", "string")
+        if role not in ROLES:
+            raise row_error(table, label, index, f"{where}.role is {role!r}; chat rows take {', '.join(ROLES)}")
+        return role, field_of(table, label, index, {where: turn}, f"{where}.content", "string")
+    speaker = field_of(table, label, index, {where: turn}, f"{where}.from", "string")
+    if speaker not in SHAREGPT_ROLES:
+        shown = ", ".join(SHAREGPT_ROLES)
+        raise row_error(table, label, index, f"{where}.from is {speaker!r}; ShareGPT rows take {shown}")
+    return SHAREGPT_ROLES[speaker], field_of(table, label, index, {where: turn}, f"{where}.value", "string")
 
 
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
-    """The ``(role, content)`` turns of row ``index``, checked."""
+    """The ``(role, content)`` turns of row ``index``, checked; a row whose first turn has ``from`` is ShareGPT's."""
     turns: list[tuple[str, str]] = []
-    for position, turn in enumerate(field_of(table, label, index, row, column, "list")):
+    values = field_of(table, label, index, row, column, "list")
+    first = values[0] if values and isinstance(values[0], Mapping) else {}
+    sharegpt = first.get("from") is not None and first.get("role") is None  # Arrow gives absent fields as nulls
+    for position, turn in enumerate(values):
         where = f"{column}[{position}]"
-        require_type(table, label, index, turn, where, "object")
-        role = field_of(table, label, index, {where: turn}, f"{where}.role", "string")
-        content = field_of(table, label, index, {where: turn}, f"{where}.content", "string")
-        if role not in ROLES:
-            raise row_error(table, label, index, f"{where}.role is {role!r}; chat rows take {', '.join(ROLES)}")
+        role, content = _turn(table, label, index, turn, where, sharegpt)
         if role == "system" and position:
             raise row_error(table, label, index, f"{where} is a system turn; only the first turn may be one")
         turns.append((role, content))
@@ -76,20 +115,21 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
                 "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
             )
         table, info = load_table(self, dc)
-        check_columns(table, self.name, named_columns(kwargs, kwargs.messages))
+        column = messages_column(table, kwargs)
+        check_columns(table, self.name, named_columns(kwargs, column))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
         self.require_rows(dc, len(order), detail)  # num_shots is 0 here
-        return Selection(info, ChatRows(table), (), order[: dc.num_samples])
+        return Selection(info, ChatRows(table, column), (), order[: dc.num_samples])
 
     def sample(self, rows: ChatRows, kwargs: ChatKwargs, index: int) -> Question:
         table = rows.table
         row = table[index]
-        turns = conversation(table, self.name, index, row, kwargs.messages)
+        turns = conversation(table, self.name, index, row, rows.column)
         answer = ""
         if turns and turns[-1][0] == "assistant":
             answer = turns.pop()[1]
         if not turns or turns[-1][0] != "user":
-            problem = f"{kwargs.messages!r} must end with a user turn (after its final assistant turn)"
+            problem = f"{rows.column!r} must end with a user turn (after its final assistant turn)"
             raise row_error(table, self.name, index, problem)
         query = turns[-1][1]
         if not query:
@@ -98,9 +138,10 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
         task: dict[str, Any] = {HISTORY: [{"role": role, "content": content} for role, content in history]}
         task.update(task_of(table, self.name, index, row, kwargs.task))
         documents = documents_of(table, self.name, index, row, kwargs)
-        return Question(documents, query, answer, query, task, history=history)
+        row_id = row_id_of(table, self.name, index, row, kwargs.id)
+        return Question(documents, query, answer, query, task, history=history, row_id=row_id)
 
 
 RECIPE = ChatRecipe()
 
-__all__ = ["RECIPE", "ChatRecipe", "conversation"]
+__all__ = ["RECIPE", "SHAREGPT_ROLES", "ChatRecipe", "conversation", "messages_column"]

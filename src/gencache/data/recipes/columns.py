@@ -86,13 +86,15 @@ def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: 
 
 
 def require_type(table: Any, label: str, index: int, value: Any, name: str, kind: str) -> Any:
-    """``value`` if it has JSON type ``kind`` (``string``, ``list of strings``, ``object``, ``list``), else an
+    """``value`` if it has JSON type ``kind`` (``string``, ``list of strings``, ``object``, ``list``, ``string or
+    integer``), else an
     error naming the field and the row's file and line."""
     checks: dict[str, Callable[[Any], bool]] = {
         "string": lambda v: isinstance(v, str),
         "list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
         "object": lambda v: isinstance(v, Mapping),
         "list": lambda v: isinstance(v, list),
+        "string or integer": lambda v: isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)),
         "any": lambda v: True,
     }
     if not checks[kind](value):

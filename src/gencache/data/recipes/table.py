@@ -40,6 +40,7 @@ COLUMNS = (
     Column("<answer>", "string", False, "The column data_kwargs.answer names (default answer): the gold answer."),
     Column("<task>", "any JSON", False, "The columns data_kwargs.task names: the key's task fields."),
     Column("<filter>", "string, number or boolean", False, "The columns data_kwargs.filters names."),
+    Column("<id>", "string or integer", False, "The column data_kwargs.id names: the row's id (row_id), not keyed."),
 )
 
 
@@ -47,9 +48,9 @@ def named_columns(kwargs: Any, first: str) -> list[Column]:
     """The columns a row must have under ``kwargs`` (a table's or chat's): ``first`` (the query or messages column),
     the document, task and filter columns, and the answer column when there is one."""
     names = [first, *kwargs.document_columns(), *kwargs.task, *kwargs.filters]
-    answer = getattr(kwargs, "answer", None)
-    if answer is not None:
-        names.append(answer)
+    for optional in (getattr(kwargs, "answer", None), kwargs.id):
+        if optional is not None:
+            names.append(optional)
     return [Column(name, "", True, "") for name in dict.fromkeys(names)]
 
 
@@ -76,6 +77,14 @@ def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwa
 def task_of(table: Any, label: str, index: int, row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
     """``{column: value}`` of the task columns of row ``index`` (a null value is an error)."""
     return {column: field_of(table, label, index, row, column, "any") for column in columns}
+
+
+def row_id_of(table: Any, label: str, index: int, row: Mapping[str, Any], column: str | None) -> str | int | None:
+    """The id of row ``index`` from its ``column`` (``data_kwargs.id``: a string or an integer), None without one."""
+    if column is None:
+        return None
+    value: str | int = field_of(table, label, index, row, column, "string or integer")
+    return value
 
 
 def filtered_order(table: Any, dc: DataConfigLike, shuffle: bool, filters: Mapping[str, Any]) -> tuple[list[int], str]:
@@ -153,9 +162,19 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
         if not query:
             raise row_error(rows.table, self.name, index, f"{kwargs.query!r} is empty; every sample needs a query")
         shown = f"{kwargs.instruction}\n{query}" if kwargs.instruction else query
-        return Question(documents, query, answer, shown, task)
+        row_id = row_id_of(rows.table, self.name, index, rows.table[index], kwargs.id) if kwargs.id else None
+        return Question(documents, query, answer, shown, task, row_id=row_id)
 
 
 RECIPE = TableRecipe()
 
-__all__ = ["RECIPE", "TableRecipe", "documents_of", "filtered_order", "load_table", "named_columns", "task_of"]
+__all__ = [
+    "RECIPE",
+    "TableRecipe",
+    "documents_of",
+    "filtered_order",
+    "load_table",
+    "named_columns",
+    "row_id_of",
+    "task_of",
+]
