@@ -56,9 +56,11 @@ def test_missing_keys(artifact: tuple[Path, list[Entry]]) -> None:
 
 def test_entries_are_zero_copy_views_of_one_map(artifact: tuple[Path, list[Entry]]) -> None:
     reader = CacheReader(artifact[0])
-    storage = reader._storage
-    base, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+    assert reader._storage is None  # opening maps nothing: the map is made with the first tensor
     first, again = reader[artifact[1][0].key], reader[artifact[1][0].key]
+    storage = reader._storage
+    assert storage is not None
+    base, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
     for a, b in zip(first.sequences, again.sequences, strict=True):
         # each view has its own storage: a slice of the map (zero-copy) holding exactly the entry's bytes
         assert a.untyped_storage().data_ptr() == a.data_ptr() and a.untyped_storage().nbytes() == a.numel() * 8
@@ -330,44 +332,6 @@ def test_a_pickled_reader_keeps_its_index_cache(tmp_path: Path) -> None:
     reader = CacheReader(out, index_cache=tmp_path / "cache")
     clone = pickle.loads(pickle.dumps(reader))
     assert clone.index_cached and clone.index_cache == str(tmp_path / "cache") and len(clone) == 3
-
-
-def test_a_payload_truncated_under_a_live_reader_raises_on_the_next_read(
-    artifact: tuple[Path, list[Entry]], tmp_path: Path
-) -> None:
-    path = writable_copy(artifact[0], tmp_path / "copy")
-    entries = artifact[1]
-    reader = CacheReader(path)
-    for e in entries[:8]:
-        assert [t.tolist() for t in reader[e.key].sequences] == [list(s) for s in e.sequences]
-    os.truncate(path / "cache.safetensors", 8)
-    for e in entries:  # read before (verified) or not: every read refuses
-        with pytest.raises(IntegrityError, match="changed while it was open"):
-            reader[e.key]
-
-
-def test_an_in_place_rewrite_under_a_live_reader_raises_even_for_a_verified_entry(
-    artifact: tuple[Path, list[Entry]], tmp_path: Path
-) -> None:
-    path = writable_copy(artifact[0], tmp_path / "copy")
-    e = artifact[1][0]
-    reader = CacheReader(path)
-    first = reader[e.key].sequences[0].clone()
-    payload = path / "cache.safetensors"
-    data = bytearray(payload.read_bytes())
-    tensor = bytes(first.numpy().data)
-    at = data.index(tensor)
-    data[at] ^= 0xFF  # one token changed, same size
-    stamp = os.stat(payload)
-    with open(payload, "r+b") as handle:
-        handle.write(data)
-    os.utime(payload, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))  # a coarse clock still moves
-    with pytest.raises(IntegrityError, match="digest mismatch"):
-        reader[e.key]  # verified before the rewrite, checked again after it
-    with pytest.raises(IntegrityError, match="digest mismatch"):
-        CacheReader(path)[e.key]
-    other = artifact[1][1]
-    assert [t.tolist() for t in reader[other.key].sequences] == [list(s) for s in other.sequences]
 
 
 def test_touching_the_payload_under_a_live_reader_changes_nothing(

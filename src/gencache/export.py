@@ -131,7 +131,7 @@ def _records(
     digests: Mapping[str, Any],
 ) -> Iterator[ExportRow]:
     for key in order:
-        generation = reader[key]
+        generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
         prompt = prompts.get(key)
         prompt_ids = None if prompt is None or prompt.ids is None else list(prompt.ids)
         for index, (sequence, text, reason) in enumerate(
@@ -148,7 +148,7 @@ def _records(
                 "prompt_ids": prompt_ids,
                 "completion_ids": sequence.tolist(),
                 "prompt_token_length": None if prompt_ids is None else len(prompt_ids),
-                "token_length": int(sequence.numel()),
+                "token_length": len(sequence),
                 "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
                 "finish_reason": reason,
                 "reached_max_length": reason == "length",

@@ -2,22 +2,28 @@
 
 :class:`gencache.artifact.reader.CacheReader` (one artifact) and :class:`gencache.artifact.mixture.MultiCacheReader`
 (several) are read-only :class:`collections.abc.Mapping` objects from semantic key to :class:`Generation`, with
-batch lookups, coverage and compatibility checks on top.
+batch lookups, coverage and compatibility checks on top. Importing this module imports no torch: a cache builds
+tensors (and imports torch) on its first read; :meth:`GenerationCache.get_arrays` serves the same entries as numpy
+arrays without torch.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
-import torch
+import numpy as np
 
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.errors import CompatibilityError, MissingEntriesError, MissingEntryError
 from gencache.tokenizer import tokenizer_state
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,8 +37,20 @@ class Generation:
     finish_reasons: tuple[str, ...]
 
 
+@dataclass(frozen=True, eq=False)
+class GenerationArrays:
+    """The same entry as :class:`Generation` with each sequence as a read-only 1-D little-endian int64 numpy array
+    (what :meth:`GenerationCache.get_arrays` returns, with no torch involved)."""
+
+    key: str
+    sequences: tuple[np.ndarray[Any, np.dtype[np.int64]], ...]
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...]
+
+
 def _dtype_name(dtype: str | torch.dtype) -> str:
-    if isinstance(dtype, torch.dtype):
+    loaded = sys.modules.get("torch")  # a torch.dtype exists only once torch is imported: never import it here
+    if loaded is not None and isinstance(dtype, loaded.dtype):
         return str(dtype).removeprefix("torch.")
     return str(dtype)
 
@@ -59,6 +77,20 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     @abc.abstractmethod
     def _read(self, position: int, key: str | None = None) -> Generation:
         """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
+
+    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
+        """The entry at ``position`` as numpy arrays (this default goes through the tensors of :meth:`_read`)."""
+        entry = self._read(position, key)
+        sequences = []
+        for tensor in entry.sequences:
+            array = tensor.numpy()
+            array.flags.writeable = False
+            sequences.append(array)
+        return GenerationArrays(entry.key, tuple(sequences), entry.texts, entry.finish_reasons)
+
+    def _batch_started(self) -> None:
+        """A batched fetch begins: a reader checks its payload file on the batch's next read (see
+        :class:`gencache.artifact.reader.CacheReader`)."""
 
     @abc.abstractmethod
     def __len__(self) -> int: ...
@@ -99,14 +131,36 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
+    def get_arrays(self, key: str) -> GenerationArrays:
+        """``cache[key]`` with the sequences as read-only numpy arrays, checked the same way; a reader serves them
+        without importing torch (what ``gencache export`` uses)."""
+        position = self._position(key)
+        if position < 0:
+            raise self._missing(key)
+        return self._read_arrays(position, key)
+
+    def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
+        """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
+        raises :class:`MissingEntryError`), with the payload check made once for the batch. torch's DataLoader
+        fetches a batch of a map-style dataset with this method."""
+        self._batch_started()
+        found = []
+        for key in keys:
+            position = self._position(key)
+            if position < 0:
+                raise self._missing(key)
+            found.append(self._read(position, key))
+        return found
+
     def get_many(self, keys: Iterable[str]) -> list[Generation]:
-        """The entries of ``keys``, in order (repeats allowed). Every key is looked up before any entry is read:
-        :class:`MissingEntriesError` names how many are missing."""
+        """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
+        is looked up before any entry is read: :class:`MissingEntriesError` names how many are missing."""
         wanted = self._check_keys(keys, "get_many")
         positions = [self._position(key) for key in wanted]
         missing = sorted({key for key, position in zip(wanted, positions, strict=True) if position < 0})
         if missing:
             raise self._missing_many(missing, len(set(wanted)))
+        self._batch_started()
         return [self._read(position, key) for position, key in zip(positions, wanted, strict=True)]
 
     def _missing(self, key: object) -> MissingEntryError:
@@ -168,4 +222,4 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
             )
 
 
-__all__ = ["Generation", "GenerationCache"]
+__all__ = ["Generation", "GenerationArrays", "GenerationCache"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gencache.artifact.cache import Generation, GenerationCache
+from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, PathLike
 from gencache.artifact.shards import ShardSet, check_shard_set, expand_output, find_shards
@@ -138,6 +138,14 @@ class MultiCacheReader(GenerationCache):
     def _read(self, position: int, key: str | None = None) -> Generation:
         reader, local = self._locate(position)
         return reader.entry_at(local, key)
+
+    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
+        reader, local = self._locate(position)
+        return reader._read_arrays(local, key)
+
+    def _batch_started(self) -> None:
+        for reader in self.readers:  # each checks its payload on its next read
+            reader._batch_started()
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)

@@ -1,0 +1,96 @@
+"""What each model-free command imports, in a fresh process per command: `inspect`, `verify`, `clean`, `export`
+(JSON Lines and parquet, without prompts), every command's `--help` and the reader's byte checks load neither
+torch, transformers nor datasets; a reader imports torch only when it builds its first tensor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage_helpers import make_entries, write_artifact, write_shard
+
+HEAVY = ("torch", "transformers", "datasets")
+COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit")
+
+
+def loaded_by(code: str) -> tuple[list[str], str]:
+    """The heavy modules loaded once ``code`` ran in a fresh interpreter, and what it printed before."""
+    probe = (
+        f"{code}\nimport sys, json\nprint('\\nLOADED ' + json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    before, _, loaded = result.stdout.rpartition("\nLOADED ")
+    return list(json.loads(loaded)), before
+
+
+def command(argv: list[str], expected_code: int = 0) -> list[str]:
+    loaded, _ = loaded_by(f"from gencache.cli import run\ncode = run({argv!r})\nassert code == {expected_code}, code")
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("imports")
+    entries = make_entries(6, sequences=2)
+    for index in range(2):
+        write_shard(root / "sharded", index, 2, entries, "e" * 64)
+    return write_artifact(root / "one", entries), root / "sharded"
+
+
+def test_the_pinned_commands_are_every_command() -> None:
+    import typer
+
+    from gencache.cli import app
+
+    assert sorted(typer.main.get_command(app).commands) == sorted(COMMANDS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["", *COMMANDS])
+def test_help_of_every_command_imports_nothing_heavy(name: str) -> None:
+    assert command([name, "--help"] if name else ["--help"]) == []
+
+
+@pytest.mark.parametrize("argv", [["inspect"], ["inspect", "--json"], ["verify"], ["verify", "--json"]])
+def test_inspect_and_verify_import_nothing_heavy(argv: list[str], artifacts: tuple[Path, Path]) -> None:
+    one, sharded = artifacts
+    assert command([*argv, str(one), str(sharded)]) == []
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_export_without_prompts_imports_nothing_heavy(fmt: str, artifacts: tuple[Path, Path], tmp_path: Path) -> None:
+    for source in artifacts:
+        out = tmp_path / f"{source.name}.{fmt}"
+        assert command(["export", str(source), "--out", str(out), "--format", fmt, "--no-prompts"]) == []
+        assert out.stat().st_size > 0
+
+
+def test_clean_imports_nothing_heavy(tmp_path: Path) -> None:
+    assert command(["clean", str(tmp_path)]) == []
+
+
+def test_the_reader_checks_bytes_without_torch_and_imports_it_with_the_first_tensor(
+    artifacts: tuple[Path, Path],
+) -> None:
+    one, sharded = artifacts
+    code = f"""
+import sys
+from gencache import CacheReader, open_caches
+from gencache.artifact.reader import verify
+reader = CacheReader({str(one)!r})
+assert verify({str(one)!r}) == [] and reader.verify_all() == []
+key = next(iter(reader))
+assert reader.metadata(key) is not None and key in reader and len(reader) == 6
+assert [list(a) for a in reader.get_arrays(key).sequences]
+mixture = open_caches({str(sharded)!r})
+assert len(mixture) == 6 and mixture.get_arrays(key).texts
+print("before the first tensor:", "torch" in sys.modules)
+assert reader[key].sequences[0].numel() > 0
+"""
+    loaded, printed = loaded_by(code)
+    assert "before the first tensor: False" in printed
+    assert loaded == ["torch"]
