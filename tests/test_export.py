@@ -155,3 +155,94 @@ def test_token_columns_and_provenance_survive_the_parquet(
     first = tokenized[0]
     assert first["input_ids"][-first["token_length"] :] == first["completion_ids"]
     assert sum(first["completion_mask"]) == first["token_length"]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["empty", "list", "number", "utf8", "no-generation", "max-new-tokens", "model-path", "data-configs-int",
+     "data-configs-int-redigested"],
+)  # fmt: skip
+@pytest.mark.parametrize("prompts", [True, False])
+def test_a_damaged_record_stops_the_export_naming_the_file(
+    artifact: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str, prompts: bool
+) -> None:
+    from gencache.artifact.resolved import with_resolved_digest
+    from storage_helpers import writable_copy
+
+    copy = writable_copy(artifact[0], tmp_path / "copy")
+    path = copy / "resolved_config.json"
+    resolved = json.loads(path.read_text(encoding="utf-8"))
+    if damage == "no-generation":
+        del resolved["generation"]
+    elif damage == "max-new-tokens":
+        resolved["generation"]["max_new_tokens"] = 9  # a flipped digit
+    elif damage == "model-path":
+        resolved["model"]["model_path"] = resolved["model"]["model_path"][:-1] + "X"
+    elif damage.startswith("data-configs-int"):
+        resolved["config"]["data_configs"] = 3
+        if damage.endswith("redigested"):  # the digest recomputed: the config itself no longer parses
+            resolved = with_resolved_digest(resolved)
+    texts = {"empty": b"", "list": b"[]", "number": b"7", "utf8": b"\xff\xfe{}"}
+    path.write_bytes(texts.get(damage, json.dumps(resolved).encode()))
+    out = tmp_path / "out.jsonl"
+    capsys.readouterr()
+    code = cli_run(["export", str(copy), "--out", str(out), *([] if prompts else ["--no-prompts"])])
+    if damage.endswith("redigested") and not prompts:  # what it writes passed every check; the config is unused
+        assert code == 0
+        return
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert str(path) in err and len(err.splitlines()) == 1 and "internal error" not in err
+    assert not out.exists()
+
+
+def test_a_changed_source_file_stops_the_export(artifact: tuple[Path, Path], tmp_path: Path) -> None:
+    from storage_helpers import writable_copy
+
+    data = writable_copy(artifact[1], tmp_path / artifact[1].name)
+    train = data / "train.jsonl"
+    train.write_bytes(train.read_bytes().replace(b"the", b"The", 1))
+    out = tmp_path / "out.jsonl"
+    assert cli_run(["export", str(artifact[0]), "--out", str(out), "--data-root", str(tmp_path)]) == 2
+    assert not out.exists()
+    # read from another source on purpose (--source): not held to the recorded files (only the keys must match)
+    assert cli_run(["export", str(artifact[0]), "--out", str(out), "--source", f"0={data}"]) == 0
+    assert all(record["prompt"] for record in lines(out))
+
+
+def test_an_export_joins_back_to_the_source_rows(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    import gencache
+
+    rows = [{"qid": f"q-{i}", "question": f"What is {i} plus {i}?", "gold": str(2 * i)} for i in range(6)]
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    table = {
+        "dataset_name": "table",
+        "num_samples": 4,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "split": "train",
+        "seed": 1,
+        "source": str(source),
+        "data_kwargs": {"answer": "gold", "id": "qid"},
+    }
+    plain = {**table, "seed": 2, "data_kwargs": {"answer": "gold"}}
+    config = {"model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
+                        "generation_kwargs": {"max_new_tokens": 4}},
+              "data_configs": [table, plain], "gen_batch_size": 4, "output_dir": str(tmp_path / "out")}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    published = gencache.generate(path, limit=3)
+    out = tmp_path / "answers.jsonl"
+    assert cli_run(["export", str(published), "--out", str(out)]) == 0
+    records = lines(out)
+    by_id = {row["qid"]: row for row in rows}
+    assert {r["data_config_index"] for r in records} <= {0, 1} and records
+    for record in records:
+        row = rows[record["row_index"]]
+        if record["data_config_index"] == 0:  # data_kwargs.id names the id column
+            assert by_id[record["row_id"]] is row
+        else:  # no id column: the row's index in the source file
+            assert record["row_id"] == str(record["row_index"])
+        assert record["reference"] == row["gold"] and row["question"] in record["prompt"]

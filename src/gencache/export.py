@@ -2,12 +2,18 @@
 
 Every record has the key, the sequence index, the answer as text (``completion``) and as the exact stored token ids
 (``completion_ids``), its finish reason, token length and content digest, and the run's ``max_new_tokens`` (from
-``resolved_config.json``). Prompts (``prompt``, ``prompt_ids``, and the dataset name, data config index and sample
-index of each key) are added when the samples can be rebuilt: from the dataset sources the artifact recorded, or from
+``resolved_config.json``). Prompts (``prompt``, ``prompt_ids``, the dataset name, data config index and sample index
+of each key, its ``reference`` answer and the source row it came from, ``row_id`` and ``row_index``) are added when
+the samples can be rebuilt (:mod:`gencache.recorded`): from the dataset sources the artifact recorded, or from
 ``data_root`` (a directory holding the recorded local sources by their last path component) and ``sources`` (a new
-source per data config index). When they cannot be rebuilt the export still happens, without prompts, and says why;
+source per data config index). When the sources are gone the export still happens, without prompts, and says why;
 ``prompts=False`` skips them. ``prompt_text`` and ``text``, the earlier names of ``prompt`` and ``completion``, are
 written too unless ``legacy_names=False``.
+
+Every value comes from a checked source: the manifest, or a ``resolved_config.json`` that passes the checks
+``gencache verify`` makes of it (and, to rebuild prompts, its ``resolved_digest`` and the recorded source files'
+SHA-256). A damaged or edited record stops the export with one line naming the file (exit 1), even with
+``prompts=False``; a source file that changed since generation stops it too (exit 2).
 
 A parquet file carries the artifact's provenance in its schema metadata, under the key ``gencache`` (JSON, see
 :func:`export_metadata`). Records are streamed: one entry at a time to a temporary sibling that is fsynced and
@@ -26,7 +32,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from gencache.artifact.publish import fsync_dir
-from gencache.errors import ConfigError, DatasetError, GencacheError, OutputExistsError, WriteError, first_line
+from gencache.errors import (
+    ConfigError,
+    DatasetError,
+    FormatError,
+    GencacheError,
+    OutputExistsError,
+    SourceChangedError,
+    WriteError,
+    first_line,
+)
 
 FORMATS = ("jsonl", "parquet")
 ExportRow = dict[str, Any]
@@ -38,8 +53,11 @@ COLUMNS: dict[str, str] = {
     "dataset_name": "string",
     "data_config_index": "int64",
     "sample_index": "int64",
+    "row_id": "string",
+    "row_index": "int64",
     "sequence_index": "int64",
     "prompt": "string",
+    "reference": "string",
     "completion": "string",
     "prompt_ids": "ids",
     "completion_ids": "ids",
@@ -75,40 +93,41 @@ class _Prompt:
     text: str
     ids: tuple[int, ...] | None
     dataset_name: str | None
+    reference: str | None = None
+    row_id: str | None = None
+    row_index: int | None = None
 
 
 def _rebuild_prompts(
-    resolved: Mapping[str, Any], data_root: Path | None, sources: Mapping[int, str], keys: set[str]
+    directory: str | os.PathLike[str],
+    readers: list[Any],
+    data_root: Path | None,
+    sources: Mapping[int, str],
+    keys: set[str],
 ) -> tuple[list[str], dict[str, _Prompt]]:
-    """The prompts of ``keys`` rebuilt from the recorded config (with the overrides), in run order."""
-    from gencache.config import parse_config
-    from gencache.data.samples import build_samples
-    from gencache.generation.teacher import load_tokenizer
+    """The prompts of ``keys`` rebuilt from the checked record of the run (with the overrides), in run order."""
+    from gencache.recorded import load_recorded_tokenizer, rebuild_samples, run_of_readers
 
-    raw = resolved.get("config")
-    if not isinstance(raw, dict):
-        raise DatasetError("resolved_config.json records no config to rebuild the samples from")
-    config_json = json.loads(json.dumps(raw))
-    data_configs = config_json.get("data_configs") or []
-    for index in sources:
-        if not 0 <= index < len(data_configs):
-            raise ConfigError(f"--source {index}=...: the run has data configs 0..{len(data_configs) - 1}.")
-    for index, data_config in enumerate(data_configs):
-        if index in sources:
-            data_config["source"] = sources[index]
-        elif data_root is not None and isinstance(data_config.get("source"), str):
-            data_config["source"] = str(data_root / Path(data_config["source"]).name)
-    config = parse_config(config_json, origin="resolved_config.json")
-    tokenizer = load_tokenizer(config.model.effective_tokenizer_path, revision=config.model.revision)
-    samples = build_samples(config, tokenizer=tokenizer)
+    run = run_of_readers(directory, readers)
+    samples = rebuild_samples(run, load_recorded_tokenizer(run), sources=sources, data_root=data_root)
     prompts: dict[str, _Prompt] = {}
     order: list[str] = []
     for sample in samples.unique:
         if sample.key in keys:
             order.append(sample.key)
             ids = tuple(int(i) for i in sample.input_ids) if sample.input_ids is not None else None
-            name = config.data_configs[sample.data_config_index].dataset_name
-            prompts[sample.key] = _Prompt(sample.data_config_index, sample.sample_index, sample.prompt_text, ids, name)
+            name = run.config.data_configs[sample.data_config_index].dataset_name
+            source_id = sample.source_id
+            prompts[sample.key] = _Prompt(
+                sample.data_config_index,
+                sample.sample_index,
+                sample.prompt_text,
+                ids,
+                name,
+                sample.reference,
+                None if source_id is None else str(source_id),
+                sample.row,
+            )
     missing = len(keys) - len(prompts)
     if missing:
         raise DatasetError(
@@ -131,7 +150,7 @@ def _records(
     digests: Mapping[str, Any],
 ) -> Iterator[ExportRow]:
     for key in order:
-        generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
+        generation = reader[key]
         prompt = prompts.get(key)
         prompt_ids = None if prompt is None or prompt.ids is None else list(prompt.ids)
         for index, (sequence, text, reason) in enumerate(
@@ -142,13 +161,16 @@ def _records(
                 "dataset_name": None if prompt is None else prompt.dataset_name,
                 "data_config_index": None if prompt is None else prompt.data_config_index,
                 "sample_index": None if prompt is None else prompt.sample_index,
+                "row_id": None if prompt is None else prompt.row_id,
+                "row_index": None if prompt is None else prompt.row_index,
+                "reference": None if prompt is None else prompt.reference,
                 "sequence_index": index,
                 "prompt": None if prompt is None else prompt.text,
                 "completion": text,
                 "prompt_ids": prompt_ids,
                 "completion_ids": sequence.tolist(),
                 "prompt_token_length": None if prompt_ids is None else len(prompt_ids),
-                "token_length": len(sequence),
+                "token_length": int(sequence.numel()),
                 "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
                 "finish_reason": reason,
                 "reached_max_length": reason == "length",
@@ -277,7 +299,7 @@ def export(
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
     from gencache.artifact.mixture import MultiCacheReader, open_caches
-    from gencache.artifact.reader import read_resolved_config
+    from gencache.recorded import checked_resolved_config
 
     if format not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
@@ -285,11 +307,8 @@ def export(
     if os.path.lexists(out_path):
         raise OutputExistsError(f"{os.path.abspath(out_path)} already exists; choose another --out path.")
     reader = open_caches(directory)
-    first = reader.readers[0] if isinstance(reader, MultiCacheReader) else reader  # a shard set: its first shard
-    try:
-        resolved = read_resolved_config(first.path)
-    except GencacheError:
-        resolved = {}
+    readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
+    resolved = checked_resolved_config(readers[0])  # a shard set: its first shard's; damaged: FormatError
     generation = resolved.get("generation")
     max_new_tokens = generation.get("max_new_tokens") if isinstance(generation, dict) else None
     keys = set(reader.keys())
@@ -300,7 +319,9 @@ def export(
     if prompts:
         root = Path(data_root).expanduser().absolute() if data_root is not None else None
         try:
-            order, found = _rebuild_prompts(resolved, root, dict(sources or {}), keys)
+            order, found = _rebuild_prompts(directory, readers, root, dict(sources or {}), keys)
+        except (FormatError, SourceChangedError):  # a damaged record or changed data: never a quiet export
+            raise
         except GencacheError as error:
             if overridden:  # the user pointed at the data: not finding it is an error
                 raise DatasetError(f"Cannot rebuild the prompts of {directory}: {error}") from None
