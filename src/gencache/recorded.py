@@ -20,14 +20,15 @@ exit 2), each one line naming the file. The checks themselves live in :mod:`genc
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gencache.data.recorded import RecordedRun, check_resolved, check_sources, rebuild_samples, recorded_run
-
-if TYPE_CHECKING:
-    from gencache.artifact.reader import CacheReader
+from gencache.data.recorded import (
+    RecordedRun,
+    check_sources,
+    checked_resolved_config,
+    rebuild_samples,
+    run_of_readers,
+)
 
 __all__ = [
     "RecordedRun",
@@ -38,41 +39,6 @@ __all__ = [
     "rebuild_samples",
     "run_of_readers",
 ]
-
-
-def checked_resolved_config(reader: CacheReader) -> dict[str, Any]:
-    """The ``resolved_config.json`` of an opened artifact after the checks ``gencache verify`` makes of it (shape,
-    ``resolved_digest`` when recorded, the fields it repeats of the manifest): a :class:`FormatError` naming the
-    file otherwise. Use it for provenance values; :func:`run_of_readers` also requires the digest and a config."""
-    from gencache.artifact.names import RESOLVED_NAME
-    from gencache.artifact.reader import read_resolved_config
-
-    resolved = read_resolved_config(reader.path)
-    check_resolved(
-        resolved,
-        resolved_path=reader.path / RESOLVED_NAME,
-        provenance=reader.provenance,
-        shard_record=reader.summary.get("shard"),
-        require_digest=False,
-    )
-    return resolved
-
-
-def run_of_readers(path: str | os.PathLike[str], readers: Sequence[CacheReader]) -> RecordedRun:
-    """The checked :class:`RecordedRun` of already opened ``readers`` (an artifact, or shards of one run) that
-    ``path`` stands for; the sources are not hashed (see :func:`check_sources`)."""
-    from gencache.artifact.names import RESOLVED_NAME
-    from gencache.artifact.reader import read_resolved_config
-
-    first = readers[0]
-    return recorded_run(
-        read_resolved_config(first.path),
-        resolved_path=first.path / RESOLVED_NAME,
-        provenance=first.provenance,
-        shard_records=[reader.summary.get("shard") for reader in readers],
-        path=Path(os.path.abspath(os.path.expanduser(path))),
-        paths=tuple(reader.path for reader in readers),
-    )
 
 
 def load_recorded_run(

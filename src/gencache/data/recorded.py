@@ -14,9 +14,9 @@ values:
 - :func:`rebuild_samples` builds the samples with :func:`gencache.data.samples.build_samples`, optionally reading
   some data configs from other sources, and checks that the files it read are the recorded ones.
 
-The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's. This module
-reads no artifact file itself (the caller reads ``resolved_config.json`` and hands over the manifest's values), so
-it imports neither torch nor transformers.
+The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's. Importing this
+module imports neither torch nor transformers; :func:`run_of_readers` and :func:`checked_resolved_config` read
+``resolved_config.json`` through :mod:`gencache.artifact.reader`, for callers that opened the artifact with it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,15 @@ if TYPE_CHECKING:
     from gencache.data.origins import SourceInfo
     from gencache.data.samples import SampleSet
 
-__all__ = ["RecordedRun", "check_resolved", "check_sources", "rebuild_samples", "recorded_run"]
+__all__ = [
+    "RecordedRun",
+    "check_resolved",
+    "check_sources",
+    "checked_resolved_config",
+    "rebuild_samples",
+    "recorded_run",
+    "run_of_readers",
+]
 
 
 @dataclass(frozen=True)
@@ -179,6 +187,42 @@ def recorded_run(
         run_digest=resolved["run_digest"],
         shard_count=count,
         shards=shards,
+    )
+
+
+def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dict[str, Any]:
+    """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
+    the checks ``gencache verify`` makes of it (shape, ``resolved_digest`` when recorded or ``require_digest``,
+    the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise. The reader module is
+    imported here only, by callers that already opened the artifact with it."""
+    from gencache.artifact.names import RESOLVED_NAME
+    from gencache.artifact.reader import read_resolved_config
+
+    resolved = read_resolved_config(reader.path)
+    check_resolved(
+        resolved,
+        resolved_path=reader.path / RESOLVED_NAME,
+        provenance=reader.provenance,
+        shard_record=reader.summary.get("shard"),
+        require_digest=require_digest,
+    )
+    return resolved
+
+
+def run_of_readers(path: str | os.PathLike[str], readers: Sequence[Any]) -> RecordedRun:
+    """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run; the first one's
+    ``resolved_config.json`` is read) that ``path`` stands for. The sources are not hashed (:func:`check_sources`)."""
+    from gencache.artifact.names import RESOLVED_NAME
+    from gencache.artifact.reader import read_resolved_config
+
+    first = readers[0]
+    return recorded_run(
+        read_resolved_config(first.path),
+        resolved_path=first.path / RESOLVED_NAME,
+        provenance=first.provenance,
+        shard_records=[reader.summary.get("shard") for reader in readers],
+        path=Path(os.path.abspath(os.path.expanduser(path))),
+        paths=tuple(reader.path for reader in readers),
     )
 
 
