@@ -218,9 +218,10 @@ def inspect(
         bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of tables.")
     ] = False,
 ) -> None:
-    """Show teacher, tokenizer state, entries, token lengths, finish reasons, shards and overlaps (exit 1 when an
-    artifact cannot be read or a sharded output is not one whole run; 2 when a path is not an artifact at all)."""
-    from gencache.artifact.report import inspect_report
+    """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
+    and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
+    not one whole run; 2 when a path is not an artifact at all)."""
+    from gencache.artifact.report import inspect_exit_code, inspect_report
 
     report = inspect_report(dirs)
     if as_json:
@@ -230,25 +231,9 @@ def inspect(
         from gencache.render import render_inspect
 
         render_inspect(report, make_console(), make_console(stderr=True))
-    code = _inspect_code(report)
+    code = inspect_exit_code(report)
     if code:
         raise typer.Exit(code)
-
-
-def _inspect_code(report: dict[str, Any]) -> int:
-    """2 when a path is missing or not an artifact, 1 when one cannot be read or a shard set is not one run."""
-    from gencache.artifact.report import BAD_INPUT_KINDS
-
-    kinds = [artifact.get("kind") for artifact in report["artifacts"]]
-    if any(kind in BAD_INPUT_KINDS for kind in kinds):
-        return 2
-    for artifact in report["artifacts"]:
-        if artifact.get("kind") == "error":
-            return 1
-        shards = artifact.get("shards")
-        if isinstance(shards, dict) and shards.get("problems"):
-            return 1
-    return 0
 
 
 @app.command()

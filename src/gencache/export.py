@@ -150,7 +150,7 @@ def _records(
     digests: Mapping[str, Any],
 ) -> Iterator[ExportRow]:
     for key in order:
-        generation = reader[key]
+        generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
         prompt = prompts.get(key)
         prompt_ids = None if prompt is None or prompt.ids is None else list(prompt.ids)
         for index, (sequence, text, reason) in enumerate(
@@ -170,7 +170,7 @@ def _records(
                 "prompt_ids": prompt_ids,
                 "completion_ids": sequence.tolist(),
                 "prompt_token_length": None if prompt_ids is None else len(prompt_ids),
-                "token_length": int(sequence.numel()),
+                "token_length": len(sequence),
                 "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
                 "finish_reason": reason,
                 "reached_max_length": reason == "length",
@@ -258,6 +258,20 @@ def _write_parquet(records: Iterator[ExportRow], handle: IO[bytes], schema: Any)
     return count
 
 
+def _check_out_parent(out: Path) -> None:
+    """Refuse an ``out`` path under something that is not a directory: one line naming it (exit code 2)."""
+    from gencache.errors import InputPathError
+
+    for parent in Path(os.path.abspath(out)).parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                raise InputPathError(
+                    f"Cannot write {os.path.abspath(out)}: {parent} is not a directory; choose an --out path under "
+                    "a directory."
+                )
+            return
+
+
 def _write_atomic(out: Path, write: Any) -> int:
     """Run ``write(handle)`` on a temporary sibling of ``out`` (which must not exist) and link it into place."""
     out = Path(os.path.abspath(out))
@@ -306,6 +320,7 @@ def export(
     out_path = Path(out)
     if os.path.lexists(out_path):
         raise OutputExistsError(f"{os.path.abspath(out_path)} already exists; choose another --out path.")
+    _check_out_parent(out_path)
     reader = open_caches(directory)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     resolved = checked_resolved_config(readers[0])  # a shard set: its first shard's; damaged: FormatError

@@ -169,11 +169,7 @@ def _artifact_table(report: dict[str, Any]) -> Table:
                 else ""
             ),
         ),
-        (
-            "data configs",
-            "; ".join(f"#{d['index']}: {d['samples']} samples, {d['unique']} unique" for d in report["data_configs"])
-            or "-",
-        ),
+        *_data_config_rows(report),
         (
             "shard",
             f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none",
@@ -189,19 +185,36 @@ def _artifact_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def _counts(items: list[dict[str, int]] | None) -> str:
+    """Counts per data config: ``#0: 3 samples, 3 unique; #1: ...`` (``-`` when there are none)."""
+    if items is None:
+        return "not recorded"
+    return "; ".join(f"#{d['index']}: {d['samples']:,} samples, {d['unique']:,} unique" for d in items) or "-"
+
+
+def _data_config_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """An artifact's counts per data config: a shard's own (as its run recorded them) and its whole run's."""
+    if report["shard"] is None:
+        return [("data configs", _counts(report["data_configs"]))]
+    return [
+        ("data configs (shard)", _counts(report.get("shard_data_configs"))),
+        ("data configs (run)", _counts(report["data_configs"])),
+    ]
+
+
 def _sharded_table(report: dict[str, Any]) -> Table:
     info = report["shards"]
     table = Table(title=f"{escape(report['path'])} ({info['count']} shards)", title_justify="left")
-    for column in ("shard", "status", "entries", "sequences", "tokens"):
-        table.add_column(column, justify="right" if column not in ("shard", "status") else "left")
+    for column in ("shard", "status", "entries", "sequences", "tokens", "data configs"):
+        table.add_column(column, justify="left" if column in ("shard", "status", "data configs") else "right")
     by_index = {i: r for i, r in zip(info["present"], report["artifacts"], strict=True)}
     for index in range(info["count"]):
         name = f"{index:05d}"
         shard_report = by_index.get(name)
         if shard_report is None:
-            table.add_row(name, "[red]missing[/]", "", "", "")
+            table.add_row(name, "[red]missing[/]", "", "", "", "")
         elif shard_report["kind"] == "error":
-            table.add_row(name, f"[red]unreadable[/]: {escape(shard_report['error'])}", "", "", "")
+            table.add_row(name, "[red]unreadable[/] (FAIL line below)", "", "", "", "")
         else:
             if name in info["other_run"]:
                 status = "[yellow]other run[/]"
@@ -215,9 +228,17 @@ def _sharded_table(report: dict[str, Any]) -> Table:
                 f"{shard_report['entries']:,}",
                 f"{shard_report['sequences']:,}",
                 f"{shard_report['tokens']:,}",
+                _counts(shard_report.get("shard_data_configs")),
             )
     totals = report["totals"]
-    table.add_row("total", "", f"{totals['entries']:,}", f"{totals['sequences']:,}", f"{totals['tokens']:,}")
+    table.add_row(
+        "total",
+        "",
+        f"{totals['entries']:,}",
+        f"{totals['sequences']:,}",
+        f"{totals['tokens']:,}",
+        _counts(totals.get("data_configs")),
+    )
     return table
 
 
@@ -239,6 +260,9 @@ def render_inspect(report: dict[str, Any], console: Console, err: Console | None
             info = artifact["shards"]
             for problem in info["problems"]:
                 console.print(f"[red]problem[/]: {escape(problem)}", highlight=False)
+            for shard_report in artifact["artifacts"]:  # one whole line each, like verify's
+                if shard_report["kind"] == "error":
+                    err.print(f"FAIL {shard_report['error']}", highlight=False, markup=False)
             for shard_report in artifact["artifacts"]:  # every shard in detail, not only the first
                 if shard_report["kind"] == "artifact":
                     console.print(_artifact_table(shard_report))

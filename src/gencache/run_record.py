@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import with_resolved_digest
+from gencache.artifact.summary import shard_data_configs
 from gencache.config import CacheConfig
 from gencache.overrides import Overrides
 from gencache.sharding import ShardSpec
@@ -75,7 +76,13 @@ def resolved_config(
             "run_digest": plan.run_digest,
             "shard": None
             if plan.shard is None
-            else plan.shard.summary(plan.run_digest) | {"origin": plan.shard.origin},
+            else plan.shard.summary(plan.run_digest)
+            | {
+                "origin": plan.shard.origin,
+                "data_configs": shard_data_configs(
+                    ((s.data_config_index, s.key) for s in plan.samples), plan.keys, len(plan.samples.summaries)
+                ),
+            },
             "sources": [s.source.to_json() for s in plan.samples.summaries],
             "data_kwargs": [dict(s.data_kwargs) for s in plan.samples.summaries],
             "generation": generation.kwargs,

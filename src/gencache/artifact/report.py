@@ -19,7 +19,9 @@ from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, read_resolved_config, verify
-from gencache.artifact.shards import ShardSet, check_shard_set, find_shards
+from gencache.artifact.resolved import DIGEST_FIELD, with_resolved_digest
+from gencache.artifact.shards import ShardSet, check_shard_set, find_shards, stray_directory
+from gencache.artifact.summary import check_data_configs
 from gencache.errors import FormatError, GencacheError
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
@@ -32,12 +34,13 @@ VerifyProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCall
 MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
 #: Report kinds that mean the user named the wrong thing (exit code 2), not a damaged artifact (exit code 1).
-BAD_INPUT_KINDS = ("missing", "temporary", "parent", "not_artifact")
+BAD_INPUT_KINDS = ("missing", "temporary", "parent", "not_artifact", "stray")
 
 
 def classify_path(item: PathLike) -> dict[str, Any] | None:
     """Why ``item`` is not something to open as an artifact (None when it may be one): a missing path, the
-    temporary directory of an unfinished run, or a parent directory of artifacts. JSON-ready, with an ``error``."""
+    temporary directory of an unfinished run, a stray directory that hides the shard directories beside it, or a
+    parent directory of artifacts. JSON-ready, with an ``error``."""
     path = Path(item).expanduser().absolute()
     if not os.path.lexists(path):
         if find_shards(path) is not None:
@@ -55,6 +58,9 @@ def classify_path(item: PathLike) -> dict[str, Any] | None:
             "error": f"{path} is the temporary directory of an unfinished gencache run, not an artifact; if that run "
             f"was killed, `gencache clean {path.parent}` removes it (a live run's directory is kept).",
         }
+    stray = stray_directory(path)
+    if stray is not None:
+        return {"path": str(path), "kind": "stray", "error": stray}
     if path.is_dir() and not (path / MANIFEST_NAME).exists():
         children = sorted(
             child.name
@@ -92,18 +98,54 @@ def classify_path(item: PathLike) -> dict[str, Any] | None:
     return None
 
 
-def _conflicting_prompts(reader: CacheReader) -> int | None:
-    """How many duplicated keys rendered different prompts, from ``resolved_config.json`` (None if unrecorded)."""
+def _recorded(reader: CacheReader) -> dict[str, Any]:
+    """``resolved_config.json`` when it is a JSON object that matches its ``resolved_digest`` (when it has one);
+    an empty dict otherwise, so that nothing from an edited or damaged file is shown (verify says what is wrong)."""
     try:
-        value = read_resolved_config(reader.path)["samples"]["conflicting_prompts"]
-    except (FormatError, KeyError, TypeError):
-        return None
+        resolved = read_resolved_config(reader.path)
+    except FormatError:
+        return {}
+    digest = resolved.get(DIGEST_FIELD)
+    if digest is not None and digest != with_resolved_digest(resolved)[DIGEST_FIELD]:
+        return {}
+    return resolved
+
+
+def _conflicting_prompts(resolved: dict[str, Any]) -> int | None:
+    """How many duplicated keys rendered different prompts (None if unrecorded)."""
+    samples = resolved.get("samples")
+    value = samples.get("conflicting_prompts") if isinstance(samples, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _shard_data_configs(resolved: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, int]] | None:
+    """A shard's own counts per data config as its run recorded them (None when unrecorded or inconsistent with
+    the manifest: one entry per data config of the run, none above the run's counts, as many keys as entries)."""
+    shard = resolved.get("shard")
+    if summary["shard"] is not None and not summary["data_configs"]:
+        return []  # a run without data configs (an artifact written directly): nothing to count
+    if summary["shard"] is None or not isinstance(shard, dict) or "data_configs" not in shard:
+        return None
+    try:
+        counts = check_data_configs(shard["data_configs"], "shard.data_configs")
+    except FormatError:
+        return None
+    run = summary["data_configs"]
+    if len(counts) != len(run) or any(
+        mine["samples"] > whole["samples"] or mine["unique"] > whole["unique"]
+        for mine, whole in zip(counts, run, strict=True)
+    ):
+        return None
+    unique = [item["unique"] for item in counts]
+    if counts and not max(unique) <= summary["entries"] <= sum(unique):
+        return None
+    return counts
 
 
 def _artifact_report(reader: CacheReader) -> dict[str, Any]:
     lengths = reader.index.lengths  # every sequence's token count, from the checked index (never re-parsed)
     summary = reader.summary
+    resolved = _recorded(reader)
     return {
         "path": str(reader.path),
         "kind": "artifact",
@@ -123,8 +165,9 @@ def _artifact_report(reader: CacheReader) -> dict[str, Any]:
         ),
         "finish_reasons": dict(summary["finish_reasons"]),
         "duplicates": summary["duplicates"],
-        "conflicting_prompts": _conflicting_prompts(reader),
+        "conflicting_prompts": _conflicting_prompts(resolved),
         "data_configs": list(summary["data_configs"]),
+        "shard_data_configs": _shard_data_configs(resolved, summary),
         "shard": summary["shard"],
         "payload_bytes": reader.payload_bytes,
         "header": {"capacity": reader.header_capacity, "used": reader.header_json_bytes},
@@ -145,6 +188,11 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
         reports.append(_artifact_report(reader))
         infos[index] = reader.summary["shard"]
     check = check_shard_set(shards, infos)
+    totals: dict[str, Any] = {
+        field: sum(r[field] for r in reports if r["kind"] == "artifact")
+        for field in ("entries", "sequences", "tokens", "payload_bytes")
+    }
+    totals["data_configs"] = _total_data_configs(reports) if not shards.missing else None
     report = {
         "path": str(shards.base),
         "kind": "sharded",
@@ -159,13 +207,25 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
             "run_digest": check.run_digest,
             "problems": check.problems(),
         },
-        "totals": {
-            field: sum(r[field] for r in reports if r["kind"] == "artifact")
-            for field in ("entries", "sequences", "tokens", "payload_bytes")
-        },
+        "totals": totals,
         "artifacts": reports,
     }
     return report, readers
+
+
+def _total_data_configs(reports: list[dict[str, Any]]) -> list[dict[str, int]] | None:
+    """The shards' own counts per data config added up (None unless every shard is readable and recorded them)."""
+    counts = [r.get("shard_data_configs") for r in reports]
+    if not counts or any(c is None for c in counts) or len({len(c) for c in counts if c is not None}) != 1:
+        return None
+    return [
+        {
+            "index": index,
+            "samples": sum(c[index]["samples"] for c in counts if c is not None),
+            "unique": sum(c[index]["unique"] for c in counts if c is not None),
+        }
+        for index in range(len(counts[0] or []))
+    ]
 
 
 def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
@@ -240,6 +300,23 @@ def inspect_report(paths: Sequence[PathLike]) -> dict[str, Any]:
     return {"artifacts": artifacts, "overlap": _overlap(opened) if len(opened) > 1 else None}
 
 
+def inspect_exit_code(report: dict[str, Any]) -> int:
+    """The exit code of ``gencache inspect`` for an :func:`inspect_report`, with verify's meaning: 2 when a path is
+    missing or not an artifact; 1 when an artifact or any shard of a sharded output cannot be read (what opening
+    checks: files, manifest, header, sizes) or a shard set is not one whole run; else 0."""
+    artifacts = report["artifacts"]
+    if any(artifact.get("kind") in BAD_INPUT_KINDS for artifact in artifacts):
+        return 2
+    for artifact in artifacts:
+        if artifact.get("kind") == "error":
+            return 1
+        if artifact.get("kind") == "sharded" and (
+            artifact["shards"]["problems"] or any(shard.get("kind") == "error" for shard in artifact["artifacts"])
+        ):
+            return 1
+    return 0
+
+
 # -- rendering ----------------------------------------------------------------------------------------------
 def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
     """The artifacts ``item`` stands for and the problems of its shard set (one check with ``open_caches``)."""
@@ -312,6 +389,7 @@ __all__ = [
     "BAD_INPUT_KINDS",
     "VerifyProgressFactory",
     "classify_path",
+    "inspect_exit_code",
     "inspect_report",
     "verify_report",
     "verify_results",

@@ -3,8 +3,9 @@
 An unsuffixed output path ``<base>`` that does not exist stands for its shard siblings
 ``<base>-shard-IIIII-of-NNNNN``. The set is whole when all N shards are present, no directory of another split
 sits beside them, every shard's manifest records the index and count its name says, and all of them record one
-``run_digest``. This module only looks at names and at the ``summary.shard`` records its callers read; it opens
-no artifact itself.
+``run_digest``. A directory at ``<base>`` itself that is not an artifact (an empty directory made by hand or by a
+tool) hides the set: :func:`stray_directory` names it. This module only looks at names, directory listings and the
+``summary.shard`` records its callers read; it opens no artifact itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gencache.artifact.names import parse_shard_dir_name, shard_dir_name
+from gencache.artifact.names import ARTIFACT_FILES, parse_shard_dir_name, shard_dir_name
+from gencache.errors import ShardError
 
 PathLike = str | os.PathLike[str]
 
@@ -144,11 +146,37 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Mapping[str, Any] | No
     )
 
 
+def stray_directory(path: PathLike) -> str | None:
+    """Why ``path`` hides the shard directories beside it, or None: it is a directory holding none of the artifact
+    files (empty, say) while ``<path>-shard-IIIII-of-NNNNN`` directories exist. One sentence naming the stray
+    directory and the fix."""
+    full = Path(path).expanduser().absolute()
+    try:
+        names = set(os.listdir(full)) if full.is_dir() and not full.is_symlink() else None
+    except OSError:
+        return None
+    if names is None or names & ARTIFACT_FILES:
+        return None
+    shards = find_shards(full)
+    if shards is None:
+        return None
+    what, fix = ("an empty directory", f"rmdir {full}") if not names else ("not an artifact", "move it away")
+    return (
+        f"{full} is {what} and hides the {len(shards.present)} shard directories "
+        f"{full.name}-shard-*-of-{shards.count:05d} beside it: remove the stray directory ({fix}) so that the path "
+        "stands for its shards, or name one shard directory."
+    )
+
+
 def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
     """The directories an artifact path stands for: itself when it exists, else its shard siblings (all of
-    them, even when some are missing: the caller checks the set). ``([path], None)`` when there are none."""
+    them, even when some are missing: the caller checks the set). ``([path], None)`` when there are none.
+    :class:`ShardError` when the path is a stray directory that hides its shard siblings (:func:`stray_directory`)."""
     full = Path(path).expanduser().absolute()
     if os.path.lexists(full):
+        stray = stray_directory(full)
+        if stray is not None:
+            raise ShardError(stray)
         return [full], None
     shards = find_shards(full)
     if shards is None:
@@ -156,4 +184,4 @@ def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
     return list(shards.present.values()), shards
 
 
-__all__ = ["ShardCheck", "ShardSet", "check_shard_set", "expand_output", "find_shards", "shard_path"]
+__all__ = ["ShardCheck", "ShardSet", "check_shard_set", "expand_output", "find_shards", "shard_path", "stray_directory"]

@@ -1,7 +1,9 @@
 """The manifest's ``summary``: built from the writer's records and the run's counts, and checked when read.
 
 ``summary`` holds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons`` (counted from the entries), and
-``duplicates``, ``data_configs`` and ``shard`` (given by the run). Pure: no I/O, no torch.
+``duplicates``, ``data_configs`` and ``shard`` (given by the run; ``data_configs`` counts the whole run's samples,
+for a shard too: a shard's own counts, :func:`shard_data_configs`, are recorded in its ``resolved_config.json``).
+Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ _CALLER_SUMMARY_FIELDS = frozenset({"duplicates", "data_configs", "shard"})
 _DATA_CONFIG_SUMMARY_FIELDS = frozenset({"index", "samples", "unique"})
 
 
-def _check_data_configs(value: object, where: str) -> list[dict[str, int]]:
+def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
+    """``value`` as a list of ``{index, samples, unique}`` (index = position, 0 <= unique <= samples)."""
     if not isinstance(value, list):
         raise FormatError(f"{where} must be a list of {{index, samples, unique}}.")
     out = []
@@ -60,7 +63,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
             f"summary has unknown fields {sorted(map(str, unknown))}; the caller provides only duplicates, "
             "data_configs and shard (the writer counts the rest)."
         )
-    data_configs = _check_data_configs(caller.get("data_configs", []), "summary.data_configs")
+    data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = check_shard_info(caller.get("shard"))
     reasons = dict.fromkeys(FINISH_REASONS, 0)
     sequences = tokens = 0
@@ -91,6 +94,23 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     }
 
 
+def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], configs: int) -> list[dict[str, int]]:
+    """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``samples``
+    (``(data config index, key)`` pairs), how many have a key among the shard's ``keys`` (``samples``) and how many
+    distinct keys those are (``unique``), for each of the run's ``configs`` data configs. The shards' counts add
+    up to the run's: every key belongs to exactly one shard."""
+    mine = set(keys)
+    counts = [{"index": index, "samples": 0, "unique": 0} for index in range(configs)]
+    seen: set[tuple[int, str]] = set()
+    for index, key in samples:
+        if key in mine:
+            counts[index]["samples"] += 1
+            if (index, key) not in seen:
+                seen.add((index, key))
+                counts[index]["unique"] += 1
+    return counts
+
+
 def check_summary(
     value: object, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
 ) -> dict[str, Any]:
@@ -101,7 +121,7 @@ def check_summary(
     for field, expected in counted.items():
         if value[field] != expected or (field != "finish_reasons" and not is_int(value[field])):
             raise FormatError(f"manifest.json summary.{field} is {value[field]!r} but the entries hold {expected!r}.")
-    data_configs = _check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
+    data_configs = check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
     duplicates = _check_duplicates(value["duplicates"], "manifest.json summary.duplicates")
     shard = check_shard_info(value["shard"], "manifest.json summary.shard")
     _check_consistency(entries, len(entries), duplicates, data_configs, shard, "manifest.json summary")
@@ -154,4 +174,4 @@ def _summary_inconsistency(
     return None
 
 
-__all__ = ["build_summary", "check_summary"]
+__all__ = ["build_summary", "check_data_configs", "check_summary", "shard_data_configs"]
