@@ -284,8 +284,14 @@ def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: 
     assert recorded["engine"]["paged_cache"]["concurrency"] == 3
     assert recorded["config"]["engine"] == ENGINE_CONTINUOUS
     assert _resolved(static)["engine"] == {
-        "name": ENGINE_STATIC, "options": {}, "version": recorded["runtime"]["transformers"]
+        "name": ENGINE_STATIC, "options": {}, "version": recorded["runtime"]["transformers"],
+        "sampling": "greedy (no random draws)",
     }  # fmt: skip
+    determinism = recorded["runtime"]["determinism"]
+    assert determinism["prefix_caching"] is True and determinism["batch_invariant"] is False
+    assert determinism["tensor_parallel_size"] == 1 and determinism["gpu_name"] is None
+    assert determinism["attention_backend"] == recorded["runtime"]["attn_implementation"]
+    assert _resolved(static)["runtime"]["determinism"]["prefix_caching"] is False
 
 
 def test_the_rule_book_the_options_and_the_engine_registry_import_without_torch() -> None:

@@ -20,12 +20,14 @@ _EXPORTS = {
     "prepare_tokenizer": "gencache.tokenizer",
     "GencacheError": "gencache.errors",
     "generate": "gencache.api",
+    "audit": "gencache.auditing",
 }
 
 if TYPE_CHECKING:
     from gencache.api import generate
     from gencache.artifact.mixture import open_caches
     from gencache.artifact.reader import CacheReader, Generation
+    from gencache.auditing import audit
     from gencache.config import load_config
     from gencache.data.keys import semantic_key
     from gencache.data.samples import build_samples
@@ -37,6 +39,7 @@ __all__ = [
     "GencacheError",
     "Generation",
     "__version__",
+    "audit",
     "build_samples",
     "generate",
     "load_config",

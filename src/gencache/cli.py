@@ -15,6 +15,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
+from gencache.cli_audit import audit_command
 from gencache.errors import GencacheError, Terminated
 from gencache.quiet import printable, quiet_libraries
 from gencache.version import __version__
@@ -376,6 +377,9 @@ def init(
         typer.echo(f"wrote {path}")
     typer.echo(f"wrote {starter.config}")
     typer.echo(f"next: gencache generate {starter.config} --dry-run   (then without --dry-run)")
+
+
+app.command(name="audit")(_interruptible(audit_command))
 
 
 def run(argv: list[str] | None = None) -> int:

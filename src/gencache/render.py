@@ -16,6 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from gencache.auditing import AuditReport
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
     from gencache.data.samples import Sample
@@ -318,3 +319,38 @@ __all__ = [
     "render_sample_prompt",
     "verify_progress",
 ]
+
+
+def render_audit(report: AuditReport, console: Console) -> None:
+    """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
+    then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
+    for key in report.keys:
+        if key.equal:
+            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))", highlight=False)
+            continue
+        for sequence in key.sequences:
+            if sequence.equal:
+                continue
+            where = (
+                "finish reason only"
+                if sequence.first_difference is None
+                else (f"first differs at token {sequence.first_difference}")
+            )
+            console.print(
+                f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
+                f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
+                f"{sequence.regenerated_finish})",
+                highlight=False,
+            )
+    divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
+    per_key = report.seconds / len(report.keys) if report.keys else 0.0
+    console.print(
+        escape(
+            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
+            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
+            f"{report.differing} differing"
+            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
+            + f"; {per_key:.3f} s per key"
+        ),
+        highlight=False,
+    )
