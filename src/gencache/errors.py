@@ -34,9 +34,15 @@ class ConfigError(GencacheError, ValueError):
 
 
 class DatasetError(GencacheError, ValueError):
-    """A dataset source, split or recipe argument cannot produce the requested samples."""
+    """A dataset source, split or recipe argument cannot produce the requested samples; ``field`` is the data
+    config field whose change fixes it, when one does (``source``, ``num_samples``, ``data_kwargs.query``)."""
 
     exit_code = 2
+    field: str | None = None
+
+    def __init__(self, message: str = "", field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SourceChangedError(DatasetError):

@@ -8,7 +8,7 @@ __all__ = ["FILE_SUFFIXES", "looks_like_path"]
 
 
 #: File suffixes that make a name a local file, never a hub id (data files a dataset source may name).
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 
 
 def looks_like_path(value: str) -> bool:

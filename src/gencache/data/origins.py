@@ -53,8 +53,8 @@ class TableOrigin:
         return ", ".join(str(p) for p in self.files) if self.files else self.what
 
     def locate(self, index: int) -> str:
-        """``<file> line N`` (JSON Lines, 1-based) or ``<file> row N`` (0-based, in the file's own order) of the
-        table's row ``index``; for a hub table, ``<table> row N``."""
+        """``<file> line N`` (JSON Lines, CSV and TSV: 1-based, the line the row starts on) or ``<file> row N``
+        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``."""
         remaining = index
         for path in self.files:
             count, lines = _rows_of(path)
@@ -73,6 +73,11 @@ def _rows_of(path: Path) -> tuple[int, list[int] | None]:
         import pyarrow.parquet
 
         return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows), None
+    if path.name.lower().endswith((".csv", ".tsv")):
+        from gencache.data.tables import delimited_lines
+
+        starts = delimited_lines(path)
+        return len(starts), starts
     with path.open("rb") as handle:
         head = handle.read(4096).lstrip()
     if path.name.lower().endswith(".json") and head.startswith(b"["):

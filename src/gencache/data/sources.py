@@ -1,4 +1,4 @@
-"""Loading a dataset's tables from the hub, a hub-style local directory or a single file, through ``datasets``.
+"""Loading a dataset's tables from the hub, a hub-style local directory or a single file.
 
 ``source`` in a data config takes three forms:
 
@@ -6,12 +6,16 @@
   ``HF_HUB_OFFLINE`` and the local ``datasets`` cache);
 - a directory: when its ``README.md`` declares ``configs:`` (a hub dataset repository), it is loaded with
   ``datasets.load_dataset(source, config)``; otherwise files named by split,
-  ``<source>/<config>/<split>.{jsonl,json,parquet}`` or ``<source>/<split>.{jsonl,json,parquet}`` (sharded
+  ``<source>/<config>/<split>.{jsonl,json,parquet,csv,tsv}`` or ``<source>/<split>.{...}`` (sharded
   ``<split>-00000-of-00002.parquet`` too); any other string that is not an existing path is a hub id;
-- a single ``.json``/``.jsonl``/``.parquet`` file: the rows of the requested split of a single-table dataset.
+- a single ``.json``/``.jsonl``/``.parquet``/``.csv``/``.tsv`` file: the rows of the requested split of a
+  single-table dataset.
 
-Local files are read with ``datasets.load_dataset("json" | "parquet", data_files=..., split="train")``, the same
-library path as the hub, and row order is preserved. Every local file read is hashed (SHA-256) for provenance.
+Local files are read without ``datasets`` by :mod:`gencache.data.tables` (the standard library, pyarrow for
+parquet), rows in file order and exactly as ``datasets`` gives them; a file whose values ``datasets`` would type
+differently (see that module) is read with ``datasets.load_dataset("json" | "parquet", data_files=...)`` as
+before. So a mistake in a local file is found without importing ``datasets``. Every local file read is hashed
+(SHA-256) for provenance.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ def file_sha256(path: Path) -> str:
 def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
     """``(kind, location)``: ``("hub", id)``, ``("directory", abs path)`` or ``("file", abs path)``.
 
-    Relative paths are resolved against the current working directory.
+    Relative paths are resolved against the current working directory. ``hub_id`` is the recipe's canonical hub
+    dataset (empty when it has none: then source is required and no message suggests omitting it).
     """
     if source is None:
         return "hub", hub_id
@@ -57,13 +62,27 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
     if path.is_file():
         if not path.name.lower().endswith(EXTENSIONS):
             raise DatasetError(
-                f"source file {str(path.resolve())!r} is not .jsonl, .json or .parquet; convert it or point source "
-                "at a directory laid out by split."
+                f"source file {str(path.resolve())!r} is not .jsonl, .json, .parquet, .csv or .tsv; convert it or "
+                "point source at a directory laid out by split."
             )
         return "file", str(path.resolve())
     if looks_like_path(source):
-        raise DatasetError(f"source path {str(path.absolute())!r} does not exist; fix the path or omit source.")
+        fix = f"fix the path or omit source (the hub dataset {hub_id})" if hub_id else "fix the path"
+        raise DatasetError(f"source path {str(path.absolute())!r} does not exist; {_near(path)}{fix}.", "source")
     return "hub", source
+
+
+def _near(path: Path) -> str:
+    """``did you mean '<path>'? `` for the closest existing name beside a missing ``path``, else empty."""
+    import difflib
+
+    parent = path.absolute().parent
+    try:
+        names = [entry.name for entry in os.scandir(parent) if not entry.name.startswith(".")]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    return f"did you mean {str(parent / close[0])!r}? " if close else ""
 
 
 def _split_files(folder: Path, split: str) -> list[Path]:
@@ -100,53 +119,27 @@ def _declares_configs(directory: Path) -> bool:
     return False
 
 
-def check_text_file(path: Path, label: str) -> None:
-    """Refuse an empty JSON/JSON Lines file, or one that is not UTF-8 (naming the line and byte offset), before
-    ``datasets`` reads it: otherwise a bad row surfaces later as a decoding error, or not at all."""
-    import codecs
-
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset, line, content = 0, 1, False
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            try:
-                text = decoder.decode(block)
-            except UnicodeDecodeError as error:
-                where = offset + error.start
-                line += block[: error.start].count(b"\n")
-                raise DatasetError(
-                    f"{label}: {path} is not valid UTF-8 (line {line}, byte {where}: {error.reason}); re-encode the "
-                    "file as UTF-8 (for example with iconv) and rerun."
-                ) from None
-            content = content or bool(text.strip())
-            line += block.count(b"\n")
-            offset += len(block)
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise DatasetError(
-                f"{label}: {path} is not valid UTF-8 (it ends inside a multi-byte character); re-encode it as UTF-8."
-            ) from None
-    if not content:
-        raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the dataset's rows.")
-
-
 def _read_files(paths: Sequence[Path], label: str) -> Any:
-    """One ``datasets.Dataset`` over ``paths`` (all json/jsonl or all parquet), rows in file order."""
+    """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order: the
+    light reader's when it reads them exactly as ``datasets`` would, else ``datasets``'s."""
+    from gencache.data.tables import read_light
+
+    table = read_light(paths, label)
+    if table is None:
+        table = _read_with_datasets(paths, label)
+    register_origin(table, TableOrigin(what=label, files=tuple(paths)))
+    return table
+
+
+def _read_with_datasets(paths: Sequence[Path], label: str) -> Any:
     import datasets
     from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
 
     builder = "parquet" if all(p.name.lower().endswith(".parquet") for p in paths) else "json"
-    for path in paths:
-        if path.name.lower().endswith(".parquet"):
-            if path.stat().st_size == 0:
-                raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the rows.")
-        else:
-            check_text_file(path, label)
     bars = is_progress_bar_enabled()
     disable_progress_bars()
     try:
-        table = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+        return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
     except Exception as exc:  # datasets raises many types for unreadable files; report one line
         first = first_line(exc)
         raise DatasetError(
@@ -156,8 +149,6 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     finally:
         if bars:
             enable_progress_bars()
-    register_origin(table, TableOrigin(what=label, files=tuple(paths)))
-    return table
 
 
 def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -197,7 +188,11 @@ _SHARED: ContextVar[dict[tuple[Any, ...], tuple[dict[str, Any], SourceInfo]] | N
 @contextmanager
 def shared_tables() -> Iterator[None]:
     """Within this block, loading the same tables again returns the first load (recipes only read tables), so
-    data configs over one source load and hash it once; build_samples opens one block per run."""
+    data configs over one source load and hash it once; build_samples opens one block per run, and a block inside
+    another shares the outer one's tables (the checks read the files once for both of their phases)."""
+    if _SHARED.get() is not None:
+        yield
+        return
     token = _SHARED.set({})
     try:
         yield

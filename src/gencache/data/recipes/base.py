@@ -256,7 +256,8 @@ def shortfall(dataset: str, split: str, asked: int, available: int, detail: str)
     """The error for asking more samples than a split holds."""
     return DatasetError(
         f"{dataset} split {split!r} holds {available} usable samples ({detail}) but num_samples is {asked}; "
-        f"lower num_samples to at most {available} or choose a larger split."
+        f"lower num_samples to at most {available} or choose a larger split.",
+        "num_samples",
     )
 
 

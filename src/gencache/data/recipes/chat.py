@@ -4,7 +4,8 @@ The format TRL and the chat templates use; ShareGPT-style rows, ``conversations:
 are read too (a row whose first turn has ``from`` is a ShareGPT row; its roles map as ShareGPT's do: ``human`` to
 ``user``, ``gpt`` to ``assistant``, ``system`` to ``system``), and give the keys of the same turns written as
 messages. With the default ``data_kwargs.messages`` a table without a ``messages`` column but with a
-``conversations`` column reads that one. A conversation ending with an assistant turn has that turn dropped (it
+``conversations`` column reads that one; in a CSV or TSV file the column holds the turns as JSON text. A
+conversation ending with an assistant turn has that turn dropped (it
 is the gold answer); what is left must end with a user turn. The key is the conversation without the final
 assistant turn, in order: ``{"documents": [<documents column(s)>], "query": <the final user turn's content>,
 "shots": [], "task": {"history": [{"role", "content"}, ... every earlier turn]}}``, plus any ``task`` columns.
@@ -24,7 +25,7 @@ from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
-from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
+from gencache.data.recipes.columns import Column, check_columns, field_of, json_cell, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, row_id_of, task_of
 from gencache.errors import DatasetError
 
@@ -89,7 +90,7 @@ def _turn(table: Any, label: str, index: int, turn: Any, where: str, sharegpt: b
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
     """The ``(role, content)`` turns of row ``index``, checked; a row whose first turn has ``from`` is ShareGPT's."""
     turns: list[tuple[str, str]] = []
-    values = field_of(table, label, index, row, column, "list")
+    values = field_of(table, label, index, json_cell(table, label, index, row, column), column, "list")
     first = values[0] if values and isinstance(values[0], Mapping) else {}
     sharegpt = first.get("from") is not None and first.get("role") is None  # Arrow gives absent fields as nulls
     for position, turn in enumerate(values):
@@ -116,7 +117,7 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
             )
         table, info = load_table(self, dc)
         column = messages_column(table, kwargs)
-        check_columns(table, self.name, named_columns(kwargs, column))
+        check_columns(table, self.name, named_columns(kwargs, column, "data_kwargs.messages"))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
         self.require_rows(dc, len(order), detail)  # num_shots is 0 here
         return Selection(info, ChatRows(table, column), (), order[: dc.num_samples])

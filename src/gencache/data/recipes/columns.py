@@ -21,9 +21,12 @@ from gencache.errors import DatasetError
 
 __all__ = [
     "Column",
+    "MissingColumnError",
     "check_columns",
+    "closest",
     "describe_row",
     "field_of",
+    "json_cell",
     "require_type",
     "row_error",
     "row_value",
@@ -33,13 +36,34 @@ __all__ = [
 @dataclass(frozen=True)
 class Column:
     """One column a recipe reads: its name (a dotted path for a nested field), its JSON type as text, whether a
-    row must have it, the table it belongs to (``None``: the recipe's only table) and what it is used for."""
+    row must have it, the table it belongs to (``None``: the recipe's only table), what it is used for, and the
+    config field that names it (``data_kwargs.query``; ``None``: the recipe's own fixed name)."""
 
     name: str
     type: str
     required: bool
     description: str
     table: str | None = None
+    field: str | None = None
+
+
+class MissingColumnError(DatasetError):
+    """A column a recipe reads is absent; ``field`` is what to change in the data config (the ``data_kwargs``
+    field that names the column, or ``source`` when the recipe's name is fixed and the file must change)."""
+
+
+def closest(name: str, names: Sequence[str], n: int = 2) -> list[str]:
+    """The names in ``names`` closest to ``name`` (an exact match but for case first), best first."""
+    import difflib
+
+    same_case = [other for other in names if other.lower() == name.lower() and other != name]
+    return list(dict.fromkeys([*same_case, *difflib.get_close_matches(name, names, n=n, cutoff=0.6)]))[:n]
+
+
+def _did_you_mean(candidates: Sequence[str]) -> str:
+    if not candidates:
+        return ""
+    return f"did you mean {' or '.join(repr(c) for c in candidates)}? "
 
 
 def describe_row(row: Mapping[str, Any]) -> str:
@@ -49,21 +73,45 @@ def describe_row(row: Mapping[str, Any]) -> str:
 
 
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
-    """Raise a :class:`DatasetError` when a required top-level column of ``table_name`` is absent from ``table``:
-    it names the column, the files read and the columns they hold."""
+    """Raise a :class:`MissingColumnError` when a required top-level column of ``table_name`` is absent from
+    ``table``: it names the column, the files read, the columns they hold and the closest of them, and the fix
+    that is right for the column: set the config field that names it, or rename the file's column when the
+    recipe's name is fixed."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
         if not column.required or column.table != table_name:
             continue
         top = column.name.split(".")[0].removesuffix("[]")
-        if top not in names:
-            origin = origin_of(table, label)
-            which = f" {table_name} table" if table_name else ""
-            raise DatasetError(
-                f"{label}{which}: column {top!r} is missing from {origin.describe()} (its columns: "
-                f"{', '.join(names) or 'none'}); rename the column in the file or see docs/datasets.md for the "
-                f"columns {label} reads."
+        if top in names:
+            continue
+        origin = origin_of(table, label)
+        which = f" {table_name} table" if table_name else ""
+        found = f"{label}{which}: column {top!r} is missing from {origin.describe()} (its columns: "
+        found += f"{', '.join(names) or 'none'}); {_did_you_mean(closest(top, names))}"
+        if column.field is not None:
+            raise MissingColumnError(
+                f"{found}set {column.field} to one of the file's columns, or rename the column in the file.",
+                column.field,
             )
+        raise MissingColumnError(
+            f"{found}rename the column in the file or see docs/datasets.md for the columns {label} reads.", "source"
+        )
+
+
+def json_cell(table: Any, label: str, index: int, row: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """``row`` with its column ``name`` decoded from JSON text when the table's cells are text (CSV, TSV): there a
+    list or object column, such as a conversation, is written as JSON in its cell."""
+    value = row.get(name)
+    if not getattr(table, "text_cells", False) or not isinstance(value, str):
+        return row
+    import json
+
+    try:
+        decoded = json.loads(value)
+    except ValueError as error:
+        problem = f"{name!r} is not JSON ({error}); in a CSV or TSV file write it as JSON text in its cell"
+        raise row_error(table, label, index, problem) from None
+    return {**row, name: decoded}
 
 
 def row_error(table: Any, label: str, index: int, problem: str) -> DatasetError:

@@ -1,4 +1,5 @@
-"""``table``: a declarative recipe over any JSON, JSON Lines or parquet table, local directory or hub dataset.
+"""``table``: a declarative recipe over any JSON, JSON Lines, parquet, CSV or TSV table, local directory or hub
+dataset (in a CSV or TSV file every cell is a string).
 
 ``data_kwargs`` name the columns: ``query`` (the question), ``documents`` (one or several columns), ``answer``
 (the gold answer, shown by few-shot examples), ``task`` (columns copied into the key's task fields), an
@@ -44,14 +45,19 @@ COLUMNS = (
 )
 
 
-def named_columns(kwargs: Any, first: str) -> list[Column]:
-    """The columns a row must have under ``kwargs`` (a table's or chat's): ``first`` (the query or messages column),
-    the document, task and filter columns, and the answer column when there is one."""
-    names = [first, *kwargs.document_columns(), *kwargs.task, *kwargs.filters]
-    for optional in (getattr(kwargs, "answer", None), kwargs.id):
+def named_columns(kwargs: Any, first: str, first_field: str) -> list[Column]:
+    """The columns a row must have under ``kwargs`` (a table's or chat's): ``first`` (the query or messages column,
+    named by the config field ``first_field``), the document, task and filter columns, and the answer and id
+    columns when there are ones; each with the ``data_kwargs`` field that names it."""
+    named: list[tuple[str, str]] = [(first, first_field)]
+    named += [(name, "data_kwargs.documents") for name in kwargs.document_columns()]
+    named += [(name, "data_kwargs.task") for name in kwargs.task]
+    named += [(name, f"data_kwargs.filters.{name}") for name in kwargs.filters]
+    for optional, field in ((getattr(kwargs, "answer", None), "data_kwargs.answer"), (kwargs.id, "data_kwargs.id")):
         if optional is not None:
-            names.append(optional)
-    return [Column(name, "", True, "") for name in dict.fromkeys(names)]
+            named.append((optional, field))
+    fields = dict(reversed(named))  # the first field that names a column is the one to change
+    return [Column(name, "", True, "", field=fields[name]) for name in dict.fromkeys(name for name, _ in named)]
 
 
 def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwargs: Any) -> list[str]:
@@ -112,8 +118,8 @@ def load_table(recipe: DatasetRecipe[Any, Any], dc: DataConfigLike) -> tuple[Any
     """The data config's table (from ``source``; there is no canonical hub dataset) and its source info."""
     if dc.source is None:
         raise DatasetError(
-            f"{recipe.name} reads your own table: set source to a JSON/JSONL/parquet file, a directory laid out by "
-            "split, or a hub dataset id."
+            f"{recipe.name} reads your own table: set source to a JSON Lines, JSON, parquet, CSV or TSV file, a "
+            "directory laid out by split, or a hub dataset id."
         )
     tables, info = recipe.tables(dc, splits=(dc.split,), hub_config=None if dc.subset == "default" else dc.subset)
     return tables[dc.split], info
@@ -138,7 +144,7 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
         if dc.num_shots and kwargs.answer is None:
             raise DatasetError("table few-shot examples show the answer: set data_kwargs.answer or num_shots to 0.")
         table, info = load_table(self, dc)
-        check_columns(table, self.name, named_columns(kwargs, kwargs.query))
+        check_columns(table, self.name, named_columns(kwargs, kwargs.query, "data_kwargs.query"))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
         self.require_rows(dc, len(order), f"{detail}, {dc.num_shots} used as few-shot")
         shots = order[: dc.num_shots]
