@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ["bench_storage.py", "bench_reader.py", "bench_generation.py", "bench_loss.py"]
+BENCHMARKS = ["bench_storage.py", "bench_reader.py", "bench_generation.py", "bench_loss.py", "bench_audit.py"]
 
 
 def main(argv: list[str]) -> int:

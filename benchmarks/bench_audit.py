@@ -1,0 +1,201 @@
+"""What per-sequence sampling and ``gencache audit`` cost, as ratios measured in one run on this machine.
+
+1. Per-sequence sampling against the previous shared-generator sampling (transformers' own multinomial draw from
+   torch's global generator, which the engines used before), on the long-tail workload of ``bench_generation.py``
+   with sampling on, for the static and the continuous engine: tokens per second of each, alternated and repeated,
+   best of the repeats. Target: per-sequence sampling no more than 1.1x slower.
+2. Audit cost per key against the run's own per-key generation time: a run generates a cache through
+   ``gencache.generate`` (its generation time measured by a progress callback, weights loading excluded), then
+   ``gencache.audit(--all)`` regenerates every key one prompt at a time (its report's time, loading excluded).
+
+Usage: ``uv run python benchmarks/bench_audit.py [--quick]``; ``benchmarks/run_all.py`` calls ``main(argv)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import gencache
+from gencache.generation.effective import resolve_generation
+from gencache.generation.engines import continuous, static
+from gencache.generation.teacher import load_teacher, load_tokenizer
+from gencache.tiny import build_tiny_teacher, builtin_corpus
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_generation import _free_outputs, _quiet_transformers, make_prompts
+from longtail import choose_eos, run_continuous, run_static
+
+
+@contextlib.contextmanager
+def shared_generator() -> Iterator[None]:
+    """The engines as they sampled before per-sequence streams: no gencache sampler, so transformers draws every
+    row from torch's global generator (seeded once)."""
+    import torch
+
+    sampler, hook = static._StaticRun._sampler, continuous.hook_batch_processor
+    static._StaticRun._sampler = lambda self, batch, width: None  # type: ignore[method-assign]
+    continuous.hook_batch_processor = lambda manager, shared, streams: hook(manager, shared, None)
+    torch.manual_seed(0)
+    try:
+        yield
+    finally:
+        static._StaticRun._sampler = sampler  # type: ignore[method-assign]
+        continuous.hook_batch_processor = hook
+
+
+def sampling_cost(*, quick: bool) -> list[str]:
+    count, low, high, max_new_tokens = (24, 32, 96, 24) if quick else (120, 32, 384, 96)
+    repeats = 1 if quick else 3
+    with tempfile.TemporaryDirectory(prefix="gencache-bench-") as tmp:
+        teacher = build_tiny_teacher(Path(tmp) / "tiny-teacher", seed=0)
+        tokenizer = load_tokenizer(str(teacher))
+        model = load_teacher(str(teacher), dtype="float32", device="cpu")
+        pool = tokenizer(" ".join(builtin_corpus()), add_special_tokens=False).input_ids
+        prompts = make_prompts(pool, count, low, high, seed=1)
+        free = _free_outputs(model, tokenizer, prompts, max_new_tokens, str(teacher))
+        choice = choose_eos([free[key] for key, _ in prompts], max_new_tokens)
+        generation = resolve_generation(
+            {"max_new_tokens": max_new_tokens, "eos_token_id": list(choice.eos), "do_sample": True,
+             "temperature": 1.0, "top_p": 0.95, "top_k": 0},
+            model_path=str(teacher), revision=None, tokenizer=tokenizer,
+        )  # fmt: skip
+        run_static(model, tokenizer, generation, prompts[:4], 2)  # warm-up
+        rows = []
+        for engine, size, runner in (("transformers", 16, run_static), ("transformers-continuous", 32, run_continuous)):
+            ours, theirs = [], []
+            for _ in range(repeats):  # alternated, so drift on a shared machine hits both
+                ours.append(runner(model, tokenizer, generation, prompts, size))
+                with shared_generator():
+                    theirs.append(runner(model, tokenizer, generation, prompts, size))
+            best_ours = max(ours, key=lambda r: r.tokens_per_cpu_second)
+            best_theirs = max(theirs, key=lambda r: r.tokens_per_cpu_second)
+            ratio = best_theirs.tokens_per_cpu_second / best_ours.tokens_per_cpu_second
+            assert best_ours.kept_tokens and best_theirs.kept_tokens
+            rows.append(
+                f"| {engine} | {size} | {best_theirs.tokens_per_cpu_second:,.0f} | "
+                f"{best_ours.tokens_per_cpu_second:,.0f} | {ratio:.3f}x | {'yes' if ratio <= 1.1 else 'no'} |"
+            )
+    lengths = [len(ids) for _, ids in prompts]
+    return [
+        "### Per-sequence sampling against the shared generator",
+        "",
+        f"{len(prompts)} prompts of {min(lengths)}-{max(lengths)} tokens, max_new_tokens {max_new_tokens}, the long-"
+        f"tail EOS ids {list(choice.eos)}, sampled (temperature 1.0, top_p 0.95); tiny teacher, float32, CPU; best "
+        f"of {repeats} alternated runs each, by tokens per CPU-second (all threads; wall time on a shared 2-CPU "
+        "machine is noise). Slowdown = shared-generator tokens/CPU-s over per-sequence tokens/CPU-s.",
+        "",
+        "| engine | batch / concurrency | shared generator tok/CPU-s | per-sequence tok/CPU-s | slowdown | <= 1.1x |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+class _Timer:
+    """A progress that keeps when generation started and ended (the engine starts it after weights load)."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.ended: float | None = None
+
+    def start(self, total_samples: int) -> None:
+        self.started = time.perf_counter()
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.ended = time.perf_counter()
+
+    def close(self) -> None:
+        self.ended = self.ended or time.perf_counter()
+
+
+def _qa_rows(count: int) -> list[dict[str, Any]]:
+    words = " ".join(builtin_corpus()).split()
+    return [
+        {"id": f"q{i}", "question": " ".join(words[i % len(words) : i % len(words) + 6]) + "?",
+         "passages": [" ".join(words[(3 * i) % len(words) : (3 * i) % len(words) + 20])], "answer": words[i % 7]}
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def audit_cost(*, quick: bool) -> list[str]:
+    count, max_new_tokens = (12, 16) if quick else (48, 48)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gencache-bench-") as tmp:
+        work = Path(tmp)
+        teacher = build_tiny_teacher(work / "tiny-teacher", seed=0)
+        data = work / "qa.jsonl"
+        data.write_text("".join(json.dumps(row) + "\n" for row in _qa_rows(count)), encoding="utf-8")
+        for label, batch, generation in (
+            ("greedy", 8, {"max_new_tokens": max_new_tokens}),
+            ("sampled, 2 sequences", 8, {"max_new_tokens": max_new_tokens, "do_sample": True,
+                                         "num_return_sequences": 2}),
+        ):  # fmt: skip
+            config = work / f"config-{len(rows)}.json"
+            config.write_text(json.dumps({
+                "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
+                          "generation_kwargs": generation},
+                "data_configs": [{"dataset_name": "table", "num_samples": count, "num_data_strs": 0, "num_shots": 0,
+                                  "subset": "default", "split": "train", "seed": 0, "source": str(data),
+                                  "data_kwargs": {"query": "question", "documents": "passages", "answer": "answer",
+                                                  "id": "id"}}],
+                "gen_batch_size": batch, "seed": 0, "output_dir": str(work / f"out-{len(rows)}"),
+            }), encoding="utf-8")  # fmt: skip
+            timer = _Timer()
+            artifact = gencache.generate(config, progress=lambda total, timer=timer: timer)
+            assert timer.started is not None and timer.ended is not None
+            run_per_key = (timer.ended - timer.started) / count
+            report = gencache.audit(artifact, all_keys=True)
+            audit_per_key = report.seconds / len(report.keys)
+            rows.append(
+                f"| {label} | {count} | {batch} | {1000 * run_per_key:.1f} | {1000 * audit_per_key:.1f} | "
+                f"{audit_per_key / run_per_key:.2f}x | {report.equal}/{len(report.keys)} |"
+            )
+    return [
+        "### Audit cost per key",
+        "",
+        f"A `table` run of {count} samples, max_new_tokens {max_new_tokens}, tiny teacher, float32, CPU, engine "
+        "`transformers`; the run's generation time per key (weights loading excluded) against `gencache.audit` "
+        "of every key (one prompt per call, loading excluded).",
+        "",
+        "| run | keys | gen_batch_size | run ms/key | audit ms/key | audit / run | audited equal |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "An audit regenerates one prompt at a time, so on a GPU, where a batch costs about what one prompt does, its "
+        "cost per key is close to the run's cost per batch; audit a seeded sample (`--samples`, 32 by default) "
+        "rather than every key of a large cache.",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    _quiet_transformers()
+    print(
+        "\n".join(
+            [
+                "## Per-sequence sampling and audit (tiny teacher, CPU)",
+                "",
+                f"Command: `uv run python benchmarks/bench_audit.py{' --quick' if args.quick else ''}` (run "
+                f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}).",
+                "",
+                *sampling_cost(quick=args.quick),
+                "",
+                *audit_cost(quick=args.quick),
+            ]
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
