@@ -29,6 +29,7 @@ __all__ = [
     "Sample",
     "SampleSet",
     "build_samples",
+    "concat_sample_sets",
     "needs_tokenizer",
     "tokenizer_reasons",
 ]
@@ -141,6 +142,34 @@ class SampleSet:
         return self._by_key[key]
 
 
+def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
+    """Several runs' samples as one set, in order: the data configs are numbered on across the sets (the second
+    set's first data config follows the first set's last), and the first occurrence of a key wins."""
+    import dataclasses
+
+    if len(sets) == 1:
+        return sets[0]
+    samples: list[Sample] = []
+    summaries: list[DataConfigSummary] = []
+    for chosen in sets:
+        offset = len(summaries)
+        samples.extend(dataclasses.replace(s, data_config_index=s.data_config_index + offset) for s in chosen)
+        summaries.extend(dataclasses.replace(s, index=s.index + offset) for s in chosen.summaries)
+    first: dict[str, Sample] = {}
+    conflicting: dict[str, None] = {}
+    for sample in samples:
+        earlier = first.setdefault(sample.key, sample)
+        if earlier.parts != sample.parts:
+            conflicting[sample.key] = None
+    return SampleSet(
+        samples=tuple(samples),
+        unique=tuple(first.values()),
+        duplicates=len(samples) - len(first),
+        conflicting_prompts=tuple(conflicting),
+        summaries=tuple(summaries),
+    )
+
+
 def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
     if isinstance(config_or_data_configs, CacheConfig):
         return list(config_or_data_configs.data_configs)
@@ -239,7 +268,6 @@ def _load_one(
 def _with_index(index: int, exc: Exception) -> str:
     text = str(exc)
     return text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
-
 
 
 def build_samples(

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from gencache.lazy import lazy_names
 from gencache.training.collate import METADATA_FIELDS, MODEL_INPUTS, DistillationBatch, DistillationCollator, pad_batch
-from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset
-from gencache.training.hf import to_hf_dataset
+from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset, to_hf_dataset
+from gencache.training.hf import METADATA_COLUMNS
 from gencache.training.loss import DistillationLoss, answer_positions, distillation_loss
+from gencache.training.selection import MISSING_POLICIES, LeftOut
 
 if TYPE_CHECKING:
     from gencache.training.trainer import DistillationTrainer, check_vocabularies
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
 _LAZY = {"DistillationTrainer": "gencache.training.trainer", "check_vocabularies": "gencache.training.trainer"}
 
 __all__ = [
+    "METADATA_COLUMNS",
     "METADATA_FIELDS",
+    "MISSING_POLICIES",
     "MODEL_INPUTS",
     "SEQUENCE_CHOICES",
     "TRUNCATION_POLICIES",
@@ -38,6 +41,7 @@ __all__ = [
     "DistillationDataset",
     "DistillationLoss",
     "DistillationTrainer",
+    "LeftOut",
     "answer_positions",
     "check_vocabularies",
     "distillation_loss",

@@ -20,7 +20,16 @@ IGNORE_INDEX = -100
 #: The model inputs of every batch, in order.
 MODEL_INPUTS: tuple[str, ...] = ("input_ids", "attention_mask", "labels")
 #: What an item says about its row, kept out of the model inputs (see :attr:`DistillationBatch.metadata`).
-METADATA_FIELDS: tuple[str, ...] = ("key", "finish_reason", "sequence_index", "prompt_length")
+METADATA_FIELDS: tuple[str, ...] = (
+    "key",
+    "finish_reason",
+    "sequence_index",
+    "prompt_length",
+    "data_config_index",
+    "row_id",
+    "row_index",
+    "reference",
+)
 
 
 class DistillationBatch(dict[str, Any]):

@@ -3,8 +3,10 @@ exact stored token ids (never from re-tokenized text), in the pre-tokenized form
 
 Columns, one row per dataset item: ``input_ids`` (prompt ids then the teacher's answer ids), ``attention_mask``
 (ones), ``labels`` (-100 over the prompt, the answer ids after it), ``completion_mask`` (1 on the answer tokens, 0
-on the prompt) and, unless ``metadata=False``, ``key``, ``finish_reason``, ``sequence_index`` and
-``prompt_length``. Trainers drop the metadata columns themselves (``remove_unused_columns``).
+on the prompt) and, unless ``metadata=False``, the item's descriptive fields (:data:`METADATA_COLUMNS`: ``key``,
+``finish_reason``, ``sequence_index``, ``prompt_length``, ``data_config_index``, ``row_id``, ``row_index``,
+``reference``), which join the rows back to the source rows. Trainers drop the metadata columns themselves
+(``remove_unused_columns``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ if TYPE_CHECKING:
 
 ROWS_PER_BATCH = 1024
 TOKEN_COLUMNS: tuple[str, ...] = ("input_ids", "attention_mask", "labels", "completion_mask")
+#: The descriptive columns (``metadata=True``) and their Arrow types; each is the item's field of the same name.
+METADATA_COLUMNS: dict[str, str] = {
+    "key": "string",
+    "finish_reason": "string",
+    "sequence_index": "int64",
+    "prompt_length": "int64",
+    "data_config_index": "int64",
+    "row_id": "string",
+    "row_index": "int64",
+    "reference": "string",
+}
 
 
 def _schema(metadata: bool) -> Any:
@@ -32,12 +45,7 @@ def _schema(metadata: bool) -> Any:
 
     fields = [pa.field(name, pa.list_(pa.int64())) for name in TOKEN_COLUMNS]
     if metadata:
-        fields += [
-            pa.field("key", pa.string()),
-            pa.field("finish_reason", pa.string()),
-            pa.field("sequence_index", pa.int64()),
-            pa.field("prompt_length", pa.int64()),
-        ]
+        fields += [pa.field(name, getattr(pa, kind)()) for name, kind in METADATA_COLUMNS.items()]
     return pa.schema(fields)
 
 
@@ -64,18 +72,16 @@ def _batches(data: DistillationDataset, metadata: bool) -> Iterator[Any]:
         columns = [_list_column(ids), _list_column(ones), _list_column(labels), _list_column(completion)]
         if metadata:
             columns += [
-                pa.array([item["key"] for item in items], pa.string()),
-                pa.array([item["finish_reason"] for item in items], pa.string()),
-                pa.array([item["sequence_index"] for item in items], pa.int64()),
-                pa.array([item["prompt_length"] for item in items], pa.int64()),
+                pa.array([item[name] for item in items], getattr(pa, kind)()) for name, kind in METADATA_COLUMNS.items()
             ]
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def to_hf_dataset(
+def build_hf_dataset(
     data: DistillationDataset, *, path: str | os.PathLike[str] | None = None, metadata: bool = True
 ) -> Any:
-    """``data`` as a ``datasets.Dataset`` (see the module docstring), items in ``data``'s order.
+    """``data``'s items as a ``datasets.Dataset`` (see the module docstring), in ``data``'s order; what
+    :func:`gencache.training.to_hf_dataset` returns.
 
     Without ``path`` the table is built in memory. With ``path`` (a file that must not exist) the rows are
     streamed into an Arrow file there, ``ROWS_PER_BATCH`` items at a time, and the dataset memory-maps it: use it
@@ -105,4 +111,4 @@ def to_hf_dataset(
     return datasets.Dataset.from_file(str(target))
 
 
-__all__ = ["ROWS_PER_BATCH", "TOKEN_COLUMNS", "to_hf_dataset"]
+__all__ = ["METADATA_COLUMNS", "ROWS_PER_BATCH", "TOKEN_COLUMNS", "build_hf_dataset"]

@@ -7,6 +7,7 @@ This module imports transformers; :mod:`gencache.training` loads it only when ``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,9 @@ import transformers
 
 from gencache.errors import CompatibilityError
 from gencache.training.loss import DEFAULT_CHUNK_SIZE, check_loss_settings, distillation_loss
+from gencache.training.selection import LeftOut
+
+logger = logging.getLogger(__name__)
 
 
 def _output_size(model: Any) -> int | None:
@@ -29,6 +33,14 @@ def _output_size(model: Any) -> int | None:
 def _vocabulary(tokenizer: Any) -> dict[str, int] | None:
     get_vocab = getattr(tokenizer, "get_vocab", None)
     return dict(get_vocab()) if callable(get_vocab) else None
+
+
+def log_left_out(*datasets: Any) -> None:
+    """Log, once per dataset, what a :class:`~gencache.training.DistillationDataset`'s selection left out."""
+    for data in datasets:
+        left_out = getattr(data, "left_out", None)
+        if isinstance(left_out, LeftOut) and left_out:
+            logger.warning("gencache: %s", left_out.describe())
 
 
 def check_vocabularies(
@@ -99,6 +111,7 @@ class DistillationTrainer(transformers.Trainer):
         self.kl_weight = float(kl_weight)
         self.chunk_size = chunk_size
         self._parts: dict[str, Any] = {"ce": 0.0, "kl": 0.0, "steps": 0}  # summed as tensors: no sync per step
+        log_left_out(self.train_dataset, self.eval_dataset)
 
     def _teacher_device(self) -> torch.device:
         for parameter in self.teacher.parameters():
@@ -156,4 +169,4 @@ class DistillationTrainer(transformers.Trainer):
         super().log(logs, *args, **kwargs)
 
 
-__all__ = ["DistillationTrainer", "check_vocabularies"]
+__all__ = ["DistillationTrainer", "check_vocabularies", "log_left_out"]

@@ -1,0 +1,219 @@
+"""Which items a :class:`~gencache.training.DistillationDataset` serves, and what it left out, counted by reason.
+
+A :class:`Selection` keeps some data configs (``data_configs``, indices), some answers (``finish_reasons``, a
+``max_answer_tokens`` cap) and says what a sample whose key no cache holds does (``missing="error"``, the default,
+raises before the first item; ``"skip"`` leaves it out). :func:`select_items` applies it to the samples in run
+order and returns the items with a :class:`LeftOut`: how many samples each reason left out, and how many answers of
+the samples kept were refused. The answer filters read the manifest's finish reasons and shapes only, never the
+payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import numpy as np
+
+from gencache.artifact.names import FINISH_REASONS
+from gencache.errors import ConfigError
+
+Missing = Literal["error", "skip"]
+MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
+
+__all__ = ["MISSING_POLICIES", "Items", "LeftOut", "Selection", "select_items"]
+
+
+def _names(value: Iterable[str] | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(isinstance(reason, str) for reason in value):
+        raise ConfigError(f"finish_reasons must be a list of finish reasons, got {value!r}.")
+    chosen = frozenset(value)
+    unknown = sorted(chosen - set(FINISH_REASONS))
+    if unknown or not chosen:
+        raise ConfigError(f"finish_reasons takes {', '.join(FINISH_REASONS)} (at least one), got {sorted(chosen)!r}.")
+    return chosen
+
+
+def _indices(value: Iterable[int] | None, count: int) -> frozenset[int] | None:
+    if value is None:
+        return None
+    items = [value] if isinstance(value, int) else list(value)
+    if not items or any(type(i) is not int or not 0 <= i < count for i in items):
+        raise ConfigError(f"data_configs must list data config indices from 0 to {count - 1}, got {value!r}.")
+    return frozenset(items)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a dataset keeps: data configs by index (None: all), answers by finish reason (None: all) and by length
+    (``max_answer_tokens``: at most that many answer tokens; None: any), and what a missing key does."""
+
+    data_configs: frozenset[int] | None = None
+    finish_reasons: frozenset[str] | None = None
+    max_answer_tokens: int | None = None
+    missing: Missing = "error"
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        data_configs: Iterable[int] | None,
+        finish_reasons: Iterable[str] | None,
+        max_answer_tokens: int | None,
+        missing: str,
+        data_config_count: int,
+    ) -> Selection:
+        """A checked selection (a :class:`ConfigError` naming the argument that is wrong)."""
+        if missing not in MISSING_POLICIES:
+            raise ConfigError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}.")
+        if max_answer_tokens is not None and (type(max_answer_tokens) is not int or max_answer_tokens < 1):
+            raise ConfigError(f"max_answer_tokens must be a positive integer or None, got {max_answer_tokens!r}.")
+        return cls(
+            _indices(data_configs, data_config_count),
+            _names(finish_reasons),
+            max_answer_tokens,
+            missing,  # type: ignore[arg-type]
+        )
+
+    @property
+    def filters_answers(self) -> bool:
+        return self.finish_reasons is not None or self.max_answer_tokens is not None
+
+    def answers(self, reasons: list[str], lengths: list[int]) -> tuple[tuple[int, ...], str | None]:
+        """The answers this selection keeps, and when it keeps none the reason (``finish_reason`` when no answer
+        has a kept finish reason, else ``max_answer_tokens``)."""
+        by_reason = [
+            i for i, reason in enumerate(reasons) if self.finish_reasons is None or reason in self.finish_reasons
+        ]
+        kept = tuple(i for i in by_reason if self.max_answer_tokens is None or lengths[i] <= self.max_answer_tokens)
+        if kept:
+            return kept, None
+        return kept, "finish_reason" if not by_reason else "max_answer_tokens"
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """What a selection left out. The first four count samples (run order, duplicates included): those of data
+    configs not kept, those whose key no cache holds (``missing="skip"``), and those none of whose answers has a
+    kept finish reason or fits ``max_answer_tokens``. ``answers`` counts the answers of kept samples that the
+    answer filters refused."""
+
+    data_configs: int = 0
+    missing: int = 0
+    finish_reason: int = 0
+    max_answer_tokens: int = 0
+    answers: int = 0
+    #: The samples the selection looked at (those the artifacts hold: a lone shard's own).
+    considered: int = field(default=0, compare=False)
+
+    @property
+    def samples(self) -> int:
+        """Samples left out, for every reason."""
+        return self.data_configs + self.missing + self.finish_reason + self.max_answer_tokens
+
+    def __bool__(self) -> bool:
+        return bool(self.samples or self.answers)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts by reason, every reason present."""
+        return {item.name: getattr(self, item.name) for item in fields(self) if item.name != "considered"}
+
+    def describe(self) -> str:
+        """One line: how many of the samples considered were left out and why (or that nothing was)."""
+        total = self.considered
+        reasons = {
+            "data_configs": "of data configs not selected",
+            "missing": "whose key no cache holds (missing='skip')",
+            "finish_reason": "with no answer of a selected finish reason",
+            "max_answer_tokens": "whose answers all exceed max_answer_tokens",
+        }
+        parts = [f"{getattr(self, name)} {text}" for name, text in reasons.items() if getattr(self, name)]
+        if self.answers:
+            parts.append(f"and {self.answers} answers of the samples kept were refused by the answer filters")
+        if not parts:
+            return f"nothing left out: all {total} samples selected"
+        return f"left out {self.samples} of {total} samples: {'; '.join(parts)}"
+
+
+@dataclass(frozen=True)
+class Items:
+    """The items of a dataset: ``sample[i]`` is item ``i``'s position among the samples and ``answer[i]`` its
+    answer index, or -1 for an answer drawn when read (``sequences="random"``) among ``allowed`` (the kept answers
+    of a sample whose answers were filtered; any answer otherwise)."""
+
+    sample: np.ndarray[Any, np.dtype[np.int64]]
+    answer: np.ndarray[Any, np.dtype[np.int64]]
+    left_out: LeftOut
+    allowed: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+def _answers_of(cache: Any, key: str) -> tuple[list[str], list[int]]:
+    entry = cache.metadata(key)
+    assert entry is not None  # only keys the cache holds are asked for
+    return list(entry["finish_reasons"]), [int(ref["shape"][0]) for ref in entry["sequences"]]
+
+
+def select_items(
+    samples: Any,
+    cache: Any,
+    selection: Selection,
+    sequences: str,
+    *,
+    owns: Callable[[Any], bool] | None = None,
+    check: Callable[[int, list[int]], None] | None = None,
+    lengths_needed: bool = False,
+) -> Items:
+    """The items of ``samples`` (a :class:`~gencache.data.samples.SampleSet`) read from ``cache`` under
+    ``selection`` and ``sequences`` (``first``, ``random`` or ``all``). Samples ``owns(sample)`` rejects (another
+    shard's) are not items and not counted. ``check(position, answer_lengths)`` sees each kept sample with the
+    lengths of the answers it may serve (``lengths_needed`` reads them even without answer filters)."""
+    owned = [p for p, s in enumerate(samples) if owns is None or owns(s)]
+    chosen = [
+        p for p in owned if selection.data_configs is None or samples[p].data_config_index in selection.data_configs
+    ]
+    counts = {"data_configs": len(owned) - len(chosen), "missing": 0, "finish_reason": 0, "max_answer_tokens": 0}
+    if selection.missing == "error":
+        cache.require(sorted({samples[p].key for p in chosen}))
+    read_answers = selection.filters_answers or sequences == "all" or lengths_needed
+    answers_by_key: dict[str, tuple[list[str], list[int]]] = {}
+    item_sample: list[int] = []
+    item_answer: list[int] = []
+    allowed: dict[int, tuple[int, ...]] = {}
+    refused = 0
+    for position in chosen:
+        key = samples[position].key
+        if key not in cache:
+            counts["missing"] += 1
+            continue
+        if not read_answers:
+            item_sample.append(position)
+            item_answer.append(0 if sequences == "first" else -1)
+            continue
+        if key not in answers_by_key:
+            answers_by_key[key] = _answers_of(cache, key)
+        reasons, lengths = answers_by_key[key]
+        kept, why = selection.answers(reasons, lengths)
+        if why is not None:
+            counts[why] += 1
+            continue
+        refused += len(reasons) - len(kept)
+        served = kept[:1] if sequences == "first" else kept
+        if check is not None:
+            check(position, [lengths[i] for i in served])
+        if sequences == "random":
+            item_sample.append(position)
+            item_answer.append(-1)
+            if len(kept) < len(reasons):
+                allowed[position] = kept
+        else:
+            item_sample.extend([position] * len(served))
+            item_answer.extend(served)
+    return Items(
+        sample=np.asarray(item_sample, dtype=np.int64),
+        answer=np.asarray(item_answer, dtype=np.int64),
+        left_out=LeftOut(**counts, answers=refused, considered=len(owned)),
+        allowed=allowed,
+    )
