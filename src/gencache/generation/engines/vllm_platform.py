@@ -117,8 +117,9 @@ def size_cpu_kv_cache(
 ) -> KvSizing:
     """The KV cache for a CPU run: ``max_model_len`` (default: the longest prompt plus ``max_new_tokens``), and
     blocks for ``concurrency`` such requests, where the concurrency is ``max_num_seqs`` (vLLM's default 256)
-    lowered to the run's sequence count and to what a quarter of the available host memory holds. An explicit
-    ``kv_cache_memory_gib`` is used as given. One request of ``max_model_len`` must fit either way."""
+    lowered to the run's sequence count and to what a quarter of the available host memory holds, plus the one
+    block vLLM sets aside. An explicit ``kv_cache_memory_gib`` is used as given. One request of ``max_model_len``
+    must fit either way."""
     block = CPU_BLOCK_SIZE
     context = max_model_len or (max(prompt_lengths, default=1) + max_new_tokens)
     per_token = shape.bytes_per_token(dtype_bytes)
@@ -142,8 +143,8 @@ def size_cpu_kv_cache(
                 "engine_options.kv_cache_memory_gib or shorten the prompts."
             )
         wanted = max(1, min(max_num_seqs or DEFAULT_MAX_NUM_SEQS, sequences))
-        concurrency = max(1, min(wanted, budget // per_request))
-        kv_bytes = concurrency * per_request
+        concurrency = max(1, min(wanted, (budget - block * per_token) // per_request))
+        kv_bytes = concurrency * per_request + block * per_token  # vLLM sets one block aside (its null block)
     return KvSizing(context, block, concurrency, kv_bytes, kv_bytes // per_token, source)
 
 
