@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from storage_helpers import make_entries, write_artifact, write_shard
+from gencache.cli import run
+from gencache.entry import _run_simple, simple_command
+from storage_helpers import make_entries, writable_copy, write_artifact, write_shard
 
 HEAVY = ("torch", "transformers", "datasets")
 COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit")
 
 
-def loaded_by(code: str) -> tuple[list[str], str]:
-    """The heavy modules loaded once ``code`` ran in a fresh interpreter, and what it printed before."""
-    probe = (
-        f"{code}\nimport sys, json\nprint('\\nLOADED ' + json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
-    )
+def loaded_by(code: str, modules: tuple[str, ...] = HEAVY) -> tuple[list[str], str]:
+    """Which of ``modules`` are loaded once ``code`` ran in a fresh interpreter, and what it printed before."""
+    found = f"sorted(m for m in {modules!r} if m in sys.modules)"
+    probe = f"{code}\nimport sys, json\nprint('\\nLOADED ' + json.dumps({found}))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     before, _, loaded = result.stdout.rpartition("\nLOADED ")
@@ -94,3 +95,53 @@ assert reader[key].sequences[0].numel() > 0
     loaded, printed = loaded_by(code)
     assert "before the first tensor: False" in printed
     assert loaded == ["torch"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "framework"),
+    [
+        (["verify"], ["typer", "pydantic", "rich"]),
+        (["verify", "--json"], ["typer", "pydantic", "rich"]),
+        (["inspect", "--json"], ["typer", "pydantic", "rich"]),
+        (["inspect"], ["typer", "pydantic"]),  # the tables are drawn with rich
+    ],
+)
+def test_the_console_script_reads_without_the_command_line_framework(
+    argv: list[str], framework: list[str], artifacts: tuple[Path, Path]
+) -> None:
+    one, sharded = artifacts
+    code = f"""
+import sys
+sys.argv = ["gencache", *{[*argv, str(one), str(sharded)]!r}]
+from gencache.entry import main
+try:
+    main()
+except SystemExit as exit:
+    assert exit.code == 0, exit.code
+"""
+    loaded, _ = loaded_by(code, (*HEAVY, "typer", "pydantic", "rich"))
+    assert not set(loaded) & {*HEAVY, *framework}, loaded
+
+
+def test_only_plain_inspect_and_verify_command_lines_take_the_short_path() -> None:
+    assert simple_command(["verify", "a", "--json", "b"]) == ("verify", ["a", "b"], True)
+    assert simple_command(["inspect", "a"]) == ("inspect", ["a"], False)
+    for argv in (["inspect"], ["inspect", "--help"], ["verify", "-h", "a"], ["verify", "--jsn", "a"], ["export", "a"]):
+        assert simple_command(argv) is None, argv
+    assert simple_command([]) is None and simple_command(["--help"]) is None
+
+
+def test_the_short_path_prints_and_exits_as_the_full_command_line(
+    artifacts: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one, sharded = artifacts
+    damaged = writable_copy(one, tmp_path / "damaged")
+    (damaged / "manifest.json").write_bytes(b"{}")
+    for paths in ([one, sharded], [damaged], [tmp_path / "missing"], [one, tmp_path / "missing"]):
+        for argv in (["inspect"], ["inspect", "--json"], ["verify"], ["verify", "--json"]):
+            full = [*argv, *map(str, paths)]
+            code = run(full)
+            expected = capsys.readouterr()
+            simple = simple_command(full)
+            assert simple is not None
+            assert (_run_simple(*simple), capsys.readouterr()) == (code, expected), full

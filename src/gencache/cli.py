@@ -222,17 +222,9 @@ def inspect(
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
     and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
     not one whole run; 2 when a path is not an artifact at all)."""
-    from gencache.artifact.report import inspect_exit_code, inspect_report
+    from gencache.cli_read import inspect_command
 
-    report = inspect_report(dirs)
-    if as_json:
-        _echo_json(report)
-    else:
-        from gencache.progress import make_console
-        from gencache.render import render_inspect
-
-        render_inspect(report, make_console(), make_console(stderr=True))
-    code = inspect_exit_code(report)
+    code = inspect_command(dirs, as_json=as_json)
     if code:
         raise typer.Exit(code)
 
@@ -249,24 +241,11 @@ def verify(
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    from gencache.artifact.report import verify_results
-    from gencache.progress import is_terminal, make_console
-    from gencache.render import verify_progress
+    from gencache.cli_read import verify_command
 
-    show_progress = is_terminal(sys.stderr) and not as_json
-    results = verify_results(dirs, progress=verify_progress(make_console(stderr=True)) if show_progress else None)
-    if as_json:
-        _echo_json({"ok": all(r["status"] == "ok" for r in results), "results": results})
-    else:
-        for result in results:
-            if result["status"] == "ok":
-                typer.echo(printable(f"OK   {result['path']}"))
-            for problem in result["problems"]:
-                typer.echo(printable(f"FAIL {problem}"))
-    if any(r["status"] == "bad_input" for r in results):
-        raise typer.Exit(2)
-    if any(r["status"] != "ok" for r in results):
-        raise typer.Exit(1)
+    code = verify_command(dirs, as_json=as_json)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

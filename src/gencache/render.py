@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -294,6 +293,8 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
 
     @contextmanager
     def bar_for(name: str, total: int) -> Iterator[ProgressCallback]:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
         with Progress(
             TextColumn("verifying {task.description}"),
             BarColumn(),
