@@ -276,6 +276,8 @@ def test_demo_runs_offline_on_cpu(tmp_path: Path) -> None:
     reader = CacheReader(published)
     assert len(reader) > 0
     assert cli_run(["verify", str(published)]) == 0
+    teacher = json.loads((tmp_path / "demo" / "tiny-teacher" / "config.json").read_text(encoding="utf-8"))
+    assert teacher["head_dim"] == 32  # vLLM's CPU attention takes it (docs/engines.md runs the demo with vLLM)
 
 
 def test_export_works_from_another_directory_with_relative_paths(

@@ -48,3 +48,10 @@ def test_init_reuses_the_tiny_teacher_in_its_directory(
 def test_init_refuses_a_file_as_its_directory(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     assert cli_run(["init", str(tmp_path / "f"), "--teacher", "x"]) == 2
+
+
+def test_init_builds_a_teacher_every_engine_takes(tmp_path: Path) -> None:
+    starter = write_starter(tmp_path)
+    assert starter.built_teacher
+    config = json.loads((tmp_path / "tiny-teacher" / "config.json").read_text(encoding="utf-8"))
+    assert config["head_dim"] == 32  # vLLM's CPU attention needs 32 or more

@@ -1,8 +1,8 @@
 """``gencache demo``: the whole path on a tiny generated teacher, offline, on CPU, in seconds.
 
-Builds a random Qwen3-style teacher (or reuses the one already in the work directory), writes a config over the
-sample data bundled with gencache, generates and publishes an artifact, inspects it and reads one entry back the
-way a training loop does.
+Builds a random Qwen3-style teacher with a head size every engine takes (32: vLLM's CPU build needs at least that),
+or reuses the one already in the work directory, writes a config over the sample data bundled with gencache,
+generates and publishes an artifact, inspects it and reads one entry back the way a training loop does.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     from gencache.pipeline import run_generate
     from gencache.progress import make_console
     from gencache.render import render_inspect, render_notice
-    from gencache.tiny import build_tiny_teacher
+    from gencache.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
 
     console = console or make_console()
     workdir = Path(workdir).absolute()
@@ -77,7 +77,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     teacher = workdir / "tiny-teacher"
     if not (teacher / "config.json").exists():
         console.print(f"[bold]1.[/bold] building a tiny random Qwen3-style teacher in {teacher}")
-        build_tiny_teacher(teacher)
+        build_tiny_teacher(teacher, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)  # a head size every engine takes
     else:
         console.print(f"[bold]1.[/bold] reusing the tiny teacher in {teacher}")
     output_dir = _fresh_output(workdir)

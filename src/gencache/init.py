@@ -98,9 +98,9 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
     if teacher is None:
         location = root / "tiny-teacher"
         if not (location / "config.json").is_file():
-            from gencache.tiny import build_tiny_teacher
+            from gencache.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
 
-            build_tiny_teacher(location)
+            build_tiny_teacher(location, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)  # vLLM's CPU build takes it too
             built = True
         teacher = str(location)
     try:
