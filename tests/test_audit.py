@@ -152,3 +152,17 @@ def test_bad_audit_options_are_one_line_exit_2(greedy_artifact: Path, capsys: py
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and words in err
     assert cli_run(["audit", str(greedy_artifact.parent / "missing")]) == 2
+
+
+def test_inspect_shows_what_decides_determinism_in_one_block(
+    greedy_artifact: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_run(["inspect", str(greedy_artifact), "--json"]) == 0
+    (artifact,) = json.loads(capsys.readouterr().out)["artifacts"]
+    facts = artifact["determinism"]
+    assert artifact["engine"] == "transformers" and facts["sampling"] == "greedy (no random draws)"
+    assert facts["batch_invariant"] is False and facts["prefix_caching"] is False
+    assert facts["attention_backend"] and facts["gpu_name"] is None and facts["tensor_parallel_size"] == 1
+    assert cli_run(["inspect", str(greedy_artifact)]) == 0
+    out = capsys.readouterr().out
+    assert "determinism" in out and "batch-invariant kernels off" in out and "prefix caching off" in out

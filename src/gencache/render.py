@@ -15,9 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from gencache.auditing import AuditReport
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
+    from gencache.auditing import AuditReport
     from gencache.data.samples import Sample
     from gencache.pipeline import DryRun
 
@@ -174,6 +174,8 @@ def _artifact_table(report: dict[str, Any]) -> Table:
             "shard",
             f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none",
         ),
+        ("engine", escape(report.get("engine") or "not recorded")),
+        ("determinism", _determinism_block(report.get("determinism"))),
         (
             "payload",
             f"{_size(report['payload_bytes'])}, header {report['header']['used']:,} of "
@@ -183,6 +185,29 @@ def _artifact_table(report: dict[str, Any]) -> Table:
     for field, value in rows:
         table.add_row(field, value)
     return table
+
+
+def _on(value: Any) -> str:
+    return {True: "on", False: "off", None: "unknown"}.get(value, escape(str(value)))
+
+
+def _determinism_block(facts: dict[str, Any] | None) -> str:
+    """What decides whether the run's tokens can change between runs, one fact per line."""
+    if facts is None:
+        return "not recorded"
+    sampling = facts.get("sampling")
+    gpu = facts.get("gpu_name")
+    lines = [
+        f"sampling: {escape(sampling['scope'] if isinstance(sampling, dict) else str(sampling or 'not recorded'))}",
+        f"batch-invariant kernels {_on(facts.get('batch_invariant'))}, torch deterministic algorithms "
+        f"{_on(facts.get('torch_deterministic_algorithms'))}, CUBLAS_WORKSPACE_CONFIG "
+        f"{escape(str(facts.get('cublas_workspace_config') or 'unset'))}",
+        f"prefix caching {_on(facts.get('prefix_caching'))}, chunked prefill {_on(facts.get('chunked_prefill'))}, "
+        f"tensor parallel {facts.get('tensor_parallel_size')}, attention "
+        f"{escape(str(facts.get('attention_backend') or 'unknown'))}",
+        f"GPU {escape(gpu)} (compute capability {facts.get('gpu_compute_capability')})" if gpu else "GPU none",
+    ]
+    return "\n".join(lines)
 
 
 def _counts(items: list[dict[str, int]] | None) -> str:

@@ -111,6 +111,23 @@ def _recorded(reader: CacheReader) -> dict[str, Any]:
     return resolved
 
 
+def _engine_name(resolved: dict[str, Any]) -> str | None:
+    engine = resolved.get("engine")
+    name = engine.get("name") if isinstance(engine, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _determinism(resolved: dict[str, Any]) -> dict[str, Any] | None:
+    """What the run recorded of what decides whether its tokens can change between runs (``runtime.determinism``,
+    with the engine's sampling rule), or None when it recorded none."""
+    runtime, engine = resolved.get("runtime"), resolved.get("engine")
+    facts = runtime.get("determinism") if isinstance(runtime, dict) else None
+    if not isinstance(facts, dict):
+        return None
+    sampling = engine.get("sampling") if isinstance(engine, dict) else None
+    return {**facts, "sampling": sampling if isinstance(sampling, (str, dict)) else None}
+
+
 def _conflicting_prompts(resolved: dict[str, Any]) -> int | None:
     """How many duplicated keys rendered different prompts (None if unrecorded)."""
     samples = resolved.get("samples")
@@ -169,6 +186,8 @@ def _artifact_report(reader: CacheReader) -> dict[str, Any]:
         "data_configs": list(summary["data_configs"]),
         "shard_data_configs": _shard_data_configs(resolved, summary),
         "shard": summary["shard"],
+        "engine": _engine_name(resolved),
+        "determinism": _determinism(resolved),
         "payload_bytes": reader.payload_bytes,
         "header": {"capacity": reader.header_capacity, "used": reader.header_json_bytes},
     }
