@@ -130,12 +130,16 @@ def _hotpot() -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["transformers", "transformers-continuous"])
-def test_sampled_runs_store_the_same_entries_across_batching_shards_limit_and_order(
-    tmp_path: Path, tiny_teacher_dir: Path, engine: str
+@pytest.mark.parametrize(
+    ("engine", "settings"),
+    [("transformers", SAMPLING), ("transformers-continuous", SAMPLING), ("transformers", {})],
+    ids=["transformers-sampled", "continuous-sampled", "transformers-greedy"],
+)
+def test_runs_store_the_same_entries_across_batching_shards_limit_and_order(
+    tmp_path: Path, tiny_teacher_dir: Path, engine: str, settings: dict[str, Any]
 ) -> None:
     model = {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
-             "generation_kwargs": {"max_new_tokens": 6, **SAMPLING}}  # fmt: skip
+             "generation_kwargs": {"max_new_tokens": 6, **settings}}  # fmt: skip
     configs = [musique(num_samples=6), _hotpot()]
 
     def run(name: str, size: int, *, order: list[dict[str, Any]] = configs, **kwargs: Any) -> dict[str, str]:
