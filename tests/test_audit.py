@@ -166,3 +166,15 @@ def test_inspect_shows_what_decides_determinism_in_one_block(
     assert cli_run(["inspect", str(greedy_artifact)]) == 0
     out = capsys.readouterr().out
     assert "determinism" in out and "batch-invariant kernels off" in out and "prefix caching off" in out
+
+
+def test_a_shard_base_and_one_shard_audit_equal(work: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(work, tiny_teacher_dir, model=_model(tiny_teacher_dir, **SAMPLED),
+                          data_configs=[musique(num_samples=6)], output_dir=str(work / "sharded"))  # fmt: skip
+    base = gencache.generate(config, shards=2)
+    whole = gencache.audit(base, all_keys=True)
+    assert whole.exit_code == 0 and len(whole.keys) == whole.total_keys == 6
+    shard = next(base.parent.glob("sharded-shard-00001-of-00002"))
+    one = gencache.audit(shard, all_keys=True)
+    assert one.exit_code == 0 and 0 < len(one.keys) < 6
+    assert {k.key for k in one.keys} <= {k.key for k in whole.keys}
