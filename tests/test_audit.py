@@ -178,3 +178,17 @@ def test_a_shard_base_and_one_shard_audit_equal(work: Path, tiny_teacher_dir: Pa
     one = gencache.audit(shard, all_keys=True)
     assert one.exit_code == 0 and 0 < len(one.keys) < 6
     assert {k.key for k in one.keys} <= {k.key for k in whole.keys}
+
+
+def test_a_run_with_relative_paths_audits_from_another_directory(
+    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(tiny_teacher_dir, tmp_path / "teacher")
+    monkeypatch.chdir(tmp_path)
+    config = write_config(tmp_path, Path("teacher"), model=_model(Path("teacher")), output_dir="out")
+    artifact = gencache.generate(config)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    report = gencache.audit(tmp_path / artifact, all_keys=True)
+    assert report.exit_code == 0 and len(report.keys) == 4

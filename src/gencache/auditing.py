@@ -282,8 +282,9 @@ def audit(
     where = {"model_path": model_path or model.model_path, "device": device or model.device,
              "dtype": dtype or model.dtype}  # fmt: skip
     tokenizer = load_recorded_tokenizer(run)
+    recorded = reader.provenance  # the tokenizer must still be in the state the cache was generated with
     reader.check_compatible(
-        model_path=model.model_path, tokenizer_path=model.effective_tokenizer_path, dtype=model.dtype,
+        model_path=recorded["model_path"], tokenizer_path=recorded["tokenizer_path"], dtype=recorded["dtype"],
         tokenizer=tokenizer,
     )  # fmt: skip
     prompts = {s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique
