@@ -147,7 +147,7 @@ def test_without_a_tokenizer_the_dry_run_checks_the_rest_and_says_what_it_could_
     assert cli_run(["generate", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err  # never wrapped: each phrase is whole on its line
     assert "model.tokenizer_path" in err
-    assert "4 rows in 1 of 1 data configs" in err  # the data was still loaded and counted
+    assert "musique: 4 samples, 4 unique keys" in err  # the data was still loaded and counted
     assert "not computed:" in err and "prompt token counts" in err and "the header budget" in err
 
 

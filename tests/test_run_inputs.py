@@ -1,4 +1,4 @@
-"""A run's inputs are one complete value: preparing them raises the first problem or a missing value by name."""
+"""A run's inputs are one complete value: preparing them raises every problem found or a missing value by name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from config_factory import config_dict
 from gencache.checks import Preflight, preflight
 from gencache.config import parse_config
-from gencache.errors import ConfigError, GenerationError
+from gencache.errors import ConfigError, DatasetError, GenerationError, InputProblems
 
 
 def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
@@ -22,13 +22,18 @@ def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
     assert message.endswith("unknown; nothing was loaded.")
 
 
-def test_the_first_problem_is_raised_as_it_is(tmp_path: Path) -> None:
+def test_one_problem_is_raised_as_it_is_and_several_together(tmp_path: Path) -> None:
     found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), outputs=[tmp_path / "out"])
-    first, second = ConfigError("first problem"), ConfigError("second problem")
-    found.errors += [first, second]
+    first, second = ConfigError("first problem"), DatasetError("second problem")
+    found.add_problem("output path", first)
     with pytest.raises(ConfigError) as info:
         found.run_inputs()
     assert info.value is first
+    found.add_problem("data_configs[0]", second)
+    with pytest.raises(InputProblems) as several:
+        found.run_inputs()
+    assert [p.error for p in several.value.problems] == [first, second] and several.value.exit_code == 2
+    assert [p.location for p in several.value.problems] == ["output_dir", "data_configs[0]"]
 
 
 def test_the_checks_produce_complete_inputs(tmp_path: Path, tiny_teacher_dir: Path) -> None:

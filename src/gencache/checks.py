@@ -1,15 +1,23 @@
 """Every check a run makes before the teacher's weights load: the one code path of ``generate`` and ``--dry-run``.
 
-:func:`preflight` runs, in order: paths that must be valid UTF-8, the output location (absent, a name no
-temporary directory could have, lengths the file system takes, a writable parent, rename support), the device, the
-local model and tokenizer directories (or the hub ids, quickly), the tokenizer, the effective generation config,
-the engine's refusals, the teacher's config, attention implementation, weight files and vocabulary (every token id
-inside the embedding), the datasets and sample counts, the context length (longest prompt plus
-``max_new_tokens`` within the teacher's maximum positions), the prompt ids, the continuous engine's paged-cache
-budget and the header budget (the run adds the ``--shards`` count against the keys). The individual checks are
-in :mod:`gencache.run_checks`. ``generate`` stops at the first
-problem (``collect=False``); the dry run collects every problem, skips what depends on a failed check and says
-what it could not compute. Nothing is printed here.
+:func:`preflight` runs the checks in two phases and collects every problem (one :class:`gencache.errors.Problem`
+each), skipping only what depends on a check that failed:
+
+1. **The config and the data files** (no torch, transformers or datasets; ``datasets`` only for a hub source):
+   paths that must be valid UTF-8, the output location (absent, a name no temporary directory could have,
+   lengths the file system takes, a writable parent, rename support), where the model and tokenizer are (a local
+   directory, or a hub id, quickly), and each data config on its own (its source read, its columns, rows and
+   sample count, its prompts when the template needs no tokenizer, its keys), then the ``--shards`` count
+   against the unique keys.
+2. **The teacher** (only when phase 1 found nothing: its checks import torch and transformers, and an input
+   mistake should be reported in about a second): the device, the tokenizer, the effective generation config,
+   the engine's refusals, the teacher's config, attention implementation, weight files and vocabulary (every token
+   id inside the embedding), the samples tokenized, the context length (longest prompt plus ``max_new_tokens``
+   within the teacher's maximum positions), the prompt ids, the continuous engine's paged-cache budget and the
+   header budget.
+
+The individual checks are in :mod:`gencache.run_checks` (and :mod:`gencache.data_checks` for the data configs).
+Nothing is printed here.
 """
 
 from __future__ import annotations
@@ -20,27 +28,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gencache.config.engines import ContinuousOptions
-from gencache.config.names import DTYPE_BYTES
-from gencache.errors import ConfigError, GencacheError, GenerationError
+from gencache.errors import GencacheError, GenerationError, Problem, raise_problems
 from gencache.run_checks import (
-    check_context,
     check_device,
     check_model_location,
     check_output_location,
     check_utf8_paths,
-    max_positions_of,
-    read_teacher_config,
 )
-from gencache.sharding import ShardSpec
 
 if TYPE_CHECKING:
-    from gencache.config import CacheConfig
+    from gencache.config import CacheConfig, DataConfig, ModelConfig
     from gencache.data.samples import SampleSet
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
+    from gencache.sharding import ShardSpec
 
 T = TypeVar("T")
+
+#: Where each check's problem is, as a config field (a data config's checks name ``data_configs[i]``).
+LOCATIONS = {
+    "paths": "paths",
+    "output path": "output_dir",
+    "model": "model.model_path",
+    "tokenizer path": "model.tokenizer_path",
+    "device": "model.device",
+    "tokenizer": "model.tokenizer_path",
+    "generation": "model.generation_kwargs",
+    "engine": "engine_options",
+    "teacher config": "model.model_path",
+    "attention": "model.attn_implementation",
+    "teacher weights": "model.model_path",
+    "vocabulary": "model.tokenizer_path",
+    "datasets": "data_configs",
+    "samples": "data_configs",
+    "context length": "model.generation_kwargs.max_new_tokens",
+    "prompt ids": "data_configs",
+    "paged cache": "engine_options.kv_cache_memory_gib",
+    "header budget": "output_dir",
+}
+#: The checks of phase 2, in order (skipped, with the reason, when phase 1 found a problem).
+TEACHER_CHECKS = (
+    "device", "tokenizer", "generation", "engine", "teacher config", "attention", "teacher weights", "vocabulary",
+    "samples", "context length", "header budget",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -68,9 +98,10 @@ class RunInputs:
 @dataclass
 class Preflight:
     """What the checks found, as the dry run reports it: each check's line, every problem, and the values the
-    checks that passed produced (a value is None when its check failed or was skipped)."""
+    checks that passed produced (a value is None when its check failed or was skipped). ``config`` is None when
+    the config itself is invalid: then only what validated on its own was checked."""
 
-    config: CacheConfig
+    config: CacheConfig | None
     outputs: list[Path]
     device: str | None = None
     tokenizer: Any | None = None
@@ -78,6 +109,7 @@ class Preflight:
     engine: Engine | None = None
     samples: SampleSet | None = None
     sample_counts: list[int] | None = None
+    keys: list[str] | None = None
     max_positions: int | None = None
     longest_prompt: int | None = None
     vocab_size: int | None = None
@@ -85,22 +117,32 @@ class Preflight:
     capacity: dict[Path, int] = field(default_factory=dict)
     rename_mode: str | None = None
     checks: list[Check] = field(default_factory=list)
-    errors: list[GencacheError] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     not_computed: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[GencacheError]:
+        """Every problem's error, in the order found."""
+        return [problem.error for problem in self.problems]
 
     @property
     def exit_code(self) -> int:
         """What ``generate`` would exit with: the first problem's code, 0 when there is none."""
-        return self.errors[0].exit_code if self.errors else 0
+        return self.problems[0].error.exit_code if self.problems else 0
 
     def failed(self, name: str) -> bool:
         return any(c.name == name and c.status != "ok" for c in self.checks)
 
+    def add_problem(self, check: str, error: GencacheError, location: str | None = None) -> None:
+        """Record ``error`` as the problem of ``check`` (and its report line)."""
+        self.problems.append(Problem(check, location or LOCATIONS.get(check, check), error))
+        self.checks.append(Check(check, "failed", str(error)))
+
     def run_inputs(self) -> RunInputs:
-        """The complete inputs of a run that publishes :attr:`outputs`: the first problem is raised, and a value no
-        check produced is a :class:`GenerationError` naming it."""
-        if self.errors:
-            raise self.errors[0]
+        """The complete inputs of a run that publishes :attr:`outputs`: the problems are raised (one as it is,
+        several as :class:`gencache.errors.InputProblems`), and a value no check produced is a
+        :class:`GenerationError` naming it."""
+        raise_problems(self.problems)
         device, tokenizer, generation, engine = self.device, self.tokenizer, self.generation, self.engine
         samples, rename_mode = self.samples, self.rename_mode
         produced = {"device": device, "tokenizer": tokenizer, "generation": generation, "engine": engine}
@@ -113,129 +155,42 @@ class Preflight:
         return RunInputs(device, tokenizer, generation, engine, samples, dict(self.capacity), rename_mode)
 
 
-class _Runner:
-    def __init__(self, result: Preflight, collect: bool) -> None:
-        self.result = result
-        self.collect = collect
+class Runner:
+    """Runs checks into a :class:`Preflight`: each records its line, and its problem when it fails."""
 
-    def step(self, name: str, action: Callable[[], tuple[T, str]], *, needs: Sequence[str] = ()) -> T | None:
+    def __init__(self, result: Preflight) -> None:
+        self.result = result
+
+    def skip(self, name: str, why: str) -> None:
+        self.result.checks.append(Check(name, "skipped", why))
+
+    def step(
+        self,
+        name: str,
+        action: Callable[[], tuple[T, str]],
+        *,
+        needs: Sequence[str] = (),
+        location: str | None = None,
+    ) -> T | None:
         blocked = [n for n in needs if self.result.failed(n)]
         if blocked:
-            self.result.checks.append(Check(name, "skipped", f"not checked: {', '.join(blocked)} failed"))
+            self.skip(name, f"not checked: {', '.join(blocked)} failed")
             return None
         try:
             value, detail = action()
         except GencacheError as error:
-            if not self.collect:
-                raise
-            self.result.errors.append(error)
-            self.result.checks.append(Check(name, "failed", str(error)))
+            self.result.add_problem(name, error, getattr(error, "location", None) or location)
             return None
         self.result.checks.append(Check(name, "ok", detail))
         return value
 
 
-def _largest_prompt_id(found: Preflight) -> str:
-    from gencache.generation.teacher_files import check_prompt_ids
-
-    samples = found.samples
-    assert samples is not None and found.vocab_size is not None
-    largest, where = -1, "-"
-    for sample in samples.unique:
-        if sample.input_ids and max(sample.input_ids) > largest:
-            largest = max(sample.input_ids)
-            where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
-    return check_prompt_ids(largest, where, found.vocab_size)
-
-
-def check_paged_cache(found: Preflight) -> str:
-    """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
-    prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
-    from gencache.generation.engines.continuous import size_paged_cache
-
-    config, samples, generation = found.config, found.samples, found.generation
-    assert samples is not None and generation is not None
-    options = config.engine_options
-    assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
-    model = config.model
-    lengths = [len(sample.input_ids or ()) for sample in samples.unique]
-    try:
-        sizing = size_paged_cache(
-            lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
-            model_config=found.teacher_config, dtype_bytes=DTYPE_BYTES[model.dtype],
-            budget=(int(options.kv_cache_memory_gib * 2**30), "engine_options.kv_cache_memory_gib"),
-        )  # fmt: skip
-    except GencacheError as error:
-        raise ConfigError(str(error)) from None
-    except Exception as error:  # a config.json without the attention sizes
-        from gencache.errors import first_line
-
-        raise ConfigError(
-            f"engine_options.kv_cache_memory_gib: cannot size the paged cache: {first_line(error)}"
-        ) from None
-    return f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
-
-
-def _count_without_tokenizer(config: CacheConfig) -> list[int]:
-    """Load every data config that can be loaded without a tokenizer (its rows, not its prompts) and count them."""
-    from gencache.data.recipes import get_recipe
-    from gencache.data.sources import shared_tables
-
-    counts: list[int] = []
-    with shared_tables():
-        for index, dc in enumerate(config.data_configs):
-            recipe = get_recipe(dc.dataset_name)
-            kwargs = dc.data_kwargs
-            if recipe.needs_tokenizer(kwargs):
-                counts.append(-1)
-                continue
-            try:
-                raw, _ = recipe.load(dc, kwargs, None)
-            except GencacheError as error:
-                raise type(error)(f"data_configs[{index}]: {error}") from None
-            counts.append(len(raw))
-    return counts
-
-
-def _teacher_steps(run: _Runner, result: Preflight) -> None:
-    """The checks of the teacher itself: attention on the device, whole weight files, the vocabulary."""
-    from gencache.generation.teacher_files import (
-        check_attn_implementation,
-        check_teacher_weights,
-        check_vocabulary,
-        vocab_size_of,
-    )
-
-    model = result.config.model
-
-    def attention() -> tuple[None, str]:
-        assert result.device is not None
-        return None, check_attn_implementation(model.attn_implementation, result.device)
-
-    def vocabulary() -> tuple[None, str]:
-        vocab_size = vocab_size_of(result.teacher_config)
-        if vocab_size is None:
-            return None, "not checked: config.json records no vocab_size"
-        result.vocab_size = vocab_size
-        assert result.generation is not None
-        settings = {**result.generation.kwargs, "eos_token_id": list(result.generation.eos_token_ids)}
-        return None, check_vocabulary(result.tokenizer, vocab_size, settings)
-
-    run.step("attention", attention, needs=("device",))
-    run.step("teacher weights", lambda: (None, check_teacher_weights(model.model_path)), needs=("model",))
-    run.step("vocabulary", vocabulary, needs=("tokenizer", "generation", "teacher config"))
-
-
-def _location_steps(run: _Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
-    """Paths, the output location, the device and where the model and tokenizer are."""
-    from gencache.sharding import device_for_rank
-
-    outputs, model = result.outputs, result.config.model
+def _output_steps(run: Runner, result: Preflight, named_paths: Mapping[str, str]) -> None:
+    """Paths that must be valid UTF-8 and the output location."""
+    outputs = result.outputs
 
     def paths() -> tuple[None, str]:
-        named = {"working directory": os.getcwd(), "output path": str(outputs[0]) if outputs else ""}
-        named |= {"model.model_path": model.model_path, "model.tokenizer_path": model.effective_tokenizer_path}
-        check_utf8_paths(named)
+        check_utf8_paths({"working directory": os.getcwd(), **named_paths})
         return None, "working directory and output path are valid UTF-8"
 
     run.step("paths", paths)
@@ -249,11 +204,9 @@ def _location_steps(run: _Runner, result: Preflight, shard: ShardSpec | None, en
 
     result.rename_mode = run.step("output path", location, needs=("paths",))
 
-    def device() -> tuple[str, str]:
-        chosen = device_for_rank(model.device, shard, env)
-        return chosen, check_device(chosen)
 
-    result.device = run.step("device", device)
+def _model_location_steps(run: Runner, model: ModelConfig) -> None:
+    """Where the model and tokenizer are: local directories that exist, or hub ids that can be had."""
     run.step("model", lambda: (None, check_model_location("model.model_path", model.model_path, model.revision)))
     if model.effective_tokenizer_path != model.model_path:
         run.step(
@@ -265,158 +218,95 @@ def _location_steps(run: _Runner, result: Preflight, shard: ShardSpec | None, en
         )
 
 
-def _model_steps(run: _Runner, result: Preflight) -> None:
-    """The tokenizer, the effective generation config, the engine, the teacher's config and files."""
-    config = result.config
-    model = config.model
+def input_checks(
+    result: Preflight,
+    data_configs: Sequence[tuple[int, DataConfig]],
+    *,
+    model: ModelConfig | None,
+    shard: ShardSpec | None,
+) -> None:
+    """Phase 1 (see the module docstring): everything that needs only the config and the data files."""
+    from gencache.data_checks import data_config_steps
 
-    def tokenizer() -> tuple[Any, str]:
-        from gencache.generation.teacher import load_tokenizer
-
-        loaded = load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
-        return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
-
-    result.tokenizer = run.step("tokenizer", tokenizer, needs=("model", "tokenizer path"))
-
-    def generation() -> tuple[EffectiveGeneration, str]:
-        from gencache.generation.effective import resolve_generation
-
-        effective = resolve_generation(
-            model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=result.tokenizer
-        )
-        return effective, (
-            f"max_new_tokens {effective.max_new_tokens}, {effective.num_return_sequences} sequence(s) per prompt"
-        )
-
-    result.generation = run.step("generation", generation, needs=("tokenizer",))
-
-    def engine() -> tuple[Engine, str]:
-        from gencache.generation.engines import EngineContext, create_engine
-
-        assert result.generation is not None and result.device is not None
-        created = create_engine(  # refuses settings the engine cannot honour
-            config.engine,
-            EngineContext(
-                generation=result.generation, tokenizer=result.tokenizer, model_path=model.model_path,
-                dtype=model.dtype, device=result.device, revision=model.revision,
-                attn_implementation=model.attn_implementation, batch_size=config.gen_batch_size, seed=config.seed,
-                options=config.engine_options,
-            ),
-        )  # fmt: skip
-        return created, f"{config.engine}"
-
-    result.engine = run.step("engine", engine, needs=("generation", "device"))
-
-    def positions() -> tuple[int | None, str]:
-        result.teacher_config = read_teacher_config(model.model_path, model.revision)
-        value = max_positions_of(result.teacher_config)
-        return value, f"{value} positions" if value else "config.json records no maximum positions"
-
-    result.max_positions = run.step("teacher config", positions, needs=("model",))
-    _teacher_steps(run, result)
+    run = Runner(result)
+    named = {"output path": str(result.outputs[0]) if result.outputs else ""}
+    if model is not None:
+        named |= {"model.model_path": model.model_path, "model.tokenizer_path": model.effective_tokenizer_path}
+    _output_steps(run, result, named)
+    if model is not None:
+        _model_location_steps(run, model)
+    data_config_steps(run, result, data_configs, shard)
 
 
-def _data_steps(
-    run: _Runner,
+def _device_step(run: Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
+    from gencache.sharding import device_for_rank
+
+    assert result.config is not None
+    model = result.config.model
+
+    def device() -> tuple[str, str]:
+        chosen = device_for_rank(model.device, shard, env)
+        return chosen, check_device(chosen)
+
+    result.device = run.step("device", device)
+
+
+def teacher_checks(
     result: Preflight,
     shard: ShardSpec | None,
+    env: Mapping[str, str] | None,
     owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None,
 ) -> None:
-    """The datasets and samples, the context length, the paged cache and the header budget."""
-    config, outputs = result.config, result.outputs
+    """Phase 2 (see the module docstring): the device, the tokenizer, the teacher and the tokenized samples."""
+    from gencache.data_checks import sample_steps
+    from gencache.run_checks import model_steps
 
-    def datasets() -> tuple[SampleSet | None, str]:
-        from gencache.data.samples import build_samples
-
-        if result.tokenizer is None:
-            counts = _count_without_tokenizer(config)
-            result.sample_counts = counts
-            known = [c for c in counts if c >= 0]
-            result.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
-            return None, f"{sum(known)} rows in {len(known)} of {len(counts)} data configs (without a tokenizer)"
-        import warnings
-
-        from gencache.data.samples import DuplicatePromptWarning
-
-        with warnings.catch_warnings():  # reported by the caller, from samples.conflicting_prompts
-            warnings.simplefilter("ignore", DuplicatePromptWarning)
-            built = build_samples(config, tokenizer=result.tokenizer)
-        result.sample_counts = [s.samples for s in built.summaries]
-        return built, f"{len(built)} samples, {len(built.unique)} unique keys, {built.duplicates} duplicates"
-
-    result.samples = run.step("datasets", datasets)
-
-    def context() -> tuple[None, str]:
-        samples, generation_ = result.samples, result.generation
-        assert samples is not None and generation_ is not None
-        longest, where = 0, "-"
-        for summary in samples.summaries:
-            if summary.prompt_tokens and summary.prompt_tokens[2] > longest:
-                longest, where = summary.prompt_tokens[2], f"data_configs[{summary.index}]"
-        result.longest_prompt = longest
-        if result.max_positions is None:
-            return None, "not checked: the teacher's config.json records no maximum positions"
-        return None, check_context(longest, where, generation_.max_new_tokens, result.max_positions)
-
-    if result.samples is None or result.generation is None:
-        result.checks.append(
-            Check("context length", "skipped", "not computed: needs the samples and generation config")
-        )
-        result.not_computed.append("the context-length check")
-    else:
-        run.step("context length", context)
-        if result.vocab_size is not None:
-            run.step("prompt ids", lambda: (None, _largest_prompt_id(result)))
-        options = config.engine_options
-        if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
-            run.step("paged cache", lambda: (None, check_paged_cache(result)), needs=("teacher config", "engine"))
-
-    def budget() -> tuple[dict[Path, int], str]:
-        from gencache.artifact.header import header_capacity
-
-        samples, generation_ = result.samples, result.generation
-        assert samples is not None and generation_ is not None
-        if owned_keys is not None:
-            keys = owned_keys(samples)
-        else:
-            keys = {outputs[0]: shard.select(samples.keys()) if shard else samples.keys()} if outputs else {}
-        capacities = {
-            path: header_capacity(len(owned), generation_.num_return_sequences, generation_.max_new_tokens)
-            for path, owned in keys.items()
-        }
-        largest = max(capacities.values(), default=0)
-        return capacities, f"{largest:,} bytes reserved for the largest artifact"
-
-    if result.samples is None or result.generation is None:
-        result.checks.append(Check("header budget", "skipped", "not computed: needs the samples and generation config"))
-        result.not_computed.append("the header budget")
-    else:
-        result.capacity = run.step("header budget", budget) or {}
+    run = Runner(result)
+    _device_step(run, result, shard, env)
+    model_steps(run, result)
+    sample_steps(run, result, shard, owned_keys)
 
 
-# -- the whole path -----------------------------------------------------------------------------------------
 def preflight(
     config: CacheConfig,
     outputs: Sequence[Path],
     shard: ShardSpec | None,
     env: Mapping[str, str] | None,
     *,
-    collect: bool = False,
     owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None = None,
 ) -> Preflight:
-    """Run every model-free check (see the module docstring) and return what they found.
+    """Run every model-free check (see the module docstring) and return what they found, every problem in
+    :attr:`Preflight.problems`.
 
-    ``outputs`` are the directories the run publishes (one, or one per shard still to generate); ``owned_keys``
-    maps the built samples to each output's keys for the header budget (default: all unique keys go to
-    ``outputs[0]``). With ``collect=False`` the first problem is raised; with ``collect=True`` every problem is
-    recorded in :attr:`Preflight.errors`.
+    ``outputs`` are the directories the run publishes (one, or one per shard still to generate); ``shard`` is
+    the one shard this process generates, or with ``--shards N`` any of them (its count is checked against the
+    unique keys); ``owned_keys`` maps the built samples to each output's keys for the header budget (default: all
+    unique keys go to ``outputs[0]``).
     """
+    from gencache.data.sources import shared_tables
+
     result = Preflight(config=config, outputs=list(outputs))
-    run = _Runner(result, collect)
-    _location_steps(run, result, shard, env)
-    _model_steps(run, result)
-    _data_steps(run, result, shard, owned_keys)
+    with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
+        input_checks(result, list(enumerate(config.data_configs)), model=config.model, shard=shard)
+        if result.problems:
+            why = "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
+            for name in TEACHER_CHECKS:
+                Runner(result).skip(name, why)
+            return result
+        teacher_checks(result, shard, env, owned_keys)
     return result
 
 
-__all__ = ["Check", "Preflight", "RunInputs", "preflight"]
+def check_inputs_alone(
+    data_configs: Sequence[tuple[int, DataConfig]], outputs: Sequence[Path], shard: ShardSpec | None
+) -> Preflight:
+    """Phase 1 for an invalid config: the data configs and the output location that validated on their own."""
+    from gencache.data.sources import shared_tables
+
+    result = Preflight(config=None, outputs=list(outputs))
+    with shared_tables():
+        input_checks(result, data_configs, model=None, shard=shard)
+    return result
+
+
+__all__ = ["LOCATIONS", "Check", "Preflight", "RunInputs", "Runner", "check_inputs_alone", "preflight"]

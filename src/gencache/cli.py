@@ -16,7 +16,8 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from gencache.cli_audit import audit_command
-from gencache.errors import GencacheError, Terminated
+from gencache.errors import GencacheError, InputProblems, Terminated
+from gencache.interrupts import Stopped
 from gencache.quiet import printable, quiet_libraries
 from gencache.version import __version__
 
@@ -135,7 +136,21 @@ _RawOption = Annotated[
     ),
 ]
 _VerboseOption = Annotated[
-    bool, typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines (hub, transformers) through.")
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        metavar=FLAG,
+        help="Let library log lines and progress bars (hub, transformers, datasets, vLLM) through.",
+    ),
+]
+_JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        metavar=FLAG,
+        help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout.",
+    ),
 ]
 
 
@@ -152,44 +167,71 @@ def generate(
     dry_run: _DryRunOption = False,
     show_prompt: _ShowPromptOption = None,
     raw: _RawOption = False,
+    json_: _JsonOption = False,
     verbose: _VerboseOption = False,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.api import generate as generate_cache
+    from gencache.errors import ConfigError, InputProblems
     from gencache.progress import make_console, make_progress
-    from gencache.render import render_dry_run, render_notice
+    from gencache.render import render_notice
 
     if raw and show_prompt is None:
-        from gencache.errors import ConfigError
-
         raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
+    if json_ and not (dry_run or show_prompt is not None):
+        raise ConfigError("--json goes with --dry-run; add --dry-run.")
     err = make_console(stderr=True)
-    with quiet_libraries(verbose):
-        result = generate_cache(
-            config,
-            overrides=list(set_ or ()),
-            output_dir=output_dir,
-            limit=limit,
-            shard=shard,
-            shards=shards,
-            skip_published=skip_published,
-            dry_run=dry_run or show_prompt is not None,
-            show_prompt=show_prompt,
-            notify=lambda level, text: render_notice(err, level, text),
-            progress=make_progress,
+    try:
+        with quiet_libraries(verbose, warn=lambda text: render_notice(err, "warning", text)):
+            result = generate_cache(
+                config, overrides=list(set_ or ()), output_dir=output_dir, limit=limit, shard=shard, shards=shards,
+                skip_published=skip_published, dry_run=dry_run or show_prompt is not None, show_prompt=show_prompt,
+                notify=lambda level, text: render_notice(err, level, text), progress=make_progress,
+            )  # fmt: skip
+    except GencacheError as error:
+        if not json_:
+            raise
+        problems = error.problems if isinstance(error, InputProblems) else None
+        _echo_json(_problems_json(error.exit_code, problems, error))
+        raise typer.Exit(error.exit_code) from None
+    if isinstance(result, Path):
+        typer.echo(str(result))
+        return
+    _dry_run_output(result, err, raw=raw, as_json=json_)
+
+
+def _problems_json(code: int, problems: list[Any] | None, error: GencacheError | None = None) -> dict[str, Any]:
+    """What ``--dry-run --json`` prints when the checks could not run (an invalid config): every problem."""
+    from gencache.errors import Problem
+
+    listed = problems if problems is not None else [Problem("config", "config", error or GencacheError())]
+    return {"exit_code": code, "problems": [problem.to_json() for problem in listed], "checks": []}
+
+
+def _dry_run_output(result: Any, err: Any, *, raw: bool, as_json: bool) -> None:
+    """The dry run's report (or its JSON, or the raw prompt), one ``error:`` line per problem, and how many."""
+    from gencache.render import render_dry_run
+
+    found = result.preflight
+    if as_json:
+        report = _problems_json(result.exit_code, found.problems)
+        report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in found.checks]
+        _echo_json(report)
+    elif not raw:
+        render_dry_run(result, err)
+    for error in found.errors:
+        typer.echo(printable(f"error: {error}"), err=True)
+    if found.errors and not raw:
+        count = len(found.errors)
+        typer.echo(
+            f"the dry run found {count} problem{'s' if count > 1 else ''}; generate would exit {result.exit_code}",
+            err=True,
         )
-    if not isinstance(result, Path) and raw:
-        for error in result.preflight.errors:
-            typer.echo(f"error: {error}", err=True)
+    if raw:
         if result.prompt is not None:
             _echo_json(_raw_prompt(result.prompt, result.prompt_index or 0))
         raise typer.Exit(result.exit_code or (0 if result.prompt is not None else 2))
-    if not isinstance(result, Path):  # the dry run's report
-        render_dry_run(result, err)
-        for error in result.preflight.errors:
-            typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(result.exit_code)
-    typer.echo(str(result))
+    raise typer.Exit(result.exit_code)
 
 
 def _raw_prompt(sample: Any, index: int) -> dict[str, Any]:
@@ -382,6 +424,12 @@ def run(argv: list[str] | None = None) -> int:
         else:  # pragma: no cover
             typer.echo(f"Error: {exc.format_message()}", err=True)
         return int(exc.exit_code)
+    except InputProblems as exc:  # several independent problems: one line each, then how many
+        _debug_traceback()
+        for problem in exc.problems:
+            typer.echo(printable(f"error: {problem.error}"), err=True)
+        typer.echo(f"{len(exc.problems)} problems found; nothing was loaded or written.", err=True)
+        return exc.exit_code
     except GencacheError as exc:
         _debug_traceback()
         typer.echo(printable(f"error: {exc}"), err=True)
@@ -390,6 +438,9 @@ def run(argv: list[str] | None = None) -> int:
         interrupt = wrapped.args[0]
         typer.echo(printable(str(interrupt) or "Interrupted; nothing was published."), err=True)
         return interrupt.exit_code if isinstance(interrupt, Terminated) else 130
+    except Stopped as stop:  # a signal outside a run (gencache.interrupts), an import included
+        typer.echo(printable(stop.message), err=True)
+        return stop.exit_code
     except OSError as exc:  # a file-system failure gencache did not anticipate: still one line
         _debug_traceback()
         typer.echo(f"error: {exc}", err=True)
@@ -409,16 +460,23 @@ def _debug_traceback() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    code = run()
-    _exit_quietly_on_interrupt(code)
+    """Console-script entry point: the command, with SIGINT/SIGTERM/SIGHUP at any moment one line and 130/143."""
+    from gencache import interrupts
+
+    interrupts.install()  # again: the console script's entry installs them before it imports this module
+    code = 1
+    try:
+        code = run()
+        _exit_quietly_on_interrupt(code)
+    except interrupts.Stopped as stop:  # between the command's end and the quiet exit
+        interrupts.exit_now(stop)
     sys.exit(code)
 
 
 def _exit_quietly_on_interrupt(code: int) -> None:
-    """Once the command is done, SIGINT during interpreter shutdown (an engine's worker thread still winding down)
-    ends the process with the command's own exit code instead of a KeyboardInterrupt traceback: the work is
-    already published or already failed."""
+    """Once the command is done, SIGINT or SIGTERM during interpreter shutdown (an engine's worker thread still
+    winding down) ends the process with the command's own exit code instead of a traceback: the work is already
+    published or already failed."""
     import signal
 
     def finish_now(signum: int, frame: Any) -> None:
@@ -427,7 +485,9 @@ def _exit_quietly_on_interrupt(code: int) -> None:
         os._exit(code)
 
     if _on_main_thread():
-        signal.signal(signal.SIGINT, finish_now)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, finish_now)
 
 
 def _on_main_thread() -> bool:

@@ -13,12 +13,15 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gencache.config import CacheConfig, load_config, parse_config, parse_set_value, read_merged_config
-from gencache.errors import ConfigError
+from gencache.config.documents import parse_set_value, read_merged_config
+from gencache.errors import ConfigError, GencacheError, Problem, raise_problems
+
+if TYPE_CHECKING:
+    from gencache.config import CacheConfig, DataConfig
 
 
 @dataclass(frozen=True)
@@ -98,40 +101,141 @@ def _limit(raw: dict[str, Any], limit: int) -> None:
                 data_config["num_samples"] = limit
 
 
-def load_with_overrides(path: str | os.PathLike[str], overrides: Overrides) -> CacheConfig:
-    """Load ``path`` with ``overrides`` applied and validated; without overrides this is :func:`load_config`."""
-    if not overrides:
-        return load_config(path)
-    if overrides.limit is not None and (isinstance(overrides.limit, bool) or overrides.limit < 1):
-        raise ConfigError(f"--limit must be a positive number of samples, got {overrides.limit}.")
+@dataclass
+class CheckedConfig:
+    """A config file with its overrides, validated: the config, or every problem (one per field) and what
+    still validates on its own (the data configs by index, the output directory), which can be checked anyway."""
+
+    config: CacheConfig | None
+    problems: list[Problem] = field(default_factory=list)
+    data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
+    output_dir: str | None = None
+
+
+def _validation_lines(candidate: Any, origin: str) -> list[tuple[tuple[str | int, ...], str]]:
+    """``(location, line)`` of every problem of ``candidate`` (empty when it validates)."""
+    from pydantic import ValidationError
+
+    from gencache.config.messages import collect_problems, problem_lines
+    from gencache.config.models import CacheConfig
+
+    if not isinstance(candidate, dict):
+        from gencache.config.describe import type_name
+
+        return [((), f"the config must be an object, not {type_name(candidate)}")]
+    try:
+        CacheConfig.model_validate(candidate)
+    except ValidationError as exc:
+        return problem_lines(collect_problems(exc, CacheConfig))
+    return []
+
+
+def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
+    steps: list[Override] = []
     if overrides.output_dir is not None:
         from gencache.run_checks import check_utf8_paths
 
-        check_utf8_paths({"--output-dir path": overrides.output_dir})
-    raw, origin = read_merged_config(Path(path))
-    steps = [parse_set(text) for text in overrides.sets]
-    if overrides.output_dir is not None:
-        steps.insert(0, Override(f"--output-dir {overrides.output_dir}", ("output_dir",), overrides.output_dir))
-
-    def problem(candidate: dict[str, Any]) -> str | None:
         try:
-            parse_config(candidate, origin=origin)
+            check_utf8_paths({"--output-dir path": overrides.output_dir})
+            steps.append(Override(f"--output-dir {overrides.output_dir}", ("output_dir",), overrides.output_dir))
         except ConfigError as error:
-            return str(error)
-        return None
+            problems.append(Problem("config", "--output-dir", error))
+    for text in overrides.sets:
+        try:
+            steps.append(parse_set(text))
+        except ConfigError as error:
+            problems.append(Problem("config", f"--set {text}", error))
+    return steps
 
+
+def check_config(path: str | os.PathLike[str], overrides: Overrides | None = None) -> CheckedConfig:
+    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result, collecting every
+    problem: each invalid field is its own problem, named after the override that introduced it when one did."""
+    overrides = overrides or Overrides()
+    problems: list[Problem] = []
+    limit = overrides.limit
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        limit = None
+        problems.append(
+            Problem(
+                "config",
+                "--limit",
+                ConfigError(f"--limit must be a positive number of samples, got {overrides.limit}."),
+            )
+        )
+    try:
+        raw, origin = read_merged_config(Path(path))
+    except ConfigError as error:
+        return CheckedConfig(None, [Problem("config", str(path), error), *problems])
+    steps = _steps(overrides, problems)
     current = copy.deepcopy(raw)
-    before = problem(current) if steps else None
+    seen = {line for _, line in _validation_lines(current, origin)} if steps else set()
+    introduced: dict[str, str] = {}
     for step in steps:
-        apply_override(current, step)
-        after = problem(current)
-        if after is not None and after != before:
-            label = step.text if step.text.startswith("--output-dir") else f"--set {step.text}"
-            raise ConfigError(f"{label}: {after.removeprefix(origin + ': ')}")
-        before = after
-    if overrides.limit is not None:
-        _limit(current, overrides.limit)
-    return parse_config(current, origin=origin)
+        label = step.text if step.text.startswith("--output-dir") else f"--set {step.text}"
+        try:
+            apply_override(current, step)
+        except ConfigError as error:
+            problems.append(Problem("config", label, error))
+            continue
+        for _, line in _validation_lines(current, origin):
+            if line not in seen:
+                introduced.setdefault(line, label)
+                seen.add(line)
+    if limit is not None:
+        _limit(current, limit)
+    from gencache.config.messages import format_loc
+
+    for loc, line in _validation_lines(current, origin):
+        named = introduced.get(line)
+        where = format_loc(loc) or named or origin
+        problems.append(Problem("config", where, ConfigError(f"{named or origin}: {line}")))
+    if not problems:
+        from gencache.config.models import parse_config
+
+        return CheckedConfig(parse_config(current, origin=origin))
+    return _partial(current, problems)
 
 
-__all__ = ["Override", "Overrides", "apply_override", "load_with_overrides", "parse_set"]
+def _partial(current: Any, problems: list[Problem]) -> CheckedConfig:
+    """What of an invalid config validates on its own: the data configs no problem names, the output directory."""
+    from gencache.config.models import parse_data_configs
+
+    result = CheckedConfig(None, problems)
+    if not isinstance(current, dict):
+        return result
+    named = {problem.location for problem in problems}
+    items = current.get("data_configs")
+    if isinstance(items, list) and "data_configs" not in named:
+        for index, item in enumerate(items):
+            prefix = f"data_configs[{index}]"
+            if any(where == prefix or where.startswith((prefix + ".", prefix + "[")) for where in named):
+                continue
+            try:
+                result.data_configs.append((index, parse_data_configs([item])[0]))
+            except GencacheError:
+                continue
+    output_dir = current.get("output_dir")
+    if isinstance(output_dir, str) and output_dir and "output_dir" not in named:
+        result.output_dir = output_dir
+    return result
+
+
+def load_with_overrides(path: str | os.PathLike[str], overrides: Overrides) -> CacheConfig:
+    """Load ``path`` with ``overrides`` applied and validated; without overrides this is :func:`load_config`.
+    One problem is raised as it is, several as :class:`gencache.errors.InputProblems`."""
+    checked = check_config(path, overrides)
+    raise_problems(checked.problems)
+    assert checked.config is not None
+    return checked.config
+
+
+__all__ = [
+    "CheckedConfig",
+    "Override",
+    "Overrides",
+    "apply_override",
+    "check_config",
+    "load_with_overrides",
+    "parse_set",
+]

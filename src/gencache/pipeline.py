@@ -19,9 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import shard_dir_name
 from gencache.artifact.signals import published_then_stopped
-from gencache.config import CacheConfig, config_to_json
-from gencache.errors import GenerationError, OutputExistsError, ShardError, Terminated
-from gencache.overrides import Overrides, load_with_overrides
+from gencache.errors import (
+    GencacheError,
+    GenerationError,
+    OutputExistsError,
+    Problem,
+    ShardError,
+    Terminated,
+    raise_problems,
+)
+from gencache.overrides import Overrides, check_config
 from gencache.run_record import RunPlan, absolute_path, resolved_config
 from gencache.sharding import ShardSpec, resolve_shard, run_digest
 from gencache.tokenizer import tokenizer_state
@@ -29,6 +36,7 @@ from gencache.tokenizer import tokenizer_state
 if TYPE_CHECKING:
     from gencache.artifact.signals import SignalGuard
     from gencache.checks import Preflight, RunInputs
+    from gencache.config import CacheConfig
     from gencache.data.samples import Sample, SampleSet
     from gencache.progress import Progress, StagedProgress
 
@@ -80,9 +88,9 @@ class RunResult:
     dry_run: DryRun | None = None
 
 
-def output_path_for(config: CacheConfig, shard: ShardSpec | None) -> Path:
-    """The directory this process publishes: ``output_dir`` or its shard directory."""
-    base = absolute_path(config.output_dir)
+def output_path_for(config: CacheConfig | str, shard: ShardSpec | None) -> Path:
+    """The directory this process publishes: ``output_dir`` (of ``config``, or given) or its shard directory."""
+    base = absolute_path(config if isinstance(config, str) else config.output_dir)
     if shard is None:
         return base
     return Path(shard_dir_name(str(base), shard.index, shard.count))
@@ -105,7 +113,7 @@ def check_published(output_dir: Path, digest: str) -> None:
         )
 
 
-def _targets(config: CacheConfig, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
+def _targets(output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
     spec = resolve_shard(shard, env)
     if shards is not None:
         if spec is not None:
@@ -118,12 +126,69 @@ def _targets(config: CacheConfig, shard: str | None, shards: int | None, env: Ma
         specs: list[ShardSpec | None] = [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
     else:
         specs = [spec]
-    return [Target(output_path_for(config, s), s) for s in specs]
+    return [Target(output_path_for(output_dir, s), s) for s in specs]
 
 
 def _with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
     keys = samples.keys()
     return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
+
+
+@dataclass
+class _Plan:
+    """What a run is to publish: its config, every target, those still to generate, those already published."""
+
+    config: CacheConfig
+    config_json: dict[str, Any]
+    digest: str
+    targets: list[Target]
+    pending: list[Target]
+    published: list[Path]
+
+
+def _plan(
+    config_path: str | os.PathLike[str],
+    overrides: Overrides,
+    shard: str | None,
+    shards: int | None,
+    env: Mapping[str, str] | None,
+    skip: bool,
+) -> _Plan:
+    """The config and the targets, or every problem the config, the shard plan and the data files have (the
+    data configs and output location that validated on their own are checked even when the config is invalid)."""
+    from gencache.checks import check_inputs_alone
+    from gencache.config import config_to_json
+
+    checked = check_config(config_path, overrides)
+    problems = list(checked.problems)
+    output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
+    targets: list[Target] = []
+    if output_dir is not None:
+        try:
+            targets = _targets(output_dir, shard, shards, env)
+        except ShardError as error:
+            problems.append(Problem("shards", "--shards" if shards is not None else "--shard", error))
+    config = checked.config
+    if config is None or problems:
+        data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
+        outputs = [] if skip or not targets else [t.output_dir for t in targets]
+        raise_problems(problems + check_inputs_alone(data_configs, outputs, None).problems)
+    assert config is not None
+    config_json = config_to_json(config)
+    digest = run_digest(config_json)
+    pending: list[Target] = []
+    published: list[Path] = []
+    for target in targets:
+        if skip and os.path.lexists(target.output_dir):
+            try:
+                check_published(target.output_dir, digest)
+            except GencacheError as error:
+                problems.append(Problem("output path", str(target.output_dir), error))
+            published.append(target.output_dir)
+        else:
+            pending.append(target)
+    raise_problems(problems)
+    return _Plan(config, config_json, digest, targets, pending, published)
 
 
 def generate_run(
@@ -144,40 +209,51 @@ def generate_run(
     ``shard`` is ``"I/N"`` (one shard; under torchrun/SLURM the rank's shard is used), ``shards`` runs all N
     shards here; either way, with ``skip_published`` (always with ``shards``) an output that is already published,
     verifies and belongs to this run is skipped. ``dry_run`` returns the checks' findings without loading weights;
-    ``show_prompt`` picks the sample (zero-based, in run order) whose rendered prompt the dry run returns.
+    ``show_prompt`` picks the sample (zero-based, in run order) whose rendered prompt the dry run returns. Every
+    problem found before the weights load is raised at once (:class:`gencache.errors.InputProblems` for several).
+    Nothing is printed: messages and Python warnings go to ``notify``, and third-party log lines and bars are
+    silenced (:func:`gencache.quiet.quiet_libraries`).
     """
-    from gencache.checks import preflight
+    from gencache.quiet import quiet_libraries
 
     say = notify or _quiet
-    overrides = overrides or Overrides()
-    config = load_with_overrides(config_path, overrides)
-    config_json = config_to_json(config)
-    digest = run_digest(config_json)
-    targets = _targets(config, shard, shards, env)
-    base = absolute_path(config.output_dir)
-    skip = skip_published or shards is not None
-    pending: list[Target] = []
-    published: list[Path] = []
-    for target in targets:
-        if skip and os.path.lexists(target.output_dir):
-            check_published(target.output_dir, digest)
-            published.append(target.output_dir)
-        else:
-            pending.append(target)
+    with quiet_libraries(warn=lambda text: say("warning", text)):
+        return _generate_run(
+            config_path, shard=shard, shards=shards, skip=skip_published or shards is not None, dry_run=dry_run,
+            overrides=overrides or Overrides(), show_prompt=show_prompt, env=env, say=say, progress=progress,
+        )  # fmt: skip
+
+
+def _generate_run(
+    config_path: str | os.PathLike[str],
+    *,
+    shard: str | None,
+    shards: int | None,
+    skip: bool,
+    dry_run: bool,
+    overrides: Overrides,
+    show_prompt: int | None,
+    env: Mapping[str, str] | None,
+    say: Notify,
+    progress: ProgressFactory | None,
+) -> RunResult:
+    from gencache.checks import preflight
+
+    plan = _plan(config_path, overrides, shard, shards, env, skip)
+    targets, pending, published = plan.targets, plan.pending, plan.published
     single = targets[0].shard
+    base = absolute_path(plan.config.output_dir)
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
-    run = _Run(config, config_json, digest, overrides, say, progress, result)
+    run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
     with _run_signals(run, active=not dry_run):
         found = preflight(
-            config,
+            plan.config,
             [t.output_dir for t in pending],
-            single if shards is None else None,
+            single,
             env,
-            collect=dry_run,
             owned_keys=lambda samples: {t.output_dir: t.keys for t in _with_keys(pending, samples)},
         )
         if found.samples is not None:
-            _check_shard_count(found, targets[0].shard, collect=dry_run)
             pending = _with_keys(pending, found.samples)
         if dry_run:
             output = base if shards is not None or single is None else targets[0].output_dir
@@ -205,26 +281,6 @@ def generate_run(
 def _seconds(value: float) -> str:
     """A duration for a message: milliseconds under a second (a tiny teacher loads in 40 ms, not "0.0s")."""
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f}s"
-
-
-def _check_shard_count(found: Preflight, shard: ShardSpec | None, *, collect: bool) -> None:
-    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty); in a
-    dry run the problem is recorded like every other check's. One shard of a launched or ``--shard I/N`` run that
-    owns no key is still published empty, so that the set of shards is complete (generate says so)."""
-    from gencache.checks import Check
-
-    assert found.samples is not None
-    unique = len(found.samples.unique)
-    if shard is None or shard.origin != "--shards" or shard.count <= max(unique, 1):
-        return
-    error = ShardError(
-        f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards would be "
-        f"empty; use at most {max(unique, 1)} shards."
-    )
-    if not collect:
-        raise error
-    found.errors.append(error)
-    found.checks.append(Check("shards", "failed", str(error)))
 
 
 def _nth_sample(samples: SampleSet | None, index: int) -> Sample | None:
@@ -403,6 +459,9 @@ def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
     if not active:
         yield
         return
+    from gencache.interrupts import note_published
+
+    note_published([])
     guard = SignalGuard(describe=run.interrupted)
     guard.install()
     run.signals = guard
@@ -410,6 +469,7 @@ def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
         yield
     finally:
         run.signals = None
+        note_published(run.result.published)  # a signal after the run still names what it published
         guard.restore(redeliver=False)
 
 

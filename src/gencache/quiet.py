@@ -1,19 +1,41 @@
-"""Keeping the command line's output to gencache's own lines: the Hugging Face libraries' log lines and bars are
-quieted for the length of a command, Python warnings become one ``warning:`` line, and text is made printable.
-Top layer: only the CLI uses it.
+"""Keeping a run's output to gencache's own lines: the third-party libraries' log lines and progress bars
+(huggingface_hub, transformers' "Loading weights" bar, datasets, vLLM's INFO and WARNING lines, any tqdm bar) are
+silenced for the length of a command or a :func:`gencache.generate` call unless ``--verbose`` or
+``GENCACHE_DEBUG=1``, Python warnings go to the caller (one ``warning:`` line on the command line, the
+``notify`` callback of the Python API, or nowhere), and text is made printable.
+
+The settings are made before the libraries are imported where they read them at import (environment variables:
+``TQDM_DISABLE``, ``VLLM_LOGGING_LEVEL``, ...) and through the libraries' own switches where they are already
+imported; everything is restored afterwards, so a notebook's own use of those libraries is unchanged. A block
+inside another (the CLI's around the pipeline's) keeps the outer one's choice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
-import typer
+__all__ = ["WarningSink", "one_line", "printable", "quiet_libraries"]
 
-from gencache.progress import is_terminal
+#: ``warn(text)``: where a Python warning goes while a block is active.
+WarningSink = Callable[[str], None]
+
+_ACTIVE: ContextVar[bool] = ContextVar("gencache_quiet_active", default=False)
+_LOGGERS = ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock", "vllm")
+_TIMEOUTS = {"HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "10"}
+_QUIET = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "DATASETS_VERBOSITY": "error",
+    "HF_HUB_VERBOSITY": "error",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TQDM_DISABLE": "1",
+    "VLLM_LOGGING_LEVEL": "ERROR",
+}
 
 
 def printable(text: str) -> str:
@@ -21,66 +43,107 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-_LOGGERS = ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock")
+def one_line(message: Warning | str) -> str:
+    """A warning's text on one line."""
+    return printable(" ".join(str(message).split()))
+
+
+def _switch_imported(quiet: bool) -> list[Callable[[], None]]:
+    """Set the libraries' own switches (huggingface_hub's, which transformers reads when it is imported, and
+    transformers' when it is imported already); return the steps that restore them."""
+    undo: list[Callable[[], None]] = []
+    if quiet:  # light; its switch, unlike its environment variable, can be undone
+        import importlib
+
+        importlib.import_module("huggingface_hub.utils")
+    hub = sys.modules.get("huggingface_hub.utils")
+    if hub is not None:
+        disabled = hub.are_progress_bars_disabled()  # type: ignore[attr-defined]
+        if quiet:
+            hub.disable_progress_bars()  # type: ignore[attr-defined]
+        if not disabled:
+            undo.append(lambda: hub.enable_progress_bars() if _hub_bars_allowed() else None)  # type: ignore[attr-defined]
+    tf = sys.modules.get("transformers.utils.logging")
+    if tf is not None:
+        verbosity, bars = tf.get_verbosity(), tf.is_progress_bar_enabled()  # type: ignore[attr-defined]
+        if quiet:
+            tf.set_verbosity_error()  # type: ignore[attr-defined]
+            tf.disable_progress_bar()  # type: ignore[attr-defined]
+        undo.append(lambda: _restore_transformers(tf, verbosity, bars))
+    return undo
+
+
+def _hub_bars_allowed() -> bool:
+    """False when huggingface_hub was imported with ``HF_HUB_DISABLE_PROGRESS_BARS=1``: its bars stay off (enabling
+    them would only warn)."""
+    constants = sys.modules.get("huggingface_hub.constants")
+    return not getattr(constants, "HF_HUB_DISABLE_PROGRESS_BARS", False)
+
+
+def _restore_transformers(module: Any, verbosity: int, bars: bool) -> None:
+    module.set_verbosity(verbosity)
+    if bars and _hub_bars_allowed():
+        module.enable_progress_bar()
+    elif not bars:
+        module.disable_progress_bar()
+
+
+def _settle_imported_during(before: set[str], saved_env: Mapping[str, str | None]) -> None:
+    """Libraries first imported inside the block read the quiet settings at import: give them back the defaults
+    they would have had (``saved_env`` is the environment the block found)."""
+    if "transformers.utils.logging" not in before:
+        module = sys.modules.get("transformers.utils.logging")
+        if module is not None:
+            _restore_transformers(module, logging.WARNING, True)
+    if "tqdm.std" not in before and saved_env.get("TQDM_DISABLE") is None:
+        bar = sys.modules.get("tqdm.std")
+        init = getattr(getattr(bar, "tqdm", None), "__dict__", {}).get("__init__")
+        keywords = getattr(init, "keywords", None)  # tqdm reads TQDM_* into its defaults when imported
+        if isinstance(keywords, dict):
+            keywords.pop("disable", None)
 
 
 @contextlib.contextmanager
-def quiet_libraries(verbose: bool) -> Iterator[None]:
-    """Keep the Hugging Face libraries' log lines and bars (hub retries, weight loading) away from the user unless
-    ``--verbose`` or ``GENCACHE_DEBUG=1``, and bound how long one hub request may wait; everything is restored
-    afterwards (the CLI can run inside a longer-lived process, such as a test)."""
-    import logging
+def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> Iterator[None]:
+    """Within this block, third-party log lines and bars are silenced unless ``verbose`` or ``GENCACHE_DEBUG=1``
+    (see the module docstring), hub requests wait at most a few seconds, and Python warnings go to ``warn`` (one
+    line each; dropped when None). Inside another such block this changes nothing."""
+    if _ACTIVE.get():
+        yield
+        return
     import warnings
 
-    saved_show = warnings.showwarning
-    warnings.showwarning = _one_line_warning
-    saved_env = {name: os.environ.get(name) for name in _QUIET_ENV}
-    saved_levels = {name: logging.getLogger(name).level for name in _LOGGERS}
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    token = _ACTIVE.set(True)
     quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
-    transformers_logging = sys.modules.get("transformers.utils.logging")
-    verbosity = transformers_logging.get_verbosity() if transformers_logging is not None else None  # type: ignore[attr-defined]
+    wanted = dict(_TIMEOUTS) | (_QUIET if quiet else {})
+    saved_env = {name: os.environ.get(name) for name in wanted}
+    for name, value in wanted.items():
+        os.environ.setdefault(name, value)
+    saved_levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     if quiet:
-        for name in ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY", "HF_HUB_VERBOSITY"):
-            os.environ.setdefault(name, "error")
-        if not is_terminal(sys.stderr):
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         for name in _LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)
-        if transformers_logging is not None:
-            transformers_logging.set_verbosity_error()  # type: ignore[attr-defined]
+    before = set(sys.modules)
+    undo = _switch_imported(quiet)
+    saved_show = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if warn is not None:
+            warn(one_line(message))
+
+    warnings.showwarning = show
     try:
         yield
     finally:
         warnings.showwarning = saved_show
-        for name, value in saved_env.items():
-            if value is None:
+        for step in reversed(undo):
+            step()
+        for name, saved in saved_env.items():
+            if saved is None:
                 os.environ.pop(name, None)
             else:
-                os.environ[name] = value
+                os.environ[name] = saved
+        _settle_imported_during(before, saved_env)
         for name, level in saved_levels.items():
             logging.getLogger(name).setLevel(level)
-        imported = sys.modules.get("transformers.utils.logging")
-        if imported is not None:  # back to what it was, or to transformers' default when it was imported here
-            imported.set_verbosity(verbosity if verbosity is not None else logging.WARNING)  # type: ignore[attr-defined]
-
-
-def _one_line_warning(
-    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
-) -> None:
-    """A Python warning as one ``warning:`` line on stderr (no source path, no code line)."""
-    typer.echo(printable(f"warning: {' '.join(str(message).split())}"), err=True)
-
-
-_QUIET_ENV = (
-    "HF_HUB_ETAG_TIMEOUT",
-    "HF_HUB_DOWNLOAD_TIMEOUT",
-    "TRANSFORMERS_VERBOSITY",
-    "DATASETS_VERBOSITY",
-    "HF_HUB_VERBOSITY",
-    "HF_HUB_DISABLE_PROGRESS_BARS",
-)
-
-
-__all__ = ["printable", "quiet_libraries"]
+        _ACTIVE.reset(token)

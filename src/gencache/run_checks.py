@@ -1,5 +1,6 @@
 """The individual checks a run makes before its weights load: paths, the output location, the device, where the
-model is, the teacher's maximum positions and the context length. :mod:`gencache.checks` runs them in order
+model is, the teacher's checks (tokenizer, effective generation config, engine, config, attention, weight files,
+vocabulary), its maximum positions and the context length. :mod:`gencache.checks` runs them in order
 (:func:`gencache.checks.preflight`, the one code path of ``generate`` and ``--dry-run``). Nothing is printed here.
 """
 
@@ -8,9 +9,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gencache.errors import ConfigError, GencacheError
+
+if TYPE_CHECKING:
+    from gencache.checks import Preflight, Runner
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.generation.engines import Engine
 
 #: Fields of a model's ``config.json`` that give its maximum number of positions, in the order tried.
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
@@ -36,6 +42,15 @@ def _nearest_existing(path: Path) -> Path:
     return current
 
 
+def _free_name(output: Path) -> str | None:
+    """A sibling of ``output`` that does not exist yet (``<name>-2``, ``<name>-3``, ...), to suggest."""
+    for number in range(2, 100):
+        candidate = output.with_name(f"{output.name}-{number}")
+        if not os.path.lexists(candidate):
+            return str(candidate)
+    return None
+
+
 def check_output_location(outputs: Sequence[Path]) -> str:
     """Every output path is absent and its parent can hold it; return the publish rename mode.
 
@@ -43,9 +58,14 @@ def check_output_location(outputs: Sequence[Path]) -> str:
     nothing is left behind.
     """
     from gencache.artifact.publish import check_output_path, probe_rename
+    from gencache.errors import OutputExistsError
 
     for output in outputs:
-        check_output_path(output)
+        try:
+            check_output_path(output)
+        except OutputExistsError as error:
+            free = _free_name(output)
+            raise OutputExistsError(f"{error} {free} is free.") if free else error from None
     parent = outputs[0].parent
     ancestor = _nearest_existing(parent)
     if not ancestor.is_dir():
@@ -150,6 +170,88 @@ def check_context(longest: int, where: str, max_new_tokens: int, max_positions: 
     return f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {max_positions} positions"
 
 
+def _teacher_steps(run: Runner, result: Preflight) -> None:
+    """The checks of the teacher itself: attention on the device, whole weight files, the vocabulary."""
+    from gencache.generation.teacher_files import (
+        check_attn_implementation,
+        check_teacher_weights,
+        check_vocabulary,
+        vocab_size_of,
+    )
+
+    assert result.config is not None
+    model = result.config.model
+
+    def attention() -> tuple[None, str]:
+        assert result.device is not None
+        return None, check_attn_implementation(model.attn_implementation, result.device)
+
+    def vocabulary() -> tuple[None, str]:
+        vocab_size = vocab_size_of(result.teacher_config)
+        if vocab_size is None:
+            return None, "not checked: config.json records no vocab_size"
+        result.vocab_size = vocab_size
+        assert result.generation is not None
+        settings = {**result.generation.kwargs, "eos_token_id": list(result.generation.eos_token_ids)}
+        return None, check_vocabulary(result.tokenizer, vocab_size, settings)
+
+    run.step("attention", attention, needs=("device",))
+    run.step("teacher weights", lambda: (None, check_teacher_weights(model.model_path)), needs=("model",))
+    run.step("vocabulary", vocabulary, needs=("tokenizer", "generation", "teacher config"))
+
+
+def model_steps(run: Runner, result: Preflight) -> None:
+    """The tokenizer, the effective generation config, the engine, the teacher's config and files."""
+    config = result.config
+    assert config is not None
+    model = config.model
+
+    def tokenizer() -> tuple[Any, str]:
+        from gencache.generation.teacher import load_tokenizer
+
+        loaded = load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+        return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
+
+    result.tokenizer = run.step("tokenizer", tokenizer, needs=("model", "tokenizer path"))
+
+    def generation() -> tuple[EffectiveGeneration, str]:
+        from gencache.generation.effective import resolve_generation
+
+        effective = resolve_generation(
+            model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=result.tokenizer
+        )
+        return effective, (
+            f"max_new_tokens {effective.max_new_tokens}, {effective.num_return_sequences} sequence(s) per prompt"
+        )
+
+    result.generation = run.step("generation", generation, needs=("tokenizer",))
+
+    def engine() -> tuple[Engine, str]:
+        from gencache.generation.engines import EngineContext, create_engine
+
+        assert result.generation is not None and result.device is not None
+        created = create_engine(  # refuses settings the engine cannot honour
+            config.engine,
+            EngineContext(
+                generation=result.generation, tokenizer=result.tokenizer, model_path=model.model_path,
+                dtype=model.dtype, device=result.device, revision=model.revision,
+                attn_implementation=model.attn_implementation, batch_size=config.gen_batch_size, seed=config.seed,
+                options=config.engine_options,
+            ),
+        )  # fmt: skip
+        return created, f"{config.engine}"
+
+    result.engine = run.step("engine", engine, needs=("generation", "device"))
+
+    def positions() -> tuple[int | None, str]:
+        result.teacher_config = read_teacher_config(model.model_path, model.revision)
+        value = max_positions_of(result.teacher_config)
+        return value, f"{value} positions" if value else "config.json records no maximum positions"
+
+    result.max_positions = run.step("teacher config", positions, needs=("model",))
+    _teacher_steps(run, result)
+
+
 __all__ = [
     "POSITION_FIELDS",
     "check_context",
@@ -158,5 +260,6 @@ __all__ = [
     "check_output_location",
     "check_utf8_paths",
     "max_positions_of",
+    "model_steps",
     "read_teacher_config",
 ]

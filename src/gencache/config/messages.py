@@ -9,6 +9,7 @@ raises :func:`nested_error` so its problems keep their full paths.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
 
@@ -122,7 +123,10 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
         return [(loc, f"must be {op} {bound} (got {show(value)})")]
     if kind == "literal_error":
         expected = str(ctx.get("expected", ""))
-        return [(loc, f"must be {expected} (got {show(value)})")]
+        choices = re.findall(r"'([^']*)'", expected)
+        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6) if isinstance(value, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return [(loc, f"must be {expected} (got {show(value)}){hint}")]
     if kind in {"value_error", "assertion_error"}:
         error = ctx.get("error")
         text = str(error) if error is not None else str(err.get("msg", ""))
@@ -172,6 +176,16 @@ def join_problems(problems: Sequence[Problem], origin: str | None) -> str:
     return f"{origin}: {text}" if origin else text
 
 
+def problem_lines(problems: Sequence[Problem]) -> list[tuple[Loc, str]]:
+    """Each problem as ``(location, line)``: the line is ``path: message``, as :func:`join_problems` joins them."""
+    return [(loc, f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg)) for loc, msg in problems]
+
+
+def format_loc(loc: Sequence[str | int]) -> str:
+    """``("data_configs", 1, "seed")`` as ``data_configs[1].seed``."""
+    return _format_loc(loc)
+
+
 def format_validation_error(
     exc: ValidationError, *, model: type[BaseModel] | None = None, origin: str | None = None, prefix: Loc = ()
 ) -> str:
@@ -197,8 +211,10 @@ __all__ = [
     "Loc",
     "Problem",
     "collect_problems",
+    "format_loc",
     "format_validation_error",
     "join_problems",
     "nested_error",
+    "problem_lines",
     "validate_nested",
 ]

@@ -1,0 +1,73 @@
+"""The ``gencache`` process's signals from its first line to its exit: SIGINT ends it with exit code 130, SIGTERM
+and SIGHUP with 143, each with one line saying what was published (never a traceback), also while the command's
+modules are still being imported.
+
+:func:`install` is the first thing the command does (``gencache/__main__.py``); its handlers raise
+:class:`Stopped`, which no ``except Exception`` catches, and the CLI turns it into the line and the exit code. A
+generation run installs its own handlers for its length (:class:`gencache.artifact.signals.SignalGuard`, which
+defers a signal inside a critical section) and puts these back afterwards, saying what it published with
+:func:`note_published` first, so a signal that lands after the run still names the artifact. Only the standard
+library is imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+__all__ = ["Stopped", "exit_now", "install", "note_published", "stop_message"]
+
+_CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
+_PUBLISHED: list[str] = []
+
+
+class Stopped(BaseException):
+    """A signal asked the command to stop: ``message`` is its one line, ``exit_code`` 130 or 143."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(stop_message(signame))
+        self.signame = signame
+        self.exit_code = _CODES.get(signame, 143)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+def note_published(paths: Sequence[object]) -> None:
+    """Remember what this process published, for the message of a signal that comes later."""
+    _PUBLISHED[:] = [str(path) for path in paths]
+
+
+def stop_message(signame: str) -> str:
+    """What a signal that stops the process says: what was published, if anything."""
+    if _PUBLISHED:
+        shown = ", ".join(_PUBLISHED)
+        return f"Terminated by {signame} after {shown} was published; it is complete (gencache verify checks it)."
+    return f"Terminated by {signame}; nothing was published."
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def install() -> None:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread (an ignored signal stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _raise)
+
+
+def exit_now(stop: Stopped) -> None:
+    """Print ``stop``'s line and end the process with its code at once (nothing else is left to clean up)."""
+    try:
+        sys.stderr.write(stop.message + "\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(stop.exit_code)
