@@ -287,11 +287,11 @@ def test_the_progress_of_a_sharded_run_counts_the_whole_run_and_names_the_shard(
     for _ in range(4):
         now[0] += 1
         bar.advance(1, 3)
-    bar.close()
     bar.stage("shard 2/2")
     bar.start(6)
     bar.advance(1, 3)
-    bar.finish()
+    bar.close()
+    bar.close()  # once: a second close does nothing
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("gencache: generate [shard 1/2]: 0/10 samples")
     assert lines[-1].startswith("gencache: generate [shard 2/2]: 5/10 samples (50.0%), 15 tokens")

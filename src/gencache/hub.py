@@ -3,15 +3,25 @@ when the hub cannot be reached, and one plain line naming the id when neither ha
 
 ``huggingface_hub`` retries an unreachable host for about a minute before it gives up. gencache instead opens
 one TCP connection to the hub endpoint (or the HTTPS proxy) with a short timeout, the first time a hub id is
-used; when that fails, the libraries are switched to their offline mode for the rest of the process, so what is
-in the local cache still loads and everything else fails at once. ``HF_HUB_OFFLINE=1`` skips the probe.
+used; when that fails, the libraries are switched to their offline mode, so what is in the local cache still loads
+and everything else fails at once. ``HF_HUB_OFFLINE=1`` skips the probe.
+
+Both the probe and the offline switch last for one :func:`offline_scope` (a run, a dataset load): leaving the
+outermost scope restores the environment variables and the libraries' constants it changed and forgets the probe,
+so a notebook whose one call found the hub unreachable gets the hub back for its next call. Outside any scope,
+:func:`hub_state` probes but changes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from gencache.errors import ConfigError, DatasetError
@@ -41,8 +51,7 @@ def offline_requested() -> bool:
     """True when the user asked for offline mode (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE`` or
     ``HF_DATASETS_OFFLINE``)."""
     return any(
-        os.environ.get(name, "").strip().lower() in _TRUE
-        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+        _truthy(os.environ.get(name)) for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
     )
 
 
@@ -76,37 +85,119 @@ def probe(timeout: float = PROBE_TIMEOUT_S) -> HubState:
     return HubState(True, url, "")
 
 
-def go_offline() -> None:
-    """Switch ``huggingface_hub``, ``transformers`` and ``datasets`` to their offline mode for this process (the
-    local cache still serves what it holds)."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    import sys
+#: The environment variables offline mode sets (read by the libraries imported after it is switched on).
+_OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+#: The module constants the already-imported libraries read instead (transformers reads huggingface_hub's).
+_OFFLINE_CONSTANTS = (
+    ("huggingface_hub.constants", "HF_HUB_OFFLINE"),
+    ("datasets.config", "HF_HUB_OFFLINE"),
+    ("datasets.config", "HF_DATASETS_OFFLINE"),
+)
+_ABSENT = object()
 
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
-        constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
-    datasets_config = sys.modules.get("datasets.config")
-    if datasets_config is not None:
-        datasets_config.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
-        if hasattr(datasets_config, "HF_DATASETS_OFFLINE"):
-            datasets_config.HF_DATASETS_OFFLINE = True  # type: ignore[attr-defined]
+
+class _Scope:
+    """The open scopes' depth and what switching offline changed (restored when the outermost one closes)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.saved_env: dict[str, str | None] | None = None
+        self.saved_constants: dict[tuple[str, str], Any] = {}
+
+
+_SCOPE = _Scope()
+_LOCK = threading.RLock()
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in _TRUE
+
+
+def _constant_from_env(module: str, name: str) -> bool:
+    """The value ``module.name`` takes when the library is imported with the current environment."""
+    hub_offline = _truthy(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
+    if module == "datasets.config":
+        own = os.environ.get("HF_DATASETS_OFFLINE")
+        return hub_offline if own is None else _truthy(own)
+    return hub_offline
+
+
+def _go_offline() -> None:
+    """Switch ``huggingface_hub``, ``transformers`` and ``datasets`` to their offline mode until the scope closes
+    (the local cache still serves what it holds). The first switch in a scope saves what it changes; a library
+    imported after it read the switched environment, so it has nothing of its own to save."""
+    first = _SCOPE.saved_env is None
+    if first:
+        _SCOPE.saved_env = {name: os.environ.get(name) for name in _OFFLINE_ENV}
+    for name in _OFFLINE_ENV:
+        os.environ[name] = "1"
+    for module_name, name in _OFFLINE_CONSTANTS:
+        module = sys.modules.get(module_name)
+        if module is None or not hasattr(module, name):
+            continue
+        if first:
+            _SCOPE.saved_constants[(module_name, name)] = getattr(module, name)
+        setattr(module, name, True)
+
+
+def _restore() -> None:
+    """Undo :func:`_go_offline`: the environment as the scope found it; the constants of libraries imported before
+    the switch as they were, those of libraries imported since as their import would have set them."""
+    if _SCOPE.saved_env is None:
+        return
+    for name, value in _SCOPE.saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for module_name, name in _OFFLINE_CONSTANTS:
+        module = sys.modules.get(module_name)
+        if module is None or not hasattr(module, name):
+            continue
+        saved = _SCOPE.saved_constants.get((module_name, name), _ABSENT)
+        setattr(module, name, _constant_from_env(module_name, name) if saved is _ABSENT else saved)
+    _SCOPE.saved_env, _SCOPE.saved_constants = None, {}
+
+
+@contextlib.contextmanager
+def offline_scope() -> Iterator[None]:
+    """Within this block the hub is probed at most once and, when it cannot be reached (or offline mode was asked
+    for), the libraries are in offline mode; leaving the outermost block restores the environment variables and
+    library constants that were changed and forgets the probe. Blocks nest (an inner one shares the outer one's)."""
+    global _STATE
+    with _LOCK:
+        _SCOPE.depth += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _SCOPE.depth -= 1
+            if _SCOPE.depth == 0:
+                _restore()
+                _STATE = None
 
 
 def hub_state() -> HubState:
-    """The hub's state for this process: probed once; offline mode when asked for or when the probe fails."""
+    """The hub's state: probed once per :func:`offline_scope`, which it switches to offline mode when asked for or
+    when the probe fails; outside a scope, a fresh probe that changes nothing."""
     global _STATE
-    if _STATE is None:
-        _STATE = HubState(False, endpoint(), OFFLINE_REASON) if offline_requested() else probe()
+    with _LOCK:
+        if _SCOPE.depth == 0:
+            return _probe_or_requested()
+        if _STATE is None:
+            _STATE = _probe_or_requested()
         if not _STATE.online:
-            go_offline()
-    return _STATE
+            _go_offline()
+        return _STATE
 
 
-def reset() -> None:
-    """Forget the probe (tests)."""
-    global _STATE
-    _STATE = None
+def _probe_or_requested() -> HubState:
+    return HubState(False, endpoint(), OFFLINE_REASON) if offline_requested() else probe()
+
+
+def revision_kwargs(revision: str | None) -> dict[str, Any]:
+    """``{"revision": revision}`` for a ``from_pretrained`` call, or nothing when no revision is pinned."""
+    return {"revision": revision} if revision else {}
 
 
 def _hint(state: HubState) -> str:
@@ -153,10 +244,10 @@ def dataset_unavailable(label: str, repo_id: str, error_line: str, hint: str = "
 __all__ = [
     "HubState",
     "dataset_unavailable",
-    "go_offline",
     "hub_state",
     "model_in_cache",
+    "offline_scope",
     "probe",
     "require_model_id",
-    "reset",
+    "revision_kwargs",
 ]

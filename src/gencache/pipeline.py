@@ -28,6 +28,7 @@ from gencache.errors import (
     Terminated,
     raise_problems,
 )
+from gencache.hub import offline_scope
 from gencache.overrides import Overrides, check_config
 from gencache.run_record import RunPlan, absolute_path, resolved_config
 from gencache.sharding import ShardSpec, resolve_shard, run_digest
@@ -191,6 +192,7 @@ def _plan(
     return _Plan(config, config_json, digest, targets, pending, published)
 
 
+@offline_scope()  # one hub probe for the run; offline mode (when unreachable) ends with it
 def generate_run(
     config_path: str | os.PathLike[str],
     *,
@@ -349,7 +351,7 @@ class _Run:
                         )
                 self._one(target, bar, last=position == len(pending) - 1)
         finally:
-            bar.finish()
+            bar.close()
         self.result.seconds = time.monotonic() - started
 
     def _one(self, target: Target, bar: StagedProgress, *, last: bool) -> None:
@@ -406,7 +408,7 @@ class _Run:
                 "data_configs": [
                     {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
                 ],
-                "shard": None if target.shard is None else target.shard.summary(self.digest),
+                "shard": None if target.shard is None else target.shard.shard_record(self.digest),
             }
             build.writer.finalize(resolved_config=resolved, summary=summary)
             try:
@@ -421,7 +423,7 @@ class _Run:
         self.result.entries += len(prompts)
         self.result.tokens += tokens
         if last:  # the bar's final line comes before the last word
-            bar.finish()
+            bar.close()
         self.say(
             "info",
             f"published {target.output_dir} ({len(prompts)} entries, {tokens} tokens, "

@@ -232,7 +232,8 @@ class StagedProgress:
 
     The engine starts a progress once per stage with that stage's prompt count; this adapter keeps the display's
     total at the whole run's count instead, so the bar shows overall progress while its label names the stage.
-    ``inner`` None reports nothing. The owner calls :meth:`finish` once at the end (``close`` is per stage).
+    ``inner`` None reports nothing. The engines only start and advance it; the owner calls :meth:`close` once at
+    the end.
     """
 
     def __init__(self, inner: PlainProgress | RichProgress | Progress | None, total: int) -> None:
@@ -255,9 +256,6 @@ class StagedProgress:
             self.inner.advance(samples, tokens)
 
     def close(self) -> None:
-        """The end of one stage; the display stays open for the next."""
-
-    def finish(self) -> None:
         """Close the display (once; later calls do nothing)."""
         if self.inner is not None:
             self.inner.close()

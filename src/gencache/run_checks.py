@@ -137,9 +137,10 @@ def read_teacher_config(model_path: str, revision: str | None) -> Any:
     """The teacher's ``config.json`` (no weights), read once per run; :class:`ConfigError` when it cannot be read."""
     from transformers import AutoConfig
 
+    from gencache.hub import revision_kwargs
+
     try:
-        kwargs: dict[str, Any] = {"revision": revision} if revision else {}
-        return AutoConfig.from_pretrained(model_path, **kwargs)
+        return AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
     except Exception as error:
         from gencache.errors import first_line
 

@@ -76,7 +76,7 @@ def resolved_config(
             "run_digest": plan.run_digest,
             "shard": None
             if plan.shard is None
-            else plan.shard.summary(plan.run_digest)
+            else plan.shard.shard_record(plan.run_digest)
             | {
                 "origin": plan.shard.origin,
                 "data_configs": shard_data_configs(

@@ -39,7 +39,7 @@ class ShardSpec:
     def select(self, keys: Iterable[str]) -> list[str]:
         return [key for key in keys if self.owns(key)]
 
-    def summary(self, run_digest: str) -> dict[str, Any]:
+    def shard_record(self, run_digest: str) -> dict[str, Any]:
         """The manifest's ``summary.shard`` record."""
         return make_shard_info(self.index, self.count, run_digest)
 

@@ -162,18 +162,19 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
     from gencache import hub
 
     local = os.path.isdir(hub_id)
-    state = None if local else hub.hub_state()  # a quick probe: offline mode instead of a minute of retries
-    try:
-        table = datasets.load_dataset(hub_id, config, split=split)
-    except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
-        first = first_line(exc)
-        if state is not None and not state.online:
-            raise hub.dataset_unavailable(label, hub_id, first, hint) from None
-        where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
-        raise DatasetError(
-            f"could not load {label} from the hub dataset {where}: {first}{hint}; "
-            "set source to a local copy (a directory laid out by split, or one file) or make the hub reachable."
-        ) from None
+    with hub.offline_scope():  # a quick probe: offline mode (for this load) instead of a minute of retries
+        state = None if local else hub.hub_state()
+        try:
+            table = datasets.load_dataset(hub_id, config, split=split)
+        except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
+            first = first_line(exc)
+            if state is not None and not state.online:
+                raise hub.dataset_unavailable(label, hub_id, first, hint) from None
+            where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
+            raise DatasetError(
+                f"could not load {label} from the hub dataset {where}: {first}{hint}; "
+                "set source to a local copy (a directory laid out by split, or one file) or make the hub reachable."
+            ) from None
     kind = "dataset directory" if local else "hub dataset"
     where = f"{kind} {hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
     register_origin(table, TableOrigin(what=where))

@@ -34,6 +34,7 @@ from gencache.config.generation import (
 from gencache.config.messages import join_problems
 from gencache.errors import ConfigError, first_line
 from gencache.generation import teacher
+from gencache.hub import revision_kwargs
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig
@@ -79,10 +80,6 @@ class EffectiveGeneration:
     defaults: Mapping[str, Any] | None = None
 
 
-def _revision_kwargs(revision: str | None) -> dict[str, Any]:
-    return {"revision": revision} if revision else {}
-
-
 @functools.cache
 def _known_generation_fields() -> frozenset[str]:
     return frozenset(name for name in vars(teacher.hf().GenerationConfig()) if not name.startswith("_"))
@@ -123,7 +120,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
     try:
         path = hf.utils.cached_file(
             model_path, "generation_config.json", _raise_exceptions_for_missing_entries=False,
-            **_revision_kwargs(revision),
+            **revision_kwargs(revision),
         )  # fmt: skip
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
@@ -134,7 +131,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             if not isinstance(data, dict):
                 raise ValueError("generation_config.json does not hold a JSON object")
         else:
-            model_config = hf.AutoConfig.from_pretrained(model_path, **_revision_kwargs(revision))
+            model_config = hf.AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
             data = hf.GenerationConfig.from_model_config(model_config).to_dict()
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's configuration from {where}: {first_line(exc)}") from exc

@@ -35,7 +35,9 @@ __all__ = [
 ]
 
 FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
-_SCAN_REASONS = {1: FINISH_EOS, 2: FINISH_STOP_STRING, 3: FINISH_LENGTH}
+#: The codes :class:`FinishRecorder` keeps per row (0: not finished yet) and the reasons they stand for.
+_CODE_EOS, _CODE_STOP_STRING, _CODE_LENGTH = 1, 2, 3
+_RECORDED_REASONS = {_CODE_EOS: FINISH_EOS, _CODE_STOP_STRING: FINISH_STOP_STRING, _CODE_LENGTH: FINISH_LENGTH}
 
 
 class StopStringMatcher:
@@ -151,13 +153,13 @@ class FinishRecorder:
             step = position + 1
             if self.eos is not None:
                 token = input_ids[:, self.prompt_width + position]
-                self._finish((self.lengths == 0) & torch.isin(token, self.eos), step, 1)
+                self._finish((self.lengths == 0) & torch.isin(token, self.eos), step, _CODE_EOS)
             if self.stop_strings:
                 hit = self._stop_string_hits(input_ids, position)
                 if hit is not None:
-                    self._finish(hit & (self.lengths == 0), step, 2)
+                    self._finish(hit & (self.lengths == 0), step, _CODE_STOP_STRING)
             if step >= self.max_new_tokens:
-                self._finish(self.lengths == 0, step, 3)
+                self._finish(self.lengths == 0, step, _CODE_LENGTH)
         self.checked = max(self.checked, generated)
         return self.lengths > 0
 
@@ -174,7 +176,7 @@ class FinishRecorder:
                 reasons.append(FINISH_LENGTH)
             else:
                 out_lengths.append(int(length))
-                reasons.append(_SCAN_REASONS[int(code)])
+                reasons.append(_RECORDED_REASONS[int(code)])
         return out_lengths, reasons
 
 

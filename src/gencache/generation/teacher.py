@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.names import DTYPES
 from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.hub import revision_kwargs
 from gencache.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
@@ -28,14 +29,10 @@ def hf() -> Any:
     return transformers
 
 
-def _revision_kwargs(revision: str | None) -> dict[str, Any]:
-    return {"revision": revision} if revision else {}
-
-
 def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained`` then :func:`prepare_tokenizer` (left padding, pad falls back to EOS)."""
     try:
-        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **_revision_kwargs(revision))
+        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **revision_kwargs(revision))
     except Exception as exc:
         raise ConfigError(
             f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
@@ -67,7 +64,7 @@ def load_teacher(
     devices use ``device_map=<device>`` when ``accelerate`` is installed, else load then move the model."""
     import torch
 
-    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **_revision_kwargs(revision)}
+    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **revision_kwargs(revision)}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     # transformers' own check: an installed accelerate older than the version it needs counts as absent.

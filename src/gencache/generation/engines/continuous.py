@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import ContinuousOptions
-from gencache.config.names import ENGINE_CONTINUOUS
+from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS
 from gencache.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.determinism import determinism_facts
@@ -43,7 +43,7 @@ from gencache.generation.engines import (
 )
 from gencache.generation.engines._transformers import TransformersEngine
 from gencache.generation.engines.manager_hooks import ForwardCounter, hook_batch_processor, sampling_supported
-from gencache.generation.engines.memory import attention_shape_of, available_host_memory
+from gencache.generation.engines.memory import GIB, attention_shape_of, available_host_memory
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor
 from gencache.generation.finish import FinishScanner
 from gencache.generation.sampling import sampling_seed
@@ -61,7 +61,6 @@ __all__ = [
     "supported_transformers",
 ]
 
-_GIB = 2**30
 _POLL_SECONDS = 0.05
 _STOP_SECONDS = 60.0
 
@@ -86,7 +85,7 @@ class CacheSizing:
 
 def _memory_budget(options: ContinuousOptions, device: Any) -> tuple[int, str]:
     if options.kv_cache_memory_gib is not None:
-        return int(options.kv_cache_memory_gib * _GIB), "engine_options.kv_cache_memory_gib"
+        return int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
     if getattr(device, "type", "cpu") == "cuda":
         import torch
 
@@ -129,8 +128,8 @@ def size_paged_cache(
     if kv + mask > budget_bytes:
         raise GenerationError(
             f"engine {ENGINE_CONTINUOUS}: one request of the longest prompt ({longest} tokens) plus max_new_tokens "
-            f"({max_new_tokens}) needs {(kv + mask) / _GIB:.2f} GiB of paged KV cache, more than {source} "
-            f"({budget_bytes / _GIB:.2f} GiB); raise engine_options.kv_cache_memory_gib or shorten the prompts."
+            f"({max_new_tokens}) needs {(kv + mask) / GIB:.2f} GiB of paged KV cache, more than {source} "
+            f"({budget_bytes / GIB:.2f} GiB); raise engine_options.kv_cache_memory_gib or shorten the prompts."
         )
     return CacheSizing(concurrency, page, blocks, batch_tokens, kv, mask, budget_bytes, source, longest)
 
@@ -169,12 +168,10 @@ def _choose_sizing(
     model: Any, generation: EffectiveGeneration, checked: Sequence[tuple[str, list[int]]], options: ContinuousOptions
 ) -> CacheSizing:
     """The paged cache of this run (:func:`size_paged_cache`) for the model's dtype and the budget of its device."""
-    import torch
-
-    dtype = getattr(model, "dtype", torch.float32)
+    dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")  # the config's dtype, as torch names it
     return size_paged_cache(
         [len(ids) for _, ids in checked], generation.max_new_tokens, len(checked) * generation.num_return_sequences,
-        options, model_config=model.config, dtype_bytes=torch.empty((), dtype=dtype).element_size(),
+        options, model_config=model.config, dtype_bytes=DTYPE_BYTES[dtype],
         budget=_memory_budget(options, teacher.model_device(model)),
     )  # fmt: skip
 

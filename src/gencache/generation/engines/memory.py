@@ -7,9 +7,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AttentionShape", "attention_shape_of", "available_host_memory"]
+__all__ = ["GIB", "MEMINFO", "AttentionShape", "attention_shape_of", "available_host_memory"]
 
-_GIB = 2**30
+#: Bytes in a GiB (the unit of every ``kv_cache_memory_gib`` option).
+GIB = 2**30
+#: Where Linux says how much memory is available.
+MEMINFO = "/proc/meminfo"
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,28 @@ def attention_shape_of(model_config: Any) -> AttentionShape:
     return AttentionShape(int(text.num_hidden_layers), kv_heads, head_dim)
 
 
-def available_host_memory() -> int:
-    """Bytes of host memory available now (4 GiB when the system cannot say)."""
+def _meminfo_available(path: str) -> int | None:
+    """``MemAvailable`` of a ``/proc/meminfo`` file in bytes, or None when the file or the line is missing."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                name, _, rest = line.partition(":")
+                if name == "MemAvailable":
+                    value, *unit = rest.split()
+                    return int(value) * (1024 if unit == ["kB"] else 1)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def available_host_memory(meminfo: str = MEMINFO) -> int:
+    """Bytes of host memory available now for a new allocation without swapping: Linux's ``MemAvailable`` (free
+    memory plus the page cache and the slabs it can reclaim, so reading a model file does not shrink it), else the
+    free pages the system reports, else 4 GiB when the system cannot say."""
+    available = _meminfo_available(meminfo)
+    if available is not None:
+        return available
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
-        return 4 * _GIB
+        return 4 * GIB

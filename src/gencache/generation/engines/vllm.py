@@ -55,7 +55,7 @@ from gencache.generation.engines import (
     checked_prompts,
     options_of,
 )
-from gencache.generation.engines.memory import AttentionShape
+from gencache.generation.engines.memory import GIB, AttentionShape
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order
 from gencache.generation.engines.vllm_platform import (
     CPU_BLOCK_SIZE,
@@ -261,7 +261,7 @@ class VllmEngine:
             if self.options.max_model_len is not None:
                 kwargs["max_model_len"] = self.options.max_model_len
             if self.options.kv_cache_memory_gib is not None:
-                kwargs["kv_cache_memory_bytes"] = int(self.options.kv_cache_memory_gib * 2**30)
+                kwargs["kv_cache_memory_bytes"] = int(self.options.kv_cache_memory_gib * GIB)
             self._build(kwargs)
 
     def _build(self, extra: dict[str, Any]) -> None:

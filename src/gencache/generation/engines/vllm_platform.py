@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gencache.errors import GenerationError
-from gencache.generation.engines.memory import AttentionShape, attention_shape_of, available_host_memory
+from gencache.generation.engines.memory import GIB, AttentionShape, attention_shape_of, available_host_memory
+from gencache.hub import revision_kwargs
 
 __all__ = [
     "BATCH_INVARIANT_MIN_CAPABILITY",
@@ -45,7 +46,6 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_SIZE = 128
 #: vLLM's default ``max_num_seqs`` (the concurrency the KV cache is sized for when engine_options leaves it unset).
 DEFAULT_MAX_NUM_SEQS = 256
-_GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def attention_shape(model_path: str, revision: str | None) -> AttentionShape | N
         import transformers
 
         hf: Any = transformers
-        return attention_shape_of(hf.AutoConfig.from_pretrained(model_path, revision=revision))
+        return attention_shape_of(hf.AutoConfig.from_pretrained(model_path, **revision_kwargs(revision)))
     except Exception:  # the model's own loader reports an unreadable config with its own message
         return None
 
@@ -125,11 +125,11 @@ def size_cpu_kv_cache(
     per_token = shape.bytes_per_token(dtype_bytes)
     per_request = math.ceil(context / block) * block * per_token
     if kv_cache_memory_gib is not None:
-        budget, source = int(kv_cache_memory_gib * _GIB), "engine_options.kv_cache_memory_gib"
+        budget, source = int(kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
         if budget < per_request:
             raise GenerationError(
                 f"engine vllm: engine_options.kv_cache_memory_gib ({kv_cache_memory_gib} GiB) holds less than one "
-                f"request of {context} tokens ({per_request / _GIB:.3f} GiB); raise it or lower max_model_len."
+                f"request of {context} tokens ({per_request / GIB:.3f} GiB); raise it or lower max_model_len."
             )
         concurrency = max(1, budget // per_request)
         kv_bytes = budget
@@ -138,8 +138,8 @@ def size_cpu_kv_cache(
         budget, source = available // 4, "the workload, within a quarter of the available host memory"
         if per_request > budget:
             raise GenerationError(
-                f"engine vllm: one request of {context} tokens needs {per_request / _GIB:.2f} GiB of KV cache, more "
-                f"than a quarter of the available host memory ({budget / _GIB:.2f} GiB); set "
+                f"engine vllm: one request of {context} tokens needs {per_request / GIB:.2f} GiB of KV cache, more "
+                f"than a quarter of the available host memory ({budget / GIB:.2f} GiB); set "
                 "engine_options.kv_cache_memory_gib or shorten the prompts."
             )
         wanted = max(1, min(max_num_seqs or DEFAULT_MAX_NUM_SEQS, sequences))
