@@ -19,6 +19,13 @@ _EXPORTS = {
     "semantic_key": "gencache.data.keys",
     "prepare_tokenizer": "gencache.tokenizer",
     "GencacheError": "gencache.errors",
+    "CompatibilityError": "gencache.errors",
+    "ConfigError": "gencache.errors",
+    "DatasetError": "gencache.errors",
+    "FormatError": "gencache.errors",
+    "IntegrityError": "gencache.errors",
+    "MissingEntriesError": "gencache.errors",
+    "MissingEntryError": "gencache.errors",
     "generate": "gencache.api",
     "audit": "gencache.auditing",
 }
@@ -31,13 +38,29 @@ if TYPE_CHECKING:
     from gencache.config import load_config
     from gencache.data.keys import semantic_key
     from gencache.data.samples import build_samples
-    from gencache.errors import GencacheError
+    from gencache.errors import (
+        CompatibilityError,
+        ConfigError,
+        DatasetError,
+        FormatError,
+        GencacheError,
+        IntegrityError,
+        MissingEntriesError,
+        MissingEntryError,
+    )
     from gencache.tokenizer import prepare_tokenizer
 
 __all__ = [
     "CacheReader",
+    "CompatibilityError",
+    "ConfigError",
+    "DatasetError",
+    "FormatError",
     "GencacheError",
     "Generation",
+    "IntegrityError",
+    "MissingEntriesError",
+    "MissingEntryError",
     "__version__",
     "audit",
     "build_samples",
