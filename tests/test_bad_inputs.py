@@ -1,11 +1,16 @@
 """A table of bad inputs: for every case, generate exits with the expected code and one ``error:`` line on stderr
-naming the problem, nothing is written, and the dry run exits as generate does (with the same line)."""
+naming the problem, nothing is written, and the dry run exits as generate does (with the same line). Configs with
+several mistakes get every one listed, one line each, and the count; each message's suggested fix, applied, makes
+its problem go away."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,3 +188,180 @@ def test_a_stale_index_beside_model_safetensors_is_not_read(tmp_path: Path, tiny
     shutil.copytree(tiny_teacher_dir, copy)
     (copy / "pytorch_model.bin.index.json").write_text('{"weight_map": {"a": "pytorch_model-00001.bin"}}')
     assert "1 weight file(s)" in check_teacher_weights(str(copy))  # model.safetensors loads first, as in transformers
+
+
+# -- every problem in one pass ---------------------------------------------------------------------------------
+ROWS = [{"q": f"Question {n}?", "a": f"answer {n}", "lvl": "easy" if n % 2 else "hard"} for n in range(6)]
+
+
+def table(tmp: Path, **change: Any) -> dict[str, Any]:
+    """A ``table`` data config over ``tmp / "rows.jsonl"`` (six rows), written when missing."""
+    rows = tmp / "rows.jsonl"
+    if not rows.exists():
+        rows.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
+    return {"dataset_name": "table", "num_samples": 2, "num_data_strs": 0, "num_shots": 0, "subset": "default",
+            "source": str(rows), "data_kwargs": {"query": "q", "answer": "a"}} | change  # fmt: skip
+
+
+def several(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str]]:
+    """A config with one mistake in each of four data configs."""
+    config = config_dict(tmp, teacher, data_configs=[
+        table(tmp, data_kwargs={"query": "qq", "answer": "a"}), table(tmp, num_samples=9),
+        table(tmp, source=str(tmp / "rows.jsnol")), table(tmp, data_kwargs={"query": "q", "filters": {"level": "x"}}),
+    ])  # fmt: skip
+    return config, [
+        "data_configs[0]: table: column 'qq' is missing", "data_configs[1]: table split 'train' holds 6 usable",
+        "data_configs[2]: source path", "data_configs[3]: table: column 'level' is missing",
+    ]  # fmt: skip
+
+
+def invalid_and_data(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str]]:
+    """An invalid config (two bad fields) whose valid data config and output are still checked."""
+    (tmp / "out").mkdir()
+    config = config_dict(tmp, teacher, engine="transformer", data_configs=[
+        table(tmp, data_kwargs={"query": "qq"}), table(tmp, num_samples=-1), table(tmp, template="tokenizer_chatt"),
+    ])  # fmt: skip
+    return config, [
+        "engine: must be 'transformers', 'transformers-continuous' or 'vllm' (got \"transformer\"); did you mean "
+        "'transformers'?", "data_configs[1].num_samples: must be >= 0 (got -1)", "data_configs[2].template: unknown",
+        "Output path", "data_configs[0]: table: column 'qq' is missing",
+    ]  # fmt: skip
+
+
+def config_fields(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str]]:
+    """Several bad fields of one config: each its own line."""
+    config = config_dict(tmp, teacher, gen_batch_size=0, seed=-3, data_configs=[table(tmp, dataset_name="tabel")])
+    config["model"]["generation_kwargs"] = {"max_new_tokens": 4, "temperature": -1}
+    return config, ["gen_batch_size: must be >= 1", "seed: must be >= 0", "dataset_name: unknown dataset 'tabel'",
+                    "generation_kwargs.temperature"]  # fmt: skip
+
+
+MULTI = {
+    "four data configs": several,
+    "an invalid config and its data": invalid_and_data,
+    "config fields": config_fields,
+}
+
+
+@pytest.mark.parametrize("name", MULTI)
+def test_every_problem_is_listed_once_and_nothing_is_written(
+    name: str, tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, expected = MULTI[name](tmp_path, tiny_teacher_dir)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    before = sorted(os.listdir(tmp_path))
+    assert cli_run(["generate", str(path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert (
+        len(errors) == len(expected) and lines[-1] == f"{len(expected)} problems found; nothing was loaded or written."
+    )
+    for says in expected:
+        assert sum(says in line for line in errors) == 1, (says, errors)
+    assert sorted(os.listdir(tmp_path)) == before
+    assert cli_run(["generate", str(path), "--dry-run", "--json"]) == 2
+    captured = capsys.readouterr()
+    problems = json.loads(captured.out)["problems"]
+    assert [f"error: {p['message']}" for p in problems] == errors
+    assert all(p["check"] and p["location"] for p in problems)
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config, expected = several(tmp_path, tiny_teacher_dir)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    code = (
+        "import sys\nfrom gencache.cli import run\n"
+        f"code = run(['generate', {str(path)!r}, '--dry-run'])\n"
+        "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "2 []", result.stderr
+    assert sum(line.startswith("error: ") for line in result.stderr.splitlines()) == len(expected)
+    assert result.stderr.splitlines()[-1] == f"the dry run found {len(expected)} problems; generate would exit 2"
+
+
+# -- hints that are right: each suggested fix makes its problem go away -------------------------------------------
+def _path(location: str) -> list[str | int]:
+    """``data_configs[1].data_kwargs.query`` as ``["data_configs", 1, "data_kwargs", "query"]``."""
+    return [int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", location)]
+
+
+def apply_hint(config: dict[str, Any], problem: dict[str, str]) -> None:
+    """Do what ``problem``'s message suggests, at its location; fail when the message suggests nothing doable."""
+    message, *parents, last = problem["message"], *_path(problem["location"])
+    node: Any = config
+    for part in parents:
+        node = node[part]
+    suggested = re.search(r"did you mean '([^']+)'", message)
+    if re.search(r"unknown \w+ key|change the key", message) and suggested:  # a misspelt key: rename it
+        node[suggested.group(1)] = node.pop(last)
+    elif (found := re.search(r"change '([^']+)' in", message)) and suggested:  # one name of a list
+        node[last] = [suggested.group(1) if item == found.group(1) else item for item in node[last]]
+    elif suggested:
+        node[last] = suggested.group(1)
+    elif "or to null when" in message:
+        node[last] = None
+    elif found := re.search(r"at most (\d+)", message):
+        node[last] = int(found.group(1))
+    elif found := re.search(r" (\S+) is free\.$", message):
+        node[last] = found.group(1)
+    elif found := re.search(r"must be >= (\d+)", message):
+        node[last] = int(found.group(1))
+    else:
+        raise AssertionError(f"no fix to apply in: {message}")
+
+
+def kwargs(**change: Any) -> Callable[[Path], dict[str, Any]]:
+    """A config change: the table data config with ``data_kwargs`` ``{"query": "q", "answer": "a"} | change``."""
+    return lambda tmp: {"data_configs": [table(tmp, data_kwargs={"query": "q", "answer": "a"} | change)]}
+
+
+HINTED: dict[str, Callable[[Path], dict[str, Any]]] = {  # each a change of a valid config
+    "a column typo": kwargs(query="qq"),
+    "an answer column typo": kwargs(answer="A"),
+    "an answer column by default": lambda tmp: {"data_configs": [table(tmp, data_kwargs={"query": "q"})]},
+    "a filter column typo": kwargs(filters={"lv": "easy"}),
+    "a task column typo": kwargs(task=["lvl", "A"]),
+    "a data_kwargs key": kwargs(answr="a"),
+    "a missing file": lambda tmp: {"data_configs": [table(tmp, source=str(tmp / "rows.json"))]},
+    "too many samples": lambda tmp: {"data_configs": [table(tmp, num_samples=50)]},
+    "a dataset name": lambda tmp: {"data_configs": [table(tmp, dataset_name="tables")]},
+    "a template name": lambda tmp: {"data_configs": [table(tmp, template="defualt")]},
+    "an engine name": lambda tmp: {"engine": "transformers-continous"},
+    "an existing output": lambda tmp: (tmp / "out").mkdir() or {},  # type: ignore[func-returns-value]
+    "a negative count": lambda tmp: {"data_configs": [table(tmp), table(tmp, num_samples=-2)]},
+}
+
+
+@pytest.mark.parametrize("name", HINTED)
+def test_each_suggested_fix_makes_its_problem_go_away(
+    name: str, tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = config_dict(tmp_path, tiny_teacher_dir, data_configs=[table(tmp_path)]) | HINTED[name](tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    assert cli_run(["generate", str(path), "--dry-run", "--json"]) == 2
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert problems
+    for problem in problems:
+        apply_hint(config, problem)
+    path.write_text(json.dumps(config), encoding="utf-8")
+    code = cli_run(["generate", str(path), "--dry-run", "--json"])
+    assert json.loads(capsys.readouterr().out)["problems"] == [] and code == 0
+
+
+def test_a_table_without_source_is_not_told_to_omit_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = config_dict(tmp_path, tmp_path / "teacher", data_configs=[table(tmp_path, source=str(tmp_path / "x.csv"))])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    assert cli_run(["generate", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "x.csv' does not exist; fix the path." in err and "omit source" not in err
+    config["data_configs"][0]["source"] = None
+    path.write_text(json.dumps(config), encoding="utf-8")
+    assert cli_run(["generate", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "table reads your own table: set source to" in err and "omit source" not in err

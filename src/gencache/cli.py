@@ -204,7 +204,8 @@ def _problems_json(code: int, problems: list[Any] | None, error: GencacheError |
     """What ``--dry-run --json`` prints when the checks could not run (an invalid config): every problem."""
     from gencache.errors import Problem
 
-    listed = problems if problems is not None else [Problem("config", "config", error or GencacheError())]
+    found = error.problem if error is not None else None
+    listed = problems if problems is not None else [found or Problem("config", "config", error or GencacheError())]
     return {"exit_code": code, "problems": [problem.to_json() for problem in listed], "checks": []}
 
 

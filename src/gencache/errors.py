@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 
 class GencacheError(Exception):
-    """Root of every error gencache raises on purpose."""
+    """Root of every error gencache raises on purpose; ``problem`` is set when a check found it (its check and
+    location, see :func:`raise_problems`)."""
 
     exit_code: int = 1
+    problem: Problem | None = None
 
     def __str__(self) -> str:  # KeyError quotes its message; keep every message plain.
         return str(self.args[0]) if self.args else self.__class__.__name__
@@ -106,8 +108,10 @@ class InputProblems(GencacheError, ValueError):
 
 
 def raise_problems(problems: Sequence[Problem]) -> None:
-    """Raise the one problem as it is, or :class:`InputProblems` for several; nothing for none."""
+    """Raise the one problem's error as it is (its :attr:`GencacheError.problem` set), or :class:`InputProblems`
+    for several; nothing for none."""
     if len(problems) == 1:
+        problems[0].error.problem = problems[0]
         raise problems[0].error
     if problems:
         raise InputProblems(problems)

@@ -36,8 +36,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Column:
     """One column a recipe reads: its name (a dotted path for a nested field), its JSON type as text, whether a
-    row must have it, the table it belongs to (``None``: the recipe's only table), what it is used for, and the
-    config field that names it (``data_kwargs.query``; ``None``: the recipe's own fixed name)."""
+    row must have it, the table it belongs to (``None``: the recipe's only table), what it is used for, the
+    config field that names it (``data_kwargs.query``; ``None``: the recipe's own fixed name) and whether that
+    field was left at its default."""
 
     name: str
     type: str
@@ -45,6 +46,7 @@ class Column:
     description: str
     table: str | None = None
     field: str | None = None
+    defaulted: bool = False
 
 
 class MissingColumnError(DatasetError):
@@ -72,6 +74,15 @@ def describe_row(row: Mapping[str, Any]) -> str:
     return ", ".join(present) if present else "no non-null fields"
 
 
+def _fix(name: str, field: str) -> str:
+    """What to change in the data config so that it names an existing column instead of ``name``."""
+    if field.startswith("data_kwargs.filters."):
+        return f"change the key {name!r} of data_kwargs.filters to one of the file's columns"
+    if field in ("data_kwargs.documents", "data_kwargs.task"):
+        return f"change {name!r} in {field} to one of the file's columns"
+    return f"set {field} to one of the file's columns"
+
+
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
     """Raise a :class:`MissingColumnError` when a required top-level column of ``table_name`` is absent from
     ``table``: it names the column, the files read, the columns they hold and the closest of them, and the fix
@@ -89,9 +100,11 @@ def check_columns(table: Any, label: str, columns: Iterable[Column], table_name:
         found = f"{label}{which}: column {top!r} is missing from {origin.describe()} (its columns: "
         found += f"{', '.join(names) or 'none'}); {_did_you_mean(closest(top, names))}"
         if column.field is not None:
+            unset = f" (unset, so {top!r} by default)" if column.defaulted else ""
+            if column.field == "data_kwargs.answer":
+                unset += " or to null when the rows hold no answer and num_shots is 0"
             raise MissingColumnError(
-                f"{found}set {column.field} to one of the file's columns, or rename the column in the file.",
-                column.field,
+                f"{found}{_fix(top, column.field)}{unset}, or rename the column in the file.", column.field
             )
         raise MissingColumnError(
             f"{found}rename the column in the file or see docs/datasets.md for the columns {label} reads.", "source"
