@@ -416,8 +416,8 @@ def test_unlisted_generation_kwargs_pass_through() -> None:
 
 
 # -- generation_kwargs through the config model ----------------------------------------------------------
-def parse_generation_kwargs(kwargs: dict[str, Any]) -> None:
-    parse_config(mutated(_set("model.generation_kwargs", kwargs)))
+def parse_generation_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return parse_config(mutated(_set("model.generation_kwargs", kwargs))).model.generation_kwargs
 
 
 @pytest.mark.parametrize(
@@ -443,23 +443,24 @@ def test_bad_generation_kwargs_are_refused_when_the_config_loads(kwargs: dict[st
     assert fragment in str(info.value)
 
 
-def test_typical_generation_kwargs_load() -> None:
-    parse_generation_kwargs({})
-    parse_generation_kwargs({"max_new_tokens": None})
-    parse_generation_kwargs(
-        {
-            "max_new_tokens": 512,
-            "do_sample": True,
-            "temperature": 0.7,
-            "top_p": 0.9,
-            "top_k": 20,
-            "num_return_sequences": 2,
-            "eos_token_id": [151645, 151643],
-            "stop_strings": ["\n\n"],
-            "use_cache": True,
-            "repetition_penalty": 1,
-        }
-    )
+def test_typical_generation_kwargs_load_as_written() -> None:
+    assert parse_generation_kwargs({}) == {}
+    assert parse_generation_kwargs({"max_new_tokens": None}) == {"max_new_tokens": None}
+    typical = {
+        "max_new_tokens": 512,
+        "do_sample": True,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "num_return_sequences": 2,
+        "eos_token_id": [151645, 151643],
+        "stop_strings": ["\n\n"],
+        "use_cache": True,
+        "repetition_penalty": 1,
+    }
+    loaded = parse_generation_kwargs(typical)
+    assert loaded == typical  # every value kept as given: the run generates with exactly these settings
+    assert [type(loaded[name]) for name in ("max_new_tokens", "temperature", "repetition_penalty")] == [int, float, int]
 
 
 # -- parse_data_configs (training) ------------------------------------------------------------------------

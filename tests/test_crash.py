@@ -19,6 +19,7 @@ from gencache.artifact.names import LENGTH_PREFIX_BYTES
 from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader, verify
+from gencache.errors import FormatError
 from storage_helpers import CHILD, PYTHON, child_env, make_entries
 
 ENTRIES = 6
@@ -120,6 +121,9 @@ def test_kill_9_at_each_phase_leaves_nothing_or_a_valid_artifact(
     assert_no_output_or_valid(output)
     leftovers = temp_dirs(tmp_path)
     assert len(leftovers) == (0 if published else 1)
+    for name in leftovers:  # a loader refuses what was never published, however far the writer got
+        with pytest.raises(FormatError):
+            CacheReader(tmp_path / name)
     assert [p.name for p in clean(tmp_path)] == leftovers
     assert temp_dirs(tmp_path) == []
     assert sorted(os.listdir(tmp_path)) == (["out"] if published else [])

@@ -24,7 +24,7 @@ from format_reference import manifest_object
 from gencache.artifact import publish as publish_module
 from gencache.artifact.header import header_capacity
 from gencache.artifact.manifest import MANIFEST_CHUNK_BYTES, json_file_bytes
-from gencache.artifact.publish import check_output_path, clean, probe_rename, publish
+from gencache.artifact.publish import RENAME_MODES, check_output_path, clean, probe_rename, publish
 from gencache.artifact.reader import CacheReader, verify
 from gencache.artifact.summary import build_summary
 from gencache.artifact.writer import ArtifactBuild, CacheWriter
@@ -45,7 +45,7 @@ def test_golden_bytes_of_a_small_artifact(tmp_path: Path) -> None:
         assert build.writer.add(A, [tokens([1, 2, 3])], ["hi"], ["eos"])
         assert build.writer.add(B, [tokens([7]), tokens([8, 9])], ["x", "ÿ"], ["length", "stop_string"])
         build.writer.finalize(resolved_config={"seed": 1, "model": {"dtype": "float32"}}, summary={})
-        assert build.publish() == "renameat2"
+        assert build.publish() == probe_rename(tmp_path)  # renameat2 where the file system has it
     assert sorted(os.listdir(out)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
 
     provenance_json = (
@@ -387,8 +387,64 @@ def test_published_files_are_read_only_and_the_directory_follows_the_umask(tmp_p
     assert {os.stat(out / n).st_mode & 0o777 for n in os.listdir(out)} == {0o444}
 
 
+def _publish_over(tmp_path: Path, name: str, occupant: str | None) -> tuple[Path, str | None]:
+    """Publish a finished build to ``tmp_path / name`` where ``occupant`` (an empty directory, a file, a symlink)
+    appeared meanwhile; return the output and the mode publish used (None when it refused)."""
+    out = tmp_path / name
+    with ArtifactBuild(out, provenance=PROVENANCE, header_capacity=256) as build:
+        build.writer.add(*_args(make_entries(1)[0]))
+        build.writer.finalize(resolved_config=RESOLVED, summary={})
+        if occupant == "directory":
+            out.mkdir()
+        elif occupant == "file":
+            out.write_text("mine")
+        elif occupant == "symlink":
+            out.symlink_to(tmp_path / "nowhere")
+        try:
+            return out, build.publish()
+        except OutputExistsError:
+            return out, None
+
+
+@pytest.mark.parametrize("occupant", ["directory", "file", "symlink"])
+def test_publish_never_replaces_what_appeared_at_the_output_and_records_how_it_renamed(
+    tmp_path: Path, occupant: str
+) -> None:
+    out, mode = _publish_over(tmp_path, "out", occupant)
+    assert mode is None  # refused, whichever rename the file system offers
+    if occupant == "directory":
+        assert os.listdir(out) == []
+    elif occupant == "file":
+        assert out.read_text() == "mine"
+    else:
+        assert os.path.islink(out)
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # the build's temporary directory went with the refusal
+    published, mode = _publish_over(tmp_path, "free", None)
+    assert mode in RENAME_MODES and verify(published) == []
+    supported = probe_rename(tmp_path)
+    if supported != "renameat2":
+        pytest.skip("this file system has no renameat2(RENAME_NOREPLACE): only the guarantee was checked")
+    assert mode == "renameat2"
+
+
+def test_a_finished_but_unpublished_temporary_directory_is_no_artifact(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with ArtifactBuild(out, provenance=PROVENANCE, header_capacity=256) as build:
+        build.writer.add(*_args(make_entries(1)[0]))
+        build.writer.finalize(resolved_config=RESOLVED, summary={})
+        temp = build.temp_dir
+        assert temp is not None and sorted(os.listdir(temp)) == sorted(
+            os.listdir(write_artifact(tmp_path / "w", make_entries(1)))
+        )
+        with pytest.raises(FormatError, match="never published"):  # what a kill -9 just before the rename leaves
+            CacheReader(temp)
+        assert any("never published" in problem for problem in verify(temp))
+        build.publish()
+    assert verify(out) == [] and len(CacheReader(out)) == 1
+
+
 def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert probe_rename(tmp_path / "new" / "parent") == "renameat2"
+    assert probe_rename(tmp_path / "new" / "parent") in RENAME_MODES
     assert os.listdir(tmp_path / "new" / "parent") == []
     out = write_artifact(tmp_path / "a", make_entries(2), rename_mode="rename")
     assert verify(out) == []

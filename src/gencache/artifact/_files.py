@@ -10,6 +10,7 @@ import os
 import stat
 from pathlib import Path
 
+from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.names import ARTIFACT_FILES, PAYLOAD_NAME
 from gencache.errors import FormatError
 
@@ -57,8 +58,14 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
 
 
 def check_artifact_files(path: Path) -> None:
-    """Raise :class:`FormatError` unless ``path`` is a directory of exactly the three artifact files, each a regular
-    file (no symlink)."""
+    """Raise :class:`FormatError` unless ``path`` is a published directory of exactly the three artifact files, each
+    a regular file (no symlink). A writer's temporary directory is refused by its name, even complete: a run killed
+    before its rename leaves one, and what was never published is not an artifact."""
+    if TEMP_RE.match(path.name):
+        raise FormatError(
+            f"{path} is the temporary directory of a gencache run that never published it (killed before its "
+            f"rename); it is not an artifact: `gencache clean {path.parent}` removes it once its writer is gone."
+        )
     try:
         names = set(os.listdir(path))
     except FileNotFoundError:

@@ -286,8 +286,8 @@ class CacheConfig(_Strict):
     engine: EngineName = Field(
         default="transformers",
         description='Generation engine: "transformers" (static length-sorted batches; honours every setting), '
-        '"transformers-continuous" (transformers\' continuous batching, paged KV cache) or "vllm" (optional, CUDA). '
-        "See docs/engines.md.",
+        '"transformers-continuous" (transformers\' continuous batching, paged KV cache) or "vllm" (optional: CUDA '
+        "GPUs, or a CPU with vLLM's CPU build). See docs/engines.md.",
     )
     engine_options: EngineOptionsField = Field(
         default_factory=dict,
