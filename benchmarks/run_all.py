@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ["bench_storage.py", "bench_reader.py", "bench_generation.py", "bench_loss.py", "bench_audit.py"]
+BENCHMARKS = [
+    "bench_storage.py",
+    "bench_reader.py",
+    "bench_commands.py",
+    "bench_generation.py",
+    "bench_loss.py",
+    "bench_audit.py",
+]
 
 
 def main(argv: list[str]) -> int:

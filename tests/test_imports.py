@@ -1,5 +1,6 @@
 """Import hygiene that users rely on: `gencache --help` stays fast (no torch, transformers or datasets), and the
-reader never imports transformers or the config models (training workers read caches without them)."""
+reader never imports transformers or the config models (training workers read caches without them). What each
+model-free command imports is pinned in test_command_imports.py."""
 
 from __future__ import annotations
 

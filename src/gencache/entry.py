@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,11 +57,16 @@ def _run_simple(command: str, dirs: list[str], as_json: bool) -> int:
 
 def _debug_traceback() -> None:
     if os.environ.get("GENCACHE_DEBUG") == "1":
+        import traceback
+
         traceback.print_exc()
 
 
 def main() -> None:
     """The ``gencache`` console script: a simple ``inspect``/``verify`` here, everything else in gencache.cli."""
+    from gencache import interrupts
+
+    interrupts.install()  # from here on a signal is one line and 130/143, while the modules import too
     try:
         simple = simple_command(sys.argv[1:])
         if simple is None:
@@ -74,4 +78,6 @@ def main() -> None:
     except KeyboardInterrupt:
         print("Interrupted; nothing was published.", file=sys.stderr)
         code = 130
+    except interrupts.Stopped as stop:
+        interrupts.exit_now(stop)
     sys.exit(code)

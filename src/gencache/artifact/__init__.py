@@ -1,6 +1,7 @@
 """The artifact: format 3 on disk (names, header, manifest), writing, publishing, reading and verifying.
 
-Nothing in this package imports transformers; only the reader imports torch (to map the payload).
+Nothing in this package imports transformers; only a reader imports torch, when it builds its first tensor (to map
+the payload).
 """
 
 __all__: list[str] = []

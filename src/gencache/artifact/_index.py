@@ -24,7 +24,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from gencache.artifact.header import Header, check_header, parse_header
@@ -398,8 +397,8 @@ class _KeySet(Mapping[str, None]):
 def _parse_tail(tail: bytes) -> dict[str, Any]:
     """The manifest's fields other than ``entries``, checked as :func:`check_manifest` checks them."""
     try:
-        top = msgspec.json.decode(tail)
-    except msgspec.DecodeError:
+        top = json.loads(tail)  # small; the standard library's parser (no msgspec import to open an artifact)
+    except (ValueError, RecursionError):
         raise _Mismatch from None
     _require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
     _require(type(top["format_version"]) is int and top["format_version"] == FORMAT_VERSION)

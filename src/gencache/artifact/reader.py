@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import numpy as np
 
 from gencache.artifact._files import check_artifact_files, map_regular, open_regular, pread_exact, read_regular
@@ -54,7 +53,16 @@ MAX_LISTED_PROBLEMS = 100
 PAYLOAD_CHECK_INTERVAL = 1.0
 """Seconds a reader serves repeated reads of verified entries without checking its payload file again (the default
 of ``CacheReader(payload_check_interval=...)``): the window in which a payload changed in place can go unnoticed."""
-_TEXTS = msgspec.json.Decoder(list[str])
+_TEXTS: list[Any] = []  # the msgspec decoder of an entry's texts, made on the first read (opening needs none)
+
+
+def _texts_decoder() -> Any:
+    import msgspec
+
+    _TEXTS.append(msgspec.json.Decoder(list[str]))
+    return _TEXTS[0]
+
+
 _PROC_FD = "/proc/self/fd"
 
 
@@ -284,8 +292,8 @@ class CacheReader(GenerationCache):
 
     def _texts(self, position: int) -> tuple[str, ...] | None:
         try:
-            return tuple(_TEXTS.decode(self._index.texts_json(position)))
-        except (msgspec.DecodeError, UnicodeDecodeError):
+            return tuple((_TEXTS[0] if _TEXTS else _texts_decoder()).decode(self._index.texts_json(position)))
+        except ValueError:  # msgspec.DecodeError and UnicodeDecodeError are ValueErrors
             return None
 
     def _read(self, position: int, key: str | None = None) -> Generation:
