@@ -85,7 +85,7 @@ def test_missing_skip_on_a_partial_mixture_counts_the_skipped(runs: dict[str, An
     assert "whose key no cache holds" in data.left_out.describe()
 
 
-def test_selections_leave_out_what_they_say(runs: dict[str, Any]) -> None:
+def test_selections_leave_out_what_they_say(runs: dict[str, Any], tmp_path: Path) -> None:
     data = DistillationDataset(runs["sharded"], runs["tokenizer"])
     items = [data[i] for i in range(len(data))]
     reasons = {item["finish_reason"] for item in items}
@@ -108,8 +108,14 @@ def test_selections_leave_out_what_they_say(runs: dict[str, Any]) -> None:
         with pytest.raises(ConfigError):
             data.select(**wrong)
     assert min(lengths) > 1  # the tiny teacher's answers here: a cap below the shortest leaves nothing
+    empty = data.select(max_answer_tokens=min(lengths) - 1)
+    assert len(empty) == 0 and empty.left_out.max_answer_tokens == len(data)
     with pytest.raises(ConfigError, match="leaves nothing to train on"):
-        data.select(max_answer_tokens=min(lengths) - 1)
+        from gencache.training import DistillationTrainer
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(CacheReader(runs["limited"]).provenance["model_path"])
+        arguments = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+        DistillationTrainer(model=model, teacher=model, args=arguments, train_dataset=empty)
 
 
 def test_the_datasets_view_carries_the_selection_and_the_join_back_columns(runs: dict[str, Any]) -> None:

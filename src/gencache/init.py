@@ -62,7 +62,7 @@ def starter_config(teacher: str, qa: Path, chat: Path, output_dir: Path) -> dict
             {"dataset_name": "table", "num_samples": 4, "num_data_strs": 0, "num_shots": 1, "subset": "default",
              "split": "train", "seed": 0, "source": str(qa),
              "data_kwargs": {"query": "question", "documents": "passages", "answer": "answer", "task": ["topic"],
-                             "instruction": "Answer from the passages in a few words."},
+                             "instruction": "Answer from the passages in a few words.", "id": "id"},
              "template": "tokenizer_chat"},
             {"dataset_name": "chat", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "default",
              "split": "train", "seed": 0, "source": str(chat), "template": "tokenizer_chat"},

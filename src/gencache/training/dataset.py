@@ -190,8 +190,6 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         self._items: Items = select_items(
             self.samples, self.cache, selection, self.sequences, owns=self._owns, check=fits, lengths_needed=bool(fits)
         )
-        if not len(self._items.sample):
-            raise ConfigError(f"The selection leaves nothing to train on ({self._items.left_out.describe()}).")
 
     @property
     def left_out(self) -> LeftOut:

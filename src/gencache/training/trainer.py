@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import transformers
 
-from gencache.errors import CompatibilityError
+from gencache.errors import CompatibilityError, ConfigError
 from gencache.training.loss import DEFAULT_CHUNK_SIZE, check_loss_settings, distillation_loss
 from gencache.training.selection import LeftOut
 
@@ -36,10 +36,15 @@ def _vocabulary(tokenizer: Any) -> dict[str, int] | None:
 
 
 def log_left_out(*datasets: Any) -> None:
-    """Log, once per dataset, what a :class:`~gencache.training.DistillationDataset`'s selection left out."""
+    """Log, once per dataset, what a :class:`~gencache.training.DistillationDataset`'s selection left out; one
+    whose selection left nothing at all is a :class:`ConfigError` (there would be nothing to train on)."""
     for data in datasets:
         left_out = getattr(data, "left_out", None)
-        if isinstance(left_out, LeftOut) and left_out:
+        if not isinstance(left_out, LeftOut):
+            continue
+        if not len(data):
+            raise ConfigError(f"The dataset's selection leaves nothing to train on ({left_out.describe()}).")
+        if left_out:
             logger.warning("gencache: %s", left_out.describe())
 
 
