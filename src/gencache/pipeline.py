@@ -17,21 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.artifact.names import shard_dir_name
+from gencache.artifact.phases import report_phase
 from gencache.artifact.signals import published_then_stopped
-from gencache.errors import (
-    GencacheError,
-    GenerationError,
-    OutputExistsError,
-    Problem,
-    ShardError,
-    Terminated,
-    raise_problems,
-)
+from gencache.errors import GenerationError, Terminated
 from gencache.hub import offline_scope
-from gencache.overrides import Overrides, check_config
+from gencache.overrides import Overrides
 from gencache.run_record import RunPlan, absolute_path, resolved_config
-from gencache.sharding import ShardSpec, resolve_shard, run_digest
+from gencache.targets import Target, check_published, output_path_for, plan_run, with_keys
 from gencache.tokenizer import tokenizer_state
 
 if TYPE_CHECKING:
@@ -49,15 +41,6 @@ ProgressFactory = Callable[[int], "Progress"]
 
 def _quiet(level: str, text: str) -> None:
     """The default ``notify``: library callers get results, not output."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """One artifact this run publishes: its directory, its shard (None for an unsharded run) and its keys."""
-
-    output_dir: Path
-    shard: ShardSpec | None
-    keys: tuple[str, ...] = ()
 
 
 @dataclass
@@ -87,109 +70,6 @@ class RunResult:
     tokens: int = 0
     seconds: float = 0.0
     dry_run: DryRun | None = None
-
-
-def output_path_for(config: CacheConfig | str, shard: ShardSpec | None) -> Path:
-    """The directory this process publishes: ``output_dir`` (of ``config``, or given) or its shard directory."""
-    base = absolute_path(config if isinstance(config, str) else config.output_dir)
-    if shard is None:
-        return base
-    return Path(shard_dir_name(str(base), shard.index, shard.count))
-
-
-def check_published(output_dir: Path, digest: str) -> None:
-    """Accept an existing ``output_dir`` only as a verified artifact of the same run; raise otherwise."""
-    from gencache.artifact.reader import read_resolved_config, verify
-
-    problems = verify(output_dir)
-    if problems:
-        raise OutputExistsError(
-            f"{output_dir} exists but does not verify ({problems[0]}); move it aside and rerun (gencache never "
-            "overwrites an artifact)."
-        )
-    if read_resolved_config(output_dir).get("run_digest") != digest:
-        raise OutputExistsError(
-            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
-            "it aside."
-        )
-
-
-def _targets(output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
-    spec = resolve_shard(shard, env)
-    if shards is not None:
-        if spec is not None:
-            raise ShardError(
-                f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
-                "or use --shard I/N alone."
-            )
-        if isinstance(shards, bool) or shards < 1:
-            raise ShardError(f"--shards must be at least 1, got {shards}.")
-        specs: list[ShardSpec | None] = [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
-    else:
-        specs = [spec]
-    return [Target(output_path_for(output_dir, s), s) for s in specs]
-
-
-def _with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
-    keys = samples.keys()
-    return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
-
-
-@dataclass
-class _Plan:
-    """What a run is to publish: its config, every target, those still to generate, those already published."""
-
-    config: CacheConfig
-    config_json: dict[str, Any]
-    digest: str
-    targets: list[Target]
-    pending: list[Target]
-    published: list[Path]
-
-
-def _plan(
-    config_path: str | os.PathLike[str],
-    overrides: Overrides,
-    shard: str | None,
-    shards: int | None,
-    env: Mapping[str, str] | None,
-    skip: bool,
-) -> _Plan:
-    """The config and the targets, or every problem the config, the shard plan and the data files have (the
-    data configs and output location that validated on their own are checked even when the config is invalid)."""
-    from gencache.checks import check_inputs_alone
-    from gencache.config import config_to_json
-
-    checked = check_config(config_path, overrides)
-    problems = list(checked.problems)
-    output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
-    targets: list[Target] = []
-    if output_dir is not None:
-        try:
-            targets = _targets(output_dir, shard, shards, env)
-        except ShardError as error:
-            problems.append(Problem("shards", "--shards" if shards is not None else "--shard", error))
-    config = checked.config
-    if config is None or problems:
-        data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
-        outputs = [] if skip or not targets else [t.output_dir for t in targets]
-        raise_problems(problems + check_inputs_alone(data_configs, outputs, None).problems)
-    assert config is not None
-    config_json = config_to_json(config)
-    digest = run_digest(config_json)
-    pending: list[Target] = []
-    published: list[Path] = []
-    for target in targets:
-        if skip and os.path.lexists(target.output_dir):
-            try:
-                check_published(target.output_dir, digest)
-            except GencacheError as error:
-                problems.append(Problem("output path", str(target.output_dir), error))
-            published.append(target.output_dir)
-        else:
-            pending.append(target)
-    raise_problems(problems)
-    return _Plan(config, config_json, digest, targets, pending, published)
 
 
 @offline_scope()  # one hub probe for the run; offline mode (when unreachable) ends with it
@@ -241,7 +121,7 @@ def _generate_run(
 ) -> RunResult:
     from gencache.checks import preflight
 
-    plan = _plan(config_path, overrides, shard, shards, env, skip)
+    plan = plan_run(config_path, overrides, shard, shards, env, skip)
     targets, pending, published = plan.targets, plan.pending, plan.published
     single = targets[0].shard
     base = absolute_path(plan.config.output_dir)
@@ -253,10 +133,10 @@ def _generate_run(
             [t.output_dir for t in pending],
             single,
             env,
-            owned_keys=lambda samples: {t.output_dir: t.keys for t in _with_keys(pending, samples)},
+            owned_keys=lambda samples: {t.output_dir: t.keys for t in with_keys(pending, samples)},
         )
         if found.samples is not None:
-            pending = _with_keys(pending, found.samples)
+            pending = with_keys(pending, found.samples)
         if dry_run:
             output = base if shards is not None or single is None else targets[0].output_dir
             report = DryRun(found, output, pending, published)
@@ -277,6 +157,7 @@ def _generate_run(
                 "template or rendering option); the first occurrence's prompt is generated for all.",
             )
         run.execute(inputs, pending)
+    report_phase("run_finished")  # test hook: a signal from here on comes after the run's own handlers
     return result
 
 
@@ -293,6 +174,30 @@ def _nth_sample(samples: SampleSet | None, index: int) -> Sample | None:
     if not 0 <= index < len(samples):
         raise ConfigError(f"--show-prompt {index} is out of range: the run has {len(samples)} samples (0..).")
     return samples[index]
+
+
+class _LoadedOnStart:
+    """The run's progress; for an engine that builds its model with the first prompts, its first ``start`` (which
+    the engine calls once the model is built) says the teacher loaded, so that the message follows the load."""
+
+    def __init__(self, inner: StagedProgress, loaded: Callable[[], None] | None) -> None:
+        self.inner = inner
+        self.loaded = loaded
+
+    def stage(self, label: str) -> None:
+        self.inner.stage(label)
+
+    def start(self, total_samples: int) -> None:
+        if self.loaded is not None:
+            announce, self.loaded = self.loaded, None
+            announce()
+        self.inner.start(total_samples)
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.inner.advance(samples, tokens)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class _Run:
@@ -317,7 +222,6 @@ class _Run:
         self.signals: SignalGuard | None = None  # the run's signal owner while it runs (see _run_signals)
 
     def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
-        from gencache.artifact.phases import report_phase
         from gencache.generation.teacher import seed_everything
         from gencache.progress import StagedProgress
 
@@ -335,10 +239,19 @@ class _Run:
         seed_everything(config.seed)
         started = time.monotonic()
         inputs.engine.load_weights()
-        self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
+
+        def loaded() -> None:
+            self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
+
+        deferred = getattr(inputs.engine, "llm", True) is None  # vLLM on a CPU builds its model with the prompts
+        if deferred:
+            self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
+        else:
+            loaded()
         report_phase("model_loaded")
         self.started = True
-        bar = StagedProgress(self.progress(total) if self.progress is not None else None, total)
+        staged = StagedProgress(self.progress(total) if self.progress is not None else None, total)
+        bar = _LoadedOnStart(staged, loaded if deferred else None)
         try:
             for position, target in enumerate(pending):
                 if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
@@ -354,7 +267,7 @@ class _Run:
             bar.close()
         self.result.seconds = time.monotonic() - started
 
-    def _one(self, target: Target, bar: StagedProgress, *, last: bool) -> None:
+    def _one(self, target: Target, bar: _LoadedOnStart, *, last: bool) -> None:
         from gencache.artifact.manifest import make_provenance
         from gencache.artifact.writer import ArtifactBuild
 

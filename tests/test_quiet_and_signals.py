@@ -1,0 +1,139 @@
+"""Quiet where promised, and a signal at any moment is one line with the documented exit code.
+
+The Python API prints nothing without a callback; the command line shows only gencache's lines unless
+``--verbose``; SIGINT (130) and SIGTERM (143) while the command's modules import, while it checks, loads or
+generates, just after the continuous engine publishes, or after the run's own handlers are gone, end the process
+with one line saying what was published, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from config_factory import config_dict, musique
+from config_factory import write_config as factory_config
+from gencache.artifact.reader import verify
+from test_generate_signals import Child
+
+TIMEOUT = 180
+STOP_LINES = ("Terminated by SIGINT", "Terminated by SIGTERM", "Interrupted")
+
+
+def write_config(tmp_path: Path, teacher: Path, engine: str = "transformers") -> Path:
+    """Four MuSiQue samples, 8 new tokens, on ``engine``."""
+    model = config_dict(tmp_path, teacher)["model"] | {"generation_kwargs": {"max_new_tokens": 8}}
+    change = {"engine": engine} if engine != "transformers" else {}
+    return factory_config(tmp_path, teacher, name="config.json", model=model, data_configs=[musique()], **change)
+
+
+def stopped_run(config: Path, args: list[str], delay: float, signum: int) -> tuple[int, list[str]]:
+    """``python -m gencache generate CONFIG ARGS`` sent ``signum`` ``delay`` seconds after it starts."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gencache", "generate", str(config), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(delay)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=TIMEOUT)
+    return proc.returncode, err.splitlines()
+
+
+def assert_one_stop_line(code: int, lines: list[str], signum: int) -> None:
+    assert code == (130 if signum == signal.SIGINT else 143), lines
+    assert not any("Traceback" in line for line in lines), lines
+    stops = [line for line in lines if line.startswith(STOP_LINES)]
+    assert len(stops) == 1 and lines[-1] == stops[0], lines
+
+
+MODES = {
+    "static": ("transformers", []),
+    "continuous": ("transformers-continuous", []),
+    "--shards": ("transformers", ["--shards", "2"]),
+}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_signal_while_the_command_imports_is_one_line(
+    mode: str, signum: int, tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    engine, args = MODES[mode]
+    config = write_config(tmp_path, tiny_teacher_dir, engine)
+    code, lines = stopped_run(config, args, 0.3, signum)
+    assert_one_stop_line(code, lines, signum)
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+@pytest.mark.parametrize("delay", [0.6, 1.2, 2.5, 5.0])
+def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        code, lines = stopped_run(config, [], delay, signum)
+        if code == 0:  # the run was quicker than the signal: published
+            assert "published" in lines[-1]
+            break
+        assert_one_stop_line(code, lines, signum)
+        assert not [p for p in os.listdir(tmp_path) if p.startswith(".out.gencache-") and not p.endswith(".lock")]
+
+
+@pytest.mark.parametrize("phase", ["published", "run_finished"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_after_the_publish_says_the_artifact_was_published(
+    phase: str, signum: int, tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    child = Child(write_config(tmp_path, tiny_teacher_dir, "transformers-continuous"))
+    child.run_until(phase)
+    child.proc.send_signal(signum)
+    child.release()
+    code = child.finish()
+    lines = child.stderr.splitlines()
+    assert_one_stop_line(code, lines, signum)
+    assert f"after {tmp_path / 'out'} was published" in lines[-1] and "nothing was published" not in child.stderr
+    assert verify(tmp_path / "out") == []
+
+
+# -- quiet where promised ---------------------------------------------------------------------------------------
+def test_the_python_api_prints_nothing_and_leaves_the_libraries_as_it_found_them(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    code = (
+        "import sys, gencache\n"
+        "import transformers.utils.logging as tl\n"
+        "before = (tl.get_verbosity(), tl.is_progress_bar_enabled())\n"
+        f"path = gencache.generate({str(config)!r})\n"
+        "print(path)\n"
+        "print(before == (tl.get_verbosity(), tl.is_progress_bar_enabled()))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == [str(tmp_path / "out"), "True"]
+
+
+def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    quiet = subprocess.run(
+        [sys.executable, "-m", "gencache", "generate", str(config)], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Loading weights" not in quiet.stderr and "it/s" not in quiet.stderr
+    messages = [line for line in quiet.stderr.splitlines() if not line.startswith("gencache: generate:")]
+    assert [line.split(" ")[0] for line in messages] == ["4", "teacher", "published"], quiet.stderr
+    verbose = subprocess.run(
+        [sys.executable, "-m", "gencache", "generate", str(config), "--output-dir", str(tmp_path / "v"), "--verbose"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert verbose.returncode == 0 and "Loading weights" in verbose.stderr
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())  # both published
