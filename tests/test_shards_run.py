@@ -14,9 +14,9 @@ import pytest
 from config_factory import musique
 from config_factory import write_config as factory_config
 from gencache.artifact.mixture import open_caches
+from gencache.artifact.names import shard_dir_name
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader
-from gencache.artifact.shards import shard_path
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
 from gencache.overrides import Overrides
@@ -24,6 +24,11 @@ from gencache.pipeline import generate_run
 from test_generate_signals import Child
 
 COUNT = 4
+
+
+def shard_path(base: Path, index: int, count: int) -> Path:
+    """The directory of shard ``index`` of ``count`` of the output ``base``."""
+    return Path(shard_dir_name(str(base), index, count))
 
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:

@@ -32,6 +32,7 @@ from gencache.config.generation import (
 )
 from gencache.config.names import ALL_ENGINES
 from gencache.configschema import config_schema, factory_default
+from gencache.datasetdoc import table_cell
 
 __all__ = ["EXAMPLE_CONFIG", "config_schema", "main", "render_config_markdown", "write_docs"]
 
@@ -148,10 +149,6 @@ def _neutral_text(value: Any) -> str:
     return "-" if value is NO_NEUTRAL else _code(value)
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _field_table(
     model: type[BaseModel], prefix: str, defs: Mapping[str, Any], schema: Mapping[str, Any] | None = None
 ) -> list[str]:
@@ -168,7 +165,7 @@ def _field_table(
                 *([f"Must be {', '.join(constraints)}."] if constraints else []),
             ]
         )
-        rows.append(f"| `{prefix}{name}` | {_type_text(prop, all_defs)} | {_default_text(info)} | {_escape(rule)} |")
+        rows.append(f"| `{prefix}{name}` | {_type_text(prop, all_defs)} | {_default_text(info)} | {table_cell(rule)} |")
     return rows
 
 
@@ -265,7 +262,7 @@ def _generation_lines() -> list[str]:
         "| key | rule | decoding mode | neutral value | engines |",
         "|---|---|---|---|---|",
         *[
-            f"| `{name}` | {_escape(rule.text)} | {rule.mode} | {_neutral_text(rule.neutral)} | "
+            f"| `{name}` | {table_cell(rule.text)} | {rule.mode} | {_neutral_text(rule.neutral)} | "
             f"{', '.join(f'`{engine}`' for engine in rule.engines) if rule.engines != ALL_ENGINES else 'all'} |"
             for name, rule in GENERATION_SETTINGS.items()
         ],
@@ -275,8 +272,8 @@ def _generation_lines() -> list[str]:
         "| key | why |",
         "|---|---|",
         *[f"| `{name}` | logits and scores are never collected (format 3) |" for name in sorted(LOGIT_FIELDS)],
-        *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_FORBIDDEN.items()],
-        *[f"| `{name}` | {_escape(why)} |" for name, why in GENERATION_UNSUPPORTED.items()],
+        *[f"| `{name}` | {table_cell(why)} |" for name, why in GENERATION_FORBIDDEN.items()],
+        *[f"| `{name}` | {table_cell(why)} |" for name, why in GENERATION_UNSUPPORTED.items()],
         "",
     ]
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BEGIN", "DATASETS_PATH", "END", "datasets_page", "render_columns", "splice"]
+__all__ = ["BEGIN", "DATASETS_PATH", "END", "datasets_page", "render_columns", "splice", "table_cell"]
 
 DATASETS_PATH = Path("docs") / "datasets.md"
 BEGIN = "<!-- BEGIN GENERATED COLUMNS: `uv run python -m gencache.configdoc` writes this part; do not edit it -->"
 END = "<!-- END GENERATED COLUMNS -->"
 
 
-def _escape(text: str) -> str:
+def table_cell(text: str) -> str:
+    """``text`` as one Markdown table cell: pipes escaped, on one line (every generated docs table uses it)."""
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -42,8 +43,8 @@ def render_columns() -> str:
         )
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for column in recipe.columns:
-            cells = [*([f"`{column.table}`"] if tables else []), f"`{column.name}`", _escape(column.type),
-                     "yes" if column.required else "no", _escape(column.description)]  # fmt: skip
+            cells = [*([f"`{column.table}`"] if tables else []), f"`{column.name}`", table_cell(column.type),
+                     "yes" if column.required else "no", table_cell(column.description)]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -12,7 +12,6 @@ are imported inside the functions so importing this module is cheap.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -233,21 +232,6 @@ def _save_quietly(model: Any, out: Path) -> None:
             hf_logging.enable_progress_bar()
 
 
-def tiny_teacher_summary(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """A few facts about a built tiny teacher (read from its JSON files, no torch): sizes and special ids."""
-    root = Path(directory)
-    config = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    generation = json.loads((root / "generation_config.json").read_text(encoding="utf-8"))
-    return {
-        "vocab_size": config["vocab_size"],
-        "hidden_size": config["hidden_size"],
-        "num_hidden_layers": config["num_hidden_layers"],
-        "eos_token_id": generation["eos_token_id"],
-        "pad_token_id": generation.get("pad_token_id"),
-        "max_new_tokens": generation.get("max_new_tokens"),
-    }
-
-
 __all__ = [
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
@@ -255,5 +239,4 @@ __all__ = [
     "TINY_HEAD_DIM",
     "build_tiny_teacher",
     "builtin_corpus",
-    "tiny_teacher_summary",
 ]

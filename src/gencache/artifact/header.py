@@ -136,18 +136,6 @@ def build_header(
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
-def pad_header(header_json: bytes, capacity: int) -> bytes:
-    """``header_json`` padded with spaces to ``capacity`` bytes; :class:`HeaderCapacityError` when it does not fit."""
-    capacity = _check_capacity(capacity)
-    if len(header_json) > capacity:
-        raise HeaderCapacityError(
-            f"The safetensors header needs {len(header_json):,} bytes but only {capacity:,} were reserved; "
-            "reserve header_capacity(entries, sequences_per_entry, max_new_tokens) bytes for the "
-            "run, or split it with --shard."
-        )
-    return header_json + b" " * (capacity - len(header_json))
-
-
 def length_prefix(capacity: int) -> bytes:
     """The 8-byte little-endian header length field."""
     return _check_capacity(capacity).to_bytes(LENGTH_PREFIX_BYTES, "little")
@@ -283,7 +271,6 @@ __all__ = [
     "header_capacity",
     "is_canonical_header",
     "length_prefix",
-    "pad_header",
     "parse_header",
     "read_length_prefix",
 ]

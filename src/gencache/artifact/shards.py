@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gencache.artifact.names import ARTIFACT_FILES, parse_shard_dir_name, shard_dir_name
+from gencache.artifact.names import ARTIFACT_FILES, parse_shard_dir_name
 from gencache.errors import ShardError
 
 PathLike = str | os.PathLike[str]
@@ -34,11 +34,6 @@ class ShardSet:
 
     def describe_missing(self) -> str:
         return ", ".join(f"{i:05d}" for i in self.missing)
-
-
-def shard_path(base: PathLike, index: int, count: int) -> Path:
-    """The directory of shard ``index`` of ``count`` of the output ``base``."""
-    return Path(shard_dir_name(str(base), index, count))
 
 
 def find_shards(path: PathLike) -> ShardSet | None:
@@ -184,4 +179,4 @@ def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
     return list(shards.present.values()), shards
 
 
-__all__ = ["ShardCheck", "ShardSet", "check_shard_set", "expand_output", "find_shards", "shard_path", "stray_directory"]
+__all__ = ["ShardCheck", "ShardSet", "check_shard_set", "expand_output", "find_shards", "stray_directory"]
