@@ -130,6 +130,7 @@ def check_paged_cache(found: Preflight) -> str:
     from gencache.config.engines import ContinuousOptions
     from gencache.config.names import DTYPE_BYTES
     from gencache.generation.engines.continuous import size_paged_cache
+    from gencache.generation.engines.memory import GIB
 
     config, samples, generation = found.config, found.samples, found.generation
     assert config is not None and samples is not None and generation is not None
@@ -140,7 +141,7 @@ def check_paged_cache(found: Preflight) -> str:
         sizing = size_paged_cache(
             lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
             model_config=found.teacher_config, dtype_bytes=DTYPE_BYTES[config.model.dtype],
-            budget=(int(options.kv_cache_memory_gib * 2**30), "engine_options.kv_cache_memory_gib"),
+            budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
         )  # fmt: skip
     except GencacheError as error:
         raise ConfigError(str(error)) from None
