@@ -275,3 +275,24 @@ def test_data_configs_over_one_source_load_and_hash_it_once(monkeypatch: pytest.
     assert [s.key for s in result.samples[:5]] == [s["key"] for s in CASE["biography-1"]["samples"]]
     build_samples(configs[:1])
     assert len(loads) == 3  # nothing is kept between runs
+
+
+def test_samples_remember_their_source_row() -> None:
+    from gencache.data.recipes import sample_source
+
+    source = sample_source("musique")
+    config = {"dataset_name": "musique", "num_samples": 4, "num_data_strs": 0, "num_shots": 0, "subset": "default",
+              "split": "train", "seed": 2, "source": str(source)}  # fmt: skip
+    rows = [json.loads(line) for line in (source / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    for sample in build_samples([config]):
+        assert sample.row is not None and rows[sample.row]["question"] == sample.query
+        assert sample.row_id is None and sample.source_id == sample.row
+        assert sample.reference == rows[sample.row]["answer"] == sample.answer
+    people = sample_source("biography")
+    config = {"dataset_name": "biography", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "1k",
+              "split": "train", "seed": 0, "source": str(people), "data_kwargs": {"question_type": "QA"}}  # fmt: skip
+    table = [json.loads(line) for line in (people / "1k" / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    for sample in build_samples([config]):  # the row of the person asked about, not a position among kept people
+        assert sample.row is not None
+        name = table[sample.row]["birth_date"][0].split(" was born")[0]
+        assert name in sample.query

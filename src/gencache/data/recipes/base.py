@@ -156,6 +156,11 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     def sample(self, rows: RowsT, kwargs: KwargsT, index: int) -> Question | None:
         """The sample made of candidate ``index``, or None to skip it."""
 
+    def row_of(self, rows: RowsT, index: int) -> int:
+        """The row of the source table that candidate ``index`` is (``RawSample.row``): ``index`` itself unless
+        the recipe's candidates index something else."""
+        return index
+
     def shot(self, rows: RowsT, kwargs: KwargsT, index: int) -> Shot:
         """The few-shot example made of row ``index`` (a recipe with few-shot examples overrides this)."""
         raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.")
@@ -243,7 +248,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
                     query=question.query if question.shown is None else question.shown,
                     answer=question.answer,
                     history=question.history,
-                    row=index,
+                    row=self.row_of(selection.rows, index),
                     row_id=question.row_id,
                 )
             )

@@ -94,6 +94,10 @@ class _Rows:
         self.pool = pool
         self.per_sample = per_sample
 
+    def row_of(self, index: int) -> int:
+        """The table row of kept person ``index``."""
+        return self._kept[index]
+
     def train(self, index: int) -> dict[str, Any]:
         if index not in self._train_rows:
             self._train_rows[index] = self._train[self._kept[index]]
@@ -183,6 +187,9 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
             )
         rows = _Rows(train, test, kept, rng, pool, dc.num_data_strs)
         return Selection(info, rows, shot_people, pool[: dc.num_samples])
+
+    def row_of(self, rows: _Rows, index: int) -> int:
+        return rows.row_of(index)  # candidates index the kept people, not the table's rows
 
     def shot(self, rows: _Rows, kwargs: BiographyKwargs, index: int) -> Shot:
         document = rows.document(index)
