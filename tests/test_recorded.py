@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import gencache
+from config_factory import musique, write_config
 from gencache.artifact.reader import CacheReader
 from gencache.data.recipes import sample_source
 from gencache.data.recorded import check_sources
@@ -21,26 +22,13 @@ from gencache.recorded import load_recorded_run, load_recorded_tokenizer, rebuil
 from storage_helpers import make_entries, writable_copy, write_artifact
 
 
-def _config(work: Path, teacher: Path, data: Path) -> Path:
-    config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 8}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "split": "train", "seed": 2, "source": str(data)}],
-        "gen_batch_size": 4, "seed": 3, "output_dir": str(work / "out"),
-    }  # fmt: skip
-    path = work / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> dict[str, Any]:
     """A --limit 3 --set max_new_tokens=5 artifact and a 2-shard run of the same config, over private data."""
     work = tmp_path_factory.mktemp("recorded")
     data = work / "musique-data"
     shutil.copytree(sample_source("musique"), data)
-    config = _config(work, tiny_teacher_dir, data)
+    config = write_config(work, tiny_teacher_dir, data_configs=[musique(num_samples=6, source=str(data))], seed=3)
     limited = gencache.generate(
         config, limit=3, overrides={"model.generation_kwargs.max_new_tokens": 5}, output_dir=work / "limited"
     )
