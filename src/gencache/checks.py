@@ -259,8 +259,10 @@ def teacher_checks(
 ) -> None:
     """Phase 2 (see the module docstring): the device, the tokenizer, the teacher and the tokenized samples."""
     from gencache.data_checks import sample_steps
+    from gencache.quiet import prepare_model_libraries
     from gencache.run_checks import model_steps
 
+    prepare_model_libraries()
     run = Runner(result)
     _device_step(run, result, shard, env)
     model_steps(run, result)

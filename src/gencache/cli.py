@@ -173,20 +173,19 @@ def generate(
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.api import generate as generate_cache
     from gencache.errors import ConfigError, InputProblems
-    from gencache.progress import make_console, make_progress
-    from gencache.render import render_notice
+    from gencache.progress import make_progress
 
     if raw and show_prompt is None:
         raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
     if json_ and not (dry_run or show_prompt is not None):
         raise ConfigError("--json goes with --dry-run; add --dry-run.")
-    err = make_console(stderr=True)
+    notices = _Notices()
     try:
-        with quiet_libraries(verbose, warn=lambda text: render_notice(err, "warning", text)):
+        with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
             result = generate_cache(
                 config, overrides=list(set_ or ()), output_dir=output_dir, limit=limit, shard=shard, shards=shards,
                 skip_published=skip_published, dry_run=dry_run or show_prompt is not None, show_prompt=show_prompt,
-                notify=lambda level, text: render_notice(err, level, text), progress=make_progress,
+                notify=notices, progress=make_progress,
             )  # fmt: skip
     except GencacheError as error:
         if not json_:
@@ -197,7 +196,27 @@ def generate(
     if isinstance(result, Path):
         typer.echo(str(result))
         return
-    _dry_run_output(result, err, raw=raw, as_json=json_)
+    _dry_run_output(result, notices.console(), raw=raw, as_json=json_)
+
+
+class _Notices:
+    """The run's messages on stderr, through a console made (and rich imported) with the first one: a command
+    that fails its input checks prints its error lines without it."""
+
+    def __init__(self) -> None:
+        self._console: Any = None
+
+    def console(self) -> Any:
+        if self._console is None:
+            from gencache.progress import make_console
+
+            self._console = make_console(stderr=True)
+        return self._console
+
+    def __call__(self, level: str, text: str) -> None:
+        from gencache.render import render_notice
+
+        render_notice(self.console(), level, text)
 
 
 def _problems_json(code: int, problems: list[Any] | None, error: GencacheError | None = None) -> dict[str, Any]:

@@ -20,19 +20,27 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["WarningSink", "one_line", "printable", "quiet_libraries"]
+__all__ = ["WarningSink", "one_line", "prepare_model_libraries", "printable", "quiet_libraries"]
 
 #: ``warn(text)``: where a Python warning goes while a block is active.
 WarningSink = Callable[[str], None]
 
-_ACTIVE: ContextVar[bool] = ContextVar("gencache_quiet_active", default=False)
+class _Block:
+    """The active block: whether it silences, and the steps that undo what it switched."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.undo: list[Callable[[], None]] = []
+        self.hub_done = False
+
+
+_ACTIVE: ContextVar[_Block | None] = ContextVar("gencache_quiet_active", default=None)
 _LOGGERS = ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock", "vllm")
 _TIMEOUTS = {"HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "10"}
 _QUIET = {
     "TRANSFORMERS_VERBOSITY": "error",
     "DATASETS_VERBOSITY": "error",
     "HF_HUB_VERBOSITY": "error",
-    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "TQDM_DISABLE": "1",
     "VLLM_LOGGING_LEVEL": "ERROR",
 }
@@ -48,14 +56,25 @@ def one_line(message: Warning | str) -> str:
     return printable(" ".join(str(message).split()))
 
 
-def _switch_imported(quiet: bool) -> list[Callable[[], None]]:
-    """Set the libraries' own switches (huggingface_hub's, which transformers reads when it is imported, and
-    transformers' when it is imported already); return the steps that restore them."""
-    undo: list[Callable[[], None]] = []
-    if quiet:  # light; its switch, unlike its environment variable, can be undone
-        import importlib
+def prepare_model_libraries() -> None:
+    """Before the model libraries load (the teacher's checks): switch huggingface_hub's progress bars off, which
+    transformers reads when it is imported, through its own switch, which unlike its environment variable can be
+    undone. Outside a quiet block this does nothing."""
+    block = _ACTIVE.get()
+    if block is None or not block.quiet or block.hub_done:
+        return
+    block.hub_done = True
+    import importlib
 
-        importlib.import_module("huggingface_hub.utils")
+    hub: Any = importlib.import_module("huggingface_hub.utils")
+    if not hub.are_progress_bars_disabled():
+        hub.disable_progress_bars()
+        block.undo.append(lambda: hub.enable_progress_bars() if _hub_bars_allowed() else None)
+
+
+def _switch_imported(quiet: bool) -> list[Callable[[], None]]:
+    """Set the already-imported libraries' own switches; return the steps that restore them."""
+    undo: list[Callable[[], None]] = []
     hub = sys.modules.get("huggingface_hub.utils")
     if hub is not None:
         disabled = hub.are_progress_bars_disabled()  # type: ignore[attr-defined]
@@ -108,13 +127,14 @@ def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> I
     """Within this block, third-party log lines and bars are silenced unless ``verbose`` or ``GENCACHE_DEBUG=1``
     (see the module docstring), hub requests wait at most a few seconds, and Python warnings go to ``warn`` (one
     line each; dropped when None). Inside another such block this changes nothing."""
-    if _ACTIVE.get():
+    if _ACTIVE.get() is not None:
         yield
         return
     import warnings
 
-    token = _ACTIVE.set(True)
     quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
+    block = _Block(quiet)
+    token = _ACTIVE.set(block)
     wanted = dict(_TIMEOUTS) | (_QUIET if quiet else {})
     saved_env = {name: os.environ.get(name) for name in wanted}
     for name, value in wanted.items():
@@ -124,7 +144,8 @@ def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> I
         for name in _LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)
     before = set(sys.modules)
-    undo = _switch_imported(quiet)
+    block.undo = _switch_imported(quiet)
+    block.hub_done = "huggingface_hub.utils" in before
     saved_show = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
@@ -136,7 +157,7 @@ def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> I
         yield
     finally:
         warnings.showwarning = saved_show
-        for step in reversed(undo):
+        for step in reversed(block.undo):
             step()
         for name, saved in saved_env.items():
             if saved is None:
