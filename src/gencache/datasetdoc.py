@@ -28,9 +28,11 @@ def render_columns() -> str:
 
     lines = [
         "Every dataset checks its required columns when its table loads. A missing column is an error naming the",
-        "column, the files read and the columns they hold; a missing or mistyped value names the file and its line",
-        "(JSON Lines; blank lines count) or its row in the file (parquet, a JSON array), in the file's own order.",
-        "Columns not listed are ignored. `<name>` stands for the column a `data_kwargs` option names.",
+        "column, the files read, the columns they hold and the closest of them (`did you mean 'q'?`), and the fix",
+        "that fits: for a `<name>` column the `data_kwargs` field that asked for it (`data_kwargs.query`), for a",
+        "fixed name the column to rename in the file. A missing or mistyped value names the file and its line (JSON",
+        "Lines, CSV, TSV; blank lines count) or its row in the file (parquet, a JSON array), in the file's own",
+        "order. Columns not listed are ignored. `<name>` stands for the column a `data_kwargs` option names.",
         "",
     ]
     for name, recipe in BUILTIN_DATASETS.items():

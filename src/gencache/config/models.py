@@ -215,8 +215,8 @@ class DataConfig(_Strict):
         default=None,
         min_length=1,
         description="null: the canonical hub dataset. Otherwise a hub id, a local directory laid out like a hub "
-        "dataset (files named by split, optionally under a subset folder), or a single JSON/JSONL/parquet "
-        "file. Relative paths are relative to the working directory.",
+        "dataset (files named by split, optionally under a subset folder), or a single JSON Lines, JSON, "
+        "parquet, CSV or TSV file. Relative paths are relative to the working directory.",
     )
     data_kwargs: DataKwargsField = Field(
         default_factory=dict,
