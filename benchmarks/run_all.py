@@ -19,6 +19,7 @@ BENCHMARKS = [
     "bench_storage.py",
     "bench_reader.py",
     "bench_commands.py",
+    "bench_errors.py",
     "bench_generation.py",
     "bench_loss.py",
     "bench_audit.py",
