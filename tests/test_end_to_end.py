@@ -18,7 +18,7 @@ from gencache.artifact.reader import CacheReader, verify
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.errors import GencacheError, OutputExistsError
+from gencache.errors import GencacheError, InputProblems, OutputExistsError
 from gencache.pipeline import run_generate
 
 
@@ -157,10 +157,13 @@ def test_existing_output_path_is_refused_before_the_model_loads(tmp_path: Path, 
         target.write_text("x")
     else:
         target.symlink_to(tmp_path / "missing")
-    # The teacher does not exist: reaching the model (or the tokenizer) would fail with another error.
+    # The teacher does not exist either: both are reported, before anything loads.
     config = write_config(tmp_path, tmp_path / "no-such-teacher", target)
-    with pytest.raises(OutputExistsError, match="already exists"):
+    with pytest.raises(InputProblems) as found:
         run_generate(config)
+    errors = [problem.error for problem in found.value.problems]
+    assert isinstance(errors[0], OutputExistsError) and "already exists" in str(errors[0])
+    assert "no-such-teacher does not exist" in str(errors[1]) and len(errors) == 2
     assert cli_run(["generate", str(config)]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", config.name])
 
@@ -253,7 +256,7 @@ def test_dry_run_without_the_model_still_counts_the_data(tmp_path: Path, capsys:
     assert cli_run(["generate", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"error: model.model_path {tmp_path / 'no-such-teacher'} does not exist" in err
-    assert "musique" in err and "5 rows in 1 of 1 data configs" in err
+    assert "musique: 5 samples, 5 unique keys" in err
     assert "not computed" in err
     assert not (tmp_path / "out").exists()
 

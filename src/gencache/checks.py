@@ -294,6 +294,10 @@ def preflight(
             why = "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
             for name in TEACHER_CHECKS:
                 Runner(result).skip(name, why)
+            result.not_computed.append(
+                "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
+                "config or data checks found problems)"
+            )
             return result
         teacher_checks(result, shard, env, owned_keys)
     return result
