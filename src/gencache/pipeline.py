@@ -224,6 +224,7 @@ class _Run:
     def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
         from gencache.generation.teacher import seed_everything
         from gencache.progress import StagedProgress
+        from gencache.quiet import prepare_model_libraries
 
         self.inputs, config = inputs, self.config
         total = sum(len(t.keys) for t in pending)
@@ -238,6 +239,7 @@ class _Run:
         )
         seed_everything(config.seed)
         started = time.monotonic()
+        prepare_model_libraries()  # torch is imported by now, and resets its loggers' levels when it is
         inputs.engine.load_weights()
 
         def loaded() -> None:

@@ -1,8 +1,9 @@
 """Keeping a run's output to gencache's own lines: the third-party libraries' log lines and progress bars
 (huggingface_hub, transformers' "Loading weights" bar, datasets, vLLM's INFO and WARNING lines, any tqdm bar) are
 silenced for the length of a command or a :func:`gencache.generate` call unless ``--verbose`` or
-``GENCACHE_DEBUG=1``, Python warnings go to the caller (one ``warning:`` line on the command line, the
-``notify`` callback of the Python API, or nowhere), and text is made printable.
+``GENCACHE_DEBUG=1``, Python warnings from gencache's own code go to the caller (one ``warning:`` line on the
+command line, the ``notify`` callback of the Python API, or nowhere; a library's own only with ``--verbose``), and
+text is made printable.
 
 The settings are made before the libraries are imported where they read them at import (environment variables:
 ``TQDM_DISABLE``, ``VLLM_LOGGING_LEVEL``, ...) and through the libraries' own switches where they are already
@@ -25,6 +26,7 @@ __all__ = ["WarningSink", "one_line", "prepare_model_libraries", "printable", "q
 #: ``warn(text)``: where a Python warning goes while a block is active.
 WarningSink = Callable[[str], None]
 
+
 class _Block:
     """The active block: whether it silences, and the steps that undo what it switched."""
 
@@ -32,10 +34,20 @@ class _Block:
         self.quiet = quiet
         self.undo: list[Callable[[], None]] = []
         self.hub_done = False
+        self.levels: dict[str, int] = {}  # each silenced logger's level before the block
+
+    def silence(self, names: Iterator[str] | tuple[str, ...]) -> None:
+        """Set the loggers ``names`` to ERROR (again: torch resets its own when it is imported)."""
+        for name in names:
+            self.levels.setdefault(name, logging.getLogger(name).level)
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 _ACTIVE: ContextVar[_Block | None] = ContextVar("gencache_quiet_active", default=None)
-_LOGGERS = ("huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock", "vllm")
+_LOGGERS = (
+    "huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock", "vllm", "torch",
+)  # fmt: skip
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TIMEOUTS = {"HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "10"}
 _QUIET = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -43,6 +55,9 @@ _QUIET = {
     "HF_HUB_VERBOSITY": "error",
     "TQDM_DISABLE": "1",
     "VLLM_LOGGING_LEVEL": "ERROR",
+    # read once, when libtorch loads: torch's C++ warnings stay at ERROR in a process whose first torch import
+    # happened in a quiet block (there is no switch to give them back)
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
 }
 
 
@@ -57,19 +72,40 @@ def one_line(message: Warning | str) -> str:
 
 
 def prepare_model_libraries() -> None:
-    """Before the model libraries load (the teacher's checks): switch huggingface_hub's progress bars off, which
-    transformers reads when it is imported, through its own switch, which unlike its environment variable can be
-    undone. Outside a quiet block this does nothing."""
+    """Before the model libraries load (the teacher's checks, the engine): switch huggingface_hub's progress bars
+    off, which transformers reads when it is imported, through its own switch, which unlike its environment
+    variable can be undone, and silence the loggers again (torch resets its own when it is imported). Outside a
+    quiet block this does nothing."""
     block = _ACTIVE.get()
-    if block is None or not block.quiet or block.hub_done:
+    if block is None or not block.quiet:
+        return
+    block.silence(_LOGGERS)
+    if block.hub_done:
         return
     block.hub_done = True
+    _mute_tqdm(block)
     import importlib
 
     hub: Any = importlib.import_module("huggingface_hub.utils")
     if not hub.are_progress_bars_disabled():
         hub.disable_progress_bars()
         block.undo.append(lambda: hub.enable_progress_bars() if _hub_bars_allowed() else None)
+
+
+def _mute_tqdm(block: _Block) -> None:
+    """Every tqdm bar off until the block ends, also one a library asks for explicitly (vLLM's weight loading
+    passes ``disable=False``, which ``TQDM_DISABLE`` does not override)."""
+    import tqdm.std
+
+    bar: Any = tqdm.std.tqdm
+    original = bar.__dict__["__init__"]
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["disable"] = True
+        original.__get__(self, type(self))(*args, **kwargs)
+
+    bar.__init__ = init
+    block.undo.append(lambda: setattr(bar, "__init__", original))
 
 
 def _switch_imported(quiet: bool) -> list[Callable[[], None]]:
@@ -122,11 +158,17 @@ def _settle_imported_during(before: set[str], saved_env: Mapping[str, str | None
             keywords.pop("disable", None)
 
 
+def _ours(filename: str) -> bool:
+    """True for a warning issued from gencache's own code (a recipe's warning is attributed to its caller there)."""
+    return os.path.abspath(filename).startswith(_PACKAGE)
+
+
 @contextlib.contextmanager
 def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> Iterator[None]:
     """Within this block, third-party log lines and bars are silenced unless ``verbose`` or ``GENCACHE_DEBUG=1``
     (see the module docstring), hub requests wait at most a few seconds, and Python warnings go to ``warn`` (one
-    line each; dropped when None). Inside another such block this changes nothing."""
+    line each; dropped when None), a third-party library's only with ``verbose``. Inside another such block this
+    changes nothing."""
     if _ACTIVE.get() is not None:
         yield
         return
@@ -139,17 +181,15 @@ def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> I
     saved_env = {name: os.environ.get(name) for name in wanted}
     for name, value in wanted.items():
         os.environ.setdefault(name, value)
-    saved_levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     if quiet:
-        for name in _LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
+        block.silence(_LOGGERS)
     before = set(sys.modules)
     block.undo = _switch_imported(quiet)
     block.hub_done = "huggingface_hub.utils" in before
     saved_show = warnings.showwarning
 
-    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-        if warn is not None:
+    def show(message: Warning | str, category: type[Warning], filename: str, *args: Any, **kwargs: Any) -> None:
+        if warn is not None and (not quiet or _ours(filename)):
             warn(one_line(message))
 
     warnings.showwarning = show
@@ -165,6 +205,6 @@ def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> I
             else:
                 os.environ[name] = saved
         _settle_imported_during(before, saved_env)
-        for name, level in saved_levels.items():
+        for name, level in block.levels.items():
             logging.getLogger(name).setLevel(level)
         _ACTIVE.reset(token)
