@@ -11,13 +11,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
 from gencache.cli_audit import audit_command
 from gencache.errors import GencacheError, InputProblems, Terminated
-from gencache.interrupts import Stopped
+from gencache.interrupts import Stopped, quiet_exit
 from gencache.quiet import printable, quiet_libraries
 from gencache.version import __version__
 
@@ -172,6 +172,7 @@ def generate(
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.api import generate as generate_cache
+    from gencache.cli_generate import Notices, dry_run_output, echo_json, problems_json
     from gencache.errors import ConfigError, InputProblems
     from gencache.progress import make_progress
 
@@ -179,7 +180,7 @@ def generate(
         raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
     if json_ and not (dry_run or show_prompt is not None):
         raise ConfigError("--json goes with --dry-run; add --dry-run.")
-    notices = _Notices()
+    notices = Notices()
     try:
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
             result = generate_cache(
@@ -191,85 +192,12 @@ def generate(
         if not json_:
             raise
         problems = error.problems if isinstance(error, InputProblems) else None
-        _echo_json(_problems_json(error.exit_code, problems, error))
+        echo_json(problems_json(error.exit_code, problems, error))
         raise typer.Exit(error.exit_code) from None
     if isinstance(result, Path):
         typer.echo(str(result))
         return
-    _dry_run_output(result, notices.console(), raw=raw, as_json=json_)
-
-
-class _Notices:
-    """The run's messages on stderr, through a console made (and rich imported) with the first one: a command
-    that fails its input checks prints its error lines without it."""
-
-    def __init__(self) -> None:
-        self._console: Any = None
-
-    def console(self) -> Any:
-        if self._console is None:
-            from gencache.progress import make_console
-
-            self._console = make_console(stderr=True)
-        return self._console
-
-    def __call__(self, level: str, text: str) -> None:
-        from gencache.render import render_notice
-
-        render_notice(self.console(), level, text)
-
-
-def _problems_json(code: int, problems: list[Any] | None, error: GencacheError | None = None) -> dict[str, Any]:
-    """What ``--dry-run --json`` prints when the checks could not run (an invalid config): every problem."""
-    from gencache.errors import Problem
-
-    found = error.problem if error is not None else None
-    listed = problems if problems is not None else [found or Problem("config", "config", error or GencacheError())]
-    return {"exit_code": code, "problems": [problem.to_json() for problem in listed], "checks": []}
-
-
-def _dry_run_output(result: Any, err: Any, *, raw: bool, as_json: bool) -> None:
-    """The dry run's report (or its JSON, or the raw prompt), one ``error:`` line per problem, and how many."""
-    from gencache.render import render_dry_run
-
-    found = result.preflight
-    if as_json:
-        report = _problems_json(result.exit_code, found.problems)
-        report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in found.checks]
-        _echo_json(report)
-    elif not raw:
-        render_dry_run(result, err)
-    for error in found.errors:
-        typer.echo(printable(f"error: {error}"), err=True)
-    if found.errors and not raw:
-        count = len(found.errors)
-        typer.echo(
-            f"the dry run found {count} problem{'s' if count > 1 else ''}; generate would exit {result.exit_code}",
-            err=True,
-        )
-    if raw:
-        if result.prompt is not None:
-            _echo_json(_raw_prompt(result.prompt, result.prompt_index or 0))
-        raise typer.Exit(result.exit_code or (0 if result.prompt is not None else 2))
-    raise typer.Exit(result.exit_code)
-
-
-def _raw_prompt(sample: Any, index: int) -> dict[str, Any]:
-    """What ``--show-prompt N --raw`` prints: the exact text and ids the teacher would get."""
-    return {
-        "index": index,
-        "key": sample.key,
-        "data_config_index": sample.data_config_index,
-        "sample_index": sample.sample_index,
-        "prompt": sample.prompt_text,
-        "input_ids": None if sample.input_ids is None else list(sample.input_ids),
-    }
-
-
-def _echo_json(value: Any) -> None:
-    import json
-
-    typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))
+    dry_run_output(result, notices.console(), raw=raw, as_json=json_)
 
 
 @app.command()
@@ -479,6 +407,9 @@ def _debug_traceback() -> None:
         traceback.print_exc()
 
 
+_exit_quietly_on_interrupt = quiet_exit  # the name the tests (and older callers) use
+
+
 def main() -> None:
     """Console-script entry point: the command, with SIGINT/SIGTERM/SIGHUP at any moment one line and 130/143."""
     from gencache import interrupts
@@ -491,29 +422,6 @@ def main() -> None:
     except interrupts.Stopped as stop:  # between the command's end and the quiet exit
         interrupts.exit_now(stop)
     sys.exit(code)
-
-
-def _exit_quietly_on_interrupt(code: int) -> None:
-    """Once the command is done, SIGINT or SIGTERM during interpreter shutdown (an engine's worker thread still
-    winding down) ends the process with the command's own exit code instead of a traceback: the work is already
-    published or already failed."""
-    import signal
-
-    def finish_now(signum: int, frame: Any) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-    if _on_main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                signal.signal(signum, finish_now)
-
-
-def _on_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 __all__ = [

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-__all__ = ["Stopped", "exit_now", "install", "note_published", "stop_message"]
+__all__ = ["Stopped", "exit_now", "install", "note_published", "quiet_exit", "stop_message"]
 
 _CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
 _PUBLISHED: list[str] = []
@@ -71,3 +71,19 @@ def exit_now(stop: Stopped) -> None:
         sys.stderr.flush()
     finally:
         os._exit(stop.exit_code)
+
+
+def quiet_exit(code: int) -> None:
+    """Once the command is done, SIGINT, SIGTERM or SIGHUP during interpreter shutdown (an engine's worker thread
+    still winding down) ends the process with the command's own exit code instead of a traceback: the work is
+    already published or already failed."""
+
+    def finish_now(signum: int, frame: FrameType | None) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, finish_now)
