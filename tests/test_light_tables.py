@@ -196,3 +196,16 @@ def test_csv_errors_name_the_line(tmp_path: Path, tokenizer: Any) -> None:
     with pytest.raises(DatasetError, match=r"column 'qq' is missing from .*typo\.csv \(its columns: q, a, ctx, lang\); "
                        r"did you mean 'q'\? set data_kwargs\.query to one of the file's columns"):  # fmt: skip
         keys(typo, "table", query="qq")
+
+
+def test_a_source_that_is_no_file_or_directory_and_an_unreadable_file_are_named(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(DatasetError, match=r"rows\.jsonl' is neither a regular file nor a directory"):
+        keys(fifo, "table", query="q")
+    from gencache.data.tables import read_bytes
+
+    with pytest.raises(DatasetError, match=r"x: cannot read .*missing\.jsonl \(No such file or directory\)"):
+        read_bytes(tmp_path / "missing.jsonl", "x")

@@ -66,6 +66,12 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
                 "point source at a directory laid out by split."
             )
         return "file", str(path.resolve())
+    if os.path.lexists(path):
+        raise DatasetError(
+            f"source {str(path.absolute())!r} is neither a regular file nor a directory; point it at a data file or "
+            "a directory laid out by split.",
+            "source",
+        )
     if looks_like_path(source):
         fix = f"fix the path or omit source (the hub dataset {hub_id})" if hub_id else "fix the path"
         raise DatasetError(f"source path {str(path.absolute())!r} does not exist; {_near(path)}{fix}.", "source")

@@ -28,7 +28,16 @@ from typing import Any
 
 from gencache.errors import DatasetError
 
-__all__ = ["MAX_LIGHT_BYTES", "TEXT_SUFFIXES", "LightTable", "decode_text", "delimited_lines", "read_light"]
+__all__ = [
+    "MAX_LIGHT_BYTES",
+    "TEXT_SUFFIXES",
+    "LightTable",
+    "decode_text",
+    "delimited_lines",
+    "read_bytes",
+    "read_light",
+    "readable",
+]
 
 #: Files whose every cell is text (a header line, then one row per record).
 TEXT_SUFFIXES = {".csv": ",", ".tsv": "\t"}
@@ -93,8 +102,9 @@ class _ArrowTable(LightTable):
 
 
 def decode_text(path: Path, label: str) -> str:
-    """The text of ``path``: a file that is not UTF-8 is an error naming the line and byte, an empty one too."""
-    data = path.read_bytes()
+    """The text of ``path``: a file that cannot be read, is not UTF-8 (the line and byte named) or is empty is a
+    :class:`DatasetError`."""
+    data = read_bytes(path, label)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -110,6 +120,29 @@ def decode_text(path: Path, label: str) -> str:
     if not text.strip():
         raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the dataset's rows.")
     return text.removeprefix("\ufeff")
+
+
+def _unreadable(path: Path, label: str, error: OSError) -> DatasetError:
+    return DatasetError(
+        f"{label}: cannot read {path} ({error.strerror or error}); make it readable or point source at a copy.",
+        "source",
+    )
+
+
+def read_bytes(path: Path, label: str) -> bytes:
+    """The bytes of ``path``; a file that cannot be read is a :class:`DatasetError` naming it and why."""
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise _unreadable(path, label, error) from None
+
+
+def readable(path: Path, label: str) -> None:
+    """A :class:`DatasetError` naming ``path`` unless it can be opened for reading."""
+    try:
+        path.open("rb").close()
+    except OSError as error:
+        raise _unreadable(path, label, error) from None
 
 
 def read_light(paths: Sequence[Path], label: str) -> LightTable | None:
@@ -314,6 +347,7 @@ def _read_parquet(paths: Sequence[Path], label: str) -> LightTable | None:
     for path in paths:
         if path.stat().st_size == 0:
             raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the rows.")
+        readable(path, label)
         try:
             table = pq.read_table(path)
         except (pa.ArrowException, OSError) as error:
