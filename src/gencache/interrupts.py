@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
+from typing import NoReturn
 
 __all__ = ["Stopped", "exit_now", "install", "note_published", "quiet_exit", "stop_message"]
 
@@ -64,7 +65,7 @@ def install() -> None:
             signal.signal(signum, _raise)
 
 
-def exit_now(stop: Stopped) -> None:
+def exit_now(stop: Stopped) -> NoReturn:
     """Print ``stop``'s line and end the process with its code at once (nothing else is left to clean up)."""
     try:
         sys.stderr.write(stop.message + "\n")
