@@ -209,6 +209,21 @@ def _free_outputs(model: Any, tokenizer: Any, prompts: Sequence[KeyedPrompt], ma
     return batched(model, tokenizer, free, prompts, 16)
 
 
+def longtail_workload(
+    directory: Path, count: int, low: int, high: int, max_new_tokens: int
+) -> tuple[Path, Any, Any, list[KeyedPrompt], Any, Any]:
+    """The long-tail workload on the tiny teacher built in ``directory``: the teacher, its tokenizer, the float32
+    model, ``count`` prompts of ``low``-``high`` tokens, their free greedy outputs and the EOS choice over them."""
+    teacher = build_tiny_teacher(directory / "tiny-teacher", seed=0)
+    tokenizer = load_tokenizer(str(teacher))
+    model = load_teacher(str(teacher), dtype="float32", device="cpu")
+    pool = tokenizer(" ".join(builtin_corpus()), add_special_tokens=False).input_ids
+    prompts = make_prompts(pool, count, low, high, seed=1)
+    free = _free_outputs(model, tokenizer, prompts, max_new_tokens, str(teacher))
+    choice = choose_eos([free[key] for key, _ in prompts], max_new_tokens)
+    return teacher, tokenizer, model, prompts, free, choice
+
+
 def _workload_lines(choice: Any, prompts: Sequence[KeyedPrompt], where: str) -> list[str]:
     lengths = [len(ids) for _, ids in prompts]
     return [
@@ -235,13 +250,9 @@ def longtail_cpu(*, quick: bool) -> str:
     count, low, high, max_new_tokens = (40, 32, 128, 32) if quick else (200, 32, 512, 128)
     concurrencies = [8, 32]
     with tempfile.TemporaryDirectory(prefix="gencache-bench-") as tmp:
-        teacher = build_tiny_teacher(Path(tmp) / "tiny-teacher", seed=0)
-        tokenizer = load_tokenizer(str(teacher))
-        model = load_teacher(str(teacher), dtype="float32", device="cpu")
-        pool = tokenizer(" ".join(builtin_corpus()), add_special_tokens=False).input_ids
-        prompts = make_prompts(pool, count, low, high, seed=1)
-        free = _free_outputs(model, tokenizer, prompts, max_new_tokens, str(teacher))
-        choice = choose_eos([free[key] for key, _ in prompts], max_new_tokens)
+        teacher, tokenizer, model, prompts, free, choice = longtail_workload(
+            Path(tmp), count, low, high, max_new_tokens
+        )
         generation = resolve_generation(
             {"max_new_tokens": max_new_tokens, "eos_token_id": list(choice.eos)},
             model_path=str(teacher), revision=None, tokenizer=tokenizer,
