@@ -137,3 +137,23 @@ def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: P
     )
     assert verbose.returncode == 0 and "Loading weights" in verbose.stderr
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())  # both published
+
+
+def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
+    import io
+
+    import tqdm.std
+
+    from gencache.quiet import prepare_model_libraries, quiet_libraries
+
+    original = tqdm.std.tqdm.__dict__["__init__"]
+    for _ in range(2):  # a second block in the same process too
+        with quiet_libraries():
+            prepare_model_libraries()
+            muted = tqdm.std.tqdm(range(3), disable=False, file=io.StringIO())  # as vLLM asks for its bar
+            assert muted.disable
+            muted.close()
+        assert tqdm.std.tqdm.__dict__["__init__"] is original
+        shown = tqdm.std.tqdm(range(3), file=io.StringIO())
+        assert not shown.disable
+        shown.close()

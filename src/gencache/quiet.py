@@ -34,6 +34,7 @@ class _Block:
         self.quiet = quiet
         self.undo: list[Callable[[], None]] = []
         self.hub_done = False
+        self.tqdm_muted = False
         self.levels: dict[str, int] = {}  # each silenced logger's level before the block
 
     def silence(self, names: Iterator[str] | tuple[str, ...]) -> None:
@@ -80,10 +81,12 @@ def prepare_model_libraries() -> None:
     if block is None or not block.quiet:
         return
     block.silence(_LOGGERS)
+    if not block.tqdm_muted:
+        block.tqdm_muted = True
+        _mute_tqdm(block)
     if block.hub_done:
         return
     block.hub_done = True
-    _mute_tqdm(block)
     import importlib
 
     hub: Any = importlib.import_module("huggingface_hub.utils")
