@@ -1,4 +1,4 @@
-"""Session-wide test setup: offline Hugging Face libraries and one tiny teacher built per session.
+"""Session-wide test setup: offline Hugging Face libraries, one tiny teacher and one demo run per session.
 
 The offline variables are set at import time, before any test module imports transformers or datasets (both read
 them when they are imported), and re-asserted by an autouse session fixture.
@@ -52,6 +52,28 @@ def tiny_model(tiny_teacher_dir: Path) -> Any:
     from gencache.generation.teacher import load_teacher
 
     return load_teacher(str(tiny_teacher_dir), dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``gencache demo`` run once per session in a fresh work directory (its own teacher built there): the published
+    artifact, the demo's config, its teacher and what it printed. Tests only read it (the artifact is read-only)."""
+    import io
+
+    from rich.console import Console
+
+    from gencache.demo import run_demo
+
+    workdir = tmp_path_factory.mktemp("demo")
+    printed = io.StringIO()
+    published = run_demo(workdir, console=Console(file=printed, width=100))
+    return {
+        "workdir": workdir,
+        "artifact": published,
+        "config_path": workdir / "demo-config.json",
+        "teacher": str(workdir / "tiny-teacher"),
+        "printed": printed.getvalue(),
+    }
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ from gencache.artifact.names import make_shard_info, shard_of
 from gencache.artifact.reader import CacheReader, verify
 from gencache.canonical import canonical_bytes, json_digest
 from gencache.errors import GencacheError
-from storage_helpers import Entry, make_entries, writable_copy, write_artifact
+from storage_helpers import Entry, make_entries, overwrite, writable_copy, write_artifact
 
 MASKS = (0x01, 0x20, 0x80)
 
@@ -57,7 +57,7 @@ class Corpus:
 
     def rewrite(self, name: str, data: bytes) -> None:
         self.dirty.add(name)
-        (self.work / name).write_bytes(data)
+        overwrite(self.work / name, data)
 
     def outcome(self) -> str:
         """Where the damage was noticed: ``open``, ``read``, ``verify``, or ``accepted`` (then with exact data)."""
@@ -86,7 +86,7 @@ class Corpus:
         finally:
             if self.dirty and sorted(os.listdir(self.work)) == sorted(self.files):
                 for name in self.dirty:
-                    (self.work / name).write_bytes(self.files[name])
+                    overwrite(self.work / name, self.files[name])
             else:
                 self.restore()
 
@@ -159,6 +159,7 @@ def informational_spans(manifest: bytes) -> list[range]:
     return [range(len(text[: s.start].encode()), len(text[: s.stop].encode())) for s in spans]
 
 
+@pytest.mark.slow  # every byte of the manifest, three flips each, under both corpora
 def test_byte_flips_everywhere_in_the_manifest(corpus: Corpus) -> None:
     manifest = corpus.files["manifest.json"]
     unprotected = informational_spans(manifest)

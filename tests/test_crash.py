@@ -107,11 +107,9 @@ KILL_PHASES = [
 ]
 
 
-@pytest.mark.parametrize("attempt", range(3))
 @pytest.mark.parametrize(("phase", "occurrence"), KILL_PHASES)
-def test_kill_9_at_each_phase_leaves_nothing_or_a_valid_artifact(
-    tmp_path: Path, phase: str, occurrence: int, attempt: int
-) -> None:
+def test_kill_9_at_each_phase_leaves_nothing_or_a_valid_artifact(tmp_path: Path, phase: str, occurrence: int) -> None:
+    # once per phase: the child is paused at the phase when it is killed, so a repeat is the same kill again
     output = tmp_path / "out"
     child = Child(output)
     child.run_to(phase, occurrence)

@@ -269,17 +269,12 @@ def test_invalid_config_is_one_line_and_exit_code_two(tmp_path: Path, capsys: py
     assert not (tmp_path / "out").exists()
 
 
-def test_demo_runs_offline_on_cpu(tmp_path: Path) -> None:
-    from rich.console import Console
-
-    from gencache.demo import run_demo
-
-    with open(os.devnull, "w") as sink:
-        published = run_demo(tmp_path / "demo", console=Console(file=sink, width=100))
+def test_demo_runs_offline_on_cpu(demo_run: dict[str, Any]) -> None:
+    published = demo_run["artifact"]  # the session's demo run (conftest), in a fresh work directory
     reader = CacheReader(published)
     assert len(reader) > 0
     assert cli_run(["verify", str(published)]) == 0
-    teacher = json.loads((tmp_path / "demo" / "tiny-teacher" / "config.json").read_text(encoding="utf-8"))
+    teacher = json.loads((demo_run["workdir"] / "tiny-teacher" / "config.json").read_text(encoding="utf-8"))
     assert teacher["head_dim"] == 32  # vLLM's CPU attention takes it (docs/engines.md runs the demo with vLLM)
 
 

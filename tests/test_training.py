@@ -3,14 +3,12 @@ specified, keys matching the samples, the sequence choice, truncation, and a bad
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from rich.console import Console
 from torch.utils.data import DataLoader
 
 from gencache.artifact.reader import CacheReader
@@ -21,21 +19,12 @@ from storage_helpers import Entry, write_artifact
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from gencache.demo import run_demo
+def demo(demo_run: dict[str, Any]) -> dict[str, Any]:
+    """The session's demo run (see conftest), with its data configs and its teacher's tokenizer."""
     from gencache.generation.teacher import load_tokenizer
 
-    workdir = tmp_path_factory.mktemp("training")
-    published = run_demo(workdir, console=Console(file=io.StringIO()))
-    teacher = str(workdir / "tiny-teacher")
-    config = json.loads((workdir / "demo-config.json").read_text())
-    return {
-        "artifact": published,
-        "config_path": workdir / "demo-config.json",
-        "data_configs": config["data_configs"],
-        "teacher": teacher,
-        "tokenizer": load_tokenizer(teacher),
-    }
+    config = json.loads(demo_run["config_path"].read_text())
+    return {**demo_run, "data_configs": config["data_configs"], "tokenizer": load_tokenizer(demo_run["teacher"])}
 
 
 def dataset(demo: dict[str, Any], paths: Any = None, **options: Any) -> DistillationDataset:

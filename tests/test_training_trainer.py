@@ -5,7 +5,6 @@ vocabulary mismatch fails before the first step."""
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Any
 
 import pytest
 import torch
-from rich.console import Console
 
 from gencache.artifact.reader import CacheReader
 from gencache.errors import CompatibilityError, OutputExistsError
@@ -23,20 +21,11 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from gencache.demo import run_demo
+def demo(demo_run: dict[str, Any]) -> dict[str, Any]:
+    """The session's demo run (see conftest), with its teacher's tokenizer."""
     from gencache.generation.teacher import load_tokenizer
 
-    workdir = tmp_path_factory.mktemp("trainer")
-    published = run_demo(workdir, console=Console(file=io.StringIO()))
-    teacher = str(workdir / "tiny-teacher")
-    return {
-        "workdir": workdir,
-        "artifact": published,
-        "config_path": workdir / "demo-config.json",
-        "teacher": teacher,
-        "tokenizer": load_tokenizer(teacher),
-    }
+    return {**demo_run, "tokenizer": load_tokenizer(demo_run["teacher"])}
 
 
 @pytest.fixture(scope="module")
