@@ -21,6 +21,8 @@ from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
 
 TIMEOUT = 120
+#: every test here runs a whole `python -m gencache generate` child (torch imported, the teacher loaded)
+pytestmark = pytest.mark.slow
 
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:

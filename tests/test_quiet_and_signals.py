@@ -74,6 +74,7 @@ def test_a_signal_while_the_command_imports_is_one_line(
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.6, 1.2, 2.5, 5.0])
 def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
@@ -86,6 +87,7 @@ def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_t
         assert not [p for p in os.listdir(tmp_path) if p.startswith(".out.gencache-") and not p.endswith(".lock")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["published", "run_finished"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_after_the_publish_says_the_artifact_was_published(
@@ -103,6 +105,7 @@ def test_a_signal_after_the_publish_says_the_artifact_was_published(
 
 
 # -- quiet where promised ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_python_api_prints_nothing_and_leaves_the_libraries_as_it_found_them(
     tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
@@ -120,6 +123,7 @@ def test_the_python_api_prints_nothing_and_leaves_the_libraries_as_it_found_them
     assert result.stdout.splitlines() == [str(tmp_path / "out"), "True"]
 
 
+@pytest.mark.slow
 def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     quiet = subprocess.run(

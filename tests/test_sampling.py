@@ -80,6 +80,7 @@ def _answers(entries: Any) -> dict[str, tuple[tuple[int, ...], ...]]:
     return {e.key: tuple(tuple(s.tolist()) for s in e.sequences) for e in entries}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings", [SAMPLING, {}], ids=["sampled", "greedy"])
 def test_static_and_continuous_answers_ignore_batch_size_concurrency_subset_and_order(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any, settings: dict[str, Any]

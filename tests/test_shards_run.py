@@ -51,6 +51,7 @@ def content(directory: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_kill_9_during_shard_2_of_4_then_rerun(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     reference = generate_run(config, shards=COUNT, overrides=Overrides(output_dir=str(tmp_path / "reference")))
@@ -90,6 +91,7 @@ def test_kill_9_during_shard_2_of_4_then_rerun(tmp_path: Path, tiny_teacher_dir:
     assert cli_run(["verify", str(out)]) == 0
 
 
+@pytest.mark.slow
 def test_sigterm_between_shards_names_what_was_published(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     child = Child(config, ["--shards", "2"])
@@ -103,6 +105,7 @@ def test_sigterm_between_shards_names_what_was_published(tmp_path: Path, tiny_te
     assert "nothing was published" not in child.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_right_after_the_rename_says_it_was_published(
     tmp_path: Path, tiny_teacher_dir: Path, signum: int, code: int
