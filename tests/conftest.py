@@ -39,6 +39,14 @@ def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cpu_attention_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny teacher with a head size vLLM's CPU attention supports (32), built once per session."""
+    from generation_helpers import build_cpu_attention_teacher
+
+    return build_cpu_attention_teacher(tmp_path_factory.mktemp("tiny-teacher-hd32"))
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_teacher_dir: Path) -> Any:
     """The tiny teacher's tokenizer in gencache's state (left padding)."""
     from gencache.generation.teacher import load_tokenizer

