@@ -53,7 +53,8 @@ class RequestSampler:
 
     def __call__(self, scores: Any, output_ids: Any) -> None:
         states = [f.state for f in self.runner.inputs_and_outputs.requests_in_batch if f.has_new_token]
-        draws = uniforms([self.streams[s.request_id] for s in states], [s.generated_len() for s in states])
+        # a request of the manager's own (a warm-up) has no stream of the run: its tokens are never kept
+        draws = uniforms([self.streams.get(s.request_id, 0) for s in states], [s.generated_len() for s in states])
         tokens = draw_tokens(scores[0, : len(states)], draws)
         output_ids[0, : len(states)].copy_(tokens)
 
