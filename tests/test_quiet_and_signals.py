@@ -74,6 +74,28 @@ def test_a_signal_while_the_command_imports_is_one_line(
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
 
 
+def test_a_signal_a_library_swallowed_while_importing_still_stops_the_run(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    """A third-party import that catches every exception can swallow the stop a signal raised: the run still
+    stops before its first check, with the one line and 130, and publishes nothing."""
+    config = write_config(tmp_path, tiny_teacher_dir)
+    script = (
+        "import os, signal, sys\n"
+        "from gencache import interrupts\n"
+        "interrupts.install()\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "except BaseException:\n"
+        "    pass  # what a library's bare except around an optional import does\n"
+        "from gencache.cli import run\n"
+        f"sys.exit(run(['generate', {str(config)!r}]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    assert_one_stop_line(result.returncode, result.stderr.splitlines(), signal.SIGINT)
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.6, 1.2, 2.5, 5.0])
 def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:

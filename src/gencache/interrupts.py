@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import NoReturn
 
-__all__ = ["Stopped", "exit_now", "install", "note_published", "quiet_exit", "stop_message"]
+__all__ = ["Stopped", "exit_now", "install", "note_published", "quiet_exit", "raise_pending", "stop_message"]
 
 _CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
 _PUBLISHED: list[str] = []
+_PENDING: list[str] = []
 
 
 class Stopped(BaseException):
@@ -53,7 +54,18 @@ def stop_message(signame: str) -> str:
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
-    raise Stopped(signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    _PENDING.append(name)  # kept: a third-party import that catches every exception may swallow the raise
+    raise Stopped(name)
+
+
+def raise_pending() -> None:
+    """Raise :class:`Stopped` again for a signal that came earlier and was swallowed on the way (a library's bare
+    ``except`` around an optional import); the run calls it when it takes the signals over."""
+    if _PENDING:
+        name = _PENDING[0]
+        _PENDING.clear()
+        raise Stopped(name)
 
 
 def install() -> None:

@@ -376,8 +376,9 @@ def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
     if not active:
         yield
         return
-    from gencache.interrupts import note_published
+    from gencache.interrupts import note_published, raise_pending
 
+    raise_pending()  # a signal swallowed while the modules imported still stops the run before it starts
     note_published([])
     guard = SignalGuard(describe=run.interrupted)
     guard.install()
