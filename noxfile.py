@@ -34,7 +34,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Regenerate docs/config.md and docs/config.schema.json from the config models."""
-    session.run("uv", "run", "python", "-m", "gencache.configdoc", external=True)
+    session.run("uv", "run", "python", "-m", "gencache.docgen.config", external=True)
 
 
 @nox.session

@@ -27,7 +27,7 @@ from typing import Any
 import gencache
 from gencache.generation.effective import resolve_generation
 from gencache.generation.engines import continuous, static
-from gencache.tiny import build_tiny_teacher, builtin_corpus
+from gencache.generation.tiny import build_tiny_teacher, builtin_corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_generation import _quiet_transformers, longtail_workload

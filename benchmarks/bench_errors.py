@@ -171,7 +171,7 @@ def wall(command: list[str], env: dict[str, str]) -> float:
 
 
 def measure(root: Path, rows_count: int, rounds: int) -> tuple[list[str], float]:
-    from gencache.tiny import build_tiny_teacher
+    from gencache.generation.tiny import build_tiny_teacher
 
     teacher = build_tiny_teacher(root / "teacher", seed=0)
     rows = write_rows(root / "rows.jsonl", rows_count)

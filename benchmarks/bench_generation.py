@@ -44,7 +44,7 @@ if str(ROOT / "src") not in sys.path:
 from gencache.generation.effective import EffectiveGeneration, resolve_generation  # noqa: E402
 from gencache.generation.engines.static import generate_entries, padding_stats, plan_batches  # noqa: E402
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info  # noqa: E402
-from gencache.tiny import build_tiny_teacher, builtin_corpus  # noqa: E402
+from gencache.generation.tiny import build_tiny_teacher, builtin_corpus  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from engines_cpu import vllm_beside_transformers  # noqa: E402

@@ -27,7 +27,7 @@ from longtail import EngineRun, choose_eos, one_by_one, run_continuous, run_stat
 from gencache.generation.effective import resolve_generation
 from gencache.generation.engines.prefix import prefix_floor
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
-from gencache.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher, builtin_corpus
+from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher, builtin_corpus
 
 KeyedPrompt = tuple[str, list[int]]
 ROOT = Path(__file__).resolve().parent.parent

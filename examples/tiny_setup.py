@@ -18,8 +18,8 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 import gencache  # noqa: E402
-from gencache.demo import demo_config  # noqa: E402
-from gencache.tiny import build_tiny_teacher  # noqa: E402
+from gencache.cli.demo import demo_config  # noqa: E402
+from gencache.generation.tiny import build_tiny_teacher  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def offline_env() -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="session")
 def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Qwen3 teacher directory (seed 0), built once per session."""
-    from gencache.tiny import build_tiny_teacher
+    from gencache.generation.tiny import build_tiny_teacher
 
     directory: Path = build_tiny_teacher(tmp_path_factory.mktemp("tiny-teacher"), seed=0)
     return directory
@@ -41,7 +41,7 @@ def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cpu_attention_teacher_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny teacher with a head size vLLM's CPU attention supports (32), built once per session."""
-    from generation_helpers import build_cpu_attention_teacher
+    from support.generation_helpers import build_cpu_attention_teacher
 
     return build_cpu_attention_teacher(tmp_path_factory.mktemp("tiny-teacher-hd32"))
 
@@ -70,7 +70,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     from rich.console import Console
 
-    from gencache.demo import run_demo
+    from gencache.cli.demo import run_demo
 
     workdir = tmp_path_factory.mktemp("demo")
     printed = io.StringIO()

@@ -10,10 +10,10 @@ import pytest
 
 import gencache
 from gencache.artifact.reader import CacheReader, read_resolved_config, verify
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
-from gencache.errors import ConfigError
-from gencache.pipeline import DryRun
+from gencache.run.pipeline import DryRun
 
 
 @pytest.fixture()

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 import gencache
-from config_factory import musique, write_config
-from gencache.auditing import select_keys
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
-from gencache.errors import ConfigError
+from gencache.run.audit import select_keys
+from support.config_factory import musique, write_config
 
 SAMPLED = {"max_new_tokens": 6, "do_sample": True, "temperature": 1.2, "top_p": 0.9, "top_k": 30,
            "num_return_sequences": 3}  # fmt: skip

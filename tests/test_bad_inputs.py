@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from config_factory import config_dict, musique, write_config
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from support.config_factory import config_dict, musique, write_config
 
 Setup = Callable[[Path, Path], tuple[Path, list[str]]]
 
@@ -273,7 +273,7 @@ def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_d
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     code = (
-        "import sys\nfrom gencache.cli import run\n"
+        "import sys\nfrom gencache.cli.app import run\n"
         f"code = run(['generate', {str(path)!r}, '--dry-run'])\n"
         "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
     )

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from gencache.core.errors import DatasetError, PromptError
 from gencache.data.prompts import ContextBlock, Inline
 from gencache.data.samples import build_samples
-from gencache.errors import DatasetError, PromptError
 
 
 def turn(role: str, content: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ import pytest
 from gencache.artifact._fs import host_tag
 from gencache.artifact.publish import clean, lock_path
 from gencache.artifact.writer import ArtifactBuild
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
 
 PROVENANCE = {
     "model_path": "teacher",
@@ -109,7 +109,7 @@ def test_a_complete_artifact_with_a_temporary_looking_name_is_never_removed(tmp_
 
 def test_generate_refuses_an_output_dir_named_like_a_temporary_directory(tmp_path: Path) -> None:
     from gencache.artifact.publish import check_output_path
-    from gencache.errors import ConfigError
+    from gencache.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="gencache temporary directory"):
         check_output_path(tmp_path / f".x.gencache-{host_tag()}-123-0123abcd")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gencache.cli import run
-from gencache.entry import _run_simple, simple_command
-from storage_helpers import make_entries, writable_copy, write_artifact, write_shard
+from gencache.cli.app import run
+from gencache.cli.entry import _run_simple, simple_command
+from support.storage_helpers import make_entries, writable_copy, write_artifact, write_shard
 
 HEAVY = ("torch", "transformers", "datasets")
 COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit")
@@ -30,7 +30,9 @@ def loaded_by(code: str, modules: tuple[str, ...] = HEAVY) -> tuple[list[str], s
 
 
 def command(argv: list[str], expected_code: int = 0) -> list[str]:
-    loaded, _ = loaded_by(f"from gencache.cli import run\ncode = run({argv!r})\nassert code == {expected_code}, code")
+    loaded, _ = loaded_by(
+        f"from gencache.cli.app import run\ncode = run({argv!r})\nassert code == {expected_code}, code"
+    )
     return loaded
 
 
@@ -46,7 +48,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_the_pinned_commands_are_every_command() -> None:
     import typer
 
-    from gencache.cli import app
+    from gencache.cli.app import app
 
     assert sorted(typer.main.get_command(app).commands) == sorted(COMMANDS)  # type: ignore[attr-defined]
 
@@ -113,7 +115,7 @@ def test_the_console_script_reads_without_the_command_line_framework(
     code = f"""
 import sys
 sys.argv = ["gencache", *{[*argv, str(one), str(sharded)]!r}]
-from gencache.entry import main
+from gencache.cli.entry import main
 try:
     main()
 except SystemExit as exit:

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from gencache.canonical import canonical_json
 from gencache.config import (
     CacheConfig,
     DataConfig,
@@ -24,7 +23,8 @@ from gencache.config import (
     parse_data_configs,
 )
 from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
-from gencache.errors import ConfigError, GencacheError
+from gencache.core.canonical import canonical_json
+from gencache.core.errors import ConfigError, GencacheError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -642,7 +642,7 @@ def test_shipped_configs_load(path: Path) -> None:
 
 def test_config_module_imports_no_heavy_libraries() -> None:
     code = (
-        "import sys, gencache.config, gencache.data.samples, gencache.configdoc\n"
+        "import sys, gencache.config, gencache.data.samples, gencache.docgen.config\n"
         "from gencache.config import parse_config\n"
         "parse_config({'model': {'model_path': 'm'}, 'output_dir': 'o', 'data_configs': [{'dataset_name': 'niah',"
         " 'num_samples': 1, 'num_data_strs': 0, 'num_shots': 0, 'subset': '4096'}]})\n"

@@ -12,7 +12,9 @@ import pytest
 
 from gencache.config import CacheConfig, DataConfig, ModelConfig, parse_config
 from gencache.config.generation import GENERATION_FORBIDDEN, GENERATION_KWARG_RULES, LOGIT_FIELDS
-from gencache.configdoc import (
+from gencache.data.prompts import TEMPLATES
+from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
+from gencache.docgen.config import (
     EXAMPLE_CONFIG,
     MARKDOWN_PATH,
     SCHEMA_PATH,
@@ -23,13 +25,11 @@ from gencache.configdoc import (
     stale_docs,
     write_docs,
 )
-from gencache.data.prompts import TEMPLATES
-from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
-from gencache.datasetdoc import BEGIN, DATASETS_PATH, END, datasets_page, render_columns
-from schema_check import errors
+from gencache.docgen.datasets import BEGIN, DATASETS_PATH, END, datasets_page, render_columns
+from support.schema_check import errors
 
 REPO = Path(__file__).resolve().parents[1]
-REGENERATE = "out of date: run `uv run python -m gencache.configdoc` and commit docs/"
+REGENERATE = "out of date: run `uv run python -m gencache.docgen.config` and commit docs/"
 
 
 def test_checked_in_markdown_matches_the_models() -> None:
@@ -146,7 +146,7 @@ def test_write_docs_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_module_entry_point(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gencache.configdoc", "--root", str(tmp_path)],
+        [sys.executable, "-m", "gencache.docgen.config", "--root", str(tmp_path)],
         capture_output=True,
         text=True,
         check=True,

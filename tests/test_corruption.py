@@ -20,9 +20,9 @@ import pytest
 
 from gencache.artifact.names import make_shard_info, shard_of
 from gencache.artifact.reader import CacheReader, verify
-from gencache.canonical import canonical_bytes, json_digest
-from gencache.errors import GencacheError
-from storage_helpers import Entry, make_entries, overwrite, writable_copy, write_artifact
+from gencache.core.canonical import canonical_bytes, json_digest
+from gencache.core.errors import GencacheError
+from support.storage_helpers import Entry, make_entries, overwrite, writable_copy, write_artifact
 
 MASKS = (0x01, 0x20, 0x80)
 

@@ -19,8 +19,8 @@ from gencache.artifact.names import LENGTH_PREFIX_BYTES
 from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader, verify
-from gencache.errors import FormatError
-from storage_helpers import CHILD, PYTHON, child_env, make_entries
+from gencache.core.errors import FormatError
+from support.storage_helpers import CHILD, PYTHON, child_env, make_entries
 
 ENTRIES = 6
 LENGTH = 40

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from gencache.artifact.cache import Generation
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader
-from storage_helpers import make_entries, write_artifact
+from support.storage_helpers import make_entries, write_artifact
 
 LENGTH = 4_000  # 32 kB per sequence
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from dataset_helpers import FIX, DataConfig
+from gencache.core.errors import DatasetError
 from gencache.data.recipes import BUILTIN_DATASETS, get_recipe
-from gencache.errors import DatasetError
+from support.dataset_helpers import FIX, DataConfig
 
 Row = dict[str, Any]
 
@@ -169,7 +169,7 @@ def test_every_builtin_declares_its_columns() -> None:
 def test_generate_exits_2_with_one_line_naming_the_missing_column(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gencache.cli import run as cli_run
+    from gencache.cli.app import run as cli_run
 
     rows = [drop("question")(row) for row in read(FIX / "musique.jsonl")]
     path = write(tmp_path / "train.jsonl", rows)

@@ -16,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from dataset_helpers import FIX, DataConfig
 from gencache.config import parse_data_configs
 from gencache.config.datasets import RULER_TASKS
+from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import ContextBlock, Inline, prompt_text, render_prompt, tokenize_prompt
 from gencache.data.recipes import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
 from gencache.data.recipes.niah import chunk_sentences, split_sentences
-from gencache.errors import ConfigError, DatasetError
+from support.dataset_helpers import FIX, DataConfig
 
 REFERENCE_DATASETS = ("biography", "hotpot_qa", "musique", "niah")
 DEFAULT_SOURCES = {

@@ -15,11 +15,11 @@ from safetensors import safe_open
 
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, verify
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from gencache.core.errors import GencacheError, InputProblems, OutputExistsError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.errors import GencacheError, InputProblems, OutputExistsError
-from gencache.pipeline import run_generate
+from gencache.run.pipeline import run_generate
 
 
 def data_configs() -> list[dict[str, Any]]:

@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
 from gencache.config.engines import ContinuousOptions
 from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
+from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
-from gencache.errors import ConfigError, GenerationError
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import ENGINES, EngineContext, EngineStats, create_engine
 from gencache.generation.engines.continuous import generate_continuous, size_paged_cache, supported_transformers
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
-from gencache.pipeline import run_generate
-from generation_helpers import decode, finish_workload, resolve, solo, text_prompts
+from gencache.run.pipeline import run_generate
+from support.generation_helpers import decode, finish_workload, resolve, solo, text_prompts
 
 needs_continuous = pytest.mark.skipif(
     not supported_transformers(), reason="this transformers is older than the continuous engine supports"

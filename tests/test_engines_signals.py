@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from config_factory import config_dict, musique
-from config_factory import write_config as factory_config
 from gencache.generation.engines.continuous import supported_transformers
+from support.config_factory import config_dict, musique
+from support.config_factory import write_config as factory_config
 from test_generate_signals import Child, assert_killed_run_leaves_only_a_temporary_directory
 
 pytestmark = [

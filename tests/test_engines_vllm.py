@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gencache.errors import GenerationError
+from gencache.core.errors import GenerationError
 from gencache.generation.engines.vllm import (
     completion_to_answer,
     request_output_to_entry,
@@ -20,7 +20,7 @@ from gencache.generation.engines.vllm import (
 )
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.sampling import sampling_seed
-from generation_helpers import decode, resolve
+from support.generation_helpers import decode, resolve
 
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
@@ -118,7 +118,7 @@ def test_vllm_publishes_a_verified_artifact_on_cuda(tmp_path: Path, tiny_teacher
         pytest.skip("needs CUDA")
     from gencache.artifact.reader import verify
     from gencache.data.recipes import sample_source
-    from gencache.pipeline import run_generate
+    from gencache.run.pipeline import run_generate
 
     config = {
         "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cuda:0",

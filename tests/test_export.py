@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from gencache.artifact.reader import CacheReader
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
 from gencache.config import load_config
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.pipeline import run_generate
+from gencache.run.pipeline import run_generate
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +89,12 @@ def test_no_prompts_and_parquet_read_back_with_datasets(
     import datasets
     import pyarrow.parquet as pq
 
-    import gencache.export
+    import gencache.run.export
 
     published, _ = artifact
     jsonl = tmp_path / "a.jsonl"
     assert cli_run(["export", str(published), "--out", str(jsonl)]) == 0
-    monkeypatch.setattr(gencache.export, "PARQUET_BATCH_ROWS", 2)  # streamed: several row groups
+    monkeypatch.setattr(gencache.run.export, "PARQUET_BATCH_ROWS", 2)  # streamed: several row groups
     parquet = tmp_path / "a.parquet"
     assert cli_run(["export", str(published), "--out", str(parquet), "--format", "parquet"]) == 0
     assert pq.ParquetFile(parquet).metadata.num_row_groups == 3
@@ -167,7 +167,7 @@ def test_a_damaged_record_stops_the_export_naming_the_file(
     artifact: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str, prompts: bool
 ) -> None:
     from gencache.artifact.resolved import with_resolved_digest
-    from storage_helpers import writable_copy
+    from support.storage_helpers import writable_copy
 
     copy = writable_copy(artifact[0], tmp_path / "copy")
     path = copy / "resolved_config.json"
@@ -197,7 +197,7 @@ def test_a_damaged_record_stops_the_export_naming_the_file(
 
 
 def test_a_changed_source_file_stops_the_export(artifact: tuple[Path, Path], tmp_path: Path) -> None:
-    from storage_helpers import writable_copy
+    from support.storage_helpers import writable_copy
 
     data = writable_copy(artifact[1], tmp_path / artifact[1].name)
     train = data / "train.jsonl"

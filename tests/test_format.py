@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format_reference import header_object, make_record, manifest_object, record_fields
 from gencache.artifact.header import build_header, header_capacity, length_prefix, parse_header, read_length_prefix
 from gencache.artifact.manifest import (
     check_manifest,
@@ -32,9 +31,10 @@ from gencache.artifact.names import (
 )
 from gencache.artifact.records import Record
 from gencache.artifact.summary import build_summary
-from gencache.canonical import canonical_bytes, json_digest
-from gencache.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
-from storage_helpers import PROVENANCE, TOKENIZER, key
+from gencache.core.canonical import canonical_bytes, json_digest
+from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
+from support.format_reference import header_object, make_record, manifest_object, record_fields
+from support.storage_helpers import PROVENANCE, TOKENIZER, key
 
 
 def records_for(plan: list[list[int]], keys: list[str] | None = None) -> dict[str, Record]:
@@ -467,7 +467,7 @@ def test_the_format_keys_and_kwargs_modules_are_pure() -> None:
 
     code = (
         "import sys, gencache.artifact.names, gencache.artifact.records, gencache.artifact.header, "
-        "gencache.artifact.summary, gencache.artifact.manifest, gencache.canonical, gencache.data.keys, "
+        "gencache.artifact.summary, gencache.artifact.manifest, gencache.core.canonical, gencache.data.keys, "
         "gencache.config.kwargs\n"
         "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy') if m in sys.modules))"
     )

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from gencache.config.generation import NO_LOGITS_MESSAGE
-from gencache.errors import ConfigError, GenerationError
+from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import GeneratedEntry
 from gencache.generation.engines.static import batching_policy, generate_entries, padding_stats, plan_batches
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info, seed_everything
-from gencache.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
-from generation_helpers import PROMPT_TEXTS, choose_finish_case, decode, key_of, resolve, solo, text_prompts
+from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
+from support.generation_helpers import PROMPT_TEXTS, choose_finish_case, decode, key_of, resolve, solo, text_prompts
 
 
 def _run(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, batch_size: int) -> list[Any]:
@@ -488,7 +488,7 @@ class _Clock:
 def test_plain_progress_prints_periodic_lines_with_rate_and_eta() -> None:
     import io
 
-    from gencache.progress import PlainProgress, Progress
+    from gencache.core.progress import PlainProgress, Progress
 
     clock, stream = _Clock(), io.StringIO()
     progress = PlainProgress(10, stream=stream, interval=10.0, clock=clock)
@@ -512,7 +512,7 @@ def test_plain_progress_prints_periodic_lines_with_rate_and_eta() -> None:
 def test_make_progress_picks_plain_lines_off_a_terminal_and_rich_when_asked() -> None:
     import io
 
-    from gencache.progress import PlainProgress, RichProgress, format_duration, make_progress
+    from gencache.core.progress import PlainProgress, RichProgress, format_duration, make_progress
 
     assert isinstance(make_progress(3, stream=io.StringIO()), PlainProgress)
     stream = io.StringIO()

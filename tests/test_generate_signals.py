@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from config_factory import config_dict, musique
-from config_factory import write_config as factory_config
 from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
+from support.config_factory import config_dict, musique
+from support.config_factory import write_config as factory_config
 
 TIMEOUT = 120
 #: every test here runs a whole `python -m gencache generate` child (torch imported, the teacher loaded)

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from dataset_helpers import GOLDEN, DataConfig
 from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import normalize, prompt_text, render_prompt
 from gencache.data.recipes import get_recipe
+from support.dataset_helpers import GOLDEN, DataConfig
 
 CASES: list[dict[str, Any]] = json.loads((GOLDEN / "cases.json").read_text(encoding="utf-8"))
 

@@ -12,7 +12,7 @@ import torch
 from gencache.artifact.reader import CacheReader, verify
 from gencache.data.recipes import sample_source
 from gencache.generation.engines.continuous import supported_transformers
-from gencache.pipeline import run_generate
+from gencache.run.pipeline import run_generate
 
 pytestmark = [
     pytest.mark.gpu,

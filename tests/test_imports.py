@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from storage_helpers import make_entries, write_artifact
+from support.storage_helpers import make_entries, write_artifact
 
 HEAVY = ("torch", "transformers", "datasets", "pydantic")
 
@@ -21,7 +21,7 @@ def loaded_after(code: str) -> list[str]:
 
 
 def test_help_and_config_loading_import_no_heavy_module(tmp_path: Path) -> None:
-    assert loaded_after("from gencache.cli import run\nassert run(['--help']) == 0") == []
+    assert loaded_after("from gencache.cli.app import run\nassert run(['--help']) == 0") == []
     loaded = loaded_after("import gencache\ngencache.load_config\ngencache.semantic_key\ngencache.GencacheError")
     assert loaded == ["pydantic"]  # the config models
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from gencache.cli.init import CHAT_ROWS, QA_ROWS, write_starter
 from gencache.config import load_config
 from gencache.data.samples import build_samples
-from gencache.init import CHAT_ROWS, QA_ROWS, write_starter
 
 
 def test_init_writes_a_config_that_generates_as_is(

@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from config_factory import config_dict
 from gencache.config import config_to_json, parse_config
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model
 from gencache.config.datasets import DATASET_KWARGS
 from gencache.config.engines import ContinuousOptions, StaticOptions
 from gencache.config.templates import TEMPLATE_KWARGS
+from gencache.core.errors import ConfigError
 from gencache.data.prompts import TEMPLATES
 from gencache.data.recipes import BUILTIN_DATASETS
-from gencache.errors import ConfigError
 from gencache.generation.engines import EngineContext, create_engine
-from generation_helpers import resolve
+from support.config_factory import config_dict
+from support.generation_helpers import resolve
 
 
 def test_engine_options_are_the_chosen_engines_validated_model(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_a_plugin_object_without_a_kwargs_model_is_named(tmp_path: Path, monkeyp
     from importlib import metadata
 
     from gencache.config.catalog import GROUP, load_entry_point
-    from gencache.errors import DatasetError
+    from gencache.core.errors import DatasetError
 
     module = "gencache_test_bad_plugin"
     (tmp_path / f"{module}.py").write_text("class Recipe:\n    name = 'bad'\n    kwargs_model = dict\n\nTHING = 3\n")

@@ -14,11 +14,11 @@ import gencache
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.report import inspect_exit_code, inspect_report
 from gencache.artifact.summary import shard_data_configs
-from gencache.canonical import canonical_bytes
-from gencache.cli import run
+from gencache.cli.app import run
+from gencache.core.canonical import canonical_bytes
+from gencache.core.errors import ShardError
 from gencache.data.recipes import sample_source
-from gencache.errors import ShardError
-from storage_helpers import make_entries, write_shard
+from support.storage_helpers import make_entries, write_shard
 
 RUN = "a" * 64
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataset_helpers import GOLDEN, DataConfig
 from gencache.config.templates import TEMPLATE_KWARGS
+from gencache.core.errors import DatasetError, GencacheError
 from gencache.data.keys import SEMANTIC_FIELDS, semantic_key
 from gencache.data.prompts import render_prompt, tokenize_prompt
 from gencache.data.recipes import get_recipe
-from gencache.errors import DatasetError, GencacheError
+from support.dataset_helpers import GOLDEN, DataConfig
 
 # Pinned: computed from the key's definition (docs/datasets.md) with json.dumps + hashlib, not with gencache.
 # Changing one is a breaking change.

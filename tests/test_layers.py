@@ -1,10 +1,11 @@
 """Which part of gencache may import which: the layers that docs/architecture.md draws, pinned.
 
-Bottom to top: the foundation modules (errors, canonical JSON, tokenizer state, hub access, the progress protocol,
-the version, the lazy package names), then the config package (every input rule), the artifact package, the
-generation package, the data package, the training package, and the run and the CLI on top. A module may import
-its own layer and the layers below it, never one above; no package module imports the package root. Imports
-inside functions count too (they are still arrows).
+Bottom to top: the foundation (``gencache.core``: errors, canonical JSON, tokenizer state, hub access, the
+progress protocol, the version, the lazy package names, quiet output and signals), then the config package (every
+input rule), the artifact package, the generation package, the data package, the training package, the run
+(``gencache.run``), the generated reference (``gencache.docgen``) and the command line (``gencache.cli``) on top.
+A module may import its own layer and the layers below it, never one above; no package module imports the package
+root. Imports inside functions and under ``TYPE_CHECKING`` count too (they are still arrows).
 """
 
 from __future__ import annotations
@@ -15,17 +16,14 @@ from pathlib import Path
 import gencache
 
 ROOT = Path(gencache.__file__).parent
-FOUNDATION = {"errors", "canonical", "tokenizer", "hub", "progress", "version", "lazy"}
-LAYERS = ["foundation", "config", "artifact", "generation", "data", "training", "top"]
+LAYERS = ["core", "config", "artifact", "generation", "data", "training", "run", "docgen", "cli"]
 
 
 def layer_of(module: str) -> str:
     parts = module.split(".")[1:]
     if not parts:
         return "root"
-    if parts[0] in FOUNDATION:
-        return "foundation"
-    if parts[0] in ("config", "artifact", "generation", "data", "training"):
+    if parts[0] in LAYERS:
         return parts[0]
     return "top"
 
@@ -54,6 +52,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def test_the_top_level_holds_only_the_package_root_and_its_main() -> None:
+    loose = sorted(path.name for path in ROOT.glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py"]
+    packages = sorted(path.parent.name for path in ROOT.glob("*/__init__.py"))
+    assert packages == sorted(LAYERS)
+
+
 def test_no_module_imports_a_layer_above_its_own() -> None:
     violations = []
     for path in sorted(ROOT.rglob("*.py")):
@@ -61,6 +66,7 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
         if name == "gencache" or name == "gencache.__main__":
             continue
         own = layer_of(name)
+        assert own != "top", name
         for target in imports_of(path):
             other = layer_of(target)
             if other == "root":

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from gencache.config import parse_data_configs
+from gencache.core.errors import DatasetError
 from gencache.data.recipes import SAMPLES_DIR
 from gencache.data.samples import build_samples
 from gencache.data.sources import _read_files, _read_with_datasets
 from gencache.data.tables import read_light
-from gencache.errors import DatasetError
 
 GOLDEN = Path(__file__).parent / "data" / "golden" / "fixtures"
 FILES = sorted([*SAMPLES_DIR.rglob("*.jsonl"), *GOLDEN.rglob("*.jsonl")])

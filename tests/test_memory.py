@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from storage_helpers import CHILD, PYTHON, child_env, make_entries, write_artifact
+from support.storage_helpers import CHILD, PYTHON, child_env, make_entries, write_artifact
 
 ENTRIES = 100
 FAULT_AROUND = 64 * 1024  # the kernel maps up to 16 cached pages around a faulting one

@@ -15,9 +15,9 @@ from gencache.artifact.manifest import make_provenance
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.reader import CacheReader
 from gencache.artifact.report import inspect_report, verify_report
-from gencache.errors import CompatibilityError, FormatError, GencacheError, ShardError
-from gencache.render import render_inspect, verify_progress
-from storage_helpers import PROVENANCE, Entry, make_entries, write_artifact, write_shard
+from gencache.cli.render import render_inspect, verify_progress
+from gencache.core.errors import CompatibilityError, FormatError, GencacheError, ShardError
+from support.storage_helpers import PROVENANCE, Entry, make_entries, write_artifact, write_shard
 
 RUN = "1" * 64
 OTHER_RUN = "2" * 64
@@ -210,7 +210,7 @@ def test_a_shard_set_routes_each_key_to_its_shard(tmp_path: Path) -> None:
 
 
 def test_inspect_of_a_shard_set_details_every_shard_and_keeps_whole_paths(tmp_path: Path) -> None:
-    from gencache.progress import make_console
+    from gencache.core.progress import make_console
 
     entries = make_entries(9)
     base = tmp_path / ("a-long-output-directory-name-" * 3)
@@ -226,7 +226,7 @@ def test_inspect_of_a_shard_set_details_every_shard_and_keeps_whole_paths(tmp_pa
 
 
 def test_an_unsuffixed_shard_set_exports_every_shard(tmp_path: Path) -> None:
-    from gencache.export import export
+    from gencache.run.export import export
 
     entries = make_entries(9)
     base = tmp_path / "out"

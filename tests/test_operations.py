@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from config_factory import musique, write_config
 from gencache.artifact.reader import CacheReader, read_resolved_config
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from gencache.core.errors import FormatError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.errors import FormatError
-from gencache.overrides import Overrides, load_with_overrides
-from storage_helpers import make_entries, writable_copy, write_artifact
+from gencache.run.overrides import Overrides, load_with_overrides
+from support.config_factory import musique, write_config
+from support.storage_helpers import make_entries, writable_copy, write_artifact
 
 
 def online_env(tmp_path: Path) -> dict[str, str]:
@@ -277,7 +277,7 @@ def test_a_surrogate_escape_in_a_manifest_is_a_printable_fail(tmp_path: Path, wh
 def test_the_progress_of_a_sharded_run_counts_the_whole_run_and_names_the_shard() -> None:
     import io
 
-    from gencache.progress import PlainProgress, StagedProgress
+    from gencache.core.progress import PlainProgress, StagedProgress
 
     stream = io.StringIO()
     now = [0.0]
@@ -349,7 +349,7 @@ def test_sigint_after_the_command_finished_exits_with_its_code_and_no_traceback(
     # A worker thread of an engine may still wind down at interpreter exit after the artifact was published.
     code = (
         "import os, signal, threading, time\n"
-        "from gencache.cli import _exit_quietly_on_interrupt\n"
+        "from gencache.cli.app import _exit_quietly_on_interrupt\n"
         "threading.Thread(target=time.sleep, args=(30,)).start()  # a non-daemon thread joined at exit\n"
         "_exit_quietly_on_interrupt(0)\n"
         "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
@@ -365,8 +365,8 @@ def test_sigint_after_the_command_finished_exits_with_its_code_and_no_traceback(
 )  # fmt: skip
 def test_one_rule_says_what_is_a_local_path_for_models_and_datasets(value: str, is_path: bool) -> None:
     from gencache.config import looks_like_path
+    from gencache.core.errors import DatasetError
     from gencache.data.sources import classify_source
-    from gencache.errors import DatasetError
 
     assert looks_like_path(value) is is_path
     if is_path:  # a dataset source that looks like a path is a path (missing here), never a hub id
@@ -379,7 +379,7 @@ def test_one_rule_says_what_is_a_local_path_for_models_and_datasets(value: str, 
 def test_run_messages_read_in_order_with_sub_second_durations_and_zero_based_shards(
     tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
-    from gencache.pipeline import generate_run
+    from gencache.run.pipeline import generate_run
 
     events: list[str] = []
 

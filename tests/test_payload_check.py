@@ -13,8 +13,8 @@ import pytest
 
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import PAYLOAD_CHECK_INTERVAL, CacheReader
-from gencache.errors import ConfigError, IntegrityError, MissingEntryError
-from storage_helpers import Entry, make_entries, writable_copy, write_artifact, write_shard
+from gencache.core.errors import ConfigError, IntegrityError, MissingEntryError
+from support.storage_helpers import Entry, make_entries, writable_copy, write_artifact, write_shard
 
 
 @pytest.fixture(scope="module")

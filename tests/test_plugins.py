@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.recipes import DATASETS, get_recipe
 from gencache.data.recipes.plugins import PluginRecipe
 from gencache.data.samples import build_samples
-from gencache.errors import ConfigError, DatasetError
-from plugin_helpers import EXAMPLE, REPO, install_package, write_project
+from support.plugin_helpers import EXAMPLE, REPO, install_package, write_project
 
 TERMS = [
     {"term": f"term{i}", "definition": f"Definition {i}.", "notes": [f"Note {i}a.", f"Note {i}b."],

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import gencache
-from config_factory import musique, write_config
-from gencache import hub
-from gencache.errors import GencacheError
+from gencache.core import hub
+from gencache.core.errors import GencacheError
 from gencache.generation.engines.memory import GIB, available_host_memory
+from support.config_factory import musique, write_config
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from gencache.config import parse_data_configs
 from gencache.config.templates import DefaultKwargs
+from gencache.core.errors import ConfigError, PromptError
 from gencache.data.prompts import (
     TEMPLATES,
     ContextBlock,
@@ -25,7 +26,6 @@ from gencache.data.prompts import (
     render_prompt,
     tokenize_prompt,
 )
-from gencache.errors import ConfigError, PromptError
 
 QWEN3_LIKE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

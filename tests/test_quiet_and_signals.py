@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from config_factory import config_dict, musique
-from config_factory import write_config as factory_config
 from gencache.artifact.reader import verify
+from support.config_factory import config_dict, musique
+from support.config_factory import write_config as factory_config
 from test_generate_signals import Child
 
 TIMEOUT = 180
@@ -82,13 +82,13 @@ def test_a_signal_a_library_swallowed_while_importing_still_stops_the_run(
     config = write_config(tmp_path, tiny_teacher_dir)
     script = (
         "import os, signal, sys\n"
-        "from gencache import interrupts\n"
+        "from gencache.core import interrupts\n"
         "interrupts.install()\n"
         "try:\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "except BaseException:\n"
         "    pass  # what a library's bare except around an optional import does\n"
-        "from gencache.cli import run\n"
+        "from gencache.cli.app import run\n"
         f"sys.exit(run(['generate', {str(config)!r}]))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
@@ -170,7 +170,7 @@ def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
 
     import tqdm.std
 
-    from gencache.quiet import prepare_model_libraries, quiet_libraries
+    from gencache.core.quiet import prepare_model_libraries, quiet_libraries
 
     original = tqdm.std.tqdm.__dict__["__init__"]
     for _ in range(2):  # a second block in the same process too

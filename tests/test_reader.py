@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, Generation, verify
-from gencache.errors import CompatibilityError, FormatError, IntegrityError, MissingEntriesError, MissingEntryError
-from storage_helpers import PROVENANCE, TOKENIZER, Entry, key, make_entries, writable_copy, write_artifact
+from gencache.core.errors import CompatibilityError, FormatError, IntegrityError, MissingEntriesError, MissingEntryError
+from support.storage_helpers import PROVENANCE, TOKENIZER, Entry, key, make_entries, writable_copy, write_artifact
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +266,7 @@ def test_a_pickled_reader_refuses_a_regenerated_artifact(tmp_path: Path) -> None
 def test_the_canonical_scan_and_the_general_parse_agree(tmp_path: Path) -> None:
     import json
 
-    from gencache.canonical import canonical_bytes
+    from gencache.core.canonical import canonical_bytes
 
     entries = make_entries(30, length=7)
     out = write_artifact(tmp_path / "fast", entries)
@@ -369,7 +369,7 @@ def test_verify_checks_the_resolved_config_against_the_manifest(
     artifact: tuple[Path, list[Entry]], tmp_path: Path, edit: Any, says: str
 ) -> None:
     from gencache.artifact.manifest import json_file_bytes
-    from gencache.cli import run as cli_run
+    from gencache.cli.app import run as cli_run
 
     path = writable_copy(artifact[0], tmp_path / "copy")
     resolved = json.loads((path / "resolved_config.json").read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""The run an artifact records (gencache.recorded): the effective config after --limit and --set, the samples
+"""The run an artifact records (gencache.run.recorded): the effective config after --limit and --set, the samples
 rebuilt from it with the artifact's keys, a shard base read through its first shard, and every damaged record or
 changed source file refused in one line naming the file."""
 
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 import gencache
-from config_factory import musique, write_config
 from gencache.artifact.reader import CacheReader
+from gencache.core.errors import ConfigError, DatasetError, FormatError, SourceChangedError
 from gencache.data.recipes import sample_source
 from gencache.data.recorded import check_sources
-from gencache.errors import ConfigError, DatasetError, FormatError, SourceChangedError
-from gencache.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
-from storage_helpers import make_entries, writable_copy, write_artifact
+from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
+from support.config_factory import musique, write_config
+from support.storage_helpers import make_entries, writable_copy, write_artifact
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from config_factory import config_dict
-from gencache.checks import Preflight, preflight
 from gencache.config import parse_config
-from gencache.errors import ConfigError, DatasetError, GenerationError, InputProblems
+from gencache.core.errors import ConfigError, DatasetError, GenerationError, InputProblems
+from gencache.run.checks import Preflight, preflight
+from support.config_factory import config_dict
 
 
 def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:

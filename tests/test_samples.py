@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from dataset_helpers import GOLDEN
 from gencache.config import DataConfig, parse_config, parse_data_configs
+from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.samples import (
     DataConfigSummary,
     DuplicatePromptWarning,
@@ -20,7 +20,7 @@ from gencache.data.samples import (
     needs_tokenizer,
     tokenizer_reasons,
 )
-from gencache.errors import ConfigError, DatasetError
+from support.dataset_helpers import GOLDEN
 
 CASES: list[dict[str, Any]] = json.loads((GOLDEN / "cases.json").read_text(encoding="utf-8"))
 CASE = {case["id"]: case for case in CASES}

@@ -16,15 +16,15 @@ import pytest
 import torch
 
 import gencache
-from config_factory import musique, write_config
 from gencache.config.engines import ContinuousOptions
+from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
-from gencache.errors import ConfigError
 from gencache.generation.engines import EngineContext, create_engine
 from gencache.generation.engines.continuous import generate_continuous
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
-from generation_helpers import resolve, text_prompts
+from support.config_factory import musique, write_config
+from support.generation_helpers import resolve, text_prompts
 
 SAMPLING = {"do_sample": True, "temperature": 1.3, "top_p": 0.9, "top_k": 20, "num_return_sequences": 3}
 

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from config_factory import musique
-from config_factory import write_config as factory_config
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.names import shard_dir_name
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
 from gencache.data.recipes import sample_source
-from gencache.overrides import Overrides
-from gencache.pipeline import generate_run
+from gencache.run.overrides import Overrides
+from gencache.run.pipeline import generate_run
+from support.config_factory import musique
+from support.config_factory import write_config as factory_config
 from test_generate_signals import Child
 
 COUNT = 4

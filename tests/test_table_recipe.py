@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
+from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.prompts import ContextBlock
 from gencache.data.samples import build_samples
-from gencache.errors import ConfigError, DatasetError
 
 ROWS = [
     {"id": i, "question": f"Question {i}?", "answer": f"Answer {i}", "passages": [f"P{i} one.", f"P{i} two."],

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gencache.tiny import ENDOFTEXT, IM_END, IM_START, TINY_MAX_NEW_TOKENS, build_tiny_teacher
+from gencache.generation.tiny import ENDOFTEXT, IM_END, IM_START, TINY_MAX_NEW_TOKENS, build_tiny_teacher
 
 EXPECTED_FILES = {
     "config.json",

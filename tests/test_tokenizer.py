@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gencache.errors import ConfigError
-from gencache.tokenizer import prepare_tokenizer, tokenizer_state
+from gencache.core.errors import ConfigError
+from gencache.core.tokenizer import prepare_tokenizer, tokenizer_state
 
 
 def test_left_padding_and_an_existing_pad_token_is_kept(golden_tokenizer: Any) -> None:

@@ -12,10 +12,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from gencache.artifact.reader import CacheReader
+from gencache.core.errors import CompatibilityError, ConfigError, MissingEntriesError
 from gencache.data.samples import build_samples
-from gencache.errors import CompatibilityError, ConfigError, MissingEntriesError
 from gencache.training import DistillationCollator, DistillationDataset, pad_batch
-from storage_helpers import Entry, write_artifact
+from support.storage_helpers import Entry, write_artifact
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +183,8 @@ def test_batches_hold_model_inputs_and_carry_metadata_across_processes(demo: dic
 
 def test_a_compatibility_error_is_one_sentence_of_fix_after_the_differences(tmp_path: Path) -> None:
     from gencache.artifact.reader import CacheReader
-    from gencache.errors import CompatibilityError
-    from storage_helpers import PROVENANCE, make_entries, write_artifact
+    from gencache.core.errors import CompatibilityError
+    from support.storage_helpers import PROVENANCE, make_entries, write_artifact
 
     reader = CacheReader(write_artifact(tmp_path / "a", make_entries(2)))
     with pytest.raises(CompatibilityError) as info:

@@ -15,10 +15,10 @@ import torch
 
 import gencache
 from gencache.artifact.reader import CacheReader
+from gencache.core.errors import ConfigError, FormatError, MissingEntriesError
 from gencache.data.samples import build_samples
-from gencache.errors import ConfigError, FormatError, MissingEntriesError
 from gencache.training import DistillationCollator, DistillationDataset, LeftOut, to_hf_dataset
-from storage_helpers import writable_copy
+from support.storage_helpers import writable_copy
 
 transformers = pytest.importorskip("transformers")
 
@@ -26,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> dict[str, Any]:
     """The demo config, a --limit 3 --set artifact of it and a 2-shard run of it."""
-    from gencache.demo import demo_config
+    from gencache.cli.demo import demo_config
     from gencache.generation.teacher import load_tokenizer
 
     work = tmp_path_factory.mktemp("from-artifact")

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gencache.errors import CompatibilityError, ConfigError
+from gencache.core.errors import CompatibilityError, ConfigError
 from gencache.training import answer_positions, distillation_loss
 
 

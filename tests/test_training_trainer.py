@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gencache.artifact.reader import CacheReader
-from gencache.errors import CompatibilityError, OutputExistsError
+from gencache.core.errors import CompatibilityError, OutputExistsError
 from gencache.training import DistillationCollator, DistillationDataset
 
 transformers = pytest.importorskip("transformers")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
 from gencache.data.recipes import sample_source
-from generation_helpers import manifest_digests, skip_unless_vllm_cpu
+from support.generation_helpers import manifest_digests, skip_unless_vllm_cpu
 
 pytestmark = pytest.mark.vllm
 skip_unless_vllm_cpu()

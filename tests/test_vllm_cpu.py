@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from gencache.cli import run as cli_run
+from gencache.cli.app import run as cli_run
 from gencache.config.engines import VllmOptions
+from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
-from gencache.errors import ConfigError
 from gencache.generation.engines import EngineContext, create_engine
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.engines.vllm import VllmEngine
 from gencache.generation.engines.vllm_platform import installed_build
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
-from generation_helpers import (
+from support.generation_helpers import (
     build_cpu_attention_teacher,
     decode,
     finish_workload,
@@ -178,7 +178,7 @@ def test_the_vllm_artifact_has_the_static_artifacts_content_digests_and_records_
     tmp_path: Path, teacher: Path
 ) -> None:
     from gencache.artifact.reader import verify
-    from gencache.pipeline import run_generate
+    from gencache.run.pipeline import run_generate
 
     static = run_generate(_config(tmp_path, teacher, "transformers", "static"))
     served = run_generate(_config(tmp_path, teacher, "vllm", "vllm", engine_options=OPTIONS))
@@ -199,7 +199,7 @@ def test_the_vllm_artifact_has_the_static_artifacts_content_digests_and_records_
 def test_the_prefix_cache_serves_few_shot_prompts_at_least_90_percent_of_what_the_floor_allows(
     tmp_path: Path, teacher: Path
 ) -> None:
-    from gencache.pipeline import run_generate
+    from gencache.run.pipeline import run_generate
 
     few_shot = _config(tmp_path, teacher, "vllm", "few-shot", engine_options=OPTIONS)
     config = json.loads(few_shot.read_text(encoding="utf-8"))

@@ -13,7 +13,7 @@ import pytest
 from gencache.config.engines import ContinuousOptions
 from gencache.generation.engines.continuous import ContinuousEngine, generate_continuous, supported_transformers
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order, reusable_prefix
-from generation_helpers import resolve
+from support.generation_helpers import resolve
 
 
 def test_the_floor_counts_what_no_earlier_prompt_shares_in_whole_blocks() -> None:

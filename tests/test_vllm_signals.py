@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gencache.data.recipes import sample_source
-from generation_helpers import skip_unless_vllm_cpu
+from support.generation_helpers import skip_unless_vllm_cpu
 from test_generate_signals import Child, assert_killed_run_leaves_only_a_temporary_directory
 
 pytestmark = pytest.mark.vllm

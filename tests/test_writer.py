@@ -20,7 +20,6 @@ import pytest
 import safetensors
 import safetensors.torch
 
-from format_reference import manifest_object
 from gencache.artifact import publish as publish_module
 from gencache.artifact.header import header_capacity
 from gencache.artifact.manifest import MANIFEST_CHUNK_BYTES, json_file_bytes
@@ -28,8 +27,9 @@ from gencache.artifact.publish import RENAME_MODES, check_output_path, clean, pr
 from gencache.artifact.reader import CacheReader, verify
 from gencache.artifact.summary import build_summary
 from gencache.artifact.writer import ArtifactBuild, CacheWriter
-from gencache.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
-from storage_helpers import PROVENANCE, RESOLVED, make_entries, tokens, write_artifact
+from gencache.core.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
+from support.format_reference import manifest_object
+from support.storage_helpers import PROVENANCE, RESOLVED, make_entries, tokens, write_artifact
 
 A, B = "a" * 64, "b" * 64
 
@@ -597,7 +597,7 @@ def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:
 
 
 def test_clean_of_a_missing_parent_is_bad_input(tmp_path: Path) -> None:
-    from gencache.errors import ConfigError
+    from gencache.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not a directory"):
         publish_module.clean(tmp_path / "missing")

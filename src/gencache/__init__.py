@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gencache.lazy import lazy_names
-from gencache.version import __version__
+from gencache.core.lazy import lazy_names
+from gencache.core.version import __version__
 
 _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",
@@ -17,28 +17,24 @@ _EXPORTS = {
     "load_config": "gencache.config",
     "build_samples": "gencache.data.samples",
     "semantic_key": "gencache.data.keys",
-    "prepare_tokenizer": "gencache.tokenizer",
-    "GencacheError": "gencache.errors",
-    "CompatibilityError": "gencache.errors",
-    "ConfigError": "gencache.errors",
-    "DatasetError": "gencache.errors",
-    "FormatError": "gencache.errors",
-    "IntegrityError": "gencache.errors",
-    "MissingEntriesError": "gencache.errors",
-    "MissingEntryError": "gencache.errors",
-    "generate": "gencache.api",
-    "audit": "gencache.auditing",
+    "prepare_tokenizer": "gencache.core.tokenizer",
+    "GencacheError": "gencache.core.errors",
+    "CompatibilityError": "gencache.core.errors",
+    "ConfigError": "gencache.core.errors",
+    "DatasetError": "gencache.core.errors",
+    "FormatError": "gencache.core.errors",
+    "IntegrityError": "gencache.core.errors",
+    "MissingEntriesError": "gencache.core.errors",
+    "MissingEntryError": "gencache.core.errors",
+    "generate": "gencache.run.api",
+    "audit": "gencache.run.audit",
 }
 
 if TYPE_CHECKING:
-    from gencache.api import generate
     from gencache.artifact.mixture import open_caches
     from gencache.artifact.reader import CacheReader, Generation
-    from gencache.auditing import audit
     from gencache.config import load_config
-    from gencache.data.keys import semantic_key
-    from gencache.data.samples import build_samples
-    from gencache.errors import (
+    from gencache.core.errors import (
         CompatibilityError,
         ConfigError,
         DatasetError,
@@ -48,7 +44,11 @@ if TYPE_CHECKING:
         MissingEntriesError,
         MissingEntryError,
     )
-    from gencache.tokenizer import prepare_tokenizer
+    from gencache.core.tokenizer import prepare_tokenizer
+    from gencache.data.keys import semantic_key
+    from gencache.data.samples import build_samples
+    from gencache.run.api import generate
+    from gencache.run.audit import audit
 
 __all__ = [
     "CacheReader",

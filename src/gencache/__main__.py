@@ -1,6 +1,6 @@
 """``python -m gencache``: the same CLI as the ``gencache`` command."""
 
-from gencache.entry import main
+from gencache.cli.entry import main
 
 if __name__ == "__main__":
     main()

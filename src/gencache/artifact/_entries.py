@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gencache.artifact.names import FINISH_REASONS, TOKEN_BYTES
-from gencache.errors import FormatError
+from gencache.core.errors import FormatError
 
 REASONS = frozenset(FINISH_REASONS)
 

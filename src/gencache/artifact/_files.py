@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.names import ARTIFACT_FILES, PAYLOAD_NAME
-from gencache.errors import FormatError
+from gencache.core.errors import FormatError
 
 
 def open_regular(path: Path, what: str) -> int:

@@ -10,7 +10,7 @@ import socket
 from contextlib import suppress
 from pathlib import Path
 
-from gencache.errors import WriteError
+from gencache.core.errors import WriteError
 
 MAX_WRITE_BYTES = 8 * 1024 * 1024  # largest single write
 _IOV_BATCH = 64  # buffers per pwritev (far below IOV_MAX)

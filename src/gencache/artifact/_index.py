@@ -30,8 +30,8 @@ from gencache.artifact.header import Header, check_header, parse_header
 from gencache.artifact.manifest import MANIFEST_FIELDS, check_manifest, check_provenance, provenance_digest
 from gencache.artifact.names import FINISH_REASONS, FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES, TOKEN_DTYPE
 from gencache.artifact.summary import check_summary
-from gencache.canonical import canonical_json
-from gencache.errors import FormatError
+from gencache.core.canonical import canonical_json
+from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
 ENTRY_WINDOW = 1 << 13

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.errors import CompatibilityError, MissingEntriesError, MissingEntryError
-from gencache.tokenizer import tokenizer_state
+from gencache.core.errors import CompatibilityError, MissingEntriesError, MissingEntryError
+from gencache.core.tokenizer import tokenizer_state
 
 if TYPE_CHECKING:
     import torch

@@ -31,8 +31,8 @@ from gencache.artifact.records import (
     record_start,
     sorted_record_keys,
 )
-from gencache.canonical import canonical_bytes, canonical_json, is_int
-from gencache.errors import ConfigError, FormatError, HeaderCapacityError
+from gencache.core.canonical import canonical_bytes, canonical_json, is_int
+from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
 
 if TYPE_CHECKING:
     from gencache.artifact.manifest import Manifest
@@ -103,7 +103,7 @@ def build_header(
     """The canonical header JSON (unpadded) for the appended entries, in the sorted order of canonical JSON.
 
     Assembled directly from the records (the tests pin its bytes against a reference built with
-    :func:`gencache.canonical.canonical_json`). Keys must be semantic keys (checked): hex, so no name needs
+    :func:`gencache.core.canonical.canonical_json`). Keys must be semantic keys (checked): hex, so no name needs
     escaping and ``"__metadata__"`` sorts between the keys that start with a digit and those that start with a
     letter. ``sorted_keys`` (from :func:`gencache.artifact.records.sorted_record_keys`) spares a caller that also
     builds the manifest a second sort and check.

@@ -40,10 +40,10 @@ from gencache.artifact.records import (
     sorted_record_keys,
 )
 from gencache.artifact.summary import check_summary
-from gencache.canonical import canonical_bytes, canonical_json, is_int, is_sha256_hex, json_digest
 from gencache.config.names import DTYPES
-from gencache.errors import FormatError
-from gencache.tokenizer import TOKENIZER_STATE_FIELDS, tokenizer_state
+from gencache.core.canonical import canonical_bytes, canonical_json, is_int, is_sha256_hex, json_digest
+from gencache.core.errors import FormatError
+from gencache.core.tokenizer import TOKENIZER_STATE_FIELDS, tokenizer_state
 
 PROVENANCE_FIELDS = ("model_path", "tokenizer_path", "dtype", "tokenizer")
 MANIFEST_FIELDS = frozenset(
@@ -105,7 +105,7 @@ def make_provenance(model_path: str, tokenizer_path: str, dtype: str, tokenizer:
     """The provenance an artifact records: teacher, tokenizer path and state, dtype (validated).
 
     ``tokenizer`` is a state mapping ``{padding_side, pad_token_id, eos_token_id}`` or a tokenizer object
-    (its state is read with :func:`gencache.tokenizer.tokenizer_state`).
+    (its state is read with :func:`gencache.core.tokenizer.tokenizer_state`).
     """
     state = dict(tokenizer) if isinstance(tokenizer, Mapping) else tokenizer_state(tokenizer)
     return check_provenance(
@@ -205,7 +205,7 @@ def iter_manifest_bytes(
     """The bytes of ``manifest.json`` in pieces of about ``chunk_bytes`` bytes, so a writer can stream it.
 
     Assembled directly in canonical-JSON order (the tests pin its bytes against a reference built with
-    :func:`gencache.canonical.canonical_json`); the small provenance and summary go through ``canonical_json``.
+    :func:`gencache.core.canonical.canonical_json`); the small provenance and summary go through ``canonical_json``.
     ``summary`` is the object :func:`gencache.artifact.summary.build_summary` returns. The keys, the provenance
     and the summary are checked before the first piece is yielded (the keys unless ``sorted_keys`` from
     :func:`gencache.artifact.records.sorted_record_keys` is given). Raises :class:`FormatError`.

@@ -19,7 +19,7 @@ from gencache.artifact.cache import Generation, GenerationArrays, GenerationCach
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, PathLike
 from gencache.artifact.shards import ShardSet, check_shard_set, expand_output, find_shards
-from gencache.errors import CompatibilityError, FormatError, ShardError
+from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
 
 class MultiCacheReader(GenerationCache):

@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gencache.canonical import is_int, is_sha256_hex
-from gencache.errors import FormatError, ShardError
+from gencache.core.canonical import is_int, is_sha256_hex
+from gencache.core.errors import FormatError, ShardError
 
 FORMAT_VERSION = 3
 STORAGE = "safetensors"

@@ -22,7 +22,7 @@ from typing import Any
 from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
 from gencache.artifact.names import ARTIFACT_FILES
 from gencache.artifact.phases import report_phase
-from gencache.errors import ConfigError, OutputExistsError, WriteError
+from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 
 RENAME_MODES = ("renameat2", "rename")
 

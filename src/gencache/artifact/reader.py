@@ -42,7 +42,7 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
 )
 from gencache.artifact.resolved import resolved_config_problems
-from gencache.errors import ConfigError, FormatError, GencacheError, IntegrityError
+from gencache.core.errors import ConfigError, FormatError, GencacheError, IntegrityError
 
 if TYPE_CHECKING:
     import torch

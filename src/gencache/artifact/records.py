@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gencache.artifact.names import is_key
-from gencache.errors import FormatError
+from gencache.core.errors import FormatError
 
 Record = tuple[Any, ...]
 """What the writer keeps of one appended entry, flat so that it is one small tuple: ``(start, n_0, digest_0,

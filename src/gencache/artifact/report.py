@@ -1,7 +1,7 @@
-"""What ``gencache inspect`` and ``gencache verify`` report, as plain data (:mod:`gencache.render` draws it).
+"""What ``gencache inspect`` and ``gencache verify`` report, as plain data (:mod:`gencache.cli.render` draws it).
 
 :func:`inspect_report` returns JSON-ready data (``inspect --json`` prints it as is; the CLI draws it as tables
-with :func:`gencache.render.render_inspect`); :func:`verify_results` re-hashes artifacts and returns one result
+with :func:`gencache.cli.render.render_inspect`); :func:`verify_results` re-hashes artifacts and returns one result
 per artifact or finding. Nothing here prints.
 """
 
@@ -22,7 +22,7 @@ from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, re
 from gencache.artifact.resolved import DIGEST_FIELD, with_resolved_digest
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards, stray_directory
 from gencache.artifact.summary import check_data_configs
-from gencache.errors import FormatError, GencacheError
+from gencache.core.errors import FormatError, GencacheError
 
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 _NOT_UNICODE = (

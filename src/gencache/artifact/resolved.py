@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gencache.artifact.names import FORMAT_VERSION
-from gencache.canonical import json_digest
+from gencache.core.canonical import json_digest
 
 __all__ = ["DIGEST_FIELD", "RESOLVED_FIELDS", "resolved_config_problems", "with_resolved_digest"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gencache.artifact.names import ARTIFACT_FILES, parse_shard_dir_name
-from gencache.errors import ShardError
+from gencache.core.errors import ShardError
 
 PathLike = str | os.PathLike[str]
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from gencache.errors import Terminated
+from gencache.core.errors import Terminated
 
 Describe = Callable[[str, "str | None"], str]
 """``describe(signal_name, just_published)``: the one-line message of a signal; ``just_published`` is the

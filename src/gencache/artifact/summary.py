@@ -13,8 +13,8 @@ from typing import Any
 
 from gencache.artifact.names import FINISH_REASONS, check_shard_info, shard_of
 from gencache.artifact.records import Record, is_single, record_lengths, record_reasons
-from gencache.canonical import is_int
-from gencache.errors import FormatError
+from gencache.core.canonical import is_int
+from gencache.core.errors import FormatError
 
 _SUMMARY_FIELDS = frozenset({"entries", "sequences", "tokens", "duplicates", "finish_reasons", "data_configs", "shard"})
 _CALLER_SUMMARY_FIELDS = frozenset({"duplicates", "data_configs", "shard"})

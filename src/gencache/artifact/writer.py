@@ -48,7 +48,7 @@ from gencache.artifact.publish import RENAME_MODES, check_output_path, hold_lock
 from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
 from gencache.artifact.signals import SignalGuard
 from gencache.artifact.summary import build_summary
-from gencache.errors import FormatError, HeaderCapacityError, WriteError
+from gencache.core.errors import FormatError, HeaderCapacityError, WriteError
 
 READ_ONLY = 0o444
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gencache.lazy import lazy_names
+from gencache.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from gencache.config.documents import (

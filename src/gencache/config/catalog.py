@@ -19,7 +19,7 @@ from typing import Any
 from gencache.config.datasets import DATASET_KWARGS
 from gencache.config.kwargs import KwargsModel
 from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
-from gencache.errors import ConfigError, DatasetError, first_line
+from gencache.core.errors import ConfigError, DatasetError, first_line
 
 __all__ = [
     "GROUP",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gencache.config.describe import type_name as _type_name
-from gencache.errors import ConfigError
+from gencache.core.errors import ConfigError
 
 DEFAULTS_FILENAME = "_default.json"
 """The sibling file whose fields fill in what a config file leaves out (deep-merged under it)."""

@@ -3,7 +3,7 @@ uses it, and which engines honour it.
 
 Three readers share it: the config loader (type and range checks when the config loads, no model needed), the
 effective generation config (the same checks on the merged user + teacher values, then the decoding-mode drops), and
-the config reference page (``gencache.configdoc``). The engine check (:func:`engine_refusals`) runs on the effective
+the config reference page (``gencache.docgen.config``). The engine check (:func:`engine_refusals`) runs on the effective
 config before any weights load: a setting an engine cannot honour exactly is refused with one line naming the
 engine, the setting and the engines that do honour it.
 
@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from gencache.canonical import is_finite_number, is_int
 from gencache.config.describe import not_value, show
 from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM
+from gencache.core.canonical import is_finite_number, is_int
 
 __all__ = [
     "FIELD",

@@ -50,7 +50,7 @@ from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.messages import nested_error as _nested_error
 from gencache.config.names import Dtype, EngineName
 from gencache.config.templates import TemplateKwargs
-from gencache.errors import ConfigError
+from gencache.core.errors import ConfigError
 
 __all__ = [
     "MAX_SEED",
@@ -177,7 +177,7 @@ def _kwargs_of(value: Any, model: type[KwargsT], what: str) -> KwargsT:
 
 
 # A validated kwargs model, serialised with its own fields; the model is chosen by the sibling name field, so the
-# schema here is an object and configdoc adds the per-dataset and per-template schemas.
+# schema here is an object and gencache.docgen adds the per-dataset and per-template schemas.
 DataKwargsField: TypeAlias = Annotated[
     SerializeAsAny[KwargsModel],
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Data Kwargs"}),
@@ -188,7 +188,7 @@ TemplateKwargsField: TypeAlias = Annotated[
 ]
 
 
-# The chosen engine's validated options model, serialised with its own fields (configdoc adds the per-engine schemas).
+# The chosen engine's validated options model, serialised with its own fields (gencache.docgen adds the per-engine schemas).
 EngineOptionsField: TypeAlias = Annotated[
     SerializeAsAny[EngineOptions],
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Engine Options"}),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gencache.canonical import canonical_bytes, sha256_hex
-from gencache.errors import DatasetError
+from gencache.core.canonical import canonical_bytes, sha256_hex
+from gencache.core.errors import DatasetError
 
 SEMANTIC_FIELDS = ("documents", "query", "shots", "task")
 

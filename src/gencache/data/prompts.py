@@ -16,7 +16,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from gencache.canonical import json_digest, sha256_hex
 from gencache.config.templates import (
     DefaultKwargs,
     LlamaChatKwargs,
@@ -24,7 +23,8 @@ from gencache.config.templates import (
     TemplateKwargs,
     TokenizerChatKwargs,
 )
-from gencache.errors import PromptError
+from gencache.core.canonical import json_digest, sha256_hex
+from gencache.core.errors import PromptError
 
 
 @dataclass(frozen=True, slots=True)

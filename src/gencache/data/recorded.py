@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import shard_of
 from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
-from gencache.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
+from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig

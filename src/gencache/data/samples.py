@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from gencache.config import CacheConfig, DataConfig, parse_data_configs
-from gencache.errors import ConfigError, DatasetError, PromptError
+from gencache.core.errors import ConfigError, DatasetError, PromptError
 
 if TYPE_CHECKING:
     from gencache.data.prompts import Prompt, TokenizedPrompt

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
+from gencache.core.errors import DatasetError, first_line
 from gencache.data.origins import SourceInfo, TableOrigin, register_origin
-from gencache.errors import DatasetError, first_line
 
 EXTENSIONS = FILE_SUFFIXES
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
@@ -165,7 +165,7 @@ def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
 
-    from gencache import hub
+    from gencache.core import hub
 
     local = os.path.isdir(hub_id)
     with hub.offline_scope():  # a quick probe: offline mode (for this load) instead of a minute of retries

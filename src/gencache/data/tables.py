@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from gencache.errors import DatasetError
+from gencache.core.errors import DatasetError
 
 __all__ = [
     "MAX_LIGHT_BYTES",

@@ -3,7 +3,7 @@
 The user's ``model.generation_kwargs``, then the teacher's ``generation_config.json``, then transformers' defaults.
 ``do_sample`` is false unless the user asks; settings of a decoding mode the run does not use are dropped (sampling
 parameters under greedy decoding, beam parameters without beams); every value is checked against the rule book in
-:mod:`gencache.config.generation`; every problem is a :class:`~gencache.errors.ConfigError` (exit code 2).
+:mod:`gencache.config.generation`; every problem is a :class:`~gencache.core.errors.ConfigError` (exit code 2).
 :func:`check_engine` then refuses what the chosen engine cannot honour.
 
 transformers is imported inside the functions, so importing this module stays cheap.
@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gencache.canonical import is_int
 from gencache.config.describe import type_name
 from gencache.config.generation import (
     FIELD,
@@ -32,9 +31,10 @@ from gencache.config.generation import (
     setting_problem,
 )
 from gencache.config.messages import join_problems
-from gencache.errors import ConfigError, first_line
+from gencache.core.canonical import is_int
+from gencache.core.errors import ConfigError, first_line
+from gencache.core.hub import revision_kwargs
 from gencache.generation import teacher
-from gencache.hub import revision_kwargs
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig

@@ -11,9 +11,9 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.names import DTYPES
-from gencache.errors import ConfigError, GenerationError, first_line
-from gencache.hub import revision_kwargs
-from gencache.tokenizer import prepare_tokenizer
+from gencache.core.errors import ConfigError, GenerationError, first_line
+from gencache.core.hub import revision_kwargs
+from gencache.core.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -124,7 +124,7 @@ def runtime_info(model: Any) -> dict[str, Any]:
     """dtype, attention implementation, device and library versions, for ``resolved_config.json``."""
     import torch
 
-    from gencache.version import __version__
+    from gencache.core.version import __version__
 
     device = model_device(model)
     if device.type == "cuda":

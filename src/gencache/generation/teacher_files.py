@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.errors import ConfigError
+from gencache.core.errors import ConfigError
 
 __all__ = [
     "ATTENTION_IMPLEMENTATIONS",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gencache.lazy import lazy_names
+from gencache.core.lazy import lazy_names
 from gencache.training.collate import METADATA_FIELDS, MODEL_INPUTS, DistillationBatch, DistillationCollator, pad_batch
 from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset, to_hf_dataset
 from gencache.training.hf import METADATA_COLUMNS

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gencache.errors import ConfigError
+from gencache.core.errors import ConfigError
 
 #: The label of a position that is not an answer token (Hugging Face's ignore index).
 IGNORE_INDEX = -100

@@ -24,9 +24,9 @@ from torch.utils.data import Dataset
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.config import CacheConfig, DataConfig, load_config
+from gencache.core.errors import ConfigError
 from gencache.data.recorded import RecordedRun, rebuild_samples, run_of_readers
 from gencache.data.samples import Sample, SampleSet, build_samples, concat_sample_sets
-from gencache.errors import ConfigError
 from gencache.training.collate import IGNORE_INDEX
 from gencache.training.selection import Items, LeftOut, Missing, Selection, select_items
 
@@ -103,7 +103,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     data configs' samples; ``finish_reasons`` (for example ``["eos"]``) keeps the answers with those finish reasons
     and ``max_answer_tokens`` those of at most that many tokens, a sample with no answer left being left out;
     ``missing="skip"`` leaves out the samples whose key no cache holds instead of raising
-    :class:`~gencache.errors.MissingEntriesError`. :attr:`left_out` counts what was left out, by reason
+    :class:`~gencache.core.errors.MissingEntriesError`. :attr:`left_out` counts what was left out, by reason
     (:class:`~gencache.training.LeftOut`); :class:`~gencache.training.DistillationTrainer` logs it once.
 
     ``max_length`` bounds ``len(input_ids)``. ``truncation="refuse"`` raises :class:`ConfigError` on a longer

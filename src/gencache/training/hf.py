@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gencache.errors import OutputExistsError, WriteError
+from gencache.core.errors import OutputExistsError, WriteError
 from gencache.training.collate import IGNORE_INDEX
 
 if TYPE_CHECKING:

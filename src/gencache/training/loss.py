@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from gencache.errors import CompatibilityError, ConfigError
+from gencache.core.errors import CompatibilityError, ConfigError
 from gencache.training.collate import IGNORE_INDEX
 
 DEFAULT_CHUNK_SIZE = 512

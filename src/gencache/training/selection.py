@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gencache.artifact.names import FINISH_REASONS
-from gencache.errors import ConfigError
+from gencache.core.errors import ConfigError
 
 Missing = Literal["error", "skip"]
 MISSING_POLICIES: tuple[str, ...] = ("error", "skip")

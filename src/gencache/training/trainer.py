@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import transformers
 
-from gencache.errors import CompatibilityError, ConfigError
+from gencache.core.errors import CompatibilityError, ConfigError
 from gencache.training.loss import DEFAULT_CHUNK_SIZE, check_loss_settings, distillation_loss
 from gencache.training.selection import LeftOut
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
 from gencache.config.datasets import DATASET_KWARGS
+from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.recipes import biography, chat, hotpot_qa, musique, niah, table
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo
 from gencache.data.recipes.plugins import load_plugin
-from gencache.errors import ConfigError, DatasetError
 
 BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
     "biography": biography.RECIPE,

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from gencache.config import KwargsModel
+from gencache.core.errors import DatasetError
 from gencache.data.origins import SourceInfo
 from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
-from gencache.errors import DatasetError
 
 
 class DataConfigLike(Protocol):

@@ -17,9 +17,9 @@ import random
 from typing import Any
 
 from gencache.config.datasets import BiographyKwargs
+from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
 from gencache.data.recipes.columns import Column, field_of, row_error
-from gencache.errors import DatasetError
 
 ATTRIBUTES = ("birth_date", "birth_place", "current_location", "university", "major", "company")
 QA_SUFFIX = " Respond with the answer only. Answer:"

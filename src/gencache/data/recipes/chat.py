@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
+from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, check_columns, field_of, json_cell, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, row_id_of, task_of
-from gencache.errors import DatasetError
 
 ROLES = ("system", "user", "assistant")
 #: ShareGPT's ``from`` values and the roles they stand for.

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.describe import type_name
+from gencache.core.errors import DatasetError
 from gencache.data.origins import origin_of
-from gencache.errors import DatasetError
 
 __all__ = [
     "Column",

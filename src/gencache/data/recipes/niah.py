@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import NIAHKwargs
+from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
 from gencache.data.recipes.columns import Column, field_of
-from gencache.errors import DatasetError
 
 PARTITION_SEED = 42
 SPLITS = ("train", "test")

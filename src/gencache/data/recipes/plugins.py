@@ -21,9 +21,9 @@ from importlib import metadata
 from typing import Any
 
 from gencache.config.catalog import describe, load_entry_point, not_a_recipe
+from gencache.core.errors import DatasetError, GencacheError, PromptError, first_line
 from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
-from gencache.errors import DatasetError, GencacheError, PromptError, first_line
 
 __all__ = ["PluginRecipe", "load_plugin"]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import TableKwargs
+from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
 from gencache.data.recipes.columns import (
     Column,
@@ -28,7 +29,6 @@ from gencache.data.recipes.columns import (
     row_error,
     row_value,
 )
-from gencache.errors import DatasetError
 
 COLUMNS = (
     Column("<query>", "string", True, "The column data_kwargs.query names (default question): the key's query."),

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gencache.config.engines import EngineOptions
 from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
-from gencache.errors import ConfigError, GenerationError
+from gencache.core.errors import ConfigError, GenerationError
 
 if TYPE_CHECKING:
     import torch
 
+    from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
-    from gencache.progress import Progress
 
 __all__ = [
     "ENGINES",

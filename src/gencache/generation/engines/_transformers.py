@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gencache.errors import GenerationError
+from gencache.core.errors import GenerationError
 from gencache.generation import teacher
 from gencache.generation.determinism import determinism_facts
 from gencache.generation.effective import check_engine

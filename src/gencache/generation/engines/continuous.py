@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import ContinuousOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS
-from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.determinism import determinism_facts
 from gencache.generation.engines import (
@@ -49,8 +49,8 @@ from gencache.generation.finish import FinishScanner
 from gencache.generation.sampling import sampling_seed
 
 if TYPE_CHECKING:
+    from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
-    from gencache.progress import Progress
 
 __all__ = [
     "MIN_TRANSFORMERS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gencache.errors import GenerationError
+from gencache.core.errors import GenerationError
 from gencache.generation.engines import EngineStats
 from gencache.generation.engines.prefix import PrefixStats
 from gencache.generation.sampling import draw_tokens, uniforms

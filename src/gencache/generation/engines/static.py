@@ -23,10 +23,10 @@ import copy
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gencache.canonical import is_int
 from gencache.config.engines import StaticOptions
 from gencache.config.names import ENGINE_STATIC
-from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.core.canonical import is_int
+from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.engines import (
     EngineContext,
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     import torch
     from transformers import GenerationConfig
 
+    from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
-    from gencache.progress import Progress
 
 __all__ = ["StaticEngine", "batching_policy", "generate_entries", "padding_stats", "plan_batches"]
 

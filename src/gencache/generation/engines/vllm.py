@@ -29,7 +29,7 @@ kernels need, and the ``LLM`` is built at the first ``generate`` with a KV cache
 things: torch's global seed (to ``seed``), its thread binding and some environment variables.
 
 vLLM is imported only when the engine loads (importing it takes half a minute). Without it installed, creating
-the engine is one :class:`~gencache.errors.ConfigError` line saying how to install it.
+the engine is one :class:`~gencache.core.errors.ConfigError` line saying how to install it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import VllmOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
-from gencache.errors import ConfigError, GenerationError, first_line
+from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation.determinism import BATCH_INVARIANT_ENV, determinism_facts, env_batch_invariant
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
@@ -72,8 +72,8 @@ from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_ST
 from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
 
 if TYPE_CHECKING:
+    from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
-    from gencache.progress import Progress
 
 __all__ = [
     "INSTALL_HINT",
@@ -432,7 +432,7 @@ class VllmEngine:
     def runtime(self) -> dict[str, Any]:
         import torch
 
-        from gencache.version import __version__
+        from gencache.core.version import __version__
 
         cuda = not self.on_cpu and torch.cuda.is_available()
         return {

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gencache.errors import GenerationError
+from gencache.core.errors import GenerationError
+from gencache.core.hub import revision_kwargs
 from gencache.generation.engines.memory import GIB, AttentionShape, attention_shape_of, available_host_memory
-from gencache.hub import revision_kwargs
 
 __all__ = [
     "BATCH_INVARIANT_MIN_CAPABILITY",

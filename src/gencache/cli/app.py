@@ -1,0 +1,432 @@
+"""The ``gencache`` command line: a thin layer over the library that maps errors to one line and an exit code.
+
+Heavy modules (torch, transformers, datasets) are imported inside the commands so ``gencache --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+
+from gencache.cli.audit import audit_command
+from gencache.core.errors import GencacheError, InputProblems, Terminated
+from gencache.core.interrupts import Stopped, quiet_exit
+from gencache.core.quiet import printable, quiet_libraries
+from gencache.core.version import __version__
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="gencache",
+    help="Build, inspect and verify immutable teacher-generation caches for knowledge distillation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class _Interrupted(Exception):
+    """Carries a KeyboardInterrupt past typer, which would turn it into a silent exit code 130."""
+
+
+def _interruptible(command: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted(exc) from exc
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gencache {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
+
+
+FLAG = ""  # shown instead of typer's "<bool>" for flags in --help
+
+
+_ConfigArgument = Annotated[
+    Path,
+    typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
+]
+_SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="PATH=VALUE",
+        help="Override one config field by its dotted path with a JSON value (repeatable), e.g. "
+        "--set model.generation_kwargs.max_new_tokens=64.",
+    ),
+]
+_OutputDirOption = Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")]
+_LimitOption = Annotated[
+    int | None,
+    typer.Option("--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix of the full run)."),
+]
+_ShardsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--shards",
+        metavar="N",
+        help="Run all N shards in this process, publishing each when done; rerun after a crash to generate only "
+        "the shards that are not published yet.",
+    ),
+]
+_ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        metavar="I/N",
+        help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM.",
+    ),
+]
+_SkipPublishedOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-published",
+        metavar=FLAG,
+        help="Exit 0 when this shard is already published, verifies and is of the same run.",
+    ),
+]
+_DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        metavar=FLAG,
+        help="Make every check generate makes before loading weights, report them and exit with generate's code.",
+    ),
+]
+_ShowPromptOption = Annotated[
+    int | None,
+    typer.Option(
+        "--show-prompt",
+        metavar="N",
+        help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
+    ),
+]
+_RawOption = Annotated[
+    bool,
+    typer.Option(
+        "--raw",
+        metavar=FLAG,
+        help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
+        "stdout (no report).",
+    ),
+]
+_VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        metavar=FLAG,
+        help="Let library log lines and progress bars (hub, transformers, datasets, vLLM) through.",
+    ),
+]
+_JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        metavar=FLAG,
+        help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout.",
+    ),
+]
+
+
+@app.command()
+@_interruptible
+def generate(
+    config: _ConfigArgument,
+    set_: _SetOption = None,
+    output_dir: _OutputDirOption = None,
+    limit: _LimitOption = None,
+    shards: _ShardsOption = None,
+    shard: _ShardOption = None,
+    skip_published: _SkipPublishedOption = False,
+    dry_run: _DryRunOption = False,
+    show_prompt: _ShowPromptOption = None,
+    raw: _RawOption = False,
+    json_: _JsonOption = False,
+    verbose: _VerboseOption = False,
+) -> None:
+    """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
+    from gencache.cli.generate import Notices, dry_run_output, echo_json, problems_json
+    from gencache.core.errors import ConfigError, InputProblems
+    from gencache.core.progress import make_progress
+    from gencache.run.api import generate as generate_cache
+
+    if raw and show_prompt is None:
+        raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
+    if json_ and not (dry_run or show_prompt is not None):
+        raise ConfigError("--json goes with --dry-run; add --dry-run.")
+    notices = Notices()
+    try:
+        with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
+            result = generate_cache(
+                config, overrides=list(set_ or ()), output_dir=output_dir, limit=limit, shard=shard, shards=shards,
+                skip_published=skip_published, dry_run=dry_run or show_prompt is not None, show_prompt=show_prompt,
+                notify=notices, progress=make_progress,
+            )  # fmt: skip
+    except GencacheError as error:
+        if not json_:
+            raise
+        problems = error.problems if isinstance(error, InputProblems) else None
+        echo_json(problems_json(error.exit_code, problems, error))
+        raise typer.Exit(error.exit_code) from None
+    if isinstance(result, Path):
+        typer.echo(str(result))
+        return
+    dry_run_output(result, notices.console(), raw=raw, as_json=json_)
+
+
+@app.command()
+def inspect(
+    dirs: Annotated[
+        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of tables.")
+    ] = False,
+) -> None:
+    """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
+    and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
+    not one whole run; 2 when a path is not an artifact at all)."""
+    from gencache.cli.read import inspect_command
+
+    code = inspect_command(dirs, as_json=as_json)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+@_interruptible
+def verify(
+    dirs: Annotated[
+        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of lines.")
+    ] = False,
+) -> None:
+    """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
+    output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
+    from gencache.cli.read import verify_command
+
+    code = verify_command(dirs, as_json=as_json)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+@_interruptible
+def export(
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="A published artifact directory (or an unsuffixed sharded output).")
+    ],
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The file to write (must not exist).")],
+    format: Annotated[
+        str, typer.Option("--format", metavar="jsonl|parquet", help="JSON Lines (default) or parquet.")
+    ] = "jsonl",
+    no_prompts: Annotated[
+        bool, typer.Option("--no-prompts", metavar=FLAG, help="Leave the prompts out (no datasets needed).")
+    ] = False,
+    data_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-root",
+            metavar="DIR",
+            help="Look for the recorded local dataset sources under DIR (by their last path component).",
+        ),
+    ] = None,
+    source: Annotated[
+        list[str] | None,
+        typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
+    ] = None,
+    no_legacy_names: Annotated[
+        bool,
+        typer.Option(
+            "--no-legacy-names",
+            metavar=FLAG,
+            help="Leave out prompt_text and text (the same values as prompt and completion).",
+        ),
+    ] = False,
+) -> None:
+    """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
+    length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
+    the artifact's provenance in its schema metadata. Works from the artifact alone."""
+    from gencache.artifact.report import classify_path
+    from gencache.core.errors import InputPathError
+    from gencache.run.export import export as export_artifact
+    from gencache.run.export import parse_source_override
+
+    not_artifact = classify_path(directory)
+    if not_artifact is not None:
+        raise InputPathError(not_artifact["error"])
+    sources = dict(parse_source_override(text) for text in source or ())
+    with quiet_libraries(False):
+        result = export_artifact(
+            directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources,
+            legacy_names=not no_legacy_names,
+        )  # fmt: skip
+    if result.note:
+        typer.echo(f"note: {result.note}", err=True)
+    typer.echo(f"wrote {result.records} records to {result.out}")
+
+
+@app.command()
+def clean(
+    parent: Annotated[
+        Path,
+        typer.Argument(metavar="PARENT_DIR", help="The directory that holds output directories (output_dir's parent)."),
+    ],
+) -> None:
+    """Remove temporary directories left by killed gencache processes on this host."""
+    from gencache.artifact.publish import clean as clean_parent
+
+    removed = clean_parent(parent)
+    for path in removed:
+        typer.echo(f"removed {path}")
+    typer.echo(f"{len(removed)} temporary director{'y' if len(removed) == 1 else 'ies'} removed")
+
+
+@app.command()
+@_interruptible
+def demo(
+    workdir: Annotated[
+        Path, typer.Option("--workdir", help="Where to build the tiny teacher and the artifact.")
+    ] = Path("gencache-demo"),
+) -> None:
+    """Build a tiny random teacher, generate a cache over bundled sample data on CPU, inspect it and read an entry."""
+    from gencache.cli.demo import run_demo
+
+    with quiet_libraries(False):
+        run_demo(workdir)
+
+
+@app.command()
+@_interruptible
+def init(
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Where to write config.json and data/ (created if needed).")
+    ] = Path("gencache-start"),
+    teacher: Annotated[
+        str | None,
+        typer.Option("--teacher", metavar="PATH_OR_ID", help="The teacher to use instead of building the tiny one."),
+    ] = None,
+) -> None:
+    """Write a config over local example files (a QA table and chat rows) that runs as is, to edit into your own."""
+    from gencache.cli.init import write_starter
+
+    with quiet_libraries(False):
+        starter = write_starter(directory, teacher=teacher)
+    if starter.built_teacher:
+        typer.echo(f"built the demo's tiny teacher in {starter.teacher}")
+    for path in starter.data:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {starter.config}")
+    typer.echo(f"next: gencache generate {starter.config} --dry-run   (then without --dry-run)")
+
+
+app.command(name="audit")(_interruptible(audit_command))
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM."""
+    try:  # typer's own base of its usage errors (newer typer vendors click); older releases raise click's
+        from typer import TyperException as CommandLineError
+    except ImportError:  # pragma: no cover
+        from click import ClickException as CommandLineError  # type: ignore[assignment]
+
+    try:
+        result = app(args=argv, prog_name="gencache", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        typer.echo("Aborted; nothing was published.", err=True)
+        return 130
+    except CommandLineError as exc:
+        show = getattr(exc, "show", None)  # usage errors print the usage line and a hint
+        if callable(show):
+            show()
+        else:  # pragma: no cover
+            typer.echo(f"Error: {exc.format_message()}", err=True)
+        return int(exc.exit_code)
+    except InputProblems as exc:  # several independent problems: one line each, then how many
+        _debug_traceback()
+        for problem in exc.problems:
+            typer.echo(printable(f"error: {problem.error}"), err=True)
+        typer.echo(f"{len(exc.problems)} problems found; nothing was loaded or written.", err=True)
+        return exc.exit_code
+    except GencacheError as exc:
+        _debug_traceback()
+        typer.echo(printable(f"error: {exc}"), err=True)
+        return exc.exit_code
+    except _Interrupted as wrapped:  # SIGINT, or SIGTERM/SIGHUP as gencache.core.errors.Terminated
+        interrupt = wrapped.args[0]
+        typer.echo(printable(str(interrupt) or "Interrupted; nothing was published."), err=True)
+        return interrupt.exit_code if isinstance(interrupt, Terminated) else 130
+    except Stopped as stop:  # a signal outside a run (gencache.core.interrupts), an import included
+        typer.echo(printable(stop.message), err=True)
+        return stop.exit_code
+    except OSError as exc:  # a file-system failure gencache did not anticipate: still one line
+        _debug_traceback()
+        typer.echo(f"error: {exc}", err=True)
+        return 1
+    except Exception as exc:  # a bug: say so in one line, the traceback is one variable away
+        _debug_traceback()
+        typer.echo(
+            f"internal error: {type(exc).__name__}: {exc} (rerun with GENCACHE_DEBUG=1 for the traceback)", err=True
+        )
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def _debug_traceback() -> None:
+    if os.environ.get("GENCACHE_DEBUG") == "1":
+        traceback.print_exc()
+
+
+_exit_quietly_on_interrupt = quiet_exit  # the name the tests (and older callers) use
+
+
+def main() -> None:
+    """Console-script entry point: the command, with SIGINT/SIGTERM/SIGHUP at any moment one line and 130/143."""
+    from gencache.core import interrupts
+
+    interrupts.install()  # again: the console script's entry installs them before it imports this module
+    code = 1
+    try:
+        code = run()
+        _exit_quietly_on_interrupt(code)
+    except interrupts.Stopped as stop:  # between the command's end and the quiet exit
+        interrupts.exit_now(stop)
+    sys.exit(code)
+
+
+__all__ = [
+    "app",
+    "main",
+    "printable",
+    "run",
+]

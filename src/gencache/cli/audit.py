@@ -1,0 +1,111 @@
+"""``gencache audit``: the command over :func:`gencache.run.audit.audit` (options, the report file, the exit code).
+
+Registered on the CLI's app by :mod:`gencache.cli.app`; torch and transformers load inside the command only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gencache.core.errors import ConfigError, InputPathError
+
+__all__ = ["audit_command"]
+
+FLAG = ""
+
+
+def _report_path(report: Path, artifact: Path) -> Path:
+    """``--report`` made absolute; refused inside the artifact (which is immutable) and under a parent that is not a
+    directory."""
+    target = Path(os.path.abspath(os.path.expanduser(report)))
+    base = Path(os.path.abspath(os.path.expanduser(artifact)))
+    if target == base or base in target.parents:
+        raise ConfigError(f"--report {report}: an artifact is immutable; write the report outside {artifact}.")
+    if not target.parent.is_dir():
+        raise ConfigError(f"--report {report}: {target.parent} is not a directory.")
+    return target
+
+
+def _write_report(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` through a temporary file renamed into place (never half a report)."""
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def audit_command(
+    artifact: Annotated[
+        Path, typer.Argument(metavar="ARTIFACT", help="A published artifact, one shard, or an unsuffixed shard base.")
+    ],
+    samples: Annotated[
+        int, typer.Option("--samples", metavar="N", help="Audit N keys drawn with --seed (default 32).")
+    ] = 32,
+    all_keys: Annotated[bool, typer.Option("--all", metavar=FLAG, help="Audit every key.")] = False,
+    keys: Annotated[
+        list[str] | None,
+        typer.Option("--keys", metavar="KEY[,KEY...]", help="Audit these keys (repeatable, or comma-separated)."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the key selection.")] = 0,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", metavar="NAME", help='Engine to regenerate with (default "transformers").'),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", metavar="PATH", help="Teacher to regenerate with (default: the run's model_path)."),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", metavar="DEVICE", help="Device (default: the run's model.device).")
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", metavar="DTYPE", help="Weights dtype (default: the run's model.dtype).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the JSON report.")] = False,
+    report: Annotated[
+        Path | None, typer.Option("--report", metavar="FILE", help="Also write the JSON report to FILE.")
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines through.")
+    ] = False,
+) -> None:
+    """Regenerate stored answers one prompt at a time and compare them token for token with the cache (exit 0 when
+    every audited key is equal, 1 when any differs, 2 for bad input). Nothing is written into the artifact."""
+    from gencache.artifact.report import classify_path
+    from gencache.cli.render import render_audit
+    from gencache.config.names import ALL_ENGINES, DTYPES
+    from gencache.core.progress import is_terminal, make_console, make_progress
+    from gencache.core.quiet import printable, quiet_libraries
+    from gencache.run.audit import audit
+
+    not_artifact = classify_path(artifact)
+    if not_artifact is not None:
+        raise InputPathError(not_artifact["error"])
+    if engine is not None and engine not in ALL_ENGINES:
+        raise ConfigError(f"--engine: unknown engine {engine!r}; choose one of {', '.join(ALL_ENGINES)}.")
+    if dtype is not None and dtype not in DTYPES:
+        raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
+    target = _report_path(report, artifact) if report is not None else None
+    given = [key.strip() for text in keys or () for key in text.split(",") if key.strip()] if keys else None
+    show_progress = is_terminal(sys.stderr) and not as_json
+    with quiet_libraries(verbose):
+        result = audit(
+            artifact, samples=samples, all_keys=all_keys, keys=given, seed=seed, engine=engine, model_path=model,
+            device=device, dtype=dtype, progress=make_progress if show_progress else None,
+        )  # fmt: skip
+    document = json.dumps(result.to_json(), indent=2, ensure_ascii=False, sort_keys=True)
+    if target is not None:
+        _write_report(target, document + "\n")
+    if as_json:
+        typer.echo(printable(document))
+    else:
+        render_audit(result, make_console())
+    raise typer.Exit(result.exit_code)

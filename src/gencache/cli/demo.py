@@ -1,0 +1,112 @@
+"""``gencache demo``: the whole path on a tiny generated teacher, offline, on CPU, in seconds.
+
+Builds a random Qwen3-style teacher with a head size every engine takes (32: vLLM's CPU build needs at least that),
+or reuses the one already in the work directory, writes a config over the sample data bundled with gencache,
+generates and publishes an artifact, inspects it and reads one entry back the way a training loop does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from gencache.core.errors import WriteError
+from gencache.data.recipes import sample_source
+
+DEMO_DATASETS: list[dict[str, Any]] = [
+    {"dataset_name": "biography", "num_samples": 4, "num_data_strs": 2, "num_shots": 0, "subset": "1k",
+     "data_kwargs": {"question_type": "QA"}, "template": "tokenizer_chat"},
+    {"dataset_name": "hotpot_qa", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
+     "data_kwargs": {"difficulty": ["easy", "medium", "hard"]}, "template": "tokenizer_chat"},
+    {"dataset_name": "musique", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "default",
+     "template": "default"},
+    {"dataset_name": "niah", "num_samples": 2, "num_data_strs": 0, "num_shots": 0, "subset": "4096",
+     "data_kwargs": {"chunk_size": 256}, "template": "tokenizer_chat"},
+]  # fmt: skip
+
+
+def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:
+    """A config over the bundled sample data for the tiny teacher, on CPU in float32."""
+    data_configs = []
+    for entry in DEMO_DATASETS:
+        data_configs.append({**entry, "split": "train", "seed": 0, "source": str(sample_source(entry["dataset_name"]))})
+    return {
+        "model": {
+            "model_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 24},
+        },
+        "data_configs": data_configs,
+        "gen_batch_size": 4,
+        "seed": 0,
+        "output_dir": str(output_dir),
+    }
+
+
+def _fresh_output(workdir: Path) -> Path:
+    n = 1
+    while os.path.lexists(workdir / "artifacts" / f"demo-{n}"):
+        n += 1
+    return workdir / "artifacts" / f"demo-{n}"
+
+
+def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None) -> Path:
+    """Run the demo in ``workdir``; return the published artifact directory."""
+    from gencache.artifact.reader import CacheReader
+    from gencache.artifact.report import inspect_report
+    from gencache.cli.render import render_inspect, render_notice
+    from gencache.core.progress import make_console
+    from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
+    from gencache.run.pipeline import run_generate
+
+    console = console or make_console()
+    workdir = Path(workdir).absolute()
+    if os.path.lexists(workdir) and not workdir.is_dir():
+        from gencache.core.errors import InputPathError
+
+        raise InputPathError(f"--workdir {workdir} exists and is not a directory; choose a directory for the demo.")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"Cannot create the demo work directory {workdir}: {exc.strerror or exc}.") from exc
+    teacher = workdir / "tiny-teacher"
+    if not (teacher / "config.json").exists():
+        console.print(f"[bold]1.[/bold] building a tiny random Qwen3-style teacher in {teacher}")
+        build_tiny_teacher(teacher, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)  # a head size every engine takes
+    else:
+        console.print(f"[bold]1.[/bold] reusing the tiny teacher in {teacher}")
+    output_dir = _fresh_output(workdir)
+    config_path = workdir / "demo-config.json"
+    config_path.write_text(json.dumps(demo_config(teacher, output_dir), indent=2) + "\n", encoding="utf-8")
+    console.print(f"[bold]2.[/bold] generating from {config_path}")
+    published = run_generate(config_path, notify=lambda level, text: render_notice(console, level, text))
+    assert published is not None  # not a dry run
+    console.print(f"[bold]3.[/bold] gencache inspect {published}")
+    render_inspect(inspect_report([published]), console)
+    reader = CacheReader(published)
+    key = next(iter(reader.keys()))
+    generation = reader[key]
+    console.print("[bold]4.[/bold] reading one entry, as a training loop does:")
+    snippet = (
+        "    from gencache import CacheReader\n"
+        f"    reader = CacheReader({str(published)!r})\n"
+        f"    generation = reader[{key!r}]\n"
+        f"    tokens: {generation.sequences[0].tolist()}\n"
+        f"    text: {generation.texts[0]!r}\n"
+        f"    finish reason: {generation.finish_reasons[0]}"
+    )
+    console.print(snippet, markup=False, highlight=False, soft_wrap=True)  # pasted as is: no markup, unwrapped
+    console.print(f"done: {published}")
+    return published
+
+
+__all__ = [
+    "DEMO_DATASETS",
+    "demo_config",
+    "run_demo",
+]

@@ -1,0 +1,67 @@
+"""The tokenizer state shared by generation and training (no transformers import)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gencache.core.errors import ConfigError
+
+TOKENIZER_STATE_FIELDS = ("padding_side", "pad_token_id", "eos_token_id")
+
+
+def prepare_tokenizer(tokenizer: Any) -> Any:
+    """Put ``tokenizer`` in the state gencache generates with, in place, and return it.
+
+    Left padding; when no pad token is set, the pad token falls back to the EOS token. Training calls this too,
+    so the tokenizer state it compares with an artifact's provenance is the one generation recorded.
+    """
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ConfigError(
+                "The tokenizer defines neither a pad token nor an EOS token; "
+                "set tokenizer.pad_token (or eos_token) before generating."
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _single_id(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"Tokenizer token id must be an integer or null, got {value!r}.")
+    return int(value)
+
+
+def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
+    """``{padding_side, pad_token_id, eos_token_id}`` of a tokenizer object or of an already-extracted mapping.
+
+    ``eos_token_id`` is the tokenizer's single id, never the generation config's EOS list.
+    """
+    if isinstance(tokenizer, dict):
+        missing = [f for f in TOKENIZER_STATE_FIELDS if f not in tokenizer]
+        if missing:
+            raise ConfigError(f"Tokenizer state is missing {', '.join(missing)}.")
+        source: Any = tokenizer
+        get = source.__getitem__
+    else:
+        missing = [f for f in TOKENIZER_STATE_FIELDS if not hasattr(tokenizer, f)]
+        if missing:
+            raise ConfigError(
+                f"Expected a tokenizer or a {{padding_side, pad_token_id, eos_token_id}} dict, got "
+                f"{type(tokenizer).__name__} (no {', '.join(missing)})."
+            )
+        get = lambda name: getattr(tokenizer, name)  # noqa: E731
+    return {
+        "padding_side": str(get("padding_side")),
+        "pad_token_id": _single_id(get("pad_token_id")),
+        "eos_token_id": _single_id(get("eos_token_id")),
+    }
+
+
+__all__ = [
+    "TOKENIZER_STATE_FIELDS",
+    "prepare_tokenizer",
+    "tokenizer_state",
+]

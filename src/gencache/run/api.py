@@ -1,0 +1,150 @@
+"""The Python API of ``gencache generate``: :func:`generate` runs exactly what the command runs and returns values.
+
+The command line is a thin layer over it (it adds rendering and exit codes); a notebook or a training script calls
+it directly and gets the published path, or the dry run's report, and gencache's errors as exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from gencache.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gencache.run.pipeline import DryRun, Notify, ProgressFactory
+
+Settings = Mapping[str, Any] | Sequence[str]
+
+
+def _sets(overrides: Settings | None) -> tuple[str, ...]:
+    """``overrides`` as ``--set`` texts: a mapping of dotted paths to Python values (JSON-encoded), or the texts."""
+    if overrides is None:
+        return ()
+    if isinstance(overrides, str):
+        raise ConfigError("overrides must be a mapping of dotted paths to values or a list of 'PATH=VALUE' texts.")
+    if isinstance(overrides, Mapping):
+        texts = []
+        for path, value in overrides.items():
+            try:
+                texts.append(f"{path}={json.dumps(value)}")
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"overrides[{path!r}] is not a JSON value: {exc}") from None
+        return tuple(texts)
+    return tuple(str(text) for text in overrides)
+
+
+@overload
+def generate(
+    config: str | os.PathLike[str],
+    *,
+    overrides: Settings | None = ...,
+    output_dir: str | os.PathLike[str] | None = ...,
+    limit: int | None = ...,
+    shard: str | None = ...,
+    shards: int | None = ...,
+    skip_published: bool = ...,
+    dry_run: Literal[False] = ...,
+    show_prompt: None = ...,
+    env: Mapping[str, str] | None = ...,
+    notify: Notify | None = ...,
+    progress: ProgressFactory | None = ...,
+) -> Path: ...
+
+
+@overload
+def generate(
+    config: str | os.PathLike[str],
+    *,
+    overrides: Settings | None = ...,
+    output_dir: str | os.PathLike[str] | None = ...,
+    limit: int | None = ...,
+    shard: str | None = ...,
+    shards: int | None = ...,
+    skip_published: bool = ...,
+    dry_run: Literal[True],
+    show_prompt: int | None = ...,
+    env: Mapping[str, str] | None = ...,
+    notify: Notify | None = ...,
+    progress: ProgressFactory | None = ...,
+) -> DryRun: ...
+
+
+@overload
+def generate(
+    config: str | os.PathLike[str],
+    *,
+    overrides: Settings | None = ...,
+    output_dir: str | os.PathLike[str] | None = ...,
+    limit: int | None = ...,
+    shard: str | None = ...,
+    shards: int | None = ...,
+    skip_published: bool = ...,
+    dry_run: bool,
+    show_prompt: int | None = ...,
+    env: Mapping[str, str] | None = ...,
+    notify: Notify | None = ...,
+    progress: ProgressFactory | None = ...,
+) -> Path | DryRun: ...
+
+
+def generate(
+    config: str | os.PathLike[str],
+    *,
+    overrides: Settings | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    limit: int | None = None,
+    shard: str | None = None,
+    shards: int | None = None,
+    skip_published: bool = False,
+    dry_run: bool = False,
+    show_prompt: int | None = None,
+    env: Mapping[str, str] | None = None,
+    notify: Notify | None = None,
+    progress: ProgressFactory | None = None,
+) -> Path | DryRun:
+    """Check, generate and publish the artifact of the config file ``config``, as ``gencache generate`` does.
+
+    ``overrides`` (``--set``) is a mapping of dotted config paths to values, such as
+    ``{"model.generation_kwargs.max_new_tokens": 64}``, or a list of ``"PATH=VALUE"`` texts; ``output_dir`` and
+    ``limit`` are ``--output-dir`` and ``--limit``. ``shard="I/N"`` generates one shard (under torchrun or SLURM the
+    rank's shard is used, read from ``env``, by default the process environment); ``shards=N`` generates all N here
+    with one model load, skipping shards already published by the same run; ``skip_published`` accepts an output
+    that is already published, verifies and belongs to this run.
+
+    Returns the published directory: the artifact, the shard's directory with ``shard``, or with ``shards`` the
+    unsuffixed ``output_dir`` that :func:`gencache.open_caches`, ``inspect`` and ``verify`` read as the whole set.
+    With ``dry_run=True`` nothing loads or is written: the :class:`~gencache.run.pipeline.DryRun` report comes back
+    (``report.preflight.errors`` lists every problem found, ``report.exit_code`` is the command's exit code;
+    ``show_prompt=N`` adds sample N's rendered prompt as ``report.prompt``). Errors are raised as
+    :class:`gencache.GencacheError` subclasses; nothing is printed. ``notify(level, text)`` receives the run's
+    messages and ``progress(total)`` makes a :class:`gencache.core.progress.Progress` for it.
+    """
+    from gencache.run.overrides import Overrides
+    from gencache.run.pipeline import generate_run
+
+    if show_prompt is not None and not dry_run:
+        raise ConfigError("show_prompt needs dry_run=True (the rendered prompt is part of the dry run's report).")
+    result = generate_run(
+        config,
+        shard=shard,
+        shards=shards,
+        skip_published=skip_published,
+        dry_run=dry_run,
+        overrides=Overrides(
+            sets=_sets(overrides), output_dir=None if output_dir is None else os.fspath(output_dir), limit=limit
+        ),
+        show_prompt=show_prompt,
+        env=env,
+        notify=notify,
+        progress=progress,
+    )
+    if result.dry_run is not None:
+        return result.dry_run
+    return result.output_dir
+
+
+__all__ = ["generate"]

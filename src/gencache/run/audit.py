@@ -1,0 +1,322 @@
+"""``gencache audit``: regenerate stored answers one prompt at a time and compare them with what the cache holds.
+
+:func:`audit` rebuilds the run's samples from the artifact's own ``resolved_config.json`` (after checking its digest
+and the recorded source files' SHA-256, :mod:`gencache.run.recorded`), picks keys (a seeded sample of ``samples``
+keys, every key, or the keys given), and regenerates each one alone: one prompt per engine call, batch size one,
+with the run's effective generation settings and seed, the recorded dtype and device unless others are asked for.
+Sampled runs are regenerated with the same per-sequence seeds (:mod:`gencache.generation.sampling`), so the audit of
+a sampled run is as exact as that of a greedy one. Each key's stored sequences are compared token for token with
+the regenerated ones; the :class:`AuditReport` says which keys are equal, where each differing sequence first
+diverges and both finish reasons. Nothing is written into the artifact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
+from gencache.core.errors import ConfigError, DatasetError
+
+if TYPE_CHECKING:
+    from gencache.core.progress import Progress
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.generation.engines import Engine
+    from gencache.run.recorded import RecordedRun
+
+__all__ = ["DEFAULT_SAMPLES", "AuditReport", "KeyAudit", "SequenceAudit", "audit", "select_keys"]
+
+#: Keys audited when neither ``all_keys`` nor ``keys`` is given.
+DEFAULT_SAMPLES = 32
+
+
+@dataclass(frozen=True)
+class SequenceAudit:
+    """One stored sequence against its regeneration: ``first_difference`` is the first answer position whose
+    tokens differ (or the shorter length when one is a prefix of the other), None when they are equal."""
+
+    index: int
+    first_difference: int | None
+    stored_length: int
+    regenerated_length: int
+    stored_finish: str
+    regenerated_finish: str
+
+    @property
+    def equal(self) -> bool:
+        return self.first_difference is None and self.stored_finish == self.regenerated_finish
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "equal": self.equal,
+            "first_difference": self.first_difference,
+            "stored_length": self.stored_length,
+            "regenerated_length": self.regenerated_length,
+            "stored_finish": self.stored_finish,
+            "regenerated_finish": self.regenerated_finish,
+        }
+
+
+@dataclass(frozen=True)
+class KeyAudit:
+    """One audited key: its sequences' comparisons; ``first_difference`` is the earliest over them."""
+
+    key: str
+    sequences: tuple[SequenceAudit, ...]
+
+    @property
+    def equal(self) -> bool:
+        return len(self.sequences) > 0 and all(sequence.equal for sequence in self.sequences)
+
+    @property
+    def first_difference(self) -> int | None:
+        found = [s.first_difference for s in self.sequences if s.first_difference is not None]
+        return min(found) if found else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "equal": self.equal,
+            "first_difference": self.first_difference,
+            "sequences": [sequence.to_json() for sequence in self.sequences],
+        }
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What :func:`audit` found: the artifact, how it regenerated (engine, teacher, device, dtype, sampled or
+    greedy), the keys it chose among how many, each key's :class:`KeyAudit`, and the time spent regenerating."""
+
+    path: Path
+    engine: str
+    model_path: str
+    device: str
+    dtype: str
+    sampled: bool
+    selection: str
+    total_keys: int
+    keys: tuple[KeyAudit, ...]
+    seconds: float
+    load_seconds: float
+
+    @property
+    def equal(self) -> int:
+        return sum(1 for key in self.keys if key.equal)
+
+    @property
+    def differing(self) -> int:
+        return len(self.keys) - self.equal
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every audited key is equal, 1 when any differs (``gencache audit``'s exit code)."""
+        return 0 if self.differing == 0 else 1
+
+    def divergence(self) -> dict[int, int]:
+        """How many differing keys first diverge at each answer position (finish-reason-only differences count
+        at the stored length)."""
+        positions: Counter[int] = Counter()
+        for key in self.keys:
+            if key.equal:
+                continue
+            first = key.first_difference
+            positions[first if first is not None else min(s.stored_length for s in key.sequences)] += 1
+        return dict(sorted(positions.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        per_key = self.seconds / len(self.keys) if self.keys else 0.0
+        return {
+            "path": str(self.path),
+            "engine": self.engine,
+            "model_path": self.model_path,
+            "device": self.device,
+            "dtype": self.dtype,
+            "sampled": self.sampled,
+            "selection": self.selection,
+            "total_keys": self.total_keys,
+            "audited": len(self.keys),
+            "equal": self.equal,
+            "differing": self.differing,
+            "ok": self.exit_code == 0,
+            "first_divergence": {str(position): count for position, count in self.divergence().items()},
+            "seconds": round(self.seconds, 3),
+            "seconds_per_key": round(per_key, 4),
+            "load_seconds": round(self.load_seconds, 3),
+            "keys": [key.to_json() for key in self.keys],
+        }
+
+
+def select_keys(
+    available: Sequence[str], *, samples: int = DEFAULT_SAMPLES, all_keys: bool = False,
+    keys: Sequence[str] | None = None, seed: int = 0,
+) -> tuple[list[str], str]:  # fmt: skip
+    """The keys to audit and how they were chosen: ``keys`` as given (each must be in ``available``), every key,
+    or ``samples`` keys drawn with ``random.Random(seed)`` from the sorted keys (all of them when fewer)."""
+    if keys is not None and all_keys:
+        raise ConfigError("audit: give either keys or all_keys, not both.")
+    if keys is not None:
+        wanted = list(dict.fromkeys(keys))
+        known = set(available)
+        missing = [key for key in wanted if key not in known]
+        if missing:
+            raise ConfigError(
+                f"audit: {len(missing)} of the {len(wanted)} keys given are not in the artifact (first: "
+                f"{missing[0]!r}); list its keys with `gencache export --no-prompts`."
+            )
+        if not wanted:
+            raise ConfigError("audit: no keys given.")
+        return wanted, f"{len(wanted)} given key(s)"
+    if not all_keys and samples < 1:
+        raise ConfigError(f"audit: samples must be a positive integer, got {samples}.")
+    ordered = sorted(available)
+    if all_keys or samples >= len(ordered):
+        return ordered, "every key"
+    return sorted(random.Random(seed).sample(ordered, samples)), f"{samples} keys drawn with seed {seed}"
+
+
+def _choose_engine(run: RecordedRun, requested: str | None) -> str:
+    """The engine to regenerate with: ``requested``, else ``transformers``, except that a run sampled by vLLM
+    (vLLM's own sampler) is audited with vLLM; the samplers of the two families never mix."""
+    recorded = str(run.resolved.get("engine", {}).get("name", ENGINE_STATIC))
+    sampled = bool(run.generation.get("do_sample"))
+    chosen = requested or (ENGINE_VLLM if sampled and recorded == ENGINE_VLLM else ENGINE_STATIC)
+    if sampled and (chosen == ENGINE_VLLM) != (recorded == ENGINE_VLLM):
+        family = "vLLM's sampler" if recorded == ENGINE_VLLM else "gencache's per-sequence sampler"
+        fit = "--engine vllm" if recorded == ENGINE_VLLM else '--engine "transformers" or "transformers-continuous"'
+        raise ConfigError(
+            f'audit: the run sampled with engine "{recorded}" ({family}); engine "{chosen}" draws differently, so '
+            f"its answers cannot be compared. Audit with {fit}."
+        )
+    return chosen
+
+
+def _resolve(run: RecordedRun, model_path: str, tokenizer: Any) -> EffectiveGeneration:
+    """The run's generation settings, resolved again against the teacher; they must equal the recorded ones."""
+    from gencache.generation.effective import resolve_generation
+
+    model = run.config.model
+    generation = resolve_generation(
+        model.generation_kwargs, model_path=model_path, revision=model.revision, tokenizer=tokenizer
+    )
+    recorded = dict(run.generation)
+    for name in sorted(set(recorded) | set(generation.kwargs)):
+        if recorded.get(name) != generation.kwargs.get(name):
+            raise ConfigError(
+                f"audit: the teacher {model_path!r} now resolves generation setting {name} to "
+                f"{generation.kwargs.get(name)!r}, but the run used {recorded.get(name)!r} (its "
+                "generation_config.json changed); audit against the teacher the run used."
+            )
+    return generation
+
+
+def _engine(run: RecordedRun, name: str, generation: EffectiveGeneration, tokenizer: Any, **where: str) -> Engine:
+    from gencache.generation.engines import EngineContext, create_engine
+
+    model = run.config.model
+    options = run.config.engine_options if name == run.config.engine else None
+    if name != ENGINE_VLLM and options is not None:
+        options = None  # the transformers engines regenerate alone with their defaults (batch size one)
+    return create_engine(
+        name,
+        EngineContext(
+            generation=generation, tokenizer=tokenizer, model_path=where["model_path"], dtype=where["dtype"],
+            device=where["device"], revision=model.revision, attn_implementation=model.attn_implementation,
+            batch_size=1, seed=run.seed, options=options,
+        ),
+    )  # fmt: skip
+
+
+def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
+    sequences = []
+    pairs = list(zip(stored.sequences, regenerated.sequences, strict=False))
+    for index, (old, new) in enumerate(pairs):
+        a, b = [int(t) for t in old.tolist()], [int(t) for t in new.tolist()]
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if first is None and len(a) != len(b):
+            first = min(len(a), len(b))
+        sequences.append(
+            SequenceAudit(index, first, len(a), len(b), stored.finish_reasons[index], regenerated.finish_reasons[index])
+        )
+    if len(stored.sequences) != len(regenerated.sequences):
+        raise DatasetError(
+            f"audit: sample {key} stores {len(stored.sequences)} sequences but the run's settings regenerate "
+            f"{len(regenerated.sequences)}."
+        )
+    return KeyAudit(key, tuple(sequences))
+
+
+def audit(
+    path: str | os.PathLike[str],
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    all_keys: bool = False,
+    keys: Sequence[str] | None = None,
+    seed: int = 0,
+    engine: str | None = None,
+    model_path: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: Callable[[int], Progress] | None = None,
+) -> AuditReport:
+    """Audit the artifact or shard base at ``path`` (see the module docstring) and return the report; nothing is
+    printed or written. ``engine``, ``model_path``, ``device`` and ``dtype`` override what the run recorded (the
+    teacher to regenerate with, for example the original of a cache made by a modified one); ``progress(total)``
+    makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
+    whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
+    from gencache.artifact.mixture import open_caches
+    from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
+
+    run = load_recorded_run(path)
+    reader = open_caches(path)
+    chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
+    name = _choose_engine(run, engine)
+    model = run.config.model
+    where = {"model_path": model_path or model.model_path, "device": device or model.device,
+             "dtype": dtype or model.dtype}  # fmt: skip
+    tokenizer = load_recorded_tokenizer(run)
+    recorded = reader.provenance  # the tokenizer must still be in the state the cache was generated with
+    reader.check_compatible(
+        model_path=recorded["model_path"], tokenizer_path=recorded["tokenizer_path"], dtype=recorded["dtype"],
+        tokenizer=tokenizer,
+    )  # fmt: skip
+    prompts = {s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique
+               if s.input_ids is not None}  # fmt: skip
+    unmatched = [key for key in chosen if key not in prompts]
+    if unmatched:
+        raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
+    generation = _resolve(run, where["model_path"], tokenizer)
+    created = _engine(run, name, generation, tokenizer, **where)
+    started = time.monotonic()
+    created.load_weights()
+    loaded = time.monotonic()
+    bar = progress(len(chosen)) if progress is not None else None
+    results: dict[str, KeyAudit] = {}
+    try:
+        if bar is not None:
+            bar.start(len(chosen))
+        for key in sorted(chosen, key=lambda k: -len(prompts[k])):  # longest first: one KV sizing serves all
+            with contextlib.closing(created.generate([(key, prompts[key])])) as entries:
+                regenerated = next(iter(entries))
+            results[key] = _compare(key, reader[key], regenerated)
+            if bar is not None:
+                bar.advance(1, regenerated.num_tokens)
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(created, "close", None)
+        if callable(close):
+            close()
+    return AuditReport(
+        path=Path(os.path.abspath(os.path.expanduser(path))), engine=name, model_path=where["model_path"],
+        device=where["device"], dtype=where["dtype"], sampled=generation.do_sample, selection=selection,
+        total_keys=len(reader), keys=tuple(results[key] for key in chosen), seconds=time.monotonic() - loaded,
+        load_seconds=loaded - started,
+    )  # fmt: skip

@@ -1,0 +1,423 @@
+"""One generation run: config -> every model-free check -> teacher -> writer -> publish, one shard after another.
+
+:func:`gencache.run.checks.preflight` makes every check that needs no weights (the same code path for ``--dry-run``),
+so a bad run fails in seconds. ``--shards N`` runs all N shards in this one process with one model load and
+publishes each shard as soon as it is done; a rerun after a crash skips the shards that are published, verify and
+belong to the same run, and generates the rest. Nothing is printed here: messages go to the caller's ``notify``
+and progress to the caller's ``progress`` factory; the CLI renders the results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gencache.artifact.phases import report_phase
+from gencache.artifact.signals import published_then_stopped
+from gencache.core.errors import GenerationError, Terminated
+from gencache.core.hub import offline_scope
+from gencache.core.tokenizer import tokenizer_state
+from gencache.run.overrides import Overrides
+from gencache.run.record import RunPlan, absolute_path, resolved_config
+from gencache.run.targets import Target, check_published, output_path_for, plan_run, with_keys
+
+if TYPE_CHECKING:
+    from gencache.artifact.signals import SignalGuard
+    from gencache.config import CacheConfig
+    from gencache.core.progress import Progress, StagedProgress
+    from gencache.data.samples import Sample, SampleSet
+    from gencache.run.checks import Preflight, RunInputs
+
+#: ``notify(level, text)``: ``level`` is ``"info"`` or ``"warning"``.
+Notify = Callable[[str, str], None]
+#: ``progress(total_samples)``: a :class:`gencache.core.progress.Progress` for the whole run.
+ProgressFactory = Callable[[int], "Progress"]
+
+
+def _quiet(level: str, text: str) -> None:
+    """The default ``notify``: library callers get results, not output."""
+
+
+@dataclass
+class DryRun:
+    """What ``--dry-run`` found: the checks (with every problem), the plan and an optional rendered prompt."""
+
+    preflight: Preflight
+    output_dir: Path
+    targets: list[Target]
+    published: list[Path]
+    prompt: Sample | None = None
+    prompt_index: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.preflight.exit_code
+
+
+@dataclass
+class RunResult:
+    """What a run did: the directories it published, those it found already published, and the totals."""
+
+    output_dir: Path
+    published: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    entries: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    dry_run: DryRun | None = None
+
+
+@offline_scope()  # one hub probe for the run; offline mode (when unreachable) ends with it
+def generate_run(
+    config_path: str | os.PathLike[str],
+    *,
+    shard: str | None = None,
+    shards: int | None = None,
+    skip_published: bool = False,
+    dry_run: bool = False,
+    overrides: Overrides | None = None,
+    show_prompt: int | None = None,
+    env: Mapping[str, str] | None = None,
+    notify: Notify | None = None,
+    progress: ProgressFactory | None = None,
+) -> RunResult:
+    """Check, generate and publish the artifact(s) of ``config_path`` (see the module docstring).
+
+    ``shard`` is ``"I/N"`` (one shard; under torchrun/SLURM the rank's shard is used), ``shards`` runs all N
+    shards here; either way, with ``skip_published`` (always with ``shards``) an output that is already published,
+    verifies and belongs to this run is skipped. ``dry_run`` returns the checks' findings without loading weights;
+    ``show_prompt`` picks the sample (zero-based, in run order) whose rendered prompt the dry run returns. Every
+    problem found before the weights load is raised at once (:class:`gencache.core.errors.InputProblems` for several).
+    Nothing is printed: messages and Python warnings go to ``notify``, and third-party log lines and bars are
+    silenced (:func:`gencache.core.quiet.quiet_libraries`).
+    """
+    from gencache.core.quiet import quiet_libraries
+
+    say = notify or _quiet
+    with quiet_libraries(warn=lambda text: say("warning", text)):
+        return _generate_run(
+            config_path, shard=shard, shards=shards, skip=skip_published or shards is not None, dry_run=dry_run,
+            overrides=overrides or Overrides(), show_prompt=show_prompt, env=env, say=say, progress=progress,
+        )  # fmt: skip
+
+
+def _generate_run(
+    config_path: str | os.PathLike[str],
+    *,
+    shard: str | None,
+    shards: int | None,
+    skip: bool,
+    dry_run: bool,
+    overrides: Overrides,
+    show_prompt: int | None,
+    env: Mapping[str, str] | None,
+    say: Notify,
+    progress: ProgressFactory | None,
+) -> RunResult:
+    from gencache.run.checks import preflight
+
+    plan = plan_run(config_path, overrides, shard, shards, env, skip)
+    targets, pending, published = plan.targets, plan.pending, plan.published
+    single = targets[0].shard
+    base = absolute_path(plan.config.output_dir)
+    result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
+    run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
+    with _run_signals(run, active=not dry_run):
+        found = preflight(
+            plan.config,
+            [t.output_dir for t in pending],
+            single,
+            env,
+            owned_keys=lambda samples: {t.output_dir: t.keys for t in with_keys(pending, samples)},
+        )
+        if found.samples is not None:
+            pending = with_keys(pending, found.samples)
+        if dry_run:
+            output = base if shards is not None or single is None else targets[0].output_dir
+            report = DryRun(found, output, pending, published)
+            if show_prompt is not None:
+                report.prompt_index = show_prompt
+                report.prompt = _nth_sample(found.samples, show_prompt)
+            result.dry_run = report
+            return result
+        for path in published:
+            say("info", f"already published and verified: {path}")
+        if not pending:
+            return result
+        inputs = found.run_inputs()
+        if inputs.samples.conflicting_prompts:
+            say(
+                "warning",
+                f"{len(inputs.samples.conflicting_prompts)} duplicated keys rendered different prompts (another "
+                "template or rendering option); the first occurrence's prompt is generated for all.",
+            )
+        run.execute(inputs, pending)
+    report_phase("run_finished")  # test hook: a signal from here on comes after the run's own handlers
+    return result
+
+
+def _seconds(value: float) -> str:
+    """A duration for a message: milliseconds under a second (a tiny teacher loads in 40 ms, not "0.0s")."""
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f}s"
+
+
+def _nth_sample(samples: SampleSet | None, index: int) -> Sample | None:
+    from gencache.core.errors import ConfigError
+
+    if samples is None:
+        return None
+    if not 0 <= index < len(samples):
+        raise ConfigError(f"--show-prompt {index} is out of range: the run has {len(samples)} samples (0..).")
+    return samples[index]
+
+
+class _LoadedOnStart:
+    """The run's progress; for an engine that builds its model with the first prompts, its first ``start`` (which
+    the engine calls once the model is built) says the teacher loaded, so that the message follows the load."""
+
+    def __init__(self, inner: StagedProgress, loaded: Callable[[], None] | None) -> None:
+        self.inner = inner
+        self.loaded = loaded
+
+    def stage(self, label: str) -> None:
+        self.inner.stage(label)
+
+    def start(self, total_samples: int) -> None:
+        if self.loaded is not None:
+            announce, self.loaded = self.loaded, None
+            announce()
+        self.inner.start(total_samples)
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.inner.advance(samples, tokens)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _Run:
+    """The weights-loading part of a run: one model load, then each pending target in turn."""
+
+    def __init__(
+        self,
+        config: CacheConfig,
+        config_json: dict[str, Any],
+        digest: str,
+        overrides: Overrides,
+        say: Notify,
+        progress: ProgressFactory | None,
+        result: RunResult,
+    ) -> None:
+        self.config, self.config_json, self.digest = config, config_json, digest
+        self.inputs: RunInputs | None = None
+        self.overrides, self.say, self.progress, self.result = overrides, say, progress, result
+        self.current: Path | None = None
+        self.target_count = 0
+        self.started = False
+        self.signals: SignalGuard | None = None  # the run's signal owner while it runs (see _run_signals)
+
+    def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
+        from gencache.core.progress import StagedProgress
+        from gencache.core.quiet import prepare_model_libraries
+        from gencache.generation.teacher import seed_everything
+
+        self.inputs, config = inputs, self.config
+        total = sum(len(t.keys) for t in pending)
+        self.target_count = len(pending)
+        self.say(
+            "info",
+            f"{total} unique samples to generate ({inputs.samples.duplicates} duplicates skipped"
+            f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
+            f"{inputs.generation.max_new_tokens}, engine {config.engine}"
+            f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
+            f"device {inputs.device}",
+        )
+        seed_everything(config.seed)
+        started = time.monotonic()
+        prepare_model_libraries()  # torch is imported by now, and resets its loggers' levels when it is
+        inputs.engine.load_weights()
+
+        def loaded() -> None:
+            self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
+
+        deferred = getattr(inputs.engine, "llm", True) is None  # vLLM on a CPU builds its model with the prompts
+        if deferred:
+            self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
+        else:
+            loaded()
+        report_phase("model_loaded")
+        self.started = True
+        staged = StagedProgress(self.progress(total) if self.progress is not None else None, total)
+        bar = _LoadedOnStart(staged, loaded if deferred else None)
+        try:
+            for position, target in enumerate(pending):
+                if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
+                    bar.stage(f"shard {target.shard.index}/{target.shard.count}")
+                    if not target.keys:  # still published (empty), so the set of shards is complete
+                        self.say(
+                            "warning",
+                            f"shard {target.shard.index}/{target.shard.count} owns none of the keys; publishing it "
+                            "empty",
+                        )
+                self._one(target, bar, last=position == len(pending) - 1)
+        finally:
+            bar.close()
+        self.result.seconds = time.monotonic() - started
+
+    def _one(self, target: Target, bar: _LoadedOnStart, *, last: bool) -> None:
+        from gencache.artifact.manifest import make_provenance
+        from gencache.artifact.writer import ArtifactBuild
+
+        inputs, config = self.inputs, self.config
+        assert inputs is not None, "execute sets the run's inputs before each target"
+        samples = inputs.samples
+        prompts = []
+        for key in target.keys:
+            ids = samples.by_key(key).input_ids
+            if ids is None:  # build_samples tokenizes whenever a tokenizer is given
+                raise GenerationError(f"Sample {key} has no prompt token ids.")
+            prompts.append((key, ids))
+        plan = RunPlan(config, self.config_json, target.shard, target.output_dir, samples, target.keys, self.digest)
+        provenance = make_provenance(
+            model_path=config.model.model_path,
+            tokenizer_path=config.model.effective_tokenizer_path,
+            dtype=config.model.dtype,
+            tokenizer=tokenizer_state(inputs.tokenizer),
+        )
+        started = time.monotonic()
+        tokens = 0
+        self.current = target.output_dir
+        capacity = inputs.capacity[target.output_dir]
+        with ArtifactBuild(
+            target.output_dir,
+            provenance=provenance,
+            header_capacity=capacity,
+            rename_mode=inputs.rename_mode,
+            signals=self.signals,
+        ) as build:
+            # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
+            with contextlib.closing(inputs.engine.generate(prompts, progress=bar)) as entries:
+                for entry in entries:
+                    build.writer.add(
+                        entry.key,
+                        [seq.numpy().tobytes() for seq in entry.sequences],
+                        entry.texts,
+                        entry.finish_reasons,
+                    )
+                    tokens += entry.num_tokens
+            resolved = resolved_config(
+                plan,
+                generation=inputs.generation,
+                tokenizer=inputs.tokenizer,
+                engine=inputs.engine,
+                rename_mode=inputs.rename_mode,
+                overrides=self.overrides,
+            )
+            summary = {
+                "duplicates": samples.duplicates,
+                "data_configs": [
+                    {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
+                ],
+                "shard": None if target.shard is None else target.shard.shard_record(self.digest),
+            }
+            build.writer.finalize(resolved_config=resolved, summary=summary)
+            try:
+                mode = build.publish()
+            except (Terminated, KeyboardInterrupt):
+                if build.published_mode is not None:  # the signal came after the rename: it is published
+                    self.result.published.append(target.output_dir)
+                    self.current = None
+                raise
+        self.current = None
+        self.result.published.append(target.output_dir)
+        self.result.entries += len(prompts)
+        self.result.tokens += tokens
+        if last:  # the bar's final line comes before the last word
+            bar.close()
+        self.say(
+            "info",
+            f"published {target.output_dir} ({len(prompts)} entries, {tokens} tokens, "
+            f"{_seconds(time.monotonic() - started)}, rename: {mode})",
+        )
+
+    def interrupted(self, signame: str, just_published: str | None = None) -> str:
+        """What a signal that stops the run means for what is on disk; ``just_published`` is the directory the
+        current build renamed into place just before the signal (not yet in the run's list)."""
+        done = list(self.result.published)
+        if just_published is not None and Path(just_published) not in done:
+            done.append(Path(just_published))
+            if self.target_count <= 1:
+                return published_then_stopped(signame, just_published)
+        current = None if just_published is not None else self.current
+        during = f" while generating {current} (not published)" if current is not None else ""
+        if not done:
+            when = "" if self.started else " before generation started"
+            return f"Terminated by {signame}{when}{during}; nothing was published."
+        shown = ", ".join(str(p) for p in done)
+        return (
+            f"Terminated by {signame}{during}; published: {shown}. Rerun the same command to generate the rest "
+            "(published shards are verified and skipped)."
+        )
+
+
+@contextlib.contextmanager
+def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
+    """The run's one signal owner: from the first check to the last publish, SIGTERM/SIGHUP raise
+    :class:`Terminated` (exit 143) and SIGINT ``KeyboardInterrupt`` (exit 130), each with one line saying what was
+    published and what was not. Every artifact build of the run uses this guard (its critical sections defer
+    signals); the previous handlers come back afterwards."""
+    from gencache.artifact.signals import SignalGuard
+
+    if not active:
+        yield
+        return
+    from gencache.core.interrupts import note_published, raise_pending
+
+    raise_pending()  # a signal swallowed while the modules imported still stops the run before it starts
+    note_published([])
+    guard = SignalGuard(describe=run.interrupted)
+    guard.install()
+    run.signals = guard
+    try:
+        yield
+    finally:
+        run.signals = None
+        note_published(run.result.published)  # a signal after the run still names what it published
+        guard.restore(redeliver=False)
+
+
+def run_generate(
+    config_path: str | os.PathLike[str],
+    *,
+    shard: str | None = None,
+    skip_published: bool = False,
+    dry_run: bool = False,
+    env: Mapping[str, str] | None = None,
+    overrides: Overrides | None = None,
+    notify: Notify | None = None,
+) -> Path | None:
+    """Generate and publish the artifact of ``config_path``; return its path (None for a dry run or when it was
+    already published). :func:`generate_run` is the full interface."""
+    result = generate_run(
+        config_path, shard=shard, skip_published=skip_published, dry_run=dry_run, env=env, overrides=overrides,
+        notify=notify,
+    )  # fmt: skip
+    return result.published[0] if result.published else None
+
+
+__all__ = [
+    "DryRun",
+    "RunPlan",
+    "RunResult",
+    "Target",
+    "check_published",
+    "generate_run",
+    "output_path_for",
+    "resolved_config",
+    "run_generate",
+]

@@ -1,0 +1,137 @@
+"""What a run is to publish, worked out before any check: the config (every problem of it, and of the shard plan,
+raised at once with what the data files and output location say), each target directory with its shard, and
+which of them are already published by the same run (``--skip-published``, ``--shards``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gencache.artifact.names import shard_dir_name
+from gencache.core.errors import GencacheError, OutputExistsError, Problem, ShardError, raise_problems
+from gencache.run.overrides import Overrides, check_config
+from gencache.run.record import absolute_path
+from gencache.run.sharding import ShardSpec, resolve_shard, run_digest
+
+if TYPE_CHECKING:
+    from gencache.config import CacheConfig
+    from gencache.data.samples import SampleSet
+
+
+@dataclass(frozen=True)
+class Target:
+    """One artifact this run publishes: its directory, its shard (None for an unsharded run) and its keys."""
+
+    output_dir: Path
+    shard: ShardSpec | None
+    keys: tuple[str, ...] = ()
+
+
+def output_path_for(config: CacheConfig | str, shard: ShardSpec | None) -> Path:
+    """The directory this process publishes: ``output_dir`` (of ``config``, or given) or its shard directory."""
+    base = absolute_path(config if isinstance(config, str) else config.output_dir)
+    if shard is None:
+        return base
+    return Path(shard_dir_name(str(base), shard.index, shard.count))
+
+
+def check_published(output_dir: Path, digest: str) -> None:
+    """Accept an existing ``output_dir`` only as a verified artifact of the same run; raise otherwise."""
+    from gencache.artifact.reader import read_resolved_config, verify
+
+    problems = verify(output_dir)
+    if problems:
+        raise OutputExistsError(
+            f"{output_dir} exists but does not verify ({problems[0]}); move it aside and rerun (gencache never "
+            "overwrites an artifact)."
+        )
+    if read_resolved_config(output_dir).get("run_digest") != digest:
+        raise OutputExistsError(
+            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
+            "it aside."
+        )
+
+
+def targets_of(output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
+    spec = resolve_shard(shard, env)
+    if shards is not None:
+        if spec is not None:
+            raise ShardError(
+                f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
+                "or use --shard I/N alone."
+            )
+        if isinstance(shards, bool) or shards < 1:
+            raise ShardError(f"--shards must be at least 1, got {shards}.")
+        specs: list[ShardSpec | None] = [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
+    else:
+        specs = [spec]
+    return [Target(output_path_for(output_dir, s), s) for s in specs]
+
+
+def with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
+    keys = samples.keys()
+    return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
+
+
+@dataclass
+class Plan:
+    """What a run is to publish: its config, every target, those still to generate, those already published."""
+
+    config: CacheConfig
+    config_json: dict[str, Any]
+    digest: str
+    targets: list[Target]
+    pending: list[Target]
+    published: list[Path]
+
+
+def plan_run(
+    config_path: str | os.PathLike[str],
+    overrides: Overrides,
+    shard: str | None,
+    shards: int | None,
+    env: Mapping[str, str] | None,
+    skip: bool,
+) -> Plan:
+    """The config and the targets, or every problem the config, the shard plan and the data files have (the
+    data configs and output location that validated on their own are checked even when the config is invalid)."""
+    from gencache.config import config_to_json
+    from gencache.run.checks import check_inputs_alone
+
+    checked = check_config(config_path, overrides)
+    problems = list(checked.problems)
+    output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
+    targets: list[Target] = []
+    if output_dir is not None:
+        try:
+            targets = targets_of(output_dir, shard, shards, env)
+        except ShardError as error:
+            problems.append(Problem("shards", "--shards" if shards is not None else "--shard", error))
+    config = checked.config
+    if config is None or problems:
+        data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
+        outputs = [] if skip or not targets else [t.output_dir for t in targets]
+        raise_problems(problems + check_inputs_alone(data_configs, outputs, None).problems)
+    assert config is not None
+    config_json = config_to_json(config)
+    digest = run_digest(config_json)
+    pending: list[Target] = []
+    published: list[Path] = []
+    for target in targets:
+        if skip and os.path.lexists(target.output_dir):
+            try:
+                check_published(target.output_dir, digest)
+            except GencacheError as error:
+                problems.append(Problem("output path", str(target.output_dir), error))
+            published.append(target.output_dir)
+        else:
+            pending.append(target)
+    raise_problems(problems)
+    return Plan(config, config_json, digest, targets, pending, published)
+
+
+__all__ = ["Plan", "Target", "check_published", "output_path_for", "plan_run", "targets_of", "with_keys"]
