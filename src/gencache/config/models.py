@@ -188,7 +188,8 @@ TemplateKwargsField: TypeAlias = Annotated[
 ]
 
 
-# The chosen engine's validated options model, serialised with its own fields (gencache.docgen adds the per-engine schemas).
+# The chosen engine's validated options model, serialised with its own fields (gencache.docgen adds the
+# per-engine schemas).
 EngineOptionsField: TypeAlias = Annotated[
     SerializeAsAny[EngineOptions],
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Engine Options"}),
