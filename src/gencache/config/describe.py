@@ -1,12 +1,14 @@
-"""How an error message shows a bad value: one rendering and one type name, shared by every input rule."""
+"""How an error message shows a bad value: one rendering, one type name and one "unknown name" message, shared by
+every input rule and every registry (datasets, plug-ins included, templates, engines)."""
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MAX_SHOWN", "not_value", "show", "type_name"]
+__all__ = ["MAX_SHOWN", "did_you_mean", "not_value", "show", "type_name", "unknown_name"]
 
 #: The longest rendering of a bad value in a message; longer ones end in "...".
 MAX_SHOWN = 60
@@ -44,3 +46,20 @@ def type_name(value: Any) -> str:
 def not_value(value: Any) -> str:
     """``not <kind> (got <value>)``, or ``not null``."""
     return "not null" if value is None else f"not {type_name(value)} (got {show(value)})"
+
+
+def did_you_mean(name: object, choices: Iterable[str]) -> str:
+    """``did you mean 'x'? `` for the choice closest to ``name``, or empty when none is close (or ``name`` is no
+    string)."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def unknown_name(kind: str, name: object, known: Iterable[str]) -> str:
+    """The one message for a name that a registry does not hold, e.g. ``unknown dataset 'hotpot' (did you mean
+    'hotpot_qa'? known: biography, chat, hotpot_qa, musique, niah, table)``; each caller raises it as its own
+    error type."""
+    names = sorted(known)
+    return f"unknown {kind} {name!r} ({did_you_mean(name, names)}known: {', '.join(names) if names else 'none'})"

@@ -8,7 +8,6 @@ raises :func:`nested_error` so its problems keep their full paths.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar
@@ -16,7 +15,7 @@ from typing import Any, TypeAlias, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from gencache.config.describe import not_value, show
+from gencache.config.describe import did_you_mean, not_value, show
 from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 _NESTED = "gencache_nested"
@@ -78,19 +77,18 @@ def _model_in_annotation(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _unknown_field_message(name: str | int, allowed: list[str] | None, what: str = "field") -> str:
+def _unknown_field_message(name: str | int, allowed: list[str] | None, what: str) -> str:
     msg = f"unknown {what}"
     if name in LOGIT_FIELDS:
         return NO_LOGITS_MESSAGE
     if allowed is not None:
-        close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        msg += f" ({hint}allowed: {', '.join(allowed) if allowed else 'none'})"
+        msg += f" ({did_you_mean(str(name), allowed)}allowed: {', '.join(allowed) if allowed else 'none'})"
     return msg
 
 
-def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> list[Problem]:
-    """Turn one pydantic error dict into ``(location, message)`` problems with readable messages."""
+def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknown: str) -> list[Problem]:
+    """Turn one pydantic error dict into ``(location, message)`` problems with readable messages, chosen by the
+    error's ``type`` and ``loc``; an unknown key (``extra_forbidden``) is an "unknown ``unknown``"."""
     loc: Loc = tuple(err.get("loc", ()))
     kind = str(err.get("type", ""))
     ctx: Mapping[str, Any] = err.get("ctx") or {}
@@ -100,7 +98,7 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
     if kind == "missing":
         return [(loc, "is required")]
     if kind == "extra_forbidden":
-        return [(loc, _unknown_field_message(loc[-1] if loc else "", _allowed_fields(model, loc)))]
+        return [(loc, _unknown_field_message(loc[-1] if loc else "", _allowed_fields(model, loc), unknown))]
     if kind in {"int_type", "int_parsing", "int_from_float"}:
         return [(loc, f"must be an integer, {not_value(value)}")]
     if kind in {"string_type"}:
@@ -124,9 +122,8 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
     if kind == "literal_error":
         expected = str(ctx.get("expected", ""))
         choices = re.findall(r"'([^']*)'", expected)
-        close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6) if isinstance(value, str) else []
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return [(loc, f"must be {expected} (got {show(value)}){hint}")]
+        hint = did_you_mean(value, choices).rstrip()
+        return [(loc, f"must be {expected} (got {show(value)}){'; ' + hint if hint else ''}")]
     if kind in {"value_error", "assertion_error"}:
         error = ctx.get("error")
         text = str(error) if error is not None else str(err.get("msg", ""))
@@ -135,7 +132,11 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
     return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)})")]
 
 
-def collect_problems(exc: ValidationError, model: type[BaseModel] | None, prefix: Loc = ()) -> list[Problem]:
+def collect_problems(
+    exc: ValidationError, model: type[BaseModel] | None, prefix: Loc = (), *, unknown: str = "field"
+) -> list[Problem]:
+    """Every problem of ``exc`` as ``(location, message)``, below ``prefix``; an unknown key reads "unknown
+    ``unknown``" (``field``, or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
     out: list[Problem] = []
     missing: dict[Loc, list[str]] = {}
     for err in exc.errors(include_url=False):
@@ -148,7 +149,7 @@ def collect_problems(exc: ValidationError, model: type[BaseModel] | None, prefix
                 out.append((parent, ""))
             missing[parent].append(str(loc[-1]))
             continue
-        for sub, msg in _error_message(err, model):
+        for sub, msg in _error_message(err, model, unknown):
             out.append((prefix + sub, msg))
     resolved: list[Problem] = []
     for loc, msg in out:
@@ -199,12 +200,7 @@ def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) ->
     try:
         return model.model_validate(dict(value))
     except ValidationError as exc:
-        found: list[Problem] = []
-        for loc, msg in collect_problems(exc, model):
-            if msg.startswith("unknown field"):
-                msg = msg.replace("unknown field", f"unknown {what}", 1)
-            found.append((loc, msg))
-        raise nested_error(found) from None
+        raise nested_error(collect_problems(exc, model, unknown=what)) from None
 
 
 __all__ = [

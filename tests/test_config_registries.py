@@ -1,0 +1,73 @@
+"""A nested object's unknown key is worded from the error's kind, never by editing another message's text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import Field, StrictInt, field_validator
+from pydantic_core import ValidationError
+
+from gencache.config import parse_data_configs
+from gencache.config.kwargs import KwargsModel
+from gencache.config.messages import format_validation_error, validate_nested
+from gencache.core.errors import ConfigError
+
+
+def data_config(**overrides: Any) -> dict[str, Any]:
+    config = {"dataset_name": "hotpot_qa", "num_samples": 1, "num_data_strs": 0, "num_shots": 0,
+              "subset": "distractor"}  # fmt: skip
+    config.update(overrides)
+    return config
+
+
+def field_message(**overrides: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_data_configs([data_config(**overrides)])
+    return str(caught.value)
+
+
+# -- nested unknown keys ------------------------------------------------------------------------------------
+class Counts(KwargsModel):
+    limit: StrictInt = 1
+    names: list[str] = Field(default_factory=list)
+
+    @field_validator("names")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        if "x" in value:
+            raise ValueError("unknown field name 'x' in names")
+        return value
+
+
+def nested_message(value: dict[str, Any]) -> str:
+    class Holder(KwargsModel):
+        counts: dict[str, Any] = Field(default_factory=dict)
+
+        @field_validator("counts", mode="before")
+        @classmethod
+        def _counts(cls, raw: Any) -> Any:
+            validate_nested(Counts, raw, "counts key of the test")
+            return raw
+
+    with pytest.raises(ValidationError) as caught:
+        Holder.model_validate({"counts": value})
+    return format_validation_error(caught.value, model=Holder)
+
+
+def test_a_nested_unknown_key_is_worded_from_the_error_kind() -> None:
+    assert nested_message({"limt": 2}) == (
+        "counts.limt: unknown counts key of the test (did you mean 'limit'? allowed: limit, names)"
+    )
+    # a validator's own message that happens to start like an unknown key is left as it is
+    assert nested_message({"names": ["x"]}) == "counts.names: unknown field name 'x' in names"
+
+
+def test_a_nested_unknown_key_of_the_config_names_its_owner() -> None:
+    assert (
+        "data_configs[0].data_kwargs.dificulty: unknown data_kwargs key for dataset 'hotpot_qa' (did you mean "
+        "'difficulty'? allowed: add_cot, add_inst, difficulty)"
+    ) in field_message(data_kwargs={"dificulty": ["hard"]})
+    assert "data_configs[0].template_kwargs.system_prompt: unknown template_kwargs key for template 'default' " in (
+        field_message(template_kwargs={"system_prompt": "x"})
+    )
