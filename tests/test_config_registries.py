@@ -1,7 +1,10 @@
-"""A nested object's unknown key is worded from the error's kind, never by editing another message's text."""
+"""Every registry a config names from (datasets, plug-ins included, templates, engines) words an unknown name one
+way, with the closest known name; a nested object's unknown key is worded from the error's kind, never by editing
+another message's text."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -9,9 +12,17 @@ from pydantic import Field, StrictInt, field_validator
 from pydantic_core import ValidationError
 
 from gencache.config import parse_data_configs
+from gencache.config.catalog import dataset_kwargs_model, template_kwargs_model
+from gencache.config.describe import unknown_name
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
-from gencache.core.errors import ConfigError
+from gencache.core.errors import ConfigError, PromptError
+from gencache.data.prompts import get_template
+from gencache.data.recipes import get_recipe
+from gencache.generation.engines import create_engine
+
+DATASETS_KNOWN = "known: biography, chat, hotpot_qa, musique, niah, table"
+TEMPLATES_KNOWN = "known: default, llama_chat, qwen_3_chat, tokenizer_chat"
 
 
 def data_config(**overrides: Any) -> dict[str, Any]:
@@ -25,6 +36,39 @@ def field_message(**overrides: Any) -> str:
     with pytest.raises(ConfigError) as caught:
         parse_data_configs([data_config(**overrides)])
     return str(caught.value)
+
+
+# -- one message --------------------------------------------------------------------------------------------
+def test_the_one_unknown_name_message_suggests_the_closest_and_lists_the_known_sorted() -> None:
+    assert unknown_name("dataset", "hotpot", ["table", "hotpot_qa", "biography"]) == (
+        "unknown dataset 'hotpot' (did you mean 'hotpot_qa'? known: biography, hotpot_qa, table)"
+    )
+    assert unknown_name("template", "zzz", ["default"]) == "unknown template 'zzz' (known: default)"
+    assert unknown_name("engine", 3, []) == "unknown engine 3 (known: none)"
+
+
+def test_an_unknown_dataset_reads_the_same_from_the_config_the_catalog_and_the_recipes() -> None:
+    message = f"unknown dataset 'hotpot' (did you mean 'hotpot_qa'? {DATASETS_KNOWN})"
+    assert f"data_configs[0].dataset_name: {message}" in field_message(dataset_name="hotpot")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        dataset_kwargs_model("hotpot")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        get_recipe("hotpot")
+
+
+def test_an_unknown_template_reads_the_same_from_the_config_the_catalog_and_the_prompts() -> None:
+    message = f"unknown template 'qwen3_chat' (did you mean 'qwen_3_chat'? {TEMPLATES_KNOWN})"
+    assert f"data_configs[0].template: {message}" in field_message(template="qwen3_chat")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        template_kwargs_model("qwen3_chat")
+    with pytest.raises(PromptError, match=re.escape(message)):
+        get_template("qwen3_chat")
+
+
+def test_an_unknown_engine_reads_the_same_message() -> None:
+    message = "engine: unknown engine 'transformer' (did you mean 'transformers'? known: transformers, "
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        create_engine("transformer", None)  # type: ignore[arg-type]  # refused before the context is read
 
 
 # -- nested unknown keys ------------------------------------------------------------------------------------

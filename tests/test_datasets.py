@@ -92,8 +92,8 @@ def test_registry_names_hub_ids_and_protocol() -> None:
         assert isinstance(recipe, DatasetRecipe)
         assert recipe.name == name and get_recipe(name) is recipe
         assert recipe.kwargs_model.model_config.get("extra") == "forbid"
-    known = "known datasets: biography, chat, hotpot_qa, musique, niah, table"
-    with pytest.raises(ConfigError, match=f"Unknown dataset 'hotpot'; {known}"):
+    known = "known: biography, chat, hotpot_qa, musique, niah, table"
+    with pytest.raises(ConfigError, match=re.escape(f"unknown dataset 'hotpot' (did you mean 'hotpot_qa'? {known})")):
         get_recipe("hotpot")
 
 

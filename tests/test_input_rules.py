@@ -62,9 +62,9 @@ def test_every_built_in_dataset_and_template_has_its_kwargs_model_in_the_config_
 
 
 def test_an_unknown_dataset_or_template_names_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"Unknown dataset 'hotpot'; known datasets: .*hotpot_qa"):
+    with pytest.raises(ConfigError, match=r"unknown dataset 'hotpot' \(did you mean 'hotpot_qa'\? known: .*hotpot_qa"):
         dataset_kwargs_model("hotpot")
-    with pytest.raises(ConfigError, match=r"Unknown template 'qwen'; known templates: .*qwen_3_chat"):
+    with pytest.raises(ConfigError, match=r"unknown template 'qwen' \(known: .*qwen_3_chat"):
         template_kwargs_model("qwen")
 
 

@@ -226,3 +226,15 @@ def test_the_helper_installs_what_an_installer_does(tmp_path: Path) -> None:
 def _entry_lines(dist: Path) -> list[str]:
     text = (dist / "entry_points.txt").read_text(encoding="utf-8")
     return sorted(line.replace(" ", "") for line in text.splitlines() if line.strip())
+
+
+def test_an_unknown_dataset_names_the_installed_plugins_and_suggests_one(site: Path, glossary: Path) -> None:
+    from gencache.config import parse_data_configs
+
+    install_package(EXAMPLE, site)
+    known = "known: biography, chat, glossary, hotpot_qa, musique, niah, table"
+    message = f"unknown dataset 'glosary' (did you mean 'glossary'? {known})"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        get_recipe("glosary")
+    with pytest.raises(ConfigError, match=re.escape(f"data_configs[0].dataset_name: {message}")):
+        parse_data_configs([data_config(glossary, dataset_name="glosary")])

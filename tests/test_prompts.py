@@ -200,8 +200,11 @@ def test_template_registry() -> None:
         assert spec.kwargs_model.model_config.get("extra") == "forbid"
     assert TEMPLATES["tokenizer_chat"].needs_tokenizer
     assert not any(TEMPLATES[n].needs_tokenizer for n in ("default", "llama_chat", "qwen_3_chat"))
-    with pytest.raises(PromptError, match="Unknown template 'chatml'; known templates: default, llama_chat"):
+    known = "known: default, llama_chat, qwen_3_chat, tokenizer_chat"
+    with pytest.raises(PromptError, match=re.escape(f"unknown template 'chatml' ({known})")):
         get_template("chatml")
+    with pytest.raises(PromptError, match=re.escape(f"unknown template 'llama' (did you mean 'llama_chat'? {known})")):
+        get_template("llama")
 
 
 def test_template_kwarg_defaults() -> None:

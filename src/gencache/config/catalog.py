@@ -17,6 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from gencache.config.datasets import DATASET_KWARGS
+from gencache.config.describe import unknown_name
 from gencache.config.kwargs import KwargsModel
 from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError, DatasetError, first_line
@@ -123,10 +124,6 @@ def dataset_names() -> list[str]:
     return [*DATASET_KWARGS, *(name for name in plugin_names() if name not in DATASET_KWARGS)]
 
 
-def _unknown(kind: str, name: str, known: list[str]) -> ConfigError:
-    return ConfigError(f"Unknown {kind} {name!r}; known {kind}s: {', '.join(sorted(known))}.")
-
-
 def dataset_kwargs_model(name: str) -> type[KwargsModel]:
     """The ``data_kwargs`` model of dataset ``name``: a built-in's, or a plug-in's (imported now).
 
@@ -141,7 +138,7 @@ def dataset_kwargs_model(name: str) -> type[KwargsModel]:
             )
         return DATASET_KWARGS[name]
     if ep is None:
-        raise _unknown("dataset", name, dataset_names())
+        raise ConfigError(unknown_name("dataset", name, dataset_names()))
     model: type[KwargsModel] = load_entry_point(ep).kwargs_model
     return model
 
@@ -155,5 +152,5 @@ def template_kwargs_model(name: str) -> type[TemplateKwargs]:
     """The ``template_kwargs`` model of template ``name``; a :class:`ConfigError` naming the known ones otherwise."""
     model = TEMPLATE_KWARGS.get(name) if isinstance(name, str) else None
     if model is None:
-        raise _unknown("template", name, template_names())
+        raise ConfigError(unknown_name("template", name, template_names()))
     return model

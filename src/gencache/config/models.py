@@ -18,7 +18,6 @@ config naming it is validated.
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -40,6 +39,7 @@ from pydantic_core import PydanticCustomError
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model, template_names
 from gencache.config.describe import show as _show
 from gencache.config.describe import type_name as _type_name
+from gencache.config.describe import unknown_name
 from gencache.config.documents import (
     read_merged_config,
 )
@@ -155,12 +155,6 @@ class ModelConfig(_Strict):
         return self.tokenizer_path or self.model_path
 
 
-def _registry_problem(kind: str, name: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown {kind} {name!r} ({hint}known: {', '.join(sorted(known))})"
-
-
 KwargsT = TypeVar("KwargsT", bound=KwargsModel)
 
 
@@ -242,7 +236,7 @@ class DataConfig(_Strict):
     def _dataset_known(cls, value: str) -> str:
         known = dataset_names()
         if value not in known:
-            raise ValueError(_registry_problem("dataset", value, known))
+            raise ValueError(unknown_name("dataset", value, known))
         return value
 
     @field_validator("template")
@@ -250,7 +244,7 @@ class DataConfig(_Strict):
     def _template_known(cls, value: str) -> str:
         known = template_names()
         if value not in known:
-            raise ValueError(_registry_problem("template", value, known))
+            raise ValueError(unknown_name("template", value, known))
         return value
 
     @field_validator("data_kwargs", mode="before")

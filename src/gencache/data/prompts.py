@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
+from gencache.config.describe import unknown_name
 from gencache.config.templates import (
     DefaultKwargs,
     LlamaChatKwargs,
@@ -299,7 +300,7 @@ def get_template(name: str) -> TemplateSpec:
     """The template called ``name``; a :class:`PromptError` naming the known templates otherwise."""
     spec = TEMPLATES.get(name) if isinstance(name, str) else None
     if spec is None:
-        raise PromptError(f"Unknown template {name!r}; known templates: {', '.join(sorted(TEMPLATES))}.")
+        raise PromptError(unknown_name("template", name, TEMPLATES))
     return spec
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
 from gencache.config.datasets import DATASET_KWARGS
+from gencache.config.describe import unknown_name
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.recipes import biography, chat, hotpot_qa, musique, niah, table
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo
@@ -68,7 +69,7 @@ def get_recipe(name: str) -> DatasetRecipe[Any, Any]:
     try:
         return DATASETS[name]
     except KeyError:
-        raise ConfigError(f"Unknown dataset {name!r}; known datasets: {', '.join(sorted(DATASETS))}.") from None
+        raise ConfigError(unknown_name("dataset", name, dataset_names())) from None
 
 
 def sample_source(name: str) -> Path:

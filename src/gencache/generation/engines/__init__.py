@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from gencache.config.describe import unknown_name
 from gencache.config.engines import EngineOptions
 from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError
@@ -185,5 +186,5 @@ def create_engine(name: str, context: EngineContext) -> Engine:
     """The engine ``name`` for ``context``, refusing (before any weights load) settings it cannot honour and a
     missing optional dependency, each as one :class:`ConfigError` line (exit code 2)."""
     if name not in ENGINES:
-        raise ConfigError(f"engine: unknown engine {name!r}; choose one of {', '.join(ENGINES)}.")
+        raise ConfigError(f"engine: {unknown_name('engine', name, ENGINES)}")
     return ENGINES[name](context)
