@@ -123,7 +123,7 @@ def test_tokenizer_chat_renders_the_messages_and_keeps_documents_intact(chats: P
     ("change", "error", "message"),
     [
         ({"template": "default"}, PromptError, "template 'default' renders one plain-text prompt and cannot render a "
-         "conversation (a chat row); use one of tokenizer_chat, qwen_3_chat, llama_chat"),
+         "conversation (a chat row); use one of tokenizer_chat, llama_chat, qwen_3_chat"),
         ({"template_kwargs": {"system_prompt": "Other."}}, PromptError, "qwen_3_chat: the chat row has its own system "
          "turn and template_kwargs.system_prompt is set too"),
         ({"num_shots": 1}, DatasetError, "chat rows have no few-shot examples"),

@@ -1,6 +1,6 @@
-"""Every registry a config names from (datasets, plug-ins included, templates, engines) words an unknown name one
-way, with the closest known name; a nested object's unknown key is worded from the error's kind, never by editing
-another message's text."""
+"""Every registry a config names from (datasets, plug-ins included, templates, engines) has one list of names and
+words an unknown name one way, with the closest known name; a nested object's unknown key is worded from the
+error's kind, never by editing another message's text."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ from pydantic_core import ValidationError
 
 from gencache.config import parse_data_configs
 from gencache.config.catalog import dataset_kwargs_model, template_kwargs_model
+from gencache.config.datasets import DATASET_KWARGS, ChatKwargs, TableKwargs
 from gencache.config.describe import unknown_name
+from gencache.config.engines import ENGINE_OPTIONS
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
+from gencache.config.names import ALL_ENGINES
+from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.core.errors import ConfigError, PromptError
-from gencache.data.prompts import get_template
-from gencache.data.recipes import get_recipe
-from gencache.generation.engines import create_engine
+from gencache.data.prompts import CHAT_TEMPLATES, TEMPLATES, TemplateSpec, get_template, template_table
+from gencache.data.recipes import BUILTIN_DATASETS, builtin_recipe, get_recipe
+from gencache.generation.engines import ENGINES, create_engine
 
 DATASETS_KNOWN = "known: biography, chat, hotpot_qa, musique, niah, table"
 TEMPLATES_KNOWN = "known: default, llama_chat, qwen_3_chat, tokenizer_chat"
@@ -69,6 +73,41 @@ def test_an_unknown_engine_reads_the_same_message() -> None:
     message = "engine: unknown engine 'transformer' (did you mean 'transformers'? known: transformers, "
     with pytest.raises(ConfigError, match=re.escape(message)):
         create_engine("transformer", None)  # type: ignore[arg-type]  # refused before the context is read
+
+
+# -- one list of names per concept --------------------------------------------------------------------------
+def test_the_recipes_and_templates_follow_the_config_lists_of_names() -> None:
+    assert list(BUILTIN_DATASETS) == list(DATASET_KWARGS)
+    for name, recipe in BUILTIN_DATASETS.items():
+        assert recipe.name == name and recipe.kwargs_model is DATASET_KWARGS[name]
+    assert list(TEMPLATES) == list(TEMPLATE_KWARGS)
+    for name, spec in TEMPLATES.items():
+        assert spec.name == name and spec.kwargs_model is TEMPLATE_KWARGS[name]
+    assert CHAT_TEMPLATES == ("tokenizer_chat", "llama_chat", "qwen_3_chat")
+
+
+def test_every_engine_table_is_keyed_by_the_one_list_of_engine_names() -> None:
+    assert tuple(ENGINE_OPTIONS) == ALL_ENGINES
+    assert tuple(ENGINES) == ALL_ENGINES
+
+
+def test_a_built_in_dataset_without_its_recipe_fails_with_one_message() -> None:
+    with pytest.raises(ImportError, match=r"dataset 'nope' .* has no recipe module gencache\.data\.recipes\.nope"):
+        builtin_recipe("nope", TableKwargs)
+    with pytest.raises(ImportError, match=r"gencache\.data\.recipes\.base\.RECIPE is NoneType, not a DatasetRecipe"):
+        builtin_recipe("base", TableKwargs)
+    with pytest.raises(ImportError, match=r"named 'table' with kwargs model TableKwargs, not 'table' with ChatKwargs"):
+        builtin_recipe("table", ChatKwargs)
+    assert builtin_recipe("table", TableKwargs) is BUILTIN_DATASETS["table"]
+
+
+def test_a_template_without_its_spec_class_or_a_stray_spec_fails_with_one_message() -> None:
+    specs = TemplateSpec.__subclasses__()
+    with pytest.raises(ImportError, match=r"templates without a spec class: llama_chat \(LlamaChatKwargs\); spec"):
+        template_table([cls for cls in specs if cls.__name__ != "LlamaChatTemplate"])
+    with pytest.raises(ImportError, match=r"another's too: LlamaChatTemplate\.$"):
+        template_table([*specs, type(TEMPLATES["llama_chat"])])
+    assert list(template_table(specs)) == list(TEMPLATES)
 
 
 # -- nested unknown keys ------------------------------------------------------------------------------------

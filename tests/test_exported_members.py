@@ -78,6 +78,7 @@ PACKAGES = {
         "RawSample",
         "Registry",
         "SourceInfo",
+        "builtin_recipe",
         "get_recipe",
         "sample_source",
     ],

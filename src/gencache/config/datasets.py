@@ -188,7 +188,8 @@ class ChatKwargs(KwargsModel):
         return column_list(self.documents)
 
 
-#: The ``data_kwargs`` model of every built-in dataset, by ``dataset_name``.
+#: The ``data_kwargs`` model of every built-in dataset, by ``dataset_name``: the one list of built-in dataset names,
+#: from which :data:`gencache.data.recipes.BUILTIN_DATASETS` takes each name's recipe (its module's ``RECIPE``).
 DATASET_KWARGS: dict[str, type[KwargsModel]] = {
     "biography": BiographyKwargs,
     "hotpot_qa": HotpotQAKwargs,

@@ -88,7 +88,8 @@ class VllmOptions(EngineOptions):
     )
 
 
-#: The options model of every engine, by name.
+#: The options model of every engine, keyed by the names of :data:`gencache.config.names.ALL_ENGINES`, in their order
+#: (as :data:`gencache.generation.engines.ENGINES` is; a test pins both).
 ENGINE_OPTIONS: dict[str, type[EngineOptions]] = {
     ENGINE_STATIC: StaticOptions,
     ENGINE_CONTINUOUS: ContinuousOptions,

@@ -222,7 +222,7 @@ class DataConfig(_Strict):
     template: str = Field(
         default="default",
         min_length=1,
-        description="Prompt template: default, tokenizer_chat, llama_chat or qwen_3_chat.",
+        description=f"Prompt template: {', '.join(template_names()[:-1])} or {template_names()[-1]}.",
     )
     template_kwargs: TemplateKwargsField = Field(
         default_factory=dict,

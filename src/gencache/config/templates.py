@@ -69,7 +69,8 @@ class Qwen3ChatKwargs(TemplateKwargs):
     system_prompt: StrictStr = ""
 
 
-#: The ``template_kwargs`` model of every template, by name.
+#: The ``template_kwargs`` model of every template, by name: the one list of template names, which
+#: :data:`gencache.data.prompts.TEMPLATES` follows (each name's spec is the ``TemplateSpec`` taking its model).
 TEMPLATE_KWARGS: dict[str, type[TemplateKwargs]] = {
     kind.template_name: kind for kind in (DefaultKwargs, TokenizerChatKwargs, LlamaChatKwargs, Qwen3ChatKwargs)
 }

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from gencache.config.describe import unknown_name
 from gencache.config.templates import (
+    TEMPLATE_KWARGS,
     DefaultKwargs,
     LlamaChatKwargs,
     Qwen3ChatKwargs,
@@ -54,7 +55,6 @@ Part = Inline | ContextBlock
 Prompt = tuple[Part, ...]
 #: The turns of a conversation before its final user turn, as ``(role, content)``.
 History = tuple[tuple[str, str], ...]
-CHAT_TEMPLATES = ("tokenizer_chat", "qwen_3_chat", "llama_chat")
 
 
 def normalize(parts: Iterable[Part]) -> Prompt:
@@ -102,11 +102,24 @@ def prompt_text(parts: Prompt) -> str:
 
 
 class TemplateSpec(ABC):
-    """A named prompt template: its kwargs model and how it renders a normalised prompt."""
+    """A named prompt template: its kwargs model and how it renders a normalised prompt.
 
-    name: str
-    kwargs_model: type[TemplateKwargs]
-    needs_tokenizer: bool
+    Its name is its kwargs model's (:data:`gencache.config.templates.TEMPLATE_KWARGS`, the one list of template
+    names); :data:`TEMPLATES` holds one instance of each subclass, by that name.
+    """
+
+    kwargs_model: ClassVar[type[TemplateKwargs]]
+    needs_tokenizer: ClassVar[bool]
+
+    @property
+    def name(self) -> str:
+        """The template's name, as configs write it (its kwargs model's ``template_name``)."""
+        return self.kwargs_model.template_name
+
+    @property
+    def renders_chat(self) -> bool:
+        """Whether the template renders a conversation (it overrides :meth:`render_chat`)."""
+        return type(self).render_chat is not TemplateSpec.render_chat
 
     @abstractmethod
     def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
@@ -126,7 +139,6 @@ class TemplateSpec(ABC):
 class DefaultTemplate(TemplateSpec):
     """Plain text: the prompt as composed by the dataset."""
 
-    name = "default"
     kwargs_model = DefaultKwargs
     needs_tokenizer = False
 
@@ -157,7 +169,6 @@ def _wrap(parts: Prompt, prefix: str, suffix: str) -> Prompt:
 class LlamaChatTemplate(TemplateSpec):
     """Hard-coded Llama-3.1 chat markup (the SemPIC research code's dated system header)."""
 
-    name = "llama_chat"
     kwargs_model = LlamaChatKwargs
     needs_tokenizer = False
     PREFIX_HEAD: ClassVar[str] = (
@@ -182,7 +193,6 @@ class LlamaChatTemplate(TemplateSpec):
 class Qwen3ChatTemplate(TemplateSpec):
     """Hard-coded Qwen3 ChatML markup (no think block)."""
 
-    name = "qwen_3_chat"
     kwargs_model = Qwen3ChatKwargs
     needs_tokenizer = False
     SUFFIX: ClassVar[str] = "<|im_end|>\n<|im_start|>assistant\n"
@@ -216,7 +226,6 @@ class TokenizerChatTemplate(TemplateSpec):
     equal the document exactly.
     """
 
-    name = "tokenizer_chat"
     kwargs_model = TokenizerChatKwargs
     needs_tokenizer = True
 
@@ -291,9 +300,31 @@ class TokenizerChatTemplate(TemplateSpec):
         return normalize(out)
 
 
-TEMPLATES: dict[str, TemplateSpec] = {
-    spec.name: spec for spec in (DefaultTemplate(), TokenizerChatTemplate(), LlamaChatTemplate(), Qwen3ChatTemplate())
-}
+def template_table(specs: Iterable[type[TemplateSpec]]) -> dict[str, TemplateSpec]:
+    """One instance of each spec class, by the name of its kwargs model, in the order of
+    :data:`gencache.config.templates.TEMPLATE_KWARGS`; an :class:`ImportError` naming a template that has no spec
+    class, or a spec class whose kwargs model is no template's (each is one entry of that table)."""
+    by_model: dict[type[TemplateKwargs], type[TemplateSpec]] = {}
+    stray: list[str] = []
+    for cls in specs:
+        if TEMPLATE_KWARGS.get(cls.kwargs_model.template_name) is not cls.kwargs_model or cls.kwargs_model in by_model:
+            stray.append(cls.__name__)
+        else:
+            by_model[cls.kwargs_model] = cls
+    missing = [f"{name} ({model.__name__})" for name, model in TEMPLATE_KWARGS.items() if model not in by_model]
+    if missing or stray:
+        raise ImportError(
+            "gencache.config.templates.TEMPLATE_KWARGS and the TemplateSpec classes of gencache.data.prompts "
+            f"disagree: templates without a spec class: {', '.join(missing) or 'none'}; spec classes whose "
+            f"kwargs model is no template's or another's too: {', '.join(stray) or 'none'}."
+        )
+    return {name: by_model[model]() for name, model in TEMPLATE_KWARGS.items()}
+
+
+#: Every template, by name: one instance of each :class:`TemplateSpec` subclass.
+TEMPLATES: dict[str, TemplateSpec] = template_table(TemplateSpec.__subclasses__())
+#: The templates that render a conversation (a chat row).
+CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items() if spec.renders_chat)
 
 
 def get_template(name: str) -> TemplateSpec:
@@ -388,5 +419,6 @@ __all__ = [
     "normalize",
     "prompt_text",
     "render_prompt",
+    "template_table",
     "tokenize_prompt",
 ]

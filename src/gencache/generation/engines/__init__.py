@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gencache.config.describe import unknown_name
 from gencache.config.engines import EngineOptions
-from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
+from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError
 
 if TYPE_CHECKING:
@@ -144,14 +144,14 @@ def _vllm(context: EngineContext) -> Engine:
     return VllmEngine(context)
 
 
-#: Engine name -> the function that imports that engine's module (only then: torch, transformers or vLLM) and
-#: creates the engine, whose constructor refuses what it cannot honour.
+#: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> the function that imports that
+#: engine's module (only then: torch, transformers or vLLM) and creates the engine, whose constructor refuses what
+#: it cannot honour.
 ENGINES: dict[str, Callable[[EngineContext], Engine]] = {
     ENGINE_STATIC: _static,
     ENGINE_CONTINUOUS: _continuous,
     ENGINE_VLLM: _vllm,
 }
-assert tuple(ENGINES) == ALL_ENGINES
 
 
 def checked_prompts(prompts: Iterable[KeyedPrompt]) -> list[tuple[str, list[int]]]:
