@@ -13,14 +13,16 @@ from typing import Any
 
 import pytest
 
+from gencache.config import load_config
 from gencache.config.generation import NO_LOGITS_MESSAGE
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import GeneratedEntry
 from gencache.generation.engines.static import batching_policy, generate_entries, padding_stats, plan_batches
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
-from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info, seed_everything
+from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info, seed_everything, torch_dtype
 from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
+from support.config_factory import write_config
 from support.generation_helpers import PROMPT_TEXTS, choose_finish_case, decode, key_of, resolve, solo, text_prompts
 
 
@@ -278,8 +280,23 @@ def test_plan_batches_is_longest_first_stable_and_chunked() -> None:
     assert plan_batches([2, 2, 2], 5) == [[0, 1, 2]]
     assert plan_batches([], 3) == []
     for bad in (0, -1, True, 1.5):
-        with pytest.raises(ConfigError, match="gen_batch_size"):
+        with pytest.raises(ConfigError, match="gen_batch_size: must be"):
             plan_batches([1], bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "call"),
+    [({"gen_batch_size": 0}, lambda: plan_batches([1], 0)), ({"model": {"model_path": "t", "dtype": "float8"}},
+      lambda: torch_dtype("float8"))],
+)  # fmt: skip
+def test_a_batch_size_or_dtype_without_a_config_meets_the_configs_rule_in_its_words(
+    tmp_path: Path, change: dict[str, Any], call: Any
+) -> None:
+    with pytest.raises(ConfigError) as loaded:
+        load_config(write_config(tmp_path, tmp_path / "t", **change))
+    with pytest.raises(ConfigError) as called:
+        call()
+    assert str(loaded.value).endswith(f": {called.value}")
 
 
 def test_padding_stats_and_batching_policy() -> None:

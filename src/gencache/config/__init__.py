@@ -15,7 +15,8 @@ Modules: ``documents`` (the one strict reader of JSON documents and the merge), 
 loading), ``generation`` (the rule book of generation settings), ``engines`` (each engine's options), ``names``
 (the dtypes and engine names), ``datasets`` and ``templates`` (kwargs models), ``catalog`` (which datasets and
 templates exist, plug-ins included), ``messages`` and ``describe`` (how errors read), ``paths`` (path or hub id),
-``kwargs`` (their base). The names below are imported on first use.
+``kwargs`` (their base), ``fields`` (one field's rule for a value passed on without its config). The names below
+are imported on first use.
 """
 
 from __future__ import annotations

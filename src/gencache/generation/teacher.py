@@ -10,7 +10,7 @@ import platform
 import random
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.names import DTYPES
+from gencache.config.fields import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.hub import revision_kwargs
 from gencache.core.tokenizer import prepare_tokenizer
@@ -42,12 +42,11 @@ def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
-    """The torch dtype of a config dtype string (``bfloat16``, ``float16``, ``float32``)."""
+    """The torch dtype of a config dtype string (``bfloat16``, ``float16``, ``float32``), which must be a valid
+    ``model.dtype`` (the config's rule, for a caller without a config)."""
     import torch
 
-    if dtype not in DTYPES:
-        raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}.")
-    result: torch.dtype = getattr(torch, dtype)
+    result: torch.dtype = getattr(torch, checked_dtype(dtype))
     return result
 
 

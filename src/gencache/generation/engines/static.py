@@ -24,9 +24,9 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import StaticOptions
+from gencache.config.fields import checked_batch_size
 from gencache.config.names import ENGINE_STATIC
-from gencache.core.canonical import is_int
-from gencache.core.errors import ConfigError, GenerationError, first_line
+from gencache.core.errors import GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.engines import (
     EngineContext,
@@ -51,9 +51,9 @@ __all__ = ["StaticEngine", "batching_policy", "generate_entries", "padding_stats
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks."""
-    if not is_int(batch_size) or batch_size < 1:
-        raise ConfigError(f"gen_batch_size must be a positive integer, got {batch_size!r}.")
+    """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks of
+    ``batch_size``, which must be a valid ``gen_batch_size`` (the config's rule, for a caller without a config)."""
+    batch_size = checked_batch_size(batch_size)
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
