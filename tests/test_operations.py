@@ -15,10 +15,11 @@ import pytest
 
 from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli.app import run as cli_run
+from gencache.config import load_config
 from gencache.core.errors import FormatError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.run.overrides import Overrides, load_with_overrides
+from gencache.run.overrides import Overrides, check_config
 from support.config_factory import musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
 
@@ -157,7 +158,7 @@ def test_show_prompt_prints_the_rendered_parts_and_token_count(
     config = write_config(tmp_path, tiny_teacher_dir)
     assert cli_run(["generate", str(config), "--show-prompt", "1"]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    samples = build_samples(load_with_overrides(config, Overrides()), tokenizer=None)
+    samples = build_samples(load_config(config), tokenizer=None)
     assert "prompt 1: data_configs[0] sample 1" in err and f"key {samples[1].key}" in err
     assert "-- part 0" in err and " tokens" in err
     assert " ".join(samples[1].query.split()) in err
@@ -194,8 +195,9 @@ def test_limit_keeps_a_prefix_of_the_full_selection(tmp_path: Path) -> None:
               "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
               "template": "default", "source": str(sample_source("hotpot_qa"))}  # fmt: skip
     config = write_config(tmp_path, tmp_path / "teacher", data_configs=[musique(num_samples=6), hotpot])
-    full = build_samples(load_with_overrides(config, Overrides()))
-    limited = build_samples(load_with_overrides(config, Overrides(limit=2)))
+    checked = check_config(config, Overrides(limit=2))
+    assert checked.config is not None and not checked.problems
+    full, limited = build_samples(load_config(config)), build_samples(checked.config)
     for index in (0, 1):
         keys = [s.key for s in full if s.data_config_index == index]
         assert [s.key for s in limited if s.data_config_index == index] == keys[:2]
@@ -215,6 +217,63 @@ def test_a_bad_set_is_named(tmp_path: Path, override: str, message: str, capsys:
     assert cli_run(["generate", str(config), "--set", override, "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(message) and len(err.splitlines()) == 1
+
+
+def test_two_bad_sets_are_two_problems_each_named_after_its_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tmp_path / "teacher")
+    args = ["--set", "gen_batch_size=0", "--set", "model.dtype=float8", "--set", "seed=7"]
+    assert cli_run(["generate", str(config), *args, "--dry-run"]) == 2
+    lines = sorted(line for line in capsys.readouterr().err.splitlines() if line.startswith("error:"))
+    assert len(lines) == 2  # seed=7 is fine: no problem names it
+    assert lines[0].startswith("error: --set gen_batch_size=0: gen_batch_size: must be >= 1")
+    assert lines[1].startswith("error: --set model.dtype=float8: model.dtype: must be")
+
+
+_MODEL = '{"model_path": "t", "dtype": "f9"}'
+
+
+@pytest.mark.parametrize(
+    ("change", "overrides", "expected", "alone"),
+    [
+        pytest.param({"gen_batch_size": 0}, Overrides(sets=("model.dtype=float32",)),
+                     [("gen_batch_size", "{config}: gen_batch_size: must be >= 1")], [0], id="the file's own"),
+        pytest.param({}, Overrides(sets=("model.dtype=float8", f"model={_MODEL}")),
+                     [("model.dtype", f"--set model={_MODEL}: model.dtype: must be")], [0], id="a replaced object"),
+        pytest.param({}, Overrides(sets=('data_configs.0={"dataset_name": "musique"}',)),
+                     [("data_configs[0]", '--set data_configs.0={"dataset_name": "musique"}: data_configs[0]: missing '
+                       "required fields")], [], id="a replaced list item"),
+        pytest.param({}, Overrides(sets=("data_configs.0.seed=x",)),
+                     [("data_configs[0].seed", "--set data_configs.0.seed=x: data_configs[0].seed: must be an "
+                       "integer")], [], id="a list item's field"),
+        pytest.param({"engine": "vllm", "engine_options": {"max_num_seqs": 4}},
+                     Overrides(sets=("engine=transformers",)),
+                     [("engine_options.max_num_seqs", "--set engine=transformers: engine_options.max_num_seqs: unknown "
+                       "option of engine 'transformers'")], [0], id="a field checked against the set one"),
+        pytest.param({}, Overrides(output_dir="", limit=0),
+                     [("--limit", "--limit must be a positive number of samples, got 0."),
+                      ("output_dir", "--output-dir : output_dir: must be a non-empty string")], [0],
+                     id="output-dir and limit"),
+    ],
+)  # fmt: skip
+def test_each_problem_is_named_after_the_override_whose_path_holds_it(
+    tmp_path: Path, change: dict[str, Any], overrides: Overrides, expected: list[tuple[str, str]], alone: list[int]
+) -> None:
+    config = write_config(tmp_path, tmp_path / "teacher", **change)
+    checked = check_config(config, overrides)
+    assert checked.config is None
+    found = [(problem.location, str(problem.error)) for problem in checked.problems]
+    assert len(found) == len(expected)
+    for (location, message), (want_location, want) in zip(found, expected, strict=True):
+        assert location == want_location and message.startswith(want.replace("{config}", str(config))), message
+    assert [index for index, _ in checked.data_configs] == alone  # what validates on its own is checked anyway
+
+
+def test_a_later_set_fixes_an_earlier_one(tmp_path: Path) -> None:
+    config = write_config(tmp_path, tmp_path / "teacher")
+    checked = check_config(config, Overrides(sets=("gen_batch_size=0", "gen_batch_size=3")))
+    assert checked.config is not None and checked.config.gen_batch_size == 3 and not checked.problems
 
 
 # -- exit codes and what inspect / verify say about things that are not artifacts ------------------------------
@@ -338,7 +397,7 @@ def test_show_prompt_raw_prints_the_exact_text_and_ids_as_json(
     config = write_config(tmp_path, tiny_teacher_dir)
     assert cli_run(["generate", str(config), "--show-prompt", "1", "--raw"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    samples = build_samples(load_with_overrides(config, Overrides()), tokenizer=tiny_tokenizer)
+    samples = build_samples(load_config(config), tokenizer=tiny_tokenizer)
     assert shown["key"] == samples[1].key and shown["prompt"] == samples[1].prompt_text
     assert shown["input_ids"] == list(samples[1].input_ids or ())
     assert cli_run(["generate", str(config), "--raw"]) == 2

@@ -5,7 +5,10 @@ their index: ``data_configs.0.num_samples``); the value is JSON (``8``, ``true``
 ``{"a": 1}``) or, when it is not valid JSON, the plain string. ``--output-dir DIR`` is ``--set output_dir=DIR``.
 ``--limit N`` caps every data config's ``num_samples`` at N; the recipes draw samples in order, so the selection is
 a prefix of the full run's. Overrides apply to the merged file (``_default.json`` under the config) in the order
-given, and the result is validated exactly like a file; a problem that an override introduces names it.
+given, and the result is validated once, exactly like a file; a problem is named after the override whose path
+holds its location (the last one applied, so ``--set model={...}`` owns every problem beneath ``model``) or, in a
+field checked against a sibling, the sibling's (``--set engine=vllm`` owns a problem of ``engine_options``), and
+after the file when no override's does.
 """
 
 from __future__ import annotations
@@ -18,19 +21,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.documents import parse_set_value, read_merged_config
-from gencache.core.errors import ConfigError, GencacheError, Problem, raise_problems
+from gencache.core.errors import ConfigError, GencacheError, Problem
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig, DataConfig
+    from gencache.config.messages import Loc
 
 
 @dataclass(frozen=True)
 class Override:
-    """One ``--set``: the dotted path split into keys and list indices, and the decoded value."""
+    """One ``--set`` (or ``--output-dir``): the dotted path split into keys and list indices, the decoded value, and
+    the option and text that gave it, which a problem it introduces is named after (:attr:`label`)."""
 
     text: str
     path: tuple[str | int, ...]
     value: Any
+    option: str = "--set"
+
+    @property
+    def label(self) -> str:
+        """How a problem names this override: ``--set PATH=VALUE`` or ``--output-dir DIR``."""
+        return f"{self.option} {self.text}"
 
 
 @dataclass(frozen=True)
@@ -73,20 +84,20 @@ def apply_override(raw: dict[str, Any], override: Override) -> None:
         if isinstance(part, int):
             if not isinstance(node, list) or part >= len(node):
                 size = len(node) if isinstance(node, list) else 0
-                raise ConfigError(f"--set {override.text}: {where} does not exist (the list has {size} items).")
+                raise ConfigError(f"{override.label}: {where} does not exist (the list has {size} items).")
             node = node[part]
         else:
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {override.text}: {_describe(override.path[:depth])} is not an object.")
+                raise ConfigError(f"{override.label}: {_describe(override.path[:depth])} is not an object.")
             node = node.setdefault(part, {})
     last = override.path[-1]
     if isinstance(last, int):
         if not isinstance(node, list) or last >= len(node):
-            raise ConfigError(f"--set {override.text}: {_describe(override.path)} does not exist.")
+            raise ConfigError(f"{override.label}: {_describe(override.path)} does not exist.")
         node[last] = override.value
     else:
         if not isinstance(node, dict):
-            raise ConfigError(f"--set {override.text}: {_describe(override.path[:-1])} is not an object.")
+            raise ConfigError(f"{override.label}: {_describe(override.path[:-1])} is not an object.")
         node[last] = override.value
 
 
@@ -112,22 +123,27 @@ class CheckedConfig:
     output_dir: str | None = None
 
 
-def _validation_lines(candidate: Any, origin: str) -> list[tuple[tuple[str | int, ...], str]]:
+def _validation_lines(candidate: dict[str, Any]) -> list[tuple[Loc, str]]:
     """``(location, line)`` of every problem of ``candidate`` (empty when it validates)."""
     from pydantic import ValidationError
 
     from gencache.config.messages import collect_problems, problem_lines
     from gencache.config.models import CacheConfig
 
-    if not isinstance(candidate, dict):
-        from gencache.config.describe import type_name
-
-        return [((), f"the config must be an object, not {type_name(candidate)}")]
     try:
         CacheConfig.model_validate(candidate)
     except ValidationError as exc:
         return problem_lines(collect_problems(exc, CacheConfig))
     return []
+
+
+def _checked_limit(limit: int | None, problems: list[Problem]) -> int | None:
+    """``--limit`` when it is a positive number, else None with its problem added to ``problems``."""
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        message = f"--limit must be a positive number of samples, got {limit}."
+        problems.append(Problem("config", "--limit", ConfigError(message)))
+        return None
+    return limit
 
 
 def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
@@ -137,7 +153,7 @@ def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
 
         try:
             check_utf8_paths({"--output-dir path": overrides.output_dir})
-            steps.append(Override(f"--output-dir {overrides.output_dir}", ("output_dir",), overrides.output_dir))
+            steps.append(Override(overrides.output_dir, ("output_dir",), overrides.output_dir, "--output-dir"))
         except ConfigError as error:
             problems.append(Problem("config", "--output-dir", error))
     for text in overrides.sets:
@@ -148,86 +164,84 @@ def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
     return steps
 
 
+def _holder(loc: Loc, applied: Sequence[Override]) -> Override | None:
+    for override in reversed(applied):
+        if loc[: len(override.path)] == override.path:
+            return override
+    return None
+
+
+def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
+    """The override a problem at ``loc`` comes from, None when it is the file's own: the last applied one whose path
+    is ``loc`` or a prefix of it (it wrote that value, or the object holding it, last); else, in a field whose rule
+    reads a sibling (:data:`~gencache.config.fields.READS_SIBLING`: ``engine_options`` reads ``engine``), the one
+    that wrote the sibling."""
+    from gencache.config.fields import READS_SIBLING
+
+    holder = _holder(loc, applied)
+    if holder is not None:
+        return holder
+    for depth, part in enumerate(loc):
+        if isinstance(part, str) and part in READS_SIBLING:
+            return _holder((*loc[:depth], READS_SIBLING[part]), applied)
+    return None
+
+
 def check_config(path: str | os.PathLike[str], overrides: Overrides | None = None) -> CheckedConfig:
-    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result, collecting every
-    problem: each invalid field is its own problem, named after the override that introduced it when one did."""
+    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result once, collecting every
+    problem: each invalid field is its own problem, named after the override whose path holds it (:func:`origin_of`),
+    else after the file."""
     overrides = overrides or Overrides()
     problems: list[Problem] = []
-    limit = overrides.limit
-    if limit is not None and (isinstance(limit, bool) or limit < 1):
-        limit = None
-        problems.append(
-            Problem(
-                "config",
-                "--limit",
-                ConfigError(f"--limit must be a positive number of samples, got {overrides.limit}."),
-            )
-        )
+    limit = _checked_limit(overrides.limit, problems)
     try:
         raw, origin = read_merged_config(Path(path))
     except ConfigError as error:
         return CheckedConfig(None, [Problem("config", str(path), error), *problems])
-    steps = _steps(overrides, problems)
     current = copy.deepcopy(raw)
-    seen = {line for _, line in _validation_lines(current, origin)} if steps else set()
-    introduced: dict[str, str] = {}
-    for step in steps:
-        label = step.text if step.text.startswith("--output-dir") else f"--set {step.text}"
+    applied: list[Override] = []
+    for step in _steps(overrides, problems):
         try:
             apply_override(current, step)
         except ConfigError as error:
-            problems.append(Problem("config", label, error))
+            problems.append(Problem("config", step.label, error))
             continue
-        for _, line in _validation_lines(current, origin):
-            if line not in seen:
-                introduced.setdefault(line, label)
-                seen.add(line)
+        applied.append(step)
     if limit is not None:
         _limit(current, limit)
     from gencache.config.messages import format_loc
 
-    for loc, line in _validation_lines(current, origin):
-        named = introduced.get(line)
-        where = format_loc(loc) or named or origin
-        problems.append(Problem("config", where, ConfigError(f"{named or origin}: {line}")))
+    lines = _validation_lines(current)
+    for loc, line in lines:
+        source = origin_of(loc, applied)
+        named = source.label if source is not None else origin
+        problems.append(Problem("config", format_loc(loc) or named, ConfigError(f"{named}: {line}")))
     if not problems:
         from gencache.config.models import parse_config
 
         return CheckedConfig(parse_config(current, origin=origin))
-    return _partial(current, problems)
+    return _partial(current, problems, [loc for loc, _ in lines])
 
 
-def _partial(current: Any, problems: list[Problem]) -> CheckedConfig:
-    """What of an invalid config validates on its own: the data configs no problem names, the output directory."""
+def _partial(current: dict[str, Any], problems: list[Problem], locs: Sequence[Loc]) -> CheckedConfig:
+    """What of an invalid config validates on its own: the data configs and the output directory that no problem's
+    location (``locs``) falls in."""
     from gencache.config.models import parse_data_configs
 
     result = CheckedConfig(None, problems)
-    if not isinstance(current, dict):
-        return result
-    named = {problem.location for problem in problems}
     items = current.get("data_configs")
-    if isinstance(items, list) and "data_configs" not in named:
+    if isinstance(items, list) and ("data_configs",) not in locs:
         for index, item in enumerate(items):
-            prefix = f"data_configs[{index}]"
-            if any(where == prefix or where.startswith((prefix + ".", prefix + "[")) for where in named):
+            if any(loc[:2] == ("data_configs", index) for loc in locs):
                 continue
             try:
                 result.data_configs.append((index, parse_data_configs([item])[0]))
             except GencacheError:
                 continue
     output_dir = current.get("output_dir")
-    if isinstance(output_dir, str) and output_dir and "output_dir" not in named:
+    if isinstance(output_dir, str) and output_dir and ("output_dir",) not in locs:
         result.output_dir = output_dir
     return result
-
-
-def load_with_overrides(path: str | os.PathLike[str], overrides: Overrides) -> CacheConfig:
-    """Load ``path`` with ``overrides`` applied and validated; without overrides this is :func:`load_config`.
-    One problem is raised as it is, several as :class:`gencache.core.errors.InputProblems`."""
-    checked = check_config(path, overrides)
-    raise_problems(checked.problems)
-    assert checked.config is not None
-    return checked.config
 
 
 __all__ = [
@@ -236,6 +250,6 @@ __all__ = [
     "Overrides",
     "apply_override",
     "check_config",
-    "load_with_overrides",
+    "origin_of",
     "parse_set",
 ]
