@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gencache.config import load_config
-from gencache.config.generation import NO_LOGITS_MESSAGE
+from gencache.config.generation import NO_LOGITS_MESSAGE, effective_problems
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import GeneratedEntry
@@ -474,6 +474,26 @@ def test_invalid_generation_settings_are_config_errors(
     with pytest.raises(ConfigError, match=fragment) as info:
         resolve(tiny_teacher_dir, tiny_tokenizer, **kwargs)
     assert info.value.exit_code == 2
+
+
+def test_the_rule_book_checks_an_effective_config_without_a_model() -> None:
+    greedy = {"max_new_tokens": 4, "do_sample": False, "num_beams": 1, "temperature": 0.0}
+    assert effective_problems(greedy, user=(), teacher="t") == []  # a sampling setting is not checked under greedy
+    sampled = {"max_new_tokens": 4, "do_sample": True, "temperature": 0.0}
+    assert effective_problems(sampled, user={"temperature"}, teacher="t") == [
+        "model.generation_kwargs.temperature (config): must be a number > 0 (got 0.0)."
+    ]
+    assert effective_problems({"max_new_tokens": 0, "do_sample": False}, user=(), teacher="t") == [
+        "model.generation_kwargs.max_new_tokens (teacher's generation config): must be a positive integer (got 0)."
+    ]
+    missing = effective_problems({"do_sample": False}, user=(), teacher="t")
+    assert missing == [
+        "model.generation_kwargs.max_new_tokens is required: set it in the config (the teacher's generation config "
+        "at 't' does not set it)."
+    ]
+    beams = {"max_new_tokens": 2, "do_sample": False, "num_beams": 2, "num_return_sequences": 3, "stop_strings": "x"}
+    lines = effective_problems(beams, user=beams.keys(), teacher="t")
+    assert len(lines) == 2 and "cannot exceed num_beams (2)" in lines[0] and "cannot be combined with beam" in lines[1]
 
 
 def test_generation_kwargs_must_be_an_object(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:

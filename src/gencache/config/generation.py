@@ -2,7 +2,8 @@
 uses it, and which engines honour it.
 
 Three readers share it: the config loader (type and range checks when the config loads, no model needed), the
-effective generation config (the same checks on the merged user + teacher values, then the decoding-mode drops), and
+effective generation config (the same checks on the merged user + teacher values and the rules that combine
+settings, :func:`effective_problems`, then the decoding-mode drops), and
 the config reference page (``gencache.docgen.config``). The engine check (:func:`engine_refusals`) runs on the effective
 config before any weights load: a setting an engine cannot honour exactly is refused with one line naming the
 engine, the setting and the engines that do honour it.
@@ -13,11 +14,11 @@ This module imports neither torch nor transformers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from gencache.config.describe import not_value, show
+from gencache.config.describe import not_value, show, type_name
 from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.canonical import is_finite_number, is_int
 
@@ -34,6 +35,7 @@ __all__ = [
     "NO_LOGITS_MESSAGE",
     "NO_NEUTRAL",
     "SettingRule",
+    "effective_problems",
     "engine_refusals",
     "generation_problems",
     "setting_problem",
@@ -289,12 +291,14 @@ def setting_problem(key: str, value: Any) -> str | None:
     return None if rule is None else rule.check(value)
 
 
-def generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
+def generation_problems(kwargs: object) -> list[Problem]:
     """Every problem of a ``generation_kwargs`` object that needs no model, as ``((key, ...), message)`` pairs.
 
-    Logit and score fields, Python-object hooks and unsupported settings are refused; every value must be JSON; the
-    listed settings must satisfy their rule. An explicit null is accepted: it unsets a value inherited from
-    ``_default.json`` (the teacher's generation config, then transformers' defaults, supply it)."""
+    It must be an object; logit and score fields, Python-object hooks and unsupported settings are refused; every
+    value must be JSON; the listed settings must satisfy their rule. An explicit null is accepted: it unsets a value
+    inherited from ``_default.json`` (the teacher's generation config, then transformers' defaults, supply it)."""
+    if not isinstance(kwargs, Mapping):
+        return [((), f"must be an object, not {type_name(kwargs)}")]
     problems: list[Problem] = []
     for key in sorted(kwargs, key=str):
         value = kwargs[key]
@@ -311,6 +315,52 @@ def generation_problems(kwargs: Mapping[str, Any]) -> list[Problem]:
         elif value is not None and (message := setting_problem(key, value)) is not None:
             problems.append(((key,), message))
     return problems
+
+
+_TEACHER = "teacher's generation config"
+
+
+def effective_problems(effective: Mapping[str, Any], *, user: Collection[str], teacher: str) -> list[str]:
+    """Every problem of an effective generation config, one line each (empty when it is acceptable).
+
+    ``effective`` holds the user's settings over the teacher's generation config (read from the model ``teacher``)
+    over transformers' defaults, nulls left out, ``do_sample`` a boolean; ``user`` names the settings the config
+    set, so a bad value is named as the config's or the teacher's. ``max_new_tokens`` must be set, every listed
+    setting of the decoding mode in use (sampling parameters only when sampling) must satisfy its rule, and, when
+    they all do, the settings must combine: several sequences need sampling or beams and at most ``num_beams`` of
+    them, and stop strings exclude beam search."""
+    lines: list[str] = []
+    if "max_new_tokens" not in effective:
+        lines.append(
+            f"{FIELD}.max_new_tokens is required: set it in the config "
+            f"(the teacher's generation config at {teacher!r} does not set it)."
+        )
+    sampling = effective.get("do_sample") is True
+    for key, value in effective.items():
+        rule = GENERATION_SETTINGS.get(key)
+        problem = None if rule is None or (rule.mode == MODE_SAMPLING and not sampling) else rule.check(value)
+        if problem is not None:
+            lines.append(f"{FIELD}.{key} ({'config' if key in user else _TEACHER}): {problem}.")
+    return lines or _combination_problems(effective, sampling)
+
+
+def _combination_problems(effective: Mapping[str, Any], sampling: bool) -> list[str]:
+    """The rules that combine settings, on values that each satisfy their own rule."""
+    sequences, beams = effective.get("num_return_sequences", 1), effective.get("num_beams", 1)
+    lines: list[str] = []
+    if sequences > 1 and not sampling and beams == 1:
+        lines.append(
+            f"{FIELD}.num_return_sequences = {sequences} needs sampling (do_sample: true) or beam search "
+            "(num_beams > 1): greedy decoding returns one sequence per prompt."
+        )
+    if beams > 1 and sequences > beams:
+        lines.append(f"{FIELD}.num_return_sequences ({sequences}) cannot exceed num_beams ({beams}).")
+    if effective.get("stop_strings") and beams > 1:
+        lines.append(
+            f"{FIELD}.stop_strings cannot be combined with beam search (num_beams = {beams}): gencache records "
+            "each sequence's finish step, which beam search does not expose."
+        )
+    return lines
 
 
 def _engines_text(engines: Sequence[str]) -> str:

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.describe import type_name
 from gencache.config.generation import (
     FIELD,
     GENERATION_FORBIDDEN,
@@ -26,9 +25,9 @@ from gencache.config.generation import (
     LOGIT_FIELDS,
     MODE_BEAM,
     MODE_SAMPLING,
+    effective_problems,
     engine_refusals,
     generation_problems,
-    setting_problem,
 )
 from gencache.config.messages import join_problems
 from gencache.core.canonical import is_int
@@ -54,7 +53,6 @@ SAMPLING_KEYS = tuple(name for name, rule in GENERATION_SETTINGS.items() if rule
 BEAM_KEYS = tuple(name for name, rule in GENERATION_SETTINGS.items() if rule.mode == MODE_BEAM)
 
 _ALLOWED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample")
-_TEACHER = "teacher's generation config"
 
 
 @dataclass(frozen=True)
@@ -98,8 +96,6 @@ def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The user's settings without nulls (null means "not set": the teacher's value or transformers' default
     applies), checked with the config's rule book (the same problems, in the same words, as when the config loads)
     and against the fields transformers' ``GenerationConfig`` knows (the one check that needs transformers)."""
-    if not isinstance(generation_kwargs, Mapping):
-        raise ConfigError(f"{FIELD}: must be an object, not {type_name(generation_kwargs)}")
     problems = generation_problems(generation_kwargs)
     if problems:
         raise ConfigError(join_problems([((*FIELD.split("."), *loc), msg) for loc, msg in problems], None))
@@ -139,15 +135,6 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
     return {key: value for key, value in data.items() if key in known and value is not None}
 
 
-def _check_effective(merged: Mapping[str, Any], user: Mapping[str, Any]) -> None:
-    """The rule book's checks on the merged values (the teacher's included: a bad teacher value fails here)."""
-    for key, value in merged.items():
-        problem = setting_problem(key, value)
-        if problem is not None:
-            source = "config" if key in user else _TEACHER
-            raise ConfigError(f"{FIELD}.{key} ({source}): {problem}.")
-
-
 def resolve_generation(
     generation_kwargs: Mapping[str, Any], *, model_path: str, revision: str | None, tokenizer: Any
 ) -> EffectiveGeneration:
@@ -168,21 +155,12 @@ def resolve_generation(
     teacher_values.pop("do_sample", None)
     defaults: dict[str, Any] = dict(teacher.hf().GenerationConfig._get_default_generation_params())
     merged = _merge(defaults, teacher_values, user, tokenizer)
-    if "max_new_tokens" not in merged:
-        raise ConfigError(
-            f"{FIELD}.max_new_tokens is required: set it in the config "
-            f"(the teacher's generation config at {model_path!r} does not set it)."
-        )
+    problems = effective_problems(merged, user=user.keys(), teacher=model_path)
+    if problems:
+        raise ConfigError(problems[0])  # the rule book's first problem, the teacher's values included
     do_sample: bool = merged["do_sample"]
     num_beams = merged.get("num_beams", 1)
-    if not do_sample:
-        sampling = {key for key in SAMPLING_KEYS if key in merged}
-        checked = {key: value for key, value in merged.items() if key not in sampling}
-    else:
-        checked = merged
-    _check_effective(checked, user)
     num_return_sequences = merged.get("num_return_sequences", 1)
-    _check_sequence_counts(num_return_sequences, do_sample, num_beams)
     dropped = _drop_unused(merged, set(user) | set(teacher_values), do_sample, num_beams)
 
     eos_token_ids = _token_id_tuple(merged.get("eos_token_id", []))
@@ -192,11 +170,6 @@ def resolve_generation(
     if "stop_strings" in merged:
         stop_strings = _stop_string_tuple(merged["stop_strings"])
         merged["stop_strings"] = list(stop_strings)
-    if stop_strings and num_beams > 1:
-        raise ConfigError(
-            f"{FIELD}.stop_strings cannot be combined with beam search (num_beams = {num_beams}): gencache records "
-            "each sequence's finish step, which beam search does not expose."
-        )
 
     config = _build_config(merged)
     mode = str(getattr(config.get_generation_mode(), "value", config.get_generation_mode()))
@@ -237,18 +210,6 @@ def _merge(
     for key in ("max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED):  # inert defaults of unsupported features
         merged.pop(key, None)
     return {key: value for key, value in merged.items() if value is not None}
-
-
-def _check_sequence_counts(num_return_sequences: int, do_sample: bool, num_beams: int) -> None:
-    if num_return_sequences > 1 and not do_sample and num_beams == 1:
-        raise ConfigError(
-            f"{FIELD}.num_return_sequences = {num_return_sequences} needs sampling (do_sample: true) or beam search "
-            "(num_beams > 1): greedy decoding returns one sequence per prompt."
-        )
-    if num_beams > 1 and num_return_sequences > num_beams:
-        raise ConfigError(
-            f"{FIELD}.num_return_sequences ({num_return_sequences}) cannot exceed num_beams ({num_beams})."
-        )
 
 
 def _drop_unused(merged: dict[str, Any], explicit: set[str], do_sample: bool, num_beams: int) -> list[str]:
