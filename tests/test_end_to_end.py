@@ -19,7 +19,7 @@ from gencache.cli.app import run as cli_run
 from gencache.core.errors import GencacheError, InputProblems, OutputExistsError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.run.pipeline import run_generate
+from gencache.run.api import generate
 
 
 def data_configs() -> list[dict[str, Any]]:
@@ -55,7 +55,7 @@ def entries(path: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> Path:
     work = tmp_path_factory.mktemp("e2e")
-    output = run_generate(write_config(work, tiny_teacher_dir, work / "out"))
+    output = generate(write_config(work, tiny_teacher_dir, work / "out"))
     assert output is not None
     return output
 
@@ -122,7 +122,7 @@ def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
 def test_batch_size_one_and_four_give_identical_entries(
     published: Path, tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
-    single = run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "bs1", gen_batch_size=1))
+    single = generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "bs1", gen_batch_size=1))
     assert single is not None
     assert entries(single) == entries(published)
 
@@ -132,7 +132,7 @@ def test_duplicate_samples_are_generated_once(tmp_path: Path, tiny_teacher_dir: 
     twice = [data_configs()[0], dict(data_configs()[0], template="default")]
     notices: list[tuple[str, str]] = []
     config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "dup", data_configs=twice)
-    output = run_generate(config, notify=lambda level, text: notices.append((level, text)))
+    output = generate(config, notify=lambda level, text: notices.append((level, text)))
     assert output is not None
     warned = [text for level, text in notices if level == "warning"]
     assert len(warned) == 1 and "6 duplicated keys rendered different prompts" in warned[0]
@@ -160,7 +160,7 @@ def test_existing_output_path_is_refused_before_the_model_loads(tmp_path: Path, 
     # The teacher does not exist either: both are reported, before anything loads.
     config = write_config(tmp_path, tmp_path / "no-such-teacher", target)
     with pytest.raises(InputProblems) as found:
-        run_generate(config)
+        generate(config)
     errors = [problem.error for problem in found.value.problems]
     assert isinstance(errors[0], OutputExistsError) and "already exists" in str(errors[0])
     assert "no-such-teacher does not exist" in str(errors[1]) and len(errors) == 2
@@ -173,9 +173,9 @@ def test_three_shards_partition_the_unsharded_run(published: Path, tmp_path: Pat
     shard_dirs = []
     for index in range(3):
         if index < 2:
-            out = run_generate(config, shard=f"{index}/3")
+            out = generate(config, shard=f"{index}/3")
         else:  # the last one as a torchrun rank
-            out = run_generate(config, env={"WORLD_SIZE": "3", "RANK": "2", "LOCAL_RANK": "2"})
+            out = generate(config, env={"WORLD_SIZE": "3", "RANK": "2", "LOCAL_RANK": "2"})
         assert out is not None
         assert out.name == f"sharded-shard-{index:05d}-of-00003"
         shard_dirs.append(out)
@@ -205,18 +205,21 @@ def test_three_shards_partition_the_unsharded_run(published: Path, tmp_path: Pat
     with pytest.raises(GencacheError, match="00001"):
         open_caches(tmp_path / "sharded")
     # --skip-published: existing verified shards exit at once, the missing one is regenerated
-    assert run_generate(config, shard="0/3", skip_published=True) is None
-    regenerated = run_generate(config, shard="1/3", skip_published=True)
+    notices: list[str] = []
+    kept = generate(config, shard="0/3", skip_published=True, notify=lambda level, text: notices.append(text))
+    assert kept == shard_dirs[0]
+    assert notices == [f"already published and verified: {shard_dirs[0]}"]
+    regenerated = generate(config, shard="1/3", skip_published=True)
     assert regenerated == shard_dirs[1]
     assert entries(regenerated) == parts[1]
 
 
 def test_skip_published_refuses_a_shard_of_another_run(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     first = write_config(tmp_path, tiny_teacher_dir, tmp_path / "s")
-    assert run_generate(first, shard="0/2") is not None
+    assert generate(first, shard="0/2") is not None
     other = write_config(tmp_path, tiny_teacher_dir, tmp_path / "s", seed=7)
     with pytest.raises(OutputExistsError, match="another run"):
-        run_generate(other, shard="0/2", skip_published=True)
+        generate(other, shard="0/2", skip_published=True)
 
 
 def test_export_writes_one_line_per_sequence(published: Path, tmp_path: Path) -> None:
@@ -319,7 +322,7 @@ def test_a_shard_without_keys_publishes_an_empty_artifact(
     count = 64
     owned = {int(key, 16) % count for key in entries(published)}
     empty = next(i for i in range(count) if i not in owned)
-    out = run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "many"), shard=f"{empty}/{count}")
+    out = generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / "many"), shard=f"{empty}/{count}")
     assert out is not None
     assert len(CacheReader(out)) == 0
     assert cli_run(["verify", str(out)]) == 0
@@ -368,7 +371,7 @@ def test_model_free_checks_fail_before_the_teacher_loads(
         }
     config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "out", **change)
     with pytest.raises(GencacheError) as caught:
-        run_generate(config)
+        generate(config)
     assert type(caught.value).__name__ == error
     assert sorted(p.name for p in tmp_path.iterdir()) == [config.name]
 
@@ -377,7 +380,7 @@ def test_sampled_runs_are_reproducible_from_the_seed(tmp_path: Path, tiny_teache
     sampling = {"max_new_tokens": 12, "do_sample": True, "temperature": 1.5, "num_return_sequences": 2}
     model = {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu", "generation_kwargs": sampling}
     runs = [
-        run_generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / name, model=model, seed=seed))
+        generate(write_config(tmp_path, tiny_teacher_dir, tmp_path / name, model=model, seed=seed))
         for name, seed in (("a", 5), ("b", 5), ("c", 6))
     ]
     assert all(run is not None for run in runs)

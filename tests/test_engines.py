@@ -20,7 +20,7 @@ from gencache.generation.engines import ENGINES, EngineContext, EngineStats, cre
 from gencache.generation.engines.continuous import generate_continuous, size_paged_cache, supported_transformers
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
-from gencache.run.pipeline import run_generate
+from gencache.run.api import generate
 from support.generation_helpers import decode, finish_workload, resolve, solo, text_prompts
 
 needs_continuous = pytest.mark.skipif(
@@ -266,8 +266,8 @@ def _resolved(path: Path) -> dict[str, Any]:
 @needs_continuous
 def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     generation = {"max_new_tokens": 10, "stop_strings": ["."]}
-    static = run_generate(_config(tmp_path, tiny_teacher_dir, ENGINE_STATIC, generation))
-    continuous = run_generate(
+    static = generate(_config(tmp_path, tiny_teacher_dir, ENGINE_STATIC, generation))
+    continuous = generate(
         _config(
             tmp_path, tiny_teacher_dir, ENGINE_CONTINUOUS, generation,
             engine_options={"max_concurrent_sequences": 3, "page_size": 16},

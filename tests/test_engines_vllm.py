@@ -118,7 +118,7 @@ def test_vllm_publishes_a_verified_artifact_on_cuda(tmp_path: Path, tiny_teacher
         pytest.skip("needs CUDA")
     from gencache.artifact.reader import verify
     from gencache.data.recipes import sample_source
-    from gencache.run.pipeline import run_generate
+    from gencache.run.api import generate
 
     config = {
         "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cuda:0",
@@ -131,7 +131,7 @@ def test_vllm_publishes_a_verified_artifact_on_cuda(tmp_path: Path, tiny_teacher
     }  # fmt: skip
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
-    out = run_generate(path)
+    out = generate(path)
     assert out is not None and verify(out) == []
     resolved = json.loads((out / "resolved_config.json").read_text(encoding="utf-8"))
     assert resolved["engine"]["name"] == "vllm" and resolved["engine"]["version"] == vllm.__version__

@@ -16,7 +16,7 @@ from gencache.cli.app import run as cli_run
 from gencache.config import load_config
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.run.pipeline import run_generate
+from gencache.run.api import generate
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def artifact(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -
     }  # fmt: skip
     path = work / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
-    out = run_generate(path)
+    out = generate(path)
     assert out is not None
     return out, data
 

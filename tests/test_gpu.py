@@ -12,7 +12,7 @@ import torch
 from gencache.artifact.reader import CacheReader, verify
 from gencache.data.recipes import sample_source
 from gencache.generation.engines.continuous import supported_transformers
-from gencache.run.pipeline import run_generate
+from gencache.run.api import generate
 
 pytestmark = [
     pytest.mark.gpu,
@@ -53,7 +53,7 @@ def config(tmp_path: Path, teacher: Path, dtype: str, batch_size: int, name: str
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_generate_on_cuda_publishes_a_verified_artifact(tmp_path: Path, tiny_teacher_dir: Path, dtype: str) -> None:
-    out = run_generate(config(tmp_path, tiny_teacher_dir, dtype, 4, f"gpu-{dtype}"))
+    out = generate(config(tmp_path, tiny_teacher_dir, dtype, 4, f"gpu-{dtype}"))
     assert out is not None and verify(out) == []
     resolved = json.loads((out / "resolved_config.json").read_text(encoding="utf-8"))
     assert resolved["runtime"]["device"].startswith("cuda")
@@ -64,8 +64,8 @@ def test_generate_on_cuda_publishes_a_verified_artifact(tmp_path: Path, tiny_tea
 
 
 def test_float32_batching_on_cuda_matches_one_by_one(tmp_path: Path, tiny_teacher_dir: Path) -> None:
-    batched = run_generate(config(tmp_path, tiny_teacher_dir, "float32", 8, "b8"))
-    single = run_generate(config(tmp_path, tiny_teacher_dir, "float32", 1, "b1"))
+    batched = generate(config(tmp_path, tiny_teacher_dir, "float32", 8, "b8"))
+    single = generate(config(tmp_path, tiny_teacher_dir, "float32", 1, "b1"))
     assert batched is not None and single is not None
     a = json.loads((batched / "manifest.json").read_text())["entries"]
     b = json.loads((single / "manifest.json").read_text())["entries"]
@@ -81,8 +81,8 @@ def _digests(path: Path) -> dict[str, str]:
     not supported_transformers(), reason="this transformers is older than the continuous engine supports"
 )
 def test_float32_continuous_engine_on_cuda_matches_the_static_engine(tmp_path: Path, tiny_teacher_dir: Path) -> None:
-    static = run_generate(config(tmp_path, tiny_teacher_dir, "float32", 4, "static"))
-    continuous = run_generate(
+    static = generate(config(tmp_path, tiny_teacher_dir, "float32", 4, "static"))
+    continuous = generate(
         config(
             tmp_path, tiny_teacher_dir, "float32", 4, "continuous", engine="transformers-continuous",
             engine_options={"max_concurrent_sequences": 4},

@@ -9,11 +9,12 @@ import pytest
 from gencache.config import parse_config
 from gencache.core.errors import ConfigError, DatasetError, GenerationError, InputProblems
 from gencache.run.checks import Preflight, preflight
+from gencache.run.sharding import Target
 from support.config_factory import config_dict
 
 
 def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
-    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), outputs=[tmp_path / "out"])
+    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)])
     with pytest.raises(GenerationError) as info:
         found.run_inputs()
     message = str(info.value)
@@ -23,7 +24,7 @@ def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
 
 
 def test_one_problem_is_raised_as_it_is_and_several_together(tmp_path: Path) -> None:
-    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), outputs=[tmp_path / "out"])
+    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)])
     first, second = ConfigError("first problem"), DatasetError("second problem")
     found.add_problem("output path", first)
     with pytest.raises(ConfigError) as info:
@@ -39,8 +40,10 @@ def test_one_problem_is_raised_as_it_is_and_several_together(tmp_path: Path) -> 
 def test_the_checks_produce_complete_inputs(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = parse_config(config_dict(tmp_path, tiny_teacher_dir))
     output = tmp_path / "out"
-    inputs = preflight(config, [output], None, {}).run_inputs()
+    found = preflight(config, [Target(output, None)], None, {})
+    inputs = found.run_inputs()
     assert inputs.device == "cpu" and inputs.rename_mode
     assert len(inputs.samples.unique) == 4 and inputs.generation.max_new_tokens == 6
     assert inputs.engine.name == "transformers" and set(inputs.capacity) == {output}
+    assert [target.keys for target in found.targets] == [tuple(inputs.samples.keys())]
     assert not output.exists()

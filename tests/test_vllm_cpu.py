@@ -178,10 +178,10 @@ def test_the_vllm_artifact_has_the_static_artifacts_content_digests_and_records_
     tmp_path: Path, teacher: Path
 ) -> None:
     from gencache.artifact.reader import verify
-    from gencache.run.pipeline import run_generate
+    from gencache.run.api import generate
 
-    static = run_generate(_config(tmp_path, teacher, "transformers", "static"))
-    served = run_generate(_config(tmp_path, teacher, "vllm", "vllm", engine_options=OPTIONS))
+    static = generate(_config(tmp_path, teacher, "transformers", "static"))
+    served = generate(_config(tmp_path, teacher, "vllm", "vllm", engine_options=OPTIONS))
     assert static is not None and served is not None and verify(served) == []
     assert len(manifest_digests(static)) == 6
     assert manifest_digests(served) == manifest_digests(static)
@@ -199,7 +199,7 @@ def test_the_vllm_artifact_has_the_static_artifacts_content_digests_and_records_
 def test_the_prefix_cache_serves_few_shot_prompts_at_least_90_percent_of_what_the_floor_allows(
     tmp_path: Path, teacher: Path
 ) -> None:
-    from gencache.run.pipeline import run_generate
+    from gencache.run.api import generate
 
     few_shot = _config(tmp_path, teacher, "vllm", "few-shot", engine_options=OPTIONS)
     config = json.loads(few_shot.read_text(encoding="utf-8"))
@@ -207,7 +207,7 @@ def test_the_prefix_cache_serves_few_shot_prompts_at_least_90_percent_of_what_th
                                "subset": "fullwiki", "split": "train",
                                "source": str(sample_source("hotpot_qa"))}]  # fmt: skip
     few_shot.write_text(json.dumps(config), encoding="utf-8")
-    out = run_generate(few_shot)
+    out = generate(few_shot)
     assert out is not None
     prefix = json.loads((out / "resolved_config.json").read_text(encoding="utf-8"))["batching"]["prefix_cache"]
     allowed = prefix["prompt_tokens"] - prefix["floor_prompt_tokens"]

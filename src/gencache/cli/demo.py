@@ -62,7 +62,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     from gencache.cli.render import render_inspect, render_notice
     from gencache.core.progress import make_console
     from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
-    from gencache.run.pipeline import run_generate
+    from gencache.run.api import generate
 
     console = console or make_console()
     workdir = Path(workdir).absolute()
@@ -84,8 +84,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     config_path = workdir / "demo-config.json"
     config_path.write_text(json.dumps(demo_config(teacher, output_dir), indent=2) + "\n", encoding="utf-8")
     console.print(f"[bold]2.[/bold] generating from {config_path}")
-    published = run_generate(config_path, notify=lambda level, text: render_notice(console, level, text))
-    assert published is not None  # not a dry run
+    published = generate(config_path, notify=lambda level, text: render_notice(console, level, text))
     console.print(f"[bold]3.[/bold] gencache inspect {published}")
     render_inspect(inspect_report([published]), console)
     reader = CacheReader(published)

@@ -188,13 +188,12 @@ def _teacher_steps(run: Runner, result: Preflight) -> None:
         return None, check_attn_implementation(model.attn_implementation, result.device)
 
     def vocabulary() -> tuple[None, str]:
-        vocab_size = vocab_size_of(result.teacher_config)
+        vocab_size = vocab_size_of(run.teacher.config)
         if vocab_size is None:
             return None, "not checked: config.json records no vocab_size"
-        result.vocab_size = vocab_size
+        run.teacher.vocab_size = vocab_size
         assert result.generation is not None
-        settings = {**result.generation.kwargs, "eos_token_id": list(result.generation.eos_token_ids)}
-        return None, check_vocabulary(result.tokenizer, vocab_size, settings)
+        return None, check_vocabulary(result.tokenizer, vocab_size, result.generation.kwargs)
 
     run.step("attention", attention, needs=("device",))
     run.step("teacher weights", lambda: (None, check_teacher_weights(model.model_path)), needs=("model",))
@@ -245,11 +244,11 @@ def model_steps(run: Runner, result: Preflight) -> None:
     result.engine = run.step("engine", engine, needs=("generation", "device"))
 
     def positions() -> tuple[int | None, str]:
-        result.teacher_config = read_teacher_config(model.model_path, model.revision)
-        value = max_positions_of(result.teacher_config)
+        run.teacher.config = read_teacher_config(model.model_path, model.revision)
+        value = max_positions_of(run.teacher.config)
         return value, f"{value} positions" if value else "config.json records no maximum positions"
 
-    result.max_positions = run.step("teacher config", positions, needs=("model",))
+    run.teacher.max_positions = run.step("teacher config", positions, needs=("model",))
     _teacher_steps(run, result)
 
 

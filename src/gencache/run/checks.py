@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from gencache.data.samples import SampleSet
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
-    from gencache.run.sharding import ShardSpec
+    from gencache.run.sharding import ShardSpec, Target
 
 T = TypeVar("T")
 
@@ -102,7 +102,7 @@ class Preflight:
     the config itself is invalid: then only what validated on its own was checked."""
 
     config: CacheConfig | None
-    outputs: list[Path]
+    targets: list[Target]
     device: str | None = None
     tokenizer: Any | None = None
     generation: EffectiveGeneration | None = None
@@ -110,15 +110,16 @@ class Preflight:
     samples: SampleSet | None = None
     sample_counts: list[int] | None = None
     keys: list[str] | None = None
-    max_positions: int | None = None
-    longest_prompt: int | None = None
-    vocab_size: int | None = None
-    teacher_config: Any | None = None
     capacity: dict[Path, int] = field(default_factory=dict)
     rename_mode: str | None = None
     checks: list[Check] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     not_computed: list[str] = field(default_factory=list)
+
+    @property
+    def outputs(self) -> list[Path]:
+        """The directories the run publishes (one, or one per shard still to generate)."""
+        return [target.output_dir for target in self.targets]
 
     @property
     def errors(self) -> list[GencacheError]:
@@ -155,11 +156,23 @@ class Preflight:
         return RunInputs(device, tokenizer, generation, engine, samples, dict(self.capacity), rename_mode)
 
 
+@dataclass
+class TeacherFacts:
+    """What the teacher's checks learn and later checks use (not part of the report): its ``config.json``, its
+    maximum positions and its vocabulary size (None when unknown)."""
+
+    config: Any | None = None
+    max_positions: int | None = None
+    vocab_size: int | None = None
+
+
 class Runner:
-    """Runs checks into a :class:`Preflight`: each records its line, and its problem when it fails."""
+    """Runs checks into a :class:`Preflight`: each records its line, and its problem when it fails. ``teacher``
+    carries what one check learns of the teacher to the checks after it."""
 
     def __init__(self, result: Preflight) -> None:
         self.result = result
+        self.teacher = TeacherFacts()
 
     def skip(self, name: str, why: str) -> None:
         self.result.checks.append(Check(name, "skipped", why))
@@ -251,12 +264,7 @@ def _device_step(run: Runner, result: Preflight, shard: ShardSpec | None, env: M
     result.device = run.step("device", device)
 
 
-def teacher_checks(
-    result: Preflight,
-    shard: ShardSpec | None,
-    env: Mapping[str, str] | None,
-    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None,
-) -> None:
+def teacher_checks(result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
     """Phase 2 (see the module docstring): the device, the tokenizer, the teacher and the tokenized samples."""
     from gencache.core.quiet import prepare_model_libraries
     from gencache.run.check_steps import model_steps
@@ -266,28 +274,23 @@ def teacher_checks(
     run = Runner(result)
     _device_step(run, result, shard, env)
     model_steps(run, result)
-    sample_steps(run, result, shard, owned_keys)
+    sample_steps(run, result, shard)
 
 
 def preflight(
-    config: CacheConfig,
-    outputs: Sequence[Path],
-    shard: ShardSpec | None,
-    env: Mapping[str, str] | None,
-    *,
-    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None = None,
+    config: CacheConfig, targets: Sequence[Target], shard: ShardSpec | None, env: Mapping[str, str] | None
 ) -> Preflight:
     """Run every model-free check (see the module docstring) and return what they found, every problem in
     :attr:`Preflight.problems`.
 
-    ``outputs`` are the directories the run publishes (one, or one per shard still to generate); ``shard`` is
-    the one shard this process generates, or with ``--shards N`` any of them (its count is checked against the
-    unique keys); ``owned_keys`` maps the built samples to each output's keys for the header budget (default: all
-    unique keys go to ``outputs[0]``).
+    ``targets`` are the artifacts the run publishes (one, or one per shard still to generate); once the samples
+    are built, :attr:`Preflight.targets` holds them with the keys each publishes (selected here, once). ``shard``
+    is the one shard this process generates, or with ``--shards N`` any of them (its count is checked against the
+    unique keys).
     """
     from gencache.data.sources import shared_tables
 
-    result = Preflight(config=config, outputs=list(outputs))
+    result = Preflight(config=config, targets=list(targets))
     with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
         input_checks(result, list(enumerate(config.data_configs)), model=config.model, shard=shard)
         if result.problems:
@@ -299,20 +302,20 @@ def preflight(
                 "config or data checks found problems)"
             )
             return result
-        teacher_checks(result, shard, env, owned_keys)
+        teacher_checks(result, shard, env)
     return result
 
 
 def check_inputs_alone(
-    data_configs: Sequence[tuple[int, DataConfig]], outputs: Sequence[Path], shard: ShardSpec | None
+    data_configs: Sequence[tuple[int, DataConfig]], targets: Sequence[Target], shard: ShardSpec | None
 ) -> Preflight:
     """Phase 1 for an invalid config: the data configs and the output location that validated on their own."""
     from gencache.data.sources import shared_tables
 
-    result = Preflight(config=None, outputs=list(outputs))
+    result = Preflight(config=None, targets=list(targets))
     with shared_tables():
         input_checks(result, data_configs, model=None, shard=shard)
     return result
 
 
-__all__ = ["LOCATIONS", "Check", "Preflight", "RunInputs", "Runner", "check_inputs_alone", "preflight"]
+__all__ = ["LOCATIONS", "Check", "Preflight", "RunInputs", "Runner", "TeacherFacts", "check_inputs_alone", "preflight"]

@@ -7,9 +7,9 @@ context length, the prompt ids, the paged cache and the header budget (:func:`sa
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, GencacheError, ShardError
 
@@ -111,22 +111,23 @@ def _shard_count_step(run: Runner, unique: int, shard: ShardSpec | None) -> None
 
 
 # -- phase 2: the tokenized samples ------------------------------------------------------------------------
-def _largest_prompt_id(found: Preflight) -> str:
+def _largest_prompt_id(found: Preflight, vocab_size: int) -> str:
     from gencache.generation.teacher_files import check_prompt_ids
 
     samples = found.samples
-    assert samples is not None and found.vocab_size is not None
+    assert samples is not None
     largest, where = -1, "-"
     for sample in samples.unique:
         if sample.input_ids and max(sample.input_ids) > largest:
             largest = max(sample.input_ids)
             where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
-    return check_prompt_ids(largest, where, found.vocab_size)
+    return check_prompt_ids(largest, where, vocab_size)
 
 
-def check_paged_cache(found: Preflight) -> str:
+def check_paged_cache(found: Preflight, teacher_config: Any) -> str:
     """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
-    prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
+    prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts), for the teacher whose
+    ``config.json`` is ``teacher_config``."""
     from gencache.config.engines import ContinuousOptions
     from gencache.config.names import DTYPE_BYTES
     from gencache.generation.engines.continuous import size_paged_cache
@@ -140,7 +141,7 @@ def check_paged_cache(found: Preflight) -> str:
     try:
         sizing = size_paged_cache(
             lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
-            model_config=found.teacher_config, dtype_bytes=DTYPE_BYTES[config.model.dtype],
+            model_config=teacher_config, dtype_bytes=DTYPE_BYTES[config.model.dtype],
             budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
         )  # fmt: skip
     except GencacheError as error:
@@ -184,27 +185,26 @@ def _context_step(run: Runner, result: Preflight) -> None:
         for summary in samples.summaries:
             if summary.prompt_tokens and summary.prompt_tokens[2] > longest:
                 longest, where = summary.prompt_tokens[2], f"data_configs[{summary.index}]"
-        result.longest_prompt = longest
-        if result.max_positions is None:
+        max_positions = run.teacher.max_positions
+        if max_positions is None:
             return None, "not checked: the teacher's config.json records no maximum positions"
-        return None, check_context(longest, where, generation.max_new_tokens, result.max_positions)
+        return None, check_context(longest, where, generation.max_new_tokens, max_positions)
 
     run.step("context length", context)
 
 
-def sample_steps(
-    run: Runner,
-    result: Preflight,
-    shard: ShardSpec | None,
-    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None,
-) -> None:
-    """The samples built with the tokenizer, the context length, the prompt ids, the paged cache and the header
-    budget (and the ``--shards`` count when a data config could not be read without the tokenizer)."""
+def sample_steps(run: Runner, result: Preflight, shard: ShardSpec | None) -> None:
+    """The samples built with the tokenizer (and each target's keys from them), the context length, the prompt
+    ids, the paged cache and the header budget (and the ``--shards`` count when a data config could not be read
+    without the tokenizer)."""
     from gencache.config.engines import ContinuousOptions
+    from gencache.run.sharding import with_keys
 
     config = result.config
     assert config is not None
     _samples_step(run, result)
+    if result.samples is not None:
+        result.targets = with_keys(result.targets, result.samples)
     if result.samples is None or result.generation is None:
         for name in ("context length", "header budget"):
             run.skip(name, "not computed: needs the samples and generation config")
@@ -213,31 +213,26 @@ def sample_steps(
     if result.keys is None:
         _shard_count_step(run, len(result.samples.unique), shard)
     _context_step(run, result)
-    if result.vocab_size is not None:
-        run.step("prompt ids", lambda: (None, _largest_prompt_id(result)), needs=("vocabulary",))
+    vocab_size = run.teacher.vocab_size
+    if vocab_size is not None:
+        run.step("prompt ids", lambda: (None, _largest_prompt_id(result, vocab_size)), needs=("vocabulary",))
     options = config.engine_options
     if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
-        run.step("paged cache", lambda: (None, check_paged_cache(result)), needs=("teacher config", "engine"))
-    result.capacity = run.step("header budget", lambda: _budget(result, shard, owned_keys)) or {}
+        teacher_config = run.teacher.config
+        run.step(
+            "paged cache", lambda: (None, check_paged_cache(result, teacher_config)), needs=("teacher config", "engine")
+        )
+    result.capacity = run.step("header budget", lambda: _budget(result)) or {}
 
 
-def _budget(
-    result: Preflight,
-    shard: ShardSpec | None,
-    owned_keys: Callable[[SampleSet], Mapping[Path, Sequence[str]]] | None,
-) -> tuple[dict[Path, int], str]:
+def _budget(result: Preflight) -> tuple[dict[Path, int], str]:
     from gencache.artifact.header import header_capacity
 
-    samples, generation, outputs = result.samples, result.generation, result.outputs
-    assert samples is not None and generation is not None
-    keys: Mapping[Path, Sequence[str]]
-    if owned_keys is not None:
-        keys = owned_keys(samples)
-    else:
-        keys = {outputs[0]: shard.select(samples.keys()) if shard else samples.keys()} if outputs else {}
+    generation = result.generation
+    assert generation is not None
     capacities = {
-        path: header_capacity(len(owned), generation.num_return_sequences, generation.max_new_tokens)
-        for path, owned in keys.items()
+        target.output_dir: header_capacity(len(target.keys), generation.num_return_sequences, generation.max_new_tokens)
+        for target in result.targets
     }
     largest = max(capacities.values(), default=0)
     return capacities, f"{largest:,} bytes reserved for the largest artifact"

@@ -24,7 +24,8 @@ from gencache.core.hub import offline_scope
 from gencache.core.tokenizer import tokenizer_state
 from gencache.run.overrides import Overrides
 from gencache.run.record import RunPlan, absolute_path, resolved_config
-from gencache.run.targets import Target, check_published, output_path_for, plan_run, with_keys
+from gencache.run.sharding import Target
+from gencache.run.targets import plan_run
 
 if TYPE_CHECKING:
     from gencache.artifact.signals import SignalGuard
@@ -128,15 +129,8 @@ def _generate_run(
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
     run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
     with _run_signals(run, active=not dry_run):
-        found = preflight(
-            plan.config,
-            [t.output_dir for t in pending],
-            single,
-            env,
-            owned_keys=lambda samples: {t.output_dir: t.keys for t in with_keys(pending, samples)},
-        )
-        if found.samples is not None:
-            pending = with_keys(pending, found.samples)
+        found = preflight(plan.config, pending, single, env)
+        pending = found.targets  # with their keys, once the samples are built
         if dry_run:
             output = base if shards is not None or single is None else targets[0].output_dir
             report = DryRun(found, output, pending, published)
@@ -391,33 +385,4 @@ def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
         guard.restore(redeliver=False)
 
 
-def run_generate(
-    config_path: str | os.PathLike[str],
-    *,
-    shard: str | None = None,
-    skip_published: bool = False,
-    dry_run: bool = False,
-    env: Mapping[str, str] | None = None,
-    overrides: Overrides | None = None,
-    notify: Notify | None = None,
-) -> Path | None:
-    """Generate and publish the artifact of ``config_path``; return its path (None for a dry run or when it was
-    already published). :func:`generate_run` is the full interface."""
-    result = generate_run(
-        config_path, shard=shard, skip_published=skip_published, dry_run=dry_run, env=env, overrides=overrides,
-        notify=notify,
-    )  # fmt: skip
-    return result.published[0] if result.published else None
-
-
-__all__ = [
-    "DryRun",
-    "RunPlan",
-    "RunResult",
-    "Target",
-    "check_published",
-    "generate_run",
-    "output_path_for",
-    "resolved_config",
-    "run_generate",
-]
+__all__ = ["DryRun", "Notify", "ProgressFactory", "RunResult", "generate_run"]

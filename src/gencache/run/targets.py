@@ -6,7 +6,7 @@ which of them are already published by the same run (``--skip-published``, ``--s
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,20 +15,10 @@ from gencache.artifact.names import shard_dir_name
 from gencache.core.errors import GencacheError, OutputExistsError, Problem, ShardError, raise_problems
 from gencache.run.overrides import Overrides, check_config
 from gencache.run.record import absolute_path
-from gencache.run.sharding import ShardSpec, resolve_shard, run_digest
+from gencache.run.sharding import ShardSpec, Target, resolve_shard, run_digest
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig
-    from gencache.data.samples import SampleSet
-
-
-@dataclass(frozen=True)
-class Target:
-    """One artifact this run publishes: its directory, its shard (None for an unsharded run) and its keys."""
-
-    output_dir: Path
-    shard: ShardSpec | None
-    keys: tuple[str, ...] = ()
 
 
 def output_path_for(config: CacheConfig | str, shard: ShardSpec | None) -> Path:
@@ -72,11 +62,6 @@ def targets_of(output_dir: str, shard: str | None, shards: int | None, env: Mapp
     return [Target(output_path_for(output_dir, s), s) for s in specs]
 
 
-def with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
-    keys = samples.keys()
-    return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
-
-
 @dataclass
 class Plan:
     """What a run is to publish: its config, every target, those still to generate, those already published."""
@@ -114,8 +99,7 @@ def plan_run(
     config = checked.config
     if config is None or problems:
         data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
-        outputs = [] if skip or not targets else [t.output_dir for t in targets]
-        raise_problems(problems + check_inputs_alone(data_configs, outputs, None).problems)
+        raise_problems(problems + check_inputs_alone(data_configs, [] if skip else targets, None).problems)
     assert config is not None
     config_json = config_to_json(config)
     digest = run_digest(config_json)
@@ -134,4 +118,4 @@ def plan_run(
     return Plan(config, config_json, digest, targets, pending, published)
 
 
-__all__ = ["Plan", "Target", "check_published", "output_path_for", "plan_run", "targets_of", "with_keys"]
+__all__ = ["Plan", "check_published", "output_path_for", "plan_run", "targets_of"]
