@@ -14,7 +14,9 @@ from support.config_factory import config_dict
 
 
 def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
-    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)])
+    found = Preflight(
+        config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)]
+    )
     with pytest.raises(GenerationError) as info:
         found.run_inputs()
     message = str(info.value)
@@ -24,7 +26,9 @@ def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
 
 
 def test_one_problem_is_raised_as_it_is_and_several_together(tmp_path: Path) -> None:
-    found = Preflight(config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)])
+    found = Preflight(
+        config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)]
+    )
     first, second = ConfigError("first problem"), DatasetError("second problem")
     found.add_problem("output path", first)
     with pytest.raises(ConfigError) as info:
