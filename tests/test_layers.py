@@ -76,20 +76,12 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     assert violations == []
 
 
-def runtime_imports(path: Path) -> set[str]:
-    """The gencache modules ``path`` imports at run time, at module level or inside functions (not under
-    ``if TYPE_CHECKING:``)."""
+def module_imports(path: Path) -> set[str]:
+    """The gencache modules and names ``path`` imports, at module level, inside functions and under
+    ``if TYPE_CHECKING:`` alike (a typing-only import is still an arrow between two modules)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-        for child in ast.walk(node)
-    }
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("gencache"):
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
@@ -101,7 +93,7 @@ def runtime_imports(path: Path) -> set[str]:
 def test_no_import_circle() -> None:
     modules = {module_name(path): path for path in ROOT.rglob("*.py")}
     graph = {
-        name: sorted(target for target in runtime_imports(path) if target in modules and target != name)
+        name: sorted(target for target in module_imports(path) if target in modules and target != name)
         for name, path in modules.items()
     }
     for name in graph:  # a package imports its submodules' names: only arrows out of the package count
@@ -132,3 +124,18 @@ def cycles_of(graph: dict[str, list[str]]) -> list[str]:
 
 def test_the_circle_check_sees_a_circle_through_a_function_level_import() -> None:
     assert cycles_of({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a -> b -> c -> a"]
+
+
+def test_every_module_and_function_reads_in_one_sitting() -> None:
+    """Modules under 500 lines and functions under 80, so each can be read whole."""
+    too_long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) > 500:
+            too_long.append(f"{module_name(path)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > 80:
+                    too_long.append(f"{module_name(path)}.{node.name}: {length} lines")
+    assert too_long == []

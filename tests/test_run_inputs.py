@@ -8,7 +8,8 @@ import pytest
 
 from gencache.config import parse_config
 from gencache.core.errors import ConfigError, DatasetError, GenerationError, InputProblems
-from gencache.run.checks import Preflight, preflight
+from gencache.run.checks import preflight
+from gencache.run.findings import Preflight
 from gencache.run.sharding import Target
 from support.config_factory import config_dict
 

@@ -16,7 +16,7 @@ from gencache.core.errors import ConfigError, GencacheError
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
-    from gencache.run.checks import Preflight, Runner
+    from gencache.run.findings import Preflight, Runner
 
 #: Fields of a model's ``config.json`` that give its maximum number of positions, in the order tried.
 POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")

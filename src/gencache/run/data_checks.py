@@ -16,7 +16,7 @@ from gencache.core.errors import ConfigError, GencacheError, ShardError
 if TYPE_CHECKING:
     from gencache.config import DataConfig
     from gencache.data.samples import SampleSet
-    from gencache.run.checks import Preflight, Runner
+    from gencache.run.findings import Preflight, Runner
     from gencache.run.sharding import ShardSpec
 
 __all__ = ["check_paged_cache", "data_config_steps", "sample_steps"]

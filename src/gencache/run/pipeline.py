@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gencache.config import CacheConfig
     from gencache.core.progress import Progress, StagedProgress
     from gencache.data.samples import Sample, SampleSet
-    from gencache.run.checks import Preflight, RunInputs
+    from gencache.run.findings import Preflight, RunInputs
 
 #: ``notify(level, text)``: ``level`` is ``"info"`` or ``"warning"``.
 Notify = Callable[[str, str], None]

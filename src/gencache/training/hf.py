@@ -13,17 +13,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from gencache.core.errors import OutputExistsError, WriteError
 from gencache.training.collate import IGNORE_INDEX
 
-if TYPE_CHECKING:
-    from gencache.training.dataset import DistillationDataset
+
+class Items(Protocol):
+    """What the view is built from: a :class:`~gencache.training.DistillationDataset` (its items, by index)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> Mapping[str, Any]: ...
+
 
 ROWS_PER_BATCH = 1024
 TOKEN_COLUMNS: tuple[str, ...] = ("input_ids", "attention_mask", "labels", "completion_mask")
@@ -59,7 +65,7 @@ def _list_column(rows: list[np.ndarray]) -> Any:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.int64, copy=False)))
 
 
-def _batches(data: DistillationDataset, metadata: bool) -> Iterator[Any]:
+def _batches(data: Items, metadata: bool) -> Iterator[Any]:
     import pyarrow as pa
 
     schema = _schema(metadata)
@@ -77,9 +83,7 @@ def _batches(data: DistillationDataset, metadata: bool) -> Iterator[Any]:
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def build_hf_dataset(
-    data: DistillationDataset, *, path: str | os.PathLike[str] | None = None, metadata: bool = True
-) -> Any:
+def build_hf_dataset(data: Items, *, path: str | os.PathLike[str] | None = None, metadata: bool = True) -> Any:
     """``data``'s items as a ``datasets.Dataset`` (see the module docstring), in ``data``'s order; what
     :func:`gencache.training.to_hf_dataset` returns.
 
@@ -111,4 +115,4 @@ def build_hf_dataset(
     return datasets.Dataset.from_file(str(target))
 
 
-__all__ = ["METADATA_COLUMNS", "ROWS_PER_BATCH", "TOKEN_COLUMNS", "build_hf_dataset"]
+__all__ = ["METADATA_COLUMNS", "ROWS_PER_BATCH", "TOKEN_COLUMNS", "Items", "build_hf_dataset"]
