@@ -18,8 +18,10 @@ exactly the keys ``k`` with ``int(k, 16) % N == I`` (the ``key-mod`` rule). Pure
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gencache.core.canonical import is_int, is_sha256_hex
@@ -36,6 +38,10 @@ MAX_HEADER_BYTES = 100_000_000
 """The safetensors limit on the header length (``MAX_HEADER_SIZE`` in safetensors' ``tensor.rs``)."""
 
 LENGTH_PREFIX_BYTES = 8
+DIGEST_BYTES = hashlib.sha256().digest_size
+"""Bytes of a SHA-256 digest: of a sequence's token bytes, of an entry's content."""
+DIGEST_HEX_CHARS = 2 * DIGEST_BYTES
+"""Characters of a lowercase hex SHA-256 digest: a semantic key, a content digest, a sequence digest."""
 TOKEN_DTYPE = "I64"
 TOKEN_BYTES = 8
 FINISH_REASONS = ("eos", "stop_string", "length")
@@ -56,6 +62,26 @@ def is_key(value: object) -> bool:
 def tensor_name(key: str, index: int) -> str:
     """The payload tensor holding answer sequence ``index`` of entry ``key``: ``"<key>.<index>"``."""
     return f"{key}.{index}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Text an encoder writes, as the literal pieces around its variable fields: ``pieces[0]``, the value of
+    ``fields[0]``, ``pieces[1]``, ..., the value of ``fields[-1]``, ``pieces[-1]`` (a field may occur twice).
+
+    Made with :meth:`of` from the function the encoder writes with, so that a reader matching these pieces
+    matches what is written (the reader's canonical scan of the manifest and the header reads them).
+    """
+
+    pieces: tuple[str, ...]
+    fields: tuple[str, ...]
+
+    @classmethod
+    def of(cls, write: Callable[..., str], *fields: str) -> Layout:
+        """The layout of ``write(value_0, value_1, ...)``, the values named ``fields``: found by writing a
+        placeholder for each, its number between two NUL characters (which no JSON text holds unescaped)."""
+        parts = write(*(f"\0{number}\0" for number in range(len(fields)))).split("\0")
+        return cls(tuple(parts[0::2]), tuple(fields[int(number)] for number in parts[1::2]))
 
 
 # -- the shard rule ----------------------------------------------------------------------------------------
@@ -119,6 +145,8 @@ def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, A
 
 __all__ = [
     "ARTIFACT_FILES",
+    "DIGEST_BYTES",
+    "DIGEST_HEX_CHARS",
     "FINISH_REASONS",
     "FORMAT_VERSION",
     "LENGTH_PREFIX_BYTES",
@@ -132,6 +160,7 @@ __all__ = [
     "STORAGE",
     "TOKEN_BYTES",
     "TOKEN_DTYPE",
+    "Layout",
     "check_shard_info",
     "is_key",
     "make_shard_info",
