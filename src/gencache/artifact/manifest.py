@@ -26,6 +26,7 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     STORAGE,
     TOKEN_DTYPE,
+    Layout,
     is_key,
     tensor_name,
 )
@@ -167,6 +168,58 @@ def json_file_bytes(value: Any) -> bytes:
         raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
 
 
+# The manifest's layout, written once: these functions spell each part of it; the encoder writes with them or with
+# the pieces of their layouts (below), and the reader's canonical scan matches the same pieces.
+def _member_text(key: str, content_hex: str, reasons_json: str, refs_json: str, texts_json: str) -> str:
+    """An entry member ``"<key>":{...}`` from its encoded fields (the items of each list joined by ``,``)."""
+    return (
+        f'"{key}":{{"content_digest":"{content_hex}","finish_reasons":[{reasons_json}],'
+        f'"sequences":[{refs_json}],"text":[{texts_json}]}}'
+    )
+
+
+def _ref_text(core: str, name: str) -> str:
+    """A tensor reference of the manifest: its :func:`_ref_open` core and its tensor's name."""
+    return f'{core},"tensor":"{name}"}}'
+
+
+def _single_member_text(key: str, content_hex: str, reason_json: str, digest_hex: str, n: str, text_json: str) -> str:
+    """The member of an entry with one sequence."""
+    ref = _ref_text(_ref_open(f'"{digest_hex}"', _DTYPE_JSON, n), tensor_name(key, 0))
+    return _member_text(key, content_hex, reason_json, ref, text_json)
+
+
+def _manifest_text(members: Sequence[str], others: str) -> str:
+    """The manifest: its entry members, then its other members (in canonical order, ``format_version`` first)."""
+    return f'{{"entries":{{{",".join(members)}}},{others}}}\n'
+
+
+def _others_text(version: str, payload: str, provenance: str, digest: str, storage: str, summary: str) -> str:
+    """The manifest's members after ``entries``, from their values' JSON."""
+    return (
+        f'"format_version":{version},"payload":{payload},"provenance":{provenance},'
+        f'"provenance_digest":{digest},"storage":{storage},"summary":{summary}'
+    )
+
+
+SINGLE_ENTRY = Layout.of(_single_member_text, "key", "content_digest", "finish_reason", "digest", "length", "text")
+"""An entry member with one sequence: around its key, content digest, finish reason (JSON), sequence digest, token
+count, key again (in the tensor name) and text (JSON)."""
+MANIFEST_FRAME = Layout.of(
+    lambda first, second, others: _manifest_text([first, second], others), "entry", "entry", "others"
+)
+"""The manifest around two entry members and the members after ``entries`` (the separator between entries is its
+second piece)."""
+MANIFEST_OTHERS = Layout.of(
+    _others_text, "format_version", "payload", "provenance", "provenance_digest", "storage", "summary"
+)
+"""The manifest's members after ``entries``."""
+_KEY_OPEN, _CONTENT_OPEN, _REASON_OPEN, _DIGEST_OPEN, _LENGTH_OPEN, _TENSOR_OPEN, _TEXT_OPEN, _ENTRY_END = (
+    SINGLE_ENTRY.pieces
+)  # each piece named by the field it comes before
+_MANIFEST_OPEN, _ENTRY_SEPARATOR, _ENTRIES_END, _MANIFEST_END = MANIFEST_FRAME.pieces
+
+
 def _entry_member(key: str, record: Record, reason_json: dict[str, str]) -> str:
     """``"<key>":{...}`` of one entry; each text is encoded once, for the member and its content digest."""
     encode = _encode
@@ -176,22 +229,21 @@ def _entry_member(key: str, record: Record, reason_json: dict[str, str]) -> str:
         if reasons_json is None:
             reasons_json = reason_json[reason] = encode(reason)
         texts_json = encode(text)
-        core = _ref_open(f'"{digest.hex()}"', _DTYPE_JSON, n)
-        content = f"{core}}}"
-        refs = f'{core},"tensor":"{tensor_name(key, 0)}"}}'
-    else:
-        check_record_length(key, record)
-        reasons_json = ",".join(map(encode, record_reasons(record)))
-        texts_json = ",".join(map(encode, record_texts(record)))
-        pairs = zip(record_lengths(record), record_digests(record), strict=True)
-        cores = [_ref_open(f'"{d.hex()}"', _DTYPE_JSON, n) for n, d in pairs]
-        content = ",".join([f"{core}}}" for core in cores])
-        refs = ",".join([f'{core},"tensor":"{tensor_name(key, i)}"}}' for i, core in enumerate(cores)])
-    digest_hex = _content_sha256(content, texts_json, reasons_json)
-    return (
-        f'"{key}":{{"content_digest":"{digest_hex}","finish_reasons":[{reasons_json}],'
-        f'"sequences":[{refs}],"text":[{texts_json}]}}'
-    )
+        digest_hex = digest.hex()
+        core = _ref_open(f'"{digest_hex}"', _DTYPE_JSON, n)
+        content_hex = _content_sha256(f"{core}}}", texts_json, reasons_json)
+        return (  # _single_member_text(key, content_hex, reasons_json, digest_hex, n, texts_json), inlined
+            f"{_KEY_OPEN}{key}{_CONTENT_OPEN}{content_hex}{_REASON_OPEN}{reasons_json}{_DIGEST_OPEN}{digest_hex}"
+            f"{_LENGTH_OPEN}{n}{_TENSOR_OPEN}{key}{_TEXT_OPEN}{texts_json}{_ENTRY_END}"
+        )
+    check_record_length(key, record)
+    reasons_json = ",".join(map(encode, record_reasons(record)))
+    texts_json = ",".join(map(encode, record_texts(record)))
+    pairs = zip(record_lengths(record), record_digests(record), strict=True)
+    cores = [_ref_open(f'"{d.hex()}"', _DTYPE_JSON, n) for n, d in pairs]
+    content = ",".join([f"{core}}}" for core in cores])
+    refs = ",".join([_ref_text(core, tensor_name(key, i)) for i, core in enumerate(cores)])
+    return _member_text(key, _content_sha256(content, texts_json, reasons_json), reasons_json, refs, texts_json)
 
 
 def iter_manifest_bytes(
@@ -214,20 +266,24 @@ def iter_manifest_bytes(
     checked = check_provenance(provenance)
     encode = _encode
     try:
-        tail = (
-            f'}},"format_version":{FORMAT_VERSION},"payload":{encode(PAYLOAD_NAME)},'
-            f'"provenance":{canonical_json(checked)},"provenance_digest":{encode(provenance_digest(checked))},'
-            f'"storage":{encode(STORAGE)},"summary":{canonical_json(dict(summary))}}}\n'
-        ).encode()
+        others = _others_text(
+            str(FORMAT_VERSION),
+            encode(PAYLOAD_NAME),
+            canonical_json(checked),
+            encode(provenance_digest(checked)),
+            encode(STORAGE),
+            canonical_json(dict(summary)),
+        )
+        tail = f"{_ENTRIES_END}{others}{_MANIFEST_END}".encode()
     except (TypeError, ValueError) as error:  # UnicodeEncodeError is a ValueError
         raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
     reason_json: dict[str, str] = {}
-    parts: list[bytes] = [b'{"entries":{']
+    parts: list[bytes] = [_MANIFEST_OPEN.encode()]
     append = parts.append
     size = 0
     for position, key in enumerate(keys):
         try:
-            member = (("," if position else "") + _entry_member(key, records[key], reason_json)).encode()
+            member = ((_ENTRY_SEPARATOR if position else "") + _entry_member(key, records[key], reason_json)).encode()
         except FormatError:
             raise
         except (TypeError, ValueError, AttributeError) as error:  # UnicodeEncodeError is a ValueError
@@ -332,7 +388,10 @@ def _check_entry(key: object, entry: object) -> tuple[int, int]:
 __all__ = [
     "MANIFEST_CHUNK_BYTES",
     "MANIFEST_FIELDS",
+    "MANIFEST_FRAME",
+    "MANIFEST_OTHERS",
     "PROVENANCE_FIELDS",
+    "SINGLE_ENTRY",
     "Manifest",
     "check_manifest",
     "check_provenance",
