@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import (
+    DIGEST_HEX_CHARS,
     FORMAT_VERSION,
     LENGTH_PREFIX_BYTES,
     MAX_HEADER_BYTES,
     PAYLOAD_NAME,
     TOKEN_BYTES,
     TOKEN_DTYPE,
+    Layout,
+    tensor_name,
 )
 from gencache.artifact.records import (
     Record,
@@ -39,16 +42,38 @@ if TYPE_CHECKING:
 
 _HEADER_TENSOR_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
 
-_METADATA_TEMPLATE = {"__metadata__": {"format_version": str(FORMAT_VERSION), "provenance_digest": "0" * 64}}
-# Everything of one tensor's header member except the variable-width numbers and the name's characters:
-# "<name>":{"data_offsets":[<start>,<end>],"dtype":"I64","shape":[<n>]} and the "," that separates members.
-_TENSOR_MEMBER_FIXED = len(canonical_json({"": {"data_offsets": [0, 0], "dtype": TOKEN_DTYPE, "shape": [0]}})) - 2 - 3
-_TENSOR_MEMBER_FIXED += 1  # the separating comma
+_METADATA_NAME = "__metadata__"
 _DTYPE_JSON = json.dumps(TOKEN_DTYPE)
+HEADER_PADDING = b" "
+"""What fills the header's reserved capacity after its JSON."""
 
 
-def _digits(value: int) -> int:
-    return len(str(value))
+# The header's layout, written once: these functions spell each part of it; build_header writes with them or with
+# the pieces of their layouts (below), and the reader's canonical scan matches the same pieces.
+def _tensor_member_text(name: str, start: object, end: object, n: object) -> str:
+    """A tensor's member ``"<name>":{...}``: its data offsets (relative to the data start) and token count."""
+    return f'"{name}":{{"data_offsets":[{start},{end}],"dtype":{_DTYPE_JSON},"shape":[{n}]}}'
+
+
+def _header_text(members: Sequence[str]) -> str:
+    """The header JSON of its members (the tensors' and the metadata, in canonical order)."""
+    return "{" + ",".join(members) + "}"
+
+
+def metadata_member(provenance_digest: str) -> str:
+    """The header's ``"__metadata__":{...}`` member, for an artifact of that provenance digest."""
+    meta = canonical_json({"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest})
+    return f'"{_METADATA_NAME}":{meta}'
+
+
+SINGLE_TENSOR = Layout.of(
+    lambda key, start, end, n: _tensor_member_text(tensor_name(key, 0), start, end, n), "key", "start", "end", "length"
+)
+"""The member of an entry's only tensor: around its key, data offsets and token count."""
+HEADER_FRAME = Layout.of(lambda first, second: _header_text([first, second]), "member", "member")
+"""The header JSON around two members (the separator between members is its second piece)."""
+_NAME_OPEN, _START_OPEN, _END_OPEN, _LENGTH_OPEN, _MEMBER_END = SINGLE_TENSOR.pieces  # named by what follows
+_MEMBER_SEPARATOR = HEADER_FRAME.pieces[1]
 
 
 def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int) -> int:
@@ -69,9 +94,9 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
             raise ConfigError(f"header_capacity: {name} must be an integer >= {low}, got {value!r}.")
     tensors = entries * sequences_per_entry
     max_payload = tensors * max_new_tokens * TOKEN_BYTES
-    name_chars = 64 + 1 + _digits(sequences_per_entry - 1)
-    member = _TENSOR_MEMBER_FIXED + name_chars + 2 * _digits(max_payload) + _digits(max_new_tokens)
-    needed = len(canonical_json(_METADATA_TEMPLATE)) + tensors * member
+    longest_name = tensor_name("0" * DIGEST_HEX_CHARS, sequences_per_entry - 1)
+    member = len(_tensor_member_text(longest_name, max_payload, max_payload, max_new_tokens)) + len(_MEMBER_SEPARATOR)
+    needed = len(_header_text([metadata_member("0" * DIGEST_HEX_CHARS)])) + tensors * member
     capacity = -(-needed // 8) * 8
     if capacity > MAX_HEADER_BYTES:
         shards = math.ceil(capacity * 1.25 / MAX_HEADER_BYTES)
@@ -109,18 +134,18 @@ def build_header(
     builds the manifest a second sort and check.
     """
     keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
-    meta = canonical_json({"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest})
-    at = bisect.bisect_left(keys, "__metadata__")
-    width, dtype = TOKEN_BYTES, _DTYPE_JSON
+    meta = metadata_member(provenance_digest)
+    at = bisect.bisect_left(keys, _METADATA_NAME)
+    width = TOKEN_BYTES
     parts: list[str] = []
     append = parts.append
     for position, key in enumerate(keys):
         if position == at:
-            append(f'"__metadata__":{meta}')
+            append(meta)
         record = records[key]
-        if is_single(record):
+        if is_single(record):  # _tensor_member_text(tensor_name(key, 0), ...), inlined
             start, n = record[0], record[1]
-            append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":{dtype},"shape":[{n}]}}')
+            append(f"{_NAME_OPEN}{key}{_START_OPEN}{start}{_END_OPEN}{start + n * width}{_LENGTH_OPEN}{n}{_MEMBER_END}")
             continue
         check_record_length(key, record)
         start, lengths = record_start(record), record_lengths(record)
@@ -130,10 +155,10 @@ def build_header(
             start += n * width
         for i in _sorted_indices(len(lengths)):
             s, n = starts[i], lengths[i]
-            append(f'"{key}.{i}":{{"data_offsets":[{s},{s + n * width}],"dtype":{dtype},"shape":[{n}]}}')
+            append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
     if at == len(keys):
-        append(f'"__metadata__":{meta}')
-    return ("{" + ",".join(parts) + "}").encode("utf-8")
+        append(meta)
+    return _header_text(parts).encode("utf-8")
 
 
 def length_prefix(capacity: int) -> bytes:
@@ -171,7 +196,7 @@ def read_length_prefix(prefix: bytes, file_size: int) -> int:
 
 def parse_header(raw: bytes) -> Header:
     """Parse the ``H`` header bytes: canonical-form JSON object padded with spaces only."""
-    body = raw.rstrip(b" ")
+    body = raw.rstrip(HEADER_PADDING)
     if not body.startswith(b"{"):
         raise FormatError(f"{PAYLOAD_NAME} header does not start with a JSON object (unfinished or damaged file).")
     try:
@@ -181,7 +206,7 @@ def parse_header(raw: bytes) -> Header:
         raise FormatError(f"{PAYLOAD_NAME} header is not valid JSON ({error}); the file is damaged.") from None
     if not isinstance(parsed, dict):
         raise FormatError(f"{PAYLOAD_NAME} header must be a JSON object.")
-    metadata = parsed.pop("__metadata__", None)
+    metadata = parsed.pop(_METADATA_NAME, None)
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise FormatError(f"{PAYLOAD_NAME} header __metadata__ must be an object of strings.")
     return Header(len(raw), len(body), metadata, parsed)
@@ -257,7 +282,7 @@ def check_header(header: Header, manifest: Manifest, file_size: int) -> dict[str
 
 def is_canonical_header(raw: bytes) -> bool:
     """True when the header bytes are canonical JSON followed by spaces only (what the writer produces)."""
-    body = raw.rstrip(b" ")
+    body = raw.rstrip(HEADER_PADDING)
     try:
         return canonical_bytes(json.loads(body.decode("utf-8"))) == body
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -265,12 +290,16 @@ def is_canonical_header(raw: bytes) -> bool:
 
 
 __all__ = [
+    "HEADER_FRAME",
+    "HEADER_PADDING",
+    "SINGLE_TENSOR",
     "Header",
     "build_header",
     "check_header",
     "header_capacity",
     "is_canonical_header",
     "length_prefix",
+    "metadata_member",
     "parse_header",
     "read_length_prefix",
 ]
