@@ -13,6 +13,11 @@ so a document it accepts parses to the same values. The texts are not scanned: e
 decoded (and its content digest checked) when the entry is first read. Anything the fast scan does not
 recognise goes through the general path: the full JSON parse and the format's own checks, whose errors are
 then what the caller sees.
+
+The scan holds no layout of its own: every literal it matches and every offset it steps by comes from the
+layouts the encoders write with (:data:`gencache.artifact.manifest.SINGLE_ENTRY`, ``MANIFEST_FRAME``,
+``MANIFEST_OTHERS``, :data:`gencache.artifact.header.SINGLE_TENSOR`, ``HEADER_FRAME``) and the digest widths of
+:mod:`gencache.artifact.names`, so a change to the format is made once, in the encoder.
 """
 
 from __future__ import annotations
@@ -26,44 +31,98 @@ from typing import Any
 
 import numpy as np
 
-from gencache.artifact.header import Header, check_header, parse_header
-from gencache.artifact.manifest import MANIFEST_FIELDS, check_manifest, check_provenance, provenance_digest
-from gencache.artifact.names import FINISH_REASONS, FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES, TOKEN_DTYPE
+from gencache.artifact._scan import Mismatch, expect, hex_at, hex_rows, number_at, require, window
+from gencache.artifact.header import (
+    HEADER_FRAME,
+    HEADER_PADDING,
+    SINGLE_TENSOR,
+    Header,
+    check_header,
+    metadata_member,
+    parse_header,
+)
+from gencache.artifact.manifest import (
+    MANIFEST_FIELDS,
+    MANIFEST_FRAME,
+    MANIFEST_OTHERS,
+    SINGLE_ENTRY,
+    check_manifest,
+    check_provenance,
+    provenance_digest,
+)
+from gencache.artifact.names import (
+    DIGEST_BYTES,
+    DIGEST_HEX_CHARS,
+    FINISH_REASONS,
+    FORMAT_VERSION,
+    LENGTH_PREFIX_BYTES,
+    PAYLOAD_NAME,
+    STORAGE,
+    TOKEN_BYTES,
+    TOKEN_DTYPE,
+    Layout,
+    tensor_name,
+)
 from gencache.artifact.summary import check_summary
-from gencache.core.canonical import canonical_json
+from gencache.core.canonical import canonical_bytes
 from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
 ENTRY_WINDOW = 1 << 13
+_KEY_CHUNK = 4096  # keys decoded at a time by CompactIndex.iter_keys
 _REASON_INDEX = {reason: code for code, reason in enumerate(FINISH_REASONS)}
-_HEX = np.full(256, 255, dtype=np.uint8)
-_HEX[np.frombuffer(b"0123456789", dtype=np.uint8)] = np.arange(10, dtype=np.uint8)
-_HEX[np.frombuffer(b"abcdef", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint8)
-_POW10 = 10 ** np.arange(18, dtype=np.int64)
+_KEY_DTYPE = f"S{DIGEST_HEX_CHARS}"  # a key as numpy bytes
+_NO_REASON = 0xFF  # a reason code no finish reason has
 
-# Canonical layout of one single-sequence manifest entry (keys sorted):
-# "<key>":{"content_digest":"<hex>","finish_reasons":["<reason>"],"sequences":[{"digest":"<hex>","dtype":"I64",
+
+def _key_bytes(keys: np.ndarray) -> np.ndarray:
+    """The keys' characters as a (n, DIGEST_HEX_CHARS) uint8 view."""
+    view: np.ndarray = keys.view(np.uint8).reshape(len(keys), DIGEST_HEX_CHARS)
+    return view
+
+
+def _pieces(layout: Layout, fields: tuple[str, ...]) -> tuple[bytes, ...]:
+    """The pieces of an encoder's layout as bytes, once its fields come in the order the scan below reads them."""
+    if layout.fields != fields:
+        raise RuntimeError(f"the canonical scan reads the fields {fields}, but the encoder writes {layout.fields}")
+    return tuple(piece.encode() for piece in layout.pieces)
+
+
+def _first_distinct_byte(words: tuple[bytes, ...]) -> int:
+    """The first offset at which every word has a byte of its own (what tells them apart)."""
+    for at in range(min(map(len, words))):
+        if len({word[at] for word in words}) == len(words):
+            return at
+    raise RuntimeError(f"no byte tells {words} apart")
+
+
+# The canonical layout the scan matches, taken from the encoders (gencache.artifact.manifest and .header): each
+# piece is named by the field it comes before. One single-sequence manifest entry (keys sorted):
+# "<key>":{"content_digest":"<hex>","finish_reasons":[<reason>],"sequences":[{"digest":"<hex>","dtype":"I64",
 # "shape":[<n>],"tensor":"<key>.0"}],"text":[<texts>]}
-_ENTRY_OPEN = b'":{"content_digest":"'
-_AFTER_CONTENT = b'","finish_reasons":["'
-_AFTER_REASON = b'"],"sequences":[{"digest":"'
-_AFTER_DIGEST = b'","dtype":"' + TOKEN_DTYPE.encode() + b'","shape":['
-_AFTER_LENGTH = b'],"tensor":"'
-_AFTER_TENSOR = b'.0"}],"text":['
-_ENTRY_CLOSE = b"]}"
-_MANIFEST_OPEN = b'{"entries":{'
-_MANIFEST_TAIL = b'}},"format_version":'
-_EMPTY_TAIL = b'{"entries":{},"format_version":'
+_KEY_OPEN, _ENTRY_OPEN, _AFTER_CONTENT, _AFTER_REASON, _AFTER_DIGEST, _AFTER_LENGTH, _AFTER_TENSOR, _ENTRY_CLOSE = (
+    _pieces(SINGLE_ENTRY, ("key", "content_digest", "finish_reason", "digest", "length", "key", "text"))
+)
+_MANIFEST_OPEN, _ENTRY_SEPARATOR, _ENTRIES_CLOSE, _ = _pieces(MANIFEST_FRAME, ("entry", "entry", "others"))
+_FIRST_OTHER = MANIFEST_OTHERS.pieces[0].encode()  # "format_version":
+_BETWEEN_ENTRIES = _ENTRY_CLOSE + _ENTRY_SEPARATOR + _KEY_OPEN  # from one entry's texts to the next key
+_LIST_OPEN, _LIST_CLOSE = b"[", b"]"  # a text span is the JSON list, brackets included
+_OBJECT_OPEN = b"{"  # the manifest's other members parse as one object
+if not (_AFTER_TENSOR.endswith(_LIST_OPEN) and _ENTRY_CLOSE.startswith(_LIST_CLOSE)):
+    raise RuntimeError("the encoder no longer writes an entry's texts as a list right before the entry's end")
+# the tail: the last entry's end after its list, the end of entries, the first other member
+_MANIFEST_TAIL = _ENTRY_CLOSE[len(_LIST_CLOSE) :] + _ENTRIES_CLOSE + _FIRST_OTHER
+_EMPTY_TAIL = _MANIFEST_OPEN + _ENTRIES_CLOSE + _FIRST_OTHER
+_REASON_JSON = {code: canonical_bytes(reason) for reason, code in _REASON_INDEX.items()}
+_REASON_PICK = _first_distinct_byte(tuple(_REASON_JSON.values()))
+# One tensor's header member and the header around its members:
 # "<key>.0":{"data_offsets":[<start>,<end>],"dtype":"I64","shape":[<n>]}
-_MEMBER_OPEN = b'.0":{"data_offsets":['
-_AFTER_END = b'],"dtype":"' + TOKEN_DTYPE.encode() + b'","shape":['
-_MEMBER_CLOSE = b"]}"
+_NAME_OPEN, _MEMBER_OPEN, _OFFSET_SEPARATOR, _AFTER_END, _MEMBER_CLOSE = _pieces(
+    SINGLE_TENSOR, ("key", "start", "end", "length")
+)
+_HEADER_OPEN, _MEMBER_SEPARATOR, _HEADER_CLOSE = _pieces(HEADER_FRAME, ("member", "member"))
 _ENTRY_OPEN_RE = re.compile(re.escape(_ENTRY_OPEN))
 _MEMBER_OPEN_RE = re.compile(re.escape(_MEMBER_OPEN))
-
-
-class _Mismatch(Exception):
-    """The bytes are not the canonical single-sequence layout (the general path decides)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,7 +149,7 @@ class CompactIndex:
 
     def find(self, key: object) -> int:
         """The position of ``key``, or -1."""
-        if type(key) is not str or len(key) != 64 or not key.isascii():
+        if type(key) is not str or len(key) != DIGEST_HEX_CHARS or not key.isascii():
             return -1
         raw = key.encode()
         keys = self.keys
@@ -102,8 +161,8 @@ class CompactIndex:
 
     def iter_keys(self) -> Iterator[str]:
         keys = self.keys
-        for at in range(0, len(keys), 4096):
-            for raw in keys[at : at + 4096].tolist():
+        for at in range(0, len(keys), _KEY_CHUNK):
+            for raw in keys[at : at + _KEY_CHUNK].tolist():
                 yield raw.decode()
 
     def texts_json(self, position: int) -> bytes:
@@ -115,7 +174,7 @@ class CompactIndex:
         key = self.key(position)
         lo, hi = self.first[position], self.first[position + 1]
         return [
-            {"tensor": f"{key}.{i}", "dtype": TOKEN_DTYPE, "shape": [int(n)], "digest": bytes(digest).hex()}
+            {"tensor": tensor_name(key, i), "dtype": TOKEN_DTYPE, "shape": [int(n)], "digest": bytes(digest).hex()}
             for i, (n, digest) in enumerate(zip(self.lengths[lo:hi], self.digests[lo:hi], strict=True))
         ]
 
@@ -131,7 +190,7 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     length prefix) and a payload of ``payload_size`` bytes; :class:`FormatError` names the first problem."""
     try:
         return _fast_index(manifest, header_raw, payload_size)
-    except _Mismatch:
+    except Mismatch:
         return _general_index(bytes(manifest), header_raw, payload_size)
 
 
@@ -167,13 +226,13 @@ def _general_index(raw_manifest: bytes, header_raw: bytes, payload_size: int) ->
     spans[:, 1] = np.cumsum(sizes)
     spans[:, 0] = spans[:, 1] - sizes
     return CompactIndex(
-        keys=np.array(keys, dtype="S64"),
+        keys=np.array(keys, dtype=_KEY_DTYPE),
         first=np.array(first, dtype=np.int64),
         starts=np.array(starts, dtype=np.int64),
         lengths=np.array(lengths, dtype=np.int64),
-        digests=_hex_rows("".join(digests).encode(), len(digests)),
+        digests=hex_rows("".join(digests).encode(), len(digests), DIGEST_HEX_CHARS),
         reasons=np.array(reasons, dtype=np.uint8),
-        content=_hex_rows("".join(content).encode(), len(content)),
+        content=hex_rows("".join(content).encode(), len(content), DIGEST_HEX_CHARS),
         text_spans=spans,
         text_source=b"".join(texts),
         summary=manifest.summary,
@@ -184,61 +243,7 @@ def _general_index(raw_manifest: bytes, header_raw: bytes, payload_size: int) ->
     )
 
 
-def _hex_rows(joined: bytes, count: int) -> np.ndarray:
-    nibbles = _HEX[np.frombuffer(joined, dtype=np.uint8)].reshape(count, 64)
-    return (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
-
-
 # -- the canonical scan --------------------------------------------------------------------------------------
-def _require(condition: bool | np.bool_) -> None:
-    if not condition:
-        raise _Mismatch
-
-
-def _window(buf: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
-    """The ``width`` bytes at each position (rows of a strided view: no index matrix)."""
-    _require(len(buf) >= width and (len(positions) == 0 or int(positions.max()) + width <= len(buf)))
-    _require(len(positions) == 0 or int(positions.min()) >= 0)
-    rows: np.ndarray = np.lib.stride_tricks.sliding_window_view(buf, width)[positions]
-    return rows
-
-
-def _expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:
-    _require(
-        len(positions) == 0 or bool((_window(buf, positions, len(literal)) == np.frombuffer(literal, np.uint8)).all())
-    )
-
-
-def _hex_at(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """The 32 bytes encoded by the 64 lowercase hex characters at each position."""
-    nibbles = _HEX[_window(buf, positions, 64)]
-    _require(int(nibbles.max(initial=0)) < 16)
-    rows: np.ndarray = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
-    return rows
-
-
-def _number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The JSON non-negative integers at each position (at most 18 digits) and their digit counts."""
-    width = 19
-    near_end = positions > len(buf) - width
-    raw = np.empty((len(positions), width), dtype=np.uint8)
-    raw[~near_end] = _window(buf, positions[~near_end], width)
-    if near_end.any():  # the last number of a document: read it from a zero-padded copy of the tail
-        _require(int(positions.max()) < len(buf) and int(positions.min()) >= 0)
-        padded = np.concatenate([buf[max(0, len(buf) - width) :], np.zeros(width, dtype=np.uint8)])
-        base = len(buf) - (len(padded) - width)
-        raw[near_end] = np.lib.stride_tricks.sliding_window_view(padded, width)[positions[near_end] - base]
-    digits = raw - np.uint8(48)  # wraps below "0": anything >= 10 is not a digit
-    digit = digits <= 9
-    count = np.argmin(digit, axis=1)
-    _require(bool(((count >= 1) & ~digit.all(axis=1)).all()))
-    _require(bool(((digits[:, 0] != 0) | (count == 1)).all()))  # no leading zeros
-    exponent = count[:, None] - 1 - np.arange(width - 1)
-    scale = np.where(exponent >= 0, _POW10[np.clip(exponent, 0, 17)], 0)
-    value = (np.where(digit[:, : width - 1], digits[:, : width - 1], 0).astype(np.int64) * scale).sum(axis=1)
-    return value, count
-
-
 @dataclass(frozen=True, eq=False)
 class _EntryColumns:
     """The per-entry arrays the canonical scan fills (``n`` single-sequence entries, in manifest order)."""
@@ -254,12 +259,12 @@ class _EntryColumns:
     @classmethod
     def allocate(cls, count: int) -> _EntryColumns:
         """Uninitialised columns for ``count`` entries."""
-        keys = np.empty(count, dtype="S64")
+        keys = np.empty(count, dtype=_KEY_DTYPE)
         return cls(
             keys=keys,
-            key_bytes=keys.view(np.uint8).reshape(count, 64),
-            content=np.empty((count, 32), dtype=np.uint8),
-            digests=np.empty((count, 32), dtype=np.uint8),
+            key_bytes=_key_bytes(keys),
+            content=np.empty((count, DIGEST_BYTES), dtype=np.uint8),
+            digests=np.empty((count, DIGEST_BYTES), dtype=np.uint8),
             reasons=np.empty(count, dtype=np.uint8),
             lengths=np.empty(count, dtype=np.int64),
             spans=np.empty((count, 2), dtype=np.int64),
@@ -267,94 +272,96 @@ class _EntryColumns:
 
 
 def _entry_opens(manifest: Buffer) -> tuple[np.ndarray, int]:
-    """Where each entry's ``":{"content_digest":"`` starts, and where the manifest's tail does (``<= 0`` in a
-    manifest without entries), once its opening and tail are the canonical ones."""
+    """Where each entry's ``_ENTRY_OPEN`` (right after its key) starts, and where the manifest's tail does (``<= 0``
+    in a manifest without entries), once its opening and tail are the canonical ones."""
     size = len(manifest)
     tail_at = manifest.rfind(_MANIFEST_TAIL)
     empty = manifest[: len(_EMPTY_TAIL)] == _EMPTY_TAIL
-    _require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN and (tail_at > 0 or empty))
+    require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN and (tail_at > 0 or empty))
     opens = np.array(
         [m.start() for m in _ENTRY_OPEN_RE.finditer(manifest, 0, tail_at if tail_at > 0 else size)], dtype=np.int64
     )
-    _require(empty == (len(opens) == 0))
+    require(empty == (len(opens) == 0))
+    if len(opens):
+        require(opens[0] == len(_MANIFEST_OPEN) + len(_KEY_OPEN) + DIGEST_HEX_CHARS)
     return opens, tail_at
 
 
 def _reason_at(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The finish-reason code of the quoted reason at each position and its width in bytes."""
-    first_letter = buf[p]
-    code = np.full(len(p), 255, dtype=np.uint8)
+    """The finish-reason code of the reason's JSON string at each position and its width in bytes."""
+    require(len(p) == 0 or int(p.max()) + _REASON_PICK < len(buf))
+    picked = buf[p + _REASON_PICK]
+    code = np.full(len(p), _NO_REASON, dtype=np.uint8)
     width = np.zeros(len(p), dtype=np.int64)
-    for reason, value in _REASON_INDEX.items():
-        chosen = first_letter == reason.encode()[0]
-        _expect(buf, p[chosen], reason.encode())
+    for value, reason in _REASON_JSON.items():
+        chosen = picked == reason[_REASON_PICK]
+        expect(buf, p[chosen], reason)
         code[chosen] = value
         width[chosen] = len(reason)
-    _require(bool((code != 255).all()))
+    require(bool((code != _NO_REASON).all()))
     return code, width
 
 
 def _scan_entries(buf: np.ndarray, s: np.ndarray, columns: _EntryColumns, rows: slice) -> None:
-    """Check the entries opening at ``s`` (one window) byte by byte and fill their ``rows`` of ``columns``; each
-    text span gets its start (the list's ``[``)."""
-    _expect(buf, s - 65, b'"')
-    columns.key_bytes[rows] = _window(buf, s - 64, 64)
-    _hex_at(buf, s - 64)
+    """Check the entries whose ``_ENTRY_OPEN`` is at ``s`` (one window) byte by byte, in the encoder's field
+    order, and fill their ``rows`` of ``columns``; each text span gets its start (the list's opening bracket)."""
+    key_at = s - DIGEST_HEX_CHARS
+    expect(buf, key_at - len(_KEY_OPEN), _KEY_OPEN)
+    columns.key_bytes[rows] = window(buf, key_at, DIGEST_HEX_CHARS)
+    hex_at(buf, key_at, DIGEST_HEX_CHARS)
     p = s + len(_ENTRY_OPEN)
-    columns.content[rows] = _hex_at(buf, p)
-    p = p + 64
-    _expect(buf, p, _AFTER_CONTENT)
+    columns.content[rows] = hex_at(buf, p, DIGEST_HEX_CHARS)
+    p = p + DIGEST_HEX_CHARS
+    expect(buf, p, _AFTER_CONTENT)
     p = p + len(_AFTER_CONTENT)
     code, width = _reason_at(buf, p)
     columns.reasons[rows] = code
     p = p + width
-    _expect(buf, p, _AFTER_REASON)
+    expect(buf, p, _AFTER_REASON)
     p = p + len(_AFTER_REASON)
-    columns.digests[rows] = _hex_at(buf, p)
-    p = p + 64
-    _expect(buf, p, _AFTER_DIGEST)
+    columns.digests[rows] = hex_at(buf, p, DIGEST_HEX_CHARS)
+    p = p + DIGEST_HEX_CHARS
+    expect(buf, p, _AFTER_DIGEST)
     p = p + len(_AFTER_DIGEST)
-    n, digits = _number_at(buf, p)
-    _require(bool((n >= 1).all()))
+    n, digits = number_at(buf, p)
+    require(bool((n >= 1).all()))
     columns.lengths[rows] = n
     p = p + digits
-    _expect(buf, p, _AFTER_LENGTH)
+    expect(buf, p, _AFTER_LENGTH)
     p = p + len(_AFTER_LENGTH)
-    _require(bool((_window(buf, p, 64) == columns.key_bytes[rows]).all()))
-    p = p + 64
-    _expect(buf, p, _AFTER_TENSOR)
-    columns.spans[rows, 0] = p + len(_AFTER_TENSOR) - 1  # from the list's "["
+    require(bool((window(buf, p, DIGEST_HEX_CHARS) == columns.key_bytes[rows]).all()))
+    p = p + DIGEST_HEX_CHARS
+    expect(buf, p, _AFTER_TENSOR)
+    columns.spans[rows, 0] = p + len(_AFTER_TENSOR) - len(_LIST_OPEN)
 
 
 def _end_text_spans(buf: np.ndarray, opens: np.ndarray, tail_at: int, columns: _EntryColumns) -> None:
-    """End each text span at its list's ``]`` (each entry closes right before the next key, the last before the
-    tail) and check the keys are sorted and unique; at least one entry."""
-    ends = np.empty(len(opens), dtype=np.int64)
-    ends[:-1] = opens[1:] - 68  # ...]}  ,"<key>
-    ends[-1] = tail_at - 1  # ...]}}  ,"format_version"
-    _expect(buf, ends[:-1], b']},"')
-    _require(buf[tail_at - 1] == ord("]"))
-    _require(bool((ends > columns.spans[:, 0] + 1).all()))
-    columns.spans[:, 1] = ends + 1  # through the list's "]"
+    """End each text span with its list's closing bracket (each entry closes right before the next key, the last
+    before the tail) and check the keys are sorted and unique; at least one entry."""
+    ends = np.empty(len(opens), dtype=np.int64)  # where each entry's _ENTRY_CLOSE starts
+    ends[:-1] = opens[1:] - DIGEST_HEX_CHARS - len(_BETWEEN_ENTRIES)
+    ends[-1] = tail_at - len(_LIST_CLOSE)
+    expect(buf, ends[:-1], _BETWEEN_ENTRIES)
+    expect(buf, ends[-1:], _LIST_CLOSE)
+    require(bool((ends > columns.spans[:, 0] + len(_LIST_OPEN)).all()))  # a text between the brackets
+    columns.spans[:, 1] = ends + len(_LIST_CLOSE)
     keys = columns.keys
-    _require(bool((keys[1:] > keys[:-1]).all()))
+    require(bool((keys[1:] > keys[:-1]).all()))
 
 
 def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> CompactIndex:
-    """The index of canonical single-sequence bytes by the vectorised scan; :class:`_Mismatch` for anything the
+    """The index of canonical single-sequence bytes by the vectorised scan; :class:`Mismatch` for anything the
     scan does not recognise."""
     buf = np.frombuffer(manifest, dtype=np.uint8)
     opens, tail_at = _entry_opens(manifest)
     count = len(opens)
     columns = _EntryColumns.allocate(count)
-    if count:
-        _require(opens[0] == len(_MANIFEST_OPEN) + 65)
     for at in range(0, count, ENTRY_WINDOW):
         _scan_entries(buf, opens[at : at + ENTRY_WINDOW], columns, slice(at, at + ENTRY_WINDOW))
     if count:
         _end_text_spans(buf, opens, tail_at, columns)
-    tail = b"{" + bytes(manifest[(tail_at + 3 if count else len(_EMPTY_TAIL) - len(b'"format_version":')) :])
-    top = _parse_tail(tail)
+    others_at = (tail_at + len(_MANIFEST_TAIL) if count else len(_EMPTY_TAIL)) - len(_FIRST_OTHER)
+    top = _parse_tail(_OBJECT_OPEN + bytes(manifest[others_at:]))
     keys, lengths, reasons = columns.keys, columns.lengths, columns.reasons
     tokens = int(lengths.sum())
     reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_INDEX.items()}
@@ -374,7 +381,7 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
         provenance=top["provenance"],
         provenance_digest=top["provenance_digest"],
         fast=True,
-        header_used=len(header_raw.rstrip(b" ")),
+        header_used=len(header_raw.rstrip(HEADER_PADDING)),
     )
 
 
@@ -399,15 +406,15 @@ def _parse_tail(tail: bytes) -> dict[str, Any]:
     try:
         top = json.loads(tail)  # small; the standard library's parser (no msgspec import to open an artifact)
     except (ValueError, RecursionError):
-        raise _Mismatch from None
-    _require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
-    _require(type(top["format_version"]) is int and top["format_version"] == FORMAT_VERSION)
-    _require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
+        raise Mismatch from None
+    require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
+    require(type(top["format_version"]) is int and top["format_version"] == FORMAT_VERSION)
+    require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
     try:
         top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
     except FormatError:
-        raise _Mismatch from None
-    _require(top["provenance_digest"] == provenance_digest(top["provenance"]))
+        raise Mismatch from None
+    require(top["provenance_digest"] == provenance_digest(top["provenance"]))
     checked: dict[str, Any] = top
     return checked
 
@@ -416,58 +423,62 @@ def _check_fast_header(
     header_raw: bytes, keys: np.ndarray, lengths: np.ndarray, digest: str, payload_size: int
 ) -> np.ndarray:
     """The tensors' start offsets from a canonical header naming exactly ``<key>.0`` for every key, in order."""
-    body = header_raw.rstrip(b" ")
+    body = header_raw.rstrip(HEADER_PADDING)
     buf = np.frombuffer(body, dtype=np.uint8)
-    meta = (
-        b'"__metadata__":'
-        + canonical_json({"format_version": str(FORMAT_VERSION), "provenance_digest": digest}).encode()
-    )
+    meta = metadata_member(digest).encode()
     meta_at = body.find(meta)
-    _require(meta_at > 0 and body.find(meta, meta_at + 1) < 0 and body.startswith(b"{") and body.endswith(b"}"))
+    require(meta_at > 0 and body.find(meta, meta_at + 1) < 0)
+    require(body.startswith(_HEADER_OPEN) and body.endswith(_HEADER_CLOSE))
     opens = np.array([m.start() for m in _MEMBER_OPEN_RE.finditer(body)], dtype=np.int64)
     count = len(keys)
-    _require(len(opens) == count)
+    require(len(opens) == count)
     starts = np.empty(count, dtype=np.int64)
     member_ends = np.empty(count, dtype=np.int64)
-    key_bytes = keys.view(np.uint8).reshape(count, 64)
+    key_bytes = _key_bytes(keys)
     for at in range(0, count, ENTRY_WINDOW):
         o = opens[at : at + ENTRY_WINDOW]
-        _expect(buf, o - 65, b'"')
-        _require(bool((_window(buf, o - 64, 64) == key_bytes[at : at + ENTRY_WINDOW]).all()))
+        expect(buf, o - DIGEST_HEX_CHARS - len(_NAME_OPEN), _NAME_OPEN)
+        require(bool((window(buf, o - DIGEST_HEX_CHARS, DIGEST_HEX_CHARS) == key_bytes[at : at + ENTRY_WINDOW]).all()))
         p = o + len(_MEMBER_OPEN)
-        begin, digits = _number_at(buf, p)
+        begin, digits = number_at(buf, p)
         p = p + digits
-        _expect(buf, p, b",")
-        end, digits = _number_at(buf, p + 1)
-        p = p + 1 + digits
-        _expect(buf, p, _AFTER_END)
+        expect(buf, p, _OFFSET_SEPARATOR)
+        end, digits = number_at(buf, p + len(_OFFSET_SEPARATOR))
+        p = p + len(_OFFSET_SEPARATOR) + digits
+        expect(buf, p, _AFTER_END)
         p = p + len(_AFTER_END)
-        shape, digits = _number_at(buf, p)
+        shape, digits = number_at(buf, p)
         p = p + digits
-        _expect(buf, p, _MEMBER_CLOSE)
-        _require(bool((shape == lengths[at : at + ENTRY_WINDOW]).all()))
-        _require(bool((end - begin == shape * TOKEN_BYTES).all()))
+        expect(buf, p, _MEMBER_CLOSE)
+        require(bool((shape == lengths[at : at + ENTRY_WINDOW]).all()))
+        require(bool((end - begin == shape * TOKEN_BYTES).all()))
         starts[at : at + ENTRY_WINDOW] = begin
         member_ends[at : at + ENTRY_WINDOW] = p + len(_MEMBER_CLOSE)
-    # the members and the metadata tile the object: "{" m ("," m)* "}"
-    member_starts = np.append(opens - 65, meta_at)
-    ends = np.append(member_ends, meta_at + len(meta))
-    order = np.argsort(member_starts, kind="stable")
-    member_starts, ends = member_starts[order], ends[order]
-    _require(member_starts[0] == 1 and ends[-1] == len(body) - 1)
-    _require(bool((member_starts[1:] == ends[:-1] + 1).all()))
-    _expect(buf, ends[:-1], b",")
-    if count:
-        by_offset = np.sort(starts)
-        lengths_by_offset = lengths[np.argsort(starts, kind="stable")]
-        _require(
-            by_offset[0] == 0 and bool((by_offset[1:] == by_offset[:-1] + lengths_by_offset[:-1] * TOKEN_BYTES).all())
-        )
-        data_end = int(by_offset[-1] + lengths_by_offset[-1] * TOKEN_BYTES)
-    else:
-        data_end = 0
-    _require(payload_size == 8 + len(header_raw) + data_end)
+    _check_members_tile(buf, opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
+    data_end = _check_contiguous(starts, lengths)
+    require(payload_size == LENGTH_PREFIX_BYTES + len(header_raw) + data_end)
     return starts
+
+
+def _check_members_tile(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, meta_at: int, meta_size: int) -> None:
+    """The tensors' members (``starts``, ``ends``) and the metadata tile the header object: ``{m,m,...,m}``."""
+    member_starts = np.append(starts, meta_at)
+    member_ends = np.append(ends, meta_at + meta_size)
+    order = np.argsort(member_starts, kind="stable")
+    member_starts, member_ends = member_starts[order], member_ends[order]
+    require(member_starts[0] == len(_HEADER_OPEN) and member_ends[-1] == len(buf) - len(_HEADER_CLOSE))
+    require(bool((member_starts[1:] == member_ends[:-1] + len(_MEMBER_SEPARATOR)).all()))
+    expect(buf, member_ends[:-1], _MEMBER_SEPARATOR)
+
+
+def _check_contiguous(starts: np.ndarray, lengths: np.ndarray) -> int:
+    """Where the data ends, once the tensors lie back to back from the data start."""
+    if not len(starts):
+        return 0
+    by_offset = np.sort(starts)
+    lengths_by_offset = lengths[np.argsort(starts, kind="stable")]
+    require(by_offset[0] == 0 and bool((by_offset[1:] == by_offset[:-1] + lengths_by_offset[:-1] * TOKEN_BYTES).all()))
+    return int(by_offset[-1] + lengths_by_offset[-1] * TOKEN_BYTES)
 
 
 __all__ = [

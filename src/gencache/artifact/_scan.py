@@ -1,0 +1,91 @@
+"""The vectorised byte checks of the reader's canonical scan (:mod:`gencache.artifact._index`).
+
+Each check looks at many positions of one buffer at once (numpy rows of a strided view, no Python loop per
+position) and raises :class:`Mismatch` when the bytes there are not what it reads: the scan then leaves the
+document to the general parser.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_HEX_DIGITS = b"0123456789abcdef"
+_NOT_HEX = 0xFF
+_HEX = np.full(256, _NOT_HEX, dtype=np.uint8)  # the value of each byte as a lowercase hex digit
+_HEX[np.frombuffer(_HEX_DIGITS, dtype=np.uint8)] = np.arange(len(_HEX_DIGITS), dtype=np.uint8)
+MAX_DIGITS = len(str(np.iinfo(np.int64).max)) - 1
+"""The most digits of a number :func:`number_at` reads: every such number fits an int64."""
+_POW10 = 10 ** np.arange(MAX_DIGITS, dtype=np.int64)
+
+
+class Mismatch(Exception):
+    """The bytes are not the canonical layout the scan reads (the general path decides)."""
+
+
+def require(condition: bool | np.bool_) -> None:
+    if not condition:
+        raise Mismatch
+
+
+def window(buf: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes at each position (rows of a strided view: no index matrix)."""
+    require(len(buf) >= width and (len(positions) == 0 or int(positions.max()) + width <= len(buf)))
+    require(len(positions) == 0 or int(positions.min()) >= 0)
+    rows: np.ndarray = np.lib.stride_tricks.sliding_window_view(buf, width)[positions]
+    return rows
+
+
+def expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:
+    """``literal`` at each position."""
+    require(
+        len(positions) == 0 or bool((window(buf, positions, len(literal)) == np.frombuffer(literal, np.uint8)).all())
+    )
+
+
+def hex_rows(joined: bytes, count: int, chars: int) -> np.ndarray:
+    """The bytes that ``count`` lowercase hex strings of ``chars`` characters, joined, encode: a row each."""
+    nibbles = _HEX[np.frombuffer(joined, dtype=np.uint8)].reshape(count, chars)
+    return (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
+
+
+def hex_at(buf: np.ndarray, positions: np.ndarray, chars: int) -> np.ndarray:
+    """The bytes that the ``chars`` lowercase hex characters at each position encode."""
+    nibbles = _HEX[window(buf, positions, chars)]
+    require(int(nibbles.max(initial=0)) < len(_HEX_DIGITS))
+    rows: np.ndarray = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
+    return rows
+
+
+def number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The JSON non-negative integers at each position (at most :data:`MAX_DIGITS` digits) and their digit
+    counts."""
+    width = MAX_DIGITS + 1  # the digits and the byte that ends them
+    near_end = positions > len(buf) - width
+    raw = np.empty((len(positions), width), dtype=np.uint8)
+    raw[~near_end] = window(buf, positions[~near_end], width)
+    if near_end.any():  # the last number of a document: read it from a zero-padded copy of the tail
+        require(int(positions.max()) < len(buf) and int(positions.min()) >= 0)
+        padded = np.concatenate([buf[max(0, len(buf) - width) :], np.zeros(width, dtype=np.uint8)])
+        base = len(buf) - (len(padded) - width)
+        raw[near_end] = np.lib.stride_tricks.sliding_window_view(padded, width)[positions[near_end] - base]
+    digits = raw - np.uint8(ord("0"))  # wraps below "0": anything >= 10 is not a digit
+    digit = digits <= 9
+    count = np.argmin(digit, axis=1)
+    require(bool(((count >= 1) & ~digit.all(axis=1)).all()))
+    require(bool(((digits[:, 0] != 0) | (count == 1)).all()))  # no leading zeros
+    exponent = count[:, None] - 1 - np.arange(MAX_DIGITS)
+    scale = np.where(exponent >= 0, _POW10[np.clip(exponent, 0, MAX_DIGITS - 1)], 0)
+    value = (np.where(digit[:, :MAX_DIGITS], digits[:, :MAX_DIGITS], 0).astype(np.int64) * scale).sum(axis=1)
+    return value, count
+
+
+__all__ = [
+    "MAX_DIGITS",
+    "Mismatch",
+    "expect",
+    "hex_at",
+    "hex_rows",
+    "number_at",
+    "require",
+    "window",
+]

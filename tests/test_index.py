@@ -1,0 +1,212 @@
+"""The reader's compact index: its canonical scan and the general parser agree on what the encoders write, and the
+scan reads the one layout the encoders write with (a byte changed in it is refused, another layout parsed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gencache.artifact._index import ENTRY_WINDOW, CompactIndex, build_index
+from gencache.artifact.header import HEADER_FRAME, SINGLE_TENSOR, build_header, metadata_member
+from gencache.artifact.manifest import (
+    MANIFEST_FRAME,
+    MANIFEST_OTHERS,
+    SINGLE_ENTRY,
+    iter_manifest_bytes,
+    provenance_digest,
+)
+from gencache.artifact.names import FINISH_REASONS, LENGTH_PREFIX_BYTES, TOKEN_BYTES, Layout
+from gencache.artifact.records import Record, is_single
+from gencache.artifact.summary import build_summary
+from gencache.core.canonical import canonical_bytes
+from gencache.core.errors import FormatError
+from support.format_reference import make_record, record_fields
+from support.storage_helpers import PROVENANCE, key
+
+ARRAYS = ("keys", "first", "starts", "lengths", "digests", "reasons", "content")
+
+
+def encoded(records: dict[str, Record], *, padding: int = 8) -> tuple[bytes, bytes, int]:
+    """``(manifest, header bytes after the length prefix, payload size)`` as the writer writes them."""
+    manifest = b"".join(iter_manifest_bytes(PROVENANCE, records, build_summary(records, {})))
+    body = build_header(records, provenance_digest(PROVENANCE))
+    capacity = -(-len(body) // 8) * 8 + padding
+    data = sum(TOKEN_BYTES * sum(record_fields(r)[1]) for r in records.values())
+    return manifest, body + b" " * (capacity - len(body)), LENGTH_PREFIX_BYTES + capacity + data
+
+
+def relaid(manifest: bytes) -> bytes:
+    """The same manifest in another JSON layout (spaces after the separators): the general parser's."""
+    return json.dumps(json.loads(manifest), separators=(", ", ": "), ensure_ascii=False).encode()
+
+
+def contents(index: CompactIndex) -> dict[str, Any]:
+    """What a reader gets from an index, whichever path built it."""
+    return {
+        **{name: getattr(index, name).tolist() for name in ARRAYS},
+        "texts": [json.loads(index.texts_json(i)) for i in range(len(index))],
+        "refs": [index.sequence_refs(i) for i in range(len(index))],
+        "reasons_of": [index.finish_reasons(i) for i in range(len(index))],
+        "summary": index.summary,
+        "provenance": index.provenance,
+        "provenance_digest": index.provenance_digest,
+        "header_used": index.header_used,
+    }
+
+
+def check_both_paths(records: dict[str, Record]) -> CompactIndex:
+    """The index of what the encoders write for ``records``, checked against the general parse of the same
+    content: equal contents, and the canonical scan took it exactly when every entry has one sequence."""
+    manifest, header, size = encoded(records)
+    index = build_index(manifest, header, size)
+    general = build_index(relaid(manifest), header, size)
+    assert not general.fast
+    assert index.fast == all(is_single(r) for r in records.values())
+    assert contents(index) == contents(general)
+    for position, k in enumerate(sorted(records)):
+        _, lengths, digests, texts, reasons = record_fields(records[k])
+        assert index.key(position) == k and index.find(k) == position
+        assert json.loads(index.texts_json(position)) == list(texts)
+        assert index.finish_reasons(position) == reasons
+        assert [ref["digest"] for ref in index.sequence_refs(position)] == [d.hex() for d in digests]
+        assert [ref["shape"] for ref in index.sequence_refs(position)] == [[n] for n in lengths]
+    return index
+
+
+_keys = st.text("0123456789abcdef", min_size=64, max_size=64)  # around "__metadata__" in the header's order
+_texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+
+
+@st.composite
+def _records(draw: Any) -> dict[str, Record]:
+    """Entries of one sequence (most) or several, every finish reason, any Unicode text JSON can carry."""
+    keys = draw(st.lists(_keys, max_size=12, unique=True))
+    several = draw(st.booleans())
+    records, cursor = {}, 0
+    for k in keys:
+        lengths = draw(st.lists(st.integers(1, 10**12), min_size=1, max_size=3 if several else 1))
+        digests = [draw(st.binary(min_size=32, max_size=32)) for _ in lengths]
+        texts = [draw(_texts) for _ in lengths]
+        reasons = [draw(st.sampled_from(FINISH_REASONS)) for _ in lengths]
+        records[k] = make_record(cursor, lengths, digests, texts, reasons)
+        cursor += TOKEN_BYTES * sum(lengths)
+    return records
+
+
+@settings(deadline=None, max_examples=300)
+@given(records=_records())
+def test_the_canonical_scan_and_the_general_parser_agree_on_what_the_encoders_write(
+    records: dict[str, Record],
+) -> None:
+    check_both_paths(records)
+
+
+def make_records(count: int, sequences: int = 1) -> dict[str, Record]:
+    """``count`` entries with every finish reason, Unicode and escaped texts, lengths of 1 to 13 digits."""
+    records, cursor = {}, 0
+    texts = ("", "plain", 'naïve ✓ "quoted" \\', "日本語\n\t\x00", "\U0001f600\u2028")
+    for i in range(count):
+        lengths = [10 ** (i % 13) + s for s in range(sequences)]
+        digests = [hashlib.sha256(f"{i}.{s}".encode()).digest() for s in range(sequences)]
+        reasons = [FINISH_REASONS[(i + s) % len(FINISH_REASONS)] for s in range(sequences)]
+        records[key(i)] = make_record(cursor, lengths, digests, [texts[i % len(texts)]] * sequences, reasons)
+        cursor += TOKEN_BYTES * sum(lengths)
+    return records
+
+
+@pytest.mark.parametrize(
+    ("count", "sequences"),
+    [(0, 1), (1, 1), (5, 1), (ENTRY_WINDOW + 3, 1), (1, 2), (7, 3)],
+    ids=["empty", "one", "several", "over-one-window", "one-of-two-sequences", "several-of-three"],
+)
+def test_both_paths_agree_from_no_entry_to_more_than_one_window(count: int, sequences: int) -> None:
+    index = check_both_paths(make_records(count, sequences))
+    assert len(index) == count
+
+
+def test_the_layouts_the_scan_reads_are_what_the_encoders_write() -> None:
+    records = make_records(2)
+    manifest, header, _ = encoded(records)
+    parsed = json.loads(manifest)
+    members = []
+    for k, record in records.items():
+        entry = parsed["entries"][k]
+        ref = entry["sequences"][0]
+        values = (k, entry["content_digest"], json.dumps(record[4]), ref["digest"], str(record[1]), k)
+        members.append(fill(SINGLE_ENTRY, *values, canonical_bytes(entry["text"][0]).decode()).decode())
+        offsets = (str(record[0]), str(record[0] + TOKEN_BYTES * record[1]), str(record[1]))
+        assert fill(SINGLE_TENSOR, k, *offsets) in header
+    others = [canonical_bytes(parsed[field]).decode() for field in MANIFEST_OTHERS.fields]
+    assert manifest == fill(MANIFEST_FRAME, *sorted(members), fill(MANIFEST_OTHERS, *others).decode())
+    body = header.rstrip(b" ")
+    tensors = json.loads(body)
+    assert metadata_member(provenance_digest(PROVENANCE)) in body.decode()
+    member_texts = [canonical_bytes(name).decode() + ":" + canonical_bytes(tensors[name]).decode() for name in tensors]
+    open_, separator, close = HEADER_FRAME.pieces
+    assert body.decode() == open_ + separator.join(sorted(member_texts)) + close
+
+
+def fill(layout: Layout, *values: str) -> bytes:
+    return "".join(piece + value for piece, value in zip(layout.pieces, [*values, ""], strict=True)).encode()
+
+
+def piece_offsets(data: bytes, layout: Layout, values: list[str]) -> list[int]:
+    """The offsets in ``data`` of every byte of the literal pieces of ``layout`` filled with ``values``."""
+    at = data.index(fill(layout, *values))
+    offsets = []
+    for piece, value in zip(layout.pieces, [*values, ""], strict=True):
+        offsets.extend(range(at, at + len(piece.encode())))
+        at += len(piece.encode()) + len(value.encode())
+    return offsets
+
+
+def test_a_byte_changed_in_any_literal_piece_is_refused() -> None:
+    """Every byte the scan matches without reading a value, in each entry and each tensor member: any change (a
+    bit flipped, a space) makes a manifest or a header the format refuses, whichever path sees it."""
+    records = make_records(3)
+    manifest, header, size = encoded(records)
+    assert build_index(manifest, header, size).fast
+    parsed = json.loads(manifest)
+    for k, record in records.items():
+        entry = parsed["entries"][k]
+        ref = entry["sequences"][0]
+        texts = canonical_bytes(entry["text"][0]).decode()
+        values = [k, entry["content_digest"], json.dumps(record[4]), ref["digest"], str(record[1]), k, texts]
+        offsets = [str(record[0]), str(record[0] + TOKEN_BYTES * record[1]), str(record[1])]
+        for offset in piece_offsets(manifest, SINGLE_ENTRY, values):
+            for damaged in changed(manifest, offset):
+                with pytest.raises(FormatError):
+                    build_index(damaged, header, size)
+        for offset in piece_offsets(header, SINGLE_TENSOR, [k, *offsets]):
+            for damaged in changed(header, offset):
+                with pytest.raises(FormatError):
+                    build_index(manifest, damaged, size)
+
+
+def changed(data: bytes, offset: int) -> list[bytes]:
+    """``data`` with the byte at ``offset`` changed: a bit flipped (two ways) or a space."""
+    return [
+        data[:offset] + bytes([byte]) + data[offset + 1 :]
+        for byte in {data[offset] ^ 0x01, data[offset] ^ 0x20, ord(" ")}
+    ]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        lambda m: json.dumps(json.loads(m), indent=1).encode(),
+        lambda m: json.dumps(json.loads(m), separators=(",", ":"), ensure_ascii=True).encode(),
+        lambda m: json.dumps(dict(reversed(json.loads(m).items())), separators=(",", ":")).encode(),
+        lambda m: b" " + m,
+    ],
+    ids=["indented", "ascii-escaped", "members-reordered", "leading-space"],
+)
+def test_the_same_content_in_another_layout_reads_the_same(layout: Any) -> None:
+    records = make_records(4)
+    manifest, header, size = encoded(records)
+    assert contents(build_index(layout(manifest), header, size)) == contents(build_index(manifest, header, size))
