@@ -138,7 +138,7 @@ def test_duplicate_samples_are_generated_once(tmp_path: Path, tiny_teacher_dir: 
     assert len(warned) == 1 and "6 duplicated keys rendered different prompts" in warned[0]
     from gencache.artifact.report import inspect_report
 
-    assert inspect_report([output])["artifacts"][0]["conflicting_prompts"] == 6
+    assert inspect_report([output]).to_json()["artifacts"][0]["conflicting_prompts"] == 6
     manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["summary"]["entries"] == 6
     assert manifest["summary"]["duplicates"] == 6
@@ -192,14 +192,14 @@ def test_three_shards_partition_the_unsharded_run(published: Path, tmp_path: Pat
     assert set(mixed.keys()) == set(union)
     from gencache.artifact.report import inspect_report
 
-    shards = inspect_report([tmp_path / "sharded"])["artifacts"][0]["shards"]
+    shards = inspect_report([tmp_path / "sharded"]).to_json()["artifacts"][0]["shards"]
     assert (shards["present"], shards["missing"], shards["other_run"]) == (["00000", "00001", "00002"], [], [])
     assert cli_run(["inspect", str(tmp_path / "sharded")]) == 0
     # a deleted shard is flagged by inspect and open_caches
     import shutil
 
     shutil.rmtree(shard_dirs[1])
-    shards = inspect_report([tmp_path / "sharded"])["artifacts"][0]["shards"]
+    shards = inspect_report([tmp_path / "sharded"]).to_json()["artifacts"][0]["shards"]
     assert (shards["present"], shards["missing"]) == (["00000", "00002"], ["00001"])
     assert cli_run(["inspect", str(tmp_path / "sharded"), "--json"]) == 1
     with pytest.raises(GencacheError, match="00001"):

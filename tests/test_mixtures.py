@@ -15,6 +15,7 @@ from gencache.artifact.manifest import make_provenance
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.reader import CacheReader
 from gencache.artifact.report import inspect_report, verify_report
+from gencache.artifact.report_types import NotAnArtifact, ShardedReport
 from gencache.cli.render import render_inspect, verify_progress
 from gencache.core.errors import CompatibilityError, FormatError, GencacheError, ShardError
 from support.storage_helpers import PROVENANCE, Entry, make_entries, write_artifact, write_shard
@@ -91,12 +92,13 @@ def test_an_unsuffixed_output_directory_expands_to_all_its_shards(tmp_path: Path
     assert isinstance(mix, MultiCacheReader) and len(mix.readers) == 3
     assert set(mix.keys()) == {e.key for e in entries}
     assert open_caches(str(tmp_path / "out") + "/").keys() == mix.keys()
-    report = inspect_report([tmp_path / "out"])
-    shards = report["artifacts"][0]
-    assert shards["kind"] == "sharded" and shards["totals"]["entries"] == 30
-    assert shards["shards"]["missing"] == [] and shards["shards"]["other_run"] == []
-    ok, lines = verify_report([tmp_path / "out"])
-    assert ok and len(lines) == 3 and all(line.startswith("OK") for line in lines)
+    (shards,) = inspect_report([tmp_path / "out"]).artifacts
+    assert isinstance(shards, ShardedReport) and shards.totals.entries == 30
+    assert shards.shards.missing == () and shards.shards.other_run == () and not shards.failed
+    verified = verify_report([tmp_path / "out"])
+    lines = verified.lines()
+    assert verified.ok and verified.exit_code == 0
+    assert len(lines) == 3 and all(line.startswith("OK") for line in lines)
 
 
 def test_a_missing_shard_is_named(tmp_path: Path) -> None:
@@ -106,9 +108,10 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
     with pytest.raises(ShardError, match=r"shards 00002 are missing.*--shard I/4"):
         open_caches(tmp_path / "out")
     report = inspect_report([tmp_path / "out"])
-    assert report["artifacts"][0]["shards"]["missing"] == ["00002"]
-    ok, lines = verify_report([tmp_path / "out"])
-    assert not ok and any("shards 00002 are missing" in line for line in lines)
+    assert report.to_json()["artifacts"][0]["shards"]["missing"] == ["00002"] and report.exit_code == 1
+    verified = verify_report([tmp_path / "out"])
+    assert not verified.ok and verified.exit_code == 1
+    assert any("shards 00002 are missing" in line for line in verified.lines())
 
 
 def test_a_shard_of_another_run_is_named(tmp_path: Path) -> None:
@@ -118,10 +121,11 @@ def test_a_shard_of_another_run_is_named(tmp_path: Path) -> None:
     write_shard(tmp_path / "out", 1, 3, entries, OTHER_RUN)
     with pytest.raises(ShardError, match=r"different runs.*shards 00001 have run_digest 222222222222"):
         open_caches(tmp_path / "out")
-    assert inspect_report([tmp_path / "out"])["artifacts"][0]["shards"]["other_run"] == ["00001"]
+    assert inspect_report([tmp_path / "out"]).to_json()["artifacts"][0]["shards"]["other_run"] == ["00001"]
     # verify applies the same check: each shard is intact on its own, but the set is not one run
-    ok, lines = verify_report([tmp_path / "out"])
-    assert not ok
+    verified = verify_report([tmp_path / "out"])
+    lines = verified.lines()
+    assert not verified.ok
     assert [line for line in lines if line.startswith("FAIL")] == [
         line for line in lines if "different runs" in line and "shards 00001 have run_digest 222222222222" in line
     ]
@@ -135,7 +139,8 @@ def test_a_renamed_shard_or_a_stale_split_is_rejected(tmp_path: Path) -> None:
     os.rename(tmp_path / "old-shard-00000-of-00003", tmp_path / "out-shard-00000-of-00003")
     with pytest.raises(ShardError, match=r"different splits.*out-shard-00000-of-00003"):
         open_caches(tmp_path / "out")
-    assert inspect_report([tmp_path / "out"])["artifacts"][0]["shards"]["other_splits"] == ["out-shard-00000-of-00003"]
+    (report,) = inspect_report([tmp_path / "out"]).to_json()["artifacts"]
+    assert report["shards"]["other_splits"] == ["out-shard-00000-of-00003"]
     shutil.rmtree(tmp_path / "out-shard-00000-of-00003")
     swapped = tmp_path / "swap"
     os.rename(paths[0], swapped)
@@ -156,15 +161,14 @@ def test_inspect_reports_an_artifact(tmp_path: Path) -> None:
     entries = make_entries(6, length=4, sequences=2)
     out = write_artifact(tmp_path / "a", entries, summary={"data_configs": [{"index": 0, "samples": 8, "unique": 6}]})
     report = inspect_report([out])
-    json.dumps(report)  # JSON-ready for inspect --json
-    item = report["artifacts"][0]
+    item = json.loads(json.dumps(report.to_json()))["artifacts"][0]  # JSON-ready for inspect --json
     lengths = sorted(len(s) for e in entries for s in e.sequences)
     assert item["kind"] == "artifact" and item["teacher"] == "tiny/teacher" and item["dtype"] == "float32"
     assert item["tokenizer"] == PROVENANCE["tokenizer"] and item["format_version"] == 3
     assert (item["entries"], item["sequences"], item["duplicates"]) == (6, 12, 2)
     assert item["token_length"]["min"] == lengths[0] and item["token_length"]["max"] == lengths[-1]
     assert item["finish_reasons"] == {"eos": 4, "stop_string": 4, "length": 4}
-    assert item["shard"] is None and report["overlap"] is None
+    assert item["shard"] is None and report.overlap is None and report.exit_code == 0
     console = Console(record=True, width=140)
     render_inspect(report, console)
     text = console.export_text()
@@ -176,19 +180,36 @@ def test_inspect_reports_shared_and_conflicting_keys(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", entries[:4])
     b = write_artifact(tmp_path / "b", [*entries[2:3], conflicting(entries[3]), *entries[4:]])
     report = inspect_report([a, b, tmp_path / "missing"])
-    assert report["artifacts"][2]["kind"] == "missing"
-    pair = report["overlap"]["pairs"][0]
-    assert (pair["shared"], pair["conflicting"], pair["conflicting_keys"]) == (2, 1, [entries[3].key])
-    assert report["overlap"]["provenance"] == "identical" and report["overlap"]["union"] == 6
+    missing = report.artifacts[2]
+    assert isinstance(missing, NotAnArtifact) and missing.kind == "missing" and report.exit_code == 2
+    assert report.overlap is not None
+    pair = report.overlap.pairs[0]
+    assert (pair.shared, pair.conflicting, pair.conflicting_keys) == (2, 1, (entries[3].key,))
+    assert report.overlap.provenance == "identical" and report.overlap.union == 6
     console = Console(record=True, width=200)
     render_inspect(report, console)
     assert "overlap" in console.export_text()
 
 
+def test_inspect_shows_recorded_values_that_look_like_markup_as_they_are(tmp_path: Path) -> None:
+    from support.storage_helpers import resolved_for
+
+    resolved = resolved_for(tmp_path / "a", PROVENANCE, None)
+    resolved["runtime"] = {"determinism": {"tensor_parallel_size": "[/x]", "gpu_name": "[b]GPU[/b]"}}
+    out = write_artifact(tmp_path / "a", make_entries(2), resolved_config=resolved)
+    console = Console(record=True, width=200)
+    render_inspect(inspect_report([out]), console)  # "[/x]" closed no tag: rich refused it as markup before
+    text = console.export_text()
+    assert "tensor parallel [/x]" in text and "GPU [b]GPU[/b] (compute" in text
+
+
 def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", make_entries(3))
-    ok, lines = verify_report([a, tmp_path / "nope"], progress=verify_progress(Console(record=True)))
-    assert not ok and lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
+    verified = verify_report([a, tmp_path / "nope"], progress=verify_progress(Console(record=True)))
+    lines = verified.lines()
+    assert not verified.ok and verified.exit_code == 2  # a path that is not an artifact is bad input
+    assert lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
+    assert [r.status for r in verified.results] == ["ok", "bad_input"]
     assert issubclass(ShardError, GencacheError)
 
 

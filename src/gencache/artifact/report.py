@@ -1,8 +1,9 @@
-"""What ``gencache inspect`` and ``gencache verify`` report, as plain data (:mod:`gencache.cli.render` draws it).
+"""What ``gencache inspect`` and ``gencache verify`` find (the typed reports of :mod:`gencache.artifact.report_types`;
+:mod:`gencache.cli.render` draws them).
 
-:func:`inspect_report` returns JSON-ready data (``inspect --json`` prints it as is; the CLI draws it as tables
-with :func:`gencache.cli.render.render_inspect`); :func:`verify_results` re-hashes artifacts and returns one result
-per artifact or finding. Nothing here prints.
+:func:`inspect_report` describes each path: an artifact, a sharded output, one that cannot be read or one that is no
+artifact at all (:func:`classify_path`), and the overlap of several; :func:`verify_report` re-hashes artifacts and
+returns one result per artifact or finding. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -17,8 +18,25 @@ import numpy as np
 
 from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME
+from gencache.artifact.names import ARTIFACT_FILES, MANIFEST_NAME, PAYLOAD_NAME
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, read_resolved_config, verify
+from gencache.artifact.report_types import (
+    ArtifactReport,
+    DataConfigCounts,
+    InspectReport,
+    NotAnArtifact,
+    Overlap,
+    OverlapPair,
+    PathReport,
+    ShardedReport,
+    ShardSetInfo,
+    ShardTotals,
+    TokenLengths,
+    UnreadableArtifact,
+    VerifyReport,
+    VerifyResult,
+    data_config_counts,
+)
 from gencache.artifact.resolved import DIGEST_FIELD, with_resolved_digest
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards, stray_directory
 from gencache.artifact.summary import check_data_configs
@@ -33,69 +51,75 @@ _NOT_UNICODE = (
 VerifyProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCallback]]
 MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
-#: Report kinds that mean the user named the wrong thing (exit code 2), not a damaged artifact (exit code 1).
-BAD_INPUT_KINDS = ("missing", "temporary", "parent", "not_artifact", "stray")
 
 
-def classify_path(item: PathLike) -> dict[str, Any] | None:
+# -- inspect --------------------------------------------------------------------------------------------------
+def classify_path(item: PathLike) -> NotAnArtifact | None:
     """Why ``item`` is not something to open as an artifact (None when it may be one): a missing path, the
     temporary directory of an unfinished run, a stray directory that hides the shard directories beside it, or a
-    parent directory of artifacts. JSON-ready, with an ``error``."""
+    parent directory of artifacts."""
     path = Path(item).expanduser().absolute()
     if not os.path.lexists(path):
         if find_shards(path) is not None:
             return None
-        return {
-            "path": str(path),
-            "kind": "missing",
-            "error": f"{path} does not exist (and no shard directories {path.name}-shard-*-of-* are beside it); "
-            "check the path.",
-        }
+        return NotAnArtifact(
+            str(path),
+            "missing",
+            f"{path} does not exist (and no shard directories {path.name}-shard-*-of-* are beside it); check the path.",
+        )
     if TEMP_RE.match(path.name) and path.is_dir():
-        return {
-            "path": str(path),
-            "kind": "temporary",
-            "error": f"{path} is the temporary directory of an unfinished gencache run, not an artifact; if that run "
-            f"was killed, `gencache clean {path.parent}` removes it (a live run's directory is kept).",
-        }
+        return NotAnArtifact(
+            str(path),
+            "temporary",
+            f"{path} is the temporary directory of an unfinished gencache run, not an artifact; if that run was "
+            f"killed, `gencache clean {path.parent}` removes it (a live run's directory is kept).",
+        )
     stray = stray_directory(path)
     if stray is not None:
-        return {"path": str(path), "kind": "stray", "error": stray}
+        return NotAnArtifact(str(path), "stray", stray)
     if path.is_dir() and not (path / MANIFEST_NAME).exists():
-        children = sorted(
-            child.name
-            for child in path.iterdir()
-            if child.is_dir() and not child.name.startswith(".") and (child / MANIFEST_NAME).is_file()
-        )
-        if children:
-            shown = ", ".join(children[:MAX_LISTED_CHILDREN])
-            more = f" and {len(children) - MAX_LISTED_CHILDREN} more" if len(children) > MAX_LISTED_CHILDREN else ""
-            return {
-                "path": str(path),
-                "kind": "parent",
-                "children": children,
-                "error": f"{path} is a parent directory of {len(children)} artifact(s): {shown}{more}; inspect those "
-                "(or an unsuffixed sharded output) instead.",
-            }
+        parent = _parent_of_artifacts(path)
+        if parent is not None:
+            return parent
     if not path.is_dir():
-        return {
-            "path": str(path),
-            "kind": "not_artifact",
-            "error": f"{path} is not an artifact: an artifact is a directory (with cache.safetensors, manifest.json "
-            "and resolved_config.json); give its directory.",
-        }
+        return NotAnArtifact(
+            str(path),
+            "not_artifact",
+            f"{path} is not an artifact: an artifact is a directory (with cache.safetensors, manifest.json and "
+            "resolved_config.json); give its directory.",
+        )
     try:
         names = set(os.listdir(path))
     except OSError:
         return None  # opening it says why it cannot be read
     if not names & ARTIFACT_FILES:
-        return {
-            "path": str(path),
-            "kind": "not_artifact",
-            "error": f"{path} is not an artifact: it holds none of cache.safetensors, manifest.json and "
-            "resolved_config.json; check the path.",
-        }
+        return NotAnArtifact(
+            str(path),
+            "not_artifact",
+            f"{path} is not an artifact: it holds none of cache.safetensors, manifest.json and resolved_config.json; "
+            "check the path.",
+        )
     return None
+
+
+def _parent_of_artifacts(path: Path) -> NotAnArtifact | None:
+    """``path`` as a parent directory of artifacts (None when no child directory holds a manifest)."""
+    children = sorted(
+        child.name
+        for child in path.iterdir()
+        if child.is_dir() and not child.name.startswith(".") and (child / MANIFEST_NAME).is_file()
+    )
+    if not children:
+        return None
+    shown = ", ".join(children[:MAX_LISTED_CHILDREN])
+    more = f" and {len(children) - MAX_LISTED_CHILDREN} more" if len(children) > MAX_LISTED_CHILDREN else ""
+    return NotAnArtifact(
+        str(path),
+        "parent",
+        f"{path} is a parent directory of {len(children)} artifact(s): {shown}{more}; inspect those (or an "
+        "unsuffixed sharded output) instead.",
+        tuple(children),
+    )
 
 
 def _recorded(reader: CacheReader) -> dict[str, Any]:
@@ -135,12 +159,12 @@ def _conflicting_prompts(resolved: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _shard_data_configs(resolved: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, int]] | None:
+def _shard_data_configs(resolved: dict[str, Any], summary: dict[str, Any]) -> tuple[DataConfigCounts, ...] | None:
     """A shard's own counts per data config as its run recorded them (None when unrecorded or inconsistent with
     the manifest: one entry per data config of the run, none above the run's counts, as many keys as entries)."""
     shard = resolved.get("shard")
     if summary["shard"] is not None and not summary["data_configs"]:
-        return []  # a run without data configs (an artifact written directly): nothing to count
+        return ()  # a run without data configs (an artifact written directly): nothing to count
     if summary["shard"] is None or not isinstance(shard, dict) or "data_configs" not in shard:
         return None
     try:
@@ -156,98 +180,93 @@ def _shard_data_configs(resolved: dict[str, Any], summary: dict[str, Any]) -> li
     unique = [item["unique"] for item in counts]
     if counts and not max(unique) <= summary["entries"] <= sum(unique):
         return None
-    return counts
+    return data_config_counts(counts)
 
 
-def _artifact_report(reader: CacheReader) -> dict[str, Any]:
+def _artifact_report(reader: CacheReader) -> ArtifactReport:
     lengths = reader.index.lengths  # every sequence's token count, from the checked index (never re-parsed)
     summary = reader.summary
     resolved = _recorded(reader)
-    return {
-        "path": str(reader.path),
-        "kind": "artifact",
-        "format_version": FORMAT_VERSION,
-        "teacher": reader.provenance["model_path"],
-        "tokenizer_path": reader.provenance["tokenizer_path"],
-        "tokenizer": dict(reader.provenance["tokenizer"]),
-        "dtype": reader.provenance["dtype"],
-        "provenance_digest": reader.provenance_digest,
-        "entries": summary["entries"],
-        "sequences": summary["sequences"],
-        "tokens": summary["tokens"],
-        "token_length": (
-            {"min": int(lengths.min()), "median": float(np.median(lengths)), "max": int(lengths.max())}
-            if len(lengths)
-            else None
+    provenance = reader.provenance
+    return ArtifactReport(
+        path=str(reader.path),
+        teacher=provenance["model_path"],
+        tokenizer_path=provenance["tokenizer_path"],
+        tokenizer=dict(provenance["tokenizer"]),
+        dtype=provenance["dtype"],
+        provenance_digest=reader.provenance_digest,
+        entries=summary["entries"],
+        sequences=summary["sequences"],
+        tokens=summary["tokens"],
+        token_length=(
+            TokenLengths(int(lengths.min()), float(np.median(lengths)), int(lengths.max())) if len(lengths) else None
         ),
-        "finish_reasons": dict(summary["finish_reasons"]),
-        "duplicates": summary["duplicates"],
-        "conflicting_prompts": _conflicting_prompts(resolved),
-        "data_configs": list(summary["data_configs"]),
-        "shard_data_configs": _shard_data_configs(resolved, summary),
-        "shard": summary["shard"],
-        "engine": _engine_name(resolved),
-        "determinism": _determinism(resolved),
-        "payload_bytes": reader.payload_bytes,
-        "header": {"capacity": reader.header_capacity, "used": reader.header_json_bytes},
-    }
+        finish_reasons=dict(summary["finish_reasons"]),
+        duplicates=summary["duplicates"],
+        conflicting_prompts=_conflicting_prompts(resolved),
+        data_configs=data_config_counts(summary["data_configs"]),
+        shard_data_configs=_shard_data_configs(resolved, summary),
+        shard=summary["shard"],
+        engine=_engine_name(resolved),
+        determinism=_determinism(resolved),
+        payload_bytes=reader.payload_bytes,
+        header_capacity=reader.header_capacity,
+        header_used=reader.header_json_bytes,
+    )
 
 
-def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]]:
+def _sharded_report(shards: ShardSet) -> tuple[ShardedReport, list[CacheReader]]:
     readers: list[CacheReader] = []
-    reports: list[dict[str, Any]] = []
+    reports: list[ArtifactReport | UnreadableArtifact] = []
     infos: dict[int, Any] = {}
     for index, path in shards.present.items():
         try:
             reader = CacheReader(path)
         except GencacheError as error:
-            reports.append({"path": str(path), "kind": "error", "error": str(error)})
+            reports.append(UnreadableArtifact(str(path), str(error)))
             continue
         readers.append(reader)
         reports.append(_artifact_report(reader))
         infos[index] = reader.summary["shard"]
     check = check_shard_set(shards, infos)
-    totals: dict[str, Any] = {
-        field: sum(r[field] for r in reports if r["kind"] == "artifact")
-        for field in ("entries", "sequences", "tokens", "payload_bytes")
-    }
-    totals["data_configs"] = _total_data_configs(reports) if not shards.missing else None
-    report = {
-        "path": str(shards.base),
-        "kind": "sharded",
-        "shards": {
-            "count": shards.count,
-            "present": [f"{i:05d}" for i in shards.present],
-            "missing": [f"{i:05d}" for i in shards.missing],
-            "unreadable": [f"{i:05d}" for i in check.unreadable],
-            "mislabeled": [f"{i:05d}" for i in check.mislabeled],
-            "other_run": [f"{i:05d}" for i in check.other_run],
-            "other_splits": [p.name for paths in shards.other_splits.values() for p in paths],
-            "run_digest": check.run_digest,
-            "problems": check.problems(),
-        },
-        "totals": totals,
-        "artifacts": reports,
-    }
-    return report, readers
+    readable = [r for r in reports if isinstance(r, ArtifactReport)]
+    totals = ShardTotals(
+        entries=sum(r.entries for r in readable),
+        sequences=sum(r.sequences for r in readable),
+        tokens=sum(r.tokens for r in readable),
+        payload_bytes=sum(r.payload_bytes for r in readable),
+        data_configs=_total_data_configs(reports) if not shards.missing else None,
+    )
+    info = ShardSetInfo(
+        shard_count=shards.count,
+        present=tuple(f"{i:05d}" for i in shards.present),
+        missing=tuple(f"{i:05d}" for i in shards.missing),
+        unreadable=tuple(f"{i:05d}" for i in check.unreadable),
+        mislabeled=tuple(f"{i:05d}" for i in check.mislabeled),
+        other_run=tuple(f"{i:05d}" for i in check.other_run),
+        other_splits=tuple(p.name for paths in shards.other_splits.values() for p in paths),
+        run_digest=check.run_digest,
+        problems=tuple(check.problems()),
+    )
+    return ShardedReport(str(shards.base), info, totals, tuple(reports)), readers
 
 
-def _total_data_configs(reports: list[dict[str, Any]]) -> list[dict[str, int]] | None:
+def _total_data_configs(reports: list[ArtifactReport | UnreadableArtifact]) -> tuple[DataConfigCounts, ...] | None:
     """The shards' own counts per data config added up (None unless every shard is readable and recorded them)."""
-    counts = [r.get("shard_data_configs") for r in reports]
+    counts = [r.shard_data_configs if isinstance(r, ArtifactReport) else None for r in reports]
     if not counts or any(c is None for c in counts) or len({len(c) for c in counts if c is not None}) != 1:
         return None
-    return [
-        {
-            "index": index,
-            "samples": sum(c[index]["samples"] for c in counts if c is not None),
-            "unique": sum(c[index]["unique"] for c in counts if c is not None),
-        }
-        for index in range(len(counts[0] or []))
-    ]
+    return tuple(
+        DataConfigCounts(
+            index,
+            sum(c[index].samples for c in counts if c is not None),
+            sum(c[index].unique for c in counts if c is not None),
+        )
+        for index in range(len(counts[0] or ()))
+    )
 
 
-def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
+def _overlap(named: list[tuple[str, list[CacheReader]]]) -> Overlap:
     digests: list[dict[str, str]] = []
     for _, readers in named:
         merged: dict[str, str] = {}
@@ -271,27 +290,18 @@ def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
             shared = digests[i].keys() & digests[j].keys()
             conflicting = sorted(k for k in shared if digests[i][k] != digests[j][k])
             pairs.append(
-                {
-                    "a": named[i][0],
-                    "b": named[j][0],
-                    "shared": len(shared),
-                    "conflicting": len(conflicting),
-                    "conflicting_keys": conflicting[:MAX_LISTED_KEYS],
-                }
+                OverlapPair(
+                    named[i][0], named[j][0], len(shared), len(conflicting), tuple(conflicting[:MAX_LISTED_KEYS])
+                )
             )
     union = set().union(*(d.keys() for d in digests))
-    return {
-        "provenance": "identical" if not differing else "differs",
-        "differing": differing,
-        "union": len(union),
-        "pairs": pairs,
-    }
+    return Overlap(tuple(differing), len(union), tuple(pairs))
 
 
-def inspect_report(paths: Sequence[PathLike]) -> dict[str, Any]:
-    """A JSON-ready description of each path: an artifact, a sharded output directory, or an error; for several
-    readable paths, their overlap (shared and conflicting keys, provenance)."""
-    artifacts: list[dict[str, Any]] = []
+def inspect_report(paths: Sequence[PathLike]) -> InspectReport:
+    """A description of each path (an artifact, a sharded output directory, or why it is neither or cannot be
+    read) and, for several readable paths, their overlap (shared and conflicting keys, provenance)."""
+    artifacts: list[PathReport] = []
     opened: list[tuple[str, list[CacheReader]]] = []
     for item in paths:
         path = Path(item).expanduser().absolute()
@@ -309,34 +319,17 @@ def inspect_report(paths: Sequence[PathLike]) -> dict[str, Any]:
         try:
             reader = CacheReader(path)
         except GencacheError as error:
-            artifacts.append({"path": str(path), "kind": "error", "error": str(error)})
+            artifacts.append(UnreadableArtifact(str(path), str(error)))
             continue
         except UnicodeError:
-            artifacts.append({"path": str(path), "kind": "error", "error": _NOT_UNICODE.format(path=path)})
+            artifacts.append(UnreadableArtifact(str(path), _NOT_UNICODE.format(path=path)))
             continue
         artifacts.append(_artifact_report(reader))
         opened.append((str(path), [reader]))
-    return {"artifacts": artifacts, "overlap": _overlap(opened) if len(opened) > 1 else None}
+    return InspectReport(tuple(artifacts), _overlap(opened) if len(opened) > 1 else None)
 
 
-def inspect_exit_code(report: dict[str, Any]) -> int:
-    """The exit code of ``gencache inspect`` for an :func:`inspect_report`, with verify's meaning: 2 when a path is
-    missing or not an artifact; 1 when an artifact or any shard of a sharded output cannot be read (what opening
-    checks: files, manifest, header, sizes) or a shard set is not one whole run; else 0."""
-    artifacts = report["artifacts"]
-    if any(artifact.get("kind") in BAD_INPUT_KINDS for artifact in artifacts):
-        return 2
-    for artifact in artifacts:
-        if artifact.get("kind") == "error":
-            return 1
-        if artifact.get("kind") == "sharded" and (
-            artifact["shards"]["problems"] or any(shard.get("kind") == "error" for shard in artifact["artifacts"])
-        ):
-            return 1
-    return 0
-
-
-# -- rendering ----------------------------------------------------------------------------------------------
+# -- verify ---------------------------------------------------------------------------------------------------
 def _verify_targets(item: PathLike) -> tuple[list[Path], list[str]]:
     """The artifacts ``item`` stands for and the problems of its shard set (one check with ``open_caches``)."""
     path = Path(item).expanduser().absolute()
@@ -368,48 +361,31 @@ def _verify_one(target: Path, progress: VerifyProgressFactory | None) -> list[st
         return [_NOT_UNICODE.format(path=target)]
 
 
-def verify_results(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> list[dict[str, Any]]:
-    """Verify every path (a sharded output directory means all its shards and the set's one-run check).
+def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> VerifyReport:
+    """Verify every path (a sharded output directory means all its shards and the set's one-run check): one
+    :class:`VerifyResult` per artifact or finding.
 
-    One JSON-ready result per artifact or finding: ``{"path", "status", "problems"}`` with ``status`` ``"ok"``,
-    ``"fail"`` (damaged, or a shard set that is not one whole run) or ``"bad_input"`` (a missing path, a
-    temporary directory, a parent of artifacts). ``progress(name, total_bytes)``, when given, is entered around
-    the verification of each artifact of at least 32 MiB and yields the callback that receives the bytes done.
+    ``progress(name, total_bytes)``, when given, is entered around the verification of each artifact of at least
+    32 MiB and yields the callback that receives the bytes done.
     """
-    results: list[dict[str, Any]] = []
+    results: list[VerifyResult] = []
     for item in paths:
         not_artifact = classify_path(item)
         if not_artifact is not None:
-            results.append({"path": not_artifact["path"], "status": "bad_input", "problems": [not_artifact["error"]]})
+            results.append(VerifyResult(not_artifact.path, "bad_input", (not_artifact.error,)))
             continue
         targets, problems = _verify_targets(item)
         if problems:
-            base = str(Path(item).expanduser().absolute())
-            results.append({"path": base, "status": "fail", "problems": problems})
+            results.append(VerifyResult(str(Path(item).expanduser().absolute()), "fail", tuple(problems)))
         for target in targets:
             found = _verify_one(target, progress)
-            results.append({"path": str(target), "status": "fail" if found else "ok", "problems": found})
-    return results
-
-
-def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> tuple[bool, list[str]]:
-    """:func:`verify_results` as ``(all intact, report lines)``: ``OK   <path>`` or ``FAIL <problem>``."""
-    results = verify_results(paths, progress)
-    lines: list[str] = []
-    for result in results:
-        if result["status"] == "ok":
-            lines.append(f"OK   {result['path']}")
-        else:
-            lines.extend(f"FAIL {problem}" for problem in result["problems"])
-    return all(r["status"] == "ok" for r in results), lines
+            results.append(VerifyResult(str(target), "fail" if found else "ok", tuple(found)))
+    return VerifyReport(tuple(results))
 
 
 __all__ = [
-    "BAD_INPUT_KINDS",
     "VerifyProgressFactory",
     "classify_path",
-    "inspect_exit_code",
     "inspect_report",
     "verify_report",
-    "verify_results",
 ]

@@ -282,7 +282,7 @@ def export(
 
     not_artifact = classify_path(directory)
     if not_artifact is not None:
-        raise InputPathError(not_artifact["error"])
+        raise InputPathError(not_artifact.error)
     sources = dict(parse_source_override(text) for text in source or ())
     with quiet_libraries(False):
         result = export_artifact(

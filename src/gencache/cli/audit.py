@@ -88,7 +88,7 @@ def audit_command(
 
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
-        raise InputPathError(not_artifact["error"])
+        raise InputPathError(not_artifact.error)
     if engine is not None and engine not in ALL_ENGINES:
         raise ConfigError(f"--engine: unknown engine {engine!r}; choose one of {', '.join(ALL_ENGINES)}.")
     if dtype is not None and dtype not in DTYPES:

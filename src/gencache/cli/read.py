@@ -28,17 +28,17 @@ def _print_json(value: Any) -> None:
 
 def inspect_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = False) -> int:
     """Print the inspect report of ``dirs`` (tables, or JSON on stdout); return inspect's exit code."""
-    from gencache.artifact.report import inspect_exit_code, inspect_report
+    from gencache.artifact.report import inspect_report
 
     report = inspect_report(dirs)
     if as_json:
-        _print_json(report)
+        _print_json(report.to_json())
     else:
         from gencache.cli.render import render_inspect
         from gencache.core.progress import make_console
 
         render_inspect(report, make_console(), make_console(stderr=True))
-    return inspect_exit_code(report)
+    return report.exit_code
 
 
 @contextmanager
@@ -54,20 +54,15 @@ def _verify_bar(name: str, total: int) -> Iterator[Any]:
 def verify_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = False) -> int:
     """Verify ``dirs``, print ``OK``/``FAIL`` lines (or JSON) on stdout; return verify's exit code (2 when a path
     is not an artifact, 1 on any problem)."""
-    from gencache.artifact.report import verify_results
+    from gencache.artifact.report import verify_report
     from gencache.core.progress import is_terminal
 
     show_progress = is_terminal(sys.stderr) and not as_json
-    results = verify_results(dirs, progress=_verify_bar if show_progress else None)
+    report = verify_report(dirs, progress=_verify_bar if show_progress else None)
     if as_json:
-        _print_json({"ok": all(r["status"] == "ok" for r in results), "results": results})
+        _print_json(report.to_json())
     else:
-        for result in results:
-            if result["status"] == "ok":
-                print(printable_line(f"OK   {result['path']}"))
-            for problem in result["problems"]:
-                print(printable_line(f"FAIL {problem}"))
+        for line in report.lines():
+            print(printable_line(line))
         sys.stdout.flush()
-    if any(r["status"] == "bad_input" for r in results):
-        return 2
-    return 1 if any(r["status"] != "ok" for r in results) else 0
+    return report.exit_code

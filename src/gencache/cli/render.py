@@ -1,22 +1,26 @@
 """How the CLI shows the results the library returns: the dry-run report, a rendered prompt, run messages, the
-inspect tables and the verify progress bar.
+inspect tables and the verify progress bar, through rich.
 
 Only the CLI (and the demo) call this module; the library returns data and never prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gencache.cli.inspect_view import Block, Text, inspect_blocks
+from gencache.cli.inspect_view import Table as InspectTable
+
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
+    from gencache.artifact.report_types import InspectReport
     from gencache.data.samples import Sample
     from gencache.run.audit import AuditReport
     from gencache.run.pipeline import DryRun
@@ -124,195 +128,47 @@ def render_sample_prompt(sample: Sample, index: int, console: Console) -> None:
         console.print(escape(part.text), highlight=False, markup=True)
 
 
-# -- inspect and verify ---------------------------------------------------------------------------------
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
+# -- inspect --------------------------------------------------------------------------------------------------
+def _markup(text: Text) -> str:
+    """Styled spans as rich markup (the text escaped)."""
+    return "".join(f"[{span.style}]{escape(span.text)}[/]" if span.style else escape(span.text) for span in text)
 
 
-def _artifact_table(report: dict[str, Any]) -> Table:
-    table = Table(title=escape(report["path"]), show_header=False, title_justify="left")
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    tok = report["tokenizer"]
-    lengths = report["token_length"]
-    shard = report["shard"]
-    rows = [
-        ("format", str(report["format_version"])),
-        ("teacher", escape(report["teacher"])),
-        ("tokenizer", escape(report["tokenizer_path"])),
-        (
-            "tokenizer state",
-            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
-        ),
-        ("dtype", report["dtype"]),
-        ("entries", f"{report['entries']:,}"),
-        ("sequences", f"{report['sequences']:,}"),
-        ("tokens", f"{report['tokens']:,}"),
-        (
-            "token length",
-            f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
-        ),
-        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
-        (
-            "duplicates",
-            f"{report['duplicates']:,}"
-            + (
-                f" ([yellow]{report['conflicting_prompts']:,} rendered different prompts; the first was generated[/])"
-                if report.get("conflicting_prompts")
-                else ""
-            ),
-        ),
-        *_data_config_rows(report),
-        (
-            "shard",
-            f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none",
-        ),
-        ("engine", escape(report.get("engine") or "not recorded")),
-        ("determinism", _determinism_block(report.get("determinism"))),
-        (
-            "payload",
-            f"{_size(report['payload_bytes'])}, header {report['header']['used']:,} of "
-            f"{report['header']['capacity']:,} bytes",
-        ),
-    ]
-    for field, value in rows:
-        table.add_row(field, value)
+def _rich_table(block: InspectTable) -> Table:
+    table = Table(title=_markup(block.title), show_header=block.show_header, title_justify="left")
+    for column in block.columns:
+        table.add_column(escape(column.header), justify=column.justify, style=column.style)
+    for row in block.rows:
+        table.add_row(*map(_markup, row))
     return table
 
 
-def _on(value: Any) -> str:
-    return {True: "on", False: "off", None: "unknown"}.get(value, escape(str(value)))
+def print_blocks(blocks: Sequence[Block], console: Console, err: Console | None = None) -> None:
+    """Print tables and lines of :mod:`gencache.cli.inspect_view` through rich; ``err`` lines go to ``err`` (the
+    same console when not given)."""
+    for block in blocks:
+        if isinstance(block, InspectTable):
+            console.print(_rich_table(block))
+            continue
+        target = (err or console) if block.err else console
+        if any(span.style for span in block.text):
+            target.print(_markup(block.text), highlight=block.highlight)
+        else:  # no markup to parse
+            target.print("".join(span.text for span in block.text), highlight=block.highlight, markup=False)
 
 
-def _determinism_block(facts: dict[str, Any] | None) -> str:
-    """What decides whether the run's tokens can change between runs, one fact per line."""
-    if facts is None:
-        return "not recorded"
-    sampling = facts.get("sampling")
-    gpu = facts.get("gpu_name")
-    lines = [
-        f"sampling: {escape(sampling['scope'] if isinstance(sampling, dict) else str(sampling or 'not recorded'))}",
-        f"batch-invariant kernels {_on(facts.get('batch_invariant'))}, torch deterministic algorithms "
-        f"{_on(facts.get('torch_deterministic_algorithms'))}, CUBLAS_WORKSPACE_CONFIG "
-        f"{escape(str(facts.get('cublas_workspace_config') or 'unset'))}",
-        f"prefix caching {_on(facts.get('prefix_caching'))}, chunked prefill {_on(facts.get('chunked_prefill'))}, "
-        f"tensor parallel {facts.get('tensor_parallel_size')}, attention "
-        f"{escape(str(facts.get('attention_backend') or 'unknown'))}",
-        f"GPU {escape(gpu)} (compute capability {facts.get('gpu_compute_capability')})" if gpu else "GPU none",
-    ]
-    return "\n".join(lines)
-
-
-def _counts(items: list[dict[str, int]] | None) -> str:
-    """Counts per data config: ``#0: 3 samples, 3 unique; #1: ...`` (``-`` when there are none)."""
-    if items is None:
-        return "not recorded"
-    return "; ".join(f"#{d['index']}: {d['samples']:,} samples, {d['unique']:,} unique" for d in items) or "-"
-
-
-def _data_config_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """An artifact's counts per data config: a shard's own (as its run recorded them) and its whole run's."""
-    if report["shard"] is None:
-        return [("data configs", _counts(report["data_configs"]))]
-    return [
-        ("data configs (shard)", _counts(report.get("shard_data_configs"))),
-        ("data configs (run)", _counts(report["data_configs"])),
-    ]
-
-
-def _sharded_table(report: dict[str, Any]) -> Table:
-    info = report["shards"]
-    table = Table(title=f"{escape(report['path'])} ({info['count']} shards)", title_justify="left")
-    for column in ("shard", "status", "entries", "sequences", "tokens", "data configs"):
-        table.add_column(column, justify="left" if column in ("shard", "status", "data configs") else "right")
-    by_index = {i: r for i, r in zip(info["present"], report["artifacts"], strict=True)}
-    for index in range(info["count"]):
-        name = f"{index:05d}"
-        shard_report = by_index.get(name)
-        if shard_report is None:
-            table.add_row(name, "[red]missing[/]", "", "", "", "")
-        elif shard_report["kind"] == "error":
-            table.add_row(name, "[red]unreadable[/] (FAIL line below)", "", "", "", "")
-        else:
-            if name in info["other_run"]:
-                status = "[yellow]other run[/]"
-            elif name in info["mislabeled"]:
-                status = "[yellow]misnamed[/]"
-            else:
-                status = "[green]ok[/]"
-            table.add_row(
-                name,
-                status,
-                f"{shard_report['entries']:,}",
-                f"{shard_report['sequences']:,}",
-                f"{shard_report['tokens']:,}",
-                _counts(shard_report.get("shard_data_configs")),
-            )
-    totals = report["totals"]
-    table.add_row(
-        "total",
-        "",
-        f"{totals['entries']:,}",
-        f"{totals['sequences']:,}",
-        f"{totals['tokens']:,}",
-        _counts(totals.get("data_configs")),
-    )
-    return table
-
-
-def render_inspect(report: dict[str, Any], console: Console, err: Console | None = None) -> None:
-    """Print an :func:`inspect_report` as rich tables; a path that is not an artifact is one ``error:`` line on
-    ``err`` (the same console when not given)."""
-    from gencache.artifact.report import BAD_INPUT_KINDS
-
-    err = err or console
-    for artifact in report["artifacts"]:
-        if artifact["kind"] in BAD_INPUT_KINDS:
-            err.print(f"error: {artifact['error']}", highlight=False, markup=False)
-        elif artifact["kind"] == "error":
-            path, error = artifact["path"], artifact["error"]
-            shown = error if error.startswith(path) else f"{path}: {error}"
-            err.print(f"FAIL {shown}", highlight=False, markup=False)
-        elif artifact["kind"] == "sharded":
-            console.print(_sharded_table(artifact))
-            info = artifact["shards"]
-            for problem in info["problems"]:
-                console.print(f"[red]problem[/]: {escape(problem)}", highlight=False)
-            for shard_report in artifact["artifacts"]:  # one whole line each, like verify's
-                if shard_report["kind"] == "error":
-                    err.print(f"FAIL {shard_report['error']}", highlight=False, markup=False)
-            for shard_report in artifact["artifacts"]:  # every shard in detail, not only the first
-                if shard_report["kind"] == "artifact":
-                    console.print(_artifact_table(shard_report))
-        else:
-            console.print(_artifact_table(artifact))
-    overlap = report["overlap"]
-    if overlap is not None:
-        table = Table(title="overlap", title_justify="left")
-        for column in ("a", "b", "shared keys", "conflicting keys"):
-            table.add_column(column)
-        for pair in overlap["pairs"]:
-            conflicting = str(pair["conflicting"])
-            if pair["conflicting_keys"]:
-                conflicting += f" (e.g. {pair['conflicting_keys'][0][:16]}…)"
-            table.add_row(escape(pair["a"]), escape(pair["b"]), f"{pair['shared']:,}", conflicting)
-        console.print(table)
-        provenance = overlap["provenance"]
-        if overlap["differing"]:
-            provenance += f" ({', '.join(overlap['differing'])})"
-        console.print(f"provenance: {provenance}; union of keys: {overlap['union']:,}")
+def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
+    """Print an :func:`~gencache.artifact.report.inspect_report` as rich tables (the blocks of
+    :func:`gencache.cli.inspect_view.inspect_blocks`); the ``error:`` and ``FAIL`` lines go to ``err`` (the same
+    console when not given)."""
+    print_blocks(inspect_blocks(report), console, err)
 
 
 # -- verify -------------------------------------------------------------------------------------------------
 
 
 def verify_progress(console: Console) -> VerifyProgressFactory:
-    """A progress factory for :func:`gencache.artifact.report.verify_results`: one transient bar per artifact."""
+    """A progress factory for :func:`gencache.artifact.report.verify_report`: one transient bar per artifact."""
 
     @contextmanager
     def bar_for(name: str, total: int) -> Iterator[ProgressCallback]:
@@ -337,6 +193,7 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
 
 
 __all__ = [
+    "print_blocks",
     "render_dry_run",
     "render_inspect",
     "render_notice",
