@@ -105,7 +105,7 @@ assert reader[key].sequences[0].numel() > 0
         (["verify"], ["typer", "pydantic", "rich"]),
         (["verify", "--json"], ["typer", "pydantic", "rich"]),
         (["inspect", "--json"], ["typer", "pydantic", "rich"]),
-        (["inspect"], ["typer", "pydantic"]),  # the tables are drawn with rich
+        (["inspect"], ["typer", "pydantic", "rich"]),  # to a pipe the tables are written without rich
     ],
 )
 def test_the_console_script_reads_without_the_command_line_framework(

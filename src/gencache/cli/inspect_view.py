@@ -1,14 +1,22 @@
-"""What ``gencache inspect`` shows of a report: tables and lines, built by report type.
+"""What ``gencache inspect`` shows of a report: tables and lines, built by report type, and their plain text.
 
 :func:`inspect_blocks` turns an :class:`~gencache.artifact.report_types.InspectReport` into :class:`Table` and
 :class:`Line` blocks of styled :class:`Span` text; :func:`gencache.cli.render.render_inspect` prints them through
-rich.
+rich. :func:`write_plain` writes, without importing rich, the very bytes that the console of
+:func:`gencache.core.progress.make_console` prints to a stream that is not a terminal: the same box characters and
+column widths, no styles. It writes only what it can write exactly, and otherwise nothing (it returns False and
+rich prints the blocks): on a terminal, with colours forced, in an encoding other than UTF-8, for text that rich
+changes (emoji codes, control characters, backslashes) or measures from its tables (characters beyond Latin and
+the ellipsis), and for a table wider than the console.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from collections.abc import Sequence
-from typing import Any, Literal, NamedTuple
+from typing import IO, Any, Literal, NamedTuple
 
 from gencache.artifact.report_types import (
     ArtifactReport,
@@ -19,8 +27,9 @@ from gencache.artifact.report_types import (
     ShardedReport,
     UnreadableArtifact,
 )
+from gencache.core.progress import PIPE_WIDTH, is_terminal
 
-__all__ = ["Block", "Column", "Line", "Span", "Table", "Text", "inspect_blocks"]
+__all__ = ["Block", "Column", "Line", "Span", "Table", "Text", "inspect_blocks", "write_plain"]
 
 
 class Span(NamedTuple):
@@ -249,3 +258,92 @@ def inspect_blocks(report: InspectReport) -> list[Block]:
     if report.overlap is not None:
         blocks.extend(_overlap_blocks(report.overlap))
     return blocks
+
+
+# -- plain text -----------------------------------------------------------------------------------------------
+#: Text that every rich console prints as it is, one cell per character: printable ASCII (no backslash, which
+#: rich's markup escaping can double), Latin-1 and Latin Extended letters, the ellipsis.
+_PLAIN_TEXT = re.compile(r"[\x20-\x5b\x5d-\x7e\xa0-\xac\xae-\u02ff\u2026]*")
+#: What rich may replace by an emoji (``:name:``).
+_EMOJI_CODE = re.compile(r":\S*:")
+# rich's default table box (HEAVY_HEAD) and the one it uses without a header row (SQUARE): edges and rules.
+_HEAVY_HEAD = ("┏━┳┓", "┃┃┃", "┡━╇┩", "│││", "└─┴┘")
+_SQUARE = ("┌─┬┐", "│││", "├─┼┤", "│││", "└─┴┘")
+
+
+def _plain(text: Text, *, multiline: bool = False) -> str | None:
+    joined = "".join(span.text for span in text)
+    lines = joined.split("\n") if multiline else [joined]
+    if not all(_PLAIN_TEXT.fullmatch(line) for line in lines) or _EMOJI_CODE.search(joined):
+        return None
+    return joined
+
+
+def _rule(chars: str, widths: Sequence[int]) -> str:
+    """A horizontal rule: ``chars`` is left edge, fill, divider, right edge."""
+    return chars[0] + chars[2].join(chars[1] * width for width in widths) + chars[3] + "\n"
+
+
+def _table_text(table: Table) -> str | None:
+    """``table`` as rich draws it on a console :data:`PIPE_WIDTH` wide (None when it cannot be drawn here)."""
+    title = _plain(table.title)
+    header = tuple(_text(column.header) for column in table.columns)
+    grid: list[list[list[str]]] = []
+    for row in (header, *table.rows) if table.show_header else table.rows:
+        texts = [_plain(cell, multiline=row is not header) for cell in row]  # a header of one line
+        if any(text is None for text in texts):
+            return None
+        grid.append([(text or "").split("\n") for text in texts])
+    widths = [max(len(line) for cells in grid for line in cells[i]) + 2 for i in range(len(table.columns))]
+    if title is None or sum(widths) + len(widths) + 1 > PIPE_WIDTH:  # the edges and dividers take one each
+        return None
+    top, first, head_rule, edges, bottom = _HEAVY_HEAD if table.show_header else _SQUARE
+    out = [f"{title}\n" if title else "", _rule(top, widths)]
+    for number, cells in enumerate(grid):
+        sides = first if number == 0 else edges  # left edge, divider, right edge
+        height = max([1] + [len(lines) for lines, width in zip(cells, widths, strict=True) if width > 2])
+        for index in range(height):  # rich renders nothing in a column with no text at all
+            parts = []
+            for lines, column, width in zip(cells, table.columns, widths, strict=True):
+                line = lines[index] if index < len(lines) else ""
+                parts.append(line.ljust(width - 2) if column.justify == "left" else line.rstrip().rjust(width - 2))
+            out.append(sides[0] + sides[1].join(f" {part} " for part in parts) + sides[2] + "\n")
+        if number == 0 and table.show_header:
+            out.append(_rule(head_rule, widths))
+    out.append(_rule(bottom, widths))
+    return "".join(out)
+
+
+def _block_text(block: Block) -> str | None:
+    if isinstance(block, Table):
+        return _table_text(block)
+    text = _plain(block.text)
+    return None if text is None else text + "\n"
+
+
+def _plain_stream(stream: IO[str]) -> bool:
+    """Whether a rich console on ``stream`` prints plain text: not a terminal, no colours forced, UTF-8, and no
+    Windows console or notebook that rich treats in its own way."""
+    encoding = (getattr(stream, "encoding", None) or "utf-8").lower()
+    return (
+        not is_terminal(stream)
+        and "FORCE_COLOR" not in os.environ
+        and os.environ.get("TTY_COMPATIBLE", "") in ("", "0")
+        and encoding.startswith("utf")
+        and sys.platform != "win32"
+        and "IPython" not in sys.modules
+    )
+
+
+def write_plain(blocks: Sequence[Block], out: IO[str], err: IO[str]) -> bool:
+    """Write ``blocks`` to ``out`` (and their ``err`` lines to ``err``) as rich would, each block flushed as rich
+    flushes each print; False, with nothing written, when that cannot be done exactly here (see the module
+    docstring)."""
+    streams = [err if isinstance(block, Line) and block.err else out for block in blocks]
+    texts = [_block_text(block) for block in blocks]
+    if not all(_plain_stream(stream) for stream in set(streams)) or any(text is None for text in texts):
+        return False
+    for stream, text in zip(streams, texts, strict=True):
+        stream.write(text or "")
+        stream.flush()
+    return True

@@ -27,13 +27,18 @@ def _print_json(value: Any) -> None:
 
 
 def inspect_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = False) -> int:
-    """Print the inspect report of ``dirs`` (tables, or JSON on stdout); return inspect's exit code."""
+    """Print the inspect report of ``dirs`` (tables, or JSON on stdout); return inspect's exit code.
+
+    Tables go to a stream that is not a terminal as plain text without importing rich
+    (:func:`gencache.cli.inspect_view.write_plain`), to a terminal through rich: the same characters either way.
+    """
     from gencache.artifact.report import inspect_report
+    from gencache.cli.inspect_view import inspect_blocks, write_plain
 
     report = inspect_report(dirs)
     if as_json:
         _print_json(report.to_json())
-    else:
+    elif not write_plain(inspect_blocks(report), sys.stdout, sys.stderr):
         from gencache.cli.render import render_inspect
         from gencache.core.progress import make_console
 
