@@ -114,6 +114,33 @@ def test_export_of_a_missing_directory_is_bad_input(tmp_path: Path) -> None:
     assert cli_run(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "a.jsonl")]) == 2
 
 
+def test_export_never_writes_over_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from support.storage_helpers import make_entries, write_artifact
+
+    source = write_artifact(tmp_path / "a", make_entries(3))
+    taken = tmp_path / "taken.jsonl"
+    taken.write_text("mine\n")
+    assert cli_run(["export", str(source), "--out", str(taken), "--no-prompts"]) == 2
+    assert f"error: {taken} already exists; choose another --out path." in capsys.readouterr().err
+    assert taken.read_text() == "mine\n"
+    link = os.link
+
+    def racing_link(src: str, dst: str) -> None:  # another process creates --out while the records are written
+        Path(dst).write_text("theirs\n")
+        link(src, dst)
+
+    later = tmp_path / "later.jsonl"
+    monkeypatch.setattr(os, "link", racing_link)
+    assert cli_run(["export", str(source), "--out", str(later), "--no-prompts"]) == 2
+    assert f"error: {later} appeared while exporting; nothing was replaced." in capsys.readouterr().err
+    assert later.read_text() == "theirs\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "later.jsonl", "taken.jsonl"]  # no temporary left
+
+
 def test_token_columns_and_provenance_survive_the_parquet(
     artifact: tuple[Path, Path], tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any
 ) -> None:

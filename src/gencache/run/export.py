@@ -273,10 +273,9 @@ def _check_out_parent(out: Path) -> None:
 
 
 def _write_atomic(out: Path, write: Any) -> int:
-    """Run ``write(handle)`` on a temporary sibling of ``out`` (which must not exist) and link it into place."""
+    """Run ``write(handle)`` on a temporary sibling of ``out`` and link it into place (never over a file: one
+    that appeared since :func:`export` checked is an error)."""
     out = Path(os.path.abspath(out))
-    if os.path.lexists(out):
-        raise OutputExistsError(f"{out} already exists; choose another --out path.")
     temp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
