@@ -5,8 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
-import socket
 from contextlib import suppress
 from pathlib import Path
 
@@ -20,10 +18,14 @@ TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<t
 
 
 def host_tag() -> str:
+    import socket  # here, not at import: reading an artifact needs only TEMP_RE of this module
+
     return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
 
 
 def temp_name(output_dir: Path, label: str = "") -> str:
+    import secrets
+
     return f".{output_dir.name}{label}.gencache-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 

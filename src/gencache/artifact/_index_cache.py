@@ -19,7 +19,6 @@ import hashlib
 import json
 import mmap
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +151,8 @@ def save_index(directory: Path, identity: str, index: CompactIndex) -> bool:
     encoded = json.dumps(meta, sort_keys=True).encode()
     data_start = _data_start(len(encoded))
     head = MAGIC + len(encoded).to_bytes(8, "little") + encoded
+    import tempfile  # only to write a cache (with shutil and random, not needed to open or verify an artifact)
+
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(prefix=".index-", dir=directory)
