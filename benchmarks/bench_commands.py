@@ -1,12 +1,14 @@
 """Fast feedback benchmark: the model-free commands' wall time, and what the reader's payload check costs a read.
 
-``python benchmarks/bench_commands.py [--quick] [--rounds N]`` prints one markdown section on stdout (progress on
-stderr). Two measures, each a ratio against a baseline measured in the same run:
+``python benchmarks/bench_commands.py [--quick] [--rounds N] [--before SRC]`` prints one markdown section on stdout
+(progress on stderr). Two measures, each a ratio against a baseline measured in the same run:
 
 - ``gencache inspect`` / ``verify`` (and their ``--json``) of a small artifact (8 entries), each a fresh process of
   the installed ``gencache`` script, against a bare ``python -c "import safetensors, numpy"``: the commands are
   run in rounds, every command once per round in turn; the ratio is the median over rounds of each round's ratio
-  (target <= 1.5x), which a machine whose load drifts during the run affects least.
+  (target <= 1.5x), which a machine whose load drifts during the run affects least. With ``--before SRC`` every
+  command is also run from another gencache source tree (``SRC``, the ``src`` directory of, say, a ``git worktree``
+  of an earlier commit) in the same rounds, as its ``before`` row: a before/after comparison in one run.
 - Repeated ``reader[key]`` of verified entries (10,000 entries of one 200-token sequence, 20,000 random keys per
   pass) with the payload check as shipped (one ``os.stat`` at most once per ``payload_check_interval``, 1 s)
   against the same reads with the check off (``payload_check_interval=math.inf``); also with a check before every
@@ -26,23 +28,17 @@ import math
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+from _common import gencache_script, installed_env, load_average, load_note, log, section_head, wall
 
 TOKENS = 200
 PROVENANCE_TOKENIZER = {"padding_side": "left", "pad_token_id": 0, "eos_token_id": 1}
 BASELINE = 'python -c "import safetensors, numpy"'
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def build(out: Path, count: int, tokens: int) -> Path:
@@ -61,35 +57,37 @@ def build(out: Path, count: int, tokens: int) -> Path:
     return out
 
 
-def gencache_script() -> list[str]:
-    script = Path(sys.executable).with_name("gencache")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gencache"]
+TARGETED = ("gencache inspect DIR", "gencache verify DIR")
 
 
-def wall(command: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started
+def before_script(src: Path) -> list[str]:
+    """The console script's entry point run from the gencache source tree ``src`` instead of the installed one."""
+    code = f"import sys; sys.path.insert(0, {str(src)!r}); from gencache.cli.entry import main; main()"
+    return [sys.executable, "-c", code]
 
 
-def commands_section(root: Path, rounds: int) -> list[str]:
+def commands_section(root: Path, rounds: int, before: Path | None = None) -> list[str]:
     artifact = build(root / "small", 8, 16)
-    script = gencache_script()
-    commands = {
-        BASELINE: [sys.executable, "-c", "import safetensors, numpy"],
-        "gencache inspect DIR": [*script, "inspect", str(artifact)],
-        "gencache inspect --json DIR": [*script, "inspect", "--json", str(artifact)],
-        "gencache verify DIR": [*script, "verify", str(artifact)],
-        "gencache verify --json DIR": [*script, "verify", "--json", str(artifact)],
-        "gencache --help": [*script, "--help"],
+    arguments = {
+        "gencache inspect DIR": ["inspect", str(artifact)],
+        "gencache inspect --json DIR": ["inspect", "--json", str(artifact)],
+        "gencache verify DIR": ["verify", str(artifact)],
+        "gencache verify --json DIR": ["verify", "--json", str(artifact)],
+        "gencache --help": ["--help"],
     }
+    commands = {BASELINE: [sys.executable, "-c", "import safetensors, numpy"]}
+    for name, argv in arguments.items():
+        commands[name] = [*gencache_script(), *argv]
+        if before is not None:
+            commands[f"{name}, before"] = [*before_script(before), *argv]
+    env = installed_env(root)
     for command in commands.values():  # warm the page cache and the bytecode caches
-        wall(command)
+        wall(command, env)
     times: dict[str, list[float]] = {name: [] for name in commands}
     for index in range(rounds):
         log(f"commands: round {index + 1}/{rounds}")
         for name, command in commands.items():
-            times[name].append(wall(command))
+            times[name].append(wall(command, env))
     lines = [
         "| command | median | fastest | ratio to the baseline (median of rounds) | target | |",
         "|---|---|---|---|---|---|",
@@ -97,7 +95,7 @@ def commands_section(root: Path, rounds: int) -> list[str]:
     for name, measured in times.items():
         median = statistics.median(measured)
         ratio = statistics.median(m / b for m, b in zip(measured, times[BASELINE], strict=True))
-        targeted = name in ("gencache inspect DIR", "gencache verify DIR")
+        targeted = name in TARGETED
         verdict = ("meets" if ratio <= 1.5 else "**falls short**") if targeted else ""
         lines.append(
             f"| `{name}` | {median * 1000:.0f} ms | {min(measured) * 1000:.0f} ms | {ratio:.2f}x | "
@@ -192,30 +190,34 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and entries (a smoke run)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of the command timings (default 21)")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="SRC",
+        help="also time every gencache command from this gencache source tree (the src directory of an earlier "
+        "checkout), in the same rounds, as its 'before' row",
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds or (5 if args.quick else 21)
     count, reads, passes = (2_000, 5_000, 3) if args.quick else (10_000, 20_000, 15)
-    import os
-    import platform
-
+    before = args.before.expanduser().absolute() if args.before else None
+    if before is not None and not (before / "gencache" / "cli" / "entry.py").is_file():
+        parser.error(f"--before {before}: not a gencache source tree (no gencache/cli/entry.py)")
     root = Path(tempfile.mkdtemp(prefix="gencache-bench-commands-"))
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     try:
-        command_lines = commands_section(root, rounds)
+        command_lines = commands_section(root, rounds, before)
         read_lines, stat_us = reads_section(root, count, reads, passes)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    load_after = os.getloadavg()[0]
+    load_after = load_average()
 
+    options = (" --quick" if args.quick else "") + (f" --before {args.before}" if before else "")
     section = [
-        "## Fast feedback: model-free commands and the payload check",
-        "",
-        f"Command: `uv run python benchmarks/bench_commands.py{' --quick' if args.quick else ''}` "
-        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, Python "
-        f"{platform.python_version()}).",
-        "",
+        *section_head("Fast feedback: model-free commands and the payload check", "bench_commands.py", options),
         f"Wall time of fresh processes on an artifact of 8 entries, {rounds} rounds (each command once per round, in "
-        f"turn, after one warm-up run each), against `{BASELINE}` measured in the same rounds:",
+        "turn, after one warm-up run each that writes the byte code the timed runs import, as an installed package "
+        f"has it), against `{BASELINE}` measured in the same rounds:",
         "",
         *command_lines,
         "",
@@ -224,15 +226,21 @@ def main(argv: list[str]) -> int:
         "",
         *read_lines,
         "",
-        f"Notes: the load average was {load_before:.1f} before and {load_after:.1f} after the run on these "
-        f"{os.cpu_count()} CPUs, so single times vary; each ratio is the median over rounds (passes) of that round's "
-        "time divided by the baseline's in the same round. `inspect`, `verify`, `clean`, `export` without prompts "
-        "and `--help` import neither torch, transformers nor datasets (pinned by `tests/test_command_imports.py`). "
-        "A plain `inspect`/`verify` command line is run by the console script without typer, whose parameter "
-        "parsing imports pydantic and builds validators; `inspect` with tables imports rich to draw them, and "
-        "`--help` goes through typer (not a target). The payload check is one `os.stat` "
-        f"({stat_us:.1f} µs here on a local disk; a metadata round trip on a network file system); first reads of "
-        "an entry still check before hashing its bytes.",
+        f"Notes: {load_note(load_before, load_after)}, so single times vary; each ratio is the median over rounds "
+        "(passes) of that round's time divided by the baseline's in the same round. `inspect`, `verify`, `clean`, "
+        "`export` without prompts and `--help` import neither torch, transformers nor datasets (pinned by "
+        "`tests/test_command_imports.py`). A plain `inspect`/`verify` command line is run by the console script "
+        "without typer, whose parameter parsing imports pydantic and builds validators; `inspect` writes its tables "
+        "to a pipe or a file without importing rich (the bytes rich prints there, pinned by "
+        "`tests/test_inspect_plain.py`) and draws them with rich on a terminal; `--help` goes through typer (not a "
+        f"target). The payload check is one `os.stat` ({stat_us:.1f} µs here on a local disk; a metadata round "
+        "trip on a network file system); first reads of an entry still check before hashing its bytes."
+        + (
+            f" The `before` rows run the same commands from `{before}` (its console script's entry point through "
+            "`python -c`), in the same rounds."
+            if before
+            else ""
+        ),
     ]
     print("\n".join(section))
     return 0

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -25,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+from _common import gencache_script, installed_env, load_average, load_note, log, section_head, wall
 
 BASELINE = 'python -c "import gencache"'
 TARGET = 2.0
@@ -35,15 +32,6 @@ FLOORS = {
     'python -c "import gencache.config.models"': "gencache.config.models",
     'python -c "import typer, gencache.config.models"': "typer, gencache.config.models",
 }
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def gencache_script() -> list[str]:
-    script = Path(sys.executable).with_name("gencache")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gencache"]
 
 
 def write_rows(path: Path, count: int) -> Path:
@@ -164,12 +152,6 @@ def time_to_error(command: list[str], env: dict[str, str], says: str) -> tuple[f
     return first, ended
 
 
-def wall(command: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
-    return time.perf_counter() - started
-
-
 def measure(root: Path, rows_count: int, rounds: int) -> tuple[list[str], float]:
     from gencache.generation.tiny import build_tiny_teacher
 
@@ -177,15 +159,13 @@ def measure(root: Path, rows_count: int, rounds: int) -> tuple[list[str], float]
     rows = write_rows(root / "rows.jsonl", rows_count)
     cases = write_cases(root, teacher, rows)
     script = gencache_script()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf-home"), "GENCACHE_DEBUG": "0"}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: imports from byte code, in a private cache here
-    env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+    env = installed_env(root) | {"HF_HUB_OFFLINE": "1", "HF_HOME": str(root / "hf-home"), "GENCACHE_DEBUG": "0"}
     baseline_command = [sys.executable, "-c", "import gencache"]
     floors = {name: [sys.executable, "-c", f"import {module}"] for name, module in FLOORS.items()}
     for _, path, says in cases.values():  # warm the page cache and the bytecode caches
         time_to_error([*script, "generate", str(path)], env, says)
     for command in (baseline_command, *floors.values()):
-        wall(command, env)
+        wall(command, env, check=True)
     base: list[float] = []
     read: list[float] = []
     parts: dict[str, list[float]] = {name: [] for name in floors}
@@ -193,10 +173,10 @@ def measure(root: Path, rows_count: int, rounds: int) -> tuple[list[str], float]
     ended: dict[str, list[float]] = {name: [] for name in cases}
     for index in range(rounds):
         log(f"errors: round {index + 1}/{rounds}")
-        base.append(wall(baseline_command, env))
+        base.append(wall(baseline_command, env, check=True))
         read.append(read_time(rows))
         for name, command in floors.items():
-            parts[name].append(wall(command, env))
+            parts[name].append(wall(command, env, check=True))
         for name, (_, path, says) in cases.items():
             at_line, at_exit = time_to_error([*script, "generate", str(path)], env, says)
             first[name].append(at_line)
@@ -229,19 +209,14 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 9)
     root = Path(tempfile.mkdtemp(prefix="gencache-bench-errors-"))
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     try:
         lines, size = measure(root, args.rows, rounds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    load_after = os.getloadavg()[0]
+    load_after = load_average()
     section = [
-        "## Fast feedback: time to the error line",
-        "",
-        f"Command: `uv run python benchmarks/bench_errors.py{' --quick' if args.quick else ''}` "
-        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, Python "
-        f"{platform.python_version()}).",
-        "",
+        *section_head("Fast feedback: time to the error line", "bench_errors.py", " --quick" if args.quick else ""),
         f"`gencache generate CONFIG` with one mistake each, over a `table` data file of {args.rows:,} rows "
         f"({size / 1024:.0f} KiB of JSON Lines) and a tiny local teacher, as fresh processes of the installed script "
         f"({rounds} rounds, every case once per round in turn, after one warm-up run each); the hub is offline "
@@ -249,15 +224,15 @@ def main(argv: list[str]) -> int:
         "",
         *lines,
         "",
-        f"Notes: the load average was {load_before:.1f} before and {load_after:.1f} after the run on these "
-        f"{os.cpu_count()} CPUs. Each ratio is the median over rounds of the case's time to its `error:` line "
-        "divided by that round's baseline. Every one of these is found before torch, transformers or datasets is "
-        "imported (`tests/test_bad_inputs.py` pins it); what the command adds to the baseline is mostly what the "
-        "reference rows show: importing pydantic and building the config's models, which validating any config "
-        "needs (bad JSON too: the command line's framework, typer, imports pydantic for its parameters), and "
-        "typer. Those two alone are several times the baseline, so the 2x target is out of reach while the "
-        "config is validated with pydantic; the checks themselves (reading the file, the columns, the counts) "
-        "add tens of milliseconds.",
+        f"Notes: {load_note(load_before, load_after)}."
+        " Each ratio is the median over rounds of the case's time to its `error:` line divided by that round's "
+        "baseline. Every one of these is found before torch, transformers or datasets is imported "
+        "(`tests/test_bad_inputs.py` pins it); what the command adds to the baseline is mostly what the reference"
+        " rows show: importing pydantic and building the config's models, which validating any config needs (bad "
+        "JSON too: the command line's framework, typer, imports pydantic for its parameters), and typer. Those "
+        "two alone are several times the baseline, so the 2x target is out of reach while the config is validated"
+        " with pydantic; the checks themselves (reading the file, the columns, the counts) add tens of "
+        "milliseconds.",
     ]
     print("\n".join(section))
     return 0
