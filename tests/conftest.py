@@ -1,4 +1,5 @@
-"""Session-wide test setup: offline Hugging Face libraries, one tiny teacher and one demo run per session.
+"""Session-wide test setup: offline Hugging Face libraries, one bytecode cache, one tiny teacher and one demo run
+per session.
 
 The offline variables are set at import time, before any test module imports transformers or datasets (both read
 them when they are imported), and re-asserted by an autouse session fixture.
@@ -6,7 +7,11 @@ them when they are imported), and re-asserted by an autouse session fixture.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,24 @@ OFFLINE_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 os.environ.update(OFFLINE_ENV)
+
+
+def share_bytecode() -> None:
+    """Where Python is told not to write bytecode (``PYTHONDONTWRITEBYTECODE``) and no cache prefix is set, the
+    session and the child processes its tests start (``python -m gencache``, the documentation's commands, the
+    signal tests' children) keep compiled modules in one temporary cache, removed at exit: without it every child
+    recompiles torch's and transformers' sources, about half of its start-up. Nothing is written in the tree."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = tempfile.mkdtemp(prefix="gencache-tests-bytecode-")
+    atexit.register(shutil.rmtree, prefix, ignore_errors=True)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = prefix
+
+
+share_bytecode()
 
 
 @pytest.fixture(scope="session", autouse=True)
