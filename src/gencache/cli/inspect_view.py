@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any, Literal, NamedTuple
 
 from gencache.artifact.report_types import (
@@ -89,7 +89,7 @@ def _on(value: Any) -> str:
     return {True: "on", False: "off", None: "unknown"}.get(value, str(value))
 
 
-def _determinism_block(facts: Any) -> str:
+def _determinism_block(facts: Mapping[str, Any] | None) -> str:
     """What decides whether the run's tokens can change between runs, one fact per line."""
     if facts is None:
         return "not recorded"
