@@ -351,6 +351,18 @@ def init(
 app.command(name="audit")(_interruptible(audit_command))
 
 
+def _flowed(text: str) -> str:
+    """``text`` with each paragraph on one line: typer's rich help keeps a docstring's line breaks, which the
+    console's own wrapping then breaks again mid-sentence."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in text.strip().split("\n\n"))
+
+
+for _info in app.registered_commands:  # every command's help, in the command list and on its own page
+    _doc = _info.help or (_info.callback.__doc__ if _info.callback is not None else None)
+    if isinstance(_doc, str):
+        _info.help = _flowed(_doc)
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM."""
     try:  # typer's own base of its usage errors (newer typer vendors click); older releases raise click's
