@@ -417,6 +417,24 @@ def test_sigint_after_the_command_finished_exits_with_its_code_and_no_traceback(
     assert result.returncode == 0 and "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
 
 
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_interpreter_tears_down_keeps_the_command_s_code(signame: str) -> None:
+    # Python hands the signals back to the system's default before it destroys its modules (torch's take a
+    # while): a signal then must not kill the finished command (a status of -2 or -15).
+    code = (
+        "import os, signal, time\n"
+        "from gencache.core.interrupts import quiet_exit\n"
+        "class Late:\n"
+        f"    def __del__(self, kill=os.kill, pid=os.getpid(), signum=signal.{signame}, sleep=time.sleep):\n"
+        "        kill(pid, signum)  # a module's object destroyed at teardown\n"
+        "        sleep(0.2)\n"
+        "late = Late()\n"
+        "quiet_exit(0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and result.stderr == ""
+
+
 @pytest.mark.parametrize(
     ("value", "is_path"),
     [("a/b/c", True), ("models/", True), ("data/train.jsonl", True), ("train.parquet", True), ("./x", True),

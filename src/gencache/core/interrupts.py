@@ -12,6 +12,7 @@ library is imported here.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ __all__ = ["Stopped", "exit_now", "install", "note_published", "quiet_exit", "ra
 _CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
 _PUBLISHED: list[str] = []
 _PENDING: list[str] = []
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Stopped(BaseException):
@@ -72,7 +74,7 @@ def install() -> None:
     """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread (an ignored signal stays ignored)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for signum in _STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _raise)
 
@@ -89,14 +91,21 @@ def exit_now(stop: Stopped) -> NoReturn:
 def quiet_exit(code: int) -> None:
     """Once the command is done, SIGINT, SIGTERM or SIGHUP during interpreter shutdown (an engine's worker thread
     still winding down) ends the process with the command's own exit code instead of a traceback: the work is
-    already published or already failed."""
+    already published or already failed. From the exit handlers on, the signals are ignored: Python gives them
+    back to the system's default before it tears its modules down, and a signal then would kill the process
+    (a status of -2 or -15 instead of the command's code)."""
 
     def finish_now(signum: int, frame: FrameType | None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
+    def ignore_from_now() -> None:
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in _STOP_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
                 signal.signal(signum, finish_now)
+        atexit.register(ignore_from_now)  # the last registered runs first: after the threads were joined
