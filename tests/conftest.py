@@ -1,8 +1,9 @@
-"""Session-wide test setup: offline Hugging Face libraries, one bytecode cache, one tiny teacher and one demo run
-per session.
+"""Session-wide test setup: offline Hugging Face libraries, one torch thread, one bytecode cache, one tiny teacher
+and one demo run per session.
 
-The offline variables are set at import time, before any test module imports transformers or datasets (both read
-them when they are imported), and re-asserted by an autouse session fixture.
+The offline variables and the thread count are set at import time, before any test module imports torch,
+transformers or datasets (they read them when they are imported); the offline ones are re-asserted by an autouse
+session fixture.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ OFFLINE_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 os.environ.update(OFFLINE_ENV)
+# One torch thread unless the environment asks for more: the tiny teacher's matrices are too small to gain from a
+# second thread, and on a shared machine spin-waiting threads made generation two to three times slower. The
+# children the tests start (`python -m gencache`, the documentation's commands) inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def share_bytecode() -> None:
