@@ -144,7 +144,7 @@ def test_an_edited_source_file_is_refused_in_one_line_naming_it(
 def test_bad_audit_options_are_one_line_exit_2(greedy_artifact: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for argv, words in [
         (["--keys", "f" * 64], "not in the artifact"),
-        (["--engine", "nope"], "unknown engine"),
+        (["--engine", "vlm"], "--engine: unknown engine 'vlm' (did you mean 'vllm'?"),
         (["--dtype", "int8"], "--dtype"),
         (["--samples", "0"], "positive integer"),
     ]:

@@ -90,7 +90,9 @@ def audit_command(
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
     if engine is not None and engine not in ALL_ENGINES:
-        raise ConfigError(f"--engine: unknown engine {engine!r}; choose one of {', '.join(ALL_ENGINES)}.")
+        from gencache.config.describe import unknown_name
+
+        raise ConfigError(f"--engine: {unknown_name('engine', engine, ALL_ENGINES)}.")
     if dtype is not None and dtype not in DTYPES:
         raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
     target = _report_path(report, artifact) if report is not None else None
