@@ -161,6 +161,21 @@ class Raising(GlossaryRecipe):
 RECIPE = Raising()
 """
 
+REFUSING = """
+from gencache.core.errors import DatasetError
+from gencache_recipe_example import GlossaryRecipe
+
+
+class Refusing(GlossaryRecipe):
+    name = "refusing"
+
+    def select(self, dc, kwargs, tokenizer):
+        raise DatasetError("the glossary has no rows for this subset")
+
+
+RECIPE = Refusing()
+"""
+
 
 @pytest.mark.parametrize(
     ("name", "source", "expected"),
@@ -171,6 +186,8 @@ RECIPE = Raising()
          "malformed-recipe 0.0.1) returned malformed samples: sample 0: Semantic payload must contain exactly"),
         ("raising", RAISING, "recipe plug-in 'raising' (entry point raising = raising_recipe:RECIPE of raising-recipe "
          "0.0.1) failed in load: ZeroDivisionError: division by zero in my dataset code"),
+        ("refusing", REFUSING, "recipe plug-in 'refusing' (entry point refusing = refusing_recipe:RECIPE of "
+         "refusing-recipe 0.0.1): the glossary has no rows for this subset"),
     ],
 )  # fmt: skip
 def test_a_faulty_plugin_is_one_line_naming_it(
@@ -181,8 +198,9 @@ def test_a_faulty_plugin_is_one_line_naming_it(
     project = write_project(tmp_path / name, f"{name}-recipe", source, f'{name} = "{name}_recipe:RECIPE"')
     install_package(project, site)
     # an import failure shows when the config is validated (data_kwargs need the recipe), the others when it loads
-    with pytest.raises((ConfigError, DatasetError), match=re.escape(expected)):
+    with pytest.raises((ConfigError, DatasetError), match=re.escape(expected)) as raised:
         build_samples([data_config(glossary, dataset_name=name)])
+    assert str(raised.value).count("recipe plug-in") == 1  # named once
     config = write_config(
         tmp_path, tmp_path / "no-teacher", glossary, data_configs=[data_config(glossary, dataset_name=name)]
     )

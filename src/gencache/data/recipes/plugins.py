@@ -70,8 +70,7 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
         try:
             return call()
         except GencacheError as exc:
-            text = str(exc)
-            raise type(exc)(text if text.startswith(self.label) else f"{self.label}: {text}") from exc
+            raise type(exc)(f"{self.label}: {exc}") from exc
         except Exception as exc:  # a bug in the plug-in: one line naming it
             raise DatasetError(f"{self.label} failed in {what}: {type(exc).__name__}: {first_line(exc)}.") from exc
 
