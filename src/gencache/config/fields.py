@@ -2,15 +2,13 @@
 
 A value a lower layer takes as a plain argument (``gen_batch_size``, ``model.dtype``) is checked with its field's
 own rule, in the words the config loader uses, so a caller without a config (a benchmark, a test, library code)
-meets the same rule; and :data:`READS_SIBLING` says which fields' rules read a sibling field, so a problem in one
-can be traced to a change of the sibling. The rules themselves are the fields of :mod:`gencache.config.models`;
+meets the same rule. The rules themselves are the fields of :mod:`gencache.config.models`;
 nothing here writes one again. Importing this module imports no pydantic.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 from gencache.core.errors import ConfigError
@@ -21,16 +19,7 @@ if TYPE_CHECKING:
     from gencache.config.messages import Loc
     from gencache.config.names import Dtype
 
-__all__ = ["READS_SIBLING", "checked_batch_size", "checked_dtype"]
-
-#: Fields whose rule reads a sibling field of the same object, and that sibling: a data config's ``data_kwargs``
-#: are checked for its ``dataset_name`` and its ``template_kwargs`` for its ``template``, ``engine_options`` for the
-#: ``engine``.
-READS_SIBLING: Mapping[str, str] = {
-    "data_kwargs": "dataset_name",
-    "template_kwargs": "template",
-    "engine_options": "engine",
-}
+__all__ = ["checked_batch_size", "checked_dtype"]
 
 
 @functools.cache

@@ -48,7 +48,7 @@ from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE, generati
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.messages import nested_error as _nested_error
-from gencache.config.names import Dtype, EngineName
+from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.templates import TemplateKwargs
 from gencache.core.errors import ConfigError
 
@@ -250,7 +250,7 @@ class DataConfig(_Strict):
     @field_validator("data_kwargs", mode="before")
     @classmethod
     def _data_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
-        name = info.data.get("dataset_name")
+        name = info.data.get(READS_SIBLING["data_kwargs"])
         if name is None:  # dataset_name itself failed; that error is reported instead
             return KwargsModel()
         # A plug-in that cannot be loaded raises a DatasetError (a ValueError): it is reported at this field.
@@ -260,7 +260,7 @@ class DataConfig(_Strict):
     @field_validator("template_kwargs", mode="before")
     @classmethod
     def _template_kwargs(cls, value: Any, info: ValidationInfo) -> TemplateKwargs:
-        name = info.data.get("template")
+        name = info.data.get(READS_SIBLING["template_kwargs"])
         if name is None:
             return TemplateKwargs()
         return _kwargs_of(value, template_kwargs_model(name), f"template_kwargs key for template {name!r}")
@@ -305,7 +305,7 @@ class CacheConfig(_Strict):
     @field_validator("engine_options", mode="before")
     @classmethod
     def _engine_options(cls, value: Any, info: ValidationInfo) -> EngineOptions:
-        name = info.data.get("engine")
+        name = info.data.get(READS_SIBLING["engine_options"])
         if name is None:  # engine itself failed; that error is reported instead
             return EngineOptions()
         model = ENGINE_OPTIONS[name]

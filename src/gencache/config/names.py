@@ -1,4 +1,5 @@
-"""The fixed choices a config names, each written once: the weights dtypes and the engines (pure constants).
+"""The fixed choices a config names, each written once: the weights dtypes, the engines, and which fields are
+checked against a sibling (pure constants).
 
 The config models type their fields with these literals; the artifact format checks a recorded dtype against
 :data:`DTYPES`, and the engine registry is keyed by :data:`ALL_ENGINES`.
@@ -15,6 +16,7 @@ __all__ = [
     "ENGINE_CONTINUOUS",
     "ENGINE_STATIC",
     "ENGINE_VLLM",
+    "READS_SIBLING",
     "Dtype",
     "EngineName",
 ]
@@ -29,3 +31,13 @@ DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
 EngineName: TypeAlias = Literal["transformers", "transformers-continuous", "vllm"]
 ALL_ENGINES: tuple[str, ...] = get_args(EngineName)
 ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM = ALL_ENGINES
+
+#: Fields whose rule reads a sibling field of the same object, and that sibling: a data config's ``data_kwargs``
+#: are checked for its ``dataset_name`` and its ``template_kwargs`` for its ``template``, ``engine_options`` for the
+#: ``engine``. The config models' validators read the sibling named here, and a problem in such a field is traced
+#: to a ``--set`` of its sibling.
+READS_SIBLING: dict[str, str] = {
+    "data_kwargs": "dataset_name",
+    "template_kwargs": "template",
+    "engine_options": "engine",
+}

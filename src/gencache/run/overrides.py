@@ -174,9 +174,9 @@ def _holder(loc: Loc, applied: Sequence[Override]) -> Override | None:
 def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
     """The override a problem at ``loc`` comes from, None when it is the file's own: the last applied one whose path
     is ``loc`` or a prefix of it (it wrote that value, or the object holding it, last); else, in a field whose rule
-    reads a sibling (:data:`~gencache.config.fields.READS_SIBLING`: ``engine_options`` reads ``engine``), the one
+    reads a sibling (:data:`~gencache.config.names.READS_SIBLING`: ``engine_options`` reads ``engine``), the one
     that wrote the sibling."""
-    from gencache.config.fields import READS_SIBLING
+    from gencache.config.names import READS_SIBLING
 
     holder = _holder(loc, applied)
     if holder is not None:
