@@ -271,11 +271,9 @@ def audit(
     teacher to regenerate with, for example the original of a cache made by a modified one); ``progress(total)``
     makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
     whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
-    from gencache.artifact.mixture import open_caches
-    from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
+    from gencache.run.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
 
-    run = load_recorded_run(path)
-    reader = open_caches(path)
+    reader, run = open_recorded_run(path)
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)
     model = run.config.model

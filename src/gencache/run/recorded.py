@@ -36,6 +36,7 @@ __all__ = [
     "checked_resolved_config",
     "load_recorded_run",
     "load_recorded_tokenizer",
+    "open_recorded_run",
     "rebuild_samples",
     "run_of_readers",
 ]
@@ -49,6 +50,17 @@ def load_recorded_run(
 ) -> RecordedRun:
     """The checked record of the run behind ``path`` (an artifact, one shard, or a shard base); with
     ``check_sources`` every recorded local source file is hashed again and must match (``sources_checked``)."""
+    return open_recorded_run(path, check_sources=check_sources, index_cache=index_cache)[1]
+
+
+def open_recorded_run(
+    path: str | os.PathLike[str],
+    *,
+    check_sources: bool = True,
+    index_cache: str | os.PathLike[str] | bool | None = None,
+) -> tuple[Any, RecordedRun]:
+    """The reader of ``path`` (:func:`gencache.open_caches`) and its run's checked record
+    (:func:`load_recorded_run`), from one open."""
     from dataclasses import replace
 
     from gencache.artifact.mixture import MultiCacheReader, open_caches
@@ -60,7 +72,7 @@ def load_recorded_run(
     if check_sources:
         check(run)
         run = replace(run, sources_checked=True)
-    return run
+    return reader, run
 
 
 def load_recorded_tokenizer(run: RecordedRun) -> Any:
