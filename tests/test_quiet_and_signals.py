@@ -74,20 +74,36 @@ def test_a_signal_while_the_command_imports_is_one_line(
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
 
 
+SWALLOWS = {
+    "a bare except": (
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "except BaseException:\n"
+        "    pass  # what a library's bare except around an optional import does\n"
+    ),
+    "a __del__": (
+        "class Collected:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "collected = Collected()\n"
+        "del collected  # Python drops an exception raised in __del__ ('Exception ignored in ...')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("swallowed_by", SWALLOWS)
 def test_a_signal_a_library_swallowed_while_importing_still_stops_the_run(
-    tmp_path: Path, tiny_teacher_dir: Path
+    swallowed_by: str, tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
-    """A third-party import that catches every exception can swallow the stop a signal raised: the run still
-    stops before its first check, with the one line and 130, and publishes nothing."""
+    """A third-party import that catches every exception, or a signal landing in an object's ``__del__``, can
+    swallow the stop a signal raised: the run still stops before its first check, with the one line and 130 (no
+    "Exception ignored" traceback), and publishes nothing."""
     config = write_config(tmp_path, tiny_teacher_dir)
     script = (
         "import os, signal, sys\n"
         "from gencache.core import interrupts\n"
         "interrupts.install()\n"
-        "try:\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "except BaseException:\n"
-        "    pass  # what a library's bare except around an optional import does\n"
+        f"{SWALLOWS[swallowed_by]}"
         "from gencache.cli.app import run\n"
         f"sys.exit(run(['generate', {str(config)!r}]))\n"
     )

@@ -39,6 +39,9 @@ class SignalGuard:
     def __init__(self, describe: Describe | None = None) -> None:
         self.previous: dict[int, Any] = {}
         self.pending: int | None = None
+        #: A signal whose exception was raised outside a critical section: kept, because it can be swallowed on
+        #: the way (it landed in an object's ``__del__``, where Python prints "Exception ignored" and goes on).
+        self.raised: int | None = None
         self.depth = 0
         self.describe = describe
         #: Set by the build once its rename happened: a signal from then on must not say "nothing was published".
@@ -58,6 +61,8 @@ class SignalGuard:
         if self.depth:
             self.pending = signum
             return
+        if self.raised is None:
+            self.raised = signum
         self._raise(signum)
 
     def _raise(self, signum: int) -> None:
@@ -90,10 +95,17 @@ class SignalGuard:
 
     def raise_pending(self) -> None:
         """Raise a signal that arrived during a critical section now that it has ended (a shared guard's owner is
-        still running, so the signal is raised here rather than redelivered to the previous handler)."""
-        if self.pending is not None and not self.depth:
+        still running, so the signal is raised here rather than redelivered to the previous handler), or again
+        one whose exception was swallowed on the way. The work calls it where it goes on (before a build starts,
+        at each entry, before the rename), so a swallowed signal still stops it before anything is published."""
+        if self.depth:
+            return
+        if self.pending is not None:
             signum, self.pending = self.pending, None
+            self.raised = signum
             self._raise(signum)
+        if self.raised is not None:
+            self._raise(self.raised)
 
     def restore(self, *, redeliver: bool) -> None:
         for signum, previous in self.previous.items():

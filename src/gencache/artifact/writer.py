@@ -393,6 +393,7 @@ class ArtifactBuild:
         if self._owns_signals:
             self._signals.install()
         self._signals.published = None
+        self._signals.raise_pending()  # a signal swallowed earlier (in a __del__) stops the build before it starts
         try:
             with self._signals.deferred():
                 temp = self.output_dir.parent / temp_name(self.output_dir)
@@ -416,6 +417,7 @@ class ArtifactBuild:
             raise WriteError("Finalize the writer before publishing; nothing was published.")
         if self.published_mode is not None:
             raise WriteError(f"{self.output_dir} was already published.")
+        self._signals.raise_pending()  # never rename after a signal, even one whose exception was swallowed
         with self._signals.deferred():
             mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)
             self.published_mode = mode

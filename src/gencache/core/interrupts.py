@@ -17,9 +17,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = ["Stopped", "exit_now", "install", "note_published", "quiet_exit", "raise_pending", "stop_message"]
 
@@ -71,12 +71,29 @@ def raise_pending() -> None:
 
 
 def install() -> None:
-    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread (an ignored signal stays ignored)."""
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread (an ignored signal stays ignored), and
+    a stop that lands inside an object's ``__del__`` is not printed as "Exception ignored" with a traceback: it is
+    kept and raised again where the command goes on (:func:`raise_pending`, and the run's own guard)."""
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in _STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _raise)
+    if not isinstance(sys.unraisablehook, _QuietStops):
+        sys.unraisablehook = _QuietStops(sys.unraisablehook)
+
+
+class _QuietStops:
+    """The unraisable-exception hook that drops a signal's stop (:class:`Stopped`, or the ``KeyboardInterrupt``
+    family a run's guard raises) and hands everything else to the hook it replaced."""
+
+    def __init__(self, previous: Callable[[Any], object]) -> None:
+        self.previous = previous
+
+    def __call__(self, unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Stopped | KeyboardInterrupt):
+            return
+        self.previous(unraisable)
 
 
 def exit_now(stop: Stopped) -> NoReturn:

@@ -297,6 +297,8 @@ class _Run:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(inputs.engine.generate(prompts, progress=bar)) as entries:
                 for entry in entries:
+                    if self.signals is not None:
+                        self.signals.raise_pending()  # a signal swallowed in a __del__ still stops the run here
                     build.writer.add(
                         entry.key,
                         [seq.numpy().tobytes() for seq in entry.sequences],
