@@ -49,6 +49,10 @@ def test_the_one_unknown_name_message_suggests_the_closest_and_lists_the_known_s
     )
     assert unknown_name("template", "zzz", ["default"]) == "unknown template 'zzz' (known: default)"
     assert unknown_name("engine", 3, []) == "unknown engine 3 (known: none)"
+    # a name that differs only in case is the first suggestion, where difflib alone finds nothing close
+    assert unknown_name("dataset", "MuSiQue", ["musique", "table"]) == (
+        "unknown dataset 'MuSiQue' (did you mean 'musique'? known: musique, table)"
+    )
 
 
 def test_an_unknown_dataset_reads_the_same_from_the_config_the_catalog_and_the_recipes() -> None:

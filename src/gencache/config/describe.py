@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MAX_SHOWN", "did_you_mean", "not_value", "show", "type_name", "unknown_name"]
+__all__ = ["MAX_SHOWN", "closest", "did_you_mean", "not_value", "show", "type_name", "unknown_name"]
 
 #: The longest rendering of a bad value in a message; longer ones end in "...".
 MAX_SHOWN = 60
@@ -48,13 +48,21 @@ def not_value(value: Any) -> str:
     return "not null" if value is None else f"not {type_name(value)} (got {show(value)})"
 
 
-def did_you_mean(name: object, choices: Iterable[str]) -> str:
-    """``did you mean 'x'? `` for the choice closest to ``name``, or empty when none is close (or ``name`` is no
-    string)."""
+def closest(name: object, choices: Iterable[str], n: int = 1) -> list[str]:
+    """The (at most ``n``) choices closest to ``name``, best first: one that differs only in case, then
+    difflib's close matches; empty when none is close or ``name`` is no string. Every "did you mean" uses it."""
     if not isinstance(name, str):
-        return ""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}? " if close else ""
+        return []
+    names = list(choices)
+    same_case = [other for other in names if other.lower() == name.lower() and other != name]
+    return list(dict.fromkeys([*same_case, *difflib.get_close_matches(name, names, n=n, cutoff=0.6)]))[:n]
+
+
+def did_you_mean(name: object, choices: Iterable[str], n: int = 1) -> str:
+    """``did you mean 'x'? `` (or ``'x' or 'y'`` for ``n`` 2) for the choices closest to ``name``, or empty
+    when none is close (or ``name`` is no string)."""
+    close = closest(name, choices, n)
+    return f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
 
 
 def unknown_name(kind: str, name: object, known: Iterable[str]) -> str:

@@ -29,6 +29,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from gencache.config.describe import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
 from gencache.core.errors import DatasetError, first_line
 from gencache.data.origins import SourceInfo, TableOrigin, register_origin
@@ -80,14 +81,12 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
 
 def _near(path: Path) -> str:
     """``did you mean '<path>'? `` for the closest existing name beside a missing ``path``, else empty."""
-    import difflib
-
     parent = path.absolute().parent
     try:
         names = [entry.name for entry in os.scandir(parent) if not entry.name.startswith(".")]
     except OSError:
         return ""
-    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    close = closest(path.name, names)
     return f"did you mean {str(parent / close[0])!r}? " if close else ""
 
 

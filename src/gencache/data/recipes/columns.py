@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.config.describe import type_name
+from gencache.config.describe import did_you_mean, type_name
 from gencache.core.errors import DatasetError
 from gencache.data.origins import origin_of
 
@@ -23,7 +23,6 @@ __all__ = [
     "Column",
     "MissingColumnError",
     "check_columns",
-    "closest",
     "describe_row",
     "field_of",
     "json_cell",
@@ -52,20 +51,6 @@ class Column:
 class MissingColumnError(DatasetError):
     """A column a recipe reads is absent; ``field`` is what to change in the data config (the ``data_kwargs``
     field that names the column, or ``source`` when the recipe's name is fixed and the file must change)."""
-
-
-def closest(name: str, names: Sequence[str], n: int = 2) -> list[str]:
-    """The names in ``names`` closest to ``name`` (an exact match but for case first), best first."""
-    import difflib
-
-    same_case = [other for other in names if other.lower() == name.lower() and other != name]
-    return list(dict.fromkeys([*same_case, *difflib.get_close_matches(name, names, n=n, cutoff=0.6)]))[:n]
-
-
-def _did_you_mean(candidates: Sequence[str]) -> str:
-    if not candidates:
-        return ""
-    return f"did you mean {' or '.join(repr(c) for c in candidates)}? "
 
 
 def describe_row(row: Mapping[str, Any]) -> str:
@@ -98,7 +83,7 @@ def check_columns(table: Any, label: str, columns: Iterable[Column], table_name:
         origin = origin_of(table, label)
         which = f" {table_name} table" if table_name else ""
         found = f"{label}{which}: column {top!r} is missing from {origin.describe()} (its columns: "
-        found += f"{', '.join(names) or 'none'}); {_did_you_mean(closest(top, names))}"
+        found += f"{', '.join(names) or 'none'}); {did_you_mean(top, names, n=2)}"
         if column.field is not None:
             unset = f" (unset, so {top!r} by default)" if column.defaulted else ""
             if column.field == "data_kwargs.answer":
