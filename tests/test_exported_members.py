@@ -93,6 +93,7 @@ PACKAGES = {
         "InputPathError",
         "InputProblems",
         "IntegrityError",
+        "Interrupted",
         "MissingEntriesError",
         "MissingEntryError",
         "OutputExistsError",

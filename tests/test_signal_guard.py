@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,3 +91,23 @@ def test_a_guard_with_no_signal_lets_the_build_publish(guard: SignalGuard, tmp_p
         guard.raise_pending()
         build.publish()
     assert os.listdir(tmp_path) == ["out"]
+
+
+def test_ctrl_c_caught_after_it_left_exec_d_code_still_exits_with_the_command_s_code(tmp_path: Path) -> None:
+    """CPython 3.11 remembers a bare ``KeyboardInterrupt`` leaving code run by ``exec`` of a string (dataclasses
+    does that while transformers imports) and, under ``python -m``, kills the process by SIGINT at exit although
+    the command caught it: the guard's SIGINT is :class:`Interrupted`, and the command's exit code survives."""
+    (tmp_path / "ctrl_c_in_exec.py").write_text(
+        "import sys\n"
+        "from gencache.artifact.signals import SignalGuard\n"
+        "SignalGuard().install()\n"
+        "try:\n"
+        "    exec('import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(10**6): pass')\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+        "sys.exit(3)  # the signal never came\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "ctrl_c_in_exec"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 130, result.stderr

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from gencache.core.errors import Terminated
+from gencache.core.errors import Interrupted, Terminated
 
 Describe = Callable[[str, "str | None"], str]
 """``describe(signal_name, just_published)``: the one-line message of a signal; ``just_published`` is the
@@ -26,8 +26,8 @@ def published_then_stopped(signame: str, published: object) -> str:
 
 
 class SignalGuard:
-    """SIGTERM/SIGHUP raise :class:`Terminated` and SIGINT ``KeyboardInterrupt`` (main thread only); critical
-    sections defer them; the previous handlers come back on :meth:`restore`.
+    """SIGTERM/SIGHUP raise :class:`Terminated` and SIGINT :class:`Interrupted` (both ``KeyboardInterrupt``s;
+    main thread only); critical sections defer them; the previous handlers come back on :meth:`restore`.
 
     There is one guard per run: a generation run installs one for its whole length and hands it to each
     :class:`gencache.artifact.writer.ArtifactBuild` (``describe`` then says what the whole run published); a
@@ -70,15 +70,15 @@ class SignalGuard:
         if self.describe is not None:
             message = self.describe(name, self.published)
             if signum == signal.SIGINT:
-                raise KeyboardInterrupt(message)
+                raise Interrupted(message)
             raise Terminated(message)
         if self.published is not None:
             message = published_then_stopped(name, self.published)
             if signum == signal.SIGINT:
-                raise KeyboardInterrupt(message)
+                raise Interrupted(message)
             raise Terminated(message)
         if signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            raise Interrupted
         raise Terminated(f"Terminated by {name}; nothing was published.")
 
     @contextmanager

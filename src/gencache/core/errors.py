@@ -157,6 +157,7 @@ __all__ = [
     "InputPathError",
     "InputProblems",
     "IntegrityError",
+    "Interrupted",
     "MissingEntriesError",
     "MissingEntryError",
     "OutputExistsError",
@@ -169,6 +170,21 @@ __all__ = [
     "first_line",
     "raise_problems",
 ]
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) arrived during an artifact build: the ``KeyboardInterrupt`` it raises, with the line
+    saying what was published. ``exit_code`` follows the shell convention 128 + SIGINT.
+
+    A subclass rather than ``KeyboardInterrupt`` itself: CPython 3.11 remembers a bare ``KeyboardInterrupt``
+    that leaves code run by ``exec`` of a string (as ``dataclasses`` does while a module imports) and, even when
+    the command catches it later, ends the process by SIGINT at exit instead of with its exit code.
+    """
+
+    exit_code: int = 130
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "Interrupted; nothing was published."
 
 
 class Terminated(KeyboardInterrupt):
