@@ -21,6 +21,7 @@ import pytest
 from gencache.artifact.reader import verify
 from support.config_factory import config_dict, musique
 from support.config_factory import write_config as factory_config
+from support.storage_helpers import make_entries, write_artifact
 from test_generate_signals import Child
 
 TIMEOUT = 180
@@ -110,6 +111,26 @@ def test_a_signal_a_library_swallowed_while_importing_still_stops_the_run(
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
     assert_one_stop_line(result.returncode, result.stderr.splitlines(), signal.SIGINT)
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+@pytest.mark.parametrize("command", ["verify", "clean"])
+def test_a_stop_swallowed_before_a_command_that_runs_no_model_still_ends_it(command: str, tmp_path: Path) -> None:
+    """A command with no run of its own (``verify`` on the light path, ``clean`` through the full command line)
+    still ends with the stop's one line and 130 when a signal's stop was swallowed on the way."""
+    artifact = write_artifact(tmp_path / "out", make_entries(2))
+    target = artifact if command == "verify" else tmp_path
+    script = (
+        "import os, signal, sys\n"
+        "from gencache.core import interrupts\n"
+        "interrupts.install()\n"
+        f"{SWALLOWS['a __del__']}"
+        "from gencache.cli.entry import main\n"
+        f"sys.argv = ['gencache', {command!r}, {str(target)!r}]\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    assert_one_stop_line(result.returncode, result.stderr.splitlines(), signal.SIGINT)
+    assert result.stderr.splitlines() == ["Terminated by SIGINT; nothing was published."]
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import typer
 
 from gencache.cli.audit import audit_command
 from gencache.core.errors import GencacheError, InputProblems, Terminated
-from gencache.core.interrupts import Stopped, quiet_exit
+from gencache.core.interrupts import Stopped, clear_pending, quiet_exit, raise_pending
 from gencache.core.quiet import printable, quiet_libraries
 from gencache.core.version import __version__
 
@@ -372,6 +372,7 @@ def run(argv: list[str] | None = None) -> int:
 
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
+        raise_pending()  # a stop a library swallowed on the way still ends the command with its line and code
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
@@ -399,6 +400,7 @@ def run(argv: list[str] | None = None) -> int:
         typer.echo(printable(str(interrupt) or "Interrupted; nothing was published."), err=True)
         return interrupt.exit_code if isinstance(interrupt, Terminated) else 130
     except Stopped as stop:  # a signal outside a run (gencache.core.interrupts), an import included
+        clear_pending()  # handled: it must not stop a later command of this process
         typer.echo(printable(stop.message), err=True)
         return stop.exit_code
     except OSError as exc:  # a file-system failure gencache did not anticipate: still one line

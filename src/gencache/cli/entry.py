@@ -75,6 +75,7 @@ def main() -> None:
             full_main()
             return
         code = _run_simple(*simple)
+        interrupts.raise_pending()  # a stop a library swallowed on the way still ends it with its line and code
     except KeyboardInterrupt:
         print("Interrupted; nothing was published.", file=sys.stderr)
         code = 130

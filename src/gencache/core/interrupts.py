@@ -21,7 +21,16 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
-__all__ = ["Stopped", "exit_now", "install", "note_published", "quiet_exit", "raise_pending", "stop_message"]
+__all__ = [
+    "Stopped",
+    "clear_pending",
+    "exit_now",
+    "install",
+    "note_published",
+    "quiet_exit",
+    "raise_pending",
+    "stop_message",
+]
 
 _CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
 _PUBLISHED: list[str] = []
@@ -63,11 +72,17 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 def raise_pending() -> None:
     """Raise :class:`Stopped` again for a signal that came earlier and was swallowed on the way (a library's bare
-    ``except`` around an optional import); the run calls it when it takes the signals over."""
+    ``except`` around an optional import, an object's ``__del__``); the run calls it when it takes the signals
+    over, and the command line once the command has returned."""
     if _PENDING:
         name = _PENDING[0]
         _PENDING.clear()
         raise Stopped(name)
+
+
+def clear_pending() -> None:
+    """Forget the signals raised so far: the command has handled the stop they raised."""
+    _PENDING.clear()
 
 
 def install() -> None:
