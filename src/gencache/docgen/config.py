@@ -322,12 +322,16 @@ def _data_config_lines(defs: Mapping[str, Any]) -> list[str]:
         hub_id = getattr(recipe, "hub_id", None)
         if hub_id:
             lines += [f"Canonical source (when `source` is null): `{hub_id}`.", ""]
-        if kwargs_model.model_fields:
-            lines += _field_table(kwargs_model, "", defs, defs[f"data_kwargs.{name}"])
-        else:
-            lines.append("No `data_kwargs`: any key is an error.")
-        lines.append("")
+        lines += [*_kwargs_table("data_kwargs", name, kwargs_model, defs), ""]
     return lines
+
+
+def _kwargs_table(field: str, name: str, kwargs_model: Any, defs: Mapping[str, Any]) -> list[str]:
+    """The table of one dataset's ``data_kwargs`` (or one template's ``template_kwargs``), or the line saying it
+    takes none."""
+    if kwargs_model.model_fields:
+        return _field_table(kwargs_model, "", defs, defs[f"{field}.{name}"])
+    return [f"No `{field}`: any key is an error."]
 
 
 def _template_lines(defs: Mapping[str, Any]) -> list[str]:
@@ -340,11 +344,7 @@ def _template_lines(defs: Mapping[str, Any]) -> list[str]:
         needs = "needs a tokenizer" if spec.needs_tokenizer else "needs no tokenizer"
         summary = " ".join((type(spec).__doc__ or "").split())
         lines += [f"#### `{name}`", "", f"{summary} {needs.capitalize()}." if summary else f"{needs.capitalize()}.", ""]
-        if kwargs_model.model_fields:
-            lines += _field_table(kwargs_model, "", defs, defs[f"template_kwargs.{name}"])
-        else:
-            lines.append("No `template_kwargs`: any key is an error.")
-        lines.append("")
+        lines += [*_kwargs_table("template_kwargs", name, kwargs_model, defs), ""]
     return lines
 
 
