@@ -101,9 +101,7 @@ class SignalGuard:
         if self.depth:
             return
         if self.pending is not None:
-            signum, self.pending = self.pending, None
-            self.raised = signum
-            self._raise(signum)
+            self.raised, self.pending = self.pending, None
         if self.raised is not None:
             self._raise(self.raised)
 
