@@ -105,6 +105,7 @@ PACKAGES = {
         "WriteError",
         "first_line",
         "raise_problems",
+        "reworded",
     ],
     "gencache.generation": [],
     "gencache.generation.engines": [

@@ -208,6 +208,13 @@ def test_a_faulty_plugin_is_one_line_naming_it(
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:") and "recipe plug-in" in line]
     assert len(errors) == 1 and expected in errors[0], err  # (the missing teacher is its own line)
+    # a template that needs the tokenizer: the dry run reads the keys through the recipe's load, still named once
+    chat = data_config(glossary, dataset_name=name, template="tokenizer_chat")
+    config = write_config(tmp_path, tmp_path / "no-teacher", glossary, data_configs=[chat])
+    assert cli_run(["generate", str(config), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:") and "recipe plug-in" in line]
+    assert len(errors) == 1 and expected in errors[0] and errors[0].count("recipe plug-in") == 1, err
 
 
 def test_a_plugin_cannot_replace_a_builtin(site: Path, tmp_path: Path) -> None:

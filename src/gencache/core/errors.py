@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+E = TypeVar("E", bound=Exception)
 
 
 class GencacheError(Exception):
@@ -20,6 +23,16 @@ class GencacheError(Exception):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep every message plain.
         return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+def reworded(error: E, message: str) -> E:
+    """``error`` with ``message`` instead of its own: the same type and attributes (a missing column's ``field``,
+    a check's ``problem``), chained to ``error``. How a caller that adds where an error happened (a data config's
+    index, a plug-in's name) re-raises it, so what it carries as data survives."""
+    new = type(error)(message)
+    new.__dict__.update(error.__dict__)
+    new.__cause__ = error
+    return new
 
 
 def first_line(exc: BaseException) -> str:
@@ -169,6 +182,7 @@ __all__ = [
     "WriteError",
     "first_line",
     "raise_problems",
+    "reworded",
 ]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from gencache.config import CacheConfig, DataConfig, parse_data_configs
-from gencache.core.errors import ConfigError, DatasetError, PromptError
+from gencache.core.errors import ConfigError, DatasetError, PromptError, reworded
 
 if TYPE_CHECKING:
     from gencache.data.prompts import Prompt, TokenizedPrompt
@@ -191,13 +191,16 @@ def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
     return parse_data_configs(config_or_data_configs)
 
 
-def tokenizer_reasons(config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]]) -> list[str]:
-    """Why these data configs need a tokenizer: one ``data_configs[i]: ...`` line per reason (empty: none needed)."""
+def tokenizer_reasons(
+    config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]], *, first_index: int = 0
+) -> list[str]:
+    """Why these data configs need a tokenizer: one ``data_configs[i]: ...`` line per reason (empty: none needed);
+    ``first_index`` is the first one's position in its config."""
     from gencache.data.prompts import get_template
     from gencache.data.recipes import get_recipe
 
     reasons: list[str] = []
-    for index, dc in enumerate(_as_data_configs(config_or_data_configs)):
+    for index, dc in enumerate(_as_data_configs(config_or_data_configs), start=first_index):
         spec = get_template(dc.template)
         if spec.needs_tokenizer:
             reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
@@ -273,6 +276,8 @@ def _with_index(index: int, exc: Exception) -> str:
 def build_samples(
     config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]],
     tokenizer: Any | None = None,
+    *,
+    first_index: int = 0,
 ) -> SampleSet:
     """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order.
 
@@ -281,10 +286,12 @@ def build_samples(
     raised before any data loads. Dataset, template and shortfall errors name the data config too. Duplicated keys
     are counted; when duplicates rendered different prompts a :class:`DuplicatePromptWarning` is issued and the
     keys are listed in :attr:`SampleSet.conflicting_prompts`. A run with no samples at all is a :class:`ConfigError`.
+    ``first_index`` is the first data config's position in its config, for the messages and the summaries (a
+    check that builds one data config alone names it by its own index).
     """
     data_configs = _as_data_configs(config_or_data_configs)
     if tokenizer is None:
-        reasons = tokenizer_reasons(data_configs)
+        reasons = tokenizer_reasons(data_configs, first_index=first_index)
         if reasons:
             raise ConfigError(f"A tokenizer is needed but none was given: {'; '.join(reasons)}.")
 
@@ -296,11 +303,11 @@ def build_samples(
     from gencache.data.sources import shared_tables
 
     with shared_tables():  # data configs reading the same source share one load (and one file hash)
-        for index, dc in enumerate(data_configs):
+        for index, dc in enumerate(data_configs, start=first_index):
             try:
                 loaded, source = _load_one(index, dc, tokenizer, tokenized_prompts)
             except (ConfigError, DatasetError, PromptError) as exc:
-                raise type(exc)(_with_index(index, exc)) from exc
+                raise reworded(exc, _with_index(index, exc)) from exc
             seen_here: set[str] = set()
             duplicates_here = 0
             for sample in loaded:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.core.errors import ConfigError, GencacheError, ShardError
+from gencache.core.errors import ConfigError, GencacheError, ShardError, reworded
 
 if TYPE_CHECKING:
     from gencache.config import DataConfig
@@ -24,13 +24,10 @@ __all__ = ["check_paged_cache", "data_config_steps", "sample_steps"]
 
 def _named(index: int, error: GencacheError) -> GencacheError:
     """``error`` naming ``data_configs[index]`` once, with the config field it is about as its location."""
-    cause = error.__cause__
-    original = cause if isinstance(cause, GencacheError) and type(cause) is type(error) else error
-    text = str(original)
+    text = str(error)
     prefix = f"data_configs[{index}]"
-    named = type(original)(text if text.startswith(prefix) else f"{prefix}: {text}")
-    named.__dict__.update(original.__dict__)
-    field = getattr(original, "field", None)
+    named = reworded(error, text if text.startswith(prefix) else f"{prefix}: {text}")
+    field = getattr(error, "field", None)
     named.location = f"{prefix}.{field}" if field else prefix  # type: ignore[attr-defined]
     return named
 
@@ -48,7 +45,7 @@ def _one_data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]
         return None, f"{dc.dataset_name} counts teacher tokens: checked once the tokenizer loads"
     try:
         if dc.num_samples and not get_template(dc.template).needs_tokenizer:
-            built = build_samples([dc])  # the prompts too: the template renders without a tokenizer
+            built = build_samples([dc], first_index=index)  # the prompts too: the template renders without a tokenizer
             keys, source = [sample.key for sample in built], built.summaries[0].source
         else:
             raw, source = recipe.load(dc, dc.data_kwargs, None)

@@ -21,7 +21,7 @@ from importlib import metadata
 from typing import Any
 
 from gencache.config.catalog import describe, load_entry_point, not_a_recipe
-from gencache.core.errors import DatasetError, GencacheError, PromptError, first_line
+from gencache.core.errors import DatasetError, GencacheError, PromptError, first_line, reworded
 from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
 
@@ -70,7 +70,7 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
         try:
             return call()
         except GencacheError as exc:
-            raise type(exc)(f"{self.label}: {exc}") from exc
+            raise reworded(exc, f"{self.label}: {exc}") from exc
         except Exception as exc:  # a bug in the plug-in: one line naming it
             raise DatasetError(f"{self.label} failed in {what}: {type(exc).__name__}: {first_line(exc)}.") from exc
 
