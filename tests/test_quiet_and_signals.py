@@ -133,6 +133,22 @@ def test_a_stop_swallowed_before_a_command_that_runs_no_model_still_ends_it(comm
     assert result.stderr.splitlines() == ["Terminated by SIGINT; nothing was published."]
 
 
+def test_a_swallowed_stop_ends_with_its_command_and_does_not_stop_the_next(tmp_path: Path) -> None:
+    """A stop swallowed before a command that then fails is forgotten with that command: a later command of the
+    same process runs as it would have."""
+    script = (
+        "import os, signal, sys\n"
+        "from gencache.core import interrupts\n"
+        "interrupts.install()\n"
+        f"{SWALLOWS['a __del__']}"
+        "from gencache.cli.app import run\n"
+        f"failed = run(['generate', {str(tmp_path / 'missing.json')!r}])\n"
+        f"print(failed, run(['clean', {str(tmp_path)!r}]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.stdout.split()[-2:] == ["2", "0"], result.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.6, 1.2, 2.5, 5.0])
 def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from gencache.cli.audit import audit_command
-from gencache.core.errors import GencacheError, InputProblems, Terminated
+from gencache.core.errors import GencacheError, InputProblems, Interrupted
 from gencache.core.interrupts import Stopped, clear_pending, quiet_exit, raise_pending
 from gencache.core.quiet import printable, quiet_libraries
 from gencache.core.version import __version__
@@ -365,6 +365,13 @@ for _info in app.registered_commands:  # every command's help, in the command li
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM."""
+    try:
+        return _run(argv)
+    finally:
+        clear_pending()  # a stop this command raised or swallowed must not stop a later command of the process
+
+
+def _run(argv: list[str] | None) -> int:
     try:  # typer's own base of its usage errors (newer typer vendors click); older releases raise click's
         from typer import TyperException as CommandLineError
     except ImportError:  # pragma: no cover
@@ -397,10 +404,9 @@ def run(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except _Interrupted as wrapped:  # SIGINT, or SIGTERM/SIGHUP as gencache.core.errors.Terminated
         interrupt = wrapped.args[0]
-        typer.echo(printable(str(interrupt) or "Interrupted; nothing was published."), err=True)
-        return interrupt.exit_code if isinstance(interrupt, Terminated) else 130
+        typer.echo(printable(str(interrupt) or str(Interrupted())), err=True)
+        return int(getattr(interrupt, "exit_code", Interrupted.exit_code))
     except Stopped as stop:  # a signal outside a run (gencache.core.interrupts), an import included
-        clear_pending()  # handled: it must not stop a later command of this process
         typer.echo(printable(stop.message), err=True)
         return stop.exit_code
     except OSError as exc:  # a file-system failure gencache did not anticipate: still one line

@@ -77,8 +77,10 @@ def main() -> None:
         code = _run_simple(*simple)
         interrupts.raise_pending()  # a stop a library swallowed on the way still ends it with its line and code
     except KeyboardInterrupt:
-        print("Interrupted; nothing was published.", file=sys.stderr)
-        code = 130
+        from gencache.core.errors import Interrupted
+
+        print(Interrupted(), file=sys.stderr)
+        code = Interrupted.exit_code
     except interrupts.Stopped as stop:
         interrupts.exit_now(stop)
     sys.exit(code)
