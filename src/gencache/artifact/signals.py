@@ -39,8 +39,9 @@ class SignalGuard:
     def __init__(self, describe: Describe | None = None) -> None:
         self.previous: dict[int, Any] = {}
         self.pending: int | None = None
-        #: A signal whose exception was raised outside a critical section: kept, because it can be swallowed on
-        #: the way (it landed in an object's ``__del__``, where Python prints "Exception ignored" and goes on).
+        #: A signal whose exception was raised (at once, or at the end of the critical section that held it):
+        #: kept, because it can be swallowed on the way (it landed in an object's ``__del__``, where Python prints
+        #: "Exception ignored" and goes on), and raised again by :meth:`raise_pending`.
         self.raised: int | None = None
         self.depth = 0
         self.describe = describe
@@ -67,19 +68,12 @@ class SignalGuard:
 
     def _raise(self, signum: int) -> None:
         name = signal.Signals(signum).name
+        kind = Interrupted if signum == signal.SIGINT else Terminated
         if self.describe is not None:
-            message = self.describe(name, self.published)
-            if signum == signal.SIGINT:
-                raise Interrupted(message)
-            raise Terminated(message)
+            raise kind(self.describe(name, self.published))
         if self.published is not None:
-            message = published_then_stopped(name, self.published)
-            if signum == signal.SIGINT:
-                raise Interrupted(message)
-            raise Terminated(message)
-        if signum == signal.SIGINT:
-            raise Interrupted
-        raise Terminated(f"Terminated by {name}; nothing was published.")
+            raise kind(published_then_stopped(name, self.published))
+        raise Interrupted() if kind is Interrupted else Terminated(f"Terminated by {name}; nothing was published.")
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
