@@ -123,18 +123,18 @@ class CheckedConfig:
     output_dir: str | None = None
 
 
-def _validation_lines(candidate: dict[str, Any]) -> list[tuple[Loc, str]]:
-    """``(location, line)`` of every problem of ``candidate`` (empty when it validates)."""
+def _validation_lines(candidate: dict[str, Any]) -> tuple[CacheConfig | None, list[tuple[Loc, str]]]:
+    """``candidate`` validated: the config and no lines when it validates, else None and the ``(location, line)``
+    of every problem."""
     from pydantic import ValidationError
 
     from gencache.config.messages import collect_problems, problem_lines
     from gencache.config.models import CacheConfig
 
     try:
-        CacheConfig.model_validate(candidate)
+        return CacheConfig.model_validate(candidate), []
     except ValidationError as exc:
-        return problem_lines(collect_problems(exc, CacheConfig))
-    return []
+        return None, problem_lines(collect_problems(exc, CacheConfig))
 
 
 def _checked_limit(limit: int | None, problems: list[Problem]) -> int | None:
@@ -211,15 +211,13 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
         _limit(current, limit)
     from gencache.config.messages import format_loc
 
-    lines = _validation_lines(current)
+    config, lines = _validation_lines(current)
     for loc, line in lines:
         source = origin_of(loc, applied)
         named = source.label if source is not None else origin
         problems.append(Problem("config", format_loc(loc) or named, ConfigError(f"{named}: {line}")))
-    if not problems:
-        from gencache.config.models import parse_config
-
-        return CheckedConfig(parse_config(current, origin=origin))
+    if config is not None and not problems:
+        return CheckedConfig(config)
     return _partial(current, problems, [loc for loc, _ in lines])
 
 
