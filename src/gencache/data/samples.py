@@ -273,6 +273,30 @@ def _with_index(index: int, exc: Exception) -> str:
     return text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
 
 
+def _summary(
+    index: int,
+    dc: DataConfig,
+    loaded: Sequence[Sample],
+    unique: int,
+    duplicates: int,
+    source: SourceInfo,
+    tokenizer: Any | None,
+) -> DataConfigSummary:
+    """What one data config contributed: its counts and its prompts' lengths (in tokens when tokenized)."""
+    tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
+    return DataConfigSummary(
+        index=index,
+        dataset_name=dc.dataset_name,
+        samples=len(loaded),
+        unique=unique,
+        duplicates=duplicates,
+        prompt_chars=_stats([len(sample.prompt_text) for sample in loaded]),
+        prompt_tokens=_stats(tokens) if tokenizer is not None else None,
+        source=source,
+        data_kwargs=dc.data_kwargs.as_json(),
+    )
+
+
 def build_samples(
     config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]],
     tokenizer: Any | None = None,
@@ -320,21 +344,7 @@ def build_samples(
                 if earlier.parts != sample.parts and sample.key not in conflicting:
                     conflicting[sample.key] = (earlier, sample)
             samples.extend(loaded)
-            chars = [len(sample.prompt_text) for sample in loaded]
-            tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
-            summaries.append(
-                DataConfigSummary(
-                    index=index,
-                    dataset_name=dc.dataset_name,
-                    samples=len(loaded),
-                    unique=len(seen_here),
-                    duplicates=duplicates_here,
-                    prompt_chars=_stats(chars),
-                    prompt_tokens=_stats(tokens) if tokenizer is not None else None,
-                    source=source,
-                    data_kwargs=dc.data_kwargs.as_json(),
-                )
-            )
+            summaries.append(_summary(index, dc, loaded, len(seen_here), duplicates_here, source, tokenizer))
     if not samples:
         raise ConfigError(
             "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
