@@ -6,7 +6,12 @@ modules are still being imported.
 :class:`Stopped`, which no ``except Exception`` catches, and the CLI turns it into the line and the exit code. A
 generation run installs its own handlers for its length (:class:`gencache.artifact.signals.SignalGuard`, which
 defers a signal inside a critical section) and puts these back afterwards, saying what it published with
-:func:`note_published` first, so a signal that lands after the run still names the artifact. Only the standard
+:func:`note_published` first, so a signal that lands after the run still names the artifact.
+
+A stop can be swallowed on the way (a library's bare ``except``, an object's ``__del__``), so whoever raised it
+keeps it and raises it again where the work goes on: outside a run this module (:func:`raise_pending`, when the
+run takes the signals over and when the command returns; the command line forgets it with :func:`clear_pending`
+once the command is over), during a run the run's guard (before each build, entry and rename). Only the standard
 library is imported here.
 """
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from gencache.run.check_steps import (
     check_device,
@@ -37,8 +37,6 @@ from gencache.run.findings import Preflight, Runner
 if TYPE_CHECKING:
     from gencache.config import CacheConfig, DataConfig, ModelConfig
     from gencache.run.sharding import ShardSpec, Target
-
-T = TypeVar("T")
 
 #: The checks of phase 2, in order (skipped, with the reason, when phase 1 found a problem).
 TEACHER_CHECKS = (
@@ -144,8 +142,9 @@ def preflight(
         input_checks(result, list(enumerate(config.data_configs)), model=config.model, shard=shard)
         if result.problems:
             why = "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
+            runner = Runner(result)
             for name in TEACHER_CHECKS:
-                Runner(result).skip(name, why)
+                runner.skip(name, why)
             result.not_computed.append(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"

@@ -1,6 +1,7 @@
 """What the checks before a run find, and how they run: each check's report line (:class:`Check`), every
 problem and the values the passing checks produced (:class:`Preflight`, what the dry run reports), a run's complete
-inputs (:class:`RunInputs`), and the :class:`Runner` that runs one check into the findings. The checks themselves
+inputs (:class:`RunInputs`), what the teacher's checks learn for later ones (:class:`TeacherFacts`), and the
+:class:`Runner` that runs one check into the findings. The checks themselves
 are :mod:`gencache.run.checks` (the order), :mod:`gencache.run.check_steps` and :mod:`gencache.run.data_checks`.
 """
 

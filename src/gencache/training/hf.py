@@ -23,7 +23,7 @@ from gencache.core.errors import OutputExistsError, WriteError
 from gencache.training.collate import IGNORE_INDEX
 
 
-class Items(Protocol):
+class Rows(Protocol):
     """What the view is built from: a :class:`~gencache.training.DistillationDataset` (its items, by index)."""
 
     def __len__(self) -> int: ...
@@ -65,7 +65,7 @@ def _list_column(rows: list[np.ndarray]) -> Any:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.int64, copy=False)))
 
 
-def _batches(data: Items, metadata: bool) -> Iterator[Any]:
+def _batches(data: Rows, metadata: bool) -> Iterator[Any]:
     import pyarrow as pa
 
     schema = _schema(metadata)
@@ -83,7 +83,7 @@ def _batches(data: Items, metadata: bool) -> Iterator[Any]:
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def build_hf_dataset(data: Items, *, path: str | os.PathLike[str] | None = None, metadata: bool = True) -> Any:
+def build_hf_dataset(data: Rows, *, path: str | os.PathLike[str] | None = None, metadata: bool = True) -> Any:
     """``data``'s items as a ``datasets.Dataset`` (see the module docstring), in ``data``'s order; what
     :func:`gencache.training.to_hf_dataset` returns.
 
@@ -115,4 +115,4 @@ def build_hf_dataset(data: Items, *, path: str | os.PathLike[str] | None = None,
     return datasets.Dataset.from_file(str(target))
 
 
-__all__ = ["METADATA_COLUMNS", "ROWS_PER_BATCH", "TOKEN_COLUMNS", "Items", "build_hf_dataset"]
+__all__ = ["METADATA_COLUMNS", "ROWS_PER_BATCH", "TOKEN_COLUMNS", "build_hf_dataset"]
