@@ -1,17 +1,21 @@
-"""Help that reads as written: each command's description in ``gencache --help`` flows as one paragraph instead of
-keeping the docstring's line breaks (which the console then broke again, mid-sentence)."""
+"""Help that reads as written: a command's description in ``gencache --help`` (``inspect``'s, printed 400 columns
+wide) flows as one line instead of keeping the docstring's line breaks (which the console then broke again,
+mid-sentence)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
+from support.child_env import child_env
 
-def _help(*args: str, columns: int) -> str:
-    env = {**os.environ, "COLUMNS": str(columns), "TERM": "dumb", "NO_COLOR": "1"}
+
+def _help(columns: int) -> str:
+    # Whatever the environment: no forced terminal (GITHUB_ACTIONS, FORCE_COLOR, PY_COLORS), no fixed width
+    # (TERMINAL_WIDTH overrides COLUMNS in typer), no colours.
+    env = child_env(COLUMNS=str(columns), TERM="dumb", NO_COLOR="1", _TYPER_FORCE_DISABLE_TERMINAL="1")
     done = subprocess.run(
-        [sys.executable, "-m", "gencache", *args, "--help"], capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-m", "gencache", "--help"], capture_output=True, text=True, env=env, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -13,6 +13,7 @@ import pytest
 
 from gencache.cli.app import run
 from gencache.cli.entry import _run_simple, simple_command
+from support.child_env import FORCED_COLOUR_ENV, child_env
 from support.storage_helpers import make_entries, writable_copy, write_artifact, write_shard
 
 HEAVY = ("torch", "transformers", "datasets")
@@ -20,10 +21,14 @@ COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", 
 
 
 def loaded_by(code: str, modules: tuple[str, ...] = HEAVY) -> tuple[list[str], str]:
-    """Which of ``modules`` are loaded once ``code`` ran in a fresh interpreter, and what it printed before."""
+    """Which of ``modules`` are loaded once ``code`` ran in a fresh interpreter, and what it printed before (without
+    forced colours in its environment: they make the console script print through rich even to a pipe)."""
     found = f"sorted(m for m in {modules!r} if m in sys.modules)"
     probe = f"{code}\nimport sys, json\nprint('\\nLOADED ' + json.dumps({found}))"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
+    env = child_env(FORCED_COLOUR_ENV)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert result.returncode == 0, result.stderr
     before, _, loaded = result.stdout.rpartition("\nLOADED ")
     return list(json.loads(loaded)), before
