@@ -1,5 +1,5 @@
-"""Session-wide test setup: offline Hugging Face libraries, one torch thread, one bytecode cache, one tiny teacher
-and one demo run per session.
+"""Session-wide test setup: offline Hugging Face libraries, one torch thread, a bytecode cache shared with the
+tests' children (and kept for the next sessions), one tiny teacher and one demo run per session.
 
 The offline variables and the thread count are set at import time, before any test module imports torch,
 transformers or datasets (they read them when they are imported); the offline ones are re-asserted by an autouse
@@ -8,9 +8,7 @@ session fixture.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -35,12 +33,21 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def share_bytecode() -> None:
     """Where Python is told not to write bytecode (``PYTHONDONTWRITEBYTECODE``) and no cache prefix is set, the
     session and the child processes its tests start (``python -m gencache``, the documentation's commands, the
-    signal tests' children) keep compiled modules in one temporary cache, removed at exit: without it every child
-    recompiles torch's and transformers' sources, about half of its start-up. Nothing is written in the tree."""
+    signal tests' children) keep compiled modules in one cache per user under the temporary directory, reused by
+    the next sessions and never removed (Python checks each compiled module against its source's modification time,
+    and a killed session leaves no directory of its own behind): without it every child recompiles torch's and
+    transformers' sources, about half of its start-up. Nothing is written in the tree. A directory of that name that
+    is not this user's own is not used."""
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
-    prefix = tempfile.mkdtemp(prefix="gencache-tests-bytecode-")
-    atexit.register(shutil.rmtree, prefix, ignore_errors=True)
+    cache = Path(tempfile.gettempdir()) / f"gencache-tests-bytecode-{os.getuid()}"
+    try:
+        cache.mkdir(mode=0o700, exist_ok=True)
+        if cache.is_symlink() or cache.stat().st_uid != os.getuid():
+            return
+    except OSError:
+        return
+    prefix = str(cache)
     del os.environ["PYTHONDONTWRITEBYTECODE"]
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
     sys.dont_write_bytecode = False

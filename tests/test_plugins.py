@@ -45,8 +45,10 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     directory.mkdir()
     monkeypatch.syspath_prepend(str(directory))
     yield directory
-    for name in [m for m in sys.modules if m.startswith(("gencache_recipe_example", "broken_", "malformed_"))]:
-        del sys.modules[name]
+    for name, module in list(sys.modules.items()):  # every module imported from it (the plug-ins' packages)
+        file = getattr(module, "__file__", None)
+        if file and Path(file).is_relative_to(directory):
+            del sys.modules[name]
 
 
 @pytest.fixture()
