@@ -92,6 +92,14 @@ def _refuse(where: Path, problem: str) -> FormatError:
     )
 
 
+def _digest_problems(resolved: Mapping[str, Any]) -> list[str]:
+    """The problem of a resolved config written by a gencache run that lacks its ``resolved_digest``, if it does."""
+    is_run = "config" in resolved or "gencache_version" in resolved
+    if is_run and not isinstance(resolved.get(DIGEST_FIELD), str):
+        return [f"it has no {DIGEST_FIELD} (written by an older gencache, or the field was removed)"]
+    return []
+
+
 def check_resolved(
     resolved: Mapping[str, Any],
     *,
@@ -105,9 +113,8 @@ def check_resolved(
     ``shard_record``, one written by a gencache run that lacks its ``resolved_digest`` (unless not
     ``require_digest``), or one whose ``generation.max_new_tokens`` is there but not a positive integer."""
     problems = resolved_config_problems(resolved, provenance, shard_record)
-    is_run = "config" in resolved or "gencache_version" in resolved
-    if not problems and is_run and require_digest and not isinstance(resolved.get(DIGEST_FIELD), str):
-        problems = [f"it has no {DIGEST_FIELD} (written by an older gencache, or the field was removed)"]
+    if not problems and require_digest:
+        problems = _digest_problems(resolved)
     generation = resolved.get("generation")
     if not problems and isinstance(generation, Mapping) and "max_new_tokens" in generation:
         limit = generation["max_new_tokens"]
@@ -149,11 +156,14 @@ def recorded_run(
     shard_records: Sequence[Mapping[str, Any] | None],
     path: Path,
     paths: tuple[Path, ...],
+    checked: bool = False,
 ) -> RecordedRun:
     """Check ``resolved`` (read from ``resolved_path``, the first artifact's) against that artifact's manifest
     ``provenance`` and shard record (``shard_records[0]``; one ``summary.shard`` per artifact of ``paths``, which
     are all of one run) and parse its config. A :class:`FormatError` naming the file when anything is off; a
-    :class:`ConfigError` when the document records no run (an artifact written by ``ArtifactBuild`` directly)."""
+    :class:`ConfigError` when the document records no run (an artifact written by ``ArtifactBuild`` directly).
+    ``checked``: ``resolved`` already passed :func:`check_resolved` (:func:`checked_resolved_config`), so only its
+    ``resolved_digest`` is still required here."""
     from gencache.config import parse_config
 
     if "config" not in resolved and "gencache_version" not in resolved:
@@ -161,12 +171,17 @@ def recorded_run(
             f"{resolved_path} records no run config (the artifact was not made by gencache generate), so its samples "
             "cannot be rebuilt from it; pass the data configs it was generated from."
         )
-    check_resolved(
-        resolved,
-        resolved_path=resolved_path,
-        provenance=provenance,
-        shard_record=shard_records[0] if shard_records else None,
-    )
+    if checked:
+        problems = _digest_problems(resolved)
+        if problems:
+            raise _refuse(resolved_path, problems[0])
+    else:
+        check_resolved(
+            resolved,
+            resolved_path=resolved_path,
+            provenance=provenance,
+            shard_record=shard_records[0] if shard_records else None,
+        )
     generation = resolved["generation"]
     if "max_new_tokens" not in generation:
         raise _refuse(resolved_path, "generation has no max_new_tokens")
@@ -209,20 +224,25 @@ def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dic
     return resolved
 
 
-def run_of_readers(path: str | os.PathLike[str], readers: Sequence[Any]) -> RecordedRun:
+def run_of_readers(
+    path: str | os.PathLike[str], readers: Sequence[Any], *, resolved: Mapping[str, Any] | None = None
+) -> RecordedRun:
     """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run; the first one's
-    ``resolved_config.json`` is read) that ``path`` stands for. The sources are not hashed (:func:`check_sources`)."""
+    ``resolved_config.json`` is read) that ``path`` stands for. The sources are not hashed (:func:`check_sources`).
+    ``resolved``: that document as :func:`checked_resolved_config` returned it, which is neither read nor checked
+    again (only its ``resolved_digest`` is still required)."""
     from gencache.artifact.names import RESOLVED_NAME
     from gencache.artifact.reader import read_resolved_config
 
     first = readers[0]
     return recorded_run(
-        read_resolved_config(first.path),
+        read_resolved_config(first.path) if resolved is None else resolved,
         resolved_path=first.path / RESOLVED_NAME,
         provenance=first.provenance,
         shard_records=[reader.summary.get("shard") for reader in readers],
         path=Path(os.path.abspath(os.path.expanduser(path))),
         paths=tuple(reader.path for reader in readers),
+        checked=resolved is not None,
     )
 
 

@@ -104,11 +104,13 @@ def _rebuild_prompts(
     data_root: Path | None,
     sources: Mapping[int, str],
     keys: set[str],
+    resolved: Mapping[str, Any],
 ) -> tuple[list[str], dict[str, _Prompt]]:
-    """The prompts of ``keys`` rebuilt from the checked record of the run (with the overrides), in run order."""
+    """The prompts of ``keys`` rebuilt from the checked record of the run (``resolved``, the first reader's checked
+    ``resolved_config.json``; with the overrides), in run order."""
     from gencache.run.recorded import load_recorded_tokenizer, rebuild_samples, run_of_readers
 
-    run = run_of_readers(directory, readers)
+    run = run_of_readers(directory, readers, resolved=resolved)
     samples = rebuild_samples(run, load_recorded_tokenizer(run), sources=sources, data_root=data_root)
     prompts: dict[str, _Prompt] = {}
     order: list[str] = []
@@ -333,7 +335,7 @@ def export(
     if prompts:
         root = Path(data_root).expanduser().absolute() if data_root is not None else None
         try:
-            order, found = _rebuild_prompts(directory, readers, root, dict(sources or {}), keys)
+            order, found = _rebuild_prompts(directory, readers, root, dict(sources or {}), keys, resolved)
         except (FormatError, SourceChangedError):  # a damaged record or changed data: never a quiet export
             raise
         except GencacheError as error:
