@@ -7,13 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from support.child_env import child_env
+from support.terminal_env import without_terminal
 
 
 def _help(columns: int) -> str:
     # Whatever the environment: no forced terminal (GITHUB_ACTIONS, FORCE_COLOR, PY_COLORS), no fixed width
     # (TERMINAL_WIDTH overrides COLUMNS in typer), no colours.
-    env = child_env(COLUMNS=str(columns), TERM="dumb", NO_COLOR="1", _TYPER_FORCE_DISABLE_TERMINAL="1")
+    env = without_terminal(COLUMNS=str(columns), TERM="dumb", NO_COLOR="1", _TYPER_FORCE_DISABLE_TERMINAL="1")
     done = subprocess.run(
         [sys.executable, "-m", "gencache", "--help"], capture_output=True, text=True, env=env, timeout=300, check=False
     )

@@ -13,8 +13,8 @@ import pytest
 
 from gencache.cli.app import run
 from gencache.cli.entry import _run_simple, simple_command
-from support.child_env import FORCED_COLOUR_ENV, child_env
 from support.storage_helpers import make_entries, writable_copy, write_artifact, write_shard
+from support.terminal_env import FORCED_COLOUR_ENV, without_terminal
 
 HEAVY = ("torch", "transformers", "datasets")
 COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit")
@@ -25,7 +25,7 @@ def loaded_by(code: str, modules: tuple[str, ...] = HEAVY) -> tuple[list[str], s
     forced colours in its environment: they make the console script print through rich even to a pipe)."""
     found = f"sorted(m for m in {modules!r} if m in sys.modules)"
     probe = f"{code}\nimport sys, json\nprint('\\nLOADED ' + json.dumps({found}))"
-    env = child_env(FORCED_COLOUR_ENV)
+    env = without_terminal(FORCED_COLOUR_ENV)
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300, check=False
     )

@@ -30,11 +30,12 @@ from support.storage_helpers import (
     write_artifact,
     write_shard,
 )
+from support.terminal_env import FORCED_COLOUR_ENV
 
 
 @pytest.fixture(autouse=True)
 def _uncoloured(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+    for name in FORCED_COLOUR_ENV:
         monkeypatch.delenv(name, raising=False)
 
 

@@ -11,7 +11,7 @@ FORCED_COLOUR_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE")
 FORCED_TERMINAL_ENV = (*FORCED_COLOUR_ENV, "PY_COLORS", "TERMINAL_WIDTH", "GITHUB_ACTIONS")
 
 
-def child_env(removed: tuple[str, ...] = FORCED_TERMINAL_ENV, **overrides: str) -> dict[str, str]:
+def without_terminal(removed: tuple[str, ...] = FORCED_TERMINAL_ENV, **overrides: str) -> dict[str, str]:
     """This process's environment without ``removed`` and with ``overrides``, for a child process."""
     env = {name: value for name, value in os.environ.items() if name not in removed}
     return {**env, **overrides}
