@@ -340,8 +340,10 @@ def write_plain(blocks: Sequence[Block], out: IO[str], err: IO[str]) -> bool:
     flushes each print; False, with nothing written, when that cannot be done exactly here (see the module
     docstring)."""
     streams = [err if isinstance(block, Line) and block.err else out for block in blocks]
+    if not all(_plain_stream(stream) for stream in set(streams)):
+        return False
     texts = [_block_text(block) for block in blocks]
-    if not all(_plain_stream(stream) for stream in set(streams)) or any(text is None for text in texts):
+    if any(text is None for text in texts):
         return False
     for stream, text in zip(streams, texts, strict=True):
         stream.write(text or "")

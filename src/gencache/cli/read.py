@@ -38,11 +38,13 @@ def inspect_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = F
     report = inspect_report(dirs)
     if as_json:
         _print_json(report.to_json())
-    elif not write_plain(inspect_blocks(report), sys.stdout, sys.stderr):
-        from gencache.cli.render import render_inspect
-        from gencache.core.progress import make_console
+    else:
+        blocks = inspect_blocks(report)
+        if not write_plain(blocks, sys.stdout, sys.stderr):
+            from gencache.cli.render import print_blocks
+            from gencache.core.progress import make_console
 
-        render_inspect(report, make_console(), make_console(stderr=True))
+            print_blocks(blocks, make_console(), make_console(stderr=True))
     return report.exit_code
 
 
