@@ -366,7 +366,8 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     tokens = int(lengths.sum())
     reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_INDEX.items()}
     summary = check_summary(top["summary"], _KeySet(keys), count, tokens, reason_counts)
-    starts = _check_fast_header(header_raw, keys, lengths, top["provenance_digest"], payload_size)
+    body = header_raw.rstrip(HEADER_PADDING)  # the header's JSON, without the reserved capacity's padding
+    starts = _check_fast_header(body, len(header_raw), keys, lengths, top["provenance_digest"], payload_size)
     return CompactIndex(
         keys=keys,
         first=np.arange(count + 1, dtype=np.int64),
@@ -381,7 +382,7 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
         provenance=top["provenance"],
         provenance_digest=top["provenance_digest"],
         fast=True,
-        header_used=len(header_raw.rstrip(HEADER_PADDING)),
+        header_used=len(body),
     )
 
 
@@ -420,10 +421,10 @@ def _parse_tail(tail: bytes) -> dict[str, Any]:
 
 
 def _check_fast_header(
-    header_raw: bytes, keys: np.ndarray, lengths: np.ndarray, digest: str, payload_size: int
+    body: bytes, header_size: int, keys: np.ndarray, lengths: np.ndarray, digest: str, payload_size: int
 ) -> np.ndarray:
-    """The tensors' start offsets from a canonical header naming exactly ``<key>.0`` for every key, in order."""
-    body = header_raw.rstrip(HEADER_PADDING)
+    """The tensors' start offsets from a canonical header (``body``, its JSON without the padding, of a header of
+    ``header_size`` bytes) naming exactly ``<key>.0`` for every key, in order."""
     buf = np.frombuffer(body, dtype=np.uint8)
     meta = metadata_member(digest).encode()
     meta_at = body.find(meta)
@@ -456,7 +457,7 @@ def _check_fast_header(
         member_ends[at : at + ENTRY_WINDOW] = p + len(_MEMBER_CLOSE)
     _check_members_tile(buf, opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
     data_end = _check_contiguous(starts, lengths)
-    require(payload_size == LENGTH_PREFIX_BYTES + len(header_raw) + data_end)
+    require(payload_size == LENGTH_PREFIX_BYTES + header_size + data_end)
     return starts
 
 

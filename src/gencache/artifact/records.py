@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gencache.artifact.names import is_key
+from gencache.artifact.names import DIGEST_HEX_CHARS, is_key
 from gencache.core.errors import FormatError
 
 Record = tuple[Any, ...]
@@ -75,7 +75,7 @@ def sorted_record_keys(records: Mapping[str, Record]) -> list[str]:
 def _check_keys(keys: Sequence[str]) -> None:
     try:
         joined = "".join(keys)
-        valid = set(map(len, keys)) <= {64} and bytes.fromhex(joined).hex() == joined
+        valid = set(map(len, keys)) <= {DIGEST_HEX_CHARS} and bytes.fromhex(joined).hex() == joined
     except (TypeError, ValueError):
         valid = False
     if not valid:

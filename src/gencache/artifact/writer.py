@@ -34,9 +34,10 @@ from gencache.artifact._fs import (
     temp_name,
     write_error,
 )
-from gencache.artifact.header import build_header, length_prefix
+from gencache.artifact.header import HEADER_PADDING, build_header, length_prefix
 from gencache.artifact.manifest import check_provenance, iter_manifest_bytes, json_file_bytes, provenance_digest
 from gencache.artifact.names import (
+    DIGEST_HEX_CHARS,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
@@ -91,7 +92,7 @@ class CacheWriter:
         self._created.append(self.path)
         try:
             pwrite_all(self._fd, prefix, 0)
-            spaces = b" " * min(header_capacity, MAX_WRITE_BYTES)
+            spaces = HEADER_PADDING * min(header_capacity, MAX_WRITE_BYTES)
             for offset in range(0, header_capacity, len(spaces)):
                 pwrite_all(self._fd, spaces[: header_capacity - offset], LENGTH_PREFIX_BYTES + offset)
         except BaseException as error:
@@ -131,7 +132,7 @@ class CacheWriter:
         if self._state != "open":
             self._require_open("add entries")
         try:  # 64 lowercase hex digits: the hex round trip rejects upper case, whitespace and other characters
-            valid = type(key) is str and len(key) == 64 and _FROMHEX(key).hex() == key
+            valid = type(key) is str and len(key) == DIGEST_HEX_CHARS and _FROMHEX(key).hex() == key
         except ValueError:
             valid = False
         if not valid:
