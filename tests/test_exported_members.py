@@ -24,6 +24,7 @@ TOP_LEVEL = [
     "FormatError",
     "GencacheError",
     "Generation",
+    "InputProblems",
     "IntegrityError",
     "MissingEntriesError",
     "MissingEntryError",
