@@ -50,10 +50,14 @@ class DryRun:
 
     preflight: Preflight
     output_dir: Path
-    targets: list[Target]
     published: list[Path]
     prompt: Sample | None = None
     prompt_index: int | None = None
+
+    @property
+    def targets(self) -> list[Target]:
+        """What the run would publish, each with the keys it owns (the checks selected them)."""
+        return self.preflight.targets
 
     @property
     def exit_code(self) -> int:
@@ -133,7 +137,7 @@ def _generate_run(
         pending = found.targets  # with their keys, once the samples are built
         if dry_run:
             output = base if shards is not None or single is None else targets[0].output_dir
-            report = DryRun(found, output, pending, published)
+            report = DryRun(found, output, published)
             if show_prompt is not None:
                 report.prompt_index = show_prompt
                 report.prompt = _nth_sample(found.samples, show_prompt)
