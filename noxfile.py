@@ -52,11 +52,19 @@ VLLM_LOWEST_ENV = ".venv-vllm-lowest"
 def vllm(session: nox.Session) -> None:
     """vLLM engine tests in the locked vLLM fork: `uv run nox -s vllm` (pass pytest arguments after `--`)."""
     session.run(
-        "uv", "run", "--frozen", "--extra", "vllm", "--no-dev", "--group", "test",
-        "pytest", *(session.posargs or ["-m", "vllm"]),
+        "uv",
+        "run",
+        "--frozen",
+        "--extra",
+        "vllm",
+        "--no-dev",
+        "--group",
+        "test",
+        "pytest",
+        *(session.posargs or ["-m", "vllm"]),
         env={"UV_PROJECT_ENVIRONMENT": VLLM_ENV, "VIRTUAL_ENV": VLLM_ENV},
         external=True,
-    )  # fmt: skip
+    )
 
 
 @nox.session(name="vllm-lowest")
@@ -66,9 +74,23 @@ def vllm_lowest(session: nox.Session) -> None:
     requirements = f"{VLLM_LOWEST_ENV}/requirements.txt"
     session.run("uv", "venv", "--clear", "--python", "3.11", VLLM_LOWEST_ENV, external=True)
     session.run(
-        "uv", "pip", "compile", "pyproject.toml", "--extra", "vllm", "--group", "test", "--resolution",
-        "lowest-direct", "--python", "3.11", "--quiet", "-o", requirements, external=True,
-    )  # fmt: skip
+        "uv",
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--extra",
+        "vllm",
+        "--group",
+        "test",
+        "--resolution",
+        "lowest-direct",
+        "--python",
+        "3.11",
+        "--quiet",
+        "-o",
+        requirements,
+        external=True,
+    )
     session.run("uv", "pip", "sync", "--python", VLLM_LOWEST_ENV, requirements, external=True)
     session.run("uv", "pip", "install", "--python", VLLM_LOWEST_ENV, "--no-deps", "-e", ".", external=True)
     session.run(f"{VLLM_LOWEST_ENV}/bin/python", "-m", "pytest", *(session.posargs or ["-m", "vllm"]), external=True)
@@ -93,9 +115,14 @@ def vllm_cpu(session: nox.Session) -> None:
     report.parent.mkdir(parents=True, exist_ok=True)
     selection = session.posargs or ["-m", "vllm and not gpu", *VLLM_TESTS]
     session.run(
-        str(VLLM_CPU_ENV / "bin" / "python"), "-m", "pytest", *selection, f"--junitxml={report}", env=env,
+        str(VLLM_CPU_ENV / "bin" / "python"),
+        "-m",
+        "pytest",
+        *selection,
+        f"--junitxml={report}",
+        env=env,
         external=True,
-    )  # fmt: skip
+    )
     skipped = [
         case.get("name") for case in ElementTree.parse(report).iter("testcase") if case.find("skipped") is not None
     ]

@@ -59,10 +59,18 @@ def sampling_cost(*, quick: bool) -> list[str]:
             Path(tmp), count, low, high, max_new_tokens
         )
         generation = resolve_generation(
-            {"max_new_tokens": max_new_tokens, "eos_token_id": list(choice.eos), "do_sample": True,
-             "temperature": 1.0, "top_p": 0.95, "top_k": 0},
-            model_path=str(teacher), revision=None, tokenizer=tokenizer,
-        )  # fmt: skip
+            {
+                "max_new_tokens": max_new_tokens,
+                "eos_token_id": list(choice.eos),
+                "do_sample": True,
+                "temperature": 1.0,
+                "top_p": 0.95,
+                "top_k": 0,
+            },
+            model_path=str(teacher),
+            revision=None,
+            tokenizer=tokenizer,
+        )
         run_static(model, tokenizer, generation, prompts[:4], 2)  # warm-up
         rows = []
         for engine, size, runner in (("transformers", 16, run_static), ("transformers-continuous", 32, run_continuous)):
@@ -126,10 +134,14 @@ class _Timer:
 def _qa_rows(count: int) -> list[dict[str, Any]]:
     words = " ".join(builtin_corpus()).split()
     return [
-        {"id": f"q{i}", "question": " ".join(words[i % len(words) : i % len(words) + 6]) + "?",
-         "passages": [" ".join(words[(3 * i) % len(words) : (3 * i) % len(words) + 20])], "answer": words[i % 7]}
+        {
+            "id": f"q{i}",
+            "question": " ".join(words[i % len(words) : i % len(words) + 6]) + "?",
+            "passages": [" ".join(words[(3 * i) % len(words) : (3 * i) % len(words) + 20])],
+            "answer": words[i % 7],
+        }
         for i in range(count)
-    ]  # fmt: skip
+    ]
 
 
 def audit_cost(*, quick: bool) -> list[str]:
@@ -142,19 +154,47 @@ def audit_cost(*, quick: bool) -> list[str]:
         data.write_text("".join(json.dumps(row) + "\n" for row in _qa_rows(count)), encoding="utf-8")
         for label, batch, generation in (
             ("greedy", 8, {"max_new_tokens": max_new_tokens}),
-            ("sampled, 2 sequences", 8, {"max_new_tokens": max_new_tokens, "do_sample": True,
-                                         "num_return_sequences": 2}),
-        ):  # fmt: skip
+            (
+                "sampled, 2 sequences",
+                8,
+                {"max_new_tokens": max_new_tokens, "do_sample": True, "num_return_sequences": 2},
+            ),
+        ):
             config = work / f"config-{len(rows)}.json"
-            config.write_text(json.dumps({
-                "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                          "generation_kwargs": generation},
-                "data_configs": [{"dataset_name": "table", "num_samples": count, "num_data_strs": 0, "num_shots": 0,
-                                  "subset": "default", "split": "train", "seed": 0, "source": str(data),
-                                  "data_kwargs": {"query": "question", "documents": "passages", "answer": "answer",
-                                                  "id": "id"}}],
-                "gen_batch_size": batch, "seed": 0, "output_dir": str(work / f"out-{len(rows)}"),
-            }), encoding="utf-8")  # fmt: skip
+            config.write_text(
+                json.dumps(
+                    {
+                        "model": {
+                            "model_path": str(teacher),
+                            "dtype": "float32",
+                            "device": "cpu",
+                            "generation_kwargs": generation,
+                        },
+                        "data_configs": [
+                            {
+                                "dataset_name": "table",
+                                "num_samples": count,
+                                "num_data_strs": 0,
+                                "num_shots": 0,
+                                "subset": "default",
+                                "split": "train",
+                                "seed": 0,
+                                "source": str(data),
+                                "data_kwargs": {
+                                    "query": "question",
+                                    "documents": "passages",
+                                    "answer": "answer",
+                                    "id": "id",
+                                },
+                            }
+                        ],
+                        "gen_batch_size": batch,
+                        "seed": 0,
+                        "output_dir": str(work / f"out-{len(rows)}"),
+                    }
+                ),
+                encoding="utf-8",
+            )
             run_timer, audit_timer = _Timer(), _Timer()
             artifact = gencache.generate(config, progress=lambda total, timer=run_timer: timer)
             report = gencache.audit(artifact, all_keys=True, progress=lambda total, timer=audit_timer: timer)

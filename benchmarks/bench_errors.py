@@ -113,13 +113,25 @@ def write_cases(root: Path, teacher: Path, rows: Path) -> dict[str, tuple[Path, 
         where = root / f"case-{index}"
         where.mkdir()
         config: dict[str, Any] = {
-            "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                      "generation_kwargs": {"max_new_tokens": 16}},
-            "data_configs": [{"dataset_name": "table", "num_samples": 100, "num_data_strs": 0, "num_shots": 0,
-                              "subset": "default", "source": str(rows),
-                              "data_kwargs": {"query": "q", "answer": "a", "documents": "ctx"}}],
+            "model": {
+                "model_path": str(teacher),
+                "dtype": "float32",
+                "device": "cpu",
+                "generation_kwargs": {"max_new_tokens": 16},
+            },
+            "data_configs": [
+                {
+                    "dataset_name": "table",
+                    "num_samples": 100,
+                    "num_data_strs": 0,
+                    "num_shots": 0,
+                    "subset": "default",
+                    "source": str(rows),
+                    "data_kwargs": {"query": "q", "answer": "a", "documents": "ctx"},
+                }
+            ],
             "output_dir": str(where / "out"),
-        }  # fmt: skip
+        }
         change(config, where)
         if config["data_configs"][0]["source"] == "rows.jsnol":
             config["data_configs"][0]["source"] = str(rows.with_name("rows.jsnol"))

@@ -255,8 +255,10 @@ def longtail_cpu(*, quick: bool) -> str:
         )
         generation = resolve_generation(
             {"max_new_tokens": max_new_tokens, "eos_token_id": list(choice.eos)},
-            model_path=str(teacher), revision=None, tokenizer=tokenizer,
-        )  # fmt: skip
+            model_path=str(teacher),
+            revision=None,
+            tokenizer=tokenizer,
+        )
         reference = one_by_one(model, generation, prompts)
         run_static(model, tokenizer, generation, prompts[:4], 2)  # warm-ups
         run_continuous(model, tokenizer, generation, prompts[:4], 2)
@@ -267,8 +269,10 @@ def longtail_cpu(*, quick: bool) -> str:
         stop = choose_stop_string(tokenizer, [free[key] for key, _ in prompts], choice)
         stopping = resolve_generation(
             {"max_new_tokens": max_new_tokens, "eos_token_id": list(choice.eos), "stop_strings": [stop]},
-            model_path=str(teacher), revision=None, tokenizer=tokenizer,
-        )  # fmt: skip
+            model_path=str(teacher),
+            revision=None,
+            tokenizer=tokenizer,
+        )
         stop_reference = one_by_one(model, stopping, prompts, tokenizer)
         top = max(concurrencies)
         stop_runs = [
@@ -337,9 +341,11 @@ def _word_level_tokenizer(vocab_size: int, directory: Path) -> Any:
     raw = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<t0>"))
     raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = hf.PreTrainedTokenizerFast(
-        tokenizer_object=raw, eos_token=f"<t{QWEN3_8B_SHAPE['eos_token_id']}>",
-        pad_token=f"<t{QWEN3_8B_SHAPE['pad_token_id']}>", padding_side="left",
-    )  # fmt: skip
+        tokenizer_object=raw,
+        eos_token=f"<t{QWEN3_8B_SHAPE['eos_token_id']}>",
+        pad_token=f"<t{QWEN3_8B_SHAPE['pad_token_id']}>",
+        padding_side="left",
+    )
     tokenizer.save_pretrained(str(directory))
     return load_tokenizer(str(directory))
 
@@ -367,14 +373,22 @@ def _vllm_run(
         v: Any = vllm
         longest = max(len(ids) for _, ids in prompts)
         llm = v.LLM(
-            model=str(model_dir), dtype="bfloat16", load_format="dummy", max_num_seqs=concurrency, seed=0,
-            skip_tokenizer_init=True, gpu_memory_utilization=0.85, max_model_len=longest + generation.max_new_tokens,
+            model=str(model_dir),
+            dtype="bfloat16",
+            load_format="dummy",
+            max_num_seqs=concurrency,
+            seed=0,
+            skip_tokenizer_init=True,
+            gpu_memory_utilization=0.85,
+            max_model_len=longest + generation.max_new_tokens,
             generation_config="vllm",
-        )  # fmt: skip
+        )
         scanner = FinishScanner(
-            eos_token_ids=generation.eos_token_ids, stop_strings=(), tokenizer=tokenizer,
+            eos_token_ids=generation.eos_token_ids,
+            stop_strings=(),
+            tokenizer=tokenizer,
             max_new_tokens=generation.max_new_tokens,
-        )  # fmt: skip
+        )
         inputs = [v.TokensPrompt(prompt_token_ids=ids) for _, ids in prompts]
         params = [v.SamplingParams(**sampling_params_kwargs(generation, seed=sampling_seed(0, k))) for k, _ in prompts]
         llm.generate(inputs[:2], params[:2], use_tqdm=False)  # warm-up
@@ -441,8 +455,10 @@ def gpu_benchmark(
         choice = choose_eos([free[key] for key, _ in prompts], max_new_tokens)
         generation = resolve_generation(
             {"max_new_tokens": max_new_tokens, "eos_token_id": list(choice.eos)},
-            model_path=str(model_dir), revision=None, tokenizer=tokenizer,
-        )  # fmt: skip
+            model_path=str(model_dir),
+            revision=None,
+            tokenizer=tokenizer,
+        )
         run_static(model, tokenizer, generation, prompts[:2], 2)  # warm-ups
         run_continuous(model, tokenizer, generation, prompts[:2], 2)
         runs = [run_static(model, tokenizer, generation, prompts, size, cuda=cuda) for size in batch_sizes]

@@ -125,9 +125,22 @@ def _child(method: str, vocab: int, positions: int, chunk_size: int, dtype_name:
 
 
 def _measure(method: str, positions: int, args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", method, "--vocab", str(args.vocab),
-               "--positions", str(positions), "--chunk-size", str(args.chunk_size), "--dtype", args.dtype,
-               "--repeats", str(args.repeats)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        method,
+        "--vocab",
+        str(args.vocab),
+        "--positions",
+        str(positions),
+        "--chunk-size",
+        str(args.chunk_size),
+        "--dtype",
+        args.dtype,
+        "--repeats",
+        str(args.repeats),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     value: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return value

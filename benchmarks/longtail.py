@@ -161,31 +161,54 @@ def _measure(engine: str, concurrency: int, run: Callable[[EngineStats], Any], *
     return EngineRun(engine, concurrency, stats, kept, seconds, cpu_seconds, outputs, peak)
 
 
-def run_static(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[KeyedPrompt], batch: int,
-               *, cuda: bool = False) -> EngineRun:  # fmt: skip
+def run_static(
+    model: Any,
+    tokenizer: Any,
+    generation: EffectiveGeneration,
+    prompts: Sequence[KeyedPrompt],
+    batch: int,
+    *,
+    cuda: bool = False,
+) -> EngineRun:
     """The ``transformers`` engine at ``gen_batch_size`` = ``batch``."""
     return _measure(
-        "transformers", batch,
+        "transformers",
+        batch,
         lambda stats: generate_entries(model, tokenizer, generation, prompts, batch_size=batch, stats=stats),
         cuda=cuda,
-    )  # fmt: skip
+    )
 
 
-def run_continuous(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Sequence[KeyedPrompt],
-                   concurrency: int, *, cuda: bool = False, cancel: bool = True) -> EngineRun:  # fmt: skip
+def run_continuous(
+    model: Any,
+    tokenizer: Any,
+    generation: EffectiveGeneration,
+    prompts: Sequence[KeyedPrompt],
+    concurrency: int,
+    *,
+    cuda: bool = False,
+    cancel: bool = True,
+) -> EngineRun:
     """The ``transformers-continuous`` engine at ``max_concurrent_sequences`` = ``concurrency`` (``cancel=False``:
     requests that completed a stop string are not cancelled, to measure what cancelling saves), with its
     prefix-sharing statistics."""
     options = ContinuousOptions(max_concurrent_sequences=concurrency)
     shared: list[PrefixStats] = []
     run = _measure(
-        "transformers-continuous" if cancel else "transformers-continuous, no cancel", concurrency,
+        "transformers-continuous" if cancel else "transformers-continuous, no cancel",
+        concurrency,
         lambda stats: generate_continuous(
-            model, tokenizer, generation, prompts, options=options, stats=stats, cancel_on_stop_string=cancel,
+            model,
+            tokenizer,
+            generation,
+            prompts,
+            options=options,
+            stats=stats,
+            cancel_on_stop_string=cancel,
             prefix=shared,
         ),
         cuda=cuda,
-    )  # fmt: skip
+    )
     return dataclasses.replace(run, prefix=shared[-1] if shared else None)
 
 

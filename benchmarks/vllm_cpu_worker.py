@@ -85,9 +85,14 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         prompts = [(str(key), [int(t) for t in ids]) for key, ids in workload["prompts"]]
         generation = resolve_generation(workload["generation"], model_path=teacher, revision=None, tokenizer=tokenizer)
         context = EngineContext(
-            generation=generation, tokenizer=tokenizer, model_path=teacher, dtype="float32", device="cpu", seed=0,
+            generation=generation,
+            tokenizer=tokenizer,
+            model_path=teacher,
+            dtype="float32",
+            device="cpu",
+            seed=0,
             options=VllmOptions.model_validate(request["options"]),
-        )  # fmt: skip
+        )
         engine = VllmEngine(context)
         started = time.perf_counter()
         engine.load_weights()

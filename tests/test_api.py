@@ -19,13 +19,28 @@ from gencache.run.pipeline import DryRun
 @pytest.fixture()
 def config(tmp_path: Path, tiny_teacher_dir: Path) -> Path:
     config = {
-        "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 6}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 4, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "split": "train", "seed": 1,
-                          "source": str(sample_source("musique"))}],
-        "gen_batch_size": 2, "seed": 0, "output_dir": str(tmp_path / "from-config"),
-    }  # fmt: skip
+        "model": {
+            "model_path": str(tiny_teacher_dir),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 6},
+        },
+        "data_configs": [
+            {
+                "dataset_name": "musique",
+                "num_samples": 4,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "split": "train",
+                "seed": 1,
+                "source": str(sample_source("musique")),
+            }
+        ],
+        "gen_batch_size": 2,
+        "seed": 0,
+        "output_dir": str(tmp_path / "from-config"),
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return path

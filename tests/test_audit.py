@@ -19,13 +19,23 @@ from gencache.data.recipes import sample_source
 from gencache.run.audit import select_keys
 from support.config_factory import musique, write_config
 
-SAMPLED = {"max_new_tokens": 6, "do_sample": True, "temperature": 1.2, "top_p": 0.9, "top_k": 30,
-           "num_return_sequences": 3}  # fmt: skip
+SAMPLED = {
+    "max_new_tokens": 6,
+    "do_sample": True,
+    "temperature": 1.2,
+    "top_p": 0.9,
+    "top_k": 30,
+    "num_return_sequences": 3,
+}
 
 
 def _model(teacher: Path, **generation: Any) -> dict[str, Any]:
-    return {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-            "generation_kwargs": {"max_new_tokens": 6, **generation}}  # fmt: skip
+    return {
+        "model_path": str(teacher),
+        "dtype": "float32",
+        "device": "cpu",
+        "generation_kwargs": {"max_new_tokens": 6, **generation},
+    }
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
@@ -39,8 +49,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def greedy_artifact(work: Path, tiny_teacher_dir: Path) -> Path:
-    config = write_config(work, tiny_teacher_dir, model=_model(tiny_teacher_dir), gen_batch_size=4,
-                          output_dir=str(work / "greedy"))  # fmt: skip
+    config = write_config(
+        work, tiny_teacher_dir, model=_model(tiny_teacher_dir), gen_batch_size=4, output_dir=str(work / "greedy")
+    )
     return gencache.generate(config)
 
 
@@ -79,8 +90,15 @@ def test_the_python_api_returns_the_report_and_chooses_keys_by_seed(greedy_artif
 def test_sampled_caches_of_each_engine_audit_equal(
     work: Path, tiny_teacher_dir: Path, engine: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = write_config(work, tiny_teacher_dir, model=_model(tiny_teacher_dir, **SAMPLED), engine=engine,
-                          gen_batch_size=4, seed=13, output_dir=str(work / f"sampled-{engine}"))  # fmt: skip
+    config = write_config(
+        work,
+        tiny_teacher_dir,
+        model=_model(tiny_teacher_dir, **SAMPLED),
+        engine=engine,
+        gen_batch_size=4,
+        seed=13,
+        output_dir=str(work / f"sampled-{engine}"),
+    )
     artifact = gencache.generate(config)
     assert cli_run(["audit", str(artifact), "--all", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -108,8 +126,13 @@ def test_a_cache_from_a_perturbed_teacher_is_caught_with_its_divergence_position
     work: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     perturbed = _perturbed_teacher(tiny_teacher_dir, work / "perturbed-teacher")
-    config = write_config(work, perturbed, model=_model(perturbed, max_new_tokens=8),
-                          data_configs=[musique(num_samples=6)], output_dir=str(work / "perturbed"))  # fmt: skip
+    config = write_config(
+        work,
+        perturbed,
+        model=_model(perturbed, max_new_tokens=8),
+        data_configs=[musique(num_samples=6)],
+        output_dir=str(work / "perturbed"),
+    )
     artifact = gencache.generate(config)
     assert cli_run(["audit", str(artifact), "--all", "--model", str(tiny_teacher_dir), "--json"]) == 1
     document = json.loads(capsys.readouterr().out)
@@ -127,8 +150,9 @@ def test_an_edited_source_file_is_refused_in_one_line_naming_it(
 ) -> None:
     data = tmp_path / "musique"
     shutil.copytree(sample_source("musique"), data)
-    config = write_config(tmp_path, tiny_teacher_dir, model=_model(tiny_teacher_dir),
-                          data_configs=[musique(source=str(data))])  # fmt: skip
+    config = write_config(
+        tmp_path, tiny_teacher_dir, model=_model(tiny_teacher_dir), data_configs=[musique(source=str(data))]
+    )
     artifact = gencache.generate(config)
     source = next(path for path in sorted(data.rglob("*")) if path.is_file())
     with source.open("ab") as handle:
@@ -169,8 +193,13 @@ def test_inspect_shows_what_decides_determinism_in_one_block(
 
 
 def test_a_shard_base_and_one_shard_audit_equal(work: Path, tiny_teacher_dir: Path) -> None:
-    config = write_config(work, tiny_teacher_dir, model=_model(tiny_teacher_dir, **SAMPLED),
-                          data_configs=[musique(num_samples=6)], output_dir=str(work / "sharded"))  # fmt: skip
+    config = write_config(
+        work,
+        tiny_teacher_dir,
+        model=_model(tiny_teacher_dir, **SAMPLED),
+        data_configs=[musique(num_samples=6)],
+        output_dir=str(work / "sharded"),
+    )
     base = gencache.generate(config, shards=2)
     whole = gencache.audit(base, all_keys=True)
     assert whole.exit_code == 0 and len(whole.keys) == whole.total_keys == 6

@@ -105,41 +105,92 @@ def _model(**change: Any) -> Setup:
 CASES = [
     Case("config is a FIFO", _fifo, 2, "is not a regular file"),
     Case("config nested too deeply", _raw_config(_deep), 2, "nested more than 64 levels"),
-    Case("duplicate key with --limit", lambda t, m: (_raw_config(_duplicate_seed)(t, m)[0], ["--limit", "2"]), 2,
-         "duplicate key 'seed'"),
-    Case("--set value nested too deeply", _with_args("--set", "model.attn_implementation=" + "[" * 3000 + "]" * 3000),
-         2, "nested more than 64 levels"),
-    Case("--set object with a duplicate key", _with_args("--set", 'model.generation_kwargs={"a": 1, "a": 2}'), 2,
-         "duplicate key 'a'"),
+    Case(
+        "duplicate key with --limit",
+        lambda t, m: (_raw_config(_duplicate_seed)(t, m)[0], ["--limit", "2"]),
+        2,
+        "duplicate key 'seed'",
+    ),
+    Case(
+        "--set value nested too deeply",
+        _with_args("--set", "model.attn_implementation=" + "[" * 3000 + "]" * 3000),
+        2,
+        "nested more than 64 levels",
+    ),
+    Case(
+        "--set object with a duplicate key",
+        _with_args("--set", 'model.generation_kwargs={"a": 1, "a": 2}'),
+        2,
+        "duplicate key 'a'",
+    ),
     Case("seed beyond numpy's range", _config(seed=2**32), 2, "seed: must be <= 4294967295"),
     Case("data config seed below zero", _config(data_configs=[musique(seed=-1)]), 2, "seed: must be >= 0"),
-    Case("attn_implementation garbage", _model(attn_implementation="garbage"), 2,
-         "model.attn_implementation 'garbage' is not an attention implementation"),
-    Case("flash attention on a CPU", _model(attn_implementation="flash_attention_2"), 2,
-         "'flash_attention_2' needs a CUDA device"),
-    Case("pad_token_id beyond the vocabulary", _model(generation_kwargs={"max_new_tokens": 6, "pad_token_id": 10**6}),
-         2, "pad_token_id"),
-    Case("forced_eos_token_id beyond the vocabulary",
-         _model(generation_kwargs={"max_new_tokens": 6, "forced_eos_token_id": 10**6}), 2, "forced_eos_token_id"),
-    Case("suppress_tokens beyond the vocabulary",
-         _model(generation_kwargs={"max_new_tokens": 6, "suppress_tokens": [3, 10**6]}), 2, "suppress_tokens"),
+    Case(
+        "attn_implementation garbage",
+        _model(attn_implementation="garbage"),
+        2,
+        "model.attn_implementation 'garbage' is not an attention implementation",
+    ),
+    Case(
+        "flash attention on a CPU",
+        _model(attn_implementation="flash_attention_2"),
+        2,
+        "'flash_attention_2' needs a CUDA device",
+    ),
+    Case(
+        "pad_token_id beyond the vocabulary",
+        _model(generation_kwargs={"max_new_tokens": 6, "pad_token_id": 10**6}),
+        2,
+        "pad_token_id",
+    ),
+    Case(
+        "forced_eos_token_id beyond the vocabulary",
+        _model(generation_kwargs={"max_new_tokens": 6, "forced_eos_token_id": 10**6}),
+        2,
+        "forced_eos_token_id",
+    ),
+    Case(
+        "suppress_tokens beyond the vocabulary",
+        _model(generation_kwargs={"max_new_tokens": 6, "suppress_tokens": [3, 10**6]}),
+        2,
+        "suppress_tokens",
+    ),
     Case("more shards than keys", _with_args("--shards", "16"), 2, "--shards asks for 16 shards but the run has 4"),
-    Case("paged cache too small for one request",
-         _config(engine="transformers-continuous", engine_options={"kv_cache_memory_gib": 1e-6}), 2,
-         "of paged KV cache, more than engine_options.kv_cache_memory_gib"),
+    Case(
+        "paged cache too small for one request",
+        _config(engine="transformers-continuous", engine_options={"kv_cache_memory_gib": 1e-6}),
+        2,
+        "of paged KV cache, more than engine_options.kv_cache_memory_gib",
+    ),
     Case("output_dir component over 255 bytes", _config(output_dir="/tmp/" + "x" * 300), 2, "255"),
     Case("output_dir path over 4096 bytes", _config(output_dir="/tmp/" + "/".join(["d" * 100] * 42)), 2, "4096"),
     Case("teacher weights missing", _teacher_copy(_remove_weights), 2, "has no weights"),
     Case("teacher weights truncated", _teacher_copy(_truncate_weights), 2, "model.safetensors is truncated"),
-    Case("teacher generation_config max_new_tokens 0", lambda t, m: _teacher_max_new_tokens_zero(t, m), 2,
-         "max_new_tokens"),
-    Case("tokenizer beyond the teacher's embedding", _teacher_copy(_edit_json("config.json", vocab_size=300)), 2,
-         "but the teacher's embedding has 300 rows"),
-    Case("tokenizer of another model", _teacher_copy(_edit_json("config.json", vocab_size=40_000)), 2,
-         "under 90% of the teacher's 40,000-row vocabulary"),
-    Case("attn_implementation flash_attention_4 on a CPU", _model(attn_implementation="flash_attention_4"), 2,
-         "'flash_attention_4' needs a CUDA device"),
-]  # fmt: skip
+    Case(
+        "teacher generation_config max_new_tokens 0",
+        lambda t, m: _teacher_max_new_tokens_zero(t, m),
+        2,
+        "max_new_tokens",
+    ),
+    Case(
+        "tokenizer beyond the teacher's embedding",
+        _teacher_copy(_edit_json("config.json", vocab_size=300)),
+        2,
+        "but the teacher's embedding has 300 rows",
+    ),
+    Case(
+        "tokenizer of another model",
+        _teacher_copy(_edit_json("config.json", vocab_size=40_000)),
+        2,
+        "under 90% of the teacher's 40,000-row vocabulary",
+    ),
+    Case(
+        "attn_implementation flash_attention_4 on a CPU",
+        _model(attn_implementation="flash_attention_4"),
+        2,
+        "'flash_attention_4' needs a CUDA device",
+    ),
+]
 
 
 def _teacher_max_new_tokens_zero(tmp: Path, teacher: Path) -> tuple[Path, list[str]]:
@@ -199,41 +250,70 @@ def table(tmp: Path, **change: Any) -> dict[str, Any]:
     rows = tmp / "rows.jsonl"
     if not rows.exists():
         rows.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
-    return {"dataset_name": "table", "num_samples": 2, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-            "source": str(rows), "data_kwargs": {"query": "q", "answer": "a"}} | change  # fmt: skip
+    return {
+        "dataset_name": "table",
+        "num_samples": 2,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "source": str(rows),
+        "data_kwargs": {"query": "q", "answer": "a"},
+    } | change
 
 
 def several(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str]]:
     """A config with one mistake in each of four data configs."""
-    config = config_dict(tmp, teacher, data_configs=[
-        table(tmp, data_kwargs={"query": "qq", "answer": "a"}), table(tmp, num_samples=9),
-        table(tmp, source=str(tmp / "rows.jsnol")), table(tmp, data_kwargs={"query": "q", "filters": {"level": "x"}}),
-    ])  # fmt: skip
+    config = config_dict(
+        tmp,
+        teacher,
+        data_configs=[
+            table(tmp, data_kwargs={"query": "qq", "answer": "a"}),
+            table(tmp, num_samples=9),
+            table(tmp, source=str(tmp / "rows.jsnol")),
+            table(tmp, data_kwargs={"query": "q", "filters": {"level": "x"}}),
+        ],
+    )
     return config, [
-        "data_configs[0]: table: column 'qq' is missing", "data_configs[1]: table split 'train' holds 6 usable",
-        "data_configs[2]: source path", "data_configs[3]: table: column 'level' is missing",
-    ]  # fmt: skip
+        "data_configs[0]: table: column 'qq' is missing",
+        "data_configs[1]: table split 'train' holds 6 usable",
+        "data_configs[2]: source path",
+        "data_configs[3]: table: column 'level' is missing",
+    ]
 
 
 def invalid_and_data(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str]]:
     """An invalid config (two bad fields) whose valid data config and output are still checked."""
     (tmp / "out").mkdir()
-    config = config_dict(tmp, teacher, engine="transformer", data_configs=[
-        table(tmp, data_kwargs={"query": "qq"}), table(tmp, num_samples=-1), table(tmp, template="tokenizer_chatt"),
-    ])  # fmt: skip
+    config = config_dict(
+        tmp,
+        teacher,
+        engine="transformer",
+        data_configs=[
+            table(tmp, data_kwargs={"query": "qq"}),
+            table(tmp, num_samples=-1),
+            table(tmp, template="tokenizer_chatt"),
+        ],
+    )
     return config, [
         "engine: must be 'transformers', 'transformers-continuous' or 'vllm' (got \"transformer\"); did you mean "
-        "'transformers'?", "data_configs[1].num_samples: must be >= 0 (got -1)", "data_configs[2].template: unknown",
-        "Output path", "data_configs[0]: table: column 'qq' is missing",
-    ]  # fmt: skip
+        "'transformers'?",
+        "data_configs[1].num_samples: must be >= 0 (got -1)",
+        "data_configs[2].template: unknown",
+        "Output path",
+        "data_configs[0]: table: column 'qq' is missing",
+    ]
 
 
 def config_fields(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str]]:
     """Several bad fields of one config: each its own line."""
     config = config_dict(tmp, teacher, gen_batch_size=0, seed=-3, data_configs=[table(tmp, dataset_name="tabel")])
     config["model"]["generation_kwargs"] = {"max_new_tokens": 4, "temperature": -1}
-    return config, ["gen_batch_size: must be >= 1", "seed: must be >= 0", "dataset_name: unknown dataset 'tabel'",
-                    "generation_kwargs.temperature"]  # fmt: skip
+    return config, [
+        "gen_batch_size: must be >= 1",
+        "seed: must be >= 0",
+        "dataset_name: unknown dataset 'tabel'",
+        "generation_kwargs.temperature",
+    ]
 
 
 MULTI = {

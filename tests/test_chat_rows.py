@@ -21,12 +21,17 @@ def turn(role: str, content: str) -> dict[str, str]:
 
 
 CONVERSATIONS = [
-    [turn("system", "Be brief."), turn("user", "Hi"), turn("assistant", "Hello"), turn("user", "2+2?"),
-     turn("assistant", "4")],
+    [
+        turn("system", "Be brief."),
+        turn("user", "Hi"),
+        turn("assistant", "Hello"),
+        turn("user", "2+2?"),
+        turn("assistant", "4"),
+    ],
     [turn("user", "Name a colour.")],
     [turn("user", "Capital of Norway?"), turn("assistant", "Oslo")],
     [turn("user", "A"), turn("assistant", "B"), turn("user", "C")],
-]  # fmt: skip
+]
 DOCS = [["Doc zero."], ["Doc one a.", "Doc one b."], [], ["Doc three."]]
 
 
@@ -50,8 +55,17 @@ def chats(tmp_path: Path) -> Path:
 
 
 def data_config(source: Path, template: str = "qwen_3_chat", **fields: Any) -> dict[str, Any]:
-    config = {"dataset_name": "chat", "num_samples": 4, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-              "seed": 5, "source": str(source), "template": template, "data_kwargs": {"shuffle": False}}  # fmt: skip
+    config = {
+        "dataset_name": "chat",
+        "num_samples": 4,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "seed": 5,
+        "source": str(source),
+        "template": template,
+        "data_kwargs": {"shuffle": False},
+    }
     config.update(fields)
     return config
 
@@ -122,14 +136,21 @@ def test_tokenizer_chat_renders_the_messages_and_keeps_documents_intact(chats: P
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
-        ({"template": "default"}, PromptError, "template 'default' renders one plain-text prompt and cannot render a "
-         "conversation (a chat row); use one of tokenizer_chat, llama_chat, qwen_3_chat"),
-        ({"template_kwargs": {"system_prompt": "Other."}}, PromptError, "qwen_3_chat: the chat row has its own system "
-         "turn and template_kwargs.system_prompt is set too"),
+        (
+            {"template": "default"},
+            PromptError,
+            "template 'default' renders one plain-text prompt and cannot render a "
+            "conversation (a chat row); use one of tokenizer_chat, llama_chat, qwen_3_chat",
+        ),
+        (
+            {"template_kwargs": {"system_prompt": "Other."}},
+            PromptError,
+            "qwen_3_chat: the chat row has its own system turn and template_kwargs.system_prompt is set too",
+        ),
         ({"num_shots": 1}, DatasetError, "chat rows have no few-shot examples"),
         ({"num_samples": 5}, DatasetError, "chat split 'train' holds 4 usable samples (4 rows)"),
     ],
-)  # fmt: skip
+)
 def test_what_cannot_apply_is_refused_in_one_line(
     chats: Path, change: dict[str, Any], error: type[Exception], message: str
 ) -> None:

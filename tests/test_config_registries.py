@@ -30,8 +30,7 @@ TEMPLATES_KNOWN = "known: default, llama_chat, qwen_3_chat, tokenizer_chat"
 
 
 def data_config(**overrides: Any) -> dict[str, Any]:
-    config = {"dataset_name": "hotpot_qa", "num_samples": 1, "num_data_strs": 0, "num_shots": 0,
-              "subset": "distractor"}  # fmt: skip
+    config = {"dataset_name": "hotpot_qa", "num_samples": 1, "num_data_strs": 0, "num_shots": 0, "subset": "distractor"}
     config.update(overrides)
     return config
 

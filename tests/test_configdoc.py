@@ -185,22 +185,52 @@ def test_the_worked_key_example_is_what_the_table_recipe_computes(tmp_path: Path
     from gencache.data.samples import build_samples
 
     page = (REPO / DATASETS_PATH).read_text(encoding="utf-8")
-    row = {"id": 7, "question": "Who wrote Hamlet?", "answer": "Shakespeare",
-           "passages": ["Hamlet is a tragedy.", "It was written around 1600."], "lang": "en"}  # fmt: skip
+    row = {
+        "id": 7,
+        "question": "Who wrote Hamlet?",
+        "answer": "Shakespeare",
+        "passages": ["Hamlet is a tragedy.", "It was written around 1600."],
+        "lang": "en",
+    }
     assert json.dumps(row, ensure_ascii=False) in page
     source = tmp_path / "rows.jsonl"
     source.write_text(json.dumps(row) + "\n", encoding="utf-8")
-    (sample,) = build_samples([{"dataset_name": "table", "num_samples": 1, "num_data_strs": 0, "num_shots": 0,
-                                "subset": "default", "source": str(source),
-                                "data_kwargs": {"documents": "passages", "task": ["lang"]}}])  # fmt: skip
+    (sample,) = build_samples(
+        [
+            {
+                "dataset_name": "table",
+                "num_samples": 1,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "source": str(source),
+                "data_kwargs": {"documents": "passages", "task": ["lang"]},
+            }
+        ]
+    )
     assert f"Key: `{sample.key}`" in page
     chat = tmp_path / "chat.jsonl"
-    turns_in = [("user", "Capital of Norway?"), ("assistant", "Oslo."), ("user", "And of Sweden?"),
-                ("assistant", "Stockholm.")]  # fmt: skip
+    turns_in = [
+        ("user", "Capital of Norway?"),
+        ("assistant", "Oslo."),
+        ("user", "And of Sweden?"),
+        ("assistant", "Stockholm."),
+    ]
     messages = [{"role": role, "content": content} for role, content in turns_in]
     chat.write_text(json.dumps({"messages": messages}) + "\n", encoding="utf-8")
-    (turns,) = build_samples([{"dataset_name": "chat", "num_samples": 1, "num_data_strs": 0, "num_shots": 0,
-                               "subset": "default", "source": str(chat), "template": "qwen_3_chat"}])  # fmt: skip
+    (turns,) = build_samples(
+        [
+            {
+                "dataset_name": "chat",
+                "num_samples": 1,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "source": str(chat),
+                "template": "qwen_3_chat",
+            }
+        ]
+    )
     assert f"Key: `{turns.key}`" in page and turns.answer == "Stockholm."
 
 

@@ -48,19 +48,31 @@ def drop(column: str) -> Callable[[Row], Row]:
 
 # dataset, fixture, the config reading the copy, and its data_kwargs (every row is read)
 CASES: dict[str, tuple[str, Callable[[str], DataConfig], dict[str, Any]]] = {
-    "hotpot_qa": ("hotpot_qa.jsonl", lambda s: DataConfig("hotpot_qa", 48, split="train", source=s),
-                  {"difficulty": ["easy", "medium", "hard"]}),
+    "hotpot_qa": (
+        "hotpot_qa.jsonl",
+        lambda s: DataConfig("hotpot_qa", 48, split="train", source=s),
+        {"difficulty": ["easy", "medium", "hard"]},
+    ),
     "musique": ("musique.jsonl", lambda s: DataConfig("musique", 36, split="train", source=s), {}),
     "niah": ("niah.jsonl", lambda s: DataConfig("niah", 15, split="train", source=s), {}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize(
     ("name", "column"),
-    [("hotpot_qa", "question"), ("hotpot_qa", "answer"), ("hotpot_qa", "context"), ("hotpot_qa", "level"),
-     ("musique", "question"), ("musique", "answer"), ("musique", "paragraphs"),
-     ("niah", "context"), ("niah", "question"), ("niah", "answer")],
-)  # fmt: skip
+    [
+        ("hotpot_qa", "question"),
+        ("hotpot_qa", "answer"),
+        ("hotpot_qa", "context"),
+        ("hotpot_qa", "level"),
+        ("musique", "question"),
+        ("musique", "answer"),
+        ("musique", "paragraphs"),
+        ("niah", "context"),
+        ("niah", "question"),
+        ("niah", "answer"),
+    ],
+)
 def test_a_missing_column_names_it_the_file_and_the_columns_there(name: str, column: str, tmp_path: Path) -> None:
     fixture, config, kwargs = CASES[name]
     rows = [drop(column)(row) for row in read(FIX / fixture)]
@@ -86,11 +98,15 @@ ROW_CASES = [
     ("hotpot_qa", 4, _null(("question",)), "'question' is missing or null (the row has: id, answer"),
     ("hotpot_qa", 6, _null(("answer",)), "'answer' is missing or null"),
     ("hotpot_qa", 7, _null(("context", "sentences")), "'context.sentences' is missing or null (context has: title)"),
-    ("musique", 3, lambda row: row["paragraphs"][1].pop("paragraph_text"),
-     "'paragraphs[1].paragraph_text' is missing or null (paragraphs[1] has: idx, title, is_supporting)"),
+    (
+        "musique",
+        3,
+        lambda row: row["paragraphs"][1].pop("paragraph_text"),
+        "'paragraphs[1].paragraph_text' is missing or null (paragraphs[1] has: idx, title, is_supporting)",
+    ),
     ("musique", 8, _null(("question",)), "'question' is missing or null"),
     ("niah", 10, _null(("context",)), "'context' is missing or null (the row has: question, answer"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "row", "mutate", "message"), ROW_CASES)
@@ -173,11 +189,25 @@ def test_generate_exits_2_with_one_line_naming_the_missing_column(
 
     rows = [drop("question")(row) for row in read(FIX / "musique.jsonl")]
     path = write(tmp_path / "train.jsonl", rows)
-    data = {"dataset_name": "musique", "num_samples": 2, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-            "source": str(path)}  # fmt: skip
+    data = {
+        "dataset_name": "musique",
+        "num_samples": 2,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "source": str(path),
+    }
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model": {"model_path": str(tmp_path / "none")}, "data_configs": [data],
-                                  "output_dir": str(tmp_path / "out")}), encoding="utf-8")  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "model": {"model_path": str(tmp_path / "none")},
+                "data_configs": [data],
+                "output_dir": str(tmp_path / "out"),
+            }
+        ),
+        encoding="utf-8",
+    )
     assert cli_run(["generate", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err.splitlines()
     lines = [line for line in err if line.startswith("error:") and "column 'question'" in line]

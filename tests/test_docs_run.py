@@ -47,21 +47,47 @@ def commands(code: str) -> list[str]:
 
 
 def biography(seed: int, strs: int) -> dict[str, Any]:
-    return {"dataset_name": "biography", "num_samples": 7, "num_data_strs": strs, "num_shots": 0, "subset": "1k",
-            "split": "train", "seed": seed, "source": str(sample_source("biography")),
-            "data_kwargs": {"question_type": "QA"}, "template": "tokenizer_chat"}  # fmt: skip
+    return {
+        "dataset_name": "biography",
+        "num_samples": 7,
+        "num_data_strs": strs,
+        "num_shots": 0,
+        "subset": "1k",
+        "split": "train",
+        "seed": seed,
+        "source": str(sample_source("biography")),
+        "data_kwargs": {"question_type": "QA"},
+        "template": "tokenizer_chat",
+    }
 
 
 def workspace(directory: Path, teacher: Path) -> Path:
     """The pages' configs, for the tiny teacher, under ``directory/configs``; returns ``directory``."""
     configs = directory / CONFIGS
     configs.mkdir(parents=True)
-    default = {"model": {"model_path": str(teacher), "tokenizer_path": str(teacher), "dtype": "float32",
-                         "device": "cpu", "generation_kwargs": {"max_new_tokens": 8, "do_sample": False}},
-               "gen_batch_size": 8, "seed": 42}  # fmt: skip
-    hotpot = {"dataset_name": "hotpot_qa", "num_samples": 4, "num_data_strs": 0, "num_shots": 0,
-              "subset": "fullwiki", "split": "train", "seed": 0, "source": str(sample_source("hotpot_qa")),
-              "data_kwargs": {"difficulty": ["easy", "medium", "hard"]}, "template": "tokenizer_chat"}  # fmt: skip
+    default = {
+        "model": {
+            "model_path": str(teacher),
+            "tokenizer_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 8, "do_sample": False},
+        },
+        "gen_batch_size": 8,
+        "seed": 42,
+    }
+    hotpot = {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 4,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+        "split": "train",
+        "seed": 0,
+        "source": str(sample_source("hotpot_qa")),
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+        "template": "tokenizer_chat",
+    }
     files = {
         "_default.json": default,
         "biography_greedy_kl.json": {
@@ -95,8 +121,9 @@ def run_page(page: str, directory: Path, teacher: Path, monkeypatch: pytest.Monk
             lines = [line for line in commands(code) if not line.startswith(tuple(NOT_RUN))]
             left_out += [line for line in commands(code) if line.startswith(tuple(NOT_RUN))]
             for line in lines:
-                done = subprocess.run(["bash", "-e", "-c", line], cwd=directory, env=env, capture_output=True,
-                                      text=True, timeout=900)  # fmt: skip
+                done = subprocess.run(
+                    ["bash", "-e", "-c", line], cwd=directory, env=env, capture_output=True, text=True, timeout=900
+                )
                 assert done.returncode == 0, f"{where}: {line}\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
             continue
         for name, value in substitutions.items():

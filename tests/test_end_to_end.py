@@ -24,23 +24,44 @@ from gencache.run.api import generate
 
 def data_configs() -> list[dict[str, Any]]:
     return [
-        {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
-         "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-         "template": "tokenizer_chat", "source": str(sample_source("hotpot_qa"))},
-        {"dataset_name": "musique", "num_samples": 5, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-         "split": "train", "seed": 2, "source": str(sample_source("musique"))},
-    ]  # fmt: skip
+        {
+            "dataset_name": "hotpot_qa",
+            "num_samples": 6,
+            "num_data_strs": 0,
+            "num_shots": 0,
+            "subset": "fullwiki",
+            "split": "train",
+            "seed": 1,
+            "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+            "template": "tokenizer_chat",
+            "source": str(sample_source("hotpot_qa")),
+        },
+        {
+            "dataset_name": "musique",
+            "num_samples": 5,
+            "num_data_strs": 0,
+            "num_shots": 0,
+            "subset": "default",
+            "split": "train",
+            "seed": 2,
+            "source": str(sample_source("musique")),
+        },
+    ]
 
 
 def write_config(directory: Path, teacher: Path, output_dir: Path, **overrides: Any) -> Path:
     config: dict[str, Any] = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 12}},
+        "model": {
+            "model_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 12},
+        },
         "data_configs": data_configs(),
         "gen_batch_size": 4,
         "seed": 0,
         "output_dir": str(output_dir),
-    }  # fmt: skip
+    }
     config.update(overrides)
     path = directory / f"config-{len(list(directory.glob('config-*.json')))}.json"
     path.write_text(json.dumps(config), encoding="utf-8")
@@ -91,9 +112,11 @@ def test_resolved_config_records_the_run(published: Path, tiny_teacher_dir: Path
     reader = CacheReader(published)
     assert reader.provenance["model_path"] == str(tiny_teacher_dir)
     reader.check_compatible(
-        model_path=str(tiny_teacher_dir), tokenizer_path=str(tiny_teacher_dir), dtype="float32",
+        model_path=str(tiny_teacher_dir),
+        tokenizer_path=str(tiny_teacher_dir),
+        dtype="float32",
         tokenizer=resolved["tokenizer"],
-    )  # fmt: skip
+    )
 
 
 def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
@@ -110,9 +133,12 @@ def test_stored_tokens_equal_plain_generate_of_each_prompt_alone(
         ids = torch.tensor([sample.input_ids])
         with torch.inference_mode():
             out = tiny_model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=12,
+                do_sample=False,
                 pad_token_id=tiny_tokenizer.pad_token_id,
-            )[0, ids.shape[1]:].tolist()  # fmt: skip
+            )[0, ids.shape[1] :].tolist()
         cut = next((i + 1 for i, token in enumerate(out) if token in eos), len(out))
         stored = reader[sample.key]
         assert stored.sequences[0].tolist() == out[:cut]
@@ -348,14 +374,16 @@ def test_python_m_and_the_seed_script_are_aliases_of_the_cli(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("change", "error"),
     [
-        ({"model": {"generation_kwargs": {"max_new_tokens": 12, "do_sample": True, "num_return_sequences": 10**6}}},
-         "HeaderCapacityError"),
+        (
+            {"model": {"generation_kwargs": {"max_new_tokens": 12, "do_sample": True, "num_return_sequences": 10**6}}},
+            "HeaderCapacityError",
+        ),
         ({"data_configs": [dict(data_configs()[1], num_samples=500)]}, "DatasetError"),
         ({"model": {"generation_kwargs": {"max_new_tokens": 0}}}, "ConfigError"),
         ({"model": {"generation_kwargs": {"max_new_tokens": 12, "num_return_sequences": 2}}}, "ConfigError"),
     ],
     ids=["header-budget", "dataset-shortfall", "max-new-tokens", "greedy-with-several-sequences"],
-)  # fmt: skip
+)
 def test_model_free_checks_fail_before_the_teacher_loads(
     tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], error: str
 ) -> None:

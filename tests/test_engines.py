@@ -48,10 +48,14 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
     stats = EngineStats()
     entries = list(
         generate_continuous(
-            tiny_model, tiny_tokenizer, generation, prompts, options=ContinuousOptions(max_concurrent_sequences=3),
+            tiny_model,
+            tiny_tokenizer,
+            generation,
+            prompts,
+            options=ContinuousOptions(max_concurrent_sequences=3),
             stats=stats,
         )
-    )  # fmt: skip
+    )
     assert sorted(entry.key for entry in entries) == sorted(key for key, _ in prompts)
     ids_by_key = dict(prompts)
     reasons = set()
@@ -82,10 +86,14 @@ def test_continuous_uses_its_slots_on_kept_tokens_and_caps_rows_per_forward(
     list(generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4, stats=static_stats))
     list(
         generate_continuous(
-            tiny_model, tiny_tokenizer, generation, prompts, options=ContinuousOptions(max_concurrent_sequences=4),
+            tiny_model,
+            tiny_tokenizer,
+            generation,
+            prompts,
+            options=ContinuousOptions(max_concurrent_sequences=4),
             stats=continuous_stats,
         )
-    )  # fmt: skip
+    )
     assert continuous_stats.kept_tokens == static_stats.kept_tokens > 0
     assert continuous_stats.slots >= continuous_stats.kept_tokens
     assert continuous_stats.rows_per_forward <= 4
@@ -103,9 +111,13 @@ def test_num_return_sequences_and_seeded_sampling_are_reproducible(
 
     def run(seed: int) -> dict[str, Any]:
         entries = generate_continuous(
-            tiny_model, tiny_tokenizer, generation, prompts, options=ContinuousOptions(max_concurrent_sequences=4),
+            tiny_model,
+            tiny_tokenizer,
+            generation,
+            prompts,
+            options=ContinuousOptions(max_concurrent_sequences=4),
             seed=seed,
-        )  # fmt: skip
+        )
         return {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries}
 
     first, again, other = run(7), run(7), run(8)
@@ -160,17 +172,23 @@ def test_the_registry_names_every_engine() -> None:
 @pytest.mark.parametrize(
     ("settings", "engine", "fragment"),
     [
-        ({"repetition_penalty": 1.3}, ENGINE_CONTINUOUS, 'repetition_penalty = 1.3 exactly; remove it, or use '
-         'engine "transformers" or "vllm"'),
-        ({"min_new_tokens": 3}, ENGINE_CONTINUOUS, 'min_new_tokens = 3 exactly; remove it, or use '
-         'engine "transformers",'),
+        (
+            {"repetition_penalty": 1.3},
+            ENGINE_CONTINUOUS,
+            'repetition_penalty = 1.3 exactly; remove it, or use engine "transformers" or "vllm"',
+        ),
+        (
+            {"min_new_tokens": 3},
+            ENGINE_CONTINUOUS,
+            'min_new_tokens = 3 exactly; remove it, or use engine "transformers",',
+        ),
         ({"no_repeat_ngram_size": 2}, ENGINE_CONTINUOUS, "no_repeat_ngram_size"),
         ({"num_beams": 2}, ENGINE_CONTINUOUS, "num_beams"),
         ({"do_sample": True, "typical_p": 0.5}, ENGINE_CONTINUOUS, "typical_p"),
         ({"suppress_tokens": [5]}, ENGINE_VLLM, "suppress_tokens"),
         ({"min_new_tokens": 2}, ENGINE_VLLM, "min_new_tokens"),
     ],
-)  # fmt: skip
+)
 def test_settings_an_engine_cannot_honour_are_refused_naming_the_engine_that_does(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, settings: dict[str, Any], engine: str, fragment: str
 ) -> None:
@@ -185,9 +203,15 @@ def test_settings_an_engine_cannot_honour_are_refused_naming_the_engine_that_doe
 
 def test_neutral_values_are_never_refused(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:
     generation = resolve(
-        tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8, repetition_penalty=1.0, min_new_tokens=0, num_beams=1,
-        no_repeat_ngram_size=0, stop_strings=["x"],
-    )  # fmt: skip
+        tiny_teacher_dir,
+        tiny_tokenizer,
+        max_new_tokens=8,
+        repetition_penalty=1.0,
+        min_new_tokens=0,
+        num_beams=1,
+        no_repeat_ngram_size=0,
+        stop_strings=["x"],
+    )
     for engine in ALL_ENGINES:
         check_engine(engine, generation)
 
@@ -195,13 +219,21 @@ def test_neutral_values_are_never_refused(tiny_teacher_dir: Path, tiny_tokenizer
 def _config(tmp_path: Path, teacher: Path, engine: str, generation: dict[str, Any], **extra: Any) -> Path:
     config = {
         "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu", "generation_kwargs": generation},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "source": str(sample_source("musique"))}],
+        "data_configs": [
+            {
+                "dataset_name": "musique",
+                "num_samples": 6,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "source": str(sample_source("musique")),
+            }
+        ],
         "gen_batch_size": 2,
         "engine": engine,
         "output_dir": str(tmp_path / f"out-{engine}"),
         **extra,
-    }  # fmt: skip
+    }
     path = tmp_path / f"config-{engine}-{len(list(tmp_path.glob('config-*')))}.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return path
@@ -216,9 +248,14 @@ def _config(tmp_path: Path, teacher: Path, engine: str, generation: dict[str, An
     ],
 )
 def test_refusals_fail_before_the_teacher_loads_with_one_line_and_exit_code_two(
-    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    engine: str, generation: dict[str, Any], fragment: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    tiny_teacher_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    engine: str,
+    generation: dict[str, Any],
+    fragment: str,
+) -> None:
     import gencache.generation.teacher
 
     def load_teacher(*args: Any, **kwargs: Any) -> Any:
@@ -240,9 +277,12 @@ def test_vllm_without_vllm_installed_says_how_to_install_it(tiny_teacher_dir: Pa
         pytest.skip("vllm is installed in this environment")
     generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8)
     context = EngineContext(
-        generation=generation, tokenizer=tiny_tokenizer, model_path=str(tiny_teacher_dir), dtype="bfloat16",
+        generation=generation,
+        tokenizer=tiny_tokenizer,
+        model_path=str(tiny_teacher_dir),
+        dtype="bfloat16",
         device="cuda:0",
-    )  # fmt: skip
+    )
     with pytest.raises(ConfigError) as info:
         create_engine(ENGINE_VLLM, context)
     message = str(info.value)
@@ -269,10 +309,13 @@ def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: 
     static = generate(_config(tmp_path, tiny_teacher_dir, ENGINE_STATIC, generation))
     continuous = generate(
         _config(
-            tmp_path, tiny_teacher_dir, ENGINE_CONTINUOUS, generation,
+            tmp_path,
+            tiny_teacher_dir,
+            ENGINE_CONTINUOUS,
+            generation,
             engine_options={"max_concurrent_sequences": 3, "page_size": 16},
         )
-    )  # fmt: skip
+    )
     assert static is not None and continuous is not None
     a, b = _manifest(static), _manifest(continuous)
     assert len(a) == 6
@@ -284,9 +327,11 @@ def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: 
     assert recorded["engine"]["paged_cache"]["concurrency"] == 3
     assert recorded["config"]["engine"] == ENGINE_CONTINUOUS
     assert _resolved(static)["engine"] == {
-        "name": ENGINE_STATIC, "options": {}, "version": recorded["runtime"]["transformers"],
+        "name": ENGINE_STATIC,
+        "options": {},
+        "version": recorded["runtime"]["transformers"],
         "sampling": "greedy (no random draws)",
-    }  # fmt: skip
+    }
     determinism = recorded["runtime"]["determinism"]
     assert determinism["prefix_caching"] is True and determinism["batch_invariant"] is False
     assert determinism["tensor_parallel_size"] == 1 and determinism["gpu_name"] is None
@@ -312,8 +357,11 @@ def test_the_continuous_engine_on_an_older_transformers_is_refused_before_the_te
 ) -> None:
     generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8)
     context = EngineContext(
-        generation=generation, tokenizer=tiny_tokenizer, model_path=str(tiny_teacher_dir), dtype="float32",
+        generation=generation,
+        tokenizer=tiny_tokenizer,
+        model_path=str(tiny_teacher_dir),
+        dtype="float32",
         device="cpu",
-    )  # fmt: skip
+    )
     with pytest.raises(ConfigError, match=r'engine "transformers-continuous" needs transformers 5\.20 or later'):
         create_engine(ENGINE_CONTINUOUS, context)

@@ -27,9 +27,14 @@ def write_config(tmp_path: Path, teacher: Path) -> Path:
     generation = {"max_new_tokens": 8, "stop_strings": ["."]}
     model = config_dict(tmp_path, teacher)["model"] | {"generation_kwargs": generation}
     return factory_config(
-        tmp_path, teacher, name="config.json", model=model, data_configs=[musique(num_samples=6)],
-        engine="transformers-continuous", engine_options={"max_concurrent_sequences": 2, "page_size": 16},
-    )  # fmt: skip
+        tmp_path,
+        teacher,
+        name="config.json",
+        model=model,
+        data_configs=[musique(num_samples=6)],
+        engine="transformers-continuous",
+        engine_options={"max_concurrent_sequences": 2, "page_size": 16},
+    )
 
 
 def test_kill_9_mid_continuous_generation_leaves_no_output(tmp_path: Path, tiny_teacher_dir: Path) -> None:

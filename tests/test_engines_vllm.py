@@ -29,9 +29,14 @@ outputs = pytest.importorskip("vllm.outputs")
 
 def _completion(tokens: list[int], finish_reason: str | None, stop_reason: Any = None, index: int = 0) -> Any:
     return outputs.CompletionOutput(
-        index=index, text="ignored", token_ids=tokens, cumulative_logprob=None, logprobs=None,
-        finish_reason=finish_reason, stop_reason=stop_reason,
-    )  # fmt: skip
+        index=index,
+        text="ignored",
+        token_ids=tokens,
+        cumulative_logprob=None,
+        logprobs=None,
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+    )
 
 
 def _scanner(tokenizer: Any, eos: list[int], stops: list[str], max_new_tokens: int) -> FinishScanner:
@@ -55,9 +60,17 @@ def test_greedy_settings_map_to_sampling_params(tiny_teacher_dir: Path, tiny_tok
 
 def test_sampling_settings_map_to_sampling_params(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:
     generation = resolve(
-        tiny_teacher_dir, tiny_tokenizer, max_new_tokens=9, do_sample=True, temperature=0.7, top_p=0.8, top_k=11,
-        min_p=0.05, num_return_sequences=3, repetition_penalty=1.1,
-    )  # fmt: skip
+        tiny_teacher_dir,
+        tiny_tokenizer,
+        max_new_tokens=9,
+        do_sample=True,
+        temperature=0.7,
+        top_p=0.8,
+        top_k=11,
+        min_p=0.05,
+        num_return_sequences=3,
+        repetition_penalty=1.1,
+    )
     params = vllm.SamplingParams(**sampling_params_kwargs(generation, seed=5))
     assert (params.n, params.temperature, params.top_p, params.top_k) == (3, 0.7, 0.8, 11)
     assert params.min_p == pytest.approx(0.05)
@@ -100,9 +113,13 @@ def test_a_request_output_becomes_one_entry_with_texts_decoded_by_gencache(tiny_
     second = _completion(ids[:2], "stop", ids[1], index=1)
     first = _completion(ids[:4], "length", index=0)
     request = outputs.RequestOutput(
-        request_id="0", prompt=None, prompt_token_ids=[5, 6], prompt_logprobs=None, outputs=[second, first],
+        request_id="0",
+        prompt=None,
+        prompt_token_ids=[5, 6],
+        prompt_logprobs=None,
+        outputs=[second, first],
         finished=True,
-    )  # fmt: skip
+    )
     entry = request_output_to_entry("key", request, _scanner(tiny_tokenizer, [ids[1]], [], 4), tiny_tokenizer)
     assert [seq.tolist() for seq in entry.sequences] == [ids[:2], ids[:2]]  # index 0 is cut at its first EOS
     assert entry.finish_reasons == (FINISH_EOS, FINISH_EOS)
@@ -121,14 +138,26 @@ def test_vllm_publishes_a_verified_artifact_on_cuda(tmp_path: Path, tiny_teacher
     from gencache.run.api import generate
 
     config = {
-        "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cuda:0",
-                  "generation_kwargs": {"max_new_tokens": 12, "stop_strings": ["."]}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "source": str(sample_source("musique"))}],
+        "model": {
+            "model_path": str(tiny_teacher_dir),
+            "dtype": "float32",
+            "device": "cuda:0",
+            "generation_kwargs": {"max_new_tokens": 12, "stop_strings": ["."]},
+        },
+        "data_configs": [
+            {
+                "dataset_name": "musique",
+                "num_samples": 6,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "source": str(sample_source("musique")),
+            }
+        ],
         "engine": "vllm",
         "engine_options": {"gpu_memory_utilization": 0.3, "max_model_len": 4096, "enforce_eager": True},
         "output_dir": str(tmp_path / "out"),
-    }  # fmt: skip
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     out = generate(path)

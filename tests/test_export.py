@@ -26,12 +26,28 @@ def artifact(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -
     data = work / "musique-data"
     shutil.copytree(sample_source("musique"), data)
     config = {
-        "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 8}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 5, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "split": "train", "seed": 2, "source": str(data)}],
-        "gen_batch_size": 4, "seed": 0, "output_dir": str(work / "out"),
-    }  # fmt: skip
+        "model": {
+            "model_path": str(tiny_teacher_dir),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 8},
+        },
+        "data_configs": [
+            {
+                "dataset_name": "musique",
+                "num_samples": 5,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "split": "train",
+                "seed": 2,
+                "source": str(data),
+            }
+        ],
+        "gen_batch_size": 4,
+        "seed": 0,
+        "output_dir": str(work / "out"),
+    }
     path = work / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     out = generate(path)
@@ -176,9 +192,11 @@ def test_token_columns_and_provenance_survive_the_parquet(
     assert meta["entries_digest"] == entries.hexdigest() and meta["entries"] == len(reader)
     # the recipe the README gives for TRL: exact ids, completion_mask on the answer
     tokenized = table.map(
-        lambda r: {"input_ids": r["prompt_ids"] + r["completion_ids"],
-                   "completion_mask": [0] * len(r["prompt_ids"]) + [1] * len(r["completion_ids"])}
-    )  # fmt: skip
+        lambda r: {
+            "input_ids": r["prompt_ids"] + r["completion_ids"],
+            "completion_mask": [0] * len(r["prompt_ids"]) + [1] * len(r["completion_ids"]),
+        }
+    )
     first = tokenized[0]
     assert first["input_ids"][-first["token_length"] :] == first["completion_ids"]
     assert sum(first["completion_mask"]) == first["token_length"]
@@ -186,9 +204,18 @@ def test_token_columns_and_provenance_survive_the_parquet(
 
 @pytest.mark.parametrize(
     "damage",
-    ["empty", "list", "number", "utf8", "no-generation", "max-new-tokens", "model-path", "data-configs-int",
-     "data-configs-int-redigested"],
-)  # fmt: skip
+    [
+        "empty",
+        "list",
+        "number",
+        "utf8",
+        "no-generation",
+        "max-new-tokens",
+        "model-path",
+        "data-configs-int",
+        "data-configs-int-redigested",
+    ],
+)
 @pytest.mark.parametrize("prompts", [True, False])
 def test_a_damaged_record_stops_the_export_naming_the_file(
     artifact: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str, prompts: bool
@@ -255,9 +282,17 @@ def test_an_export_joins_back_to_the_source_rows(tmp_path: Path, tiny_teacher_di
         "data_kwargs": {"answer": "gold", "id": "qid"},
     }
     plain = {**table, "seed": 2, "data_kwargs": {"answer": "gold"}}
-    config = {"model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
-                        "generation_kwargs": {"max_new_tokens": 4}},
-              "data_configs": [table, plain], "gen_batch_size": 4, "output_dir": str(tmp_path / "out")}  # fmt: skip
+    config = {
+        "model": {
+            "model_path": str(tiny_teacher_dir),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 4},
+        },
+        "data_configs": [table, plain],
+        "gen_batch_size": 4,
+        "output_dir": str(tmp_path / "out"),
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     published = gencache.generate(path, limit=3)

@@ -286,9 +286,11 @@ def test_plan_batches_is_longest_first_stable_and_chunked() -> None:
 
 @pytest.mark.parametrize(
     ("change", "call"),
-    [({"gen_batch_size": 0}, lambda: plan_batches([1], 0)), ({"model": {"model_path": "t", "dtype": "float8"}},
-      lambda: torch_dtype("float8"))],
-)  # fmt: skip
+    [
+        ({"gen_batch_size": 0}, lambda: plan_batches([1], 0)),
+        ({"model": {"model_path": "t", "dtype": "float8"}}, lambda: torch_dtype("float8")),
+    ],
+)
 def test_a_batch_size_or_dtype_without_a_config_meets_the_configs_rule_in_its_words(
     tmp_path: Path, change: dict[str, Any], call: Any
 ) -> None:

@@ -84,10 +84,15 @@ def test_float32_continuous_engine_on_cuda_matches_the_static_engine(tmp_path: P
     static = generate(config(tmp_path, tiny_teacher_dir, "float32", 4, "static"))
     continuous = generate(
         config(
-            tmp_path, tiny_teacher_dir, "float32", 4, "continuous", engine="transformers-continuous",
+            tmp_path,
+            tiny_teacher_dir,
+            "float32",
+            4,
+            "continuous",
+            engine="transformers-continuous",
             engine_options={"max_concurrent_sequences": 4},
         )
-    )  # fmt: skip
+    )
     assert static is not None and continuous is not None and verify(continuous) == []
     assert _digests(static) == _digests(continuous)
     resolved = json.loads((continuous / "resolved_config.json").read_text(encoding="utf-8"))

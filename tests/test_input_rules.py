@@ -42,9 +42,13 @@ def test_an_engine_refuses_options_it_did_not_get_validated(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, options: Any
 ) -> None:
     context = EngineContext(
-        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2), tokenizer=tiny_tokenizer,
-        model_path=str(tiny_teacher_dir), dtype="float32", device="cpu", options=options,
-    )  # fmt: skip
+        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2),
+        tokenizer=tiny_tokenizer,
+        model_path=str(tiny_teacher_dir),
+        dtype="float32",
+        device="cpu",
+        options=options,
+    )
     with pytest.raises(ConfigError, match=f"must be a validated StaticOptions, not {type(options).__name__}"):
         create_engine("transformers", context)
     assert create_engine("transformers", replace(context, options=StaticOptions())).name == "transformers"

@@ -78,7 +78,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "backslash": write_artifact(root / "back\\slash", entries[:2]),
         "emoji": write_artifact(root / "a:smile:b", entries[:2]),
         "cublas": with_determinism(root / "cublas", entries[:2], cublas_workspace_config=":4096:8"),
-    }  # fmt: skip
+    }
     for index in (0, 1, 3):
         write_shard(root / "sharded", index, 4, entries, "d" * 64)
     shard = Path(f"{root / 'sharded'}-shard-00001-of-00004")
@@ -92,8 +92,17 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return found | {name: root / name for name in ("sharded", "damaged", "parent", "missing")}
 
 
-PLAIN = [["one"], ["determinism"], ["empty"], ["sharded"], ["one", "other", "determinism"], ["missing"],
-         ["parent", "one"], ["names"], ["one", "sharded", "missing"]]  # fmt: skip
+PLAIN = [
+    ["one"],
+    ["determinism"],
+    ["empty"],
+    ["sharded"],
+    ["one", "other", "determinism"],
+    ["missing"],
+    ["parent", "one"],
+    ["names"],
+    ["one", "sharded", "missing"],
+]
 RICH_ONLY = [["wide"], ["backslash"], ["emoji"], ["cublas"], ["one", "wide"]]
 
 

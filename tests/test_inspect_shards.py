@@ -109,32 +109,51 @@ def test_export_under_a_file_names_the_parent_that_is_not_a_directory(
     out = tmp_path / "a-file" / "sub" / "x.jsonl"
     assert run(["export", str(base), "--out", str(out), "--no-prompts"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"error: Cannot write {out}: {tmp_path / 'a-file'} is not a directory; choose an --out path "
-                     "under a directory."]  # fmt: skip
+    assert lines == [
+        f"error: Cannot write {out}: {tmp_path / 'a-file'} is not a directory; choose an --out path under a directory."
+    ]
 
 
 def test_shard_data_configs_partition_the_run_counts() -> None:
     samples = [(0, "k1"), (0, "k2"), (0, "k1"), (1, "k2"), (1, "k3")]
     first = shard_data_configs(samples, {"k1", "k3"}, 3)
     second = shard_data_configs(samples, {"k2"}, 3)
-    assert first == [{"index": 0, "samples": 2, "unique": 1}, {"index": 1, "samples": 1, "unique": 1},
-                     {"index": 2, "samples": 0, "unique": 0}]  # fmt: skip
-    assert second == [{"index": 0, "samples": 1, "unique": 1}, {"index": 1, "samples": 1, "unique": 1},
-                      {"index": 2, "samples": 0, "unique": 0}]  # fmt: skip
+    assert first == [
+        {"index": 0, "samples": 2, "unique": 1},
+        {"index": 1, "samples": 1, "unique": 1},
+        {"index": 2, "samples": 0, "unique": 0},
+    ]
+    assert second == [
+        {"index": 0, "samples": 1, "unique": 1},
+        {"index": 1, "samples": 1, "unique": 1},
+        {"index": 2, "samples": 0, "unique": 0},
+    ]
 
 
 def test_inspect_reports_each_shards_own_counts_per_data_config_and_their_total(
     tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = str(sample_source("musique"))
-    data_config = {"dataset_name": "musique", "num_data_strs": 0, "num_shots": 0, "subset": "default",
-                   "split": "train", "source": source}  # fmt: skip
+    data_config = {
+        "dataset_name": "musique",
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "split": "train",
+        "source": source,
+    }
     config = {
-        "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 3}},
+        "model": {
+            "model_path": str(tiny_teacher_dir),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 3},
+        },
         "data_configs": [{**data_config, "num_samples": 4, "seed": 1}, {**data_config, "num_samples": 3, "seed": 2}],
-        "gen_batch_size": 4, "seed": 0, "output_dir": str(tmp_path / "out"),
-    }  # fmt: skip
+        "gen_batch_size": 4,
+        "seed": 0,
+        "output_dir": str(tmp_path / "out"),
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     base = gencache.generate(path, shards=2)

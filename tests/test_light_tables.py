@@ -111,8 +111,13 @@ def test_parquet_is_read_as_datasets_reads_it(tmp_path: Path) -> None:
     light = read_light([path], "x")
     assert light is not None
     same_rows(light, _read_with_datasets([path], "x"))
-    declared = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": {"q": {
-        "_type": "Sequence", "feature": {"_type": "Value", "dtype": "string"}}}}})})  # fmt: skip
+    declared = table.replace_schema_metadata(
+        {
+            "huggingface": json.dumps(
+                {"info": {"features": {"q": {"_type": "Sequence", "feature": {"_type": "Value", "dtype": "string"}}}}}
+            )
+        }
+    )
     pq.write_table(declared, path)
     assert read_light([path], "x") is None  # a feature datasets decodes: datasets reads it
 
@@ -139,10 +144,16 @@ TABLE_ROWS = [
     {"q": "Quelle heure est-il ?", "a": "midi", "ctx": "tab\there", "lang": "fr"},
 ]
 CHAT_ROWS = [
-    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi, there"},
-                  {"role": "assistant", "content": "Hello."}], "topic": "greeting"},
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi, there"},
+            {"role": "assistant", "content": "Hello."},
+        ],
+        "topic": "greeting",
+    },
     {"messages": [{"role": "user", "content": "Name a colour"}], "topic": "colour"},
-]  # fmt: skip
+]
 
 
 def write_delimited(path: Path, rows: list[dict[str, Any]], delimiter: str) -> Path:
@@ -159,8 +170,15 @@ def write_delimited(path: Path, rows: list[dict[str, Any]], delimiter: str) -> P
 
 
 def keys(source: Path, dataset: str, tokenizer: Any = None, **data_kwargs: Any) -> list[str]:
-    dc = {"dataset_name": dataset, "num_samples": 2, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-          "source": str(source), "data_kwargs": data_kwargs}  # fmt: skip
+    dc = {
+        "dataset_name": dataset,
+        "num_samples": 2,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "source": str(source),
+        "data_kwargs": data_kwargs,
+    }
     if dataset == "chat":
         dc["template"] = "tokenizer_chat"
     return [s.key for s in build_samples(parse_data_configs([dc]), tokenizer=tokenizer)]
@@ -193,8 +211,11 @@ def test_csv_errors_name_the_line(tmp_path: Path, tokenizer: Any) -> None:
     with pytest.raises(DatasetError, match=r"chat\.csv line 3: 'messages' is not JSON"):
         keys(chat, "chat", tokenizer, shuffle=False)
     typo = write_delimited(tmp_path / "typo.csv", TABLE_ROWS, ",")
-    with pytest.raises(DatasetError, match=r"column 'qq' is missing from .*typo\.csv \(its columns: q, a, ctx, lang\); "
-                       r"did you mean 'q'\? set data_kwargs\.query to one of the file's columns"):  # fmt: skip
+    with pytest.raises(
+        DatasetError,
+        match=r"column 'qq' is missing from .*typo\.csv \(its columns: q, a, ctx, lang\); "
+        r"did you mean 'q'\? set data_kwargs\.query to one of the file's columns",
+    ):
         keys(typo, "table", query="qq")
 
 

@@ -169,8 +169,11 @@ def test_show_prompt_prints_the_rendered_parts_and_token_count(
 def test_dry_run_shows_as_a_flag_in_help() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gencache", "generate", "--help"],
-        capture_output=True, text=True, env=os.environ | {"COLUMNS": "200"}, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=os.environ | {"COLUMNS": "200"},
+        check=True,
+    )
     line = next(line for line in result.stdout.splitlines() if "--dry-run" in line)
     assert "<bool>" not in line
 
@@ -185,15 +188,26 @@ def test_set_output_dir_and_limit_are_applied_validated_and_recorded(tmp_path: P
     assert resolved["config"]["gen_batch_size"] == 3 and resolved["generation"]["max_new_tokens"] == 4
     assert resolved["config"]["data_configs"][0]["num_samples"] == 3
     assert resolved["overrides"] == {
-        "set": ["model.generation_kwargs.max_new_tokens=4", "gen_batch_size=3"], "output_dir": str(out), "limit": 3
-    }  # fmt: skip
+        "set": ["model.generation_kwargs.max_new_tokens=4", "gen_batch_size=3"],
+        "output_dir": str(out),
+        "limit": 3,
+    }
     assert not (tmp_path / "out").exists()
 
 
 def test_limit_keeps_a_prefix_of_the_full_selection(tmp_path: Path) -> None:
-    hotpot = {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
-              "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-              "template": "default", "source": str(sample_source("hotpot_qa"))}  # fmt: skip
+    hotpot = {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 6,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+        "split": "train",
+        "seed": 1,
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+        "template": "default",
+        "source": str(sample_source("hotpot_qa")),
+    }
     config = write_config(tmp_path, tmp_path / "teacher", data_configs=[musique(num_samples=6), hotpot])
     checked = check_config(config, Overrides(limit=2))
     assert checked.config is not None and not checked.problems
@@ -237,26 +251,63 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
 @pytest.mark.parametrize(
     ("change", "overrides", "expected", "alone"),
     [
-        pytest.param({"gen_batch_size": 0}, Overrides(sets=("model.dtype=float32",)),
-                     [("gen_batch_size", "{config}: gen_batch_size: must be >= 1")], [0], id="the file's own"),
-        pytest.param({}, Overrides(sets=("model.dtype=float8", f"model={_MODEL}")),
-                     [("model.dtype", f"--set model={_MODEL}: model.dtype: must be")], [0], id="a replaced object"),
-        pytest.param({}, Overrides(sets=('data_configs.0={"dataset_name": "musique"}',)),
-                     [("data_configs[0]", '--set data_configs.0={"dataset_name": "musique"}: data_configs[0]: missing '
-                       "required fields")], [], id="a replaced list item"),
-        pytest.param({}, Overrides(sets=("data_configs.0.seed=x",)),
-                     [("data_configs[0].seed", "--set data_configs.0.seed=x: data_configs[0].seed: must be an "
-                       "integer")], [], id="a list item's field"),
-        pytest.param({"engine": "vllm", "engine_options": {"max_num_seqs": 4}},
-                     Overrides(sets=("engine=transformers",)),
-                     [("engine_options.max_num_seqs", "--set engine=transformers: engine_options.max_num_seqs: unknown "
-                       "option of engine 'transformers'")], [0], id="a field checked against the set one"),
-        pytest.param({}, Overrides(output_dir="", limit=0),
-                     [("--limit", "--limit must be a positive number of samples, got 0."),
-                      ("output_dir", "--output-dir : output_dir: must be a non-empty string")], [0],
-                     id="output-dir and limit"),
+        pytest.param(
+            {"gen_batch_size": 0},
+            Overrides(sets=("model.dtype=float32",)),
+            [("gen_batch_size", "{config}: gen_batch_size: must be >= 1")],
+            [0],
+            id="the file's own",
+        ),
+        pytest.param(
+            {},
+            Overrides(sets=("model.dtype=float8", f"model={_MODEL}")),
+            [("model.dtype", f"--set model={_MODEL}: model.dtype: must be")],
+            [0],
+            id="a replaced object",
+        ),
+        pytest.param(
+            {},
+            Overrides(sets=('data_configs.0={"dataset_name": "musique"}',)),
+            [
+                (
+                    "data_configs[0]",
+                    '--set data_configs.0={"dataset_name": "musique"}: data_configs[0]: missing required fields',
+                )
+            ],
+            [],
+            id="a replaced list item",
+        ),
+        pytest.param(
+            {},
+            Overrides(sets=("data_configs.0.seed=x",)),
+            [("data_configs[0].seed", "--set data_configs.0.seed=x: data_configs[0].seed: must be an integer")],
+            [],
+            id="a list item's field",
+        ),
+        pytest.param(
+            {"engine": "vllm", "engine_options": {"max_num_seqs": 4}},
+            Overrides(sets=("engine=transformers",)),
+            [
+                (
+                    "engine_options.max_num_seqs",
+                    "--set engine=transformers: engine_options.max_num_seqs: unknown option of engine 'transformers'",
+                )
+            ],
+            [0],
+            id="a field checked against the set one",
+        ),
+        pytest.param(
+            {},
+            Overrides(output_dir="", limit=0),
+            [
+                ("--limit", "--limit must be a positive number of samples, got 0."),
+                ("output_dir", "--output-dir : output_dir: must be a non-empty string"),
+            ],
+            [0],
+            id="output-dir and limit",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_problem_is_named_after_the_override_whose_path_holds_it(
     tmp_path: Path, change: dict[str, Any], overrides: Overrides, expected: list[tuple[str, str]], alone: list[int]
 ) -> None:
@@ -380,9 +431,16 @@ def test_a_recipe_warning_is_one_warning_line_without_a_source_path(
 ) -> None:
     import warnings
 
-    hotpot = {"dataset_name": "hotpot_qa", "num_samples": 2, "num_data_strs": 0, "num_shots": 1, "subset": "fullwiki",
-              "split": "train", "source": str(sample_source("hotpot_qa")),
-              "data_kwargs": {"difficulty": ["easy", "medium", "hard"]}}  # fmt: skip
+    hotpot = {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 2,
+        "num_data_strs": 0,
+        "num_shots": 1,
+        "subset": "fullwiki",
+        "split": "train",
+        "source": str(sample_source("hotpot_qa")),
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+    }
     config = write_config(tmp_path, tiny_teacher_dir, data_configs=[hotpot])
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -437,9 +495,18 @@ def test_a_signal_while_the_interpreter_tears_down_keeps_the_command_s_code(sign
 
 @pytest.mark.parametrize(
     ("value", "is_path"),
-    [("a/b/c", True), ("models/", True), ("data/train.jsonl", True), ("train.parquet", True), ("./x", True),
-     ("~/x", True), ("org/name", False), ("name", False), ("Qwen/Qwen3-8B", False)],
-)  # fmt: skip
+    [
+        ("a/b/c", True),
+        ("models/", True),
+        ("data/train.jsonl", True),
+        ("train.parquet", True),
+        ("./x", True),
+        ("~/x", True),
+        ("org/name", False),
+        ("name", False),
+        ("Qwen/Qwen3-8B", False),
+    ],
+)
 def test_one_rule_says_what_is_a_local_path_for_models_and_datasets(value: str, is_path: bool) -> None:
     from gencache.config import looks_like_path
     from gencache.core.errors import DatasetError

@@ -25,15 +25,23 @@ from gencache.data.samples import build_samples
 from support.plugin_helpers import EXAMPLE, REPO, install_package, write_project
 
 TERMS = [
-    {"term": f"term{i}", "definition": f"Definition {i}.", "notes": [f"Note {i}a.", f"Note {i}b."],
-     "domain": ["physics", "biology"][i % 2]}
+    {
+        "term": f"term{i}",
+        "definition": f"Definition {i}.",
+        "notes": [f"Note {i}a.", f"Note {i}b."],
+        "domain": ["physics", "biology"][i % 2],
+    }
     for i in range(6)
-]  # fmt: skip
+]
 
 
 def hand_key(row: dict[str, Any]) -> str:
-    payload = {"documents": row["notes"], "query": f"What does {row['term']} mean?", "shots": [],
-               "task": {"domain": row["domain"]}}  # fmt: skip
+    payload = {
+        "documents": row["notes"],
+        "query": f"What does {row['term']} mean?",
+        "shots": [],
+        "task": {"domain": row["domain"]},
+    }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -59,20 +67,32 @@ def glossary(tmp_path: Path) -> Path:
 
 
 def data_config(source: Path, num_samples: int = 4, **overrides: Any) -> dict[str, Any]:
-    config = {"dataset_name": "glossary", "num_samples": num_samples, "num_data_strs": 0, "num_shots": 0,
-              "subset": "default", "split": "train", "seed": 3, "source": str(source)}  # fmt: skip
+    config = {
+        "dataset_name": "glossary",
+        "num_samples": num_samples,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "split": "train",
+        "seed": 3,
+        "source": str(source),
+    }
     config.update(overrides)
     return config
 
 
 def write_config(directory: Path, teacher: Path, source: Path, **overrides: Any) -> Path:
     config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 4}},
+        "model": {
+            "model_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 4},
+        },
         "data_configs": [data_config(source)],
         "output_dir": str(directory / "out"),
         **overrides,
-    }  # fmt: skip
+    }
     path = directory / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return path
@@ -94,9 +114,13 @@ def test_the_example_plugin_is_found_and_keys_follow_the_rule(site: Path, glossa
 
 
 def test_dry_run_generate_and_distillation_dataset_use_the_plugin(
-    site: Path, glossary: Path, tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any,
+    site: Path,
+    glossary: Path,
+    tmp_path: Path,
+    tiny_teacher_dir: Path,
+    tiny_tokenizer: Any,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     from gencache.training import DistillationDataset
 
     install_package(EXAMPLE, site)
@@ -109,9 +133,13 @@ def test_dry_run_generate_and_distillation_dataset_use_the_plugin(
     built = build_samples([data_config(glossary)])
     assert set(manifest["entries"]) == set(built.keys())
     dataset = DistillationDataset(
-        config, tiny_tokenizer, tmp_path / "out",
-        model_path=str(tiny_teacher_dir), tokenizer_path=str(tiny_teacher_dir), dtype="float32",
-    )  # fmt: skip
+        config,
+        tiny_tokenizer,
+        tmp_path / "out",
+        model_path=str(tiny_teacher_dir),
+        tokenizer_path=str(tiny_teacher_dir),
+        dtype="float32",
+    )
     assert len(dataset) == 4
     assert [dataset[i]["key"] for i in range(4)] == [hand_key(row) for row in _selected(4)]
 
@@ -128,8 +156,11 @@ def test_a_fresh_process_finds_the_installed_plugin(site: Path, glossary: Path, 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO / "src")])}
     result = subprocess.run(
         [sys.executable, "-m", "gencache", "generate", str(config), "--dry-run"],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 2  # no teacher: the dry run says so after counting the plug-in's rows
     assert "glossary" in result.stderr and "does not exist" in result.stderr
 
@@ -182,20 +213,41 @@ RECIPE = Refusing()
 @pytest.mark.parametrize(
     ("name", "source", "expected"),
     [
-        ("broken", BROKEN_IMPORT, "recipe plug-in 'broken' (entry point broken = broken_recipe:RECIPE of broken-recipe "
-         "0.0.1) failed to import: ModuleNotFoundError: No module named 'gencache_no_such_module_anywhere'"),
-        ("malformed", MALFORMED, "recipe plug-in 'malformed' (entry point malformed = malformed_recipe:RECIPE of "
-         "malformed-recipe 0.0.1) returned malformed samples: sample 0: Semantic payload must contain exactly"),
-        ("raising", RAISING, "recipe plug-in 'raising' (entry point raising = raising_recipe:RECIPE of raising-recipe "
-         "0.0.1) failed in load: ZeroDivisionError: division by zero in my dataset code"),
-        ("refusing", REFUSING, "recipe plug-in 'refusing' (entry point refusing = refusing_recipe:RECIPE of "
-         "refusing-recipe 0.0.1): the glossary has no rows for this subset"),
+        (
+            "broken",
+            BROKEN_IMPORT,
+            "recipe plug-in 'broken' (entry point broken = broken_recipe:RECIPE of broken-recipe "
+            "0.0.1) failed to import: ModuleNotFoundError: No module named 'gencache_no_such_module_anywhere'",
+        ),
+        (
+            "malformed",
+            MALFORMED,
+            "recipe plug-in 'malformed' (entry point malformed = malformed_recipe:RECIPE of "
+            "malformed-recipe 0.0.1) returned malformed samples: sample 0: Semantic payload must contain exactly",
+        ),
+        (
+            "raising",
+            RAISING,
+            "recipe plug-in 'raising' (entry point raising = raising_recipe:RECIPE of raising-recipe "
+            "0.0.1) failed in load: ZeroDivisionError: division by zero in my dataset code",
+        ),
+        (
+            "refusing",
+            REFUSING,
+            "recipe plug-in 'refusing' (entry point refusing = refusing_recipe:RECIPE of "
+            "refusing-recipe 0.0.1): the glossary has no rows for this subset",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_faulty_plugin_is_one_line_naming_it(
-    name: str, source: str, expected: str, site: Path, glossary: Path, tmp_path: Path,
+    name: str,
+    source: str,
+    expected: str,
+    site: Path,
+    glossary: Path,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     install_package(EXAMPLE, site)
     project = write_project(tmp_path / name, f"{name}-recipe", source, f'{name} = "{name}_recipe:RECIPE"')
     install_package(project, site)
@@ -237,8 +289,10 @@ def test_the_helper_installs_what_an_installer_does(tmp_path: Path) -> None:
     target = tmp_path / "real"
     built = subprocess.run(
         [uv, "pip", "install", "--offline", "--no-deps", "--quiet", "--target", str(target), str(EXAMPLE)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if built.returncode != 0:
         pytest.skip(f"the example cannot be built offline here: {built.stderr.strip().splitlines()[-1:]}")
     helper = install_package(EXAMPLE, tmp_path / "helper")

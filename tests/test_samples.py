@@ -150,10 +150,12 @@ def test_thinking_markup_and_tokenizer_never_change_keys(tiny_tokenizer: Any) ->
     tokenizer renders the prompt (the golden one and the tiny teacher's)."""
     plain = build_samples([data_config("hotpot_qa-1")])
     thinking = [
-        build_samples([data_config("hotpot_qa-1", template="tokenizer_chat",
-                                   template_kwargs={"enable_thinking": flag})], tokenizer=tiny_tokenizer)
+        build_samples(
+            [data_config("hotpot_qa-1", template="tokenizer_chat", template_kwargs={"enable_thinking": flag})],
+            tokenizer=tiny_tokenizer,
+        )
         for flag in (False, True)
-    ]  # fmt: skip
+    ]
     assert "<think>" in thinking[0].samples[0].prompt_text and "<think>" not in thinking[1].samples[0].prompt_text
     tokenized = build_samples([data_config("hotpot_qa-1")], tokenizer=tiny_tokenizer)
     assert tokenized.samples[0].input_ids is not None and plain.samples[0].input_ids is None
@@ -281,16 +283,33 @@ def test_samples_remember_their_source_row() -> None:
     from gencache.data.recipes import sample_source
 
     source = sample_source("musique")
-    config = {"dataset_name": "musique", "num_samples": 4, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-              "split": "train", "seed": 2, "source": str(source)}  # fmt: skip
+    config = {
+        "dataset_name": "musique",
+        "num_samples": 4,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "split": "train",
+        "seed": 2,
+        "source": str(source),
+    }
     rows = [json.loads(line) for line in (source / "train.jsonl").read_text(encoding="utf-8").splitlines()]
     for sample in build_samples([config]):
         assert sample.row is not None and rows[sample.row]["question"] == sample.query
         assert sample.row_id is None and sample.source_id == sample.row
         assert sample.reference == rows[sample.row]["answer"] == sample.answer
     people = sample_source("biography")
-    config = {"dataset_name": "biography", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "1k",
-              "split": "train", "seed": 0, "source": str(people), "data_kwargs": {"question_type": "QA"}}  # fmt: skip
+    config = {
+        "dataset_name": "biography",
+        "num_samples": 3,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "1k",
+        "split": "train",
+        "seed": 0,
+        "source": str(people),
+        "data_kwargs": {"question_type": "QA"},
+    }
     table = [json.loads(line) for line in (people / "1k" / "train.jsonl").read_text(encoding="utf-8").splitlines()]
     for sample in build_samples([config]):  # the row of the person asked about, not a position among kept people
         assert sample.row is not None

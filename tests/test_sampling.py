@@ -101,8 +101,13 @@ def test_static_and_continuous_answers_ignore_batch_size_concurrency_subset_and_
         return _answers(generate_continuous(tiny_model, tiny_tokenizer, generation, chosen, options=options, seed=11))
 
     reference = static(prompts, 1)
-    for other in (static(prompts, 4), static(shuffled, 16), continuous(prompts, 1), continuous(shuffled, 4),
-                  continuous(prompts, 16)):  # fmt: skip
+    for other in (
+        static(prompts, 4),
+        static(shuffled, 16),
+        continuous(prompts, 1),
+        continuous(shuffled, 4),
+        continuous(prompts, 16),
+    ):
         assert other == reference
     for other in (static(subset, 3), continuous(subset, 16)):
         assert other == {key: reference[key] for key in other}
@@ -125,9 +130,18 @@ def _digests(path: Path) -> dict[str, str]:
 
 
 def _hotpot() -> dict[str, Any]:
-    return {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
-            "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-            "template": "default", "source": str(sample_source("hotpot_qa"))}  # fmt: skip
+    return {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 6,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+        "split": "train",
+        "seed": 1,
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+        "template": "default",
+        "source": str(sample_source("hotpot_qa")),
+    }
 
 
 @pytest.mark.slow
@@ -139,16 +153,27 @@ def _hotpot() -> dict[str, Any]:
 def test_runs_store_the_same_entries_across_batching_shards_limit_and_order(
     tmp_path: Path, tiny_teacher_dir: Path, engine: str, settings: dict[str, Any]
 ) -> None:
-    model = {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
-             "generation_kwargs": {"max_new_tokens": 6, **settings}}  # fmt: skip
+    model = {
+        "model_path": str(tiny_teacher_dir),
+        "dtype": "float32",
+        "device": "cpu",
+        "generation_kwargs": {"max_new_tokens": 6, **settings},
+    }
     configs = [musique(num_samples=6), _hotpot()]
 
     def run(name: str, size: int, *, order: list[dict[str, Any]] = configs, **kwargs: Any) -> dict[str, str]:
         options = {"max_concurrent_sequences": size} if engine == "transformers-continuous" else {}
         config = write_config(
-            tmp_path, tiny_teacher_dir, model=model, data_configs=order, gen_batch_size=size, engine=engine,
-            engine_options=options, seed=9, output_dir=str(tmp_path / name),
-        )  # fmt: skip
+            tmp_path,
+            tiny_teacher_dir,
+            model=model,
+            data_configs=order,
+            gen_batch_size=size,
+            engine=engine,
+            engine_options=options,
+            seed=9,
+            output_dir=str(tmp_path / name),
+        )
         return _digests(gencache.generate(config, **kwargs))
 
     reference = run("one", 1)

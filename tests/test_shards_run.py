@@ -33,9 +33,18 @@ def shard_path(base: Path, index: int, count: int) -> Path:
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:
     """Six MuSiQue and six HotpotQA samples: enough keys for every shard."""
-    hotpot = {"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
-              "split": "train", "seed": 1, "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-              "template": "default", "source": str(sample_source("hotpot_qa"))}  # fmt: skip
+    hotpot = {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 6,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+        "split": "train",
+        "seed": 1,
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+        "template": "default",
+        "source": str(sample_source("hotpot_qa")),
+    }
     return factory_config(tmp_path, teacher, name="config.json", data_configs=[musique(num_samples=6), hotpot])
 
 

@@ -17,11 +17,19 @@ from gencache.data.prompts import ContextBlock
 from gencache.data.samples import build_samples
 
 ROWS = [
-    {"id": i, "question": f"Question {i}?", "answer": f"Answer {i}", "passages": [f"P{i} one.", f"P{i} two."],
-     "objects": [{"text": f"O{i} first.", "score": 1}, {"text": f"O{i} second.", "score": 2}],
-     "title": f"Title {i}", "body": f"Body {i}.", "lang": ["en", "de", "fr"][i % 3], "level": i % 2}
+    {
+        "id": i,
+        "question": f"Question {i}?",
+        "answer": f"Answer {i}",
+        "passages": [f"P{i} one.", f"P{i} two."],
+        "objects": [{"text": f"O{i} first.", "score": 1}, {"text": f"O{i} second.", "score": 2}],
+        "title": f"Title {i}",
+        "body": f"Body {i}.",
+        "lang": ["en", "de", "fr"][i % 3],
+        "level": i % 2,
+    }
     for i in range(12)
-]  # fmt: skip
+]
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -47,8 +55,16 @@ def key(documents: list[str], query: str, shots: list[dict[str, Any]], task: dic
 
 
 def data_config(source: Path, num_samples: int = 4, **fields: Any) -> dict[str, Any]:
-    config = {"dataset_name": "table", "num_samples": num_samples, "num_data_strs": 0, "num_shots": 0,
-              "subset": "default", "split": "train", "seed": 7, "source": str(source)}  # fmt: skip
+    config = {
+        "dataset_name": "table",
+        "num_samples": num_samples,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "split": "train",
+        "seed": 7,
+        "source": str(source),
+    }
     config.update(fields)
     return config
 
@@ -80,10 +96,14 @@ def test_keys_follow_the_documented_rule(jsonl: Path, kind: str, num_shots: int,
     samples = build_samples([data_config(jsonl, num_shots=num_shots, data_kwargs={**extra, "task": task})])
     chosen = order()
     shots = [
-        {"documents": documents_of(ROWS[i]), "query": ROWS[i]["question"], "answer": ROWS[i]["answer"],
-         "task": {column: ROWS[i][column] for column in task}}
+        {
+            "documents": documents_of(ROWS[i]),
+            "query": ROWS[i]["question"],
+            "answer": ROWS[i]["answer"],
+            "task": {column: ROWS[i][column] for column in task},
+        }
         for i in chosen[:num_shots]
-    ]  # fmt: skip
+    ]
     expected = [
         key(documents_of(ROWS[i]), ROWS[i]["question"], shots, {column: ROWS[i][column] for column in task})
         for i in chosen[num_shots : num_shots + 4]
@@ -181,25 +201,46 @@ def test_a_source_is_required_and_shots_need_an_answer(jsonl: Path) -> None:
         build_samples([data_config(jsonl, data_kwargs={"quary": "question"})])
 
 
-def test_distillation_dataset_finds_the_same_keys(jsonl: Path, tmp_path: Path, tiny_teacher_dir: Path,
-                                                  tiny_tokenizer: Any) -> None:  # fmt: skip
+def test_distillation_dataset_finds_the_same_keys(
+    jsonl: Path, tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any
+) -> None:
     from gencache.training import DistillationDataset
 
     configs = [data_config(jsonl, num_shots=1, data_kwargs={"documents": ["title", "body"], "task": ["lang"]})]
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "model": {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 3}},
-        "data_configs": configs, "output_dir": str(tmp_path / "out"),
-    }), encoding="utf-8")  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "model": {
+                    "model_path": str(tiny_teacher_dir),
+                    "dtype": "float32",
+                    "device": "cpu",
+                    "generation_kwargs": {"max_new_tokens": 3},
+                },
+                "data_configs": configs,
+                "output_dir": str(tmp_path / "out"),
+            }
+        ),
+        encoding="utf-8",
+    )
     assert cli_run(["generate", str(config)]) == 0
     chosen = order()
-    shot = {"documents": [ROWS[chosen[0]]["title"], ROWS[chosen[0]]["body"]], "query": ROWS[chosen[0]]["question"],
-            "answer": ROWS[chosen[0]]["answer"], "task": {"lang": ROWS[chosen[0]]["lang"]}}  # fmt: skip
+    shot = {
+        "documents": [ROWS[chosen[0]]["title"], ROWS[chosen[0]]["body"]],
+        "query": ROWS[chosen[0]]["question"],
+        "answer": ROWS[chosen[0]]["answer"],
+        "task": {"lang": ROWS[chosen[0]]["lang"]},
+    }
     expected = [
         key([ROWS[i]["title"], ROWS[i]["body"]], ROWS[i]["question"], [shot], {"lang": ROWS[i]["lang"]})
         for i in chosen[1:5]
     ]
-    dataset = DistillationDataset(configs, tiny_tokenizer, tmp_path / "out", model_path=str(tiny_teacher_dir),
-                                  tokenizer_path=str(tiny_teacher_dir), dtype="float32")  # fmt: skip
+    dataset = DistillationDataset(
+        configs,
+        tiny_tokenizer,
+        tmp_path / "out",
+        model_path=str(tiny_teacher_dir),
+        tokenizer_path=str(tiny_teacher_dir),
+        dtype="float32",
+    )
     assert [dataset[i]["key"] for i in range(len(dataset))] == expected

@@ -189,10 +189,16 @@ def test_a_compatibility_error_is_one_sentence_of_fix_after_the_differences(tmp_
     reader = CacheReader(write_artifact(tmp_path / "a", make_entries(2)))
     with pytest.raises(CompatibilityError) as info:
         reader.check_compatible(
-            model_path="other/teacher", tokenizer_path=PROVENANCE["tokenizer_path"], dtype="float32",
+            model_path="other/teacher",
+            tokenizer_path=PROVENANCE["tokenizer_path"],
+            dtype="float32",
             tokenizer=PROVENANCE["tokenizer"],
-        )  # fmt: skip
+        )
     message = str(info.value)
     assert "\n" not in message and "model_path (cache 'tiny/teacher', requested 'other/teacher')" in message
-    assert message.endswith("To fix it, train with the cache's teacher, tokenizer and dtype, or regenerate the cache "
-                            "with this teacher.") and "; or " not in message  # fmt: skip
+    assert (
+        message.endswith(
+            "To fix it, train with the cache's teacher, tokenizer and dtype, or regenerate the cache with this teacher."
+        )
+        and "; or " not in message
+    )

@@ -46,9 +46,14 @@ def test_a_limit_artifact_trains_with_trainer_given_only_its_path(runs: dict[str
     assert all(len(reader[data[i]["key"]].sequences[0]) <= 5 for i in range(len(data)))  # --set was recorded
     teacher = transformers.AutoModelForCausalLM.from_pretrained(reader.provenance["model_path"])
     arguments = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, report_to=[],
-        save_strategy="no", use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=True,
+    )
     trainer = transformers.Trainer(
         model=teacher, args=arguments, train_dataset=data, data_collator=DistillationCollator(runs["tokenizer"])
     )
@@ -80,8 +85,12 @@ def test_missing_skip_on_a_partial_mixture_counts_the_skipped(runs: dict[str, An
     assert data.left_out.missing == sum(sample.key not in held for sample in samples) > 0
     assert len(data) + data.left_out.missing == len(samples)
     assert data.left_out.as_dict() == {
-        "data_configs": 0, "missing": data.left_out.missing, "finish_reason": 0, "max_answer_tokens": 0, "answers": 0,
-    }  # fmt: skip
+        "data_configs": 0,
+        "missing": data.left_out.missing,
+        "finish_reason": 0,
+        "max_answer_tokens": 0,
+        "answers": 0,
+    }
     assert "whose key no cache holds" in data.left_out.describe()
 
 
@@ -103,8 +112,13 @@ def test_selections_leave_out_what_they_say(runs: dict[str, Any], tmp_path: Path
     assert {first_two[i]["data_config_index"] for i in range(len(first_two))} == {0, 1}
     assert first_two.left_out.data_configs == sum(item["data_config_index"] >= 2 for item in items)
     assert len(data) == len(items) and not data.left_out  # select() copies; the dataset is unchanged
-    for wrong in ({"finish_reasons": "eos"}, {"finish_reasons": ["done"]}, {"data_configs": [9]},
-                  {"max_answer_tokens": 0}, {"missing": "ignore"}):  # fmt: skip
+    for wrong in (
+        {"finish_reasons": "eos"},
+        {"finish_reasons": ["done"]},
+        {"data_configs": [9]},
+        {"max_answer_tokens": 0},
+        {"missing": "ignore"},
+    ):
         with pytest.raises(ConfigError):
             data.select(**wrong)
     assert min(lengths) > 1  # the tiny teacher's answers here: a cap below the shortest leaves nothing

@@ -66,9 +66,17 @@ def student(teacher: Any, *, vocab_size: int | None = None, seed: int = 0) -> An
 
 def arguments(tmp_path: Path, **options: Any) -> Any:
     return transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, learning_rate=3e-3,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, **options,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        **options,
+    )
 
 
 def forward_keys(model: Any) -> list[list[str]]:
@@ -194,9 +202,16 @@ def test_sft_trainer_trains_on_exactly_the_stored_answer_tokens(
             return super().compute_loss(model, inputs, *args, **kwargs)
 
     config = trl.SFTConfig(
-        output_dir=str(tmp_path / "sft"), max_steps=3, per_device_train_batch_size=4, report_to=[], use_cpu=True,
-        save_strategy="no", disable_tqdm=True, completion_only_loss=True, max_length=None,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "sft"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        completion_only_loss=True,
+        max_length=None,
+    )
     view = data.to_hf_dataset()
     trainer = Recording(model=student(teacher), args=config, train_dataset=view, processing_class=demo["tokenizer"])
     trainer.train()

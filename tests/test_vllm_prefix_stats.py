@@ -47,9 +47,13 @@ def test_prefix_stats_say_how_much_of_what_the_floor_allows_was_cached() -> None
     stats = PrefixStats(16, prompt_tokens=100, cached_tokens=45, floor_tokens=50, source="test")
     assert stats.computed_tokens == 55 and stats.reuse_of_floor == pytest.approx(0.9)
     assert stats.to_json() == {
-        "block_size": 16, "prompt_tokens": 100, "cached_prompt_tokens": 45, "computed_prompt_tokens": 55,
-        "floor_prompt_tokens": 50, "cached_from": "test",
-    }  # fmt: skip
+        "block_size": 16,
+        "prompt_tokens": 100,
+        "cached_prompt_tokens": 45,
+        "computed_prompt_tokens": 55,
+        "floor_prompt_tokens": 50,
+        "cached_from": "test",
+    }
 
 
 needs_continuous = pytest.mark.skipif(not supported_transformers(), reason="transformers too old for the manager")
@@ -88,9 +92,13 @@ def test_the_continuous_engine_records_its_prefix_statistics_under_batching(
     from gencache.generation.engines import EngineContext
 
     context = EngineContext(
-        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2), tokenizer=tiny_tokenizer,
-        model_path=str(tiny_teacher_dir), dtype="float32", device="cpu", options=ContinuousOptions(page_size=16),
-    )  # fmt: skip
+        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2),
+        tokenizer=tiny_tokenizer,
+        model_path=str(tiny_teacher_dir),
+        dtype="float32",
+        device="cpu",
+        options=ContinuousOptions(page_size=16),
+    )
     engine = ContinuousEngine(context)
     engine.load_weights()
     prompts = [(f"k{i}", [7] * 40 + [i + 9]) for i in range(3)]

@@ -28,14 +28,26 @@ def teacher(cpu_attention_teacher_dir: Path) -> Path:
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:
     config = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 8, "stop_strings": ["."]}},
-        "data_configs": [{"dataset_name": "musique", "num_samples": 6, "num_data_strs": 0, "num_shots": 0,
-                          "subset": "default", "source": str(sample_source("musique"))}],
+        "model": {
+            "model_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 8, "stop_strings": ["."]},
+        },
+        "data_configs": [
+            {
+                "dataset_name": "musique",
+                "num_samples": 6,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "source": str(sample_source("musique")),
+            }
+        ],
         "engine": "vllm",
         "engine_options": {"enforce_eager": True, "max_num_seqs": 2},
         "output_dir": str(tmp_path / "out"),
-    }  # fmt: skip
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config), encoding="utf-8")
     return path

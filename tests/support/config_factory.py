@@ -11,19 +11,31 @@ from gencache.data.recipes import sample_source
 
 def musique(**change: Any) -> dict[str, Any]:
     """A MuSiQue data config over the bundled sample file (4 samples, no shots)."""
-    return {"dataset_name": "musique", "num_samples": 4, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-            "split": "train", "seed": 2, "source": str(sample_source("musique"))} | change  # fmt: skip
+    return {
+        "dataset_name": "musique",
+        "num_samples": 4,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "split": "train",
+        "seed": 2,
+        "source": str(sample_source("musique")),
+    } | change
 
 
 def config_dict(directory: Path, teacher: Path | str, **change: Any) -> dict[str, Any]:
     """The config as a dict: float32 on CPU, 6 new tokens, output under ``directory / "out"``."""
     config: dict[str, Any] = {
-        "model": {"model_path": str(teacher), "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 6}},
+        "model": {
+            "model_path": str(teacher),
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 6},
+        },
         "data_configs": [musique()],
         "gen_batch_size": 2,
         "output_dir": str(directory / "out"),
-    }  # fmt: skip
+    }
     config.update(change)
     return config
 

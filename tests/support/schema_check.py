@@ -30,8 +30,9 @@ def errors(instance: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, A
     return found
 
 
-def _keyword(keyword: str, value: Any, instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any],
-             path: str) -> list[str]:  # fmt: skip
+def _keyword(
+    keyword: str, value: Any, instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any], path: str
+) -> list[str]:
     if keyword in ANNOTATIONS or keyword in ("then",):
         return []
     if keyword == "$ref":
@@ -66,19 +67,33 @@ def _keyword(keyword: str, value: Any, instance: Any, schema: Mapping[str, Any],
     if isinstance(instance, str) and keyword == "minLength":
         return [] if len(instance) >= value else [f"{path}: shorter than {value}"]
     if TYPES["number"](instance):
-        limits = {"minimum": lambda: instance >= value, "maximum": lambda: instance <= value,
-                  "exclusiveMinimum": lambda: instance > value}  # fmt: skip
+        limits = {
+            "minimum": lambda: instance >= value,
+            "maximum": lambda: instance <= value,
+            "exclusiveMinimum": lambda: instance > value,
+        }
         if keyword in limits:
             return [] if limits[keyword]() else [f"{path}: violates {keyword} {value}"]
-    known = {"properties", "additionalProperties", "required", "propertyNames", "items", "minItems", "minLength",
-             "minimum", "maximum", "exclusiveMinimum"}  # fmt: skip
+    known = {
+        "properties",
+        "additionalProperties",
+        "required",
+        "propertyNames",
+        "items",
+        "minItems",
+        "minLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+    }
     if keyword not in known:
         raise NotImplementedError(f"schema keyword {keyword!r} is not supported by this checker")
     return []
 
 
-def _object(keyword: str, value: Any, instance: dict[str, Any], schema: Mapping[str, Any],
-            root: Mapping[str, Any], path: str) -> list[str]:  # fmt: skip
+def _object(
+    keyword: str, value: Any, instance: dict[str, Any], schema: Mapping[str, Any], root: Mapping[str, Any], path: str
+) -> list[str]:
     if keyword == "properties":
         return [e for k, s in value.items() if k in instance for e in errors(instance[k], s, root, f"{path}.{k}")]
     if keyword == "additionalProperties":

@@ -85,13 +85,23 @@ def write_artifact(
 def resolved_for(output_dir: Path, provenance: Mapping[str, Any], shard: Mapping[str, Any] | None) -> dict[str, Any]:
     """A resolved config of the documented shape that agrees with ``provenance`` and the shard record."""
     return {
-        "format_version": 3, "gencache_version": "test", "output_dir": str(output_dir), "overrides": {},
+        "format_version": 3,
+        "gencache_version": "test",
+        "output_dir": str(output_dir),
+        "overrides": {},
         "config": {"model": {"model_path": provenance["model_path"], "dtype": provenance["dtype"]}},
-        "run_digest": shard["run_digest"] if shard else "0" * 64, "shard": dict(shard) if shard else None,
-        "sources": [], "data_kwargs": [], "generation": {}, "tokenizer": dict(provenance["tokenizer"]),
-        "engine": {}, "batching": None, "model": {"model_path": provenance["model_path"]}, "runtime": {},
+        "run_digest": shard["run_digest"] if shard else "0" * 64,
+        "shard": dict(shard) if shard else None,
+        "sources": [],
+        "data_kwargs": [],
+        "generation": {},
+        "tokenizer": dict(provenance["tokenizer"]),
+        "engine": {},
+        "batching": None,
+        "model": {"model_path": provenance["model_path"]},
+        "runtime": {},
         "samples": {},
-    }  # fmt: skip
+    }
 
 
 def write_shard(base: Path, index: int, count: int, entries: Sequence[Entry], run_digest: str) -> Path:

@@ -184,10 +184,18 @@ def generate(
     try:
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
             result = generate_cache(
-                config, overrides=list(set_ or ()), output_dir=output_dir, limit=limit, shard=shard, shards=shards,
-                skip_published=skip_published, dry_run=dry_run or show_prompt is not None, show_prompt=show_prompt,
-                notify=notices, progress=make_progress,
-            )  # fmt: skip
+                config,
+                overrides=list(set_ or ()),
+                output_dir=output_dir,
+                limit=limit,
+                shard=shard,
+                shards=shards,
+                skip_published=skip_published,
+                dry_run=dry_run or show_prompt is not None,
+                show_prompt=show_prompt,
+                notify=notices,
+                progress=make_progress,
+            )
     except GencacheError as error:
         if not json_:
             raise
@@ -286,9 +294,14 @@ def export(
     sources = dict(parse_source_override(text) for text in source or ())
     with quiet_libraries(False):
         result = export_artifact(
-            directory, out, format=format, prompts=not no_prompts, data_root=data_root, sources=sources,
+            directory,
+            out,
+            format=format,
+            prompts=not no_prompts,
+            data_root=data_root,
+            sources=sources,
             legacy_names=not no_legacy_names,
-        )  # fmt: skip
+        )
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
     typer.echo(f"wrote {result.records} records to {result.out}")

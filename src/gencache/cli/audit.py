@@ -100,9 +100,17 @@ def audit_command(
     show_progress = is_terminal(sys.stderr) and not as_json
     with quiet_libraries(verbose):
         result = audit(
-            artifact, samples=samples, all_keys=all_keys, keys=given, seed=seed, engine=engine, model_path=model,
-            device=device, dtype=dtype, progress=make_progress if show_progress else None,
-        )  # fmt: skip
+            artifact,
+            samples=samples,
+            all_keys=all_keys,
+            keys=given,
+            seed=seed,
+            engine=engine,
+            model_path=model,
+            device=device,
+            dtype=dtype,
+            progress=make_progress if show_progress else None,
+        )
     document = json.dumps(result.to_json(), indent=2, ensure_ascii=False, sort_keys=True)
     if target is not None:
         _write_report(target, document + "\n")

@@ -18,15 +18,42 @@ from gencache.core.errors import WriteError
 from gencache.data.recipes import sample_source
 
 DEMO_DATASETS: list[dict[str, Any]] = [
-    {"dataset_name": "biography", "num_samples": 4, "num_data_strs": 2, "num_shots": 0, "subset": "1k",
-     "data_kwargs": {"question_type": "QA"}, "template": "tokenizer_chat"},
-    {"dataset_name": "hotpot_qa", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki",
-     "data_kwargs": {"difficulty": ["easy", "medium", "hard"]}, "template": "tokenizer_chat"},
-    {"dataset_name": "musique", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-     "template": "default"},
-    {"dataset_name": "niah", "num_samples": 2, "num_data_strs": 0, "num_shots": 0, "subset": "4096",
-     "data_kwargs": {"chunk_size": 256}, "template": "tokenizer_chat"},
-]  # fmt: skip
+    {
+        "dataset_name": "biography",
+        "num_samples": 4,
+        "num_data_strs": 2,
+        "num_shots": 0,
+        "subset": "1k",
+        "data_kwargs": {"question_type": "QA"},
+        "template": "tokenizer_chat",
+    },
+    {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 3,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+        "template": "tokenizer_chat",
+    },
+    {
+        "dataset_name": "musique",
+        "num_samples": 3,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "default",
+        "template": "default",
+    },
+    {
+        "dataset_name": "niah",
+        "num_samples": 2,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "4096",
+        "data_kwargs": {"chunk_size": 256},
+        "template": "tokenizer_chat",
+    },
+]
 
 
 def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:

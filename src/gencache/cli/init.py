@@ -19,28 +19,66 @@ from gencache.core.errors import InputPathError, OutputExistsError, WriteError
 __all__ = ["CHAT_ROWS", "QA_ROWS", "Starter", "starter_config", "write_starter"]
 
 QA_ROWS: list[dict[str, Any]] = [
-    {"id": "q1", "question": "Which river flows through Oslo?", "answer": "Akerselva",
-     "passages": ["Oslo is the capital of Norway.", "The Akerselva river runs through the city centre."],
-     "topic": "geography"},
-    {"id": "q2", "question": "What do glaciers carve?", "answer": "Fjords",
-     "passages": ["Glaciers carved deep fjords along the coast during the last ice age."], "topic": "geography"},
-    {"id": "q3", "question": "What does distillation train?", "answer": "A small student model",
-     "passages": ["Distillation trains a small student model on a large teacher's outputs."], "topic": "ml"},
-    {"id": "q4", "question": "What is 12 + 13?", "answer": "25", "passages": ["Addition combines two numbers."],
-     "topic": "math"},
-    {"id": "q5", "question": "Where was Alice Hartley born?", "answer": "Bergen",
-     "passages": ["Alice Hartley was born in Bergen.", "She studied physics in Oslo."], "topic": "people"},
-    {"id": "q6", "question": "What erupted?", "answer": "The volcano",
-     "passages": ["The volcano erupted at dawn.", "Ash fell on the nearby villages."], "topic": "geography"},
-]  # fmt: skip
+    {
+        "id": "q1",
+        "question": "Which river flows through Oslo?",
+        "answer": "Akerselva",
+        "passages": ["Oslo is the capital of Norway.", "The Akerselva river runs through the city centre."],
+        "topic": "geography",
+    },
+    {
+        "id": "q2",
+        "question": "What do glaciers carve?",
+        "answer": "Fjords",
+        "passages": ["Glaciers carved deep fjords along the coast during the last ice age."],
+        "topic": "geography",
+    },
+    {
+        "id": "q3",
+        "question": "What does distillation train?",
+        "answer": "A small student model",
+        "passages": ["Distillation trains a small student model on a large teacher's outputs."],
+        "topic": "ml",
+    },
+    {
+        "id": "q4",
+        "question": "What is 12 + 13?",
+        "answer": "25",
+        "passages": ["Addition combines two numbers."],
+        "topic": "math",
+    },
+    {
+        "id": "q5",
+        "question": "Where was Alice Hartley born?",
+        "answer": "Bergen",
+        "passages": ["Alice Hartley was born in Bergen.", "She studied physics in Oslo."],
+        "topic": "people",
+    },
+    {
+        "id": "q6",
+        "question": "What erupted?",
+        "answer": "The volcano",
+        "passages": ["The volcano erupted at dawn.", "Ash fell on the nearby villages."],
+        "topic": "geography",
+    },
+]
 CHAT_ROWS: list[dict[str, Any]] = [
-    {"messages": [{"role": "system", "content": "Answer briefly."},
-                  {"role": "user", "content": "What is the capital of Norway?"},
-                  {"role": "assistant", "content": "Oslo."}]},
-    {"messages": [{"role": "user", "content": "Name a fjord."}, {"role": "assistant", "content": "Geirangerfjord."},
-                  {"role": "user", "content": "Where is it?"}]},
+    {
+        "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "What is the capital of Norway?"},
+            {"role": "assistant", "content": "Oslo."},
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "Name a fjord."},
+            {"role": "assistant", "content": "Geirangerfjord."},
+            {"role": "user", "content": "Where is it?"},
+        ]
+    },
     {"messages": [{"role": "user", "content": "Say hello."}]},
-]  # fmt: skip
+]
 
 
 @dataclass(frozen=True)
@@ -56,21 +94,48 @@ class Starter:
 def starter_config(teacher: str, qa: Path, chat: Path, output_dir: Path) -> dict[str, Any]:
     """The starter config: the tiny teacher on CPU in float32, one ``table`` and one ``chat`` data config."""
     return {
-        "model": {"model_path": teacher, "dtype": "float32", "device": "cpu",
-                  "generation_kwargs": {"max_new_tokens": 32, "do_sample": False}},
+        "model": {
+            "model_path": teacher,
+            "dtype": "float32",
+            "device": "cpu",
+            "generation_kwargs": {"max_new_tokens": 32, "do_sample": False},
+        },
         "data_configs": [
-            {"dataset_name": "table", "num_samples": 4, "num_data_strs": 0, "num_shots": 1, "subset": "default",
-             "split": "train", "seed": 0, "source": str(qa),
-             "data_kwargs": {"query": "question", "documents": "passages", "answer": "answer", "task": ["topic"],
-                             "instruction": "Answer from the passages in a few words.", "id": "id"},
-             "template": "tokenizer_chat"},
-            {"dataset_name": "chat", "num_samples": 3, "num_data_strs": 0, "num_shots": 0, "subset": "default",
-             "split": "train", "seed": 0, "source": str(chat), "template": "tokenizer_chat"},
+            {
+                "dataset_name": "table",
+                "num_samples": 4,
+                "num_data_strs": 0,
+                "num_shots": 1,
+                "subset": "default",
+                "split": "train",
+                "seed": 0,
+                "source": str(qa),
+                "data_kwargs": {
+                    "query": "question",
+                    "documents": "passages",
+                    "answer": "answer",
+                    "task": ["topic"],
+                    "instruction": "Answer from the passages in a few words.",
+                    "id": "id",
+                },
+                "template": "tokenizer_chat",
+            },
+            {
+                "dataset_name": "chat",
+                "num_samples": 3,
+                "num_data_strs": 0,
+                "num_shots": 0,
+                "subset": "default",
+                "split": "train",
+                "seed": 0,
+                "source": str(chat),
+                "template": "tokenizer_chat",
+            },
         ],
         "gen_batch_size": 4,
         "seed": 0,
         "output_dir": str(output_dir),
-    }  # fmt: skip
+    }
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> str:

@@ -50,11 +50,16 @@ def _data_table(report: DryRun) -> Table | None:
         table.add_column("prompt tokens min/med/max")
         for summary, data_config in zip(samples.summaries, config.data_configs, strict=True):
             table.add_row(
-                str(summary.index), summary.dataset_name, data_config.split, data_config.template,
-                str(summary.samples), str(summary.unique), str(summary.duplicates),
+                str(summary.index),
+                summary.dataset_name,
+                data_config.split,
+                data_config.template,
+                str(summary.samples),
+                str(summary.unique),
+                str(summary.duplicates),
                 "{} / {} / {}".format(*summary.prompt_chars),
                 "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
-            )  # fmt: skip
+            )
         return table
     if found.sample_counts is None:
         return None

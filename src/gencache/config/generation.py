@@ -225,7 +225,7 @@ GENERATION_SETTINGS: dict[str, SettingRule] = {
     "cache_implementation": SettingRule(_cache_implementation, 'string, not "paged"', engines=_STATIC_ONLY),
     "max_cache_len": SettingRule(_positive_int, "integer >= 1", engines=_STATIC_ONLY),
     "prefill_chunk_size": SettingRule(_positive_int, "integer >= 1", engines=_STATIC_ONLY),
-}  # fmt: skip
+}
 
 #: ``generation_kwargs`` keys gencache type-checks before anything loads, and the rule each must satisfy.
 GENERATION_KWARG_RULES: Mapping[str, str] = {name: rule.text for name, rule in GENERATION_SETTINGS.items()}
@@ -255,15 +255,29 @@ GENERATION_UNSUPPORTED: dict[str, str] = {
     "transformers_version": "it is metadata, not a generation setting",
 }
 for _name in (
-    "is_assistant", "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
-    "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_early_exit", "assistant_lookbehind",
-    "target_lookbehind", "assistant_ensemble_weight", "speculation_type", "use_mtp",
-):  # fmt: skip
+    "is_assistant",
+    "num_assistant_tokens",
+    "num_assistant_tokens_schedule",
+    "assistant_confidence_threshold",
+    "prompt_lookup_num_tokens",
+    "max_matching_ngram_size",
+    "assistant_early_exit",
+    "assistant_lookbehind",
+    "target_lookbehind",
+    "assistant_ensemble_weight",
+    "speculation_type",
+    "use_mtp",
+):
     GENERATION_UNSUPPORTED[_name] = "assisted and speculative decoding generate one prompt at a time"
 for _name in (
-    "low_memory", "penalty_alpha", "dola_layers", "num_beam_groups", "diversity_penalty", "constraints",
+    "low_memory",
+    "penalty_alpha",
+    "dola_layers",
+    "num_beam_groups",
+    "diversity_penalty",
+    "constraints",
     "force_words_ids",
-):  # fmt: skip
+):
     GENERATION_UNSUPPORTED[_name] = "this decoding strategy moved out of transformers (custom_generate)"
 
 

@@ -46,8 +46,16 @@ class _Block:
 
 _ACTIVE: ContextVar[_Block | None] = ContextVar("gencache_quiet_active", default=None)
 _LOGGERS = (
-    "huggingface_hub", "transformers", "datasets", "httpx", "httpcore", "urllib3", "filelock", "vllm", "torch",
-)  # fmt: skip
+    "huggingface_hub",
+    "transformers",
+    "datasets",
+    "httpx",
+    "httpcore",
+    "urllib3",
+    "filelock",
+    "vllm",
+    "torch",
+)
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the gencache package
 _TIMEOUTS = {"HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "10"}
 _QUIET = {

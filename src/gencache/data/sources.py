@@ -227,9 +227,14 @@ def load_tables(
     if memo is not None and request in memo:
         return memo[request]
     loaded = _load_tables(
-        source, hub_id, label=label, hub_config=hub_config, dir_config=dir_config, splits=splits,
+        source,
+        hub_id,
+        label=label,
+        hub_config=hub_config,
+        dir_config=dir_config,
+        splits=splits,
         single_file_error=single_file_error,
-    )  # fmt: skip
+    )
     if memo is not None:
         memo[request] = loaded
     return loaded

@@ -45,8 +45,13 @@ def render_columns() -> str:
         )
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for column in recipe.columns:
-            cells = [*([f"`{column.table}`"] if tables else []), f"`{column.name}`", table_cell(column.type),
-                     "yes" if column.required else "no", table_cell(column.description)]  # fmt: skip
+            cells = [
+                *([f"`{column.table}`"] if tables else []),
+                f"`{column.name}`",
+                table_cell(column.type),
+                "yes" if column.required else "no",
+                table_cell(column.description),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -115,9 +115,11 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
     where = f"model.model_path {model_path!r}{f' at revision {revision!r}' if revision else ''}"
     try:
         path = hf.utils.cached_file(
-            model_path, "generation_config.json", _raise_exceptions_for_missing_entries=False,
+            model_path,
+            "generation_config.json",
+            _raise_exceptions_for_missing_entries=False,
             **revision_kwargs(revision),
-        )  # fmt: skip
+        )
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
     try:

@@ -63,21 +63,67 @@ CHAT_TEMPLATE = (
 )
 
 _FIRST_NAMES = (
-    "Alice", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kamala", "Lars",
-    "Maya", "Nikolai", "Olga", "Pablo", "Quinn", "Rosa", "Samir", "Tove",
-)  # fmt: skip
+    "Alice",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kamala",
+    "Lars",
+    "Maya",
+    "Nikolai",
+    "Olga",
+    "Pablo",
+    "Quinn",
+    "Rosa",
+    "Samir",
+    "Tove",
+)
 _LAST_NAMES = (
-    "Hartley", "Moreau", "Okafor", "Lindqvist", "Tanaka", "Ferreira", "Novak", "Castillo", "Brennan", "Petrov",
-)  # fmt: skip
+    "Hartley",
+    "Moreau",
+    "Okafor",
+    "Lindqvist",
+    "Tanaka",
+    "Ferreira",
+    "Novak",
+    "Castillo",
+    "Brennan",
+    "Petrov",
+)
 _CITIES = (
-    "Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Valparaiso", "Krakow", "Melbourne", "Tunis", "Seattle",
-)  # fmt: skip
+    "Lisbon",
+    "Kyoto",
+    "Toronto",
+    "Nairobi",
+    "Oslo",
+    "Valparaiso",
+    "Krakow",
+    "Melbourne",
+    "Tunis",
+    "Seattle",
+)
 _FIELDS = ("physics", "history", "chemistry", "linguistics", "economics", "music", "geology", "medicine")
 _COMPANIES = ("Northwind Labs", "Bluewater Systems", "Aurora Press", "Granite Works", "Helix Energy")
 _MONTHS = (
-    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
     "December",
-)  # fmt: skip
+)
 _PASSAGES = (
     "The river flows north through the valley before it reaches the old stone bridge near the harbour.",
     "Question: Which city hosted the first exhibition? Answer: The first exhibition was held in Lisbon.",

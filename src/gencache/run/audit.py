@@ -155,9 +155,13 @@ class AuditReport:
 
 
 def select_keys(
-    available: Sequence[str], *, samples: int = DEFAULT_SAMPLES, all_keys: bool = False,
-    keys: Sequence[str] | None = None, seed: int = 0,
-) -> tuple[list[str], str]:  # fmt: skip
+    available: Sequence[str],
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    all_keys: bool = False,
+    keys: Sequence[str] | None = None,
+    seed: int = 0,
+) -> tuple[list[str], str]:
     """The keys to audit and how they were chosen: ``keys`` as given (each must be in ``available``), every key,
     or ``samples`` keys drawn with ``random.Random(seed)`` from the sorted keys (all of them when fewer)."""
     if keys is not None and all_keys:
@@ -227,11 +231,18 @@ def _engine(run: RecordedRun, name: str, generation: EffectiveGeneration, tokeni
     return create_engine(
         name,
         EngineContext(
-            generation=generation, tokenizer=tokenizer, model_path=where["model_path"], dtype=where["dtype"],
-            device=where["device"], revision=model.revision, attn_implementation=model.attn_implementation,
-            batch_size=1, seed=run.seed, options=options,
+            generation=generation,
+            tokenizer=tokenizer,
+            model_path=where["model_path"],
+            dtype=where["dtype"],
+            device=where["device"],
+            revision=model.revision,
+            attn_implementation=model.attn_implementation,
+            batch_size=1,
+            seed=run.seed,
+            options=options,
         ),
-    )  # fmt: skip
+    )
 
 
 def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
@@ -277,16 +288,22 @@ def audit(
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)
     model = run.config.model
-    where = {"model_path": model_path or model.model_path, "device": device or model.device,
-             "dtype": dtype or model.dtype}  # fmt: skip
+    where = {
+        "model_path": model_path or model.model_path,
+        "device": device or model.device,
+        "dtype": dtype or model.dtype,
+    }
     tokenizer = load_recorded_tokenizer(run)
     recorded = reader.provenance  # the tokenizer must still be in the state the cache was generated with
     reader.check_compatible(
-        model_path=recorded["model_path"], tokenizer_path=recorded["tokenizer_path"], dtype=recorded["dtype"],
+        model_path=recorded["model_path"],
+        tokenizer_path=recorded["tokenizer_path"],
+        dtype=recorded["dtype"],
         tokenizer=tokenizer,
-    )  # fmt: skip
-    prompts = {s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique
-               if s.input_ids is not None}  # fmt: skip
+    )
+    prompts = {
+        s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique if s.input_ids is not None
+    }
     unmatched = [key for key in chosen if key not in prompts]
     if unmatched:
         raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
@@ -313,8 +330,15 @@ def audit(
         if callable(close):
             close()
     return AuditReport(
-        path=Path(os.path.abspath(os.path.expanduser(path))), engine=name, model_path=where["model_path"],
-        device=where["device"], dtype=where["dtype"], sampled=generation.do_sample, selection=selection,
-        total_keys=len(reader), keys=tuple(results[key] for key in chosen), seconds=time.monotonic() - loaded,
+        path=Path(os.path.abspath(os.path.expanduser(path))),
+        engine=name,
+        model_path=where["model_path"],
+        device=where["device"],
+        dtype=where["dtype"],
+        sampled=generation.do_sample,
+        selection=selection,
+        total_keys=len(reader),
+        keys=tuple(results[key] for key in chosen),
+        seconds=time.monotonic() - loaded,
         load_seconds=loaded - started,
-    )  # fmt: skip
+    )

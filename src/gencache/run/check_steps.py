@@ -233,12 +233,18 @@ def model_steps(run: Runner, result: Preflight) -> None:
         created = create_engine(  # refuses settings the engine cannot honour
             config.engine,
             EngineContext(
-                generation=result.generation, tokenizer=result.tokenizer, model_path=model.model_path,
-                dtype=model.dtype, device=result.device, revision=model.revision,
-                attn_implementation=model.attn_implementation, batch_size=config.gen_batch_size, seed=config.seed,
+                generation=result.generation,
+                tokenizer=result.tokenizer,
+                model_path=model.model_path,
+                dtype=model.dtype,
+                device=result.device,
+                revision=model.revision,
+                attn_implementation=model.attn_implementation,
+                batch_size=config.gen_batch_size,
+                seed=config.seed,
                 options=config.engine_options,
             ),
-        )  # fmt: skip
+        )
         return created, f"{config.engine}"
 
     result.engine = run.step("engine", engine, needs=("generation", "device"))

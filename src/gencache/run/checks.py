@@ -40,9 +40,18 @@ if TYPE_CHECKING:
 
 #: The checks of phase 2, in order (skipped, with the reason, when phase 1 found a problem).
 TEACHER_CHECKS = (
-    "device", "tokenizer", "generation", "engine", "teacher config", "attention", "teacher weights", "vocabulary",
-    "samples", "context length", "header budget",
-)  # fmt: skip
+    "device",
+    "tokenizer",
+    "generation",
+    "engine",
+    "teacher config",
+    "attention",
+    "teacher weights",
+    "vocabulary",
+    "samples",
+    "context length",
+    "header budget",
+)
 
 
 def _output_steps(run: Runner, result: Preflight, named_paths: Mapping[str, str]) -> None:

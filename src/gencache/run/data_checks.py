@@ -137,10 +137,14 @@ def check_paged_cache(found: Preflight, teacher_config: Any) -> str:
     lengths = [len(sample.input_ids or ()) for sample in samples.unique]
     try:
         sizing = size_paged_cache(
-            lengths, generation.max_new_tokens, len(lengths) * generation.num_return_sequences, options,
-            model_config=teacher_config, dtype_bytes=DTYPE_BYTES[config.model.dtype],
+            lengths,
+            generation.max_new_tokens,
+            len(lengths) * generation.num_return_sequences,
+            options,
+            model_config=teacher_config,
+            dtype_bytes=DTYPE_BYTES[config.model.dtype],
             budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
-        )  # fmt: skip
+        )
     except GencacheError as error:
         raise ConfigError(str(error)) from None
     except Exception as error:  # a config.json without the attention sizes

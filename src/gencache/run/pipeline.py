@@ -106,9 +106,17 @@ def generate_run(
     say = notify or _quiet
     with quiet_libraries(warn=lambda text: say("warning", text)):
         return _generate_run(
-            config_path, shard=shard, shards=shards, skip=skip_published or shards is not None, dry_run=dry_run,
-            overrides=overrides or Overrides(), show_prompt=show_prompt, env=env, say=say, progress=progress,
-        )  # fmt: skip
+            config_path,
+            shard=shard,
+            shards=shards,
+            skip=skip_published or shards is not None,
+            dry_run=dry_run,
+            overrides=overrides or Overrides(),
+            show_prompt=show_prompt,
+            env=env,
+            say=say,
+            progress=progress,
+        )
 
 
 def _generate_run(

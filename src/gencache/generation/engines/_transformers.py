@@ -27,9 +27,12 @@ class TransformersEngine:
     def load_weights(self) -> None:
         ctx = self.context
         self.model = teacher.load_teacher(
-            ctx.model_path, dtype=ctx.dtype, device=ctx.device, revision=ctx.revision,
+            ctx.model_path,
+            dtype=ctx.dtype,
+            device=ctx.device,
+            revision=ctx.revision,
             attn_implementation=ctx.attn_implementation,
-        )  # fmt: skip
+        )
 
     def loaded_model(self) -> Any:
         """The teacher, or a :class:`GenerationError` when :meth:`load_weights` was not called."""
@@ -45,10 +48,13 @@ class TransformersEngine:
         """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
         when ``prefill_chunk_size`` is set (subclasses add their own)."""
         return determinism_facts(
-            device=self.context.device, batch_invariant=False, prefix_caching=False,
+            device=self.context.device,
+            batch_invariant=False,
+            prefix_caching=False,
             chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
-            tensor_parallel_size=1, attention_backend=attention,
-        )  # fmt: skip
+            tensor_parallel_size=1,
+            attention_backend=attention,
+        )
 
     def sampling(self) -> dict[str, Any] | str:
         """``engine.sampling``: the per-sequence rule when sampling, else greedy."""

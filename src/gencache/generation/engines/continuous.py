@@ -138,11 +138,19 @@ def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: in
     """transformers' ``ContinuousBatchingConfig`` for the chosen sizing (workload-sized, no CUDA graphs, no
     attention switch, no free-cache margin, no CPU offload)."""
     return teacher.hf().generation.configuration_utils.ContinuousBatchingConfig(
-        page_size=chosen.page_size, num_blocks=chosen.num_blocks, max_batch_tokens=chosen.max_batch_tokens,
-        max_requests_per_batch=chosen.concurrency, max_blocks_per_request=0,
-        allow_block_sharing=options.prefix_sharing, use_cuda_graph=False, use_async_batching=False,
-        safety_margin=0.0, seed=seed, auto_switch_to_flash=False, cpu_offload_space=0.0,
-    )  # fmt: skip
+        page_size=chosen.page_size,
+        num_blocks=chosen.num_blocks,
+        max_batch_tokens=chosen.max_batch_tokens,
+        max_requests_per_batch=chosen.concurrency,
+        max_blocks_per_request=0,
+        allow_block_sharing=options.prefix_sharing,
+        use_cuda_graph=False,
+        use_async_batching=False,
+        safety_margin=0.0,
+        seed=seed,
+        auto_switch_to_flash=False,
+        cpu_offload_space=0.0,
+    )
 
 
 #: The oldest transformers whose continuous-batching manager this engine is tested with (5.20 and 5.24).
@@ -170,10 +178,14 @@ def _choose_sizing(
     """The paged cache of this run (:func:`size_paged_cache`) for the model's dtype and the budget of its device."""
     dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")  # the config's dtype, as torch names it
     return size_paged_cache(
-        [len(ids) for _, ids in checked], generation.max_new_tokens, len(checked) * generation.num_return_sequences,
-        options, model_config=model.config, dtype_bytes=DTYPE_BYTES[dtype],
+        [len(ids) for _, ids in checked],
+        generation.max_new_tokens,
+        len(checked) * generation.num_return_sequences,
+        options,
+        model_config=model.config,
+        dtype_bytes=DTYPE_BYTES[dtype],
         budget=_memory_budget(options, teacher.model_device(model)),
-    )  # fmt: skip
+    )
 
 
 def _poll(manager: Any) -> Any:
@@ -206,9 +218,11 @@ class _Requests:
         self.stats = stats
         self.cancel_on_stop_string = cancel_on_stop_string
         self.scanner = FinishScanner(
-            eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=tokenizer,
+            eos_token_ids=generation.eos_token_ids,
+            stop_strings=generation.stop_strings,
+            tokenizer=tokenizer,
             max_new_tokens=generation.max_new_tokens,
-        )  # fmt: skip
+        )
         self.streaming = bool(generation.stop_strings)
         self.eos = list(generation.eos_token_ids) or -1
         self.results: dict[int, list[tuple[list[int], str] | None]] = {
@@ -233,9 +247,12 @@ class _Requests:
                 request = f"{index}:{sequence}"
                 self.scanned[request] = 0
                 added = manager.add_request(
-                    ids, request_id=request, max_new_tokens=self.max_new_tokens, streaming=self.streaming,
+                    ids,
+                    request_id=request,
+                    max_new_tokens=self.max_new_tokens,
+                    streaming=self.streaming,
                     eos_token_id=self.eos,
-                )  # fmt: skip
+                )
                 if added is None:
                     raise GenerationError("The continuous-batching manager refused a request (it stopped).")
         self.remaining = len(self.checked) * self.per_prompt
@@ -403,9 +420,17 @@ class ContinuousEngine(TransformersEngine):
         self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_continuous(
-            self.loaded_model(), self.context.tokenizer, self.context.generation, prompts, options=self.options,
-            seed=self.context.seed, progress=progress, stats=self.stats, sizing=self.sizing, prefix=self.prefix,
-        )  # fmt: skip
+            self.loaded_model(),
+            self.context.tokenizer,
+            self.context.generation,
+            prompts,
+            options=self.options,
+            seed=self.context.seed,
+            progress=progress,
+            stats=self.stats,
+            sizing=self.sizing,
+            prefix=self.prefix,
+        )
 
     def describe(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
@@ -422,10 +447,13 @@ class ContinuousEngine(TransformersEngine):
     def determinism(self, attention: str | None) -> dict[str, Any]:
         sizing = self.sizing[-1] if self.sizing else None
         return determinism_facts(
-            device=self.context.device, batch_invariant=False, prefix_caching=self.options.prefix_sharing,
+            device=self.context.device,
+            batch_invariant=False,
+            prefix_caching=self.options.prefix_sharing,
             chunked_prefill=None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens,
-            tensor_parallel_size=1, attention_backend=attention,
-        )  # fmt: skip
+            tensor_parallel_size=1,
+            attention_backend=attention,
+        )
 
     def batching(self) -> dict[str, Any]:
         return {

@@ -334,9 +334,15 @@ class StaticEngine(TransformersEngine):
         self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_entries(
-            self.loaded_model(), self.context.tokenizer, self.context.generation, prompts,
-            batch_size=self.context.batch_size, progress=progress, stats=self.stats, seed=self.context.seed,
-        )  # fmt: skip
+            self.loaded_model(),
+            self.context.tokenizer,
+            self.context.generation,
+            prompts,
+            batch_size=self.context.batch_size,
+            progress=progress,
+            stats=self.stats,
+            seed=self.context.seed,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {

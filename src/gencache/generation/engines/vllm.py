@@ -269,10 +269,15 @@ class VllmEngine:
 
         ctx, options = self.context, self.options
         kwargs: dict[str, Any] = {
-            "model": ctx.model_path, "tokenizer": getattr(ctx.tokenizer, "name_or_path", None) or ctx.model_path,
-            "dtype": ctx.dtype, "seed": ctx.seed, "enforce_eager": options.enforce_eager,
-            "generation_config": "vllm", "enable_prefix_caching": True, **extra,
-        }  # fmt: skip
+            "model": ctx.model_path,
+            "tokenizer": getattr(ctx.tokenizer, "name_or_path", None) or ctx.model_path,
+            "dtype": ctx.dtype,
+            "seed": ctx.seed,
+            "enforce_eager": options.enforce_eager,
+            "generation_config": "vllm",
+            "enable_prefix_caching": True,
+            **extra,
+        }
         if options.max_num_seqs is not None:
             kwargs["max_num_seqs"] = options.max_num_seqs
         if ctx.revision:
@@ -302,11 +307,15 @@ class VllmEngine:
         if shape is None:
             raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
         sizing = size_cpu_kv_cache(
-            [len(ids) for _, ids in checked], generation.max_new_tokens,
-            len(checked) * generation.num_return_sequences, shape=shape,
-            dtype_bytes=DTYPE_BYTES[self.context.dtype], max_model_len=options.max_model_len,
-            max_num_seqs=options.max_num_seqs, kv_cache_memory_gib=options.kv_cache_memory_gib,
-        )  # fmt: skip
+            [len(ids) for _, ids in checked],
+            generation.max_new_tokens,
+            len(checked) * generation.num_return_sequences,
+            shape=shape,
+            dtype_bytes=DTYPE_BYTES[self.context.dtype],
+            max_model_len=options.max_model_len,
+            max_num_seqs=options.max_num_seqs,
+            kv_cache_memory_gib=options.kv_cache_memory_gib,
+        )
         built = self.sizing
         if (
             self.llm is not None
@@ -317,9 +326,12 @@ class VllmEngine:
             return
         self._shutdown()
         self._build(
-            {"max_model_len": sizing.max_model_len, "kv_cache_memory_bytes": sizing.kv_cache_bytes,
-             "block_size": sizing.block_size}
-        )  # fmt: skip
+            {
+                "max_model_len": sizing.max_model_len,
+                "kv_cache_memory_bytes": sizing.kv_cache_bytes,
+                "block_size": sizing.block_size,
+            }
+        )
         self.sizing = sizing
 
     # -- generation ---------------------------------------------------------------------------------------------
@@ -351,9 +363,11 @@ class VllmEngine:
         prefix = PrefixStats(block, total, floor_tokens=floor, source="vLLM's RequestOutput.num_cached_tokens")
         self.prefix = prefix
         scanner = FinishScanner(
-            eos_token_ids=generation.eos_token_ids, stop_strings=generation.stop_strings, tokenizer=ctx.tokenizer,
+            eos_token_ids=generation.eos_token_ids,
+            stop_strings=generation.stop_strings,
+            tokenizer=ctx.tokenizer,
             max_new_tokens=generation.max_new_tokens,
-        )  # fmt: skip
+        )
         queue_size = QUEUE_PER_SLOT * int(engine.vllm_config.scheduler_config.max_num_seqs)
         in_flight: set[str] = set()
         following = 0
