@@ -42,6 +42,7 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from gencache.generation.effective import EffectiveGeneration, resolve_generation  # noqa: E402
+from gencache.generation.engines.continuous import MIN_TRANSFORMERS, supported_transformers  # noqa: E402
 from gencache.generation.engines.static import generate_entries, padding_stats, plan_batches  # noqa: E402
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info  # noqa: E402
 from gencache.generation.tiny import build_tiny_teacher, builtin_corpus  # noqa: E402
@@ -459,10 +460,13 @@ def gpu_benchmark(
             revision=None,
             tokenizer=tokenizer,
         )
+        continuous = supported_transformers()  # the continuous engine refuses an older transformers
         run_static(model, tokenizer, generation, prompts[:2], 2)  # warm-ups
-        run_continuous(model, tokenizer, generation, prompts[:2], 2)
+        if continuous:
+            run_continuous(model, tokenizer, generation, prompts[:2], 2)
         runs = [run_static(model, tokenizer, generation, prompts, size, cuda=cuda) for size in batch_sizes]
-        runs += [run_continuous(model, tokenizer, generation, prompts, c, cuda=cuda) for c in concurrencies]
+        if continuous:
+            runs += [run_continuous(model, tokenizer, generation, prompts, c, cuda=cuda) for c in concurrencies]
         info = runtime_info(model)
         del model
         if cuda:
@@ -499,6 +503,15 @@ def gpu_benchmark(
             "",
             _COLUMNS,
             "",
+            *(
+                []
+                if continuous
+                else [
+                    f"transformers-continuous: not run (transformers {info['transformers']} is older than the "
+                    f"{'.'.join(map(str, MIN_TRANSFORMERS))} its manager needs).",
+                    "",
+                ]
+            ),
             f"vLLM: {vllm_note}. Tokens/s against the static engine's best: {'; '.join(ratios) or 'n/a'}.",
         ]
     )
