@@ -164,6 +164,9 @@ CASES = [
     ),
     Case("output_dir component over 255 bytes", _config(output_dir="/tmp/" + "x" * 300), 2, "255"),
     Case("output_dir path over 4096 bytes", _config(output_dir="/tmp/" + "/".join(["d" * 100] * 42)), 2, "4096"),
+    Case("output_dir the root directory", _config(output_dir="/"), 2, "output_dir: '/' has no name of its own"),
+    Case("output_dir ending in ..", _config(output_dir="runs/.."), 2, "output_dir: 'runs/..' has no name of its own"),
+    Case("--output-dir ending in .", _with_args("--output-dir", "runs/."), 2, "--output-dir runs/.: output_dir:"),
     Case("teacher weights missing", _teacher_copy(_remove_weights), 2, "has no weights"),
     Case("teacher weights truncated", _teacher_copy(_truncate_weights), 2, "model.safetensors is truncated"),
     Case(
