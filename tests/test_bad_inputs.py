@@ -84,6 +84,14 @@ def _edit_json(name: str, **change: Any) -> Callable[[Path], None]:
     return edit
 
 
+def _break_json(name: str) -> Callable[[Path], None]:
+    def edit(directory: Path) -> None:
+        path = directory / name
+        path.write_text(path.read_text(encoding="utf-8").replace("{", '{\n  "x" 1,', 1), encoding="utf-8")
+
+    return edit
+
+
 def _truncate_weights(directory: Path) -> None:
     weights = directory / "model.safetensors"
     os.truncate(weights, weights.stat().st_size // 2)
@@ -175,6 +183,15 @@ CASES = [
         2,
         "max_new_tokens",
     ),
+    *(
+        Case(
+            f"teacher {name} not JSON",
+            _teacher_copy(_break_json(name)),
+            2,
+            f"teacher/{name} is not valid JSON: Expecting ':' delimiter at line 2, column 7",
+        )
+        for name in ("generation_config.json", "config.json", "tokenizer_config.json", "tokenizer.json")
+    ),
     Case(
         "tokenizer beyond the teacher's embedding",
         _teacher_copy(_edit_json("config.json", vocab_size=300)),
@@ -221,6 +238,20 @@ def test_bad_input_is_one_line_and_the_dry_run_agrees(
     assert cli_run(["generate", str(config), "--dry-run", *args]) == case.code
     dry = capsys.readouterr().err
     assert any(line.startswith("error: ") and case.says in line for line in dry.splitlines()), dry
+
+
+def test_a_teacher_setting_the_run_overrides_passes_the_dry_run_and_generate_alike(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The teacher's generation_config.json says max_new_tokens 0 (transformers refuses that when it reads the
+    file), the run's config says 6: the effective value is valid, and the load takes it, so both succeed."""
+    copy = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher_dir, copy)
+    _edit_json("generation_config.json", max_new_tokens=0)(copy)
+    config = write_config(tmp_path, copy)
+    assert cli_run(["generate", str(config), "--dry-run"]) == 0
+    assert cli_run(["generate", str(config)]) == 0, capsys.readouterr().err
+    assert (tmp_path / "out" / "manifest.json").is_file()
 
 
 def test_what_real_teachers_ship_is_accepted() -> None:

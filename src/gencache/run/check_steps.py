@@ -113,9 +113,10 @@ def check_device(device: str) -> str:
 
 def check_model_location(field_name: str, value: str, revision: str | None) -> str:
     """A local model or tokenizer directory exists (with ``config.json`` for a model); a hub id is reachable or
-    cached. Returns a description."""
+    cached; every JSON file of a local directory parses. Returns a description."""
     from gencache.config.paths import looks_like_path
     from gencache.core import hub
+    from gencache.generation.teacher_files import check_json_files
 
     path = Path(value).expanduser()
     if os.path.isdir(path):
@@ -123,7 +124,8 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
             raise ConfigError(
                 f"{field_name} {path} has no config.json; point it at a model directory saved by save_pretrained."
             )
-        return f"local directory {path.absolute()}"
+        count = check_json_files(path)
+        return f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
     if os.path.lexists(path):
         raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
     if looks_like_path(value):
@@ -134,13 +136,23 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
 
 
 def read_teacher_config(model_path: str, revision: str | None) -> Any:
-    """The teacher's ``config.json`` (no weights), read once per run; :class:`ConfigError` when it cannot be read."""
+    """The teacher's ``config.json`` (no weights), read once per run; :class:`ConfigError` when it cannot be read
+    (invalid JSON named with its file, line and column)."""
     from transformers import AutoConfig
+    from transformers.utils.hub import cached_file
 
     from gencache.core.hub import revision_kwargs
+    from gencache.generation.teacher_files import read_json_file
 
     try:
+        path = cached_file(
+            model_path, "config.json", _raise_exceptions_for_missing_entries=False, **revision_kwargs(revision)
+        )
+        if path is not None:
+            read_json_file(path)
         return AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
+    except ConfigError:
+        raise
     except Exception as error:
         from gencache.core.errors import first_line
 

@@ -6,9 +6,9 @@ each), skipping only what depends on a check that failed:
 1. **The config and the data files** (no torch, transformers or datasets; ``datasets`` only for a hub source):
    paths that must be valid UTF-8, the output location (absent, a name no temporary directory could have,
    lengths the file system takes, a writable parent, rename support), where the model and tokenizer are (a local
-   directory, or a hub id, quickly), and each data config on its own (its source read, its columns, rows and
-   sample count, its prompts when the template needs no tokenizer, its keys), then the ``--shards`` count
-   against the unique keys.
+   directory whose JSON files all parse, or a hub id, quickly), and each data config on its own (its source read,
+   its columns, rows and sample count, its prompts when the template needs no tokenizer, its keys), then the
+   ``--shards`` count against the unique keys.
 2. **The teacher** (only when phase 1 found nothing: its checks import torch and transformers, and an input
    mistake should be reported in about a second): the device, the tokenizer, the effective generation config,
    the engine's refusals, the teacher's config, attention implementation, weight files and vocabulary (every token
