@@ -233,6 +233,17 @@ def test_a_bad_set_is_named(tmp_path: Path, override: str, message: str, capsys:
     assert err.startswith(message) and len(err.splitlines()) == 1
 
 
+def test_a_nested_set_typo_is_named_after_the_set_in_the_dry_runs_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tmp_path / "teacher")
+    override = "model.generation_kwrgs.max_new_tokens=8"
+    assert cli_run(["generate", str(config), "--set", override, "--dry-run", "--json"]) == 2
+    (problem,) = json.loads(capsys.readouterr().out)["problems"]
+    assert problem["origin"] == f"--set {override}" and problem["location"] == "model.generation_kwrgs"
+    assert problem["message"].startswith(f"--set {override}: model.generation_kwrgs: unknown field")
+
+
 def test_two_bad_sets_are_two_problems_each_named_after_its_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -298,6 +309,22 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
         ),
         pytest.param(
             {},
+            Overrides(sets=("model.generation_kwrgs.max_new_tokens=8", "data_configs.0.data_kwrgs.query=q")),
+            [
+                (
+                    "model.generation_kwrgs",
+                    "--set model.generation_kwrgs.max_new_tokens=8: model.generation_kwrgs: unknown field",
+                ),
+                (
+                    "data_configs[0].data_kwrgs",
+                    "--set data_configs.0.data_kwrgs.query=q: data_configs[0].data_kwrgs: unknown field",
+                ),
+            ],
+            [],
+            id="an object a set created on its way",
+        ),
+        pytest.param(
+            {},
             Overrides(output_dir="", limit=0),
             [
                 ("--limit", "--limit must be a positive number of samples, got 0."),
@@ -316,6 +343,8 @@ def test_each_problem_is_named_after_the_override_whose_path_holds_it(
     assert checked.config is None
     found = [(problem.location, str(problem.error)) for problem in checked.problems]
     assert len(found) == len(expected)
+    for problem in checked.problems:  # the origin as data: what the message starts with
+        assert problem.origin is not None and str(problem.error).startswith(problem.origin)
     for (location, message), (want_location, want) in zip(found, expected, strict=True):
         assert location == want_location and message.startswith(want.replace("{config}", str(config))), message
     assert [index for index, _ in checked.data_configs] == alone  # what validates on its own is checked anyway
