@@ -5,6 +5,7 @@ its problem go away."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -395,6 +396,44 @@ def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_d
     assert result.stdout.strip() == "2 []", result.stderr
     assert sum(line.startswith("error: ") for line in result.stderr.splitlines()) == len(expected)
     assert result.stderr.splitlines()[-1] == f"the dry run found {len(expected)} problems; generate would exit 2"
+
+
+def _has_gpu_driver() -> bool:
+    from gencache.run.check_steps import _gpu_driver_evidence
+
+    return bool(_gpu_driver_evidence())
+
+
+@pytest.mark.skipif(
+    _has_gpu_driver() or importlib.util.find_spec("vllm") is not None,
+    reason="needs a machine without a GPU driver and an environment without vLLM",
+)
+def test_the_device_the_engine_package_and_show_prompt_are_found_in_the_first_round(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    """A CUDA device on a machine without a GPU driver (the default device), engine vllm without vLLM and
+    --show-prompt beyond the samples are reported with the first round's other problems, before torch,
+    transformers or datasets are imported."""
+    config = config_dict(tmp_path, tiny_teacher_dir, engine="vllm", output_dir=str(tmp_path))
+    del config["model"]["device"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    code = (
+        "import sys\nfrom gencache.cli.app import run\n"
+        f"code = run(['generate', {str(path)!r}, '--dry-run', '--show-prompt', '99'])\n"
+        "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "2 []", result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    expected = [
+        "already exists",
+        "--show-prompt 99 is out of range: the run has 4 samples (0..3).",
+        "model.device 'cuda:0' (the default): this machine has no GPU driver",
+        'set model.device to "cpu"',
+        'engine "vllm" needs the vllm package',
+    ]
+    assert len(errors) == 4 and all(any(says in line for line in errors) for says in expected), errors
 
 
 # -- hints that are right: each suggested fix makes its problem go away -------------------------------------------

@@ -130,7 +130,7 @@ def test_the_dry_run_fails_where_generate_fails(
 
     if not torch.cuda.is_available():
         gpu = {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cuda:0"}
-        cases.append((write_config(tmp_path, tiny_teacher_dir, model=gpu), "CUDA is not available"))
+        cases.append((write_config(tmp_path, tiny_teacher_dir, model=gpu), "model.device 'cuda:0'"))
     for config, message in cases:
         assert cli_run(["generate", str(config), "--dry-run"]) == 2
         assert message in capsys.readouterr().err
