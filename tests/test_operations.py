@@ -146,7 +146,8 @@ def test_without_a_tokenizer_the_dry_run_checks_the_rest_and_says_what_it_could_
     model = {"model_path": str(tiny_teacher_dir), "tokenizer_path": str(no_tokenizer), "device": "cpu"}
     config = write_config(tmp_path, tiny_teacher_dir, model=model, data_configs=[musique(template="tokenizer_chat")])
     assert cli_run(["generate", str(config), "--dry-run"]) == 2
-    err = capsys.readouterr().err  # never wrapped: each phrase is whole on its line
+    captured = capsys.readouterr()
+    err = captured.err + captured.out  # the report on stdout, the errors on stderr; never wrapped
     assert "model.tokenizer_path" in err
     assert "musique: 4 samples, 4 unique keys" in err  # the data was still loaded and counted
     assert "not computed:" in err and "prompt token counts" in err and "the header budget" in err
@@ -157,7 +158,7 @@ def test_show_prompt_prints_the_rendered_parts_and_token_count(
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     assert cli_run(["generate", str(config), "--show-prompt", "1"]) == 0
-    err = " ".join(capsys.readouterr().err.split())
+    err = " ".join(capsys.readouterr().out.split())  # on stdout: `> file` keeps it
     samples = build_samples(load_config(config), tokenizer=None)
     assert "prompt 1: data_configs[0] sample 1" in err and f"key {samples[1].key}" in err
     assert "-- part 0" in err and " tokens" in err

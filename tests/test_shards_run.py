@@ -143,7 +143,7 @@ def test_dry_run_with_shards_lists_each_shard(
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     assert cli_run(["generate", str(config), "--shards", str(count), "--dry-run"]) == 0
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     for index in range(count):
         assert f"shard {index}/{count} (--shards)" in err
     assert not (tmp_path / "out").exists()
