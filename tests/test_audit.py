@@ -70,6 +70,8 @@ def test_a_greedy_cache_audits_equal_and_nothing_is_written_into_it(
     assert _snapshot(greedy_artifact) == before
     assert cli_run(["audit", str(greedy_artifact), "--report", str(greedy_artifact / "audit.json")]) == 2
     assert "immutable" in capsys.readouterr().err
+    assert cli_run(["audit", str(greedy_artifact), "--report", "/"]) == 2
+    assert "error: --report '/' has no name of its own" in capsys.readouterr().err
     assert _snapshot(greedy_artifact) == before
 
 

@@ -5,6 +5,7 @@ its problem go away."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -80,6 +81,14 @@ def _edit_json(name: str, **change: Any) -> Callable[[Path], None]:
         data = json.loads((directory / name).read_text(encoding="utf-8"))
         data.update(change)
         (directory / name).write_text(json.dumps(data), encoding="utf-8")
+
+    return edit
+
+
+def _break_json(name: str) -> Callable[[Path], None]:
+    def edit(directory: Path) -> None:
+        path = directory / name
+        path.write_text(path.read_text(encoding="utf-8").replace("{", '{\n  "x" 1,', 1), encoding="utf-8")
 
     return edit
 
@@ -164,6 +173,9 @@ CASES = [
     ),
     Case("output_dir component over 255 bytes", _config(output_dir="/tmp/" + "x" * 300), 2, "255"),
     Case("output_dir path over 4096 bytes", _config(output_dir="/tmp/" + "/".join(["d" * 100] * 42)), 2, "4096"),
+    Case("output_dir the root directory", _config(output_dir="/"), 2, "output_dir: '/' has no name of its own"),
+    Case("output_dir ending in ..", _config(output_dir="runs/.."), 2, "output_dir: 'runs/..' has no name of its own"),
+    Case("--output-dir ending in .", _with_args("--output-dir", "runs/."), 2, "--output-dir runs/.: output_dir:"),
     Case("teacher weights missing", _teacher_copy(_remove_weights), 2, "has no weights"),
     Case("teacher weights truncated", _teacher_copy(_truncate_weights), 2, "model.safetensors is truncated"),
     Case(
@@ -171,6 +183,15 @@ CASES = [
         lambda t, m: _teacher_max_new_tokens_zero(t, m),
         2,
         "max_new_tokens",
+    ),
+    *(
+        Case(
+            f"teacher {name} not JSON",
+            _teacher_copy(_break_json(name)),
+            2,
+            f"teacher/{name} is not valid JSON: Expecting ':' delimiter at line 2, column 7",
+        )
+        for name in ("generation_config.json", "config.json", "tokenizer_config.json", "tokenizer.json")
     ),
     Case(
         "tokenizer beyond the teacher's embedding",
@@ -218,6 +239,20 @@ def test_bad_input_is_one_line_and_the_dry_run_agrees(
     assert cli_run(["generate", str(config), "--dry-run", *args]) == case.code
     dry = capsys.readouterr().err
     assert any(line.startswith("error: ") and case.says in line for line in dry.splitlines()), dry
+
+
+def test_a_teacher_setting_the_run_overrides_passes_the_dry_run_and_generate_alike(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The teacher's generation_config.json says max_new_tokens 0 (transformers refuses that when it reads the
+    file), the run's config says 6: the effective value is valid, and the load takes it, so both succeed."""
+    copy = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher_dir, copy)
+    _edit_json("generation_config.json", max_new_tokens=0)(copy)
+    config = write_config(tmp_path, copy)
+    assert cli_run(["generate", str(config), "--dry-run"]) == 0
+    assert cli_run(["generate", str(config)]) == 0, capsys.readouterr().err
+    assert (tmp_path / "out" / "manifest.json").is_file()
 
 
 def test_what_real_teachers_ship_is_accepted() -> None:
@@ -358,9 +393,47 @@ def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_d
         "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.strip() == "2 []", result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "2 []", result.stderr
     assert sum(line.startswith("error: ") for line in result.stderr.splitlines()) == len(expected)
     assert result.stderr.splitlines()[-1] == f"the dry run found {len(expected)} problems; generate would exit 2"
+
+
+def _has_gpu_driver() -> bool:
+    from gencache.run.check_steps import _gpu_driver_evidence
+
+    return bool(_gpu_driver_evidence())
+
+
+@pytest.mark.skipif(
+    _has_gpu_driver() or importlib.util.find_spec("vllm") is not None,
+    reason="needs a machine without a GPU driver and an environment without vLLM",
+)
+def test_the_device_the_engine_package_and_show_prompt_are_found_in_the_first_round(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    """A CUDA device on a machine without a GPU driver (the default device), engine vllm without vLLM and
+    --show-prompt beyond the samples are reported with the first round's other problems, before torch,
+    transformers or datasets are imported."""
+    config = config_dict(tmp_path, tiny_teacher_dir, engine="vllm", output_dir=str(tmp_path))
+    del config["model"]["device"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    code = (
+        "import sys\nfrom gencache.cli.app import run\n"
+        f"code = run(['generate', {str(path)!r}, '--dry-run', '--show-prompt', '99'])\n"
+        "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "2 []", result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    expected = [
+        "already exists",
+        "--show-prompt 99 is out of range: the run has 4 samples (0..3).",
+        "model.device 'cuda:0' (the default): this machine has no GPU driver",
+        'set model.device to "cpu"',
+        'engine "vllm" needs the vllm package',
+    ]
+    assert len(errors) == 4 and all(any(says in line for line in errors) for says in expected), errors
 
 
 # -- hints that are right: each suggested fix makes its problem go away -------------------------------------------

@@ -271,7 +271,7 @@ def test_dry_run_builds_samples_without_the_model(
     musique_only = [dict(data_configs()[1], template="default")]
     config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "out", data_configs=musique_only)
     assert cli_run(["generate", str(config), "--dry-run"]) == 0
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())  # the report (stdout) and the errors (stderr)
     assert "musique" in err and "every check passed" in err
     assert "samples: 5   unique keys: 5   duplicates: 0" in err
     assert "header budget: " in err and "bytes (largest artifact)" in err
@@ -283,7 +283,7 @@ def test_dry_run_without_the_model_still_counts_the_data(tmp_path: Path, capsys:
     musique_only = [dict(data_configs()[1], template="default")]
     config = write_config(tmp_path, tmp_path / "no-such-teacher", tmp_path / "out", data_configs=musique_only)
     assert cli_run(["generate", str(config), "--dry-run"]) == 2
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())  # the report (stdout) and the errors (stderr)
     assert f"error: model.model_path {tmp_path / 'no-such-teacher'} does not exist" in err
     assert "musique: 5 samples, 5 unique keys" in err
     assert "not computed" in err
@@ -338,7 +338,7 @@ def test_dry_run_reads_max_new_tokens_from_the_teacher(
     model = {"model_path": str(tiny_teacher_dir), "device": "cpu", "generation_kwargs": {"num_return_sequences": None}}
     config = write_config(tmp_path, tiny_teacher_dir, tmp_path / "out", model=model)
     assert cli_run(["generate", str(config), "--dry-run"]) == 0
-    err = capsys.readouterr().err
+    err = "".join(capsys.readouterr())  # the report (stdout) and the errors (stderr)
     assert "max_new_tokens 16" in err  # the tiny teacher's generation_config.json
 
 

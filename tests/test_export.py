@@ -130,6 +130,15 @@ def test_export_of_a_missing_directory_is_bad_input(tmp_path: Path) -> None:
     assert cli_run(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "a.jsonl")]) == 2
 
 
+@pytest.mark.parametrize("out", ["/", ".", ".."])
+def test_export_to_a_path_without_a_name_is_bad_input(
+    artifact: tuple[Path, Path], out: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    published, _ = artifact
+    assert cli_run(["export", str(published), "--out", out]) == 2
+    assert f"error: --out {out!r} has no name of its own" in capsys.readouterr().err
+
+
 def test_export_never_writes_over_a_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -95,3 +95,19 @@ def test_every_dtype_has_its_byte_size() -> None:
     from gencache.config.names import DTYPE_BYTES, DTYPES
 
     assert tuple(DTYPE_BYTES) == DTYPES
+
+
+@pytest.mark.parametrize("path", ["/", "//", ".", "..", "runs/.", "runs/..", "runs/./"])
+def test_an_output_path_without_a_name_of_its_own_is_refused(path: str) -> None:
+    from gencache.config.paths import check_output_name, output_name_problem
+
+    assert output_name_problem(path) is not None
+    with pytest.raises(ConfigError, match=r"^--out '.*' has no name of its own"):
+        check_output_name(path, "--out")
+
+
+@pytest.mark.parametrize("path", ["runs/out", "runs/out/", "out", "~/out", "/tmp/x.jsonl"])
+def test_an_output_path_with_a_name_is_accepted(path: str) -> None:
+    from gencache.config.paths import output_name_problem
+
+    assert output_name_problem(path) is None

@@ -70,6 +70,27 @@ def test_mixtures_require_identical_provenance(tmp_path: Path) -> None:
     b = write_artifact(tmp_path / "b", make_entries(2, start=5), provenance=other)
     with pytest.raises(CompatibilityError, match=r"incompatible provenance.*model_path, dtype"):
         open_caches([a, b])
+    moved = make_provenance("/elsewhere/tiny/teacher", "tiny/teacher", "float32", PROVENANCE["tokenizer"])
+    c = write_artifact(tmp_path / "c", make_entries(2, start=9), provenance=moved)
+    with pytest.raises(CompatibilityError) as caught:
+        open_caches([a, c])
+    assert "(differing: model_path)" in str(caught.value)
+    assert (
+        "model_path is compared verbatim, as recorded (model_path 'tiny/teacher' vs '/elsewhere/tiny/teacher')"
+        in str(caught.value)
+    )
+    assert "regenerate one with the other's path" in str(caught.value)
+
+
+def test_a_reader_of_a_shard_base_points_to_open_caches(tmp_path: Path) -> None:
+    base = tmp_path / "out"
+    for index in range(2):
+        write_shard(base, index, 2, make_entries(4), RUN)
+    with pytest.raises(FormatError) as caught:
+        CacheReader(base)
+    message = str(caught.value)
+    assert "does not exist" not in message and "is the base of 2 shard directories (out-shard-*-of-00002)" in message
+    assert f"gencache.open_caches({str(base)!r})" in message
 
 
 def test_the_same_directory_twice_is_rejected_even_through_a_symlink(tmp_path: Path) -> None:

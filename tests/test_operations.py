@@ -130,7 +130,7 @@ def test_the_dry_run_fails_where_generate_fails(
 
     if not torch.cuda.is_available():
         gpu = {"model_path": str(tiny_teacher_dir), "dtype": "float32", "device": "cuda:0"}
-        cases.append((write_config(tmp_path, tiny_teacher_dir, model=gpu), "CUDA is not available"))
+        cases.append((write_config(tmp_path, tiny_teacher_dir, model=gpu), "model.device 'cuda:0'"))
     for config, message in cases:
         assert cli_run(["generate", str(config), "--dry-run"]) == 2
         assert message in capsys.readouterr().err
@@ -146,7 +146,8 @@ def test_without_a_tokenizer_the_dry_run_checks_the_rest_and_says_what_it_could_
     model = {"model_path": str(tiny_teacher_dir), "tokenizer_path": str(no_tokenizer), "device": "cpu"}
     config = write_config(tmp_path, tiny_teacher_dir, model=model, data_configs=[musique(template="tokenizer_chat")])
     assert cli_run(["generate", str(config), "--dry-run"]) == 2
-    err = capsys.readouterr().err  # never wrapped: each phrase is whole on its line
+    captured = capsys.readouterr()
+    err = captured.err + captured.out  # the report on stdout, the errors on stderr; never wrapped
     assert "model.tokenizer_path" in err
     assert "musique: 4 samples, 4 unique keys" in err  # the data was still loaded and counted
     assert "not computed:" in err and "prompt token counts" in err and "the header budget" in err
@@ -157,7 +158,7 @@ def test_show_prompt_prints_the_rendered_parts_and_token_count(
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     assert cli_run(["generate", str(config), "--show-prompt", "1"]) == 0
-    err = " ".join(capsys.readouterr().err.split())
+    err = " ".join(capsys.readouterr().out.split())  # on stdout: `> file` keeps it
     samples = build_samples(load_config(config), tokenizer=None)
     assert "prompt 1: data_configs[0] sample 1" in err and f"key {samples[1].key}" in err
     assert "-- part 0" in err and " tokens" in err
@@ -233,6 +234,17 @@ def test_a_bad_set_is_named(tmp_path: Path, override: str, message: str, capsys:
     assert err.startswith(message) and len(err.splitlines()) == 1
 
 
+def test_a_nested_set_typo_is_named_after_the_set_in_the_dry_runs_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tmp_path / "teacher")
+    override = "model.generation_kwrgs.max_new_tokens=8"
+    assert cli_run(["generate", str(config), "--set", override, "--dry-run", "--json"]) == 2
+    (problem,) = json.loads(capsys.readouterr().out)["problems"]
+    assert problem["origin"] == f"--set {override}" and problem["location"] == "model.generation_kwrgs"
+    assert problem["message"].startswith(f"--set {override}: model.generation_kwrgs: unknown field")
+
+
 def test_two_bad_sets_are_two_problems_each_named_after_its_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -298,6 +310,22 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
         ),
         pytest.param(
             {},
+            Overrides(sets=("model.generation_kwrgs.max_new_tokens=8", "data_configs.0.data_kwrgs.query=q")),
+            [
+                (
+                    "model.generation_kwrgs",
+                    "--set model.generation_kwrgs.max_new_tokens=8: model.generation_kwrgs: unknown field",
+                ),
+                (
+                    "data_configs[0].data_kwrgs",
+                    "--set data_configs.0.data_kwrgs.query=q: data_configs[0].data_kwrgs: unknown field",
+                ),
+            ],
+            [],
+            id="an object a set created on its way",
+        ),
+        pytest.param(
+            {},
             Overrides(output_dir="", limit=0),
             [
                 ("--limit", "--limit must be a positive number of samples, got 0."),
@@ -316,6 +344,8 @@ def test_each_problem_is_named_after_the_override_whose_path_holds_it(
     assert checked.config is None
     found = [(problem.location, str(problem.error)) for problem in checked.problems]
     assert len(found) == len(expected)
+    for problem in checked.problems:  # the origin as data: what the message starts with
+        assert problem.origin is not None and str(problem.error).startswith(problem.origin)
     for (location, message), (want_location, want) in zip(found, expected, strict=True):
         assert location == want_location and message.startswith(want.replace("{config}", str(config))), message
     assert [index for index, _ in checked.data_configs] == alone  # what validates on its own is checked anyway

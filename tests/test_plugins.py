@@ -126,8 +126,8 @@ def test_dry_run_generate_and_distillation_dataset_use_the_plugin(
     install_package(EXAMPLE, site)
     config = write_config(tmp_path, tiny_teacher_dir, glossary)
     assert cli_run(["generate", str(config), "--dry-run"]) == 0
-    err = capsys.readouterr().err
-    assert "glossary" in err and "every check passed" in err
+    report = capsys.readouterr().out  # the report goes to stdout
+    assert "glossary" in report and "every check passed" in report
     assert cli_run(["generate", str(config)]) == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
     built = build_samples([data_config(glossary)])
@@ -162,7 +162,7 @@ def test_a_fresh_process_finds_the_installed_plugin(site: Path, glossary: Path, 
         check=False,
     )
     assert result.returncode == 2  # no teacher: the dry run says so after counting the plug-in's rows
-    assert "glossary" in result.stderr and "does not exist" in result.stderr
+    assert "glossary" in result.stdout and "does not exist" in result.stderr
 
 
 BROKEN_IMPORT = "import gencache_no_such_module_anywhere\n"

@@ -17,6 +17,7 @@ from gencache.artifact.reader import CacheReader
 from gencache.core.errors import ConfigError, DatasetError, FormatError, SourceChangedError
 from gencache.data.recipes import sample_source
 from gencache.data.recorded import check_sources
+from gencache.data.sources import file_sha256
 from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
 from support.config_factory import musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
@@ -94,6 +95,11 @@ def test_changed_and_missing_sources_are_refused(run: dict[str, Any], tmp_path: 
     with pytest.raises(SourceChangedError, match=f"{victim}.*changed since generation") as caught:
         rebuild_samples(recorded, data_root=tmp_path)
     assert caught.value.exit_code == 2
+    message = str(caught.value)
+    recorded_sha = next(iter(recorded.resolved["sources"][0]["files"]))["sha256"]
+    assert f"sha256 {recorded_sha[:12]}... recorded, {file_sha256(victim)[:12]}... now" in message
+    assert f"now {victim.stat().st_size:,} bytes" in message
+    assert 'config=CONFIG, missing="skip"' in message and "--no-prompts" in message and "\n" not in message
     victim.unlink()
     with pytest.raises(DatasetError, match=f"{victim} is gone"):
         check_sources(recorded, data_root=tmp_path)

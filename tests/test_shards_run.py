@@ -143,7 +143,38 @@ def test_dry_run_with_shards_lists_each_shard(
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     assert cli_run(["generate", str(config), "--shards", str(count), "--dry-run"]) == 0
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     for index in range(count):
         assert f"shard {index}/{count} (--shards)" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_second_split_beside_a_finished_one_is_refused_before_the_teacher(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a finished --shards 2 run, --shards 3, a launcher of 3 processes and an unsplit run of the same
+    output path are refused (exit 2, dry run alike) naming the existing split and the fix; nothing is written."""
+    config = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(config), "--shards", "2"]) == 0
+    capsys.readouterr()
+    before = sorted(os.listdir(tmp_path))
+    existing = "already has a 2-way split (2 of its 2 directories, out-shard-00000-of-00002, ...)"
+    for args, env in (
+        (["--shards", "3"], {}),
+        (["--shards", "3", "--dry-run"], {}),
+        ([], {"WORLD_SIZE": "3", "RANK": "1"}),
+        (["--dry-run"], {"WORLD_SIZE": "3", "RANK": "1"}),
+        ([], {}),
+        (["--dry-run"], {}),
+    ):
+        with monkeypatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            assert cli_run(["generate", str(config), *args]) == 2, args
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and existing in errors[0] and "rerun with --shards 2" in errors[0], err
+        ours = "write a 3-way split (out-shard-*-of-00003) beside it" if env or args[:1] == ["--shards"] else "itself"
+        assert ours in errors[0], errors[0]
+        assert sorted(os.listdir(tmp_path)) == before
+    assert cli_run(["generate", str(config), "--shards", "2", "--dry-run"]) == 0

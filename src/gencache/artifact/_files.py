@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.names import ARTIFACT_FILES, PAYLOAD_NAME
+from gencache.artifact.shards import find_shards
 from gencache.core.errors import FormatError
 
 
@@ -57,6 +58,19 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
+def _missing(path: Path) -> str:
+    """Why an artifact directory that does not exist cannot be opened: a shard base (its shards beside it) is
+    opened with ``open_caches``, anything else is a wrong path."""
+    shards = find_shards(path)
+    if shards is None:
+        return f"Cache directory {path} does not exist; check the path (or generate it)."
+    return (
+        f"{path} is the base of {len(shards.present)} shard directories ({path.name}-shard-*-of-{shards.count:05d}), "
+        f"not one artifact: open the shards together with gencache.open_caches({str(path)!r}) (CacheReader opens "
+        "one artifact or one shard directory)."
+    )
+
+
 def check_artifact_files(path: Path) -> None:
     """Raise :class:`FormatError` unless ``path`` is a published directory of exactly the three artifact files, each
     a regular file (no symlink). A writer's temporary directory is refused by its name, even complete: a run killed
@@ -69,7 +83,7 @@ def check_artifact_files(path: Path) -> None:
     try:
         names = set(os.listdir(path))
     except FileNotFoundError:
-        raise FormatError(f"Cache directory {path} does not exist; check the path (or generate it).") from None
+        raise FormatError(_missing(path)) from None
     except NotADirectoryError:
         raise FormatError(f"Cache path {path} is not a directory.") from None
     except OSError as error:

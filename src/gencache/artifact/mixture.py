@@ -22,6 +22,25 @@ from gencache.artifact.shards import ShardSet, check_shard_set, expand_output, f
 from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
 
+def _incompatible(first: CacheReader, other: CacheReader) -> str:
+    """Why two artifacts cannot be mixed: the provenance fields that differ, and for paths, that they are compared
+    as recorded (no mixture can relax that: one run's path is the other's only by regenerating)."""
+    fields = [f for f in PROVENANCE_FIELDS if other.provenance[f] != first.provenance[f]]
+    message = (
+        f"Generation caches {first.path} and {other.path} have incompatible provenance (differing: "
+        f"{', '.join(fields)}); mix only artifacts of one teacher, tokenizer state and dtype."
+    )
+    paths = [f for f in fields if f in ("model_path", "tokenizer_path")]
+    if not paths:
+        return message
+    shown = "; ".join(f"{f} {first.provenance[f]!r} vs {other.provenance[f]!r}" for f in paths)
+    return (
+        f"{message} {' and '.join(paths)} {'are' if len(paths) > 1 else 'is'} compared verbatim, as recorded "
+        f"({shown}): the same teacher at two paths counts as two, and nothing mixes them as they are; to mix them, "
+        "regenerate one with the other's path."
+    )
+
+
 class MultiCacheReader(GenerationCache):
     """Several artifacts with identical provenance read as one cache (the same mapping API as
     :class:`CacheReader`).
@@ -42,11 +61,7 @@ class MultiCacheReader(GenerationCache):
         first = self.readers[0]
         for reader in self.readers[1:]:
             if reader.provenance_digest != first.provenance_digest:
-                fields = [f for f in PROVENANCE_FIELDS if reader.provenance[f] != first.provenance[f]]
-                raise CompatibilityError(
-                    f"Generation caches {first.path} and {reader.path} have incompatible provenance (differing: "
-                    f"{', '.join(fields)}); mix only artifacts of one teacher, tokenizer state and dtype."
-                )
+                raise CompatibilityError(_incompatible(first, reader))
         self.provenance = first.provenance
         self.provenance_digest = first.provenance_digest
         self._route = self._shard_route()

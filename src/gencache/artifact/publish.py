@@ -22,6 +22,7 @@ from typing import Any
 from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
 from gencache.artifact.names import ARTIFACT_FILES
 from gencache.artifact.phases import report_phase
+from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 
 RENAME_MODES = ("renameat2", "rename")
@@ -42,7 +43,9 @@ PATH_MAX = 4096
 def check_output_path(output_dir: Path | str) -> None:
     """Refuse an output path that exists (a file, a directory, even empty, or a dangling symlink), whose name a
     temporary directory could have (``gencache clean`` would take it for a leftover), or whose name or path is too
-    long for the file system once the temporary name and the lock file are derived from it."""
+    long for the file system once the temporary name and the lock file are derived from it; and one without a name
+    of its own (:func:`gencache.config.paths.check_output_name`)."""
+    check_output_name(os.fspath(output_dir), "output_dir")
     if os.path.lexists(output_dir):
         raise OutputExistsError(
             f"Output path {output_dir} already exists; choose a new output_dir (gencache never overwrites, appends to "

@@ -5,7 +5,8 @@ An unsuffixed output path ``<base>`` that does not exist stands for its shard si
 sits beside them, every shard's manifest records the index and count its name says, and all of them record one
 ``run_digest``. A directory at ``<base>`` itself that is not an artifact (an empty directory made by hand or by a
 tool) hides the set: :func:`stray_directory` names it. This module only looks at names, directory listings and the
-``summary.shard`` records its callers read; it opens no artifact itself.
+``summary.shard`` records its callers read; it opens no artifact itself. Before a run, :func:`split_conflict`
+refuses to start a split of ``<base>`` beside another one.
 """
 
 from __future__ import annotations
@@ -163,6 +164,35 @@ def stray_directory(path: PathLike) -> str | None:
     )
 
 
+def split_conflict(path: PathLike, count: int | None) -> str | None:
+    """Why a run may not write its split of the unsharded output path ``path`` (``count`` ways, or unsplit when
+    None), or None when it may: shard directories of another split already sit beside ``path``, so the two splits
+    could never be read as one artifact, and an unsplit run would publish ``path`` itself over the split's name.
+    One sentence naming both splits and what to do."""
+    found = find_shards(path)
+    if found is None:
+        return None
+    splits = {found.count: tuple(found.present.values()), **found.other_splits}
+    other = [c for c in sorted(splits) if c != count]
+    if not other:
+        return None
+    existing = "; ".join(
+        f"a {c}-way split ({len(splits[c])} of its {c} directories, {splits[c][0].name}"
+        f"{', ...' if len(splits[c]) > 1 else ''})"
+        for c in other
+    )
+    if count is None:
+        ours = f"publish {found.base} itself, which would hide it"
+    else:
+        ours = f"write a {count}-way split ({found.base.name}-shard-*-of-{count:05d}) beside it"
+    advice = "choose a new output_dir or move the existing shard directories away"
+    if len(other) == 1:
+        advice = f"rerun with --shards {other[0]} (or {other[0]} launcher processes) to finish or reuse it, or {advice}"
+    return (
+        f"{found.base} already has {existing}; this run would {ours}: the two cannot be read as one artifact; {advice}."
+    )
+
+
 def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
     """The directories an artifact path stands for: itself when it exists, else its shard siblings (all of
     them, even when some are missing: the caller checks the set). ``([path], None)`` when there are none.
@@ -179,4 +209,12 @@ def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
     return list(shards.present.values()), shards
 
 
-__all__ = ["ShardCheck", "ShardSet", "check_shard_set", "expand_output", "find_shards", "stray_directory"]
+__all__ = [
+    "ShardCheck",
+    "ShardSet",
+    "check_shard_set",
+    "expand_output",
+    "find_shards",
+    "split_conflict",
+    "stray_directory",
+]

@@ -205,7 +205,7 @@ def generate(
     if isinstance(result, Path):
         typer.echo(str(result))
         return
-    dry_run_output(result, notices.console(), raw=raw, as_json=json_)
+    dry_run_output(result, raw=raw, as_json=json_)
 
 
 @app.command()

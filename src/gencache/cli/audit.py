@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, InputPathError
 
 __all__ = ["audit_command"]
@@ -23,6 +24,7 @@ FLAG = ""
 def _report_path(report: Path, artifact: Path) -> Path:
     """``--report`` made absolute; refused inside the artifact (which is immutable) and under a parent that is not a
     directory."""
+    check_output_name(str(report), "--report")
     target = Path(os.path.abspath(os.path.expanduser(report)))
     base = Path(os.path.abspath(os.path.expanduser(artifact)))
     if target == base or base in target.parents:

@@ -1,6 +1,6 @@
 """What ``gencache generate`` prints beyond its run's own messages: the dry run's report, its JSON
-(``--dry-run --json``: every check and problem), the raw prompt (``--show-prompt N --raw``), one ``error:`` line
-per problem and how many there were. The typer command is in :mod:`gencache.cli.app`.
+(``--dry-run --json``: every check and problem) and the raw prompt (``--show-prompt N --raw``), each on stdout; one
+``error:`` line per problem and how many there were, on stderr. The typer command is in :mod:`gencache.cli.app`.
 """
 
 from __future__ import annotations
@@ -45,9 +45,11 @@ def problems_json(code: int, problems: list[Any] | None, error: GencacheError | 
     return {"exit_code": code, "problems": [problem.to_json() for problem in listed], "checks": []}
 
 
-def dry_run_output(result: Any, err: Any, *, raw: bool, as_json: bool) -> None:
-    """The dry run's report (or its JSON, or the raw prompt), one ``error:`` line per problem, and how many."""
+def dry_run_output(result: Any, *, raw: bool, as_json: bool) -> None:
+    """The dry run's report (or its JSON, or the raw prompt) on stdout, so that ``> file`` keeps it; one ``error:``
+    line per problem, and how many, on stderr with every other message."""
     from gencache.cli.render import render_dry_run
+    from gencache.core.progress import make_console
 
     found = result.preflight
     if as_json:
@@ -55,7 +57,7 @@ def dry_run_output(result: Any, err: Any, *, raw: bool, as_json: bool) -> None:
         report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in found.checks]
         echo_json(report)
     elif not raw:
-        render_dry_run(result, err)
+        render_dry_run(result, make_console())
     for error in found.errors:
         typer.echo(printable(f"error: {error}"), err=True)
     if found.errors and not raw:

@@ -49,6 +49,7 @@ from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.messages import nested_error as _nested_error
 from gencache.config.names import READS_SIBLING, Dtype, EngineName
+from gencache.config.paths import output_name_problem
 from gencache.config.templates import TemplateKwargs
 from gencache.core.errors import ConfigError
 
@@ -299,7 +300,7 @@ class CacheConfig(_Strict):
     output_dir: str = Field(
         min_length=1,
         description="Artifact directory to publish; relative to the working directory; must not exist, not even "
-        "as a dangling symlink.",
+        "as a dangling symlink, and must end in a name of its own (not /, . or ..).",
     )
 
     @field_validator("engine_options", mode="before")
@@ -325,6 +326,14 @@ class CacheConfig(_Strict):
                 f'must be "cpu" (got {_show(value)}): entries are staged on the CPU and streamed to disk; '
                 "training chooses where to put what it reads"
             )
+        return value
+
+    @field_validator("output_dir")
+    @classmethod
+    def _output_dir(cls, value: str) -> str:
+        problem = output_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
 

@@ -99,14 +99,18 @@ class InputPathError(GencacheError, FileNotFoundError):
 @dataclass(frozen=True)
 class Problem:
     """One problem a check found: the check's name, where it is (a config field such as
-    ``data_configs[1].data_kwargs.query``, or a command-line option) and the error itself."""
+    ``data_configs[1].data_kwargs.query``, or a command-line option), the error itself and, for a problem of the
+    config, where the faulty value came from (the config file, or the ``--set``, ``--output-dir`` or ``--limit``
+    that gave it)."""
 
     check: str
     location: str
     error: GencacheError
+    origin: str | None = None
 
     def to_json(self) -> dict[str, str]:
-        return {"check": self.check, "location": self.location, "message": str(self.error)}
+        found = {"check": self.check, "location": self.location, "message": str(self.error)}
+        return found if self.origin is None else {**found, "origin": self.origin}
 
 
 class InputProblems(GencacheError, ValueError):

@@ -290,10 +290,33 @@ def check_sources(
                 )
             found = file_sha256(file)
             if found != recorded:
-                raise SourceChangedError(
-                    f"data_configs[{index}]: source file {file} changed since generation (sha256 {found[:12]}..., "
-                    f"recorded {recorded[:12]}...); restore the file the run read, or regenerate."
-                )
+                raise source_changed(index, file, recorded, found)
+
+
+#: What works when a recorded source file changed, named by :func:`source_changed`.
+WAYS_FORWARD = (
+    "restore the file the run read; or train on the data as it is now with "
+    'DistillationDataset(ARTIFACT, tokenizer, config=CONFIG, missing="skip") (a sample whose key the cache lacks '
+    "is left out); or export the answers without prompts (gencache export ARTIFACT --no-prompts --out FILE); or "
+    "regenerate"
+)
+
+
+def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
+    """The error of a recorded source file whose bytes changed: the file, its sha256 then and now, its size and
+    modification time now (the run recorded the sha256 alone), and :data:`WAYS_FORWARD`."""
+    import datetime
+
+    try:
+        stat = file.stat()
+        when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        now = f"; now {stat.st_size:,} bytes, modified {when}"
+    except OSError:
+        now = ""
+    return SourceChangedError(
+        f"data_configs[{index}]: source file {file} changed since generation (sha256 {recorded[:12]}... recorded, "
+        f"{found[:12]}... now{now}), so its rows no longer give the run's prompts: {WAYS_FORWARD}."
+    )
 
 
 def _effective_config(run: RecordedRun, sources: Mapping[int, str], data_root: Path | None) -> CacheConfig:
@@ -315,11 +338,11 @@ def _compare_read(index: int, info: SourceInfo, recorded: Mapping[str, Any], fil
     """Refuse when the rebuild read other files (or other hub tables) than the run recorded."""
     read = dict(info.files)
     for name in sorted(set(read) | set(files)):
+        if name in read and name in files and read[name] != files[name]:
+            raise source_changed(index, Path(name), files[name], read[name])
         if read.get(name) != files.get(name):
-            what = "was not read by the run" if name not in files else "changed since generation"
-            if name not in read:
-                what = "was read by the run but not now"
-            raise SourceChangedError(f"data_configs[{index}]: source file {name} {what}; restore the run's data.")
+            what = "was not read by the run" if name not in files else "was read by the run but not now"
+            raise SourceChangedError(f"data_configs[{index}]: source file {name} {what}: {WAYS_FORWARD}.")
     fingerprints = recorded.get("fingerprints")
     if info.kind == "hub" and isinstance(fingerprints, dict) and fingerprints != dict(info.fingerprints):
         raise SourceChangedError(

@@ -34,6 +34,7 @@ from gencache.core.canonical import is_int
 from gencache.core.errors import ConfigError, first_line
 from gencache.core.hub import revision_kwargs
 from gencache.generation import teacher
+from gencache.generation.teacher_files import read_json_file
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig
@@ -110,7 +111,9 @@ def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
 def read_teacher_generation_config(model_path: str, *, revision: str | None = None) -> dict[str, Any]:
     """The teacher's generation settings as a dict of known, non-null fields, read without weights: from
     ``generation_config.json`` when the model has one, otherwise what transformers derives from ``config.json``
-    (as ``from_pretrained`` does). Values are not validated here; :func:`resolve_generation` does that."""
+    (as ``from_pretrained`` does). Values are not validated here; :func:`resolve_generation` does that. This is
+    the one read of ``generation_config.json``: the teacher loads with the effective config resolved from it
+    (:func:`gencache.generation.teacher.load_teacher`), so the file is never checked a second way."""
     hf = teacher.hf()
     where = f"model.model_path {model_path!r}{f' at revision {revision!r}' if revision else ''}"
     try:
@@ -122,17 +125,18 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
         )
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
-    try:
-        if path is not None:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-            if not isinstance(data, dict):
-                raise ValueError("generation_config.json does not hold a JSON object")
-        else:
+    if path is not None:
+        data = read_json_file(path)
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"The teacher's file {path} does not hold a JSON object; fix it or re-download the model."
+            )
+    else:
+        try:
             model_config = hf.AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
             data = hf.GenerationConfig.from_model_config(model_config).to_dict()
-    except Exception as exc:
-        raise ConfigError(f"Cannot read the teacher's configuration from {where}: {first_line(exc)}") from exc
+        except Exception as exc:
+            raise ConfigError(f"Cannot read the teacher's config.json from {where}: {first_line(exc)}") from exc
     known = _known_generation_fields()
     return {key: value for key, value in data.items() if key in known and value is not None}
 

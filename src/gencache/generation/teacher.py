@@ -17,6 +17,7 @@ from gencache.core.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
     import torch
+    from transformers import GenerationConfig
 
 __all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
 
@@ -57,15 +58,20 @@ def load_teacher(
     device: str,
     revision: str | None = None,
     attn_implementation: str | None = None,
+    generation_config: GenerationConfig | None = None,
 ) -> Any:
     """Load the teacher for generation: ``AutoModelForCausalLM`` with dtype, device, revision and attention
     implementation, in ``eval()`` mode. ``device="auto"`` uses ``device_map="auto"`` (needs ``accelerate``); other
-    devices use ``device_map=<device>`` when ``accelerate`` is installed, else load then move the model."""
+    devices use ``device_map=<device>`` when ``accelerate`` is installed, else load then move the model.
+    ``generation_config`` (the run's effective one) becomes the model's generation config, so the teacher's
+    ``generation_config.json`` is not read a second time (its settings are in it already)."""
     import torch
 
     kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **revision_kwargs(revision)}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    if generation_config is not None:
+        kwargs["generation_config"] = generation_config
     # transformers' own check: an installed accelerate older than the version it needs counts as absent.
     has_accelerate = bool(hf().utils.is_accelerate_available())
     if device == "auto":

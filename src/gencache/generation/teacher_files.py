@@ -1,6 +1,6 @@
-"""What can be known about the teacher before its weights load: its weight files are all there and whole, its
-vocabulary fits the tokenizer and every token id of the generation config, and the attention implementation
-can run on the chosen device.
+"""What can be known about the teacher before its weights load: its JSON files parse, its weight files are all
+there and whole, its vocabulary fits the tokenizer and every token id of the generation config, and the attention
+implementation can run on the chosen device.
 
 Reads the safetensors headers only (never tensor data) and takes the teacher's config as the run read it.
 Every problem is a :class:`ConfigError` (bad input, exit 2) naming the file or the setting.
@@ -22,9 +22,11 @@ __all__ = [
     "MIN_VOCAB_COVERAGE",
     "TOKEN_ID_SETTINGS",
     "check_attn_implementation",
+    "check_json_files",
     "check_prompt_ids",
     "check_teacher_weights",
     "check_vocabulary",
+    "read_json_file",
     "vocab_size_of",
 ]
 
@@ -64,6 +66,36 @@ _WEIGHT_NAMES = (
 )
 
 
+def read_json_file(path: str | Path) -> Any:
+    """One of the teacher's (or tokenizer's) JSON files, parsed; a :class:`ConfigError` naming the file and, for
+    invalid JSON, the line and column, when it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"The teacher's file {path} is not UTF-8 text (byte {error.start:,}); re-download or re-save the model."
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"The teacher's file {path} cannot be read: {error.strerror or error}.") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            f"The teacher's file {path} is not valid JSON: {error.msg} at line {error.lineno}, column "
+            f"{error.colno}; fix it or re-download the model."
+        ) from None
+
+
+def check_json_files(directory: Path) -> int:
+    """Parse every JSON file directly in a local model or tokenizer directory (its config, generation config,
+    tokenizer files and weight index: what transformers reads as the tokenizer and the teacher load), so that a
+    broken one is named with its line and column before any model library is imported; returns their count."""
+    files = sorted(path for path in directory.glob("*.json") if path.is_file())
+    for path in files:
+        read_json_file(path)
+    return len(files)
+
+
 def _weight_files(directory: Path) -> list[Path]:
     for name in _WEIGHT_NAMES:
         path = directory / name
@@ -71,10 +103,10 @@ def _weight_files(directory: Path) -> list[Path]:
             continue
         if not name.endswith(".index.json"):
             return [path]
+        index = read_json_file(path)
         try:
-            weight_map = json.loads(path.read_text(encoding="utf-8"))["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            names = sorted(set(index["weight_map"].values()))
+        except (KeyError, TypeError, AttributeError) as error:
             raise ConfigError(
                 f"Teacher weight index {path} cannot be read ({error}); re-download or re-save the model."
             ) from None

@@ -78,9 +78,30 @@ def check_output_location(outputs: Sequence[Path]) -> str:
         raise ConfigError(f"The output location {parent} cannot be used: {error}") from None
 
 
-def check_device(device: str) -> str:
-    """The device exists on this machine: ``cpu``, ``cuda``/``cuda:N`` with that GPU, or ``auto`` (the only
-    values the config accepts)."""
+#: What shows a GPU driver on a machine without loading it: NVIDIA's device nodes, AMD's ROCm node (torch's
+#: "cuda" device runs on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a
+#: CUDA context made here would break the processes vLLM forks later).
+GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+CUDA_DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def _gpu_driver_evidence() -> list[str]:
+    """What of :data:`GPU_DEVICE_NODES` and :data:`CUDA_DRIVER_LIBRARY` this machine has (empty: no GPU driver)."""
+    import ctypes
+    import glob
+
+    found = [node for pattern in GPU_DEVICE_NODES for node in sorted(glob.glob(pattern))]
+    try:
+        ctypes.CDLL(CUDA_DRIVER_LIBRARY)
+    except OSError:
+        return found
+    return [*found, CUDA_DRIVER_LIBRARY]
+
+
+def check_device_present(device: str, env: Mapping[str, str] | None = None) -> str:
+    """What can be known of ``model.device`` without torch (the first round): ``auto`` needs accelerate, and a CUDA
+    device needs a GPU driver on this machine and a ``CUDA_VISIBLE_DEVICES`` that leaves a GPU visible. Whether
+    torch was built with CUDA and sees that index is :func:`check_device`'s, with the teacher's checks."""
     import importlib.util
 
     if device == "cpu":
@@ -89,6 +110,43 @@ def check_device(device: str) -> str:
         if importlib.util.find_spec("accelerate") is None:
             raise ConfigError('model.device "auto" needs the accelerate package; install it or name a device.')
         return "auto (device_map)"
+    choose = 'set model.device to "cpu" (in the config, or --set model.device=cpu) or run on a machine with a GPU'
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        raise ConfigError(f"model.device {device!r}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; {choose}.")
+    evidence = _gpu_driver_evidence()
+    if not evidence:
+        from gencache.config import ModelConfig
+
+        default = " (the default)" if device == ModelConfig.model_fields["device"].default else ""
+        raise ConfigError(
+            f"model.device {device!r}{default}: this machine has no GPU driver (no {CUDA_DRIVER_LIBRARY}, "
+            f"/dev/nvidia*, /dev/kfd or /dev/dxg); {choose}."
+        )
+    return f"{device}: GPU driver found ({', '.join(evidence[:3])}); torch checks the device with the teacher"
+
+
+def check_engine_package(engine: str) -> str:
+    """The package the chosen engine runs on is installed (found without importing it)."""
+    import importlib.util
+
+    from gencache.config.names import ENGINE_VLLM
+
+    if engine != ENGINE_VLLM:
+        return f"{engine}: transformers"
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            'engine "vllm" needs the vllm package, which is not installed in this environment: install it '
+            '(pip install "gencache[vllm]", or vLLM\'s CPU build; see docs/engines.md) or set engine to "transformers".'
+        )
+    return "vllm: installed"
+
+
+def check_device(device: str) -> str:
+    """The device exists on this machine as torch sees it: ``cpu``, ``cuda``/``cuda:N`` with that GPU (torch
+    built with CUDA, the index in range), or ``auto``; :func:`check_device_present` ran first, without torch."""
+    if device in ("cpu", "auto"):
+        return device
     import torch
 
     try:
@@ -113,9 +171,10 @@ def check_device(device: str) -> str:
 
 def check_model_location(field_name: str, value: str, revision: str | None) -> str:
     """A local model or tokenizer directory exists (with ``config.json`` for a model); a hub id is reachable or
-    cached. Returns a description."""
+    cached; every JSON file of a local directory parses. Returns a description."""
     from gencache.config.paths import looks_like_path
     from gencache.core import hub
+    from gencache.generation.teacher_files import check_json_files
 
     path = Path(value).expanduser()
     if os.path.isdir(path):
@@ -123,7 +182,8 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
             raise ConfigError(
                 f"{field_name} {path} has no config.json; point it at a model directory saved by save_pretrained."
             )
-        return f"local directory {path.absolute()}"
+        count = check_json_files(path)
+        return f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
     if os.path.lexists(path):
         raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
     if looks_like_path(value):
@@ -134,13 +194,23 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
 
 
 def read_teacher_config(model_path: str, revision: str | None) -> Any:
-    """The teacher's ``config.json`` (no weights), read once per run; :class:`ConfigError` when it cannot be read."""
+    """The teacher's ``config.json`` (no weights), read once per run; :class:`ConfigError` when it cannot be read
+    (invalid JSON named with its file, line and column)."""
     from transformers import AutoConfig
+    from transformers.utils.hub import cached_file
 
     from gencache.core.hub import revision_kwargs
+    from gencache.generation.teacher_files import read_json_file
 
     try:
+        path = cached_file(
+            model_path, "config.json", _raise_exceptions_for_missing_entries=False, **revision_kwargs(revision)
+        )
+        if path is not None:
+            read_json_file(path)
         return AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
+    except ConfigError:
+        raise
     except Exception as error:
         from gencache.core.errors import first_line
 
@@ -259,9 +329,13 @@ def model_steps(run: Runner, result: Preflight) -> None:
 
 
 __all__ = [
+    "CUDA_DRIVER_LIBRARY",
+    "GPU_DEVICE_NODES",
     "POSITION_FIELDS",
     "check_context",
     "check_device",
+    "check_device_present",
+    "check_engine_package",
     "check_model_location",
     "check_output_location",
     "check_utf8_paths",

@@ -6,11 +6,14 @@ each), skipping only what depends on a check that failed:
 1. **The config and the data files** (no torch, transformers or datasets; ``datasets`` only for a hub source):
    paths that must be valid UTF-8, the output location (absent, a name no temporary directory could have,
    lengths the file system takes, a writable parent, rename support), where the model and tokenizer are (a local
-   directory, or a hub id, quickly), and each data config on its own (its source read, its columns, rows and
-   sample count, its prompts when the template needs no tokenizer, its keys), then the ``--shards`` count
-   against the unique keys.
+   directory whose JSON files all parse, or a hub id, quickly), and each data config on its own (its source read,
+   its columns, rows and sample count, its prompts when the template needs no tokenizer, its keys), then the
+   ``--shards`` count against the unique keys, ``--show-prompt``'s index against the samples, the device as far as
+   it is known without torch (a GPU driver on the machine for a CUDA device, accelerate for ``auto``) and the
+   engine's package.
 2. **The teacher** (only when phase 1 found nothing: its checks import torch and transformers, and an input
-   mistake should be reported in about a second): the device, the tokenizer, the effective generation config,
+   mistake should be reported in about a second): the device as torch sees it (built with CUDA, the index in
+   range), the tokenizer, the effective generation config,
    the engine's refusals, the teacher's config, attention implementation, weight files and vocabulary (every token
    id inside the embedding), the samples tokenized, the context length (longest prompt plus ``max_new_tokens``
    within the teacher's maximum positions), the prompt ids, the continuous engine's paged-cache budget and the
@@ -28,6 +31,8 @@ from typing import TYPE_CHECKING
 
 from gencache.run.check_steps import (
     check_device,
+    check_device_present,
+    check_engine_package,
     check_model_location,
     check_output_location,
     check_utf8_paths,
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
 
 #: The checks of phase 2, in order (skipped, with the reason, when phase 1 found a problem).
 TEACHER_CHECKS = (
-    "device",
+    "torch device",
     "tokenizer",
     "generation",
     "engine",
@@ -107,17 +112,35 @@ def input_checks(
     data_config_steps(run, result, data_configs, shard)
 
 
-def _device_step(run: Runner, result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
+def machine_checks(
+    result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None, show_prompt: int | None
+) -> None:
+    """The end of phase 1 for a valid config: ``--show-prompt``'s index, the device as far as it is known without
+    torch, and the engine's package."""
+    from gencache.core.errors import ConfigError
     from gencache.run.sharding import device_for_rank
 
     assert result.config is not None
-    model = result.config.model
+    config = result.config
+    run = Runner(result)
+    if show_prompt is not None and result.keys is not None:
+
+        def prompt_index() -> tuple[None, str]:
+            count = len(result.keys or ())
+            if not 0 <= show_prompt < count:
+                raise ConfigError(
+                    f"--show-prompt {show_prompt} is out of range: the run has {count} samples (0..{count - 1})."
+                )
+            return None, f"sample {show_prompt} of {count}"
+
+        run.step("show prompt", prompt_index, location="--show-prompt")
 
     def device() -> tuple[str, str]:
-        chosen = device_for_rank(model.device, shard, env)
-        return chosen, check_device(chosen)
+        chosen = device_for_rank(config.model.device, shard, env)
+        return chosen, check_device_present(chosen, env)
 
     result.device = run.step("device", device)
+    run.step("engine package", lambda: (None, check_engine_package(config.engine)))
 
 
 def teacher_checks(result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
@@ -128,13 +151,17 @@ def teacher_checks(result: Preflight, shard: ShardSpec | None, env: Mapping[str,
 
     prepare_model_libraries()
     run = Runner(result)
-    _device_step(run, result, shard, env)
+    run.step("torch device", lambda: (None, check_device(result.device or "")), needs=("device",))
     model_steps(run, result)
     sample_steps(run, result, shard)
 
 
 def preflight(
-    config: CacheConfig, targets: Sequence[Target], shard: ShardSpec | None, env: Mapping[str, str] | None
+    config: CacheConfig,
+    targets: Sequence[Target],
+    shard: ShardSpec | None,
+    env: Mapping[str, str] | None,
+    show_prompt: int | None = None,
 ) -> Preflight:
     """Run every model-free check (see the module docstring) and return what they found, every problem in
     :attr:`Preflight.problems`.
@@ -142,13 +169,14 @@ def preflight(
     ``targets`` are the artifacts the run publishes (one, or one per shard still to generate); once the samples
     are built, :attr:`Preflight.targets` holds them with the keys each publishes (selected here, once). ``shard``
     is the one shard this process generates, or with ``--shards N`` any of them (its count is checked against the
-    unique keys).
+    unique keys). ``show_prompt`` is the sample ``--show-prompt`` asks for, checked against the samples in phase 1.
     """
     from gencache.data.sources import shared_tables
 
     result = Preflight(config=config, targets=list(targets))
     with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
         input_checks(result, list(enumerate(config.data_configs)), model=config.model, shard=shard)
+        machine_checks(result, shard, env, show_prompt)
         if result.problems:
             why = "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
             runner = Runner(result)
@@ -175,4 +203,4 @@ def check_inputs_alone(
     return result
 
 
-__all__ = ["TEACHER_CHECKS", "check_inputs_alone", "input_checks", "preflight", "teacher_checks"]
+__all__ = ["TEACHER_CHECKS", "check_inputs_alone", "input_checks", "machine_checks", "preflight", "teacher_checks"]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gencache.artifact.publish import fsync_dir
+from gencache.config.paths import check_output_name
 from gencache.core.errors import (
     ConfigError,
     DatasetError,
@@ -318,6 +319,7 @@ def export(
 
     if format not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
+    check_output_name(os.fspath(out), "--out")
     out_path = Path(out)
     if os.path.lexists(out_path):
         raise OutputExistsError(f"{os.path.abspath(out_path)} already exists; choose another --out path.")

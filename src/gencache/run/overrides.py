@@ -6,7 +6,8 @@ their index: ``data_configs.0.num_samples``); the value is JSON (``8``, ``true``
 ``--limit N`` caps every data config's ``num_samples`` at N; the recipes draw samples in order, so the selection is
 a prefix of the full run's. Overrides apply to the merged file (``_default.json`` under the config) in the order
 given, and the result is validated once, exactly like a file; a problem is named after the override whose path
-holds its location (the last one applied, so ``--set model={...}`` owns every problem beneath ``model``) or, in a
+holds its location (the last one applied, so ``--set model={...}`` owns every problem beneath ``model``; an
+object an override created on its way, such as a misspelt ``model.generation_kwrgs``, is its too) or, in a
 field checked against a sibling, the sibling's (``--set engine=vllm`` owns a problem of ``engine_options``), and
 after the file when no override's does.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,15 @@ class Override:
     path: tuple[str | int, ...]
     value: Any
     option: str = "--set"
+    created: tuple[str | int, ...] | None = None
+    """Once applied (:func:`apply_override`): the first object on the way to :attr:`path` that this override
+    created because the config had none there (``model.generation_kwrgs`` of ``--set
+    model.generation_kwrgs.max_new_tokens=8``); None when every object on the way was the config's."""
+
+    @property
+    def owned(self) -> tuple[str | int, ...]:
+        """The part of the config this override wrote: a problem at or beneath it is this override's."""
+        return self.created if self.created is not None else self.path
 
     @property
     def label(self) -> str:
@@ -76,9 +86,11 @@ def _describe(path: Sequence[str | int]) -> str:
     return ".".join(str(p) for p in path) or "<config>"
 
 
-def apply_override(raw: dict[str, Any], override: Override) -> None:
-    """Set ``override.path`` in ``raw`` (in place), creating missing objects on the way."""
+def apply_override(raw: dict[str, Any], override: Override) -> Override:
+    """Set ``override.path`` in ``raw`` (in place), creating missing objects on the way; return the override with
+    the first object it created (:attr:`Override.created`)."""
     node: Any = raw
+    created: tuple[str | int, ...] | None = None
     for depth, part in enumerate(override.path[:-1]):
         where = _describe(override.path[: depth + 1])
         if isinstance(part, int):
@@ -89,6 +101,8 @@ def apply_override(raw: dict[str, Any], override: Override) -> None:
         else:
             if not isinstance(node, dict):
                 raise ConfigError(f"{override.label}: {_describe(override.path[:depth])} is not an object.")
+            if part not in node and created is None:
+                created = override.path[: depth + 1]
             node = node.setdefault(part, {})
     last = override.path[-1]
     if isinstance(last, int):
@@ -99,6 +113,7 @@ def apply_override(raw: dict[str, Any], override: Override) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"{override.label}: {_describe(override.path[:-1])} is not an object.")
         node[last] = override.value
+    return replace(override, created=created)
 
 
 def _limit(raw: dict[str, Any], limit: int) -> None:
@@ -141,7 +156,7 @@ def _checked_limit(limit: int | None, problems: list[Problem]) -> int | None:
     """``--limit`` when it is a positive number, else None with its problem added to ``problems``."""
     if limit is not None and (isinstance(limit, bool) or limit < 1):
         message = f"--limit must be a positive number of samples, got {limit}."
-        problems.append(Problem("config", "--limit", ConfigError(message)))
+        problems.append(Problem("config", "--limit", ConfigError(message), origin="--limit"))
         return None
     return limit
 
@@ -155,25 +170,27 @@ def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
             check_utf8_paths({"--output-dir path": overrides.output_dir})
             steps.append(Override(overrides.output_dir, ("output_dir",), overrides.output_dir, "--output-dir"))
         except ConfigError as error:
-            problems.append(Problem("config", "--output-dir", error))
+            problems.append(Problem("config", "--output-dir", error, origin="--output-dir"))
     for text in overrides.sets:
         try:
             steps.append(parse_set(text))
         except ConfigError as error:
-            problems.append(Problem("config", f"--set {text}", error))
+            problems.append(Problem("config", f"--set {text}", error, origin=f"--set {text}"))
     return steps
 
 
 def _holder(loc: Loc, applied: Sequence[Override]) -> Override | None:
     for override in reversed(applied):
-        if loc[: len(override.path)] == override.path:
+        if loc[: len(override.owned)] == override.owned:
             return override
     return None
 
 
 def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
-    """The override a problem at ``loc`` comes from, None when it is the file's own: the last applied one whose path
-    is ``loc`` or a prefix of it (it wrote that value, or the object holding it, last); else, in a field whose rule
+    """The override a problem at ``loc`` comes from, None when it is the file's own: the last applied one whose
+    :attr:`~Override.owned` part is ``loc`` or a prefix of it (it wrote that value, or created the object holding
+    it, last: ``--set model.generation_kwrgs.max_new_tokens=8`` owns the unknown field ``model.generation_kwrgs``);
+    else, in a field whose rule
     reads a sibling (:data:`~gencache.config.names.READS_SIBLING`: ``engine_options`` reads ``engine``), the one
     that wrote the sibling."""
     from gencache.config.names import READS_SIBLING
@@ -197,16 +214,14 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
     try:
         raw, origin = read_merged_config(Path(path))
     except ConfigError as error:
-        return CheckedConfig(None, [Problem("config", str(path), error), *problems])
+        return CheckedConfig(None, [Problem("config", str(path), error, origin=str(path)), *problems])
     current = copy.deepcopy(raw)
     applied: list[Override] = []
     for step in _steps(overrides, problems):
         try:
-            apply_override(current, step)
+            applied.append(apply_override(current, step))
         except ConfigError as error:
-            problems.append(Problem("config", step.label, error))
-            continue
-        applied.append(step)
+            problems.append(Problem("config", step.label, error, origin=step.label))
     if limit is not None:
         _limit(current, limit)
     from gencache.config.messages import format_loc
@@ -215,7 +230,7 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
     for loc, line in lines:
         source = origin_of(loc, applied)
         named = source.label if source is not None else origin
-        problems.append(Problem("config", format_loc(loc) or named, ConfigError(f"{named}: {line}")))
+        problems.append(Problem("config", format_loc(loc) or named, ConfigError(f"{named}: {line}"), origin=named))
     if config is not None and not problems:
         return CheckedConfig(config)
     return _partial(current, problems, [loc for loc, _ in lines])

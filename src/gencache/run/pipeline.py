@@ -141,7 +141,7 @@ def _generate_run(
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
     run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
     with _run_signals(run, active=not dry_run):
-        found = preflight(plan.config, pending, single, env)
+        found = preflight(plan.config, pending, single, env, show_prompt if dry_run else None)
         pending = found.targets  # with their keys, once the samples are built
         if dry_run:
             output = base if shards is not None or single is None else targets[0].output_dir
@@ -178,7 +178,9 @@ def _nth_sample(samples: SampleSet | None, index: int) -> Sample | None:
     if samples is None:
         return None
     if not 0 <= index < len(samples):
-        raise ConfigError(f"--show-prompt {index} is out of range: the run has {len(samples)} samples (0..).")
+        raise ConfigError(
+            f"--show-prompt {index} is out of range: the run has {len(samples)} samples (0..{len(samples) - 1})."
+        )
     return samples[index]
 
 

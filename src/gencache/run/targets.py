@@ -62,6 +62,18 @@ def targets_of(output_dir: str, shard: str | None, shards: int | None, env: Mapp
     return [Target(output_path_for(output_dir, s), s) for s in specs]
 
 
+def _split_problems(output_dir: str, targets: list[Target]) -> list[Problem]:
+    """The run's split beside another split of the same output path (:func:`split_conflict`), as a problem."""
+    from gencache.artifact.shards import split_conflict
+
+    spec = targets[0].shard
+    conflict = split_conflict(absolute_path(output_dir), spec.count if spec is not None else None)
+    if conflict is None:
+        return []
+    location = "output_dir" if spec is None else spec.origin
+    return [Problem("shards", location, ShardError(conflict))]
+
+
 @dataclass
 class Plan:
     """What a run is to publish: its config, every target, those still to generate, those already published."""
@@ -96,6 +108,8 @@ def plan_run(
             targets = targets_of(output_dir, shard, shards, env)
         except ShardError as error:
             problems.append(Problem("shards", "--shards" if shards is not None else "--shard", error))
+        else:
+            problems.extend(_split_problems(output_dir, targets))
     config = checked.config
     if config is None or problems:
         data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs

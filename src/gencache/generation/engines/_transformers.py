@@ -32,6 +32,7 @@ class TransformersEngine:
             device=ctx.device,
             revision=ctx.revision,
             attn_implementation=ctx.attn_implementation,
+            generation_config=ctx.generation.config,
         )
 
     def loaded_model(self) -> Any:
