@@ -443,14 +443,15 @@ def _debug_traceback() -> None:
 _exit_quietly_on_interrupt = quiet_exit  # the name the tests (and older callers) use
 
 
-def main() -> None:
-    """Console-script entry point: the command, with SIGINT/SIGTERM/SIGHUP at any moment one line and 130/143."""
+def main(argv: list[str] | None = None) -> None:
+    """The ``gencache`` console script, ``python -m gencache`` and ``run_generation_cache.py``: the command line
+    ``argv`` (``sys.argv[1:]`` when None), with SIGINT/SIGTERM/SIGHUP one line and 130/143."""
     from gencache.core import interrupts
 
-    interrupts.install()  # again: the console script's entry installs them before it imports this module
+    interrupts.install()
     code = 1
     try:
-        code = run()
+        code = run(argv)
         _exit_quietly_on_interrupt(code)
     except interrupts.Stopped as stop:  # between the command's end and the quiet exit
         interrupts.exit_now(stop)
