@@ -1,10 +1,13 @@
-"""Publishing an artifact directory: the output-path check, the no-replace rename and ``gencache clean``.
+"""Publishing: an artifact directory (the output-path check, the no-replace rename, ``gencache clean``) and a small
+file written whole or not at all.
 
 1. :func:`check_output_path` refuses an existing output path, even a dangling symlink.
 2. :func:`probe_rename` learns before generation whether the filesystem has ``renameat2(RENAME_NOREPLACE)``.
 3. :func:`publish` renames the finished temporary directory into place without replacing anything (falling back
    to a plain rename of the non-empty directory where the filesystem lacks the flag) and fsyncs the parent.
 4. :func:`clean` removes the temporary directories that killed processes left behind.
+5. :func:`publish_file` writes one file through a temporary sibling renamed (or linked) into place: an exported
+   file, an audit report, a cached reader index.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import fcntl
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar
 
 from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
 from gencache.artifact.names import ARTIFACT_FILES
@@ -25,6 +29,7 @@ from gencache.artifact.phases import report_phase
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 
 RENAME_MODES = ("renameat2", "rename")
+T = TypeVar("T")
 
 
 _AT_FDCWD = -100
@@ -183,6 +188,46 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
         ) from error
     report_phase("published")
     return used
+
+
+def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: bool = True) -> T:
+    """Write the file ``path`` whole or not at all; return what ``write`` returned.
+
+    ``write(handle)`` fills a temporary sibling of ``path`` (named after this host, process and a random token, so
+    concurrent writers never share one), which is flushed to disk and then renamed over ``path`` (``replace``) or
+    hard-linked to it, raising :class:`FileExistsError` where a file exists (never replacing it); the parent
+    directory is then fsynced where it can be. The temporary file is removed whatever happens. Failing file-system
+    steps raise :class:`WriteError`; what ``write`` raises passes through.
+    """
+    target = Path(os.path.abspath(path))
+    temporary = target.with_name(temp_name(target))
+    try:
+        handle = open(temporary, "xb")  # noqa: SIM115 - closed by the with block below
+    except OSError as error:
+        raise write_error(f"Writing {target}", error) from error
+    try:
+        with handle:
+            result = write(handle)
+            try:
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as error:
+                raise write_error(f"Writing {target}", error) from error
+        try:
+            if replace:
+                os.replace(temporary, target)
+            else:
+                os.link(temporary, target)
+        except FileExistsError:
+            raise
+        except OSError as error:
+            raise write_error(f"Publishing {target}", error) from error
+        with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
+            fsync_dir(target.parent)
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(temporary)
+    return result
 
 
 # -- the writer's lock and gencache clean ---------------------------------------------------------------------
@@ -372,5 +417,6 @@ __all__ = [
     "lock_path",
     "probe_rename",
     "publish",
+    "publish_file",
     "release_lock",
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
@@ -437,6 +436,8 @@ def _run(argv: list[str] | None) -> int:
 
 def _debug_traceback() -> None:
     if os.environ.get("GENCACHE_DEBUG") == "1":
+        import traceback
+
         traceback.print_exc()
 
 

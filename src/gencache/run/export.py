@@ -22,16 +22,14 @@ linked into place, so the file appears complete or not at all.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from gencache.artifact.publish import fsync_dir
+from gencache.artifact.publish import publish_file
 from gencache.core.errors import (
     ConfigError,
     DatasetError,
@@ -278,27 +276,14 @@ def _write_atomic(out: Path, write: Any) -> int:
     """Run ``write(handle)`` on a temporary sibling of ``out`` and link it into place (never over a file: one
     that appeared since :func:`export` checked is an error)."""
     out = Path(os.path.abspath(out))
-    temp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(temp, "xb")  # noqa: SIM115 - closed by the with block below
     except OSError as exc:
         raise WriteError(f"Cannot write {out}: {exc.strerror or exc}; choose another --out path.") from exc
     try:
-        with handle:
-            count: int = write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(temp, out)  # fails instead of replacing a file created meanwhile
-        except FileExistsError:
-            raise OutputExistsError(f"{out} appeared while exporting; nothing was replaced.") from None
-        except OSError as exc:
-            raise WriteError(f"Cannot publish {out}: {exc}") from exc
-        fsync_dir(out.parent)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
+        count: int = publish_file(out, write, replace=False)
+    except FileExistsError:
+        raise OutputExistsError(f"{out} appeared while exporting; nothing was replaced.") from None
     return count
 
 
