@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
-from gencache.artifact.names import ARTIFACT_FILES
 from gencache.artifact.phases import report_phase
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 
 RENAME_MODES = ("renameat2", "rename")
 T = TypeVar("T")
+_PROBE = ".rename-probe-"  # in the names of probe_rename's scratch directories
 
 
 _AT_FDCWD = -100
@@ -115,7 +115,7 @@ def probe_rename(parent: Path | str) -> str:
     except OSError as error:
         raise write_error(f"Creating the output parent directory {parent}", error) from error
     base = parent / "probe"
-    source, target, occupied = (parent / temp_name(base, f".rename-probe-{tag}") for tag in "abc")
+    source, target, occupied = (parent / temp_name(base, f"{_PROBE}{tag}") for tag in "abc")
     try:
         try:
             source.mkdir(mode=0o700)
@@ -320,25 +320,15 @@ def _remove_tree(path: str) -> bool:
     return True
 
 
-def _is_complete_artifact(path: str) -> bool:
-    """True when ``path`` holds every file of an artifact: never a leftover to remove, whatever its name."""
-    try:
-        names = set(os.listdir(path))
-    except OSError:
-        return True  # cannot tell: keep it
-    return names >= ARTIFACT_FILES
-
-
 def clean(parent: Path | str) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
 
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
-    in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
-    only when it was written on this host by a process that no longer exists, and never when it holds every
-    artifact file (a published artifact whose name looks temporary; a writer's own directory always has a lock).
-    A directory or lock file that another ``gencache clean`` removed meanwhile counts as done, so concurrent
-    cleaners all succeed. When some leftovers cannot be removed (a read-only file system, permissions), the others
-    are still removed and a :class:`WriteError` then names what is left.
+    in; one whose lock is held is kept, and so is one without a lock file (a writer's directory always has one),
+    except the empty scratch directories of :func:`probe_rename`, removed when the process on this host that
+    named them no longer exists. A directory or lock file that another ``gencache clean`` removed meanwhile counts
+    as done, so concurrent cleaners all succeed. When some leftovers cannot be removed (a read-only file system,
+    permissions), the others are still removed and a :class:`WriteError` then names what is left.
     """
     parent = Path(parent)
     if not parent.is_dir():
@@ -368,8 +358,8 @@ def clean(parent: Path | str) -> list[Path]:
         if state == "live":
             continue
         if state == "absent" and (
-            match["host"] != host or _pid_alive(int(match["pid"])) or _is_complete_artifact(path)
-        ):  # no lock file: an older gencache's directory judged by its pid on this host, or a published artifact
+            _PROBE not in match["name"] or match["host"] != host or _pid_alive(int(match["pid"]))
+        ):  # no lock file: not a writer's directory, or a rename probe's scratch directory still in use
             continue
         try:
             if _remove_tree(path):
