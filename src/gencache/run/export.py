@@ -106,7 +106,8 @@ def _rebuild_prompts(
 ) -> tuple[list[str], dict[str, _Prompt]]:
     """The prompts of ``keys`` rebuilt from the checked record of the run (``resolved``, the first reader's checked
     ``resolved_config.json``; with the overrides), in run order."""
-    from gencache.run.recorded import load_recorded_tokenizer, rebuild_samples, run_of_readers
+    from gencache.data.recorded import rebuild_samples, run_of_readers
+    from gencache.run.recorded import load_recorded_tokenizer
 
     run = run_of_readers(directory, readers, resolved=resolved)
     samples = rebuild_samples(run, load_recorded_tokenizer(run), sources=sources, data_root=data_root)
@@ -299,7 +300,7 @@ def export(
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
     from gencache.artifact.mixture import MultiCacheReader, open_caches
-    from gencache.run.recorded import checked_resolved_config
+    from gencache.data.recorded import checked_resolved_config
 
     if format not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
