@@ -60,9 +60,9 @@ def distillation_data(setup: Setup, tokenizer: Any) -> Any:
     from gencache.training import DistillationDataset
 
     return DistillationDataset(
-        setup.config_path,
-        tokenizer,
         setup.artifact,
+        tokenizer,
+        config=setup.config_path,
         model_path=str(setup.teacher_dir),
         tokenizer_path=str(setup.teacher_dir),
         dtype="float32",

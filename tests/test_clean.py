@@ -1,5 +1,6 @@
 """`gencache clean`: a temporary directory is dead when its writer's lock is free (whatever PID namespace wrote
-it), older lock-less directories fall back to the pid check, and concurrent cleaners all succeed."""
+it), a directory without a lock file is no writer's and is kept (the rename probe's scratch directories aside,
+judged by their pid), and concurrent cleaners all succeed."""
 
 from __future__ import annotations
 
@@ -57,11 +58,19 @@ def test_the_live_lock_of_a_real_build_protects_it(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []  # left without publishing: directory and lock file are gone
 
 
-def test_lockless_directories_of_older_versions_use_the_pid(tmp_path: Path) -> None:
+def test_a_directory_without_a_lock_file_is_kept_whatever_its_pid(tmp_path: Path) -> None:
     dead = temp_dir(tmp_path, DEAD_PID, "0000bbbb", locked=False)
     alive = temp_dir(tmp_path, os.getpid(), "0000cccc", locked=False)
-    other_host = tmp_path / f".out.gencache-elsewhere-{DEAD_PID}-0000dddd"
-    other_host.mkdir()
+    assert clean(tmp_path) == []
+    assert dead.is_dir() and alive.is_dir()
+
+
+def test_the_rename_probe_s_scratch_directories_of_dead_processes_of_this_host_are_removed(tmp_path: Path) -> None:
+    dead = tmp_path / f".probe.rename-probe-a.gencache-{host_tag()}-{DEAD_PID}-0000bbbb"
+    alive = tmp_path / f".probe.rename-probe-b.gencache-{host_tag()}-{os.getpid()}-0000cccc"
+    other_host = tmp_path / f".probe.rename-probe-c.gencache-elsewhere-{DEAD_PID}-0000dddd"
+    for path in (dead, alive, other_host):
+        path.mkdir()
     assert clean(tmp_path) == [dead]
     assert alive.is_dir() and other_host.is_dir()
 
@@ -75,7 +84,7 @@ def test_a_stale_lock_file_without_its_directory_is_removed(tmp_path: Path) -> N
 
 
 def test_three_concurrent_cleaners_all_succeed(tmp_path: Path) -> None:
-    dirs = [temp_dir(tmp_path, DEAD_PID, f"{i:08x}", locked=i % 2 == 0) for i in range(60)]
+    dirs = [temp_dir(tmp_path, DEAD_PID, f"{i:08x}", locked=True) for i in range(60)]
     for path in dirs:  # enough files that the removals overlap
         for n in range(30):
             (path / f"f{n}").write_bytes(b"")
@@ -86,10 +95,8 @@ def test_three_concurrent_cleaners_all_succeed(tmp_path: Path) -> None:
         assert code == 0, err
         assert err == ""
     removed = [line for out, _, _ in results for line in out.splitlines() if line.startswith("removed ")]
-    # every directory is reported by a cleaner; a lock-less one that two cleaners removed together by both
-    assert set(removed) == {f"removed {p}" for p in dirs}
-    locked = [f"removed {p}" for i, p in enumerate(dirs) if i % 2 == 0]
-    assert all(removed.count(line) == 1 for line in locked)  # the cleaner holding the lock is the only one
+    # every directory is reported by exactly one cleaner: the one holding its lock
+    assert sorted(removed) == sorted(f"removed {p}" for p in dirs)
     assert os.listdir(tmp_path) == []
 
 

@@ -122,11 +122,6 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
         ("data_configs[0].template_kwargs.systm_prompt: unknown", "allowed: enable_thinking, system_prompt"),
     ),
     (
-        "tokenizer_chat_think",
-        _set("data_configs[0]", hotpot(template="tokenizer_chat", template_kwargs={"think": True})),
-        ("data_configs[0].template_kwargs:", "enable_thinking"),
-    ),
-    (
         "enable_thinking_int",
         _set("data_configs[0]", hotpot(template="tokenizer_chat", template_kwargs={"enable_thinking": 1})),
         ("data_configs[0].template_kwargs.enable_thinking: must be true or false",),

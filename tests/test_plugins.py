@@ -133,9 +133,9 @@ def test_dry_run_generate_and_distillation_dataset_use_the_plugin(
     built = build_samples([data_config(glossary)])
     assert set(manifest["entries"]) == set(built.keys())
     dataset = DistillationDataset(
-        config,
-        tiny_tokenizer,
         tmp_path / "out",
+        tiny_tokenizer,
+        config=config,
         model_path=str(tiny_teacher_dir),
         tokenizer_path=str(tiny_teacher_dir),
         dtype="float32",

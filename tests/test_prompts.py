@@ -7,7 +7,6 @@ import re
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from gencache.config import parse_data_configs
 from gencache.config.templates import DefaultKwargs
@@ -229,15 +228,6 @@ def test_template_kwarg_defaults() -> None:
 def test_bad_template_kwargs_name_the_kwarg(template: str, kwargs: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"data_configs[0].{fragment}")):
         render(template, (Inline("q"),), kwargs, CharTokenizer())
-
-
-def test_tokenizer_chat_rejects_old_think_kwarg() -> None:
-    with pytest.raises(ConfigError, match="use enable_thinking"):
-        render("tokenizer_chat", (Inline("q"),), {"think": False}, FakeChat(_chatml))
-    with pytest.raises(ValidationError, match="use enable_thinking"):
-        TEMPLATES["tokenizer_chat"].kwargs_model.model_validate({"think": True})
-    with pytest.raises(ConfigError, match="tokenizer_chat with enable_thinking"):
-        render("qwen_3_chat", (Inline("q"),), {"think": True})
 
 
 def test_render_prompt_takes_validated_kwargs_only() -> None:

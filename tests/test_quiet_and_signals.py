@@ -115,8 +115,8 @@ def test_a_signal_a_library_swallowed_while_importing_still_stops_the_run(
 
 @pytest.mark.parametrize("command", ["verify", "clean"])
 def test_a_stop_swallowed_before_a_command_that_runs_no_model_still_ends_it(command: str, tmp_path: Path) -> None:
-    """A command with no run of its own (``verify`` on the light path, ``clean`` through the full command line)
-    still ends with the stop's one line and 130 when a signal's stop was swallowed on the way."""
+    """A command with no run of its own (``verify``, ``clean``), run by the console script's entry point, still ends
+    with the stop's one line and 130 when a signal's stop was swallowed on the way."""
     artifact = write_artifact(tmp_path / "out", make_entries(2))
     target = artifact if command == "verify" else tmp_path
     script = (
@@ -124,7 +124,7 @@ def test_a_stop_swallowed_before_a_command_that_runs_no_model_still_ends_it(comm
         "from gencache.core import interrupts\n"
         "interrupts.install()\n"
         f"{SWALLOWS['a __del__']}"
-        "from gencache.cli.entry import main\n"
+        "from gencache.cli.app import main\n"
         f"sys.argv = ['gencache', {command!r}, {str(target)!r}]\n"
         "main()\n"
     )

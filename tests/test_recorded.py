@@ -16,9 +16,9 @@ import gencache
 from gencache.artifact.reader import CacheReader
 from gencache.core.errors import ConfigError, DatasetError, FormatError, SourceChangedError
 from gencache.data.recipes import sample_source
-from gencache.data.recorded import check_sources
+from gencache.data.recorded import check_sources, rebuild_samples
 from gencache.data.sources import file_sha256
-from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
+from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer
 from support.config_factory import musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
 

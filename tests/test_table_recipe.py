@@ -236,9 +236,9 @@ def test_distillation_dataset_finds_the_same_keys(
         for i in chosen[1:5]
     ]
     dataset = DistillationDataset(
-        configs,
-        tiny_tokenizer,
         tmp_path / "out",
+        tiny_tokenizer,
+        config=configs,
         model_path=str(tiny_teacher_dir),
         tokenizer_path=str(tiny_teacher_dir),
         dtype="float32",

@@ -29,9 +29,9 @@ def demo(demo_run: dict[str, Any]) -> dict[str, Any]:
 
 def dataset(demo: dict[str, Any], paths: Any = None, **options: Any) -> DistillationDataset:
     return DistillationDataset(
-        demo["config_path"],
-        demo["tokenizer"],
         demo["artifact"] if paths is None else paths,
+        demo["tokenizer"],
+        config=demo["config_path"],
         model_path=demo["teacher"],
         tokenizer_path=demo["teacher"],
         dtype="float32",
@@ -99,18 +99,18 @@ def test_a_bad_setup_fails_before_the_first_batch(demo: dict[str, Any]) -> None:
     more[0]["num_samples"] += 2  # samples the artifact was not generated for
     with pytest.raises(MissingEntriesError, match="missing 2 required semantic samples"):
         DistillationDataset(
-            more,
-            demo["tokenizer"],
             demo["artifact"],
+            demo["tokenizer"],
+            config=more,
             model_path=demo["teacher"],
             tokenizer_path=demo["teacher"],
             dtype="float32",
         )
     with pytest.raises(CompatibilityError, match="dtype"):
         DistillationDataset(
-            demo["config_path"],
-            demo["tokenizer"],
             demo["artifact"],
+            demo["tokenizer"],
+            config=demo["config_path"],
             model_path=demo["teacher"],
             tokenizer_path=demo["teacher"],
             dtype=torch.bfloat16,

@@ -63,12 +63,14 @@ def test_a_limit_artifact_trains_with_trainer_given_only_its_path(runs: dict[str
 def test_the_artifact_alone_gives_the_config_s_items(runs: dict[str, Any]) -> None:
     tokenizer = runs["tokenizer"]
     alone = DistillationDataset(runs["sharded"], tokenizer)
-    legacy = DistillationDataset(runs["config"], tokenizer, runs["sharded"])  # the earlier form, still checked
+    configured = DistillationDataset(runs["sharded"], tokenizer, config=runs["config"])
     assert (
-        len(alone) == len(legacy) == len(build_samples(gencache.config.load_config(runs["config"]), runs["tokenizer"]))
+        len(alone)
+        == len(configured)
+        == len(build_samples(gencache.config.load_config(runs["config"]), runs["tokenizer"]))
     )
     for index in range(len(alone)):
-        ours, theirs = alone[index], legacy[index]
+        ours, theirs = alone[index], configured[index]
         assert ours["key"] == theirs["key"] and torch.equal(ours["input_ids"], theirs["input_ids"])
     one = DistillationDataset(f"{runs['sharded']}-shard-00001-of-00002", tokenizer)  # a lone shard: its own keys
     assert {one[i]["key"] for i in range(len(one))} == set(CacheReader(f"{runs['sharded']}-shard-00001-of-00002"))

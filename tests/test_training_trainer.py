@@ -31,9 +31,9 @@ def demo(demo_run: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def data(demo: dict[str, Any]) -> DistillationDataset:
     return DistillationDataset(
-        demo["config_path"],
-        demo["tokenizer"],
         demo["artifact"],
+        demo["tokenizer"],
+        config=demo["config_path"],
         model_path=demo["teacher"],
         tokenizer_path=demo["teacher"],
         dtype="float32",

@@ -467,7 +467,7 @@ def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, mon
 
 
 # -- clean ------------------------------------------------------------------------------------------------------------
-def test_clean_removes_only_directories_of_dead_processes_of_this_host(tmp_path: Path) -> None:
+def test_clean_removes_only_directories_of_dead_writers(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     host = publish_module.host_tag()
@@ -481,6 +481,7 @@ def test_clean_removes_only_directories_of_dead_processes_of_this_host(tmp_path:
     for name in names.values():
         (tmp_path / name).mkdir()
         (tmp_path / name / "cache.safetensors").write_bytes(b"x")
+    (tmp_path / f"{names['dead']}.lock").write_bytes(b"")  # its writer's lock file, which nobody holds
     os.chmod(tmp_path / names["dead"] / "cache.safetensors", 0o444)
     (tmp_path / f".link.gencache-{host}-{dead.pid}-0123abcd").symlink_to(tmp_path / names["alive"])
     removed = clean(tmp_path)

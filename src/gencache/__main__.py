@@ -1,6 +1,6 @@
-"""``python -m gencache``: the same CLI as the ``gencache`` command."""
+"""``python -m gencache``: the ``gencache`` command line."""
 
-from gencache.cli.entry import main
+from gencache.cli.app import main
 
 if __name__ == "__main__":
     main()

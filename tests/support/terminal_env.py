@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-# What makes rich treat a pipe as a terminal, and with it gencache's console script import rich to print tables.
+# What makes rich treat a pipe as a terminal: colour codes and the terminal's width in a piped `inspect`'s tables.
 FORCED_COLOUR_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE")
 # Those, and what makes typer's help force a terminal (GITHUB_ACTIONS, PY_COLORS) or fix its width (TERMINAL_WIDTH).
 FORCED_TERMINAL_ENV = (*FORCED_COLOUR_ENV, "PY_COLORS", "TERMINAL_WIDTH", "GITHUB_ACTIONS")

@@ -20,11 +20,12 @@ import json
 import mmap
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from gencache.artifact._index import CompactIndex
+from gencache.core.errors import WriteError
 
 MAGIC = b"GCINDEX1"
 ALIGN = 64
@@ -118,7 +119,8 @@ def load_index(directory: Path, identity: str, manifest: mmap.mmap | bytes) -> C
 
 
 def save_index(directory: Path, identity: str, index: CompactIndex) -> bool:
-    """Write ``index`` for ``identity`` atomically (temporary file then rename); False when that failed."""
+    """Write ``index`` for ``identity`` whole or not at all (:func:`~gencache.artifact.publish.publish_file`); False
+    when that failed."""
     parts: list[bytes] = []
     described: list[list[Any]] = []
     offset = 0
@@ -151,20 +153,16 @@ def save_index(directory: Path, identity: str, index: CompactIndex) -> bool:
     encoded = json.dumps(meta, sort_keys=True).encode()
     data_start = _data_start(len(encoded))
     head = MAGIC + len(encoded).to_bytes(8, "little") + encoded
-    import tempfile  # only to write a cache (with shutil and random, not needed to open or verify an artifact)
+    from gencache.artifact.publish import publish_file  # only to write a cache, not to open or verify an artifact
+
+    def write(handle: IO[bytes]) -> None:
+        handle.write(head + b"\0" * (data_start - len(head)))
+        handle.write(region)
 
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=".index-", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(head + b"\0" * (data_start - len(head)))
-                handle.write(region)
-            os.replace(temporary, directory / f"{identity}.idx")
-        except BaseException:
-            os.unlink(temporary)
-            raise
-    except OSError:
+        publish_file(directory / f"{identity}.idx", write)
+    except (OSError, WriteError):
         return False
     return True
 

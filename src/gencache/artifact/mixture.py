@@ -18,7 +18,7 @@ import numpy as np
 from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, PathLike
-from gencache.artifact.shards import ShardSet, check_shard_set, expand_output, find_shards
+from gencache.artifact.shards import ShardSet, check_shard_set, expand_output
 from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
 
@@ -230,4 +230,4 @@ def open_caches(
     return readers[0] if len(readers) == 1 else MultiCacheReader(readers)
 
 
-__all__ = ["MultiCacheReader", "ShardSet", "find_shards", "open_caches"]
+__all__ = ["MultiCacheReader", "ShardSet", "open_caches"]

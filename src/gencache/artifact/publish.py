@@ -1,10 +1,13 @@
-"""Publishing an artifact directory: the output-path check, the no-replace rename and ``gencache clean``.
+"""Publishing: an artifact directory (the output-path check, the no-replace rename, ``gencache clean``) and a small
+file written whole or not at all.
 
 1. :func:`check_output_path` refuses an existing output path, even a dangling symlink.
 2. :func:`probe_rename` learns before generation whether the filesystem has ``renameat2(RENAME_NOREPLACE)``.
 3. :func:`publish` renames the finished temporary directory into place without replacing anything (falling back
    to a plain rename of the non-empty directory where the filesystem lacks the flag) and fsyncs the parent.
 4. :func:`clean` removes the temporary directories that killed processes left behind.
+5. :func:`publish_file` writes one file through a temporary sibling renamed (or linked) into place: an exported
+   file, an audit report, a cached reader index.
 """
 
 from __future__ import annotations
@@ -15,17 +18,19 @@ import fcntl
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar
 
 from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
-from gencache.artifact.names import ARTIFACT_FILES
 from gencache.artifact.phases import report_phase
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 
 RENAME_MODES = ("renameat2", "rename")
+T = TypeVar("T")
+_PROBE = ".rename-probe-"  # in the names of probe_rename's scratch directories
 
 
 _AT_FDCWD = -100
@@ -113,7 +118,7 @@ def probe_rename(parent: Path | str) -> str:
     except OSError as error:
         raise write_error(f"Creating the output parent directory {parent}", error) from error
     base = parent / "probe"
-    source, target, occupied = (parent / temp_name(base, f".rename-probe-{tag}") for tag in "abc")
+    source, target, occupied = (parent / temp_name(base, f"{_PROBE}{tag}") for tag in "abc")
     try:
         try:
             source.mkdir(mode=0o700)
@@ -186,6 +191,46 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
         ) from error
     report_phase("published")
     return used
+
+
+def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: bool = True) -> T:
+    """Write the file ``path`` whole or not at all; return what ``write`` returned.
+
+    ``write(handle)`` fills a temporary sibling of ``path`` (named after this host, process and a random token, so
+    concurrent writers never share one), which is flushed to disk and then renamed over ``path`` (``replace``) or
+    hard-linked to it, raising :class:`FileExistsError` where a file exists (never replacing it); the parent
+    directory is then fsynced where it can be. The temporary file is removed whatever happens. Failing file-system
+    steps raise :class:`WriteError`; what ``write`` raises passes through.
+    """
+    target = Path(os.path.abspath(path))
+    temporary = target.with_name(temp_name(target))
+    try:
+        handle = open(temporary, "xb")  # noqa: SIM115 - closed by the with block below
+    except OSError as error:
+        raise write_error(f"Writing {target}", error) from error
+    try:
+        with handle:
+            result = write(handle)
+            try:
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as error:
+                raise write_error(f"Writing {target}", error) from error
+        try:
+            if replace:
+                os.replace(temporary, target)
+            else:
+                os.link(temporary, target)
+        except FileExistsError:
+            raise
+        except OSError as error:
+            raise write_error(f"Publishing {target}", error) from error
+        with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
+            fsync_dir(target.parent)
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(temporary)
+    return result
 
 
 # -- the writer's lock and gencache clean ---------------------------------------------------------------------
@@ -278,25 +323,15 @@ def _remove_tree(path: str) -> bool:
     return True
 
 
-def _is_complete_artifact(path: str) -> bool:
-    """True when ``path`` holds every file of an artifact: never a leftover to remove, whatever its name."""
-    try:
-        names = set(os.listdir(path))
-    except OSError:
-        return True  # cannot tell: keep it
-    return names >= ARTIFACT_FILES
-
-
 def clean(parent: Path | str) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
 
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
-    in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
-    only when it was written on this host by a process that no longer exists, and never when it holds every
-    artifact file (a published artifact whose name looks temporary; a writer's own directory always has a lock).
-    A directory or lock file that another ``gencache clean`` removed meanwhile counts as done, so concurrent
-    cleaners all succeed. When some leftovers cannot be removed (a read-only file system, permissions), the others
-    are still removed and a :class:`WriteError` then names what is left.
+    in; one whose lock is held is kept, and so is one without a lock file (a writer's directory always has one),
+    except the empty scratch directories of :func:`probe_rename`, removed when the process on this host that
+    named them no longer exists. A directory or lock file that another ``gencache clean`` removed meanwhile counts
+    as done, so concurrent cleaners all succeed. When some leftovers cannot be removed (a read-only file system,
+    permissions), the others are still removed and a :class:`WriteError` then names what is left.
     """
     parent = Path(parent)
     if not parent.is_dir():
@@ -326,8 +361,8 @@ def clean(parent: Path | str) -> list[Path]:
         if state == "live":
             continue
         if state == "absent" and (
-            match["host"] != host or _pid_alive(int(match["pid"])) or _is_complete_artifact(path)
-        ):  # no lock file: an older gencache's directory judged by its pid on this host, or a published artifact
+            _PROBE not in match["name"] or match["host"] != host or _pid_alive(int(match["pid"]))
+        ):  # no lock file: not a writer's directory, or a rename probe's scratch directory still in use
             continue
         try:
             if _remove_tree(path):
@@ -375,5 +410,6 @@ __all__ = [
     "lock_path",
     "probe_rename",
     "publish",
+    "publish_file",
     "release_lock",
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
@@ -437,20 +436,23 @@ def _run(argv: list[str] | None) -> int:
 
 def _debug_traceback() -> None:
     if os.environ.get("GENCACHE_DEBUG") == "1":
+        import traceback
+
         traceback.print_exc()
 
 
 _exit_quietly_on_interrupt = quiet_exit  # the name the tests (and older callers) use
 
 
-def main() -> None:
-    """Console-script entry point: the command, with SIGINT/SIGTERM/SIGHUP at any moment one line and 130/143."""
+def main(argv: list[str] | None = None) -> None:
+    """The ``gencache`` console script, ``python -m gencache`` and ``run_generation_cache.py``: the command line
+    ``argv`` (``sys.argv[1:]`` when None), with SIGINT/SIGTERM/SIGHUP one line and 130/143."""
     from gencache.core import interrupts
 
-    interrupts.install()  # again: the console script's entry installs them before it imports this module
+    interrupts.install()
     code = 1
     try:
-        code = run()
+        code = run(argv)
         _exit_quietly_on_interrupt(code)
     except interrupts.Stopped as stop:  # between the command's end and the quiet exit
         interrupts.exit_now(stop)

@@ -34,16 +34,6 @@ def _report_path(report: Path, artifact: Path) -> Path:
     return target
 
 
-def _write_report(target: Path, text: str) -> None:
-    """Write ``text`` to ``target`` through a temporary file renamed into place (never half a report)."""
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 def audit_command(
     artifact: Annotated[
         Path, typer.Argument(metavar="ARTIFACT", help="A published artifact, one shard, or an unsuffixed shard base.")
@@ -114,8 +104,10 @@ def audit_command(
             progress=make_progress if show_progress else None,
         )
     document = json.dumps(result.to_json(), indent=2, ensure_ascii=False, sort_keys=True)
-    if target is not None:
-        _write_report(target, document + "\n")
+    if target is not None:  # never half a report
+        from gencache.artifact.publish import publish_file
+
+        publish_file(target, lambda handle: handle.write(f"{document}\n".encode()))
     if as_json:
         typer.echo(printable(document))
     else:

@@ -1,12 +1,12 @@
 """How the CLI shows the results the library returns: the dry-run report, a rendered prompt, run messages, the
-inspect tables and the verify progress bar, through rich.
+verify progress bar and the audit, through rich (inspect's tables are :mod:`gencache.cli.inspect_view`'s).
 
 Only the CLI (and the demo) call this module; the library returns data and never prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -14,13 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gencache.cli.inspect_view import Block, Text, inspect_blocks
-from gencache.cli.inspect_view import Table as InspectTable
-
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
-    from gencache.artifact.report_types import InspectReport
     from gencache.data.samples import Sample
     from gencache.run.audit import AuditReport
     from gencache.run.pipeline import DryRun
@@ -133,42 +129,6 @@ def render_sample_prompt(sample: Sample, index: int, console: Console) -> None:
         console.print(escape(part.text), highlight=False, markup=True)
 
 
-# -- inspect --------------------------------------------------------------------------------------------------
-def _markup(text: Text) -> str:
-    """Styled spans as rich markup (the text escaped)."""
-    return "".join(f"[{span.style}]{escape(span.text)}[/]" if span.style else escape(span.text) for span in text)
-
-
-def _rich_table(block: InspectTable) -> Table:
-    table = Table(title=_markup(block.title), show_header=block.show_header, title_justify="left")
-    for column in block.columns:
-        table.add_column(escape(column.header), justify=column.justify, style=column.style)
-    for row in block.rows:
-        table.add_row(*map(_markup, row))
-    return table
-
-
-def print_blocks(blocks: Sequence[Block], console: Console, err: Console | None = None) -> None:
-    """Print tables and lines of :mod:`gencache.cli.inspect_view` through rich; ``err`` lines go to ``err`` (the
-    same console when not given)."""
-    for block in blocks:
-        if isinstance(block, InspectTable):
-            console.print(_rich_table(block))
-            continue
-        target = (err or console) if block.err else console
-        if any(span.style for span in block.text):
-            target.print(_markup(block.text), highlight=block.highlight)
-        else:  # no markup to parse
-            target.print("".join(span.text for span in block.text), highlight=block.highlight, markup=False)
-
-
-def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
-    """Print an :func:`~gencache.artifact.report.inspect_report` as rich tables (the blocks of
-    :func:`gencache.cli.inspect_view.inspect_blocks`); the ``error:`` and ``FAIL`` lines go to ``err`` (the same
-    console when not given)."""
-    print_blocks(inspect_blocks(report), console, err)
-
-
 # -- verify -------------------------------------------------------------------------------------------------
 
 
@@ -198,9 +158,7 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
 
 
 __all__ = [
-    "print_blocks",
     "render_dry_run",
-    "render_inspect",
     "render_notice",
     "render_sample_prompt",
     "verify_progress",

@@ -1,14 +1,30 @@
 """How an error message shows a bad value: one rendering, one type name and one "unknown name" message, shared by
-every input rule and every registry (datasets, plug-ins included, templates, engines)."""
+every input rule and every registry (datasets, plug-ins included, templates, engines), and the shape of one problem
+found in a config value (:data:`FieldProblem`)."""
 
 from __future__ import annotations
 
 import difflib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
-__all__ = ["MAX_SHOWN", "closest", "did_you_mean", "not_value", "show", "type_name", "unknown_name"]
+__all__ = [
+    "MAX_SHOWN",
+    "FieldProblem",
+    "Loc",
+    "closest",
+    "did_you_mean",
+    "not_value",
+    "show",
+    "type_name",
+    "unknown_name",
+]
+
+Loc: TypeAlias = tuple[str | int, ...]
+"""Where a value sits in a config: its keys and list indices from the top."""
+FieldProblem: TypeAlias = tuple[Loc, str]
+"""One problem of a config value: where it is and what is wrong (gencache.core.errors.Problem is a check's)."""
 
 #: The longest rendering of a bad value in a message; longer ones end in "...".
 MAX_SHOWN = 60

@@ -16,7 +16,7 @@ from gencache.core.errors import ConfigError
 if TYPE_CHECKING:
     from pydantic import BaseModel, TypeAdapter
 
-    from gencache.config.messages import Loc
+    from gencache.config.describe import Loc
     from gencache.config.names import Dtype
 
 __all__ = ["checked_batch_size", "checked_dtype"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
-from gencache.config.describe import not_value, show, type_name
+from gencache.config.describe import FieldProblem, Loc, not_value, show, type_name
 from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.canonical import is_finite_number, is_int
 
@@ -64,9 +64,6 @@ LOGIT_FIELDS: frozenset[str] = frozenset(
         "store_scores",
     }
 )
-
-Loc: TypeAlias = tuple[str | int, ...]
-Problem: TypeAlias = tuple[Loc, str]
 
 
 # -- value checks: None when the value is acceptable, else what is wrong --------------------------------------
@@ -281,13 +278,13 @@ for _name in (
     GENERATION_UNSUPPORTED[_name] = "this decoding strategy moved out of transformers (custom_generate)"
 
 
-def _json_problems(value: Any, loc: Loc) -> list[Problem]:
+def _json_problems(value: Any, loc: Loc) -> list[FieldProblem]:
     if value is None or isinstance(value, (bool, str, int)):
         return []
     if isinstance(value, float):
         return [] if math.isfinite(value) else [(loc, f"must be a finite number (got {value!r})")]
     if isinstance(value, Mapping):
-        out: list[Problem] = []
+        out: list[FieldProblem] = []
         for key, item in value.items():
             if not isinstance(key, str):
                 out.append((loc, f"object keys must be strings (got {key!r})"))
@@ -305,7 +302,7 @@ def setting_problem(key: str, value: Any) -> str | None:
     return None if rule is None else rule.check(value)
 
 
-def generation_problems(kwargs: object) -> list[Problem]:
+def generation_problems(kwargs: object) -> list[FieldProblem]:
     """Every problem of a ``generation_kwargs`` object that needs no model, as ``((key, ...), message)`` pairs.
 
     It must be an object; logit and score fields, Python-object hooks and unsupported settings are refused; every
@@ -313,7 +310,7 @@ def generation_problems(kwargs: object) -> list[Problem]:
     inherited from ``_default.json`` (the teacher's generation config, then transformers' defaults, supply it)."""
     if not isinstance(kwargs, Mapping):
         return [((), f"must be an object, not {type_name(kwargs)}")]
-    problems: list[Problem] = []
+    problems: list[FieldProblem] = []
     for key in sorted(kwargs, key=str):
         value = kwargs[key]
         if not isinstance(key, str):

@@ -10,23 +10,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from gencache.config.describe import did_you_mean, not_value, show
+from gencache.config.describe import FieldProblem, Loc, did_you_mean, not_value, show
 from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 _NESTED = "gencache_nested"
 
-Loc: TypeAlias = tuple[str | int, ...]
-Problem: TypeAlias = tuple[Loc, str]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 # -- messages ----------------------------------------------------------------------------------------------
-def nested_error(problems: Sequence[Problem]) -> PydanticCustomError:
+def nested_error(problems: Sequence[FieldProblem]) -> PydanticCustomError:
     """An error carrying ``(sub-path, message)`` problems below the field that raised it.
 
     :func:`format_validation_error` appends each sub-path to the field's own location, so a validator on
@@ -86,7 +84,7 @@ def _unknown_field_message(name: str | int, allowed: list[str] | None, what: str
     return msg
 
 
-def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknown: str) -> list[Problem]:
+def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknown: str) -> list[FieldProblem]:
     """Turn one pydantic error dict into ``(location, message)`` problems with readable messages, chosen by the
     error's ``type`` and ``loc``; an unknown key (``extra_forbidden``) is an "unknown ``unknown``"."""
     loc: Loc = tuple(err.get("loc", ()))
@@ -134,10 +132,10 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
 
 def collect_problems(
     exc: ValidationError, model: type[BaseModel] | None, prefix: Loc = (), *, unknown: str = "field"
-) -> list[Problem]:
+) -> list[FieldProblem]:
     """Every problem of ``exc`` as ``(location, message)``, below ``prefix``; an unknown key reads "unknown
     ``unknown``" (``field``, or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
-    out: list[Problem] = []
+    out: list[FieldProblem] = []
     missing: dict[Loc, list[str]] = {}
     for err in exc.errors(include_url=False):
         loc: Loc = tuple(err.get("loc", ()))
@@ -151,7 +149,7 @@ def collect_problems(
             continue
         for sub, msg in _error_message(err, model, unknown):
             out.append((prefix + sub, msg))
-    resolved: list[Problem] = []
+    resolved: list[FieldProblem] = []
     for loc, msg in out:
         if msg:
             resolved.append((loc, msg))
@@ -168,7 +166,7 @@ def _sentence(msg: str) -> str:
     return msg[:-1] if msg.endswith(".") and not msg.endswith("...") else msg
 
 
-def join_problems(problems: Sequence[Problem], origin: str | None) -> str:
+def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
     parts = [f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg) for loc, msg in problems]
     shown = parts[:5]
     if len(parts) > 5:
@@ -177,7 +175,7 @@ def join_problems(problems: Sequence[Problem], origin: str | None) -> str:
     return f"{origin}: {text}" if origin else text
 
 
-def problem_lines(problems: Sequence[Problem]) -> list[tuple[Loc, str]]:
+def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
     """Each problem as ``(location, line)``: the line is ``path: message``, as :func:`join_problems` joins them."""
     return [(loc, f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg)) for loc, msg in problems]
 
@@ -204,8 +202,6 @@ def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) ->
 
 
 __all__ = [
-    "Loc",
-    "Problem",
     "collect_problems",
     "format_loc",
     "format_validation_error",

@@ -6,10 +6,9 @@ keeps the validated instance; the template receives it as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import StrictBool, StrictStr, model_validator
+from pydantic import StrictBool, StrictStr
 
 from gencache.config.kwargs import KwargsModel
 
@@ -24,21 +23,9 @@ __all__ = [
 
 
 class TemplateKwargs(KwargsModel):
-    """Base of the template kwargs models: strict, frozen, and the old ``think`` kwarg explained."""
+    """Base of the template kwargs models: strict and frozen."""
 
     template_name: ClassVar[str]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_think(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and "think" in data:
-            if cls.template_name == "tokenizer_chat":
-                raise ValueError("the 'think' kwarg was renamed: use enable_thinking (true or false)")
-            raise ValueError(
-                f"{cls.template_name} has no thinking switch: use template tokenizer_chat with enable_thinking "
-                "instead of think"
-            )
-        return data
 
 
 class DefaultKwargs(TemplateKwargs):

@@ -27,9 +27,9 @@ from gencache.core.errors import ConfigError, DatasetError
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
+    from gencache.data.recorded import RecordedRun
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
-    from gencache.run.recorded import RecordedRun
 
 __all__ = ["DEFAULT_SAMPLES", "AuditReport", "KeyAudit", "SequenceAudit", "audit", "select_keys"]
 
@@ -282,7 +282,8 @@ def audit(
     teacher to regenerate with, for example the original of a cache made by a modified one); ``progress(total)``
     makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
     whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
-    from gencache.run.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
+    from gencache.data.recorded import rebuild_samples
+    from gencache.run.recorded import load_recorded_tokenizer, open_recorded_run
 
     reader, run = open_recorded_run(path)
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)

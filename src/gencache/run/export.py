@@ -22,16 +22,14 @@ linked into place, so the file appears complete or not at all.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from gencache.artifact.publish import fsync_dir
+from gencache.artifact.publish import publish_file
 from gencache.config.paths import check_output_name
 from gencache.core.errors import (
     ConfigError,
@@ -109,7 +107,8 @@ def _rebuild_prompts(
 ) -> tuple[list[str], dict[str, _Prompt]]:
     """The prompts of ``keys`` rebuilt from the checked record of the run (``resolved``, the first reader's checked
     ``resolved_config.json``; with the overrides), in run order."""
-    from gencache.run.recorded import load_recorded_tokenizer, rebuild_samples, run_of_readers
+    from gencache.data.recorded import rebuild_samples, run_of_readers
+    from gencache.run.recorded import load_recorded_tokenizer
 
     run = run_of_readers(directory, readers, resolved=resolved)
     samples = rebuild_samples(run, load_recorded_tokenizer(run), sources=sources, data_root=data_root)
@@ -279,27 +278,14 @@ def _write_atomic(out: Path, write: Any) -> int:
     """Run ``write(handle)`` on a temporary sibling of ``out`` and link it into place (never over a file: one
     that appeared since :func:`export` checked is an error)."""
     out = Path(os.path.abspath(out))
-    temp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(temp, "xb")  # noqa: SIM115 - closed by the with block below
     except OSError as exc:
         raise WriteError(f"Cannot write {out}: {exc.strerror or exc}; choose another --out path.") from exc
     try:
-        with handle:
-            count: int = write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(temp, out)  # fails instead of replacing a file created meanwhile
-        except FileExistsError:
-            raise OutputExistsError(f"{out} appeared while exporting; nothing was replaced.") from None
-        except OSError as exc:
-            raise WriteError(f"Cannot publish {out}: {exc}") from exc
-        fsync_dir(out.parent)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
+        count: int = publish_file(out, write, replace=False)
+    except FileExistsError:
+        raise OutputExistsError(f"{out} appeared while exporting; nothing was replaced.") from None
     return count
 
 
@@ -315,7 +301,7 @@ def export(
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
     from gencache.artifact.mixture import MultiCacheReader, open_caches
-    from gencache.run.recorded import checked_resolved_config
+    from gencache.data.recorded import checked_resolved_config
 
     if format not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")

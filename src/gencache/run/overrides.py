@@ -26,7 +26,7 @@ from gencache.core.errors import ConfigError, GencacheError, Problem
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig, DataConfig
-    from gencache.config.messages import Loc
+    from gencache.config.describe import Loc
 
 
 @dataclass(frozen=True)

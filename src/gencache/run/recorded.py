@@ -2,7 +2,8 @@
 
 ::
 
-    from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
+    from gencache.data.recorded import rebuild_samples
+    from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer
 
     run = load_recorded_run("generation_cache/artifacts/run")   # an artifact, one shard, or a shard base
     run.config, run.generation, run.seed                          # the effective config, generation kwargs, seed
@@ -14,7 +15,9 @@ fields it repeats of the manifest) and, by default, the SHA-256 of every recorde
 edited record is a :class:`~gencache.core.errors.FormatError` (exit 1), a source file that is gone a
 :class:`~gencache.core.errors.DatasetError` and one that changed a
 :class:`~gencache.core.errors.SourceChangedError` (both exit 2), each one line naming the file. The
-checks themselves live in :mod:`gencache.data.recorded`, which ``DistillationDataset`` uses too.
+checks, :class:`~gencache.data.recorded.RecordedRun` and :func:`~gencache.data.recorded.rebuild_samples` live in
+:mod:`gencache.data.recorded`, which ``DistillationDataset`` uses too; this module opens the artifact for them and
+loads the tokenizer the run recorded.
 """
 
 from __future__ import annotations
@@ -22,24 +25,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gencache.data.recorded import (
-    RecordedRun,
-    check_sources,
-    checked_resolved_config,
-    rebuild_samples,
-    run_of_readers,
-)
+from gencache.data.recorded import RecordedRun, run_of_readers
 
-__all__ = [
-    "RecordedRun",
-    "check_sources",
-    "checked_resolved_config",
-    "load_recorded_run",
-    "load_recorded_tokenizer",
-    "open_recorded_run",
-    "rebuild_samples",
-    "run_of_readers",
-]
+__all__ = ["load_recorded_run", "load_recorded_tokenizer", "open_recorded_run"]
 
 
 def load_recorded_run(

@@ -16,7 +16,7 @@ import os
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import Dataset
@@ -78,8 +78,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     (its ``resolved_digest``, its shape, the recorded source files' SHA-256), and a damaged record or a changed
     source file is refused in one line naming it. A lone shard serves the samples it holds. With ``config`` (a
     config file path, a :class:`CacheConfig` or a list of data configs) the samples are those of the config and
-    every one must be in the caches. The earlier form ``DistillationDataset(config, tokenizer, cache_paths, ...)``
-    means the same as ``DistillationDataset(cache_paths, tokenizer, config=config, ...)``.
+    every one must be in the caches.
 
     ``tokenizer`` is the student's tokenizer, prepared as for generation (:func:`gencache.prepare_tokenizer`). The
     compatibility gate is the manifests': the tokenizer state always, and ``model_path``, ``tokenizer_path`` and
@@ -116,9 +115,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
 
     def __init__(
         self,
-        artifact: CachePaths | DataConfigs,
+        artifact: CachePaths,
         tokenizer: Any,
-        cache_paths: CachePaths | None = None,
         *,
         config: DataConfigs | None = None,
         model_path: str | None = None,
@@ -140,13 +138,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             raise ConfigError(f"truncation must be one of {', '.join(TRUNCATION_POLICIES)}, got {truncation!r}.")
         if max_length is not None and (type(max_length) is not int or max_length < 1):
             raise ConfigError(f"max_length must be a positive integer or None, got {max_length!r}.")
-        paths: Any = artifact
-        if cache_paths is not None:  # the earlier form: (config, tokenizer, cache_paths)
-            if config is not None:
-                raise ConfigError("pass the config once: positionally before the cache paths, or as config=.")
-            config, paths = cast("DataConfigs", artifact), cache_paths
         self.cache: GenerationCache = open_caches(
-            paths if isinstance(paths, (str, os.PathLike)) else [Path(p) for p in paths], index_cache=index_cache
+            artifact if isinstance(artifact, (str, os.PathLike)) else [Path(p) for p in artifact],
+            index_cache=index_cache,
         )
         provenance = self.cache.provenance
         self.cache.check_compatible(

@@ -21,7 +21,8 @@ from gencache.config.datasets import DATASET_KWARGS
 from gencache.config.describe import unknown_name
 from gencache.config.kwargs import KwargsModel
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, SourceInfo
+from gencache.data.origins import SourceInfo
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample
 from gencache.data.recipes.plugins import load_plugin
 
 
