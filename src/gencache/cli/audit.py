@@ -15,8 +15,6 @@ import typer
 
 from gencache.core.errors import ConfigError, InputPathError
 
-__all__ = ["audit_command"]
-
 FLAG = ""
 
 

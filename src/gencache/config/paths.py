@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["FILE_SUFFIXES", "looks_like_path"]
-
-
 #: File suffixes that make a name a local file, never a hub id (data files a dataset source may name).
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 

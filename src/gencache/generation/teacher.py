@@ -18,8 +18,6 @@ from gencache.core.tokenizer import prepare_tokenizer
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
-
 
 def hf() -> Any:
     """The transformers module, imported on first use and typed ``Any`` (its own annotations are incomplete
