@@ -233,7 +233,7 @@ def main(argv: list[str]) -> int:
         "`export` without prompts and `--help` import neither torch, transformers nor datasets (pinned by "
         "`tests/test_command_imports.py`). Every command goes through the typer app (whose parameter parsing imports "
         "pydantic and builds its validators) and prints through rich, to a pipe as plain text (pinned by "
-        "`tests/test_inspect_plain.py`); what they add to the baseline is mostly those two imports. `--help` is "
+        "`tests/test_inspect_plain.py`); what they add to the baseline is mostly those imports. `--help` is "
         f"not a target. The payload check is one `os.stat` ({stat_us:.1f} µs here on a local disk; a metadata round "
         "trip on a network file system); first reads of an entry still check before hashing its bytes."
         + (

@@ -4,5 +4,3 @@ from gencache.cli.app import main
 
 if __name__ == "__main__":
     main()
-
-__all__: list[str] = []

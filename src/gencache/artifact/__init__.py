@@ -3,5 +3,3 @@
 Nothing in this package imports transformers; only a reader imports torch, when it builds its first tensor (to map
 the payload).
 """
-
-__all__: list[str] = []

@@ -77,6 +77,3 @@ def entry_fields(
     for size, text, reason in zip(sizes, texts, reasons, strict=True):
         fields += (size // TOKEN_BYTES, None, text, _REASON_STR[reason])
     return buffers, sizes, fields
-
-
-__all__ = ["REASONS", "as_view", "entry_fields"]

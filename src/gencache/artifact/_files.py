@@ -103,6 +103,3 @@ def check_artifact_files(path: Path) -> None:
         if not stat.S_ISREG(mode):
             kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
             raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, do not link).")
-
-
-__all__ = ["check_artifact_files", "map_regular", "open_regular", "pread_exact", "read_regular"]

@@ -116,18 +116,3 @@ def write_error(what: str, error: OSError) -> WriteError:
     wrapped = WriteError(f"{what} failed: {detail}; {_error_hint(error)}. Nothing was published.")
     wrapped.errno = error.errno
     return wrapped
-
-
-__all__ = [
-    "MAX_WRITE_BYTES",
-    "TEMP_RE",
-    "encodable",
-    "fsync_dir",
-    "host_tag",
-    "pwrite_all",
-    "pwrite_rest",
-    "pwritev_all",
-    "temp_name",
-    "umask",
-    "write_error",
-]

@@ -480,10 +480,3 @@ def _check_contiguous(starts: np.ndarray, lengths: np.ndarray) -> int:
     lengths_by_offset = lengths[np.argsort(starts, kind="stable")]
     require(by_offset[0] == 0 and bool((by_offset[1:] == by_offset[:-1] + lengths_by_offset[:-1] * TOKEN_BYTES).all()))
     return int(by_offset[-1] + lengths_by_offset[-1] * TOKEN_BYTES)
-
-
-__all__ = [
-    "ENTRY_WINDOW",
-    "CompactIndex",
-    "build_index",
-]

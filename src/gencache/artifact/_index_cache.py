@@ -165,6 +165,3 @@ def save_index(directory: Path, identity: str, index: CompactIndex) -> bool:
     except (OSError, WriteError):
         return False
     return True
-
-
-__all__ = ["ENV", "cache_directory", "file_identity", "load_index", "save_index"]

@@ -77,15 +77,3 @@ def number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.nd
     scale = np.where(exponent >= 0, _POW10[np.clip(exponent, 0, MAX_DIGITS - 1)], 0)
     value = (np.where(digit[:, :MAX_DIGITS], digits[:, :MAX_DIGITS], 0).astype(np.int64) * scale).sum(axis=1)
     return value, count
-
-
-__all__ = [
-    "MAX_DIGITS",
-    "Mismatch",
-    "expect",
-    "hex_at",
-    "hex_rows",
-    "number_at",
-    "require",
-    "window",
-]

@@ -220,6 +220,3 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
                 f"Generation cache {self._describe()} is incompatible with the training setup: "
                 f"{'; '.join(differences)}. To fix it, {fix}."
             )
-
-
-__all__ = ["Generation", "GenerationArrays", "GenerationCache"]

@@ -287,19 +287,3 @@ def is_canonical_header(raw: bytes) -> bool:
         return canonical_bytes(json.loads(body.decode("utf-8"))) == body
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
-
-
-__all__ = [
-    "HEADER_FRAME",
-    "HEADER_PADDING",
-    "SINGLE_TENSOR",
-    "Header",
-    "build_header",
-    "check_header",
-    "header_capacity",
-    "is_canonical_header",
-    "length_prefix",
-    "metadata_member",
-    "parse_header",
-    "read_length_prefix",
-]

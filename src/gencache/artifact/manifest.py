@@ -383,21 +383,3 @@ def _check_entry(key: object, entry: object) -> tuple[int, int]:
             raise FormatError(f"{here}.digest must be a lowercase SHA-256 hex digest.")
         tokens += shape[0]
     return len(refs), tokens
-
-
-__all__ = [
-    "MANIFEST_CHUNK_BYTES",
-    "MANIFEST_FIELDS",
-    "MANIFEST_FRAME",
-    "MANIFEST_OTHERS",
-    "PROVENANCE_FIELDS",
-    "SINGLE_ENTRY",
-    "Manifest",
-    "check_manifest",
-    "check_provenance",
-    "content_digest",
-    "iter_manifest_bytes",
-    "json_file_bytes",
-    "make_provenance",
-    "provenance_digest",
-]

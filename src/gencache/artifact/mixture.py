@@ -228,6 +228,3 @@ def open_caches(
                 raise ShardError(" ".join(problems))
         readers.extend(opened)
     return readers[0] if len(readers) == 1 else MultiCacheReader(readers)
-
-
-__all__ = ["MultiCacheReader", "ShardSet", "open_caches"]

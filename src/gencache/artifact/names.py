@@ -141,31 +141,3 @@ def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, A
         return make_shard_info(value["index"], value["count"], value["run_digest"])
     except ShardError as error:
         raise FormatError(f"{where}: {error}") from error
-
-
-__all__ = [
-    "ARTIFACT_FILES",
-    "DIGEST_BYTES",
-    "DIGEST_HEX_CHARS",
-    "FINISH_REASONS",
-    "FORMAT_VERSION",
-    "LENGTH_PREFIX_BYTES",
-    "MANIFEST_NAME",
-    "MAX_HEADER_BYTES",
-    "MAX_SHARDS",
-    "PADDING_SIDES",
-    "PAYLOAD_NAME",
-    "RESOLVED_NAME",
-    "SHARD_RULE",
-    "STORAGE",
-    "TOKEN_BYTES",
-    "TOKEN_DTYPE",
-    "Layout",
-    "check_shard_info",
-    "is_key",
-    "make_shard_info",
-    "parse_shard_dir_name",
-    "shard_dir_name",
-    "shard_of",
-    "tensor_name",
-]

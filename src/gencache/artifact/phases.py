@@ -36,6 +36,3 @@ def report_phase(name: str) -> None:
     os.write(write_fd, f"{name}\n".encode())
     if read_fd is not None:
         os.read(read_fd, 1)
-
-
-__all__ = ["PHASE_ENV", "PHASE_HOOK_ACTIVE", "report_phase"]

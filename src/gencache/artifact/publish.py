@@ -398,18 +398,3 @@ def _pid_alive(pid: int) -> bool:
         if state and state[0] in ("Z", "X"):
             return False
     return True
-
-
-__all__ = [
-    "LOCK_SUFFIX",
-    "RENAME_MODES",
-    "check_output_path",
-    "clean",
-    "fsync_dir",
-    "hold_lock",
-    "lock_path",
-    "probe_rename",
-    "publish",
-    "publish_file",
-    "release_lock",
-]

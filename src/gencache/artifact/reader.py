@@ -492,6 +492,3 @@ def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str
     if len(problems) > MAX_LISTED_PROBLEMS:
         problems = [*problems[:MAX_LISTED_PROBLEMS], f"... and {len(problems) - MAX_LISTED_PROBLEMS} more problems"]
     return [f"{reader.path}: {problem}" for problem in problems]
-
-
-__all__ = ["PAYLOAD_CHECK_INTERVAL", "CacheReader", "Generation", "GenerationArrays", "read_resolved_config", "verify"]

@@ -81,18 +81,3 @@ def _check_keys(keys: Sequence[str]) -> None:
     if not valid:
         bad = next((k for k in keys if not is_key(k)), None)
         raise FormatError(f"Entry key {bad!r} is not a 64-character lowercase hex semantic key.")
-
-
-__all__ = [
-    "RECORD_STRIDE",
-    "SINGLE_RECORD_LENGTH",
-    "Record",
-    "check_record_length",
-    "is_single",
-    "record_digests",
-    "record_lengths",
-    "record_reasons",
-    "record_start",
-    "record_texts",
-    "sorted_record_keys",
-]

@@ -381,11 +381,3 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
             found = _verify_one(target, progress)
             results.append(VerifyResult(str(target), "fail" if found else "ok", tuple(found)))
     return VerifyReport(tuple(results))
-
-
-__all__ = [
-    "VerifyProgressFactory",
-    "classify_path",
-    "inspect_report",
-    "verify_report",
-]

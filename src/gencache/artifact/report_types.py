@@ -331,24 +331,3 @@ class VerifyReport(NamedTuple):
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "results": [result.to_json() for result in self.results]}
-
-
-__all__ = [
-    "ArtifactReport",
-    "DataConfigCounts",
-    "InspectReport",
-    "NotAnArtifact",
-    "NotArtifactKind",
-    "Overlap",
-    "OverlapPair",
-    "PathReport",
-    "ShardSetInfo",
-    "ShardTotals",
-    "ShardedReport",
-    "TokenLengths",
-    "UnreadableArtifact",
-    "VerifyReport",
-    "VerifyResult",
-    "VerifyStatus",
-    "data_config_counts",
-]

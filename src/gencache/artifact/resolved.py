@@ -14,8 +14,6 @@ from typing import Any
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.core.canonical import json_digest
 
-__all__ = ["DIGEST_FIELD", "RESOLVED_FIELDS", "resolved_config_problems", "with_resolved_digest"]
-
 #: Top-level fields of ``resolved_config.json`` and the JSON type each holds (``None``: may also be null).
 RESOLVED_FIELDS: dict[str, tuple[type, ...]] = {
     "format_version": (int,),

@@ -207,14 +207,3 @@ def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
     if shards is None:
         return [full], None
     return list(shards.present.values()), shards
-
-
-__all__ = [
-    "ShardCheck",
-    "ShardSet",
-    "check_shard_set",
-    "expand_output",
-    "find_shards",
-    "split_conflict",
-    "stray_directory",
-]

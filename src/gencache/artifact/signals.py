@@ -107,6 +107,3 @@ class SignalGuard:
             signum, self.pending = self.pending, None
             if redeliver:
                 signal.raise_signal(signum)
-
-
-__all__ = ["Describe", "SignalGuard", "published_then_stopped"]

@@ -172,6 +172,3 @@ def _summary_inconsistency(
     elif unique_keys < entries:
         return f"a shard holds {entries} entries but the run has only {unique_keys} unique keys"
     return None
-
-
-__all__ = ["build_summary", "check_data_configs", "check_summary", "shard_data_configs"]

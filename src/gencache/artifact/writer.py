@@ -447,6 +447,3 @@ class ArtifactBuild:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._cleanup(in_flight=exc is not None)
-
-
-__all__ = ["ArtifactBuild", "CacheWriter"]

@@ -4,5 +4,3 @@ commands, the console script's entry point and the one table from errors to exit
 and the audit drawn on the console), ``inspect_view`` (``inspect``'s tables), ``demo`` and ``init``. The only code
 that prints.
 """
-
-__all__: list[str] = []

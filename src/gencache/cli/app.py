@@ -457,11 +457,3 @@ def main(argv: list[str] | None = None) -> None:
     except interrupts.Stopped as stop:  # between the command's end and the quiet exit
         interrupts.exit_now(stop)
     sys.exit(code)
-
-
-__all__ = [
-    "app",
-    "main",
-    "printable",
-    "run",
-]

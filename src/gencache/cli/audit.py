@@ -16,8 +16,6 @@ import typer
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, InputPathError
 
-__all__ = ["audit_command"]
-
 FLAG = ""
 
 

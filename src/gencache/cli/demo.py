@@ -130,10 +130,3 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     console.print(snippet, markup=False, highlight=False, soft_wrap=True)  # pasted as is: no markup, unwrapped
     console.print(f"done: {published}")
     return published
-
-
-__all__ = [
-    "DEMO_DATASETS",
-    "demo_config",
-    "run_demo",
-]

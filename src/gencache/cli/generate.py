@@ -13,8 +13,6 @@ import typer
 from gencache.core.errors import GencacheError
 from gencache.core.quiet import printable
 
-__all__ = ["Notices", "dry_run_output", "echo_json", "problems_json", "raw_prompt"]
-
 
 class Notices:
     """The run's messages on stderr, through a console made (and rich imported) with the first one: a command

@@ -16,8 +16,6 @@ from typing import Any
 
 from gencache.core.errors import InputPathError, OutputExistsError, WriteError
 
-__all__ = ["CHAT_ROWS", "QA_ROWS", "Starter", "starter_config", "write_starter"]
-
 QA_ROWS: list[dict[str, Any]] = [
     {
         "id": "q1",

@@ -197,6 +197,3 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
                 console.print(_artifact_table(artifact))
     if report.overlap is not None:
         _print_overlap(report.overlap, console)
-
-
-__all__ = ["render_inspect"]

@@ -62,6 +62,3 @@ def verify_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = Fa
         for line in report.lines():
             typer.echo(printable(line))
     return report.exit_code
-
-
-__all__ = ["inspect_command", "verify_command"]

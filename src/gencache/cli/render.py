@@ -157,14 +157,6 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
     return bar_for
 
 
-__all__ = [
-    "render_dry_run",
-    "render_notice",
-    "render_sample_prompt",
-    "verify_progress",
-]
-
-
 def render_audit(report: AuditReport, console: Console) -> None:
     """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
     then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""

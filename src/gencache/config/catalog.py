@@ -22,19 +22,6 @@ from gencache.config.kwargs import KwargsModel
 from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError, DatasetError, first_line
 
-__all__ = [
-    "GROUP",
-    "dataset_kwargs_model",
-    "dataset_names",
-    "describe",
-    "entry_point",
-    "load_entry_point",
-    "not_a_recipe",
-    "plugin_names",
-    "template_kwargs_model",
-    "template_names",
-]
-
 GROUP = "gencache.recipes"
 
 

@@ -198,19 +198,3 @@ DATASET_KWARGS: dict[str, type[KwargsModel]] = {
     "table": TableKwargs,
     "chat": ChatKwargs,
 }
-
-__all__ = [
-    "DATASET_KWARGS",
-    "HISTORY",
-    "RULER_TASKS",
-    "BiographyKwargs",
-    "ChatKwargs",
-    "Difficulty",
-    "HotpotQAKwargs",
-    "MuSiQueKwargs",
-    "NIAHKwargs",
-    "RulerTask",
-    "Scalar",
-    "TableKwargs",
-    "column_list",
-]

@@ -9,18 +9,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
-__all__ = [
-    "MAX_SHOWN",
-    "FieldProblem",
-    "Loc",
-    "closest",
-    "did_you_mean",
-    "not_value",
-    "show",
-    "type_name",
-    "unknown_name",
-]
-
 Loc: TypeAlias = tuple[str | int, ...]
 """Where a value sits in a config: its keys and list indices from the top."""
 FieldProblem: TypeAlias = tuple[Loc, str]

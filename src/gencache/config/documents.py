@@ -140,14 +140,3 @@ def read_merged_config(path: str | os.PathLike[str]) -> tuple[dict[str, Any], st
         raw = merge_defaults(raw, defaults)
         origin = f"{config_path} (merged with {defaults_path.name})"
     return raw, origin
-
-
-__all__ = [
-    "DEFAULTS_FILENAME",
-    "MAX_JSON_DEPTH",
-    "merge_defaults",
-    "parse_json_text",
-    "parse_set_value",
-    "read_config_document",
-    "read_merged_config",
-]

@@ -10,14 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 
-__all__ = [
-    "ENGINE_OPTIONS",
-    "ContinuousOptions",
-    "EngineOptions",
-    "StaticOptions",
-    "VllmOptions",
-]
-
 
 class EngineOptions(BaseModel):
     """Base of every engine's options: strict, frozen, unknown keys are errors."""

@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from gencache.config.describe import Loc
     from gencache.config.names import Dtype
 
-__all__ = ["checked_batch_size", "checked_dtype"]
-
 
 @functools.cache
 def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:

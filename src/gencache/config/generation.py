@@ -22,25 +22,6 @@ from gencache.config.describe import FieldProblem, Loc, not_value, show, type_na
 from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.canonical import is_finite_number, is_int
 
-__all__ = [
-    "FIELD",
-    "GENERATION_FORBIDDEN",
-    "GENERATION_KWARG_RULES",
-    "GENERATION_SETTINGS",
-    "GENERATION_UNSUPPORTED",
-    "LOGIT_FIELDS",
-    "MODE_ANY",
-    "MODE_BEAM",
-    "MODE_SAMPLING",
-    "NO_LOGITS_MESSAGE",
-    "NO_NEUTRAL",
-    "SettingRule",
-    "effective_problems",
-    "engine_refusals",
-    "generation_problems",
-    "setting_problem",
-]
-
 FIELD = "model.generation_kwargs"
 
 NO_LOGITS_MESSAGE = (

@@ -43,6 +43,3 @@ class KwargsModel(BaseModel):
         return super().__eq__(other)
 
     __hash__ = BaseModel.__hash__
-
-
-__all__ = ["KwargsModel"]

@@ -199,14 +199,3 @@ def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) ->
         return model.model_validate(dict(value))
     except ValidationError as exc:
         raise nested_error(collect_problems(exc, model, unknown=what)) from None
-
-
-__all__ = [
-    "collect_problems",
-    "format_loc",
-    "format_validation_error",
-    "join_problems",
-    "nested_error",
-    "problem_lines",
-    "validate_nested",
-]

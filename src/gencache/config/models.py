@@ -53,17 +53,6 @@ from gencache.config.paths import output_name_problem
 from gencache.config.templates import TemplateKwargs
 from gencache.core.errors import ConfigError
 
-__all__ = [
-    "MAX_SEED",
-    "CacheConfig",
-    "DataConfig",
-    "ModelConfig",
-    "config_to_json",
-    "load_config",
-    "parse_config",
-    "parse_data_configs",
-]
-
 MAX_SEED = 2**32 - 1
 """The largest seed: numpy's range, which transformers' and vLLM's seeding hand on (torch and ``random`` take
 more, but a seed that fails at numpy would fail the run after the weights load)."""

@@ -9,18 +9,6 @@ from __future__ import annotations
 
 from typing import Literal, TypeAlias, get_args
 
-__all__ = [
-    "ALL_ENGINES",
-    "DTYPES",
-    "DTYPE_BYTES",
-    "ENGINE_CONTINUOUS",
-    "ENGINE_STATIC",
-    "ENGINE_VLLM",
-    "READS_SIBLING",
-    "Dtype",
-    "EngineName",
-]
-
 #: The weights dtypes a teacher loads in (``model.dtype``), recorded in an artifact's provenance as this string.
 Dtype: TypeAlias = Literal["bfloat16", "float16", "float32"]
 DTYPES: tuple[str, ...] = get_args(Dtype)

@@ -7,9 +7,6 @@ import os
 
 from gencache.core.errors import ConfigError
 
-__all__ = ["FILE_SUFFIXES", "check_output_name", "looks_like_path", "output_name_problem"]
-
-
 #: File suffixes that make a name a local file, never a hub id (data files a dataset source may name).
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 

@@ -12,15 +12,6 @@ from pydantic import StrictBool, StrictStr
 
 from gencache.config.kwargs import KwargsModel
 
-__all__ = [
-    "TEMPLATE_KWARGS",
-    "DefaultKwargs",
-    "LlamaChatKwargs",
-    "Qwen3ChatKwargs",
-    "TemplateKwargs",
-    "TokenizerChatKwargs",
-]
-
 
 class TemplateKwargs(KwargsModel):
     """Base of the template kwargs models: strict and frozen."""

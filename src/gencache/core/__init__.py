@@ -3,5 +3,3 @@
 the progress protocol (``progress``), the version (``version``), lazy public names (``lazy``), and the process's
 quiet output and signals (``quiet``, ``interrupts``). Nothing here imports another gencache package.
 """
-
-__all__: list[str] = []

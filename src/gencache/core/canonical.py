@@ -45,14 +45,3 @@ def is_finite_number(value: object) -> bool:
 def is_sha256_hex(value: object) -> bool:
     """True for a 64-character lowercase hexadecimal string."""
     return isinstance(value, str) and _SHA256_HEX.match(value) is not None
-
-
-__all__ = [
-    "canonical_bytes",
-    "canonical_json",
-    "is_finite_number",
-    "is_int",
-    "is_sha256_hex",
-    "json_digest",
-    "sha256_hex",
-]

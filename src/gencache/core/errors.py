@@ -163,33 +163,6 @@ class MissingEntriesError(GencacheError, KeyError):
     """Some required keys are not in the cache (coverage check)."""
 
 
-__all__ = [
-    "CompatibilityError",
-    "ConfigError",
-    "DatasetError",
-    "FormatError",
-    "GencacheError",
-    "GenerationError",
-    "HeaderCapacityError",
-    "InputPathError",
-    "InputProblems",
-    "IntegrityError",
-    "Interrupted",
-    "MissingEntriesError",
-    "MissingEntryError",
-    "OutputExistsError",
-    "Problem",
-    "PromptError",
-    "ShardError",
-    "SourceChangedError",
-    "Terminated",
-    "WriteError",
-    "first_line",
-    "raise_problems",
-    "reworded",
-]
-
-
 class Interrupted(KeyboardInterrupt):
     """SIGINT (Ctrl-C) arrived during an artifact build: the ``KeyboardInterrupt`` it raises, with the line
     saying what was published. ``exit_code`` follows the shell convention 128 + SIGINT.

@@ -239,15 +239,3 @@ def dataset_unavailable(label: str, repo_id: str, error_line: str, hint: str = "
         f"datasets cache ({error_line}); set source to a local copy (a directory laid out by split, or one "
         f"file){elsewhere}."
     )
-
-
-__all__ = [
-    "HubState",
-    "dataset_unavailable",
-    "hub_state",
-    "model_in_cache",
-    "offline_scope",
-    "probe",
-    "require_model_id",
-    "revision_kwargs",
-]

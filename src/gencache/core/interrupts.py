@@ -26,17 +26,6 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
-__all__ = [
-    "Stopped",
-    "clear_pending",
-    "exit_now",
-    "install",
-    "note_published",
-    "quiet_exit",
-    "raise_pending",
-    "stop_message",
-]
-
 _CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
 _PUBLISHED: list[str] = []
 _PENDING: list[str] = []

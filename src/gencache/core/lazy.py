@@ -7,8 +7,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_names"]
-
 
 def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
     """The module ``__getattr__`` of ``package``: ``exports`` maps each public name to the module defining it."""

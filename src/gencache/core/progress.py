@@ -286,16 +286,3 @@ def make_progress(
     if use_live:
         return RichProgress(total, stream=out, clock=clock)
     return PlainProgress(total, stream=out, interval=interval, clock=clock)
-
-
-__all__ = [
-    "PIPE_WIDTH",
-    "PlainProgress",
-    "Progress",
-    "RichProgress",
-    "StagedProgress",
-    "format_duration",
-    "is_terminal",
-    "make_console",
-    "make_progress",
-]

@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["WarningSink", "one_line", "prepare_model_libraries", "printable", "quiet_libraries"]
-
 #: ``warn(text)``: where a Python warning goes while a block is active.
 WarningSink = Callable[[str], None]
 

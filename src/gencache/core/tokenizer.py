@@ -58,10 +58,3 @@ def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
         "pad_token_id": _single_id(get("pad_token_id")),
         "eos_token_id": _single_id(get("eos_token_id")),
     }
-
-
-__all__ = [
-    "TOKENIZER_STATE_FIELDS",
-    "prepare_tokenizer",
-    "tokenizer_state",
-]

@@ -2,5 +2,3 @@
 
 Everything here is model-free: a tokenizer is passed in where prompts are tokenized, never loaded here.
 """
-
-__all__: list[str] = []

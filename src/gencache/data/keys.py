@@ -58,6 +58,3 @@ def semantic_key(payload: Mapping[str, Any]) -> str:
     except (TypeError, ValueError) as exc:
         raise DatasetError(f"Semantic payload is not canonical JSON: {exc}.") from None
     return sha256_hex(data)
-
-
-__all__ = ["SEMANTIC_FIELDS", "semantic_key"]

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SourceInfo", "TableOrigin", "origin_of", "register_origin"]
-
 
 @dataclass(frozen=True)
 class SourceInfo:

@@ -401,24 +401,3 @@ def chat_template_digest(tokenizer: Any) -> str | None:
     if isinstance(template, str):
         return sha256_hex(template.encode("utf-8"))
     return json_digest(template)
-
-
-__all__ = [
-    "CHAT_TEMPLATES",
-    "TEMPLATES",
-    "ContextBlock",
-    "History",
-    "Inline",
-    "Part",
-    "Prompt",
-    "TemplateSpec",
-    "TokenizedPrompt",
-    "chat_template_digest",
-    "compose_default",
-    "get_template",
-    "normalize",
-    "prompt_text",
-    "render_prompt",
-    "template_table",
-    "tokenize_prompt",
-]

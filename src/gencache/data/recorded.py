@@ -37,16 +37,6 @@ if TYPE_CHECKING:
     from gencache.data.origins import SourceInfo
     from gencache.data.samples import SampleSet
 
-__all__ = [
-    "RecordedRun",
-    "check_resolved",
-    "check_sources",
-    "checked_resolved_config",
-    "rebuild_samples",
-    "recorded_run",
-    "run_of_readers",
-]
-
 
 @dataclass(frozen=True)
 class RecordedRun:

@@ -23,17 +23,6 @@ if TYPE_CHECKING:
     from gencache.data.prompts import Prompt, TokenizedPrompt
     from gencache.data.recipes import SourceInfo
 
-__all__ = [
-    "DataConfigSummary",
-    "DuplicatePromptWarning",
-    "Sample",
-    "SampleSet",
-    "build_samples",
-    "concat_sample_sets",
-    "needs_tokenizer",
-    "tokenizer_reasons",
-]
-
 
 class DuplicatePromptWarning(UserWarning):
     """Samples share a key but rendered different prompts; only the first occurrence is generated."""

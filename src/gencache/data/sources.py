@@ -296,6 +296,3 @@ def _load_tables(
         f"{label}: no file for split {', '.join(repr(s) for s in missing)} in {location!r}; tried {', '.join(tried)} "
         f"(and sharded <split>-NNNNN-of-NNNNN.parquet); lay the directory out by split or point source at one file."
     )
-
-
-__all__ = ["EXTENSIONS", "classify_source", "file_sha256", "load_tables"]

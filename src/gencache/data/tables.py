@@ -28,17 +28,6 @@ from typing import Any
 
 from gencache.core.errors import DatasetError
 
-__all__ = [
-    "MAX_LIGHT_BYTES",
-    "TEXT_SUFFIXES",
-    "LightTable",
-    "decode_text",
-    "delimited_lines",
-    "read_bytes",
-    "read_light",
-    "readable",
-]
-
 #: Files whose every cell is text (a header line, then one row per record).
 TEXT_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 #: Larger JSON files are left to ``datasets``, which memory-maps its Arrow copy instead of holding Python rows.

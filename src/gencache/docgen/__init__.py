@@ -1,5 +1,3 @@
 """The generated reference: ``config`` writes docs/config.md and the dataset columns of docs/datasets.md
 (``python -m gencache.docgen.config``), ``schema`` the config's JSON schema, ``datasets`` each recipe's columns.
 """
-
-__all__: list[str] = []

@@ -34,8 +34,6 @@ from gencache.config.names import ALL_ENGINES
 from gencache.docgen.datasets import table_cell
 from gencache.docgen.schema import config_schema, factory_default
 
-__all__ = ["EXAMPLE_CONFIG", "config_schema", "main", "render_config_markdown", "write_docs"]
-
 MARKDOWN_PATH = Path("docs") / "config.md"
 SCHEMA_PATH = Path("docs") / "config.schema.json"
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BEGIN", "DATASETS_PATH", "END", "datasets_page", "render_columns", "splice", "table_cell"]
-
 DATASETS_PATH = Path("docs") / "datasets.md"
 BEGIN = "<!-- BEGIN GENERATED COLUMNS: `uv run python -m gencache.docgen.config` writes this part; do not edit it -->"
 END = "<!-- END GENERATED COLUMNS -->"

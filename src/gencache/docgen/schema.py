@@ -137,6 +137,3 @@ def config_schema() -> dict[str, Any]:
 
 
 # -- markdown ---------------------------------------------------------------------------------------------
-
-
-__all__ = ["SCHEMA_ID", "config_schema", "factory_default"]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["BATCH_INVARIANT_ENV", "determinism_facts", "env_batch_invariant"]
-
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 """vLLM's switch for its batch-invariant kernels (read when vLLM is imported)."""
 

@@ -39,14 +39,6 @@ from gencache.generation.teacher_files import read_json_file
 if TYPE_CHECKING:
     from transformers import GenerationConfig
 
-__all__ = [
-    "BEAM_KEYS",
-    "SAMPLING_KEYS",
-    "EffectiveGeneration",
-    "check_engine",
-    "read_teacher_generation_config",
-    "resolve_generation",
-]
 
 #: Parameters used only when sampling; dropped under greedy decoding.
 SAMPLING_KEYS = tuple(name for name, rule in GENERATION_SETTINGS.items() if rule.mode == MODE_SAMPLING)

@@ -23,16 +23,6 @@ from gencache.artifact.names import FINISH_REASONS
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "FINISH_EOS",
-    "FINISH_LENGTH",
-    "FINISH_REASONS",
-    "FINISH_STOP_STRING",
-    "FinishRecorder",
-    "FinishScanner",
-    "StopStringMatcher",
-    "cut_at_first_eos",
-]
 
 FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
 #: The codes :class:`FinishRecorder` keeps per row (0: not finished yet) and the reasons they stand for.

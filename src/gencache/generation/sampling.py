@@ -28,15 +28,6 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "SAMPLING_RULE",
-    "VLLM_SAMPLING_RULE",
-    "SequenceSampler",
-    "draw_tokens",
-    "one_hot_scores",
-    "sampling_seed",
-    "uniforms",
-]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

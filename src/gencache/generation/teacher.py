@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     import torch
     from transformers import GenerationConfig
 
-__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
-
 
 def hf() -> Any:
     """The transformers module, imported on first use and typed ``Any`` (its own annotations are incomplete

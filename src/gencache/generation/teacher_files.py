@@ -16,20 +16,6 @@ from typing import Any
 
 from gencache.core.errors import ConfigError
 
-__all__ = [
-    "ATTENTION_IMPLEMENTATIONS",
-    "MAX_EXTRA_TOKENS",
-    "MIN_VOCAB_COVERAGE",
-    "TOKEN_ID_SETTINGS",
-    "check_attn_implementation",
-    "check_json_files",
-    "check_prompt_ids",
-    "check_teacher_weights",
-    "check_vocabulary",
-    "read_json_file",
-    "vocab_size_of",
-]
-
 #: The attention implementations transformers knows by name; ``flash_attention_<N>`` (any N), a hub kernel
 #: (``org/name``) and a ``paged|...`` form are accepted too and resolved by transformers when the teacher loads.
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_<N>")

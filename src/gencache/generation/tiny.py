@@ -276,13 +276,3 @@ def _save_quietly(model: Any, out: Path) -> None:
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
-
-
-__all__ = [
-    "CHAT_TEMPLATE",
-    "SPECIAL_TOKENS",
-    "TINY_CPU_ATTENTION_HEAD_DIM",
-    "TINY_HEAD_DIM",
-    "build_tiny_teacher",
-    "builtin_corpus",
-]

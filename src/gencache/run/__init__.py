@@ -5,5 +5,3 @@ they find), ``overrides`` and ``sharding`` (``--set``/``--limit`` and ``--shard`
 run: ``recorded`` (the run an artifact records), ``audit`` (:func:`gencache.audit`) and ``export``. Library code: it
 returns values and prints nothing.
 """
-
-__all__: list[str] = []

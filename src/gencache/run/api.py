@@ -145,6 +145,3 @@ def generate(
     if result.dry_run is not None:
         return result.dry_run
     return result.output_dir
-
-
-__all__ = ["generate"]

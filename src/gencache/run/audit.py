@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
 
-__all__ = ["DEFAULT_SAMPLES", "AuditReport", "KeyAudit", "SequenceAudit", "audit", "select_keys"]
 
 #: Keys audited when neither ``all_keys`` nor ``keys`` is given.
 DEFAULT_SAMPLES = 32

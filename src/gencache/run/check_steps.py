@@ -326,20 +326,3 @@ def model_steps(run: Runner, result: Preflight) -> None:
 
     run.teacher.max_positions = run.step("teacher config", positions, needs=("model",))
     _teacher_steps(run, result)
-
-
-__all__ = [
-    "CUDA_DRIVER_LIBRARY",
-    "GPU_DEVICE_NODES",
-    "POSITION_FIELDS",
-    "check_context",
-    "check_device",
-    "check_device_present",
-    "check_engine_package",
-    "check_model_location",
-    "check_output_location",
-    "check_utf8_paths",
-    "max_positions_of",
-    "model_steps",
-    "read_teacher_config",
-]

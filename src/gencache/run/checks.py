@@ -201,6 +201,3 @@ def check_inputs_alone(
     with shared_tables():
         input_checks(result, data_configs, model=None, shard=shard)
     return result
-
-
-__all__ = ["TEACHER_CHECKS", "check_inputs_alone", "input_checks", "machine_checks", "preflight", "teacher_checks"]

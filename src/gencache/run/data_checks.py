@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from gencache.run.findings import Preflight, Runner
     from gencache.run.sharding import ShardSpec
 
-__all__ = ["check_paged_cache", "data_config_steps", "sample_steps"]
-
 
 def _named(index: int, error: GencacheError) -> GencacheError:
     """``error`` naming ``data_configs[index]`` once, with the config field it is about as its location."""

@@ -353,16 +353,3 @@ def parse_source_override(text: str) -> tuple[int, str]:
     if not sep or not index.strip().isdigit() or not source:
         raise ConfigError(f"--source must look like I=PATH (data config index I), got {text!r}.")
     return int(index), source
-
-
-__all__ = [
-    "COLUMNS",
-    "FORMATS",
-    "LEGACY_COLUMNS",
-    "METADATA_KEY",
-    "ExportResult",
-    "export",
-    "export_metadata",
-    "parquet_schema",
-    "parse_source_override",
-]

@@ -172,6 +172,3 @@ class Runner:
             return None
         self.result.checks.append(Check(name, "ok", detail))
         return value
-
-
-__all__ = ["LOCATIONS", "Check", "Preflight", "RunInputs", "Runner", "TeacherFacts"]

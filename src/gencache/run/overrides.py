@@ -255,14 +255,3 @@ def _partial(current: dict[str, Any], problems: list[Problem], locs: Sequence[Lo
     if isinstance(output_dir, str) and output_dir and ("output_dir",) not in locs:
         result.output_dir = output_dir
     return result
-
-
-__all__ = [
-    "CheckedConfig",
-    "Override",
-    "Overrides",
-    "apply_override",
-    "check_config",
-    "origin_of",
-    "parse_set",
-]

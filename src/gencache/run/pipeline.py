@@ -399,6 +399,3 @@ def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
         run.signals = None
         note_published(run.result.published)  # a signal after the run still names what it published
         guard.restore(redeliver=False)
-
-
-__all__ = ["DryRun", "Notify", "ProgressFactory", "RunResult", "generate_run"]

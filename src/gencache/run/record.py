@@ -112,6 +112,3 @@ def resolved_config(
             },
         }
     )
-
-
-__all__ = ["RunPlan", "absolute_path", "resolved_config"]

@@ -27,8 +27,6 @@ from typing import Any
 
 from gencache.data.recorded import RecordedRun, run_of_readers
 
-__all__ = ["load_recorded_run", "load_recorded_tokenizer", "open_recorded_run"]
-
 
 def load_recorded_run(
     path: str | os.PathLike[str],

@@ -155,15 +155,3 @@ def with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
     """``targets`` with the keys each publishes: every unique key of ``samples``, or its shard's."""
     keys = samples.keys()
     return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
-
-
-__all__ = [
-    "ShardSpec",
-    "Target",
-    "device_for_rank",
-    "parse_shard",
-    "resolve_shard",
-    "run_digest",
-    "shard_from_env",
-    "with_keys",
-]

@@ -130,6 +130,3 @@ def plan_run(
             pending.append(target)
     raise_problems(problems)
     return Plan(config, config_json, digest, targets, pending, published)
-
-
-__all__ = ["Plan", "check_published", "output_path_for", "plan_run", "targets_of"]

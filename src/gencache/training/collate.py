@@ -103,6 +103,3 @@ class DistillationCollator:
 
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> DistillationBatch:
         return pad_batch(items, pad_token_id=self.pad_token_id, padding_side=self.padding_side)
-
-
-__all__ = ["IGNORE_INDEX", "METADATA_FIELDS", "MODEL_INPUTS", "DistillationBatch", "DistillationCollator", "pad_batch"]

@@ -330,13 +330,3 @@ def to_hf_dataset(
             raise ConfigError("to_hf_dataset of an artifact needs the tokenizer: to_hf_dataset(artifact, tokenizer).")
         return DistillationDataset(data, tokenizer, **options).to_hf_dataset(path=path, metadata=metadata)
     return data.to_hf_dataset(path=path, metadata=metadata, **options)
-
-
-__all__ = [
-    "KEEP",
-    "SEQUENCE_CHOICES",
-    "TRUNCATION_POLICIES",
-    "DistillationDataset",
-    "recorded_samples",
-    "to_hf_dataset",
-]

@@ -113,6 +113,3 @@ def build_hf_dataset(data: Rows, *, path: str | os.PathLike[str] | None = None, 
             raise WriteError(f"Cannot write the datasets view to {target}: {exc}") from exc
         raise
     return datasets.Dataset.from_file(str(target))
-
-
-__all__ = ["METADATA_COLUMNS", "ROWS_PER_BATCH", "TOKEN_COLUMNS", "build_hf_dataset"]

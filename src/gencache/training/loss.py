@@ -238,6 +238,3 @@ def distillation_loss(
     loss, ce, kl = _ChunkedDistillation.apply(student_logits, teacher, labels, options)
     positions = int((labels[:, 1:] != IGNORE_INDEX).sum())
     return DistillationLoss(loss=loss, ce=ce.detach(), kl=kl.detach(), positions=positions)
-
-
-__all__ = ["DEFAULT_CHUNK_SIZE", "DistillationLoss", "answer_positions", "check_loss_settings", "distillation_loss"]

@@ -22,8 +22,6 @@ from gencache.core.errors import ConfigError
 Missing = Literal["error", "skip"]
 MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
 
-__all__ = ["MISSING_POLICIES", "Items", "LeftOut", "Selection", "select_items"]
-
 
 def _names(value: Iterable[str] | None) -> frozenset[str] | None:
     if value is None:

@@ -172,6 +172,3 @@ class DistillationTrainer(transformers.Trainer):
             logs = {**logs, "ce": float(self._parts["ce"]) / steps, "kl": float(self._parts["kl"]) / steps}
             self._parts = {"ce": 0.0, "kl": 0.0, "steps": 0}
         super().log(logs, *args, **kwargs)
-
-
-__all__ = ["DistillationTrainer", "check_vocabularies", "log_left_out"]

@@ -270,17 +270,3 @@ def warn(message: str) -> None:
     """A ``UserWarning`` as the SemPIC research code issued it, attributed to the caller of
     :meth:`DatasetRecipe.load` (issued from a recipe's :meth:`DatasetRecipe.select`)."""
     warnings.warn(message, UserWarning, stacklevel=4)
-
-
-__all__ = [
-    "DataConfigLike",
-    "DatasetRecipe",
-    "Question",
-    "QuestionRows",
-    "RawSample",
-    "Selection",
-    "Shot",
-    "SourceInfo",
-    "shortfall",
-    "warn",
-]

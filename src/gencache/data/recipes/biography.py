@@ -206,5 +206,3 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
 
 
 RECIPE = BiographyRecipe()
-
-__all__ = ["ATTRIBUTES", "QA_TEMPLATES", "RECIPE", "BiographyRecipe"]

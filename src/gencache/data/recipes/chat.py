@@ -144,5 +144,3 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
 
 
 RECIPE = ChatRecipe()
-
-__all__ = ["RECIPE", "SHAREGPT_ROLES", "ChatRecipe", "conversation", "messages_column"]

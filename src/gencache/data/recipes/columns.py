@@ -19,18 +19,6 @@ from gencache.config.describe import did_you_mean, type_name
 from gencache.core.errors import DatasetError
 from gencache.data.origins import origin_of
 
-__all__ = [
-    "Column",
-    "MissingColumnError",
-    "check_columns",
-    "describe_row",
-    "field_of",
-    "json_cell",
-    "require_type",
-    "row_error",
-    "row_value",
-]
-
 
 @dataclass(frozen=True)
 class Column:

@@ -102,5 +102,3 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
 
 
 RECIPE = HotpotQARecipe()
-
-__all__ = ["RECIPE", "HotpotQARecipe", "task_prompt"]

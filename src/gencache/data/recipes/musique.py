@@ -93,5 +93,3 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
 
 
 RECIPE = MuSiQueRecipe()
-
-__all__ = ["RECIPE", "MuSiQueRecipe", "task_prompt"]

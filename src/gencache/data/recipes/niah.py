@@ -249,5 +249,3 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
 
 
 RECIPE = NIAHRecipe()
-
-__all__ = ["RECIPE", "NIAHRecipe", "chunk_sentences", "split_sentences"]

@@ -25,8 +25,6 @@ from gencache.core.errors import DatasetError, GencacheError, PromptError, first
 from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
 
-__all__ = ["PluginRecipe", "load_plugin"]
-
 
 def load_plugin(ep: metadata.EntryPoint) -> PluginRecipe:
     """Import the plug-in behind ``ep`` (:func:`gencache.config.catalog.load_entry_point`) and wrap it; a

@@ -177,14 +177,3 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
 
 
 RECIPE = TableRecipe()
-
-__all__ = [
-    "RECIPE",
-    "TableRecipe",
-    "documents_of",
-    "filtered_order",
-    "load_table",
-    "named_columns",
-    "row_id_of",
-    "task_of",
-]

@@ -66,6 +66,3 @@ class TransformersEngine:
     def commit_hash(self) -> str | None:
         value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
         return value if isinstance(value, str) else None
-
-
-__all__ = ["TransformersEngine"]

@@ -52,14 +52,6 @@ if TYPE_CHECKING:
     from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
-__all__ = [
-    "MIN_TRANSFORMERS",
-    "CacheSizing",
-    "ContinuousEngine",
-    "generate_continuous",
-    "size_paged_cache",
-    "supported_transformers",
-]
 
 _POLL_SECONDS = 0.05
 _STOP_SECONDS = 60.0

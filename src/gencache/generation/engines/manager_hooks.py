@@ -10,8 +10,6 @@ from gencache.generation.engines import EngineStats
 from gencache.generation.engines.prefix import PrefixStats
 from gencache.generation.sampling import draw_tokens, uniforms
 
-__all__ = ["ForwardCounter", "RequestSampler", "hook_batch_processor", "sampling_supported"]
-
 
 class ForwardCounter:
     """Counts the manager's forwards and the sequences (rows) each packs, by wrapping ``model.forward``."""

@@ -7,8 +7,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GIB", "MEMINFO", "AttentionShape", "attention_shape_of", "available_host_memory"]
-
 #: Bytes in a GiB (the unit of every ``kv_cache_memory_gib`` option).
 GIB = 2**30
 #: Where Linux says how much memory is available.

@@ -16,8 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["PrefixStats", "prefix_floor", "prefix_order", "reusable_prefix"]
-
 P = TypeVar("P", bound=tuple[str, Sequence[int]])
 
 

