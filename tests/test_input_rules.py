@@ -111,3 +111,19 @@ def test_an_output_path_with_a_name_is_accepted(path: str) -> None:
     from gencache.config.paths import output_name_problem
 
     assert output_name_problem(path) is None
+
+
+@pytest.mark.parametrize("name", ["transformers", "transformers-continuous"])
+def test_each_engine_class_is_named_after_its_engine_and_says_when_it_loads(
+    name: str, tiny_teacher_dir: Path, tiny_tokenizer: Any
+) -> None:
+    context = EngineContext(
+        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2),
+        tokenizer=tiny_tokenizer,
+        model_path=str(tiny_teacher_dir),
+        dtype="float32",
+        device="cpu",
+    )
+    engine = create_engine(name, context)
+    assert type(engine).__name__ == "".join(part.title() for part in name.split("-")) + "Engine"
+    assert engine.loads_with_prompts is False  # load_weights loads the teacher itself

@@ -36,7 +36,7 @@ from gencache.generation.engines import (
     checked_prompts,
     options_of,
 )
-from gencache.generation.engines._transformers import TransformersEngine
+from gencache.generation.engines._transformers import TransformersBase
 from gencache.generation.finish import FinishRecorder, cut_at_first_eos
 from gencache.generation.sampling import SequenceSampler, sampling_seed
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
-__all__ = ["StaticEngine", "batching_policy", "generate_entries", "padding_stats", "plan_batches"]
+__all__ = ["TransformersEngine", "batching_policy", "generate_entries", "padding_stats", "plan_batches"]
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -321,7 +321,7 @@ def generate_entries(
         del generated
 
 
-class StaticEngine(TransformersEngine):
+class TransformersEngine(TransformersBase):
     """The ``transformers`` engine (see the module docstring)."""
 
     name = ENGINE_STATIC
