@@ -383,16 +383,21 @@ def test_every_problem_is_listed_once_and_nothing_is_written(
     assert sorted(os.listdir(tmp_path)) == before
 
 
-def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_dir: Path) -> None:
-    config, expected = several(tmp_path, tiny_teacher_dir)
-    path = tmp_path / "config.json"
+def dry_run_alone(config: dict[str, Any], path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``generate --dry-run`` of ``config`` (written to ``path``) in a fresh process, whose stdout ends with the exit
+    code and the model libraries it imported."""
     path.write_text(json.dumps(config), encoding="utf-8")
     code = (
         "import sys\nfrom gencache.cli.app import run\n"
-        f"code = run(['generate', {str(path)!r}, '--dry-run'])\n"
+        f"code = run(['generate', {str(path)!r}, '--dry-run', *{list(args)!r}])\n"
         "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+
+
+def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config, expected = several(tmp_path, tiny_teacher_dir)
+    result = dry_run_alone(config, tmp_path / "config.json")
     assert result.stdout.strip().splitlines()[-1] == "2 []", result.stderr
     assert sum(line.startswith("error: ") for line in result.stderr.splitlines()) == len(expected)
     assert result.stderr.splitlines()[-1] == f"the dry run found {len(expected)} problems; generate would exit 2"
@@ -416,14 +421,7 @@ def test_the_device_the_engine_package_and_show_prompt_are_found_in_the_first_ro
     transformers or datasets are imported."""
     config = config_dict(tmp_path, tiny_teacher_dir, engine="vllm", output_dir=str(tmp_path))
     del config["model"]["device"]
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    code = (
-        "import sys\nfrom gencache.cli.app import run\n"
-        f"code = run(['generate', {str(path)!r}, '--dry-run', '--show-prompt', '99'])\n"
-        "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    result = dry_run_alone(config, tmp_path / "config.json", "--show-prompt", "99")
     assert result.stdout.strip().splitlines()[-1] == "2 []", result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     expected = [

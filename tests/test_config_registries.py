@@ -15,7 +15,7 @@ from gencache.config import parse_data_configs
 from gencache.config.catalog import dataset_kwargs_model, template_kwargs_model
 from gencache.config.datasets import DATASET_KWARGS, ChatKwargs, TableKwargs
 from gencache.config.describe import unknown_name
-from gencache.config.engines import ENGINE_OPTIONS
+from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.names import ALL_ENGINES
@@ -92,6 +92,15 @@ def test_the_recipes_and_templates_follow_the_config_lists_of_names() -> None:
 def test_every_engine_table_is_keyed_by_the_one_list_of_engine_names() -> None:
     assert tuple(ENGINE_OPTIONS) == ALL_ENGINES
     assert tuple(ENGINES) == ALL_ENGINES
+    assert tuple(GEN_BATCH_SIZE_USE) == ALL_ENGINES
+
+
+def test_what_each_engine_does_with_gen_batch_size_is_in_the_config_reference() -> None:
+    from gencache.config import CacheConfig
+
+    described = CacheConfig.model_fields["gen_batch_size"].description or ""
+    for name, use in GEN_BATCH_SIZE_USE.items():
+        assert f'"{name}": {use}' in described
 
 
 def test_a_built_in_dataset_without_its_recipe_fails_with_one_message() -> None:

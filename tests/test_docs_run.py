@@ -132,14 +132,29 @@ def run_page(page: str, directory: Path, teacher: Path, monkeypatch: pytest.Monk
     return left_out
 
 
+def not_ignored(entries: set[str]) -> list[str]:
+    """Those of ``entries`` (top-level names in a checkout's root, a directory's with a trailing ``/``) that the
+    repository's ``.gitignore`` does not cover."""
+    patterns = {line.strip() for line in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()}
+    return sorted(name for name in entries if f"/{name}" not in patterns)
+
+
+def new_entries(directory: Path, before: set[str]) -> set[str]:
+    """What a page's commands left at the top of ``directory`` (directories with a trailing ``/``)."""
+    after = {entry.name + ("/" if entry.is_dir() else "") for entry in directory.iterdir()}
+    return after - before
+
+
 @pytest.mark.slow
 def test_the_readme_runs(tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = workspace(tmp_path / "readme", tiny_teacher_dir)
     monkeypatch.chdir(work)
     gencache.generate(Path(CONFIGS) / "hotpot_qa_greedy512_kl.json")  # the mixture's second artifact
+    before = {entry.name + ("/" if entry.is_dir() else "") for entry in work.iterdir()} | {".bin/"}
     left_out = run_page("README.md", work, tiny_teacher_dir, monkeypatch)
     assert all(line.startswith(tuple(NOT_RUN)) for line in left_out)
     assert (work / "answers.parquet").is_file() and (work / "distil").is_dir()
+    assert not not_ignored(new_entries(work, before))  # run in a checkout, git shows none of it
 
 
 @pytest.mark.slow
@@ -147,5 +162,7 @@ def test_the_training_page_runs(tmp_path: Path, tiny_teacher_dir: Path, monkeypa
     work = workspace(tmp_path / "training", tiny_teacher_dir)
     monkeypatch.chdir(work)
     gencache.generate(Path(CONFIGS) / "biography_greedy_kl.json")  # the artifact the page trains on
+    before = {entry.name + ("/" if entry.is_dir() else "") for entry in work.iterdir()} | {".bin/"}
     assert not run_page("docs/training.md", work, tiny_teacher_dir, monkeypatch)
     assert (work / "answers.parquet").is_file() and (work / "sft").is_dir()
+    assert not not_ignored(new_entries(work, before))

@@ -16,6 +16,7 @@ from safetensors import safe_open
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, verify
 from gencache.cli.app import run as cli_run
+from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.core.errors import GencacheError, InputProblems, OutputExistsError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
@@ -104,6 +105,8 @@ def test_resolved_config_records_the_run(published: Path, tiny_teacher_dir: Path
     assert resolved["generation"]["max_new_tokens"] == 12
     assert resolved["generation"]["do_sample"] is False
     assert resolved["batching"]["batch_size"] == 4
+    use = GEN_BATCH_SIZE_USE["transformers"]
+    assert resolved["batching"]["gen_batch_size"] == {"value": 4, "use": use}  # what the engine did with it
     assert resolved["tokenizer"] == {"padding_side": "left", "pad_token_id": 0, "eos_token_id": 2}
     assert resolved["chat_template_sha256"]
     assert resolved["publish"]["rename"] in ("renameat2", "rename")

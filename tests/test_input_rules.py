@@ -37,18 +37,23 @@ def test_engine_options_of_another_engine_name_the_engine(tmp_path: Path) -> Non
         parse_config(config_dict(tmp_path, "org/teacher", engine_options={"page_size": 16}))
 
 
-@pytest.mark.parametrize("options", [{}, {"page_size": 16}, ContinuousOptions()])
-def test_an_engine_refuses_options_it_did_not_get_validated(
-    tiny_teacher_dir: Path, tiny_tokenizer: Any, options: Any
-) -> None:
-    context = EngineContext(
-        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2),
-        tokenizer=tiny_tokenizer,
-        model_path=str(tiny_teacher_dir),
+def cpu_context(teacher: Path, tokenizer: Any, options: Any = None) -> EngineContext:
+    """An engine context of the tiny teacher on the CPU, 2 new tokens."""
+    return EngineContext(
+        generation=resolve(teacher, tokenizer, max_new_tokens=2),
+        tokenizer=tokenizer,
+        model_path=str(teacher),
         dtype="float32",
         device="cpu",
         options=options,
     )
+
+
+@pytest.mark.parametrize("options", [{}, {"page_size": 16}, ContinuousOptions()])
+def test_an_engine_refuses_options_it_did_not_get_validated(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, options: Any
+) -> None:
+    context = cpu_context(tiny_teacher_dir, tiny_tokenizer, options)
     with pytest.raises(ConfigError, match=f"must be a validated StaticOptions, not {type(options).__name__}"):
         create_engine("transformers", context)
     assert create_engine("transformers", replace(context, options=StaticOptions())).name == "transformers"
@@ -111,3 +116,12 @@ def test_an_output_path_with_a_name_is_accepted(path: str) -> None:
     from gencache.config.paths import output_name_problem
 
     assert output_name_problem(path) is None
+
+
+@pytest.mark.parametrize("name", ["transformers", "transformers-continuous"])
+def test_each_engine_class_is_named_after_its_engine_and_says_when_it_loads(
+    name: str, tiny_teacher_dir: Path, tiny_tokenizer: Any
+) -> None:
+    engine = create_engine(name, cpu_context(tiny_teacher_dir, tiny_tokenizer))
+    assert type(engine).__name__ == "".join(part.title() for part in name.split("-")) + "Engine"
+    assert engine.loads_with_prompts is False  # load_weights loads the teacher itself

@@ -245,6 +245,25 @@ def test_a_nested_set_typo_is_named_after_the_set_in_the_dry_runs_json(
     assert problem["message"].startswith(f"--set {override}: model.generation_kwrgs: unknown field")
 
 
+def test_a_set_whose_value_a_later_check_refuses_is_named_in_that_problem(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Problems found once the config validated (the data files', the teacher's) at a location a --set wrote are
+    named after it too, in the message and as the problem's origin."""
+    config = write_config(tmp_path, tiny_teacher_dir)
+    for override, location in (
+        ("data_configs.0.num_samples=99", "data_configs[0].num_samples"),
+        ("model.generation_kwargs.max_new_tokenz=3", "model.generation_kwargs.max_new_tokenz"),
+        ("model.generation_kwargs.max_new_tokens=100000", "model.generation_kwargs.max_new_tokens"),
+    ):
+        assert cli_run(["generate", str(config), "--set", override, "--dry-run", "--json"]) == 2
+        (problem,) = json.loads(capsys.readouterr().out)["problems"]
+        assert problem["location"] == location and problem["origin"] == f"--set {override}", problem
+        assert problem["message"].startswith(f"--set {override}: "), problem
+    assert cli_run(["generate", str(config), "--set", "model.generation_kwargs.max_new_tokens=100000"]) == 2
+    assert capsys.readouterr().err.startswith("error: --set model.generation_kwargs.max_new_tokens=100000: ")
+
+
 def test_two_bad_sets_are_two_problems_each_named_after_its_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from gencache.config import parse_config
 from gencache.core.errors import ConfigError, DatasetError, GenerationError, InputProblems
+from gencache.run import check_kinds as kinds
 from gencache.run.checks import preflight
 from gencache.run.findings import Preflight
 from gencache.run.sharding import Target
@@ -31,11 +32,11 @@ def test_one_problem_is_raised_as_it_is_and_several_together(tmp_path: Path) -> 
         config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)]
     )
     first, second = ConfigError("first problem"), DatasetError("second problem")
-    found.add_problem("output path", first)
+    found.add_problem(kinds.OUTPUT_PATH, first)
     with pytest.raises(ConfigError) as info:
         found.run_inputs()
     assert info.value is first
-    found.add_problem("data_configs[0]", second)
+    found.add_problem(kinds.data_config_check(0), second)
     with pytest.raises(InputProblems) as several:
         found.run_inputs()
     assert [p.error for p in several.value.problems] == [first, second] and several.value.exit_code == 2

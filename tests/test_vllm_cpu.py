@@ -299,9 +299,12 @@ def test_refused_settings_stop_before_any_weights_load_with_one_line_and_exit_tw
         if field in change:
             config["model"][field] = change[field]
     path.write_text(json.dumps(config), encoding="utf-8")
-    if change.get("device") == "cuda":
+    if change.get("device") == "cuda":  # a GPU machine, as the first round and torch see it
         import torch
 
+        import gencache.run.check_steps
+
+        monkeypatch.setattr(gencache.run.check_steps, "_gpu_driver_evidence", lambda: ["/dev/nvidia0"])
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "a GPU")

@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from gencache.config.engines import ContinuousOptions
-from gencache.generation.engines.continuous import ContinuousEngine, generate_continuous, supported_transformers
+from gencache.generation.engines.continuous import (
+    TransformersContinuousEngine,
+    generate_continuous,
+    supported_transformers,
+)
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order, reusable_prefix
 from support.generation_helpers import resolve
 
@@ -99,7 +103,7 @@ def test_the_continuous_engine_records_its_prefix_statistics_under_batching(
         device="cpu",
         options=ContinuousOptions(page_size=16),
     )
-    engine = ContinuousEngine(context)
+    engine = TransformersContinuousEngine(context)
     engine.load_weights()
     prompts = [(f"k{i}", [7] * 40 + [i + 9]) for i in range(3)]
     assert len(list(engine.generate(prompts))) == 3

@@ -168,7 +168,10 @@ def split_conflict(path: PathLike, count: int | None) -> str | None:
     """Why a run may not write its split of the unsharded output path ``path`` (``count`` ways, or unsplit when
     None), or None when it may: shard directories of another split already sit beside ``path``, so the two splits
     could never be read as one artifact, and an unsplit run would publish ``path`` itself over the split's name.
-    One sentence naming both splits and what to do."""
+    One sentence naming both splits and what to do. An unsplit run over a path that exists is left to the output
+    check (it refuses any existing path)."""
+    if count is None and os.path.lexists(Path(path).expanduser().absolute()):
+        return None
     found = find_shards(path)
     if found is None:
         return None

@@ -10,6 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 
+#: What each engine does with the config's ``gen_batch_size``, said once: the config reference describes the field
+#: with it and ``resolved_config.json`` records it beside the value (``batching.gen_batch_size``).
+GEN_BATCH_SIZE_USE: dict[str, str] = {
+    ENGINE_STATIC: "the prompts of one generate call (length-sorted, longest first)",
+    ENGINE_CONTINUOUS: "not used: how many sequences decode together is engine_options.max_concurrent_sequences",
+    ENGINE_VLLM: "not used: how many requests run together is engine_options.max_num_seqs",
+}
+
 
 class EngineOptions(BaseModel):
     """Base of every engine's options: strict, frozen, unknown keys are errors."""

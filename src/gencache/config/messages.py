@@ -185,6 +185,11 @@ def format_loc(loc: Sequence[str | int]) -> str:
     return _format_loc(loc)
 
 
+def parse_loc(text: str) -> Loc:
+    """``data_configs[1].seed`` as ``("data_configs", 1, "seed")``: :func:`format_loc` undone."""
+    return tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", text))
+
+
 def format_validation_error(
     exc: ValidationError, *, model: type[BaseModel] | None = None, origin: str | None = None, prefix: Loc = ()
 ) -> str:

@@ -43,7 +43,7 @@ from gencache.config.describe import unknown_name
 from gencache.config.documents import (
     read_merged_config,
 )
-from gencache.config.engines import ENGINE_OPTIONS, EngineOptions
+from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE, generation_problems
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
@@ -266,7 +266,11 @@ class CacheConfig(_Strict):
         "(first occurrence wins).",
     )
     gen_batch_size: int = Field(
-        default=1, ge=1, description='Prompts per generate call (longest first) of the "transformers" engine.'
+        default=1,
+        ge=1,
+        description="What it sets depends on the engine: "
+        + "; ".join(f'"{name}": {use}' for name, use in GEN_BATCH_SIZE_USE.items())
+        + ". resolved_config.json records it as batching.gen_batch_size, with what the engine did with it.",
     )
     engine: EngineName = Field(
         default="transformers",

@@ -96,7 +96,9 @@ def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(key for key in generation_kwargs if key not in known)
     if unknown:
         names = ", ".join(f"{FIELD}.{key}" for key in unknown)
-        raise ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
+        error = ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
+        error.location = f"{FIELD}.{unknown[0]}" if len(unknown) == 1 else FIELD  # type: ignore[attr-defined]
+        raise error
     return {key: value for key, value in generation_kwargs.items() if value is not None}
 
 

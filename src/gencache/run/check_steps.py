@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, GencacheError
+from gencache.run import check_kinds as kinds
 
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
@@ -265,9 +266,9 @@ def _teacher_steps(run: Runner, result: Preflight) -> None:
         assert result.generation is not None
         return None, check_vocabulary(result.tokenizer, vocab_size, result.generation.kwargs)
 
-    run.step("attention", attention, needs=("device",))
-    run.step("teacher weights", lambda: (None, check_teacher_weights(model.model_path)), needs=("model",))
-    run.step("vocabulary", vocabulary, needs=("tokenizer", "generation", "teacher config"))
+    run.step(kinds.ATTENTION, attention)
+    run.step(kinds.TEACHER_WEIGHTS, lambda: (None, check_teacher_weights(model.model_path)))
+    run.step(kinds.VOCABULARY, vocabulary)
 
 
 def model_steps(run: Runner, result: Preflight) -> None:
@@ -282,7 +283,7 @@ def model_steps(run: Runner, result: Preflight) -> None:
         loaded = load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
         return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
 
-    result.tokenizer = run.step("tokenizer", tokenizer, needs=("model", "tokenizer path"))
+    result.tokenizer = run.step(kinds.TOKENIZER, tokenizer)
 
     def generation() -> tuple[EffectiveGeneration, str]:
         from gencache.generation.effective import resolve_generation
@@ -294,7 +295,7 @@ def model_steps(run: Runner, result: Preflight) -> None:
             f"max_new_tokens {effective.max_new_tokens}, {effective.num_return_sequences} sequence(s) per prompt"
         )
 
-    result.generation = run.step("generation", generation, needs=("tokenizer",))
+    result.generation = run.step(kinds.GENERATION, generation)
 
     def engine() -> tuple[Engine, str]:
         from gencache.generation.engines import EngineContext, create_engine
@@ -317,12 +318,12 @@ def model_steps(run: Runner, result: Preflight) -> None:
         )
         return created, f"{config.engine}"
 
-    result.engine = run.step("engine", engine, needs=("generation", "device"))
+    result.engine = run.step(kinds.ENGINE, engine)
 
     def positions() -> tuple[int | None, str]:
         run.teacher.config = read_teacher_config(model.model_path, model.revision)
         value = max_positions_of(run.teacher.config)
         return value, f"{value} positions" if value else "config.json records no maximum positions"
 
-    run.teacher.max_positions = run.step("teacher config", positions, needs=("model",))
+    run.teacher.max_positions = run.step(kinds.TEACHER_CONFIG, positions)
     _teacher_steps(run, result)

@@ -29,6 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from gencache.run import check_kinds as kinds
 from gencache.run.check_steps import (
     check_device,
     check_device_present,
@@ -43,21 +44,6 @@ if TYPE_CHECKING:
     from gencache.config import CacheConfig, DataConfig, ModelConfig
     from gencache.run.sharding import ShardSpec, Target
 
-#: The checks of phase 2, in order (skipped, with the reason, when phase 1 found a problem).
-TEACHER_CHECKS = (
-    "torch device",
-    "tokenizer",
-    "generation",
-    "engine",
-    "teacher config",
-    "attention",
-    "teacher weights",
-    "vocabulary",
-    "samples",
-    "context length",
-    "header budget",
-)
-
 
 def _output_steps(run: Runner, result: Preflight, named_paths: Mapping[str, str]) -> None:
     """Paths that must be valid UTF-8 and the output location."""
@@ -67,7 +53,7 @@ def _output_steps(run: Runner, result: Preflight, named_paths: Mapping[str, str]
         check_utf8_paths({"working directory": os.getcwd(), **named_paths})
         return None, "working directory and output path are valid UTF-8"
 
-    run.step("paths", paths)
+    run.step(kinds.PATHS, paths)
 
     def location() -> tuple[str | None, str]:
         if not outputs:
@@ -76,15 +62,15 @@ def _output_steps(run: Runner, result: Preflight, named_paths: Mapping[str, str]
         shown = str(outputs[0]) if len(outputs) == 1 else f"{len(outputs)} shard directories beside {outputs[0]}"
         return mode, f"{shown} is free; publish with {mode}"
 
-    result.rename_mode = run.step("output path", location, needs=("paths",))
+    result.rename_mode = run.step(kinds.OUTPUT_PATH, location)
 
 
 def _model_location_steps(run: Runner, model: ModelConfig) -> None:
     """Where the model and tokenizer are: local directories that exist, or hub ids that can be had."""
-    run.step("model", lambda: (None, check_model_location("model.model_path", model.model_path, model.revision)))
+    run.step(kinds.MODEL, lambda: (None, check_model_location("model.model_path", model.model_path, model.revision)))
     if model.effective_tokenizer_path != model.model_path:
         run.step(
-            "tokenizer path",
+            kinds.TOKENIZER_PATH,
             lambda: (
                 None,
                 check_model_location("model.tokenizer_path", model.effective_tokenizer_path, model.revision),
@@ -133,14 +119,14 @@ def machine_checks(
                 )
             return None, f"sample {show_prompt} of {count}"
 
-        run.step("show prompt", prompt_index, location="--show-prompt")
+        run.step(kinds.SHOW_PROMPT, prompt_index)
 
     def device() -> tuple[str, str]:
         chosen = device_for_rank(config.model.device, shard, env)
         return chosen, check_device_present(chosen, env)
 
-    result.device = run.step("device", device)
-    run.step("engine package", lambda: (None, check_engine_package(config.engine)))
+    result.device = run.step(kinds.DEVICE, device)
+    run.step(kinds.ENGINE_PACKAGE, lambda: (None, check_engine_package(config.engine)))
 
 
 def teacher_checks(result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
@@ -151,7 +137,7 @@ def teacher_checks(result: Preflight, shard: ShardSpec | None, env: Mapping[str,
 
     prepare_model_libraries()
     run = Runner(result)
-    run.step("torch device", lambda: (None, check_device(result.device or "")), needs=("device",))
+    run.step(kinds.TORCH_DEVICE, lambda: (None, check_device(result.device or "")))
     model_steps(run, result)
     sample_steps(run, result, shard)
 
@@ -180,8 +166,8 @@ def preflight(
         if result.problems:
             why = "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
             runner = Runner(result)
-            for name in TEACHER_CHECKS:
-                runner.skip(name, why)
+            for kind in kinds.TEACHER_CHECKS:
+                runner.skip(kind, why)
             result.not_computed.append(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, GencacheError, ShardError, reworded
+from gencache.run import check_kinds as kinds
 
 if TYPE_CHECKING:
     from gencache.config import DataConfig
@@ -70,14 +71,14 @@ def data_config_steps(
     with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
         warnings.simplefilter("ignore")
         for index, dc in data_configs:
-            found = run.step(f"data_configs[{index}]", _bind(index, dc))
+            found = run.step(kinds.data_config_check(index), _bind(index, dc))
             counts.append(-1 if found is None else len(found))
             complete = complete and found is not None
             keys.extend(found or ())
     result.sample_counts = counts
     if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
         result.add_problem(
-            "datasets",
+            kinds.DATASETS,
             ConfigError(
                 "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
             ),
@@ -102,7 +103,7 @@ def _shard_count_step(run: Runner, unique: int, shard: ShardSpec | None) -> None
             )
         return None, f"{shard.count} shards over {unique} unique keys"
 
-    run.step("shards", count, location="--shards")
+    run.step(kinds.SHARDS, count)
 
 
 # -- phase 2: the tokenized samples ------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def _samples_step(run: Runner, result: Preflight) -> None:
     config = result.config
     assert config is not None
     if result.tokenizer is None:
-        run.skip("samples", "not checked: the tokenizer failed")
+        run.skip(kinds.SAMPLES, "not checked: the tokenizer failed")
         result.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
         return
 
@@ -171,7 +172,7 @@ def _samples_step(run: Runner, result: Preflight) -> None:
         result.sample_counts = [s.samples for s in built.summaries]
         return built, f"{len(built)} samples, {len(built.unique)} unique keys, {built.duplicates} duplicates"
 
-    result.samples = run.step("samples", samples)
+    result.samples = run.step(kinds.SAMPLES, samples)
 
 
 def _context_step(run: Runner, result: Preflight) -> None:
@@ -189,7 +190,7 @@ def _context_step(run: Runner, result: Preflight) -> None:
             return None, "not checked: the teacher's config.json records no maximum positions"
         return None, check_context(longest, where, generation.max_new_tokens, max_positions)
 
-    run.step("context length", context)
+    run.step(kinds.CONTEXT_LENGTH, context)
 
 
 def sample_steps(run: Runner, result: Preflight, shard: ShardSpec | None) -> None:
@@ -205,8 +206,8 @@ def sample_steps(run: Runner, result: Preflight, shard: ShardSpec | None) -> Non
     if result.samples is not None:
         result.targets = with_keys(result.targets, result.samples)
     if result.samples is None or result.generation is None:
-        for name in ("context length", "header budget"):
-            run.skip(name, "not computed: needs the samples and generation config")
+        for kind in (kinds.CONTEXT_LENGTH, kinds.HEADER_BUDGET):
+            run.skip(kind, "not computed: needs the samples and generation config")
         result.not_computed += ["the context-length check", "the header budget"]
         return
     if result.keys is None:
@@ -214,14 +215,12 @@ def sample_steps(run: Runner, result: Preflight, shard: ShardSpec | None) -> Non
     _context_step(run, result)
     vocab_size = run.teacher.vocab_size
     if vocab_size is not None:
-        run.step("prompt ids", lambda: (None, _largest_prompt_id(result, vocab_size)), needs=("vocabulary",))
+        run.step(kinds.PROMPT_IDS, lambda: (None, _largest_prompt_id(result, vocab_size)))
     options = config.engine_options
     if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
         teacher_config = run.teacher.config
-        run.step(
-            "paged cache", lambda: (None, check_paged_cache(result, teacher_config)), needs=("teacher config", "engine")
-        )
-    result.capacity = run.step("header budget", lambda: _budget(result)) or {}
+        run.step(kinds.PAGED_CACHE, lambda: (None, check_paged_cache(result, teacher_config)))
+    result.capacity = run.step(kinds.HEADER_BUDGET, lambda: _budget(result)) or {}
 
 
 def _budget(result: Preflight) -> tuple[dict[Path, int], str]:

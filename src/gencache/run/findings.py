@@ -1,18 +1,20 @@
 """What the checks before a run find, and how they run: each check's report line (:class:`Check`), every
 problem and the values the passing checks produced (:class:`Preflight`, what the dry run reports), a run's complete
 inputs (:class:`RunInputs`), what the teacher's checks learn for later ones (:class:`TeacherFacts`), and the
-:class:`Runner` that runs one check into the findings. The checks themselves
-are :mod:`gencache.run.checks` (the order), :mod:`gencache.run.check_steps` and :mod:`gencache.run.data_checks`.
+:class:`Runner` that runs one check (a :class:`~gencache.run.check_kinds.CheckKind`) into the findings. The
+checks themselves are :mod:`gencache.run.checks` (the order), :mod:`gencache.run.check_steps` and
+:mod:`gencache.run.data_checks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gencache.core.errors import GencacheError, GenerationError, Problem, raise_problems
+from gencache.run.check_kinds import CheckKind
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig
@@ -22,31 +24,6 @@ if TYPE_CHECKING:
     from gencache.run.sharding import Target
 
 T = TypeVar("T")
-
-#: Where each check's problem is, as a config field (a data config's checks name ``data_configs[i]``).
-LOCATIONS = {
-    "paths": "paths",
-    "output path": "output_dir",
-    "model": "model.model_path",
-    "tokenizer path": "model.tokenizer_path",
-    "device": "model.device",
-    "torch device": "model.device",
-    "engine package": "engine",
-    "show prompt": "--show-prompt",
-    "tokenizer": "model.tokenizer_path",
-    "generation": "model.generation_kwargs",
-    "engine": "engine_options",
-    "teacher config": "model.model_path",
-    "attention": "model.attn_implementation",
-    "teacher weights": "model.model_path",
-    "vocabulary": "model.tokenizer_path",
-    "datasets": "data_configs",
-    "samples": "data_configs",
-    "context length": "model.generation_kwargs.max_new_tokens",
-    "prompt ids": "data_configs",
-    "paged cache": "engine_options.kv_cache_memory_gib",
-    "header budget": "output_dir",
-}
 
 
 @dataclass(frozen=True)
@@ -107,13 +84,14 @@ class Preflight:
         """What ``generate`` would exit with: the first problem's code, 0 when there is none."""
         return self.problems[0].error.exit_code if self.problems else 0
 
-    def failed(self, name: str) -> bool:
-        return any(c.name == name and c.status != "ok" for c in self.checks)
+    def failed(self, kind: CheckKind) -> bool:
+        return any(c.name == kind.name and c.status != "ok" for c in self.checks)
 
-    def add_problem(self, check: str, error: GencacheError, location: str | None = None) -> None:
-        """Record ``error`` as the problem of ``check`` (and its report line)."""
-        self.problems.append(Problem(check, location or LOCATIONS.get(check, check), error))
-        self.checks.append(Check(check, "failed", str(error)))
+    def add_problem(self, kind: CheckKind, error: GencacheError, location: str | None = None) -> None:
+        """Record ``error`` as the problem of check ``kind`` (and its report line), at ``location`` or the
+        check's own."""
+        self.problems.append(Problem(kind.name, location or kind.location, error))
+        self.checks.append(Check(kind.name, "failed", str(error)))
 
     def run_inputs(self) -> RunInputs:
         """The complete inputs of a run that publishes :attr:`outputs`: the problems are raised (one as it is,
@@ -150,25 +128,20 @@ class Runner:
         self.result = result
         self.teacher = TeacherFacts()
 
-    def skip(self, name: str, why: str) -> None:
-        self.result.checks.append(Check(name, "skipped", why))
+    def skip(self, kind: CheckKind, why: str) -> None:
+        self.result.checks.append(Check(kind.name, "skipped", why))
 
-    def step(
-        self,
-        name: str,
-        action: Callable[[], tuple[T, str]],
-        *,
-        needs: Sequence[str] = (),
-        location: str | None = None,
-    ) -> T | None:
-        blocked = [n for n in needs if self.result.failed(n)]
+    def step(self, kind: CheckKind, action: Callable[[], tuple[T, str]]) -> T | None:
+        """Run check ``kind`` (skipped when one it needs failed): its value, or None when it failed (its problem
+        recorded at the error's own ``location``, if it has one, else the check's)."""
+        blocked = [need.name for need in kind.needs if self.result.failed(need)]
         if blocked:
-            self.skip(name, f"not checked: {', '.join(blocked)} failed")
+            self.skip(kind, f"not checked: {', '.join(blocked)} failed")
             return None
         try:
             value, detail = action()
         except GencacheError as error:
-            self.result.add_problem(name, error, getattr(error, "location", None) or location)
+            self.result.add_problem(kind, error, getattr(error, "location", None))
             return None
-        self.result.checks.append(Check(name, "ok", detail))
+        self.result.checks.append(Check(kind.name, "ok", detail))
         return value

@@ -9,7 +9,8 @@ given, and the result is validated once, exactly like a file; a problem is named
 holds its location (the last one applied, so ``--set model={...}`` owns every problem beneath ``model``; an
 object an override created on its way, such as a misspelt ``model.generation_kwrgs``, is its too) or, in a
 field checked against a sibling, the sibling's (``--set engine=vllm`` owns a problem of ``engine_options``), and
-after the file when no override's does.
+after the file when no override's does. Problems the later checks find (the data files', the teacher's) are named
+the same way (:func:`name_origins`).
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ class CheckedConfig:
     problems: list[Problem] = field(default_factory=list)
     data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
     output_dir: str | None = None
+    applied: list[Override] = field(default_factory=list)
+    """The overrides as applied (:func:`apply_override`), which :func:`name_origins` names later problems after."""
 
 
 def _validation_lines(candidate: dict[str, Any]) -> tuple[CacheConfig | None, list[tuple[Loc, str]]]:
@@ -232,8 +235,28 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
         named = source.label if source is not None else origin
         problems.append(Problem("config", format_loc(loc) or named, ConfigError(f"{named}: {line}"), origin=named))
     if config is not None and not problems:
-        return CheckedConfig(config)
-    return _partial(current, problems, [loc for loc, _ in lines])
+        return CheckedConfig(config, applied=applied)
+    result = _partial(current, problems, [loc for loc, _ in lines])
+    result.applied = applied
+    return result
+
+
+def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> list[Problem]:
+    """``problems`` found once the config validated (its data files', the teacher's), each whose location an
+    override wrote (:func:`origin_of`) named after it like a problem of the config: its message starts with the
+    override's label, which is its :attr:`~gencache.core.errors.Problem.origin` too."""
+    from gencache.config.messages import parse_loc
+    from gencache.core.errors import reworded
+
+    named: list[Problem] = []
+    for problem in problems:
+        source = None if problem.origin is not None else origin_of(parse_loc(problem.location), applied)
+        if source is None:
+            named.append(problem)
+            continue
+        error = reworded(problem.error, f"{source.label}: {problem.error}")
+        named.append(Problem(problem.check, problem.location, error, origin=source.label))
+    return named
 
 
 def _partial(current: dict[str, Any], problems: list[Problem], locs: Sequence[Loc]) -> CheckedConfig:

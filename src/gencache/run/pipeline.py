@@ -22,7 +22,7 @@ from gencache.artifact.signals import published_then_stopped
 from gencache.core.errors import GenerationError, Terminated
 from gencache.core.hub import offline_scope
 from gencache.core.tokenizer import tokenizer_state
-from gencache.run.overrides import Overrides
+from gencache.run.overrides import Overrides, name_origins
 from gencache.run.record import RunPlan, absolute_path, resolved_config
 from gencache.run.sharding import Target
 from gencache.run.targets import plan_run
@@ -142,6 +142,7 @@ def _generate_run(
     run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
     with _run_signals(run, active=not dry_run):
         found = preflight(plan.config, pending, single, env, show_prompt if dry_run else None)
+        found.problems = name_origins(found.problems, plan.applied)
         pending = found.targets  # with their keys, once the samples are built
         if dry_run:
             output = base if shards is not None or single is None else targets[0].output_dir
@@ -253,7 +254,7 @@ class _Run:
         def loaded() -> None:
             self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
 
-        deferred = getattr(inputs.engine, "llm", True) is None  # vLLM on a CPU builds its model with the prompts
+        deferred = inputs.engine.loads_with_prompts
         if deferred:
             self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
         else:

@@ -13,6 +13,7 @@ from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import with_resolved_digest
 from gencache.artifact.summary import shard_data_configs
 from gencache.config import CacheConfig
+from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.core.tokenizer import tokenizer_state
 from gencache.core.version import __version__
 from gencache.run.overrides import Overrides
@@ -95,7 +96,13 @@ def resolved_config(
                 "description": "each inline text and each document tokenized separately, ids concatenated",
             },
             "engine": engine.describe(),
-            "batching": engine.batching(),
+            "batching": {
+                **engine.batching(),
+                "gen_batch_size": {
+                    "value": plan.config.gen_batch_size,
+                    "use": GEN_BATCH_SIZE_USE[plan.config.engine],
+                },
+            },
             "model": {
                 "model_path": plan.config.model.model_path,
                 "revision": plan.config.model.revision,

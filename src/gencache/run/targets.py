@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import shard_dir_name
 from gencache.core.errors import GencacheError, OutputExistsError, Problem, ShardError, raise_problems
-from gencache.run.overrides import Overrides, check_config
+from gencache.run.overrides import Override, Overrides, check_config, name_origins
 from gencache.run.record import absolute_path
 from gencache.run.sharding import ShardSpec, Target, resolve_shard, run_digest
 
@@ -84,6 +84,9 @@ class Plan:
     targets: list[Target]
     pending: list[Target]
     published: list[Path]
+    applied: list[Override]
+    """The command line's overrides as applied: a later problem at a location one of them wrote is named after it
+    (:func:`gencache.run.overrides.name_origins`)."""
 
 
 def plan_run(
@@ -113,7 +116,8 @@ def plan_run(
     config = checked.config
     if config is None or problems:
         data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
-        raise_problems(problems + check_inputs_alone(data_configs, [] if skip else targets, None).problems)
+        alone = check_inputs_alone(data_configs, [] if skip else targets, None).problems
+        raise_problems(problems + name_origins(alone, checked.applied))
     assert config is not None
     config_json = config_to_json(config)
     digest = run_digest(config_json)
@@ -129,4 +133,4 @@ def plan_run(
         else:
             pending.append(target)
     raise_problems(problems)
-    return Plan(config, config_json, digest, targets, pending, published)
+    return Plan(config, config_json, digest, targets, pending, published, checked.applied)

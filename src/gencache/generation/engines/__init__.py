@@ -104,6 +104,11 @@ class Engine(Protocol):
     name: str
     stats: EngineStats
 
+    @property
+    def loads_with_prompts(self) -> bool:
+        """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first
+        prompts (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
+
     def load_weights(self) -> None:
         """Load the teacher's weights (after every model-free check passed)."""
 
@@ -127,15 +132,15 @@ class Engine(Protocol):
 
 
 def _static(context: EngineContext) -> Engine:
-    from gencache.generation.engines.static import StaticEngine
+    from gencache.generation.engines.static import TransformersEngine
 
-    return StaticEngine(context)
+    return TransformersEngine(context)
 
 
 def _continuous(context: EngineContext) -> Engine:
-    from gencache.generation.engines.continuous import ContinuousEngine
+    from gencache.generation.engines.continuous import TransformersContinuousEngine
 
-    return ContinuousEngine(context)
+    return TransformersContinuousEngine(context)
 
 
 def _vllm(context: EngineContext) -> Engine:

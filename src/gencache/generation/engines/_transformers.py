@@ -13,8 +13,9 @@ from gencache.generation.engines import EngineContext, EngineStats
 from gencache.generation.sampling import SAMPLING_RULE
 
 
-class TransformersEngine:
-    """Base of the ``transformers`` and ``transformers-continuous`` engines; subclasses set ``name``."""
+class TransformersBase:
+    """Base of the ``transformers`` engine (``static.TransformersEngine``) and the ``transformers-continuous`` one
+    (``continuous.TransformersContinuousEngine``); subclasses set ``name``."""
 
     name: str
 
@@ -23,6 +24,11 @@ class TransformersEngine:
         self.context = context
         self.model: Any = None
         self.stats = EngineStats()
+
+    @property
+    def loads_with_prompts(self) -> bool:
+        """False: :meth:`load_weights` loads the teacher."""
+        return False
 
     def load_weights(self) -> None:
         ctx = self.context

@@ -41,7 +41,7 @@ from gencache.generation.engines import (
     checked_prompts,
     options_of,
 )
-from gencache.generation.engines._transformers import TransformersEngine
+from gencache.generation.engines._transformers import TransformersBase
 from gencache.generation.engines.manager_hooks import ForwardCounter, hook_batch_processor, sampling_supported
 from gencache.generation.engines.memory import GIB, attention_shape_of, available_host_memory
 from gencache.generation.engines.prefix import PrefixStats, prefix_floor
@@ -385,7 +385,7 @@ def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any)
     )
 
 
-class ContinuousEngine(TransformersEngine):
+class TransformersContinuousEngine(TransformersBase):
     """The ``transformers-continuous`` engine (see the module docstring)."""
 
     name = ENGINE_CONTINUOUS

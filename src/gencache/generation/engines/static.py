@@ -36,7 +36,7 @@ from gencache.generation.engines import (
     checked_prompts,
     options_of,
 )
-from gencache.generation.engines._transformers import TransformersEngine
+from gencache.generation.engines._transformers import TransformersBase
 from gencache.generation.finish import FinishRecorder, cut_at_first_eos
 from gencache.generation.sampling import SequenceSampler, sampling_seed
 
@@ -319,7 +319,7 @@ def generate_entries(
         del generated
 
 
-class StaticEngine(TransformersEngine):
+class TransformersEngine(TransformersBase):
     """The ``transformers`` engine (see the module docstring)."""
 
     name = ENGINE_STATIC

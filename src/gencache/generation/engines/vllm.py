@@ -230,6 +230,11 @@ class VllmEngine:
         self.amx: bool | None = None
 
     # -- building the LLM ---------------------------------------------------------------------------------------
+    @property
+    def loads_with_prompts(self) -> bool:
+        """On a CPU the model is built with the first prompts (its KV cache is sized from them)."""
+        return self.on_cpu
+
     def load_weights(self) -> None:
         """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
         CPU the ``LLM`` is built by the first :meth:`generate`, with a KV cache sized from its prompts."""
