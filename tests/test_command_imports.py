@@ -17,7 +17,7 @@ from support.storage_helpers import make_entries, writable_copy, write_artifact,
 from support.terminal_env import FORCED_COLOUR_ENV, without_terminal
 
 HEAVY = ("torch", "transformers", "datasets")
-COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit")
+COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit", "score", "report")
 
 
 def loaded_by(code: str, modules: tuple[str, ...] = HEAVY) -> tuple[list[str], str]:

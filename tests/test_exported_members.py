@@ -35,6 +35,7 @@ TOP_LEVEL = [
     "load_config",
     "open_caches",
     "prepare_tokenizer",
+    "score",
     "semantic_key",
 ]
 
