@@ -148,3 +148,6 @@ def report_command(
     typer.echo(
         f"wrote {result.out} ({result.size} bytes, {result.data_configs} data configs, {result.answers} answers)"
     )
+
+
+__all__ = ["render_scores", "report_command", "score_command"]

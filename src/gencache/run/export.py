@@ -9,7 +9,8 @@ the samples can be rebuilt (:mod:`gencache.run.recorded`): from the dataset sour
 source per data config index). When the sources are gone the export still happens, without prompts, and says why.
 ``prompts=False`` leaves the prompts out and loads no tokenizer: the join fields (``row_id``, ``row_index``,
 ``reference``, the dataset name, data config and sample index) still come from the samples rebuilt without one, and
-when the sources are gone or changed they are left null, with a note saying why.
+when they cannot be rebuilt (the sources gone or changed, a template that renders with the tokenizer, a recorded
+config that does not parse) they are left null, with a note saying why.
 
 ``format`` follows ``out``'s extension when not given (``.jsonl`` JSON Lines, ``.parquet`` parquet); a given
 ``format`` that contradicts the extension is refused. ``min_score`` (for example ``{"f1": 0.5}``) keeps the
@@ -419,15 +420,10 @@ def export(
     try:
         samples = _rebuild_samples(directory, readers, root, dict(sources or {}), resolved, prompts)
         order, found = _prompts_of(samples, keys, prompts)
-    except FormatError:  # a damaged record: never a quiet export
-        raise
-    except SourceChangedError:
-        if prompts or min_score is not None:  # changed data: never prompts that are not the run's
+    except (FormatError, SourceChangedError) as error:  # a damaged record or changed data: never quiet prompts
+        if prompts or min_score is not None:
             raise
-        note = (
-            f"{what} left out: a source file changed since generation; restore it, or point --data-root or "
-            "--source at the run's data"
-        )
+        note = f"{what} left out: {first_line(error)}"
     except GencacheError as error:
         if overridden or (min_score is not None and scores is None):  # the data is needed, or pointed at
             raise DatasetError(f"Cannot rebuild the samples of {directory}: {first_line(error)}") from None
