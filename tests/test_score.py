@@ -277,13 +277,14 @@ def test_export_format_follows_the_extension(graded: dict[str, Any], tmp_path: P
     assert cli_run(["export", artifact, "--out", str(tmp_path / "x.txt"), "--format", "jsonl", "--no-prompts"]) == 0
 
 
-def test_export_without_prompts_fills_the_join_fields_without_the_tokenizer(
+def test_export_without_prompts_and_score_fill_the_join_fields_without_the_tokenizer(
     graded: dict[str, Any], tmp_path: Path
 ) -> None:
     out = tmp_path / "bare.jsonl"
     probe = (
         "import sys\nfrom gencache.cli.app import run\n"
         f"assert run(['export', {str(graded['artifact'])!r}, '--out', {str(out)!r}, '--no-prompts']) == 0\n"
+        f"assert run(['score', {str(graded['artifact'])!r}, '--json']) == 0\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
