@@ -16,7 +16,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from gencache.cli.audit import audit_command
-from gencache.cli.quality import report_command, score_command
+from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
 from gencache.core.errors import GencacheError, InputProblems, Interrupted
 from gencache.core.interrupts import Stopped, clear_pending, quiet_exit, raise_pending
 from gencache.core.quiet import printable, quiet_libraries
@@ -269,18 +269,8 @@ def export(
             "they can be read.",
         ),
     ] = False,
-    data_root: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-root",
-            metavar="DIR",
-            help="Look for the recorded local dataset sources under DIR (by their last path component).",
-        ),
-    ] = None,
-    source: Annotated[
-        list[str] | None,
-        typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
-    ] = None,
+    data_root: DataRootOption = None,
+    source: SourceOption = None,
     min_score: Annotated[
         list[str] | None,
         typer.Option(

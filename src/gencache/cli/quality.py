@@ -30,27 +30,36 @@ _Patterns = Annotated[
         "instead of its rule (repeatable).",
     ),
 ]
-_DataRoot = Annotated[
+#: ``--data-root`` and ``--source``, as ``export``, ``score`` and ``report`` take them.
+DataRootOption = Annotated[
     Path | None,
     typer.Option(
-        "--data-root", metavar="DIR", help="Look for the recorded local dataset sources under DIR (by their last name)."
+        "--data-root",
+        metavar="DIR",
+        help="Look for the recorded local dataset sources under DIR (by their last path component).",
     ),
 ]
-_Sources = Annotated[
+SourceOption = Annotated[
     list[str] | None,
     typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
 ]
 
 
-def _indexed(texts: list[str] | None, option: str) -> dict[int, str]:
-    """``I=VALUE`` options as a mapping (a :class:`ConfigError` naming ``option`` for another shape)."""
+def _patterns(texts: list[str] | None) -> dict[int, str]:
+    """``--answer-pattern I=REGEX`` options as a mapping (a :class:`ConfigError` for another shape)."""
     chosen: dict[int, str] = {}
     for text in texts or ():
         index, sep, value = text.partition("=")
         if not sep or not index.strip().isdigit() or not value:
-            raise ConfigError(f"{option} must look like I=VALUE (data config index I), got {text!r}.")
+            raise ConfigError(f"--answer-pattern must look like I=REGEX (data config index I), got {text!r}.")
         chosen[int(index)] = value
     return chosen
+
+
+def _sources(texts: list[str] | None) -> dict[int, str]:
+    from gencache.run.export import parse_source_override
+
+    return dict(parse_source_override(text) for text in texts or ())
 
 
 def _check_artifact(artifact: Path) -> None:
@@ -89,8 +98,8 @@ def score_command(
         typer.Option("--out", metavar="FILE", help="Also write one row per answer to FILE (.jsonl or .parquet)."),
     ] = None,
     answer_pattern: _Patterns = None,
-    data_root: _DataRoot = None,
-    source: _Sources = None,
+    data_root: DataRootOption = None,
+    source: SourceOption = None,
 ) -> None:
     """Score every stored answer against its sample's reference (exact match, token F1, contains) and print the
     means per data config and finish reason. Works from the artifact alone (the references come from the samples
@@ -104,9 +113,9 @@ def score_command(
         report = score(
             artifact,
             out=out,
-            answer_patterns=_indexed(answer_pattern, "--answer-pattern"),
+            answer_patterns=_patterns(answer_pattern),
             data_root=data_root,
-            sources=_indexed(source, "--source"),
+            sources=_sources(source),
         )
     if as_json:
         typer.echo(printable(json.dumps(report.as_json(), indent=2, sort_keys=True, ensure_ascii=False)))
@@ -124,8 +133,8 @@ def report_command(
         typer.Option("--audit", metavar="FILE", help="Add the audit report gencache audit --report wrote."),
     ] = None,
     answer_pattern: _Patterns = None,
-    data_root: _DataRoot = None,
-    source: _Sources = None,
+    data_root: DataRootOption = None,
+    source: SourceOption = None,
 ) -> None:
     """Write one self-contained HTML page about the run (opens offline): provenance and determinism settings,
     scores, per data config the answer lengths by finish reason, prompt against answer length, the score
@@ -139,9 +148,9 @@ def report_command(
             artifact,
             out,
             audit=audit,
-            answer_patterns=_indexed(answer_pattern, "--answer-pattern"),
+            answer_patterns=_patterns(answer_pattern),
             data_root=data_root,
-            sources=_indexed(source, "--source"),
+            sources=_sources(source),
         )
     if not result.charts:
         typer.echo(f"note: {CHARTS_MISSING}", err=True)
@@ -150,4 +159,4 @@ def report_command(
     )
 
 
-__all__ = ["render_scores", "report_command", "score_command"]
+__all__ = ["DataRootOption", "SourceOption", "render_scores", "report_command", "score_command"]
