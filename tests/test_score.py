@@ -194,6 +194,9 @@ def test_a_score_bar_keeps_exactly_the_answers_at_or_above_it(
     gencache.score(graded["artifact"], out=out)
     from_file = DistillationDataset(graded["artifact"], tiny_tokenizer, min_score={"f1": 0.5}, scores=out)
     assert [from_file[i]["key"] for i in range(len(from_file))] == [data[i]["key"] for i in range(len(data))]
+    report = gencache.score(graded["artifact"])
+    from_report = DistillationDataset(graded["artifact"], tiny_tokenizer, min_score={"f1": 0.5}, scores=report)
+    assert len(from_report) == len(data) and from_report.left_out == data.left_out
     everything = data.select(min_score=None)
     assert len(everything) == QUESTIONS and not everything.left_out
     from gencache.core.errors import ConfigError

@@ -114,9 +114,12 @@ def rules_of(samples: SampleSet, patterns: Mapping[int, str] | None = None) -> d
     }
 
 
-def score_cache(samples: SampleSet, cache: Any, rules: Mapping[int, AnswerRule]) -> list[ScoredAnswer]:
-    """Every answer ``cache`` holds, scored against the reference of its key's first sample, in run order. Every
-    key the cache holds must be one of ``samples``' (a :class:`DatasetError` otherwise)."""
+def score_cache(
+    samples: SampleSet, cache: Any, rules: Mapping[int, AnswerRule], *, every_entry: bool = True
+) -> list[ScoredAnswer]:
+    """Every answer of ``samples``' keys that ``cache`` holds, scored against the reference of its key's first
+    sample, in run order. With ``every_entry`` every key the cache holds must be one of ``samples``' (a
+    :class:`DatasetError` otherwise): what scoring a run's own artifact expects."""
     scored: list[ScoredAnswer] = []
     names = {summary.index: summary.dataset_name for summary in samples.summaries}
     matched = 0
@@ -149,7 +152,7 @@ def score_cache(samples: SampleSet, cache: Any, rules: Mapping[int, AnswerRule])
                 )
             )
     unmatched = len(cache) - matched
-    if unmatched:
+    if unmatched and every_entry:
         raise DatasetError(
             f"{unmatched} cache entries match no rebuilt sample (the datasets changed since generation); nothing "
             "can be scored against their references."

@@ -37,7 +37,7 @@ TRUNCATION_POLICIES: tuple[str, ...] = ("refuse", "left")
 
 DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.PathLike[str]
 CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-ScoreSource = str | os.PathLike[str] | Mapping[tuple[str, int], Mapping[str, float] | None]
+ScoreSource = str | os.PathLike[str] | Mapping[tuple[str, int], Mapping[str, float] | None] | Any
 #: "Keep this dataset's value" for :meth:`DistillationDataset.select`.
 KEEP: Any = ...
 
@@ -107,8 +107,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     :class:`~gencache.core.errors.MissingEntriesError`; ``min_score`` (for example ``{"f1": 0.5}``) keeps the
     answers whose metrics (:mod:`gencache.data.metrics`, against the sample's reference) are all at or above their
     bar, scored on the fly from the answers and the rebuilt samples, or read from ``scores`` (a file ``gencache
-    score --out`` wrote, or what :func:`gencache.score` returned); a sample without a reference has no score and
-    is left out under a bar. :attr:`left_out` counts what was left out, by reason
+    score --out`` wrote, what :func:`gencache.score` returned, or its ``by_answer``); a sample without a reference
+    has no score and is left out under a bar. :attr:`left_out` counts what was left out, by reason
     (:class:`~gencache.training.LeftOut`); :class:`~gencache.training.DistillationTrainer` logs it once. A
     selection that keeps nothing is a :class:`ConfigError` naming it and the counts.
 
@@ -194,12 +194,19 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 from gencache.data.scores import read_scores
 
                 self._scores = read_scores(source)
-            elif source is not None:
+            elif isinstance(getattr(source, "by_answer", None), Mapping):  # what gencache.score returned
+                self._scores = source.by_answer  # type: ignore[union-attr]
+            elif isinstance(source, Mapping):
                 self._scores = source
+            elif source is not None:
+                raise ConfigError(
+                    "scores must be a score file, what gencache.score returned or a mapping, not "
+                    f"{type(source).__name__}."
+                )
             else:
                 from gencache.data.scores import rules_of, score_cache
 
-                scored = score_cache(self.samples, self.cache, rules_of(self.samples))
+                scored = score_cache(self.samples, self.cache, rules_of(self.samples), every_entry=False)
                 self._scores = {(answer.key, answer.sequence_index): answer.metrics for answer in scored}
         return self._scores
 
