@@ -21,6 +21,7 @@ import gencache
 from gencache.artifact.reader import CacheReader
 from gencache.cli.app import run as cli_run
 from gencache.config import load_config
+from support.config_factory import config_dict, musique
 
 QUESTIONS = 8
 
@@ -48,31 +49,17 @@ def first_line_after_thinking(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def table_config(teacher: Path, source: Path, output: Path) -> dict[str, Any]:
-    return {
-        "model": {
-            "model_path": str(teacher),
-            "dtype": "float32",
-            "device": "cpu",
-            "generation_kwargs": {"max_new_tokens": 6},
-        },
-        "data_configs": [
-            {
-                "dataset_name": "table",
-                "num_samples": QUESTIONS,
-                "num_data_strs": 0,
-                "num_shots": 0,
-                "subset": "default",
-                "split": "train",
-                "seed": 0,
-                "source": str(source),
-                "data_kwargs": {"answer": "gold", "id": "qid"},
-            }
-        ],
-        "gen_batch_size": 1,
-        "seed": 0,
-        "output_dir": str(output),
-    }
+def table_config(teacher: Path, source: Path, directory: Path) -> dict[str, Any]:
+    """A table of QUESTIONS questions with their golds and ids, one prompt per generate call (output under
+    ``directory / "out"``)."""
+    table = musique(
+        dataset_name="table",
+        num_samples=QUESTIONS,
+        seed=0,
+        source=str(source),
+        data_kwargs={"answer": "gold", "id": "qid"},
+    )
+    return config_dict(directory, teacher, data_configs=[table], gen_batch_size=1)
 
 
 def write_rows(path: Path, golds: list[str]) -> None:
@@ -94,7 +81,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> 
     first_source.parent.mkdir()
     write_rows(first_source, ["?"] * QUESTIONS)
     first_config = work / "first.json"
-    first_config.write_text(json.dumps(table_config(tiny_teacher_dir, first_source, work / "first-out")))
+    first_config.write_text(json.dumps(table_config(tiny_teacher_dir, first_source, work / "first")))
     first = answers_by_row(gencache.generate(first_config), first_config)  # type: ignore[arg-type]
     cut = {row: first_line_after_thinking(text) for row, text in first.items()}
     golds = []
@@ -108,7 +95,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> 
     source = data / "rows.jsonl"
     write_rows(source, golds)
     config = work / "config.json"
-    config.write_text(json.dumps(table_config(tiny_teacher_dir, source, work / "out")))
+    config.write_text(json.dumps(table_config(tiny_teacher_dir, source, work)))
     artifact = gencache.generate(config)
     assert artifact is not None
     stored = answers_by_row(artifact, config)
