@@ -285,3 +285,14 @@ def test_export_without_prompts_and_score_fill_the_join_fields_without_the_token
         row = int(record["row_id"][1:])
         assert record["row_index"] == row and record["reference"] == (graded["golds"][row] or None)
         assert record["prompt"] is None and record["prompt_ids"] is None and record["dataset_name"] == "table"
+
+
+def test_an_answer_pattern_given_when_scoring_replaces_the_recipe_rule(graded: dict[str, Any]) -> None:
+    stored = answers_by_row(graded["artifact"], graded["config"])
+    report = gencache.score(graded["artifact"], answer_patterns={0: r"(?P<answer>\S+)"})
+    assert "answer_pattern" in report.groups[0].rule
+    for answer in report.answers:
+        text = stored[answer.row_index]  # type: ignore[index]
+        rest = text.rsplit("</think>", 1)[1] if "</think>" in text else ("" if "<think>" in text else text)
+        first_word = rest.split()[0] if rest.split() else ""
+        assert answer.answer == first_word

@@ -138,7 +138,7 @@ def report_command(
 ) -> None:
     """Write one self-contained HTML page about the run (opens offline): provenance and determinism settings,
     scores, per data config the answer lengths by finish reason, prompt against answer length, the score
-    distribution and the worst examples, and an audit's result when given. Charts need gencache[report]."""
+    distribution and the worst examples, and an audit's result when given. Charts need matplotlib (the report extra)."""
     from gencache.core.quiet import quiet_libraries
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
