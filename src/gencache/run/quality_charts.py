@@ -73,17 +73,24 @@ def _colour(reason: str, position: int) -> str:
 
 
 def _lengths(axes: Any, charts: ConfigCharts) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     edges = charts.length_edges
     bottom = np.zeros(len(edges) - 1)
+    handles: list[Any] = []
     for position, (reason, counts) in enumerate(sorted(charts.length_counts.items())):
         top = bottom + counts  # stacked: one filled outline per finish reason, whatever the number of bins
-        axes.stairs(top, edges, baseline=bottom, fill=True, color=_colour(reason, position), label=reason)
+        colour = _colour(reason, position)
+        axes.stairs(top, edges, baseline=bottom, fill=True, color=colour)
+        handles.append(Patch(color=colour, label=reason))
         bottom = top
     if charts.max_new_tokens is not None:
-        axes.axvline(charts.max_new_tokens, color="#222222", linestyle="--", linewidth=1, label="max_new_tokens")
+        axes.axvline(charts.max_new_tokens, color="#222222", linestyle="--", linewidth=1)
+        handles.append(Line2D([], [], color="#222222", linestyle="--", linewidth=1, label="max_new_tokens"))
     axes.set_title("answer length (tokens)", fontsize=9)
     axes.set_ylabel("answers", fontsize=8)
-    axes.legend(fontsize=7, frameon=False)
+    axes.legend(handles=handles, fontsize=7, loc="upper left", framealpha=0.85)
 
 
 def _joint(axes: Any, charts: ConfigCharts) -> None:

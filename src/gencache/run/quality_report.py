@@ -183,12 +183,19 @@ def _examples(answers: Sequence[ScoredAnswer], headline: str, prompts: Mapping[s
     return f'<table class="examples"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
+def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Bin edges over the whole token counts 0..``top``, each bin as wide as the others (at most ``bins`` bins):
+    edges on whole numbers, so no bin holds more lengths than another."""
+    width = -(-(top + 1) // bins)
+    return np.arange(0, top + width + 1, width, dtype=np.float64)
+
+
 def _charts_of(
     group: ScoreGroup, answers: Sequence[ScoredAnswer], prompt_chars: Mapping[str, int], max_new: int | None
 ) -> ConfigCharts:
     lengths = np.fromiter((a.token_length for a in answers), dtype=np.int64, count=len(answers))
     top = max(int(lengths.max()) if len(lengths) else 1, max_new or 1)
-    length_edges = np.linspace(0, top, min(LENGTH_BINS, top) + 1)
+    length_edges = _integer_edges(top, LENGTH_BINS)
     reasons: dict[str, list[int]] = {}
     for answer in answers:
         reasons.setdefault(answer.finish_reason, []).append(answer.token_length)
@@ -197,8 +204,9 @@ def _charts_of(
         for reason, values in reasons.items()
     }
     prompts = np.fromiter((prompt_chars[a.key] for a in answers), dtype=np.float64, count=len(answers))
-    prompt_edges = np.linspace(0, max(float(prompts.max()) if len(prompts) else 1.0, 1.0), JOINT_BINS + 1)
-    joint_edges = np.linspace(0, top, min(JOINT_BINS, top) + 1)
+    low, high = float(prompts.min()), float(prompts.max())
+    prompt_edges = np.linspace(low, max(high, low + 1.0), JOINT_BINS + 1)
+    joint_edges = _integer_edges(top, JOINT_BINS)
     joint = np.histogram2d(prompts, lengths, bins=(prompt_edges, joint_edges))[0].astype(np.int64)
     headline = group.headline
     values = [a.metrics[headline] for a in answers if a.metrics is not None]
