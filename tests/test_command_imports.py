@@ -15,7 +15,7 @@ from support.storage_helpers import make_entries, write_artifact, write_shard
 from support.terminal_env import FORCED_COLOUR_ENV, without_terminal
 
 HEAVY = ("torch", "transformers", "datasets")
-COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit")
+COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit", "score", "report")
 
 
 def loaded_by(code: str, modules: tuple[str, ...] = HEAVY) -> tuple[list[str], str]:

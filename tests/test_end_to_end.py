@@ -260,10 +260,10 @@ def test_export_writes_one_line_per_sequence(published: Path, tmp_path: Path) ->
     assert {line["key"] for line in lines} == set(reader.keys())
     for line in lines:
         generation = reader[line["key"]]
-        assert line["text"] == generation.texts[line["sequence_index"]]
+        assert line["completion"] == generation.texts[line["sequence_index"]]
         assert line["token_length"] == generation.sequences[line["sequence_index"]].numel()
         assert line["reached_max_length"] == (line["finish_reason"] == "length")
-        assert line["prompt_text"] and line["prompt_token_length"] > 0
+        assert line["prompt"] and line["prompt_token_length"] > 0
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
     assert cli_run(["export", str(published), "--out", str(out)]) == 2  # never overwrites
 

@@ -68,7 +68,8 @@ def test_export_with_prompts_then_without_the_data(
     assert cli_run(["export", str(published), "--out", str(full)]) == 0
     with_prompts = lines(full)
     assert len(with_prompts) == len(reader) == 5
-    assert all(r["prompt_text"] and r["prompt_token_length"] > 0 and r["data_config_index"] == 0 for r in with_prompts)
+    assert all(r["prompt"] and r["prompt_token_length"] > 0 and r["data_config_index"] == 0 for r in with_prompts)
+    assert not {"prompt_text", "text"} & set(with_prompts[0])  # only the current column names
     # the dataset moves away: the export still works, from the artifact alone, and says what it left out
     moved = tmp_path / "moved" / data.name
     shutil.move(str(data), moved)
@@ -81,11 +82,11 @@ def test_export_with_prompts_then_without_the_data(
         assert {r["key"] for r in without} == set(reader.keys())
         for record in without:
             generation = reader[record["key"]]
-            assert record["text"] == generation.texts[record["sequence_index"]]
+            assert record["completion"] == generation.texts[record["sequence_index"]]
             assert record["finish_reason"] == generation.finish_reasons[record["sequence_index"]]
             assert record["token_length"] == generation.sequences[record["sequence_index"]].numel()
             assert record["max_new_tokens"] == 8
-            assert record["prompt_text"] is None and record["data_config_index"] is None
+            assert record["prompt"] is None and record["data_config_index"] is None
         # --data-root and --source bring the prompts back, identical to the first export
         for option in (["--data-root", str(moved.parent)], ["--source", f"0={moved}"]):
             again = tmp_path / f"again-{option[0].strip('-')}.jsonl"
@@ -112,7 +113,7 @@ def test_no_prompts_and_parquet_read_back_with_datasets(
     assert cli_run(["export", str(published), "--out", str(jsonl)]) == 0
     monkeypatch.setattr(gencache.run.export, "PARQUET_BATCH_ROWS", 2)  # streamed: several row groups
     parquet = tmp_path / "a.parquet"
-    assert cli_run(["export", str(published), "--out", str(parquet), "--format", "parquet"]) == 0
+    assert cli_run(["export", str(published), "--out", str(parquet)]) == 0  # the format follows the extension
     assert pq.ParquetFile(parquet).metadata.num_row_groups == 3
     table = datasets.load_dataset("parquet", data_files=str(parquet), split="train")
     assert table.num_rows == 5
@@ -122,7 +123,7 @@ def test_no_prompts_and_parquet_read_back_with_datasets(
     bare = tmp_path / "bare.parquet"
     assert cli_run(["export", str(published), "--out", str(bare), "--format", "parquet", "--no-prompts"]) == 0
     rows = datasets.load_dataset("parquet", data_files=str(bare), split="train")
-    assert rows["prompt_text"] == [None] * 5 and sorted(rows["key"]) == sorted(r["key"] for r in lines(jsonl))
+    assert rows["prompt"] == [None] * 5 and sorted(rows["key"]) == sorted(r["key"] for r in lines(jsonl))
     assert cli_run(["export", str(published), "--out", str(tmp_path / "x.csv"), "--format", "csv"]) == 2
 
 
@@ -161,7 +162,7 @@ def test_export_never_writes_over_a_file(
     later = tmp_path / "later.jsonl"
     monkeypatch.setattr(os, "link", racing_link)
     assert cli_run(["export", str(source), "--out", str(later), "--no-prompts"]) == 2
-    assert f"error: {later} appeared while exporting; nothing was replaced." in capsys.readouterr().err
+    assert f"error: {later} appeared while writing it; nothing was replaced." in capsys.readouterr().err
     assert later.read_text() == "theirs\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "later.jsonl", "taken.jsonl"]  # no temporary left
 
@@ -177,7 +178,7 @@ def test_token_columns_and_provenance_survive_the_parquet(
     published, data = artifact
     reader = CacheReader(published)
     out = tmp_path / "tokens.parquet"
-    assert cli_run(["export", str(published), "--out", str(out), "--format", "parquet", "--no-legacy-names"]) == 0
+    assert cli_run(["export", str(published), "--out", str(out), "--format", "parquet"]) == 0
     table = datasets.load_dataset("parquet", data_files=str(out), split="train")
     assert "text" not in table.column_names and "prompt_text" not in table.column_names
     assert {"prompt", "completion", "prompt_ids", "completion_ids", "dataset_name"} <= set(table.column_names)
@@ -250,8 +251,8 @@ def test_a_damaged_record_stops_the_export_naming_the_file(
     out = tmp_path / "out.jsonl"
     capsys.readouterr()
     code = cli_run(["export", str(copy), "--out", str(out), *([] if prompts else ["--no-prompts"])])
-    if damage.endswith("redigested") and not prompts:  # what it writes passed every check; the config is unused
-        assert code == 0
+    if damage.endswith("redigested") and not prompts:  # what it writes passed every check; the join fields are left
+        assert code == 0 and "join fields (row_id, row_index, reference) left out" in capsys.readouterr().err
         return
     assert code == 1
     err = capsys.readouterr().err.strip()

@@ -36,6 +36,7 @@ TOP_LEVEL = [
     "load_config",
     "open_caches",
     "prepare_tokenizer",
+    "score",
     "semantic_key",
 ]
 

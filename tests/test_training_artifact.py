@@ -92,6 +92,8 @@ def test_missing_skip_on_a_partial_mixture_counts_the_skipped(runs: dict[str, An
         "finish_reason": 0,
         "max_answer_tokens": 0,
         "answers": 0,
+        "min_score": 0,
+        "unscored": 0,
     }
     assert "whose key no cache holds" in data.left_out.describe()
 
@@ -124,14 +126,16 @@ def test_selections_leave_out_what_they_say(runs: dict[str, Any], tmp_path: Path
         with pytest.raises(ConfigError):
             data.select(**wrong)
     assert min(lengths) > 1  # the tiny teacher's answers here: a cap below the shortest leaves nothing
-    empty = data.select(max_answer_tokens=min(lengths) - 1)
-    assert len(empty) == 0 and empty.left_out.max_answer_tokens == len(data)
-    with pytest.raises(ConfigError, match="leaves nothing to train on"):
-        from gencache.training import DistillationTrainer
-
-        model = transformers.AutoModelForCausalLM.from_pretrained(CacheReader(runs["limited"]).provenance["model_path"])
-        arguments = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
-        DistillationTrainer(model=model, teacher=model, args=arguments, train_dataset=empty)
+    # a selection that keeps nothing is refused wherever it is made, naming the selection and the counts
+    cap = min(lengths) - 1
+    with pytest.raises(
+        ConfigError, match=rf"selection \(max_answer_tokens={cap}\) keeps no item: left out {len(data)}"
+    ):
+        data.select(max_answer_tokens=cap)
+    with pytest.raises(ConfigError, match="keeps no item"):
+        data.to_hf_dataset(max_answer_tokens=cap)
+    with pytest.raises(ConfigError, match=rf"max_answer_tokens={cap}\) keeps no item"):
+        DistillationDataset(runs["sharded"], runs["tokenizer"], max_answer_tokens=cap)
 
 
 def test_the_datasets_view_carries_the_selection_and_the_join_back_columns(runs: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ _EXPORTS = {
     "MissingEntryError": "gencache.core.errors",
     "generate": "gencache.run.api",
     "audit": "gencache.run.audit",
+    "score": "gencache.run.score",
 }
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from gencache.data.samples import build_samples
     from gencache.run.api import generate
     from gencache.run.audit import audit
+    from gencache.run.score import score
 
 __all__ = [
     "CacheReader",
@@ -72,6 +74,7 @@ __all__ = [
     "load_config",
     "open_caches",
     "prepare_tokenizer",
+    "score",
     "semantic_key",
 ]
 

@@ -15,6 +15,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from gencache.cli.audit import audit_command
+from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
 from gencache.core.errors import GencacheError, InputProblems, Interrupted
 from gencache.core.interrupts import Stopped, clear_pending, quiet_exit, raise_pending
 from gencache.core.quiet import printable, quiet_libraries
@@ -253,31 +254,36 @@ def export(
     ],
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The file to write (must not exist).")],
     format: Annotated[
-        str, typer.Option("--format", metavar="jsonl|parquet", help="JSON Lines (default) or parquet.")
-    ] = "jsonl",
-    no_prompts: Annotated[
-        bool, typer.Option("--no-prompts", metavar=FLAG, help="Leave the prompts out (no datasets needed).")
-    ] = False,
-    data_root: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            "--data-root",
-            metavar="DIR",
-            help="Look for the recorded local dataset sources under DIR (by their last path component).",
+            "--format", metavar="jsonl|parquet", help="JSON Lines or parquet (default: by --out's extension)."
         ),
     ] = None,
-    source: Annotated[
-        list[str] | None,
-        typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
-    ] = None,
-    no_legacy_names: Annotated[
+    no_prompts: Annotated[
         bool,
         typer.Option(
-            "--no-legacy-names",
+            "--no-prompts",
             metavar=FLAG,
-            help="Leave out prompt_text and text (the same values as prompt and completion).",
+            help="Leave the prompts out (no tokenizer loaded); the join fields still come from the datasets when "
+            "they can be read.",
         ),
     ] = False,
+    data_root: DataRootOption = None,
+    source: SourceOption = None,
+    min_score: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--min-score",
+            metavar="METRIC=VALUE",
+            help="Keep the answers whose metric (exact_match, f1, contains) is at least VALUE (repeatable).",
+        ),
+    ] = None,
+    scores: Annotated[
+        Path | None,
+        typer.Option(
+            "--scores", metavar="FILE", help="With --min-score: read the scores from a gencache score --out file."
+        ),
+    ] = None,
 ) -> None:
     """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
     length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
@@ -291,6 +297,11 @@ def export(
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
     sources = dict(parse_source_override(text) for text in source or ())
+    bar = None
+    if min_score:
+        from gencache.data.scores import parse_min_score
+
+        bar = parse_min_score(min_score)
     with quiet_libraries(False):
         result = export_artifact(
             directory,
@@ -299,10 +310,13 @@ def export(
             prompts=not no_prompts,
             data_root=data_root,
             sources=sources,
-            legacy_names=not no_legacy_names,
+            min_score=bar,
+            scores=scores,
         )
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
+    if result.left_out:
+        typer.echo(f"note: --min-score left out {result.left_out} answers", err=True)
     typer.echo(f"wrote {result.records} records to {result.out}")
 
 
@@ -361,6 +375,8 @@ def init(
 
 
 app.command(name="audit")(_interruptible(audit_command))
+app.command(name="score")(_interruptible(score_command))
+app.command(name="report")(_interruptible(report_command))
 
 
 def _flowed(text: str) -> str:

@@ -50,6 +50,7 @@ from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.messages import nested_error as _nested_error
 from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem
+from gencache.config.patterns import answer_pattern_problem
 from gencache.config.templates import TemplateKwargs
 from gencache.core.errors import ConfigError
 
@@ -220,6 +221,21 @@ class DataConfig(_Strict):
         description="Per-template options (tables below); unknown keys are errors. After validation: the "
         "effective values, defaults included.",
     )
+    answer_pattern: str | None = Field(
+        default=None,
+        min_length=1,
+        description="gencache score: a regular expression that cuts the answer out of a stored answer (after the "
+        "thinking block) instead of the recipe's rule; its group named answer, else its one group, else the whole "
+        "match is the answer. null: the recipe's rule. See docs/quality.md.",
+    )
+
+    @field_validator("answer_pattern")
+    @classmethod
+    def _answer_pattern(cls, value: str | None) -> str | None:
+        problem = None if value is None else answer_pattern_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("dataset_name")
     @classmethod

@@ -77,7 +77,7 @@ class DataConfigSummary:
     already appeared earlier in the run (in this config or an earlier one). ``prompt_chars`` and
     ``prompt_tokens`` are (min, median, max) over this config's samples (median_low, so an int; all zeros when the
     config has no samples); ``prompt_tokens`` is None without a tokenizer. ``data_kwargs`` are the effective
-    values, defaults included.
+    values, defaults included; ``answer_pattern`` is the data config's (how ``gencache score`` cuts its answers).
     """
 
     index: int
@@ -89,6 +89,7 @@ class DataConfigSummary:
     prompt_tokens: tuple[int, int, int] | None
     source: SourceInfo
     data_kwargs: dict[str, Any]
+    answer_pattern: str | None = None
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,7 @@ def _summary(
         prompt_tokens=_stats(tokens) if tokenizer is not None else None,
         source=source,
         data_kwargs=dc.data_kwargs.as_json(),
+        answer_pattern=dc.answer_pattern,
     )
 
 

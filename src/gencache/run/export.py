@@ -6,9 +6,16 @@ Every record has the key, the sequence index, the answer as text (``completion``
 of each key, its ``reference`` answer and the source row it came from, ``row_id`` and ``row_index``) are added when
 the samples can be rebuilt (:mod:`gencache.run.recorded`): from the dataset sources the artifact recorded, or from
 ``data_root`` (a directory holding the recorded local sources by their last path component) and ``sources`` (a new
-source per data config index). When the sources are gone the export still happens, without prompts, and says why;
-``prompts=False`` skips them. ``prompt_text`` and ``text``, the earlier names of ``prompt`` and ``completion``, are
-written too unless ``legacy_names=False``.
+source per data config index). When the sources are gone the export still happens, without prompts, and says why.
+``prompts=False`` leaves the prompts out and loads no tokenizer: the join fields (``row_id``, ``row_index``,
+``reference``, the dataset name, data config and sample index) still come from the samples rebuilt without one, and
+when they cannot be rebuilt (the sources gone or changed, a template that renders with the tokenizer, a recorded
+config that does not parse) they are left null, with a note saying why.
+
+``format`` follows ``out``'s extension when not given (``.jsonl`` JSON Lines, ``.parquet`` parquet); a given
+``format`` that contradicts the extension is refused. ``min_score`` (for example ``{"f1": 0.5}``) keeps the
+answers whose metrics against the reference (:mod:`gencache.data.scores`) are all at or above their bar, scored on
+the fly or read from ``scores`` (a ``gencache score --out`` file); a bar that keeps nothing is refused.
 
 Every value comes from a checked source: the manifest, or a ``resolved_config.json`` that passes the checks
 ``gencache verify`` makes of it (and, to rebuild prompts, its ``resolved_digest`` and the recorded source files'
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -67,29 +74,30 @@ COLUMNS: dict[str, str] = {
     "reached_max_length": "bool_",
     "content_digest": "string",
 }
-#: The earlier names of ``prompt`` and ``completion``, written beside them unless ``legacy_names=False``.
-LEGACY_COLUMNS: dict[str, str] = {"prompt_text": "prompt", "text": "completion"}
+#: The format of an ``out`` path by its extension.
+EXTENSIONS: dict[str, str] = {".jsonl": "jsonl", ".parquet": "parquet"}
 #: The parquet schema metadata key holding :func:`export_metadata`.
 METADATA_KEY = "gencache"
 
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What an export wrote: the number of records, whether they carry prompts, why not when they do not, and the
-    provenance a parquet file carries in its schema metadata."""
+    """What an export wrote: the number of records, whether they carry prompts, why not when they do not, the
+    provenance a parquet file carries in its schema metadata, and how many answers ``min_score`` left out."""
 
     out: Path
     records: int
     prompts: bool
     note: str | None = None
     metadata: dict[str, Any] | None = None
+    left_out: int = 0
 
 
 @dataclass(frozen=True)
 class _Prompt:
     data_config_index: int
     sample_index: int
-    text: str
+    text: str | None
     ids: tuple[int, ...] | None
     dataset_name: str | None
     reference: str | None = None
@@ -97,35 +105,46 @@ class _Prompt:
     row_index: int | None = None
 
 
-def _rebuild_prompts(
+def _rebuild_samples(
     directory: str | os.PathLike[str],
     readers: list[Any],
     data_root: Path | None,
     sources: Mapping[int, str],
-    keys: set[str],
     resolved: Mapping[str, Any],
-) -> tuple[list[str], dict[str, _Prompt]]:
-    """The prompts of ``keys`` rebuilt from the checked record of the run (``resolved``, the first reader's checked
-    ``resolved_config.json``; with the overrides), in run order."""
+    tokenized: bool,
+) -> Any:
+    """The run's samples rebuilt from the checked record of the run (``resolved``, the first reader's checked
+    ``resolved_config.json``; with the overrides), tokenized with the recorded tokenizer when ``tokenized``."""
     from gencache.data.recorded import rebuild_samples, run_of_readers
-    from gencache.run.recorded import load_recorded_tokenizer
 
     run = run_of_readers(directory, readers, resolved=resolved)
-    samples = rebuild_samples(run, load_recorded_tokenizer(run), sources=sources, data_root=data_root)
+    tokenizer = None
+    if tokenized:
+        from gencache.run.recorded import load_recorded_tokenizer
+
+        tokenizer = load_recorded_tokenizer(run)
+    return rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
+
+
+def _prompts_of(samples: Any, keys: set[str], with_prompts: bool) -> tuple[list[str], dict[str, _Prompt]]:
+    """The prompt (and join fields) of each of ``keys``, from its first sample, in run order (the prompt's text and
+    ids only ``with_prompts``)."""
     prompts: dict[str, _Prompt] = {}
     order: list[str] = []
+    names = {summary.index: summary.dataset_name for summary in samples.summaries}
     for sample in samples.unique:
         if sample.key in keys:
             order.append(sample.key)
-            ids = tuple(int(i) for i in sample.input_ids) if sample.input_ids is not None else None
-            name = run.config.data_configs[sample.data_config_index].dataset_name
+            ids = None
+            if with_prompts and sample.input_ids is not None:
+                ids = tuple(int(i) for i in sample.input_ids)
             source_id = sample.source_id
             prompts[sample.key] = _Prompt(
                 sample.data_config_index,
                 sample.sample_index,
-                sample.prompt_text,
+                sample.prompt_text if with_prompts else None,
                 ids,
-                name,
+                names[sample.data_config_index],
                 sample.reference,
                 None if source_id is None else str(source_id),
                 sample.row,
@@ -148,8 +167,8 @@ def _records(
     order: list[str],
     prompts: Mapping[str, _Prompt],
     max_new_tokens: Any,
-    legacy_names: bool,
     digests: Mapping[str, Any],
+    kept: Callable[[str, int], bool] | None = None,
 ) -> Iterator[ExportRow]:
     for key in order:
         generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
@@ -158,6 +177,8 @@ def _records(
         for index, (sequence, text, reason) in enumerate(
             zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
         ):
+            if kept is not None and not kept(key, index):
+                continue
             record: ExportRow = {
                 "key": key,
                 "dataset_name": None if prompt is None else prompt.dataset_name,
@@ -178,9 +199,6 @@ def _records(
                 "reached_max_length": reason == "length",
                 "content_digest": digests.get(key),
             }
-            if legacy_names:
-                for old, new in LEGACY_COLUMNS.items():
-                    record[old] = record[new]
             yield record
 
 
@@ -221,7 +239,8 @@ def export_metadata(
     }
 
 
-def _write_jsonl(records: Iterator[ExportRow], handle: IO[bytes]) -> int:
+def write_jsonl(records: Iterator[ExportRow], handle: IO[bytes]) -> int:
+    """Write ``records`` as JSON Lines (sorted keys, UTF-8) on ``handle``; the number written."""
     count = 0
     for record in records:
         handle.write((json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
@@ -229,19 +248,18 @@ def _write_jsonl(records: Iterator[ExportRow], handle: IO[bytes]) -> int:
     return count
 
 
-def parquet_schema(*, legacy_names: bool = True, metadata: Mapping[str, Any] | None = None) -> Any:
-    """The pyarrow schema of an export (with ``metadata`` as JSON under :data:`METADATA_KEY`)."""
+def parquet_schema(*, metadata: Mapping[str, Any] | None = None, columns: Mapping[str, str] = COLUMNS) -> Any:
+    """The pyarrow schema of an export (or of ``columns``, name to pyarrow type), with ``metadata`` as JSON under
+    :data:`METADATA_KEY`."""
     import pyarrow as pa
 
-    columns = dict(COLUMNS)
-    if legacy_names:
-        columns.update({old: COLUMNS[new] for old, new in LEGACY_COLUMNS.items()})
     fields = [(name, pa.list_(pa.int64()) if kind == "ids" else getattr(pa, kind)()) for name, kind in columns.items()]
     encoded = None if metadata is None else {METADATA_KEY: json.dumps(metadata, sort_keys=True)}
     return pa.schema(fields, metadata=encoded)
 
 
-def _write_parquet(records: Iterator[ExportRow], handle: IO[bytes], schema: Any) -> int:
+def write_parquet(records: Iterator[ExportRow], handle: IO[bytes], schema: Any) -> int:
+    """Stream ``records`` into a parquet file of ``schema`` on ``handle``, in row groups; the number written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -260,7 +278,7 @@ def _write_parquet(records: Iterator[ExportRow], handle: IO[bytes], schema: Any)
     return count
 
 
-def _check_out_parent(out: Path) -> None:
+def check_out_parent(out: Path) -> None:
     """Refuse an ``out`` path under something that is not a directory: one line naming it (exit code 2)."""
     from gencache.core.errors import InputPathError
 
@@ -274,9 +292,9 @@ def _check_out_parent(out: Path) -> None:
             return
 
 
-def _write_atomic(out: Path, write: Any) -> int:
+def write_atomic(out: Path, write: Any) -> int:
     """Run ``write(handle)`` on a temporary sibling of ``out`` and link it into place (never over a file: one
-    that appeared since :func:`export` checked is an error)."""
+    that appeared since the caller checked is an error); what ``write`` returned."""
     out = Path(os.path.abspath(out))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -289,27 +307,92 @@ def _write_atomic(out: Path, write: Any) -> int:
     return count
 
 
+def export_format(out: str | os.PathLike[str], format: str | None) -> str:
+    """The format an export to ``out`` is written in: ``format`` when given (one of :data:`FORMATS`, and not one
+    that contradicts ``out``'s extension), else the one ``out``'s extension names (a :class:`ConfigError`
+    otherwise)."""
+    by_extension = EXTENSIONS.get(Path(out).suffix.lower())
+    if format is None:
+        if by_extension is None:
+            raise ConfigError(
+                f"--out {out}: the format follows the extension ({', '.join(EXTENSIONS)}); name the file so, or "
+                "pass --format jsonl|parquet."
+            )
+        return by_extension
+    if format not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
+    if by_extension is not None and by_extension != format:
+        raise ConfigError(
+            f"--format {format} contradicts --out {out} (a {by_extension} name); drop --format or rename the file."
+        )
+    return format
+
+
+def _bar_of(
+    samples: Any,
+    reader: Any,
+    min_score: Mapping[str, float],
+    scores: str | os.PathLike[str] | None,
+) -> tuple[Callable[[str, int], bool], int, int]:
+    """Whether each answer clears ``min_score`` (scored from ``samples`` and ``reader``, or read from ``scores``),
+    with the number of answers considered and of those left out."""
+    from gencache.data.scores import check_min_score, read_scores, rules_of, score_cache
+
+    bar = check_min_score(min_score) or ()
+    if scores is not None:
+        lookup: Mapping[tuple[str, int], Mapping[str, float] | None] = read_scores(scores)
+    else:
+        lookup = {(a.key, a.sequence_index): a.metrics for a in score_cache(samples, reader, rules_of(samples))}
+    passed: set[tuple[str, int]] = set()
+    total = 0
+    for key in reader:
+        for index in range(len(reader.metadata(key)["finish_reasons"])):
+            total += 1
+            if (key, index) not in lookup:
+                raise ConfigError(
+                    f"{scores}: no score for answer {index} of key {key[:12]}...; the file was written for another "
+                    "artifact: score this one (gencache score ARTIFACT --out FILE)."
+                )
+            metrics = lookup[(key, index)]
+            if metrics is not None and all(metrics[name] >= value for name, value in bar):
+                passed.add((key, index))
+    if not passed:
+        raise ConfigError(
+            f"the selection (min_score={dict(bar)}) keeps no answer: all {total} answers score below it or have no "
+            "reference; lower the bar."
+        )
+
+    def kept(key: str, index: int) -> bool:
+        return (key, index) in passed
+
+    return kept, total, total - len(passed)
+
+
 def export(
     directory: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
-    format: str = "jsonl",
+    format: str | None = None,
     prompts: bool = True,
     data_root: str | os.PathLike[str] | None = None,
     sources: Mapping[int, str] | None = None,
-    legacy_names: bool = True,
+    min_score: Mapping[str, float] | None = None,
+    scores: str | os.PathLike[str] | None = None,
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
     from gencache.artifact.mixture import MultiCacheReader, open_caches
     from gencache.data.recorded import checked_resolved_config
 
+    chosen_format = export_format(out, format)
+    if scores is not None and min_score is None:
+        raise ConfigError("--scores goes with --min-score METRIC=VALUE; add the bar.")
     if format not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
     check_output_name(os.fspath(out), "--out")
     out_path = Path(out)
     if os.path.lexists(out_path):
         raise OutputExistsError(f"{os.path.abspath(out_path)} already exists; choose another --out path.")
-    _check_out_parent(out_path)
+    check_out_parent(out_path)
     reader = open_caches(directory)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     resolved = checked_resolved_config(readers[0])  # a shard set: its first shard's; damaged: FormatError
@@ -319,32 +402,40 @@ def export(
     order = sorted(keys)
     found: dict[str, _Prompt] = {}
     note = None
+    samples = None
     overridden = data_root is not None or bool(sources)
-    if prompts:
-        root = Path(data_root).expanduser().absolute() if data_root is not None else None
-        try:
-            order, found = _rebuild_prompts(directory, readers, root, dict(sources or {}), keys, resolved)
-        except (FormatError, SourceChangedError):  # a damaged record or changed data: never a quiet export
+    root = Path(data_root).expanduser().absolute() if data_root is not None else None
+    what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
+    try:
+        samples = _rebuild_samples(directory, readers, root, dict(sources or {}), resolved, prompts)
+        order, found = _prompts_of(samples, keys, prompts)
+    except (FormatError, SourceChangedError) as error:  # a damaged record or changed data: never quiet prompts
+        if prompts or min_score is not None:
             raise
-        except GencacheError as error:
-            if overridden:  # the user pointed at the data: not finding it is an error
-                raise DatasetError(f"Cannot rebuild the prompts of {directory}: {error}") from None
-            note = (
-                f"prompts left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
-                "--source at the datasets to add them, or pass --no-prompts"
-            )
+        note = f"{what} left out: {first_line(error)}"
+    except GencacheError as error:
+        if overridden or (min_score is not None and scores is None):  # the data is needed, or pointed at
+            raise DatasetError(f"Cannot rebuild the samples of {directory}: {first_line(error)}") from None
+        note = (
+            f"{what} left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
+            "--source at the datasets to add them" + ("" if not prompts else ", or pass --no-prompts")
+        )
+    kept = None
+    left_out = 0
+    if min_score is not None:
+        kept, _total, left_out = _bar_of(samples, reader, min_score, scores)
     digests = _content_digests(reader)
     metadata = export_metadata(reader, resolved, digests)
 
     def write(handle: IO[bytes]) -> int:
-        records = _records(reader, order, found, max_new_tokens, legacy_names, digests)
-        if format == "parquet":
-            return _write_parquet(records, handle, parquet_schema(legacy_names=legacy_names, metadata=metadata))
-        return _write_jsonl(records, handle)
+        records = _records(reader, order, found, max_new_tokens, digests, kept)
+        if chosen_format == "parquet":
+            return write_parquet(records, handle, parquet_schema(metadata=metadata))
+        return write_jsonl(records, handle)
 
-    count = _write_atomic(out_path, write)
-    with_prompts = bool(found) or (not keys and prompts)
-    return ExportResult(Path(os.path.abspath(out_path)), count, with_prompts, note, metadata)
+    count = write_atomic(out_path, write)
+    with_prompts = prompts and (bool(found) or not keys)
+    return ExportResult(Path(os.path.abspath(out_path)), count, with_prompts, note, metadata, left_out)
 
 
 def parse_source_override(text: str) -> tuple[int, str]:

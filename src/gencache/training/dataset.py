@@ -28,7 +28,7 @@ from gencache.core.errors import ConfigError
 from gencache.data.recorded import RecordedRun, rebuild_samples, run_of_readers
 from gencache.data.samples import Sample, SampleSet, build_samples, concat_sample_sets
 from gencache.training.collate import IGNORE_INDEX
-from gencache.training.selection import Items, LeftOut, Missing, Selection, select_items
+from gencache.training.selection import Items, LeftOut, Missing, Selection, check_not_empty, select_items
 
 SequenceChoice = Literal["first", "random", "all"]
 Truncation = Literal["refuse", "left"]
@@ -37,6 +37,7 @@ TRUNCATION_POLICIES: tuple[str, ...] = ("refuse", "left")
 
 DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.PathLike[str]
 CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+ScoreSource = str | os.PathLike[str] | Mapping[tuple[str, int], Mapping[str, float] | None] | Any
 #: "Keep this dataset's value" for :meth:`DistillationDataset.select`.
 KEEP: Any = ...
 
@@ -102,8 +103,13 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     data configs' samples; ``finish_reasons`` (for example ``["eos"]``) keeps the answers with those finish reasons
     and ``max_answer_tokens`` those of at most that many tokens, a sample with no answer left being left out;
     ``missing="skip"`` leaves out the samples whose key no cache holds instead of raising
-    :class:`~gencache.core.errors.MissingEntriesError`. :attr:`left_out` counts what was left out, by reason
-    (:class:`~gencache.training.LeftOut`); :class:`~gencache.training.DistillationTrainer` logs it once.
+    :class:`~gencache.core.errors.MissingEntriesError`; ``min_score`` (for example ``{"f1": 0.5}``) keeps the
+    answers whose metrics (:mod:`gencache.data.metrics`, against the sample's reference) are all at or above their
+    bar, scored on the fly from the answers and the rebuilt samples, or read from ``scores`` (a file ``gencache
+    score --out`` wrote, what :func:`gencache.score` returned, or its ``by_answer``); a sample without a reference
+    has no score and is left out under a bar. :attr:`left_out` counts what was left out, by reason
+    (:class:`~gencache.training.LeftOut`); :class:`~gencache.training.DistillationTrainer` logs it once. A
+    selection that keeps nothing is a :class:`ConfigError` naming it and the counts.
 
     ``max_length`` bounds ``len(input_ids)``. ``truncation="refuse"`` raises :class:`ConfigError` on a longer
     sample; ``"left"`` drops prompt tokens from the left until it fits. The answer is never cut: a sample whose
@@ -131,6 +137,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         max_answer_tokens: int | None = None,
         data_configs: Iterable[int] | None = None,
         missing: Missing = "error",
+        min_score: Mapping[str, float] | None = None,
+        scores: ScoreSource | None = None,
     ) -> None:
         if sequences not in SEQUENCE_CHOICES:
             raise ConfigError(f"sequences must be one of {', '.join(SEQUENCE_CHOICES)}, got {sequences!r}.")
@@ -159,6 +167,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         self.seed = seed
         self.max_length = max_length
         self.truncation: Truncation = truncation
+        self._scores_source = scores
+        self._scores: Mapping[tuple[str, int], Mapping[str, float] | None] | None = None
         self._select(
             Selection.make(
                 finish_reasons=finish_reasons,
@@ -166,8 +176,33 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 data_configs=data_configs,
                 missing=missing,
                 data_config_count=len(self.samples.summaries),
+                min_score=min_score,
             )
         )
+
+    def _score_lookup(self) -> Mapping[tuple[str, int], Mapping[str, float] | None]:
+        """Every answer's metrics: from ``scores`` when given, else scored once from the answers and samples."""
+        if self._scores is None:
+            source = self._scores_source
+            if isinstance(source, (str, os.PathLike)):
+                from gencache.data.scores import read_scores
+
+                self._scores = read_scores(source)
+            elif isinstance(getattr(source, "by_answer", None), Mapping):  # what gencache.score returned
+                self._scores = source.by_answer  # type: ignore[union-attr]
+            elif isinstance(source, Mapping):
+                self._scores = source
+            elif source is not None:
+                raise ConfigError(
+                    "scores must be a score file, what gencache.score returned or a mapping, not "
+                    f"{type(source).__name__}."
+                )
+            else:
+                from gencache.data.scores import rules_of, score_cache
+
+                scored = score_cache(self.samples, self.cache, rules_of(self.samples), every_entry=False)
+                self._scores = {(answer.key, answer.sequence_index): answer.metrics for answer in scored}
+        return self._scores
 
     def _select(self, selection: Selection) -> None:
         """Choose the items under ``selection`` (reading the manifest's finish reasons and shapes only when a
@@ -181,9 +216,19 @@ class DistillationDataset(Dataset[dict[str, Any]]):
 
         self.selection = selection
         fits = check if self.max_length is not None else None
-        self._items: Items = select_items(
-            self.samples, self.cache, selection, self.sequences, owns=self._owns, check=fits, lengths_needed=bool(fits)
+        scores = None if selection.min_score is None else self._score_lookup()
+        items = select_items(
+            self.samples,
+            self.cache,
+            selection,
+            self.sequences,
+            owns=self._owns,
+            check=fits,
+            lengths_needed=bool(fits),
+            scores=scores,
         )
+        check_not_empty(items, selection)
+        self._items: Items = items
 
     @property
     def left_out(self) -> LeftOut:
@@ -197,6 +242,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         max_answer_tokens: int | None = KEEP,
         data_configs: Iterable[int] | None = KEEP,
         missing: Missing = KEEP,
+        min_score: Mapping[str, float] | None = KEEP,
     ) -> DistillationDataset:
         """A copy of this dataset (the same samples and caches, nothing reopened or rebuilt) under another
         selection: each argument given replaces this dataset's, those not given are kept."""
@@ -211,6 +257,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 data_configs=ours.data_configs if data_configs is KEEP else data_configs,
                 missing=ours.missing if missing is KEEP else missing,
                 data_config_count=len(self.samples.summaries),
+                min_score=(None if ours.min_score is None else dict(ours.min_score))
+                if min_score is KEEP
+                else min_score,
             )
         )
         return chosen
@@ -290,6 +339,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         max_answer_tokens: int | None = KEEP,
         data_configs: Iterable[int] | None = KEEP,
         missing: Missing = KEEP,
+        min_score: Mapping[str, float] | None = KEEP,
     ) -> Any:
         """These items (under the selection arguments given, as :meth:`select`) as a ``datasets.Dataset`` of the
         exact stored ids, with TRL's ``completion_mask``: see :func:`to_hf_dataset`."""
@@ -300,6 +350,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             max_answer_tokens=max_answer_tokens,
             data_configs=data_configs,
             missing=missing,
+            min_score=min_score,
         )
         return build_hf_dataset(chosen, path=path, metadata=metadata)
 

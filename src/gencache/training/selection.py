@@ -1,16 +1,17 @@
 """Which items a :class:`~gencache.training.DistillationDataset` serves, and what it left out, counted by reason.
 
 A :class:`Selection` keeps some data configs (``data_configs``, indices), some answers (``finish_reasons``, a
-``max_answer_tokens`` cap) and says what a sample whose key no cache holds does (``missing="error"``, the default,
-raises before the first item; ``"skip"`` leaves it out). :func:`select_items` applies it to the samples in run
-order and returns the items with a :class:`LeftOut`: how many samples each reason left out, and how many answers of
-the samples kept were refused. The answer filters read the manifest's finish reasons and shapes only, never the
-payload.
+``max_answer_tokens`` cap, a ``min_score`` bar such as ``{"f1": 0.5}``) and says what a sample whose key no cache
+holds does (``missing="error"``, the default, raises before the first item; ``"skip"`` leaves it out).
+:func:`select_items` applies it to the samples in run order and returns the items with a :class:`LeftOut`: how
+many samples each reason left out, and how many answers of the samples kept were refused. The answer filters read
+the manifest's finish reasons and shapes only, never the payload; the score bar reads the answers' metrics from a
+score lookup (:mod:`gencache.data.scores`). :func:`check_not_empty` refuses a selection that keeps nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from gencache.artifact.names import FINISH_REASONS
 from gencache.core.errors import ConfigError
+from gencache.data.scores import Scores, check_min_score
 
 Missing = Literal["error", "skip"]
 MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
@@ -46,13 +48,15 @@ def _indices(value: Iterable[int] | None, count: int) -> frozenset[int] | None:
 
 @dataclass(frozen=True)
 class Selection:
-    """What a dataset keeps: data configs by index (None: all), answers by finish reason (None: all) and by length
-    (``max_answer_tokens``: at most that many answer tokens; None: any), and what a missing key does."""
+    """What a dataset keeps: data configs by index (None: all), answers by finish reason (None: all), by length
+    (``max_answer_tokens``: at most that many answer tokens; None: any) and by score (``min_score``: every metric
+    named at least its bar; None: any), and what a missing key does."""
 
     data_configs: frozenset[int] | None = None
     finish_reasons: frozenset[str] | None = None
     max_answer_tokens: int | None = None
     missing: Missing = "error"
+    min_score: tuple[tuple[str, float], ...] | None = None
 
     @classmethod
     def make(
@@ -63,6 +67,7 @@ class Selection:
         max_answer_tokens: int | None,
         missing: str,
         data_config_count: int,
+        min_score: Mapping[str, float] | None = None,
     ) -> Selection:
         """A checked selection (a :class:`ConfigError` naming the argument that is wrong)."""
         if missing not in MISSING_POLICIES:
@@ -74,43 +79,84 @@ class Selection:
             _names(finish_reasons),
             max_answer_tokens,
             missing,  # type: ignore[arg-type]
+            check_min_score(min_score),
         )
 
     @property
     def filters_answers(self) -> bool:
-        return self.finish_reasons is not None or self.max_answer_tokens is not None
+        return self.finish_reasons is not None or self.max_answer_tokens is not None or self.min_score is not None
 
-    def answers(self, reasons: list[str], lengths: list[int]) -> tuple[tuple[int, ...], str | None]:
+    def describe(self) -> str:
+        """The selection's arguments that narrow it, as they are passed (or ``the default selection``)."""
+        parts = []
+        if self.data_configs is not None:
+            parts.append(f"data_configs={sorted(self.data_configs)}")
+        if self.finish_reasons is not None:
+            parts.append(f"finish_reasons={sorted(self.finish_reasons)}")
+        if self.max_answer_tokens is not None:
+            parts.append(f"max_answer_tokens={self.max_answer_tokens}")
+        if self.min_score is not None:
+            parts.append(f"min_score={dict(self.min_score)}")
+        if self.missing != "error":
+            parts.append(f"missing={self.missing!r}")
+        return ", ".join(parts) or "the default selection"
+
+    def passes(self, metrics: Mapping[str, float] | None) -> bool:
+        """Whether an answer with ``metrics`` (None: no reference) clears the score bar (always without one)."""
+        if self.min_score is None:
+            return True
+        return metrics is not None and all(metrics[name] >= bar for name, bar in self.min_score)
+
+    def answers(
+        self, reasons: list[str], lengths: list[int], metrics: list[Mapping[str, float] | None] | None = None
+    ) -> tuple[tuple[int, ...], str | None]:
         """The answers this selection keeps, and when it keeps none the reason (``finish_reason`` when no answer
-        has a kept finish reason, else ``max_answer_tokens``)."""
+        has a kept finish reason, else ``max_answer_tokens`` when none of those fits, else ``unscored`` when they
+        have no reference to score against, else ``min_score``). ``metrics``: each answer's, with a score bar."""
         by_reason = [
             i for i, reason in enumerate(reasons) if self.finish_reasons is None or reason in self.finish_reasons
         ]
-        kept = tuple(i for i in by_reason if self.max_answer_tokens is None or lengths[i] <= self.max_answer_tokens)
+        by_length = [i for i in by_reason if self.max_answer_tokens is None or lengths[i] <= self.max_answer_tokens]
+        scored = metrics if metrics is not None else [None] * len(reasons)
+        kept = tuple(i for i in by_length if self.passes(scored[i]))
         if kept:
             return kept, None
-        return kept, "finish_reason" if not by_reason else "max_answer_tokens"
+        if not by_reason:
+            return kept, "finish_reason"
+        if not by_length:
+            return kept, "max_answer_tokens"
+        return kept, "unscored" if all(scored[i] is None for i in by_length) else "min_score"
 
 
 @dataclass(frozen=True)
 class LeftOut:
-    """What a selection left out. The first four count samples (run order, duplicates included): those of data
-    configs not kept, those whose key no cache holds (``missing="skip"``), and those none of whose answers has a
-    kept finish reason or fits ``max_answer_tokens``. ``answers`` counts the answers of kept samples that the
-    answer filters refused."""
+    """What a selection left out. The first six count samples (run order, duplicates included): those of data
+    configs not kept, those whose key no cache holds (``missing="skip"``), those none of whose answers has a kept
+    finish reason or fits ``max_answer_tokens``, those whose answers are all below ``min_score`` and those without
+    a reference to score against (``unscored``, with a score bar). ``answers`` counts the answers of kept samples
+    that the answer filters refused."""
 
     data_configs: int = 0
     missing: int = 0
     finish_reason: int = 0
     max_answer_tokens: int = 0
     answers: int = 0
+    min_score: int = 0
+    unscored: int = 0
     #: The samples the selection looked at (those the artifacts hold: a lone shard's own).
     considered: int = field(default=0, compare=False)
 
     @property
     def samples(self) -> int:
         """Samples left out, for every reason."""
-        return self.data_configs + self.missing + self.finish_reason + self.max_answer_tokens
+        return (
+            self.data_configs
+            + self.missing
+            + self.finish_reason
+            + self.max_answer_tokens
+            + self.min_score
+            + self.unscored
+        )
 
     def __bool__(self) -> bool:
         return bool(self.samples or self.answers)
@@ -127,6 +173,8 @@ class LeftOut:
             "missing": "whose key no cache holds (missing='skip')",
             "finish_reason": "with no answer of a selected finish reason",
             "max_answer_tokens": "whose answers all exceed max_answer_tokens",
+            "min_score": "whose answers all score below min_score",
+            "unscored": "without a reference to score against (min_score)",
         }
         parts = [f"{getattr(self, name)} {text}" for name, text in reasons.items() if getattr(self, name)]
         if self.answers:
@@ -154,6 +202,27 @@ def _answers_of(cache: Any, key: str) -> tuple[list[str], list[int]]:
     return list(entry["finish_reasons"]), [int(ref["shape"][0]) for ref in entry["sequences"]]
 
 
+def _metrics_of(scores: Scores | None, key: str, count: int) -> list[Mapping[str, float] | None]:
+    """The metrics of ``key``'s ``count`` answers from ``scores`` (every one must be there)."""
+    if scores is None:
+        raise ConfigError("min_score needs the answers' scores: pass scores= (a gencache score --out file) or none.")
+    found = [scores.get((key, index), ...) for index in range(count)]
+    if any(metrics is ... for metrics in found):
+        raise ConfigError(
+            f"the scores lack answers of key {key[:12]}... ({count} stored); they were computed for another "
+            "artifact: score this one (gencache score ARTIFACT --out FILE) and pass that file."
+        )
+    return [metrics for metrics in found if metrics is not ...]
+
+
+def check_not_empty(items: Items, selection: Selection) -> None:
+    """Refuse (:class:`ConfigError`) a selection that keeps no item, naming it and what it left out."""
+    if len(items.sample) == 0:
+        raise ConfigError(
+            f"the selection ({selection.describe()}) keeps no item: {items.left_out.describe()}; widen it."
+        )
+
+
 def select_items(
     samples: Any,
     cache: Any,
@@ -163,16 +232,20 @@ def select_items(
     owns: Callable[[Any], bool] | None = None,
     check: Callable[[int, list[int]], None] | None = None,
     lengths_needed: bool = False,
+    scores: Scores | None = None,
 ) -> Items:
     """The items of ``samples`` (a :class:`~gencache.data.samples.SampleSet`) read from ``cache`` under
     ``selection`` and ``sequences`` (``first``, ``random`` or ``all``). Samples ``owns(sample)`` rejects (another
     shard's) are not items and not counted. ``check(position, answer_lengths)`` sees each kept sample with the
-    lengths of the answers it may serve (``lengths_needed`` reads them even without answer filters)."""
+    lengths of the answers it may serve (``lengths_needed`` reads them even without answer filters). ``scores``
+    holds every answer's metrics when the selection has a score bar (an answer it lacks is a
+    :class:`ConfigError`)."""
     owned = [p for p, s in enumerate(samples) if owns is None or owns(s)]
     chosen = [
         p for p in owned if selection.data_configs is None or samples[p].data_config_index in selection.data_configs
     ]
-    counts = {"data_configs": len(owned) - len(chosen), "missing": 0, "finish_reason": 0, "max_answer_tokens": 0}
+    counts = dict.fromkeys(("missing", "finish_reason", "max_answer_tokens", "min_score", "unscored"), 0)
+    counts["data_configs"] = len(owned) - len(chosen)
     if selection.missing == "error":
         cache.require(sorted({samples[p].key for p in chosen}))
     read_answers = selection.filters_answers or sequences == "all" or lengths_needed
@@ -193,7 +266,8 @@ def select_items(
         if key not in answers_by_key:
             answers_by_key[key] = _answers_of(cache, key)
         reasons, lengths = answers_by_key[key]
-        kept, why = selection.answers(reasons, lengths)
+        metrics = None if selection.min_score is None else _metrics_of(scores, key, len(reasons))
+        kept, why = selection.answers(reasons, lengths, metrics)
         if why is not None:
             counts[why] += 1
             continue

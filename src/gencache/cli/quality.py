@@ -1,0 +1,159 @@
+"""``gencache score`` and ``gencache report``: the commands over :func:`gencache.run.score.score` and
+:func:`gencache.run.quality_report.write_report` (options, the score table, the JSON, the lines printed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from gencache.core.errors import ConfigError, InputPathError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gencache.run.score import ScoreReport
+
+FLAG = ""
+
+_Artifact = Annotated[
+    Path, typer.Argument(metavar="ARTIFACT", help="A published artifact, one shard, or an unsuffixed shard base.")
+]
+_Patterns = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--answer-pattern",
+        metavar="I=REGEX",
+        help="Cut data config I's answers with REGEX (its group named answer, else its group, else the match) "
+        "instead of its rule (repeatable).",
+    ),
+]
+#: ``--data-root`` and ``--source``, as ``export``, ``score`` and ``report`` take them.
+DataRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-root",
+        metavar="DIR",
+        help="Look for the recorded local dataset sources under DIR (by their last path component).",
+    ),
+]
+SourceOption = Annotated[
+    list[str] | None,
+    typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
+]
+
+
+def _patterns(texts: list[str] | None) -> dict[int, str]:
+    """``--answer-pattern I=REGEX`` options as a mapping (a :class:`ConfigError` for another shape)."""
+    chosen: dict[int, str] = {}
+    for text in texts or ():
+        index, sep, value = text.partition("=")
+        if not sep or not index.strip().isdigit() or not value:
+            raise ConfigError(f"--answer-pattern must look like I=REGEX (data config index I), got {text!r}.")
+        chosen[int(index)] = value
+    return chosen
+
+
+def _sources(texts: list[str] | None) -> dict[int, str]:
+    from gencache.run.export import parse_source_override
+
+    return dict(parse_source_override(text) for text in texts or ())
+
+
+def _check_artifact(artifact: Path) -> None:
+    from gencache.artifact.report import classify_path
+
+    not_artifact = classify_path(artifact)
+    if not_artifact is not None:
+        raise InputPathError(not_artifact.error)
+
+
+def render_scores(report: ScoreReport, console: Console) -> None:
+    """The score table: one row per data config and finish reason, and the overall rows."""
+    from rich.table import Table
+
+    from gencache.data.answers import METRICS
+
+    table = Table(title=f"scores of {report.artifact}", title_justify="left")
+    for name in ("", "finish", "answers", "scored", "unscored", *METRICS):
+        table.add_column(name, justify="left" if name in ("", "finish") else "right")
+    for group in (*report.groups, report.overall):
+        for label, part in [("all", group), *group.by_finish_reason.items()]:
+            means = ["–" if part.means[name] is None else f"{part.means[name]:.3f}" for name in METRICS]
+            first = group.label if label == "all" else ""
+            table.add_row(first, label, str(part.answers), str(part.scored), str(part.unscored), *means)
+        table.add_section()
+    console.print(table)
+    for group in report.groups:
+        console.print(f"{group.label}: answer rule {group.rule}; headline {group.headline}", highlight=False)
+
+
+def score_command(
+    artifact: _Artifact,
+    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the scores as JSON.")] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Also write one row per answer to FILE (.jsonl or .parquet)."),
+    ] = None,
+    answer_pattern: _Patterns = None,
+    data_root: DataRootOption = None,
+    source: SourceOption = None,
+) -> None:
+    """Score every stored answer against its sample's reference (exact match, token F1, contains) and print the
+    means per data config and finish reason. Works from the artifact alone (the references come from the samples
+    rebuilt from the recorded sources); nothing is written into the artifact."""
+    from gencache.core.progress import make_console
+    from gencache.core.quiet import printable, quiet_libraries
+    from gencache.run.score import score
+
+    _check_artifact(artifact)
+    with quiet_libraries(False):
+        report = score(
+            artifact,
+            out=out,
+            answer_patterns=_patterns(answer_pattern),
+            data_root=data_root,
+            sources=_sources(source),
+        )
+    if as_json:
+        typer.echo(printable(json.dumps(report.as_json(), indent=2, sort_keys=True, ensure_ascii=False)))
+        return
+    render_scores(report, make_console())
+    if report.out is not None:
+        typer.echo(f"wrote {len(report.answers)} scores to {report.out}")
+
+
+def report_command(
+    artifact: _Artifact,
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The HTML file to write (must not exist).")],
+    audit: Annotated[
+        Path | None,
+        typer.Option("--audit", metavar="FILE", help="Add the audit report gencache audit --report wrote."),
+    ] = None,
+    answer_pattern: _Patterns = None,
+    data_root: DataRootOption = None,
+    source: SourceOption = None,
+) -> None:
+    """Write one self-contained HTML page about the run (opens offline): provenance and determinism settings,
+    scores, per data config the answer lengths by finish reason, prompt against answer length, the score
+    distribution and the worst examples, and an audit's result when given. Charts need matplotlib (the report extra)."""
+    from gencache.core.quiet import quiet_libraries
+    from gencache.run.quality_report import CHARTS_MISSING, write_report
+
+    _check_artifact(artifact)
+    with quiet_libraries(False):
+        result = write_report(
+            artifact,
+            out,
+            audit=audit,
+            answer_patterns=_patterns(answer_pattern),
+            data_root=data_root,
+            sources=_sources(source),
+        )
+    if not result.charts:
+        typer.echo(f"note: {CHARTS_MISSING}", err=True)
+    typer.echo(
+        f"wrote {result.out} ({result.size} bytes, {result.data_configs} data configs, {result.answers} answers)"
+    )

@@ -1,0 +1,98 @@
+"""The answer as scored, and which metrics each recipe's answers get: pure and I/O-free.
+
+The answer as scored is cut from the stored text in two steps:
+
+1. **The thinking block goes.** The text after the last ``</think>``; a text that opens ``<think>`` and never
+   closes it (the teacher ran out of tokens while thinking) has no answer (the empty string).
+2. **The recipe's cut**, unless the data config gives ``answer_pattern``: ``first_line`` (the first non-empty
+   line, stripped) for the short-answer recipes (``hotpot_qa``, ``musique``, ``biography``, ``niah``, ``table``),
+   whose prompts ask for the answer only; ``whole`` (the text stripped) for ``chat`` and plug-in recipes. An
+   ``answer_pattern`` is a regular expression searched in the text after the thinking block: its group named
+   ``answer``, else its first group, else the whole match is the answer (stripped); no match is the empty answer.
+
+Every answer with a reference gets the three metrics of :mod:`gencache.data.metrics` (``exact_match``, ``f1``,
+``contains``); a recipe's ``headline`` metric is the one its reports lead with: ``f1`` for the QA recipes,
+tables, chat and plug-ins, ``contains`` for ``niah`` (every needle value in the answer, the RULER rule: the
+reference's values are its whitespace-separated words) and ``biography`` (the attribute's value, such as a date or
+a city, named in the answer).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from gencache.data.metrics import compare
+
+#: Every metric an answer gets, in the order reports show them.
+METRICS: tuple[str, ...] = ("exact_match", "f1", "contains")
+Cut = Literal["first_line", "whole"]
+Headline = Literal["exact_match", "f1", "contains"]
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+_FIRST_LINE: frozenset[str] = frozenset({"hotpot_qa", "musique", "biography", "niah", "table"})
+_CONTAINS_HEADLINE: frozenset[str] = frozenset({"niah", "biography"})
+_SPLIT_VALUES: frozenset[str] = frozenset({"niah"})
+
+
+@dataclass(frozen=True)
+class AnswerRule:
+    """How one data config's answers are cut and scored: the recipe's ``cut`` or a compiled ``pattern``, whether
+    the reference holds several values (``split_values``: the needles of ``niah``) and the ``headline`` metric."""
+
+    cut: Cut = "whole"
+    pattern: re.Pattern[str] | None = None
+    split_values: bool = False
+    headline: Headline = "f1"
+
+    @property
+    def description(self) -> str:
+        """The rule in words, as reports show it."""
+        if self.pattern is not None:
+            return f"answer_pattern {self.pattern.pattern!r}"
+        return "the first non-empty line" if self.cut == "first_line" else "the whole text"
+
+
+def answer_rule(dataset_name: str, answer_pattern: str | None = None) -> AnswerRule:
+    """The rule of a data config of ``dataset_name`` (its ``answer_pattern``, checked by :mod:`gencache.config`,
+    replaces the recipe's cut)."""
+    return AnswerRule(
+        cut="first_line" if dataset_name in _FIRST_LINE else "whole",
+        pattern=None if answer_pattern is None else re.compile(answer_pattern),
+        split_values=dataset_name in _SPLIT_VALUES,
+        headline="contains" if dataset_name in _CONTAINS_HEADLINE else "f1",
+    )
+
+
+def strip_thinking(text: str) -> str:
+    """``text`` after its last ``</think>``; empty when a ``<think>`` is never closed; else ``text`` itself."""
+    closed = text.rfind(THINK_CLOSE)
+    if closed >= 0:
+        return text[closed + len(THINK_CLOSE) :]
+    return "" if THINK_OPEN in text else text
+
+
+def extract_answer(text: str, rule: AnswerRule) -> str:
+    """The answer as scored: ``text`` without its thinking block, cut by ``rule`` (see the module docstring)."""
+    rest = strip_thinking(text)
+    if rule.pattern is not None:
+        found = rule.pattern.search(rest)
+        if found is None:
+            return ""
+        group: str | int = "answer" if "answer" in rule.pattern.groupindex else min(rule.pattern.groups, 1)
+        return (found.group(group) or "").strip()
+    if rule.cut == "first_line":
+        for line in rest.splitlines():
+            if line.strip():
+                return line.strip()
+        return ""
+    return rest.strip()
+
+
+def score_answer(answer: str, reference: str, rule: AnswerRule) -> dict[str, float]:
+    """Every metric of ``answer`` (already extracted) against ``reference``."""
+    values = reference.split() if rule.split_values else None
+    exact, f1, found = compare(answer, reference, values)
+    return {"exact_match": exact, "f1": f1, "contains": found}

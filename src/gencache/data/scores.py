@@ -1,0 +1,230 @@
+"""Every stored answer scored against its sample's reference, the score files ``gencache score --out`` writes, and
+the bars a selection by score takes.
+
+:func:`score_cache` pairs the unique samples of a run (:class:`~gencache.data.samples.SampleSet`, rebuilt without
+a tokenizer) with the answers a cache holds, reading the manifest only (texts, finish reasons, token lengths;
+never the payload): each answer is cut (:func:`gencache.data.answers.extract_answer`) and scored
+(:func:`gencache.data.answers.score_answer`); a sample without a reference is kept with no metrics. A score file
+is JSON Lines or parquet (by its extension) with one row per answer (:data:`SCORE_COLUMNS`); :func:`read_scores`
+reads one back for a selection. :func:`check_min_score` checks a bar such as ``{"f1": 0.5}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gencache.config.patterns import answer_pattern_problem
+from gencache.core.errors import ConfigError, DatasetError
+from gencache.data.answers import METRICS, AnswerRule, answer_rule, extract_answer, score_answer
+from gencache.data.samples import SampleSet
+
+#: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
+#: reference).
+SCORE_COLUMNS: dict[str, str] = {
+    "key": "string",
+    "sequence_index": "int64",
+    "data_config_index": "int64",
+    "dataset_name": "string",
+    "sample_index": "int64",
+    "row_id": "string",
+    "row_index": "int64",
+    "finish_reason": "string",
+    "token_length": "int64",
+    "answer": "string",
+    "reference": "string",
+    "exact_match": "float64",
+    "f1": "float64",
+    "contains": "float64",
+}
+#: The file formats of a score file, by extension.
+SCORE_FORMATS: dict[str, str] = {".jsonl": "jsonl", ".parquet": "parquet"}
+#: A score lookup: (key, sequence index) to the answer's metrics (None: no reference).
+Scores = Mapping[tuple[str, int], Mapping[str, float] | None]
+
+
+@dataclass(frozen=True)
+class ScoredAnswer:
+    """One stored answer scored: where it comes from, how it ended, the answer as scored, the reference and its
+    ``metrics`` (None when the sample has no reference)."""
+
+    key: str
+    sequence_index: int
+    data_config_index: int
+    dataset_name: str
+    sample_index: int
+    row_id: str | None
+    row_index: int | None
+    finish_reason: str
+    token_length: int
+    answer: str
+    reference: str | None
+    metrics: Mapping[str, float] | None
+
+    def row(self) -> dict[str, Any]:
+        """The answer as a score file's row (:data:`SCORE_COLUMNS`)."""
+        metrics = self.metrics or {}
+        return {
+            "key": self.key,
+            "sequence_index": self.sequence_index,
+            "data_config_index": self.data_config_index,
+            "dataset_name": self.dataset_name,
+            "sample_index": self.sample_index,
+            "row_id": self.row_id,
+            "row_index": self.row_index,
+            "finish_reason": self.finish_reason,
+            "token_length": self.token_length,
+            "answer": self.answer,
+            "reference": self.reference,
+            **{name: metrics.get(name) for name in METRICS},
+        }
+
+
+def rules_of(samples: SampleSet, patterns: Mapping[int, str] | None = None) -> dict[int, AnswerRule]:
+    """Each data config's answer rule: its recipe's, or its ``answer_pattern``, or the one ``patterns`` gives for
+    its index (``gencache score --answer-pattern I=REGEX``, checked here: a :class:`ConfigError` naming it)."""
+    chosen = dict(patterns or {})
+    count = len(samples.summaries)
+    for index, pattern in chosen.items():
+        if type(index) is not int or not 0 <= index < count:
+            raise ConfigError(f"--answer-pattern {index}=...: the run has data configs 0..{count - 1}.")
+        problem = answer_pattern_problem(pattern)
+        if problem is not None:
+            raise ConfigError(f"--answer-pattern {index}={pattern!r} {problem}.")
+    return {
+        summary.index: answer_rule(summary.dataset_name, chosen.get(summary.index, summary.answer_pattern))
+        for summary in samples.summaries
+    }
+
+
+def score_cache(
+    samples: SampleSet, cache: Any, rules: Mapping[int, AnswerRule], *, every_entry: bool = True
+) -> list[ScoredAnswer]:
+    """Every answer of ``samples``' keys that ``cache`` holds, scored against the reference of its key's first
+    sample, in run order. With ``every_entry`` every key the cache holds must be one of ``samples``' (a
+    :class:`DatasetError` otherwise): what scoring a run's own artifact expects."""
+    scored: list[ScoredAnswer] = []
+    names = {summary.index: summary.dataset_name for summary in samples.summaries}
+    matched = 0
+    for sample in samples.unique:
+        entry = cache.metadata(sample.key)
+        if entry is None:
+            continue
+        matched += 1
+        rule = rules[sample.data_config_index]
+        reference = sample.reference
+        source_id = sample.source_id
+        for index, (text, reason, ref) in enumerate(
+            zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
+        ):
+            answer = extract_answer(text, rule)
+            scored.append(
+                ScoredAnswer(
+                    key=sample.key,
+                    sequence_index=index,
+                    data_config_index=sample.data_config_index,
+                    dataset_name=names[sample.data_config_index],
+                    sample_index=sample.sample_index,
+                    row_id=None if source_id is None else str(source_id),
+                    row_index=sample.row,
+                    finish_reason=reason,
+                    token_length=int(ref["shape"][0]),
+                    answer=answer,
+                    reference=reference,
+                    metrics=None if reference is None else score_answer(answer, reference, rule),
+                )
+            )
+    unmatched = len(cache) - matched
+    if unmatched and every_entry:
+        raise DatasetError(
+            f"{unmatched} cache entries match no rebuilt sample (the datasets changed since generation); nothing "
+            "can be scored against their references."
+        )
+    return scored
+
+
+def score_format(path: str | os.PathLike[str]) -> str:
+    """The format of a score file, by its extension (a :class:`ConfigError` for another one)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in SCORE_FORMATS:
+        raise ConfigError(f"{path}: a score file ends in {' or '.join(SCORE_FORMATS)} (JSON Lines or parquet).")
+    return SCORE_FORMATS[suffix]
+
+
+def _rows_of(path: Path) -> Iterable[Mapping[str, Any]]:
+    if score_format(path) == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table: list[Mapping[str, Any]] = pq.read_table(
+                path, columns=["key", "sequence_index", *METRICS]
+            ).to_pylist()
+            return table
+        except (OSError, ValueError, KeyError) as error:  # pyarrow's errors derive from these
+            raise ConfigError(f"{path}: not a score file written by gencache score ({error}).") from None
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ConfigError(f"{path}:{number}: a score file's line is an object, not {line.strip()!r}.")
+                rows.append(row)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: not a score file written by gencache score ({error}).") from None
+    return rows
+
+
+def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str, float] | None]:
+    """The metrics of every answer of a score file (``gencache score --out``), by (key, sequence index); a file
+    that is missing or not a score file is a :class:`ConfigError` naming it."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{file}: no such score file; write one with gencache score ARTIFACT --out {file.name}.")
+    scores: dict[tuple[str, int], dict[str, float] | None] = {}
+    for row in _rows_of(file):
+        key, index = row.get("key"), row.get("sequence_index")
+        if not isinstance(key, str) or type(index) is not int or not all(name in row for name in METRICS):
+            raise ConfigError(
+                f"{file}: a row without key, sequence_index and {', '.join(METRICS)}; not a score file written by "
+                "gencache score."
+            )
+        values = {name: row[name] for name in METRICS}
+        scores[(key, index)] = None if values["f1"] is None else {k: float(v) for k, v in values.items()}
+    return scores
+
+
+def check_min_score(value: Mapping[str, float] | None) -> tuple[tuple[str, float], ...] | None:
+    """A score bar (``{"f1": 0.5}``: every metric named at least its value) as sorted pairs, checked: metrics of
+    :data:`~gencache.data.answers.METRICS`, values between 0 and 1 (a :class:`ConfigError` otherwise)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError(f"min_score must map metrics ({', '.join(METRICS)}) to a bar, got {value!r}.")
+    pairs = []
+    for name, bar in value.items():
+        if name not in METRICS:
+            raise ConfigError(f"min_score: unknown metric {name!r}; the metrics are {', '.join(METRICS)}.")
+        if isinstance(bar, bool) or not isinstance(bar, (int, float)) or not 0.0 <= float(bar) <= 1.0:
+            raise ConfigError(f"min_score: {name} must be a number from 0 to 1, got {bar!r}.")
+        pairs.append((name, float(bar)))
+    return tuple(sorted(pairs))
+
+
+def parse_min_score(texts: Iterable[str]) -> dict[str, float]:
+    """``--min-score METRIC=VALUE`` options (repeatable) as a bar for :func:`check_min_score`."""
+    bar: dict[str, float] = {}
+    for text in texts:
+        name, sep, value = text.partition("=")
+        try:
+            bar[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ConfigError(f"--min-score must look like METRIC=VALUE (e.g. f1=0.5), got {text!r}.")
+    check_min_score(bar)
+    return bar

@@ -1,0 +1,127 @@
+"""The metrics and the answer rule, pinned on hand-written cases: SQuAD's normalization (case, punctuation, articles,
+whitespace), exact match, token F1 on partial overlap, the needle rule, the thinking block, an empty answer, a
+sample without a reference, an answer_pattern, and the score bars a selection takes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gencache.core.errors import ConfigError
+from gencache.data.answers import answer_rule, extract_answer, score_answer, strip_thinking
+from gencache.data.metrics import compare, contains, exact_match, normalize, token_f1
+from gencache.data.scores import check_min_score, parse_min_score
+
+
+@pytest.mark.parametrize(
+    ("text", "normalized"),
+    [
+        ("The Eiffel Tower!", "eiffel tower"),
+        ("  an   apple,  a PEAR; the fig. ", "apple pear fig"),
+        ("Theatre and anthem", "theatre and anthem"),  # articles only as whole words
+        ("U.S.A.", "usa"),
+        ("", ""),
+        ("the a an", ""),
+    ],
+)
+def test_normalization_is_squads(text: str, normalized: str) -> None:
+    assert normalize(text) == normalized
+
+
+def test_exact_match_ignores_case_articles_and_punctuation() -> None:
+    assert exact_match("The Beatles.", "beatles") == 1.0
+    assert exact_match("Beatles band", "The Beatles") == 0.0
+    assert exact_match("", "Paris") == 0.0
+
+
+def test_token_f1_on_partial_overlap() -> None:
+    # answer tokens: {new, york, city} (3), reference: {new, york} (2); 2 in common
+    assert token_f1("New York City", "new york") == pytest.approx(2 * (2 / 3) * 1.0 / (2 / 3 + 1.0))  # 0.8
+    assert token_f1("the the cat", "cat cat") == pytest.approx(2 * 1.0 * 0.5 / 1.5)  # multiset: one cat in common
+    assert token_f1("Paris", "Paris") == 1.0
+    assert token_f1("London", "Paris") == 0.0
+    assert token_f1("", "Paris") == 0.0
+    assert token_f1("the", "an") == 0.0  # both normalize to nothing
+
+
+def test_contains_counts_whole_words_of_each_value() -> None:
+    assert contains("The special magic number is 7281946.", ["7281946"]) == 1.0
+    assert contains("The number is 72819460", ["7281946"]) == 0.0  # a longer number is not the needle
+    assert contains("values: 11 and 33", ["11", "22", "33", "44"]) == 0.5
+    assert contains("Born in New York City", ["new york"]) == 1.0
+    assert contains("anything", ["the"]) == 0.0  # a value that normalizes to nothing is not counted
+
+
+def test_compare_is_the_three_metrics_at_once() -> None:
+    for answer, reference in [("New York City", "new york"), ("", "x"), ("a b c", "c b a"), ("Paris!", "paris")]:
+        assert compare(answer, reference) == (
+            exact_match(answer, reference),
+            token_f1(answer, reference),
+            contains(answer, [reference]),
+        )
+
+
+def test_the_thinking_block_is_removed() -> None:
+    assert strip_thinking("<think>maybe Lyon</think>\nParis") == "\nParis"
+    assert strip_thinking("<think>a</think><think>b</think> Rome") == " Rome"  # after the last one
+    assert strip_thinking("<think>still thinking about Lyon") == ""  # never closed: no answer
+    assert strip_thinking("Paris") == "Paris"
+    qa = answer_rule("hotpot_qa")
+    assert extract_answer("<think>Lyon? no.</think>\n\n Paris \nbecause it is the capital", qa) == "Paris"
+    assert score_answer(extract_answer("<think>Paris</think>Lyon", qa), "Paris", qa)["f1"] == 0.0
+
+
+def test_each_recipe_cuts_and_leads_with_its_own_rule() -> None:
+    text = "  Paris\nThe capital of France.\n"
+    assert extract_answer(text, answer_rule("musique")) == "Paris"
+    assert extract_answer(text, answer_rule("table")) == "Paris"
+    assert extract_answer(text, answer_rule("chat")) == "Paris\nThe capital of France."
+    assert answer_rule("hotpot_qa").headline == "f1" and answer_rule("table").headline == "f1"
+    assert answer_rule("niah").headline == "contains" and answer_rule("biography").headline == "contains"
+    niah = answer_rule("niah")
+    assert score_answer("The numbers are 5 and 9.", "5 7 9", niah)["contains"] == pytest.approx(2 / 3)
+    assert score_answer("The numbers are 5 and 9.", "5 7 9", answer_rule("musique"))["contains"] == 0.0
+    biography = answer_rule("biography")
+    assert score_answer("She was born in Cape Town.", "Cape Town", biography) == {
+        "exact_match": 0.0,
+        "f1": pytest.approx(2 * (2 / 6) * 1.0 / (2 / 6 + 1.0)),
+        "contains": 1.0,
+    }
+
+
+def test_an_empty_answer_scores_zero() -> None:
+    assert score_answer("", "Paris", answer_rule("hotpot_qa")) == {"exact_match": 0.0, "f1": 0.0, "contains": 0.0}
+    assert extract_answer("\n \n", answer_rule("hotpot_qa")) == ""
+
+
+def test_an_answer_pattern_replaces_the_recipe_rule() -> None:
+    named = answer_rule("hotpot_qa", r"Final answer:\s*(?P<answer>[^\n.]+)")
+    assert extract_answer("Reasoning...\nFinal answer: Paris.\nDone", named) == "Paris"
+    assert extract_answer("no marker here", named) == ""
+    grouped = answer_rule("chat", r"\[(.*?)\]")
+    assert extract_answer("<think>[Lyon]</think> it is [Paris]", grouped) == "Paris"
+    whole = answer_rule("chat", r"\d+")
+    assert extract_answer("about 42 of them", whole) == "42"
+    assert "answer_pattern" in named.description and answer_rule("chat").description == "the whole text"
+
+
+def test_answer_patterns_are_checked_where_configs_are() -> None:
+    from gencache.config import parse_data_configs
+
+    base = {"dataset_name": "hotpot_qa", "num_samples": 1, "num_data_strs": 0, "num_shots": 0, "subset": "fullwiki"}
+    assert parse_data_configs([{**base, "answer_pattern": r"A: (.*)"}])[0].answer_pattern == r"A: (.*)"
+    with pytest.raises(ConfigError, match=r"data_configs\[0\]\.answer_pattern.*not a regular expression"):
+        parse_data_configs([{**base, "answer_pattern": "(unclosed"}])
+    with pytest.raises(ConfigError, match="name the one that holds the answer"):
+        parse_data_configs([{**base, "answer_pattern": "(a)(b)"}])
+
+
+def test_score_bars() -> None:
+    assert check_min_score({"f1": 0.5, "exact_match": 1}) == (("exact_match", 1.0), ("f1", 0.5))
+    assert check_min_score(None) is None
+    assert parse_min_score(["f1=0.5", "contains=1"]) == {"f1": 0.5, "contains": 1.0}
+    for wrong in ({"f2": 0.5}, {"f1": 1.5}, {"f1": "high"}, {"f1": True}, {}):
+        with pytest.raises(ConfigError, match="min_score"):
+            check_min_score(wrong)  # type: ignore[arg-type]
+    for text in ("f1", "f1=", "f1=x", "=0.5"):
+        with pytest.raises(ConfigError, match=r"min-score|min_score"):
+            parse_min_score([text])
