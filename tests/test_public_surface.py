@@ -89,7 +89,7 @@ SURFACES = {
 
 #: Every ``from gencache... import ...`` in the README, docs/ and examples/: what users are shown to import.
 DOCUMENTED_IMPORTS = {
-    "gencache": ["CacheReader", "build_samples", "load_config", "open_caches", "prepare_tokenizer"],
+    "gencache": ["CacheReader", "ConfigError", "build_samples", "load_config", "open_caches", "prepare_tokenizer"],
     "gencache.cli.demo": ["demo_config"],
     "gencache.generation.teacher": ["load_tokenizer"],
     "gencache.generation.tiny": ["build_tiny_teacher"],

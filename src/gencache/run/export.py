@@ -303,7 +303,7 @@ def write_atomic(out: Path, write: Any) -> int:
     try:
         count: int = publish_file(out, write, replace=False)
     except FileExistsError:
-        raise OutputExistsError(f"{out} appeared while exporting; nothing was replaced.") from None
+        raise OutputExistsError(f"{out} appeared while writing it; nothing was replaced.") from None
     return count
 
 
@@ -383,12 +383,10 @@ def export(
     from gencache.artifact.mixture import MultiCacheReader, open_caches
     from gencache.data.recorded import checked_resolved_config
 
+    check_output_name(os.fspath(out), "--out")
     chosen_format = export_format(out, format)
     if scores is not None and min_score is None:
         raise ConfigError("--scores goes with --min-score METRIC=VALUE; add the bar.")
-    if format not in FORMATS:
-        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}.")
-    check_output_name(os.fspath(out), "--out")
     out_path = Path(out)
     if os.path.lexists(out_path):
         raise OutputExistsError(f"{os.path.abspath(out_path)} already exists; choose another --out path.")
