@@ -7,7 +7,6 @@ torch and transformers are imported inside the functions, so importing this modu
 from __future__ import annotations
 
 import platform
-import random
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.fields import checked_dtype
@@ -18,7 +17,7 @@ from gencache.core.tokenizer import prepare_tokenizer
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
+__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "runtime_info", "torch_dtype"]
 
 
 def hf() -> Any:
@@ -109,14 +108,6 @@ def model_device(model: Any) -> torch.device:
         return device
     first: torch.device = next(model.parameters()).device
     return first
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's ``random`` and torch (which seeds every CUDA device too)."""
-    import torch
-
-    random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def runtime_info(model: Any) -> dict[str, Any]:

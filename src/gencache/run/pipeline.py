@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.phases import report_phase
-from gencache.artifact.signals import published_then_stopped
-from gencache.core.errors import GenerationError, Terminated
+from gencache.core.errors import GenerationError, Stopped, StoppedRun
 from gencache.core.hub import offline_scope
 from gencache.core.tokenizer import tokenizer_state
 from gencache.run.overrides import Overrides
@@ -28,7 +27,6 @@ from gencache.run.sharding import Target
 from gencache.run.targets import plan_run
 
 if TYPE_CHECKING:
-    from gencache.artifact.signals import SignalGuard
     from gencache.config import CacheConfig
     from gencache.core.progress import Progress, StagedProgress
     from gencache.data.samples import Sample, SampleSet
@@ -140,7 +138,7 @@ def _generate_run(
     base = absolute_path(plan.config.output_dir)
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
     run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
-    with _run_signals(run, active=not dry_run):
+    try:
         found = preflight(plan.config, pending, single, env)
         pending = found.targets  # with their keys, once the samples are built
         if dry_run:
@@ -163,7 +161,10 @@ def _generate_run(
                 "template or rendering option); the first occurrence's prompt is generated for all.",
             )
         run.execute(inputs, pending)
-    report_phase("run_finished")  # test hook: a signal from here on comes after the run's own handlers
+        report_phase("run_finished")  # test hook: a signal from here on comes once the run has done its work
+    except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
+        stop.run = run.stopped()
+        raise
     return result
 
 
@@ -225,12 +226,10 @@ class _Run:
         self.current: Path | None = None
         self.target_count = 0
         self.started = False
-        self.signals: SignalGuard | None = None  # the run's signal owner while it runs (see _run_signals)
 
     def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
         from gencache.core.progress import StagedProgress
         from gencache.core.quiet import prepare_model_libraries
-        from gencache.generation.teacher import seed_everything
 
         self.inputs, config = inputs, self.config
         total = sum(len(t.keys) for t in pending)
@@ -243,7 +242,6 @@ class _Run:
             f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
             f"device {inputs.device}",
         )
-        seed_everything(config.seed)
         started = time.monotonic()
         prepare_model_libraries()  # torch is imported by now, and resets its loggers' levels when it is
         inputs.engine.load_weights()
@@ -304,13 +302,10 @@ class _Run:
             provenance=provenance,
             header_capacity=capacity,
             rename_mode=inputs.rename_mode,
-            signals=self.signals,
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(inputs.engine.generate(prompts, progress=bar)) as entries:
                 for entry in entries:
-                    if self.signals is not None:
-                        self.signals.raise_pending()  # a signal swallowed in a __del__ still stops the run here
                     build.writer.add(
                         entry.key,
                         [seq.numpy().tobytes() for seq in entry.sequences],
@@ -336,8 +331,8 @@ class _Run:
             build.writer.finalize(resolved_config=resolved, summary=summary)
             try:
                 mode = build.publish()
-            except (Terminated, KeyboardInterrupt):
-                if build.published_mode is not None:  # the signal came after the rename: it is published
+            except BaseException:
+                if build.published:  # interrupted after the rename: it is published
                     self.result.published.append(target.output_dir)
                     self.current = None
                 raise
@@ -353,50 +348,15 @@ class _Run:
             f"{_seconds(time.monotonic() - started)}, rename: {mode})",
         )
 
-    def interrupted(self, signame: str, just_published: str | None = None) -> str:
-        """What a signal that stops the run means for what is on disk; ``just_published`` is the directory the
-        current build renamed into place just before the signal (not yet in the run's list)."""
-        done = list(self.result.published)
-        if just_published is not None and Path(just_published) not in done:
-            done.append(Path(just_published))
-            if self.target_count <= 1:
-                return published_then_stopped(signame, just_published)
-        current = None if just_published is not None else self.current
-        during = f" while generating {current} (not published)" if current is not None else ""
-        if not done:
-            when = "" if self.started else " before generation started"
-            return f"Terminated by {signame}{when}{during}; nothing was published."
-        shown = ", ".join(str(p) for p in done)
-        return (
-            f"Terminated by {signame}{during}; published: {shown}. Rerun the same command to generate the rest "
-            "(published shards are verified and skipped)."
+    def stopped(self) -> StoppedRun:
+        """Where the run stands, for the line of a stop that interrupts it."""
+        published = tuple(str(path) for path in self.result.published)
+        return StoppedRun(
+            published=published,
+            generating=None if self.current is None else str(self.current),
+            started=self.started,
+            remaining=self.started and len(published) < self.target_count,
         )
-
-
-@contextlib.contextmanager
-def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
-    """The run's one signal owner: from the first check to the last publish, SIGTERM/SIGHUP raise
-    :class:`Terminated` (exit 143) and SIGINT ``KeyboardInterrupt`` (exit 130), each with one line saying what was
-    published and what was not. Every artifact build of the run uses this guard (its critical sections defer
-    signals); the previous handlers come back afterwards."""
-    from gencache.artifact.signals import SignalGuard
-
-    if not active:
-        yield
-        return
-    from gencache.core.interrupts import note_published, raise_pending
-
-    raise_pending()  # a signal swallowed while the modules imported still stops the run before it starts
-    note_published([])
-    guard = SignalGuard(describe=run.interrupted)
-    guard.install()
-    run.signals = guard
-    try:
-        yield
-    finally:
-        run.signals = None
-        note_published(run.result.published)  # a signal after the run still names what it published
-        guard.restore(redeliver=False)
 
 
 __all__ = ["DryRun", "Notify", "ProgressFactory", "RunResult", "generate_run"]
