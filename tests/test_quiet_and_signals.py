@@ -126,11 +126,17 @@ def test_the_python_api_prints_nothing_and_leaves_the_libraries_as_it_found_them
 @pytest.mark.slow
 def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
+    chatty = {**os.environ, "TRANSFORMERS_VERBOSITY": "info"}  # transformers logs each file it loads
     quiet = subprocess.run(
-        [sys.executable, "-m", "gencache", "generate", str(config)], capture_output=True, text=True, timeout=TIMEOUT
+        [sys.executable, "-m", "gencache", "generate", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=chatty,
     )
     assert quiet.returncode == 0, quiet.stderr
     assert "Loading weights" not in quiet.stderr and "it/s" not in quiet.stderr
+    assert "[transformers]" not in quiet.stderr
     messages = [line for line in quiet.stderr.splitlines() if not line.startswith("gencache: generate:")]
     assert [line.split(" ")[0] for line in messages] == ["4", "teacher", "published"], quiet.stderr
     verbose = subprocess.run(
@@ -138,8 +144,9 @@ def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: P
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
+        env=chatty,
     )
-    assert verbose.returncode == 0 and "Loading weights" in verbose.stderr
+    assert verbose.returncode == 0 and "[transformers] loading configuration file" in verbose.stderr
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())  # both published
 
 
@@ -148,12 +155,11 @@ def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
 
     import tqdm.std
 
-    from gencache.core.quiet import prepare_model_libraries, quiet_libraries
+    from gencache.cli.quiet import quiet_libraries
 
     original = tqdm.std.tqdm.__dict__["__init__"]
     for _ in range(2):  # a second block in the same process too
         with quiet_libraries():
-            prepare_model_libraries()
             muted = tqdm.std.tqdm(range(3), disable=False, file=io.StringIO())  # as vLLM asks for its bar
             assert muted.disable
             muted.close()

@@ -15,8 +15,9 @@ import typer
 
 from gencache.cli import signals
 from gencache.cli.audit import audit_command
+from gencache.cli.quiet import quiet_libraries
 from gencache.core.errors import GencacheError, InputProblems, Stopped
-from gencache.core.quiet import printable, quiet_libraries
+from gencache.core.quiet import printable
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -121,7 +122,7 @@ _VerboseOption = Annotated[
         "--verbose",
         "-v",
         metavar=FLAG,
-        help="Let library log lines and progress bars (hub, transformers, datasets, vLLM) through.",
+        help="Let other libraries' log lines, warnings and progress bars (hub, datasets, vLLM) through.",
     ),
 ]
 _JsonOption = Annotated[

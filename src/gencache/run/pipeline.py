@@ -96,25 +96,21 @@ def generate_run(
     verifies and belongs to this run is skipped. ``dry_run`` returns the checks' findings without loading weights;
     ``show_prompt`` picks the sample (zero-based, in run order) whose rendered prompt the dry run returns. Every
     problem found before the weights load is raised at once (:class:`gencache.core.errors.InputProblems` for several).
-    Nothing is printed: messages and Python warnings go to ``notify``, and third-party log lines and bars are
-    silenced (:func:`gencache.core.quiet.quiet_libraries`).
+    Nothing is printed: messages go to ``notify``, gencache's warnings are Python warnings. The call leaves the
+    process as it found it (signal handlers, environment, global random generators, logging, other modules).
     """
-    from gencache.core.quiet import quiet_libraries
-
-    say = notify or _quiet
-    with quiet_libraries(warn=lambda text: say("warning", text)):
-        return _generate_run(
-            config_path,
-            shard=shard,
-            shards=shards,
-            skip=skip_published or shards is not None,
-            dry_run=dry_run,
-            overrides=overrides or Overrides(),
-            show_prompt=show_prompt,
-            env=env,
-            say=say,
-            progress=progress,
-        )
+    return _generate_run(
+        config_path,
+        shard=shard,
+        shards=shards,
+        skip=skip_published or shards is not None,
+        dry_run=dry_run,
+        overrides=overrides or Overrides(),
+        show_prompt=show_prompt,
+        env=env,
+        say=notify or _quiet,
+        progress=progress,
+    )
 
 
 def _generate_run(
@@ -229,7 +225,6 @@ class _Run:
 
     def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
         from gencache.core.progress import StagedProgress
-        from gencache.core.quiet import prepare_model_libraries
 
         self.inputs, config = inputs, self.config
         total = sum(len(t.keys) for t in pending)
@@ -243,7 +238,6 @@ class _Run:
             f"device {inputs.device}",
         )
         started = time.monotonic()
-        prepare_model_libraries()  # torch is imported by now, and resets its loggers' levels when it is
         inputs.engine.load_weights()
 
         def loaded() -> None:
