@@ -138,7 +138,9 @@ def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: P
     assert "Loading weights" not in quiet.stderr and "it/s" not in quiet.stderr
     assert "[transformers]" not in quiet.stderr
     messages = [line for line in quiet.stderr.splitlines() if not line.startswith("gencache: generate:")]
-    assert [line.split(" ")[0] for line in messages] == ["4", "teacher", "published"], quiet.stderr
+    assert [line.split(" ")[0] for line in messages] == ["checking", "4", "loading", "teacher", "published"], (
+        quiet.stderr
+    )
     verbose = subprocess.run(
         [sys.executable, "-m", "gencache", "generate", str(config), "--output-dir", str(tmp_path / "v"), "--verbose"],
         capture_output=True,
@@ -167,3 +169,27 @@ def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
         shown = tqdm.std.tqdm(range(3), file=io.StringIO())
         assert not shown.disable
         shown.close()
+
+
+@pytest.mark.slow
+def test_a_run_speaks_before_its_slow_imports_and_times_the_teacher_s_load_without_them(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    """The first message comes before torch or transformers is imported, and the teacher's modeling code is
+    imported before "loading the teacher" (the timer starts after that message), so "teacher loaded in" is the
+    load alone."""
+    config = write_config(tmp_path, tiny_teacher_dir)
+    code = (
+        "import json, sys, gencache\n"
+        "seen = []\n"
+        "def notify(level, text):\n"
+        "    heavy = [name for name in ('torch', 'transformers', 'transformers.models.qwen3.modeling_qwen3')\n"
+        "             if name in sys.modules]\n"
+        "    seen.append([text.split(' ')[0], heavy])\n"
+        f"gencache.generate({str(config)!r}, notify=notify)\n"
+        "print(json.dumps(seen))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    seen = dict(json.loads(result.stdout))
+    assert seen["checking"] == []
+    assert seen["loading"] == ["torch", "transformers", "transformers.models.qwen3.modeling_qwen3"]

@@ -20,7 +20,16 @@ from gencache.core.tokenizer import prepare_tokenizer
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "no_loading_bar", "runtime_info", "torch_dtype"]
+__all__ = [
+    "hf",
+    "import_model_code",
+    "load_teacher",
+    "load_tokenizer",
+    "model_device",
+    "no_loading_bar",
+    "runtime_info",
+    "torch_dtype",
+]
 
 
 def hf() -> Any:
@@ -50,6 +59,20 @@ def torch_dtype(dtype: str) -> torch.dtype:
 
     result: torch.dtype = getattr(torch, checked_dtype(dtype))
     return result
+
+
+def import_model_code(model_path: str, *, revision: str | None = None) -> None:
+    """Import what loading the teacher needs (torch, transformers' model loading, the modeling code of the
+    teacher's architecture) without reading any weights, so that the load is timed alone. A config that cannot be
+    read, or an architecture transformers does not know, is left to the load, which reports it."""
+    import torch  # noqa: F401  (the first import of torch is part of what this takes)
+
+    try:
+        config = hf().AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
+        mapping: Any = importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING
+        mapping[type(config)]  # imports the architecture's modeling module
+    except Exception:  # the load says what is wrong, with the teacher named
+        return
 
 
 @contextlib.contextmanager

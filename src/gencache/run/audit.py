@@ -320,6 +320,7 @@ def audit(
         raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
     generation = _resolve(run, where["model_path"], tokenizer)
     created = _engine(run, name, generation, tokenizer, **where)
+    created.import_libraries()  # load_seconds is the load's own time
     started = time.monotonic()
     created.load_weights()
     loaded = time.monotonic()

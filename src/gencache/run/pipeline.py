@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from gencache.data.samples import Sample, SampleSet
     from gencache.run.findings import Preflight, RunInputs
 
-#: ``notify(level, text)``: ``level`` is ``"info"`` or ``"warning"``.
+#: ``notify(level, text)``: ``level`` is ``"info"``, ``"warning"`` or ``"status"`` (what the run is doing while a
+#: slow step runs: checking, loading the teacher; the command line shows it on a terminal only).
 Notify = Callable[[str, str], None]
 #: ``progress(total_samples)``: a :class:`gencache.core.progress.Progress` for the whole run.
 ProgressFactory = Callable[[int], "Progress"]
@@ -128,6 +129,8 @@ def _generate_run(
 ) -> RunResult:
     from gencache.run.checks import preflight
 
+    if not dry_run:  # the dry run's report is its output; a run says something before its first slow step
+        say("status", f"checking {os.fspath(config_path)}: the config, the data, the tokenizer and the teacher's files")
     plan = plan_run(config_path, overrides, shard, shards, env, skip)
     targets, pending, published = plan.targets, plan.pending, plan.published
     single = targets[0].shard
@@ -237,6 +240,8 @@ class _Run:
             f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
             f"device {inputs.device}",
         )
+        inputs.engine.import_libraries()  # the load below is timed alone, without the imports
+        self.say("status", f"loading the teacher {config.model.model_path}")
         started = time.monotonic()
         inputs.engine.load_weights()
 
