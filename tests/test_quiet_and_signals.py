@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,3 +194,21 @@ def test_a_run_speaks_before_its_slow_imports_and_times_the_teacher_s_load_witho
     seen = dict(json.loads(result.stdout))
     assert seen["checking"] == []
     assert seen["loading"] == ["torch", "transformers", "transformers.models.qwen3.modeling_qwen3"]
+
+
+def test_a_status_shows_on_a_terminal_only() -> None:
+    import io
+
+    from rich.console import Console
+
+    from gencache.cli.render import render_notice
+
+    for terminal in (True, False):
+        stream = io.StringIO()
+        console = Console(file=stream, force_terminal=terminal, no_color=True, width=200)
+        render_notice(console, "status", "loading the teacher t")
+        render_notice(console, "info", "teacher loaded in 5 ms")
+        shown = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in stream.getvalue().splitlines()]  # no styles
+        assert shown == (
+            ["loading the teacher t ...", "teacher loaded in 5 ms"] if terminal else ["teacher loaded in 5 ms"]
+        )
