@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.fields import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
-from gencache.core.hub import revision_kwargs
+from gencache.core.hub import pretrained_kwargs
 from gencache.core.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def hf() -> Any:
 def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained`` then :func:`prepare_tokenizer` (left padding, pad falls back to EOS)."""
     try:
-        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **revision_kwargs(revision))
+        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **pretrained_kwargs(tokenizer_path, revision))
     except Exception as exc:
         raise ConfigError(
             f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
@@ -68,7 +68,7 @@ def import_model_code(model_path: str, *, revision: str | None = None) -> None:
     import torch  # noqa: F401  (the first import of torch is part of what this takes)
 
     try:
-        config = hf().AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
+        config = hf().AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
         mapping: Any = importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING
         mapping[type(config)]  # imports the architecture's modeling module
     except Exception:  # the load says what is wrong, with the teacher named
@@ -109,7 +109,11 @@ def load_teacher(
     devices use ``device_map=<device>`` when ``accelerate`` is installed, else load then move the model."""
     import torch
 
-    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **revision_kwargs(revision)}
+    kwargs: dict[str, Any] = {
+        "dtype": torch_dtype(dtype),
+        "low_cpu_mem_usage": True,
+        **pretrained_kwargs(model_path, revision),
+    }
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     # transformers' own check: an installed accelerate older than the version it needs counts as absent.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.phases import report_phase
 from gencache.core.errors import GenerationError, Stopped, StoppedRun
-from gencache.core.hub import offline_scope
+from gencache.core.hub import probe_scope
 from gencache.core.tokenizer import tokenizer_state
 from gencache.run.overrides import Overrides
 from gencache.run.record import RunPlan, absolute_path, resolved_config
@@ -76,7 +76,7 @@ class RunResult:
     dry_run: DryRun | None = None
 
 
-@offline_scope()  # one hub probe for the run; offline mode (when unreachable) ends with it
+@probe_scope()  # one hub probe for the run (hub ids come from the local cache when it fails)
 def generate_run(
     config_path: str | os.PathLike[str],
     *,
