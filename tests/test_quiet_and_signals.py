@@ -139,9 +139,7 @@ def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: P
     assert "Loading weights" not in quiet.stderr and "it/s" not in quiet.stderr
     assert "[transformers]" not in quiet.stderr
     messages = [line for line in quiet.stderr.splitlines() if not line.startswith("gencache: generate:")]
-    assert [line.split(" ")[0] for line in messages] == ["checking", "4", "loading", "teacher", "published"], (
-        quiet.stderr
-    )
+    assert [line.split(" ")[0] for line in messages] == ["4", "teacher", "published"], quiet.stderr
     verbose = subprocess.run(
         [sys.executable, "-m", "gencache", "generate", str(config), "--output-dir", str(tmp_path / "v"), "--verbose"],
         capture_output=True,
