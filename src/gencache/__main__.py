@@ -1,6 +1,6 @@
-"""``python -m gencache``: the ``gencache`` command line."""
+"""``python -m gencache``: the same CLI as the ``gencache`` command (:func:`gencache.cli.main`)."""
 
-from gencache.cli.app import main
+from gencache.cli import main
 
 if __name__ == "__main__":
     main()

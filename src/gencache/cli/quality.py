@@ -104,8 +104,9 @@ def score_command(
     """Score every stored answer against its sample's reference (exact match, token F1, contains) and print the
     means per data config and finish reason. Works from the artifact alone (the references come from the samples
     rebuilt from the recorded sources); nothing is written into the artifact."""
+    from gencache.cli.quiet import quiet_libraries
     from gencache.core.progress import make_console
-    from gencache.core.quiet import printable, quiet_libraries
+    from gencache.core.quiet import printable
     from gencache.run.score import score
 
     _check_artifact(artifact)
@@ -139,7 +140,7 @@ def report_command(
     """Write one self-contained HTML page about the run (opens offline): provenance and determinism settings,
     scores, per data config the answer lengths by finish reason, prompt against answer length, the score
     distribution and the worst examples, and an audit's result when given. Charts need matplotlib (the report extra)."""
-    from gencache.core.quiet import quiet_libraries
+    from gencache.cli.quiet import quiet_libraries
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
     _check_artifact(artifact)

@@ -1,4 +1,4 @@
-"""Loading the tokenizer and the teacher for the transformers engines, seeding, and the runtime facts recorded in
+"""Loading the tokenizer and the teacher for the transformers engines, and the runtime facts recorded in
 ``resolved_config.json``.
 
 torch and transformers are imported inside the functions, so importing this module stays cheap.
@@ -6,13 +6,15 @@ torch and transformers are imported inside the functions, so importing this modu
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import platform
-import random
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.fields import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
-from gencache.core.hub import revision_kwargs
+from gencache.core.hub import pretrained_kwargs
 from gencache.core.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ def hf() -> Any:
 def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained`` then :func:`prepare_tokenizer` (left padding, pad falls back to EOS)."""
     try:
-        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **revision_kwargs(revision))
+        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **pretrained_kwargs(tokenizer_path, revision))
     except Exception as exc:
         raise ConfigError(
             f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
@@ -47,6 +49,41 @@ def torch_dtype(dtype: str) -> torch.dtype:
 
     result: torch.dtype = getattr(torch, checked_dtype(dtype))
     return result
+
+
+def import_model_code(model_path: str, *, revision: str | None = None) -> None:
+    """Import what loading the teacher needs (torch, transformers' model loading, the modeling code of the
+    teacher's architecture) without reading any weights, so that the load is timed alone. A config that cannot be
+    read, or an architecture transformers does not know, is left to the load, which reports it."""
+    import torch  # noqa: F401  (the first import of torch is part of what this takes)
+
+    try:
+        config = hf().AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
+        mapping: Any = importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING
+        mapping[type(config)]  # imports the architecture's modeling module
+    except Exception:  # the load says what is wrong, with the teacher named
+        return
+
+
+@contextlib.contextmanager
+def no_loading_bar() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar for every model it loads and has no switch per call: the bar is
+    off for this block and transformers' (and huggingface_hub's) switch as it was afterwards, so a library call
+    draws nothing and leaves the process's bars alone. The switch is process-wide: a model another thread loads
+    at the same moment draws no bar either."""
+    bars = hf().utils.logging
+    if not bars.is_progress_bar_enabled():
+        yield
+        return
+    hub: Any = importlib.import_module("huggingface_hub.utils")
+    hub_disabled = bool(hub.are_progress_bars_disabled())
+    bars.disable_progress_bar()
+    try:
+        yield
+    finally:
+        bars.enable_progress_bar()  # huggingface_hub's bars too
+        if hub_disabled:
+            hub.disable_progress_bars()
 
 
 def load_teacher(
@@ -65,7 +102,11 @@ def load_teacher(
     ``generation_config.json`` is not read a second time (its settings are in it already)."""
     import torch
 
-    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **revision_kwargs(revision)}
+    kwargs: dict[str, Any] = {
+        "dtype": torch_dtype(dtype),
+        "low_cpu_mem_usage": True,
+        **pretrained_kwargs(model_path, revision),
+    }
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     if generation_config is not None:
@@ -88,7 +129,8 @@ def load_teacher(
         if has_accelerate:
             kwargs["device_map"] = target
     try:
-        model: Any = hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        with no_loading_bar():
+            model: Any = hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
         if target is not None and "device_map" not in kwargs:
             model = model.to(target)
     except torch.OutOfMemoryError as exc:
@@ -113,14 +155,6 @@ def model_device(model: Any) -> torch.device:
         return device
     first: torch.device = next(model.parameters()).device
     return first
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's ``random`` and torch (which seeds every CUDA device too)."""
-    import torch
-
-    random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def runtime_info(model: Any) -> dict[str, Any]:

@@ -200,16 +200,19 @@ def read_teacher_config(model_path: str, revision: str | None) -> Any:
     from transformers import AutoConfig
     from transformers.utils.hub import cached_file
 
-    from gencache.core.hub import revision_kwargs
+    from gencache.core.hub import pretrained_kwargs
     from gencache.generation.teacher_files import read_json_file
 
     try:
         path = cached_file(
-            model_path, "config.json", _raise_exceptions_for_missing_entries=False, **revision_kwargs(revision)
+            model_path,
+            "config.json",
+            _raise_exceptions_for_missing_entries=False,
+            **pretrained_kwargs(model_path, revision),
         )
         if path is not None:
             read_json_file(path)
-        return AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
+        return AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
     except ConfigError:
         raise
     except Exception as error:

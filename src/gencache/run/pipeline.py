@@ -12,15 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.phases import report_phase
-from gencache.artifact.signals import published_then_stopped
-from gencache.core.errors import GenerationError, Terminated
-from gencache.core.hub import offline_scope
+from gencache.core.errors import GenerationError, Stopped, StoppedRun
+from gencache.core.hub import probe_scope
 from gencache.core.tokenizer import tokenizer_state
 from gencache.run.overrides import Overrides, name_origins
 from gencache.run.record import RunPlan, absolute_path, resolved_config
@@ -28,13 +27,13 @@ from gencache.run.sharding import Target
 from gencache.run.targets import plan_run
 
 if TYPE_CHECKING:
-    from gencache.artifact.signals import SignalGuard
     from gencache.config import CacheConfig
     from gencache.core.progress import Progress, StagedProgress
     from gencache.data.samples import Sample, SampleSet
     from gencache.run.findings import Preflight, RunInputs
 
-#: ``notify(level, text)``: ``level`` is ``"info"`` or ``"warning"``.
+#: ``notify(level, text)``: ``level`` is ``"info"``, ``"warning"`` or ``"status"`` (what the run is doing while a
+#: slow step runs: checking, loading the teacher; the command line shows it on a terminal only).
 Notify = Callable[[str, str], None]
 #: ``progress(total_samples)``: a :class:`gencache.core.progress.Progress` for the whole run.
 ProgressFactory = Callable[[int], "Progress"]
@@ -77,7 +76,7 @@ class RunResult:
     dry_run: DryRun | None = None
 
 
-@offline_scope()  # one hub probe for the run; offline mode (when unreachable) ends with it
+@probe_scope()  # one hub probe for the run (hub ids come from the local cache when it fails)
 def generate_run(
     config_path: str | os.PathLike[str],
     *,
@@ -98,25 +97,21 @@ def generate_run(
     verifies and belongs to this run is skipped. ``dry_run`` returns the checks' findings without loading weights;
     ``show_prompt`` picks the sample (zero-based, in run order) whose rendered prompt the dry run returns. Every
     problem found before the weights load is raised at once (:class:`gencache.core.errors.InputProblems` for several).
-    Nothing is printed: messages and Python warnings go to ``notify``, and third-party log lines and bars are
-    silenced (:func:`gencache.core.quiet.quiet_libraries`).
+    Nothing is printed: messages go to ``notify``, gencache's warnings are Python warnings. The call leaves the
+    process as it found it (signal handlers, environment, global random generators, logging, other modules).
     """
-    from gencache.core.quiet import quiet_libraries
-
-    say = notify or _quiet
-    with quiet_libraries(warn=lambda text: say("warning", text)):
-        return _generate_run(
-            config_path,
-            shard=shard,
-            shards=shards,
-            skip=skip_published or shards is not None,
-            dry_run=dry_run,
-            overrides=overrides or Overrides(),
-            show_prompt=show_prompt,
-            env=env,
-            say=say,
-            progress=progress,
-        )
+    return _generate_run(
+        config_path,
+        shard=shard,
+        shards=shards,
+        skip=skip_published or shards is not None,
+        dry_run=dry_run,
+        overrides=overrides or Overrides(),
+        show_prompt=show_prompt,
+        env=env,
+        say=notify or _quiet,
+        progress=progress,
+    )
 
 
 def _generate_run(
@@ -134,13 +129,15 @@ def _generate_run(
 ) -> RunResult:
     from gencache.run.checks import preflight
 
+    if not dry_run:  # the dry run's report is its output; a run says something before its first slow step
+        say("status", f"checking {os.fspath(config_path)}: the config, the data, the tokenizer and the teacher's files")
     plan = plan_run(config_path, overrides, shard, shards, env, skip)
     targets, pending, published = plan.targets, plan.pending, plan.published
     single = targets[0].shard
     base = absolute_path(plan.config.output_dir)
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
     run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
-    with _run_signals(run, active=not dry_run):
+    try:
         found = preflight(plan.config, pending, single, env, show_prompt if dry_run else None)
         found.problems = name_origins(found.problems, plan.applied)
         pending = found.targets  # with their keys, once the samples are built
@@ -164,7 +161,10 @@ def _generate_run(
                 "template or rendering option); the first occurrence's prompt is generated for all.",
             )
         run.execute(inputs, pending)
-    report_phase("run_finished")  # test hook: a signal from here on comes after the run's own handlers
+        report_phase("run_finished")  # test hook: a signal from here on comes once the run has done its work
+    except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
+        stop.run = run.stopped()
+        raise
     return result
 
 
@@ -228,12 +228,9 @@ class _Run:
         self.current: Path | None = None
         self.target_count = 0
         self.started = False
-        self.signals: SignalGuard | None = None  # the run's signal owner while it runs (see _run_signals)
 
     def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
         from gencache.core.progress import StagedProgress
-        from gencache.core.quiet import prepare_model_libraries
-        from gencache.generation.teacher import seed_everything
 
         self.inputs, config = inputs, self.config
         total = sum(len(t.keys) for t in pending)
@@ -246,9 +243,9 @@ class _Run:
             f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
             f"device {inputs.device}",
         )
-        seed_everything(config.seed)
+        inputs.engine.import_libraries()  # the load below is timed alone, without the imports
+        self.say("status", f"loading the teacher {config.model.model_path}")
         started = time.monotonic()
-        prepare_model_libraries()  # torch is imported by now, and resets its loggers' levels when it is
         inputs.engine.load_weights()
 
         def loaded() -> None:
@@ -307,13 +304,10 @@ class _Run:
             provenance=provenance,
             header_capacity=capacity,
             rename_mode=inputs.rename_mode,
-            signals=self.signals,
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(inputs.engine.generate(prompts, progress=bar)) as entries:
                 for entry in entries:
-                    if self.signals is not None:
-                        self.signals.raise_pending()  # a signal swallowed in a __del__ still stops the run here
                     build.writer.add(
                         entry.key,
                         [seq.numpy().tobytes() for seq in entry.sequences],
@@ -339,8 +333,8 @@ class _Run:
             build.writer.finalize(resolved_config=resolved, summary=summary)
             try:
                 mode = build.publish()
-            except (Terminated, KeyboardInterrupt):
-                if build.published_mode is not None:  # the signal came after the rename: it is published
+            except BaseException:
+                if build.published:  # interrupted after the rename: it is published
                     self.result.published.append(target.output_dir)
                     self.current = None
                 raise
@@ -356,47 +350,12 @@ class _Run:
             f"{_seconds(time.monotonic() - started)}, rename: {mode})",
         )
 
-    def interrupted(self, signame: str, just_published: str | None = None) -> str:
-        """What a signal that stops the run means for what is on disk; ``just_published`` is the directory the
-        current build renamed into place just before the signal (not yet in the run's list)."""
-        done = list(self.result.published)
-        if just_published is not None and Path(just_published) not in done:
-            done.append(Path(just_published))
-            if self.target_count <= 1:
-                return published_then_stopped(signame, just_published)
-        current = None if just_published is not None else self.current
-        during = f" while generating {current} (not published)" if current is not None else ""
-        if not done:
-            when = "" if self.started else " before generation started"
-            return f"Terminated by {signame}{when}{during}; nothing was published."
-        shown = ", ".join(str(p) for p in done)
-        return (
-            f"Terminated by {signame}{during}; published: {shown}. Rerun the same command to generate the rest "
-            "(published shards are verified and skipped)."
+    def stopped(self) -> StoppedRun:
+        """Where the run stands, for the line of a stop that interrupts it."""
+        published = tuple(str(path) for path in self.result.published)
+        return StoppedRun(
+            published=published,
+            generating=None if self.current is None else str(self.current),
+            started=self.started,
+            remaining=self.started and len(published) < self.target_count,
         )
-
-
-@contextlib.contextmanager
-def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
-    """The run's one signal owner: from the first check to the last publish, SIGTERM/SIGHUP raise
-    :class:`Terminated` (exit 143) and SIGINT ``KeyboardInterrupt`` (exit 130), each with one line saying what was
-    published and what was not. Every artifact build of the run uses this guard (its critical sections defer
-    signals); the previous handlers come back afterwards."""
-    from gencache.artifact.signals import SignalGuard
-
-    if not active:
-        yield
-        return
-    from gencache.core.interrupts import note_published, raise_pending
-
-    raise_pending()  # a signal swallowed while the modules imported still stops the run before it starts
-    note_published([])
-    guard = SignalGuard(describe=run.interrupted)
-    guard.install()
-    run.signals = guard
-    try:
-        yield
-    finally:
-        run.signals = None
-        note_published(run.result.published)  # a signal after the run still names what it published
-        guard.restore(redeliver=False)

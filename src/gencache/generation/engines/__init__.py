@@ -109,6 +109,10 @@ class Engine(Protocol):
         """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first
         prompts (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
 
+    def import_libraries(self) -> None:
+        """Import what :meth:`load_weights` needs (torch, the model code, vLLM) without loading weights, so that
+        the load can be timed alone."""
+
     def load_weights(self) -> None:
         """Load the teacher's weights (after every model-free check passed)."""
 

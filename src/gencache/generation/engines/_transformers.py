@@ -30,6 +30,9 @@ class TransformersBase:
         """False: :meth:`load_weights` loads the teacher."""
         return False
 
+    def import_libraries(self) -> None:
+        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+
     def load_weights(self) -> None:
         ctx = self.context
         self.model = teacher.load_teacher(
