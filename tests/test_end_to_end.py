@@ -366,7 +366,7 @@ def test_python_m_and_the_seed_script_are_aliases_of_the_cli(tmp_path: Path) -> 
 
     root = Path(__file__).resolve().parent.parent
     scripts = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts == {"gencache": "gencache.cli.app:main"}  # the one entry point, the typer app's
+    assert scripts == {"gencache": "gencache.cli:main"}  # the one entry point: signal handlers, then the typer app
     module = subprocess.run([sys.executable, "-m", "gencache", "--help"], capture_output=True, text=True, check=False)
     assert module.returncode == 0 and "generate" in module.stdout
     missing = tmp_path / "missing.json"
