@@ -15,6 +15,7 @@ import fcntl
 import os
 import shutil
 import sys
+from collections.abc import Collection
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -284,8 +285,9 @@ def _is_complete_artifact(path: str) -> bool:
     return names >= ARTIFACT_FILES
 
 
-def clean(parent: Path | str) -> list[Path]:
+def clean(parent: Path | str, names: Collection[str] | None = None) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
+    With ``names``, only those of these output directory names (a run's own shards).
 
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
     in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
@@ -307,7 +309,10 @@ def clean(parent: Path | str) -> list[Path]:
     failed: list[str] = []
     for name in sorted(names):
         path = os.path.join(parent, name)
-        if name.endswith(LOCK_SUFFIX) and TEMP_RE.match(name[: -len(LOCK_SUFFIX)]):
+        lock_match = TEMP_RE.match(name[: -len(LOCK_SUFFIX)]) if name.endswith(LOCK_SUFFIX) else None
+        if lock_match is not None:
+            if names is not None and lock_match["name"] not in names:
+                continue
             if not os.path.lexists(path[: -len(LOCK_SUFFIX)]):  # a lock left without its directory
                 state, fd = _try_lock(path)
                 if state == "dead":
@@ -317,6 +322,8 @@ def clean(parent: Path | str) -> list[Path]:
             continue
         match = TEMP_RE.match(name)
         if match is None or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if names is not None and match["name"] not in names:
             continue
         lock = path + LOCK_SUFFIX
         state, fd = _try_lock(lock)

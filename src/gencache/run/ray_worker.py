@@ -1,0 +1,174 @@
+"""A teacher worker of a Ray run: a Ray actor that loads the teacher once and publishes shard after shard.
+
+Ray creates it (and creates it again when its process dies); :meth:`ShardWorker.publish` is the one call the
+driver's actor pool makes. On its first call a worker makes the run's checks for the shards not yet published
+(:func:`gencache.run.targets.plan_run` and :func:`gencache.run.checks.preflight`, as ``--shards N`` in one process
+does) and loads the teacher into a :class:`gencache.run.session.TeacherSession`; each call then publishes one shard
+with it. A shard already published and verified (by an earlier attempt that died after its rename, or by a
+rerun's predecessor) is reported done, never generated twice. Every outcome, a failure included, comes back as a
+:class:`ShardOutcome` value: only the death of the worker's process reaches the driver as Ray's error.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gencache.core.errors import GencacheError, OutputExistsError
+
+if TYPE_CHECKING:
+    from gencache.run.overrides import Overrides
+    from gencache.run.session import TeacherSession
+    from gencache.run.sharding import Target
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every worker of a run is created with: the config (an absolute path), the overrides, the shard count,
+    the driver's working directory (the config's relative paths are relative to it) and what ``resolved_config.json``
+    records of the launch."""
+
+    config_path: str
+    overrides: Overrides
+    shards: int
+    working_directory: str
+    launch: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ShardOutcome:
+    """What one :meth:`ShardWorker.publish` call did: ``status`` is ``published``, ``done`` (found published) or
+    ``failed`` (then ``error``, ``error_type`` and ``exit_code`` say why)."""
+
+    index: int
+    status: str
+    worker: str
+    attempt: int
+    output_dir: str
+    seconds: float = 0.0
+    entries: int = 0
+    tokens: int = 0
+    error: str = ""
+    error_type: str = ""
+    exit_code: int = 0
+
+
+class ShardWorker:
+    """The actor (wrapped with ``ray.remote`` by the driver). Creating it is cheap; the first :meth:`publish` call
+    makes the checks and loads the teacher, so that a restarted worker (Ray runs ``__init__`` again) loads it in
+    the call that retries the dead worker's shard."""
+
+    def __init__(self, spec: WorkerSpec, tally: Any) -> None:
+        self.spec = spec
+        self.tally = tally
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.session: TeacherSession | None = None
+        self.targets: dict[int, Target] = {}
+
+    def pid(self) -> int:
+        """This worker's process id (the crash tests kill it)."""
+        return os.getpid()
+
+    def publish(self, index: int) -> ShardOutcome:
+        """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
+        import ray
+
+        attempt: int = ray.get(self.tally.begin.remote(index))
+        started = time.monotonic()
+        output = ""
+        try:
+            target = self._target(index)
+            output = str(target.output_dir)
+            if os.path.lexists(target.output_dir) or index not in self.targets:
+                return self._found(index, attempt, output, started)
+            published = self._publish(target, index, attempt)
+        except OutputExistsError:  # another attempt's rename won the race (the no-replace publish refused ours)
+            return self._found(index, attempt, output, started)
+        except Exception as error:
+            return ShardOutcome(
+                index,
+                "failed",
+                self.name,
+                attempt,
+                output,
+                time.monotonic() - started,
+                error=str(error) or type(error).__name__,
+                error_type=type(error).__name__,
+                exit_code=error.exit_code if isinstance(error, GencacheError) else 1,
+            )
+        return ShardOutcome(
+            index, "published", self.name, attempt, output, published.seconds, published.entries, published.tokens
+        )
+
+    def _found(self, index: int, attempt: int, output: str, started: float) -> ShardOutcome:
+        """The shard is published already: it must verify and be of this run (else a failure, as for a rerun)."""
+        from gencache.run.targets import check_published
+
+        try:
+            check_published(Path(output), self._digest())
+        except GencacheError as error:
+            return ShardOutcome(
+                index,
+                "failed",
+                self.name,
+                attempt,
+                output,
+                time.monotonic() - started,
+                error=str(error),
+                error_type=type(error).__name__,
+                exit_code=error.exit_code,
+            )
+        return ShardOutcome(index, "done", self.name, attempt, output, time.monotonic() - started)
+
+    def _publish(self, target: Target, index: int, attempt: int) -> Any:
+        from gencache.core.progress import StagedProgress
+        from gencache.run.ray_progress import TallyProgress
+
+        assert self.session is not None, "_target made the session"
+        progress = TallyProgress(self.tally, index, attempt)
+        try:
+            return self.session.publish(target, StagedProgress(progress, len(target.keys)))
+        finally:
+            progress.close()
+
+    def _digest(self) -> str:
+        assert self.session is not None, "_target made the session"
+        return self.session.digest
+
+    def _target(self, index: int) -> Target:
+        """Shard ``index``'s target (with its keys when it is still to generate); the first call makes the
+        session."""
+        if self.session is None:
+            self.session = self._open()
+        if index in self.targets:
+            return self.targets[index]
+        from gencache.run.sharding import ShardSpec, Target
+        from gencache.run.targets import output_path_for
+
+        spec = ShardSpec(index, self.spec.shards, origin="--shards")
+        return Target(output_path_for(self.session.config.output_dir, spec), spec)
+
+    def _open(self) -> TeacherSession:
+        """The run's checks for the shards not yet published, and the teacher loaded: as ``--shards N`` in one
+        process, with no launcher's ranks (a worker is not one)."""
+        from gencache.run.checks import preflight
+        from gencache.run.session import TeacherSession
+        from gencache.run.targets import plan_run
+
+        spec = self.spec
+        if os.path.isdir(spec.working_directory):  # the worker's own process: relative paths read as the driver's
+            os.chdir(spec.working_directory)
+        plan = plan_run(spec.config_path, spec.overrides, None, spec.shards, {}, True)
+        found = preflight(plan.config, plan.pending, plan.targets[0].shard, {})
+        inputs = found.run_inputs()
+        self.targets = {t.shard.index: t for t in found.targets if t.shard is not None}
+        session = TeacherSession(plan.config, plan.config_json, plan.digest, spec.overrides, inputs, launch=spec.launch)
+        session.load()
+        return session
+
+
+__all__ = ["ShardOutcome", "ShardWorker", "WorkerSpec"]
