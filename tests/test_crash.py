@@ -175,7 +175,7 @@ def test_sigint_removes_the_temporary_directory(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-def test_sigterm_during_publish_is_deferred_until_the_rename_is_done(tmp_path: Path) -> None:
+def test_sigterm_right_after_the_rename_leaves_the_complete_output(tmp_path: Path) -> None:
     output = tmp_path / "out"
     child = Child(output)
     child.run_to("renamed")

@@ -466,9 +466,9 @@ def test_sigint_after_the_command_finished_exits_with_its_code_and_no_traceback(
     # A worker thread of an engine may still wind down at interpreter exit after the artifact was published.
     code = (
         "import os, signal, threading, time\n"
-        "from gencache.cli.app import _exit_quietly_on_interrupt\n"
+        "from gencache.cli.signals import quiet_exit\n"
         "threading.Thread(target=time.sleep, args=(30,)).start()  # a non-daemon thread joined at exit\n"
-        "_exit_quietly_on_interrupt(0)\n"
+        "quiet_exit(0)\n"
         "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
@@ -481,7 +481,7 @@ def test_a_signal_while_the_interpreter_tears_down_keeps_the_command_s_code(sign
     # while): a signal then must not kill the finished command (a status of -2 or -15).
     code = (
         "import os, signal, time\n"
-        "from gencache.core.interrupts import quiet_exit\n"
+        "from gencache.cli.signals import quiet_exit\n"
         "class Late:\n"
         f"    def __del__(self, kill=os.kill, pid=os.getpid(), signum=signal.{signame}, sleep=time.sleep):\n"
         "        kill(pid, signum)  # a module's object destroyed at teardown\n"

@@ -1,8 +1,9 @@
 """Child process of the storage tests (crash, signal, file-size-limit, race and memory tests).
 
 ``python storage_child.py build OUTPUT ENTRIES LENGTH [--rename-mode M] [--fsize BYTES] [--rollback]``
-    writes ENTRIES entries of about LENGTH tokens through ArtifactBuild and publishes OUTPUT. Exit codes: 0
-    published, 143 SIGTERM, 130 Ctrl-C, otherwise the GencacheError's exit code (its message on stderr). With
+    writes ENTRIES entries of about LENGTH tokens through ArtifactBuild and publishes OUTPUT; the process owns
+    its signals as the command line does (the build installs none). Exit codes: 0 published, 143 SIGTERM, 130
+    Ctrl-C, otherwise the GencacheError's exit code (its message on stderr). With
     ``GENCACHE_TEST_PHASE_FD`` set (see gencache.artifact.writer) it reports phases and waits at each. ``--fsize`` sets
     RLIMIT_FSIZE after the header is reserved; ``--rollback`` catches the first append failure, checks that the
     file is back at its previous size, appends one small entry and publishes (JSON report on stdout).
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from gencache.artifact.header import header_capacity
 from gencache.artifact.writer import ArtifactBuild
-from gencache.core.errors import GencacheError, Terminated, WriteError
+from gencache.cli import signals
+from gencache.core.errors import GencacheError, Stopped, WriteError
 from support.storage_helpers import PROVENANCE, RESOLVED, make_entries
 
 
@@ -30,6 +32,7 @@ def build(args: argparse.Namespace) -> int:
     entries = make_entries(args.entries, length=args.length)
     capacity = header_capacity(len(entries), 1, args.length + 2)
     report: dict[str, object] = {}
+    signals.install()
     try:
         with ArtifactBuild(
             args.output, provenance=PROVENANCE, header_capacity=capacity, rename_mode=args.rename_mode
@@ -56,10 +59,8 @@ def build(args: argparse.Namespace) -> int:
             b.writer.finalize(resolved_config=RESOLVED, summary={})
             report["mode"] = b.publish()
             report["entries"] = len(b.writer)
-    except Terminated:
-        return 143
-    except KeyboardInterrupt:
-        return 130
+    except Stopped as stop:
+        return stop.exit_code
     except GencacheError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

@@ -285,9 +285,9 @@ def _is_complete_artifact(path: str) -> bool:
     return names >= ARTIFACT_FILES
 
 
-def clean(parent: Path | str, names: Collection[str] | None = None) -> list[Path]:
+def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
-    With ``names``, only those of these output directory names (a run's own shards).
+    With ``outputs``, only those of these output directory names (a run's own shards).
 
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
     in; one whose lock is held is kept. A directory without a lock file (written by an older gencache) is removed
@@ -311,7 +311,7 @@ def clean(parent: Path | str, names: Collection[str] | None = None) -> list[Path
         path = os.path.join(parent, name)
         lock_match = TEMP_RE.match(name[: -len(LOCK_SUFFIX)]) if name.endswith(LOCK_SUFFIX) else None
         if lock_match is not None:
-            if names is not None and lock_match["name"] not in names:
+            if outputs is not None and lock_match["name"] not in outputs:
                 continue
             if not os.path.lexists(path[: -len(LOCK_SUFFIX)]):  # a lock left without its directory
                 state, fd = _try_lock(path)
@@ -323,7 +323,7 @@ def clean(parent: Path | str, names: Collection[str] | None = None) -> list[Path
         match = TEMP_RE.match(name)
         if match is None or not os.path.isdir(path) or os.path.islink(path):
             continue
-        if names is not None and match["name"] not in names:
+        if outputs is not None and match["name"] not in outputs:
             continue
         lock = path + LOCK_SUFFIX
         state, fd = _try_lock(lock)

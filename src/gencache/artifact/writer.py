@@ -47,7 +47,6 @@ from gencache.artifact.names import (
 from gencache.artifact.phases import PHASE_HOOK_ACTIVE, report_phase
 from gencache.artifact.publish import RENAME_MODES, check_output_path, hold_lock, publish, release_lock
 from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
-from gencache.artifact.signals import SignalGuard
 from gencache.artifact.summary import build_summary
 from gencache.core.errors import FormatError, HeaderCapacityError, WriteError
 
@@ -349,11 +348,11 @@ class ArtifactBuild:
             build.writer.finalize(resolved_config=resolved, summary=summary)
             mode = build.publish()
 
-    On entry: :func:`check_output_path`, the parent directory is created, SIGTERM/SIGHUP/SIGINT handlers are
-    installed (main thread only; with ``signals``, the run's guard is used and its owner installs it) and
-    ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700) is created beside ``output_dir``. Any exception,
-    Ctrl-C or SIGTERM before :meth:`publish` removes it; leaving the block without publishing removes it too. The
-    previous signal handlers are restored on exit.
+    On entry: :func:`check_output_path`, the parent directory is created and
+    ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700) is created beside ``output_dir``. Any exception, Ctrl-C
+    or SIGTERM (whatever the caller's handlers raise) before :meth:`publish` removes it; leaving the block without
+    publishing removes it too. The build installs no signal handler: the rename is atomic, so the output is either
+    absent or complete, and :attr:`published` says which after an interruption.
     """
 
     def __init__(
@@ -363,7 +362,6 @@ class ArtifactBuild:
         provenance: Mapping[str, Any],
         header_capacity: int,
         rename_mode: str | None = None,
-        signals: SignalGuard | None = None,
     ) -> None:
         if rename_mode not in (None, *RENAME_MODES):
             raise ValueError(f"rename_mode must be one of {RENAME_MODES} or None, got {rename_mode!r}")
@@ -375,9 +373,6 @@ class ArtifactBuild:
         self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
         self._lock: tuple[Path, int] | None = None
-        # The run's guard when one is given (its owner installs and restores it), else the build's own.
-        self._owns_signals = signals is None
-        self._signals = signals if signals is not None else SignalGuard()
 
     @property
     def writer(self) -> CacheWriter:
@@ -391,20 +386,15 @@ class ArtifactBuild:
             self.output_dir.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise write_error(f"Creating {self.output_dir.parent}", error) from error
-        if self._owns_signals:
-            self._signals.install()
-        self._signals.published = None
-        self._signals.raise_pending()  # a signal swallowed earlier (in a __del__) stops the build before it starts
         try:
-            with self._signals.deferred():
-                temp = self.output_dir.parent / temp_name(self.output_dir)
-                self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
-                temp.mkdir(mode=0o700)
-                self.temp_dir = temp
+            temp = self.output_dir.parent / temp_name(self.output_dir)
+            self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
+            temp.mkdir(mode=0o700)
+            self.temp_dir = temp
             report_phase("temp_created")
             self._writer = CacheWriter(self.temp_dir, provenance=self.provenance, header_capacity=self.header_capacity)
         except BaseException as error:
-            self._cleanup(in_flight=True)
+            self._cleanup()
             if isinstance(error, OSError) and not isinstance(error, WriteError):
                 raise write_error(f"Creating a temporary directory beside {self.output_dir}", error) from error
             raise
@@ -418,35 +408,37 @@ class ArtifactBuild:
             raise WriteError("Finalize the writer before publishing; nothing was published.")
         if self.published_mode is not None:
             raise WriteError(f"{self.output_dir} was already published.")
-        self._signals.raise_pending()  # never rename after a signal, even one whose exception was swallowed
-        with self._signals.deferred():
-            mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)
-            self.published_mode = mode
-            self._signals.published = str(self.output_dir)
+        mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)
+        self.published_mode = mode
         return mode
 
-    def _cleanup(self, *, in_flight: bool) -> None:
-        self._signals.depth += 1
+    @property
+    def published(self) -> bool:
+        """Whether the output is in place: :meth:`publish` returned, or an exception (a signal's) interrupted it
+        after the rename. The rename is the only thing that moves the temporary directory away, and the output
+        path did not exist when the build began, so an output present with its temporary directory gone is this
+        build's, complete."""
+        if self.published_mode is not None:
+            return True
+        temp = self.temp_dir
+        return temp is not None and not os.path.lexists(temp) and os.path.lexists(self.output_dir)
+
+    def _cleanup(self) -> None:
         try:
-            if self.published_mode is None:
+            if not self.published:
                 if self._writer is not None:
                     self._writer.abort()
                 if self.temp_dir is not None:
                     shutil.rmtree(self.temp_dir, ignore_errors=True)
+        finally:
             if self._lock is not None:
                 release_lock(*self._lock)
                 self._lock = None
-        finally:
-            self._signals.depth -= 1
-            if self._owns_signals:
-                self._signals.restore(redeliver=not in_flight)
-            elif not in_flight:
-                self._signals.raise_pending()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._cleanup(in_flight=exc is not None)
+        self._cleanup()
 
 
 __all__ = ["ArtifactBuild", "CacheWriter"]

@@ -5,25 +5,21 @@ Heavy modules (torch, transformers, datasets) are imported inside the commands s
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated
 
 import typer
 
+from gencache.cli import signals
 from gencache.cli.audit import audit_command
+from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import RayOptionCommand
-from gencache.core.errors import GencacheError, InputProblems, Interrupted
-from gencache.core.interrupts import Stopped, clear_pending, quiet_exit, raise_pending
-from gencache.core.quiet import printable, quiet_libraries
+from gencache.core.errors import GencacheError, InputProblems, Stopped
+from gencache.core.quiet import printable
 from gencache.core.version import __version__
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 app = typer.Typer(
     name="gencache",
@@ -33,21 +29,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-class _Interrupted(Exception):
-    """Carries a KeyboardInterrupt past typer, which would turn it into a silent exit code 130."""
-
-
-def _interruptible(command: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return command(*args, **kwargs)
-        except KeyboardInterrupt as exc:
-            raise _Interrupted(exc) from exc
-
-    return wrapper
 
 
 def _version(value: bool) -> None:
@@ -142,7 +123,7 @@ _VerboseOption = Annotated[
         "--verbose",
         "-v",
         metavar=FLAG,
-        help="Let library log lines and progress bars (hub, transformers, datasets, vLLM) through.",
+        help="Let other libraries' log lines, warnings and progress bars (hub, datasets, vLLM) through.",
     ),
 ]
 _JsonOption = Annotated[
@@ -187,7 +168,6 @@ _MaxRetriesOption = Annotated[
 
 
 @app.command(cls=RayOptionCommand)
-@_interruptible
 def generate(
     config: _ConfigArgument,
     set_: _SetOption = None,
@@ -248,6 +228,7 @@ def generate(
         echo_json(problems_json(error.exit_code, problems, error))
         raise typer.Exit(error.exit_code) from None
     if isinstance(result, Path):
+        signals.note_published([result])  # a stop from here on says it is published
         typer.echo(str(result))
         return
     dry_run_output(result, notices.console(), raw=raw, as_json=json_)
@@ -273,7 +254,6 @@ def inspect(
 
 
 @app.command()
-@_interruptible
 def verify(
     dirs: Annotated[
         list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
@@ -292,7 +272,6 @@ def verify(
 
 
 @app.command()
-@_interruptible
 def export(
     directory: Annotated[
         Path, typer.Argument(metavar="DIR", help="A published artifact directory (or an unsuffixed sharded output).")
@@ -369,7 +348,6 @@ def clean(
 
 
 @app.command()
-@_interruptible
 def demo(
     workdir: Annotated[
         Path, typer.Option("--workdir", help="Where to build the tiny teacher and the artifact.")
@@ -383,7 +361,6 @@ def demo(
 
 
 @app.command()
-@_interruptible
 def init(
     directory: Annotated[
         Path, typer.Argument(metavar="DIR", help="Where to write config.json and data/ (created if needed).")
@@ -406,7 +383,7 @@ def init(
     typer.echo(f"next: gencache generate {starter.config} --dry-run   (then without --dry-run)")
 
 
-app.command(name="audit")(_interruptible(audit_command))
+app.command(name="audit")(audit_command)
 
 
 def _flowed(text: str) -> str:
@@ -422,11 +399,13 @@ for _info in app.registered_commands:  # every command's help, in the command li
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM."""
-    try:
+    """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM.
+
+    The command owns the signals while it runs (:func:`gencache.cli.signals.owned`; in the main thread): SIGINT,
+    SIGTERM and SIGHUP end it with one line saying what was published, and the handlers the caller had come back
+    afterwards, with a stop the command swallowed forgotten."""
+    with signals.owned():
         return _run(argv)
-    finally:
-        clear_pending()  # a stop this command raised or swallowed must not stop a later command of the process
 
 
 def _run(argv: list[str] | None) -> int:
@@ -436,8 +415,13 @@ def _run(argv: list[str] | None) -> int:
         from click import ClickException as CommandLineError  # type: ignore[assignment]
 
     try:
+        signals.raise_pending()  # a stop swallowed before the command (a library's bare except) ends it at once
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
-        raise_pending()  # a stop a library swallowed on the way still ends the command with its line and code
+        signals.raise_pending()  # a stop a library swallowed on the way still ends the command with its line and code
+    except Stopped as stop:  # SIGINT (130), SIGTERM or SIGHUP (143), at any moment of the command
+        signals.reported()
+        typer.echo(printable(stop.message), err=True)
+        return stop.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
@@ -460,13 +444,6 @@ def _run(argv: list[str] | None) -> int:
         _debug_traceback()
         typer.echo(printable(f"error: {exc}"), err=True)
         return exc.exit_code
-    except _Interrupted as wrapped:  # SIGINT, or SIGTERM/SIGHUP as gencache.core.errors.Terminated
-        interrupt = wrapped.args[0]
-        typer.echo(printable(str(interrupt) or str(Interrupted())), err=True)
-        return int(getattr(interrupt, "exit_code", Interrupted.exit_code))
-    except Stopped as stop:  # a signal outside a run (gencache.core.interrupts), an import included
-        typer.echo(printable(stop.message), err=True)
-        return stop.exit_code
     except OSError as exc:  # a file-system failure gencache did not anticipate: still one line
         _debug_traceback()
         typer.echo(f"error: {exc}", err=True)
@@ -485,20 +462,17 @@ def _debug_traceback() -> None:
         traceback.print_exc()
 
 
-_exit_quietly_on_interrupt = quiet_exit  # the name the tests (and older callers) use
-
-
 def main() -> None:
-    """Console-script entry point: the command, with SIGINT/SIGTERM/SIGHUP at any moment one line and 130/143."""
-    from gencache.core import interrupts
-
-    interrupts.install()  # again: the console script's entry installs them before it imports this module
+    """Console-script entry point: the process is the command line's. SIGINT, SIGTERM and SIGHUP raise a stop
+    (:mod:`gencache.cli.signals`; ``python -m gencache`` installs the handlers before this module imports) that
+    ends the command with one line and 130/143; after the command, a signal exits with the command's code."""
+    signals.install()
     code = 1
     try:
-        code = run()
-        _exit_quietly_on_interrupt(code)
-    except interrupts.Stopped as stop:  # between the command's end and the quiet exit
-        interrupts.exit_now(stop)
+        code = _run(None)
+        signals.quiet_exit(code)
+    except Stopped as stop:  # between the command's end and the quiet exit
+        signals.exit_now(stop)
     sys.exit(code)
 
 

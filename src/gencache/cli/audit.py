@@ -80,10 +80,11 @@ def audit_command(
     """Regenerate stored answers one prompt at a time and compare them token for token with the cache (exit 0 when
     every audited key is equal, 1 when any differs, 2 for bad input). Nothing is written into the artifact."""
     from gencache.artifact.report import classify_path
+    from gencache.cli.quiet import quiet_libraries
     from gencache.cli.render import render_audit
     from gencache.config.names import ALL_ENGINES, DTYPES
     from gencache.core.progress import is_terminal, make_console, make_progress
-    from gencache.core.quiet import printable, quiet_libraries
+    from gencache.core.quiet import printable
     from gencache.run.audit import audit
 
     not_artifact = classify_path(artifact)

@@ -64,9 +64,10 @@ def _debug_traceback() -> None:
 
 def main() -> None:
     """The ``gencache`` console script: a simple ``inspect``/``verify`` here, everything else in gencache.cli.app."""
-    from gencache.core import interrupts
+    from gencache.cli import signals
+    from gencache.core.errors import Stopped
 
-    interrupts.install()  # from here on a signal is one line and 130/143, while the modules import too
+    signals.install()  # from here on a signal is one line and 130/143, while the modules import too
     try:
         simple = simple_command(sys.argv[1:])
         if simple is None:
@@ -75,12 +76,7 @@ def main() -> None:
             full_main()
             return
         code = _run_simple(*simple)
-        interrupts.raise_pending()  # a stop a library swallowed on the way still ends it with its line and code
-    except KeyboardInterrupt:
-        from gencache.core.errors import Interrupted
-
-        print(Interrupted(), file=sys.stderr)
-        code = Interrupted.exit_code
-    except interrupts.Stopped as stop:
-        interrupts.exit_now(stop)
+        signals.raise_pending()  # a stop a library swallowed on the way still ends it with its line and code
+    except Stopped as stop:
+        signals.exit_now(stop)
     sys.exit(code)

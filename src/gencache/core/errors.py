@@ -159,6 +159,66 @@ class MissingEntriesError(GencacheError, KeyError):
     """Some required keys are not in the cache (coverage check)."""
 
 
+# -- a stop (not an error) --------------------------------------------------------------------------------
+#: The shell's exit status of a process ended by the signal: 128 + its number.
+STOP_CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
+
+
+@dataclass(frozen=True)
+class StoppedRun:
+    """Where a generation run stood when a stop reached it: the directories it had published (renamed into place,
+    complete), the one it was generating (``None`` between artifacts), whether its teacher had started
+    generating, and whether targets were left to generate."""
+
+    published: tuple[str, ...] = ()
+    generating: str | None = None
+    started: bool = True
+    remaining: bool = False
+
+
+class Stopped(BaseException):
+    """A signal asked the process to stop (raised by the command line's handlers, :mod:`gencache.cli.signals`).
+
+    A ``BaseException``, not an ``Exception``: a library's ``except Exception`` does not swallow it, and every
+    ``finally`` on the way cleans up (a build's temporary directory goes, nothing half-written is published). A
+    run it passes through sets :attr:`run` to what it had published; :attr:`message` is the one line the command
+    prints and :attr:`exit_code` its status (130 for SIGINT, 143 for SIGTERM and SIGHUP).
+    """
+
+    def __init__(self, signame: str, run: StoppedRun | None = None) -> None:
+        super().__init__(signame)
+        self.signame = signame
+        self.exit_code = STOP_CODES.get(signame, 143)
+        self.run = run
+
+    @property
+    def message(self) -> str:
+        return stop_message(self.signame, self.run)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def stop_message(signame: str, run: StoppedRun | None) -> str:
+    """The one line of a stop: what was published, what was not, and what to do next."""
+    stopped = f"Terminated by {signame}"
+    if run is None:
+        return f"{stopped}; nothing was published."
+    during = f" while generating {run.generating} (not published)" if run.generating is not None else ""
+    if not run.published:
+        before = "" if run.started else " before generation started"
+        return f"{stopped}{before}{during}; nothing was published."
+    shown = ", ".join(run.published)
+    if run.remaining or run.generating is not None:
+        return (
+            f"{stopped}{during}; published: {shown}. Rerun the same command to generate the rest (published shards "
+            "are verified and skipped)."
+        )
+    if len(run.published) == 1:
+        return f"{stopped} after {shown} was published; the artifact is complete (gencache verify checks it)."
+    return f"{stopped} after {shown} were published; they are complete (gencache verify checks them)."
+
+
 __all__ = [
     "CompatibilityError",
     "ConfigError",
@@ -170,7 +230,6 @@ __all__ = [
     "InputPathError",
     "InputProblems",
     "IntegrityError",
-    "Interrupted",
     "MissingEntriesError",
     "MissingEntryError",
     "OutputExistsError",
@@ -178,37 +237,11 @@ __all__ = [
     "PromptError",
     "ShardError",
     "SourceChangedError",
-    "Terminated",
+    "Stopped",
+    "StoppedRun",
     "WriteError",
     "first_line",
     "raise_problems",
     "reworded",
+    "stop_message",
 ]
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT (Ctrl-C) arrived during an artifact build: the ``KeyboardInterrupt`` it raises, with the line
-    saying what was published. ``exit_code`` follows the shell convention 128 + SIGINT.
-
-    A subclass rather than ``KeyboardInterrupt`` itself: CPython 3.11 remembers a bare ``KeyboardInterrupt``
-    that leaves code run by ``exec`` of a string (as ``dataclasses`` does while a module imports) and, even when
-    the command catches it later, ends the process by SIGINT at exit instead of with its exit code.
-    """
-
-    exit_code: int = 130
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "Interrupted; nothing was published."
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (or SIGHUP) arrived during an artifact build; raised like Ctrl-C so cleanup runs.
-
-    Deliberately not a :class:`GencacheError` (nor an ``Exception``): a broad ``except Exception`` inside model
-    code must not swallow a termination request. ``exit_code`` follows the shell convention 128 + SIGTERM.
-    """
-
-    exit_code: int = 143
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "terminated by a signal; nothing was published"

@@ -1,4 +1,4 @@
-"""Loading the tokenizer and the teacher for the transformers engines, seeding, and the runtime facts recorded in
+"""Loading the tokenizer and the teacher for the transformers engines, and the runtime facts recorded in
 ``resolved_config.json``.
 
 torch and transformers are imported inside the functions, so importing this module stays cheap.
@@ -6,8 +6,10 @@ torch and transformers are imported inside the functions, so importing this modu
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import platform
-import random
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.fields import checked_dtype
@@ -18,7 +20,7 @@ from gencache.core.tokenizer import prepare_tokenizer
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "runtime_info", "seed_everything", "torch_dtype"]
+__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "no_loading_bar", "runtime_info", "torch_dtype"]
 
 
 def hf() -> Any:
@@ -48,6 +50,27 @@ def torch_dtype(dtype: str) -> torch.dtype:
 
     result: torch.dtype = getattr(torch, checked_dtype(dtype))
     return result
+
+
+@contextlib.contextmanager
+def no_loading_bar() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar for every model it loads and has no switch per call: the bar is
+    off for this block and transformers' (and huggingface_hub's) switch as it was afterwards, so a library call
+    draws nothing and leaves the process's bars alone. The switch is process-wide: a model another thread loads
+    at the same moment draws no bar either."""
+    bars = hf().utils.logging
+    if not bars.is_progress_bar_enabled():
+        yield
+        return
+    hub: Any = importlib.import_module("huggingface_hub.utils")
+    hub_disabled = bool(hub.are_progress_bars_disabled())
+    bars.disable_progress_bar()
+    try:
+        yield
+    finally:
+        bars.enable_progress_bar()  # huggingface_hub's bars too
+        if hub_disabled:
+            hub.disable_progress_bars()
 
 
 def load_teacher(
@@ -84,7 +107,8 @@ def load_teacher(
         if has_accelerate:
             kwargs["device_map"] = target
     try:
-        model: Any = hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        with no_loading_bar():
+            model: Any = hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
         if target is not None and "device_map" not in kwargs:
             model = model.to(target)
     except torch.OutOfMemoryError as exc:
@@ -109,14 +133,6 @@ def model_device(model: Any) -> torch.device:
         return device
     first: torch.device = next(model.parameters()).device
     return first
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's ``random`` and torch (which seeds every CUDA device too)."""
-    import torch
-
-    random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def runtime_info(model: Any) -> dict[str, Any]:

@@ -122,11 +122,9 @@ def _device_step(run: Runner, result: Preflight, shard: ShardSpec | None, env: M
 
 def teacher_checks(result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
     """Phase 2 (see the module docstring): the device, the tokenizer, the teacher and the tokenized samples."""
-    from gencache.core.quiet import prepare_model_libraries
     from gencache.run.check_steps import model_steps
     from gencache.run.data_checks import sample_steps
 
-    prepare_model_libraries()
     run = Runner(result)
     _device_step(run, result, shard, env)
     model_steps(run, result)

@@ -9,26 +9,23 @@ and progress to the caller's ``progress`` factory; the CLI renders the results.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.phases import report_phase
-from gencache.artifact.signals import published_then_stopped
-from gencache.core.errors import GenerationError, Terminated
+from gencache.core.errors import Stopped, StoppedRun
 from gencache.core.hub import offline_scope
-from gencache.core.tokenizer import tokenizer_state
 from gencache.run.overrides import Overrides
-from gencache.run.record import RunPlan, absolute_path, resolved_config
+from gencache.run.record import absolute_path
+from gencache.run.session import TeacherSession
 from gencache.run.sharding import Target
 from gencache.run.targets import plan_run
 
 if TYPE_CHECKING:
-    from gencache.artifact.signals import SignalGuard
     from gencache.config import CacheConfig
     from gencache.core.progress import Progress, StagedProgress
     from gencache.data.samples import Sample, SampleSet
@@ -98,25 +95,21 @@ def generate_run(
     verifies and belongs to this run is skipped. ``dry_run`` returns the checks' findings without loading weights;
     ``show_prompt`` picks the sample (zero-based, in run order) whose rendered prompt the dry run returns. Every
     problem found before the weights load is raised at once (:class:`gencache.core.errors.InputProblems` for several).
-    Nothing is printed: messages and Python warnings go to ``notify``, and third-party log lines and bars are
-    silenced (:func:`gencache.core.quiet.quiet_libraries`).
+    Nothing is printed: messages go to ``notify``, gencache's warnings are Python warnings. The call leaves the
+    process as it found it (signal handlers, environment, global random generators, logging, other modules).
     """
-    from gencache.core.quiet import quiet_libraries
-
-    say = notify or _quiet
-    with quiet_libraries(warn=lambda text: say("warning", text)):
-        return _generate_run(
-            config_path,
-            shard=shard,
-            shards=shards,
-            skip=skip_published or shards is not None,
-            dry_run=dry_run,
-            overrides=overrides or Overrides(),
-            show_prompt=show_prompt,
-            env=env,
-            say=say,
-            progress=progress,
-        )
+    return _generate_run(
+        config_path,
+        shard=shard,
+        shards=shards,
+        skip=skip_published or shards is not None,
+        dry_run=dry_run,
+        overrides=overrides or Overrides(),
+        show_prompt=show_prompt,
+        env=env,
+        say=notify or _quiet,
+        progress=progress,
+    )
 
 
 def _generate_run(
@@ -140,7 +133,7 @@ def _generate_run(
     base = absolute_path(plan.config.output_dir)
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
     run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
-    with _run_signals(run, active=not dry_run):
+    try:
         found = preflight(plan.config, pending, single, env)
         pending = found.targets  # with their keys, once the samples are built
         if dry_run:
@@ -163,7 +156,10 @@ def _generate_run(
                 "template or rendering option); the first occurrence's prompt is generated for all.",
             )
         run.execute(inputs, pending)
-    report_phase("run_finished")  # test hook: a signal from here on comes after the run's own handlers
+        report_phase("run_finished")  # test hook: a signal from here on comes once the run has done its work
+    except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
+        stop.run = run.stopped()
+        raise
     return result
 
 
@@ -220,19 +216,16 @@ class _Run:
         result: RunResult,
     ) -> None:
         self.config, self.config_json, self.digest = config, config_json, digest
-        self.inputs: RunInputs | None = None
+        self.session: TeacherSession | None = None
         self.overrides, self.say, self.progress, self.result = overrides, say, progress, result
         self.current: Path | None = None
         self.target_count = 0
         self.started = False
-        self.signals: SignalGuard | None = None  # the run's signal owner while it runs (see _run_signals)
 
     def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
         from gencache.core.progress import StagedProgress
-        from gencache.core.quiet import prepare_model_libraries
-        from gencache.generation.teacher import seed_everything
 
-        self.inputs, config = inputs, self.config
+        config = self.config
         total = sum(len(t.keys) for t in pending)
         self.target_count = len(pending)
         self.say(
@@ -243,15 +236,14 @@ class _Run:
             f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
             f"device {inputs.device}",
         )
-        seed_everything(config.seed)
         started = time.monotonic()
-        prepare_model_libraries()  # torch is imported by now, and resets its loggers' levels when it is
-        inputs.engine.load_weights()
+        self.session = TeacherSession(config, self.config_json, self.digest, self.overrides, inputs)
+        self.session.load()
 
         def loaded() -> None:
             self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
 
-        deferred = getattr(inputs.engine, "llm", True) is None  # vLLM on a CPU builds its model with the prompts
+        deferred = self.session.loads_with_first_prompts  # vLLM on a CPU builds its model with the prompts
         if deferred:
             self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
         else:
@@ -276,127 +268,32 @@ class _Run:
         self.result.seconds = time.monotonic() - started
 
     def _one(self, target: Target, bar: _LoadedOnStart, *, last: bool) -> None:
-        from gencache.artifact.manifest import make_provenance
-        from gencache.artifact.writer import ArtifactBuild
-
-        inputs, config = self.inputs, self.config
-        assert inputs is not None, "execute sets the run's inputs before each target"
-        samples = inputs.samples
-        prompts = []
-        for key in target.keys:
-            ids = samples.by_key(key).input_ids
-            if ids is None:  # build_samples tokenizes whenever a tokenizer is given
-                raise GenerationError(f"Sample {key} has no prompt token ids.")
-            prompts.append((key, ids))
-        plan = RunPlan(config, self.config_json, target.shard, target.output_dir, samples, target.keys, self.digest)
-        provenance = make_provenance(
-            model_path=config.model.model_path,
-            tokenizer_path=config.model.effective_tokenizer_path,
-            dtype=config.model.dtype,
-            tokenizer=tokenizer_state(inputs.tokenizer),
-        )
-        started = time.monotonic()
-        tokens = 0
+        assert self.session is not None, "execute makes the session before each target"
         self.current = target.output_dir
-        capacity = inputs.capacity[target.output_dir]
-        with ArtifactBuild(
-            target.output_dir,
-            provenance=provenance,
-            header_capacity=capacity,
-            rename_mode=inputs.rename_mode,
-            signals=self.signals,
-        ) as build:
-            # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
-            with contextlib.closing(inputs.engine.generate(prompts, progress=bar)) as entries:
-                for entry in entries:
-                    if self.signals is not None:
-                        self.signals.raise_pending()  # a signal swallowed in a __del__ still stops the run here
-                    build.writer.add(
-                        entry.key,
-                        [seq.numpy().tobytes() for seq in entry.sequences],
-                        entry.texts,
-                        entry.finish_reasons,
-                    )
-                    tokens += entry.num_tokens
-            resolved = resolved_config(
-                plan,
-                generation=inputs.generation,
-                tokenizer=inputs.tokenizer,
-                engine=inputs.engine,
-                rename_mode=inputs.rename_mode,
-                overrides=self.overrides,
-            )
-            summary = {
-                "duplicates": samples.duplicates,
-                "data_configs": [
-                    {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
-                ],
-                "shard": None if target.shard is None else target.shard.shard_record(self.digest),
-            }
-            build.writer.finalize(resolved_config=resolved, summary=summary)
-            try:
-                mode = build.publish()
-            except (Terminated, KeyboardInterrupt):
-                if build.published_mode is not None:  # the signal came after the rename: it is published
-                    self.result.published.append(target.output_dir)
-                    self.current = None
-                raise
-        self.current = None
-        self.result.published.append(target.output_dir)
-        self.result.entries += len(prompts)
-        self.result.tokens += tokens
+        done = self.session.publish(target, bar, on_published=self._published)
+        self.result.entries += done.entries
+        self.result.tokens += done.tokens
         if last:  # the bar's final line comes before the last word
             bar.close()
         self.say(
             "info",
-            f"published {target.output_dir} ({len(prompts)} entries, {tokens} tokens, "
-            f"{_seconds(time.monotonic() - started)}, rename: {mode})",
+            f"published {target.output_dir} ({done.entries} entries, {done.tokens} tokens, "
+            f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
         )
 
-    def interrupted(self, signame: str, just_published: str | None = None) -> str:
-        """What a signal that stops the run means for what is on disk; ``just_published`` is the directory the
-        current build renamed into place just before the signal (not yet in the run's list)."""
-        done = list(self.result.published)
-        if just_published is not None and Path(just_published) not in done:
-            done.append(Path(just_published))
-            if self.target_count <= 1:
-                return published_then_stopped(signame, just_published)
-        current = None if just_published is not None else self.current
-        during = f" while generating {current} (not published)" if current is not None else ""
-        if not done:
-            when = "" if self.started else " before generation started"
-            return f"Terminated by {signame}{when}{during}; nothing was published."
-        shown = ", ".join(str(p) for p in done)
-        return (
-            f"Terminated by {signame}{during}; published: {shown}. Rerun the same command to generate the rest "
-            "(published shards are verified and skipped)."
+    def _published(self, path: Path) -> None:
+        self.result.published.append(path)
+        self.current = None
+
+    def stopped(self) -> StoppedRun:
+        """Where the run stands, for the line of a stop that interrupts it."""
+        published = tuple(str(path) for path in self.result.published)
+        return StoppedRun(
+            published=published,
+            generating=None if self.current is None else str(self.current),
+            started=self.started,
+            remaining=self.started and len(published) < self.target_count,
         )
-
-
-@contextlib.contextmanager
-def _run_signals(run: _Run, *, active: bool = True) -> Iterator[None]:
-    """The run's one signal owner: from the first check to the last publish, SIGTERM/SIGHUP raise
-    :class:`Terminated` (exit 143) and SIGINT ``KeyboardInterrupt`` (exit 130), each with one line saying what was
-    published and what was not. Every artifact build of the run uses this guard (its critical sections defer
-    signals); the previous handlers come back afterwards."""
-    from gencache.artifact.signals import SignalGuard
-
-    if not active:
-        yield
-        return
-    from gencache.core.interrupts import note_published, raise_pending
-
-    raise_pending()  # a signal swallowed while the modules imported still stops the run before it starts
-    note_published([])
-    guard = SignalGuard(describe=run.interrupted)
-    guard.install()
-    run.signals = guard
-    try:
-        yield
-    finally:
-        run.signals = None
-        note_published(run.result.published)  # a signal after the run still names what it published
-        guard.restore(redeliver=False)
 
 
 __all__ = ["DryRun", "Notify", "ProgressFactory", "RunResult", "generate_run"]

@@ -391,7 +391,7 @@ def _clean(plan: Plan) -> list[Path]:
     parent = plan.targets[0].output_dir.parent
     if not parent.is_dir():
         return []
-    return clean(parent, names={t.output_dir.name for t in plan.targets})
+    return clean(parent, outputs={t.output_dir.name for t in plan.targets})
 
 
 __all__ = ["DEFAULT_MAX_RETRIES", "RayRun", "ShardFailedError", "ShardRecord", "generate_on_ray"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,6 @@ from gencache.run.record import RunPlan, resolved_config
 from gencache.run.sharding import Target
 
 if TYPE_CHECKING:
-    from gencache.artifact.signals import SignalGuard
     from gencache.config import CacheConfig
     from gencache.core.progress import Progress
     from gencache.run.findings import RunInputs
@@ -67,13 +66,8 @@ class TeacherSession:
 
     def load(self) -> None:
         """Load the teacher's weights (once; later calls do nothing)."""
-        from gencache.core.quiet import prepare_model_libraries
-        from gencache.generation.teacher import seed_everything
-
         if self.loaded:
             return
-        seed_everything(self.config.seed)
-        prepare_model_libraries()  # torch is imported by now, and resets its loggers' levels when it is
         self.inputs.engine.load_weights()
         self.loaded = True
 
@@ -88,9 +82,12 @@ class TeacherSession:
             prompts.append((key, ids))
         return prompts
 
-    def publish(self, target: Target, progress: Progress, *, signals: SignalGuard | None = None) -> Published:
+    def publish(
+        self, target: Target, progress: Progress, *, on_published: Callable[[Path], None] | None = None
+    ) -> Published:
         """Generate ``target``'s keys, write and publish its artifact; ``progress`` gets the engine's ``start``
-        and ``advance`` calls. ``signals`` is the run's guard, which the build's critical sections defer to."""
+        and ``advance`` calls. ``on_published(path)`` is called once the rename happened, also when an exception
+        (a stop) interrupts the publish after it: the caller then knows the artifact is complete."""
         from gencache.artifact.writer import ArtifactBuild
 
         self.load()
@@ -103,13 +100,10 @@ class TeacherSession:
             provenance=self._provenance(),
             header_capacity=inputs.capacity[target.output_dir],
             rename_mode=inputs.rename_mode,
-            signals=signals,
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(inputs.engine.generate(prompts, progress=progress)) as entries:
                 for entry in entries:
-                    if signals is not None:
-                        signals.raise_pending()  # a signal swallowed in a __del__ still stops the run here
                     build.writer.add(
                         entry.key,
                         [seq.numpy().tobytes() for seq in entry.sequences],
@@ -118,7 +112,14 @@ class TeacherSession:
                     )
                     tokens += entry.num_tokens
             build.writer.finalize(resolved_config=self._resolved(target), summary=self._summary(target))
-            mode = build.publish()
+            try:
+                mode = build.publish()
+            except BaseException:
+                if build.published and on_published is not None:  # interrupted after the rename: it is published
+                    on_published(target.output_dir)
+                raise
+        if on_published is not None:
+            on_published(target.output_dir)
         return Published(target.output_dir, len(prompts), tokens, time.monotonic() - started, mode)
 
     def _provenance(self) -> dict[str, Any]:

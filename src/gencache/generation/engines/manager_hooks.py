@@ -74,7 +74,7 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
     """Wrap the creation of this manager's batch processor (it happens in the manager's thread): count every prefix
     match of its paged cache (tokens a request took from blocks an earlier request completed) in
     ``shared.cached_tokens`` and, when ``streams`` is given (sampling), replace its sampling step by
-    :class:`RequestSampler`."""
+    :class:`RequestSampler`. torch's global generator, which building the processor seeds, is restored after it."""
     create = getattr(manager, "_create_batch_processor", None)
     if not callable(create):
         if streams is not None:
@@ -84,7 +84,14 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
     shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
 
     def create_hooked() -> Any:
-        processor = create()
+        import torch
+
+        # transformers seeds torch's global generator (torch.manual_seed) when it builds the processor; the draws
+        # gencache keeps come from the sequences' own streams, so the generator is handed back as it was
+        initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+        cuda = list(range(torch.cuda.device_count())) if initialized else []
+        with torch.random.fork_rng(devices=cuda):
+            processor = create()
         cache = processor.cache
         if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
             search = cache.search_prefix_match

@@ -121,13 +121,17 @@ def _generate_batch(
 ) -> torch.Tensor:
     """One ``model.generate`` call with ``config`` as the model's generation config too, so transformers cannot
     re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher; a
-    ``sampler`` draws every sampled token."""
+    ``sampler`` draws every sampled token. transformers still makes its own draw from torch's global generator
+    (the sampler's one-hot scores make it return the sampler's token): the generator is restored after the call,
+    so sampling leaves it as it found it."""
     import torch
 
     previous = model.generation_config
     model.generation_config = config
+    device = input_ids.device
+    cuda = [device] if device.type == "cuda" else []
     try:
-        with torch.inference_mode(), _last_processor(model, sampler):
+        with torch.inference_mode(), _last_processor(model, sampler), torch.random.fork_rng(devices=cuda):
             output = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,

@@ -25,8 +25,11 @@ they equal ``tokenizer.decode(tokens, skip_special_tokens=False)`` as in every e
 On a CPU (``model.device`` "cpu", with vLLM's CPU build) vLLM runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no worker process, the fastest start), with the AMX permission its bfloat16
 kernels need, and the ``LLM`` is built at the first ``generate`` with a KV cache sized from that workload
-(:func:`~gencache.generation.engines.vllm_platform.size_cpu_kv_cache`). In-process vLLM sets a few process-wide
-things: torch's global seed (to ``seed``), its thread binding and some environment variables.
+(:func:`~gencache.generation.engines.vllm_platform.size_cpu_kv_cache`). The environment variables vLLM reads
+(``VLLM_ENABLE_V1_MULTIPROCESSING``, ``VLLM_BATCH_INVARIANT``) are set only while vLLM imports and builds its
+engine, and Python's, numpy's and torch's global generators, which vLLM seeds when it builds its engine, are put back
+afterwards (:func:`vllm_settings`; every request draws from its own seed). What in-process vLLM changes for as
+long as it runs (the AMX permission, torch's thread binding) stays.
 
 vLLM is imported only when the engine loads (importing it takes half a minute). Without it installed, creating
 the engine is one :class:`~gencache.core.errors.ConfigError` line saying how to install it.
@@ -39,7 +42,7 @@ import gc
 import importlib.metadata
 import os
 import platform
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import VllmOptions
@@ -178,6 +181,34 @@ def _cpu_name() -> str | None:
     return platform.processor() or None
 
 
+@contextlib.contextmanager
+def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` in the environment while vLLM imports or builds its engine (it reads them then), and afterwards the
+    environment and Python's, numpy's and torch's global generators as they were: vLLM seeds them with its
+    ``seed`` when it builds the engine, and gencache's requests each carry their own seed."""
+    import random
+
+    import numpy
+    import torch
+
+    saved_env = {name: os.environ.get(name) for name in env}
+    saved_random, saved_numpy = random.getstate(), numpy.random.get_state()
+    initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+    cuda = list(range(torch.cuda.device_count())) if initialized else []
+    os.environ.update(env)
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            yield
+    finally:
+        random.setstate(saved_random)
+        numpy.random.set_state(saved_numpy)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class VllmEngine:
     """The ``vllm`` engine (see the module docstring)."""
 
@@ -241,11 +272,9 @@ class VllmEngine:
         """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
         CPU the ``LLM`` is built by the first :meth:`generate`, with a KV cache sized from its prompts."""
         if self.on_cpu:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one process: no worker to outlive a killed run
             self.amx = allow_amx()  # before any vLLM kernel runs in this process (bfloat16 needs it)
-        if self.options.batch_invariant:
-            os.environ[BATCH_INVARIANT_ENV] = "1"  # vLLM reads it when imported (the constructor checked it can)
-        import vllm.platforms
+        with vllm_settings(self.environment()):
+            import vllm.platforms
 
         self.platform = str(vllm.platforms.current_platform.device_type)
         if self.on_cpu != (self.platform == "cpu"):
@@ -263,6 +292,15 @@ class VllmEngine:
             if self.options.kv_cache_memory_gib is not None:
                 kwargs["kv_cache_memory_bytes"] = int(self.options.kv_cache_memory_gib * GIB)
             self._build(kwargs)
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables vLLM reads when it imports and builds its engine."""
+        env: dict[str, str] = {}
+        if self.on_cpu:
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one process: no worker to outlive a killed run
+        if self.options.batch_invariant:
+            env[BATCH_INVARIANT_ENV] = "1"  # read when vLLM imports (the constructor checked it can)
+        return env
 
     def _build(self, extra: dict[str, Any]) -> None:
         import vllm
@@ -284,7 +322,8 @@ class VllmEngine:
             kwargs["revision"] = ctx.revision
             kwargs["tokenizer_revision"] = ctx.revision
         try:
-            self.llm = vllm.LLM(**kwargs)
+            with vllm_settings(self.environment()):
+                self.llm = vllm.LLM(**kwargs)
         except Exception as exc:
             raise GenerationError(f"vLLM cannot load the teacher {ctx.model_path!r}: {first_line(exc)}") from exc
 
