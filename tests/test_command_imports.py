@@ -16,7 +16,7 @@ from gencache.cli.entry import _run_simple, simple_command
 from support.storage_helpers import make_entries, writable_copy, write_artifact, write_shard
 from support.terminal_env import FORCED_COLOUR_ENV, without_terminal
 
-HEAVY = ("torch", "transformers", "datasets")
+HEAVY = ("torch", "transformers", "datasets", "ray")
 COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit")
 
 
@@ -152,3 +152,12 @@ def test_the_short_path_prints_and_exits_as_the_full_command_line(
             simple = simple_command(full)
             assert simple is not None
             assert (_run_simple(*simple), capsys.readouterr()) == (code, expected), full
+
+
+def test_generate_without_ray_never_imports_ray(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    from support.config_factory import write_config
+
+    config = write_config(tmp_path, tiny_teacher_dir)
+    run_it = f"from gencache.cli.app import run\ncode = run(['generate', {str(config)!r}])\nassert code == 0, code"
+    loaded, _ = loaded_by(run_it, ("ray",))
+    assert loaded == [] and (tmp_path / "out").is_dir()
