@@ -52,7 +52,9 @@ class ShardFailedError(GencacheError):
 @dataclass(frozen=True)
 class ShardRecord:
     """One shard of a Ray run: ``published`` here, ``done`` (found published by a dead attempt) or ``skipped``
-    (published before this run), the worker, wall seconds, attempts, entries and tokens."""
+    (published before this run), the worker, wall seconds (of which ``load_seconds`` were the worker's checks and
+    teacher load, on its first shard), attempts, entries, tokens, and the wall-clock times of its last attempt
+    (seconds since the epoch)."""
 
     index: int
     output_dir: Path
@@ -62,6 +64,9 @@ class ShardRecord:
     attempts: int = 0
     entries: int = 0
     tokens: int = 0
+    load_seconds: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,6 +78,9 @@ class ShardRecord:
             "attempts": self.attempts,
             "entries": self.entries,
             "tokens": self.tokens,
+            "load_seconds": round(self.load_seconds, 3),
+            "started_at": round(self.started_at, 3),
+            "finished_at": round(self.finished_at, 3),
         }
 
 
@@ -346,6 +354,9 @@ class _Driver:
                 outcome.attempt,
                 outcome.entries,
                 outcome.tokens,
+                outcome.load_seconds,
+                outcome.started_at,
+                outcome.finished_at,
             )
         )
         self.say(

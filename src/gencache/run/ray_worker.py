@@ -42,7 +42,9 @@ class WorkerSpec:
 @dataclass(frozen=True)
 class ShardOutcome:
     """What one :meth:`ShardWorker.publish` call did: ``status`` is ``published``, ``done`` (found published) or
-    ``failed`` (then ``error``, ``error_type`` and ``exit_code`` say why)."""
+    ``failed`` (then ``error``, ``error_type`` and ``exit_code`` say why); wall seconds, the part of them spent
+    on the checks and the teacher's load (a worker's first call), and the wall-clock times (seconds since the
+    epoch) it started and finished."""
 
     index: int
     status: str
@@ -55,6 +57,44 @@ class ShardOutcome:
     error: str = ""
     error_type: str = ""
     exit_code: int = 0
+    load_seconds: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+class _Call:
+    """One :meth:`ShardWorker.publish` call: when it started, and the outcome it ends with."""
+
+    def __init__(self, index: int, worker: str, attempt: int) -> None:
+        self.index, self.worker, self.attempt = index, worker, attempt
+        self.output = ""
+        self.loaded = 0.0
+        self.started_at, self.started = time.time(), time.monotonic()
+
+    def outcome(self, status: str, entries: int = 0, tokens: int = 0, **failure: Any) -> ShardOutcome:
+        seconds = time.monotonic() - self.started
+        return ShardOutcome(
+            self.index,
+            status,
+            self.worker,
+            self.attempt,
+            self.output,
+            seconds,
+            entries,
+            tokens,
+            load_seconds=self.loaded,
+            started_at=self.started_at,
+            finished_at=self.started_at + seconds,
+            **failure,
+        )
+
+    def failed(self, error: Exception) -> ShardOutcome:
+        return self.outcome(
+            "failed",
+            error=str(error) or type(error).__name__,
+            error_type=type(error).__name__,
+            exit_code=error.exit_code if isinstance(error, GencacheError) else 1,
+        )
 
 
 class ShardWorker:
@@ -77,52 +117,31 @@ class ShardWorker:
         """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
         import ray
 
-        attempt: int = ray.get(self.tally.begin.remote(index))
-        started = time.monotonic()
-        output = ""
+        call = _Call(index, self.name, ray.get(self.tally.begin.remote(index)))
         try:
+            opening = self.session is None
             target = self._target(index)
-            output = str(target.output_dir)
+            if opening:  # this call made the checks and loaded the teacher first
+                call.loaded = time.monotonic() - call.started
+            call.output = str(target.output_dir)
             if os.path.lexists(target.output_dir) or index not in self.targets:
-                return self._found(index, attempt, output, started)
-            published = self._publish(target, index, attempt)
+                return self._found(call)
+            published = self._publish(target, index, call.attempt)
         except OutputExistsError:  # another attempt's rename won the race (the no-replace publish refused ours)
-            return self._found(index, attempt, output, started)
+            return self._found(call)
         except Exception as error:
-            return ShardOutcome(
-                index,
-                "failed",
-                self.name,
-                attempt,
-                output,
-                time.monotonic() - started,
-                error=str(error) or type(error).__name__,
-                error_type=type(error).__name__,
-                exit_code=error.exit_code if isinstance(error, GencacheError) else 1,
-            )
-        return ShardOutcome(
-            index, "published", self.name, attempt, output, published.seconds, published.entries, published.tokens
-        )
+            return call.failed(error)
+        return call.outcome("published", published.entries, published.tokens)
 
-    def _found(self, index: int, attempt: int, output: str, started: float) -> ShardOutcome:
+    def _found(self, call: _Call) -> ShardOutcome:
         """The shard is published already: it must verify and be of this run (else a failure, as for a rerun)."""
         from gencache.run.targets import check_published
 
         try:
-            check_published(Path(output), self._digest())
+            check_published(Path(call.output), self._digest())
         except GencacheError as error:
-            return ShardOutcome(
-                index,
-                "failed",
-                self.name,
-                attempt,
-                output,
-                time.monotonic() - started,
-                error=str(error),
-                error_type=type(error).__name__,
-                exit_code=error.exit_code,
-            )
-        return ShardOutcome(index, "done", self.name, attempt, output, time.monotonic() - started)
+            return call.failed(error)
+        return call.outcome("done")
 
     def _publish(self, target: Target, index: int, attempt: int) -> Any:
         from gencache.core.progress import StagedProgress
