@@ -164,9 +164,16 @@ def generate_on_ray(
     check_reachable(where)
     config_path = os.path.abspath(os.fspath(config_path))
     first = _plan(config_path, overrides, shards)  # every problem of the config before connecting
+    started = time.monotonic()
+    known = shards or _existing_count(first.config)
+    if known is not None:  # every shard already published: nothing to connect for
+        done = _plan(config_path, overrides, known)
+        if not done.pending:
+            result = RayRun(_base(done.config), where.value, known, 0, max_retries)
+            _found_published(result, done, say)
+            return result
     from gencache.run.ray_cluster import connected
 
-    started = time.monotonic()
     with connected(ray, where):
         run = _Driver(ray, config_path, overrides, where.value, say, progress)
         result = run.execute(first, shards, workers, worker_gpus, max_retries)
@@ -253,10 +260,7 @@ class _Driver:
             }
         }
         run = RayRun(_base(config), self.address, total, 0, max_retries)
-        for path in plan.published:
-            run.records.append(ShardRecord(_index_of(plan, path), path, "skipped"))
-            self.say("info", f"already published and verified: {path}")
-        run.removed += _clean(plan)
+        _found_published(run, plan, self.say)
         if plan.pending:
             run.workers = min(count, len(plan.pending))
             self.say(
@@ -366,6 +370,14 @@ class _Driver:
             if outcome.status == "published"
             else f"{where} was published by an earlier attempt and verifies: {path}",
         )
+
+
+def _found_published(run: RayRun, plan: Plan, say: Notify) -> None:
+    """Record the shards published before this run (skipped) and remove the dead writers' leftovers of the run."""
+    for path in plan.published:
+        run.records.append(ShardRecord(_index_of(plan, path), path, "skipped"))
+        say("info", f"already published and verified: {path}")
+    run.removed += _clean(plan)
 
 
 def _base(config: CacheConfig) -> Path:
