@@ -23,6 +23,7 @@ BENCHMARKS = [
     "bench_generation.py",
     "bench_loss.py",
     "bench_audit.py",
+    "bench_ray.py",
 ]
 
 
