@@ -108,9 +108,9 @@ def _fixed_split(ray: Any, config: Path, shards: int) -> list[tuple[str, float, 
     from gencache.run.ray_progress import RunTally
     from gencache.run.ray_worker import ShardWorker, WorkerSpec
 
-    spec = WorkerSpec(str(config), Overrides(), shards, os.getcwd(), {"bench": "fixed split"})
-    tally = ray.remote(RunTally).options(num_cpus=0).remote()
-    actors = [ray.remote(ShardWorker).options(num_cpus=1).remote(spec, tally) for _ in range(WORKERS)]
+    tally = ray.remote(RunTally).options(name="bench-fixed-split", num_cpus=0).remote()
+    spec = WorkerSpec(str(config), Overrides(), shards, os.getcwd(), {"bench": "fixed split"}, "bench-fixed-split")
+    actors = [ray.remote(ShardWorker).options(num_cpus=1).remote(spec) for _ in range(WORKERS)]
     calls = [actors[index % WORKERS].publish.remote(index) for index in range(shards)]
     outcomes = ray.get(calls)
     for actor in [*actors, tally]:

@@ -17,10 +17,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.core.errors import ConfigError, ShardError
+from gencache.core.errors import ConfigError, GenerationError, ShardError
 
 #: Seconds the reachability check waits for the cluster's port to answer.
 CONNECT_TIMEOUT_S = 5.0
+#: Ray's message for a node whose agents did not start in time, and how often a local start meets it at most.
+STARTUP_TIMEOUT = "timed out during startup"
+LOCAL_START_ATTEMPTS = 3
 #: Shards per worker when ``--shards`` is not given: enough that the last shards, handed to whichever worker is
 #: free, leave a short tail.
 SHARDS_PER_WORKER = 4
@@ -124,20 +127,36 @@ def connected(ray: Any, address: Address) -> Iterator[bool]:
     if ray.is_initialized():
         yield False
         return
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address.local:
-        options["include_dashboard"] = False
-    try:
-        ray.init(address=address.value, **options)
-    except ConnectionError as error:
-        raise ConfigError(f"--ray {address.value}: cannot connect ({error}).") from None
-    finally:
-        _restore(handlers)
+    _init(ray, address)
     try:
         yield True
     finally:
         ray.shutdown()
+
+
+def _init(ray: Any, address: Address) -> None:
+    """``ray.init`` for ``address``; a local start that hit the raylet's fixed 15 s agent timeout (ray issue
+    #65983, a loaded machine) is tried again after a clean shutdown, up to :data:`LOCAL_START_ATTEMPTS` times."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if address.local:
+        options["include_dashboard"] = False
+    attempts = LOCAL_START_ATTEMPTS if address.local else 1
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(address=address.value, **options)
+                return
+            except ConnectionError as error:
+                raise ConfigError(f"--ray {address.value}: cannot connect ({error}).") from None
+            except Exception as error:
+                ray.shutdown()
+                if STARTUP_TIMEOUT in str(error) and attempt < attempts:
+                    continue
+                what = "start a local Ray instance" if address.local else f"connect to {address.value}"
+                raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
+    finally:
+        _restore(handlers)
 
 
 def _restore(handlers: Mapping[signal.Signals, Any]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from gencache.run.ray_cluster import SHARDS_PER_WORKER
 if TYPE_CHECKING:
     from gencache.config import CacheConfig
     from gencache.run.pipeline import Notify, ProgressFactory
+    from gencache.run.ray_cluster import WorkerShape
     from gencache.run.ray_progress import RunView
     from gencache.run.ray_worker import ShardOutcome
     from gencache.run.sharding import Target
@@ -261,18 +263,24 @@ class _Driver:
         }
         run = RayRun(_base(config), self.address, total, 0, max_retries)
         _found_published(run, plan, self.say)
-        if plan.pending:
-            run.workers = min(count, len(plan.pending))
-            self.say(
-                "info",
-                f"ray {self.address}: {len(plan.pending)} of {total} shards to generate "
-                f"({'default: ' + str(SHARDS_PER_WORKER) + ' per worker' if shards is None else '--shards'}), "
-                f"{run.workers} workers of {shape.num_gpus:g} GPU and {shape.num_cpus:g} CPU, "
-                f"up to {max_retries} retries per shard",
-            )
-            self._dispatch(plan, run, shape.options(), launch, _pending_samples(plan, keys))
-        run.removed += _clean(plan)
+        try:
+            self._generate(plan, run, shape, launch, keys)
+        finally:  # the temporary directories of workers that died (or were stopped with the run)
+            run.removed += _clean(plan)
         return run
+
+    def _generate(self, plan: Plan, run: RayRun, shape: WorkerShape, launch: dict[str, Any], keys: list[str]) -> None:
+        if not plan.pending:
+            return
+        recorded = launch["ray"]
+        run.workers = min(recorded["workers"], len(plan.pending))
+        self.say(
+            "info",
+            f"ray {self.address}: {len(plan.pending)} of {run.shards} shards to generate "
+            f"({f'{SHARDS_PER_WORKER} per worker' if recorded['default_shards'] else '--shards'}), {run.workers} "
+            f"workers of {shape.num_gpus:g} GPU and {shape.num_cpus:g} CPU, up to {run.max_retries} retries per shard",
+        )
+        self._dispatch(plan, run, shape.options(), launch, _pending_samples(plan, keys))
 
     def _dispatch(self, plan: Plan, run: RayRun, options: dict[str, Any], launch: dict[str, Any], samples: int) -> None:
         from gencache.core.progress import StagedProgress
@@ -280,11 +288,12 @@ class _Driver:
         from gencache.run.ray_worker import ShardWorker, WorkerSpec
 
         ray = self.ray
-        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), launch)
-        tally = ray.remote(RunTally).options(num_cpus=0).remote()
+        name = f"gencache-tally-{uuid.uuid4().hex}"
+        tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
+        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), launch, name)
         retries = run.max_retries
         worker_class = ray.remote(ShardWorker).options(**options, max_restarts=retries, max_task_retries=retries)
-        actors = [worker_class.remote(spec, tally) for _ in range(run.workers)]
+        actors = [worker_class.remote(spec) for _ in range(run.workers)]
         sizes = {_index_of(plan, t.output_dir): t for t in plan.pending}
         view = RunView(total_shards=run.shards, workers=run.workers, shards_done=len(plan.published))
         bar = StagedProgress(self.progress(samples) if self.progress is not None else None, samples)

@@ -29,14 +29,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class WorkerSpec:
     """What every worker of a run is created with: the config (an absolute path), the overrides, the shard count,
-    the driver's working directory (the config's relative paths are relative to it) and what ``resolved_config.json``
-    records of the launch."""
+    the driver's working directory (the config's relative paths are relative to it), what ``resolved_config.json``
+    records of the launch, and the name of the run's tally actor."""
 
     config_path: str
     overrides: Overrides
     shards: int
     working_directory: str
     launch: dict[str, Any]
+    tally: str
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,12 @@ class ShardWorker:
     makes the checks and loads the teacher, so that a restarted worker (Ray runs ``__init__`` again) loads it in
     the call that retries the dead worker's shard."""
 
-    def __init__(self, spec: WorkerSpec, tally: Any) -> None:
+    def __init__(self, spec: WorkerSpec) -> None:
+        import ray
+
         self.spec = spec
-        self.tally = tally
+        # By name, not a handle among the arguments: Ray restarts an actor only from arguments held inline.
+        self.tally: Any = ray.get_actor(spec.tally)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.session: TeacherSession | None = None
         self.targets: dict[int, Target] = {}
@@ -117,7 +121,8 @@ class ShardWorker:
         """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
         import ray
 
-        call = _Call(index, self.name, ray.get(self.tally.begin.remote(index)))
+        attempt: int = ray.get(self.tally.begin.remote(index))
+        call = _Call(index, self.name, attempt)
         try:
             opening = self.session is None
             target = self._target(index)
