@@ -231,3 +231,32 @@ def test_a_cuda_config_on_a_cluster_without_gpus_is_refused_before_any_worker(
     with pytest.raises(ConfigError, match="the Ray cluster has no GPUs"):
         generate_on_ray(config, address=ray_cluster, shards=SHARDS, overrides=cuda)
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+def test_addresses_resolve_as_documented() -> None:
+    from gencache.core.errors import ConfigError
+    from gencache.run.ray_cluster import resolve_address
+
+    assert resolve_address(None, {}).local
+    assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}).value == "10.0.0.1:6379"
+    assert resolve_address("auto", {"RAY_ADDRESS": "head:6379"}) == resolve_address("head:6379", {})
+    client = resolve_address("ray://head:10001", {})
+    assert (client.host, client.port) == ("head", 10001)
+    for bad in ("head", "head:port", "http://head:1", "head:70000"):
+        with pytest.raises(ConfigError):
+            resolve_address(bad, {})
+
+
+def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
+    from gencache.core.errors import ConfigError
+    from gencache.run.ray_cluster import worker_shape
+
+    one_gpu = {"GPU": 1.0, "CPU": 16.0}
+    assert worker_shape("cuda", 1, 0.5, one_gpu).capacity == 2  # two workers share the H200
+    assert worker_shape("cuda", 1, 1.0, {"GPU": 8.0, "CPU": 64.0}).capacity == 8
+    assert worker_shape("cuda", 4, 1.0, {"GPU": 8.0, "CPU": 64.0}).num_gpus == 4  # vLLM's tensor-parallel size
+    assert worker_shape("cpu", 1, 1.0, {"CPU": 2.0}).options() == {"num_gpus": 0.0, "num_cpus": 1.0}
+    with pytest.raises(ConfigError, match="no GPUs"):
+        worker_shape("auto", 1, 1.0, {"CPU": 8.0})
+    with pytest.raises(ConfigError, match="--worker-gpus"):
+        worker_shape("cuda", 1, 0.0, one_gpu)
