@@ -24,6 +24,7 @@ BENCHMARKS = [
     "bench_loss.py",
     "bench_audit.py",
     "bench_quality.py",
+    "bench_ray.py",
 ]
 
 

@@ -146,3 +146,18 @@ def golden_tokenizer() -> Any:
 def tokenizer(golden_tokenizer: Any) -> Any:
     """Alias of :func:`golden_tokenizer` for the dataset, prompt and sample tests."""
     return golden_tokenizer
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """One local Ray cluster (2 CPUs) for every Ray test of the session, this process connected to it; its
+    address for the drivers the tests start (see tests/support/ray_helpers.py for how it starts reliably)."""
+    import ray
+
+    from support.ray_helpers import start_cluster
+
+    address = start_cluster()
+    try:
+        yield address
+    finally:
+        ray.shutdown()

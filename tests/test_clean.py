@@ -150,3 +150,13 @@ def test_clean_on_a_read_only_file_system_says_what_it_could_not_remove(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "could not remove 1 temporary directory" in err and str(leftover) in err
     assert leftover.is_dir()
+
+
+def test_a_run_cleans_only_its_own_outputs_leftovers(tmp_path: Path) -> None:
+    mine = tmp_path / f".out-shard-00001-of-00004.gencache-{host_tag()}-{DEAD_PID}-0000cccc"
+    mine.mkdir()
+    lock_path(mine).write_bytes(b"")
+    theirs = temp_dir(tmp_path, DEAD_PID, "0000dddd", locked=True)  # another run's (output "out"), dead too
+    assert clean(tmp_path, outputs={"out-shard-00001-of-00004", "out-shard-00002-of-00004"}) == [mine]
+    assert not lock_path(mine).exists() and theirs.is_dir() and lock_path(theirs).exists()
+    assert clean(tmp_path) == [theirs]

@@ -14,7 +14,7 @@ import pytest
 from support.storage_helpers import make_entries, write_artifact, write_shard
 from support.terminal_env import FORCED_COLOUR_ENV, without_terminal
 
-HEAVY = ("torch", "transformers", "datasets")
+HEAVY = ("torch", "transformers", "datasets", "ray")
 COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit", "score", "report")
 
 
@@ -117,3 +117,12 @@ except SystemExit as exit:
 """
     loaded, printed = loaded_by(code)
     assert loaded == [] and str(one) in printed
+
+
+def test_generate_without_ray_never_imports_ray(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    from support.config_factory import write_config
+
+    config = write_config(tmp_path, tiny_teacher_dir)
+    run_it = f"from gencache.cli.app import run\ncode = run(['generate', {str(config)!r}])\nassert code == 0, code"
+    loaded, _ = loaded_by(run_it, ("ray",))
+    assert loaded == [] and (tmp_path / "out").is_dir()

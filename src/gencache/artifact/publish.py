@@ -18,12 +18,13 @@ import fcntl
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
+from gencache.artifact.names import ARTIFACT_FILES
 from gencache.artifact.phases import report_phase
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
@@ -323,8 +324,18 @@ def _remove_tree(path: str) -> bool:
     return True
 
 
-def clean(parent: Path | str) -> list[Path]:
+def _is_complete_artifact(path: str) -> bool:
+    """True when ``path`` holds every file of an artifact: never a leftover to remove, whatever its name."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return True  # cannot tell: keep it
+    return names >= ARTIFACT_FILES
+
+
+def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
+    With ``outputs``, only those of these output directory names (a run's own shards).
 
     A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
     in; one whose lock is held is kept, and so is one without a lock file (a writer's directory always has one),
@@ -345,7 +356,10 @@ def clean(parent: Path | str) -> list[Path]:
     failed: list[str] = []
     for name in sorted(names):
         path = os.path.join(parent, name)
-        if name.endswith(LOCK_SUFFIX) and TEMP_RE.match(name[: -len(LOCK_SUFFIX)]):
+        lock_match = TEMP_RE.match(name[: -len(LOCK_SUFFIX)]) if name.endswith(LOCK_SUFFIX) else None
+        if lock_match is not None:
+            if outputs is not None and lock_match["name"] not in outputs:
+                continue
             if not os.path.lexists(path[: -len(LOCK_SUFFIX)]):  # a lock left without its directory
                 state, fd = _try_lock(path)
                 if state == "dead":
@@ -355,6 +369,8 @@ def clean(parent: Path | str) -> list[Path]:
             continue
         match = TEMP_RE.match(name)
         if match is None or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if outputs is not None and match["name"] not in outputs:
             continue
         lock = path + LOCK_SUFFIX
         state, fd = _try_lock(lock)

@@ -16,6 +16,7 @@ from gencache.cli import signals
 from gencache.cli.audit import audit_command
 from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
 from gencache.cli.quiet import quiet_libraries
+from gencache.cli.ray_run import RayOptionCommand
 from gencache.core.errors import GencacheError, InputProblems, Stopped
 from gencache.core.quiet import printable
 from gencache.core.version import __version__
@@ -130,12 +131,43 @@ _JsonOption = Annotated[
     typer.Option(
         "--json",
         metavar=FLAG,
-        help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout.",
+        help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout; "
+        "with --ray: the run's summary per shard.",
     ),
 ]
 
 
-@app.command()
+_RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Run the shards on a Ray cluster, each handed to whichever teacher worker is free: ADDRESS is HOST:PORT "
+        "or ray://HOST:PORT, auto is the cluster `ray start` runs here, none is RAY_ADDRESS or else a local Ray "
+        "instance (give --ray after CONFIG.json).",
+    ),
+]
+_WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--workers", metavar="K", help="With --ray: at most K teacher workers (default: as many as the cluster holds)."
+    ),
+]
+_WorkerGpusOption = Annotated[
+    float | None,
+    typer.Option(
+        "--worker-gpus", metavar="F", help="With --ray: GPUs per worker, default 1 (0.5: two workers share a GPU)."
+    ),
+]
+_MaxRetriesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-retries", metavar="R", help="With --ray: generate a dead worker's shard again at most R times (3)."
+    ),
+]
+
+
+@app.command(cls=RayOptionCommand)
 def generate(
     config: _ConfigArgument,
     set_: _SetOption = None,
@@ -149,18 +181,31 @@ def generate(
     raw: _RawOption = False,
     json_: _JsonOption = False,
     verbose: _VerboseOption = False,
+    ray: _RayOption = None,
+    workers: _WorkersOption = None,
+    worker_gpus: _WorkerGpusOption = None,
+    max_retries: _MaxRetriesOption = None,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.cli.generate import Notices, dry_run_output, echo_json, problems_json
     from gencache.core.errors import ConfigError, InputProblems
     from gencache.core.progress import make_progress
     from gencache.run.api import generate as generate_cache
+    from gencache.run.overrides import Overrides
 
     if raw and show_prompt is None:
         raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
-    if json_ and not (dry_run or show_prompt is not None):
-        raise ConfigError("--json goes with --dry-run; add --dry-run.")
+    if json_ and not (dry_run or show_prompt is not None or ray is not None):
+        raise ConfigError("--json goes with --dry-run or --ray; add one of them.")
     notices = Notices()
+    if ray is not None or workers is not None or worker_gpus is not None or max_retries is not None:
+        from gencache.cli.ray_run import generate_on_ray_command, ray_options
+
+        options = ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries)
+        options |= {"overrides": Overrides(tuple(set_ or ()), output_dir, limit), "shards": shards, "shard": shard}
+        with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
+            generate_on_ray_command(config, ray or "", options, as_json=json_, notices=notices, progress=make_progress)
+        return
     try:
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
             result = generate_cache(

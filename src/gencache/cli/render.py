@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gencache.data.samples import Sample
     from gencache.run.audit import AuditReport
     from gencache.run.pipeline import DryRun
+    from gencache.run.ray_driver import RayRun
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -192,5 +193,29 @@ def render_audit(report: AuditReport, console: Console) -> None:
             + (f"; first divergence at token (keys): {divergence}" if divergence else "")
             + f"; {per_key:.3f} s per key"
         ),
+        highlight=False,
+    )
+
+
+def render_ray_summary(run: RayRun, console: Console) -> None:
+    """A Ray run's summary: one row per shard (status, worker, wall time, attempts, entries, tokens), then the
+    totals: shards published and skipped, retries, workers and the run's wall time."""
+    table = Table(title=f"gencache --ray: {run.output_dir}", title_justify="left")
+    for column in ("shard", "status", "worker", "seconds", "attempts", "entries", "tokens"):
+        table.add_column(column, justify="left" if column in ("status", "worker") else "right")
+    for record in sorted(run.records, key=lambda r: r.index):
+        table.add_row(
+            f"{record.index}/{run.shards}",
+            record.status,
+            escape(record.worker or "-"),
+            f"{record.seconds:.2f}",
+            str(record.attempts),
+            str(record.entries),
+            str(record.tokens),
+        )
+    console.print(table)
+    console.print(
+        f"{len(run.published)} shards published, {len(run.skipped)} already published (skipped), {run.retries} "
+        f"retries, {run.workers} workers, {run.seconds:.1f}s",
         highlight=False,
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from gencache.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from gencache.run.overrides import Overrides
     from gencache.run.pipeline import DryRun, Notify, ProgressFactory
 
 Settings = Mapping[str, Any] | Sequence[str]
@@ -52,6 +53,10 @@ def generate(
     env: Mapping[str, str] | None = ...,
     notify: Notify | None = ...,
     progress: ProgressFactory | None = ...,
+    ray: str | bool | None = ...,
+    workers: int | None = ...,
+    worker_gpus: float = ...,
+    max_retries: int = ...,
 ) -> Path: ...
 
 
@@ -70,6 +75,10 @@ def generate(
     env: Mapping[str, str] | None = ...,
     notify: Notify | None = ...,
     progress: ProgressFactory | None = ...,
+    ray: str | bool | None = ...,
+    workers: int | None = ...,
+    worker_gpus: float = ...,
+    max_retries: int = ...,
 ) -> DryRun: ...
 
 
@@ -88,6 +97,10 @@ def generate(
     env: Mapping[str, str] | None = ...,
     notify: Notify | None = ...,
     progress: ProgressFactory | None = ...,
+    ray: str | bool | None = ...,
+    workers: int | None = ...,
+    worker_gpus: float = ...,
+    max_retries: int = ...,
 ) -> Path | DryRun: ...
 
 
@@ -105,6 +118,10 @@ def generate(
     env: Mapping[str, str] | None = None,
     notify: Notify | None = None,
     progress: ProgressFactory | None = None,
+    ray: str | bool | None = None,
+    workers: int | None = None,
+    worker_gpus: float = 1.0,
+    max_retries: int = 3,
 ) -> Path | DryRun:
     """Check, generate and publish the artifact of the config file ``config``, as ``gencache generate`` does.
 
@@ -122,21 +139,32 @@ def generate(
     ``show_prompt=N`` adds sample N's rendered prompt as ``report.prompt``). Errors are raised as
     :class:`gencache.GencacheError` subclasses; nothing is printed. ``notify(level, text)`` receives the run's
     messages and ``progress(total)`` makes a :class:`gencache.core.progress.Progress` for it.
+
+    ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``, :mod:`gencache.run.ray_driver`):
+    ``True`` is ``RAY_ADDRESS`` or a local Ray instance, a string an address (``HOST:PORT``, ``ray://HOST:PORT``),
+    ``"auto"`` or ``"local"``; ``shards`` defaults to four per worker; ``workers`` caps the pool, ``worker_gpus``
+    is each worker's share of a GPU and ``max_retries`` bounds how often a dead worker's shard is generated again.
+    It returns the unsuffixed ``output_dir`` of the shard base.
     """
     from gencache.run.overrides import Overrides
     from gencache.run.pipeline import generate_run
 
     if show_prompt is not None and not dry_run:
         raise ConfigError("show_prompt needs dry_run=True (the rendered prompt is part of the dry run's report).")
+    sets = Overrides(
+        sets=_sets(overrides), output_dir=None if output_dir is None else os.fspath(output_dir), limit=limit
+    )
+    if ray is not None and ray is not False:
+        return _on_ray(
+            config, ray, sets, shard, shards, workers, worker_gpus, max_retries, dry_run, env, notify, progress
+        )
     result = generate_run(
         config,
         shard=shard,
         shards=shards,
         skip_published=skip_published,
         dry_run=dry_run,
-        overrides=Overrides(
-            sets=_sets(overrides), output_dir=None if output_dir is None else os.fspath(output_dir), limit=limit
-        ),
+        overrides=sets,
         show_prompt=show_prompt,
         env=env,
         notify=notify,
@@ -144,4 +172,38 @@ def generate(
     )
     if result.dry_run is not None:
         return result.dry_run
+    return result.output_dir
+
+
+def _on_ray(
+    config: str | os.PathLike[str],
+    ray: str | bool,
+    overrides: Overrides,
+    shard: str | None,
+    shards: int | None,
+    workers: int | None,
+    worker_gpus: float,
+    max_retries: int,
+    dry_run: bool,
+    env: Mapping[str, str] | None,
+    notify: Notify | None,
+    progress: ProgressFactory | None,
+) -> Path:
+    from gencache.run.ray_driver import generate_on_ray
+
+    if dry_run:
+        raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
+    result = generate_on_ray(
+        config,
+        address=None if ray is True else str(ray),
+        shards=shards,
+        workers=workers,
+        worker_gpus=worker_gpus,
+        max_retries=max_retries,
+        shard=shard,
+        overrides=overrides,
+        env=env,
+        notify=notify,
+        progress=progress,
+    )
     return result.output_dir

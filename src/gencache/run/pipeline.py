@@ -9,7 +9,6 @@ and progress to the caller's ``progress`` factory; the CLI renders the results.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.phases import report_phase
-from gencache.core.errors import GenerationError, Stopped, StoppedRun
+from gencache.core.errors import Stopped, StoppedRun
 from gencache.core.hub import probe_scope
-from gencache.core.tokenizer import tokenizer_state
 from gencache.run.overrides import Overrides, name_origins
-from gencache.run.record import RunPlan, absolute_path, resolved_config
+from gencache.run.record import absolute_path
+from gencache.run.session import TeacherSession
 from gencache.run.sharding import Target
 from gencache.run.targets import plan_run
 
@@ -223,7 +222,7 @@ class _Run:
         result: RunResult,
     ) -> None:
         self.config, self.config_json, self.digest = config, config_json, digest
-        self.inputs: RunInputs | None = None
+        self.session: TeacherSession | None = None
         self.overrides, self.say, self.progress, self.result = overrides, say, progress, result
         self.current: Path | None = None
         self.target_count = 0
@@ -232,7 +231,7 @@ class _Run:
     def execute(self, inputs: RunInputs, pending: Sequence[Target]) -> None:
         from gencache.core.progress import StagedProgress
 
-        self.inputs, config = inputs, self.config
+        config = self.config
         total = sum(len(t.keys) for t in pending)
         self.target_count = len(pending)
         self.say(
@@ -246,12 +245,13 @@ class _Run:
         inputs.engine.import_libraries()  # the load below is timed alone, without the imports
         self.say("status", f"loading the teacher {config.model.model_path}")
         started = time.monotonic()
-        inputs.engine.load_weights()
+        self.session = TeacherSession(config, self.config_json, self.digest, self.overrides, inputs)
+        self.session.load()
 
         def loaded() -> None:
             self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
 
-        deferred = inputs.engine.loads_with_prompts
+        deferred = self.session.loads_with_first_prompts  # vLLM on a CPU builds its model with the prompts
         if deferred:
             self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
         else:
@@ -276,79 +276,22 @@ class _Run:
         self.result.seconds = time.monotonic() - started
 
     def _one(self, target: Target, bar: _LoadedOnStart, *, last: bool) -> None:
-        from gencache.artifact.manifest import make_provenance
-        from gencache.artifact.writer import ArtifactBuild
-
-        inputs, config = self.inputs, self.config
-        assert inputs is not None, "execute sets the run's inputs before each target"
-        samples = inputs.samples
-        prompts = []
-        for key in target.keys:
-            ids = samples.by_key(key).input_ids
-            if ids is None:  # build_samples tokenizes whenever a tokenizer is given
-                raise GenerationError(f"Sample {key} has no prompt token ids.")
-            prompts.append((key, ids))
-        plan = RunPlan(config, self.config_json, target.shard, target.output_dir, samples, target.keys, self.digest)
-        provenance = make_provenance(
-            model_path=config.model.model_path,
-            tokenizer_path=config.model.effective_tokenizer_path,
-            dtype=config.model.dtype,
-            tokenizer=tokenizer_state(inputs.tokenizer),
-        )
-        started = time.monotonic()
-        tokens = 0
+        assert self.session is not None, "execute makes the session before each target"
         self.current = target.output_dir
-        capacity = inputs.capacity[target.output_dir]
-        with ArtifactBuild(
-            target.output_dir,
-            provenance=provenance,
-            header_capacity=capacity,
-            rename_mode=inputs.rename_mode,
-        ) as build:
-            # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
-            with contextlib.closing(inputs.engine.generate(prompts, progress=bar)) as entries:
-                for entry in entries:
-                    build.writer.add(
-                        entry.key,
-                        [seq.numpy().tobytes() for seq in entry.sequences],
-                        entry.texts,
-                        entry.finish_reasons,
-                    )
-                    tokens += entry.num_tokens
-            resolved = resolved_config(
-                plan,
-                generation=inputs.generation,
-                tokenizer=inputs.tokenizer,
-                engine=inputs.engine,
-                rename_mode=inputs.rename_mode,
-                overrides=self.overrides,
-            )
-            summary = {
-                "duplicates": samples.duplicates,
-                "data_configs": [
-                    {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
-                ],
-                "shard": None if target.shard is None else target.shard.shard_record(self.digest),
-            }
-            build.writer.finalize(resolved_config=resolved, summary=summary)
-            try:
-                mode = build.publish()
-            except BaseException:
-                if build.published:  # interrupted after the rename: it is published
-                    self.result.published.append(target.output_dir)
-                    self.current = None
-                raise
-        self.current = None
-        self.result.published.append(target.output_dir)
-        self.result.entries += len(prompts)
-        self.result.tokens += tokens
+        done = self.session.publish(target, bar, on_published=self._published)
+        self.result.entries += done.entries
+        self.result.tokens += done.tokens
         if last:  # the bar's final line comes before the last word
             bar.close()
         self.say(
             "info",
-            f"published {target.output_dir} ({len(prompts)} entries, {tokens} tokens, "
-            f"{_seconds(time.monotonic() - started)}, rename: {mode})",
+            f"published {target.output_dir} ({done.entries} entries, {done.tokens} tokens, "
+            f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
         )
+
+    def _published(self, path: Path) -> None:
+        self.result.published.append(path)
+        self.current = None
 
     def stopped(self) -> StoppedRun:
         """Where the run stands, for the line of a stop that interrupts it."""

@@ -1,0 +1,83 @@
+"""``gencache generate CONFIG --ray [ADDRESS]``: the command's Ray path and what it prints.
+
+Typer has no option whose value may be left out, so the generate command parses with :class:`RayOptionCommand`,
+which reads a ``--ray`` given without an address (last, or before another option or ``CONFIG.json``) as
+``--ray=`` (``RAY_ADDRESS``, else a local Ray instance). :func:`generate_on_ray_command` runs the library's
+:func:`gencache.run.ray_driver.generate_on_ray` with the run's messages and progress display on stderr and ends
+with the summary per shard, or prints that summary as JSON on stdout with ``--json``. Ray's own notices (a worker
+that died) go to stderr with the run's messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperCommand
+
+RAY_OPTION = "--ray"
+
+
+def takes_address(token: str) -> bool:
+    """Whether the token after ``--ray`` is its address: not another option and not the config file."""
+    return not token.startswith("-") and not token.endswith(".json")
+
+
+class RayOptionCommand(TyperCommand):
+    """The generate command, parsing a bare ``--ray`` as ``--ray=`` (see the module docstring)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)
+        for position, token in enumerate(given):
+            if token == "--":
+                break
+            following = given[position + 1] if position + 1 < len(given) else None
+            if token == RAY_OPTION and (following is None or not takes_address(following)):
+                given[position] = f"{RAY_OPTION}="
+        return super().parse_args(ctx, given)
+
+
+def ray_options(
+    ray: str | None,
+    dry_run: bool,
+    show_prompt: int | None,
+    workers: int | None,
+    worker_gpus: float | None,
+    max_retries: int | None,
+) -> dict[str, Any]:
+    """The Ray keywords of the library from the command's options, or one line for a combination that is wrong."""
+    from gencache.core.errors import ConfigError
+    from gencache.run.ray_driver import DEFAULT_MAX_RETRIES
+
+    if ray is None:
+        raise ConfigError("--workers, --worker-gpus and --max-retries go with --ray; add --ray.")
+    if dry_run or show_prompt is not None:
+        raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
+    return {
+        "workers": workers,
+        "worker_gpus": 1.0 if worker_gpus is None else worker_gpus,
+        "max_retries": DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
+    }
+
+
+def generate_on_ray_command(
+    config: Any, ray: str, options: dict[str, Any], *, as_json: bool, notices: Any, progress: Any
+) -> None:
+    """Run on Ray and print the shard base (or ``--json``'s summary); ``options`` are the library's keywords."""
+    from gencache.cli.generate import echo_json
+    from gencache.run.ray_driver import generate_on_ray
+
+    with contextlib.redirect_stdout(sys.stderr):  # Ray prints its workers' deaths on stdout: keep it for results
+        result = generate_on_ray(config, address=ray or None, notify=notices, progress=progress, **options)
+    if as_json:
+        echo_json(result.to_json())
+        return
+    from gencache.cli.render import render_ray_summary
+
+    render_ray_summary(result, notices.console())
+    typer.echo(str(result.output_dir))
+
+
+__all__ = ["RayOptionCommand", "generate_on_ray_command", "ray_options", "takes_address"]

@@ -1,0 +1,81 @@
+"""A real local Ray cluster for the tests, and what they read of a shard base.
+
+The raylet gives its agents a fixed 15 s to start and aborts with "The current node timed out during startup" when
+they are late (ray issue #65983), which a loaded two-core machine can miss. :func:`start_cluster` therefore starts
+one small instance (few CPUs, no dashboard, one torch thread per worker through the job's ``runtime_env``), and
+retries a start that timed out, with a clean shutdown between the tries. One cluster serves every Ray test of the
+session (the ``ray_cluster`` fixture of ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+#: What each worker process of the test cluster gets: one thread for torch, the libraries offline.
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+#: Ray's message for a node whose agents did not start in time (the one start failure worth retrying).
+STARTUP_TIMEOUT = "timed out during startup"
+
+
+def start_cluster(num_cpus: int = 2, attempts: int = 3) -> str:
+    """Start a local Ray instance connected to this process; return its address (other drivers connect to it)."""
+    import ray
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                context = ray.init(
+                    address="local",
+                    num_cpus=num_cpus,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    runtime_env={"env_vars": WORKER_ENV},
+                )
+            except Exception as error:
+                ray.shutdown()
+                if STARTUP_TIMEOUT not in str(error) or attempt == attempts:
+                    raise
+                continue
+            address: str = context.address_info["gcs_address"]
+            return address
+    finally:
+        for signum, handler in handlers.items():  # ray.init replaced them; the other tests expect the usual ones
+            signal.signal(signum, handler)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def entry_digests(base: Path) -> dict[str, str]:
+    """Every key's content digest over the shard directories of ``base`` (or the artifact ``base`` itself)."""
+    from gencache.artifact.shards import expand_output
+
+    digests: dict[str, str] = {}
+    for directory in expand_output(base)[0]:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        for key, entry in manifest["entries"].items():
+            assert key not in digests, f"{key} is in two shards"
+            digests[key] = entry["content_digest"]
+    return digests
+
+
+def temporary_directories(parent: Path) -> list[str]:
+    """The gencache temporary directories (and their lock files) left in ``parent``."""
+    return sorted(name for name in os.listdir(parent) if ".gencache-" in name)
+
+
+def outcome_json(stdout: str) -> dict[str, Any]:
+    """The ``--json`` summary a ``generate --ray`` command printed."""
+    summary: dict[str, Any] = json.loads(stdout)
+    return summary

@@ -1,0 +1,262 @@
+"""`gencache generate --ray` on a real local Ray cluster (two CPU workers, the tiny teacher): the shard base equals
+`--shards N` in one process and the unsharded run key for key, greedy and sampled; a worker killed with SIGKILL in
+the middle of a shard is replaced and its shard generated again; a driver killed mid-run is resumed by the same
+command; each refusal is one line and exit 2 before anything loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gencache.artifact.names import shard_dir_name
+from gencache.cli.app import run as cli_run
+from gencache.run.overrides import Overrides
+from gencache.run.pipeline import generate_run
+from gencache.run.ray_driver import generate_on_ray
+from support.config_factory import musique
+from support.config_factory import write_config as factory_config
+from support.ray_helpers import entry_digests, temporary_directories
+
+SHARDS = 6
+SAMPLING = {"max_new_tokens": 6, "do_sample": True, "temperature": 1.3, "top_k": 20, "num_return_sequences": 2}
+
+
+def hotpot(num_samples: int) -> dict[str, Any]:
+    from gencache.data.recipes import sample_source
+
+    return {
+        "dataset_name": "hotpot_qa",
+        "num_samples": num_samples,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+        "split": "train",
+        "seed": 1,
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+        "template": "default",
+        "source": str(sample_source("hotpot_qa")),
+    }
+
+
+def write_config(tmp_path: Path, teacher: Path, generation: dict[str, Any] | None = None) -> Path:
+    """Six MuSiQue and six HotpotQA samples (every one of six shards owns keys)."""
+    config = factory_config(tmp_path, teacher, name="config.json", data_configs=[musique(num_samples=6), hotpot(6)])
+    if generation is not None:
+        document = json.loads(config.read_text(encoding="utf-8"))
+        document["model"]["generation_kwargs"] = generation
+        config.write_text(json.dumps(document), encoding="utf-8")
+    return config
+
+
+def cli(config: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``gencache generate CONFIG ARGS`` in its own process (a driver of its own)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gencache", "generate", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=config.parent,
+    )
+
+
+def shard_path(base: Path, index: int) -> Path:
+    return Path(shard_dir_name(str(base), index, SHARDS))
+
+
+@pytest.mark.parametrize("generation", [None, SAMPLING], ids=["greedy", "sampled"])
+def test_ray_base_equals_one_process_and_unsharded(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, generation: dict[str, Any] | None
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir, generation)
+    result = generate_on_ray(config, address=ray_cluster, shards=SHARDS, workers=2)
+    base = tmp_path / "out"
+    assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
+    assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]
+    assert all(record.attempts == 1 and record.worker for record in result.records)
+    assert cli_run(["verify", str(base)]) == 0
+    one_process = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
+    unsharded = generate_run(config, overrides=Overrides(output_dir=str(tmp_path / "whole")))
+    ours = entry_digests(base)
+    assert ours == entry_digests(one_process.output_dir) == entry_digests(unsharded.output_dir)
+    for index in range(SHARDS):  # the same keys in each shard as the one-process run's
+        shard = json.loads((shard_path(base, index) / "manifest.json").read_text(encoding="utf-8"))
+        theirs = json.loads((shard_path(tmp_path / "one", index) / "manifest.json").read_text(encoding="utf-8"))
+        assert shard["entries"] == theirs["entries"] and shard["summary"] == theirs["summary"]
+        resolved = json.loads((shard_path(base, index) / "resolved_config.json").read_text(encoding="utf-8"))
+        assert resolved["launch"]["ray"]["shards"] == SHARDS and resolved["launch"]["ray"]["workers"] == 2
+    assert temporary_directories(tmp_path) == []
+
+
+def wait_for(condition: Any, what: str, timeout: float = 300.0) -> Any:
+    """Poll ``condition`` every 20 ms until it returns something true (a test's own deadline, not a measurement)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def building(parent: Path) -> list[str]:
+    """The temporary directories of shard builds in progress under ``parent`` (not their lock files)."""
+    return [
+        name for name in temporary_directories(parent) if name.startswith(".out-shard-") and not name.endswith(".lock")
+    ]
+
+
+def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_generated_again(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+) -> None:
+    slow = {"max_new_tokens": 48, "min_new_tokens": 48}  # long enough shards to kill one in the middle
+    config = write_config(tmp_path, tiny_teacher_dir, slow)
+    driver = cli(config, "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json")
+    name = wait_for(lambda: building(tmp_path), "a shard's temporary directory")[0]
+    pid = int(name.rsplit("-", 2)[1])  # .NAME.gencache-HOST-PID-HEX: the worker writing it
+    os.kill(pid, signal.SIGKILL)
+    stdout, stderr = driver.communicate(timeout=600)
+    assert driver.returncode == 0, stderr
+    summary = json.loads(stdout)
+    killed = name[1:].split(".gencache-")[0]
+    records = {Path(r["output_dir"]).name: r for r in summary["per_shard"]}
+    assert records[killed]["attempts"] == 2 and summary["retries"] == 1
+    assert sorted(records) == [shard_path(tmp_path / "out", i).name for i in range(SHARDS)]
+    assert all(r["status"] == "published" for r in records.values())
+    assert temporary_directories(tmp_path) == []  # the dead worker's directory was removed, never published
+    assert cli_run(["verify", str(tmp_path / "out")]) == 0
+    reference = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
+    assert entry_digests(tmp_path / "out") == entry_digests(reference.output_dir)
+
+
+def test_the_driver_killed_mid_run_then_the_same_command_generates_the_rest(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slow = {"max_new_tokens": 32, "min_new_tokens": 32}
+    config = write_config(tmp_path, tiny_teacher_dir, slow)
+    base = tmp_path / "out"
+    args = ["--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json"]
+    driver = cli(config, *args)
+    wait_for(lambda: any(shard_path(base, i).exists() for i in range(SHARDS)), "a published shard")
+    driver.kill()
+    driver.communicate(timeout=60)
+    done = [shard_path(base, i) for i in range(SHARDS) if shard_path(base, i).exists()]
+    assert 0 < len(done) < SHARDS, "the driver was killed mid-run"
+    assert cli_run(["inspect", str(base)]) == 1  # the incomplete base names its missing shards
+    assert "missing" in capsys.readouterr().out
+    time.sleep(1.0)  # the killed driver's workers go with it; a straggler's publish is refused by the rename
+    rerun = cli(config, *args)
+    stdout, stderr = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, stderr
+    summary = json.loads(stdout)
+    skipped = {Path(r["output_dir"]) for r in summary["per_shard"] if r["status"] == "skipped"}
+    assert skipped >= set(done) and summary["skipped"] == len(skipped)
+    assert summary["published"] + summary["skipped"] == SHARDS
+    assert cli_run(["verify", str(base)]) == 0
+    reference = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
+    assert entry_digests(base) == entry_digests(reference.output_dir)
+    assert temporary_directories(tmp_path) == []
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--ray", "--shard", "0/2"], {}, "drop --shard 0/2"),
+        (["--ray"], {"WORLD_SIZE": "2", "RANK": "1"}, "rank 1 of 2 under torchrun"),
+        (["--ray"], {"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}, "rank 0 of 4 under slurm"),
+        (["--ray", "127.0.0.1:{port}"], {}, "no Ray cluster answers at 127.0.0.1:{port}"),
+        (["--ray", "not-an-address"], {}, "is not a Ray address"),
+        (["--ray", "--workers", "0"], {}, "--workers must be at least 1"),
+    ],
+    ids=["shard", "torchrun", "slurm", "unreachable", "malformed", "workers"],
+)
+def test_each_refusal_is_one_line_exit_2_and_nothing_published(
+    tmp_path: Path, tiny_teacher_dir: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    port = str(free_port())
+    driver = cli(config, *[a.replace("{port}", port) for a in args], env=os.environ | env)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message.replace("{port}", port) in lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+def test_ray_not_installed_is_one_line_exit_2(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    code = (
+        "import sys; sys.modules['ray'] = None  # as if ray were not installed: importing it raises ImportError\n"
+        "from gencache.cli.app import run\n"
+        f"sys.exit(run(['generate', {str(config)!r}, '--ray']))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--ray needs Ray, which is not installed" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+def test_a_bare_ray_option_reads_as_no_address() -> None:
+    from gencache.cli.ray_run import takes_address
+
+    assert takes_address("10.0.0.1:6379") and takes_address("auto") and takes_address("ray://head:10001")
+    assert not takes_address("--shards") and not takes_address("config.json")
+
+
+def test_a_cuda_config_on_a_cluster_without_gpus_is_refused_before_any_worker(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+) -> None:
+    from gencache.core.errors import ConfigError
+
+    config = write_config(tmp_path, tiny_teacher_dir)
+    cuda = Overrides(sets=('model.device="cuda"',))
+    with pytest.raises(ConfigError, match="the Ray cluster has no GPUs"):
+        generate_on_ray(config, address=ray_cluster, shards=SHARDS, overrides=cuda)
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+def test_addresses_resolve_as_documented() -> None:
+    from gencache.core.errors import ConfigError
+    from gencache.run.ray_cluster import resolve_address
+
+    assert resolve_address(None, {}).local
+    assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}).value == "10.0.0.1:6379"
+    assert resolve_address("auto", {"RAY_ADDRESS": "head:6379"}) == resolve_address("head:6379", {})
+    client = resolve_address("ray://head:10001", {})
+    assert (client.host, client.port) == ("head", 10001)
+    for bad in ("head", "head:port", "http://head:1", "head:70000"):
+        with pytest.raises(ConfigError):
+            resolve_address(bad, {})
+
+
+def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
+    from gencache.core.errors import ConfigError
+    from gencache.run.ray_cluster import worker_shape
+
+    one_gpu = {"GPU": 1.0, "CPU": 16.0}
+    assert worker_shape("cuda", 1, 0.5, one_gpu).capacity == 2  # two workers share the H200
+    assert worker_shape("cuda", 1, 1.0, {"GPU": 8.0, "CPU": 64.0}).capacity == 8
+    assert worker_shape("cuda", 4, 1.0, {"GPU": 8.0, "CPU": 64.0}).num_gpus == 4  # vLLM's tensor-parallel size
+    assert worker_shape("cpu", 1, 1.0, {"CPU": 2.0}).options() == {"num_gpus": 0.0, "num_cpus": 1.0}
+    with pytest.raises(ConfigError, match="no GPUs"):
+        worker_shape("auto", 1, 1.0, {"CPU": 8.0})
+    with pytest.raises(ConfigError, match="--worker-gpus"):
+        worker_shape("cuda", 1, 0.0, one_gpu)
