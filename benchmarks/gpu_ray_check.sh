@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-PYTHON=${PYTHON:-.venv/bin/python}
-if [ ! -x "$PYTHON" ]; then  # no environment carried here: build it from uv's cache, without the network
+PYTHON=$(command -v "${PYTHON:-.venv/bin/python}" || true)
+if [ -z "$PYTHON" ]; then  # no environment carried here: build it from uv's cache, without the network
   uv sync --frozen --offline
   PYTHON=.venv/bin/python
 fi
