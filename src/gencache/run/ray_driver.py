@@ -256,7 +256,7 @@ class _Driver:
             "ray": {
                 "shards": total,
                 "default_shards": shards is None,
-                "workers": count,
+                "workers": min(count, max(len(plan.pending), 1)),
                 "worker": shape.to_json(),
                 "max_retries": max_retries,
             }
@@ -273,7 +273,7 @@ class _Driver:
         if not plan.pending:
             return
         recorded = launch["ray"]
-        run.workers = min(recorded["workers"], len(plan.pending))
+        run.workers = recorded["workers"]
         self.say(
             "info",
             f"ray {self.address}: {len(plan.pending)} of {run.shards} shards to generate "
