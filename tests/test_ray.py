@@ -5,6 +5,7 @@ command; each refusal is one line and exit 2 before anything loads."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from gencache.artifact.names import shard_dir_name
 from gencache.cli.app import run as cli_run
+from gencache.core.progress import PlainProgress
 from gencache.run.overrides import Overrides
 from gencache.run.pipeline import generate_run
 from gencache.run.ray_driver import generate_on_ray
@@ -74,14 +76,33 @@ def shard_path(base: Path, index: int) -> Path:
 
 @pytest.mark.parametrize("generation", [None, SAMPLING], ids=["greedy", "sampled"])
 def test_ray_base_equals_one_process_and_unsharded(
-    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, generation: dict[str, Any] | None
+    tmp_path: Path,
+    tiny_teacher_dir: Path,
+    ray_cluster: str,
+    generation: dict[str, Any] | None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir, generation)
-    result = generate_on_ray(config, address=ray_cluster, shards=SHARDS, workers=2)
     base = tmp_path / "out"
-    assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
-    assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]
-    assert all(record.attempts == 1 and record.worker for record in result.records)
+    if generation is None:  # the library, with the run's one progress display
+        shown = io.StringIO()
+        result = generate_on_ray(
+            config,
+            address=ray_cluster,
+            shards=SHARDS,
+            workers=2,
+            progress=lambda total: PlainProgress(total, stream=shown, interval=0.0),
+        )
+        assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
+        assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]
+        assert all(record.attempts == 1 and record.worker for record in result.records)
+        last = shown.getvalue().strip().splitlines()[-1]
+        assert f"[shards {SHARDS}/{SHARDS}, workers 2, retries 0]" in last and "12/12 samples (100.0%)" in last
+    else:  # the command: the table per shard on stderr, the shard base on stdout
+        assert cli_run(["generate", str(config), "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2"]) == 0
+        printed = capsys.readouterr()
+        assert printed.out.strip() == str(base)
+        assert f"{SHARDS} shards published, 0 already published (skipped), 0 retries, 2 workers" in printed.err
     assert cli_run(["verify", str(base)]) == 0
     one_process = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
     unsharded = generate_run(config, overrides=Overrides(output_dir=str(tmp_path / "whole")))
@@ -260,3 +281,16 @@ def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
         worker_shape("auto", 1, 1.0, {"CPU": 8.0})
     with pytest.raises(ConfigError, match="--worker-gpus"):
         worker_shape("cuda", 1, 0.0, one_gpu)
+
+
+def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir, {"max_new_tokens": 10**6})  # past the teacher's positions
+    driver = cli(config, "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--max-retries", "1")
+    _, stderr = driver.communicate(timeout=600)
+    assert driver.returncode == 2, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "failed on worker" in errors[0] and "max_new_tokens" in errors[0], stderr
+    assert not any(shard_path(tmp_path / "out", i).exists() for i in range(SHARDS))
+    assert temporary_directories(tmp_path) == []
