@@ -23,34 +23,17 @@ from gencache.core.progress import PlainProgress
 from gencache.run.overrides import Overrides
 from gencache.run.pipeline import generate_run
 from gencache.run.ray_driver import generate_on_ray
-from support.config_factory import musique
-from support.config_factory import write_config as factory_config
 from support.ray_helpers import entry_digests, temporary_directories
+from test_shards_run import write_config as shards_run_config
 
 SHARDS = 6
 SAMPLING = {"max_new_tokens": 6, "do_sample": True, "temperature": 1.3, "top_k": 20, "num_return_sequences": 2}
 
 
-def hotpot(num_samples: int) -> dict[str, Any]:
-    from gencache.data.recipes import sample_source
-
-    return {
-        "dataset_name": "hotpot_qa",
-        "num_samples": num_samples,
-        "num_data_strs": 0,
-        "num_shots": 0,
-        "subset": "fullwiki",
-        "split": "train",
-        "seed": 1,
-        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-        "template": "default",
-        "source": str(sample_source("hotpot_qa")),
-    }
-
-
 def write_config(tmp_path: Path, teacher: Path, generation: dict[str, Any] | None = None) -> Path:
-    """Six MuSiQue and six HotpotQA samples (every one of six shards owns keys)."""
-    config = factory_config(tmp_path, teacher, name="config.json", data_configs=[musique(num_samples=6), hotpot(6)])
+    """``--shards``'s test config (six MuSiQue and six HotpotQA samples: every one of six shards owns keys), with
+    ``generation`` as its generation settings when given."""
+    config = shards_run_config(tmp_path, teacher)
     if generation is not None:
         document = json.loads(config.read_text(encoding="utf-8"))
         document["model"]["generation_kwargs"] = generation
