@@ -4,6 +4,7 @@ teacher is caught with its divergence positions, and bad input is refused before
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -221,3 +222,38 @@ def test_a_run_with_relative_paths_audits_from_another_directory(
     monkeypatch.chdir(elsewhere)
     report = gencache.audit(tmp_path / artifact, all_keys=True)
     assert report.exit_code == 0 and len(report.keys) == 4
+
+
+def _as_if_vllm_sampled(artifact: Path, target: Path) -> Path:
+    """A copy of ``artifact`` whose ``resolved_config.json`` records the vllm engine (with its digest): what a run
+    sampled by vLLM leaves, for an environment without vLLM."""
+    from gencache.artifact.resolved import with_resolved_digest
+
+    shutil.copytree(artifact, target)
+    resolved_path = target / "resolved_config.json"
+    resolved = json.loads(resolved_path.read_text(encoding="utf-8"))
+    resolved["engine"]["name"] = "vllm"
+    resolved_path.chmod(0o644)
+    resolved_path.write_text(json.dumps(with_resolved_digest(resolved)), encoding="utf-8")
+    return target
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is not None, reason="the refusal is for an environment without vLLM"
+)
+def test_a_vllm_sampled_cache_is_audited_with_vllm_by_default_and_refused_at_once_without_it(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    teacher = shutil.copytree(tiny_teacher_dir, tmp_path / "teacher")
+    config = write_config(
+        tmp_path, teacher, model=_model(teacher, **SAMPLED), seed=13, output_dir=str(tmp_path / "sampled")
+    )
+    artifact = _as_if_vllm_sampled(gencache.generate(config), tmp_path / "vllm-sampled")
+    shutil.rmtree(teacher)  # anything that loads (the tokenizer first) would fail on this instead
+    assert cli_run(["audit", str(artifact)]) == 2
+    error = capsys.readouterr().err
+    assert 'engine "vllm" (the run sampled with vLLM' in error and "not installed" in error, error
+    assert cli_run(["audit", str(artifact), "--engine", "transformers"]) == 2  # the other sampler: refused
+    assert "Audit with --engine vllm" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match='engine "vllm" needs the vllm package'):
+        gencache.audit(artifact, engine="vllm")

@@ -1,11 +1,10 @@
-"""Library calls leave the process as they found it: offline mode (switched on when the hub cannot be reached)
-lasts for one call, and the host memory the KV budgets use is Linux's MemAvailable."""
+"""Library calls leave the process as they found it: an unreachable hub is probed once per call and hub ids then
+come from the local cache without any process-wide switch (a hub dataset's load aside, for that load alone), and
+the host memory the KV budgets use is Linux's MemAvailable."""
 
 from __future__ import annotations
 
 import os
-import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,35 +48,30 @@ def unreachable_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("unreachable_hub")
-def test_offline_mode_lasts_for_the_scope_and_the_probe_is_forgotten() -> None:
+def test_an_unreachable_hub_is_probed_once_per_scope_and_nothing_is_switched() -> None:
     before_env, before = dict(os.environ), _constants()
-    assert not hub.hub_state().online  # outside a scope: a probe that changes nothing
-    assert dict(os.environ) == before_env and _constants() == before
-    with hub.offline_scope():
+    assert not hub.hub_state().online  # outside a scope: a probe
+    with hub.probe_scope():
         state = hub.hub_state()
         assert not state.online and "cannot be reached" in state.reason
-        assert os.environ["HF_HUB_OFFLINE"] == os.environ["HF_DATASETS_OFFLINE"] == "1"
-        assert set(_constants().values()) == {True}
-        with hub.offline_scope():  # an inner scope shares the outer one's probe and switch
+        with hub.probe_scope():  # an inner scope shares the outer one's probe
             assert hub.hub_state() is state
-        assert os.environ["HF_HUB_OFFLINE"] == "1"
-    assert dict(os.environ) == before_env and _constants() == before
-    with hub.offline_scope():
+        assert hub.pretrained_kwargs("some-org/some-model", "abc") == {"revision": "abc", "local_files_only": True}
+        assert dict(os.environ) == before_env and _constants() == before  # the process is left alone
+    with hub.probe_scope():
         assert hub.hub_state() is not state  # probed again: the hub may be back
 
 
 @pytest.mark.usefixtures("unreachable_hub")
-def test_a_library_first_imported_inside_the_scope_is_left_as_its_import_would_have_set_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delitem(sys.modules, "datasets.config")
-    with hub.offline_scope():
-        assert not hub.hub_state().online
-        imported = types.ModuleType("datasets.config")  # what importing datasets reads from the switched environment
-        imported.HF_HUB_OFFLINE = imported.HF_DATASETS_OFFLINE = os.environ["HF_DATASETS_OFFLINE"] == "1"
-        monkeypatch.setitem(sys.modules, "datasets.config", imported)
-        assert hub.hub_state() and imported.HF_HUB_OFFLINE is True
-    assert imported.HF_HUB_OFFLINE is False and imported.HF_DATASETS_OFFLINE is False
+def test_a_hub_dataset_load_is_offline_for_that_load_alone(tmp_path: Path) -> None:
+    before = _constants()
+    with hub.probe_scope():
+        with hub.datasets_offline(hub.hub_state()):
+            assert set(_constants().values()) == {True}
+        assert _constants() == before
+        with hub.datasets_offline(hub.HubState(True, hub.endpoint(), "")):  # a reachable hub: nothing changes
+            assert _constants() == before
+    assert hub.pretrained_kwargs(str(tmp_path), None) == {}  # a local directory never needs the hub
 
 
 @pytest.mark.usefixtures("unreachable_hub")

@@ -9,7 +9,9 @@ line saying what was published, never a traceback (a stop a library swallowed: t
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,7 +152,7 @@ def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: P
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())  # both published
 
 
-def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
+def test_every_tqdm_bar_and_library_warning_is_off_inside_a_quiet_block_and_back_after_it() -> None:
     import io
 
     import tqdm.std
@@ -158,12 +160,57 @@ def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
     from gencache.cli.quiet import quiet_libraries
 
     original = tqdm.std.tqdm.__dict__["__init__"]
+    logger = logging.getLogger("transformers.quiet_test")
     for _ in range(2):  # a second block in the same process too
         with quiet_libraries():
             muted = tqdm.std.tqdm(range(3), disable=False, file=io.StringIO())  # as vLLM asks for its bar
             assert muted.disable
             muted.close()
+            assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
         assert tqdm.std.tqdm.__dict__["__init__"] is original
+        assert logging.root.manager.disable == logging.NOTSET
         shown = tqdm.std.tqdm(range(3), file=io.StringIO())
         assert not shown.disable
         shown.close()
+
+
+@pytest.mark.slow
+def test_a_run_speaks_before_its_slow_imports_and_times_the_teacher_s_load_without_them(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    """The first message comes before torch or transformers is imported, and the teacher's modeling code is
+    imported before "loading the teacher" (the timer starts after that message), so "teacher loaded in" is the
+    load alone."""
+    config = write_config(tmp_path, tiny_teacher_dir)
+    code = (
+        "import json, sys, gencache\n"
+        "seen = []\n"
+        "def notify(level, text):\n"
+        "    heavy = [name for name in ('torch', 'transformers', 'transformers.models.qwen3.modeling_qwen3')\n"
+        "             if name in sys.modules]\n"
+        "    seen.append([text.split(' ')[0], heavy])\n"
+        f"gencache.generate({str(config)!r}, notify=notify)\n"
+        "print(json.dumps(seen))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    seen = dict(json.loads(result.stdout))
+    assert seen["checking"] == []
+    assert seen["loading"] == ["torch", "transformers", "transformers.models.qwen3.modeling_qwen3"]
+
+
+def test_a_status_shows_on_a_terminal_only() -> None:
+    import io
+
+    from rich.console import Console
+
+    from gencache.cli.render import render_notice
+
+    for terminal in (True, False):
+        stream = io.StringIO()
+        console = Console(file=stream, force_terminal=terminal, no_color=True, width=200)
+        render_notice(console, "status", "loading the teacher t")
+        render_notice(console, "info", "teacher loaded in 5 ms")
+        shown = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in stream.getvalue().splitlines()]  # no styles
+        assert shown == (
+            ["loading the teacher t ...", "teacher loaded in 5 ms"] if terminal else ["teacher loaded in 5 ms"]
+        )

@@ -57,7 +57,12 @@ def audit_command(
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the key selection.")] = 0,
     engine: Annotated[
         str | None,
-        typer.Option("--engine", metavar="NAME", help='Engine to regenerate with (default "transformers").'),
+        typer.Option(
+            "--engine",
+            metavar="NAME",
+            help='Engine to regenerate with (default "transformers"; "vllm" for a run that sampled with vLLM, whose '
+            "sampler only vLLM reproduces).",
+        ),
     ] = None,
     model: Annotated[
         str | None,

@@ -30,8 +30,12 @@ _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow
 
 
 def render_notice(console: Console, level: str, text: str) -> None:
-    """One run message: warnings in yellow."""
-    if level == "warning":
+    """One run message: warnings in yellow; a status (what a slow step is doing) dimmed, on a terminal only, so
+    that a piped run's output is its results and errors."""
+    if level == "status":
+        if console.is_terminal:
+            console.print(f"[dim]{escape(text)} ...[/dim]", highlight=False)
+    elif level == "warning":
         console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False)
     else:
         console.print(escape(text), highlight=False)

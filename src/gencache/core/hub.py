@@ -1,15 +1,14 @@
-"""Talking to the model hub without minutes of retries: one quick reachability probe per process, the local cache
+"""Talking to the model hub without minutes of retries: one quick reachability probe per call, the local cache
 when the hub cannot be reached, and one plain line naming the id when neither has it.
 
 ``huggingface_hub`` retries an unreachable host for about a minute before it gives up. gencache instead opens
 one TCP connection to the hub endpoint (or the HTTPS proxy) with a short timeout, the first time a hub id is
-used; when that fails, the libraries are switched to their offline mode, so what is in the local cache still loads
-and everything else fails at once. ``HF_HUB_OFFLINE=1`` skips the probe.
-
-Both the probe and the offline switch last for one :func:`offline_scope` (a run, a dataset load): leaving the
-outermost scope restores the environment variables and the libraries' constants it changed and forgets the probe,
-so a notebook whose one call found the hub unreachable gets the hub back for its next call. Outside any scope,
-:func:`hub_state` probes but changes nothing.
+used in a call (:func:`probe_scope`: a run, a dataset load); when that fails, or offline mode was asked for
+(``HF_HUB_OFFLINE``), hub ids are read from the local cache only: transformers' loads get ``local_files_only``
+(:func:`pretrained_kwargs`), and a hub dataset's load, for which ``datasets`` has no such argument, runs with the
+libraries' offline constants set for that load alone (:func:`datasets_offline`, restored in ``finally``). The
+environment is never changed; leaving the outermost scope forgets the probe, so a notebook whose one call found
+the hub unreachable gets the hub back for its next call.
 """
 
 from __future__ import annotations
@@ -85,114 +84,84 @@ def probe(timeout: float = PROBE_TIMEOUT_S) -> HubState:
     return HubState(True, url, "")
 
 
-#: The environment variables offline mode sets (read by the libraries imported after it is switched on).
-_OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-#: The module constants the already-imported libraries read instead (transformers reads huggingface_hub's).
+#: The module constants of the already-imported libraries a hub dataset's load reads (datasets reads its own and,
+#: through huggingface_hub, the hub's).
 _OFFLINE_CONSTANTS = (
     ("huggingface_hub.constants", "HF_HUB_OFFLINE"),
     ("datasets.config", "HF_HUB_OFFLINE"),
     ("datasets.config", "HF_DATASETS_OFFLINE"),
 )
-_ABSENT = object()
-
-
-class _Scope:
-    """The open scopes' depth and what switching offline changed (restored when the outermost one closes)."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.saved_env: dict[str, str | None] | None = None
-        self.saved_constants: dict[tuple[str, str], Any] = {}
-
-
-_SCOPE = _Scope()
 _LOCK = threading.RLock()
+_DEPTH = 0
 
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in _TRUE
 
 
-def _constant_from_env(module: str, name: str) -> bool:
-    """The value ``module.name`` takes when the library is imported with the current environment."""
-    hub_offline = _truthy(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
-    if module == "datasets.config":
-        own = os.environ.get("HF_DATASETS_OFFLINE")
-        return hub_offline if own is None else _truthy(own)
-    return hub_offline
-
-
-def _go_offline() -> None:
-    """Switch ``huggingface_hub``, ``transformers`` and ``datasets`` to their offline mode until the scope closes
-    (the local cache still serves what it holds). The first switch in a scope saves what it changes; a library
-    imported after it read the switched environment, so it has nothing of its own to save."""
-    first = _SCOPE.saved_env is None
-    if first:
-        _SCOPE.saved_env = {name: os.environ.get(name) for name in _OFFLINE_ENV}
-    for name in _OFFLINE_ENV:
-        os.environ[name] = "1"
-    for module_name, name in _OFFLINE_CONSTANTS:
-        module = sys.modules.get(module_name)
-        if module is None or not hasattr(module, name):
-            continue
-        if first:
-            _SCOPE.saved_constants[(module_name, name)] = getattr(module, name)
-        setattr(module, name, True)
-
-
-def _restore() -> None:
-    """Undo :func:`_go_offline`: the environment as the scope found it; the constants of libraries imported before
-    the switch as they were, those of libraries imported since as their import would have set them."""
-    if _SCOPE.saved_env is None:
-        return
-    for name, value in _SCOPE.saved_env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    for module_name, name in _OFFLINE_CONSTANTS:
-        module = sys.modules.get(module_name)
-        if module is None or not hasattr(module, name):
-            continue
-        saved = _SCOPE.saved_constants.get((module_name, name), _ABSENT)
-        setattr(module, name, _constant_from_env(module_name, name) if saved is _ABSENT else saved)
-    _SCOPE.saved_env, _SCOPE.saved_constants = None, {}
-
-
 @contextlib.contextmanager
-def offline_scope() -> Iterator[None]:
-    """Within this block the hub is probed at most once and, when it cannot be reached (or offline mode was asked
-    for), the libraries are in offline mode; leaving the outermost block restores the environment variables and
-    library constants that were changed and forgets the probe. Blocks nest (an inner one shares the outer one's)."""
-    global _STATE
+def probe_scope() -> Iterator[None]:
+    """Within this block the hub is probed at most once (the first :func:`hub_state`); leaving the outermost block
+    forgets the probe. Blocks nest (an inner one shares the outer one's probe)."""
+    global _DEPTH, _STATE
     with _LOCK:
-        _SCOPE.depth += 1
+        _DEPTH += 1
     try:
         yield
     finally:
         with _LOCK:
-            _SCOPE.depth -= 1
-            if _SCOPE.depth == 0:
-                _restore()
+            _DEPTH -= 1
+            if _DEPTH == 0:
                 _STATE = None
 
 
 def hub_state() -> HubState:
-    """The hub's state: probed once per :func:`offline_scope`, which it switches to offline mode when asked for or
-    when the probe fails; outside a scope, a fresh probe that changes nothing."""
+    """The hub's state: probed once per :func:`probe_scope`; outside a scope, a fresh probe."""
     global _STATE
     with _LOCK:
-        if _SCOPE.depth == 0:
+        if _DEPTH == 0:
             return _probe_or_requested()
         if _STATE is None:
             _STATE = _probe_or_requested()
-        if not _STATE.online:
-            _go_offline()
         return _STATE
 
 
 def _probe_or_requested() -> HubState:
     return HubState(False, endpoint(), OFFLINE_REASON) if offline_requested() else probe()
+
+
+@contextlib.contextmanager
+def datasets_offline(state: HubState | None) -> Iterator[None]:
+    """A hub dataset's load while the hub cannot be reached (``state`` offline): ``datasets`` has no per-call
+    switch, so its and huggingface_hub's offline constants are set for this block (the local datasets cache
+    still serves what it holds) and put back afterwards. A load in another thread at the same moment is offline
+    too. Nothing changes for an online (or ``None``) state."""
+    if state is None or state.online:
+        yield
+        return
+    saved: list[tuple[Any, str, Any]] = []
+    with _LOCK:
+        for module_name, name in _OFFLINE_CONSTANTS:
+            module = sys.modules.get(module_name)
+            if module is not None and hasattr(module, name):
+                saved.append((module, name, getattr(module, name)))
+                setattr(module, name, True)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            for module, name, value in reversed(saved):
+                setattr(module, name, value)
+
+
+def pretrained_kwargs(model_path: str, revision: str | None) -> dict[str, Any]:
+    """The keyword arguments of a ``from_pretrained`` (or ``cached_file``) call for ``model_path``: the pinned
+    revision, if any, and ``local_files_only`` when ``model_path`` is a hub id and the hub cannot be reached (the
+    local cache serves it, or the call fails at once)."""
+    kwargs = revision_kwargs(revision)
+    if not os.path.isdir(model_path) and not hub_state().online:
+        kwargs["local_files_only"] = True
+    return kwargs
 
 
 def revision_kwargs(revision: str | None) -> dict[str, Any]:
@@ -244,10 +213,12 @@ def dataset_unavailable(label: str, repo_id: str, error_line: str, hint: str = "
 __all__ = [
     "HubState",
     "dataset_unavailable",
+    "datasets_offline",
     "hub_state",
     "model_in_cache",
-    "offline_scope",
+    "pretrained_kwargs",
     "probe",
+    "probe_scope",
     "require_model_id",
     "revision_kwargs",
 ]

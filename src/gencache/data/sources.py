@@ -167,10 +167,11 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
     from gencache.core import hub
 
     local = os.path.isdir(hub_id)
-    with hub.offline_scope():  # a quick probe: offline mode (for this load) instead of a minute of retries
+    with hub.probe_scope():  # a quick probe: the local cache (for this load) instead of a minute of retries
         state = None if local else hub.hub_state()
         try:
-            table = datasets.load_dataset(hub_id, config, split=split)
+            with hub.datasets_offline(state):
+                table = datasets.load_dataset(hub_id, config, split=split)
         except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
             first = first_line(exc)
             if state is not None and not state.online:

@@ -32,7 +32,7 @@ from gencache.config.generation import (
 from gencache.config.messages import join_problems
 from gencache.core.canonical import is_int
 from gencache.core.errors import ConfigError, first_line
-from gencache.core.hub import revision_kwargs
+from gencache.core.hub import pretrained_kwargs
 from gencache.generation import teacher
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             model_path,
             "generation_config.json",
             _raise_exceptions_for_missing_entries=False,
-            **revision_kwargs(revision),
+            **pretrained_kwargs(model_path, revision),
         )
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
@@ -129,7 +129,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             if not isinstance(data, dict):
                 raise ValueError("generation_config.json does not hold a JSON object")
         else:
-            model_config = hf.AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
+            model_config = hf.AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
             data = hf.GenerationConfig.from_model_config(model_config).to_dict()
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's configuration from {where}: {first_line(exc)}") from exc

@@ -14,13 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.fields import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
-from gencache.core.hub import revision_kwargs
+from gencache.core.hub import pretrained_kwargs
 from gencache.core.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["hf", "load_teacher", "load_tokenizer", "model_device", "no_loading_bar", "runtime_info", "torch_dtype"]
+__all__ = [
+    "hf",
+    "import_model_code",
+    "load_teacher",
+    "load_tokenizer",
+    "model_device",
+    "no_loading_bar",
+    "runtime_info",
+    "torch_dtype",
+]
 
 
 def hf() -> Any:
@@ -34,7 +43,7 @@ def hf() -> Any:
 def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained`` then :func:`prepare_tokenizer` (left padding, pad falls back to EOS)."""
     try:
-        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **revision_kwargs(revision))
+        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **pretrained_kwargs(tokenizer_path, revision))
     except Exception as exc:
         raise ConfigError(
             f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
@@ -50,6 +59,20 @@ def torch_dtype(dtype: str) -> torch.dtype:
 
     result: torch.dtype = getattr(torch, checked_dtype(dtype))
     return result
+
+
+def import_model_code(model_path: str, *, revision: str | None = None) -> None:
+    """Import what loading the teacher needs (torch, transformers' model loading, the modeling code of the
+    teacher's architecture) without reading any weights, so that the load is timed alone. A config that cannot be
+    read, or an architecture transformers does not know, is left to the load, which reports it."""
+    import torch  # noqa: F401  (the first import of torch is part of what this takes)
+
+    try:
+        config = hf().AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
+        mapping: Any = importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING
+        mapping[type(config)]  # imports the architecture's modeling module
+    except Exception:  # the load says what is wrong, with the teacher named
+        return
 
 
 @contextlib.contextmanager
@@ -86,7 +109,11 @@ def load_teacher(
     devices use ``device_map=<device>`` when ``accelerate`` is installed, else load then move the model."""
     import torch
 
-    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype), "low_cpu_mem_usage": True, **revision_kwargs(revision)}
+    kwargs: dict[str, Any] = {
+        "dtype": torch_dtype(dtype),
+        "low_cpu_mem_usage": True,
+        **pretrained_kwargs(model_path, revision),
+    }
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     # transformers' own check: an installed accelerate older than the version it needs counts as absent.

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
+from gencache.core.hub import probe_scope
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
@@ -187,8 +188,10 @@ def select_keys(
 
 
 def _choose_engine(run: RecordedRun, requested: str | None) -> str:
-    """The engine to regenerate with: ``requested``, else ``transformers``, except that a run sampled by vLLM
-    (vLLM's own sampler) is audited with vLLM; the samplers of the two families never mix."""
+    """The engine to regenerate with: ``requested``, else the engine whose sampler the run used: ``vllm`` for a run
+    that sampled with vLLM (only vLLM's sampler draws its tokens again), ``transformers`` for every other run. A
+    sampled run is refused with an engine of the other sampler family, and ``vllm`` when vLLM is not installed,
+    both before anything loads."""
     recorded = str(run.resolved.get("engine", {}).get("name", ENGINE_STATIC))
     sampled = bool(run.generation.get("do_sample"))
     chosen = requested or (ENGINE_VLLM if sampled and recorded == ENGINE_VLLM else ENGINE_STATIC)
@@ -199,6 +202,15 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
             f'audit: the run sampled with engine "{recorded}" ({family}); engine "{chosen}" draws differently, so '
             f"its answers cannot be compared. Audit with {fit}."
         )
+    if chosen == ENGINE_VLLM:
+        from gencache.generation.engines.vllm import INSTALL_HINT
+        from gencache.generation.engines.vllm_platform import installed_build
+
+        if installed_build() is None:
+            why = "" if requested else " (the run sampled with vLLM, whose sampler only vLLM reproduces)"
+            raise ConfigError(
+                f'audit: engine "vllm"{why} needs the vllm package, which is not installed: {INSTALL_HINT}.'
+            )
     return chosen
 
 
@@ -264,6 +276,7 @@ def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
     return KeyAudit(key, tuple(sequences))
 
 
+@probe_scope()  # one hub probe for the audit (hub ids come from the local cache when it fails)
 def audit(
     path: str | os.PathLike[str],
     *,
@@ -309,6 +322,7 @@ def audit(
         raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
     generation = _resolve(run, where["model_path"], tokenizer)
     created = _engine(run, name, generation, tokenizer, **where)
+    created.import_libraries()  # load_seconds is the load's own time
     started = time.monotonic()
     created.load_weights()
     loaded = time.monotonic()

@@ -137,10 +137,10 @@ def read_teacher_config(model_path: str, revision: str | None) -> Any:
     """The teacher's ``config.json`` (no weights), read once per run; :class:`ConfigError` when it cannot be read."""
     from transformers import AutoConfig
 
-    from gencache.core.hub import revision_kwargs
+    from gencache.core.hub import pretrained_kwargs
 
     try:
-        return AutoConfig.from_pretrained(model_path, **revision_kwargs(revision))
+        return AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
     except Exception as error:
         from gencache.core.errors import first_line
 

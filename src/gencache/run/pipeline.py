@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.phases import report_phase
 from gencache.core.errors import Stopped, StoppedRun
-from gencache.core.hub import offline_scope
+from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides
 from gencache.run.record import absolute_path
 from gencache.run.session import TeacherSession
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from gencache.data.samples import Sample, SampleSet
     from gencache.run.findings import Preflight, RunInputs
 
-#: ``notify(level, text)``: ``level`` is ``"info"`` or ``"warning"``.
+#: ``notify(level, text)``: ``level`` is ``"info"``, ``"warning"`` or ``"status"`` (what the run is doing while a
+#: slow step runs: checking, loading the teacher; the command line shows it on a terminal only).
 Notify = Callable[[str, str], None]
 #: ``progress(total_samples)``: a :class:`gencache.core.progress.Progress` for the whole run.
 ProgressFactory = Callable[[int], "Progress"]
@@ -74,7 +75,7 @@ class RunResult:
     dry_run: DryRun | None = None
 
 
-@offline_scope()  # one hub probe for the run; offline mode (when unreachable) ends with it
+@probe_scope()  # one hub probe for the run (hub ids come from the local cache when it fails)
 def generate_run(
     config_path: str | os.PathLike[str],
     *,
@@ -127,6 +128,8 @@ def _generate_run(
 ) -> RunResult:
     from gencache.run.checks import preflight
 
+    if not dry_run:  # the dry run's report is its output; a run says something before its first slow step
+        say("status", f"checking {os.fspath(config_path)}: the config, the data, the tokenizer and the teacher's files")
     plan = plan_run(config_path, overrides, shard, shards, env, skip)
     targets, pending, published = plan.targets, plan.pending, plan.published
     single = targets[0].shard
@@ -236,6 +239,8 @@ class _Run:
             f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
             f"device {inputs.device}",
         )
+        inputs.engine.import_libraries()  # the load below is timed alone, without the imports
+        self.say("status", f"loading the teacher {config.model.model_path}")
         started = time.monotonic()
         self.session = TeacherSession(config, self.config_json, self.digest, self.overrides, inputs)
         self.session.load()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, GencacheError, GenerationError, raise_problems
-from gencache.core.hub import offline_scope
+from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides
 from gencache.run.ray_cluster import SHARDS_PER_WORKER
 
@@ -135,7 +135,7 @@ def _quiet(level: str, text: str) -> None:
     """The default ``notify``: library callers get results, not output."""
 
 
-@offline_scope()  # one hub probe for the driver's checks, as for a run in one process
+@probe_scope()  # one hub probe for the driver's checks, as for a run in one process
 def generate_on_ray(
     config_path: str | os.PathLike[str],
     *,
@@ -426,6 +426,3 @@ def _clean(plan: Plan) -> list[Path]:
     if not parent.is_dir():
         return []
     return clean(parent, outputs={t.output_dir.name for t in plan.targets})
-
-
-__all__ = ["DEFAULT_MAX_RETRIES", "RayRun", "ShardFailedError", "ShardRecord", "generate_on_ray"]

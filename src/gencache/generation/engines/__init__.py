@@ -104,6 +104,10 @@ class Engine(Protocol):
     name: str
     stats: EngineStats
 
+    def import_libraries(self) -> None:
+        """Import what :meth:`load_weights` needs (torch, the model code, vLLM) without loading weights, so that
+        the load can be timed alone."""
+
     def load_weights(self) -> None:
         """Load the teacher's weights (after every model-free check passed)."""
 

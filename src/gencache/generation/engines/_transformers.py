@@ -24,6 +24,9 @@ class TransformersEngine:
         self.model: Any = None
         self.stats = EngineStats()
 
+    def import_libraries(self) -> None:
+        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+
     def load_weights(self) -> None:
         ctx = self.context
         self.model = teacher.load_teacher(

@@ -268,6 +268,11 @@ class VllmEngine:
         self.amx: bool | None = None
 
     # -- building the LLM ---------------------------------------------------------------------------------------
+    def import_libraries(self) -> None:
+        """Import vLLM (half a minute), with the environment variables it reads when imported."""
+        with vllm_settings(self.environment()):
+            import vllm.platforms  # noqa: F401  (imports vllm)
+
     def load_weights(self) -> None:
         """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
         CPU the ``LLM`` is built by the first :meth:`generate`, with a KV cache sized from its prompts."""
