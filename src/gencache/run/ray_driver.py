@@ -178,6 +178,7 @@ def generate_on_ray(
             return result
     from gencache.run.ray_cluster import connected
 
+    say("status", "starting a local Ray instance" if where.local else f"connecting to the Ray cluster at {where.value}")
     with connected(ray, where):
         run = _Driver(ray, config_path, overrides, where.value, say, progress)
         result = run.execute(first, shards, workers, worker_gpus, max_retries)
