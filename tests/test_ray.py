@@ -1,7 +1,7 @@
 """`gencache generate --ray` on a real local Ray cluster (two CPU workers, the tiny teacher): the shard base equals
-`--shards N` in one process and the unsharded run key for key, greedy and sampled; a worker killed with SIGKILL in
-the middle of a shard is replaced and its shard generated again; a driver killed mid-run is resumed by the same
-command; each refusal is one line and exit 2 before anything loads."""
+`--shards N` in one process and the unsharded run key for key, greedy, sampled and sampled on the continuous engine;
+a worker killed with SIGKILL in the middle of a shard is replaced and its shard generated again; a driver killed
+mid-run is resumed by the same command; each refusal is one line and exit 2 before anything loads."""
 
 from __future__ import annotations
 
@@ -30,14 +30,17 @@ SHARDS = 6
 SAMPLING = {"max_new_tokens": 6, "do_sample": True, "temperature": 1.3, "top_k": 20, "num_return_sequences": 2}
 
 
-def write_config(tmp_path: Path, teacher: Path, generation: dict[str, Any] | None = None) -> Path:
+def write_config(
+    tmp_path: Path, teacher: Path, generation: dict[str, Any] | None = None, engine: str = "transformers"
+) -> Path:
     """``--shards``'s test config (six MuSiQue and six HotpotQA samples: every one of six shards owns keys), with
-    ``generation`` as its generation settings when given."""
+    ``generation`` as its generation settings when given, on ``engine``."""
     config = shards_run_config(tmp_path, teacher)
+    document = json.loads(config.read_text(encoding="utf-8"))
+    document["engine"] = engine
     if generation is not None:
-        document = json.loads(config.read_text(encoding="utf-8"))
         document["model"]["generation_kwargs"] = generation
-        config.write_text(json.dumps(document), encoding="utf-8")
+    config.write_text(json.dumps(document), encoding="utf-8")
     return config
 
 
@@ -57,15 +60,20 @@ def shard_path(base: Path, index: int) -> Path:
     return Path(shard_dir_name(str(base), index, SHARDS))
 
 
-@pytest.mark.parametrize("generation", [None, SAMPLING], ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    ("generation", "engine"),
+    [(None, "transformers"), (SAMPLING, "transformers"), (SAMPLING, "transformers-continuous")],
+    ids=["greedy", "sampled", "sampled-continuous"],
+)
 def test_ray_base_equals_one_process_and_unsharded(
     tmp_path: Path,
     tiny_teacher_dir: Path,
     ray_cluster: str,
     generation: dict[str, Any] | None,
+    engine: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    config = write_config(tmp_path, tiny_teacher_dir, generation)
+    config = write_config(tmp_path, tiny_teacher_dir, generation, engine=engine)
     base = tmp_path / "out"
     if generation is None:  # the library, with the run's one progress display
         shown = io.StringIO()
