@@ -285,3 +285,34 @@ def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(
     assert len(errors) == 1 and "failed on worker" in errors[0] and "max_new_tokens" in errors[0], stderr
     assert not any(shard_path(tmp_path / "out", i).exists() for i in range(SHARDS))
     assert temporary_directories(tmp_path) == []
+
+
+def test_without_an_address_a_local_instance_runs_the_shards_and_the_process_is_left_as_found(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    code = f"""
+import json, os, signal, sys
+import gencache
+environment, handlers = dict(os.environ), [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+base = gencache.generate({str(config)!r}, ray=True, shards=2, workers=1)
+import ray
+print(json.dumps({{
+    "base": str(base),
+    "connected": ray.is_initialized(),
+    "environment": dict(os.environ) == environment,
+    "handlers": [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == handlers,
+}}))
+"""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found == {"base": str(tmp_path / "out"), "connected": False, "environment": True, "handlers": True}
+    assert cli_run(["verify", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == [
+        shard_dir_name("out", 0, 2),
+        shard_dir_name("out", 1, 2),
+    ]
