@@ -129,7 +129,7 @@ def building(parent: Path) -> list[str]:
 def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_generated_again(
     tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
 ) -> None:
-    slow = {"max_new_tokens": 48, "min_new_tokens": 48}  # long enough shards to kill one in the middle
+    slow = {"max_new_tokens": 96, "min_new_tokens": 96}  # long enough shards to kill one in the middle
     config = write_config(tmp_path, tiny_teacher_dir, slow)
     driver = cli(config, "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json")
     name = wait_for(lambda: building(tmp_path), "a shard's temporary directory")[0]
@@ -152,7 +152,7 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_generated_again(
 def test_the_driver_killed_mid_run_then_the_same_command_generates_the_rest(
     tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    slow = {"max_new_tokens": 32, "min_new_tokens": 32}
+    slow = {"max_new_tokens": 96, "min_new_tokens": 96}  # the driver dies well before the last shard
     config = write_config(tmp_path, tiny_teacher_dir, slow)
     base = tmp_path / "out"
     args = ["--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json"]
