@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from _common import ROOT, load_average, load_note, log, section_head
-from longtail import choose_eos
 
 WORKERS = 2
 SHARDS = 16
@@ -124,6 +123,7 @@ def _fixed_split(ray: Any, config: Path, shards: int) -> list[tuple[str, float, 
 def measure_two_workers(root: Path, quick: bool) -> dict[str, Any]:
     """Part 1 (see the module docstring)."""
     import ray
+    from longtail import choose_eos
 
     from gencache.generation.tiny import build_tiny_teacher
     from gencache.run.overrides import Overrides

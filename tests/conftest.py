@@ -156,8 +156,11 @@ def ray_cluster() -> Iterator[str]:
 
     from support.ray_helpers import start_cluster
 
+    environment = dict(os.environ)
     address = start_cluster()
     try:
         yield address
     finally:
         ray.shutdown()
+        for name in set(os.environ) - set(environment):  # what ray.init set (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
+            del os.environ[name]

@@ -1,7 +1,7 @@
 """Which part of gencache may import which: the layers that docs/architecture.md draws, pinned.
 
 Bottom to top: the foundation (``gencache.core``: errors, canonical JSON, tokenizer state, hub access, the
-progress protocol, the version, the lazy package names, quiet output and signals), then the config package (every
+progress protocol, the version, the lazy package names, printable text), then the config package (every
 input rule), the artifact package, the generation package, the data package, the training package, the run
 (``gencache.run``), the generated reference (``gencache.docgen``) and the command line (``gencache.cli``) on top.
 A module may import its own layer and the layers below it, never one above; no package module imports the package

@@ -9,6 +9,7 @@ line saying what was published, never a traceback (a stop a library swallowed: t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -151,7 +152,7 @@ def test_the_command_line_shows_third_party_output_only_with_verbose(tmp_path: P
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())  # both published
 
 
-def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
+def test_every_tqdm_bar_and_library_warning_is_off_inside_a_quiet_block_and_back_after_it() -> None:
     import io
 
     import tqdm.std
@@ -159,12 +160,15 @@ def test_every_tqdm_bar_is_off_inside_a_quiet_block_and_back_after_it() -> None:
     from gencache.cli.quiet import quiet_libraries
 
     original = tqdm.std.tqdm.__dict__["__init__"]
+    logger = logging.getLogger("transformers.quiet_test")
     for _ in range(2):  # a second block in the same process too
         with quiet_libraries():
             muted = tqdm.std.tqdm(range(3), disable=False, file=io.StringIO())  # as vLLM asks for its bar
             assert muted.disable
             muted.close()
+            assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
         assert tqdm.std.tqdm.__dict__["__init__"] is original
+        assert logging.root.manager.disable == logging.NOTSET
         shown = tqdm.std.tqdm(range(3), file=io.StringIO())
         assert not shown.disable
         shown.close()

@@ -1,10 +1,11 @@
 """`gencache generate --ray` on a real local Ray cluster (two CPU workers, the tiny teacher): the shard base equals
-`--shards N` in one process and the unsharded run key for key, greedy and sampled; a worker killed with SIGKILL in
-the middle of a shard is replaced and its shard generated again; a driver killed mid-run is resumed by the same
-command; each refusal is one line and exit 2 before anything loads."""
+`--shards N` in one process and the unsharded run key for key, greedy, sampled and sampled on the continuous engine;
+a worker killed with SIGKILL in the middle of a shard is replaced and its shard generated again; a driver killed
+mid-run is resumed by the same command; each refusal is one line and exit 2 before anything loads."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -18,41 +19,28 @@ import pytest
 
 from gencache.artifact.names import shard_dir_name
 from gencache.cli.app import run as cli_run
+from gencache.core.progress import PlainProgress
 from gencache.run.overrides import Overrides
 from gencache.run.pipeline import generate_run
 from gencache.run.ray_driver import generate_on_ray
-from support.config_factory import musique
-from support.config_factory import write_config as factory_config
 from support.ray_helpers import entry_digests, temporary_directories
+from test_shards_run import write_config as shards_run_config
 
 SHARDS = 6
 SAMPLING = {"max_new_tokens": 6, "do_sample": True, "temperature": 1.3, "top_k": 20, "num_return_sequences": 2}
 
 
-def hotpot(num_samples: int) -> dict[str, Any]:
-    from gencache.data.recipes import sample_source
-
-    return {
-        "dataset_name": "hotpot_qa",
-        "num_samples": num_samples,
-        "num_data_strs": 0,
-        "num_shots": 0,
-        "subset": "fullwiki",
-        "split": "train",
-        "seed": 1,
-        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-        "template": "default",
-        "source": str(sample_source("hotpot_qa")),
-    }
-
-
-def write_config(tmp_path: Path, teacher: Path, generation: dict[str, Any] | None = None) -> Path:
-    """Six MuSiQue and six HotpotQA samples (every one of six shards owns keys)."""
-    config = factory_config(tmp_path, teacher, name="config.json", data_configs=[musique(num_samples=6), hotpot(6)])
+def write_config(
+    tmp_path: Path, teacher: Path, generation: dict[str, Any] | None = None, engine: str = "transformers"
+) -> Path:
+    """``--shards``'s test config (six MuSiQue and six HotpotQA samples: every one of six shards owns keys), with
+    ``generation`` as its generation settings when given, on ``engine``."""
+    config = shards_run_config(tmp_path, teacher)
+    document = json.loads(config.read_text(encoding="utf-8"))
+    document["engine"] = engine
     if generation is not None:
-        document = json.loads(config.read_text(encoding="utf-8"))
         document["model"]["generation_kwargs"] = generation
-        config.write_text(json.dumps(document), encoding="utf-8")
+    config.write_text(json.dumps(document), encoding="utf-8")
     return config
 
 
@@ -72,16 +60,40 @@ def shard_path(base: Path, index: int) -> Path:
     return Path(shard_dir_name(str(base), index, SHARDS))
 
 
-@pytest.mark.parametrize("generation", [None, SAMPLING], ids=["greedy", "sampled"])
+@pytest.mark.parametrize(
+    ("generation", "engine"),
+    [(None, "transformers"), (SAMPLING, "transformers"), (SAMPLING, "transformers-continuous")],
+    ids=["greedy", "sampled", "sampled-continuous"],
+)
 def test_ray_base_equals_one_process_and_unsharded(
-    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, generation: dict[str, Any] | None
+    tmp_path: Path,
+    tiny_teacher_dir: Path,
+    ray_cluster: str,
+    generation: dict[str, Any] | None,
+    engine: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    config = write_config(tmp_path, tiny_teacher_dir, generation)
-    result = generate_on_ray(config, address=ray_cluster, shards=SHARDS, workers=2)
+    config = write_config(tmp_path, tiny_teacher_dir, generation, engine=engine)
     base = tmp_path / "out"
-    assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
-    assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]
-    assert all(record.attempts == 1 and record.worker for record in result.records)
+    if generation is None:  # the library, with the run's one progress display
+        shown = io.StringIO()
+        result = generate_on_ray(
+            config,
+            address=ray_cluster,
+            shards=SHARDS,
+            workers=2,
+            progress=lambda total: PlainProgress(total, stream=shown, interval=0.0),
+        )
+        assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
+        assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]
+        assert all(record.attempts == 1 and record.worker for record in result.records)
+        last = shown.getvalue().strip().splitlines()[-1]
+        assert f"[shards {SHARDS}/{SHARDS}, workers 2, retries 0]" in last and "12/12 samples (100.0%)" in last
+    else:  # the command: the table per shard on stderr, the shard base on stdout
+        assert cli_run(["generate", str(config), "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2"]) == 0
+        printed = capsys.readouterr()
+        assert printed.out.strip() == str(base)
+        assert f"{SHARDS} shards published, 0 already published (skipped), 0 retries, 2 workers" in printed.err
     assert cli_run(["verify", str(base)]) == 0
     one_process = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
     unsharded = generate_run(config, overrides=Overrides(output_dir=str(tmp_path / "whole")))
@@ -117,7 +129,7 @@ def building(parent: Path) -> list[str]:
 def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_generated_again(
     tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
 ) -> None:
-    slow = {"max_new_tokens": 48, "min_new_tokens": 48}  # long enough shards to kill one in the middle
+    slow = {"max_new_tokens": 96, "min_new_tokens": 96}  # long enough shards to kill one in the middle
     config = write_config(tmp_path, tiny_teacher_dir, slow)
     driver = cli(config, "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json")
     name = wait_for(lambda: building(tmp_path), "a shard's temporary directory")[0]
@@ -140,7 +152,7 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_generated_again(
 def test_the_driver_killed_mid_run_then_the_same_command_generates_the_rest(
     tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    slow = {"max_new_tokens": 32, "min_new_tokens": 32}
+    slow = {"max_new_tokens": 96, "min_new_tokens": 96}  # the driver dies well before the last shard
     config = write_config(tmp_path, tiny_teacher_dir, slow)
     base = tmp_path / "out"
     args = ["--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json"]
@@ -260,3 +272,47 @@ def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
         worker_shape("auto", 1, 1.0, {"CPU": 8.0})
     with pytest.raises(ConfigError, match="--worker-gpus"):
         worker_shape("cuda", 1, 0.0, one_gpu)
+
+
+def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir, {"max_new_tokens": 10**6})  # past the teacher's positions
+    driver = cli(config, "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--max-retries", "1")
+    _, stderr = driver.communicate(timeout=600)
+    assert driver.returncode == 2, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "failed on worker" in errors[0] and "max_new_tokens" in errors[0], stderr
+    assert not any(shard_path(tmp_path / "out", i).exists() for i in range(SHARDS))
+    assert temporary_directories(tmp_path) == []
+
+
+def test_without_an_address_a_local_instance_runs_the_shards_and_the_process_is_left_as_found(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    code = f"""
+import json, os, signal, sys
+import gencache
+environment, handlers = dict(os.environ), [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+base = gencache.generate({str(config)!r}, ray=True, shards=2, workers=1)
+import ray
+print(json.dumps({{
+    "base": str(base),
+    "connected": ray.is_initialized(),
+    "environment": dict(os.environ) == environment,
+    "handlers": [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == handlers,
+}}))
+"""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found == {"base": str(tmp_path / "out"), "connected": False, "environment": True, "handlers": True}
+    assert cli_run(["verify", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == [
+        shard_dir_name("out", 0, 2),
+        shard_dir_name("out", 1, 2),
+    ]

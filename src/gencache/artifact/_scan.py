@@ -7,6 +7,8 @@ document to the general parser.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 _HEX_DIGITS = b"0123456789abcdef"
@@ -16,6 +18,10 @@ _HEX[np.frombuffer(_HEX_DIGITS, dtype=np.uint8)] = np.arange(len(_HEX_DIGITS), d
 MAX_DIGITS = len(str(np.iinfo(np.int64).max)) - 1
 """The most digits of a number :func:`number_at` reads: every such number fits an int64."""
 _POW10 = 10 ** np.arange(MAX_DIGITS, dtype=np.int64)
+#: Row ``n``: the place value of each of the first :data:`MAX_DIGITS` bytes of a number of ``n`` digits (0 past them).
+_SCALES = np.array(
+    [[_POW10[n - 1 - i] if i < n else 0 for i in range(MAX_DIGITS)] for n in range(MAX_DIGITS + 1)], dtype=np.int64
+)
 
 
 class Mismatch(Exception):
@@ -27,19 +33,35 @@ def require(condition: bool | np.bool_) -> None:
         raise Mismatch
 
 
+def windows(buf: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of the bytes ``buf`` as the rows of one strided view, made directly when ``buf``
+    is contiguous (numpy's ``sliding_window_view`` checks its arguments for several microseconds a call, which a
+    shard of a few entries pays dozens of times)."""
+    if buf.strides != (1,):
+        view: np.ndarray = np.lib.stride_tricks.sliding_window_view(buf, width)
+        return view
+    return np.ndarray((len(buf) - width + 1, width), dtype=np.uint8, buffer=buf, strides=(1, 1))
+
+
 def window(buf: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
     """The ``width`` bytes at each position (rows of a strided view: no index matrix)."""
-    require(len(buf) >= width and (len(positions) == 0 or int(positions.max()) + width <= len(buf)))
-    require(len(positions) == 0 or int(positions.min()) >= 0)
-    rows: np.ndarray = np.lib.stride_tricks.sliding_window_view(buf, width)[positions]
+    require(len(buf) >= width and (len(positions) == 0 or int(positions.min()) >= 0))
+    try:
+        rows: np.ndarray = windows(buf, width)[positions]
+    except IndexError:  # a position whose window runs past the end
+        raise Mismatch from None
     return rows
+
+
+@functools.cache
+def _literal(literal: bytes) -> np.ndarray:
+    """``literal``'s bytes as an array (the scan checks a handful of literals, each many times)."""
+    return np.frombuffer(literal, np.uint8)
 
 
 def expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:
     """``literal`` at each position."""
-    require(
-        len(positions) == 0 or bool((window(buf, positions, len(literal)) == np.frombuffer(literal, np.uint8)).all())
-    )
+    require(len(positions) == 0 or bool((window(buf, positions, len(literal)) == _literal(literal)).all()))
 
 
 def hex_rows(joined: bytes, count: int, chars: int) -> np.ndarray:
@@ -61,19 +83,19 @@ def number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.nd
     counts."""
     width = MAX_DIGITS + 1  # the digits and the byte that ends them
     near_end = positions > len(buf) - width
-    raw = np.empty((len(positions), width), dtype=np.uint8)
-    raw[~near_end] = window(buf, positions[~near_end], width)
-    if near_end.any():  # the last number of a document: read it from a zero-padded copy of the tail
+    if not near_end.any():  # the common case: every number has its width of bytes after it
+        raw = window(buf, positions, width)
+    else:  # the last number of a document: read it from a zero-padded copy of the tail
+        raw = np.empty((len(positions), width), dtype=np.uint8)
+        raw[~near_end] = window(buf, positions[~near_end], width)
         require(int(positions.max()) < len(buf) and int(positions.min()) >= 0)
         padded = np.concatenate([buf[max(0, len(buf) - width) :], np.zeros(width, dtype=np.uint8)])
         base = len(buf) - (len(padded) - width)
-        raw[near_end] = np.lib.stride_tricks.sliding_window_view(padded, width)[positions[near_end] - base]
+        raw[near_end] = windows(padded, width)[positions[near_end] - base]
     digits = raw - np.uint8(ord("0"))  # wraps below "0": anything >= 10 is not a digit
     digit = digits <= 9
     count = np.argmin(digit, axis=1)
     require(bool(((count >= 1) & ~digit.all(axis=1)).all()))
     require(bool(((digits[:, 0] != 0) | (count == 1)).all()))  # no leading zeros
-    exponent = count[:, None] - 1 - np.arange(MAX_DIGITS)
-    scale = np.where(exponent >= 0, _POW10[np.clip(exponent, 0, MAX_DIGITS - 1)], 0)
-    value = (np.where(digit[:, :MAX_DIGITS], digits[:, :MAX_DIGITS], 0).astype(np.int64) * scale).sum(axis=1)
+    value = (digits[:, :MAX_DIGITS].astype(np.int64) * _SCALES[count]).sum(axis=1)  # 0 past each number's digits
     return value, count

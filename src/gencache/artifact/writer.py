@@ -389,8 +389,8 @@ class ArtifactBuild:
         try:
             temp = self.output_dir.parent / temp_name(self.output_dir)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
+            self.temp_dir = temp  # before it exists: an interruption right after mkdir still removes it
             temp.mkdir(mode=0o700)
-            self.temp_dir = temp
             report_phase("temp_created")
             self._writer = CacheWriter(self.temp_dir, provenance=self.provenance, header_capacity=self.header_capacity)
         except BaseException as error:
@@ -420,8 +420,10 @@ class ArtifactBuild:
         build's, complete."""
         if self.published_mode is not None:
             return True
-        temp = self.temp_dir
-        return temp is not None and not os.path.lexists(temp) and os.path.lexists(self.output_dir)
+        temp, writer = self.temp_dir, self._writer
+        if temp is None or writer is None or not writer.finalized:  # only a finalized build is renamed
+            return False
+        return not os.path.lexists(temp) and os.path.lexists(self.output_dir)
 
     def _cleanup(self) -> None:
         try:

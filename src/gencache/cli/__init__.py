@@ -1,8 +1,8 @@
 """The command line, a thin layer over :mod:`gencache.run` and :mod:`gencache.artifact`: :func:`main` (the
 entry point: the signal handlers first, then the app), ``app`` (the typer commands and the one table from errors to
 exit codes), ``signals`` and ``quiet`` (what the command line owns of the process: the signal handlers, and the
-quieting of other libraries), ``read`` (``inspect`` and ``verify``), ``generate`` and ``audit`` (what those
-commands print), ``quality`` (``score`` and ``report``), ``render`` (the dry run, messages, verify's bar and the
+quieting of other libraries), ``read`` (``inspect`` and ``verify``), ``generate``, ``ray_run`` and ``audit`` (what
+those commands print), ``quality`` (``score`` and ``report``), ``render`` (the dry run, messages, verify's bar and the
 audit drawn on the console), ``inspect_view`` (``inspect``'s tables), ``demo`` and ``init``. The only code that
 prints.
 """

@@ -72,8 +72,8 @@ _ShardsOption = Annotated[
     typer.Option(
         "--shards",
         metavar="N",
-        help="Run all N shards in this process, publishing each when done; rerun after a crash to generate only "
-        "the shards that are not published yet.",
+        help="Run all N shards in this process (with --ray: on the cluster), publishing each when done; rerun after "
+        "a crash to generate only the shards that are not published yet.",
     ),
 ]
 _ShardOption = Annotated[

@@ -198,10 +198,11 @@ def render_audit(report: AuditReport, console: Console) -> None:
 
 
 def render_ray_summary(run: RayRun, console: Console) -> None:
-    """A Ray run's summary: one row per shard (status, worker, wall time, attempts, entries, tokens), then the
-    totals: shards published and skipped, retries, workers and the run's wall time."""
+    """A Ray run's summary: one row per shard (status, worker, wall time and the part of it its worker spent
+    loading, attempts, entries, tokens), then the totals: shards published and skipped, retries, workers and the
+    run's wall time."""
     table = Table(title=f"gencache --ray: {run.output_dir}", title_justify="left")
-    for column in ("shard", "status", "worker", "seconds", "attempts", "entries", "tokens"):
+    for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
         table.add_column(column, justify="left" if column in ("status", "worker") else "right")
     for record in sorted(run.records, key=lambda r: r.index):
         table.add_row(
@@ -209,6 +210,7 @@ def render_ray_summary(run: RayRun, console: Console) -> None:
             record.status,
             escape(record.worker or "-"),
             f"{record.seconds:.2f}",
+            f"{record.load_seconds:.2f}",
             str(record.attempts),
             str(record.entries),
             str(record.tokens),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import socket
 from collections.abc import Iterator, Mapping
@@ -30,7 +31,9 @@ SHARDS_PER_WORKER = 4
 
 
 def import_ray() -> Any:
-    """The ray module, or one line saying how to install it."""
+    """The ray module, or one line saying how to install it. Importing ray sets ``RAY_CLIENT_MODE`` (read at that
+    import only), which is taken back."""
+    environment = dict(os.environ)
     try:
         import ray
     except ImportError:
@@ -38,6 +41,8 @@ def import_ray() -> Any:
             "--ray needs Ray, which is not installed: install the extra (pip install 'gencache[ray]', or uv sync "
             "--extra ray)."
         ) from None
+    finally:
+        _restore_environment(environment)
     return ray
 
 
@@ -123,15 +128,29 @@ def check_reachable(address: Address, timeout: float = CONNECT_TIMEOUT_S) -> Non
 def connected(ray: Any, address: Address) -> Iterator[bool]:
     """Connected to the cluster for the block (a local instance is started and stopped with it); yields whether
     this call connected. A process already connected to Ray uses that connection and stays connected. The signal
-    handlers ``ray.init`` replaces come back at once: the library leaves the process's handlers as it found them."""
+    handlers ``ray.init`` replaces come back at once, and the environment variables it sets when the block ends:
+    the library leaves the process as it found it."""
     if ray.is_initialized():
         yield False
         return
-    _init(ray, address)
+    environment = dict(os.environ)  # ray.init sets variables of its own (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
     try:
-        yield True
+        _init(ray, address)
+        try:
+            yield True
+        finally:
+            ray.shutdown()
     finally:
-        ray.shutdown()
+        _restore_environment(environment)
+
+
+def _restore_environment(environment: Mapping[str, str]) -> None:
+    """``os.environ`` as it was: what Ray added removed, what it changed put back."""
+    for name in [name for name in os.environ if name not in environment]:
+        del os.environ[name]
+    for name, value in environment.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def _init(ray: Any, address: Address) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, GencacheError, GenerationError, raise_problems
+from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides
 from gencache.run.ray_cluster import SHARDS_PER_WORKER
 
@@ -134,6 +135,7 @@ def _quiet(level: str, text: str) -> None:
     """The default ``notify``: library callers get results, not output."""
 
 
+@probe_scope()  # one hub probe for the driver's checks, as for a run in one process
 def generate_on_ray(
     config_path: str | os.PathLike[str],
     *,
@@ -176,6 +178,7 @@ def generate_on_ray(
             return result
     from gencache.run.ray_cluster import connected
 
+    say("status", "starting a local Ray instance" if where.local else f"connecting to the Ray cluster at {where.value}")
     with connected(ray, where):
         run = _Driver(ray, config_path, overrides, where.value, say, progress)
         result = run.execute(first, shards, workers, worker_gpus, max_retries)
@@ -256,7 +259,7 @@ class _Driver:
             "ray": {
                 "shards": total,
                 "default_shards": shards is None,
-                "workers": count,
+                "workers": min(count, max(len(plan.pending), 1)),
                 "worker": shape.to_json(),
                 "max_retries": max_retries,
             }
@@ -273,7 +276,7 @@ class _Driver:
         if not plan.pending:
             return
         recorded = launch["ray"]
-        run.workers = min(recorded["workers"], len(plan.pending))
+        run.workers = recorded["workers"]
         self.say(
             "info",
             f"ray {self.address}: {len(plan.pending)} of {run.shards} shards to generate "

@@ -179,6 +179,7 @@ class ShardWorker:
     def _open(self) -> TeacherSession:
         """The run's checks for the shards not yet published, and the teacher loaded: as ``--shards N`` in one
         process, with no launcher's ranks (a worker is not one)."""
+        from gencache.core.hub import probe_scope
         from gencache.run.checks import preflight
         from gencache.run.session import TeacherSession
         from gencache.run.targets import plan_run
@@ -186,12 +187,14 @@ class ShardWorker:
         spec = self.spec
         if os.path.isdir(spec.working_directory):  # the worker's own process: relative paths read as the driver's
             os.chdir(spec.working_directory)
-        plan = plan_run(spec.config_path, spec.overrides, None, spec.shards, {}, True)
-        found = preflight(plan.config, plan.pending, plan.targets[0].shard, {})
-        inputs = found.run_inputs()
-        self.targets = {t.shard.index: t for t in found.targets if t.shard is not None}
-        session = TeacherSession(plan.config, plan.config_json, plan.digest, spec.overrides, inputs, launch=spec.launch)
-        session.load()
+        with probe_scope():  # one hub probe for the checks and the load, as in one process
+            plan = plan_run(spec.config_path, spec.overrides, None, spec.shards, {}, True)
+            found = preflight(plan.config, plan.pending, plan.targets[0].shard, {})
+            inputs = found.run_inputs()
+            self.targets = {t.shard.index: t for t in found.targets if t.shard is not None}
+            launch = spec.launch
+            session = TeacherSession(plan.config, plan.config_json, plan.digest, spec.overrides, inputs, launch=launch)
+            session.load()
         return session
 
 
