@@ -178,3 +178,29 @@ def test_a_second_split_beside_a_finished_one_is_refused_before_the_teacher(
         assert ours in errors[0], errors[0]
         assert sorted(os.listdir(tmp_path)) == before
     assert cli_run(["generate", str(config), "--shards", "2", "--dry-run"]) == 0
+
+
+def test_a_stop_as_the_build_releases_its_lock_still_names_the_artifact_published(
+    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's exit (its lock released) runs after the rename: a stop landing there names the artifact as
+    published and complete (it is), not 'nothing was published', which would send the user to a rerun that fails."""
+    from gencache.artifact import writer
+    from gencache.artifact.reader import verify
+    from gencache.core.errors import Stopped
+    from gencache.run.api import generate
+
+    release = writer.release_lock
+
+    def release_then_stop(*args: object) -> None:
+        release(*args)  # type: ignore[arg-type]
+        raise Stopped("SIGINT")
+
+    monkeypatch.setattr(writer, "release_lock", release_then_stop)
+    config = write_config(tmp_path, tiny_teacher_dir)
+    with pytest.raises(Stopped) as stopped:
+        generate(config)
+    out = tmp_path / "out"
+    assert verify(out) == []
+    assert "nothing was published" not in stopped.value.message
+    assert str(out) in stopped.value.message and "published" in stopped.value.message

@@ -114,12 +114,9 @@ class TeacherSession:
             build.writer.finalize(resolved_config=self._resolved(target), summary=self._summary(target))
             try:
                 mode = build.publish()
-            except BaseException:
-                if build.published and on_published is not None:  # interrupted after the rename: it is published
+            finally:  # also when a stop lands after the rename, before this build's exit releases its lock
+                if build.published and on_published is not None:
                     on_published(target.output_dir)
-                raise
-        if on_published is not None:
-            on_published(target.output_dir)
         return Published(target.output_dir, len(prompts), tokens, time.monotonic() - started, mode)
 
     def _provenance(self) -> dict[str, Any]:
