@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gencache.artifact.reader import verify
+from gencache.core.errors import STOP_CODES, stop_message
 from support.config_factory import config_dict, musique
 from support.config_factory import write_config as factory_config
 from test_generate_signals import Child
@@ -73,6 +74,35 @@ def test_a_signal_while_the_command_imports_is_one_line(
     code, lines = stopped_run(config, args, 0.3, signum)
     assert_one_stop_line(code, lines, signum)
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+#: The child: ``gencache`` and ``gencache.cli`` imported (all that runs before ``main``), a mark, then ``main``.
+EARLY_CHILD = (
+    "import sys; before = set(sys.modules); import gencache.cli; import os; "
+    "os.write(1, (' '.join(sorted(set(sys.modules) - before)) + '\\n').encode()); "
+    "gencache.cli.main(['--help'])"
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_in_the_first_milliseconds_of_main_is_one_line(signum: int) -> None:
+    """From the first line of ``main``: before even gencache's signal module has imported, the one line of a stop
+    before anything ran (``stop_message``'s) and 130/143; and what runs before ``main`` imports nothing beyond
+    gencache's own three small modules."""
+    name = signal.Signals(signum).name
+    for delay in (0.002, 0.01, 0.02, 0.04):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", EARLY_CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        imported = proc.stdout.readline().split()
+        time.sleep(delay)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=TIMEOUT)
+        assert {module.partition(".")[0] for module in imported} <= {"gencache", "__future__"}, imported
+        assert out == "", (delay, out)  # stopped before --help printed
+        assert err.splitlines() == [stop_message(name, None)], (delay, err)
+        assert proc.returncode == STOP_CODES[name], (delay, err)
 
 
 @pytest.mark.slow
