@@ -111,11 +111,16 @@ def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_t
     config = write_config(tmp_path, tiny_teacher_dir)
     for signum in (signal.SIGINT, signal.SIGTERM):
         code, lines = stopped_run(config, [], delay, signum)
+        out = tmp_path / "out"
         if code == 0:  # the run was quicker than the signal: published
-            assert "published" in lines[-1]
+            assert "published" in lines[-1] and verify(out) == []
             break
         assert_one_stop_line(code, lines, signum)
         assert not [p for p in os.listdir(tmp_path) if p.startswith(".out.gencache-") and not p.endswith(".lock")]
+        if out.exists():  # the stop came after the publish: a whole artifact, and the line says so
+            assert verify(out) == [] and f"after {out} was published" in lines[-1], lines
+            break
+        assert "nothing was published" in lines[-1], lines
 
 
 @pytest.mark.slow
