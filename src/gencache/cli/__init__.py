@@ -18,9 +18,12 @@ def main(argv: list[str] | None = None) -> None:
     (``sys.argv[1:]`` when None)."""
     import _signal
 
-    for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
-        if _signal.getsignal(signum) is not _signal.SIG_IGN:
-            _signal.signal(signum, _stop_before_start)
+    try:
+        for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+            if _signal.getsignal(signum) is not _signal.SIG_IGN:
+                _signal.signal(signum, _stop_before_start)
+    except ValueError:  # not the main thread: signals are its own (signals.install does nothing either)
+        pass
 
     from gencache.cli import signals
     from gencache.core.errors import Stopped
