@@ -31,6 +31,8 @@ LOGGERS = ("transformers", "huggingface_hub", "datasets", "torch", "vllm")
 
 def process_state() -> dict[str, Any]:
     """What a library must not change, in comparable form."""
+    import datasets.config
+    import huggingface_hub.constants
     import huggingface_hub.utils
     import tqdm
     import tqdm.std
@@ -52,6 +54,8 @@ def process_state() -> dict[str, Any]:
         "transformers_verbosity": transformers_logging.get_verbosity(),
         "transformers_bars": transformers_logging.is_progress_bar_enabled(),
         "hub_bars_disabled": huggingface_hub.utils.are_progress_bars_disabled(),
+        "hub_offline": huggingface_hub.constants.HF_HUB_OFFLINE,
+        "datasets_offline": (datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE),
     }
 
 

@@ -5,6 +5,7 @@ the host memory the KV budgets use is Linux's MemAvailable."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,37 @@ def test_a_hub_dataset_load_is_offline_for_that_load_alone(tmp_path: Path) -> No
         with hub.datasets_offline(hub.HubState(True, hub.endpoint(), "")):  # a reachable hub: nothing changes
             assert _constants() == before
     assert hub.pretrained_kwargs(str(tmp_path), None) == {}  # a local directory never needs the hub
+
+
+@pytest.mark.usefixtures("unreachable_hub")
+def test_overlapping_offline_loads_in_two_threads_leave_the_hub_online() -> None:
+    """Thread A enters, thread B enters, A leaves, B leaves: B's load stays offline after A left, and the
+    constants are back as they were once both have left."""
+    offline = hub.HubState(False, "http://127.0.0.1:9", "the hub cannot be reached")
+    before = _constants()
+    a_entered, b_entered, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen: list[dict[str, Any]] = []
+
+    def load_a() -> None:
+        with hub.datasets_offline(offline):
+            a_entered.set()
+            b_entered.wait(10)
+        a_left.set()
+
+    def load_b() -> None:
+        a_entered.wait(10)
+        with hub.datasets_offline(offline):
+            b_entered.set()
+            a_left.wait(10)
+            seen.append(_constants())
+
+    threads = [threading.Thread(target=load_a), threading.Thread(target=load_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert seen and set(seen[0].values()) == {True}  # B is still offline after A left
+    assert _constants() == before
 
 
 @pytest.mark.usefixtures("unreachable_hub")

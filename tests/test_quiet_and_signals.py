@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gencache.artifact.reader import verify
+from gencache.core.errors import STOP_CODES, stop_message
 from support.config_factory import config_dict, musique
 from support.config_factory import write_config as factory_config
 from test_generate_signals import Child
@@ -76,17 +77,51 @@ def test_a_signal_while_the_command_imports_is_one_line(
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
 
 
+#: The child: ``gencache`` and ``gencache.cli`` imported (all that runs before ``main``), a mark, then ``main``.
+EARLY_CHILD = (
+    "import sys; before = set(sys.modules); import gencache.cli; import os; "
+    "os.write(1, (' '.join(sorted(set(sys.modules) - before)) + '\\n').encode()); "
+    "gencache.cli.main(['--help'])"
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_in_the_first_milliseconds_of_main_is_one_line(signum: int) -> None:
+    """From the first line of ``main``: before even gencache's signal module has imported, the one line of a stop
+    before anything ran (``stop_message``'s) and 130/143; and what runs before ``main`` imports nothing beyond
+    gencache's own three small modules."""
+    name = signal.Signals(signum).name
+    for delay in (0.002, 0.01, 0.02, 0.04):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", EARLY_CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        imported = proc.stdout.readline().split()
+        time.sleep(delay)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=TIMEOUT)
+        assert {module.partition(".")[0] for module in imported} <= {"gencache", "__future__"}, imported
+        assert out == "", (delay, out)  # stopped before --help printed
+        assert err.splitlines() == [stop_message(name, None)], (delay, err)
+        assert proc.returncode == STOP_CODES[name], (delay, err)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.6, 1.2, 2.5, 5.0])
 def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     for signum in (signal.SIGINT, signal.SIGTERM):
         code, lines = stopped_run(config, [], delay, signum)
+        out = tmp_path / "out"
         if code == 0:  # the run was quicker than the signal: published
-            assert "published" in lines[-1]
+            assert "published" in lines[-1] and verify(out) == []
             break
         assert_one_stop_line(code, lines, signum)
         assert not [p for p in os.listdir(tmp_path) if p.startswith(".out.gencache-") and not p.endswith(".lock")]
+        if out.exists():  # the stop came after the publish: a whole artifact, and the line says so
+            assert verify(out) == [] and f"after {out} was published" in lines[-1], lines
+            break
+        assert "nothing was published" in lines[-1], lines
 
 
 @pytest.mark.slow

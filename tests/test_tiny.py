@@ -30,6 +30,30 @@ def test_same_seed_gives_byte_identical_files(tiny_teacher_dir: Path, tmp_path: 
     assert first == again
 
 
+def test_building_it_leaves_the_progress_bars_as_they_were(tmp_path: Path) -> None:
+    """transformers' bar on and huggingface_hub's off (as a notebook may have them) stay so: re-enabling
+    transformers' bar turns the hub's back on too."""
+    import huggingface_hub.utils
+    import transformers.utils.logging as transformers_logging
+
+    was_enabled, hub_was_disabled = (
+        transformers_logging.is_progress_bar_enabled(),
+        huggingface_hub.utils.are_progress_bars_disabled(),
+    )
+    transformers_logging.enable_progress_bar()
+    huggingface_hub.utils.disable_progress_bars()
+    try:
+        build_tiny_teacher(tmp_path / "bars", seed=0)
+        assert transformers_logging.is_progress_bar_enabled()
+        assert huggingface_hub.utils.are_progress_bars_disabled()
+    finally:
+        (transformers_logging.enable_progress_bar if was_enabled else transformers_logging.disable_progress_bar)()
+        if hub_was_disabled:
+            huggingface_hub.utils.disable_progress_bars()
+        else:
+            huggingface_hub.utils.enable_progress_bars()
+
+
 def test_seed_changes_weights_only(tiny_teacher_dir: Path, tmp_path: Path) -> None:
     other = _files(build_tiny_teacher(tmp_path / "seed1", seed=1))
     first = _files(tiny_teacher_dir)

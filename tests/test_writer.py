@@ -323,6 +323,37 @@ def test_any_error_in_a_build_removes_the_temporary_directory(tmp_path: Path, er
     assert signal.getsignal(signal.SIGTERM) is handler
 
 
+def test_a_stop_as_the_temporary_directory_is_created_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal that lands the moment the temporary directory exists (before the build has noted it)."""
+    make_directory = Path.mkdir
+
+    def mkdir_then_stop(path: Path, mode: int = 0o777, parents: bool = False, exist_ok: bool = False) -> None:
+        make_directory(path, mode, parents, exist_ok)
+        if ".gencache-" in path.name:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_then_stop)
+    with pytest.raises(KeyboardInterrupt), ArtifactBuild(tmp_path / "out", provenance=PROVENANCE, header_capacity=256):
+        pass
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_stop_while_the_lock_is_taken_leaves_no_lock_file_and_no_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stopped(fd: int, operation: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish_module.fcntl, "flock", stopped)
+    descriptors = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(KeyboardInterrupt):
+        publish_module.hold_lock(tmp_path / ".out.gencache-test")
+    assert os.listdir(tmp_path) == []
+    assert set(os.listdir("/proc/self/fd")) <= descriptors
+
+
 def test_temporary_directory_is_private_and_named_for_clean(tmp_path: Path) -> None:
     with ArtifactBuild(tmp_path / "runs" / "out", provenance=PROVENANCE, header_capacity=256) as build:
         assert build.temp_dir is not None

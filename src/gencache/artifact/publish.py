@@ -258,6 +258,9 @@ def hold_lock(temp_dir: Path) -> int:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except OSError as error:
             raise write_error(f"Creating the lock file {path}", error) from error
+        except BaseException:  # a stop as the file was created: its descriptor is lost, the file goes
+            _discard_lock(path, -1)
+            raise
         try:
             # Blocking: a cleaner that found this fresh file before the directory exists holds its lock only while
             # it removes the file. Then the inode check below fails and a new file is created.
@@ -269,8 +272,21 @@ def hold_lock(temp_dir: Path) -> int:
         except OSError as error:
             os.close(fd)
             raise write_error(f"Locking {path}", error) from error
+        except BaseException:  # a stop while it locks: the file this call created goes with it
+            _discard_lock(path, fd)
+            raise
         os.close(fd)
     raise WriteError(f"The lock file {path} kept disappearing (a concurrent gencache clean?); rerun.")
+
+
+def _discard_lock(path: Path, fd: int) -> None:
+    """Close ``fd`` (when known) and remove the lock file :func:`hold_lock` was creating (its name is this
+    process's own)."""
+    if fd >= 0:
+        with suppress(OSError):
+            os.close(fd)
+    with suppress(OSError):
+        path.unlink()
 
 
 def release_lock(temp_dir: Path, fd: int) -> None:

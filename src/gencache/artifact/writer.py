@@ -389,8 +389,12 @@ class ArtifactBuild:
         try:
             temp = self.output_dir.parent / temp_name(self.output_dir)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
-            self.temp_dir = temp  # before it exists: an interruption right after mkdir still removes it
-            temp.mkdir(mode=0o700)
+            self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
+            try:
+                temp.mkdir(mode=0o700)
+            except OSError:
+                self.temp_dir = None  # not created here: nothing of this build's to remove
+                raise
             report_phase("temp_created")
             self._writer = CacheWriter(self.temp_dir, provenance=self.provenance, header_capacity=self.header_capacity)
         except BaseException as error:

@@ -134,24 +134,46 @@ def _probe_or_requested() -> HubState:
 def datasets_offline(state: HubState | None) -> Iterator[None]:
     """A hub dataset's load while the hub cannot be reached (``state`` offline): ``datasets`` has no per-call
     switch, so its and huggingface_hub's offline constants are set for this block (the local datasets cache
-    still serves what it holds) and put back afterwards. A load in another thread at the same moment is offline
-    too. Nothing changes for an online (or ``None``) state."""
+    still serves what it holds) and put back afterwards. Blocks nest and overlap across threads: the first to
+    enter saves the constants, the last to leave puts them back (a load in another thread at the same moment is
+    offline too). Nothing changes for an online (or ``None``) state."""
     if state is None or state.online:
         yield
         return
-    saved: list[tuple[Any, str, Any]] = []
-    with _LOCK:
-        for module_name, name in _OFFLINE_CONSTANTS:
-            module = sys.modules.get(module_name)
-            if module is not None and hasattr(module, name):
-                saved.append((module, name, getattr(module, name)))
-                setattr(module, name, True)
+    _OFFLINE.enter()
     try:
         yield
     finally:
+        _OFFLINE.leave()
+
+
+class _OfflineBlocks:
+    """The blocks of :func:`datasets_offline` open now, in any thread, and the constants' values from before the
+    first of them (a module imported while one is open is saved when the next block enters)."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.saved: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def enter(self) -> None:
         with _LOCK:
-            for module, name, value in reversed(saved):
-                setattr(module, name, value)
+            self.open += 1
+            for module_name, name in _OFFLINE_CONSTANTS:
+                module = sys.modules.get(module_name)
+                if module is not None and hasattr(module, name) and (module_name, name) not in self.saved:
+                    self.saved[module_name, name] = (module, getattr(module, name))
+                    setattr(module, name, True)
+
+    def leave(self) -> None:
+        with _LOCK:
+            self.open -= 1
+            if self.open == 0:
+                for (_, name), (module, value) in self.saved.items():
+                    setattr(module, name, value)
+                self.saved.clear()
+
+
+_OFFLINE = _OfflineBlocks()
 
 
 def pretrained_kwargs(model_path: str, revision: str | None) -> dict[str, Any]:

@@ -264,15 +264,9 @@ def build_tiny_teacher(
 
 
 def _save_quietly(model: Any, out: Path) -> None:
-    """``model.save_pretrained`` without transformers' progress bar (the demo's output stays readable)."""
-    import transformers
+    """``model.save_pretrained`` without transformers' progress bar (the demo's output stays readable), and
+    transformers' and huggingface_hub's bars as they were afterwards."""
+    from gencache.generation.teacher import no_loading_bar
 
-    hf_logging: Any = transformers.utils.logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
+    with no_loading_bar():
         model.save_pretrained(str(out))
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()

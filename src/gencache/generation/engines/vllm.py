@@ -28,8 +28,10 @@ kernels need, and the ``LLM`` is built at the first ``generate`` with a KV cache
 (:func:`~gencache.generation.engines.vllm_platform.size_cpu_kv_cache`). The environment variables vLLM reads
 (``VLLM_ENABLE_V1_MULTIPROCESSING``, ``VLLM_BATCH_INVARIANT``) are set only while vLLM imports and builds its
 engine, and Python's, numpy's and torch's global generators, which vLLM seeds when it builds its engine, are put back
-afterwards (:func:`vllm_settings`; every request draws from its own seed). What in-process vLLM changes for as
-long as it runs (the AMX permission, torch's thread binding) stays.
+afterwards (:func:`vllm_settings`; every request draws from its own seed), with the whole environment as it was
+(the variables vLLM's import sets of its own too). What in-process vLLM changes for as long as it runs (the AMX
+permission, torch's thread binding) stays, and so do the torch modules its import patches: an import cannot be
+undone.
 
 vLLM is imported only when the engine loads (importing it takes half a minute). Without it installed, creating
 the engine is one :class:`~gencache.core.errors.ConfigError` line saying how to install it.
@@ -177,14 +179,17 @@ def _cpu_name() -> str | None:
 @contextlib.contextmanager
 def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
     """``env`` in the environment while vLLM imports or builds its engine (it reads them then), and afterwards the
-    environment and Python's, numpy's and torch's global generators as they were: vLLM seeds them with its
-    ``seed`` when it builds the engine, and gencache's requests each carry their own seed."""
+    whole environment exactly as it was (``import vllm`` sets variables of its own, such as
+    ``PYTORCH_NVML_BASED_CUDA_CHECK`` and ``TORCHINDUCTOR_COMPILE_THREADS``) and Python's, numpy's and torch's
+    global generators as they were: vLLM seeds them with its ``seed`` when it builds the engine, and gencache's
+    requests each carry their own seed. The torch modules vLLM patches as it imports stay patched: an import
+    cannot be undone."""
     import random
 
     import numpy
     import torch
 
-    saved_env = {name: os.environ.get(name) for name in env}
+    saved_env = dict(os.environ)
     saved_random, saved_numpy = random.getstate(), numpy.random.get_state()
     initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
     cuda = list(range(torch.cuda.device_count())) if initialized else []
@@ -195,11 +200,16 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
     finally:
         random.setstate(saved_random)
         numpy.random.set_state(saved_numpy)
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _restore_environ(saved_env)
+
+
+def _restore_environ(saved: Mapping[str, str]) -> None:
+    """``os.environ`` exactly as ``saved``: the variables added since removed, those changed or removed put back."""
+    for name in set(os.environ) - set(saved):
+        del os.environ[name]
+    for name, value in saved.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 class VllmEngine:
