@@ -2,9 +2,9 @@
 entry point: a provisional stop handler, the signal handlers, then the app), ``app`` (the typer commands and the
 one table from errors to exit codes), ``signals`` and ``quiet`` (what the command line owns of the process: the
 signal handlers, and the quieting of other libraries), ``read`` (``inspect`` and ``verify``), ``generate``,
-``ray_run`` and ``audit`` (what those commands print), ``quality`` (``score`` and ``report``), ``render`` (the dry run, messages,
-verify's bar and the audit drawn on the console), ``inspect_view`` (``inspect``'s tables), ``demo`` and ``init``.
-The only code that prints.
+``ray_run`` and ``audit`` (what those commands print), ``quality`` (``score`` and ``report``), ``render`` (the dry
+run, messages, verify's bar and the audit drawn on the console), ``inspect_view`` (``inspect``'s tables), ``demo``
+and ``init``. The only code that prints.
 """
 
 from __future__ import annotations
