@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gencache.core.errors import ConfigError
-from gencache.data.answers import answer_rule, extract_answer, score_answer, strip_thinking
-from gencache.data.metrics import compare, contains, exact_match, normalize, token_f1
+from gencache.data.answers import answer_rule, extract_answer, prompt_opens_thinking, score_answer, strip_thinking
+from gencache.data.metrics import compare, contains, exact_match, normalize, scorable, token_f1
 from gencache.data.scores import check_min_score, parse_min_score
 
 
@@ -68,6 +68,36 @@ def test_the_thinking_block_is_removed() -> None:
     qa = answer_rule("hotpot_qa")
     assert extract_answer("<think>Lyon? no.</think>\n\n Paris \nbecause it is the capital", qa) == "Paris"
     assert score_answer(extract_answer("<think>Paris</think>Lyon", qa), "Paris", qa)["f1"] == 0.0
+
+
+def test_a_think_block_the_prompt_opened_is_not_the_answer() -> None:
+    """Templates that end the prompt with ``<think>\\n`` (DeepSeek-R1 distills, Qwen3 *-Thinking): the stored text
+    is still thinking up to its ``</think>``, and a text cut short before one has no answer."""
+    r1 = ("<|User|>Where is the needle?", "<|Assistant|><think>\n")
+    assert prompt_opens_thinking(r1)
+    assert prompt_opens_thinking(("<|User|>Where?<|Assistant|><thi", "nk>\n"))  # a tag across two parts
+    assert not prompt_opens_thinking(("<|im_start|>assistant\n<think>\n\n</think>\n\n",))  # closed: Qwen3 off
+    assert prompt_opens_thinking(("Say </think> then", "<think>"))
+    assert not prompt_opens_thinking(("Where is the needle?",))
+    niah = answer_rule("niah")
+    thought = "The needle is 5 7 9, I should say so"  # cut by max_new_tokens while thinking
+    opened = prompt_opens_thinking(r1)
+    assert extract_answer(thought, niah, opened=opened) == ""
+    assert score_answer(extract_answer(thought, niah, opened=opened), "5 7 9", niah) == {
+        "exact_match": 0.0,
+        "f1": 0.0,
+        "contains": 0.0,
+    }
+    assert extract_answer("Maybe 1 2 3.\n</think>\n\n5 7 9", niah, opened=opened) == "5 7 9"
+    assert strip_thinking("a</think>b</think> c", opened=True) == " c"
+    assert extract_answer(thought, niah) == thought  # without the prompt's block it is the answer
+
+
+def test_a_reference_that_normalizes_to_nothing_is_no_reference() -> None:
+    assert not scorable("?") and not scorable(" - ") and not scorable("The") and scorable("a 5")
+    for reference in ("?", "-", "the"):
+        for rule in (answer_rule("hotpot_qa"), answer_rule("niah"), answer_rule("chat")):
+            assert score_answer("", reference, rule) is None
 
 
 def test_each_recipe_cuts_and_leads_with_its_own_rule() -> None:

@@ -3,27 +3,31 @@
 The answer as scored is cut from the stored text in two steps:
 
 1. **The thinking block goes.** The text after the last ``</think>``; a text that opens ``<think>`` and never
-   closes it (the teacher ran out of tokens while thinking) has no answer (the empty string).
+   closes it (the teacher ran out of tokens while thinking) has no answer (the empty string). A prompt that ends
+   inside an open ``<think>`` (:func:`prompt_opens_thinking`: chat templates that end the generation prompt with
+   ``<think>`` and a newline) opens the block for the text: the text up to its ``</think>`` is thinking, and a text
+   without one has no answer.
 2. **The recipe's cut**, unless the data config gives ``answer_pattern``: ``first_line`` (the first non-empty
    line, stripped) for the short-answer recipes (``hotpot_qa``, ``musique``, ``biography``, ``niah``, ``table``),
    whose prompts ask for the answer only; ``whole`` (the text stripped) for ``chat`` and plug-in recipes. An
    ``answer_pattern`` is a regular expression searched in the text after the thinking block: its group named
    ``answer``, else its first group, else the whole match is the answer (stripped); no match is the empty answer.
 
-Every answer with a reference gets the three metrics of :mod:`gencache.data.metrics` (``exact_match``, ``f1``,
-``contains``); a recipe's ``headline`` metric is the one its reports lead with: ``f1`` for the QA recipes,
-tables, chat and plug-ins, ``contains`` for ``niah`` (every needle value in the answer, the RULER rule: the
-reference's values are its whitespace-separated words) and ``biography`` (the attribute's value, such as a date or
-a city, named in the answer).
+Every answer with a reference (one that normalizes to some text, :func:`gencache.data.metrics.scorable`) gets the
+three metrics of :mod:`gencache.data.metrics` (``exact_match``, ``f1``, ``contains``); a recipe's ``headline`` metric
+is the one its reports lead with: ``f1`` for the QA recipes, tables, chat and plug-ins, ``contains`` for ``niah``
+(every needle value in the answer, the RULER rule: the reference's values are its whitespace-separated words) and
+``biography`` (the attribute's value, such as a date or a city, named in the answer).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gencache.data.metrics import compare
+from gencache.data.metrics import compare, scorable
 
 #: Every metric an answer gets, in the order reports show them.
 METRICS: tuple[str, ...] = ("exact_match", "f1", "contains")
@@ -66,17 +70,33 @@ def answer_rule(dataset_name: str, answer_pattern: str | None = None) -> AnswerR
     )
 
 
-def strip_thinking(text: str) -> str:
-    """``text`` after its last ``</think>``; empty when a ``<think>`` is never closed; else ``text`` itself."""
+def prompt_opens_thinking(parts: Sequence[str]) -> bool:
+    """Whether a prompt, given as the texts of its parts in order, ends inside a thinking block: its last
+    ``<think>`` has no ``</think>`` after it. The parts are read from the end and never joined (a tag may straddle
+    two parts)."""
+    after = ""
+    for text in reversed(parts):
+        window = text + after
+        opened, closed = window.rfind(THINK_OPEN), window.rfind(THINK_CLOSE)
+        if opened >= 0 or closed >= 0:
+            return opened > closed
+        after = window[: len(THINK_OPEN) - 1]
+    return False
+
+
+def strip_thinking(text: str, *, opened: bool = False) -> str:
+    """``text`` after its last ``</think>``; empty when a ``<think>`` is never closed, or when the prompt
+    ``opened`` one and ``text`` never closes it; else ``text`` itself."""
     closed = text.rfind(THINK_CLOSE)
     if closed >= 0:
         return text[closed + len(THINK_CLOSE) :]
-    return "" if THINK_OPEN in text else text
+    return "" if opened or THINK_OPEN in text else text
 
 
-def extract_answer(text: str, rule: AnswerRule) -> str:
-    """The answer as scored: ``text`` without its thinking block, cut by ``rule`` (see the module docstring)."""
-    rest = strip_thinking(text)
+def extract_answer(text: str, rule: AnswerRule, *, opened: bool = False) -> str:
+    """The answer as scored: ``text`` without its thinking block (one the prompt ``opened`` included), cut by
+    ``rule`` (see the module docstring)."""
+    rest = strip_thinking(text, opened=opened)
     if rule.pattern is not None:
         found = rule.pattern.search(rest)
         if found is None:
@@ -91,8 +111,11 @@ def extract_answer(text: str, rule: AnswerRule) -> str:
     return rest.strip()
 
 
-def score_answer(answer: str, reference: str, rule: AnswerRule) -> dict[str, float]:
-    """Every metric of ``answer`` (already extracted) against ``reference``."""
+def score_answer(answer: str, reference: str, rule: AnswerRule) -> dict[str, float] | None:
+    """Every metric of ``answer`` (already extracted) against ``reference``; None when ``reference`` normalizes to
+    nothing (``"?"``, ``"the"``: no reference, so the answer is unscored)."""
+    if not scorable(reference):
+        return None
     values = reference.split() if rule.split_values else None
     exact, f1, found = compare(answer, reference, values)
     return {"exact_match": exact, "f1": f1, "contains": found}

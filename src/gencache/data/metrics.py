@@ -10,6 +10,9 @@ words, and whitespace collapsed to single spaces.
 - :func:`contains`: the share of ``values`` (each normalized) found in the normalized answer as a run of whole
   words; the needle-in-a-haystack rule when ``values`` are the needles, and "the gold answer appears in the
   answer" when ``values`` is the one reference.
+
+A reference that normalizes to nothing (``"?"``, ``"-"``, ``"the"``) is no reference (:func:`scorable` is false):
+an empty answer would match it exactly, so it is not scored against.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ def normalize(text: str) -> str:
     """``text`` lowercased, without ASCII punctuation or the articles a/an/the, whitespace collapsed."""
     without_punctuation = text.lower().translate(_PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", without_punctuation).split())
+
+
+def scorable(reference: str) -> bool:
+    """Whether ``reference`` can be scored against: something is left of it once normalized."""
+    return bool(normalize(reference))
 
 
 def tokens(text: str) -> list[str]:

@@ -68,6 +68,11 @@ class Sample:
 
         return prompt_text(self.parts)
 
+    @property
+    def prompt_chars(self) -> int:
+        """The length of :attr:`prompt_text` in characters, counted without joining the parts."""
+        return sum(len(part.text) for part in self.parts)
+
 
 @dataclass(frozen=True)
 class DataConfigSummary:
@@ -280,7 +285,7 @@ def _summary(
         samples=len(loaded),
         unique=unique,
         duplicates=duplicates,
-        prompt_chars=_stats([len(sample.prompt_text) for sample in loaded]),
+        prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
         prompt_tokens=_stats(tokens) if tokenizer is not None else None,
         source=source,
         data_kwargs=dc.data_kwargs.as_json(),

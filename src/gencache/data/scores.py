@@ -3,7 +3,8 @@ the bars a selection by score takes.
 
 :func:`score_cache` pairs the unique samples of a run (:class:`~gencache.data.samples.SampleSet`, rebuilt without
 a tokenizer) with the answers a cache holds, reading the manifest only (texts, finish reasons, token lengths;
-never the payload): each answer is cut (:func:`gencache.data.answers.extract_answer`) and scored
+never the payload): each answer is cut (:func:`gencache.data.answers.extract_answer`, with the thinking block
+its sample's prompt opened, :func:`gencache.data.answers.prompt_opens_thinking`) and scored
 (:func:`gencache.data.answers.score_answer`); a sample without a reference is kept with no metrics. A score file
 is JSON Lines or parquet (by its extension) with one row per answer (:data:`SCORE_COLUMNS`); :func:`read_scores`
 reads one back for a selection. :func:`check_min_score` checks a bar such as ``{"f1": 0.5}``.
@@ -20,7 +21,14 @@ from typing import Any
 
 from gencache.config.patterns import answer_pattern_problem
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.data.answers import METRICS, AnswerRule, answer_rule, extract_answer, score_answer
+from gencache.data.answers import (
+    METRICS,
+    AnswerRule,
+    answer_rule,
+    extract_answer,
+    prompt_opens_thinking,
+    score_answer,
+)
 from gencache.data.samples import SampleSet
 
 #: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
@@ -118,10 +126,11 @@ def score_cache(
         rule = rules[sample.data_config_index]
         reference = sample.reference
         source_id = sample.source_id
+        opened = prompt_opens_thinking([part.text for part in sample.parts])
         for index, (text, reason, ref) in enumerate(
             zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
         ):
-            answer = extract_answer(text, rule)
+            answer = extract_answer(text, rule, opened=opened)
             scored.append(
                 ScoredAnswer(
                     key=sample.key,

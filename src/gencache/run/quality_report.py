@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -163,7 +163,7 @@ def _worst(answers: Sequence[ScoredAnswer], headline: str) -> list[ScoredAnswer]
     return ranked[:EXAMPLES]
 
 
-def _examples(answers: Sequence[ScoredAnswer], headline: str, prompts: Mapping[str, str], texts: Any) -> str:
+def _examples(answers: Sequence[ScoredAnswer], headline: str, prompt: Callable[[str], str], texts: Any) -> str:
     head = "".join(
         f"<th>{name}</th>"
         for name in ("key", "finish", "tokens", headline, "prompt (end)", "stored answer", "as scored", "reference")
@@ -175,7 +175,7 @@ def _examples(answers: Sequence[ScoredAnswer], headline: str, prompts: Mapping[s
         rows.append(
             f"<tr><td>{_e(answer.key[:12])}…</td><td>{_e(answer.finish_reason)}</td>"
             f'<td class="num">{answer.token_length}</td><td class="num">{_number(score)}</td>'
-            f"<td>{_e(_excerpt(prompts.get(answer.key), tail=True))}</td><td>{_e(_excerpt(stored))}</td>"
+            f"<td>{_e(_excerpt(prompt(answer.key), tail=True))}</td><td>{_e(_excerpt(stored))}</td>"
             f"<td>{_e(answer.answer)}</td><td>{_e(answer.reference)}</td></tr>"
         )
     return f'<table class="examples"><tr>{head}</tr>{"".join(rows)}</table>'
@@ -251,10 +251,10 @@ def _page(scored: ScoredRun, audit: Mapping[str, Any] | None, charts: bool) -> s
     resolved = scored.resolved
     generation = resolved.get("generation") or {}
     max_new = generation.get("max_new_tokens") if isinstance(generation.get("max_new_tokens"), int) else None
-    prompt_text: dict[str, str] = {}
-    for sample in scored.samples.unique:
-        prompt_text.setdefault(sample.key, sample.prompt_text)
-    prompt_chars = {key: len(text) for key, text in prompt_text.items()}
+    samples = scored.samples
+    prompt_chars: dict[str, int] = {}
+    for sample in samples.unique:
+        prompt_chars.setdefault(sample.key, sample.prompt_chars)
     per_config: dict[int, list[ScoredAnswer]] = {group.data_config_index or 0: [] for group in report.groups}
     for answer in report.answers:
         per_config[answer.data_config_index].append(answer)
@@ -262,6 +262,9 @@ def _page(scored: ScoredRun, audit: Mapping[str, Any] | None, charts: bool) -> s
 
     def texts(key: str) -> list[str]:
         return list(reader.metadata(key)["text"])
+
+    def prompt(key: str) -> str:
+        return str(samples.by_key(key).prompt_text)  # joined only for the examples shown
 
     sections = []
     for group in report.groups:
@@ -275,7 +278,7 @@ def _page(scored: ScoredRun, audit: Mapping[str, Any] | None, charts: bool) -> s
             f'<section class="data-config" id="data-config-{index}"><h2>{_e(group.label)}</h2>'
             f'<p class="note">answer rule: {_e(group.rule)}; headline metric: {_e(group.headline)}</p>'
             f"{figure}<h3>Examples, the worst first</h3>"
-            f"{_examples(answers, group.headline, prompt_text, texts) if answers else '<p class=note>no answers</p>'}"
+            f"{_examples(answers, group.headline, prompt, texts) if answers else '<p class=note>no answers</p>'}"
             "</section>"
         )
     missing = "" if charts else f'<p class="note" id="charts-missing">{_e(CHARTS_MISSING)}</p>'
