@@ -5,11 +5,13 @@ opening a base of many shards.
 
 1. **Two local workers, the long-tail workload** (tiny teacher, CPU): chat prompts whose answers end with a long
    tail (EOS ids picked by :func:`longtail.choose_eos` from the teacher's own free outputs: median answer about 20%
-   of ``max_new_tokens``, about 10% at the limit), cut into 16 shards. The same shards run twice on the same
-   local Ray cluster: through ``generate --ray`` (Ray's actor pool hands each shard to whichever worker is free)
-   and as a fixed split (worker ``w`` is given shards ``w, w + 2, ...`` up front, as a launcher's ranks are).
-   Idle fraction = idle worker-seconds over worker-seconds, between the first shard's start and the last shard's
-   end, from each shard's recorded start and finish (a worker's teacher load, recorded apart, left out).
+   of ``max_new_tokens``, about 10% at the limit), cut into 16 shards. The same shards run on the same local Ray
+   cluster, three times each, alternating, on fresh workers: through ``generate --ray`` (Ray's actor pool hands each
+   shard to whichever worker is free) and as a fixed split (worker ``w`` is given shards ``w, w + 2, ...`` up
+   front, as a launcher's ranks are).
+   Idle fraction = idle worker-seconds over worker-seconds, each worker counted from its first shard's start (its
+   teacher loaded; the load is recorded apart) to the last shard's end, from each shard's recorded start and
+   finish.
 2. **A simulation at 64 workers** from the measured per-sample costs (seconds per generated token on this
    machine, times the answer lengths of the long-tail run, resampled): makespan over the ideal (total work /
    workers) for a fixed split and for dynamic dispatch at 64, 512 and 4,096 shards, with every worker equal, with
@@ -39,6 +41,7 @@ from _common import ROOT, load_average, load_note, log, section_head
 
 WORKERS = 2
 SHARDS = 16
+REPEATS = 3
 SIM_WORKERS = 64
 SIM_SHARDS = (64, 512, 4096)
 SIM_SAMPLES = 262_144
@@ -92,23 +95,27 @@ def _stored_lengths(base: Path) -> list[list[int]]:
 
 
 def _idle_fraction(spans: Sequence[tuple[str, float, float]]) -> tuple[float, float]:
-    """(idle worker-seconds over worker-seconds, makespan) of (worker, start, finish) spans."""
-    workers = {worker for worker, _, _ in spans}
-    start = min(s for _, s, _ in spans)
+    """(idle worker-seconds over worker-seconds, makespan) of (worker, start, finish) spans: each worker counts from
+    its first shard's start (its teacher loaded) to the run's last finish."""
     end = max(f for _, _, f in spans)
+    ready: dict[str, float] = {}
+    for worker, start, _ in spans:
+        ready[worker] = min(start, ready.get(worker, start))
     busy = sum(f - s for _, s, f in spans)
-    window = (end - start) * len(workers)
-    return 1 - busy / window, end - start
+    window = sum(end - start for start in ready.values())
+    return 1 - busy / window, end - min(ready.values())
 
 
-def _fixed_split(ray: Any, config: Path, shards: int) -> list[tuple[str, float, float]]:
+def _fixed_split(ray: Any, config: Path, shards: int, output: Path) -> list[tuple[str, float, float]]:
     """The same shards given up front: worker ``w`` takes ``w, w + WORKERS, ...`` in order."""
     from gencache.run.overrides import Overrides
     from gencache.run.ray_progress import RunTally
     from gencache.run.ray_worker import ShardWorker, WorkerSpec
 
-    tally = ray.remote(RunTally).options(name="bench-fixed-split", num_cpus=0).remote()
-    spec = WorkerSpec(str(config), Overrides(), shards, os.getcwd(), {"bench": "fixed split"}, "bench-fixed-split")
+    name = f"bench-fixed-split-{output.name}"
+    tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
+    overrides = Overrides(output_dir=str(output))
+    spec = WorkerSpec(str(config), overrides, shards, os.getcwd(), {"bench": "fixed split"}, name)
     actors = [ray.remote(ShardWorker).options(num_cpus=1).remote(spec) for _ in range(WORKERS)]
     calls = [actors[index % WORKERS].publish.remote(index) for index in range(shards)]
     outcomes = ray.get(calls)
@@ -120,17 +127,28 @@ def _fixed_split(ray: Any, config: Path, shards: int) -> list[tuple[str, float, 
     return [(o.worker, o.started_at + o.load_seconds, o.finished_at) for o in outcomes]
 
 
+def _dynamic(config: Path, shards: int, output: Path) -> tuple[list[tuple[str, float, float]], int]:
+    """``generate --ray``'s spans (worker, start after its load, finish) and generated tokens."""
+    from gencache.run.overrides import Overrides
+    from gencache.run.ray_driver import generate_on_ray
+
+    run = generate_on_ray(
+        config, address="local", shards=shards, workers=WORKERS, overrides=Overrides(output_dir=str(output))
+    )
+    spans = [(r.worker or "", r.started_at + r.load_seconds, r.finished_at) for r in run.records]
+    return spans, sum(r.tokens for r in run.records)
+
+
 def measure_two_workers(root: Path, quick: bool) -> dict[str, Any]:
-    """Part 1 (see the module docstring)."""
+    """Part 1 (see the module docstring): each dispatch :data:`REPEATS` times, alternating, on fresh workers."""
     import ray
     from longtail import choose_eos
 
     from gencache.generation.tiny import build_tiny_teacher
     from gencache.run.overrides import Overrides
     from gencache.run.pipeline import generate_run
-    from gencache.run.ray_driver import generate_on_ray
 
-    count, max_new = (48, 32) if quick else (160, 96)
+    count, max_new = (48, 32) if quick else (320, 128)
     teacher = build_tiny_teacher(root / "teacher", seed=0)
     rows = root / "chats.jsonl"
     _chat_rows(rows, count)
@@ -140,27 +158,29 @@ def measure_two_workers(root: Path, quick: bool) -> dict[str, Any]:
     eos = choose_eos(_stored_lengths(root / "free-out"), max_new)
     generation = {"max_new_tokens": max_new, "eos_token_id": list(eos.eos)}
     config = _config(root, teacher, rows, count, generation, "longtail")
+    dynamic: list[tuple[float, float]] = []
+    fixed: list[tuple[float, float]] = []
+    busy = tokens = 0.0
     ray.init(address="local", num_cpus=WORKERS + 1, include_dashboard=False, log_to_driver=False)
     try:
-        log(f"dynamic dispatch: {SHARDS} shards on {WORKERS} workers")
-        dynamic = generate_on_ray(config, address="local", shards=SHARDS, workers=WORKERS)
-        spans = [(r.worker or "", r.started_at + r.load_seconds, r.finished_at) for r in dynamic.records]
-        tokens = sum(r.tokens for r in dynamic.records)
-        busy = sum(f - s for _, s, f in spans)
-        log(f"fixed split: the same {SHARDS} shards, {SHARDS // WORKERS} given to each worker up front")
-        fixed_config = _config(root, teacher, rows, count, generation, "fixed")
-        fixed = _fixed_split(ray, fixed_config, SHARDS)
+        for repeat in range(1 if quick else REPEATS):
+            log(f"dynamic dispatch ({repeat + 1}): {SHARDS} shards on {WORKERS} workers")
+            spans, generated = _dynamic(config, SHARDS, root / f"dynamic-{repeat}")
+            dynamic.append(_idle_fraction(spans))
+            busy, tokens = busy + sum(f - s for _, s, f in spans), tokens + generated
+            log(f"fixed split ({repeat + 1}): the same {SHARDS} shards, {SHARDS // WORKERS} per worker up front")
+            fixed.append(_idle_fraction(_fixed_split(ray, config, SHARDS, root / f"fixed-{repeat}")))
     finally:
         ray.shutdown()
-    lengths = [len(answer) for answer in _stored_lengths(root / "longtail-out")]
+    lengths = [len(answer) for answer in _stored_lengths(root / "dynamic-0")]
     reference = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(root / "one-process")))
-    equal = _digests(root / "longtail-out") == _digests(reference.output_dir) == _digests(root / "fixed-out")
+    equal = _digests(root / "dynamic-0") == _digests(reference.output_dir) == _digests(root / "fixed-0")
     return {
         "count": count,
         "max_new": max_new,
         "eos": eos,
-        "dynamic": _idle_fraction(spans),
-        "fixed": _idle_fraction(fixed),
+        "dynamic": dynamic,
+        "fixed": fixed,
         "seconds_per_token": busy / max(tokens, 1),
         "lengths": lengths,
         "equal": equal,
@@ -175,6 +195,11 @@ def _digests(base: Path) -> dict[str, str]:
         manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
         found |= {key: entry["content_digest"] for key, entry in manifest["entries"].items()}
     return found
+
+
+def _median(runs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The median idle fraction and the median makespan of several runs."""
+    return statistics.median(idle for idle, _ in runs), statistics.median(span for _, span in runs)
 
 
 # -- the simulation ------------------------------------------------------------------------------------------
@@ -314,18 +339,21 @@ def main(argv: list[str]) -> int:
     lines = section_head(
         "Scaling out on Ray (2 local workers, and 64 simulated)", "bench_ray.py", " --quick" if args.quick else ""
     )
-    dynamic_idle, dynamic_span = two["dynamic"]
-    fixed_idle, fixed_span = two["fixed"]
+    dynamic_idle, dynamic_span = _median(two["dynamic"])
+    fixed_idle, fixed_span = _median(two["fixed"])
     eos = two["eos"]
     lines += [
         f"Two CPU workers on one local Ray cluster, the tiny teacher, {two['count']} chat prompts, max_new_tokens "
         f"{two['max_new']} with a long tail (median answer {eos.median_fraction:.0%} of it, "
         f"{eos.at_limit_fraction:.0%} at the limit), {SHARDS} shards:",
         "",
-        "| dispatch | idle worker-seconds / worker-seconds | makespan (s) |",
-        "|---|---|---|",
-        f"| fixed split (shards `w, w + 2, ...` per worker) | {fixed_idle:.1%} | {fixed_span:.2f} |",
-        f"| dynamic (`--ray`: Ray's actor pool) | {dynamic_idle:.1%} | {dynamic_span:.2f} |",
+        f"| dispatch | idle worker-seconds / worker-seconds (median of {len(two['fixed'])}) | makespan (s) | "
+        "each run's idle fraction |",
+        "|---|---|---|---|",
+        f"| fixed split (shards `w, w + 2, ...` per worker) | {fixed_idle:.1%} | {fixed_span:.2f} | "
+        f"{', '.join(f'{idle:.0%}' for idle, _ in two['fixed'])} |",
+        f"| dynamic (`--ray`: Ray's actor pool) | {dynamic_idle:.1%} | {dynamic_span:.2f} | "
+        f"{', '.join(f'{idle:.0%}' for idle, _ in two['dynamic'])} |",
         "",
         f"The dynamic run's shard base, the fixed split's and `--shards {SHARDS}` in one process hold the same "
         f"content digests key for key: {'yes' if two['equal'] else 'NO'}.",
