@@ -22,8 +22,6 @@ from typing import Any
 
 from gencache.core.quiet import one_line
 
-__all__ = ["WarningSink", "quiet_libraries"]
-
 #: ``warn(text)``: where a Python warning goes while a block is active.
 WarningSink = Callable[[str], None]
 

@@ -78,6 +78,3 @@ def generate_on_ray_command(
 
     render_ray_summary(result, notices.console())
     typer.echo(str(result.output_dir))
-
-
-__all__ = ["RayOptionCommand", "generate_on_ray_command", "ray_options", "takes_address"]

@@ -28,8 +28,6 @@ from typing import Any, NoReturn
 
 from gencache.core.errors import Stopped, StoppedRun
 
-__all__ = ["exit_now", "install", "note_published", "owned", "quiet_exit", "raise_pending", "reported"]
-
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: How long the helper thread waits before it delivers a dropped stop again (the hook returns well within it).
 _REDELIVERY_DELAY_S = 0.005

@@ -221,31 +221,3 @@ def stop_message(signame: str, run: StoppedRun | None) -> str:
     if len(run.published) == 1:
         return f"{stopped} after {shown} was published; the artifact is complete (gencache verify checks it)."
     return f"{stopped} after {shown} were published; they are complete (gencache verify checks them)."
-
-
-__all__ = [
-    "CompatibilityError",
-    "ConfigError",
-    "DatasetError",
-    "FormatError",
-    "GencacheError",
-    "GenerationError",
-    "HeaderCapacityError",
-    "InputPathError",
-    "InputProblems",
-    "IntegrityError",
-    "MissingEntriesError",
-    "MissingEntryError",
-    "OutputExistsError",
-    "Problem",
-    "PromptError",
-    "ShardError",
-    "SourceChangedError",
-    "Stopped",
-    "StoppedRun",
-    "WriteError",
-    "first_line",
-    "raise_problems",
-    "reworded",
-    "stop_message",
-]

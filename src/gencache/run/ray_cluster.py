@@ -220,17 +220,3 @@ def worker_shape(device: str, tensor_parallel: int, worker_gpus: float, resource
             "worker; a worker takes a fraction of one GPU or whole GPUs."
         )
     return WorkerShape(per_worker, 1.0, max(min(math.floor(gpus / per_worker + 1e-9), int(cpus)), 0))
-
-
-__all__ = [
-    "CONNECT_TIMEOUT_S",
-    "SHARDS_PER_WORKER",
-    "Address",
-    "WorkerShape",
-    "check_reachable",
-    "connected",
-    "import_ray",
-    "refuse_launched",
-    "resolve_address",
-    "worker_shape",
-]

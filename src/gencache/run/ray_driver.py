@@ -427,6 +427,3 @@ def _clean(plan: Plan) -> list[Path]:
     if not parent.is_dir():
         return []
     return clean(parent, outputs={t.output_dir.name for t in plan.targets})
-
-
-__all__ = ["DEFAULT_MAX_RETRIES", "RayRun", "ShardFailedError", "ShardRecord", "generate_on_ray"]

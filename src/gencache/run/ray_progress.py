@@ -106,6 +106,3 @@ class RunView:
         if samples != self.shown_samples or tokens != self.shown_tokens:
             progress.advance(samples - self.shown_samples, tokens - self.shown_tokens)
             self.shown_samples, self.shown_tokens = samples, tokens
-
-
-__all__ = ["REPORT_INTERVAL_S", "RunTally", "RunView", "TallyProgress"]

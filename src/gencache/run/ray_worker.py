@@ -196,6 +196,3 @@ class ShardWorker:
             session = TeacherSession(plan.config, plan.config_json, plan.digest, spec.overrides, inputs, launch=launch)
             session.load()
         return session
-
-
-__all__ = ["ShardOutcome", "ShardWorker", "WorkerSpec"]

@@ -161,6 +161,3 @@ def _with_launch(resolved: dict[str, Any], launch: Mapping[str, Any]) -> dict[st
     from gencache.artifact.resolved import with_resolved_digest
 
     return with_resolved_digest(resolved | {"launch": dict(launch)})
-
-
-__all__ = ["Published", "TeacherSession"]
