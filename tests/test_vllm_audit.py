@@ -64,6 +64,7 @@ def _digests(path: Path) -> dict[str, str]:
 
 
 def _audit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()  # what vLLM logged during a library call before (the library leaves its logging alone)
     code = cli_run(["audit", *argv, "--json"])
     captured = capsys.readouterr()
     return code, json.loads(captured.out) if captured.out.strip() else {"error": captured.err}

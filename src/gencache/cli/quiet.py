@@ -27,7 +27,9 @@ WarningSink = Callable[[str], None]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the gencache package
 _TIMEOUTS = {"HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "10"}
-_QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
+# read by the processes a command starts too (vLLM's engine core logs from its own process, where logging.disable
+# of this one does not reach)
+_QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR"}
 _ACTIVE: list[bool] = []  # one entry per open block: a block inside another changes nothing
 
 
