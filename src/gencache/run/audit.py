@@ -233,26 +233,21 @@ def _resolve(run: RecordedRun, model_path: str, tokenizer: Any) -> EffectiveGene
 
 
 def _engine(run: RecordedRun, name: str, generation: EffectiveGeneration, tokenizer: Any, **where: str) -> Engine:
-    from gencache.generation.engines import EngineContext, create_engine
+    from gencache.run.check_steps import build_engine
 
-    model = run.config.model
     options = run.config.engine_options if name == run.config.engine else None
     if name != ENGINE_VLLM and options is not None:
         options = None  # the transformers engines regenerate alone with their defaults (batch size one)
-    return create_engine(
-        name,
-        EngineContext(
-            generation=generation,
-            tokenizer=tokenizer,
-            model_path=where["model_path"],
-            dtype=where["dtype"],
-            device=where["device"],
-            revision=model.revision,
-            attn_implementation=model.attn_implementation,
-            batch_size=1,
-            seed=run.seed,
-            options=options,
-        ),
+    return build_engine(
+        run.config,
+        generation=generation,
+        tokenizer=tokenizer,
+        device=where["device"],
+        engine=name,
+        model_path=where["model_path"],
+        dtype=where["dtype"],
+        batch_size=1,
+        options=options,
     )
 
 

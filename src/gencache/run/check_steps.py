@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gencache.core.errors import ConfigError, GencacheError
 from gencache.run import check_kinds as kinds
 
 if TYPE_CHECKING:
+    from gencache.config import CacheConfig
+    from gencache.config.engines import EngineOptions
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
     from gencache.run.findings import Preflight, Runner
@@ -301,24 +303,8 @@ def model_steps(run: Runner, result: Preflight) -> None:
     result.generation = run.step(kinds.GENERATION, generation)
 
     def engine() -> tuple[Engine, str]:
-        from gencache.generation.engines import EngineContext, create_engine
-
         assert result.generation is not None and result.device is not None
-        created = create_engine(  # refuses settings the engine cannot honour
-            config.engine,
-            EngineContext(
-                generation=result.generation,
-                tokenizer=result.tokenizer,
-                model_path=model.model_path,
-                dtype=model.dtype,
-                device=result.device,
-                revision=model.revision,
-                attn_implementation=model.attn_implementation,
-                batch_size=config.gen_batch_size,
-                seed=config.seed,
-                options=config.engine_options,
-            ),
-        )
+        created = build_engine(config, generation=result.generation, tokenizer=result.tokenizer, device=result.device)
         return created, f"{config.engine}"
 
     result.engine = run.step(kinds.ENGINE, engine)
@@ -330,3 +316,39 @@ def model_steps(run: Runner, result: Preflight) -> None:
 
     run.teacher.max_positions = run.step(kinds.TEACHER_CONFIG, positions)
     _teacher_steps(run, result)
+
+
+def build_engine(
+    config: CacheConfig,
+    *,
+    generation: EffectiveGeneration,
+    tokenizer: Any,
+    device: str,
+    engine: str | None = None,
+    model_path: str | None = None,
+    dtype: str | None = None,
+    batch_size: int | None = None,
+    options: EngineOptions | Literal["config"] | None = "config",
+) -> Engine:
+    """The one place an engine is built, for a run's checks and for an audit alike: ``config``'s engine (or
+    ``engine``) over the checked generation settings, tokenizer and device, refusing settings it cannot honour.
+    ``model_path``, ``dtype``, ``batch_size`` and ``options`` replace the config's where given (an audit regenerates
+    one prompt at a time, maybe with another engine or a teacher found at another path)."""
+    from gencache.generation.engines import EngineContext, create_engine
+
+    model = config.model
+    return create_engine(
+        engine or config.engine,
+        EngineContext(
+            generation=generation,
+            tokenizer=tokenizer,
+            model_path=model_path or model.model_path,
+            dtype=dtype or model.dtype,
+            device=device,
+            revision=model.revision,
+            attn_implementation=model.attn_implementation,
+            batch_size=config.gen_batch_size if batch_size is None else batch_size,
+            seed=config.seed,
+            options=config.engine_options if options == "config" else options,
+        ),
+    )
