@@ -142,7 +142,7 @@ def generate(
 
     ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``, :mod:`gencache.run.ray_driver`):
     ``True`` is ``RAY_ADDRESS`` or a local Ray instance, a string an address (``HOST:PORT``, ``ray://HOST:PORT``),
-    ``"auto"`` or ``"local"``; ``shards`` defaults to four per worker; ``workers`` caps the pool, ``worker_gpus``
+    ``"auto"`` or ``"local"``; ``shards`` defaults to eight per worker; ``workers`` caps the pool, ``worker_gpus``
     is each worker's share of a GPU and ``max_retries`` bounds how often a dead worker's shard is generated again.
     It returns the unsuffixed ``output_dir`` of the shard base.
     """
