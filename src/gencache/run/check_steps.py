@@ -301,25 +301,11 @@ def model_steps(run: Runner, result: Preflight) -> None:
     result.generation = run.step(kinds.GENERATION, generation)
 
     def engine() -> tuple[Engine, str]:
-        from gencache.generation.engines import EngineContext, create_engine
+        from gencache.run.engine_build import build_engine
 
         assert result.generation is not None and result.device is not None
-        created = create_engine(  # refuses settings the engine cannot honour
-            config.engine,
-            EngineContext(
-                generation=result.generation,
-                tokenizer=result.tokenizer,
-                model_path=model.model_path,
-                dtype=model.dtype,
-                device=result.device,
-                revision=model.revision,
-                attn_implementation=model.attn_implementation,
-                batch_size=config.gen_batch_size,
-                seed=config.seed,
-                options=config.engine_options,
-            ),
-        )
-        return created, f"{config.engine}"
+        built = build_engine(config, generation=result.generation, tokenizer=result.tokenizer, device=result.device)
+        return built, f"{config.engine}"
 
     result.engine = run.step(kinds.ENGINE, engine)
 
