@@ -15,6 +15,7 @@ from gencache.core.errors import ConfigError, GencacheError
 from gencache.run import check_kinds as kinds
 
 if TYPE_CHECKING:
+    from gencache.config import CacheConfig
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
     from gencache.run.findings import Preflight, Runner
@@ -245,7 +246,7 @@ def check_context(longest: int, where: str, max_new_tokens: int, max_positions: 
     return f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {max_positions} positions"
 
 
-def _teacher_steps(run: Runner, result: Preflight) -> None:
+def _teacher_steps(run: Runner, result: Preflight, config: CacheConfig) -> None:
     """The checks of the teacher itself: attention on the device, whole weight files, the vocabulary."""
     from gencache.generation.teacher_files import (
         check_attn_implementation,
@@ -254,8 +255,7 @@ def _teacher_steps(run: Runner, result: Preflight) -> None:
         vocab_size_of,
     )
 
-    assert result.config is not None
-    model = result.config.model
+    model = config.model
 
     def attention() -> tuple[None, str]:
         assert result.device is not None
@@ -274,10 +274,9 @@ def _teacher_steps(run: Runner, result: Preflight) -> None:
     run.step(kinds.VOCABULARY, vocabulary)
 
 
-def model_steps(run: Runner, result: Preflight) -> None:
-    """The tokenizer, the effective generation config, the engine, the teacher's config and files."""
-    config = result.config
-    assert config is not None
+def model_steps(run: Runner, result: Preflight, config: CacheConfig) -> None:
+    """The tokenizer, the effective generation config, the engine, the teacher's config and files of ``config``
+    (the valid config of ``result``)."""
     model = config.model
 
     def tokenizer() -> tuple[Any, str]:
@@ -315,4 +314,4 @@ def model_steps(run: Runner, result: Preflight) -> None:
         return value, f"{value} positions" if value else "config.json records no maximum positions"
 
     run.teacher.max_positions = run.step(kinds.TEACHER_CONFIG, positions)
-    _teacher_steps(run, result)
+    _teacher_steps(run, result, config)
