@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from gencache.core.progress import Progress
     from gencache.data.recorded import RecordedRun
     from gencache.generation.effective import EffectiveGeneration
-    from gencache.generation.engines import Engine
 
 
 #: Keys audited when neither ``all_keys`` nor ``keys`` is given.
@@ -232,25 +231,6 @@ def _resolve(run: RecordedRun, model_path: str, tokenizer: Any) -> EffectiveGene
     return generation
 
 
-def _engine(run: RecordedRun, name: str, generation: EffectiveGeneration, tokenizer: Any, **where: str) -> Engine:
-    from gencache.run.check_steps import build_engine
-
-    options = run.config.engine_options if name == run.config.engine else None
-    if name != ENGINE_VLLM and options is not None:
-        options = None  # the transformers engines regenerate alone with their defaults (batch size one)
-    return build_engine(
-        run.config,
-        generation=generation,
-        tokenizer=tokenizer,
-        device=where["device"],
-        engine=name,
-        model_path=where["model_path"],
-        dtype=where["dtype"],
-        batch_size=1,
-        options=options,
-    )
-
-
 def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
     sequences = []
     pairs = list(zip(stored.sequences, regenerated.sequences, strict=False))
@@ -290,6 +270,7 @@ def audit(
     makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
     whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
     from gencache.data.recorded import rebuild_samples
+    from gencache.run.engine_build import build_engine
     from gencache.run.recorded import load_recorded_tokenizer, open_recorded_run
 
     reader, run = open_recorded_run(path)
@@ -316,7 +297,16 @@ def audit(
     if unmatched:
         raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
     generation = _resolve(run, where["model_path"], tokenizer)
-    created = _engine(run, name, generation, tokenizer, **where)
+    created = build_engine(
+        run.config,
+        generation=generation,
+        tokenizer=tokenizer,
+        device=where["device"],
+        name=name,
+        model_path=where["model_path"],
+        dtype=where["dtype"],
+        one_prompt=True,
+    )
     created.import_libraries()  # load_seconds is the load's own time
     started = time.monotonic()
     created.load_weights()

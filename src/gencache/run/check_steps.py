@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, GencacheError
 from gencache.run import check_kinds as kinds
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig
-    from gencache.config.engines import EngineOptions
     from gencache.generation.effective import EffectiveGeneration
     from gencache.generation.engines import Engine
     from gencache.run.findings import Preflight, Runner
@@ -247,7 +246,7 @@ def check_context(longest: int, where: str, max_new_tokens: int, max_positions: 
     return f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {max_positions} positions"
 
 
-def _teacher_steps(run: Runner, result: Preflight) -> None:
+def _teacher_steps(run: Runner, result: Preflight, config: CacheConfig) -> None:
     """The checks of the teacher itself: attention on the device, whole weight files, the vocabulary."""
     from gencache.generation.teacher_files import (
         check_attn_implementation,
@@ -256,8 +255,7 @@ def _teacher_steps(run: Runner, result: Preflight) -> None:
         vocab_size_of,
     )
 
-    assert result.config is not None
-    model = result.config.model
+    model = config.model
 
     def attention() -> tuple[None, str]:
         assert result.device is not None
@@ -276,10 +274,9 @@ def _teacher_steps(run: Runner, result: Preflight) -> None:
     run.step(kinds.VOCABULARY, vocabulary)
 
 
-def model_steps(run: Runner, result: Preflight) -> None:
-    """The tokenizer, the effective generation config, the engine, the teacher's config and files."""
-    config = result.config
-    assert config is not None
+def model_steps(run: Runner, result: Preflight, config: CacheConfig) -> None:
+    """The tokenizer, the effective generation config, the engine, the teacher's config and files of ``config``
+    (the valid config of ``result``)."""
     model = config.model
 
     def tokenizer() -> tuple[Any, str]:
@@ -303,9 +300,11 @@ def model_steps(run: Runner, result: Preflight) -> None:
     result.generation = run.step(kinds.GENERATION, generation)
 
     def engine() -> tuple[Engine, str]:
+        from gencache.run.engine_build import build_engine
+
         assert result.generation is not None and result.device is not None
-        created = build_engine(config, generation=result.generation, tokenizer=result.tokenizer, device=result.device)
-        return created, f"{config.engine}"
+        built = build_engine(config, generation=result.generation, tokenizer=result.tokenizer, device=result.device)
+        return built, f"{config.engine}"
 
     result.engine = run.step(kinds.ENGINE, engine)
 
@@ -315,40 +314,4 @@ def model_steps(run: Runner, result: Preflight) -> None:
         return value, f"{value} positions" if value else "config.json records no maximum positions"
 
     run.teacher.max_positions = run.step(kinds.TEACHER_CONFIG, positions)
-    _teacher_steps(run, result)
-
-
-def build_engine(
-    config: CacheConfig,
-    *,
-    generation: EffectiveGeneration,
-    tokenizer: Any,
-    device: str,
-    engine: str | None = None,
-    model_path: str | None = None,
-    dtype: str | None = None,
-    batch_size: int | None = None,
-    options: EngineOptions | Literal["config"] | None = "config",
-) -> Engine:
-    """The one place an engine is built, for a run's checks and for an audit alike: ``config``'s engine (or
-    ``engine``) over the checked generation settings, tokenizer and device, refusing settings it cannot honour.
-    ``model_path``, ``dtype``, ``batch_size`` and ``options`` replace the config's where given (an audit regenerates
-    one prompt at a time, maybe with another engine or a teacher found at another path)."""
-    from gencache.generation.engines import EngineContext, create_engine
-
-    model = config.model
-    return create_engine(
-        engine or config.engine,
-        EngineContext(
-            generation=generation,
-            tokenizer=tokenizer,
-            model_path=model_path or model.model_path,
-            dtype=dtype or model.dtype,
-            device=device,
-            revision=model.revision,
-            attn_implementation=model.attn_implementation,
-            batch_size=config.gen_batch_size if batch_size is None else batch_size,
-            seed=config.seed,
-            options=config.engine_options if options == "config" else options,
-        ),
-    )
+    _teacher_steps(run, result, config)

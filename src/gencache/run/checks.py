@@ -99,15 +99,17 @@ def input_checks(
 
 
 def machine_checks(
-    result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None, show_prompt: int | None
+    result: Preflight,
+    config: CacheConfig,
+    shard: ShardSpec | None,
+    env: Mapping[str, str] | None,
+    show_prompt: int | None,
 ) -> None:
     """The end of phase 1 for a valid config: ``--show-prompt``'s index, the device as far as it is known without
     torch, and the engine's package."""
     from gencache.core.errors import ConfigError
     from gencache.run.sharding import device_for_rank
 
-    assert result.config is not None
-    config = result.config
     run = Runner(result)
     if show_prompt is not None and result.keys is not None:
 
@@ -129,15 +131,17 @@ def machine_checks(
     run.step(kinds.ENGINE_PACKAGE, lambda: (None, check_engine_package(config.engine)))
 
 
-def teacher_checks(result: Preflight, shard: ShardSpec | None, env: Mapping[str, str] | None) -> None:
+def teacher_checks(
+    result: Preflight, config: CacheConfig, shard: ShardSpec | None, env: Mapping[str, str] | None
+) -> None:
     """Phase 2 (see the module docstring): the device, the tokenizer, the teacher and the tokenized samples."""
     from gencache.run.check_steps import model_steps
     from gencache.run.data_checks import sample_steps
 
     run = Runner(result)
     run.step(kinds.TORCH_DEVICE, lambda: (None, check_device(result.device or "")))
-    model_steps(run, result)
-    sample_steps(run, result, shard)
+    model_steps(run, result, config)
+    sample_steps(run, result, config, shard)
 
 
 def preflight(
@@ -160,7 +164,7 @@ def preflight(
     result = Preflight(config=config, targets=list(targets))
     with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
         input_checks(result, list(enumerate(config.data_configs)), model=config.model, shard=shard)
-        machine_checks(result, shard, env, show_prompt)
+        machine_checks(result, config, shard, env, show_prompt)
         if result.problems:
             why = "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
             runner = Runner(result)
@@ -171,7 +175,7 @@ def preflight(
                 "config or data checks found problems)"
             )
             return result
-        teacher_checks(result, shard, env)
+        teacher_checks(result, config, shard, env)
     return result
 
 

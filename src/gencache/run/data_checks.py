@@ -15,7 +15,7 @@ from gencache.core.errors import ConfigError, GencacheError, ShardError, reworde
 from gencache.run import check_kinds as kinds
 
 if TYPE_CHECKING:
-    from gencache.config import DataConfig
+    from gencache.config import CacheConfig, DataConfig
     from gencache.data.samples import SampleSet
     from gencache.run.findings import Preflight, Runner
     from gencache.run.sharding import ShardSpec
@@ -155,11 +155,9 @@ def check_paged_cache(found: Preflight, teacher_config: Any) -> str:
     return f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
 
 
-def _samples_step(run: Runner, result: Preflight) -> None:
+def _samples_step(run: Runner, result: Preflight, config: CacheConfig) -> None:
     from gencache.data.samples import DuplicatePromptWarning, build_samples
 
-    config = result.config
-    assert config is not None
     if result.tokenizer is None:
         run.skip(kinds.SAMPLES, "not checked: the tokenizer failed")
         result.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
@@ -193,16 +191,14 @@ def _context_step(run: Runner, result: Preflight) -> None:
     run.step(kinds.CONTEXT_LENGTH, context)
 
 
-def sample_steps(run: Runner, result: Preflight, shard: ShardSpec | None) -> None:
+def sample_steps(run: Runner, result: Preflight, config: CacheConfig, shard: ShardSpec | None) -> None:
     """The samples built with the tokenizer (and each target's keys from them), the context length, the prompt
     ids, the paged cache and the header budget (and the ``--shards`` count when a data config could not be read
     without the tokenizer)."""
     from gencache.config.engines import ContinuousOptions
     from gencache.run.sharding import with_keys
 
-    config = result.config
-    assert config is not None
-    _samples_step(run, result)
+    _samples_step(run, result, config)
     if result.samples is not None:
         result.targets = with_keys(result.targets, result.samples)
     if result.samples is None or result.generation is None:
