@@ -224,7 +224,6 @@ def test_token_columns_and_provenance_survive_the_parquet(
         "model-path",
         "data-configs-int",
         "data-configs-int-redigested",
-        "no-digest",
     ],
 )
 @pytest.mark.parametrize("prompts", [True, False])
@@ -243,8 +242,6 @@ def test_a_damaged_record_stops_the_export_naming_the_file(
         resolved["generation"]["max_new_tokens"] = 9  # a flipped digit
     elif damage == "model-path":
         resolved["model"]["model_path"] = resolved["model"]["model_path"][:-1] + "X"
-    elif damage == "no-digest":
-        del resolved["resolved_digest"]
     elif damage.startswith("data-configs-int"):
         resolved["config"]["data_configs"] = 3
         if damage.endswith("redigested"):  # the digest recomputed: the config itself no longer parses

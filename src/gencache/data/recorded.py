@@ -83,11 +83,10 @@ def _refuse(where: Path, problem: str) -> FormatError:
 
 
 def _digest_problems(resolved: Mapping[str, Any]) -> list[str]:
-    """The problem of a resolved config of a gencache run (one that records a config) without a ``resolved_digest``,
-    if it is one."""
+    """The problem of a resolved config written by a gencache run that lacks its ``resolved_digest``, if it does."""
     is_run = "config" in resolved or "gencache_version" in resolved
     if is_run and not isinstance(resolved.get(DIGEST_FIELD), str):
-        return [f"it has no {DIGEST_FIELD}"]
+        return [f"it has no {DIGEST_FIELD} (written by an older gencache, or the field was removed)"]
     return []
 
 
@@ -97,13 +96,14 @@ def check_resolved(
     resolved_path: Path,
     provenance: Mapping[str, Any],
     shard_record: Mapping[str, Any] | None,
+    require_digest: bool = True,
 ) -> None:
     """Refuse, with a :class:`FormatError` naming ``resolved_path``, a resolved config that does not pass
     :func:`gencache.artifact.resolved.resolved_config_problems` against the manifest's ``provenance`` and
-    ``shard_record``, one of a gencache run without its ``resolved_digest``, or one whose
-    ``generation.max_new_tokens`` is there but not a positive integer."""
+    ``shard_record``, one written by a gencache run that lacks its ``resolved_digest`` (unless not
+    ``require_digest``), or one whose ``generation.max_new_tokens`` is there but not a positive integer."""
     problems = resolved_config_problems(resolved, provenance, shard_record)
-    if not problems:
+    if not problems and require_digest:
         problems = _digest_problems(resolved)
     generation = resolved.get("generation")
     if not problems and isinstance(generation, Mapping) and "max_new_tokens" in generation:
@@ -152,8 +152,8 @@ def recorded_run(
     ``provenance`` and shard record (``shard_records[0]``; one ``summary.shard`` per artifact of ``paths``, which
     are all of one run) and parse its config. A :class:`FormatError` naming the file when anything is off; a
     :class:`ConfigError` when the document records no run (an artifact written by ``ArtifactBuild`` directly).
-    ``checked``: ``resolved`` already passed :func:`check_resolved` (:func:`checked_resolved_config`) and is not
-    checked again."""
+    ``checked``: ``resolved`` already passed :func:`check_resolved` (:func:`checked_resolved_config`), so only its
+    ``resolved_digest`` is still required here."""
     from gencache.config import parse_config
 
     if "config" not in resolved and "gencache_version" not in resolved:
@@ -161,7 +161,11 @@ def recorded_run(
             f"{resolved_path} records no run config (the artifact was not made by gencache generate), so its samples "
             "cannot be rebuilt from it; pass the data configs it was generated from."
         )
-    if not checked:
+    if checked:
+        problems = _digest_problems(resolved)
+        if problems:
+            raise _refuse(resolved_path, problems[0])
+    else:
         check_resolved(
             resolved,
             resolved_path=resolved_path,
@@ -191,9 +195,9 @@ def recorded_run(
     )
 
 
-def checked_resolved_config(reader: Any) -> dict[str, Any]:
+def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dict[str, Any]:
     """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
-    the checks ``gencache verify`` makes of it (shape, ``resolved_digest``,
+    the checks ``gencache verify`` makes of it (shape, ``resolved_digest`` when recorded or ``require_digest``,
     the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise. The reader module is
     imported here only, by callers that already opened the artifact with it."""
     from gencache.artifact.names import RESOLVED_NAME
@@ -205,6 +209,7 @@ def checked_resolved_config(reader: Any) -> dict[str, Any]:
         resolved_path=reader.path / RESOLVED_NAME,
         provenance=reader.provenance,
         shard_record=reader.summary.get("shard"),
+        require_digest=require_digest,
     )
     return resolved
 
@@ -215,7 +220,7 @@ def run_of_readers(
     """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run; the first one's
     ``resolved_config.json`` is read) that ``path`` stands for. The sources are not hashed (:func:`check_sources`).
     ``resolved``: that document as :func:`checked_resolved_config` returned it, which is neither read nor checked
-    again."""
+    again (only its ``resolved_digest`` is still required)."""
     from gencache.artifact.names import RESOLVED_NAME
     from gencache.artifact.reader import read_resolved_config
 
