@@ -83,10 +83,10 @@ def _refuse(where: Path, problem: str) -> FormatError:
 
 
 def _digest_problems(resolved: Mapping[str, Any]) -> list[str]:
-    """The problem of a resolved config written by a gencache run that lacks its ``resolved_digest``, if it does."""
+    """The problem of a run's resolved config without its ``resolved_digest`` (every run writes one), if it is."""
     is_run = "config" in resolved or "gencache_version" in resolved
     if is_run and not isinstance(resolved.get(DIGEST_FIELD), str):
-        return [f"it has no {DIGEST_FIELD} (written by an older gencache, or the field was removed)"]
+        return [f"it has no {DIGEST_FIELD} (the field was removed)"]
     return []
 
 
