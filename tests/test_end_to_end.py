@@ -21,22 +21,12 @@ from gencache.core.errors import GencacheError, InputProblems, OutputExistsError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
 from gencache.run.api import generate
+from support.config_factory import hotpot_qa
 
 
 def data_configs() -> list[dict[str, Any]]:
     return [
-        {
-            "dataset_name": "hotpot_qa",
-            "num_samples": 6,
-            "num_data_strs": 0,
-            "num_shots": 0,
-            "subset": "fullwiki",
-            "split": "train",
-            "seed": 1,
-            "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-            "template": "tokenizer_chat",
-            "source": str(sample_source("hotpot_qa")),
-        },
+        hotpot_qa(template="tokenizer_chat"),
         {
             "dataset_name": "musique",
             "num_samples": 5,

@@ -20,7 +20,7 @@ from gencache.core.errors import FormatError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
 from gencache.run.overrides import Overrides, check_config
-from support.config_factory import musique, write_config
+from support.config_factory import hotpot_qa, musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
 
 
@@ -197,18 +197,7 @@ def test_set_output_dir_and_limit_are_applied_validated_and_recorded(tmp_path: P
 
 
 def test_limit_keeps_a_prefix_of_the_full_selection(tmp_path: Path) -> None:
-    hotpot = {
-        "dataset_name": "hotpot_qa",
-        "num_samples": 6,
-        "num_data_strs": 0,
-        "num_shots": 0,
-        "subset": "fullwiki",
-        "split": "train",
-        "seed": 1,
-        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-        "template": "default",
-        "source": str(sample_source("hotpot_qa")),
-    }
+    hotpot = hotpot_qa()
     config = write_config(tmp_path, tmp_path / "teacher", data_configs=[musique(num_samples=6), hotpot])
     checked = check_config(config, Overrides(limit=2))
     assert checked.config is not None and not checked.problems

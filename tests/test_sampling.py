@@ -18,12 +18,11 @@ import torch
 import gencache
 from gencache.config.engines import ContinuousOptions
 from gencache.core.errors import ConfigError
-from gencache.data.recipes import sample_source
 from gencache.generation.engines import EngineContext, create_engine
 from gencache.generation.engines.continuous import generate_continuous
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
-from support.config_factory import musique, write_config
+from support.config_factory import hotpot_qa, musique, write_config
 from support.generation_helpers import resolve, text_prompts
 
 SAMPLING = {"do_sample": True, "temperature": 1.3, "top_p": 0.9, "top_k": 20, "num_return_sequences": 3}
@@ -129,21 +128,6 @@ def _digests(path: Path) -> dict[str, str]:
     return {key: (reader.metadata(key) or {})["content_digest"] for key in reader}
 
 
-def _hotpot() -> dict[str, Any]:
-    return {
-        "dataset_name": "hotpot_qa",
-        "num_samples": 6,
-        "num_data_strs": 0,
-        "num_shots": 0,
-        "subset": "fullwiki",
-        "split": "train",
-        "seed": 1,
-        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-        "template": "default",
-        "source": str(sample_source("hotpot_qa")),
-    }
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("engine", "settings"),
@@ -159,7 +143,7 @@ def test_runs_store_the_same_entries_across_batching_shards_limit_and_order(
         "device": "cpu",
         "generation_kwargs": {"max_new_tokens": 6, **settings},
     }
-    configs = [musique(num_samples=6), _hotpot()]
+    configs = [musique(num_samples=6), hotpot_qa()]
 
     def run(name: str, size: int, *, order: list[dict[str, Any]] = configs, **kwargs: Any) -> dict[str, str]:
         options = {"max_concurrent_sequences": size} if engine == "transformers-continuous" else {}

@@ -16,10 +16,9 @@ from gencache.artifact.names import shard_dir_name
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader
 from gencache.cli.app import run as cli_run
-from gencache.data.recipes import sample_source
 from gencache.run.overrides import Overrides
 from gencache.run.pipeline import generate_run
-from support.config_factory import musique
+from support.config_factory import hotpot_qa, musique
 from support.config_factory import write_config as factory_config
 from test_generate_signals import Child
 
@@ -33,18 +32,7 @@ def shard_path(base: Path, index: int, count: int) -> Path:
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:
     """Six MuSiQue and six HotpotQA samples: enough keys for every shard."""
-    hotpot = {
-        "dataset_name": "hotpot_qa",
-        "num_samples": 6,
-        "num_data_strs": 0,
-        "num_shots": 0,
-        "subset": "fullwiki",
-        "split": "train",
-        "seed": 1,
-        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-        "template": "default",
-        "source": str(sample_source("hotpot_qa")),
-    }
+    hotpot = hotpot_qa()
     return factory_config(tmp_path, teacher, name="config.json", data_configs=[musique(num_samples=6), hotpot])
 
 

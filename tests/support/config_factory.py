@@ -23,6 +23,22 @@ def musique(**change: Any) -> dict[str, Any]:
     } | change
 
 
+def hotpot_qa(**change: Any) -> dict[str, Any]:
+    """A HotpotQA data config over the bundled sample file (6 samples of every difficulty, no shots)."""
+    return {
+        "dataset_name": "hotpot_qa",
+        "num_samples": 6,
+        "num_data_strs": 0,
+        "num_shots": 0,
+        "subset": "fullwiki",
+        "split": "train",
+        "seed": 1,
+        "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
+        "template": "default",
+        "source": str(sample_source("hotpot_qa")),
+    } | change
+
+
 def config_dict(directory: Path, teacher: Path | str, **change: Any) -> dict[str, Any]:
     """The config as a dict: float32 on CPU, 6 new tokens, output under ``directory / "out"``."""
     config: dict[str, Any] = {

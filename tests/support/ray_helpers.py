@@ -15,6 +15,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from gencache.core.process import signal_handlers_kept
+
 #: What each worker process of the test cluster gets: one thread for torch, the libraries offline.
 WORKER_ENV = {
     "OMP_NUM_THREADS": "1",
@@ -32,8 +34,7 @@ def start_cluster(num_cpus: int = 2, attempts: int = 3) -> str:
     """Start a local Ray instance connected to this process; return its address (other drivers connect to it)."""
     import ray
 
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them; other tests expect theirs
         for attempt in range(1, attempts + 1):
             try:
                 context = ray.init(
@@ -51,9 +52,6 @@ def start_cluster(num_cpus: int = 2, attempts: int = 3) -> str:
                 continue
             address: str = context.address_info["gcs_address"]
             return address
-    finally:
-        for signum, handler in handlers.items():  # ray.init replaced them; the other tests expect the usual ones
-            signal.signal(signum, handler)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 

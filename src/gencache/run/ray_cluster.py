@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
 import socket
 from collections.abc import Iterator, Mapping
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.core.errors import ConfigError, GenerationError, ShardError
+from gencache.core.process import environment_kept, signal_handlers_kept
 
 #: Seconds the reachability check waits for the cluster's port to answer.
 CONNECT_TIMEOUT_S = 5.0
@@ -33,16 +33,14 @@ SHARDS_PER_WORKER = 8
 def import_ray() -> Any:
     """The ray module, or one line saying how to install it. Importing ray sets ``RAY_CLIENT_MODE`` (read at that
     import only), which is taken back."""
-    environment = dict(os.environ)
     try:
-        import ray
+        with environment_kept():
+            import ray
     except ImportError:
         raise ConfigError(
             "--ray needs Ray, which is not installed: install the extra (pip install 'gencache[ray]', or uv sync "
             "--extra ray)."
         ) from None
-    finally:
-        _restore_environment(environment)
     return ray
 
 
@@ -133,35 +131,22 @@ def connected(ray: Any, address: Address) -> Iterator[bool]:
     if ray.is_initialized():
         yield False
         return
-    environment = dict(os.environ)  # ray.init sets variables of its own (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
-    try:
+    with environment_kept():  # ray.init sets variables of its own (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
         _init(ray, address)
         try:
             yield True
         finally:
             ray.shutdown()
-    finally:
-        _restore_environment(environment)
-
-
-def _restore_environment(environment: Mapping[str, str]) -> None:
-    """``os.environ`` as it was: what Ray added removed, what it changed put back."""
-    for name in [name for name in os.environ if name not in environment]:
-        del os.environ[name]
-    for name, value in environment.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
 
 
 def _init(ray: Any, address: Address) -> None:
     """``ray.init`` for ``address``; a local start that hit the raylet's fixed 15 s agent timeout (ray issue
     #65983, a loaded machine) is tried again after a clean shutdown, up to :data:`LOCAL_START_ATTEMPTS` times."""
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address.local:
         options["include_dashboard"] = False
     attempts = LOCAL_START_ATTEMPTS if address.local else 1
-    try:
+    with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them
         for attempt in range(1, attempts + 1):
             try:
                 ray.init(address=address.value, **options)
@@ -174,15 +159,6 @@ def _init(ray: Any, address: Address) -> None:
                     continue
                 what = "start a local Ray instance" if address.local else f"connect to {address.value}"
                 raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
-    finally:
-        _restore(handlers)
-
-
-def _restore(handlers: Mapping[signal.Signals, Any]) -> None:
-    for signum, handler in handlers.items():
-        if handler is not None and signal.getsignal(signum) is not handler:
-            with contextlib.suppress(ValueError):  # not the main thread: ray.init set nothing either
-                signal.signal(signum, handler)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from gencache.config.engines import VllmOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError, first_line
+from gencache.core.process import environment_kept
 from gencache.generation.determinism import BATCH_INVARIANT_ENV, determinism_facts, env_batch_invariant
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
@@ -189,27 +190,17 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
     import numpy
     import torch
 
-    saved_env = dict(os.environ)
     saved_random, saved_numpy = random.getstate(), numpy.random.get_state()
     initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
     cuda = list(range(torch.cuda.device_count())) if initialized else []
-    os.environ.update(env)
     try:
-        with torch.random.fork_rng(devices=cuda):
-            yield
+        with environment_kept():
+            os.environ.update(env)
+            with torch.random.fork_rng(devices=cuda):
+                yield
     finally:
         random.setstate(saved_random)
         numpy.random.set_state(saved_numpy)
-        _restore_environ(saved_env)
-
-
-def _restore_environ(saved: Mapping[str, str]) -> None:
-    """``os.environ`` exactly as ``saved``: the variables added since removed, those changed or removed put back."""
-    for name in set(os.environ) - set(saved):
-        del os.environ[name]
-    for name, value in saved.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
 
 
 class VllmEngine:
