@@ -15,16 +15,12 @@ from gencache.run.sharding import Target
 from support.config_factory import config_dict
 
 
-def test_inputs_the_checks_did_not_produce_are_named(tmp_path: Path) -> None:
+def test_a_report_without_inputs_has_nothing_to_publish(tmp_path: Path) -> None:
     found = Preflight(
         config=parse_config(config_dict(tmp_path, "org/teacher")), targets=[Target(tmp_path / "out", None)]
     )
-    with pytest.raises(GenerationError) as info:
+    with pytest.raises(GenerationError, match="nothing to publish"):
         found.run_inputs()
-    message = str(info.value)
-    for name in ("device", "tokenizer", "generation", "engine", "samples", "output location", "header budget"):
-        assert name in message
-    assert message.endswith("unknown; nothing was loaded.")
 
 
 def test_one_problem_is_raised_as_it_is_and_several_together(tmp_path: Path) -> None:

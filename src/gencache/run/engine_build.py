@@ -1,5 +1,5 @@
 """The one place a run's engine is built from the checked inputs: the config, the effective generation settings,
-the tokenizer and the device. The pre-run check (:mod:`gencache.run.check_steps`) and ``gencache audit``
+the tokenizer and the device. The pre-run check (:mod:`gencache.run.teacher_checks`) and ``gencache audit``
 (:mod:`gencache.run.audit`) both build theirs here, so both meet the same refusals of settings an engine cannot
 honour (raised by :func:`gencache.generation.engines.create_engine` before any weights load)."""
 

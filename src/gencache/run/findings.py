@@ -1,9 +1,9 @@
-"""What the checks before a run find, and how they run: each check's report line (:class:`Check`), every
-problem and the values the passing checks produced (:class:`Preflight`, what the dry run reports), a run's complete
-inputs (:class:`RunInputs`), what the teacher's checks learn for later ones (:class:`TeacherFacts`), and the
-:class:`Runner` that runs one check (a :class:`~gencache.run.check_kinds.CheckKind`) into the findings. The
-checks themselves are :mod:`gencache.run.checks` (the order), :mod:`gencache.run.check_steps` and
-:mod:`gencache.run.data_checks`.
+"""What the checks before a run find, and how they run: each check's report line (:class:`Check`), the dry run's
+report (:class:`Preflight`: every line and problem, and what the samples showed), a run's complete inputs
+(:class:`RunInputs`, handed from check to check and assembled by the last) and the :class:`Runner` that runs one
+check (a :class:`~gencache.run.check_kinds.CheckKind`) into the report. The checks themselves are
+:mod:`gencache.run.checks` (the order), :mod:`gencache.run.input_checks` (phase 1) and
+:mod:`gencache.run.teacher_checks` (phase 2).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from gencache.core.errors import GencacheError, GenerationError, Problem, raise_problems
 from gencache.run.check_kinds import CheckKind
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gencache.run.sharding import Target
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Check:
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What a run takes from the checks, every part present (:meth:`Preflight.run_inputs` builds it or raises)."""
+    """What a run takes from the checks, every part present: the last of the teacher's checks builds it when every
+    check passed (:meth:`Preflight.run_inputs` returns it or raises the problems)."""
 
     device: str
     tokenizer: Any
@@ -50,24 +52,20 @@ class RunInputs:
 
 @dataclass
 class Preflight:
-    """What the checks found, as the dry run reports it: each check's line, every problem, and the values the
-    checks that passed produced (a value is None when its check failed or was skipped). ``config`` is None when
-    the config itself is invalid: then only what validated on its own was checked."""
+    """The dry run's report: each check's line, every problem, what was not computed, and what the samples showed
+    (their counts per data config, the built samples once the tokenizer loads, each target with its keys and the
+    header budget). ``config`` is None when the config itself is invalid: then only what validated on its own was
+    checked. ``inputs`` is the run's complete inputs, present only when every check passed."""
 
     config: CacheConfig | None
     targets: list[Target]
-    device: str | None = None
-    tokenizer: Any | None = None
-    generation: EffectiveGeneration | None = None
-    engine: Engine | None = None
     samples: SampleSet | None = None
     sample_counts: list[int] | None = None
-    keys: list[str] | None = None
     capacity: dict[Path, int] = field(default_factory=dict)
-    rename_mode: str | None = None
     checks: list[Check] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     not_computed: list[str] = field(default_factory=list)
+    inputs: RunInputs | None = None
 
     @property
     def outputs(self) -> list[Path]:
@@ -95,51 +93,40 @@ class Preflight:
 
     def run_inputs(self) -> RunInputs:
         """The complete inputs of a run that publishes :attr:`outputs`: the problems are raised (one as it is,
-        several as :class:`gencache.core.errors.InputProblems`), and a value no check produced is a
-        :class:`GenerationError` naming it."""
+        several as :class:`gencache.core.errors.InputProblems`); with no problem and no inputs (every output was
+        already published), a :class:`GenerationError`."""
         raise_problems(self.problems)
-        device, tokenizer, generation, engine = self.device, self.tokenizer, self.generation, self.engine
-        samples, rename_mode = self.samples, self.rename_mode
-        produced = {"device": device, "tokenizer": tokenizer, "generation": generation, "engine": engine}
-        produced |= {"samples": samples, "output location": rename_mode}
-        missing = [name for name, value in produced.items() if value is None]
-        missing += [f"the header budget of {path}" for path in self.outputs if path not in self.capacity]
-        # the None tests repeat ``missing`` for the type checker
-        if missing or device is None or generation is None or engine is None or samples is None or not rename_mode:
-            raise GenerationError(f"The checks before the run left {', '.join(missing)} unknown; nothing was loaded.")
-        return RunInputs(device, tokenizer, generation, engine, samples, dict(self.capacity), rename_mode)
-
-
-@dataclass
-class TeacherFacts:
-    """What the teacher's checks learn and later checks use (not part of the report): its ``config.json``, its
-    maximum positions and its vocabulary size (None when unknown)."""
-
-    config: Any | None = None
-    max_positions: int | None = None
-    vocab_size: int | None = None
+        if self.inputs is None:
+            raise GenerationError("The checks before the run produced no inputs: there is nothing to publish.")
+        return self.inputs
 
 
 class Runner:
-    """Runs checks into a :class:`Preflight`: each records its line, and its problem when it fails. ``teacher``
-    carries what one check learns of the teacher to the checks after it."""
+    """Runs checks into a :class:`Preflight`: each records its line, and its problem when it fails."""
 
     def __init__(self, result: Preflight) -> None:
         self.result = result
-        self.teacher = TeacherFacts()
 
     def skip(self, kind: CheckKind, why: str) -> None:
         self.result.checks.append(Check(kind.name, "skipped", why))
 
-    def step(self, kind: CheckKind, action: Callable[[], tuple[T, str]]) -> T | None:
-        """Run check ``kind`` (skipped when one it needs failed): its value, or None when it failed (its problem
-        recorded at the error's own ``location``, if it has one, else the check's)."""
+    @overload
+    def step(self, kind: CheckKind, action: Callable[[], tuple[T, str]], /) -> T | None: ...
+
+    @overload
+    def step(self, kind: CheckKind, action: Callable[[A], tuple[T, str]], given: A | None, /) -> T | None: ...
+
+    def step(self, kind: CheckKind, action: Callable[..., tuple[T, str]], /, *given: Any) -> T | None:
+        """Run check ``kind`` on what an earlier check produced (``given``): its value, or None when it failed
+        (its problem recorded at the error's own ``location``, if it has one, else the check's). It is skipped,
+        saying why, when a check it needs failed or produced nothing."""
         blocked = [need.name for need in kind.needs if self.result.failed(need)]
-        if blocked:
-            self.skip(kind, f"not checked: {', '.join(blocked)} failed")
+        if blocked or any(value is None for value in given):
+            why = ", ".join(blocked) + " failed" if blocked else "what it needs is unknown"
+            self.skip(kind, f"not checked: {why}")
             return None
         try:
-            value, detail = action()
+            value, detail = action(*given)
         except GencacheError as error:
             self.result.add_problem(kind, error, getattr(error, "location", None))
             return None

@@ -167,7 +167,7 @@ def _checked_limit(limit: int | None, problems: list[Problem]) -> int | None:
 def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
     steps: list[Override] = []
     if overrides.output_dir is not None:
-        from gencache.run.check_steps import check_utf8_paths
+        from gencache.run.input_checks import check_utf8_paths
 
         try:
             check_utf8_paths({"--output-dir path": overrides.output_dir})

@@ -20,7 +20,6 @@ from gencache.artifact.phases import report_phase
 from gencache.core.errors import Stopped, StoppedRun
 from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides, name_origins
-from gencache.run.record import absolute_path
 from gencache.run.session import TeacherSession
 from gencache.run.sharding import Target
 from gencache.run.targets import plan_run
@@ -133,7 +132,7 @@ def _generate_run(
     plan = plan_run(config_path, overrides, shard, shards, env, skip)
     targets, pending, published = plan.targets, plan.pending, plan.published
     single = targets[0].shard
-    base = absolute_path(plan.config.output_dir)
+    base = plan.base
     result = RunResult(output_dir=base if shards is not None else targets[0].output_dir, skipped=published)
     run = _Run(plan.config, plan.config_json, plan.digest, overrides, say, progress, result)
     try:

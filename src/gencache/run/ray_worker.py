@@ -1,11 +1,12 @@
 """A teacher worker of a Ray run: a Ray actor that loads the teacher once and publishes shard after shard.
 
 Ray creates it (and creates it again when its process dies); :meth:`ShardWorker.publish` is the one call the
-driver's actor pool makes. On its first call a worker makes the run's checks for the shards not yet published
-(:func:`gencache.run.targets.plan_run` and :func:`gencache.run.checks.preflight`, as ``--shards N`` in one process
-does) and loads the teacher into a :class:`gencache.run.session.TeacherSession`; each call then publishes one shard
-with it. A shard already published and verified (by an earlier attempt that died after its rename, or by a
-rerun's predecessor) is reported done, never generated twice. Every outcome, a failure included, comes back as a
+driver's actor pool makes. On its first call a worker reads the run's plan (:func:`gencache.run.targets.plan_run`,
+as ``--shards N`` in one process does); on the first shard it has to generate it makes the run's checks for the
+shards not yet published (:func:`gencache.run.checks.preflight`) and loads the teacher into a
+:class:`gencache.run.session.TeacherSession`; each call then publishes one shard with it. A shard already
+published and verified (by an earlier attempt that died after its rename, or by a rerun's predecessor) is reported
+done, never generated twice. Every outcome, a failure included, comes back as a
 :class:`ShardOutcome` value: only the death of the worker's process reaches the driver as Ray's error.
 """
 
@@ -18,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.core.errors import GencacheError, OutputExistsError
+from gencache.core.errors import GencacheError, GenerationError, OutputExistsError
 
 if TYPE_CHECKING:
     from gencache.run.overrides import Overrides
     from gencache.run.session import TeacherSession
     from gencache.run.sharding import Target
+    from gencache.run.targets import Plan
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class ShardWorker:
         # By name, not a handle among the arguments: Ray restarts an actor only from arguments held inline.
         self.tally: Any = ray.get_actor(spec.tally)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.plan: Plan | None = None
         self.session: TeacherSession | None = None
         self.targets: dict[int, Target] = {}
 
@@ -124,14 +127,14 @@ class ShardWorker:
         attempt: int = ray.get(self.tally.begin.remote(index))
         call = _Call(index, self.name, attempt)
         try:
-            opening = self.session is None
             target = self._target(index)
-            if opening:  # this call made the checks and loaded the teacher first
-                call.loaded = time.monotonic() - call.started
             call.output = str(target.output_dir)
-            if os.path.lexists(target.output_dir) or index not in self.targets:
+            if os.path.lexists(target.output_dir):
                 return self._found(call)
-            published = self._publish(target, index, call.attempt)
+            if self.session is None:  # this call makes the checks and loads the teacher first
+                self.session = self._open()
+                call.loaded = time.monotonic() - call.started
+            published = self._publish(self.targets[index], index, call.attempt)
         except OutputExistsError:  # another attempt's rename won the race (the no-replace publish refused ours)
             return self._found(call)
         except Exception as error:
@@ -143,7 +146,7 @@ class ShardWorker:
         from gencache.run.targets import check_published
 
         try:
-            check_published(Path(call.output), self._digest())
+            check_published(Path(call.output), self._plan().digest)
         except GencacheError as error:
             return call.failed(error)
         return call.outcome("done")
@@ -152,47 +155,45 @@ class ShardWorker:
         from gencache.core.progress import StagedProgress
         from gencache.run.ray_progress import TallyProgress
 
-        assert self.session is not None, "_target made the session"
+        assert self.session is not None, "publish opened the session"
         progress = TallyProgress(self.tally, index, attempt)
         try:
             return self.session.publish(target, StagedProgress(progress, len(target.keys)))
         finally:
             progress.close()
 
-    def _digest(self) -> str:
-        assert self.session is not None, "_target made the session"
-        return self.session.digest
+    def _plan(self) -> Plan:
+        """The run's plan (its config read once): as ``--shards N`` in one process, with no launcher's ranks (a
+        worker is not one)."""
+        if self.plan is None:
+            from gencache.run.targets import plan_run
+
+            spec = self.spec
+            if os.path.isdir(spec.working_directory):  # the worker's own process: relative paths read as the driver's
+                os.chdir(spec.working_directory)
+            self.plan = plan_run(spec.config_path, spec.overrides, None, spec.shards, {}, True)
+        return self.plan
 
     def _target(self, index: int) -> Target:
-        """Shard ``index``'s target (with its keys when it is still to generate); the first call makes the
-        session."""
-        if self.session is None:
-            self.session = self._open()
-        if index in self.targets:
-            return self.targets[index]
-        from gencache.run.sharding import ShardSpec, Target
-        from gencache.run.targets import output_path_for
-
-        spec = ShardSpec(index, self.spec.shards, origin="--shards")
-        return Target(output_path_for(self.session.config.output_dir, spec), spec)
+        """Shard ``index``'s target in the run's plan."""
+        for target in self._plan().targets:
+            if target.shard is not None and target.shard.index == index:
+                return target
+        raise GenerationError(f"shard {index} is not one of this run's {self.spec.shards} shards.")
 
     def _open(self) -> TeacherSession:
-        """The run's checks for the shards not yet published, and the teacher loaded: as ``--shards N`` in one
-        process, with no launcher's ranks (a worker is not one)."""
+        """The run's checks for the shards not yet published, and the teacher loaded (as ``--shards N`` does)."""
         from gencache.core.hub import probe_scope
         from gencache.run.checks import preflight
         from gencache.run.session import TeacherSession
-        from gencache.run.targets import plan_run
 
-        spec = self.spec
-        if os.path.isdir(spec.working_directory):  # the worker's own process: relative paths read as the driver's
-            os.chdir(spec.working_directory)
         with probe_scope():  # one hub probe for the checks and the load, as in one process
-            plan = plan_run(spec.config_path, spec.overrides, None, spec.shards, {}, True)
+            plan = self._plan()
             found = preflight(plan.config, plan.pending, plan.targets[0].shard, {})
             inputs = found.run_inputs()
             self.targets = {t.shard.index: t for t in found.targets if t.shard is not None}
-            launch = spec.launch
-            session = TeacherSession(plan.config, plan.config_json, plan.digest, spec.overrides, inputs, launch=launch)
+            session = TeacherSession(
+                plan.config, plan.config_json, plan.digest, self.spec.overrides, inputs, launch=self.spec.launch
+            )
             session.load()
         return session

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,11 @@ class Plan:
     """The command line's overrides as applied: a later problem at a location one of them wrote is named after it
     (:func:`gencache.run.overrides.name_origins`)."""
 
+    @property
+    def base(self) -> Path:
+        """The absolute ``output_dir``: the artifact, or the base every shard directory's name starts with."""
+        return absolute_path(self.config.output_dir)
+
 
 def plan_run(
     config_path: str | os.PathLike[str],
@@ -120,17 +125,33 @@ def plan_run(
         raise_problems(problems + name_origins(alone, checked.applied))
     assert config is not None
     config_json = config_to_json(config)
-    digest = run_digest(config_json)
+    return _published(Plan(config, config_json, run_digest(config_json), targets, [], [], checked.applied), skip)
+
+
+def reshard(plan: Plan, count: int) -> Plan:
+    """``plan``'s run split into ``count`` shards (as ``--shards count``), each shard already published by the same
+    run found; every problem raised at once (a split beside another split of the output path, a published shard
+    that does not verify or is another run's)."""
+    output_dir = plan.config.output_dir
+    targets = targets_of(output_dir, None, count, {})
+    raise_problems(_split_problems(output_dir, targets))
+    return _published(replace(plan, targets=targets), True)
+
+
+def _published(plan: Plan, skip: bool) -> Plan:
+    """``plan`` with its targets sorted into those to generate and, with ``skip``, those the same run already
+    published (an existing target that does not verify or is another run's is a problem, raised with the rest)."""
     pending: list[Target] = []
     published: list[Path] = []
-    for target in targets:
+    problems: list[Problem] = []
+    for target in plan.targets:
         if skip and os.path.lexists(target.output_dir):
             try:
-                check_published(target.output_dir, digest)
+                check_published(target.output_dir, plan.digest)
             except GencacheError as error:
                 problems.append(Problem("output path", str(target.output_dir), error))
             published.append(target.output_dir)
         else:
             pending.append(target)
     raise_problems(problems)
-    return Plan(config, config_json, digest, targets, pending, published, checked.applied)
+    return replace(plan, pending=pending, published=published)
