@@ -121,7 +121,8 @@ def _gpu_driver_evidence() -> list[str]:
 def check_device_present(device: str, env: Mapping[str, str] | None = None) -> str:
     """What can be known of ``model.device`` without torch (the first round): ``auto`` needs accelerate, and a CUDA
     device needs a GPU driver on this machine and a ``CUDA_VISIBLE_DEVICES`` that leaves a GPU visible. Whether
-    torch was built with CUDA and sees that index is :func:`check_device`'s, with the teacher's checks."""
+    torch was built with CUDA and sees that index is :func:`gencache.run.teacher_checks.check_device`'s, with the
+    teacher's checks."""
     import importlib.util
 
     if device == "cpu":

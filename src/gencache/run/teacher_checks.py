@@ -35,7 +35,8 @@ POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_lengt
 
 def check_device(device: str) -> str:
     """The device exists on this machine as torch sees it: ``cpu``, ``cuda``/``cuda:N`` with that GPU (torch
-    built with CUDA, the index in range), or ``auto``; :func:`check_device_present` ran first, without torch."""
+    built with CUDA, the index in range), or ``auto``; :func:`gencache.run.input_checks.check_device_present` ran
+    first, without torch."""
     if device in ("cpu", "auto"):
         return device
     import torch
