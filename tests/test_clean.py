@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gencache.artifact._fs import host_tag
-from gencache.artifact.publish import clean, lock_path
+from gencache.artifact.publish import clean, host_tag, lock_path
 from gencache.artifact.writer import ArtifactBuild
 from gencache.cli.app import run as cli_run
 

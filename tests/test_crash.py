@@ -1,5 +1,6 @@
 """Kill -9 at every phase, SIGTERM/SIGINT, a file-size limit, racing writers, an empty directory appearing at the
-output path: in a child process writing a real artifact, synchronised through the writer's phase hook."""
+output path: in a child process writing a real artifact, stopped at each moment by the wrappers that
+:mod:`support.phase_hooks` installs in it."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ import pytest
 
 from gencache.artifact.header import header_capacity
 from gencache.artifact.names import LENGTH_PREFIX_BYTES
-from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader, verify
 from gencache.core.errors import FormatError
+from support.phase_hooks import ENV as PHASE_ENV
 from support.storage_helpers import CHILD, PYTHON, child_env, make_entries
 
 ENTRIES = 6

@@ -1,7 +1,7 @@
 """`gencache generate` killed or interrupted at each phase never leaves a partial output directory.
 
-The child process reports its phases through the writer's test hook (``GENCACHE_TEST_PHASE_FD``): it writes each
-phase name to a pipe and then blocks until the test lets it go on, so a kill lands exactly in that phase.
+The child runs the command line with :mod:`support.phase_hooks` installed: it writes each phase name to a pipe and
+then blocks until the test lets it go on, so a kill lands exactly in that phase.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from gencache.artifact.phases import PHASE_ENV
 from gencache.artifact.publish import clean
 from support.config_factory import config_dict, musique
 from support.config_factory import write_config as factory_config
+from support.phase_hooks import ENV as PHASE_ENV
 
 TIMEOUT = 120
+HOOKED = Path(__file__).parent / "support" / "phase_hooks.py"  # the command line, stoppable at each phase
 #: every test here runs a whole `python -m gencache generate` child (torch imported, the teacher loaded)
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,7 @@ class Child:
         go_r, self.go_w = os.pipe()
         env = {**os.environ, PHASE_ENV: f"{phases_w}:{go_r}"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gencache", "generate", str(config), *(args or [])],
+            [sys.executable, str(HOOKED), "generate", str(config), *(args or [])],
             env=env,
             pass_fds=(phases_w, go_r),
             stdout=subprocess.DEVNULL,

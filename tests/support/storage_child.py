@@ -4,7 +4,7 @@
     writes ENTRIES entries of about LENGTH tokens through ArtifactBuild and publishes OUTPUT; the process owns
     its signals as the command line does (the build installs none). Exit codes: 0 published, 143 SIGTERM, 130
     Ctrl-C, otherwise the GencacheError's exit code (its message on stderr). With
-    ``GENCACHE_TEST_PHASE_FD`` set (see gencache.artifact.writer) it reports phases and waits at each. ``--fsize`` sets
+    ``GENCACHE_TEST_PHASES`` set it reports its moments and waits at each (:mod:`support.phase_hooks`). ``--fsize`` sets
     RLIMIT_FSIZE after the header is reserved; ``--rollback`` catches the first append failure, checks that the
     file is back at its previous size, appends one small entry and publishes (JSON report on stdout).
 ``python storage_child.py memory ARTIFACT``
@@ -25,6 +25,7 @@ from gencache.artifact.header import header_capacity
 from gencache.artifact.writer import ArtifactBuild
 from gencache.cli import signals
 from gencache.core.errors import GencacheError, Stopped, WriteError
+from support import phase_hooks
 from support.storage_helpers import PROVENANCE, RESOLVED, make_entries
 
 
@@ -33,6 +34,7 @@ def build(args: argparse.Namespace) -> int:
     capacity = header_capacity(len(entries), 1, args.length + 2)
     report: dict[str, object] = {}
     signals.install()
+    phase_hooks.install()
     try:
         with ArtifactBuild(
             args.output, provenance=PROVENANCE, header_capacity=capacity, rename_mode=args.rename_mode

@@ -10,8 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from gencache.artifact._fs import TEMP_RE
-from gencache.artifact.names import ARTIFACT_FILES, PAYLOAD_NAME
+from gencache.artifact.names import ARTIFACT_FILES, PAYLOAD_NAME, TEMP_RE
 from gencache.artifact.shards import find_shards
 from gencache.core.errors import FormatError
 

@@ -47,6 +47,9 @@ TOKEN_BYTES = 8
 FINISH_REASONS = ("eos", "stop_string", "length")
 PADDING_SIDES = ("left", "right")
 
+TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})\Z")
+"""The name of a writer's temporary directory beside its output: ``.<name>.gencache-<host>-<pid>-<random>``."""
+
 _SHARD_FIELDS = frozenset({"index", "count", "rule", "run_digest"})
 SHARD_RULE = "key-mod"
 MAX_SHARDS = 99_999

@@ -16,18 +16,83 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import shutil
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from gencache.artifact._fs import TEMP_RE, fsync_dir, host_tag, temp_name, umask, write_error
-from gencache.artifact.names import ARTIFACT_FILES
-from gencache.artifact.phases import report_phase
+from gencache.artifact.names import TEMP_RE
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
+
+_IOV_BATCH = 64  # buffers per pwritev (far below IOV_MAX)
+
+
+def host_tag() -> str:
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
+
+
+def temp_name(output_dir: Path, label: str = "") -> str:
+    import secrets
+
+    return f".{output_dir.name}{label}.gencache-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
+    """Write ``buffers`` back to back at ``offset``: one ``pwritev`` unless it comes back short (a file-size limit,
+    the kernel's 2 GiB cap, a signal), then the rest."""
+    pending = [view for view in (memoryview(b).cast("B") for b in buffers) if view.nbytes]
+    while pending:
+        written = os.pwritev(fd, pending[:_IOV_BATCH], offset)
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        offset += written
+        while written:
+            if written >= pending[0].nbytes:
+                written -= pending.pop(0).nbytes
+            else:
+                pending[0] = pending[0][written:]
+                written = 0
+
+
+def umask() -> int:
+    with suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _error_hint(error: OSError) -> str:
+    if error.errno == errno.EFBIG:
+        return "the file-size limit (ulimit -f) or the filesystem's maximum file size was reached"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk or quota is full; free space"
+    return "check the output filesystem"
+
+
+def write_error(what: str, error: OSError) -> WriteError:
+    name = errno.errorcode.get(error.errno or 0, "")
+    detail = f"{error.strerror or error} ({name})" if name else str(error)
+    wrapped = WriteError(f"{what} failed: {detail}; {_error_hint(error)}. Nothing was published.")
+    wrapped.errno = error.errno
+    return wrapped
+
 
 RENAME_MODES = ("renameat2", "rename")
 T = TypeVar("T")
@@ -182,7 +247,6 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
                     "Choose a new output_dir."
                 ) from error
             raise write_error(f"Publishing {output_dir}", error) from error
-    report_phase("renamed")
     try:
         fsync_dir(output_dir.parent)
     except OSError as error:  # the rename happened: say so, never "nothing was published"
@@ -190,7 +254,6 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
             f"{output_dir} was published, but syncing {output_dir.parent} failed ({error.strerror or error}); "
             "the rename may not survive a power loss: run `gencache verify` on it after a crash."
         ) from error
-    report_phase("published")
     return used
 
 
@@ -338,15 +401,6 @@ def _remove_tree(path: str) -> bool:
     except OSError as error:
         raise WriteError(f"Removing {path} failed: {error.strerror or error}; remove it by hand.") from error
     return True
-
-
-def _is_complete_artifact(path: str) -> bool:
-    """True when ``path`` holds every file of an artifact: never a leftover to remove, whatever its name."""
-    try:
-        names = set(os.listdir(path))
-    except OSError:
-        return True  # cannot tell: keep it
-    return names >= ARTIFACT_FILES
 
 
 def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:

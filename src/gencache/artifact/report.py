@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from gencache.artifact._fs import TEMP_RE
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.names import ARTIFACT_FILES, MANIFEST_NAME, PAYLOAD_NAME
+from gencache.artifact.names import ARTIFACT_FILES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, read_resolved_config, verify
 from gencache.artifact.report_types import (
     ArtifactReport,

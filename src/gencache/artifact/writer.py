@@ -17,49 +17,112 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Iterable, KeysView, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gencache.artifact._entries import REASONS, entry_fields
-from gencache.artifact._fs import (
-    MAX_WRITE_BYTES,
-    encodable,
-    fsync_dir,
-    pwrite_all,
-    pwrite_rest,
-    pwritev_all,
-    temp_name,
-    write_error,
-)
 from gencache.artifact.header import HEADER_PADDING, build_header, length_prefix
 from gencache.artifact.manifest import check_provenance, iter_manifest_bytes, json_file_bytes, provenance_digest
 from gencache.artifact.names import (
-    DIGEST_HEX_CHARS,
+    FINISH_REASONS,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
     RESOLVED_NAME,
     TOKEN_BYTES,
+    is_key,
 )
-from gencache.artifact.phases import PHASE_HOOK_ACTIVE, report_phase
-from gencache.artifact.publish import RENAME_MODES, check_output_path, hold_lock, publish, release_lock
+from gencache.artifact.publish import (
+    RENAME_MODES,
+    check_output_path,
+    fsync_dir,
+    hold_lock,
+    publish,
+    release_lock,
+    temp_name,
+    write_at,
+    write_error,
+)
 from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
 from gencache.artifact.summary import build_summary
 from gencache.core.errors import FormatError, HeaderCapacityError, WriteError
 
 READ_ONLY = 0o444
+MAX_WRITE_BYTES = 8 * 1024 * 1024  # the largest piece of the header reservation written at once
+_REASONS = frozenset(FINISH_REASONS)
 
 
-_LISTS = (list, tuple)
+@contextmanager
+def _undone_on_failure(what: str, undo: Callable[[], None]) -> Iterator[None]:
+    """Run ``undo`` when the block raises anything (the exception of a Ctrl-C or SIGTERM handler included) and
+    re-raise; an ``OSError`` becomes the :class:`WriteError` that names ``what``."""
+    try:
+        yield
+    except BaseException as error:
+        undo()
+        if isinstance(error, OSError) and not isinstance(error, WriteError):
+            raise write_error(what, error) from error
+        raise
 
 
-_FROMHEX = bytes.fromhex
+def _as_view(sequence: object, where: str) -> memoryview:
+    """``sequence`` as a flat byte view of at least one int64 token; :class:`FormatError` names ``where``."""
+    try:
+        view = memoryview(sequence)  # type: ignore[arg-type]
+    except TypeError:
+        raise FormatError(
+            f"{where} must be a bytes-like object of little-endian int64 token ids (for a tensor: "
+            "t.to(torch.int64).contiguous().numpy())."
+        ) from None
+    if not view.c_contiguous:
+        raise FormatError(f"{where} must be contiguous.")
+    kind = view.format.lstrip("@=<")
+    if kind not in ("B", "b", "c") and not (kind in ("q", "l") and view.itemsize == TOKEN_BYTES):
+        raise FormatError(
+            f"{where} holds elements of format {view.format!r}; give little-endian int64 token ids or their raw bytes."
+        )
+    view = view.cast("B")
+    if view.nbytes == 0 or view.nbytes % TOKEN_BYTES:
+        raise FormatError(f"{where} must hold at least one int64 token ({view.nbytes} bytes given).")
+    return view
 
 
-_SHA256 = hashlib.sha256
+def _entry_fields(
+    key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
+) -> tuple[list[memoryview], list[Any]]:
+    """Check one entry; its buffers and its record fields without the start (token count,
+    digest placeholder ``None``, text, plain-str reason per sequence). :class:`FormatError` names the problem."""
+    if isinstance(sequences, (bytes, bytearray, memoryview)):
+        raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
+    for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
+        if isinstance(value, (str, bytes, bytearray, memoryview)):
+            raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
+    buffers = [_as_view(sequence, f"Entry {key} sequence {i}") for i, sequence in enumerate(sequences)]
+    texts, reasons = tuple(texts), tuple(finish_reasons)
+    count = len(buffers)
+    if not count:
+        raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
+    if len(texts) != count or len(reasons) != count:
+        raise FormatError(
+            f"Entry {key} has {count} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
+            "give one text and one finish reason per sequence."
+        )
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
+    for reason in reasons:
+        if not isinstance(reason, str) or reason not in _REASONS:
+            raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
+    fields: list[Any] = []  # (n, digest placeholder, text, reason) per sequence; a str subclass as the plain str
+    for buffer, text, reason in zip(buffers, texts, reasons, strict=True):
+        fields += (buffer.nbytes // TOKEN_BYTES, None, str(text), str(reason))
+    return buffers, fields
 
 
 class CacheWriter:
@@ -89,16 +152,11 @@ class CacheWriter:
         except OSError as error:
             raise write_error(f"Creating {self.path}", error) from error
         self._created.append(self.path)
-        try:
-            pwrite_all(self._fd, prefix, 0)
+        with _undone_on_failure(f"Reserving the header of {self.path}", self.abort):
+            write_at(self._fd, [prefix], 0)
             spaces = HEADER_PADDING * min(header_capacity, MAX_WRITE_BYTES)
             for offset in range(0, header_capacity, len(spaces)):
-                pwrite_all(self._fd, spaces[: header_capacity - offset], LENGTH_PREFIX_BYTES + offset)
-        except BaseException as error:
-            self.abort()
-            if isinstance(error, OSError):
-                raise write_error(f"Reserving the header of {self.path}", error) from error
-            raise
+                write_at(self._fd, [spaces[: header_capacity - offset]], LENGTH_PREFIX_BYTES + offset)
 
     # -- state --------------------------------------------------------------------------------------------
     @property
@@ -122,89 +180,27 @@ class CacheWriter:
     # -- appending ----------------------------------------------------------------------------------------
     def add(self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]) -> bool:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
-        reason per sequence. Returns False for an identical re-add (nothing written).
-
-        The common case (one ``bytes`` sequence, one ``str`` text, one finish reason, in lists or tuples) is
-        checked inline; everything else, errors included, goes through :meth:`_add_general` (the same checks).
-        What is kept is one flat tuple per entry (:data:`gencache.artifact.records.Record`).
-        """
-        if self._state != "open":
-            self._require_open("add entries")
-        try:  # 64 lowercase hex digits: the hex round trip rejects upper case, whitespace and other characters
-            valid = type(key) is str and len(key) == DIGEST_HEX_CHARS and _FROMHEX(key).hex() == key
-        except ValueError:
-            valid = False
-        if not valid:
+        reason per sequence. Returns False for an identical re-add (nothing written). What is kept is one flat
+        tuple per entry (:data:`gencache.artifact.records.Record`)."""
+        self._require_open("add entries")
+        if not is_key(key):
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
-        if (
-            type(sequences) in _LISTS
-            and len(sequences) == 1
-            and type(texts) in _LISTS
-            and len(texts) == 1
-            and type(finish_reasons) in _LISTS
-            and len(finish_reasons) == 1
-        ):
-            data, text, reason = sequences[0], texts[0], finish_reasons[0]
-            size = len(data) if type(data) is bytes else 0
-            if (
-                size
-                and not size % TOKEN_BYTES
-                and type(reason) is str
-                and reason in REASONS
-                and type(text) is str
-                and (text.isascii() or encodable(text))
-            ):
-                if key in self._records:
-                    return self._re_add(key, [data], (size // TOKEN_BYTES, None, text, reason))
-                start = self._data_end
-                try:
-                    digest = _SHA256(data).digest()
-                    written = os.pwrite(self._fd, data, self._data_start + start)
-                    if written != size:
-                        pwrite_rest(self._fd, data, self._data_start + start, written)
-                except BaseException as error:
-                    self._rollback(start)
-                    if isinstance(error, OSError):
-                        raise write_error(f"Appending entry {key} to {self.path}", error) from error
-                    raise
-                self._records[key] = (start, size // TOKEN_BYTES, digest, text, reason)
-                self._data_end = start + size
-                if PHASE_HOOK_ACTIVE:
-                    report_phase("appended")
-                return True
-        return self._add_general(key, sequences, texts, finish_reasons)
-
-    def _add_general(
-        self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
-    ) -> bool:
-        buffers, sizes, fields = entry_fields(key, sequences, texts, finish_reasons)
+        buffers, fields = _entry_fields(key, sequences, texts, finish_reasons)
         if key in self._records:
             return self._re_add(key, buffers, tuple(fields))
         start = self._data_end
-        total = sum(sizes)
-        count = len(buffers)
-        try:
-            fields[1::RECORD_STRIDE] = [_SHA256(b).digest() for b in buffers]
-            if count == 1:
-                pwrite_all(self._fd, buffers[0], self._data_start + start)
-            else:
-                pwritev_all(self._fd, buffers, total, self._data_start + start)
-        except BaseException as error:
-            self._rollback(start)
-            if isinstance(error, OSError):
-                raise write_error(f"Appending entry {key} to {self.path}", error) from error
-            raise
+        with _undone_on_failure(f"Appending entry {key} to {self.path}", lambda: self._rollback(start)):
+            fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
+            write_at(self._fd, buffers, self._data_start + start)
         self._records[key] = (start, *fields)
-        self._data_end = start + total
-        if PHASE_HOOK_ACTIVE:
-            report_phase("appended")
+        self._data_end = start + sum(b.nbytes for b in buffers)
         return True
 
     def _re_add(self, key: str, buffers: Sequence[bytes | memoryview], fields: tuple[Any, ...]) -> bool:
         """An entry whose key was already added: False when its content (``fields``: the record without its
         start, digests left ``None``) is identical, else :class:`FormatError`. Nothing is written."""
         new = list(fields)
-        new[1::RECORD_STRIDE] = [_SHA256(b).digest() for b in buffers]
+        new[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
         if self._records[key][1:] == tuple(new):
             return False
         raise FormatError(
@@ -230,13 +226,8 @@ class CacheWriter:
         self._require_open("finalize")
         if not isinstance(resolved_config, Mapping):
             raise FormatError("resolved_config must be a JSON object (a mapping).")
-        try:
+        with _undone_on_failure(f"Finalizing {self.directory}", self.abort):
             self._finalize(resolved_config, summary)
-        except BaseException as error:
-            self.abort()
-            if isinstance(error, OSError) and not isinstance(error, WriteError):
-                raise write_error(f"Finalizing {self.directory}", error) from error
-            raise
         self._state = "finalized"
 
     def _finalize(self, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
@@ -263,26 +254,21 @@ class CacheWriter:
         actual = os.fstat(self._fd).st_size
         if actual != expected:
             raise WriteError(f"{self.path} is {actual} bytes, expected {expected}; it was changed behind the writer.")
-        pwrite_all(self._fd, header, LENGTH_PREFIX_BYTES)
+        write_at(self._fd, [header], LENGTH_PREFIX_BYTES)
         os.fchmod(self._fd, READ_ONLY)
         written = clock()
         os.fsync(self._fd)
         synced = clock()
         fd, self._fd = self._fd, -1
         os.close(fd)
-        report_phase("header_written")
         build_s = built - started
         write_s = written - built
         fsync_s = synced - written
-        for name, pieces, phase in (
-            (MANIFEST_NAME, itertools.chain((first,), manifest), "manifest_written"),
-            (RESOLVED_NAME, (resolved,), "resolved_written"),
-        ):
+        for name, pieces in ((MANIFEST_NAME, itertools.chain((first,), manifest)), (RESOLVED_NAME, (resolved,))):
             b, w, f = self._write_new(self.directory / name, pieces)
             build_s += b
             write_s += w
             fsync_s += f
-            report_phase(phase)
         before = clock()
         fsync_dir(self.directory)
         fsync_s += clock() - before
@@ -304,7 +290,7 @@ class CacheWriter:
                 produce_s += clock() - before
                 if data is None:
                     break
-                pwrite_all(fd, data, offset)
+                write_at(fd, [data], offset)
                 offset += len(data)
             os.fchmod(fd, READ_ONLY)
             written = clock()
@@ -386,7 +372,7 @@ class ArtifactBuild:
             self.output_dir.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise write_error(f"Creating {self.output_dir.parent}", error) from error
-        try:
+        with _undone_on_failure(f"Creating a temporary directory beside {self.output_dir}", self._cleanup):
             temp = self.output_dir.parent / temp_name(self.output_dir)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
             self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
@@ -395,13 +381,7 @@ class ArtifactBuild:
             except OSError:
                 self.temp_dir = None  # not created here: nothing of this build's to remove
                 raise
-            report_phase("temp_created")
             self._writer = CacheWriter(self.temp_dir, provenance=self.provenance, header_capacity=self.header_capacity)
-        except BaseException as error:
-            self._cleanup()
-            if isinstance(error, OSError) and not isinstance(error, WriteError):
-                raise write_error(f"Creating a temporary directory beside {self.output_dir}", error) from error
-            raise
         return self
 
     def publish(self) -> str:

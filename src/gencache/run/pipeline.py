@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.artifact.phases import report_phase
 from gencache.core.errors import Stopped, StoppedRun
 from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides, name_origins
@@ -159,7 +158,6 @@ def _generate_run(
                 "template or rendering option); the first occurrence's prompt is generated for all.",
             )
         run.execute(inputs, pending)
-        report_phase("run_finished")  # test hook: a signal from here on comes once the run has done its work
     except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
         stop.run = run.stopped()
         raise
@@ -255,7 +253,6 @@ class _Run:
             self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
         else:
             loaded()
-        report_phase("model_loaded")
         self.started = True
         staged = StagedProgress(self.progress(total) if self.progress is not None else None, total)
         bar = _LoadedOnStart(staged, loaded if deferred else None)
