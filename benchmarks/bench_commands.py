@@ -1,7 +1,7 @@
-"""Fast feedback benchmark: the model-free commands' wall time, and what the reader's payload check costs a read.
+"""Fast feedback benchmark: the model-free commands' wall time.
 
 ``python benchmarks/bench_commands.py [--quick] [--rounds N] [--before SRC]`` prints one markdown section on stdout
-(progress on stderr). Two measures, each a ratio against a baseline measured in the same run:
+(progress on stderr), a ratio against a baseline measured in the same run:
 
 - ``gencache inspect`` / ``verify`` (and their ``--json``) of a small artifact (8 entries), each a fresh process of
   the installed ``gencache`` script, against a bare ``python -c "import safetensors, numpy"``: the commands are
@@ -10,29 +10,17 @@
   With ``--before SRC`` every command is also run from another gencache source tree (``SRC``, the ``src`` directory
   of, say, a ``git worktree`` of an earlier commit) in the same rounds, as its ``before`` row: a before/after
   comparison in one run.
-- Repeated ``reader[key]`` of verified entries (10,000 entries of one 200-token sequence, 20,000 random keys per
-  pass) with the payload check as shipped (one ``os.stat`` at most once per ``payload_check_interval``, 1 s)
-  against the same reads with the check off (``payload_check_interval=math.inf``); also with a check before every
-  read (``0``, the earlier behaviour), and batches of 64 through ``__getitems__`` (one check per batch) against the
-  same batches read without the check. Passes are interleaved; the ratio is the median of the passes' ratios
-  (target <= 1.3x).
-
 Nothing here is a pass/fail test.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
-import math
-import random
 import shutil
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from _common import gencache_script, installed_env, load_average, load_note, log, section_head, wall
@@ -106,88 +94,6 @@ def commands_section(root: Path, rounds: int, before: Path | None = None) -> lis
     return lines
 
 
-def per_read(read: Callable[[], None], reads: int) -> float:
-    gc.disable()
-    try:
-        started = time.perf_counter()
-        read()
-        return (time.perf_counter() - started) / reads * 1e6
-    finally:
-        gc.enable()
-
-
-def stat_cost(path: Path, repeats: int = 20_000) -> float:
-    """Microseconds of one ``os.stat`` of ``path`` (the payload check)."""
-    import os
-
-    started = time.perf_counter()
-    for _ in range(repeats):
-        os.stat(path)
-    return (time.perf_counter() - started) / repeats * 1e6
-
-
-def reads_section(root: Path, count: int, reads: int, passes: int) -> tuple[list[str], float]:
-    from gencache.artifact.reader import PAYLOAD_CHECK_INTERVAL, CacheReader
-
-    artifact = build(root / "reads", count, TOKENS)
-    shipped = CacheReader(artifact)
-    unchecked = CacheReader(artifact, payload_check_interval=math.inf)
-    every = CacheReader(artifact, payload_check_interval=0)
-    keys = list(shipped)
-    for reader in (shipped, unchecked, every):
-        for key in keys:
-            reader[key]  # every entry verified: what follows are repeated reads
-    rng = random.Random(0)
-    sample = [keys[rng.randrange(len(keys))] for _ in range(reads)]
-    batches = [sample[at : at + 64] for at in range(0, len(sample), 64)]
-
-    def loop(reader: CacheReader) -> Callable[[], None]:
-        def run() -> None:
-            for key in sample:
-                reader[key]
-
-        return run
-
-    def batched() -> None:
-        for batch in batches:
-            shipped.__getitems__(batch)
-
-    def batches_unchecked() -> None:
-        for batch in batches:
-            [unchecked[key] for key in batch]  # the same batches, held as a batch is, with no check
-
-    cases = {
-        "without the check (`payload_check_interval=math.inf`)": loop(unchecked),
-        f"with the check as shipped (at most once per {PAYLOAD_CHECK_INTERVAL:g} s)": loop(shipped),
-        "checked before every read (`payload_check_interval=0`, the earlier behaviour)": loop(every),
-        "batches of 64, `[reader[key] for key in batch]` without the check": batches_unchecked,
-        "batches of 64 through `__getitems__` (one check per batch; ratio to the row above)": batched,
-    }
-    measured: dict[str, list[float]] = {name: [] for name in cases}
-    for index in range(passes):
-        log(f"reads: pass {index + 1}/{passes}")
-        for name, case in cases.items():
-            measured[name].append(per_read(case, reads))
-    names = list(cases)
-    floor = measured[names[0]]
-    lines = [
-        "| reads of verified entries | median per read | fastest pass | ratio to no check (median of passes) "
-        "| target | |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name in names:
-        median = statistics.median(measured[name])
-        against = measured[names[3]] if name == names[4] else floor
-        ratio = statistics.median(m / f for m, f in zip(measured[name], against, strict=True))
-        targeted = name in (names[1], names[4])
-        verdict = ("meets" if ratio <= 1.3 else "**falls short**") if targeted else ""
-        lines.append(
-            f"| {name} | {median:.1f} µs | {min(measured[name]):.1f} µs | {ratio:.2f}x | "
-            f"{'<= 1.3x' if targeted else '-'} | {verdict} |"
-        )
-    return lines, stat_cost(artifact / "cache.safetensors")
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and entries (a smoke run)")
@@ -201,7 +107,6 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     rounds = args.rounds or (5 if args.quick else 21)
-    count, reads, passes = (2_000, 5_000, 3) if args.quick else (10_000, 20_000, 15)
     before = args.before.expanduser().absolute() if args.before else None
     if before is not None and not (before / "gencache" / "__main__.py").is_file():
         parser.error(f"--before {before}: not a gencache source tree (no gencache/__main__.py)")
@@ -209,24 +114,18 @@ def main(argv: list[str]) -> int:
     load_before = load_average()
     try:
         command_lines = commands_section(root, rounds, before)
-        read_lines, stat_us = reads_section(root, count, reads, passes)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     load_after = load_average()
 
     options = (" --quick" if args.quick else "") + (f" --before {args.before}" if before else "")
     section = [
-        *section_head("Fast feedback: model-free commands and the payload check", "bench_commands.py", options),
+        *section_head("Fast feedback: model-free commands", "bench_commands.py", options),
         f"Wall time of fresh processes on an artifact of 8 entries, {rounds} rounds (each command once per round, in "
         "turn, after one warm-up run each that writes the byte code the timed runs import, as an installed package "
         f"has it), against `{BASELINE}` measured in the same rounds:",
         "",
         *command_lines,
-        "",
-        f"Repeated `reader[key]` of verified entries ({count:,} entries of one {TOKENS}-token sequence, {reads:,} "
-        f"random keys per pass, {passes} interleaved passes, garbage collection off while timing):",
-        "",
-        *read_lines,
         "",
         f"Notes: {load_note(load_before, load_after)}, so single times vary; each ratio is the median over rounds "
         "(passes) of that round's time divided by the baseline's in the same round. `inspect`, `verify`, `clean`, "
@@ -234,8 +133,7 @@ def main(argv: list[str]) -> int:
         "`tests/test_command_imports.py`). Every command goes through the typer app (typer below 0.29, whose parameter "
         "checks would import pydantic first) and prints through rich, to a pipe as plain text (pinned by "
         "`tests/test_inspect_plain.py`); what they add to the baseline is mostly those imports. `--help` is "
-        f"not a target. The payload check is one `os.stat` ({stat_us:.1f} µs here on a local disk; a metadata round "
-        "trip on a network file system); first reads of an entry still check before hashing its bytes."
+        "not a target."
         + (
             f" The `before` rows run the same commands from `{before}` (`python -m gencache` through `python -c`), "
             "in the same rounds."

@@ -88,10 +88,6 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
             sequences.append(array)
         return GenerationArrays(entry.key, tuple(sequences), entry.texts, entry.finish_reasons)
 
-    def _batch_started(self) -> None:
-        """A batched fetch begins: a reader checks its payload file on the batch's next read (see
-        :class:`gencache.artifact.reader.CacheReader`)."""
-
     @abc.abstractmethod
     def __len__(self) -> int: ...
 
@@ -141,9 +137,8 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
 
     def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
         """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
-        raises :class:`MissingEntryError`), with the payload check made once for the batch. torch's DataLoader
-        fetches a batch of a map-style dataset with this method."""
-        self._batch_started()
+        raises :class:`MissingEntryError`). torch's DataLoader fetches a batch of a map-style dataset with this
+        method."""
         found = []
         for key in keys:
             position = self._position(key)
@@ -160,7 +155,6 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         missing = sorted({key for key, position in zip(wanted, positions, strict=True) if position < 0})
         if missing:
             raise self._missing_many(missing, len(set(wanted)))
-        self._batch_started()
         return [self._read(position, key) for position, key in zip(positions, wanted, strict=True)]
 
     def _missing(self, key: object) -> MissingEntryError:

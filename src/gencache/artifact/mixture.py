@@ -158,10 +158,6 @@ class MultiCacheReader(GenerationCache):
         reader, local = self._locate(position)
         return reader._read_arrays(local, key)
 
-    def _batch_started(self) -> None:
-        for reader in self.readers:  # each checks its payload on its next read
-            reader._batch_started()
-
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)
         return None if position < 0 else self._locate(position)[0].metadata(key)

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import mmap
 import os
 import sys
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,7 +40,7 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
 )
 from gencache.artifact.resolved import resolved_config_problems
-from gencache.core.errors import ConfigError, FormatError, GencacheError, IntegrityError
+from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
 if TYPE_CHECKING:
     import torch
@@ -50,9 +48,6 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]
 MAX_LISTED_PROBLEMS = 100
-PAYLOAD_CHECK_INTERVAL = 1.0
-"""Seconds a reader serves repeated reads of verified entries without checking its payload file again (the default
-of ``CacheReader(payload_check_interval=...)``): the window in which a payload changed in place can go unnoticed."""
 _TEXTS: list[Any] = []  # the msgspec decoder of an entry's texts, made on the first read (opening needs none)
 
 
@@ -103,22 +98,11 @@ class CacheReader(GenerationCache):
     (its descriptor, until the map is made), so replacing the directory or renaming another file over the payload
     does not affect it.
 
-    The reader checks (one ``os.stat``) that the payload file it opened keeps its size and modification time: on
-    the first read of every entry not verified yet, on the first read of every batch (:meth:`__getitems__`, which
-    torch's DataLoader uses, and :meth:`get_many`), and on any read that begins ``payload_check_interval`` seconds
-    (default :data:`PAYLOAD_CHECK_INTERVAL`, 1 s; ``0`` checks before every read) or more after the last check. A
-    payload truncated or grown makes every later read raise :class:`IntegrityError`. When only its modification
-    time moved (rewritten in place, or touched), every entry is checked against its digests again on its next
-    read, so a changed token raises :class:`IntegrityError` even for an entry already verified. The window: for up
-    to ``payload_check_interval`` after a change, within one batch, repeated reads of entries verified before it
-    are not checked. Tensors returned before a change are views of the map and change with the file (or, for pages
-    cut off by a truncation, read as zeros or raise SIGBUS, as with any memory map): copy them (``.clone()``) to
-    keep them independent of the file. Artifacts are immutable; replace one by publishing a new directory, never
-    by editing its files.
+    Artifacts are immutable, and the reader trusts that: an entry is checked against its digests once, on its
+    first read, and served from the map after that. Replace an artifact by publishing a new directory, never by
+    editing its files (the tensors returned are views of the map and would change with the file).
     """
 
-    _payload_identity: tuple[int, int]
-    _payload_stamp: tuple[int, int]
     _verified: np.ndarray[Any, np.dtype[np.bool_]]
     _storage: torch.UntypedStorage | None
     _fd: int | None
@@ -128,42 +112,11 @@ class CacheReader(GenerationCache):
         path: PathLike,
         *,
         index_cache: PathLike | bool | None = None,
-        payload_check_interval: float = PAYLOAD_CHECK_INTERVAL,
     ) -> None:
         self.path = Path(path).expanduser().absolute()
         self.index_cache = index_cache
-        self.payload_check_interval = _check_interval(payload_check_interval)
         self._identity: str | None = None
         self._open()
-
-    def _check_payload(self) -> None:
-        """Raise when the payload file this reader opened was truncated or grown since; when only its modification
-        time moved (a rewrite in place, or a mere ``touch``), forget which entries were verified so that each is
-        re-checked against its digests on its next read. A payload replaced by another file (a new inode at the
-        path) does not concern this reader, which keeps the file it opened."""
-        self._next_check = time.monotonic() + self.payload_check_interval
-        try:
-            info = os.stat(self.path / PAYLOAD_NAME)
-        except OSError:
-            return  # removed or replaced: the reader still holds the opened file
-        if (info.st_dev, info.st_ino) != self._payload_identity:
-            return
-        if info.st_size != self._payload_stamp[0]:
-            raise IntegrityError(
-                f"{self.path}: {PAYLOAD_NAME} changed while it was open (size {self._payload_stamp[0]} -> "
-                f"{info.st_size} bytes); artifacts are immutable: reopen it after restoring or regenerating it."
-            )
-        if info.st_mtime_ns != self._payload_stamp[1]:
-            self._verified[:] = False
-            self._payload_stamp = (info.st_size, info.st_mtime_ns)
-
-    def _check_due(self, position: int) -> None:
-        """The payload check before reading the entry at ``position`` when one is due (see the class docstring)."""
-        if not self._verified[position] or time.monotonic() >= self._next_check:
-            self._check_payload()
-
-    def _batch_started(self) -> None:
-        self._next_check = -math.inf
 
     def _describe(self) -> str:
         return str(self.path)
@@ -191,9 +144,6 @@ class CacheReader(GenerationCache):
                 "the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); "
                 "the artifact was not written by gencache or was edited."
             ) from None
-        # The payload checks compare the file at the path, when it is still the one opened, with its size and mtime.
-        self._payload_identity = (payload_stat.st_dev, payload_stat.st_ino)
-        self._payload_stamp = (payload_stat.st_size, payload_stat.st_mtime_ns)
         self.header_capacity = capacity
         self.payload_bytes = payload_stat.st_size
         return index
@@ -213,7 +163,6 @@ class CacheReader(GenerationCache):
         self._fd = fd
         self._close_fd = weakref.finalize(self, os.close, fd)
         self._storage = None
-        self._next_check = -math.inf
         self._index: CompactIndex = index
         self.summary: dict[str, Any] = index.summary
         self.provenance = index.provenance
@@ -299,7 +248,6 @@ class CacheReader(GenerationCache):
     def _read(self, position: int, key: str | None = None) -> Generation:
         import torch
 
-        self._check_due(position)
         storage = self._storage if self._storage is not None else self._map()
         index = self._index
         if self._single:  # every entry has one sequence: entry i is sequence i
@@ -323,7 +271,6 @@ class CacheReader(GenerationCache):
         fd = self._fd
         if fd is None:
             return super()._read_arrays(position, key)
-        self._check_due(position)
         index = self._index
         lo, hi = index.first[position : position + 2].tolist()
         chunks = []
@@ -404,13 +351,11 @@ class CacheReader(GenerationCache):
             "path": str(self.path),
             "identity": self.identity,
             "index_cache": cache if isinstance(cache, (bool, type(None))) else os.fspath(cache),
-            "payload_check_interval": self.payload_check_interval,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
         self.index_cache = state.get("index_cache")
-        self.payload_check_interval = state.get("payload_check_interval", PAYLOAD_CHECK_INTERVAL)
         self._identity = None
         self._open()
         if self.identity != state["identity"]:
@@ -467,12 +412,6 @@ class CacheReader(GenerationCache):
         if progress is not None:
             progress(total, total)
         return problems
-
-
-def _check_interval(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ConfigError(f"payload_check_interval must be a number of seconds >= 0 (math.inf allowed), got {value!r}.")
-    return float(value)
 
 
 def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str]:
