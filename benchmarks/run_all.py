@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = [
     "bench_storage.py",
     "bench_reader.py",
+    "bench_resume.py",
     "bench_commands.py",
     "bench_errors.py",
     "bench_generation.py",

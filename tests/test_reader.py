@@ -19,9 +19,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gencache.artifact.mixture import open_caches
-from gencache.artifact.reader import CacheReader, Generation, verify
+from gencache.artifact.reader import CacheReader, Generation, is_published, verify
 from gencache.core.errors import CompatibilityError, FormatError, IntegrityError, MissingEntriesError, MissingEntryError
-from support.storage_helpers import PROVENANCE, TOKENIZER, Entry, key, make_entries, writable_copy, write_artifact
+from support.storage_helpers import (
+    PROVENANCE,
+    TOKENIZER,
+    Entry,
+    key,
+    make_entries,
+    overwrite,
+    writable_copy,
+    write_artifact,
+    write_shard,
+)
 
 
 @pytest.fixture(scope="module")
@@ -378,3 +388,24 @@ def test_verify_checks_the_resolved_config_against_the_manifest(
     problems = verify(path)
     assert any(says in problem for problem in problems), problems
     assert cli_run(["inspect", str(path)]) == 0  # provenance for humans: inspect still shows the artifact
+
+
+def test_a_published_artifact_is_recognised_by_its_run_without_reading_its_payload(tmp_path: Path) -> None:
+    out = writable_copy(write_shard(tmp_path / "run", 0, 2, make_entries(8, sequences=2), "d" * 64), tmp_path / "c")
+    assert is_published(out, "d" * 64)
+    assert not is_published(out, "e" * 64)  # another run's
+    payload = out / "cache.safetensors"
+    data = bytearray(payload.read_bytes())
+    data[-1] ^= 0xFF  # a token changed in place: what verify finds, not the publish's promise
+    overwrite(payload, bytes(data))
+    assert is_published(out, "d" * 64) and verify(out) != []
+    overwrite(payload, bytes(data[:-8]))
+    with pytest.raises(FormatError, match="does not agree"):
+        is_published(out, "d" * 64)
+    overwrite(payload, bytes(data))
+    manifest = out / "manifest.json"
+    overwrite(manifest, manifest.read_bytes()[:-40])
+    with pytest.raises(FormatError, match="manifest"):
+        is_published(out, "d" * 64)
+    with pytest.raises(FormatError, match="does not exist"):
+        is_published(tmp_path / "missing", "d" * 64)

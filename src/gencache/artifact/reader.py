@@ -29,17 +29,26 @@ from gencache.artifact._files import check_artifact_files, map_regular, open_reg
 from gencache.artifact._index import CompactIndex, build_index
 from gencache.artifact._index_cache import cache_directory, file_identity, load_index, save_index
 from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
-from gencache.artifact.header import is_canonical_header, read_length_prefix
-from gencache.artifact.manifest import content_digest, json_file_bytes
+from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
+from gencache.artifact.manifest import (
+    MANIFEST_FIELDS,
+    check_provenance,
+    content_digest,
+    json_file_bytes,
+    provenance_digest,
+)
 from gencache.artifact.names import (
     FINISH_REASONS,
+    FORMAT_VERSION,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
     RESOLVED_NAME,
+    STORAGE,
     TOKEN_BYTES,
 )
 from gencache.artifact.resolved import resolved_config_problems
+from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
 if TYPE_CHECKING:
@@ -73,6 +82,79 @@ def read_resolved_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise FormatError(f"Resolved config {path} does not hold a JSON object.")
     return value
+
+
+_MANIFEST_OTHERS = b'},"format_version":'  # where the members after the entries begin (never inside a JSON string)
+
+
+def is_published(path: PathLike, run_digest: str) -> bool:
+    """Whether ``path`` is an artifact that the run of ``run_digest`` published, recognised by what its publish
+    guarantees without reading its entries or its payload (a rerun checks each of its targets so; ``verify`` is
+    the full check): exactly the three regular files; the manifest's members after its entries (format, provenance
+    and its digest, summary); the payload's header agreeing with them (metadata, tensor count, where the data
+    ends) and the payload's size; the run digest its resolved config records. False for another run's artifact;
+    :class:`FormatError` names what is wrong with one that is not whole."""
+    path = Path(path)
+    check_artifact_files(path)
+    members = _manifest_members(path / MANIFEST_NAME)
+    summary = members["summary"]
+    fd = open_regular(path / PAYLOAD_NAME, PAYLOAD_NAME)
+    try:
+        size = os.fstat(fd).st_size
+        capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
+        header = parse_header(pread_exact(fd, capacity, LENGTH_PREFIX_BYTES))
+    finally:
+        os.close(fd)
+    try:
+        data_end = max((info["data_offsets"][1] for info in header.tensors.values()), default=0)
+    except (TypeError, KeyError, IndexError):
+        data_end = -1
+    expected = {"format_version": str(FORMAT_VERSION), "provenance_digest": members["provenance_digest"]}
+    tokens = summary["tokens"] * TOKEN_BYTES
+    if (
+        header.metadata != expected
+        or len(header.tensors) != summary["sequences"]
+        or data_end != tokens
+        or size != LENGTH_PREFIX_BYTES + capacity + tokens
+    ):
+        raise FormatError(
+            f"{path}: the header of {PAYLOAD_NAME} ({size} bytes) does not agree with manifest.json (damaged)."
+        )
+    return read_resolved_config(path).get("run_digest") == run_digest
+
+
+def _manifest_members(path: Path) -> dict[str, Any]:
+    """The checked members of ``manifest.json`` after its entries, read from the end of the file."""
+    fd = open_regular(path, "Manifest")
+    try:
+        size = os.fstat(fd).st_size
+        length = 4096
+        while True:  # the members after the entries are small: a few KiB, read from the end
+            tail = pread_exact(fd, min(length, size), max(size - length, 0))
+            at = tail.rfind(_MANIFEST_OTHERS)
+            if at >= 0 or length >= size:
+                break
+            length *= 4
+    finally:
+        os.close(fd)
+    try:
+        members = json.loads(b"{" + tail[at + 2 :]) if at >= 0 else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        members = None
+    if not isinstance(members, dict) or members.keys() != MANIFEST_FIELDS - {"entries"}:
+        raise FormatError(f"{path} does not end with the members of a manifest (damaged or not gencache's).")
+    if members["format_version"] != FORMAT_VERSION or (members["storage"], members["payload"]) != (
+        STORAGE,
+        PAYLOAD_NAME,
+    ):
+        raise FormatError(f"{path} is not a format-{FORMAT_VERSION} manifest of {STORAGE} storage.")
+    provenance = check_provenance(members["provenance"], "manifest.json provenance")
+    summary = members["summary"]
+    if members["provenance_digest"] != provenance_digest(provenance) or not (
+        isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens"))
+    ):
+        raise FormatError(f"{path}: its provenance digest or summary is damaged.")
+    return members
 
 
 class CacheReader(GenerationCache):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import shard_dir_name
-from gencache.core.errors import GencacheError, OutputExistsError, Problem, ShardError, raise_problems
+from gencache.core.errors import FormatError, GencacheError, OutputExistsError, Problem, ShardError, raise_problems
 from gencache.run.overrides import Override, Overrides, check_config, name_origins
 from gencache.run.record import absolute_path
 from gencache.run.sharding import ShardSpec, Target, resolve_shard, run_digest
@@ -30,16 +30,17 @@ def output_path_for(config: CacheConfig | str, shard: ShardSpec | None) -> Path:
 
 
 def check_published(output_dir: Path, digest: str) -> None:
-    """Accept an existing ``output_dir`` only as a verified artifact of the same run; raise otherwise."""
-    from gencache.artifact.reader import read_resolved_config, verify
+    """Accept an existing ``output_dir`` only as an artifact the same run published; raise otherwise."""
+    from gencache.artifact.reader import is_published
 
-    problems = verify(output_dir)
-    if problems:
+    try:
+        published = is_published(output_dir, digest)
+    except FormatError as error:
         raise OutputExistsError(
-            f"{output_dir} exists but does not verify ({problems[0]}); move it aside and rerun (gencache never "
+            f"{output_dir} exists but is not a whole artifact ({error}); move it aside and rerun (gencache never "
             "overwrites an artifact)."
-        )
-    if read_resolved_config(output_dir).get("run_digest") != digest:
+        ) from None
+    if not published:
         raise OutputExistsError(
             f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
             "it aside."
