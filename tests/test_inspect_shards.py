@@ -12,8 +12,7 @@ import pytest
 
 import gencache
 from gencache.artifact.mixture import open_caches
-from gencache.artifact.report import inspect_report
-from gencache.artifact.report_types import ShardedReport
+from gencache.artifact.report import ShardedReport, inspect_report
 from gencache.artifact.summary import shard_data_configs
 from gencache.cli.app import run
 from gencache.core.canonical import canonical_bytes

@@ -14,8 +14,7 @@ from rich.console import Console
 from gencache.artifact.manifest import make_provenance
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.reader import CacheReader
-from gencache.artifact.report import inspect_report, verify_report
-from gencache.artifact.report_types import NotAnArtifact, ShardedReport
+from gencache.artifact.report import NotAnArtifact, ShardedReport, inspect_report, verify_report
 from gencache.cli.inspect_view import render_inspect
 from gencache.cli.render import verify_progress
 from gencache.core.errors import CompatibilityError, FormatError, GencacheError, ShardError

@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the cons
 
 _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",
-    "Generation": "gencache.artifact.cache",
+    "Generation": "gencache.artifact.reader",
     "open_caches": "gencache.artifact.mixture",
     "load_config": "gencache.config",
     "build_samples": "gencache.data.samples",
@@ -33,9 +33,8 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from gencache.artifact.cache import Generation
     from gencache.artifact.mixture import open_caches
-    from gencache.artifact.reader import CacheReader
+    from gencache.artifact.reader import CacheReader, Generation
     from gencache.config import load_config
     from gencache.core.errors import (
         CompatibilityError,

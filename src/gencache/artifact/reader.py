@@ -13,31 +13,34 @@ This module never imports transformers, and imports torch only when a read build
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import mmap
 import os
+import stat
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from gencache.artifact._files import check_artifact_files, map_regular, open_regular, pread_exact, read_regular
 from gencache.artifact._index import CompactIndex, build_index
 from gencache.artifact._index_cache import cache_directory, file_identity, load_index, save_index
-from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
 from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
 from gencache.artifact.manifest import (
     MANIFEST_FIELDS,
+    PROVENANCE_FIELDS,
     check_provenance,
     content_digest,
     json_file_bytes,
     provenance_digest,
 )
 from gencache.artifact.names import (
+    ARTIFACT_FILES,
     FINISH_REASONS,
     FORMAT_VERSION,
     LENGTH_PREFIX_BYTES,
@@ -45,14 +48,305 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     RESOLVED_NAME,
     STORAGE,
+    TEMP_RE,
     TOKEN_BYTES,
 )
 from gencache.artifact.resolved import resolved_config_problems
+from gencache.artifact.shards import find_shards
 from gencache.core.canonical import is_int
-from gencache.core.errors import FormatError, GencacheError, IntegrityError
+from gencache.core.errors import (
+    CompatibilityError,
+    FormatError,
+    GencacheError,
+    IntegrityError,
+    MissingEntriesError,
+    MissingEntryError,
+)
+from gencache.core.tokenizer import tokenizer_state
 
 if TYPE_CHECKING:
     import torch
+
+
+@dataclass(frozen=True, eq=False)
+class Generation:
+    """The teacher's answer for one key: 1-D int64 CPU tensors (zero-copy views of the payload map), texts and
+    finish reasons, one of each per returned sequence."""
+
+    key: str
+    sequences: tuple[torch.Tensor, ...]
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class GenerationArrays:
+    """The same entry as :class:`Generation` with each sequence as a read-only 1-D little-endian int64 numpy array
+    (what :meth:`GenerationCache.get_arrays` returns, with no torch involved)."""
+
+    key: str
+    sequences: tuple[np.ndarray[Any, np.dtype[np.int64]], ...]
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...]
+
+
+def _dtype_name(dtype: str | torch.dtype) -> str:
+    loaded = sys.modules.get("torch")  # a torch.dtype exists only once torch is imported: never import it here
+    if loaded is not None and isinstance(dtype, loaded.dtype):
+        return str(dtype).removeprefix("torch.")
+    return str(dtype)
+
+
+class GenerationCache(Mapping[str, Generation], abc.ABC):
+    """A read-only mapping from semantic key to :class:`Generation`.
+
+    ``cache[key]`` raises :class:`MissingEntryError` (a ``KeyError``) for a key the cache does not hold;
+    ``get``, ``in``, ``len``, iteration (keys in sorted order), ``keys()``, ``items()`` and ``values()`` behave as
+    for any mapping (``items()`` and ``values()`` read every entry they yield). Two caches are equal only when
+    they are the same object (comparing every entry's tensors is never what a caller means).
+    """
+
+    provenance: dict[str, Any]
+    provenance_digest: str
+
+    @abc.abstractmethod
+    def _describe(self) -> str: ...
+
+    @abc.abstractmethod
+    def _position(self, key: object) -> int:
+        """Where ``key`` is held (implementation-defined), or -1."""
+
+    @abc.abstractmethod
+    def _read(self, position: int, key: str | None = None) -> Generation:
+        """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
+
+    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
+        """The entry at ``position`` as numpy arrays (this default goes through the tensors of :meth:`_read`)."""
+        entry = self._read(position, key)
+        sequences = []
+        for tensor in entry.sequences:
+            array = tensor.numpy()
+            array.flags.writeable = False
+            sequences.append(array)
+        return GenerationArrays(entry.key, tuple(sequences), entry.texts, entry.finish_reasons)
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[str]: ...
+
+    @abc.abstractmethod
+    def metadata(self, key: str) -> dict[str, Any] | None:
+        """The manifest entry of ``key`` (tensor refs, texts, finish reasons, digests) as a new object, or None."""
+
+    @abc.abstractmethod
+    def source(self, key: str) -> Path:
+        """The artifact directory that serves ``key``."""
+
+    def __getitem__(self, key: str) -> Generation:
+        """The entry of ``key``: zero-copy int64 views of one private memory map of the payload, its texts and
+        finish reasons. ``.clone()`` a tensor before modifying it in place: an in-place edit would change what
+        later reads of that key return in this process (the file itself is never written)."""
+        position = self._position(key)
+        if position < 0:
+            raise self._missing(key)
+        return self._read(position, key)
+
+    def __contains__(self, key: object) -> bool:
+        return self._position(key) >= 0
+
+    @overload
+    def get(self, key: str, /) -> Generation | None: ...
+    @overload
+    def get(self, key: str, /, default: Generation | Any) -> Generation | Any: ...
+
+    def get(self, key: str, /, default: Any = None) -> Any:
+        """The entry for ``key``, or ``default`` (None) when the cache does not hold it."""
+        position = self._position(key)
+        return default if position < 0 else self._read(position, key)
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def get_arrays(self, key: str) -> GenerationArrays:
+        """``cache[key]`` with the sequences as read-only numpy arrays, checked the same way; a reader serves them
+        without importing torch (what ``gencache export`` uses)."""
+        position = self._position(key)
+        if position < 0:
+            raise self._missing(key)
+        return self._read_arrays(position, key)
+
+    def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
+        """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
+        raises :class:`MissingEntryError`). torch's DataLoader fetches a batch of a map-style dataset with this
+        method."""
+        found = []
+        for key in keys:
+            position = self._position(key)
+            if position < 0:
+                raise self._missing(key)
+            found.append(self._read(position, key))
+        return found
+
+    def get_many(self, keys: Iterable[str]) -> list[Generation]:
+        """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
+        is looked up before any entry is read: :class:`MissingEntriesError` names how many are missing."""
+        wanted = self._check_keys(keys, "get_many")
+        positions = [self._position(key) for key in wanted]
+        missing = sorted({key for key, position in zip(wanted, positions, strict=True) if position < 0})
+        if missing:
+            raise self._missing_many(missing, len(set(wanted)))
+        return [self._read(position, key) for position, key in zip(positions, wanted, strict=True)]
+
+    def _missing(self, key: object) -> MissingEntryError:
+        return MissingEntryError(
+            f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
+            "(check the data configs, or use .get() to test membership)."
+        )
+
+    def _missing_many(self, missing: list[str], unique: int) -> MissingEntriesError:
+        return MissingEntriesError(
+            f"Generation cache {self._describe()} is missing {len(missing)} required semantic samples "
+            f"(of {unique} unique keys; first: {missing[0]}); generate an artifact for those data configs "
+            "or add the artifact that holds them."
+        )
+
+    @staticmethod
+    def _check_keys(keys: Iterable[str], what: str) -> list[str]:
+        if isinstance(keys, (str, bytes)):
+            raise TypeError(
+                f"{what}() takes an iterable of keys, not one {type(keys).__name__}; wrap a single key in a list."
+            )
+        return list(keys)
+
+    def require(self, keys: Iterable[str]) -> None:
+        """Coverage check: raise :class:`MissingEntriesError` unless every key is present (reads no entry).
+        ``keys`` is an iterable of keys; one string is a ``TypeError``."""
+        wanted = set(self._check_keys(keys, "require"))
+        missing = sorted(key for key in wanted if self._position(key) < 0)
+        if missing:
+            raise self._missing_many(missing, len(wanted))
+
+    def check_compatible(
+        self, *, model_path: str, tokenizer_path: str, dtype: str | torch.dtype, tokenizer: Any
+    ) -> None:
+        """Raise one :class:`CompatibilityError` naming every provenance field that differs from the training
+        setup (paths as exact strings, dtype as a string or ``torch.dtype``, the tokenizer state)."""
+        ours = self.provenance
+        requested = {
+            "model_path": model_path,
+            "tokenizer_path": tokenizer_path,
+            "dtype": _dtype_name(dtype),
+            "tokenizer": tokenizer_state(tokenizer),
+        }
+        differences = [
+            f"{field} (cache {ours[field]!r}, requested {requested[field]!r})"
+            for field in PROVENANCE_FIELDS
+            if ours[field] != requested[field]
+        ]
+        if differences:
+            fix = (
+                "pass the training tokenizer through gencache.prepare_tokenizer() so its padding side and pad id "
+                "match generation, or regenerate the cache with this teacher"
+                if ours["tokenizer"] != requested["tokenizer"]
+                else "train with the cache's teacher, tokenizer and dtype, or regenerate the cache with this teacher"
+            )
+            raise CompatibilityError(
+                f"Generation cache {self._describe()} is incompatible with the training setup: "
+                f"{'; '.join(differences)}. To fix it, {fix}."
+            )
+
+
+# -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
+def open_regular(path: Path, what: str) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise FormatError(f"{what} {path} cannot be opened ({error.strerror}).") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FormatError(f"{what} {path} is not a regular file.")
+    return fd
+
+
+def read_regular(path: Path, what: str) -> bytes:
+    fd = open_regular(path, what)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
+
+
+def map_regular(path: Path, what: str) -> tuple[mmap.mmap | bytes, os.stat_result]:
+    """A read-only shared map of a regular file (file-backed pages, shared by forked processes) and its stat."""
+    fd = open_regular(path, what)
+    try:
+        info = os.fstat(fd)
+        return (b"" if info.st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)), info
+    finally:
+        os.close(fd)
+
+
+def pread_exact(fd: int, length: int, offset: int) -> bytes:
+    chunks = []
+    while length:
+        chunk = os.pread(fd, min(length, 64 * 1024 * 1024), offset)
+        if not chunk:
+            raise FormatError(f"{PAYLOAD_NAME} ended early (truncated).")
+        chunks.append(chunk)
+        length -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _missing(path: Path) -> str:
+    """Why an artifact directory that does not exist cannot be opened: a shard base (its shards beside it) is
+    opened with ``open_caches``, anything else is a wrong path."""
+    shards = find_shards(path)
+    if shards is None:
+        return f"Cache directory {path} does not exist; check the path (or generate it)."
+    return (
+        f"{path} is the base of {len(shards.present)} shard directories ({path.name}-shard-*-of-{shards.count:05d}), "
+        f"not one artifact: open the shards together with gencache.open_caches({str(path)!r}) (CacheReader opens "
+        "one artifact or one shard directory)."
+    )
+
+
+def check_artifact_files(path: Path) -> None:
+    """Raise :class:`FormatError` unless ``path`` is a published directory of exactly the three artifact files, each
+    a regular file (no symlink). A writer's temporary directory is refused by its name, even complete: a run killed
+    before its rename leaves one, and what was never published is not an artifact."""
+    if TEMP_RE.match(path.name):
+        raise FormatError(
+            f"{path} is the temporary directory of a gencache run that never published it (killed before its "
+            f"rename); it is not an artifact: `gencache clean {path.parent}` removes it once its writer is gone."
+        )
+    try:
+        names = set(os.listdir(path))
+    except FileNotFoundError:
+        raise FormatError(_missing(path)) from None
+    except NotADirectoryError:
+        raise FormatError(f"Cache path {path} is not a directory.") from None
+    except OSError as error:
+        raise FormatError(f"Cache directory {path} cannot be listed ({error.strerror}).") from None
+    if names != ARTIFACT_FILES:
+        extra, missing = sorted(names - ARTIFACT_FILES), sorted(ARTIFACT_FILES - names)
+        raise FormatError(
+            f"{path}: an artifact directory holds exactly cache.safetensors, manifest.json and resolved_config.json "
+            f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'}); move other files "
+            "elsewhere or regenerate."
+        )
+    for name in sorted(ARTIFACT_FILES):
+        try:
+            mode = os.lstat(path / name).st_mode
+        except OSError as error:
+            raise FormatError(f"{path}: {name} cannot be read ({error.strerror}).") from None
+        if not stat.S_ISREG(mode):
+            kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
+            raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, do not link).")
+
 
 PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]

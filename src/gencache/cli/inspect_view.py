@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gencache.artifact.report_types import (
+from gencache.artifact.report import (
     ArtifactReport,
     DataConfigCounts,
     InspectReport,

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import Dataset
 
-from gencache.artifact.cache import GenerationCache
 from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.reader import GenerationCache
 from gencache.config import CacheConfig, DataConfig, load_config
 from gencache.core.errors import ConfigError
 from gencache.data.recorded import RecordedRun, rebuild_samples, run_of_readers
