@@ -77,11 +77,10 @@ def test_get_arrays_serves_the_same_entries_as_numpy(artifact: tuple[Path, list[
         assert [a.tolist() for a in arrays.sequences] == [list(s) for s in e.sequences]
         assert arrays.texts == e.texts and arrays.finish_reasons == e.finish_reasons
         assert all(a.dtype.str == "<i8" and not a.flags.writeable for a in arrays.sequences)
-    assert reader._storage is None  # read from the file: no map, no tensor
     assert tokens(reader[artifact[1][0].key]) == [list(s) for s in artifact[1][0].sequences]
     assert [a.tolist() for a in reader.get_arrays(artifact[1][1].key).sequences] == list(
         map(list, artifact[1][1].sequences)
-    )  # views of the map once it is made
+    )
     first = artifact[1][2]
     rewrite_one_token(path, bytes(reader[first.key].sequences[0].numpy().data))
     fresh = CacheReader(path)

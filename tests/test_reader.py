@@ -66,11 +66,11 @@ def test_missing_keys(artifact: tuple[Path, list[Entry]]) -> None:
 
 def test_entries_are_zero_copy_views_of_one_map(artifact: tuple[Path, list[Entry]]) -> None:
     reader = CacheReader(artifact[0])
-    assert reader._storage is None  # opening maps nothing: the map is made with the first tensor
+    assert reader._tokens is None  # opening maps nothing: the map is made with the first read
     first, again = reader[artifact[1][0].key], reader[artifact[1][0].key]
-    storage = reader._storage
-    assert storage is not None
-    base, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+    tokens = reader._tokens
+    assert tokens is not None
+    base, end = tokens.ctypes.data, tokens.ctypes.data + tokens.nbytes
     for a, b in zip(first.sequences, again.sequences, strict=True):
         # each view has its own storage: a slice of the map (zero-copy) holding exactly the entry's bytes
         assert a.untyped_storage().data_ptr() == a.data_ptr() and a.untyped_storage().nbytes() == a.numel() * 8

@@ -361,9 +361,6 @@ def _texts_decoder() -> Any:
     return _TEXTS[0]
 
 
-_PROC_FD = "/proc/self/fd"
-
-
 def read_resolved_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The parsed ``resolved_config.json`` of an artifact directory (provenance only); :class:`FormatError` when it
     is missing, not a regular file or not a JSON object."""
@@ -480,7 +477,7 @@ class CacheReader(GenerationCache):
     """
 
     _verified: np.ndarray[Any, np.dtype[np.bool_]]
-    _storage: torch.UntypedStorage | None
+    _tokens: np.ndarray[Any, np.dtype[np.int64]] | None
     _fd: int | None
 
     def __init__(
@@ -538,7 +535,7 @@ class CacheReader(GenerationCache):
         # Kept until the payload is mapped (get_arrays reads it, the map is made from it): the file opened here.
         self._fd = fd
         self._close_fd = weakref.finalize(self, os.close, fd)
-        self._storage = None
+        self._tokens = None
         self._index: CompactIndex = index
         self.summary: dict[str, Any] = index.summary
         self.provenance = index.provenance
@@ -548,22 +545,18 @@ class CacheReader(GenerationCache):
         self._verified = np.zeros(len(index), dtype=np.bool_)
         self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
 
-    def _map(self) -> torch.UntypedStorage:
-        """The one private map of the payload file this reader opened, made (and torch imported) on first use."""
-        import torch
-
-        fd = self._fd
-        source = f"{_PROC_FD}/{fd}" if fd is not None and os.path.isdir(_PROC_FD) else str(self.path / PAYLOAD_NAME)
+    def _map(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
+        first use."""
+        assert self._fd is not None
         try:
-            storage: torch.UntypedStorage = torch.UntypedStorage.from_file(  # type: ignore[assignment]
-                source, shared=False, nbytes=self.payload_bytes
-            )
-        except RuntimeError as error:
+            mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError) as error:
             raise self._fail(f"{PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
-        self._storage = storage
+        self._tokens = np.frombuffer(mapped, dtype="<i8")
         self._fd = None
         self._close_fd()
-        return storage
+        return self._tokens
 
     # -- mapping -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -624,44 +617,42 @@ class CacheReader(GenerationCache):
     def _read(self, position: int, key: str | None = None) -> Generation:
         import torch
 
-        storage = self._storage if self._storage is not None else self._map()
+        tokens = self._tokens if self._tokens is not None else self._map()
         index = self._index
         if self._single:  # every entry has one sequence: entry i is sequence i
-            offset = self._data_offset + int(index.starts[position])
-            end = offset + int(index.lengths[position]) * TOKEN_BYTES
-            sequences: tuple[torch.Tensor, ...] = (torch.empty(0, dtype=torch.int64).set_(storage[offset:end]),)
+            start = (self._data_offset + int(index.starts[position])) // TOKEN_BYTES
+            arrays = [tokens[start : start + int(index.lengths[position])]]
             reasons: tuple[str, ...] = (FINISH_REASONS[index.reasons[position]],)
         else:
-            lo, hi = index.first[position : position + 2].tolist()
-            spans = zip(index.starts[lo:hi].tolist(), index.lengths[lo:hi].tolist(), strict=True)
-            sequences = tuple(self._view(storage, start, length) for start, length in spans)
+            arrays = self._arrays(tokens, position)
             reasons = index.finish_reasons(position)
         texts = self._texts(position)
         if texts is None or not self._verified[position]:
-            texts = self._verify_entry(position, [hashlib.sha256(t.numpy().data).digest() for t in sequences], texts)
+            texts = self._verify_entry(position, [hashlib.sha256(a.data).digest() for a in arrays], texts)
+        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
+        # pickling it for another process carries only these bytes, never the whole payload
+        sequences = tuple(torch.from_numpy(a) for a in arrays)
         return Generation(index.key(position) if key is None else key, sequences, texts, reasons)
 
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
-        """The entry as numpy arrays: views of the map once it is made, else read from the opened file (no torch)
-        and checked against their digests on every read (they are fresh copies of the file's bytes)."""
-        fd = self._fd
-        if fd is None:
-            return super()._read_arrays(position, key)
+        """The entry as read-only numpy views of the map (no torch)."""
+        arrays = self._arrays(self._tokens if self._tokens is not None else self._map(), position)
+        texts = self._texts(position)
+        if texts is None or not self._verified[position]:
+            texts = self._verify_entry(position, [hashlib.sha256(a.data).digest() for a in arrays], texts)
+        for array in arrays:
+            array.flags.writeable = False
+        index = self._index
+        return GenerationArrays(
+            index.key(position) if key is None else key, tuple(arrays), texts, index.finish_reasons(position)
+        )
+
+    def _arrays(self, tokens: np.ndarray[Any, np.dtype[np.int64]], position: int) -> list[np.ndarray[Any, Any]]:
+        """The entry's sequences as views of the map."""
         index = self._index
         lo, hi = index.first[position : position + 2].tolist()
-        chunks = []
-        for start, length in zip(index.starts[lo:hi].tolist(), index.lengths[lo:hi].tolist(), strict=True):
-            try:
-                chunks.append(pread_exact(fd, length * TOKEN_BYTES, self._data_offset + start))
-            except FormatError as error:
-                raise IntegrityError(f"{self.path}: {error} Reopen it after restoring or regenerating it.") from None
-        texts = self._verify_entry(
-            position, [hashlib.sha256(chunk).digest() for chunk in chunks], self._texts(position)
-        )
-        sequences = tuple(np.frombuffer(chunk, dtype="<i8") for chunk in chunks)
-        return GenerationArrays(
-            index.key(position) if key is None else key, sequences, texts, index.finish_reasons(position)
-        )
+        starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
+        return [tokens[s : s + n] for s, n in zip(starts.tolist(), index.lengths[lo:hi].tolist(), strict=True)]
 
     def _verify_entry(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> tuple[str, ...]:
         """Check an entry's tensor ``digests`` and texts against the manifest and remember it as verified."""
@@ -674,15 +665,6 @@ class CacheReader(GenerationCache):
         assert texts is not None
         self._verified[position] = True
         return texts
-
-    def _view(self, storage: torch.UntypedStorage, start: int, length: int) -> torch.Tensor:
-        """A 1-D int64 tensor over ``length`` tokens at ``start`` (relative to the data): its own storage, a slice
-        of the map (zero-copy; it keeps the map alive), so pickling it for another process carries only these
-        bytes, never the map's file descriptor or the whole payload."""
-        import torch
-
-        begin = self._data_offset + start
-        return torch.empty(0, dtype=torch.int64).set_(storage[begin : begin + length * TOKEN_BYTES])
 
     def _entry_problems(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> list[str]:
         index = self._index
