@@ -339,7 +339,7 @@ def _run(args: argparse.Namespace, root: Path, base: Shape, tenfold: Shape, heav
         )
     lines += [
         "",
-        "Notes: append includes the caller building its three lists, validation, hashing, one `pwrite` (or `pwritev`) "
+        "Notes: append includes the caller building its three lists, validation, hashing, one `pwritev` "
         "per entry "
         "and the retained metadata; the baseline does only the write (at the same file offset) and the raw digest, "
         "so the gap is the per-entry Python work of a correct writer (a few hundred ns of checks plus a dict entry "

@@ -2,13 +2,16 @@
 
 :class:`CacheReader` checks everything that needs no tensor data when it opens (the three files, the manifest,
 the header against the manifest, coverage of every tensor), keeps the result as flat arrays
-(:mod:`gencache.artifact._index`) and serves ``reader[key]`` as views of one map of the payload, made with
-``torch.UntypedStorage.from_file(path, shared=False, ...)`` when the first tensor is built. The tensor and content
-digests of an entry are checked the first time it is read. :func:`verify` re-hashes a whole artifact; mixtures and
-sharded output directories are opened by :func:`gencache.artifact.mixture.open_caches`.
+(:mod:`gencache.artifact._index`) and serves ``reader[key]`` as views of one private map of the payload, made on
+the first read (``torch.from_numpy`` of each sequence's slice). The tensor and content digests of an entry are
+checked the first time it is read. :func:`verify` re-hashes a whole artifact; :func:`is_published` recognises one
+a run published without reading its payload; mixtures and sharded output directories are opened by
+:func:`gencache.artifact.mixture.open_caches`. :class:`GenerationCache` is what every cache offers (this reader and
+a mixture): a read-only mapping from semantic key to :class:`Generation`.
 
-This module never imports transformers, and imports torch only when a read builds the first tensor: opening,
-:func:`verify`, the index and :meth:`CacheReader.get_arrays` (numpy arrays read from the file) need no torch.
+The local file operations of reading are the few functions under "reading the files of an artifact". This module
+never imports transformers, and imports torch only when a read builds the first tensor: opening, :func:`verify`,
+the index and :meth:`CacheReader.get_arrays` (numpy views of the map) need no torch.
 """
 
 from __future__ import annotations
@@ -466,10 +469,10 @@ class CacheReader(GenerationCache):
     spawned workers, the next run) memory-map it instead of re-checking the manifest; a stale or damaged cached
     index is rebuilt, never used (:mod:`gencache.artifact._index_cache`). ``index_cached`` says which happened.
 
-    Opening imports no torch: the payload is memory-mapped (and torch imported) when the first tensor is built;
-    :meth:`get_arrays` reads entries as numpy arrays without torch. The reader keeps the payload file it opened
-    (its descriptor, until the map is made), so replacing the directory or renaming another file over the payload
-    does not affect it.
+    Opening imports no torch: the payload is memory-mapped (private, copy-on-write) on the first read and torch
+    imported when the first tensor is built; :meth:`get_arrays` serves entries as read-only numpy views without
+    torch. The reader keeps the payload file it opened (its descriptor, until the map is made), so replacing the
+    directory or renaming another file over the payload does not affect it.
 
     Artifacts are immutable, and the reader trusts that: an entry is checked against its digests once, on its
     first read, and served from the map after that. Replace an artifact by publishing a new directory, never by
