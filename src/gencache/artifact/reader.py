@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+import msgspec
 import numpy as np
 
 from gencache.artifact._index import CompactIndex, build_index
@@ -354,14 +355,7 @@ def check_artifact_files(path: Path) -> None:
 PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]
 MAX_LISTED_PROBLEMS = 100
-_TEXTS: list[Any] = []  # the msgspec decoder of an entry's texts, made on the first read (opening needs none)
-
-
-def _texts_decoder() -> Any:
-    import msgspec
-
-    _TEXTS.append(msgspec.json.Decoder(list[str]))
-    return _TEXTS[0]
+_TEXTS = msgspec.json.Decoder(tuple[str, ...])  # an entry's texts, decoded from the manifest on each read
 
 
 def read_resolved_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -613,9 +607,10 @@ class CacheReader(GenerationCache):
 
     def _texts(self, position: int) -> tuple[str, ...] | None:
         try:
-            return tuple((_TEXTS[0] if _TEXTS else _texts_decoder()).decode(self._index.texts_json(position)))
+            texts: tuple[str, ...] = _TEXTS.decode(self._index.texts_json(position))
         except ValueError:  # msgspec.DecodeError and UnicodeDecodeError are ValueErrors
             return None
+        return texts
 
     def _read(self, position: int, key: str | None = None) -> Generation:
         import torch
