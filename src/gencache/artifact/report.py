@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 
@@ -30,7 +31,8 @@ NotArtifactKind = Literal["missing", "temporary", "stray", "parent", "not_artifa
 VerifyStatus = Literal["ok", "fail", "bad_input"]
 
 
-class NotAnArtifact(NamedTuple):
+@dataclass(frozen=True)
+class NotAnArtifact:
     """A path that is not something to open as an artifact: missing, the temporary directory of an unfinished run,
     a stray directory hiding the shard directories beside it, a parent directory of artifacts (``children``) or
     anything else that is no artifact. Bad input: exit code 2."""
@@ -47,7 +49,8 @@ class NotAnArtifact(NamedTuple):
         return found
 
 
-class UnreadableArtifact(NamedTuple):
+@dataclass(frozen=True)
+class UnreadableArtifact:
     """An artifact (or one shard of a sharded output) that opening refused: ``error`` says why. Exit code 1."""
 
     path: str
@@ -61,7 +64,8 @@ class UnreadableArtifact(NamedTuple):
         return {"path": self.path, "kind": self.kind, "error": self.error}
 
 
-class DataConfigCounts(NamedTuple):
+@dataclass(frozen=True)
+class DataConfigCounts:
     """One data config's counts (``data_config`` is its index among the run's data configs): its samples and how
     many distinct keys they have."""
 
@@ -82,7 +86,8 @@ def _counts_json(counts: tuple[DataConfigCounts, ...] | None) -> list[dict[str, 
     return None if counts is None else [item.to_json() for item in counts]
 
 
-class TokenLengths(NamedTuple):
+@dataclass(frozen=True)
+class TokenLengths:
     """The shortest, median and longest stored sequence, in tokens."""
 
     min: int
@@ -90,7 +95,8 @@ class TokenLengths(NamedTuple):
     max: int
 
 
-class ArtifactReport(NamedTuple):
+@dataclass(frozen=True)
+class ArtifactReport:
     """One readable artifact: provenance, counts, token lengths, finish reasons, its shard and what its run
     recorded (engine, determinism). ``shard_data_configs`` is a shard's own counts per data config (None when
     unrecorded or inconsistent); ``conflicting_prompts``, ``engine`` and ``determinism`` are None when unrecorded."""
@@ -155,7 +161,8 @@ class ArtifactReport(NamedTuple):
         }
 
 
-class ShardSetInfo(NamedTuple):
+@dataclass(frozen=True)
+class ShardSetInfo:
     """What the shard directories of a sharded output are: shard names (``00003``) present, missing, unreadable,
     misnamed or of another run, directories of other splits, the set's run and its problems (one line each)."""
 
@@ -183,7 +190,8 @@ class ShardSetInfo(NamedTuple):
         }
 
 
-class ShardTotals(NamedTuple):
+@dataclass(frozen=True)
+class ShardTotals:
     """The readable shards' counts added up (``data_configs`` None unless every shard is readable and recorded its
     own counts)."""
 
@@ -203,7 +211,8 @@ class ShardTotals(NamedTuple):
         }
 
 
-class ShardedReport(NamedTuple):
+@dataclass(frozen=True)
+class ShardedReport:
     """An unsuffixed sharded output: its shard set, the totals and one report per present shard, in order."""
 
     path: str
@@ -234,7 +243,8 @@ class ShardedReport(NamedTuple):
 PathReport = ArtifactReport | ShardedReport | UnreadableArtifact | NotAnArtifact
 
 
-class OverlapPair(NamedTuple):
+@dataclass(frozen=True)
+class OverlapPair:
     """Two of the inspected paths: keys both hold, and those whose stored contents differ (the first few)."""
 
     a: str
@@ -253,7 +263,8 @@ class OverlapPair(NamedTuple):
         }
 
 
-class Overlap(NamedTuple):
+@dataclass(frozen=True)
+class Overlap:
     """How several readable paths overlap: the provenance fields that differ, the union of keys, each pair."""
 
     differing: tuple[str, ...]
@@ -273,7 +284,8 @@ class Overlap(NamedTuple):
         }
 
 
-class InspectReport(NamedTuple):
+@dataclass(frozen=True)
+class InspectReport:
     """One report per inspected path, in order, and their overlap when several are readable."""
 
     artifacts: tuple[PathReport, ...]
@@ -298,7 +310,8 @@ class InspectReport(NamedTuple):
         }
 
 
-class VerifyResult(NamedTuple):
+@dataclass(frozen=True)
+class VerifyResult:
     """One verified artifact or finding: ``ok``, ``fail`` (damaged, or a shard set that is not one whole run) or
     ``bad_input`` (a path that is not an artifact), with one line per problem."""
 
@@ -310,7 +323,8 @@ class VerifyResult(NamedTuple):
         return {"path": self.path, "status": self.status, "problems": list(self.problems)}
 
 
-class VerifyReport(NamedTuple):
+@dataclass(frozen=True)
+class VerifyReport:
     """Every result of one ``gencache verify``, in order."""
 
     results: tuple[VerifyResult, ...]
