@@ -52,20 +52,18 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
-    """Write ``buffers`` back to back at ``offset``: one ``pwritev`` unless it comes back short (a file-size limit,
-    the kernel's 2 GiB cap, a signal), then the rest."""
-    pending = [view for view in (memoryview(b).cast("B") for b in buffers) if view.nbytes]
+    """Write ``buffers`` (bytes or byte views) back to back at ``offset``: one ``pwritev`` unless it comes back short
+    (a file-size limit, the kernel's 2 GiB cap, a signal), then the rest."""
+    pending = list(buffers)
     while pending:
         written = os.pwritev(fd, pending[:_IOV_BATCH], offset)
         if written <= 0:
             raise OSError(errno.EIO, "write made no progress")
         offset += written
-        while written:
-            if written >= pending[0].nbytes:
-                written -= pending.pop(0).nbytes
-            else:
-                pending[0] = pending[0][written:]
-                written = 0
+        while pending and written >= len(pending[0]):
+            written -= len(pending.pop(0))
+        if written:
+            pending[0] = memoryview(pending[0]).cast("B")[written:]
 
 
 def umask() -> int:

@@ -17,8 +17,8 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -54,21 +54,30 @@ MAX_WRITE_BYTES = 8 * 1024 * 1024  # the largest piece of the header reservation
 _REASONS = frozenset(FINISH_REASONS)
 
 
-@contextmanager
-def _undone_on_failure(what: str, undo: Callable[[], None]) -> Iterator[None]:
-    """Run ``undo`` when the block raises anything (the exception of a Ctrl-C or SIGTERM handler included) and
-    re-raise; an ``OSError`` becomes the :class:`WriteError` that names ``what``."""
-    try:
-        yield
-    except BaseException as error:
-        undo()
+class _UndoneOnFailure:
+    """A block that runs ``undo`` when it raises anything (the exception of a Ctrl-C or SIGTERM handler included)
+    and re-raises; an ``OSError`` becomes the :class:`WriteError` that names ``what()``."""
+
+    def __init__(self, undo: Callable[[], None], what: Callable[[], str]) -> None:
+        self.undo, self.what = undo, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if error is None:
+            return
+        self.undo()
         if isinstance(error, OSError) and not isinstance(error, WriteError):
-            raise write_error(what, error) from error
-        raise
+            raise write_error(self.what(), error) from error
 
 
-def _as_view(sequence: object, where: str) -> memoryview:
-    """``sequence`` as a flat byte view of at least one int64 token; :class:`FormatError` names ``where``."""
+def _as_view(sequence: object, key: str, i: int) -> memoryview:
+    """``sequence`` as a flat byte view of at least one int64 token; :class:`FormatError` names the entry's ``i``-th
+    sequence."""
+    if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:  # what the engines append
+        return memoryview(sequence)
+    where = f"Entry {key} sequence {i}"
     try:
         view = memoryview(sequence)  # type: ignore[arg-type]
     except TypeError:
@@ -99,7 +108,7 @@ def _entry_fields(
     for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
         if isinstance(value, (str, bytes, bytearray, memoryview)):
             raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
-    buffers = [_as_view(sequence, f"Entry {key} sequence {i}") for i, sequence in enumerate(sequences)]
+    buffers = [_as_view(sequence, key, i) for i, sequence in enumerate(sequences)]
     texts, reasons = tuple(texts), tuple(finish_reasons)
     count = len(buffers)
     if not count:
@@ -112,6 +121,8 @@ def _entry_fields(
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
+        if text.isascii():  # O(1): an ASCII str always encodes
+            continue
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
@@ -152,7 +163,7 @@ class CacheWriter:
         except OSError as error:
             raise write_error(f"Creating {self.path}", error) from error
         self._created.append(self.path)
-        with _undone_on_failure(f"Reserving the header of {self.path}", self.abort):
+        with _UndoneOnFailure(self.abort, lambda: f"Reserving the header of {self.path}"):
             write_at(self._fd, [prefix], 0)
             spaces = HEADER_PADDING * min(header_capacity, MAX_WRITE_BYTES)
             for offset in range(0, header_capacity, len(spaces)):
@@ -189,11 +200,11 @@ class CacheWriter:
         if key in self._records:
             return self._re_add(key, buffers, tuple(fields))
         start = self._data_end
-        with _undone_on_failure(f"Appending entry {key} to {self.path}", lambda: self._rollback(start)):
+        with _UndoneOnFailure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
             fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
             write_at(self._fd, buffers, self._data_start + start)
         self._records[key] = (start, *fields)
-        self._data_end = start + sum(b.nbytes for b in buffers)
+        self._data_end = start + sum(map(len, buffers))
         return True
 
     def _re_add(self, key: str, buffers: Sequence[bytes | memoryview], fields: tuple[Any, ...]) -> bool:
@@ -226,7 +237,7 @@ class CacheWriter:
         self._require_open("finalize")
         if not isinstance(resolved_config, Mapping):
             raise FormatError("resolved_config must be a JSON object (a mapping).")
-        with _undone_on_failure(f"Finalizing {self.directory}", self.abort):
+        with _UndoneOnFailure(self.abort, lambda: f"Finalizing {self.directory}"):
             self._finalize(resolved_config, summary)
         self._state = "finalized"
 
@@ -372,7 +383,7 @@ class ArtifactBuild:
             self.output_dir.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise write_error(f"Creating {self.output_dir.parent}", error) from error
-        with _undone_on_failure(f"Creating a temporary directory beside {self.output_dir}", self._cleanup):
+        with _UndoneOnFailure(self._cleanup, lambda: f"Creating a temporary directory beside {self.output_dir}"):
             temp = self.output_dir.parent / temp_name(self.output_dir)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
             self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
