@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.phases import report_phase
 from gencache.core.errors import Stopped, StoppedRun
-from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides, name_origins
 from gencache.run.session import TeacherSession
 from gencache.run.sharding import Target
@@ -74,7 +73,6 @@ class RunResult:
     dry_run: DryRun | None = None
 
 
-@probe_scope()  # one hub probe for the run (hub ids come from the local cache when it fails)
 def generate_run(
     config_path: str | os.PathLike[str],
     *,
