@@ -14,11 +14,11 @@ import typer
 
 from gencache.cli import signals
 from gencache.cli.audit import audit_command
+from gencache.cli.console import printable
 from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
 from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import RayOptionCommand
 from gencache.core.errors import GencacheError, InputProblems, Stopped
-from gencache.core.quiet import printable
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -187,9 +187,9 @@ def generate(
     max_retries: _MaxRetriesOption = None,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
+    from gencache.cli.console import RunProgress
     from gencache.cli.generate import Notices, dry_run_output, echo_json, problems_json
     from gencache.core.errors import ConfigError, InputProblems
-    from gencache.core.progress import make_progress
     from gencache.run.api import generate as generate_cache
     from gencache.run.overrides import Overrides
 
@@ -204,7 +204,7 @@ def generate(
         options = ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries)
         options |= {"overrides": Overrides(tuple(set_ or ()), output_dir, limit), "shards": shards, "shard": shard}
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
-            generate_on_ray_command(config, ray or "", options, as_json=json_, notices=notices, progress=make_progress)
+            generate_on_ray_command(config, ray or "", options, as_json=json_, notices=notices, progress=RunProgress)
         return
     try:
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
@@ -219,7 +219,7 @@ def generate(
                 dry_run=dry_run or show_prompt is not None,
                 show_prompt=show_prompt,
                 notify=notices,
-                progress=make_progress,
+                progress=RunProgress,
             )
     except GencacheError as error:
         if not json_:

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gencache.core.quiet import one_line
+from gencache.cli.console import printable
 
 #: ``warn(text)``: where a Python warning goes while a block is active.
 WarningSink = Callable[[str], None]
@@ -99,7 +99,7 @@ def quiet_libraries(verbose: bool = False, warn: WarningSink | None = None) -> I
 
     def show(message: Warning | str, category: type[Warning], filename: str, *args: Any, **kwargs: Any) -> None:
         if warn is not None and (not quiet or _ours(filename)):
-            warn(one_line(message))
+            warn(printable(" ".join(str(message).split())))
 
     _ACTIVE.append(quiet)
     saved_show = warnings.showwarning

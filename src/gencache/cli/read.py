@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import typer
 
-from gencache.core.quiet import printable
+from gencache.cli.console import printable
 
 
 def _echo_json(value: Any) -> None:
@@ -31,8 +30,8 @@ def inspect_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = F
     if as_json:
         _echo_json(report.to_json())
     else:
+        from gencache.cli.console import make_console
         from gencache.cli.inspect_view import render_inspect
-        from gencache.core.progress import make_console
 
         render_inspect(report, make_console(), make_console(stderr=True))
     return report.exit_code
@@ -41,8 +40,8 @@ def inspect_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = F
 @contextmanager
 def _verify_bar(name: str, total: int) -> Iterator[Any]:
     """verify's progress bar for one large artifact, on a terminal."""
+    from gencache.cli.console import make_console
     from gencache.cli.render import verify_progress
-    from gencache.core.progress import make_console
 
     with verify_progress(make_console(stderr=True))(name, total) as advance:
         yield advance
@@ -52,9 +51,9 @@ def verify_command(dirs: Sequence[str | os.PathLike[str]], *, as_json: bool = Fa
     """Verify ``dirs``, print ``OK``/``FAIL`` lines (or JSON) on stdout; return verify's exit code (2 when a path
     is not an artifact, 1 on any problem)."""
     from gencache.artifact.report import verify_report
-    from gencache.core.progress import is_terminal
+    from gencache.cli.console import make_console
 
-    show_progress = is_terminal(sys.stderr) and not as_json
+    show_progress = make_console(stderr=True).is_terminal and not as_json
     report = verify_report(dirs, progress=_verify_bar if show_progress else None)
     if as_json:
         _echo_json(report.to_json())
