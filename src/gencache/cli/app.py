@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,7 +18,7 @@ from gencache.cli.console import printable
 from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
 from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import RayOptionCommand
-from gencache.core.errors import GencacheError, InputProblems, Stopped
+from gencache.core.errors import ConfigError, GencacheError, InputProblems, Stopped
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -167,7 +167,19 @@ _MaxRetriesOption = Annotated[
 ]
 
 
-@app.command(cls=RayOptionCommand)
+class _GenerateCommand(RayOptionCommand):
+    """The generate command, refusing ``--set PATH VALUE`` (a space for the ``=``) in one line that shows the
+    ``PATH=VALUE`` form, instead of the parser's "unexpected extra argument"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for position, token in enumerate(args[:-1]):
+            path, value = args[position + 1], args[position + 2 : position + 3]
+            if token == "--set" and "=" not in path and value and not value[0].startswith("-"):
+                raise ConfigError(f"--set takes PATH=VALUE as one argument: --set {path}={value[0]}.")
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_GenerateCommand)
 def generate(
     config: _ConfigArgument,
     set_: _SetOption = None,
@@ -189,7 +201,6 @@ def generate(
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.cli.console import RunProgress
     from gencache.cli.generate import Notices, dry_run_output, echo_json, problems_json
-    from gencache.core.errors import ConfigError, InputProblems
     from gencache.run.api import generate as generate_cache
     from gencache.run.overrides import Overrides
 
@@ -417,8 +428,8 @@ def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM.
 
     The command owns the signals while it runs (:func:`gencache.cli.signals.owned`; in the main thread): SIGINT,
-    SIGTERM and SIGHUP end it with one line saying what was published, and the handlers the caller had come back
-    afterwards, with a stop the command swallowed forgotten."""
+    SIGTERM and SIGHUP end it with one line saying what was published, and the caller's handlers come back
+    afterwards."""
     with signals.owned():
         return _run(argv)
 
@@ -430,11 +441,8 @@ def _run(argv: list[str] | None) -> int:
         from click import ClickException as CommandLineError  # type: ignore[assignment]
 
     try:
-        signals.raise_pending()  # a stop swallowed before the command (a library's bare except) ends it at once
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
-        signals.raise_pending()  # a stop a library swallowed on the way still ends the command with its line and code
     except Stopped as stop:  # SIGINT (130), SIGTERM or SIGHUP (143), at any moment of the command
-        signals.reported()
         typer.echo(printable(stop.message), err=True)
         return stop.exit_code
     except typer.Exit as exc:
