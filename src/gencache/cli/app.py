@@ -14,7 +14,7 @@ import typer
 
 from gencache.cli import signals
 from gencache.cli.audit import audit_command
-from gencache.cli.console import printable
+from gencache.cli.console import echo_json, make_console, printable
 from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
 from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import RayOptionCommand
@@ -27,6 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring's paragraphs flow instead of keeping its line breaks
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -44,9 +45,6 @@ def _root(
     ] = False,
 ) -> None:
     """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
-
-
-FLAG = ""  # shown instead of typer's "<bool>" for flags in --help
 
 
 _ConfigArgument = Annotated[
@@ -88,7 +86,6 @@ _SkipPublishedOption = Annotated[
     bool,
     typer.Option(
         "--skip-published",
-        metavar=FLAG,
         help="Exit 0 when this shard is already published, verifies and is of the same run.",
     ),
 ]
@@ -96,7 +93,6 @@ _DryRunOption = Annotated[
     bool,
     typer.Option(
         "--dry-run",
-        metavar=FLAG,
         help="Make every check generate makes before loading weights, report them and exit with generate's code.",
     ),
 ]
@@ -112,7 +108,6 @@ _RawOption = Annotated[
     bool,
     typer.Option(
         "--raw",
-        metavar=FLAG,
         help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
         "stdout (no report).",
     ),
@@ -122,7 +117,6 @@ _VerboseOption = Annotated[
     typer.Option(
         "--verbose",
         "-v",
-        metavar=FLAG,
         help="Let other libraries' log lines, warnings and progress bars (hub, datasets, vLLM) through.",
     ),
 ]
@@ -130,7 +124,6 @@ _JsonOption = Annotated[
     bool,
     typer.Option(
         "--json",
-        metavar=FLAG,
         help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout; "
         "with --ray: the run's summary per shard.",
     ),
@@ -200,7 +193,7 @@ def generate(
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.cli.console import RunProgress
-    from gencache.cli.generate import Notices, dry_run_output, echo_json, problems_json
+    from gencache.cli.generate import Notices, dry_run_output, problems_json
     from gencache.run.api import generate as generate_cache
     from gencache.run.overrides import Overrides
 
@@ -250,18 +243,20 @@ def inspect(
     dirs: Annotated[
         list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
     ],
-    as_json: Annotated[
-        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of tables.")
-    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
 ) -> None:
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
     and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
     not one whole run; 2 when a path is not an artifact at all)."""
-    from gencache.cli.read import inspect_command
+    from gencache.artifact.report import inspect_report
+    from gencache.cli.inspect_view import render_inspect
 
-    code = inspect_command(dirs, as_json=as_json)
-    if code:
-        raise typer.Exit(code)
+    report = inspect_report(dirs)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        render_inspect(report, make_console(), make_console(stderr=True))
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
@@ -269,17 +264,21 @@ def verify(
     dirs: Annotated[
         list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
     ],
-    as_json: Annotated[
-        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of lines.")
-    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of lines.")] = False,
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    from gencache.cli.read import verify_command
+    from gencache.artifact.report import verify_report
+    from gencache.cli.render import verify_progress
 
-    code = verify_command(dirs, as_json=as_json)
-    if code:
-        raise typer.Exit(code)
+    stderr = make_console(stderr=True)
+    report = verify_report(dirs, progress=verify_progress(stderr) if stderr.is_terminal and not as_json else None)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        for line in report.lines():
+            typer.echo(printable(line))
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
@@ -298,7 +297,6 @@ def export(
         bool,
         typer.Option(
             "--no-prompts",
-            metavar=FLAG,
             help="Leave the prompts out (no tokenizer loaded); the join fields still come from the datasets when "
             "they can be read.",
         ),
@@ -410,18 +408,6 @@ def init(
 app.command(name="audit")(audit_command)
 app.command(name="score")(score_command)
 app.command(name="report")(report_command)
-
-
-def _flowed(text: str) -> str:
-    """``text`` with each paragraph on one line: typer's rich help keeps a docstring's line breaks, which the
-    console's own wrapping then breaks again mid-sentence."""
-    return "\n\n".join(" ".join(paragraph.split()) for paragraph in text.strip().split("\n\n"))
-
-
-for _info in app.registered_commands:  # every command's help, in the command list and on its own page
-    _doc = _info.help or (_info.callback.__doc__ if _info.callback is not None else None)
-    if isinstance(_doc, str):
-        _info.help = _flowed(_doc)
 
 
 def run(argv: list[str] | None = None) -> int:

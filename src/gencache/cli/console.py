@@ -3,12 +3,14 @@ for a terminal."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import IO
+from typing import IO, Any
 
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -28,6 +30,11 @@ def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Consol
 def printable(text: str) -> str:
     """``text`` with anything the terminal cannot encode (lone surrogates from a damaged file) escaped."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def echo_json(value: Any) -> None:
+    """``value`` as indented JSON on stdout."""
+    typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))
 
 
 def duration(seconds: float | None) -> str:

@@ -5,12 +5,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import typer
 
-from gencache.cli.console import printable
+from gencache.cli.console import echo_json, printable
 from gencache.core.errors import GencacheError
 
 
@@ -81,8 +80,3 @@ def raw_prompt(sample: Any, index: int) -> dict[str, Any]:
         "prompt": sample.prompt_text,
         "input_ids": None if sample.input_ids is None else list(sample.input_ids),
     }
-
-
-def echo_json(value: Any) -> None:
-    """``value`` as indented JSON on stdout."""
-    typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))
