@@ -188,14 +188,14 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
         hf_hub_download(value, "config.json", revision=revision)
     except LocalEntryNotFoundError:
         at = f" at revision {revision!r}" if revision else ""
-        hint = (
-            "download it with the hub reachable (HF_HUB_OFFLINE is set)"
+        why, hint = (
+            ("HF_HUB_OFFLINE is set", "download it with the hub reachable")
             if constants.HF_HUB_OFFLINE
-            else "set HF_HUB_OFFLINE=1 if it is in a local cache elsewhere (HF_HOME)"
+            else ("the hub cannot be reached", "set HF_HUB_OFFLINE=1 if it is in a local cache elsewhere (HF_HOME)")
         )
         raise ConfigError(
-            f"{field_name} {value!r}{at} is a hub id, but the hub cannot be reached and it is not in the local hub "
-            f"cache; {hint}, or give a local path."
+            f"{field_name} {value!r}{at} is a hub id, but {why} and it is not in the local hub cache; {hint}, or "
+            "give a local path."
         ) from None
     except EntryNotFoundError:  # a repository without config.json (a tokenizer's): its load says what it misses
         pass
