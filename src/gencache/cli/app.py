@@ -27,7 +27,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",  # a docstring's paragraphs flow instead of keeping its line breaks
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -408,6 +407,13 @@ def init(
 app.command(name="audit")(audit_command)
 app.command(name="score")(score_command)
 app.command(name="report")(report_command)
+
+
+for _info in app.registered_commands:  # typer's rich help keeps a docstring's line breaks, which the console's own
+    # wrapping then breaks again mid-sentence: each paragraph on one line instead
+    _doc = _info.help or (_info.callback.__doc__ if _info.callback is not None else None)
+    if isinstance(_doc, str):
+        _info.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in _doc.strip().split("\n\n"))
 
 
 def run(argv: list[str] | None = None) -> int:
