@@ -39,6 +39,12 @@ def test_neither_pad_nor_eos_is_an_error(golden_tokenizer: Any) -> None:
         prepare_tokenizer(tok)
 
 
-def test_a_state_of_what_is_not_a_tokenizer_is_an_error() -> None:
+def test_state_from_a_mapping_and_bad_inputs() -> None:
+    state = {"padding_side": "left", "pad_token_id": 0, "eos_token_id": None}
+    assert tokenizer_state(state) == state
+    with pytest.raises(ConfigError, match="missing eos_token_id"):
+        tokenizer_state({"padding_side": "left", "pad_token_id": 0})
+    with pytest.raises(ConfigError, match="integer or null"):
+        tokenizer_state({"padding_side": "left", "pad_token_id": True, "eos_token_id": 1})
     with pytest.raises(ConfigError, match="Expected a tokenizer"):
-        tokenizer_state("Qwen/Qwen3-8B")
+        tokenizer_state(None)
