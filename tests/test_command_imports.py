@@ -1,6 +1,6 @@
 """What each model-free command imports, in a fresh process per command: `inspect`, `verify`, `clean`, `export`
-(JSON Lines and parquet, without prompts), every command's `--help` and the reader's byte checks load neither
-torch, transformers nor datasets; a reader imports torch only when it builds its first tensor."""
+(JSON Lines and parquet, without prompts), every command's `--help` and the reader's byte checks load none of torch,
+transformers, datasets, ray, vllm and matplotlib; a reader imports torch only when it builds its first tensor."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from support.storage_helpers import make_entries, write_artifact, write_shard
 from support.terminal_env import FORCED_COLOUR_ENV, without_terminal
 
-HEAVY = ("torch", "transformers", "datasets", "ray")
+HEAVY = ("torch", "transformers", "datasets", "ray", "vllm", "matplotlib")
 COMMANDS = ("generate", "inspect", "verify", "export", "clean", "demo", "init", "audit", "score", "report")
 
 

@@ -529,11 +529,10 @@ class _Clock:
 def test_plain_progress_prints_periodic_lines_with_rate_and_eta() -> None:
     import io
 
-    from gencache.core.progress import PlainProgress, Progress
+    from gencache.cli.console import RunProgress
 
     clock, stream = _Clock(), io.StringIO()
-    progress = PlainProgress(10, stream=stream, interval=10.0, clock=clock)
-    assert isinstance(progress, Progress)
+    progress = RunProgress(10, stream=stream, interval=10.0, clock=clock, live=False)
     progress.start(10)
     clock.now += 4
     progress.advance(1, 40)  # within the interval: no line
@@ -550,23 +549,23 @@ def test_plain_progress_prints_periodic_lines_with_rate_and_eta() -> None:
     assert "6/10 samples (60.0%), 210 tokens" in lines[2]
 
 
-def test_make_progress_picks_plain_lines_off_a_terminal_and_rich_when_asked() -> None:
+def test_run_progress_draws_plain_lines_off_a_terminal_and_a_rich_bar_when_live() -> None:
     import io
 
-    from gencache.core.progress import PlainProgress, RichProgress, format_duration, make_progress
+    from gencache.cli.console import RunProgress, duration
 
-    assert isinstance(make_progress(3, stream=io.StringIO()), PlainProgress)
+    assert not RunProgress(3, stream=io.StringIO()).live
     stream = io.StringIO()
     clock = _Clock()
-    with make_progress(3, stream=stream, live=True, clock=clock) as progress:
-        assert isinstance(progress, RichProgress)
-        progress.start(3)
-        clock.now += 2
-        progress.advance(3, 30)
+    progress = RunProgress(3, stream=stream, live=True, clock=clock)
+    progress.start(3)
+    clock.now += 2
+    progress.advance(3, 30)
+    progress.close()
     output = stream.getvalue()
     assert "3/3 samples" in output and "30 tokens" in output and "15.0 tok/s" in output
-    assert format_duration(3725.4) == "1:02:05"
-    assert format_duration(None) == "-:--:--"
+    assert duration(3725.4) == "1:02:05"
+    assert duration(None) == "-:--:--"
 
 
 def test_device_auto_places_the_teacher_through_accelerate(tiny_teacher_dir: Path) -> None:

@@ -252,7 +252,7 @@ def test_a_shard_set_routes_each_key_to_its_shard(tmp_path: Path) -> None:
 
 
 def test_inspect_of_a_shard_set_details_every_shard_and_keeps_whole_paths(tmp_path: Path) -> None:
-    from gencache.core.progress import make_console
+    from gencache.cli.console import make_console
 
     entries = make_entries(9)
     base = tmp_path / ("a-long-output-directory-name-" * 3)

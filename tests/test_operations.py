@@ -425,11 +425,12 @@ def test_a_surrogate_escape_in_a_manifest_is_a_printable_fail(tmp_path: Path, wh
 def test_the_progress_of_a_sharded_run_counts_the_whole_run_and_names_the_shard() -> None:
     import io
 
-    from gencache.core.progress import PlainProgress, StagedProgress
+    from gencache.cli.console import RunProgress
+    from gencache.core.progress import StagedProgress
 
     stream = io.StringIO()
     now = [0.0]
-    bar = StagedProgress(PlainProgress(0, stream=stream, interval=0, clock=lambda: now[0]), 10)
+    bar = StagedProgress(RunProgress(0, stream=stream, interval=0, clock=lambda: now[0], live=False), 10)
     bar.stage("shard 1/2")
     bar.start(4)  # the engine starts each shard with that shard's prompt count
     for _ in range(4):

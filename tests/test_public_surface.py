@@ -118,16 +118,17 @@ def test_the_top_level_exports_exactly_the_written_names() -> None:
     assert all(getattr(gencache, name) is not None for name in TOP_LEVEL)
 
 
-def test_every_error_the_readme_names_is_exported_at_the_top() -> None:
+def test_every_error_the_readme_and_the_format_page_name_is_exported_at_the_top() -> None:
     import builtins
 
     from gencache.core import errors
 
-    named = set(re.findall(r"\b([A-Z]\w*Error)\b", (ROOT / "README.md").read_text(encoding="utf-8")))
+    pages = "".join((ROOT / page).read_text(encoding="utf-8") for page in ("README.md", "docs/format.md"))
+    named = set(re.findall(r"\b([A-Z]\w*Error)\b", pages))
     ours = {name for name in named if not hasattr(builtins, name)}
     assert {"IntegrityError", "MissingEntriesError"} <= ours
     for name in sorted(ours):
-        assert name in gencache.__all__, f"the README names {name}: export it from gencache"
+        assert name in gencache.__all__, f"the docs name {name}: export it from gencache"
         assert getattr(gencache, name) is getattr(errors, name)
 
 

@@ -3,7 +3,7 @@
 The Python API prints nothing without a callback; the command line shows only gencache's lines unless
 ``--verbose``; SIGINT (130) and SIGTERM (143) while the command's modules import, while it checks, loads or
 generates, just after the continuous engine publishes, or after the run has returned, end the process with one
-line saying what was published, never a traceback (a stop a library swallowed: tests/test_cli_signals.py).
+line saying what was published, never a traceback.
 """
 
 from __future__ import annotations

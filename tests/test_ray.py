@@ -19,7 +19,7 @@ import pytest
 
 from gencache.artifact.names import shard_dir_name
 from gencache.cli.app import run as cli_run
-from gencache.core.progress import PlainProgress
+from gencache.cli.console import RunProgress
 from gencache.run.overrides import Overrides
 from gencache.run.pipeline import generate_run
 from gencache.run.ray_driver import generate_on_ray
@@ -82,7 +82,7 @@ def test_ray_base_equals_one_process_and_unsharded(
             address=ray_cluster,
             shards=SHARDS,
             workers=2,
-            progress=lambda total: PlainProgress(total, stream=shown, interval=0.0),
+            progress=lambda total: RunProgress(total, stream=shown, interval=0.0, live=False),
         )
         assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
         assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]

@@ -8,17 +8,17 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from gencache.cli import signals
 from gencache.cli.audit import audit_command
+from gencache.cli.console import echo_json, make_console, printable
 from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
 from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import RayOptionCommand
-from gencache.core.errors import GencacheError, InputProblems, Stopped
-from gencache.core.quiet import printable
+from gencache.core.errors import ConfigError, GencacheError, InputProblems, Stopped
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -44,9 +44,6 @@ def _root(
     ] = False,
 ) -> None:
     """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
-
-
-FLAG = ""  # shown instead of typer's "<bool>" for flags in --help
 
 
 _ConfigArgument = Annotated[
@@ -88,7 +85,6 @@ _SkipPublishedOption = Annotated[
     bool,
     typer.Option(
         "--skip-published",
-        metavar=FLAG,
         help="Exit 0 when this shard is already published, verifies and is of the same run.",
     ),
 ]
@@ -96,7 +92,6 @@ _DryRunOption = Annotated[
     bool,
     typer.Option(
         "--dry-run",
-        metavar=FLAG,
         help="Make every check generate makes before loading weights, report them and exit with generate's code.",
     ),
 ]
@@ -112,7 +107,6 @@ _RawOption = Annotated[
     bool,
     typer.Option(
         "--raw",
-        metavar=FLAG,
         help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
         "stdout (no report).",
     ),
@@ -122,7 +116,6 @@ _VerboseOption = Annotated[
     typer.Option(
         "--verbose",
         "-v",
-        metavar=FLAG,
         help="Let other libraries' log lines, warnings and progress bars (hub, datasets, vLLM) through.",
     ),
 ]
@@ -130,7 +123,6 @@ _JsonOption = Annotated[
     bool,
     typer.Option(
         "--json",
-        metavar=FLAG,
         help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout; "
         "with --ray: the run's summary per shard.",
     ),
@@ -167,7 +159,19 @@ _MaxRetriesOption = Annotated[
 ]
 
 
-@app.command(cls=RayOptionCommand)
+class _GenerateCommand(RayOptionCommand):
+    """The generate command, refusing ``--set PATH VALUE`` (a space for the ``=``) in one line that shows the
+    ``PATH=VALUE`` form, instead of the parser's "unexpected extra argument"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for position, token in enumerate(args[:-1]):
+            path, value = args[position + 1], args[position + 2 : position + 3]
+            if token == "--set" and "=" not in path and value and not value[0].startswith("-"):
+                raise ConfigError(f"--set takes PATH=VALUE as one argument: --set {path}={value[0]}.")
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_GenerateCommand)
 def generate(
     config: _ConfigArgument,
     set_: _SetOption = None,
@@ -187,9 +191,8 @@ def generate(
     max_retries: _MaxRetriesOption = None,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
-    from gencache.cli.generate import Notices, dry_run_output, echo_json, problems_json
-    from gencache.core.errors import ConfigError, InputProblems
-    from gencache.core.progress import make_progress
+    from gencache.cli.console import RunProgress
+    from gencache.cli.generate import Notices, dry_run_output, problems_json
     from gencache.run.api import generate as generate_cache
     from gencache.run.overrides import Overrides
 
@@ -204,7 +207,7 @@ def generate(
         options = ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries)
         options |= {"overrides": Overrides(tuple(set_ or ()), output_dir, limit), "shards": shards, "shard": shard}
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
-            generate_on_ray_command(config, ray or "", options, as_json=json_, notices=notices, progress=make_progress)
+            generate_on_ray_command(config, ray or "", options, as_json=json_, notices=notices, progress=RunProgress)
         return
     try:
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
@@ -219,7 +222,7 @@ def generate(
                 dry_run=dry_run or show_prompt is not None,
                 show_prompt=show_prompt,
                 notify=notices,
-                progress=make_progress,
+                progress=RunProgress,
             )
     except GencacheError as error:
         if not json_:
@@ -239,18 +242,20 @@ def inspect(
     dirs: Annotated[
         list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
     ],
-    as_json: Annotated[
-        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of tables.")
-    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
 ) -> None:
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
     and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
     not one whole run; 2 when a path is not an artifact at all)."""
-    from gencache.cli.read import inspect_command
+    from gencache.artifact.report import inspect_report
+    from gencache.cli.inspect_view import render_inspect
 
-    code = inspect_command(dirs, as_json=as_json)
-    if code:
-        raise typer.Exit(code)
+    report = inspect_report(dirs)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        render_inspect(report, make_console(), make_console(stderr=True))
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
@@ -258,17 +263,21 @@ def verify(
     dirs: Annotated[
         list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
     ],
-    as_json: Annotated[
-        bool, typer.Option("--json", metavar=FLAG, help="Print a JSON report instead of lines.")
-    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of lines.")] = False,
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    from gencache.cli.read import verify_command
+    from gencache.artifact.report import verify_report
+    from gencache.cli.render import verify_progress
 
-    code = verify_command(dirs, as_json=as_json)
-    if code:
-        raise typer.Exit(code)
+    stderr = make_console(stderr=True)
+    report = verify_report(dirs, progress=verify_progress(stderr) if stderr.is_terminal and not as_json else None)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        for line in report.lines():
+            typer.echo(printable(line))
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
@@ -287,7 +296,6 @@ def export(
         bool,
         typer.Option(
             "--no-prompts",
-            metavar=FLAG,
             help="Leave the prompts out (no tokenizer loaded); the join fields still come from the datasets when "
             "they can be read.",
         ),
@@ -401,24 +409,19 @@ app.command(name="score")(score_command)
 app.command(name="report")(report_command)
 
 
-def _flowed(text: str) -> str:
-    """``text`` with each paragraph on one line: typer's rich help keeps a docstring's line breaks, which the
-    console's own wrapping then breaks again mid-sentence."""
-    return "\n\n".join(" ".join(paragraph.split()) for paragraph in text.strip().split("\n\n"))
-
-
-for _info in app.registered_commands:  # every command's help, in the command list and on its own page
+for _info in app.registered_commands:  # typer's rich help keeps a docstring's line breaks, which the console's own
+    # wrapping then breaks again mid-sentence: each paragraph on one line instead
     _doc = _info.help or (_info.callback.__doc__ if _info.callback is not None else None)
     if isinstance(_doc, str):
-        _info.help = _flowed(_doc)
+        _info.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in _doc.strip().split("\n\n"))
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM.
 
     The command owns the signals while it runs (:func:`gencache.cli.signals.owned`; in the main thread): SIGINT,
-    SIGTERM and SIGHUP end it with one line saying what was published, and the handlers the caller had come back
-    afterwards, with a stop the command swallowed forgotten."""
+    SIGTERM and SIGHUP end it with one line saying what was published, and the caller's handlers come back
+    afterwards."""
     with signals.owned():
         return _run(argv)
 
@@ -430,11 +433,8 @@ def _run(argv: list[str] | None) -> int:
         from click import ClickException as CommandLineError  # type: ignore[assignment]
 
     try:
-        signals.raise_pending()  # a stop swallowed before the command (a library's bare except) ends it at once
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
-        signals.raise_pending()  # a stop a library swallowed on the way still ends the command with its line and code
     except Stopped as stop:  # SIGINT (130), SIGTERM or SIGHUP (143), at any moment of the command
-        signals.reported()
         typer.echo(printable(stop.message), err=True)
         return stop.exit_code
     except typer.Exit as exc:

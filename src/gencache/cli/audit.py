@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -75,11 +74,10 @@ def audit_command(
     """Regenerate stored answers one prompt at a time and compare them token for token with the cache (exit 0 when
     every audited key is equal, 1 when any differs, 2 for bad input). Nothing is written into the artifact."""
     from gencache.artifact.report import classify_path
+    from gencache.cli.console import RunProgress, make_console, printable
     from gencache.cli.quiet import quiet_libraries
     from gencache.cli.render import render_audit
     from gencache.config.names import ALL_ENGINES, DTYPES
-    from gencache.core.progress import is_terminal, make_console, make_progress
-    from gencache.core.quiet import printable
     from gencache.run.audit import audit
 
     not_artifact = classify_path(artifact)
@@ -93,7 +91,7 @@ def audit_command(
         raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
     target = _report_path(report, artifact) if report is not None else None
     given = [key.strip() for text in keys or () for key in text.split(",") if key.strip()] if keys else None
-    show_progress = is_terminal(sys.stderr) and not as_json
+    show_progress = make_console(stderr=True).is_terminal and not as_json
     with quiet_libraries(verbose):
         result = audit(
             artifact,
@@ -105,7 +103,7 @@ def audit_command(
             model_path=model,
             device=device,
             dtype=dtype,
-            progress=make_progress if show_progress else None,
+            progress=RunProgress if show_progress else None,
         )
     document = json.dumps(result.to_json(), indent=2, ensure_ascii=False, sort_keys=True)
     if target is not None:  # never half a report

@@ -5,13 +5,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import typer
 
+from gencache.cli.console import echo_json, printable
 from gencache.core.errors import GencacheError
-from gencache.core.quiet import printable
 
 
 class Notices:
@@ -23,7 +22,7 @@ class Notices:
 
     def console(self) -> Any:
         if self._console is None:
-            from gencache.core.progress import make_console
+            from gencache.cli.console import make_console
 
             self._console = make_console(stderr=True)
         return self._console
@@ -46,8 +45,8 @@ def problems_json(code: int, problems: list[Any] | None, error: GencacheError | 
 def dry_run_output(result: Any, *, raw: bool, as_json: bool) -> None:
     """The dry run's report (or its JSON, or the raw prompt) on stdout, so that ``> file`` keeps it; one ``error:``
     line per problem, and how many, on stderr with every other message."""
+    from gencache.cli.console import make_console
     from gencache.cli.render import render_dry_run
-    from gencache.core.progress import make_console
 
     found = result.preflight
     if as_json:
@@ -81,8 +80,3 @@ def raw_prompt(sample: Any, index: int) -> dict[str, Any]:
         "prompt": sample.prompt_text,
         "input_ids": None if sample.input_ids is None else list(sample.input_ids),
     }
-
-
-def echo_json(value: Any) -> None:
-    """``value`` as indented JSON on stdout."""
-    typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))

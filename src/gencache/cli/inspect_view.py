@@ -2,8 +2,8 @@
 table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several paths.
 
 Every recorded value is shown as it is (rich :class:`~rich.text.Text`, never parsed as markup or emoji). The
-consoles of :func:`gencache.core.progress.make_console` decide the look: on a terminal tables fit its width and are
-coloured; to a pipe or a file they are plain text, :data:`~gencache.core.progress.PIPE_WIDTH` wide so no column is
+consoles of :func:`gencache.cli.console.make_console` decide the look: on a terminal tables fit its width and are
+coloured; to a pipe or a file they are plain text, :data:`~gencache.cli.console.PIPE_WIDTH` wide so no column is
 cut, without colour codes (unless the environment forces colours).
 """
 

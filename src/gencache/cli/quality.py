@@ -104,9 +104,8 @@ def score_command(
     """Score every stored answer against its sample's reference (exact match, token F1, contains) and print the
     means per data config and finish reason. Works from the artifact alone (the references come from the samples
     rebuilt from the recorded sources); nothing is written into the artifact."""
+    from gencache.cli.console import make_console, printable
     from gencache.cli.quiet import quiet_libraries
-    from gencache.core.progress import make_console
-    from gencache.core.quiet import printable
     from gencache.run.score import score
 
     _check_artifact(artifact)

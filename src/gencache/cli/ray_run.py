@@ -66,7 +66,7 @@ def generate_on_ray_command(
     config: Any, ray: str, options: dict[str, Any], *, as_json: bool, notices: Any, progress: Any
 ) -> None:
     """Run on Ray and print the shard base (or ``--json``'s summary); ``options`` are the library's keywords."""
-    from gencache.cli.generate import echo_json
+    from gencache.cli.console import echo_json
     from gencache.run.ray_driver import generate_on_ray
 
     with contextlib.redirect_stdout(sys.stderr):  # Ray prints its workers' deaths on stdout: keep it for results

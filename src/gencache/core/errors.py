@@ -26,9 +26,8 @@ class GencacheError(Exception):
 
 
 def reworded(error: E, message: str) -> E:
-    """``error`` with ``message`` instead of its own: the same type and attributes (a missing column's ``field``,
-    a check's ``problem``), chained to ``error``. How a caller that adds where an error happened (a data config's
-    index, a plug-in's name) re-raises it, so what it carries as data survives."""
+    """``error`` with ``message`` instead of its own, of the same type and attributes (a missing column's
+    ``field``, a check's ``problem``), chained to ``error``: what a caller that adds where an error happened raises."""
     new = type(error)(message)
     new.__dict__.update(error.__dict__)
     new.__cause__ = error
@@ -98,10 +97,8 @@ class InputPathError(GencacheError, FileNotFoundError):
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem a check found: the check's name, where it is (a config field such as
-    ``data_configs[1].data_kwargs.query``, or a command-line option), the error itself and, for a problem of the
-    config, where the faulty value came from (the config file, or the ``--set``, ``--output-dir`` or ``--limit``
-    that gave it)."""
+    """One problem a check found: the check, where it is (a config field such as ``data_configs[1].source``, or an
+    option), the error and, for a config value, where it came from (the file, or the ``--set`` that gave it)."""
 
     check: str
     location: str
@@ -170,9 +167,8 @@ STOP_CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
 
 @dataclass(frozen=True)
 class StoppedRun:
-    """Where a generation run stood when a stop reached it: the directories it had published (renamed into place,
-    complete), the one it was generating (``None`` between artifacts), whether its teacher had started
-    generating, and whether targets were left to generate."""
+    """Where a run stood when a stop reached it: the directories it had published, the one it was generating
+    (``None`` between artifacts), whether its teacher had started, and whether targets were left."""
 
     published: tuple[str, ...] = ()
     generating: str | None = None

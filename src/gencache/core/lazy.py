@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (``gencache`` imports this module)
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
@@ -17,8 +15,6 @@ def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        import importlib
-
         value = getattr(importlib.import_module(module), name)
         setattr(sys.modules[package], name, value)
         return value

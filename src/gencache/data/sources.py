@@ -164,23 +164,16 @@ def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
 
-    from gencache.core import hub
-
     local = os.path.isdir(hub_id)
-    with hub.probe_scope():  # a quick probe: the local cache (for this load) instead of a minute of retries
-        state = None if local else hub.hub_state()
-        try:
-            with hub.datasets_offline(state):
-                table = datasets.load_dataset(hub_id, config, split=split)
-        except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
-            first = first_line(exc)
-            if state is not None and not state.online:
-                raise hub.dataset_unavailable(label, hub_id, first, hint) from None
-            where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
-            raise DatasetError(
-                f"could not load {label} from the hub dataset {where}: {first}{hint}; "
-                "set source to a local copy (a directory laid out by split, or one file) or make the hub reachable."
-            ) from None
+    try:  # offline mode (HF_HUB_OFFLINE) and an unreachable hub's fall-back to the local cache are datasets' own
+        table = datasets.load_dataset(hub_id, config, split=split)
+    except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
+        where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
+        raise DatasetError(
+            f"could not load {label} from the hub dataset {where}: {first_line(exc)}{hint}; set source to a local "
+            "copy (a directory laid out by split, or one file), make the hub reachable, or set HF_HUB_OFFLINE=1 if "
+            "it is in a local cache (HF_HOME)."
+        ) from None
     kind = "dataset directory" if local else "hub dataset"
     where = f"{kind} {hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
     register_origin(table, TableOrigin(what=where))

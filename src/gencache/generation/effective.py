@@ -32,7 +32,6 @@ from gencache.config.generation import (
 from gencache.config.messages import join_problems
 from gencache.core.canonical import is_int
 from gencache.core.errors import ConfigError, first_line
-from gencache.core.hub import pretrained_kwargs
 from gencache.generation import teacher
 from gencache.generation.teacher_files import read_json_file
 
@@ -115,7 +114,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             model_path,
             "generation_config.json",
             _raise_exceptions_for_missing_entries=False,
-            **pretrained_kwargs(model_path, revision),
+            revision=revision,
         )
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
@@ -127,7 +126,7 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             )
     else:
         try:
-            model_config = hf.AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
+            model_config = hf.AutoConfig.from_pretrained(model_path, revision=revision)
             data = hf.GenerationConfig.from_model_config(model_config).to_dict()
         except Exception as exc:
             raise ConfigError(f"Cannot read the teacher's config.json from {where}: {first_line(exc)}") from exc

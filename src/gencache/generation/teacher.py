@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.fields import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
-from gencache.core.hub import pretrained_kwargs
 from gencache.core.tokenizer import prepare_tokenizer
 
 if TYPE_CHECKING:
@@ -33,7 +32,7 @@ def hf() -> Any:
 def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained`` then :func:`prepare_tokenizer` (left padding, pad falls back to EOS)."""
     try:
-        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, **pretrained_kwargs(tokenizer_path, revision))
+        tokenizer = hf().AutoTokenizer.from_pretrained(tokenizer_path, revision=revision)
     except Exception as exc:
         raise ConfigError(
             f"model.tokenizer_path: cannot load a tokenizer from {tokenizer_path!r}"
@@ -58,7 +57,7 @@ def import_model_code(model_path: str, *, revision: str | None = None) -> None:
     import torch  # noqa: F401  (the first import of torch is part of what this takes)
 
     try:
-        config = hf().AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
+        config = hf().AutoConfig.from_pretrained(model_path, revision=revision)
         mapping: Any = importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING
         mapping[type(config)]  # imports the architecture's modeling module
     except Exception:  # the load says what is wrong, with the teacher named
@@ -105,7 +104,7 @@ def load_teacher(
     kwargs: dict[str, Any] = {
         "dtype": torch_dtype(dtype),
         "low_cpu_mem_usage": True,
-        **pretrained_kwargs(model_path, revision),
+        "revision": revision,
     }
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.core.hub import probe_scope
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
@@ -250,7 +249,6 @@ def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
     return KeyAudit(key, tuple(sequences))
 
 
-@probe_scope()  # one hub probe for the audit (hub ids come from the local cache when it fails)
 def audit(
     path: str | os.PathLike[str],
     *,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gencache.core.errors import ConfigError, GencacheError, ShardError, reworded
+from gencache.core.errors import ConfigError, GencacheError, ShardError, first_line, reworded
 from gencache.run import check_kinds as kinds
 
 if TYPE_CHECKING:
@@ -166,8 +166,10 @@ def check_engine_package(engine: str) -> str:
 def check_model_location(field_name: str, value: str, revision: str | None) -> str:
     """A local model or tokenizer directory exists (with ``config.json`` for a model); a hub id is reachable or
     cached; every JSON file of a local directory parses. Returns a description."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+
     from gencache.config.paths import looks_like_path
-    from gencache.core import hub
     from gencache.generation.teacher_files import check_json_files
 
     path = Path(value).expanduser()
@@ -182,9 +184,24 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
         raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
     if looks_like_path(value):
         raise ConfigError(f"{field_name} {path.absolute()} does not exist; fix the path or give a hub id.")
-    hub.require_model_id(field_name, value, revision)
-    state = hub.hub_state()
-    return f"hub id {value}" + ("" if state.online else " (from the local cache, offline)")
+    try:  # huggingface_hub's offline mode, timeouts and fall-back to its local cache when the hub is unreachable
+        hf_hub_download(value, "config.json", revision=revision)
+    except LocalEntryNotFoundError:
+        at = f" at revision {revision!r}" if revision else ""
+        why, hint = (
+            ("HF_HUB_OFFLINE is set", "download it with the hub reachable")
+            if constants.HF_HUB_OFFLINE
+            else ("the hub cannot be reached", "set HF_HUB_OFFLINE=1 if it is in a local cache elsewhere (HF_HOME)")
+        )
+        raise ConfigError(
+            f"{field_name} {value!r}{at} is a hub id, but {why} and it is not in the local hub cache; {hint}, or "
+            "give a local path."
+        ) from None
+    except EntryNotFoundError:  # a repository without config.json (a tokenizer's): its load says what it misses
+        pass
+    except (HfHubHTTPError, ValueError) as error:  # no such repository or revision, gated, an invalid id
+        raise ConfigError(f"{field_name} {value!r}: {first_line(error)}") from None
+    return f"hub id {value}"
 
 
 def _named(index: int, error: GencacheError) -> GencacheError:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import Stopped, StoppedRun
-from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides, name_origins
 from gencache.run.session import TeacherSession
 from gencache.run.sharding import Target
@@ -73,7 +72,6 @@ class RunResult:
     dry_run: DryRun | None = None
 
 
-@probe_scope()  # one hub probe for the run (hub ids come from the local cache when it fails)
 def generate_run(
     config_path: str | os.PathLike[str],
     *,

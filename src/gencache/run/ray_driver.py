@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, GencacheError, GenerationError, raise_problems
-from gencache.core.hub import probe_scope
 from gencache.run.overrides import Overrides
 from gencache.run.ray_cluster import SHARDS_PER_WORKER
 from gencache.run.targets import plan_run, reshard
@@ -135,7 +134,6 @@ def _quiet(level: str, text: str) -> None:
     """The default ``notify``: library callers get results, not output."""
 
 
-@probe_scope()  # one hub probe for the driver's checks, as for a run in one process
 def generate_on_ray(
     config_path: str | os.PathLike[str],
     *,

@@ -183,17 +183,15 @@ class ShardWorker:
 
     def _open(self) -> TeacherSession:
         """The run's checks for the shards not yet published, and the teacher loaded (as ``--shards N`` does)."""
-        from gencache.core.hub import probe_scope
         from gencache.run.checks import preflight
         from gencache.run.session import TeacherSession
 
-        with probe_scope():  # one hub probe for the checks and the load, as in one process
-            plan = self._plan()
-            found = preflight(plan.config, plan.pending, plan.targets[0].shard, {})
-            inputs = found.run_inputs()
-            self.targets = {t.shard.index: t for t in found.targets if t.shard is not None}
-            session = TeacherSession(
-                plan.config, plan.config_json, plan.digest, self.spec.overrides, inputs, launch=self.spec.launch
-            )
-            session.load()
+        plan = self._plan()
+        found = preflight(plan.config, plan.pending, plan.targets[0].shard, {})
+        inputs = found.run_inputs()
+        self.targets = {t.shard.index: t for t in found.targets if t.shard is not None}
+        session = TeacherSession(
+            plan.config, plan.config_json, plan.digest, self.spec.overrides, inputs, launch=self.spec.launch
+        )
+        session.load()
         return session

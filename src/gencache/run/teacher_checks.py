@@ -67,7 +67,6 @@ def read_teacher_config(model_path: str, revision: str | None) -> Any:
     from transformers import AutoConfig
     from transformers.utils.hub import cached_file
 
-    from gencache.core.hub import pretrained_kwargs
     from gencache.generation.teacher_files import read_json_file
 
     try:
@@ -75,11 +74,11 @@ def read_teacher_config(model_path: str, revision: str | None) -> Any:
             model_path,
             "config.json",
             _raise_exceptions_for_missing_entries=False,
-            **pretrained_kwargs(model_path, revision),
+            revision=revision,
         )
         if path is not None:
             read_json_file(path)
-        return AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision))
+        return AutoConfig.from_pretrained(model_path, revision=revision)
     except ConfigError:
         raise
     except Exception as error:

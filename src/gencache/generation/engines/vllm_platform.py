@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gencache.core.errors import GenerationError
-from gencache.core.hub import pretrained_kwargs
 from gencache.generation.engines.memory import GIB, AttentionShape, attention_shape_of, available_host_memory
 
 #: The distributions of the ``vllm`` package, GPU build first.
@@ -71,7 +70,7 @@ def attention_shape(model_path: str, revision: str | None) -> AttentionShape | N
         import transformers
 
         hf: Any = transformers
-        return attention_shape_of(hf.AutoConfig.from_pretrained(model_path, **pretrained_kwargs(model_path, revision)))
+        return attention_shape_of(hf.AutoConfig.from_pretrained(model_path, revision=revision))
     except Exception:  # the model's own loader reports an unreadable config with its own message
         return None
 
