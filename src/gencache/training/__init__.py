@@ -18,9 +18,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gencache.core.lazy import lazy_names
-from gencache.training.collate import METADATA_FIELDS, MODEL_INPUTS, DistillationBatch, DistillationCollator, pad_batch
+from gencache.training.collate import (
+    METADATA_COLUMNS,
+    METADATA_FIELDS,
+    MODEL_INPUTS,
+    DistillationBatch,
+    DistillationCollator,
+    pad_batch,
+)
 from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset, to_hf_dataset
-from gencache.training.hf import METADATA_COLUMNS
 from gencache.training.loss import DistillationLoss, answer_positions, distillation_loss
 from gencache.training.selection import MISSING_POLICIES, LeftOut
 

@@ -48,8 +48,6 @@ class DistillationLoss:
 def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The flat positions ``b * L + t`` (of a ``(B, L)`` batch) whose next label is an answer token, and those
     labels: position ``t`` predicts ``labels[b, t + 1]``."""
-    if labels.dim() != 2:
-        raise ConfigError(f"labels must be (batch, length), got shape {tuple(labels.shape)}.")
     targets = torch.full_like(labels, IGNORE_INDEX)
     targets[:, :-1] = labels[:, 1:]
     flat = targets.reshape(-1)
@@ -223,9 +221,7 @@ def distillation_loss(
     if teacher_logits is None and kl_weight != 0.0:
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")
     _check(student_logits, teacher_logits, labels)
-    items = int(num_items) if num_items is not None else None
-    if items is not None and items < 1:
-        items = None
+    items = int(num_items) if num_items is not None and int(num_items) > 0 else None
     options = {
         "temperature": float(temperature),
         "ce_weight": float(ce_weight),
