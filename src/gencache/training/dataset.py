@@ -1,17 +1,12 @@
 """A torch ``Dataset`` of distillation samples (prompt ids then the teacher's answer ids, labels masked over the
 prompt), and its Hugging Face ``datasets`` view.
 
-The samples are rebuilt with :func:`gencache.data.samples.build_samples` (the same keys generation used): from the
-artifact's own record of its run (``resolved_config.json``, checked by :mod:`gencache.data.recorded`) when no config
-is given, else from the config. The caches are opened with :func:`gencache.artifact.mixture.open_caches`, and
-compatibility (against the manifests), coverage and the selection (:mod:`gencache.training.selection`) are checked
-before the first item is served.
-
-The view (:meth:`DistillationDataset.to_hf_dataset`) is built from the exact stored token ids (never from
-re-tokenized text), in the pre-tokenized form TRL's ``SFTTrainer`` takes: ``input_ids``, ``attention_mask``,
-``labels``, ``completion_mask`` (1 on the answer tokens, 0 on the prompt) and, unless ``metadata=False``, the item's
-descriptive fields (:data:`~gencache.training.collate.METADATA_COLUMNS`), which join the rows back to the source
-rows; trainers drop those themselves (``remove_unused_columns``).
+The samples are rebuilt with the same keys generation used, from the artifact's checked record of its run
+(:mod:`gencache.data.recorded`) or from a config; compatibility, coverage and the selection
+(:mod:`gencache.training.selection`) are checked before the first item is served. The view holds the exact stored
+token ids (never re-tokenized text) in the pre-tokenized form TRL's ``SFTTrainer`` takes: ``input_ids``,
+``attention_mask``, ``labels``, ``completion_mask`` (1 on the answer tokens) and, unless ``metadata=False``, the
+columns that join the rows back to the source rows (:data:`~gencache.training.collate.METADATA_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -49,7 +44,6 @@ ROWS_PER_BATCH = 1024
 
 DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.PathLike[str]
 CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-ScoreSource = str | os.PathLike[str] | Mapping[tuple[str, int], Mapping[str, float] | None] | Any
 
 
 def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet, Callable[[Sample], bool] | None]:
@@ -120,7 +114,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         data_configs: Iterable[int] | None = None,
         missing: Missing = "error",
         min_score: Mapping[str, float] | None = None,
-        scores: ScoreSource | None = None,
+        scores: Any = None,
     ) -> None:
         if sequences not in SEQUENCE_CHOICES:
             raise ConfigError(f"sequences must be one of {', '.join(SEQUENCE_CHOICES)}, got {sequences!r}.")
@@ -143,9 +137,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         if config is None:
             self.samples, self._owns = recorded_samples(self.cache, tokenizer)
         else:
-            self.samples = build_samples(
-                load_config(config) if isinstance(config, (str, os.PathLike)) else config, tokenizer
-            )
+            configs = load_config(config) if isinstance(config, (str, os.PathLike)) else config
+            self.samples = build_samples(configs, tokenizer)
         self.sequences: SequenceChoice = sequences
         self.seed = seed
         self.max_length = max_length
@@ -315,9 +308,6 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 raise WriteError(f"Cannot write the datasets view to {target}: {exc}") from exc
             raise
         return datasets.Dataset.from_file(str(target))
-
-    def __repr__(self) -> str:
-        return f"DistillationDataset(items={len(self)}, sequences={self.sequences!r}, cache={self.cache!r})"
 
 
 def to_hf_dataset(

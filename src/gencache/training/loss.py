@@ -56,11 +56,10 @@ def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check(student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Tensor) -> None:
-    if student.dim() != 3:
-        raise ConfigError(f"student_logits must be (batch, length, vocabulary), got shape {tuple(student.shape)}.")
-    if tuple(labels.shape) != tuple(student.shape[:2]):
+    if student.dim() != 3 or tuple(labels.shape) != tuple(student.shape[:2]):
         raise ConfigError(
-            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length)."
+            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
+            "vocabulary)."
         )
     if teacher is not None:
         if teacher.shape[-1] != student.shape[-1]:
@@ -88,15 +87,13 @@ def _chunk_loss(
     student: torch.Tensor,
     teacher: torch.Tensor | None,
     targets: torch.Tensor,
-    *,
-    temperature: float,
-    ce_weight: float,
-    kl_weight: float,
-    scale: float,
-    want_grad: bool,
+    options: dict[str, Any],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-row CE and KL of one chunk (float32 rows) and, when ``want_grad``, ``scale`` times the gradient of
-    ``ce_weight * CE + kl_weight * T**2 * KL`` (summed over the rows) with respect to the student's logits."""
+    """Per-row CE and KL of one chunk (float32 rows) and, when ``options["want_grad"]``, ``options["scale"]`` times
+    the gradient of ``ce_weight * CE + kl_weight * T**2 * KL`` (summed over the rows) with respect to the student's
+    logits."""
+    temperature, ce_weight, kl_weight = options["temperature"], options["ce_weight"], options["kl_weight"]
+    want_grad = options["want_grad"]
     rows = torch.arange(len(targets), device=student.device)
     z = student.float()  # the chunk is a private copy (index_select), so it may be changed in place
     log_p = torch.log_softmax(z, dim=-1)
@@ -130,7 +127,7 @@ def _chunk_loss(
     del log_p
     if grad is not None:
         grad[rows, targets] -= ce_weight
-        grad.mul_(scale)
+        grad.mul_(options["scale"])
     return ce, kl, grad
 
 
@@ -166,11 +163,7 @@ class _ChunkedDistillation(torch.autograd.Function):
                 flat_student.index_select(0, index),
                 teacher_chunk,
                 targets[start : start + chunk],
-                temperature=options["temperature"],
-                ce_weight=options["ce_weight"],
-                kl_weight=options["kl_weight"],
-                scale=1.0 / denominator,
-                want_grad=want_grad,
+                {**options, "scale": 1.0 / denominator},
             )
             ce_sum += ce.sum(dtype=torch.float64)
             kl_sum += kl.sum(dtype=torch.float64)

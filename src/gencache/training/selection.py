@@ -28,12 +28,9 @@ MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
 def _names(value: Iterable[str] | None) -> frozenset[str] | None:
     if value is None:
         return None
-    if isinstance(value, str) or not all(isinstance(reason, str) for reason in value):
-        raise ConfigError(f"finish_reasons must be a list of finish reasons, got {value!r}.")
-    chosen = frozenset(value)
-    unknown = sorted(chosen - set(FINISH_REASONS))
-    if unknown or not chosen:
-        raise ConfigError(f"finish_reasons takes {', '.join(FINISH_REASONS)} (at least one), got {sorted(chosen)!r}.")
+    chosen = frozenset(() if isinstance(value, str) else value)
+    if not chosen or not chosen <= set(FINISH_REASONS):
+        raise ConfigError(f"finish_reasons takes a list of {', '.join(FINISH_REASONS)} (at least one), got {value!r}.")
     return chosen
 
 
@@ -82,10 +79,6 @@ class Selection:
             check_min_score(min_score),
         )
 
-    @property
-    def filters_answers(self) -> bool:
-        return self.finish_reasons is not None or self.max_answer_tokens is not None or self.min_score is not None
-
     def describe(self) -> str:
         """The selection's arguments that narrow it, as they are passed (or ``the default selection``)."""
         parts = []
@@ -101,12 +94,6 @@ class Selection:
             parts.append(f"missing={self.missing!r}")
         return ", ".join(parts) or "the default selection"
 
-    def passes(self, metrics: Mapping[str, float] | None) -> bool:
-        """Whether an answer with ``metrics`` (None: no reference) clears the score bar (always without one)."""
-        if self.min_score is None:
-            return True
-        return metrics is not None and all(metrics[name] >= bar for name, bar in self.min_score)
-
     def answers(
         self, reasons: list[str], lengths: list[int], metrics: list[Mapping[str, float] | None] | None = None
     ) -> tuple[tuple[int, ...], str | None]:
@@ -118,7 +105,8 @@ class Selection:
         ]
         by_length = [i for i in by_reason if self.max_answer_tokens is None or lengths[i] <= self.max_answer_tokens]
         scored = metrics if metrics is not None else [None] * len(reasons)
-        kept = tuple(i for i in by_length if self.passes(scored[i]))
+        bar = self.min_score or ()  # an answer without a reference is below every bar
+        kept = tuple(i for i in by_length if not bar or all((scored[i] or {}).get(n, -1.0) >= v for n, v in bar))
         if kept:
             return kept, None
         if not by_reason:
@@ -225,7 +213,8 @@ def select_items(
     counts["data_configs"] = len(owned) - len(chosen)
     if selection.missing == "error":
         cache.require(sorted({samples[p].key for p in chosen}))
-    read_answers = selection.filters_answers or sequences == "all" or check is not None
+    filters = (selection.finish_reasons, selection.max_answer_tokens, selection.min_score)
+    read_answers = any(f is not None for f in filters) or sequences == "all" or check is not None
     item_sample: list[int] = []
     item_answer: list[int] = []
     allowed: dict[int, tuple[int, ...]] = {}

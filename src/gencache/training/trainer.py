@@ -8,7 +8,6 @@ This module imports transformers; :mod:`gencache.training` loads it only when ``
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -19,14 +18,6 @@ from gencache.training.loss import DEFAULT_CHUNK_SIZE, check_loss_settings, dist
 from gencache.training.selection import LeftOut
 
 logger = logging.getLogger(__name__)
-
-
-def log_left_out(*datasets: Any) -> None:
-    """Log, once per dataset, what a :class:`~gencache.training.DistillationDataset`'s selection left out."""
-    for data in datasets:
-        left_out = getattr(data, "left_out", None)
-        if isinstance(left_out, LeftOut) and left_out:
-            logger.warning("gencache: %s", left_out.describe())
 
 
 def check_vocabularies(
@@ -94,20 +85,13 @@ class DistillationTrainer(transformers.Trainer):
         if move_teacher and getattr(teacher, "hf_device_map", None) is None:
             teacher.to(self.args.device)
         self.teacher = teacher
-        self.temperature = float(temperature)
-        self.ce_weight = float(ce_weight)
-        self.kl_weight = float(kl_weight)
+        self.loss_options = {"temperature": temperature, "ce_weight": ce_weight, "kl_weight": kl_weight}
         self.chunk_size = chunk_size
         self._parts: dict[str, Any] = {"ce": 0.0, "kl": 0.0, "steps": 0}  # summed as tensors: no sync per step
-        log_left_out(self.train_dataset, self.eval_dataset)
-
-    def teacher_logits(self, model_inputs: Mapping[str, Any]) -> torch.Tensor:
-        """The teacher's logits on ``model_inputs`` (moved to the teacher's device), without gradients."""
-        device = next(self.teacher.parameters()).device
-        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_inputs.items()}
-        with torch.no_grad():
-            logits: torch.Tensor = self.teacher(**moved).logits
-        return logits
+        for data in (self.train_dataset, self.eval_dataset):  # once: what a DistillationDataset left out
+            left_out = getattr(data, "left_out", None)
+            if isinstance(left_out, LeftOut) and left_out:
+                logger.warning("gencache: %s", left_out.describe())
 
     def compute_loss(
         self,
@@ -119,14 +103,18 @@ class DistillationTrainer(transformers.Trainer):
         labels = inputs["labels"]
         model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
         outputs = model(**model_inputs)
-        teacher_logits = self.teacher_logits(model_inputs) if self.kl_weight != 0.0 else None
+        teacher_logits = None
+        if (
+            self.loss_options["kl_weight"] != 0.0
+        ):  # the teacher on the same inputs, on its own device, without gradients
+            device = next(self.teacher.parameters()).device
+            with torch.no_grad():
+                teacher_logits = self.teacher(**{k: v.to(device) for k, v in model_inputs.items()}).logits
         parts = distillation_loss(
             outputs.logits,
             teacher_logits,
             labels,
-            temperature=self.temperature,
-            ce_weight=self.ce_weight,
-            kl_weight=self.kl_weight,
+            **self.loss_options,
             chunk_size=self.chunk_size,
             num_items=num_items_in_batch,
         )
