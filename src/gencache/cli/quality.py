@@ -64,10 +64,6 @@ def _patterns(texts: list[str] | None) -> dict[int, str]:
     return chosen
 
 
-def _sources(texts: list[str] | None) -> dict[int, str]:
-    return dict(parse_source_override(text) for text in texts or ())
-
-
 def _check_artifact(artifact: Path) -> None:
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
@@ -120,7 +116,7 @@ def score_command(
             out=out,
             answer_patterns=_patterns(answer_pattern),
             data_root=data_root,
-            sources=_sources(source),
+            sources=dict(parse_source_override(text) for text in source or ()),
         )
     if as_json:
         typer.echo(printable(json.dumps(report.as_json(), indent=2, sort_keys=True, ensure_ascii=False)))
@@ -154,7 +150,7 @@ def report_command(
             audit=audit,
             answer_patterns=_patterns(answer_pattern),
             data_root=data_root,
-            sources=_sources(source),
+            sources=dict(parse_source_override(text) for text in source or ()),
         )
     if not result.charts:
         typer.echo(f"note: {CHARTS_MISSING}", err=True)

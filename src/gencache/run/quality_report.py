@@ -1,20 +1,12 @@
 """``gencache report``: one self-contained HTML page that shows a run as a whole, from the artifact alone.
 
-The page holds, with inline CSS and inline SVG and nothing fetched when it is viewed (no URL at all): a short
-verdict first (:attr:`gencache.run.score.ScoreReport.verdict`, the worst signs first); the scores of
-:func:`gencache.score` per data config and overall, split by finish reason; per data config one figure (the
-answer-length distribution by finish reason with ``max_new_tokens`` marked, prompt length against answer length,
-and the headline score's distribution when some answer has a gold reference) and a table of examples, the worst
-first, then some without gold (prompt excerpt, the stored answer, the answer as scored, the reference, the score);
-an audit's result when given (the JSON file ``gencache audit --report`` writes); and the run's provenance and
-determinism settings (from ``resolved_config.json``). Everything is aggregated and the examples are a fixed number
-per data config, so the page stays small for any number of answers.
-
-The figures are drawn with matplotlib (the optional ``report`` extra) through its object-oriented API (no pyplot,
-no global backend, settings changed only inside a ``rc_context``) into inline SVG without XML prolog, DOCTYPE,
-namespace URLs or metadata; the 2-D histogram is one embedded PNG image (a ``data:`` URI) and the histograms are
-filled step outlines, so a figure's size does not grow with the number of bins. Without matplotlib the page is the
-same without the figures, and says that they need ``gencache[report]``.
+With inline CSS and inline SVG and no URL at all, the page holds the verdict of :func:`gencache.score` first, its
+scores, per data config one figure and the worst examples (then some without gold), an audit's result when given
+and the run's provenance. Everything is aggregated and the examples are a fixed number per data config, so the
+page stays small for any number of answers. The figures are drawn with matplotlib (the optional ``report``
+extra) through its object-oriented API (no pyplot, no global backend, settings changed only inside a
+``rc_context``); the histograms are filled step outlines and the 2-D one a single embedded PNG, so a figure's size
+does not grow with its bins. Without matplotlib the page is the same without the figures, and says what they need.
 """
 
 from __future__ import annotations
@@ -87,10 +79,10 @@ def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = Path(path)
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(f"--audit {file}: cannot read it ({error.strerror or error}).") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"--audit {file}: not JSON ({error}); pass the file gencache audit --report wrote.") from None
+    except (OSError, ValueError) as error:  # unreadable, not UTF-8, not JSON
+        raise ConfigError(
+            f"--audit {file}: cannot read it as JSON ({error}); pass the file gencache audit --report wrote."
+        ) from None
     needed = ("audited", "equal", "differing", "engine")
     if not isinstance(document, dict) or not all(name in document for name in needed):
         raise ConfigError(f"--audit {file}: not a report of gencache audit --report (it lacks {', '.join(needed)}).")
@@ -98,6 +90,9 @@ def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _e(value: Any) -> str:
+    """``value`` as escaped text: nothing for None, JSON for a mapping or a list."""
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return html.escape("" if value is None else str(value))
 
 
@@ -106,21 +101,16 @@ def _number(value: float | None) -> str:
 
 
 def _rows(pairs: Iterable[tuple[str, Any]]) -> str:
-    cells = "".join(f"<tr><th>{_e(name)}</th><td>{_e(_plain(value))}</td></tr>" for name, value in pairs)
+    cells = "".join(f"<tr><th>{_e(name)}</th><td>{_e(value)}</td></tr>" for name, value in pairs)
     return f"<table>{cells}</table>"
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return "" if value is None else str(value)
 
 
 def _provenance(resolved: Mapping[str, Any]) -> str:
     config = resolved.get("config") or {}
     model = config.get("model") or {}
     recorded = resolved.get("model") or {}
-    runtime = resolved.get("runtime") or {}
+    runtime = dict(resolved.get("runtime") or {})
+    determinism = runtime.pop("determinism", None)
     provenance = [
         ("teacher", model.get("model_path")),
         ("revision", recorded.get("revision")),
@@ -133,10 +123,8 @@ def _provenance(resolved: Mapping[str, Any]) -> str:
         ("format", resolved.get("format_version")),
         ("run digest", resolved.get("run_digest")),
         ("samples", resolved.get("samples")),
-        ("sources", [source.get("location") for source in resolved.get("sources") or [] if isinstance(source, dict)]),
+        ("sources", [source.get("location") for source in resolved.get("sources") or []]),
     ]
-    determinism = runtime.get("determinism") if isinstance(runtime, dict) else None
-    other = {k: v for k, v in runtime.items() if k != "determinism"} if isinstance(runtime, dict) else {}
     parts = [
         "<h2>Provenance</h2>",
         _rows(provenance),
@@ -145,8 +133,8 @@ def _provenance(resolved: Mapping[str, Any]) -> str:
         "<h3>Determinism</h3>",
         _rows(sorted((determinism or {}).items())) if determinism else '<p class="note">not recorded</p>',
     ]
-    if other:
-        parts += ["<h3>Runtime</h3>", _rows(sorted(other.items()))]
+    if runtime:
+        parts += ["<h3>Runtime</h3>", _rows(sorted(runtime.items()))]
     return "\n".join(parts)
 
 

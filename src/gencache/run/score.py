@@ -7,15 +7,11 @@
     report.verdict                                                  # what matters first, the worst first
     gencache.score("run", out="scores.parquet")                     # and one row per answer, to keep
 
-The references are the samples' gold answers, so the samples are rebuilt from the artifact's checked
-``resolved_config.json`` (:mod:`gencache.data.recorded`; the recorded tokenizer is loaded only for a template or
-recipe that renders or counts with it, such as ``tokenizer_chat``): the recorded source files must be
-there and unchanged, or pointed at with ``data_root``/``sources`` as for ``export``; when they cannot be read
-nothing is scored (a :class:`~gencache.core.errors.DatasetError`, exit 2, naming the file and the ways forward).
-The answers are read from the manifest (texts, finish reasons, token lengths), cut and scored by
-:mod:`gencache.data.scores`; a sample without a reference is counted (``unscored``) and has no metrics. Nothing is
-written into the artifact; ``out`` (``.jsonl`` or ``.parquet``, which must not exist) receives one row per answer
-(:data:`gencache.data.scores.SCORE_COLUMNS`), written to a temporary sibling and linked into place.
+The references are the samples' gold answers, so the samples are rebuilt from the artifact's checked record (the
+recorded tokenizer loaded only where a template or recipe needs it): the recorded source files must be there and
+unchanged, or pointed at with ``data_root``/``sources`` as for ``export``, else nothing is scored (a
+:class:`~gencache.core.errors.DatasetError` naming the file and the ways forward). The answers come from the
+manifest (:mod:`gencache.data.scores`). Nothing is written into the artifact; ``out`` appears whole or not at all.
 """
 
 from __future__ import annotations
@@ -59,20 +55,11 @@ class ScoreGroup:
         return self.answers - self.scored
 
     def as_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "answers": self.answers,
-            "scored": self.scored,
-            "unscored": self.unscored,
-            "means": dict(self.means),
-        }
+        data: dict[str, Any] = {"answers": self.answers, "scored": self.scored, "unscored": self.unscored}
+        data["means"] = dict(self.means)
         if self.data_config_index is not None:
-            data = {
-                "data_config_index": self.data_config_index,
-                "dataset_name": self.dataset_name,
-                "headline": self.headline,
-                "answer_rule": self.rule,
-                **data,
-            }
+            data |= {"data_config_index": self.data_config_index, "dataset_name": self.dataset_name}
+            data |= {"headline": self.headline, "answer_rule": self.rule}
         if self.by_finish_reason:
             data["by_finish_reason"] = {name: group.as_json() for name, group in self.by_finish_reason.items()}
         return data
@@ -158,16 +145,6 @@ def _level(share: float) -> str:
     return "bad" if share >= 0.5 else "warn" if share else "good"
 
 
-def _write_scores(out: Path, answers: Sequence[ScoredAnswer], metadata: Mapping[str, Any]) -> None:
-    def write(handle: IO[bytes]) -> int:
-        rows = (answer.row() for answer in answers)
-        if score_format(out) == "parquet":
-            return write_parquet(rows, handle, parquet_schema(metadata=metadata, columns=SCORE_COLUMNS))
-        return write_jsonl(rows, handle)
-
-    write_atomic(out, write)
-
-
 def score(
     artifact: str | os.PathLike[str],
     *,
@@ -200,23 +177,28 @@ def score(
         ) from None
     rules = rules_of(samples, answer_patterns)
     answers = tuple(score_cache(samples, reader, rules))
-    per_config: dict[int, list[ScoredAnswer]] = {summary.index: [] for summary in samples.summaries}
-    for answer in answers:
-        per_config[answer.data_config_index].append(answer)
     groups = tuple(
         _group(
             f"data_configs[{summary.index}] {summary.dataset_name}",
-            per_config[summary.index],
+            [answer for answer in answers if answer.data_config_index == summary.index],
             data_config_index=summary.index,
             dataset_name=summary.dataset_name,
             headline=rules[summary.index].headline,
             rule=rules[summary.index].description,
         )
-        for summary in sorted(samples.summaries, key=lambda summary: summary.index)
+        for summary in samples.summaries
     )
     absolute = Path(os.path.abspath(artifact))
     if out_path is not None:
-        _write_scores(out_path, answers, {"artifact": str(absolute), "run_digest": resolved.get("run_digest")})
+        metadata = {"artifact": str(absolute), "run_digest": resolved.get("run_digest")}
+
+        def write(handle: IO[bytes]) -> int:
+            rows = (answer.row() for answer in answers)
+            if score_format(out_path) == "parquet":
+                return write_parquet(rows, handle, parquet_schema(metadata=metadata, columns=SCORE_COLUMNS))
+            return write_jsonl(rows, handle)
+
+        write_atomic(out_path, write)
     max_new = (resolved.get("generation") or {}).get("max_new_tokens")
     return ScoreReport(
         absolute,
