@@ -79,7 +79,7 @@ def rules_of(samples: SampleSet, patterns: Mapping[int, str] | None = None) -> d
     chosen = dict(patterns or {})
     count = len(samples.summaries)
     for index, pattern in chosen.items():
-        if type(index) is not int or not 0 <= index < count:
+        if not 0 <= index < count:
             raise ConfigError(f"--answer-pattern {index}=...: the run has data configs 0..{count - 1}.")
         problem = answer_pattern_problem(pattern)
         if problem is not None:
@@ -104,9 +104,7 @@ def score_cache(
         if entry is None:
             continue
         matched += 1
-        rule = rules[sample.data_config_index]
-        reference = sample.reference
-        source_id = sample.source_id
+        rule, reference = rules[sample.data_config_index], sample.reference
         opened = prompt_opens_thinking([part.text for part in sample.parts])
         for index, (text, reason, ref) in enumerate(
             zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
@@ -119,7 +117,7 @@ def score_cache(
                     data_config_index=sample.data_config_index,
                     dataset_name=names[sample.data_config_index],
                     sample_index=sample.sample_index,
-                    row_id=None if source_id is None else str(source_id),
+                    row_id=None if sample.source_id is None else str(sample.source_id),
                     row_index=sample.row,
                     finish_reason=reason,
                     token_length=int(ref["shape"][0]),
