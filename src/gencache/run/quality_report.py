@@ -214,7 +214,7 @@ def _figure(
     lengths = np.array([a.token_length for a in answers], dtype=np.int64)
     top = max(int(lengths.max()), max_new or 1)
     with matplotlib.rc_context({"svg.fonttype": "none", "font.size": 8}):
-        figure = Figure(figsize=(10 if group.scored else 6.8, 2.9), layout="constrained")
+        figure = Figure(figsize=(10, 2.9), layout="constrained")
         panels = figure.subplots(1, 3 if group.scored else 2)
         edges = _integer_edges(top, LENGTH_BINS)
         bottom = np.zeros(len(edges) - 1)
@@ -297,7 +297,7 @@ def _page(report: ScoreReport, audit: Mapping[str, Any] | None, charts: bool) ->
         sections.append(
             f'<section class="data-config" id="data-config-{index}"><h2>{_e(group.label)}</h2>'
             f'<p class="note">answer rule: {_e(group.rule)}; headline metric: {_e(group.headline)}</p>'
-            f"{gold}{figure}<h3>Examples, the worst first</h3>{examples}</section>"
+            f"{gold}{figure}<h3>Examples{', the worst first' if group.scored else ''}</h3>{examples}</section>"
         )
     verdict = "".join(f'<li class="{level}">{_e(text)}</li>' for level, text in report.verdict)
     missing = "" if charts else f'<p class="note" id="charts-missing">{_e(CHARTS_MISSING)}</p>'
