@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -64,10 +64,13 @@ def _patterns(texts: list[str] | None) -> dict[int, str]:
     return chosen
 
 
-def _check_artifact(artifact: Path) -> None:
+def _scoring(artifact: Path, patterns: list[str] | None, data_root: Path | None, sources: list[str] | None) -> Any:
+    """The arguments both commands score with, once ``artifact`` is known to be one."""
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
+    chosen = dict(parse_source_override(text) for text in sources or ())
+    return {"answer_patterns": _patterns(patterns), "data_root": data_root, "sources": chosen}
 
 
 def render_scores(report: ScoreReport, console: Console) -> None:
@@ -104,20 +107,15 @@ def score_command(
     data_root: DataRootOption = None,
     source: SourceOption = None,
 ) -> None:
-    """Score every stored answer against its sample's reference (exact match, token F1, contains) and print the
-    means per data config and finish reason. Works from the artifact alone (the references come from the samples
+    """Score every stored answer against its sample's reference (exact match, token F1, contains) and print a
+    verdict (answers cut at max_new_tokens, empty answers, the score against the gold, answers without gold), then
+    the means per data config and finish reason. Works from the artifact alone (the references come from the samples
     rebuilt from the recorded sources); nothing is written into the artifact."""
     from gencache.run.score import score  # the config models (pydantic): not for --help
 
-    _check_artifact(artifact)
+    arguments = _scoring(artifact, answer_pattern, data_root, source)
     with quiet_libraries(False):
-        report = score(
-            artifact,
-            out=out,
-            answer_patterns=_patterns(answer_pattern),
-            data_root=data_root,
-            sources=dict(parse_source_override(text) for text in source or ()),
-        )
+        report = score(artifact, out=out, **arguments)
     if as_json:
         typer.echo(printable(json.dumps(report.as_json(), indent=2, sort_keys=True, ensure_ascii=False)))
         return
@@ -137,21 +135,15 @@ def report_command(
     data_root: DataRootOption = None,
     source: SourceOption = None,
 ) -> None:
-    """Write one self-contained HTML page about the run (opens offline): provenance and determinism settings,
-    scores, per data config the answer lengths by finish reason, prompt against answer length, the score
-    distribution and the worst examples, and an audit's result when given. Charts need matplotlib (the report extra)."""
+    """Write one self-contained HTML page about the run (opens offline): the verdict first, provenance and
+    determinism settings, scores, per data config the answer lengths by finish reason, prompt against answer
+    length, the score distribution and the worst examples, and an audit's result when given. Charts need
+    matplotlib (the report extra)."""
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
-    _check_artifact(artifact)
+    arguments = _scoring(artifact, answer_pattern, data_root, source)
     with quiet_libraries(False):
-        result = write_report(
-            artifact,
-            out,
-            audit=audit,
-            answer_patterns=_patterns(answer_pattern),
-            data_root=data_root,
-            sources=dict(parse_source_override(text) for text in source or ()),
-        )
+        result = write_report(artifact, out, audit=audit, **arguments)
     if not result.charts:
         typer.echo(f"note: {CHARTS_MISSING}", err=True)
     typer.echo(
