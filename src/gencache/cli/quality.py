@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
+from gencache.artifact.report import classify_path
+from gencache.cli.console import make_console, printable
+from gencache.cli.quiet import quiet_libraries
 from gencache.core.errors import ConfigError, InputPathError
+from gencache.data.answers import METRICS
+from gencache.run.export import parse_source_override
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from gencache.run.score import ScoreReport
 
 FLAG = ""
+_STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 
 _Artifact = Annotated[
     Path, typer.Argument(metavar="ARTIFACT", help="A published artifact, one shard, or an unsuffixed shard base.")
@@ -56,38 +63,36 @@ def _patterns(texts: list[str] | None) -> dict[int, str]:
     return chosen
 
 
-def _sources(texts: list[str] | None) -> dict[int, str]:
-    from gencache.run.export import parse_source_override
-
-    return dict(parse_source_override(text) for text in texts or ())
-
-
-def _check_artifact(artifact: Path) -> None:
-    from gencache.artifact.report import classify_path
-
+def _scoring(artifact: Path, patterns: list[str] | None, data_root: Path | None, sources: list[str] | None) -> Any:
+    """The arguments both commands score with, once ``artifact`` is known to be one."""
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
+    chosen = dict(parse_source_override(text) for text in sources or ())
+    return {"answer_patterns": _patterns(patterns), "data_root": data_root, "sources": chosen}
 
 
 def render_scores(report: ScoreReport, console: Console) -> None:
-    """The score table: one row per data config and finish reason, and the overall rows."""
-    from rich.table import Table
-
-    from gencache.data.answers import METRICS
-
-    table = Table(title=f"scores of {report.artifact}", title_justify="left")
-    for name in ("", "finish", "answers", "scored", "unscored", *METRICS):
-        table.add_column(name, justify="left" if name in ("", "finish") else "right")
+    """The verdict, the worst signs first, then the scores of each data config and of the whole run: one row per
+    finish reason, without metric columns when no answer has a gold reference; numbers are never wrapped."""
+    for level, text in report.verdict:
+        console.print(f"[{_STYLES[level]}]{level}:[/] {text}", highlight=False)
+    console.print(f"scores of {report.artifact}", highlight=False)
+    metrics = METRICS if report.overall.scored else ()
     for group in (*report.groups, report.overall):
+        title = (
+            group.label
+            if group is report.overall
+            else f"{group.label}: answer rule {group.rule}; headline {group.headline}"
+        )
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+        table.add_column("finish", no_wrap=True)
+        for name in ("answers", "unscored", *metrics):
+            table.add_column(name, justify="right", no_wrap=True)
         for label, part in [("all", group), *group.by_finish_reason.items()]:
-            means = ["–" if part.means[name] is None else f"{part.means[name]:.3f}" for name in METRICS]
-            first = group.label if label == "all" else ""
-            table.add_row(first, label, str(part.answers), str(part.scored), str(part.unscored), *means)
-        table.add_section()
-    console.print(table)
-    for group in report.groups:
-        console.print(f"{group.label}: answer rule {group.rule}; headline {group.headline}", highlight=False)
+            means = ["–" if part.means[name] is None else f"{part.means[name]:.3f}" for name in metrics]
+            table.add_row(label, str(part.answers), str(part.unscored), *means)
+        console.print(table)
 
 
 def score_command(
@@ -101,22 +106,15 @@ def score_command(
     data_root: DataRootOption = None,
     source: SourceOption = None,
 ) -> None:
-    """Score every stored answer against its sample's reference (exact match, token F1, contains) and print the
-    means per data config and finish reason. Works from the artifact alone (the references come from the samples
+    """Score every stored answer against its sample's reference (exact match, token F1, contains) and print a
+    verdict (answers cut at max_new_tokens, empty answers, the score against the gold, answers without gold), then
+    the means per data config and finish reason. Works from the artifact alone (the references come from the samples
     rebuilt from the recorded sources); nothing is written into the artifact."""
-    from gencache.cli.console import make_console, printable
-    from gencache.cli.quiet import quiet_libraries
-    from gencache.run.score import score
+    from gencache.run.score import score  # the config models (pydantic): not for --help
 
-    _check_artifact(artifact)
+    arguments = _scoring(artifact, answer_pattern, data_root, source)
     with quiet_libraries(False):
-        report = score(
-            artifact,
-            out=out,
-            answer_patterns=_patterns(answer_pattern),
-            data_root=data_root,
-            sources=_sources(source),
-        )
+        report = score(artifact, out=out, **arguments)
     if as_json:
         typer.echo(printable(json.dumps(report.as_json(), indent=2, sort_keys=True, ensure_ascii=False)))
         return
@@ -136,22 +134,15 @@ def report_command(
     data_root: DataRootOption = None,
     source: SourceOption = None,
 ) -> None:
-    """Write one self-contained HTML page about the run (opens offline): provenance and determinism settings,
-    scores, per data config the answer lengths by finish reason, prompt against answer length, the score
-    distribution and the worst examples, and an audit's result when given. Charts need matplotlib (the report extra)."""
-    from gencache.cli.quiet import quiet_libraries
+    """Write one self-contained HTML page about the run (opens offline): the verdict first, provenance and
+    determinism settings, scores, per data config the answer lengths by finish reason, prompt against answer
+    length, the score distribution and the worst examples, and an audit's result when given. Charts need
+    matplotlib (the report extra)."""
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
-    _check_artifact(artifact)
+    arguments = _scoring(artifact, answer_pattern, data_root, source)
     with quiet_libraries(False):
-        result = write_report(
-            artifact,
-            out,
-            audit=audit,
-            answer_patterns=_patterns(answer_pattern),
-            data_root=data_root,
-            sources=_sources(source),
-        )
+        result = write_report(artifact, out, audit=audit, **arguments)
     if not result.charts:
         typer.echo(f"note: {CHARTS_MISSING}", err=True)
     typer.echo(

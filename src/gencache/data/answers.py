@@ -1,4 +1,4 @@
-"""The answer as scored, and which metrics each recipe's answers get: pure and I/O-free.
+"""The answer as scored, and how it compares with its reference: pure and I/O-free.
 
 The answer as scored is cut from the stored text in two steps:
 
@@ -13,40 +13,44 @@ The answer as scored is cut from the stored text in two steps:
    ``answer_pattern`` is a regular expression searched in the text after the thinking block: its group named
    ``answer``, else its first group, else the whole match is the answer (stripped); no match is the empty answer.
 
-Every answer with a reference (one that normalizes to some text, :func:`gencache.data.metrics.scorable`) gets the
-three metrics of :mod:`gencache.data.metrics` (``exact_match``, ``f1``, ``contains``); a recipe's ``headline`` metric
-is the one its reports lead with: ``f1`` for the QA recipes, tables, chat and plug-ins, ``contains`` for ``niah``
-(every needle value in the answer, the RULER rule: the reference's values are its whitespace-separated words) and
-``biography`` (the attribute's value, such as a date or a city, named in the answer).
+Every answer with a reference gets three metrics over SQuAD's normalization (:func:`normalize`: lowercase, ASCII
+punctuation and the articles a/an/the removed, whitespace collapsed): ``exact_match`` (1.0 when the normalized texts
+are equal), ``f1`` (token F1 over the normalized tokens, counted as a multiset; 0.0 when either side has none) and
+``contains`` (the share of the reference's values found in the normalized answer as a run of whole words: for
+``niah`` the needles, its whitespace-separated words, RULER's rule; else the one reference). A reference that
+normalizes to nothing (``"?"``, ``"the"``) is no reference: an empty answer would match it exactly, so the answer is
+unscored. A recipe's ``headline`` metric is the one its reports lead with: ``contains`` for ``niah`` and
+``biography`` (the attribute's value, such as a date or a city, named in the answer), ``f1`` for the others.
 """
 
 from __future__ import annotations
 
 import re
+import string
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gencache.data.metrics import compare, scorable
-
 #: Every metric an answer gets, in the order reports show them.
 METRICS: tuple[str, ...] = ("exact_match", "f1", "contains")
-Cut = Literal["first_line", "whole"]
 Headline = Literal["exact_match", "f1", "contains"]
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 _FIRST_LINE: frozenset[str] = frozenset({"hotpot_qa", "musique", "biography", "niah", "table"})
 _CONTAINS_HEADLINE: frozenset[str] = frozenset({"niah", "biography"})
-_SPLIT_VALUES: frozenset[str] = frozenset({"niah"})
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 @dataclass(frozen=True)
 class AnswerRule:
-    """How one data config's answers are cut and scored: the recipe's ``cut`` or a compiled ``pattern``, whether
-    the reference holds several values (``split_values``: the needles of ``niah``) and the ``headline`` metric."""
+    """How one data config's answers are cut and scored: the recipe's cut (``first_line`` or the whole text) or a
+    compiled ``pattern``, whether the reference holds several values (``split_values``: the needles of ``niah``)
+    and the ``headline`` metric."""
 
-    cut: Cut = "whole"
+    first_line: bool = False
     pattern: re.Pattern[str] | None = None
     split_values: bool = False
     headline: Headline = "f1"
@@ -56,16 +60,16 @@ class AnswerRule:
         """The rule in words, as reports show it."""
         if self.pattern is not None:
             return f"answer_pattern {self.pattern.pattern!r}"
-        return "the first non-empty line" if self.cut == "first_line" else "the whole text"
+        return "the first non-empty line" if self.first_line else "the whole text"
 
 
 def answer_rule(dataset_name: str, answer_pattern: str | None = None) -> AnswerRule:
     """The rule of a data config of ``dataset_name`` (its ``answer_pattern``, checked by :mod:`gencache.config`,
     replaces the recipe's cut)."""
     return AnswerRule(
-        cut="first_line" if dataset_name in _FIRST_LINE else "whole",
+        first_line=dataset_name in _FIRST_LINE,
         pattern=None if answer_pattern is None else re.compile(answer_pattern),
-        split_values=dataset_name in _SPLIT_VALUES,
+        split_values=dataset_name == "niah",
         headline="contains" if dataset_name in _CONTAINS_HEADLINE else "f1",
     )
 
@@ -103,19 +107,27 @@ def extract_answer(text: str, rule: AnswerRule, *, opened: bool = False) -> str:
             return ""
         group: str | int = "answer" if "answer" in rule.pattern.groupindex else min(rule.pattern.groups, 1)
         return (found.group(group) or "").strip()
-    if rule.cut == "first_line":
-        for line in rest.splitlines():
-            if line.strip():
-                return line.strip()
-        return ""
+    if rule.first_line:
+        return next((line.strip() for line in rest.splitlines() if line.strip()), "")
     return rest.strip()
+
+
+def normalize(text: str) -> str:
+    """``text`` lowercased, without ASCII punctuation or the articles a/an/the, whitespace collapsed."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
 
 
 def score_answer(answer: str, reference: str, rule: AnswerRule) -> dict[str, float] | None:
     """Every metric of ``answer`` (already extracted) against ``reference``; None when ``reference`` normalizes to
-    nothing (``"?"``, ``"the"``: no reference, so the answer is unscored)."""
-    if not scorable(reference):
+    nothing (no reference, so the answer is unscored)."""
+    predicted, gold = normalize(answer), normalize(reference)
+    if not gold:
         return None
-    values = reference.split() if rule.split_values else None
-    exact, f1, found = compare(answer, reference, values)
-    return {"exact_match": exact, "f1": f1, "contains": found}
+    common = sum((Counter(predicted.split()) & Counter(gold.split())).values())
+    f1 = 0.0
+    if common:
+        precision, recall = common / len(predicted.split()), common / len(gold.split())
+        f1 = 2 * precision * recall / (precision + recall)
+    wanted = [value for value in map(normalize, reference.split() if rule.split_values else [reference]) if value]
+    found = sum(f" {value} " in f" {predicted} " for value in wanted) / len(wanted)
+    return {"exact_match": float(predicted == gold), "f1": f1, "contains": found}

@@ -15,20 +15,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gencache.config.patterns import answer_pattern_problem
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.data.answers import (
-    METRICS,
-    AnswerRule,
-    answer_rule,
-    extract_answer,
-    prompt_opens_thinking,
-    score_answer,
-)
+from gencache.data.answers import METRICS, AnswerRule, answer_rule, extract_answer, prompt_opens_thinking, score_answer
 from gencache.data.samples import SampleSet
 
 #: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
@@ -75,21 +68,9 @@ class ScoredAnswer:
 
     def row(self) -> dict[str, Any]:
         """The answer as a score file's row (:data:`SCORE_COLUMNS`)."""
-        metrics = self.metrics or {}
-        return {
-            "key": self.key,
-            "sequence_index": self.sequence_index,
-            "data_config_index": self.data_config_index,
-            "dataset_name": self.dataset_name,
-            "sample_index": self.sample_index,
-            "row_id": self.row_id,
-            "row_index": self.row_index,
-            "finish_reason": self.finish_reason,
-            "token_length": self.token_length,
-            "answer": self.answer,
-            "reference": self.reference,
-            **{name: metrics.get(name) for name in METRICS},
-        }
+        row = asdict(self)
+        metrics = row.pop("metrics") or {}
+        return {**row, **{name: metrics.get(name) for name in METRICS}}
 
 
 def rules_of(samples: SampleSet, patterns: Mapping[int, str] | None = None) -> dict[int, AnswerRule]:
@@ -98,7 +79,7 @@ def rules_of(samples: SampleSet, patterns: Mapping[int, str] | None = None) -> d
     chosen = dict(patterns or {})
     count = len(samples.summaries)
     for index, pattern in chosen.items():
-        if type(index) is not int or not 0 <= index < count:
+        if not 0 <= index < count:
             raise ConfigError(f"--answer-pattern {index}=...: the run has data configs 0..{count - 1}.")
         problem = answer_pattern_problem(pattern)
         if problem is not None:
@@ -123,9 +104,7 @@ def score_cache(
         if entry is None:
             continue
         matched += 1
-        rule = rules[sample.data_config_index]
-        reference = sample.reference
-        source_id = sample.source_id
+        rule, reference = rules[sample.data_config_index], sample.reference
         opened = prompt_opens_thinking([part.text for part in sample.parts])
         for index, (text, reason, ref) in enumerate(
             zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
@@ -138,7 +117,7 @@ def score_cache(
                     data_config_index=sample.data_config_index,
                     dataset_name=names[sample.data_config_index],
                     sample_index=sample.sample_index,
-                    row_id=None if source_id is None else str(source_id),
+                    row_id=None if sample.source_id is None else str(sample.source_id),
                     row_index=sample.row,
                     finish_reason=reason,
                     token_length=int(ref["shape"][0]),
@@ -164,30 +143,6 @@ def score_format(path: str | os.PathLike[str]) -> str:
     return SCORE_FORMATS[suffix]
 
 
-def _rows_of(path: Path) -> Iterable[Mapping[str, Any]]:
-    if score_format(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            table: list[Mapping[str, Any]] = pq.read_table(
-                path, columns=["key", "sequence_index", *METRICS]
-            ).to_pylist()
-            return table
-        except (OSError, ValueError, KeyError) as error:  # pyarrow's errors derive from these
-            raise ConfigError(f"{path}: not a score file written by gencache score ({error}).") from None
-    rows = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                row = json.loads(line)
-                if not isinstance(row, dict):
-                    raise ConfigError(f"{path}:{number}: a score file's line is an object, not {line.strip()!r}.")
-                rows.append(row)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: not a score file written by gencache score ({error}).") from None
-    return rows
-
-
 def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str, float] | None]:
     """The metrics of every answer of a score file (``gencache score --out``), by (key, sequence index); a file
     that is missing or not a score file is a :class:`ConfigError` naming it."""
@@ -195,15 +150,19 @@ def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str,
     if not file.is_file():
         raise ConfigError(f"{file}: no such score file; write one with gencache score ARTIFACT --out {file.name}.")
     scores: dict[tuple[str, int], dict[str, float] | None] = {}
-    for row in _rows_of(file):
-        key, index = row.get("key"), row.get("sequence_index")
-        if not isinstance(key, str) or type(index) is not int or not all(name in row for name in METRICS):
-            raise ConfigError(
-                f"{file}: a row without key, sequence_index and {', '.join(METRICS)}; not a score file written by "
-                "gencache score."
-            )
-        values = {name: row[name] for name in METRICS}
-        scores[(key, index)] = None if values["f1"] is None else {k: float(v) for k, v in values.items()}
+    try:
+        if score_format(file) == "parquet":
+            import pyarrow.parquet as pq
+
+            rows = pq.read_table(file, columns=["key", "sequence_index", *METRICS]).to_pylist()
+        else:
+            with open(file, encoding="utf-8") as handle:
+                rows = [json.loads(line) for line in handle]
+        for row in rows:
+            values = {name: row[name] for name in METRICS}
+            scores[(row["key"], row["sequence_index"])] = None if values["f1"] is None else values
+    except (OSError, ValueError, KeyError, TypeError) as error:  # pyarrow's and json's errors derive from these
+        raise ConfigError(f"{file}: not a score file written by gencache score ({error!r}).") from None
     return scores
 
 

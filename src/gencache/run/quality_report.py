@@ -1,22 +1,23 @@
 """``gencache report``: one self-contained HTML page that shows a run as a whole, from the artifact alone.
 
-The page holds, with inline CSS and inline SVG and nothing fetched when it is viewed (no URL at all): the run's
-provenance and its determinism settings (from ``resolved_config.json``); the scores of :func:`gencache.score`
-per data config and overall, split by finish reason; per data config one figure (:mod:`.quality_charts`: the
-answer-length distribution by finish reason with ``max_new_tokens`` marked, prompt length against answer length,
-the headline score's distribution) and a table of examples, the worst first (prompt excerpt, the stored answer,
-the answer as scored, the reference, the score); and an audit's result when given (the JSON file ``gencache audit
---report`` writes). Everything is aggregated and the examples are a fixed number per data config, so the page
-stays small for any number of answers. Without matplotlib the page is the same without the figures, and says that
-they need ``gencache[report]``.
+With inline CSS and inline SVG and no URL at all, the page holds the verdict of :func:`gencache.score` first, its
+scores, per data config one figure and the worst examples (then some without gold), an audit's result when given
+and the run's provenance. Everything is aggregated and the examples are a fixed number per data config, so the
+page stays small for any number of answers. The figures are drawn with matplotlib (the optional ``report``
+extra) through its object-oriented API (no pyplot, no global backend, settings changed only inside a
+``rc_context``); the histograms are filled step outlines and the 2-D one a single embedded PNG, so a figure's size
+does not grow with its bins. Without matplotlib the page is the same without the figures, and says what they need.
 """
 
 from __future__ import annotations
 
 import html
+import importlib.util
+import io
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -26,27 +27,37 @@ import numpy as np
 from gencache.core.errors import ConfigError, OutputExistsError
 from gencache.data.answers import METRICS
 from gencache.data.scores import ScoredAnswer
-from gencache.run.quality_charts import ConfigCharts, charts_available, config_figure
-from gencache.run.score import ScoredRun, ScoreGroup, score_run
+from gencache.run.export import check_out_parent, write_atomic
+from gencache.run.score import ScoreGroup, ScoreReport, score
 
-#: Examples shown per data config (the worst first).
+#: Examples shown per data config: the worst scored first, then some without gold.
 EXAMPLES = 12
 EXCERPT = 280
 LENGTH_BINS = 40
 JOINT_BINS = 30
 SCORE_BINS = 10
 CHARTS_MISSING = "Charts need matplotlib: pip install 'gencache[report]'."
+NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
+#: One colour per finish reason, the same in every figure (others take the next of the palette).
+REASON_COLOURS = {"eos": "#4c72b0", "stop": "#55a868", "length": "#c44e52"}
+_PALETTE = ("#8172b2", "#ccb974", "#64b5cd", "#937860")
+_SVG_NOISE = re.compile(
+    r'<\?xml[^>]*\?>\s*|<!DOCTYPE[^>]*>\s*|\s+xmlns(?::\w+)?="[^"]*"|<metadata>.*?</metadata>\s*', re.DOTALL
+)
+_SVG_SIZE = re.compile(r'<svg([^>]*?)\swidth="[^"]*"\s+height="[^"]*"')
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1180px;color:#1d1d1f;
 padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
+ul.verdict{font-size:15px;margin:10px 0;padding-left:22px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table.examples td{max-width:330px;white-space:pre-wrap;word-break:break-word;font-size:12px}
-.note{color:#6e6e73}.bad{color:#b00020}.good{color:#1b7f3b}figure{margin:8px 0}
+table.examples td.num{white-space:nowrap;word-break:normal}
+.note{color:#6e6e73}.bad{color:#b00020;font-weight:600}.warn{color:#9a6700}.good{color:#1b7f3b}figure{margin:8px 0}
 """
 
 
@@ -68,10 +79,10 @@ def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = Path(path)
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(f"--audit {file}: cannot read it ({error.strerror or error}).") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"--audit {file}: not JSON ({error}); pass the file gencache audit --report wrote.") from None
+    except (OSError, ValueError) as error:  # unreadable, not UTF-8, not JSON
+        raise ConfigError(
+            f"--audit {file}: cannot read it as JSON ({error}); pass the file gencache audit --report wrote."
+        ) from None
     needed = ("audited", "equal", "differing", "engine")
     if not isinstance(document, dict) or not all(name in document for name in needed):
         raise ConfigError(f"--audit {file}: not a report of gencache audit --report (it lacks {', '.join(needed)}).")
@@ -79,6 +90,9 @@ def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _e(value: Any) -> str:
+    """``value`` as escaped text: nothing for None, JSON for a mapping or a list."""
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return html.escape("" if value is None else str(value))
 
 
@@ -87,21 +101,16 @@ def _number(value: float | None) -> str:
 
 
 def _rows(pairs: Iterable[tuple[str, Any]]) -> str:
-    cells = "".join(f"<tr><th>{_e(name)}</th><td>{_e(_plain(value))}</td></tr>" for name, value in pairs)
+    cells = "".join(f"<tr><th>{_e(name)}</th><td>{_e(value)}</td></tr>" for name, value in pairs)
     return f"<table>{cells}</table>"
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return "" if value is None else str(value)
 
 
 def _provenance(resolved: Mapping[str, Any]) -> str:
     config = resolved.get("config") or {}
     model = config.get("model") or {}
     recorded = resolved.get("model") or {}
-    runtime = resolved.get("runtime") or {}
+    runtime = dict(resolved.get("runtime") or {})
+    determinism = runtime.pop("determinism", None)
     provenance = [
         ("teacher", model.get("model_path")),
         ("revision", recorded.get("revision")),
@@ -114,10 +123,8 @@ def _provenance(resolved: Mapping[str, Any]) -> str:
         ("format", resolved.get("format_version")),
         ("run digest", resolved.get("run_digest")),
         ("samples", resolved.get("samples")),
-        ("sources", [source.get("location") for source in resolved.get("sources") or [] if isinstance(source, dict)]),
+        ("sources", [source.get("location") for source in resolved.get("sources") or []]),
     ]
-    determinism = runtime.get("determinism") if isinstance(runtime, dict) else None
-    other = {k: v for k, v in runtime.items() if k != "determinism"} if isinstance(runtime, dict) else {}
     parts = [
         "<h2>Provenance</h2>",
         _rows(provenance),
@@ -126,102 +133,129 @@ def _provenance(resolved: Mapping[str, Any]) -> str:
         "<h3>Determinism</h3>",
         _rows(sorted((determinism or {}).items())) if determinism else '<p class="note">not recorded</p>',
     ]
-    if other:
-        parts += ["<h3>Runtime</h3>", _rows(sorted(other.items()))]
+    if runtime:
+        parts += ["<h3>Runtime</h3>", _rows(sorted(runtime.items()))]
     return "\n".join(parts)
 
 
-def _score_table(groups: Sequence[ScoreGroup]) -> str:
-    head = "".join(f"<th>{_e(name)}</th>" for name in ("", "finish", "answers", "scored", "unscored", *METRICS))
+def _score_table(groups: Sequence[ScoreGroup], metrics: Sequence[str]) -> str:
+    head = "".join(f"<th>{_e(name)}</th>" for name in ("", "finish", "answers", "scored", "unscored", *metrics))
     rows = []
     for group in groups:
         for label, part in [("all", group), *group.by_finish_reason.items()]:
-            means = "".join(f'<td class="num">{_number(part.means[name])}</td>' for name in METRICS)
+            means = "".join(f'<td class="num">{_number(part.means[name])}</td>' for name in metrics)
             rows.append(
                 f"<tr><th>{_e(group.label if label == 'all' else '')}</th><td>{_e(label)}</td>"
                 f'<td class="num">{part.answers}</td><td class="num">{part.scored}</td>'
                 f'<td class="num">{part.unscored}</td>{means}</tr>'
             )
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    return f"<table class=scores><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _excerpt(text: str | None, *, tail: bool = False) -> str:
-    if text is None:
-        return ""
-    if len(text) <= EXCERPT:
-        return text
+    if text is None or len(text) <= EXCERPT:
+        return text or ""
     return "…" + text[-EXCERPT:] if tail else text[:EXCERPT] + "…"
 
 
-def _worst(answers: Sequence[ScoredAnswer], headline: str) -> list[ScoredAnswer]:
+def _chosen(answers: Sequence[ScoredAnswer], headline: str) -> list[ScoredAnswer]:
     """The examples of a data config: the scored answers with the lowest headline score first (then the longest),
-    else the unscored ones in run order."""
+    then, with room kept for them (a quarter of the rows at least), the answers without gold in run order."""
+    unscored = [answer for answer in answers if answer.metrics is None]
     scored = [answer for answer in answers if answer.metrics is not None]
-    if not scored:
-        return list(answers[:EXAMPLES])
-    ranked = sorted(scored, key=lambda a: (a.metrics[headline] if a.metrics else 0.0, -a.token_length))
-    return ranked[:EXAMPLES]
+    scored.sort(key=lambda a: ((a.metrics or {})[headline], -a.token_length))
+    room = min(len(unscored), max(EXAMPLES // 4, EXAMPLES - len(scored)))
+    return scored[: EXAMPLES - room] + unscored[:room]
 
 
-def _examples(answers: Sequence[ScoredAnswer], headline: str, prompt: Callable[[str], str], texts: Any) -> str:
+def _examples(answers: Sequence[ScoredAnswer], headline: str, report: ScoreReport) -> str:
     head = "".join(
         f"<th>{name}</th>"
         for name in ("key", "finish", "tokens", headline, "prompt (end)", "stored answer", "as scored", "reference")
     )
     rows = []
-    for answer in _worst(answers, headline):
-        stored = texts(answer.key)[answer.sequence_index]
-        score = None if answer.metrics is None else answer.metrics[headline]
+    for answer in _chosen(answers, headline):
+        stored = report.reader.metadata(answer.key)["text"][answer.sequence_index]
+        prompt = report.samples.by_key(answer.key).prompt_text  # joined only for the examples shown
+        value = "no gold" if answer.metrics is None else _number(answer.metrics[headline])
         rows.append(
             f"<tr><td>{_e(answer.key[:12])}…</td><td>{_e(answer.finish_reason)}</td>"
-            f'<td class="num">{answer.token_length}</td><td class="num">{_number(score)}</td>'
-            f"<td>{_e(_excerpt(prompt(answer.key), tail=True))}</td><td>{_e(_excerpt(stored))}</td>"
+            f'<td class="num">{answer.token_length}</td><td class="num">{value}</td>'
+            f"<td>{_e(_excerpt(prompt, tail=True))}</td><td>{_e(_excerpt(stored))}</td>"
             f"<td>{_e(answer.answer)}</td><td>{_e(answer.reference)}</td></tr>"
         )
     return f'<table class="examples"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
+def charts_available() -> bool:
+    """Whether matplotlib (the ``report`` extra) can be imported."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """Bin edges over the whole token counts 0..``top``, each bin as wide as the others (at most ``bins`` bins):
-    edges on whole numbers, so no bin holds more lengths than another."""
+    """Bin edges over the whole numbers 0..``top``, each bin as wide as the others (at most ``bins`` bins): edges
+    on whole numbers, so no bin holds more values than another."""
     width = -(-(top + 1) // bins)
     return np.arange(0, top + width + 1, width, dtype=np.float64)
 
 
-def _charts_of(
+def _figure(
     group: ScoreGroup, answers: Sequence[ScoredAnswer], prompt_chars: Mapping[str, int], max_new: int | None
-) -> ConfigCharts:
-    lengths = np.fromiter((a.token_length for a in answers), dtype=np.int64, count=len(answers))
-    top = max(int(lengths.max()) if len(lengths) else 1, max_new or 1)
-    length_edges = _integer_edges(top, LENGTH_BINS)
-    reasons: dict[str, list[int]] = {}
-    for answer in answers:
-        reasons.setdefault(answer.finish_reason, []).append(answer.token_length)
-    length_counts = {
-        reason: np.histogram(np.asarray(values), bins=length_edges)[0].astype(np.int64)
-        for reason, values in reasons.items()
-    }
-    prompts = np.fromiter((prompt_chars[a.key] for a in answers), dtype=np.float64, count=len(answers))
-    low, high = float(prompts.min()), float(prompts.max())
-    prompt_edges = np.linspace(low, max(high, low + 1.0), JOINT_BINS + 1)
-    joint_edges = _integer_edges(top, JOINT_BINS)
-    joint = np.histogram2d(prompts, lengths, bins=(prompt_edges, joint_edges))[0].astype(np.int64)
-    headline = group.headline
-    values = [a.metrics[headline] for a in answers if a.metrics is not None]
-    score_edges = np.linspace(0.0, 1.0, SCORE_BINS + 1)
-    score_counts = np.histogram(np.asarray(values, dtype=np.float64), bins=score_edges)[0].astype(np.int64)
-    return ConfigCharts(
-        group.label,
-        max_new,
-        length_edges,
-        length_counts,
-        prompt_edges,
-        joint_edges,
-        joint,
-        headline,
-        score_edges,
-        score_counts,
-    )
+) -> str:
+    """One data config's figure as an inline SVG element: the answer lengths stacked by finish reason with
+    ``max_new_tokens`` marked, prompt length against answer length, and the headline score's histogram when some
+    answer is scored. Every axis of counts, tokens or characters has whole-number ticks."""
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    lengths = np.array([a.token_length for a in answers], dtype=np.int64)
+    top = max(int(lengths.max()), max_new or 1)
+    with matplotlib.rc_context({"svg.fonttype": "none", "font.size": 8}):
+        figure = Figure(figsize=(10, 2.9), layout="constrained")
+        panels = figure.subplots(1, 3 if group.scored else 2)
+        edges = _integer_edges(top, LENGTH_BINS)
+        bottom = np.zeros(len(edges) - 1)
+        handles: list[Any] = []
+        for position, reason in enumerate(sorted({a.finish_reason for a in answers})):
+            counts = np.histogram(lengths[[a.finish_reason == reason for a in answers]], bins=edges)[0]
+            colour = REASON_COLOURS.get(reason, _PALETTE[position % len(_PALETTE)])
+            panels[0].stairs(bottom + counts, edges, baseline=bottom, fill=True, color=colour)  # stacked outlines
+            handles.append(Patch(color=colour, label=reason))
+            bottom = bottom + counts
+        if max_new is not None:
+            panels[0].axvline(max_new, color="#222222", linestyle="--", linewidth=1)
+            handles.append(Line2D([], [], color="#222222", linestyle="--", linewidth=1, label="max_new_tokens"))
+        panels[0].set(title="answer length (tokens)", ylabel="answers")
+        panels[0].legend(handles=handles, fontsize=7, loc="upper left", framealpha=0.85)
+        prompts = np.array([prompt_chars[a.key] for a in answers], dtype=np.float64)
+        low, high = float(prompts.min()), float(prompts.max())
+        prompt_edges, joint_edges = (
+            np.linspace(low, max(high, low + 1.0), JOINT_BINS + 1),
+            _integer_edges(top, JOINT_BINS),
+        )
+        joint = np.ma.masked_equal(np.histogram2d(prompts, lengths, bins=(prompt_edges, joint_edges))[0].T, 0)
+        extent = (prompt_edges[0], prompt_edges[-1], joint_edges[0], joint_edges[-1])
+        panels[1].imshow(joint, origin="lower", extent=extent, aspect="auto", interpolation="nearest", cmap="viridis")
+        panels[1].set(title="prompt vs answer length", xlabel="prompt (characters)", ylabel="answer (tokens)")
+        if group.scored:
+            values = [a.metrics[group.headline] for a in answers if a.metrics is not None]
+            counts = np.histogram(values, bins=np.linspace(0.0, 1.0, SCORE_BINS + 1))[0]
+            panels[2].stairs(counts, np.linspace(0.0, 1.0, SCORE_BINS + 1), fill=True, color="#4c72b0")
+            panels[2].set(xlim=(0, 1), title=f"{group.headline} (scored answers)", ylabel="answers")
+            panels[2].yaxis.set_major_locator(MaxNLocator(integer=True))
+        for axes in panels[:2]:
+            axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+            axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+        for axes in panels:
+            axes.tick_params(labelsize=7)
+            axes.title.set_fontsize(9)
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    svg = _SVG_NOISE.sub("", buffer.getvalue())  # an element for an HTML page, which knows SVG's namespace
+    return _SVG_SIZE.sub(r'<svg\1 style="width:100%;height:auto"', svg, count=1).strip()
 
 
 def _audit_section(audit: Mapping[str, Any] | None) -> str:
@@ -246,50 +280,37 @@ def _audit_section(audit: Mapping[str, Any] | None) -> str:
     return "\n".join(parts)
 
 
-def _page(scored: ScoredRun, audit: Mapping[str, Any] | None, charts: bool) -> str:
-    report = scored.report
-    resolved = scored.resolved
-    generation = resolved.get("generation") or {}
-    max_new = generation.get("max_new_tokens") if isinstance(generation.get("max_new_tokens"), int) else None
-    samples = scored.samples
+def _page(report: ScoreReport, audit: Mapping[str, Any] | None, charts: bool) -> str:
     prompt_chars: dict[str, int] = {}
-    for sample in samples.unique:
+    for sample in report.samples.unique:
         prompt_chars.setdefault(sample.key, sample.prompt_chars)
-    per_config: dict[int, list[ScoredAnswer]] = {group.data_config_index or 0: [] for group in report.groups}
-    for answer in report.answers:
-        per_config[answer.data_config_index].append(answer)
-    reader = scored.reader
-
-    def texts(key: str) -> list[str]:
-        return list(reader.metadata(key)["text"])
-
-    def prompt(key: str) -> str:
-        return str(samples.by_key(key).prompt_text)  # joined only for the examples shown
-
     sections = []
     for group in report.groups:
-        index = group.data_config_index or 0
-        answers = per_config[index]
+        index = group.data_config_index
+        answers = [answer for answer in report.answers if answer.data_config_index == index]
         figure = ""
         if charts and answers:
-            svg = config_figure(_charts_of(group, answers, prompt_chars, max_new))
+            svg = _figure(group, answers, prompt_chars, report.max_new_tokens)
             figure = f'<figure class="chart" data-config="{index}">{svg}</figure>'
+        gold = "" if group.scored or not answers else f'<p class="warn no-gold">{_e(NO_GOLD)}</p>'
+        examples = _examples(answers, group.headline, report) if answers else '<p class="note">no answers</p>'
         sections.append(
             f'<section class="data-config" id="data-config-{index}"><h2>{_e(group.label)}</h2>'
             f'<p class="note">answer rule: {_e(group.rule)}; headline metric: {_e(group.headline)}</p>'
-            f"{figure}<h3>Examples, the worst first</h3>"
-            f"{_examples(answers, group.headline, prompt, texts) if answers else '<p class=note>no answers</p>'}"
-            "</section>"
+            f"{gold}{figure}<h3>Examples{', the worst first' if group.scored else ''}</h3>{examples}</section>"
         )
+    verdict = "".join(f'<li class="{level}">{_e(text)}</li>' for level, text in report.verdict)
     missing = "" if charts else f'<p class="note" id="charts-missing">{_e(CHARTS_MISSING)}</p>'
+    metrics = METRICS if report.overall.scored else ()
     title = f"gencache report: {report.artifact.name}"
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
         f"<style>{_STYLE}</style></head><body>"
-        f"<h1>{_e(title)}</h1><p class='note'>{_e(report.artifact)}: {report.overall.answers} answers, "
+        f'<h1>{_e(title)}</h1><ul class="verdict">{verdict}</ul>'
+        f"<p class='note'>{_e(report.artifact)}: {report.overall.answers} answers, "
         f"{report.overall.scored} scored against a reference, {report.overall.unscored} without one.</p>"
-        f"{missing}<h2>Scores</h2>{_score_table([report.overall, *report.groups])}"
-        f"{''.join(sections)}{_audit_section(audit)}{_provenance(resolved)}</body></html>\n"
+        f"{missing}<h2>Scores</h2>{_score_table([report.overall, *report.groups], metrics)}"
+        f"{''.join(sections)}{_audit_section(audit)}{_provenance(report.resolved)}</body></html>\n"
     )
 
 
@@ -302,22 +323,20 @@ def write_report(
     data_root: str | os.PathLike[str] | None = None,
     sources: Mapping[int, str] | None = None,
 ) -> ReportResult:
-    """Score ``artifact`` (:func:`gencache.run.score.score_run`) and write its page to ``out`` (which must not
-    exist), with the audit report ``audit`` when given (see the module docstring)."""
-    from gencache.run.export import check_out_parent, write_atomic
-
+    """Score ``artifact`` (:func:`gencache.run.score.score`) and write its page to ``out`` (which must not exist),
+    with the audit report ``audit`` when given (see the module docstring)."""
     out_path = Path(os.path.abspath(out))
     if os.path.lexists(out_path):
         raise OutputExistsError(f"{out_path} already exists; choose another --out path.")
     check_out_parent(out_path)
     audit_document = None if audit is None else read_audit(audit)
-    scored = score_run(artifact, answer_patterns=answer_patterns, data_root=data_root, sources=sources)
+    report = score(artifact, answer_patterns=answer_patterns, data_root=data_root, sources=sources)
     charts = charts_available()
-    page = _page(scored, audit_document, charts).encode("utf-8")
+    page = _page(report, audit_document, charts).encode("utf-8")
 
     def write(handle: IO[bytes]) -> int:
         handle.write(page)
         return len(page)
 
     size = write_atomic(out_path, write)
-    return ReportResult(out_path, size, charts, len(scored.report.groups), scored.report.overall.answers)
+    return ReportResult(out_path, size, charts, len(report.groups), report.overall.answers)

@@ -1,16 +1,13 @@
 """Training on a generation cache.
 
 - :class:`DistillationDataset` pairs each sample's prompt ids with the teacher's cached answer ids;
-  :class:`DistillationCollator` pads them into :class:`DistillationBatch` es that hold model inputs only (the
-  sample keys and finish reasons ride beside them in ``batch.metadata``), so Hugging Face ``Trainer`` takes them.
-- :func:`to_hf_dataset` (also ``DistillationDataset.to_hf_dataset``) is the same items as a ``datasets.Dataset``
-  with TRL's ``completion_mask``, from the exact stored ids.
+  :class:`DistillationCollator` pads them into :class:`DistillationBatch` es of model inputs only (what describes
+  the rows rides beside them in ``batch.metadata``), so Hugging Face ``Trainer`` takes them;
+  :func:`to_hf_dataset` gives the same items as a ``datasets.Dataset`` with TRL's ``completion_mask``.
 - :func:`distillation_loss` is the online loss: cross-entropy on the cached answer tokens plus a KL term against
   the teacher's logits, over answer positions only, in bounded memory; :class:`DistillationTrainer` is a
-  ``transformers.Trainer`` that computes it, with a ``teacher`` argument.
-
-Importing this package imports torch (lazily, through the submodules), never transformers; ``DistillationTrainer``
-imports transformers when it is first asked for.
+  ``transformers.Trainer`` that computes it. It is imported when first asked for: this package imports torch,
+  never transformers (DataLoader workers stay light).
 """
 
 from __future__ import annotations
@@ -18,9 +15,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gencache.core.lazy import lazy_names
-from gencache.training.collate import METADATA_FIELDS, MODEL_INPUTS, DistillationBatch, DistillationCollator, pad_batch
+from gencache.training.collate import (
+    METADATA_COLUMNS,
+    METADATA_FIELDS,
+    MODEL_INPUTS,
+    DistillationBatch,
+    DistillationCollator,
+    pad_batch,
+)
 from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset, to_hf_dataset
-from gencache.training.hf import METADATA_COLUMNS
 from gencache.training.loss import DistillationLoss, answer_positions, distillation_loss
 from gencache.training.selection import MISSING_POLICIES, LeftOut
 

@@ -2,8 +2,8 @@
 
 A batch is a :class:`DistillationBatch`: a ``dict`` holding only model inputs (``input_ids``, ``attention_mask``,
 ``labels``), so ``model(**batch)`` works and Hugging Face ``Trainer`` passes nothing else to ``model.forward``
-(whatever ``remove_unused_columns`` is). What describes the rows (``key``, ``finish_reason``, ``sequence_index``,
-``prompt_length``) rides beside it in :attr:`DistillationBatch.metadata`, a plain attribute that trainers ignore.
+(whatever ``remove_unused_columns`` is). What describes the rows (:data:`METADATA_COLUMNS`) rides beside it in
+:attr:`DistillationBatch.metadata`, a plain attribute that trainers ignore.
 """
 
 from __future__ import annotations
@@ -19,23 +19,23 @@ from gencache.core.errors import ConfigError
 IGNORE_INDEX = -100
 #: The model inputs of every batch, in order.
 MODEL_INPUTS: tuple[str, ...] = ("input_ids", "attention_mask", "labels")
-#: What an item says about its row, kept out of the model inputs (see :attr:`DistillationBatch.metadata`).
-METADATA_FIELDS: tuple[str, ...] = (
-    "key",
-    "finish_reason",
-    "sequence_index",
-    "prompt_length",
-    "data_config_index",
-    "row_id",
-    "row_index",
-    "reference",
-)
+#: What an item says about its row, kept out of the model inputs, with its Arrow type in the datasets view.
+METADATA_COLUMNS: dict[str, str] = {
+    "key": "string",
+    "finish_reason": "string",
+    "sequence_index": "int64",
+    "prompt_length": "int64",
+    "data_config_index": "int64",
+    "row_id": "string",
+    "row_index": "int64",
+    "reference": "string",
+}
+METADATA_FIELDS: tuple[str, ...] = tuple(METADATA_COLUMNS)
 
 
 class DistillationBatch(dict[str, Any]):
     """A ``dict`` of model inputs (``input_ids``, ``attention_mask``, ``labels``: int64, one row per item) with
-    ``metadata``: ``{"key": [...], "finish_reason": [...], "sequence_index": [...], "prompt_length": [...]}``, a
-    list per field with one value per row.
+    ``metadata``: ``{"key": [...], "finish_reason": [...], ...}``, a list per field with one value per row.
 
     ``metadata`` holds only the fields every item carried: Hugging Face ``Trainer`` with
     ``remove_unused_columns=True`` (its default) strips them from the items before the collator sees them, so its
@@ -43,37 +43,30 @@ class DistillationBatch(dict[str, Any]):
     (``pin_memory``); a trainer that rebuilds the mapping to move it to a device keeps the inputs only.
     """
 
-    metadata: dict[str, list[Any]]
-
     def __init__(self, *args: Any, metadata: Mapping[str, list[Any]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.metadata = dict(metadata or {})
+        self.metadata: dict[str, list[Any]] = dict(metadata or {})
 
-    def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}={tuple(v.shape) if hasattr(v, 'shape') else v!r}" for k, v in self.items())
-        return f"DistillationBatch({shapes}; metadata={sorted(self.metadata)})"
+
+def _check_side(padding_side: Any) -> str:
+    if padding_side not in ("left", "right"):
+        raise ConfigError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+    return str(padding_side)
 
 
 def pad_batch(items: Sequence[Mapping[str, Any]], *, pad_token_id: int, padding_side: str) -> DistillationBatch:
     """Stack :class:`~gencache.training.DistillationDataset` items: ``input_ids`` padded with ``pad_token_id``,
-    ``attention_mask`` with 0 and ``labels`` with -100, on ``padding_side`` (``"left"`` or ``"right"``). The items'
-    ``key``, ``finish_reason``, ``sequence_index`` and ``prompt_length`` (those all items have) become lists in
-    :attr:`DistillationBatch.metadata`; any other item key is left out."""
-    if padding_side not in ("left", "right"):
-        raise ConfigError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
-    if not items:
-        raise ConfigError("pad_batch needs at least one item.")
-    for name in ("input_ids", "labels"):
-        if any(name not in item for item in items):
-            raise ConfigError(f"pad_batch needs {name!r} in every item (a DistillationDataset item has it).")
+    ``attention_mask`` with 0 and ``labels`` with -100, on ``padding_side`` (``"left"`` or ``"right"``). The
+    items' :data:`METADATA_FIELDS` (those all items have) become lists in :attr:`DistillationBatch.metadata`; any
+    other item key is left out."""
+    right = _check_side(padding_side) == "right"
     width = max(len(item["input_ids"]) for item in items)
     batch = DistillationBatch()
     for name, fill in zip(MODEL_INPUTS, (pad_token_id, 0, IGNORE_INDEX), strict=True):
         out = torch.full((len(items), width), fill, dtype=torch.int64)
         for row, item in enumerate(items):
-            values = item[name] if name in item else torch.ones(len(item["input_ids"]), dtype=torch.int64)
-            values = torch.as_tensor(values, dtype=torch.int64)
-            if padding_side == "right":
+            values = torch.as_tensor(item[name] if name in item else [1] * len(item["input_ids"]), dtype=torch.int64)
+            if right:
                 out[row, : len(values)] = values
             else:
                 out[row, width - len(values) :] = values
@@ -89,17 +82,13 @@ class DistillationCollator:
     :class:`DistillationBatch`."""
 
     def __init__(self, tokenizer: Any, *, padding_side: str | None = None) -> None:
-        pad = getattr(tokenizer, "pad_token_id", None)
-        side = padding_side if padding_side is not None else getattr(tokenizer, "padding_side", None)
-        if pad is None:
+        if tokenizer.pad_token_id is None:
             raise ConfigError(
                 "The tokenizer has no pad token; pass it through gencache.prepare_tokenizer() (which falls back to "
                 "the EOS token) before building the collator."
             )
-        self.pad_token_id = int(pad)
-        self.padding_side = str(side)
-        if self.padding_side not in ("left", "right"):
-            raise ConfigError(f"padding_side must be 'left' or 'right', got {side!r}.")
+        self.pad_token_id = int(tokenizer.pad_token_id)
+        self.padding_side = _check_side(padding_side or tokenizer.padding_side)
 
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> DistillationBatch:
         return pad_batch(items, pad_token_id=self.pad_token_id, padding_side=self.padding_side)

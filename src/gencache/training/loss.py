@@ -48,8 +48,6 @@ class DistillationLoss:
 def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The flat positions ``b * L + t`` (of a ``(B, L)`` batch) whose next label is an answer token, and those
     labels: position ``t`` predicts ``labels[b, t + 1]``."""
-    if labels.dim() != 2:
-        raise ConfigError(f"labels must be (batch, length), got shape {tuple(labels.shape)}.")
     targets = torch.full_like(labels, IGNORE_INDEX)
     targets[:, :-1] = labels[:, 1:]
     flat = targets.reshape(-1)
@@ -58,11 +56,10 @@ def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check(student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Tensor) -> None:
-    if student.dim() != 3:
-        raise ConfigError(f"student_logits must be (batch, length, vocabulary), got shape {tuple(student.shape)}.")
-    if tuple(labels.shape) != tuple(student.shape[:2]):
+    if student.dim() != 3 or tuple(labels.shape) != tuple(student.shape[:2]):
         raise ConfigError(
-            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length)."
+            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
+            "vocabulary)."
         )
     if teacher is not None:
         if teacher.shape[-1] != student.shape[-1]:
@@ -90,15 +87,13 @@ def _chunk_loss(
     student: torch.Tensor,
     teacher: torch.Tensor | None,
     targets: torch.Tensor,
-    *,
-    temperature: float,
-    ce_weight: float,
-    kl_weight: float,
-    scale: float,
-    want_grad: bool,
+    options: dict[str, Any],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-row CE and KL of one chunk (float32 rows) and, when ``want_grad``, ``scale`` times the gradient of
-    ``ce_weight * CE + kl_weight * T**2 * KL`` (summed over the rows) with respect to the student's logits."""
+    """Per-row CE and KL of one chunk (float32 rows) and, when ``options["want_grad"]``, ``options["scale"]`` times
+    the gradient of ``ce_weight * CE + kl_weight * T**2 * KL`` (summed over the rows) with respect to the student's
+    logits."""
+    temperature, ce_weight, kl_weight = options["temperature"], options["ce_weight"], options["kl_weight"]
+    want_grad = options["want_grad"]
     rows = torch.arange(len(targets), device=student.device)
     z = student.float()  # the chunk is a private copy (index_select), so it may be changed in place
     log_p = torch.log_softmax(z, dim=-1)
@@ -132,7 +127,7 @@ def _chunk_loss(
     del log_p
     if grad is not None:
         grad[rows, targets] -= ce_weight
-        grad.mul_(scale)
+        grad.mul_(options["scale"])
     return ce, kl, grad
 
 
@@ -168,11 +163,7 @@ class _ChunkedDistillation(torch.autograd.Function):
                 flat_student.index_select(0, index),
                 teacher_chunk,
                 targets[start : start + chunk],
-                temperature=options["temperature"],
-                ce_weight=options["ce_weight"],
-                kl_weight=options["kl_weight"],
-                scale=1.0 / denominator,
-                want_grad=want_grad,
+                {**options, "scale": 1.0 / denominator},
             )
             ce_sum += ce.sum(dtype=torch.float64)
             kl_sum += kl.sum(dtype=torch.float64)
@@ -223,9 +214,7 @@ def distillation_loss(
     if teacher_logits is None and kl_weight != 0.0:
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")
     _check(student_logits, teacher_logits, labels)
-    items = int(num_items) if num_items is not None else None
-    if items is not None and items < 1:
-        items = None
+    items = int(num_items) if num_items is not None and int(num_items) > 0 else None
     options = {
         "temperature": float(temperature),
         "ce_weight": float(ce_weight),

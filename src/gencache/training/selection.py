@@ -6,7 +6,7 @@ holds does (``missing="error"``, the default, raises before the first item; ``"s
 :func:`select_items` applies it to the samples in run order and returns the items with a :class:`LeftOut`: how
 many samples each reason left out, and how many answers of the samples kept were refused. The answer filters read
 the manifest's finish reasons and shapes only, never the payload; the score bar reads the answers' metrics from a
-score lookup (:mod:`gencache.data.scores`). :func:`check_not_empty` refuses a selection that keeps nothing.
+score lookup (:mod:`gencache.data.scores`).
 """
 
 from __future__ import annotations
@@ -28,12 +28,9 @@ MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
 def _names(value: Iterable[str] | None) -> frozenset[str] | None:
     if value is None:
         return None
-    if isinstance(value, str) or not all(isinstance(reason, str) for reason in value):
-        raise ConfigError(f"finish_reasons must be a list of finish reasons, got {value!r}.")
-    chosen = frozenset(value)
-    unknown = sorted(chosen - set(FINISH_REASONS))
-    if unknown or not chosen:
-        raise ConfigError(f"finish_reasons takes {', '.join(FINISH_REASONS)} (at least one), got {sorted(chosen)!r}.")
+    chosen = frozenset(() if isinstance(value, str) else value)
+    if not chosen or not chosen <= set(FINISH_REASONS):
+        raise ConfigError(f"finish_reasons takes a list of {', '.join(FINISH_REASONS)} (at least one), got {value!r}.")
     return chosen
 
 
@@ -82,10 +79,6 @@ class Selection:
             check_min_score(min_score),
         )
 
-    @property
-    def filters_answers(self) -> bool:
-        return self.finish_reasons is not None or self.max_answer_tokens is not None or self.min_score is not None
-
     def describe(self) -> str:
         """The selection's arguments that narrow it, as they are passed (or ``the default selection``)."""
         parts = []
@@ -101,12 +94,6 @@ class Selection:
             parts.append(f"missing={self.missing!r}")
         return ", ".join(parts) or "the default selection"
 
-    def passes(self, metrics: Mapping[str, float] | None) -> bool:
-        """Whether an answer with ``metrics`` (None: no reference) clears the score bar (always without one)."""
-        if self.min_score is None:
-            return True
-        return metrics is not None and all(metrics[name] >= bar for name, bar in self.min_score)
-
     def answers(
         self, reasons: list[str], lengths: list[int], metrics: list[Mapping[str, float] | None] | None = None
     ) -> tuple[tuple[int, ...], str | None]:
@@ -118,7 +105,8 @@ class Selection:
         ]
         by_length = [i for i in by_reason if self.max_answer_tokens is None or lengths[i] <= self.max_answer_tokens]
         scored = metrics if metrics is not None else [None] * len(reasons)
-        kept = tuple(i for i in by_length if self.passes(scored[i]))
+        bar = self.min_score or ()  # an answer without a reference is below every bar
+        kept = tuple(i for i in by_length if not bar or all((scored[i] or {}).get(n, -1.0) >= v for n, v in bar))
         if kept:
             return kept, None
         if not by_reason:
@@ -128,13 +116,24 @@ class Selection:
         return kept, "unscored" if all(scored[i] is None for i in by_length) else "min_score"
 
 
+#: Why a sample was left out, each reason in words (the :class:`LeftOut` counts of samples).
+REASONS: dict[str, str] = {
+    "data_configs": "of data configs not selected",
+    "missing": "whose key no cache holds (missing='skip')",
+    "finish_reason": "with no answer of a selected finish reason",
+    "max_answer_tokens": "whose answers all exceed max_answer_tokens",
+    "min_score": "whose answers all score below min_score",
+    "unscored": "without a reference to score against (min_score)",
+}
+
+
 @dataclass(frozen=True)
 class LeftOut:
-    """What a selection left out. The first six count samples (run order, duplicates included): those of data
-    configs not kept, those whose key no cache holds (``missing="skip"``), those none of whose answers has a kept
-    finish reason or fits ``max_answer_tokens``, those whose answers are all below ``min_score`` and those without
-    a reference to score against (``unscored``, with a score bar). ``answers`` counts the answers of kept samples
-    that the answer filters refused."""
+    """What a selection left out. The counts of :data:`REASONS` count samples (run order, duplicates included):
+    those of data configs not kept, those whose key no cache holds (``missing="skip"``), those none of whose
+    answers has a kept finish reason or fits ``max_answer_tokens``, those whose answers are all below
+    ``min_score`` and those without a reference to score against (``unscored``, with a score bar). ``answers``
+    counts the answers of kept samples that the answer filters refused."""
 
     data_configs: int = 0
     missing: int = 0
@@ -149,14 +148,7 @@ class LeftOut:
     @property
     def samples(self) -> int:
         """Samples left out, for every reason."""
-        return (
-            self.data_configs
-            + self.missing
-            + self.finish_reason
-            + self.max_answer_tokens
-            + self.min_score
-            + self.unscored
-        )
+        return sum(getattr(self, name) for name in REASONS)
 
     def __bool__(self) -> bool:
         return bool(self.samples or self.answers)
@@ -167,21 +159,12 @@ class LeftOut:
 
     def describe(self) -> str:
         """One line: how many of the samples considered were left out and why (or that nothing was)."""
-        total = self.considered
-        reasons = {
-            "data_configs": "of data configs not selected",
-            "missing": "whose key no cache holds (missing='skip')",
-            "finish_reason": "with no answer of a selected finish reason",
-            "max_answer_tokens": "whose answers all exceed max_answer_tokens",
-            "min_score": "whose answers all score below min_score",
-            "unscored": "without a reference to score against (min_score)",
-        }
-        parts = [f"{getattr(self, name)} {text}" for name, text in reasons.items() if getattr(self, name)]
+        parts = [f"{getattr(self, name)} {text}" for name, text in REASONS.items() if getattr(self, name)]
         if self.answers:
             parts.append(f"and {self.answers} answers of the samples kept were refused by the answer filters")
         if not parts:
-            return f"nothing left out: all {total} samples selected"
-        return f"left out {self.samples} of {total} samples: {'; '.join(parts)}"
+            return f"nothing left out: all {self.considered} samples selected"
+        return f"left out {self.samples} of {self.considered} samples: {'; '.join(parts)}"
 
 
 @dataclass(frozen=True)
@@ -196,31 +179,14 @@ class Items:
     allowed: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
-def _answers_of(cache: Any, key: str) -> tuple[list[str], list[int]]:
-    entry = cache.metadata(key)
-    assert entry is not None  # only keys the cache holds are asked for
-    return list(entry["finish_reasons"]), [int(ref["shape"][0]) for ref in entry["sequences"]]
-
-
-def _metrics_of(scores: Scores | None, key: str, count: int) -> list[Mapping[str, float] | None]:
+def _metrics_of(scores: Scores, key: str, count: int) -> list[Mapping[str, float] | None]:
     """The metrics of ``key``'s ``count`` answers from ``scores`` (every one must be there)."""
-    if scores is None:
-        raise ConfigError("min_score needs the answers' scores: pass scores= (a gencache score --out file) or none.")
-    found = [scores.get((key, index), ...) for index in range(count)]
-    if any(metrics is ... for metrics in found):
+    if any((key, index) not in scores for index in range(count)):
         raise ConfigError(
             f"the scores lack answers of key {key[:12]}... ({count} stored); they were computed for another "
             "artifact: score this one (gencache score ARTIFACT --out FILE) and pass that file."
         )
-    return [metrics for metrics in found if metrics is not ...]
-
-
-def check_not_empty(items: Items, selection: Selection) -> None:
-    """Refuse (:class:`ConfigError`) a selection that keeps no item, naming it and what it left out."""
-    if len(items.sample) == 0:
-        raise ConfigError(
-            f"the selection ({selection.describe()}) keeps no item: {items.left_out.describe()}; widen it."
-        )
+    return [scores[(key, index)] for index in range(count)]
 
 
 def select_items(
@@ -231,15 +197,14 @@ def select_items(
     *,
     owns: Callable[[Any], bool] | None = None,
     check: Callable[[int, list[int]], None] | None = None,
-    lengths_needed: bool = False,
     scores: Scores | None = None,
 ) -> Items:
     """The items of ``samples`` (a :class:`~gencache.data.samples.SampleSet`) read from ``cache`` under
     ``selection`` and ``sequences`` (``first``, ``random`` or ``all``). Samples ``owns(sample)`` rejects (another
     shard's) are not items and not counted. ``check(position, answer_lengths)`` sees each kept sample with the
-    lengths of the answers it may serve (``lengths_needed`` reads them even without answer filters). ``scores``
-    holds every answer's metrics when the selection has a score bar (an answer it lacks is a
-    :class:`ConfigError`)."""
+    lengths of the answers it may serve. ``scores`` holds every answer's metrics when the selection has a score bar
+    (an answer it lacks is a :class:`ConfigError`). A selection that keeps no item is a :class:`ConfigError`
+    naming it and what it left out."""
     owned = [p for p, s in enumerate(samples) if owns is None or owns(s)]
     chosen = [
         p for p in owned if selection.data_configs is None or samples[p].data_config_index in selection.data_configs
@@ -248,8 +213,8 @@ def select_items(
     counts["data_configs"] = len(owned) - len(chosen)
     if selection.missing == "error":
         cache.require(sorted({samples[p].key for p in chosen}))
-    read_answers = selection.filters_answers or sequences == "all" or lengths_needed
-    answers_by_key: dict[str, tuple[list[str], list[int]]] = {}
+    filters = (selection.finish_reasons, selection.max_answer_tokens, selection.min_score)
+    read_answers = any(f is not None for f in filters) or sequences == "all" or check is not None
     item_sample: list[int] = []
     item_answer: list[int] = []
     allowed: dict[int, tuple[int, ...]] = {}
@@ -263,10 +228,9 @@ def select_items(
             item_sample.append(position)
             item_answer.append(0 if sequences == "first" else -1)
             continue
-        if key not in answers_by_key:
-            answers_by_key[key] = _answers_of(cache, key)
-        reasons, lengths = answers_by_key[key]
-        metrics = None if selection.min_score is None else _metrics_of(scores, key, len(reasons))
+        entry = cache.metadata(key)
+        reasons, lengths = list(entry["finish_reasons"]), [int(ref["shape"][0]) for ref in entry["sequences"]]
+        metrics = None if scores is None else _metrics_of(scores, key, len(reasons))
         kept, why = selection.answers(reasons, lengths, metrics)
         if why is not None:
             counts[why] += 1
@@ -283,9 +247,7 @@ def select_items(
         else:
             item_sample.extend([position] * len(served))
             item_answer.extend(served)
-    return Items(
-        sample=np.asarray(item_sample, dtype=np.int64),
-        answer=np.asarray(item_answer, dtype=np.int64),
-        left_out=LeftOut(**counts, answers=refused, considered=len(owned)),
-        allowed=allowed,
-    )
+    left_out = LeftOut(**counts, answers=refused, considered=len(owned))
+    if not item_sample:
+        raise ConfigError(f"the selection ({selection.describe()}) keeps no item: {left_out.describe()}; widen it.")
+    return Items(np.asarray(item_sample, dtype=np.int64), np.asarray(item_answer, dtype=np.int64), left_out, allowed)

@@ -8,44 +8,16 @@ This module imports transformers; :mod:`gencache.training` loads it only when ``
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 import transformers
 
-from gencache.core.errors import CompatibilityError, ConfigError
+from gencache.core.errors import CompatibilityError
 from gencache.training.loss import DEFAULT_CHUNK_SIZE, check_loss_settings, distillation_loss
 from gencache.training.selection import LeftOut
 
 logger = logging.getLogger(__name__)
-
-
-def _output_size(model: Any) -> int | None:
-    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    weight = getattr(embeddings, "weight", None)
-    if weight is not None and weight.dim() == 2:
-        return int(weight.shape[0])
-    size = getattr(getattr(model, "config", None), "vocab_size", None)
-    return int(size) if isinstance(size, int) else None
-
-
-def _vocabulary(tokenizer: Any) -> dict[str, int] | None:
-    get_vocab = getattr(tokenizer, "get_vocab", None)
-    return dict(get_vocab()) if callable(get_vocab) else None
-
-
-def log_left_out(*datasets: Any) -> None:
-    """Log, once per dataset, what a :class:`~gencache.training.DistillationDataset`'s selection left out; one
-    whose selection left nothing at all is a :class:`ConfigError` (there would be nothing to train on)."""
-    for data in datasets:
-        left_out = getattr(data, "left_out", None)
-        if not isinstance(left_out, LeftOut):
-            continue
-        if not len(data):
-            raise ConfigError(f"The dataset's selection leaves nothing to train on ({left_out.describe()}).")
-        if left_out:
-            logger.warning("gencache: %s", left_out.describe())
 
 
 def check_vocabularies(
@@ -54,22 +26,24 @@ def check_vocabularies(
     """Raise one :class:`CompatibilityError` when the teacher and the student cannot be distilled token for token:
     output layers of different widths, a tokenizer with ids past the student's output layer, or two tokenizers
     (when both are given) that map some token to different ids."""
-    student_size, teacher_size = _output_size(student), _output_size(teacher)
-    if student_size is not None and teacher_size is not None and student_size != teacher_size:
+    student_size, teacher_size = (len(model.get_output_embeddings().weight) for model in (student, teacher))
+    if student_size != teacher_size:
         raise CompatibilityError(
             f"The teacher's vocabulary has {teacher_size} logits and the student's {student_size}; distillation on "
             "cached teacher tokens needs one shared vocabulary (the same tokenizer and output layer width)."
         )
     for name, tokenizer in (("student", student_tokenizer), ("teacher", teacher_tokenizer)):
-        if tokenizer is not None and student_size is not None and len(tokenizer) > student_size:
+        if tokenizer is not None and len(tokenizer) > student_size:
             raise CompatibilityError(
                 f"The {name} tokenizer has {len(tokenizer)} tokens but the models' output layers only "
                 f"{student_size}; the tokenizer does not belong to these models."
             )
-    ours, theirs = _vocabulary(student_tokenizer), _vocabulary(teacher_tokenizer)
-    if ours is not None and theirs is not None and ours != theirs:
+    if student_tokenizer is None or teacher_tokenizer is None:
+        return
+    ours, theirs = student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab()
+    if ours != theirs:
         differing = sorted(set(ours.items()) ^ set(theirs.items()))
-        token = differing[0][0] if differing else "?"
+        token = differing[0][0]
         raise CompatibilityError(
             f"The student's tokenizer ({len(ours)} tokens) and the teacher's ({len(theirs)}) differ (for example "
             f"at token {token!r}, {len(differing)} entries in all); distillation needs one shared tokenizer."
@@ -111,26 +85,13 @@ class DistillationTrainer(transformers.Trainer):
         if move_teacher and getattr(teacher, "hf_device_map", None) is None:
             teacher.to(self.args.device)
         self.teacher = teacher
-        self.temperature = float(temperature)
-        self.ce_weight = float(ce_weight)
-        self.kl_weight = float(kl_weight)
+        self.loss_options = {"temperature": temperature, "ce_weight": ce_weight, "kl_weight": kl_weight}
         self.chunk_size = chunk_size
         self._parts: dict[str, Any] = {"ce": 0.0, "kl": 0.0, "steps": 0}  # summed as tensors: no sync per step
-        log_left_out(self.train_dataset, self.eval_dataset)
-
-    def _teacher_device(self) -> torch.device:
-        for parameter in self.teacher.parameters():
-            device: torch.device = parameter.device
-            return device
-        return torch.device("cpu")
-
-    def teacher_logits(self, model_inputs: Mapping[str, Any]) -> torch.Tensor:
-        """The teacher's logits on ``model_inputs`` (moved to the teacher's device), without gradients."""
-        device = self._teacher_device()
-        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in model_inputs.items()}
-        with torch.no_grad():
-            logits: torch.Tensor = self.teacher(**moved).logits
-        return logits
+        for data in (self.train_dataset, self.eval_dataset):  # once: what a DistillationDataset left out
+            left_out = getattr(data, "left_out", None)
+            if isinstance(left_out, LeftOut) and left_out:
+                logger.warning("gencache: %s", left_out.describe())
 
     def compute_loss(
         self,
@@ -142,14 +103,18 @@ class DistillationTrainer(transformers.Trainer):
         labels = inputs["labels"]
         model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
         outputs = model(**model_inputs)
-        teacher_logits = self.teacher_logits(model_inputs) if self.kl_weight != 0.0 else None
+        teacher_logits = None
+        if (
+            self.loss_options["kl_weight"] != 0.0
+        ):  # the teacher on the same inputs, on its own device, without gradients
+            device = next(self.teacher.parameters()).device
+            with torch.no_grad():
+                teacher_logits = self.teacher(**{k: v.to(device) for k, v in model_inputs.items()}).logits
         parts = distillation_loss(
             outputs.logits,
             teacher_logits,
             labels,
-            temperature=self.temperature,
-            ce_weight=self.ce_weight,
-            kl_weight=self.kl_weight,
+            **self.loss_options,
             chunk_size=self.chunk_size,
             num_items=num_items_in_batch,
         )
