@@ -561,7 +561,7 @@ def test_one_rule_says_what_is_a_local_path_for_models_and_datasets(value: str, 
 def test_run_messages_read_in_order_with_sub_second_durations_and_zero_based_shards(
     tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
-    from gencache.run.pipeline import generate_run
+    from gencache.run.api import generate
 
     events: list[str] = []
 
@@ -582,7 +582,7 @@ def test_run_messages_read_in_order_with_sub_second_durations_and_zero_based_sha
             events.append("close")
 
     config = write_config(tmp_path, tiny_teacher_dir)
-    generate_run(config, shards=2, notify=lambda level, text: events.append(text), progress=Recorder)
+    generate(config, shards=2, notify=lambda level, text: events.append(text), progress=Recorder)
     loaded = next(e for e in events if e.startswith("teacher loaded in"))
     assert loaded.endswith((" ms", "s")) and "0.0s" not in loaded  # a tiny teacher loads in milliseconds
     assert [e for e in events if e.startswith("label")] == ["label shard 0/2", "label shard 1/2"]

@@ -5,10 +5,10 @@ The public names are imported lazily, so ``import gencache`` (and ``gencache --h
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gencache.core.lazy import lazy_names
 from gencache.core.version import __version__
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the console script's handlers go in sooner
 
 _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",
@@ -28,6 +28,8 @@ _EXPORTS = {
     "MissingEntriesError": "gencache.core.errors",
     "MissingEntryError": "gencache.core.errors",
     "generate": "gencache.run.api",
+    "dry_run": "gencache.run.api",
+    "RayOptions": "gencache.run.api",
     "audit": "gencache.run.audit",
     "score": "gencache.run.score",
 }
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from gencache.core.tokenizer import prepare_tokenizer
     from gencache.data.keys import semantic_key
     from gencache.data.samples import build_samples
-    from gencache.run.api import generate
+    from gencache.run.api import RayOptions, dry_run, generate
     from gencache.run.audit import audit
     from gencache.run.score import score
 
@@ -67,9 +69,11 @@ __all__ = [
     "IntegrityError",
     "MissingEntriesError",
     "MissingEntryError",
+    "RayOptions",
     "__version__",
     "audit",
     "build_samples",
+    "dry_run",
     "generate",
     "load_config",
     "open_caches",

@@ -30,6 +30,13 @@ class Progress(Protocol):
     def close(self) -> None: ...
 
 
+#: ``progress(total_samples)``: a :class:`Progress` for a whole run.
+ProgressFactory = Callable[[int], Progress]
+#: ``notify(level, text)``: a run's messages; ``level`` is ``"info"``, ``"warning"`` or ``"status"`` (what the run
+#: is doing while a slow step runs: checking, loading the teacher; the command line shows it on a terminal only).
+Notify = Callable[[str, str], None]
+
+
 def format_duration(seconds: float | None) -> str:
     """``H:MM:SS`` (or ``-:--:--`` when unknown)."""
     if seconds is None or seconds != seconds or seconds < 0 or seconds == float("inf"):

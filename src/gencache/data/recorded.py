@@ -1,22 +1,28 @@
-"""The run an artifact records: its ``resolved_config.json`` checked, and its samples rebuilt from it.
+"""The run an artifact records, from the artifact alone: its ``resolved_config.json`` checked, and its samples
+rebuilt from it. ``export``, ``audit``, ``score``, training without a config and scripts all rebuild from here,
+so each trusts the same checked values::
+
+    from gencache.data.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
+
+    run = load_recorded_run("generation_cache/artifacts/run")   # an artifact, one shard, or a shard base
+    run.config, run.generation, run.seed                          # the effective config, generation kwargs, seed
+    samples = rebuild_samples(run, load_recorded_tokenizer(run))  # build_samples over the recorded data configs
 
 A published artifact records the effective config of the run that made it (``config``: the data configs after
 ``--limit``, ``--set`` and ``--output-dir``), the sources its rows were read from (each local file with its
-SHA-256) and the effective generation settings. Everything that rebuilds a run from that record (training with no
-config, ``gencache export`` with prompts, ``gencache audit``) goes through here, so each trusts the same checked
-values:
+SHA-256) and the effective generation settings.
 
-- :func:`recorded_run` checks the document (the shape and ``resolved_digest`` of
-  :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record)
-  and parses its config; a damaged or hand-edited document is a :class:`FormatError` (exit 1) naming the file.
-- :func:`check_sources` hashes every recorded local source file again; a file that changed since generation is a
-  :class:`SourceChangedError` (exit 2), one that is gone a :class:`DatasetError`, each naming the file.
+- :func:`load_recorded_run` opens the artifact (every open-time check of the reader; a shard base must be a whole
+  set of one run), checks its record (:func:`recorded_run`: the shape and ``resolved_digest`` of
+  :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record;
+  a damaged or hand-edited document is a :class:`FormatError`, exit 1, naming the file) and, by default, hashes
+  every recorded local source file again (:func:`check_sources`: a file that changed is a
+  :class:`SourceChangedError`, one that is gone a :class:`DatasetError`, both exit 2, naming the file).
 - :func:`rebuild_samples` builds the samples with :func:`gencache.data.samples.build_samples`, optionally reading
   some data configs from other sources, and checks that the files it read are the recorded ones.
 
 The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's. Importing this
-module imports neither torch nor transformers; :func:`run_of_readers` and :func:`checked_resolved_config` read
-``resolved_config.json`` through :mod:`gencache.artifact.reader`, for callers that opened the artifact with it.
+module imports neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -368,3 +374,43 @@ def rebuild_samples(
             files = _relocated(recorded[summary.index], root)[1]
             _compare_read(summary.index, summary.source, recorded[summary.index], files)
     return samples
+
+
+def load_recorded_run(
+    path: str | os.PathLike[str],
+    *,
+    hash_sources: bool = True,
+    index_cache: str | os.PathLike[str] | bool | None = None,
+) -> RecordedRun:
+    """The checked record of the run behind ``path`` (an artifact, one shard, or a shard base); with
+    ``hash_sources`` every recorded local source file is hashed again and must match (``sources_checked``)."""
+    return open_recorded_run(path, hash_sources=hash_sources, index_cache=index_cache)[1]
+
+
+def open_recorded_run(
+    path: str | os.PathLike[str],
+    *,
+    hash_sources: bool = True,
+    index_cache: str | os.PathLike[str] | bool | None = None,
+) -> tuple[Any, RecordedRun]:
+    """The reader of ``path`` (:func:`gencache.open_caches`) and its run's checked record
+    (:func:`load_recorded_run`), from one open."""
+    from dataclasses import replace
+
+    from gencache.artifact.mixture import MultiCacheReader, open_caches
+
+    reader = open_caches(path, index_cache=index_cache)
+    readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
+    run = run_of_readers(path, readers)
+    if hash_sources:
+        check_sources(run)
+        run = replace(run, sources_checked=True)
+    return reader, run
+
+
+def load_recorded_tokenizer(run: RecordedRun) -> Any:
+    """The tokenizer the run recorded (its ``tokenizer_path`` at its ``revision``), prepared as for generation."""
+    from gencache.generation.teacher import load_tokenizer
+
+    model = run.config.model
+    return load_tokenizer(model.effective_tokenizer_path, revision=model.revision)

@@ -7,7 +7,7 @@
     gencache.score("run", out="scores.parquet")                     # and one row per answer, to keep
 
 The references are the samples' gold answers, so the samples are rebuilt from the artifact's checked
-``resolved_config.json`` (:mod:`gencache.run.recorded`; the recorded tokenizer is loaded only for a template or
+``resolved_config.json`` (:mod:`gencache.data.recorded`; the recorded tokenizer is loaded only for a template or
 recipe that renders or counts with it, such as ``tokenizer_chat``): the recorded source files must be
 there and unchanged, or pointed at with ``data_root``/``sources`` as for ``export``; when they cannot be read
 nothing is scored (a :class:`~gencache.core.errors.DatasetError`, exit 2, naming the file and the ways forward).
@@ -169,7 +169,7 @@ def _tokenizer_if_needed(run: Any) -> Any:
 
     if not needs_tokenizer(run.config):
         return None
-    from gencache.run.recorded import load_recorded_tokenizer
+    from gencache.data.recorded import load_recorded_tokenizer
 
     return load_recorded_tokenizer(run)
 
