@@ -13,7 +13,7 @@ A published artifact records the effective config of the run that made it (``con
 SHA-256) and the effective generation settings.
 
 - :func:`load_recorded_run` opens the artifact (every open-time check of the reader; a shard base must be a whole
-  set of one run), checks its record (:func:`recorded_run`: the shape and ``resolved_digest`` of
+  set of one run), checks its record (:func:`run_of_readers`: the shape and ``resolved_digest`` of
   :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record;
   a damaged or hand-edited document is a :class:`FormatError`, exit 1, naming the file) and, by default, hashes
   every recorded local source file again (:func:`check_sources`: a file that changed is a
@@ -144,68 +144,10 @@ def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | Non
     return (None, None) if len(held) == count else (count if isinstance(count, int) else None, held)
 
 
-def recorded_run(
-    resolved: Mapping[str, Any],
-    *,
-    resolved_path: Path,
-    provenance: Mapping[str, Any],
-    shard_records: Sequence[Mapping[str, Any] | None],
-    path: Path,
-    paths: tuple[Path, ...],
-    checked: bool = False,
-) -> RecordedRun:
-    """Check ``resolved`` (read from ``resolved_path``, the first artifact's) against that artifact's manifest
-    ``provenance`` and shard record (``shard_records[0]``; one ``summary.shard`` per artifact of ``paths``, which
-    are all of one run) and parse its config. A :class:`FormatError` naming the file when anything is off; a
-    :class:`ConfigError` when the document records no run (an artifact written by ``ArtifactBuild`` directly).
-    ``checked``: ``resolved`` already passed :func:`check_resolved` (:func:`checked_resolved_config`), so only its
-    ``resolved_digest`` is still required here."""
-    from gencache.config import parse_config
-
-    if "config" not in resolved and "gencache_version" not in resolved:
-        raise ConfigError(
-            f"{resolved_path} records no run config (the artifact was not made by gencache generate), so its samples "
-            "cannot be rebuilt from it; pass the data configs it was generated from."
-        )
-    if checked:
-        problems = _digest_problems(resolved)
-        if problems:
-            raise _refuse(resolved_path, problems[0])
-    else:
-        check_resolved(
-            resolved,
-            resolved_path=resolved_path,
-            provenance=provenance,
-            shard_record=shard_records[0] if shard_records else None,
-        )
-    generation = resolved["generation"]
-    if "max_new_tokens" not in generation:
-        raise _refuse(resolved_path, "generation has no max_new_tokens")
-    try:
-        config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(resolved_path))
-    except GencacheError as error:
-        raise _refuse(resolved_path, f"its config does not parse ({first_line(error)})") from None
-    _sources_of(resolved, len(config.data_configs), resolved_path)
-    count, shards = _held_shards(shard_records)
-    return RecordedRun(
-        path=path,
-        paths=paths,
-        resolved_path=resolved_path,
-        resolved=resolved,
-        config=config,
-        generation=generation,
-        seed=config.seed,
-        run_digest=resolved["run_digest"],
-        shard_count=count,
-        shards=shards,
-    )
-
-
 def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dict[str, Any]:
     """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
     the checks ``gencache verify`` makes of it (shape, ``resolved_digest`` when recorded or ``require_digest``,
-    the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise. The reader module is
-    imported here only, by callers that already opened the artifact with it."""
+    the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise."""
     from gencache.artifact.names import RESOLVED_NAME
     from gencache.artifact.reader import read_resolved_config
 
@@ -223,22 +165,51 @@ def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dic
 def run_of_readers(
     path: str | os.PathLike[str], readers: Sequence[Any], *, resolved: Mapping[str, Any] | None = None
 ) -> RecordedRun:
-    """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run; the first one's
-    ``resolved_config.json`` is read) that ``path`` stands for. The sources are not hashed (:func:`check_sources`).
-    ``resolved``: that document as :func:`checked_resolved_config` returned it, which is neither read nor checked
-    again (only its ``resolved_digest`` is still required)."""
+    """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run) that ``path``
+    stands for, from the first one's ``resolved_config.json`` (checked against its manifest's provenance and shard
+    record; its config parsed): a :class:`FormatError` naming the file when anything is off, a :class:`ConfigError`
+    when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed
+    (:func:`check_sources`). ``resolved``: that document as :func:`checked_resolved_config` returned it, which is
+    neither read nor checked again (only its ``resolved_digest`` is still required)."""
     from gencache.artifact.names import RESOLVED_NAME
     from gencache.artifact.reader import read_resolved_config
+    from gencache.config import parse_config
 
     first = readers[0]
-    return recorded_run(
-        read_resolved_config(first.path) if resolved is None else resolved,
-        resolved_path=first.path / RESOLVED_NAME,
-        provenance=first.provenance,
-        shard_records=[reader.summary.get("shard") for reader in readers],
+    where = first.path / RESOLVED_NAME
+    records = [reader.summary.get("shard") for reader in readers]
+    if resolved is None:
+        resolved = read_resolved_config(first.path)
+        if "config" in resolved or "gencache_version" in resolved:
+            check_resolved(resolved, resolved_path=where, provenance=first.provenance, shard_record=records[0])
+    if "config" not in resolved and "gencache_version" not in resolved:
+        raise ConfigError(
+            f"{where} records no run config (the artifact was not made by gencache generate), so its samples "
+            "cannot be rebuilt from it; pass the data configs it was generated from."
+        )
+    problems = _digest_problems(resolved)
+    if problems:
+        raise _refuse(where, problems[0])
+    generation = resolved["generation"]
+    if "max_new_tokens" not in generation:
+        raise _refuse(where, "generation has no max_new_tokens")
+    try:
+        config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
+    except GencacheError as error:
+        raise _refuse(where, f"its config does not parse ({first_line(error)})") from None
+    _sources_of(resolved, len(config.data_configs), where)
+    count, shards = _held_shards(records)
+    return RecordedRun(
         path=Path(os.path.abspath(os.path.expanduser(path))),
         paths=tuple(reader.path for reader in readers),
-        checked=resolved is not None,
+        resolved_path=where,
+        resolved=resolved,
+        config=config,
+        generation=generation,
+        seed=config.seed,
+        run_digest=resolved["run_digest"],
+        shard_count=count,
+        shards=shards,
     )
 
 

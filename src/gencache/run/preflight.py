@@ -336,9 +336,7 @@ def preflight(
     config, shard = plan.config, plan.targets[0].shard
     found = Preflight(config, list(plan.pending), plan.output_dir, list(plan.published), prompt_index=show_prompt)
     with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
-        rename_mode = _output(found, config, check_output)
-        _model_locations(found, config)
-        keys = _data_configs(found, list(enumerate(config.data_configs)), shard)
+        rename_mode, keys = _inputs(found, config, list(enumerate(config.data_configs)), shard, check_output)
         if show_prompt is not None and keys is not None:
             found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(keys))
         device = found.check("device", "model.device", lambda: _device(config.model.device, shard, env))
@@ -362,27 +360,37 @@ def check_inputs_alone(data_configs: Sequence[tuple[int, DataConfig]], targets: 
 
     found = Preflight(None, list(targets))
     with shared_tables():
-        _output(found, None, True)
-        _data_configs(found, data_configs, None)
+        _inputs(found, None, data_configs, None, True)
     return found
 
 
 def input_keys(plan: Plan) -> list[str]:
     """Phase 1's checks of ``plan``'s config and targets still to generate (the output location, the data configs,
     the shard count), every problem raised; the run's keys in sample order (empty when a data config counts teacher
-    tokens). The driver of a Ray run checks with this before any worker starts."""
-    from gencache.data.sources import shared_tables
-
+    tokens). The driver of a Ray run checks with this before any worker starts: the device is each worker's."""
     found = Preflight(plan.config, list(plan.pending))
-    with shared_tables():
-        _output(found, plan.config, True)
-        _model_locations(found, plan.config)
-        keys = _data_configs(found, list(enumerate(plan.config.data_configs)), plan.targets[0].shard)
+    data_configs = list(enumerate(plan.config.data_configs))
+    keys = _inputs(found, plan.config, data_configs, plan.targets[0].shard, True)[1]
     raise_problems(name_origins(found.problems, plan.applied))
     return keys or []
 
 
 # -- phase 1: the config, the data files, what the machine shows without torch ----------------------------------
+def _inputs(
+    found: Preflight,
+    config: CacheConfig | None,
+    data_configs: Sequence[tuple[int, DataConfig]],
+    shard: ShardSpec | None,
+    check_output: bool,
+) -> tuple[str | None, list[str] | None]:
+    """The paths, the output location, the model's and tokenizer's locations (of a valid ``config``) and each data
+    config: the rename mode the run publishes with and the run's keys (each None when unknown)."""
+    rename_mode = _output(found, config, check_output)
+    if config is not None:
+        _model_locations(found, config)
+    return rename_mode, _data_configs(found, data_configs, shard)
+
+
 def _output(found: Preflight, config: CacheConfig | None, check_output: bool) -> str | None:
     """Paths that must be valid UTF-8 and the output location; the rename mode the run publishes with."""
     outputs = found.outputs
