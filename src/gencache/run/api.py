@@ -85,6 +85,7 @@ def dry_run(
     return preflight(plan, env, show_prompt, check_output=check_output)
 
 
+@probe_scope()  # one hub probe for the run (hub ids come from the local cache when it fails)
 def generate(
     config: PathLike,
     *,
@@ -138,29 +139,15 @@ def generate(
             notify=say,
             progress=progress,
         ).output_dir
-    return _generate(config, changes, shard, shards, skip_published or shards is not None, env, say, progress)
-
-
-@probe_scope()  # one hub probe for the run (hub ids come from the local cache when it fails)
-def _generate(
-    config: PathLike,
-    overrides: Overrides,
-    shard: str | None,
-    shards: int | None,
-    skip: bool,
-    env: Mapping[str, str] | None,
-    say: Notify,
-    progress: ProgressFactory | None,
-) -> Path:
     say("status", f"checking {os.fspath(config)}: the config, the data, the tokenizer and the teacher's files")
-    plan = plan_run(config, overrides, shard, shards, env, skip)
-    run = _Run(plan, say, progress)
+    plan = plan_run(config, changes, shard, shards, env, skip_published or shards is not None)
+    run = _Run(say, progress)
     try:
         found = preflight(plan, env)
         for path in plan.published:
             say("info", f"already published and verified: {path}")
         if plan.pending:
-            run.execute(found.run_inputs())
+            run.execute(plan, found.run_inputs())
             report_phase("run_finished")  # test hook: a signal from here on comes once the run has done its work
     except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
         stop.run = run.stopped()
@@ -205,17 +192,19 @@ class _Run:
     """The weights-loading part of a run: one model load, then each pending target in turn; where it stands is
     what the line of a stop says."""
 
-    def __init__(self, plan: Plan, say: Notify, progress: ProgressFactory | None) -> None:
-        self.plan, self.say, self.progress = plan, say, progress
+    def __init__(self, say: Notify, progress: ProgressFactory | None) -> None:
+        self.say, self.progress = say, progress
         self.published: list[Path] = []
+        self.targets = 0
         self.current: Path | None = None
         self.started = False
 
-    def execute(self, inputs: RunInputs) -> None:
+    def execute(self, plan: Plan, inputs: RunInputs) -> None:
         from gencache.core.progress import StagedProgress
         from gencache.run.session import TeacherSession
 
-        config, pending = self.plan.config, inputs.targets
+        config, pending = plan.config, inputs.targets
+        self.targets = len(pending)
         if inputs.samples.conflicting_prompts:
             self.say(
                 "warning",
@@ -234,7 +223,7 @@ class _Run:
         inputs.engine.import_libraries()  # the load below is timed alone, without the imports
         self.say("status", f"loading the teacher {config.model.model_path}")
         started = time.monotonic()
-        session = TeacherSession(self.plan, inputs)
+        session = TeacherSession(plan, inputs)
         session.load()
 
         def loaded() -> None:
@@ -282,5 +271,5 @@ class _Run:
             published=published,
             generating=None if self.current is None else str(self.current),
             started=self.started,
-            remaining=self.started and len(published) < len(self.plan.pending),
+            remaining=self.started and len(published) < self.targets,
         )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gencache.artifact.names import shard_dir_name
 from gencache.config.names import ENGINE_VLLM
+from gencache.core.canonical import json_digest
 from gencache.core.errors import (
     ConfigError,
     GencacheError,
@@ -44,7 +45,7 @@ from gencache.core.errors import (
 )
 from gencache.run.overrides import Override, Overrides, check_config, check_utf8_paths, name_origins
 from gencache.run.record import absolute_path
-from gencache.run.sharding import ShardSpec, resolve_shard, run_digest
+from gencache.run.sharding import ShardSpec, resolve_shard
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig, DataConfig
@@ -212,6 +213,12 @@ class Plan:
         """What the run returns: the artifact, the one shard of ``--shard I/N``, or the base of ``--shards N``."""
         shard = self.targets[0].shard
         return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
+
+
+def run_digest(resolved_config: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
+    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}
+    return json_digest(stripped)
 
 
 def check_published(output_dir: Path, digest: str) -> None:

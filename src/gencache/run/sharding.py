@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gencache.artifact.names import make_shard_info, shard_of
-from gencache.core.canonical import json_digest
 from gencache.core.errors import ShardError
 
 
@@ -129,9 +128,3 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
         f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
         '"cuda" (each rank uses cuda:LOCAL_RANK).'
     )
-
-
-def run_digest(resolved_config: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
-    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}
-    return json_digest(stripped)
