@@ -229,7 +229,7 @@ class _Run:
         def loaded() -> None:
             self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
 
-        deferred = session.loads_with_first_prompts  # vLLM on a CPU builds its model with the prompts
+        deferred = inputs.engine.loads_with_prompts  # vLLM on a CPU builds its model with the prompts
         if deferred:
             self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
         else:

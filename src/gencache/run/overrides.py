@@ -63,9 +63,6 @@ class Overrides:
     output_dir: str | None = None
     limit: int | None = None
 
-    def __bool__(self) -> bool:
-        return bool(self.sets) or self.output_dir is not None or self.limit is not None
-
     def to_json(self) -> dict[str, Any]:
         return {"set": list(self.sets), "output_dir": self.output_dir, "limit": self.limit}
 

@@ -147,12 +147,15 @@ class Preflight:
     def skip(self, name: str, why: str) -> None:
         self.checks.append(Check(name, "skipped", why))
 
-    def check(self, name: str, location: str, action: Callable[..., tuple[T, str]], *given: Any) -> T | None:
+    def check(
+        self, name: str, location: str, action: Callable[..., tuple[T, str]], *given: Any, needs: Sequence[str] = ()
+    ) -> T | None:
         """Run check ``name`` on what earlier checks produced (``given``): its value, or None when it failed (its
-        problem recorded at the error's own ``location``, if it has one, else ``location``) or when something it
-        needs is missing (skipped)."""
-        if any(value is None for value in given):
-            self.skip(name, "not checked: a check it needs failed")
+        problem recorded at the error's own ``location``, if it has one, else ``location``). It is skipped, saying
+        why, when a check it ``needs`` did not pass or a value it is given is missing."""
+        blocked = [need for need in needs if any(c.name == need and c.status != "ok" for c in self.checks)]
+        if blocked or any(value is None for value in given):
+            self.skip(name, f"not checked: {', '.join(blocked)} failed" if blocked else "what it needs is unknown")
             return None
         try:
             value, detail = action(*given)
@@ -350,7 +353,9 @@ def preflight(
         found.check("engine package", "engine", _engine_package, config.engine)
         if found.problems or device is None:
             for name in TEACHER_CHECKS:
-                found.skip(name, "not checked: the checks above found problems (they run once those are fixed)")
+                found.skip(
+                    name, "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
+                )
             found.not_computed.append(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"
@@ -406,15 +411,15 @@ def _output(found: Preflight, config: CacheConfig | None, check_output: bool) ->
         model = config.model
         named |= {"model.model_path": model.model_path, "model.tokenizer_path": model.effective_tokenizer_path}
 
-    def paths() -> tuple[bool, str]:
+    def paths() -> tuple[None, str]:
         check_utf8_paths({"working directory": os.getcwd(), **named})
-        return True, "working directory and output path are valid UTF-8"
+        return None, "working directory and output path are valid UTF-8"
 
-    valid = found.check("paths", "paths", paths)
+    found.check("paths", "paths", paths)
     if not check_output:
         found.skip("output path", "not checked: --show-prompt writes nothing")
         return None
-    return found.check("output path", "output_dir", lambda _: _output_location(outputs), valid)
+    return found.check("output path", "output_dir", lambda: _output_location(outputs), needs=["paths"])
 
 
 def _output_location(outputs: Sequence[Path]) -> tuple[str | None, str]:
@@ -631,14 +636,21 @@ def _teacher(
     model = config.model
     found.check("torch device", "model.device", _torch_device, device)
     tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, config)
-    generation = found.check("generation", "model.generation_kwargs", _generation, config, tokenizer)
-    engine = found.check("engine", "engine_options", _engine, config, generation, tokenizer, device)
+    generation = found.check(
+        "generation", "model.generation_kwargs", _generation, config, tokenizer, needs=["tokenizer"]
+    )
+    engine = found.check(
+        "engine", "engine_options", _engine, config, generation, tokenizer, device, needs=["generation"]
+    )
     teacher = found.check("teacher config", "model.model_path", _teacher_config, config)
     found.check("attention", "model.attn_implementation", lambda: _attention(model.attn_implementation, device))
     found.check("teacher weights", "model.model_path", lambda: _weights(model.model_path))
     vocab_size = vocab_size_of(teacher) if teacher is not None else None
-    vocabulary = found.check("vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher)
-    samples = found.check("samples", "data_configs", _samples, config, tokenizer)
+    needs = ["tokenizer", "generation", "teacher config"]
+    vocabulary = found.check(
+        "vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs
+    )
+    samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
     if tokenizer is None:
         found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
     if samples is None or generation is None:
@@ -654,13 +666,16 @@ def _teacher(
             found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(samples))
     if show_prompt is not None and 0 <= show_prompt < len(samples):
         found.prompt = samples[show_prompt]
-    found.check("context length", "model.generation_kwargs.max_new_tokens", _context, samples, generation, teacher)
+    found.check(
+        "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
+    )
     if vocab_size is not None:
-        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, vocabulary)
+        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, vocabulary, needs=["vocabulary"])
     options = config.engine_options
     if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
         location = "engine_options.kv_cache_memory_gib"
-        found.check("paged cache", location, _paged_cache, config, samples, generation, teacher, engine)
+        needs = ["teacher config", "engine"]
+        found.check("paged cache", location, _paged_cache, config, samples, generation, teacher, engine, needs=needs)
     found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
     if not found.problems and engine is not None and rename_mode is not None:
         inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)

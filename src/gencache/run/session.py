@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.core.errors import GenerationError
 from gencache.core.tokenizer import tokenizer_state
 from gencache.run.record import RunPlan, resolved_config
 
@@ -45,28 +44,12 @@ class TeacherSession:
         self.plan, self.inputs, self.launch = plan, inputs, launch
         self.loaded = False
 
-    @property
-    def loads_with_first_prompts(self) -> bool:
-        """True for an engine that builds its model with the first prompts (vLLM on a CPU sizes its cache then)."""
-        return self.inputs.engine.loads_with_prompts
-
     def load(self) -> None:
         """Load the teacher's weights (once; later calls do nothing)."""
         if self.loaded:
             return
         self.inputs.engine.load_weights()
         self.loaded = True
-
-    def prompts(self, target: Target) -> list[tuple[str, Any]]:
-        """Each key of ``target`` with its prompt token ids, in the target's order."""
-        samples = self.inputs.samples
-        prompts = []
-        for key in target.keys:
-            ids = samples.by_key(key).input_ids
-            if ids is None:  # build_samples tokenizes whenever a tokenizer is given
-                raise GenerationError(f"Sample {key} has no prompt token ids.")
-            prompts.append((key, ids))
-        return prompts
 
     def publish(
         self, target: Target, progress: Progress, *, on_published: Callable[[Path], None] | None = None
@@ -78,7 +61,7 @@ class TeacherSession:
 
         self.load()
         inputs = self.inputs
-        prompts = self.prompts(target)
+        prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
         started = time.monotonic()
         tokens = 0
         with ArtifactBuild(
