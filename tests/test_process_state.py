@@ -112,9 +112,9 @@ def test_an_offline_generate_leaves_the_environment_and_the_libraries_as_it_foun
 ) -> None:
     before_env, before = dict(os.environ), _constants()
     hub_model = write_config(tmp_path, "some-org/some-model")
-    report = gencache.generate(hub_model, dry_run=True)
+    report = gencache.dry_run(hub_model)
     assert report.exit_code == 2
-    assert any("some-org/some-model" in str(problem) for problem in report.preflight.errors)
+    assert any("some-org/some-model" in str(problem) for problem in report.errors)
     assert dict(os.environ) == before_env and _constants() == before
     hub_data = write_config(tmp_path, tiny_teacher_dir, data_configs=[musique(source=None)])
     with pytest.raises(GencacheError, match="hub dataset"):
