@@ -145,8 +145,7 @@ def measure_two_workers(root: Path, quick: bool) -> dict[str, Any]:
     from longtail import choose_eos
 
     from gencache.generation.tiny import build_tiny_teacher
-    from gencache.run.overrides import Overrides
-    from gencache.run.pipeline import generate_run
+    from gencache.run.api import generate
 
     count, max_new = (48, 32) if quick else (320, 128)
     teacher = build_tiny_teacher(root / "teacher", seed=0)
@@ -154,7 +153,7 @@ def measure_two_workers(root: Path, quick: bool) -> dict[str, Any]:
     _chat_rows(rows, count)
     log(f"free greedy outputs of {count} prompts (no EOS) to choose the long tail's EOS ids")
     free = _config(root, teacher, rows, count, {"max_new_tokens": max_new, "eos_token_id": []}, "free")
-    generate_run(free)
+    generate(free)
     eos = choose_eos(_stored_lengths(root / "free-out"), max_new)
     generation = {"max_new_tokens": max_new, "eos_token_id": list(eos.eos)}
     config = _config(root, teacher, rows, count, generation, "longtail")
@@ -173,8 +172,8 @@ def measure_two_workers(root: Path, quick: bool) -> dict[str, Any]:
     finally:
         ray.shutdown()
     lengths = [len(answer) for answer in _stored_lengths(root / "dynamic-0")]
-    reference = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(root / "one-process")))
-    equal = _digests(root / "dynamic-0") == _digests(reference.output_dir) == _digests(root / "fixed-0")
+    reference = generate(config, shards=SHARDS, output_dir=root / "one-process")
+    equal = _digests(root / "dynamic-0") == _digests(reference) == _digests(root / "fixed-0")
     return {
         "count": count,
         "max_new": max_new,

@@ -31,8 +31,7 @@ def main(argv: list[str]) -> int:
     import ray
 
     from gencache.generation.tiny import build_tiny_teacher
-    from gencache.run.overrides import Overrides
-    from gencache.run.pipeline import generate_run
+    from gencache.run.api import generate
     from gencache.run.ray_driver import generate_on_ray
 
     root = args.workdir or Path(tempfile.mkdtemp(prefix="gencache-gpu-ray-"))
@@ -55,9 +54,9 @@ def main(argv: list[str]) -> int:
         ray.shutdown()
     print(json.dumps(result.to_json(), indent=2))
     started = time.monotonic()
-    reference = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(root / "one-process")))
+    reference = generate(config, shards=SHARDS, output_dir=root / "one-process")
     log(f"--shards {SHARDS} in one process: {time.monotonic() - started:.1f}s")
-    ours, theirs = _digests(result.output_dir), _digests(reference.output_dir)
+    ours, theirs = _digests(result.output_dir), _digests(reference)
     differing = sorted(key for key in theirs if ours.get(key) != theirs[key])
     workers = sorted({r.worker for r in result.records if r.worker})
     print(

@@ -13,7 +13,7 @@ from gencache.artifact.reader import CacheReader, read_resolved_config, verify
 from gencache.cli.app import run as cli_run
 from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
-from gencache.run.pipeline import DryRun
+from gencache.run.preflight import Preflight
 
 
 @pytest.fixture()
@@ -66,14 +66,12 @@ def test_generate_publishes_what_the_cli_publishes(
 
 
 def test_dry_runs_and_errors_are_values_and_exceptions(config: Path, tmp_path: Path) -> None:
-    report = gencache.generate(config, dry_run=True, show_prompt=0, limit=2)
-    assert isinstance(report, DryRun) and report.exit_code == 0 and not report.preflight.errors
+    report = gencache.dry_run(config, show_prompt=0, limit=2)
+    assert isinstance(report, Preflight) and report.exit_code == 0 and not report.errors
     assert report.prompt is not None and report.prompt.prompt_text
     assert not (tmp_path / "from-config").exists()
     with pytest.raises(ConfigError, match="gen_batch_size"):
         gencache.generate(config, overrides={"gen_batch_size": 0})
-    with pytest.raises(ConfigError, match="show_prompt needs dry_run"):
-        gencache.generate(config, show_prompt=0)
     sharded = gencache.generate(config, output_dir=tmp_path / "sharded", shards=2)
     assert sharded == tmp_path / "sharded"
     assert len(gencache.open_caches(sharded)) == 4  # the unsuffixed output reads as the whole set

@@ -404,7 +404,7 @@ def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_d
 
 
 def _has_gpu_driver() -> bool:
-    from gencache.run.input_checks import _gpu_driver_evidence
+    from gencache.run.preflight import _gpu_driver_evidence
 
     return bool(_gpu_driver_evidence())
 

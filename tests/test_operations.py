@@ -167,6 +167,23 @@ def test_show_prompt_prints_the_rendered_parts_and_token_count(
     assert not (tmp_path / "out").exists()
 
 
+def test_show_prompt_shows_the_prompt_after_the_cache_exists_and_the_dry_run_still_reports_the_output(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(config)]) == 0
+    published = sorted(os.listdir(tmp_path / "out"))
+    capsys.readouterr()
+    assert cli_run(["generate", str(config), "--show-prompt", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "prompt 1: data_configs[0] sample 1" in " ".join(captured.out.split()) and "error" not in captured.err
+    assert cli_run(["generate", str(config), "--show-prompt", "1", "--raw"]) == 0
+    assert json.loads(capsys.readouterr().out)["index"] == 1
+    assert sorted(os.listdir(tmp_path / "out")) == published and sorted(os.listdir(tmp_path)) == [config.name, "out"]
+    assert cli_run(["generate", str(config), "--dry-run", "--show-prompt", "1"]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
 def test_dry_run_shows_as_a_flag_in_help() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gencache", "generate", "--help"],
@@ -562,7 +579,7 @@ def test_one_rule_says_what_is_a_local_path_for_models_and_datasets(value: str, 
 def test_run_messages_read_in_order_with_sub_second_durations_and_zero_based_shards(
     tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
-    from gencache.run.pipeline import generate_run
+    from gencache.run.api import generate
 
     events: list[str] = []
 
@@ -583,7 +600,7 @@ def test_run_messages_read_in_order_with_sub_second_durations_and_zero_based_sha
             events.append("close")
 
     config = write_config(tmp_path, tiny_teacher_dir)
-    generate_run(config, shards=2, notify=lambda level, text: events.append(text), progress=Recorder)
+    generate(config, shards=2, notify=lambda level, text: events.append(text), progress=Recorder)
     loaded = next(e for e in events if e.startswith("teacher loaded in"))
     assert loaded.endswith((" ms", "s")) and "0.0s" not in loaded  # a tiny teacher loads in milliseconds
     assert [e for e in events if e.startswith("label")] == ["label shard 0/2", "label shard 1/2"]

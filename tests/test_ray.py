@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+import gencache
 from gencache.artifact.names import shard_dir_name
 from gencache.cli.app import run as cli_run
 from gencache.cli.console import RunProgress
 from gencache.run.overrides import Overrides
-from gencache.run.pipeline import generate_run
 from gencache.run.ray_driver import generate_on_ray
 from support.ray_helpers import entry_digests, temporary_directories
 from test_shards_run import write_config as shards_run_config
@@ -95,10 +95,10 @@ def test_ray_base_equals_one_process_and_unsharded(
         assert printed.out.strip() == str(base)
         assert f"{SHARDS} shards published, 0 already published (skipped), 0 retries, 2 workers" in printed.err
     assert cli_run(["verify", str(base)]) == 0
-    one_process = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
-    unsharded = generate_run(config, overrides=Overrides(output_dir=str(tmp_path / "whole")))
+    one_process = gencache.generate(config, shards=SHARDS, output_dir=tmp_path / "one")
+    unsharded = gencache.generate(config, output_dir=tmp_path / "whole")
     ours = entry_digests(base)
-    assert ours == entry_digests(one_process.output_dir) == entry_digests(unsharded.output_dir)
+    assert ours == entry_digests(one_process) == entry_digests(unsharded)
     for index in range(SHARDS):  # the same keys in each shard as the one-process run's
         shard = json.loads((shard_path(base, index) / "manifest.json").read_text(encoding="utf-8"))
         theirs = json.loads((shard_path(tmp_path / "one", index) / "manifest.json").read_text(encoding="utf-8"))
@@ -145,8 +145,8 @@ def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_generated_again(
     assert all(r["status"] == "published" for r in records.values())
     assert temporary_directories(tmp_path) == []  # the dead worker's directory was removed, never published
     assert cli_run(["verify", str(tmp_path / "out")]) == 0
-    reference = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
-    assert entry_digests(tmp_path / "out") == entry_digests(reference.output_dir)
+    reference = gencache.generate(config, shards=SHARDS, output_dir=tmp_path / "one")
+    assert entry_digests(tmp_path / "out") == entry_digests(reference)
 
 
 def test_the_driver_killed_mid_run_then_the_same_command_generates_the_rest(
@@ -173,8 +173,8 @@ def test_the_driver_killed_mid_run_then_the_same_command_generates_the_rest(
     assert skipped >= set(done) and summary["skipped"] == len(skipped)
     assert summary["published"] + summary["skipped"] == SHARDS
     assert cli_run(["verify", str(base)]) == 0
-    reference = generate_run(config, shards=SHARDS, overrides=Overrides(output_dir=str(tmp_path / "one")))
-    assert entry_digests(base) == entry_digests(reference.output_dir)
+    reference = gencache.generate(config, shards=SHARDS, output_dir=tmp_path / "one")
+    assert entry_digests(base) == entry_digests(reference)
     assert temporary_directories(tmp_path) == []
 
 

@@ -1,4 +1,4 @@
-"""The run an artifact records (gencache.run.recorded): the effective config after --limit and --set, the samples
+"""The run an artifact records (gencache.data.recorded): the effective config after --limit and --set, the samples
 rebuilt from it with the artifact's keys, a shard base read through its first shard, and every damaged record or
 changed source file refused in one line naming the file."""
 
@@ -16,9 +16,8 @@ import gencache
 from gencache.artifact.reader import CacheReader
 from gencache.core.errors import ConfigError, DatasetError, FormatError, SourceChangedError
 from gencache.data.recipes import sample_source
-from gencache.data.recorded import check_sources, rebuild_samples
+from gencache.data.recorded import check_sources, load_recorded_run, load_recorded_tokenizer, rebuild_samples
 from gencache.data.sources import file_sha256
-from gencache.run.recorded import load_recorded_run, load_recorded_tokenizer
 from support.config_factory import musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
 
@@ -85,7 +84,7 @@ def test_a_damaged_record_is_refused_naming_the_file(run: dict[str, Any], tmp_pa
 
 def test_changed_and_missing_sources_are_refused(run: dict[str, Any], tmp_path: Path) -> None:
     data = writable_copy(run["data"], tmp_path / run["data"].name)
-    recorded = load_recorded_run(run["limited"], check_sources=False)
+    recorded = load_recorded_run(run["limited"], hash_sources=False)
     assert not recorded.sources_checked
     # the recorded files moved under a data root: checked there and rebuilt identically
     samples = rebuild_samples(recorded, data_root=tmp_path)

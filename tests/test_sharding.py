@@ -7,7 +7,8 @@ import hashlib
 import pytest
 
 from gencache.core.errors import ShardError
-from gencache.run.sharding import ShardSpec, device_for_rank, parse_shard, resolve_shard, run_digest, shard_from_env
+from gencache.run.preflight import run_digest
+from gencache.run.sharding import ShardSpec, device_for_rank, parse_shard, resolve_shard, shard_from_env
 
 KEYS = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)]
 

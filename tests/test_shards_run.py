@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
+import gencache
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.names import shard_dir_name
 from gencache.artifact.publish import clean
 from gencache.artifact.reader import CacheReader
 from gencache.cli.app import run as cli_run
-from gencache.run.overrides import Overrides
-from gencache.run.pipeline import generate_run
 from support.config_factory import hotpot_qa, musique
 from support.config_factory import write_config as factory_config
 from test_generate_signals import Child
@@ -51,9 +50,9 @@ def content(directory: Path) -> dict[str, Any]:
 @pytest.mark.slow
 def test_kill_9_during_shard_2_of_4_then_rerun(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
-    reference = generate_run(config, shards=COUNT, overrides=Overrides(output_dir=str(tmp_path / "reference")))
-    assert reference.published == [shard_path(tmp_path / "reference", i, COUNT) for i in range(COUNT)]
-    assert all(len(CacheReader(p)) for p in reference.published)  # every shard owns keys
+    assert gencache.generate(config, shards=COUNT, output_dir=tmp_path / "reference") == tmp_path / "reference"
+    reference = [shard_path(tmp_path / "reference", i, COUNT) for i in range(COUNT)]
+    assert all(len(CacheReader(p)) for p in reference)  # every shard published, each owns keys
 
     child = Child(config, ["--shards", str(COUNT)])
     child.run_until("temp_created", 3)  # shard 2's build began
@@ -68,23 +67,27 @@ def test_kill_9_during_shard_2_of_4_then_rerun(tmp_path: Path, tiny_teacher_dir:
     before = {p: inodes(p) for p in done}
 
     notices: list[str] = []
-    rerun = generate_run(config, shards=COUNT, notify=lambda level, text: notices.append(text))
-    assert rerun.skipped == done
-    assert rerun.published == [shard_path(out, i, COUNT) for i in (2, 3)]
-    assert sum("already published and verified" in n for n in notices) == 2
+    gencache.generate(config, shards=COUNT, notify=lambda level, text: notices.append(text))
+    assert [n for n in notices if "already published and verified" in n] == [
+        f"already published and verified: {path}" for path in done
+    ]
+    published = [shard_path(out, i, COUNT) for i in (2, 3)]
+    assert [n.split(" (")[0] for n in notices if n.startswith("published ")] == [f"published {p}" for p in published]
     assert {p: inodes(p) for p in done} == before  # untouched: same inodes
     for index in range(COUNT):
-        assert content(shard_path(out, index, COUNT)) == content(reference.published[index])
+        assert content(shard_path(out, index, COUNT)) == content(reference[index])
         ours = json.loads((shard_path(out, index, COUNT) / "manifest.json").read_text(encoding="utf-8"))
-        theirs = json.loads((reference.published[index] / "manifest.json").read_text(encoding="utf-8"))
+        theirs = json.loads((reference[index] / "manifest.json").read_text(encoding="utf-8"))
         assert ours["entries"] == theirs["entries"] and ours["summary"] == theirs["summary"]
     mixture = open_caches(out)
     assert set(mixture.keys()) == set(open_caches(tmp_path / "reference").keys())
     # the killed build's temporary directory is dead (its lock is free): clean removes it
     assert len(clean(tmp_path)) == 1
     # a third run has nothing left to do
-    third = generate_run(config, shards=COUNT)
-    assert third.published == [] and len(third.skipped) == COUNT
+    notices.clear()
+    gencache.generate(config, shards=COUNT, notify=lambda level, text: notices.append(text))
+    assert sum("already published and verified" in n for n in notices) == COUNT
+    assert not any(n.startswith("published ") for n in notices)
     assert cli_run(["verify", str(out)]) == 0
 
 

@@ -302,9 +302,9 @@ def test_refused_settings_stop_before_any_weights_load_with_one_line_and_exit_tw
     if change.get("device") == "cuda":  # a GPU machine, as the first round and torch see it
         import torch
 
-        import gencache.run.input_checks
+        import gencache.run.preflight
 
-        monkeypatch.setattr(gencache.run.input_checks, "_gpu_driver_evidence", lambda: ["/dev/nvidia0"])
+        monkeypatch.setattr(gencache.run.preflight, "_gpu_driver_evidence", lambda: ["/dev/nvidia0"])
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "a GPU")

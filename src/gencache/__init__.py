@@ -28,6 +28,8 @@ _EXPORTS = {
     "MissingEntriesError": "gencache.core.errors",
     "MissingEntryError": "gencache.core.errors",
     "generate": "gencache.run.api",
+    "dry_run": "gencache.run.api",
+    "RayOptions": "gencache.run.api",
     "audit": "gencache.run.audit",
     "score": "gencache.run.score",
 }
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
     from gencache.core.tokenizer import prepare_tokenizer
     from gencache.data.keys import semantic_key
     from gencache.data.samples import build_samples
-    from gencache.run.api import generate
+    from gencache.run.api import RayOptions, dry_run, generate
     from gencache.run.audit import audit
     from gencache.run.score import score
 
@@ -66,9 +68,11 @@ __all__ = [
     "IntegrityError",
     "MissingEntriesError",
     "MissingEntryError",
+    "RayOptions",
     "__version__",
     "audit",
     "build_samples",
+    "dry_run",
     "generate",
     "load_config",
     "open_caches",

@@ -73,10 +73,10 @@ def install(*, run: bool = False) -> None:
     before(publish, "fsync_dir", lambda path: None if publish.TEMP_RE.match(Path(path).name) else "renamed")
     after(writer, "publish", "published")
     if run:
-        from gencache.run import pipeline, session
+        from gencache.run import api, session
 
         after(session.TeacherSession, "load", "model_loaded")
-        after(pipeline._Run, "execute", "run_finished")
+        after(api._Run, "execute", "run_finished")
 
 
 if __name__ == "__main__":

@@ -193,6 +193,7 @@ def generate(
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.cli.console import RunProgress
     from gencache.cli.generate import Notices, dry_run_output, problems_json
+    from gencache.run.api import dry_run as dry_run_cache
     from gencache.run.api import generate as generate_cache
     from gencache.run.overrides import Overrides
 
@@ -211,30 +212,22 @@ def generate(
         return
     try:
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
-            result = generate_cache(
-                config,
-                overrides=list(set_ or ()),
-                output_dir=output_dir,
-                limit=limit,
-                shard=shard,
-                shards=shards,
-                skip_published=skip_published,
-                dry_run=dry_run or show_prompt is not None,
-                show_prompt=show_prompt,
-                notify=notices,
-                progress=RunProgress,
-            )
+            changes: dict[str, Any] = {"overrides": list(set_ or ()), "output_dir": output_dir, "limit": limit}
+            changes |= {"shard": shard, "shards": shards, "skip_published": skip_published}
+            if dry_run or show_prompt is not None:  # --show-prompt alone only looks: the output is not checked
+                report = dry_run_cache(config, **changes, show_prompt=show_prompt, check_output=dry_run)
+            else:
+                result = generate_cache(config, **changes, notify=notices, progress=RunProgress)
     except GencacheError as error:
         if not json_:
             raise
         problems = error.problems if isinstance(error, InputProblems) else None
         echo_json(problems_json(error.exit_code, problems, error))
         raise typer.Exit(error.exit_code) from None
-    if isinstance(result, Path):
-        signals.note_published([result])  # a stop from here on says it is published
-        typer.echo(str(result))
-        return
-    dry_run_output(result, raw=raw, as_json=json_)
+    if dry_run or show_prompt is not None:
+        dry_run_output(report, raw=raw, as_json=json_)
+    signals.note_published([result])  # a stop from here on says it is published
+    typer.echo(str(result))
 
 
 @app.command()

@@ -48,17 +48,16 @@ def dry_run_output(result: Any, *, raw: bool, as_json: bool) -> None:
     from gencache.cli.console import make_console
     from gencache.cli.render import render_dry_run
 
-    found = result.preflight
     if as_json:
-        report = problems_json(result.exit_code, found.problems)
-        report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in found.checks]
+        report = problems_json(result.exit_code, result.problems)
+        report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in result.checks]
         echo_json(report)
     elif not raw:
         render_dry_run(result, make_console())
-    for error in found.errors:
+    for error in result.errors:
         typer.echo(printable(f"error: {error}"), err=True)
-    if found.errors and not raw:
-        count = len(found.errors)
+    if result.errors and not raw:
+        count = len(result.errors)
         typer.echo(
             f"the dry run found {count} problem{'s' if count > 1 else ''}; generate would exit {result.exit_code}",
             err=True,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gencache.artifact.report import VerifyProgressFactory
     from gencache.data.samples import Sample
     from gencache.run.audit import AuditReport
-    from gencache.run.pipeline import DryRun
+    from gencache.run.preflight import Preflight
     from gencache.run.ray_driver import RayRun
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
@@ -37,16 +37,15 @@ def render_notice(console: Console, level: str, text: str) -> None:
         console.print(escape(text), highlight=False)
 
 
-def _data_table(report: DryRun) -> Table | None:
-    found = report.preflight
-    config = found.config
+def _data_table(report: Preflight) -> Table | None:
+    config = report.config
     if config is None:  # an invalid config is raised, never reported
         return None
     table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
     columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
     for column in columns:
         table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-    samples = found.samples
+    samples = report.samples
     if samples is not None:
         table.add_column("prompt tokens min/med/max")
         for summary, data_config in zip(samples.summaries, config.data_configs, strict=True):
@@ -62,9 +61,9 @@ def _data_table(report: DryRun) -> Table | None:
                 "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
             )
         return table
-    if found.sample_counts is None:
+    if report.sample_counts is None:
         return None
-    for index, (count, data_config) in enumerate(zip(found.sample_counts, config.data_configs, strict=True)):
+    for index, (count, data_config) in enumerate(zip(report.sample_counts, config.data_configs, strict=True)):
         shown = str(count) if count >= 0 else "?"
         table.add_row(
             str(index), data_config.dataset_name, data_config.split, data_config.template, shown, "?", "?", "?"
@@ -72,19 +71,18 @@ def _data_table(report: DryRun) -> Table | None:
     return table
 
 
-def render_dry_run(report: DryRun, console: Console) -> None:
+def render_dry_run(report: Preflight, console: Console) -> None:
     """The dry-run report: the data configs, every check with its outcome, the plan and what was not computed."""
-    found = report.preflight
     table = _data_table(report)
     if table is not None:
         console.print(table)
     checks = Table(title="checks (the same ones generate makes before loading weights)", title_justify="left")
     for column in ("check", "status", "detail"):
         checks.add_column(column)
-    for check in found.checks:
+    for check in report.checks:
         checks.add_row(check.name, _STATUS.get(check.status, check.status), escape(check.detail))
     console.print(checks)
-    samples = found.samples
+    samples = report.samples
     if samples is not None:
         console.print(
             f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}",
@@ -106,15 +104,15 @@ def render_dry_run(report: DryRun, console: Console) -> None:
                 f"-> {escape(str(target.output_dir))}",
                 highlight=False,
             )
-    if found.capacity:
-        console.print(f"header budget: {max(found.capacity.values()):,} bytes (largest artifact)", highlight=False)
-    if found.not_computed:
-        console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(found.not_computed))}", highlight=False)
+    if report.capacity:
+        console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)", highlight=False)
+    if report.not_computed:
+        console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(report.not_computed))}", highlight=False)
     if report.prompt is not None:
         render_sample_prompt(report.prompt, report.prompt_index or 0, console)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
-    if not found.errors:  # otherwise the caller prints each problem and then how many there are
+    if not report.errors:  # otherwise the caller prints each problem and then how many there are
         console.print("[green]every check passed[/]: generate would start loading the teacher")
 
 

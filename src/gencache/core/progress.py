@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -15,6 +16,13 @@ class Progress(Protocol):
     def advance(self, samples: int, tokens: int) -> None: ...
 
     def close(self) -> None: ...
+
+
+#: ``progress(total_samples)``: a :class:`Progress` for a whole run.
+ProgressFactory = Callable[[int], Progress]
+#: ``notify(level, text)``: a run's messages; ``level`` is ``"info"``, ``"warning"`` or ``"status"`` (what the run
+#: is doing while a slow step runs: checking, loading the teacher; the command line shows it on a terminal only).
+Notify = Callable[[str, str], None]
 
 
 class StagedProgress:

@@ -1,22 +1,28 @@
-"""The run an artifact records: its ``resolved_config.json`` checked, and its samples rebuilt from it.
+"""The run an artifact records, from the artifact alone: its ``resolved_config.json`` checked, and its samples
+rebuilt from it. ``export``, ``audit``, ``score``, training without a config and scripts all rebuild from here,
+so each trusts the same checked values::
+
+    from gencache.data.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
+
+    run = load_recorded_run("generation_cache/artifacts/run")   # an artifact, one shard, or a shard base
+    run.config, run.generation, run.seed                          # the effective config, generation kwargs, seed
+    samples = rebuild_samples(run, load_recorded_tokenizer(run))  # build_samples over the recorded data configs
 
 A published artifact records the effective config of the run that made it (``config``: the data configs after
 ``--limit``, ``--set`` and ``--output-dir``), the sources its rows were read from (each local file with its
-SHA-256) and the effective generation settings. Everything that rebuilds a run from that record (training with no
-config, ``gencache export`` with prompts, ``gencache audit``) goes through here, so each trusts the same checked
-values:
+SHA-256) and the effective generation settings.
 
-- :func:`recorded_run` checks the document (the shape and ``resolved_digest`` of
-  :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record)
-  and parses its config; a damaged or hand-edited document is a :class:`FormatError` (exit 1) naming the file.
-- :func:`check_sources` hashes every recorded local source file again; a file that changed since generation is a
-  :class:`SourceChangedError` (exit 2), one that is gone a :class:`DatasetError`, each naming the file.
+- :func:`load_recorded_run` opens the artifact (every open-time check of the reader; a shard base must be a whole
+  set of one run), checks its record (:func:`run_of_readers`: the shape and ``resolved_digest`` of
+  :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record;
+  a damaged or hand-edited document is a :class:`FormatError`, exit 1, naming the file) and, by default, hashes
+  every recorded local source file again (:func:`check_sources`: a file that changed is a
+  :class:`SourceChangedError`, one that is gone a :class:`DatasetError`, both exit 2, naming the file).
 - :func:`rebuild_samples` builds the samples with :func:`gencache.data.samples.build_samples`, optionally reading
   some data configs from other sources, and checks that the files it read are the recorded ones.
 
 The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's. Importing this
-module imports neither torch nor transformers; :func:`run_of_readers` and :func:`checked_resolved_config` read
-``resolved_config.json`` through :mod:`gencache.artifact.reader`, for callers that opened the artifact with it.
+module imports neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -138,68 +144,10 @@ def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | Non
     return (None, None) if len(held) == count else (count if isinstance(count, int) else None, held)
 
 
-def recorded_run(
-    resolved: Mapping[str, Any],
-    *,
-    resolved_path: Path,
-    provenance: Mapping[str, Any],
-    shard_records: Sequence[Mapping[str, Any] | None],
-    path: Path,
-    paths: tuple[Path, ...],
-    checked: bool = False,
-) -> RecordedRun:
-    """Check ``resolved`` (read from ``resolved_path``, the first artifact's) against that artifact's manifest
-    ``provenance`` and shard record (``shard_records[0]``; one ``summary.shard`` per artifact of ``paths``, which
-    are all of one run) and parse its config. A :class:`FormatError` naming the file when anything is off; a
-    :class:`ConfigError` when the document records no run (an artifact written by ``ArtifactBuild`` directly).
-    ``checked``: ``resolved`` already passed :func:`check_resolved` (:func:`checked_resolved_config`), so only its
-    ``resolved_digest`` is still required here."""
-    from gencache.config import parse_config
-
-    if "config" not in resolved and "gencache_version" not in resolved:
-        raise ConfigError(
-            f"{resolved_path} records no run config (the artifact was not made by gencache generate), so its samples "
-            "cannot be rebuilt from it; pass the data configs it was generated from."
-        )
-    if checked:
-        problems = _digest_problems(resolved)
-        if problems:
-            raise _refuse(resolved_path, problems[0])
-    else:
-        check_resolved(
-            resolved,
-            resolved_path=resolved_path,
-            provenance=provenance,
-            shard_record=shard_records[0] if shard_records else None,
-        )
-    generation = resolved["generation"]
-    if "max_new_tokens" not in generation:
-        raise _refuse(resolved_path, "generation has no max_new_tokens")
-    try:
-        config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(resolved_path))
-    except GencacheError as error:
-        raise _refuse(resolved_path, f"its config does not parse ({first_line(error)})") from None
-    _sources_of(resolved, len(config.data_configs), resolved_path)
-    count, shards = _held_shards(shard_records)
-    return RecordedRun(
-        path=path,
-        paths=paths,
-        resolved_path=resolved_path,
-        resolved=resolved,
-        config=config,
-        generation=generation,
-        seed=config.seed,
-        run_digest=resolved["run_digest"],
-        shard_count=count,
-        shards=shards,
-    )
-
-
 def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dict[str, Any]:
     """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
     the checks ``gencache verify`` makes of it (shape, ``resolved_digest`` when recorded or ``require_digest``,
-    the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise. The reader module is
-    imported here only, by callers that already opened the artifact with it."""
+    the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise."""
     from gencache.artifact.names import RESOLVED_NAME
     from gencache.artifact.reader import read_resolved_config
 
@@ -217,22 +165,51 @@ def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dic
 def run_of_readers(
     path: str | os.PathLike[str], readers: Sequence[Any], *, resolved: Mapping[str, Any] | None = None
 ) -> RecordedRun:
-    """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run; the first one's
-    ``resolved_config.json`` is read) that ``path`` stands for. The sources are not hashed (:func:`check_sources`).
-    ``resolved``: that document as :func:`checked_resolved_config` returned it, which is neither read nor checked
-    again (only its ``resolved_digest`` is still required)."""
+    """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run) that ``path``
+    stands for, from the first one's ``resolved_config.json`` (checked against its manifest's provenance and shard
+    record; its config parsed): a :class:`FormatError` naming the file when anything is off, a :class:`ConfigError`
+    when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed
+    (:func:`check_sources`). ``resolved``: that document as :func:`checked_resolved_config` returned it, which is
+    neither read nor checked again (only its ``resolved_digest`` is still required)."""
     from gencache.artifact.names import RESOLVED_NAME
     from gencache.artifact.reader import read_resolved_config
+    from gencache.config import parse_config
 
     first = readers[0]
-    return recorded_run(
-        read_resolved_config(first.path) if resolved is None else resolved,
-        resolved_path=first.path / RESOLVED_NAME,
-        provenance=first.provenance,
-        shard_records=[reader.summary.get("shard") for reader in readers],
+    where = first.path / RESOLVED_NAME
+    records = [reader.summary.get("shard") for reader in readers]
+    if resolved is None:
+        resolved = read_resolved_config(first.path)
+        if "config" in resolved or "gencache_version" in resolved:
+            check_resolved(resolved, resolved_path=where, provenance=first.provenance, shard_record=records[0])
+    if "config" not in resolved and "gencache_version" not in resolved:
+        raise ConfigError(
+            f"{where} records no run config (the artifact was not made by gencache generate), so its samples "
+            "cannot be rebuilt from it; pass the data configs it was generated from."
+        )
+    problems = _digest_problems(resolved)
+    if problems:
+        raise _refuse(where, problems[0])
+    generation = resolved["generation"]
+    if "max_new_tokens" not in generation:
+        raise _refuse(where, "generation has no max_new_tokens")
+    try:
+        config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
+    except GencacheError as error:
+        raise _refuse(where, f"its config does not parse ({first_line(error)})") from None
+    _sources_of(resolved, len(config.data_configs), where)
+    count, shards = _held_shards(records)
+    return RecordedRun(
         path=Path(os.path.abspath(os.path.expanduser(path))),
         paths=tuple(reader.path for reader in readers),
-        checked=resolved is not None,
+        resolved_path=where,
+        resolved=resolved,
+        config=config,
+        generation=generation,
+        seed=config.seed,
+        run_digest=resolved["run_digest"],
+        shard_count=count,
+        shards=shards,
     )
 
 
@@ -368,3 +345,43 @@ def rebuild_samples(
             files = _relocated(recorded[summary.index], root)[1]
             _compare_read(summary.index, summary.source, recorded[summary.index], files)
     return samples
+
+
+def load_recorded_run(
+    path: str | os.PathLike[str],
+    *,
+    hash_sources: bool = True,
+    index_cache: str | os.PathLike[str] | bool | None = None,
+) -> RecordedRun:
+    """The checked record of the run behind ``path`` (an artifact, one shard, or a shard base); with
+    ``hash_sources`` every recorded local source file is hashed again and must match (``sources_checked``)."""
+    return open_recorded_run(path, hash_sources=hash_sources, index_cache=index_cache)[1]
+
+
+def open_recorded_run(
+    path: str | os.PathLike[str],
+    *,
+    hash_sources: bool = True,
+    index_cache: str | os.PathLike[str] | bool | None = None,
+) -> tuple[Any, RecordedRun]:
+    """The reader of ``path`` (:func:`gencache.open_caches`) and its run's checked record
+    (:func:`load_recorded_run`), from one open."""
+    from dataclasses import replace
+
+    from gencache.artifact.mixture import MultiCacheReader, open_caches
+
+    reader = open_caches(path, index_cache=index_cache)
+    readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
+    run = run_of_readers(path, readers)
+    if hash_sources:
+        check_sources(run)
+        run = replace(run, sources_checked=True)
+    return reader, run
+
+
+def load_recorded_tokenizer(run: RecordedRun) -> Any:
+    """The tokenizer the run recorded (its ``tokenizer_path`` at its ``revision``), prepared as for generation."""
+    from gencache.generation.teacher import load_tokenizer
+
+    model = run.config.model
+    return load_tokenizer(model.effective_tokenizer_path, revision=model.revision)

@@ -1,128 +1,101 @@
-"""The Python API of ``gencache generate``: :func:`generate` runs exactly what the command runs and returns values.
+"""The Python API of ``gencache generate``: :func:`generate` runs exactly what the command runs and returns the
+published path; :func:`dry_run` makes the same checks and returns their report.
 
-The command line is a thin layer over it (it adds rendering and exit codes); a notebook or a training script calls
-it directly and gets the published path, or the dry run's report, and gencache's errors as exceptions.
+A run is config -> plan (:mod:`gencache.run.preflight`) -> every model-free check (:mod:`gencache.run.preflight`, the
+same code path for the dry run) -> teacher -> writer -> publish, one target after another; so a bad run fails in
+seconds. ``--shards N`` runs all N shards in this one process with one model load and publishes each shard as soon
+as it is done; a rerun skips the shards the same run already published. Nothing is printed here: messages go to
+the caller's ``notify`` and progress to the caller's ``progress`` factory; the command line renders the results.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
-from gencache.core.errors import ConfigError
+from gencache.core.errors import ConfigError, Stopped, StoppedRun
+from gencache.run.overrides import Overrides
+from gencache.run.preflight import Plan, Preflight, RunInputs, Target, plan_run, preflight
 
 if TYPE_CHECKING:
-    from gencache.run.overrides import Overrides
-    from gencache.run.pipeline import DryRun, Notify, ProgressFactory
+    from gencache.core.progress import Notify, ProgressFactory, StagedProgress
+    from gencache.run.session import TeacherSession
 
 Settings = Mapping[str, Any] | Sequence[str]
+PathLike = str | os.PathLike[str]
 
 
-def _sets(overrides: Settings | None) -> tuple[str, ...]:
-    """``overrides`` as ``--set`` texts: a mapping of dotted paths to Python values (JSON-encoded), or the texts."""
-    if overrides is None:
-        return ()
+@dataclass(frozen=True)
+class RayOptions:
+    """How ``generate --ray`` runs (:mod:`gencache.run.ray_driver`): the cluster's ``address`` (None is
+    ``RAY_ADDRESS`` or a local Ray instance; ``HOST:PORT``, ``ray://HOST:PORT``, ``"auto"`` or ``"local"``), at most
+    ``workers`` workers of ``worker_gpus`` GPUs each, and how often a dead worker's shard is generated again."""
+
+    address: str | None = None
+    workers: int | None = None
+    worker_gpus: float = 1.0
+    max_retries: int = 3
+
+
+def _overrides(overrides: Settings | None, output_dir: PathLike | None, limit: int | None) -> Overrides:
+    """``overrides`` as ``--set`` texts (a mapping of dotted paths to Python values, JSON-encoded, or the texts),
+    with ``--output-dir`` and ``--limit``."""
     if isinstance(overrides, str):
         raise ConfigError("overrides must be a mapping of dotted paths to values or a list of 'PATH=VALUE' texts.")
+    texts = []
     if isinstance(overrides, Mapping):
-        texts = []
         for path, value in overrides.items():
             try:
                 texts.append(f"{path}={json.dumps(value)}")
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"overrides[{path!r}] is not a JSON value: {exc}") from None
-        return tuple(texts)
-    return tuple(str(text) for text in overrides)
+    else:
+        texts = [str(text) for text in overrides or ()]
+    return Overrides(tuple(texts), None if output_dir is None else os.fspath(output_dir), limit)
 
 
-@overload
-def generate(
-    config: str | os.PathLike[str],
-    *,
-    overrides: Settings | None = ...,
-    output_dir: str | os.PathLike[str] | None = ...,
-    limit: int | None = ...,
-    shard: str | None = ...,
-    shards: int | None = ...,
-    skip_published: bool = ...,
-    dry_run: Literal[False] = ...,
-    show_prompt: None = ...,
-    env: Mapping[str, str] | None = ...,
-    notify: Notify | None = ...,
-    progress: ProgressFactory | None = ...,
-    ray: str | bool | None = ...,
-    workers: int | None = ...,
-    worker_gpus: float = ...,
-    max_retries: int = ...,
-) -> Path: ...
-
-
-@overload
-def generate(
-    config: str | os.PathLike[str],
-    *,
-    overrides: Settings | None = ...,
-    output_dir: str | os.PathLike[str] | None = ...,
-    limit: int | None = ...,
-    shard: str | None = ...,
-    shards: int | None = ...,
-    skip_published: bool = ...,
-    dry_run: Literal[True],
-    show_prompt: int | None = ...,
-    env: Mapping[str, str] | None = ...,
-    notify: Notify | None = ...,
-    progress: ProgressFactory | None = ...,
-    ray: str | bool | None = ...,
-    workers: int | None = ...,
-    worker_gpus: float = ...,
-    max_retries: int = ...,
-) -> DryRun: ...
-
-
-@overload
-def generate(
-    config: str | os.PathLike[str],
-    *,
-    overrides: Settings | None = ...,
-    output_dir: str | os.PathLike[str] | None = ...,
-    limit: int | None = ...,
-    shard: str | None = ...,
-    shards: int | None = ...,
-    skip_published: bool = ...,
-    dry_run: bool,
-    show_prompt: int | None = ...,
-    env: Mapping[str, str] | None = ...,
-    notify: Notify | None = ...,
-    progress: ProgressFactory | None = ...,
-    ray: str | bool | None = ...,
-    workers: int | None = ...,
-    worker_gpus: float = ...,
-    max_retries: int = ...,
-) -> Path | DryRun: ...
-
-
-def generate(
-    config: str | os.PathLike[str],
+def dry_run(
+    config: PathLike,
     *,
     overrides: Settings | None = None,
-    output_dir: str | os.PathLike[str] | None = None,
+    output_dir: PathLike | None = None,
     limit: int | None = None,
     shard: str | None = None,
     shards: int | None = None,
     skip_published: bool = False,
-    dry_run: bool = False,
     show_prompt: int | None = None,
+    check_output: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> Preflight:
+    """Make every check :func:`generate` makes with the same arguments, loading and writing nothing, and return
+    the report: ``report.errors`` lists every problem found and ``report.exit_code`` is the command's exit code.
+    ``show_prompt=N`` adds sample N's rendered prompt as ``report.prompt``; ``check_output=False`` only looks
+    (``gencache generate --show-prompt N``): the output path is not checked, as nothing would be written. A problem
+    of the config itself is raised, as :func:`generate` raises it."""
+    changes = _overrides(overrides, output_dir, limit)
+    plan = plan_run(config, changes, shard, shards, env, skip_published or shards is not None)
+    return preflight(plan, env, show_prompt, check_output=check_output)
+
+
+def generate(
+    config: PathLike,
+    *,
+    overrides: Settings | None = None,
+    output_dir: PathLike | None = None,
+    limit: int | None = None,
+    shard: str | None = None,
+    shards: int | None = None,
+    skip_published: bool = False,
+    ray: RayOptions | str | bool | None = None,
     env: Mapping[str, str] | None = None,
     notify: Notify | None = None,
     progress: ProgressFactory | None = None,
-    ray: str | bool | None = None,
-    workers: int | None = None,
-    worker_gpus: float = 1.0,
-    max_retries: int = 3,
-) -> Path | DryRun:
+) -> Path:
     """Check, generate and publish the artifact of the config file ``config``, as ``gencache generate`` does.
 
     ``overrides`` (``--set``) is a mapping of dotted config paths to values, such as
@@ -134,76 +107,163 @@ def generate(
 
     Returns the published directory: the artifact, the shard's directory with ``shard``, or with ``shards`` the
     unsuffixed ``output_dir`` that :func:`gencache.open_caches`, ``inspect`` and ``verify`` read as the whole set.
-    With ``dry_run=True`` nothing loads or is written: the :class:`~gencache.run.pipeline.DryRun` report comes back
-    (``report.preflight.errors`` lists every problem found, ``report.exit_code`` is the command's exit code;
-    ``show_prompt=N`` adds sample N's rendered prompt as ``report.prompt``). Errors are raised as
-    :class:`gencache.GencacheError` subclasses; nothing is printed. ``notify(level, text)`` receives the run's
-    messages and ``progress(total)`` makes a :class:`gencache.core.progress.Progress` for it.
+    Every problem found before the weights load is raised at once (:class:`gencache.InputProblems` for several);
+    nothing is printed. ``notify(level, text)`` receives the run's messages and ``progress(total)`` makes a
+    :class:`gencache.core.progress.Progress` for it. The call leaves the process as it found it (signal handlers,
+    environment, global random generators, logging, other modules).
 
-    ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``, :mod:`gencache.run.ray_driver`):
-    ``True`` is ``RAY_ADDRESS`` or a local Ray instance, a string an address (``HOST:PORT``, ``ray://HOST:PORT``),
-    ``"auto"`` or ``"local"``; ``shards`` defaults to eight per worker; ``workers`` caps the pool, ``worker_gpus``
-    is each worker's share of a GPU and ``max_retries`` bounds how often a dead worker's shard is generated again.
-    It returns the unsuffixed ``output_dir`` of the shard base.
+    ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``): ``True`` is ``RAY_ADDRESS`` or a local
+    Ray instance, a string an address, a :class:`RayOptions` the address and the pool; ``shards`` defaults to eight
+    per worker. It returns the unsuffixed ``output_dir`` of the shard base.
     """
-    from gencache.run.overrides import Overrides
-    from gencache.run.pipeline import generate_run
-
-    if show_prompt is not None and not dry_run:
-        raise ConfigError("show_prompt needs dry_run=True (the rendered prompt is part of the dry run's report).")
-    sets = Overrides(
-        sets=_sets(overrides), output_dir=None if output_dir is None else os.fspath(output_dir), limit=limit
-    )
+    changes = _overrides(overrides, output_dir, limit)
+    say = notify or _quiet
     if ray is not None and ray is not False:
-        return _on_ray(
-            config, ray, sets, shard, shards, workers, worker_gpus, max_retries, dry_run, env, notify, progress
+        from gencache.run.ray_driver import generate_on_ray
+
+        pool = ray if isinstance(ray, RayOptions) else RayOptions(None if ray is True else str(ray))
+        return generate_on_ray(
+            config,
+            address=pool.address,
+            shards=shards,
+            workers=pool.workers,
+            worker_gpus=pool.worker_gpus,
+            max_retries=pool.max_retries,
+            shard=shard,
+            overrides=changes,
+            env=env,
+            notify=say,
+            progress=progress,
+        ).output_dir
+    say("status", f"checking {os.fspath(config)}: the config, the data, the tokenizer and the teacher's files")
+    plan = plan_run(config, changes, shard, shards, env, skip_published or shards is not None)
+    run = _Run(say, progress)
+    try:
+        found = preflight(plan, env)
+        for path in plan.published:
+            say("info", f"already published and verified: {path}")
+        if plan.pending:
+            run.execute(plan, found.run_inputs())
+    except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
+        stop.run = run.stopped()
+        raise
+    return plan.output_dir
+
+
+def _quiet(level: str, text: str) -> None:
+    """The default ``notify``: library callers get results, not output."""
+
+
+def _seconds(value: float) -> str:
+    """A duration for a message: milliseconds under a second (a tiny teacher loads in 40 ms, not "0.0s")."""
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f}s"
+
+
+class _LoadedOnStart:
+    """The run's progress; for an engine that builds its model with the first prompts, its first ``start`` (which
+    the engine calls once the model is built) says the teacher loaded, so that the message follows the load."""
+
+    def __init__(self, inner: StagedProgress, loaded: Callable[[], None] | None) -> None:
+        self.inner = inner
+        self.loaded = loaded
+
+    def stage(self, label: str) -> None:
+        self.inner.stage(label)
+
+    def start(self, total_samples: int) -> None:
+        if self.loaded is not None:
+            announce, self.loaded = self.loaded, None
+            announce()
+        self.inner.start(total_samples)
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.inner.advance(samples, tokens)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _Run:
+    """The weights-loading part of a run: one model load, then each pending target in turn; where it stands is
+    what the line of a stop says."""
+
+    def __init__(self, say: Notify, progress: ProgressFactory | None) -> None:
+        self.say, self.progress = say, progress
+        self.published: list[Path] = []
+        self.targets = 0
+        self.current: Path | None = None
+        self.started = False
+
+    def execute(self, plan: Plan, inputs: RunInputs) -> None:
+        from gencache.core.progress import StagedProgress
+        from gencache.run.session import TeacherSession
+
+        config, pending = plan.config, inputs.targets
+        self.targets = len(pending)
+        if inputs.samples.conflicting_prompts:
+            self.say(
+                "warning",
+                f"{len(inputs.samples.conflicting_prompts)} duplicated keys rendered different prompts (another "
+                "template or rendering option); the first occurrence's prompt is generated for all.",
+            )
+        total = sum(len(t.keys) for t in pending)
+        self.say(
+            "info",
+            f"{total} unique samples to generate ({inputs.samples.duplicates} duplicates skipped"
+            f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
+            f"{inputs.generation.max_new_tokens}, engine {config.engine}"
+            f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
+            f"device {inputs.device}",
         )
-    result = generate_run(
-        config,
-        shard=shard,
-        shards=shards,
-        skip_published=skip_published,
-        dry_run=dry_run,
-        overrides=sets,
-        show_prompt=show_prompt,
-        env=env,
-        notify=notify,
-        progress=progress,
-    )
-    if result.dry_run is not None:
-        return result.dry_run
-    return result.output_dir
+        inputs.engine.import_libraries()  # the load below is timed alone, without the imports
+        self.say("status", f"loading the teacher {config.model.model_path}")
+        started = time.monotonic()
+        session = TeacherSession(plan, inputs)
+        session.load()
 
+        def loaded() -> None:
+            self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
 
-def _on_ray(
-    config: str | os.PathLike[str],
-    ray: str | bool,
-    overrides: Overrides,
-    shard: str | None,
-    shards: int | None,
-    workers: int | None,
-    worker_gpus: float,
-    max_retries: int,
-    dry_run: bool,
-    env: Mapping[str, str] | None,
-    notify: Notify | None,
-    progress: ProgressFactory | None,
-) -> Path:
-    from gencache.run.ray_driver import generate_on_ray
+        deferred = inputs.engine.loads_with_prompts  # vLLM on a CPU builds its model with the prompts
+        if deferred:
+            self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
+        else:
+            loaded()
+        self.started = True
+        staged = StagedProgress(self.progress(total) if self.progress is not None else None, total)
+        bar = _LoadedOnStart(staged, loaded if deferred else None)
+        try:
+            for position, target in enumerate(pending):
+                self._one(session, target, bar, last=position == len(pending) - 1)
+        finally:
+            bar.close()
 
-    if dry_run:
-        raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
-    result = generate_on_ray(
-        config,
-        address=None if ray is True else str(ray),
-        shards=shards,
-        workers=workers,
-        worker_gpus=worker_gpus,
-        max_retries=max_retries,
-        shard=shard,
-        overrides=overrides,
-        env=env,
-        notify=notify,
-        progress=progress,
-    )
-    return result.output_dir
+    def _one(self, session: TeacherSession, target: Target, bar: _LoadedOnStart, *, last: bool) -> None:
+        if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
+            bar.stage(f"shard {target.shard.index}/{target.shard.count}")
+            if not target.keys:  # still published (empty), so the set of shards is complete
+                where = f"shard {target.shard.index}/{target.shard.count}"
+                self.say("warning", f"{where} owns none of the keys; publishing it empty")
+        self.current = target.output_dir
+        done = session.publish(target, bar, on_published=self._published)
+        if last:  # the bar's final line comes before the last word
+            bar.close()
+        self.say(
+            "info",
+            f"published {target.output_dir} ({done.entries} entries, {done.tokens} tokens, "
+            f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
+        )
+
+    def _published(self, path: Path) -> None:
+        self.published.append(path)
+        self.current = None
+
+    def stopped(self) -> StoppedRun:
+        """Where the run stands, for the line of a stop that interrupts it."""
+        published = tuple(str(path) for path in self.published)
+        return StoppedRun(
+            published=published,
+            generating=None if self.current is None else str(self.current),
+            started=self.started,
+            remaining=self.started and len(published) < self.targets,
+        )

@@ -1,7 +1,7 @@
 """``gencache audit``: regenerate stored answers one prompt at a time and compare them with what the cache holds.
 
 :func:`audit` rebuilds the run's samples from the artifact's own ``resolved_config.json`` (after checking its digest
-and the recorded source files' SHA-256, :mod:`gencache.run.recorded`), picks keys (a seeded sample of ``samples``
+and the recorded source files' SHA-256, :mod:`gencache.data.recorded`), picks keys (a seeded sample of ``samples``
 keys, every key, or the keys given), and regenerates each one alone: one prompt per engine call, batch size one,
 with the run's effective generation settings and seed, the recorded dtype and device unless others are asked for.
 Sampled runs are regenerated with the same per-sequence seeds (:mod:`gencache.generation.sampling`), so the audit of
@@ -267,9 +267,8 @@ def audit(
     teacher to regenerate with, for example the original of a cache made by a modified one); ``progress(total)``
     makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
     whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
-    from gencache.data.recorded import rebuild_samples
-    from gencache.run.engine_build import build_engine
-    from gencache.run.recorded import load_recorded_tokenizer, open_recorded_run
+    from gencache.data.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
+    from gencache.run.preflight import build_engine
 
     reader, run = open_recorded_run(path)
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)

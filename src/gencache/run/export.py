@@ -4,7 +4,7 @@ Every record has the key, the sequence index, the answer as text (``completion``
 (``completion_ids``), its finish reason, token length and content digest, and the run's ``max_new_tokens`` (from
 ``resolved_config.json``). Prompts (``prompt``, ``prompt_ids``, the dataset name, data config index and sample index
 of each key, its ``reference`` answer and the source row it came from, ``row_id`` and ``row_index``) are added when
-the samples can be rebuilt (:mod:`gencache.run.recorded`): from the dataset sources the artifact recorded, or from
+the samples can be rebuilt (:mod:`gencache.data.recorded`): from the dataset sources the artifact recorded, or from
 ``data_root`` (a directory holding the recorded local sources by their last path component) and ``sources`` (a new
 source per data config index). When the sources are gone the export still happens, without prompts, and says why.
 ``prompts=False`` leaves the prompts out and loads no tokenizer: the join fields (``row_id``, ``row_index``,
@@ -120,7 +120,7 @@ def _rebuild_samples(
     run = run_of_readers(directory, readers, resolved=resolved)
     tokenizer = None
     if tokenized:
-        from gencache.run.recorded import load_recorded_tokenizer
+        from gencache.data.recorded import load_recorded_tokenizer
 
         tokenizer = load_recorded_tokenizer(run)
     return rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)

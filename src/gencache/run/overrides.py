@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,9 +62,6 @@ class Overrides:
     sets: tuple[str, ...] = ()
     output_dir: str | None = None
     limit: int | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.sets) or self.output_dir is not None or self.limit is not None
 
     def to_json(self) -> dict[str, Any]:
         return {"set": list(self.sets), "output_dir": self.output_dir, "limit": self.limit}
@@ -167,8 +164,6 @@ def _checked_limit(limit: int | None, problems: list[Problem]) -> int | None:
 def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
     steps: list[Override] = []
     if overrides.output_dir is not None:
-        from gencache.run.input_checks import check_utf8_paths
-
         try:
             check_utf8_paths({"--output-dir path": overrides.output_dir})
             steps.append(Override(overrides.output_dir, ("output_dir",), overrides.output_dir, "--output-dir"))
@@ -180,6 +175,19 @@ def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
         except ConfigError as error:
             problems.append(Problem("config", f"--set {text}", error, origin=f"--set {text}"))
     return steps
+
+
+def check_utf8_paths(paths: Mapping[str, str]) -> None:
+    """Refuse a path that is not valid UTF-8 (it could not be recorded in the artifact's JSON)."""
+    for what, value in paths.items():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ConfigError(
+                f"The {what} {shown} is not valid UTF-8, so the artifact could not record it; rename it or run "
+                "from a directory whose path is UTF-8."
+            ) from None
 
 
 def _holder(loc: Loc, applied: Sequence[Override]) -> Override | None:

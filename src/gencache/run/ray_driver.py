@@ -1,6 +1,6 @@
 """``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
 
-The driver makes the refusals and the model-free checks of phase 1 (:mod:`gencache.run.checks`) before any worker
+The driver makes the refusals and the model-free checks of phase 1 (:mod:`gencache.run.preflight`) before any worker
 starts, connects (:mod:`gencache.run.ray_cluster`), fixes the shard count (``--shards N``; else the count of a shard
 base already started at ``output_dir``; else :data:`~gencache.run.ray_cluster.SHARDS_PER_WORKER` per worker, at
 most one per unique key), and creates the workers (:class:`gencache.run.ray_worker.ShardWorker`, one per GPU by
@@ -24,18 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.core.errors import ConfigError, GencacheError, GenerationError, raise_problems
+from gencache.core.errors import ConfigError, GencacheError, GenerationError
 from gencache.run.overrides import Overrides
+from gencache.run.preflight import plan_run, reshard
 from gencache.run.ray_cluster import SHARDS_PER_WORKER
-from gencache.run.targets import plan_run, reshard
 
 if TYPE_CHECKING:
-    from gencache.run.pipeline import Notify, ProgressFactory
+    from gencache.core.progress import Notify, ProgressFactory
+    from gencache.run.preflight import Plan, Target
     from gencache.run.ray_cluster import Address, WorkerShape
     from gencache.run.ray_progress import RunView
     from gencache.run.ray_worker import ShardOutcome
-    from gencache.run.sharding import Target
-    from gencache.run.targets import Plan
 
 #: Seconds the driver waits for a shard before it refreshes the progress display.
 POLL_S = 0.5
@@ -268,15 +267,11 @@ class _Driver:
     def _phase_one(self, targets: list[Target]) -> list[str]:
         """The model-free checks of ``targets``, the shards still to publish (output location, data configs, the
         shard count); every problem raised; the run's keys returned."""
-        from gencache.run.findings import Preflight, Runner
-        from gencache.run.input_checks import InputChecks
+        from dataclasses import replace
 
-        config = self.plan.config
-        found = Preflight(config=config, targets=targets)
-        spec = targets[0].shard if targets else None
-        _, keys = InputChecks(Runner(found), list(enumerate(config.data_configs)), spec, config).run()
-        raise_problems(found.problems)
-        return keys or []
+        from gencache.run.preflight import input_keys
+
+        return input_keys(replace(self.plan, pending=targets))
 
     def _generate(self, run: RayRun, shape: WorkerShape, launch: dict[str, Any], keys: list[str]) -> None:
         plan = self.plan
@@ -357,7 +352,7 @@ class _Driver:
 
     def _record(self, outcome: ShardOutcome, run: RayRun) -> None:
         """Check a worker's outcome: a failure ends the run; a published shard must verify and be of this run."""
-        from gencache.run.targets import check_published
+        from gencache.run.preflight import check_published
 
         where = f"shard {outcome.index}/{run.shards}"
         if outcome.status == "failed":

@@ -1,9 +1,9 @@
 """A teacher worker of a Ray run: a Ray actor that loads the teacher once and publishes shard after shard.
 
 Ray creates it (and creates it again when its process dies); :meth:`ShardWorker.publish` is the one call the
-driver's actor pool makes. On its first call a worker reads the run's plan (:func:`gencache.run.targets.plan_run`,
+driver's actor pool makes. On its first call a worker reads the run's plan (:func:`gencache.run.preflight.plan_run`,
 as ``--shards N`` in one process does); on the first shard it has to generate it makes the run's checks for the
-shards not yet published (:func:`gencache.run.checks.preflight`) and loads the teacher into a
+shards not yet published (:func:`gencache.run.preflight.preflight`) and loads the teacher into a
 :class:`gencache.run.session.TeacherSession`; each call then publishes one shard with it. A shard already
 published and verified (by an earlier attempt that died after its rename, or by a rerun's predecessor) is reported
 done, never generated twice. Every outcome, a failure included, comes back as a
@@ -23,9 +23,8 @@ from gencache.core.errors import GencacheError, GenerationError, OutputExistsErr
 
 if TYPE_CHECKING:
     from gencache.run.overrides import Overrides
+    from gencache.run.preflight import Plan, Target
     from gencache.run.session import TeacherSession
-    from gencache.run.sharding import Target
-    from gencache.run.targets import Plan
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,7 @@ class ShardWorker:
 
     def _found(self, call: _Call) -> ShardOutcome:
         """The shard is published already: it must verify and be of this run (else a failure, as for a rerun)."""
-        from gencache.run.targets import check_published
+        from gencache.run.preflight import check_published
 
         try:
             check_published(Path(call.output), self._plan().digest)
@@ -166,7 +165,7 @@ class ShardWorker:
         """The run's plan (its config read once): as ``--shards N`` in one process, with no launcher's ranks (a
         worker is not one)."""
         if self.plan is None:
-            from gencache.run.targets import plan_run
+            from gencache.run.preflight import plan_run
 
             spec = self.spec
             if os.path.isdir(spec.working_directory):  # the worker's own process: relative paths read as the driver's
@@ -183,15 +182,12 @@ class ShardWorker:
 
     def _open(self) -> TeacherSession:
         """The run's checks for the shards not yet published, and the teacher loaded (as ``--shards N`` does)."""
-        from gencache.run.checks import preflight
+        from gencache.run.preflight import preflight
         from gencache.run.session import TeacherSession
 
         plan = self._plan()
-        found = preflight(plan.config, plan.pending, plan.targets[0].shard, {})
-        inputs = found.run_inputs()
-        self.targets = {t.shard.index: t for t in found.targets if t.shard is not None}
-        session = TeacherSession(
-            plan.config, plan.config_json, plan.digest, self.spec.overrides, inputs, launch=self.spec.launch
-        )
+        inputs = preflight(plan, {}).run_inputs()
+        self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
+        session = TeacherSession(plan, inputs, launch=self.spec.launch)
         session.load()
         return session

@@ -25,11 +25,10 @@ from typing import IO, Any
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.core.errors import ConfigError, DatasetError, OutputExistsError, first_line
 from gencache.data.answers import METRICS
-from gencache.data.recorded import checked_resolved_config, rebuild_samples, run_of_readers
+from gencache.data.recorded import checked_resolved_config, load_recorded_tokenizer, rebuild_samples, run_of_readers
 from gencache.data.samples import needs_tokenizer
 from gencache.data.scores import SCORE_COLUMNS, ScoredAnswer, rules_of, score_cache, score_format
 from gencache.run.export import check_out_parent, parquet_schema, write_atomic, write_jsonl, write_parquet
-from gencache.run.recorded import load_recorded_tokenizer
 
 #: The verdict's levels, the worst first.
 LEVELS = ("bad", "warn", "good")

@@ -1,11 +1,10 @@
 """A loaded teacher session: the teacher's weights loaded once, then one target published at a time.
 
 This is the one code path behind every artifact a run publishes: ``generate`` in one process (one target, or the N
-shards of ``--shards N`` in turn) and each worker of a Ray run (:mod:`gencache.run.ray_worker`, shard after
-shard). Given the run's checked inputs (:class:`gencache.run.findings.RunInputs`, from
-:func:`gencache.run.checks.preflight`), :meth:`TeacherSession.publish` generates a target's keys, writes them
-with :class:`gencache.artifact.writer.ArtifactBuild`, records ``resolved_config.json`` and the summary, and
-publishes the directory with the no-replace rename. Nothing is printed here.
+shards of ``--shards N`` in turn) and each worker of a Ray run (shard after shard). Given the run's plan and its
+checked inputs (:func:`gencache.run.preflight.preflight`), :meth:`TeacherSession.publish` generates a target's keys,
+writes them with :class:`gencache.artifact.writer.ArtifactBuild`, records ``resolved_config.json`` and the summary,
+and publishes the directory with the no-replace rename. Nothing is printed here.
 """
 
 from __future__ import annotations
@@ -17,16 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.core.errors import GenerationError
 from gencache.core.tokenizer import tokenizer_state
-from gencache.run.overrides import Overrides
 from gencache.run.record import RunPlan, resolved_config
-from gencache.run.sharding import Target
 
 if TYPE_CHECKING:
-    from gencache.config import CacheConfig
     from gencache.core.progress import Progress
-    from gencache.run.findings import RunInputs
+    from gencache.run.preflight import Plan, RunInputs, Target
 
 
 @dataclass(frozen=True)
@@ -41,28 +36,13 @@ class Published:
 
 
 class TeacherSession:
-    """The run's checked inputs with the teacher loaded once (:meth:`load`), publishing one target per
-    :meth:`publish` call. ``launch`` (a Ray run's workers, shards and retries) is recorded in each
+    """The run's ``plan`` and checked ``inputs`` with the teacher loaded once (:meth:`load`), publishing one
+    target per :meth:`publish` call. ``launch`` (a Ray run's workers, shards and retries) is recorded in each
     ``resolved_config.json`` when given."""
 
-    def __init__(
-        self,
-        config: CacheConfig,
-        config_json: dict[str, Any],
-        digest: str,
-        overrides: Overrides,
-        inputs: RunInputs,
-        *,
-        launch: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.config, self.config_json, self.digest = config, config_json, digest
-        self.overrides, self.inputs, self.launch = overrides, inputs, launch
+    def __init__(self, plan: Plan, inputs: RunInputs, *, launch: Mapping[str, Any] | None = None) -> None:
+        self.plan, self.inputs, self.launch = plan, inputs, launch
         self.loaded = False
-
-    @property
-    def loads_with_first_prompts(self) -> bool:
-        """True for an engine that builds its model with the first prompts (vLLM on a CPU sizes its cache then)."""
-        return self.inputs.engine.loads_with_prompts
 
     def load(self) -> None:
         """Load the teacher's weights (once; later calls do nothing)."""
@@ -70,17 +50,6 @@ class TeacherSession:
             return
         self.inputs.engine.load_weights()
         self.loaded = True
-
-    def prompts(self, target: Target) -> list[tuple[str, Any]]:
-        """Each key of ``target`` with its prompt token ids, in the target's order."""
-        samples = self.inputs.samples
-        prompts = []
-        for key in target.keys:
-            ids = samples.by_key(key).input_ids
-            if ids is None:  # build_samples tokenizes whenever a tokenizer is given
-                raise GenerationError(f"Sample {key} has no prompt token ids.")
-            prompts.append((key, ids))
-        return prompts
 
     def publish(
         self, target: Target, progress: Progress, *, on_published: Callable[[Path], None] | None = None
@@ -92,7 +61,7 @@ class TeacherSession:
 
         self.load()
         inputs = self.inputs
-        prompts = self.prompts(target)
+        prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
         started = time.monotonic()
         tokens = 0
         with ArtifactBuild(
@@ -122,7 +91,7 @@ class TeacherSession:
     def _provenance(self) -> dict[str, Any]:
         from gencache.artifact.manifest import make_provenance
 
-        model = self.config.model
+        model = self.plan.config.model
         return make_provenance(
             model_path=model.model_path,
             tokenizer_path=model.effective_tokenizer_path,
@@ -131,17 +100,17 @@ class TeacherSession:
         )
 
     def _resolved(self, target: Target) -> dict[str, Any]:
-        inputs = self.inputs
-        plan = RunPlan(
-            self.config, self.config_json, target.shard, target.output_dir, inputs.samples, target.keys, self.digest
+        inputs, plan = self.inputs, self.plan
+        recorded = RunPlan(
+            plan.config, plan.config_json, target.shard, target.output_dir, inputs.samples, target.keys, plan.digest
         )
         resolved = resolved_config(
-            plan,
+            recorded,
             generation=inputs.generation,
             tokenizer=inputs.tokenizer,
             engine=inputs.engine,
             rename_mode=inputs.rename_mode,
-            overrides=self.overrides,
+            overrides=plan.overrides,
         )
         if self.launch is not None:
             resolved = _with_launch(resolved, self.launch)
@@ -152,7 +121,7 @@ class TeacherSession:
         return {
             "duplicates": samples.duplicates,
             "data_configs": [{"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries],
-            "shard": None if target.shard is None else target.shard.shard_record(self.digest),
+            "shard": None if target.shard is None else target.shard.shard_record(self.plan.digest),
         }
 
 

@@ -6,17 +6,12 @@ Pure logic apart from reading the environment; the reader discovers shard direct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gencache.artifact.names import make_shard_info, shard_of
-from gencache.core.canonical import json_digest
 from gencache.core.errors import ShardError
-
-if TYPE_CHECKING:
-    from gencache.data.samples import SampleSet
 
 
 @dataclass(frozen=True)
@@ -133,25 +128,3 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
         f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
         '"cuda" (each rank uses cuda:LOCAL_RANK).'
     )
-
-
-def run_digest(resolved_config: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
-    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}
-    return json_digest(stripped)
-
-
-@dataclass(frozen=True)
-class Target:
-    """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
-    once the samples are built, by :func:`with_keys`)."""
-
-    output_dir: Path
-    shard: ShardSpec | None
-    keys: tuple[str, ...] = ()
-
-
-def with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
-    """``targets`` with the keys each publishes: every unique key of ``samples``, or its shard's."""
-    keys = samples.keys()
-    return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]

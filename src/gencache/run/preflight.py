@@ -1,0 +1,938 @@
+"""Every check a run makes before the teacher's weights load, in the order they run: the one code path of
+``generate`` and the dry run.
+
+Each check is a plain function that returns its value and the line the dry run shows, or raises a
+:class:`~gencache.core.errors.GencacheError`; :meth:`Preflight.check` records either, so that every problem is
+listed at once (one :class:`~gencache.core.errors.Problem` each, at the error's location or the check's), and a
+check whose input failed is skipped, saying so.
+
+1. **The config and the data files** (no torch, transformers or datasets is imported: an input mistake is reported
+   in about a second): paths that must be valid UTF-8, the output location, where the model and tokenizer are,
+   each data config on its own (its source read, its samples counted, its keys), the ``--shards`` count against
+   the unique keys, ``--show-prompt``'s index, the device as far as it is known without torch, and the engine's
+   package. The data configs and output location of an invalid config are checked too
+   (:func:`check_inputs_alone`).
+2. **The teacher**, only when phase 1 found nothing: the device as torch sees it, the tokenizer, the effective
+   generation config, the engine's refusals, the teacher's config, attention implementation, weight files and
+   vocabulary, the samples tokenized (each target gets its keys), the context length, the prompt ids, the
+   continuous engine's paged-cache budget and the header budget. With every check passed, the run's complete
+   inputs are one :class:`RunInputs`.
+
+Nothing is printed here.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gencache.artifact.names import shard_dir_name
+from gencache.config.names import ENGINE_VLLM
+from gencache.core.canonical import json_digest
+from gencache.core.errors import (
+    ConfigError,
+    FormatError,
+    GencacheError,
+    GenerationError,
+    OutputExistsError,
+    Problem,
+    ShardError,
+    raise_problems,
+    reworded,
+)
+from gencache.run.overrides import Override, Overrides, check_config, check_utf8_paths, name_origins
+from gencache.run.record import absolute_path
+from gencache.run.sharding import ShardSpec, resolve_shard
+
+if TYPE_CHECKING:
+    from gencache.config import CacheConfig, DataConfig
+    from gencache.data.samples import Sample, SampleSet
+    from gencache.generation.effective import EffectiveGeneration
+    from gencache.generation.engines import Engine
+
+T = TypeVar("T")
+
+#: The checks of phase 2 in order, each listed as skipped when phase 1 found a problem.
+TEACHER_CHECKS = (
+    "torch device",
+    "tokenizer",
+    "generation",
+    "engine",
+    "teacher config",
+    "attention",
+    "teacher weights",
+    "vocabulary",
+    "samples",
+    "context length",
+    "header budget",
+)
+#: Fields of a model's ``config.json`` that give its maximum number of positions, in the order tried.
+POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+#: What shows a GPU driver on a machine without loading it: NVIDIA's device nodes, AMD's ROCm node (torch's
+#: "cuda" device runs on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a
+#: CUDA context made here would break the processes vLLM forks later).
+GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+CUDA_DRIVER_LIBRARY = "libcuda.so.1"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the dry-run report: ``status`` is ``ok``, ``failed`` or ``skipped``."""
+
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run takes from the checks, every part present: the targets to publish with their keys and header
+    budgets, and what publishes them."""
+
+    targets: list[Target]
+    device: str
+    tokenizer: Any
+    generation: EffectiveGeneration
+    engine: Engine
+    samples: SampleSet
+    capacity: Mapping[Path, int]
+    rename_mode: str
+
+
+@dataclass
+class Preflight:
+    """The checks' report (what ``gencache.dry_run`` returns): each check's line, every problem, what was not
+    computed, and what the samples showed (their counts per data config, the built samples once the tokenizer
+    loads, each target with its keys, the header budget). ``config`` is None when the config itself is invalid.
+    ``output_dir`` is what the run would return, ``published`` what the same run already published, ``prompt`` the
+    sample ``--show-prompt`` asked for; ``inputs`` the run's complete inputs, present only when every check passed.
+    """
+
+    config: CacheConfig | None
+    targets: list[Target]
+    output_dir: Path | None = None
+    published: list[Path] = field(default_factory=list)
+    samples: SampleSet | None = None
+    sample_counts: list[int] | None = None
+    capacity: dict[Path, int] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    not_computed: list[str] = field(default_factory=list)
+    prompt: Sample | None = None
+    prompt_index: int | None = None
+    inputs: RunInputs | None = None
+
+    @property
+    def outputs(self) -> list[Path]:
+        """The directories the run publishes (one, or one per shard still to generate)."""
+        return [target.output_dir for target in self.targets]
+
+    @property
+    def errors(self) -> list[GencacheError]:
+        """Every problem's error, in the order found."""
+        return [problem.error for problem in self.problems]
+
+    @property
+    def exit_code(self) -> int:
+        """What ``generate`` would exit with: the first problem's code, 0 when there is none."""
+        return self.problems[0].error.exit_code if self.problems else 0
+
+    def fail(self, name: str, location: str, error: GencacheError) -> None:
+        self.problems.append(Problem(name, location, error))
+        self.checks.append(Check(name, "failed", str(error)))
+
+    def skip(self, name: str, why: str) -> None:
+        self.checks.append(Check(name, "skipped", why))
+
+    def check(
+        self, name: str, location: str, action: Callable[..., tuple[T, str]], *given: Any, needs: Sequence[str] = ()
+    ) -> T | None:
+        """Run check ``name`` on what earlier checks produced (``given``): its value, or None when it failed (its
+        problem recorded at the error's own ``location``, if it has one, else ``location``). It is skipped, saying
+        why, when a check it ``needs`` did not pass or a value it is given is missing."""
+        blocked = [need for need in needs if any(c.name == need and c.status != "ok" for c in self.checks)]
+        if blocked or any(value is None for value in given):
+            self.skip(name, f"not checked: {', '.join(blocked)} failed" if blocked else "what it needs is unknown")
+            return None
+        try:
+            value, detail = action(*given)
+        except GencacheError as error:
+            self.fail(name, getattr(error, "location", None) or location, error)
+            return None
+        self.checks.append(Check(name, "ok", detail))
+        return value
+
+    def run_inputs(self) -> RunInputs:
+        """The complete inputs of the run: the problems are raised (one as it is, several as
+        :class:`gencache.core.errors.InputProblems`); with no problem and no inputs (every output was already
+        published), a :class:`GenerationError`."""
+        raise_problems(self.problems)
+        if self.inputs is None:
+            raise GenerationError("The checks before the run produced no inputs: there is nothing to publish.")
+        return self.inputs
+
+
+# -- the plan: what the run publishes, decided once -------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
+    once the samples are built, by :func:`with_keys`)."""
+
+    output_dir: Path
+    shard: ShardSpec | None
+    keys: tuple[str, ...] = ()
+
+
+def with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
+    """``targets`` with the keys each publishes: every unique key of ``samples``, or its shard's."""
+    keys = samples.keys()
+    return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run is to publish: its config, every target, those still to generate, those already published."""
+
+    config: CacheConfig
+    config_json: dict[str, Any]
+    digest: str
+    overrides: Overrides
+    applied: list[Override]
+    """The overrides as applied: a later problem at a location one of them wrote is named after it."""
+    targets: list[Target]
+    pending: list[Target]
+    published: list[Path]
+
+    @property
+    def base(self) -> Path:
+        """The absolute ``output_dir``: the artifact, or the base every shard directory's name starts with."""
+        return absolute_path(self.config.output_dir)
+
+    @property
+    def output_dir(self) -> Path:
+        """What the run returns: the artifact, the one shard of ``--shard I/N``, or the base of ``--shards N``."""
+        shard = self.targets[0].shard
+        return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
+
+
+def run_digest(resolved_config: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
+    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}
+    return json_digest(stripped)
+
+
+def check_published(output_dir: Path, digest: str) -> None:
+    """Accept an existing ``output_dir`` only as an artifact the same run published; raise otherwise. What the
+    publish guarantees is checked (files, manifest end, header, sizes, run digest), never the payload's bytes:
+    ``gencache verify`` is the full check."""
+    from gencache.artifact.reader import is_published
+
+    try:
+        published = is_published(output_dir, digest)
+    except FormatError as error:
+        raise OutputExistsError(
+            f"{output_dir} exists but is not a whole artifact ({error}); move it aside and rerun (gencache never "
+            "overwrites an artifact)."
+        ) from None
+    if not published:
+        raise OutputExistsError(
+            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
+            "it aside."
+        )
+
+
+def _targets(output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
+    spec = resolve_shard(shard, env)
+    if shards is None:
+        specs: list[ShardSpec | None] = [spec]
+    elif spec is not None:
+        raise ShardError(
+            f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
+            "or use --shard I/N alone."
+        )
+    elif isinstance(shards, bool) or shards < 1:
+        raise ShardError(f"--shards must be at least 1, got {shards}.")
+    else:
+        specs = [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
+    base = absolute_path(output_dir)
+    return [Target(base if s is None else Path(shard_dir_name(str(base), s.index, s.count)), s) for s in specs]
+
+
+def _split_problems(output_dir: str, targets: list[Target]) -> list[Problem]:
+    """The run's split beside another split of the same output path, as a problem."""
+    from gencache.artifact.shards import split_conflict
+
+    spec = targets[0].shard
+    conflict = split_conflict(absolute_path(output_dir), spec.count if spec is not None else None)
+    if conflict is None:
+        return []
+    return [Problem("shards", "output_dir" if spec is None else spec.origin, ShardError(conflict))]
+
+
+def plan_run(
+    config_path: str | os.PathLike[str],
+    overrides: Overrides,
+    shard: str | None = None,
+    shards: int | None = None,
+    env: Mapping[str, str] | None = None,
+    skip: bool = False,
+) -> Plan:
+    """The plan of ``config_path`` with ``overrides``: ``shard`` (``I/N``, or the launcher's rank read from ``env``)
+    or all ``shards``; with ``skip`` the targets the same run already published are set aside. Every problem of
+    the config, the shard plan and the data files is raised at once (when the config is invalid, the data configs
+    and the output location that validated on their own are checked too)."""
+    from gencache.config import config_to_json
+
+    checked = check_config(config_path, overrides)
+    problems = list(checked.problems)
+    output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
+    targets: list[Target] = []
+    if output_dir is not None:
+        try:
+            targets = _targets(output_dir, shard, shards, env)
+        except ShardError as error:
+            problems.append(Problem("shards", "--shards" if shards is not None else "--shard", error))
+        else:
+            problems.extend(_split_problems(output_dir, targets))
+    config = checked.config
+    if config is None or problems:
+        data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
+        alone = check_inputs_alone(data_configs, [] if skip else targets).problems
+        raise_problems(problems + name_origins(alone, checked.applied))
+    assert config is not None
+    config_json = config_to_json(config)
+    digest = run_digest(config_json)
+    return _sorted(Plan(config, config_json, digest, overrides, checked.applied, targets, [], []), skip)
+
+
+def reshard(plan: Plan, count: int) -> Plan:
+    """``plan``'s run split into ``count`` shards (as ``--shards count``), each shard already published by the same
+    run found; every problem raised at once (a split beside another split of the output path, a published shard
+    that does not verify or is another run's)."""
+    output_dir = plan.config.output_dir
+    targets = _targets(output_dir, None, count, {})
+    raise_problems(_split_problems(output_dir, targets))
+    return _sorted(replace(plan, targets=targets), True)
+
+
+def _sorted(plan: Plan, skip: bool) -> Plan:
+    """``plan`` with its targets sorted into those to generate and, with ``skip``, those the same run already
+    published (an existing target that does not verify or is another run's is a problem, raised with the rest)."""
+    pending: list[Target] = []
+    published: list[Path] = []
+    problems: list[Problem] = []
+    for target in plan.targets:
+        if not (skip and os.path.lexists(target.output_dir)):
+            pending.append(target)
+            continue
+        try:
+            check_published(target.output_dir, plan.digest)
+        except GencacheError as error:
+            problems.append(Problem("output path", str(target.output_dir), error))
+        published.append(target.output_dir)
+    raise_problems(problems)
+    return replace(plan, pending=pending, published=published)
+
+
+# -- the checks ---------------------------------------------------------------------------------------------------
+def preflight(
+    plan: Plan, env: Mapping[str, str] | None, show_prompt: int | None = None, *, check_output: bool = True
+) -> Preflight:
+    """Make every check (see the module docstring) for ``plan``'s targets still to generate and return the report,
+    problems named after the overrides that caused them. ``show_prompt`` is the sample whose prompt the report
+    carries; ``check_output=False`` leaves the output path unchecked (``--show-prompt`` alone writes nothing)."""
+    from gencache.data.sources import shared_tables
+
+    config, shard = plan.config, plan.targets[0].shard
+    found = Preflight(config, list(plan.pending), plan.output_dir, list(plan.published), prompt_index=show_prompt)
+    with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
+        rename_mode, keys = _inputs(found, config, list(enumerate(config.data_configs)), shard, check_output)
+        if show_prompt is not None and keys is not None:
+            found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(keys))
+        device = found.check("device", "model.device", lambda: _device(config.model.device, shard, env))
+        found.check("engine package", "engine", _engine_package, config.engine)
+        if found.problems or device is None:
+            for name in TEACHER_CHECKS:
+                found.skip(
+                    name, "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
+                )
+            found.not_computed.append(
+                "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
+                "config or data checks found problems)"
+            )
+        else:
+            _teacher(found, config, shard, device, rename_mode, keys, show_prompt)
+    found.problems = name_origins(found.problems, plan.applied)
+    return found
+
+
+def check_inputs_alone(data_configs: Sequence[tuple[int, DataConfig]], targets: Sequence[Target]) -> Preflight:
+    """Phase 1 for an invalid config: the data configs and the output location that validated on their own."""
+    from gencache.data.sources import shared_tables
+
+    found = Preflight(None, list(targets))
+    with shared_tables():
+        _inputs(found, None, data_configs, None, True)
+    return found
+
+
+def input_keys(plan: Plan) -> list[str]:
+    """Phase 1's checks of ``plan``'s config and targets still to generate (the output location, the data configs,
+    the shard count), every problem raised; the run's keys in sample order (empty when a data config counts teacher
+    tokens). The driver of a Ray run checks with this before any worker starts: the device is each worker's."""
+    found = Preflight(plan.config, list(plan.pending))
+    data_configs = list(enumerate(plan.config.data_configs))
+    keys = _inputs(found, plan.config, data_configs, plan.targets[0].shard, True)[1]
+    raise_problems(name_origins(found.problems, plan.applied))
+    return keys or []
+
+
+# -- phase 1: the config, the data files, what the machine shows without torch ----------------------------------
+def _inputs(
+    found: Preflight,
+    config: CacheConfig | None,
+    data_configs: Sequence[tuple[int, DataConfig]],
+    shard: ShardSpec | None,
+    check_output: bool,
+) -> tuple[str | None, list[str] | None]:
+    """The paths, the output location, the model's and tokenizer's locations (of a valid ``config``) and each data
+    config: the rename mode the run publishes with and the run's keys (each None when unknown)."""
+    rename_mode = _output(found, config, check_output)
+    if config is not None:
+        _model_locations(found, config)
+    return rename_mode, _data_configs(found, data_configs, shard)
+
+
+def _output(found: Preflight, config: CacheConfig | None, check_output: bool) -> str | None:
+    """Paths that must be valid UTF-8 and the output location; the rename mode the run publishes with."""
+    outputs = found.outputs
+    named = {"output path": str(outputs[0]) if outputs else ""}
+    if config is not None:
+        model = config.model
+        named |= {"model.model_path": model.model_path, "model.tokenizer_path": model.effective_tokenizer_path}
+
+    def paths() -> tuple[None, str]:
+        check_utf8_paths({"working directory": os.getcwd(), **named})
+        return None, "working directory and output path are valid UTF-8"
+
+    found.check("paths", "paths", paths)
+    if not check_output:
+        found.skip("output path", "not checked: --show-prompt writes nothing")
+        return None
+    return found.check("output path", "output_dir", lambda: _output_location(outputs), needs=["paths"])
+
+
+def _output_location(outputs: Sequence[Path]) -> tuple[str | None, str]:
+    """Every output path is absent and the nearest existing ancestor of its parent (a missing parent is created
+    when the run publishes) can hold it; the publish rename mode. Nothing is left behind."""
+    from gencache.artifact.publish import check_output_path, probe_rename
+
+    if not outputs:
+        return None, "every output is already published"
+    for output in outputs:
+        try:
+            check_output_path(output)
+        except OutputExistsError as error:
+            free = next((c for n in range(2, 100) if not os.path.lexists(c := f"{output}-{n}")), None)
+            raise OutputExistsError(f"{error} {free} is free.") if free else error from None
+    parent = ancestor = outputs[0].parent
+    while not os.path.lexists(ancestor) and ancestor.parent != ancestor:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"Output parent {ancestor} is not a directory; choose an output_dir under a directory.")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"Output parent {ancestor} is not writable; choose an output_dir you can write to.")
+    try:
+        mode = probe_rename(ancestor)
+    except GencacheError as error:
+        raise ConfigError(f"The output location {parent} cannot be used: {error}") from None
+    shown = str(outputs[0]) if len(outputs) == 1 else f"{len(outputs)} shard directories beside {outputs[0]}"
+    return mode, f"{shown} is free; publish with {mode}"
+
+
+def _model_locations(found: Preflight, config: CacheConfig) -> None:
+    """Where the model and tokenizer are: local directories that exist, or hub ids that can be had."""
+    model, where = config.model, _model_location
+    found.check("model", "model.model_path", lambda: where("model.model_path", model.model_path, model.revision))
+    tokenizer = model.effective_tokenizer_path
+    if tokenizer != model.model_path:
+        location = "model.tokenizer_path"
+        found.check("tokenizer path", location, lambda: where(location, tokenizer, model.revision))
+
+
+def _model_location(field_name: str, value: str, revision: str | None) -> tuple[None, str]:
+    """A local model or tokenizer directory exists (with ``config.json`` for a model); a hub id is reachable or
+    cached; every JSON file of a local directory parses."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+
+    from gencache.config.paths import looks_like_path
+    from gencache.core.errors import first_line
+    from gencache.generation.teacher_files import check_json_files
+
+    path = Path(value).expanduser()
+    if os.path.isdir(path):
+        if field_name == "model.model_path" and not (path / "config.json").is_file():
+            raise ConfigError(
+                f"{field_name} {path} has no config.json; point it at a model directory saved by save_pretrained."
+            )
+        count = check_json_files(path)
+        return None, f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
+    if os.path.lexists(path):
+        raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
+    if looks_like_path(value):
+        raise ConfigError(f"{field_name} {path.absolute()} does not exist; fix the path or give a hub id.")
+    try:  # huggingface_hub's offline mode, timeouts and fall-back to its local cache when the hub is unreachable
+        hf_hub_download(value, "config.json", revision=revision)
+    except LocalEntryNotFoundError:
+        at = f" at revision {revision!r}" if revision else ""
+        why, hint = (
+            ("HF_HUB_OFFLINE is set", "download it with the hub reachable")
+            if constants.HF_HUB_OFFLINE
+            else ("the hub cannot be reached", "set HF_HUB_OFFLINE=1 if it is in a local cache elsewhere (HF_HOME)")
+        )
+        raise ConfigError(
+            f"{field_name} {value!r}{at} is a hub id, but {why} and it is not in the local hub cache; {hint}, or "
+            "give a local path."
+        ) from None
+    except EntryNotFoundError:  # a repository without config.json (a tokenizer's): its load says what it misses
+        pass
+    except (HfHubHTTPError, ValueError) as error:  # no such repository or revision, gated, an invalid id
+        raise ConfigError(f"{field_name} {value!r}: {first_line(error)}") from None
+    return None, f"hub id {value}"
+
+
+def _data_configs(
+    found: Preflight, data_configs: Sequence[tuple[int, DataConfig]], shard: ShardSpec | None
+) -> list[str] | None:
+    """Each data config on its own (one check each), then the ``--shards`` count. The run's keys in sample order,
+    or None when a data config failed or counts teacher tokens (its keys are known once the tokenizer loads)."""
+    counts: list[int] = []
+    keys: list[str] | None = []
+    with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
+        warnings.simplefilter("ignore")
+        for index, dc in data_configs:
+            read = found.check(f"data_configs[{index}]", f"data_configs[{index}]", _data_config, index, dc)
+            counts.append(-1 if read is None else len(read))
+            keys = None if read is None or keys is None else keys + read
+    found.sample_counts = counts
+    if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
+        message = "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
+        found.fail("datasets", "data_configs", ConfigError(message))
+    if keys is not None:
+        _shard_count(found, len(dict.fromkeys(keys)), shard)
+    return keys
+
+
+def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
+    """The keys of data config ``index`` read from its source (its prompts rendered when the template needs no
+    tokenizer), or None when the recipe counts tokens and is checked once the tokenizer loads. A problem names
+    ``data_configs[index]`` once, with the field it is about as its location."""
+    from gencache.data.keys import semantic_key
+    from gencache.data.prompts import get_template
+    from gencache.data.recipes import get_recipe
+    from gencache.data.samples import build_samples
+
+    recipe = get_recipe(dc.dataset_name)
+    if recipe.needs_tokenizer(dc.data_kwargs):
+        return None, f"{dc.dataset_name} counts teacher tokens: checked once the tokenizer loads"
+    try:
+        if dc.num_samples and not get_template(dc.template).needs_tokenizer:
+            built = build_samples([dc], first_index=index)  # the prompts too: the template renders without a tokenizer
+            keys, source = [sample.key for sample in built], built.summaries[0].source
+        else:
+            raw, source = recipe.load(dc, dc.data_kwargs, None)
+            if len(raw) != dc.num_samples:
+                raise ConfigError(f"dataset {dc.dataset_name!r} returned {len(raw)} samples, not {dc.num_samples}.")
+            keys = [semantic_key(sample.semantic) for sample in raw]
+    except GencacheError as error:
+        prefix, text = f"data_configs[{index}]", str(error)
+        named = reworded(error, text if text.startswith(prefix) else f"{prefix}: {text}")
+        field_name = getattr(error, "field", None)
+        named.location = f"{prefix}.{field_name}" if field_name else prefix  # type: ignore[attr-defined]
+        raise named from None
+    where = f"{source.kind} {source.location}" if source.location else source.kind
+    return keys, f"{dc.dataset_name}: {len(keys)} samples, {len(set(keys))} unique keys, from {where}"
+
+
+def _shard_count(found: Preflight, unique: int, shard: ShardSpec | None) -> None:
+    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty). One
+    shard of a launched or ``--shard I/N`` run that owns no key is still published empty, so that the set of shards
+    is complete (generate says so)."""
+    if shard is None or shard.origin != "--shards":
+        return
+
+    def count() -> tuple[None, str]:
+        if shard.count > max(unique, 1):
+            raise ShardError(
+                f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards "
+                f"would be empty; use at most {max(unique, 1)} shards."
+            )
+        return None, f"{shard.count} shards over {unique} unique keys"
+
+    found.check("shards", "--shards", count)
+
+
+def _show_prompt(index: int, count: int) -> tuple[None, str]:
+    if not 0 <= index < count:
+        raise ConfigError(f"--show-prompt {index} is out of range: the run has {count} samples (0..{count - 1}).")
+    return None, f"sample {index} of {count}"
+
+
+def _gpu_driver_evidence() -> list[str]:
+    """What of :data:`GPU_DEVICE_NODES` and :data:`CUDA_DRIVER_LIBRARY` this machine has (empty: no GPU driver)."""
+    import ctypes
+    import glob
+
+    found = [node for pattern in GPU_DEVICE_NODES for node in sorted(glob.glob(pattern))]
+    try:
+        ctypes.CDLL(CUDA_DRIVER_LIBRARY)
+    except OSError:
+        return found
+    return [*found, CUDA_DRIVER_LIBRARY]
+
+
+def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
+    """This rank's device and what can be known of it without torch: ``auto`` needs accelerate, and a CUDA device
+    needs a GPU driver on this machine and a ``CUDA_VISIBLE_DEVICES`` that leaves a GPU visible (whether torch
+    sees that index is :func:`_torch_device`'s, in phase 2)."""
+    import importlib.util
+
+    from gencache.run.sharding import device_for_rank
+
+    device = device_for_rank(configured, shard, env)
+    if device == "cpu":
+        return device, "cpu"
+    if device == "auto":
+        if importlib.util.find_spec("accelerate") is None:
+            raise ConfigError('model.device "auto" needs the accelerate package; install it or name a device.')
+        return device, "auto (device_map)"
+    choose = 'set model.device to "cpu" (in the config, or --set model.device=cpu) or run on a machine with a GPU'
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        raise ConfigError(f"model.device {device!r}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; {choose}.")
+    evidence = _gpu_driver_evidence()
+    if not evidence:
+        from gencache.config import ModelConfig
+
+        default = " (the default)" if device == ModelConfig.model_fields["device"].default else ""
+        raise ConfigError(
+            f"model.device {device!r}{default}: this machine has no GPU driver (no {CUDA_DRIVER_LIBRARY}, "
+            f"/dev/nvidia*, /dev/kfd or /dev/dxg); {choose}."
+        )
+    return device, f"{device}: GPU driver found ({', '.join(evidence[:3])}); torch checks the device with the teacher"
+
+
+def _engine_package(engine: str) -> tuple[None, str]:
+    """The package the chosen engine runs on is installed (found without importing it)."""
+    import importlib.util
+
+    if engine != ENGINE_VLLM:
+        return None, f"{engine}: transformers"
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            'engine "vllm" needs the vllm package, which is not installed in this environment: install it '
+            '(pip install "gencache[vllm]", or vLLM\'s CPU build; see docs/engines.md) or set engine to "transformers".'
+        )
+    return None, "vllm: installed"
+
+
+# -- phase 2: the teacher and the tokenized samples ---------------------------------------------------------------
+def _teacher(
+    found: Preflight,
+    config: CacheConfig,
+    shard: ShardSpec | None,
+    device: str,
+    rename_mode: str | None,
+    keys: list[str] | None,
+    show_prompt: int | None,
+) -> None:
+    """Phase 2, in order; each check takes what the checks before it produced. Sets the report's samples, targets
+    with their keys, header budget, prompt and, when every check passed, the run's inputs."""
+    from gencache.config.engines import ContinuousOptions
+    from gencache.generation.teacher_files import vocab_size_of
+
+    model = config.model
+    found.check("torch device", "model.device", _torch_device, device)
+    tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, config)
+    generation = found.check(
+        "generation", "model.generation_kwargs", _generation, config, tokenizer, needs=["tokenizer"]
+    )
+    engine = found.check(
+        "engine", "engine_options", _engine, config, generation, tokenizer, device, needs=["generation"]
+    )
+    teacher = found.check("teacher config", "model.model_path", _teacher_config, config)
+    found.check("attention", "model.attn_implementation", lambda: _attention(model.attn_implementation, device))
+    found.check("teacher weights", "model.model_path", lambda: _weights(model.model_path))
+    vocab_size = vocab_size_of(teacher) if teacher is not None else None
+    needs = ["tokenizer", "generation", "teacher config"]
+    vocabulary = found.check(
+        "vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs
+    )
+    samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
+    if tokenizer is None:
+        found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
+    if samples is None or generation is None:
+        for name in ("context length", "header budget"):
+            found.skip(name, "not computed: needs the samples and generation config")
+        found.not_computed += ["the context-length check", "the header budget"]
+        return
+    found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
+    found.targets = with_keys(found.targets, samples)
+    if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
+        _shard_count(found, len(samples.unique), shard)
+        if show_prompt is not None:
+            found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(samples))
+    if show_prompt is not None and 0 <= show_prompt < len(samples):
+        found.prompt = samples[show_prompt]
+    found.check(
+        "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
+    )
+    if vocab_size is not None:
+        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, vocabulary, needs=["vocabulary"])
+    options = config.engine_options
+    if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
+        location = "engine_options.kv_cache_memory_gib"
+        needs = ["teacher config", "engine"]
+        found.check("paged cache", location, _paged_cache, config, samples, generation, teacher, engine, needs=needs)
+    found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
+    if not found.problems and engine is not None and rename_mode is not None:
+        inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
+        found.inputs = RunInputs(*inputs)
+
+
+def _torch_device(device: str) -> tuple[None, str]:
+    """The device exists on this machine as torch sees it: ``cpu``, ``cuda``/``cuda:N`` with that GPU (torch
+    built with CUDA, the index in range), or ``auto``."""
+    if device in ("cpu", "auto"):
+        return None, device
+    import torch
+
+    try:
+        target = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f'model.device {device!r} is not a device; use "cpu", "cuda", "cuda:N" or "auto".') from None
+    if target.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"model.device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+                'set model.device to "cpu" or run on a machine with a GPU.'
+            )
+        count = torch.cuda.device_count()
+        if target.index is not None and target.index >= count:
+            raise ConfigError(
+                f"model.device {device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1}); "
+                "choose one of them."
+            )
+        return None, f"{device} ({torch.cuda.get_device_name(target.index or 0)})"
+    return None, device
+
+
+def _tokenizer(config: CacheConfig) -> tuple[Any, str]:
+    from gencache.generation.teacher import load_tokenizer
+
+    model = config.model
+    loaded = load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+    return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
+
+
+def _generation(config: CacheConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
+    from gencache.generation.effective import resolve_generation
+
+    model = config.model
+    effective = resolve_generation(
+        model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=tokenizer
+    )
+    shown = f"max_new_tokens {effective.max_new_tokens}, {effective.num_return_sequences} sequence(s) per prompt"
+    return effective, shown
+
+
+def _engine(config: CacheConfig, generation: EffectiveGeneration, tokenizer: Any, device: str) -> tuple[Engine, str]:
+    return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
+
+
+def build_engine(
+    config: CacheConfig,
+    *,
+    generation: EffectiveGeneration,
+    tokenizer: Any,
+    device: str,
+    name: str | None = None,
+    model_path: str | None = None,
+    dtype: str | None = None,
+    one_prompt: bool = False,
+) -> Engine:
+    """The engine ``name`` (the config's ``engine`` when None) for ``config``'s teacher, ``model_path`` and
+    ``dtype`` overriding the config's: the run's check and ``gencache audit`` build theirs here, so both meet the
+    same refusals of settings an engine cannot honour (raised before any weights load). It takes the config's
+    ``gen_batch_size`` and, when it is the config's own engine, its ``engine_options``. ``one_prompt``: the engine
+    generates one prompt per call (the audit), so its batch size is one and the transformers engines run with their
+    default options (vLLM keeps the run's)."""
+    from gencache.generation.engines import EngineContext, create_engine
+
+    model = config.model
+    chosen = name or config.engine
+    options = config.engine_options if chosen == config.engine else None
+    if one_prompt and chosen != ENGINE_VLLM:
+        options = None
+    return create_engine(
+        chosen,
+        EngineContext(
+            generation=generation,
+            tokenizer=tokenizer,
+            model_path=model_path or model.model_path,
+            dtype=dtype or model.dtype,
+            device=device,
+            revision=model.revision,
+            attn_implementation=model.attn_implementation,
+            batch_size=1 if one_prompt else config.gen_batch_size,
+            seed=config.seed,
+            options=options,
+        ),
+    )
+
+
+def _teacher_config(config: CacheConfig) -> tuple[Any, str]:
+    """The teacher's ``config.json`` (no weights); invalid JSON is named with its file, line and column."""
+    from transformers import AutoConfig
+    from transformers.utils.hub import cached_file
+
+    from gencache.core.errors import first_line
+    from gencache.generation.teacher_files import read_json_file
+
+    model_path, revision = config.model.model_path, config.model.revision
+    try:
+        path = cached_file(
+            model_path,
+            "config.json",
+            _raise_exceptions_for_missing_entries=False,
+            revision=revision,
+        )
+        if path is not None:
+            read_json_file(path)
+        teacher = AutoConfig.from_pretrained(model_path, revision=revision)
+    except ConfigError:
+        raise
+    except Exception as error:
+        raise ConfigError(f"Cannot read the teacher's config.json from {model_path!r}: {first_line(error)}") from None
+    positions = max_positions_of(teacher)
+    return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
+
+
+def max_positions_of(config: Any) -> int | None:
+    """The teacher's maximum positions from its config (or its text config's), or None when it records none."""
+    for candidate in (config, getattr(config, "text_config", None)):
+        for name in POSITION_FIELDS:
+            value = getattr(candidate, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _attention(attn_implementation: str | None, device: str) -> tuple[None, str]:
+    from gencache.generation.teacher_files import check_attn_implementation
+
+    return None, check_attn_implementation(attn_implementation, device)
+
+
+def _weights(model_path: str) -> tuple[None, str]:
+    from gencache.generation.teacher_files import check_teacher_weights
+
+    return None, check_teacher_weights(model_path)
+
+
+def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[bool, str]:
+    from gencache.generation.teacher_files import check_vocabulary, vocab_size_of
+
+    vocab_size = vocab_size_of(teacher)
+    if vocab_size is None:
+        return True, "not checked: config.json records no vocab_size"
+    return True, check_vocabulary(tokenizer, vocab_size, generation.kwargs)
+
+
+def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
+    from gencache.data.samples import DuplicatePromptWarning, build_samples
+
+    with warnings.catch_warnings():  # reported by the caller, from samples.conflicting_prompts
+        warnings.simplefilter("ignore", DuplicatePromptWarning)
+        built = build_samples(config, tokenizer=tokenizer)
+    return built, f"{len(built)} samples, {len(built.unique)} unique keys, {built.duplicates} duplicates"
+
+
+def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
+    """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
+    longest, where = 0, "-"
+    for summary in samples.summaries:
+        if summary.prompt_tokens and summary.prompt_tokens[2] > longest:
+            longest, where = summary.prompt_tokens[2], f"data_configs[{summary.index}]"
+    max_new_tokens = generation.max_new_tokens
+    positions = max_positions_of(teacher) if teacher is not None else None
+    if positions is None:
+        return None, "not checked: the teacher's config.json records no maximum positions"
+    if longest + max_new_tokens > positions:
+        room = positions - longest
+        advice = f"lower max_new_tokens to at most {room}" if room > 0 else "shorten the prompts"
+        raise ConfigError(
+            f"model.generation_kwargs.max_new_tokens {max_new_tokens} plus the longest prompt ({longest} tokens, "
+            f"{where}) is {longest + max_new_tokens} tokens, beyond the teacher's {positions} positions "
+            f"(config.json); {advice}."
+        )
+    return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
+
+
+def _prompt_ids(samples: SampleSet, vocab_size: int, _vocabulary_checked: bool) -> tuple[None, str]:
+    from gencache.generation.teacher_files import check_prompt_ids
+
+    largest, where = -1, "-"
+    for sample in samples.unique:
+        if sample.input_ids and max(sample.input_ids) > largest:
+            largest = max(sample.input_ids)
+            where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
+    return None, check_prompt_ids(largest, where, vocab_size)
+
+
+def _paged_cache(
+    config: CacheConfig, samples: SampleSet, generation: EffectiveGeneration, teacher: Any, _engine: Engine
+) -> tuple[None, str]:
+    """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
+    prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
+    from gencache.config.engines import ContinuousOptions
+    from gencache.config.names import DTYPE_BYTES
+    from gencache.core.errors import first_line
+    from gencache.generation.engines.continuous import size_paged_cache
+    from gencache.generation.engines.memory import GIB
+
+    options = config.engine_options
+    assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
+    lengths = [len(sample.input_ids or ()) for sample in samples.unique]
+    try:
+        sizing = size_paged_cache(
+            lengths,
+            generation.max_new_tokens,
+            len(lengths) * generation.num_return_sequences,
+            options,
+            model_config=teacher,
+            dtype_bytes=DTYPE_BYTES[config.model.dtype],
+            budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
+        )
+    except GencacheError as error:
+        raise ConfigError(str(error)) from None
+    except Exception as error:  # a config.json without the attention sizes
+        raise ConfigError(
+            f"engine_options.kv_cache_memory_gib: cannot size the paged cache: {first_line(error)}"
+        ) from None
+    return None, f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
+
+
+def _budget(targets: list[Target], generation: EffectiveGeneration) -> tuple[dict[Path, int], str]:
+    from gencache.artifact.header import header_capacity
+
+    capacities = {
+        target.output_dir: header_capacity(len(target.keys), generation.num_return_sequences, generation.max_new_tokens)
+        for target in targets
+    }
+    return capacities, f"{max(capacities.values(), default=0):,} bytes reserved for the largest artifact"
