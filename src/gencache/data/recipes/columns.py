@@ -88,7 +88,7 @@ def json_cell(table: Any, label: str, index: int, row: Mapping[str, Any], name: 
     """``row`` with its column ``name`` decoded from JSON text when the table's cells are text (CSV, TSV): there a
     list or object column, such as a conversation, is written as JSON in its cell."""
     value = row.get(name)
-    if not getattr(table, "text_cells", False) or not isinstance(value, str):
+    if not origin_of(table, label).text_cells or not isinstance(value, str):
         return row
     import json
 
