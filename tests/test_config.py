@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gencache.cli.app import run as cli_run
 from gencache.config import (
     CacheConfig,
     DataConfig,
@@ -25,6 +26,7 @@ from gencache.config import (
 from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 from gencache.core.canonical import canonical_json
 from gencache.core.errors import ConfigError, GencacheError
+from support.config_factory import musique, write_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -645,3 +647,24 @@ def test_config_module_imports_no_heavy_libraries() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_url_is_refused_in_one_line_never_taken_for_a_path(
+    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    urls = {"output_dir": "s3://bucket/runs/x", "model": "gs://bucket/teacher", "source": "hf://datasets/org/rows"}
+    config = write_config(
+        tmp_path,
+        urls["model"],
+        output_dir=urls["output_dir"],
+        data_configs=[musique(source=urls["source"])],
+    )
+    assert cli_run(["generate", str(config)]) == 2
+    err = capsys.readouterr().err
+    for field, url in [("output_dir", urls["output_dir"]), ("model_path", urls["model"]), ("source", urls["source"])]:
+        assert f"{field}: {url!r} is a URL ({url.split('//')[0]}//), which gencache does not read or write" in err
+    good = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(good), "--output-dir", "s3://bucket/runs/x"]) == 2
+    assert "'s3://bucket/runs/x' is a URL (s3://)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([config.name, good.name])  # no directory "s3:"

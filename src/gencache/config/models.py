@@ -49,7 +49,7 @@ from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.messages import nested_error as _nested_error
 from gencache.config.names import READS_SIBLING, Dtype, EngineName
-from gencache.config.paths import output_name_problem
+from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem
 from gencache.config.templates import TemplateKwargs
 from gencache.core.errors import ConfigError
@@ -67,6 +67,13 @@ def _logit_fields_check(data: Any) -> Any:
         if found:
             raise _nested_error([((name,), NO_LOGITS_MESSAGE) for name in found])
     return data
+
+
+def _local_or_hub(value: str | None) -> str | None:
+    problem = None if value is None else url_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 # -- the models -------------------------------------------------------------------------------------------
@@ -118,6 +125,11 @@ class ModelConfig(_Strict):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
+
+    @field_validator("model_path", "tokenizer_path")
+    @classmethod
+    def _not_url(cls, value: str | None) -> str | None:
+        return _local_or_hub(value)
 
     @field_validator("device")
     @classmethod
@@ -236,6 +248,11 @@ class DataConfig(_Strict):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_url(cls, value: str | None) -> str | None:
+        return _local_or_hub(value)
 
     @field_validator("dataset_name")
     @classmethod
