@@ -189,18 +189,18 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
         ("data_configs[1].template: unknown template 'chatml'", "default", "tokenizer_chat"),
     ),
     # max_new_tokens and other generation settings
-    ("max_new_tokens_zero", _set("model.generation_kwargs.max_new_tokens", 0), ("max_new_tokens: must be a positive",)),
+    ("max_new_tokens_zero", _set("model.generation_kwargs.max_new_tokens", 0), ("max_new_tokens: must be >= 1",)),
     (
         "max_new_tokens_true",
         _set("model.generation_kwargs.max_new_tokens", True),
-        ("model.generation_kwargs.max_new_tokens: must be a positive integer, not a boolean",),
+        ("model.generation_kwargs.max_new_tokens: must be an integer, not a boolean",),
     ),
     (
         "max_new_tokens_string",
         _set("model.generation_kwargs.max_new_tokens", "64"),
-        ("model.generation_kwargs.max_new_tokens: must be a positive integer, not a string",),
+        ("model.generation_kwargs.max_new_tokens: must be an integer, not a string",),
     ),
-    ("max_new_tokens_float", _set("model.generation_kwargs.max_new_tokens", 64.0), ("max_new_tokens: must be a pos",)),
+    ("max_new_tokens_float", _set("model.generation_kwargs.max_new_tokens", 64.0), ("max_new_tokens: must be an",)),
     (
         "max_length_refused",
         _set("model.generation_kwargs.max_length", 64),
@@ -420,18 +420,18 @@ def parse_generation_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"max_new_tokens": 0}, "model.generation_kwargs.max_new_tokens: must be a positive integer (got 0)"),
+        ({"max_new_tokens": 0}, "model.generation_kwargs.max_new_tokens: must be >= 1 (got 0)"),
         ({"max_new_tokens": True}, "not a boolean"),
         ({"max_new_tokens": "64"}, "not a string"),
         ({"output_scores": True}, NO_LOGITS_MESSAGE),
         ({"return_dict_in_generate": False}, "model.generation_kwargs.return_dict_in_generate"),
-        ({"top_p": 1.5}, "model.generation_kwargs.top_p: must be a number greater than 0 and at most 1"),
-        ({"top_p": 0}, "model.generation_kwargs.top_p: must be a number greater than 0 and at most 1"),
+        ({"top_p": 1.5}, "model.generation_kwargs.top_p: must be <= 1"),
+        ({"top_p": 0}, "model.generation_kwargs.top_p: must be > 0"),
         ({"temperature": float("nan")}, "model.generation_kwargs.temperature: must be a finite number"),
-        ({"num_return_sequences": 0}, "num_return_sequences: must be a positive integer"),
+        ({"num_return_sequences": 0}, "num_return_sequences: must be >= 1"),
         ({"eos_token_id": [1, "2"]}, "eos_token_id: must be a token id"),
         ({"stop_strings": ["ok", ""]}, "stop_strings: must be"),
-        ({"custom": object()}, "model.generation_kwargs.custom: must be a JSON value"),
+        ({"custom": object()}, "model.generation_kwargs.custom: input was not a valid JSON value"),
     ],
 )
 def test_bad_generation_kwargs_are_refused_when_the_config_loads(kwargs: dict[str, Any], fragment: str) -> None:

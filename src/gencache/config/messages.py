@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from gencache.config.describe import FieldProblem, Loc, did_you_mean, not_value, show
-from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
+from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 _NESTED = "gencache_nested"
 
@@ -107,6 +107,8 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
         return [(loc, f"must be an object, {not_value(value)}")]
     if kind == "list_type":
         return [(loc, f"must be a list, {not_value(value)}")]
+    if kind == "finite_number":
+        return [(loc, f"must be a finite number (got {show(value)})")]
     if kind in {"float_type", "float_parsing"}:
         return [(loc, f"must be a number, {not_value(value)}")]
     if kind == "string_too_short":

@@ -44,11 +44,11 @@ from gencache.config.documents import (
     read_merged_config,
 )
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
-from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE, generation_problems
+from gencache.config.generation import generation_problems
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, validate_nested
 from gencache.config.messages import nested_error as _nested_error
-from gencache.config.names import READS_SIBLING, Dtype, EngineName
+from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem
 from gencache.config.templates import TemplateKwargs
@@ -119,7 +119,7 @@ class ModelConfig(_Strict):
         description='Passed to from_pretrained (e.g. "sdpa", "eager", "flash_attention_2"); recorded.',
     )
     generation_kwargs: dict[str, Any] = Field(
-        default_factory=dict,
+        default={},
         description="Settings for model.generate (max_new_tokens, do_sample, temperature, stop_strings, ...). "
         "Effective config: these, then the teacher's generation_config.json, then transformers' defaults; "
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
@@ -217,7 +217,7 @@ class DataConfig(_Strict):
         "parquet, CSV or TSV file. Relative paths are relative to the working directory.",
     )
     data_kwargs: DataKwargsField = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Per-dataset options (tables below); unknown keys are errors. After validation: the "
         "effective values, defaults included, as recorded in resolved_config.json.",
@@ -228,7 +228,7 @@ class DataConfig(_Strict):
         description=f"Prompt template: {', '.join(template_names()[:-1])} or {template_names()[-1]}.",
     )
     template_kwargs: TemplateKwargsField = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Per-template options (tables below); unknown keys are errors. After validation: the "
         "effective values, defaults included.",
@@ -312,7 +312,7 @@ class CacheConfig(_Strict):
         "GPUs, or a CPU with vLLM's CPU build). See docs/engines.md.",
     )
     engine_options: EngineOptionsField = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Options of the chosen engine (strict; see the engine_options tables). After validation they "
         "hold the effective values, defaults included.",
