@@ -96,11 +96,11 @@ def test_markdown_documents_every_field_dataset_and_template() -> None:
     for name in DataConfig.model_fields:
         assert f"| `{name}` |" in text
     for name, recipe in DATASETS.items():
-        assert f"#### `{name}`" in text
+        assert f"### `{name}`" in text
         for field in recipe.kwargs_model.model_fields:
             assert f"| `{field}` |" in text
     for name, spec in TEMPLATES.items():
-        assert f"#### `{name}`" in text
+        assert f"### `{name}`" in text
         for field in spec.kwargs_model.model_fields:
             assert f"| `{field}` |" in text
     for name in [*GenerationKwargs.model_fields, *GENERATION_FORBIDDEN, *LOGIT_FIELDS]:

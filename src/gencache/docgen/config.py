@@ -23,6 +23,12 @@ from gencache.data.recipes import BUILTIN_DATASETS
 SCHEMA_PATH, CONFIG_PATH, DATASETS_PATH = (Path("docs") / n for n in ("config.schema.json", "config.md", "datasets.md"))
 BEGIN = "<!-- BEGIN GENERATED: `uv run python -m gencache.docgen.config` writes this part; do not edit it -->"
 END = "<!-- END GENERATED -->"
+TITLE = "gencache generation-cache config (format 3)"
+ABOUT = (
+    f"One config file as written, or a {DEFAULTS_FILENAME}: gencache deep-merges a sibling {DEFAULTS_FILENAME} under "
+    "a config (the file itself wins), so fields it provides may be left out here; after the merge data_configs, "
+    "output_dir and model.model_path are required. Unknown keys are errors everywhere."
+)
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -31,22 +37,31 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return {**schema, "additionalProperties": schema.get("additionalProperties", False)}
 
 
-def _switch(selector: str, target: str, models: Mapping[str, type[BaseModel]], defs: dict[str, Any]) -> list[Any]:
-    """One ``if selector == name then target is models[name]`` rule per name, the models added to ``defs``."""
-    defs.update({f"{target}.{name}": _schema(model) for name, model in models.items()})
+def _switch(selector: str, target: str, models: Mapping[str, Any], defs: dict[str, Any]) -> list[Any]:
+    """One ``if selector == name then target is models[name]`` rule per name; each ``(model, description)`` (or
+    model) is added to ``defs``."""
+    for name, (model, about) in ((n, m if isinstance(m, tuple) else (m, None)) for n, m in models.items()):
+        defs[f"{target}.{name}"] = _schema(model) | ({"description": " ".join(about.split())} if about else {})
     then = {name: {"properties": {target: {"$ref": f"#/$defs/{target}.{name}"}}} for name in models}
     return [{"if": {"properties": {selector: {"const": n}}, "required": [selector]}, "then": then[n]} for n in models]
 
 
 def _full_schema() -> dict[str, Any]:
-    """The schema of a merged config (what is required after the merge is marked so)."""
+    """The schema of a merged config; each dataset's, template's and engine's options are chosen by its name
+    (built-in datasets are examples, not an enum: plug-ins add names)."""
     schema = _schema(CacheConfig)
     defs = schema["$defs"]
     props = defs["DataConfig"]["properties"]
-    props["dataset_name"]["examples"] = sorted(BUILTIN_DATASETS)  # not an enum: plug-ins add names
+    props["dataset_name"]["examples"] = sorted(BUILTIN_DATASETS)
     props["template"]["enum"] = sorted(TEMPLATES)
-    data_kwargs = {name: recipe.kwargs_model for name, recipe in BUILTIN_DATASETS.items()}
-    template_kwargs = {name: spec.kwargs_model for name, spec in TEMPLATES.items()}
+    data_kwargs = {
+        name: (recipe.kwargs_model, f"Canonical source (when `source` is null): `{recipe.hub_id}`.")
+        for name, recipe in BUILTIN_DATASETS.items()
+    }
+    template_kwargs = {
+        name: (spec.kwargs_model, f"{type(spec).__doc__} Needs {'a' if spec.needs_tokenizer else 'no'} tokenizer.")
+        for name, spec in TEMPLATES.items()
+    }
     defs["DataConfig"]["allOf"] = _switch("dataset_name", "data_kwargs", data_kwargs, defs) + _switch(
         "template", "template_kwargs", template_kwargs, defs
     )
@@ -61,29 +76,21 @@ def _full_schema() -> dict[str, Any]:
 
 
 def config_schema() -> dict[str, Any]:
-    """JSON Schema of a config file as written (or a ``_default.json``): everything present is checked, and what
-    the merge may provide is optional."""
+    """JSON Schema of a config file as written, or of a ``_default.json``: what the merge may provide is optional."""
     schema = _full_schema()
-    defs = schema.pop("$defs")
-    after_merge = [*schema.pop("required"), "model.model_path"]
-    defs["ModelConfig"].pop("required")
-    description = (
-        f"One config file as written, or a {DEFAULTS_FILENAME}: gencache deep-merges a sibling {DEFAULTS_FILENAME} "
-        "under a config (the file itself wins), so fields it provides may be left out here; after the merge "
-        f"{', '.join(after_merge)} are required. Unknown keys are errors everywhere."
-    )
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://gencache.invalid/config.schema.json",
-        **schema,
-        "title": "gencache generation-cache config (format 3)",
-        "description": description,
-        "$defs": dict(sorted(defs.items())),
-    }
+    schema.pop("required")
+    schema["$defs"]["ModelConfig"].pop("required")
+    schema["$defs"] = dict(sorted(schema["$defs"].items()))
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": TITLE, "description": ABOUT}
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _md(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table (each cell on one line, its pipes escaped) and the blank line after it."""
+    cells = [header, ["---"] * len(header), *rows]
+    return [
+        *("| " + " | ".join(c.strip().replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in cells),
+        "",
+    ]
 
 
 def _code(value: Any) -> str:
@@ -94,9 +101,9 @@ def _type(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
     if "$ref" in prop:
         return _type(defs[prop["$ref"].removeprefix("#/$defs/")], defs)
     if "enum" in prop or "const" in prop:
-        return " \\| ".join(_code(value) for value in prop.get("enum", [prop.get("const")]))
+        return " | ".join(_code(value) for value in prop.get("enum", [prop.get("const")]))
     if "anyOf" in prop:
-        return " \\| ".join(_type(option, defs) for option in prop["anyOf"])
+        return " | ".join(_type(option, defs) for option in prop["anyOf"])
     kind = prop.get("type")
     if kind == "array":
         return f"list of {_type(prop.get('items', {}), defs)}"
@@ -106,13 +113,12 @@ def _type(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
 
 
 def _rules(prop: Mapping[str, Any]) -> str:
-    found: dict[str, None] = {}
-    for option in prop.get("anyOf", [prop]):
-        for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<")):
-            if key in option:
-                found[f"{op} {option[key]}"] = None
-        if option.get("minLength") == 1 or option.get("minItems") == 1:
-            found["non-empty"] = None
+    """The bounds of ``prop`` and, for a generation setting, the engines that honour it."""
+    bounds = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+    found = [
+        f"{op} {option[key]}" for option in prop.get("anyOf", [prop]) for key, op in bounds.items() if key in option
+    ]
+    found += ["non-empty"] * any(o.get("minLength") == 1 or o.get("minItems") == 1 for o in prop.get("anyOf", [prop]))
     rules = f" Must be {', '.join(found)}." if found else ""
     if "x-engines" in prop:
         neutral = "" if prop["x-neutral"] is None else f" (others: only at {_code(prop['x-neutral'])})"
@@ -121,46 +127,33 @@ def _rules(prop: Mapping[str, Any]) -> str:
 
 
 def _table(schema: Mapping[str, Any], defs: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """One row per property of ``schema``: its name, type, default (or required) and description and rules."""
+    """One row per property of ``schema``: its name, type, default (or required), description and rules."""
     if not schema.get("properties"):
         return ["None: any key is an error.", ""]
-    rows = ["| field | type | default | rule |", "|---|---|---|---|"]
+    required = schema.get("required", ())
+    rows = []
     for name, prop in schema["properties"].items():
-        default = "required" if name in schema.get("required", ()) else _code(prop.get("default"))
-        rule = _cell(f"{prop.get('description', '')}{_rules(prop)}".strip())
-        rows.append(f"| `{prefix}{name}` | {_type(prop, defs)} | {default} | {rule} |")
-    return [*rows, ""]
+        default = "required" if name in required else _code(prop.get("default"))
+        rows.append([f"`{prefix}{name}`", _type(prop, defs), default, f"{prop.get('description', '')}{_rules(prop)}"])
+    return _md(["field", "type", "default", "rule"], rows)
 
 
 def config_tables() -> str:
     """Every config table, from the schema: the fields, the generation settings, each engine's, dataset's and
     template's options."""
     schema = _full_schema()
-    defs = schema["$defs"]
+    defs, model = schema["$defs"], schema["$defs"]["ModelConfig"]
     refused = dict.fromkeys(sorted(LOGIT_FIELDS), "logits and scores are never collected (format 3)")
-    lines = ["## Top level", "", *_table(schema, defs), "## `model`", "", *_table(defs["ModelConfig"], defs, "model.")]
-    lines += [
-        "### `model.generation_kwargs`",
-        "",
-        *_table(defs["ModelConfig"]["properties"]["generation_kwargs"], defs),
-    ]
-    lines += ["Refused keys:", "", "| key | why |", "|---|---|"]
-    lines += [
-        f"| `{k}` | {_cell(v)} |" for k, v in {**refused, **GENERATION_FORBIDDEN, **GENERATION_UNSUPPORTED}.items()
-    ]
-    lines += ["", "## `engine_options` per engine", ""]
-    for name in ENGINE_OPTIONS:
-        lines += [f"### `{name}`", "", *_table(defs[f"engine_options.{name}"], defs, "engine_options.")]
+    refused |= {**GENERATION_FORBIDDEN, **GENERATION_UNSUPPORTED}
+    lines = ["## Top level", "", *_table(schema, defs), "## `model`", "", *_table(model, defs, "model.")]
+    lines += ["### `model.generation_kwargs`", "", *_table(model["properties"]["generation_kwargs"], defs)]
+    lines += ["Refused keys:", "", *_md(["key", "why"], [[f"`{key}`", why] for key, why in refused.items()])]
     lines += ["## `data_configs[i]`", "", *_table(defs["DataConfig"], defs)]
-    datasets = {n: f"Canonical source (when `source` is null): `{r.hub_id}`." for n, r in BUILTIN_DATASETS.items()}
-    templates = {
-        n: " ".join(f"{type(t).__doc__} Needs {'a' if t.needs_tokenizer else 'no'} tokenizer.".split())
-        for n, t in TEMPLATES.items()
-    }
-    for field, notes in (("data_kwargs", datasets), ("template_kwargs", templates)):
-        lines += [f"### `{field}`", ""]
-        for name, note in notes.items():
-            lines += [f"#### `{name}`", "", note, "", *_table(defs[f"{field}.{name}"], defs)]
+    for field, each in (("data_kwargs", "dataset"), ("template_kwargs", "template"), ("engine_options", "engine")):
+        lines += [f"## `{field}` of each {each}", ""]
+        for key in (key for key in defs if key.startswith(f"{field}.")):
+            about = [defs[key]["description"], ""] if "description" in defs[key] else []
+            lines += [f"### `{key.split('.', 1)[1]}`", "", *about, *_table(defs[key], defs)]
     return "\n".join(lines)
 
 
@@ -170,25 +163,21 @@ def dataset_columns() -> str:
     for name, recipe in BUILTIN_DATASETS.items():
         tables = any(column.table for column in recipe.columns)
         header = ["table"] * tables + ["column", "type", "required", "used for"]
-        lines += [f"#### `{name}` columns", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for c in recipe.columns:
-            cells = [f"`{c.table}`"] * tables + [f"`{c.name}`", _cell(c.type), "yes" if c.required else "no"]
-            lines.append("| " + " | ".join([*cells, _cell(c.description)]) + " |")
-        lines.append("")
+        rows = [
+            [f"`{c.table}`"] * tables + [f"`{c.name}`", c.type, "yes" if c.required else "no", c.description]
+            for c in recipe.columns
+        ]
+        lines += [f"#### `{name}` columns", "", *_md(header, rows)]
     return "\n".join(lines)
 
 
-def splice(page: str, generated: str) -> str:
-    """``page`` with the text between :data:`BEGIN` and :data:`END` replaced by ``generated``."""
-    head, rest = page.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n\n{generated}\n{END}{rest.split(END, 1)[1]}"
-
-
 def documents(root: Path) -> dict[Path, str]:
-    """Each generated file under ``root`` and the text it must hold."""
-    pages = {CONFIG_PATH: config_tables(), DATASETS_PATH: dataset_columns()}
+    """Each generated file under ``root`` and the text it must hold: pages keep what lies outside the markers."""
     out = {SCHEMA_PATH: json.dumps(config_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"}
-    return out | {path: splice((root / path).read_text(encoding="utf-8"), text) for path, text in pages.items()}
+    for path, text in {CONFIG_PATH: config_tables(), DATASETS_PATH: dataset_columns()}.items():
+        head, rest = (root / path).read_text(encoding="utf-8").split(BEGIN, 1)
+        out[path] = f"{head}{BEGIN}\n\n{text}\n{END}{rest.split(END, 1)[1]}"
+    return out
 
 
 def main() -> None:
