@@ -17,8 +17,8 @@ from importlib import metadata
 from typing import Any
 
 from gencache.config.datasets import DATASET_KWARGS
-from gencache.config.describe import unknown_name
 from gencache.config.kwargs import KwargsModel
+from gencache.config.messages import unknown_name
 from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError, DatasetError, first_line
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.config.describe import type_name as _type_name
+from gencache.config.messages import type_name as _type_name
 from gencache.core.errors import ConfigError
 
 DEFAULTS_FILENAME = "_default.json"

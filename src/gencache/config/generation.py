@@ -15,8 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from gencache.config.describe import FieldProblem, show, type_name
-from gencache.config.messages import collect_problems
+from gencache.config.messages import FieldProblem, collect_problems, show, type_name
 from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM, LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 FIELD = "model.generation_kwargs"

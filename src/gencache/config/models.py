@@ -37,17 +37,16 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model, template_names
-from gencache.config.describe import show as _show
-from gencache.config.describe import type_name as _type_name
-from gencache.config.describe import unknown_name
 from gencache.config.documents import (
     read_merged_config,
 )
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import KwargsModel
-from gencache.config.messages import format_validation_error, validate_nested
+from gencache.config.messages import format_validation_error, unknown_name, validate_nested
 from gencache.config.messages import nested_error as _nested_error
+from gencache.config.messages import show as _show
+from gencache.config.messages import type_name as _type_name
 from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem

@@ -29,7 +29,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from gencache.config.describe import closest
+from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
 from gencache.core.errors import DatasetError, first_line
 from gencache.data.origins import DELIMITERS, SourceInfo, TableOrigin, csv_rows, register_origin

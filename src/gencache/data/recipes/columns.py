@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.config.describe import did_you_mean, type_name
+from gencache.config.messages import did_you_mean, type_name
 from gencache.core.errors import DatasetError
 from gencache.data.origins import origin_of
 
