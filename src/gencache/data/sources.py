@@ -31,6 +31,7 @@ from typing import Any
 
 from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
+from gencache.core import hub
 from gencache.core.errors import DatasetError, first_line
 from gencache.data.origins import DELIMITERS, SourceInfo, TableOrigin, csv_rows, register_origin
 
@@ -255,8 +256,6 @@ def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
-
-    from gencache.core import hub
 
     local = os.path.isdir(hub_id)
     with hub.probe_scope():  # a quick probe: the local cache (for this load) instead of a minute of retries

@@ -11,6 +11,7 @@ positions are only computed when an error is reported.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,8 +91,6 @@ def json_cell(table: Any, label: str, index: int, row: Mapping[str, Any], name: 
     value = row.get(name)
     if not origin_of(table, label).text_cells or not isinstance(value, str):
         return row
-    import json
-
     try:
         decoded = json.loads(value)
     except ValueError as error:
