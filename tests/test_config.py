@@ -90,7 +90,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     # reference 10.3 rejects_invalid_owned_fields
     ("store_logits_string", _set("store_logits", "true"), ("store_logits:", NO_LOGITS_MESSAGE, "Delete this field")),
     ("gen_batch_size_zero", _set("gen_batch_size", 0), ("gen_batch_size: must be >= 1 (got 0)",)),
-    ("cache_device_not_a_device", _set("cache_device", "not a device"), ('cache_device: must be "cpu"',)),
+    ("cache_device_not_a_device", _set("cache_device", "not a device"), ("cache_device: must be 'cpu'",)),
     ("data_configs_empty", _set("data_configs", []), ("data_configs: must be a non-empty list",)),
     ("seed_true", _set("seed", True), ("seed: must be an integer, not a boolean (got true)",)),
     # logits and friends, wherever they are
@@ -142,8 +142,8 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     ("device_cuda_letter", _set("model.device", "cuda:x"), ("model.device:", '"cuda:x"')),
     ("device_uppercase", _set("model.device", "CUDA:0"), ("model.device:",)),
     ("device_int", _set("model.device", 0), ("model.device: must be a string, not an integer",)),
-    ("cache_device_cuda", _set("cache_device", "cuda:0"), ('cache_device: must be "cpu" (got "cuda:0")',)),
-    ("cache_device_cpu0", _set("cache_device", "cpu:0"), ('cache_device: must be "cpu"',)),
+    ("cache_device_cuda", _set("cache_device", "cuda:0"), ("cache_device: must be 'cpu' (got \"cuda:0\")",)),
+    ("cache_device_cpu0", _set("cache_device", "cpu:0"), ("cache_device: must be 'cpu'",)),
     # hotpot difficulty forms (reference 10.5 hotpot_validates_difficulty)
     ("difficulty_null", _set("data_configs[0].data_kwargs", {"difficulty": None}), ("data_kwargs.difficulty:",)),
     (

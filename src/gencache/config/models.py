@@ -317,7 +317,9 @@ class CacheConfig(_Strict):
         "hold the effective values, defaults included.",
     )
     cache_device: Literal["cpu"] = Field(
-        default="cpu", description='Where entries are staged before they are written; only "cpu" exists.'
+        default="cpu",
+        description='Where entries are staged before they are written; only "cpu" exists (entries stream to disk; '
+        "training chooses where to put what it reads).",
     )
     seed: int = Field(
         default=42, ge=0, le=MAX_SEED, description="Seeds Python's random and torch before the teacher loads."
@@ -342,16 +344,6 @@ class CacheConfig(_Strict):
         if not isinstance(value, dict):
             raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
         return validate_nested(model, value, f"option of engine {name!r}")
-
-    @field_validator("cache_device", mode="before")
-    @classmethod
-    def _cache_device(cls, value: Any) -> Any:
-        if value != "cpu" or not isinstance(value, str):
-            raise ValueError(
-                f'must be "cpu" (got {_show(value)}): entries are staged on the CPU and streamed to disk; '
-                "training chooses where to put what it reads"
-            )
-        return value
 
     @field_validator("output_dir")
     @classmethod
