@@ -326,8 +326,9 @@ class CacheConfig(_Strict):
     )
     output_dir: str = Field(
         min_length=1,
-        description="Artifact directory to publish; relative to the working directory; must not exist, not even "
-        "as a dangling symlink, and must end in a name of its own (not /, . or ..).",
+        description="Artifact directory to publish: a local path (a URL such as s3://... is refused), relative to the "
+        "working directory; must not exist, not even as a dangling symlink, and must end in a name of its own (not "
+        "/, . or ..).",
     )
 
     @field_validator("engine_options", mode="before")
