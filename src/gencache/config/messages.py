@@ -104,11 +104,12 @@ def nested_error(problems: Sequence[FieldProblem]) -> PydanticCustomError:
     return PydanticCustomError(
         _NESTED,
         "{summary}",
-        {"summary": f"{_format_loc(first_loc) or '(value)'}: {first_msg}", "problems": tuple(problems)},
+        {"summary": f"{format_loc(first_loc) or '(value)'}: {first_msg}", "problems": tuple(problems)},
     )
 
 
-def _format_loc(loc: Sequence[str | int]) -> str:
+def format_loc(loc: Sequence[str | int]) -> str:
+    """``("data_configs", 1, "seed")`` as ``data_configs[1].seed``."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -239,7 +240,7 @@ def _sentence(msg: str) -> str:
 
 
 def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
-    parts = [f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg) for loc, msg in problems]
+    parts = [line for _, line in problem_lines(problems)]
     shown = parts[:5]
     if len(parts) > 5:
         shown.append(f"... and {len(parts) - 5} more")
@@ -249,12 +250,7 @@ def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
 
 def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
     """Each problem as ``(location, line)``: the line is ``path: message``, as :func:`join_problems` joins them."""
-    return [(loc, f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg)) for loc, msg in problems]
-
-
-def format_loc(loc: Sequence[str | int]) -> str:
-    """``("data_configs", 1, "seed")`` as ``data_configs[1].seed``."""
-    return _format_loc(loc)
+    return [(loc, f"{format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg)) for loc, msg in problems]
 
 
 def parse_loc(text: str) -> Loc:

@@ -40,12 +40,9 @@ _SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
+    """SHA-256 of a file's bytes."""
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
