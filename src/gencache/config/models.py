@@ -157,16 +157,16 @@ class ModelConfig(_Strict):
         return self.tokenizer_path or self.model_path
 
 
-KwargsT = TypeVar("KwargsT", bound=KwargsModel)
+KwargsT = TypeVar("KwargsT", bound=BaseModel)
 
 
 def _kwargs_of(value: Any, model: type[KwargsT], what: str) -> KwargsT:
-    """A data config's ``data_kwargs`` or ``template_kwargs``: a JSON object validated with the dataset's or
-    template's model (an instance of that model passes as it is)."""
+    """A data config's ``data_kwargs`` or ``template_kwargs``, or the ``engine_options``: a JSON object validated
+    with the dataset's, template's or engine's model (an instance of that model passes as it is)."""
     if isinstance(value, model):
         return value
-    if isinstance(value, KwargsModel):
-        value = value.as_json()
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
     if not isinstance(value, dict):
         raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
     return validate_nested(model, value, what)
@@ -337,14 +337,7 @@ class CacheConfig(_Strict):
         name = info.data.get(READS_SIBLING["engine_options"])
         if name is None:  # engine itself failed; that error is reported instead
             return EngineOptions()
-        model = ENGINE_OPTIONS[name]
-        if isinstance(value, model):
-            return value
-        if isinstance(value, EngineOptions):
-            value = value.model_dump(mode="json")
-        if not isinstance(value, dict):
-            raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-        return validate_nested(model, value, f"option of engine {name!r}")
+        return _kwargs_of(value, ENGINE_OPTIONS[name], f"option of engine {name!r}")
 
     @field_validator("output_dir")
     @classmethod
