@@ -37,11 +37,11 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return {**schema, "additionalProperties": schema.get("additionalProperties", False)}
 
 
-def _switch(selector: str, target: str, models: Mapping[str, Any], defs: dict[str, Any]) -> list[Any]:
-    """One ``if selector == name then target is models[name]`` rule per name; each ``(model, description)`` (or
-    model) is added to ``defs``."""
-    for name, (model, about) in ((n, m if isinstance(m, tuple) else (m, None)) for n, m in models.items()):
-        defs[f"{target}.{name}"] = _schema(model) | ({"description": " ".join(about.split())} if about else {})
+def _switch(selector: str, target: str, models: Mapping[str, tuple[type[BaseModel], str]], defs: dict[str, Any]) -> Any:
+    """One ``if selector == name then target is model`` rule per ``name: (model, description)``, each model's
+    schema added to ``defs`` with that description."""
+    for name, (model, about) in models.items():
+        defs[f"{target}.{name}"] = {**_schema(model), "description": " ".join(about.split())}
     then = {name: {"properties": {target: {"$ref": f"#/$defs/{target}.{name}"}}} for name in models}
     return [{"if": {"properties": {selector: {"const": n}}, "required": [selector]}, "then": then[n]} for n in models]
 
@@ -65,7 +65,8 @@ def _full_schema() -> dict[str, Any]:
     defs["DataConfig"]["allOf"] = _switch("dataset_name", "data_kwargs", data_kwargs, defs) + _switch(
         "template", "template_kwargs", template_kwargs, defs
     )
-    schema["allOf"] = _switch("engine", "engine_options", ENGINE_OPTIONS, defs)
+    engines = {name: (model, model.__doc__ or "") for name, model in ENGINE_OPTIONS.items()}
+    schema["allOf"] = _switch("engine", "engine_options", engines, defs)
     generation = _schema(GenerationKwargs)
     defs.update(generation.pop("$defs", {}))
     refused = sorted(LOGIT_FIELDS | set(GENERATION_FORBIDDEN) | set(GENERATION_UNSUPPORTED))
