@@ -119,14 +119,21 @@ def test_csv_errors_name_the_line(tmp_path: Path, tokenizer: Any) -> None:
         keys(typo, "table", query="qq")
 
 
-def test_a_source_that_is_no_file_or_directory_and_an_unreadable_file_are_named(tmp_path: Path) -> None:
+def test_a_source_that_is_no_file_or_directory_and_an_unreadable_file_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fifo = tmp_path / "rows.jsonl"
     os.mkfifo(fifo)
     with pytest.raises(DatasetError, match=r"rows\.jsonl' is neither a regular file nor a directory"):
         keys(fifo, "table", query="q")
     unreadable = write_jsonl(tmp_path / "rows.json", TABLE_ROWS)
-    unreadable.chmod(0)
-    if os.access(unreadable, os.R_OK):
-        pytest.skip("running as root: every file is readable")
+    read_bytes = Path.read_bytes
+
+    def denied(path: Path) -> bytes:
+        if path == unreadable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
     with pytest.raises(DatasetError, match=r"table: cannot read .*rows\.json \(Permission denied\)"):
         keys(unreadable, "table", query="q")
