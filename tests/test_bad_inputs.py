@@ -390,7 +390,7 @@ def dry_run_alone(config: dict[str, Any], path: Path, *args: str) -> subprocess.
     code = (
         "import sys\nfrom gencache.cli.app import run\n"
         f"code = run(['generate', {str(path)!r}, '--dry-run', *{list(args)!r}])\n"
-        "print(code, sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))\n"
+        "print(code, sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gencache.cli.app import run as cli_run
 from gencache.config import (
     CacheConfig,
     DataConfig,
@@ -25,6 +26,7 @@ from gencache.config import (
 from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
 from gencache.core.canonical import canonical_json
 from gencache.core.errors import ConfigError, GencacheError
+from support.config_factory import musique, write_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +90,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     # reference 10.3 rejects_invalid_owned_fields
     ("store_logits_string", _set("store_logits", "true"), ("store_logits:", NO_LOGITS_MESSAGE, "Delete this field")),
     ("gen_batch_size_zero", _set("gen_batch_size", 0), ("gen_batch_size: must be >= 1 (got 0)",)),
-    ("cache_device_not_a_device", _set("cache_device", "not a device"), ('cache_device: must be "cpu"',)),
+    ("cache_device_not_a_device", _set("cache_device", "not a device"), ("cache_device: must be 'cpu'",)),
     ("data_configs_empty", _set("data_configs", []), ("data_configs: must be a non-empty list",)),
     ("seed_true", _set("seed", True), ("seed: must be an integer, not a boolean (got true)",)),
     # logits and friends, wherever they are
@@ -140,8 +142,8 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     ("device_cuda_letter", _set("model.device", "cuda:x"), ("model.device:", '"cuda:x"')),
     ("device_uppercase", _set("model.device", "CUDA:0"), ("model.device:",)),
     ("device_int", _set("model.device", 0), ("model.device: must be a string, not an integer",)),
-    ("cache_device_cuda", _set("cache_device", "cuda:0"), ('cache_device: must be "cpu" (got "cuda:0")',)),
-    ("cache_device_cpu0", _set("cache_device", "cpu:0"), ('cache_device: must be "cpu"',)),
+    ("cache_device_cuda", _set("cache_device", "cuda:0"), ("cache_device: must be 'cpu' (got \"cuda:0\")",)),
+    ("cache_device_cpu0", _set("cache_device", "cpu:0"), ("cache_device: must be 'cpu'",)),
     # hotpot difficulty forms (reference 10.5 hotpot_validates_difficulty)
     ("difficulty_null", _set("data_configs[0].data_kwargs", {"difficulty": None}), ("data_kwargs.difficulty:",)),
     (
@@ -187,18 +189,18 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
         ("data_configs[1].template: unknown template 'chatml'", "default", "tokenizer_chat"),
     ),
     # max_new_tokens and other generation settings
-    ("max_new_tokens_zero", _set("model.generation_kwargs.max_new_tokens", 0), ("max_new_tokens: must be a positive",)),
+    ("max_new_tokens_zero", _set("model.generation_kwargs.max_new_tokens", 0), ("max_new_tokens: must be >= 1",)),
     (
         "max_new_tokens_true",
         _set("model.generation_kwargs.max_new_tokens", True),
-        ("model.generation_kwargs.max_new_tokens: must be a positive integer, not a boolean",),
+        ("model.generation_kwargs.max_new_tokens: must be an integer, not a boolean",),
     ),
     (
         "max_new_tokens_string",
         _set("model.generation_kwargs.max_new_tokens", "64"),
-        ("model.generation_kwargs.max_new_tokens: must be a positive integer, not a string",),
+        ("model.generation_kwargs.max_new_tokens: must be an integer, not a string",),
     ),
-    ("max_new_tokens_float", _set("model.generation_kwargs.max_new_tokens", 64.0), ("max_new_tokens: must be a pos",)),
+    ("max_new_tokens_float", _set("model.generation_kwargs.max_new_tokens", 64.0), ("max_new_tokens: must be an",)),
     (
         "max_length_refused",
         _set("model.generation_kwargs.max_length", 64),
@@ -418,18 +420,18 @@ def parse_generation_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"max_new_tokens": 0}, "model.generation_kwargs.max_new_tokens: must be a positive integer (got 0)"),
+        ({"max_new_tokens": 0}, "model.generation_kwargs.max_new_tokens: must be >= 1 (got 0)"),
         ({"max_new_tokens": True}, "not a boolean"),
         ({"max_new_tokens": "64"}, "not a string"),
         ({"output_scores": True}, NO_LOGITS_MESSAGE),
         ({"return_dict_in_generate": False}, "model.generation_kwargs.return_dict_in_generate"),
-        ({"top_p": 1.5}, "model.generation_kwargs.top_p: must be a number greater than 0 and at most 1"),
-        ({"top_p": 0}, "model.generation_kwargs.top_p: must be a number greater than 0 and at most 1"),
+        ({"top_p": 1.5}, "model.generation_kwargs.top_p: must be <= 1"),
+        ({"top_p": 0}, "model.generation_kwargs.top_p: must be > 0"),
         ({"temperature": float("nan")}, "model.generation_kwargs.temperature: must be a finite number"),
-        ({"num_return_sequences": 0}, "num_return_sequences: must be a positive integer"),
+        ({"num_return_sequences": 0}, "num_return_sequences: must be >= 1"),
         ({"eos_token_id": [1, "2"]}, "eos_token_id: must be a token id"),
         ({"stop_strings": ["ok", ""]}, "stop_strings: must be"),
-        ({"custom": object()}, "model.generation_kwargs.custom: must be a JSON value"),
+        ({"custom": object()}, "model.generation_kwargs.custom: input was not a valid JSON value"),
     ],
 )
 def test_bad_generation_kwargs_are_refused_when_the_config_loads(kwargs: dict[str, Any], fragment: str) -> None:
@@ -645,3 +647,24 @@ def test_config_module_imports_no_heavy_libraries() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_url_is_refused_in_one_line_never_taken_for_a_path(
+    tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    urls = {"output_dir": "s3://bucket/runs/x", "model": "gs://bucket/teacher", "source": "hf://datasets/org/rows"}
+    config = write_config(
+        tmp_path,
+        urls["model"],
+        output_dir=urls["output_dir"],
+        data_configs=[musique(source=urls["source"])],
+    )
+    assert cli_run(["generate", str(config)]) == 2
+    err = capsys.readouterr().err
+    for field, url in [("output_dir", urls["output_dir"]), ("model_path", urls["model"]), ("source", urls["source"])]:
+        assert f"{field}: {url!r} is a URL ({url.split('//')[0]}//), which gencache does not read or write" in err
+    good = write_config(tmp_path, tiny_teacher_dir)
+    assert cli_run(["generate", str(good), "--output-dir", "s3://bucket/runs/x"]) == 2
+    assert "'s3://bucket/runs/x' is a URL (s3://)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([config.name, good.name])  # no directory "s3:"

@@ -14,10 +14,9 @@ from pydantic_core import ValidationError
 from gencache.config import parse_data_configs
 from gencache.config.catalog import dataset_kwargs_model, template_kwargs_model
 from gencache.config.datasets import DATASET_KWARGS, ChatKwargs, TableKwargs
-from gencache.config.describe import unknown_name
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE
 from gencache.config.kwargs import KwargsModel
-from gencache.config.messages import format_validation_error, validate_nested
+from gencache.config.messages import format_validation_error, unknown_name, validate_nested
 from gencache.config.names import ALL_ENGINES
 from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.core.errors import ConfigError, PromptError

@@ -3,46 +3,36 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gencache.config import CacheConfig, DataConfig, ModelConfig, parse_config
-from gencache.config.generation import GENERATION_FORBIDDEN, GENERATION_KWARG_RULES, LOGIT_FIELDS
+from gencache.config import CacheConfig, DataConfig, ModelConfig, config_to_json, parse_config
+from gencache.config.generation import GENERATION_FORBIDDEN, GenerationKwargs
+from gencache.config.names import LOGIT_FIELDS
 from gencache.data.prompts import TEMPLATES
 from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
 from gencache.docgen.config import (
-    EXAMPLE_CONFIG,
-    MARKDOWN_PATH,
+    BEGIN,
+    CONFIG_PATH,
+    DATASETS_PATH,
+    END,
     SCHEMA_PATH,
     config_schema,
-    main,
-    render_config_markdown,
-    render_schema_text,
-    stale_docs,
-    write_docs,
+    config_tables,
+    documents,
 )
-from gencache.docgen.datasets import BEGIN, DATASETS_PATH, END, datasets_page, render_columns
 from support.schema_check import errors
 
 REPO = Path(__file__).resolve().parents[1]
-REGENERATE = "out of date: run `uv run python -m gencache.docgen.config` and commit docs/"
 
 
-def test_checked_in_markdown_matches_the_models() -> None:
-    assert (REPO / MARKDOWN_PATH).read_text(encoding="utf-8") == render_config_markdown(), REGENERATE
-
-
-def test_checked_in_schema_matches_the_models() -> None:
-    assert (REPO / SCHEMA_PATH).read_text(encoding="utf-8") == render_schema_text(), REGENERATE
-
-
-def test_generation_is_deterministic() -> None:
-    assert render_config_markdown() == render_config_markdown()
-    assert render_schema_text() == render_schema_text()
+def test_the_committed_docs_are_what_the_models_generate() -> None:
+    for path, text in documents(REPO).items():
+        assert (REPO / path).read_text(encoding="utf-8") == text, (
+            f"{path} is out of date: run `uv run python -m gencache.docgen.config`"
+        )
 
 
 def _walk(node: Any) -> list[Any]:
@@ -98,7 +88,7 @@ def test_schema_structure() -> None:
 
 
 def test_markdown_documents_every_field_dataset_and_template() -> None:
-    text = render_config_markdown()
+    text = config_tables()
     for name in CacheConfig.model_fields:
         assert f"| `{name}` |" in text
     for name in ModelConfig.model_fields:
@@ -106,79 +96,37 @@ def test_markdown_documents_every_field_dataset_and_template() -> None:
     for name in DataConfig.model_fields:
         assert f"| `{name}` |" in text
     for name, recipe in DATASETS.items():
-        assert f"#### `{name}`" in text
+        assert f"### `{name}`" in text
         for field in recipe.kwargs_model.model_fields:
             assert f"| `{field}` |" in text
     for name, spec in TEMPLATES.items():
-        assert f"#### `{name}`" in text
+        assert f"### `{name}`" in text
         for field in spec.kwargs_model.model_fields:
             assert f"| `{field}` |" in text
-    for name in [*GENERATION_KWARG_RULES, *GENERATION_FORBIDDEN, *LOGIT_FIELDS]:
+    for name in [*GenerationKwargs.model_fields, *GENERATION_FORBIDDEN, *LOGIT_FIELDS]:
         assert f"| `{name}` |" in text
     assert "| `gen_batch_size` | int | `1` |" in text
     assert "| `output_dir` | str | required |" in text
     assert '| `difficulty` | list of `"easy"` \\| `"medium"` \\| `"hard"` | `["hard"]` |' in text
-    assert "_default.json" in text and "store_logits" in text
+    assert "store_logits" in text
 
 
-def test_markdown_example_is_a_valid_config() -> None:
-    text = render_config_markdown()
-    blocks = text.split("```json\n")[1:]
-    example, effective = (json.loads(block.split("\n```")[0]) for block in blocks)
-    assert example == EXAMPLE_CONFIG
-    cfg = parse_config(example)
-    assert parse_config(effective) == cfg
+def test_the_example_config_is_valid_and_its_effective_form_is_what_resolved_config_records() -> None:
+    text = (REPO / CONFIG_PATH).read_text(encoding="utf-8")
+    example, effective = (json.loads(block.split("\n```")[0]) for block in text.split("```json\n")[1:])
+    assert config_to_json(parse_config(example)) == effective
     assert effective["data_configs"][0]["data_kwargs"]["difficulty"] == ["hard"]
-
-
-def test_write_docs_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--root", str(tmp_path), "--check"]) == 1
-    assert "out of date" in capsys.readouterr().err
-    written = write_docs(tmp_path)
-    assert written == [tmp_path / MARKDOWN_PATH, tmp_path / SCHEMA_PATH, tmp_path / DATASETS_PATH]
-    assert stale_docs(tmp_path) == []
-    assert main(["--root", str(tmp_path), "--check"]) == 0
-    (tmp_path / SCHEMA_PATH).write_text("{}\n", encoding="utf-8")
-    assert stale_docs(tmp_path) == [tmp_path / SCHEMA_PATH]
-    assert main(["--root", str(tmp_path)]) == 0
-    assert stale_docs(tmp_path) == []
-
-
-def test_module_entry_point(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "gencache.docgen.config", "--root", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "config.md" in result.stdout
-    assert (tmp_path / MARKDOWN_PATH).read_text(encoding="utf-8") == render_config_markdown()
 
 
 # -- the dataset columns in docs/datasets.md --------------------------------------------------------------------
 
 
-def test_checked_in_dataset_columns_match_the_recipes() -> None:
-    page = (REPO / DATASETS_PATH).read_text(encoding="utf-8")
-    assert page == datasets_page(REPO), REGENERATE
-    generated = page.split(BEGIN)[1].split(END)[0]
+def test_the_dataset_columns_name_every_column_of_every_recipe() -> None:
+    generated = (REPO / DATASETS_PATH).read_text(encoding="utf-8").split(BEGIN)[1].split(END)[0]
     for name, recipe in DATASETS.items():
         assert f"#### `{name}` columns" in generated
         for column in recipe.columns:
             assert f"`{column.name}`" in generated
-
-
-def test_the_generated_part_is_spliced_between_the_markers(tmp_path: Path) -> None:
-    page = tmp_path / DATASETS_PATH
-    page.parent.mkdir(parents=True)
-    page.write_text(f"# Mine\n\nhand-written\n{BEGIN}\nstale\n{END}\nafter\n", encoding="utf-8")
-    assert stale_docs(tmp_path) and main(["--root", str(tmp_path)]) == 0
-    text = page.read_text(encoding="utf-8")
-    assert text.startswith("# Mine\n\nhand-written\n") and text.endswith(f"{END}\nafter\n")
-    assert render_columns() in text and "stale" not in text
-    page.write_text("# no markers\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="marker lines"):
-        datasets_page(tmp_path)
 
 
 def test_the_worked_key_example_is_what_the_table_recipe_computes(tmp_path: Path) -> None:
@@ -259,10 +207,13 @@ def test_every_shipped_config_validates_against_the_published_schema(path: Path)
 
 def test_the_schema_still_checks_what_a_file_holds() -> None:
     schema = _published()
-    assert errors(EXAMPLE_CONFIG, schema, schema) == []
+    example = json.loads((REPO / CONFIG_PATH).read_text(encoding="utf-8").split("```json\n")[1].split("\n```")[0])
+    assert errors(example, schema, schema) == []
     data_config = {"dataset_name": "hotpot_qa", "num_samples": 1, "num_data_strs": 0, "num_shots": 0, "subset": "x"}
     bad = [
         {"gen_batch_size": 0},
+        {"model": {"generation_kwargs": {"top_p": 1.5}}},
+        {"model": {"generation_kwargs": {"streamer": "x"}}},
         {"store_logits": True},
         {"model": {"model_pth": "x"}},
         {"data_configs": [{**data_config, "data_kwargs": {"dificulty": ["hard"]}}]},

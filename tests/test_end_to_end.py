@@ -182,6 +182,7 @@ def test_existing_output_path_is_refused_before_the_model_loads(tmp_path: Path, 
         generate(config)
     errors = [problem.error for problem in found.value.problems]
     assert isinstance(errors[0], OutputExistsError) and "already exists" in str(errors[0])
+    assert ("dangling symlink" in str(errors[0])) == (kind == "dangling-symlink")
     assert "no-such-teacher does not exist" in str(errors[1]) and len(errors) == 2
     assert cli_run(["generate", str(config)]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out", config.name])

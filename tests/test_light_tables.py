@@ -1,10 +1,10 @@
-"""Local data files are read without ``datasets`` (gencache.data.tables) exactly as ``datasets`` reads them, or by
-``datasets`` itself where its Arrow typing would give other values; CSV and TSV give the keys of the same rows in
-JSON Lines, with errors naming the file's own line."""
+"""Local data files load without torch or transformers; CSV and TSV give the keys of the same rows in JSON Lines,
+with errors naming the file's own line."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,32 +14,7 @@ import pytest
 
 from gencache.config import parse_data_configs
 from gencache.core.errors import DatasetError
-from gencache.data.recipes import SAMPLES_DIR
 from gencache.data.samples import build_samples
-from gencache.data.sources import _read_files, _read_with_datasets
-from gencache.data.tables import read_light
-
-GOLDEN = Path(__file__).parent / "data" / "golden" / "fixtures"
-FILES = sorted([*SAMPLES_DIR.rglob("*.jsonl"), *GOLDEN.rglob("*.jsonl")])
-
-
-def same_rows(light: Any, reference: Any) -> None:
-    assert light.column_names == reference.column_names and len(light) == len(reference)
-    for index in range(len(reference)):
-        assert _shown(light[index]) == _shown(reference[index]), index  # values, types and key order
-    for name in reference.column_names:
-        assert _shown(list(light[name])) == _shown(list(reference[name]))
-
-
-def _shown(value: Any) -> str:
-    return json.dumps(value, default=repr)
-
-
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(p.parents[1])) for p in FILES])
-def test_bundled_and_golden_files_read_as_datasets_reads_them(path: Path) -> None:
-    light = read_light([path], "x")
-    assert light is not None
-    same_rows(light, _read_with_datasets([path], "x"))
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> Path:
@@ -47,82 +22,7 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
     return path
 
 
-PLAIN = {
-    "columns missing in some rows": [{"a": "x", "b": 1}, {"a": "y"}, {"c": True, "a": "z"}],
-    "nulls and nested lists": [{"a": [["x", None], []], "b": None}, {"a": [["y"]], "b": 2.5}],
-    "objects with the same fields": [{"p": [{"t": "a", "n": 1}]}, {"p": [{"t": "b", "n": None}, {"t": "c", "n": 3}]}],
-    "line separators inside strings": [{"q": "one\u2028two\u2029three\x85", "n": -3}],
-    "unicode and escapes": [{"q": 'caf\u00e9 \U0001f600 \\ "quoted"', "d": ["\t", ""]}],
-}
-DIFFERENT = {
-    "integers and floats in one column": [{"a": 1}, {"a": 1.5}],
-    "a date-like string": [{"a": "2020-01-01"}],
-    "nested objects with differing fields": [{"a": {"x": 1}}, {"a": {"y": 2}}],
-    "an empty nested object": [{"a": {}}],
-    "an integer beyond 64 bits": [{"a": 2**70}],
-    "booleans and integers in one column": [{"a": True}, {"a": 0}],
-    "strings and lists in one column": [{"a": "x"}, {"a": ["x"]}],
-}
-
-
-@pytest.mark.parametrize("name", PLAIN)
-def test_plain_rows_are_read_without_datasets_as_datasets_reads_them(name: str, tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "rows.jsonl", PLAIN[name])
-    light = read_light([path], "x")
-    assert light is not None
-    same_rows(light, _read_with_datasets([path], "x"))
-
-
-@pytest.mark.parametrize("name", DIFFERENT)
-def test_rows_arrow_would_type_differently_are_read_by_datasets(name: str, tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "rows.jsonl", DIFFERENT[name])
-    assert read_light([path], "x") is None
-    try:
-        reference = _read_with_datasets([path], "x")
-    except DatasetError as error:  # datasets itself refuses some of them: the same error as before
-        with pytest.raises(DatasetError) as again:
-            _read_files([path], "x")
-        assert str(again.value) == str(error)
-        return
-    same_rows(_read_files([path], "x"), reference)
-
-
-def test_json_arrays_are_read_as_datasets_reads_them(tmp_path: Path) -> None:
-    objects = tmp_path / "objects.json"
-    objects.write_text(json.dumps([{"q": "a", "n": 1}, {"q": "b"}]), encoding="utf-8")
-    strings = tmp_path / "strings.json"
-    strings.write_text(json.dumps(["first", "second"]), encoding="utf-8")
-    for path in (objects, strings):
-        light = read_light([path], "x")
-        assert light is not None
-        same_rows(light, _read_with_datasets([path], "x"))
-    floats = tmp_path / "floats.json"  # datasets re-encodes arrays with pandas (10 digits): left to it
-    floats.write_text(json.dumps([{"x": 0.1234567890123}]), encoding="utf-8")
-    assert read_light([floats], "x") is None
-
-
-def test_parquet_is_read_as_datasets_reads_it(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pylist([{"q": "a", "p": [{"t": "x", "n": 1}], "f": 0.5}, {"q": "b", "p": [], "f": None}])
-    path = tmp_path / "rows.parquet"
-    pq.write_table(table, path)
-    light = read_light([path], "x")
-    assert light is not None
-    same_rows(light, _read_with_datasets([path], "x"))
-    declared = table.replace_schema_metadata(
-        {
-            "huggingface": json.dumps(
-                {"info": {"features": {"q": {"_type": "Sequence", "feature": {"_type": "Value", "dtype": "string"}}}}}
-            )
-        }
-    )
-    pq.write_table(declared, path)
-    assert read_light([path], "x") is None  # a feature datasets decodes: datasets reads it
-
-
-def test_local_files_load_without_datasets_torch_or_transformers() -> None:
+def test_local_files_load_without_torch_or_transformers() -> None:
     code = (
         "import sys\n"
         "from gencache.config import parse_data_configs\n"
@@ -131,7 +31,7 @@ def test_local_files_load_without_datasets_torch_or_transformers() -> None:
         "dc = {'dataset_name': 'musique', 'num_samples': 3, 'num_data_strs': 0, 'num_shots': 1, 'subset': 'default',"
         " 'source': str(sample_source('musique'))}\n"
         "assert len(build_samples(parse_data_configs([dc]))) == 3\n"
-        "print(sorted(m for m in ('datasets', 'torch', 'transformers') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip() == "[]", result.stderr
@@ -219,14 +119,21 @@ def test_csv_errors_name_the_line(tmp_path: Path, tokenizer: Any) -> None:
         keys(typo, "table", query="qq")
 
 
-def test_a_source_that_is_no_file_or_directory_and_an_unreadable_file_are_named(tmp_path: Path) -> None:
-    import os
-
+def test_a_source_that_is_no_file_or_directory_and_an_unreadable_file_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fifo = tmp_path / "rows.jsonl"
     os.mkfifo(fifo)
     with pytest.raises(DatasetError, match=r"rows\.jsonl' is neither a regular file nor a directory"):
         keys(fifo, "table", query="q")
-    from gencache.data.tables import read_bytes
+    unreadable = write_jsonl(tmp_path / "rows.json", TABLE_ROWS)
+    read_bytes = Path.read_bytes
 
-    with pytest.raises(DatasetError, match=r"x: cannot read .*missing\.jsonl \(No such file or directory\)"):
-        read_bytes(tmp_path / "missing.jsonl", "x")
+    def denied(path: Path) -> bytes:
+        if path == unreadable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(DatasetError, match=r"table: cannot read .*rows\.json \(Permission denied\)"):
+        keys(unreadable, "table", query="q")

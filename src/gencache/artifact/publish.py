@@ -115,6 +115,11 @@ def check_output_path(output_dir: Path | str) -> None:
     long for the file system once the temporary name and the lock file are derived from it; and one without a name
     of its own (:func:`gencache.config.paths.check_output_name`)."""
     check_output_name(os.fspath(output_dir), "output_dir")
+    if os.path.islink(output_dir) and not os.path.exists(output_dir):
+        raise OutputExistsError(
+            f"Output path {output_dir} already exists as a dangling symlink to {os.readlink(output_dir)}; remove the "
+            "link or choose a new output_dir."
+        )
     if os.path.lexists(output_dir):
         raise OutputExistsError(
             f"Output path {output_dir} already exists; choose a new output_dir (gencache never overwrites, appends to "

@@ -84,7 +84,7 @@ def audit_command(
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
     if engine is not None and engine not in ALL_ENGINES:
-        from gencache.config.describe import unknown_name
+        from gencache.config.messages import unknown_name
 
         raise ConfigError(f"--engine: {unknown_name('engine', engine, ALL_ENGINES)}.")
     if dtype is not None and dtype not in DTYPES:

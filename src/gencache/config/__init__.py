@@ -1,6 +1,6 @@
 """Every input rule in one package: reading a config document, the ``_default.json`` merge, the models, the
-generation rule book, each engine's options, each dataset's and template's kwargs, the messages, and the one
-local-path rule.
+generation settings gencache adds, each engine's options, each dataset's and template's kwargs, the messages, and
+the one local-path rule.
 
 Nothing here imports torch, transformers or datasets, reads a dataset or loads a model; the layers above receive
 validated models and never validate a dict again::
@@ -12,11 +12,11 @@ validated models and never validate a dict again::
     config.engine_options                         # the chosen engine's validated options model
 
 Modules: ``documents`` (the one strict reader of JSON documents and the merge), ``models`` (the pydantic models and
-loading), ``generation`` (the rule book of generation settings), ``engines`` (each engine's options), ``names``
-(the dtypes and engine names), ``datasets`` and ``templates`` (kwargs models), ``catalog`` (which datasets and
-templates exist, plug-ins included), ``messages`` and ``describe`` (how errors read), ``paths`` (path or hub id),
-``kwargs`` (their base), ``fields`` (one field's rule for a value passed on without its config). The names below
-are imported on first use.
+loading), ``generation`` (what gencache adds to transformers' generation settings), ``engines`` (each engine's
+options), ``names`` (the dtypes, engine names and logit fields), ``datasets`` and ``templates`` (kwargs models),
+``catalog`` (which datasets and templates exist, plug-ins included), ``messages`` (how errors read), ``paths``
+(path, URL or hub id), ``kwargs`` (their base), ``fields`` (one field's rule for a value passed on without its
+config). The names below are imported on first use.
 """
 
 from __future__ import annotations

@@ -10,38 +10,21 @@ data package's business (``gencache.data.recipes``, which wraps the same loaded 
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
 from importlib import metadata
 from typing import Any
 
 from gencache.config.datasets import DATASET_KWARGS
-from gencache.config.describe import unknown_name
 from gencache.config.kwargs import KwargsModel
+from gencache.config.messages import unknown_name
 from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError, DatasetError, first_line
 
 GROUP = "gencache.recipes"
 
 
-@functools.lru_cache(maxsize=8)
-def _entry_points(state: tuple[tuple[str, int], ...]) -> tuple[metadata.EntryPoint, ...]:
-    """The group's entry points for one state of ``sys.path`` (see :func:`_current`)."""
-    return tuple(metadata.entry_points(group=GROUP))
-
-
-def _mtime(entry: str) -> int:
-    try:
-        return os.stat(entry or ".").st_mtime_ns
-    except OSError:
-        return -1
-
-
 def _current() -> tuple[metadata.EntryPoint, ...]:
-    """The group's entry points, scanned again whenever ``sys.path`` or one of its directories changed (an
-    installation adds a ``.dist-info`` directory, which changes its parent's modification time)."""
-    return _entry_points(tuple((entry, _mtime(entry)) for entry in sys.path))
+    """The group's entry points as ``sys.path`` holds them now (a plug-in installed meanwhile is found)."""
+    return tuple(metadata.entry_points(group=GROUP))
 
 
 def plugin_names() -> list[str]:

@@ -37,17 +37,13 @@ class BiographyKwargs(KwargsModel):
 Difficulty = Literal["easy", "medium", "hard"]
 
 
-def _hard_only() -> list[Difficulty]:
-    return ["hard"]
-
-
 class HotpotQAKwargs(KwargsModel):
     """``data_kwargs`` of ``hotpot_qa``."""
 
     add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
     difficulty: list[Difficulty] = Field(
-        default_factory=_hard_only,
+        default=["hard"],
         min_length=1,
         description="Levels to keep (a non-empty list of easy, medium, hard).",
     )
@@ -124,7 +120,7 @@ class TableKwargs(KwargsModel):
         description="Column holding the gold answer (a string); null: none (then num_shots must be 0).",
     )
     task: list[StrictStr] = Field(
-        default_factory=list,
+        default=[],
         description="Columns copied into the key's task fields, {column: value}: what the answer depends on "
         "besides the documents and the query.",
     )
@@ -132,7 +128,7 @@ class TableKwargs(KwargsModel):
         default="", description="Text before the query in the prompt, followed by a newline; not part of the key."
     )
     filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
-        default_factory=dict,
+        default={},
         description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
     )
     shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
@@ -166,11 +162,9 @@ class ChatKwargs(KwargsModel):
     document_field: StrictStr = Field(
         default="text", min_length=1, description="The text field of documents given as objects."
     )
-    task: list[StrictStr] = Field(
-        default_factory=list, description="Columns copied into the key's task fields besides history."
-    )
+    task: list[StrictStr] = Field(default=[], description="Columns copied into the key's task fields besides history.")
     filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
-        default_factory=dict,
+        default={},
         description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
     )
     shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.config.describe import type_name as _type_name
+from gencache.config.messages import type_name as _type_name
 from gencache.core.errors import ConfigError
 
 DEFAULTS_FILENAME = "_default.json"
@@ -53,26 +53,11 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _depth_before_parsing(text: str) -> int:
-    """The bracket depth of JSON ``text`` (strings skipped), without parsing it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
+def _depth(value: Any) -> int:
+    """How many objects and lists ``value`` nests."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    return 1 + max(map(_depth, value), default=0) if isinstance(value, list) else 0
 
 
 def parse_json_text(text: str, origin: str) -> Any:
@@ -81,25 +66,28 @@ def parse_json_text(text: str, origin: str) -> Any:
     Every config document goes through here: config files, ``_default.json`` and ``--set`` values alike.
     Raises :class:`ConfigError` naming ``origin`` (and the line and column of a syntax error).
     """
-    if _depth_before_parsing(text) > MAX_JSON_DEPTH:
-        raise ConfigError(f"{origin}: nested more than {MAX_JSON_DEPTH} levels deep; a config never needs that.")
+    too_deep = ConfigError(f"{origin}: nested more than {MAX_JSON_DEPTH} levels deep; a config never needs that.")
     try:
-        return json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
+        value = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{origin}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:  # pragma: no cover - the depth check comes first
-        raise ConfigError(f"{origin}: nested too deeply.") from None
+    except RecursionError:
+        raise too_deep from None
     except ValueError as exc:
         raise ConfigError(f"{origin}: invalid JSON: {exc}") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise too_deep
+    return value
 
 
 def parse_set_value(text: str, origin: str) -> Any:
     """A ``--set`` value: JSON read as strictly as a config file, or ``text`` itself when it is not JSON at all."""
-    if _depth_before_parsing(text) <= MAX_JSON_DEPTH:
-        try:
-            json.loads(text)
-        except ValueError:
-            return text
+    try:
+        json.loads(text)
+    except RecursionError:
+        pass
+    except ValueError:
+        return text
     return parse_json_text(text, origin)
 
 

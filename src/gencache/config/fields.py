@@ -2,42 +2,33 @@
 
 A value a lower layer takes as a plain argument (``gen_batch_size``, ``model.dtype``) is checked with its field's
 own rule, in the words the config loader uses, so a caller without a config (a benchmark, a test, library code)
-meets the same rule. The rules themselves are the fields of :mod:`gencache.config.models`;
-nothing here writes one again. Importing this module imports no pydantic.
+meets the same rule. The rules themselves are the fields of :mod:`gencache.config.models`.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from gencache.config.messages import Loc, collect_problems, join_problems
+from gencache.config.models import CacheConfig, ModelConfig
+from gencache.config.names import Dtype
 from gencache.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel, TypeAdapter
-
-    from gencache.config.describe import Loc
-    from gencache.config.names import Dtype
 
 
 @functools.cache
 def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
     """A validator of the field ``name`` of ``model`` alone: its type and constraints, as strict as the model."""
-    from pydantic import ConfigDict, TypeAdapter
-
     field = model.model_fields[name]
-    strict = bool(model.model_config.get("strict", False))
     alone: Any = Annotated[field.annotation, field]
-    return TypeAdapter(alone, config=ConfigDict(strict=strict))
+    return TypeAdapter(alone, config=ConfigDict(strict=bool(model.model_config.get("strict", False))))
 
 
 def _checked(model: type[BaseModel], name: str, loc: Loc, value: Any) -> Any:
     """``value`` when the field ``name`` of ``model`` (a field without a validator of its own) accepts it, else a
     :class:`ConfigError` naming ``loc``, in the loader's words."""
-    from pydantic import ValidationError
-
-    from gencache.config.messages import collect_problems, join_problems
-
     try:
         return _adapter(model, name).validate_python(value)
     except ValidationError as exc:
@@ -46,8 +37,6 @@ def _checked(model: type[BaseModel], name: str, loc: Loc, value: Any) -> Any:
 
 def checked_batch_size(value: Any) -> int:
     """``value`` when it is a valid ``gen_batch_size`` (an integer >= 1), else a :class:`ConfigError` naming it."""
-    from gencache.config.models import CacheConfig
-
     result: int = _checked(CacheConfig, "gen_batch_size", ("gen_batch_size",), value)
     return result
 
@@ -55,7 +44,5 @@ def checked_batch_size(value: Any) -> int:
 def checked_dtype(value: Any) -> Dtype:
     """``value`` when it is a valid ``model.dtype`` (one of :data:`~gencache.config.names.DTYPES`), else a
     :class:`ConfigError` naming it."""
-    from gencache.config.models import ModelConfig
-
     result: Dtype = _checked(ModelConfig, "dtype", ("model", "dtype"), value)
     return result

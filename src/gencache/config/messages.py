@@ -1,22 +1,92 @@
-"""One-line messages for pydantic validation errors of the config: every failing field path and what is wrong.
+"""How every input error reads: one rendering of a bad value, one type name, one "did you mean" and one "unknown
+name" message, shared by every input rule and registry (datasets, plug-ins included, templates, engines), and the
+one-line messages for pydantic validation errors of the config: every failing field path and what is wrong.
 
-The config models raise pydantic errors; :func:`format_validation_error` turns them into one line such as
-``data_configs[1].data_kwargs.dificulty: unknown data_kwargs key for dataset 'hotpot_qa' (did you mean
-'difficulty'? ...)``. A validator that checks a nested object itself (``data_kwargs``, ``generation_kwargs``)
-raises :func:`nested_error` so its problems keep their full paths.
+:func:`format_validation_error` turns pydantic errors into one line such as ``data_configs[1].data_kwargs.dificulty:
+unknown data_kwargs key for dataset 'hotpot_qa' (did you mean 'difficulty'? ...)``. A validator that checks a nested
+object itself (``data_kwargs``, ``engine_options``) raises :func:`nested_error` so its problems keep their full paths.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from gencache.config.describe import FieldProblem, Loc, did_you_mean, not_value, show
-from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE
+from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE
+
+Loc: TypeAlias = tuple[str | int, ...]
+"""Where a value sits in a config: its keys and list indices from the top."""
+FieldProblem: TypeAlias = tuple[Loc, str]
+"""One problem of a config value: where it is and what is wrong (gencache.core.errors.Problem is a check's)."""
+
+#: The longest rendering of a bad value in a message; longer ones end in "...".
+MAX_SHOWN = 60
+
+
+def show(value: Any) -> str:
+    """A short JSON-ish rendering of a bad value for an error message."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
+def type_name(value: Any) -> str:
+    """``null``, ``a boolean``, ``an integer``, ``a number``, ``a string``, ``an object``, ``a list`` or the
+    Python type's name."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__name__
+
+
+def not_value(value: Any) -> str:
+    """``not <kind> (got <value>)``, or ``not null``."""
+    return "not null" if value is None else f"not {type_name(value)} (got {show(value)})"
+
+
+def closest(name: object, choices: Iterable[str], n: int = 1) -> list[str]:
+    """The (at most ``n``) choices closest to ``name``, best first: one that differs only in case, then
+    difflib's close matches; empty when none is close or ``name`` is no string. Every "did you mean" uses it."""
+    if not isinstance(name, str):
+        return []
+    names = list(choices)
+    same_case = [other for other in names if other.lower() == name.lower() and other != name]
+    return list(dict.fromkeys([*same_case, *difflib.get_close_matches(name, names, n=n, cutoff=0.6)]))[:n]
+
+
+def did_you_mean(name: object, choices: Iterable[str], n: int = 1) -> str:
+    """``did you mean 'x'? `` (or ``'x' or 'y'`` for ``n`` 2) for the choices closest to ``name``, or empty
+    when none is close (or ``name`` is no string)."""
+    close = closest(name, choices, n)
+    return f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+
+
+def unknown_name(kind: str, name: object, known: Iterable[str]) -> str:
+    """The one message for a name that a registry does not hold, e.g. ``unknown dataset 'hotpot' (did you mean
+    'hotpot_qa'? known: biography, chat, hotpot_qa, musique, niah, table)``; each caller raises it as its own
+    error type."""
+    names = sorted(known)
+    return f"unknown {kind} {name!r} ({did_you_mean(name, names)}known: {', '.join(names) if names else 'none'})"
+
 
 _NESTED = "gencache_nested"
 
@@ -34,11 +104,12 @@ def nested_error(problems: Sequence[FieldProblem]) -> PydanticCustomError:
     return PydanticCustomError(
         _NESTED,
         "{summary}",
-        {"summary": f"{_format_loc(first_loc) or '(value)'}: {first_msg}", "problems": tuple(problems)},
+        {"summary": f"{format_loc(first_loc) or '(value)'}: {first_msg}", "problems": tuple(problems)},
     )
 
 
-def _format_loc(loc: Sequence[str | int]) -> str:
+def format_loc(loc: Sequence[str | int]) -> str:
+    """``("data_configs", 1, "seed")`` as ``data_configs[1].seed``."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -107,6 +178,8 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
         return [(loc, f"must be an object, {not_value(value)}")]
     if kind == "list_type":
         return [(loc, f"must be a list, {not_value(value)}")]
+    if kind == "finite_number":
+        return [(loc, f"must be a finite number (got {show(value)})")]
     if kind in {"float_type", "float_parsing"}:
         return [(loc, f"must be a number, {not_value(value)}")]
     if kind == "string_too_short":
@@ -167,7 +240,7 @@ def _sentence(msg: str) -> str:
 
 
 def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
-    parts = [f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg) for loc, msg in problems]
+    parts = [line for _, line in problem_lines(problems)]
     shown = parts[:5]
     if len(parts) > 5:
         shown.append(f"... and {len(parts) - 5} more")
@@ -177,12 +250,7 @@ def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
 
 def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
     """Each problem as ``(location, line)``: the line is ``path: message``, as :func:`join_problems` joins them."""
-    return [(loc, f"{_format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg)) for loc, msg in problems]
-
-
-def format_loc(loc: Sequence[str | int]) -> str:
-    """``("data_configs", 1, "seed")`` as ``data_configs[1].seed``."""
-    return _format_loc(loc)
+    return [(loc, f"{format_loc(loc)}: {_sentence(msg)}" if loc else _sentence(msg)) for loc, msg in problems]
 
 
 def parse_loc(text: str) -> Loc:

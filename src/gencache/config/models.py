@@ -37,19 +37,18 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model, template_names
-from gencache.config.describe import show as _show
-from gencache.config.describe import type_name as _type_name
-from gencache.config.describe import unknown_name
 from gencache.config.documents import (
     read_merged_config,
 )
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
-from gencache.config.generation import LOGIT_FIELDS, NO_LOGITS_MESSAGE, generation_problems
+from gencache.config.generation import generation_problems
 from gencache.config.kwargs import KwargsModel
-from gencache.config.messages import format_validation_error, validate_nested
+from gencache.config.messages import format_validation_error, unknown_name, validate_nested
 from gencache.config.messages import nested_error as _nested_error
-from gencache.config.names import READS_SIBLING, Dtype, EngineName
-from gencache.config.paths import output_name_problem
+from gencache.config.messages import show as _show
+from gencache.config.messages import type_name as _type_name
+from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
+from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem
 from gencache.config.templates import TemplateKwargs
 from gencache.core.errors import ConfigError
@@ -67,6 +66,13 @@ def _logit_fields_check(data: Any) -> Any:
         if found:
             raise _nested_error([((name,), NO_LOGITS_MESSAGE) for name in found])
     return data
+
+
+def _local_or_hub(value: str | None) -> str | None:
+    problem = None if value is None else url_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 # -- the models -------------------------------------------------------------------------------------------
@@ -112,12 +118,17 @@ class ModelConfig(_Strict):
         description='Passed to from_pretrained (e.g. "sdpa", "eager", "flash_attention_2"); recorded.',
     )
     generation_kwargs: dict[str, Any] = Field(
-        default_factory=dict,
+        default={},
         description="Settings for model.generate (max_new_tokens, do_sample, temperature, stop_strings, ...). "
         "Effective config: these, then the teacher's generation_config.json, then transformers' defaults; "
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
+
+    @field_validator("model_path", "tokenizer_path")
+    @classmethod
+    def _not_url(cls, value: str | None) -> str | None:
+        return _local_or_hub(value)
 
     @field_validator("device")
     @classmethod
@@ -146,16 +157,16 @@ class ModelConfig(_Strict):
         return self.tokenizer_path or self.model_path
 
 
-KwargsT = TypeVar("KwargsT", bound=KwargsModel)
+KwargsT = TypeVar("KwargsT", bound=BaseModel)
 
 
 def _kwargs_of(value: Any, model: type[KwargsT], what: str) -> KwargsT:
-    """A data config's ``data_kwargs`` or ``template_kwargs``: a JSON object validated with the dataset's or
-    template's model (an instance of that model passes as it is)."""
+    """A data config's ``data_kwargs`` or ``template_kwargs``, or the ``engine_options``: a JSON object validated
+    with the dataset's, template's or engine's model (an instance of that model passes as it is)."""
     if isinstance(value, model):
         return value
-    if isinstance(value, KwargsModel):
-        value = value.as_json()
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
     if not isinstance(value, dict):
         raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
     return validate_nested(model, value, what)
@@ -205,7 +216,7 @@ class DataConfig(_Strict):
         "parquet, CSV or TSV file. Relative paths are relative to the working directory.",
     )
     data_kwargs: DataKwargsField = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Per-dataset options (tables below); unknown keys are errors. After validation: the "
         "effective values, defaults included, as recorded in resolved_config.json.",
@@ -216,7 +227,7 @@ class DataConfig(_Strict):
         description=f"Prompt template: {', '.join(template_names()[:-1])} or {template_names()[-1]}.",
     )
     template_kwargs: TemplateKwargsField = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Per-template options (tables below); unknown keys are errors. After validation: the "
         "effective values, defaults included.",
@@ -236,6 +247,11 @@ class DataConfig(_Strict):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_url(cls, value: str | None) -> str | None:
+        return _local_or_hub(value)
 
     @field_validator("dataset_name")
     @classmethod
@@ -295,21 +311,24 @@ class CacheConfig(_Strict):
         "GPUs, or a CPU with vLLM's CPU build). See docs/engines.md.",
     )
     engine_options: EngineOptionsField = Field(
-        default_factory=dict,
+        default={},
         validate_default=True,
         description="Options of the chosen engine (strict; see the engine_options tables). After validation they "
         "hold the effective values, defaults included.",
     )
     cache_device: Literal["cpu"] = Field(
-        default="cpu", description='Where entries are staged before they are written; only "cpu" exists.'
+        default="cpu",
+        description='Where entries are staged before they are written; only "cpu" exists (entries stream to disk; '
+        "training chooses where to put what it reads).",
     )
     seed: int = Field(
         default=42, ge=0, le=MAX_SEED, description="Seeds Python's random and torch before the teacher loads."
     )
     output_dir: str = Field(
         min_length=1,
-        description="Artifact directory to publish; relative to the working directory; must not exist, not even "
-        "as a dangling symlink, and must end in a name of its own (not /, . or ..).",
+        description="Artifact directory to publish: a local path (a URL such as s3://... is refused), relative to the "
+        "working directory; must not exist, not even as a dangling symlink, and must end in a name of its own (not "
+        "/, . or ..).",
     )
 
     @field_validator("engine_options", mode="before")
@@ -318,24 +337,7 @@ class CacheConfig(_Strict):
         name = info.data.get(READS_SIBLING["engine_options"])
         if name is None:  # engine itself failed; that error is reported instead
             return EngineOptions()
-        model = ENGINE_OPTIONS[name]
-        if isinstance(value, model):
-            return value
-        if isinstance(value, EngineOptions):
-            value = value.model_dump(mode="json")
-        if not isinstance(value, dict):
-            raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-        return validate_nested(model, value, f"option of engine {name!r}")
-
-    @field_validator("cache_device", mode="before")
-    @classmethod
-    def _cache_device(cls, value: Any) -> Any:
-        if value != "cpu" or not isinstance(value, str):
-            raise ValueError(
-                f'must be "cpu" (got {_show(value)}): entries are staged on the CPU and streamed to disk; '
-                "training chooses where to put what it reads"
-            )
-        return value
+        return _kwargs_of(value, ENGINE_OPTIONS[name], f"option of engine {name!r}")
 
     @field_validator("output_dir")
     @classmethod

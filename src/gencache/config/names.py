@@ -1,5 +1,5 @@
-"""The fixed choices a config names, each written once: the weights dtypes, the engines, and which fields are
-checked against a sibling (pure constants).
+"""The fixed choices a config names, each written once: the weights dtypes, the engines, which fields are
+checked against a sibling and the logit fields refused everywhere (pure constants).
 
 The config models type their fields with these literals; the artifact format checks a recorded dtype against
 :data:`DTYPES`, and the engine registry is keyed by :data:`ALL_ENGINES`.
@@ -29,3 +29,25 @@ READS_SIBLING: dict[str, str] = {
     "template_kwargs": "template",
     "engine_options": "engine",
 }
+
+NO_LOGITS_MESSAGE = (
+    "format 3 never collects or stores logits or scores; KL training computes teacher logits online. "
+    "Delete this field from the config (the SemPIC research code's _default.json files shipped `store_logits: true`)"
+)
+
+# Fields that ask generation to return or store logits, scores or other per-step tensors. They are rejected
+# wherever they appear (top level, ``model``, ``model.generation_kwargs``, a data config) with NO_LOGITS_MESSAGE.
+LOGIT_FIELDS: frozenset[str] = frozenset(
+    {
+        "store_logits",
+        "output_scores",
+        "output_logits",
+        "return_dict_in_generate",
+        "output_attentions",
+        "output_hidden_states",
+        "return_legacy_cache",
+        "logits_to_keep",
+        "num_logits_to_keep",
+        "store_scores",
+    }
+)

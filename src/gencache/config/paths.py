@@ -1,9 +1,11 @@
-"""The path rules, pure and without I/O: "is this a local path?" (models, tokenizers and dataset sources alike) and
-"can this path name an output to create?" (``output_dir``, ``export --out``, every command that writes a path)."""
+"""The path rules, pure and without I/O: "is this a local path?" (models, tokenizers and dataset sources alike),
+"is this a URL?" (never a path) and "can this path name an output to create?" (``output_dir``, ``export --out``,
+every command that writes a path)."""
 
 from __future__ import annotations
 
 import os
+import re
 
 from gencache.core.errors import ConfigError
 
@@ -27,10 +29,27 @@ def looks_like_path(value: str) -> bool:
     )
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def url_problem(value: str) -> str | None:
+    """Why ``value`` cannot be read or written, or None: it is a URL (``s3://``, ``gs://``, ``hf://``, any
+    ``scheme://``), which a path of the same spelling would silently turn into a local directory named ``s3:``."""
+    match = _URL.match(value)
+    if match is None:
+        return None
+    return (
+        f"{value!r} is a URL ({match.group()}), which gencache does not read or write; give a local path (or a hub id "
+        "for a model or dataset) and copy to or from the remote store yourself"
+    )
+
+
 def output_name_problem(path: str) -> str | None:
     """Why ``path`` cannot name an output to create, or None when it can: its last part, trailing slashes aside, is
     empty, ``.`` or ``..`` (``/``, ``runs/.``, ``..``), so it names a directory that holds other things rather
-    than a new one of its own. ``runs/out/`` is ``runs/out``."""
+    than a new one of its own (``runs/out/`` is ``runs/out``), or it is a URL (:func:`url_problem`)."""
+    if (url := url_problem(path)) is not None:
+        return url
     stripped = path.rstrip("/")
     name = os.path.basename(stripped)
     if name not in ("", ".", ".."):

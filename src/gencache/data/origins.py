@@ -8,11 +8,16 @@ The bottom of the data package's loading side: :mod:`gencache.data.sources` prod
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+#: Files whose every cell is text (a header line, then one row per record), by their delimiter.
+DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,11 @@ class TableOrigin:
     what: str
     files: tuple[Path, ...] = ()
 
+    @property
+    def text_cells(self) -> bool:
+        """True for CSV and TSV files, whose every cell is a string."""
+        return any(path.suffix.lower() in DELIMITERS for path in self.files)
+
     def describe(self) -> str:
         """The files read (or the hub table), for a message."""
         return ", ".join(str(p) for p in self.files) if self.files else self.what
@@ -71,10 +81,8 @@ def _rows_of(path: Path) -> tuple[int, list[int] | None]:
         import pyarrow.parquet
 
         return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows), None
-    if path.name.lower().endswith((".csv", ".tsv")):
-        from gencache.data.tables import delimited_lines
-
-        starts = delimited_lines(path)
+    if path.suffix.lower() in DELIMITERS:
+        starts = [start for start, _ in csv_rows(path, DELIMITERS[path.suffix.lower()])][1:]
         return len(starts), starts
     with path.open("rb") as handle:
         head = handle.read(4096).lstrip()
@@ -90,6 +98,21 @@ def _rows_of(path: Path) -> tuple[int, list[int] | None]:
             if line.strip():
                 numbers.append(number)
     return len(numbers), numbers
+
+
+def csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line, cells)`` of each row of a CSV or TSV file, the header first: the 1-based line the row starts on
+    (blank lines hold no row). A row the csv module cannot parse is ``csv.Error(line, why)``."""
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter, strict=True)
+        start = 1
+        try:
+            for cells in reader:
+                if cells and cells != [""]:
+                    yield start, cells
+                start = reader.line_num + 1
+        except csv.Error as error:
+            raise csv.Error(reader.line_num, str(error)) from None
 
 
 _ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionary()

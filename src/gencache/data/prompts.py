@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from gencache.config.describe import unknown_name
+from gencache.config.messages import unknown_name
 from gencache.config.templates import (
     TEMPLATE_KWARGS,
     DefaultKwargs,

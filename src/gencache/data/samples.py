@@ -10,18 +10,19 @@ This module imports neither torch, transformers nor datasets at import time.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from gencache.config import CacheConfig, DataConfig, parse_data_configs
 from gencache.core.errors import ConfigError, DatasetError, PromptError, reworded
-
-if TYPE_CHECKING:
-    from gencache.data.prompts import Prompt, TokenizedPrompt
-    from gencache.data.recipes import SourceInfo
+from gencache.data.keys import semantic_key
+from gencache.data.prompts import Prompt, TokenizedPrompt, get_template, prompt_text, tokenize_prompt
+from gencache.data.recipes import SourceInfo, get_recipe
+from gencache.data.sources import shared_tables
 
 
 class DuplicatePromptWarning(UserWarning):
@@ -64,8 +65,6 @@ class Sample:
     @property
     def prompt_text(self) -> str:
         """The rendered prompt as one string (every part's text, in order)."""
-        from gencache.data.prompts import prompt_text
-
         return prompt_text(self.parts)
 
     @property
@@ -140,8 +139,6 @@ class SampleSet:
 def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
     """Several runs' samples as one set, in order: the data configs are numbered on across the sets (the second
     set's first data config follows the first set's last), and the first occurrence of a key wins."""
-    import dataclasses
-
     if len(sets) == 1:
         return sets[0]
     samples: list[Sample] = []
@@ -191,9 +188,6 @@ def tokenizer_reasons(
 ) -> list[str]:
     """Why these data configs need a tokenizer: one ``data_configs[i]: ...`` line per reason (empty: none needed);
     ``first_index`` is the first one's position in its config."""
-    from gencache.data.prompts import get_template
-    from gencache.data.recipes import get_recipe
-
     reasons: list[str] = []
     for index, dc in enumerate(_as_data_configs(config_or_data_configs), start=first_index):
         spec = get_template(dc.template)
@@ -221,10 +215,6 @@ def _stats(values: Sequence[int]) -> tuple[int, int, int]:
 def _load_one(
     index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
 ) -> tuple[list[Sample], SourceInfo]:
-    from gencache.data.keys import semantic_key
-    from gencache.data.prompts import get_template, tokenize_prompt
-    from gencache.data.recipes import get_recipe
-
     raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)
     if len(raw_samples) != dc.num_samples:
         raise DatasetError(
@@ -320,8 +310,6 @@ def build_samples(
     first: dict[str, Sample] = {}
     conflicting: dict[str, tuple[Sample, Sample]] = {}
     tokenized_prompts: dict[Prompt, TokenizedPrompt] = {}
-    from gencache.data.sources import shared_tables
-
     with shared_tables():  # data configs reading the same source share one load (and one file hash)
         for index, dc in enumerate(data_configs, start=first_index):
             try:

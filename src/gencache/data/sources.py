@@ -11,16 +11,16 @@
 - a single ``.json``/``.jsonl``/``.parquet``/``.csv``/``.tsv`` file: the rows of the requested split of a
   single-table dataset.
 
-Local files are read without ``datasets`` by :mod:`gencache.data.tables` (the standard library, pyarrow for
-parquet), rows in file order and exactly as ``datasets`` gives them; a file whose values ``datasets`` would type
-differently (see that module) is read with ``datasets.load_dataset("json" | "parquet", data_files=...)`` as
-before. So a mistake in a local file is found without importing ``datasets``. Every local file read is hashed
+Local JSON, JSON Lines and parquet files are read by ``datasets.load_dataset("json" | "parquet", data_files=...)``,
+CSV and TSV files by pyarrow with every cell a string; rows come in file order. Every local file read is hashed
 (SHA-256) for provenance.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -29,22 +29,20 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from gencache.config.describe import closest
+from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
+from gencache.core import hub
 from gencache.core.errors import DatasetError, first_line
-from gencache.data.origins import SourceInfo, TableOrigin, register_origin
+from gencache.data.origins import DELIMITERS, SourceInfo, TableOrigin, csv_rows, register_origin
 
 EXTENSIONS = FILE_SUFFIXES
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
+    """SHA-256 of a file's bytes."""
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
@@ -125,35 +123,127 @@ def _declares_configs(directory: Path) -> bool:
 
 
 def _read_files(paths: Sequence[Path], label: str) -> Any:
-    """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order: the
-    light reader's when it reads them exactly as ``datasets`` would, else ``datasets``'s."""
-    from gencache.data.tables import read_light
+    """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order: JSON,
+    JSON Lines and parquet read by ``datasets``, CSV and TSV by pyarrow with every cell a string (a list or object
+    is JSON text in its cell). A file that cannot be read is one line naming it (and its line where that is known)."""
+    import datasets
+    from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
 
-    table = read_light(paths, label)
-    if table is None:
-        table = _read_with_datasets(paths, label)
+    for path in paths:
+        _check_file(path, label)
+    delimiter = DELIMITERS.get(paths[0].suffix.lower())
+    bars = is_progress_bar_enabled()
+    disable_progress_bars()
+    try:
+        if delimiter is not None:
+            table = _read_delimited(paths[0], label, delimiter)
+        else:
+            builder = "parquet" if paths[0].suffix.lower() == ".parquet" else "json"
+            table = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+    except DatasetError:
+        raise
+    except Exception as exc:  # datasets and pyarrow raise many types for unreadable files; report one line
+        raise _unreadable(paths, label, exc) from None
+    finally:
+        if bars:
+            enable_progress_bars()
     register_origin(table, TableOrigin(what=label, files=tuple(paths)))
     return table
 
 
-def _read_with_datasets(paths: Sequence[Path], label: str) -> Any:
+def _read_delimited(path: Path, label: str, delimiter: str) -> Any:
     import datasets
-    from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
+    import pyarrow as pa
+    import pyarrow.csv
 
-    builder = "parquet" if all(p.name.lower().endswith(".parquet") for p in paths) else "json"
-    bars = is_progress_bar_enabled()
-    disable_progress_bars()
-    try:
-        return datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
-    except Exception as exc:  # datasets raises many types for unreadable files; report one line
-        first = first_line(exc)
+    header = next(csv_rows(path, delimiter), (1, []))[1]
+    if len(set(header)) != len(header) or not all(header):
+        repeated = sorted({name for name in header if header.count(name) > 1 or not name})
         raise DatasetError(
-            f"could not read {label} from {', '.join(str(p) for p in paths)}: {first}; "
-            "check that the file is valid JSON Lines, JSON or parquet in the dataset's schema."
+            f"{label}: {path} line 1: the {_kind(delimiter)} header must name each column once (repeated or empty: "
+            f"{', '.join(repr(name) for name in repeated)}); rename them."
+        )
+    table = pyarrow.csv.read_csv(
+        path,
+        parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+        convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pa.string())),
+    )
+    return datasets.Dataset(datasets.table.InMemoryTable(table))
+
+
+def _kind(delimiter: str) -> str:
+    return "TSV" if delimiter == "\t" else "CSV"
+
+
+def _check_file(path: Path, label: str) -> None:
+    """A :class:`DatasetError` naming ``path`` when it cannot be read, is empty or (a text file) is not UTF-8, with
+    the line: ``datasets`` would read such bytes into a row and fail only when the row is used."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DatasetError(
+            f"{label}: cannot read {path} ({error.strerror or error}); make it readable or point source at a copy.",
+            "source",
         ) from None
-    finally:
-        if bars:
-            enable_progress_bars()
+    if not data.strip():
+        raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the dataset's rows.")
+    if path.suffix.lower() != ".parquet":
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data[: error.start].count(b"\n") + 1
+            raise DatasetError(
+                f"{label}: {path} is not valid UTF-8 (line {line}, byte {error.start}: {error.reason}); re-encode the "
+                "file as UTF-8 (for example with iconv) and rerun."
+            ) from None
+
+
+def _unreadable(paths: Sequence[Path], label: str, exc: Exception) -> DatasetError:
+    """Why ``paths`` could not be read, in one line: the line that is not JSON (JSON Lines) or the CSV/TSV row of
+    the wrong width, named; else the reader's own words."""
+    for path in paths:
+        found = _bad_line(path)
+        if found:
+            return DatasetError(f"{label}: {path} line {found}")
+    names = ", ".join(str(p) for p in paths)
+    return DatasetError(
+        f"could not read {label} from {names}: {first_line(exc)}; check that the file is valid JSON Lines, JSON, "
+        "CSV, TSV or parquet in the dataset's schema."
+    )
+
+
+def _bad_line(path: Path) -> str | None:
+    """``N <what is wrong>`` for the first line that is not JSON (JSON Lines) or the first row whose width differs
+    from the header's (CSV, TSV); None when no single line is to blame."""
+    if path.suffix.lower() == ".parquet":
+        return None
+    delimiter = DELIMITERS.get(path.suffix.lower())
+    if delimiter is not None:
+        try:
+            rows = list(csv_rows(path, delimiter))
+        except csv.Error as error:
+            return f"{error.args[0]}: not valid {_kind(delimiter)} ({error.args[1]})."
+        width = len(rows[0][1])
+        for start, cells in rows[1:]:
+            if len(cells) != width:
+                sign = "tab" if delimiter == "\t" else "comma"
+                return (
+                    f"{start}: {len(cells)} cells, but the header names {width} columns; quote cells that hold a "
+                    f"{sign} or a line break."
+                )
+        return None
+    text = path.read_text(encoding="utf-8-sig")
+    if text.lstrip().startswith("["):
+        return None
+    for number, line in enumerate(text.split("\n"), start=1):  # JSON strings may hold U+2028 and the like
+        if line.strip():
+            try:
+                json.loads(line)
+            except json.JSONDecodeError as error:
+                return (
+                    f"{number} is not valid JSON ({error.msg} at column {error.colno}); write one JSON object per line."
+                )
+    return None
 
 
 def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:

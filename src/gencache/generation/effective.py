@@ -2,11 +2,10 @@
 
 The user's ``model.generation_kwargs``, then the teacher's ``generation_config.json``, then transformers' defaults.
 ``do_sample`` is false unless the user asks; settings of a decoding mode the run does not use are dropped (sampling
-parameters under greedy decoding, beam parameters without beams); every value is checked against the rule book in
-:mod:`gencache.config.generation`; every problem is a :class:`~gencache.core.errors.ConfigError` (exit code 2).
-:func:`check_engine` then refuses what the chosen engine cannot honour.
-
-transformers is imported inside the functions, so importing this module stays cheap.
+parameters under greedy decoding, beam parameters without beams); the result is validated by transformers'
+``GenerationConfig(...).validate(strict=True)`` and by the ranges gencache adds (:mod:`gencache.config.generation`);
+every problem is a :class:`~gencache.core.errors.ConfigError` (exit code 2). :func:`check_engine` then refuses what
+the chosen engine cannot honour.
 """
 
 from __future__ import annotations
@@ -18,18 +17,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.generation import (
+    BEAM_KEYS,
     FIELD,
     GENERATION_FORBIDDEN,
-    GENERATION_SETTINGS,
     GENERATION_UNSUPPORTED,
-    LOGIT_FIELDS,
-    MODE_BEAM,
-    MODE_SAMPLING,
+    SAMPLING_KEYS,
     effective_problems,
     engine_refusals,
     generation_problems,
+    honoured_by,
 )
 from gencache.config.messages import join_problems
+from gencache.config.names import LOGIT_FIELDS
 from gencache.core.canonical import is_int
 from gencache.core.errors import ConfigError, first_line
 from gencache.generation import teacher
@@ -37,12 +36,6 @@ from gencache.generation.teacher_files import read_json_file
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig
-
-
-#: Parameters used only when sampling; dropped under greedy decoding.
-SAMPLING_KEYS = tuple(name for name, rule in GENERATION_SETTINGS.items() if rule.mode == MODE_SAMPLING)
-#: Parameters used only by beam search; dropped when ``num_beams`` is 1.
-BEAM_KEYS = tuple(name for name, rule in GENERATION_SETTINGS.items() if rule.mode == MODE_BEAM)
 
 _ALLOWED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample")
 
@@ -55,7 +48,7 @@ class EffectiveGeneration:
     ``resolved_config.json`` (every non-null effective field; sampling parameters are absent under greedy decoding).
     ``eos_token_ids`` is the generation EOS list (possibly empty), ``dropped`` names the settings that were set by
     the user or the teacher but dropped because the decoding mode does not use them. ``defaults`` holds
-    transformers' default values (what "no effect" means for settings the rule book does not list).
+    transformers' default values (what "no effect" means for settings gencache does not declare).
     """
 
     config: GenerationConfig
@@ -86,7 +79,7 @@ def _stop_string_tuple(value: Any) -> tuple[str, ...]:
 
 def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The user's settings without nulls (null means "not set": the teacher's value or transformers' default
-    applies), checked with the config's rule book (the same problems, in the same words, as when the config loads)
+    applies), checked as when the config loads (the same problems, in the same words)
     and against the fields transformers' ``GenerationConfig`` knows (the one check that needs transformers)."""
     problems = generation_problems(generation_kwargs)
     if problems:
@@ -156,7 +149,7 @@ def resolve_generation(
     merged = _merge(defaults, teacher_values, user, tokenizer)
     problems = effective_problems(merged, user=user.keys(), teacher=model_path)
     if problems:
-        raise ConfigError(problems[0])  # the rule book's first problem, the teacher's values included
+        raise ConfigError(problems[0])  # the first problem, the teacher's values included
     do_sample: bool = merged["do_sample"]
     num_beams = merged.get("num_beams", 1)
     num_return_sequences = merged.get("num_return_sequences", 1)
@@ -225,7 +218,7 @@ def _drop_unused(merged: dict[str, Any], explicit: set[str], do_sample: bool, nu
         for key in BEAM_KEYS:
             if key in merged:
                 value = merged.pop(key)
-                if key in explicit and value != GENERATION_SETTINGS[key].neutral:
+                if key in explicit and value != honoured_by(key)[1]:
                     dropped.append(key)
     return dropped
 

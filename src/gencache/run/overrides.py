@@ -27,7 +27,7 @@ from gencache.core.errors import ConfigError, GencacheError, Problem
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig, DataConfig
-    from gencache.config.describe import Loc
+    from gencache.config.messages import Loc
 
 
 @dataclass(frozen=True)

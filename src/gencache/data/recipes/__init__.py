@@ -18,8 +18,8 @@ from typing import Any
 
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
 from gencache.config.datasets import DATASET_KWARGS
-from gencache.config.describe import unknown_name
 from gencache.config.kwargs import KwargsModel
+from gencache.config.messages import unknown_name
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample

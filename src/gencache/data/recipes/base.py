@@ -14,6 +14,7 @@ from gencache.core.errors import DatasetError
 from gencache.data.origins import SourceInfo
 from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
+from gencache.data.sources import load_tables
 
 
 class DataConfigLike(Protocol):
@@ -183,8 +184,6 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     ) -> tuple[dict[str, Any], SourceInfo]:
         """The data config's tables from its ``source`` (the hub dataset :attr:`hub_id` when null), by split;
         in a local directory the ``subset`` folder is tried first (see :mod:`gencache.data.sources`)."""
-        from gencache.data.sources import load_tables
-
         return load_tables(
             dc.source,
             self.hub_id,

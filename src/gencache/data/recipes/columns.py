@@ -11,11 +11,12 @@ positions are only computed when an error is reported.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.config.describe import did_you_mean, type_name
+from gencache.config.messages import did_you_mean, type_name
 from gencache.core.errors import DatasetError
 from gencache.data.origins import origin_of
 
@@ -88,10 +89,8 @@ def json_cell(table: Any, label: str, index: int, row: Mapping[str, Any], name: 
     """``row`` with its column ``name`` decoded from JSON text when the table's cells are text (CSV, TSV): there a
     list or object column, such as a conversation, is written as JSON in its cell."""
     value = row.get(name)
-    if not getattr(table, "text_cells", False) or not isinstance(value, str):
+    if not origin_of(table, label).text_cells or not isinstance(value, str):
         return row
-    import json
-
     try:
         decoded = json.loads(value)
     except ValueError as error:

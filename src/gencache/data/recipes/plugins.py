@@ -22,7 +22,9 @@ from typing import Any
 
 from gencache.config.catalog import describe, load_entry_point, not_a_recipe
 from gencache.core.errors import DatasetError, GencacheError, PromptError, first_line, reworded
+from gencache.data.keys import semantic_key
 from gencache.data.origins import SourceInfo
+from gencache.data.prompts import normalize
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
 
 
@@ -100,9 +102,6 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
         return DatasetError(f"{self.label} returned malformed samples: {problem.rstrip('.')}; fix the plug-in.")
 
     def _check_sample(self, index: int, sample: Any) -> None:
-        from gencache.data.keys import semantic_key
-        from gencache.data.prompts import normalize
-
         if not isinstance(sample, RawSample):
             raise self._malformed(f"sample {index} is a {type(sample).__name__}, not a RawSample")
         try:

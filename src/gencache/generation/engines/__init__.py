@@ -17,8 +17,8 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from gencache.config.describe import unknown_name
 from gencache.config.engines import EngineOptions
+from gencache.config.messages import unknown_name
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError
 
