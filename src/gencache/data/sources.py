@@ -31,7 +31,6 @@ from typing import Any
 
 from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
-from gencache.core import hub
 from gencache.core.errors import DatasetError, first_line
 from gencache.data.origins import DELIMITERS, SourceInfo, TableOrigin, csv_rows, register_origin
 
