@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from gencache.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gencache.run.overrides import Overrides
     from gencache.run.pipeline import DryRun, Notify, ProgressFactory
 
 Settings = Mapping[str, Any] | Sequence[str]
@@ -140,10 +139,11 @@ def generate(
     :class:`gencache.GencacheError` subclasses; nothing is printed. ``notify(level, text)`` receives the run's
     messages and ``progress(total)`` makes a :class:`gencache.core.progress.Progress` for it.
 
-    ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``, :mod:`gencache.run.ray_driver`):
+    ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``, :mod:`gencache.run.ray`):
     ``True`` is ``RAY_ADDRESS`` or a local Ray instance, a string an address (``HOST:PORT``, ``ray://HOST:PORT``),
-    ``"auto"`` or ``"local"``; ``shards`` defaults to eight per worker; ``workers`` caps the pool, ``worker_gpus``
-    is each worker's share of a GPU and ``max_retries`` bounds how often a dead worker's shard is generated again.
+    ``"auto"`` or ``"local"``; ``shards`` defaults to the count of a split already at ``output_dir``, else eight
+    per worker (fewer when some shard would own no key); ``workers`` caps the pool, ``worker_gpus`` is each
+    worker's share of a GPU and ``max_retries`` bounds how often a dead worker's shard is generated again.
     It returns the unsuffixed ``output_dir`` of the shard base.
     """
     from gencache.run.overrides import Overrides
@@ -155,9 +155,13 @@ def generate(
         sets=_sets(overrides), output_dir=None if output_dir is None else os.fspath(output_dir), limit=limit
     )
     if ray is not None and ray is not False:
-        return _on_ray(
-            config, ray, sets, shard, shards, workers, worker_gpus, max_retries, dry_run, env, notify, progress
-        )
+        from gencache.run.ray import RayOptions, generate_on_ray
+
+        if dry_run:
+            raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
+        options = RayOptions(None if ray is True else str(ray), shards, workers, worker_gpus, max_retries)
+        run = generate_on_ray(config, options, shard=shard, overrides=sets, env=env, notify=notify, progress=progress)
+        return run.output_dir
     result = generate_run(
         config,
         shard=shard,
@@ -172,38 +176,4 @@ def generate(
     )
     if result.dry_run is not None:
         return result.dry_run
-    return result.output_dir
-
-
-def _on_ray(
-    config: str | os.PathLike[str],
-    ray: str | bool,
-    overrides: Overrides,
-    shard: str | None,
-    shards: int | None,
-    workers: int | None,
-    worker_gpus: float,
-    max_retries: int,
-    dry_run: bool,
-    env: Mapping[str, str] | None,
-    notify: Notify | None,
-    progress: ProgressFactory | None,
-) -> Path:
-    from gencache.run.ray_driver import generate_on_ray
-
-    if dry_run:
-        raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
-    result = generate_on_ray(
-        config,
-        address=None if ray is True else str(ray),
-        shards=shards,
-        workers=workers,
-        worker_gpus=worker_gpus,
-        max_retries=max_retries,
-        shard=shard,
-        overrides=overrides,
-        env=env,
-        notify=notify,
-        progress=progress,
-    )
     return result.output_dir

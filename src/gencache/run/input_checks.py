@@ -252,22 +252,27 @@ def data_config_steps(
         )
     if not complete:
         return None
-    shard_count_step(run, len(dict.fromkeys(keys)), shard)
+    shard_count_step(run, keys, shard)
     return keys
 
 
-def shard_count_step(run: Runner, unique: int, shard: ShardSpec | None) -> None:
-    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty). One
+def shard_count_step(run: Runner, keys: list[str], shard: ShardSpec | None) -> None:
+    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty),
+    naming the largest count that leaves no shard empty. One
     shard of a launched or ``--shard I/N`` run that owns no key is still published empty, so that the set of shards
     is complete (generate says so)."""
     if shard is None or shard.origin != "--shards":
         return
 
+    from gencache.run.sharding import full_split
+
+    unique = len(set(keys))
+
     def count() -> tuple[None, str]:
         if shard.count > max(unique, 1):
             raise ShardError(
                 f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards "
-                f"would be empty; use at most {max(unique, 1)} shards."
+                f"would be empty; use at most {full_split(keys, shard.count)} shards, which leaves none empty."
             )
         return None, f"{shard.count} shards over {unique} unique keys"
 

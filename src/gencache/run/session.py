@@ -1,7 +1,7 @@
 """A loaded teacher session: the teacher's weights loaded once, then one target published at a time.
 
 This is the one code path behind every artifact a run publishes: ``generate`` in one process (one target, or the N
-shards of ``--shards N`` in turn) and each worker of a Ray run (:mod:`gencache.run.ray_worker`, shard after
+shards of ``--shards N`` in turn) and each worker of a Ray run (:mod:`gencache.run.ray`, shard after
 shard). Given the run's checked inputs (:class:`gencache.run.findings.RunInputs`, from
 :func:`gencache.run.checks.preflight`), :meth:`TeacherSession.publish` generates a target's keys, writes them
 with :class:`gencache.artifact.writer.ArtifactBuild`, records ``resolved_config.json`` and the summary, and

@@ -135,6 +135,15 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
     )
 
 
+def full_split(keys: Sequence[str], most: int) -> int:
+    """The largest shard count up to ``most`` that leaves no shard without keys (1 for no keys)."""
+    unique = set(keys)
+    for count in range(min(most, len(unique)), 1, -1):
+        if len({shard_of(key, count) for key in unique}) == count:
+            return count
+    return 1
+
+
 def run_digest(resolved_config: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
     stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}

@@ -101,9 +101,14 @@ def plan_run(
     shards: int | None,
     env: Mapping[str, str] | None,
     skip: bool,
+    *,
+    keep_split: bool = False,
 ) -> Plan:
     """The config and the targets, or every problem the config, the shard plan and the data files have (the
-    data configs and output location that validated on their own are checked even when the config is invalid)."""
+    data configs and output location that validated on their own are checked even when the config is invalid).
+    With ``keep_split`` and no count, a split already started at ``output_dir`` is planned with its count (a
+    ``--ray`` rerun resumes it)."""
+    from gencache.artifact.shards import find_shards
     from gencache.config import config_to_json
     from gencache.run.checks import check_inputs_alone
 
@@ -112,6 +117,8 @@ def plan_run(
     output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
     targets: list[Target] = []
     if output_dir is not None:
+        if keep_split and shards is None and (found := find_shards(absolute_path(output_dir))) is not None:
+            shards = found.count
         try:
             targets = targets_of(output_dir, shard, shards, env)
         except ShardError as error:

@@ -238,7 +238,7 @@ class TeacherChecks:
         found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
         found.targets = with_keys(found.targets, samples)
         if self.facts.keys is None:
-            shard_count_step(run, len(samples.unique), self.facts.shard)
+            shard_count_step(run, [s.key for s in samples.unique], self.facts.shard)
         max_positions = max_positions_of(teacher) if teacher is not None else None
         run.step(kinds.CONTEXT_LENGTH, lambda: _context(samples, generation.max_new_tokens, max_positions))
         if vocab_size is not None:
