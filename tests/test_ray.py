@@ -373,25 +373,54 @@ def test_the_default_count_and_the_refusal_leave_no_shard_empty(tmp_path: Path, 
     assert len(published) == named and all(json.loads((p / "manifest.json").read_text())["entries"] for p in published)
 
 
-class Driver:
-    """A ``generate --ray`` driver in its own process whose stderr lines are read as they come."""
+#: A driver whose ``ray.init`` is stopped by the signal ``argv[1]`` a moment after it began (while it connects).
+STOPPED_WHILE_CONNECTING = """
+import os, sys, threading
+import ray
+init = ray.init
+def connecting(*args, **kwargs):
+    threading.Timer(0.2, os.kill, (os.getpid(), int(sys.argv[1]))).start()
+    return init(*args, **kwargs)
+ray.init = connecting
+from gencache.cli import main
+main(sys.argv[2:])
+"""
 
-    def __init__(self, config: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+
+class Driver:
+    """A ``generate --ray`` driver in its own process whose stderr lines are read as they come (``connecting``: a
+    signal stops it while ``ray.init`` runs)."""
+
+    def __init__(
+        self, config: Path, args: list[str], env: dict[str, str] | None = None, connecting: int | None = None
+    ) -> None:
         import queue
         import threading
 
-        self.process = cli(config, *args, env=env)
+        if connecting is None:
+            self.process = cli(config, *args, env=env)
+        else:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", STOPPED_WHILE_CONNECTING, str(connecting), "generate", str(config), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=config.parent,
+            )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
-        assert self.process.stderr is not None
-        stream = self.process.stderr
+        self.stdout: list[str] = []
+        assert self.process.stderr is not None and self.process.stdout is not None
+        errors, output = self.process.stderr, self.process.stdout
 
         def read() -> None:
-            for line in stream:
+            for line in errors:
                 self.lines.put(line.rstrip("\n"))
             self.lines.put(None)
 
         threading.Thread(target=read, daemon=True).start()
+        self.reader = threading.Thread(target=lambda: self.stdout.extend(output), daemon=True)
+        self.reader.start()
 
     def wait_for_line(self, text: str, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
@@ -405,10 +434,11 @@ class Driver:
         raise AssertionError(f"no line with {text!r}: {self.seen}")
 
     def finish(self, timeout: float = 600.0) -> tuple[int, str, list[str]]:
-        stdout, _ = self.process.communicate(timeout=timeout)
+        code = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=60)
         while (line := self.lines.get(timeout=60)) is not None:
             self.seen.append(line)
-        return self.process.returncode, stdout, self.seen
+        return code, "".join(self.stdout), self.seen
 
 
 @pytest.mark.slow
@@ -423,17 +453,18 @@ def test_a_stopped_ray_run_resumes_with_the_same_command_to_the_one_process_arti
     base = tmp_path / "out"
     args = ["--ray", ray_cluster, "--workers", "2", "--json"]
     moments = [
-        ("connecting to the Ray cluster", signal.SIGINT),
-        ("connecting to the Ray cluster", signal.SIGTERM),
-        ("shards to generate", signal.SIGTERM),
+        (None, signal.SIGINT),  # while connecting
+        (None, signal.SIGTERM),
+        ("shards to generate", signal.SIGTERM),  # while the workers start
         ("shards to generate", signal.SIGINT),
-        ("published ", signal.SIGINT),
+        ("published ", signal.SIGINT),  # in the middle of the next shard
         ("published ", signal.SIGTERM),
     ]
     for moment, signum in moments:
-        driver = Driver(config, args)
-        driver.wait_for_line(moment)
-        driver.process.send_signal(signum)
+        driver = Driver(config, args, connecting=signum if moment is None else None)
+        if moment is not None:
+            driver.wait_for_line(moment)
+            driver.process.send_signal(signum)
         code, _, lines = driver.finish(timeout=120)
         assert code == 128 + signum, lines
         assert lines[-1].startswith(f"Terminated by {signal.Signals(signum).name}"), lines

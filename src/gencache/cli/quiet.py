@@ -3,8 +3,8 @@
 For the length of a command (:func:`quiet_libraries`), unless ``--verbose`` or ``GENCACHE_DEBUG=1``: no log record
 of WARNING or below from any library (huggingface_hub, transformers, datasets, vLLM, torch: ``logging.disable``,
 which a library that resets its own loggers' levels when it is imported does not undo), no tqdm bar (the hub's,
-transformers' "Loading weights", datasets', vLLM's, which asks for its bar with ``disable=False``), and torch's and
-Ray's C++ warnings at ERROR. Python warnings go to the command's ``warn`` (one ``warning:`` line each), a third-party
+transformers' "Loading weights", datasets', vLLM's, which asks for its bar with ``disable=False``), and torch's C++
+warnings at ERROR. Python warnings go to the command's ``warn`` (one ``warning:`` line each), a third-party
 library's only with ``--verbose``. Hub requests wait at most a few seconds, verbose or not.
 
 Everything is put back when the block ends, so a command run inside another program (``gencache.cli.app.run``)
@@ -28,8 +28,8 @@ WarningSink = Callable[[str], None]
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the gencache package
 _TIMEOUTS = {"HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "10"}
 # read by the processes a command starts too (vLLM's engine core logs from its own process, where logging.disable
-# of this one does not reach; Ray's C++ core logs to the driver's stderr)
-_QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR", "RAY_BACKEND_LOG_LEVEL": "error"}
+# of this one does not reach)
+_QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR"}
 _ACTIVE: list[bool] = []  # one entry per open block: a block inside another changes nothing
 
 
