@@ -285,7 +285,7 @@ def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(
     assert temporary_directories(tmp_path) == []
 
 
-def test_without_an_address_a_local_instance_runs_the_shards_and_the_process_is_left_as_found(
+def test_without_an_address_a_local_instance_under_uv_run_runs_the_shards_and_the_process_is_left_as_found(
     tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
@@ -302,9 +302,24 @@ print(json.dumps({{
     "handlers": [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == handlers,
 }}))
 """
+    # started as `uv run` starts it: Ray's uv integration would start the workers with `uv run` (here a `uv` that
+    # cannot start anything) in a packed copy of the working directory; a local instance runs them as the driver
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uv").write_text("#!/bin/sh\nexit 1\n", encoding="utf-8")
+    (bin_dir / "uv").chmod(0o755)
+    (tmp_path / "run").write_text("import subprocess, sys\nsys.exit(subprocess.call(sys.argv[1:]))\n")
     env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False, env=env
+        ["uv", "run", sys.executable, "-c", code],
+        executable=sys.executable,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout.strip().splitlines()[-1])
