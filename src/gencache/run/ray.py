@@ -436,7 +436,13 @@ class _Driver:
     """One Ray run: the plan, the workers, the pool and the records."""
 
     def __init__(
-        self, ray: Any, plan: Plan, config_path: str, overrides: Overrides, say: Notify, progress: Any
+        self,
+        ray: Any,
+        plan: Plan,
+        config_path: str,
+        overrides: Overrides,
+        say: Notify,
+        progress: ProgressFactory | None,
     ) -> None:
         self.ray, self.plan, self.config_path, self.overrides = ray, plan, config_path, overrides
         self.say, self.progress = say, progress
@@ -636,13 +642,15 @@ class _Driver:
         )
 
     def _found_published(self) -> None:
-        """Record the shards published before this run (skipped) and remove the dead writers' leftovers of the
-        run, saying so."""
+        """Record the shards published before this run (skipped) and remove the leftovers of its dead or stopped
+        writers, saying so."""
         for path in self.plan.published:
             index = next(t.shard.index for t in self.plan.targets if t.output_dir == path and t.shard is not None)
             self.run.records.append(ShardRecord(index, path, "skipped"))
             self.say("info", f"already published and verified: {path}")
         self.run.removed += self._clean()
+        for path in self.run.removed:
+            self.say("info", f"removed {path}, the temporary directory of a stopped or dead writer of this run")
 
     def _clean(self) -> list[Path]:
         """Remove the temporary directories of this run's shards whose writer died (its lock is free)."""
@@ -651,10 +659,7 @@ class _Driver:
         parent = self.plan.base.parent
         if not parent.is_dir():
             return []
-        removed = clean(parent, outputs={t.output_dir.name for t in self.plan.targets})
-        for path in removed:
-            self.say("info", f"removed {path}, the temporary directory of a stopped or dead writer of this run")
-        return removed
+        return clean(parent, outputs={t.output_dir.name for t in self.plan.targets})
 
 
 @dataclass(frozen=True)
