@@ -217,6 +217,7 @@ def generate(
                 config,
                 options,
                 as_json=json_,
+                verbose=verbose,
                 notices=notices,
                 progress=make_progress,
                 overrides=overrides,

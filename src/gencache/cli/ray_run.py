@@ -5,13 +5,16 @@ which reads a ``--ray`` given without an address (last, or before another option
 ``--ray=`` (``RAY_ADDRESS``, else a local Ray instance). :func:`generate_on_ray_command` runs the library's
 :func:`gencache.run.ray.generate_on_ray` with the run's messages and progress display on stderr and ends
 with the summary per shard, or prints that summary as JSON on stdout with ``--json``. Ray's own notices (a worker
-that died) go to stderr with the run's messages.
+that died) go to stderr with the run's messages; the lines of Ray's C++ core only with ``--verbose``
+(:func:`ray_output_off`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -71,15 +74,45 @@ def ray_options(
     )
 
 
+@contextlib.contextmanager
+def ray_output_off(verbose: bool) -> Iterator[None]:
+    """Ray's own output kept off the terminal unless ``verbose``: its C++ core (and the processes of a local
+    instance it starts) write to file descriptor 2, which points at the null device for the block, while the
+    command's lines go on through a copy of the terminal's descriptor (``sys.stderr`` for the block). Only a
+    command whose ``sys.stderr`` is descriptor 2 does so; another program's descriptors are left alone."""
+    try:
+        ours = not verbose and sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr (a host program's)
+        ours = False
+    if not ours:
+        yield
+        return
+    sys.stderr.flush()
+    saved, previous = os.dup(2), sys.stderr
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=previous.encoding, errors=previous.errors)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    sys.stderr = terminal
+    try:
+        yield
+    finally:
+        terminal.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr = previous
+        terminal.close()
+
+
 def generate_on_ray_command(
-    config: Any, options: RayOptions, *, as_json: bool, notices: Any, progress: Any, **run: Any
+    config: Any, options: RayOptions, *, as_json: bool, verbose: bool, notices: Any, progress: Any, **run: Any
 ) -> None:
     """Run on Ray and print the shard base (or ``--json``'s summary); ``run`` are the library's other keywords."""
     from gencache.cli import signals
     from gencache.cli.generate import echo_json
     from gencache.run.ray import generate_on_ray
 
-    with contextlib.redirect_stdout(sys.stderr):  # Ray prints its workers' deaths on stdout: keep it for results
+    with ray_output_off(verbose), contextlib.redirect_stdout(sys.stderr):  # Ray prints workers' deaths on stdout
         result = generate_on_ray(config, options, notify=notices, progress=progress, **run)
     signals.note_published(result.published + result.skipped)  # a stop from here on says it is published
     if as_json:
