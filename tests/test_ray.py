@@ -516,3 +516,35 @@ def test_a_local_instance_stops_with_its_driver(tmp_path: Path, tiny_teacher_dir
     assert instance, "the driver started a local instance"
     _, alive = psutil.wait_procs(instance, timeout=60)
     assert alive == [], [p.cmdline() for p in alive]
+
+
+@pytest.mark.slow
+def test_workers_that_cannot_start_end_the_run_after_the_timeout_naming_the_cause(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    """The newcomer's `uv run` driver, with Ray's uv integration asked for explicitly: every worker process is
+    started through a `uv` that fails, and the driver ends after --ray-timeout with one line naming the cause and
+    Ray's logs, exit 1."""
+    config = write_config(tmp_path, tiny_teacher_dir)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uv").write_text("#!/bin/sh\nexit 1\n", encoding="utf-8")
+    (bin_dir / "uv").chmod(0o755)
+    (tmp_path / "run").write_text("import subprocess, sys\nsys.exit(subprocess.call(sys.argv[1:]))\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    env |= {"PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "1"}
+    argv = ["generate", str(config), "--ray", "local", "--shards", "2", "--ray-timeout", "20"]
+    result = subprocess.run(
+        ["uv", "run", sys.executable, "-m", "gencache", *argv],
+        executable=sys.executable,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no worker started in 20 s: Ray could not start worker processes" in errors[0]
+    assert "Ray's logs: /" in errors[0] and not any(line.startswith("[20") for line in result.stderr.splitlines())

@@ -408,9 +408,6 @@ class WorkerShape:
     def options(self) -> dict[str, Any]:
         return {"num_gpus": self.num_gpus, "num_cpus": self.num_cpus}
 
-    def fits(self, resources: Mapping[str, float]) -> bool:
-        return resources.get("GPU", 0.0) >= self.num_gpus and resources.get("CPU", 0.0) >= self.num_cpus
-
 
 def worker_shape(device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]) -> WorkerShape:
     """A GPU config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank (a fraction lets two workers share
@@ -573,7 +570,7 @@ class _Driver:
         ray, run = self.ray, self.run
         total = len(self.plan.pending)
         alive, done, lost = run.workers, 0, []
-        shown: tuple[int, int, dict[int, int]] = (0, 0, {})
+        shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
         asked = tally.snapshot.remote()
         changed = time.monotonic()
         bar.start(bar.total)
@@ -596,13 +593,14 @@ class _Driver:
             if final or ray.wait([asked], timeout=0)[0]:
                 snapshot = ray.get(asked)
                 asked = tally.snapshot.remote()
+                before = shown or (0, 0, {})
                 if snapshot != shown:
-                    bar.advance(snapshot[0] - shown[0], snapshot[1] - shown[1])
+                    bar.advance(snapshot[0] - before[0], snapshot[1] - before[1])
                     shown, changed = snapshot, time.monotonic()
-            retries = sum(count - 1 for count in shown[2].values())
+            retries = sum(count - 1 for count in (shown or (0, 0, {}))[2].values())
             bar.stage(f"shards {len(self.plan.published) + done}/{run.shards}, workers {alive}, retries {retries}")
             if time.monotonic() - changed > timeout:
-                raise GenerationError(self._stalled(shape, timeout, started=bool(shown[2])))
+                raise GenerationError(self._stalled(shape, timeout, shown))
         missing = total - done
         if missing:
             indices = sorted({t.shard.index for t in self.plan.pending if t.shard} - {r.index for r in run.records})
@@ -612,17 +610,21 @@ class _Driver:
                 "the published shards stay: rerun the same command to generate the rest."
             )
 
-    def _stalled(self, shape: WorkerShape, timeout: float, *, started: bool) -> str:
-        """Why nothing happened for ``timeout`` seconds, and where Ray's logs are."""
+    def _stalled(self, shape: WorkerShape, timeout: float, tally: tuple[int, int, dict[int, int]] | None) -> str:
+        """Why nothing happened for ``timeout`` seconds (by what the ``tally`` last said, None when it never
+        answered: the tally asks for no resources, only a worker process), and where Ray's logs are."""
         logs = f"Ray's logs: {_logs(self.ray)}; --ray-timeout sets the wait"
-        if started:
-            return f"no shard made progress for {timeout:g} s (a teacher that loads for longer?); {logs}."
-        asks = f"{shape.num_gpus:g} GPU and {shape.num_cpus:g} CPU"
-        if not shape.fits(self.ray.available_resources()):
+        if tally is None:
             return (
-                f"no worker started in {timeout:g} s: the cluster never had {asks} free for one (other jobs?); {logs}."
+                f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the run's "
+                f"tally, which asks for no resources; a runtime environment that fails?); {logs}."
             )
-        return f"no worker started in {timeout:g} s: Ray could not start the worker processes; {logs}."
+        if not tally[2]:
+            return (
+                f"no worker started in {timeout:g} s: the cluster never had {shape.num_gpus:g} GPU and "
+                f"{shape.num_cpus:g} CPU free for one (other jobs hold them?); {logs}."
+            )
+        return f"no shard made progress for {timeout:g} s (a teacher that loads for longer?); {logs}."
 
     def _record(self, record: ShardRecord) -> None:
         """Check a worker's record: a failure ends the run; a published shard must be of this run."""
