@@ -462,8 +462,9 @@ def test_a_stopped_ray_run_resumes_with_the_same_command_to_the_one_process_arti
     tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
 ) -> None:
     """SIGINT and SIGTERM while connecting, while the workers start and in the middle of a shard: each stop is one
-    line and 130/143, leaves no temporary directory behind, and the same command (no --shards: the default count,
-    then the started split's) goes on until the base equals ``--shards N`` in one process, every shard owning keys."""
+    line and 130/143 without Ray's own output, leaves no temporary directory behind, and the same command (no
+    --shards: the default count, then the started split's) goes on until the base equals ``--shards N`` in one
+    process, every shard owning keys."""
     slow = {"max_new_tokens": 48, "min_new_tokens": 48}
     config = write_config(tmp_path, tiny_teacher_dir, slow)
     base = tmp_path / "out"
@@ -497,6 +498,9 @@ def test_a_stopped_ray_run_resumes_with_the_same_command_to_the_one_process_arti
     reference = generate_run(config, shards=count, overrides=Overrides(output_dir=str(tmp_path / "one")))
     assert entry_digests(base) == entry_digests(reference.output_dir)
     assert temporary_directories(tmp_path) == []
+    code, stdout, lines = Driver(config, args[:-1]).finish()  # once more, the table: every shard is published
+    assert code == 0 and stdout.strip() == str(base), lines
+    assert f"0 shards published, {count} already published (skipped)" in lines[-1], lines
 
 
 @pytest.mark.slow

@@ -96,12 +96,11 @@ def ray_output_off(verbose: bool) -> Iterator[None]:
     sys.stderr = terminal
     try:
         yield
-    finally:
+    finally:  # the copy stays open: the run's console and progress display write to it
         terminal.flush()
         os.dup2(saved, 2)
         os.close(saved)
         sys.stderr = previous
-        terminal.close()
 
 
 def generate_on_ray_command(

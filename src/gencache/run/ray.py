@@ -1,25 +1,24 @@
 """``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
 
-The driver (:func:`generate_on_ray`) plans the run once (:func:`gencache.run.targets.plan_run`: a rerun without a
-count keeps the count of the shard base already at ``output_dir``), makes the model-free checks before anything
-starts, connects, fixes the shard count (``--shards N``; else :data:`SHARDS_PER_WORKER` per worker, lowered until
-every shard owns keys) and creates the workers (:class:`ShardWorker`, one per GPU by default) with Ray's own
-restart and retry: a worker whose process dies is created again and its shard made again, at most ``max_retries``
-times. Ray's :class:`ray.util.ActorPool` hands each shard to whichever worker is free. Each worker publishes its
-shards itself, with the atomic publish of one process, to the output path every node reaches; the driver checks
-each published shard's ``run_digest``, shows one progress display (fed by the :class:`RunTally` actor) and returns a
-:class:`RayRun` with a record per shard. The shards already published by the same run are skipped, so the same
-command run again generates only the rest; the dead writers' temporary directories of the run's shards are
-removed when it starts and ends.
+The driver (:func:`generate_on_ray`) plans the run once (:func:`gencache.run.targets.plan_run`: a rerun without a count
+keeps the count of the shard base already at ``output_dir``), makes the model-free checks before anything starts,
+connects, fixes the shard count (``--shards N``; else :data:`SHARDS_PER_WORKER` per worker, lowered until every shard
+owns keys) and creates the workers (:class:`ShardWorker`, one per GPU by default) with Ray's own restart and retry: a
+worker whose process dies is created again and its shard made again, at most ``max_retries`` times. Ray's
+:class:`ray.util.ActorPool` hands each shard to whichever worker is free. Each worker publishes its shards itself, with
+the atomic publish of one process, to the output path every node reaches; the driver verifies each published shard and
+its ``run_digest``, shows one progress display (fed by the :class:`RunTally` actor) and returns a :class:`RayRun` with a
+record per shard. The shards already published by the same run are skipped, so the same command run again generates only
+the rest; the dead writers' temporary directories of the run's shards are removed when it starts and ends.
 
-Every wait is bounded. The address is probed before Ray's client (which retries for minutes) with a short TCP
-connection that must answer as a gRPC server does. The driver waits on Ray in steps of :data:`POLL_S` and gives up,
-naming the cause and Ray's logs, when no worker starts or no shard makes progress for ``timeout`` seconds. A signal
-handler of the caller that raises inside one of Ray's C calls (Ray turns that into a ``SystemError``) is raised
-again as itself once the call returns, so a stop ends the run at any moment: the workers are killed (a local
-instance is shut down) and their temporary directories removed. A local instance runs its workers with the driver's
-interpreter and environment (Ray's ``uv run`` integration, which repacks the working directory for the workers, is
-off for it). ``ray`` is imported inside the functions that need it, never when this module is imported.
+Every wait is bounded. The address is probed before Ray's client (which retries for minutes) with a short TCP connection
+that must answer as a gRPC server does. The driver waits on Ray in steps of :data:`POLL_S` and gives up, naming the
+cause and Ray's logs, when no worker starts or no shard makes progress for ``timeout`` seconds. What the caller's signal
+handler raises inside one of Ray's C calls (Ray turns it into a ``SystemError``) goes on as itself once the call
+returns, so a stop ends the run at any moment: the workers are killed (a local instance is shut down) and their
+temporary directories removed. A local instance runs its workers with the driver's interpreter and environment (Ray's
+``uv run`` integration, which repacks the working directory for the workers, is off for it). ``ray`` is imported inside
+the functions that need it, never when this module is imported.
 """
 
 from __future__ import annotations
@@ -293,7 +292,8 @@ def resolve_address(given: str | None, env: Mapping[str, str]) -> Address:
 def _latest_cluster() -> str | None:
     """The address of the cluster ``ray start`` last recorded on this machine (Ray's own lookup), or None."""
     try:
-        from ray._private.services import canonicalize_bootstrap_address
+        with environment_kept():  # ray's import sets RAY_CLIENT_MODE (see import_ray)
+            from ray._private.services import canonicalize_bootstrap_address
 
         found: str | None = canonicalize_bootstrap_address("auto")
     except Exception:  # Ray's lookup found nothing readable: there is no cluster to join
