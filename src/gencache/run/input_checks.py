@@ -257,10 +257,9 @@ def data_config_steps(
 
 
 def shard_count_step(run: Runner, keys: list[str], shard: ShardSpec | None) -> None:
-    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty),
-    naming the largest count that leaves no shard empty. One
-    shard of a launched or ``--shard I/N`` run that owns no key is still published empty, so that the set of shards
-    is complete (generate says so)."""
+    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty), naming
+    the largest count that leaves no shard empty. One shard of a launched or ``--shard I/N`` run that owns no key is
+    still published empty, so that the set of shards is complete (generate says so)."""
     if shard is None or shard.origin != "--shards":
         return
 

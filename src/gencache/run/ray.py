@@ -450,8 +450,8 @@ class _Driver:
         started = time.monotonic()
         known = self.plan.targets[0].shard.count if self.plan.targets[0].shard is not None else None
         self.run = RayRun(self.plan.base, where.value, known or 0, 0, options.max_retries)
-        self._found_published()
         try:
+            self._found_published()
             if known is None or self.plan.pending:  # else every shard is published: nothing to connect for
                 self.say(
                     "status",
