@@ -109,8 +109,7 @@ def _idle_fraction(spans: Sequence[tuple[str, float, float]]) -> tuple[float, fl
 def _fixed_split(ray: Any, config: Path, shards: int, output: Path) -> list[tuple[str, float, float]]:
     """The same shards given up front: worker ``w`` takes ``w, w + WORKERS, ...`` in order."""
     from gencache.run.overrides import Overrides
-    from gencache.run.ray_progress import RunTally
-    from gencache.run.ray_worker import ShardWorker, WorkerSpec
+    from gencache.run.ray import RunTally, ShardWorker, WorkerSpec
 
     name = f"bench-fixed-split-{output.name}"
     tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
@@ -130,11 +129,10 @@ def _fixed_split(ray: Any, config: Path, shards: int, output: Path) -> list[tupl
 def _dynamic(config: Path, shards: int, output: Path) -> tuple[list[tuple[str, float, float]], int]:
     """``generate --ray``'s spans (worker, start after its load, finish) and generated tokens."""
     from gencache.run.overrides import Overrides
-    from gencache.run.ray_driver import generate_on_ray
+    from gencache.run.ray import RayOptions, generate_on_ray
 
-    run = generate_on_ray(
-        config, address="local", shards=shards, workers=WORKERS, overrides=Overrides(output_dir=str(output))
-    )
+    options = RayOptions("local", shards, WORKERS)
+    run = generate_on_ray(config, options, overrides=Overrides(output_dir=str(output)))
     spans = [(r.worker or "", r.started_at + r.load_seconds, r.finished_at) for r in run.records]
     return spans, sum(r.tokens for r in run.records)
 

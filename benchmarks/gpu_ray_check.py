@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
 
     from gencache.generation.tiny import build_tiny_teacher
     from gencache.run.api import generate
-    from gencache.run.ray_driver import generate_on_ray
+    from gencache.run.ray import RayOptions, generate_on_ray
 
     root = args.workdir or Path(tempfile.mkdtemp(prefix="gencache-gpu-ray-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     try:
         started = time.monotonic()
         log(f"--ray: {SHARDS} shards on 2 workers of {'half a GPU' if gpus else 'one CPU'} each")
-        result = generate_on_ray(config, address="local", shards=SHARDS, workers=2, worker_gpus=0.5)
+        result = generate_on_ray(config, RayOptions("local", SHARDS, 2, 0.5))
         log(f"--ray run: {time.monotonic() - started:.1f}s")
     finally:
         ray.shutdown()

@@ -22,7 +22,7 @@ from gencache.artifact.names import shard_dir_name
 from gencache.cli.app import run as cli_run
 from gencache.cli.console import RunProgress
 from gencache.run.overrides import Overrides
-from gencache.run.ray_driver import generate_on_ray
+from gencache.run.ray import RayOptions, generate_on_ray
 from support.ray_helpers import entry_digests, temporary_directories
 from test_shards_run import write_config as shards_run_config
 
@@ -79,9 +79,7 @@ def test_ray_base_equals_one_process_and_unsharded(
         shown = io.StringIO()
         result = generate_on_ray(
             config,
-            address=ray_cluster,
-            shards=SHARDS,
-            workers=2,
+            RayOptions(ray_cluster, SHARDS, 2),
             progress=lambda total: RunProgress(total, stream=shown, interval=0.0, live=False),
         )
         assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
@@ -241,13 +239,13 @@ def test_a_cuda_config_on_a_cluster_without_gpus_is_refused_before_any_worker(
     config = write_config(tmp_path, tiny_teacher_dir)
     cuda = Overrides(sets=('model.device="cuda"',))
     with pytest.raises(ConfigError, match="the Ray cluster has no GPUs"):
-        generate_on_ray(config, address=ray_cluster, shards=SHARDS, overrides=cuda)
+        generate_on_ray(config, RayOptions(ray_cluster, SHARDS), overrides=cuda)
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
 
 
 def test_addresses_resolve_as_documented() -> None:
     from gencache.core.errors import ConfigError
-    from gencache.run.ray_cluster import resolve_address
+    from gencache.run.ray import resolve_address
 
     assert resolve_address(None, {}).local
     assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}).value == "10.0.0.1:6379"
@@ -261,7 +259,7 @@ def test_addresses_resolve_as_documented() -> None:
 
 def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
     from gencache.core.errors import ConfigError
-    from gencache.run.ray_cluster import worker_shape
+    from gencache.run.ray import RayOptions, worker_shape
 
     one_gpu = {"GPU": 1.0, "CPU": 16.0}
     assert worker_shape("cuda", 1, 0.5, one_gpu).capacity == 2  # two workers share the H200
@@ -271,7 +269,7 @@ def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
     with pytest.raises(ConfigError, match="no GPUs"):
         worker_shape("auto", 1, 1.0, {"CPU": 8.0})
     with pytest.raises(ConfigError, match="--worker-gpus"):
-        worker_shape("cuda", 1, 0.0, one_gpu)
+        RayOptions(worker_gpus=0.0).check()
 
 
 def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(
@@ -287,7 +285,7 @@ def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(
     assert temporary_directories(tmp_path) == []
 
 
-def test_without_an_address_a_local_instance_runs_the_shards_and_the_process_is_left_as_found(
+def test_without_an_address_a_local_instance_under_uv_run_runs_the_shards_and_the_process_is_left_as_found(
     tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
@@ -304,9 +302,24 @@ print(json.dumps({{
     "handlers": [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == handlers,
 }}))
 """
+    # started as `uv run` starts it: Ray's uv integration would start the workers with `uv run` (here a `uv` that
+    # cannot start anything) in a packed copy of the working directory; a local instance runs them as the driver
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uv").write_text("#!/bin/sh\nexit 1\n", encoding="utf-8")
+    (bin_dir / "uv").chmod(0o755)
+    (tmp_path / "run").write_text("import subprocess, sys\nsys.exit(subprocess.call(sys.argv[1:]))\n")
     env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False, env=env
+        ["uv", "run", sys.executable, "-c", code],
+        executable=sys.executable,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout.strip().splitlines()[-1])
@@ -316,3 +329,227 @@ print(json.dumps({{
         shard_dir_name("out", 0, 2),
         shard_dir_name("out", 1, 2),
     ]
+
+
+def test_an_http_server_at_the_address_is_one_line_exit_2(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    """The dashboard's port (an HTTP server) given as the cluster's: refused in seconds, not Ray's minutes."""
+    import http.server
+    import threading
+
+    config = write_config(tmp_path, tiny_teacher_dir)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        driver = cli(config, "--ray", f"localhost:{server.server_address[1]}")
+        _, stderr = driver.communicate(timeout=120)
+    finally:
+        server.shutdown()
+    assert driver.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not a Ray cluster" in lines[0], stderr
+
+
+def test_a_cluster_that_never_grants_a_worker_ends_the_run_after_the_timeout(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+) -> None:
+    import ray
+
+    from gencache.run.ray import RunTally
+
+    config = write_config(tmp_path, tiny_teacher_dir)
+    holder = ray.remote(RunTally).options(num_cpus=2).remote()  # another job's actor holds every CPU of the cluster
+    ray.get(holder.snapshot.remote())
+    try:
+        driver = cli(config, "--ray", ray_cluster, "--shards", "2", "--ray-timeout", "3")
+        _, stderr = driver.communicate(timeout=300)
+    finally:
+        ray.kill(holder)
+    assert driver.returncode == 1, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no worker started in 3 s" in errors[0] and "Ray's logs: " in errors[0], stderr
+    assert temporary_directories(tmp_path) == []
+
+
+def test_the_default_count_and_the_refusal_leave_no_shard_empty(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    from gencache.artifact.names import shard_of
+    from gencache.run.sharding import full_split
+
+    keys = [f"{i:064x}" for i in (3, 10, 17, 24, 5, 12, 19)]  # seven keys of which the 7-way split leaves 3 empty
+    assert len({shard_of(k, 7) for k in keys}) < 7
+    count = full_split(keys, 16)
+    assert count < 7 and len({shard_of(k, count) for k in keys}) == count
+    assert full_split([], 16) == 1
+    config = write_config(tmp_path, tiny_teacher_dir)  # twelve unique keys
+    refused = cli(config, "--shards", "16", "--dry-run")
+    _, stderr = refused.communicate(timeout=300)
+    assert refused.returncode == 2, stderr
+    named = int(stderr.split("use at most ")[1].split()[0])
+    base = gencache.generate(config, shards=named)
+    published = [Path(shard_dir_name(str(base), index, named)) for index in range(named)]
+    assert all(json.loads((p / "manifest.json").read_text())["entries"] for p in published)
+
+
+#: A driver whose ``ray.init`` is stopped by the signal ``argv[1]`` a moment after it began (while it connects).
+STOPPED_WHILE_CONNECTING = """
+import os, sys, threading
+import ray
+init = ray.init
+def connecting(*args, **kwargs):
+    threading.Timer(0.2, os.kill, (os.getpid(), int(sys.argv[1]))).start()
+    return init(*args, **kwargs)
+ray.init = connecting
+from gencache.cli import main
+main(sys.argv[2:])
+"""
+
+
+class Driver:
+    """A ``generate --ray`` driver in its own process whose stderr lines are read as they come (``connecting``: a
+    signal stops it while ``ray.init`` runs)."""
+
+    def __init__(
+        self, config: Path, args: list[str], env: dict[str, str] | None = None, connecting: int | None = None
+    ) -> None:
+        import queue
+        import threading
+
+        if connecting is None:
+            self.process = cli(config, *args, env=env)
+        else:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", STOPPED_WHILE_CONNECTING, str(connecting), "generate", str(config), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=config.parent,
+            )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self.stdout: list[str] = []
+        assert self.process.stderr is not None and self.process.stdout is not None
+        errors, output = self.process.stderr, self.process.stdout
+
+        def read() -> None:
+            for line in errors:
+                self.lines.put(line.rstrip("\n"))
+            self.lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        self.reader = threading.Thread(target=lambda: self.stdout.extend(output), daemon=True)
+        self.reader.start()
+
+    def wait_for_line(self, text: str, timeout: float = 300.0) -> None:
+        """Read the driver's stderr up to the first line that starts with ``text``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+            if line is None:
+                raise AssertionError(f"the driver ended before {text!r}: {self.seen}")
+            self.seen.append(line)
+            if line.startswith(text):
+                return
+        raise AssertionError(f"no line starting with {text!r}: {self.seen}")
+
+    def finish(self, timeout: float = 600.0) -> tuple[int, str, list[str]]:
+        code = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=60)
+        while (line := self.lines.get(timeout=60)) is not None:
+            self.seen.append(line)
+        return code, "".join(self.stdout), self.seen
+
+
+@pytest.mark.slow
+def test_a_stopped_ray_run_resumes_with_the_same_command_to_the_one_process_artifact(
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+) -> None:
+    """SIGINT and SIGTERM while connecting, while the workers start and in the middle of a shard: each stop is one
+    line and 130/143 without Ray's own output, leaves no temporary directory behind, and the same command (no
+    --shards: the default count, then the started split's) goes on until the base equals ``--shards N`` in one
+    process, every shard owning keys."""
+    slow = {"max_new_tokens": 48, "min_new_tokens": 48}
+    config = write_config(tmp_path, tiny_teacher_dir, slow)
+    base = tmp_path / "out"
+    args = ["--ray", ray_cluster, "--workers", "2", "--json"]
+    moments = [
+        (None, signal.SIGINT),  # while connecting
+        (None, signal.SIGTERM),
+        ("ray ", signal.SIGTERM),  # "ray ADDRESS: N of M shards to generate": while the workers start
+        ("ray ", signal.SIGINT),
+        ("published ", signal.SIGINT),  # in the middle of the next shard
+        ("published ", signal.SIGTERM),
+    ]
+    for moment, signum in moments:
+        driver = Driver(config, args, connecting=signum if moment is None else None)
+        if moment is not None:
+            driver.wait_for_line(moment)
+            driver.process.send_signal(signum)
+        code, _, lines = driver.finish(timeout=120)
+        assert code == 128 + signum, lines
+        assert lines[-1].startswith(f"Terminated by {signal.Signals(signum).name}"), lines
+        assert not any("internal error" in line or "Traceback" in line for line in lines), lines
+        assert not any(line.startswith("[20") or "Token authentication" in line for line in lines), lines  # Ray's
+        assert building(tmp_path) == [], lines
+    code, stdout, lines = Driver(config, args).finish()
+    assert code == 0, lines
+    summary = json.loads(stdout)
+    count = summary["shards"]
+    assert summary["published"] + summary["skipped"] == count and summary["skipped"] >= 2
+    assert all(record["entries"] > 0 for record in summary["per_shard"] if record["status"] != "skipped")
+    assert cli_run(["verify", str(base)]) == 0
+    reference = gencache.generate(config, shards=count, output_dir=tmp_path / "one")
+    assert entry_digests(base) == entry_digests(reference)
+    assert temporary_directories(tmp_path) == []
+    code, stdout, lines = Driver(config, args[:-1]).finish()  # once more, the table: every shard is published
+    assert code == 0 and stdout.strip() == str(base), lines
+    assert f"0 shards published, {count} already published (skipped)" in lines[-1], lines
+
+
+@pytest.mark.slow
+def test_a_local_instance_stops_with_its_driver(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    """SIGTERM while the workers of a local instance start: exit 143 in one line, and every process of the
+    instance (raylet, GCS, workers) is gone with the driver."""
+    import psutil
+
+    config = write_config(tmp_path, tiny_teacher_dir)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    driver = Driver(config, ["--ray", "local", "--shards", "2"], env)
+    driver.wait_for_line("ray local: ")
+    instance = psutil.Process(driver.process.pid).children(recursive=True)
+    driver.process.send_signal(signal.SIGTERM)
+    code, _, lines = driver.finish(timeout=120)
+    assert code == 143 and lines[-1].startswith("Terminated by SIGTERM"), lines
+    assert instance, "the driver started a local instance"
+    _, alive = psutil.wait_procs(instance, timeout=60)
+    assert alive == [], [p.cmdline() for p in alive]
+
+
+@pytest.mark.slow
+def test_workers_that_cannot_start_end_the_run_after_the_timeout_naming_the_cause(
+    tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    """The newcomer's `uv run` driver, with Ray's uv integration asked for explicitly: every worker process is
+    started through a `uv` that fails, and the driver ends after --ray-timeout with one line naming the cause and
+    Ray's logs, exit 1."""
+    config = write_config(tmp_path, tiny_teacher_dir)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uv").write_text("#!/bin/sh\nexit 1\n", encoding="utf-8")
+    (bin_dir / "uv").chmod(0o755)
+    (tmp_path / "run").write_text("import subprocess, sys\nsys.exit(subprocess.call(sys.argv[1:]))\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    env |= {"PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "1"}
+    argv = ["generate", str(config), "--ray", "local", "--shards", "2", "--ray-timeout", "20"]
+    result = subprocess.run(
+        ["uv", "run", sys.executable, "-m", "gencache", *argv],
+        executable=sys.executable,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no worker started in 20 s: Ray could not start worker processes" in errors[0]
+    assert "Ray's logs: /" in errors[0] and not any(line.startswith("[20") for line in result.stderr.splitlines())

@@ -29,7 +29,7 @@ _EXPORTS = {
     "MissingEntryError": "gencache.core.errors",
     "generate": "gencache.run.api",
     "dry_run": "gencache.run.api",
-    "RayOptions": "gencache.run.api",
+    "RayOptions": "gencache.run.ray",
     "audit": "gencache.run.audit",
     "score": "gencache.run.score",
 }
@@ -52,8 +52,9 @@ if TYPE_CHECKING:
     from gencache.core.tokenizer import prepare_tokenizer
     from gencache.data.keys import semantic_key
     from gencache.data.samples import build_samples
-    from gencache.run.api import RayOptions, dry_run, generate
+    from gencache.run.api import dry_run, generate
     from gencache.run.audit import audit
+    from gencache.run.ray import RayOptions
     from gencache.run.score import score
 
 __all__ = [

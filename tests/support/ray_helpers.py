@@ -13,7 +13,6 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 from gencache.core.process import signal_handlers_kept
 
@@ -26,13 +25,15 @@ WORKER_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
-#: Ray's message for a node whose agents did not start in time (the one start failure worth retrying).
-STARTUP_TIMEOUT = "timed out during startup"
 
 
-def start_cluster(num_cpus: int = 2, attempts: int = 3) -> str:
-    """Start a local Ray instance connected to this process; return its address (other drivers connect to it)."""
+def start_cluster(num_cpus: int = 2, attempts: int = 4) -> str:
+    """Start a local Ray instance connected to this process (as few processes as Ray allows: no dashboard, no
+    GPUs, ``num_cpus`` slots); return its address (other drivers connect to it). A start that timed out is tried
+    again after a clean shutdown; the last failure names the attempts."""
     import ray
+
+    from gencache.run.ray import STARTUP_TIMEOUT
 
     with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them; other tests expect theirs
         for attempt in range(1, attempts + 1):
@@ -40,6 +41,7 @@ def start_cluster(num_cpus: int = 2, attempts: int = 3) -> str:
                 context = ray.init(
                     address="local",
                     num_cpus=num_cpus,
+                    num_gpus=0,
                     include_dashboard=False,
                     log_to_driver=False,
                     configure_logging=False,
@@ -47,8 +49,13 @@ def start_cluster(num_cpus: int = 2, attempts: int = 3) -> str:
                 )
             except Exception as error:
                 ray.shutdown()
-                if STARTUP_TIMEOUT not in str(error) or attempt == attempts:
+                if STARTUP_TIMEOUT not in str(error):
                     raise
+                if attempt == attempts:
+                    raise AssertionError(
+                        f"the test Ray cluster did not start in {attempts} attempts (the raylet's agents missed its "
+                        f"fixed 15 s on this loaded machine): {str(error).splitlines()[0]}"
+                    ) from error
                 continue
             address: str = context.address_info["gcs_address"]
             return address
@@ -71,9 +78,3 @@ def entry_digests(base: Path) -> dict[str, str]:
 def temporary_directories(parent: Path) -> list[str]:
     """The gencache temporary directories (and their lock files) left in ``parent``."""
     return sorted(name for name in os.listdir(parent) if ".gencache-" in name)
-
-
-def outcome_json(stdout: str) -> dict[str, Any]:
-    """The ``--json`` summary a ``generate --ray`` command printed."""
-    summary: dict[str, Any] = json.loads(stdout)
-    return summary

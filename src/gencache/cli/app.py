@@ -157,6 +157,14 @@ _MaxRetriesOption = Annotated[
         "--max-retries", metavar="R", help="With --ray: generate a dead worker's shard again at most R times (3)."
     ),
 ]
+_RayTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--ray-timeout",
+        metavar="S",
+        help="With --ray: give up when no worker starts, or no shard makes progress, for S seconds (600).",
+    ),
+]
 
 
 class _GenerateCommand(RayOptionCommand):
@@ -189,6 +197,7 @@ def generate(
     workers: _WorkersOption = None,
     worker_gpus: _WorkerGpusOption = None,
     max_retries: _MaxRetriesOption = None,
+    ray_timeout: _RayTimeoutOption = None,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.cli.console import RunProgress
@@ -202,13 +211,22 @@ def generate(
     if json_ and not (dry_run or show_prompt is not None or ray is not None):
         raise ConfigError("--json goes with --dry-run or --ray; add one of them.")
     notices = Notices()
-    if ray is not None or workers is not None or worker_gpus is not None or max_retries is not None:
+    if any(given is not None for given in (ray, workers, worker_gpus, max_retries, ray_timeout)):
         from gencache.cli.ray_run import generate_on_ray_command, ray_options
 
-        options = ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries)
-        options |= {"overrides": Overrides(tuple(set_ or ()), output_dir, limit), "shards": shards, "shard": shard}
+        options = ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries, ray_timeout, shards)
+        overrides = Overrides(tuple(set_ or ()), output_dir, limit)
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
-            generate_on_ray_command(config, ray or "", options, as_json=json_, notices=notices, progress=RunProgress)
+            generate_on_ray_command(
+                config,
+                options,
+                as_json=json_,
+                verbose=verbose,
+                notices=notices,
+                progress=RunProgress,
+                overrides=overrides,
+                shard=shard,
+            )
         return
     try:
         with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):

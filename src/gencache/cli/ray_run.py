@@ -3,19 +3,25 @@
 Typer has no option whose value may be left out, so the generate command parses with :class:`RayOptionCommand`,
 which reads a ``--ray`` given without an address (last, or before another option or ``CONFIG.json``) as
 ``--ray=`` (``RAY_ADDRESS``, else a local Ray instance). :func:`generate_on_ray_command` runs the library's
-:func:`gencache.run.ray_driver.generate_on_ray` with the run's messages and progress display on stderr and ends
+:func:`gencache.run.ray.generate_on_ray` with the run's messages and progress display on stderr and ends
 with the summary per shard, or prints that summary as JSON on stdout with ``--json``. Ray's own notices (a worker
-that died) go to stderr with the run's messages.
+that died) go to stderr with the run's messages; the lines of Ray's C++ core only with ``--verbose``
+(:func:`ray_output_off`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
+
+if TYPE_CHECKING:
+    from gencache.run.ray import RayOptions
 
 RAY_OPTION = "--ray"
 
@@ -46,31 +52,68 @@ def ray_options(
     workers: int | None,
     worker_gpus: float | None,
     max_retries: int | None,
-) -> dict[str, Any]:
-    """The Ray keywords of the library from the command's options, or one line for a combination that is wrong."""
+    timeout: float | None,
+    shards: int | None,
+) -> RayOptions:
+    """The run's Ray options from the command's, or one line for a combination that is wrong."""
     from gencache.core.errors import ConfigError
-    from gencache.run.ray_driver import DEFAULT_MAX_RETRIES
+    from gencache.run.ray import RayOptions
 
     if ray is None:
-        raise ConfigError("--workers, --worker-gpus and --max-retries go with --ray; add --ray.")
+        raise ConfigError("--workers, --worker-gpus, --max-retries and --ray-timeout go with --ray; add --ray.")
     if dry_run or show_prompt is not None:
         raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
-    return {
-        "workers": workers,
-        "worker_gpus": 1.0 if worker_gpus is None else worker_gpus,
-        "max_retries": DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
-    }
+    default = RayOptions()
+    return RayOptions(
+        ray or None,
+        shards,
+        workers,
+        default.worker_gpus if worker_gpus is None else worker_gpus,
+        default.max_retries if max_retries is None else max_retries,
+        default.timeout if timeout is None else timeout,
+    )
+
+
+@contextlib.contextmanager
+def ray_output_off(verbose: bool) -> Iterator[None]:
+    """Ray's own output kept off the terminal unless ``verbose``: its C++ core (and the processes of a local
+    instance it starts) write to file descriptor 2, which points at the null device for the block, while the
+    command's lines go on through a copy of the terminal's descriptor (``sys.stderr`` for the block). Only a
+    command whose ``sys.stderr`` is descriptor 2 does so; another program's descriptors are left alone."""
+    try:
+        ours = not verbose and sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr (a host program's)
+        ours = False
+    if not ours:
+        yield
+        return
+    sys.stderr.flush()
+    saved, previous = os.dup(2), sys.stderr
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=previous.encoding, errors=previous.errors)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    sys.stderr = terminal
+    try:
+        yield
+    finally:  # the copy stays open: the run's console and progress display write to it
+        terminal.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr = previous
 
 
 def generate_on_ray_command(
-    config: Any, ray: str, options: dict[str, Any], *, as_json: bool, notices: Any, progress: Any
+    config: Any, options: RayOptions, *, as_json: bool, verbose: bool, notices: Any, progress: Any, **run: Any
 ) -> None:
-    """Run on Ray and print the shard base (or ``--json``'s summary); ``options`` are the library's keywords."""
+    """Run on Ray and print the shard base (or ``--json``'s summary); ``run`` are the library's other keywords."""
+    from gencache.cli import signals
     from gencache.cli.console import echo_json
-    from gencache.run.ray_driver import generate_on_ray
+    from gencache.run.ray import generate_on_ray
 
-    with contextlib.redirect_stdout(sys.stderr):  # Ray prints its workers' deaths on stdout: keep it for results
-        result = generate_on_ray(config, address=ray or None, notify=notices, progress=progress, **options)
+    with ray_output_off(verbose), contextlib.redirect_stdout(sys.stderr):  # Ray prints workers' deaths on stdout
+        result = generate_on_ray(config, options, notify=notices, progress=progress, **run)
+    signals.note_published(result.published + result.skipped)  # a stop from here on says it is published
     if as_json:
         echo_json(result.to_json())
         return

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gencache.data.samples import Sample
     from gencache.run.audit import AuditReport
     from gencache.run.preflight import Preflight
-    from gencache.run.ray_driver import RayRun
+    from gencache.run.ray import RayRun
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 

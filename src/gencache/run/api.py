@@ -14,13 +14,14 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
 from gencache.run.overrides import Overrides
 from gencache.run.preflight import Plan, Preflight, RunInputs, Target, plan_run, preflight
+from gencache.run.ray import RayOptions
 
 if TYPE_CHECKING:
     from gencache.core.progress import Notify, ProgressFactory, StagedProgress
@@ -28,18 +29,6 @@ if TYPE_CHECKING:
 
 Settings = Mapping[str, Any] | Sequence[str]
 PathLike = str | os.PathLike[str]
-
-
-@dataclass(frozen=True)
-class RayOptions:
-    """How ``generate --ray`` runs (:mod:`gencache.run.ray_driver`): the cluster's ``address`` (None is
-    ``RAY_ADDRESS`` or a local Ray instance; ``HOST:PORT``, ``ray://HOST:PORT``, ``"auto"`` or ``"local"``), at most
-    ``workers`` workers of ``worker_gpus`` GPUs each, and how often a dead worker's shard is generated again."""
-
-    address: str | None = None
-    workers: int | None = None
-    worker_gpus: float = 1.0
-    max_retries: int = 3
 
 
 def _overrides(overrides: Settings | None, output_dir: PathLike | None, limit: int | None) -> Overrides:
@@ -113,28 +102,21 @@ def generate(
     environment, global random generators, logging, other modules).
 
     ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``): ``True`` is ``RAY_ADDRESS`` or a local
-    Ray instance, a string an address, a :class:`RayOptions` the address and the pool; ``shards`` defaults to eight
-    per worker. It returns the unsuffixed ``output_dir`` of the shard base.
+    Ray instance, a string an address (``HOST:PORT``, ``ray://HOST:PORT``, ``"auto"``, ``"local"``), a
+    :class:`~gencache.run.ray.RayOptions` the address, the pool and its bounded waits; ``shards`` defaults to the
+    count of a split already at ``output_dir``, else eight per worker (fewer when some shard would own no key). It
+    returns the unsuffixed ``output_dir`` of the shard base.
     """
     changes = _overrides(overrides, output_dir, limit)
     say = notify or _quiet
     if ray is not None and ray is not False:
-        from gencache.run.ray_driver import generate_on_ray
+        from gencache.run.ray import generate_on_ray
 
         pool = ray if isinstance(ray, RayOptions) else RayOptions(None if ray is True else str(ray))
-        return generate_on_ray(
-            config,
-            address=pool.address,
-            shards=shards,
-            workers=pool.workers,
-            worker_gpus=pool.worker_gpus,
-            max_retries=pool.max_retries,
-            shard=shard,
-            overrides=changes,
-            env=env,
-            notify=say,
-            progress=progress,
-        ).output_dir
+        if shards is not None:
+            pool = replace(pool, shards=shards)
+        on_ray = generate_on_ray(config, pool, shard=shard, overrides=changes, env=env, notify=say, progress=progress)
+        return on_ray.output_dir
     say("status", f"checking {os.fspath(config)}: the config, the data, the tokenizer and the teacher's files")
     plan = plan_run(config, changes, shard, shards, env, skip_published or shards is not None)
     run = _Run(say, progress)

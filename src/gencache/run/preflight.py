@@ -46,7 +46,7 @@ from gencache.core.errors import (
 )
 from gencache.run.overrides import Override, Overrides, check_config, check_utf8_paths, name_origins
 from gencache.run.record import absolute_path
-from gencache.run.sharding import ShardSpec, resolve_shard
+from gencache.run.sharding import ShardSpec, full_split, resolve_shard
 
 if TYPE_CHECKING:
     from gencache.config import CacheConfig, DataConfig
@@ -280,11 +280,15 @@ def plan_run(
     shards: int | None = None,
     env: Mapping[str, str] | None = None,
     skip: bool = False,
+    *,
+    keep_split: bool = False,
 ) -> Plan:
     """The plan of ``config_path`` with ``overrides``: ``shard`` (``I/N``, or the launcher's rank read from ``env``)
     or all ``shards``; with ``skip`` the targets the same run already published are set aside. Every problem of
     the config, the shard plan and the data files is raised at once (when the config is invalid, the data configs
-    and the output location that validated on their own are checked too)."""
+    and the output location that validated on their own are checked too). With ``keep_split`` and no count, a split
+    already started at ``output_dir`` is planned with its count (a ``--ray`` rerun resumes it)."""
+    from gencache.artifact.shards import find_shards
     from gencache.config import config_to_json
 
     checked = check_config(config_path, overrides)
@@ -292,6 +296,8 @@ def plan_run(
     output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
     targets: list[Target] = []
     if output_dir is not None:
+        if keep_split and shards is None and (found := find_shards(absolute_path(output_dir))) is not None:
+            shards = found.count
         try:
             targets = _targets(output_dir, shard, shards, env)
         except ShardError as error:
@@ -524,7 +530,7 @@ def _data_configs(
         message = "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
         found.fail("datasets", "data_configs", ConfigError(message))
     if keys is not None:
-        _shard_count(found, len(dict.fromkeys(keys)), shard)
+        _shard_count(found, keys, shard)
     return keys
 
 
@@ -559,18 +565,19 @@ def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
     return keys, f"{dc.dataset_name}: {len(keys)} samples, {len(set(keys))} unique keys, from {where}"
 
 
-def _shard_count(found: Preflight, unique: int, shard: ShardSpec | None) -> None:
-    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty). One
-    shard of a launched or ``--shard I/N`` run that owns no key is still published empty, so that the set of shards
-    is complete (generate says so)."""
+def _shard_count(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None:
+    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty), naming
+    the largest count that leaves no shard empty. One shard of a launched or ``--shard I/N`` run that owns no key is
+    still published empty, so that the set of shards is complete (generate says so)."""
     if shard is None or shard.origin != "--shards":
         return
+    unique = len(set(keys))
 
     def count() -> tuple[None, str]:
         if shard.count > max(unique, 1):
             raise ShardError(
                 f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards "
-                f"would be empty; use at most {max(unique, 1)} shards."
+                f"would be empty; use at most {full_split(keys, shard.count)} shards, which leaves none empty."
             )
         return None, f"{shard.count} shards over {unique} unique keys"
 
@@ -684,7 +691,7 @@ def _teacher(
     found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
     found.targets = with_keys(found.targets, samples)
     if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
-        _shard_count(found, len(samples.unique), shard)
+        _shard_count(found, [s.key for s in samples.unique], shard)
         if show_prompt is not None:
             found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(samples))
     if show_prompt is not None and 0 <= show_prompt < len(samples):

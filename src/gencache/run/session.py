@@ -1,10 +1,11 @@
 """A loaded teacher session: the teacher's weights loaded once, then one target published at a time.
 
 This is the one code path behind every artifact a run publishes: ``generate`` in one process (one target, or the N
-shards of ``--shards N`` in turn) and each worker of a Ray run (shard after shard). Given the run's plan and its
-checked inputs (:func:`gencache.run.preflight.preflight`), :meth:`TeacherSession.publish` generates a target's keys,
-writes them with :class:`gencache.artifact.writer.ArtifactBuild`, records ``resolved_config.json`` and the summary,
-and publishes the directory with the no-replace rename. Nothing is printed here.
+shards of ``--shards N`` in turn) and each worker of a Ray run (:mod:`gencache.run.ray`, shard after shard). Given
+the run's plan and its checked inputs (:func:`gencache.run.preflight.preflight`), :meth:`TeacherSession.publish`
+generates a target's keys, writes them with :class:`gencache.artifact.writer.ArtifactBuild`, records
+``resolved_config.json`` and the summary, and publishes the directory with the no-replace rename. Nothing is printed
+here.
 """
 
 from __future__ import annotations

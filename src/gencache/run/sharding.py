@@ -6,7 +6,7 @@ Pure logic apart from reading the environment; the reader discovers shard direct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,3 +128,12 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
         f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
         '"cuda" (each rank uses cuda:LOCAL_RANK).'
     )
+
+
+def full_split(keys: Sequence[str], most: int) -> int:
+    """The largest shard count up to ``most`` that leaves no shard without keys (1 for no keys)."""
+    unique = set(keys)
+    for count in range(min(most, len(unique)), 1, -1):
+        if len({shard_of(key, count) for key in unique}) == count:
+            return count
+    return 1

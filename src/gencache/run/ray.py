@@ -1,0 +1,814 @@
+"""``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
+
+The driver (:func:`generate_on_ray`) plans the run once (:func:`gencache.run.preflight.plan_run`: a rerun without a
+count keeps the count of the shard base already at ``output_dir``), makes the model-free checks before anything starts,
+connects, fixes the shard count (``--shards N``; else :data:`SHARDS_PER_WORKER` per worker, lowered until every shard
+owns keys) and creates the workers (:class:`ShardWorker`, one per GPU by default) with Ray's own restart and retry: a
+worker whose process dies is created again and its shard made again, at most ``max_retries`` times. Ray's
+:class:`ray.util.ActorPool` hands each shard to whichever worker is free. Each worker publishes its shards itself, with
+the atomic publish of one process, to the output path every node reaches; the driver verifies each published shard and
+its ``run_digest``, shows one progress display (fed by the :class:`RunTally` actor) and returns a :class:`RayRun` with a
+record per shard. The shards already published by the same run are skipped, so the same command run again generates only
+the rest; the dead writers' temporary directories of the run's shards are removed when it starts and ends.
+
+Every wait is bounded. The address is probed before Ray's client (which retries for minutes) with a short TCP connection
+that must answer as a gRPC server does. The driver waits on Ray in steps of :data:`POLL_S` and gives up, naming the
+cause and Ray's logs, when no worker starts or no shard makes progress for ``timeout`` seconds. What the caller's signal
+handler raises inside one of Ray's C calls (Ray turns it into a ``SystemError``) goes on as itself once the call
+returns, so a stop ends the run at any moment: the workers are killed (a local instance is shut down) and their
+temporary directories removed. A local instance runs its workers with the driver's interpreter and environment (Ray's
+``uv run`` integration, which repacks the working directory for the workers, is off for it). ``ray`` is imported inside
+the functions that need it, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gencache.core.errors import (
+    ConfigError,
+    GencacheError,
+    GenerationError,
+    OutputExistsError,
+    ShardError,
+    Stopped,
+    StoppedRun,
+)
+from gencache.core.process import environment_kept, signal_handlers_kept
+from gencache.run.overrides import Overrides
+from gencache.run.preflight import input_keys, plan_run, reshard
+
+if TYPE_CHECKING:
+    from gencache.core.progress import Notify, ProgressFactory
+    from gencache.run.preflight import Plan, Target
+    from gencache.run.session import TeacherSession
+
+#: Seconds of each wait on Ray: how soon a stop, a published shard or a change of progress is seen.
+POLL_S = 0.5
+#: Shards per worker when ``--shards`` is not given: enough that the last shards, handed to whichever worker is
+#: free, leave a short tail (8 keeps 64 simulated workers within 1.05x of the ideal makespan: docs/benchmarks.md).
+SHARDS_PER_WORKER = 8
+#: Seconds the probe of a cluster's address waits for it to answer.
+CONNECT_TIMEOUT_S = 5.0
+#: Ray's message for a node whose agents did not start in time (ray issue #65983, a loaded machine), and how often
+#: a local start meets it at most.
+STARTUP_TIMEOUT = "timed out during startup"
+LOCAL_START_ATTEMPTS = 3
+#: Seconds between a worker's progress reports (each is one message to the tally).
+REPORT_INTERVAL_S = 0.5
+#: The first bytes of an HTTP/2 connection (RFC 9113): the client preface and an empty SETTINGS frame.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How a run uses Ray: the cluster's ``address`` (None: ``RAY_ADDRESS``, else a local instance; ``"auto"`` the
+    cluster ``ray start`` runs here; ``"local"``), the shard count (None: the existing base's, else eight per
+    worker), at most ``workers`` workers of ``worker_gpus`` GPUs each (0.5 puts two on one GPU), the retries of a
+    dead worker's shard, and the seconds the driver waits for a worker to start or any shard to progress."""
+
+    address: str | None = None
+    shards: int | None = None
+    workers: int | None = None
+    worker_gpus: float = 1.0
+    max_retries: int = 3
+    timeout: float = 600.0
+
+    def check(self) -> None:
+        for name, value, least in (("shards", self.shards, 1), ("workers", self.workers, 1)):
+            if value is not None and (isinstance(value, bool) or value < least):
+                raise ConfigError(f"--{name} must be at least {least}, got {value}.")
+        if isinstance(self.max_retries, bool) or self.max_retries < 0:
+            raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}.")
+        if not self.worker_gpus > 0:
+            raise ConfigError(f"--worker-gpus must be more than 0, got {self.worker_gpus}.")
+        if not self.timeout > 0:
+            raise ConfigError(f"--ray-timeout must be more than 0 seconds, got {self.timeout}.")
+
+
+class ShardFailedError(GencacheError):
+    """A shard failed for a reason retrying cannot fix (its worker's error, with that error's exit code)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One shard of a Ray run, as its worker returns it: ``published`` here, ``done`` (found published by a dead
+    attempt), ``skipped`` (published before this run) or ``failed`` (then ``error`` and ``exit_code``); the worker,
+    wall seconds (of which ``load_seconds`` were the worker's checks and teacher load, on its first shard),
+    attempts, entries, tokens, and the wall-clock times of its last attempt (seconds since the epoch)."""
+
+    index: int
+    output_dir: Path
+    status: str
+    worker: str | None = None
+    seconds: float = 0.0
+    attempts: int = 0
+    entries: int = 0
+    tokens: int = 0
+    load_seconds: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    error: str = ""
+    exit_code: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shard": self.index,
+            "output_dir": str(self.output_dir),
+            "status": self.status,
+            "worker": self.worker,
+            "seconds": round(self.seconds, 3),
+            "attempts": self.attempts,
+            "entries": self.entries,
+            "tokens": self.tokens,
+            "load_seconds": round(self.load_seconds, 3),
+            "started_at": round(self.started_at, 3),
+            "finished_at": round(self.finished_at, 3),
+        }
+
+
+@dataclass
+class RayRun:
+    """What a Ray run did: the shard base, the cluster it ran on, and a record per shard."""
+
+    output_dir: Path
+    address: str
+    shards: int
+    workers: int
+    max_retries: int
+    records: list[ShardRecord] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def published(self) -> list[Path]:
+        return [r.output_dir for r in self.records if r.status in ("published", "done")]
+
+    @property
+    def skipped(self) -> list[Path]:
+        return [r.output_dir for r in self.records if r.status == "skipped"]
+
+    @property
+    def retries(self) -> int:
+        return sum(max(r.attempts - 1, 0) for r in self.records)
+
+    def to_json(self) -> dict[str, Any]:
+        generated = [r for r in self.records if r.status != "skipped"]
+        return {
+            "output_dir": str(self.output_dir),
+            "address": self.address,
+            "shards": self.shards,
+            "workers": self.workers,
+            "max_retries": self.max_retries,
+            "published": len(self.published),
+            "skipped": len(self.skipped),
+            "retries": self.retries,
+            "entries": sum(r.entries for r in generated),
+            "tokens": sum(r.tokens for r in generated),
+            "seconds": round(self.seconds, 3),
+            "temporary_directories_removed": [str(p) for p in self.removed],
+            "per_shard": [r.to_json() for r in sorted(self.records, key=lambda r: r.index)],
+        }
+
+
+def _quiet(level: str, text: str) -> None:
+    """The default ``notify``: library callers get results, not output."""
+
+
+def generate_on_ray(
+    config_path: str | os.PathLike[str],
+    options: RayOptions | None = None,
+    *,
+    shard: str | None = None,
+    overrides: Overrides | None = None,
+    env: Mapping[str, str] | None = None,
+    notify: Notify | None = None,
+    progress: ProgressFactory | None = None,
+) -> RayRun:
+    """Run ``config_path``'s shards on a Ray cluster as ``options`` say (see the module docstring). Raises
+    :class:`gencache.GencacheError` subclasses (exit 2 for bad input, before any worker starts); a stop raised by
+    the caller's signal handlers goes on with what was published attached. Nothing is printed: ``notify`` and
+    ``progress`` as for :func:`gencache.generate`."""
+    options = options or RayOptions()
+    env = os.environ if env is None else env
+    options.check()
+    refuse_launched(shard, env)
+    where = resolve_address(options.address, env)
+    ray = import_ray(local=where.local)
+    check_reachable(where)
+    # every problem of the config before connecting; no launcher's ranks apply: the driver is not one
+    config_path = os.path.abspath(os.fspath(config_path))
+    plan = plan_run(config_path, overrides or Overrides(), None, options.shards, {}, True, keep_split=True)
+    return _Driver(ray, plan, config_path, overrides or Overrides(), notify or _quiet, progress).execute(where, options)
+
+
+def import_ray(local: bool = False) -> Any:
+    """The ray module, or one line saying how to install it. Importing ray sets ``RAY_CLIENT_MODE`` (read at that
+    import only), which is taken back; for a ``local`` instance Ray's ``uv run`` integration is off (read at that
+    import too), so that its workers run with the driver's own interpreter and environment."""
+    try:
+        with environment_kept():
+            if local:
+                os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+            import ray
+    except ImportError:
+        raise ConfigError(
+            "--ray needs Ray, which is not installed: install the extra (pip install 'gencache[ray]', or uv sync "
+            "--extra ray)."
+        ) from None
+    return ray
+
+
+def refuse_launched(shard: str | None, env: Mapping[str, str]) -> None:
+    """``--ray`` is one driver for the whole run: not one shard (``--shard``) nor one rank of a launcher."""
+    if shard is not None:
+        raise ShardError(
+            f"--ray runs every shard on the cluster; drop --shard {shard} (or drop --ray to generate one shard here)."
+        )
+    from gencache.run.sharding import shard_from_env
+
+    launched = shard_from_env(env)
+    if launched is not None:
+        raise ShardError(
+            f"--ray runs the whole run from one driver, but this process is rank {launched.index} of "
+            f"{launched.count} under {launched.origin}; start the driver once, outside torchrun/srun (or drop --ray)."
+        )
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where ``--ray`` connects: ``value`` as given to ``ray.init`` (``"local"`` starts an instance here), and the
+    host and port the probe opens (None for a local instance)."""
+
+    value: str
+    host: str | None = None
+    port: int | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.value == "local"
+
+
+def resolve_address(given: str | None, env: Mapping[str, str]) -> Address:
+    """``given`` (an address, ``auto`` or ``local``) or, when None, ``RAY_ADDRESS`` or a local instance."""
+    text = (given or "").strip() or env.get("RAY_ADDRESS", "").strip() or "local"
+    if text == "local":
+        return Address("local")
+    if text == "auto":
+        found = env.get("RAY_ADDRESS", "").strip() or _latest_cluster()
+        if not found or found == "auto":
+            raise ConfigError(
+                "--ray auto found no running Ray cluster on this machine (RAY_ADDRESS is not set and no `ray start` "
+                "cluster is recorded); start one with `ray start --head`, or give its address."
+            )
+        text = found
+    scheme, _, rest = text.rpartition("://")
+    if scheme not in ("", "ray"):
+        raise ConfigError(f"--ray {text}: use HOST:PORT, ray://HOST:PORT, auto or local.")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--ray {text} is not a Ray address: use HOST:PORT, ray://HOST:PORT, auto or local.")
+    return Address(text, host.strip("[]"), int(port))
+
+
+def _latest_cluster() -> str | None:
+    """The address of the cluster ``ray start`` last recorded on this machine (Ray's own lookup), or None."""
+    try:
+        with environment_kept():  # ray's import sets RAY_CLIENT_MODE (see import_ray)
+            from ray._private.services import canonicalize_bootstrap_address
+
+        found: str | None = canonicalize_bootstrap_address("auto")
+    except Exception:  # Ray's lookup found nothing readable: there is no cluster to join
+        return None
+    return found
+
+
+def check_reachable(address: Address, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """One line, in seconds, when nothing answers at the cluster's address or what answers is not Ray: both Ray's
+    cluster port and its client port speak gRPC, whose server answers an HTTP/2 greeting with a SETTINGS frame
+    (an HTTP/1 server such as the dashboard answers ``HTTP/1.1 400``)."""
+    if address.host is None or address.port is None:
+        return
+    where = f"--ray {address.value}"
+    try:
+        with socket.create_connection((address.host, address.port), timeout=timeout) as probe:
+            probe.sendall(_HTTP2_HELLO)
+            answer = probe.recv(9)
+    except OSError as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        raise ConfigError(
+            f"{where}: no Ray cluster answers at {address.host}:{address.port} ({reason}); start one "
+            "(ray start --head) or check the address."
+        ) from None
+    if len(answer) < 4 or answer[3] != 4:  # the frame type of SETTINGS
+        raise ConfigError(
+            f"{where}: what answers at {address.host}:{address.port} is not a Ray cluster (a web server, such as "
+            "the dashboard?); give the cluster's GCS port (6379 by default, the port `ray start --head` prints), or "
+            "ray://HOST:10001."
+        )
+
+
+def _stop_in(error: BaseException) -> BaseException | None:
+    """The stop a signal handler raised, if ``error`` is one or carries one: a handler's exception raised inside
+    Ray's C calls (KeyboardInterrupt excepted) comes out as a ``SystemError`` caused by it."""
+    if not isinstance(error, Exception):
+        return error
+    cause = error.__cause__
+    if isinstance(error, SystemError) and cause is not None and not isinstance(cause, Exception):
+        return cause
+    return None
+
+
+@contextlib.contextmanager
+def _stops_as_raised() -> Iterator[None]:
+    """A stop raised inside one of Ray's C calls goes on as itself (see :func:`_stop_in`)."""
+    try:
+        yield
+    except SystemError as error:
+        stop = _stop_in(error)
+        if stop is None:
+            raise
+        raise stop from None
+
+
+@contextlib.contextmanager
+def connected(ray: Any, address: Address) -> Iterator[None]:
+    """Connected to the cluster for the block (a local instance is started and stopped with it). A process
+    already connected to Ray uses that connection and stays connected. The signal handlers ``ray.init`` replaces
+    come back at once, and the environment variables it sets when the block ends: the library leaves the process
+    as it found it."""
+    if ray.is_initialized():
+        yield
+        return
+    with environment_kept():  # ray.init sets variables of its own (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
+        _init(ray, address)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
+def _init(ray: Any, address: Address) -> None:
+    """``ray.init`` for ``address``; a local start that hit the raylet's fixed agent timeout is tried again after
+    a clean shutdown, up to :data:`LOCAL_START_ATTEMPTS` times; a stop during it shuts down what was started."""
+    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if address.local:
+        options["include_dashboard"] = False
+    attempts = LOCAL_START_ATTEMPTS if address.local else 1
+    with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(address=address.value, **options)
+                return
+            except BaseException as error:
+                ray.shutdown()
+                stop = _stop_in(error)
+                if stop is not None:
+                    raise stop from None
+                if isinstance(error, ConnectionError):
+                    raise ConfigError(f"--ray {address.value}: cannot connect ({error}).") from None
+                if STARTUP_TIMEOUT in str(error) and attempt < attempts:
+                    continue
+                what = "start a local Ray instance" if address.local else f"connect to {address.value}"
+                raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
+
+
+def _logs(ray: Any) -> str:
+    """Where Ray's logs of this run are (a Ray Client driver has no node of its own: the head's default)."""
+    node = ray._private.worker._global_node
+    return node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
+
+
+@dataclass(frozen=True)
+class WorkerShape:
+    """What each teacher worker asks Ray for, and how many the cluster holds at once."""
+
+    num_gpus: float
+    num_cpus: float
+    capacity: int
+
+    def options(self) -> dict[str, Any]:
+        return {"num_gpus": self.num_gpus, "num_cpus": self.num_cpus}
+
+
+def worker_shape(device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]) -> WorkerShape:
+    """A GPU config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank (a fraction lets two workers share
+    one GPU) and a CPU config's one CPU slot; a GPU config on a cluster without GPUs is refused here."""
+    gpus, cpus = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
+    if device == "cpu":
+        return WorkerShape(0.0, 1.0, max(int(cpus), 1))
+    if gpus <= 0:
+        raise ConfigError(
+            f"model.device is {device!r} but the Ray cluster has no GPUs ({cpus:g} CPUs): add GPU nodes, or set "
+            'model.device to "cpu" for a CPU run (--set model.device=\\"cpu\\").'
+        )
+    per_worker = worker_gpus * tensor_parallel
+    if per_worker > 1 and not float(per_worker).is_integer():
+        raise ConfigError(
+            f"--worker-gpus {worker_gpus} with tensor_parallel_size {tensor_parallel} asks {per_worker:g} GPUs per "
+            "worker; a worker takes a fraction of one GPU or whole GPUs."
+        )
+    return WorkerShape(per_worker, 1.0, max(min(math.floor(gpus / per_worker + 1e-9), int(cpus)), 0))
+
+
+class _Driver:
+    """One Ray run: the plan, the workers, the pool and the records."""
+
+    def __init__(
+        self,
+        ray: Any,
+        plan: Plan,
+        config_path: str,
+        overrides: Overrides,
+        say: Notify,
+        progress: ProgressFactory | None,
+    ) -> None:
+        self.ray, self.plan, self.config_path, self.overrides = ray, plan, config_path, overrides
+        self.say, self.progress = say, progress
+        self.run = RayRun(plan.base, "", 0, 0, 0)
+
+    def execute(self, where: Address, options: RayOptions) -> RayRun:
+        """The run on the cluster at ``where``; a stop on the way goes on with what was published."""
+        started = time.monotonic()
+        known = self.plan.targets[0].shard.count if self.plan.targets[0].shard is not None else None
+        self.run = RayRun(self.plan.base, where.value, known or 0, 0, options.max_retries)
+        try:
+            self._found_published()
+            if known is None or self.plan.pending:  # else every shard is published: nothing to connect for
+                self.say(
+                    "status",
+                    "starting a local Ray instance"
+                    if where.local
+                    else f"connecting to the Ray cluster at {where.value}",
+                )
+                with _stops_as_raised(), connected(self.ray, where):
+                    self._connected(options)
+        except Stopped as stop:
+            done = tuple(str(r.output_dir) for r in sorted(self.run.records, key=lambda r: r.index))
+            stop.run = StoppedRun(done, remaining=len(done) < self.run.shards or not self.run.shards)
+            raise
+        finally:  # the temporary directories of workers that died or were stopped with the run
+            self.run.removed += self._clean()
+        self.run.seconds = time.monotonic() - started
+        return self.run
+
+    def _connected(self, options: RayOptions) -> None:
+        """Generate the shards still to publish, the count fixed first when it was not known."""
+        from gencache.data.sources import shared_tables
+
+        config = self.plan.config
+        resources = self.ray.cluster_resources()
+        engine_options = getattr(config, "engine_options", None)
+        tensor_parallel = int(getattr(engine_options, "tensor_parallel_size", 1) or 1)
+        shape = worker_shape(config.model.device, tensor_parallel, options.worker_gpus, resources)
+        if shape.capacity < 1:
+            raise ConfigError(
+                f"The Ray cluster ({resources.get('GPU', 0):g} GPUs, {resources.get('CPU', 0):g} CPUs) cannot hold "
+                f"one worker of {shape.num_gpus:g} GPUs and {shape.num_cpus:g} CPU; lower --worker-gpus or add nodes."
+            )
+        count = min(options.workers or shape.capacity, shape.capacity)
+        if options.workers is not None and options.workers > shape.capacity:
+            self.say(
+                "warning", f"the cluster holds {shape.capacity} workers at once; --workers {options.workers} uses that"
+            )
+        default = not self.run.shards
+        with shared_tables():  # the data files are read once for both checks
+            if default:  # eight shards per worker, fewer when some shard would own no key
+                from gencache.run.sharding import full_split
+
+                self.run.shards = full_split(self._phase_one([]), SHARDS_PER_WORKER * count)
+                self.plan = reshard(self.plan, self.run.shards)
+            keys = self._phase_one(self.plan.pending)
+        pending = self.plan.pending
+        if not pending:
+            return
+        self.run.workers = min(count, len(pending))
+        launch = {
+            "ray": {
+                "shards": self.run.shards,
+                "default_shards": default,
+                "workers": self.run.workers,
+                "worker": shape.options(),
+                "max_retries": options.max_retries,
+            }
+        }
+        self.say(
+            "info",
+            f"ray {self.run.address}: {len(pending)} of {self.run.shards} shards to generate "
+            f"({'up to ' + str(SHARDS_PER_WORKER) + ' per worker, each with keys' if default else '--shards'}), "
+            f"{self.run.workers} workers of {shape.num_gpus:g} GPU and {shape.num_cpus:g} CPU, up to "
+            f"{options.max_retries} retries per shard",
+        )
+        unique = list(dict.fromkeys(keys))
+        samples = sum(len(t.shard.select(unique)) for t in pending if t.shard is not None)
+        self._dispatch(shape, launch, samples, options)
+
+    def _phase_one(self, targets: list[Target]) -> list[str]:
+        """The model-free checks of ``targets``, the shards still to publish (output location, data configs, the
+        shard count); every problem raised; the run's keys returned."""
+        return input_keys(replace(self.plan, pending=targets))
+
+    def _dispatch(self, shape: WorkerShape, launch: dict[str, Any], samples: int, options: RayOptions) -> None:
+        """The tally and the workers created, the shards handed out through Ray's pool, every worker killed at
+        the end (and waited for, so that a stopped worker's temporary directory can be removed)."""
+        from ray.util import ActorPool
+
+        from gencache.core.progress import StagedProgress
+
+        ray, run = self.ray, self.run
+        name = f"gencache-tally-{uuid.uuid4().hex}"
+        tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
+        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), launch, name)
+        retries = options.max_retries
+        worker = ray.remote(ShardWorker).options(**shape.options(), max_restarts=retries, max_task_retries=retries)
+        actors = [worker.remote(spec) for _ in range(run.workers)]
+        pool: Any = ActorPool(actors)  # typed Any: ray's pool has untyped methods
+        for target in self.plan.pending:
+            assert target.shard is not None, "a Ray run's targets are shards"
+            pool.submit(lambda actor, index: actor.publish.remote(index), target.shard.index)
+        bar = StagedProgress(self.progress(samples) if self.progress is not None else None, samples)
+        try:
+            self._collect(pool, tally, bar, shape, options.timeout)
+        finally:
+            bar.close()
+            for actor in [*actors, tally]:
+                ray.kill(actor, no_restart=True)
+            gone = [a.pid.options(max_task_retries=0).remote() for a in actors]
+            ray.wait(gone, num_returns=len(gone), timeout=CONNECT_TIMEOUT_S)
+
+    def _collect(self, pool: Any, tally: Any, bar: Any, shape: WorkerShape, timeout: float) -> None:
+        """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress; give up after ``timeout``
+        seconds without a change."""
+        from ray.exceptions import RayActorError
+
+        ray, run = self.ray, self.run
+        total = len(self.plan.pending)
+        alive, done, lost = run.workers, 0, []
+        shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
+        asked = tally.snapshot.remote()
+        changed = time.monotonic()
+        bar.start(bar.total)
+        while pool.has_next():
+            try:
+                record = pool.get_next_unordered(timeout=POLL_S)
+            except TimeoutError:
+                record = None
+            except RayActorError as error:  # a worker died more often than its retries allow: Ray gave it up
+                alive -= 1
+                lost.append(str(error).splitlines()[0])
+                record = None
+            if record is not None:
+                self._record(record)
+                done += 1
+                changed = time.monotonic()
+            final = not pool.has_next()
+            if final:  # a snapshot asked now counts every shard
+                asked = tally.snapshot.remote()
+            if final or ray.wait([asked], timeout=0)[0]:
+                snapshot = ray.get(asked)
+                asked = tally.snapshot.remote()
+                before = shown or (0, 0, {})
+                if snapshot != shown:
+                    bar.advance(snapshot[0] - before[0], snapshot[1] - before[1])
+                    shown, changed = snapshot, time.monotonic()
+            retries = sum(count - 1 for count in (shown or (0, 0, {}))[2].values())
+            bar.stage(f"shards {len(self.plan.published) + done}/{run.shards}, workers {alive}, retries {retries}")
+            if time.monotonic() - changed > timeout:
+                raise GenerationError(self._stalled(shape, timeout, shown))
+        missing = total - done
+        if missing:
+            indices = sorted({t.shard.index for t in self.plan.pending if t.shard} - {r.index for r in run.records})
+            raise GenerationError(
+                f"shards {', '.join(f'{i:05d}' for i in indices)} of {run.shards} were not published: their workers "
+                f"died more than --max-retries ({run.max_retries}) times ({lost[-1] if lost else 'no worker left'}); "
+                "the published shards stay: rerun the same command to generate the rest."
+            )
+
+    def _stalled(self, shape: WorkerShape, timeout: float, tally: tuple[int, int, dict[int, int]] | None) -> str:
+        """Why nothing happened for ``timeout`` seconds (by what the ``tally`` last said, None when it never
+        answered: the tally asks for no resources, only a worker process), and where Ray's logs are."""
+        logs = f"Ray's logs: {_logs(self.ray)}; --ray-timeout sets the wait"
+        if tally is None:
+            return (
+                f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the run's "
+                f"tally, which asks for no resources; a runtime environment that fails?); {logs}."
+            )
+        if not tally[2]:
+            return (
+                f"no worker started in {timeout:g} s: the cluster never had {shape.num_gpus:g} GPU and "
+                f"{shape.num_cpus:g} CPU free for one (other jobs hold them?); {logs}."
+            )
+        return f"no shard made progress for {timeout:g} s (a teacher that loads for longer?); {logs}."
+
+    def _record(self, record: ShardRecord) -> None:
+        """Check a worker's record: a failure ends the run; a published shard must be of this run."""
+        from gencache.run.targets import check_published
+
+        where = f"shard {record.index}/{self.run.shards}"
+        if record.status == "failed":
+            raise ShardFailedError(f"{where} failed on worker {record.worker}: {record.error}", record.exit_code or 1)
+        check_published(record.output_dir, self.plan.digest)
+        self.run.records.append(record)
+        self.say(
+            "info",
+            f"published {record.output_dir} ({where}, {record.entries} entries, {record.tokens} tokens, worker "
+            f"{record.worker}, attempt {record.attempts})"
+            if record.status == "published"
+            else f"{where} was published by an earlier attempt and verifies: {record.output_dir}",
+        )
+
+    def _found_published(self) -> None:
+        """Record the shards published before this run (skipped) and remove the leftovers of its dead or stopped
+        writers, saying so."""
+        for path in self.plan.published:
+            index = next(t.shard.index for t in self.plan.targets if t.output_dir == path and t.shard is not None)
+            self.run.records.append(ShardRecord(index, path, "skipped"))
+            self.say("info", f"already published and verified: {path}")
+        self.run.removed += self._clean()
+        for path in self.run.removed:
+            self.say("info", f"removed {path}, the temporary directory of a stopped or dead writer of this run")
+
+    def _clean(self) -> list[Path]:
+        """Remove the temporary directories of this run's shards whose writer died (its lock is free)."""
+        from gencache.artifact.publish import clean
+
+        parent = self.plan.base.parent
+        if not parent.is_dir():
+            return []
+        return clean(parent, outputs={t.output_dir.name for t in self.plan.targets})
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every worker of a run is created with: the config (an absolute path), the overrides, the shard count,
+    the driver's working directory (the config's relative paths are relative to it), what ``resolved_config.json``
+    records of the launch, and the name of the run's tally actor."""
+
+    config_path: str
+    overrides: Overrides
+    shards: int
+    working_directory: str
+    launch: dict[str, Any]
+    tally: str
+
+
+class ShardWorker:
+    """A teacher worker (wrapped with ``ray.remote`` by the driver). Creating it is cheap; the first shard it has
+    to generate makes the run's checks and loads the teacher, so that a restarted worker (Ray runs ``__init__``
+    again) loads it in the call that retries the dead worker's shard. Every outcome, a failure included, comes
+    back as a :class:`ShardRecord`: only the death of the worker's process reaches the driver as Ray's error."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        import ray
+
+        self.spec = spec
+        # By name, not a handle among the arguments: Ray restarts an actor only from arguments held inline.
+        self.tally: Any = ray.get_actor(spec.tally)
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.plan: Plan | None = None
+        self.session: TeacherSession | None = None
+        self.targets: dict[int, Target] = {}
+
+    def pid(self) -> int:
+        """This worker's process id, once it runs."""
+        return os.getpid()
+
+    def publish(self, index: int) -> ShardRecord:
+        """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
+        import ray
+
+        attempt: int = ray.get(self.tally.begin.remote(index))
+        started_at, started = time.time(), time.monotonic()
+        record = ShardRecord(index, Path(), "failed", self.name, attempts=attempt, started_at=started_at)
+        try:
+            plan = self._plan()
+            target = next(t for t in plan.targets if t.shard is not None and t.shard.index == index)
+            record = replace(record, output_dir=target.output_dir)
+            if os.path.lexists(target.output_dir):
+                raise OutputExistsError(f"{target.output_dir} exists")
+            if self.session is None:  # this call makes the checks and loads the teacher first
+                self.session = self._open(plan)
+                record = replace(record, load_seconds=time.monotonic() - started)
+            published = self._publish(self.targets[index], index, attempt)
+            record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
+        except OutputExistsError:  # published by an earlier attempt (or another attempt's rename won the race)
+            from gencache.run.targets import check_published
+
+            try:
+                check_published(record.output_dir, self._plan().digest)
+                record = replace(record, status="done")
+            except GencacheError as error:
+                record = replace(record, error=str(error), exit_code=error.exit_code)
+        except Exception as error:
+            code = error.exit_code if isinstance(error, GencacheError) else 1
+            record = replace(record, error=str(error) or type(error).__name__, exit_code=code)
+        seconds = time.monotonic() - started
+        return replace(record, seconds=seconds, finished_at=started_at + seconds)
+
+    def _plan(self) -> Plan:
+        """The run's plan (its config read once), as ``--shards N`` in one process plans it, with no launcher's
+        ranks (a worker is not one), in the driver's working directory when this node has it (the config's
+        relative paths read as the driver's)."""
+        if self.plan is None:
+            spec = self.spec
+            if os.path.isdir(spec.working_directory):
+                os.chdir(spec.working_directory)
+            self.plan = plan_run(spec.config_path, spec.overrides, None, spec.shards, {}, True)
+        return self.plan
+
+    def _publish(self, target: Target, index: int, attempt: int) -> Any:
+        from gencache.core.progress import StagedProgress
+
+        assert self.session is not None, "publish opened the session"
+        progress = TallyProgress(self.tally, index, attempt)
+        try:
+            return self.session.publish(target, StagedProgress(progress, len(target.keys)))
+        finally:
+            progress.close()
+
+    def _open(self, plan: Plan) -> TeacherSession:
+        """The run's checks for the shards not yet published, and the teacher loaded (as ``--shards N`` does)."""
+        from gencache.run.preflight import preflight
+        from gencache.run.session import TeacherSession
+
+        inputs = preflight(plan, {}).run_inputs()
+        self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
+        session = TeacherSession(plan, inputs, launch=self.spec.launch)
+        session.load()
+        return session
+
+
+class RunTally:
+    """Attempts per shard and the samples and tokens of each shard's current attempt (a small Ray actor beside the
+    workers). A worker calls :meth:`begin` when it takes a shard (an attempt that died is forgotten) and reports
+    through :class:`TallyProgress`; the driver reads :meth:`snapshot` while it waits."""
+
+    def __init__(self) -> None:
+        self.attempts: dict[int, int] = {}
+        self.done: dict[int, tuple[int, int]] = {}
+
+    def begin(self, shard: int) -> int:
+        """A worker takes ``shard``: its attempt number (1 for the first), its progress back to zero."""
+        self.attempts[shard] = self.attempts.get(shard, 0) + 1
+        self.done[shard] = (0, 0)
+        return self.attempts[shard]
+
+    def advance(self, shard: int, attempt: int, samples: int, tokens: int) -> None:
+        """Add an attempt's progress (a report of an earlier, dead attempt is dropped)."""
+        if self.attempts.get(shard) == attempt:
+            old_samples, old_tokens = self.done[shard]
+            self.done[shard] = (old_samples + samples, old_tokens + tokens)
+
+    def snapshot(self) -> tuple[int, int, dict[int, int]]:
+        """Samples and tokens generated by the current attempts, and every shard's attempts so far."""
+        return sum(s for s, _ in self.done.values()), sum(t for _, t in self.done.values()), dict(self.attempts)
+
+
+class TallyProgress:
+    """The engine's progress inside a worker: samples and tokens sent to the tally every
+    :data:`REPORT_INTERVAL_S` seconds (fire and forget) and at :meth:`close`."""
+
+    def __init__(self, tally: Any, shard: int, attempt: int) -> None:
+        self.tally, self.shard, self.attempt = tally, shard, attempt
+        self.samples = self.tokens = 0
+        self.sent = time.monotonic()
+
+    def start(self, total_samples: int) -> None:
+        """Nothing to do: the driver knows every shard's size."""
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.samples += samples
+        self.tokens += tokens
+        if time.monotonic() - self.sent >= REPORT_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> Any:
+        """Send what is not sent yet; the message's reference (None when there was nothing to send)."""
+        sent = None
+        if self.samples or self.tokens:
+            sent = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
+            self.samples = self.tokens = 0
+        self.sent = time.monotonic()
+        return sent
+
+    def close(self) -> None:
+        """Send the rest and wait until the tally has it, so the driver's next snapshot counts the whole shard."""
+        import ray
+
+        sent = self.flush()
+        if sent is not None:
+            ray.get(sent)
