@@ -19,9 +19,8 @@ from typing import Any
 
 from gencache.config.engines import ContinuousOptions
 from gencache.generation.effective import EffectiveGeneration
-from gencache.generation.engines import EngineStats, GeneratedEntry
+from gencache.generation.engines import EngineStats, GeneratedEntry, PrefixStats
 from gencache.generation.engines.continuous import generate_continuous
-from gencache.generation.engines.prefix import PrefixStats
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.teacher import model_device
 

@@ -17,15 +17,11 @@ from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import ENGINES, EngineContext, EngineStats, create_engine
-from gencache.generation.engines.continuous import generate_continuous, size_paged_cache, supported_transformers
+from gencache.generation.engines.continuous import generate_continuous, size_paged_cache
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.run.api import generate
 from support.generation_helpers import decode, finish_workload, resolve, solo, text_prompts
-
-needs_continuous = pytest.mark.skipif(
-    not supported_transformers(), reason="this transformers is older than the continuous engine supports"
-)
 
 
 def _tokens(entry: Any) -> list[list[int]]:
@@ -39,7 +35,6 @@ def _continuous(model: Any, tokenizer: Any, generation: Any, prompts: Any, **opt
 # ---------------------------------------------------------------------------------------------------------------
 # transformers-continuous equals one-prompt generate and the static engine
 # ---------------------------------------------------------------------------------------------------------------
-@needs_continuous
 def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_and_length(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
@@ -76,7 +71,6 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 
 
-@needs_continuous
 def test_continuous_uses_its_slots_on_kept_tokens_and_caps_rows_per_forward(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
@@ -100,7 +94,6 @@ def test_continuous_uses_its_slots_on_kept_tokens_and_caps_rows_per_forward(
     assert static_stats.slot_efficiency <= 1.0
 
 
-@needs_continuous
 def test_num_return_sequences_and_seeded_sampling_are_reproducible(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
@@ -303,7 +296,6 @@ def _resolved(path: Path) -> dict[str, Any]:
     return result
 
 
-@needs_continuous
 def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     generation = {"max_new_tokens": 10, "stop_strings": ["."]}
     static = generate(_config(tmp_path, tiny_teacher_dir, ENGINE_STATIC, generation))
@@ -351,13 +343,14 @@ def test_the_rule_book_the_options_and_the_engine_registry_import_without_torch(
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.skipif(supported_transformers(), reason="this transformers supports the continuous engine")
 def test_the_continuous_engine_on_an_older_transformers_is_refused_before_the_teacher_loads(
-    tiny_teacher_dir: Path, tiny_tokenizer: Any
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8)
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "5.19.0")  # vLLM's CPU environment has it
     context = EngineContext(
-        generation=generation,
+        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8),
         tokenizer=tiny_tokenizer,
         model_path=str(tiny_teacher_dir),
         dtype="float32",

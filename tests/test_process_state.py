@@ -15,7 +15,7 @@ import pytest
 import gencache
 from gencache.core import hub
 from gencache.core.errors import GencacheError
-from gencache.generation.engines.memory import GIB, available_host_memory
+from gencache.generation.engines import GIB, available_host_memory
 from support.config_factory import musique, write_config
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")

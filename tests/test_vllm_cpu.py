@@ -20,8 +20,7 @@ from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
 from gencache.generation.engines import EngineContext, create_engine
 from gencache.generation.engines.static import generate_entries
-from gencache.generation.engines.vllm import VllmEngine
-from gencache.generation.engines.vllm_platform import installed_build
+from gencache.generation.engines.vllm import VllmEngine, installed_build
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from support.generation_helpers import (
     build_cpu_attention_teacher,
@@ -319,7 +318,7 @@ def test_creating_the_engine_on_a_cpu_checks_the_build_before_anything_loads(
     teacher: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gencache.generation.engines.vllm as module
-    from gencache.generation.engines.vllm_platform import VllmBuild
+    from gencache.generation.engines.vllm import VllmBuild
 
     monkeypatch.setattr(module, "installed_build", lambda: VllmBuild("vllm", "0.33.0", cpu=False))
     context = EngineContext(

@@ -201,8 +201,7 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
             f"its answers cannot be compared. Audit with {fit}."
         )
     if chosen == ENGINE_VLLM:
-        from gencache.generation.engines.vllm import INSTALL_HINT
-        from gencache.generation.engines.vllm_platform import installed_build
+        from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 
         if installed_build() is None:
             why = "" if requested else " (the run sampled with vLLM, whose sampler only vLLM reproduces)"

@@ -168,7 +168,7 @@ def check_model_location(field_name: str, value: str, revision: str | None) -> s
     cached; every JSON file of a local directory parses. Returns a description."""
     from gencache.config.paths import looks_like_path
     from gencache.core import hub
-    from gencache.generation.teacher_files import check_json_files
+    from gencache.generation.teacher import check_json_files
 
     path = Path(value).expanduser()
     if os.path.isdir(path):

@@ -68,7 +68,7 @@ def read_teacher_config(model_path: str, revision: str | None) -> Any:
     from transformers.utils.hub import cached_file
 
     from gencache.core.hub import pretrained_kwargs
-    from gencache.generation.teacher_files import read_json_file
+    from gencache.generation.teacher import read_json_file
 
     try:
         path = cached_file(
@@ -120,8 +120,8 @@ def check_paged_cache(
     ``config.json`` is ``teacher_config``."""
     from gencache.config.engines import ContinuousOptions
     from gencache.config.names import DTYPE_BYTES
+    from gencache.generation.engines import GIB
     from gencache.generation.engines.continuous import size_paged_cache
-    from gencache.generation.engines.memory import GIB
 
     options = config.engine_options
     assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
@@ -148,7 +148,7 @@ def check_paged_cache(
 
 
 def _largest_prompt_id(samples: SampleSet, vocab_size: int) -> str:
-    from gencache.generation.teacher_files import check_prompt_ids
+    from gencache.generation.teacher import check_prompt_ids
 
     largest, where = -1, "-"
     for sample in samples.unique:
@@ -159,7 +159,7 @@ def _largest_prompt_id(samples: SampleSet, vocab_size: int) -> str:
 
 
 def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, vocab_size: int | None) -> tuple[None, str]:
-    from gencache.generation.teacher_files import check_vocabulary
+    from gencache.generation.teacher import check_vocabulary
 
     if vocab_size is None:
         return None, "not checked: config.json records no vocab_size"
@@ -199,7 +199,7 @@ class TeacherChecks:
     def run(self) -> RunInputs | None:
         """Make every check; the run's complete inputs, or None when a check failed or was skipped (its line and
         problem are in the report) or every output is already published (nothing to publish with)."""
-        from gencache.generation.teacher_files import vocab_size_of
+        from gencache.generation.teacher import vocab_size_of
         from gencache.run.findings import RunInputs
 
         run, found = self.runner, self.runner.result
@@ -285,12 +285,12 @@ class TeacherChecks:
         return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
 
     def _attention(self) -> tuple[None, str]:
-        from gencache.generation.teacher_files import check_attn_implementation
+        from gencache.generation.teacher import check_attn_implementation
 
         return None, check_attn_implementation(self.model.attn_implementation, self.device)
 
     def _weights(self) -> tuple[None, str]:
-        from gencache.generation.teacher_files import check_teacher_weights
+        from gencache.generation.teacher import check_teacher_weights
 
         return None, check_teacher_weights(self.model.model_path)
 

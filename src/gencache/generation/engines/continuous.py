@@ -32,21 +32,22 @@ from gencache.config.engines import ContinuousOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.determinism import determinism_facts
 from gencache.generation.engines import (
+    GIB,
     EngineContext,
     EngineStats,
     GeneratedEntry,
     KeyedPrompt,
+    PrefixStats,
+    attention_shape_of,
+    available_host_memory,
     checked_prompts,
     options_of,
+    prefix_floor,
 )
-from gencache.generation.engines._transformers import TransformersBase
-from gencache.generation.engines.manager_hooks import ForwardCounter, hook_batch_processor, sampling_supported
-from gencache.generation.engines.memory import GIB, attention_shape_of, available_host_memory
-from gencache.generation.engines.prefix import PrefixStats, prefix_floor
+from gencache.generation.engines.static import TransformersBase
 from gencache.generation.finish import FinishScanner
-from gencache.generation.sampling import sampling_seed
+from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
@@ -124,6 +125,88 @@ def size_paged_cache(
             f"({budget_bytes / GIB:.2f} GiB); raise engine_options.kv_cache_memory_gib or shorten the prompts."
         )
     return CacheSizing(concurrency, page, blocks, batch_tokens, kv, mask, budget_bytes, source, longest)
+
+
+# -- hooks on one manager (never on its class) --------------------------------------------------------------------
+class ForwardCounter:
+    """Counts the manager's forwards and the sequences (rows) each packs, by wrapping ``model.forward``."""
+
+    def __init__(self, model: Any, stats: EngineStats) -> None:
+        self.model = model
+        self.stats = stats
+        self.own_forward: Any = None
+
+    def __enter__(self) -> ForwardCounter:
+        self.own_forward = self.model.__dict__.get("forward")  # an instance-level forward (accelerate hooks) stays
+        original = self.model.forward
+        stats = self.stats
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            cu_seq_lens = kwargs.get("cu_seq_lens_q")
+            stats.forwards += 1
+            stats.slots += int(cu_seq_lens.numel()) - 1 if cu_seq_lens is not None else 1
+            return original(*args, **kwargs)
+
+        self.model.forward = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.own_forward is None:
+            self.model.__dict__.pop("forward", None)
+        else:
+            self.model.forward = self.own_forward
+
+
+class RequestSampler:
+    """The manager's sampling step, drawing each row from its request's own stream: row ``i`` of the scores is the
+    ``i``-th request of the batch that predicts a token (transformers' ``logits_indices`` order), at answer position
+    ``generated_len()``."""
+
+    def __init__(self, runner: Any, streams: dict[str, int]) -> None:
+        self.runner = runner
+        self.streams = streams
+
+    def __call__(self, scores: Any, output_ids: Any) -> None:
+        states = [f.state for f in self.runner.inputs_and_outputs.requests_in_batch if f.has_new_token]
+        # a request of the manager's own (a warm-up) has no stream of the run: its tokens are never kept
+        draws = uniforms([self.streams.get(s.request_id, 0) for s in states], [s.generated_len() for s in states])
+        tokens = draw_tokens(scores[0, : len(states)], draws)
+        output_ids[0, : len(states)].copy_(tokens)
+
+
+def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, int] | None) -> None:
+    """Wrap the creation of this manager's batch processor (it happens in the manager's thread): count every prefix
+    match of its paged cache (tokens a request took from blocks an earlier request completed) in
+    ``shared.cached_tokens`` and, when ``streams`` is given (sampling), replace its sampling step by
+    :class:`RequestSampler`. torch's global generator, which building the processor seeds, is restored after it."""
+    create = manager._create_batch_processor
+    shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
+
+    def create_hooked() -> Any:
+        import torch
+
+        # transformers seeds torch's global generator (torch.manual_seed) when it builds the processor; the draws
+        # gencache keeps come from the sequences' own streams, so the generator is handed back as it was
+        initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+        cuda = list(range(torch.cuda.device_count())) if initialized else []
+        with torch.random.fork_rng(devices=cuda):
+            processor = create()
+        cache = processor.cache
+        if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
+            search = cache.search_prefix_match
+
+            def search_counted(request_id: str, prompt_ids: list[int]) -> int:
+                matched = int(search(request_id, prompt_ids))
+                shared.cached_tokens += matched
+                return matched
+
+            cache.search_prefix_match = search_counted
+        if streams is not None:
+            runner = processor.model_runner
+            runner._sample = RequestSampler(runner, streams)
+        return processor
+
+    manager._create_batch_processor = create_hooked
 
 
 def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: int) -> Any:
@@ -398,12 +481,6 @@ class TransformersContinuousEngine(TransformersBase):
                 f"continuous-batching manager); this environment has transformers "
                 f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
-        if context.generation.do_sample and not sampling_supported():
-            raise ConfigError(
-                f'engine "{self.name}" cannot sample per sequence with this transformers '
-                f"({importlib.metadata.version('transformers')}: its continuous-batching manager has no sampling "
-                'step to replace); use engine "transformers" for do_sample.'
-            )
         self.options = options_of(context, ContinuousOptions)
         self.sizing: list[CacheSizing] = []
         self.prefix: list[PrefixStats] = []
@@ -438,7 +515,7 @@ class TransformersContinuousEngine(TransformersBase):
 
     def determinism(self, attention: str | None) -> dict[str, Any]:
         sizing = self.sizing[-1] if self.sizing else None
-        return determinism_facts(
+        return teacher.determinism_facts(
             device=self.context.device,
             batch_invariant=False,
             prefix_caching=self.options.prefix_sharing,

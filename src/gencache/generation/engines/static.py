@@ -13,7 +13,8 @@ Sampling (``do_sample``) draws each sequence from its own stream (:mod:`gencache
 picks each row's token, so a sample's answers do not depend on ``gen_batch_size``, the other prompts or their order.
 Sampling beam search (``do_sample`` with ``num_beams > 1``) draws all beams from one generator and is refused.
 
-This is the only engine that honours every setting gencache accepts; it is the default.
+This is the only engine that honours every setting gencache accepts; it is the default. :class:`TransformersBase`,
+which it shares with the ``transformers-continuous`` engine, loads the teacher in this process.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gencache.config.fields import checked_batch_size
 from gencache.config.names import ENGINE_STATIC
 from gencache.core.errors import GenerationError, first_line
 from gencache.generation import teacher
+from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
     EngineContext,
     EngineStats,
@@ -36,9 +38,8 @@ from gencache.generation.engines import (
     checked_prompts,
     options_of,
 )
-from gencache.generation.engines._transformers import TransformersBase
 from gencache.generation.finish import FinishRecorder, cut_at_first_eos
-from gencache.generation.sampling import SequenceSampler, sampling_seed
+from gencache.generation.sampling import SAMPLING_RULE, SequenceSampler, sampling_seed
 
 if TYPE_CHECKING:
     import torch
@@ -321,6 +322,70 @@ def generate_entries(
             if progress is not None:
                 progress.advance(1, tokens)
         del generated
+
+
+class TransformersBase:
+    """Base of the ``transformers`` engine (``static.TransformersEngine``) and the ``transformers-continuous`` one
+    (``continuous.TransformersContinuousEngine``); subclasses set ``name``."""
+
+    name: str
+
+    def __init__(self, context: EngineContext) -> None:
+        check_engine(self.name, context.generation)
+        self.context = context
+        self.model: Any = None
+        self.stats = EngineStats()
+
+    @property
+    def loads_with_prompts(self) -> bool:
+        """False: :meth:`load_weights` loads the teacher."""
+        return False
+
+    def import_libraries(self) -> None:
+        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+
+    def load_weights(self) -> None:
+        ctx = self.context
+        self.model = teacher.load_teacher(
+            ctx.model_path,
+            dtype=ctx.dtype,
+            device=ctx.device,
+            revision=ctx.revision,
+            attn_implementation=ctx.attn_implementation,
+            generation_config=ctx.generation.config,
+        )
+
+    def loaded_model(self) -> Any:
+        """The teacher, or a :class:`GenerationError` when :meth:`load_weights` was not called."""
+        if self.model is None:
+            raise GenerationError("The teacher is not loaded; call load_weights() first.")
+        return self.model
+
+    def runtime(self) -> dict[str, Any]:
+        info = teacher.runtime_info(self.model)
+        return {**info, "determinism": self.determinism(info.get("attn_implementation"))}
+
+    def determinism(self, attention: str | None) -> dict[str, Any]:
+        """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
+        when ``prefill_chunk_size`` is set (subclasses add their own)."""
+        return teacher.determinism_facts(
+            device=self.context.device,
+            batch_invariant=False,
+            prefix_caching=False,
+            chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
+            tensor_parallel_size=1,
+            attention_backend=attention,
+        )
+
+    def sampling(self) -> dict[str, Any] | str:
+        """``engine.sampling``: the per-sequence rule when sampling, else greedy."""
+        if not self.context.generation.do_sample:
+            return "greedy (no random draws)"
+        return dict(SAMPLING_RULE)
+
+    def commit_hash(self) -> str | None:
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
+        return value if isinstance(value, str) else None
 
 
 class TransformersEngine(TransformersBase):
