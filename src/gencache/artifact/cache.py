@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from gencache.artifact.manifest import PROVENANCE_FIELDS
+from gencache.artifact.resolved import IDENTITY_FIELDS, local_identity, recorded_identity
 from gencache.core.errors import CompatibilityError, MissingEntriesError, MissingEntryError
 from gencache.core.tokenizer import tokenizer_state
 
@@ -66,6 +67,11 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
 
     provenance: dict[str, Any]
     provenance_digest: str
+
+    @property
+    @abc.abstractmethod
+    def paths(self) -> tuple[Path, ...]:
+        """The artifact directories read."""
 
     @abc.abstractmethod
     def _describe(self) -> str: ...
@@ -192,11 +198,20 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         if missing:
             raise self._missing_many(missing, len(wanted))
 
+    def _same_directory(self, field: str, requested: object) -> bool:
+        """Whether ``requested`` is the local directory whose identity the artifact recorded for ``field``."""
+        if field not in IDENTITY_FIELDS or not isinstance(requested, str):
+            return False
+        recorded = recorded_identity(self.paths[0], field)
+        return recorded is not None and recorded == local_identity(requested)
+
     def check_compatible(
         self, *, model_path: str, tokenizer_path: str, dtype: str | torch.dtype, tokenizer: Any
     ) -> None:
         """Raise one :class:`CompatibilityError` naming every provenance field that differs from the training
-        setup (paths as exact strings, dtype as a string or ``torch.dtype``, the tokenizer state)."""
+        setup (dtype as a string or ``torch.dtype``, the tokenizer state, and the paths as strings, where a local
+        directory given by another string, relative or moved, matches when its identity is the one the artifact
+        recorded at generation: :func:`gencache.artifact.resolved.local_identity`)."""
         ours = self.provenance
         requested = {
             "model_path": model_path,
@@ -207,7 +222,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         differences = [
             f"{field} (cache {ours[field]!r}, requested {requested[field]!r})"
             for field in PROVENANCE_FIELDS
-            if ours[field] != requested[field]
+            if ours[field] != requested[field] and not self._same_directory(field, requested[field])
         ]
         if differences:
             fix = (

@@ -165,6 +165,10 @@ class CacheReader(GenerationCache):
     def _batch_started(self) -> None:
         self._next_check = -math.inf
 
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return (self.path,)
+
     def _describe(self) -> str:
         return str(self.path)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FORMAT_VERSION
-from gencache.artifact.resolved import with_resolved_digest
+from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.summary import shard_data_configs
 from gencache.config import CacheConfig
 from gencache.config.engines import GEN_BATCH_SIZE_USE
@@ -107,6 +107,11 @@ def resolved_config(
                 "model_path": plan.config.model.model_path,
                 "revision": plan.config.model.revision,
                 "commit_hash": engine.commit_hash(),
+                # a local teacher is recognised by what it is, wherever it is moved (check_compatible, audit)
+                "identity": {
+                    "model_path": local_identity(plan.config.model.model_path),
+                    "tokenizer_path": local_identity(plan.config.model.effective_tokenizer_path),
+                },
             },
             "runtime": engine.runtime(),
             "publish": {"rename": rename_mode},
