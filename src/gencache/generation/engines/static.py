@@ -38,7 +38,7 @@ from gencache.generation.engines import (
     checked_prompts,
     options_of,
 )
-from gencache.generation.finish import FinishRecorder, cut_at_first_eos
+from gencache.generation.finish import FinishRecorder, FinishScanner, cut_at_first_eos
 from gencache.generation.sampling import SAMPLING_RULE, SequenceSampler, sampling_seed
 
 if TYPE_CHECKING:
@@ -199,15 +199,13 @@ class _StaticRun:
         if self.beams:
             return None
         generation = self.generation
-        return FinishRecorder(
-            prompt_width=width,
-            rows=len(batch) * self.per_prompt,
+        scanner = FinishScanner(
             eos_token_ids=generation.eos_token_ids,
             stop_strings=generation.stop_strings,
             tokenizer=self.tokenizer,
             max_new_tokens=generation.max_new_tokens,
-            device=self.device,
         )
+        return FinishRecorder(scanner, prompt_width=width, rows=len(batch) * self.per_prompt)
 
     def generate(self, batch_index: int, batch: list[int]) -> tuple[torch.Tensor, list[int], list[str], str]:
         """Generate one batch: its generated tokens (prompt columns dropped), each row's answer length and finish
