@@ -16,7 +16,7 @@ from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC,
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
-from gencache.generation.engines import ENGINES, EngineContext, EngineStats, create_engine
+from gencache.generation.engines import ENGINES, EngineContext, create_engine
 from gencache.generation.engines.continuous import generate_continuous, size_paged_cache
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
@@ -36,11 +36,20 @@ def _continuous(model: Any, tokenizer: Any, generation: Any, prompts: Any, **opt
 # transformers-continuous equals one-prompt generate and the static engine
 # ---------------------------------------------------------------------------------------------------------------
 def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_and_length(
-    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     workload = finish_workload(tiny_teacher_dir, tiny_tokenizer, tiny_model, steps=12)
     prompts, outputs, expect, generation = workload.prompts, workload.outputs, workload.expect, workload.generation
-    stats = EngineStats()
+    from transformers.generation.continuous_batching import ContinuousBatchingManager
+
+    cancelled: list[str] = []
+    cancel = ContinuousBatchingManager.cancel_request
+
+    def counted(manager: Any, request: str) -> None:
+        cancelled.append(request)
+        cancel(manager, request)
+
+    monkeypatch.setattr(ContinuousBatchingManager, "cancel_request", counted)
     entries = list(
         generate_continuous(
             tiny_model,
@@ -48,7 +57,6 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
             generation,
             prompts,
             options=ContinuousOptions(max_concurrent_sequences=3),
-            stats=stats,
         )
     )
     assert sorted(entry.key for entry in entries) == sorted(key for key, _ in prompts)
@@ -64,34 +72,29 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
             assert entry.finish_reasons == (reason,)
             assert tokens == outputs[entry.key][:step]
     assert reasons == {FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH}
-    assert stats.cancelled >= 1  # the stop-string requests were cancelled, not decoded to their limit
-    assert stats.kept_tokens == sum(entry.num_tokens for entry in entries)
+    assert cancelled  # the stop-string requests were cancelled, not decoded to their limit
     static = generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4)
     by_key = {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in static}
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 
 
-def test_continuous_uses_its_slots_on_kept_tokens_and_caps_rows_per_forward(
-    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
+def test_continuous_packs_at_most_max_concurrent_sequences_per_forward(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prompts = text_prompts(tiny_tokenizer)
     generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=10)
-    static_stats, continuous_stats = EngineStats(), EngineStats()
-    list(generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4, stats=static_stats))
-    list(
-        generate_continuous(
-            tiny_model,
-            tiny_tokenizer,
-            generation,
-            prompts,
-            options=ContinuousOptions(max_concurrent_sequences=4),
-            stats=continuous_stats,
-        )
-    )
-    assert continuous_stats.kept_tokens == static_stats.kept_tokens > 0
-    assert continuous_stats.slots >= continuous_stats.kept_tokens
-    assert continuous_stats.rows_per_forward <= 4
-    assert static_stats.slot_efficiency <= 1.0
+    packed: list[int] = []
+    forward = tiny_model.forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        packed.append(int(kwargs["cu_seq_lens_q"].numel()) - 1)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_model, "forward", counted)
+    options = ContinuousOptions(max_concurrent_sequences=4)
+    entries = list(generate_continuous(tiny_model, tiny_tokenizer, generation, prompts, options=options))
+    assert len(entries) == len(prompts) and packed and max(packed) <= 4
+    assert sum(packed) >= sum(entry.num_tokens for entry in entries)  # one slot per kept token at least
 
 
 def test_num_return_sequences_and_seeded_sampling_are_reproducible(

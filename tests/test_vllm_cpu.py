@@ -127,7 +127,6 @@ def test_greedy_float32_equals_one_prompt_generate_for_every_finish_reason(
     static = generate_entries(model, tokenizer, generation, prompts, batch_size=4)
     by_key = {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in static}
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
-    assert engine.stats.kept_tokens == sum(entry.num_tokens for entry in entries)
 
 
 def test_seeded_sampling_reproduces_and_a_prompts_samples_ignore_the_other_prompts(

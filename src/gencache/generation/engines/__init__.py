@@ -56,27 +56,6 @@ class GeneratedEntry:
         return sum(int(seq.numel()) for seq in self.sequences)
 
 
-@dataclass
-class EngineStats:
-    """What an engine spent: forward passes, decode slots (one sequence row in one forward), kept tokens and prompt
-    cells (padding included). Slot efficiency is kept tokens over slots."""
-
-    forwards: int = 0
-    slots: int = 0
-    kept_tokens: int = 0
-    prompt_cells: int = 0
-    pad_cells: int = 0
-    cancelled: int = 0
-
-    @property
-    def slot_efficiency(self) -> float:
-        return self.kept_tokens / self.slots if self.slots else 0.0
-
-    @property
-    def rows_per_forward(self) -> float:
-        return self.slots / self.forwards if self.forwards else 0.0
-
-
 @dataclass(frozen=True)
 class EngineContext:
     """Everything an engine needs, fixed before any weights load."""
@@ -98,7 +77,6 @@ class Engine(Protocol):
     """A generation engine (see the module docstring for the life cycle)."""
 
     name: str
-    stats: EngineStats
 
     @property
     def loads_with_prompts(self) -> bool:

@@ -35,7 +35,6 @@ from gencache.generation import teacher
 from gencache.generation.engines import (
     GIB,
     EngineContext,
-    EngineStats,
     GeneratedEntry,
     KeyedPrompt,
     PrefixStats,
@@ -128,35 +127,6 @@ def size_paged_cache(
 
 
 # -- hooks on one manager (never on its class) --------------------------------------------------------------------
-class ForwardCounter:
-    """Counts the manager's forwards and the sequences (rows) each packs, by wrapping ``model.forward``."""
-
-    def __init__(self, model: Any, stats: EngineStats) -> None:
-        self.model = model
-        self.stats = stats
-        self.own_forward: Any = None
-
-    def __enter__(self) -> ForwardCounter:
-        self.own_forward = self.model.__dict__.get("forward")  # an instance-level forward (accelerate hooks) stays
-        original = self.model.forward
-        stats = self.stats
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            cu_seq_lens = kwargs.get("cu_seq_lens_q")
-            stats.forwards += 1
-            stats.slots += int(cu_seq_lens.numel()) - 1 if cu_seq_lens is not None else 1
-            return original(*args, **kwargs)
-
-        self.model.forward = counted
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.own_forward is None:
-            self.model.__dict__.pop("forward", None)
-        else:
-            self.model.forward = self.own_forward
-
-
 class RequestSampler:
     """The manager's sampling step, drawing each row from its request's own stream: row ``i`` of the scores is the
     ``i``-th request of the batch that predicts a token (transformers' ``logits_indices`` order), at answer position
@@ -282,16 +252,11 @@ class _Requests:
         checked: Sequence[tuple[str, list[int]]],
         generation: EffectiveGeneration,
         tokenizer: Any,
-        stats: EngineStats,
-        *,
-        cancel_on_stop_string: bool,
     ) -> None:
         self.checked = checked
         self.per_prompt = generation.num_return_sequences
         self.max_new_tokens = generation.max_new_tokens
         self.tokenizer = tokenizer
-        self.stats = stats
-        self.cancel_on_stop_string = cancel_on_stop_string
         self.scanner = FinishScanner(
             eos_token_ids=generation.eos_token_ids,
             stop_strings=generation.stop_strings,
@@ -333,8 +298,8 @@ class _Requests:
         self.remaining = len(self.checked) * self.per_prompt
 
     def next_entry(self, manager: Any) -> GeneratedEntry | None:
-        """Scan one output of the manager; the entry it completes (counted in ``kept_tokens``), else None. A request
-        whose stop string completed early is cancelled (unless ``cancel_on_stop_string`` is off)."""
+        """Scan one output of the manager; the entry it completes, else None. A request whose stop string completed
+        early is cancelled."""
         output = _poll(manager)
         if output is None:
             return None
@@ -356,9 +321,8 @@ class _Requests:
         length, reason = hit
         self.done.add(request)
         self.remaining -= 1
-        if not output.is_finished() and self.cancel_on_stop_string:
+        if not output.is_finished():
             manager.cancel_request(request)  # a stop string completed: free its slot now
-            self.stats.cancelled += 1
         index_text, sequence_text = request.split(":")
         index, sequence = int(index_text), int(sequence_text)
         slots = self.results[index]
@@ -367,7 +331,6 @@ class _Requests:
             return None
         entry = _entry(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
         del self.results[index]
-        self.stats.kept_tokens += entry.num_tokens
         return entry
 
 
@@ -392,25 +355,19 @@ def generate_continuous(
     options: ContinuousOptions | None = None,
     seed: int = 0,
     progress: Progress | None = None,
-    stats: EngineStats | None = None,
     sizing: list[CacheSizing] | None = None,
-    cancel_on_stop_string: bool = True,
     prefix: list[PrefixStats] | None = None,
 ) -> Generator[GeneratedEntry, None, None]:
     """Generate every prompt through transformers' continuous-batching manager; one entry per prompt, in finish order.
 
-    ``options`` defaults to :class:`ContinuousOptions`' defaults; ``stats`` counts forwards, slots (rows per
-    forward), kept tokens and cancelled requests; the chosen :class:`CacheSizing` is appended to ``sizing``. The
-    manager's thread is stopped when the iterator ends, fails or is closed (close it when stopping early).
-    ``cancel_on_stop_string=False`` lets a request that completed a stop string run on to its EOS or limit (the
-    answer is cut the same way); it exists to measure what cancelling saves. The run's :class:`PrefixStats` (prompt
-    tokens, those the manager's block sharing served, and the floor at ``page_size`` blocks) are appended to
-    ``prefix``.
+    ``options`` defaults to :class:`ContinuousOptions`' defaults. The chosen :class:`CacheSizing` is appended to
+    ``sizing`` and the run's :class:`PrefixStats` (prompt tokens, those the manager's block sharing served, and the
+    floor at ``page_size`` blocks) to ``prefix``, for ``resolved_config.json``. The manager's thread is stopped when
+    the iterator ends, fails or is closed (close it when stopping early).
     """
     import torch
 
     options = options or ContinuousOptions()
-    stats = stats if stats is not None else EngineStats()
     checked = checked_prompts(prompts)
     if progress is not None:
         progress.start(len(checked))
@@ -419,41 +376,38 @@ def generate_continuous(
     chosen = _choose_sizing(model, generation, checked, options)
     if sizing is not None:
         sizing.append(chosen)
-    cb_config = _manager_cb_config(chosen, options, seed)
-    requests = _Requests(checked, generation, tokenizer, stats, cancel_on_stop_string=cancel_on_stop_string)
+    requests = _Requests(checked, generation, tokenizer)
     total, floor = prefix_floor((ids for _, ids in checked for _ in range(requests.per_prompt)), chosen.page_size)
     shared = PrefixStats(chosen.page_size, total, floor_tokens=floor)
     if prefix is not None:
         prefix.append(shared)
     previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
-    with ForwardCounter(model, stats):
-        manager = model.init_continuous_batching(
-            generation_config=_manager_config(generation), continuous_batching_config=cb_config
-        )
-        streams = requests.streams(seed) if generation.do_sample else None
-        hook_batch_processor(manager, shared, streams)
-        finished_cleanly = False
-        try:
-            manager.start()
-            requests.submit(manager)
-            while requests.remaining:
-                entry = requests.next_entry(manager)
-                if entry is None:
-                    continue
-                tokens_in_entry = entry.num_tokens
-                yield entry
-                del entry
-                if progress is not None:
-                    progress.advance(1, tokens_in_entry)
-            finished_cleanly = True
-        except torch.OutOfMemoryError as exc:
-            raise GenerationError(
-                f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
-                "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
-            ) from exc
-        finally:
-            _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
-    stats.prompt_cells += sum(len(ids) for _, ids in checked) * requests.per_prompt
+    manager = model.init_continuous_batching(
+        generation_config=_manager_config(generation),
+        continuous_batching_config=_manager_cb_config(chosen, options, seed),
+    )
+    hook_batch_processor(manager, shared, requests.streams(seed) if generation.do_sample else None)
+    finished_cleanly = False
+    try:
+        manager.start()
+        requests.submit(manager)
+        while requests.remaining:
+            entry = requests.next_entry(manager)
+            if entry is None:
+                continue
+            tokens_in_entry = entry.num_tokens
+            yield entry
+            del entry
+            if progress is not None:
+                progress.advance(1, tokens_in_entry)
+        finished_cleanly = True
+    except torch.OutOfMemoryError as exc:
+        raise GenerationError(
+            f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
+            "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
+        ) from exc
+    finally:
+        _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
 
 
 def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
@@ -489,14 +443,13 @@ class TransformersContinuousEngine(TransformersBase):
         self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_continuous(
-            self.loaded_model(),
+            self.model,
             self.context.tokenizer,
             self.context.generation,
             prompts,
             options=self.options,
             seed=self.context.seed,
             progress=progress,
-            stats=self.stats,
             sizing=self.sizing,
             prefix=self.prefix,
         )

@@ -63,7 +63,6 @@ from gencache.generation.engines import (
     GIB,
     AttentionShape,
     EngineContext,
-    EngineStats,
     GeneratedEntry,
     KeyedPrompt,
     PrefixStats,
@@ -412,7 +411,6 @@ class VllmEngine:
             if refusal is not None:
                 raise ConfigError(f'engine "{self.name}": {refusal}')
         self.llm: Any = None
-        self.stats = EngineStats()
         self.sizing: KvSizing | None = None
         self.prefix: PrefixStats | None = None
         self.platform: str | None = None
@@ -597,12 +595,10 @@ class VllmEngine:
                     if not output.finished or output.request_id not in in_flight:
                         continue
                     in_flight.discard(output.request_id)
-                    key, ids = ordered[int(output.request_id)]
+                    key, _ids = ordered[int(output.request_id)]
                     entry = request_output_to_entry(key, output, scanner, ctx.tokenizer)
                     tokens = entry.num_tokens
                     prefix.cached_tokens += int(output.num_cached_tokens or 0)
-                    self.stats.kept_tokens += tokens
-                    self.stats.prompt_cells += len(ids) * generation.num_return_sequences
                     yield entry
                     del entry
                     if progress is not None:
