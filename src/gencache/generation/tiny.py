@@ -209,6 +209,8 @@ def build_tiny_teacher(
     import torch
     import transformers
 
+    from gencache.generation.teacher import no_loading_bar
+
     hf: Any = transformers
 
     out = Path(directory)
@@ -259,14 +261,6 @@ def build_tiny_teacher(
         pad_token_id=endoftext_id,
         **TINY_GENERATION_CONFIG,
     )
-    _save_quietly(model, out)
-    return out
-
-
-def _save_quietly(model: Any, out: Path) -> None:
-    """``model.save_pretrained`` without transformers' progress bar (the demo's output stays readable), and
-    transformers' and huggingface_hub's bars as they were afterwards."""
-    from gencache.generation.teacher import no_loading_bar
-
-    with no_loading_bar():
+    with no_loading_bar():  # the demo's output stays readable; the process's bars are left as they were
         model.save_pretrained(str(out))
+    return out

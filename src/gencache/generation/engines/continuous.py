@@ -14,8 +14,7 @@ lowered to fit ``kv_cache_memory_gib`` (or 90% of free CUDA memory, or a quarter
 Sampling (``do_sample``) draws each request's tokens from the sequence's own stream
 (:mod:`gencache.generation.sampling`): the manager's sampling step is replaced, on this manager's model runner
 only, by one that draws every row from its request's stream at the request's answer position, so a sample's answers
-do not depend on the concurrency, the other prompts or their order. A transformers whose manager has no such step
-refuses sampling before the weights load.
+do not depend on the concurrency, the other prompts or their order.
 """
 
 from __future__ import annotations
