@@ -24,7 +24,6 @@ from gencache.generation.effective import EffectiveGeneration
 from gencache.generation.engines import GeneratedEntry, PrefixStats
 from gencache.generation.engines.continuous import generate_continuous
 from gencache.generation.engines.static import generate_entries, plan_batches
-from gencache.generation.teacher import model_device
 
 KeyedPrompt = tuple[str, list[int]]
 
@@ -105,7 +104,7 @@ def one_by_one(
     own EOS and stop-string criteria; ``tokenizer`` is needed with stop strings)."""
     import torch
 
-    device = model_device(model)
+    device = model.device
     config = copy.deepcopy(generation.config)
     outputs: dict[str, list[int]] = {}
     with torch.inference_mode():

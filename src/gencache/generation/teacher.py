@@ -128,10 +128,7 @@ def load_teacher(
         kwargs["device_map"] = "auto"
         target = None
     else:
-        try:
-            target = torch.device(device)
-        except (RuntimeError, ValueError) as exc:
-            raise ConfigError(f"model.device: {device!r} is not a torch device ({first_line(exc)}).") from exc
+        target = torch.device(device)
         if has_accelerate:
             kwargs["device_map"] = target
     try:
@@ -152,24 +149,13 @@ def load_teacher(
     return model
 
 
-def model_device(model: Any) -> torch.device:
-    """Where inputs go: ``model.device`` when it is a ``torch.device``, else the first parameter's device."""
-    import torch
-
-    device = getattr(model, "device", None)
-    if isinstance(device, torch.device):
-        return device
-    first: torch.device = next(model.parameters()).device
-    return first
-
-
 def runtime_info(model: Any) -> dict[str, Any]:
     """dtype, attention implementation, device and library versions, for ``resolved_config.json``."""
     import torch
 
     from gencache.core.version import __version__
 
-    device = model_device(model)
+    device = model.device
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     else:

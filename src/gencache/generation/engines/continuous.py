@@ -228,7 +228,7 @@ def _choose_sizing(
         options,
         model_config=model.config,
         dtype_bytes=DTYPE_BYTES[dtype],
-        budget=_memory_budget(options, teacher.model_device(model)),
+        budget=_memory_budget(options, model.device),
     )
 
 

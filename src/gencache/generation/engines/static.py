@@ -167,7 +167,7 @@ def generate_entries(
     import torch
 
     checked = checked_prompts(prompts)
-    device = teacher.model_device(model)
+    device = model.device
     per_prompt = generation.num_return_sequences
     pad_id = generation.config.pad_token_id
     if pad_id is None:
