@@ -310,12 +310,7 @@ class _Requests:
         tokens = [int(token) for token in output.generated_tokens]
         hit = self.scanner.scan(tokens, self.scanned[request])
         self.scanned[request] = len(tokens)
-        if hit is None:
-            if output.is_finished():
-                raise GenerationError(
-                    f"Continuous batching finished request {request} after {len(tokens)} tokens without "
-                    "an EOS id or max_new_tokens; its output cannot be cut by gencache's finish rule."
-                )
+        if hit is None:  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
             return None
         length, reason = hit
         self.done.add(request)
