@@ -22,6 +22,7 @@ from gencache.config.fields import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.hub import pretrained_kwargs
 from gencache.core.tokenizer import prepare_tokenizer
+from gencache.core.version import __version__
 
 if TYPE_CHECKING:
     import torch
@@ -152,8 +153,6 @@ def load_teacher(
 def runtime_info(model: Any) -> dict[str, Any]:
     """dtype, attention implementation, device and library versions, for ``resolved_config.json``."""
     import torch
-
-    from gencache.core.version import __version__
 
     device = model.device
     if device.type == "cuda":

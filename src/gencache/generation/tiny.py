@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gencache.generation.teacher import no_loading_bar
+
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -208,8 +210,6 @@ def build_tiny_teacher(
     """
     import torch
     import transformers
-
-    from gencache.generation.teacher import no_loading_bar
 
     hf: Any = transformers
 

@@ -25,11 +25,15 @@ from typing import TYPE_CHECKING, Any
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.core.hub import probe_scope
+from gencache.data.recorded import RecordedRun, rebuild_samples
+from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
+from gencache.generation.teacher import load_tokenizer
+from gencache.run.engine_build import build_engine
+from gencache.run.recorded import open_recorded_run
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
-    from gencache.data.recorded import RecordedRun
-    from gencache.generation.effective import EffectiveGeneration
 
 
 #: Keys audited when neither ``all_keys`` nor ``keys`` is given.
@@ -200,14 +204,9 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
             f'audit: the run sampled with engine "{recorded}" ({family}); engine "{chosen}" draws differently, so '
             f"its answers cannot be compared. Audit with {fit}."
         )
-    if chosen == ENGINE_VLLM:
-        from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
-
-        if installed_build() is None:
-            why = "" if requested else " (the run sampled with vLLM, whose sampler only vLLM reproduces)"
-            raise ConfigError(
-                f'audit: engine "vllm"{why} needs the vllm package, which is not installed: {INSTALL_HINT}.'
-            )
+    if chosen == ENGINE_VLLM and installed_build() is None:
+        why = "" if requested else " (the run sampled with vLLM, whose sampler only vLLM reproduces)"
+        raise ConfigError(f'audit: engine "vllm"{why} needs the vllm package, which is not installed: {INSTALL_HINT}.')
     return chosen
 
 
@@ -235,8 +234,6 @@ def _teacher_paths(run: RecordedRun, model_path: str | None, tokenizer_path: str
 
 def _resolve(run: RecordedRun, model_path: str, tokenizer: Any) -> EffectiveGeneration:
     """The run's generation settings, resolved again against the teacher; they must equal the recorded ones."""
-    from gencache.generation.effective import resolve_generation
-
     model = run.config.model
     generation = resolve_generation(
         model.generation_kwargs, model_path=model_path, revision=model.revision, tokenizer=tokenizer
@@ -293,11 +290,6 @@ def audit(
     ``progress(total)``
     makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
     whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
-    from gencache.data.recorded import rebuild_samples
-    from gencache.generation.teacher import load_tokenizer
-    from gencache.run.engine_build import build_engine
-    from gencache.run.recorded import open_recorded_run
-
     reader, run = open_recorded_run(path)
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)

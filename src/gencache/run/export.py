@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.publish import publish_file
 from gencache.config.paths import check_output_name
 from gencache.core.errors import (
@@ -45,11 +47,14 @@ from gencache.core.errors import (
     DatasetError,
     FormatError,
     GencacheError,
+    InputPathError,
     OutputExistsError,
     SourceChangedError,
     WriteError,
     first_line,
 )
+from gencache.core.version import __version__
+from gencache.generation.teacher import load_tokenizer
 
 FORMATS = ("jsonl", "parquet")
 ExportRow = dict[str, Any]
@@ -124,8 +129,6 @@ def _rebuild_samples(
     run = run_of_readers(directory, readers, resolved=resolved)
     tokenizer = None
     if tokenized:
-        from gencache.generation.teacher import load_tokenizer
-
         model = run.config.model
         path = tokenizer_path or model.effective_tokenizer_path
         if tokenizer_path is None and os.path.isabs(path) and not os.path.isdir(path):  # hub ids are never absolute
@@ -226,9 +229,6 @@ def export_metadata(
     carries its entry's ``content_digest``; ``digests`` gives them when they were already read)."""
     import hashlib
 
-    from gencache.artifact.names import FORMAT_VERSION
-    from gencache.core.version import __version__
-
     if digests is None:
         digests = _content_digests(reader)
     entries = hashlib.sha256()
@@ -294,8 +294,6 @@ def write_parquet(records: Iterator[ExportRow], handle: IO[bytes], schema: Any) 
 
 def check_out_parent(out: Path) -> None:
     """Refuse an ``out`` path under something that is not a directory: one line naming it (exit code 2)."""
-    from gencache.core.errors import InputPathError
-
     for parent in Path(os.path.abspath(out)).parents:
         if os.path.lexists(parent):
             if not parent.is_dir():
@@ -395,7 +393,6 @@ def export(
     tokenizer_path: str | None = None,
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
-    from gencache.artifact.mixture import MultiCacheReader, open_caches
     from gencache.data.recorded import checked_resolved_config
 
     check_output_name(os.fspath(out), "--out")

@@ -16,6 +16,7 @@ from gencache.config import CacheConfig
 from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.core.tokenizer import tokenizer_state
 from gencache.core.version import __version__
+from gencache.data.prompts import chat_template_digest
 from gencache.run.overrides import Overrides
 from gencache.run.sharding import ShardSpec
 
@@ -53,8 +54,6 @@ def resolved_config(
     overrides: Overrides | None = None,
 ) -> dict[str, Any]:
     """Everything needed to reproduce and audit the run (provenance only; training never reads it)."""
-    from gencache.data.prompts import chat_template_digest
-
     # The recorded config must rebuild the same samples from any working directory (gencache export does):
     # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
     config_json = copy.deepcopy(plan.config_json)
