@@ -43,7 +43,7 @@ if str(ROOT / "src") not in sys.path:
 
 from gencache.generation.effective import EffectiveGeneration, resolve_generation  # noqa: E402
 from gencache.generation.engines.continuous import MIN_TRANSFORMERS, supported_transformers  # noqa: E402
-from gencache.generation.engines.static import generate_entries, padding_stats, plan_batches  # noqa: E402
+from gencache.generation.engines.static import generate_entries, plan_batches  # noqa: E402
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info  # noqa: E402
 from gencache.generation.tiny import build_tiny_teacher, builtin_corpus  # noqa: E402
 
@@ -54,6 +54,7 @@ from longtail import (  # noqa: E402
     choose_eos,
     choose_stop_string,
     one_by_one,
+    padding_stats,
     run_continuous,
     run_static,
     table,

@@ -25,7 +25,7 @@ from typing import Any
 from longtail import EngineRun, choose_eos, one_by_one, run_continuous, run_static
 
 from gencache.generation.effective import resolve_generation
-from gencache.generation.engines.prefix import prefix_floor
+from gencache.generation.engines import prefix_floor
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
 from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher, builtin_corpus
 

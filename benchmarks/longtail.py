@@ -9,21 +9,21 @@ forward, prompt padding, wall time and CPU time.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 from gencache.config.engines import ContinuousOptions
 from gencache.generation.effective import EffectiveGeneration
-from gencache.generation.engines import EngineStats, GeneratedEntry
+from gencache.generation.engines import GeneratedEntry, PrefixStats
 from gencache.generation.engines.continuous import generate_continuous
-from gencache.generation.engines.prefix import PrefixStats
-from gencache.generation.engines.static import generate_entries
-from gencache.generation.teacher import model_device
+from gencache.generation.engines.static import generate_entries, plan_batches
 
 KeyedPrompt = tuple[str, list[int]]
 
@@ -104,7 +104,7 @@ def one_by_one(
     own EOS and stop-string criteria; ``tokenizer`` is needed with stop strings)."""
     import torch
 
-    device = model_device(model)
+    device = model.device
     config = copy.deepcopy(generation.config)
     outputs: dict[str, list[int]] = {}
     with torch.inference_mode():
@@ -118,6 +118,64 @@ def one_by_one(
             )
             outputs[key] = out[0, input_ids.shape[1] :].tolist()
     return outputs
+
+
+@dataclass
+class EngineStats:
+    """What an engine spent: forward passes, decode slots (one sequence row in one forward), kept tokens, prompt cells
+    (padding included) and cancelled requests. Slot efficiency is kept tokens over slots."""
+
+    forwards: int = 0
+    slots: int = 0
+    kept_tokens: int = 0
+    prompt_cells: int = 0
+    pad_cells: int = 0
+    cancelled: int = 0
+
+    @property
+    def slot_efficiency(self) -> float:
+        return self.kept_tokens / self.slots if self.slots else 0.0
+
+    @property
+    def rows_per_forward(self) -> float:
+        return self.slots / self.forwards if self.forwards else 0.0
+
+
+def padding_stats(lengths: Sequence[int], batch_size: int) -> dict[str, Any]:
+    """Prompt padding of the static engine's planned batches: pad cells over all prompt cells (the padding waste)."""
+    total = padded = 0
+    for batch in plan_batches(lengths, batch_size):
+        width = max(lengths[index] for index in batch)
+        total += width * len(batch)
+        padded += sum(width - lengths[index] for index in batch)
+    return {"prompt_cells": total, "pad_cells": padded, "pad_fraction": (padded / total) if total else 0.0}
+
+
+@contextlib.contextmanager
+def counting(model: Any, stats: EngineStats, *, cancel: bool = True) -> Iterator[None]:
+    """Count the model's forwards and the sequence rows each one packs (a static batch's rows, or the sequences the
+    continuous manager packs), and the requests the continuous manager cancels; ``cancel=False`` cancels none (a
+    request that completed a stop string runs on to its EOS or limit: what cancelling saves)."""
+    from transformers.generation.continuous_batching import ContinuousBatchingManager
+
+    forward, cancel_request = model.forward, ContinuousBatchingManager.cancel_request
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        packed, ids = kwargs.get("cu_seq_lens_q"), kwargs.get("input_ids")
+        stats.forwards += 1
+        stats.slots += int(packed.numel()) - 1 if packed is not None else int(ids.shape[0]) if ids is not None else 1
+        return forward(*args, **kwargs)
+
+    def cancelled(manager: Any, request_id: str) -> None:
+        if cancel:
+            stats.cancelled += 1
+            cancel_request(manager, request_id)
+
+    with (
+        mock.patch.object(model, "forward", counted),
+        mock.patch.object(ContinuousBatchingManager, "cancel_request", cancelled),
+    ):
+        yield
 
 
 @dataclass(frozen=True)
@@ -143,22 +201,24 @@ class EngineRun:
         return self.kept_tokens / self.cpu_seconds if self.cpu_seconds else 0.0
 
 
-def _measure(engine: str, concurrency: int, run: Callable[[EngineStats], Any], *, cuda: bool = False) -> EngineRun:
+def _measure(
+    engine: str, concurrency: int, model: Any, run: Callable[[], Any], stats: EngineStats, *, cuda: bool, cancel: bool
+) -> EngineRun:
     import torch
 
-    stats = EngineStats()
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     wall, cpu = time.perf_counter(), time.process_time()
-    entries: list[GeneratedEntry] = list(run(stats))
+    with counting(model, stats, cancel=cancel):
+        entries: list[GeneratedEntry] = list(run())
     if cuda:
         torch.cuda.synchronize()
     seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
     outputs = {entry.key: entry.sequences[0].tolist() for entry in entries}
     peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
-    kept = sum(entry.num_tokens for entry in entries)
-    return EngineRun(engine, concurrency, stats, kept, seconds, cpu_seconds, outputs, peak)
+    stats.kept_tokens = sum(entry.num_tokens for entry in entries)
+    return EngineRun(engine, concurrency, stats, stats.kept_tokens, seconds, cpu_seconds, outputs, peak)
 
 
 def run_static(
@@ -171,11 +231,16 @@ def run_static(
     cuda: bool = False,
 ) -> EngineRun:
     """The ``transformers`` engine at ``gen_batch_size`` = ``batch``."""
+    padding = padding_stats([len(ids) for _, ids in prompts], batch)
+    stats = EngineStats(prompt_cells=padding["prompt_cells"], pad_cells=padding["pad_cells"])
     return _measure(
         "transformers",
         batch,
-        lambda stats: generate_entries(model, tokenizer, generation, prompts, batch_size=batch, stats=stats),
+        model,
+        lambda: generate_entries(model, tokenizer, generation, prompts, batch_size=batch),
+        stats,
         cuda=cuda,
+        cancel=True,
     )
 
 
@@ -194,20 +259,15 @@ def run_continuous(
     prefix-sharing statistics."""
     options = ContinuousOptions(max_concurrent_sequences=concurrency)
     shared: list[PrefixStats] = []
+    stats = EngineStats(prompt_cells=sum(len(ids) for _, ids in prompts) * generation.num_return_sequences)
     run = _measure(
         "transformers-continuous" if cancel else "transformers-continuous, no cancel",
         concurrency,
-        lambda stats: generate_continuous(
-            model,
-            tokenizer,
-            generation,
-            prompts,
-            options=options,
-            stats=stats,
-            cancel_on_stop_string=cancel,
-            prefix=shared,
-        ),
+        model,
+        lambda: generate_continuous(model, tokenizer, generation, prompts, options=options, prefix=shared),
+        stats,
         cuda=cuda,
+        cancel=cancel,
     )
     return dataclasses.replace(run, prefix=shared[-1] if shared else None)
 
@@ -265,10 +325,12 @@ def table(runs: Sequence[EngineRun], reference: dict[str, list[int]] | None, *, 
 
 __all__ = [
     "EngineRun",
+    "EngineStats",
     "EosChoice",
     "choose_eos",
     "choose_stop_string",
     "one_by_one",
+    "padding_stats",
     "run_continuous",
     "run_static",
     "table",

@@ -259,3 +259,49 @@ def test_a_vllm_sampled_cache_is_audited_with_vllm_by_default_and_refused_at_onc
     assert "Audit with --engine vllm" in capsys.readouterr().err
     with pytest.raises(ConfigError, match='engine "vllm" needs the vllm package'):
         gencache.audit(artifact, engine="vllm")
+
+
+def test_a_moved_or_relatively_named_teacher_is_the_same_teacher(
+    tmp_path: Path,
+    tiny_teacher_dir: Path,
+    tiny_tokenizer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_teacher_dir, tmp_path / "my-run" / "tiny-teacher")
+    artifact = gencache.generate(
+        write_config(tmp_path, "my-run/tiny-teacher", model=_model(Path("my-run/tiny-teacher")))
+    )
+    recorded = json.loads((artifact / "resolved_config.json").read_text(encoding="utf-8"))["model"]["identity"]
+    assert recorded["model_path"] == recorded["tokenizer_path"] is not None
+    reader = gencache.open_caches(artifact)
+
+    def check(model_path: str) -> None:
+        reader.check_compatible(
+            model_path=model_path, tokenizer_path=model_path, dtype="float32", tokenizer=tiny_tokenizer
+        )
+
+    check("my-run/tiny-teacher")  # the very directory, as the config named it
+    check(str(tmp_path / "my-run" / "tiny-teacher"))  # and absolutely
+    (tmp_path / "my-run" / "tiny-teacher").rename(tmp_path / "moved-teacher")
+    check("moved-teacher")  # after the move
+    changed = tmp_path / "changed-teacher"
+    shutil.copytree(tmp_path / "moved-teacher", changed)
+    config = json.loads((changed / "config.json").read_text(encoding="utf-8"))
+    (changed / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}), encoding="utf-8")
+    with pytest.raises(gencache.CompatibilityError, match="model_path"):
+        check(str(changed))  # another teacher is not recognised as this one
+
+    assert cli_run(["audit", str(artifact), "--all"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--model NEWDIR" in err and "Repo id" not in err
+    assert cli_run(["audit", str(artifact), "--all", "--model", "moved-teacher"]) == 0
+    assert "4 equal, 0 differing" in capsys.readouterr().out
+
+    assert cli_run(["export", str(artifact), "--out", "answers.jsonl"]) == 0
+    err = capsys.readouterr().err
+    assert "tokenizer" in err and "--tokenizer" in err and "--data-root" not in err and "Repo id" not in err
+    assert cli_run(["export", str(artifact), "--out", "with-prompts.jsonl", "--tokenizer", "moved-teacher"]) == 0
+    records = [json.loads(line) for line in Path("with-prompts.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert records and all(record["prompt"] for record in records)

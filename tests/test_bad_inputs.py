@@ -256,7 +256,7 @@ def test_a_teacher_setting_the_run_overrides_passes_the_dry_run_and_generate_ali
 
 
 def test_what_real_teachers_ship_is_accepted() -> None:
-    from gencache.generation.teacher_files import check_attn_implementation, check_vocabulary
+    from gencache.generation.teacher import check_attn_implementation, check_vocabulary
 
     class Tokenizer:
         def __len__(self) -> int:
@@ -268,7 +268,7 @@ def test_what_real_teachers_ship_is_accepted() -> None:
 
 
 def test_a_stale_index_beside_model_safetensors_is_not_read(tmp_path: Path, tiny_teacher_dir: Path) -> None:
-    from gencache.generation.teacher_files import check_teacher_weights
+    from gencache.generation.teacher import check_teacher_weights
 
     copy = tmp_path / "teacher"
     shutil.copytree(tiny_teacher_dir, copy)

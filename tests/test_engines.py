@@ -16,16 +16,12 @@ from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC,
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
-from gencache.generation.engines import ENGINES, EngineContext, EngineStats, create_engine
-from gencache.generation.engines.continuous import generate_continuous, size_paged_cache, supported_transformers
+from gencache.generation.engines import ENGINES, EngineContext, create_engine
+from gencache.generation.engines.continuous import generate_continuous, size_paged_cache
 from gencache.generation.engines.static import generate_entries
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.run.api import generate
 from support.generation_helpers import decode, finish_workload, resolve, solo, text_prompts
-
-needs_continuous = pytest.mark.skipif(
-    not supported_transformers(), reason="this transformers is older than the continuous engine supports"
-)
 
 
 def _tokens(entry: Any) -> list[list[int]]:
@@ -39,13 +35,21 @@ def _continuous(model: Any, tokenizer: Any, generation: Any, prompts: Any, **opt
 # ---------------------------------------------------------------------------------------------------------------
 # transformers-continuous equals one-prompt generate and the static engine
 # ---------------------------------------------------------------------------------------------------------------
-@needs_continuous
 def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_and_length(
-    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     workload = finish_workload(tiny_teacher_dir, tiny_tokenizer, tiny_model, steps=12)
     prompts, outputs, expect, generation = workload.prompts, workload.outputs, workload.expect, workload.generation
-    stats = EngineStats()
+    from transformers.generation.continuous_batching import ContinuousBatchingManager
+
+    cancelled: list[str] = []
+    cancel = ContinuousBatchingManager.cancel_request
+
+    def counted(manager: Any, request: str) -> None:
+        cancelled.append(request)
+        cancel(manager, request)
+
+    monkeypatch.setattr(ContinuousBatchingManager, "cancel_request", counted)
     entries = list(
         generate_continuous(
             tiny_model,
@@ -53,7 +57,6 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
             generation,
             prompts,
             options=ContinuousOptions(max_concurrent_sequences=3),
-            stats=stats,
         )
     )
     assert sorted(entry.key for entry in entries) == sorted(key for key, _ in prompts)
@@ -69,38 +72,31 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
             assert entry.finish_reasons == (reason,)
             assert tokens == outputs[entry.key][:step]
     assert reasons == {FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH}
-    assert stats.cancelled >= 1  # the stop-string requests were cancelled, not decoded to their limit
-    assert stats.kept_tokens == sum(entry.num_tokens for entry in entries)
+    assert cancelled  # the stop-string requests were cancelled, not decoded to their limit
     static = generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4)
     by_key = {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in static}
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 
 
-@needs_continuous
-def test_continuous_uses_its_slots_on_kept_tokens_and_caps_rows_per_forward(
-    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
+def test_continuous_packs_at_most_max_concurrent_sequences_per_forward(
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prompts = text_prompts(tiny_tokenizer)
     generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=10)
-    static_stats, continuous_stats = EngineStats(), EngineStats()
-    list(generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4, stats=static_stats))
-    list(
-        generate_continuous(
-            tiny_model,
-            tiny_tokenizer,
-            generation,
-            prompts,
-            options=ContinuousOptions(max_concurrent_sequences=4),
-            stats=continuous_stats,
-        )
-    )
-    assert continuous_stats.kept_tokens == static_stats.kept_tokens > 0
-    assert continuous_stats.slots >= continuous_stats.kept_tokens
-    assert continuous_stats.rows_per_forward <= 4
-    assert static_stats.slot_efficiency <= 1.0
+    packed: list[int] = []
+    forward = tiny_model.forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        packed.append(int(kwargs["cu_seq_lens_q"].numel()) - 1)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_model, "forward", counted)
+    options = ContinuousOptions(max_concurrent_sequences=4)
+    entries = list(generate_continuous(tiny_model, tiny_tokenizer, generation, prompts, options=options))
+    assert len(entries) == len(prompts) and packed and max(packed) <= 4
+    assert sum(packed) >= sum(entry.num_tokens for entry in entries)  # one slot per kept token at least
 
 
-@needs_continuous
 def test_num_return_sequences_and_seeded_sampling_are_reproducible(
     tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any
 ) -> None:
@@ -303,7 +299,6 @@ def _resolved(path: Path) -> dict[str, Any]:
     return result
 
 
-@needs_continuous
 def test_continuous_artifact_has_the_static_artifacts_content_digests(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     generation = {"max_new_tokens": 10, "stop_strings": ["."]}
     static = generate(_config(tmp_path, tiny_teacher_dir, ENGINE_STATIC, generation))
@@ -351,13 +346,14 @@ def test_the_rule_book_the_options_and_the_engine_registry_import_without_torch(
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.skipif(supported_transformers(), reason="this transformers supports the continuous engine")
 def test_the_continuous_engine_on_an_older_transformers_is_refused_before_the_teacher_loads(
-    tiny_teacher_dir: Path, tiny_tokenizer: Any
+    tiny_teacher_dir: Path, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8)
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "5.19.0")  # vLLM's CPU environment has it
     context = EngineContext(
-        generation=generation,
+        generation=resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=8),
         tokenizer=tiny_tokenizer,
         model_path=str(tiny_teacher_dir),
         dtype="float32",

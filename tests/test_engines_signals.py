@@ -9,17 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gencache.generation.engines.continuous import supported_transformers
 from support.config_factory import config_dict, musique
 from support.config_factory import write_config as factory_config
 from test_generate_signals import Child, assert_killed_run_leaves_only_a_temporary_directory
 
-pytestmark = [
-    pytest.mark.skipif(
-        not supported_transformers(), reason="this transformers is older than the continuous engine supports"
-    ),
-    pytest.mark.slow,  # each test runs a whole `python -m gencache generate` child
-]
+pytestmark = pytest.mark.slow  # each test runs a whole `python -m gencache generate` child
 
 
 def write_config(tmp_path: Path, teacher: Path) -> Path:

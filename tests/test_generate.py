@@ -18,7 +18,7 @@ from gencache.config.generation import NO_LOGITS_MESSAGE, effective_problems
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import GeneratedEntry
-from gencache.generation.engines.static import batching_policy, generate_entries, padding_stats, plan_batches
+from gencache.generation.engines.static import batching_policy, generate_entries, plan_batches
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info, torch_dtype
 from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
@@ -303,9 +303,7 @@ def test_a_batch_size_or_dtype_without_a_config_meets_the_configs_rule_in_its_wo
     assert str(loaded.value).endswith(f": {called.value}")
 
 
-def test_padding_stats_and_batching_policy() -> None:
-    stats = padding_stats([4, 2, 2, 1], 2)
-    assert stats == {"prompt_cells": 8 + 4, "pad_cells": 2 + 1, "pad_fraction": 3 / 12}
+def test_batching_policy() -> None:
     policy = batching_policy(8)
     assert policy["order"] == "length-sorted-longest-first"
     assert policy["batch_size"] == 8 and policy["padding_side"] == "left"

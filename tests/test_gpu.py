@@ -11,7 +11,6 @@ import torch
 
 from gencache.artifact.reader import CacheReader, verify
 from gencache.data.recipes import sample_source
-from gencache.generation.engines.continuous import supported_transformers
 from gencache.run.api import generate
 
 pytestmark = [
@@ -77,9 +76,6 @@ def _digests(path: Path) -> dict[str, str]:
     return {key: entry["content_digest"] for key, entry in entries.items()}
 
 
-@pytest.mark.skipif(
-    not supported_transformers(), reason="this transformers is older than the continuous engine supports"
-)
 def test_float32_continuous_engine_on_cuda_matches_the_static_engine(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     static = generate(config(tmp_path, tiny_teacher_dir, "float32", 4, "static"))
     continuous = generate(

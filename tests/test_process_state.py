@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gencache.generation.engines.memory import GIB, available_host_memory
+from gencache.generation.engines import GIB, available_host_memory
 
 
 def test_host_memory_is_meminfo_s_memavailable(tmp_path: Path) -> None:

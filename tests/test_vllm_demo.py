@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gencache.artifact.reader import CacheReader
-from gencache.generation.engines.vllm_platform import installed_build
+from gencache.generation.engines.vllm import installed_build
 
 pytestmark = pytest.mark.vllm
 _build = installed_build()

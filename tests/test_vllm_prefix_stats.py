@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from gencache.config.engines import ContinuousOptions
+from gencache.generation.engines import PrefixStats, prefix_floor, prefix_order, reusable_prefix
 from gencache.generation.engines.continuous import (
     TransformersContinuousEngine,
     generate_continuous,
     supported_transformers,
 )
-from gencache.generation.engines.prefix import PrefixStats, prefix_floor, prefix_order, reusable_prefix
 from support.generation_helpers import resolve
 
 

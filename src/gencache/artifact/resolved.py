@@ -1,4 +1,5 @@
-"""The shape of ``resolved_config.json`` and what it must agree on with the manifest. Pure: no I/O.
+"""The shape of ``resolved_config.json``, what it must agree on with the manifest, and the identity of a local
+teacher that it records.
 
 The resolved config is provenance for humans (never a compatibility gate), but ``gencache verify`` still checks
 that the document a gencache run wrote is whole: an object with the documented top-level fields of the documented types,
@@ -8,10 +9,14 @@ the shard record's when the artifact is a shard.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from gencache.artifact.names import FORMAT_VERSION
+from gencache.artifact.names import FORMAT_VERSION, RESOLVED_NAME
 from gencache.core.canonical import json_digest
 
 #: Top-level fields of ``resolved_config.json`` and the JSON type each holds (``None``: may also be null).
@@ -90,3 +95,54 @@ def resolved_config_problems(
                 f"resolved_config.json {name} is {found!r} but the manifest records {expected!r} (it was edited)"
             )
     return problems
+
+
+#: The files of a local teacher or tokenizer directory that say what it is (besides its safetensors headers).
+IDENTITY_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.model",
+        "chat_template.jinja",
+        "model.safetensors.index.json",
+    }
+)
+#: The provenance paths whose local directory's identity ``resolved_config.json`` records under ``model.identity``.
+IDENTITY_FIELDS = ("model_path", "tokenizer_path")
+
+
+def local_identity(path: str) -> str | None:
+    """What a local teacher (or tokenizer) directory is, wherever it lies: the SHA-256 over the digests of its config
+    and tokenizer files and of its safetensors files' headers (tensor names, dtypes, shapes and offsets; never the
+    weights' bytes); None when ``path`` is not a local directory (a hub id). A moved or relatively named directory
+    keeps its identity."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        return None
+    parts: dict[str, str] = {}
+    for file in sorted(directory.iterdir()):
+        if file.name in IDENTITY_FILES and file.is_file():
+            parts[file.name] = hashlib.sha256(file.read_bytes()).hexdigest()
+        elif file.suffix == ".safetensors" and file.is_file():
+            with open(file, "rb") as handle:
+                header = handle.read(int.from_bytes(handle.read(8), "little"))
+            parts[file.name] = hashlib.sha256(header).hexdigest()
+    return json_digest(parts)
+
+
+def recorded_identity(artifact: str | os.PathLike[str], field: str) -> str | None:
+    """The identity ``resolved_config.json`` of ``artifact`` recorded for the provenance path ``field``
+    (``model_path`` or ``tokenizer_path``); None when it recorded none (a hub id, an older artifact, no readable
+    record)."""
+    try:
+        resolved = json.loads((Path(artifact) / RESOLVED_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    found = _get(resolved, "model", "identity", field)
+    return found if isinstance(found, str) else None

@@ -327,6 +327,12 @@ def export(
             "--scores", metavar="FILE", help="With --min-score: read the scores from a gencache score --out file."
         ),
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer", metavar="PATH", help="Render the prompts with this tokenizer (default: the run's)."
+        ),
+    ] = None,
 ) -> None:
     """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
     length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
@@ -355,6 +361,7 @@ def export(
             sources=sources,
             min_score=bar,
             scores=scores,
+            tokenizer_path=tokenizer,
         )
     if result.note:
         typer.echo(f"note: {result.note}", err=True)

@@ -55,7 +55,16 @@ def audit_command(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option("--model", metavar="PATH", help="Teacher to regenerate with (default: the run's model_path)."),
+        typer.Option(
+            "--model",
+            metavar="PATH",
+            help="Teacher to regenerate with (default: the run's model_path); a tokenizer that came with the run's "
+            "teacher comes with it.",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option("--tokenizer", metavar="PATH", help="Tokenizer (default: the run's, or the one with --model)."),
     ] = None,
     device: Annotated[
         str | None, typer.Option("--device", metavar="DEVICE", help="Device (default: the run's model.device).")
@@ -101,6 +110,7 @@ def audit_command(
             seed=seed,
             engine=engine,
             model_path=model,
+            tokenizer_path=tokenizer,
             device=device,
             dtype=dtype,
             progress=RunProgress if show_progress else None,

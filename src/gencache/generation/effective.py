@@ -32,7 +32,7 @@ from gencache.config.names import LOGIT_FIELDS
 from gencache.core.canonical import is_int
 from gencache.core.errors import ConfigError, first_line
 from gencache.generation import teacher
-from gencache.generation.teacher_files import read_json_file
+from gencache.generation.teacher import read_json_file
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig

@@ -14,7 +14,7 @@ which other prompts share its batch, its shard or its run. The rule, written onc
   softmax of the processed scores, in token order) exceeds ``u`` times the total. The draw is counter-based, so a
   request that an engine pauses, evicts or recomputes draws the same token at the same position.
 
-Greedy decoding draws nothing. Only :func:`draw_tokens` needs torch (imported inside it).
+Greedy decoding draws nothing. torch is imported inside the functions that use it.
 """
 
 from __future__ import annotations
@@ -87,20 +87,10 @@ def draw_tokens(scores: torch.Tensor, draws: np.ndarray[Any, np.dtype[np.float64
     return torch.searchsorted(cdf, targets, right=True).squeeze(-1)
 
 
-def one_hot_scores(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Scores that leave a sampler no choice: 0 at each row's token, ``-inf`` elsewhere (softmax gives probability
-    1 to the chosen token, so transformers' own multinomial draw returns it)."""
-    import torch
-
-    chosen = torch.full_like(scores, float("-inf"))
-    chosen.scatter_(1, tokens.unsqueeze(-1).to(scores.device), 0.0)
-    return chosen
-
-
 class SequenceSampler:
     """The last logits processor of a batched ``model.generate`` call: it draws each row's token from the row's own
-    stream (:func:`uniforms`, :func:`draw_tokens`) and hands transformers one-hot scores, so transformers' own
-    draw from its global generator returns that token.
+    stream (:func:`uniforms`, :func:`draw_tokens`) and hands transformers scores that leave no choice (0 at that
+    token, ``-inf`` elsewhere), so transformers' own draw from its global generator returns that token.
 
     ``streams`` holds one stream seed per row (prompt-major: row ``r`` is sequence ``r % n`` of prompt ``r // n``),
     ``prompt_width`` the padded prompt width (the answer position is the row length minus it)."""
@@ -110,6 +100,9 @@ class SequenceSampler:
         self.prompt_width = prompt_width
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        import torch
+
         position = int(input_ids.shape[1]) - self.prompt_width
         draws = uniforms(self.streams, [position] * len(self.streams))
-        return one_hot_scores(scores, draw_tokens(scores, draws))
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(1, draw_tokens(scores, draws).unsqueeze(-1).to(scores.device), 0.0)

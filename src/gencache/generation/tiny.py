@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gencache.generation.teacher import no_loading_bar
+
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -259,14 +261,6 @@ def build_tiny_teacher(
         pad_token_id=endoftext_id,
         **TINY_GENERATION_CONFIG,
     )
-    _save_quietly(model, out)
-    return out
-
-
-def _save_quietly(model: Any, out: Path) -> None:
-    """``model.save_pretrained`` without transformers' progress bar (the demo's output stays readable), and
-    transformers' and huggingface_hub's bars as they were afterwards."""
-    from gencache.generation.teacher import no_loading_bar
-
-    with no_loading_bar():
+    with no_loading_bar():  # the demo's output stays readable; the process's bars are left as they were
         model.save_pretrained(str(out))
+    return out

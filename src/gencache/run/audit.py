@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
+from gencache.data.recorded import RecordedRun, open_recorded_run, rebuild_samples
+from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
+from gencache.generation.teacher import load_tokenizer
+from gencache.run.preflight import build_engine
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
-    from gencache.data.recorded import RecordedRun
-    from gencache.generation.effective import EffectiveGeneration
 
 
 #: Keys audited when neither ``all_keys`` nor ``keys`` is given.
@@ -199,22 +202,36 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
             f'audit: the run sampled with engine "{recorded}" ({family}); engine "{chosen}" draws differently, so '
             f"its answers cannot be compared. Audit with {fit}."
         )
-    if chosen == ENGINE_VLLM:
-        from gencache.generation.engines.vllm import INSTALL_HINT
-        from gencache.generation.engines.vllm_platform import installed_build
+    if chosen == ENGINE_VLLM and installed_build() is None:
+        why = "" if requested else " (the run sampled with vLLM, whose sampler only vLLM reproduces)"
+        raise ConfigError(f'audit: engine "vllm"{why} needs the vllm package, which is not installed: {INSTALL_HINT}.')
+    return chosen
 
-        if installed_build() is None:
-            why = "" if requested else " (the run sampled with vLLM, whose sampler only vLLM reproduces)"
+
+def _teacher_paths(run: RecordedRun, model_path: str | None, tokenizer_path: str | None) -> tuple[str, str]:
+    """The teacher and tokenizer to regenerate with: those given, else the recorded ones; a tokenizer that came
+    with the recorded teacher comes with a given one. A recorded local directory that is gone (the teacher moved)
+    is one :class:`ConfigError` naming the option that points at its new place, before anything loads."""
+    model = run.config.model
+    recorded_model, recorded_tokenizer = model.model_path, model.effective_tokenizer_path
+    if tokenizer_path is None and model_path is not None and recorded_tokenizer == recorded_model:
+        tokenizer_path = model_path
+    chosen = (model_path or recorded_model, tokenizer_path or recorded_tokenizer)
+    for path, given, what, option in (
+        (chosen[0], model_path, "teacher", "--model NEWDIR"),
+        (chosen[1], tokenizer_path, "tokenizer", "--tokenizer NEWDIR"),
+    ):
+        # the run recorded local directories as absolute paths, and a hub id is never one
+        if given is None and os.path.isabs(path) and not os.path.isdir(path):
             raise ConfigError(
-                f'audit: engine "vllm"{why} needs the vllm package, which is not installed: {INSTALL_HINT}.'
+                f"audit: the {what} directory the run used, {path}, is gone (moved or deleted); audit with "
+                f"{option}, its new place."
             )
     return chosen
 
 
 def _resolve(run: RecordedRun, model_path: str, tokenizer: Any) -> EffectiveGeneration:
     """The run's generation settings, resolved again against the teacher; they must equal the recorded ones."""
-    from gencache.generation.effective import resolve_generation
-
     model = run.config.model
     generation = resolve_generation(
         model.generation_kwargs, model_path=model_path, revision=model.revision, tokenizer=tokenizer
@@ -258,28 +275,25 @@ def audit(
     seed: int = 0,
     engine: str | None = None,
     model_path: str | None = None,
+    tokenizer_path: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
     progress: Callable[[int], Progress] | None = None,
 ) -> AuditReport:
     """Audit the artifact or shard base at ``path`` (see the module docstring) and return the report; nothing is
-    printed or written. ``engine``, ``model_path``, ``device`` and ``dtype`` override what the run recorded (the
-    teacher to regenerate with, for example the original of a cache made by a modified one); ``progress(total)``
+    printed or written. ``engine``, ``model_path``, ``tokenizer_path``, ``device`` and ``dtype`` override what the
+    run recorded (the teacher to regenerate with: the original of a cache made by a modified one, or the teacher's
+    directory after it moved; a tokenizer that came with the recorded teacher comes with ``model_path``);
+    ``progress(total)``
     makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
     whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
-    from gencache.data.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
-    from gencache.run.preflight import build_engine
-
     reader, run = open_recorded_run(path)
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)
     model = run.config.model
-    where = {
-        "model_path": model_path or model.model_path,
-        "device": device or model.device,
-        "dtype": dtype or model.dtype,
-    }
-    tokenizer = load_recorded_tokenizer(run)
+    teacher, tokenizer_at = _teacher_paths(run, model_path, tokenizer_path)
+    where = {"model_path": teacher, "device": device or model.device, "dtype": dtype or model.dtype}
+    tokenizer = load_tokenizer(tokenizer_at, revision=model.revision)
     recorded = reader.provenance  # the tokenizer must still be in the state the cache was generated with
     reader.check_compatible(
         model_path=recorded["model_path"],

@@ -6,7 +6,9 @@ Every record has the key, the sequence index, the answer as text (``completion``
 of each key, its ``reference`` answer and the source row it came from, ``row_id`` and ``row_index``) are added when
 the samples can be rebuilt (:mod:`gencache.data.recorded`): from the dataset sources the artifact recorded, or from
 ``data_root`` (a directory holding the recorded local sources by their last path component) and ``sources`` (a new
-source per data config index). When the sources are gone the export still happens, without prompts, and says why.
+source per data config index), rendered with the recorded tokenizer or ``tokenizer_path`` (the tokenizer's directory
+after it moved). When the sources or the tokenizer are gone the export still happens, without prompts, and says
+why.
 ``prompts=False`` leaves the prompts out and loads no tokenizer: the join fields (``row_id``, ``row_index``,
 ``reference``, the dataset name, data config and sample index) still come from the samples rebuilt without one, and
 when they cannot be rebuilt (the sources gone or changed, a template that renders with the tokenizer, a recorded
@@ -36,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.publish import publish_file
 from gencache.config.paths import check_output_name
 from gencache.core.errors import (
@@ -43,11 +47,14 @@ from gencache.core.errors import (
     DatasetError,
     FormatError,
     GencacheError,
+    InputPathError,
     OutputExistsError,
     SourceChangedError,
     WriteError,
     first_line,
 )
+from gencache.core.version import __version__
+from gencache.generation.teacher import load_tokenizer
 
 FORMATS = ("jsonl", "parquet")
 ExportRow = dict[str, Any]
@@ -112,18 +119,29 @@ def _rebuild_samples(
     sources: Mapping[int, str],
     resolved: Mapping[str, Any],
     tokenized: bool,
+    tokenizer_path: str | None,
 ) -> Any:
     """The run's samples rebuilt from the checked record of the run (``resolved``, the first reader's checked
-    ``resolved_config.json``; with the overrides), tokenized with the recorded tokenizer when ``tokenized``."""
+    ``resolved_config.json``; with the overrides), tokenized when ``tokenized`` with the tokenizer at
+    ``tokenizer_path`` or else the recorded one: a :class:`_TokenizerError` when it cannot be loaded."""
     from gencache.data.recorded import rebuild_samples, run_of_readers
 
     run = run_of_readers(directory, readers, resolved=resolved)
     tokenizer = None
     if tokenized:
-        from gencache.data.recorded import load_recorded_tokenizer
-
-        tokenizer = load_recorded_tokenizer(run)
+        model = run.config.model
+        path = tokenizer_path or model.effective_tokenizer_path
+        if tokenizer_path is None and os.path.isabs(path) and not os.path.isdir(path):  # hub ids are never absolute
+            raise _TokenizerError(f"the tokenizer directory the run used, {path}, is gone (moved or deleted)")
+        try:
+            tokenizer = load_tokenizer(path, revision=model.revision)
+        except GencacheError as error:
+            raise _TokenizerError(first_line(error)) from None
     return rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
+
+
+class _TokenizerError(DatasetError):
+    """The tokenizer the prompts are rendered with cannot be loaded."""
 
 
 def _prompts_of(samples: Any, keys: set[str], with_prompts: bool) -> tuple[list[str], dict[str, _Prompt]]:
@@ -211,9 +229,6 @@ def export_metadata(
     carries its entry's ``content_digest``; ``digests`` gives them when they were already read)."""
     import hashlib
 
-    from gencache.artifact.names import FORMAT_VERSION
-    from gencache.core.version import __version__
-
     if digests is None:
         digests = _content_digests(reader)
     entries = hashlib.sha256()
@@ -222,7 +237,6 @@ def export_metadata(
     provenance = dict(reader.provenance)
     recorded = resolved.get("model")
     model: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
-    paths = getattr(reader, "paths", None) or (reader.path,)
     return {
         "format_version": FORMAT_VERSION,
         "gencache_version": __version__,
@@ -232,7 +246,7 @@ def export_metadata(
         "dtype": provenance.get("dtype"),
         "provenance": provenance,
         "provenance_digest": reader.provenance_digest,
-        "artifacts": [str(path) for path in paths],
+        "artifacts": [str(path) for path in reader.paths],
         "entries": len(reader),
         "entries_digest": entries.hexdigest(),
         "run_digest": resolved.get("run_digest"),
@@ -280,8 +294,6 @@ def write_parquet(records: Iterator[ExportRow], handle: IO[bytes], schema: Any) 
 
 def check_out_parent(out: Path) -> None:
     """Refuse an ``out`` path under something that is not a directory: one line naming it (exit code 2)."""
-    from gencache.core.errors import InputPathError
-
     for parent in Path(os.path.abspath(out)).parents:
         if os.path.lexists(parent):
             if not parent.is_dir():
@@ -378,9 +390,9 @@ def export(
     sources: Mapping[int, str] | None = None,
     min_score: Mapping[str, float] | None = None,
     scores: str | os.PathLike[str] | None = None,
+    tokenizer_path: str | None = None,
 ) -> ExportResult:
     """Export an artifact (or an unsuffixed sharded output) to ``out`` in ``format`` (see the module docstring)."""
-    from gencache.artifact.mixture import MultiCacheReader, open_caches
     from gencache.data.recorded import checked_resolved_config
 
     check_output_name(os.fspath(out), "--out")
@@ -405,12 +417,19 @@ def export(
     root = Path(data_root).expanduser().absolute() if data_root is not None else None
     what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
     try:
-        samples = _rebuild_samples(directory, readers, root, dict(sources or {}), resolved, prompts)
+        samples = _rebuild_samples(directory, readers, root, dict(sources or {}), resolved, prompts, tokenizer_path)
         order, found = _prompts_of(samples, keys, prompts)
     except (FormatError, SourceChangedError) as error:  # a damaged record or changed data: never quiet prompts
         if prompts or min_score is not None:
             raise
         note = f"{what} left out: {first_line(error)}"
+    except _TokenizerError as error:
+        if min_score is not None and scores is None:
+            raise DatasetError(f"Cannot render the prompts of {directory}: {error}") from None
+        note = (
+            f"prompts left out: they are rendered with the run's tokenizer, and {error}; pass --tokenizer DIR "
+            "(its place now), or --no-prompts"
+        )
     except GencacheError as error:
         if overridden or (min_score is not None and scores is None):  # the data is needed, or pointed at
             raise DatasetError(f"Cannot rebuild the samples of {directory}: {first_line(error)}") from None

@@ -478,7 +478,7 @@ def _model_location(field_name: str, value: str, revision: str | None) -> tuple[
 
     from gencache.config.paths import looks_like_path
     from gencache.core.errors import first_line
-    from gencache.generation.teacher_files import check_json_files
+    from gencache.generation.teacher import check_json_files
 
     path = Path(value).expanduser()
     if os.path.isdir(path):
@@ -661,7 +661,7 @@ def _teacher(
     """Phase 2, in order; each check takes what the checks before it produced. Sets the report's samples, targets
     with their keys, header budget, prompt and, when every check passed, the run's inputs."""
     from gencache.config.engines import ContinuousOptions
-    from gencache.generation.teacher_files import vocab_size_of
+    from gencache.generation.teacher import vocab_size_of
 
     model = config.model
     found.check("torch device", "model.device", _torch_device, device)
@@ -809,7 +809,7 @@ def _teacher_config(config: CacheConfig) -> tuple[Any, str]:
     from transformers.utils.hub import cached_file
 
     from gencache.core.errors import first_line
-    from gencache.generation.teacher_files import read_json_file
+    from gencache.generation.teacher import read_json_file
 
     model_path, revision = config.model.model_path, config.model.revision
     try:
@@ -841,19 +841,19 @@ def max_positions_of(config: Any) -> int | None:
 
 
 def _attention(attn_implementation: str | None, device: str) -> tuple[None, str]:
-    from gencache.generation.teacher_files import check_attn_implementation
+    from gencache.generation.teacher import check_attn_implementation
 
     return None, check_attn_implementation(attn_implementation, device)
 
 
 def _weights(model_path: str) -> tuple[None, str]:
-    from gencache.generation.teacher_files import check_teacher_weights
+    from gencache.generation.teacher import check_teacher_weights
 
     return None, check_teacher_weights(model_path)
 
 
 def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[bool, str]:
-    from gencache.generation.teacher_files import check_vocabulary, vocab_size_of
+    from gencache.generation.teacher import check_vocabulary, vocab_size_of
 
     vocab_size = vocab_size_of(teacher)
     if vocab_size is None:
@@ -892,7 +892,7 @@ def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) 
 
 
 def _prompt_ids(samples: SampleSet, vocab_size: int, _vocabulary_checked: bool) -> tuple[None, str]:
-    from gencache.generation.teacher_files import check_prompt_ids
+    from gencache.generation.teacher import check_prompt_ids
 
     largest, where = -1, "-"
     for sample in samples.unique:
@@ -910,8 +910,8 @@ def _paged_cache(
     from gencache.config.engines import ContinuousOptions
     from gencache.config.names import DTYPE_BYTES
     from gencache.core.errors import first_line
+    from gencache.generation.engines import GIB
     from gencache.generation.engines.continuous import size_paged_cache
-    from gencache.generation.engines.memory import GIB
 
     options = config.engine_options
     assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None

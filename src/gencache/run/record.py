@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FORMAT_VERSION
-from gencache.artifact.resolved import with_resolved_digest
+from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.summary import shard_data_configs
 from gencache.config import CacheConfig
 from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.core.tokenizer import tokenizer_state
 from gencache.core.version import __version__
+from gencache.data.prompts import chat_template_digest
 from gencache.run.overrides import Overrides
 from gencache.run.sharding import ShardSpec
 
@@ -53,8 +54,6 @@ def resolved_config(
     overrides: Overrides | None = None,
 ) -> dict[str, Any]:
     """Everything needed to reproduce and audit the run (provenance only; training never reads it)."""
-    from gencache.data.prompts import chat_template_digest
-
     # The recorded config must rebuild the same samples from any working directory (gencache export does):
     # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
     config_json = copy.deepcopy(plan.config_json)
@@ -107,6 +106,11 @@ def resolved_config(
                 "model_path": plan.config.model.model_path,
                 "revision": plan.config.model.revision,
                 "commit_hash": engine.commit_hash(),
+                # a local teacher is recognised by what it is, wherever it is moved (check_compatible, audit)
+                "identity": {
+                    "model_path": local_identity(plan.config.model.model_path),
+                    "tokenizer_path": local_identity(plan.config.model.effective_tokenizer_path),
+                },
             },
             "runtime": engine.runtime(),
             "publish": {"rename": rename_mode},

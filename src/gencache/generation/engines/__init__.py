@@ -7,12 +7,20 @@ cannot honour (:func:`create_engine`). :meth:`Engine.load_weights` then loads th
 prompt, in any order. The writer, the keys, the format and the provenance do not depend on the engine;
 :meth:`Engine.describe` says what ``resolved_config.json`` records about it.
 
+What more than one engine uses lives here too: the KV cache's needs and the machine's memory (both cache sizers),
+and shared prompt prefixes. Few-shot prompts repeat their shots: an engine with a prefix cache computes a shared
+prefix once and serves it, in whole cache blocks, to every later prompt that starts with it. :func:`prefix_order`
+sorts prompts by their token ids so that such prompts are neighbours; :func:`prefix_floor` counts the prompt tokens
+no earlier prompt of the run shares at the engine's block granularity (the least any prefix cache computes), and an
+engine reports what it served beside that floor (:class:`PrefixStats`, recorded under ``batching.prefix_cache``).
+
 Importing this package imports neither torch nor an engine module; :data:`ENGINES` maps each engine name to the
 function that imports its module and creates it, and :func:`create_engine` calls the one chosen.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -27,18 +35,6 @@ if TYPE_CHECKING:
 
     from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
-
-__all__ = [
-    "ENGINES",
-    "Engine",
-    "EngineContext",
-    "EngineStats",
-    "GeneratedEntry",
-    "KeyedPrompt",
-    "checked_prompts",
-    "create_engine",
-    "options_of",
-]
 
 KeyedPrompt = tuple[str, Sequence[int]]
 
@@ -58,27 +54,6 @@ class GeneratedEntry:
     @property
     def num_tokens(self) -> int:
         return sum(int(seq.numel()) for seq in self.sequences)
-
-
-@dataclass
-class EngineStats:
-    """What an engine spent: forward passes, decode slots (one sequence row in one forward), kept tokens and prompt
-    cells (padding included). Slot efficiency is kept tokens over slots."""
-
-    forwards: int = 0
-    slots: int = 0
-    kept_tokens: int = 0
-    prompt_cells: int = 0
-    pad_cells: int = 0
-    cancelled: int = 0
-
-    @property
-    def slot_efficiency(self) -> float:
-        return self.kept_tokens / self.slots if self.slots else 0.0
-
-    @property
-    def rows_per_forward(self) -> float:
-        return self.slots / self.forwards if self.forwards else 0.0
 
 
 @dataclass(frozen=True)
@@ -102,7 +77,6 @@ class Engine(Protocol):
     """A generation engine (see the module docstring for the life cycle)."""
 
     name: str
-    stats: EngineStats
 
     @property
     def loads_with_prompts(self) -> bool:
@@ -176,6 +150,7 @@ def checked_prompts(prompts: Iterable[KeyedPrompt]) -> list[tuple[str, list[int]
 
 
 OptionsT = TypeVar("OptionsT", bound=EngineOptions)
+P = TypeVar("P", bound=tuple[str, Sequence[int]])
 
 
 def options_of(context: EngineContext, model: type[OptionsT]) -> OptionsT:
@@ -197,3 +172,131 @@ def create_engine(name: str, context: EngineContext) -> Engine:
     if name not in ENGINES:
         raise ConfigError(f"engine: {unknown_name('engine', name, ENGINES)}")
     return ENGINES[name](context)
+
+
+# -- KV cache memory -----------------------------------------------------------------------------------------------
+
+#: Bytes in a GiB (the unit of every ``kv_cache_memory_gib`` option).
+GIB = 2**30
+#: Where Linux says how much memory is available.
+MEMINFO = "/proc/meminfo"
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What one token of KV cache holds: layers x KV heads x head size."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+    def bytes_per_token(self, dtype_bytes: int) -> int:
+        """Key and value of every layer for one token, in bytes."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+def attention_shape_of(model_config: Any) -> AttentionShape:
+    """The attention shape of a transformers model config (its text config for a multimodal model)."""
+    text = getattr(model_config, "get_text_config", lambda: model_config)()
+    heads = int(getattr(text, "num_attention_heads", 1))
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    return AttentionShape(int(text.num_hidden_layers), kv_heads, head_dim)
+
+
+def _meminfo_available(path: str) -> int | None:
+    """``MemAvailable`` of a ``/proc/meminfo`` file in bytes, or None when the file or the line is missing."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                name, _, rest = line.partition(":")
+                if name == "MemAvailable":
+                    value, *unit = rest.split()
+                    return int(value) * (1024 if unit == ["kB"] else 1)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def available_host_memory(meminfo: str = MEMINFO) -> int:
+    """Bytes of host memory available now for a new allocation without swapping: Linux's ``MemAvailable`` (free
+    memory plus the page cache and the slabs it can reclaim, so reading a model file does not shrink it), else the
+    free pages the system reports, else 4 GiB when the system cannot say."""
+    available = _meminfo_available(meminfo)
+    if available is not None:
+        return available
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 4 * GIB
+
+
+# -- shared prompt prefixes ---------------------------------------------------------------------------------------
+
+
+def prefix_order(prompts: Iterable[P]) -> list[P]:
+    """The prompts sorted by their token ids (ties keep their order): prompts that share a prefix are adjacent,
+    and the longer their common prefix, the closer they are."""
+    return sorted(prompts, key=lambda prompt: tuple(prompt[1]))
+
+
+def reusable_prefix(shared: int, length: int, block: int) -> int:
+    """Tokens of a prompt of ``length`` tokens a block cache can serve when ``shared`` leading tokens are cached:
+    whole blocks only, and never the last prompt token (its logits start the answer, so it is always computed)."""
+    return (min(shared, length - 1) // block) * block if length > 0 else 0
+
+
+def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int]:
+    """``(prompt tokens, floor)`` of prompts in run order: the floor counts the tokens of each prompt beyond the
+    longest whole-block prefix that an earlier prompt has (:func:`reusable_prefix`)."""
+    if block < 1:
+        raise ValueError(f"block must be at least 1, got {block}")
+    seen: set[int] = set()
+    total = floor = 0
+    for ids in prompts:
+        tokens = tuple(int(token) for token in ids)
+        total += len(tokens)
+        chain = 0
+        hashes = []
+        for start in range(0, len(tokens) - len(tokens) % block, block):
+            chain = hash((chain, tokens[start : start + block]))
+            hashes.append(chain)
+        shared = 0
+        for chained in hashes:
+            if chained not in seen:
+                break
+            shared += block
+        floor += len(tokens) - reusable_prefix(shared, len(tokens), block)
+        seen.update(hashes)
+    return total, floor
+
+
+@dataclass
+class PrefixStats:
+    """Prompt tokens of one run, those its engine served from a prefix cache, and the floor (:func:`prefix_floor`)."""
+
+    block_size: int
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    floor_tokens: int = 0
+    source: str = ""
+
+    @property
+    def computed_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def reuse_of_floor(self) -> float:
+        """Cached tokens over what the floor allows to cache (1.0 when nothing could be cached)."""
+        allowed = self.prompt_tokens - self.floor_tokens
+        return self.cached_tokens / allowed if allowed else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "block_size": self.block_size,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_tokens,
+            "computed_prompt_tokens": self.computed_tokens,
+            "floor_prompt_tokens": self.floor_tokens,
+            "cached_from": self.source,
+        }

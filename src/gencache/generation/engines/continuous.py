@@ -14,8 +14,7 @@ lowered to fit ``kv_cache_memory_gib`` (or 90% of free CUDA memory, or a quarter
 Sampling (``do_sample``) draws each request's tokens from the sequence's own stream
 (:mod:`gencache.generation.sampling`): the manager's sampling step is replaced, on this manager's model runner
 only, by one that draws every row from its request's stream at the request's answer position, so a sample's answers
-do not depend on the concurrency, the other prompts or their order. A transformers whose manager has no such step
-refuses sampling before the weights load.
+do not depend on the concurrency, the other prompts or their order.
 """
 
 from __future__ import annotations
@@ -32,21 +31,21 @@ from gencache.config.engines import ContinuousOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.determinism import determinism_facts
 from gencache.generation.engines import (
+    GIB,
     EngineContext,
-    EngineStats,
     GeneratedEntry,
     KeyedPrompt,
+    PrefixStats,
+    attention_shape_of,
+    available_host_memory,
     checked_prompts,
     options_of,
+    prefix_floor,
 )
-from gencache.generation.engines._transformers import TransformersBase
-from gencache.generation.engines.manager_hooks import ForwardCounter, hook_batch_processor, sampling_supported
-from gencache.generation.engines.memory import GIB, attention_shape_of, available_host_memory
-from gencache.generation.engines.prefix import PrefixStats, prefix_floor
+from gencache.generation.engines.static import TransformersBase
 from gencache.generation.finish import FinishScanner
-from gencache.generation.sampling import sampling_seed
+from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
@@ -126,6 +125,59 @@ def size_paged_cache(
     return CacheSizing(concurrency, page, blocks, batch_tokens, kv, mask, budget_bytes, source, longest)
 
 
+# -- hooks on one manager (never on its class) --------------------------------------------------------------------
+class RequestSampler:
+    """The manager's sampling step, drawing each row from its request's own stream: row ``i`` of the scores is the
+    ``i``-th request of the batch that predicts a token (transformers' ``logits_indices`` order), at answer position
+    ``generated_len()``."""
+
+    def __init__(self, runner: Any, streams: dict[str, int]) -> None:
+        self.runner = runner
+        self.streams = streams
+
+    def __call__(self, scores: Any, output_ids: Any) -> None:
+        states = [f.state for f in self.runner.inputs_and_outputs.requests_in_batch if f.has_new_token]
+        # a request of the manager's own (a warm-up) has no stream of the run: its tokens are never kept
+        draws = uniforms([self.streams.get(s.request_id, 0) for s in states], [s.generated_len() for s in states])
+        tokens = draw_tokens(scores[0, : len(states)], draws)
+        output_ids[0, : len(states)].copy_(tokens)
+
+
+def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, int] | None) -> None:
+    """Wrap the creation of this manager's batch processor (it happens in the manager's thread): count every prefix
+    match of its paged cache (tokens a request took from blocks an earlier request completed) in
+    ``shared.cached_tokens`` and, when ``streams`` is given (sampling), replace its sampling step by
+    :class:`RequestSampler`. torch's global generator, which building the processor seeds, is restored after it."""
+    create = manager._create_batch_processor
+    shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
+
+    def create_hooked() -> Any:
+        import torch
+
+        # transformers seeds torch's global generator (torch.manual_seed) when it builds the processor; the draws
+        # gencache keeps come from the sequences' own streams, so the generator is handed back as it was
+        initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+        cuda = list(range(torch.cuda.device_count())) if initialized else []
+        with torch.random.fork_rng(devices=cuda):
+            processor = create()
+        cache = processor.cache
+        if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
+            search = cache.search_prefix_match
+
+            def search_counted(request_id: str, prompt_ids: list[int]) -> int:
+                matched = int(search(request_id, prompt_ids))
+                shared.cached_tokens += matched
+                return matched
+
+            cache.search_prefix_match = search_counted
+        if streams is not None:
+            runner = processor.model_runner
+            runner._sample = RequestSampler(runner, streams)
+        return processor
+
+    manager._create_batch_processor = create_hooked
+
+
 def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: int) -> Any:
     """transformers' ``ContinuousBatchingConfig`` for the chosen sizing (workload-sized, no CUDA graphs, no
     attention switch, no free-cache margin, no CPU offload)."""
@@ -176,7 +228,7 @@ def _choose_sizing(
         options,
         model_config=model.config,
         dtype_bytes=DTYPE_BYTES[dtype],
-        budget=_memory_budget(options, teacher.model_device(model)),
+        budget=_memory_budget(options, model.device),
     )
 
 
@@ -199,16 +251,11 @@ class _Requests:
         checked: Sequence[tuple[str, list[int]]],
         generation: EffectiveGeneration,
         tokenizer: Any,
-        stats: EngineStats,
-        *,
-        cancel_on_stop_string: bool,
     ) -> None:
         self.checked = checked
         self.per_prompt = generation.num_return_sequences
         self.max_new_tokens = generation.max_new_tokens
         self.tokenizer = tokenizer
-        self.stats = stats
-        self.cancel_on_stop_string = cancel_on_stop_string
         self.scanner = FinishScanner(
             eos_token_ids=generation.eos_token_ids,
             stop_strings=generation.stop_strings,
@@ -250,8 +297,8 @@ class _Requests:
         self.remaining = len(self.checked) * self.per_prompt
 
     def next_entry(self, manager: Any) -> GeneratedEntry | None:
-        """Scan one output of the manager; the entry it completes (counted in ``kept_tokens``), else None. A request
-        whose stop string completed early is cancelled (unless ``cancel_on_stop_string`` is off)."""
+        """Scan one output of the manager; the entry it completes, else None. A request whose stop string completed
+        early is cancelled."""
         output = _poll(manager)
         if output is None:
             return None
@@ -263,19 +310,13 @@ class _Requests:
         tokens = [int(token) for token in output.generated_tokens]
         hit = self.scanner.scan(tokens, self.scanned[request])
         self.scanned[request] = len(tokens)
-        if hit is None:
-            if output.is_finished():
-                raise GenerationError(
-                    f"Continuous batching finished request {request} after {len(tokens)} tokens without "
-                    "an EOS id or max_new_tokens; its output cannot be cut by gencache's finish rule."
-                )
+        if hit is None:  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
             return None
         length, reason = hit
         self.done.add(request)
         self.remaining -= 1
-        if not output.is_finished() and self.cancel_on_stop_string:
+        if not output.is_finished():
             manager.cancel_request(request)  # a stop string completed: free its slot now
-            self.stats.cancelled += 1
         index_text, sequence_text = request.split(":")
         index, sequence = int(index_text), int(sequence_text)
         slots = self.results[index]
@@ -284,7 +325,6 @@ class _Requests:
             return None
         entry = _entry(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
         del self.results[index]
-        self.stats.kept_tokens += entry.num_tokens
         return entry
 
 
@@ -309,25 +349,19 @@ def generate_continuous(
     options: ContinuousOptions | None = None,
     seed: int = 0,
     progress: Progress | None = None,
-    stats: EngineStats | None = None,
     sizing: list[CacheSizing] | None = None,
-    cancel_on_stop_string: bool = True,
     prefix: list[PrefixStats] | None = None,
 ) -> Generator[GeneratedEntry, None, None]:
     """Generate every prompt through transformers' continuous-batching manager; one entry per prompt, in finish order.
 
-    ``options`` defaults to :class:`ContinuousOptions`' defaults; ``stats`` counts forwards, slots (rows per
-    forward), kept tokens and cancelled requests; the chosen :class:`CacheSizing` is appended to ``sizing``. The
-    manager's thread is stopped when the iterator ends, fails or is closed (close it when stopping early).
-    ``cancel_on_stop_string=False`` lets a request that completed a stop string run on to its EOS or limit (the
-    answer is cut the same way); it exists to measure what cancelling saves. The run's :class:`PrefixStats` (prompt
-    tokens, those the manager's block sharing served, and the floor at ``page_size`` blocks) are appended to
-    ``prefix``.
+    ``options`` defaults to :class:`ContinuousOptions`' defaults. The chosen :class:`CacheSizing` is appended to
+    ``sizing`` and the run's :class:`PrefixStats` (prompt tokens, those the manager's block sharing served, and the
+    floor at ``page_size`` blocks) to ``prefix``, for ``resolved_config.json``. The manager's thread is stopped when
+    the iterator ends, fails or is closed (close it when stopping early).
     """
     import torch
 
     options = options or ContinuousOptions()
-    stats = stats if stats is not None else EngineStats()
     checked = checked_prompts(prompts)
     if progress is not None:
         progress.start(len(checked))
@@ -336,41 +370,38 @@ def generate_continuous(
     chosen = _choose_sizing(model, generation, checked, options)
     if sizing is not None:
         sizing.append(chosen)
-    cb_config = _manager_cb_config(chosen, options, seed)
-    requests = _Requests(checked, generation, tokenizer, stats, cancel_on_stop_string=cancel_on_stop_string)
+    requests = _Requests(checked, generation, tokenizer)
     total, floor = prefix_floor((ids for _, ids in checked for _ in range(requests.per_prompt)), chosen.page_size)
     shared = PrefixStats(chosen.page_size, total, floor_tokens=floor)
     if prefix is not None:
         prefix.append(shared)
     previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
-    with ForwardCounter(model, stats):
-        manager = model.init_continuous_batching(
-            generation_config=_manager_config(generation), continuous_batching_config=cb_config
-        )
-        streams = requests.streams(seed) if generation.do_sample else None
-        hook_batch_processor(manager, shared, streams)
-        finished_cleanly = False
-        try:
-            manager.start()
-            requests.submit(manager)
-            while requests.remaining:
-                entry = requests.next_entry(manager)
-                if entry is None:
-                    continue
-                tokens_in_entry = entry.num_tokens
-                yield entry
-                del entry
-                if progress is not None:
-                    progress.advance(1, tokens_in_entry)
-            finished_cleanly = True
-        except torch.OutOfMemoryError as exc:
-            raise GenerationError(
-                f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
-                "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
-            ) from exc
-        finally:
-            _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
-    stats.prompt_cells += sum(len(ids) for _, ids in checked) * requests.per_prompt
+    manager = model.init_continuous_batching(
+        generation_config=_manager_config(generation),
+        continuous_batching_config=_manager_cb_config(chosen, options, seed),
+    )
+    hook_batch_processor(manager, shared, requests.streams(seed) if generation.do_sample else None)
+    finished_cleanly = False
+    try:
+        manager.start()
+        requests.submit(manager)
+        while requests.remaining:
+            entry = requests.next_entry(manager)
+            if entry is None:
+                continue
+            tokens_in_entry = entry.num_tokens
+            yield entry
+            del entry
+            if progress is not None:
+                progress.advance(1, tokens_in_entry)
+        finished_cleanly = True
+    except torch.OutOfMemoryError as exc:
+        raise GenerationError(
+            f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
+            "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
+        ) from exc
+    finally:
+        _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
 
 
 def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
@@ -398,12 +429,6 @@ class TransformersContinuousEngine(TransformersBase):
                 f"continuous-batching manager); this environment has transformers "
                 f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
-        if context.generation.do_sample and not sampling_supported():
-            raise ConfigError(
-                f'engine "{self.name}" cannot sample per sequence with this transformers '
-                f"({importlib.metadata.version('transformers')}: its continuous-batching manager has no sampling "
-                'step to replace); use engine "transformers" for do_sample.'
-            )
         self.options = options_of(context, ContinuousOptions)
         self.sizing: list[CacheSizing] = []
         self.prefix: list[PrefixStats] = []
@@ -412,14 +437,13 @@ class TransformersContinuousEngine(TransformersBase):
         self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_continuous(
-            self.loaded_model(),
+            self.model,
             self.context.tokenizer,
             self.context.generation,
             prompts,
             options=self.options,
             seed=self.context.seed,
             progress=progress,
-            stats=self.stats,
             sizing=self.sizing,
             prefix=self.prefix,
         )
@@ -438,7 +462,7 @@ class TransformersContinuousEngine(TransformersBase):
 
     def determinism(self, attention: str | None) -> dict[str, Any]:
         sizing = self.sizing[-1] if self.sizing else None
-        return determinism_facts(
+        return teacher.determinism_facts(
             device=self.context.device,
             batch_invariant=False,
             prefix_caching=self.options.prefix_sharing,

@@ -13,7 +13,8 @@ Sampling (``do_sample``) draws each sequence from its own stream (:mod:`gencache
 picks each row's token, so a sample's answers do not depend on ``gen_batch_size``, the other prompts or their order.
 Sampling beam search (``do_sample`` with ``num_beams > 1``) draws all beams from one generator and is refused.
 
-This is the only engine that honours every setting gencache accepts; it is the default.
+This is the only engine that honours every setting gencache accepts; it is the default. :class:`TransformersBase`,
+which it shares with the ``transformers-continuous`` engine, loads the teacher in this process.
 """
 
 from __future__ import annotations
@@ -28,17 +29,16 @@ from gencache.config.fields import checked_batch_size
 from gencache.config.names import ENGINE_STATIC
 from gencache.core.errors import GenerationError, first_line
 from gencache.generation import teacher
+from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
     EngineContext,
-    EngineStats,
     GeneratedEntry,
     KeyedPrompt,
     checked_prompts,
     options_of,
 )
-from gencache.generation.engines._transformers import TransformersBase
-from gencache.generation.finish import FinishRecorder, cut_at_first_eos
-from gencache.generation.sampling import SequenceSampler, sampling_seed
+from gencache.generation.finish import FinishRecorder, FinishScanner, cut_at_first_eos
+from gencache.generation.sampling import SAMPLING_RULE, SequenceSampler, sampling_seed
 
 if TYPE_CHECKING:
     import torch
@@ -68,16 +68,6 @@ def batching_policy(batch_size: int) -> dict[str, Any]:
         "attention_mask": "explicit",
         "answer_cut": "recorded finish step per row (eos inclusive, stop_string inclusive, length)",
     }
-
-
-def padding_stats(lengths: Sequence[int], batch_size: int) -> dict[str, Any]:
-    """Prompt padding of the planned batches: pad cells over all prompt cells (the padding waste)."""
-    total = padded = 0
-    for batch in plan_batches(lengths, batch_size):
-        width = max(lengths[index] for index in batch)
-        total += width * len(batch)
-        padded += sum(width - lengths[index] for index in batch)
-    return {"prompt_cells": total, "pad_cells": padded, "pad_fraction": (padded / total) if total else 0.0}
 
 
 def _call_config(generation: EffectiveGeneration) -> GenerationConfig:
@@ -115,7 +105,7 @@ def _generate_batch(
     attention_mask: torch.Tensor,
     config: GenerationConfig,
     recorder: FinishRecorder | None,
-    sampler: SequenceSampler | None = None,
+    sampler: SequenceSampler | None,
 ) -> torch.Tensor:
     """One ``model.generate`` call with ``config`` as the model's generation config too, so transformers cannot
     re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher; a
@@ -142,145 +132,16 @@ def _generate_batch(
     return sequences
 
 
-class _StaticRun:
-    """One run of :func:`generate_entries`: the checked prompts and what every batch shares (device, pad id, the
-    ``generate`` config); builds, generates and cuts one batch at a time."""
+def _padded(prompts: list[list[int]], width: int, pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``prompts`` left padded to ``width`` and their attention mask, on ``device``."""
+    import torch
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        generation: EffectiveGeneration,
-        checked: list[tuple[str, list[int]]],
-        batch_size: int,
-        stats: EngineStats | None,
-        seed: int,
-    ) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.generation = generation
-        self.checked = checked
-        self.batch_size = batch_size
-        self.stats = stats
-        self.device = teacher.model_device(model)
-        self.per_prompt = generation.num_return_sequences
-        pad_id = generation.config.pad_token_id
-        if pad_id is None:
-            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.pad_id = pad_id
-        self.config = _call_config(generation)
-        self.beams = generation.num_beams > 1
-        self.seed = seed
-
-    def _sampler(self, batch: list[int], width: int) -> SequenceSampler | None:
-        """The batch's per-sequence sampler (None under greedy decoding and beam search)."""
-        if not self.generation.do_sample or self.beams:
-            return None
-        keys = [self.checked[index][0] for index in batch]
-        return SequenceSampler(
-            [sampling_seed(self.seed, key, s) for key in keys for s in range(self.per_prompt)], width
-        )
-
-    def _padded(self, batch: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch's prompts left padded to ``width`` and their attention mask, on the model's device."""
-        import torch
-
-        input_ids = torch.full((len(batch), width), int(self.pad_id), dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            ids = self.checked[index][1]
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
-        return input_ids.to(self.device), attention_mask.to(self.device)
-
-    def _recorder(self, batch: list[int], width: int) -> FinishRecorder | None:
-        """The finish recorder of one batch (None under beam search, whose outputs are cut at their first EOS)."""
-        if self.beams:
-            return None
-        generation = self.generation
-        return FinishRecorder(
-            prompt_width=width,
-            rows=len(batch) * self.per_prompt,
-            eos_token_ids=generation.eos_token_ids,
-            stop_strings=generation.stop_strings,
-            tokenizer=self.tokenizer,
-            max_new_tokens=generation.max_new_tokens,
-            device=self.device,
-        )
-
-    def generate(self, batch_index: int, batch: list[int]) -> tuple[torch.Tensor, list[int], list[str], str]:
-        """Generate one batch: its generated tokens (prompt columns dropped), each row's answer length and finish
-        reason, and the batch described for errors; counted in ``stats``. An out-of-memory error frees the batch's
-        inputs and the CUDA cache before it becomes a :class:`GenerationError`."""
-        import torch
-
-        generation, checked = self.generation, self.checked
-        width = max(len(checked[index][1]) for index in batch)
-        input_ids, attention_mask = self._padded(batch, width)
-        recorder = self._recorder(batch, width)
-        described = (
-            f"batch {batch_index} ({len(batch)} prompts x {self.per_prompt} sequences, prompt width {width} tokens, "
-            f"max_new_tokens {generation.max_new_tokens})"
-        )
-        try:
-            sampler = self._sampler(batch, width)
-            sequences = _generate_batch(self.model, input_ids, attention_mask, self.config, recorder, sampler)
-        except torch.OutOfMemoryError as exc:
-            del input_ids, attention_mask
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            raise GenerationError(
-                f"Out of memory generating {described} on {self.device}; try a smaller gen_batch_size (now "
-                f"{self.batch_size})."
-            ) from exc
-        except Exception as exc:
-            raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
-        generated = sequences[:, width:]
-        if generated.shape[0] != len(batch) * self.per_prompt:
-            raise GenerationError(
-                f"Generation returned {generated.shape[0]} rows for {described}; expected "
-                f"{len(batch) * self.per_prompt}."
-            )
-        if recorder is not None:
-            lengths, reasons = recorder.results(generated.shape[1])
-        else:
-            lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
-        del sequences, input_ids, attention_mask
-        if self.stats is not None:
-            steps = int(generated.shape[1])
-            self.stats.forwards += steps
-            self.stats.slots += steps * int(generated.shape[0])
-            self.stats.kept_tokens += sum(lengths)
-            self.stats.prompt_cells += width * len(batch)
-            self.stats.pad_cells += sum(width - len(checked[index][1]) for index in batch)
-        return generated, lengths, reasons, described
-
-    def entry(
-        self,
-        generated: torch.Tensor,
-        lengths: list[int],
-        reasons: list[str],
-        described: str,
-        position: int,
-        index: int,
-    ) -> GeneratedEntry:
-        """The entry of prompt ``index``, at ``position`` in its batch: its rows cut at their recorded lengths and
-        staged on CPU, their texts decoded."""
-        import torch
-
-        rows = range(position * self.per_prompt, (position + 1) * self.per_prompt)
-        seqs: list[torch.Tensor] = []
-        for row in rows:
-            if lengths[row] < 1:
-                raise GenerationError(f"Row {row} of {described} generated no tokens.")
-            seqs.append(generated[row, : lengths[row]].to(device="cpu", dtype=torch.int64, copy=True))
-        texts = tuple(self.tokenizer.decode(seq.tolist(), skip_special_tokens=False) for seq in seqs)
-        return GeneratedEntry(
-            key=self.checked[index][0],
-            sequences=tuple(seqs),
-            texts=texts,
-            finish_reasons=tuple(reasons[row] for row in rows),
-        )
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, width - len(ids) :] = 1
+    return input_ids.to(device), attention_mask.to(device)
 
 
 def generate_entries(
@@ -291,7 +152,6 @@ def generate_entries(
     *,
     batch_size: int,
     progress: Progress | None = None,
-    stats: EngineStats | None = None,
     seed: int = 0,
 ) -> Generator[GeneratedEntry, None, None]:
     """Generate every prompt and yield one :class:`GeneratedEntry` per prompt, in batch order.
@@ -300,27 +160,134 @@ def generate_entries(
     (:func:`plan_batches`), left padded with an explicit attention mask (padding is never inferred from pad id
     equality, so prompts may contain the pad id). Each row is cut at the step the :class:`FinishRecorder` recorded.
     Only the yielded entry's tensors are staged on CPU; ``progress`` (if given) is started with the number of
-    prompts and advanced after each entry has been consumed. ``stats`` (if given) counts forwards, decode slots
-    (rows x steps of every batch), kept tokens and prompt padding. A CUDA out-of-memory error becomes a
+    prompts and advanced after each entry has been consumed. A CUDA out-of-memory error becomes a
     :class:`GenerationError` naming the batch. Sampled sequences draw from their own streams, seeded from ``seed``,
     the sample key and the sequence index (:mod:`gencache.generation.sampling`).
     """
+    import torch
+
     checked = checked_prompts(prompts)
-    batches = plan_batches([len(ids) for _, ids in checked], batch_size)
-    run = _StaticRun(model, tokenizer, generation, checked, batch_size, stats, seed)
+    device = model.device
+    per_prompt = generation.num_return_sequences
+    pad_id = generation.config.pad_token_id
+    if pad_id is None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    config = _call_config(generation)
+    beams = generation.num_beams > 1
+    scanner = FinishScanner(
+        eos_token_ids=generation.eos_token_ids,
+        stop_strings=generation.stop_strings,
+        tokenizer=tokenizer,
+        max_new_tokens=generation.max_new_tokens,
+    )
     if progress is not None:
         progress.start(len(checked))
-
-    for batch_index, batch in enumerate(batches):
-        generated, lengths, reasons, described = run.generate(batch_index, batch)
-        for position, index in enumerate(batch):
-            entry = run.entry(generated, lengths, reasons, described, position, index)
+    for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in checked], batch_size)):
+        keys = [checked[index][0] for index in batch]
+        width = max(len(checked[index][1]) for index in batch)
+        rows = len(batch) * per_prompt
+        described = (
+            f"batch {batch_index} ({len(batch)} prompts x {per_prompt} sequences, prompt width {width} tokens, "
+            f"max_new_tokens {generation.max_new_tokens})"
+        )
+        input_ids, attention_mask = _padded([checked[index][1] for index in batch], width, int(pad_id), device)
+        # beam outputs are cut at their first EOS; sampling beam search is refused before the weights load
+        recorder = None if beams else FinishRecorder(scanner, prompt_width=width, rows=rows)
+        sampler = None
+        if generation.do_sample and not beams:
+            streams = [sampling_seed(seed, key, s) for key in keys for s in range(per_prompt)]
+            sampler = SequenceSampler(streams, width)
+        try:
+            sequences = _generate_batch(model, input_ids, attention_mask, config, recorder, sampler)
+        except torch.OutOfMemoryError as exc:
+            del input_ids, attention_mask
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            raise GenerationError(
+                f"Out of memory generating {described} on {device}; try a smaller gen_batch_size (now {batch_size})."
+            ) from exc
+        except Exception as exc:
+            raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
+        generated = sequences[:, width:]
+        del sequences, input_ids, attention_mask
+        if recorder is not None:
+            lengths, reasons = recorder.results(generated.shape[1])
+        else:
+            lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
+        for position, key in enumerate(keys):
+            rows_of_key = range(position * per_prompt, (position + 1) * per_prompt)
+            seqs = tuple(
+                generated[row, : lengths[row]].to(device="cpu", dtype=torch.int64, copy=True) for row in rows_of_key
+            )
+            entry = GeneratedEntry(
+                key=key,
+                sequences=seqs,
+                texts=tuple(tokenizer.decode(seq.tolist(), skip_special_tokens=False) for seq in seqs),
+                finish_reasons=tuple(reasons[row] for row in rows_of_key),
+            )
             tokens = entry.num_tokens
             yield entry
             del entry
             if progress is not None:
                 progress.advance(1, tokens)
         del generated
+
+
+class TransformersBase:
+    """Base of the ``transformers`` engine (``static.TransformersEngine``) and the ``transformers-continuous`` one
+    (``continuous.TransformersContinuousEngine``); subclasses set ``name``."""
+
+    name: str
+
+    def __init__(self, context: EngineContext) -> None:
+        check_engine(self.name, context.generation)
+        self.context = context
+        self.model: Any = None
+
+    @property
+    def loads_with_prompts(self) -> bool:
+        """False: :meth:`load_weights` loads the teacher."""
+        return False
+
+    def import_libraries(self) -> None:
+        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+
+    def load_weights(self) -> None:
+        ctx = self.context
+        self.model = teacher.load_teacher(
+            ctx.model_path,
+            dtype=ctx.dtype,
+            device=ctx.device,
+            revision=ctx.revision,
+            attn_implementation=ctx.attn_implementation,
+            generation_config=ctx.generation.config,
+        )
+
+    def runtime(self) -> dict[str, Any]:
+        info = teacher.runtime_info(self.model)
+        return {**info, "determinism": self.determinism(info.get("attn_implementation"))}
+
+    def determinism(self, attention: str | None) -> dict[str, Any]:
+        """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
+        when ``prefill_chunk_size`` is set (subclasses add their own)."""
+        return teacher.determinism_facts(
+            device=self.context.device,
+            batch_invariant=False,
+            prefix_caching=False,
+            chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
+            tensor_parallel_size=1,
+            attention_backend=attention,
+        )
+
+    def sampling(self) -> dict[str, Any] | str:
+        """``engine.sampling``: the per-sequence rule when sampling, else greedy."""
+        if not self.context.generation.do_sample:
+            return "greedy (no random draws)"
+        return dict(SAMPLING_RULE)
+
+    def commit_hash(self) -> str | None:
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
+        return value if isinstance(value, str) else None
 
 
 class TransformersEngine(TransformersBase):
@@ -336,13 +303,12 @@ class TransformersEngine(TransformersBase):
         self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         return generate_entries(
-            self.loaded_model(),
+            self.model,
             self.context.tokenizer,
             self.context.generation,
             prompts,
             batch_size=self.context.batch_size,
             progress=progress,
-            stats=self.stats,
             seed=self.context.seed,
         )
 
