@@ -54,7 +54,6 @@ from gencache.core.errors import (
     first_line,
 )
 from gencache.core.version import __version__
-from gencache.generation.teacher import load_tokenizer
 
 FORMATS = ("jsonl", "parquet")
 ExportRow = dict[str, Any]
@@ -125,6 +124,7 @@ def _rebuild_samples(
     ``resolved_config.json``; with the overrides), tokenized when ``tokenized`` with the tokenizer at
     ``tokenizer_path`` or else the recorded one: a :class:`_TokenizerError` when it cannot be loaded."""
     from gencache.data.recorded import rebuild_samples, run_of_readers
+    from gencache.generation.teacher import load_tokenizer
 
     run = run_of_readers(directory, readers, resolved=resolved)
     tokenizer = None
