@@ -18,7 +18,6 @@ from rich.text import Text
 
 from gencache.artifact.report import (
     ArtifactReport,
-    DataConfigCounts,
     InspectReport,
     NotAnArtifact,
     Overlap,
@@ -58,85 +57,65 @@ def _determinism_block(facts: Mapping[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
-def _counts(items: Sequence[DataConfigCounts] | None) -> str:
+def _counts(items: Sequence[Mapping[str, int]] | None) -> str:
     """Counts per data config: ``#0: 3 samples, 3 unique; #1: ...`` (``-`` when there are none)."""
     if items is None:
         return "not recorded"
-    return "; ".join(f"#{d.data_config}: {d.samples:,} samples, {d.unique:,} unique" for d in items) or "-"
-
-
-def _data_config_rows(report: ArtifactReport) -> list[tuple[str, Text]]:
-    """An artifact's counts per data config: a shard's own (as its run recorded them) and its whole run's."""
-    if report.shard is None:
-        return [("data configs", Text(_counts(report.data_configs)))]
-    return [
-        ("data configs (shard)", Text(_counts(report.shard_data_configs))),
-        ("data configs (run)", Text(_counts(report.data_configs))),
-    ]
-
-
-def _duplicates(report: ArtifactReport) -> Text:
-    if not report.conflicting_prompts:
-        return Text(f"{report.duplicates:,}")
-    conflicting = f"{report.conflicting_prompts:,} rendered different prompts; the first was generated"
-    return Text.assemble(f"{report.duplicates:,} (", (conflicting, "yellow"), ")")
+    return "; ".join(f"#{d['index']}: {d['samples']:,} samples, {d['unique']:,} unique" for d in items) or "-"
 
 
 def _artifact_table(report: ArtifactReport) -> Table:
     tok, lengths, shard = report.tokenizer, report.token_length, report.shard
-    rows: list[tuple[str, Text]] = [
-        ("format", Text(str(report.format_version))),
-        ("teacher", Text(report.teacher)),
-        ("tokenizer", Text(report.tokenizer_path)),
+    duplicates = Text(f"{report.duplicates:,}")
+    if report.conflicting_prompts:
+        conflicting = f"{report.conflicting_prompts:,} rendered different prompts; the first was generated"
+        duplicates = Text.assemble(f"{report.duplicates:,} (", (conflicting, "yellow"), ")")
+    if shard is None:
+        data_configs = [("data configs", _counts(report.data_configs))]
+    else:  # a shard's own counts (as its run recorded them) and its whole run's
+        data_configs = [
+            ("data configs (shard)", _counts(report.shard_data_configs)),
+            ("data configs (run)", _counts(report.data_configs)),
+        ]
+    rows: list[tuple[str, str | Text]] = [
+        ("format", str(report.format_version)),
+        ("teacher", report.teacher),
+        ("tokenizer", report.tokenizer_path),
         (
             "tokenizer state",
-            Text(f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}"),
+            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
         ),
-        ("dtype", Text(report.dtype)),
-        ("entries", Text(f"{report.entries:,}")),
-        ("sequences", Text(f"{report.sequences:,}")),
-        ("tokens", Text(f"{report.tokens:,}")),
-        (
-            "token length",
-            Text(f"min {lengths.min}, median {lengths.median:g}, max {lengths.max}" if lengths else "-"),
-        ),
-        ("finish reasons", Text(", ".join(f"{k} {v:,}" for k, v in report.finish_reasons.items()))),
-        ("duplicates", _duplicates(report)),
-        *_data_config_rows(report),
-        (
-            "shard",
-            Text(f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
-        ),
-        ("engine", Text(report.engine or "not recorded")),
-        ("determinism", Text(_determinism_block(report.determinism))),
+        ("dtype", report.dtype),
+        ("entries", f"{report.entries:,}"),
+        ("sequences", f"{report.sequences:,}"),
+        ("tokens", f"{report.tokens:,}"),
+        ("token length", f"min {lengths.min}, median {lengths.median:g}, max {lengths.max}" if lengths else "-"),
+        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report.finish_reasons.items())),
+        ("duplicates", duplicates),
+        *data_configs,
+        ("shard", f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
+        ("engine", report.engine or "not recorded"),
+        ("determinism", _determinism_block(report.determinism)),
         (
             "payload",
-            Text(f"{_size(report.payload_bytes)}, header {report.header_used:,} of {report.header_capacity:,} bytes"),
+            f"{_size(report.payload_bytes)}, header {report.header['used']:,} of {report.header['capacity']:,} bytes",
         ),
     ]
     table = Table(title=Text(report.path), title_justify="left", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     for field, value in rows:
-        table.add_row(Text(field), value)
+        table.add_row(Text(field), Text(value) if isinstance(value, str) else value)
     return table
-
-
-def _shard_status(name: str, report: ShardedReport) -> Text:
-    if name in report.shards.other_run:
-        return Text("other run", "yellow")
-    if name in report.shards.mislabeled:
-        return Text("misnamed", "yellow")
-    return Text("ok", "green")
 
 
 def _sharded_table(report: ShardedReport) -> Table:
     info = report.shards
     by_index = dict(zip(info.present, report.artifacts, strict=True))
-    table = Table(title=Text(f"{report.path} ({info.shard_count} shards)"), title_justify="left")
+    table = Table(title=Text(f"{report.path} ({info.count} shards)"), title_justify="left")
     for name in ("shard", "status", "entries", "sequences", "tokens", "data configs"):
         table.add_column(name, justify="left" if name in ("shard", "status", "data configs") else "right")
-    for index in range(info.shard_count):
+    for index in range(info.count):
         name = f"{index:05d}"
         shard = by_index.get(name)
         if shard is None:
@@ -144,10 +123,11 @@ def _sharded_table(report: ShardedReport) -> Table:
         elif isinstance(shard, UnreadableArtifact):
             table.add_row(Text(name), Text.assemble(("unreadable", "red"), " (FAIL line below)"))
         else:
+            status = Text("ok", "green")
+            if name in info.other_run or name in info.mislabeled:
+                status = Text("other run" if name in info.other_run else "misnamed", "yellow")
             counts = (f"{shard.entries:,}", f"{shard.sequences:,}", f"{shard.tokens:,}")
-            table.add_row(
-                Text(name), _shard_status(name, report), *map(Text, counts), Text(_counts(shard.shard_data_configs))
-            )
+            table.add_row(Text(name), status, *map(Text, counts), Text(_counts(shard.shard_data_configs)))
     totals = report.totals
     counts = (f"{totals.entries:,}", f"{totals.sequences:,}", f"{totals.tokens:,}")
     table.add_row(Text("total"), Text(""), *map(Text, counts), Text(_counts(totals.data_configs)))
