@@ -69,15 +69,12 @@ class MultiCacheReader(GenerationCache):
     def _shard_route(self) -> list[int] | None:
         """Reader position per shard index when the readers are exactly the shards of one run, else None."""
         infos = [reader.summary["shard"] for reader in self.readers]
-        count = len(self.readers)
-        if any(info is None for info in infos):
+        if not all(
+            info and info["count"] == len(infos) and info["run_digest"] == infos[0]["run_digest"] for info in infos
+        ):
             return None
-        if {info["count"] for info in infos} != {count} or len({info["run_digest"] for info in infos}) != 1:
-            return None
-        route = [-1] * count
-        for position, info in enumerate(infos):
-            route[info["index"]] = position
-        return None if -1 in route else route
+        route = {info["index"]: position for position, info in enumerate(infos)}
+        return [route[index] for index in range(len(infos))] if len(route) == len(infos) else None
 
     def _merge(self) -> None:
         indexes = [reader.index for reader in self.readers]
@@ -115,9 +112,7 @@ class MultiCacheReader(GenerationCache):
         return f"({', '.join(str(p) for p in self.paths)})"
 
     def __len__(self) -> int:
-        if self._route is not None:
-            return sum(len(reader) for reader in self.readers)
-        return len(self._keys)
+        return len(self._keys) if self._route is None else sum(len(reader) for reader in self.readers)
 
     def __iter__(self) -> Iterator[str]:
         if self._route is not None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class NotAnArtifact(_Json):
     kind: str
     error: str
     children: list[str] = field(default_factory=list)
+    exit_code: ClassVar[int] = 2
 
     def to_json(self) -> dict[str, Any]:
         found = asdict(self)
@@ -64,6 +65,7 @@ class UnreadableArtifact(_Json):
     path: str
     error: str
     kind: str = field(default="error", init=False)
+    exit_code: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class ArtifactReport(_Json):
     header: dict[str, int]
     kind: str = field(default="artifact", init=False)
     format_version: int = field(default=FORMAT_VERSION, init=False)
+    exit_code: ClassVar[int] = 0
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,9 @@ class ShardedReport(_Json):
     kind: str = field(default="sharded", init=False)
 
     @property
-    def failed(self) -> bool:
-        """Whether a shard cannot be read or the set is not one whole run."""
-        return bool(self.shards.problems) or any(isinstance(a, UnreadableArtifact) for a in self.artifacts)
+    def exit_code(self) -> int:
+        """1 when a shard cannot be read or the set is not one whole run."""
+        return int(bool(self.shards.problems) or any(a.exit_code for a in self.artifacts))
 
 
 PathReport = ArtifactReport | ShardedReport | UnreadableArtifact | NotAnArtifact
@@ -162,17 +165,11 @@ class InspectReport:
 
     @property
     def exit_code(self) -> int:
-        return max((_exit_code(artifact) for artifact in self.artifacts), default=0)
+        return max((artifact.exit_code for artifact in self.artifacts), default=0)
 
     def to_json(self) -> dict[str, Any]:
         overlap = None if self.overlap is None else asdict(self.overlap)
         return {"artifacts": [artifact.to_json() for artifact in self.artifacts], "overlap": overlap}
-
-
-def _exit_code(artifact: PathReport) -> int:
-    if isinstance(artifact, NotAnArtifact):
-        return 2
-    return int(isinstance(artifact, UnreadableArtifact) or (isinstance(artifact, ShardedReport) and artifact.failed))
 
 
 @dataclass(frozen=True)
@@ -182,7 +179,7 @@ class VerifyResult(_Json):
 
     path: str
     status: str
-    problems: list[str] = field(default_factory=list)
+    problems: list[str]
 
 
 @dataclass(frozen=True)
@@ -209,7 +206,6 @@ class VerifyReport:
         return {"ok": self.ok, "results": [result.to_json() for result in self.results]}
 
 
-# -- inspect --------------------------------------------------------------------------------------------------
 def classify_path(item: PathLike) -> NotAnArtifact | None:
     """Why ``item`` is not something to open as an artifact, or None when it may be one."""
     path = Path(item).expanduser().absolute()
@@ -412,18 +408,6 @@ def inspect_report(paths: Sequence[PathLike]) -> InspectReport:
     return InspectReport(artifacts, _overlap(opened) if len(opened) > 1 else None)
 
 
-# -- verify ---------------------------------------------------------------------------------------------------
-def _verify_one(target: Path, progress: VerifyProgressFactory | None) -> list[str]:
-    size = os.stat(target / PAYLOAD_NAME).st_size if os.path.isfile(target / PAYLOAD_NAME) else 0
-    try:
-        if progress is not None and size >= PROGRESS_MIN_BYTES:
-            with progress(target.name, size) as advance:
-                return verify(target, advance)
-        return verify(target)
-    except UnicodeError:
-        return [_NOT_UNICODE.format(path=target)]
-
-
 def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> VerifyReport:
     """Verify every path (a sharded output directory means all its shards and the set's one-run check).
 
@@ -438,15 +422,19 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
             results.append(VerifyResult(not_artifact.path, "bad_input", [not_artifact.error]))
             continue
         shards = None if os.path.lexists(path) else find_shards(path)
-        targets = [path] if shards is None else list(shards.present.values())
         if shards is not None:
-            infos = {}
-            for index, shard in shards.present.items():
-                if isinstance(reader := _open(shard), CacheReader):
-                    infos[index] = reader.summary["shard"]  # one that cannot be opened: verify() says why
-            if problems := check_shard_set(shards, infos).problems:
-                results.append(VerifyResult(str(path), "fail", problems))
-        for target in targets:
-            found = _verify_one(target, progress)
+            readers = {i: r for i, shard in shards.present.items() if isinstance(r := _open(shard), CacheReader)}
+            if problems := check_shard_set(shards, {i: r.summary["shard"] for i, r in readers.items()}).problems:
+                results.append(VerifyResult(str(path), "fail", problems))  # a shard not opened: verify() says why
+        for target in [path] if shards is None else shards.present.values():
+            size = os.stat(target / PAYLOAD_NAME).st_size if os.path.isfile(target / PAYLOAD_NAME) else 0
+            try:
+                if progress is not None and size >= PROGRESS_MIN_BYTES:
+                    with progress(target.name, size) as advance:
+                        found = verify(target, advance)
+                else:
+                    found = verify(target)
+            except UnicodeError:
+                found = [_NOT_UNICODE.format(path=target)]
             results.append(VerifyResult(str(target), "fail" if found else "ok", found))
     return VerifyReport(results)

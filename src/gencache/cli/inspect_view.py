@@ -1,10 +1,6 @@
 """What ``gencache inspect`` shows of a report: per path a rich table (a sharded output's table, its problems and a
-table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several paths.
-
-Every recorded value is shown as it is (rich :class:`~rich.text.Text`, never parsed as markup or emoji). The
-consoles of :func:`gencache.cli.console.make_console` decide the look: on a terminal tables fit its width and are
-coloured; to a pipe or a file they are plain text, :data:`~gencache.cli.console.PIPE_WIDTH` wide so no column is
-cut, without colour codes (unless the environment forces colours).
+table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several paths. Every recorded value
+is a rich :class:`~rich.text.Text`, never parsed as markup or emoji; the console decides colours and width.
 """
 
 from __future__ import annotations
@@ -16,14 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gencache.artifact.report import (
-    ArtifactReport,
-    InspectReport,
-    NotAnArtifact,
-    Overlap,
-    ShardedReport,
-    UnreadableArtifact,
-)
+from gencache.artifact.report import ArtifactReport, InspectReport, NotAnArtifact, ShardedReport, UnreadableArtifact
 
 
 def _size(n: int) -> str:
@@ -134,33 +123,6 @@ def _sharded_table(report: ShardedReport) -> Table:
     return table
 
 
-def _print_sharded(report: ShardedReport, console: Console, err: Console) -> None:
-    console.print(_sharded_table(report))
-    for problem in report.shards.problems:
-        console.print(Text.assemble(("problem", "red"), f": {problem}"))
-    for shard in report.artifacts:  # one whole line each, like verify's
-        if isinstance(shard, UnreadableArtifact):
-            err.print(Text(f"FAIL {shard.error}"))
-    for shard in report.artifacts:  # every shard in detail, not only the first
-        if isinstance(shard, ArtifactReport):
-            console.print(_artifact_table(shard))
-
-
-def _print_overlap(overlap: Overlap, console: Console) -> None:
-    table = Table(title=Text("overlap"), title_justify="left")
-    for name in ("a", "b", "shared keys", "conflicting keys"):
-        table.add_column(name)
-    for pair in overlap.pairs:
-        conflicting = str(pair.conflicting)
-        if pair.conflicting_keys:
-            conflicting += f" (e.g. {pair.conflicting_keys[0][:16]}…)"
-        table.add_row(Text(pair.a), Text(pair.b), Text(f"{pair.shared:,}"), Text(conflicting))
-    console.print(table)
-    provenance = overlap.provenance + (f" ({', '.join(overlap.differing)})" if overlap.differing else "")
-    line = f"provenance: {provenance}; union of keys: {overlap.union:,}"
-    console.print(line, markup=False, emoji=False, highlight=True)
-
-
 def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
     """Print what ``gencache inspect`` shows of ``report`` on ``console``; the ``error:`` and ``FAIL`` lines go to
     ``err`` (the same console when not given)."""
@@ -172,8 +134,25 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
             case UnreadableArtifact(path=path, error=error):
                 err.print(Text(f"FAIL {error if error.startswith(path) else f'{path}: {error}'}"))
             case ShardedReport():
-                _print_sharded(artifact, console, err)
+                console.print(_sharded_table(artifact))
+                for problem in artifact.shards.problems:
+                    console.print(Text.assemble(("problem", "red"), f": {problem}"))
+                for shard in artifact.artifacts:  # one whole line each, like verify's
+                    if isinstance(shard, UnreadableArtifact):
+                        err.print(Text(f"FAIL {shard.error}"))
+                for shard in artifact.artifacts:  # every shard in detail, not only the first
+                    if isinstance(shard, ArtifactReport):
+                        console.print(_artifact_table(shard))
             case ArtifactReport():
                 console.print(_artifact_table(artifact))
-    if report.overlap is not None:
-        _print_overlap(report.overlap, console)
+    if (overlap := report.overlap) is not None:
+        table = Table(title=Text("overlap"), title_justify="left")
+        for name in ("a", "b", "shared keys", "conflicting keys"):
+            table.add_column(name)
+        for pair in overlap.pairs:
+            example = f" (e.g. {pair.conflicting_keys[0][:16]}…)" if pair.conflicting_keys else ""
+            table.add_row(Text(pair.a), Text(pair.b), Text(f"{pair.shared:,}"), Text(f"{pair.conflicting}{example}"))
+        console.print(table)
+        provenance = overlap.provenance + (f" ({', '.join(overlap.differing)})" if overlap.differing else "")
+        line = f"provenance: {provenance}; union of keys: {overlap.union:,}"
+        console.print(line, markup=False, emoji=False, highlight=True)
