@@ -14,7 +14,7 @@ from rich.console import Console
 from gencache.artifact.manifest import make_provenance
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.reader import CacheReader
-from gencache.artifact.report import NotAnArtifact, ShardedReport, inspect_report, verify_report
+from gencache.artifact.report import inspect_report, verify_report
 from gencache.cli.inspect_view import render_inspect
 from gencache.cli.render import verify_progress
 from gencache.core.errors import CompatibilityError, FormatError, GencacheError, ShardError
@@ -113,9 +113,10 @@ def test_an_unsuffixed_output_directory_expands_to_all_its_shards(tmp_path: Path
     assert isinstance(mix, MultiCacheReader) and len(mix.readers) == 3
     assert set(mix.keys()) == {e.key for e in entries}
     assert open_caches(str(tmp_path / "out") + "/").keys() == mix.keys()
-    (shards,) = inspect_report([tmp_path / "out"]).artifacts
-    assert isinstance(shards, ShardedReport) and shards.totals.entries == 30
-    assert shards.shards.missing == () and shards.shards.other_run == () and not shards.failed
+    report = inspect_report([tmp_path / "out"])
+    (shards,) = report.to_json()["artifacts"]
+    assert shards["kind"] == "sharded" and shards["totals"]["entries"] == 30 and report.exit_code == 0
+    assert shards["shards"]["missing"] == [] and shards["shards"]["other_run"] == []
     verified = verify_report([tmp_path / "out"])
     lines = verified.lines()
     assert verified.ok and verified.exit_code == 0
@@ -201,12 +202,11 @@ def test_inspect_reports_shared_and_conflicting_keys(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", entries[:4])
     b = write_artifact(tmp_path / "b", [*entries[2:3], conflicting(entries[3]), *entries[4:]])
     report = inspect_report([a, b, tmp_path / "missing"])
-    missing = report.artifacts[2]
-    assert isinstance(missing, NotAnArtifact) and missing.kind == "missing" and report.exit_code == 2
-    assert report.overlap is not None
-    pair = report.overlap.pairs[0]
-    assert (pair.shared, pair.conflicting, pair.conflicting_keys) == (2, 1, (entries[3].key,))
-    assert report.overlap.provenance == "identical" and report.overlap.union == 6
+    found = report.to_json()
+    assert found["artifacts"][2]["kind"] == "missing" and report.exit_code == 2
+    pair = found["overlap"]["pairs"][0]
+    assert (pair["shared"], pair["conflicting"], pair["conflicting_keys"]) == (2, 1, [entries[3].key])
+    assert found["overlap"]["provenance"] == "identical" and found["overlap"]["union"] == 6
     console = Console(record=True, width=200)
     render_inspect(report, console)
     assert "overlap" in console.export_text()
@@ -230,7 +230,7 @@ def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
     lines = verified.lines()
     assert not verified.ok and verified.exit_code == 2  # a path that is not an artifact is bad input
     assert lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
-    assert [r.status for r in verified.results] == ["ok", "bad_input"]
+    assert [r["status"] for r in verified.to_json()["results"]] == ["ok", "bad_input"]
     assert issubclass(ShardError, GencacheError)
 
 

@@ -1,8 +1,7 @@
 """Several artifacts read as one cache: :class:`MultiCacheReader` and :func:`open_caches`.
 
-The mixture's index is one sorted array of the union of keys with, per key, the artifact that serves it and the
-key's position there (flat arrays, like each reader's own index), so a mixture of millions of entries costs a
-few bytes per key and forked workers share it without copying.
+The mixture's index is flat arrays (the sorted union of keys, each key's artifact and its position there), so a
+mixture of millions of entries costs a few bytes per key and forked workers share it without copying.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
 
 def _incompatible(first: CacheReader, other: CacheReader) -> str:
-    """Why two artifacts cannot be mixed: the provenance fields that differ, and for paths, that they are compared
-    as recorded (no mixture can relax that: one run's path is the other's only by regenerating)."""
+    """Why two artifacts cannot be mixed; paths are compared as recorded (one run's path is the other's only by
+    regenerating)."""
     fields = [f for f in PROVENANCE_FIELDS if other.provenance[f] != first.provenance[f]]
     message = (
         f"Generation caches {first.path} and {other.path} have incompatible provenance (differing: "
@@ -70,19 +69,16 @@ class MultiCacheReader(GenerationCache):
     def _shard_route(self) -> list[int] | None:
         """Reader position per shard index when the readers are exactly the shards of one run, else None."""
         infos = [reader.summary["shard"] for reader in self.readers]
-        count = len(self.readers)
-        if any(info is None for info in infos):
+        if not all(
+            info and info["count"] == len(infos) and info["run_digest"] == infos[0]["run_digest"] for info in infos
+        ):
             return None
-        if {info["count"] for info in infos} != {count} or len({info["run_digest"] for info in infos}) != 1:
-            return None
-        route = [-1] * count
-        for position, info in enumerate(infos):
-            route[info["index"]] = position
-        return None if -1 in route else route
+        route = {info["index"]: position for position, info in enumerate(infos)}
+        return [route[index] for index in range(len(infos))] if len(route) == len(infos) else None
 
     def _merge(self) -> None:
         indexes = [reader.index for reader in self.readers]
-        keys = np.concatenate([index.keys for index in indexes]) if indexes else np.empty(0, "S64")
+        keys = np.concatenate([index.keys for index in indexes])
         owners = np.concatenate([np.full(len(index), i, dtype=np.int32) for i, index in enumerate(indexes)])
         local = np.concatenate([np.arange(len(index), dtype=np.int64) for index in indexes])
         content = np.concatenate([index.content for index in indexes])
@@ -116,9 +112,7 @@ class MultiCacheReader(GenerationCache):
         return f"({', '.join(str(p) for p in self.paths)})"
 
     def __len__(self) -> int:
-        if self._route is not None:
-            return sum(len(reader) for reader in self.readers)
-        return len(self._keys)
+        return len(self._keys) if self._route is None else sum(len(reader) for reader in self.readers)
 
     def __iter__(self) -> Iterator[str]:
         if self._route is not None:
@@ -171,18 +165,6 @@ class MultiCacheReader(GenerationCache):
         return f"MultiCacheReader({[str(p) for p in self.paths]!r}, entries={len(self)})"
 
 
-def _expand(path: PathLike) -> tuple[list[Path], ShardSet | None]:
-    expanded, shards = expand_output(path)
-    if shards is None and not os.path.lexists(expanded[0]):
-        raise FormatError(
-            f"Cache directory {expanded[0]} does not exist (and no shard directories {expanded[0].name}-shard-*-of-* "
-            "are beside it); check the path."
-        )
-    if shards is not None and (shards.missing or shards.other_splits):
-        raise ShardError(" ".join(check_shard_set(shards, {}).problems()))
-    return expanded, shards
-
-
 def open_caches(
     paths: PathLike | Sequence[PathLike], *, index_cache: PathLike | bool | None = None
 ) -> CacheReader | MultiCacheReader:
@@ -198,27 +180,35 @@ def open_caches(
     items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
+    groups: list[tuple[list[Path], ShardSet | None]] = []
     for item in items:
         if not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes):
             raise TypeError(f"open_caches: {item!r} is not a str or os.PathLike path.")
         if os.fspath(item) == "":
             raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
-    groups = [_expand(item) for item in items]
+        expanded, shards = expand_output(item)
+        if shards is None and not os.path.lexists(expanded[0]):
+            raise FormatError(
+                f"Cache directory {expanded[0]} does not exist (and no shard directories "
+                f"{expanded[0].name}-shard-*-of-* are beside it); check the path."
+            )
+        if shards is not None and (shards.missing or shards.other_splits):
+            raise ShardError(" ".join(check_shard_set(shards, {}).problems))
+        groups.append((expanded, shards))
     seen: dict[str, Path] = {}
-    for expanded, _ in groups:
-        for path in expanded:
-            real = os.path.realpath(path)
-            if real in seen:
-                raise FormatError(
-                    f"Cache paths {seen[real]} and {path} are the same directory ({real}); list each artifact once."
-                )
-            seen[real] = path
+    for path in (path for expanded, _ in groups for path in expanded):
+        real = os.path.realpath(path)
+        if real in seen:
+            raise FormatError(
+                f"Cache paths {seen[real]} and {path} are the same directory ({real}); list each artifact once."
+            )
+        seen[real] = path
     readers: list[CacheReader] = []
     for expanded, shards in groups:
         opened = [CacheReader(path, index_cache=index_cache) for path in expanded]
         if shards is not None:
             infos = {index: reader.summary["shard"] for index, reader in zip(shards.present, opened, strict=True)}
-            problems = check_shard_set(shards, infos).problems()
+            problems = check_shard_set(shards, infos).problems
             if problems:
                 raise ShardError(" ".join(problems))
         readers.extend(opened)

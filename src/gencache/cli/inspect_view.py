@@ -1,10 +1,6 @@
 """What ``gencache inspect`` shows of a report: per path a rich table (a sharded output's table, its problems and a
-table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several paths.
-
-Every recorded value is shown as it is (rich :class:`~rich.text.Text`, never parsed as markup or emoji). The
-consoles of :func:`gencache.cli.console.make_console` decide the look: on a terminal tables fit its width and are
-coloured; to a pipe or a file they are plain text, :data:`~gencache.cli.console.PIPE_WIDTH` wide so no column is
-cut, without colour codes (unless the environment forces colours).
+table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several paths. Every recorded value
+is a rich :class:`~rich.text.Text`, never parsed as markup or emoji; the console decides colours and width.
 """
 
 from __future__ import annotations
@@ -16,15 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gencache.artifact.report import (
-    ArtifactReport,
-    DataConfigCounts,
-    InspectReport,
-    NotAnArtifact,
-    Overlap,
-    ShardedReport,
-    UnreadableArtifact,
-)
+from gencache.artifact.report import ArtifactReport, InspectReport, NotAnArtifact, ShardedReport, UnreadableArtifact
 
 
 def _size(n: int) -> str:
@@ -58,85 +46,65 @@ def _determinism_block(facts: Mapping[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
-def _counts(items: Sequence[DataConfigCounts] | None) -> str:
+def _counts(items: Sequence[Mapping[str, int]] | None) -> str:
     """Counts per data config: ``#0: 3 samples, 3 unique; #1: ...`` (``-`` when there are none)."""
     if items is None:
         return "not recorded"
-    return "; ".join(f"#{d.data_config}: {d.samples:,} samples, {d.unique:,} unique" for d in items) or "-"
-
-
-def _data_config_rows(report: ArtifactReport) -> list[tuple[str, Text]]:
-    """An artifact's counts per data config: a shard's own (as its run recorded them) and its whole run's."""
-    if report.shard is None:
-        return [("data configs", Text(_counts(report.data_configs)))]
-    return [
-        ("data configs (shard)", Text(_counts(report.shard_data_configs))),
-        ("data configs (run)", Text(_counts(report.data_configs))),
-    ]
-
-
-def _duplicates(report: ArtifactReport) -> Text:
-    if not report.conflicting_prompts:
-        return Text(f"{report.duplicates:,}")
-    conflicting = f"{report.conflicting_prompts:,} rendered different prompts; the first was generated"
-    return Text.assemble(f"{report.duplicates:,} (", (conflicting, "yellow"), ")")
+    return "; ".join(f"#{d['index']}: {d['samples']:,} samples, {d['unique']:,} unique" for d in items) or "-"
 
 
 def _artifact_table(report: ArtifactReport) -> Table:
     tok, lengths, shard = report.tokenizer, report.token_length, report.shard
-    rows: list[tuple[str, Text]] = [
-        ("format", Text(str(report.format_version))),
-        ("teacher", Text(report.teacher)),
-        ("tokenizer", Text(report.tokenizer_path)),
+    duplicates = Text(f"{report.duplicates:,}")
+    if report.conflicting_prompts:
+        conflicting = f"{report.conflicting_prompts:,} rendered different prompts; the first was generated"
+        duplicates = Text.assemble(f"{report.duplicates:,} (", (conflicting, "yellow"), ")")
+    if shard is None:
+        data_configs = [("data configs", _counts(report.data_configs))]
+    else:  # a shard's own counts (as its run recorded them) and its whole run's
+        data_configs = [
+            ("data configs (shard)", _counts(report.shard_data_configs)),
+            ("data configs (run)", _counts(report.data_configs)),
+        ]
+    rows: list[tuple[str, str | Text]] = [
+        ("format", str(report.format_version)),
+        ("teacher", report.teacher),
+        ("tokenizer", report.tokenizer_path),
         (
             "tokenizer state",
-            Text(f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}"),
+            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
         ),
-        ("dtype", Text(report.dtype)),
-        ("entries", Text(f"{report.entries:,}")),
-        ("sequences", Text(f"{report.sequences:,}")),
-        ("tokens", Text(f"{report.tokens:,}")),
-        (
-            "token length",
-            Text(f"min {lengths.min}, median {lengths.median:g}, max {lengths.max}" if lengths else "-"),
-        ),
-        ("finish reasons", Text(", ".join(f"{k} {v:,}" for k, v in report.finish_reasons.items()))),
-        ("duplicates", _duplicates(report)),
-        *_data_config_rows(report),
-        (
-            "shard",
-            Text(f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
-        ),
-        ("engine", Text(report.engine or "not recorded")),
-        ("determinism", Text(_determinism_block(report.determinism))),
+        ("dtype", report.dtype),
+        ("entries", f"{report.entries:,}"),
+        ("sequences", f"{report.sequences:,}"),
+        ("tokens", f"{report.tokens:,}"),
+        ("token length", f"min {lengths.min}, median {lengths.median:g}, max {lengths.max}" if lengths else "-"),
+        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report.finish_reasons.items())),
+        ("duplicates", duplicates),
+        *data_configs,
+        ("shard", f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
+        ("engine", report.engine or "not recorded"),
+        ("determinism", _determinism_block(report.determinism)),
         (
             "payload",
-            Text(f"{_size(report.payload_bytes)}, header {report.header_used:,} of {report.header_capacity:,} bytes"),
+            f"{_size(report.payload_bytes)}, header {report.header['used']:,} of {report.header['capacity']:,} bytes",
         ),
     ]
     table = Table(title=Text(report.path), title_justify="left", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     for field, value in rows:
-        table.add_row(Text(field), value)
+        table.add_row(Text(field), Text(value) if isinstance(value, str) else value)
     return table
-
-
-def _shard_status(name: str, report: ShardedReport) -> Text:
-    if name in report.shards.other_run:
-        return Text("other run", "yellow")
-    if name in report.shards.mislabeled:
-        return Text("misnamed", "yellow")
-    return Text("ok", "green")
 
 
 def _sharded_table(report: ShardedReport) -> Table:
     info = report.shards
     by_index = dict(zip(info.present, report.artifacts, strict=True))
-    table = Table(title=Text(f"{report.path} ({info.shard_count} shards)"), title_justify="left")
+    table = Table(title=Text(f"{report.path} ({info.count} shards)"), title_justify="left")
     for name in ("shard", "status", "entries", "sequences", "tokens", "data configs"):
         table.add_column(name, justify="left" if name in ("shard", "status", "data configs") else "right")
-    for index in range(info.shard_count):
+    for index in range(info.count):
         name = f"{index:05d}"
         shard = by_index.get(name)
         if shard is None:
@@ -144,41 +112,15 @@ def _sharded_table(report: ShardedReport) -> Table:
         elif isinstance(shard, UnreadableArtifact):
             table.add_row(Text(name), Text.assemble(("unreadable", "red"), " (FAIL line below)"))
         else:
+            status = Text("ok", "green")
+            if name in info.other_run or name in info.mislabeled:
+                status = Text("other run" if name in info.other_run else "misnamed", "yellow")
             counts = (f"{shard.entries:,}", f"{shard.sequences:,}", f"{shard.tokens:,}")
-            table.add_row(
-                Text(name), _shard_status(name, report), *map(Text, counts), Text(_counts(shard.shard_data_configs))
-            )
+            table.add_row(Text(name), status, *map(Text, counts), Text(_counts(shard.shard_data_configs)))
     totals = report.totals
     counts = (f"{totals.entries:,}", f"{totals.sequences:,}", f"{totals.tokens:,}")
     table.add_row(Text("total"), Text(""), *map(Text, counts), Text(_counts(totals.data_configs)))
     return table
-
-
-def _print_sharded(report: ShardedReport, console: Console, err: Console) -> None:
-    console.print(_sharded_table(report))
-    for problem in report.shards.problems:
-        console.print(Text.assemble(("problem", "red"), f": {problem}"))
-    for shard in report.artifacts:  # one whole line each, like verify's
-        if isinstance(shard, UnreadableArtifact):
-            err.print(Text(f"FAIL {shard.error}"))
-    for shard in report.artifacts:  # every shard in detail, not only the first
-        if isinstance(shard, ArtifactReport):
-            console.print(_artifact_table(shard))
-
-
-def _print_overlap(overlap: Overlap, console: Console) -> None:
-    table = Table(title=Text("overlap"), title_justify="left")
-    for name in ("a", "b", "shared keys", "conflicting keys"):
-        table.add_column(name)
-    for pair in overlap.pairs:
-        conflicting = str(pair.conflicting)
-        if pair.conflicting_keys:
-            conflicting += f" (e.g. {pair.conflicting_keys[0][:16]}…)"
-        table.add_row(Text(pair.a), Text(pair.b), Text(f"{pair.shared:,}"), Text(conflicting))
-    console.print(table)
-    provenance = overlap.provenance + (f" ({', '.join(overlap.differing)})" if overlap.differing else "")
-    line = f"provenance: {provenance}; union of keys: {overlap.union:,}"
-    console.print(line, markup=False, emoji=False, highlight=True)
 
 
 def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
@@ -192,8 +134,25 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
             case UnreadableArtifact(path=path, error=error):
                 err.print(Text(f"FAIL {error if error.startswith(path) else f'{path}: {error}'}"))
             case ShardedReport():
-                _print_sharded(artifact, console, err)
+                console.print(_sharded_table(artifact))
+                for problem in artifact.shards.problems:
+                    console.print(Text.assemble(("problem", "red"), f": {problem}"))
+                for shard in artifact.artifacts:  # one whole line each, like verify's
+                    if isinstance(shard, UnreadableArtifact):
+                        err.print(Text(f"FAIL {shard.error}"))
+                for shard in artifact.artifacts:  # every shard in detail, not only the first
+                    if isinstance(shard, ArtifactReport):
+                        console.print(_artifact_table(shard))
             case ArtifactReport():
                 console.print(_artifact_table(artifact))
-    if report.overlap is not None:
-        _print_overlap(report.overlap, console)
+    if (overlap := report.overlap) is not None:
+        table = Table(title=Text("overlap"), title_justify="left")
+        for name in ("a", "b", "shared keys", "conflicting keys"):
+            table.add_column(name)
+        for pair in overlap.pairs:
+            example = f" (e.g. {pair.conflicting_keys[0][:16]}…)" if pair.conflicting_keys else ""
+            table.add_row(Text(pair.a), Text(pair.b), Text(f"{pair.shared:,}"), Text(f"{pair.conflicting}{example}"))
+        console.print(table)
+        provenance = overlap.provenance + (f" ({', '.join(overlap.differing)})" if overlap.differing else "")
+        line = f"provenance: {provenance}; union of keys: {overlap.union:,}"
+        console.print(line, markup=False, emoji=False, highlight=True)
