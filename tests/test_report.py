@@ -101,7 +101,7 @@ def test_the_report_joins_only_the_prompts_it_shows(
     example row, so a run of long prompts is never held joined in memory."""
     import html
 
-    from gencache.data import prompts
+    from gencache.data import prompts, samples
     from gencache.run import quality_report
 
     joined: list[str] = []
@@ -111,7 +111,7 @@ def test_the_report_joins_only_the_prompts_it_shows(
         joined.append(real(parts))
         return joined[-1]
 
-    monkeypatch.setattr(prompts, "prompt_text", counted)
+    monkeypatch.setattr(samples, "prompt_text", counted)
     monkeypatch.setattr(quality_report, "EXAMPLES", 1)
     result = quality_report.write_report(demo_run["artifact"], tmp_path / "report.html")
     text = result.out.read_text(encoding="utf-8")

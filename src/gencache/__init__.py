@@ -5,10 +5,10 @@ The public names are imported lazily, so ``import gencache`` (and ``gencache --h
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gencache.core.lazy import lazy_names
 from gencache.core.version import __version__
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the console script's handlers go in sooner
 
 _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",

@@ -616,7 +616,7 @@ class _Driver:
 
     def _record(self, record: ShardRecord) -> None:
         """Check a worker's record: a failure ends the run; a published shard must be of this run."""
-        from gencache.run.targets import check_published
+        from gencache.run.preflight import check_published
 
         where = f"shard {record.index}/{self.run.shards}"
         if record.status == "failed":
@@ -706,7 +706,7 @@ class ShardWorker:
             published = self._publish(self.targets[index], index, attempt)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
         except OutputExistsError:  # published by an earlier attempt (or another attempt's rename won the race)
-            from gencache.run.targets import check_published
+            from gencache.run.preflight import check_published
 
             try:
                 check_published(record.output_dir, self._plan().digest)
