@@ -33,7 +33,6 @@ import msgspec
 import numpy as np
 
 from gencache.artifact._index import CompactIndex, build_index
-from gencache.artifact._index_cache import cache_directory, file_identity, load_index, save_index
 from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
 from gencache.artifact.manifest import (
     MANIFEST_FIELDS,
@@ -297,12 +296,11 @@ def read_regular(path: Path, what: str) -> bytes:
         os.close(fd)
 
 
-def map_regular(path: Path, what: str) -> tuple[mmap.mmap | bytes, os.stat_result]:
-    """A read-only shared map of a regular file (file-backed pages, shared by forked processes) and its stat."""
+def map_regular(path: Path, what: str) -> mmap.mmap | bytes:
+    """A read-only shared map of a regular file (file-backed pages, shared by forked processes)."""
     fd = open_regular(path, what)
     try:
-        info = os.fstat(fd)
-        return (b"" if info.st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)), info
+        return b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
 
@@ -472,11 +470,6 @@ class CacheReader(GenerationCache):
     in flat arrays, so forked workers share it without copying. Picklable: unpickling reopens the artifact and
     refuses one whose entries differ from those of the pickled reader.
 
-    ``index_cache`` (a directory; by default ``$GENCACHE_INDEX_CACHE`` when set, ``False`` to disable) keeps the
-    checked index outside the artifact, keyed by the stat identity of its files, so that later opens (other ranks,
-    spawned workers, the next run) memory-map it instead of re-checking the manifest; a stale or damaged cached
-    index is rebuilt, never used (:mod:`gencache.artifact._index_cache`). ``index_cached`` says which happened.
-
     Opening imports no torch: the payload is memory-mapped (private, copy-on-write) on the first read and torch
     imported when the first tensor is built; :meth:`get_arrays` serves entries as read-only numpy views without
     torch. The reader keeps the payload file it opened (its descriptor, until the map is made), so replacing the
@@ -491,14 +484,8 @@ class CacheReader(GenerationCache):
     _tokens: np.ndarray[Any, np.dtype[np.int64]] | None
     _fd: int | None
 
-    def __init__(
-        self,
-        path: PathLike,
-        *,
-        index_cache: PathLike | bool | None = None,
-    ) -> None:
+    def __init__(self, path: PathLike) -> None:
         self.path = Path(path).expanduser().absolute()
-        self.index_cache = index_cache
         self._identity: str | None = None
         self._open()
 
@@ -512,19 +499,12 @@ class CacheReader(GenerationCache):
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
 
-    def _load_index(self, fd: int, manifest: mmap.mmap | bytes, manifest_stat: os.stat_result) -> CompactIndex:
-        """The checked index of the opened payload ``fd`` and manifest (from the index cache when it holds it)."""
+    def _load_index(self, fd: int, manifest: mmap.mmap | bytes) -> CompactIndex:
+        """The checked index of the opened payload ``fd`` and manifest."""
         try:
-            payload_stat = os.fstat(fd)
-            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), payload_stat.st_size)
-            directory = cache_directory(self.index_cache)
-            identity = file_identity(manifest_stat, payload_stat)
-            index = None if directory is None else load_index(directory, identity, manifest)
-            self.index_cached = index is not None
-            if index is None:
-                index = build_index(manifest, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), payload_stat.st_size)
-                if directory is not None:
-                    save_index(directory, identity, index)
+            size = os.fstat(fd).st_size
+            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
+            index = build_index(manifest, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), size)
         except FormatError as error:
             raise self._fail(str(error)) from None
         except UnicodeEncodeError:
@@ -533,17 +513,17 @@ class CacheReader(GenerationCache):
                 "the artifact was not written by gencache or was edited."
             ) from None
         self.header_capacity = capacity
-        self.payload_bytes = payload_stat.st_size
+        self.payload_bytes = size
         return index
 
     def _open(self) -> None:
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
         check_artifact_files(self.path)
-        manifest, manifest_stat = map_regular(self.path / MANIFEST_NAME, "Manifest")
+        manifest = map_regular(self.path / MANIFEST_NAME, "Manifest")
         fd = open_regular(self.path / PAYLOAD_NAME, PAYLOAD_NAME)
         try:
-            index = self._load_index(fd, manifest, manifest_stat)
+            index = self._load_index(fd, manifest)
         except BaseException:
             os.close(fd)
             raise
@@ -720,16 +700,10 @@ class CacheReader(GenerationCache):
         return self._identity
 
     def __getstate__(self) -> dict[str, Any]:
-        cache = self.index_cache
-        return {
-            "path": str(self.path),
-            "identity": self.identity,
-            "index_cache": cache if isinstance(cache, (bool, type(None))) else os.fspath(cache),
-        }
+        return {"path": str(self.path), "identity": self.identity}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
-        self.index_cache = state.get("index_cache")
         self._identity = None
         self._open()
         if self.identity != state["identity"]:
