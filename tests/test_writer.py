@@ -141,7 +141,6 @@ def test_finalize_backfills_the_header_in_place(tmp_path: Path) -> None:
     start = 8 + w.header_capacity
     assert after[start:] == before[start:] == b"".join(p for e in entries for p in e.payload())
     assert after[:8] == before[:8]
-    assert set(w.timings) == {"build_s", "write_s", "fsync_s"}
     assert sorted(os.listdir(tmp_path)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
     assert all(os.stat(tmp_path / n).st_mode & 0o777 == 0o444 for n in os.listdir(tmp_path))
     with safetensors.safe_open(w.path, framework="pt") as handle:

@@ -16,7 +16,6 @@ import hashlib
 import itertools
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -35,7 +34,6 @@ from gencache.artifact.names import (
     is_key,
 )
 from gencache.artifact.publish import (
-    RENAME_MODES,
     check_output_path,
     fsync_dir,
     hold_lock,
@@ -152,7 +150,6 @@ class CacheWriter:
         prefix = length_prefix(header_capacity)
         self.header_capacity = header_capacity
         self.path = self.directory / PAYLOAD_NAME
-        self.timings: dict[str, float] = {}
         self._records: dict[str, Record] = {}
         self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
@@ -232,7 +229,6 @@ class CacheWriter:
         ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any may be omitted); the
         writer adds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons``. On any failure, including
         :class:`HeaderCapacityError`, the writer's files are removed and the error re-raised.
-        ``self.timings`` records ``build_s``, ``write_s`` and ``fsync_s`` of this call.
         """
         self._require_open("finalize")
         if not isinstance(resolved_config, Mapping):
@@ -242,8 +238,6 @@ class CacheWriter:
         self._state = "finalized"
 
     def _finalize(self, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
-        clock = time.perf_counter
-        started = clock()
         keys = sorted_record_keys(self._records)
         header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
         if len(header) > self.header_capacity:
@@ -260,55 +254,32 @@ class CacheWriter:
         )
         first = next(manifest)
         resolved = json_file_bytes(dict(resolved_config))
-        built = clock()
         expected = LENGTH_PREFIX_BYTES + self.header_capacity + self._data_end
         actual = os.fstat(self._fd).st_size
         if actual != expected:
             raise WriteError(f"{self.path} is {actual} bytes, expected {expected}; it was changed behind the writer.")
         write_at(self._fd, [header], LENGTH_PREFIX_BYTES)
         os.fchmod(self._fd, READ_ONLY)
-        written = clock()
         os.fsync(self._fd)
-        synced = clock()
         fd, self._fd = self._fd, -1
         os.close(fd)
-        build_s = built - started
-        write_s = written - built
-        fsync_s = synced - written
         for name, pieces in ((MANIFEST_NAME, itertools.chain((first,), manifest)), (RESOLVED_NAME, (resolved,))):
-            b, w, f = self._write_new(self.directory / name, pieces)
-            build_s += b
-            write_s += w
-            fsync_s += f
-        before = clock()
+            self._write_new(self.directory / name, pieces)
         fsync_dir(self.directory)
-        fsync_s += clock() - before
-        self.timings = {"build_s": build_s, "write_s": write_s, "fsync_s": fsync_s}
 
-    def _write_new(self, path: Path, pieces: Iterable[bytes]) -> tuple[float, float, float]:
-        """Write a new read-only file from ``pieces``; seconds spent producing the pieces, writing, fsyncing."""
-        clock = time.perf_counter
-        started = clock()
-        produce_s = 0.0
+    def _write_new(self, path: Path, pieces: Iterable[bytes]) -> None:
+        """Write a new read-only file from ``pieces``."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self._created.append(path)
         try:
             offset = 0
-            iterator = iter(pieces)
-            while True:
-                before = clock()
-                data = next(iterator, None)
-                produce_s += clock() - before
-                if data is None:
-                    break
+            for data in pieces:
                 write_at(fd, [data], offset)
                 offset += len(data)
             os.fchmod(fd, READ_ONLY)
-            written = clock()
             os.fsync(fd)
         finally:
             os.close(fd)
-        return produce_s, written - started - produce_s, clock() - written
 
     def abort(self) -> None:
         """Close and remove this writer's files (idempotent; a finalized writer keeps them)."""
@@ -360,8 +331,6 @@ class ArtifactBuild:
         header_capacity: int,
         rename_mode: str | None = None,
     ) -> None:
-        if rename_mode not in (None, *RENAME_MODES):
-            raise ValueError(f"rename_mode must be one of {RENAME_MODES} or None, got {rename_mode!r}")
         self.output_dir = Path(output_dir).expanduser().absolute()
         self.provenance = check_provenance(provenance)
         self.header_capacity = header_capacity
