@@ -26,14 +26,7 @@ from gencache.artifact.names import (
     Layout,
     tensor_name,
 )
-from gencache.artifact.records import (
-    Record,
-    check_record_length,
-    is_single,
-    record_lengths,
-    record_start,
-    sorted_record_keys,
-)
+from gencache.artifact.records import Record, is_single, record_lengths, sorted_record_keys
 from gencache.core.canonical import canonical_bytes, canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
 
@@ -147,8 +140,7 @@ def build_header(
             start, n = record[0], record[1]
             append(f"{_NAME_OPEN}{key}{_START_OPEN}{start}{_END_OPEN}{start + n * width}{_LENGTH_OPEN}{n}{_MEMBER_END}")
             continue
-        check_record_length(key, record)
-        start, lengths = record_start(record), record_lengths(record)
+        start, lengths = record[0], record_lengths(record)
         starts = []
         for n in lengths:
             starts.append(start)

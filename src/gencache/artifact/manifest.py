@@ -32,7 +32,6 @@ from gencache.artifact.names import (
 )
 from gencache.artifact.records import (
     Record,
-    check_record_length,
     is_single,
     record_digests,
     record_lengths,
@@ -236,7 +235,6 @@ def _entry_member(key: str, record: Record, reason_json: dict[str, str]) -> str:
             f"{_KEY_OPEN}{key}{_CONTENT_OPEN}{content_hex}{_REASON_OPEN}{reasons_json}{_DIGEST_OPEN}{digest_hex}"
             f"{_LENGTH_OPEN}{n}{_TENSOR_OPEN}{key}{_TEXT_OPEN}{texts_json}{_ENTRY_END}"
         )
-    check_record_length(key, record)
     reasons_json = ",".join(map(encode, record_reasons(record)))
     texts_json = ",".join(map(encode, record_texts(record)))
     pairs = zip(record_lengths(record), record_digests(record), strict=True)

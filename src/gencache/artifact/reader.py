@@ -1,17 +1,8 @@
 """Reading format-3 artifacts: a compact checked index, one memory map, zero-copy entries, lazy digest checks.
 
-:class:`CacheReader` checks everything that needs no tensor data when it opens (the three files, the manifest,
-the header against the manifest, coverage of every tensor), keeps the result as flat arrays
-(:mod:`gencache.artifact._index`) and serves ``reader[key]`` as views of one private map of the payload, made on
-the first read (``torch.from_numpy`` of each sequence's slice). The tensor and content digests of an entry are
-checked the first time it is read. :func:`verify` re-hashes a whole artifact; :func:`is_published` recognises one
-a run published without reading its payload; mixtures and sharded output directories are opened by
-:func:`gencache.artifact.mixture.open_caches`. :class:`GenerationCache` is what every cache offers (this reader and
-a mixture): a read-only mapping from semantic key to :class:`Generation`.
-
-The local file operations of reading are the few functions under "reading the files of an artifact". This module
-never imports transformers, and imports torch only when a read builds the first tensor: opening, :func:`verify`,
-the index and :meth:`CacheReader.get_arrays` (numpy views of the map) need no torch.
+:class:`GenerationCache` is what every cache offers (this reader and a mixture). :func:`verify` re-hashes a whole
+artifact; :func:`is_published` recognises one a run published without reading its payload. torch is imported only
+when a read builds the first tensor, so opening, verifying and :meth:`CacheReader.get_arrays` need none.
 """
 
 from __future__ import annotations
@@ -458,26 +449,15 @@ def _manifest_members(path: Path) -> dict[str, Any]:
 
 
 class CacheReader(GenerationCache):
-    """One format-3 artifact, opened without reading tensor data; a read-only mapping from key to
-    :class:`Generation`.
+    """One format-3 artifact, opened without reading tensor data (everything else is checked at open, into the
+    flat arrays of :mod:`gencache.artifact._index` that forked workers share without copying).
 
-    ``reader[key]`` returns a :class:`Generation` of zero-copy views (raising :class:`MissingEntryError`, also a
-    ``KeyError``); ``get`` returns None instead; ``get_many(keys)`` reads several. The first read of a key checks
-    its tensor and content digests (:class:`IntegrityError` on mismatch).
-
-    Each returned tensor has its own small storage that points into the map, so it crosses process boundaries
-    (DataLoader workers under fork or spawn, either sharing strategy) as exactly its own bytes. The index is held
-    in flat arrays, so forked workers share it without copying. Picklable: unpickling reopens the artifact and
-    refuses one whose entries differ from those of the pickled reader.
-
-    Opening imports no torch: the payload is memory-mapped (private, copy-on-write) on the first read and torch
-    imported when the first tensor is built; :meth:`get_arrays` serves entries as read-only numpy views without
-    torch. The reader keeps the payload file it opened (its descriptor, until the map is made), so replacing the
-    directory or renaming another file over the payload does not affect it.
-
-    Artifacts are immutable, and the reader trusts that: an entry is checked against its digests once, on its
-    first read, and served from the map after that. Replace an artifact by publishing a new directory, never by
-    editing its files (the tensors returned are views of the map and would change with the file).
+    Each returned tensor has its own small storage that points into one private map of the payload, so it crosses
+    process boundaries (DataLoader workers under fork or spawn) as exactly its own bytes. Unpickling reopens the
+    artifact and refuses one whose entries differ. The reader keeps the payload file it opened (its descriptor,
+    until the map is made), so replacing the directory or renaming another file over the payload does not affect
+    it. Artifacts are immutable and the reader trusts that: an entry is checked against its digests once, on its
+    first read (:class:`IntegrityError`), and served from the map after that.
     """
 
     _verified: np.ndarray[Any, np.dtype[np.bool_]]
@@ -610,9 +590,8 @@ class CacheReader(GenerationCache):
             return None
         return texts
 
-    def _read(self, position: int, key: str | None = None) -> Generation:
-        import torch
-
+    def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
+        """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
         tokens = self._tokens if self._tokens is not None else self._map()
         index = self._index
         if self._single:  # every entry has one sequence: entry i is sequence i
@@ -620,35 +599,31 @@ class CacheReader(GenerationCache):
             arrays = [tokens[start : start + int(index.lengths[position])]]
             reasons: tuple[str, ...] = (FINISH_REASONS[index.reasons[position]],)
         else:
-            arrays = self._arrays(tokens, position)
+            lo, hi = index.first[position : position + 2].tolist()
+            starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
+            lengths = index.lengths[lo:hi].tolist()
+            arrays = [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths, strict=True)]
             reasons = index.finish_reasons(position)
         texts = self._texts(position)
         if texts is None or not self._verified[position]:
             texts = self._verify_entry(position, [hashlib.sha256(a.data).digest() for a in arrays], texts)
+        return arrays, texts, reasons
+
+    def _read(self, position: int, key: str | None = None) -> Generation:
+        import torch
+
+        arrays, texts, reasons = self._entry(position)
         # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
         # pickling it for another process carries only these bytes, never the whole payload
         sequences = tuple(torch.from_numpy(a) for a in arrays)
-        return Generation(index.key(position) if key is None else key, sequences, texts, reasons)
+        return Generation(self._index.key(position) if key is None else key, sequences, texts, reasons)
 
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
         """The entry as read-only numpy views of the map (no torch)."""
-        arrays = self._arrays(self._tokens if self._tokens is not None else self._map(), position)
-        texts = self._texts(position)
-        if texts is None or not self._verified[position]:
-            texts = self._verify_entry(position, [hashlib.sha256(a.data).digest() for a in arrays], texts)
+        arrays, texts, reasons = self._entry(position)
         for array in arrays:
             array.flags.writeable = False
-        index = self._index
-        return GenerationArrays(
-            index.key(position) if key is None else key, tuple(arrays), texts, index.finish_reasons(position)
-        )
-
-    def _arrays(self, tokens: np.ndarray[Any, np.dtype[np.int64]], position: int) -> list[np.ndarray[Any, Any]]:
-        """The entry's sequences as views of the map."""
-        index = self._index
-        lo, hi = index.first[position : position + 2].tolist()
-        starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
-        return [tokens[s : s + n] for s, n in zip(starts.tolist(), index.lengths[lo:hi].tolist(), strict=True)]
+        return GenerationArrays(self._index.key(position) if key is None else key, tuple(arrays), texts, reasons)
 
     def _verify_entry(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> tuple[str, ...]:
         """Check an entry's tensor ``digests`` and texts against the manifest and remember it as verified."""
