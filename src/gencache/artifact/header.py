@@ -101,20 +101,6 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
     return capacity
 
 
-def _check_capacity(capacity: object) -> int:
-    if not is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:  # type: ignore[operator]
-        raise HeaderCapacityError(
-            f"Header capacity must be a positive multiple of 8 up to {MAX_HEADER_BYTES:,} bytes, got {capacity!r}; "
-            "compute it with gencache.artifact.header.header_capacity."
-        )
-    return capacity  # type: ignore[return-value]
-
-
-def _sorted_indices(count: int) -> Sequence[int]:
-    """Sequence indices in the order canonical JSON sorts ``<key>.<i>`` names ("10" before "2")."""
-    return range(count) if count <= 10 else sorted(range(count), key=str)
-
-
 def build_header(
     records: Mapping[str, Record], provenance_digest: str, *, sorted_keys: Sequence[str] | None = None
 ) -> bytes:
@@ -145,7 +131,7 @@ def build_header(
         for n in lengths:
             starts.append(start)
             start += n * width
-        for i in _sorted_indices(len(lengths)):
+        for i in sorted(range(len(lengths)), key=str):  # the order canonical JSON sorts names: "10" before "2"
             s, n = starts[i], lengths[i]
             append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
     if at == len(keys):
@@ -155,7 +141,12 @@ def build_header(
 
 def length_prefix(capacity: int) -> bytes:
     """The 8-byte little-endian header length field."""
-    return _check_capacity(capacity).to_bytes(LENGTH_PREFIX_BYTES, "little")
+    if not is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:
+        raise HeaderCapacityError(
+            f"Header capacity must be a positive multiple of 8 up to {MAX_HEADER_BYTES:,} bytes, got {capacity!r}; "
+            "compute it with gencache.artifact.header.header_capacity."
+        )
+    return capacity.to_bytes(LENGTH_PREFIX_BYTES, "little")
 
 
 # -- reading -----------------------------------------------------------------------------------------------

@@ -279,21 +279,8 @@ def open_regular(path: Path, what: str) -> int:
 
 
 def read_regular(path: Path, what: str) -> bytes:
-    fd = open_regular(path, what)
-    try:
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read()
-    finally:
-        os.close(fd)
-
-
-def map_regular(path: Path, what: str) -> mmap.mmap | bytes:
-    """A read-only shared map of a regular file (file-backed pages, shared by forked processes)."""
-    fd = open_regular(path, what)
-    try:
-        return b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
+    with os.fdopen(open_regular(path, what), "rb") as handle:
+        return handle.read()
 
 
 def pread_exact(fd: int, length: int, offset: int) -> bytes:
@@ -500,7 +487,11 @@ class CacheReader(GenerationCache):
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
         check_artifact_files(self.path)
-        manifest = map_regular(self.path / MANIFEST_NAME, "Manifest")
+        fd = open_regular(self.path / MANIFEST_NAME, "Manifest")
+        try:  # a read-only shared map: file-backed pages that forked processes share
+            manifest = b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
         fd = open_regular(self.path / PAYLOAD_NAME, PAYLOAD_NAME)
         try:
             index = self._load_index(fd, manifest)

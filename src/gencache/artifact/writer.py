@@ -1,13 +1,6 @@
-"""Writing format-3 artifacts (bytes in, bytes out: no torch import).
-
-1. :func:`gencache.artifact.header.header_capacity` fixes the header reservation before any generation.
-2. :class:`ArtifactBuild` checks the output path, creates ``.<name>.gencache-<host>-<pid>-<random>`` beside the
-   output directory and a :class:`CacheWriter` in it, which writes the length field and a space-filled header (no
-   loader accepts that file), then appends each entry's bytes once while hashing them.
-3. :meth:`CacheWriter.finalize` writes the header in place at offset 8 (same inode, payload untouched), then
-   ``manifest.json`` and ``resolved_config.json``, all read-only, fsyncing the files and the directory.
-4. :meth:`ArtifactBuild.publish` renames the directory into place (:mod:`gencache.artifact.publish`). Any
-   exception, Ctrl-C or SIGTERM before that removes the temporary directory.
+"""Writing format-3 artifacts (bytes in, bytes out: no torch import): :class:`CacheWriter` appends each entry's
+bytes once behind a reserved, space-filled header (no loader accepts the file until :meth:`CacheWriter.finalize`
+writes the header in place), and :class:`ArtifactBuild` does it in a temporary directory renamed into place.
 """
 
 from __future__ import annotations
