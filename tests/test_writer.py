@@ -192,7 +192,7 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
                     change.get("reasons", e.finish_reasons),
                 )
             assert os.stat(w.path).st_size == size
-        assert list(w.keys()) == [e.key] and len(w) == 1
+        assert list(w._records) == [e.key] and len(w) == 1
 
 
 @pytest.mark.parametrize(
@@ -608,7 +608,7 @@ def test_a_failed_append_rolls_back_and_the_writer_stays_usable(
             w.add(*_args(second))
         monkeypatch.undo()
         assert caught.value.errno == errno.ENOSPC and len(calls) == 2
-        assert os.stat(w.path).st_size == size and list(w.keys()) == [first.key]
+        assert os.stat(w.path).st_size == size and list(w._records) == [first.key]
         assert w.add(*_args(third)) and w.add(*_args(second))
         w.finalize(resolved_config=RESOLVED, summary={})
     reader = CacheReader(tmp_path)

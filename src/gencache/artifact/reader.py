@@ -119,15 +119,9 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def _read(self, position: int, key: str | None = None) -> Generation:
         """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
 
+    @abc.abstractmethod
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
-        """The entry at ``position`` as numpy arrays (this default goes through the tensors of :meth:`_read`)."""
-        entry = self._read(position, key)
-        sequences = []
-        for tensor in entry.sequences:
-            array = tensor.numpy()
-            array.flags.writeable = False
-            sequences.append(array)
-        return GenerationArrays(entry.key, tuple(sequences), entry.texts, entry.finish_reasons)
+        """The entry at ``position`` as read-only numpy arrays."""
 
     @abc.abstractmethod
     def __len__(self) -> int: ...

@@ -9,8 +9,8 @@ import hashlib
 import itertools
 import os
 import shutil
-from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,22 +45,17 @@ MAX_WRITE_BYTES = 8 * 1024 * 1024  # the largest piece of the header reservation
 _REASONS = frozenset(FINISH_REASONS)
 
 
-class _UndoneOnFailure:
-    """A block that runs ``undo`` when it raises anything (the exception of a Ctrl-C or SIGTERM handler included)
-    and re-raises; an ``OSError`` becomes the :class:`WriteError` that names ``what()``."""
-
-    def __init__(self, undo: Callable[[], None], what: Callable[[], str]) -> None:
-        self.undo, self.what = undo, what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        if error is None:
-            return
-        self.undo()
+@contextmanager
+def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Iterator[None]:
+    """Run ``undo`` when the block raises anything (the exception of a Ctrl-C or SIGTERM handler included) and
+    re-raise; an ``OSError`` becomes the :class:`WriteError` that names ``what()``."""
+    try:
+        yield
+    except BaseException as error:
+        undo()
         if isinstance(error, OSError) and not isinstance(error, WriteError):
-            raise write_error(self.what(), error) from error
+            raise write_error(what(), error) from error
+        raise
 
 
 def _as_view(sequence: object, key: str, i: int) -> memoryview:
@@ -153,7 +148,7 @@ class CacheWriter:
         except OSError as error:
             raise write_error(f"Creating {self.path}", error) from error
         self._created.append(self.path)
-        with _UndoneOnFailure(self.abort, lambda: f"Reserving the header of {self.path}"):
+        with _undone_on_failure(self.abort, lambda: f"Reserving the header of {self.path}"):
             write_at(self._fd, [prefix], 0)
             spaces = HEADER_PADDING * min(header_capacity, MAX_WRITE_BYTES)
             for offset in range(0, header_capacity, len(spaces)):
@@ -164,15 +159,8 @@ class CacheWriter:
     def finalized(self) -> bool:
         return self._state == "finalized"
 
-    def keys(self) -> KeysView[str]:
-        """Keys appended so far, in generation order."""
-        return self._records.keys()
-
     def __len__(self) -> int:
         return len(self._records)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._records
 
     def _require_open(self, action: str) -> None:
         if self._state != "open":
@@ -190,7 +178,7 @@ class CacheWriter:
         if key in self._records:
             return self._re_add(key, buffers, tuple(fields))
         start = self._data_end
-        with _UndoneOnFailure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
+        with _undone_on_failure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
             fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
             write_at(self._fd, buffers, self._data_start + start)
         self._records[key] = (start, *fields)
@@ -226,7 +214,7 @@ class CacheWriter:
         self._require_open("finalize")
         if not isinstance(resolved_config, Mapping):
             raise FormatError("resolved_config must be a JSON object (a mapping).")
-        with _UndoneOnFailure(self.abort, lambda: f"Finalizing {self.directory}"):
+        with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
             self._finalize(resolved_config, summary)
         self._state = "finalized"
 
@@ -345,7 +333,7 @@ class ArtifactBuild:
             self.output_dir.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise write_error(f"Creating {self.output_dir.parent}", error) from error
-        with _UndoneOnFailure(self._cleanup, lambda: f"Creating a temporary directory beside {self.output_dir}"):
+        with _undone_on_failure(self._cleanup, lambda: f"Creating a temporary directory beside {self.output_dir}"):
             temp = self.output_dir.parent / temp_name(self.output_dir)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
             self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
