@@ -353,7 +353,7 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     if count:
         _end_text_spans(buf, opens, tail_at, columns)
     others_at = (tail_at + len(_MANIFEST_TAIL) if count else len(_EMPTY_TAIL)) - len(_FIRST_OTHER)
-    top = _parse_tail(_OBJECT_OPEN + bytes(manifest[others_at:]))
+    top = parse_tail(_OBJECT_OPEN + bytes(manifest[others_at:]))
     keys, lengths, reasons = columns.keys, columns.lengths, columns.reasons
     tokens = int(lengths.sum())
     reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_INDEX.items()}
@@ -394,7 +394,7 @@ class _KeySet(Mapping[str, None]):
         return None
 
 
-def _parse_tail(tail: bytes) -> dict[str, Any]:
+def parse_tail(tail: bytes) -> dict[str, Any]:
     """The manifest's fields other than ``entries``, checked as :func:`check_manifest` checks them."""
     try:
         top = json.loads(tail)  # small; the standard library's parser (no msgspec import to open an artifact)

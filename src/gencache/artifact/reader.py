@@ -23,15 +23,13 @@ from typing import TYPE_CHECKING, Any, overload
 import msgspec
 import numpy as np
 
-from gencache.artifact._index import CompactIndex, build_index
+from gencache.artifact._index import CompactIndex, build_index, parse_tail
+from gencache.artifact._scan import Mismatch, require
 from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
 from gencache.artifact.manifest import (
-    MANIFEST_FIELDS,
     PROVENANCE_FIELDS,
-    check_provenance,
     content_digest,
     json_file_bytes,
-    provenance_digest,
 )
 from gencache.artifact.names import (
     ARTIFACT_FILES,
@@ -41,7 +39,6 @@ from gencache.artifact.names import (
     MANIFEST_NAME,
     PAYLOAD_NAME,
     RESOLVED_NAME,
-    STORAGE,
     TEMP_RE,
     TOKEN_BYTES,
 )
@@ -410,22 +407,14 @@ def _manifest_members(path: Path) -> dict[str, Any]:
     finally:
         os.close(fd)
     try:
-        members = json.loads(b"{" + tail[at + 2 :]) if at >= 0 else None
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        members = None
-    if not isinstance(members, dict) or members.keys() != MANIFEST_FIELDS - {"entries"}:
-        raise FormatError(f"{path} does not end with the members of a manifest (damaged or not gencache's).")
-    if members["format_version"] != FORMAT_VERSION or (members["storage"], members["payload"]) != (
-        STORAGE,
-        PAYLOAD_NAME,
-    ):
-        raise FormatError(f"{path} is not a format-{FORMAT_VERSION} manifest of {STORAGE} storage.")
-    provenance = check_provenance(members["provenance"], "manifest.json provenance")
-    summary = members["summary"]
-    if members["provenance_digest"] != provenance_digest(provenance) or not (
-        isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens"))
-    ):
-        raise FormatError(f"{path}: its provenance digest or summary is damaged.")
+        require(at >= 0)
+        members = parse_tail(b"{" + tail[at + 2 :])
+        summary = members["summary"]
+        require(isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens")))
+    except Mismatch:
+        raise FormatError(
+            f"{path} does not end with the members of a format-{FORMAT_VERSION} manifest (damaged or not gencache's)."
+        ) from None
     return members
 
 
