@@ -171,13 +171,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
         raises :class:`MissingEntryError`). torch's DataLoader fetches a batch of a map-style dataset with this
         method."""
-        found = []
-        for key in keys:
-            position = self._position(key)
-            if position < 0:
-                raise self._missing(key)
-            found.append(self._read(position, key))
-        return found
+        return [self[key] for key in keys]
 
     def get_many(self, keys: Iterable[str]) -> list[Generation]:
         """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
