@@ -69,18 +69,15 @@ def umask() -> int:
     return mask
 
 
-def _error_hint(error: OSError) -> str:
-    if error.errno == errno.EFBIG:
-        return "the file-size limit (ulimit -f) or the filesystem's maximum file size was reached"
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk or quota is full; free space"
-    return "check the output filesystem"
-
-
 def write_error(what: str, error: OSError) -> WriteError:
     name = errno.errorcode.get(error.errno or 0, "")
     detail = f"{error.strerror or error} ({name})" if name else str(error)
-    wrapped = WriteError(f"{what} failed: {detail}; {_error_hint(error)}. Nothing was published.")
+    hint = "check the output filesystem"
+    if error.errno == errno.EFBIG:
+        hint = "the file-size limit (ulimit -f) or the filesystem's maximum file size was reached"
+    elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "the disk or quota is full; free space"
+    wrapped = WriteError(f"{what} failed: {detail}; {hint}. Nothing was published.")
     wrapped.errno = error.errno
     return wrapped
 
