@@ -119,13 +119,10 @@ class Store:
 
     def __init__(self, kind: str, path: Path) -> None:
         self.kind = kind
-        if kind in ("gencache", "warm", "prime"):
-            from gencache.artifact.mixture import MultiCacheReader, open_caches
+        if kind == "gencache":
+            from gencache.artifact.mixture import open_caches
 
-            # cold: no index cache; prime: builds it; warm: a fresh process maps the index primed before
-            self.reader = open_caches(path, index_cache=False if kind == "gencache" else path.parent / "index-cache")
-            readers = self.reader.readers if isinstance(self.reader, MultiCacheReader) else (self.reader,)
-            assert all(reader.index_cached for reader in readers) == (kind == "warm")
+            self.reader = open_caches(path)
         elif kind == "datasets":
             import datasets
 
@@ -140,14 +137,14 @@ class Store:
 
     def iter_keys(self) -> Iterator[str]:
         """Every key, from the store's own index (what a worker's full pass walks)."""
-        if self.kind in ("gencache", "warm"):
+        if self.kind == "gencache":
             return iter(self.reader)
         if self.kind == "datasets":
             return iter(self.rows)
         return (bytes(d).hex() for d in self.digests)
 
     def read(self, key: str) -> Any:
-        if self.kind in ("gencache", "warm"):
+        if self.kind == "gencache":
             return self.reader[key].sequences[0]
         if self.kind == "datasets":
             return self.table[self.rows[key]]["tokens"]
@@ -169,8 +166,6 @@ def child(kind: str, path: Path) -> dict[str, Any]:
     store = Store(kind, path)
     open_s = time.perf_counter() - started
     anon_open = rollup("Anonymous") - anon_before
-    if kind == "prime":
-        return {"open_s": open_s}
     keys = list(store.iter_keys())
     rng = random.Random(0)
     sample = [keys[rng.randrange(len(keys))] for _ in range(READS)]
@@ -246,8 +241,6 @@ def main(argv: list[str]) -> int:
                 build(count, root / kind)
                 log(f"{count:,} {kind}: built in {time.perf_counter() - started:.1f} s")
             results = {kind: measure(kind, root / kind) for kind in ("gencache", "datasets", "floor")}
-            measure("prime", root / "gencache")
-            results["gencache, index cache"] = measure("warm", root / "gencache")
             log(f"{count:,}: {json.dumps(results)}")
             rows.append((count, results))
         finally:
@@ -259,7 +252,6 @@ def main(argv: list[str]) -> int:
         "process. *anon* is anonymous RSS added by opening (`/proc/self/smaps_rollup`); *worker* the largest "
         f"private dirty memory of {WORKERS} forked workers after together reading every entry once; reads are "
         f"{READS:,} random keys (*first*: gencache checks the entry's digests on a first read; *p50/p99*: repeated). "
-        "*gencache, index cache* opens in a fresh process with `index_cache=` after another process built it. "
         "`datasets` is Hugging Face Arrow (`load_from_disk`, memory-mapped) plus a key-to-row dict; the floor is "
         "sorted 32-byte digests and offsets as memory-mapped `.npy` files.",
         "",

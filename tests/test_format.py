@@ -210,22 +210,9 @@ def test_content_digest_equals_the_canonical_json_digest(
     assert content_digest(refs, texts, reasons) == expected
 
 
-@pytest.mark.parametrize(
-    ("refs", "texts", "fragment"),
-    [
-        ([{"dtype": "I64", "shape": [1], "digest": "0" * 64}], ["\ud800"], "surrogate"),
-        ([{"dtype": "I64", "shape": [True], "digest": "0" * 64}], ["t"], "integer shape"),
-        ([{"dtype": "I64", "shape": [object()], "digest": "0"}], ["t"], "integer shape"),
-        ([{"dtype": "I64", "shape": [1], "digest": None}], ["t"], "string dtype and digest"),
-        ([{"dtype": "I64", "shape": [1], "digest": "0"}], [3], "must be strings"),
-        ([{"dtype": "I64", "shape": [1]}], ["t"], "digest"),
-    ],
-)
-def test_content_digest_refuses_values_a_manifest_cannot_hold(
-    refs: list[dict[str, Any]], texts: list[Any], fragment: str
-) -> None:
-    with pytest.raises(FormatError, match=f"content digest.*{fragment}"):
-        content_digest(refs, texts, ["eos"])
+def test_content_digest_refuses_a_text_that_is_not_unicode() -> None:
+    with pytest.raises(FormatError, match=r"content digest.*surrogate"):
+        content_digest([{"dtype": "I64", "shape": [1], "digest": "0" * 64}], ["\ud800"], ["eos"])
 
 
 def test_json_file_bytes_is_canonical_with_a_newline_and_refuses_what_json_cannot_hold() -> None:
@@ -405,9 +392,6 @@ def test_the_manifest_encoder_refuses_what_json_cannot_hold() -> None:
     records = {"a" * 64: make_record(0, [1], [bytes(32)], ["\ud800"], ["eos"])}
     with pytest.raises(FormatError, match="canonical JSON"):
         manifest_bytes(PROVENANCE, records, build_summary(records, {}))
-    records = {"a" * 64: (0, 1, bytes(32), "t", "eos", 2)}
-    with pytest.raises(FormatError, match="record of 6 fields"):
-        manifest_bytes(PROVENANCE, records, {})
 
 
 def test_the_encoders_write_these_exact_bytes() -> None:

@@ -296,54 +296,6 @@ def test_the_canonical_scan_and_the_general_parse_agree(tmp_path: Path) -> None:
     assert fast.identity == slow.identity
 
 
-# -- the index cache ---------------------------------------------------------------------------------------------
-def read_all(reader: CacheReader) -> dict[str, tuple[list[list[int]], tuple[str, ...], tuple[str, ...]]]:
-    return {k: ([t.tolist() for t in g.sequences], g.texts, g.finish_reasons) for k, g in reader.items()}
-
-
-@pytest.mark.parametrize("sequences", [1, 2])
-def test_the_index_cache_is_reused_and_never_trusted_when_stale_or_damaged(
-    tmp_path: Path, sequences: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import shutil
-
-    cache = tmp_path / "index-cache"
-    out = write_artifact(tmp_path / "out", make_entries(9, sequences=sequences))
-    built = CacheReader(out, index_cache=cache)
-    assert not built.index_cached and len(list(cache.iterdir())) == 1
-    expected = read_all(built)
-    cached = CacheReader(out, index_cache=cache)
-    assert cached.index_cached and read_all(cached) == expected and cached.identity == built.identity
-    assert cached.summary == built.summary and cached.header_json_bytes == built.header_json_bytes
-    assert sorted(os.listdir(out)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
-    assert not CacheReader(out, index_cache=False).index_cached
-    monkeypatch.setenv("GENCACHE_INDEX_CACHE", str(cache))
-    assert CacheReader(out).index_cached
-    monkeypatch.delenv("GENCACHE_INDEX_CACHE")
-    assert not CacheReader(out).index_cached
-
-    (index_file,) = cache.iterdir()
-    original = index_file.read_bytes()
-    for damaged in (original[:-8], original[:100], original[:-1] + bytes([original[-1] ^ 1]), b"junk"):
-        index_file.write_bytes(damaged)
-        reopened = CacheReader(out, index_cache=cache)
-        assert not reopened.index_cached and read_all(reopened) == expected  # rebuilt from the artifact
-        assert index_file.read_bytes() == original  # and rewritten
-
-    shutil.rmtree(out)
-    regenerated = make_entries(9, sequences=sequences, start=20)
-    write_artifact(out, regenerated)
-    fresh = CacheReader(out, index_cache=cache)
-    assert not fresh.index_cached and set(fresh) == {e.key for e in regenerated}
-
-
-def test_a_pickled_reader_keeps_its_index_cache(tmp_path: Path) -> None:
-    out = write_artifact(tmp_path / "out", make_entries(3))
-    reader = CacheReader(out, index_cache=tmp_path / "cache")
-    clone = pickle.loads(pickle.dumps(reader))
-    assert clone.index_cached and clone.index_cache == str(tmp_path / "cache") and len(clone) == 3
-
-
 def test_touching_the_payload_under_a_live_reader_changes_nothing(
     artifact: tuple[Path, list[Entry]], tmp_path: Path
 ) -> None:

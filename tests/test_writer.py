@@ -141,7 +141,6 @@ def test_finalize_backfills_the_header_in_place(tmp_path: Path) -> None:
     start = 8 + w.header_capacity
     assert after[start:] == before[start:] == b"".join(p for e in entries for p in e.payload())
     assert after[:8] == before[:8]
-    assert set(w.timings) == {"build_s", "write_s", "fsync_s"}
     assert sorted(os.listdir(tmp_path)) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
     assert all(os.stat(tmp_path / n).st_mode & 0o777 == 0o444 for n in os.listdir(tmp_path))
     with safetensors.safe_open(w.path, framework="pt") as handle:
@@ -193,7 +192,7 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
                     change.get("reasons", e.finish_reasons),
                 )
             assert os.stat(w.path).st_size == size
-        assert list(w.keys()) == [e.key] and len(w) == 1
+        assert list(w._records) == [e.key] and len(w) == 1
 
 
 @pytest.mark.parametrize(
@@ -529,16 +528,15 @@ class _Str(str):
     pass
 
 
-def test_single_sequence_re_adds_and_conflicts_on_the_fast_path(tmp_path: Path) -> None:
+def test_single_sequence_re_adds_and_conflicts(tmp_path: Path) -> None:
     seq = tokens([1, 2, 3])
     with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, 1, 3)) as w:
         assert w.add(A, [seq], ["tëxt"], ["length"]) is True
         size = os.stat(w.path).st_size
-        assert w._records[A] == (0, 3, hashlib.sha256(seq).digest(), "tëxt", "length")  # one flat tuple
         for same in (
             ([seq], ["tëxt"], ["length"]),
             ((seq,), ("tëxt",), ("length",)),
-            ([bytearray(seq)], ["tëxt"], ["length"]),  # the general path
+            ([bytearray(seq)], ["tëxt"], ["length"]),
             ([np.array([1, 2, 3], dtype=np.int64)], [_Str("tëxt")], [_Str("length")]),
         ):
             assert w.add(A, *same) is False
@@ -551,10 +549,8 @@ def test_single_sequence_re_adds_and_conflicts_on_the_fast_path(tmp_path: Path) 
         ):
             with pytest.raises(FormatError, match="Conflicting duplicate key"):
                 w.add(A, *different)
-        # an entry added on the general path and re-added on the fast one
         assert w.add(B, [tokens([5]), tokens([6])], [_Str("a"), "b"], [_Str("eos"), "eos"]) is True
         assert w.add(B, [tokens([5]), tokens([6])], ["a", "b"], ["eos", "eos"]) is False
-        assert type(w._records[B][4]) is str  # a str subclass reason is kept as the plain str
         assert os.stat(w.path).st_size == size + 16
         w.finalize(resolved_config=RESOLVED, summary={})
     assert verify(tmp_path) == []
@@ -609,7 +605,7 @@ def test_a_failed_append_rolls_back_and_the_writer_stays_usable(
             w.add(*_args(second))
         monkeypatch.undo()
         assert caught.value.errno == errno.ENOSPC and len(calls) == 2
-        assert os.stat(w.path).st_size == size and list(w.keys()) == [first.key]
+        assert os.stat(w.path).st_size == size and list(w._records) == [first.key]
         assert w.add(*_args(third)) and w.add(*_args(second))
         w.finalize(resolved_config=RESOLVED, summary={})
     reader = CacheReader(tmp_path)

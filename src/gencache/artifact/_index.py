@@ -3,21 +3,13 @@
 :func:`build_index` checks a manifest and a payload header exactly as :func:`gencache.artifact.manifest.
 check_manifest` and :func:`gencache.artifact.header.check_header` do, and keeps the result as a handful of flat
 arrays (sorted keys, per-sequence offsets, lengths, digests and finish-reason codes, per-entry content digests
-and the byte span of each entry's texts). A forked process shares them without copying (no reference counts in
-the buffers), and their size does not depend on Python object overheads.
+and the byte span of each entry's texts) that a forked process shares without copying.
 
-Two paths reach the same arrays. The fast one scans the canonical bytes the writer produces (single-sequence
-entries) with vectorised numpy checks: every fixed byte of every entry and header member is compared, every hex
-digest and decimal number is validated, keys are sorted and unique, and the members tile the objects exactly,
-so a document it accepts parses to the same values. The texts are not scanned: each entry's text list is
-decoded (and its content digest checked) when the entry is first read. Anything the fast scan does not
-recognise goes through the general path: the full JSON parse and the format's own checks, whose errors are
-then what the caller sees.
-
-The scan holds no layout of its own: every literal it matches and every offset it steps by comes from the
-layouts the encoders write with (:data:`gencache.artifact.manifest.SINGLE_ENTRY`, ``MANIFEST_FRAME``,
-``MANIFEST_OTHERS``, :data:`gencache.artifact.header.SINGLE_TENSOR`, ``HEADER_FRAME``) and the digest widths of
-:mod:`gencache.artifact.names`, so a change to the format is made once, in the encoder.
+The fast path scans the canonical bytes of single-sequence entries with vectorised numpy checks (every fixed byte
+compared, every digest and number validated, keys sorted and unique, members tiling the objects exactly, so a
+document it accepts parses to the same values; texts are checked on an entry's first read). Anything else goes
+through the full JSON parse and the format's own checks, whose errors are what the caller sees. Every literal the
+scan matches comes from the layouts the encoders write with, so a change to the format is made once.
 """
 
 from __future__ import annotations
@@ -361,7 +353,7 @@ def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     if count:
         _end_text_spans(buf, opens, tail_at, columns)
     others_at = (tail_at + len(_MANIFEST_TAIL) if count else len(_EMPTY_TAIL)) - len(_FIRST_OTHER)
-    top = _parse_tail(_OBJECT_OPEN + bytes(manifest[others_at:]))
+    top = parse_tail(_OBJECT_OPEN + bytes(manifest[others_at:]))
     keys, lengths, reasons = columns.keys, columns.lengths, columns.reasons
     tokens = int(lengths.sum())
     reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_INDEX.items()}
@@ -402,7 +394,7 @@ class _KeySet(Mapping[str, None]):
         return None
 
 
-def _parse_tail(tail: bytes) -> dict[str, Any]:
+def parse_tail(tail: bytes) -> dict[str, Any]:
     """The manifest's fields other than ``entries``, checked as :func:`check_manifest` checks them."""
     try:
         top = json.loads(tail)  # small; the standard library's parser (no msgspec import to open an artifact)

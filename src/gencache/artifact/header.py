@@ -26,14 +26,7 @@ from gencache.artifact.names import (
     Layout,
     tensor_name,
 )
-from gencache.artifact.records import (
-    Record,
-    check_record_length,
-    is_single,
-    record_lengths,
-    record_start,
-    sorted_record_keys,
-)
+from gencache.artifact.records import Record, is_single, record_lengths, sorted_record_keys
 from gencache.core.canonical import canonical_bytes, canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
 
@@ -108,20 +101,6 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
     return capacity
 
 
-def _check_capacity(capacity: object) -> int:
-    if not is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:  # type: ignore[operator]
-        raise HeaderCapacityError(
-            f"Header capacity must be a positive multiple of 8 up to {MAX_HEADER_BYTES:,} bytes, got {capacity!r}; "
-            "compute it with gencache.artifact.header.header_capacity."
-        )
-    return capacity  # type: ignore[return-value]
-
-
-def _sorted_indices(count: int) -> Sequence[int]:
-    """Sequence indices in the order canonical JSON sorts ``<key>.<i>`` names ("10" before "2")."""
-    return range(count) if count <= 10 else sorted(range(count), key=str)
-
-
 def build_header(
     records: Mapping[str, Record], provenance_digest: str, *, sorted_keys: Sequence[str] | None = None
 ) -> bytes:
@@ -147,13 +126,12 @@ def build_header(
             start, n = record[0], record[1]
             append(f"{_NAME_OPEN}{key}{_START_OPEN}{start}{_END_OPEN}{start + n * width}{_LENGTH_OPEN}{n}{_MEMBER_END}")
             continue
-        check_record_length(key, record)
-        start, lengths = record_start(record), record_lengths(record)
+        start, lengths = record[0], record_lengths(record)
         starts = []
         for n in lengths:
             starts.append(start)
             start += n * width
-        for i in _sorted_indices(len(lengths)):
+        for i in sorted(range(len(lengths)), key=str):  # the order canonical JSON sorts names: "10" before "2"
             s, n = starts[i], lengths[i]
             append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
     if at == len(keys):
@@ -163,7 +141,12 @@ def build_header(
 
 def length_prefix(capacity: int) -> bytes:
     """The 8-byte little-endian header length field."""
-    return _check_capacity(capacity).to_bytes(LENGTH_PREFIX_BYTES, "little")
+    if not is_int(capacity) or capacity <= 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:
+        raise HeaderCapacityError(
+            f"Header capacity must be a positive multiple of 8 up to {MAX_HEADER_BYTES:,} bytes, got {capacity!r}; "
+            "compute it with gencache.artifact.header.header_capacity."
+        )
+    return capacity.to_bytes(LENGTH_PREFIX_BYTES, "little")
 
 
 # -- reading -----------------------------------------------------------------------------------------------

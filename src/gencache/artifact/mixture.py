@@ -165,15 +165,12 @@ class MultiCacheReader(GenerationCache):
         return f"MultiCacheReader({[str(p) for p in self.paths]!r}, entries={len(self)})"
 
 
-def open_caches(
-    paths: PathLike | Sequence[PathLike], *, index_cache: PathLike | bool | None = None
-) -> CacheReader | MultiCacheReader:
+def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCacheReader:
     """Open one artifact or a mixture.
 
     A path that does not exist but has shard siblings ``<path>-shard-IIIII-of-NNNNN`` stands for all N shards
     (every shard must exist and come from the same run). The same directory twice (even through a symlink),
-    differing provenance or a key stored with different content in two artifacts are errors. ``index_cache`` is
-    passed to every :class:`CacheReader`.
+    differing provenance or a key stored with different content in two artifacts are errors.
     """
     if isinstance(paths, (bytes, bytearray)):
         raise TypeError("open_caches takes str or os.PathLike paths (or a list of them), not bytes; decode the path.")
@@ -205,7 +202,7 @@ def open_caches(
         seen[real] = path
     readers: list[CacheReader] = []
     for expanded, shards in groups:
-        opened = [CacheReader(path, index_cache=index_cache) for path in expanded]
+        opened = [CacheReader(path) for path in expanded]
         if shards is not None:
             infos = {index: reader.summary["shard"] for index, reader in zip(shards.present, opened, strict=True)}
             problems = check_shard_set(shards, infos).problems

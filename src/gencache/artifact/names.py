@@ -1,19 +1,6 @@
-"""Format 3's names and constants: files, tensor names, the key form, dtypes, finish reasons, the shard rule.
-
-An artifact directory holds exactly three regular files:
-
-``cache.safetensors`` (:data:`PAYLOAD_NAME`)
-    a standard safetensors file: u64 little-endian header length ``H`` (the reserved capacity, a multiple of 8),
-    ``H`` bytes of canonical header JSON padded with spaces, then one I64 1-D tensor per answer sequence, named
-    ``<key>.<i>``, back to back in generation order (:mod:`gencache.artifact.header`).
-``manifest.json`` (:data:`MANIFEST_NAME`)
-    canonical JSON plus a newline: provenance, per-entry tensor references, texts, finish reasons and digests,
-    and a summary (:mod:`gencache.artifact.manifest`).
-``resolved_config.json`` (:data:`RESOLVED_NAME`)
-    canonical JSON plus a newline: the effective config, for humans; never a compatibility gate.
-
-A sharded run writes one such directory per shard, ``<output_dir>-shard-<I:05d>-of-<N:05d>``; shard ``I`` holds
-exactly the keys ``k`` with ``int(k, 16) % N == I`` (the ``key-mod`` rule). Pure: no I/O, no torch.
+"""Format 3's names and constants: the three files of an artifact directory, tensor names, the key form, dtypes,
+finish reasons, and the shard rule (shard ``I`` of ``N``, ``<output_dir>-shard-<I:05d>-of-<N:05d>``, holds exactly
+the keys ``k`` with ``int(k, 16) % N == I``). Pure: no I/O, no torch.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""Publishing: an artifact directory (the output-path check, the no-replace rename, ``gencache clean``) and a small
-file written whole or not at all.
-
-1. :func:`check_output_path` refuses an existing output path, even a dangling symlink.
-2. :func:`probe_rename` learns before generation whether the filesystem has ``renameat2(RENAME_NOREPLACE)``.
-3. :func:`publish` renames the finished temporary directory into place without replacing anything (falling back
-   to a plain rename of the non-empty directory where the filesystem lacks the flag) and fsyncs the parent.
-4. :func:`clean` removes the temporary directories that killed processes left behind.
-5. :func:`publish_file` writes one file through a temporary sibling renamed (or linked) into place: an exported
-   file, an audit report, a cached reader index.
-"""
+"""Publishing: an artifact directory renamed into place without replacing anything (``renameat2(RENAME_NOREPLACE)``,
+or a plain rename of the non-empty directory where the filesystem lacks the flag), ``gencache clean`` of what
+killed writers left, and :func:`publish_file`, one small file written whole or not at all."""
 
 from __future__ import annotations
 
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -76,18 +69,15 @@ def umask() -> int:
     return mask
 
 
-def _error_hint(error: OSError) -> str:
-    if error.errno == errno.EFBIG:
-        return "the file-size limit (ulimit -f) or the filesystem's maximum file size was reached"
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk or quota is full; free space"
-    return "check the output filesystem"
-
-
 def write_error(what: str, error: OSError) -> WriteError:
     name = errno.errorcode.get(error.errno or 0, "")
     detail = f"{error.strerror or error} ({name})" if name else str(error)
-    wrapped = WriteError(f"{what} failed: {detail}; {_error_hint(error)}. Nothing was published.")
+    hint = "check the output filesystem"
+    if error.errno == errno.EFBIG:
+        hint = "the file-size limit (ulimit -f) or the filesystem's maximum file size was reached"
+    elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "the disk or quota is full; free space"
+    wrapped = WriteError(f"{what} failed: {detail}; {hint}. Nothing was published.")
     wrapped.errno = error.errno
     return wrapped
 
@@ -95,18 +85,8 @@ def write_error(what: str, error: OSError) -> WriteError:
 RENAME_MODES = ("renameat2", "rename")
 T = TypeVar("T")
 _PROBE = ".rename-probe-"  # in the names of probe_rename's scratch directories
-
-
-_AT_FDCWD = -100
-
-
-_RENAME_NOREPLACE = 1
-
-
-NAME_MAX = 255
-"""The longest file name (bytes) Linux file systems take."""
-PATH_MAX = 4096
-"""The longest path (bytes) the kernel takes."""
+NAME_MAX = 255  # the longest file name (bytes) Linux file systems take
+PATH_MAX = 4096  # the longest path (bytes) the kernel takes
 
 
 def check_output_path(output_dir: Path | str) -> None:
@@ -152,25 +132,26 @@ def check_output_path(output_dir: Path | str) -> None:
         )
 
 
-_renameat2_func: Any = None
+@functools.cache
+def _libc_renameat2() -> Any:
+    """libc's ``renameat2``, or None where libc lacks it."""
+    try:
+        func = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
 
 
 def _renameat2(source: Path, target: Path) -> int:
     """``renameat2(source, target, RENAME_NOREPLACE)`` through libc; 0 or the errno."""
-    global _renameat2_func
-    if _renameat2_func is None:
-        try:
-            func = ctypes.CDLL(None, use_errno=True).renameat2
-        except (AttributeError, OSError):
-            _renameat2_func = False
-            return errno.ENOSYS
-        func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-        func.restype = ctypes.c_int
-        _renameat2_func = func
-    if _renameat2_func is False:
+    func = _libc_renameat2()
+    if func is None:
         return errno.ENOSYS
     ctypes.set_errno(0)
-    result = _renameat2_func(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE)
+    at_fdcwd, noreplace = -100, 1
+    result = func(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), noreplace)
     return 0 if result == 0 else (ctypes.get_errno() or errno.EIO)
 
 
@@ -220,8 +201,6 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
     found): the plain rename directly. The directory's mode follows the umask; the parent is fsynced.
     """
     temp_dir, output_dir = Path(temp_dir), Path(output_dir)
-    if mode not in (None, *RENAME_MODES):
-        raise ValueError(f"publish mode must be one of {RENAME_MODES}, got {mode!r}")
     try:
         os.chmod(temp_dir, 0o777 & ~umask())
         fsync_dir(temp_dir)

@@ -1,17 +1,8 @@
 """Reading format-3 artifacts: a compact checked index, one memory map, zero-copy entries, lazy digest checks.
 
-:class:`CacheReader` checks everything that needs no tensor data when it opens (the three files, the manifest,
-the header against the manifest, coverage of every tensor), keeps the result as flat arrays
-(:mod:`gencache.artifact._index`) and serves ``reader[key]`` as views of one private map of the payload, made on
-the first read (``torch.from_numpy`` of each sequence's slice). The tensor and content digests of an entry are
-checked the first time it is read. :func:`verify` re-hashes a whole artifact; :func:`is_published` recognises one
-a run published without reading its payload; mixtures and sharded output directories are opened by
-:func:`gencache.artifact.mixture.open_caches`. :class:`GenerationCache` is what every cache offers (this reader and
-a mixture): a read-only mapping from semantic key to :class:`Generation`.
-
-The local file operations of reading are the few functions under "reading the files of an artifact". This module
-never imports transformers, and imports torch only when a read builds the first tensor: opening, :func:`verify`,
-the index and :meth:`CacheReader.get_arrays` (numpy views of the map) need no torch.
+:class:`GenerationCache` is what every cache offers (this reader and a mixture). :func:`verify` re-hashes a whole
+artifact; :func:`is_published` recognises one a run published without reading its payload. torch is imported only
+when a read builds the first tensor, so opening, verifying and :meth:`CacheReader.get_arrays` need none.
 """
 
 from __future__ import annotations
@@ -32,16 +23,13 @@ from typing import TYPE_CHECKING, Any, overload
 import msgspec
 import numpy as np
 
-from gencache.artifact._index import CompactIndex, build_index
-from gencache.artifact._index_cache import cache_directory, file_identity, load_index, save_index
+from gencache.artifact._index import CompactIndex, build_index, parse_tail
+from gencache.artifact._scan import Mismatch, require
 from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
 from gencache.artifact.manifest import (
-    MANIFEST_FIELDS,
     PROVENANCE_FIELDS,
-    check_provenance,
     content_digest,
     json_file_bytes,
-    provenance_digest,
 )
 from gencache.artifact.names import (
     ARTIFACT_FILES,
@@ -51,7 +39,6 @@ from gencache.artifact.names import (
     MANIFEST_NAME,
     PAYLOAD_NAME,
     RESOLVED_NAME,
-    STORAGE,
     TEMP_RE,
     TOKEN_BYTES,
 )
@@ -129,15 +116,9 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def _read(self, position: int, key: str | None = None) -> Generation:
         """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
 
+    @abc.abstractmethod
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
-        """The entry at ``position`` as numpy arrays (this default goes through the tensors of :meth:`_read`)."""
-        entry = self._read(position, key)
-        sequences = []
-        for tensor in entry.sequences:
-            array = tensor.numpy()
-            array.flags.writeable = False
-            sequences.append(array)
-        return GenerationArrays(entry.key, tuple(sequences), entry.texts, entry.finish_reasons)
+        """The entry at ``position`` as read-only numpy arrays."""
 
     @abc.abstractmethod
     def __len__(self) -> int: ...
@@ -190,13 +171,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
         raises :class:`MissingEntryError`). torch's DataLoader fetches a batch of a map-style dataset with this
         method."""
-        found = []
-        for key in keys:
-            position = self._position(key)
-            if position < 0:
-                raise self._missing(key)
-            found.append(self._read(position, key))
-        return found
+        return [self[key] for key in keys]
 
     def get_many(self, keys: Iterable[str]) -> list[Generation]:
         """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
@@ -289,22 +264,8 @@ def open_regular(path: Path, what: str) -> int:
 
 
 def read_regular(path: Path, what: str) -> bytes:
-    fd = open_regular(path, what)
-    try:
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read()
-    finally:
-        os.close(fd)
-
-
-def map_regular(path: Path, what: str) -> tuple[mmap.mmap | bytes, os.stat_result]:
-    """A read-only shared map of a regular file (file-backed pages, shared by forked processes) and its stat."""
-    fd = open_regular(path, what)
-    try:
-        info = os.fstat(fd)
-        return (b"" if info.st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)), info
-    finally:
-        os.close(fd)
+    with os.fdopen(open_regular(path, what), "rb") as handle:
+        return handle.read()
 
 
 def pread_exact(fd: int, length: int, offset: int) -> bytes:
@@ -440,65 +401,35 @@ def _manifest_members(path: Path) -> dict[str, Any]:
     finally:
         os.close(fd)
     try:
-        members = json.loads(b"{" + tail[at + 2 :]) if at >= 0 else None
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        members = None
-    if not isinstance(members, dict) or members.keys() != MANIFEST_FIELDS - {"entries"}:
-        raise FormatError(f"{path} does not end with the members of a manifest (damaged or not gencache's).")
-    if members["format_version"] != FORMAT_VERSION or (members["storage"], members["payload"]) != (
-        STORAGE,
-        PAYLOAD_NAME,
-    ):
-        raise FormatError(f"{path} is not a format-{FORMAT_VERSION} manifest of {STORAGE} storage.")
-    provenance = check_provenance(members["provenance"], "manifest.json provenance")
-    summary = members["summary"]
-    if members["provenance_digest"] != provenance_digest(provenance) or not (
-        isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens"))
-    ):
-        raise FormatError(f"{path}: its provenance digest or summary is damaged.")
+        require(at >= 0)
+        members = parse_tail(b"{" + tail[at + 2 :])
+        summary = members["summary"]
+        require(isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens")))
+    except Mismatch:
+        raise FormatError(
+            f"{path} does not end with the members of a format-{FORMAT_VERSION} manifest (damaged or not gencache's)."
+        ) from None
     return members
 
 
 class CacheReader(GenerationCache):
-    """One format-3 artifact, opened without reading tensor data; a read-only mapping from key to
-    :class:`Generation`.
+    """One format-3 artifact, opened without reading tensor data (everything else is checked at open, into the
+    flat arrays of :mod:`gencache.artifact._index` that forked workers share without copying).
 
-    ``reader[key]`` returns a :class:`Generation` of zero-copy views (raising :class:`MissingEntryError`, also a
-    ``KeyError``); ``get`` returns None instead; ``get_many(keys)`` reads several. The first read of a key checks
-    its tensor and content digests (:class:`IntegrityError` on mismatch).
-
-    Each returned tensor has its own small storage that points into the map, so it crosses process boundaries
-    (DataLoader workers under fork or spawn, either sharing strategy) as exactly its own bytes. The index is held
-    in flat arrays, so forked workers share it without copying. Picklable: unpickling reopens the artifact and
-    refuses one whose entries differ from those of the pickled reader.
-
-    ``index_cache`` (a directory; by default ``$GENCACHE_INDEX_CACHE`` when set, ``False`` to disable) keeps the
-    checked index outside the artifact, keyed by the stat identity of its files, so that later opens (other ranks,
-    spawned workers, the next run) memory-map it instead of re-checking the manifest; a stale or damaged cached
-    index is rebuilt, never used (:mod:`gencache.artifact._index_cache`). ``index_cached`` says which happened.
-
-    Opening imports no torch: the payload is memory-mapped (private, copy-on-write) on the first read and torch
-    imported when the first tensor is built; :meth:`get_arrays` serves entries as read-only numpy views without
-    torch. The reader keeps the payload file it opened (its descriptor, until the map is made), so replacing the
-    directory or renaming another file over the payload does not affect it.
-
-    Artifacts are immutable, and the reader trusts that: an entry is checked against its digests once, on its
-    first read, and served from the map after that. Replace an artifact by publishing a new directory, never by
-    editing its files (the tensors returned are views of the map and would change with the file).
+    Each returned tensor has its own small storage that points into one private map of the payload, so it crosses
+    process boundaries (DataLoader workers under fork or spawn) as exactly its own bytes. Unpickling reopens the
+    artifact and refuses one whose entries differ. The reader keeps the payload file it opened (its descriptor,
+    until the map is made), so replacing the directory or renaming another file over the payload does not affect
+    it. Artifacts are immutable and the reader trusts that: an entry is checked against its digests once, on its
+    first read (:class:`IntegrityError`), and served from the map after that.
     """
 
     _verified: np.ndarray[Any, np.dtype[np.bool_]]
     _tokens: np.ndarray[Any, np.dtype[np.int64]] | None
     _fd: int | None
 
-    def __init__(
-        self,
-        path: PathLike,
-        *,
-        index_cache: PathLike | bool | None = None,
-    ) -> None:
+    def __init__(self, path: PathLike) -> None:
         self.path = Path(path).expanduser().absolute()
-        self.index_cache = index_cache
         self._identity: str | None = None
         self._open()
 
@@ -512,19 +443,12 @@ class CacheReader(GenerationCache):
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
 
-    def _load_index(self, fd: int, manifest: mmap.mmap | bytes, manifest_stat: os.stat_result) -> CompactIndex:
-        """The checked index of the opened payload ``fd`` and manifest (from the index cache when it holds it)."""
+    def _load_index(self, fd: int, manifest: mmap.mmap | bytes) -> CompactIndex:
+        """The checked index of the opened payload ``fd`` and manifest."""
         try:
-            payload_stat = os.fstat(fd)
-            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), payload_stat.st_size)
-            directory = cache_directory(self.index_cache)
-            identity = file_identity(manifest_stat, payload_stat)
-            index = None if directory is None else load_index(directory, identity, manifest)
-            self.index_cached = index is not None
-            if index is None:
-                index = build_index(manifest, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), payload_stat.st_size)
-                if directory is not None:
-                    save_index(directory, identity, index)
+            size = os.fstat(fd).st_size
+            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
+            index = build_index(manifest, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), size)
         except FormatError as error:
             raise self._fail(str(error)) from None
         except UnicodeEncodeError:
@@ -533,17 +457,21 @@ class CacheReader(GenerationCache):
                 "the artifact was not written by gencache or was edited."
             ) from None
         self.header_capacity = capacity
-        self.payload_bytes = payload_stat.st_size
+        self.payload_bytes = size
         return index
 
     def _open(self) -> None:
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
         check_artifact_files(self.path)
-        manifest, manifest_stat = map_regular(self.path / MANIFEST_NAME, "Manifest")
+        fd = open_regular(self.path / MANIFEST_NAME, "Manifest")
+        try:  # a read-only shared map: file-backed pages that forked processes share
+            manifest = b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
         fd = open_regular(self.path / PAYLOAD_NAME, PAYLOAD_NAME)
         try:
-            index = self._load_index(fd, manifest, manifest_stat)
+            index = self._load_index(fd, manifest)
         except BaseException:
             os.close(fd)
             raise
@@ -630,9 +558,8 @@ class CacheReader(GenerationCache):
             return None
         return texts
 
-    def _read(self, position: int, key: str | None = None) -> Generation:
-        import torch
-
+    def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
+        """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
         tokens = self._tokens if self._tokens is not None else self._map()
         index = self._index
         if self._single:  # every entry has one sequence: entry i is sequence i
@@ -640,35 +567,31 @@ class CacheReader(GenerationCache):
             arrays = [tokens[start : start + int(index.lengths[position])]]
             reasons: tuple[str, ...] = (FINISH_REASONS[index.reasons[position]],)
         else:
-            arrays = self._arrays(tokens, position)
+            lo, hi = index.first[position : position + 2].tolist()
+            starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
+            lengths = index.lengths[lo:hi].tolist()
+            arrays = [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths, strict=True)]
             reasons = index.finish_reasons(position)
         texts = self._texts(position)
         if texts is None or not self._verified[position]:
             texts = self._verify_entry(position, [hashlib.sha256(a.data).digest() for a in arrays], texts)
+        return arrays, texts, reasons
+
+    def _read(self, position: int, key: str | None = None) -> Generation:
+        import torch
+
+        arrays, texts, reasons = self._entry(position)
         # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
         # pickling it for another process carries only these bytes, never the whole payload
         sequences = tuple(torch.from_numpy(a) for a in arrays)
-        return Generation(index.key(position) if key is None else key, sequences, texts, reasons)
+        return Generation(self._index.key(position) if key is None else key, sequences, texts, reasons)
 
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
         """The entry as read-only numpy views of the map (no torch)."""
-        arrays = self._arrays(self._tokens if self._tokens is not None else self._map(), position)
-        texts = self._texts(position)
-        if texts is None or not self._verified[position]:
-            texts = self._verify_entry(position, [hashlib.sha256(a.data).digest() for a in arrays], texts)
+        arrays, texts, reasons = self._entry(position)
         for array in arrays:
             array.flags.writeable = False
-        index = self._index
-        return GenerationArrays(
-            index.key(position) if key is None else key, tuple(arrays), texts, index.finish_reasons(position)
-        )
-
-    def _arrays(self, tokens: np.ndarray[Any, np.dtype[np.int64]], position: int) -> list[np.ndarray[Any, Any]]:
-        """The entry's sequences as views of the map."""
-        index = self._index
-        lo, hi = index.first[position : position + 2].tolist()
-        starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
-        return [tokens[s : s + n] for s, n in zip(starts.tolist(), index.lengths[lo:hi].tolist(), strict=True)]
+        return GenerationArrays(self._index.key(position) if key is None else key, tuple(arrays), texts, reasons)
 
     def _verify_entry(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> tuple[str, ...]:
         """Check an entry's tensor ``digests`` and texts against the manifest and remember it as verified."""
@@ -720,16 +643,10 @@ class CacheReader(GenerationCache):
         return self._identity
 
     def __getstate__(self) -> dict[str, Any]:
-        cache = self.index_cache
-        return {
-            "path": str(self.path),
-            "identity": self.identity,
-            "index_cache": cache if isinstance(cache, (bool, type(None))) else os.fspath(cache),
-        }
+        return {"path": str(self.path), "identity": self.identity}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
-        self.index_cache = state.get("index_cache")
         self._identity = None
         self._open()
         if self.identity != state["identity"]:

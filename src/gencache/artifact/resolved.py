@@ -1,10 +1,6 @@
 """The shape of ``resolved_config.json``, what it must agree on with the manifest, and the identity of a local
-teacher that it records.
-
-The resolved config is provenance for humans (never a compatibility gate), but ``gencache verify`` still checks
-that the document a gencache run wrote is whole: an object with the documented top-level fields of the documented types,
-whose format version, teacher, tokenizer state and dtype are those the manifest records, and whose run digest is
-the shard record's when the artifact is a shard.
+teacher that it records. It is provenance for humans, never a compatibility gate, but ``gencache verify`` still
+checks that what a run wrote is whole and agrees with the manifest.
 """
 
 from __future__ import annotations

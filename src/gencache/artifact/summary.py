@@ -136,7 +136,7 @@ def _check_consistency(
     shard: Mapping[str, Any] | None,
     where: str,
 ) -> None:
-    problem = _summary_inconsistency(entries, duplicates, data_configs, shard)
+    problem = _inconsistency(entries, duplicates, data_configs, shard)
     if problem:
         raise FormatError(f"{where} is inconsistent: {problem}.")
     if shard is None:
@@ -149,7 +149,7 @@ def _check_consistency(
             )
 
 
-def _summary_inconsistency(
+def _inconsistency(
     entries: int, duplicates: int, data_configs: Sequence[Mapping[str, int]], shard: Mapping[str, Any] | None
 ) -> str | None:
     """What is inconsistent between the entry count and the run's sample counts, or None."""

@@ -1,13 +1,6 @@
-"""Writing format-3 artifacts (bytes in, bytes out: no torch import).
-
-1. :func:`gencache.artifact.header.header_capacity` fixes the header reservation before any generation.
-2. :class:`ArtifactBuild` checks the output path, creates ``.<name>.gencache-<host>-<pid>-<random>`` beside the
-   output directory and a :class:`CacheWriter` in it, which writes the length field and a space-filled header (no
-   loader accepts that file), then appends each entry's bytes once while hashing them.
-3. :meth:`CacheWriter.finalize` writes the header in place at offset 8 (same inode, payload untouched), then
-   ``manifest.json`` and ``resolved_config.json``, all read-only, fsyncing the files and the directory.
-4. :meth:`ArtifactBuild.publish` renames the directory into place (:mod:`gencache.artifact.publish`). Any
-   exception, Ctrl-C or SIGTERM before that removes the temporary directory.
+"""Writing format-3 artifacts (bytes in, bytes out: no torch import): :class:`CacheWriter` appends each entry's
+bytes once behind a reserved, space-filled header (no loader accepts the file until :meth:`CacheWriter.finalize`
+writes the header in place), and :class:`ArtifactBuild` does it in a temporary directory renamed into place.
 """
 
 from __future__ import annotations
@@ -16,9 +9,8 @@ import hashlib
 import itertools
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,7 +27,6 @@ from gencache.artifact.names import (
     is_key,
 )
 from gencache.artifact.publish import (
-    RENAME_MODES,
     check_output_path,
     fsync_dir,
     hold_lock,
@@ -54,22 +45,17 @@ MAX_WRITE_BYTES = 8 * 1024 * 1024  # the largest piece of the header reservation
 _REASONS = frozenset(FINISH_REASONS)
 
 
-class _UndoneOnFailure:
-    """A block that runs ``undo`` when it raises anything (the exception of a Ctrl-C or SIGTERM handler included)
-    and re-raises; an ``OSError`` becomes the :class:`WriteError` that names ``what()``."""
-
-    def __init__(self, undo: Callable[[], None], what: Callable[[], str]) -> None:
-        self.undo, self.what = undo, what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        if error is None:
-            return
-        self.undo()
+@contextmanager
+def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Iterator[None]:
+    """Run ``undo`` when the block raises anything (the exception of a Ctrl-C or SIGTERM handler included) and
+    re-raise; an ``OSError`` becomes the :class:`WriteError` that names ``what()``."""
+    try:
+        yield
+    except BaseException as error:
+        undo()
         if isinstance(error, OSError) and not isinstance(error, WriteError):
-            raise write_error(self.what(), error) from error
+            raise write_error(what(), error) from error
+        raise
 
 
 def _as_view(sequence: object, key: str, i: int) -> memoryview:
@@ -152,7 +138,6 @@ class CacheWriter:
         prefix = length_prefix(header_capacity)
         self.header_capacity = header_capacity
         self.path = self.directory / PAYLOAD_NAME
-        self.timings: dict[str, float] = {}
         self._records: dict[str, Record] = {}
         self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
@@ -163,7 +148,7 @@ class CacheWriter:
         except OSError as error:
             raise write_error(f"Creating {self.path}", error) from error
         self._created.append(self.path)
-        with _UndoneOnFailure(self.abort, lambda: f"Reserving the header of {self.path}"):
+        with _undone_on_failure(self.abort, lambda: f"Reserving the header of {self.path}"):
             write_at(self._fd, [prefix], 0)
             spaces = HEADER_PADDING * min(header_capacity, MAX_WRITE_BYTES)
             for offset in range(0, header_capacity, len(spaces)):
@@ -174,15 +159,8 @@ class CacheWriter:
     def finalized(self) -> bool:
         return self._state == "finalized"
 
-    def keys(self) -> KeysView[str]:
-        """Keys appended so far, in generation order."""
-        return self._records.keys()
-
     def __len__(self) -> int:
         return len(self._records)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._records
 
     def _require_open(self, action: str) -> None:
         if self._state != "open":
@@ -200,7 +178,7 @@ class CacheWriter:
         if key in self._records:
             return self._re_add(key, buffers, tuple(fields))
         start = self._data_end
-        with _UndoneOnFailure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
+        with _undone_on_failure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
             fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
             write_at(self._fd, buffers, self._data_start + start)
         self._records[key] = (start, *fields)
@@ -232,18 +210,15 @@ class CacheWriter:
         ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any may be omitted); the
         writer adds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons``. On any failure, including
         :class:`HeaderCapacityError`, the writer's files are removed and the error re-raised.
-        ``self.timings`` records ``build_s``, ``write_s`` and ``fsync_s`` of this call.
         """
         self._require_open("finalize")
         if not isinstance(resolved_config, Mapping):
             raise FormatError("resolved_config must be a JSON object (a mapping).")
-        with _UndoneOnFailure(self.abort, lambda: f"Finalizing {self.directory}"):
+        with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
             self._finalize(resolved_config, summary)
         self._state = "finalized"
 
     def _finalize(self, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
-        clock = time.perf_counter
-        started = clock()
         keys = sorted_record_keys(self._records)
         header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
         if len(header) > self.header_capacity:
@@ -260,55 +235,32 @@ class CacheWriter:
         )
         first = next(manifest)
         resolved = json_file_bytes(dict(resolved_config))
-        built = clock()
         expected = LENGTH_PREFIX_BYTES + self.header_capacity + self._data_end
         actual = os.fstat(self._fd).st_size
         if actual != expected:
             raise WriteError(f"{self.path} is {actual} bytes, expected {expected}; it was changed behind the writer.")
         write_at(self._fd, [header], LENGTH_PREFIX_BYTES)
         os.fchmod(self._fd, READ_ONLY)
-        written = clock()
         os.fsync(self._fd)
-        synced = clock()
         fd, self._fd = self._fd, -1
         os.close(fd)
-        build_s = built - started
-        write_s = written - built
-        fsync_s = synced - written
         for name, pieces in ((MANIFEST_NAME, itertools.chain((first,), manifest)), (RESOLVED_NAME, (resolved,))):
-            b, w, f = self._write_new(self.directory / name, pieces)
-            build_s += b
-            write_s += w
-            fsync_s += f
-        before = clock()
+            self._write_new(self.directory / name, pieces)
         fsync_dir(self.directory)
-        fsync_s += clock() - before
-        self.timings = {"build_s": build_s, "write_s": write_s, "fsync_s": fsync_s}
 
-    def _write_new(self, path: Path, pieces: Iterable[bytes]) -> tuple[float, float, float]:
-        """Write a new read-only file from ``pieces``; seconds spent producing the pieces, writing, fsyncing."""
-        clock = time.perf_counter
-        started = clock()
-        produce_s = 0.0
+    def _write_new(self, path: Path, pieces: Iterable[bytes]) -> None:
+        """Write a new read-only file from ``pieces``."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         self._created.append(path)
         try:
             offset = 0
-            iterator = iter(pieces)
-            while True:
-                before = clock()
-                data = next(iterator, None)
-                produce_s += clock() - before
-                if data is None:
-                    break
+            for data in pieces:
                 write_at(fd, [data], offset)
                 offset += len(data)
             os.fchmod(fd, READ_ONLY)
-            written = clock()
             os.fsync(fd)
         finally:
             os.close(fd)
-        return produce_s, written - started - produce_s, clock() - written
 
     def abort(self) -> None:
         """Close and remove this writer's files (idempotent; a finalized writer keeps them)."""
@@ -360,8 +312,6 @@ class ArtifactBuild:
         header_capacity: int,
         rename_mode: str | None = None,
     ) -> None:
-        if rename_mode not in (None, *RENAME_MODES):
-            raise ValueError(f"rename_mode must be one of {RENAME_MODES} or None, got {rename_mode!r}")
         self.output_dir = Path(output_dir).expanduser().absolute()
         self.provenance = check_provenance(provenance)
         self.header_capacity = header_capacity
@@ -383,7 +333,7 @@ class ArtifactBuild:
             self.output_dir.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise write_error(f"Creating {self.output_dir.parent}", error) from error
-        with _UndoneOnFailure(self._cleanup, lambda: f"Creating a temporary directory beside {self.output_dir}"):
+        with _undone_on_failure(self._cleanup, lambda: f"Creating a temporary directory beside {self.output_dir}"):
             temp = self.output_dir.parent / temp_name(self.output_dir)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
             self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove

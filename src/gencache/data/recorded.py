@@ -351,18 +351,16 @@ def load_recorded_run(
     path: str | os.PathLike[str],
     *,
     hash_sources: bool = True,
-    index_cache: str | os.PathLike[str] | bool | None = None,
 ) -> RecordedRun:
     """The checked record of the run behind ``path`` (an artifact, one shard, or a shard base); with
     ``hash_sources`` every recorded local source file is hashed again and must match (``sources_checked``)."""
-    return open_recorded_run(path, hash_sources=hash_sources, index_cache=index_cache)[1]
+    return open_recorded_run(path, hash_sources=hash_sources)[1]
 
 
 def open_recorded_run(
     path: str | os.PathLike[str],
     *,
     hash_sources: bool = True,
-    index_cache: str | os.PathLike[str] | bool | None = None,
 ) -> tuple[Any, RecordedRun]:
     """The reader of ``path`` (:func:`gencache.open_caches`) and its run's checked record
     (:func:`load_recorded_run`), from one open."""
@@ -370,7 +368,7 @@ def open_recorded_run(
 
     from gencache.artifact.mixture import MultiCacheReader, open_caches
 
-    reader = open_caches(path, index_cache=index_cache)
+    reader = open_caches(path)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     run = run_of_readers(path, readers)
     if hash_sources:

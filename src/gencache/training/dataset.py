@@ -92,7 +92,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     ``scores``: a score file, what :func:`gencache.score` returned or its ``by_answer``; scored on the fly
     without) are counted by reason in :attr:`left_out`; one that keeps nothing is a :class:`ConfigError`.
     ``max_length`` bounds ``len(input_ids)``: a longer sample is refused (``truncation="refuse"``) or loses prompt
-    tokens from the left (``"left"``); the answer is never cut. ``index_cache`` is passed to ``open_caches``.
+    tokens from the left (``"left"``); the answer is never cut.
     """
 
     def __init__(
@@ -108,7 +108,6 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         seed: int = 0,
         max_length: int | None = None,
         truncation: Truncation = "refuse",
-        index_cache: str | os.PathLike[str] | bool | None = None,
         finish_reasons: Iterable[str] | None = None,
         max_answer_tokens: int | None = None,
         data_configs: Iterable[int] | None = None,
@@ -123,8 +122,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         if max_length is not None and (type(max_length) is not int or max_length < 1):
             raise ConfigError(f"max_length must be a positive integer or None, got {max_length!r}.")
         self.cache: GenerationCache = open_caches(
-            artifact if isinstance(artifact, (str, os.PathLike)) else [Path(p) for p in artifact],
-            index_cache=index_cache,
+            artifact if isinstance(artifact, (str, os.PathLike)) else [Path(p) for p in artifact]
         )
         provenance = self.cache.provenance
         self.cache.check_compatible(
