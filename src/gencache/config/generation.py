@@ -1,10 +1,6 @@
-"""What gencache adds to transformers' generation settings (``model.generation_kwargs``).
-
-transformers' ``GenerationConfig(**kw).validate(strict=True)`` checks the settings when the effective generation
-config is built (:mod:`gencache.generation.effective`, before any weights load). This module holds what it does not
-know and users rely on, checked when the config loads without importing transformers: the fields that are refused
-(logits and scores, Python-object hooks, unsupported features), the ranges transformers lets through
-(:class:`GenerationKwargs`: a temperature of 0, a ``top_p`` above 1, a negative token id), which settings only one
+"""What gencache adds to transformers' generation settings (``model.generation_kwargs``), checked when the config
+loads without importing transformers: the refused fields (logits and scores, Python-object hooks, unsupported
+features), the ranges transformers lets through (a temperature of 0, a ``top_p`` above 1), which settings only one
 decoding mode uses, and which engines honour each setting exactly (:func:`engine_refusals`).
 """
 
@@ -184,15 +180,14 @@ def honoured_by(key: str) -> tuple[tuple[str, ...], Any]:
     field = GenerationKwargs.model_fields.get(key)
     if field is None:
         return _STATIC, None
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    engines = extra.get("x-engines", ALL_ENGINES)
-    return tuple(map(str, engines)) if isinstance(engines, list) else ALL_ENGINES, extra.get("x-neutral")
+    extra: Any = field.json_schema_extra or {}  # what _only declared
+    return tuple(extra.get("x-engines", ALL_ENGINES)), extra.get("x-neutral")
 
 
 def generation_problems(kwargs: object) -> list[FieldProblem]:
-    """Every problem of a ``generation_kwargs`` object that needs no model, as ``((key, ...), message)`` pairs: it
-    must be an object of JSON values, refused fields are named with the reason, and the declared settings must be
-    in range. An explicit null unsets a value inherited from ``_default.json``."""
+    """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: it must be an
+    object (a library caller passes it as it is), refused fields are named with the reason, and declared settings
+    must be in range (an explicit null unsets a value from ``_default.json``)."""
     if not isinstance(kwargs, Mapping):
         return [((), f"must be an object, not {type_name(kwargs)}")]
     problems: list[FieldProblem] = []
