@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model, template_names
+from gencache.config.catalog import dataset_kwargs_model, dataset_names
 from gencache.config.documents import read_merged_config
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
@@ -43,7 +43,7 @@ from gencache.config.messages import (
 from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem
-from gencache.config.templates import TemplateKwargs
+from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError
 
 MAX_SEED = 2**32 - 1
@@ -213,7 +213,7 @@ class DataConfig(_Strict):
     template: str = Field(
         default="default",
         min_length=1,
-        description=f"Prompt template: {', '.join(template_names()[:-1])} or {template_names()[-1]}.",
+        description=f"Prompt template: {', '.join(list(TEMPLATE_KWARGS)[:-1])} or {list(TEMPLATE_KWARGS)[-1]}.",
     )
     template_kwargs: TemplateKwargsField = Field(
         default={},
@@ -232,7 +232,7 @@ class DataConfig(_Strict):
     @classmethod
     def _known(cls, value: str, info: ValidationInfo) -> str:
         kind, known = (
-            ("dataset", dataset_names()) if info.field_name == "dataset_name" else ("template", template_names())
+            ("dataset", dataset_names()) if info.field_name == "dataset_name" else ("template", list(TEMPLATE_KWARGS))
         )
         if value not in known:
             raise ValueError(unknown_name(kind, value, known))
@@ -254,7 +254,7 @@ class DataConfig(_Strict):
         name = info.data.get(READS_SIBLING["template_kwargs"])
         if name is None:
             return TemplateKwargs()
-        return _kwargs_of(value, template_kwargs_model(name), f"template_kwargs key for template {name!r}")
+        return _kwargs_of(value, TEMPLATE_KWARGS[name], f"template_kwargs key for template {name!r}")
 
 
 class CacheConfig(_Strict):
