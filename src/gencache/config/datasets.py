@@ -1,9 +1,5 @@
-"""The ``data_kwargs`` of every built-in dataset: strict pydantic models, one per recipe (no I/O).
-
-A data config validates its ``data_kwargs`` with the model of its ``dataset_name`` (:data:`DATASET_KWARGS`, or a
-plug-in's own model, see :mod:`gencache.config.catalog`) and keeps the validated instance; the recipe receives
-it as it is. Each model's fields, defaults and descriptions are what docs/config.md lists.
-"""
+"""The ``data_kwargs`` of every built-in dataset: strict pydantic models, one per recipe (no I/O); each model's
+fields, defaults and descriptions are what docs/config.md lists."""
 
 from __future__ import annotations
 
@@ -182,8 +178,8 @@ class ChatKwargs(KwargsModel):
         return column_list(self.documents)
 
 
-#: The ``data_kwargs`` model of every built-in dataset, by ``dataset_name``: the one list of built-in dataset names,
-#: from which :data:`gencache.data.recipes.BUILTIN_DATASETS` takes each name's recipe (its module's ``RECIPE``).
+#: The one list of built-in dataset names, with each one's model (:data:`gencache.data.recipes.BUILTIN_DATASETS`
+#: follows it).
 DATASET_KWARGS: dict[str, type[KwargsModel]] = {
     "biography": BiographyKwargs,
     "hotpot_qa": HotpotQAKwargs,

@@ -1,8 +1,5 @@
-"""Single fields of the config models, seen from the layers above a whole config.
-
-A value a lower layer takes as a plain argument (``gen_batch_size``, ``model.dtype``) is checked with its field's
-own rule, in the words the config loader uses, so a caller without a config (a benchmark, a test, library code)
-meets the same rule. The rules themselves are the fields of :mod:`gencache.config.models`.
+"""A value a lower layer takes as a plain argument (``gen_batch_size``, ``model.dtype``) checked with its config
+field's own rule, in the loader's words, so a caller without a config (a benchmark, library code) meets the same rule.
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
 
 
 def _checked(model: type[BaseModel], name: str, loc: Loc, value: Any) -> Any:
-    """``value`` when the field ``name`` of ``model`` (a field without a validator of its own) accepts it, else a
-    :class:`ConfigError` naming ``loc``, in the loader's words."""
     try:
         return _adapter(model, name).validate_python(value)
     except ValidationError as exc:
@@ -36,13 +31,10 @@ def _checked(model: type[BaseModel], name: str, loc: Loc, value: Any) -> Any:
 
 
 def checked_batch_size(value: Any) -> int:
-    """``value`` when it is a valid ``gen_batch_size`` (an integer >= 1), else a :class:`ConfigError` naming it."""
     result: int = _checked(CacheConfig, "gen_batch_size", ("gen_batch_size",), value)
     return result
 
 
 def checked_dtype(value: Any) -> Dtype:
-    """``value`` when it is a valid ``model.dtype`` (one of :data:`~gencache.config.names.DTYPES`), else a
-    :class:`ConfigError` naming it."""
     result: Dtype = _checked(ModelConfig, "dtype", ("model", "dtype"), value)
     return result
