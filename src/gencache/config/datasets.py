@@ -18,6 +18,11 @@ def column_list(value: str | Sequence[str] | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+CACHE_DATASET = Field(
+    default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
+)
+
+
 class BiographyKwargs(KwargsModel):
     """``data_kwargs`` of ``biography``."""
 
@@ -25,9 +30,7 @@ class BiographyKwargs(KwargsModel):
         default="completion",
         description="completion: '## ' + a sentence prefix; QA: a templated question plus an answer-only cue.",
     )
-    cache_dataset: StrictBool = Field(
-        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
-    )
+    cache_dataset: StrictBool = CACHE_DATASET
 
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -50,9 +53,7 @@ class MuSiQueKwargs(KwargsModel):
 
     add_inst: StrictBool = Field(default=True, description="Wrap the question in the instruction.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence and answer format.")
-    cache_dataset: StrictBool = Field(
-        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
-    )
+    cache_dataset: StrictBool = CACHE_DATASET
 
 
 RulerTask = Literal[
@@ -85,9 +86,7 @@ class NIAHKwargs(KwargsModel):
     tasks: list[RulerTask] | None = Field(
         default=None, min_length=1, description="RULER tasks to keep (the 'task' column); null: all tasks."
     )
-    cache_dataset: StrictBool = Field(
-        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
-    )
+    cache_dataset: StrictBool = CACHE_DATASET
 
 
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None

@@ -50,8 +50,6 @@ MAX_SEED = 2**32 - 1
 """The largest seed: numpy's range, which transformers' and vLLM's seeding hand on (torch and ``random`` take
 more, but a seed that fails at numpy would fail the run after the weights load)."""
 
-_DEVICE_RE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
-
 
 def _rule(problem_of: Callable[[str], str | None]) -> AfterValidator:
     """A string's rule, given as the function that says what is wrong with a value (None: nothing)."""
@@ -63,6 +61,14 @@ def _rule(problem_of: Callable[[str], str | None]) -> AfterValidator:
         return value
 
     return AfterValidator(check)
+
+
+def _device_problem(value: str) -> str | None:
+    return (
+        None
+        if re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value)
+        else f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})'
+    )
 
 
 LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
@@ -102,7 +108,7 @@ class ModelConfig(_Strict):
         description="Hub revision (branch, tag or commit) for model and tokenizer; recorded.",
     )
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
-    device: str = Field(
+    device: Annotated[str, _rule(_device_problem)] = Field(
         default="cuda:0",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
@@ -119,13 +125,6 @@ class ModelConfig(_Strict):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        if not _DEVICE_RE.match(value):
-            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})')
-        return value
 
     @field_validator("generation_kwargs")
     @classmethod
