@@ -175,8 +175,8 @@ class GenerationKwargs(BaseModel):
 
 
 def honoured_by(key: str) -> tuple[tuple[str, ...], Any]:
-    """The engines that honour ``key`` and its neutral value; a key not declared here is honoured by the static
-    transformers engine only (its neutral value: transformers' default, found by the caller)."""
+    """The engines that honour ``key`` and its neutral value (an undeclared key: the static engine only, and
+    transformers' default, found by the caller)."""
     field = GenerationKwargs.model_fields.get(key)
     if field is None:
         return _STATIC, None
@@ -207,9 +207,7 @@ def generation_problems(kwargs: object) -> list[FieldProblem]:
 
 def effective_problems(effective: Mapping[str, Any], *, user: Collection[str], teacher: str) -> list[str]:
     """Every problem of an effective generation config (the user's settings over the teacher's over transformers'
-    defaults, nulls left out), one line each, each named as the config's or the teacher's: ``max_new_tokens`` must
-    be set, the declared settings of the decoding mode in use must be in range, and stop strings exclude beam
-    search (gencache records each sequence's finish step, which beam search does not expose)."""
+    defaults, nulls left out), one line each, naming the config or the teacher as its source."""
     lines: list[str] = []
     if "max_new_tokens" not in effective:
         lines.append(
@@ -231,8 +229,8 @@ def effective_problems(effective: Mapping[str, Any], *, user: Collection[str], t
 
 
 def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> list[str]:
-    """One line per effective setting ``engine`` cannot honour exactly (empty when it honours them all); a setting
-    at its neutral value (for an undeclared key: transformers' default, from ``defaults``) is never refused."""
+    """One line per effective setting ``engine`` cannot honour exactly; a setting at its neutral value (for an
+    undeclared key: transformers' default, from ``defaults``) is never refused."""
     lines: list[str] = []
     beams = effective.get("num_beams", 1)
     if effective.get("do_sample") is True and beams > 1:
