@@ -11,7 +11,7 @@ import copy
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import (
     AfterValidator,
@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializeAsAny,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -33,6 +34,7 @@ from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOp
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import (
+    Loc,
     format_validation_error,
     nested_error,
     show,
@@ -355,3 +357,21 @@ def config_to_json(cfg: BaseModel) -> dict[str, Any]:
     gives an equal config."""
     dumped: dict[str, Any] = cfg.model_dump(mode="json")
     return dumped
+
+
+# -- one field's rule, for a value a lower layer takes as a plain argument (a benchmark, library code) -----
+def _checked(model: type[BaseModel], loc: Loc, value: Any) -> Any:
+    field = model.model_fields[str(loc[-1])]
+    alone: Any = Annotated[field.annotation, field]
+    try:
+        return TypeAdapter(alone, config=ConfigDict(strict=True)).validate_python(value)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, prefix=loc)) from None
+
+
+def checked_batch_size(value: Any) -> int:
+    return cast(int, _checked(CacheConfig, ("gen_batch_size",), value))
+
+
+def checked_dtype(value: Any) -> Dtype:
+    return cast(Dtype, _checked(ModelConfig, ("model", "dtype"), value))
