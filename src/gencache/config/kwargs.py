@@ -18,8 +18,7 @@ class KwargsModel(BaseModel):
 
     def as_json(self) -> dict[str, Any]:
         """The effective values as plain JSON (what ``resolved_config.json`` records)."""
-        dumped: dict[str, Any] = self.model_dump(mode="json")
-        return dumped
+        return self.model_dump(mode="json")
 
     def __getitem__(self, name: str) -> Any:
         return self.as_json()[name]

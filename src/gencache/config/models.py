@@ -152,8 +152,7 @@ KwargsT = TypeVar("KwargsT", bound=BaseModel)
 
 
 def _kwargs_of(value: Any, model: type[KwargsT], what: str) -> KwargsT:
-    """A data config's ``data_kwargs`` or ``template_kwargs``, or the ``engine_options``: a JSON object validated
-    with the dataset's, template's or engine's model (an instance of that model passes as it is)."""
+    """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names."""
     if isinstance(value, model):
         return value
     if isinstance(value, BaseModel):
@@ -316,11 +315,8 @@ class _DataConfigList(_Strict):
 
 # -- loading ----------------------------------------------------------------------------------------------
 def load_config(path: str | os.PathLike[str]) -> CacheConfig:
-    """Read a config file, deep-merge its sibling ``_default.json`` (if any) under it, and validate it.
-
-    Raises :class:`ConfigError` (one line naming the file and every failing field path) for a missing or
-    unreadable file, invalid JSON (with line and column), or an invalid field.
-    """
+    """Read a config file, deep-merge its sibling ``_default.json`` (if any) under it, and validate it; one
+    :class:`ConfigError` line names the file and every problem."""
     raw, origin = read_merged_config(path)
     return parse_config(raw, origin=origin)
 
@@ -336,10 +332,8 @@ def parse_config(raw: Mapping[str, Any], *, origin: str = "<config>") -> CacheCo
 
 
 def parse_data_configs(raw: Sequence[Any]) -> list[DataConfig]:
-    """Validate a list of data configs (mappings or :class:`DataConfig`), as training has them.
-
-    Errors name ``data_configs[i]...`` like those of a whole config; an empty list is an error.
-    """
+    """Validate a list of data configs (mappings or :class:`DataConfig`), as training has them; errors name
+    ``data_configs[i]...`` like those of a whole config."""
     if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
         raise ConfigError(f"data_configs: must be a list, not {type_name(raw)}")
     items = [
@@ -352,11 +346,9 @@ def parse_data_configs(raw: Sequence[Any]) -> list[DataConfig]:
 
 
 def config_to_json(cfg: BaseModel) -> dict[str, Any]:
-    """The effective config as plain JSON: every default explicit, ``tokenizer_path`` resolved, effective
-    ``data_kwargs`` and ``template_kwargs``. This is what ``resolved_config.json`` records; parsing it again
-    gives an equal config."""
-    dumped: dict[str, Any] = cfg.model_dump(mode="json")
-    return dumped
+    """The effective config as plain JSON, every default explicit (what ``resolved_config.json`` records; parsing
+    it again gives an equal config)."""
+    return cfg.model_dump(mode="json")
 
 
 # -- one field's rule, for a value a lower layer takes as a plain argument (a benchmark, library code) -----
