@@ -79,7 +79,7 @@ def test_an_unknown_engine_reads_the_same_message() -> None:
 def test_the_recipes_and_templates_follow_the_config_lists_of_names() -> None:
     assert list(BUILTIN_DATASETS) == list(DATASET_KWARGS)
     for name, recipe in BUILTIN_DATASETS.items():
-        assert recipe.name == name and recipe.kwargs_model is DATASET_KWARGS[name]
+        assert recipe.name == name and recipe.kwargs_model is DATASET_KWARGS[name] is dataset_kwargs_model(name)
     assert list(TEMPLATES) == list(TEMPLATE_KWARGS)
     for name, spec in TEMPLATES.items():
         assert spec.name == name and spec.kwargs_model is TEMPLATE_KWARGS[name]
