@@ -151,15 +151,23 @@ class ModelConfig(_Strict):
 KwargsT = TypeVar("KwargsT", bound=BaseModel)
 
 
-def _kwargs_of(value: Any, model: type[KwargsT], what: str) -> KwargsT:
-    """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names."""
+def _kwargs_of(
+    value: Any, info: ValidationInfo, model_of: Callable[[str], type[KwargsT]], what: str, empty: KwargsT
+) -> KwargsT:
+    """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names (an
+    instance of that model passes as it is)."""
+    name = info.data.get(READS_SIBLING[str(info.field_name)])
+    if name is None:  # the sibling itself failed; that error is reported instead
+        return empty
+    # A plug-in that cannot be loaded raises a DatasetError (a ValueError): it is reported at this field.
+    model = model_of(name)
     if isinstance(value, model):
         return value
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if not isinstance(value, dict):
         raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-    return validate_nested(model, value, what)
+    return validate_nested(model, value, f"{what} {name!r}")
 
 
 # A validated kwargs model, serialised with its own fields; the model is chosen by the sibling name field, so the
@@ -241,20 +249,14 @@ class DataConfig(_Strict):
     @field_validator("data_kwargs", mode="before")
     @classmethod
     def _data_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
-        name = info.data.get(READS_SIBLING["data_kwargs"])
-        if name is None:  # dataset_name itself failed; that error is reported instead
-            return KwargsModel()
-        # A plug-in that cannot be loaded raises a DatasetError (a ValueError): it is reported at this field.
-        model = dataset_kwargs_model(name)
-        return _kwargs_of(value, model, f"data_kwargs key for dataset {name!r}")
+        return _kwargs_of(value, info, dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel())
 
     @field_validator("template_kwargs", mode="before")
     @classmethod
     def _template_kwargs(cls, value: Any, info: ValidationInfo) -> TemplateKwargs:
-        name = info.data.get(READS_SIBLING["template_kwargs"])
-        if name is None:
-            return TemplateKwargs()
-        return _kwargs_of(value, TEMPLATE_KWARGS[name], f"template_kwargs key for template {name!r}")
+        return _kwargs_of(
+            value, info, TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs()
+        )
 
 
 class CacheConfig(_Strict):
@@ -303,10 +305,7 @@ class CacheConfig(_Strict):
     @field_validator("engine_options", mode="before")
     @classmethod
     def _engine_options(cls, value: Any, info: ValidationInfo) -> EngineOptions:
-        name = info.data.get(READS_SIBLING["engine_options"])
-        if name is None:  # engine itself failed; that error is reported instead
-            return EngineOptions()
-        return _kwargs_of(value, ENGINE_OPTIONS[name], f"option of engine {name!r}")
+        return _kwargs_of(value, info, ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions())
 
 
 class _DataConfigList(_Strict):
