@@ -172,27 +172,19 @@ def collect_problems(
     missing: dict[Loc, list[str]] = {}
     for err in exc.errors(include_url=False):
         loc: Loc = tuple(err["loc"])
-        if err["type"] == "missing":
-            # One problem per object listing all its missing fields, at the first one's position.
-            parent = prefix + loc[:-1]
-            if parent not in missing:
-                missing[parent] = []
-                out.append((parent, ""))
-            missing[parent].append(str(loc[-1]))
+        if err["type"] != "missing":
+            out += [(prefix + sub, msg) for sub, msg in _error_message(err, model, unknown)]
             continue
-        for sub, msg in _error_message(err, model, unknown):
-            out.append((prefix + sub, msg))
-    resolved: list[FieldProblem] = []
-    for loc, msg in out:
-        if msg:
-            resolved.append((loc, msg))
-            continue
-        names = missing[loc]
-        if len(names) == 1:
-            resolved.append(((*loc, names[0]), "is required"))
-        else:
-            resolved.append((loc, f"missing required fields {', '.join(names)}"))
-    return resolved
+        parent = prefix + loc[:-1]
+        if parent not in missing:  # one problem per object listing all its missing fields, at the first one's place
+            out.append((parent, ""))
+        missing.setdefault(parent, []).append(str(loc[-1]))
+    for i, (loc, msg) in enumerate(out):
+        if not msg:
+            names = missing[loc]
+            one = len(names) == 1
+            out[i] = ((*loc, names[0]), "is required") if one else (loc, f"missing required fields {', '.join(names)}")
+    return out
 
 
 def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
