@@ -9,13 +9,8 @@ from typing import Any
 import pytest
 
 from gencache.config import config_to_json, parse_config
-from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model
-from gencache.config.datasets import DATASET_KWARGS
 from gencache.config.engines import ContinuousOptions, StaticOptions
-from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.core.errors import ConfigError
-from gencache.data.prompts import TEMPLATES
-from gencache.data.recipes import BUILTIN_DATASETS
 from gencache.generation.engines import EngineContext, create_engine
 from support.config_factory import config_dict
 from support.generation_helpers import resolve
@@ -58,23 +53,6 @@ def test_an_engine_refuses_options_it_did_not_get_validated(
         create_engine("transformers", context)
     assert create_engine("transformers", replace(context, options=StaticOptions())).name == "transformers"
     assert create_engine("transformers", replace(context, options=None)).name == "transformers"
-
-
-def test_every_built_in_dataset_and_template_has_its_kwargs_model_in_the_config_package() -> None:
-    assert list(BUILTIN_DATASETS) == list(DATASET_KWARGS)
-    assert set(DATASET_KWARGS) <= set(dataset_names())
-    for name, recipe in BUILTIN_DATASETS.items():
-        assert recipe.kwargs_model is DATASET_KWARGS[name] is dataset_kwargs_model(name)
-    assert list(TEMPLATES) == list(TEMPLATE_KWARGS)
-    for name, spec in TEMPLATES.items():
-        assert spec.kwargs_model is template_kwargs_model(name)
-
-
-def test_an_unknown_dataset_or_template_names_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown dataset 'hotpot' \(did you mean 'hotpot_qa'\? known: .*hotpot_qa"):
-        dataset_kwargs_model("hotpot")
-    with pytest.raises(ConfigError, match=r"unknown template 'qwen' \(known: .*qwen_3_chat"):
-        template_kwargs_model("qwen")
 
 
 def test_a_plugin_object_without_a_kwargs_model_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

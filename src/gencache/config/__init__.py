@@ -1,22 +1,7 @@
-"""Every input rule in one package: reading a config document, the ``_default.json`` merge, the models, the
-generation settings gencache adds, each engine's options, each dataset's and template's kwargs, the messages, and
-the one local-path rule.
-
-Nothing here imports torch, transformers or datasets, reads a dataset or loads a model; the layers above receive
-validated models and never validate a dict again::
-
-    from gencache.config import load_config
-
-    config = load_config("configs/run.json")      # ConfigError: one line naming the file and every bad field
-    config.data_configs[0].data_kwargs            # the dataset's validated kwargs model, defaults included
-    config.engine_options                         # the chosen engine's validated options model
-
-Modules: ``documents`` (the one strict reader of JSON documents and the merge), ``models`` (the pydantic models and
-loading), ``generation`` (what gencache adds to transformers' generation settings), ``engines`` (each engine's
-options), ``names`` (the dtypes, engine names and logit fields), ``datasets`` and ``templates`` (kwargs models),
-``catalog`` (which datasets and templates exist, plug-ins included), ``messages`` (how errors read), ``paths``
-(path, URL or hub id), ``kwargs`` (their base), ``fields`` (one field's rule for a value passed on without its
-config). The names below are imported on first use.
+"""Every input rule in one package: reading and merging config documents, the pydantic models, each engine's,
+dataset's and template's options, and how errors read. Nothing here imports torch, transformers or datasets; the
+layers above receive validated models and never validate a dict again. The names below are imported on first use,
+so the command line's light submodules (paths, names) load without pydantic.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Which datasets and templates a config may name, and the kwargs model each one validates with.
+"""Which datasets a config may name, and the ``data_kwargs`` model each one validates with.
 
-The built-in datasets and templates are tables of this package (:data:`~gencache.config.datasets.DATASET_KWARGS`,
-:data:`~gencache.config.templates.TEMPLATE_KWARGS`). Other packages add datasets through the ``gencache.recipes``
-entry point group: its entry point's name is the ``dataset_name``, its object a recipe (an instance, a recipe class
-instantiated without arguments, or a callable returning one) whose ``kwargs_model`` is a :class:`KwargsModel`.
-Listing names imports no plug-in; looking one up imports it (:func:`load_entry_point`). How a recipe samples is the
-data package's business (``gencache.data.recipes``, which wraps the same loaded object).
+Other packages add datasets through the ``gencache.recipes`` entry point group: the entry point's name is the
+``dataset_name``, its object a recipe (an instance, a class, or a callable returning one) whose ``kwargs_model`` is a
+:class:`KwargsModel`. Listing names imports no plug-in; looking one up imports it.
 """
 
 from __future__ import annotations
@@ -16,28 +13,14 @@ from typing import Any
 from gencache.config.datasets import DATASET_KWARGS
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import unknown_name
-from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError, DatasetError, first_line
 
 GROUP = "gencache.recipes"
 
 
-def _current() -> tuple[metadata.EntryPoint, ...]:
-    """The group's entry points as ``sys.path`` holds them now (a plug-in installed meanwhile is found)."""
-    return tuple(metadata.entry_points(group=GROUP))
-
-
-def plugin_names() -> list[str]:
-    """Names of the installed recipe plug-ins, sorted (nothing is imported)."""
-    return sorted({ep.name for ep in _current()})
-
-
 def entry_point(name: str) -> metadata.EntryPoint | None:
     """The entry point registering ``name`` (the first one found on ``sys.path``), or None."""
-    for ep in _current():
-        if ep.name == name:
-            return ep
-    return None
+    return next(iter(metadata.entry_points(group=GROUP, name=name)), None)
 
 
 def describe(ep: metadata.EntryPoint) -> str:
@@ -91,7 +74,8 @@ def load_entry_point(ep: metadata.EntryPoint) -> Any:
 
 def dataset_names() -> list[str]:
     """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted)."""
-    return [*DATASET_KWARGS, *(name for name in plugin_names() if name not in DATASET_KWARGS)]
+    plugins = sorted(metadata.entry_points(group=GROUP).names)  # nothing imported; one installed meanwhile is found
+    return [*DATASET_KWARGS, *(name for name in plugins if name not in DATASET_KWARGS)]
 
 
 def dataset_kwargs_model(name: str) -> type[KwargsModel]:
@@ -99,7 +83,7 @@ def dataset_kwargs_model(name: str) -> type[KwargsModel]:
 
     A :class:`ConfigError` naming the known datasets when there is none; a :class:`DatasetError` naming the
     plug-in when it cannot be loaded or when it reuses a built-in's name."""
-    ep = entry_point(name) if isinstance(name, str) else None
+    ep = entry_point(name)
     if name in DATASET_KWARGS:
         if ep is not None:
             raise DatasetError(
@@ -110,17 +94,4 @@ def dataset_kwargs_model(name: str) -> type[KwargsModel]:
     if ep is None:
         raise ConfigError(unknown_name("dataset", name, dataset_names()))
     model: type[KwargsModel] = load_entry_point(ep).kwargs_model
-    return model
-
-
-def template_names() -> list[str]:
-    """Every template a config may name."""
-    return list(TEMPLATE_KWARGS)
-
-
-def template_kwargs_model(name: str) -> type[TemplateKwargs]:
-    """The ``template_kwargs`` model of template ``name``; a :class:`ConfigError` naming the known ones otherwise."""
-    model = TEMPLATE_KWARGS.get(name) if isinstance(name, str) else None
-    if model is None:
-        raise ConfigError(unknown_name("template", name, template_names()))
     return model

@@ -1,9 +1,5 @@
-"""The ``data_kwargs`` of every built-in dataset: strict pydantic models, one per recipe (no I/O).
-
-A data config validates its ``data_kwargs`` with the model of its ``dataset_name`` (:data:`DATASET_KWARGS`, or a
-plug-in's own model, see :mod:`gencache.config.catalog`) and keeps the validated instance; the recipe receives
-it as it is. Each model's fields, defaults and descriptions are what docs/config.md lists.
-"""
+"""The ``data_kwargs`` of every built-in dataset: strict pydantic models, one per recipe (no I/O); each model's
+fields, defaults and descriptions are what docs/config.md lists."""
 
 from __future__ import annotations
 
@@ -22,6 +18,11 @@ def column_list(value: str | Sequence[str] | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+CACHE_DATASET = Field(
+    default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
+)
+
+
 class BiographyKwargs(KwargsModel):
     """``data_kwargs`` of ``biography``."""
 
@@ -29,9 +30,7 @@ class BiographyKwargs(KwargsModel):
         default="completion",
         description="completion: '## ' + a sentence prefix; QA: a templated question plus an answer-only cue.",
     )
-    cache_dataset: StrictBool = Field(
-        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
-    )
+    cache_dataset: StrictBool = CACHE_DATASET
 
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -54,9 +53,7 @@ class MuSiQueKwargs(KwargsModel):
 
     add_inst: StrictBool = Field(default=True, description="Wrap the question in the instruction.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence and answer format.")
-    cache_dataset: StrictBool = Field(
-        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
-    )
+    cache_dataset: StrictBool = CACHE_DATASET
 
 
 RulerTask = Literal[
@@ -89,9 +86,7 @@ class NIAHKwargs(KwargsModel):
     tasks: list[RulerTask] | None = Field(
         default=None, min_length=1, description="RULER tasks to keep (the 'task' column); null: all tasks."
     )
-    cache_dataset: StrictBool = Field(
-        default=True, description="Accepted for configs written for the SemPIC research code; has no effect."
-    )
+    cache_dataset: StrictBool = CACHE_DATASET
 
 
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None
@@ -182,8 +177,8 @@ class ChatKwargs(KwargsModel):
         return column_list(self.documents)
 
 
-#: The ``data_kwargs`` model of every built-in dataset, by ``dataset_name``: the one list of built-in dataset names,
-#: from which :data:`gencache.data.recipes.BUILTIN_DATASETS` takes each name's recipe (its module's ``RECIPE``).
+#: The one list of built-in dataset names, with each one's model (:data:`gencache.data.recipes.BUILTIN_DATASETS`
+#: follows it).
 DATASET_KWARGS: dict[str, type[KwargsModel]] = {
     "biography": BiographyKwargs,
     "hotpot_qa": HotpotQAKwargs,

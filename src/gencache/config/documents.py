@@ -21,11 +21,8 @@ DEFAULTS_FILENAME = "_default.json"
 
 
 def merge_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``defaults`` under ``config`` without modifying either.
-
-    The config wins: a key missing from it is copied from the defaults; where both hold an object the merge
-    recurses; anything else (scalars, lists, an explicit ``null``, a type mismatch) keeps the config's value.
-    """
+    """Deep-merge ``defaults`` under ``config`` without modifying either: where both hold an object the merge
+    recurses; otherwise the config's value wins (scalars, lists, an explicit ``null``, a type mismatch)."""
     merged: dict[str, Any] = copy.deepcopy(dict(config))
     for key, default in defaults.items():
         if key not in merged:
@@ -54,18 +51,14 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _depth(value: Any) -> int:
-    """How many objects and lists ``value`` nests."""
     if isinstance(value, dict):
         value = list(value.values())
     return 1 + max(map(_depth, value), default=0) if isinstance(value, list) else 0
 
 
 def parse_json_text(text: str, origin: str) -> Any:
-    """Parse config JSON strictly: no duplicate keys, no NaN/Infinity, at most :data:`MAX_JSON_DEPTH` levels.
-
-    Every config document goes through here: config files, ``_default.json`` and ``--set`` values alike.
-    Raises :class:`ConfigError` naming ``origin`` (and the line and column of a syntax error).
-    """
+    """Parse config JSON strictly (config files, ``_default.json`` and ``--set`` values alike): no duplicate keys,
+    no NaN/Infinity, at most :data:`MAX_JSON_DEPTH` levels; a :class:`ConfigError` names ``origin``."""
     too_deep = ConfigError(f"{origin}: nested more than {MAX_JSON_DEPTH} levels deep; a config never needs that.")
     try:
         value = json.loads(text, object_pairs_hook=_unique_object, parse_constant=_reject_constant)

@@ -1,8 +1,4 @@
-"""The engines a config may name and the strict ``engine_options`` of each (pydantic models; no torch).
-
-The config validates ``engine_options`` against the model of the chosen ``engine``; after validation it holds the
-effective options, defaults included, which ``resolved_config.json`` records.
-"""
+"""The engines a config may name and the strict ``engine_options`` of each (pydantic models; no torch)."""
 
 from __future__ import annotations
 
@@ -10,8 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 
-#: What each engine does with the config's ``gen_batch_size``, said once: the config reference describes the field
-#: with it and ``resolved_config.json`` records it beside the value (``batching.gen_batch_size``).
+#: What each engine does with ``gen_batch_size``: the config reference and ``resolved_config.json`` say it.
 GEN_BATCH_SIZE_USE: dict[str, str] = {
     ENGINE_STATIC: "the prompts of one generate call (length-sorted, longest first)",
     ENGINE_CONTINUOUS: "not used: how many sequences decode together is engine_options.max_concurrent_sequences",
@@ -88,8 +83,7 @@ class VllmOptions(EngineOptions):
     )
 
 
-#: The options model of every engine, keyed by the names of :data:`gencache.config.names.ALL_ENGINES`, in their order
-#: (as :data:`gencache.generation.engines.ENGINES` is; a test pins both).
+#: The options model of every engine, in the order of :data:`gencache.config.names.ALL_ENGINES`.
 ENGINE_OPTIONS: dict[str, type[EngineOptions]] = {
     ENGINE_STATIC: StaticOptions,
     ENGINE_CONTINUOUS: ContinuousOptions,

@@ -1,10 +1,6 @@
-"""What gencache adds to transformers' generation settings (``model.generation_kwargs``).
-
-transformers' ``GenerationConfig(**kw).validate(strict=True)`` checks the settings when the effective generation
-config is built (:mod:`gencache.generation.effective`, before any weights load). This module holds what it does not
-know and users rely on, checked when the config loads without importing transformers: the fields that are refused
-(logits and scores, Python-object hooks, unsupported features), the ranges transformers lets through
-(:class:`GenerationKwargs`: a temperature of 0, a ``top_p`` above 1, a negative token id), which settings only one
+"""What gencache adds to transformers' generation settings (``model.generation_kwargs``), checked when the config
+loads without importing transformers: the refused fields (logits and scores, Python-object hooks, unsupported
+features), the ranges transformers lets through (a temperature of 0, a ``top_p`` above 1), which settings only one
 decoding mode uses, and which engines honour each setting exactly (:func:`engine_refusals`).
 """
 
@@ -179,20 +175,19 @@ class GenerationKwargs(BaseModel):
 
 
 def honoured_by(key: str) -> tuple[tuple[str, ...], Any]:
-    """The engines that honour ``key`` and its neutral value; a key not declared here is honoured by the static
-    transformers engine only (its neutral value: transformers' default, found by the caller)."""
+    """The engines that honour ``key`` and its neutral value (an undeclared key: the static engine only, and
+    transformers' default, found by the caller)."""
     field = GenerationKwargs.model_fields.get(key)
     if field is None:
         return _STATIC, None
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    engines = extra.get("x-engines", ALL_ENGINES)
-    return tuple(map(str, engines)) if isinstance(engines, list) else ALL_ENGINES, extra.get("x-neutral")
+    extra: Any = field.json_schema_extra or {}  # what _only declared
+    return tuple(extra.get("x-engines", ALL_ENGINES)), extra.get("x-neutral")
 
 
 def generation_problems(kwargs: object) -> list[FieldProblem]:
-    """Every problem of a ``generation_kwargs`` object that needs no model, as ``((key, ...), message)`` pairs: it
-    must be an object of JSON values, refused fields are named with the reason, and the declared settings must be
-    in range. An explicit null unsets a value inherited from ``_default.json``."""
+    """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: it must be an
+    object (a library caller passes it as it is), refused fields are named with the reason, and declared settings
+    must be in range (an explicit null unsets a value from ``_default.json``)."""
     if not isinstance(kwargs, Mapping):
         return [((), f"must be an object, not {type_name(kwargs)}")]
     problems: list[FieldProblem] = []
@@ -212,9 +207,7 @@ def generation_problems(kwargs: object) -> list[FieldProblem]:
 
 def effective_problems(effective: Mapping[str, Any], *, user: Collection[str], teacher: str) -> list[str]:
     """Every problem of an effective generation config (the user's settings over the teacher's over transformers'
-    defaults, nulls left out), one line each, each named as the config's or the teacher's: ``max_new_tokens`` must
-    be set, the declared settings of the decoding mode in use must be in range, and stop strings exclude beam
-    search (gencache records each sequence's finish step, which beam search does not expose)."""
+    defaults, nulls left out), one line each, naming the config or the teacher as its source."""
     lines: list[str] = []
     if "max_new_tokens" not in effective:
         lines.append(
@@ -236,8 +229,8 @@ def effective_problems(effective: Mapping[str, Any], *, user: Collection[str], t
 
 
 def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> list[str]:
-    """One line per effective setting ``engine`` cannot honour exactly (empty when it honours them all); a setting
-    at its neutral value (for an undeclared key: transformers' default, from ``defaults``) is never refused."""
+    """One line per effective setting ``engine`` cannot honour exactly; a setting at its neutral value (for an
+    undeclared key: transformers' default, from ``defaults``) is never refused."""
     lines: list[str] = []
     beams = effective.get("num_beams", 1)
     if effective.get("do_sample") is True and beams > 1:

@@ -1,10 +1,6 @@
-"""The base of every ``data_kwargs`` and ``template_kwargs`` model (pure: no I/O, no heavy imports).
-
-A data config validates its ``data_kwargs`` with the model of its dataset and its ``template_kwargs`` with the
-model of its template (selected by ``dataset_name`` and ``template``), and keeps the validated instances: the
-recipe and the template receive them as they are, never a dict to validate again. An instance reads like the
-JSON object it records, so ``kwargs["difficulty"]``, ``dict(kwargs.items())`` and ``kwargs == {...}`` compare
-effective values, defaults included.
+"""The base of every ``data_kwargs`` and ``template_kwargs`` model. The recipe and the template receive the validated
+instance, never a dict to validate again; it reads like the JSON object it records, so ``kwargs["difficulty"]`` and
+``kwargs == {...}`` compare effective values, defaults included.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ class KwargsModel(BaseModel):
 
     def as_json(self) -> dict[str, Any]:
         """The effective values as plain JSON (what ``resolved_config.json`` records)."""
-        dumped: dict[str, Any] = self.model_dump(mode="json")
-        return dumped
+        return self.model_dump(mode="json")
 
     def __getitem__(self, name: str) -> Any:
         return self.as_json()[name]

@@ -1,18 +1,8 @@
-"""The generation-cache config: the pydantic models and loading (reading and merging is :mod:`.documents`).
+"""The generation-cache config: the pydantic models and loading (every field is described in docs/config.md).
 
-A config is one JSON object (every field is described in docs/config.md)::
-
-    {"model": {...}, "data_configs": [{...}, ...], "gen_batch_size": 1, "cache_device": "cpu", "seed": 42,
-     "output_dir": "..."}
-
-Every model forbids unknown keys, ints are strict (``true`` is not an int, ``1.0`` is not an int) and every error
-names the path of the offending field, e.g. ``data_configs[1].data_kwargs.difficulty``. ``data_kwargs`` and
-``template_kwargs`` are validated with the dataset's and the template's own models (:mod:`.catalog` finds them)
-and kept as those validated models, ``engine_options`` as the chosen engine's; ``config_to_json`` dumps their
-*effective* values, defaults included, so it reproduces exactly the samples a run used.
-
-This module imports neither torch, transformers nor datasets; a plug-in dataset's module is imported when a data
-config naming it is validated.
+Unknown keys are errors, ints are strict, and every error names the offending field's path. ``data_kwargs``,
+``template_kwargs`` and ``engine_options`` are kept as the validated models of their dataset, template and engine,
+so ``config_to_json`` dumps the *effective* values, defaults included: it reproduces exactly the samples a run used.
 """
 
 from __future__ import annotations
@@ -20,14 +10,16 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     SerializeAsAny,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -36,43 +28,52 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from gencache.config.catalog import dataset_kwargs_model, dataset_names, template_kwargs_model, template_names
-from gencache.config.documents import (
-    read_merged_config,
-)
+from gencache.config.catalog import dataset_kwargs_model, dataset_names
+from gencache.config.documents import read_merged_config
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import KwargsModel
-from gencache.config.messages import format_validation_error, unknown_name, validate_nested
-from gencache.config.messages import nested_error as _nested_error
-from gencache.config.messages import show as _show
-from gencache.config.messages import type_name as _type_name
+from gencache.config.messages import (
+    Loc,
+    format_validation_error,
+    nested_error,
+    show,
+    type_name,
+    unknown_name,
+    validate_nested,
+)
 from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem
-from gencache.config.templates import TemplateKwargs
+from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError
 
 MAX_SEED = 2**32 - 1
 """The largest seed: numpy's range, which transformers' and vLLM's seeding hand on (torch and ``random`` take
 more, but a seed that fails at numpy would fail the run after the weights load)."""
 
-_DEVICE_RE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
+
+def _rule(problem_of: Callable[[str], str | None]) -> AfterValidator:
+    """A string's rule, given as the function that says what is wrong with a value (None: nothing)."""
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
 
 
-def _logit_fields_check(data: Any) -> Any:
-    if isinstance(data, Mapping):
-        found = sorted(k for k in data if isinstance(k, str) and k in LOGIT_FIELDS)
-        if found:
-            raise _nested_error([((name,), NO_LOGITS_MESSAGE) for name in found])
-    return data
+def _device_problem(value: str) -> str | None:
+    return (
+        None
+        if re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value)
+        else f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})'
+    )
 
 
-def _local_or_hub(value: str | None) -> str | None:
-    problem = None if value is None else url_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
+LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
 
 
 # -- the models -------------------------------------------------------------------------------------------
@@ -85,19 +86,21 @@ class _Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_logits(cls, data: Any) -> Any:
-        return _logit_fields_check(data)
+        found = sorted(k for k in data if isinstance(k, str) and k in LOGIT_FIELDS) if isinstance(data, Mapping) else []
+        if found:
+            raise nested_error([((name,), NO_LOGITS_MESSAGE) for name in found])
+        return data
 
 
 class ModelConfig(_Strict):
     """The teacher: where to load it from and how."""
 
-    model_path: str = Field(
+    model_path: LocalOrHub = Field(
         min_length=1,
         description="Hub id or local directory of the teacher; stored verbatim in the artifact's provenance.",
     )
-    tokenizer_path: str | None = Field(
+    tokenizer_path: LocalOrHub | None = Field(
         default=None,
-        min_length=1,
         description="Hub id or local directory of the tokenizer; null means model_path (made explicit after "
         "validation). Training compares it with its own tokenizer path.",
     )
@@ -107,7 +110,7 @@ class ModelConfig(_Strict):
         description="Hub revision (branch, tag or commit) for model and tokenizer; recorded.",
     )
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
-    device: str = Field(
+    device: Annotated[str, _rule(_device_problem)] = Field(
         default="cuda:0",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
@@ -125,24 +128,12 @@ class ModelConfig(_Strict):
         "are rejected.",
     )
 
-    @field_validator("model_path", "tokenizer_path")
-    @classmethod
-    def _not_url(cls, value: str | None) -> str | None:
-        return _local_or_hub(value)
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        if not _DEVICE_RE.match(value):
-            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {_show(value)})')
-        return value
-
     @field_validator("generation_kwargs")
     @classmethod
     def _generation(cls, value: dict[str, Any]) -> dict[str, Any]:
         problems = generation_problems(value)
         if problems:
-            raise _nested_error(problems)
+            raise nested_error(problems)
         return copy.deepcopy(value)
 
     @model_validator(mode="after")
@@ -160,16 +151,23 @@ class ModelConfig(_Strict):
 KwargsT = TypeVar("KwargsT", bound=BaseModel)
 
 
-def _kwargs_of(value: Any, model: type[KwargsT], what: str) -> KwargsT:
-    """A data config's ``data_kwargs`` or ``template_kwargs``, or the ``engine_options``: a JSON object validated
-    with the dataset's, template's or engine's model (an instance of that model passes as it is)."""
+def _kwargs_of(
+    value: Any, info: ValidationInfo, model_of: Callable[[str], type[KwargsT]], what: str, empty: KwargsT
+) -> KwargsT:
+    """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names (an
+    instance of that model passes as it is)."""
+    name = info.data.get(READS_SIBLING[str(info.field_name)])
+    if name is None:  # the sibling itself failed; that error is reported instead
+        return empty
+    # A plug-in that cannot be loaded raises a DatasetError (a ValueError): it is reported at this field.
+    model = model_of(name)
     if isinstance(value, model):
         return value
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if not isinstance(value, dict):
         raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-    return validate_nested(model, value, what)
+    return validate_nested(model, value, f"{what} {name!r}")
 
 
 # A validated kwargs model, serialised with its own fields; the model is chosen by the sibling name field, so the
@@ -208,9 +206,8 @@ class DataConfig(_Strict):
     seed: int = Field(
         default=42, ge=0, le=MAX_SEED, description="Seed of this data config's own random.Random (selection order)."
     )
-    source: str | None = Field(
+    source: LocalOrHub | None = Field(
         default=None,
-        min_length=1,
         description="null: the canonical hub dataset. Otherwise a hub id, a local directory laid out like a hub "
         "dataset (files named by split, optionally under a subset folder), or a single JSON Lines, JSON, "
         "parquet, CSV or TSV file. Relative paths are relative to the working directory.",
@@ -224,7 +221,7 @@ class DataConfig(_Strict):
     template: str = Field(
         default="default",
         min_length=1,
-        description=f"Prompt template: {', '.join(template_names()[:-1])} or {template_names()[-1]}.",
+        description=f"Prompt template: {', '.join(list(TEMPLATE_KWARGS)[:-1])} or {list(TEMPLATE_KWARGS)[-1]}.",
     )
     template_kwargs: TemplateKwargsField = Field(
         default={},
@@ -232,60 +229,34 @@ class DataConfig(_Strict):
         description="Per-template options (tables below); unknown keys are errors. After validation: the "
         "effective values, defaults included.",
     )
-    answer_pattern: str | None = Field(
+    answer_pattern: Annotated[str, Field(min_length=1), _rule(answer_pattern_problem)] | None = Field(
         default=None,
-        min_length=1,
         description="gencache score: a regular expression that cuts the answer out of a stored answer (after the "
         "thinking block) instead of the recipe's rule; its group named answer, else its one group, else the whole "
         "match is the answer. null: the recipe's rule. See docs/quality.md.",
     )
 
-    @field_validator("answer_pattern")
+    @field_validator("dataset_name", "template")
     @classmethod
-    def _answer_pattern(cls, value: str | None) -> str | None:
-        problem = None if value is None else answer_pattern_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("source")
-    @classmethod
-    def _source_not_url(cls, value: str | None) -> str | None:
-        return _local_or_hub(value)
-
-    @field_validator("dataset_name")
-    @classmethod
-    def _dataset_known(cls, value: str) -> str:
-        known = dataset_names()
+    def _known(cls, value: str, info: ValidationInfo) -> str:
+        kind, known = (
+            ("dataset", dataset_names()) if info.field_name == "dataset_name" else ("template", list(TEMPLATE_KWARGS))
+        )
         if value not in known:
-            raise ValueError(unknown_name("dataset", value, known))
-        return value
-
-    @field_validator("template")
-    @classmethod
-    def _template_known(cls, value: str) -> str:
-        known = template_names()
-        if value not in known:
-            raise ValueError(unknown_name("template", value, known))
+            raise ValueError(unknown_name(kind, value, known))
         return value
 
     @field_validator("data_kwargs", mode="before")
     @classmethod
     def _data_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
-        name = info.data.get(READS_SIBLING["data_kwargs"])
-        if name is None:  # dataset_name itself failed; that error is reported instead
-            return KwargsModel()
-        # A plug-in that cannot be loaded raises a DatasetError (a ValueError): it is reported at this field.
-        model = dataset_kwargs_model(name)
-        return _kwargs_of(value, model, f"data_kwargs key for dataset {name!r}")
+        return _kwargs_of(value, info, dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel())
 
     @field_validator("template_kwargs", mode="before")
     @classmethod
     def _template_kwargs(cls, value: Any, info: ValidationInfo) -> TemplateKwargs:
-        name = info.data.get(READS_SIBLING["template_kwargs"])
-        if name is None:
-            return TemplateKwargs()
-        return _kwargs_of(value, template_kwargs_model(name), f"template_kwargs key for template {name!r}")
+        return _kwargs_of(
+            value, info, TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs()
+        )
 
 
 class CacheConfig(_Strict):
@@ -324,7 +295,7 @@ class CacheConfig(_Strict):
     seed: int = Field(
         default=42, ge=0, le=MAX_SEED, description="Seeds Python's random and torch before the teacher loads."
     )
-    output_dir: str = Field(
+    output_dir: Annotated[str, _rule(output_name_problem)] = Field(
         min_length=1,
         description="Artifact directory to publish: a local path (a URL such as s3://... is refused), relative to the "
         "working directory; must not exist, not even as a dangling symlink, and must end in a name of its own (not "
@@ -334,18 +305,7 @@ class CacheConfig(_Strict):
     @field_validator("engine_options", mode="before")
     @classmethod
     def _engine_options(cls, value: Any, info: ValidationInfo) -> EngineOptions:
-        name = info.data.get(READS_SIBLING["engine_options"])
-        if name is None:  # engine itself failed; that error is reported instead
-            return EngineOptions()
-        return _kwargs_of(value, ENGINE_OPTIONS[name], f"option of engine {name!r}")
-
-    @field_validator("output_dir")
-    @classmethod
-    def _output_dir(cls, value: str) -> str:
-        problem = output_name_problem(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
+        return _kwargs_of(value, info, ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions())
 
 
 class _DataConfigList(_Strict):
@@ -354,11 +314,8 @@ class _DataConfigList(_Strict):
 
 # -- loading ----------------------------------------------------------------------------------------------
 def load_config(path: str | os.PathLike[str]) -> CacheConfig:
-    """Read a config file, deep-merge its sibling ``_default.json`` (if any) under it, and validate it.
-
-    Raises :class:`ConfigError` (one line naming the file and every failing field path) for a missing or
-    unreadable file, invalid JSON (with line and column), or an invalid field.
-    """
+    """Read a config file, deep-merge its sibling ``_default.json`` (if any) under it, and validate it; one
+    :class:`ConfigError` line names the file and every problem."""
     raw, origin = read_merged_config(path)
     return parse_config(raw, origin=origin)
 
@@ -366,7 +323,7 @@ def load_config(path: str | os.PathLike[str]) -> CacheConfig:
 def parse_config(raw: Mapping[str, Any], *, origin: str = "<config>") -> CacheConfig:
     """Validate an already-merged config mapping; :class:`ConfigError` names ``origin`` and every bad field."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{origin}: the config must be an object, not {_type_name(raw)}")
+        raise ConfigError(f"{origin}: the config must be an object, not {type_name(raw)}")
     try:
         return CacheConfig.model_validate(dict(raw))
     except ValidationError as exc:
@@ -374,12 +331,10 @@ def parse_config(raw: Mapping[str, Any], *, origin: str = "<config>") -> CacheCo
 
 
 def parse_data_configs(raw: Sequence[Any]) -> list[DataConfig]:
-    """Validate a list of data configs (mappings or :class:`DataConfig`), as training has them.
-
-    Errors name ``data_configs[i]...`` like those of a whole config; an empty list is an error.
-    """
+    """Validate a list of data configs (mappings or :class:`DataConfig`), as training has them; errors name
+    ``data_configs[i]...`` like those of a whole config."""
     if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
-        raise ConfigError(f"data_configs: must be a list, not {_type_name(raw)}")
+        raise ConfigError(f"data_configs: must be a list, not {type_name(raw)}")
     items = [
         item if isinstance(item, DataConfig) else (dict(item) if isinstance(item, Mapping) else item) for item in raw
     ]
@@ -390,8 +345,24 @@ def parse_data_configs(raw: Sequence[Any]) -> list[DataConfig]:
 
 
 def config_to_json(cfg: BaseModel) -> dict[str, Any]:
-    """The effective config as plain JSON: every default explicit, ``tokenizer_path`` resolved, effective
-    ``data_kwargs`` and ``template_kwargs``. This is what ``resolved_config.json`` records; parsing it again
-    gives an equal config."""
-    dumped: dict[str, Any] = cfg.model_dump(mode="json")
-    return dumped
+    """The effective config as plain JSON, every default explicit (what ``resolved_config.json`` records; parsing
+    it again gives an equal config)."""
+    return cfg.model_dump(mode="json")
+
+
+# -- one field's rule, for a value a lower layer takes as a plain argument (a benchmark, library code) -----
+def _checked(model: type[BaseModel], loc: Loc, value: Any) -> Any:
+    field = model.model_fields[str(loc[-1])]
+    alone: Any = Annotated[field.annotation, field]
+    try:
+        return TypeAdapter(alone, config=ConfigDict(strict=True)).validate_python(value)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, prefix=loc)) from None
+
+
+def checked_batch_size(value: Any) -> int:
+    return cast(int, _checked(CacheConfig, ("gen_batch_size",), value))
+
+
+def checked_dtype(value: Any) -> Dtype:
+    return cast(Dtype, _checked(ModelConfig, ("model", "dtype"), value))

@@ -1,9 +1,5 @@
 """The fixed choices a config names, each written once: the weights dtypes, the engines, which fields are
-checked against a sibling and the logit fields refused everywhere (pure constants).
-
-The config models type their fields with these literals; the artifact format checks a recorded dtype against
-:data:`DTYPES`, and the engine registry is keyed by :data:`ALL_ENGINES`.
-"""
+checked against a sibling and the logit fields refused everywhere."""
 
 from __future__ import annotations
 
@@ -20,10 +16,8 @@ EngineName: TypeAlias = Literal["transformers", "transformers-continuous", "vllm
 ALL_ENGINES: tuple[str, ...] = get_args(EngineName)
 ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM = ALL_ENGINES
 
-#: Fields whose rule reads a sibling field of the same object, and that sibling: a data config's ``data_kwargs``
-#: are checked for its ``dataset_name`` and its ``template_kwargs`` for its ``template``, ``engine_options`` for the
-#: ``engine``. The config models' validators read the sibling named here, and a problem in such a field is traced
-#: to a ``--set`` of its sibling.
+#: Fields whose rule reads a sibling field of the same object, and that sibling (a problem in such a field is traced
+#: to a ``--set`` of its sibling).
 READS_SIBLING: dict[str, str] = {
     "data_kwargs": "dataset_name",
     "template_kwargs": "template",
@@ -35,8 +29,7 @@ NO_LOGITS_MESSAGE = (
     "Delete this field from the config (the SemPIC research code's _default.json files shipped `store_logits: true`)"
 )
 
-# Fields that ask generation to return or store logits, scores or other per-step tensors. They are rejected
-# wherever they appear (top level, ``model``, ``model.generation_kwargs``, a data config) with NO_LOGITS_MESSAGE.
+#: Fields that ask for logits, scores or other per-step tensors: refused wherever they appear with NO_LOGITS_MESSAGE.
 LOGIT_FIELDS: frozenset[str] = frozenset(
     {
         "store_logits",

@@ -14,10 +14,8 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 
 
 def looks_like_path(value: str) -> bool:
-    """True for a string meant as a local path rather than a hub id ``name`` or ``org/name``: the one rule for
-    models, tokenizers and dataset sources alike. A path is absolute, starts with ``./``, ``../`` or ``~``, is
-    ``.`` or ``..``, has more than one ``/``, ends with ``/``, holds a backslash, or names a data file
-    (:data:`FILE_SUFFIXES`)."""
+    """True for a string meant as a local path rather than a hub id ``name`` or ``org/name`` (models, tokenizers
+    and dataset sources alike)."""
     return (
         os.path.isabs(value)
         or value.startswith(("./", "../", "~", ".\\", "..\\"))
@@ -45,9 +43,8 @@ def url_problem(value: str) -> str | None:
 
 
 def output_name_problem(path: str) -> str | None:
-    """Why ``path`` cannot name an output to create, or None when it can: its last part, trailing slashes aside, is
-    empty, ``.`` or ``..`` (``/``, ``runs/.``, ``..``), so it names a directory that holds other things rather
-    than a new one of its own (``runs/out/`` is ``runs/out``), or it is a URL (:func:`url_problem`)."""
+    """Why ``path`` cannot name an output to create, or None: it is a URL, or its last part (trailing slashes aside)
+    is empty, ``.`` or ``..``, naming a directory that holds other things rather than a new one of its own."""
     if (url := url_problem(path)) is not None:
         return url
     stripped = path.rstrip("/")
@@ -63,8 +60,7 @@ def output_name_problem(path: str) -> str | None:
 
 
 def check_output_name(path: str, what: str) -> None:
-    """Raise :class:`ConfigError` naming ``what`` (``output_dir``, ``--out``) when :func:`output_name_problem`
-    refuses ``path``."""
+    """A :class:`ConfigError` naming ``what`` (``output_dir``, ``--out``) when ``path`` cannot name an output."""
     problem = output_name_problem(path)
     if problem is not None:
         raise ConfigError(f"{what} {problem}.")

@@ -1,8 +1,4 @@
-"""The ``template_kwargs`` of every prompt template: strict pydantic models, one per template (no I/O).
-
-A data config validates its ``template_kwargs`` with the model of its ``template`` (:data:`TEMPLATE_KWARGS`) and
-keeps the validated instance; the template receives it as it is.
-"""
+"""The ``template_kwargs`` of every prompt template: strict pydantic models, one per template (no I/O)."""
 
 from __future__ import annotations
 
@@ -14,8 +10,6 @@ from gencache.config.kwargs import KwargsModel
 
 
 class TemplateKwargs(KwargsModel):
-    """Base of the template kwargs models: strict and frozen."""
-
     template_name: ClassVar[str]
 
 
@@ -47,8 +41,7 @@ class Qwen3ChatKwargs(TemplateKwargs):
     system_prompt: StrictStr = ""
 
 
-#: The ``template_kwargs`` model of every template, by name: the one list of template names, which
-#: :data:`gencache.data.prompts.TEMPLATES` follows (each name's spec is the ``TemplateSpec`` taking its model).
+#: The one list of template names, with each one's model (:data:`gencache.data.prompts.TEMPLATES` follows it).
 TEMPLATE_KWARGS: dict[str, type[TemplateKwargs]] = {
     kind.template_name: kind for kind in (DefaultKwargs, TokenizerChatKwargs, LlamaChatKwargs, Qwen3ChatKwargs)
 }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from typing import Any
 
@@ -35,11 +34,6 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
 def is_int(value: object) -> bool:
     """True for a JSON integer (``bool`` is not an int here)."""
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_finite_number(value: object) -> bool:
-    """True for a finite JSON number (int or float, not ``bool``, not NaN or infinity)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_sha256_hex(value: object) -> bool:

@@ -1,7 +1,5 @@
-"""The one exception hierarchy of gencache.
-
-Every error gencache raises on purpose is a :class:`GencacheError`. Each subclass also inherits the builtin
-that fits (``ValueError``, ``OSError``, ``KeyError``, ``RuntimeError``) so callers that catch builtins keep
+"""The one exception hierarchy: every error gencache raises on purpose is a :class:`GencacheError`, and also the
+builtin that fits (``ValueError``, ``OSError``, ``KeyError``, ``RuntimeError``) so callers that catch builtins keep
 working. ``exit_code`` is what the CLI exits with: 2 for bad input, 1 for failures.
 """
 
@@ -15,8 +13,7 @@ E = TypeVar("E", bound=Exception)
 
 
 class GencacheError(Exception):
-    """Root of every error gencache raises on purpose; ``problem`` is set when a check found it (its check and
-    location, see :func:`raise_problems`)."""
+    """Root of every error gencache raises on purpose; ``problem`` is set when a check found it."""
 
     exit_code: int = 1
     problem: Problem | None = None
@@ -26,8 +23,7 @@ class GencacheError(Exception):
 
 
 def reworded(error: E, message: str) -> E:
-    """``error`` with ``message`` instead of its own, of the same type and attributes (a missing column's
-    ``field``, a check's ``problem``), chained to ``error``: what a caller that adds where an error happened raises."""
+    """``error`` with ``message`` instead of its own, of the same type and attributes, chained to ``error``."""
     new = type(error)(message)
     new.__dict__.update(error.__dict__)
     new.__cause__ = error
@@ -35,7 +31,7 @@ def reworded(error: E, message: str) -> E:
 
 
 def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when it has none), for one-line errors."""
+    """The first line of an exception's message (its type name when it has none)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -97,8 +93,8 @@ class InputPathError(GencacheError, FileNotFoundError):
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem a check found: the check, where it is (a config field such as ``data_configs[1].source``, or an
-    option), the error and, for a config value, where it came from (the file, or the ``--set`` that gave it)."""
+    """One problem a check found: the check, where (``data_configs[1].source``, an option), the error and, for a config
+    value, where it came from (the file, or the ``--set`` that gave it)."""
 
     check: str
     location: str
@@ -122,8 +118,7 @@ class InputProblems(GencacheError, ValueError):
 
 
 def raise_problems(problems: Sequence[Problem]) -> None:
-    """Raise the one problem's error as it is (its :attr:`GencacheError.problem` set), or :class:`InputProblems`
-    for several; nothing for none."""
+    """Raise the one problem's error as it is (its ``problem`` set), :class:`InputProblems` for several."""
     if len(problems) == 1:
         problems[0].error.problem = problems[0]
         raise problems[0].error
@@ -167,8 +162,7 @@ STOP_CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
 
 @dataclass(frozen=True)
 class StoppedRun:
-    """Where a run stood when a stop reached it: the directories it had published, the one it was generating
-    (``None`` between artifacts), whether its teacher had started, and whether targets were left."""
+    """Where a run stood when a stop reached it (``generating`` is None between artifacts)."""
 
     published: tuple[str, ...] = ()
     generating: str | None = None
@@ -177,13 +171,9 @@ class StoppedRun:
 
 
 class Stopped(BaseException):
-    """A signal asked the process to stop (raised by the command line's handlers, :mod:`gencache.cli.signals`).
-
-    A ``BaseException``, not an ``Exception``: a library's ``except Exception`` does not swallow it, and every
-    ``finally`` on the way cleans up (a build's temporary directory goes, nothing half-written is published). A
-    run it passes through sets :attr:`run` to what it had published; :attr:`message` is the one line the command
-    prints and :attr:`exit_code` its status (130 for SIGINT, 143 for SIGTERM and SIGHUP).
-    """
+    """A signal asked the process to stop (raised by :mod:`gencache.cli.signals`). A ``BaseException`` so that a
+    library's ``except Exception`` does not swallow it while every ``finally`` on the way cleans up; a run it passes
+    through sets :attr:`run` to what it had published."""
 
     def __init__(self, signame: str, run: StoppedRun | None = None) -> None:
         super().__init__(signame)

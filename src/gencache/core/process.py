@@ -13,8 +13,7 @@ from typing import Any
 
 @contextlib.contextmanager
 def environment_kept() -> Iterator[None]:
-    """``os.environ`` exactly as it was when the block began, once it ends: variables added since removed, those
-    changed or removed put back."""
+    """``os.environ`` exactly as it was when the block began, once it ends."""
     saved = dict(os.environ)
     try:
         yield
@@ -28,8 +27,7 @@ def environment_kept() -> Iterator[None]:
 
 @contextlib.contextmanager
 def signal_handlers_kept(*signums: signal.Signals) -> Iterator[None]:
-    """The handlers of ``signums`` as they were when the block began, once it ends (outside the main thread no
-    handler can change, and none is put back)."""
+    """The handlers of ``signums`` as they were when the block began, once it ends."""
     saved: dict[signal.Signals, Any] = {signum: signal.getsignal(signum) for signum in signums}
     try:
         yield

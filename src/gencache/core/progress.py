@@ -8,8 +8,8 @@ from typing import Protocol
 
 
 class Progress(Protocol):
-    """What the generator reports to: ``start`` once with the number of samples, ``advance`` per entry written,
-    ``close`` at the end (idempotent; the owner calls it, also on failure)."""
+    """``start`` once with the number of samples, ``advance`` per entry written, ``close`` at the end (idempotent;
+    the owner calls it, also on failure)."""
 
     def start(self, total_samples: int) -> None: ...
 
@@ -26,13 +26,8 @@ Notify = Callable[[str, str], None]
 
 
 class StagedProgress:
-    """One progress display over several stages (the shards of a ``--shards`` run).
-
-    The engine starts a progress once per stage with that stage's prompt count; this adapter keeps the display's
-    total at the whole run's count instead, so the bar shows overall progress while its label names the stage.
-    ``inner`` None reports nothing. The engines only start and advance it; the owner calls :meth:`close` once at
-    the end.
-    """
+    """One progress display over several stages (the shards of a ``--shards`` run): the engine starts it once per
+    stage, but the display's total stays the whole run's, while its label names the stage."""
 
     def __init__(self, inner: Progress | None, total: int) -> None:
         self.inner = inner
@@ -40,7 +35,6 @@ class StagedProgress:
         self.started = False
 
     def stage(self, label: str) -> None:
-        """Name the current stage beside the display, when it shows one (``set_label``)."""
         setter = getattr(self.inner, "set_label", None)
         if callable(setter):
             setter(label)
@@ -55,7 +49,6 @@ class StagedProgress:
             self.inner.advance(samples, tokens)
 
     def close(self) -> None:
-        """Close the display (once; later calls do nothing)."""
         if self.inner is not None:
             self.inner.close()
             self.inner = None

@@ -27,34 +27,30 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
 
 
 def _single_id(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"Tokenizer token id must be an integer or null, got {value!r}.")
-    return int(value)
+    return value
 
 
 def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
-    """``{padding_side, pad_token_id, eos_token_id}`` of a tokenizer object or of an already-extracted mapping.
-
-    ``eos_token_id`` is the tokenizer's single id, never the generation config's EOS list.
-    """
-    if isinstance(tokenizer, dict):
-        missing = [f for f in TOKENIZER_STATE_FIELDS if f not in tokenizer]
-        if missing:
-            raise ConfigError(f"Tokenizer state is missing {', '.join(missing)}.")
-        source: Any = tokenizer
-        get = source.__getitem__
-    else:
-        missing = [f for f in TOKENIZER_STATE_FIELDS if not hasattr(tokenizer, f)]
-        if missing:
-            raise ConfigError(
-                f"Expected a tokenizer or a {{padding_side, pad_token_id, eos_token_id}} dict, got "
-                f"{type(tokenizer).__name__} (no {', '.join(missing)})."
-            )
-        get = lambda name: getattr(tokenizer, name)  # noqa: E731
+    """``{padding_side, pad_token_id, eos_token_id}`` of a tokenizer object or of an already-extracted mapping
+    (``eos_token_id`` is the tokenizer's single id, never the generation config's EOS list)."""
+    fields = TOKENIZER_STATE_FIELDS
+    given = (
+        tokenizer
+        if isinstance(tokenizer, dict)
+        else {f: getattr(tokenizer, f) for f in fields if hasattr(tokenizer, f)}
+    )
+    missing = [f for f in fields if f not in given]
+    if missing and isinstance(tokenizer, dict):
+        raise ConfigError(f"Tokenizer state is missing {', '.join(missing)}.")
+    if missing:
+        raise ConfigError(
+            f"Expected a tokenizer or a {{padding_side, pad_token_id, eos_token_id}} dict, got "
+            f"{type(tokenizer).__name__} (no {', '.join(missing)})."
+        )
     return {
-        "padding_side": str(get("padding_side")),
-        "pad_token_id": _single_id(get("pad_token_id")),
-        "eos_token_id": _single_id(get("eos_token_id")),
+        "padding_side": str(given["padding_side"]),
+        "pad_token_id": _single_id(given["pad_token_id"]),
+        "eos_token_id": _single_id(given["eos_token_id"]),
     }

@@ -38,8 +38,8 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _switch(selector: str, target: str, models: Mapping[str, tuple[type[BaseModel], str]], defs: dict[str, Any]) -> Any:
-    """One ``if selector == name then target is model`` rule per ``name: (model, description)``, each model's
-    schema added to ``defs`` with that description."""
+    """One ``if selector == name then target is model`` rule per ``name: (model, description)``; schemas go to
+    ``defs``."""
     for name, (model, about) in models.items():
         defs[f"{target}.{name}"] = {**_schema(model), "description": " ".join(about.split())}
     then = {name: {"properties": {target: {"$ref": f"#/$defs/{target}.{name}"}}} for name in models}
@@ -140,8 +140,7 @@ def _table(schema: Mapping[str, Any], defs: Mapping[str, Any], prefix: str = "")
 
 
 def config_tables() -> str:
-    """Every config table, from the schema: the fields, the generation settings, each engine's, dataset's and
-    template's options."""
+    """Every config table, from the schema."""
     schema = _full_schema()
     defs, model = schema["$defs"], schema["$defs"]["ModelConfig"]
     refused = dict.fromkeys(sorted(LOGIT_FIELDS), "logits and scores are never collected (format 3)")
@@ -182,7 +181,6 @@ def documents(root: Path) -> dict[Path, str]:
 
 
 def main() -> None:
-    """Rewrite the generated files under the current directory."""
     for path, text in documents(Path.cwd()).items():
         path.write_text(text, encoding="utf-8")
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.fields import checked_dtype
+from gencache.config.models import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.tokenizer import prepare_tokenizer
 from gencache.core.version import __version__

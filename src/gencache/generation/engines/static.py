@@ -25,7 +25,7 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import StaticOptions
-from gencache.config.fields import checked_batch_size
+from gencache.config.models import checked_batch_size
 from gencache.config.names import ENGINE_STATIC
 from gencache.core.errors import GenerationError, first_line
 from gencache.generation import teacher
