@@ -94,32 +94,6 @@ def test_a_report_never_writes_over_a_file_and_checks_the_audit(
     assert "not a report of gencache audit --report" in capsys.readouterr().err and not out.exists()
 
 
-def test_the_report_joins_only_the_prompts_it_shows(
-    demo_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Prompt lengths (the chart's) are counted from the parts; a prompt is joined into one string only for an
-    example row, so a run of long prompts is never held joined in memory."""
-    import html
-
-    from gencache.data import prompts
-    from gencache.run import quality_report
-
-    joined: list[str] = []
-    real = prompts.prompt_text
-
-    def counted(parts: prompts.Prompt) -> str:
-        joined.append(real(parts))
-        return joined[-1]
-
-    monkeypatch.setattr(prompts, "prompt_text", counted)
-    monkeypatch.setattr(quality_report, "EXAMPLES", 1)
-    result = quality_report.write_report(demo_run["artifact"], tmp_path / "report.html")
-    text = result.out.read_text(encoding="utf-8")
-    assert result.data_configs == 4 and text.count('<table class="examples">') == 4
-    assert len(joined) == 4  # one example per data config; the demo has 12 samples
-    assert all(html.escape(prompt[-100:]) in text for prompt in joined)  # the end of each prompt shown
-
-
 #: What the page shows a user, read in the browser: the first lines under the title, the verdict's levels, the tick
 #: labels of each figure's count axes, the numbers that take more than one line, the score charts, the examples.
 SHOWN = """JSON.stringify({

@@ -24,10 +24,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from gencache.core.errors import ConfigError, OutputExistsError
+from gencache.core.errors import ConfigError
 from gencache.data.answers import METRICS
 from gencache.data.scores import ScoredAnswer
-from gencache.run.export import check_out_parent, write_atomic
+from gencache.run.export import check_out, write_atomic
 from gencache.run.score import ScoreGroup, ScoreReport, score
 
 #: Examples shown per data config: the worst scored first, then some without gold.
@@ -325,10 +325,7 @@ def write_report(
 ) -> ReportResult:
     """Score ``artifact`` (:func:`gencache.run.score.score`) and write its page to ``out`` (which must not exist),
     with the audit report ``audit`` when given (see the module docstring)."""
-    out_path = Path(os.path.abspath(out))
-    if os.path.lexists(out_path):
-        raise OutputExistsError(f"{out_path} already exists; choose another --out path.")
-    check_out_parent(out_path)
+    out_path = check_out(out)
     audit_document = None if audit is None else read_audit(audit)
     report = score(artifact, answer_patterns=answer_patterns, data_root=data_root, sources=sources)
     charts = charts_available()
