@@ -76,34 +76,6 @@ class _TokenizerError(DatasetError):
     """The tokenizer the prompts are rendered with cannot be loaded."""
 
 
-def _rebuild_samples(
-    directory: str | os.PathLike[str],
-    readers: list[Any],
-    data_root: Path | None,
-    sources: Mapping[int, str],
-    resolved: Mapping[str, Any],
-    tokenized: bool,
-    tokenizer_path: str | None,
-) -> Any:
-    """The run's samples rebuilt from its checked record, tokenized when ``tokenized`` (with ``tokenizer_path`` or
-    the recorded tokenizer)."""
-    from gencache.data.recorded import rebuild_samples, run_of_readers
-    from gencache.generation.teacher import load_tokenizer
-
-    run = run_of_readers(directory, readers, resolved=resolved)
-    tokenizer = None
-    if tokenized:
-        model = run.config.model
-        path = tokenizer_path or model.effective_tokenizer_path
-        if tokenizer_path is None and os.path.isabs(path) and not os.path.isdir(path):  # hub ids are never absolute
-            raise _TokenizerError(f"the tokenizer directory the run used, {path}, is gone (moved or deleted)")
-        try:
-            tokenizer = load_tokenizer(path, revision=model.revision)
-        except GencacheError as error:
-            raise _TokenizerError(first_line(error)) from None
-    return rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
-
-
 def _prompts_of(samples: Any, keys: set[str], with_prompts: bool) -> tuple[list[str], dict[str, ExportRow]]:
     """The sample fields (:data:`SAMPLE_FIELDS`, with ``prompt_ids``) of each of ``keys`` from its first sample, in
     run order; the prompt's text and ids only ``with_prompts``."""
@@ -317,7 +289,8 @@ def export(
     ``data_root``, ``sources`` and ``tokenizer_path`` find moved datasets and tokenizer; ``min_score`` (for example
     ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from
     ``scores``."""
-    from gencache.data.recorded import checked_resolved_config
+    from gencache.data.recorded import checked_resolved_config, rebuild_samples, run_of_readers
+    from gencache.generation.teacher import load_tokenizer
 
     check_output_name(os.fspath(out), "--out")
     chosen_format = _format_of(out, format)
@@ -338,7 +311,18 @@ def export(
     root = Path(data_root).expanduser().absolute() if data_root is not None else None
     what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
     try:
-        samples = _rebuild_samples(directory, readers, root, dict(sources or {}), resolved, prompts, tokenizer_path)
+        run = run_of_readers(directory, readers, resolved=resolved)
+        tokenizer = None
+        if prompts:
+            model = run.config.model
+            path = tokenizer_path or model.effective_tokenizer_path
+            if tokenizer_path is None and os.path.isabs(path) and not os.path.isdir(path):  # hub ids: never absolute
+                raise _TokenizerError(f"the tokenizer directory the run used, {path}, is gone (moved or deleted)")
+            try:
+                tokenizer = load_tokenizer(path, revision=model.revision)
+            except GencacheError as error:
+                raise _TokenizerError(first_line(error)) from None
+        samples = rebuild_samples(run, tokenizer, sources=dict(sources or {}), data_root=root)
         order, found = _prompts_of(samples, keys, prompts)
     except (FormatError, SourceChangedError) as error:  # a damaged record or changed data: never quiet prompts
         if prompts or min_score is not None:

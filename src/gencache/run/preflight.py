@@ -631,9 +631,7 @@ def _teacher(
     found.check("teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path)))
     vocab_size = vocab_size_of(teacher) if teacher is not None else None
     needs = ["tokenizer", "generation", "teacher config"]
-    vocabulary = found.check(
-        "vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs
-    )
+    found.check("vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs)
     samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
     if tokenizer is None:
         found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
@@ -657,7 +655,7 @@ def _teacher(
         "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
     )
     if vocab_size is not None:
-        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, vocabulary, needs=["vocabulary"])
+        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
     options = config.engine_options
     if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
         location = "engine_options.kv_cache_memory_gib"
@@ -788,13 +786,13 @@ def max_positions_of(config: Any) -> int | None:
     return None
 
 
-def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[bool, str]:
+def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
     from gencache.generation.teacher import check_vocabulary, vocab_size_of
 
     vocab_size = vocab_size_of(teacher)
     if vocab_size is None:
-        return True, "not checked: config.json records no vocab_size"
-    return True, check_vocabulary(tokenizer, vocab_size, generation.kwargs)
+        return None, "not checked: config.json records no vocab_size"
+    return None, check_vocabulary(tokenizer, vocab_size, generation.kwargs)
 
 
 def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
@@ -827,7 +825,7 @@ def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) 
     return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
 
 
-def _prompt_ids(samples: SampleSet, vocab_size: int, _vocabulary_checked: bool) -> tuple[None, str]:
+def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
     from gencache.generation.teacher import check_prompt_ids
 
     largest, where = -1, "-"

@@ -26,8 +26,8 @@ LEVELS = ("bad", "warn", "good")
 
 @dataclass(frozen=True)
 class ScoreGroup:
-    """Counts and means over some answers: ``answers`` in all, ``scored`` (with a reference) and ``unscored``,
-    each metric's mean over the scored ones (None when none is), and the same per finish reason."""
+    """Counts and means over some answers (a mean is None when no answer is scored), and the same per finish
+    reason."""
 
     label: str
     answers: int
@@ -70,10 +70,8 @@ def _share(part: int, whole: int) -> str:
 
 @dataclass(frozen=True)
 class ScoreReport:
-    """What :func:`score` found: the ``artifact`` scored, every answer (``answers``, run order), the ``overall``
-    group and one group per data config (``groups``), the run's ``max_new_tokens`` and the score file written
-    (``out``); and what scoring opened, for ``gencache report``: the reader, the checked record (``resolved``) and
-    the rebuilt samples."""
+    """What :func:`score` found: every answer in run order, the overall group and one per data config; and what
+    scoring opened (the reader, the checked record, the rebuilt samples), for ``gencache report``."""
 
     artifact: Path
     answers: tuple[ScoredAnswer, ...]
@@ -92,9 +90,7 @@ class ScoreReport:
 
     @property
     def verdict(self) -> list[tuple[str, str]]:
-        """What matters first, as (level, sentence) pairs with the worst signs first (levels :data:`LEVELS`): the
-        share of answers cut at ``max_new_tokens``, the empty answers, the headline score against the gold and the
-        share without gold."""
+        """What matters first, as (level, sentence) pairs, the worst first."""
         total = self.overall.answers
         if not total:
             return [("bad", "The artifact holds no answer.")]
@@ -142,10 +138,9 @@ def score(
     data_root: str | os.PathLike[str] | None = None,
     sources: Mapping[int, str] | None = None,
 ) -> ScoreReport:
-    """Score every answer of ``artifact`` (an artifact, one shard or a shard base) against its sample's reference
-    (see the module docstring). ``answer_patterns`` replaces data configs' answer rules by index (a regular
-    expression each, as ``answer_pattern``); ``data_root`` and ``sources`` find moved datasets as for
-    ``export``; ``out`` (``.jsonl`` or ``.parquet``; must not exist) receives one row per answer."""
+    """Score every answer of ``artifact`` (an artifact, one shard or a shard base) against its sample's reference.
+    ``answer_patterns`` replaces data configs' answer rules by index; ``out`` (``.jsonl`` or ``.parquet``; must not
+    exist) receives one row per answer."""
     out_path = None if out is None else Path(os.path.abspath(out))
     if out_path is not None:
         score_format(out_path)
