@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
+from gencache.core.progress import StagedProgress
 from gencache.run.overrides import Overrides
 from gencache.run.preflight import Plan, Preflight, RunInputs, Target, plan_run, preflight
 from gencache.run.ray import RayOptions
 
 if TYPE_CHECKING:
-    from gencache.core.progress import Notify, ProgressFactory, StagedProgress
+    from gencache.core.progress import Notify, Progress, ProgressFactory
     from gencache.run.session import TeacherSession
 
 Settings = Mapping[str, Any] | Sequence[str]
@@ -125,28 +126,19 @@ def _seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f}s"
 
 
-class _LoadedOnStart:
+class _LoadedOnStart(StagedProgress):
     """The run's progress; for an engine that builds its model with the first prompts, the first ``start`` says the
     teacher loaded."""
 
-    def __init__(self, inner: StagedProgress, loaded: Callable[[], None] | None) -> None:
-        self.inner = inner
+    def __init__(self, inner: Progress | None, total: int, loaded: Callable[[], None] | None) -> None:
+        super().__init__(inner, total)
         self.loaded = loaded
-
-    def stage(self, label: str) -> None:
-        self.inner.stage(label)
 
     def start(self, total_samples: int) -> None:
         if self.loaded is not None:
             announce, self.loaded = self.loaded, None
             announce()
-        self.inner.start(total_samples)
-
-    def advance(self, samples: int, tokens: int) -> None:
-        self.inner.advance(samples, tokens)
-
-    def close(self) -> None:
-        self.inner.close()
+        super().start(total_samples)
 
 
 class _Run:
@@ -160,7 +152,6 @@ class _Run:
         self.started = False
 
     def execute(self, plan: Plan, inputs: RunInputs) -> None:
-        from gencache.core.progress import StagedProgress
         from gencache.run.session import TeacherSession
 
         config, pending = plan.config, inputs.targets
@@ -195,8 +186,9 @@ class _Run:
         else:
             loaded()
         self.started = True
-        staged = StagedProgress(self.progress(total) if self.progress is not None else None, total)
-        bar = _LoadedOnStart(staged, loaded if deferred else None)
+        bar = _LoadedOnStart(
+            self.progress(total) if self.progress is not None else None, total, loaded if deferred else None
+        )
         try:
             for position, target in enumerate(pending):
                 self._one(session, target, bar, last=position == len(pending) - 1)

@@ -79,10 +79,10 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
     node: Any = raw
     created: tuple[str | int, ...] | None = None
     for depth, part in enumerate(override.path[:-1]):
-        where = _describe(override.path[: depth + 1])
         if isinstance(part, int):
             if not isinstance(node, list) or part >= len(node):
                 size = len(node) if isinstance(node, list) else 0
+                where = _describe(override.path[: depth + 1])
                 raise ConfigError(f"{override.label}: {where} does not exist (the list has {size} items).")
             node = node[part]
         else:
@@ -101,17 +101,6 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
             raise ConfigError(f"{override.label}: {_describe(override.path[:-1])} is not an object.")
         node[last] = override.value
     return replace(override, created=created)
-
-
-def _limit(raw: dict[str, Any], limit: int) -> None:
-    configs = raw.get("data_configs")
-    if not isinstance(configs, list):
-        return
-    for data_config in configs:
-        if isinstance(data_config, dict):
-            current = data_config.get("num_samples")
-            if isinstance(current, int) and not isinstance(current, bool) and current > limit:
-                data_config["num_samples"] = limit
 
 
 @dataclass
@@ -201,8 +190,12 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
             applied.append(apply_override(current, step))
         except ConfigError as error:
             problems.append(Problem("config", step.label, error, origin=step.label))
-    if limit is not None:
-        _limit(current, limit)
+    configs = current.get("data_configs")
+    if limit is not None and isinstance(configs, list):  # --limit caps every data config's num_samples
+        for data_config in configs:
+            count = data_config.get("num_samples") if isinstance(data_config, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool) and count > limit:
+                data_config["num_samples"] = limit
     config: CacheConfig | None = None
     lines: list[tuple[Loc, str]] = []
     try:
@@ -215,9 +208,7 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
         problems.append(Problem("config", format_loc(loc) or named, ConfigError(f"{named}: {line}"), origin=named))
     if config is not None and not problems:
         return CheckedConfig(config, applied=applied)
-    result = _partial(current, problems, [loc for loc, _ in lines])
-    result.applied = applied
-    return result
+    return _partial(current, problems, [loc for loc, _ in lines], applied)
 
 
 def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> list[Problem]:
@@ -237,11 +228,13 @@ def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> li
     return named
 
 
-def _partial(current: dict[str, Any], problems: list[Problem], locs: Sequence[Loc]) -> CheckedConfig:
+def _partial(
+    current: dict[str, Any], problems: list[Problem], locs: Sequence[Loc], applied: list[Override]
+) -> CheckedConfig:
     """What of an invalid config validates on its own: the data configs and output directory no problem is in."""
     from gencache.config.models import parse_data_configs
 
-    result = CheckedConfig(None, problems)
+    result = CheckedConfig(None, problems, applied=applied)
     items = current.get("data_configs")
     if isinstance(items, list) and ("data_configs",) not in locs:
         for index, item in enumerate(items):
