@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gencache.core.errors import ConfigError, DatasetError, GenerationError, InputProblems
+from gencache.core.errors import ConfigError, DatasetError, GenerationError, InputProblems, Problem
 from gencache.run.overrides import Overrides
 from gencache.run.preflight import Preflight, plan_run, preflight
 from support.config_factory import write_config
@@ -18,11 +18,11 @@ def test_one_problem_is_raised_as_it_is_and_several_together_and_none_is_nothing
     with pytest.raises(GenerationError, match="nothing to publish"):
         found.run_inputs()
     first, second = ConfigError("first problem"), DatasetError("second problem")
-    found.fail("output path", "output_dir", first)
+    found.problems.append(Problem("output path", "output_dir", first))
     with pytest.raises(ConfigError) as info:
         found.run_inputs()
     assert info.value is first
-    found.fail("data_configs[0]", "data_configs[0]", second)
+    found.problems.append(Problem("data_configs[0]", "data_configs[0]", second))
     with pytest.raises(InputProblems) as several:
         found.run_inputs()
     assert [p.error for p in several.value.problems] == [first, second] and several.value.exit_code == 2

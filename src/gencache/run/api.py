@@ -1,11 +1,6 @@
 """The Python API of ``gencache generate``: :func:`generate` runs exactly what the command runs and returns the
-published path; :func:`dry_run` makes the same checks and returns their report.
-
-A run is config -> plan (:mod:`gencache.run.preflight`) -> every model-free check (:mod:`gencache.run.preflight`, the
-same code path for the dry run) -> teacher -> writer -> publish, one target after another; so a bad run fails in
-seconds. ``--shards N`` runs all N shards in this one process with one model load and publishes each shard as soon
-as it is done; a rerun skips the shards the same run already published. Nothing is printed here: messages go to
-the caller's ``notify`` and progress to the caller's ``progress`` factory; the command line renders the results.
+published path; :func:`dry_run` makes the same checks and returns their report. Nothing is printed here: messages go
+to the caller's ``notify`` and progress to the caller's ``progress`` factory.
 """
 
 from __future__ import annotations
@@ -19,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
+from gencache.core.progress import StagedProgress
 from gencache.run.overrides import Overrides
 from gencache.run.preflight import Plan, Preflight, RunInputs, Target, plan_run, preflight
 from gencache.run.ray import RayOptions
 
 if TYPE_CHECKING:
-    from gencache.core.progress import Notify, ProgressFactory, StagedProgress
+    from gencache.core.progress import Notify, Progress, ProgressFactory
     from gencache.run.session import TeacherSession
 
 Settings = Mapping[str, Any] | Sequence[str]
@@ -32,8 +28,7 @@ PathLike = str | os.PathLike[str]
 
 
 def _overrides(overrides: Settings | None, output_dir: PathLike | None, limit: int | None) -> Overrides:
-    """``overrides`` as ``--set`` texts (a mapping of dotted paths to Python values, JSON-encoded, or the texts),
-    with ``--output-dir`` and ``--limit``."""
+    """``overrides`` as ``--set`` texts (a mapping's values JSON-encoded), with ``--output-dir`` and ``--limit``."""
     if isinstance(overrides, str):
         raise ConfigError("overrides must be a mapping of dotted paths to values or a list of 'PATH=VALUE' texts.")
     texts = []
@@ -62,10 +57,9 @@ def dry_run(
     env: Mapping[str, str] | None = None,
 ) -> Preflight:
     """Make every check :func:`generate` makes with the same arguments, loading and writing nothing, and return
-    the report: ``report.errors`` lists every problem found and ``report.exit_code`` is the command's exit code.
-    ``show_prompt=N`` adds sample N's rendered prompt as ``report.prompt``; ``check_output=False`` only looks
-    (``gencache generate --show-prompt N``): the output path is not checked, as nothing would be written. A problem
-    of the config itself is raised, as :func:`generate` raises it."""
+    the report (``report.errors``, ``report.exit_code``). ``show_prompt=N`` adds sample N's rendered prompt as
+    ``report.prompt``; ``check_output=False`` leaves the output path unchecked. A problem of the config itself is
+    raised, as :func:`generate` raises it."""
     changes = _overrides(overrides, output_dir, limit)
     plan = plan_run(config, changes, shard, shards, env, skip_published or shards is not None)
     return preflight(plan, env, show_prompt, check_output=check_output)
@@ -87,25 +81,16 @@ def generate(
 ) -> Path:
     """Check, generate and publish the artifact of the config file ``config``, as ``gencache generate`` does.
 
-    ``overrides`` (``--set``) is a mapping of dotted config paths to values, such as
-    ``{"model.generation_kwargs.max_new_tokens": 64}``, or a list of ``"PATH=VALUE"`` texts; ``output_dir`` and
-    ``limit`` are ``--output-dir`` and ``--limit``. ``shard="I/N"`` generates one shard (under torchrun or SLURM the
-    rank's shard is used, read from ``env``, by default the process environment); ``shards=N`` generates all N here
-    with one model load, skipping shards already published by the same run; ``skip_published`` accepts an output
-    that is already published, verifies and belongs to this run.
+    ``overrides`` (``--set``) maps dotted config paths to values (``{"model.generation_kwargs.max_new_tokens": 64}``)
+    or is a list of ``"PATH=VALUE"`` texts; ``output_dir`` and ``limit`` are ``--output-dir`` and ``--limit``.
+    ``shard="I/N"`` generates one shard (under torchrun or SLURM the rank's, read from ``env``); ``shards=N`` all N
+    with one model load, skipping those the same run already published; ``skip_published`` accepts an output this
+    run already published. ``ray`` runs the shards on a Ray cluster: ``True`` (``RAY_ADDRESS`` or a local Ray), an
+    address, or a :class:`~gencache.run.ray.RayOptions`.
 
-    Returns the published directory: the artifact, the shard's directory with ``shard``, or with ``shards`` the
-    unsuffixed ``output_dir`` that :func:`gencache.open_caches`, ``inspect`` and ``verify`` read as the whole set.
-    Every problem found before the weights load is raised at once (:class:`gencache.InputProblems` for several);
-    nothing is printed. ``notify(level, text)`` receives the run's messages and ``progress(total)`` makes a
-    :class:`gencache.core.progress.Progress` for it. The call leaves the process as it found it (signal handlers,
-    environment, global random generators, logging, other modules).
-
-    ``ray`` runs the shards on a Ray cluster (``gencache generate --ray``): ``True`` is ``RAY_ADDRESS`` or a local
-    Ray instance, a string an address (``HOST:PORT``, ``ray://HOST:PORT``, ``"auto"``, ``"local"``), a
-    :class:`~gencache.run.ray.RayOptions` the address, the pool and its bounded waits; ``shards`` defaults to the
-    count of a split already at ``output_dir``, else eight per worker (fewer when some shard would own no key). It
-    returns the unsuffixed ``output_dir`` of the shard base.
+    Returns the published directory: the artifact, the shard's directory, or the unsuffixed ``output_dir`` of a
+    shard set. Every problem found before the weights load is raised at once (:class:`gencache.InputProblems` for
+    several). ``notify(level, text)`` receives the run's messages and ``progress(total)`` makes a progress for it.
     """
     changes = _overrides(overrides, output_dir, limit)
     say = notify or _quiet
@@ -141,33 +126,23 @@ def _seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f}s"
 
 
-class _LoadedOnStart:
-    """The run's progress; for an engine that builds its model with the first prompts, its first ``start`` (which
-    the engine calls once the model is built) says the teacher loaded, so that the message follows the load."""
+class _LoadedOnStart(StagedProgress):
+    """The run's progress; for an engine that builds its model with the first prompts, the first ``start`` says the
+    teacher loaded."""
 
-    def __init__(self, inner: StagedProgress, loaded: Callable[[], None] | None) -> None:
-        self.inner = inner
+    def __init__(self, inner: Progress | None, total: int, loaded: Callable[[], None] | None) -> None:
+        super().__init__(inner, total)
         self.loaded = loaded
-
-    def stage(self, label: str) -> None:
-        self.inner.stage(label)
 
     def start(self, total_samples: int) -> None:
         if self.loaded is not None:
             announce, self.loaded = self.loaded, None
             announce()
-        self.inner.start(total_samples)
-
-    def advance(self, samples: int, tokens: int) -> None:
-        self.inner.advance(samples, tokens)
-
-    def close(self) -> None:
-        self.inner.close()
+        super().start(total_samples)
 
 
 class _Run:
-    """The weights-loading part of a run: one model load, then each pending target in turn; where it stands is
-    what the line of a stop says."""
+    """The weights-loading part of a run: one model load, then each pending target in turn."""
 
     def __init__(self, say: Notify, progress: ProgressFactory | None) -> None:
         self.say, self.progress = say, progress
@@ -177,7 +152,6 @@ class _Run:
         self.started = False
 
     def execute(self, plan: Plan, inputs: RunInputs) -> None:
-        from gencache.core.progress import StagedProgress
         from gencache.run.session import TeacherSession
 
         config, pending = plan.config, inputs.targets
@@ -212,8 +186,9 @@ class _Run:
         else:
             loaded()
         self.started = True
-        staged = StagedProgress(self.progress(total) if self.progress is not None else None, total)
-        bar = _LoadedOnStart(staged, loaded if deferred else None)
+        bar = _LoadedOnStart(
+            self.progress(total) if self.progress is not None else None, total, loaded if deferred else None
+        )
         try:
             for position, target in enumerate(pending):
                 self._one(session, target, bar, last=position == len(pending) - 1)

@@ -1,13 +1,7 @@
 """``gencache audit``: regenerate stored answers one prompt at a time and compare them with what the cache holds.
 
-:func:`audit` rebuilds the run's samples from the artifact's own ``resolved_config.json`` (after checking its digest
-and the recorded source files' SHA-256, :mod:`gencache.data.recorded`), picks keys (a seeded sample of ``samples``
-keys, every key, or the keys given), and regenerates each one alone: one prompt per engine call, batch size one,
-with the run's effective generation settings and seed, the recorded dtype and device unless others are asked for.
-Sampled runs are regenerated with the same per-sequence seeds (:mod:`gencache.generation.sampling`), so the audit of
-a sampled run is as exact as that of a greedy one. Each key's stored sequences are compared token for token with
-the regenerated ones; the :class:`AuditReport` says which keys are equal, where each differing sequence first
-diverges and both finish reasons. Nothing is written into the artifact.
+Each key is regenerated alone (batch size one) with the run's recorded settings and seed, and sampled runs with
+the same per-sequence seeds, so the audit of a sampled run is as exact as that of a greedy one.
 """
 
 from __future__ import annotations
@@ -18,7 +12,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,15 +49,7 @@ class SequenceAudit:
         return self.first_difference is None and self.stored_finish == self.regenerated_finish
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "equal": self.equal,
-            "first_difference": self.first_difference,
-            "stored_length": self.stored_length,
-            "regenerated_length": self.regenerated_length,
-            "stored_finish": self.stored_finish,
-            "regenerated_finish": self.regenerated_finish,
-        }
+        return asdict(self) | {"equal": self.equal}
 
 
 @dataclass(frozen=True)
@@ -93,8 +79,7 @@ class KeyAudit:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What :func:`audit` found: the artifact, how it regenerated (engine, teacher, device, dtype, sampled or
-    greedy), the keys it chose among how many, each key's :class:`KeyAudit`, and the time spent regenerating."""
+    """What :func:`audit` found: the artifact, how it regenerated, each chosen key's :class:`KeyAudit`, the time."""
 
     path: Path
     engine: str
@@ -118,7 +103,6 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        """0 when every audited key is equal, 1 when any differs (``gencache audit``'s exit code)."""
         return 0 if self.differing == 0 else 1
 
     def divergence(self) -> dict[int, int]:
@@ -163,8 +147,8 @@ def select_keys(
     keys: Sequence[str] | None = None,
     seed: int = 0,
 ) -> tuple[list[str], str]:
-    """The keys to audit and how they were chosen: ``keys`` as given (each must be in ``available``), every key,
-    or ``samples`` keys drawn with ``random.Random(seed)`` from the sorted keys (all of them when fewer)."""
+    """The keys to audit and how they were chosen: ``keys`` as given, every key, or ``samples`` keys drawn with
+    ``random.Random(seed)`` from the sorted keys."""
     if keys is not None and all_keys:
         raise ConfigError("audit: give either keys or all_keys, not both.")
     if keys is not None:
@@ -188,10 +172,8 @@ def select_keys(
 
 
 def _choose_engine(run: RecordedRun, requested: str | None) -> str:
-    """The engine to regenerate with: ``requested``, else the engine whose sampler the run used: ``vllm`` for a run
-    that sampled with vLLM (only vLLM's sampler draws its tokens again), ``transformers`` for every other run. A
-    sampled run is refused with an engine of the other sampler family, and ``vllm`` when vLLM is not installed,
-    both before anything loads."""
+    """The engine to regenerate with: ``requested``, else ``vllm`` for a run that sampled with vLLM (only vLLM's
+    sampler draws its tokens again), ``transformers`` for every other run."""
     recorded = str(run.resolved.get("engine", {}).get("name", ENGINE_STATIC))
     sampled = bool(run.generation.get("do_sample"))
     chosen = requested or (ENGINE_VLLM if sampled and recorded == ENGINE_VLLM else ENGINE_STATIC)
@@ -210,8 +192,7 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
 
 def _teacher_paths(run: RecordedRun, model_path: str | None, tokenizer_path: str | None) -> tuple[str, str]:
     """The teacher and tokenizer to regenerate with: those given, else the recorded ones; a tokenizer that came
-    with the recorded teacher comes with a given one. A recorded local directory that is gone (the teacher moved)
-    is one :class:`ConfigError` naming the option that points at its new place, before anything loads."""
+    with the recorded teacher comes with a given one."""
     model = run.config.model
     recorded_model, recorded_tokenizer = model.model_path, model.effective_tokenizer_path
     if tokenizer_path is None and model_path is not None and recorded_tokenizer == recorded_model:
@@ -280,19 +261,16 @@ def audit(
     dtype: str | None = None,
     progress: Callable[[int], Progress] | None = None,
 ) -> AuditReport:
-    """Audit the artifact or shard base at ``path`` (see the module docstring) and return the report; nothing is
-    printed or written. ``engine``, ``model_path``, ``tokenizer_path``, ``device`` and ``dtype`` override what the
-    run recorded (the teacher to regenerate with: the original of a cache made by a modified one, or the teacher's
-    directory after it moved; a tokenizer that came with the recorded teacher comes with ``model_path``);
-    ``progress(total)``
-    makes the progress the regeneration reports to. Bad input (a changed source file, an unknown key, an engine
-    whose sampler differs from the run's) raises a :class:`gencache.GencacheError` before any weights load."""
+    """Audit the artifact or shard base at ``path`` and return the report; nothing is written. ``engine``,
+    ``model_path``, ``tokenizer_path``, ``device`` and ``dtype`` override what the run recorded (the teacher's
+    directory after it moved, or the original of a cache made by a modified teacher); ``progress(total)`` makes the
+    progress the regeneration reports to. Bad input raises before any weights load."""
     reader, run = open_recorded_run(path)
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)
     model = run.config.model
     teacher, tokenizer_at = _teacher_paths(run, model_path, tokenizer_path)
-    where = {"model_path": teacher, "device": device or model.device, "dtype": dtype or model.dtype}
+    device, dtype = device or model.device, dtype or model.dtype
     tokenizer = load_tokenizer(tokenizer_at, revision=model.revision)
     recorded = reader.provenance  # the tokenizer must still be in the state the cache was generated with
     reader.check_compatible(
@@ -307,15 +285,15 @@ def audit(
     unmatched = [key for key in chosen if key not in prompts]
     if unmatched:
         raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
-    generation = _resolve(run, where["model_path"], tokenizer)
+    generation = _resolve(run, teacher, tokenizer)
     created = build_engine(
         run.config,
         generation=generation,
         tokenizer=tokenizer,
-        device=where["device"],
+        device=device,
         name=name,
-        model_path=where["model_path"],
-        dtype=where["dtype"],
+        model_path=teacher,
+        dtype=dtype,
         one_prompt=True,
     )
     created.import_libraries()  # load_seconds is the load's own time
@@ -342,9 +320,9 @@ def audit(
     return AuditReport(
         path=Path(os.path.abspath(os.path.expanduser(path))),
         engine=name,
-        model_path=where["model_path"],
-        device=where["device"],
-        dtype=where["dtype"],
+        model_path=teacher,
+        device=device,
+        dtype=dtype,
         sampled=generation.do_sample,
         selection=selection,
         total_keys=len(reader),

@@ -1,16 +1,8 @@
 """Command-line overrides of a config file: ``--set PATH=VALUE``, ``--output-dir`` and ``--limit``.
 
-``--set model.generation_kwargs.max_new_tokens=64`` replaces one field, addressed by a dotted path (list items by
-their index: ``data_configs.0.num_samples``); the value is JSON (``8``, ``true``, ``null``, ``"text"``,
-``{"a": 1}``) or, when it is not valid JSON, the plain string. ``--output-dir DIR`` is ``--set output_dir=DIR``.
-``--limit N`` caps every data config's ``num_samples`` at N; the recipes draw samples in order, so the selection is
-a prefix of the full run's. Overrides apply to the merged file (``_default.json`` under the config) in the order
-given, and the result is validated once, exactly like a file; a problem is named after the override whose path
-holds its location (the last one applied, so ``--set model={...}`` owns every problem beneath ``model``; an
-object an override created on its way, such as a misspelt ``model.generation_kwrgs``, is its too) or, in a
-field checked against a sibling, the sibling's (``--set engine=vllm`` owns a problem of ``engine_options``), and
-after the file when no override's does. Problems the later checks find (the data files', the teacher's) are named
-the same way (:func:`name_origins`).
+Overrides apply to the merged file in the order given and the result is validated once, like a file. A problem is
+named after the override that wrote its location (the last one, so ``--set model={...}`` owns every problem beneath
+``model``), or that wrote the sibling a field is checked against, else after the file.
 """
 
 from __future__ import annotations
@@ -33,16 +25,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Override:
     """One ``--set`` (or ``--output-dir``): the dotted path split into keys and list indices, the decoded value, and
-    the option and text that gave it, which a problem it introduces is named after (:attr:`label`)."""
+    the option and text that gave it."""
 
     text: str
     path: tuple[str | int, ...]
     value: Any
     option: str = "--set"
     created: tuple[str | int, ...] | None = None
-    """Once applied (:func:`apply_override`): the first object on the way to :attr:`path` that this override
-    created because the config had none there (``model.generation_kwrgs`` of ``--set
-    model.generation_kwrgs.max_new_tokens=8``); None when every object on the way was the config's."""
+    """Once applied: the first object on the way to :attr:`path` that the config lacked (a misspelt
+    ``model.generation_kwrgs``), which this override then owns."""
 
     @property
     def owned(self) -> tuple[str | int, ...]:
@@ -51,7 +42,6 @@ class Override:
 
     @property
     def label(self) -> str:
-        """How a problem names this override: ``--set PATH=VALUE`` or ``--output-dir DIR``."""
         return f"{self.option} {self.text}"
 
 
@@ -68,7 +58,7 @@ class Overrides:
 
 
 def parse_set(text: str) -> Override:
-    """``PATH=VALUE`` to an :class:`Override` (see the module docstring)."""
+    """``PATH=VALUE`` to an :class:`Override`: list items by their index, the value JSON or else the plain string."""
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep or not name:
@@ -85,15 +75,14 @@ def _describe(path: Sequence[str | int]) -> str:
 
 
 def apply_override(raw: dict[str, Any], override: Override) -> Override:
-    """Set ``override.path`` in ``raw`` (in place), creating missing objects on the way; return the override with
-    the first object it created (:attr:`Override.created`)."""
+    """Set ``override.path`` in ``raw`` (in place), creating missing objects on the way."""
     node: Any = raw
     created: tuple[str | int, ...] | None = None
     for depth, part in enumerate(override.path[:-1]):
-        where = _describe(override.path[: depth + 1])
         if isinstance(part, int):
             if not isinstance(node, list) or part >= len(node):
                 size = len(node) if isinstance(node, list) else 0
+                where = _describe(override.path[: depth + 1])
                 raise ConfigError(f"{override.label}: {where} does not exist (the list has {size} items).")
             node = node[part]
         else:
@@ -114,51 +103,16 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
     return replace(override, created=created)
 
 
-def _limit(raw: dict[str, Any], limit: int) -> None:
-    configs = raw.get("data_configs")
-    if not isinstance(configs, list):
-        return
-    for data_config in configs:
-        if isinstance(data_config, dict):
-            current = data_config.get("num_samples")
-            if isinstance(current, int) and not isinstance(current, bool) and current > limit:
-                data_config["num_samples"] = limit
-
-
 @dataclass
 class CheckedConfig:
-    """A config file with its overrides, validated: the config, or every problem (one per field) and what
-    still validates on its own (the data configs by index, the output directory), which can be checked anyway."""
+    """A config file with its overrides, validated: the config, or every problem and what still validates on its
+    own (the data configs by index, the output directory), which can be checked anyway."""
 
     config: CacheConfig | None
     problems: list[Problem] = field(default_factory=list)
     data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
     output_dir: str | None = None
     applied: list[Override] = field(default_factory=list)
-    """The overrides as applied (:func:`apply_override`), which :func:`name_origins` names later problems after."""
-
-
-def _validation_lines(candidate: dict[str, Any]) -> tuple[CacheConfig | None, list[tuple[Loc, str]]]:
-    """``candidate`` validated: the config and no lines when it validates, else None and the ``(location, line)``
-    of every problem."""
-    from pydantic import ValidationError
-
-    from gencache.config.messages import collect_problems, problem_lines
-    from gencache.config.models import CacheConfig
-
-    try:
-        return CacheConfig.model_validate(candidate), []
-    except ValidationError as exc:
-        return None, problem_lines(collect_problems(exc, CacheConfig))
-
-
-def _checked_limit(limit: int | None, problems: list[Problem]) -> int | None:
-    """``--limit`` when it is a positive number, else None with its problem added to ``problems``."""
-    if limit is not None and (isinstance(limit, bool) or limit < 1):
-        message = f"--limit must be a positive number of samples, got {limit}."
-        problems.append(Problem("config", "--limit", ConfigError(message), origin="--limit"))
-        return None
-    return limit
 
 
 def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
@@ -178,7 +132,7 @@ def _steps(overrides: Overrides, problems: list[Problem]) -> list[Override]:
 
 
 def check_utf8_paths(paths: Mapping[str, str]) -> None:
-    """Refuse a path that is not valid UTF-8 (it could not be recorded in the artifact's JSON)."""
+    """Refuse a path that is not valid UTF-8: the artifact's JSON could not record it."""
     for what, value in paths.items():
         try:
             value.encode("utf-8")
@@ -198,12 +152,7 @@ def _holder(loc: Loc, applied: Sequence[Override]) -> Override | None:
 
 
 def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
-    """The override a problem at ``loc`` comes from, None when it is the file's own: the last applied one whose
-    :attr:`~Override.owned` part is ``loc`` or a prefix of it (it wrote that value, or created the object holding
-    it, last: ``--set model.generation_kwrgs.max_new_tokens=8`` owns the unknown field ``model.generation_kwrgs``);
-    else, in a field whose rule
-    reads a sibling (:data:`~gencache.config.names.READS_SIBLING`: ``engine_options`` reads ``engine``), the one
-    that wrote the sibling."""
+    """The override a problem at ``loc`` comes from (see the module docstring), None when it is the file's own."""
     from gencache.config.names import READS_SIBLING
 
     holder = _holder(loc, applied)
@@ -217,11 +166,19 @@ def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
 
 def check_config(path: str | os.PathLike[str], overrides: Overrides | None = None) -> CheckedConfig:
     """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result once, collecting every
-    problem: each invalid field is its own problem, named after the override whose path holds it (:func:`origin_of`),
-    else after the file."""
+    problem (one per invalid field)."""
+    from pydantic import ValidationError
+
+    from gencache.config.messages import collect_problems, format_loc, problem_lines
+    from gencache.config.models import CacheConfig
+
     overrides = overrides or Overrides()
     problems: list[Problem] = []
-    limit = _checked_limit(overrides.limit, problems)
+    limit = overrides.limit
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        message = f"--limit must be a positive number of samples, got {limit}."
+        problems.append(Problem("config", "--limit", ConfigError(message), origin="--limit"))
+        limit = None
     try:
         raw, origin = read_merged_config(Path(path))
     except ConfigError as error:
@@ -233,26 +190,30 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
             applied.append(apply_override(current, step))
         except ConfigError as error:
             problems.append(Problem("config", step.label, error, origin=step.label))
-    if limit is not None:
-        _limit(current, limit)
-    from gencache.config.messages import format_loc
-
-    config, lines = _validation_lines(current)
+    configs = current.get("data_configs")
+    if limit is not None and isinstance(configs, list):  # --limit caps every data config's num_samples
+        for data_config in configs:
+            count = data_config.get("num_samples") if isinstance(data_config, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool) and count > limit:
+                data_config["num_samples"] = limit
+    config: CacheConfig | None = None
+    lines: list[tuple[Loc, str]] = []
+    try:
+        config = CacheConfig.model_validate(current)
+    except ValidationError as exc:
+        lines = problem_lines(collect_problems(exc, CacheConfig))
     for loc, line in lines:
         source = origin_of(loc, applied)
         named = source.label if source is not None else origin
         problems.append(Problem("config", format_loc(loc) or named, ConfigError(f"{named}: {line}"), origin=named))
     if config is not None and not problems:
         return CheckedConfig(config, applied=applied)
-    result = _partial(current, problems, [loc for loc, _ in lines])
-    result.applied = applied
-    return result
+    return _partial(current, problems, [loc for loc, _ in lines], applied)
 
 
 def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> list[Problem]:
-    """``problems`` found once the config validated (its data files', the teacher's), each whose location an
-    override wrote (:func:`origin_of`) named after it like a problem of the config: its message starts with the
-    override's label, which is its :attr:`~gencache.core.errors.Problem.origin` too."""
+    """``problems`` found once the config validated (its data files', the teacher's), each named after the override
+    that wrote its location (:func:`origin_of`), like a problem of the config."""
     from gencache.config.messages import parse_loc
     from gencache.core.errors import reworded
 
@@ -267,12 +228,13 @@ def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> li
     return named
 
 
-def _partial(current: dict[str, Any], problems: list[Problem], locs: Sequence[Loc]) -> CheckedConfig:
-    """What of an invalid config validates on its own: the data configs and the output directory that no problem's
-    location (``locs``) falls in."""
+def _partial(
+    current: dict[str, Any], problems: list[Problem], locs: Sequence[Loc], applied: list[Override]
+) -> CheckedConfig:
+    """What of an invalid config validates on its own: the data configs and output directory no problem is in."""
     from gencache.config.models import parse_data_configs
 
-    result = CheckedConfig(None, problems)
+    result = CheckedConfig(None, problems, applied=applied)
     items = current.get("data_configs")
     if isinstance(items, list) and ("data_configs",) not in locs:
         for index, item in enumerate(items):

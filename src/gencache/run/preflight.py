@@ -1,24 +1,8 @@
-"""Every check a run makes before the teacher's weights load, in the order they run: the one code path of
-``generate`` and the dry run.
+"""Every check a run makes before the teacher's weights load, in order: the one code path of ``generate`` and the
+dry run. Every problem is listed at once; a check whose input failed is skipped, saying so.
 
-Each check is a plain function that returns its value and the line the dry run shows, or raises a
-:class:`~gencache.core.errors.GencacheError`; :meth:`Preflight.check` records either, so that every problem is
-listed at once (one :class:`~gencache.core.errors.Problem` each, at the error's location or the check's), and a
-check whose input failed is skipped, saying so.
-
-1. **The config and the data files** (no torch, transformers or datasets is imported: an input mistake is reported
-   in about a second): paths that must be valid UTF-8, the output location, where the model and tokenizer are,
-   each data config on its own (its source read, its samples counted, its keys), the ``--shards`` count against
-   the unique keys, ``--show-prompt``'s index, the device as far as it is known without torch, and the engine's
-   package. The data configs and output location of an invalid config are checked too
-   (:func:`check_inputs_alone`).
-2. **The teacher**, only when phase 1 found nothing: the device as torch sees it, the tokenizer, the effective
-   generation config, the engine's refusals, the teacher's config, attention implementation, weight files and
-   vocabulary, the samples tokenized (each target gets its keys), the context length, the prompt ids, the
-   continuous engine's paged-cache budget and the header budget. With every check passed, the run's complete
-   inputs are one :class:`RunInputs`.
-
-Nothing is printed here.
+Phase 1 (the config, the data files, what the machine shows without torch) imports no torch, so an input mistake
+is reported in about a second; phase 2 (the teacher and the tokenized samples) runs only when phase 1 found nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +29,6 @@ from gencache.core.errors import (
     reworded,
 )
 from gencache.run.overrides import Override, Overrides, check_config, check_utf8_paths, name_origins
-from gencache.run.record import absolute_path
 from gencache.run.sharding import ShardSpec, full_split, resolve_shard
 
 if TYPE_CHECKING:
@@ -90,8 +73,7 @@ class Check:
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What a run takes from the checks, every part present: the targets to publish with their keys and header
-    budgets, and what publishes them."""
+    """What a run takes from the checks, every part present."""
 
     targets: list[Target]
     device: str
@@ -105,12 +87,8 @@ class RunInputs:
 
 @dataclass
 class Preflight:
-    """The checks' report (what ``gencache.dry_run`` returns): each check's line, every problem, what was not
-    computed, and what the samples showed (their counts per data config, the built samples once the tokenizer
-    loads, each target with its keys, the header budget). ``config`` is None when the config itself is invalid.
-    ``output_dir`` is what the run would return, ``published`` what the same run already published, ``prompt`` the
-    sample ``--show-prompt`` asked for; ``inputs`` the run's complete inputs, present only when every check passed.
-    """
+    """The checks' report (what ``gencache.dry_run`` returns). ``config`` is None when the config itself is
+    invalid; ``inputs`` is present only when every check passed."""
 
     config: CacheConfig | None
     targets: list[Target]
@@ -127,23 +105,13 @@ class Preflight:
     inputs: RunInputs | None = None
 
     @property
-    def outputs(self) -> list[Path]:
-        """The directories the run publishes (one, or one per shard still to generate)."""
-        return [target.output_dir for target in self.targets]
-
-    @property
     def errors(self) -> list[GencacheError]:
-        """Every problem's error, in the order found."""
         return [problem.error for problem in self.problems]
 
     @property
     def exit_code(self) -> int:
         """What ``generate`` would exit with: the first problem's code, 0 when there is none."""
         return self.problems[0].error.exit_code if self.problems else 0
-
-    def fail(self, name: str, location: str, error: GencacheError) -> None:
-        self.problems.append(Problem(name, location, error))
-        self.checks.append(Check(name, "failed", str(error)))
 
     def skip(self, name: str, why: str) -> None:
         self.checks.append(Check(name, "skipped", why))
@@ -161,15 +129,14 @@ class Preflight:
         try:
             value, detail = action(*given)
         except GencacheError as error:
-            self.fail(name, getattr(error, "location", None) or location, error)
+            self.problems.append(Problem(name, getattr(error, "location", None) or location, error))
+            self.checks.append(Check(name, "failed", str(error)))
             return None
         self.checks.append(Check(name, "ok", detail))
         return value
 
     def run_inputs(self) -> RunInputs:
-        """The complete inputs of the run: the problems are raised (one as it is, several as
-        :class:`gencache.core.errors.InputProblems`); with no problem and no inputs (every output was already
-        published), a :class:`GenerationError`."""
+        """The complete inputs of the run; the problems are raised."""
         raise_problems(self.problems)
         if self.inputs is None:
             raise GenerationError("The checks before the run produced no inputs: there is nothing to publish.")
@@ -180,17 +147,11 @@ class Preflight:
 @dataclass(frozen=True)
 class Target:
     """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
-    once the samples are built, by :func:`with_keys`)."""
+    once the samples are built)."""
 
     output_dir: Path
     shard: ShardSpec | None
     keys: tuple[str, ...] = ()
-
-
-def with_keys(targets: Sequence[Target], samples: SampleSet) -> list[Target]:
-    """``targets`` with the keys each publishes: every unique key of ``samples``, or its shard's."""
-    keys = samples.keys()
-    return [Target(t.output_dir, t.shard, tuple(t.shard.select(keys) if t.shard else keys)) for t in targets]
 
 
 @dataclass(frozen=True)
@@ -202,7 +163,6 @@ class Plan:
     digest: str
     overrides: Overrides
     applied: list[Override]
-    """The overrides as applied: a later problem at a location one of them wrote is named after it."""
     targets: list[Target]
     pending: list[Target]
     published: list[Path]
@@ -219,6 +179,11 @@ class Plan:
         return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
 
 
+def absolute_path(path: str) -> Path:
+    """``output_dir`` relative to the working directory, made absolute without resolving symlinks."""
+    return Path(os.path.abspath(os.path.expanduser(path)))
+
+
 def run_digest(resolved_config: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
     stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}
@@ -226,9 +191,8 @@ def run_digest(resolved_config: Mapping[str, Any]) -> str:
 
 
 def check_published(output_dir: Path, digest: str) -> None:
-    """Accept an existing ``output_dir`` only as an artifact the same run published; raise otherwise. What the
-    publish guarantees is checked (files, manifest end, header, sizes, run digest), never the payload's bytes:
-    ``gencache verify`` is the full check."""
+    """Accept an existing ``output_dir`` only as an artifact the same run published (the payload's bytes are
+    ``gencache verify``'s to check)."""
     from gencache.artifact.reader import is_published
 
     try:
@@ -283,11 +247,9 @@ def plan_run(
     *,
     keep_split: bool = False,
 ) -> Plan:
-    """The plan of ``config_path`` with ``overrides``: ``shard`` (``I/N``, or the launcher's rank read from ``env``)
-    or all ``shards``; with ``skip`` the targets the same run already published are set aside. Every problem of
-    the config, the shard plan and the data files is raised at once (when the config is invalid, the data configs
-    and the output location that validated on their own are checked too). With ``keep_split`` and no count, a split
-    already started at ``output_dir`` is planned with its count (a ``--ray`` rerun resumes it)."""
+    """The plan of ``config_path`` with ``overrides``, ``shard`` or ``shards``; with ``skip`` the targets the same
+    run already published are set aside. Every problem of the config, the shard plan and the data files is raised at
+    once. With ``keep_split`` and no count, a split already started at ``output_dir`` keeps its count."""
     from gencache.artifact.shards import find_shards
     from gencache.config import config_to_json
 
@@ -306,9 +268,14 @@ def plan_run(
             problems.extend(_split_problems(output_dir, targets))
     config = checked.config
     if config is None or problems:
-        data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
-        alone = check_inputs_alone(data_configs, [] if skip else targets).problems
-        raise_problems(problems + name_origins(alone, checked.applied))
+        from gencache.data.sources import shared_tables
+
+        # the data configs and the output location that validated on their own are checked too
+        alone = Preflight(None, [] if skip else targets)
+        with shared_tables():
+            data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
+            _inputs(alone, None, data_configs, None, True)
+        raise_problems(problems + name_origins(alone.problems, checked.applied))
     assert config is not None
     config_json = config_to_json(config)
     digest = run_digest(config_json)
@@ -316,9 +283,7 @@ def plan_run(
 
 
 def reshard(plan: Plan, count: int) -> Plan:
-    """``plan``'s run split into ``count`` shards (as ``--shards count``), each shard already published by the same
-    run found; every problem raised at once (a split beside another split of the output path, a published shard
-    that does not verify or is another run's)."""
+    """``plan``'s run split into ``count`` shards (as ``--shards count``), the shards already published set aside."""
     output_dir = plan.config.output_dir
     targets = _targets(output_dir, None, count, {})
     raise_problems(_split_problems(output_dir, targets))
@@ -326,8 +291,7 @@ def reshard(plan: Plan, count: int) -> Plan:
 
 
 def _sorted(plan: Plan, skip: bool) -> Plan:
-    """``plan`` with its targets sorted into those to generate and, with ``skip``, those the same run already
-    published (an existing target that does not verify or is another run's is a problem, raised with the rest)."""
+    """``plan`` with its targets sorted into those to generate and, with ``skip``, those already published."""
     pending: list[Target] = []
     published: list[Path] = []
     problems: list[Problem] = []
@@ -348,8 +312,7 @@ def _sorted(plan: Plan, skip: bool) -> Plan:
 def preflight(
     plan: Plan, env: Mapping[str, str] | None, show_prompt: int | None = None, *, check_output: bool = True
 ) -> Preflight:
-    """Make every check (see the module docstring) for ``plan``'s targets still to generate and return the report,
-    problems named after the overrides that caused them. ``show_prompt`` is the sample whose prompt the report
+    """Every check for ``plan``'s targets still to generate; ``show_prompt`` is the sample whose prompt the report
     carries; ``check_output=False`` leaves the output path unchecked (``--show-prompt`` alone writes nothing)."""
     from gencache.data.sources import shared_tables
 
@@ -376,20 +339,9 @@ def preflight(
     return found
 
 
-def check_inputs_alone(data_configs: Sequence[tuple[int, DataConfig]], targets: Sequence[Target]) -> Preflight:
-    """Phase 1 for an invalid config: the data configs and the output location that validated on their own."""
-    from gencache.data.sources import shared_tables
-
-    found = Preflight(None, list(targets))
-    with shared_tables():
-        _inputs(found, None, data_configs, None, True)
-    return found
-
-
 def input_keys(plan: Plan) -> list[str]:
-    """Phase 1's checks of ``plan``'s config and targets still to generate (the output location, the data configs,
-    the shard count), every problem raised; the run's keys in sample order (empty when a data config counts teacher
-    tokens). The driver of a Ray run checks with this before any worker starts: the device is each worker's."""
+    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order
+    (empty when a data config counts teacher tokens)."""
     found = Preflight(plan.config, list(plan.pending))
     data_configs = list(enumerate(plan.config.data_configs))
     keys = _inputs(found, plan.config, data_configs, plan.targets[0].shard, True)[1]
@@ -405,8 +357,7 @@ def _inputs(
     shard: ShardSpec | None,
     check_output: bool,
 ) -> tuple[str | None, list[str] | None]:
-    """The paths, the output location, the model's and tokenizer's locations (of a valid ``config``) and each data
-    config: the rename mode the run publishes with and the run's keys (each None when unknown)."""
+    """Phase 1: the rename mode the run publishes with and the run's keys (each None when unknown)."""
     rename_mode = _output(found, config, check_output)
     if config is not None:
         _model_locations(found, config)
@@ -414,8 +365,7 @@ def _inputs(
 
 
 def _output(found: Preflight, config: CacheConfig | None, check_output: bool) -> str | None:
-    """Paths that must be valid UTF-8 and the output location; the rename mode the run publishes with."""
-    outputs = found.outputs
+    outputs = [target.output_dir for target in found.targets]
     named = {"output path": str(outputs[0]) if outputs else ""}
     if config is not None:
         model = config.model
@@ -433,8 +383,8 @@ def _output(found: Preflight, config: CacheConfig | None, check_output: bool) ->
 
 
 def _output_location(outputs: Sequence[Path]) -> tuple[str | None, str]:
-    """Every output path is absent and the nearest existing ancestor of its parent (a missing parent is created
-    when the run publishes) can hold it; the publish rename mode. Nothing is left behind."""
+    """Every output path is absent and the nearest existing ancestor of its parent can hold it; the publish rename
+    mode."""
     from gencache.artifact.publish import check_output_path, probe_rename
 
     if not outputs:
@@ -461,7 +411,6 @@ def _output_location(outputs: Sequence[Path]) -> tuple[str | None, str]:
 
 
 def _model_locations(found: Preflight, config: CacheConfig) -> None:
-    """Where the model and tokenizer are: local directories that exist, or hub ids that can be had."""
     model, where = config.model, _model_location
     found.check("model", "model.model_path", lambda: where("model.model_path", model.model_path, model.revision))
     tokenizer = model.effective_tokenizer_path
@@ -471,8 +420,7 @@ def _model_locations(found: Preflight, config: CacheConfig) -> None:
 
 
 def _model_location(field_name: str, value: str, revision: str | None) -> tuple[None, str]:
-    """A local model or tokenizer directory exists (with ``config.json`` for a model); a hub id is reachable or
-    cached; every JSON file of a local directory parses."""
+    """A local model or tokenizer directory exists and its JSON files parse; a hub id is reachable or cached."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 
@@ -515,8 +463,7 @@ def _model_location(field_name: str, value: str, revision: str | None) -> tuple[
 def _data_configs(
     found: Preflight, data_configs: Sequence[tuple[int, DataConfig]], shard: ShardSpec | None
 ) -> list[str] | None:
-    """Each data config on its own (one check each), then the ``--shards`` count. The run's keys in sample order,
-    or None when a data config failed or counts teacher tokens (its keys are known once the tokenizer loads)."""
+    """Each data config on its own, then the ``--shards`` count; the run's keys, or None when unknown yet."""
     counts: list[int] = []
     keys: list[str] | None = []
     with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
@@ -527,17 +474,20 @@ def _data_configs(
             keys = None if read is None or keys is None else keys + read
     found.sample_counts = counts
     if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
-        message = "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
-        found.fail("datasets", "data_configs", ConfigError(message))
+
+        def some() -> tuple[None, str]:
+            raise ConfigError(
+                "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
+            )
+
+        found.check("datasets", "data_configs", some)
     if keys is not None:
         _shard_count(found, keys, shard)
     return keys
 
 
 def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
-    """The keys of data config ``index`` read from its source (its prompts rendered when the template needs no
-    tokenizer), or None when the recipe counts tokens and is checked once the tokenizer loads. A problem names
-    ``data_configs[index]`` once, with the field it is about as its location."""
+    """The keys of data config ``index`` read from its source, or None when the recipe counts tokens."""
     from gencache.data.keys import semantic_key
     from gencache.data.prompts import get_template
     from gencache.data.recipes import get_recipe
@@ -566,9 +516,7 @@ def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
 
 
 def _shard_count(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None:
-    """``--shards N`` with more shards than the run has unique keys is refused (some shards would be empty), naming
-    the largest count that leaves no shard empty. One shard of a launched or ``--shard I/N`` run that owns no key is
-    still published empty, so that the set of shards is complete (generate says so)."""
+    """``--shards N`` with more shards than unique keys is refused (a shard of ``--shard I/N`` may be empty)."""
     if shard is None or shard.origin != "--shards":
         return
     unique = len(set(keys))
@@ -604,9 +552,7 @@ def _gpu_driver_evidence() -> list[str]:
 
 
 def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
-    """This rank's device and what can be known of it without torch: ``auto`` needs accelerate, and a CUDA device
-    needs a GPU driver on this machine and a ``CUDA_VISIBLE_DEVICES`` that leaves a GPU visible (whether torch
-    sees that index is :func:`_torch_device`'s, in phase 2)."""
+    """This rank's device and what can be known of it without torch (whether torch sees it is phase 2's)."""
     import importlib.util
 
     from gencache.run.sharding import device_for_rank
@@ -635,7 +581,6 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
 
 
 def _engine_package(engine: str) -> tuple[None, str]:
-    """The package the chosen engine runs on is installed (found without importing it)."""
     import importlib.util
 
     if engine != ENGINE_VLLM:
@@ -658,9 +603,9 @@ def _teacher(
     keys: list[str] | None,
     show_prompt: int | None,
 ) -> None:
-    """Phase 2, in order; each check takes what the checks before it produced. Sets the report's samples, targets
-    with their keys, header budget, prompt and, when every check passed, the run's inputs."""
+    """Phase 2, in order; each check takes what the checks before it produced."""
     from gencache.config.engines import ContinuousOptions
+    from gencache.generation import teacher as checks
     from gencache.generation.teacher import vocab_size_of
 
     model = config.model
@@ -670,16 +615,23 @@ def _teacher(
         "generation", "model.generation_kwargs", _generation, config, tokenizer, needs=["tokenizer"]
     )
     engine = found.check(
-        "engine", "engine_options", _engine, config, generation, tokenizer, device, needs=["generation"]
+        "engine",
+        "engine_options",
+        lambda g, t: (build_engine(config, generation=g, tokenizer=t, device=device), config.engine),
+        generation,
+        tokenizer,
+        needs=["generation"],
     )
     teacher = found.check("teacher config", "model.model_path", _teacher_config, config)
-    found.check("attention", "model.attn_implementation", lambda: _attention(model.attn_implementation, device))
-    found.check("teacher weights", "model.model_path", lambda: _weights(model.model_path))
+    found.check(
+        "attention",
+        "model.attn_implementation",
+        lambda: (None, checks.check_attn_implementation(model.attn_implementation, device)),
+    )
+    found.check("teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path)))
     vocab_size = vocab_size_of(teacher) if teacher is not None else None
     needs = ["tokenizer", "generation", "teacher config"]
-    vocabulary = found.check(
-        "vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs
-    )
+    found.check("vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs)
     samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
     if tokenizer is None:
         found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
@@ -689,7 +641,10 @@ def _teacher(
         found.not_computed += ["the context-length check", "the header budget"]
         return
     found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
-    found.targets = with_keys(found.targets, samples)
+    every = samples.keys()
+    found.targets = [
+        Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
+    ]
     if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
         _shard_count(found, [s.key for s in samples.unique], shard)
         if show_prompt is not None:
@@ -700,7 +655,7 @@ def _teacher(
         "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
     )
     if vocab_size is not None:
-        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, vocabulary, needs=["vocabulary"])
+        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
     options = config.engine_options
     if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
         location = "engine_options.kv_cache_memory_gib"
@@ -713,8 +668,7 @@ def _teacher(
 
 
 def _torch_device(device: str) -> tuple[None, str]:
-    """The device exists on this machine as torch sees it: ``cpu``, ``cuda``/``cuda:N`` with that GPU (torch
-    built with CUDA, the index in range), or ``auto``."""
+    """The device exists on this machine as torch sees it."""
     if device in ("cpu", "auto"):
         return None, device
     import torch
@@ -758,10 +712,6 @@ def _generation(config: CacheConfig, tokenizer: Any) -> tuple[EffectiveGeneratio
     return effective, shown
 
 
-def _engine(config: CacheConfig, generation: EffectiveGeneration, tokenizer: Any, device: str) -> tuple[Engine, str]:
-    return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
-
-
 def build_engine(
     config: CacheConfig,
     *,
@@ -773,12 +723,9 @@ def build_engine(
     dtype: str | None = None,
     one_prompt: bool = False,
 ) -> Engine:
-    """The engine ``name`` (the config's ``engine`` when None) for ``config``'s teacher, ``model_path`` and
-    ``dtype`` overriding the config's: the run's check and ``gencache audit`` build theirs here, so both meet the
-    same refusals of settings an engine cannot honour (raised before any weights load). It takes the config's
-    ``gen_batch_size`` and, when it is the config's own engine, its ``engine_options``. ``one_prompt``: the engine
-    generates one prompt per call (the audit), so its batch size is one and the transformers engines run with their
-    default options (vLLM keeps the run's)."""
+    """The engine ``name`` (default the config's) for ``config``'s teacher: the run's check and ``gencache audit``
+    build theirs here, so both meet the same refusals before any weights load. ``one_prompt`` (the audit): batch size
+    one, and the transformers engines with their default options."""
     from gencache.generation.engines import EngineContext, create_engine
 
     model = config.model
@@ -831,7 +778,6 @@ def _teacher_config(config: CacheConfig) -> tuple[Any, str]:
 
 
 def max_positions_of(config: Any) -> int | None:
-    """The teacher's maximum positions from its config (or its text config's), or None when it records none."""
     for candidate in (config, getattr(config, "text_config", None)):
         for name in POSITION_FIELDS:
             value = getattr(candidate, name, None)
@@ -840,25 +786,13 @@ def max_positions_of(config: Any) -> int | None:
     return None
 
 
-def _attention(attn_implementation: str | None, device: str) -> tuple[None, str]:
-    from gencache.generation.teacher import check_attn_implementation
-
-    return None, check_attn_implementation(attn_implementation, device)
-
-
-def _weights(model_path: str) -> tuple[None, str]:
-    from gencache.generation.teacher import check_teacher_weights
-
-    return None, check_teacher_weights(model_path)
-
-
-def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[bool, str]:
+def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
     from gencache.generation.teacher import check_vocabulary, vocab_size_of
 
     vocab_size = vocab_size_of(teacher)
     if vocab_size is None:
-        return True, "not checked: config.json records no vocab_size"
-    return True, check_vocabulary(tokenizer, vocab_size, generation.kwargs)
+        return None, "not checked: config.json records no vocab_size"
+    return None, check_vocabulary(tokenizer, vocab_size, generation.kwargs)
 
 
 def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
@@ -891,7 +825,7 @@ def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) 
     return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
 
 
-def _prompt_ids(samples: SampleSet, vocab_size: int, _vocabulary_checked: bool) -> tuple[None, str]:
+def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
     from gencache.generation.teacher import check_prompt_ids
 
     largest, where = -1, "-"
@@ -905,8 +839,8 @@ def _prompt_ids(samples: SampleSet, vocab_size: int, _vocabulary_checked: bool) 
 def _paged_cache(
     config: CacheConfig, samples: SampleSet, generation: EffectiveGeneration, teacher: Any, _engine: Engine
 ) -> tuple[None, str]:
-    """The continuous engine's ``engine_options.kv_cache_memory_gib`` holds at least one request of the longest
-    prompt plus ``max_new_tokens`` (the same sizing the engine makes when it starts)."""
+    """The continuous engine's ``kv_cache_memory_gib`` holds one request of the longest prompt plus
+    ``max_new_tokens`` (the engine's own sizing)."""
     from gencache.config.engines import ContinuousOptions
     from gencache.config.names import DTYPE_BYTES
     from gencache.core.errors import first_line

@@ -1,12 +1,8 @@
 """``gencache report``: one self-contained HTML page that shows a run as a whole, from the artifact alone.
 
-With inline CSS and inline SVG and no URL at all, the page holds the verdict of :func:`gencache.score` first, its
-scores, per data config one figure and the worst examples (then some without gold), an audit's result when given
-and the run's provenance. Everything is aggregated and the examples are a fixed number per data config, so the
-page stays small for any number of answers. The figures are drawn with matplotlib (the optional ``report``
-extra) through its object-oriented API (no pyplot, no global backend, settings changed only inside a
-``rc_context``); the histograms are filled step outlines and the 2-D one a single embedded PNG, so a figure's size
-does not grow with its bins. Without matplotlib the page is the same without the figures, and says what they need.
+Everything is aggregated and the examples are a fixed number per data config, so the page stays small for any number
+of answers. The figures use matplotlib's object-oriented API (no pyplot, no global backend); without matplotlib the
+page is the same without them, and says what they need.
 """
 
 from __future__ import annotations
@@ -24,10 +20,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from gencache.core.errors import ConfigError, OutputExistsError
+from gencache.core.errors import ConfigError
 from gencache.data.answers import METRICS
 from gencache.data.scores import ScoredAnswer
-from gencache.run.export import check_out_parent, write_atomic
+from gencache.run.export import check_out, write_atomic
 from gencache.run.score import ScoreGroup, ScoreReport, score
 
 #: Examples shown per data config: the worst scored first, then some without gold.
@@ -63,8 +59,7 @@ table.examples td.num{white-space:nowrap;word-break:normal}
 
 @dataclass(frozen=True)
 class ReportResult:
-    """What :func:`write_report` wrote: the page, its size in bytes, whether it has figures, how many data
-    configs it shows and how many answers."""
+    """What :func:`write_report` wrote."""
 
     out: Path
     size: int
@@ -74,8 +69,7 @@ class ReportResult:
 
 
 def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON report ``gencache audit --report`` wrote (a :class:`ConfigError` naming the file when it is not
-    one)."""
+    """The JSON report ``gencache audit --report`` wrote."""
     file = Path(path)
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
@@ -187,11 +181,6 @@ def _examples(answers: Sequence[ScoredAnswer], headline: str, report: ScoreRepor
     return f'<table class="examples"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
-def charts_available() -> bool:
-    """Whether matplotlib (the ``report`` extra) can be imported."""
-    return importlib.util.find_spec("matplotlib") is not None
-
-
 def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]:
     """Bin edges over the whole numbers 0..``top``, each bin as wide as the others (at most ``bins`` bins): edges
     on whole numbers, so no bin holds more values than another."""
@@ -202,9 +191,8 @@ def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]
 def _figure(
     group: ScoreGroup, answers: Sequence[ScoredAnswer], prompt_chars: Mapping[str, int], max_new: int | None
 ) -> str:
-    """One data config's figure as an inline SVG element: the answer lengths stacked by finish reason with
-    ``max_new_tokens`` marked, prompt length against answer length, and the headline score's histogram when some
-    answer is scored. Every axis of counts, tokens or characters has whole-number ticks."""
+    """One data config's figure as an inline SVG element: the answer lengths stacked by finish reason, prompt
+    length against answer length, and the headline score's histogram when some answer is scored."""
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -323,15 +311,11 @@ def write_report(
     data_root: str | os.PathLike[str] | None = None,
     sources: Mapping[int, str] | None = None,
 ) -> ReportResult:
-    """Score ``artifact`` (:func:`gencache.run.score.score`) and write its page to ``out`` (which must not exist),
-    with the audit report ``audit`` when given (see the module docstring)."""
-    out_path = Path(os.path.abspath(out))
-    if os.path.lexists(out_path):
-        raise OutputExistsError(f"{out_path} already exists; choose another --out path.")
-    check_out_parent(out_path)
+    """Score ``artifact`` and write its page to ``out`` (which must not exist), with the audit report ``audit``."""
+    out_path = check_out(out)
     audit_document = None if audit is None else read_audit(audit)
     report = score(artifact, answer_patterns=answer_patterns, data_root=data_root, sources=sources)
-    charts = charts_available()
+    charts = importlib.util.find_spec("matplotlib") is not None
     page = _page(report, audit_document, charts).encode("utf-8")
 
     def write(handle: IO[bytes]) -> int:

@@ -1,17 +1,7 @@
 """``gencache score``: every stored answer scored against its sample's reference, from the artifact alone.
 
-::
-
-    report = gencache.score("generation_cache/artifacts/run")      # an artifact, one shard or a shard base
-    report.overall.means["f1"], report.groups[0].by_finish_reason   # means and counts, per data config too
-    report.verdict                                                  # what matters first, the worst first
-    gencache.score("run", out="scores.parquet")                     # and one row per answer, to keep
-
-The references are the samples' gold answers, so the samples are rebuilt from the artifact's checked record (the
-recorded tokenizer loaded only where a template or recipe needs it): the recorded source files must be there and
-unchanged, or pointed at with ``data_root``/``sources`` as for ``export``, else nothing is scored (a
-:class:`~gencache.core.errors.DatasetError` naming the file and the ways forward). The answers come from the
-manifest (:mod:`gencache.data.scores`). Nothing is written into the artifact; ``out`` appears whole or not at all.
+The references are the samples' gold answers, so the samples are rebuilt from the artifact's checked record: the
+recorded sources must be there and unchanged, or pointed at with ``data_root``/``sources`` as for ``export``.
 """
 
 from __future__ import annotations
@@ -23,12 +13,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from gencache.artifact.mixture import MultiCacheReader, open_caches
-from gencache.core.errors import ConfigError, DatasetError, OutputExistsError, first_line
+from gencache.core.errors import ConfigError, DatasetError, first_line
 from gencache.data.answers import METRICS
 from gencache.data.recorded import checked_resolved_config, load_recorded_tokenizer, rebuild_samples, run_of_readers
 from gencache.data.samples import needs_tokenizer
 from gencache.data.scores import SCORE_COLUMNS, ScoredAnswer, rules_of, score_cache, score_format
-from gencache.run.export import check_out_parent, parquet_schema, write_atomic, write_jsonl, write_parquet
+from gencache.run.export import check_out, write_atomic, write_rows
 
 #: The verdict's levels, the worst first.
 LEVELS = ("bad", "warn", "good")
@@ -36,8 +26,8 @@ LEVELS = ("bad", "warn", "good")
 
 @dataclass(frozen=True)
 class ScoreGroup:
-    """Counts and means over some answers: ``answers`` in all, ``scored`` (with a reference) and ``unscored``,
-    each metric's mean over the scored ones (None when none is), and the same per finish reason."""
+    """Counts and means over some answers (a mean is None when no answer is scored), and the same per finish
+    reason."""
 
     label: str
     answers: int
@@ -80,10 +70,8 @@ def _share(part: int, whole: int) -> str:
 
 @dataclass(frozen=True)
 class ScoreReport:
-    """What :func:`score` found: the ``artifact`` scored, every answer (``answers``, run order), the ``overall``
-    group and one group per data config (``groups``), the run's ``max_new_tokens`` and the score file written
-    (``out``); and what scoring opened, for ``gencache report``: the reader, the checked record (``resolved``) and
-    the rebuilt samples."""
+    """What :func:`score` found: every answer in run order, the overall group and one per data config; and what
+    scoring opened (the reader, the checked record, the rebuilt samples), for ``gencache report``."""
 
     artifact: Path
     answers: tuple[ScoredAnswer, ...]
@@ -102,9 +90,7 @@ class ScoreReport:
 
     @property
     def verdict(self) -> list[tuple[str, str]]:
-        """What matters first, as (level, sentence) pairs with the worst signs first (levels :data:`LEVELS`): the
-        share of answers cut at ``max_new_tokens``, the empty answers, the headline score against the gold and the
-        share without gold."""
+        """What matters first, as (level, sentence) pairs, the worst first."""
         total = self.overall.answers
         if not total:
             return [("bad", "The artifact holds no answer.")]
@@ -152,16 +138,13 @@ def score(
     data_root: str | os.PathLike[str] | None = None,
     sources: Mapping[int, str] | None = None,
 ) -> ScoreReport:
-    """Score every answer of ``artifact`` (an artifact, one shard or a shard base) against its sample's reference
-    (see the module docstring). ``answer_patterns`` replaces data configs' answer rules by index (a regular
-    expression each, as ``answer_pattern``); ``data_root`` and ``sources`` find moved datasets as for
-    ``export``; ``out`` (``.jsonl`` or ``.parquet``; must not exist) receives one row per answer."""
+    """Score every answer of ``artifact`` (an artifact, one shard or a shard base) against its sample's reference.
+    ``answer_patterns`` replaces data configs' answer rules by index; ``out`` (``.jsonl`` or ``.parquet``; must not
+    exist) receives one row per answer."""
     out_path = None if out is None else Path(os.path.abspath(out))
     if out_path is not None:
         score_format(out_path)
-        if os.path.lexists(out_path):
-            raise OutputExistsError(f"{out_path} already exists; choose another --out path.")
-        check_out_parent(out_path)
+        check_out(out_path)
     reader = open_caches(artifact)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     resolved = checked_resolved_config(readers[0])
@@ -193,9 +176,7 @@ def score(
 
         def write(handle: IO[bytes]) -> int:
             rows = (answer.row() for answer in answers)
-            if score_format(out_path) == "parquet":
-                return write_parquet(rows, handle, parquet_schema(metadata=metadata, columns=SCORE_COLUMNS))
-            return write_jsonl(rows, handle)
+            return write_rows(rows, handle, score_format(out_path) == "parquet", metadata, SCORE_COLUMNS)
 
         write_atomic(out_path, write)
     max_new = (resolved.get("generation") or {}).get("max_new_tokens")

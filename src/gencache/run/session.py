@@ -1,24 +1,26 @@
 """A loaded teacher session: the teacher's weights loaded once, then one target published at a time.
 
-This is the one code path behind every artifact a run publishes: ``generate`` in one process (one target, or the N
-shards of ``--shards N`` in turn) and each worker of a Ray run (:mod:`gencache.run.ray`, shard after shard). Given
-the run's plan and its checked inputs (:func:`gencache.run.preflight.preflight`), :meth:`TeacherSession.publish`
-generates a target's keys, writes them with :class:`gencache.artifact.writer.ArtifactBuild`, records
-``resolved_config.json`` and the summary, and publishes the directory with the no-replace rename. Nothing is printed
-here.
+The one code path behind every artifact a run publishes: ``generate`` in one process and each worker of a Ray run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.names import FORMAT_VERSION
+from gencache.artifact.resolved import local_identity, with_resolved_digest
+from gencache.artifact.summary import shard_data_configs
+from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.core.tokenizer import tokenizer_state
-from gencache.run.record import RunPlan, resolved_config
+from gencache.core.version import __version__
+from gencache.data.prompts import chat_template_digest
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
@@ -55,19 +57,26 @@ class TeacherSession:
     def publish(
         self, target: Target, progress: Progress, *, on_published: Callable[[Path], None] | None = None
     ) -> Published:
-        """Generate ``target``'s keys, write and publish its artifact; ``progress`` gets the engine's ``start``
-        and ``advance`` calls. ``on_published(path)`` is called once the rename happened, also when an exception
-        (a stop) interrupts the publish after it: the caller then knows the artifact is complete."""
+        """Generate ``target``'s keys, write and publish its artifact. ``on_published(path)`` is called once the
+        rename happened, also when an exception (a stop) interrupts the publish after it: the caller then knows
+        the artifact is complete."""
+        from gencache.artifact.manifest import make_provenance
         from gencache.artifact.writer import ArtifactBuild
 
         self.load()
-        inputs = self.inputs
+        inputs, model = self.inputs, self.plan.config.model
         prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
         started = time.monotonic()
         tokens = 0
+        provenance = make_provenance(
+            model_path=model.model_path,
+            tokenizer_path=model.effective_tokenizer_path,
+            dtype=model.dtype,
+            tokenizer=tokenizer_state(inputs.tokenizer),
+        )
         with ArtifactBuild(
             target.output_dir,
-            provenance=self._provenance(),
+            provenance=provenance,
             header_capacity=inputs.capacity[target.output_dir],
             rename_mode=inputs.rename_mode,
         ) as build:
@@ -81,7 +90,15 @@ class TeacherSession:
                         entry.finish_reasons,
                     )
                     tokens += entry.num_tokens
-            build.writer.finalize(resolved_config=self._resolved(target), summary=self._summary(target))
+            samples = inputs.samples
+            summary = {
+                "duplicates": samples.duplicates,
+                "data_configs": [
+                    {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
+                ],
+                "shard": None if target.shard is None else target.shard.shard_record(self.plan.digest),
+            }
+            build.writer.finalize(resolved_config=self._resolved(target), summary=summary)
             try:
                 mode = build.publish()
             finally:  # also when a stop lands after the rename, before this build's exit releases its lock
@@ -89,45 +106,77 @@ class TeacherSession:
                     on_published(target.output_dir)
         return Published(target.output_dir, len(prompts), tokens, time.monotonic() - started, mode)
 
-    def _provenance(self) -> dict[str, Any]:
-        from gencache.artifact.manifest import make_provenance
-
-        model = self.plan.config.model
-        return make_provenance(
-            model_path=model.model_path,
-            tokenizer_path=model.effective_tokenizer_path,
-            dtype=model.dtype,
-            tokenizer=tokenizer_state(self.inputs.tokenizer),
-        )
-
     def _resolved(self, target: Target) -> dict[str, Any]:
-        inputs, plan = self.inputs, self.plan
-        recorded = RunPlan(
-            plan.config, plan.config_json, target.shard, target.output_dir, inputs.samples, target.keys, plan.digest
-        )
-        resolved = resolved_config(
-            recorded,
-            generation=inputs.generation,
-            tokenizer=inputs.tokenizer,
-            engine=inputs.engine,
-            rename_mode=inputs.rename_mode,
-            overrides=plan.overrides,
-        )
-        if self.launch is not None:
-            resolved = _with_launch(resolved, self.launch)
-        return resolved
-
-    def _summary(self, target: Target) -> dict[str, Any]:
-        samples = self.inputs.samples
-        return {
-            "duplicates": samples.duplicates,
-            "data_configs": [{"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries],
-            "shard": None if target.shard is None else target.shard.shard_record(self.plan.digest),
+        """``resolved_config.json``: everything needed to reproduce and audit the run (provenance only; training
+        never reads it)."""
+        plan, inputs, samples = self.plan, self.inputs, self.inputs.samples
+        # The recorded config must rebuild the same samples from any working directory (gencache export does):
+        # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
+        config_json = copy.deepcopy(plan.config_json)
+        config_json["output_dir"] = str(plan.base)
+        for data_config, summary in zip(config_json["data_configs"], samples.summaries, strict=True):
+            if summary.source.kind in ("directory", "file"):
+                data_config["source"] = summary.source.location
+        for field_name in ("model_path", "tokenizer_path"):
+            value = config_json["model"].get(field_name)
+            if isinstance(value, str) and os.path.exists(value):
+                config_json["model"][field_name] = os.path.abspath(value)
+        resolved = {
+            "format_version": FORMAT_VERSION,
+            "gencache_version": __version__,
+            "config": config_json,
+            "overrides": plan.overrides.to_json(),
+            "output_dir": str(target.output_dir),
+            "working_directory": os.getcwd(),
+            "run_digest": plan.digest,
+            "shard": None
+            if target.shard is None
+            else target.shard.shard_record(plan.digest)
+            | {
+                "origin": target.shard.origin,
+                "data_configs": shard_data_configs(
+                    ((s.data_config_index, s.key) for s in samples), target.keys, len(samples.summaries)
+                ),
+            },
+            "sources": [s.source.to_json() for s in samples.summaries],
+            "data_kwargs": [dict(s.data_kwargs) for s in samples.summaries],
+            "generation": inputs.generation.kwargs,
+            "tokenizer": tokenizer_state(inputs.tokenizer),
+            "chat_template_sha256": chat_template_digest(inputs.tokenizer),
+            "tokenization": {
+                "scheme": "per-part",
+                "add_special_tokens": False,
+                "padding_side": "left",
+                "description": "each inline text and each document tokenized separately, ids concatenated",
+            },
+            "engine": inputs.engine.describe(),
+            "batching": {
+                **inputs.engine.batching(),
+                "gen_batch_size": {
+                    "value": plan.config.gen_batch_size,
+                    "use": GEN_BATCH_SIZE_USE[plan.config.engine],
+                },
+            },
+            "model": {
+                "model_path": plan.config.model.model_path,
+                "revision": plan.config.model.revision,
+                "commit_hash": inputs.engine.commit_hash(),
+                # a local teacher is recognised by what it is, wherever it is moved (check_compatible, audit)
+                "identity": {
+                    "model_path": local_identity(plan.config.model.model_path),
+                    "tokenizer_path": local_identity(plan.config.model.effective_tokenizer_path),
+                },
+            },
+            "runtime": inputs.engine.runtime(),
+            "publish": {"rename": inputs.rename_mode},
+            "samples": {
+                "total": len(samples),
+                "unique": len(samples.unique),
+                "generated": len(target.keys),
+                "duplicates": samples.duplicates,
+                "conflicting_prompts": len(samples.conflicting_prompts),
+            },
         }
-
-
-def _with_launch(resolved: dict[str, Any], launch: Mapping[str, Any]) -> dict[str, Any]:
-    """``resolved`` with how the run was launched recorded (its digest computed again over it)."""
-    from gencache.artifact.resolved import with_resolved_digest
-
-    return with_resolved_digest(resolved | {"launch": dict(launch)})
+        if self.launch is not None:
+            resolved["launch"] = dict(self.launch)
+        return with_resolved_digest(resolved)

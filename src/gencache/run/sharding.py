@@ -88,8 +88,7 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
         return torchrun
     # srun sets SLURM_STEP_NUM_TASKS for the step; SLURM_NTASKS alone is also visible to a batch script's own shell.
     ntasks = _env_int(env, "SLURM_STEP_NUM_TASKS")
-    if ntasks is None:
-        ntasks = _env_int(env, "SLURM_NTASKS")
+    ntasks = _env_int(env, "SLURM_NTASKS") if ntasks is None else ntasks
     return _launcher_shard(env, "slurm", ntasks, "SLURM_PROCID", "SLURM_LOCALID")
 
 
@@ -104,18 +103,12 @@ def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -
             f"--shard {explicit.index}/{explicit.count} disagrees with the {from_env.origin} rank "
             f"{from_env.index}/{from_env.count}; drop --shard under a launcher."
         )
-    if from_env is not None:
-        return from_env
-    return explicit
+    return from_env or explicit
 
 
 def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None = None) -> str:
-    """Map the configured device to this rank's device under a multi-process launcher.
-
-    ``cuda`` or ``cuda:0`` means ``cuda:LOCAL_RANK``, unless ``CUDA_VISIBLE_DEVICES`` leaves this process exactly
-    one GPU (``srun --gpus-per-task 1``), which is then ``cuda:0``; another index is ambiguous and an error;
-    ``auto`` would spread every rank over all GPUs and is an error too; ``cpu`` stays ``cpu``.
-    """
+    """This rank's device under a multi-process launcher: ``cuda`` or ``cuda:0`` is ``cuda:LOCAL_RANK``, or
+    ``cuda:0`` when ``CUDA_VISIBLE_DEVICES`` leaves exactly one GPU; another index or ``auto`` is ambiguous."""
     if shard is None or shard.local_rank is None:
         return device
     env = os.environ if env is None else env
