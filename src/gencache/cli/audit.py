@@ -1,19 +1,22 @@
-"""``gencache audit``: the command over :func:`gencache.run.audit.audit` (options, the report file, the exit code).
-
-Registered on the CLI's app by :mod:`gencache.cli.app`; torch and transformers load inside the command only.
-"""
+"""``gencache audit``: the command over :func:`gencache.run.audit.audit` (options, the report file, the output and
+the exit code); torch and transformers load inside the command only."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, InputPathError
+
+if TYPE_CHECKING:
+    from gencache.run.audit import AuditReport
 
 FLAG = ""
 
@@ -29,6 +32,41 @@ def _report_path(report: Path, artifact: Path) -> Path:
     if not target.parent.is_dir():
         raise ConfigError(f"--report {report}: {target.parent} is not a directory.")
     return target
+
+
+def _render(report: AuditReport, console: Console) -> None:
+    """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
+    then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
+    for key in report.keys:
+        if key.equal:
+            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))", highlight=False)
+            continue
+        for sequence in key.sequences:
+            if sequence.equal:
+                continue
+            where = (
+                "finish reason only"
+                if sequence.first_difference is None
+                else (f"first differs at token {sequence.first_difference}")
+            )
+            console.print(
+                f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
+                f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
+                f"{sequence.regenerated_finish})",
+                highlight=False,
+            )
+    divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
+    per_key = report.seconds / len(report.keys) if report.keys else 0.0
+    console.print(
+        escape(
+            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
+            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
+            f"{report.differing} differing"
+            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
+            + f"; {per_key:.3f} s per key"
+        ),
+        highlight=False,
+    )
 
 
 def audit_command(
@@ -85,7 +123,6 @@ def audit_command(
     from gencache.artifact.report import classify_path
     from gencache.cli.console import RunProgress, make_console, printable
     from gencache.cli.quiet import quiet_libraries
-    from gencache.cli.render import render_audit
     from gencache.config.names import ALL_ENGINES, DTYPES
     from gencache.run.audit import audit
 
@@ -123,5 +160,5 @@ def audit_command(
     if as_json:
         typer.echo(printable(document))
     else:
-        render_audit(result, make_console())
+        _render(result, make_console())
     raise typer.Exit(result.exit_code)
