@@ -18,8 +18,6 @@ from gencache.core.errors import ConfigError, InputPathError
 if TYPE_CHECKING:
     from gencache.run.audit import AuditReport
 
-FLAG = ""
-
 
 def _report_path(report: Path, artifact: Path) -> Path:
     """``--report`` made absolute; refused inside the artifact (which is immutable) and under a parent that is not a
@@ -76,7 +74,7 @@ def audit_command(
     samples: Annotated[
         int, typer.Option("--samples", metavar="N", help="Audit N keys drawn with --seed (default 32).")
     ] = 32,
-    all_keys: Annotated[bool, typer.Option("--all", metavar=FLAG, help="Audit every key.")] = False,
+    all_keys: Annotated[bool, typer.Option("--all", help="Audit every key.")] = False,
     keys: Annotated[
         list[str] | None,
         typer.Option("--keys", metavar="KEY[,KEY...]", help="Audit these keys (repeatable, or comma-separated)."),
@@ -110,13 +108,11 @@ def audit_command(
     dtype: Annotated[
         str | None, typer.Option("--dtype", metavar="DTYPE", help="Weights dtype (default: the run's model.dtype).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the JSON report.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report.")] = False,
     report: Annotated[
         Path | None, typer.Option("--report", metavar="FILE", help="Also write the JSON report to FILE.")
     ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines through.")
-    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Let library log lines through.")] = False,
 ) -> None:
     """Regenerate stored answers one prompt at a time and compare them token for token with the cache (exit 0 when
     every audited key is equal, 1 when any differs, 2 for bad input). Nothing is written into the artifact."""

@@ -22,7 +22,6 @@ from gencache.run.export import parse_source_override
 if TYPE_CHECKING:
     from gencache.run.score import ScoreReport
 
-FLAG = ""
 _STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 
 _Artifact = Annotated[
@@ -97,7 +96,7 @@ def render_scores(report: ScoreReport, console: Console) -> None:
 
 def score_command(
     artifact: _Artifact,
-    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the scores as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     out: Annotated[
         Path | None,
         typer.Option("--out", metavar="FILE", help="Also write one row per answer to FILE (.jsonl or .parquet)."),
