@@ -19,19 +19,6 @@ if TYPE_CHECKING:
     from gencache.run.audit import AuditReport
 
 
-def _report_path(report: Path, artifact: Path) -> Path:
-    """``--report`` made absolute; refused inside the artifact (which is immutable) and under a parent that is not a
-    directory."""
-    check_output_name(str(report), "--report")
-    target = Path(os.path.abspath(os.path.expanduser(report)))
-    base = Path(os.path.abspath(os.path.expanduser(artifact)))
-    if target == base or base in target.parents:
-        raise ConfigError(f"--report {report}: an artifact is immutable; write the report outside {artifact}.")
-    if not target.parent.is_dir():
-        raise ConfigError(f"--report {report}: {target.parent} is not a directory.")
-    return target
-
-
 def _render(report: AuditReport, console: Console) -> None:
     """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
     then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
@@ -131,7 +118,15 @@ def audit_command(
         raise ConfigError(f"--engine: {unknown_name('engine', engine, ALL_ENGINES)}.")
     if dtype is not None and dtype not in DTYPES:
         raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
-    target = _report_path(report, artifact) if report is not None else None
+    target = None
+    if report is not None:  # made absolute; never inside the artifact (immutable) nor under a non-directory
+        check_output_name(str(report), "--report")
+        target = Path(os.path.abspath(os.path.expanduser(report)))
+        base = Path(os.path.abspath(os.path.expanduser(artifact)))
+        if target == base or base in target.parents:
+            raise ConfigError(f"--report {report}: an artifact is immutable; write the report outside {artifact}.")
+        if not target.parent.is_dir():
+            raise ConfigError(f"--report {report}: {target.parent} is not a directory.")
     given = [key.strip() for text in keys or () for key in text.split(",") if key.strip()] if keys else None
     show_progress = make_console(stderr=True).is_terminal and not as_json
     with quiet_libraries(verbose):
