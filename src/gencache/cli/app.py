@@ -13,7 +13,7 @@ import typer
 from gencache.cli import signals
 from gencache.cli.audit import audit_command
 from gencache.cli.console import echo_json, make_console, printable
-from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
+from gencache.cli.quality import DataRootOption, SourceOption, checked_sources, report_command, score_command
 from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import GenerateCommand
 from gencache.core.errors import ConfigError, GencacheError, InputProblems, Stopped
@@ -308,15 +308,9 @@ def export(
     """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
     length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
     the artifact's provenance in its schema metadata. Works from the artifact alone."""
-    from gencache.artifact.report import classify_path
-    from gencache.core.errors import InputPathError
     from gencache.run.export import export as export_artifact
-    from gencache.run.export import parse_source_override
 
-    not_artifact = classify_path(directory)
-    if not_artifact is not None:
-        raise InputPathError(not_artifact.error)
-    sources = dict(parse_source_override(text) for text in source or ())
+    sources = checked_sources(directory, source)
     bar = None
     if min_score:
         from gencache.data.scores import parse_min_score

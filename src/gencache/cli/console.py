@@ -13,8 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-#: Width of a console whose stream is not a terminal (a pipe, a log, a test's capture): wide enough that no table
-#: column is cut and no line is wrapped, so every message can be grepped and every snippet pasted.
+#: Width of a console that is not a terminal: no table column cut, no line wrapped (grep and paste work).
 PIPE_WIDTH = 10_000
 
 
@@ -32,7 +31,6 @@ def printable(text: str) -> str:
 
 
 def echo_json(value: Any) -> None:
-    """``value`` as indented JSON on stdout."""
     typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))
 
 

@@ -77,10 +77,9 @@ def ray_options(
 
 @contextlib.contextmanager
 def ray_output_off(verbose: bool) -> Iterator[None]:
-    """Ray's own output kept off the terminal unless ``verbose``: its C++ core (and the processes of a local
-    instance it starts) write to file descriptor 2, which points at the null device for the block, while the
-    command's lines go on through a copy of the terminal's descriptor (``sys.stderr`` for the block). Only a
-    command whose ``sys.stderr`` is descriptor 2 does so; another program's descriptors are left alone."""
+    """Ray's C++ core (and a local instance's processes) write to descriptor 2: it points at the null device for
+    the block unless ``verbose``, while ``sys.stderr`` is a copy of the terminal's (another program's descriptors,
+    a ``sys.stderr`` that is not descriptor 2, are left alone)."""
     try:
         ours = not verbose and sys.stderr.fileno() == 2
     except (AttributeError, OSError, ValueError):  # a captured or replaced stderr (a host program's)

@@ -18,7 +18,6 @@ from gencache.core.errors import Problem
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
-    from gencache.data.samples import Sample
     from gencache.run.preflight import Preflight
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
@@ -107,31 +106,23 @@ def render_dry_run(report: Preflight, console: Console) -> None:
         console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)", highlight=False)
     if report.not_computed:
         console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(report.not_computed))}", highlight=False)
-    if report.prompt is not None:
-        render_sample_prompt(report.prompt, report.prompt_index or 0, console)
+    sample = report.prompt
+    if sample is not None:  # where it came from, each part and the token count
+        tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
+        console.print(
+            f"[bold]prompt {report.prompt_index or 0}[/bold]: data_configs[{sample.data_config_index}] sample "
+            f"{sample.sample_index}, key {sample.key}, {tokens} tokens",
+            highlight=False,
+        )
+        counts = [end - start for _, start, end in (sample.spans or ())]
+        for position, part in enumerate(sample.parts):
+            count = f", {counts[position]} tokens" if position < len(counts) else ""
+            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]", highlight=False)
+            console.print(escape(part.text), highlight=False, markup=True)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
     if not report.errors:  # otherwise the caller prints each problem and then how many there are
         console.print("[green]every check passed[/]: generate would start loading the teacher")
-
-
-def render_sample_prompt(sample: Sample, index: int, console: Console) -> None:
-    """Sample ``index``'s rendered prompt: where it came from, each part and the token count."""
-    tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
-    console.print(
-        f"[bold]prompt {index}[/bold]: data_configs[{sample.data_config_index}] sample {sample.sample_index}, "
-        f"key {sample.key}, {tokens} tokens",
-        highlight=False,
-    )
-    counts = [end - start for _, start, end in (sample.spans or ())]
-    for position, part in enumerate(sample.parts):
-        kind = type(part).__name__
-        count = f", {counts[position]} tokens" if position < len(counts) else ""
-        console.print(f"[bold]-- part {position} ({kind}{count}) --[/bold]", highlight=False)
-        console.print(escape(part.text), highlight=False, markup=True)
-
-
-# -- verify -------------------------------------------------------------------------------------------------
 
 
 def verify_progress(console: Console) -> VerifyProgressFactory:
