@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gencache.cli.app import run as cli_run
-from gencache.cli.init import CHAT_ROWS, QA_ROWS, write_starter
+from gencache.cli.init import STARTER, write_starter
 from gencache.config import load_config
 from gencache.data.samples import build_samples
 
@@ -23,8 +23,8 @@ def test_init_writes_a_config_that_generates_as_is(
     out = capsys.readouterr().out
     config = start / "config.json"
     assert f"wrote {config}" in out and f"gencache generate {config} --dry-run" in out
-    assert [json.loads(line) for line in (start / "data" / "qa.jsonl").read_text().splitlines()] == QA_ROWS
-    assert [json.loads(line) for line in (start / "data" / "chat.jsonl").read_text().splitlines()] == CHAT_ROWS
+    for data in ("qa.jsonl", "chat.jsonl"):
+        assert (start / "data" / data).read_text() == (STARTER / "data" / data).read_text()
     cfg = load_config(config)
     assert [dc.dataset_name for dc in cfg.data_configs] == ["table", "chat"]
     assert cli_run(["generate", str(config), "--dry-run"]) == 0

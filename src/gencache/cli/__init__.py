@@ -1,17 +1,12 @@
 """The command line, a thin layer over :mod:`gencache.run` and :mod:`gencache.artifact`, and the only code that
-prints: ``app`` (the typer commands and the one table from errors to exit codes), ``signals`` and ``quiet`` (what
-the command line owns of the process), ``console`` (consoles and the progress bar), the commands' output
-(``read``, ``generate``, ``ray_run``, ``audit``, ``quality``, ``render``, ``inspect_view``), ``demo`` and ``init``.
-"""
+prints or owns the process (signals, library output)."""
 
 from __future__ import annotations
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The ``gencache`` console script, ``python -m gencache`` and ``run_generation_cache.py``. Until the command
-    line's own handlers take over, a Ctrl-C or SIGTERM ends the process at once with the line of a stop before
-    anything ran (:func:`_stop_before_start`: nothing but built-in modules), so a stop while typer, rich and the
-    commands import is one line too; then :func:`gencache.cli.app.main` runs ``argv``."""
+    """The ``gencache`` console script and ``python -m gencache``: a stop while typer, rich and the commands import
+    is one line too (:func:`_stop_before_start`, with built-in modules only), then :func:`gencache.cli.app.main`."""
     import _signal
 
     try:
@@ -27,8 +22,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _stop_before_start(signum: int, frame: object) -> None:
-    """The line of :func:`gencache.core.errors.stop_message` for a stop before anything ran (written here: that
-    module may not be imported yet), and its exit code."""
+    """The line and exit code of a stop before anything ran (:mod:`gencache.core.errors` may not be imported yet)."""
     import _signal
     import os
 

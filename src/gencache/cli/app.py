@@ -1,7 +1,5 @@
 """The ``gencache`` command line: a thin layer over the library that maps errors to one line and an exit code.
-
-Heavy modules (torch, transformers, datasets) are imported inside the commands so ``gencache --help`` is fast.
-"""
+Heavy modules (torch, transformers, datasets) are imported inside the commands, never by ``gencache --help``."""
 
 from __future__ import annotations
 
@@ -15,15 +13,14 @@ import typer
 from gencache.cli import signals
 from gencache.cli.audit import audit_command
 from gencache.cli.console import echo_json, make_console, printable
-from gencache.cli.quality import DataRootOption, SourceOption, report_command, score_command
+from gencache.cli.quality import DataRootOption, SourceOption, checked_sources, report_command, score_command
 from gencache.cli.quiet import quiet_libraries
-from gencache.cli.ray_run import RayOptionCommand
+from gencache.cli.ray_run import GenerateCommand
 from gencache.core.errors import ConfigError, GencacheError, InputProblems, Stopped
 from gencache.core.version import __version__
 
 app = typer.Typer(
     name="gencache",
-    help="Build, inspect and verify immutable teacher-generation caches for knowledge distillation.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -46,202 +43,176 @@ def _root(
     """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
 
 
-_ConfigArgument = Annotated[
-    Path,
-    typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
-]
-_SetOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set",
-        metavar="PATH=VALUE",
-        help="Override one config field by its dotted path with a JSON value (repeatable), e.g. "
-        "--set model.generation_kwargs.max_new_tokens=64.",
-    ),
-]
-_OutputDirOption = Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")]
-_LimitOption = Annotated[
-    int | None,
-    typer.Option("--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix of the full run)."),
-]
-_ShardsOption = Annotated[
-    int | None,
-    typer.Option(
-        "--shards",
-        metavar="N",
-        help="Run all N shards in this process (with --ray: on the cluster), publishing each when done; rerun after "
-        "a crash to generate only the shards that are not published yet.",
-    ),
-]
-_ShardOption = Annotated[
-    str | None,
-    typer.Option(
-        "--shard",
-        metavar="I/N",
-        help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM.",
-    ),
-]
-_SkipPublishedOption = Annotated[
-    bool,
-    typer.Option(
-        "--skip-published",
-        help="Exit 0 when this shard is already published, verifies and is of the same run.",
-    ),
-]
-_DryRunOption = Annotated[
-    bool,
-    typer.Option(
-        "--dry-run",
-        help="Make every check generate makes before loading weights, report them and exit with generate's code.",
-    ),
-]
-_ShowPromptOption = Annotated[
-    int | None,
-    typer.Option(
-        "--show-prompt",
-        metavar="N",
-        help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
-    ),
-]
-_RawOption = Annotated[
-    bool,
-    typer.Option(
-        "--raw",
-        help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
-        "stdout (no report).",
-    ),
-]
-_VerboseOption = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        "-v",
-        help="Let other libraries' log lines, warnings and progress bars (hub, datasets, vLLM) through.",
-    ),
-]
-_JsonOption = Annotated[
-    bool,
-    typer.Option(
-        "--json",
-        help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout; "
-        "with --ray: the run's summary per shard.",
-    ),
-]
-
-
-_RayOption = Annotated[
-    str | None,
-    typer.Option(
-        "--ray",
-        metavar="[ADDRESS]",
-        help="Run the shards on a Ray cluster, each handed to whichever teacher worker is free: ADDRESS is HOST:PORT "
-        "or ray://HOST:PORT, auto is the cluster `ray start` runs here, none is RAY_ADDRESS or else a local Ray "
-        "instance (give --ray after CONFIG.json).",
-    ),
-]
-_WorkersOption = Annotated[
-    int | None,
-    typer.Option(
-        "--workers", metavar="K", help="With --ray: at most K teacher workers (default: as many as the cluster holds)."
-    ),
-]
-_WorkerGpusOption = Annotated[
-    float | None,
-    typer.Option(
-        "--worker-gpus", metavar="F", help="With --ray: GPUs per worker, default 1 (0.5: two workers share a GPU)."
-    ),
-]
-_MaxRetriesOption = Annotated[
-    int | None,
-    typer.Option(
-        "--max-retries", metavar="R", help="With --ray: generate a dead worker's shard again at most R times (3)."
-    ),
-]
-_RayTimeoutOption = Annotated[
-    float | None,
-    typer.Option(
-        "--ray-timeout",
-        metavar="S",
-        help="With --ray: give up when no worker starts, or no shard makes progress, for S seconds (600).",
-    ),
-]
-
-
-class _GenerateCommand(RayOptionCommand):
-    """The generate command, refusing ``--set PATH VALUE`` (a space for the ``=``) in one line that shows the
-    ``PATH=VALUE`` form, instead of the parser's "unexpected extra argument"."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        for position, token in enumerate(args[:-1]):
-            path, value = args[position + 1], args[position + 2 : position + 3]
-            if token == "--set" and "=" not in path and value and not value[0].startswith("-"):
-                raise ConfigError(f"--set takes PATH=VALUE as one argument: --set {path}={value[0]}.")
-        return super().parse_args(ctx, args)
-
-
-@app.command(cls=_GenerateCommand)
+@app.command(cls=GenerateCommand)
 def generate(
-    config: _ConfigArgument,
-    set_: _SetOption = None,
-    output_dir: _OutputDirOption = None,
-    limit: _LimitOption = None,
-    shards: _ShardsOption = None,
-    shard: _ShardOption = None,
-    skip_published: _SkipPublishedOption = False,
-    dry_run: _DryRunOption = False,
-    show_prompt: _ShowPromptOption = None,
-    raw: _RawOption = False,
-    json_: _JsonOption = False,
-    verbose: _VerboseOption = False,
-    ray: _RayOption = None,
-    workers: _WorkersOption = None,
-    worker_gpus: _WorkerGpusOption = None,
-    max_retries: _MaxRetriesOption = None,
-    ray_timeout: _RayTimeoutOption = None,
+    config: Annotated[
+        Path,
+        typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
+    ],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="PATH=VALUE",
+            help="Override one config field by its dotted path with a JSON value (repeatable), e.g. "
+            "--set model.generation_kwargs.max_new_tokens=64.",
+        ),
+    ] = None,
+    output_dir: Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix of the full run)."
+        ),
+    ] = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            metavar="N",
+            help="Run all N shards in this process (with --ray: on the cluster), publishing each when done; rerun "
+            "after a crash to generate only the shards that are not published yet.",
+        ),
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            metavar="I/N",
+            help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM.",
+        ),
+    ] = None,
+    skip_published: Annotated[
+        bool,
+        typer.Option(
+            "--skip-published",
+            help="Exit 0 when this shard is already published, verifies and is of the same run.",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Make every check generate makes before loading weights, report them and exit with generate's code.",
+        ),
+    ] = False,
+    show_prompt: Annotated[
+        int | None,
+        typer.Option(
+            "--show-prompt",
+            metavar="N",
+            help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
+        ),
+    ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
+            "stdout (no report).",
+        ),
+    ] = False,
+    json_: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout; "
+            "with --ray: the run's summary per shard.",
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Let other libraries' log lines, warnings and progress bars (hub, datasets, vLLM) through.",
+        ),
+    ] = False,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="[ADDRESS]",
+            help="Run the shards on a Ray cluster, each handed to whichever teacher worker is free: ADDRESS is "
+            "HOST:PORT or ray://HOST:PORT, auto is the cluster `ray start` runs here, none is RAY_ADDRESS or else a "
+            "local Ray instance (give --ray after CONFIG.json).",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            metavar="K",
+            help="With --ray: at most K teacher workers (default: as many as the cluster holds).",
+        ),
+    ] = None,
+    worker_gpus: Annotated[
+        float | None,
+        typer.Option(
+            "--worker-gpus", metavar="F", help="With --ray: GPUs per worker, default 1 (0.5: two workers share a GPU)."
+        ),
+    ] = None,
+    max_retries: Annotated[
+        int | None,
+        typer.Option(
+            "--max-retries", metavar="R", help="With --ray: generate a dead worker's shard again at most R times (3)."
+        ),
+    ] = None,
+    ray_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--ray-timeout",
+            metavar="S",
+            help="With --ray: give up when no worker starts, or no shard makes progress, for S seconds (600).",
+        ),
+    ] = None,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
     from gencache.cli.console import RunProgress
-    from gencache.cli.generate import Notices, dry_run_output, problems_json
+    from gencache.cli.render import dry_run_output, problems_json, render_notice
+    from gencache.core.errors import Problem
     from gencache.run.api import dry_run as dry_run_cache
     from gencache.run.api import generate as generate_cache
-    from gencache.run.overrides import Overrides
 
     if raw and show_prompt is None:
         raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
     if json_ and not (dry_run or show_prompt is not None or ray is not None):
         raise ConfigError("--json goes with --dry-run or --ray; add one of them.")
-    notices = Notices()
-    if any(given is not None for given in (ray, workers, worker_gpus, max_retries, ray_timeout)):
-        from gencache.cli.ray_run import generate_on_ray_command, ray_options
+    console = make_console(stderr=True)
 
-        options = ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries, ray_timeout, shards)
-        overrides = Overrides(tuple(set_ or ()), output_dir, limit)
-        with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
+    def notify(level: str, text: str) -> None:
+        render_notice(console, level, text)
+
+    with quiet_libraries(verbose, warn=lambda text: notify("warning", text)):
+        if any(given is not None for given in (ray, workers, worker_gpus, max_retries, ray_timeout)):
+            from gencache.cli.ray_run import generate_on_ray_command, ray_options
+            from gencache.run.overrides import Overrides
+
             generate_on_ray_command(
                 config,
-                options,
+                ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries, ray_timeout, shards),
                 as_json=json_,
                 verbose=verbose,
-                notices=notices,
+                console=console,
+                notify=notify,
                 progress=RunProgress,
-                overrides=overrides,
+                overrides=Overrides(tuple(set_ or ()), output_dir, limit),
                 shard=shard,
             )
-        return
-    try:
-        with quiet_libraries(verbose, warn=lambda text: notices("warning", text)):
-            changes: dict[str, Any] = {"overrides": list(set_ or ()), "output_dir": output_dir, "limit": limit}
-            changes |= {"shard": shard, "shards": shards, "skip_published": skip_published}
+            return
+        changes: dict[str, Any] = {"overrides": list(set_ or ()), "output_dir": output_dir, "limit": limit}
+        changes |= {"shard": shard, "shards": shards, "skip_published": skip_published}
+        try:
             if dry_run or show_prompt is not None:  # --show-prompt alone only looks: the output is not checked
                 report = dry_run_cache(config, **changes, show_prompt=show_prompt, check_output=dry_run)
             else:
-                result = generate_cache(config, **changes, notify=notices, progress=RunProgress)
-    except GencacheError as error:
-        if not json_:
-            raise
-        problems = error.problems if isinstance(error, InputProblems) else None
-        echo_json(problems_json(error.exit_code, problems, error))
-        raise typer.Exit(error.exit_code) from None
+                result = generate_cache(config, **changes, notify=notify, progress=RunProgress)
+        except GencacheError as error:
+            if not json_:
+                raise
+            found = [error.problem or Problem("config", "config", error)]
+            echo_json(problems_json(error.exit_code, error.problems if isinstance(error, InputProblems) else found))
+            raise typer.Exit(error.exit_code) from None
     if dry_run or show_prompt is not None:
         dry_run_output(report, raw=raw, as_json=json_)
     signals.note_published([result])  # a stop from here on says it is published
@@ -337,15 +308,9 @@ def export(
     """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
     length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
     the artifact's provenance in its schema metadata. Works from the artifact alone."""
-    from gencache.artifact.report import classify_path
-    from gencache.core.errors import InputPathError
     from gencache.run.export import export as export_artifact
-    from gencache.run.export import parse_source_override
 
-    not_artifact = classify_path(directory)
-    if not_artifact is not None:
-        raise InputPathError(not_artifact.error)
-    sources = dict(parse_source_override(text) for text in source or ())
+    sources = checked_sources(directory, source)
     bar = None
     if min_score:
         from gencache.data.scores import parse_min_score
@@ -435,11 +400,8 @@ for _info in app.registered_commands:  # typer's rich help keeps a docstring's l
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT, 143 SIGTERM.
-
-    The command owns the signals while it runs (:func:`gencache.cli.signals.owned`; in the main thread): SIGINT,
-    SIGTERM and SIGHUP end it with one line saying what was published, and the caller's handlers come back
-    afterwards."""
+    """Run the CLI inside another program and return its exit code: 0 success, 1 failure, 2 bad input, 130 SIGINT,
+    143 SIGTERM. The command owns the signals while it runs; the caller's handlers come back afterwards."""
     with signals.owned():
         return _run(argv)
 
@@ -467,41 +429,33 @@ def _run(argv: list[str] | None) -> int:
         else:  # pragma: no cover
             typer.echo(f"Error: {exc.format_message()}", err=True)
         return int(exc.exit_code)
-    except InputProblems as exc:  # several independent problems: one line each, then how many
-        _debug_traceback()
-        for problem in exc.problems:
-            typer.echo(printable(f"error: {problem.error}"), err=True)
-        typer.echo(f"{len(exc.problems)} problems found; nothing was loaded or written.", err=True)
-        return exc.exit_code
-    except GencacheError as exc:
-        _debug_traceback()
-        typer.echo(printable(f"error: {exc}"), err=True)
-        return exc.exit_code
-    except OSError as exc:  # a file-system failure gencache did not anticipate: still one line
-        _debug_traceback()
-        typer.echo(f"error: {exc}", err=True)
-        return 1
-    except Exception as exc:  # a bug: say so in one line, the traceback is one variable away
-        _debug_traceback()
-        typer.echo(
+    except Exception as exc:
+        if os.environ.get("GENCACHE_DEBUG") == "1":
+            import traceback
+
+            traceback.print_exc()
+        if isinstance(exc, InputProblems):  # several independent problems: one line each, then how many
+            for problem in exc.problems:
+                typer.echo(printable(f"error: {problem.error}"), err=True)
+            typer.echo(f"{len(exc.problems)} problems found; nothing was loaded or written.", err=True)
+            return exc.exit_code
+        if isinstance(exc, GencacheError):
+            typer.echo(printable(f"error: {exc}"), err=True)
+            return exc.exit_code
+        if isinstance(exc, OSError):  # a file-system failure gencache did not anticipate: still one line
+            typer.echo(f"error: {exc}", err=True)
+            return 1
+        typer.echo(  # a bug: one line, the traceback one variable away
             f"internal error: {type(exc).__name__}: {exc} (rerun with GENCACHE_DEBUG=1 for the traceback)", err=True
         )
         return 1
     return result if isinstance(result, int) else 0
 
 
-def _debug_traceback() -> None:
-    if os.environ.get("GENCACHE_DEBUG") == "1":
-        import traceback
-
-        traceback.print_exc()
-
-
 def main(argv: list[str] | None = None) -> None:
-    """The ``gencache`` console script, ``python -m gencache`` and ``run_generation_cache.py``: the command line
-    ``argv`` (``sys.argv[1:]`` when None). The process is the command line's: SIGINT, SIGTERM and SIGHUP raise a
-    stop (:mod:`gencache.cli.signals`; ``python -m gencache`` installs the handlers before this module imports)
-    that ends the command with one line and 130/143; after the command, a signal exits with the command's code."""
+    """The ``gencache`` console script: the command line ``argv`` (``sys.argv[1:]`` when None) in a process that
+    is the command line's: a signal ends the command with one line and 130/143; after the command, a signal exits
+    with the command's code."""
     signals.install()
     code = 1
     try:

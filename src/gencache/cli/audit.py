@@ -1,34 +1,57 @@
-"""``gencache audit``: the command over :func:`gencache.run.audit.audit` (options, the report file, the exit code).
-
-Registered on the CLI's app by :mod:`gencache.cli.app`; torch and transformers load inside the command only.
-"""
+"""``gencache audit``: the command over :func:`gencache.run.audit.audit` (options, the report file, the output and
+the exit code); torch and transformers load inside the command only."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, InputPathError
 
-FLAG = ""
+if TYPE_CHECKING:
+    from gencache.run.audit import AuditReport
 
 
-def _report_path(report: Path, artifact: Path) -> Path:
-    """``--report`` made absolute; refused inside the artifact (which is immutable) and under a parent that is not a
-    directory."""
-    check_output_name(str(report), "--report")
-    target = Path(os.path.abspath(os.path.expanduser(report)))
-    base = Path(os.path.abspath(os.path.expanduser(artifact)))
-    if target == base or base in target.parents:
-        raise ConfigError(f"--report {report}: an artifact is immutable; write the report outside {artifact}.")
-    if not target.parent.is_dir():
-        raise ConfigError(f"--report {report}: {target.parent} is not a directory.")
-    return target
+def _render(report: AuditReport, console: Console) -> None:
+    """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
+    then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
+    for key in report.keys:
+        if key.equal:
+            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))", highlight=False)
+            continue
+        for sequence in key.sequences:
+            if sequence.equal:
+                continue
+            where = (
+                "finish reason only"
+                if sequence.first_difference is None
+                else (f"first differs at token {sequence.first_difference}")
+            )
+            console.print(
+                f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
+                f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
+                f"{sequence.regenerated_finish})",
+                highlight=False,
+            )
+    divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
+    per_key = report.seconds / len(report.keys) if report.keys else 0.0
+    console.print(
+        escape(
+            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
+            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
+            f"{report.differing} differing"
+            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
+            + f"; {per_key:.3f} s per key"
+        ),
+        highlight=False,
+    )
 
 
 def audit_command(
@@ -38,7 +61,7 @@ def audit_command(
     samples: Annotated[
         int, typer.Option("--samples", metavar="N", help="Audit N keys drawn with --seed (default 32).")
     ] = 32,
-    all_keys: Annotated[bool, typer.Option("--all", metavar=FLAG, help="Audit every key.")] = False,
+    all_keys: Annotated[bool, typer.Option("--all", help="Audit every key.")] = False,
     keys: Annotated[
         list[str] | None,
         typer.Option("--keys", metavar="KEY[,KEY...]", help="Audit these keys (repeatable, or comma-separated)."),
@@ -72,20 +95,17 @@ def audit_command(
     dtype: Annotated[
         str | None, typer.Option("--dtype", metavar="DTYPE", help="Weights dtype (default: the run's model.dtype).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the JSON report.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report.")] = False,
     report: Annotated[
         Path | None, typer.Option("--report", metavar="FILE", help="Also write the JSON report to FILE.")
     ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", metavar=FLAG, help="Let library log lines through.")
-    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Let library log lines through.")] = False,
 ) -> None:
     """Regenerate stored answers one prompt at a time and compare them token for token with the cache (exit 0 when
     every audited key is equal, 1 when any differs, 2 for bad input). Nothing is written into the artifact."""
     from gencache.artifact.report import classify_path
     from gencache.cli.console import RunProgress, make_console, printable
     from gencache.cli.quiet import quiet_libraries
-    from gencache.cli.render import render_audit
     from gencache.config.names import ALL_ENGINES, DTYPES
     from gencache.run.audit import audit
 
@@ -98,7 +118,15 @@ def audit_command(
         raise ConfigError(f"--engine: {unknown_name('engine', engine, ALL_ENGINES)}.")
     if dtype is not None and dtype not in DTYPES:
         raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
-    target = _report_path(report, artifact) if report is not None else None
+    target = None
+    if report is not None:  # made absolute; never inside the artifact (immutable) nor under a non-directory
+        check_output_name(str(report), "--report")
+        target = Path(os.path.abspath(os.path.expanduser(report)))
+        base = Path(os.path.abspath(os.path.expanduser(artifact)))
+        if target == base or base in target.parents:
+            raise ConfigError(f"--report {report}: an artifact is immutable; write the report outside {artifact}.")
+        if not target.parent.is_dir():
+            raise ConfigError(f"--report {report}: {target.parent} is not a directory.")
     given = [key.strip() for text in keys or () for key in text.split(",") if key.strip()] if keys else None
     show_progress = make_console(stderr=True).is_terminal and not as_json
     with quiet_libraries(verbose):
@@ -123,5 +151,5 @@ def audit_command(
     if as_json:
         typer.echo(printable(document))
     else:
-        render_audit(result, make_console())
+        _render(result, make_console())
     raise typer.Exit(result.exit_code)

@@ -4,7 +4,6 @@ for a terminal."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,17 +13,16 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-#: Width of a console whose stream is not a terminal (a pipe, a log, a test's capture): wide enough that no table
-#: column is cut and no line is wrapped, so every message can be grepped and every snippet pasted.
+#: Width of a console that is not a terminal: no table column cut, no line wrapped (grep and paste work).
 PIPE_WIDTH = 10_000
 
 
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
-    """The console every CLI message goes through: text is never hard-wrapped (a message is one line); on a
-    terminal tables fit the terminal, elsewhere they keep every column whole (:data:`PIPE_WIDTH`)."""
-    stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
-    console = Console(file=stream, soft_wrap=True)
-    return console if console.is_terminal else Console(file=stream, soft_wrap=True, width=PIPE_WIDTH)
+    """The console every CLI message goes through (writing to whatever ``sys.stdout`` or ``sys.stderr`` is when it
+    writes, unless ``file``): text is never hard-wrapped (a message is one line); on a terminal tables fit the
+    terminal, elsewhere they keep every column whole (:data:`PIPE_WIDTH`)."""
+    console = Console(file=file, stderr=stderr, soft_wrap=True)
+    return console if console.is_terminal else Console(file=file, stderr=stderr, soft_wrap=True, width=PIPE_WIDTH)
 
 
 def printable(text: str) -> str:
@@ -33,7 +31,6 @@ def printable(text: str) -> str:
 
 
 def echo_json(value: Any) -> None:
-    """``value`` as indented JSON on stdout."""
     typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))
 
 
@@ -56,7 +53,7 @@ class RunProgress:
         clock: Callable[[], float] = time.monotonic,
         live: bool | None = None,
     ) -> None:
-        console = make_console(file=stream if stream is not None else sys.stderr)
+        console = make_console(stderr=True, file=stream)
         self.live = console.is_terminal if live is None else live
         self.console, self.interval, self.clock = console, interval, clock
         self.bar = Progress(

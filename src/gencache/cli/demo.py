@@ -1,9 +1,5 @@
-"""``gencache demo``: the whole path on a tiny generated teacher, offline, on CPU, in seconds.
-
-Builds a random Qwen3-style teacher with a head size every engine takes (32: vLLM's CPU build needs at least that),
-or reuses the one already in the work directory, writes a config over the sample data bundled with gencache,
-generates and publishes an artifact, inspects it and reads one entry back the way a training loop does.
-"""
+"""``gencache demo``: the whole path on a tiny generated teacher, offline, on CPU, in seconds: build (or reuse) the
+teacher, generate over the bundled sample data, inspect the artifact and read one entry back as training does."""
 
 from __future__ import annotations
 
@@ -14,53 +10,36 @@ from typing import Any
 
 from rich.console import Console
 
-from gencache.core.errors import WriteError
+from gencache.core.errors import InputPathError, WriteError
 from gencache.data.recipes import sample_source
 
+#: The bundled sample sets the demo generates from (every data config also takes ``num_data_strs`` and
+#: ``num_shots`` 0, ``split`` "train", ``seed`` 0 and ``template`` "tokenizer_chat" unless it says otherwise).
 DEMO_DATASETS: list[dict[str, Any]] = [
     {
         "dataset_name": "biography",
         "num_samples": 4,
         "num_data_strs": 2,
-        "num_shots": 0,
         "subset": "1k",
         "data_kwargs": {"question_type": "QA"},
-        "template": "tokenizer_chat",
     },
     {
         "dataset_name": "hotpot_qa",
         "num_samples": 3,
-        "num_data_strs": 0,
-        "num_shots": 0,
         "subset": "fullwiki",
         "data_kwargs": {"difficulty": ["easy", "medium", "hard"]},
-        "template": "tokenizer_chat",
     },
-    {
-        "dataset_name": "musique",
-        "num_samples": 3,
-        "num_data_strs": 0,
-        "num_shots": 0,
-        "subset": "default",
-        "template": "default",
-    },
-    {
-        "dataset_name": "niah",
-        "num_samples": 2,
-        "num_data_strs": 0,
-        "num_shots": 0,
-        "subset": "4096",
-        "data_kwargs": {"chunk_size": 256},
-        "template": "tokenizer_chat",
-    },
+    {"dataset_name": "musique", "num_samples": 3, "subset": "default", "template": "default"},
+    {"dataset_name": "niah", "num_samples": 2, "subset": "4096", "data_kwargs": {"chunk_size": 256}},
 ]
+_DEFAULTS = {"num_data_strs": 0, "num_shots": 0, "split": "train", "seed": 0, "template": "tokenizer_chat"}
 
 
 def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:
     """A config over the bundled sample data for the tiny teacher, on CPU in float32."""
-    data_configs = []
-    for entry in DEMO_DATASETS:
-        data_configs.append({**entry, "split": "train", "seed": 0, "source": str(sample_source(entry["dataset_name"]))})
+    data_configs = [
+        {**_DEFAULTS, **entry, "source": str(sample_source(entry["dataset_name"]))} for entry in DEMO_DATASETS
+    ]
     return {
         "model": {
             "model_path": str(teacher),
@@ -73,13 +52,6 @@ def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:
         "seed": 0,
         "output_dir": str(output_dir),
     }
-
-
-def _fresh_output(workdir: Path) -> Path:
-    n = 1
-    while os.path.lexists(workdir / "artifacts" / f"demo-{n}"):
-        n += 1
-    return workdir / "artifacts" / f"demo-{n}"
 
 
 def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None) -> Path:
@@ -95,8 +67,6 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     console = console or make_console()
     workdir = Path(workdir).absolute()
     if os.path.lexists(workdir) and not workdir.is_dir():
-        from gencache.core.errors import InputPathError
-
         raise InputPathError(f"--workdir {workdir} exists and is not a directory; choose a directory for the demo.")
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +78,10 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
         build_tiny_teacher(teacher, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)  # a head size every engine takes
     else:
         console.print(f"[bold]1.[/bold] reusing the tiny teacher in {teacher}")
-    output_dir = _fresh_output(workdir)
+    n = 1
+    while os.path.lexists(workdir / "artifacts" / f"demo-{n}"):
+        n += 1
+    output_dir = workdir / "artifacts" / f"demo-{n}"
     config_path = workdir / "demo-config.json"
     config_path.write_text(json.dumps(demo_config(teacher, output_dir), indent=2) + "\n", encoding="utf-8")
     console.print(f"[bold]2.[/bold] generating from {config_path}")

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -13,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gencache.artifact.report import classify_path
-from gencache.cli.console import make_console, printable
+from gencache.cli.console import echo_json, make_console
 from gencache.cli.quiet import quiet_libraries
 from gencache.core.errors import ConfigError, InputPathError
 from gencache.data.answers import METRICS
@@ -22,7 +21,6 @@ from gencache.run.export import parse_source_override
 if TYPE_CHECKING:
     from gencache.run.score import ScoreReport
 
-FLAG = ""
 _STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 
 _Artifact = Annotated[
@@ -63,13 +61,12 @@ def _patterns(texts: list[str] | None) -> dict[int, str]:
     return chosen
 
 
-def _scoring(artifact: Path, patterns: list[str] | None, data_root: Path | None, sources: list[str] | None) -> Any:
-    """The arguments both commands score with, once ``artifact`` is known to be one."""
+def checked_sources(artifact: Path, sources: list[str] | None) -> dict[int, str]:
+    """``--source I=PATH`` options as a mapping, once ``artifact`` is known to be an artifact."""
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
-    chosen = dict(parse_source_override(text) for text in sources or ())
-    return {"answer_patterns": _patterns(patterns), "data_root": data_root, "sources": chosen}
+    return dict(parse_source_override(text) for text in sources or ())
 
 
 def render_scores(report: ScoreReport, console: Console) -> None:
@@ -97,7 +94,7 @@ def render_scores(report: ScoreReport, console: Console) -> None:
 
 def score_command(
     artifact: _Artifact,
-    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the scores as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     out: Annotated[
         Path | None,
         typer.Option("--out", metavar="FILE", help="Also write one row per answer to FILE (.jsonl or .parquet)."),
@@ -112,11 +109,13 @@ def score_command(
     rebuilt from the recorded sources); nothing is written into the artifact."""
     from gencache.run.score import score  # the config models (pydantic): not for --help
 
-    arguments = _scoring(artifact, answer_pattern, data_root, source)
+    chosen = checked_sources(artifact, source)
     with quiet_libraries(False):
-        report = score(artifact, out=out, **arguments)
+        report = score(
+            artifact, out=out, answer_patterns=_patterns(answer_pattern), data_root=data_root, sources=chosen
+        )
     if as_json:
-        typer.echo(printable(json.dumps(report.as_json(), indent=2, sort_keys=True, ensure_ascii=False)))
+        echo_json(report.as_json())
         return
     render_scores(report, make_console())
     if report.out is not None:
@@ -140,9 +139,9 @@ def report_command(
     matplotlib (the report extra)."""
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
-    arguments = _scoring(artifact, answer_pattern, data_root, source)
+    chosen, patterns = checked_sources(artifact, source), _patterns(answer_pattern)
     with quiet_libraries(False):
-        result = write_report(artifact, out, audit=audit, **arguments)
+        result = write_report(artifact, out, audit=audit, answer_patterns=patterns, data_root=data_root, sources=chosen)
     if not result.charts:
         typer.echo(f"note: {CHARTS_MISSING}", err=True)
     typer.echo(

@@ -1,15 +1,8 @@
 """Keeping a command's output to gencache's own lines: the only quieting of other libraries, the command line's.
 
-For the length of a command (:func:`quiet_libraries`), unless ``--verbose`` or ``GENCACHE_DEBUG=1``: no log record
-of WARNING or below from any library (huggingface_hub, transformers, datasets, vLLM, torch: ``logging.disable``,
-which a library that resets its own loggers' levels when it is imported does not undo), no tqdm bar (the hub's,
-transformers' "Loading weights", datasets', vLLM's, which asks for its bar with ``disable=False``), and torch's and
-vLLM's own log levels at ERROR (read by the processes a command starts too). Python warnings go to the command's
-``warn`` (one ``warning:`` line each), a third-party library's only with ``--verbose``.
-
-Everything is put back when the block ends, so a command run inside another program (``gencache.cli.app.run``)
-leaves it as it was; ``TORCH_CPP_LOG_LEVEL`` is read once, when libtorch loads, so a process whose first torch
-import happened inside a quiet block keeps torch's C++ warnings at ERROR.
+Unless ``--verbose`` or ``GENCACHE_DEBUG=1``: no log record of WARNING or below (``logging.disable``, which a library
+that resets its loggers' levels on import does not undo), no tqdm bar (even one asked for with ``disable=False``, as
+vLLM's), torch's and vLLM's log levels at ERROR (for the processes a command starts too). All is put back after.
 """
 
 from __future__ import annotations
@@ -44,9 +37,8 @@ def _no_tqdm_bars() -> Iterator[None]:
 
 @contextlib.contextmanager
 def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Within this block, other libraries' log lines, bars and warnings are kept off the command's output unless
-    ``verbose`` or ``GENCACHE_DEBUG=1`` (see the module docstring), and Python warnings go to ``warn`` (one line
-    each; dropped when None), a third-party library's only with ``verbose``."""
+    """Other libraries' log lines and bars kept off the command's output for the block; Python warnings go to
+    ``warn`` (one line each; dropped when None), a third-party library's only when not quiet."""
     quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
 
     def show(message: Warning | str, category: type[Warning], filename: str, *args: Any, **kwargs: Any) -> None:

@@ -1,12 +1,7 @@
 """``gencache generate CONFIG --ray [ADDRESS]``: the command's Ray path and what it prints.
 
-Typer has no option whose value may be left out, so the generate command parses with :class:`RayOptionCommand`,
-which reads a ``--ray`` given without an address (last, or before another option or ``CONFIG.json``) as
-``--ray=`` (``RAY_ADDRESS``, else a local Ray instance). :func:`generate_on_ray_command` runs the library's
-:func:`gencache.run.ray.generate_on_ray` with the run's messages and progress display on stderr and ends
-with the summary per shard, or prints that summary as JSON on stdout with ``--json``. Ray's own notices (a worker
-that died) go to stderr with the run's messages; the lines of Ray's C++ core only with ``--verbose``
-(:func:`ray_output_off`).
+Typer has no option whose value may be left out, so :class:`GenerateCommand` reads a ``--ray`` without an address
+as ``--ray=`` (``RAY_ADDRESS``, else a local Ray instance).
 """
 
 from __future__ import annotations
@@ -18,12 +13,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 from typer.core import TyperCommand
+
+from gencache.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from gencache.run.ray import RayOptions
-
-RAY_OPTION = "--ray"
 
 
 def takes_address(token: str) -> bool:
@@ -31,17 +29,21 @@ def takes_address(token: str) -> bool:
     return not token.startswith("-") and not token.endswith(".json")
 
 
-class RayOptionCommand(TyperCommand):
-    """The generate command, parsing a bare ``--ray`` as ``--ray=`` (see the module docstring)."""
+class GenerateCommand(TyperCommand):
+    """The generate command: a bare ``--ray`` parsed as ``--ray=``, and ``--set PATH VALUE`` (a space for the
+    ``=``) refused in one line that shows the ``PATH=VALUE`` form instead of the parser's "unexpected extra
+    argument"."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         given = list(args)
-        for position, token in enumerate(given):
+        for position, token in enumerate(args):
             if token == "--":
                 break
-            following = given[position + 1] if position + 1 < len(given) else None
-            if token == RAY_OPTION and (following is None or not takes_address(following)):
-                given[position] = f"{RAY_OPTION}="
+            following = args[position + 1 : position + 3]
+            if token == "--set" and len(following) == 2 and "=" not in following[0] and following[1][:1] != "-":
+                raise ConfigError(f"--set takes PATH=VALUE as one argument: --set {following[0]}={following[1]}.")
+            if token == "--ray" and not (following and takes_address(following[0])):
+                given[position] = "--ray="
         return super().parse_args(ctx, given)
 
 
@@ -56,7 +58,6 @@ def ray_options(
     shards: int | None,
 ) -> RayOptions:
     """The run's Ray options from the command's, or one line for a combination that is wrong."""
-    from gencache.core.errors import ConfigError
     from gencache.run.ray import RayOptions
 
     if ray is None:
@@ -76,10 +77,9 @@ def ray_options(
 
 @contextlib.contextmanager
 def ray_output_off(verbose: bool) -> Iterator[None]:
-    """Ray's own output kept off the terminal unless ``verbose``: its C++ core (and the processes of a local
-    instance it starts) write to file descriptor 2, which points at the null device for the block, while the
-    command's lines go on through a copy of the terminal's descriptor (``sys.stderr`` for the block). Only a
-    command whose ``sys.stderr`` is descriptor 2 does so; another program's descriptors are left alone."""
+    """Ray's C++ core (and a local instance's processes) write to descriptor 2: it points at the null device for
+    the block unless ``verbose``, while ``sys.stderr`` is a copy of the terminal's (another program's descriptors,
+    a ``sys.stderr`` that is not descriptor 2, are left alone)."""
     try:
         ours = not verbose and sys.stderr.fileno() == 2
     except (AttributeError, OSError, ValueError):  # a captured or replaced stderr (a host program's)
@@ -104,20 +104,38 @@ def ray_output_off(verbose: bool) -> Iterator[None]:
 
 
 def generate_on_ray_command(
-    config: Any, options: RayOptions, *, as_json: bool, verbose: bool, notices: Any, progress: Any, **run: Any
+    config: Any, options: RayOptions, *, as_json: bool, verbose: bool, console: Console, **run: Any
 ) -> None:
-    """Run on Ray and print the shard base (or ``--json``'s summary); ``run`` are the library's other keywords."""
+    """Run on Ray and print the shard base after a summary per shard on ``console`` (or ``--json``'s summary
+    alone); ``run`` are the library's other keywords."""
     from gencache.cli import signals
     from gencache.cli.console import echo_json
     from gencache.run.ray import generate_on_ray
 
     with ray_output_off(verbose), contextlib.redirect_stdout(sys.stderr):  # Ray prints workers' deaths on stdout
-        result = generate_on_ray(config, options, notify=notices, progress=progress, **run)
+        result = generate_on_ray(config, options, **run)
     signals.note_published(result.published + result.skipped)  # a stop from here on says it is published
     if as_json:
         echo_json(result.to_json())
         return
-    from gencache.cli.render import render_ray_summary
-
-    render_ray_summary(result, notices.console())
+    table = Table(title=f"gencache --ray: {result.output_dir}", title_justify="left")
+    for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
+        table.add_column(column, justify="left" if column in ("status", "worker") else "right")
+    for record in sorted(result.records, key=lambda r: r.index):
+        table.add_row(
+            f"{record.index}/{result.shards}",
+            record.status,
+            escape(record.worker or "-"),
+            f"{record.seconds:.2f}",
+            f"{record.load_seconds:.2f}",
+            str(record.attempts),
+            str(record.entries),
+            str(record.tokens),
+        )
+    console.print(table)
+    console.print(
+        f"{len(result.published)} shards published, {len(result.skipped)} already published (skipped), "
+        f"{result.retries} retries, {result.workers} workers, {result.seconds:.1f}s",
+        highlight=False,
+    )
     typer.echo(str(result.output_dir))

@@ -1,26 +1,24 @@
-"""How the CLI shows the results the library returns: the dry-run report, a rendered prompt, run messages, the
-verify progress bar and the audit, through rich (inspect's tables are :mod:`gencache.cli.inspect_view`'s).
-
-Only the CLI (and the demo) call this module; the library returns data and never prints.
-"""
+"""How the CLI shows what the library returns: run messages, the dry run's report (or its JSON, or the raw prompt),
+the verify progress bar and the audit (inspect's tables are :mod:`gencache.cli.inspect_view`'s)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gencache.cli.console import echo_json, make_console, printable
+from gencache.core.errors import Problem
+
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
     from gencache.artifact.report import VerifyProgressFactory
-    from gencache.data.samples import Sample
-    from gencache.run.audit import AuditReport
     from gencache.run.preflight import Preflight
-    from gencache.run.ray import RayRun
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -108,31 +106,23 @@ def render_dry_run(report: Preflight, console: Console) -> None:
         console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)", highlight=False)
     if report.not_computed:
         console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(report.not_computed))}", highlight=False)
-    if report.prompt is not None:
-        render_sample_prompt(report.prompt, report.prompt_index or 0, console)
+    sample = report.prompt
+    if sample is not None:  # where it came from, each part and the token count
+        tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
+        console.print(
+            f"[bold]prompt {report.prompt_index or 0}[/bold]: data_configs[{sample.data_config_index}] sample "
+            f"{sample.sample_index}, key {sample.key}, {tokens} tokens",
+            highlight=False,
+        )
+        counts = [end - start for _, start, end in (sample.spans or ())]
+        for position, part in enumerate(sample.parts):
+            count = f", {counts[position]} tokens" if position < len(counts) else ""
+            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]", highlight=False)
+            console.print(escape(part.text), highlight=False, markup=True)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
     if not report.errors:  # otherwise the caller prints each problem and then how many there are
         console.print("[green]every check passed[/]: generate would start loading the teacher")
-
-
-def render_sample_prompt(sample: Sample, index: int, console: Console) -> None:
-    """Sample ``index``'s rendered prompt: where it came from, each part and the token count."""
-    tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
-    console.print(
-        f"[bold]prompt {index}[/bold]: data_configs[{sample.data_config_index}] sample {sample.sample_index}, "
-        f"key {sample.key}, {tokens} tokens",
-        highlight=False,
-    )
-    counts = [end - start for _, start, end in (sample.spans or ())]
-    for position, part in enumerate(sample.parts):
-        kind = type(part).__name__
-        count = f", {counts[position]} tokens" if position < len(counts) else ""
-        console.print(f"[bold]-- part {position} ({kind}{count}) --[/bold]", highlight=False)
-        console.print(escape(part.text), highlight=False, markup=True)
-
-
-# -- verify -------------------------------------------------------------------------------------------------
 
 
 def verify_progress(console: Console) -> VerifyProgressFactory:
@@ -160,62 +150,40 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
     return bar_for
 
 
-def render_audit(report: AuditReport, console: Console) -> None:
-    """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
-    then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
-    for key in report.keys:
-        if key.equal:
-            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))", highlight=False)
-            continue
-        for sequence in key.sequences:
-            if sequence.equal:
-                continue
-            where = (
-                "finish reason only"
-                if sequence.first_difference is None
-                else (f"first differs at token {sequence.first_difference}")
-            )
-            console.print(
-                f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
-                f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
-                f"{sequence.regenerated_finish})",
-                highlight=False,
-            )
-    divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
-    per_key = report.seconds / len(report.keys) if report.keys else 0.0
-    console.print(
-        escape(
-            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
-            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
-            f"{report.differing} differing"
-            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
-            + f"; {per_key:.3f} s per key"
-        ),
-        highlight=False,
-    )
+def problems_json(code: int, problems: list[Problem]) -> dict[str, Any]:
+    """What ``--dry-run --json`` prints: the exit code and every problem (the caller adds the checks)."""
+    return {"exit_code": code, "problems": [problem.to_json() for problem in problems], "checks": []}
 
 
-def render_ray_summary(run: RayRun, console: Console) -> None:
-    """A Ray run's summary: one row per shard (status, worker, wall time and the part of it its worker spent
-    loading, attempts, entries, tokens), then the totals: shards published and skipped, retries, workers and the
-    run's wall time."""
-    table = Table(title=f"gencache --ray: {run.output_dir}", title_justify="left")
-    for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
-        table.add_column(column, justify="left" if column in ("status", "worker") else "right")
-    for record in sorted(run.records, key=lambda r: r.index):
-        table.add_row(
-            f"{record.index}/{run.shards}",
-            record.status,
-            escape(record.worker or "-"),
-            f"{record.seconds:.2f}",
-            f"{record.load_seconds:.2f}",
-            str(record.attempts),
-            str(record.entries),
-            str(record.tokens),
+def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
+    """The dry run's report (or its JSON, or the raw prompt) on stdout, so that ``> file`` keeps it; one ``error:``
+    line per problem, and how many, on stderr with every other message."""
+    if as_json:
+        report = problems_json(result.exit_code, result.problems)
+        report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in result.checks]
+        echo_json(report)
+    elif not raw:
+        render_dry_run(result, make_console())
+    for error in result.errors:
+        typer.echo(printable(f"error: {error}"), err=True)
+    if result.errors and not raw:
+        count = len(result.errors)
+        typer.echo(
+            f"the dry run found {count} problem{'s' if count > 1 else ''}; generate would exit {result.exit_code}",
+            err=True,
         )
-    console.print(table)
-    console.print(
-        f"{len(run.published)} shards published, {len(run.skipped)} already published (skipped), {run.retries} "
-        f"retries, {run.workers} workers, {run.seconds:.1f}s",
-        highlight=False,
-    )
+    if raw:
+        sample = result.prompt
+        if sample is not None:  # the exact text and ids the teacher would get
+            echo_json(
+                {
+                    "index": result.prompt_index or 0,
+                    "key": sample.key,
+                    "data_config_index": sample.data_config_index,
+                    "sample_index": sample.sample_index,
+                    "prompt": sample.prompt_text,
+                    "input_ids": None if sample.input_ids is None else list(sample.input_ids),
+                }
+            )
+        raise typer.Exit(result.exit_code or (0 if sample is not None else 2))
+    raise typer.Exit(result.exit_code)

@@ -1,11 +1,6 @@
-"""The ``gencache`` process's signals: the command line is their only owner.
-
-SIGINT, SIGTERM and SIGHUP raise :class:`gencache.core.errors.Stopped` in the main thread for the length of a
-command; the command line turns it into one line and 130 or 143 (:attr:`Stopped.message` says what a run had
-published: the run attaches that to the stop as it passes through, and :func:`note_published` covers a stop after
-the run returned). The library installs no handler: its ``finally`` blocks and the atomic publish leave nothing
-half-written behind.
-"""
+"""The ``gencache`` process's signals, owned by the command line alone: SIGINT, SIGTERM and SIGHUP raise
+:class:`gencache.core.errors.Stopped` in the main thread, which the command line turns into one line and 130 or
+143. The library installs no handler: its ``finally`` blocks and the atomic publish leave nothing half-written."""
 
 from __future__ import annotations
 
@@ -30,8 +25,8 @@ def _stop(signum: int, frame: FrameType | None) -> NoReturn:
 
 
 def install() -> None:
-    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread from now on (an ignored signal stays
-    ignored). Does nothing outside the main thread, whose signals are its own."""
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` from now on (an ignored signal stays ignored); nothing
+    outside the main thread, whose signals are its own."""
     if threading.current_thread() is threading.main_thread():
         for signum in _STOP_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -40,8 +35,7 @@ def install() -> None:
 
 @contextlib.contextmanager
 def owned() -> Iterator[None]:
-    """The handlers of :func:`install` for one command run inside another program (``gencache.cli.app.run``),
-    the caller's handlers back afterwards, and what the command published forgotten with it."""
+    """The handlers of :func:`install` for one command run inside another program, the caller's back afterwards."""
     saved = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
     install()
     try:
@@ -70,11 +64,9 @@ def exit_now(stop: Stopped) -> NoReturn:
 
 
 def quiet_exit(code: int) -> None:
-    """Once the command is done, SIGINT, SIGTERM or SIGHUP during interpreter shutdown (an engine's worker thread
-    still winding down) ends the process with the command's own exit code instead of a traceback: the work is
-    already published or already failed. From the exit handlers on, the signals are ignored: Python gives them
-    back to the system's default before it tears its modules down, and a signal then would kill the process
-    (a status of -2 or -15 instead of the command's code)."""
+    """Once the command is done (its work published or failed), a signal during interpreter shutdown (an engine's
+    thread winding down) exits with the command's own code, not a traceback; from the exit handlers on the signals
+    are ignored, as Python restores the system's default (a status of -2 or -15) before it tears modules down."""
 
     def finish_now(signum: int, frame: FrameType | None) -> None:
         sys.stdout.flush()
