@@ -1,9 +1,5 @@
-"""Where a dataset's rows came from: the source of a recipe's rows (recorded in ``resolved_config.json``) and the
-origin of each loaded table (its files, for messages that name a file's own line).
-
-The bottom of the data package's loading side: :mod:`gencache.data.sources` produces these values and the recipes
-(:mod:`gencache.data.recipes`) read them, so neither imports the other for them.
-"""
+"""Where a dataset's rows came from: the source recorded in ``resolved_config.json`` and each loaded table's
+files, for messages that name a file's own line."""
 
 from __future__ import annotations
 

@@ -1,28 +1,7 @@
 """The run an artifact records, from the artifact alone: its ``resolved_config.json`` checked, and its samples
-rebuilt from it. ``export``, ``audit``, ``score``, training without a config and scripts all rebuild from here,
-so each trusts the same checked values::
+rebuilt from it, so ``export``, ``audit``, ``score`` and training without a config trust the same checked values.
 
-    from gencache.data.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
-
-    run = load_recorded_run("generation_cache/artifacts/run")   # an artifact, one shard, or a shard base
-    run.config, run.generation, run.seed                          # the effective config, generation kwargs, seed
-    samples = rebuild_samples(run, load_recorded_tokenizer(run))  # build_samples over the recorded data configs
-
-A published artifact records the effective config of the run that made it (``config``: the data configs after
-``--limit``, ``--set`` and ``--output-dir``), the sources its rows were read from (each local file with its
-SHA-256) and the effective generation settings.
-
-- :func:`load_recorded_run` opens the artifact (every open-time check of the reader; a shard base must be a whole
-  set of one run), checks its record (:func:`run_of_readers`: the shape and ``resolved_digest`` of
-  :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record;
-  a damaged or hand-edited document is a :class:`FormatError`, exit 1, naming the file) and, by default, hashes
-  every recorded local source file again (:func:`check_sources`: a file that changed is a
-  :class:`SourceChangedError`, one that is gone a :class:`DatasetError`, both exit 2, naming the file).
-- :func:`rebuild_samples` builds the samples with :func:`gencache.data.samples.build_samples`, optionally reading
-  some data configs from other sources, and checks that the files it read are the recorded ones.
-
-The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's. Importing this
-module imports neither torch nor transformers.
+The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The samples of a run: every data config loaded, rendered, keyed and (with a tokenizer) tokenized.
 
-:func:`build_samples` is what generation, dry runs, export and training all call, so they agree on which samples
-exist, in which order, and under which keys. Samples with equal keys are generated once: the first occurrence
-(first data config, first sample) wins, and duplicates whose rendered prompts differ are reported with a
-:class:`DuplicatePromptWarning`, because the later ones silently reuse the first one's teacher answer.
-
-This module imports neither torch, transformers nor datasets at import time.
+Generation, dry runs, export and training all call :func:`build_samples`, so they agree on which samples exist, in
+which order, and under which keys. The first occurrence of a key wins.
 """
 
 from __future__ import annotations

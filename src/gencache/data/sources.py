@@ -1,19 +1,7 @@
-"""Loading a dataset's tables from the hub, a hub-style local directory or a single file.
+"""Loading a dataset's tables from the hub, a hub-style local directory or a single file (docs/datasets.md).
 
-``source`` in a data config takes three forms:
-
-- absent: the recipe's canonical hub id, ``datasets.load_dataset(hub_id, config, split=split)`` (which honours
-  ``HF_HUB_OFFLINE`` and the local ``datasets`` cache);
-- a directory: when its ``README.md`` declares ``configs:`` (a hub dataset repository), it is loaded with
-  ``datasets.load_dataset(source, config)``; otherwise files named by split,
-  ``<source>/<config>/<split>.{jsonl,json,parquet,csv,tsv}`` or ``<source>/<split>.{...}`` (sharded
-  ``<split>-00000-of-00002.parquet`` too); any other string that is not an existing path is a hub id;
-- a single ``.json``/``.jsonl``/``.parquet``/``.csv``/``.tsv`` file: the rows of the requested split of a
-  single-table dataset.
-
-Local JSON, JSON Lines and parquet files are read by ``datasets.load_dataset("json" | "parquet", data_files=...)``,
-CSV and TSV files by pyarrow with every cell a string; rows come in file order. Every local file read is hashed
-(SHA-256) for provenance.
+Local JSON, JSON Lines and parquet are read by ``datasets``, CSV and TSV by pyarrow with every cell a string; every
+local file read is hashed (SHA-256) for provenance.
 """
 
 from __future__ import annotations

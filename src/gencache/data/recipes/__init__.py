@@ -1,12 +1,7 @@
 """Dataset recipes: the registry (built-ins and plug-ins), and the types a recipe reads and returns.
 
-The one list of built-in dataset names is :data:`gencache.config.datasets.DATASET_KWARGS` (each name with its
-``data_kwargs`` model). Each built-in is a module here named after its dataset, exposing ``RECIPE`` (an instance
-of a :class:`DatasetRecipe` subclass that fills in its steps); :data:`BUILTIN_DATASETS` is built from that list by
-importing each name's module (:func:`builtin_recipe`), so a name without its recipe, or a recipe that disagrees
-with its name or kwargs model, fails the import with one message. Other packages add recipes without changing
-gencache through the ``gencache.recipes`` entry point group (:mod:`gencache.data.recipes.plugins`). See
-docs/datasets.md.
+Each built-in of :data:`gencache.config.datasets.DATASET_KWARGS` is a module here named after it, exposing
+``RECIPE``; plug-ins come through the ``gencache.recipes`` entry point group. See docs/datasets.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Biography (``alex-karev/biographies``): synthetic people with six attributes.
 
-The hub config holds two row-aligned tables: ``train`` (paraphrased statements per attribute) and ``test``
-(completion prefixes per attribute, ``name`` and gold ``labels``). Rows whose test ``birth_date`` list is empty or
-holds one repeated string are dropped from both; the data config's ``split`` is then a 50/50 partition of the
-remaining rows (``train`` the first half, ``test`` the rest), not a hub split.
-
-With ``random.Random(seed)``: the partition's indices are shuffled; few-shot people are the last ``num_shots``,
-the pool is the rest. Each shot builds its document (one random statement per attribute) and then its question;
-each sample builds its question, then draws ``num_data_strs`` people from the pool (the target replaces position 0
-when not drawn) and builds their documents.
+Two row-aligned hub tables, ``train`` (statements) and ``test`` (prefixes, names, labels); the data config's
+``split`` is a 50/50 partition of the people kept, not a hub split. See docs/datasets.md.
 """
 
 from __future__ import annotations

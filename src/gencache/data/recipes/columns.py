@@ -1,12 +1,5 @@
-"""What a recipe reads from its tables (declared columns) and where a row came from (file and line).
-
-Every recipe declares its columns as :class:`Column` entries: docs/datasets.md renders them, and the recipe checks
-them when its tables load. A column absent from a table is a :class:`DatasetError` naming the column, the files
-read and the columns they hold; a bad value in one row names the file and its line (JSON Lines) or its row index
-within the file (parquet, a JSON array), counted in the file's own order, before any shuffling.
-
-:mod:`gencache.data.sources` records the origin of every table it loads (:mod:`gencache.data.origins`); row
-positions are only computed when an error is reported.
+"""What a recipe reads from its tables (declared columns) and where a bad row came from (file and line, in the
+file's own order, before any shuffling).
 """
 
 from __future__ import annotations

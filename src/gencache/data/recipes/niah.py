@@ -1,15 +1,7 @@
 """RULER needle-in-a-haystack (``simonjegou/ruler``): long contexts with a short answer.
 
-Always the hub ``test`` table of the config ``subset`` (the context length). Its rows are shuffled with a fixed
-``random.Random(42)`` and halved: the data config's ``train`` is the first ``int(n * 0.5)``, ``test`` the rest.
-That half is shuffled with ``random.Random(seed)``, optionally filtered by RULER task (``tasks``; the filter keeps
-the shuffled order, so each task's samples are a subsequence of the all-tasks order), and scanned in order:
-with ``max_len >= 0`` a row whose context has more than ``max_len`` tokens (teacher tokenizer, no special
-tokens) is skipped.
-
-The key holds the raw context as the single document. The prompt splits it into sentences with gencache's own
-deterministic splitter (:func:`split_sentences`) and packs them greedily into chunks of at most ``chunk_size``
-characters (:func:`chunk_sentences`), one document block per chunk. Chunking never changes a key.
+The key holds the raw context as the single document; the prompt shows it split into sentences and packed into
+chunks of at most ``chunk_size`` characters, so chunking never changes a key. See docs/datasets.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""Recipe plug-ins: dataset recipes other packages register through the ``gencache.recipes`` entry point group.
+"""Recipe plug-ins: recipes other packages register through the ``gencache.recipes`` entry point group.
 
-A training code base with its own dataset logic declares, in its ``pyproject.toml``::
-
-    [project.entry-points."gencache.recipes"]
-    my_dataset = "my_package.recipes:RECIPE"
-
-The entry point's name is the ``dataset_name`` configs use; its object is a :class:`DatasetRecipe` instance, a
-subclass of it (instantiated without arguments) or a callable returning an instance, whose ``name`` equals the
-entry point's. Generation, ``--dry-run``, export and training all look recipes up through
-:func:`gencache.data.recipes.get_recipe`, so they share the plug-in's code and keys.
-
-A plug-in is imported only when a config names it. A plug-in that fails to import, or whose samples are malformed
-(not :class:`RawSample`, a payload the key rule refuses, a prompt that is not a normalised prompt, the wrong
-count), is one :class:`DatasetError` naming the plug-in, its entry point and its distribution.
+A plug-in is imported only when a config names it; one that fails to import or returns malformed samples is one
+:class:`DatasetError` naming it, its entry point and its distribution.
 """
 
 from __future__ import annotations

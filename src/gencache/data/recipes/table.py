@@ -1,14 +1,6 @@
-"""``table``: a declarative recipe over any JSON, JSON Lines, parquet, CSV or TSV table, local directory or hub
-dataset (in a CSV or TSV file every cell is a string).
+"""``table``: a declarative recipe over any JSON, JSON Lines, parquet, CSV or TSV table, local or on the hub.
 
-``data_kwargs`` name the columns: ``query`` (the question), ``documents`` (one or several columns), ``answer``
-(the gold answer, shown by few-shot examples), ``task`` (columns copied into the key's task fields), an
-``instruction`` and optional ``filters``. The rows are shuffled with ``random.Random(seed)`` (unless ``shuffle`` is
-false), rows failing a filter are dropped keeping that order, the few-shot examples are the first ``num_shots`` and
-the samples the next ``num_samples``; ``num_data_strs`` is ignored.
-
-A row becomes the key payload ``{"documents": [...], "query": <the query column, raw>, "shots": [...],
-"task": {<task column>: <its value>, ...}}`` (see docs/datasets.md for a worked example).
+``data_kwargs`` name the columns; see docs/datasets.md for the selection rule and a worked example.
 """
 
 from __future__ import annotations
