@@ -7,20 +7,22 @@ The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, neve
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gencache.artifact.names import shard_of
+from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.names import RESOLVED_NAME, shard_of
+from gencache.artifact.reader import read_resolved_config
 from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
+from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
-
-if TYPE_CHECKING:
-    from gencache.config import CacheConfig
-    from gencache.data.origins import SourceInfo
-    from gencache.data.samples import SampleSet
+from gencache.data.origins import SourceInfo
+from gencache.data.samples import SampleSet, build_samples
+from gencache.data.sources import file_sha256
 
 
 @dataclass(frozen=True)
@@ -99,21 +101,6 @@ def check_resolved(
         raise _refuse(resolved_path, problems[0])
 
 
-def _sources_of(resolved: Mapping[str, Any], count: int, where: Path) -> list[dict[str, Any]]:
-    """The recorded sources, one per data config, with their shape checked."""
-    sources = resolved["sources"]
-    if len(sources) != count:
-        raise _refuse(where, f"'sources' lists {len(sources)} sources for {count} data configs")
-    for index, source in enumerate(sources):
-        files = source.get("files") if isinstance(source, dict) else None
-        if not isinstance(files, list) or not isinstance(source.get("location"), str):
-            raise _refuse(where, f"sources[{index}] is not an object with a location and a list of files")
-        for entry in files:
-            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("path", "sha256")):
-                raise _refuse(where, f"sources[{index}].files holds {entry!r}, not {{path, sha256}}")
-    return list(sources)
-
-
 def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | None, tuple[int, ...] | None]:
     """The shard count and the shard indices held, from each artifact's ``summary.shard`` (None: the whole run)."""
     if not records or records[0] is None:
@@ -127,9 +114,6 @@ def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dic
     """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
     the checks ``gencache verify`` makes of it (shape, ``resolved_digest`` when recorded or ``require_digest``,
     the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise."""
-    from gencache.artifact.names import RESOLVED_NAME
-    from gencache.artifact.reader import read_resolved_config
-
     resolved = read_resolved_config(reader.path)
     check_resolved(
         resolved,
@@ -150,10 +134,6 @@ def run_of_readers(
     when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed
     (:func:`check_sources`). ``resolved``: that document as :func:`checked_resolved_config` returned it, which is
     neither read nor checked again (only its ``resolved_digest`` is still required)."""
-    from gencache.artifact.names import RESOLVED_NAME
-    from gencache.artifact.reader import read_resolved_config
-    from gencache.config import parse_config
-
     first = readers[0]
     where = first.path / RESOLVED_NAME
     records = [reader.summary.get("shard") for reader in readers]
@@ -170,13 +150,10 @@ def run_of_readers(
     if problems:
         raise _refuse(where, problems[0])
     generation = resolved["generation"]
-    if "max_new_tokens" not in generation:
-        raise _refuse(where, "generation has no max_new_tokens")
     try:
         config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
     except GencacheError as error:
         raise _refuse(where, f"its config does not parse ({first_line(error)})") from None
-    _sources_of(resolved, len(config.data_configs), where)
     count, shards = _held_shards(records)
     return RecordedRun(
         path=Path(os.path.abspath(os.path.expanduser(path))),
@@ -192,17 +169,17 @@ def run_of_readers(
     )
 
 
-def _relocated(source: Mapping[str, Any], data_root: Path | None) -> tuple[str, dict[str, str]]:
-    """The source location and its files (path -> recorded sha256), moved under ``data_root`` by the location's
-    last path component when given."""
+def _relocated(source: Mapping[str, Any], data_root: Path | None) -> dict[str, str]:
+    """The source's files (path -> recorded sha256), moved under ``data_root`` by the location's last path
+    component when given."""
     location = str(source["location"])
     files = {str(entry["path"]): str(entry["sha256"]) for entry in source["files"]}
     if data_root is None or source.get("kind") not in ("directory", "file"):
-        return location, files
+        return files
     moved = data_root / Path(location).name
     if source.get("kind") == "file":
-        return str(moved), {str(moved): digest for digest in files.values()}
-    return str(moved), {str(moved / os.path.relpath(path, location)): digest for path, digest in files.items()}
+        return {str(moved): digest for digest in files.values()}
+    return {str(moved / os.path.relpath(path, location)): digest for path, digest in files.items()}
 
 
 def _overrides(run: RecordedRun, sources: Mapping[int, str] | None) -> dict[int, str]:
@@ -220,14 +197,12 @@ def check_sources(
     """Hash every recorded local source file again (under ``data_root`` when given; data configs read from
     ``sources`` are skipped) and refuse, in one line naming the file, one that is gone (:class:`DatasetError`) or
     whose bytes changed since generation (:class:`SourceChangedError`)."""
-    from gencache.data.sources import file_sha256
-
     skipped = _overrides(run, sources)
     root = None if data_root is None else Path(data_root).expanduser().absolute()
-    for index, source in enumerate(_sources_of(run.resolved, len(run.config.data_configs), run.resolved_path)):
+    for index, source in enumerate(run.resolved["sources"]):
         if index in skipped:
             continue
-        for name, recorded in _relocated(source, root)[1].items():
+        for name, recorded in _relocated(source, root).items():
             file = Path(name)
             if not file.is_file():
                 raise DatasetError(
@@ -251,8 +226,6 @@ WAYS_FORWARD = (
 def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
     """The error of a recorded source file whose bytes changed: the file, its sha256 then and now, its size and
     modification time now (the run recorded the sha256 alone), and :data:`WAYS_FORWARD`."""
-    import datetime
-
     try:
         stat = file.stat()
         when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -269,8 +242,6 @@ def _effective_config(run: RecordedRun, sources: Mapping[int, str], data_root: P
     """The recorded config with each data config's source replaced by ``sources`` or moved under ``data_root``."""
     if not sources and data_root is None:
         return run.config
-    from gencache.config import parse_config
-
     raw = copy.deepcopy(dict(run.resolved["config"]))
     for index, data_config in enumerate(raw["data_configs"]):
         if index in sources:
@@ -311,30 +282,17 @@ def rebuild_samples(
     ``data_root`` is a directory holding the recorded local sources by their last path component (``--data-root``).
     The recorded files are checked first (:func:`check_sources`, unless ``run.sources_checked`` and the files did
     not move), and after the build the files read must be those the run read, with the same bytes."""
-    from gencache.data.samples import build_samples
-
     chosen = _overrides(run, sources)
     root = None if data_root is None else Path(data_root).expanduser().absolute()
     if not run.sources_checked or root is not None:
         check_sources(run, sources=chosen, data_root=root)
     samples = build_samples(_effective_config(run, chosen, root), tokenizer)
-    recorded = _sources_of(run.resolved, len(run.config.data_configs), run.resolved_path)
+    recorded = run.resolved["sources"]
     for summary in samples.summaries:
         if summary.index not in chosen:
-            files = _relocated(recorded[summary.index], root)[1]
+            files = _relocated(recorded[summary.index], root)
             _compare_read(summary.index, summary.source, recorded[summary.index], files)
     return samples
-
-
-def load_recorded_run(
-    path: str | os.PathLike[str],
-    *,
-    hash_sources: bool = True,
-    index_cache: str | os.PathLike[str] | bool | None = None,
-) -> RecordedRun:
-    """The checked record of the run behind ``path`` (an artifact, one shard, or a shard base); with
-    ``hash_sources`` every recorded local source file is hashed again and must match (``sources_checked``)."""
-    return open_recorded_run(path, hash_sources=hash_sources, index_cache=index_cache)[1]
 
 
 def open_recorded_run(
@@ -343,12 +301,9 @@ def open_recorded_run(
     hash_sources: bool = True,
     index_cache: str | os.PathLike[str] | bool | None = None,
 ) -> tuple[Any, RecordedRun]:
-    """The reader of ``path`` (:func:`gencache.open_caches`) and its run's checked record
-    (:func:`load_recorded_run`), from one open."""
-    from dataclasses import replace
-
-    from gencache.artifact.mixture import MultiCacheReader, open_caches
-
+    """The reader of ``path`` (an artifact, one shard, or a shard base; :func:`gencache.open_caches`) and the
+    checked record of its run; with ``hash_sources`` every recorded local source file is hashed again and must
+    match (``sources_checked``)."""
     reader = open_caches(path, index_cache=index_cache)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     run = run_of_readers(path, readers)
