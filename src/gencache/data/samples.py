@@ -163,19 +163,6 @@ def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
         return list(config_or_data_configs.data_configs)
     if isinstance(config_or_data_configs, DataConfig):
         return [config_or_data_configs]
-    if isinstance(config_or_data_configs, Mapping):
-        raise ConfigError(
-            "build_samples takes a CacheConfig or a list of data configs, not a mapping; "
-            "use load_config/parse_config for a whole config, or pass [data_config, ...]."
-        )
-    if isinstance(config_or_data_configs, (str, bytes)) or not isinstance(config_or_data_configs, Sequence):
-        raise ConfigError(
-            f"build_samples takes a CacheConfig or a list of data configs, not {type(config_or_data_configs).__name__}."
-        )
-    if all(isinstance(item, DataConfig) for item in config_or_data_configs):
-        if not config_or_data_configs:
-            raise ConfigError("data_configs: must be a non-empty list")
-        return list(config_or_data_configs)
     return parse_data_configs(config_or_data_configs)
 
 

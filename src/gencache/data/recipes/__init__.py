@@ -13,39 +13,15 @@ from typing import Any
 
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
 from gencache.config.datasets import DATASET_KWARGS
-from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import unknown_name
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample
 from gencache.data.recipes.plugins import load_plugin
 
-
-def builtin_recipe(name: str, model: type[KwargsModel]) -> DatasetRecipe[Any, Any]:
-    """``RECIPE`` of the module ``gencache.data.recipes.<name>``, the recipe of the built-in dataset ``name`` whose
-    ``data_kwargs`` model is ``model``; an :class:`ImportError` saying what is missing or wrong otherwise."""
-    module_name = f"{__name__}.{name}"
-    where = f"built-in dataset {name!r} of gencache.config.datasets.DATASET_KWARGS"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        raise ImportError(f"{where} has no recipe module {module_name}; add it, with its RECIPE.") from None
-    recipe = getattr(module, "RECIPE", None)
-    if not isinstance(recipe, DatasetRecipe):
-        raise ImportError(f"{where}: {module_name}.RECIPE is {type(recipe).__name__}, not a DatasetRecipe instance.")
-    if recipe.name != name or recipe.kwargs_model is not model:
-        raise ImportError(
-            f"{where}: {module_name}.RECIPE is named {recipe.name!r} with kwargs model "
-            f"{recipe.kwargs_model.__name__}, not {name!r} with {model.__name__}; make the two agree."
-        )
-    return recipe
-
-
 #: The recipe of every built-in dataset, by name, in the order of :data:`gencache.config.datasets.DATASET_KWARGS`.
 BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
-    name: builtin_recipe(name, model) for name, model in DATASET_KWARGS.items()
+    name: importlib.import_module(f"{__name__}.{name}").RECIPE for name in DATASET_KWARGS
 }
 
 SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
@@ -109,7 +85,6 @@ __all__ = [
     "RawSample",
     "Registry",
     "SourceInfo",
-    "builtin_recipe",
     "get_recipe",
     "sample_source",
 ]

@@ -201,19 +201,10 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             raise shortfall(self.name, dc.split, dc.num_samples, max(available - dc.num_shots, 0), detail)
 
     def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
-        """The data config's samples, in order, and where their rows came from.
-
-        ``dc`` is a validated data config and ``kwargs`` its ``data_kwargs``: an instance of :attr:`kwargs_model`
-        (``gencache.config`` validates both; a plain mapping is refused here, never validated a second time).
-        """
-        if not isinstance(kwargs, self.kwargs_model):
-            raise DatasetError(
-                f"data_kwargs of {self.name} must be a validated {self.kwargs_model.__name__}, not "
-                f"{type(kwargs).__name__}; validate the data config with gencache.config (parse_data_configs) first."
-            )
-        kw = kwargs
-        selection = self.select(dc, kw, tokenizer)
-        shots = [self.shot(selection.rows, kw, index) for index in selection.shots]
+        """The samples of a validated data config and its ``data_kwargs``, in order, and where their rows came
+        from."""
+        selection = self.select(dc, kwargs, tokenizer)
+        shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])
         recorded = [
             {"documents": shot.documents, "query": shot.query, "answer": shot.answer, "task": shot.task}
@@ -224,7 +215,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
         for index in selection.candidates:
             if len(samples) == dc.num_samples:
                 break
-            question = self.sample(selection.rows, kw, index)
+            question = self.sample(selection.rows, kwargs, index)
             if question is None:
                 skipped += 1
                 continue
@@ -252,7 +243,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
                 )
             )
         if len(samples) < dc.num_samples:
-            raise self.exhausted(dc, kw, selection.rows, len(samples), skipped)
+            raise self.exhausted(dc, kwargs, selection.rows, len(samples), skipped)
         return samples, selection.source
 
 
