@@ -7,6 +7,7 @@ local file read is hashed (SHA-256) for provenance.
 from __future__ import annotations
 
 import csv
+import glob
 import hashlib
 import json
 import os
@@ -79,7 +80,7 @@ def _split_files(folder: Path, split: str) -> list[Path]:
     """Files holding ``split`` directly in ``folder`` (one file, or the shards of one parquet table)."""
     found = [folder / f"{split}{ext}" for ext in EXTENSIONS if (folder / f"{split}{ext}").is_file()]
     shards = sorted(
-        p for p in folder.glob(f"{glob_escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
+        p for p in folder.glob(f"{glob.escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
     )
     if found and shards:
         found.append(shards[0])
@@ -87,11 +88,6 @@ def _split_files(folder: Path, split: str) -> list[Path]:
         names = ", ".join(str(p) for p in found)
         raise DatasetError(f"split {split!r} is ambiguous in {str(folder)!r}: {names}; keep exactly one of them.")
     return found or shards
-
-
-def glob_escape(text: str) -> str:
-    """``text`` with glob metacharacters escaped."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def _declares_configs(directory: Path) -> bool:
@@ -294,32 +290,22 @@ def load_tables(
     file otherwise serves exactly one requested split. Inside :func:`shared_tables`, repeated loads are shared.
     """
     memo = _SHARED.get()
+    if memo is None:
+        memo = {}
     request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
-    if memo is not None and request in memo:
-        return memo[request]
-    loaded = _load_tables(
-        source,
-        hub_id,
-        label=label,
-        hub_config=hub_config,
-        dir_config=dir_config,
-        splits=splits,
-        single_file_error=single_file_error,
-    )
-    if memo is not None:
-        memo[request] = loaded
-    return loaded
+    if request not in memo:
+        memo[request] = _load_tables(*request)
+    return memo[request]
 
 
 def _load_tables(
     source: str | None,
     hub_id: str,
-    *,
     label: str,
     hub_config: str | None,
     dir_config: str | None,
     splits: Sequence[str],
-    single_file_error: str | None = None,
+    single_file_error: str | None,
 ) -> tuple[dict[str, Any], SourceInfo]:
     kind, location = classify_source(source, hub_id)
     if kind == "hub":
