@@ -23,61 +23,10 @@ HUB_SPLIT = "test"
 ANSWER_CUE = "\nProvide a short answer directly separated by space. Short Answer:"
 # -- sentence splitting and chunking (gencache's own, deterministic; documented in docs/datasets.md) -------------
 
-ABBREVIATIONS = frozenset(
-    {
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
-        "prof",
-        "sr",
-        "jr",
-        "st",
-        "mt",
-        "ft",
-        "vs",
-        "etc",
-        "e.g",
-        "i.e",
-        "cf",
-        "al",
-        "a.m",
-        "p.m",
-        "u.s",
-        "u.k",
-        "no",
-        "nos",
-        "vol",
-        "fig",
-        "figs",
-        "inc",
-        "ltd",
-        "co",
-        "corp",
-        "dept",
-        "approx",
-        "est",
-        "gen",
-        "gov",
-        "col",
-        "lt",
-        "sgt",
-        "capt",
-        "rev",
-        "hon",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-    }
+#: The abbreviations (lowercase) whose "." does not end a sentence.
+_ABBREVIATION = re.compile(
+    r"mr|mrs|ms|dr|prof|sr|jr|st|mt|ft|vs|etc|e\.g|i\.e|cf|al|a\.m|p\.m|u\.s|u\.k|no|nos|vol|fig|figs|inc|ltd|co"
+    r"|corp|dept|approx|est|gen|gov|col|lt|sgt|capt|rev|hon|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
 )
 _CLOSERS = "\"'\u201d\u2019)]\u300d\u300f"
 _BOUNDARY = re.compile(
@@ -118,7 +67,11 @@ def split_sentences(text: str) -> list[str]:
             continue
         if match.lastgroup == "stop" and match.group(0).rstrip(_CLOSERS) == ".":
             word = _word_before(text, match.start())
-            if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or _next_char(text, match.end()).islower():
+            if (
+                _ABBREVIATION.fullmatch(word)
+                or (len(word) == 1 and word.isalpha())
+                or _next_char(text, match.end()).islower()
+            ):
                 continue
         sentences.append(text[start : match.end()])
         start = match.end()
