@@ -27,15 +27,9 @@ from gencache.data.sources import file_sha256
 
 @dataclass(frozen=True)
 class RecordedRun:
-    """The checked record of the run behind an artifact, a shard or a whole shard set.
-
-    ``path`` is what was opened and ``paths`` the artifact directories it stands for (the shards of a shard base);
-    ``resolved_path`` the ``resolved_config.json`` read (the first artifact's) and ``resolved`` its checked content.
-    ``config`` is the recorded effective config parsed (``--limit``, ``--set`` and ``--output-dir`` applied),
-    ``generation`` the effective generation settings the run used and ``seed`` its seed. ``shard_count`` and
-    ``shards`` say which shards of a sharded run ``paths`` hold (``shards`` is None when they hold the whole run).
-    ``sources_checked`` is True once every recorded source file was hashed again and matched.
-    """
+    """The checked record of the run behind an artifact, a shard or a whole shard set (``paths``): its effective
+    config and generation settings. ``shards`` is None when ``paths`` hold the whole run; ``sources_checked`` is
+    True once every recorded source file was hashed again and matched."""
 
     path: Path
     paths: tuple[Path, ...]
@@ -51,7 +45,7 @@ class RecordedRun:
 
     @property
     def max_new_tokens(self) -> int:
-        """The run's ``max_new_tokens`` (checked to be a positive integer)."""
+        """The run's ``max_new_tokens``."""
         value: int = self.generation["max_new_tokens"]
         return value
 
@@ -69,38 +63,6 @@ def _refuse(where: Path, problem: str) -> FormatError:
     )
 
 
-def _digest_problems(resolved: Mapping[str, Any]) -> list[str]:
-    """The problem of a run's resolved config without its ``resolved_digest`` (every run writes one), if it is."""
-    is_run = "config" in resolved or "gencache_version" in resolved
-    if is_run and not isinstance(resolved.get(DIGEST_FIELD), str):
-        return [f"it has no {DIGEST_FIELD} (the field was removed)"]
-    return []
-
-
-def check_resolved(
-    resolved: Mapping[str, Any],
-    *,
-    resolved_path: Path,
-    provenance: Mapping[str, Any],
-    shard_record: Mapping[str, Any] | None,
-    require_digest: bool = True,
-) -> None:
-    """Refuse, with a :class:`FormatError` naming ``resolved_path``, a resolved config that does not pass
-    :func:`gencache.artifact.resolved.resolved_config_problems` against the manifest's ``provenance`` and
-    ``shard_record``, one written by a gencache run that lacks its ``resolved_digest`` (unless not
-    ``require_digest``), or one whose ``generation.max_new_tokens`` is there but not a positive integer."""
-    problems = resolved_config_problems(resolved, provenance, shard_record)
-    if not problems and require_digest:
-        problems = _digest_problems(resolved)
-    generation = resolved.get("generation")
-    if not problems and isinstance(generation, Mapping) and "max_new_tokens" in generation:
-        limit = generation["max_new_tokens"]
-        if type(limit) is not int or limit < 1:
-            problems = [f"generation.max_new_tokens is {limit!r}, not a positive integer"]
-    if problems:
-        raise _refuse(resolved_path, problems[0])
-
-
 def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | None, tuple[int, ...] | None]:
     """The shard count and the shard indices held, from each artifact's ``summary.shard`` (None: the whole run)."""
     if not records or records[0] is None:
@@ -110,18 +72,13 @@ def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | Non
     return (None, None) if len(held) == count else (count if isinstance(count, int) else None, held)
 
 
-def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dict[str, Any]:
+def checked_resolved_config(reader: Any) -> dict[str, Any]:
     """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
-    the checks ``gencache verify`` makes of it (shape, ``resolved_digest`` when recorded or ``require_digest``,
-    the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise."""
+    the checks ``gencache verify`` makes of it: a :class:`FormatError` naming the file otherwise."""
     resolved = read_resolved_config(reader.path)
-    check_resolved(
-        resolved,
-        resolved_path=reader.path / RESOLVED_NAME,
-        provenance=reader.provenance,
-        shard_record=reader.summary.get("shard"),
-        require_digest=require_digest,
-    )
+    problems = resolved_config_problems(resolved, reader.provenance, reader.summary.get("shard"))
+    if problems:
+        raise _refuse(reader.path / RESOLVED_NAME, problems[0])
     return resolved
 
 
@@ -129,26 +86,21 @@ def run_of_readers(
     path: str | os.PathLike[str], readers: Sequence[Any], *, resolved: Mapping[str, Any] | None = None
 ) -> RecordedRun:
     """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run) that ``path``
-    stands for, from the first one's ``resolved_config.json`` (checked against its manifest's provenance and shard
-    record; its config parsed): a :class:`FormatError` naming the file when anything is off, a :class:`ConfigError`
-    when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed
-    (:func:`check_sources`). ``resolved``: that document as :func:`checked_resolved_config` returned it, which is
-    neither read nor checked again (only its ``resolved_digest`` is still required)."""
+    stands for, from the first one's ``resolved_config.json`` (``resolved``: as :func:`checked_resolved_config`
+    returned it): a :class:`FormatError` naming the file when anything is off, a :class:`ConfigError` when it
+    records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed here."""
     first = readers[0]
     where = first.path / RESOLVED_NAME
     records = [reader.summary.get("shard") for reader in readers]
     if resolved is None:
-        resolved = read_resolved_config(first.path)
-        if "config" in resolved or "gencache_version" in resolved:
-            check_resolved(resolved, resolved_path=where, provenance=first.provenance, shard_record=records[0])
+        resolved = checked_resolved_config(first)
     if "config" not in resolved and "gencache_version" not in resolved:
         raise ConfigError(
             f"{where} records no run config (the artifact was not made by gencache generate), so its samples "
             "cannot be rebuilt from it; pass the data configs it was generated from."
         )
-    problems = _digest_problems(resolved)
-    if problems:
-        raise _refuse(where, problems[0])
+    if not isinstance(resolved.get(DIGEST_FIELD), str):
+        raise _refuse(where, f"it has no {DIGEST_FIELD} (the field was removed)")
     generation = resolved["generation"]
     try:
         config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
@@ -275,8 +227,7 @@ def rebuild_samples(
     sources: Mapping[int, str] | None = None,
     data_root: str | os.PathLike[str] | None = None,
 ) -> SampleSet:
-    """The run's samples, rebuilt from its recorded config with :func:`gencache.data.samples.build_samples`
-    (tokenized when ``tokenizer`` is given).
+    """The run's samples, rebuilt from its recorded config (tokenized when ``tokenizer`` is given).
 
     ``sources`` maps a data config index to another source to read it from (export's ``--source I=PATH``);
     ``data_root`` is a directory holding the recorded local sources by their last path component (``--data-root``).
@@ -295,16 +246,11 @@ def rebuild_samples(
     return samples
 
 
-def open_recorded_run(
-    path: str | os.PathLike[str],
-    *,
-    hash_sources: bool = True,
-    index_cache: str | os.PathLike[str] | bool | None = None,
-) -> tuple[Any, RecordedRun]:
+def open_recorded_run(path: str | os.PathLike[str], *, hash_sources: bool = True) -> tuple[Any, RecordedRun]:
     """The reader of ``path`` (an artifact, one shard, or a shard base; :func:`gencache.open_caches`) and the
     checked record of its run; with ``hash_sources`` every recorded local source file is hashed again and must
     match (``sources_checked``)."""
-    reader = open_caches(path, index_cache=index_cache)
+    reader = open_caches(path)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     run = run_of_readers(path, readers)
     if hash_sources:
