@@ -143,6 +143,12 @@ def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
         offset = len(summaries)
         samples.extend(dataclasses.replace(s, data_config_index=s.data_config_index + offset) for s in chosen)
         summaries.extend(dataclasses.replace(s, index=s.index + offset) for s in chosen.summaries)
+    return _sample_set(samples, summaries)
+
+
+def _sample_set(samples: Sequence[Sample], summaries: Sequence[DataConfigSummary]) -> SampleSet:
+    """The set of ``samples`` in order: the first occurrence of a key wins, and the keys whose later occurrences
+    rendered another prompt are listed (they reuse the first one's teacher answer)."""
     first: dict[str, Sample] = {}
     conflicting: dict[str, None] = {}
     for sample in samples:
@@ -241,31 +247,6 @@ def _with_index(index: int, exc: Exception) -> str:
     return text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
 
 
-def _summary(
-    index: int,
-    dc: DataConfig,
-    loaded: Sequence[Sample],
-    unique: int,
-    duplicates: int,
-    source: SourceInfo,
-    tokenizer: Any | None,
-) -> DataConfigSummary:
-    """What one data config contributed: its counts and its prompts' lengths (in tokens when tokenized)."""
-    tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
-    return DataConfigSummary(
-        index=index,
-        dataset_name=dc.dataset_name,
-        samples=len(loaded),
-        unique=unique,
-        duplicates=duplicates,
-        prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
-        prompt_tokens=_stats(tokens) if tokenizer is not None else None,
-        source=source,
-        data_kwargs=dc.data_kwargs.as_json(),
-        answer_pattern=dc.answer_pattern,
-    )
-
-
 def build_samples(
     config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]],
     tokenizer: Any | None = None,
@@ -290,8 +271,7 @@ def build_samples(
 
     samples: list[Sample] = []
     summaries: list[DataConfigSummary] = []
-    first: dict[str, Sample] = {}
-    conflicting: dict[str, tuple[Sample, Sample]] = {}
+    seen: set[str] = set()
     tokenized_prompts: dict[Prompt, TokenizedPrompt] = {}
     with shared_tables():  # data configs reading the same source share one load (and one file hash)
         for index, dc in enumerate(data_configs, start=first_index):
@@ -299,38 +279,40 @@ def build_samples(
                 loaded, source = _load_one(index, dc, tokenizer, tokenized_prompts)
             except (ConfigError, DatasetError, PromptError) as exc:
                 raise reworded(exc, _with_index(index, exc)) from exc
-            seen_here: set[str] = set()
-            duplicates_here = 0
+            duplicates = 0
             for sample in loaded:
-                seen_here.add(sample.key)
-                earlier = first.get(sample.key)
-                if earlier is None:
-                    first[sample.key] = sample
-                    continue
-                duplicates_here += 1
-                if earlier.parts != sample.parts and sample.key not in conflicting:
-                    conflicting[sample.key] = (earlier, sample)
+                duplicates += sample.key in seen
+                seen.add(sample.key)
+            tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
+            summaries.append(
+                DataConfigSummary(
+                    index=index,
+                    dataset_name=dc.dataset_name,
+                    samples=len(loaded),
+                    unique=len({sample.key for sample in loaded}),
+                    duplicates=duplicates,
+                    prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
+                    prompt_tokens=_stats(tokens) if tokenizer is not None else None,
+                    source=source,
+                    data_kwargs=dc.data_kwargs.as_json(),
+                    answer_pattern=dc.answer_pattern,
+                )
+            )
             samples.extend(loaded)
-            summaries.append(_summary(index, dc, loaded, len(seen_here), duplicates_here, source, tokenizer))
     if not samples:
         raise ConfigError(
             "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
         )
-    if conflicting:
-        earlier, later = next(iter(conflicting.values()))
+    result = _sample_set(samples, summaries)
+    if result.conflicting_prompts:
+        earlier = result.by_key(result.conflicting_prompts[0])
+        later = next(sample for sample in samples if sample.key == earlier.key and sample.parts != earlier.parts)
         warnings.warn(
-            f"{len(conflicting)} key(s) occur more than once with different rendered prompts; each is generated "
-            "once, from its first occurrence, and the others reuse that answer (first: key "
+            f"{len(result.conflicting_prompts)} key(s) occur more than once with different rendered prompts; each "
+            "is generated once, from its first occurrence, and the others reuse that answer (first: key "
             f"{earlier.key[:12]}... at data_configs[{earlier.data_config_index}] sample {earlier.sample_index} and "
             f"data_configs[{later.data_config_index}] sample {later.sample_index}).",
             DuplicatePromptWarning,
             stacklevel=2,
         )
-    unique = tuple(first.values())
-    return SampleSet(
-        samples=tuple(samples),
-        unique=unique,
-        duplicates=len(samples) - len(unique),
-        conflicting_prompts=tuple(conflicting),
-        summaries=tuple(summaries),
-    )
+    return result
