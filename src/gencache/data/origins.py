@@ -18,12 +18,8 @@ DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
 @dataclass(frozen=True)
 class SourceInfo:
-    """Where a recipe's rows came from: ``kind`` is ``hub``, ``directory`` or ``file``.
-
-    ``location`` is the hub id or the absolute local path; ``files`` lists ``(absolute path, sha256)`` of every
-    local file read, in reading order (empty for the hub); ``fingerprints`` lists ``(split, fingerprint)`` of hub
-    tables, the digest ``datasets`` derives from the files it downloaded.
-    """
+    """Where a recipe's rows came from (``kind``: ``hub``, ``directory`` or ``file``): every local file read with
+    its sha256, or each hub table's fingerprint (the digest ``datasets`` derives from the files it downloaded)."""
 
     kind: str
     location: str

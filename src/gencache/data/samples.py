@@ -27,14 +27,8 @@ class DuplicatePromptWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Sample:
-    """One sample of a run.
-
-    ``key`` is the semantic key; ``data_config_index`` and ``sample_index`` say where it came from; ``semantic``
-    is the key payload; ``query`` is the query as shown, ``answer`` the gold answer; ``parts`` the rendered prompt;
-    ``input_ids`` and ``spans`` the per-part tokenization (None when no tokenizer was given). ``row`` is the source
-    row the sample was made of (a table recipe's row index in its source table) and ``row_id`` that row's own id
-    when the recipe reads one (``data_kwargs.id`` of ``table`` and ``chat``).
-    """
+    """One sample of a run: its key and payload, its rendered prompt (tokenized per part when a tokenizer was
+    given), and the source row it was made of (``row_id``: the row's own id, when the recipe reads one)."""
 
     key: str
     data_config_index: int
@@ -65,20 +59,14 @@ class Sample:
 
     @property
     def prompt_chars(self) -> int:
-        """The length of :attr:`prompt_text` in characters, counted without joining the parts."""
+        """The length of :attr:`prompt_text` in characters."""
         return sum(len(part.text) for part in self.parts)
 
 
 @dataclass(frozen=True)
 class DataConfigSummary:
-    """What one data config contributed.
-
-    ``unique``: distinct keys among this config's samples. ``duplicates``: this config's samples whose key had
-    already appeared earlier in the run (in this config or an earlier one). ``prompt_chars`` and
-    ``prompt_tokens`` are (min, median, max) over this config's samples (median_low, so an int; all zeros when the
-    config has no samples); ``prompt_tokens`` is None without a tokenizer. ``data_kwargs`` are the effective
-    values, defaults included; ``answer_pattern`` is the data config's (how ``gencache score`` cuts its answers).
-    """
+    """What one data config contributed: ``duplicates`` counts its samples whose key appeared earlier in the run;
+    the prompt lengths are (min, median_low, max), ``prompt_tokens`` None without a tokenizer."""
 
     index: int
     dataset_name: str
@@ -94,11 +82,8 @@ class DataConfigSummary:
 
 @dataclass(frozen=True)
 class SampleSet:
-    """Every sample of a run in run order, plus the deduplicated view generation uses.
-
-    Iterating, ``len`` and indexing go over all samples; :attr:`unique` holds the first occurrence of each key in
-    first-occurrence order; :meth:`keys` lists those keys.
-    """
+    """Every sample of a run in run order; :attr:`unique` holds the first occurrence of each key, which is what
+    generation uses."""
 
     samples: tuple[Sample, ...]
     unique: tuple[Sample, ...]
@@ -255,13 +240,9 @@ def build_samples(
 ) -> SampleSet:
     """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order.
 
-    Accepts a :class:`CacheConfig` or a list of data configs (models or mappings, as training has them). Without a
-    tokenizer, a data config whose template or dataset needs one is a :class:`ConfigError` naming its index and why,
-    raised before any data loads. Dataset, template and shortfall errors name the data config too. Duplicated keys
-    are counted; when duplicates rendered different prompts a :class:`DuplicatePromptWarning` is issued and the
-    keys are listed in :attr:`SampleSet.conflicting_prompts`. A run with no samples at all is a :class:`ConfigError`.
-    ``first_index`` is the first data config's position in its config, for the messages and the summaries (a
-    check that builds one data config alone names it by its own index).
+    A missing tokenizer is refused before any data loads; every error names its data config (``first_index`` is
+    the first one's position in its config). Duplicates that rendered different prompts are a
+    :class:`DuplicatePromptWarning`, since the later ones silently reuse the first one's teacher answer.
     """
     data_configs = _as_data_configs(config_or_data_configs)
     if tokenizer is None:

@@ -34,11 +34,8 @@ def file_sha256(path: Path) -> str:
 
 
 def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
-    """``(kind, location)``: ``("hub", id)``, ``("directory", abs path)`` or ``("file", abs path)``.
-
-    Relative paths are resolved against the current working directory. ``hub_id`` is the recipe's canonical hub
-    dataset (empty when it has none: then source is required and no message suggests omitting it).
-    """
+    """``(kind, location)``: ``("hub", id)``, ``("directory", abs path)`` or ``("file", abs path)``; ``hub_id`` is
+    the recipe's canonical hub dataset (empty when it has none)."""
     if source is None:
         return "hub", hub_id
     if not isinstance(source, str) or not source.strip():
@@ -283,12 +280,9 @@ def load_tables(
     splits: Sequence[str],
     single_file_error: str | None = None,
 ) -> tuple[dict[str, Any], SourceInfo]:
-    """Load ``splits`` of a dataset from ``source`` (see the module docstring) as ``datasets.Dataset`` objects.
-
-    ``hub_config`` is the config name passed to the hub (``None``: none); ``dir_config`` the sub-folder tried first
-    in a local directory. ``single_file_error`` (when set) is why a single file cannot serve this dataset; a single
-    file otherwise serves exactly one requested split. Inside :func:`shared_tables`, repeated loads are shared.
-    """
+    """Load ``splits`` of a dataset from ``source`` as ``datasets.Dataset`` objects (shared inside
+    :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory and
+    ``single_file_error`` why a single file cannot serve this dataset."""
     memo = _SHARED.get()
     if memo is None:
         memo = {}

@@ -40,15 +40,9 @@ class DataConfigLike(Protocol):
 
 @dataclass(frozen=True)
 class RawSample:
-    """One sample as a recipe yields it, before any template.
-
-    ``semantic`` is the key payload ``{documents, query, shots, task}``; ``parts`` the default composition;
-    ``query`` the query as shown in the prompt; ``answer`` the gold answer. ``history`` is set for a chat row only:
-    the ``(role, content)`` turns before its final user turn, which ``parts`` holds; chat templates render them.
-    ``row`` is the candidate the sample was made of (a table recipe's row index in its source table) and
-    ``row_id`` the row's own id when the recipe reads one (``table`` and ``chat`` with ``data_kwargs.id``); neither
-    is part of the key.
-    """
+    """One sample as a recipe yields it, before any template: its key payload ``semantic``, its default prompt
+    ``parts``, the query as shown and the gold answer. ``history`` (a chat row only) holds the turns before the final
+    user turn; ``row`` and ``row_id`` say which source row it was made of and are not part of the key."""
 
     semantic: dict[str, Any]
     parts: Prompt
@@ -76,13 +70,8 @@ class Shot:
 
 @dataclass(frozen=True)
 class Question:
-    """One sample before the skeleton adds the shots: its key fields and what its prompt shows.
-
-    ``task_prompt`` is the text after the documents; ``shown`` the query as shown (``query`` when None);
-    ``context`` the prompt's document blocks (the key's ``documents`` when None). ``history`` makes it a chat row:
-    the ``(role, content)`` turns before the final user turn, whose text is the documents (each followed by a
-    space) and then the task prompt. ``row_id`` is the row's own id, when the recipe reads one.
-    """
+    """One sample before the skeleton adds the shots: its key fields and what its prompt shows (``shown``: the
+    query as shown; ``context``: the document blocks, when they differ from the key's documents)."""
 
     documents: list[str]
     query: str
@@ -97,12 +86,9 @@ class Question:
 
 @dataclass(frozen=True)
 class Selection(Generic[RowsT]):
-    """What a recipe chose from its source: few-shot indices, sample candidates in order, and its row access.
-
-    ``rows`` is whatever the recipe's :meth:`DatasetRecipe.shot` and :meth:`DatasetRecipe.sample` read (a table,
-    the seeded ``random.Random`` they share, ...). ``candidates`` are tried in order until ``num_samples`` samples
-    are made; a candidate the recipe skips (``sample`` returns None) is counted.
-    """
+    """What a recipe chose from its source: few-shot indices, sample candidates (tried in order until
+    ``num_samples`` are made), and ``rows``, whatever its :meth:`~DatasetRecipe.shot` and
+    :meth:`~DatasetRecipe.sample` read."""
 
     source: SourceInfo
     rows: RowsT
