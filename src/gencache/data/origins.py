@@ -3,7 +3,6 @@ files, for messages that name a file's own line."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import weakref
@@ -112,8 +111,7 @@ _ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionar
 
 def register_origin(table: Any, origin: TableOrigin) -> None:
     """Remember where ``table`` (a ``datasets.Dataset``) came from."""
-    with contextlib.suppress(TypeError):  # a table without weak references: errors fall back to row indices
-        _ORIGINS[table] = origin
+    _ORIGINS[table] = origin
 
 
 def origin_of(table: Any, label: str) -> TableOrigin:

@@ -71,7 +71,7 @@ COLUMNS = (
 
 
 class _Rows:
-    """Row access into the filtered, row-aligned train/test tables (rows fetched once), the seeded
+    """Row access into the filtered, row-aligned train/test tables, the seeded
     ``random.Random`` every step draws from in order, and the pool of people (``per_sample`` per sample) whose
     documents a sample shows."""
 
@@ -81,8 +81,6 @@ class _Rows:
         self._train = train
         self._test = test
         self._kept = kept
-        self._train_rows: dict[int, dict[str, Any]] = {}
-        self._test_rows: dict[int, dict[str, Any]] = {}
         self.rng = rng
         self.pool = pool
         self.per_sample = per_sample
@@ -90,16 +88,6 @@ class _Rows:
     def row_of(self, index: int) -> int:
         """The table row of kept person ``index``."""
         return self._kept[index]
-
-    def train(self, index: int) -> dict[str, Any]:
-        if index not in self._train_rows:
-            self._train_rows[index] = self._train[self._kept[index]]
-        return self._train_rows[index]
-
-    def test(self, index: int) -> dict[str, Any]:
-        if index not in self._test_rows:
-            self._test_rows[index] = self._test[self._kept[index]]
-        return self._test_rows[index]
 
     def _choice(self, table: Any, index: int, row: dict[str, Any], attr: str) -> str:
         label = "biography train" if table is self._train else "biography test"
@@ -110,12 +98,12 @@ class _Rows:
 
     def document(self, index: int) -> str:
         """One random statement per attribute of person ``index``."""
-        row = self.train(index)
+        row = self._train[self._kept[index]]
         return " ".join(self._choice(self._train, index, row, attr) for attr in ATTRIBUTES)
 
     def question(self, index: int, question_type: str) -> tuple[str, str, str, str]:
         """(attribute, semantic query, shown question, answer) of person ``index``."""
-        row = self.test(index)
+        row = self._test[self._kept[index]]
         at = self._kept[index]
         attribute = self.rng.choice(ATTRIBUTES)
         if question_type == "completion":

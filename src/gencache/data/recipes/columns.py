@@ -30,11 +30,6 @@ class Column:
     defaulted: bool = False
 
 
-class MissingColumnError(DatasetError):
-    """A column a recipe reads is absent; ``field`` is what to change in the data config (the ``data_kwargs``
-    field that names the column, or ``source`` when the recipe's name is fixed and the file must change)."""
-
-
 def describe_row(row: Mapping[str, Any]) -> str:
     """The non-null fields of a row, for a message."""
     present = [str(name) for name, value in row.items() if value is not None]
@@ -51,10 +46,9 @@ def _fix(name: str, field: str) -> str:
 
 
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
-    """Raise a :class:`MissingColumnError` when a required top-level column of ``table_name`` is absent from
-    ``table``: it names the column, the files read, the columns they hold and the closest of them, and the fix
-    that is right for the column: set the config field that names it, or rename the file's column when the
-    recipe's name is fixed."""
+    """A :class:`DatasetError` when a required top-level column of ``table_name`` is absent from ``table``,
+    naming the files read, the columns they hold and the fix that is right for the column (its ``field``: what
+    to change in the data config)."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
         if not column.required or column.table != table_name:
@@ -70,10 +64,10 @@ def check_columns(table: Any, label: str, columns: Iterable[Column], table_name:
             unset = f" (unset, so {top!r} by default)" if column.defaulted else ""
             if column.field == "data_kwargs.answer":
                 unset += " or to null when the rows hold no answer and num_shots is 0"
-            raise MissingColumnError(
+            raise DatasetError(
                 f"{found}{_fix(top, column.field)}{unset}, or rename the column in the file.", column.field
             )
-        raise MissingColumnError(
+        raise DatasetError(
             f"{found}rename the column in the file or see docs/datasets.md for the columns {label} reads.", "source"
         )
 

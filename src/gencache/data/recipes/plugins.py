@@ -74,11 +74,9 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
 
     def load(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         result = self._call("load", lambda: self.inner.load(dc, kwargs, tokenizer))
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise self._malformed(f"load returned {type(result).__name__}, not (samples, SourceInfo)")
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)):
+            raise self._malformed(f"load returned {type(result).__name__}, not (a list of samples, SourceInfo)")
         samples, source = result
-        if not isinstance(samples, list):
-            raise self._malformed(f"load returned samples as {type(samples).__name__}, not a list")
         if not isinstance(source, SourceInfo):
             raise self._malformed(f"load returned {type(source).__name__} as its source, not a SourceInfo")
         if len(samples) != dc.num_samples:
