@@ -34,10 +34,7 @@ class Inline:
     """Inline prompt text that templates may wrap or extend."""
 
     text: str
-
-    @property
-    def kind(self) -> Literal["inline"]:
-        return "inline"
+    kind: ClassVar[Literal["inline"]] = "inline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +42,7 @@ class ContextBlock:
     """One document; its text is reproduced verbatim by every template."""
 
     text: str
-
-    @property
-    def kind(self) -> Literal["context"]:
-        return "context"
+    kind: ClassVar[Literal["context"]] = "context"
 
 
 Part = Inline | ContextBlock

@@ -7,35 +7,17 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-from gencache.config import KwargsModel
+from gencache.config import DataConfig, KwargsModel
 from gencache.core.errors import DatasetError
 from gencache.data.origins import SourceInfo
 from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
 from gencache.data.sources import load_tables
 
-
-class DataConfigLike(Protocol):
-    """The fields of a data config a recipe reads (the config model's ``DataConfig`` satisfies it)."""
-
-    @property
-    def dataset_name(self) -> str: ...
-    @property
-    def num_samples(self) -> int: ...
-    @property
-    def num_data_strs(self) -> int: ...
-    @property
-    def num_shots(self) -> int: ...
-    @property
-    def subset(self) -> str: ...
-    @property
-    def split(self) -> str: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def source(self) -> str | None: ...
+#: The data config a recipe reads.
+DataConfigLike = DataConfig
 
 
 @dataclass(frozen=True)
