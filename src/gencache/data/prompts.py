@@ -92,11 +92,7 @@ def prompt_text(parts: Prompt) -> str:
 
 
 class TemplateSpec(ABC):
-    """A named prompt template: its kwargs model and how it renders a normalised prompt.
-
-    Its name is its kwargs model's (:data:`gencache.config.templates.TEMPLATE_KWARGS`, the one list of template
-    names); :data:`TEMPLATES` holds one instance of each subclass, by that name.
-    """
+    """A named prompt template (its name is its kwargs model's): how it renders a normalised prompt."""
 
     kwargs_model: ClassVar[type[TemplateKwargs]]
     needs_tokenizer: ClassVar[bool]
@@ -116,10 +112,8 @@ class TemplateSpec(ABC):
         """Return the rendered, normalised prompt; documents are never altered."""
 
     def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """Render a conversation: the earlier ``(role, content)`` turns, then ``parts`` as the final user turn.
-
-        Only chat templates can; this one refuses with one line.
-        """
+        """Render a conversation: the earlier ``(role, content)`` turns, then ``parts`` as the final user turn
+        (only chat templates can)."""
         raise PromptError(
             f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat row); "
             f"use one of {', '.join(CHAT_TEMPLATES)}."

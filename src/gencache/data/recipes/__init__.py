@@ -28,10 +28,8 @@ SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
 
 
 class Registry(Mapping[str, DatasetRecipe[Any, Any]]):
-    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted).
-
-    Listing names imports no plug-in; looking one up imports it (see :func:`get_recipe`).
-    """
+    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted); listing names
+    imports no plug-in."""
 
     def __getitem__(self, name: str) -> DatasetRecipe[Any, Any]:
         if not isinstance(name, str):

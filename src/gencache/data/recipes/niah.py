@@ -50,14 +50,8 @@ def _next_char(text: str, position: int) -> str:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split ``text`` into sentences, deterministically, with no external model.
-
-    Boundaries: (a) a blank line; (b) ``。``, ``！`` or ``？`` (plus closing quotes or brackets); (c) a run of
-    ``.``, ``!`` or ``?`` (or ``…``), plus closing quotes or brackets, followed by whitespace or the end of the
-    text, except when the run is a single ``.`` that ends a known abbreviation (``Dr.``, ``e.g.``, ``a.m.``, ...)
-    or a one-letter initial, or that is followed by a lowercase letter. Sentences are stripped of surrounding
-    whitespace and empty ones dropped; text inside a sentence is kept as is.
-    """
+    """Split ``text`` into sentences, deterministically, with no external model (the rules are in
+    docs/datasets.md: a change here changes prompts)."""
     sentences: list[str] = []
     start = 0
     for match in _BOUNDARY.finditer(text):
@@ -80,11 +74,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def chunk_sentences(sentences: Sequence[str], chunk_size: int) -> list[str]:
-    """Pack sentences greedily, joined by single spaces, into chunks of at most ``chunk_size`` characters.
-
-    A sentence joins the current chunk when ``len(chunk) + 1 + len(sentence) <= chunk_size``, else it starts a new
-    chunk; a sentence longer than ``chunk_size`` is a chunk of its own (sentences are never cut).
-    """
+    """Pack sentences greedily, joined by single spaces, into chunks of at most ``chunk_size`` characters; a
+    longer sentence is a chunk of its own (sentences are never cut)."""
     if chunk_size < 1:
         raise DatasetError(f"chunk_size must be >= 1, got {chunk_size}.")
     chunks: list[str] = []

@@ -27,11 +27,8 @@ def load_plugin(ep: metadata.EntryPoint) -> PluginRecipe:
 
 
 class PluginRecipe(DatasetRecipe[Any, Any]):
-    """A plug-in recipe behind the checks that keep generation and training safe from a faulty plug-in.
-
-    Its name, hub id, ``data_kwargs`` model and columns are the plug-in's; :meth:`load` runs the plug-in's and
-    checks every sample it returns.
-    """
+    """A plug-in recipe behind the checks that keep generation and training safe from a faulty plug-in: every
+    error names the plug-in, and every sample it returns is checked."""
 
     label: str
     inner: DatasetRecipe[Any, Any]
