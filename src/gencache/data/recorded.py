@@ -229,10 +229,9 @@ def rebuild_samples(
 ) -> SampleSet:
     """The run's samples, rebuilt from its recorded config (tokenized when ``tokenizer`` is given).
 
-    ``sources`` maps a data config index to another source to read it from (export's ``--source I=PATH``);
-    ``data_root`` is a directory holding the recorded local sources by their last path component (``--data-root``).
-    The recorded files are checked first (:func:`check_sources`, unless ``run.sources_checked`` and the files did
-    not move), and after the build the files read must be those the run read, with the same bytes."""
+    ``sources`` (``--source I=PATH``) reads some data configs from elsewhere; ``data_root`` (``--data-root``) holds
+    the recorded local sources by their last path component. The files read must be those the run read, with the
+    same bytes."""
     chosen = _overrides(run, sources)
     root = None if data_root is None else Path(data_root).expanduser().absolute()
     if not run.sources_checked or root is not None:

@@ -16,10 +16,8 @@ from gencache.data.origins import origin_of
 
 @dataclass(frozen=True)
 class Column:
-    """One column a recipe reads: its name (a dotted path for a nested field), its JSON type as text, whether a
-    row must have it, the table it belongs to (``None``: the recipe's only table), what it is used for, the
-    config field that names it (``data_kwargs.query``; ``None``: the recipe's own fixed name) and whether that
-    field was left at its default."""
+    """One column a recipe reads (a dotted path for a nested field); ``field`` is the config field that names it
+    (``None``: the recipe's own fixed name), ``defaulted`` whether that field was left at its default."""
 
     name: str
     type: str
@@ -106,9 +104,7 @@ def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: 
 
 
 def require_type(table: Any, label: str, index: int, value: Any, name: str, kind: str) -> Any:
-    """``value`` if it has JSON type ``kind`` (``string``, ``list of strings``, ``object``, ``list``, ``string or
-    integer``), else an
-    error naming the field and the row's file and line."""
+    """``value`` if it has JSON type ``kind``, else an error naming the field and the row's file and line."""
     checks: dict[str, Callable[[Any], bool]] = {
         "string": lambda v: isinstance(v, str),
         "list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
