@@ -226,11 +226,6 @@ def _bad_line(path: Path) -> str | None:
     return None
 
 
-def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """``(split, fingerprint)`` of hub tables: datasets derives it from the files it downloaded."""
-    return tuple((split, str(getattr(table, "_fingerprint", ""))) for split, table in tables.items())
-
-
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
 
@@ -307,7 +302,8 @@ def _load_tables(
         if source is not None:
             hint = f" (no local file or directory named {source!r} exists either)"
         tables = {split: _load_hub(location, hub_config, split, label, hint) for split in splits}
-        return tables, SourceInfo(kind="hub", location=location, fingerprints=_fingerprints(tables))
+        fingerprints = tuple((split, str(table._fingerprint)) for split, table in tables.items())
+        return tables, SourceInfo(kind="hub", location=location, fingerprints=fingerprints)
     path = Path(location)
     if kind == "file":
         if single_file_error is not None:
