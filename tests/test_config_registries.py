@@ -13,15 +13,15 @@ from pydantic_core import ValidationError
 
 from gencache.config import parse_data_configs
 from gencache.config.catalog import dataset_kwargs_model
-from gencache.config.datasets import DATASET_KWARGS, ChatKwargs, TableKwargs
+from gencache.config.datasets import DATASET_KWARGS
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE
 from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import format_validation_error, unknown_name, validate_nested
 from gencache.config.names import ALL_ENGINES
 from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.core.errors import ConfigError, PromptError
-from gencache.data.prompts import CHAT_TEMPLATES, TEMPLATES, TemplateSpec, get_template, template_table
-from gencache.data.recipes import BUILTIN_DATASETS, builtin_recipe, get_recipe
+from gencache.data.prompts import CHAT_TEMPLATES, TEMPLATES, get_template
+from gencache.data.recipes import BUILTIN_DATASETS, get_recipe
 from gencache.generation.engines import ENGINES, create_engine
 
 DATASETS_KNOWN = "known: biography, chat, hotpot_qa, musique, niah, table"
@@ -98,25 +98,6 @@ def test_what_each_engine_does_with_gen_batch_size_is_in_the_config_reference() 
     described = CacheConfig.model_fields["gen_batch_size"].description or ""
     for name, use in GEN_BATCH_SIZE_USE.items():
         assert f'"{name}": {use}' in described
-
-
-def test_a_built_in_dataset_without_its_recipe_fails_with_one_message() -> None:
-    with pytest.raises(ImportError, match=r"dataset 'nope' .* has no recipe module gencache\.data\.recipes\.nope"):
-        builtin_recipe("nope", TableKwargs)
-    with pytest.raises(ImportError, match=r"gencache\.data\.recipes\.base\.RECIPE is NoneType, not a DatasetRecipe"):
-        builtin_recipe("base", TableKwargs)
-    with pytest.raises(ImportError, match=r"named 'table' with kwargs model TableKwargs, not 'table' with ChatKwargs"):
-        builtin_recipe("table", ChatKwargs)
-    assert builtin_recipe("table", TableKwargs) is BUILTIN_DATASETS["table"]
-
-
-def test_a_template_without_its_spec_class_or_a_stray_spec_fails_with_one_message() -> None:
-    specs = TemplateSpec.__subclasses__()
-    with pytest.raises(ImportError, match=r"templates without a spec class: llama_chat \(LlamaChatKwargs\); spec"):
-        template_table([cls for cls in specs if cls.__name__ != "LlamaChatTemplate"])
-    with pytest.raises(ImportError, match=r"another's too: LlamaChatTemplate\.$"):
-        template_table([*specs, type(TEMPLATES["llama_chat"])])
-    assert list(template_table(specs)) == list(TEMPLATES)
 
 
 # -- nested unknown keys ------------------------------------------------------------------------------------

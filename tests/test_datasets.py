@@ -20,7 +20,7 @@ from gencache.config import parse_data_configs
 from gencache.config.datasets import RULER_TASKS
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.keys import semantic_key
-from gencache.data.prompts import ContextBlock, Inline, prompt_text, render_prompt, tokenize_prompt
+from gencache.data.prompts import ContextBlock, Inline, get_template, prompt_text, tokenize_prompt
 from gencache.data.recipes import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
 from gencache.data.recipes.niah import chunk_sentences, split_sentences
 from support.dataset_helpers import FIX, DataConfig
@@ -149,12 +149,6 @@ def test_needs_tokenizer_only_for_niah_max_len() -> None:
     niah = get_recipe("niah")
     assert niah.needs_tokenizer(niah.kwargs_model(max_len=0)) is True
     assert niah.needs_tokenizer(niah.kwargs_model(max_len=-1)) is False
-
-
-def test_recipes_take_validated_kwargs_only() -> None:
-    recipe = get_recipe("hotpot_qa")
-    with pytest.raises(DatasetError, match="must be a validated HotpotQAKwargs, not dict"):
-        recipe.load(dc("hotpot_qa", 2), {"add_cot": False}, None)  # type: ignore[arg-type]
 
 
 # -- hotpot_qa ---------------------------------------------------------------------------------------------------
@@ -722,7 +716,8 @@ def test_bundled_samples_load_render_and_tokenize(name: str, tokenizer: Any) -> 
     assert len({semantic_key(s.semantic) for s in samples}) == 4
     for sample in samples:
         for template in ("default", "tokenizer_chat", "qwen_3_chat"):
-            parts = render_prompt(template, sample.parts, None, tokenizer)
+            spec = get_template(template)
+            parts = spec.render(sample.parts, spec.kwargs_model(), tokenizer)
             tokenized = tokenize_prompt(parts, tokenizer)
             assert len(tokenized.spans) == len(parts)
     if name == "niah":

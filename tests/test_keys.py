@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.core.errors import DatasetError, GencacheError
 from gencache.data.keys import SEMANTIC_FIELDS, semantic_key
-from gencache.data.prompts import render_prompt, tokenize_prompt
+from gencache.data.prompts import get_template, tokenize_prompt
 from gencache.data.recipes import get_recipe
 from support.dataset_helpers import GOLDEN, DataConfig
 
@@ -248,7 +248,8 @@ def test_templates_think_markup_and_tokenizer_do_not_change_keys() -> None:
         ("tokenizer_chat", {"enable_thinking": True, "system_prompt": "Think."}),
     ]:
         for sample in samples:
-            parts = render_prompt(template, sample.parts, TEMPLATE_KWARGS[template].model_validate(kwargs), tokenizer)
+            validated = TEMPLATE_KWARGS[template].model_validate(kwargs)
+            parts = get_template(template).render(sample.parts, validated, tokenizer)
             tokenize_prompt(parts, tokenizer)
             renders.add(parts)
     assert len(renders) == 5 * len(samples)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from gencache.config import parse_data_configs
-from gencache.config.templates import DefaultKwargs
 from gencache.core.errors import ConfigError, PromptError
 from gencache.data.prompts import (
     TEMPLATES,
@@ -22,7 +21,6 @@ from gencache.data.prompts import (
     get_template,
     normalize,
     prompt_text,
-    render_prompt,
     tokenize_prompt,
 )
 
@@ -39,10 +37,10 @@ LLAMA_LIKE_TRIM = (
 
 
 def render(template: str, parts: Prompt, kwargs: dict[str, Any], tokenizer: Any | None = None) -> Prompt:
-    """``render_prompt`` with ``kwargs`` validated the way a data config validates its ``template_kwargs``."""
+    """The template's render with ``kwargs`` validated the way a data config validates its ``template_kwargs``."""
     config = {"dataset_name": "musique", "num_samples": 1, "num_data_strs": 0, "num_shots": 0, "subset": "default"}
     validated = parse_data_configs([{**config, "template": template, "template_kwargs": kwargs}])[0]
-    return render_prompt(template, parts, validated.template_kwargs, tokenizer)
+    return get_template(template).render(parts, validated.template_kwargs, tokenizer)
 
 
 @pytest.fixture()
@@ -230,15 +228,6 @@ def test_bad_template_kwargs_name_the_kwarg(template: str, kwargs: dict[str, Any
         render(template, (Inline("q"),), kwargs, CharTokenizer())
 
 
-def test_render_prompt_takes_validated_kwargs_only() -> None:
-    parts = (Inline("q"),)
-    assert render_prompt("default", parts) == parts
-    with pytest.raises(PromptError, match="must be a validated LlamaChatKwargs, not dict"):
-        render_prompt("llama_chat", parts, {"system_prompt": "S"})  # type: ignore[arg-type]
-    with pytest.raises(PromptError, match="must be a validated LlamaChatKwargs, not DefaultKwargs"):
-        render_prompt("llama_chat", parts, DefaultKwargs())
-
-
 # -- default, llama_chat, qwen_3_chat ------------------------------------------------------------------------
 
 
@@ -418,11 +407,6 @@ def test_tokenizer_chat_rejects_out_of_order_segments_after_render() -> None:
 
     with pytest.raises(PromptError, match="out of order"):
         render("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(swap))
-
-
-def test_tokenizer_chat_rejects_non_string_render() -> None:
-    with pytest.raises(PromptError, match="returned list, expected str"):
-        render("tokenizer_chat", (Inline("q"),), {}, FakeChat(lambda m: [1, 2]))
 
 
 def test_chat_template_digest(tokenizer: Any) -> None:

@@ -293,7 +293,7 @@ def test_without_an_address_a_local_instance_under_uv_run_runs_the_shards_and_th
 import json, os, signal, sys
 import gencache
 environment, handlers = dict(os.environ), [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
-base = gencache.generate({str(config)!r}, ray=True, shards=2, workers=1)
+base = gencache.generate({str(config)!r}, ray=gencache.RayOptions(workers=1), shards=2)
 import ray
 print(json.dumps({{
     "base": str(base),

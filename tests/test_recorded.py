@@ -16,7 +16,7 @@ import gencache
 from gencache.artifact.reader import CacheReader
 from gencache.core.errors import ConfigError, DatasetError, FormatError, SourceChangedError
 from gencache.data.recipes import sample_source
-from gencache.data.recorded import check_sources, load_recorded_run, load_recorded_tokenizer, rebuild_samples
+from gencache.data.recorded import check_sources, load_recorded_tokenizer, open_recorded_run, rebuild_samples
 from gencache.data.sources import file_sha256
 from support.config_factory import musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
@@ -36,8 +36,12 @@ def run(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> dic
     return {"limited": limited, "sharded": sharded, "data": data, "work": work}
 
 
+def _recorded(path: Any, **kwargs: Any) -> Any:
+    return open_recorded_run(path, **kwargs)[1]
+
+
 def test_the_record_is_the_effective_run(run: dict[str, Any]) -> None:
-    recorded = load_recorded_run(run["limited"])
+    recorded = _recorded(run["limited"])
     assert recorded.sources_checked and recorded.shards is None and recorded.paths == (run["limited"],)
     assert recorded.config.data_configs[0].num_samples == 3  # --limit applied
     assert recorded.max_new_tokens == recorded.generation["max_new_tokens"] == 5  # --set applied
@@ -48,12 +52,12 @@ def test_the_record_is_the_effective_run(run: dict[str, Any]) -> None:
 
 
 def test_a_shard_base_and_one_shard(run: dict[str, Any]) -> None:
-    base = load_recorded_run(run["sharded"])
+    base = _recorded(run["sharded"])
     assert len(base.paths) == 2 and base.shards is None and all(base.owns(key) for key in "0f")
     samples = rebuild_samples(base)
     keys = samples.keys()
     assert set(keys) == {key for path in base.paths for key in CacheReader(path)}
-    one = load_recorded_run(base.paths[1])
+    one = _recorded(base.paths[1])
     assert one.shards == (1,) and one.shard_count == 2
     assert {key for key in keys if one.owns(key)} == set(CacheReader(base.paths[1]))
 
@@ -77,14 +81,14 @@ def test_a_damaged_record_is_refused_naming_the_file(run: dict[str, Any], tmp_pa
     text = {"empty": "", "list": "[]", "number": "7"}.get(damage, json.dumps(resolved))
     path.write_bytes(b"\xff\xfe{" if damage == "utf8" else text.encode())
     with pytest.raises(FormatError) as caught:
-        load_recorded_run(artifact)
+        _recorded(artifact)
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
     assert caught.value.exit_code == 1
 
 
 def test_changed_and_missing_sources_are_refused(run: dict[str, Any], tmp_path: Path) -> None:
     data = writable_copy(run["data"], tmp_path / run["data"].name)
-    recorded = load_recorded_run(run["limited"], hash_sources=False)
+    recorded = _recorded(run["limited"], hash_sources=False)
     assert not recorded.sources_checked
     # the recorded files moved under a data root: checked there and rebuilt identically
     samples = rebuild_samples(recorded, data_root=tmp_path)
@@ -112,5 +116,5 @@ def test_changed_and_missing_sources_are_refused(run: dict[str, Any], tmp_path: 
 def test_an_artifact_that_records_no_run(tmp_path: Path) -> None:
     artifact = write_artifact(tmp_path / "bare", make_entries(2), resolved_config={"note": "written by hand"})
     with pytest.raises(ConfigError, match="records no run config"):
-        load_recorded_run(artifact)
+        _recorded(artifact)
     assert os.path.isdir(artifact)

@@ -1,26 +1,9 @@
 """The answer as scored, and how it compares with its reference: pure and I/O-free.
 
-The answer as scored is cut from the stored text in two steps:
-
-1. **The thinking block goes.** The text after the last ``</think>``; a text that opens ``<think>`` and never
-   closes it (the teacher ran out of tokens while thinking) has no answer (the empty string). A prompt that ends
-   inside an open ``<think>`` (:func:`prompt_opens_thinking`: chat templates that end the generation prompt with
-   ``<think>`` and a newline) opens the block for the text: the text up to its ``</think>`` is thinking, and a text
-   without one has no answer.
-2. **The recipe's cut**, unless the data config gives ``answer_pattern``: ``first_line`` (the first non-empty
-   line, stripped) for the short-answer recipes (``hotpot_qa``, ``musique``, ``biography``, ``niah``, ``table``),
-   whose prompts ask for the answer only; ``whole`` (the text stripped) for ``chat`` and plug-in recipes. An
-   ``answer_pattern`` is a regular expression searched in the text after the thinking block: its group named
-   ``answer``, else its first group, else the whole match is the answer (stripped); no match is the empty answer.
-
-Every answer with a reference gets three metrics over SQuAD's normalization (:func:`normalize`: lowercase, ASCII
-punctuation and the articles a/an/the removed, whitespace collapsed): ``exact_match`` (1.0 when the normalized texts
-are equal), ``f1`` (token F1 over the normalized tokens, counted as a multiset; 0.0 when either side has none) and
-``contains`` (the share of the reference's values found in the normalized answer as a run of whole words: for
-``niah`` the needles, its whitespace-separated words, RULER's rule; else the one reference). A reference that
-normalizes to nothing (``"?"``, ``"the"``) is no reference: an empty answer would match it exactly, so the answer is
-unscored. A recipe's ``headline`` metric is the one its reports lead with: ``contains`` for ``niah`` and
-``biography`` (the attribute's value, such as a date or a city, named in the answer), ``f1`` for the others.
+The thinking block goes first (an unclosed ``<think>`` means no answer), then the recipe's cut (``first_line`` for
+the short-answer recipes, whose prompts ask for the answer only) or the data config's ``answer_pattern``. The
+metrics use SQuAD's normalization; a reference that normalizes to nothing is no reference (an empty answer would
+match it). docs/quality.md gives the rules in full.
 """
 
 from __future__ import annotations

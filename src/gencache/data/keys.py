@@ -14,17 +14,11 @@ SEMANTIC_FIELDS = ("documents", "query", "shots", "task")
 def _check_payload(payload: Mapping[str, Any]) -> None:
     if not isinstance(payload, Mapping):
         raise DatasetError(f"A semantic payload must be an object, got {type(payload).__name__}.")
-    if set(payload) != set(SEMANTIC_FIELDS) or len(payload) != len(SEMANTIC_FIELDS):
-        extra = sorted(str(k) for k in payload if k not in SEMANTIC_FIELDS)
-        missing = [k for k in SEMANTIC_FIELDS if k not in payload]
-        detail = "; ".join(
-            part
-            for part in (
-                f"unexpected: {', '.join(extra)}" if extra else "",
-                f"missing: {', '.join(missing)}" if missing else "",
-            )
-            if part
-        )
+    extra = sorted(str(k) for k in payload if k not in SEMANTIC_FIELDS)
+    missing = [k for k in SEMANTIC_FIELDS if k not in payload]
+    if extra or missing:
+        named = (("unexpected", extra), ("missing", missing))
+        detail = "; ".join(f"{what}: {', '.join(names)}" for what, names in named if names)
         raise DatasetError(
             f"Semantic payload must contain exactly these fields: {', '.join(SEMANTIC_FIELDS)} ({detail})."
         )

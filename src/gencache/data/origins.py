@@ -1,13 +1,8 @@
-"""Where a dataset's rows came from: the source of a recipe's rows (recorded in ``resolved_config.json``) and the
-origin of each loaded table (its files, for messages that name a file's own line).
-
-The bottom of the data package's loading side: :mod:`gencache.data.sources` produces these values and the recipes
-(:mod:`gencache.data.recipes`) read them, so neither imports the other for them.
-"""
+"""Where a dataset's rows came from: the source recorded in ``resolved_config.json`` and each loaded table's
+files, for messages that name a file's own line."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import weakref
@@ -22,12 +17,8 @@ DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
 @dataclass(frozen=True)
 class SourceInfo:
-    """Where a recipe's rows came from: ``kind`` is ``hub``, ``directory`` or ``file``.
-
-    ``location`` is the hub id or the absolute local path; ``files`` lists ``(absolute path, sha256)`` of every
-    local file read, in reading order (empty for the hub); ``fingerprints`` lists ``(split, fingerprint)`` of hub
-    tables, the digest ``datasets`` derives from the files it downloaded.
-    """
+    """Where a recipe's rows came from (``kind``: ``hub``, ``directory`` or ``file``): every local file read with
+    its sha256, or each hub table's fingerprint (the digest ``datasets`` derives from the files it downloaded)."""
 
     kind: str
     location: str
@@ -120,8 +111,7 @@ _ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionar
 
 def register_origin(table: Any, origin: TableOrigin) -> None:
     """Remember where ``table`` (a ``datasets.Dataset``) came from."""
-    with contextlib.suppress(TypeError):  # a table without weak references: errors fall back to row indices
-        _ORIGINS[table] = origin
+    _ORIGINS[table] = origin
 
 
 def origin_of(table: Any, label: str) -> TableOrigin:

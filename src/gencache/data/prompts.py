@@ -34,10 +34,7 @@ class Inline:
     """Inline prompt text that templates may wrap or extend."""
 
     text: str
-
-    @property
-    def kind(self) -> Literal["inline"]:
-        return "inline"
+    kind: ClassVar[Literal["inline"]] = "inline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +42,7 @@ class ContextBlock:
     """One document; its text is reproduced verbatim by every template."""
 
     text: str
-
-    @property
-    def kind(self) -> Literal["context"]:
-        return "context"
+    kind: ClassVar[Literal["context"]] = "context"
 
 
 Part = Inline | ContextBlock
@@ -62,8 +56,6 @@ def normalize(parts: Iterable[Part]) -> Prompt:
     out: list[Part] = []
     for part in parts:
         if isinstance(part, Inline):
-            if not isinstance(part.text, str):
-                raise PromptError(f"Inline text must be a string, got {type(part.text).__name__}.")
             if not part.text:
                 continue
             if out and isinstance(out[-1], Inline):
@@ -71,8 +63,6 @@ def normalize(parts: Iterable[Part]) -> Prompt:
             else:
                 out.append(part)
         elif isinstance(part, ContextBlock):
-            if not isinstance(part.text, str):
-                raise PromptError(f"ContextBlock text must be a string, got {type(part.text).__name__}.")
             out.append(part)
         else:
             raise PromptError(f"Prompt parts must be Inline or ContextBlock, got {type(part).__name__}.")
@@ -102,11 +92,7 @@ def prompt_text(parts: Prompt) -> str:
 
 
 class TemplateSpec(ABC):
-    """A named prompt template: its kwargs model and how it renders a normalised prompt.
-
-    Its name is its kwargs model's (:data:`gencache.config.templates.TEMPLATE_KWARGS`, the one list of template
-    names); :data:`TEMPLATES` holds one instance of each subclass, by that name.
-    """
+    """A named prompt template (its name is its kwargs model's): how it renders a normalised prompt."""
 
     kwargs_model: ClassVar[type[TemplateKwargs]]
     needs_tokenizer: ClassVar[bool]
@@ -126,10 +112,8 @@ class TemplateSpec(ABC):
         """Return the rendered, normalised prompt; documents are never altered."""
 
     def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """Render a conversation: the earlier ``(role, content)`` turns, then ``parts`` as the final user turn.
-
-        Only chat templates can; this one refuses with one line.
-        """
+        """Render a conversation: the earlier ``(role, content)`` turns, then ``parts`` as the final user turn
+        (only chat templates can)."""
         raise PromptError(
             f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat row); "
             f"use one of {', '.join(CHAT_TEMPLATES)}."
@@ -260,11 +244,6 @@ class TokenizerChatTemplate(TemplateSpec):
         messages.extend({"role": role, "content": text} for role, text in turns)
         messages.append({"role": "user", "content": user})
         rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
-        if not isinstance(rendered, str):
-            raise PromptError(
-                f"tokenizer_chat: apply_chat_template returned {type(rendered).__name__}, expected str; "
-                "check the tokenizer's chat template."
-            )
         positions: list[int] = []
         for index in range(len(body) - 1):
             marker = _sentinel(index)
@@ -300,29 +279,11 @@ class TokenizerChatTemplate(TemplateSpec):
         return normalize(out)
 
 
-def template_table(specs: Iterable[type[TemplateSpec]]) -> dict[str, TemplateSpec]:
-    """One instance of each spec class, by the name of its kwargs model, in the order of
-    :data:`gencache.config.templates.TEMPLATE_KWARGS`; an :class:`ImportError` naming a template that has no spec
-    class, or a spec class whose kwargs model is no template's (each is one entry of that table)."""
-    by_model: dict[type[TemplateKwargs], type[TemplateSpec]] = {}
-    stray: list[str] = []
-    for cls in specs:
-        if TEMPLATE_KWARGS.get(cls.kwargs_model.template_name) is not cls.kwargs_model or cls.kwargs_model in by_model:
-            stray.append(cls.__name__)
-        else:
-            by_model[cls.kwargs_model] = cls
-    missing = [f"{name} ({model.__name__})" for name, model in TEMPLATE_KWARGS.items() if model not in by_model]
-    if missing or stray:
-        raise ImportError(
-            "gencache.config.templates.TEMPLATE_KWARGS and the TemplateSpec classes of gencache.data.prompts "
-            f"disagree: templates without a spec class: {', '.join(missing) or 'none'}; spec classes whose "
-            f"kwargs model is no template's or another's too: {', '.join(stray) or 'none'}."
-        )
-    return {name: by_model[model]() for name, model in TEMPLATE_KWARGS.items()}
-
-
 #: Every template, by name: one instance of each :class:`TemplateSpec` subclass.
-TEMPLATES: dict[str, TemplateSpec] = template_table(TemplateSpec.__subclasses__())
+TEMPLATES: dict[str, TemplateSpec] = {
+    name: next(cls() for cls in TemplateSpec.__subclasses__() if cls.kwargs_model is model)
+    for name, model in TEMPLATE_KWARGS.items()
+}
 #: The templates that render a conversation (a chat row).
 CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items() if spec.renders_chat)
 
@@ -333,26 +294,6 @@ def get_template(name: str) -> TemplateSpec:
     if spec is None:
         raise PromptError(unknown_name("template", name, TEMPLATES))
     return spec
-
-
-def render_prompt(
-    template: str,
-    parts: Prompt,
-    template_kwargs: TemplateKwargs | None = None,
-    tokenizer: Any | None = None,
-) -> Prompt:
-    """Render ``parts`` with ``template``; ``template_kwargs`` is the template's validated kwargs model (a data
-    config's ``template_kwargs``), None for its defaults. A plain mapping is refused: validate it with the config
-    (:func:`gencache.config.parse_data_configs`) or the model (:data:`gencache.config.templates.TEMPLATE_KWARGS`)."""
-    spec = get_template(template)
-    if template_kwargs is None:
-        template_kwargs = spec.kwargs_model()
-    if not isinstance(template_kwargs, spec.kwargs_model):
-        raise PromptError(
-            f"template_kwargs of template {template!r} must be a validated {spec.kwargs_model.__name__}, not "
-            f"{type(template_kwargs).__name__}; validate it with gencache.config (parse_data_configs) first."
-        )
-    return spec.render(parts, template_kwargs, tokenizer)
 
 
 # -- tokenization ------------------------------------------------------------------------------------------------

@@ -1,60 +1,35 @@
 """The run an artifact records, from the artifact alone: its ``resolved_config.json`` checked, and its samples
-rebuilt from it. ``export``, ``audit``, ``score``, training without a config and scripts all rebuild from here,
-so each trusts the same checked values::
+rebuilt from it, so ``export``, ``audit``, ``score`` and training without a config trust the same checked values.
 
-    from gencache.data.recorded import load_recorded_run, load_recorded_tokenizer, rebuild_samples
-
-    run = load_recorded_run("generation_cache/artifacts/run")   # an artifact, one shard, or a shard base
-    run.config, run.generation, run.seed                          # the effective config, generation kwargs, seed
-    samples = rebuild_samples(run, load_recorded_tokenizer(run))  # build_samples over the recorded data configs
-
-A published artifact records the effective config of the run that made it (``config``: the data configs after
-``--limit``, ``--set`` and ``--output-dir``), the sources its rows were read from (each local file with its
-SHA-256) and the effective generation settings.
-
-- :func:`load_recorded_run` opens the artifact (every open-time check of the reader; a shard base must be a whole
-  set of one run), checks its record (:func:`run_of_readers`: the shape and ``resolved_digest`` of
-  :func:`gencache.artifact.resolved.resolved_config_problems`, against the manifest's provenance and shard record;
-  a damaged or hand-edited document is a :class:`FormatError`, exit 1, naming the file) and, by default, hashes
-  every recorded local source file again (:func:`check_sources`: a file that changed is a
-  :class:`SourceChangedError`, one that is gone a :class:`DatasetError`, both exit 2, naming the file).
-- :func:`rebuild_samples` builds the samples with :func:`gencache.data.samples.build_samples`, optionally reading
-  some data configs from other sources, and checks that the files it read are the recorded ones.
-
-The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's. Importing this
-module imports neither torch nor transformers.
+The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gencache.artifact.names import shard_of
+from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.names import RESOLVED_NAME, shard_of
+from gencache.artifact.reader import read_resolved_config
 from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
+from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
-
-if TYPE_CHECKING:
-    from gencache.config import CacheConfig
-    from gencache.data.origins import SourceInfo
-    from gencache.data.samples import SampleSet
+from gencache.data.origins import SourceInfo
+from gencache.data.samples import SampleSet, build_samples
+from gencache.data.sources import file_sha256
 
 
 @dataclass(frozen=True)
 class RecordedRun:
-    """The checked record of the run behind an artifact, a shard or a whole shard set.
-
-    ``path`` is what was opened and ``paths`` the artifact directories it stands for (the shards of a shard base);
-    ``resolved_path`` the ``resolved_config.json`` read (the first artifact's) and ``resolved`` its checked content.
-    ``config`` is the recorded effective config parsed (``--limit``, ``--set`` and ``--output-dir`` applied),
-    ``generation`` the effective generation settings the run used and ``seed`` its seed. ``shard_count`` and
-    ``shards`` say which shards of a sharded run ``paths`` hold (``shards`` is None when they hold the whole run).
-    ``sources_checked`` is True once every recorded source file was hashed again and matched.
-    """
+    """The checked record of the run behind an artifact, a shard or a whole shard set (``paths``): its effective
+    config and generation settings. ``shards`` is None when ``paths`` hold the whole run; ``sources_checked`` is
+    True once every recorded source file was hashed again and matched."""
 
     path: Path
     paths: tuple[Path, ...]
@@ -70,7 +45,7 @@ class RecordedRun:
 
     @property
     def max_new_tokens(self) -> int:
-        """The run's ``max_new_tokens`` (checked to be a positive integer)."""
+        """The run's ``max_new_tokens``."""
         value: int = self.generation["max_new_tokens"]
         return value
 
@@ -88,53 +63,6 @@ def _refuse(where: Path, problem: str) -> FormatError:
     )
 
 
-def _digest_problems(resolved: Mapping[str, Any]) -> list[str]:
-    """The problem of a run's resolved config without its ``resolved_digest`` (every run writes one), if it is."""
-    is_run = "config" in resolved or "gencache_version" in resolved
-    if is_run and not isinstance(resolved.get(DIGEST_FIELD), str):
-        return [f"it has no {DIGEST_FIELD} (the field was removed)"]
-    return []
-
-
-def check_resolved(
-    resolved: Mapping[str, Any],
-    *,
-    resolved_path: Path,
-    provenance: Mapping[str, Any],
-    shard_record: Mapping[str, Any] | None,
-    require_digest: bool = True,
-) -> None:
-    """Refuse, with a :class:`FormatError` naming ``resolved_path``, a resolved config that does not pass
-    :func:`gencache.artifact.resolved.resolved_config_problems` against the manifest's ``provenance`` and
-    ``shard_record``, one written by a gencache run that lacks its ``resolved_digest`` (unless not
-    ``require_digest``), or one whose ``generation.max_new_tokens`` is there but not a positive integer."""
-    problems = resolved_config_problems(resolved, provenance, shard_record)
-    if not problems and require_digest:
-        problems = _digest_problems(resolved)
-    generation = resolved.get("generation")
-    if not problems and isinstance(generation, Mapping) and "max_new_tokens" in generation:
-        limit = generation["max_new_tokens"]
-        if type(limit) is not int or limit < 1:
-            problems = [f"generation.max_new_tokens is {limit!r}, not a positive integer"]
-    if problems:
-        raise _refuse(resolved_path, problems[0])
-
-
-def _sources_of(resolved: Mapping[str, Any], count: int, where: Path) -> list[dict[str, Any]]:
-    """The recorded sources, one per data config, with their shape checked."""
-    sources = resolved["sources"]
-    if len(sources) != count:
-        raise _refuse(where, f"'sources' lists {len(sources)} sources for {count} data configs")
-    for index, source in enumerate(sources):
-        files = source.get("files") if isinstance(source, dict) else None
-        if not isinstance(files, list) or not isinstance(source.get("location"), str):
-            raise _refuse(where, f"sources[{index}] is not an object with a location and a list of files")
-        for entry in files:
-            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("path", "sha256")):
-                raise _refuse(where, f"sources[{index}].files holds {entry!r}, not {{path, sha256}}")
-    return list(sources)
-
-
 def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | None, tuple[int, ...] | None]:
     """The shard count and the shard indices held, from each artifact's ``summary.shard`` (None: the whole run)."""
     if not records or records[0] is None:
@@ -144,21 +72,13 @@ def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | Non
     return (None, None) if len(held) == count else (count if isinstance(count, int) else None, held)
 
 
-def checked_resolved_config(reader: Any, *, require_digest: bool = False) -> dict[str, Any]:
+def checked_resolved_config(reader: Any) -> dict[str, Any]:
     """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
-    the checks ``gencache verify`` makes of it (shape, ``resolved_digest`` when recorded or ``require_digest``,
-    the fields it repeats of the manifest): a :class:`FormatError` naming the file otherwise."""
-    from gencache.artifact.names import RESOLVED_NAME
-    from gencache.artifact.reader import read_resolved_config
-
+    the checks ``gencache verify`` makes of it: a :class:`FormatError` naming the file otherwise."""
     resolved = read_resolved_config(reader.path)
-    check_resolved(
-        resolved,
-        resolved_path=reader.path / RESOLVED_NAME,
-        provenance=reader.provenance,
-        shard_record=reader.summary.get("shard"),
-        require_digest=require_digest,
-    )
+    problems = resolved_config_problems(resolved, reader.provenance, reader.summary.get("shard"))
+    if problems:
+        raise _refuse(reader.path / RESOLVED_NAME, problems[0])
     return resolved
 
 
@@ -166,38 +86,26 @@ def run_of_readers(
     path: str | os.PathLike[str], readers: Sequence[Any], *, resolved: Mapping[str, Any] | None = None
 ) -> RecordedRun:
     """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run) that ``path``
-    stands for, from the first one's ``resolved_config.json`` (checked against its manifest's provenance and shard
-    record; its config parsed): a :class:`FormatError` naming the file when anything is off, a :class:`ConfigError`
-    when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed
-    (:func:`check_sources`). ``resolved``: that document as :func:`checked_resolved_config` returned it, which is
-    neither read nor checked again (only its ``resolved_digest`` is still required)."""
-    from gencache.artifact.names import RESOLVED_NAME
-    from gencache.artifact.reader import read_resolved_config
-    from gencache.config import parse_config
-
+    stands for, from the first one's ``resolved_config.json`` (``resolved``: as :func:`checked_resolved_config`
+    returned it): a :class:`FormatError` naming the file when anything is off, a :class:`ConfigError` when it
+    records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed here."""
     first = readers[0]
     where = first.path / RESOLVED_NAME
     records = [reader.summary.get("shard") for reader in readers]
     if resolved is None:
-        resolved = read_resolved_config(first.path)
-        if "config" in resolved or "gencache_version" in resolved:
-            check_resolved(resolved, resolved_path=where, provenance=first.provenance, shard_record=records[0])
+        resolved = checked_resolved_config(first)
     if "config" not in resolved and "gencache_version" not in resolved:
         raise ConfigError(
             f"{where} records no run config (the artifact was not made by gencache generate), so its samples "
             "cannot be rebuilt from it; pass the data configs it was generated from."
         )
-    problems = _digest_problems(resolved)
-    if problems:
-        raise _refuse(where, problems[0])
+    if not isinstance(resolved.get(DIGEST_FIELD), str):
+        raise _refuse(where, f"it has no {DIGEST_FIELD} (the field was removed)")
     generation = resolved["generation"]
-    if "max_new_tokens" not in generation:
-        raise _refuse(where, "generation has no max_new_tokens")
     try:
         config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
     except GencacheError as error:
         raise _refuse(where, f"its config does not parse ({first_line(error)})") from None
-    _sources_of(resolved, len(config.data_configs), where)
     count, shards = _held_shards(records)
     return RecordedRun(
         path=Path(os.path.abspath(os.path.expanduser(path))),
@@ -213,17 +121,17 @@ def run_of_readers(
     )
 
 
-def _relocated(source: Mapping[str, Any], data_root: Path | None) -> tuple[str, dict[str, str]]:
-    """The source location and its files (path -> recorded sha256), moved under ``data_root`` by the location's
-    last path component when given."""
+def _relocated(source: Mapping[str, Any], data_root: Path | None) -> dict[str, str]:
+    """The source's files (path -> recorded sha256), moved under ``data_root`` by the location's last path
+    component when given."""
     location = str(source["location"])
     files = {str(entry["path"]): str(entry["sha256"]) for entry in source["files"]}
     if data_root is None or source.get("kind") not in ("directory", "file"):
-        return location, files
+        return files
     moved = data_root / Path(location).name
     if source.get("kind") == "file":
-        return str(moved), {str(moved): digest for digest in files.values()}
-    return str(moved), {str(moved / os.path.relpath(path, location)): digest for path, digest in files.items()}
+        return {str(moved): digest for digest in files.values()}
+    return {str(moved / os.path.relpath(path, location)): digest for path, digest in files.items()}
 
 
 def _overrides(run: RecordedRun, sources: Mapping[int, str] | None) -> dict[int, str]:
@@ -241,14 +149,12 @@ def check_sources(
     """Hash every recorded local source file again (under ``data_root`` when given; data configs read from
     ``sources`` are skipped) and refuse, in one line naming the file, one that is gone (:class:`DatasetError`) or
     whose bytes changed since generation (:class:`SourceChangedError`)."""
-    from gencache.data.sources import file_sha256
-
     skipped = _overrides(run, sources)
     root = None if data_root is None else Path(data_root).expanduser().absolute()
-    for index, source in enumerate(_sources_of(run.resolved, len(run.config.data_configs), run.resolved_path)):
+    for index, source in enumerate(run.resolved["sources"]):
         if index in skipped:
             continue
-        for name, recorded in _relocated(source, root)[1].items():
+        for name, recorded in _relocated(source, root).items():
             file = Path(name)
             if not file.is_file():
                 raise DatasetError(
@@ -272,8 +178,6 @@ WAYS_FORWARD = (
 def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
     """The error of a recorded source file whose bytes changed: the file, its sha256 then and now, its size and
     modification time now (the run recorded the sha256 alone), and :data:`WAYS_FORWARD`."""
-    import datetime
-
     try:
         stat = file.stat()
         when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -290,8 +194,6 @@ def _effective_config(run: RecordedRun, sources: Mapping[int, str], data_root: P
     """The recorded config with each data config's source replaced by ``sources`` or moved under ``data_root``."""
     if not sources and data_root is None:
         return run.config
-    from gencache.config import parse_config
-
     raw = copy.deepcopy(dict(run.resolved["config"]))
     for index, data_config in enumerate(raw["data_configs"]):
         if index in sources:
@@ -325,49 +227,28 @@ def rebuild_samples(
     sources: Mapping[int, str] | None = None,
     data_root: str | os.PathLike[str] | None = None,
 ) -> SampleSet:
-    """The run's samples, rebuilt from its recorded config with :func:`gencache.data.samples.build_samples`
-    (tokenized when ``tokenizer`` is given).
+    """The run's samples, rebuilt from its recorded config (tokenized when ``tokenizer`` is given).
 
-    ``sources`` maps a data config index to another source to read it from (export's ``--source I=PATH``);
-    ``data_root`` is a directory holding the recorded local sources by their last path component (``--data-root``).
-    The recorded files are checked first (:func:`check_sources`, unless ``run.sources_checked`` and the files did
-    not move), and after the build the files read must be those the run read, with the same bytes."""
-    from gencache.data.samples import build_samples
-
+    ``sources`` (``--source I=PATH``) reads some data configs from elsewhere; ``data_root`` (``--data-root``) holds
+    the recorded local sources by their last path component. The files read must be those the run read, with the
+    same bytes."""
     chosen = _overrides(run, sources)
     root = None if data_root is None else Path(data_root).expanduser().absolute()
     if not run.sources_checked or root is not None:
         check_sources(run, sources=chosen, data_root=root)
     samples = build_samples(_effective_config(run, chosen, root), tokenizer)
-    recorded = _sources_of(run.resolved, len(run.config.data_configs), run.resolved_path)
+    recorded = run.resolved["sources"]
     for summary in samples.summaries:
         if summary.index not in chosen:
-            files = _relocated(recorded[summary.index], root)[1]
+            files = _relocated(recorded[summary.index], root)
             _compare_read(summary.index, summary.source, recorded[summary.index], files)
     return samples
 
 
-def load_recorded_run(
-    path: str | os.PathLike[str],
-    *,
-    hash_sources: bool = True,
-) -> RecordedRun:
-    """The checked record of the run behind ``path`` (an artifact, one shard, or a shard base); with
-    ``hash_sources`` every recorded local source file is hashed again and must match (``sources_checked``)."""
-    return open_recorded_run(path, hash_sources=hash_sources)[1]
-
-
-def open_recorded_run(
-    path: str | os.PathLike[str],
-    *,
-    hash_sources: bool = True,
-) -> tuple[Any, RecordedRun]:
-    """The reader of ``path`` (:func:`gencache.open_caches`) and its run's checked record
-    (:func:`load_recorded_run`), from one open."""
-    from dataclasses import replace
-
-    from gencache.artifact.mixture import MultiCacheReader, open_caches
-
+def open_recorded_run(path: str | os.PathLike[str], *, hash_sources: bool = True) -> tuple[Any, RecordedRun]:
+    """The reader of ``path`` (an artifact, one shard, or a shard base; :func:`gencache.open_caches`) and the
+    checked record of its run; with ``hash_sources`` every recorded local source file is hashed again and must
+    match (``sources_checked``)."""
     reader = open_caches(path)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     run = run_of_readers(path, readers)

@@ -1,11 +1,7 @@
 """The samples of a run: every data config loaded, rendered, keyed and (with a tokenizer) tokenized.
 
-:func:`build_samples` is what generation, dry runs, export and training all call, so they agree on which samples
-exist, in which order, and under which keys. Samples with equal keys are generated once: the first occurrence
-(first data config, first sample) wins, and duplicates whose rendered prompts differ are reported with a
-:class:`DuplicatePromptWarning`, because the later ones silently reuse the first one's teacher answer.
-
-This module imports neither torch, transformers nor datasets at import time.
+Generation, dry runs, export and training all call :func:`build_samples`, so they agree on which samples exist, in
+which order, and under which keys. The first occurrence of a key wins.
 """
 
 from __future__ import annotations
@@ -31,14 +27,8 @@ class DuplicatePromptWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Sample:
-    """One sample of a run.
-
-    ``key`` is the semantic key; ``data_config_index`` and ``sample_index`` say where it came from; ``semantic``
-    is the key payload; ``query`` is the query as shown, ``answer`` the gold answer; ``parts`` the rendered prompt;
-    ``input_ids`` and ``spans`` the per-part tokenization (None when no tokenizer was given). ``row`` is the source
-    row the sample was made of (a table recipe's row index in its source table) and ``row_id`` that row's own id
-    when the recipe reads one (``data_kwargs.id`` of ``table`` and ``chat``).
-    """
+    """One sample of a run: its key and payload, its rendered prompt (tokenized per part when a tokenizer was
+    given), and the source row it was made of (``row_id``: the row's own id, when the recipe reads one)."""
 
     key: str
     data_config_index: int
@@ -69,20 +59,14 @@ class Sample:
 
     @property
     def prompt_chars(self) -> int:
-        """The length of :attr:`prompt_text` in characters, counted without joining the parts."""
+        """The length of :attr:`prompt_text` in characters."""
         return sum(len(part.text) for part in self.parts)
 
 
 @dataclass(frozen=True)
 class DataConfigSummary:
-    """What one data config contributed.
-
-    ``unique``: distinct keys among this config's samples. ``duplicates``: this config's samples whose key had
-    already appeared earlier in the run (in this config or an earlier one). ``prompt_chars`` and
-    ``prompt_tokens`` are (min, median, max) over this config's samples (median_low, so an int; all zeros when the
-    config has no samples); ``prompt_tokens`` is None without a tokenizer. ``data_kwargs`` are the effective
-    values, defaults included; ``answer_pattern`` is the data config's (how ``gencache score`` cuts its answers).
-    """
+    """What one data config contributed: ``duplicates`` counts its samples whose key appeared earlier in the run;
+    the prompt lengths are (min, median_low, max), ``prompt_tokens`` None without a tokenizer."""
 
     index: int
     dataset_name: str
@@ -98,11 +82,8 @@ class DataConfigSummary:
 
 @dataclass(frozen=True)
 class SampleSet:
-    """Every sample of a run in run order, plus the deduplicated view generation uses.
-
-    Iterating, ``len`` and indexing go over all samples; :attr:`unique` holds the first occurrence of each key in
-    first-occurrence order; :meth:`keys` lists those keys.
-    """
+    """Every sample of a run in run order; :attr:`unique` holds the first occurrence of each key, which is what
+    generation uses."""
 
     samples: tuple[Sample, ...]
     unique: tuple[Sample, ...]
@@ -147,6 +128,12 @@ def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
         offset = len(summaries)
         samples.extend(dataclasses.replace(s, data_config_index=s.data_config_index + offset) for s in chosen)
         summaries.extend(dataclasses.replace(s, index=s.index + offset) for s in chosen.summaries)
+    return _sample_set(samples, summaries)
+
+
+def _sample_set(samples: Sequence[Sample], summaries: Sequence[DataConfigSummary]) -> SampleSet:
+    """The set of ``samples`` in order: the first occurrence of a key wins, and the keys whose later occurrences
+    rendered another prompt are listed (they reuse the first one's teacher answer)."""
     first: dict[str, Sample] = {}
     conflicting: dict[str, None] = {}
     for sample in samples:
@@ -167,19 +154,6 @@ def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
         return list(config_or_data_configs.data_configs)
     if isinstance(config_or_data_configs, DataConfig):
         return [config_or_data_configs]
-    if isinstance(config_or_data_configs, Mapping):
-        raise ConfigError(
-            "build_samples takes a CacheConfig or a list of data configs, not a mapping; "
-            "use load_config/parse_config for a whole config, or pass [data_config, ...]."
-        )
-    if isinstance(config_or_data_configs, (str, bytes)) or not isinstance(config_or_data_configs, Sequence):
-        raise ConfigError(
-            f"build_samples takes a CacheConfig or a list of data configs, not {type(config_or_data_configs).__name__}."
-        )
-    if all(isinstance(item, DataConfig) for item in config_or_data_configs):
-        if not config_or_data_configs:
-            raise ConfigError("data_configs: must be a non-empty list")
-        return list(config_or_data_configs)
     return parse_data_configs(config_or_data_configs)
 
 
@@ -258,31 +232,6 @@ def _with_index(index: int, exc: Exception) -> str:
     return text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
 
 
-def _summary(
-    index: int,
-    dc: DataConfig,
-    loaded: Sequence[Sample],
-    unique: int,
-    duplicates: int,
-    source: SourceInfo,
-    tokenizer: Any | None,
-) -> DataConfigSummary:
-    """What one data config contributed: its counts and its prompts' lengths (in tokens when tokenized)."""
-    tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
-    return DataConfigSummary(
-        index=index,
-        dataset_name=dc.dataset_name,
-        samples=len(loaded),
-        unique=unique,
-        duplicates=duplicates,
-        prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
-        prompt_tokens=_stats(tokens) if tokenizer is not None else None,
-        source=source,
-        data_kwargs=dc.data_kwargs.as_json(),
-        answer_pattern=dc.answer_pattern,
-    )
-
-
 def build_samples(
     config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]],
     tokenizer: Any | None = None,
@@ -291,13 +240,9 @@ def build_samples(
 ) -> SampleSet:
     """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order.
 
-    Accepts a :class:`CacheConfig` or a list of data configs (models or mappings, as training has them). Without a
-    tokenizer, a data config whose template or dataset needs one is a :class:`ConfigError` naming its index and why,
-    raised before any data loads. Dataset, template and shortfall errors name the data config too. Duplicated keys
-    are counted; when duplicates rendered different prompts a :class:`DuplicatePromptWarning` is issued and the
-    keys are listed in :attr:`SampleSet.conflicting_prompts`. A run with no samples at all is a :class:`ConfigError`.
-    ``first_index`` is the first data config's position in its config, for the messages and the summaries (a
-    check that builds one data config alone names it by its own index).
+    A missing tokenizer is refused before any data loads; every error names its data config (``first_index`` is
+    the first one's position in its config). Duplicates that rendered different prompts are a
+    :class:`DuplicatePromptWarning`, since the later ones silently reuse the first one's teacher answer.
     """
     data_configs = _as_data_configs(config_or_data_configs)
     if tokenizer is None:
@@ -307,8 +252,7 @@ def build_samples(
 
     samples: list[Sample] = []
     summaries: list[DataConfigSummary] = []
-    first: dict[str, Sample] = {}
-    conflicting: dict[str, tuple[Sample, Sample]] = {}
+    seen: set[str] = set()
     tokenized_prompts: dict[Prompt, TokenizedPrompt] = {}
     with shared_tables():  # data configs reading the same source share one load (and one file hash)
         for index, dc in enumerate(data_configs, start=first_index):
@@ -316,38 +260,40 @@ def build_samples(
                 loaded, source = _load_one(index, dc, tokenizer, tokenized_prompts)
             except (ConfigError, DatasetError, PromptError) as exc:
                 raise reworded(exc, _with_index(index, exc)) from exc
-            seen_here: set[str] = set()
-            duplicates_here = 0
+            duplicates = 0
             for sample in loaded:
-                seen_here.add(sample.key)
-                earlier = first.get(sample.key)
-                if earlier is None:
-                    first[sample.key] = sample
-                    continue
-                duplicates_here += 1
-                if earlier.parts != sample.parts and sample.key not in conflicting:
-                    conflicting[sample.key] = (earlier, sample)
+                duplicates += sample.key in seen
+                seen.add(sample.key)
+            tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
+            summaries.append(
+                DataConfigSummary(
+                    index=index,
+                    dataset_name=dc.dataset_name,
+                    samples=len(loaded),
+                    unique=len({sample.key for sample in loaded}),
+                    duplicates=duplicates,
+                    prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
+                    prompt_tokens=_stats(tokens) if tokenizer is not None else None,
+                    source=source,
+                    data_kwargs=dc.data_kwargs.as_json(),
+                    answer_pattern=dc.answer_pattern,
+                )
+            )
             samples.extend(loaded)
-            summaries.append(_summary(index, dc, loaded, len(seen_here), duplicates_here, source, tokenizer))
     if not samples:
         raise ConfigError(
             "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
         )
-    if conflicting:
-        earlier, later = next(iter(conflicting.values()))
+    result = _sample_set(samples, summaries)
+    if result.conflicting_prompts:
+        earlier = result.by_key(result.conflicting_prompts[0])
+        later = next(sample for sample in samples if sample.key == earlier.key and sample.parts != earlier.parts)
         warnings.warn(
-            f"{len(conflicting)} key(s) occur more than once with different rendered prompts; each is generated "
-            "once, from its first occurrence, and the others reuse that answer (first: key "
+            f"{len(result.conflicting_prompts)} key(s) occur more than once with different rendered prompts; each "
+            "is generated once, from its first occurrence, and the others reuse that answer (first: key "
             f"{earlier.key[:12]}... at data_configs[{earlier.data_config_index}] sample {earlier.sample_index} and "
             f"data_configs[{later.data_config_index}] sample {later.sample_index}).",
             DuplicatePromptWarning,
             stacklevel=2,
         )
-    unique = tuple(first.values())
-    return SampleSet(
-        samples=tuple(samples),
-        unique=unique,
-        duplicates=len(samples) - len(unique),
-        conflicting_prompts=tuple(conflicting),
-        summaries=tuple(summaries),
-    )
+    return result

@@ -1,13 +1,5 @@
-"""Every stored answer scored against its sample's reference, the score files ``gencache score --out`` writes, and
-the bars a selection by score takes.
-
-:func:`score_cache` pairs the unique samples of a run (:class:`~gencache.data.samples.SampleSet`, rebuilt without
-a tokenizer) with the answers a cache holds, reading the manifest only (texts, finish reasons, token lengths;
-never the payload): each answer is cut (:func:`gencache.data.answers.extract_answer`, with the thinking block
-its sample's prompt opened, :func:`gencache.data.answers.prompt_opens_thinking`) and scored
-(:func:`gencache.data.answers.score_answer`); a sample without a reference is kept with no metrics. A score file
-is JSON Lines or parquet (by its extension) with one row per answer (:data:`SCORE_COLUMNS`); :func:`read_scores`
-reads one back for a selection. :func:`check_min_score` checks a bar such as ``{"f1": 0.5}``.
+"""Every stored answer scored against its sample's reference (reading the manifest only, never the payload),
+the score files ``gencache score --out`` writes, and the bars a selection by score takes.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
-"""Loading a dataset's tables from the hub, a hub-style local directory or a single file.
+"""Loading a dataset's tables from the hub, a hub-style local directory or a single file (docs/datasets.md).
 
-``source`` in a data config takes three forms:
-
-- absent: the recipe's canonical hub id, ``datasets.load_dataset(hub_id, config, split=split)`` (which honours
-  ``HF_HUB_OFFLINE`` and the local ``datasets`` cache);
-- a directory: when its ``README.md`` declares ``configs:`` (a hub dataset repository), it is loaded with
-  ``datasets.load_dataset(source, config)``; otherwise files named by split,
-  ``<source>/<config>/<split>.{jsonl,json,parquet,csv,tsv}`` or ``<source>/<split>.{...}`` (sharded
-  ``<split>-00000-of-00002.parquet`` too); any other string that is not an existing path is a hub id;
-- a single ``.json``/``.jsonl``/``.parquet``/``.csv``/``.tsv`` file: the rows of the requested split of a
-  single-table dataset.
-
-Local JSON, JSON Lines and parquet files are read by ``datasets.load_dataset("json" | "parquet", data_files=...)``,
-CSV and TSV files by pyarrow with every cell a string; rows come in file order. Every local file read is hashed
-(SHA-256) for provenance.
+Local JSON, JSON Lines and parquet are read by ``datasets``, CSV and TSV by pyarrow with every cell a string; every
+local file read is hashed (SHA-256) for provenance.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import hashlib
 import json
 import os
@@ -45,11 +34,8 @@ def file_sha256(path: Path) -> str:
 
 
 def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
-    """``(kind, location)``: ``("hub", id)``, ``("directory", abs path)`` or ``("file", abs path)``.
-
-    Relative paths are resolved against the current working directory. ``hub_id`` is the recipe's canonical hub
-    dataset (empty when it has none: then source is required and no message suggests omitting it).
-    """
+    """``(kind, location)``: ``("hub", id)``, ``("directory", abs path)`` or ``("file", abs path)``; ``hub_id`` is
+    the recipe's canonical hub dataset (empty when it has none)."""
     if source is None:
         return "hub", hub_id
     if not isinstance(source, str) or not source.strip():
@@ -91,7 +77,7 @@ def _split_files(folder: Path, split: str) -> list[Path]:
     """Files holding ``split`` directly in ``folder`` (one file, or the shards of one parquet table)."""
     found = [folder / f"{split}{ext}" for ext in EXTENSIONS if (folder / f"{split}{ext}").is_file()]
     shards = sorted(
-        p for p in folder.glob(f"{glob_escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
+        p for p in folder.glob(f"{glob.escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
     )
     if found and shards:
         found.append(shards[0])
@@ -99,11 +85,6 @@ def _split_files(folder: Path, split: str) -> list[Path]:
         names = ", ".join(str(p) for p in found)
         raise DatasetError(f"split {split!r} is ambiguous in {str(folder)!r}: {names}; keep exactly one of them.")
     return found or shards
-
-
-def glob_escape(text: str) -> str:
-    """``text`` with glob metacharacters escaped."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def _declares_configs(directory: Path) -> bool:
@@ -245,11 +226,6 @@ def _bad_line(path: Path) -> str | None:
     return None
 
 
-def _fingerprints(tables: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """``(split, fingerprint)`` of hub tables: datasets derives it from the files it downloaded."""
-    return tuple((split, str(getattr(table, "_fingerprint", ""))) for split, table in tables.items())
-
-
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
 
@@ -299,39 +275,26 @@ def load_tables(
     splits: Sequence[str],
     single_file_error: str | None = None,
 ) -> tuple[dict[str, Any], SourceInfo]:
-    """Load ``splits`` of a dataset from ``source`` (see the module docstring) as ``datasets.Dataset`` objects.
-
-    ``hub_config`` is the config name passed to the hub (``None``: none); ``dir_config`` the sub-folder tried first
-    in a local directory. ``single_file_error`` (when set) is why a single file cannot serve this dataset; a single
-    file otherwise serves exactly one requested split. Inside :func:`shared_tables`, repeated loads are shared.
-    """
+    """Load ``splits`` of a dataset from ``source`` as ``datasets.Dataset`` objects (shared inside
+    :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory and
+    ``single_file_error`` why a single file cannot serve this dataset."""
     memo = _SHARED.get()
+    if memo is None:
+        memo = {}
     request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
-    if memo is not None and request in memo:
-        return memo[request]
-    loaded = _load_tables(
-        source,
-        hub_id,
-        label=label,
-        hub_config=hub_config,
-        dir_config=dir_config,
-        splits=splits,
-        single_file_error=single_file_error,
-    )
-    if memo is not None:
-        memo[request] = loaded
-    return loaded
+    if request not in memo:
+        memo[request] = _load_tables(*request)
+    return memo[request]
 
 
 def _load_tables(
     source: str | None,
     hub_id: str,
-    *,
     label: str,
     hub_config: str | None,
     dir_config: str | None,
     splits: Sequence[str],
-    single_file_error: str | None = None,
+    single_file_error: str | None,
 ) -> tuple[dict[str, Any], SourceInfo]:
     kind, location = classify_source(source, hub_id)
     if kind == "hub":
@@ -339,7 +302,8 @@ def _load_tables(
         if source is not None:
             hint = f" (no local file or directory named {source!r} exists either)"
         tables = {split: _load_hub(location, hub_config, split, label, hint) for split in splits}
-        return tables, SourceInfo(kind="hub", location=location, fingerprints=_fingerprints(tables))
+        fingerprints = tuple((split, str(table._fingerprint)) for split, table in tables.items())
+        return tables, SourceInfo(kind="hub", location=location, fingerprints=fingerprints)
     path = Path(location)
     if kind == "file":
         if single_file_error is not None:

@@ -1,12 +1,7 @@
 """Dataset recipes: the registry (built-ins and plug-ins), and the types a recipe reads and returns.
 
-The one list of built-in dataset names is :data:`gencache.config.datasets.DATASET_KWARGS` (each name with its
-``data_kwargs`` model). Each built-in is a module here named after its dataset, exposing ``RECIPE`` (an instance
-of a :class:`DatasetRecipe` subclass that fills in its steps); :data:`BUILTIN_DATASETS` is built from that list by
-importing each name's module (:func:`builtin_recipe`), so a name without its recipe, or a recipe that disagrees
-with its name or kwargs model, fails the import with one message. Other packages add recipes without changing
-gencache through the ``gencache.recipes`` entry point group (:mod:`gencache.data.recipes.plugins`). See
-docs/datasets.md.
+Each built-in of :data:`gencache.config.datasets.DATASET_KWARGS` is a module here named after it, exposing
+``RECIPE``; plug-ins come through the ``gencache.recipes`` entry point group. See docs/datasets.md.
 """
 
 from __future__ import annotations
@@ -18,49 +13,23 @@ from typing import Any
 
 from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
 from gencache.config.datasets import DATASET_KWARGS
-from gencache.config.kwargs import KwargsModel
 from gencache.config.messages import unknown_name
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample
 from gencache.data.recipes.plugins import load_plugin
 
-
-def builtin_recipe(name: str, model: type[KwargsModel]) -> DatasetRecipe[Any, Any]:
-    """``RECIPE`` of the module ``gencache.data.recipes.<name>``, the recipe of the built-in dataset ``name`` whose
-    ``data_kwargs`` model is ``model``; an :class:`ImportError` saying what is missing or wrong otherwise."""
-    module_name = f"{__name__}.{name}"
-    where = f"built-in dataset {name!r} of gencache.config.datasets.DATASET_KWARGS"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        raise ImportError(f"{where} has no recipe module {module_name}; add it, with its RECIPE.") from None
-    recipe = getattr(module, "RECIPE", None)
-    if not isinstance(recipe, DatasetRecipe):
-        raise ImportError(f"{where}: {module_name}.RECIPE is {type(recipe).__name__}, not a DatasetRecipe instance.")
-    if recipe.name != name or recipe.kwargs_model is not model:
-        raise ImportError(
-            f"{where}: {module_name}.RECIPE is named {recipe.name!r} with kwargs model "
-            f"{recipe.kwargs_model.__name__}, not {name!r} with {model.__name__}; make the two agree."
-        )
-    return recipe
-
-
 #: The recipe of every built-in dataset, by name, in the order of :data:`gencache.config.datasets.DATASET_KWARGS`.
 BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
-    name: builtin_recipe(name, model) for name, model in DATASET_KWARGS.items()
+    name: importlib.import_module(f"{__name__}.{name}").RECIPE for name in DATASET_KWARGS
 }
 
 SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
 
 
 class Registry(Mapping[str, DatasetRecipe[Any, Any]]):
-    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted).
-
-    Listing names imports no plug-in; looking one up imports it (see :func:`get_recipe`).
-    """
+    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted); listing names
+    imports no plug-in."""
 
     def __getitem__(self, name: str) -> DatasetRecipe[Any, Any]:
         if not isinstance(name, str):
@@ -114,7 +83,6 @@ __all__ = [
     "RawSample",
     "Registry",
     "SourceInfo",
-    "builtin_recipe",
     "get_recipe",
     "sample_source",
 ]

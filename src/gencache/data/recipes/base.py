@@ -7,48 +7,24 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-from gencache.config import KwargsModel
+from gencache.config import DataConfig, KwargsModel
 from gencache.core.errors import DatasetError
 from gencache.data.origins import SourceInfo
 from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
 from gencache.data.sources import load_tables
 
-
-class DataConfigLike(Protocol):
-    """The fields of a data config a recipe reads (the config model's ``DataConfig`` satisfies it)."""
-
-    @property
-    def dataset_name(self) -> str: ...
-    @property
-    def num_samples(self) -> int: ...
-    @property
-    def num_data_strs(self) -> int: ...
-    @property
-    def num_shots(self) -> int: ...
-    @property
-    def subset(self) -> str: ...
-    @property
-    def split(self) -> str: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def source(self) -> str | None: ...
+#: The data config a recipe reads.
+DataConfigLike = DataConfig
 
 
 @dataclass(frozen=True)
 class RawSample:
-    """One sample as a recipe yields it, before any template.
-
-    ``semantic`` is the key payload ``{documents, query, shots, task}``; ``parts`` the default composition;
-    ``query`` the query as shown in the prompt; ``answer`` the gold answer. ``history`` is set for a chat row only:
-    the ``(role, content)`` turns before its final user turn, which ``parts`` holds; chat templates render them.
-    ``row`` is the candidate the sample was made of (a table recipe's row index in its source table) and
-    ``row_id`` the row's own id when the recipe reads one (``table`` and ``chat`` with ``data_kwargs.id``); neither
-    is part of the key.
-    """
+    """One sample as a recipe yields it, before any template: its key payload ``semantic``, its default prompt
+    ``parts``, the query as shown and the gold answer. ``history`` (a chat row only) holds the turns before the final
+    user turn; ``row`` and ``row_id`` say which source row it was made of and are not part of the key."""
 
     semantic: dict[str, Any]
     parts: Prompt
@@ -76,13 +52,8 @@ class Shot:
 
 @dataclass(frozen=True)
 class Question:
-    """One sample before the skeleton adds the shots: its key fields and what its prompt shows.
-
-    ``task_prompt`` is the text after the documents; ``shown`` the query as shown (``query`` when None);
-    ``context`` the prompt's document blocks (the key's ``documents`` when None). ``history`` makes it a chat row:
-    the ``(role, content)`` turns before the final user turn, whose text is the documents (each followed by a
-    space) and then the task prompt. ``row_id`` is the row's own id, when the recipe reads one.
-    """
+    """One sample before the skeleton adds the shots: its key fields and what its prompt shows (``shown``: the
+    query as shown; ``context``: the document blocks, when they differ from the key's documents)."""
 
     documents: list[str]
     query: str
@@ -97,12 +68,9 @@ class Question:
 
 @dataclass(frozen=True)
 class Selection(Generic[RowsT]):
-    """What a recipe chose from its source: few-shot indices, sample candidates in order, and its row access.
-
-    ``rows`` is whatever the recipe's :meth:`DatasetRecipe.shot` and :meth:`DatasetRecipe.sample` read (a table,
-    the seeded ``random.Random`` they share, ...). ``candidates`` are tried in order until ``num_samples`` samples
-    are made; a candidate the recipe skips (``sample`` returns None) is counted.
-    """
+    """What a recipe chose from its source: few-shot indices, sample candidates (tried in order until
+    ``num_samples`` are made), and ``rows``, whatever its :meth:`~DatasetRecipe.shot` and
+    :meth:`~DatasetRecipe.sample` read."""
 
     source: SourceInfo
     rows: RowsT
@@ -201,19 +169,10 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             raise shortfall(self.name, dc.split, dc.num_samples, max(available - dc.num_shots, 0), detail)
 
     def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
-        """The data config's samples, in order, and where their rows came from.
-
-        ``dc`` is a validated data config and ``kwargs`` its ``data_kwargs``: an instance of :attr:`kwargs_model`
-        (``gencache.config`` validates both; a plain mapping is refused here, never validated a second time).
-        """
-        if not isinstance(kwargs, self.kwargs_model):
-            raise DatasetError(
-                f"data_kwargs of {self.name} must be a validated {self.kwargs_model.__name__}, not "
-                f"{type(kwargs).__name__}; validate the data config with gencache.config (parse_data_configs) first."
-            )
-        kw = kwargs
-        selection = self.select(dc, kw, tokenizer)
-        shots = [self.shot(selection.rows, kw, index) for index in selection.shots]
+        """The samples of a validated data config and its ``data_kwargs``, in order, and where their rows came
+        from."""
+        selection = self.select(dc, kwargs, tokenizer)
+        shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])
         recorded = [
             {"documents": shot.documents, "query": shot.query, "answer": shot.answer, "task": shot.task}
@@ -224,7 +183,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
         for index in selection.candidates:
             if len(samples) == dc.num_samples:
                 break
-            question = self.sample(selection.rows, kw, index)
+            question = self.sample(selection.rows, kwargs, index)
             if question is None:
                 skipped += 1
                 continue
@@ -252,7 +211,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
                 )
             )
         if len(samples) < dc.num_samples:
-            raise self.exhausted(dc, kw, selection.rows, len(samples), skipped)
+            raise self.exhausted(dc, kwargs, selection.rows, len(samples), skipped)
         return samples, selection.source
 
 

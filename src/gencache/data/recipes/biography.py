@@ -1,14 +1,7 @@
 """Biography (``alex-karev/biographies``): synthetic people with six attributes.
 
-The hub config holds two row-aligned tables: ``train`` (paraphrased statements per attribute) and ``test``
-(completion prefixes per attribute, ``name`` and gold ``labels``). Rows whose test ``birth_date`` list is empty or
-holds one repeated string are dropped from both; the data config's ``split`` is then a 50/50 partition of the
-remaining rows (``train`` the first half, ``test`` the rest), not a hub split.
-
-With ``random.Random(seed)``: the partition's indices are shuffled; few-shot people are the last ``num_shots``,
-the pool is the rest. Each shot builds its document (one random statement per attribute) and then its question;
-each sample builds its question, then draws ``num_data_strs`` people from the pool (the target replaces position 0
-when not drawn) and builds their documents.
+Two row-aligned hub tables, ``train`` (statements) and ``test`` (prefixes, names, labels); the data config's
+``split`` is a 50/50 partition of the people kept, not a hub split. See docs/datasets.md.
 """
 
 from __future__ import annotations
@@ -78,7 +71,7 @@ COLUMNS = (
 
 
 class _Rows:
-    """Row access into the filtered, row-aligned train/test tables (rows fetched once), the seeded
+    """Row access into the filtered, row-aligned train/test tables, the seeded
     ``random.Random`` every step draws from in order, and the pool of people (``per_sample`` per sample) whose
     documents a sample shows."""
 
@@ -88,8 +81,6 @@ class _Rows:
         self._train = train
         self._test = test
         self._kept = kept
-        self._train_rows: dict[int, dict[str, Any]] = {}
-        self._test_rows: dict[int, dict[str, Any]] = {}
         self.rng = rng
         self.pool = pool
         self.per_sample = per_sample
@@ -97,16 +88,6 @@ class _Rows:
     def row_of(self, index: int) -> int:
         """The table row of kept person ``index``."""
         return self._kept[index]
-
-    def train(self, index: int) -> dict[str, Any]:
-        if index not in self._train_rows:
-            self._train_rows[index] = self._train[self._kept[index]]
-        return self._train_rows[index]
-
-    def test(self, index: int) -> dict[str, Any]:
-        if index not in self._test_rows:
-            self._test_rows[index] = self._test[self._kept[index]]
-        return self._test_rows[index]
 
     def _choice(self, table: Any, index: int, row: dict[str, Any], attr: str) -> str:
         label = "biography train" if table is self._train else "biography test"
@@ -117,12 +98,12 @@ class _Rows:
 
     def document(self, index: int) -> str:
         """One random statement per attribute of person ``index``."""
-        row = self.train(index)
+        row = self._train[self._kept[index]]
         return " ".join(self._choice(self._train, index, row, attr) for attr in ATTRIBUTES)
 
     def question(self, index: int, question_type: str) -> tuple[str, str, str, str]:
         """(attribute, semantic query, shown question, answer) of person ``index``."""
-        row = self.test(index)
+        row = self._test[self._kept[index]]
         at = self._kept[index]
         attribute = self.rng.choice(ATTRIBUTES)
         if question_type == "completion":

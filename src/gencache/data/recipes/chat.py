@@ -1,20 +1,7 @@
-"""``chat``: rows that already are conversations, ``messages: [{"role": ..., "content": ...}, ...]``.
+"""``chat``: rows that already are conversations (``messages``, or ShareGPT's ``conversations``).
 
-The format TRL and the chat templates use; ShareGPT-style rows, ``conversations: [{"from": ..., "value": ...}, ...]``,
-are read too (a row whose first turn has ``from`` is a ShareGPT row; its roles map as ShareGPT's do: ``human`` to
-``user``, ``gpt`` to ``assistant``, ``system`` to ``system``), and give the keys of the same turns written as
-messages. With the default ``data_kwargs.messages`` a table without a ``messages`` column but with a
-``conversations`` column reads that one; in a CSV or TSV file the column holds the turns as JSON text. A
-conversation ending with an assistant turn has that turn dropped (it
-is the gold answer); what is left must end with a user turn. The key is the conversation without the final
-assistant turn, in order: ``{"documents": [<documents column(s)>], "query": <the final user turn's content>,
-"shots": [], "task": {"history": [{"role", "content"}, ... every earlier turn]}}``, plus any ``task`` columns.
-
-The prompt is rendered by a chat template (``tokenizer_chat``, ``qwen_3_chat`` or ``llama_chat``): the earlier
-turns as they are, the final user turn as its documents (one block each, then a space) and its content. The
-``default`` template cannot render a conversation and is refused. Selection is the ``table`` recipe's: a seeded
-shuffle (unless ``shuffle`` is false), ``filters`` keeping that order, the first ``num_samples``; ``num_shots``
-must be 0.
+The key is the conversation without its final assistant turn (the gold answer); the final user turn is the query
+and the earlier turns are ``task.history``. Only chat templates render it. See docs/datasets.md.
 """
 
 from __future__ import annotations

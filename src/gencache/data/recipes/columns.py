@@ -1,12 +1,5 @@
-"""What a recipe reads from its tables (declared columns) and where a row came from (file and line).
-
-Every recipe declares its columns as :class:`Column` entries: docs/datasets.md renders them, and the recipe checks
-them when its tables load. A column absent from a table is a :class:`DatasetError` naming the column, the files
-read and the columns they hold; a bad value in one row names the file and its line (JSON Lines) or its row index
-within the file (parquet, a JSON array), counted in the file's own order, before any shuffling.
-
-:mod:`gencache.data.sources` records the origin of every table it loads (:mod:`gencache.data.origins`); row
-positions are only computed when an error is reported.
+"""What a recipe reads from its tables (declared columns) and where a bad row came from (file and line, in the
+file's own order, before any shuffling).
 """
 
 from __future__ import annotations
@@ -23,10 +16,8 @@ from gencache.data.origins import origin_of
 
 @dataclass(frozen=True)
 class Column:
-    """One column a recipe reads: its name (a dotted path for a nested field), its JSON type as text, whether a
-    row must have it, the table it belongs to (``None``: the recipe's only table), what it is used for, the
-    config field that names it (``data_kwargs.query``; ``None``: the recipe's own fixed name) and whether that
-    field was left at its default."""
+    """One column a recipe reads (a dotted path for a nested field); ``field`` is the config field that names it
+    (``None``: the recipe's own fixed name), ``defaulted`` whether that field was left at its default."""
 
     name: str
     type: str
@@ -35,11 +26,6 @@ class Column:
     table: str | None = None
     field: str | None = None
     defaulted: bool = False
-
-
-class MissingColumnError(DatasetError):
-    """A column a recipe reads is absent; ``field`` is what to change in the data config (the ``data_kwargs``
-    field that names the column, or ``source`` when the recipe's name is fixed and the file must change)."""
 
 
 def describe_row(row: Mapping[str, Any]) -> str:
@@ -58,10 +44,9 @@ def _fix(name: str, field: str) -> str:
 
 
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
-    """Raise a :class:`MissingColumnError` when a required top-level column of ``table_name`` is absent from
-    ``table``: it names the column, the files read, the columns they hold and the closest of them, and the fix
-    that is right for the column: set the config field that names it, or rename the file's column when the
-    recipe's name is fixed."""
+    """A :class:`DatasetError` when a required top-level column of ``table_name`` is absent from ``table``,
+    naming the files read, the columns they hold and the fix that is right for the column (its ``field``: what
+    to change in the data config)."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
         if not column.required or column.table != table_name:
@@ -77,10 +62,10 @@ def check_columns(table: Any, label: str, columns: Iterable[Column], table_name:
             unset = f" (unset, so {top!r} by default)" if column.defaulted else ""
             if column.field == "data_kwargs.answer":
                 unset += " or to null when the rows hold no answer and num_shots is 0"
-            raise MissingColumnError(
+            raise DatasetError(
                 f"{found}{_fix(top, column.field)}{unset}, or rename the column in the file.", column.field
             )
-        raise MissingColumnError(
+        raise DatasetError(
             f"{found}rename the column in the file or see docs/datasets.md for the columns {label} reads.", "source"
         )
 
@@ -119,9 +104,7 @@ def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: 
 
 
 def require_type(table: Any, label: str, index: int, value: Any, name: str, kind: str) -> Any:
-    """``value`` if it has JSON type ``kind`` (``string``, ``list of strings``, ``object``, ``list``, ``string or
-    integer``), else an
-    error naming the field and the row's file and line."""
+    """``value`` if it has JSON type ``kind``, else an error naming the field and the row's file and line."""
     checks: dict[str, Callable[[Any], bool]] = {
         "string": lambda v: isinstance(v, str),
         "list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),

@@ -1,10 +1,4 @@
-"""HotpotQA (``hotpotqa/hotpot_qa``): multi-hop questions over Wikipedia paragraphs.
-
-The whole split is shuffled with ``random.Random(seed)``, then filtered by ``level`` (``difficulty``), so the
-samples of a difficulty filter are the filtered subsequence of the all-levels order. Few-shot examples are the
-first ``num_shots`` of the filtered order, samples the next ``num_samples``. One document per context paragraph:
-its sentences concatenated with no separator (titles are dropped).
-"""
+"""HotpotQA (``hotpotqa/hotpot_qa``): multi-hop questions over Wikipedia paragraphs (docs/datasets.md)."""
 
 from __future__ import annotations
 

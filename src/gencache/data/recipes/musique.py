@@ -1,10 +1,4 @@
-"""MuSiQue (``dgslibisey/MuSiQue``): multi-hop questions over a list of paragraphs.
-
-``subset`` is not a hub config here (the SemPIC research code never passed it); in a local directory it is only
-the first folder tried. The split is shuffled with ``random.Random(seed)``; few-shot examples are the last
-``num_shots`` of that order and samples the first ``num_samples``. One document per paragraph
-(``paragraph_text``), in order.
-"""
+"""MuSiQue (``dgslibisey/MuSiQue``): multi-hop questions over a list of paragraphs (docs/datasets.md)."""
 
 from __future__ import annotations
 

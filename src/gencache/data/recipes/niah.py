@@ -1,15 +1,7 @@
 """RULER needle-in-a-haystack (``simonjegou/ruler``): long contexts with a short answer.
 
-Always the hub ``test`` table of the config ``subset`` (the context length). Its rows are shuffled with a fixed
-``random.Random(42)`` and halved: the data config's ``train`` is the first ``int(n * 0.5)``, ``test`` the rest.
-That half is shuffled with ``random.Random(seed)``, optionally filtered by RULER task (``tasks``; the filter keeps
-the shuffled order, so each task's samples are a subsequence of the all-tasks order), and scanned in order:
-with ``max_len >= 0`` a row whose context has more than ``max_len`` tokens (teacher tokenizer, no special
-tokens) is skipped.
-
-The key holds the raw context as the single document. The prompt splits it into sentences with gencache's own
-deterministic splitter (:func:`split_sentences`) and packs them greedily into chunks of at most ``chunk_size``
-characters (:func:`chunk_sentences`), one document block per chunk. Chunking never changes a key.
+The key holds the raw context as the single document; the prompt shows it split into sentences and packed into
+chunks of at most ``chunk_size`` characters, so chunking never changes a key. See docs/datasets.md.
 """
 
 from __future__ import annotations
@@ -31,61 +23,10 @@ HUB_SPLIT = "test"
 ANSWER_CUE = "\nProvide a short answer directly separated by space. Short Answer:"
 # -- sentence splitting and chunking (gencache's own, deterministic; documented in docs/datasets.md) -------------
 
-ABBREVIATIONS = frozenset(
-    {
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
-        "prof",
-        "sr",
-        "jr",
-        "st",
-        "mt",
-        "ft",
-        "vs",
-        "etc",
-        "e.g",
-        "i.e",
-        "cf",
-        "al",
-        "a.m",
-        "p.m",
-        "u.s",
-        "u.k",
-        "no",
-        "nos",
-        "vol",
-        "fig",
-        "figs",
-        "inc",
-        "ltd",
-        "co",
-        "corp",
-        "dept",
-        "approx",
-        "est",
-        "gen",
-        "gov",
-        "col",
-        "lt",
-        "sgt",
-        "capt",
-        "rev",
-        "hon",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-    }
+#: The abbreviations (lowercase) whose "." does not end a sentence.
+_ABBREVIATION = re.compile(
+    r"mr|mrs|ms|dr|prof|sr|jr|st|mt|ft|vs|etc|e\.g|i\.e|cf|al|a\.m|p\.m|u\.s|u\.k|no|nos|vol|fig|figs|inc|ltd|co"
+    r"|corp|dept|approx|est|gen|gov|col|lt|sgt|capt|rev|hon|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
 )
 _CLOSERS = "\"'\u201d\u2019)]\u300d\u300f"
 _BOUNDARY = re.compile(
@@ -109,14 +50,8 @@ def _next_char(text: str, position: int) -> str:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split ``text`` into sentences, deterministically, with no external model.
-
-    Boundaries: (a) a blank line; (b) ``。``, ``！`` or ``？`` (plus closing quotes or brackets); (c) a run of
-    ``.``, ``!`` or ``?`` (or ``…``), plus closing quotes or brackets, followed by whitespace or the end of the
-    text, except when the run is a single ``.`` that ends a known abbreviation (``Dr.``, ``e.g.``, ``a.m.``, ...)
-    or a one-letter initial, or that is followed by a lowercase letter. Sentences are stripped of surrounding
-    whitespace and empty ones dropped; text inside a sentence is kept as is.
-    """
+    """Split ``text`` into sentences, deterministically, with no external model (the rules are in
+    docs/datasets.md: a change here changes prompts)."""
     sentences: list[str] = []
     start = 0
     for match in _BOUNDARY.finditer(text):
@@ -126,7 +61,11 @@ def split_sentences(text: str) -> list[str]:
             continue
         if match.lastgroup == "stop" and match.group(0).rstrip(_CLOSERS) == ".":
             word = _word_before(text, match.start())
-            if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or _next_char(text, match.end()).islower():
+            if (
+                _ABBREVIATION.fullmatch(word)
+                or (len(word) == 1 and word.isalpha())
+                or _next_char(text, match.end()).islower()
+            ):
                 continue
         sentences.append(text[start : match.end()])
         start = match.end()
@@ -135,11 +74,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def chunk_sentences(sentences: Sequence[str], chunk_size: int) -> list[str]:
-    """Pack sentences greedily, joined by single spaces, into chunks of at most ``chunk_size`` characters.
-
-    A sentence joins the current chunk when ``len(chunk) + 1 + len(sentence) <= chunk_size``, else it starts a new
-    chunk; a sentence longer than ``chunk_size`` is a chunk of its own (sentences are never cut).
-    """
+    """Pack sentences greedily, joined by single spaces, into chunks of at most ``chunk_size`` characters; a
+    longer sentence is a chunk of its own (sentences are never cut)."""
     if chunk_size < 1:
         raise DatasetError(f"chunk_size must be >= 1, got {chunk_size}.")
     chunks: list[str] = []

@@ -1,18 +1,7 @@
-"""Recipe plug-ins: dataset recipes other packages register through the ``gencache.recipes`` entry point group.
+"""Recipe plug-ins: recipes other packages register through the ``gencache.recipes`` entry point group.
 
-A training code base with its own dataset logic declares, in its ``pyproject.toml``::
-
-    [project.entry-points."gencache.recipes"]
-    my_dataset = "my_package.recipes:RECIPE"
-
-The entry point's name is the ``dataset_name`` configs use; its object is a :class:`DatasetRecipe` instance, a
-subclass of it (instantiated without arguments) or a callable returning an instance, whose ``name`` equals the
-entry point's. Generation, ``--dry-run``, export and training all look recipes up through
-:func:`gencache.data.recipes.get_recipe`, so they share the plug-in's code and keys.
-
-A plug-in is imported only when a config names it. A plug-in that fails to import, or whose samples are malformed
-(not :class:`RawSample`, a payload the key rule refuses, a prompt that is not a normalised prompt, the wrong
-count), is one :class:`DatasetError` naming the plug-in, its entry point and its distribution.
+A plug-in is imported only when a config names it; one that fails to import or returns malformed samples is one
+:class:`DatasetError` naming it, its entry point and its distribution.
 """
 
 from __future__ import annotations
@@ -38,11 +27,8 @@ def load_plugin(ep: metadata.EntryPoint) -> PluginRecipe:
 
 
 class PluginRecipe(DatasetRecipe[Any, Any]):
-    """A plug-in recipe behind the checks that keep generation and training safe from a faulty plug-in.
-
-    Its name, hub id, ``data_kwargs`` model and columns are the plug-in's; :meth:`load` runs the plug-in's and
-    checks every sample it returns.
-    """
+    """A plug-in recipe behind the checks that keep generation and training safe from a faulty plug-in: every
+    error names the plug-in, and every sample it returns is checked."""
 
     label: str
     inner: DatasetRecipe[Any, Any]
@@ -85,11 +71,9 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
 
     def load(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         result = self._call("load", lambda: self.inner.load(dc, kwargs, tokenizer))
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise self._malformed(f"load returned {type(result).__name__}, not (samples, SourceInfo)")
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)):
+            raise self._malformed(f"load returned {type(result).__name__}, not (a list of samples, SourceInfo)")
         samples, source = result
-        if not isinstance(samples, list):
-            raise self._malformed(f"load returned samples as {type(samples).__name__}, not a list")
         if not isinstance(source, SourceInfo):
             raise self._malformed(f"load returned {type(source).__name__} as its source, not a SourceInfo")
         if len(samples) != dc.num_samples:

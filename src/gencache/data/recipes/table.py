@@ -1,21 +1,12 @@
-"""``table``: a declarative recipe over any JSON, JSON Lines, parquet, CSV or TSV table, local directory or hub
-dataset (in a CSV or TSV file every cell is a string).
+"""``table``: a declarative recipe over any JSON, JSON Lines, parquet, CSV or TSV table, local or on the hub.
 
-``data_kwargs`` name the columns: ``query`` (the question), ``documents`` (one or several columns), ``answer``
-(the gold answer, shown by few-shot examples), ``task`` (columns copied into the key's task fields), an
-``instruction`` and optional ``filters``. The rows are shuffled with ``random.Random(seed)`` (unless ``shuffle`` is
-false), rows failing a filter are dropped keeping that order, the few-shot examples are the first ``num_shots`` and
-the samples the next ``num_samples``; ``num_data_strs`` is ignored.
-
-A row becomes the key payload ``{"documents": [...], "query": <the query column, raw>, "shots": [...],
-"task": {<task column>: <its value>, ...}}`` (see docs/datasets.md for a worked example).
+``data_kwargs`` name the columns; see docs/datasets.md for the selection rule and a worked example.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import TableKwargs
@@ -129,14 +120,7 @@ def load_table(recipe: DatasetRecipe[Any, Any], dc: DataConfigLike) -> tuple[Any
     return tables[dc.split], info
 
 
-@dataclass(frozen=True)
-class TableRows:
-    """The table a ``table`` data config reads."""
-
-    table: Any
-
-
-class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
+class TableRecipe(DatasetRecipe[TableKwargs, Any]):
     """The ``table`` recipe."""
 
     name = "table"
@@ -144,7 +128,7 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
     kwargs_model = TableKwargs
     columns = COLUMNS
 
-    def select(self, dc: DataConfigLike, kwargs: TableKwargs, tokenizer: Any | None) -> Selection[TableRows]:
+    def select(self, dc: DataConfigLike, kwargs: TableKwargs, tokenizer: Any | None) -> Selection[Any]:
         if dc.num_shots and kwargs.answer is None:
             raise DatasetError("table few-shot examples show the answer: set data_kwargs.answer or num_shots to 0.")
         table, info = load_table(self, dc)
@@ -152,27 +136,26 @@ class TableRecipe(DatasetRecipe[TableKwargs, TableRows]):
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
         self.require_rows(dc, len(order), f"{detail}, {dc.num_shots} used as few-shot")
         shots = order[: dc.num_shots]
-        return Selection(info, TableRows(table), shots, order[dc.num_shots : dc.num_shots + dc.num_samples])
+        return Selection(info, table, shots, order[dc.num_shots : dc.num_shots + dc.num_samples])
 
-    def _read(self, rows: TableRows, kwargs: TableKwargs, index: int) -> tuple[list[str], str, str, dict[str, Any]]:
-        table = rows.table
+    def _read(self, table: Any, kwargs: TableKwargs, index: int) -> tuple[list[str], str, str, dict[str, Any]]:
         row = table[index]
         documents = documents_of(table, self.name, index, row, kwargs)
         query = field_of(table, self.name, index, row, kwargs.query, "string")
         answer = "" if kwargs.answer is None else field_of(table, self.name, index, row, kwargs.answer, "string")
         return documents, query, answer, task_of(table, self.name, index, row, kwargs.task)
 
-    def shot(self, rows: TableRows, kwargs: TableKwargs, index: int) -> Shot:
-        documents, query, answer, task = self._read(rows, kwargs, index)
+    def shot(self, table: Any, kwargs: TableKwargs, index: int) -> Shot:
+        documents, query, answer, task = self._read(table, kwargs, index)
         context = "".join(document + "\n" for document in documents)
         return Shot(documents, query, answer, f"{context}Question: {query}\nAnswer: {answer}\n", task)
 
-    def sample(self, rows: TableRows, kwargs: TableKwargs, index: int) -> Question:
-        documents, query, answer, task = self._read(rows, kwargs, index)
+    def sample(self, table: Any, kwargs: TableKwargs, index: int) -> Question:
+        documents, query, answer, task = self._read(table, kwargs, index)
         if not query:
-            raise row_error(rows.table, self.name, index, f"{kwargs.query!r} is empty; every sample needs a query")
+            raise row_error(table, self.name, index, f"{kwargs.query!r} is empty; every sample needs a query")
         shown = f"{kwargs.instruction}\n{query}" if kwargs.instruction else query
-        row_id = row_id_of(rows.table, self.name, index, rows.table[index], kwargs.id) if kwargs.id else None
+        row_id = row_id_of(table, self.name, index, table[index], kwargs.id)
         return Question(documents, query, answer, shown, task, row_id=row_id)
 
 
