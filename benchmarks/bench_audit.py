@@ -40,14 +40,14 @@ def shared_generator() -> Iterator[None]:
     row from torch's global generator (seeded once)."""
     import torch
 
-    sampler, hook = static._StaticRun._sampler, continuous.hook_batch_processor
-    static._StaticRun._sampler = lambda self, batch, width: None  # type: ignore[method-assign]
+    processor, hook = static._last_processor, continuous.hook_batch_processor
+    static._last_processor = lambda model, sampler: processor(model, None)
     continuous.hook_batch_processor = lambda manager, shared, streams: hook(manager, shared, None)
     torch.manual_seed(0)
     try:
         yield
     finally:
-        static._StaticRun._sampler = sampler  # type: ignore[method-assign]
+        static._last_processor = processor
         continuous.hook_batch_processor = hook
 
 
