@@ -745,7 +745,13 @@ class ShardWorker:
         from gencache.run.preflight import preflight
         from gencache.run.session import TeacherSession
 
-        inputs = preflight(plan, {}).run_inputs()
+        for _ in plan.targets:  # another worker may publish a planned shard meanwhile: plan again without it
+            report = preflight(plan, {})
+            if not report.problems or any(p.location != "output_dir" for p in report.problems):
+                break
+            self.plan = None
+            plan = self._plan()
+        inputs = report.run_inputs()
         self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
         session = TeacherSession(plan, inputs, launch=self.spec.launch)
         session.load()
