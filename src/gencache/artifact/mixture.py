@@ -17,6 +17,7 @@ import numpy as np
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, Generation, GenerationArrays, GenerationCache, PathLike
 from gencache.artifact.shards import ShardSet, check_shard_set, expand_output
+from gencache.artifact.store import Location
 from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
 
@@ -105,7 +106,7 @@ class MultiCacheReader(GenerationCache):
         self.__init__(state["readers"])  # type: ignore[misc]
 
     @property
-    def paths(self) -> tuple[Path, ...]:
+    def paths(self) -> tuple[Location, ...]:
         return tuple(reader.path for reader in self.readers)
 
     def _describe(self) -> str:
@@ -155,7 +156,7 @@ class MultiCacheReader(GenerationCache):
         position = self._position(key)
         return None if position < 0 else self._locate(position)[0].metadata(key)
 
-    def source(self, key: str) -> Path:
+    def source(self, key: str) -> Location:
         position = self._position(key)
         if position < 0:
             raise self._missing(key)

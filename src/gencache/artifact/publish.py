@@ -429,7 +429,7 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
         if state == "live":
             continue
         if state == "absent" and (
-            _PROBE not in match["name"] or match["host"] != host or _pid_alive(int(match["pid"]))
+            _PROBE not in match["name"] or match["host"] != host or pid_alive(int(match["pid"]))
         ):  # no lock file: not a writer's directory, or a rename probe's scratch directory still in use
             continue
         try:
@@ -452,7 +452,7 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
     return sorted(removed)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
     try:

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import msgspec
 import numpy as np
@@ -42,8 +42,11 @@ from gencache.artifact.names import (
     TEMP_RE,
     TOKEN_BYTES,
 )
+from gencache.artifact.remote import RangeTokens, RemoteArtifact
 from gencache.artifact.resolved import IDENTITY_FIELDS, local_identity, recorded_identity, resolved_config_problems
 from gencache.artifact.shards import find_shards
+from gencache.artifact.store import Location, location, read_object
+from gencache.config.paths import S3Url
 from gencache.core.canonical import is_int
 from gencache.core.errors import (
     CompatibilityError,
@@ -102,8 +105,8 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
 
     @property
     @abc.abstractmethod
-    def paths(self) -> tuple[Path, ...]:
-        """The artifact directories read."""
+    def paths(self) -> tuple[Location, ...]:
+        """The artifact directories (or ``s3://`` prefixes) read."""
 
     @abc.abstractmethod
     def _describe(self) -> str: ...
@@ -131,7 +134,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """The manifest entry of ``key`` (tensor refs, texts, finish reasons, digests) as a new object, or None."""
 
     @abc.abstractmethod
-    def source(self, key: str) -> Path:
+    def source(self, key: str) -> Location:
         """The artifact directory that serves ``key``."""
 
     def __getitem__(self, key: str) -> Generation:
@@ -216,7 +219,10 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """Whether ``requested`` is the local directory whose identity the artifact recorded for ``field``."""
         if field not in IDENTITY_FIELDS or not isinstance(requested, str):
             return False
-        recorded = recorded_identity(self.paths[0], field)
+        try:
+            recorded = recorded_identity(read_resolved_config(self.paths[0]), field)
+        except FormatError:
+            return False
         return recorded is not None and recorded == local_identity(requested)
 
     def check_compatible(
@@ -280,6 +286,22 @@ def pread_exact(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
+def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
+    """A read-only shared map of a file: file-backed pages that forked processes share."""
+    fd = open_regular(path, what)
+    try:
+        return b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+
+def _payload_head(fd: int) -> tuple[int, bytes]:
+    """The size of the opened payload ``fd`` and its header's bytes (length prefix excluded)."""
+    size = os.fstat(fd).st_size
+    capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
+    return size, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
+
+
 def _missing(path: Path) -> str:
     """Why an artifact directory that does not exist cannot be opened: a shard base (its shards beside it) is
     opened with ``open_caches``, anything else is a wrong path."""
@@ -333,11 +355,11 @@ MAX_LISTED_PROBLEMS = 100
 _TEXTS = msgspec.json.Decoder(tuple[str, ...])  # an entry's texts, decoded from the manifest on each read
 
 
-def read_resolved_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The parsed ``resolved_config.json`` of an artifact directory (provenance only); :class:`FormatError` when it
-    is missing, not a regular file or not a JSON object."""
-    path = Path(directory) / RESOLVED_NAME
-    raw = read_regular(path, "Resolved config")
+def read_resolved_config(directory: str | os.PathLike[str] | S3Url) -> dict[str, Any]:
+    """The parsed ``resolved_config.json`` of an artifact directory or prefix (provenance only);
+    :class:`FormatError` when it is missing, not a regular file or not a JSON object."""
+    path = location(directory) / RESOLVED_NAME
+    raw = read_object(path) if isinstance(path, S3Url) else read_regular(path, "Resolved config")
     try:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
@@ -350,24 +372,37 @@ def read_resolved_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
 _MANIFEST_OTHERS = b'},"format_version":'  # where the members after the entries begin (never inside a JSON string)
 
 
-def is_published(path: PathLike, run_digest: str) -> bool:
+def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     """Whether ``path`` is an artifact that the run of ``run_digest`` published, recognised by what its publish
     guarantees without reading its entries or its payload (a rerun checks each of its targets so; ``verify`` is
-    the full check): exactly the three regular files; the manifest's members after its entries (format, provenance
-    and its digest, summary); the payload's header agreeing with them (metadata, tensor count, where the data
-    ends) and the payload's size; the run digest its resolved config records. False for another run's artifact;
-    :class:`FormatError` names what is wrong with one that is not whole."""
-    path = Path(path)
-    check_artifact_files(path)
-    members = _manifest_members(path / MANIFEST_NAME)
+    the full check): exactly the three regular files (objects); the manifest's members after its entries (format,
+    provenance and its digest, summary); the payload's header agreeing with them (metadata, tensor count, where the
+    data ends) and the payload's size; the run digest its resolved config records. False for another run's
+    artifact; :class:`FormatError` names what is wrong with one that is not whole."""
+    where = location(path)
+    if isinstance(where, S3Url):
+        remote = RemoteArtifact(where)
+        size, header_raw = remote.payload_head()
+        members = _manifest_members(
+            remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n), where / MANIFEST_NAME
+        )
+    else:
+        check_artifact_files(where)
+        fd = open_regular(where / MANIFEST_NAME, "Manifest")
+        try:
+            size = os.fstat(fd).st_size
+            members = _manifest_members(size, lambda n, at: pread_exact(fd, n, at), where / MANIFEST_NAME)
+        finally:
+            os.close(fd)
+        fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
+        try:
+            size = os.fstat(fd).st_size
+            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
+            header_raw = pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
+        finally:
+            os.close(fd)
+    header = parse_header(header_raw)
     summary = members["summary"]
-    fd = open_regular(path / PAYLOAD_NAME, PAYLOAD_NAME)
-    try:
-        size = os.fstat(fd).st_size
-        capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-        header = parse_header(pread_exact(fd, capacity, LENGTH_PREFIX_BYTES))
-    finally:
-        os.close(fd)
     try:
         data_end = max((info["data_offsets"][1] for info in header.tensors.values()), default=0)
     except (TypeError, KeyError, IndexError):
@@ -378,28 +413,24 @@ def is_published(path: PathLike, run_digest: str) -> bool:
         header.metadata != expected
         or len(header.tensors) != summary["sequences"]
         or data_end != tokens
-        or size != LENGTH_PREFIX_BYTES + capacity + tokens
+        or size != LENGTH_PREFIX_BYTES + len(header_raw) + tokens
     ):
         raise FormatError(
-            f"{path}: the header of {PAYLOAD_NAME} ({size} bytes) does not agree with manifest.json (damaged)."
+            f"{where}: the header of {PAYLOAD_NAME} ({size} bytes) does not agree with manifest.json (damaged)."
         )
-    return read_resolved_config(path).get("run_digest") == run_digest
+    return read_resolved_config(where).get("run_digest") == run_digest
 
 
-def _manifest_members(path: Path) -> dict[str, Any]:
-    """The checked members of ``manifest.json`` after its entries, read from the end of the file."""
-    fd = open_regular(path, "Manifest")
-    try:
-        size = os.fstat(fd).st_size
-        length = 4096
-        while True:  # the members after the entries are small: a few KiB, read from the end
-            tail = pread_exact(fd, min(length, size), max(size - length, 0))
-            at = tail.rfind(_MANIFEST_OTHERS)
-            if at >= 0 or length >= size:
-                break
-            length *= 4
-    finally:
-        os.close(fd)
+def _manifest_members(size: int, read: Callable[[int, int], bytes], where: object) -> dict[str, Any]:
+    """The checked members of a manifest of ``size`` bytes after its entries, read from its end with
+    ``read(length, offset)``."""
+    length = 4096
+    while True:  # the members after the entries are small: a few KiB, read from the end
+        tail = read(min(length, size), max(size - length, 0))
+        at = tail.rfind(_MANIFEST_OTHERS)
+        if at >= 0 or length >= size:
+            break
+        length *= 4
     try:
         require(at >= 0)
         members = parse_tail(b"{" + tail[at + 2 :])
@@ -407,7 +438,7 @@ def _manifest_members(path: Path) -> dict[str, Any]:
         require(isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens")))
     except Mismatch:
         raise FormatError(
-            f"{path} does not end with the members of a format-{FORMAT_VERSION} manifest (damaged or not gencache's)."
+            f"{where} does not end with the members of a format-{FORMAT_VERSION} manifest (damaged or not gencache's)."
         ) from None
     return members
 
@@ -425,16 +456,18 @@ class CacheReader(GenerationCache):
     """
 
     _verified: np.ndarray[Any, np.dtype[np.bool_]]
-    _tokens: np.ndarray[Any, np.dtype[np.int64]] | None
+    _tokens: np.ndarray[Any, np.dtype[np.int64]] | RangeTokens | None
     _fd: int | None
 
-    def __init__(self, path: PathLike) -> None:
-        self.path = Path(path).expanduser().absolute()
+    def __init__(self, path: PathLike | S3Url, *, download: bool = True, cache_dir: PathLike | None = None) -> None:
+        self.path = location(path)
+        self.download = download
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self._identity: str | None = None
         self._open()
 
     @property
-    def paths(self) -> tuple[Path, ...]:
+    def paths(self) -> tuple[Location, ...]:
         return (self.path,)
 
     def _describe(self) -> str:
@@ -443,12 +476,12 @@ class CacheReader(GenerationCache):
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
 
-    def _load_index(self, fd: int, manifest: mmap.mmap | bytes) -> CompactIndex:
-        """The checked index of the opened payload ``fd`` and manifest."""
+    def _load_index(self, head: Callable[[], tuple[int, bytes]], manifest: mmap.mmap | bytes) -> CompactIndex:
+        """The checked index of the manifest and the payload whose size and header ``head()`` reads."""
         try:
-            size = os.fstat(fd).st_size
-            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-            index = build_index(manifest, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES), size)
+            size, header_raw = head()
+            capacity = len(header_raw)
+            index = build_index(manifest, header_raw, size)
         except FormatError as error:
             raise self._fail(str(error)) from None
         except UnicodeEncodeError:
@@ -463,21 +496,24 @@ class CacheReader(GenerationCache):
     def _open(self) -> None:
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
-        check_artifact_files(self.path)
-        fd = open_regular(self.path / MANIFEST_NAME, "Manifest")
-        try:  # a read-only shared map: file-backed pages that forked processes share
-            manifest = b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
-        fd = open_regular(self.path / PAYLOAD_NAME, PAYLOAD_NAME)
-        try:
-            index = self._load_index(fd, manifest)
-        except BaseException:
-            os.close(fd)
-            raise
-        # Kept until the payload is mapped (get_arrays reads it, the map is made from it): the file opened here.
-        self._fd = fd
-        self._close_fd = weakref.finalize(self, os.close, fd)
+        self._remote = None
+        if isinstance(self.path, S3Url):
+            self._remote = RemoteArtifact(self.path, self.cache_dir)
+            manifest = _map_file(self._remote.local(MANIFEST_NAME), "Manifest")
+            index = self._load_index(self._remote.payload_head, manifest)
+            self._fd = None
+        else:
+            check_artifact_files(self.path)
+            manifest = _map_file(self.path / MANIFEST_NAME, "Manifest")
+            fd = open_regular(self.path / PAYLOAD_NAME, PAYLOAD_NAME)
+            try:
+                index = self._load_index(lambda: _payload_head(fd), manifest)
+            except BaseException:
+                os.close(fd)
+                raise
+            # Kept until the payload is mapped (get_arrays reads it, the map is made from it): the file opened here.
+            self._fd = fd
+            self._close_fd = weakref.finalize(self, os.close, fd)
         self._tokens = None
         self._index: CompactIndex = index
         self.summary: dict[str, Any] = index.summary
@@ -488,9 +524,15 @@ class CacheReader(GenerationCache):
         self._verified = np.zeros(len(index), dtype=np.bool_)
         self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
 
-    def _map(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+    def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RangeTokens:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
-        first use."""
+        first use (on a bucket: of the payload downloaded into the local cache, or range reads without it)."""
+        if self._remote is not None and not self.download:
+            self._tokens = RangeTokens(self._remote)
+            return self._tokens
+        if self._remote is not None:
+            self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
+            self._close_fd = weakref.finalize(self, os.close, self._fd)
         assert self._fd is not None
         try:
             mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -529,7 +571,7 @@ class CacheReader(GenerationCache):
         """The whole manifest, parsed from ``manifest.json`` on every access (large for big artifacts: prefer
         :attr:`summary`, :meth:`metadata` and the mapping itself)."""
         try:
-            value: dict[str, Any] = json.loads(read_regular(self.path / MANIFEST_NAME, "Manifest").decode("utf-8"))
+            value: dict[str, Any] = json.loads(read_regular(self._file(MANIFEST_NAME), "Manifest").decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise self._fail(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
         return value
@@ -546,7 +588,11 @@ class CacheReader(GenerationCache):
             "content_digest": bytes(self._index.content[position]).hex(),
         }
 
-    def source(self, key: str) -> Path:
+    def _file(self, name: str) -> Path:
+        """The local file of one of the artifact's three (on a bucket: its copy in the local cache)."""
+        return self._remote.local(name) if self._remote is not None else cast(Path, self.path) / name
+
+    def source(self, key: str) -> Location:
         if self._index.find(key) < 0:
             raise self._missing(key)
         return self.path
@@ -643,10 +689,11 @@ class CacheReader(GenerationCache):
         return self._identity
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path), "identity": self.identity}
+        return {"path": str(self.path), "identity": self.identity, "download": self.download, "cache": self.cache_dir}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = Path(state["path"])
+        self.path = location(state["path"])
+        self.download, self.cache_dir = state["download"], state["cache"]
         self._identity = None
         self._open()
         if self.identity != state["identity"]:
@@ -662,13 +709,13 @@ class CacheReader(GenerationCache):
     def verify_all(self, progress: ProgressCallback | None = None) -> list[str]:
         """Every check of :func:`verify` on this opened artifact; the problems found (without the path)."""
         problems: list[str] = []
-        raw_manifest = read_regular(self.path / MANIFEST_NAME, "Manifest")
+        raw_manifest = read_regular(self._file(MANIFEST_NAME), "Manifest")
         try:
             if raw_manifest != json_file_bytes(json.loads(raw_manifest.decode("utf-8"))):
                 problems.append("manifest.json is not canonical JSON plus a newline (it was edited)")
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             problems.append(f"manifest.json is not valid UTF-8 JSON ({error})")
-        raw_resolved = read_regular(self.path / RESOLVED_NAME, "Resolved config")
+        raw_resolved = read_regular(self._file(RESOLVED_NAME), "Resolved config")
         try:
             resolved = json.loads(raw_resolved.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
@@ -684,7 +731,7 @@ class CacheReader(GenerationCache):
         order = np.argsort(index.starts, kind="stable")
         digests: list[bytes] = [b""] * len(order)
         total = self.payload_bytes
-        with open(self.path / PAYLOAD_NAME, "rb", buffering=8 * 1024 * 1024) as handle:
+        with open(self._file(PAYLOAD_NAME), "rb", buffering=8 * 1024 * 1024) as handle:
             raw = handle.read(self._data_offset)
             if not is_canonical_header(raw[LENGTH_PREFIX_BYTES:]):
                 problems.append(f"{PAYLOAD_NAME} header is not canonical JSON padded with spaces (it was edited)")

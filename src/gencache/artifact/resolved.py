@@ -6,13 +6,11 @@ checks that what a run wrote is whole and agrees with the manifest.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.artifact.names import FORMAT_VERSION, RESOLVED_NAME
+from gencache.artifact.names import FORMAT_VERSION
 from gencache.core.canonical import json_digest
 
 #: Top-level fields of ``resolved_config.json`` and the JSON type each holds (``None``: may also be null).
@@ -132,13 +130,8 @@ def local_identity(path: str) -> str | None:
     return json_digest(parts)
 
 
-def recorded_identity(artifact: str | os.PathLike[str], field: str) -> str | None:
-    """The identity ``resolved_config.json`` of ``artifact`` recorded for the provenance path ``field``
-    (``model_path`` or ``tokenizer_path``); None when it recorded none (a hub id, an older artifact, no readable
-    record)."""
-    try:
-        resolved = json.loads((Path(artifact) / RESOLVED_NAME).read_bytes())
-    except (OSError, ValueError):
-        return None
+def recorded_identity(resolved: Mapping[str, Any], field: str) -> str | None:
+    """The identity a ``resolved_config.json`` recorded for the provenance path ``field`` (``model_path`` or
+    ``tokenizer_path``); None when it recorded none (a hub id, an older artifact)."""
     found = _get(resolved, "model", "identity", field)
     return found if isinstance(found, str) else None

@@ -1,6 +1,7 @@
 """Writing format-3 artifacts (bytes in, bytes out: no torch import): :class:`CacheWriter` appends each entry's
 bytes once behind a reserved, space-filled header (no loader accepts the file until :meth:`CacheWriter.finalize`
-writes the header in place), and :class:`ArtifactBuild` does it in a temporary directory renamed into place.
+writes the header in place), and :class:`ArtifactBuild` does it in a temporary directory renamed into place, or
+on an ``s3://`` prefix committed by its manifest.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ from gencache.artifact.publish import (
     write_error,
 )
 from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
+from gencache.artifact.store import exists, location, remove
 from gencache.artifact.summary import build_summary
+from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
+from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, HeaderCapacityError, WriteError
 
 READ_ONLY = 0o444
@@ -122,17 +126,57 @@ def _entry_fields(
     return buffers, fields
 
 
+class _PayloadFile:
+    """The local sink of a :class:`CacheWriter`: ``cache.safetensors`` created in its directory, its header
+    reserved (all spaces) and written in place at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.size = path, 0
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+
+    def reserve(self, prefix: bytes, capacity: int) -> None:
+        self.size = LENGTH_PREFIX_BYTES + capacity
+        write_at(self.fd, [prefix], 0)
+        spaces = HEADER_PADDING * min(capacity, MAX_WRITE_BYTES)
+        for offset in range(0, capacity, len(spaces)):
+            write_at(self.fd, [spaces[: capacity - offset]], LENGTH_PREFIX_BYTES + offset)
+
+    def append(self, buffers: Sequence[bytes | memoryview]) -> None:
+        write_at(self.fd, buffers, self.size)
+        self.size += sum(map(len, buffers))
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+    def finish(self, header: bytes) -> None:
+        actual = os.fstat(self.fd).st_size
+        if actual != self.size:
+            raise WriteError(f"{self.path} is {actual} bytes, expected {self.size}; it was changed behind the writer.")
+        write_at(self.fd, [header], LENGTH_PREFIX_BYTES)
+        os.fchmod(self.fd, READ_ONLY)
+        os.fsync(self.fd)
+        self.abort()
+
+    def abort(self) -> None:
+        if self.fd >= 0:
+            with suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
 class CacheWriter:
-    """Streams entries into ``<directory>/cache.safetensors`` and finalizes the artifact's three files.
+    """Streams entries into ``<directory>/cache.safetensors`` and finalizes the artifact's three files;
+    ``directory`` is a local directory or an ``s3://`` prefix (:mod:`gencache.artifact.upload`).
 
     Only entry metadata (offsets, lengths, digests, texts, finish reasons) is kept in memory. A failed append
-    rolls the file back to the previous entry and leaves the writer usable; identical re-adds are no-ops and
+    rolls the payload back to the previous entry and leaves the writer usable; identical re-adds are no-ops and
     conflicting ones raise :class:`FormatError`. Until :meth:`finalize` the header is all spaces, so no
     safetensors loader accepts the file. Leaving a ``with`` block without finalizing removes the files.
     """
 
-    def __init__(self, directory: Path | str, *, provenance: Mapping[str, Any], header_capacity: int) -> None:
-        self.directory = Path(directory)
+    def __init__(self, directory: Path | S3Url, *, provenance: Mapping[str, Any], header_capacity: int) -> None:
+        self.directory = directory
         self.provenance = check_provenance(provenance)
         self.provenance_digest = provenance_digest(self.provenance)
         prefix = length_prefix(header_capacity)
@@ -142,17 +186,18 @@ class CacheWriter:
         self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
         self._state = "open"
-        self._created: list[Path] = []
+        self._created: list[Path | S3Url] = []
+        self._payload: _PayloadFile | PayloadUpload
+        if isinstance(directory, S3Url):
+            self._payload = PayloadUpload(directory, prefix, header_capacity)
+            return
         try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            self._payload = _PayloadFile(directory / PAYLOAD_NAME)
         except OSError as error:
             raise write_error(f"Creating {self.path}", error) from error
         self._created.append(self.path)
         with _undone_on_failure(self.abort, lambda: f"Reserving the header of {self.path}"):
-            write_at(self._fd, [prefix], 0)
-            spaces = HEADER_PADDING * min(header_capacity, MAX_WRITE_BYTES)
-            for offset in range(0, header_capacity, len(spaces)):
-                write_at(self._fd, [spaces[: header_capacity - offset]], LENGTH_PREFIX_BYTES + offset)
+            self._payload.reserve(prefix, header_capacity)
 
     # -- state --------------------------------------------------------------------------------------------
     @property
@@ -180,7 +225,7 @@ class CacheWriter:
         start = self._data_end
         with _undone_on_failure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
             fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
-            write_at(self._fd, buffers, self._data_start + start)
+            self._payload.append(buffers)
         self._records[key] = (start, *fields)
         self._data_end = start + sum(map(len, buffers))
         return True
@@ -199,13 +244,14 @@ class CacheWriter:
 
     def _rollback(self, data_end: int) -> None:
         try:
-            os.ftruncate(self._fd, LENGTH_PREFIX_BYTES + self.header_capacity + data_end)
+            self._payload.truncate(self._data_start + data_end)
         except OSError:
             self._state = "failed"
 
     # -- finalizing ---------------------------------------------------------------------------------------
     def finalize(self, *, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
-        """Write the header in place, ``manifest.json`` and ``resolved_config.json``; fsync files and directory.
+        """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
+        creation is the commit); fsync files and directory.
 
         ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any may be omitted); the
         writer adds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons``. On any failure, including
@@ -228,30 +274,28 @@ class CacheWriter:
                 "max_new_tokens) "
                 "for the run, or split it with --shard. Nothing was published."
             )
-        # The manifest is streamed to its file in ~1 MiB pieces (memory stays flat however many entries); its
-        # keys, provenance and summary are checked, and its first piece built, before anything is written.
+        # The manifest is streamed in ~1 MiB pieces (memory stays flat however many entries); its keys,
+        # provenance and summary are checked, and its first piece built, before anything is written.
         manifest = iter_manifest_bytes(
             self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
         )
         first = next(manifest)
         resolved = json_file_bytes(dict(resolved_config))
-        expected = LENGTH_PREFIX_BYTES + self.header_capacity + self._data_end
-        actual = os.fstat(self._fd).st_size
-        if actual != expected:
-            raise WriteError(f"{self.path} is {actual} bytes, expected {expected}; it was changed behind the writer.")
-        write_at(self._fd, [header], LENGTH_PREFIX_BYTES)
-        os.fchmod(self._fd, READ_ONLY)
-        os.fsync(self._fd)
-        fd, self._fd = self._fd, -1
-        os.close(fd)
-        for name, pieces in ((MANIFEST_NAME, itertools.chain((first,), manifest)), (RESOLVED_NAME, (resolved,))):
+        self._payload.finish(header)
+        if self.path not in self._created:
+            self._created.append(self.path)
+        for name, pieces in ((RESOLVED_NAME, (resolved,)), (MANIFEST_NAME, itertools.chain((first,), manifest))):
             self._write_new(self.directory / name, pieces)
-        fsync_dir(self.directory)
+        if isinstance(self.directory, Path):
+            fsync_dir(self.directory)
 
-    def _write_new(self, path: Path, pieces: Iterable[bytes]) -> None:
-        """Write a new read-only file from ``pieces``."""
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        self._created.append(path)
+    def _write_new(self, where: Path | S3Url, pieces: Iterable[bytes]) -> None:
+        """Create a new read-only file (or object) from ``pieces``."""
+        self._created.append(where)
+        if isinstance(where, S3Url):
+            put_new(where, pieces)
+            return
+        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             offset = 0
             for data in pieces:
@@ -263,16 +307,17 @@ class CacheWriter:
             os.close(fd)
 
     def abort(self) -> None:
-        """Close and remove this writer's files (idempotent; a finalized writer keeps them)."""
+        """Close and remove this writer's files (idempotent; a finalized or committed writer keeps them)."""
         if self._state == "finalized":
             return
-        if getattr(self, "_fd", -1) >= 0:
-            with suppress(OSError):
-                os.close(self._fd)
-            self._fd = -1
-        for path in self._created:
-            with suppress(FileNotFoundError):
-                path.unlink()
+        if hasattr(self, "_payload"):
+            self._payload.abort()
+        manifest = self.directory / MANIFEST_NAME
+        if isinstance(manifest, S3Url) and manifest in self._created and exists(manifest):
+            self._state = "finalized"  # committed, though the reply never came: the artifact is whole
+            return
+        for where in self._created:
+            remove(where)
         self._created.clear()
         self._state = "aborted"
 
@@ -287,7 +332,7 @@ class CacheWriter:
 
 
 class ArtifactBuild:
-    """Context manager for one artifact: temporary directory, writer, signal-safe cleanup, publish.
+    """Context manager for one artifact: where it is built, the writer, signal-safe cleanup, publish.
 
     ::
 
@@ -297,22 +342,24 @@ class ArtifactBuild:
             build.writer.finalize(resolved_config=resolved, summary=summary)
             mode = build.publish()
 
-    On entry: :func:`check_output_path`, the parent directory is created and
-    ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700) is created beside ``output_dir``. Any exception, Ctrl-C
-    or SIGTERM (whatever the caller's handlers raise) before :meth:`publish` removes it; leaving the block without
-    publishing removes it too. The build installs no signal handler: the rename is atomic, so the output is either
-    absent or complete, and :attr:`published` says which after an interruption.
+    On a local disk: :func:`check_output_path`, the parent directory is created and
+    ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700) is created beside ``output_dir``; :meth:`publish` renames
+    it into place. On an ``s3://`` prefix: the writer's lock object is created (a second writer is refused) and
+    the objects are written in place, the manifest last, which commits (:mod:`gencache.artifact.upload`). Any
+    exception, Ctrl-C or SIGTERM (whatever the caller's handlers raise) before the publish removes what the build
+    made. The build installs no signal handler: the output is either absent or complete, and :attr:`published`
+    says which after an interruption.
     """
 
     def __init__(
         self,
-        output_dir: Path | str,
+        output_dir: Path | str | S3Url,
         *,
         provenance: Mapping[str, Any],
         header_capacity: int,
         rename_mode: str | None = None,
     ) -> None:
-        self.output_dir = Path(output_dir).expanduser().absolute()
+        self.output_dir = location(output_dir)
         self.provenance = check_provenance(provenance)
         self.header_capacity = header_capacity
         self.rename_mode = rename_mode
@@ -320,6 +367,7 @@ class ArtifactBuild:
         self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
         self._lock: tuple[Path, int] | None = None
+        self._lease: Lease | None = None
 
     @property
     def writer(self) -> CacheWriter:
@@ -328,13 +376,20 @@ class ArtifactBuild:
         return self._writer
 
     def __enter__(self) -> ArtifactBuild:
-        check_output_path(self.output_dir)
+        output = self.output_dir
+        if isinstance(output, S3Url):
+            check_absent(output)
+            self._lease = Lease(output)
+            with _undone_on_failure(self._cleanup, lambda: f"Starting {output}"):
+                self._writer = CacheWriter(output, provenance=self.provenance, header_capacity=self.header_capacity)
+            return self
+        check_output_path(output)
         try:
-            self.output_dir.parent.mkdir(parents=True, exist_ok=True)
+            output.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise write_error(f"Creating {self.output_dir.parent}", error) from error
-        with _undone_on_failure(self._cleanup, lambda: f"Creating a temporary directory beside {self.output_dir}"):
-            temp = self.output_dir.parent / temp_name(self.output_dir)
+            raise write_error(f"Creating {output.parent}", error) from error
+        with _undone_on_failure(self._cleanup, lambda: f"Creating a temporary directory beside {output}"):
+            temp = output.parent / temp_name(output)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
             self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
             try:
@@ -346,29 +401,33 @@ class ArtifactBuild:
         return self
 
     def publish(self) -> str:
-        """Rename the finalized temporary directory to ``output_dir``; return ``"renameat2"`` or ``"rename"``."""
-        if self._writer is None or self.temp_dir is None:
+        """Publish the finalized artifact: rename the temporary directory to ``output_dir`` and return
+        ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
+        if self._writer is None:
             raise WriteError("ArtifactBuild.publish must be called inside the with block.")
         if not self._writer.finalized:
             raise WriteError("Finalize the writer before publishing; nothing was published.")
         if self.published_mode is not None:
             raise WriteError(f"{self.output_dir} was already published.")
-        mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)
+        if self.temp_dir is None:
+            self.published_mode = "s3"
+            return self.published_mode
+        mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)  # type: ignore[arg-type]
         self.published_mode = mode
         return mode
 
     @property
     def published(self) -> bool:
         """Whether the output is in place: :meth:`publish` returned, or an exception (a signal's) interrupted it
-        after the rename. The rename is the only thing that moves the temporary directory away, and the output
-        path did not exist when the build began, so an output present with its temporary directory gone is this
-        build's, complete."""
+        after the rename or the commit. The rename is the only thing that moves the temporary directory away, and
+        the output path did not exist when the build began, so an output present with its temporary directory
+        gone is this build's, complete."""
         if self.published_mode is not None:
             return True
         temp, writer = self.temp_dir, self._writer
-        if temp is None or writer is None or not writer.finalized:  # only a finalized build is renamed
+        if writer is None or not writer.finalized:  # only a finalized build is renamed; a bucket's is committed
             return False
-        return not os.path.lexists(temp) and os.path.lexists(self.output_dir)
+        return temp is None or (not os.path.lexists(temp) and exists(self.output_dir))
 
     def _cleanup(self) -> None:
         try:
@@ -381,6 +440,9 @@ class ArtifactBuild:
             if self._lock is not None:
                 release_lock(*self._lock)
                 self._lock = None
+            if self._lease is not None:
+                self._lease.release()
+                self._lease = None
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

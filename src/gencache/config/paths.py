@@ -1,11 +1,12 @@
 """The path rules, pure and without I/O: "is this a local path?" (models, tokenizers and dataset sources alike),
-"is this a URL?" (never a path) and "can this path name an output to create?" (``output_dir``, ``export --out``,
-every command that writes a path)."""
+"is this a URL?" (never a path; an ``s3://`` URL names an object-store location where an artifact may live) and
+"can this path name an output to create?" (``output_dir``, ``export --out``, every command that writes a path)."""
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 from gencache.core.errors import ConfigError
 
@@ -28,25 +29,81 @@ def looks_like_path(value: str) -> bool:
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+S3_SCHEME = "s3://"
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
-def url_problem(value: str) -> str | None:
-    """Why ``value`` cannot be read or written, or None: it is a URL (``s3://``, ``gs://``, ``hf://``, any
-    ``scheme://``), which a path of the same spelling would silently turn into a local directory named ``s3:``."""
+@dataclass(frozen=True)
+class S3Url:
+    """An object-store location ``s3://bucket/key``: an artifact is the objects under ``key + "/"``. Offers the
+    part of :class:`pathlib.Path` that the run and the artifact layer use (``name``, ``parent``, ``/``)."""
+
+    bucket: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{S3_SCHEME}{self.bucket}/{self.key}"
+
+    @property
+    def name(self) -> str:
+        return self.key.rpartition("/")[2]
+
+    @property
+    def parent(self) -> S3Url:
+        return S3Url(self.bucket, self.key.rpartition("/")[0])
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of the objects under this location: ``key/`` (empty for a bucket's root)."""
+        return f"{self.key}/" if self.key else ""
+
+    def __truediv__(self, name: str) -> S3Url:
+        return S3Url(self.bucket, f"{self.prefix}{name}")
+
+
+def s3_url_problem(value: str) -> str | None:
+    """Why ``value``, an ``s3://`` URL, cannot name an object-store location, or None."""
+    bucket, _, key = value[len(S3_SCHEME) :].partition("/")
+    if not _BUCKET.match(bucket):
+        return (
+            f"{value!r} names no valid bucket ({bucket!r}); write s3://BUCKET/PREFIX/NAME with a bucket name of 3-63 "
+            "lowercase letters, digits, dots and hyphens"
+        )
+    if any(part in ("", ".", "..") for part in key.rstrip("/").split("/")) and key.rstrip("/"):
+        return f"{value!r} has an empty, '.' or '..' part in its key; write s3://BUCKET/PREFIX/NAME"
+    return None
+
+
+def parse_s3_url(value: str) -> S3Url:
+    """The :class:`S3Url` of ``s3://bucket/key`` (a trailing ``/`` ignored); :class:`ConfigError` when malformed."""
+    if (problem := s3_url_problem(value)) is not None:
+        raise ConfigError(f"{problem}.")
+    bucket, _, key = value[len(S3_SCHEME) :].partition("/")
+    return S3Url(bucket, key.rstrip("/"))
+
+
+def url_problem(value: str, *, s3: bool = False) -> str | None:
+    """Why ``value`` cannot be read or written, or None: it is a URL (``gs://``, ``hf://``, any ``scheme://``;
+    ``s3://`` too unless ``s3``), which a path of the same spelling would silently turn into a local directory."""
     match = _URL.match(value)
     if match is None:
         return None
+    if s3 and match.group() == S3_SCHEME:
+        return s3_url_problem(value)
+    where = "a local path or an s3://BUCKET/PREFIX URL" if s3 else "a local path (or a hub id for a model or dataset)"
     return (
-        f"{value!r} is a URL ({match.group()}), which gencache does not read or write; give a local path (or a hub id "
-        "for a model or dataset) and copy to or from the remote store yourself"
+        f"{value!r} is a URL ({match.group()}), which gencache does not read or write here; give {where} and copy to "
+        "or from other stores yourself"
     )
 
 
 def output_name_problem(path: str) -> str | None:
     """Why ``path`` cannot name an output to create, or None: it is a URL, or its last part (trailing slashes aside)
     is empty, ``.`` or ``..``, naming a directory that holds other things rather than a new one of its own."""
-    if (url := url_problem(path)) is not None:
+    if (url := url_problem(path, s3=True)) is not None:
         return url
+    if path.startswith(S3_SCHEME):
+        return None if parse_s3_url(path).key else f"{path!r} names a bucket but no prefix; write s3://BUCKET/NAME"
     stripped = path.rstrip("/")
     name = os.path.basename(stripped)
     if name not in ("", ".", ".."):

@@ -1,0 +1,111 @@
+"""A committed artifact on an ``s3://`` prefix, as a reader sees it: its three objects listed together (their
+ETags name the version read), the manifest and resolved config kept in a local cache directory, the payload's
+header read by range, and the payload downloaded into the cache on first use or read by range per entry.
+
+The cache directory is ``<cache_root>/<bucket>/<key>/<digest of the three ETags>``: an object that changed gets a
+new directory, so a stale copy is never served. Downloads are written to a temporary file and renamed into place
+under a file lock, so every rank and DataLoader worker of a node shares one copy, and one is never read half
+written. Every download asks for the listed ETag (``If-Match``), and the payload's size is checked; each entry's
+digests are checked on its first read, as on a local artifact.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import secrets
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TOKEN_BYTES
+from gencache.artifact.store import download, list_objects, read_object
+from gencache.config.paths import S3Url
+from gencache.core.errors import FormatError
+
+HEAD_BYTES = 64 * 1024  # the first range read of a payload: the length prefix and, usually, the whole header
+
+
+def default_cache_root() -> Path:
+    """``$XDG_CACHE_HOME/gencache`` (``~/.cache/gencache`` by default)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gencache"
+
+
+class RemoteArtifact:
+    """The objects of the artifact at ``where`` (:class:`FormatError` unless exactly the three, committed)."""
+
+    def __init__(self, where: S3Url, cache_root: Path | None = None) -> None:
+        self.where = where
+        listed = {entry["Key"][len(where.prefix) :]: entry for entry in list_objects(where)}
+        if not listed:
+            raise FormatError(f"Cache {where} does not exist (no objects under it); check the URL (or generate it).")
+        if MANIFEST_NAME not in listed:
+            raise FormatError(
+                f"{where} was never committed (it has no manifest.json): its writer is running or was killed; "
+                f"`gencache clean {where.parent}` removes what a killed writer left."
+            )
+        if set(listed) != ARTIFACT_FILES:
+            extra, missing = sorted(set(listed) - ARTIFACT_FILES), sorted(ARTIFACT_FILES - set(listed))
+            raise FormatError(
+                f"{where}: an artifact holds exactly cache.safetensors, manifest.json and resolved_config.json "
+                f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'})."
+            )
+        self.etags = {name: str(entry["ETag"]) for name, entry in listed.items()}
+        self.sizes = {name: int(entry["Size"]) for name, entry in listed.items()}
+        version = hashlib.sha256("".join(self.etags[name] for name in sorted(listed)).encode()).hexdigest()[:16]
+        self.cache = (cache_root or default_cache_root()) / where.bucket / where.key / version
+
+    def read(self, name: str, start: int | None = None, length: int | None = None) -> bytes:
+        """Bytes of one of the three objects (a range of them), of the listed version."""
+        return read_object(self.where / name, start=start, length=length, etag=self.etags[name])
+
+    def payload_head(self) -> tuple[int, bytes]:
+        """The payload's size and its header's bytes (length prefix excluded): one or two range reads."""
+        from gencache.artifact.header import read_length_prefix
+
+        size = self.sizes[PAYLOAD_NAME]
+        head = self.read(PAYLOAD_NAME, 0, min(size, HEAD_BYTES))
+        capacity = read_length_prefix(head[:LENGTH_PREFIX_BYTES], size)
+        end = LENGTH_PREFIX_BYTES + capacity
+        if end > len(head):
+            head += self.read(PAYLOAD_NAME, len(head), end - len(head))
+        return size, head[LENGTH_PREFIX_BYTES:end]
+
+    def local(self, name: str) -> Path:
+        """The local copy of one object, downloaded into the cache directory unless a process did already."""
+        path = self.cache / name
+        if path.exists():
+            return path
+        self.cache.mkdir(parents=True, exist_ok=True)
+        with open(self.cache / ".lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one download per node; the others wait for it, then find it
+            if path.exists():
+                return path
+            temp = self.cache / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
+            try:
+                download(self.where / name, self.etags[name], temp)
+                if temp.stat().st_size != self.sizes[name]:
+                    raise FormatError(
+                        f"{self.where / name} arrived with {temp.stat().st_size} bytes, not {self.sizes[name]}."
+                    )
+                os.chmod(temp, 0o444)
+                os.replace(temp, path)
+            finally:
+                with suppress(FileNotFoundError):
+                    temp.unlink()
+        return path
+
+
+class RangeTokens:
+    """The payload's tokens read by range requests: ``tokens[start:stop]`` (in tokens) is one request."""
+
+    def __init__(self, remote: RemoteArtifact) -> None:
+        self.remote = remote
+
+    def __getitem__(self, span: slice) -> np.ndarray[Any, np.dtype[np.int64]]:
+        start, stop = int(span.start), int(span.stop)
+        data = self.remote.read(PAYLOAD_NAME, start * TOKEN_BYTES, (stop - start) * TOKEN_BYTES)
+        return np.frombuffer(bytearray(data), dtype="<i8")

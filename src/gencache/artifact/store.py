@@ -1,0 +1,183 @@
+"""Where an artifact lives: a local directory, or the objects under an ``s3://bucket/prefix/name/`` prefix of an
+S3-compatible store. :func:`location` tells them apart; :func:`exists` and :func:`listdir` answer for either.
+
+The object store is reached through boto3, the AWS SDK (the ``s3`` extra), imported only for an ``s3://``
+location. It takes the endpoint, region and credentials from the standard AWS environment and files
+(``AWS_ENDPOINT_URL`` points it at MinIO, Ceph, R2 or another S3-compatible store) and retries timeouts, 5xx and
+throttling itself (standard mode). boto3 rather than s3fs or obstore: an artifact's payload is uploaded as a
+multipart upload whose first part (the header) is sent last and completed with ``If-None-Match: *``, and only the
+SDK's plain calls give parts in any order with conditional completes; s3fs and obstore stream parts in order.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gencache.config.paths import S3_SCHEME, S3Url, parse_s3_url
+from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError, WriteError
+
+S3Client = Any  # boto3's client (typed by the optional boto3-stubs only)
+Location = Path | S3Url
+T = TypeVar("T")
+_ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION")
+
+
+def location(value: str | os.PathLike[str] | S3Url) -> Location:
+    """An ``s3://`` URL as an :class:`S3Url`, anything else as an absolute local path (symlinks not resolved)."""
+    if isinstance(value, S3Url):
+        return value
+    text = os.fspath(value)
+    if text.startswith(S3_SCHEME):
+        return parse_s3_url(text)
+    return Path(text).expanduser().absolute()
+
+
+# -- the client ------------------------------------------------------------------------------------------------
+def client() -> S3Client:
+    """The boto3 S3 client for the current environment (one per process and environment: a forked worker and a
+    test with another endpoint get their own)."""
+    return _client(os.getpid(), tuple(os.environ.get(name) for name in _ENVIRONMENT))
+
+
+@functools.cache
+def _client(pid: int, environment: tuple[str | None, ...]) -> S3Client:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise ConfigError(
+            "s3:// locations need boto3: install gencache's s3 extra (pip install 'gencache[s3]')."
+        ) from None
+    config = Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=10, read_timeout=120)
+    return boto3.session.Session().client("s3", config=config)
+
+
+def error_code(error: BaseException) -> str:
+    """The S3 error code of a botocore ``ClientError`` (``"NoSuchKey"``, ``"PreconditionFailed"``, ...), or ``""``."""
+    response = getattr(error, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
+def call(what: str, function: Callable[..., T], /, **arguments: Any) -> T:
+    """``function(**arguments)`` on the client, with every failure the store can answer as one
+    :class:`GencacheError` naming ``what`` and the fix: a missing bucket, missing or refused credentials, an
+    unreachable endpoint (after boto3's retries)."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        return function(**arguments)
+    except ClientError as error:
+        code = error_code(error)
+        bucket = arguments.get("Bucket", "")
+        if code == "NoSuchBucket":
+            raise ConfigError(f"{what}: bucket {bucket!r} does not exist; create it or fix the URL.") from None
+        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"):
+            raise ConfigError(
+                f"{what}: the store refused the credentials ({code}); check AWS_ACCESS_KEY_ID/AWS_PROFILE and the "
+                f"bucket's permissions."
+            ) from None
+        if code in ("NoSuchKey", "NotFound", "404"):
+            raise FormatError(f"{what}: no such object.") from None
+        if code == "PreconditionFailed":
+            raise OutputExistsError(f"{what}: another writer created it first.") from None
+        raise WriteError(f"{what} failed: {code or error}.") from None
+    except NoCredentialsError:
+        raise ConfigError(
+            f"{what}: no AWS credentials found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)."
+        ) from None
+    except BotoCoreError as error:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the default S3 endpoint"
+        raise WriteError(f"{what} failed: {error} ({endpoint}); check that the store is reachable.") from None
+
+
+# -- reading objects ---------------------------------------------------------------------------------------------
+def list_objects(where: S3Url, *, delimiter: bool = False, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """The objects under ``where.prefix`` (``Key``, ``Size``, ``ETag``, ``LastModified``); with ``delimiter``,
+    each folder below as ``{"Prefix": ...}`` instead of its objects."""
+    s3 = client()
+    arguments: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix}
+    if delimiter:
+        arguments["Delimiter"] = "/"
+    if limit is not None:
+        arguments["MaxKeys"] = limit
+    while True:
+        page = call(f"Listing {where}/", s3.list_objects_v2, **arguments)
+        yield from page.get("CommonPrefixes", [])
+        yield from page.get("Contents", [])
+        if limit is not None or not page.get("IsTruncated"):
+            return
+        arguments["ContinuationToken"] = page["NextContinuationToken"]
+
+
+def read_object(where: S3Url, *, start: int | None = None, length: int | None = None, etag: str | None = None) -> bytes:
+    """The bytes of one object, or of ``length`` bytes from ``start`` (one range request); with ``etag``, refused
+    (:class:`FormatError`) when the object changed since that ETag was seen."""
+    arguments: dict[str, Any] = {"Bucket": where.bucket, "Key": where.key}
+    if start is not None:
+        if length == 0:
+            return b""
+        end = "" if length is None else start + length - 1
+        arguments["Range"] = f"bytes={start}-{end}"
+    if etag is not None:
+        arguments["IfMatch"] = etag
+    try:
+        return bytes(call(f"Reading {where}", client().get_object, **arguments)["Body"].read())
+    except OutputExistsError:  # a failed If-Match: the object was replaced since it was listed
+        raise FormatError(f"{where} changed while it was read; open it again.") from None
+
+
+def download(where: S3Url, etag: str, target: Path) -> None:
+    """Stream one object (the version of ``etag``) to a new local file ``target``."""
+    response = call(f"Reading {where}", client().get_object, Bucket=where.bucket, Key=where.key, IfMatch=etag)
+    body = response["Body"]
+    try:
+        with open(target, "xb") as handle:
+            for chunk in body.iter_chunks(8 * 1024 * 1024):
+                handle.write(chunk)
+    except GencacheError:
+        raise
+    except Exception as error:
+        raise WriteError(f"Downloading {where} to {target} failed: {error}.") from error
+
+
+# -- either kind of location -------------------------------------------------------------------------------------
+def exists(where: Location) -> bool:
+    """Whether anything is at ``where``: a file, directory or symlink; an object at the key or under its prefix."""
+    if isinstance(where, Path):
+        return os.path.lexists(where)
+    if next(list_objects(where, limit=1), None) is not None:
+        return True
+    try:
+        call(f"Reading {where}", client().head_object, Bucket=where.bucket, Key=where.key)
+    except FormatError:
+        return False
+    return True
+
+
+def listdir(where: Location) -> list[str] | None:
+    """The names directly under ``where`` (files and folders of a directory; objects and prefixes of a prefix),
+    or None when ``where`` is not a directory (missing or a file); an empty prefix lists as None."""
+    if isinstance(where, Path):
+        try:
+            return os.listdir(where)
+        except OSError:
+            return None
+    names = [
+        (entry.get("Prefix") or entry["Key"])[len(where.prefix) :].rstrip("/")
+        for entry in list_objects(where, delimiter=True)
+    ]
+    return names or None
+
+
+def remove(where: Location) -> None:
+    """Remove one file or object; one that is already gone is fine."""
+    if isinstance(where, Path):
+        with suppress(FileNotFoundError):
+            where.unlink()
+        return
+    call(f"Removing {where}", client().delete_object, Bucket=where.bucket, Key=where.key)

@@ -1,0 +1,302 @@
+"""Publishing an artifact to an ``s3://`` prefix with the promises of a local rename, enforced by the server.
+
+A writer first creates its lock object ``<parent>/.<name>.gencache-lock`` with ``If-None-Match: *`` (a second
+writer is refused there by the server) and rewrites it every minute while it runs. The payload is one multipart
+upload to ``<name>/cache.safetensors``: parts are sent as the run generates them, except the first, which holds
+the reserved header and the first few MiB of data and is sent last, once the header is known; the upload is
+completed with ``If-None-Match: *``. Then ``resolved_config.json`` and, last, ``manifest.json`` are created the
+same way. **The manifest is the commit point**: readers open an artifact through it, and it is created only when
+the other two objects are whole (an object appears whole or not at all, and a multipart upload is invisible until
+completed), so a reader never sees half an artifact. The lock is removed after the commit.
+
+A killed writer leaves at most an incomplete upload, a payload or resolved config without a manifest, and its lock:
+:func:`clean` removes them once the lock is stale (its host's process is gone, or it was not rewritten for
+:data:`STALE_AFTER` seconds), and never touches a live writer's objects or a committed artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from typing import Any
+
+from gencache.artifact.names import LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
+from gencache.artifact.publish import host_tag, pid_alive
+from gencache.artifact.store import call, client, list_objects, read_object
+from gencache.config.paths import S3Url
+from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError, WriteError
+
+PART_BYTES = 8 * 1024 * 1024
+"""The size at which buffered payload bytes are sent as a part (every part but the last must be >= 5 MiB)."""
+MIN_PART_BYTES = 5 * 1024 * 1024
+REFRESH_EVERY = 60.0
+STALE_AFTER = 600.0
+LOCK_SUFFIX = ".gencache-lock"
+MAX_KEY_BYTES = 1024
+
+
+def lock_of(where: S3Url) -> S3Url:
+    """The lock object of a writer of ``where``: ``<parent>/.<name>.gencache-lock``."""
+    return where.parent / f".{where.name}{LOCK_SUFFIX}"
+
+
+def check_absent(where: S3Url) -> None:
+    """Refuse an ``output_dir`` in a bucket that is missing or unreadable, or under which anything exists (an
+    artifact, a writer's objects, its lock)."""
+    if TEMP_RE.match(where.name) or where.name.endswith(LOCK_SUFFIX):
+        raise ConfigError(f"output_dir {where} has the form of a gencache temporary name; choose another name.")
+    if len((where / MANIFEST_NAME).key.encode()) > MAX_KEY_BYTES:
+        raise ConfigError(f"output_dir {where} is too long for an object key; choose a shorter prefix.")
+    if next(list_objects(where, limit=1), None) is not None:
+        raise OutputExistsError(
+            f"Output {where} already exists (objects are under it); choose a new output_dir (gencache never "
+            f"overwrites an artifact; `gencache clean {where.parent}` removes what a killed writer left)."
+        )
+    if (holder := _holder(lock_of(where))) is not None:
+        raise OutputExistsError(f"Output {where} {_describe(holder)}.")
+
+
+def _holder(lock: S3Url) -> dict[str, Any] | None:
+    try:
+        value = json.loads(read_object(lock))
+    except FormatError:
+        return None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    who = f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
+    return (
+        f"is being written by another gencache run ({who}), or was left by one that was killed; wait for it, or, "
+        f"once no writer runs, `gencache clean PARENT` removes what it left"
+    )
+
+
+class Lease:
+    """A writer's lock object, created with ``If-None-Match: *`` and rewritten every :data:`REFRESH_EVERY` seconds
+    by a daemon thread until :meth:`release`."""
+
+    def __init__(self, where: S3Url) -> None:
+        self.where, self.lock = where, lock_of(where)
+        self.body = json.dumps({"host": host_tag(), "pid": os.getpid(), "output": str(where)}).encode()
+        try:
+            self._put(IfNoneMatch="*")
+        except OutputExistsError:
+            raise OutputExistsError(f"Output {where} {_describe(_holder(self.lock) or {})}.") from None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._refresh, name="gencache-s3-lease", daemon=True)
+        self._thread.start()
+
+    def _put(self, **conditions: str) -> None:
+        call(
+            f"Creating the lock {self.lock}",
+            client().put_object,
+            Bucket=self.lock.bucket,
+            Key=self.lock.key,
+            Body=self.body,
+            **conditions,
+        )
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(REFRESH_EVERY):
+            with suppress(GencacheError):  # a missed refresh only ages the lock; the next one may succeed
+                self._put()
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        with suppress(GencacheError):
+            call("Removing the lock", client().delete_object, Bucket=self.lock.bucket, Key=self.lock.key)
+
+
+class MultipartUpload:
+    """One object uploaded in numbered parts, completed with ``If-None-Match: *`` (the server refuses it if the
+    object exists) or aborted."""
+
+    def __init__(self, where: S3Url) -> None:
+        self.where = where
+        self.upload_id: str | None = None
+        self.parts: dict[int, str] = {}
+        self.bytes_sent = 0
+
+    def send(self, number: int, data: bytes | bytearray | memoryview) -> None:
+        s3, where = client(), self.where
+        if self.upload_id is None:
+            started = call(f"Uploading {where}", s3.create_multipart_upload, Bucket=where.bucket, Key=where.key)
+            self.upload_id = started["UploadId"]
+        sent = call(
+            f"Uploading {where}",
+            s3.upload_part,
+            Bucket=where.bucket,
+            Key=where.key,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=bytes(data),
+        )
+        self.parts[number] = sent["ETag"]
+        self.bytes_sent += len(data)
+
+    def complete(self) -> None:
+        parts = [{"PartNumber": number, "ETag": tag} for number, tag in sorted(self.parts.items())]
+        call(
+            f"Publishing {self.where}",
+            client().complete_multipart_upload,
+            Bucket=self.where.bucket,
+            Key=self.where.key,
+            UploadId=self.upload_id,
+            MultipartUpload={"Parts": parts},
+            IfNoneMatch="*",
+        )
+        self.upload_id = None
+
+    def abort(self) -> None:
+        if self.upload_id is not None:
+            upload = {"Key": self.where.key, "UploadId": self.upload_id}
+            self.upload_id = None
+            with suppress(GencacheError):
+                call("Aborting an upload", client().abort_multipart_upload, **_upload(self.where.bucket, upload))
+
+
+def _upload(bucket: str, upload: dict[str, Any]) -> dict[str, str]:
+    return {"Bucket": bucket, "Key": upload["Key"], "UploadId": upload["UploadId"]}
+
+
+def put_new(where: S3Url, pieces: Iterable[bytes]) -> int:
+    """Create the object ``where`` from ``pieces`` only if it does not exist (one request when small, else a
+    multipart upload); returns the bytes sent."""
+    upload = MultipartUpload(where)
+    buffer = bytearray()
+    try:
+        for piece in pieces:
+            buffer += piece
+            if len(buffer) >= PART_BYTES:
+                upload.send(len(upload.parts) + 1, buffer)
+                buffer.clear()
+        if not upload.parts:
+            call(
+                f"Publishing {where}",
+                client().put_object,
+                Bucket=where.bucket,
+                Key=where.key,
+                Body=bytes(buffer),
+                IfNoneMatch="*",
+            )
+            return len(buffer)
+        if buffer:
+            upload.send(len(upload.parts) + 1, buffer)
+        upload.complete()
+    finally:
+        upload.abort()
+    return upload.bytes_sent
+
+
+class PayloadUpload:
+    """The sink of a :class:`gencache.artifact.writer.CacheWriter` writing to ``<where>/cache.safetensors``.
+
+    Bytes ``[0, first_end)`` (the length prefix, the reserved header and the first data) form part 1, kept in
+    memory and sent last with the finished header; later data is sent in parts of about :data:`PART_BYTES` as it
+    arrives. Only those bytes are ever held: the payload is never staged whole, locally or on the server.
+    """
+
+    def __init__(self, where: S3Url, prefix: bytes, capacity: int) -> None:
+        self.upload = MultipartUpload(where / PAYLOAD_NAME)
+        self.data_start = LENGTH_PREFIX_BYTES + capacity
+        self.prefix, self.capacity = prefix, capacity
+        self.first_end = max(self.data_start, MIN_PART_BYTES)
+        self.held = bytearray()  # data bytes of part 1
+        self.pending = bytearray()  # data bytes of the next part
+        self.sent_data = 0  # data bytes in the parts sent after part 1
+        self.size = self.data_start
+
+    def append(self, buffers: Sequence[bytes | memoryview]) -> None:
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            room = self.first_end - self.data_start - len(self.held)
+            self.held += view[:room]
+            self.pending += view[room:] if room > 0 else view
+            self.size += view.nbytes
+        if len(self.pending) >= PART_BYTES:
+            self.upload.send(len(self.upload.parts) + 2, self.pending)
+            self.sent_data += len(self.pending)
+            self.pending.clear()
+
+    def truncate(self, size: int) -> None:
+        """Drop what was appended after file size ``size``: possible only while it is still in memory."""
+        data = size - self.data_start
+        if data < len(self.held) + self.sent_data:
+            raise WriteError(f"{self.upload.where}: bytes already sent cannot be taken back.")
+        del self.pending[data - len(self.held) - self.sent_data :]
+        del self.held[data:]
+        self.size = size
+
+    def finish(self, header: bytes) -> None:
+        """Send the last data, then part 1 with ``header`` in its reserved place, and complete the upload."""
+        if self.pending:
+            self.upload.send(len(self.upload.parts) + 2, self.pending)
+        padding = b" " * (self.capacity - len(header))
+        self.upload.send(1, self.prefix + header + padding + self.held)
+        self.upload.complete()
+
+    def abort(self) -> None:
+        self.upload.abort()
+
+
+# -- clean ---------------------------------------------------------------------------------------------------
+def lock_is_stale(lock: S3Url, entry: dict[str, Any]) -> bool:
+    """Whether the writer of ``lock`` is gone: its process on this host no longer exists, or the lock was not
+    rewritten for :data:`STALE_AFTER` seconds."""
+    holder = _holder(lock)
+    if holder is None:
+        return True
+    if holder.get("host") == host_tag() and isinstance(holder.get("pid"), int):
+        return not pid_alive(holder["pid"])
+    return bool(time.time() - entry["LastModified"].timestamp() > STALE_AFTER)
+
+
+def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
+    """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): incomplete
+    multipart uploads, objects of an artifact that was never committed (no ``manifest.json``) and stale locks.
+    A name whose lock is live is left alone, and so is every committed artifact. Returns what was removed."""
+    wanted = None if outputs is None else set(outputs)
+    s3 = client()
+    # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
+    uploads: dict[str, list[dict[str, Any]]] = {}
+    listing = call(
+        f"Listing uploads under {parent}/", s3.list_multipart_uploads, Bucket=parent.bucket, Prefix=parent.prefix
+    )
+    for upload in listing.get("Uploads", []):
+        uploads.setdefault(upload["Key"][len(parent.prefix) :].partition("/")[0], []).append(upload)
+    locks, names = {}, set()
+    for entry in list_objects(parent, delimiter=True):
+        if "Prefix" in entry:
+            names.add(entry["Prefix"][len(parent.prefix) :].rstrip("/"))
+        elif (name := entry["Key"][len(parent.prefix) :]).startswith(".") and name.endswith(LOCK_SUFFIX):
+            locks[name[1 : -len(LOCK_SUFFIX)]] = entry
+    removed = []
+    for name in sorted(names | set(locks) | set(uploads)):
+        if wanted is not None and name not in wanted:
+            continue
+        where, lock = parent / name, lock_of(parent / name)
+        if name in locks and not lock_is_stale(lock, locks[name]):
+            continue
+        if name not in locks and _holder(lock) is not None:  # a writer that started after the listing
+            continue
+        for upload in uploads.get(name, []):
+            with suppress(GencacheError):  # completed or aborted meanwhile: nothing left to remove
+                call("Aborting an upload", s3.abort_multipart_upload, **_upload(parent.bucket, upload))
+            removed.append(f"{parent / upload['Key'][len(parent.prefix) :]} (incomplete upload)")
+        objects = [entry["Key"] for entry in list_objects(where)] if name in names else []
+        if objects and where.prefix + MANIFEST_NAME not in objects:
+            for key in objects:
+                call(f"Removing {key}", s3.delete_object, Bucket=parent.bucket, Key=key)
+            removed.append(f"{where} (uncommitted: {len(objects)} object{'s' * (len(objects) != 1)})")
+        if name in locks:
+            call(f"Removing {lock}", s3.delete_object, Bucket=lock.bucket, Key=lock.key)
+            removed.append(f"{lock} (stale lock)")
+    return removed
