@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+# The object-storage fixtures `s3_server` and `s3_env` (a local S3 server, a fresh bucket per test).
+pytest_plugins = ["support.s3"]
+
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
