@@ -17,7 +17,8 @@ import numpy as np
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, Generation, GenerationArrays, GenerationCache, PathLike
 from gencache.artifact.shards import ShardSet, check_shard_set, expand_output
-from gencache.artifact.store import Location
+from gencache.artifact.store import Location, exists
+from gencache.config.paths import S3Url
 from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
 
@@ -178,14 +179,16 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
-    groups: list[tuple[list[Path], ShardSet | None]] = []
+    groups: list[tuple[list[Location], ShardSet | None]] = []
     for item in items:
+        if isinstance(item, S3Url):
+            item = str(item)
         if not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes):
             raise TypeError(f"open_caches: {item!r} is not a str or os.PathLike path.")
         if os.fspath(item) == "":
             raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
         expanded, shards = expand_output(item)
-        if shards is None and not os.path.lexists(expanded[0]):
+        if shards is None and not exists(expanded[0]):
             raise FormatError(
                 f"Cache directory {expanded[0]} does not exist (and no shard directories "
                 f"{expanded[0].name}-shard-*-of-* are beside it); check the path."
@@ -193,9 +196,9 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
         if shards is not None and (shards.missing or shards.other_splits):
             raise ShardError(" ".join(check_shard_set(shards, {}).problems))
         groups.append((expanded, shards))
-    seen: dict[str, Path] = {}
+    seen: dict[str, Location] = {}
     for path in (path for expanded, _ in groups for path in expanded):
-        real = os.path.realpath(path)
+        real = os.path.realpath(path) if isinstance(path, Path) else str(path)
         if real in seen:
             raise FormatError(
                 f"Cache paths {seen[real]} and {path} are the same directory ({real}); list each artifact once."

@@ -752,7 +752,7 @@ class CacheReader(GenerationCache):
         return problems
 
 
-def verify(path: PathLike, progress: ProgressCallback | None = None) -> list[str]:
+def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> list[str]:
     """Check one artifact completely: every open-time check, canonical manifest and header, a JSON-object
     resolved config, every tensor digest (re-hashed from the file) and every content digest.
 

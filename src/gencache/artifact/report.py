@@ -19,7 +19,9 @@ from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAM
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, read_resolved_config, verify
 from gencache.artifact.resolved import DIGEST_FIELD, with_resolved_digest
 from gencache.artifact.shards import ShardCheck, ShardSet, check_shard_set, find_shards, stray_directory
+from gencache.artifact.store import Location, exists, location
 from gencache.artifact.summary import check_data_configs
+from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError
 
 #: Enters a progress display for one artifact (name, total bytes) and yields its callback.
@@ -206,10 +208,10 @@ class VerifyReport:
         return {"ok": self.ok, "results": [result.to_json() for result in self.results]}
 
 
-def classify_path(item: PathLike) -> NotAnArtifact | None:
+def classify_path(item: PathLike | S3Url) -> NotAnArtifact | None:
     """Why ``item`` is not something to open as an artifact, or None when it may be one."""
-    path = Path(item).expanduser().absolute()
-    if not os.path.lexists(path):
+    path = location(item)
+    if not exists(path):
         if find_shards(path) is not None:
             return None
         return NotAnArtifact(
@@ -217,6 +219,8 @@ def classify_path(item: PathLike) -> NotAnArtifact | None:
             "missing",
             f"{path} does not exist (and no shard directories {path.name}-shard-*-of-* are beside it); check the path.",
         )
+    if isinstance(path, S3Url):
+        return None  # opening it says why it is not an artifact (never committed, other objects)
     if TEMP_RE.match(path.name) and path.is_dir():
         return NotAnArtifact(
             str(path),
@@ -333,7 +337,7 @@ def _artifact_report(reader: CacheReader) -> ArtifactReport:
     )
 
 
-def _open(path: Path) -> CacheReader | UnreadableArtifact:
+def _open(path: Location) -> CacheReader | UnreadableArtifact:
     try:
         return CacheReader(path)
     except (GencacheError, OSError) as error:
@@ -391,9 +395,9 @@ def inspect_report(paths: Sequence[PathLike]) -> InspectReport:
     artifacts: list[PathReport] = []
     opened: list[tuple[str, list[CacheReader]]] = []
     for item in paths:
-        path = Path(item).expanduser().absolute()
+        path = location(item)
         not_artifact = classify_path(path)
-        shards = None if not_artifact or os.path.lexists(path) else find_shards(path)
+        shards = None if not_artifact or exists(path) else find_shards(path)
         if not_artifact is not None:
             artifacts.append(not_artifact)
         elif shards is not None:
@@ -416,18 +420,19 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
     """
     results: list[VerifyResult] = []
     for item in paths:
-        path = Path(item).expanduser().absolute()
+        path = location(item)
         not_artifact = classify_path(path)
         if not_artifact is not None:
             results.append(VerifyResult(not_artifact.path, "bad_input", [not_artifact.error]))
             continue
-        shards = None if os.path.lexists(path) else find_shards(path)
+        shards = None if exists(path) else find_shards(path)
         if shards is not None:
             readers = {i: r for i, shard in shards.present.items() if isinstance(r := _open(shard), CacheReader)}
             if problems := check_shard_set(shards, {i: r.summary["shard"] for i, r in readers.items()}).problems:
                 results.append(VerifyResult(str(path), "fail", problems))  # a shard not opened: verify() says why
         for target in [path] if shards is None else shards.present.values():
-            size = os.stat(target / PAYLOAD_NAME).st_size if os.path.isfile(target / PAYLOAD_NAME) else 0
+            payload = target / PAYLOAD_NAME
+            size = os.stat(payload).st_size if isinstance(payload, Path) and payload.is_file() else 0
             try:
                 if progress is not None and size >= PROGRESS_MIN_BYTES:
                     with progress(target.name, size) as advance:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gencache.artifact.names import ARTIFACT_FILES, parse_shard_dir_name
+from gencache.artifact.store import Location, exists, listdir, location
+from gencache.config.paths import S3Url
 from gencache.core.errors import ShardError
 
 PathLike = str | os.PathLike[str]
@@ -26,22 +28,18 @@ class ShardSet:
     """The shard directories found beside an unsuffixed output path: the split with the most directories, and
     the directories of other splits by their count."""
 
-    base: Path
+    base: Location
     count: int
-    present: dict[int, Path]
+    present: dict[int, Location]
     missing: tuple[int, ...]
-    other_splits: dict[int, tuple[Path, ...]]
+    other_splits: dict[int, tuple[Location, ...]]
 
 
-def find_shards(path: PathLike) -> ShardSet | None:
+def find_shards(path: PathLike | S3Url) -> ShardSet | None:
     """The shard siblings of an unsuffixed ``path`` (None when there are none)."""
-    base = Path(path).expanduser().absolute()
-    try:
-        names = os.listdir(base.parent)
-    except OSError:
-        return None
-    splits: dict[int, dict[int, Path]] = {}
-    for name in names:
+    base = location(path)
+    splits: dict[int, dict[int, Location]] = {}
+    for name in listdir(base.parent) or ():
         parsed = parse_shard_dir_name(name)
         if parsed is not None and parsed[0] == base.name:
             splits.setdefault(parsed[2], {})[parsed[1]] = base.parent / name
@@ -136,14 +134,12 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> ShardCheck:
     )
 
 
-def stray_directory(path: PathLike) -> str | None:
+def stray_directory(path: PathLike | S3Url) -> str | None:
     """Why ``path`` hides the shard directories beside it, or None: it is a directory holding none of the artifact
     files (empty, say) while ``<path>-shard-IIIII-of-NNNNN`` directories exist."""
-    full = Path(path).expanduser().absolute()
-    try:
-        names = set(os.listdir(full)) if full.is_dir() and not full.is_symlink() else None
-    except OSError:
-        return None
+    full = location(path)
+    listed = None if isinstance(full, Path) and full.is_symlink() else listdir(full)
+    names = None if listed is None else set(listed)
     shards = None if names is None or names & ARTIFACT_FILES else find_shards(full)
     if shards is None:
         return None
@@ -155,12 +151,12 @@ def stray_directory(path: PathLike) -> str | None:
     )
 
 
-def split_conflict(path: PathLike, count: int | None) -> str | None:
+def split_conflict(path: PathLike | S3Url, count: int | None) -> str | None:
     """Why a run may not write its split of the unsharded output path ``path`` (``count`` ways, or unsplit when
     None), or None when it may: the two splits could never be read as one artifact, and an unsplit run would
     publish ``path`` itself over the split's name. An unsplit run over a path that exists is left to the output
     check (it refuses any existing path)."""
-    if count is None and os.path.lexists(Path(path).expanduser().absolute()):
+    if count is None and exists(location(path)):
         return None
     found = find_shards(path)
     if found is None:
@@ -186,13 +182,13 @@ def split_conflict(path: PathLike, count: int | None) -> str | None:
     )
 
 
-def expand_output(path: PathLike) -> tuple[list[Path], ShardSet | None]:
+def expand_output(path: PathLike | S3Url) -> tuple[list[Location], ShardSet | None]:
     """The directories an artifact path stands for: itself when it exists, else its shard siblings (the caller
     checks the set); ``([path], None)`` when there are none. :class:`ShardError` when the path is a stray directory
     that hides its shard siblings."""
-    full = Path(path).expanduser().absolute()
+    full = location(path)
     stray = stray_directory(full)
     if stray is not None:
         raise ShardError(stray)
-    shards = None if os.path.lexists(full) else find_shards(full)
+    shards = None if exists(full) else find_shards(full)
     return ([full], None) if shards is None else (list(shards.present.values()), shards)

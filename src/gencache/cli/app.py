@@ -222,7 +222,8 @@ def generate(
 @app.command()
 def inspect(
     dirs: Annotated[
-        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
+        list[str],
+        typer.Argument(metavar="DIR", help="Artifact directories or s3:// URLs (or an unsuffixed sharded output_dir)."),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
 ) -> None:
@@ -243,7 +244,8 @@ def inspect(
 @app.command()
 def verify(
     dirs: Annotated[
-        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
+        list[str],
+        typer.Argument(metavar="DIR", help="Artifact directories or s3:// URLs (or an unsuffixed sharded output_dir)."),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of lines.")] = False,
 ) -> None:
@@ -265,7 +267,10 @@ def verify(
 @app.command()
 def export(
     directory: Annotated[
-        Path, typer.Argument(metavar="DIR", help="A published artifact directory (or an unsuffixed sharded output).")
+        str,
+        typer.Argument(
+            metavar="DIR", help="A published artifact directory or s3:// URL (or an unsuffixed sharded output)."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The file to write (must not exist).")],
     format: Annotated[
@@ -338,17 +343,29 @@ def export(
 @app.command()
 def clean(
     parent: Annotated[
-        Path,
-        typer.Argument(metavar="PARENT_DIR", help="The directory that holds output directories (output_dir's parent)."),
+        str,
+        typer.Argument(
+            metavar="PARENT",
+            help="The directory (or s3:// prefix) that holds output directories (output_dir's parent).",
+        ),
     ],
 ) -> None:
-    """Remove temporary directories left by killed gencache processes on this host."""
+    """Remove what killed gencache writers left: temporary directories on this host, or on a bucket their
+    incomplete uploads, uncommitted objects and stale locks (a live writer's and every committed artifact kept)."""
     from gencache.artifact.publish import clean as clean_parent
+    from gencache.artifact.store import location
+    from gencache.artifact.upload import clean as clean_prefix
 
-    removed = clean_parent(parent)
+    where = location(parent)
+    if isinstance(where, Path):
+        removed = [str(path) for path in clean_parent(where)]
+        what = "temporary director" + ("y" if len(removed) == 1 else "ies")
+    else:
+        removed = clean_prefix(where)
+        what = "leftover" + ("" if len(removed) == 1 else "s")
     for path in removed:
         typer.echo(f"removed {path}")
-    typer.echo(f"{len(removed)} temporary director{'y' if len(removed) == 1 else 'ies'} removed")
+    typer.echo(f"{len(removed)} {what} removed")
 
 
 @app.command()

@@ -56,7 +56,10 @@ def _render(report: AuditReport, console: Console) -> None:
 
 def audit_command(
     artifact: Annotated[
-        Path, typer.Argument(metavar="ARTIFACT", help="A published artifact, one shard, or an unsuffixed shard base.")
+        str,
+        typer.Argument(
+            metavar="ARTIFACT", help="A published artifact (a directory or an s3:// URL), one shard, or a shard base."
+        ),
     ],
     samples: Annotated[
         int, typer.Option("--samples", metavar="N", help="Audit N keys drawn with --seed (default 32).")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 
@@ -85,7 +85,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     config_path = workdir / "demo-config.json"
     config_path.write_text(json.dumps(demo_config(teacher, output_dir), indent=2) + "\n", encoding="utf-8")
     console.print(f"[bold]2.[/bold] generating from {config_path}")
-    published = generate(config_path, notify=lambda level, text: render_notice(console, level, text))
+    published = cast(Path, generate(config_path, notify=lambda level, text: render_notice(console, level, text)))
     console.print(f"[bold]3.[/bold] gencache inspect {published}")
     render_inspect(inspect_report([published]), console)
     reader = CacheReader(published)

@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 _STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 
 _Artifact = Annotated[
-    Path, typer.Argument(metavar="ARTIFACT", help="A published artifact, one shard, or an unsuffixed shard base.")
+    str,
+    typer.Argument(
+        metavar="ARTIFACT", help="A published artifact (a directory or an s3:// URL), one shard, or a shard base."
+    ),
 ]
 _Patterns = Annotated[
     list[str] | None,
@@ -61,7 +64,7 @@ def _patterns(texts: list[str] | None) -> dict[int, str]:
     return chosen
 
 
-def checked_sources(artifact: Path, sources: list[str] | None) -> dict[int, str]:
+def checked_sources(artifact: str, sources: list[str] | None) -> dict[int, str]:
     """``--source I=PATH`` options as a mapping, once ``artifact`` is known to be an artifact."""
     not_artifact = classify_path(artifact)
     if not_artifact is not None:

@@ -10,9 +10,9 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.store import Location
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
 from gencache.core.progress import StagedProgress
 from gencache.run.overrides import Overrides
@@ -78,7 +78,7 @@ def generate(
     env: Mapping[str, str] | None = None,
     notify: Notify | None = None,
     progress: ProgressFactory | None = None,
-) -> Path:
+) -> Location:
     """Check, generate and publish the artifact of the config file ``config``, as ``gencache generate`` does.
 
     ``overrides`` (``--set``) maps dotted config paths to values (``{"model.generation_kwargs.max_new_tokens": 64}``)
@@ -146,9 +146,9 @@ class _Run:
 
     def __init__(self, say: Notify, progress: ProgressFactory | None) -> None:
         self.say, self.progress = say, progress
-        self.published: list[Path] = []
+        self.published: list[Location] = []
         self.targets = 0
-        self.current: Path | None = None
+        self.current: Location | None = None
         self.started = False
 
     def execute(self, plan: Plan, inputs: RunInputs) -> None:
@@ -211,7 +211,7 @@ class _Run:
             f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
         )
 
-    def _published(self, path: Path) -> None:
+    def _published(self, path: Location) -> None:
         self.published.append(path)
         self.current = None
 

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gencache.artifact.names import shard_dir_name
+from gencache.artifact.store import Location, exists
 from gencache.config.names import ENGINE_VLLM
+from gencache.config.paths import S3Url
 from gencache.core.canonical import json_digest
 from gencache.core.errors import (
     ConfigError,
@@ -81,7 +83,7 @@ class RunInputs:
     generation: EffectiveGeneration
     engine: Engine
     samples: SampleSet
-    capacity: Mapping[Path, int]
+    capacity: Mapping[Location, int]
     rename_mode: str
 
 
@@ -92,11 +94,11 @@ class Preflight:
 
     config: CacheConfig | None
     targets: list[Target]
-    output_dir: Path | None = None
-    published: list[Path] = field(default_factory=list)
+    output_dir: Location | None = None
+    published: list[Location] = field(default_factory=list)
     samples: SampleSet | None = None
     sample_counts: list[int] | None = None
-    capacity: dict[Path, int] = field(default_factory=dict)
+    capacity: dict[Location, int] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     not_computed: list[str] = field(default_factory=list)
@@ -149,7 +151,7 @@ class Target:
     """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
     once the samples are built)."""
 
-    output_dir: Path
+    output_dir: Location
     shard: ShardSpec | None
     keys: tuple[str, ...] = ()
 
@@ -165,23 +167,26 @@ class Plan:
     applied: list[Override]
     targets: list[Target]
     pending: list[Target]
-    published: list[Path]
+    published: list[Location]
 
     @property
-    def base(self) -> Path:
+    def base(self) -> Location:
         """The absolute ``output_dir``: the artifact, or the base every shard directory's name starts with."""
         return absolute_path(self.config.output_dir)
 
     @property
-    def output_dir(self) -> Path:
+    def output_dir(self) -> Location:
         """What the run returns: the artifact, the one shard of ``--shard I/N``, or the base of ``--shards N``."""
         shard = self.targets[0].shard
         return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
 
 
-def absolute_path(path: str) -> Path:
-    """``output_dir`` relative to the working directory, made absolute without resolving symlinks."""
-    return Path(os.path.abspath(os.path.expanduser(path)))
+def absolute_path(path: str) -> Location:
+    """``output_dir`` relative to the working directory, made absolute without resolving symlinks; an ``s3://``
+    URL as its :class:`~gencache.config.paths.S3Url`."""
+    from gencache.artifact.store import location
+
+    return location(path)
 
 
 def run_digest(resolved_config: Mapping[str, Any]) -> str:
@@ -190,7 +195,7 @@ def run_digest(resolved_config: Mapping[str, Any]) -> str:
     return json_digest(stripped)
 
 
-def check_published(output_dir: Path, digest: str) -> None:
+def check_published(output_dir: Location, digest: str) -> None:
     """Accept an existing ``output_dir`` only as an artifact the same run published (the payload's bytes are
     ``gencache verify``'s to check)."""
     from gencache.artifact.reader import is_published
@@ -223,7 +228,7 @@ def _targets(output_dir: str, shard: str | None, shards: int | None, env: Mappin
     else:
         specs = [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
     base = absolute_path(output_dir)
-    return [Target(base if s is None else Path(shard_dir_name(str(base), s.index, s.count)), s) for s in specs]
+    return [Target(base if s is None else absolute_path(shard_dir_name(str(base), s.index, s.count)), s) for s in specs]
 
 
 def _split_problems(output_dir: str, targets: list[Target]) -> list[Problem]:
@@ -293,10 +298,10 @@ def reshard(plan: Plan, count: int) -> Plan:
 def _sorted(plan: Plan, skip: bool) -> Plan:
     """``plan`` with its targets sorted into those to generate and, with ``skip``, those already published."""
     pending: list[Target] = []
-    published: list[Path] = []
+    published: list[Location] = []
     problems: list[Problem] = []
     for target in plan.targets:
-        if not (skip and os.path.lexists(target.output_dir)):
+        if not (skip and exists(target.output_dir)):
             pending.append(target)
             continue
         try:
@@ -382,20 +387,27 @@ def _output(found: Preflight, config: CacheConfig | None, check_output: bool) ->
     return found.check("output path", "output_dir", lambda: _output_location(outputs), needs=["paths"])
 
 
-def _output_location(outputs: Sequence[Path]) -> tuple[str | None, str]:
+def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
     """Every output path is absent and the nearest existing ancestor of its parent can hold it; the publish rename
-    mode."""
+    mode (``s3``: every output prefix is free in a bucket that exists and answers)."""
     from gencache.artifact.publish import check_output_path, probe_rename
+    from gencache.artifact.upload import check_absent
 
     if not outputs:
         return None, "every output is already published"
-    for output in outputs:
+    if remote := [output for output in outputs if isinstance(output, S3Url)]:
+        for prefix in remote:
+            check_absent(prefix)
+        shown = str(remote[0]) if len(remote) == 1 else f"{len(remote)} shard prefixes beside {remote[0]}"
+        return "s3", f"{shown} is free; commit with a conditional create"
+    local = [output for output in outputs if isinstance(output, Path)]
+    for output in local:
         try:
             check_output_path(output)
         except OutputExistsError as error:
             free = next((c for n in range(2, 100) if not os.path.lexists(c := f"{output}-{n}")), None)
             raise OutputExistsError(f"{error} {free} is free.") if free else error from None
-    parent = ancestor = outputs[0].parent
+    parent = ancestor = local[0].parent
     while not os.path.lexists(ancestor) and ancestor.parent != ancestor:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
@@ -406,7 +418,7 @@ def _output_location(outputs: Sequence[Path]) -> tuple[str | None, str]:
         mode = probe_rename(ancestor)
     except GencacheError as error:
         raise ConfigError(f"The output location {parent} cannot be used: {error}") from None
-    shown = str(outputs[0]) if len(outputs) == 1 else f"{len(outputs)} shard directories beside {outputs[0]}"
+    shown = str(local[0]) if len(local) == 1 else f"{len(local)} shard directories beside {local[0]}"
     return mode, f"{shown} is free; publish with {mode}"
 
 
@@ -869,7 +881,7 @@ def _paged_cache(
     return None, f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
 
 
-def _budget(targets: list[Target], generation: EffectiveGeneration) -> tuple[dict[Path, int], str]:
+def _budget(targets: list[Target], generation: EffectiveGeneration) -> tuple[dict[Location, int], str]:
     from gencache.artifact.header import header_capacity
 
     capacities = {

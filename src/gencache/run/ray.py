@@ -35,6 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.store import Location, exists
+from gencache.config.paths import S3Url
 from gencache.core.errors import (
     ConfigError,
     GencacheError,
@@ -112,7 +114,7 @@ class ShardRecord:
     attempts, entries, tokens, and the wall-clock times of its last attempt (seconds since the epoch)."""
 
     index: int
-    output_dir: Path
+    output_dir: Location
     status: str
     worker: str | None = None
     seconds: float = 0.0
@@ -145,21 +147,21 @@ class ShardRecord:
 class RayRun:
     """What a Ray run did: the shard base, the cluster it ran on, and a record per shard."""
 
-    output_dir: Path
+    output_dir: Location
     address: str
     shards: int
     workers: int
     max_retries: int
     records: list[ShardRecord] = field(default_factory=list)
-    removed: list[Path] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
-    def published(self) -> list[Path]:
+    def published(self) -> list[Location]:
         return [r.output_dir for r in self.records if r.status in ("published", "done")]
 
     @property
-    def skipped(self) -> list[Path]:
+    def skipped(self) -> list[Location]:
         return [r.output_dir for r in self.records if r.status == "skipped"]
 
     @property
@@ -639,17 +641,19 @@ class _Driver:
             self.run.records.append(ShardRecord(index, path, "skipped"))
             self.say("info", f"already published and verified: {path}")
         self.run.removed += self._clean()
-        for path in self.run.removed:
-            self.say("info", f"removed {path}, the temporary directory of a stopped or dead writer of this run")
+        for removed in self.run.removed:
+            self.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
 
-    def _clean(self) -> list[Path]:
-        """Remove the temporary directories of this run's shards whose writer died (its lock is free)."""
+    def _clean(self) -> list[str]:
+        """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
+        free), or on a bucket their uploads and uncommitted objects (their lock is stale)."""
         from gencache.artifact.publish import clean
+        from gencache.artifact.upload import clean as clean_prefix
 
-        parent = self.plan.base.parent
-        if not parent.is_dir():
-            return []
-        return clean(parent, outputs={t.output_dir.name for t in self.plan.targets})
+        parent, outputs = self.plan.base.parent, {t.output_dir.name for t in self.plan.targets}
+        if isinstance(parent, S3Url):
+            return clean_prefix(parent, outputs)
+        return [str(path) for path in clean(parent, outputs)] if parent.is_dir() else []
 
 
 @dataclass(frozen=True)
@@ -698,7 +702,7 @@ class ShardWorker:
             plan = self._plan()
             target = next(t for t in plan.targets if t.shard is not None and t.shard.index == index)
             record = replace(record, output_dir=target.output_dir)
-            if os.path.lexists(target.output_dir):
+            if exists(target.output_dir):
                 raise OutputExistsError(f"{target.output_dir} exists")
             if self.session is None:  # this call makes the checks and loads the teacher first
                 self.session = self._open(plan)

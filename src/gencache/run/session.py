@@ -11,11 +11,11 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import local_identity, with_resolved_digest
+from gencache.artifact.store import Location
 from gencache.artifact.summary import shard_data_configs
 from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.core.tokenizer import tokenizer_state
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class Published:
     """One target published: its directory, entries, generated tokens, seconds and the rename used."""
 
-    output_dir: Path
+    output_dir: Location
     entries: int
     tokens: int
     seconds: float
@@ -55,7 +55,7 @@ class TeacherSession:
         self.loaded = True
 
     def publish(
-        self, target: Target, progress: Progress, *, on_published: Callable[[Path], None] | None = None
+        self, target: Target, progress: Progress, *, on_published: Callable[[Location], None] | None = None
     ) -> Published:
         """Generate ``target``'s keys, write and publish its artifact. ``on_published(path)`` is called once the
         rename happened, also when an exception (a stop) interrupts the publish after it: the caller then knows
