@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gencache.artifact.header import header_capacity
+from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, is_published, verify
-from gencache.artifact.upload import PART_BYTES, clean
+from gencache.artifact.upload import clean
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.paths import parse_s3_url
 from gencache.core.errors import FormatError, OutputExistsError
-from support.s3 import S3Env
-from support.storage_helpers import PROVENANCE, RESOLVED, tokens
+from support.config_factory import write_config
+from support.s3 import FaultProxy, S3Env, S3Server
+from support.storage_helpers import PROVENANCE, RESOLVED, child_env, tokens
 
 ARTIFACT = ["cache.safetensors", "manifest.json", "resolved_config.json"]
 
@@ -54,3 +58,203 @@ def test_a_bucket_artifact_is_byte_identical_to_a_local_one(s3_env: S3Env, tmp_p
     assert list((tmp_path / "cache2").glob("**/cache.safetensors")) == []  # range reads, no download
     assert verify(s3_env.url("runs/x")) == []
     assert is_published(s3_env.url("runs/x"), RESOLVED.get("run_digest", "")) is ("run_digest" in RESOLVED)
+
+
+# -- the command line against the bucket -----------------------------------------------------------------------
+def gencache(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gencache", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gencache", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=child_env(),
+    )
+
+
+def digests(reader: CacheReader) -> dict[str, str]:
+    return {key: reader.metadata(key)["content_digest"] for key in reader}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("engine", ["transformers", "transformers-continuous"])
+def test_generate_to_a_bucket_equals_generating_to_disk(
+    s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path, engine: str
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir, engine=engine)
+    local = gencache("generate", str(config), cwd=tmp_path, env=child_env())
+    assert local.returncode == 0, local.stderr
+    url = s3_env.url("runs/one")
+    remote = gencache("generate", str(config), "--output-dir", url, cwd=tmp_path, env=child_env())
+    assert remote.returncode == 0, remote.stderr
+    assert remote.stdout.strip() == url
+    assert s3_env.keys() == [f"runs/one/{name}" for name in ARTIFACT] and s3_env.uploads() == []
+    on_disk = tmp_path / "out" / "cache.safetensors"
+    assert s3_env.client.get_object(Bucket=s3_env.bucket, Key="runs/one/cache.safetensors")["Body"].read() == (
+        on_disk.read_bytes()
+    )
+    assert digests(CacheReader(url)) == digests(CacheReader(tmp_path / "out"))
+    inspected = gencache("inspect", url, "--json", cwd=tmp_path, env=child_env())
+    assert inspected.returncode == 0, inspected.stderr
+    assert gencache("verify", url, cwd=tmp_path, env=child_env()).stdout.startswith("OK")
+    exported = gencache("export", url, "--out", str(tmp_path / "rows.jsonl"), cwd=tmp_path, env=child_env())
+    assert exported.returncode == 0, exported.stderr
+    # the same output again: refused before the teacher loads, with the way out
+    again = gencache("generate", str(config), "--output-dir", url, cwd=tmp_path, env=child_env())
+    assert again.returncode == 2
+    assert again.stderr.count("error:") == 1 and "already exists" in again.stderr
+    assert "teacher loaded" not in again.stderr
+
+
+def test_shards_on_a_bucket_resume_from_what_is_committed(
+    s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    url = s3_env.url("runs/split")
+    first = gencache("generate", str(config), "--output-dir", url, "--shards", "2", cwd=tmp_path, env=child_env())
+    assert first.returncode == 0, first.stderr
+    one = s3_env.url("runs/split-shard-00001-of-00002")
+    s3_env.client.delete_object(Bucket=s3_env.bucket, Key="runs/split-shard-00001-of-00002/manifest.json")
+    for name in ("cache.safetensors", "resolved_config.json"):
+        s3_env.client.delete_object(Bucket=s3_env.bucket, Key=f"runs/split-shard-00001-of-00002/{name}")
+    rerun = gencache("generate", str(config), "--output-dir", url, "--shards", "2", cwd=tmp_path, env=child_env())
+    assert rerun.returncode == 0, rerun.stderr
+    assert "shard-00000-of-00002" in rerun.stderr and one in rerun.stderr
+    whole = gencache("generate", str(config), cwd=tmp_path, env=child_env())
+    assert whole.returncode == 0, whole.stderr
+    assert digests(open_caches(url)) == digests(CacheReader(tmp_path / "out"))  # type: ignore[arg-type]
+
+
+def test_bad_urls_are_one_line_before_the_teacher_loads(
+    s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir)
+    s3_env.client.put_object(Bucket=s3_env.bucket, Key="taken/x", Body=b"1")
+    cases = {
+        "s3://": "names no valid bucket",
+        "s3://Bad_Bucket/x": "names no valid bucket",
+        "s3://gencache-test-missing/x": "does not exist",
+        f"s3://{s3_env.bucket}": "names a bucket but no prefix",
+        s3_env.url("taken"): "already exists",
+        "gs://bucket/x": "is a URL (gs://)",
+    }
+    for url, message in cases.items():
+        result = gencache("generate", str(config), "--output-dir", url, cwd=tmp_path, env=child_env())
+        assert result.returncode == 2, (url, result.stderr)
+        assert result.stderr.count("error:") == 1 and message in result.stderr, (url, result.stderr)
+        assert "teacher loaded" not in result.stderr
+    no_credentials = child_env(AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="")
+    result = gencache("generate", str(config), "--output-dir", s3_env.url("y"), cwd=tmp_path, env=no_credentials)
+    assert result.returncode == 2 and "no AWS credentials" in result.stderr, result.stderr
+    assert not list((tmp_path).glob("s3*")) and s3_env.keys() == ["taken/x"]
+
+
+# -- killed, racing and failing writers -------------------------------------------------------------------------
+def writer(url: str, mebibytes: int, *, pause: bool = True) -> subprocess.Popen[str]:
+    script = Path(__file__).parent / "support" / "s3_writer.py"
+    return subprocess.Popen(
+        [sys.executable, str(script), url, str(mebibytes), *(["pause"] if pause else [])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+
+
+def test_a_killed_writer_leaves_nothing_readable_and_clean_removes_it(s3_env: S3Env, tmp_path: Path) -> None:
+    url = s3_env.url("runs/killed")
+    child = writer(url, 16)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    assert len(s3_env.uploads("runs/killed/")) == 1 and s3_env.keys() == ["runs/.killed.gencache-lock"]
+    assert clean(parse_s3_url(s3_env.url("runs"))) == []  # a live writer's upload and lock are kept
+    child.kill()
+    child.wait()
+    with pytest.raises(FormatError, match="no objects under it"):
+        CacheReader(url)
+    done = subprocess.run(
+        [sys.executable, "-m", "gencache", "clean", s3_env.url("runs")],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        check=True,
+    )
+    assert "incomplete upload" in done.stdout and "stale lock" in done.stdout
+    assert s3_env.uploads() == [] and s3_env.keys() == []
+    rerun = writer(url, 16, pause=False)
+    assert rerun.wait(timeout=300) == 0, rerun.stderr.read() if rerun.stderr else ""
+    assert len(CacheReader(url, cache_dir=tmp_path)) == 16
+    assert clean(parse_s3_url(s3_env.url("runs"))) == []  # a committed artifact is never touched
+    assert len(s3_env.keys()) == 3
+
+
+def test_two_writers_racing_for_one_prefix_make_exactly_one_artifact(s3_env: S3Env) -> None:
+    url = s3_env.url("runs/race")
+    first = writer(url, 1)
+    assert first.stdout is not None and first.stdout.readline().strip() == "ready"
+    second = writer(url, 1)
+    assert second.wait(timeout=300) == 2
+    assert second.stderr is not None
+    lines = second.stderr.read().strip().splitlines()
+    assert len(lines) == 1 and url in lines[0] and "being written by another gencache run" in lines[0]
+    first.communicate("\n", timeout=300)
+    assert first.returncode == 0
+    assert s3_env.keys() == [f"runs/race/{name}" for name in ARTIFACT] and s3_env.uploads() == []
+
+
+def test_the_server_refuses_a_second_commit_even_without_the_lock(
+    s3_env: S3Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class NoLease:  # a lost lock: two writers reach the commit
+        def __init__(self, where: object) -> None: ...
+
+        def release(self) -> None: ...
+
+    monkeypatch.setattr("gencache.artifact.writer.Lease", NoLease)
+    url = s3_env.url("runs/commit")
+    entries = {key: [i] * 700_000 for i, key in enumerate(keys_of(2))}  # parts on the server before the commit
+    capacity = header_capacity(2, 1, 700_000)
+    with ArtifactBuild(url, provenance=PROVENANCE, header_capacity=capacity) as late:
+        for key, ids in entries.items():
+            late.writer.add(key, [tokens(ids)], ["x"], ["eos"])
+        build(url, {key: ids[:5] for key, ids in entries.items()})  # the winner commits first
+        with pytest.raises(OutputExistsError, match="published by another writer first"):
+            late.writer.finalize(resolved_config=RESOLVED, summary={})
+    assert s3_env.keys() == [f"runs/commit/{name}" for name in ARTIFACT] and s3_env.uploads() == []
+    assert CacheReader(url).get_arrays(keys_of(2)[1]).sequences[0].tolist() == [1] * 5
+
+
+def test_a_store_that_stops_answering_ends_the_run_with_one_line(s3_env: S3Env, s3_server: S3Server) -> None:
+    url = s3_env.url("runs/down")
+    child = writer(url, 16)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    s3_server.stop()
+    try:
+        _, err = child.communicate("\n", timeout=600)
+    finally:
+        s3_server.start()
+    assert child.returncode == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "check that the store is reachable" in lines[0], err
+    s3_server.client().create_bucket(Bucket=s3_env.bucket)  # the restarted server is empty
+    assert writer(url, 1, pause=False).wait(timeout=300) == 0
+
+
+def test_throttling_and_slow_answers_are_retried(s3_env: S3Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    entries = {key: [i] * 400_000 for i, key in enumerate(keys_of(4))}  # 12 MiB: two parts
+    with FaultProxy(s3_env.env["AWS_ENDPOINT_URL"]) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        proxy.fail(2, match="partNumber=")
+        proxy.fail(1, method="PUT", match="manifest.json")
+        proxy.delay(2.0, method="POST", match="uploads", times=1)
+        build(s3_env.url("runs/flaky"), entries)
+        payload = sum(len(ids) * 8 for ids in entries.values())
+        assert proxy.sent["PUT"] >= payload  # every part, plus the refused attempts
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env.env["AWS_ENDPOINT_URL"])
+    reader = CacheReader(s3_env.url("runs/flaky"), download=False)
+    assert all(reader.get_arrays(key).sequences[0].tolist() == ids for key, ids in entries.items())

@@ -241,7 +241,14 @@ class PayloadUpload:
             self.upload.send(len(self.upload.parts) + 2, self.pending)
         padding = b" " * (self.capacity - len(header))
         self.upload.send(1, self.prefix + header + padding + self.held)
-        self.upload.complete()
+        try:
+            self.upload.complete()
+        except OutputExistsError:
+            where = self.upload.where.parent
+            raise OutputExistsError(
+                f"Output {where} was published by another writer first (the artifact there is theirs); this run "
+                "committed nothing."
+            ) from None
 
     def abort(self) -> None:
         self.upload.abort()

@@ -42,7 +42,7 @@ from gencache.artifact.store import exists, location, remove
 from gencache.artifact.summary import build_summary
 from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
 from gencache.config.paths import S3Url
-from gencache.core.errors import FormatError, HeaderCapacityError, WriteError
+from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
 
 READ_ONLY = 0o444
 MAX_WRITE_BYTES = 8 * 1024 * 1024  # the largest piece of the header reservation written at once
@@ -57,7 +57,7 @@ def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Ite
         yield
     except BaseException as error:
         undo()
-        if isinstance(error, OSError) and not isinstance(error, WriteError):
+        if isinstance(error, OSError) and not isinstance(error, GencacheError):
             raise write_error(what(), error) from error
         raise
 
