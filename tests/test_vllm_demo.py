@@ -18,6 +18,7 @@ import pytest
 
 from gencache.artifact.reader import CacheReader
 from gencache.generation.engines.vllm import installed_build
+from support.s3 import S3Env
 
 pytestmark = pytest.mark.vllm
 _build = installed_build()
@@ -37,7 +38,7 @@ def documented_commands() -> list[str]:
     return [line for line in block.group(1).splitlines() if line.strip() and " uv sync " not in f" {line} "]
 
 
-def test_the_documented_demo_runs_with_vllm(tmp_path: Path) -> None:
+def test_the_documented_demo_runs_with_vllm(tmp_path: Path, s3_env: S3Env) -> None:
     commands = documented_commands()
     assert [shlex.split(c)[:2] for c in commands] == [
         [".venv-vllm-cpu/bin/gencache", "demo"],
@@ -58,3 +59,12 @@ def test_the_documented_demo_runs_with_vllm(tmp_path: Path) -> None:
         (ours.metadata(k) or {}).get("content_digest") == (theirs.metadata(k) or {}).get("content_digest") for k in ours
     ]
     assert all(digests)
+    # the vllm engine publishes the same artifact to a bucket (a local S3 server)
+    url = s3_env.url("demo/vllm")
+    argv = [*shlex.split(commands[1])[:-1], url]
+    argv[0] = str(here / Path(argv[0]).name)
+    env = {**env, **s3_env.env}
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    on_bucket = CacheReader(url, cache_dir=tmp_path / "cache")
+    assert [on_bucket.metadata(k) for k in on_bucket] == [ours.metadata(k) for k in ours]
