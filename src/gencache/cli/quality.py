@@ -16,7 +16,6 @@ from gencache.cli.console import echo_json, make_console
 from gencache.cli.quiet import quiet_libraries
 from gencache.core.errors import ConfigError, InputPathError
 from gencache.data.answers import METRICS
-from gencache.run.export import parse_source_override
 
 if TYPE_CHECKING:
     from gencache.run.score import ScoreReport
@@ -50,13 +49,14 @@ SourceOption = Annotated[
 ]
 
 
-def _patterns(texts: list[str] | None) -> dict[int, str]:
-    """``--answer-pattern I=REGEX`` options as a mapping (a :class:`ConfigError` for another shape)."""
+def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
+    """``--source I=PATH`` or ``--answer-pattern I=REGEX`` options as a mapping from data config index I."""
     chosen: dict[int, str] = {}
     for text in texts or ():
         index, sep, value = text.partition("=")
         if not sep or not index.strip().isdigit() or not value:
-            raise ConfigError(f"--answer-pattern must look like I=REGEX (data config index I), got {text!r}.")
+            shape = "I=PATH" if option == "--source" else "I=REGEX"
+            raise ConfigError(f"{option} must look like {shape} (data config index I), got {text!r}.")
         chosen[int(index)] = value
     return chosen
 
@@ -66,7 +66,7 @@ def checked_sources(artifact: Path, sources: list[str] | None) -> dict[int, str]
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
-    return dict(parse_source_override(text) for text in sources or ())
+    return _by_index("--source", sources)
 
 
 def render_scores(report: ScoreReport, console: Console) -> None:
@@ -112,7 +112,11 @@ def score_command(
     chosen = checked_sources(artifact, source)
     with quiet_libraries(False):
         report = score(
-            artifact, out=out, answer_patterns=_patterns(answer_pattern), data_root=data_root, sources=chosen
+            artifact,
+            out=out,
+            answer_patterns=_by_index("--answer-pattern", answer_pattern),
+            data_root=data_root,
+            sources=chosen,
         )
     if as_json:
         echo_json(report.as_json())
@@ -139,7 +143,7 @@ def report_command(
     matplotlib (the report extra)."""
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
-    chosen, patterns = checked_sources(artifact, source), _patterns(answer_pattern)
+    chosen, patterns = checked_sources(artifact, source), _by_index("--answer-pattern", answer_pattern)
     with quiet_libraries(False):
         result = write_report(artifact, out, audit=audit, answer_patterns=patterns, data_root=data_root, sources=chosen)
     if not result.charts:
