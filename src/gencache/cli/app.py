@@ -219,11 +219,14 @@ def generate(
     typer.echo(str(result))
 
 
+_Dirs = Annotated[
+    list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
+]
+
+
 @app.command()
 def inspect(
-    dirs: Annotated[
-        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
-    ],
+    dirs: _Dirs,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
 ) -> None:
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
@@ -242,9 +245,7 @@ def inspect(
 
 @app.command()
 def verify(
-    dirs: Annotated[
-        list[Path], typer.Argument(metavar="DIR", help="Artifact directories (or an unsuffixed sharded output_dir).")
-    ],
+    dirs: _Dirs,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of lines.")] = False,
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded

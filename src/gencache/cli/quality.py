@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 _STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 
-_Artifact = Annotated[
+ArtifactArgument = Annotated[
     Path, typer.Argument(metavar="ARTIFACT", help="A published artifact, one shard, or an unsuffixed shard base.")
 ]
 _Patterns = Annotated[
@@ -34,7 +34,7 @@ _Patterns = Annotated[
         "instead of its rule (repeatable).",
     ),
 ]
-#: ``--data-root`` and ``--source``, as ``export``, ``score`` and ``report`` take them.
+#: ``--data-root`` and ``--source``, as ``export``, ``score`` and ``report`` take them (and ``audit`` ARTIFACT).
 DataRootOption = Annotated[
     Path | None,
     typer.Option(
@@ -93,7 +93,7 @@ def render_scores(report: ScoreReport, console: Console) -> None:
 
 
 def score_command(
-    artifact: _Artifact,
+    artifact: ArtifactArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     out: Annotated[
         Path | None,
@@ -127,7 +127,7 @@ def score_command(
 
 
 def report_command(
-    artifact: _Artifact,
+    artifact: ArtifactArgument,
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The HTML file to write (must not exist).")],
     audit: Annotated[
         Path | None,
