@@ -219,12 +219,15 @@ def generate(
     typer.echo(str(result))
 
 
+_Dirs = Annotated[
+    list[str],
+    typer.Argument(metavar="DIR", help="Artifact directories or s3:// URLs (or an unsuffixed sharded output_dir)."),
+]
+
+
 @app.command()
 def inspect(
-    dirs: Annotated[
-        list[str],
-        typer.Argument(metavar="DIR", help="Artifact directories or s3:// URLs (or an unsuffixed sharded output_dir)."),
-    ],
+    dirs: _Dirs,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
 ) -> None:
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
@@ -243,10 +246,7 @@ def inspect(
 
 @app.command()
 def verify(
-    dirs: Annotated[
-        list[str],
-        typer.Argument(metavar="DIR", help="Artifact directories or s3:// URLs (or an unsuffixed sharded output_dir)."),
-    ],
+    dirs: _Dirs,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of lines.")] = False,
 ) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded

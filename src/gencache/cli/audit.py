@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from gencache.cli.quality import ArtifactArgument
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, InputPathError
 
@@ -55,12 +56,7 @@ def _render(report: AuditReport, console: Console) -> None:
 
 
 def audit_command(
-    artifact: Annotated[
-        str,
-        typer.Argument(
-            metavar="ARTIFACT", help="A published artifact (a directory or an s3:// URL), one shard, or a shard base."
-        ),
-    ],
+    artifact: ArtifactArgument,
     samples: Annotated[
         int, typer.Option("--samples", metavar="N", help="Audit N keys drawn with --seed (default 32).")
     ] = 32,

@@ -77,18 +77,15 @@ class RunProgress:
         self._update()
 
     def start(self, total_samples: int) -> None:
-        if self.bar.tasks[0].start_time is None:
-            self.bar.start_task(self.task)
-            if self.live:
-                self.bar.start()
+        self.bar.start_task(self.task)
+        if self.live:
+            self.bar.start()
         self.bar.update(self.task, total=total_samples)
         self._update()
         if not self.live:
             self._line()
 
     def advance(self, samples: int, tokens: int) -> None:
-        if self.bar.tasks[0].start_time is None:
-            self.start(int(self.bar.tasks[0].total or 0))
         self.tokens += tokens
         self.bar.advance(self.task, samples)
         self._update()

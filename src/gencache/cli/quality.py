@@ -16,14 +16,13 @@ from gencache.cli.console import echo_json, make_console
 from gencache.cli.quiet import quiet_libraries
 from gencache.core.errors import ConfigError, InputPathError
 from gencache.data.answers import METRICS
-from gencache.run.export import parse_source_override
 
 if TYPE_CHECKING:
     from gencache.run.score import ScoreReport
 
 _STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 
-_Artifact = Annotated[
+ArtifactArgument = Annotated[
     str,
     typer.Argument(
         metavar="ARTIFACT", help="A published artifact (a directory or an s3:// URL), one shard, or a shard base."
@@ -38,7 +37,7 @@ _Patterns = Annotated[
         "instead of its rule (repeatable).",
     ),
 ]
-#: ``--data-root`` and ``--source``, as ``export``, ``score`` and ``report`` take them.
+#: ``--data-root`` and ``--source``, as ``export``, ``score`` and ``report`` take them (and ``audit`` ARTIFACT).
 DataRootOption = Annotated[
     Path | None,
     typer.Option(
@@ -53,13 +52,14 @@ SourceOption = Annotated[
 ]
 
 
-def _patterns(texts: list[str] | None) -> dict[int, str]:
-    """``--answer-pattern I=REGEX`` options as a mapping (a :class:`ConfigError` for another shape)."""
+def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
+    """``--source I=PATH`` or ``--answer-pattern I=REGEX`` options as a mapping from data config index I."""
     chosen: dict[int, str] = {}
     for text in texts or ():
         index, sep, value = text.partition("=")
         if not sep or not index.strip().isdigit() or not value:
-            raise ConfigError(f"--answer-pattern must look like I=REGEX (data config index I), got {text!r}.")
+            shape = "I=PATH" if option == "--source" else "I=REGEX"
+            raise ConfigError(f"{option} must look like {shape} (data config index I), got {text!r}.")
         chosen[int(index)] = value
     return chosen
 
@@ -69,7 +69,7 @@ def checked_sources(artifact: str, sources: list[str] | None) -> dict[int, str]:
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
         raise InputPathError(not_artifact.error)
-    return dict(parse_source_override(text) for text in sources or ())
+    return _by_index("--source", sources)
 
 
 def render_scores(report: ScoreReport, console: Console) -> None:
@@ -96,7 +96,7 @@ def render_scores(report: ScoreReport, console: Console) -> None:
 
 
 def score_command(
-    artifact: _Artifact,
+    artifact: ArtifactArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     out: Annotated[
         Path | None,
@@ -115,7 +115,11 @@ def score_command(
     chosen = checked_sources(artifact, source)
     with quiet_libraries(False):
         report = score(
-            artifact, out=out, answer_patterns=_patterns(answer_pattern), data_root=data_root, sources=chosen
+            artifact,
+            out=out,
+            answer_patterns=_by_index("--answer-pattern", answer_pattern),
+            data_root=data_root,
+            sources=chosen,
         )
     if as_json:
         echo_json(report.as_json())
@@ -126,7 +130,7 @@ def score_command(
 
 
 def report_command(
-    artifact: _Artifact,
+    artifact: ArtifactArgument,
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The HTML file to write (must not exist).")],
     audit: Annotated[
         Path | None,
@@ -142,7 +146,7 @@ def report_command(
     matplotlib (the report extra)."""
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
-    chosen, patterns = checked_sources(artifact, source), _patterns(answer_pattern)
+    chosen, patterns = checked_sources(artifact, source), _by_index("--answer-pattern", answer_pattern)
     with quiet_libraries(False):
         result = write_report(artifact, out, audit=audit, answer_patterns=patterns, data_root=data_root, sources=chosen)
     if not result.charts:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from gencache.cli.console import echo_json, make_console, printable
@@ -37,8 +38,7 @@ def render_notice(console: Console, level: str, text: str) -> None:
 
 def _data_table(report: Preflight) -> Table | None:
     config = report.config
-    if config is None:  # an invalid config is raised, never reported
-        return None
+    assert config is not None  # an invalid config is raised, never reported
     table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
     columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
     for column in columns:
@@ -130,8 +130,6 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
 
     @contextmanager
     def bar_for(name: str, total: int) -> Iterator[ProgressCallback]:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
         with Progress(
             TextColumn("verifying {task.description}"),
             BarColumn(),

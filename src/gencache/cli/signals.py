@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import NoReturn
 
@@ -24,13 +24,13 @@ def _stop(signum: int, frame: FrameType | None) -> NoReturn:
     raise Stopped(signal.Signals(signum).name, _published)
 
 
-def install() -> None:
-    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` from now on (an ignored signal stays ignored); nothing
-    outside the main thread, whose signals are its own."""
+def install(handler: Callable[[int, FrameType | None], object] = _stop) -> None:
+    """SIGINT, SIGTERM and SIGHUP go to ``handler`` (raise :class:`Stopped`) from now on (an ignored signal stays
+    ignored); nothing outside the main thread, whose signals are its own."""
     if threading.current_thread() is threading.main_thread():
         for signum in _STOP_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
-                signal.signal(signum, _stop)
+                signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -77,8 +77,6 @@ def quiet_exit(code: int) -> None:
         for signum in _STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
 
+    install(finish_now)
     if threading.current_thread() is threading.main_thread():
-        for signum in _STOP_SIGNALS:
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                signal.signal(signum, finish_now)
         atexit.register(ignore_from_now)  # the last registered runs first: after the threads were joined

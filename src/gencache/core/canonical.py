@@ -19,12 +19,10 @@ def canonical_bytes(value: Any) -> bytes:
 
 
 def sha256_hex(data: bytes | bytearray | memoryview) -> str:
-    """Lowercase hex SHA-256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
 
 
 def json_digest(value: Any) -> str:
-    """Lowercase hex SHA-256 of the canonical JSON of ``value``."""
     return sha256_hex(canonical_bytes(value))
 
 
@@ -37,5 +35,4 @@ def is_int(value: object) -> bool:
 
 
 def is_sha256_hex(value: object) -> bool:
-    """True for a 64-character lowercase hexadecimal string."""
     return isinstance(value, str) and _SHA256_HEX.match(value) is not None

@@ -229,20 +229,19 @@ def _resolve(run: RecordedRun, model_path: str, tokenizer: Any) -> EffectiveGene
 
 
 def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
+    if len(stored.sequences) != len(regenerated.sequences):
+        raise DatasetError(
+            f"audit: sample {key} stores {len(stored.sequences)} sequences but the run's settings regenerate "
+            f"{len(regenerated.sequences)}."
+        )
     sequences = []
-    pairs = list(zip(stored.sequences, regenerated.sequences, strict=False))
-    for index, (old, new) in enumerate(pairs):
-        a, b = [int(t) for t in old.tolist()], [int(t) for t in new.tolist()]
+    for index, (old, new) in enumerate(zip(stored.sequences, regenerated.sequences, strict=True)):
+        a, b = old.tolist(), new.tolist()
         first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
         if first is None and len(a) != len(b):
             first = min(len(a), len(b))
         sequences.append(
             SequenceAudit(index, first, len(a), len(b), stored.finish_reasons[index], regenerated.finish_reasons[index])
-        )
-    if len(stored.sequences) != len(regenerated.sequences):
-        raise DatasetError(
-            f"audit: sample {key} stores {len(stored.sequences)} sequences but the run's settings regenerate "
-            f"{len(regenerated.sequences)}."
         )
     return KeyAudit(key, tuple(sequences))
 

@@ -354,11 +354,3 @@ def export(
         return write_rows(records, handle, chosen_format == "parquet", metadata)
 
     return ExportResult(out_path, write_atomic(out_path, write), note, left_out)
-
-
-def parse_source_override(text: str) -> tuple[int, str]:
-    """``I=PATH`` (``--source``) to ``(data config index, source)``."""
-    index, sep, source = text.partition("=")
-    if not sep or not index.strip().isdigit() or not source:
-        raise ConfigError(f"--source must look like I=PATH (data config index I), got {text!r}.")
-    return int(index), source

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.core.errors import ConfigError, DatasetError, first_line
 from gencache.data.answers import METRICS
-from gencache.data.recorded import checked_resolved_config, load_recorded_tokenizer, rebuild_samples, run_of_readers
+from gencache.data.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
 from gencache.data.samples import needs_tokenizer
 from gencache.data.scores import SCORE_COLUMNS, ScoredAnswer, rules_of, score_cache, score_format
 from gencache.run.export import check_out, write_atomic, write_rows
@@ -145,11 +144,8 @@ def score(
     if out_path is not None:
         score_format(out_path)
         check_out(out_path)
-    reader = open_caches(artifact)
-    readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
-    resolved = checked_resolved_config(readers[0])
     try:
-        run = run_of_readers(artifact, readers, resolved=resolved)
+        reader, run = open_recorded_run(artifact, hash_sources=False)
         tokenizer = load_recorded_tokenizer(run) if needs_tokenizer(run.config) else None
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
     except (ConfigError, DatasetError) as error:  # no run recorded, sources gone or changed
@@ -172,22 +168,12 @@ def score(
     )
     absolute = Path(os.path.abspath(artifact))
     if out_path is not None:
-        metadata = {"artifact": str(absolute), "run_digest": resolved.get("run_digest")}
+        metadata = {"artifact": str(absolute), "run_digest": run.run_digest}
 
         def write(handle: IO[bytes]) -> int:
             rows = (answer.row() for answer in answers)
             return write_rows(rows, handle, score_format(out_path) == "parquet", metadata, SCORE_COLUMNS)
 
         write_atomic(out_path, write)
-    max_new = (resolved.get("generation") or {}).get("max_new_tokens")
-    return ScoreReport(
-        absolute,
-        answers,
-        _group("overall", answers),
-        groups,
-        max_new if isinstance(max_new, int) else None,
-        out_path,
-        reader,
-        resolved,
-        samples,
-    )
+    overall = _group("overall", answers)
+    return ScoreReport(absolute, answers, overall, groups, run.max_new_tokens, out_path, reader, run.resolved, samples)

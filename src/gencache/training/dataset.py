@@ -12,20 +12,20 @@ columns that join the rows back to the source rows (:data:`~gencache.training.co
 from __future__ import annotations
 
 import bisect
-import contextlib
 import copy
 import itertools
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.publish import publish_file
 from gencache.artifact.reader import GenerationCache
 from gencache.config import CacheConfig, DataConfig, load_config
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
@@ -204,9 +204,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         return self.samples[int(self._items.sample[index])]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"item {index} is out of range for {len(self)} items")
-        index %= len(self)
+        index = range(len(self))[index]  # an IndexError past either end
         sample = self.sample(index)
         generation = self.cache[sample.key]
         choice = int(self._items.answer[index])
@@ -289,22 +287,20 @@ class DistillationDataset(Dataset[dict[str, Any]]):
 
         if path is None:
             return datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches(list(batches()), schema)))
-        target = Path(path)
+        target = Path(os.path.abspath(path))
         if os.path.lexists(target):
-            raise OutputExistsError(
-                f"{os.path.abspath(target)} already exists; choose another path for the datasets view."
-            )
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with pa.OSFile(str(target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            raise OutputExistsError(f"{target} already exists; choose another path for the datasets view.")
+
+        def write(handle: IO[bytes]) -> None:
+            with pa.ipc.new_stream(handle, schema) as writer:
                 for batch in batches():
                     writer.write_batch(batch)
-        except BaseException as exc:
-            with contextlib.suppress(FileNotFoundError):
-                target.unlink()  # never leave half a view behind
-            if isinstance(exc, OSError):
-                raise WriteError(f"Cannot write the datasets view to {target}: {exc}") from exc
-            raise
+
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            publish_file(target, write, replace=False)  # never half a view
+        except OSError as exc:
+            raise WriteError(f"Cannot write the datasets view to {target}: {exc}") from exc
         return datasets.Dataset.from_file(str(target))
 
 

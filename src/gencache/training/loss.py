@@ -183,11 +183,7 @@ class _ChunkedDistillation(torch.autograd.Function):
     def backward(ctx: Any, grad_loss: torch.Tensor, *unused: Any) -> tuple[torch.Tensor | None, None, None, None]:
         grad: torch.Tensor | None = ctx.grad
         ctx.grad = None
-        if grad is None:
-            return None, None, None, None
-        if not (grad_loss.numel() == 1 and float(grad_loss) == 1.0):
-            grad.mul_(grad_loss.to(grad.dtype))
-        return grad, None, None, None
+        return None if grad is None else grad.mul_(grad_loss.to(grad.dtype)), None, None, None
 
 
 def distillation_loss(

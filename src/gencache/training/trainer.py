@@ -77,7 +77,7 @@ class DistillationTrainer(transformers.Trainer):
         move_teacher: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **{**kwargs, "compute_loss_func": self._loss})
         check_vocabularies(self.model, teacher, self.processing_class, teacher_tokenizer)
         check_loss_settings(temperature=temperature, chunk_size=chunk_size)  # now, not at the first step
         teacher.eval()
@@ -87,6 +87,7 @@ class DistillationTrainer(transformers.Trainer):
         self.teacher = teacher
         self.loss_options = {"temperature": temperature, "ce_weight": ce_weight, "kl_weight": kl_weight}
         self.chunk_size = chunk_size
+        self._teacher_logits: torch.Tensor | None = None
         self._parts: dict[str, Any] = {"ce": 0.0, "kl": 0.0, "steps": 0}  # summed as tensors: no sync per step
         for data in (self.train_dataset, self.eval_dataset):  # once: what a DistillationDataset left out
             left_out = getattr(data, "left_out", None)
@@ -100,16 +101,18 @@ class DistillationTrainer(transformers.Trainer):
         return_outputs: bool = False,
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
-        labels = inputs["labels"]
-        model_inputs = {k: v for k, v in inputs.items() if k != "labels"}
-        outputs = model(**model_inputs)
-        teacher_logits = None
-        if (
-            self.loss_options["kl_weight"] != 0.0
-        ):  # the teacher on the same inputs, on its own device, without gradients
+        """The teacher's logits on the batch's inputs (on its own device, without gradients), then ``Trainer``'s
+        own ``compute_loss``, which calls :meth:`_loss` on the student's outputs (and scales for gradient
+        accumulation and devices as for any loss)."""
+        if self.loss_options["kl_weight"] != 0.0:
             device = next(self.teacher.parameters()).device
             with torch.no_grad():
-                teacher_logits = self.teacher(**{k: v.to(device) for k, v in model_inputs.items()}).logits
+                given = {k: v.to(device) for k, v in inputs.items() if k != "labels"}
+                self._teacher_logits = self.teacher(**given).logits
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)  # type: ignore[no-any-return]
+
+    def _loss(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+        teacher_logits, self._teacher_logits = self._teacher_logits, None  # never held past its step
         parts = distillation_loss(
             outputs.logits,
             teacher_logits,
@@ -118,18 +121,11 @@ class DistillationTrainer(transformers.Trainer):
             chunk_size=self.chunk_size,
             num_items=num_items_in_batch,
         )
-        loss = parts.loss
-        # Normalized by the whole accumulated step's answer positions when the Trainer counted them.
-        self.loss_is_scaled_for_ga = num_items_in_batch is not None
-        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
-            # as transformers' own compute_loss: tensor-parallel ranks share their batch
-            processes = self.accelerator.num_processes // self.get_tp_size()
-            loss = loss * (processes if self.args.n_gpu <= 1 else self.args.n_gpu)
-        if model.training:
+        if outputs.logits.requires_grad:  # a training step
             self._parts["ce"] = self._parts["ce"] + parts.ce
             self._parts["kl"] = self._parts["kl"] + parts.kl
             self._parts["steps"] += 1
-        return (loss, outputs) if return_outputs else loss
+        return parts.loss
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         steps = self._parts["steps"]
