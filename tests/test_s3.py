@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +260,26 @@ def test_throttling_and_slow_answers_are_retried(s3_env: S3Env, monkeypatch: pyt
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env.env["AWS_ENDPOINT_URL"])
     reader = CacheReader(s3_env.url("runs/flaky"), download=False)
     assert all(reader.get_arrays(key).sequences[0].tolist() == ids for key, ids in entries.items())
+
+
+def _read_all(url: str, cache: str) -> list[list[int]]:
+    reader = CacheReader(url, cache_dir=cache)
+    return [reader.get_arrays(key).sequences[0].tolist() for key in reader]
+
+
+def test_readers_of_a_node_share_one_download_and_never_a_stale_one(s3_env: S3Env, tmp_path: Path) -> None:
+    url, cache = s3_env.url("runs/shared"), tmp_path / "cache"
+    first = {key: [i] * 1000 for i, key in enumerate(keys_of(8))}
+    build(url, first)
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        results = pool.starmap(_read_all, [(url, str(cache))] * 3)
+    assert results == [[first[key] for key in sorted(first)]] * 3
+    assert len(list(cache.glob("**/cache.safetensors"))) == 1 and not list(cache.glob("**/.cache.safetensors.*"))
+    reader = pickle.loads(pickle.dumps(CacheReader(url, cache_dir=cache)))  # a DataLoader worker's copy
+    assert reader.get_arrays(keys_of(8)[3]).sequences[0].tolist() == [3] * 1000
+    for name in ARTIFACT:  # the artifact is replaced (removed by hand, generated again): a new version
+        s3_env.client.delete_object(Bucket=s3_env.bucket, Key=f"runs/shared/{name}")
+    second = {key: [i + 100] * 1000 for i, key in enumerate(keys_of(8))}
+    build(url, second)
+    assert _read_all(url, str(cache)) == [second[key] for key in sorted(second)]
+    assert len(list(cache.glob("**/cache.safetensors"))) == 2

@@ -18,6 +18,7 @@ from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.names import RESOLVED_NAME, shard_of
 from gencache.artifact.reader import read_resolved_config
 from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
+from gencache.artifact.store import Location, location
 from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
 from gencache.data.origins import SourceInfo
@@ -31,9 +32,9 @@ class RecordedRun:
     config and generation settings. ``shards`` is None when ``paths`` hold the whole run; ``sources_checked`` is
     True once every recorded source file was hashed again and matched."""
 
-    path: Path
-    paths: tuple[Path, ...]
-    resolved_path: Path
+    path: Location
+    paths: tuple[Location, ...]
+    resolved_path: Location
     resolved: Mapping[str, Any]
     config: CacheConfig
     generation: Mapping[str, Any]
@@ -108,7 +109,7 @@ def run_of_readers(
         raise _refuse(where, f"its config does not parse ({first_line(error)})") from None
     count, shards = _held_shards(records)
     return RecordedRun(
-        path=Path(os.path.abspath(os.path.expanduser(path))),
+        path=location(path),
         paths=tuple(reader.path for reader in readers),
         resolved_path=where,
         resolved=resolved,
