@@ -653,7 +653,7 @@ def test_a_url_is_refused_in_one_line_never_taken_for_a_path(
     tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    urls = {"output_dir": "s3://bucket/runs/x", "model": "gs://bucket/teacher", "source": "hf://datasets/org/rows"}
+    urls = {"output_dir": "gs://bucket/runs/x", "model": "s3://bucket/teacher", "source": "hf://datasets/org/rows"}
     config = write_config(
         tmp_path,
         urls["model"],
@@ -664,7 +664,8 @@ def test_a_url_is_refused_in_one_line_never_taken_for_a_path(
     err = capsys.readouterr().err
     for field, url in [("output_dir", urls["output_dir"]), ("model_path", urls["model"]), ("source", urls["source"])]:
         assert f"{field}: {url!r} is a URL ({url.split('//')[0]}//), which gencache does not read or write" in err
+    assert "give a local path or an s3://BUCKET/PREFIX URL" in err  # output_dir may name a bucket
     good = write_config(tmp_path, tiny_teacher_dir)
-    assert cli_run(["generate", str(good), "--output-dir", "s3://bucket/runs/x"]) == 2
-    assert "'s3://bucket/runs/x' is a URL (s3://)" in capsys.readouterr().err
+    assert cli_run(["generate", str(good), "--output-dir", "s3://b/runs/x"]) == 2
+    assert "'s3://b/runs/x' names no valid bucket" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([config.name, good.name])  # no directory "s3:"
