@@ -12,13 +12,11 @@ from pydantic import Field, StrictInt, field_validator
 from pydantic_core import ValidationError
 
 from gencache.config import parse_data_configs
-from gencache.config.catalog import dataset_kwargs_model
-from gencache.config.datasets import DATASET_KWARGS
+from gencache.config.datasets import DATASET_KWARGS, dataset_kwargs_model
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE
-from gencache.config.kwargs import KwargsModel
+from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel
 from gencache.config.messages import format_validation_error, unknown_name, validate_nested
 from gencache.config.names import ALL_ENGINES
-from gencache.config.templates import TEMPLATE_KWARGS
 from gencache.core.errors import ConfigError, PromptError
 from gencache.data.prompts import CHAT_TEMPLATES, TEMPLATES, get_template
 from gencache.data.recipes import BUILTIN_DATASETS, get_recipe

@@ -21,7 +21,8 @@ from gencache.config.datasets import RULER_TASKS
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import ContextBlock, Inline, get_template, prompt_text, tokenize_prompt
-from gencache.data.recipes import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
+from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
+from gencache.data.recipes import SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
 from gencache.data.recipes.niah import chunk_sentences, split_sentences
 from support.dataset_helpers import FIX, DataConfig
 

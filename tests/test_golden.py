@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gencache.config.templates import TEMPLATE_KWARGS
+from gencache.config.kwargs import TEMPLATE_KWARGS
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import get_template, normalize, prompt_text
 from gencache.data.recipes import get_recipe

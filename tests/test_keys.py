@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gencache.config.templates import TEMPLATE_KWARGS
+from gencache.config.kwargs import TEMPLATE_KWARGS
 from gencache.core.errors import DatasetError, GencacheError
 from gencache.data.keys import SEMANTIC_FIELDS, semantic_key
 from gencache.data.prompts import get_template, tokenize_prompt

@@ -28,11 +28,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from gencache.config.catalog import dataset_kwargs_model, dataset_names
+from gencache.config.datasets import dataset_kwargs_model, dataset_names
 from gencache.config.documents import read_merged_config
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
-from gencache.config.kwargs import KwargsModel
+from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
 from gencache.config.messages import (
     Loc,
     format_validation_error,
@@ -45,7 +45,6 @@ from gencache.config.messages import (
 from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem
-from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError
 
 MAX_SEED = 2**32 - 1

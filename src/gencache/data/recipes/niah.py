@@ -76,8 +76,6 @@ def split_sentences(text: str) -> list[str]:
 def chunk_sentences(sentences: Sequence[str], chunk_size: int) -> list[str]:
     """Pack sentences greedily, joined by single spaces, into chunks of at most ``chunk_size`` characters; a
     longer sentence is a chunk of its own (sentences are never cut)."""
-    if chunk_size < 1:
-        raise DatasetError(f"chunk_size must be >= 1, got {chunk_size}.")
     chunks: list[str] = []
     for sentence in sentences:
         if chunks and len(chunks[-1]) + len(sentence) + 1 <= chunk_size:

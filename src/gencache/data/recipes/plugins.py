@@ -9,16 +9,16 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-from gencache.config.catalog import describe, load_entry_point, not_a_recipe
+from gencache.config.datasets import describe, load_entry_point, not_a_recipe
 from gencache.core.errors import DatasetError, GencacheError, PromptError, first_line, reworded
 from gencache.data.keys import semantic_key
-from gencache.data.origins import SourceInfo
 from gencache.data.prompts import normalize
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
+from gencache.data.sources import SourceInfo
 
 
 def load_plugin(ep: metadata.EntryPoint) -> PluginRecipe:
-    """Import the plug-in behind ``ep`` (:func:`gencache.config.catalog.load_entry_point`) and wrap it; a
+    """Import the plug-in behind ``ep`` (:func:`gencache.config.datasets.load_entry_point`) and wrap it; a
     :class:`DatasetError` naming it when it is no :class:`DatasetRecipe`."""
     target = load_entry_point(ep)
     if not isinstance(target, DatasetRecipe):
