@@ -20,8 +20,7 @@ import pytest
 from gencache.cli.app import run as cli_run
 from gencache.config.datasets import dataset_names
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.data.recipes import get_recipe
-from gencache.data.recipes.plugins import PluginRecipe
+from gencache.data.recipes import PluginRecipe, get_recipe
 from gencache.data.samples import build_samples
 from support.plugin_helpers import EXAMPLE, REPO, install_package, write_project
 
