@@ -42,7 +42,7 @@ from gencache.config.messages import (
     unknown_name,
     validate_nested,
 )
-from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
+from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.config.patterns import answer_pattern_problem
 from gencache.core.errors import ConfigError
@@ -77,18 +77,10 @@ LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
 
 # -- the models -------------------------------------------------------------------------------------------
 class _Strict(BaseModel):
-    """Base of the config models: unknown keys are errors, ints are strict, and no logit or score field is
-    accepted at any level."""
+    """Base of the config models: unknown keys are errors (a logit or score field's error says why it is refused),
+    ints are strict."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_logits(cls, data: Any) -> Any:
-        found = sorted(k for k in data if isinstance(k, str) and k in LOGIT_FIELDS) if isinstance(data, Mapping) else []
-        if found:
-            raise nested_error([((name,), NO_LOGITS_MESSAGE) for name in found])
-        return data
 
 
 class ModelConfig(_Strict):
