@@ -85,13 +85,6 @@ def chunk_sentences(sentences: Sequence[str], chunk_size: int) -> list[str]:
     return chunks
 
 
-def _token_count(tokenizer: Any, text: str) -> int:
-    encode = getattr(tokenizer, "encode", None)
-    if callable(encode):
-        return len(encode(text, add_special_tokens=False))
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 COLUMNS = (
     Column("context", "string", True, "The haystack: the key's single document, chunked for the prompt."),
     Column("question", "string", True, "The question: the key's query."),
@@ -106,7 +99,7 @@ COLUMNS = (
 @dataclass(frozen=True)
 class _Rows:
     table: Any
-    tokenizer: Any | None
+    tokenizer: Any  # None unless max_len counts tokens
     detail: str
 
 
@@ -165,7 +158,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
     def sample(self, rows: _Rows, kwargs: NIAHKwargs, index: int) -> Question | None:
         record = rows.table[index]
         context = field_of(rows.table, self.name, index, record, "context", "string")
-        if kwargs.max_len >= 0 and _token_count(rows.tokenizer, context) > kwargs.max_len:
+        if kwargs.max_len >= 0 and len(rows.tokenizer.encode(context, add_special_tokens=False)) > kwargs.max_len:
             return None
         question = field_of(rows.table, self.name, index, record, "question", "string")
         raw_answer = record.get("answer")
