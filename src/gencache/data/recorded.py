@@ -36,17 +36,9 @@ class RecordedRun:
     resolved: Mapping[str, Any]
     config: CacheConfig
     generation: Mapping[str, Any]
-    seed: int
-    run_digest: str
     shard_count: int | None = None
     shards: tuple[int, ...] | None = None
     sources_checked: bool = False
-
-    @property
-    def max_new_tokens(self) -> int:
-        """The run's ``max_new_tokens``."""
-        value: int = self.generation["max_new_tokens"]
-        return value
 
     def owns(self, key: str) -> bool:
         """Whether the run's sample ``key`` belongs in ``paths`` (always, unless they hold only some shards)."""
@@ -113,8 +105,6 @@ def run_of_readers(
         resolved=resolved,
         config=config,
         generation=generation,
-        seed=config.seed,
-        run_digest=resolved["run_digest"],
         shard_count=count,
         shards=shards,
     )
