@@ -24,7 +24,6 @@ from gencache.config.kwargs import (
     TemplateKwargs,
     TokenizerChatKwargs,
 )
-from gencache.config.messages import unknown_name
 from gencache.core.canonical import json_digest, sha256_hex
 from gencache.core.errors import PromptError
 
@@ -279,14 +278,6 @@ TEMPLATES: dict[str, TemplateSpec] = {
 }
 #: The templates that render a conversation (a chat row).
 CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items() if spec.renders_chat)
-
-
-def get_template(name: str) -> TemplateSpec:
-    """The template called ``name``; a :class:`PromptError` naming the known templates otherwise."""
-    spec = TEMPLATES.get(name) if isinstance(name, str) else None
-    if spec is None:
-        raise PromptError(unknown_name("template", name, TEMPLATES))
-    return spec
 
 
 # -- tokenization ------------------------------------------------------------------------------------------------

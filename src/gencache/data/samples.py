@@ -16,7 +16,7 @@ from typing import Any, overload
 from gencache.config import CacheConfig, DataConfig, parse_data_configs
 from gencache.core.errors import ConfigError, DatasetError, PromptError, reworded
 from gencache.data.keys import semantic_key
-from gencache.data.prompts import Prompt, TokenizedPrompt, get_template, prompt_text, tokenize_prompt
+from gencache.data.prompts import TEMPLATES, Prompt, TokenizedPrompt, prompt_text, tokenize_prompt
 from gencache.data.recipes import SourceInfo, get_recipe
 from gencache.data.sources import shared_tables
 
@@ -164,7 +164,7 @@ def tokenizer_reasons(
     ``first_index`` is the first one's position in its config."""
     reasons: list[str] = []
     for index, dc in enumerate(_as_data_configs(config_or_data_configs), start=first_index):
-        spec = get_template(dc.template)
+        spec = TEMPLATES[dc.template]
         if spec.needs_tokenizer:
             reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
         if get_recipe(dc.dataset_name).needs_tokenizer(dc.data_kwargs):
@@ -190,7 +190,7 @@ def _load_one(
     index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
 ) -> tuple[list[Sample], SourceInfo]:
     raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)  # num_samples of them
-    template = get_template(dc.template)
+    template = TEMPLATES[dc.template]
     out: list[Sample] = []
     for sample_index, raw in enumerate(raw_samples):
         if raw.history is None:
