@@ -44,7 +44,6 @@ from gencache.config.messages import (
 )
 from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
-from gencache.config.patterns import answer_pattern_problem
 from gencache.core.errors import ConfigError
 
 MAX_SEED = 2**32 - 1
@@ -70,6 +69,21 @@ def _device_problem(value: str) -> str | None:
         if re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value)
         else f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})'
     )
+
+
+def answer_pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be an ``answer_pattern`` (a regular expression that cuts the answer as scored out of a
+    stored answer, see :mod:`gencache.data.answers`), or None when it can; ``gencache score`` checks its own too."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as error:
+        return f"is not a regular expression ({error})"
+    if compiled.groups > 1 and "answer" not in compiled.groupindex:
+        return (
+            f"has {compiled.groups} groups: name the one that holds the answer (?P<answer>...), or use one group "
+            "(non-capturing ones are written (?:...))"
+        )
+    return None
 
 
 LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
