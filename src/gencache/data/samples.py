@@ -7,10 +7,11 @@ which order, and under which keys. The first occurrence of a key wins.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, overload
 
 from gencache.config import CacheConfig, DataConfig, parse_data_configs
@@ -90,10 +91,6 @@ class SampleSet:
     duplicates: int
     conflicting_prompts: tuple[str, ...]
     summaries: tuple[DataConfigSummary, ...]
-    _by_key: dict[str, Sample] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self._by_key.update((sample.key, sample) for sample in self.unique)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -115,6 +112,10 @@ class SampleSet:
     def by_key(self, key: str) -> Sample:
         """The first sample with ``key`` (a ``KeyError`` when no sample has it)."""
         return self._by_key[key]
+
+    @functools.cached_property
+    def _by_key(self) -> dict[str, Sample]:
+        return {sample.key: sample for sample in self.unique}
 
 
 def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
