@@ -198,7 +198,9 @@ EngineOptionsField: TypeAlias = Annotated[
 class DataConfig(_Strict):
     """One dataset selection: which samples, rendered with which template."""
 
-    dataset_name: str = Field(description="Dataset recipe name (a key of gencache.data.recipes.DATASETS).")
+    dataset_name: str = Field(
+        description="Dataset recipe name: a built-in (gencache.data.recipes.BUILTIN_DATASETS) or an installed plug-in."
+    )
     num_samples: int = Field(
         ge=0,
         description="Samples to take (an error if the split holds fewer). 0 is allowed for one data config, "
