@@ -337,7 +337,7 @@ def test_effective_kwargs_defaults_are_recorded_for_every_dataset_and_template()
 
 def test_data_configs_keep_the_typed_kwargs_of_their_dataset_and_template() -> None:
     from gencache.data.prompts import TEMPLATES
-    from gencache.data.recipes import DATASETS
+    from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
 
     cfg = parse_config(
         {

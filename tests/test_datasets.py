@@ -20,8 +20,9 @@ from gencache.config import parse_data_configs
 from gencache.config.datasets import RULER_TASKS
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.keys import semantic_key
-from gencache.data.prompts import ContextBlock, Inline, get_template, prompt_text, tokenize_prompt
-from gencache.data.recipes import DATASETS, SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
+from gencache.data.prompts import TEMPLATES, ContextBlock, Inline, prompt_text, tokenize_prompt
+from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
+from gencache.data.recipes import SAMPLES_DIR, DatasetRecipe, RawSample, SourceInfo, get_recipe, sample_source
 from gencache.data.recipes.niah import chunk_sentences, split_sentences
 from support.dataset_helpers import FIX, DataConfig
 
@@ -716,7 +717,7 @@ def test_bundled_samples_load_render_and_tokenize(name: str, tokenizer: Any) -> 
     assert len({semantic_key(s.semantic) for s in samples}) == 4
     for sample in samples:
         for template in ("default", "tokenizer_chat", "qwen_3_chat"):
-            spec = get_template(template)
+            spec = TEMPLATES[template]
             parts = spec.render(sample.parts, spec.kwargs_model(), tokenizer)
             tokenized = tokenize_prompt(parts, tokenizer)
             assert len(tokenized.spans) == len(parts)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gencache.config.templates import TEMPLATE_KWARGS
+from gencache.config.kwargs import TEMPLATE_KWARGS
 from gencache.data.keys import semantic_key
-from gencache.data.prompts import get_template, normalize, prompt_text
+from gencache.data.prompts import TEMPLATES, normalize, prompt_text
 from gencache.data.recipes import get_recipe
 from support.dataset_helpers import GOLDEN, DataConfig
 
@@ -74,7 +74,7 @@ def test_golden_case(case: dict[str, Any], golden_tokenizer: Any) -> None:
             continue
         tokenizer = golden_tokenizer if case["template"] == "tokenizer_chat" else None
         template_kwargs = TEMPLATE_KWARGS[case["template"]].model_validate(case["template_kwargs"])
-        parts = get_template(case["template"]).render(got.parts, template_kwargs, tokenizer)
+        parts = TEMPLATES[case["template"]].render(got.parts, template_kwargs, tokenizer)
         assert [{"kind": p.kind, "text": p.text} for p in parts] == expected["prompt_parts"], where
         assert normalize(parts) == parts
         if "prompt_text" in expected:

@@ -58,7 +58,7 @@ def test_an_engine_refuses_options_it_did_not_get_validated(
 def test_a_plugin_object_without_a_kwargs_model_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib import metadata
 
-    from gencache.config.catalog import GROUP, load_entry_point
+    from gencache.config.datasets import GROUP, load_entry_point
     from gencache.core.errors import DatasetError
 
     module = "gencache_test_bad_plugin"

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gencache.config.templates import TEMPLATE_KWARGS
+from gencache.config.kwargs import TEMPLATE_KWARGS
 from gencache.core.errors import DatasetError, GencacheError
 from gencache.data.keys import SEMANTIC_FIELDS, semantic_key
-from gencache.data.prompts import get_template, tokenize_prompt
+from gencache.data.prompts import TEMPLATES, tokenize_prompt
 from gencache.data.recipes import get_recipe
 from support.dataset_helpers import GOLDEN, DataConfig
 
@@ -249,7 +249,7 @@ def test_templates_think_markup_and_tokenizer_do_not_change_keys() -> None:
     ]:
         for sample in samples:
             validated = TEMPLATE_KWARGS[template].model_validate(kwargs)
-            parts = get_template(template).render(sample.parts, validated, tokenizer)
+            parts = TEMPLATES[template].render(sample.parts, validated, tokenizer)
             tokenize_prompt(parts, tokenizer)
             renders.add(parts)
     assert len(renders) == 5 * len(samples)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gencache.cli.app import run as cli_run
+from gencache.config.datasets import dataset_names
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.data.recipes import DATASETS, get_recipe
-from gencache.data.recipes.plugins import PluginRecipe
+from gencache.data.recipes import PluginRecipe, get_recipe
 from gencache.data.samples import build_samples
 from support.plugin_helpers import EXAMPLE, REPO, install_package, write_project
 
@@ -99,9 +99,9 @@ def write_config(directory: Path, teacher: Path, source: Path, **overrides: Any)
 
 
 def test_the_example_plugin_is_found_and_keys_follow_the_rule(site: Path, glossary: Path) -> None:
-    assert "glossary" not in DATASETS
+    assert "glossary" not in dataset_names()
     install_package(EXAMPLE, site)
-    assert "glossary" in DATASETS and "glossary" in list(DATASETS)
+    assert "glossary" in dataset_names()
     recipe = get_recipe("glossary")
     assert isinstance(recipe, PluginRecipe) and recipe.name == "glossary"
     assert [column.name for column in recipe.columns] == ["term", "definition", "notes", "domain"]

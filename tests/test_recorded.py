@@ -44,8 +44,8 @@ def test_the_record_is_the_effective_run(run: dict[str, Any]) -> None:
     recorded = _recorded(run["limited"])
     assert recorded.sources_checked and recorded.shards is None and recorded.paths == (run["limited"],)
     assert recorded.config.data_configs[0].num_samples == 3  # --limit applied
-    assert recorded.max_new_tokens == recorded.generation["max_new_tokens"] == 5  # --set applied
-    assert recorded.seed == 3 and recorded.config.output_dir == str(run["limited"])
+    assert recorded.generation["max_new_tokens"] == 5  # --set applied
+    assert recorded.config.seed == 3 and recorded.config.output_dir == str(run["limited"])
     samples = rebuild_samples(recorded, load_recorded_tokenizer(recorded))
     assert set(samples.keys()) == set(CacheReader(run["limited"]).keys())
     assert all(sample.input_ids for sample in samples)

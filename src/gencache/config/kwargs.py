@@ -1,14 +1,14 @@
-"""The base of every ``data_kwargs`` and ``template_kwargs`` model. The recipe and the template receive the validated
-instance, never a dict to validate again; it reads like the JSON object it records, so ``kwargs["difficulty"]`` and
-``kwargs == {...}`` compare effective values, defaults included.
+"""The base of every ``data_kwargs`` and ``template_kwargs`` model, and each template's ``template_kwargs``. The
+recipe and the template receive the validated instance, never a dict to validate again; it reads like the JSON object
+it records, so ``kwargs["difficulty"]`` and ``kwargs == {...}`` compare effective values, defaults included.
 """
 
 from __future__ import annotations
 
 from collections.abc import ItemsView, KeysView, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
 
 
 class KwargsModel(BaseModel):
@@ -38,3 +38,41 @@ class KwargsModel(BaseModel):
         return super().__eq__(other)
 
     __hash__ = BaseModel.__hash__
+
+
+class TemplateKwargs(KwargsModel):
+    template_name: ClassVar[str]
+
+
+class DefaultKwargs(TemplateKwargs):
+    """The ``default`` template takes no kwargs."""
+
+    template_name = "default"
+
+
+class TokenizerChatKwargs(TemplateKwargs):
+    """Kwargs of ``tokenizer_chat``."""
+
+    template_name = "tokenizer_chat"
+    system_prompt: StrictStr = ""
+    enable_thinking: StrictBool = False
+
+
+class LlamaChatKwargs(TemplateKwargs):
+    """Kwargs of ``llama_chat``."""
+
+    template_name = "llama_chat"
+    system_prompt: StrictStr = ""
+
+
+class Qwen3ChatKwargs(TemplateKwargs):
+    """Kwargs of ``qwen_3_chat``."""
+
+    template_name = "qwen_3_chat"
+    system_prompt: StrictStr = ""
+
+
+#: The one list of template names, with each one's model (:data:`gencache.data.prompts.TEMPLATES` follows it).
+TEMPLATE_KWARGS: dict[str, type[TemplateKwargs]] = {
+    kind.template_name: kind for kind in (DefaultKwargs, TokenizerChatKwargs, LlamaChatKwargs, Qwen3ChatKwargs)
+}

@@ -28,11 +28,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from gencache.config.catalog import dataset_kwargs_model, dataset_names
+from gencache.config.datasets import dataset_kwargs_model, dataset_names
 from gencache.config.documents import read_merged_config
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
-from gencache.config.kwargs import KwargsModel
+from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
 from gencache.config.messages import (
     Loc,
     format_validation_error,
@@ -42,10 +42,8 @@ from gencache.config.messages import (
     unknown_name,
     validate_nested,
 )
-from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE, READS_SIBLING, Dtype, EngineName
+from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
-from gencache.config.patterns import answer_pattern_problem
-from gencache.config.templates import TEMPLATE_KWARGS, TemplateKwargs
 from gencache.core.errors import ConfigError
 
 MAX_SEED = 2**32 - 1
@@ -73,23 +71,30 @@ def _device_problem(value: str) -> str | None:
     )
 
 
+def answer_pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be an ``answer_pattern`` (a regular expression that cuts the answer as scored out of a
+    stored answer, see :mod:`gencache.data.answers`), or None when it can; ``gencache score`` checks its own too."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as error:
+        return f"is not a regular expression ({error})"
+    if compiled.groups > 1 and "answer" not in compiled.groupindex:
+        return (
+            f"has {compiled.groups} groups: name the one that holds the answer (?P<answer>...), or use one group "
+            "(non-capturing ones are written (?:...))"
+        )
+    return None
+
+
 LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
 
 
 # -- the models -------------------------------------------------------------------------------------------
 class _Strict(BaseModel):
-    """Base of the config models: unknown keys are errors, ints are strict, and no logit or score field is
-    accepted at any level."""
+    """Base of the config models: unknown keys are errors (a logit or score field's error says why it is refused),
+    ints are strict."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_logits(cls, data: Any) -> Any:
-        found = sorted(k for k in data if isinstance(k, str) and k in LOGIT_FIELDS) if isinstance(data, Mapping) else []
-        if found:
-            raise nested_error([((name,), NO_LOGITS_MESSAGE) for name in found])
-        return data
 
 
 class ModelConfig(_Strict):
@@ -193,7 +198,9 @@ EngineOptionsField: TypeAlias = Annotated[
 class DataConfig(_Strict):
     """One dataset selection: which samples, rendered with which template."""
 
-    dataset_name: str = Field(description="Dataset recipe name (a key of gencache.data.recipes.DATASETS).")
+    dataset_name: str = Field(
+        description="Dataset recipe name: a built-in (gencache.data.recipes.BUILTIN_DATASETS) or an installed plug-in."
+    )
     num_samples: int = Field(
         ge=0,
         description="Samples to take (an error if the split holds fewer). 0 is allowed for one data config, "

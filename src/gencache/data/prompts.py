@@ -8,16 +8,15 @@ and concatenates the ids, so document boundaries survive as token spans.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from gencache.config.messages import unknown_name
-from gencache.config.templates import (
+from gencache.config.kwargs import (
     TEMPLATE_KWARGS,
     DefaultKwargs,
     LlamaChatKwargs,
@@ -244,27 +243,20 @@ class TokenizerChatTemplate(TemplateSpec):
         messages.extend({"role": role, "content": text} for role, text in turns)
         messages.append({"role": "user", "content": user})
         rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
-        positions: list[int] = []
+        pieces = re.split(re.escape(SENTINEL) + r"\[(\d+)\]", rendered)  # segments and boundary numbers, alternating
+        found = [int(number) for number in pieces[1::2]]
         for index in range(len(body) - 1):
-            marker = _sentinel(index)
-            count = rendered.count(marker)
-            if count != 1:
+            if found.count(index) != 1:
                 raise PromptError(
-                    f"tokenizer_chat sentinel count mismatch for boundary {index}: expected 1, got {count}; "
-                    "the chat template drops or repeats user content, use another template."
+                    f"tokenizer_chat sentinel count mismatch for boundary {index}: expected 1, got "
+                    f"{found.count(index)}; the chat template drops or repeats user content, use another template."
                 )
-            positions.append(rendered.index(marker))
-        if any(later <= earlier for earlier, later in pairwise(positions)):
+        if found != sorted(found):
             raise PromptError(
                 "tokenizer_chat: rendered sentinels are out of order; the chat template reorders user content, "
                 "use another template."
             )
-        segments: list[str] = []
-        start = 0
-        for index, position in enumerate(positions):
-            segments.append(rendered[start:position])
-            start = position + len(_sentinel(index))
-        segments.append(rendered[start:])
+        segments = pieces[0::2]
         out: list[Part] = []
         for index, (part, segment) in enumerate(zip(body, segments, strict=True)):
             if isinstance(part, ContextBlock):
@@ -288,14 +280,6 @@ TEMPLATES: dict[str, TemplateSpec] = {
 CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items() if spec.renders_chat)
 
 
-def get_template(name: str) -> TemplateSpec:
-    """The template called ``name``; a :class:`PromptError` naming the known templates otherwise."""
-    spec = TEMPLATES.get(name) if isinstance(name, str) else None
-    if spec is None:
-        raise PromptError(unknown_name("template", name, TEMPLATES))
-    return spec
-
-
 # -- tokenization ------------------------------------------------------------------------------------------------
 
 
@@ -314,12 +298,9 @@ def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
     """
     body = normalize(parts)
     encoded = tokenizer([part.text for part in body], add_special_tokens=False, padding=False)
-    id_lists = encoded["input_ids"]
-    if len(id_lists) != len(body):
-        raise PromptError(f"Tokenizer returned {len(id_lists)} id lists for {len(body)} prompt parts.")
     ids: list[int] = []
     spans: list[tuple[str, int, int]] = []
-    for index, (part, part_ids) in enumerate(zip(body, id_lists, strict=True)):
+    for index, (part, part_ids) in enumerate(zip(body, encoded["input_ids"], strict=True)):
         start = len(ids)
         ids.extend(int(token) for token in part_ids)
         end = len(ids)

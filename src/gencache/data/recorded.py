@@ -21,9 +21,8 @@ from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
 from gencache.artifact.store import Location, location
 from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
-from gencache.data.origins import SourceInfo
 from gencache.data.samples import SampleSet, build_samples
-from gencache.data.sources import file_sha256
+from gencache.data.sources import SourceInfo, file_sha256
 
 
 @dataclass(frozen=True)
@@ -38,17 +37,9 @@ class RecordedRun:
     resolved: Mapping[str, Any]
     config: CacheConfig
     generation: Mapping[str, Any]
-    seed: int
-    run_digest: str
     shard_count: int | None = None
     shards: tuple[int, ...] | None = None
     sources_checked: bool = False
-
-    @property
-    def max_new_tokens(self) -> int:
-        """The run's ``max_new_tokens``."""
-        value: int = self.generation["max_new_tokens"]
-        return value
 
     def owns(self, key: str) -> bool:
         """Whether the run's sample ``key`` belongs in ``paths`` (always, unless they hold only some shards)."""
@@ -115,8 +106,6 @@ def run_of_readers(
         resolved=resolved,
         config=config,
         generation=generation,
-        seed=config.seed,
-        run_digest=resolved["run_digest"],
         shard_count=count,
         shards=shards,
     )

@@ -7,16 +7,17 @@ which order, and under which keys. The first occurrence of a key wins.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, overload
 
 from gencache.config import CacheConfig, DataConfig, parse_data_configs
 from gencache.core.errors import ConfigError, DatasetError, PromptError, reworded
 from gencache.data.keys import semantic_key
-from gencache.data.prompts import Prompt, TokenizedPrompt, get_template, prompt_text, tokenize_prompt
+from gencache.data.prompts import TEMPLATES, Prompt, TokenizedPrompt, prompt_text, tokenize_prompt
 from gencache.data.recipes import SourceInfo, get_recipe
 from gencache.data.sources import shared_tables
 
@@ -90,10 +91,6 @@ class SampleSet:
     duplicates: int
     conflicting_prompts: tuple[str, ...]
     summaries: tuple[DataConfigSummary, ...]
-    _by_key: dict[str, Sample] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self._by_key.update((sample.key, sample) for sample in self.unique)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -115,6 +112,10 @@ class SampleSet:
     def by_key(self, key: str) -> Sample:
         """The first sample with ``key`` (a ``KeyError`` when no sample has it)."""
         return self._by_key[key]
+
+    @functools.cached_property
+    def _by_key(self) -> dict[str, Sample]:
+        return {sample.key: sample for sample in self.unique}
 
 
 def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
@@ -164,7 +165,7 @@ def tokenizer_reasons(
     ``first_index`` is the first one's position in its config."""
     reasons: list[str] = []
     for index, dc in enumerate(_as_data_configs(config_or_data_configs), start=first_index):
-        spec = get_template(dc.template)
+        spec = TEMPLATES[dc.template]
         if spec.needs_tokenizer:
             reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
         if get_recipe(dc.dataset_name).needs_tokenizer(dc.data_kwargs):
@@ -189,13 +190,8 @@ def _stats(values: Sequence[int]) -> tuple[int, int, int]:
 def _load_one(
     index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
 ) -> tuple[list[Sample], SourceInfo]:
-    raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)
-    if len(raw_samples) != dc.num_samples:
-        raise DatasetError(
-            f"data_configs[{index}]: dataset {dc.dataset_name!r} returned {len(raw_samples)} samples "
-            f"but num_samples is {dc.num_samples}."
-        )
-    template = get_template(dc.template)
+    raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)  # num_samples of them
+    template = TEMPLATES[dc.template]
     out: list[Sample] = []
     for sample_index, raw in enumerate(raw_samples):
         if raw.history is None:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gencache.config.patterns import answer_pattern_problem
+from gencache.config.models import answer_pattern_problem
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.answers import METRICS, AnswerRule, answer_rule, extract_answer, prompt_opens_thinking, score_answer
 from gencache.data.samples import SampleSet

@@ -1,4 +1,6 @@
-"""Loading a dataset's tables from the hub, a hub-style local directory or a single file (docs/datasets.md).
+"""Loading a dataset's tables from the hub, a hub-style local directory or a single file (docs/datasets.md), and
+where their rows came from: the source recorded in ``resolved_config.json`` and each table's files, for messages that
+name a file's own line.
 
 Local JSON, JSON Lines and parquet are read by ``datasets``, CSV and TSV by pyarrow with every cell a string; every
 local file read is hashed (SHA-256) for provenance.
@@ -12,19 +14,122 @@ import hashlib
 import json
 import os
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
 from gencache.core.errors import DatasetError, first_line
-from gencache.data.origins import DELIMITERS, SourceInfo, TableOrigin, csv_rows, register_origin
 
-EXTENSIONS = FILE_SUFFIXES
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
+
+#: Files whose every cell is text (a header line, then one row per record), by their delimiter.
+DELIMITERS = {".csv": ",", ".tsv": "\t"}
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """Where a recipe's rows came from (``kind``: ``hub``, ``directory`` or ``file``): every local file read with
+    its sha256, or each hub table's fingerprint (the digest ``datasets`` derives from the files it downloaded)."""
+
+    kind: str
+    location: str
+    files: tuple[tuple[str, str], ...] = ()
+    fingerprints: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "files": [{"path": path, "sha256": digest} for path, digest in self.files],
+            "fingerprints": dict(self.fingerprints),
+        }
+
+
+@dataclass(frozen=True)
+class TableOrigin:
+    """Where a loaded table's rows came from: its local files in reading order (none for a hub table) and a
+    description of the table (``what``) for messages."""
+
+    what: str
+    files: tuple[Path, ...] = ()
+
+    @property
+    def text_cells(self) -> bool:
+        """True for CSV and TSV files, whose every cell is a string."""
+        return any(path.suffix.lower() in DELIMITERS for path in self.files)
+
+    def describe(self) -> str:
+        """The files read (or the hub table), for a message."""
+        return ", ".join(str(p) for p in self.files) if self.files else self.what
+
+    def locate(self, index: int) -> str:
+        """``<file> line N`` (JSON Lines, CSV and TSV: 1-based, the line the row starts on) or ``<file> row N``
+        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``."""
+        remaining = index
+        for path in self.files:
+            count, lines = _rows_of(path)
+            if remaining < count:
+                if lines is not None:
+                    return f"{path} line {lines[remaining]}"
+                return f"{path} row {remaining}"
+            remaining -= count
+        return f"{self.what} row {index}"
+
+
+def _rows_of(path: Path) -> tuple[int, list[int] | None]:
+    """How many rows ``path`` holds and, for JSON Lines, the 1-based line number of each row (blank lines hold
+    no row)."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet
+
+        return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows), None
+    if suffix in DELIMITERS:
+        starts = [start for start, _ in csv_rows(path, DELIMITERS[suffix])][1:]
+        return len(starts), starts
+    with path.open("rb") as handle:
+        head = handle.read(4096).lstrip()
+    if suffix == ".json" and head.startswith(b"["):  # a JSON array that datasets has read
+        return len(json.loads(path.read_text(encoding="utf-8"))), None
+    numbers: list[int] = []
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                numbers.append(number)
+    return len(numbers), numbers
+
+
+def csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line, cells)`` of each row of a CSV or TSV file, the header first: the 1-based line the row starts on
+    (blank lines hold no row). A row the csv module cannot parse is ``csv.Error(line, why)``."""
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter, strict=True)
+        start = 1
+        try:
+            for cells in reader:
+                if cells and cells != [""]:
+                    yield start, cells
+                start = reader.line_num + 1
+        except csv.Error as error:
+            raise csv.Error(reader.line_num, str(error)) from None
+
+
+_ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionary()
+
+
+def origin_of(table: Any, label: str) -> TableOrigin:
+    """The recorded origin of ``table``; a table loaded some other way is described by ``label``."""
+    try:
+        found = _ORIGINS.get(table)
+    except TypeError:
+        found = None
+    return found if found is not None else TableOrigin(what=f"{label} table")
 
 
 def file_sha256(path: Path) -> str:
@@ -44,7 +149,7 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
     if path.is_dir():
         return "directory", str(path.resolve())
     if path.is_file():
-        if not path.name.lower().endswith(EXTENSIONS):
+        if not path.name.lower().endswith(FILE_SUFFIXES):
             raise DatasetError(
                 f"source file {str(path.resolve())!r} is not .jsonl, .json, .parquet, .csv or .tsv; convert it or "
                 "point source at a directory laid out by split."
@@ -75,7 +180,7 @@ def _near(path: Path) -> str:
 
 def _split_files(folder: Path, split: str) -> list[Path]:
     """Files holding ``split`` directly in ``folder`` (one file, or the shards of one parquet table)."""
-    found = [folder / f"{split}{ext}" for ext in EXTENSIONS if (folder / f"{split}{ext}").is_file()]
+    found = [folder / f"{split}{ext}" for ext in FILE_SUFFIXES if (folder / f"{split}{ext}").is_file()]
     shards = sorted(
         p for p in folder.glob(f"{glob.escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
     )
@@ -127,7 +232,7 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     finally:
         if bars:
             enable_progress_bars()
-    register_origin(table, TableOrigin(what=label, files=tuple(paths)))
+    _ORIGINS[table] = TableOrigin(what=label, files=tuple(paths))
     return table
 
 
@@ -241,7 +346,7 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
         ) from None
     kind = "dataset directory" if local else "hub dataset"
     where = f"{kind} {hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
-    register_origin(table, TableOrigin(what=where))
+    _ORIGINS[table] = TableOrigin(what=where)
     return table
 
 
@@ -338,7 +443,7 @@ def _load_tables(
         files.extend((str(p), file_sha256(p)) for p in chosen)
     if not missing:
         return tables, SourceInfo(kind="directory", location=location, files=tuple(files))
-    tried = [str(folder / f"{split}{ext}") for split in missing for folder in folders for ext in EXTENSIONS]
+    tried = [str(folder / f"{split}{ext}") for split in missing for folder in folders for ext in FILE_SUFFIXES]
     raise DatasetError(
         f"{label}: no file for split {', '.join(repr(s) for s in missing)} in {location!r}; tried {', '.join(tried)} "
         f"(and sharded <split>-NNNNN-of-NNNNN.parquet); lay the directory out by split or point source at one file."

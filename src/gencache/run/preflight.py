@@ -501,7 +501,7 @@ def _data_configs(
 def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
     """The keys of data config ``index`` read from its source, or None when the recipe counts tokens."""
     from gencache.data.keys import semantic_key
-    from gencache.data.prompts import get_template
+    from gencache.data.prompts import TEMPLATES
     from gencache.data.recipes import get_recipe
     from gencache.data.samples import build_samples
 
@@ -509,7 +509,7 @@ def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
     if recipe.needs_tokenizer(dc.data_kwargs):
         return None, f"{dc.dataset_name} counts teacher tokens: checked once the tokenizer loads"
     try:
-        if dc.num_samples and not get_template(dc.template).needs_tokenizer:
+        if dc.num_samples and not TEMPLATES[dc.template].needs_tokenizer:
             built = build_samples([dc], first_index=index)  # the prompts too: the template renders without a tokenizer
             keys, source = [sample.key for sample in built], built.summaries[0].source
         else:

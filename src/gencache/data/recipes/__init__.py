@@ -1,23 +1,31 @@
 """Dataset recipes: the registry (built-ins and plug-ins), and the types a recipe reads and returns.
 
 Each built-in of :data:`gencache.config.datasets.DATASET_KWARGS` is a module here named after it, exposing
-``RECIPE``; plug-ins come through the ``gencache.recipes`` entry point group. See docs/datasets.md.
+``RECIPE``; plug-ins come through the ``gencache.recipes`` entry point group, are imported only when a config names
+them, and run behind checks that name the plug-in in every error. See docs/datasets.md.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.config.catalog import dataset_kwargs_model, dataset_names, entry_point
-from gencache.config.datasets import DATASET_KWARGS
+from gencache.config.datasets import (
+    DATASET_KWARGS,
+    dataset_kwargs_model,
+    dataset_names,
+    describe,
+    entry_point,
+    load_entry_point,
+    not_a_recipe,
+)
 from gencache.config.messages import unknown_name
-from gencache.core.errors import ConfigError, DatasetError
-from gencache.data.origins import SourceInfo
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample
-from gencache.data.recipes.plugins import load_plugin
+from gencache.core.errors import ConfigError, DatasetError, GencacheError, PromptError, first_line, reworded
+from gencache.data.keys import semantic_key
+from gencache.data.prompts import normalize
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
+from gencache.data.sources import SourceInfo
 
 #: The recipe of every built-in dataset, by name, in the order of :data:`gencache.config.datasets.DATASET_KWARGS`.
 BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
@@ -27,41 +35,19 @@ BUILTIN_DATASETS: dict[str, DatasetRecipe[Any, Any]] = {
 SAMPLES_DIR = Path(__file__).parent.parent / "sample_data"
 
 
-class Registry(Mapping[str, DatasetRecipe[Any, Any]]):
-    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted); listing names
-    imports no plug-in."""
-
-    def __getitem__(self, name: str) -> DatasetRecipe[Any, Any]:
-        if not isinstance(name, str):
-            raise KeyError(name)
-        if name in BUILTIN_DATASETS:
-            dataset_kwargs_model(name)  # refuses a plug-in that reuses a built-in's name
-            return BUILTIN_DATASETS[name]
-        ep = entry_point(name)
-        if ep is None:
-            raise KeyError(name)
-        return load_plugin(ep)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from dataset_names()
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in BUILTIN_DATASETS or entry_point(name) is not None)
-
-
-DATASETS = Registry()
-
-
 def get_recipe(name: str) -> DatasetRecipe[Any, Any]:
     """The recipe called ``name`` (a built-in, or a plug-in imported now); a :class:`ConfigError` naming the known
     datasets when there is none, a :class:`DatasetError` naming the plug-in when it cannot be loaded."""
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise ConfigError(unknown_name("dataset", name, dataset_names())) from None
+    if name in BUILTIN_DATASETS:
+        dataset_kwargs_model(name)  # refuses a plug-in that reuses a built-in's name
+        return BUILTIN_DATASETS[name]
+    ep = entry_point(name)
+    if ep is None:
+        raise ConfigError(unknown_name("dataset", name, dataset_names()))
+    target = load_entry_point(ep)
+    if not isinstance(target, DatasetRecipe):
+        raise not_a_recipe(describe(ep), target)
+    return PluginRecipe.wrap(target, describe(ep))
 
 
 def sample_source(name: str) -> Path:
@@ -74,14 +60,85 @@ def sample_source(name: str) -> Path:
     return path
 
 
+class PluginRecipe(DatasetRecipe[Any, Any]):
+    """A plug-in recipe behind the checks that keep generation and training safe from a faulty plug-in: every
+    error names the plug-in, and every sample it returns is checked."""
+
+    label: str
+    inner: DatasetRecipe[Any, Any]
+
+    @classmethod
+    def wrap(cls, inner: DatasetRecipe[Any, Any], label: str) -> PluginRecipe:
+        """A wrapper of ``inner`` whose class carries ``inner``'s name, hub id, kwargs model and columns."""
+        kind = type(
+            f"Plugin[{inner.name}]",
+            (cls,),
+            {
+                "name": inner.name,
+                "hub_id": getattr(inner, "hub_id", ""),
+                "kwargs_model": inner.kwargs_model,
+                "columns": tuple(getattr(inner, "columns", ())),
+                "__doc__": type(inner).__doc__,
+            },
+        )
+        recipe: PluginRecipe = kind()
+        recipe.inner = inner
+        recipe.label = label
+        return recipe
+
+    def _call(self, what: str, call: Any) -> Any:
+        try:
+            return call()
+        except GencacheError as exc:
+            raise reworded(exc, f"{self.label}: {exc}") from exc
+        except Exception as exc:  # a bug in the plug-in: one line naming it
+            raise DatasetError(f"{self.label} failed in {what}: {type(exc).__name__}: {first_line(exc)}.") from exc
+
+    def needs_tokenizer(self, kwargs: Any) -> bool:
+        return bool(self._call("needs_tokenizer", lambda: self.inner.needs_tokenizer(kwargs)))
+
+    def select(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> Selection[Any]:
+        return self._call("select", lambda: self.inner.select(dc, kwargs, tokenizer))  # type: ignore[no-any-return]
+
+    def sample(self, rows: Any, kwargs: Any, index: int) -> Any:
+        return self._call("sample", lambda: self.inner.sample(rows, kwargs, index))
+
+    def load(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
+        result = self._call("load", lambda: self.inner.load(dc, kwargs, tokenizer))
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)):
+            raise self._malformed(f"load returned {type(result).__name__}, not (a list of samples, SourceInfo)")
+        samples, source = result
+        if not isinstance(source, SourceInfo):
+            raise self._malformed(f"load returned {type(source).__name__} as its source, not a SourceInfo")
+        if len(samples) != dc.num_samples:
+            raise self._malformed(f"load returned {len(samples)} samples but num_samples is {dc.num_samples}")
+        for index, sample in enumerate(samples):
+            self._check_sample(index, sample)
+        return samples, source
+
+    def _malformed(self, problem: str) -> DatasetError:
+        return DatasetError(f"{self.label} returned malformed samples: {problem.rstrip('.')}; fix the plug-in.")
+
+    def _check_sample(self, index: int, sample: Any) -> None:
+        if not isinstance(sample, RawSample):
+            raise self._malformed(f"sample {index} is a {type(sample).__name__}, not a RawSample")
+        try:
+            semantic_key(sample.semantic)
+            if tuple(normalize(sample.parts)) != tuple(sample.parts):
+                raise PromptError("its prompt parts are not normalised (use gencache.data.prompts.normalize)")
+        except (DatasetError, PromptError, TypeError) as exc:
+            raise self._malformed(f"sample {index}: {exc}") from None
+        for field in ("query", "answer"):
+            if not isinstance(getattr(sample, field), str):
+                raise self._malformed(f"sample {index}: {field} is not a string")
+
+
 __all__ = [
     "BUILTIN_DATASETS",
-    "DATASETS",
     "SAMPLES_DIR",
     "DataConfigLike",
     "DatasetRecipe",
     "RawSample",
-    "Registry",
     "SourceInfo",
     "get_recipe",
     "sample_source",

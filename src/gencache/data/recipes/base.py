@@ -11,10 +11,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from gencache.config import DataConfig, KwargsModel
 from gencache.core.errors import DatasetError
-from gencache.data.origins import SourceInfo
 from gencache.data.prompts import ContextBlock, Inline, Prompt, compose_default, normalize
 from gencache.data.recipes.columns import Column, check_columns, field_of
-from gencache.data.sources import load_tables
+from gencache.data.sources import SourceInfo, load_tables
 
 #: The data config a recipe reads.
 DataConfigLike = DataConfig

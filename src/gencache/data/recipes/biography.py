@@ -7,6 +7,7 @@ Two row-aligned hub tables, ``train`` (statements) and ``test`` (prefixes, names
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import BiographyKwargs
@@ -70,20 +71,18 @@ COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
 class _Rows:
-    """Row access into the filtered, row-aligned train/test tables, the seeded
+    """Row access into the row-aligned train/test tables (``kept``: the rows of the people kept), the seeded
     ``random.Random`` every step draws from in order, and the pool of people (``per_sample`` per sample) whose
     documents a sample shows."""
 
-    def __init__(
-        self, train: Any, test: Any, kept: list[int], rng: random.Random, pool: list[int], per_sample: int
-    ) -> None:
-        self._train = train
-        self._test = test
-        self._kept = kept
-        self.rng = rng
-        self.pool = pool
-        self.per_sample = per_sample
+    _train: Any
+    _test: Any
+    _kept: list[int]
+    rng: random.Random
+    pool: list[int]
+    per_sample: int
 
     def row_of(self, index: int) -> int:
         """The table row of kept person ``index``."""

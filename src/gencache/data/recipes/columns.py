@@ -11,7 +11,7 @@ from typing import Any
 
 from gencache.config.messages import did_you_mean, type_name
 from gencache.core.errors import DatasetError
-from gencache.data.origins import origin_of
+from gencache.data.sources import origin_of
 
 
 @dataclass(frozen=True)

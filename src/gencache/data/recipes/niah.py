@@ -76,8 +76,6 @@ def split_sentences(text: str) -> list[str]:
 def chunk_sentences(sentences: Sequence[str], chunk_size: int) -> list[str]:
     """Pack sentences greedily, joined by single spaces, into chunks of at most ``chunk_size`` characters; a
     longer sentence is a chunk of its own (sentences are never cut)."""
-    if chunk_size < 1:
-        raise DatasetError(f"chunk_size must be >= 1, got {chunk_size}.")
     chunks: list[str] = []
     for sentence in sentences:
         if chunks and len(chunks[-1]) + len(sentence) + 1 <= chunk_size:
@@ -85,13 +83,6 @@ def chunk_sentences(sentences: Sequence[str], chunk_size: int) -> list[str]:
         else:
             chunks.append(sentence)
     return chunks
-
-
-def _token_count(tokenizer: Any, text: str) -> int:
-    encode = getattr(tokenizer, "encode", None)
-    if callable(encode):
-        return len(encode(text, add_special_tokens=False))
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 COLUMNS = (
@@ -108,7 +99,7 @@ COLUMNS = (
 @dataclass(frozen=True)
 class _Rows:
     table: Any
-    tokenizer: Any | None
+    tokenizer: Any  # None unless max_len counts tokens
     detail: str
 
 
@@ -167,7 +158,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
     def sample(self, rows: _Rows, kwargs: NIAHKwargs, index: int) -> Question | None:
         record = rows.table[index]
         context = field_of(rows.table, self.name, index, record, "context", "string")
-        if kwargs.max_len >= 0 and _token_count(rows.tokenizer, context) > kwargs.max_len:
+        if kwargs.max_len >= 0 and len(rows.tokenizer.encode(context, add_special_tokens=False)) > kwargs.max_len:
             return None
         question = field_of(rows.table, self.name, index, record, "question", "string")
         raw_answer = record.get("answer")
