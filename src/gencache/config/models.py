@@ -305,8 +305,8 @@ class CacheConfig(_Strict):
     output_dir: Annotated[str, _rule(output_name_problem)] = Field(
         min_length=1,
         description="Artifact directory to publish: a local path, relative to the working directory, or an "
-        "s3://BUCKET/PREFIX/NAME URL (other URL schemes are refused); must not exist, not even as a dangling symlink or "
-        "as any object under the prefix, and must end in a name of its own (not /, . or ..).",
+        "s3://BUCKET/PREFIX/NAME URL (other URL schemes are refused); must not exist, not even as a dangling symlink "
+        "or as any object under the prefix, and must end in a name of its own (not /, . or ..).",
     )
 
     @field_validator("engine_options", mode="before")

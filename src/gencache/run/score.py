@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gencache.artifact.store import Location, location
 from gencache.core.errors import ConfigError, DatasetError, first_line
 from gencache.data.answers import METRICS
 from gencache.data.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
@@ -72,7 +73,7 @@ class ScoreReport:
     """What :func:`score` found: every answer in run order, the overall group and one per data config; and what
     scoring opened (the reader, the checked record, the rebuilt samples), for ``gencache report``."""
 
-    artifact: Path
+    artifact: Location
     answers: tuple[ScoredAnswer, ...]
     overall: ScoreGroup
     groups: tuple[ScoreGroup, ...]
@@ -166,9 +167,9 @@ def score(
         )
         for summary in samples.summaries
     )
-    absolute = Path(os.path.abspath(artifact))
+    absolute = location(artifact)
     if out_path is not None:
-        metadata = {"artifact": str(absolute), "run_digest": run.run_digest}
+        metadata = {"artifact": str(absolute), "run_digest": run.resolved["run_digest"]}
 
         def write(handle: IO[bytes]) -> int:
             rows = (answer.row() for answer in answers)
@@ -176,4 +177,6 @@ def score(
 
         write_atomic(out_path, write)
     overall = _group("overall", answers)
-    return ScoreReport(absolute, answers, overall, groups, run.max_new_tokens, out_path, reader, run.resolved, samples)
+    return ScoreReport(
+        absolute, answers, overall, groups, run.generation["max_new_tokens"], out_path, reader, run.resolved, samples
+    )
