@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import pickle
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +17,12 @@ import pytest
 from gencache.artifact.header import header_capacity
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, is_published, verify
+from gencache.artifact.report import inspect_report
 from gencache.artifact.upload import clean
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.paths import parse_s3_url
 from gencache.core.errors import FormatError, OutputExistsError
-from support.config_factory import write_config
+from support.config_factory import musique, write_config
 from support.s3 import FaultProxy, S3Env, S3Server
 from support.storage_helpers import PROVENANCE, RESOLVED, child_env, tokens
 
@@ -283,3 +286,30 @@ def test_readers_of_a_node_share_one_download_and_never_a_stale_one(s3_env: S3En
     build(url, second)
     assert _read_all(url, str(cache)) == [second[key] for key in sorted(second)]
     assert len(list(cache.glob("**/cache.safetensors"))) == 2
+
+
+def test_inspect_reads_the_manifest_and_the_header_never_the_payload(
+    s3_env: S3Env, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    entries = {key: [i] * 200_000 for i, key in enumerate(keys_of(16))}  # 25 MiB of payload
+    build(s3_env.url("runs/big"), entries)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with FaultProxy(s3_env.env["AWS_ENDPOINT_URL"]) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        report = inspect_report([s3_env.url("runs/big")])
+        assert report.exit_code == 0
+        manifest = s3_env.client.head_object(Bucket=s3_env.bucket, Key="runs/big/manifest.json")["ContentLength"]
+        assert proxy.received["GET"] < manifest + 64 * 1024 + 20_000  # the listing, the manifest, the header
+
+
+def test_a_stopped_generate_leaves_nothing_on_the_bucket(s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    config = write_config(tmp_path, tiny_teacher_dir, data_configs=[musique(num_samples=4)], gen_batch_size=1)
+    run = start("generate", str(config), "--output-dir", s3_env.url("runs/stopped"), cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while s3_env.keys() != ["runs/.stopped.gencache-lock"]:  # the build has begun
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err
+    assert s3_env.keys() == [] and s3_env.uploads() == []
