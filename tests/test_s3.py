@@ -18,10 +18,10 @@ from gencache.artifact.header import header_capacity
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, is_published, verify
 from gencache.artifact.report import inspect_report
-from gencache.artifact.upload import clean
+from gencache.artifact.upload import MultipartUpload, clean
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.paths import parse_s3_url
-from gencache.core.errors import FormatError, OutputExistsError
+from gencache.core.errors import FormatError, OutputExistsError, WriteError
 from support.config_factory import musique, write_config
 from support.s3 import FaultProxy, S3Env, S3Server
 from support.storage_helpers import PROVENANCE, RESOLVED, child_env, tokens
@@ -313,3 +313,27 @@ def test_a_stopped_generate_leaves_nothing_on_the_bucket(s3_env: S3Env, tmp_path
     _, err = run.communicate(timeout=120)
     assert run.returncode == 130, err
     assert s3_env.keys() == [] and s3_env.uploads() == []
+
+
+def test_a_failed_append_is_rolled_back_on_a_bucket_as_on_disk(s3_env: S3Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    send, failed = MultipartUpload.send, []
+
+    def fail_once(upload: MultipartUpload, number: int, data: bytes) -> None:
+        if not failed:
+            failed.append(number)
+            raise WriteError("the store went away")
+        send(upload, number, data)
+
+    monkeypatch.setattr(MultipartUpload, "send", fail_once)
+    url, entries = s3_env.url("runs/rollback"), {key: [i] * 393_216 for i, key in enumerate(keys_of(5))}  # 3 MiB
+    with ArtifactBuild(url, provenance=PROVENANCE, header_capacity=header_capacity(5, 1, 393_216)) as b:
+        for key, ids in entries.items():
+            try:
+                b.writer.add(key, [tokens(ids)], ["x"], ["eos"])
+            except WriteError:  # the part that would have held the fifth entry: the entry is rolled back
+                b.writer.add(key, [tokens(ids)], ["x"], ["eos"])
+        b.writer.finalize(resolved_config=RESOLVED, summary={})
+        b.publish()
+    assert failed == [2]
+    reader = CacheReader(url, download=False)
+    assert all(reader.get_arrays(key).sequences[0].tolist() == ids for key, ids in entries.items())

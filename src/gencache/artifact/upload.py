@@ -227,12 +227,16 @@ class PayloadUpload:
             self.pending.clear()
 
     def truncate(self, size: int) -> None:
-        """Drop what was appended after file size ``size``: possible only while it is still in memory."""
+        """Drop what was appended after file size ``size``: possible only while it is still in memory (the data of
+        part 1 until a later part is sent, then that of the next part)."""
         data = size - self.data_start
-        if data < len(self.held) + self.sent_data:
+        if data >= len(self.held) + self.sent_data:
+            del self.pending[data - len(self.held) - self.sent_data :]
+        elif not self.sent_data:
+            del self.held[data:]
+            self.pending.clear()
+        else:
             raise WriteError(f"{self.upload.where}: bytes already sent cannot be taken back.")
-        del self.pending[data - len(self.held) - self.sent_data :]
-        del self.held[data:]
         self.size = size
 
     def finish(self, header: bytes) -> None:
