@@ -180,6 +180,7 @@ def test_a_killed_writer_leaves_nothing_readable_and_clean_removes_it(s3_env: S3
     assert clean(parse_s3_url(s3_env.url("runs"))) == []  # a live writer's upload and lock are kept
     child.kill()
     child.wait()
+    s3_env.client.put_object(Bucket=s3_env.bucket, Key="runs/keep/notes.txt", Body=b"not gencache's")
     with pytest.raises(FormatError, match="no objects under it"):
         CacheReader(url)
     done = subprocess.run(
@@ -190,12 +191,12 @@ def test_a_killed_writer_leaves_nothing_readable_and_clean_removes_it(s3_env: S3
         check=True,
     )
     assert "incomplete upload" in done.stdout and "stale lock" in done.stdout
-    assert s3_env.uploads() == [] and s3_env.keys() == []
+    assert s3_env.uploads() == [] and s3_env.keys() == ["runs/keep/notes.txt"]  # nothing but what it left
     rerun = writer(url, 16, pause=False)
     assert rerun.wait(timeout=300) == 0, rerun.stderr.read() if rerun.stderr else ""
     assert len(CacheReader(url, cache_dir=tmp_path)) == 16
     assert clean(parse_s3_url(s3_env.url("runs"))) == []  # a committed artifact is never touched
-    assert len(s3_env.keys()) == 3
+    assert len(s3_env.keys()) == 4
 
 
 def test_two_writers_racing_for_one_prefix_make_exactly_one_artifact(s3_env: S3Env) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
-from gencache.artifact.names import LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
+from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
 from gencache.artifact.publish import host_tag, pid_alive
 from gencache.artifact.store import call, client, list_objects, read_object
 from gencache.config.paths import S3Url
@@ -271,27 +271,26 @@ def lock_is_stale(lock: S3Url, entry: dict[str, Any]) -> bool:
 
 
 def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
-    """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): incomplete
-    multipart uploads, objects of an artifact that was never committed (no ``manifest.json``) and stale locks.
-    A name whose lock is live is left alone, and so is every committed artifact. Returns what was removed."""
-    wanted = None if outputs is None else set(outputs)
+    """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): their
+    incomplete uploads of an artifact's files, the files of an artifact they never committed (no
+    ``manifest.json``) and their stale locks. A name whose lock is live is left alone, and so is every committed
+    artifact and every object that is not an artifact's file. Returns what was removed."""
     s3 = client()
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
     uploads: dict[str, list[dict[str, Any]]] = {}
-    listing = call(
-        f"Listing uploads under {parent}/", s3.list_multipart_uploads, Bucket=parent.bucket, Prefix=parent.prefix
-    )
-    for upload in listing.get("Uploads", []):
-        uploads.setdefault(upload["Key"][len(parent.prefix) :].partition("/")[0], []).append(upload)
-    locks, names = {}, set()
+    what = f"Listing uploads under {parent}/"
+    for upload in call(what, s3.list_multipart_uploads, Bucket=parent.bucket, Prefix=parent.prefix).get("Uploads", []):
+        name, _, file = upload["Key"][len(parent.prefix) :].partition("/")
+        if file in ARTIFACT_FILES:
+            uploads.setdefault(name, []).append(upload)
+    locks = {}
     for entry in list_objects(parent, delimiter=True):
-        if "Prefix" in entry:
-            names.add(entry["Prefix"][len(parent.prefix) :].rstrip("/"))
-        elif (name := entry["Key"][len(parent.prefix) :]).startswith(".") and name.endswith(LOCK_SUFFIX):
+        name = entry.get("Key", "")[len(parent.prefix) :]
+        if name.startswith(".") and name.endswith(LOCK_SUFFIX):
             locks[name[1 : -len(LOCK_SUFFIX)]] = entry
     removed = []
-    for name in sorted(names | set(locks) | set(uploads)):
-        if wanted is not None and name not in wanted:
+    for name in sorted(set(locks) | set(uploads)):
+        if outputs is not None and name not in outputs:
             continue
         where, lock = parent / name, lock_of(parent / name)
         if name in locks and not lock_is_stale(lock, locks[name]):
@@ -302,11 +301,11 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
             with suppress(GencacheError):  # completed or aborted meanwhile: nothing left to remove
                 call("Aborting an upload", s3.abort_multipart_upload, **_upload(parent.bucket, upload))
             removed.append(f"{parent / upload['Key'][len(parent.prefix) :]} (incomplete upload)")
-        objects = [entry["Key"] for entry in list_objects(where)] if name in names else []
-        if objects and where.prefix + MANIFEST_NAME not in objects:
-            for key in objects:
-                call(f"Removing {key}", s3.delete_object, Bucket=parent.bucket, Key=key)
-            removed.append(f"{where} (uncommitted: {len(objects)} object{'s' * (len(objects) != 1)})")
+        files = {entry["Key"][len(where.prefix) :] for entry in list_objects(where)} & ARTIFACT_FILES
+        if files and MANIFEST_NAME not in files:
+            for file in sorted(files):
+                call(f"Removing {where / file}", s3.delete_object, Bucket=where.bucket, Key=(where / file).key)
+            removed.append(f"{where} (uncommitted: {', '.join(sorted(files))})")
         if name in locks:
             call(f"Removing {lock}", s3.delete_object, Bucket=lock.bucket, Key=lock.key)
             removed.append(f"{lock} (stale lock)")
