@@ -87,6 +87,7 @@ def digests(reader: CacheReader) -> dict[str, str]:
     return {key: reader.metadata(key)["content_digest"] for key in reader}  # type: ignore[index]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["transformers", "transformers-continuous"])
 def test_generate_to_a_bucket_equals_generating_to_disk(
     s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path, engine: str
@@ -116,6 +117,7 @@ def test_generate_to_a_bucket_equals_generating_to_disk(
     assert "teacher loaded" not in again.stderr
 
 
+@pytest.mark.slow
 def test_shards_on_a_bucket_resume_from_what_is_committed(
     s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:
@@ -135,6 +137,7 @@ def test_shards_on_a_bucket_resume_from_what_is_committed(
     assert digests(open_caches(url)) == digests(CacheReader(tmp_path / "out"))  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_bad_urls_are_one_line_before_the_teacher_loads(
     s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,6 +238,7 @@ def test_the_server_refuses_a_second_commit_even_without_the_lock(
     assert CacheReader(url).get_arrays(keys_of(2)[1]).sequences[0].tolist() == [1] * 5
 
 
+@pytest.mark.slow
 def test_a_store_that_stops_answering_ends_the_run_with_one_line(s3_env: S3Env, s3_server: S3Server) -> None:
     url = s3_env.url("runs/down")
     child = writer(url, 16)
@@ -303,6 +307,7 @@ def test_inspect_reads_the_manifest_and_the_header_never_the_payload(
         assert proxy.received["GET"] < manifest + 64 * 1024 + 20_000  # the listing, the manifest, the header
 
 
+@pytest.mark.slow
 def test_a_stopped_generate_leaves_nothing_on_the_bucket(s3_env: S3Env, tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir, data_configs=[musique(num_samples=4)], gen_batch_size=1)
     run = start("generate", str(config), "--output-dir", s3_env.url("runs/stopped"), cwd=tmp_path)
