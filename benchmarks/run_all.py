@@ -19,6 +19,7 @@ BENCHMARKS = [
     "bench_storage.py",
     "bench_reader.py",
     "bench_resume.py",
+    "bench_s3.py",
     "bench_commands.py",
     "bench_errors.py",
     "bench_generation.py",
