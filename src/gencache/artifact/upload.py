@@ -20,7 +20,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -57,7 +57,7 @@ def check_absent(where: S3Url) -> None:
             f"overwrites an artifact; `gencache clean {where.parent}` removes what a killed writer left)."
         )
     if (holder := _holder(lock_of(where))) is not None:
-        raise OutputExistsError(f"Output {where} {_describe(holder)}.")
+        raise OutputExistsError(f"Output {where} {_describe(where, holder)}.")
 
 
 def _holder(lock: S3Url) -> dict[str, Any] | None:
@@ -70,11 +70,11 @@ def _holder(lock: S3Url) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {}
 
 
-def _describe(holder: dict[str, Any]) -> str:
+def _describe(where: S3Url, holder: dict[str, Any]) -> str:
     who = f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
     return (
         f"is being written by another gencache run ({who}), or was left by one that was killed; wait for it, or, "
-        f"once no writer runs, `gencache clean PARENT` removes what it left"
+        f"once no writer runs, `gencache clean {where.parent}` removes what it left"
     )
 
 
@@ -88,7 +88,7 @@ class Lease:
         try:
             self._put(IfNoneMatch="*")
         except OutputExistsError:
-            raise OutputExistsError(f"Output {where} {_describe(_holder(self.lock) or {})}.") from None
+            raise OutputExistsError(f"Output {where} {_describe(where, _holder(self.lock) or {})}.") from None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._refresh, name="gencache-s3-lease", daemon=True)
         self._thread.start()
@@ -270,6 +270,17 @@ def lock_is_stale(lock: S3Url, entry: dict[str, Any]) -> bool:
     return bool(time.time() - entry["LastModified"].timestamp() > STALE_AFTER)
 
 
+def _uploads(parent: S3Url) -> Iterator[dict[str, Any]]:
+    """The incomplete multipart uploads under ``parent``, every page of them."""
+    arguments: dict[str, Any] = {"Bucket": parent.bucket, "Prefix": parent.prefix}
+    while True:
+        page = call(f"Listing uploads under {parent}/", client().list_multipart_uploads, **arguments)
+        yield from page.get("Uploads", [])
+        if not page.get("IsTruncated"):
+            return
+        arguments |= {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+
+
 def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): their
     incomplete uploads of an artifact's files, the files of an artifact they never committed (no
@@ -278,8 +289,7 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     s3 = client()
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
     uploads: dict[str, list[dict[str, Any]]] = {}
-    what = f"Listing uploads under {parent}/"
-    for upload in call(what, s3.list_multipart_uploads, Bucket=parent.bucket, Prefix=parent.prefix).get("Uploads", []):
+    for upload in _uploads(parent):
         name, _, file = upload["Key"][len(parent.prefix) :].partition("/")
         if file in ARTIFACT_FILES:
             uploads.setdefault(name, []).append(upload)
