@@ -497,15 +497,21 @@ class CacheReader(GenerationCache):
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
         self._remote = None
+        payload: Path | None
         if isinstance(self.path, S3Url):
             self._remote = RemoteArtifact(self.path, self.cache_dir)
             manifest = _map_file(self._remote.local(MANIFEST_NAME), "Manifest")
-            index = self._load_index(self._remote.payload_head, manifest)
-            self._fd = None
+            payload = self._remote.cached(PAYLOAD_NAME)  # downloaded by a process of this node, or None
         else:
             check_artifact_files(self.path)
             manifest = _map_file(self.path / MANIFEST_NAME, "Manifest")
-            fd = open_regular(self.path / PAYLOAD_NAME, PAYLOAD_NAME)
+            payload = self.path / PAYLOAD_NAME
+        self._fd = None
+        if payload is None:
+            assert self._remote is not None
+            index = self._load_index(self._remote.payload_head, manifest)
+        else:
+            fd = open_regular(payload, PAYLOAD_NAME)
             try:
                 index = self._load_index(lambda: _payload_head(fd), manifest)
             except BaseException:
@@ -527,10 +533,11 @@ class CacheReader(GenerationCache):
     def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RangeTokens:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
         first use (on a bucket: of the payload downloaded into the local cache, or range reads without it)."""
-        if self._remote is not None and not self.download:
-            self._tokens = RangeTokens(self._remote)
-            return self._tokens
-        if self._remote is not None:
+        if self._fd is None:  # on a bucket, not downloaded yet
+            assert self._remote is not None
+            if not self.download:
+                self._tokens = RangeTokens(self._remote)
+                return self._tokens
             self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
             self._close_fd = weakref.finalize(self, os.close, self._fd)
         assert self._fd is not None

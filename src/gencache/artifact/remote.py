@@ -74,6 +74,11 @@ class RemoteArtifact:
             head += self.read(PAYLOAD_NAME, len(head), end - len(head))
         return size, head[LENGTH_PREFIX_BYTES:end]
 
+    def cached(self, name: str) -> Path | None:
+        """The local copy of one object when a process has downloaded it already."""
+        path = self.cache / name
+        return path if path.exists() else None
+
     def local(self, name: str) -> Path:
         """The local copy of one object, downloaded into the cache directory unless a process did already."""
         path = self.cache / name
