@@ -40,6 +40,7 @@ from gencache.generation.engines import (
     attention_shape_of,
     available_host_memory,
     checked_prompts,
+    entry_of,
     options_of,
     prefix_floor,
 )
@@ -256,12 +257,7 @@ class _Requests:
         self.per_prompt = generation.num_return_sequences
         self.max_new_tokens = generation.max_new_tokens
         self.tokenizer = tokenizer
-        self.scanner = FinishScanner(
-            eos_token_ids=generation.eos_token_ids,
-            stop_strings=generation.stop_strings,
-            tokenizer=tokenizer,
-            max_new_tokens=generation.max_new_tokens,
-        )
+        self.scanner = FinishScanner.of(generation, tokenizer)
         self.streaming = bool(generation.stop_strings)
         self.eos = list(generation.eos_token_ids) or -1
         self.results: dict[int, list[tuple[list[int], str] | None]] = {
@@ -323,7 +319,7 @@ class _Requests:
         slots[sequence] = (tokens[:length], reason)
         if not all(slot is not None for slot in slots):
             return None
-        entry = _entry(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
+        entry = entry_of(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
         del self.results[index]
         return entry
 
@@ -402,18 +398,6 @@ def generate_continuous(
         ) from exc
     finally:
         _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
-
-
-def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
-    import torch
-
-    tensors = tuple(torch.tensor(tokens, dtype=torch.int64) for tokens, _ in sequences)
-    return GeneratedEntry(
-        key=key,
-        sequences=tensors,
-        texts=tuple(tokenizer.decode(tokens, skip_special_tokens=False) for tokens, _ in sequences),
-        finish_reasons=tuple(reason for _, reason in sequences),
-    )
 
 
 class TransformersContinuousEngine(TransformersBase):

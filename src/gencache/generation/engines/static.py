@@ -35,6 +35,7 @@ from gencache.generation.engines import (
     GeneratedEntry,
     KeyedPrompt,
     checked_prompts,
+    entry_of,
     options_of,
 )
 from gencache.generation.finish import FinishRecorder, FinishScanner, cut_at_first_eos
@@ -174,12 +175,7 @@ def generate_entries(
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     config = _call_config(generation)
     beams = generation.num_beams > 1
-    scanner = FinishScanner(
-        eos_token_ids=generation.eos_token_ids,
-        stop_strings=generation.stop_strings,
-        tokenizer=tokenizer,
-        max_new_tokens=generation.max_new_tokens,
-    )
+    scanner = FinishScanner.of(generation, tokenizer)
     if progress is not None:
         progress.start(len(checked))
     for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in checked], batch_size)):
@@ -215,16 +211,8 @@ def generate_entries(
         else:
             lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
         for position, key in enumerate(keys):
-            rows_of_key = range(position * per_prompt, (position + 1) * per_prompt)
-            seqs = tuple(
-                generated[row, : lengths[row]].to(device="cpu", dtype=torch.int64, copy=True) for row in rows_of_key
-            )
-            entry = GeneratedEntry(
-                key=key,
-                sequences=seqs,
-                texts=tuple(tokenizer.decode(seq.tolist(), skip_special_tokens=False) for seq in seqs),
-                finish_reasons=tuple(reasons[row] for row in rows_of_key),
-            )
+            answers = range(position * per_prompt, (position + 1) * per_prompt)
+            entry = entry_of(key, [(generated[r, : lengths[r]].tolist(), reasons[r]) for r in answers], tokenizer)
             tokens = entry.num_tokens
             yield entry
             del entry
