@@ -217,33 +217,6 @@ def _manager_config(generation: EffectiveGeneration) -> Any:
     return config
 
 
-def _choose_sizing(
-    model: Any, generation: EffectiveGeneration, checked: Sequence[tuple[str, list[int]]], options: ContinuousOptions
-) -> CacheSizing:
-    """The paged cache of this run (:func:`size_paged_cache`) for the model's dtype and the budget of its device."""
-    dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")  # the config's dtype, as torch names it
-    return size_paged_cache(
-        [len(ids) for _, ids in checked],
-        generation.max_new_tokens,
-        len(checked) * generation.num_return_sequences,
-        options,
-        model_config=model.config,
-        dtype_bytes=DTYPE_BYTES[dtype],
-        budget=_memory_budget(options, model.device),
-    )
-
-
-def _poll(manager: Any) -> Any:
-    """The manager's next output, or None when none came within a poll interval; a stopped manager raises."""
-    output = manager.get_result(timeout=_POLL_SECONDS)
-    if output is None:
-        fatal = manager.background_thread_status.fatal_error
-        if fatal is not None or not manager.is_running():
-            reason = first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
-            raise GenerationError(f"Continuous batching stopped: {reason}")
-    return output
-
-
 class _Requests:
     """The requests of one run (``"<prompt index>:<sequence>"``), their scan state and each prompt's answers so far."""
 
@@ -253,13 +226,9 @@ class _Requests:
         generation: EffectiveGeneration,
         tokenizer: Any,
     ) -> None:
-        self.checked = checked
+        self.checked, self.generation, self.tokenizer = checked, generation, tokenizer
         self.per_prompt = generation.num_return_sequences
-        self.max_new_tokens = generation.max_new_tokens
-        self.tokenizer = tokenizer
         self.scanner = FinishScanner.of(generation, tokenizer)
-        self.streaming = bool(generation.stop_strings)
-        self.eos = list(generation.eos_token_ids) or -1
         self.results: dict[int, list[tuple[list[int], str] | None]] = {
             i: [None] * self.per_prompt for i in range(len(checked))
         }
@@ -284,9 +253,9 @@ class _Requests:
                 added = manager.add_request(
                     ids,
                     request_id=request,
-                    max_new_tokens=self.max_new_tokens,
-                    streaming=self.streaming,
-                    eos_token_id=self.eos,
+                    max_new_tokens=self.generation.max_new_tokens,
+                    streaming=bool(self.generation.stop_strings),
+                    eos_token_id=list(self.generation.eos_token_ids) or -1,
                 )
                 if added is None:
                     raise GenerationError("The continuous-batching manager refused a request (it stopped).")
@@ -294,9 +263,13 @@ class _Requests:
 
     def next_entry(self, manager: Any) -> GeneratedEntry | None:
         """Scan one output of the manager; the entry it completes, else None. A request whose stop string completed
-        early is cancelled."""
-        output = _poll(manager)
+        early is cancelled; a stopped manager raises."""
+        output = manager.get_result(timeout=_POLL_SECONDS)
         if output is None:
+            fatal = manager.background_thread_status.fatal_error
+            if fatal is not None or not manager.is_running():
+                reason = first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
+                raise GenerationError(f"Continuous batching stopped: {reason}")
             return None
         request = output.request_id
         if request in self.done:  # a streamed output generated before the cancellation took effect
@@ -322,18 +295,6 @@ class _Requests:
         entry = entry_of(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
         del self.results[index]
         return entry
-
-
-def _shut_down(manager: Any, model: Any, previous_config: Any, *, finished_cleanly: bool) -> None:
-    """Stop the manager (hard unless finished cleanly), destroy it and hand the model its generation config back."""
-    try:
-        manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
-    except Exception:
-        if finished_cleanly:  # never let a failed shutdown hide the error that is already in flight
-            raise
-    finally:
-        manager.destroy()
-        model.generation_config = previous_config
 
 
 def generate_continuous(
@@ -363,7 +324,16 @@ def generate_continuous(
         progress.start(len(checked))
     if not checked:
         return
-    chosen = _choose_sizing(model, generation, checked, options)
+    dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")  # the config's dtype, as torch names it
+    chosen = size_paged_cache(
+        [len(ids) for _, ids in checked],
+        generation.max_new_tokens,
+        len(checked) * generation.num_return_sequences,
+        options,
+        model_config=model.config,
+        dtype_bytes=DTYPE_BYTES[dtype],
+        budget=_memory_budget(options, model.device),
+    )
     if sizing is not None:
         sizing.append(chosen)
     requests = _Requests(checked, generation, tokenizer)
@@ -396,8 +366,15 @@ def generate_continuous(
             f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
             "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
         ) from exc
-    finally:
-        _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
+    finally:  # a hard stop unless finished cleanly; a failed stop never hides the error already in flight
+        try:
+            manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
+        except Exception:
+            if finished_cleanly:
+                raise
+        finally:
+            manager.destroy()
+            model.generation_config = previous_config
 
 
 class TransformersContinuousEngine(TransformersBase):

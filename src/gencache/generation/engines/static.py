@@ -1,20 +1,15 @@
-"""The ``transformers`` engine: static batches through ``model.generate``.
+"""The ``transformers`` engine (the default, and the only one that honours every setting gencache accepts): static
+batches through ``model.generate``.
 
-The unique prompts are generated in batches sorted by prompt length (longest first), left padded with an explicit
-attention mask, and each batch runs until its slowest row finishes. A stopping criterion of gencache's own
-(:class:`~gencache.generation.finish.FinishRecorder`) records, for every row, the step at which it finished and why;
-the answer is cut at that step, never by token value, so fill tokens never enter an answer.
+Prompts run in batches sorted by length (longest first), left padded with an explicit attention mask. gencache's
+stopping criterion (:class:`~gencache.generation.finish.FinishRecorder`) records the step at which every row
+finished and why, and the answer is cut at that step, never by token value, so fill tokens never enter an answer.
+Beam search (without stop strings) cuts each hypothesis after its first EOS id, where beam search makes it final.
 
-Beam search (``num_beams > 1``) is supported without stop strings: a beam hypothesis is final at its first EOS
-token, so beam outputs are cut after their first EOS id (``eos``) or kept whole (``length``).
-
-Sampling (``do_sample``) draws each sequence from its own stream (:mod:`gencache.generation.sampling`): gencache's
+Sampling draws each sequence from its own stream (:mod:`gencache.generation.sampling`):
 :class:`~gencache.generation.sampling.SequenceSampler`, placed after every processor and warper transformers builds,
-picks each row's token, so a sample's answers do not depend on ``gen_batch_size``, the other prompts or their order.
-Sampling beam search (``do_sample`` with ``num_beams > 1``) draws all beams from one generator and is refused.
-
-This is the only engine that honours every setting gencache accepts; it is the default. :class:`TransformersBase`,
-which it shares with the ``transformers-continuous`` engine, loads the teacher in this process.
+picks each row's token, so an answer does not depend on ``gen_batch_size`` or the other prompts. (Sampling beam
+search draws all beams from one generator and is refused.)
 """
 
 from __future__ import annotations
@@ -155,16 +150,10 @@ def generate_entries(
     progress: Progress | None = None,
     seed: int = 0,
 ) -> Generator[GeneratedEntry, None, None]:
-    """Generate every prompt and yield one :class:`GeneratedEntry` per prompt, in batch order.
-
-    ``prompts`` are ``(key, input_ids)`` of unique samples. Batches are planned longest prompt first
-    (:func:`plan_batches`), left padded with an explicit attention mask (padding is never inferred from pad id
-    equality, so prompts may contain the pad id). Each row is cut at the step the :class:`FinishRecorder` recorded.
-    Only the yielded entry's tensors are staged on CPU; ``progress`` (if given) is started with the number of
-    prompts and advanced after each entry has been consumed. A CUDA out-of-memory error becomes a
-    :class:`GenerationError` naming the batch. Sampled sequences draw from their own streams, seeded from ``seed``,
-    the sample key and the sequence index (:mod:`gencache.generation.sampling`).
-    """
+    """Generate every prompt (``(key, input_ids)`` of unique samples) and yield one :class:`GeneratedEntry` per
+    prompt, in batch order; ``progress`` is started with the prompt count and advanced after each entry is consumed.
+    The explicit attention mask lets prompts contain the pad id. Out of memory is a :class:`GenerationError` naming
+    the batch."""
     import torch
 
     checked = checked_prompts(prompts)
