@@ -167,6 +167,15 @@ def runtime_info(model: Any) -> dict[str, Any]:
         "device": str(device),
         "device_name": device_name,
         "device_map": {str(k): str(v) for k, v in device_map.items()} if isinstance(device_map, dict) else None,
+        **library_versions(),
+    }
+
+
+def library_versions() -> dict[str, Any]:
+    """The versions of gencache, torch, transformers, CUDA and Python (every engine's runtime facts)."""
+    import torch
+
+    return {
         "gencache": __version__,
         "torch": torch.__version__,
         "transformers": hf().__version__,

@@ -71,9 +71,6 @@ class CacheSizing:
     budget_source: str
     longest_prompt: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def _memory_budget(options: ContinuousOptions, device: Any) -> tuple[int, str]:
     if options.kv_cache_memory_gib is not None:
@@ -418,7 +415,7 @@ class TransformersContinuousEngine(TransformersBase):
             "sampling": self.sampling(),
         }
         if self.sizing:
-            facts["paged_cache"] = self.sizing[-1].to_json()
+            facts["paged_cache"] = asdict(self.sizing[-1])
         return facts
 
     def determinism(self, attention: str | None) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from gencache.generation.engines import (
 )
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
-from gencache.generation.teacher import BATCH_INVARIANT_ENV, determinism_facts, env_batch_invariant
+from gencache.generation.teacher import BATCH_INVARIANT_ENV, determinism_facts, env_batch_invariant, library_versions
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
@@ -353,16 +353,15 @@ class VllmEngine:
                 f"{self.context.device!r}."
             )
         if not self.on_cpu:
-            options = self.options
-            kwargs: dict[str, Any] = {
-                "gpu_memory_utilization": options.gpu_memory_utilization,
-                "tensor_parallel_size": options.tensor_parallel_size,
-            }
-            if options.max_model_len is not None:
-                kwargs["max_model_len"] = options.max_model_len
-            if options.kv_cache_memory_gib is not None:
-                kwargs["kv_cache_memory_bytes"] = int(options.kv_cache_memory_gib * GIB)
-            self._build(kwargs)
+            gib = self.options.kv_cache_memory_gib
+            self._build(
+                {
+                    "gpu_memory_utilization": self.options.gpu_memory_utilization,
+                    "tensor_parallel_size": self.options.tensor_parallel_size,
+                    "max_model_len": self.options.max_model_len,
+                    "kv_cache_memory_bytes": None if gib is None else int(gib * GIB),
+                }
+            )
 
     def environment(self) -> dict[str, str]:
         """The environment variables vLLM reads when it imports and builds its engine."""
@@ -377,23 +376,21 @@ class VllmEngine:
         import vllm
 
         ctx, options = self.context, self.options
-        kwargs: dict[str, Any] = {
-            "model": ctx.model_path,
-            "tokenizer": getattr(ctx.tokenizer, "name_or_path", None) or ctx.model_path,
-            "dtype": ctx.dtype,
-            "seed": ctx.seed,
-            "enforce_eager": options.enforce_eager,
-            "generation_config": "vllm",
-            "enable_prefix_caching": True,
-            **extra,
-        }
-        if options.max_num_seqs is not None:
-            kwargs["max_num_seqs"] = options.max_num_seqs
-        if ctx.revision:
-            kwargs["revision"] = kwargs["tokenizer_revision"] = ctx.revision
         try:
             with vllm_settings(self.environment()):
-                self.llm = vllm.LLM(**kwargs)
+                self.llm = vllm.LLM(
+                    model=ctx.model_path,
+                    tokenizer=getattr(ctx.tokenizer, "name_or_path", None) or ctx.model_path,
+                    revision=ctx.revision or None,
+                    tokenizer_revision=ctx.revision or None,
+                    dtype=ctx.dtype,
+                    seed=ctx.seed,
+                    enforce_eager=options.enforce_eager,
+                    generation_config="vllm",
+                    enable_prefix_caching=True,
+                    max_num_seqs=options.max_num_seqs,
+                    **extra,
+                )
         except Exception as exc:
             raise GenerationError(f"vLLM cannot load the teacher {ctx.model_path!r}: {first_line(exc)}") from exc
 
@@ -525,8 +522,6 @@ class VllmEngine:
     def runtime(self) -> dict[str, Any]:
         import torch
 
-        from gencache.core.version import __version__
-
         cuda = not self.on_cpu and torch.cuda.is_available()
         config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)  # None: no LLM was built
         chunked = getattr(getattr(config, "scheduler_config", None), "enable_chunked_prefill", None)
@@ -537,14 +532,9 @@ class VllmEngine:
             "device_name": torch.cuda.get_device_name(0) if cuda else _cpu_name() if self.on_cpu else None,
             "device_map": None,
             "vllm_platform": self.platform,
-            "gencache": __version__,
-            "torch": torch.__version__,
-            "transformers": importlib.metadata.version("transformers"),
+            **library_versions(),
             "vllm": self.build.version,
             "vllm_distribution": self.build.distribution,
-            "cuda": torch.version.cuda,
-            "cuda_available": torch.cuda.is_available(),
-            "python": platform.python_version(),
             "determinism": determinism_facts(
                 device="cpu" if self.on_cpu else self.context.device,
                 batch_invariant=env_batch_invariant(),
