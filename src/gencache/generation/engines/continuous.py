@@ -378,6 +378,7 @@ class TransformersContinuousEngine(TransformersBase):
     """The ``transformers-continuous`` engine (see the module docstring)."""
 
     name = ENGINE_CONTINUOUS
+    options: ContinuousOptions
 
     def __init__(self, context: EngineContext) -> None:
         super().__init__(context)
@@ -407,13 +408,8 @@ class TransformersContinuousEngine(TransformersBase):
         )
 
     def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
-            "name": self.name,
-            "options": self.options.model_dump(mode="json"),
-            "version": teacher.hf().__version__,
-            "stop_strings": "matched on streamed outputs; the request is cancelled when one completes",
-            "sampling": self.sampling(),
-        }
+        facts = super().describe()
+        facts["stop_strings"] = "matched on streamed outputs; the request is cancelled when one completes"
         if self.sizing:
             facts["paged_cache"] = asdict(self.sizing[-1])
         return facts

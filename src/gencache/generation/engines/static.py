@@ -19,7 +19,7 @@ import copy
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.engines import StaticOptions
+from gencache.config.engines import EngineOptions, StaticOptions
 from gencache.config.models import checked_batch_size
 from gencache.config.names import ENGINE_STATIC
 from gencache.core.errors import GenerationError, first_line
@@ -116,16 +116,15 @@ def _generate_batch(
     cuda = [device] if device.type == "cuda" else []
     try:
         with torch.inference_mode(), _last_processor(model, sampler), torch.random.fork_rng(devices=cuda):
-            output = model.generate(
+            sequences: torch.Tensor = model.generate(  # a tensor: return_dict_in_generate is refused
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=config,
                 stopping_criteria=teacher.hf().StoppingCriteriaList([recorder]) if recorder is not None else None,
             )
+            return sequences
     finally:
         model.generation_config = previous
-    sequences = output if isinstance(output, torch.Tensor) else output.sequences
-    return sequences
 
 
 def _padded(prompts: list[list[int]], width: int, pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -215,6 +214,7 @@ class TransformersBase:
     (``continuous.TransformersContinuousEngine``); subclasses set ``name``."""
 
     name: str
+    options: EngineOptions
 
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
@@ -256,11 +256,13 @@ class TransformersBase:
             attention_backend=attention,
         )
 
-    def sampling(self) -> dict[str, Any] | str:
-        """``engine.sampling``: the per-sequence rule when sampling, else greedy."""
-        if not self.context.generation.do_sample:
-            return "greedy (no random draws)"
-        return dict(SAMPLING_RULE)
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "options": self.options.model_dump(mode="json"),
+            "version": teacher.hf().__version__,
+            "sampling": dict(SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
+        }
 
     def commit_hash(self) -> str | None:
         value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
@@ -288,14 +290,6 @@ class TransformersEngine(TransformersBase):
             progress=progress,
             seed=self.context.seed,
         )
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "options": self.options.model_dump(mode="json"),
-            "version": teacher.hf().__version__,
-            "sampling": self.sampling(),
-        }
 
     def batching(self) -> dict[str, Any]:
         return batching_policy(self.context.batch_size)
