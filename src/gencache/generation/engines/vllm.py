@@ -56,7 +56,13 @@ from gencache.generation.engines import (
 )
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
-from gencache.generation.teacher import BATCH_INVARIANT_ENV, determinism_facts, env_batch_invariant, library_versions
+from gencache.generation.teacher import (
+    BATCH_INVARIANT_ENV,
+    determinism_facts,
+    env_batch_invariant,
+    gpu_of,
+    library_versions,
+)
 
 if TYPE_CHECKING:
     from gencache.core.progress import Progress
@@ -167,17 +173,12 @@ def batch_invariant_refusal(build: VllmBuild, device: str) -> str | None:
             f"engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant kernels "
             "(vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
         )
-    import torch
-
-    if torch.cuda.is_available():
-        index = (torch.device(device).index if device.startswith("cuda") else None) or 0
-        capability = tuple(torch.cuda.get_device_capability(index))
-        if capability < (8, 0):
-            return (
-                f"engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
-                f"capability 8.0 or newer; {torch.cuda.get_device_name(index)} has {capability[0]}.{capability[1]}. "
-                "Remove it on this GPU."
-            )
+    gpu, capability = gpu_of(device)
+    if capability is not None and tuple(map(int, capability.split("."))) < (8, 0):
+        return (
+            f"engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
+            f"capability 8.0 or newer; {gpu} has {capability}. Remove it on this GPU."
+        )
     if "vllm" in sys.modules and not env_batch_invariant():
         return (
             f"engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} was "
