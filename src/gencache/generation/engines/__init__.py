@@ -14,8 +14,9 @@ counts the prompt tokens no prefix cache can avoid, which an engine reports besi
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -115,31 +116,12 @@ class Engine(Protocol):
         """The teacher's hub commit when it was loaded from the hub."""
 
 
-def _static(context: EngineContext) -> Engine:
-    from gencache.generation.engines.static import TransformersEngine
-
-    return TransformersEngine(context)
-
-
-def _continuous(context: EngineContext) -> Engine:
-    from gencache.generation.engines.continuous import TransformersContinuousEngine
-
-    return TransformersContinuousEngine(context)
-
-
-def _vllm(context: EngineContext) -> Engine:
-    from gencache.generation.engines.vllm import VllmEngine
-
-    return VllmEngine(context)
-
-
-#: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> the function that imports that
-#: engine's module (only then: torch, transformers or vLLM) and creates the engine, whose constructor refuses what
-#: it cannot honour.
-ENGINES: dict[str, Callable[[EngineContext], Engine]] = {
-    ENGINE_STATIC: _static,
-    ENGINE_CONTINUOUS: _continuous,
-    ENGINE_VLLM: _vllm,
+#: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and
+#: its class; :func:`create_engine` imports the module (torch, transformers or vLLM) only to create that engine.
+ENGINES: dict[str, tuple[str, str]] = {
+    ENGINE_STATIC: ("static", "TransformersEngine"),
+    ENGINE_CONTINUOUS: ("continuous", "TransformersContinuousEngine"),
+    ENGINE_VLLM: ("vllm", "VllmEngine"),
 }
 
 
@@ -177,7 +159,9 @@ def create_engine(name: str, context: EngineContext) -> Engine:
     missing optional dependency, each as one :class:`ConfigError` line (exit code 2)."""
     if name not in ENGINES:
         raise ConfigError(f"engine: {unknown_name('engine', name, ENGINES)}")
-    return ENGINES[name](context)
+    module, engine_class = ENGINES[name]
+    engine: Engine = getattr(importlib.import_module(f"{__name__}.{module}"), engine_class)(context)
+    return engine
 
 
 # -- KV cache memory -----------------------------------------------------------------------------------------------
