@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         results[workload["name"]] = {
             **best,
             "prefix_cache": engine.prefix.to_json(),
-            "kv_cache": engine.sizing.to_json(),
+            "kv_cache": asdict(engine.sizing),
             "build_and_warm_up_seconds": build_seconds,
         }
         runtime = engine.runtime()

@@ -68,15 +68,6 @@ def _known_generation_fields() -> frozenset[str]:
     return frozenset(name for name in vars(teacher.hf().GenerationConfig()) if not name.startswith("_"))
 
 
-def _token_id_tuple(value: Any) -> tuple[int, ...]:
-    items = value if isinstance(value, list | tuple) else [value]
-    return tuple(int(item) for item in items)
-
-
-def _stop_string_tuple(value: Any) -> tuple[str, ...]:
-    return tuple(dict.fromkeys([value] if isinstance(value, str) else value))
-
-
 def _user_kwargs(generation_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The user's settings without nulls (null means "not set": the teacher's value or transformers' default
     applies), checked as when the config loads (the same problems, in the same words)
@@ -155,12 +146,13 @@ def resolve_generation(
     num_return_sequences = merged.get("num_return_sequences", 1)
     dropped = _drop_unused(merged, set(user) | set(teacher_values), do_sample, num_beams)
 
-    eos_token_ids = _token_id_tuple(merged.get("eos_token_id", []))
+    eos = merged.get("eos_token_id", [])
+    eos_token_ids = tuple(int(token) for token in (eos if isinstance(eos, list | tuple) else [eos]))
     if "eos_token_id" in merged:
         merged["eos_token_id"] = list(eos_token_ids)
-    stop_strings: tuple[str, ...] = ()
+    stops = merged.get("stop_strings", [])
+    stop_strings = tuple(dict.fromkeys([stops] if isinstance(stops, str) else stops))
     if "stop_strings" in merged:
-        stop_strings = _stop_string_tuple(merged["stop_strings"])
         merged["stop_strings"] = list(stop_strings)
 
     config = _build_config(merged)

@@ -23,6 +23,8 @@ from gencache.artifact.names import FINISH_REASONS
 if TYPE_CHECKING:
     import torch
 
+    from gencache.generation.effective import EffectiveGeneration
+
 
 FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
 
@@ -42,6 +44,16 @@ class FinishScanner:
         self.tokenizer = tokenizer
         self.window = max((len(s.encode("utf-8")) for s in self.stop_strings), default=0) + 4
         self.max_new_tokens = max_new_tokens
+
+    @classmethod
+    def of(cls, generation: EffectiveGeneration, tokenizer: Any) -> FinishScanner:
+        """The scanner of a run's effective generation settings."""
+        return cls(
+            eos_token_ids=generation.eos_token_ids,
+            stop_strings=generation.stop_strings,
+            tokenizer=tokenizer,
+            max_new_tokens=generation.max_new_tokens,
+        )
 
     def scan(self, tokens: Sequence[int], start: int = 0) -> tuple[int, str] | None:
         """Check positions ``start..len(tokens)-1``; ``(tokens to keep, finish reason)`` at the first finish, else

@@ -167,6 +167,15 @@ def runtime_info(model: Any) -> dict[str, Any]:
         "device": str(device),
         "device_name": device_name,
         "device_map": {str(k): str(v) for k, v in device_map.items()} if isinstance(device_map, dict) else None,
+        **library_versions(),
+    }
+
+
+def library_versions() -> dict[str, Any]:
+    """The versions of gencache, torch, transformers, CUDA and Python (every engine's runtime facts)."""
+    import torch
+
+    return {
         "gencache": __version__,
         "torch": torch.__version__,
         "transformers": hf().__version__,
@@ -190,7 +199,8 @@ def env_batch_invariant() -> bool:
     return os.environ.get(BATCH_INVARIANT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _gpu(device: str) -> tuple[str | None, str | None]:
+def gpu_of(device: str) -> tuple[str | None, str | None]:
+    """The name and compute capability (``major.minor``) of the CUDA GPU of ``device``, or Nones without one."""
     import torch
 
     if not device.startswith(("cuda", "auto")) or not torch.cuda.is_available():
@@ -215,7 +225,7 @@ def determinism_facts(
     None: not known for this engine."""
     import torch
 
-    gpu_name, capability = _gpu(device)
+    gpu_name, capability = gpu_of(device)
     return {
         "batch_invariant": batch_invariant,
         "torch_deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),

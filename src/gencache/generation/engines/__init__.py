@@ -1,27 +1,22 @@
 """The engine seam: what every generation engine takes and yields, and the registry the pipeline picks from.
 
-An engine is created from an :class:`EngineContext` (the effective generation settings, the tokenizer, the
-teacher's location and the engine's validated options) *before any weights load*: creating it refuses whatever it
-cannot honour (:func:`create_engine`). :meth:`Engine.load_weights` then loads the weights, and
-:meth:`Engine.generate` takes the unique prompts ``(key, token ids)`` and yields one :class:`GeneratedEntry` per
-prompt, in any order. The writer, the keys, the format and the provenance do not depend on the engine;
-:meth:`Engine.describe` says what ``resolved_config.json`` records about it.
+An engine is created from an :class:`EngineContext` *before any weights load*, refusing whatever it cannot honour
+(:func:`create_engine`); :meth:`Engine.load_weights` loads the teacher and :meth:`Engine.generate` yields one
+:class:`GeneratedEntry` per unique prompt, in any order. The writer, the keys and the format do not depend on the
+engine. Importing this package imports neither torch nor an engine module.
 
 What more than one engine uses lives here too: the KV cache's needs and the machine's memory (both cache sizers),
-and shared prompt prefixes. Few-shot prompts repeat their shots: an engine with a prefix cache computes a shared
-prefix once and serves it, in whole cache blocks, to every later prompt that starts with it. :func:`prefix_order`
-sorts prompts by their token ids so that such prompts are neighbours; :func:`prefix_floor` counts the prompt tokens
-no earlier prompt of the run shares at the engine's block granularity (the least any prefix cache computes), and an
-engine reports what it served beside that floor (:class:`PrefixStats`, recorded under ``batching.prefix_cache``).
-
-Importing this package imports neither torch nor an engine module; :data:`ENGINES` maps each engine name to the
-function that imports its module and creates it, and :func:`create_engine` calls the one chosen.
+and shared prompt prefixes. An engine with a prefix cache computes a shared prefix (few-shot prompts repeat their
+shots) once, in whole cache blocks: :func:`prefix_order` makes such prompts neighbours, and :func:`prefix_floor`
+counts the prompt tokens no prefix cache can avoid, which an engine reports beside what it served
+(:class:`PrefixStats`, recorded under ``batching.prefix_cache``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -54,6 +49,18 @@ class GeneratedEntry:
     @property
     def num_tokens(self) -> int:
         return sum(int(seq.numel()) for seq in self.sequences)
+
+
+def entry_of(key: str, answers: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
+    """The entry of ``key`` from its answers ``(tokens, finish reason)``, in sequence order."""
+    import torch
+
+    return GeneratedEntry(
+        key=key,
+        sequences=tuple(torch.tensor(tokens, dtype=torch.int64) for tokens, _ in answers),
+        texts=tuple(tokenizer.decode(tokens, skip_special_tokens=False) for tokens, _ in answers),
+        finish_reasons=tuple(reason for _, reason in answers),
+    )
 
 
 @dataclass(frozen=True)
@@ -109,31 +116,12 @@ class Engine(Protocol):
         """The teacher's hub commit when it was loaded from the hub."""
 
 
-def _static(context: EngineContext) -> Engine:
-    from gencache.generation.engines.static import TransformersEngine
-
-    return TransformersEngine(context)
-
-
-def _continuous(context: EngineContext) -> Engine:
-    from gencache.generation.engines.continuous import TransformersContinuousEngine
-
-    return TransformersContinuousEngine(context)
-
-
-def _vllm(context: EngineContext) -> Engine:
-    from gencache.generation.engines.vllm import VllmEngine
-
-    return VllmEngine(context)
-
-
-#: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> the function that imports that
-#: engine's module (only then: torch, transformers or vLLM) and creates the engine, whose constructor refuses what
-#: it cannot honour.
-ENGINES: dict[str, Callable[[EngineContext], Engine]] = {
-    ENGINE_STATIC: _static,
-    ENGINE_CONTINUOUS: _continuous,
-    ENGINE_VLLM: _vllm,
+#: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and
+#: its class; :func:`create_engine` imports the module (torch, transformers or vLLM) only to create that engine.
+ENGINES: dict[str, tuple[str, str]] = {
+    ENGINE_STATIC: ("static", "TransformersEngine"),
+    ENGINE_CONTINUOUS: ("continuous", "TransformersContinuousEngine"),
+    ENGINE_VLLM: ("vllm", "VllmEngine"),
 }
 
 
@@ -171,7 +159,9 @@ def create_engine(name: str, context: EngineContext) -> Engine:
     missing optional dependency, each as one :class:`ConfigError` line (exit code 2)."""
     if name not in ENGINES:
         raise ConfigError(f"engine: {unknown_name('engine', name, ENGINES)}")
-    return ENGINES[name](context)
+    module, engine_class = ENGINES[name]
+    engine: Engine = getattr(importlib.import_module(f"{__name__}.{module}"), engine_class)(context)
+    return engine
 
 
 # -- KV cache memory -----------------------------------------------------------------------------------------------
@@ -249,8 +239,6 @@ def reusable_prefix(shared: int, length: int, block: int) -> int:
 def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int]:
     """``(prompt tokens, floor)`` of prompts in run order: the floor counts the tokens of each prompt beyond the
     longest whole-block prefix that an earlier prompt has (:func:`reusable_prefix`)."""
-    if block < 1:
-        raise ValueError(f"block must be at least 1, got {block}")
     seen: set[int] = set()
     total = floor = 0
     for ids in prompts:
@@ -284,12 +272,6 @@ class PrefixStats:
     @property
     def computed_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
-
-    @property
-    def reuse_of_floor(self) -> float:
-        """Cached tokens over what the floor allows to cache (1.0 when nothing could be cached)."""
-        allowed = self.prompt_tokens - self.floor_tokens
-        return self.cached_tokens / allowed if allowed else 1.0
 
     def to_json(self) -> dict[str, Any]:
         return {

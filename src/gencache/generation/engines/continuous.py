@@ -1,20 +1,16 @@
 """The ``transformers-continuous`` engine: transformers' continuous-batching manager over a paged KV cache.
 
-Every sequence is one request of the manager (``init_continuous_batching``); requests join the running batch as
-others leave it, so no decode slot is spent on a finished answer. Finished requests stream straight to the writer
-(in finish order). gencache's own finish rule (:class:`~gencache.generation.finish.FinishScanner`) decides every
-finish reason: the manager stops a request at an EOS id or at ``max_new_tokens``; stop strings, which the manager
-does not know, are matched on streamed outputs and the request is cancelled as soon as one completes (a step or
-two may already be under way; those tokens are never kept).
+Every sequence is one request of the manager (``init_continuous_batching``): requests join the running batch as
+others leave it, so no decode slot is spent on a finished answer, and finished requests stream straight to the
+writer. gencache's finish rule (:class:`~gencache.generation.finish.FinishScanner`) decides every finish reason; stop
+strings, which the manager does not know, are matched on streamed outputs and the request is cancelled as soon as
+one completes (tokens of a step already under way are never kept).
 
-The paged cache is sized from the workload and the device, never from a share of host memory: enough blocks for
-``max_concurrent_sequences`` requests of the longest prompt plus ``max_new_tokens`` (:func:`size_paged_cache`),
-lowered to fit ``kv_cache_memory_gib`` (or 90% of free CUDA memory, or a quarter of available host memory).
-
-Sampling (``do_sample``) draws each request's tokens from the sequence's own stream
-(:mod:`gencache.generation.sampling`): the manager's sampling step is replaced, on this manager's model runner
-only, by one that draws every row from its request's stream at the request's answer position, so a sample's answers
-do not depend on the concurrency, the other prompts or their order.
+The paged cache is sized from the workload (:func:`size_paged_cache`: ``max_concurrent_sequences`` requests of the
+longest prompt plus ``max_new_tokens``), lowered to fit ``kv_cache_memory_gib`` (else 90% of free CUDA memory, or a
+quarter of available host memory). When sampling, the manager's sampling step is replaced, on this manager's model
+runner only, by one that draws every row from its request's own stream (:mod:`gencache.generation.sampling`), so an
+answer does not depend on the concurrency or the other prompts.
 """
 
 from __future__ import annotations
@@ -40,6 +36,7 @@ from gencache.generation.engines import (
     attention_shape_of,
     available_host_memory,
     checked_prompts,
+    entry_of,
     options_of,
     prefix_floor,
 )
@@ -69,9 +66,6 @@ class CacheSizing:
     budget_bytes: int
     budget_source: str
     longest_prompt: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _memory_budget(options: ContinuousOptions, device: Any) -> tuple[int, str]:
@@ -216,33 +210,6 @@ def _manager_config(generation: EffectiveGeneration) -> Any:
     return config
 
 
-def _choose_sizing(
-    model: Any, generation: EffectiveGeneration, checked: Sequence[tuple[str, list[int]]], options: ContinuousOptions
-) -> CacheSizing:
-    """The paged cache of this run (:func:`size_paged_cache`) for the model's dtype and the budget of its device."""
-    dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")  # the config's dtype, as torch names it
-    return size_paged_cache(
-        [len(ids) for _, ids in checked],
-        generation.max_new_tokens,
-        len(checked) * generation.num_return_sequences,
-        options,
-        model_config=model.config,
-        dtype_bytes=DTYPE_BYTES[dtype],
-        budget=_memory_budget(options, model.device),
-    )
-
-
-def _poll(manager: Any) -> Any:
-    """The manager's next output, or None when none came within a poll interval; a stopped manager raises."""
-    output = manager.get_result(timeout=_POLL_SECONDS)
-    if output is None:
-        fatal = manager.background_thread_status.fatal_error
-        if fatal is not None or not manager.is_running():
-            reason = first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
-            raise GenerationError(f"Continuous batching stopped: {reason}")
-    return output
-
-
 class _Requests:
     """The requests of one run (``"<prompt index>:<sequence>"``), their scan state and each prompt's answers so far."""
 
@@ -252,18 +219,9 @@ class _Requests:
         generation: EffectiveGeneration,
         tokenizer: Any,
     ) -> None:
-        self.checked = checked
+        self.checked, self.generation, self.tokenizer = checked, generation, tokenizer
         self.per_prompt = generation.num_return_sequences
-        self.max_new_tokens = generation.max_new_tokens
-        self.tokenizer = tokenizer
-        self.scanner = FinishScanner(
-            eos_token_ids=generation.eos_token_ids,
-            stop_strings=generation.stop_strings,
-            tokenizer=tokenizer,
-            max_new_tokens=generation.max_new_tokens,
-        )
-        self.streaming = bool(generation.stop_strings)
-        self.eos = list(generation.eos_token_ids) or -1
+        self.scanner = FinishScanner.of(generation, tokenizer)
         self.results: dict[int, list[tuple[list[int], str] | None]] = {
             i: [None] * self.per_prompt for i in range(len(checked))
         }
@@ -288,9 +246,9 @@ class _Requests:
                 added = manager.add_request(
                     ids,
                     request_id=request,
-                    max_new_tokens=self.max_new_tokens,
-                    streaming=self.streaming,
-                    eos_token_id=self.eos,
+                    max_new_tokens=self.generation.max_new_tokens,
+                    streaming=bool(self.generation.stop_strings),
+                    eos_token_id=list(self.generation.eos_token_ids) or -1,
                 )
                 if added is None:
                     raise GenerationError("The continuous-batching manager refused a request (it stopped).")
@@ -298,9 +256,13 @@ class _Requests:
 
     def next_entry(self, manager: Any) -> GeneratedEntry | None:
         """Scan one output of the manager; the entry it completes, else None. A request whose stop string completed
-        early is cancelled."""
-        output = _poll(manager)
+        early is cancelled; a stopped manager raises."""
+        output = manager.get_result(timeout=_POLL_SECONDS)
         if output is None:
+            fatal = manager.background_thread_status.fatal_error
+            if fatal is not None or not manager.is_running():
+                reason = first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
+                raise GenerationError(f"Continuous batching stopped: {reason}")
             return None
         request = output.request_id
         if request in self.done:  # a streamed output generated before the cancellation took effect
@@ -323,21 +285,9 @@ class _Requests:
         slots[sequence] = (tokens[:length], reason)
         if not all(slot is not None for slot in slots):
             return None
-        entry = _entry(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
+        entry = entry_of(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
         del self.results[index]
         return entry
-
-
-def _shut_down(manager: Any, model: Any, previous_config: Any, *, finished_cleanly: bool) -> None:
-    """Stop the manager (hard unless finished cleanly), destroy it and hand the model its generation config back."""
-    try:
-        manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
-    except Exception:
-        if finished_cleanly:  # never let a failed shutdown hide the error that is already in flight
-            raise
-    finally:
-        manager.destroy()
-        model.generation_config = previous_config
 
 
 def generate_continuous(
@@ -367,7 +317,16 @@ def generate_continuous(
         progress.start(len(checked))
     if not checked:
         return
-    chosen = _choose_sizing(model, generation, checked, options)
+    dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")  # the config's dtype, as torch names it
+    chosen = size_paged_cache(
+        [len(ids) for _, ids in checked],
+        generation.max_new_tokens,
+        len(checked) * generation.num_return_sequences,
+        options,
+        model_config=model.config,
+        dtype_bytes=DTYPE_BYTES[dtype],
+        budget=_memory_budget(options, model.device),
+    )
     if sizing is not None:
         sizing.append(chosen)
     requests = _Requests(checked, generation, tokenizer)
@@ -400,26 +359,22 @@ def generate_continuous(
             f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
             "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
         ) from exc
-    finally:
-        _shut_down(manager, model, previous_config, finished_cleanly=finished_cleanly)
-
-
-def _entry(key: str, sequences: Sequence[tuple[list[int], str]], tokenizer: Any) -> GeneratedEntry:
-    import torch
-
-    tensors = tuple(torch.tensor(tokens, dtype=torch.int64) for tokens, _ in sequences)
-    return GeneratedEntry(
-        key=key,
-        sequences=tensors,
-        texts=tuple(tokenizer.decode(tokens, skip_special_tokens=False) for tokens, _ in sequences),
-        finish_reasons=tuple(reason for _, reason in sequences),
-    )
+    finally:  # a hard stop unless finished cleanly; a failed stop never hides the error already in flight
+        try:
+            manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
+        except Exception:
+            if finished_cleanly:
+                raise
+        finally:
+            manager.destroy()
+            model.generation_config = previous_config
 
 
 class TransformersContinuousEngine(TransformersBase):
     """The ``transformers-continuous`` engine (see the module docstring)."""
 
     name = ENGINE_CONTINUOUS
+    options: ContinuousOptions
 
     def __init__(self, context: EngineContext) -> None:
         super().__init__(context)
@@ -449,15 +404,10 @@ class TransformersContinuousEngine(TransformersBase):
         )
 
     def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
-            "name": self.name,
-            "options": self.options.model_dump(mode="json"),
-            "version": teacher.hf().__version__,
-            "stop_strings": "matched on streamed outputs; the request is cancelled when one completes",
-            "sampling": self.sampling(),
-        }
+        facts = super().describe()
+        facts["stop_strings"] = "matched on streamed outputs; the request is cancelled when one completes"
         if self.sizing:
-            facts["paged_cache"] = self.sizing[-1].to_json()
+            facts["paged_cache"] = asdict(self.sizing[-1])
         return facts
 
     def determinism(self, attention: str | None) -> dict[str, Any]:

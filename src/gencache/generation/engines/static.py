@@ -1,20 +1,15 @@
-"""The ``transformers`` engine: static batches through ``model.generate``.
+"""The ``transformers`` engine (the default, and the only one that honours every setting gencache accepts): static
+batches through ``model.generate``.
 
-The unique prompts are generated in batches sorted by prompt length (longest first), left padded with an explicit
-attention mask, and each batch runs until its slowest row finishes. A stopping criterion of gencache's own
-(:class:`~gencache.generation.finish.FinishRecorder`) records, for every row, the step at which it finished and why;
-the answer is cut at that step, never by token value, so fill tokens never enter an answer.
+Prompts run in batches sorted by length (longest first), left padded with an explicit attention mask. gencache's
+stopping criterion (:class:`~gencache.generation.finish.FinishRecorder`) records the step at which every row
+finished and why, and the answer is cut at that step, never by token value, so fill tokens never enter an answer.
+Beam search (without stop strings) cuts each hypothesis after its first EOS id, where beam search makes it final.
 
-Beam search (``num_beams > 1``) is supported without stop strings: a beam hypothesis is final at its first EOS
-token, so beam outputs are cut after their first EOS id (``eos``) or kept whole (``length``).
-
-Sampling (``do_sample``) draws each sequence from its own stream (:mod:`gencache.generation.sampling`): gencache's
+Sampling draws each sequence from its own stream (:mod:`gencache.generation.sampling`):
 :class:`~gencache.generation.sampling.SequenceSampler`, placed after every processor and warper transformers builds,
-picks each row's token, so a sample's answers do not depend on ``gen_batch_size``, the other prompts or their order.
-Sampling beam search (``do_sample`` with ``num_beams > 1``) draws all beams from one generator and is refused.
-
-This is the only engine that honours every setting gencache accepts; it is the default. :class:`TransformersBase`,
-which it shares with the ``transformers-continuous`` engine, loads the teacher in this process.
+picks each row's token, so an answer does not depend on ``gen_batch_size`` or the other prompts. (Sampling beam
+search draws all beams from one generator and is refused.)
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ import copy
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.engines import StaticOptions
+from gencache.config.engines import EngineOptions, StaticOptions
 from gencache.config.models import checked_batch_size
 from gencache.config.names import ENGINE_STATIC
 from gencache.core.errors import GenerationError, first_line
@@ -35,6 +30,7 @@ from gencache.generation.engines import (
     GeneratedEntry,
     KeyedPrompt,
     checked_prompts,
+    entry_of,
     options_of,
 )
 from gencache.generation.finish import FinishRecorder, FinishScanner, cut_at_first_eos
@@ -120,16 +116,15 @@ def _generate_batch(
     cuda = [device] if device.type == "cuda" else []
     try:
         with torch.inference_mode(), _last_processor(model, sampler), torch.random.fork_rng(devices=cuda):
-            output = model.generate(
+            sequences: torch.Tensor = model.generate(  # a tensor: return_dict_in_generate is refused
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 generation_config=config,
                 stopping_criteria=teacher.hf().StoppingCriteriaList([recorder]) if recorder is not None else None,
             )
+            return sequences
     finally:
         model.generation_config = previous
-    sequences = output if isinstance(output, torch.Tensor) else output.sequences
-    return sequences
 
 
 def _padded(prompts: list[list[int]], width: int, pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,16 +149,10 @@ def generate_entries(
     progress: Progress | None = None,
     seed: int = 0,
 ) -> Generator[GeneratedEntry, None, None]:
-    """Generate every prompt and yield one :class:`GeneratedEntry` per prompt, in batch order.
-
-    ``prompts`` are ``(key, input_ids)`` of unique samples. Batches are planned longest prompt first
-    (:func:`plan_batches`), left padded with an explicit attention mask (padding is never inferred from pad id
-    equality, so prompts may contain the pad id). Each row is cut at the step the :class:`FinishRecorder` recorded.
-    Only the yielded entry's tensors are staged on CPU; ``progress`` (if given) is started with the number of
-    prompts and advanced after each entry has been consumed. A CUDA out-of-memory error becomes a
-    :class:`GenerationError` naming the batch. Sampled sequences draw from their own streams, seeded from ``seed``,
-    the sample key and the sequence index (:mod:`gencache.generation.sampling`).
-    """
+    """Generate every prompt (``(key, input_ids)`` of unique samples) and yield one :class:`GeneratedEntry` per
+    prompt, in batch order; ``progress`` is started with the prompt count and advanced after each entry is consumed.
+    The explicit attention mask lets prompts contain the pad id. Out of memory is a :class:`GenerationError` naming
+    the batch."""
     import torch
 
     checked = checked_prompts(prompts)
@@ -174,12 +163,7 @@ def generate_entries(
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     config = _call_config(generation)
     beams = generation.num_beams > 1
-    scanner = FinishScanner(
-        eos_token_ids=generation.eos_token_ids,
-        stop_strings=generation.stop_strings,
-        tokenizer=tokenizer,
-        max_new_tokens=generation.max_new_tokens,
-    )
+    scanner = FinishScanner.of(generation, tokenizer)
     if progress is not None:
         progress.start(len(checked))
     for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in checked], batch_size)):
@@ -215,16 +199,8 @@ def generate_entries(
         else:
             lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
         for position, key in enumerate(keys):
-            rows_of_key = range(position * per_prompt, (position + 1) * per_prompt)
-            seqs = tuple(
-                generated[row, : lengths[row]].to(device="cpu", dtype=torch.int64, copy=True) for row in rows_of_key
-            )
-            entry = GeneratedEntry(
-                key=key,
-                sequences=seqs,
-                texts=tuple(tokenizer.decode(seq.tolist(), skip_special_tokens=False) for seq in seqs),
-                finish_reasons=tuple(reasons[row] for row in rows_of_key),
-            )
+            answers = range(position * per_prompt, (position + 1) * per_prompt)
+            entry = entry_of(key, [(generated[r, : lengths[r]].tolist(), reasons[r]) for r in answers], tokenizer)
             tokens = entry.num_tokens
             yield entry
             del entry
@@ -238,6 +214,7 @@ class TransformersBase:
     (``continuous.TransformersContinuousEngine``); subclasses set ``name``."""
 
     name: str
+    options: EngineOptions
 
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
@@ -279,11 +256,13 @@ class TransformersBase:
             attention_backend=attention,
         )
 
-    def sampling(self) -> dict[str, Any] | str:
-        """``engine.sampling``: the per-sequence rule when sampling, else greedy."""
-        if not self.context.generation.do_sample:
-            return "greedy (no random draws)"
-        return dict(SAMPLING_RULE)
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "options": self.options.model_dump(mode="json"),
+            "version": teacher.hf().__version__,
+            "sampling": dict(SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
+        }
 
     def commit_hash(self) -> str | None:
         value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
@@ -311,14 +290,6 @@ class TransformersEngine(TransformersBase):
             progress=progress,
             seed=self.context.seed,
         )
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "options": self.options.model_dump(mode="json"),
-            "version": teacher.hf().__version__,
-            "sampling": self.sampling(),
-        }
 
     def batching(self) -> dict[str, Any]:
         return batching_policy(self.context.batch_size)
