@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from gencache.artifact.header import header_capacity
 from gencache.artifact.mixture import open_caches
@@ -22,6 +23,8 @@ from gencache.artifact.upload import MultipartUpload, clean
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.paths import parse_s3_url
 from gencache.core.errors import FormatError, OutputExistsError, WriteError
+from gencache.generation.teacher import load_tokenizer
+from gencache.training.dataset import DistillationDataset
 from support.config_factory import musique, write_config
 from support.s3 import FaultProxy, S3Env, S3Server
 from support.storage_helpers import PROVENANCE, RESOLVED, child_env, tokens
@@ -110,6 +113,13 @@ def test_generate_to_a_bucket_equals_generating_to_disk(
     assert gencache("verify", url, cwd=tmp_path, env=child_env()).stdout.startswith("OK")
     exported = gencache("export", url, "--out", str(tmp_path / "rows.jsonl"), cwd=tmp_path, env=child_env())
     assert exported.returncode == 0, exported.stderr
+    tokenizer = load_tokenizer(str(tiny_teacher_dir))
+    from_bucket, from_disk = DistillationDataset(url, tokenizer), DistillationDataset(tmp_path / "out", tokenizer)
+    assert len(from_bucket) == len(from_disk) > 0
+    for i in range(len(from_disk)):  # training reads the same items from the bucket as from disk
+        ours, theirs = from_bucket[i], from_disk[i]
+        assert ours.keys() == theirs.keys()
+        assert all(torch.equal(v, theirs[k]) if torch.is_tensor(v) else v == theirs[k] for k, v in ours.items())
     # the same output again: refused before the teacher loads, with the way out
     again = gencache("generate", str(config), "--output-dir", url, cwd=tmp_path, env=child_env())
     assert again.returncode == 2
