@@ -572,8 +572,8 @@ def test_workers_that_cannot_see_the_driver_directory_publish_to_a_bucket_and_a_
     home = tmp_path / "driver" / "home"  # the driver's working directory: the nodes have no tmp_path/driver/home
     for name in ("musique", "hotpot_qa"):
         shutil.copytree(sample_source(name), home / "data" / name)
-    document = config_dict(home, tiny_teacher_dir, data_configs=[musique(source="data/musique"), hotpot_qa()])
-    document["data_configs"][1]["source"] = "data/hotpot_qa"  # its fullwiki/ folder is found in the copy too
+    sources = [musique(source="data/musique"), hotpot_qa(source="data/hotpot_qa")]  # hotpot_qa's in fullwiki/
+    document = config_dict(home, tiny_teacher_dir, data_configs=sources)
     (home / "_default.json").write_text(json.dumps({"gen_batch_size": document.pop("gen_batch_size")}))
     (home / "config.json").write_text(json.dumps(document), encoding="utf-8")
     url = s3_env.url("runs/out")
@@ -582,12 +582,13 @@ def test_workers_that_cannot_see_the_driver_directory_publish_to_a_bucket_and_a_
     with cluster_without(home.parent, env) as address:
         argv = [sys.executable, "-m", "gencache", "generate", "config.json", "--ray", address, "--shards", "2"]
         argv += ["--output-dir", url, "--json"]
-        runs = [subprocess.run(argv, capture_output=True, text=True, env=env, cwd=home, timeout=600) for _ in "12"]
+        runs = [subprocess.run(argv, capture_output=True, text=True, env=env, cwd=home, timeout=600) for _ in range(2)]
     first, again = runs
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["published"] == 2
     assert again.returncode == 0, again.stderr
     assert (json.loads(again.stdout)["published"], json.loads(again.stdout)["skipped"]) == (0, 2)
+    assert len(s3_env.keys("runs/")) == 6 and s3_env.uploads() == []  # two whole shards, nothing else
     monkeypatch.chdir(home)  # the relative sources, as the driver read them
     one = gencache.generate(home / "config.json", shards=2, output_dir=tmp_path / "one")
     for index in range(2):
