@@ -601,4 +601,4 @@ def test_workers_that_cannot_see_the_driver_directory_publish_to_a_bucket_and_a_
         recorded, expected = (read_resolved_config(reader.path) for reader in (ours, theirs))
         assert recorded["sources"] == expected["sources"]  # the driver's paths and their digests
         assert recorded["sources"][0]["location"] == str(home / "data" / "musique")
-        assert recorded["working_directory"] != str(home)  # the worker never was in the driver's directory
+        assert recorded["working_directory"] == str(home)  # where the driver read the relative paths

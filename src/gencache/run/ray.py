@@ -739,10 +739,10 @@ class ShardWorker:
                 record = replace(record, output_dir=target.output_dir)
                 if exists(target.output_dir):
                     raise OutputExistsError(f"{target.output_dir} exists")
-                session = self.session or self._checked(plan, config_path)
-            if self.session is None:  # this call made the checks; it loads the teacher first
-                session.load()
-                self.session = session
+                if self.session is None:
+                    self.session = self._checked(plan, config_path)
+            if not self.session.loaded:  # this call made the checks; it loads the teacher first
+                self.session.load()
                 record = replace(record, load_seconds=time.monotonic() - started)
             published = self._publish(self.targets[index], index, attempt)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
@@ -801,8 +801,8 @@ class ShardWorker:
             progress.close()
 
     def _checked(self, plan: Plan, config_path: str) -> TeacherSession:
-        """The run's checks for the shards not yet published (as ``--shards N`` makes them); the session, whose
-        teacher is not loaded yet."""
+        """The run's checks for the shards not yet published (as ``--shards N`` makes them); the session (recording
+        the driver's working directory), whose teacher is not loaded yet."""
         from gencache.run.preflight import preflight
         from gencache.run.session import TeacherSession
 
@@ -814,7 +814,7 @@ class ShardWorker:
             plan = self._plan(config_path)
         inputs = report.run_inputs()
         self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
-        return TeacherSession(plan, inputs, launch=self.spec.launch)
+        return TeacherSession(plan, inputs, launch=self.spec.launch, working_directory=self.spec.working_directory)
 
 
 class RunTally:
