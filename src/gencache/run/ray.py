@@ -774,8 +774,9 @@ class ShardWorker:
         with tempfile.TemporaryDirectory(prefix="gencache-sent-") as temporary:
             root = Path(temporary).resolve()
             for path, data in self.files.items():
-                mirrored(root, path).parent.mkdir(parents=True, exist_ok=True)
-                mirrored(root, path).write_bytes(data)
+                copy = mirrored(root, path)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.write_bytes(data)
             with read_mirrored(root, self.spec.sources):
                 yield str(mirrored(root, self.spec.config_path))
 
