@@ -1,13 +1,15 @@
 """`gencache generate --ray` on a real local Ray cluster (two CPU workers, the tiny teacher): the shard base equals
 `--shards N` in one process and the unsharded run key for key, greedy, sampled and sampled on the continuous engine;
 a worker killed with SIGKILL in the middle of a shard is replaced and its shard generated again; a driver killed
-mid-run is resumed by the same command; each refusal is one line and exit 2 before anything loads."""
+mid-run is resumed by the same command; workers that cannot see the driver's directory publish to a bucket from the
+files the driver sends; each refusal is one line and exit 2 before anything loads."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,11 +21,15 @@ import pytest
 
 import gencache
 from gencache.artifact.names import shard_dir_name
+from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli.app import run as cli_run
 from gencache.cli.console import RunProgress
+from gencache.data.recipes import sample_source
 from gencache.run.overrides import Overrides
 from gencache.run.ray import RayOptions, generate_on_ray
-from support.ray_helpers import entry_digests, temporary_directories
+from support.config_factory import config_dict, hotpot_qa, musique
+from support.ray_helpers import WORKER_ENV, cluster_without, entry_digests, temporary_directories
+from support.s3 import S3Env
 from test_shards_run import write_config as shards_run_config
 
 SHARDS = 6
@@ -553,3 +559,46 @@ def test_workers_that_cannot_start_end_the_run_after_the_timeout_naming_the_caus
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "no worker started in 20 s: Ray could not start worker processes" in errors[0]
     assert "Ray's logs: /" in errors[0] and not any(line.startswith("[20") for line in result.stderr.splitlines())
+
+
+def test_workers_that_cannot_see_the_driver_directory_publish_to_a_bucket_and_a_rerun_resumes(
+    tmp_path: Path, tiny_teacher_dir: Path, s3_env: S3Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's config, its ``_default.json`` and its data (named relative to the driver's working directory)
+    live in a directory that the cluster's nodes lack (a Ray head in a mount namespace of its own, where the
+    directory is an empty tmpfs): the workers plan from what the driver sends, publish both shards to the bucket
+    equal key for key to ``--shards 2`` in one process, recording the driver's paths and digests; the same command
+    again generates nothing."""
+    home = tmp_path / "driver" / "home"  # the driver's working directory: the nodes have no tmp_path/driver/home
+    for name in ("musique", "hotpot_qa"):
+        shutil.copytree(sample_source(name), home / "data" / name)
+    sources = [musique(source="data/musique"), hotpot_qa(source="data/hotpot_qa")]  # hotpot_qa's in fullwiki/
+    document = config_dict(home, tiny_teacher_dir, data_configs=sources)
+    (home / "_default.json").write_text(json.dumps({"gen_batch_size": document.pop("gen_batch_size")}))
+    (home / "config.json").write_text(json.dumps(document), encoding="utf-8")
+    url = s3_env.url("runs/out")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
+    env |= WORKER_ENV | {"RAY_AUTH_MODE": "disabled"}  # AWS_* from s3_env: what every node's pod spec would set
+    with cluster_without(home.parent, env) as address:
+        argv = [sys.executable, "-m", "gencache", "generate", "config.json", "--ray", address, "--shards", "2"]
+        argv += ["--output-dir", url, "--json"]
+        runs = [subprocess.run(argv, capture_output=True, text=True, env=env, cwd=home, timeout=600) for _ in range(2)]
+    first, again = runs
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["published"] == 2
+    assert again.returncode == 0, again.stderr
+    assert (json.loads(again.stdout)["published"], json.loads(again.stdout)["skipped"]) == (0, 2)
+    assert len(s3_env.keys("runs/")) == 6 and s3_env.uploads() == []  # two whole shards, nothing else
+    monkeypatch.chdir(home)  # the relative sources, as the driver read them
+    one = gencache.generate(home / "config.json", shards=2, output_dir=tmp_path / "one")
+    for index in range(2):
+        ours = CacheReader(shard_dir_name(url, index, 2), cache_dir=tmp_path / "cache")
+        theirs = CacheReader(shard_dir_name(str(one), index, 2))
+        assert list(ours) == list(theirs) and len(ours)
+        for key in theirs:
+            assert ours[key].texts == theirs[key].texts
+            assert [s.tolist() for s in ours[key].sequences] == [s.tolist() for s in theirs[key].sequences]
+        recorded, expected = (read_resolved_config(reader.path) for reader in (ours, theirs))
+        assert recorded["sources"] == expected["sources"]  # the driver's paths and their digests
+        assert recorded["sources"][0]["location"] == str(home / "data" / "musique")
+        assert recorded["working_directory"] == str(home)  # where the driver read the relative paths

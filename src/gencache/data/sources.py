@@ -3,7 +3,8 @@ where their rows came from: the source recorded in ``resolved_config.json`` and 
 name a file's own line.
 
 Local JSON, JSON Lines and parquet are read by ``datasets``, CSV and TSV by pyarrow with every cell a string; every
-local file read is hashed (SHA-256) for provenance.
+local file read is hashed (SHA-256) for provenance. A Ray worker that cannot see the driver's files reads the copies the
+driver sent (:func:`read_mirrored`) and records the driver's paths and digests, as the driver would.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import json
 import os
 import re
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +371,33 @@ def shared_tables() -> Iterator[None]:
         _SHARED.reset(token)
 
 
+def loaded_sources() -> dict[str, SourceInfo]:
+    """The local sources (files and directories) loaded so far in this :func:`shared_tables` block, by ``source``
+    as the config names them."""
+    loaded = (_SHARED.get() or {}).items()
+    return {request[0]: info for request, (_, info) in loaded if info.kind != "hub"}
+
+
+_MIRROR: ContextVar[tuple[Path, Mapping[str, str]] | None] = ContextVar("gencache_mirror", default=None)
+
+
+def mirrored(root: Path, path: str) -> Path:
+    """Where ``root`` holds its copy of the absolute ``path``: ``root/home/u/data.jsonl`` for ``/home/u/data.jsonl``."""
+    return root.joinpath(*Path(path).parts[1:])
+
+
+@contextmanager
+def read_mirrored(root: Path, sources: Mapping[str, str]) -> Iterator[None]:
+    """Within this block, a ``source`` named in ``sources`` (each mapped to the absolute location it named where the
+    run was planned) is read from its copy under ``root`` (:func:`mirrored`; ``root`` without symlinks) and recorded
+    as the original: its location, its files and their digests are the planner's (the copies hold the same bytes)."""
+    token = _MIRROR.set((root, sources))
+    try:
+        yield
+    finally:
+        _MIRROR.reset(token)
+
+
 def load_tables(
     source: str | None,
     hub_id: str,
@@ -388,8 +416,23 @@ def load_tables(
         memo = {}
     request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
     if request not in memo:
-        memo[request] = _load_tables(*request)
+        mirror = _MIRROR.get()
+        if mirror is not None and source in mirror[1]:
+            memo[request] = _read_copy(*mirror, request)
+        else:
+            memo[request] = _load_tables(*request)
     return memo[request]
+
+
+def _read_copy(root: Path, sources: Mapping[str, str], request: tuple[Any, ...]) -> tuple[dict[str, Any], SourceInfo]:
+    """``request``'s tables read from the copy of its source under ``root``, recorded as the original."""
+    tables, info = _load_tables(str(mirrored(root, sources[request[0]])), *request[1:])
+
+    def original(copy: str) -> str:
+        return str(Path("/", Path(copy).relative_to(root)))
+
+    files = tuple((original(path), digest) for path, digest in info.files)
+    return tables, replace(info, location=original(info.location), files=files)
 
 
 def _load_tables(

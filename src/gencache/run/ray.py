@@ -6,10 +6,19 @@ connects, fixes the shard count (``--shards N``; else :data:`SHARDS_PER_WORKER` 
 owns keys) and creates the workers (:class:`ShardWorker`, one per GPU by default) with Ray's own restart and retry: a
 worker whose process dies is created again and its shard made again, at most ``max_retries`` times. Ray's
 :class:`ray.util.ActorPool` hands each shard to whichever worker is free. Each worker publishes its shards itself, with
-the atomic publish of one process, to the output path every node reaches; the driver verifies each published shard and
-its ``run_digest``, shows one progress display (fed by the :class:`RunTally` actor) and returns a :class:`RayRun` with a
-record per shard. The shards already published by the same run are skipped, so the same command run again generates only
-the rest; the dead writers' temporary directories of the run's shards are removed when it starts and ends.
+the atomic publish of one process, to the output path every node reaches (a directory on a shared filesystem, or a
+bucket); the driver verifies each published shard and its ``run_digest``, shows one progress display (fed by the
+:class:`RunTally` actor) and returns a :class:`RayRun` with a record per shard. The shards already published by the same
+run are skipped, so the same command run again generates only the rest; the dead writers' temporary directories (or
+uploads) of the run's shards are removed when it starts and ends.
+
+A worker plans the run as the driver did. On a shared filesystem it reads the driver's config and data files at the
+driver's paths, in the driver's working directory. With an ``s3://`` output no shared filesystem is assumed: the driver
+sends the bytes of its config file (and ``_default.json``) and of every local data file the run reads
+(:func:`driver_files`, once through Ray's object store), and each worker writes them to a temporary directory of its own
+while it makes its checks, reading them in place of the driver's paths
+(:func:`gencache.data.sources.read_mirrored`), so that it records the driver's paths and digests; only the teacher must
+be reachable from every node.
 
 Every wait is bounded. The address is probed before Ray's client (which retries for minutes) with a short TCP connection
 that must answer as a gRPC server does. The driver waits on Ray in steps of :data:`POLL_S` and gives up, naming the
@@ -28,14 +37,16 @@ import math
 import os
 import signal
 import socket
+import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.store import Location, exists
+from gencache.config.documents import DEFAULTS_FILENAME
 from gencache.config.paths import S3Url
 from gencache.core.errors import (
     ConfigError,
@@ -52,6 +63,7 @@ from gencache.run.preflight import input_keys, plan_run, reshard
 
 if TYPE_CHECKING:
     from gencache.core.progress import Notify, ProgressFactory
+    from gencache.data.origins import SourceInfo
     from gencache.run.preflight import Plan, Target
     from gencache.run.session import TeacherSession
 
@@ -470,7 +482,7 @@ class _Driver:
 
     def _connected(self, options: RayOptions) -> None:
         """Generate the shards still to publish, the count fixed first when it was not known."""
-        from gencache.data.sources import shared_tables
+        from gencache.data.sources import loaded_sources, shared_tables
 
         config = self.plan.config
         resources = self.ray.cluster_resources()
@@ -495,6 +507,8 @@ class _Driver:
                 self.run.shards = full_split(self._phase_one([]), SHARDS_PER_WORKER * count)
                 self.plan = reshard(self.plan, self.run.shards)
             keys = self._phase_one(self.plan.pending)
+            # with no shared filesystem to assume (a bucket), the config and the data files go to the workers
+            sources = loaded_sources() if isinstance(self.plan.base, S3Url) else None
         pending = self.plan.pending
         if not pending:
             return
@@ -517,16 +531,24 @@ class _Driver:
         )
         unique = list(dict.fromkeys(keys))
         samples = sum(len(t.shard.select(unique)) for t in pending if t.shard is not None)
-        self._dispatch(shape, launch, samples, options)
+        self._dispatch(shape, launch, samples, options, sources)
 
     def _phase_one(self, targets: list[Target]) -> list[str]:
         """The model-free checks of ``targets``, the shards still to publish (output location, data configs, the
         shard count); every problem raised; the run's keys returned."""
         return input_keys(replace(self.plan, pending=targets))
 
-    def _dispatch(self, shape: WorkerShape, launch: dict[str, Any], samples: int, options: RayOptions) -> None:
-        """The tally and the workers created, the shards handed out through Ray's pool, every worker killed at
-        the end (and waited for, so that a stopped worker's temporary directory can be removed)."""
+    def _dispatch(
+        self,
+        shape: WorkerShape,
+        launch: dict[str, Any],
+        samples: int,
+        options: RayOptions,
+        sources: Mapping[str, SourceInfo] | None,
+    ) -> None:
+        """The tally and the workers created (sent the config and the local data ``sources``, None on a shared
+        filesystem), the shards handed out through Ray's pool, every worker killed at the end (and waited for, so
+        that a stopped worker's temporary directory can be removed)."""
         from ray.util import ActorPool
 
         from gencache.core.progress import StagedProgress
@@ -534,10 +556,12 @@ class _Driver:
         ray, run = self.ray, self.run
         name = f"gencache-tally-{uuid.uuid4().hex}"
         tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
-        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), launch, name)
+        located = {source: info.location for source, info in (sources or {}).items()}
+        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), located, launch, name)
+        files = ray.put({} if sources is None else driver_files(self.config_path, sources.values()))
         retries = options.max_retries
         worker = ray.remote(ShardWorker).options(**shape.options(), max_restarts=retries, max_task_retries=retries)
-        actors = [worker.remote(spec) for _ in range(run.workers)]
+        actors = [worker.remote(spec, files) for _ in range(run.workers)]
         pool: Any = ActorPool(actors)  # typed Any: ray's pool has untyped methods
         for target in self.plan.pending:
             assert target.shard is not None, "a Ray run's targets are shards"
@@ -656,16 +680,26 @@ class _Driver:
         return [str(path) for path in clean(parent, outputs)] if parent.is_dir() else []
 
 
+def driver_files(config_path: str, sources: Iterable[SourceInfo]) -> dict[str, bytes]:
+    """The bytes of the config file, its ``_default.json`` and every local data file of ``sources``, by absolute
+    path: what the workers read when they may not see the driver's files."""
+    defaults = Path(config_path).parent / DEFAULTS_FILENAME
+    paths = [config_path, *([str(defaults)] if defaults.is_file() else []), *(p for s in sources for p, _ in s.files)]
+    return {path: Path(path).read_bytes() for path in paths}
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What every worker of a run is created with: the config (an absolute path), the overrides, the shard count,
-    the driver's working directory (the config's relative paths are relative to it), what ``resolved_config.json``
+    the driver's working directory (the config's relative paths are relative to it), the absolute location of each
+    local data ``source`` the driver sends (by ``source`` as the config names it), what ``resolved_config.json``
     records of the launch, and the name of the run's tally actor."""
 
     config_path: str
     overrides: Overrides
     shards: int
     working_directory: str
+    sources: dict[str, str]
     launch: dict[str, Any]
     tally: str
 
@@ -676,10 +710,10 @@ class ShardWorker:
     again) loads it in the call that retries the dead worker's shard. Every outcome, a failure included, comes
     back as a :class:`ShardRecord`: only the death of the worker's process reaches the driver as Ray's error."""
 
-    def __init__(self, spec: WorkerSpec) -> None:
+    def __init__(self, spec: WorkerSpec, files: dict[str, bytes]) -> None:
         import ray
 
-        self.spec = spec
+        self.spec, self.files = spec, files
         # By name, not a handle among the arguments: Ray restarts an actor only from arguments held inline.
         self.tally: Any = ray.get_actor(spec.tally)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
@@ -699,21 +733,25 @@ class ShardWorker:
         started_at, started = time.time(), time.monotonic()
         record = ShardRecord(index, Path(), "failed", self.name, attempts=attempt, started_at=started_at)
         try:
-            plan = self._plan()
-            target = next(t for t in plan.targets if t.shard is not None and t.shard.index == index)
-            record = replace(record, output_dir=target.output_dir)
-            if exists(target.output_dir):
-                raise OutputExistsError(f"{target.output_dir} exists")
-            if self.session is None:  # this call makes the checks and loads the teacher first
-                self.session = self._open(plan)
+            with self._sent() as config_path:
+                plan = self._plan(config_path)
+                target = next(t for t in plan.targets if t.shard is not None and t.shard.index == index)
+                record = replace(record, output_dir=target.output_dir)
+                if exists(target.output_dir):
+                    raise OutputExistsError(f"{target.output_dir} exists")
+                if self.session is None:
+                    self.session = self._checked(plan, config_path)
+            if not self.session.loaded:  # this call made the checks; it loads the teacher first
+                self.session.load()
                 record = replace(record, load_seconds=time.monotonic() - started)
             published = self._publish(self.targets[index], index, attempt)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
         except OutputExistsError:  # published by an earlier attempt (or another attempt's rename won the race)
             from gencache.run.preflight import check_published
 
+            assert self.plan is not None, "only the run's checks, after its plan, find an output"
             try:
-                check_published(record.output_dir, self._plan().digest)
+                check_published(record.output_dir, self.plan.digest)
                 record = replace(record, status="done")
             except GencacheError as error:
                 record = replace(record, error=str(error), exit_code=error.exit_code)
@@ -723,7 +761,26 @@ class ShardWorker:
         seconds = time.monotonic() - started
         return replace(record, seconds=seconds, finished_at=started_at + seconds)
 
-    def _plan(self) -> Plan:
+    @contextlib.contextmanager
+    def _sent(self) -> Iterator[str]:
+        """The config file to plan with: the driver's, or until the checks are made, its copy among the files the
+        driver sent (none on a shared filesystem), written to a temporary directory that the block removes; the
+        data sources are read from their copies there (:func:`gencache.data.sources.read_mirrored`)."""
+        from gencache.data.sources import mirrored, read_mirrored
+
+        if self.session is not None or not self.files:
+            yield self.spec.config_path
+            return
+        with tempfile.TemporaryDirectory(prefix="gencache-sent-") as temporary:
+            root = Path(temporary).resolve()
+            for path, data in self.files.items():
+                copy = mirrored(root, path)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.write_bytes(data)
+            with read_mirrored(root, self.spec.sources):
+                yield str(mirrored(root, self.spec.config_path))
+
+    def _plan(self, config_path: str) -> Plan:
         """The run's plan (its config read once), as ``--shards N`` in one process plans it, with no launcher's
         ranks (a worker is not one), in the driver's working directory when this node has it (the config's
         relative paths read as the driver's)."""
@@ -731,7 +788,7 @@ class ShardWorker:
             spec = self.spec
             if os.path.isdir(spec.working_directory):
                 os.chdir(spec.working_directory)
-            self.plan = plan_run(spec.config_path, spec.overrides, None, spec.shards, {}, True)
+            self.plan = plan_run(config_path, spec.overrides, None, spec.shards, {}, True)
         return self.plan
 
     def _publish(self, target: Target, index: int, attempt: int) -> Any:
@@ -744,8 +801,9 @@ class ShardWorker:
         finally:
             progress.close()
 
-    def _open(self, plan: Plan) -> TeacherSession:
-        """The run's checks for the shards not yet published, and the teacher loaded (as ``--shards N`` does)."""
+    def _checked(self, plan: Plan, config_path: str) -> TeacherSession:
+        """The run's checks for the shards not yet published (as ``--shards N`` makes them); the session (recording
+        the driver's working directory), whose teacher is not loaded yet."""
         from gencache.run.preflight import preflight
         from gencache.run.session import TeacherSession
 
@@ -754,12 +812,10 @@ class ShardWorker:
             if not report.problems or any(p.location != "output_dir" for p in report.problems):
                 break
             self.plan = None
-            plan = self._plan()
+            plan = self._plan(config_path)
         inputs = report.run_inputs()
         self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
-        session = TeacherSession(plan, inputs, launch=self.spec.launch)
-        session.load()
-        return session
+        return TeacherSession(plan, inputs, launch=self.spec.launch, working_directory=self.spec.working_directory)
 
 
 class RunTally:

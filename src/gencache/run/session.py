@@ -41,10 +41,19 @@ class Published:
 class TeacherSession:
     """The run's ``plan`` and checked ``inputs`` with the teacher loaded once (:meth:`load`), publishing one
     target per :meth:`publish` call. ``launch`` (a Ray run's workers, shards and retries) is recorded in each
-    ``resolved_config.json`` when given."""
+    ``resolved_config.json`` when given, and ``working_directory`` (a Ray run's driver's, where the config's relative
+    paths were read) as the run's working directory in place of this process's."""
 
-    def __init__(self, plan: Plan, inputs: RunInputs, *, launch: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        inputs: RunInputs,
+        *,
+        launch: Mapping[str, Any] | None = None,
+        working_directory: str | None = None,
+    ) -> None:
         self.plan, self.inputs, self.launch = plan, inputs, launch
+        self.working_directory = working_directory
         self.loaded = False
 
     def load(self) -> None:
@@ -127,7 +136,7 @@ class TeacherSession:
             "config": config_json,
             "overrides": plan.overrides.to_json(),
             "output_dir": str(target.output_dir),
-            "working_directory": os.getcwd(),
+            "working_directory": self.working_directory or os.getcwd(),
             "run_digest": plan.digest,
             "shard": None
             if target.shard is None
