@@ -522,7 +522,7 @@ def test_workers_that_cannot_start_end_the_run_after_the_timeout_naming_the_caus
     (tmp_path / "run").write_text("import subprocess, sys\nsys.exit(subprocess.call(sys.argv[1:]))\n")
     env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
     env |= {"PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "1"}
-    argv = ["generate", str(config), "--ray", "local", "--shards", "2", "--ray-timeout", "20"]
+    argv = ["generate", str(config), "--ray", "local", "--shards", "2", "--ray-timeout", "5"]
     result = subprocess.run(
         ["uv", "run", sys.executable, "-m", "gencache", *argv],
         executable=sys.executable,
@@ -535,5 +535,5 @@ def test_workers_that_cannot_start_end_the_run_after_the_timeout_naming_the_caus
     )
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "no worker started in 20 s: Ray could not start worker processes" in errors[0]
+    assert len(errors) == 1 and "no worker started in 5 s: Ray could not start worker processes" in errors[0]
     assert "Ray's logs: /" in errors[0] and not any(line.startswith("[20") for line in result.stderr.splitlines())
