@@ -124,13 +124,6 @@ def test_interrupt_mid_generation_removes_the_temporary_directory(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
 
 
-def test_uninterrupted_child_publishes(tmp_path: Path, tiny_teacher_dir: Path) -> None:
-    child = Child(write_config(tmp_path, tiny_teacher_dir))
-    assert child.finish() == 0
-    assert {"model_loaded", "temp_created", "appended", "header_written", "published"} <= set(child.seen)
-    assert sorted(os.listdir(tmp_path / "out")) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
-
-
 def test_sigterm_while_the_model_loads_is_one_line_and_exit_143(tmp_path: Path, tiny_teacher_dir: Path) -> None:
     child = Child(write_config(tmp_path, tiny_teacher_dir))
     child.run_until("model_loaded")

@@ -119,8 +119,11 @@ def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", ["published", "run_finished"])
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("phase", "signum"),
+    [("published", signal.SIGINT), ("run_finished", signal.SIGTERM)],  # each moment, each signal
+    ids=["published-SIGINT", "run_finished-SIGTERM"],
+)
 def test_a_signal_after_the_publish_says_the_artifact_was_published(
     phase: str, signum: int, tmp_path: Path, tiny_teacher_dir: Path
 ) -> None:

@@ -100,9 +100,7 @@ def test_ray_base_equals_one_process_and_unsharded(
         assert f"{SHARDS} shards published, 0 already published (skipped), 0 retries, 2 workers" in printed.err
     assert cli_run(["verify", str(base)]) == 0
     one_process = gencache.generate(config, shards=SHARDS, output_dir=tmp_path / "one")
-    unsharded = gencache.generate(config, output_dir=tmp_path / "whole")
-    ours = entry_digests(base)
-    assert ours == entry_digests(one_process) == entry_digests(unsharded)
+    assert entry_digests(base) == entry_digests(one_process)  # which equals the unsharded run's (test_sampling)
     for index in range(SHARDS):  # the same keys in each shard as the one-process run's
         shard = json.loads((shard_path(base, index) / "manifest.json").read_text(encoding="utf-8"))
         theirs = json.loads((shard_path(tmp_path / "one", index) / "manifest.json").read_text(encoding="utf-8"))
@@ -130,33 +128,13 @@ def building(parent: Path) -> list[str]:
     ]
 
 
-def test_a_worker_killed_mid_shard_is_replaced_and_its_shard_generated_again(
-    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
-) -> None:
-    slow = {"max_new_tokens": 96, "min_new_tokens": 96}  # long enough shards to kill one in the middle
-    config = write_config(tmp_path, tiny_teacher_dir, slow)
-    driver = cli(config, "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json")
-    name = wait_for(lambda: building(tmp_path), "a shard's temporary directory")[0]
-    pid = int(name.rsplit("-", 2)[1])  # .NAME.gencache-HOST-PID-HEX: the worker writing it
-    os.kill(pid, signal.SIGKILL)
-    stdout, stderr = driver.communicate(timeout=600)
-    assert driver.returncode == 0, stderr
-    summary = json.loads(stdout)
-    killed = name[1:].split(".gencache-")[0]
-    records = {Path(r["output_dir"]).name: r for r in summary["per_shard"]}
-    assert records[killed]["attempts"] == 2 and summary["retries"] == 1
-    assert sorted(records) == [shard_path(tmp_path / "out", i).name for i in range(SHARDS)]
-    assert all(r["status"] == "published" for r in records.values())
-    assert temporary_directories(tmp_path) == []  # the dead worker's directory was removed, never published
-    assert cli_run(["verify", str(tmp_path / "out")]) == 0
-    reference = gencache.generate(config, shards=SHARDS, output_dir=tmp_path / "one")
-    assert entry_digests(tmp_path / "out") == entry_digests(reference)
-
-
-def test_the_driver_killed_mid_run_then_the_same_command_generates_the_rest(
+def test_a_killed_driver_s_command_run_again_generates_the_rest_replacing_a_worker_killed_mid_shard(
     tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    slow = {"max_new_tokens": 96, "min_new_tokens": 96}  # the driver dies well before the last shard
+    """The driver killed once a shard is published leaves an incomplete base; the same command generates the rest,
+    and a worker killed with SIGKILL in the middle of one of those shards is replaced and its shard generated
+    again."""
+    slow = {"max_new_tokens": 96, "min_new_tokens": 96}  # long enough shards to kill the driver and a worker mid-run
     config = write_config(tmp_path, tiny_teacher_dir, slow)
     base = tmp_path / "out"
     args = ["--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--json"]
@@ -169,17 +147,24 @@ def test_the_driver_killed_mid_run_then_the_same_command_generates_the_rest(
     assert cli_run(["inspect", str(base)]) == 1  # the incomplete base names its missing shards
     assert "missing" in capsys.readouterr().out
     time.sleep(1.0)  # the killed driver's workers go with it; a straggler's publish is refused by the rename
+    left = set(building(tmp_path))  # the killed workers' directories (the rerun removes them)
     rerun = cli(config, *args)
+    name = wait_for(lambda: [n for n in building(tmp_path) if n not in left], "a shard's temporary directory")[0]
+    os.kill(int(name.rsplit("-", 2)[1]), signal.SIGKILL)  # .NAME.gencache-HOST-PID-HEX: the worker writing it
     stdout, stderr = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, stderr
     summary = json.loads(stdout)
-    skipped = {Path(r["output_dir"]) for r in summary["per_shard"] if r["status"] == "skipped"}
+    records = {Path(r["output_dir"]): r for r in summary["per_shard"]}
+    assert sorted(records) == [shard_path(base, i) for i in range(SHARDS)]
+    skipped = {path for path, record in records.items() if record["status"] == "skipped"}
     assert skipped >= set(done) and summary["skipped"] == len(skipped)
-    assert summary["published"] + summary["skipped"] == SHARDS
+    assert all(record["status"] == "published" for path, record in records.items() if path not in skipped)
+    killed = base.parent / name[1:].split(".gencache-")[0]
+    assert records[killed]["attempts"] == 2 and summary["retries"] == 1
+    assert temporary_directories(tmp_path) == []  # the dead workers' directories were removed, never published
     assert cli_run(["verify", str(base)]) == 0
     reference = gencache.generate(config, shards=SHARDS, output_dir=tmp_path / "one")
     assert entry_digests(base) == entry_digests(reference)
-    assert temporary_directories(tmp_path) == []
 
 
 def free_port() -> int:
@@ -279,12 +264,12 @@ def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
 
 
 def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(
-    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = write_config(tmp_path, tiny_teacher_dir, {"max_new_tokens": 10**6})  # past the teacher's positions
-    driver = cli(config, "--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--max-retries", "1")
-    _, stderr = driver.communicate(timeout=600)
-    assert driver.returncode == 2, stderr
+    args = ["--ray", ray_cluster, "--shards", str(SHARDS), "--workers", "2", "--max-retries", "1"]
+    assert cli_run(["generate", str(config), *args]) == 2
+    stderr = capsys.readouterr().err
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "failed on worker" in errors[0] and "max_new_tokens" in errors[0], stderr
     assert not any(shard_path(tmp_path / "out", i).exists() for i in range(SHARDS))
@@ -356,27 +341,29 @@ def test_an_http_server_at_the_address_is_one_line_exit_2(tmp_path: Path, tiny_t
 
 
 def test_a_cluster_that_never_grants_a_worker_ends_the_run_after_the_timeout(
-    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
+    tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import ray
 
     from gencache.run.ray import RunTally
 
     config = write_config(tmp_path, tiny_teacher_dir)
-    holder = ray.remote(RunTally).options(num_cpus=2).remote()  # another job's actor holds every CPU of the cluster
+    holder = ray.remote(RunTally).options(num_cpus=2).remote()  # another actor holds every CPU of the cluster
     ray.get(holder.snapshot.remote())
     try:
-        driver = cli(config, "--ray", ray_cluster, "--shards", "2", "--ray-timeout", "3")
-        _, stderr = driver.communicate(timeout=300)
+        code = cli_run(["generate", str(config), "--ray", ray_cluster, "--shards", "2", "--ray-timeout", "3"])
     finally:
         ray.kill(holder)
-    assert driver.returncode == 1, stderr
+    stderr = capsys.readouterr().err
+    assert code == 1, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "no worker started in 3 s" in errors[0] and "Ray's logs: " in errors[0], stderr
     assert temporary_directories(tmp_path) == []
 
 
-def test_the_default_count_and_the_refusal_leave_no_shard_empty(tmp_path: Path, tiny_teacher_dir: Path) -> None:
+def test_the_default_count_and_the_refusal_leave_no_shard_empty(
+    tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from gencache.artifact.names import shard_of
     from gencache.run.sharding import full_split
 
@@ -386,9 +373,8 @@ def test_the_default_count_and_the_refusal_leave_no_shard_empty(tmp_path: Path, 
     assert count < 7 and len({shard_of(k, count) for k in keys}) == count
     assert full_split([], 16) == 1
     config = write_config(tmp_path, tiny_teacher_dir)  # twelve unique keys
-    refused = cli(config, "--shards", "16", "--dry-run")
-    _, stderr = refused.communicate(timeout=300)
-    assert refused.returncode == 2, stderr
+    assert cli_run(["generate", str(config), "--shards", "16", "--dry-run"]) == 2
+    stderr = capsys.readouterr().err
     named = int(stderr.split("use at most ")[1].split()[0])
     base = gencache.generate(config, shards=named)
     published = [Path(shard_dir_name(str(base), index, named)) for index in range(named)]
@@ -468,10 +454,10 @@ class Driver:
 def test_a_stopped_ray_run_resumes_with_the_same_command_to_the_one_process_artifact(
     tmp_path: Path, tiny_teacher_dir: Path, ray_cluster: str
 ) -> None:
-    """SIGINT and SIGTERM while connecting, while the workers start and in the middle of a shard: each stop is one
-    line and 130/143 without Ray's own output, leaves no temporary directory behind, and the same command (no
-    --shards: the default count, then the started split's) goes on until the base equals ``--shards N`` in one
-    process, every shard owning keys."""
+    """SIGINT and SIGTERM while connecting (where ``ray.init`` replaces both handlers), SIGTERM while the workers
+    start and SIGINT in the middle of a shard: each stop is one line and 130/143 without Ray's own output, leaves
+    no temporary directory behind, and the same command (no --shards: the default count, then the started split's)
+    goes on until the base equals ``--shards N`` in one process, every shard owning keys."""
     slow = {"max_new_tokens": 48, "min_new_tokens": 48}
     config = write_config(tmp_path, tiny_teacher_dir, slow)
     base = tmp_path / "out"
@@ -480,9 +466,7 @@ def test_a_stopped_ray_run_resumes_with_the_same_command_to_the_one_process_arti
         (None, signal.SIGINT),  # while connecting
         (None, signal.SIGTERM),
         ("ray ", signal.SIGTERM),  # "ray ADDRESS: N of M shards to generate": while the workers start
-        ("ray ", signal.SIGINT),
         ("published ", signal.SIGINT),  # in the middle of the next shard
-        ("published ", signal.SIGTERM),
     ]
     for moment, signum in moments:
         driver = Driver(config, args, connecting=signum if moment is None else None)
@@ -499,7 +483,7 @@ def test_a_stopped_ray_run_resumes_with_the_same_command_to_the_one_process_arti
     assert code == 0, lines
     summary = json.loads(stdout)
     count = summary["shards"]
-    assert summary["published"] + summary["skipped"] == count and summary["skipped"] >= 2
+    assert summary["published"] + summary["skipped"] == count and summary["skipped"] >= 1
     assert all(record["entries"] > 0 for record in summary["per_shard"] if record["status"] != "skipped")
     assert cli_run(["verify", str(base)]) == 0
     reference = gencache.generate(config, shards=count, output_dir=tmp_path / "one")
@@ -544,7 +528,7 @@ def test_workers_that_cannot_start_end_the_run_after_the_timeout_naming_the_caus
     (tmp_path / "run").write_text("import subprocess, sys\nsys.exit(subprocess.call(sys.argv[1:]))\n")
     env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_")}
     env |= {"PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "1"}
-    argv = ["generate", str(config), "--ray", "local", "--shards", "2", "--ray-timeout", "20"]
+    argv = ["generate", str(config), "--ray", "local", "--shards", "2", "--ray-timeout", "5"]
     result = subprocess.run(
         ["uv", "run", sys.executable, "-m", "gencache", *argv],
         executable=sys.executable,
@@ -557,7 +541,7 @@ def test_workers_that_cannot_start_end_the_run_after_the_timeout_naming_the_caus
     )
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "no worker started in 20 s: Ray could not start worker processes" in errors[0]
+    assert len(errors) == 1 and "no worker started in 5 s: Ray could not start worker processes" in errors[0]
     assert "Ray's logs: /" in errors[0] and not any(line.startswith("[20") for line in result.stderr.splitlines())
 
 

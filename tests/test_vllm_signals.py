@@ -111,9 +111,3 @@ def test_interrupt_mid_vllm_generation_removes_the_temporary_directory(
     assert "nothing was published" in child.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
     assert alive(below) == set()
-
-
-def test_an_uninterrupted_vllm_child_publishes(tmp_path: Path, teacher: Path) -> None:
-    child = Child(write_config(tmp_path, teacher))
-    assert child.finish() == 0, child.stderr
-    assert sorted(os.listdir(tmp_path / "out")) == ["cache.safetensors", "manifest.json", "resolved_config.json"]
