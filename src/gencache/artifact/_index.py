@@ -127,12 +127,17 @@ class CompactIndex:
             for raw in keys[at : at + _KEY_CHUNK].tolist():
                 yield raw.decode()
 
-    def _locate(self, key: str) -> tuple[int, int]:
-        """Where the object of ``key``'s entry starts and ends in the manifest (a binary search of its bytes)."""
+    def _locate(self, position: int, key: str) -> tuple[int, int]:
+        """Where the object of ``key``'s entry (at ``position``) starts and ends in the manifest: a search of its
+        bytes that guesses by how many entries lie on each side, with every other step a bisection (at most about
+        twice a binary search's steps, whatever the entries' sizes; a few where they are alike)."""
         manifest, raw, width = self.manifest, key.encode(), len(_ENTRY_OPEN)
         lo, hi = len(_MANIFEST_OPEN), self.entries_end  # the _ENTRY_OPEN after the key sought lies in lo:hi
+        below, above = 0, len(self.keys)  # and the entries from position below to position above - 1 too
+        bisect = False
         while lo < hi:
-            mid = (lo + hi) // 2
+            mid = (lo + hi) // 2 if bisect else lo + (hi - lo) * (position - below) // (above - below)
+            bisect = not bisect
             at = manifest.find(_ENTRY_OPEN, mid, hi + width - 1)  # the first entry from mid on
             if at < 0:
                 hi = mid
@@ -146,9 +151,9 @@ class CompactIndex:
                     raise FormatError(f"manifest.json is damaged around its entry {key} (not the canonical layout).")
                 return at + len('":'), end  # the entry's object, from its brace
             if found < raw:
-                lo = at + 1
+                lo, below = at + 1, int(self.keys.searchsorted(found, side="right"))
             else:
-                hi = mid
+                hi, above = mid, int(self.keys.searchsorted(found))
         raise FormatError(f"manifest.json has no entry {key}, which {PAYLOAD_NAME} holds.")
 
     def check_entry(self, position: int, entry: object) -> dict[str, Any]:
@@ -168,7 +173,7 @@ class CompactIndex:
     def entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
         """The checked manifest entry of ``position`` and the byte span of its text list's JSON in the manifest."""
         key = self.key(position)
-        start, end = self._locate(key)
+        start, end = self._locate(position, key)
         raw = self.manifest[start:end]
         try:
             entry = msgspec.json.decode(raw)
