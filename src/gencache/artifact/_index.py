@@ -1,34 +1,35 @@
-"""The reader's compact index of one artifact: flat numpy arrays instead of a parsed manifest.
+"""The reader's index of one artifact: the payload header in flat numpy arrays, the manifest's entries on demand.
 
-:func:`build_index` checks a manifest and a payload header exactly as :func:`gencache.artifact.manifest.
-check_manifest` and :func:`gencache.artifact.header.check_header` do, and keeps the result as a handful of flat
-arrays (sorted keys, per-sequence offsets, lengths, digests and finish-reason codes, per-entry content digests
-and the byte span of each entry's texts) that a forked process shares without copying.
+:func:`build_index` checks the whole header (every tensor's name, offsets and shape, the data tiled exactly) and
+the manifest's members after its entries (format, provenance, summary), and keeps sorted keys, per-sequence
+offsets and lengths: a few arrays that a forked process shares without copying. The manifest's entries (about
+1 KB each, mostly texts, against about 140 bytes of header) are not read at open: :meth:`CompactIndex.entry`
+finds one by a binary search over the manifest's bytes (its keys are sorted) and checks it when it is first read,
+so opening costs O(header), not O(manifest). A manifest in another JSON layout is parsed and checked whole, then
+searched in its canonical form.
 
-The fast path scans the canonical bytes of single-sequence entries with vectorised numpy checks (every fixed byte
-compared, every digest and number validated, keys sorted and unique, members tiling the objects exactly, so a
-document it accepts parses to the same values; texts are checked on an entry's first read). Anything else goes
-through the full JSON parse and the format's own checks, whose errors are what the caller sees. Every literal the
-scan matches comes from the layouts the encoders write with, so a change to the format is made once.
+A canonical header is checked by a vectorised scan of its bytes (every fixed byte compared, every number and key
+validated, members tiling the object exactly: what a JSON parser building half a million objects does several
+times slower); anything else goes through the JSON parse and :func:`gencache.artifact.header.check_header`, whose
+errors are what the caller sees. Every literal the scan matches comes from the layouts the encoders write with.
 """
 
 from __future__ import annotations
 
 import json
 import mmap
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from gencache.artifact._scan import Mismatch, expect, hex_at, hex_rows, number_at, require, window
+from gencache.artifact._scan import Mismatch, expect, number_at, require, window
 from gencache.artifact.header import (
     HEADER_FRAME,
     HEADER_PADDING,
     SINGLE_TENSOR,
-    Header,
     check_header,
     metadata_member,
     parse_header,
@@ -38,12 +39,12 @@ from gencache.artifact.manifest import (
     MANIFEST_FRAME,
     MANIFEST_OTHERS,
     SINGLE_ENTRY,
+    _check_entry,
     check_manifest,
     check_provenance,
     provenance_digest,
 )
 from gencache.artifact.names import (
-    DIGEST_BYTES,
     DIGEST_HEX_CHARS,
     FINISH_REASONS,
     FORMAT_VERSION,
@@ -51,89 +52,58 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     STORAGE,
     TOKEN_BYTES,
-    TOKEN_DTYPE,
     Layout,
-    tensor_name,
 )
 from gencache.artifact.summary import check_summary
-from gencache.core.canonical import canonical_bytes
+from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
 ENTRY_WINDOW = 1 << 13
 _KEY_CHUNK = 4096  # keys decoded at a time by CompactIndex.iter_keys
-_REASON_INDEX = {reason: code for code, reason in enumerate(FINISH_REASONS)}
 _KEY_DTYPE = f"S{DIGEST_HEX_CHARS}"  # a key as numpy bytes
-_NO_REASON = 0xFF  # a reason code no finish reason has
-
-
-def _key_bytes(keys: np.ndarray) -> np.ndarray:
-    """The keys' characters as a (n, DIGEST_HEX_CHARS) uint8 view."""
-    view: np.ndarray = keys.view(np.uint8).reshape(len(keys), DIGEST_HEX_CHARS)
-    return view
+_TEXTS = msgspec.json.Decoder(tuple[str, ...])
 
 
 def _pieces(layout: Layout, fields: tuple[str, ...]) -> tuple[bytes, ...]:
-    """The pieces of an encoder's layout as bytes, once its fields come in the order the scan below reads them."""
+    """The pieces of an encoder's layout as bytes, once its fields come in the order the code below reads them."""
     if layout.fields != fields:
-        raise RuntimeError(f"the canonical scan reads the fields {fields}, but the encoder writes {layout.fields}")
+        raise RuntimeError(f"the index reads the fields {fields}, but the encoder writes {layout.fields}")
     return tuple(piece.encode() for piece in layout.pieces)
 
 
-def _first_distinct_byte(words: tuple[bytes, ...]) -> int:
-    """The first offset at which every word has a byte of its own (what tells them apart)."""
-    for at in range(min(map(len, words))):
-        if len({word[at] for word in words}) == len(words):
-            return at
-    raise RuntimeError(f"no byte tells {words} apart")
-
-
-# The canonical layout the scan matches, taken from the encoders (gencache.artifact.manifest and .header): each
-# piece is named by the field it comes before. One single-sequence manifest entry (keys sorted):
-# "<key>":{"content_digest":"<hex>","finish_reasons":[<reason>],"sequences":[{"digest":"<hex>","dtype":"I64",
-# "shape":[<n>],"tensor":"<key>.0"}],"text":[<texts>]}
-_KEY_OPEN, _ENTRY_OPEN, _AFTER_CONTENT, _AFTER_REASON, _AFTER_DIGEST, _AFTER_LENGTH, _AFTER_TENSOR, _ENTRY_CLOSE = (
-    _pieces(SINGLE_ENTRY, ("key", "content_digest", "finish_reason", "digest", "length", "key", "text"))
-)
+# The canonical manifest: {"entries":{"<key>":{"content_digest":...,"text":[...]},...},"format_version":...}.
+# What follows a key in an entry's member never occurs elsewhere (a quote inside a JSON string is escaped), so it
+# marks where each entry is; the text list is the entry's last member.
+_KEY_OPEN, _ENTRY_OPEN = (piece.encode() for piece in SINGLE_ENTRY.pieces[:2])  # '"', '":{"content_digest":"'
+_TEXT_OPEN = b'"text":['  # a member name, so never inside a string either
 _MANIFEST_OPEN, _ENTRY_SEPARATOR, _ENTRIES_CLOSE, _ = _pieces(MANIFEST_FRAME, ("entry", "entry", "others"))
-_FIRST_OTHER = MANIFEST_OTHERS.pieces[0].encode()  # "format_version":
-_BETWEEN_ENTRIES = _ENTRY_CLOSE + _ENTRY_SEPARATOR + _KEY_OPEN  # from one entry's texts to the next key
-_LIST_OPEN, _LIST_CLOSE = b"[", b"]"  # a text span is the JSON list, brackets included
-_OBJECT_OPEN = b"{"  # the manifest's other members parse as one object
-if not (_AFTER_TENSOR.endswith(_LIST_OPEN) and _ENTRY_CLOSE.startswith(_LIST_CLOSE)):
-    raise RuntimeError("the encoder no longer writes an entry's texts as a list right before the entry's end")
-# the tail: the last entry's end after its list, the end of entries, the first other member
-_MANIFEST_TAIL = _ENTRY_CLOSE[len(_LIST_CLOSE) :] + _ENTRIES_CLOSE + _FIRST_OTHER
-_EMPTY_TAIL = _MANIFEST_OPEN + _ENTRIES_CLOSE + _FIRST_OTHER
-_REASON_JSON = {code: canonical_bytes(reason) for reason, code in _REASON_INDEX.items()}
-_REASON_PICK = _first_distinct_byte(tuple(_REASON_JSON.values()))
+_OTHERS = _ENTRIES_CLOSE + MANIFEST_OTHERS.pieces[0].encode()  # '},"format_version":'
+_BEFORE_KEY = _ENTRY_SEPARATOR + _KEY_OPEN
+_BEFORE_FIRST_KEY = (_MANIFEST_OPEN[-1:] + _KEY_OPEN, _BEFORE_KEY)
 # One tensor's header member and the header around its members:
 # "<key>.0":{"data_offsets":[<start>,<end>],"dtype":"I64","shape":[<n>]}
 _NAME_OPEN, _MEMBER_OPEN, _OFFSET_SEPARATOR, _AFTER_END, _MEMBER_CLOSE = _pieces(
     SINGLE_TENSOR, ("key", "start", "end", "length")
 )
 _HEADER_OPEN, _MEMBER_SEPARATOR, _HEADER_CLOSE = _pieces(HEADER_FRAME, ("member", "member"))
-_ENTRY_OPEN_RE = re.compile(re.escape(_ENTRY_OPEN))
-_MEMBER_OPEN_RE = re.compile(re.escape(_MEMBER_OPEN))
+_BRACE = ord("{")
+_HEX_DIGITS = b"0123456789abcdef"
 
 
 @dataclass(frozen=True, eq=False)
 class CompactIndex:
-    """The checked content of one artifact in flat arrays (``n`` entries, ``s`` sequences)."""
+    """The checked header of one artifact in flat arrays (``n`` entries, ``s`` sequences) and its manifest."""
 
     keys: np.ndarray  # (n,) S64: the hex keys, sorted
     first: np.ndarray  # (n+1,) int64: entry i's sequences are first[i]:first[i+1]
     starts: np.ndarray  # (s,) int64: byte offset of each sequence relative to the data start
     lengths: np.ndarray  # (s,) int64: tokens of each sequence
-    digests: np.ndarray  # (s, 32) uint8: SHA-256 of each sequence's bytes
-    reasons: np.ndarray  # (s,) uint8: index into FINISH_REASONS
-    content: np.ndarray  # (n, 32) uint8: content digests
-    text_spans: np.ndarray  # (n, 2) int64: the JSON of each entry's text list (brackets included) in text_source
-    text_source: Buffer
+    manifest: Buffer  # canonical manifest bytes
+    entries_end: int  # where the entries' object closes in ``manifest``
     summary: dict[str, Any]
     provenance: dict[str, Any]
     provenance_digest: str
-    fast: bool  # whether the canonical scan built it
     header_used: int  # bytes of header JSON before the padding
 
     def __len__(self) -> int:
@@ -157,225 +127,138 @@ class CompactIndex:
             for raw in keys[at : at + _KEY_CHUNK].tolist():
                 yield raw.decode()
 
-    def texts_json(self, position: int) -> bytes:
-        start, end = self.text_spans[position].tolist()
-        return self.text_source[start:end]
+    def _locate(self, position: int, key: str) -> tuple[int, int]:
+        """Where the object of ``key``'s entry (at ``position``) starts and ends in the manifest: a search of its
+        bytes that guesses by how many entries lie on each side, with every other step a bisection (at most about
+        twice a binary search's steps, whatever the entries' sizes; a few where they are alike)."""
+        manifest, raw, width = self.manifest, key.encode(), len(_ENTRY_OPEN)
+        lo, hi = len(_MANIFEST_OPEN), self.entries_end  # the _ENTRY_OPEN after the key sought lies in lo:hi
+        below, above = 0, len(self.keys)  # and the entries from position below to position above - 1 too
+        bisect = False
+        while lo < hi:
+            mid = (lo + hi) // 2 if bisect else lo + (hi - lo) * (position - below) // (above - below)
+            bisect = not bisect
+            at = manifest.find(_ENTRY_OPEN, mid, hi + width - 1)  # the first entry from mid on
+            if at < 0:
+                hi = mid
+                continue
+            found = manifest[at - DIGEST_HEX_CHARS : at]
+            if found == raw:
+                following = manifest.find(_ENTRY_OPEN, at + width, self.entries_end)
+                end = self.entries_end if following < 0 else following - DIGEST_HEX_CHARS - len(_BEFORE_KEY)
+                before = manifest[at - DIGEST_HEX_CHARS - len(_BEFORE_KEY) : at - DIGEST_HEX_CHARS]
+                if before not in _BEFORE_FIRST_KEY or (following >= 0 and manifest[end : end + 2] != _BEFORE_KEY):
+                    raise FormatError(f"manifest.json is damaged around its entry {key} (not the canonical layout).")
+                return at + len('":'), end  # the entry's object, from its brace
+            if found < raw:
+                lo, below = at + 1, int(self.keys.searchsorted(found, side="right"))
+            else:
+                hi, above = mid, int(self.keys.searchsorted(found))
+        raise FormatError(f"manifest.json has no entry {key}, which {PAYLOAD_NAME} holds.")
 
-    def sequence_refs(self, position: int) -> list[dict[str, Any]]:
-        """The entry's ``sequences`` list as the manifest holds it."""
+    def check_entry(self, position: int, entry: object) -> dict[str, Any]:
+        """``entry`` checked as the entry of ``position``: as :func:`check_manifest` checks an entry, and that it
+        describes exactly that key's tensors in the header."""
         key = self.key(position)
-        lo, hi = self.first[position], self.first[position + 1]
-        return [
-            {"tensor": tensor_name(key, i), "dtype": TOKEN_DTYPE, "shape": [int(n)], "digest": bytes(digest).hex()}
-            for i, (n, digest) in enumerate(zip(self.lengths[lo:hi], self.digests[lo:hi], strict=True))
-        ]
-
-    def finish_reasons(self, position: int) -> tuple[str, ...]:
+        _check_entry(key, entry)
+        assert isinstance(entry, dict)
         lo, hi = self.first[position : position + 2].tolist()
-        if hi == lo + 1:
-            return (FINISH_REASONS[self.reasons[lo]],)
-        return tuple(FINISH_REASONS[code] for code in self.reasons[lo:hi].tolist())
+        if [ref["shape"][0] for ref in entry["sequences"]] != self.lengths[lo:hi].tolist():
+            raise FormatError(
+                f"manifest.json entry {key} lists sequences of {[ref['shape'] for ref in entry['sequences']]} tokens "
+                f"but {PAYLOAD_NAME} holds {self.lengths[lo:hi].tolist()}."
+            )
+        return entry
+
+    def entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
+        """The checked manifest entry of ``position`` and the byte span of its text list's JSON in the manifest."""
+        key = self.key(position)
+        start, end = self._locate(position, key)
+        raw = self.manifest[start:end]
+        try:
+            entry = msgspec.json.decode(raw)
+        except msgspec.DecodeError as error:
+            raise FormatError(f"manifest.json entry {key} is not valid JSON ({error}) (damaged).") from None
+        entry = self.check_entry(position, entry)
+        texts_at = start + raw.rfind(_TEXT_OPEN) + len(_TEXT_OPEN) - 1  # the text list's opening bracket
+        try:
+            texts = _TEXTS.decode(self.manifest[texts_at : end - 1])
+        except msgspec.DecodeError:
+            texts = None
+        if texts != tuple(entry["text"]):
+            raise FormatError(f"manifest.json entry {key} is not in the canonical layout (its text is not last).")
+        return entry, (texts_at, end - 1)
 
 
 def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> CompactIndex:
-    """Check ``manifest`` (its bytes) against the payload header bytes ``header_raw`` (the ``H`` bytes after the
-    length prefix) and a payload of ``payload_size`` bytes; :class:`FormatError` names the first problem."""
+    """Check the manifest's members after its entries (``manifest``, its bytes) and the payload header bytes
+    ``header_raw`` (the ``H`` bytes after the length prefix) of a payload of ``payload_size`` bytes, and each
+    against the other; :class:`FormatError` names the first problem."""
     try:
-        return _fast_index(manifest, header_raw, payload_size)
+        entries_end, top = _canonical_frame(manifest)
     except Mismatch:
-        return _general_index(bytes(manifest), header_raw, payload_size)
-
-
-# -- the general path ----------------------------------------------------------------------------------------
-def _general_index(raw_manifest: bytes, header_raw: bytes, payload_size: int) -> CompactIndex:
-    try:
-        parsed = json.loads(raw_manifest.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise FormatError(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
-    manifest = check_manifest(parsed)
-    header: Header = parse_header(header_raw)
-    starts_by_key = check_header(header, manifest, payload_size)
-    keys = sorted(manifest.entries)
-    first = [0]
-    starts: list[int] = []
-    lengths: list[int] = []
-    digests: list[str] = []
-    reasons: list[int] = []
-    content: list[str] = []
-    texts: list[bytes] = []
-    for key in keys:
-        entry = manifest.entries[key]
-        refs = entry["sequences"]
-        starts.extend(starts_by_key[key])
-        lengths.extend(ref["shape"][0] for ref in refs)
-        digests.extend(ref["digest"] for ref in refs)
-        reasons.extend(_REASON_INDEX[reason] for reason in entry["finish_reasons"])
-        content.append(entry["content_digest"])
-        texts.append(json.dumps(entry["text"], ensure_ascii=True, separators=(",", ":")).encode())
-        first.append(len(starts))
-    spans = np.zeros((len(keys), 2), dtype=np.int64)
-    sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    spans[:, 1] = np.cumsum(sizes)
-    spans[:, 0] = spans[:, 1] - sizes
-    return CompactIndex(
-        keys=np.array(keys, dtype=_KEY_DTYPE),
-        first=np.array(first, dtype=np.int64),
-        starts=np.array(starts, dtype=np.int64),
-        lengths=np.array(lengths, dtype=np.int64),
-        digests=hex_rows("".join(digests).encode(), len(digests), DIGEST_HEX_CHARS),
-        reasons=np.array(reasons, dtype=np.uint8),
-        content=hex_rows("".join(content).encode(), len(content), DIGEST_HEX_CHARS),
-        text_spans=spans,
-        text_source=b"".join(texts),
-        summary=manifest.summary,
-        provenance=manifest.provenance,
-        provenance_digest=manifest.provenance_digest,
-        fast=False,
-        header_used=header.json_length,
-    )
-
-
-# -- the canonical scan --------------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class _EntryColumns:
-    """The per-entry arrays the canonical scan fills (``n`` single-sequence entries, in manifest order)."""
-
-    keys: np.ndarray  # (n,) S64: the hex keys
-    key_bytes: np.ndarray  # (n, 64) uint8: a view of keys
-    content: np.ndarray  # (n, 32) uint8: content digests
-    digests: np.ndarray  # (n, 32) uint8: sequence digests
-    reasons: np.ndarray  # (n,) uint8: finish-reason codes
-    lengths: np.ndarray  # (n,) int64: tokens of each sequence
-    spans: np.ndarray  # (n, 2) int64: the byte span of each entry's text list
-
-    @classmethod
-    def allocate(cls, count: int) -> _EntryColumns:
-        """Uninitialised columns for ``count`` entries."""
-        keys = np.empty(count, dtype=_KEY_DTYPE)
-        return cls(
-            keys=keys,
-            key_bytes=_key_bytes(keys),
-            content=np.empty((count, DIGEST_BYTES), dtype=np.uint8),
-            digests=np.empty((count, DIGEST_BYTES), dtype=np.uint8),
-            reasons=np.empty(count, dtype=np.uint8),
-            lengths=np.empty(count, dtype=np.int64),
-            spans=np.empty((count, 2), dtype=np.int64),
-        )
-
-
-def _entry_opens(manifest: Buffer) -> tuple[np.ndarray, int]:
-    """Where each entry's ``_ENTRY_OPEN`` (right after its key) starts, and where the manifest's tail does (``<= 0``
-    in a manifest without entries), once its opening and tail are the canonical ones."""
-    size = len(manifest)
-    tail_at = manifest.rfind(_MANIFEST_TAIL)
-    empty = manifest[: len(_EMPTY_TAIL)] == _EMPTY_TAIL
-    require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN and (tail_at > 0 or empty))
-    opens = np.array(
-        [m.start() for m in _ENTRY_OPEN_RE.finditer(manifest, 0, tail_at if tail_at > 0 else size)], dtype=np.int64
-    )
-    require(empty == (len(opens) == 0))
-    if len(opens):
-        require(opens[0] == len(_MANIFEST_OPEN) + len(_KEY_OPEN) + DIGEST_HEX_CHARS)
-    return opens, tail_at
-
-
-def _reason_at(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The finish-reason code of the reason's JSON string at each position and its width in bytes."""
-    require(len(p) == 0 or int(p.max()) + _REASON_PICK < len(buf))
-    picked = buf[p + _REASON_PICK]
-    code = np.full(len(p), _NO_REASON, dtype=np.uint8)
-    width = np.zeros(len(p), dtype=np.int64)
-    for value, reason in _REASON_JSON.items():
-        chosen = picked == reason[_REASON_PICK]
-        expect(buf, p[chosen], reason)
-        code[chosen] = value
-        width[chosen] = len(reason)
-    require(bool((code != _NO_REASON).all()))
-    return code, width
-
-
-def _scan_entries(buf: np.ndarray, s: np.ndarray, columns: _EntryColumns, rows: slice) -> None:
-    """Check the entries whose ``_ENTRY_OPEN`` is at ``s`` (one window) byte by byte, in the encoder's field
-    order, and fill their ``rows`` of ``columns``; each text span gets its start (the list's opening bracket)."""
-    key_at = s - DIGEST_HEX_CHARS
-    expect(buf, key_at - len(_KEY_OPEN), _KEY_OPEN)
-    columns.key_bytes[rows] = window(buf, key_at, DIGEST_HEX_CHARS)
-    hex_at(buf, key_at, DIGEST_HEX_CHARS)
-    p = s + len(_ENTRY_OPEN)
-    columns.content[rows] = hex_at(buf, p, DIGEST_HEX_CHARS)
-    p = p + DIGEST_HEX_CHARS
-    expect(buf, p, _AFTER_CONTENT)
-    p = p + len(_AFTER_CONTENT)
-    code, width = _reason_at(buf, p)
-    columns.reasons[rows] = code
-    p = p + width
-    expect(buf, p, _AFTER_REASON)
-    p = p + len(_AFTER_REASON)
-    columns.digests[rows] = hex_at(buf, p, DIGEST_HEX_CHARS)
-    p = p + DIGEST_HEX_CHARS
-    expect(buf, p, _AFTER_DIGEST)
-    p = p + len(_AFTER_DIGEST)
-    n, digits = number_at(buf, p)
-    require(bool((n >= 1).all()))
-    columns.lengths[rows] = n
-    p = p + digits
-    expect(buf, p, _AFTER_LENGTH)
-    p = p + len(_AFTER_LENGTH)
-    require(bool((window(buf, p, DIGEST_HEX_CHARS) == columns.key_bytes[rows]).all()))
-    p = p + DIGEST_HEX_CHARS
-    expect(buf, p, _AFTER_TENSOR)
-    columns.spans[rows, 0] = p + len(_AFTER_TENSOR) - len(_LIST_OPEN)
-
-
-def _end_text_spans(buf: np.ndarray, opens: np.ndarray, tail_at: int, columns: _EntryColumns) -> None:
-    """End each text span with its list's closing bracket (each entry closes right before the next key, the last
-    before the tail) and check the keys are sorted and unique; at least one entry."""
-    ends = np.empty(len(opens), dtype=np.int64)  # where each entry's _ENTRY_CLOSE starts
-    ends[:-1] = opens[1:] - DIGEST_HEX_CHARS - len(_BETWEEN_ENTRIES)
-    ends[-1] = tail_at - len(_LIST_CLOSE)
-    expect(buf, ends[:-1], _BETWEEN_ENTRIES)
-    expect(buf, ends[-1:], _LIST_CLOSE)
-    require(bool((ends > columns.spans[:, 0] + len(_LIST_OPEN)).all()))  # a text between the brackets
-    columns.spans[:, 1] = ends + len(_LIST_CLOSE)
-    keys = columns.keys
-    require(bool((keys[1:] > keys[:-1]).all()))
-
-
-def _fast_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> CompactIndex:
-    """The index of canonical single-sequence bytes by the vectorised scan; :class:`Mismatch` for anything the
-    scan does not recognise."""
-    buf = np.frombuffer(manifest, dtype=np.uint8)
-    opens, tail_at = _entry_opens(manifest)
-    count = len(opens)
-    columns = _EntryColumns.allocate(count)
-    for at in range(0, count, ENTRY_WINDOW):
-        _scan_entries(buf, opens[at : at + ENTRY_WINDOW], columns, slice(at, at + ENTRY_WINDOW))
-    if count:
-        _end_text_spans(buf, opens, tail_at, columns)
-    others_at = (tail_at + len(_MANIFEST_TAIL) if count else len(_EMPTY_TAIL)) - len(_FIRST_OTHER)
-    top = parse_tail(_OBJECT_OPEN + bytes(manifest[others_at:]))
-    keys, lengths, reasons = columns.keys, columns.lengths, columns.reasons
-    tokens = int(lengths.sum())
-    reason_counts = {reason: int((reasons == code).sum()) for reason, code in _REASON_INDEX.items()}
-    summary = check_summary(top["summary"], _KeySet(keys), count, tokens, reason_counts)
+        manifest = _canonical_manifest(manifest)
+        entries_end, top = _canonical_frame(manifest)
     body = header_raw.rstrip(HEADER_PADDING)  # the header's JSON, without the reserved capacity's padding
-    starts = _check_fast_header(body, len(header_raw), keys, lengths, top["provenance_digest"], payload_size)
+    try:
+        keys, starts, lengths = _scan_header(body, len(header_raw), top["provenance_digest"], payload_size)
+        first = np.arange(len(keys) + 1, dtype=np.int64)
+    except Mismatch:
+        keys, first, starts, lengths = _general_header(header_raw, top["provenance_digest"], payload_size)
     return CompactIndex(
         keys=keys,
-        first=np.arange(count + 1, dtype=np.int64),
+        first=first,
         starts=starts,
         lengths=lengths,
-        digests=columns.digests,
-        reasons=reasons,
-        content=columns.content,
-        text_spans=columns.spans,
-        text_source=manifest,
-        summary=summary,
+        manifest=manifest,
+        entries_end=entries_end,
+        summary=_check_summary(top["summary"], keys, lengths),
         provenance=top["provenance"],
         provenance_digest=top["provenance_digest"],
-        fast=True,
         header_used=len(body),
     )
+
+
+# -- the manifest ------------------------------------------------------------------------------------------------
+def _canonical_frame(manifest: Buffer) -> tuple[int, dict[str, Any]]:
+    """Where the entries' object closes and the checked members after it, once the manifest opens and closes as
+    the encoder writes it (the entries themselves are checked when read)."""
+    entries_end = manifest.rfind(_OTHERS)
+    require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN and entries_end >= len(_MANIFEST_OPEN))
+    if entries_end > len(_MANIFEST_OPEN):  # the first entry's key comes first
+        require(manifest.find(_ENTRY_OPEN, len(_MANIFEST_OPEN)) == len(_MANIFEST_OPEN) + 1 + DIGEST_HEX_CHARS)
+    top = parse_tail(b"{" + manifest[entries_end + len(_ENTRIES_CLOSE) :])
+    return entries_end, top
+
+
+def _canonical_manifest(manifest: Buffer) -> bytes:
+    """A manifest in another layout, parsed and checked whole (:class:`FormatError` names the problem), in its
+    canonical layout with every character past ASCII escaped (a text that is not valid Unicode stays escaped,
+    and its entry's first read refuses it)."""
+    try:
+        parsed = json.loads(bytes(manifest).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise FormatError(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
+    check_manifest(parsed)
+    return json.dumps(parsed, sort_keys=True, separators=(",", ":")).encode()
+
+
+def parse_tail(tail: bytes) -> dict[str, Any]:
+    """The manifest's fields other than ``entries``, checked as :func:`check_manifest` checks them."""
+    try:
+        top = json.loads(tail)  # small; the standard library's parser
+    except (ValueError, RecursionError):
+        raise Mismatch from None
+    require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
+    require(type(top["format_version"]) is int and top["format_version"] == FORMAT_VERSION)
+    require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
+    try:
+        top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
+    except FormatError:
+        raise Mismatch from None
+    require(top["provenance_digest"] == provenance_digest(top["provenance"]))
+    checked: dict[str, Any] = top
+    return checked
 
 
 class _KeySet(Mapping[str, None]):
@@ -394,44 +277,62 @@ class _KeySet(Mapping[str, None]):
         return None
 
 
-def parse_tail(tail: bytes) -> dict[str, Any]:
-    """The manifest's fields other than ``entries``, checked as :func:`check_manifest` checks them."""
-    try:
-        top = json.loads(tail)  # small; the standard library's parser (no msgspec import to open an artifact)
-    except (ValueError, RecursionError):
-        raise Mismatch from None
-    require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
-    require(type(top["format_version"]) is int and top["format_version"] == FORMAT_VERSION)
-    require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
-    try:
-        top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
-    except FormatError:
-        raise Mismatch from None
-    require(top["provenance_digest"] == provenance_digest(top["provenance"]))
-    checked: dict[str, Any] = top
-    return checked
+def _check_summary(summary: object, keys: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    """The summary checked against the header's entries, sequences and tokens; its finish-reason counts (what only
+    the entries tell: ``gencache verify`` counts them) must count every sequence."""
+    reasons: Any = summary.get("finish_reasons") if isinstance(summary, dict) else {}
+    if isinstance(summary, dict) and not (
+        isinstance(reasons, dict)
+        and reasons.keys() == set(FINISH_REASONS)
+        and all(is_int(count) and count >= 0 for count in reasons.values())
+        and sum(reasons.values()) == len(lengths)
+    ):
+        raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
+    return check_summary(summary, _KeySet(keys), len(lengths), int(lengths.sum()), reasons)
 
 
-def _check_fast_header(
-    body: bytes, header_size: int, keys: np.ndarray, lengths: np.ndarray, digest: str, payload_size: int
-) -> np.ndarray:
-    """The tensors' start offsets from a canonical header (``body``, its JSON without the padding, of a header of
-    ``header_size`` bytes) naming exactly ``<key>.0`` for every key, in order."""
+# -- the header --------------------------------------------------------------------------------------------------
+def _general_header(
+    header_raw: bytes, digest: str, payload_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    sequences = check_header(parse_header(header_raw), digest, payload_size)
+    spans = [span for entry in sequences.values() for span in entry]
+    first = np.zeros(len(sequences) + 1, dtype=np.int64)
+    np.cumsum([len(entry) for entry in sequences.values()], out=first[1:])
+    return (
+        np.array(list(sequences), dtype=_KEY_DTYPE),
+        first,
+        np.array([start for start, _ in spans], dtype=np.int64),
+        np.array([n for _, n in spans], dtype=np.int64),
+    )
+
+
+def _scan_header(
+    body: bytes, header_size: int, digest: str, payload_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The keys, tensor start offsets and lengths of a canonical header (``body``, its JSON without the padding,
+    of a header of ``header_size`` bytes) of single-sequence entries."""
     buf = np.frombuffer(body, dtype=np.uint8)
     meta = metadata_member(digest).encode()
     meta_at = body.find(meta)
     require(meta_at > 0 and body.find(meta, meta_at + 1) < 0)
     require(body.startswith(_HEADER_OPEN) and body.endswith(_HEADER_CLOSE))
-    opens = np.array([m.start() for m in _MEMBER_OPEN_RE.finditer(body)], dtype=np.int64)
-    count = len(keys)
-    require(len(opens) == count)
+    braces = np.flatnonzero(buf == _BRACE)  # the header's, each tensor member's and the metadata's
+    meta_brace = meta_at + meta.index(b"{")
+    require(len(braces) >= 2 and braces[0] == 0 and meta_brace in braces)
+    opens = braces[(braces != 0) & (braces != meta_brace)] - _MEMBER_OPEN.index(b"{")  # where each _MEMBER_OPEN is
+    count = len(opens)
+    keys = np.empty(count, dtype=_KEY_DTYPE)
+    key_bytes = keys.view(np.uint8).reshape(count, DIGEST_HEX_CHARS)
     starts = np.empty(count, dtype=np.int64)
+    lengths = np.empty(count, dtype=np.int64)
     member_ends = np.empty(count, dtype=np.int64)
-    key_bytes = _key_bytes(keys)
     for at in range(0, count, ENTRY_WINDOW):
-        o = opens[at : at + ENTRY_WINDOW]
+        rows = slice(at, at + ENTRY_WINDOW)
+        o = opens[rows]
         expect(buf, o - DIGEST_HEX_CHARS - len(_NAME_OPEN), _NAME_OPEN)
-        require(bool((window(buf, o - DIGEST_HEX_CHARS, DIGEST_HEX_CHARS) == key_bytes[at : at + ENTRY_WINDOW]).all()))
+        key_bytes[rows] = window(buf, o - DIGEST_HEX_CHARS, DIGEST_HEX_CHARS)
+        expect(buf, o, _MEMBER_OPEN)
         p = o + len(_MEMBER_OPEN)
         begin, digits = number_at(buf, p)
         p = p + digits
@@ -443,22 +344,20 @@ def _check_fast_header(
         shape, digits = number_at(buf, p)
         p = p + digits
         expect(buf, p, _MEMBER_CLOSE)
-        require(bool((shape == lengths[at : at + ENTRY_WINDOW]).all()))
-        require(bool((end - begin == shape * TOKEN_BYTES).all()))
-        starts[at : at + ENTRY_WINDOW] = begin
-        member_ends[at : at + ENTRY_WINDOW] = p + len(_MEMBER_CLOSE)
+        require(bool((shape >= 1).all() and (end - begin == shape * TOKEN_BYTES).all()))
+        starts[rows], lengths[rows], member_ends[rows] = begin, shape, p + len(_MEMBER_CLOSE)
+    require(not keys.tobytes().translate(None, _HEX_DIGITS) and bool((keys[1:] > keys[:-1]).all()))
     _check_members_tile(buf, opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
     data_end = _check_contiguous(starts, lengths)
     require(payload_size == LENGTH_PREFIX_BYTES + header_size + data_end)
-    return starts
+    return keys, starts, lengths
 
 
 def _check_members_tile(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, meta_at: int, meta_size: int) -> None:
     """The tensors' members (``starts``, ``ends``) and the metadata tile the header object: ``{m,m,...,m}``."""
-    member_starts = np.append(starts, meta_at)
-    member_ends = np.append(ends, meta_at + meta_size)
-    order = np.argsort(member_starts, kind="stable")
-    member_starts, member_ends = member_starts[order], member_ends[order]
+    at = int(np.searchsorted(starts, meta_at))
+    member_starts = np.insert(starts, at, meta_at)
+    member_ends = np.insert(ends, at, meta_at + meta_size)
     require(member_starts[0] == len(_HEADER_OPEN) and member_ends[-1] == len(buf) - len(_HEADER_CLOSE))
     require(bool((member_starts[1:] == member_ends[:-1] + len(_MEMBER_SEPARATOR)).all()))
     expect(buf, member_ends[:-1], _MEMBER_SEPARATOR)
@@ -468,7 +367,7 @@ def _check_contiguous(starts: np.ndarray, lengths: np.ndarray) -> int:
     """Where the data ends, once the tensors lie back to back from the data start."""
     if not len(starts):
         return 0
-    by_offset = np.sort(starts)
-    lengths_by_offset = lengths[np.argsort(starts, kind="stable")]
+    order = np.argsort(starts)
+    by_offset, lengths_by_offset = starts[order], lengths[order]
     require(by_offset[0] == 0 and bool((by_offset[1:] == by_offset[:-1] + lengths_by_offset[:-1] * TOKEN_BYTES).all()))
     return int(by_offset[-1] + lengths_by_offset[-1] * TOKEN_BYTES)

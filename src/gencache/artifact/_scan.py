@@ -11,10 +11,6 @@ import functools
 
 import numpy as np
 
-_HEX_DIGITS = b"0123456789abcdef"
-_NOT_HEX = 0xFF
-_HEX = np.full(256, _NOT_HEX, dtype=np.uint8)  # the value of each byte as a lowercase hex digit
-_HEX[np.frombuffer(_HEX_DIGITS, dtype=np.uint8)] = np.arange(len(_HEX_DIGITS), dtype=np.uint8)
 MAX_DIGITS = len(str(np.iinfo(np.int64).max)) - 1
 """The most digits of a number :func:`number_at` reads: every such number fits an int64."""
 _POW10 = 10 ** np.arange(MAX_DIGITS, dtype=np.int64)
@@ -62,20 +58,6 @@ def _literal(literal: bytes) -> np.ndarray:
 def expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:
     """``literal`` at each position."""
     require(len(positions) == 0 or bool((window(buf, positions, len(literal)) == _literal(literal)).all()))
-
-
-def hex_rows(joined: bytes, count: int, chars: int) -> np.ndarray:
-    """The bytes that ``count`` lowercase hex strings of ``chars`` characters, joined, encode: a row each."""
-    nibbles = _HEX[np.frombuffer(joined, dtype=np.uint8)].reshape(count, chars)
-    return (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
-
-
-def hex_at(buf: np.ndarray, positions: np.ndarray, chars: int) -> np.ndarray:
-    """The bytes that the ``chars`` lowercase hex characters at each position encode."""
-    nibbles = _HEX[window(buf, positions, chars)]
-    require(int(nibbles.max(initial=0)) < len(_HEX_DIGITS))
-    rows: np.ndarray = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]
-    return rows
 
 
 def number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gencache.artifact.names import (
     DIGEST_HEX_CHARS,
@@ -24,14 +24,12 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
     TOKEN_DTYPE,
     Layout,
+    is_key,
     tensor_name,
 )
 from gencache.artifact.records import Record, is_single, record_lengths, sorted_record_keys
 from gencache.core.canonical import canonical_bytes, canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
-
-if TYPE_CHECKING:
-    from gencache.artifact.manifest import Manifest
 
 _HEADER_TENSOR_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
 
@@ -199,56 +197,44 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
-def check_header(header: Header, manifest: Manifest, file_size: int) -> dict[str, tuple[int, ...]]:
-    """Cross-check the header with the manifest; return each entry's tensor start offsets (relative to data).
+def check_header(header: Header, provenance_digest: str, file_size: int) -> dict[str, list[tuple[int, int]]]:
+    """Check a parsed header on its own; return each key's ``(start, n)`` per sequence (starts relative to the
+    data), keys sorted.
 
-    Checks the metadata, that the header names exactly the manifest's tensors with the same dtype and shape,
-    that offsets are contiguous from 0 and that the file ends at the last tensor.
+    Checks the metadata (the manifest's provenance digest), that every tensor is ``<key>.<i>`` (``i`` from 0 for
+    each key) of dtype I64 and shape ``[n]`` (n >= 1) with offsets that span its bytes, that the tensors lie back
+    to back from the data start and that the file ends at the last one.
     """
-    expected_meta = {"format_version": str(FORMAT_VERSION), "provenance_digest": manifest.provenance_digest}
+    expected_meta = {"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest}
     if header.metadata != expected_meta:
         raise FormatError(
             f"{PAYLOAD_NAME} __metadata__ {header.metadata!r} does not match the manifest (expected {expected_meta!r})."
         )
-    tensors = header.tensors
-    count = sum(len(entry["sequences"]) for entry in manifest.entries.values())
-    starts: dict[str, tuple[int, ...]] = {}
+    found: dict[str, dict[int, tuple[int, int]]] = {}
     spans: list[tuple[int, int]] = []
-    for key, entry in manifest.entries.items():
-        entry_starts = []
-        for ref in entry["sequences"]:
-            name = ref["tensor"]
-            info = tensors.get(name)
-            if info is None:
-                raise FormatError(f"{PAYLOAD_NAME} has no tensor {name} that manifest.json lists.")
-            if not isinstance(info, dict) or info.keys() != _HEADER_TENSOR_FIELDS:
-                raise FormatError(f"{PAYLOAD_NAME} header entry {name} must have exactly dtype, shape, data_offsets.")
-            shape = info["shape"]
-            if (
-                info["dtype"] != ref["dtype"]
-                or shape != ref["shape"]
-                or not isinstance(shape, list)
-                or not all(is_int(n) for n in shape)
-            ):
-                raise FormatError(
-                    f"{PAYLOAD_NAME} tensor {name} is {info['dtype']} {info['shape']} but manifest.json says "
-                    f"{ref['dtype']} {ref['shape']}."
-                )
-            offsets = info["data_offsets"]
-            if (
-                not isinstance(offsets, list)
-                or len(offsets) != 2
-                or not all(is_int(o) for o in offsets)
-                or offsets[1] - offsets[0] != ref["shape"][0] * TOKEN_BYTES
-                or offsets[0] < 0
-            ):
-                raise FormatError(f"{PAYLOAD_NAME} tensor {name} has invalid data_offsets {offsets!r}.")
-            entry_starts.append(offsets[0])
-            spans.append((offsets[0], offsets[1]))
-        starts[key] = tuple(entry_starts)
-    if len(tensors) != count:
-        extra = sorted(set(tensors) - {ref["tensor"] for e in manifest.entries.values() for ref in e["sequences"]})
-        raise FormatError(f"{PAYLOAD_NAME} holds tensors manifest.json does not list: {', '.join(extra[:5])}.")
+    for name, info in header.tensors.items():
+        key, _, index = name.rpartition(".")
+        if not is_key(key) or not (index.isascii() and index.isdigit()) or index != str(int(index)):
+            raise FormatError(f"{PAYLOAD_NAME} holds a tensor {name!r} that is not named <key>.<sequence>.")
+        if not isinstance(info, dict) or info.keys() != _HEADER_TENSOR_FIELDS:
+            raise FormatError(f"{PAYLOAD_NAME} header entry {name} must have exactly dtype, shape, data_offsets.")
+        shape, offsets = info["shape"], info["data_offsets"]
+        if info["dtype"] != TOKEN_DTYPE or not isinstance(shape, list) or len(shape) != 1 or not is_int(shape[0]):
+            raise FormatError(f"{PAYLOAD_NAME} tensor {name} is {info['dtype']} {shape}, not {TOKEN_DTYPE} [n].")
+        if (
+            shape[0] < 1
+            or not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(is_int(o) for o in offsets)
+            or offsets[1] - offsets[0] != shape[0] * TOKEN_BYTES
+            or offsets[0] < 0
+        ):
+            raise FormatError(f"{PAYLOAD_NAME} tensor {name} has invalid data_offsets {offsets!r} or shape {shape!r}.")
+        found.setdefault(key, {})[int(index)] = (offsets[0], shape[0])
+        spans.append((offsets[0], offsets[1]))
+    for key, sequences in found.items():
+        if sorted(sequences) != list(range(len(sequences))):
+            raise FormatError(f"{PAYLOAD_NAME} holds sequences {sorted(sequences)} of {key}; they must count from 0.")
     spans.sort()
     end = 0
     for start, stop in spans:
@@ -260,7 +246,7 @@ def check_header(header: Header, manifest: Manifest, file_size: int) -> dict[str
         raise FormatError(
             f"{PAYLOAD_NAME} is {file_size} bytes but its header describes {expected_size} (truncated or extended)."
         )
-    return starts
+    return {key: [found[key][i] for i in range(len(found[key]))] for key in sorted(found)}
 
 
 def is_canonical_header(raw: bytes) -> bool:

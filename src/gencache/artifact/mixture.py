@@ -46,8 +46,8 @@ class MultiCacheReader(GenerationCache):
     :class:`CacheReader`).
 
     Keys are the union, iterated in sorted order; a key present in several artifacts must have the same content
-    digest everywhere (checked at open), and the first artifact holding it serves it. Picklable (each reader
-    reopens and checks its artifact).
+    digest everywhere (checked at open, reading those keys' entries), and the first artifact holding it serves it.
+    Picklable (each reader reopens and checks its artifact).
 
     When the artifacts are exactly the shards ``0..N-1`` of one run (each shard's keys were checked at its open to
     follow the key-mod rule, so shards never share a key), a key is routed to its shard by the rule and no merged
@@ -83,13 +83,16 @@ class MultiCacheReader(GenerationCache):
         keys = np.concatenate([index.keys for index in indexes])
         owners = np.concatenate([np.full(len(index), i, dtype=np.int32) for i, index in enumerate(indexes)])
         local = np.concatenate([np.arange(len(index), dtype=np.int64) for index in indexes])
-        content = np.concatenate([index.content for index in indexes])
         order = np.argsort(keys, kind="stable")  # stable: among equal keys, the earliest artifact comes first
-        keys, owners, local, content = keys[order], owners[order], local[order], content[order]
+        keys, owners, local = keys[order], owners[order], local[order]
         repeat = np.flatnonzero(keys[1:] == keys[:-1]) + 1
-        conflicts = repeat[(content[repeat] != content[repeat - 1]).any(axis=1)]
-        if len(conflicts):
-            at = int(conflicts[0])
+
+        def content(at: int) -> object:  # read only for the keys that repeat
+            return (self.readers[owners[at]].metadata(bytes(keys[at]).decode()) or {}).get("content_digest")
+
+        conflicts = [at for at in repeat.tolist() if content(at) != content(at - 1)]
+        if conflicts:
+            at = conflicts[0]
             key = bytes(keys[at]).decode()
             start = int(np.searchsorted(keys, keys[at]))
             raise FormatError(

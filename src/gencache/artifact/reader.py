@@ -28,6 +28,7 @@ from gencache.artifact._scan import Mismatch, require
 from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
 from gencache.artifact.manifest import (
     PROVENANCE_FIELDS,
+    check_manifest,
     content_digest,
     json_file_bytes,
 )
@@ -444,18 +445,19 @@ def _manifest_members(size: int, read: Callable[[int, int], bytes], where: objec
 
 
 class CacheReader(GenerationCache):
-    """One format-3 artifact, opened without reading tensor data (everything else is checked at open, into the
-    flat arrays of :mod:`gencache.artifact._index` that forked workers share without copying).
+    """One format-3 artifact, opened without reading tensor data or the manifest's entries (the header and the
+    manifest's other members are checked at open, into the flat arrays of :mod:`gencache.artifact._index` that
+    forked workers share without copying; an entry is found in the mapped manifest when it is first read).
 
     Each returned tensor has its own small storage that points into one private map of the payload, so it crosses
     process boundaries (DataLoader workers under fork or spawn) as exactly its own bytes. Unpickling reopens the
     artifact and refuses one whose entries differ. The reader keeps the payload file it opened (its descriptor,
     until the map is made), so replacing the directory or renaming another file over the payload does not affect
-    it. Artifacts are immutable and the reader trusts that: an entry is checked against its digests once, on its
-    first read (:class:`IntegrityError`), and served from the map after that.
+    it. Artifacts are immutable and the reader trusts that: an entry is checked against the header and its digests
+    once, on its first read (:class:`FormatError`, :class:`IntegrityError`), and served from the map after that.
     """
 
-    _verified: np.ndarray[Any, np.dtype[np.bool_]]
+    _texts_at: np.ndarray[Any, np.dtype[np.int64]]
     _tokens: np.ndarray[Any, np.dtype[np.int64]] | RangeTokens | None
     _fd: int | None
 
@@ -527,7 +529,11 @@ class CacheReader(GenerationCache):
         self.provenance_digest = index.provenance_digest
         self.header_json_bytes = index.header_used
         self._data_offset = LENGTH_PREFIX_BYTES + self.header_capacity
-        self._verified = np.zeros(len(index), dtype=np.bool_)
+        # filled on an entry's first read, once it is checked: where its texts' JSON is in the manifest (0, 0 until
+        # then) and its sequences' finish-reason codes
+        self._texts_at = np.zeros((len(index), 2), dtype=np.int64)
+        self._manifest = memoryview(index.manifest)  # texts are decoded from it without a copy
+        self._reasons = np.zeros(len(index.starts), dtype=np.uint8)
         self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
 
     def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RangeTokens:
@@ -585,15 +591,7 @@ class CacheReader(GenerationCache):
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._index.find(key)
-        if position < 0:
-            return None
-        texts = self._texts(position)
-        return {
-            "sequences": self._index.sequence_refs(position),
-            "text": list(texts) if texts is not None else None,
-            "finish_reasons": list(self._index.finish_reasons(position)),
-            "content_digest": bytes(self._index.content[position]).hex(),
-        }
+        return None if position < 0 else self._manifest_entry(position)[0]
 
     def _file(self, name: str) -> Path:
         """The local file of one of the artifact's three (on a bucket: its copy in the local cache)."""
@@ -604,12 +602,11 @@ class CacheReader(GenerationCache):
             raise self._missing(key)
         return self.path
 
-    def _texts(self, position: int) -> tuple[str, ...] | None:
+    def _manifest_entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
         try:
-            texts: tuple[str, ...] = _TEXTS.decode(self._index.texts_json(position))
-        except ValueError:  # msgspec.DecodeError and UnicodeDecodeError are ValueErrors
-            return None
-        return texts
+            return self._index.entry(position)
+        except FormatError as error:
+            raise self._fail(str(error)) from None
 
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
@@ -618,17 +615,18 @@ class CacheReader(GenerationCache):
         if self._single:  # every entry has one sequence: entry i is sequence i
             start = (self._data_offset + int(index.starts[position])) // TOKEN_BYTES
             arrays = [tokens[start : start + int(index.lengths[position])]]
-            reasons: tuple[str, ...] = (FINISH_REASONS[index.reasons[position]],)
         else:
             lo, hi = index.first[position : position + 2].tolist()
             starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
             lengths = index.lengths[lo:hi].tolist()
             arrays = [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths, strict=True)]
-            reasons = index.finish_reasons(position)
-        texts = self._texts(position)
-        if texts is None or not self._verified[position]:
-            texts = self._verify_entry(position, [hashlib.sha256(a.data).digest() for a in arrays], texts)
-        return arrays, texts, reasons
+        texts_at, texts_end = self._texts_at[position].tolist()
+        if not texts_end:
+            texts_at, texts_end = self._verify_entry(position, arrays)
+        texts: tuple[str, ...] = _TEXTS.decode(self._manifest[texts_at:texts_end])
+        if self._single:
+            return arrays, texts, (FINISH_REASONS[self._reasons[position]],)
+        return arrays, texts, tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
 
     def _read(self, position: int, key: str | None = None) -> Generation:
         import torch
@@ -636,7 +634,7 @@ class CacheReader(GenerationCache):
         arrays, texts, reasons = self._entry(position)
         # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
         # pickling it for another process carries only these bytes, never the whole payload
-        sequences = tuple(torch.from_numpy(a) for a in arrays)
+        sequences = tuple(map(torch.from_numpy, arrays))
         return Generation(self._index.key(position) if key is None else key, sequences, texts, reasons)
 
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
@@ -646,51 +644,30 @@ class CacheReader(GenerationCache):
             array.flags.writeable = False
         return GenerationArrays(self._index.key(position) if key is None else key, tuple(arrays), texts, reasons)
 
-    def _verify_entry(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> tuple[str, ...]:
-        """Check an entry's tensor ``digests`` and texts against the manifest and remember it as verified."""
-        problems = self._entry_problems(position, digests, texts)
+    def _verify_entry(self, position: int, arrays: list[np.ndarray[Any, Any]]) -> tuple[int, int]:
+        """Check an entry against the manifest and its digests and remember it as checked: where its texts are."""
+        entry, (texts_at, texts_end) = self._manifest_entry(position)
+        problems = _entry_problems(self._index.key(position), entry, [hashlib.sha256(a.data).digest() for a in arrays])
         if problems:
             raise IntegrityError(
                 f"{self.path}: {problems[0]}; the artifact is damaged (run gencache verify), regenerate it or "
                 "restore a copy."
             )
-        assert texts is not None
-        self._verified[position] = True
-        return texts
-
-    def _entry_problems(self, position: int, digests: list[bytes], texts: tuple[str, ...] | None) -> list[str]:
-        index = self._index
-        key = index.key(position)
-        lo, hi = index.first[position : position + 2].tolist()
-        problems = [
-            f"tensor {key}.{i} digest mismatch (the payload bytes changed)"
-            for i, (digest, expected) in enumerate(zip(digests, index.digests[lo:hi], strict=True))
-            if digest != expected.tobytes()
-        ]
-        if texts is None:
-            problems.append(f"entry {key} texts in manifest.json cannot be decoded as a JSON list of strings")
-            return problems
-        refs = [
-            {"dtype": ref["dtype"], "shape": ref["shape"], "digest": ref["digest"]}
-            for ref in index.sequence_refs(position)
-        ]
-        try:
-            digest = content_digest(refs, texts, index.finish_reasons(position))
-        except FormatError:
-            digest = ""
-        if len(texts) != hi - lo or digest != bytes(index.content[position]).hex():
-            problems.append(f"entry {key} content_digest mismatch (its texts, finish reasons or digests were changed)")
-        return problems
+        lo = int(self._index.first[position])
+        self._reasons[lo : lo + len(arrays)] = [FINISH_REASONS.index(reason) for reason in entry["finish_reasons"]]
+        self._texts_at[position] = texts_at, texts_end
+        return texts_at, texts_end
 
     # -- pickling (DataLoader workers reopen the map) -----------------------------------------------------
     @property
     def identity(self) -> str:
-        """SHA-256 over the provenance digest and every entry's key, content digest, offset and length: two
-        readers with the same identity serve the same bytes and texts (computed once, on first use)."""
+        """SHA-256 over the manifest (provenance, every entry's digests and texts) and every sequence's key, offset
+        and length: two readers with the same identity serve the same bytes and texts (computed once, on first
+        use)."""
         if self._identity is None:
             index = self._index
-            digest = hashlib.sha256(self.provenance_digest.encode())
-            for array in (index.keys, index.first, index.starts, index.lengths, index.digests, index.content):
+            digest = hashlib.sha256(index.manifest)
+            for array in (index.keys, index.first, index.starts, index.lengths):
                 digest.update(np.ascontiguousarray(array).data)
             self._identity = digest.hexdigest()
         return self._identity
@@ -717,11 +694,16 @@ class CacheReader(GenerationCache):
         """Every check of :func:`verify` on this opened artifact; the problems found (without the path)."""
         problems: list[str] = []
         raw_manifest = read_regular(self._file(MANIFEST_NAME), "Manifest")
+        entries: dict[str, Any] | None = None
         try:
-            if raw_manifest != json_file_bytes(json.loads(raw_manifest.decode("utf-8"))):
+            parsed = json.loads(raw_manifest.decode("utf-8"))
+            if raw_manifest != json_file_bytes(parsed):
                 problems.append("manifest.json is not canonical JSON plus a newline (it was edited)")
+            entries = check_manifest(parsed).entries  # every entry, and the summary's finish-reason counts
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             problems.append(f"manifest.json is not valid UTF-8 JSON ({error})")
+        except FormatError as error:
+            problems.append(str(error))
         raw_resolved = read_regular(self._file(RESOLVED_NAME), "Resolved config")
         try:
             resolved = json.loads(raw_resolved.decode("utf-8"))
@@ -749,14 +731,40 @@ class CacheReader(GenerationCache):
                 done += len(data)
                 if progress is not None:
                     progress(done, total)
+        if entries is not None and len(entries) != len(index):
+            problems.append(f"manifest.json lists {len(entries)} entries but {PAYLOAD_NAME} holds {len(index)}")
         first = index.first.tolist()
-        for position in range(len(index)):
-            problems.extend(
-                self._entry_problems(position, digests[first[position] : first[position + 1]], self._texts(position))
-            )
+        for position, key in enumerate(index.iter_keys()):
+            try:
+                if entries is not None and key in entries:
+                    entry = index.check_entry(position, entries[key])
+                else:
+                    entry = index.entry(position)[0]
+            except FormatError as error:
+                problems.append(str(error))
+                continue
+            problems.extend(_entry_problems(key, entry, digests[first[position] : first[position + 1]]))
         if progress is not None:
             progress(total, total)
         return problems
+
+
+def _entry_problems(key: str, entry: Mapping[str, Any], digests: list[bytes]) -> list[str]:
+    """What a checked manifest entry does not match: its tensors' ``digests`` (of the payload's bytes) and its
+    content digest."""
+    refs = entry["sequences"]
+    problems = [
+        f"tensor {key}.{i} digest mismatch (the payload bytes changed)"
+        for i, (digest, ref) in enumerate(zip(digests, refs, strict=True))
+        if digest.hex() != ref["digest"]
+    ]
+    try:
+        digest = content_digest(refs, entry["text"], entry["finish_reasons"])
+    except FormatError:  # a text that is not valid Unicode
+        digest = ""
+    if digest != entry["content_digest"]:
+        problems.append(f"entry {key} content_digest mismatch (its texts, finish reasons or digests were changed)")
+    return problems
 
 
 def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> list[str]:
