@@ -63,7 +63,7 @@ from gencache.run.preflight import input_keys, plan_run, reshard
 
 if TYPE_CHECKING:
     from gencache.core.progress import Notify, ProgressFactory
-    from gencache.data.origins import SourceInfo
+    from gencache.data.sources import SourceInfo
     from gencache.run.preflight import Plan, Target
     from gencache.run.session import TeacherSession
 
