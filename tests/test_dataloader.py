@@ -14,8 +14,9 @@ import torch
 import torch.multiprocessing
 from torch.utils.data import DataLoader, Dataset
 
+from gencache.artifact.cache import Generation
 from gencache.artifact.mixture import open_caches
-from gencache.artifact.reader import CacheReader, Generation
+from gencache.artifact.reader import CacheReader
 from support.storage_helpers import make_entries, write_artifact
 
 LENGTH = 4_000  # 32 kB per sequence

@@ -18,8 +18,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gencache.artifact.cache import Generation
 from gencache.artifact.mixture import open_caches
-from gencache.artifact.reader import CacheReader, Generation, is_published, verify
+from gencache.artifact.reader import CacheReader, is_published, verify
 from gencache.core.errors import CompatibilityError, FormatError, IntegrityError, MissingEntriesError, MissingEntryError
 from support.storage_helpers import (
     PROVENANCE,

@@ -12,7 +12,7 @@ from gencache.core.version import __version__
 
 _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",
-    "Generation": "gencache.artifact.reader",
+    "Generation": "gencache.artifact.cache",
     "open_caches": "gencache.artifact.mixture",
     "load_config": "gencache.config",
     "build_samples": "gencache.data.samples",
@@ -35,8 +35,9 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from gencache.artifact.cache import Generation
     from gencache.artifact.mixture import open_caches
-    from gencache.artifact.reader import CacheReader, Generation
+    from gencache.artifact.reader import CacheReader
     from gencache.config import load_config
     from gencache.core.errors import (
         CompatibilityError,

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.reader import CacheReader, Generation, GenerationArrays, GenerationCache, PathLike
+from gencache.artifact.reader import CacheReader, PathLike
 from gencache.artifact.shards import ShardSet, check_shard_set, expand_output
 from gencache.artifact.store import Location, exists
 from gencache.config.paths import S3Url

@@ -12,12 +12,15 @@ SDK's plain calls give parts in any order with conditional completes; s3fs and o
 from __future__ import annotations
 
 import functools
+import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gencache.artifact.names import RESOLVED_NAME
 from gencache.config.paths import S3_SCHEME, S3Url, parse_s3_url
 from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError, WriteError
 
@@ -181,3 +184,34 @@ def remove(where: Location) -> None:
             where.unlink()
         return
     call(f"Removing {where}", client().delete_object, Bucket=where.bucket, Key=where.key)
+
+
+# -- the files of a local artifact (regular files only, never through a symlink) -------------------------------
+def open_regular(path: Path, what: str) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise FormatError(f"{what} {path} cannot be opened ({error.strerror}).") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FormatError(f"{what} {path} is not a regular file.")
+    return fd
+
+
+def read_regular(path: Path, what: str) -> bytes:
+    with os.fdopen(open_regular(path, what), "rb") as handle:
+        return handle.read()
+
+
+def read_resolved_config(directory: str | os.PathLike[str] | S3Url) -> dict[str, Any]:
+    """The parsed ``resolved_config.json`` of an artifact directory or prefix (provenance only);
+    :class:`FormatError` when it is missing, not a regular file or not a JSON object."""
+    path = location(directory) / RESOLVED_NAME
+    raw = read_object(path) if isinstance(path, S3Url) else read_regular(path, "Resolved config")
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise FormatError(f"Resolved config {path} is not valid UTF-8 JSON ({error}).") from None
+    if not isinstance(value, dict):
+        raise FormatError(f"Resolved config {path} does not hold a JSON object.")
+    return value

@@ -16,9 +16,8 @@ from typing import Any
 
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.names import RESOLVED_NAME, shard_of
-from gencache.artifact.reader import read_resolved_config
 from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
-from gencache.artifact.store import Location, location
+from gencache.artifact.store import Location, location, read_resolved_config
 from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
 from gencache.data.samples import SampleSet, build_samples

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from gencache.artifact.cache import GenerationCache
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.publish import publish_file
-from gencache.artifact.reader import GenerationCache
 from gencache.config import CacheConfig, DataConfig, load_config
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 from gencache.data.recorded import rebuild_samples, run_of_readers

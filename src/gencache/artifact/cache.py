@@ -1,0 +1,217 @@
+"""What every generation cache offers, one artifact (:class:`gencache.artifact.reader.CacheReader`) or a mixture
+(:class:`gencache.artifact.mixture.MultiCacheReader`): a read-only mapping from semantic key to :class:`Generation`,
+the entries as numpy arrays, the missing-key errors and the provenance check against a training setup."""
+
+from __future__ import annotations
+
+import abc
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
+
+from gencache.artifact.manifest import PROVENANCE_FIELDS
+from gencache.artifact.resolved import IDENTITY_FIELDS, local_identity, recorded_identity
+from gencache.artifact.store import Location, read_resolved_config
+from gencache.core.errors import CompatibilityError, FormatError, MissingEntriesError, MissingEntryError
+from gencache.core.tokenizer import tokenizer_state
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True, eq=False)
+class Generation:
+    """The teacher's answer for one key: 1-D int64 CPU tensors (zero-copy views of the payload map), texts and
+    finish reasons, one of each per returned sequence."""
+
+    key: str
+    sequences: tuple[torch.Tensor, ...]
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class GenerationArrays:
+    """The same entry as :class:`Generation` with each sequence as a read-only 1-D little-endian int64 numpy array
+    (what :meth:`GenerationCache.get_arrays` returns, with no torch involved)."""
+
+    key: str
+    sequences: tuple[np.ndarray[Any, np.dtype[np.int64]], ...]
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...]
+
+
+def _dtype_name(dtype: str | torch.dtype) -> str:
+    loaded = sys.modules.get("torch")  # a torch.dtype exists only once torch is imported: never import it here
+    if loaded is not None and isinstance(dtype, loaded.dtype):
+        return str(dtype).removeprefix("torch.")
+    return str(dtype)
+
+
+class GenerationCache(Mapping[str, Generation], abc.ABC):
+    """A read-only mapping from semantic key to :class:`Generation`.
+
+    ``cache[key]`` raises :class:`MissingEntryError` (a ``KeyError``) for a key the cache does not hold;
+    ``get``, ``in``, ``len``, iteration (keys in sorted order), ``keys()``, ``items()`` and ``values()`` behave as
+    for any mapping (``items()`` and ``values()`` read every entry they yield). Two caches are equal only when
+    they are the same object (comparing every entry's tensors is never what a caller means).
+    """
+
+    provenance: dict[str, Any]
+    provenance_digest: str
+
+    @property
+    @abc.abstractmethod
+    def paths(self) -> tuple[Location, ...]:
+        """The artifact directories (or ``s3://`` prefixes) read."""
+
+    @abc.abstractmethod
+    def _describe(self) -> str: ...
+
+    @abc.abstractmethod
+    def _position(self, key: object) -> int:
+        """Where ``key`` is held (implementation-defined), or -1."""
+
+    @abc.abstractmethod
+    def _read(self, position: int, key: str | None = None) -> Generation:
+        """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
+
+    @abc.abstractmethod
+    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
+        """The entry at ``position`` as read-only numpy arrays."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[str]: ...
+
+    @abc.abstractmethod
+    def metadata(self, key: str) -> dict[str, Any] | None:
+        """The manifest entry of ``key`` (tensor refs, texts, finish reasons, digests) as a new object, or None."""
+
+    @abc.abstractmethod
+    def source(self, key: str) -> Location:
+        """The artifact directory that serves ``key``."""
+
+    def __getitem__(self, key: str) -> Generation:
+        """The entry of ``key``: zero-copy int64 views of one private memory map of the payload, its texts and
+        finish reasons. ``.clone()`` a tensor before modifying it in place: an in-place edit would change what
+        later reads of that key return in this process (the file itself is never written)."""
+        position = self._position(key)
+        if position < 0:
+            raise self._missing(key)
+        return self._read(position, key)
+
+    def __contains__(self, key: object) -> bool:
+        return self._position(key) >= 0
+
+    @overload
+    def get(self, key: str, /) -> Generation | None: ...
+    @overload
+    def get(self, key: str, /, default: Generation | Any) -> Generation | Any: ...
+
+    def get(self, key: str, /, default: Any = None) -> Any:
+        """The entry for ``key``, or ``default`` (None) when the cache does not hold it."""
+        position = self._position(key)
+        return default if position < 0 else self._read(position, key)
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def get_arrays(self, key: str) -> GenerationArrays:
+        """``cache[key]`` with the sequences as read-only numpy arrays, checked the same way; a reader serves them
+        without importing torch (what ``gencache export`` uses)."""
+        position = self._position(key)
+        if position < 0:
+            raise self._missing(key)
+        return self._read_arrays(position, key)
+
+    def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
+        """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
+        raises :class:`MissingEntryError`). torch's DataLoader fetches a batch of a map-style dataset with this
+        method."""
+        return [self[key] for key in keys]
+
+    def get_many(self, keys: Iterable[str]) -> list[Generation]:
+        """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
+        is looked up before any entry is read: :class:`MissingEntriesError` names how many are missing."""
+        wanted = self._check_keys(keys, "get_many")
+        positions = [self._position(key) for key in wanted]
+        missing = sorted({key for key, position in zip(wanted, positions, strict=True) if position < 0})
+        if missing:
+            raise self._missing_many(missing, len(set(wanted)))
+        return [self._read(position, key) for position, key in zip(positions, wanted, strict=True)]
+
+    def _missing(self, key: object) -> MissingEntryError:
+        return MissingEntryError(
+            f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
+            "(check the data configs, or use .get() to test membership)."
+        )
+
+    def _missing_many(self, missing: list[str], unique: int) -> MissingEntriesError:
+        return MissingEntriesError(
+            f"Generation cache {self._describe()} is missing {len(missing)} required semantic samples "
+            f"(of {unique} unique keys; first: {missing[0]}); generate an artifact for those data configs "
+            "or add the artifact that holds them."
+        )
+
+    @staticmethod
+    def _check_keys(keys: Iterable[str], what: str) -> list[str]:
+        if isinstance(keys, (str, bytes)):
+            raise TypeError(
+                f"{what}() takes an iterable of keys, not one {type(keys).__name__}; wrap a single key in a list."
+            )
+        return list(keys)
+
+    def require(self, keys: Iterable[str]) -> None:
+        """Coverage check: raise :class:`MissingEntriesError` unless every key is present (reads no entry).
+        ``keys`` is an iterable of keys; one string is a ``TypeError``."""
+        wanted = set(self._check_keys(keys, "require"))
+        missing = sorted(key for key in wanted if self._position(key) < 0)
+        if missing:
+            raise self._missing_many(missing, len(wanted))
+
+    def _same_directory(self, field: str, requested: object) -> bool:
+        """Whether ``requested`` is the local directory whose identity the artifact recorded for ``field``."""
+        if field not in IDENTITY_FIELDS or not isinstance(requested, str):
+            return False
+        try:
+            recorded = recorded_identity(read_resolved_config(self.paths[0]), field)
+        except FormatError:
+            return False
+        return recorded is not None and recorded == local_identity(requested)
+
+    def check_compatible(
+        self, *, model_path: str, tokenizer_path: str, dtype: str | torch.dtype, tokenizer: Any
+    ) -> None:
+        """Raise one :class:`CompatibilityError` naming every provenance field that differs from the training
+        setup (dtype as a string or ``torch.dtype``, the tokenizer state, and the paths as strings, where a local
+        directory given by another string, relative or moved, matches when its identity is the one the artifact
+        recorded at generation: :func:`gencache.artifact.resolved.local_identity`)."""
+        ours = self.provenance
+        requested = {
+            "model_path": model_path,
+            "tokenizer_path": tokenizer_path,
+            "dtype": _dtype_name(dtype),
+            "tokenizer": tokenizer_state(tokenizer),
+        }
+        differences = [
+            f"{field} (cache {ours[field]!r}, requested {requested[field]!r})"
+            for field in PROVENANCE_FIELDS
+            if ours[field] != requested[field] and not self._same_directory(field, requested[field])
+        ]
+        if differences:
+            fix = (
+                "pass the training tokenizer through gencache.prepare_tokenizer() so its padding side and pad id "
+                "match generation, or regenerate the cache with this teacher"
+                if ours["tokenizer"] != requested["tokenizer"]
+                else "train with the cache's teacher, tokenizer and dtype, or regenerate the cache with this teacher"
+            )
+            raise CompatibilityError(
+                f"Generation cache {self._describe()} is incompatible with the training setup: "
+                f"{'; '.join(differences)}. To fix it, {fix}."
+            )
