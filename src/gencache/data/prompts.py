@@ -9,15 +9,13 @@ and concatenates the ids, so document boundaries survive as token spans.
 from __future__ import annotations
 
 import re
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
 from gencache.config.kwargs import (
-    TEMPLATE_KWARGS,
     DefaultKwargs,
     LlamaChatKwargs,
     Qwen3ChatKwargs,
@@ -90,45 +88,6 @@ def prompt_text(parts: Prompt) -> str:
 # -- templates ---------------------------------------------------------------------------------------------------
 
 
-class TemplateSpec(ABC):
-    """A named prompt template (its name is its kwargs model's): how it renders a normalised prompt."""
-
-    kwargs_model: ClassVar[type[TemplateKwargs]]
-    needs_tokenizer: ClassVar[bool]
-
-    @property
-    def name(self) -> str:
-        """The template's name, as configs write it (its kwargs model's ``template_name``)."""
-        return self.kwargs_model.template_name
-
-    @property
-    def renders_chat(self) -> bool:
-        """Whether the template renders a conversation (it overrides :meth:`render_chat`)."""
-        return type(self).render_chat is not TemplateSpec.render_chat
-
-    @abstractmethod
-    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """Return the rendered, normalised prompt; documents are never altered."""
-
-    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """Render a conversation: the earlier ``(role, content)`` turns, then ``parts`` as the final user turn
-        (only chat templates can)."""
-        raise PromptError(
-            f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat row); "
-            f"use one of {', '.join(CHAT_TEMPLATES)}."
-        )
-
-
-class DefaultTemplate(TemplateSpec):
-    """Plain text: the prompt as composed by the dataset."""
-
-    kwargs_model = DefaultKwargs
-    needs_tokenizer = False
-
-    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        return normalize(parts)
-
-
 def _system_of(history: History, system_prompt: str, template: str) -> tuple[str, History]:
     """The system message (the conversation's own system turn, or ``system_prompt``) and the other turns; both
     at once is refused."""
@@ -144,63 +103,34 @@ def _system_of(history: History, system_prompt: str, template: str) -> tuple[str
 
 def _wrap(parts: Prompt, prefix: str, suffix: str) -> Prompt:
     body = normalize(parts)
-    last = body[-1]
-    assert isinstance(last, Inline)  # normalize guarantees it
-    return normalize((Inline(prefix), *body[:-1], Inline(last.text + suffix)))
+    return normalize((Inline(prefix), *body[:-1], Inline(body[-1].text + suffix)))
 
 
-class LlamaChatTemplate(TemplateSpec):
-    """Hard-coded Llama-3.1 chat markup (the SemPIC research code's dated system header)."""
-
-    kwargs_model = LlamaChatKwargs
-    needs_tokenizer = False
-    PREFIX_HEAD: ClassVar[str] = (
-        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
-        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
-    )
-    PREFIX_TAIL: ClassVar[str] = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
-    SUFFIX: ClassVar[str] = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-
-    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        assert isinstance(kwargs, LlamaChatKwargs)
-        return _wrap(parts, self.PREFIX_HEAD + kwargs.system_prompt + self.PREFIX_TAIL, self.SUFFIX)
-
-    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        assert isinstance(kwargs, LlamaChatKwargs)
-        system, turns = _system_of(history, kwargs.system_prompt, self.name)
-        earlier = "".join(f"<|start_header_id|>{role}<|end_header_id|>\n\n{text}<|eot_id|>" for role, text in turns)
-        prefix = self.PREFIX_HEAD + system + "<|eot_id|>" + earlier + self.PREFIX_TAIL.removeprefix("<|eot_id|>")
-        return _wrap(parts, prefix, self.SUFFIX)
+_LLAMA_SYSTEM = (
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+)
+_LLAMA_ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 
 
-class Qwen3ChatTemplate(TemplateSpec):
-    """Hard-coded Qwen3 ChatML markup (no think block)."""
+def _llama_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any | None) -> Prompt:
+    system, turns = _system_of(history, kwargs.system_prompt, "llama_chat")
+    earlier = "".join(f"<|start_header_id|>{role}<|end_header_id|>\n\n{text}<|eot_id|>" for role, text in turns)
+    user = "<|start_header_id|>user<|end_header_id|>\n\n"
+    return _wrap(parts, _LLAMA_SYSTEM + system + "<|eot_id|>" + earlier + user, _LLAMA_ASSISTANT)
 
-    kwargs_model = Qwen3ChatKwargs
-    needs_tokenizer = False
-    SUFFIX: ClassVar[str] = "<|im_end|>\n<|im_start|>assistant\n"
 
-    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        assert isinstance(kwargs, Qwen3ChatKwargs)
-        system = f"<|im_start|>system\n{kwargs.system_prompt}<|im_end|>\n" if kwargs.system_prompt else ""
-        return _wrap(parts, system + "<|im_start|>user\n", self.SUFFIX)
-
-    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        assert isinstance(kwargs, Qwen3ChatKwargs)
-        system, turns = _system_of(history, kwargs.system_prompt, self.name)
-        turns = ((("system", system),) if system else ()) + turns
-        earlier = "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
-        return _wrap(parts, earlier + "<|im_start|>user\n", self.SUFFIX)
+def _qwen_3_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any | None) -> Prompt:
+    system, turns = _system_of(history, kwargs.system_prompt, "qwen_3_chat")
+    turns = ((("system", system),) if system else ()) + turns
+    earlier = "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
+    return _wrap(parts, earlier + "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n")
 
 
 SENTINEL = "<|gencache_part_boundary|>"
 
 
-def _sentinel(index: int) -> str:
-    return f"{SENTINEL}[{index}]"
-
-
-class TokenizerChatTemplate(TemplateSpec):
+def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any | None) -> Prompt:
     """The tokenizer's own chat template, rendered once with boundary sentinels so part boundaries survive.
 
     The user message is every part's text with a numbered sentinel between consecutive parts. After rendering,
@@ -208,76 +138,105 @@ class TokenizerChatTemplate(TemplateSpec):
     rendered segment (so chat markup lands in the first and last inline part) and every document segment must
     equal the document exactly.
     """
+    system, turns = _system_of(history, kwargs.system_prompt, "tokenizer_chat")
+    apply = getattr(tokenizer, "apply_chat_template", None)
+    if not callable(apply):
+        raise PromptError(
+            "Template tokenizer_chat needs a tokenizer with a callable apply_chat_template; "
+            "pass the teacher's tokenizer or choose another template."
+        )
+    body = list(normalize(parts))
+    if isinstance(body[0], ContextBlock):
+        body.insert(0, Inline(""))
+    if SENTINEL in kwargs.system_prompt:
+        raise PromptError(f"tokenizer_chat sentinel collision: system_prompt contains {SENTINEL!r}; remove it.")
+    if SENTINEL in system or any(SENTINEL in text for _, text in turns):
+        raise PromptError(f"tokenizer_chat sentinel collision: an earlier chat turn contains {SENTINEL!r}.")
+    for index, part in enumerate(body):
+        if SENTINEL in part.text:
+            raise PromptError(
+                f"tokenizer_chat sentinel collision: prompt.parts[{index}] contains {SENTINEL!r}; remove it."
+            )
+    user = "".join(
+        part.text + (f"{SENTINEL}[{index}]" if index < len(body) - 1 else "") for index, part in enumerate(body)
+    )
+    messages = [{"role": "system", "content": system}] if system else []
+    messages += [{"role": role, "content": text} for role, text in turns]
+    messages.append({"role": "user", "content": user})
+    rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
+    pieces = re.split(re.escape(SENTINEL) + r"\[(\d+)\]", rendered)  # segments and boundary numbers, alternating
+    found = [int(number) for number in pieces[1::2]]
+    for index in range(len(body) - 1):
+        if found.count(index) != 1:
+            raise PromptError(
+                f"tokenizer_chat sentinel count mismatch for boundary {index}: expected 1, got "
+                f"{found.count(index)}; the chat template drops or repeats user content, use another template."
+            )
+    if found != sorted(found):
+        raise PromptError(
+            "tokenizer_chat: rendered sentinels are out of order; the chat template reorders user content, "
+            "use another template."
+        )
+    out: list[Part] = []
+    for index, (part, segment) in enumerate(zip(body, pieces[0::2], strict=True)):
+        if isinstance(part, ContextBlock) and segment != part.text:
+            raise PromptError(
+                f"tokenizer_chat template modified ContextBlock content at prompt.parts[{index}]; "
+                "documents must pass through a chat template unchanged, use another template."
+            )
+        out.append(part if isinstance(part, ContextBlock) else Inline(segment))
+    return normalize(out)
 
-    kwargs_model = TokenizerChatKwargs
-    needs_tokenizer = True
+
+@dataclass(frozen=True)
+class TemplateSpec:
+    """A named prompt template (its name is its kwargs model's): ``chat`` renders a conversation, the earlier
+    ``(role, content)`` turns then the prompt as the final user turn (None: plain text, no conversation)."""
+
+    kwargs_model: type[TemplateKwargs]
+    description: str
+    chat: Callable[[History, Prompt, Any, Any], Prompt] | None = None
+    needs_tokenizer: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.kwargs_model.template_name
 
     def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        return self.render_chat((), parts, kwargs, tokenizer)
+        """The rendered, normalised prompt; documents are never altered."""
+        return normalize(parts) if self.chat is None else self.chat((), parts, kwargs, tokenizer)
 
     def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        assert isinstance(kwargs, TokenizerChatKwargs)
-        system, turns = _system_of(history, kwargs.system_prompt, self.name)
-        apply = getattr(tokenizer, "apply_chat_template", None)
-        if tokenizer is None or not callable(apply):
+        """A conversation rendered: only chat templates can."""
+        if self.chat is None:
             raise PromptError(
-                "Template tokenizer_chat needs a tokenizer with a callable apply_chat_template; "
-                "pass the teacher's tokenizer or choose another template."
+                f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat "
+                f"row); use one of {', '.join(CHAT_TEMPLATES)}."
             )
-        body = list(normalize(parts))
-        if isinstance(body[0], ContextBlock):
-            body.insert(0, Inline(""))
-        if SENTINEL in kwargs.system_prompt:
-            raise PromptError(f"tokenizer_chat sentinel collision: system_prompt contains {SENTINEL!r}; remove it.")
-        if SENTINEL in system or any(SENTINEL in text for _, text in turns):
-            raise PromptError(f"tokenizer_chat sentinel collision: an earlier chat turn contains {SENTINEL!r}.")
-        for index, part in enumerate(body):
-            if SENTINEL in part.text:
-                raise PromptError(
-                    f"tokenizer_chat sentinel collision: prompt.parts[{index}] contains {SENTINEL!r}; remove it."
-                )
-        user = "".join(
-            part.text + (_sentinel(index) if index < len(body) - 1 else "") for index, part in enumerate(body)
-        )
-        messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-        messages.extend({"role": role, "content": text} for role, text in turns)
-        messages.append({"role": "user", "content": user})
-        rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
-        pieces = re.split(re.escape(SENTINEL) + r"\[(\d+)\]", rendered)  # segments and boundary numbers, alternating
-        found = [int(number) for number in pieces[1::2]]
-        for index in range(len(body) - 1):
-            if found.count(index) != 1:
-                raise PromptError(
-                    f"tokenizer_chat sentinel count mismatch for boundary {index}: expected 1, got "
-                    f"{found.count(index)}; the chat template drops or repeats user content, use another template."
-                )
-        if found != sorted(found):
-            raise PromptError(
-                "tokenizer_chat: rendered sentinels are out of order; the chat template reorders user content, "
-                "use another template."
-            )
-        segments = pieces[0::2]
-        out: list[Part] = []
-        for index, (part, segment) in enumerate(zip(body, segments, strict=True)):
-            if isinstance(part, ContextBlock):
-                if segment != part.text:
-                    raise PromptError(
-                        f"tokenizer_chat template modified ContextBlock content at prompt.parts[{index}]; "
-                        "documents must pass through a chat template unchanged, use another template."
-                    )
-                out.append(part)
-            else:
-                out.append(Inline(segment))
-        return normalize(out)
+        return self.chat(history, parts, kwargs, tokenizer)
 
 
-#: Every template, by name: one instance of each :class:`TemplateSpec` subclass.
+#: Every template, by name, in the order of :data:`gencache.config.kwargs.TEMPLATE_KWARGS`.
 TEMPLATES: dict[str, TemplateSpec] = {
-    name: next(cls() for cls in TemplateSpec.__subclasses__() if cls.kwargs_model is model)
-    for name, model in TEMPLATE_KWARGS.items()
+    spec.name: spec
+    for spec in (
+        TemplateSpec(DefaultKwargs, "Plain text: the prompt as composed by the dataset."),
+        TemplateSpec(
+            TokenizerChatKwargs,
+            _tokenizer_chat.__doc__ or "",
+            _tokenizer_chat,
+            needs_tokenizer=True,
+        ),
+        TemplateSpec(
+            LlamaChatKwargs,
+            "Hard-coded Llama-3.1 chat markup (the SemPIC research code's dated system header).",
+            _llama_chat,
+        ),
+        TemplateSpec(Qwen3ChatKwargs, "Hard-coded Qwen3 ChatML markup (no think block).", _qwen_3_chat),
+    )
 }
 #: The templates that render a conversation (a chat row).
-CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items() if spec.renders_chat)
+CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items() if spec.chat is not None)
 
 
 # -- tokenization ------------------------------------------------------------------------------------------------

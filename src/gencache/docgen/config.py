@@ -59,7 +59,7 @@ def _full_schema() -> dict[str, Any]:
         for name, recipe in BUILTIN_DATASETS.items()
     }
     template_kwargs = {
-        name: (spec.kwargs_model, f"{type(spec).__doc__} Needs {'a' if spec.needs_tokenizer else 'no'} tokenizer.")
+        name: (spec.kwargs_model, f"{spec.description} Needs {'a' if spec.needs_tokenizer else 'no'} tokenizer.")
         for name, spec in TEMPLATES.items()
     }
     defs["DataConfig"]["allOf"] = _switch("dataset_name", "data_kwargs", data_kwargs, defs) + _switch(
