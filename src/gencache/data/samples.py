@@ -12,7 +12,7 @@ import statistics
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 from gencache.config import CacheConfig, DataConfig, parse_data_configs
 from gencache.core.errors import ConfigError, DatasetError, PromptError, reworded
@@ -60,8 +60,7 @@ class Sample:
 
     @property
     def prompt_chars(self) -> int:
-        """The length of :attr:`prompt_text` in characters."""
-        return sum(len(part.text) for part in self.parts)
+        return len(self.prompt_text)
 
 
 @dataclass(frozen=True)
@@ -98,11 +97,7 @@ class SampleSet:
     def __iter__(self) -> Iterator[Sample]:
         return iter(self.samples)
 
-    @overload
-    def __getitem__(self, index: int) -> Sample: ...
-    @overload
-    def __getitem__(self, index: slice) -> tuple[Sample, ...]: ...
-    def __getitem__(self, index: int | slice) -> Sample | tuple[Sample, ...]:
+    def __getitem__(self, index: int) -> Sample:
         return self.samples[index]
 
     def keys(self) -> list[str]:
@@ -182,9 +177,7 @@ def needs_tokenizer(config_or_data_configs: CacheConfig | Sequence[DataConfig | 
 
 
 def _stats(values: Sequence[int]) -> tuple[int, int, int]:
-    if not values:
-        return (0, 0, 0)
-    return (min(values), int(statistics.median_low(values)), max(values))
+    return (min(values), int(statistics.median_low(values)), max(values)) if values else (0, 0, 0)
 
 
 def _load_one(
@@ -198,13 +191,9 @@ def _load_one(
             parts = template.render(raw.parts, dc.template_kwargs, tokenizer)
         else:  # a chat row: the template renders the whole conversation, or refuses
             parts = template.render_chat(raw.history, raw.parts, dc.template_kwargs, tokenizer)
-        input_ids: tuple[int, ...] | None = None
-        spans: tuple[tuple[str, int, int], ...] | None = None
-        if tokenizer is not None:
-            tokenized = tokenized_prompts.get(parts)  # duplicates across data configs render identical prompts
-            if tokenized is None:
-                tokenized = tokenized_prompts[parts] = tokenize_prompt(parts, tokenizer)
-            input_ids, spans = tokenized.input_ids, tokenized.spans
+        if tokenizer is not None and parts not in tokenized_prompts:  # duplicates render identical prompts
+            tokenized_prompts[parts] = tokenize_prompt(parts, tokenizer)
+        tokenized = tokenized_prompts.get(parts)
         out.append(
             Sample(
                 key=semantic_key(raw.semantic),
@@ -214,18 +203,13 @@ def _load_one(
                 query=raw.query,
                 answer=raw.answer,
                 parts=parts,
-                input_ids=input_ids,
-                spans=spans,
+                input_ids=None if tokenized is None else tokenized.input_ids,
+                spans=None if tokenized is None else tokenized.spans,
                 row=raw.row,
                 row_id=raw.row_id,
             )
         )
     return out, source
-
-
-def _with_index(index: int, exc: Exception) -> str:
-    text = str(exc)
-    return text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
 
 
 def build_samples(
@@ -255,18 +239,19 @@ def build_samples(
             try:
                 loaded, source = _load_one(index, dc, tokenizer, tokenized_prompts)
             except (ConfigError, DatasetError, PromptError) as exc:
-                raise reworded(exc, _with_index(index, exc)) from exc
-            duplicates = 0
-            for sample in loaded:
-                duplicates += sample.key in seen
-                seen.add(sample.key)
+                text = str(exc)
+                named = text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
+                raise reworded(exc, named) from exc
+            keys = {sample.key for sample in loaded}
+            duplicates = len(loaded) - len(keys - seen)
+            seen |= keys
             tokens = [len(sample.input_ids) for sample in loaded if sample.input_ids is not None]
             summaries.append(
                 DataConfigSummary(
                     index=index,
                     dataset_name=dc.dataset_name,
                     samples=len(loaded),
-                    unique=len({sample.key for sample in loaded}),
+                    unique=len(keys),
                     duplicates=duplicates,
                     prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
                     prompt_tokens=_stats(tokens) if tokenizer is not None else None,
