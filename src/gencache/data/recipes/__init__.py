@@ -47,7 +47,7 @@ def get_recipe(name: str) -> DatasetRecipe[Any, Any]:
     target = load_entry_point(ep)
     if not isinstance(target, DatasetRecipe):
         raise not_a_recipe(describe(ep), target)
-    return PluginRecipe.wrap(target, describe(ep))
+    return PluginRecipe(target, describe(ep))
 
 
 def sample_source(name: str) -> Path:
@@ -64,27 +64,14 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
     """A plug-in recipe behind the checks that keep generation and training safe from a faulty plug-in: every
     error names the plug-in, and every sample it returns is checked."""
 
-    label: str
-    inner: DatasetRecipe[Any, Any]
-
-    @classmethod
-    def wrap(cls, inner: DatasetRecipe[Any, Any], label: str) -> PluginRecipe:
-        """A wrapper of ``inner`` whose class carries ``inner``'s name, hub id, kwargs model and columns."""
-        kind = type(
-            f"Plugin[{inner.name}]",
-            (cls,),
-            {
-                "name": inner.name,
-                "hub_id": getattr(inner, "hub_id", ""),
-                "kwargs_model": inner.kwargs_model,
-                "columns": tuple(getattr(inner, "columns", ())),
-                "__doc__": type(inner).__doc__,
-            },
+    def __init__(self, inner: DatasetRecipe[Any, Any], label: str) -> None:
+        self.inner, self.label = inner, label
+        vars(self).update(  # the plug-in's class variables, as this wrapper's
+            name=inner.name,
+            hub_id=getattr(inner, "hub_id", ""),
+            kwargs_model=inner.kwargs_model,
+            columns=tuple(getattr(inner, "columns", ())),
         )
-        recipe: PluginRecipe = kind()
-        recipe.inner = inner
-        recipe.label = label
-        return recipe
 
     def _call(self, what: str, call: Any) -> Any:
         try:
@@ -98,10 +85,10 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
         return bool(self._call("needs_tokenizer", lambda: self.inner.needs_tokenizer(kwargs)))
 
     def select(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> Selection[Any]:
-        return self._call("select", lambda: self.inner.select(dc, kwargs, tokenizer))  # type: ignore[no-any-return]
+        raise NotImplementedError  # load runs the plug-in's own steps
 
     def sample(self, rows: Any, kwargs: Any, index: int) -> Any:
-        return self._call("sample", lambda: self.inner.sample(rows, kwargs, index))
+        raise NotImplementedError
 
     def load(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         result = self._call("load", lambda: self.inner.load(dc, kwargs, tokenizer))
@@ -113,24 +100,21 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
         if len(samples) != dc.num_samples:
             raise self._malformed(f"load returned {len(samples)} samples but num_samples is {dc.num_samples}")
         for index, sample in enumerate(samples):
-            self._check_sample(index, sample)
+            if not isinstance(sample, RawSample):
+                raise self._malformed(f"sample {index} is a {type(sample).__name__}, not a RawSample")
+            try:
+                semantic_key(sample.semantic)
+                if tuple(normalize(sample.parts)) != tuple(sample.parts):
+                    raise PromptError("its prompt parts are not normalised (use gencache.data.prompts.normalize)")
+            except (DatasetError, PromptError, TypeError) as exc:
+                raise self._malformed(f"sample {index}: {exc}") from None
+            for field in ("query", "answer"):
+                if not isinstance(getattr(sample, field), str):
+                    raise self._malformed(f"sample {index}: {field} is not a string")
         return samples, source
 
     def _malformed(self, problem: str) -> DatasetError:
         return DatasetError(f"{self.label} returned malformed samples: {problem.rstrip('.')}; fix the plug-in.")
-
-    def _check_sample(self, index: int, sample: Any) -> None:
-        if not isinstance(sample, RawSample):
-            raise self._malformed(f"sample {index} is a {type(sample).__name__}, not a RawSample")
-        try:
-            semantic_key(sample.semantic)
-            if tuple(normalize(sample.parts)) != tuple(sample.parts):
-                raise PromptError("its prompt parts are not normalised (use gencache.data.prompts.normalize)")
-        except (DatasetError, PromptError, TypeError) as exc:
-            raise self._malformed(f"sample {index}: {exc}") from None
-        for field in ("query", "answer"):
-            if not isinstance(getattr(sample, field), str):
-                raise self._malformed(f"sample {index}: {field} is not a string")
 
 
 __all__ = [
