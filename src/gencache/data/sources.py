@@ -71,39 +71,31 @@ class TableOrigin:
 
     def locate(self, index: int) -> str:
         """``<file> line N`` (JSON Lines, CSV and TSV: 1-based, the line the row starts on) or ``<file> row N``
-        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``."""
-        remaining = index
+        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``. Only
+        the parquet shards of one table are several files."""
         for path in self.files:
-            count, lines = _rows_of(path)
-            if remaining < count:
-                if lines is not None:
-                    return f"{path} line {lines[remaining]}"
-                return f"{path} row {remaining}"
-            remaining -= count
+            suffix = path.suffix.lower()
+            if suffix == ".parquet":
+                import pyarrow.parquet
+
+                count = pyarrow.parquet.ParquetFile(path).metadata.num_rows
+                if index < count:
+                    return f"{path} row {index}"
+                index -= count
+            elif suffix in DELIMITERS:
+                return f"{path} line {[start for start, _ in csv_rows(path, DELIMITERS[suffix])][index + 1]}"
+            elif _json_array(path):
+                return f"{path} row {index}"
+            else:  # JSON Lines: blank lines hold no row
+                with path.open("rb") as handle:
+                    return f"{path} line {[n for n, line in enumerate(handle, start=1) if line.strip()][index]}"
         return f"{self.what} row {index}"
 
 
-def _rows_of(path: Path) -> tuple[int, list[int] | None]:
-    """How many rows ``path`` holds and, for JSON Lines, the 1-based line number of each row (blank lines hold
-    no row)."""
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet
-
-        return int(pyarrow.parquet.ParquetFile(path).metadata.num_rows), None
-    if suffix in DELIMITERS:
-        starts = [start for start, _ in csv_rows(path, DELIMITERS[suffix])][1:]
-        return len(starts), starts
+def _json_array(path: Path) -> bool:
+    """Whether ``path`` is a JSON array of rows (rather than JSON Lines)."""
     with path.open("rb") as handle:
-        head = handle.read(4096).lstrip()
-    if suffix == ".json" and head.startswith(b"["):  # a JSON array that datasets has read
-        return len(json.loads(path.read_text(encoding="utf-8"))), None
-    numbers: list[int] = []
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                numbers.append(number)
-    return len(numbers), numbers
+        return path.suffix.lower() == ".json" and handle.read(4096).lstrip().startswith(b"[")
 
 
 def csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
@@ -193,30 +185,34 @@ def _split_files(folder: Path, split: str) -> list[Path]:
     return found or shards
 
 
-def _declares_configs(directory: Path) -> bool:
-    readme = directory / "README.md"
-    if not readme.is_file():
-        return False
-    lines = readme.read_text(encoding="utf-8", errors="replace").splitlines()
-    if not lines or lines[0].strip() != "---":
-        return False
-    for line in lines[1:]:
-        if line.strip() == "---":
-            return False
-        if line.startswith("configs:"):
-            return True
-    return False
-
-
 def _read_files(paths: Sequence[Path], label: str) -> Any:
     """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order: JSON,
     JSON Lines and parquet read by ``datasets``, CSV and TSV by pyarrow with every cell a string (a list or object
-    is JSON text in its cell). A file that cannot be read is one line naming it (and its line where that is known)."""
+    is JSON text in its cell). A file that cannot be read is one line naming it (and its line where that is known):
+    an empty file or one that is not UTF-8 is refused first, since ``datasets`` would read such bytes into a row
+    and fail only when the row is used."""
     import datasets
     from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
 
     for path in paths:
-        _check_file(path, label)
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise DatasetError(
+                f"{label}: cannot read {path} ({error.strerror or error}); make it readable or point source at a copy.",
+                "source",
+            ) from None
+        if not data.strip():
+            raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the dataset's rows.")
+        if path.suffix.lower() != ".parquet":
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                line = data[: error.start].count(b"\n") + 1
+                raise DatasetError(
+                    f"{label}: {path} is not valid UTF-8 (line {line}, byte {error.start}: {error.reason}); "
+                    "re-encode the file as UTF-8 (for example with iconv) and rerun."
+                ) from None
     delimiter = DELIMITERS.get(paths[0].suffix.lower())
     bars = is_progress_bar_enabled()
     disable_progress_bars()
@@ -229,7 +225,14 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     except DatasetError:
         raise
     except Exception as exc:  # datasets and pyarrow raise many types for unreadable files; report one line
-        raise _unreadable(paths, label, exc) from None
+        for path in paths:
+            found = _bad_line(path)
+            if found:
+                raise DatasetError(f"{label}: {path} line {found}") from None
+        raise DatasetError(
+            f"could not read {label} from {', '.join(map(str, paths))}: {first_line(exc)}; check that the file is "
+            "valid JSON Lines, JSON, CSV, TSV or parquet in the dataset's schema."
+        ) from None
     finally:
         if bars:
             enable_progress_bars()
@@ -246,8 +249,8 @@ def _read_delimited(path: Path, label: str, delimiter: str) -> Any:
     if len(set(header)) != len(header) or not all(header):
         repeated = sorted({name for name in header if header.count(name) > 1 or not name})
         raise DatasetError(
-            f"{label}: {path} line 1: the {_kind(delimiter)} header must name each column once (repeated or empty: "
-            f"{', '.join(repr(name) for name in repeated)}); rename them."
+            f"{label}: {path} line 1: the {path.suffix[1:].upper()} header must name each column once (repeated or "
+            f"empty: {', '.join(repr(name) for name in repeated)}); rename them."
         )
     table = pyarrow.csv.read_csv(
         path,
@@ -255,47 +258,6 @@ def _read_delimited(path: Path, label: str, delimiter: str) -> Any:
         convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pa.string())),
     )
     return datasets.Dataset(datasets.table.InMemoryTable(table))
-
-
-def _kind(delimiter: str) -> str:
-    return "TSV" if delimiter == "\t" else "CSV"
-
-
-def _check_file(path: Path, label: str) -> None:
-    """A :class:`DatasetError` naming ``path`` when it cannot be read, is empty or (a text file) is not UTF-8, with
-    the line: ``datasets`` would read such bytes into a row and fail only when the row is used."""
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise DatasetError(
-            f"{label}: cannot read {path} ({error.strerror or error}); make it readable or point source at a copy.",
-            "source",
-        ) from None
-    if not data.strip():
-        raise DatasetError(f"{label}: {path} is empty; point source at the file that holds the dataset's rows.")
-    if path.suffix.lower() != ".parquet":
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            line = data[: error.start].count(b"\n") + 1
-            raise DatasetError(
-                f"{label}: {path} is not valid UTF-8 (line {line}, byte {error.start}: {error.reason}); re-encode the "
-                "file as UTF-8 (for example with iconv) and rerun."
-            ) from None
-
-
-def _unreadable(paths: Sequence[Path], label: str, exc: Exception) -> DatasetError:
-    """Why ``paths`` could not be read, in one line: the line that is not JSON (JSON Lines) or the CSV/TSV row of
-    the wrong width, named; else the reader's own words."""
-    for path in paths:
-        found = _bad_line(path)
-        if found:
-            return DatasetError(f"{label}: {path} line {found}")
-    names = ", ".join(str(p) for p in paths)
-    return DatasetError(
-        f"could not read {label} from {names}: {first_line(exc)}; check that the file is valid JSON Lines, JSON, "
-        "CSV, TSV or parquet in the dataset's schema."
-    )
 
 
 def _bad_line(path: Path) -> str | None:
@@ -308,7 +270,7 @@ def _bad_line(path: Path) -> str | None:
         try:
             rows = list(csv_rows(path, delimiter))
         except csv.Error as error:
-            return f"{error.args[0]}: not valid {_kind(delimiter)} ({error.args[1]})."
+            return f"{error.args[0]}: not valid {path.suffix[1:].upper()} ({error.args[1]})."
         width = len(rows[0][1])
         for start, cells in rows[1:]:
             if len(cells) != width:
@@ -318,10 +280,10 @@ def _bad_line(path: Path) -> str | None:
                     f"{sign} or a line break."
                 )
         return None
-    text = path.read_text(encoding="utf-8-sig")
-    if text.lstrip().startswith("["):
+    if _json_array(path):
         return None
-    for number, line in enumerate(text.split("\n"), start=1):  # JSON strings may hold U+2028 and the like
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):  # not splitlines:
+        # JSON strings may hold U+2028 and the like
         if line.strip():
             try:
                 json.loads(line)
@@ -412,27 +374,19 @@ def load_tables(
     :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory and
     ``single_file_error`` why a single file cannot serve this dataset."""
     memo = _SHARED.get()
-    if memo is None:
-        memo = {}
+    memo = {} if memo is None else memo
     request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
-    if request not in memo:
-        mirror = _MIRROR.get()
-        if mirror is not None and source in mirror[1]:
-            memo[request] = _read_copy(*mirror, request)
-        else:
-            memo[request] = _load_tables(*request)
+    mirror = _MIRROR.get()
+    if request in memo:
+        return memo[request]
+    if mirror is None or source is None or source not in mirror[1]:
+        memo[request] = _load_tables(*request)
+        return memo[request]
+    root = mirror[0]  # read the copy, recorded as the original
+    tables, info = _load_tables(str(mirrored(root, mirror[1][source])), *request[1:])
+    files = tuple((str(Path("/", Path(path).relative_to(root))), digest) for path, digest in info.files)
+    memo[request] = tables, replace(info, location=str(Path("/", Path(info.location).relative_to(root))), files=files)
     return memo[request]
-
-
-def _read_copy(root: Path, sources: Mapping[str, str], request: tuple[Any, ...]) -> tuple[dict[str, Any], SourceInfo]:
-    """``request``'s tables read from the copy of its source under ``root``, recorded as the original."""
-    tables, info = _load_tables(str(mirrored(root, sources[request[0]])), *request[1:])
-
-    def original(copy: str) -> str:
-        return str(Path("/", Path(copy).relative_to(root)))
-
-    files = tuple((original(path), digest) for path, digest in info.files)
-    return tables, replace(info, location=original(info.location), files=files)
 
 
 def _load_tables(
@@ -460,7 +414,10 @@ def _load_tables(
             raise DatasetError(f"{label} needs the tables {', '.join(splits)}; a single file holds only one.")
         table = _read_files([path], label)
         return {splits[0]: table}, SourceInfo(kind="file", location=location, files=((location, file_sha256(path)),))
-    if _declares_configs(path):  # a hub-style repository with its own README configs: datasets reads it
+    from huggingface_hub import metadata_load
+
+    readme = path / "README.md"
+    if readme.is_file() and "configs" in (metadata_load(readme) or {}):  # a hub-style repository: datasets reads it
         tables = {split: _load_hub(location, hub_config, split, label, "") for split in splits}
         declared = sorted(
             (str(p), file_sha256(p))
