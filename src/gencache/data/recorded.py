@@ -21,7 +21,7 @@ from gencache.artifact.store import Location, location, read_resolved_config
 from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
 from gencache.data.samples import SampleSet, build_samples
-from gencache.data.sources import SourceInfo, file_sha256
+from gencache.data.sources import file_sha256
 
 
 @dataclass(frozen=True)
@@ -54,15 +54,6 @@ def _refuse(where: Path, problem: str) -> FormatError:
     )
 
 
-def _held_shards(records: Sequence[Mapping[str, Any] | None]) -> tuple[int | None, tuple[int, ...] | None]:
-    """The shard count and the shard indices held, from each artifact's ``summary.shard`` (None: the whole run)."""
-    if not records or records[0] is None:
-        return None, None
-    count = records[0].get("count")
-    held = tuple(sorted({int(record["index"]) for record in records if record is not None}))
-    return (None, None) if len(held) == count else (count if isinstance(count, int) else None, held)
-
-
 def checked_resolved_config(reader: Any) -> dict[str, Any]:
     """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
     the checks ``gencache verify`` makes of it: a :class:`FormatError` naming the file otherwise."""
@@ -82,7 +73,6 @@ def run_of_readers(
     records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed here."""
     first = readers[0]
     where = first.path / RESOLVED_NAME
-    records = [reader.summary.get("shard") for reader in readers]
     if resolved is None:
         resolved = checked_resolved_config(first)
     if "config" not in resolved and "gencache_version" not in resolved:
@@ -97,7 +87,12 @@ def run_of_readers(
         config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
     except GencacheError as error:
         raise _refuse(where, f"its config does not parse ({first_line(error)})") from None
-    count, shards = _held_shards(records)
+    count, shards = None, None
+    records = [reader.summary.get("shard") for reader in readers]  # each artifact's shard (None: the whole run)
+    if records[0] is not None:
+        count = records[0].get("count")
+        shards = tuple(sorted({int(record["index"]) for record in records if record is not None}))
+        count, shards = (None, None) if len(shards) == count else (count if isinstance(count, int) else None, shards)
     return RecordedRun(
         path=location(path),
         paths=tuple(reader.path for reader in readers),
@@ -179,36 +174,6 @@ def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceC
     )
 
 
-def _effective_config(run: RecordedRun, sources: Mapping[int, str], data_root: Path | None) -> CacheConfig:
-    """The recorded config with each data config's source replaced by ``sources`` or moved under ``data_root``."""
-    if not sources and data_root is None:
-        return run.config
-    raw = copy.deepcopy(dict(run.resolved["config"]))
-    for index, data_config in enumerate(raw["data_configs"]):
-        if index in sources:
-            data_config["source"] = sources[index]
-        elif data_root is not None and isinstance(data_config.get("source"), str):
-            data_config["source"] = str(data_root / Path(data_config["source"]).name)
-    return parse_config(raw, origin=f"{run.resolved_path} with the sources given")
-
-
-def _compare_read(index: int, info: SourceInfo, recorded: Mapping[str, Any], files: Mapping[str, str]) -> None:
-    """Refuse when the rebuild read other files (or other hub tables) than the run recorded."""
-    read = dict(info.files)
-    for name in sorted(set(read) | set(files)):
-        if name in read and name in files and read[name] != files[name]:
-            raise source_changed(index, Path(name), files[name], read[name])
-        if read.get(name) != files.get(name):
-            what = "was not read by the run" if name not in files else "was read by the run but not now"
-            raise SourceChangedError(f"data_configs[{index}]: source file {name} {what}: {WAYS_FORWARD}.")
-    fingerprints = recorded.get("fingerprints")
-    if info.kind == "hub" and isinstance(fingerprints, dict) and fingerprints != dict(info.fingerprints):
-        raise SourceChangedError(
-            f"data_configs[{index}]: hub dataset {info.location} changed since generation (its fingerprints differ); "
-            "pin the revision the run read, or regenerate."
-        )
-
-
 def rebuild_samples(
     run: RecordedRun,
     tokenizer: Any | None = None,
@@ -225,12 +190,33 @@ def rebuild_samples(
     root = None if data_root is None else Path(data_root).expanduser().absolute()
     if not run.sources_checked or root is not None:
         check_sources(run, sources=chosen, data_root=root)
-    samples = build_samples(_effective_config(run, chosen, root), tokenizer)
-    recorded = run.resolved["sources"]
-    for summary in samples.summaries:
-        if summary.index not in chosen:
-            files = _relocated(recorded[summary.index], root)
-            _compare_read(summary.index, summary.source, recorded[summary.index], files)
+    config = run.config
+    if chosen or root is not None:  # each data config's source replaced, or moved under data_root
+        raw = copy.deepcopy(dict(run.resolved["config"]))
+        for index, data_config in enumerate(raw["data_configs"]):
+            if index in chosen:
+                data_config["source"] = chosen[index]
+            elif root is not None and isinstance(data_config.get("source"), str):
+                data_config["source"] = str(root / Path(data_config["source"]).name)
+        config = parse_config(raw, origin=f"{run.resolved_path} with the sources given")
+    samples = build_samples(config, tokenizer)
+    for summary in samples.summaries:  # the rebuild must read the files (or hub tables) the run read
+        if summary.index in chosen:
+            continue
+        index, info, recorded = summary.index, summary.source, run.resolved["sources"][summary.index]
+        files, read = _relocated(recorded, root), dict(info.files)
+        for name in sorted(set(read) | set(files)):
+            if name in read and name in files and read[name] != files[name]:
+                raise source_changed(index, Path(name), files[name], read[name])
+            if read.get(name) != files.get(name):
+                what = "was not read by the run" if name not in files else "was read by the run but not now"
+                raise SourceChangedError(f"data_configs[{index}]: source file {name} {what}: {WAYS_FORWARD}.")
+        fingerprints = recorded.get("fingerprints")
+        if info.kind == "hub" and isinstance(fingerprints, dict) and fingerprints != dict(info.fingerprints):
+            raise SourceChangedError(
+                f"data_configs[{index}]: hub dataset {info.location} changed since generation (its fingerprints "
+                "differ); pin the revision the run read, or regenerate."
+            )
     return samples
 
 
