@@ -63,18 +63,22 @@ class Question:
     context: list[str] | None = None
     history: tuple[tuple[str, str], ...] | None = None
     row_id: str | int | None = None
+    row: int | None = None  # the source table's row, when the candidate index is not it
 
 
 @dataclass(frozen=True)
 class Selection(Generic[RowsT]):
     """What a recipe chose from its source: few-shot indices, sample candidates (tried in order until
     ``num_samples`` are made), and ``rows``, whatever its :meth:`~DatasetRecipe.shot` and
-    :meth:`~DatasetRecipe.sample` read."""
+    :meth:`~DatasetRecipe.sample` read. When the candidates run out, the shortfall names what they were
+    (``detail``) and why a candidate was skipped (``skipped``)."""
 
     source: SourceInfo
     rows: RowsT
     shots: Sequence[int]
     candidates: Iterable[int]
+    detail: str = ""
+    skipped: str = "rows skipped"
 
 
 @dataclass(frozen=True)
@@ -124,11 +128,6 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     def sample(self, rows: RowsT, kwargs: KwargsT, index: int) -> Question | None:
         """The sample made of candidate ``index``, or None to skip it."""
 
-    def row_of(self, rows: RowsT, index: int) -> int:
-        """The row of the source table that candidate ``index`` is (``RawSample.row``): ``index`` itself unless
-        the recipe's candidates index something else."""
-        return index
-
     def shot(self, rows: RowsT, kwargs: KwargsT, index: int) -> Shot:
         """The few-shot example made of row ``index`` (a recipe with few-shot examples overrides this)."""
         raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.")
@@ -136,10 +135,6 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     def preamble(self, rendered: list[str]) -> str:
         """The text before the documents: the rendered shots, one per line, then a newline."""
         return "\n".join(rendered) + "\n" if rendered else ""
-
-    def exhausted(self, dc: DataConfigLike, kwargs: KwargsT, rows: RowsT, made: int, skipped: int) -> DatasetError:
-        """The error when the candidates run out before ``num_samples`` samples are made."""
-        return shortfall(self.name, dc.split, dc.num_samples, made, f"{skipped} rows skipped")
 
     def tables(
         self,
@@ -205,12 +200,13 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
                     query=question.query if question.shown is None else question.shown,
                     answer=question.answer,
                     history=question.history,
-                    row=self.row_of(selection.rows, index),
+                    row=index if question.row is None else question.row,
                     row_id=question.row_id,
                 )
             )
         if len(samples) < dc.num_samples:
-            raise self.exhausted(dc, kwargs, selection.rows, len(samples), skipped)
+            detail = ", ".join(filter(None, (selection.detail, f"{skipped} {selection.skipped}")))
+            raise shortfall(self.name, dc.split, dc.num_samples, len(samples), detail)
         return samples, selection.source
 
 

@@ -73,46 +73,40 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class _Rows:
-    """Row access into the row-aligned train/test tables (``kept``: the rows of the people kept), the seeded
-    ``random.Random`` every step draws from in order, and the pool of people (``per_sample`` per sample) whose
-    documents a sample shows."""
+    """The row-aligned train/test tables (``kept``: the rows of the people kept), the seeded ``random.Random``
+    every step draws from in order, and the pool of people (``per_sample`` per sample) whose documents a sample
+    shows."""
 
-    _train: Any
-    _test: Any
-    _kept: list[int]
+    train: Any
+    test: Any
+    kept: list[int]
     rng: random.Random
     pool: list[int]
     per_sample: int
 
-    def row_of(self, index: int) -> int:
-        """The table row of kept person ``index``."""
-        return self._kept[index]
-
-    def _choice(self, table: Any, index: int, row: dict[str, Any], attr: str) -> str:
-        label = "biography train" if table is self._train else "biography test"
-        items = field_of(table, label, self._kept[index], row, attr, "list of strings")
+    def _choice(self, split: str, person: int, attr: str) -> str:
+        table, at = getattr(self, split), self.kept[person]
+        items = field_of(table, f"biography {split}", at, table[at], attr, "list of strings")
         if not items:
-            raise row_error(table, label, self._kept[index], f"{attr!r} is empty; every person needs one entry or more")
+            raise row_error(table, f"biography {split}", at, f"{attr!r} is empty; every person needs one entry or more")
         return self.rng.choice(items)  # type: ignore[no-any-return]
 
-    def document(self, index: int) -> str:
-        """One random statement per attribute of person ``index``."""
-        row = self._train[self._kept[index]]
-        return " ".join(self._choice(self._train, index, row, attr) for attr in ATTRIBUTES)
+    def document(self, person: int) -> str:
+        """One random statement per attribute of ``person``."""
+        return " ".join(self._choice("train", person, attr) for attr in ATTRIBUTES)
 
-    def question(self, index: int, question_type: str) -> tuple[str, str, str, str]:
-        """(attribute, semantic query, shown question, answer) of person ``index``."""
-        row = self._test[self._kept[index]]
-        at = self._kept[index]
+    def question(self, person: int, question_type: str) -> tuple[str, str, str, str]:
+        """(attribute, semantic query, shown question, answer) of ``person``."""
+        at = self.kept[person]
         attribute = self.rng.choice(ATTRIBUTES)
         if question_type == "completion":
-            semantic = self._choice(self._test, index, row, attribute).rstrip()
+            semantic = self._choice("test", person, attribute).rstrip()
             shown = "## " + semantic
         else:
-            name = field_of(self._test, "biography test", at, row, "name", "string")
+            name = field_of(self.test, "biography test", at, self.test[at], "name", "string")
             semantic = self.rng.choice(QA_TEMPLATES[attribute]).replace("{name}", name)
             shown = semantic + QA_SUFFIX
-        answer = field_of(self._test, "biography test", at, row, f"labels.{attribute}", "string")
+        answer = field_of(self.test, "biography test", at, self.test[at], f"labels.{attribute}", "string")
         return attribute, semantic, shown, answer
 
 
@@ -168,9 +162,6 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
         rows = _Rows(train, test, kept, rng, pool, dc.num_data_strs)
         return Selection(info, rows, shot_people, pool[: dc.num_samples])
 
-    def row_of(self, rows: _Rows, index: int) -> int:
-        return rows.row_of(index)  # candidates index the kept people, not the table's rows
-
     def shot(self, rows: _Rows, kwargs: BiographyKwargs, index: int) -> Shot:
         document = rows.document(index)
         attribute, query, shown, answer = rows.question(index, kwargs.question_type)
@@ -182,7 +173,8 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
         if rows.per_sample > 0 and index not in chosen:
             chosen[0] = index
         documents = [rows.document(person) for person in chosen]
-        return Question(documents, query, answer, shown, {"attribute": attribute}, shown=shown)
+        row = rows.kept[index]  # candidates index the kept people, not the table's rows
+        return Question(documents, query, answer, shown, {"attribute": attribute}, shown=shown, row=row)
 
 
 RECIPE = BiographyRecipe()

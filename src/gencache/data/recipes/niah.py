@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import NIAHKwargs
@@ -96,14 +95,7 @@ COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class _Rows:
-    table: Any
-    tokenizer: Any  # None unless max_len counts tokens
-    detail: str
-
-
-class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
+class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
     """The ``niah`` recipe."""
 
     name = "niah"
@@ -114,7 +106,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
     def needs_tokenizer(self, kwargs: NIAHKwargs) -> bool:
         return kwargs.max_len >= 0
 
-    def select(self, dc: DataConfigLike, kwargs: NIAHKwargs, tokenizer: Any | None) -> Selection[_Rows]:
+    def select(self, dc: DataConfigLike, kwargs: NIAHKwargs, tokenizer: Any | None) -> Selection[tuple[Any, Any]]:
         if dc.split not in SPLITS:
             raise DatasetError(
                 f"Unknown split {dc.split!r} for niah; use 'train' or 'test' "
@@ -153,26 +145,22 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, _Rows]):
             detail += f", {len(part)} of tasks {', '.join(kwargs.tasks)}"
         if dc.num_samples > len(part):
             raise shortfall(self.name, dc.split, dc.num_samples, len(part), detail)
-        return Selection(info, _Rows(table, tokenizer, detail), (), part)
+        skipped = f"longer than max_len={kwargs.max_len} tokens"
+        return Selection(info, (table, tokenizer), (), part, detail, skipped)
 
-    def sample(self, rows: _Rows, kwargs: NIAHKwargs, index: int) -> Question | None:
-        record = rows.table[index]
-        context = field_of(rows.table, self.name, index, record, "context", "string")
-        if kwargs.max_len >= 0 and len(rows.tokenizer.encode(context, add_special_tokens=False)) > kwargs.max_len:
+    def sample(self, rows: tuple[Any, Any], kwargs: NIAHKwargs, index: int) -> Question | None:
+        table, tokenizer = rows  # the tokenizer is None unless max_len counts tokens
+        record = table[index]
+        context = field_of(table, self.name, index, record, "context", "string")
+        if kwargs.max_len >= 0 and len(tokenizer.encode(context, add_special_tokens=False)) > kwargs.max_len:
             return None
-        question = field_of(rows.table, self.name, index, record, "question", "string")
-        raw_answer = record.get("answer")
-        if isinstance(raw_answer, str):
-            answer = raw_answer
-        else:
-            answer = " ".join(field_of(rows.table, self.name, index, record, "answer", "list of strings"))
+        question = field_of(table, self.name, index, record, "question", "string")
+        answer = record.get("answer")
+        if not isinstance(answer, str):
+            answer = " ".join(field_of(table, self.name, index, record, "answer", "list of strings"))
         shown = question + ANSWER_CUE
         chunks = chunk_sentences(split_sentences(context), kwargs.chunk_size)
         return Question([context], question, answer, shown, shown=shown, context=chunks)
-
-    def exhausted(self, dc: DataConfigLike, kwargs: NIAHKwargs, rows: _Rows, made: int, skipped: int) -> DatasetError:
-        detail = f"{rows.detail}, {skipped} longer than max_len={kwargs.max_len} tokens"
-        return shortfall(self.name, dc.split, dc.num_samples, made, detail)
 
 
 RECIPE = NIAHRecipe()
