@@ -7,7 +7,6 @@ and the earlier turns are ``task.history``. Only chat templates render it. See d
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
@@ -16,8 +15,8 @@ from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, 
 from gencache.data.recipes.columns import Column, check_columns, field_of, json_cell, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, row_id_of, task_of
 
-ROLES = ("system", "user", "assistant")
-#: ShareGPT's ``from`` values and the roles they stand for.
+#: The roles of a turn, and ShareGPT's ``from`` values: the roles they stand for.
+ROLES = {role: role for role in ("system", "user", "assistant")}
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 #: The column ShareGPT files hold their turns in, read when the default ``messages`` column is absent.
 SHAREGPT_COLUMN = "conversations"
@@ -42,14 +41,6 @@ COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class ChatRows:
-    """The table a ``chat`` data config reads and the column holding its conversations."""
-
-    table: Any
-    column: str
-
-
 def messages_column(table: Any, kwargs: ChatKwargs) -> str:
     """``data_kwargs.messages``, or ShareGPT's ``conversations`` when the default ``messages`` column is absent."""
     names = list(getattr(table, "column_names", []) or [])
@@ -59,37 +50,28 @@ def messages_column(table: Any, kwargs: ChatKwargs) -> str:
     return kwargs.messages
 
 
-def _turn(table: Any, label: str, index: int, turn: Any, where: str, sharegpt: bool) -> tuple[str, str]:
-    """The ``(role, content)`` of one turn: ``{role, content}``, or ShareGPT's ``{from, value}`` mapped."""
-    require_type(table, label, index, turn, where, "object")
-    if not sharegpt:
-        role = field_of(table, label, index, {where: turn}, f"{where}.role", "string")
-        if role not in ROLES:
-            raise row_error(table, label, index, f"{where}.role is {role!r}; chat rows take {', '.join(ROLES)}")
-        return role, field_of(table, label, index, {where: turn}, f"{where}.content", "string")
-    speaker = field_of(table, label, index, {where: turn}, f"{where}.from", "string")
-    if speaker not in SHAREGPT_ROLES:
-        shown = ", ".join(SHAREGPT_ROLES)
-        raise row_error(table, label, index, f"{where}.from is {speaker!r}; ShareGPT rows take {shown}")
-    return SHAREGPT_ROLES[speaker], field_of(table, label, index, {where: turn}, f"{where}.value", "string")
-
-
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
-    """The ``(role, content)`` turns of row ``index``, checked; a row whose first turn has ``from`` is ShareGPT's."""
-    turns: list[tuple[str, str]] = []
+    """The ``(role, content)`` turns of row ``index``, checked: ``{role, content}``, or ShareGPT's ``{from, value}``
+    mapped (a row whose first turn has ``from`` is ShareGPT's)."""
     values = field_of(table, label, index, json_cell(table, label, index, row, column), column, "list")
     first = values[0] if values and isinstance(values[0], Mapping) else {}
     sharegpt = first.get("from") is not None and first.get("role") is None  # Arrow gives absent fields as nulls
+    said, content, roles = ("from", "value", SHAREGPT_ROLES) if sharegpt else ("role", "content", ROLES)
+    turns: list[tuple[str, str]] = []
     for position, turn in enumerate(values):
         where = f"{column}[{position}]"
-        role, content = _turn(table, label, index, turn, where, sharegpt)
-        if role == "system" and position:
+        require_type(table, label, index, turn, where, "object")
+        speaker = field_of(table, label, index, {where: turn}, f"{where}.{said}", "string")
+        if speaker not in roles:
+            rows = "ShareGPT rows" if sharegpt else "chat rows"
+            raise row_error(table, label, index, f"{where}.{said} is {speaker!r}; {rows} take {', '.join(roles)}")
+        if roles[speaker] == "system" and position:
             raise row_error(table, label, index, f"{where} is a system turn; only the first turn may be one")
-        turns.append((role, content))
+        turns.append((roles[speaker], field_of(table, label, index, {where: turn}, f"{where}.{content}", "string")))
     return turns
 
 
-class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
+class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
     """The ``chat`` recipe."""
 
     name = "chat"
@@ -97,7 +79,7 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
     kwargs_model = ChatKwargs
     columns = COLUMNS
 
-    def select(self, dc: DataConfigLike, kwargs: ChatKwargs, tokenizer: Any | None) -> Selection[ChatRows]:
+    def select(self, dc: DataConfigLike, kwargs: ChatKwargs, tokenizer: Any | None) -> Selection[tuple[Any, str]]:
         if dc.num_shots:
             raise DatasetError(
                 "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
@@ -107,17 +89,17 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, ChatRows]):
         check_columns(table, self.name, named_columns(kwargs, column, "data_kwargs.messages"))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
         self.require_rows(dc, len(order), detail)  # num_shots is 0 here
-        return Selection(info, ChatRows(table, column), (), order[: dc.num_samples])
+        return Selection(info, (table, column), (), order[: dc.num_samples])
 
-    def sample(self, rows: ChatRows, kwargs: ChatKwargs, index: int) -> Question:
-        table = rows.table
+    def sample(self, rows: tuple[Any, str], kwargs: ChatKwargs, index: int) -> Question:
+        table, column = rows  # the table and the column holding its conversations
         row = table[index]
-        turns = conversation(table, self.name, index, row, rows.column)
+        turns = conversation(table, self.name, index, row, column)
         answer = ""
         if turns and turns[-1][0] == "assistant":
             answer = turns.pop()[1]
         if not turns or turns[-1][0] != "user":
-            problem = f"{rows.column!r} must end with a user turn (after its final assistant turn)"
+            problem = f"{column!r} must end with a user turn (after its final assistant turn)"
             raise row_error(table, self.name, index, problem)
         query = turns[-1][1]
         if not query:
