@@ -18,8 +18,8 @@ from gencache.config import CacheConfig, DataConfig, parse_data_configs
 from gencache.core.errors import ConfigError, DatasetError, PromptError, reworded
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import TEMPLATES, Prompt, TokenizedPrompt, prompt_text, tokenize_prompt
-from gencache.data.recipes import SourceInfo, get_recipe
-from gencache.data.sources import shared_tables
+from gencache.data.recipes import get_recipe
+from gencache.data.sources import SourceInfo, shared_tables
 
 
 class DuplicatePromptWarning(UserWarning):

@@ -115,15 +115,3 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
 
     def _malformed(self, problem: str) -> DatasetError:
         return DatasetError(f"{self.label} returned malformed samples: {problem.rstrip('.')}; fix the plug-in.")
-
-
-__all__ = [
-    "BUILTIN_DATASETS",
-    "SAMPLES_DIR",
-    "DataConfigLike",
-    "DatasetRecipe",
-    "RawSample",
-    "SourceInfo",
-    "get_recipe",
-    "sample_source",
-]

@@ -28,46 +28,33 @@ class Column:
     defaulted: bool = False
 
 
-def describe_row(row: Mapping[str, Any]) -> str:
-    """The non-null fields of a row, for a message."""
-    present = [str(name) for name, value in row.items() if value is not None]
-    return ", ".join(present) if present else "no non-null fields"
-
-
-def _fix(name: str, field: str) -> str:
-    """What to change in the data config so that it names an existing column instead of ``name``."""
-    if field.startswith("data_kwargs.filters."):
-        return f"change the key {name!r} of data_kwargs.filters to one of the file's columns"
-    if field in ("data_kwargs.documents", "data_kwargs.task"):
-        return f"change {name!r} in {field} to one of the file's columns"
-    return f"set {field} to one of the file's columns"
-
-
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
     """A :class:`DatasetError` when a required top-level column of ``table_name`` is absent from ``table``,
     naming the files read, the columns they hold and the fix that is right for the column (its ``field``: what
     to change in the data config)."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
-        if not column.required or column.table != table_name:
-            continue
         top = column.name.split(".")[0].removesuffix("[]")
-        if top in names:
+        if not column.required or column.table != table_name or top in names:
             continue
-        origin = origin_of(table, label)
         which = f" {table_name} table" if table_name else ""
-        found = f"{label}{which}: column {top!r} is missing from {origin.describe()} (its columns: "
+        found = f"{label}{which}: column {top!r} is missing from {origin_of(table, label).describe()} (its columns: "
         found += f"{', '.join(names) or 'none'}); {did_you_mean(top, names, n=2)}"
-        if column.field is not None:
-            unset = f" (unset, so {top!r} by default)" if column.defaulted else ""
-            if column.field == "data_kwargs.answer":
-                unset += " or to null when the rows hold no answer and num_shots is 0"
+        if column.field is None:
             raise DatasetError(
-                f"{found}{_fix(top, column.field)}{unset}, or rename the column in the file.", column.field
+                f"{found}rename the column in the file or see docs/datasets.md for the columns {label} reads.", "source"
             )
-        raise DatasetError(
-            f"{found}rename the column in the file or see docs/datasets.md for the columns {label} reads.", "source"
-        )
+        if column.field.startswith("data_kwargs.filters."):
+            fix = f"change the key {top!r} of data_kwargs.filters to one of the file's columns"
+        elif column.field in ("data_kwargs.documents", "data_kwargs.task"):
+            fix = f"change {top!r} in {column.field} to one of the file's columns"
+        else:
+            fix = f"set {column.field} to one of the file's columns"
+        if column.defaulted:
+            fix += f" (unset, so {top!r} by default)"
+        if column.field == "data_kwargs.answer":
+            fix += " or to null when the rows hold no answer and num_shots is 0"
+        raise DatasetError(f"{found}{fix}, or rename the column in the file.", column.field)
 
 
 def json_cell(table: Any, label: str, index: int, row: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -96,24 +83,30 @@ def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: 
     for depth, key in enumerate(path):
         if not isinstance(value, Mapping) or value.get(key) is None:
             name = ".".join(path[: depth + 1])
-            here = describe_row(value) if isinstance(value, Mapping) else f"a {type(value).__name__}"
+            if isinstance(value, Mapping):
+                here = ", ".join(str(k) for k, v in value.items() if v is not None) or "no non-null fields"
+            else:
+                here = f"a {type(value).__name__}"
             where = "the row" if depth == 0 else ".".join(path[:depth])
             raise row_error(table, label, index, f"{name!r} is missing or null ({where} has: {here})")
         value = value[key]
     return value
 
 
+#: What each JSON type a field may be required to have accepts.
+KINDS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "object": lambda v: isinstance(v, Mapping),
+    "list": lambda v: isinstance(v, list),
+    "string or integer": lambda v: isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)),
+    "any": lambda v: True,
+}
+
+
 def require_type(table: Any, label: str, index: int, value: Any, name: str, kind: str) -> Any:
     """``value`` if it has JSON type ``kind``, else an error naming the field and the row's file and line."""
-    checks: dict[str, Callable[[Any], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-        "object": lambda v: isinstance(v, Mapping),
-        "list": lambda v: isinstance(v, list),
-        "string or integer": lambda v: isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)),
-        "any": lambda v: True,
-    }
-    if not checks[kind](value):
+    if not KINDS[kind](value):
         raise row_error(table, label, index, f"{name!r} must be a {kind}, got {type_name(value)}")
     return value
 
