@@ -40,16 +40,6 @@ def _documents(table: Any) -> Any:
     return documents
 
 
-def task_prompt(question: str, add_inst: bool, add_cot: bool) -> str:
-    """The SemPIC research code's task text: instruction, question, step-by-step sentence (glued on), answer format."""
-    text = INSTRUCTION + question if add_inst else question
-    if add_cot:
-        text += COT
-    if add_inst:
-        text += ANSWER_FORMAT
-    return text
-
-
 class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
     """The ``hotpot_qa`` recipe."""
 
@@ -92,7 +82,9 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
 
     def sample(self, rows: QuestionRows, kwargs: HotpotQAKwargs, index: int) -> Question:
         documents, question, answer = rows.read(index)
-        return Question(documents, question, answer, task_prompt(question, kwargs.add_inst, kwargs.add_cot))
+        # the SemPIC research code's task text: instruction, question, step-by-step sentence (glued on), format
+        text = (INSTRUCTION if kwargs.add_inst else "") + question + (COT if kwargs.add_cot else "")
+        return Question(documents, question, answer, text + (ANSWER_FORMAT if kwargs.add_inst else ""))
 
 
 RECIPE = HotpotQARecipe()

@@ -16,14 +16,6 @@ COT = (
 )
 
 
-def task_prompt(question: str, add_inst: bool, add_cot: bool) -> str:
-    """The SemPIC research code's task text for one question."""
-    text = INSTRUCTION + question + "\n" if add_inst else question
-    if add_cot:
-        text += COT
-    return text
-
-
 COLUMNS = (
     Column("question", "string", True, "The question: the key's query and the task text."),
     Column("answer", "string", True, "The gold answer (few-shot examples show it)."),
@@ -83,7 +75,8 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
 
     def sample(self, rows: QuestionRows, kwargs: MuSiQueKwargs, index: int) -> Question:
         documents, question, answer = rows.read(index)
-        return Question(documents, question, answer, task_prompt(question, kwargs.add_inst, kwargs.add_cot))
+        text = INSTRUCTION + question + "\n" if kwargs.add_inst else question  # the SemPIC research code's task text
+        return Question(documents, question, answer, text + (COT if kwargs.add_cot else ""))
 
 
 RECIPE = MuSiQueRecipe()
