@@ -82,14 +82,31 @@ class DataConfigSummary:
 
 @dataclass(frozen=True)
 class SampleSet:
-    """Every sample of a run in run order; :attr:`unique` holds the first occurrence of each key, which is what
-    generation uses."""
+    """Every sample of a run in run order, and what each data config contributed; :attr:`unique` holds the first
+    occurrence of each key, which is what generation uses."""
 
     samples: tuple[Sample, ...]
-    unique: tuple[Sample, ...]
-    duplicates: int
-    conflicting_prompts: tuple[str, ...]
     summaries: tuple[DataConfigSummary, ...]
+
+    @functools.cached_property
+    def _by_key(self) -> dict[str, Sample]:
+        first: dict[str, Sample] = {}
+        for sample in self.samples:
+            first.setdefault(sample.key, sample)
+        return first
+
+    @functools.cached_property
+    def unique(self) -> tuple[Sample, ...]:
+        return tuple(self._by_key.values())
+
+    @property
+    def duplicates(self) -> int:
+        return len(self.samples) - len(self._by_key)
+
+    @functools.cached_property
+    def conflicting_prompts(self) -> tuple[str, ...]:
+        """The keys whose later occurrences rendered another prompt (they reuse the first one's teacher answer)."""
+        return tuple(dict.fromkeys(s.key for s in self.samples if s.parts != self._by_key[s.key].parts))
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -108,10 +125,6 @@ class SampleSet:
         """The first sample with ``key`` (a ``KeyError`` when no sample has it)."""
         return self._by_key[key]
 
-    @functools.cached_property
-    def _by_key(self) -> dict[str, Sample]:
-        return {sample.key: sample for sample in self.unique}
-
 
 def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
     """Several runs' samples as one set, in order: the data configs are numbered on across the sets (the second
@@ -124,25 +137,7 @@ def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
         offset = len(summaries)
         samples.extend(dataclasses.replace(s, data_config_index=s.data_config_index + offset) for s in chosen)
         summaries.extend(dataclasses.replace(s, index=s.index + offset) for s in chosen.summaries)
-    return _sample_set(samples, summaries)
-
-
-def _sample_set(samples: Sequence[Sample], summaries: Sequence[DataConfigSummary]) -> SampleSet:
-    """The set of ``samples`` in order: the first occurrence of a key wins, and the keys whose later occurrences
-    rendered another prompt are listed (they reuse the first one's teacher answer)."""
-    first: dict[str, Sample] = {}
-    conflicting: dict[str, None] = {}
-    for sample in samples:
-        earlier = first.setdefault(sample.key, sample)
-        if earlier.parts != sample.parts:
-            conflicting[sample.key] = None
-    return SampleSet(
-        samples=tuple(samples),
-        unique=tuple(first.values()),
-        duplicates=len(samples) - len(first),
-        conflicting_prompts=tuple(conflicting),
-        summaries=tuple(summaries),
-    )
+    return SampleSet(tuple(samples), tuple(summaries))
 
 
 def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
@@ -265,7 +260,7 @@ def build_samples(
         raise ConfigError(
             "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
         )
-    result = _sample_set(samples, summaries)
+    result = SampleSet(tuple(samples), tuple(summaries))
     if result.conflicting_prompts:
         earlier = result.by_key(result.conflicting_prompts[0])
         later = next(sample for sample in samples if sample.key == earlier.key and sample.parts != earlier.parts)
