@@ -34,8 +34,6 @@ SCORE_COLUMNS: dict[str, str] = {
     "f1": "float64",
     "contains": "float64",
 }
-#: The file formats of a score file, by extension.
-SCORE_FORMATS: dict[str, str] = {".jsonl": "jsonl", ".parquet": "parquet"}
 #: A score lookup: (key, sequence index) to the answer's metrics (None: no reference).
 Scores = Mapping[tuple[str, int], Mapping[str, float] | None]
 
@@ -128,11 +126,11 @@ def score_cache(
 
 
 def score_format(path: str | os.PathLike[str]) -> str:
-    """The format of a score file, by its extension (a :class:`ConfigError` for another one)."""
+    """The format of a score file, ``jsonl`` or ``parquet``, by its extension (a :class:`ConfigError` otherwise)."""
     suffix = Path(path).suffix.lower()
-    if suffix not in SCORE_FORMATS:
-        raise ConfigError(f"{path}: a score file ends in {' or '.join(SCORE_FORMATS)} (JSON Lines or parquet).")
-    return SCORE_FORMATS[suffix]
+    if suffix not in (".jsonl", ".parquet"):
+        raise ConfigError(f"{path}: a score file ends in .jsonl or .parquet (JSON Lines or parquet).")
+    return suffix[1:]
 
 
 def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str, float] | None]:
@@ -165,14 +163,12 @@ def check_min_score(value: Mapping[str, float] | None) -> tuple[tuple[str, float
         return None
     if not isinstance(value, Mapping) or not value:
         raise ConfigError(f"min_score must map metrics ({', '.join(METRICS)}) to a bar, got {value!r}.")
-    pairs = []
     for name, bar in value.items():
         if name not in METRICS:
             raise ConfigError(f"min_score: unknown metric {name!r}; the metrics are {', '.join(METRICS)}.")
         if isinstance(bar, bool) or not isinstance(bar, (int, float)) or not 0.0 <= float(bar) <= 1.0:
             raise ConfigError(f"min_score: {name} must be a number from 0 to 1, got {bar!r}.")
-        pairs.append((name, float(bar)))
-    return tuple(sorted(pairs))
+    return tuple(sorted((name, float(bar)) for name, bar in value.items()))
 
 
 def parse_min_score(texts: Iterable[str]) -> dict[str, float]:
