@@ -400,9 +400,7 @@ def _load_tables(
 ) -> tuple[dict[str, Any], SourceInfo]:
     kind, location = classify_source(source, hub_id)
     if kind == "hub":
-        hint = ""
-        if source is not None:
-            hint = f" (no local file or directory named {source!r} exists either)"
+        hint = "" if source is None else f" (no local file or directory named {source!r} exists either)"
         tables = {split: _load_hub(location, hub_config, split, label, hint) for split in splits}
         fingerprints = tuple((split, str(table._fingerprint)) for split, table in tables.items())
         return tables, SourceInfo(kind="hub", location=location, fingerprints=fingerprints)
@@ -430,12 +428,7 @@ def _load_tables(
     folders = [path / dir_config, path] if dir_config else [path]
     missing: list[str] = []
     for split in splits:
-        chosen: list[Path] = []
-        for folder in folders:
-            if folder.is_dir():
-                chosen = _split_files(folder, split)
-                if chosen:
-                    break
+        chosen = next((found for folder in folders if folder.is_dir() and (found := _split_files(folder, split))), [])
         if not chosen:
             missing.append(split)
             continue
