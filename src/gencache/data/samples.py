@@ -60,7 +60,8 @@ class Sample:
 
     @property
     def prompt_chars(self) -> int:
-        return len(self.prompt_text)
+        """The length of :attr:`prompt_text`, counted from the parts (a long prompt is never joined to count it)."""
+        return sum(len(part.text) for part in self.parts)
 
 
 @dataclass(frozen=True)
