@@ -345,7 +345,7 @@ def test_a_cluster_that_never_grants_a_worker_ends_the_run_after_the_timeout(
 ) -> None:
     import ray
 
-    from gencache.run.ray_worker import RunTally
+    from gencache.run.ray import RunTally
 
     config = write_config(tmp_path, tiny_teacher_dir)
     holder = ray.remote(RunTally).options(num_cpus=2).remote()  # another actor holds every CPU of the cluster
