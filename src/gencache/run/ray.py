@@ -1,30 +1,20 @@
 """``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
 
-The driver (:func:`generate_on_ray`) plans the run once (a rerun without a count keeps the split already at
-``output_dir``), makes the model-free checks before anything starts, connects, fixes the shard count (``--shards N``;
-else :data:`SHARDS_PER_WORKER` per worker, lowered until every shard owns keys) and hands each shard still to publish
-to Ray's :class:`ray.util.ActorPool` of :class:`ShardWorker` actors (one per GPU by default). Ray restarts a worker
-whose process died and retries its shard, at most ``max_retries`` times. A worker plans the run as the driver did,
-makes the teacher's checks, loads the teacher once and publishes its shards with the atomic publish of one process,
-to a path every node reaches: a shared filesystem (read at the driver's paths, in its working directory), or a
-bucket, for which no shared filesystem is assumed: the driver sends its config and local data files through Ray's
-object store and the workers read their copies in place of the driver's paths, recording the driver's paths and
-digests (:func:`gencache.data.sources.read_mirrored`). The driver checks each published shard's ``run_digest``,
-shows one progress display (fed by the :class:`RunTally` actor) and removes what dead writers left.
-
-Every wait is bounded. The address is probed before Ray's client (which retries for minutes); the driver polls Ray in
-steps of :data:`POLL_S` and gives up, naming the cause and Ray's logs, when no worker starts or no shard progresses
-for ``timeout`` seconds. A stop that the caller's signal handler raises inside one of Ray's C calls (Ray turns it
-into a ``SystemError``) goes on as itself, so a stop ends the run at any moment. A local instance runs its workers
-with the driver's interpreter and environment (Ray's ``uv run`` integration is off for it).
+The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, connects
+(:mod:`gencache.run.ray_cluster`), fixes the shard count and hands each shard still to publish to Ray's
+:class:`ray.util.ActorPool` of :class:`ShardWorker` actors; Ray restarts a worker whose process died and retries its
+shard. A worker plans the run as the driver did, makes the teacher's checks, loads the teacher once and publishes
+shard after shard with the atomic publish of one process, to a path every node reaches: a shared filesystem, or a
+bucket (then the driver sends its config and local data files, and the workers read their copies in place of the
+driver's paths: :func:`gencache.data.sources.read_mirrored`). The driver checks each published shard's
+``run_digest``, shows one progress display fed by the :class:`RunTally` actor, removes what dead writers left, and
+gives up when no worker starts or no shard progresses for ``timeout`` seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import signal
 import socket
 import tempfile
 import time
@@ -46,9 +36,18 @@ from gencache.core.errors import (
     Stopped,
     StoppedRun,
 )
-from gencache.core.process import environment_kept, signal_handlers_kept
 from gencache.run.overrides import Overrides
 from gencache.run.preflight import check_published, input_keys, plan_run, reshard
+from gencache.run.ray_cluster import (
+    CONNECT_TIMEOUT_S,
+    Address,
+    WorkerShape,
+    check_reachable,
+    connected,
+    import_ray,
+    resolve_address,
+    worker_shape,
+)
 
 if TYPE_CHECKING:
     from gencache.core.progress import Notify, ProgressFactory
@@ -60,16 +59,8 @@ POLL_S = 0.5
 #: Shards per worker when ``--shards`` is not given: enough that the last shards, handed to whichever worker is
 #: free, leave a short tail (8 keeps 64 simulated workers within 1.05x of the ideal makespan: docs/benchmarks.md).
 SHARDS_PER_WORKER = 8
-#: Seconds the probe of a cluster's address waits for it to answer.
-CONNECT_TIMEOUT_S = 5.0
-#: Ray's message for a node whose agents did not start in time (ray issue #65983, a loaded machine), and how often
-#: a local start meets it at most.
-STARTUP_TIMEOUT = "timed out during startup"
-LOCAL_START_ATTEMPTS = 3
 #: Seconds between a worker's progress reports (each is one message to the tally).
 REPORT_INTERVAL_S = 0.5
-#: The first bytes of an HTTP/2 connection (RFC 9113): the client preface and an empty SETTINGS frame.
-_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 @dataclass(frozen=True)
@@ -130,10 +121,10 @@ class RayRun:
     """What a Ray run did: the shard base, the cluster it ran on, and a record per shard."""
 
     output_dir: Location
-    address: str
-    shards: int
-    workers: int
-    max_retries: int
+    address: str = ""
+    shards: int = 0
+    workers: int = 0
+    max_retries: int = 0
     records: list[ShardRecord] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -152,15 +143,10 @@ class RayRun:
 
     def to_json(self) -> dict[str, Any]:
         generated = [r for r in self.records if r.status != "skipped"]
-        return {
+        return {name: getattr(self, name) for name in ("address", "shards", "workers", "max_retries", "retries")} | {
             "output_dir": str(self.output_dir),
-            "address": self.address,
-            "shards": self.shards,
-            "workers": self.workers,
-            "max_retries": self.max_retries,
             "published": len(self.published),
             "skipped": len(self.skipped),
-            "retries": self.retries,
             "entries": sum(r.entries for r in generated),
             "tokens": sum(r.tokens for r in generated),
             "seconds": round(self.seconds, 3),
@@ -207,203 +193,23 @@ def generate_on_ray(
     return driver.execute(where, options)
 
 
-def import_ray(local: bool = False) -> Any:
-    """The ray module, or one line saying how to install it. Importing ray sets ``RAY_CLIENT_MODE`` (read at that
-    import only), which is taken back; for a ``local`` instance Ray's ``uv run`` integration is off (read at that
-    import too), so that its workers run with the driver's own interpreter and environment."""
-    try:
-        with environment_kept():
-            if local:
-                os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-            import ray
-    except ImportError:
-        raise ConfigError(
-            "--ray needs Ray, which is not installed: install the extra (pip install 'gencache[ray]', or uv sync "
-            "--extra ray)."
-        ) from None
-    return ray
-
-
-@dataclass(frozen=True)
-class Address:
-    """Where ``--ray`` connects: ``value`` as given to ``ray.init`` (``"local"`` starts an instance here), and the
-    host and port the probe opens (None for a local instance)."""
-
-    value: str
-    host: str | None = None
-    port: int | None = None
-
-    @property
-    def local(self) -> bool:
-        return self.value == "local"
-
-
-def resolve_address(given: str | None, env: Mapping[str, str]) -> Address:
-    """``given`` (an address, ``auto`` or ``local``) or, when None, ``RAY_ADDRESS`` or a local instance."""
-    text = (given or "").strip() or env.get("RAY_ADDRESS", "").strip() or "local"
-    if text == "local":
-        return Address("local")
-    if text == "auto":
-        found = env.get("RAY_ADDRESS", "").strip()
-        if not found:
-            try:  # the cluster `ray start` last recorded on this machine (Ray's own lookup)
-                with environment_kept():  # ray's import sets RAY_CLIENT_MODE (see import_ray)
-                    from ray._private.services import canonicalize_bootstrap_address
-
-                found = canonicalize_bootstrap_address("auto") or ""
-            except Exception:  # Ray's lookup found nothing readable: there is no cluster to join
-                found = ""
-        if not found or found == "auto":
-            raise ConfigError(
-                "--ray auto found no running Ray cluster on this machine (RAY_ADDRESS is not set and no `ray start` "
-                "cluster is recorded); start one with `ray start --head`, or give its address."
-            )
-        text = found
-    scheme, _, rest = text.rpartition("://")
-    if scheme not in ("", "ray"):
-        raise ConfigError(f"--ray {text}: use HOST:PORT, ray://HOST:PORT, auto or local.")
-    host, _, port = rest.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--ray {text} is not a Ray address: use HOST:PORT, ray://HOST:PORT, auto or local.")
-    return Address(text, host.strip("[]"), int(port))
-
-
-def check_reachable(address: Address, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """One line, in seconds, when nothing answers at the cluster's address or what answers is not Ray: both Ray's
-    cluster port and its client port speak gRPC, whose server answers an HTTP/2 greeting with a SETTINGS frame
-    (an HTTP/1 server such as the dashboard answers ``HTTP/1.1 400``)."""
-    if address.host is None or address.port is None:
-        return
-    where = f"--ray {address.value}"
-    try:
-        with socket.create_connection((address.host, address.port), timeout=timeout) as probe:
-            probe.sendall(_HTTP2_HELLO)
-            answer = probe.recv(9)
-    except OSError as error:
-        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
-        raise ConfigError(
-            f"{where}: no Ray cluster answers at {address.host}:{address.port} ({reason}); start one "
-            "(ray start --head) or check the address."
-        ) from None
-    if len(answer) < 4 or answer[3] != 4:  # the frame type of SETTINGS
-        raise ConfigError(
-            f"{where}: what answers at {address.host}:{address.port} is not a Ray cluster (a web server, such as "
-            "the dashboard?); give the cluster's GCS port (6379 by default, the port `ray start --head` prints), or "
-            "ray://HOST:10001."
-        )
-
-
-def _stop_in(error: BaseException) -> BaseException | None:
-    """The stop a signal handler raised, if ``error`` is one or carries one: a handler's exception raised inside
-    Ray's C calls (KeyboardInterrupt excepted) comes out as a ``SystemError`` caused by it."""
-    if not isinstance(error, Exception):
-        return error
-    cause = error.__cause__
-    if isinstance(error, SystemError) and cause is not None and not isinstance(cause, Exception):
-        return cause
-    return None
-
-
-@contextlib.contextmanager
-def connected(ray: Any, address: Address) -> Iterator[None]:
-    """Connected to the cluster for the block (a local instance is started and stopped with it); a process already
-    connected to Ray keeps its connection. A stop raised inside Ray's C calls goes on as itself; the signal handlers
-    ``ray.init`` replaces come back at once, and the environment variables it sets when the block ends."""
-    try:
-        if ray.is_initialized():
-            yield
-            return
-        with environment_kept():  # ray.init sets variables of its own (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
-            _init(ray, address)
-            try:
-                yield
-            finally:
-                ray.shutdown()
-    except SystemError as error:
-        stop = _stop_in(error)
-        if stop is None:
-            raise
-        raise stop from None
-
-
-def _init(ray: Any, address: Address) -> None:
-    """``ray.init`` for ``address``; a local start that hit the raylet's fixed agent timeout is tried again after
-    a clean shutdown, up to :data:`LOCAL_START_ATTEMPTS` times; a stop during it shuts down what was started."""
-    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address.local:
-        options["include_dashboard"] = False
-    attempts = LOCAL_START_ATTEMPTS if address.local else 1
-    with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them
-        for attempt in range(1, attempts + 1):
-            try:
-                ray.init(address=address.value, **options)
-                return
-            except BaseException as error:
-                ray.shutdown()
-                stop = _stop_in(error)
-                if stop is not None:
-                    raise stop from None
-                if isinstance(error, ConnectionError):
-                    raise ConfigError(f"--ray {address.value}: cannot connect ({error}).") from None
-                if STARTUP_TIMEOUT in str(error) and attempt < attempts:
-                    continue
-                what = "start a local Ray instance" if address.local else f"connect to {address.value}"
-                raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
-
-
-@dataclass(frozen=True)
-class WorkerShape:
-    """What each teacher worker asks Ray for, and how many the cluster holds at once."""
-
-    num_gpus: float
-    num_cpus: float
-    capacity: int
-
-    def options(self) -> dict[str, Any]:
-        return {"num_gpus": self.num_gpus, "num_cpus": self.num_cpus}
-
-
-def worker_shape(device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]) -> WorkerShape:
-    """A GPU config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank (a fraction lets two workers share
-    one GPU) and a CPU config's one CPU slot; a GPU config on a cluster without GPUs is refused here."""
-    gpus, cpus = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
-    if device == "cpu":
-        return WorkerShape(0.0, 1.0, max(int(cpus), 1))
-    if gpus <= 0:
-        raise ConfigError(
-            f"model.device is {device!r} but the Ray cluster has no GPUs ({cpus:g} CPUs): add GPU nodes, or set "
-            'model.device to "cpu" for a CPU run (--set model.device=\\"cpu\\").'
-        )
-    per_worker = worker_gpus * tensor_parallel
-    if per_worker > 1 and not float(per_worker).is_integer():
-        raise ConfigError(
-            f"--worker-gpus {worker_gpus} with tensor_parallel_size {tensor_parallel} asks {per_worker:g} GPUs per "
-            "worker; a worker takes a fraction of one GPU or whole GPUs."
-        )
-    return WorkerShape(per_worker, 1.0, max(min(math.floor(gpus / per_worker + 1e-9), int(cpus)), 0))
-
-
+@dataclass
 class _Driver:
     """One Ray run: the plan, the workers, the pool and the records."""
 
-    def __init__(
-        self,
-        ray: Any,
-        plan: Plan,
-        config_path: str,
-        overrides: Overrides,
-        say: Notify,
-        progress: ProgressFactory | None,
-    ) -> None:
-        self.ray, self.plan, self.config_path, self.overrides = ray, plan, config_path, overrides
-        self.say, self.progress = say, progress
-        shard = plan.targets[0].shard
-        self.run = RayRun(plan.base, "", shard.count if shard is not None else 0, 0, 0)
+    ray: Any
+    plan: Plan
+    config_path: str
+    overrides: Overrides
+    say: Notify
+    progress: ProgressFactory | None
+    run: RayRun = field(init=False)
 
     def execute(self, where: Address, options: RayOptions) -> RayRun:
         """The run on the cluster at ``where``; a stop on the way goes on with what was published."""
-        started, run = time.monotonic(), self.run
-        run.address, run.max_retries = where.value, options.max_retries
+        shard = self.plan.targets[0].shard
+        started, run = time.monotonic(), RayRun(self.plan.base, where.value, shard.count if shard else 0)
+        self.run, run.max_retries = run, options.max_retries
         try:
             for path in self.plan.published:
                 index = next(t.shard.index for t in self.plan.targets if t.output_dir == path and t.shard is not None)
@@ -428,6 +234,9 @@ class _Driver:
 
     def _connected(self, options: RayOptions) -> None:
         """Fix the count when it was not known, check the shards still to publish and generate them."""
+        from ray.util import ActorPool
+
+        from gencache.core.progress import StagedProgress
         from gencache.data.sources import loaded_sources, shared_tables
         from gencache.run.sharding import full_split
 
@@ -471,27 +280,16 @@ class _Driver:
         samples = sum(len(t.shard.select(unique)) for t in pending if t.shard is not None)
         files: dict[str, bytes] = {}
         if isinstance(self.plan.base, S3Url):  # what the workers read, as they may not see the driver's files
-            defaults = Path(self.config_path).parent / DEFAULTS_FILENAME
-            paths = [self.config_path, *([str(defaults)] if defaults.is_file() else [])]
-            files = {
-                path: Path(path).read_bytes() for path in paths + [p for s in sources.values() for p, _ in s.files]
-            }
+            paths = [self.config_path, str(Path(self.config_path).parent / DEFAULTS_FILENAME)]
+            paths += [path for info in sources.values() for path, _ in info.files]
+            files = {path: Path(path).read_bytes() for path in paths if os.path.isfile(path)}
         located = {source: info.location for source, info in sources.items()}
-        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), located, {"ray": launch}, "")
-        self._dispatch(shape, spec, files, samples, options)
-
-    def _dispatch(
-        self, shape: WorkerShape, spec: WorkerSpec, files: dict[str, bytes], samples: int, options: RayOptions
-    ) -> None:
-        """The tally and the workers created, the shards handed out through Ray's pool, every worker killed at the
-        end (and waited for, so that a stopped worker's temporary directory can be removed)."""
-        from ray.util import ActorPool
-
-        from gencache.core.progress import StagedProgress
-
-        ray, run, retries = self.ray, self.run, options.max_retries
-        spec = replace(spec, tally=f"gencache-tally-{uuid.uuid4().hex}")
-        tally = ray.remote(RunTally).options(name=spec.tally, num_cpus=0).remote()
+        name = f"gencache-tally-{uuid.uuid4().hex}"
+        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), located, {"ray": launch}, name)
+        # the workers, each shard handed to whichever is free, every worker killed at the end (and waited for, so
+        # that a stopped worker's temporary directory can be removed)
+        ray, retries = self.ray, options.max_retries
+        tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
         worker = ray.remote(ShardWorker).options(**shape.options(), max_restarts=retries, max_task_retries=retries)
         sent = ray.put(files)
         actors = [worker.remote(spec, sent) for _ in range(run.workers)]
@@ -517,7 +315,7 @@ class _Driver:
         ray, run = self.ray, self.run
         alive, done, lost = run.workers, 0, []
         shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
-        asked, changed = tally.snapshot.remote(), time.monotonic()
+        changed = time.monotonic()
         bar.start(bar.total)
         while pool.has_next():
             try:
@@ -528,10 +326,8 @@ class _Driver:
             except RayActorError as error:  # a worker died more often than its retries allow: Ray gave it up
                 alive -= 1
                 lost.append(str(error).splitlines()[0])
-            if final := not pool.has_next():  # a snapshot asked now counts every shard
-                asked = tally.snapshot.remote()
-            if final or ray.wait([asked], timeout=0)[0]:
-                snapshot, asked = ray.get(asked), tally.snapshot.remote()
+            with contextlib.suppress(TimeoutError):  # a tally that does not answer: no worker process started
+                snapshot = ray.get(tally.snapshot.remote(), timeout=POLL_S)
                 before = shown or (0, 0, {})
                 if snapshot != shown:
                     bar.advance(snapshot[0] - before[0], snapshot[1] - before[1])
