@@ -58,8 +58,6 @@ COLUMNS: dict[str, str] = {
 }
 #: The format of an ``out`` path by its extension.
 EXTENSIONS: dict[str, str] = {".jsonl": "jsonl", ".parquet": "parquet"}
-#: The fields of a record that come from its sample: null when the samples cannot be rebuilt.
-SAMPLE_FIELDS = ("dataset_name", "data_config_index", "sample_index", "row_id", "row_index", "reference", "prompt")
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ class _TokenizerError(DatasetError):
 
 
 def _prompts_of(samples: Any, keys: set[str], with_prompts: bool) -> tuple[list[str], dict[str, ExportRow]]:
-    """The sample fields (:data:`SAMPLE_FIELDS`, with ``prompt_ids``) of each of ``keys`` from its first sample, in
+    """The sample fields (the join fields, the reference and the prompt) of each of ``keys`` from its first sample, in
     run order; the prompt's text and ids only ``with_prompts``."""
     prompts: dict[str, ExportRow] = {}
     names = {summary.index: summary.dataset_name for summary in samples.summaries}
@@ -111,7 +109,7 @@ def _records(
     digests: Mapping[str, Any],
     kept: Callable[[tuple[str, int]], bool] | None,
 ) -> Iterator[ExportRow]:
-    unknown: ExportRow = dict.fromkeys((*SAMPLE_FIELDS, "prompt_ids"))
+    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
     for key in order:
         generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
         prompt = prompts.get(key, unknown)
