@@ -109,7 +109,7 @@ def _idle_fraction(spans: Sequence[tuple[str, float, float]]) -> tuple[float, fl
 def _fixed_split(ray: Any, config: Path, shards: int, output: Path) -> list[tuple[str, float, float]]:
     """The same shards given up front: worker ``w`` takes ``w, w + WORKERS, ...`` in order."""
     from gencache.run.overrides import Overrides
-    from gencache.run.ray_worker import RunTally, ShardWorker, WorkerSpec
+    from gencache.run.ray import RunTally, ShardWorker, WorkerSpec
 
     name = f"bench-fixed-split-{output.name}"
     tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()

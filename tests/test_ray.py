@@ -236,7 +236,7 @@ def test_a_cuda_config_on_a_cluster_without_gpus_is_refused_before_any_worker(
 
 def test_addresses_resolve_as_documented() -> None:
     from gencache.core.errors import ConfigError
-    from gencache.run.ray import resolve_address
+    from gencache.run.ray_cluster import resolve_address
 
     assert resolve_address(None, {}).local
     assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}).value == "10.0.0.1:6379"
@@ -250,7 +250,8 @@ def test_addresses_resolve_as_documented() -> None:
 
 def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
     from gencache.core.errors import ConfigError
-    from gencache.run.ray import RayOptions, worker_shape
+    from gencache.run.ray import RayOptions
+    from gencache.run.ray_cluster import worker_shape
 
     one_gpu = {"GPU": 1.0, "CPU": 16.0}
     assert worker_shape("cuda", 1, 0.5, one_gpu).capacity == 2  # two workers share the H200
@@ -345,7 +346,7 @@ def test_a_cluster_that_never_grants_a_worker_ends_the_run_after_the_timeout(
 ) -> None:
     import ray
 
-    from gencache.run.ray_worker import RunTally
+    from gencache.run.ray import RunTally
 
     config = write_config(tmp_path, tiny_teacher_dir)
     holder = ray.remote(RunTally).options(num_cpus=2).remote()  # another actor holds every CPU of the cluster

@@ -64,14 +64,9 @@ def ray_options(
         raise ConfigError("--workers, --worker-gpus, --max-retries and --ray-timeout go with --ray; add --ray.")
     if dry_run or show_prompt is not None:
         raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
-    default = RayOptions()
+    given: dict[str, Any] = {"worker_gpus": worker_gpus, "max_retries": max_retries, "timeout": timeout}
     return RayOptions(
-        ray or None,
-        shards,
-        workers,
-        default.worker_gpus if worker_gpus is None else worker_gpus,
-        default.max_retries if max_retries is None else max_retries,
-        default.timeout if timeout is None else timeout,
+        ray or None, shards, workers, **{name: value for name, value in given.items() if value is not None}
     )
 
 
@@ -122,16 +117,9 @@ def generate_on_ray_command(
     for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
         table.add_column(column, justify="left" if column in ("status", "worker") else "right")
     for record in sorted(result.records, key=lambda r: r.index):
-        table.add_row(
-            f"{record.index}/{result.shards}",
-            record.status,
-            escape(record.worker or "-"),
-            f"{record.seconds:.2f}",
-            f"{record.load_seconds:.2f}",
-            str(record.attempts),
-            str(record.entries),
-            str(record.tokens),
-        )
+        times = (f"{seconds:.2f}" for seconds in (record.seconds, record.load_seconds))
+        counts = (str(count) for count in (record.attempts, record.entries, record.tokens))
+        table.add_row(f"{record.index}/{result.shards}", record.status, escape(record.worker or "-"), *times, *counts)
     console.print(table)
     console.print(
         f"{len(result.published)} shards published, {len(result.skipped)} already published (skipped), "

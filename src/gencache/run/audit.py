@@ -11,21 +11,22 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
+from gencache.core.progress import StagedProgress
 from gencache.data.recorded import RecordedRun, open_recorded_run, rebuild_samples
-from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.effective import resolve_generation
 from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 from gencache.generation.teacher import load_tokenizer
 from gencache.run.preflight import build_engine
 
 if TYPE_CHECKING:
-    from gencache.core.progress import Progress
+    from gencache.core.progress import ProgressFactory
 
 
 #: Keys audited when neither ``all_keys`` nor ``keys`` is given.
@@ -118,15 +119,9 @@ class AuditReport:
 
     def to_json(self) -> dict[str, Any]:
         per_key = self.seconds / len(self.keys) if self.keys else 0.0
-        return {
+        names = ("engine", "model_path", "device", "dtype", "sampled", "selection", "total_keys")
+        return {name: getattr(self, name) for name in names} | {
             "path": str(self.path),
-            "engine": self.engine,
-            "model_path": self.model_path,
-            "device": self.device,
-            "dtype": self.dtype,
-            "sampled": self.sampled,
-            "selection": self.selection,
-            "total_keys": self.total_keys,
             "audited": len(self.keys),
             "equal": self.equal,
             "differing": self.differing,
@@ -211,29 +206,8 @@ def _teacher_paths(run: RecordedRun, model_path: str | None, tokenizer_path: str
     return chosen
 
 
-def _resolve(run: RecordedRun, model_path: str, tokenizer: Any) -> EffectiveGeneration:
-    """The run's generation settings, resolved again against the teacher; they must equal the recorded ones."""
-    model = run.config.model
-    generation = resolve_generation(
-        model.generation_kwargs, model_path=model_path, revision=model.revision, tokenizer=tokenizer
-    )
-    recorded = dict(run.generation)
-    for name in sorted(set(recorded) | set(generation.kwargs)):
-        if recorded.get(name) != generation.kwargs.get(name):
-            raise ConfigError(
-                f"audit: the teacher {model_path!r} now resolves generation setting {name} to "
-                f"{generation.kwargs.get(name)!r}, but the run used {recorded.get(name)!r} (its "
-                "generation_config.json changed); audit against the teacher the run used."
-            )
-    return generation
-
-
 def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
-    if len(stored.sequences) != len(regenerated.sequences):
-        raise DatasetError(
-            f"audit: sample {key} stores {len(stored.sequences)} sequences but the run's settings regenerate "
-            f"{len(regenerated.sequences)}."
-        )
+    """The sequences of ``key`` as stored and as regenerated (as many: the settings resolved as recorded)."""
     sequences = []
     for index, (old, new) in enumerate(zip(stored.sequences, regenerated.sequences, strict=True)):
         a, b = old.tolist(), new.tolist()
@@ -258,7 +232,7 @@ def audit(
     tokenizer_path: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
-    progress: Callable[[int], Progress] | None = None,
+    progress: ProgressFactory | None = None,
 ) -> AuditReport:
     """Audit the artifact or shard base at ``path`` and return the report; nothing is written. ``engine``,
     ``model_path``, ``tokenizer_path``, ``device`` and ``dtype`` override what the run recorded (the teacher's
@@ -284,7 +258,16 @@ def audit(
     unmatched = [key for key in chosen if key not in prompts]
     if unmatched:
         raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
-    generation = _resolve(run, teacher, tokenizer)
+    generation = resolve_generation(
+        model.generation_kwargs, model_path=teacher, revision=model.revision, tokenizer=tokenizer
+    )
+    for setting in sorted(set(run.generation) | set(generation.kwargs)):  # the teacher's generation_config.json
+        if run.generation.get(setting) != generation.kwargs.get(setting):
+            raise ConfigError(
+                f"audit: the teacher {teacher!r} now resolves generation setting {setting} to "
+                f"{generation.kwargs.get(setting)!r}, but the run used {run.generation.get(setting)!r} (its "
+                "generation_config.json changed); audit against the teacher the run used."
+            )
     created = build_engine(
         run.config,
         generation=generation,
@@ -299,22 +282,18 @@ def audit(
     started = time.monotonic()
     created.load_weights()
     loaded = time.monotonic()
-    bar = progress(len(chosen)) if progress is not None else None
+    bar = StagedProgress(progress(len(chosen)) if progress is not None else None, len(chosen))
     results: dict[str, KeyAudit] = {}
     try:
-        if bar is not None:
-            bar.start(len(chosen))
+        bar.start(len(chosen))
         for key in sorted(chosen, key=lambda k: -len(prompts[k])):  # longest first: one KV sizing serves all
             with contextlib.closing(created.generate([(key, prompts[key])])) as entries:
                 regenerated = next(iter(entries))
             results[key] = _compare(key, reader[key], regenerated)
-            if bar is not None:
-                bar.advance(1, regenerated.num_tokens)
+            bar.advance(1, regenerated.num_tokens)
     finally:
-        if bar is not None:
-            bar.close()
-        close = getattr(created, "close", None)
-        if callable(close):
+        bar.close()
+        if callable(close := getattr(created, "close", None)):  # vLLM's engine holds a process
             close()
     return AuditReport(
         path=Path(os.path.abspath(os.path.expanduser(path))),

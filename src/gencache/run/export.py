@@ -7,6 +7,7 @@ damaged or edited record stops the export (even without prompts): every value co
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -57,8 +58,6 @@ COLUMNS: dict[str, str] = {
 }
 #: The format of an ``out`` path by its extension.
 EXTENSIONS: dict[str, str] = {".jsonl": "jsonl", ".parquet": "parquet"}
-#: The fields of a record that come from its sample: null when the samples cannot be rebuilt.
-SAMPLE_FIELDS = ("dataset_name", "data_config_index", "sample_index", "row_id", "row_index", "reference", "prompt")
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class _TokenizerError(DatasetError):
 
 
 def _prompts_of(samples: Any, keys: set[str], with_prompts: bool) -> tuple[list[str], dict[str, ExportRow]]:
-    """The sample fields (:data:`SAMPLE_FIELDS`, with ``prompt_ids``) of each of ``keys`` from its first sample, in
+    """The sample fields (the join fields, the reference and the prompt) of each of ``keys`` from its first sample, in
     run order; the prompt's text and ids only ``with_prompts``."""
     prompts: dict[str, ExportRow] = {}
     names = {summary.index: summary.dataset_name for summary in samples.summaries}
@@ -110,7 +109,7 @@ def _records(
     digests: Mapping[str, Any],
     kept: Callable[[tuple[str, int]], bool] | None,
 ) -> Iterator[ExportRow]:
-    unknown: ExportRow = dict.fromkeys((*SAMPLE_FIELDS, "prompt_ids"))
+    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
     for key in order:
         generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
         prompt = prompts.get(key, unknown)
@@ -130,33 +129,6 @@ def _records(
                     "reached_max_length": reason == "length",
                     "content_digest": digests.get(key),
                 }
-
-
-def export_metadata(reader: Any, resolved: Mapping[str, Any], digests: Mapping[str, Any]) -> dict[str, Any]:
-    """Where an export came from (a parquet file's schema metadata): the teacher, tokenizer, dtype, versions,
-    provenance, artifact paths and ``entries_digest``, SHA-256 over ``"<key> <content_digest>\\n"`` in key order."""
-    import hashlib
-
-    entries = hashlib.sha256()
-    for key in reader:
-        entries.update(f"{key} {digests.get(key)}\n".encode())
-    provenance = dict(reader.provenance)
-    recorded = resolved.get("model")
-    model: Mapping[str, Any] = recorded if isinstance(recorded, dict) else {}
-    return {
-        "format_version": FORMAT_VERSION,
-        "gencache_version": __version__,
-        "teacher": {"model_path": provenance.get("model_path"), "commit_hash": model.get("commit_hash")},
-        "tokenizer_path": provenance.get("tokenizer_path"),
-        "tokenizer": provenance.get("tokenizer"),
-        "dtype": provenance.get("dtype"),
-        "provenance": provenance,
-        "provenance_digest": reader.provenance_digest,
-        "artifacts": [str(path) for path in reader.paths],
-        "entries": len(reader),
-        "entries_digest": entries.hexdigest(),
-        "run_digest": resolved.get("run_digest"),
-    }
 
 
 def write_rows(
@@ -305,10 +277,8 @@ def export(
     keys = set(reader.keys())
     order = sorted(keys)
     found: dict[str, ExportRow] = {}
-    note = None
-    samples = None
+    note, samples = None, None
     overridden = data_root is not None or bool(sources)
-    root = Path(data_root).expanduser().absolute() if data_root is not None else None
     what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
     try:
         run = run_of_readers(directory, readers, resolved=resolved)
@@ -322,7 +292,7 @@ def export(
                 tokenizer = load_tokenizer(path, revision=model.revision)
             except GencacheError as error:
                 raise _TokenizerError(first_line(error)) from None
-        samples = rebuild_samples(run, tokenizer, sources=dict(sources or {}), data_root=root)
+        samples = rebuild_samples(run, tokenizer, sources=dict(sources or {}), data_root=data_root)
         order, found = _prompts_of(samples, keys, prompts)
     except (FormatError, SourceChangedError) as error:  # a damaged record or changed data: never quiet prompts
         if prompts or min_score is not None:
@@ -347,10 +317,27 @@ def export(
         passed, total = _passed(samples, reader, min_score, scores)
         kept, left_out = passed.__contains__, total - len(passed)
     digests = {key: (reader.metadata(key) or {}).get("content_digest") for key in reader}
-    metadata = export_metadata(reader, resolved, digests)
-
-    def write(handle: IO[bytes]) -> int:
-        records = _records(reader, order, found, max_new_tokens, digests, kept)
-        return write_rows(records, handle, chosen_format == "parquet", metadata)
-
-    return ExportResult(out_path, write_atomic(out_path, write), note, left_out)
+    # where the export came from (a parquet file's schema metadata); entries_digest is SHA-256 over
+    # "<key> <content_digest>\n" in key order
+    entries = hashlib.sha256()
+    for key in reader:
+        entries.update(f"{key} {digests.get(key)}\n".encode())
+    provenance = dict(reader.provenance)
+    recorded: Mapping[str, Any] = resolved.get("model") or {}
+    metadata = {
+        "format_version": FORMAT_VERSION,
+        "gencache_version": __version__,
+        "teacher": {"model_path": provenance.get("model_path"), "commit_hash": recorded.get("commit_hash")},
+        "tokenizer_path": provenance.get("tokenizer_path"),
+        "tokenizer": provenance.get("tokenizer"),
+        "dtype": provenance.get("dtype"),
+        "provenance": provenance,
+        "provenance_digest": reader.provenance_digest,
+        "artifacts": [str(path) for path in reader.paths],
+        "entries": len(reader),
+        "entries_digest": entries.hexdigest(),
+        "run_digest": resolved.get("run_digest"),
+    }
+    records = _records(reader, order, found, max_new_tokens, digests, kept)
+    written = write_atomic(out_path, lambda handle: write_rows(records, handle, chosen_format == "parquet", metadata))
+    return ExportResult(out_path, written, note, left_out)

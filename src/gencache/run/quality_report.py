@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from gencache.core.errors import ConfigError
 from gencache.data.answers import METRICS
 from gencache.data.scores import ScoredAnswer
 from gencache.run.export import check_out, write_atomic
-from gencache.run.score import ScoreGroup, ScoreReport, score
+from gencache.run.score import NO_GOLD, ScoreGroup, ScoreReport, score
 
 #: Examples shown per data config: the worst scored first, then some without gold.
 EXAMPLES = 12
@@ -33,7 +33,6 @@ LENGTH_BINS = 40
 JOINT_BINS = 30
 SCORE_BINS = 10
 CHARTS_MISSING = "Charts need matplotlib: pip install 'gencache[report]'."
-NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
 #: One colour per finish reason, the same in every figure (others take the next of the palette).
 REASON_COLOURS = {"eos": "#4c72b0", "stop": "#55a868", "length": "#c44e52"}
 _PALETTE = ("#8172b2", "#ccb974", "#64b5cd", "#937860")
@@ -119,17 +118,13 @@ def _provenance(resolved: Mapping[str, Any]) -> str:
         ("samples", resolved.get("samples")),
         ("sources", [source.get("location") for source in resolved.get("sources") or []]),
     ]
-    parts = [
-        "<h2>Provenance</h2>",
-        _rows(provenance),
-        "<h3>Generation settings</h3>",
-        _rows(sorted((resolved.get("generation") or {}).items())),
-        "<h3>Determinism</h3>",
-        _rows(sorted((determinism or {}).items())) if determinism else '<p class="note">not recorded</p>',
-    ]
-    if runtime:
-        parts += ["<h3>Runtime</h3>", _rows(sorted(runtime.items()))]
-    return "\n".join(parts)
+    settings = sorted((resolved.get("generation") or {}).items())
+    recorded_determinism = _rows(sorted(determinism.items())) if determinism else '<p class="note">not recorded</p>'
+    return (
+        f"<h2>Provenance</h2>{_rows(provenance)}<h3>Generation settings</h3>{_rows(settings)}"
+        f"<h3>Determinism</h3>{recorded_determinism}"
+        + (f"<h3>Runtime</h3>{_rows(sorted(runtime.items()))}" if runtime else "")
+    )
 
 
 def _score_table(groups: Sequence[ScoreGroup], metrics: Sequence[str]) -> str:
@@ -152,23 +147,17 @@ def _excerpt(text: str | None, *, tail: bool = False) -> str:
     return "…" + text[-EXCERPT:] if tail else text[:EXCERPT] + "…"
 
 
-def _chosen(answers: Sequence[ScoredAnswer], headline: str) -> list[ScoredAnswer]:
+def _examples(answers: Sequence[ScoredAnswer], headline: str, report: ScoreReport) -> str:
     """The examples of a data config: the scored answers with the lowest headline score first (then the longest),
     then, with room kept for them (a quarter of the rows at least), the answers without gold in run order."""
     unscored = [answer for answer in answers if answer.metrics is None]
-    scored = [answer for answer in answers if answer.metrics is not None]
-    scored.sort(key=lambda a: ((a.metrics or {})[headline], -a.token_length))
-    room = min(len(unscored), max(EXAMPLES // 4, EXAMPLES - len(scored)))
-    return scored[: EXAMPLES - room] + unscored[:room]
-
-
-def _examples(answers: Sequence[ScoredAnswer], headline: str, report: ScoreReport) -> str:
-    head = "".join(
-        f"<th>{name}</th>"
-        for name in ("key", "finish", "tokens", headline, "prompt (end)", "stored answer", "as scored", "reference")
+    scored = sorted(
+        (a for a in answers if a.metrics is not None), key=lambda a: ((a.metrics or {})[headline], -a.token_length)
     )
+    room = min(len(unscored), max(EXAMPLES // 4, EXAMPLES - len(scored)))
+    names = ("key", "finish", "tokens", headline, "prompt (end)", "stored answer", "as scored", "reference")
     rows = []
-    for answer in _chosen(answers, headline):
+    for answer in scored[: EXAMPLES - room] + unscored[:room]:
         stored = report.reader.metadata(answer.key)["text"][answer.sequence_index]
         prompt = report.samples.by_key(answer.key).prompt_text  # joined only for the examples shown
         value = "no gold" if answer.metrics is None else _number(answer.metrics[headline])
@@ -178,6 +167,7 @@ def _examples(answers: Sequence[ScoredAnswer], headline: str, report: ScoreRepor
             f"<td>{_e(_excerpt(prompt, tail=True))}</td><td>{_e(_excerpt(stored))}</td>"
             f"<td>{_e(answer.answer)}</td><td>{_e(answer.reference)}</td></tr>"
         )
+    head = "".join(f"<th>{name}</th>" for name in names)
     return f'<table class="examples"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
@@ -195,83 +185,70 @@ def _figure(
     length against answer length, and the headline score's histogram when some answer is scored."""
     import matplotlib
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     lengths = np.array([a.token_length for a in answers], dtype=np.int64)
     top = max(int(lengths.max()), max_new or 1)
-    with matplotlib.rc_context({"svg.fonttype": "none", "font.size": 8}):
+    reasons = sorted({a.finish_reason for a in answers})
+    with matplotlib.rc_context(
+        {"svg.fonttype": "none", "font.size": 8, "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.titlesize": 9}
+    ):
         figure = Figure(figsize=(10, 2.9), layout="constrained")
         panels = figure.subplots(1, 3 if group.scored else 2)
-        edges = _integer_edges(top, LENGTH_BINS)
-        bottom = np.zeros(len(edges) - 1)
-        handles: list[Any] = []
-        for position, reason in enumerate(sorted({a.finish_reason for a in answers})):
-            counts = np.histogram(lengths[[a.finish_reason == reason for a in answers]], bins=edges)[0]
-            colour = REASON_COLOURS.get(reason, _PALETTE[position % len(_PALETTE)])
-            panels[0].stairs(bottom + counts, edges, baseline=bottom, fill=True, color=colour)  # stacked outlines
-            handles.append(Patch(color=colour, label=reason))
-            bottom = bottom + counts
+        panels[0].hist(
+            [lengths[[a.finish_reason == reason for a in answers]] for reason in reasons],
+            bins=_integer_edges(top, LENGTH_BINS),
+            stacked=True,
+            histtype="stepfilled",
+            color=[REASON_COLOURS.get(r, _PALETTE[i % len(_PALETTE)]) for i, r in enumerate(reasons)],
+            label=reasons,
+        )
         if max_new is not None:
-            panels[0].axvline(max_new, color="#222222", linestyle="--", linewidth=1)
-            handles.append(Line2D([], [], color="#222222", linestyle="--", linewidth=1, label="max_new_tokens"))
+            panels[0].axvline(max_new, color="#222222", linestyle="--", linewidth=1, label="max_new_tokens")
         panels[0].set(title="answer length (tokens)", ylabel="answers")
-        panels[0].legend(handles=handles, fontsize=7, loc="upper left", framealpha=0.85)
+        panels[0].legend(fontsize=7, loc="upper left", framealpha=0.85)
         prompts = np.array([prompt_chars[a.key] for a in answers], dtype=np.float64)
         low, high = float(prompts.min()), float(prompts.max())
-        prompt_edges, joint_edges = (
-            np.linspace(low, max(high, low + 1.0), JOINT_BINS + 1),
-            _integer_edges(top, JOINT_BINS),
-        )
-        joint = np.ma.masked_equal(np.histogram2d(prompts, lengths, bins=(prompt_edges, joint_edges))[0].T, 0)
-        extent = (prompt_edges[0], prompt_edges[-1], joint_edges[0], joint_edges[-1])
+        edges = (np.linspace(low, max(high, low + 1.0), JOINT_BINS + 1), _integer_edges(top, JOINT_BINS))
+        joint = np.ma.masked_equal(np.histogram2d(prompts, lengths, bins=edges)[0].T, 0)
+        extent = (edges[0][0], edges[0][-1], edges[1][0], edges[1][-1])
         panels[1].imshow(joint, origin="lower", extent=extent, aspect="auto", interpolation="nearest", cmap="viridis")
         panels[1].set(title="prompt vs answer length", xlabel="prompt (characters)", ylabel="answer (tokens)")
         if group.scored:
             values = [a.metrics[group.headline] for a in answers if a.metrics is not None]
-            counts = np.histogram(values, bins=np.linspace(0.0, 1.0, SCORE_BINS + 1))[0]
-            panels[2].stairs(counts, np.linspace(0.0, 1.0, SCORE_BINS + 1), fill=True, color="#4c72b0")
+            panels[2].hist(values, bins=np.linspace(0.0, 1.0, SCORE_BINS + 1), histtype="stepfilled", color="#4c72b0")
             panels[2].set(xlim=(0, 1), title=f"{group.headline} (scored answers)", ylabel="answers")
-            panels[2].yaxis.set_major_locator(MaxNLocator(integer=True))
-        for axes in panels[:2]:
-            axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        for position, axes in enumerate(panels):
             axes.yaxis.set_major_locator(MaxNLocator(integer=True))
-        for axes in panels:
-            axes.tick_params(labelsize=7)
-            axes.title.set_fontsize(9)
+            if position < 2:
+                axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     svg = _SVG_NOISE.sub("", buffer.getvalue())  # an element for an HTML page, which knows SVG's namespace
     return _SVG_SIZE.sub(r'<svg\1 style="width:100%;height:auto"', svg, count=1).strip()
 
 
-def _audit_section(audit: Mapping[str, Any] | None) -> str:
-    if audit is None:
-        return ""
+def _audit_section(audit: Mapping[str, Any]) -> str:
     ok = audit.get("differing") == 0
-    verdict = (
-        f'<p class="{"good" if ok else "bad"}">{_e(audit.get("equal"))} of {_e(audit.get("audited"))} audited keys '
-        f"regenerated identically; {_e(audit.get('differing'))} differ.</p>"
-    )
     fields = ("engine", "model_path", "device", "dtype", "sampled", "selection", "total_keys", "seconds_per_key")
-    parts = ["<h2>Audit</h2>", verdict, _rows((name, audit.get(name)) for name in fields)]
-    divergence = audit.get("first_divergence") or {}
-    if isinstance(divergence, dict) and divergence:
+    parts = [
+        f'<h2>Audit</h2><p class="{"good" if ok else "bad"}">{_e(audit.get("equal"))} of {_e(audit.get("audited"))} '
+        f"audited keys regenerated identically; {_e(audit.get('differing'))} differ.</p>",
+        _rows((name, audit.get(name)) for name in fields),
+    ]
+    if divergence := audit.get("first_divergence"):
         parts += ["<h3>First divergence (answer position: keys)</h3>", _rows(sorted(divergence.items()))]
-    keys = [key for key in audit.get("keys") or [] if isinstance(key, dict) and not key.get("equal")]
-    if keys:
-        rows = (
-            (str(key.get("key", ""))[:12] + "…", f"first difference at {key.get('first_difference')}") for key in keys
-        )
-        parts += ["<h3>Differing keys</h3>", _rows(list(rows)[:EXAMPLES])]
+    differing = [key for key in audit.get("keys") or [] if not key.get("equal")][:EXAMPLES]
+    if differing:
+        rows = [
+            (f"{key.get('key', '')[:12]}…", f"first difference at {key.get('first_difference')}") for key in differing
+        ]
+        parts += ["<h3>Differing keys</h3>", _rows(rows)]
     return "\n".join(parts)
 
 
 def _page(report: ScoreReport, audit: Mapping[str, Any] | None, charts: bool) -> str:
-    prompt_chars: dict[str, int] = {}
-    for sample in report.samples.unique:
-        prompt_chars.setdefault(sample.key, sample.prompt_chars)
+    prompt_chars = {sample.key: sample.prompt_chars for sample in report.samples.unique}
     sections = []
     for group in report.groups:
         index = group.data_config_index
@@ -298,7 +275,8 @@ def _page(report: ScoreReport, audit: Mapping[str, Any] | None, charts: bool) ->
         f"<p class='note'>{_e(report.artifact)}: {report.overall.answers} answers, "
         f"{report.overall.scored} scored against a reference, {report.overall.unscored} without one.</p>"
         f"{missing}<h2>Scores</h2>{_score_table([report.overall, *report.groups], metrics)}"
-        f"{''.join(sections)}{_audit_section(audit)}{_provenance(report.resolved)}</body></html>\n"
+        f"{''.join(sections)}{'' if audit is None else _audit_section(audit)}{_provenance(report.resolved)}"
+        "</body></html>\n"
     )
 
 
@@ -317,10 +295,5 @@ def write_report(
     report = score(artifact, answer_patterns=answer_patterns, data_root=data_root, sources=sources)
     charts = importlib.util.find_spec("matplotlib") is not None
     page = _page(report, audit_document, charts).encode("utf-8")
-
-    def write(handle: IO[bytes]) -> int:
-        handle.write(page)
-        return len(page)
-
-    size = write_atomic(out_path, write)
+    size = write_atomic(out_path, lambda handle: handle.write(page))
     return ReportResult(out_path, size, charts, len(report.groups), report.overall.answers)

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gencache.artifact.store import Location, location
 from gencache.core.errors import ConfigError, DatasetError, first_line
@@ -22,6 +22,7 @@ from gencache.run.export import check_out, write_atomic, write_rows
 
 #: The verdict's levels, the worst first.
 LEVELS = ("bad", "warn", "good")
+NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,7 @@ class ScoreGroup:
         return self.answers - self.scored
 
     def as_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"answers": self.answers, "scored": self.scored, "unscored": self.unscored}
-        data["means"] = dict(self.means)
+        data = {"answers": self.answers, "scored": self.scored, "unscored": self.unscored, "means": dict(self.means)}
         if self.data_config_index is not None:
             data |= {"data_config_index": self.data_config_index, "dataset_name": self.dataset_name}
             data |= {"headline": self.headline, "answer_rule": self.rule}
@@ -57,10 +57,8 @@ class ScoreGroup:
 def _group(label: str, answers: Sequence[ScoredAnswer], *, split: bool = True, **details: Any) -> ScoreGroup:
     scored = [answer.metrics for answer in answers if answer.metrics is not None]
     means = {name: (sum(m[name] for m in scored) / len(scored) if scored else None) for name in METRICS}
-    by_reason: dict[str, ScoreGroup] = {}
-    if split:
-        for reason in sorted({answer.finish_reason for answer in answers}):
-            by_reason[reason] = _group(reason, [a for a in answers if a.finish_reason == reason], split=False)
+    reasons = sorted({answer.finish_reason for answer in answers}) if split else []
+    by_reason = {r: _group(r, [a for a in answers if a.finish_reason == r], split=False) for r in reasons}
     return ScoreGroup(label, len(answers), len(scored), means, by_reason, **details)
 
 
@@ -103,7 +101,7 @@ class ScoreReport:
         ]
         scored = [group for group in self.groups if group.scored]
         if not scored:
-            signs.append(("warn", "No answer has a gold reference: nothing is scored against the gold."))
+            signs.append(("warn", NO_GOLD))
             return sorted(signs, key=lambda sign: LEVELS.index(sign[0]))
         means = [(group, group.means[group.headline] or 0.0) for group in scored]
         worst = min(mean for _, mean in means)
@@ -170,12 +168,9 @@ def score(
     absolute = location(artifact)
     if out_path is not None:
         metadata = {"artifact": str(absolute), "run_digest": run.resolved["run_digest"]}
-
-        def write(handle: IO[bytes]) -> int:
-            rows = (answer.row() for answer in answers)
-            return write_rows(rows, handle, score_format(out_path) == "parquet", metadata, SCORE_COLUMNS)
-
-        write_atomic(out_path, write)
+        parquet = score_format(out_path) == "parquet"
+        rows = (answer.row() for answer in answers)
+        write_atomic(out_path, lambda handle: write_rows(rows, handle, parquet, metadata, SCORE_COLUMNS))
     overall = _group("overall", answers)
     return ScoreReport(
         absolute, answers, overall, groups, run.generation["max_new_tokens"], out_path, reader, run.resolved, samples
