@@ -12,9 +12,15 @@ from typing import Annotated, Any
 import typer
 
 from gencache.cli import signals
-from gencache.cli.audit import audit_command
 from gencache.cli.console import RunProgress, echo_json, make_console, printable
-from gencache.cli.quality import DataRootOption, SourceOption, checked_sources, report_command, score_command
+from gencache.cli.quality import (
+    DataRootOption,
+    SourceOption,
+    audit_command,
+    checked_sources,
+    report_command,
+    score_command,
+)
 from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import GenerateCommand
 from gencache.cli.render import dry_run_output, problems_json, render_notice, verify_progress
@@ -384,7 +390,7 @@ def init(
     ] = None,
 ) -> None:
     """Write a config over local example files (a QA table and chat rows) that runs as is, to edit into your own."""
-    from gencache.cli.init import write_starter
+    from gencache.cli.demo import write_starter
 
     with quiet_libraries(False):
         starter = write_starter(directory, teacher=teacher)

@@ -37,34 +37,26 @@ def render_notice(console: Console, level: str, text: str) -> None:
 
 
 def _data_table(report: Preflight) -> Table | None:
-    config = report.config
+    config, samples, counts = report.config, report.samples, report.sample_counts
     assert config is not None  # an invalid config is raised, never reported
+    if samples is None and counts is None:
+        return None
     table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
     columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
     for column in columns:
         table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-    samples = report.samples
-    if samples is not None:
-        table.add_column("prompt tokens min/med/max")
-        for summary, data_config in zip(samples.summaries, config.data_configs, strict=True):
-            table.add_row(
-                str(summary.index),
-                summary.dataset_name,
-                data_config.split,
-                data_config.template,
-                str(summary.samples),
-                str(summary.unique),
-                str(summary.duplicates),
-                "{} / {} / {}".format(*summary.prompt_chars),
-                "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
-            )
+    if samples is None:
+        for index, (count, data) in enumerate(zip(counts or (), config.data_configs, strict=True)):
+            shown = str(count) if count >= 0 else "?"
+            table.add_row(str(index), data.dataset_name, data.split, data.template, shown, "?", "?", "?")
         return table
-    if report.sample_counts is None:
-        return None
-    for index, (count, data_config) in enumerate(zip(report.sample_counts, config.data_configs, strict=True)):
-        shown = str(count) if count >= 0 else "?"
+    table.add_column("prompt tokens min/med/max")
+    for summary, data in zip(samples.summaries, config.data_configs, strict=True):
+        values = (summary.index, summary.dataset_name, data.split, data.template, summary.samples, summary.unique)
         table.add_row(
-            str(index), data_config.dataset_name, data_config.split, data_config.template, shown, "?", "?", "?"
+            *map(str, (*values, summary.duplicates)),
+            "{} / {} / {}".format(*summary.prompt_chars),
+            "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
         )
     return table
 
