@@ -236,7 +236,7 @@ def inspect(
     and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
     not one whole run; 2 when a path is not an artifact at all)."""
     from gencache.artifact.report import inspect_report
-    from gencache.cli.inspect_view import render_inspect
+    from gencache.cli.render import render_inspect
 
     report = inspect_report(dirs)
     if as_json:
@@ -434,15 +434,8 @@ def _run(argv: list[str] | None) -> int:
         return stop.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort:
-        typer.echo("Aborted; nothing was published.", err=True)
-        return 130
     except CommandLineError as exc:
-        show = getattr(exc, "show", None)  # usage errors print the usage line and a hint
-        if callable(show):
-            show()
-        else:  # pragma: no cover
-            typer.echo(f"Error: {exc.format_message()}", err=True)
+        exc.show()  # type: ignore[attr-defined]  # every one is a (vendored) click exception: usage line and hint
         return int(exc.exit_code)
     except Exception as exc:
         if os.environ.get("GENCACHE_DEBUG") == "1":

@@ -64,8 +64,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
     from gencache.cli.console import make_console
-    from gencache.cli.inspect_view import render_inspect
-    from gencache.cli.render import render_notice
+    from gencache.cli.render import render_inspect, render_notice
     from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
     from gencache.run.api import generate
 
