@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gencache.cli.app import run as cli_run
-from gencache.cli.init import STARTER, write_starter
+from gencache.cli.demo import STARTER, write_starter
 from gencache.config import load_config
 from gencache.data.samples import build_samples
 

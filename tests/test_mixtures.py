@@ -15,8 +15,7 @@ from gencache.artifact.manifest import make_provenance
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.reader import CacheReader
 from gencache.artifact.report import inspect_report, verify_report
-from gencache.cli.inspect_view import render_inspect
-from gencache.cli.render import verify_progress
+from gencache.cli.render import render_inspect, verify_progress
 from gencache.core.errors import CompatibilityError, FormatError, GencacheError, ShardError
 from support.storage_helpers import PROVENANCE, Entry, make_entries, write_artifact, write_shard
 

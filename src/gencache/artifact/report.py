@@ -1,4 +1,4 @@
-"""What ``gencache inspect`` and ``gencache verify`` find, as typed values (:mod:`gencache.cli.inspect_view` draws
+"""What ``gencache inspect`` and ``gencache verify`` find, as typed values (:mod:`gencache.cli.render` draws
 inspect's). Each value's ``to_json()`` is what ``--json`` prints and a report's ``exit_code`` is its command's:
 2 when a path is not an artifact at all, 1 when one cannot be read or is damaged, else 0. Nothing here prints.
 """

@@ -3,6 +3,7 @@ Heavy modules (torch, transformers, datasets) are imported inside the commands, 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -11,12 +12,19 @@ from typing import Annotated, Any
 import typer
 
 from gencache.cli import signals
-from gencache.cli.audit import audit_command
-from gencache.cli.console import echo_json, make_console, printable
-from gencache.cli.quality import DataRootOption, SourceOption, checked_sources, report_command, score_command
+from gencache.cli.console import RunProgress, echo_json, make_console, printable
+from gencache.cli.quality import (
+    DataRootOption,
+    SourceOption,
+    audit_command,
+    checked_sources,
+    report_command,
+    score_command,
+)
 from gencache.cli.quiet import quiet_libraries
 from gencache.cli.ray_run import GenerateCommand
-from gencache.core.errors import ConfigError, GencacheError, InputProblems, Stopped
+from gencache.cli.render import dry_run_output, problems_json, render_notice, verify_progress
+from gencache.core.errors import ConfigError, GencacheError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -168,9 +176,6 @@ def generate(
     ] = None,
 ) -> None:
     """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
-    from gencache.cli.console import RunProgress
-    from gencache.cli.render import dry_run_output, problems_json, render_notice
-    from gencache.core.errors import Problem
     from gencache.run.api import dry_run as dry_run_cache
     from gencache.run.api import generate as generate_cache
 
@@ -179,10 +184,7 @@ def generate(
     if json_ and not (dry_run or show_prompt is not None or ray is not None):
         raise ConfigError("--json goes with --dry-run or --ray; add one of them.")
     console = make_console(stderr=True)
-
-    def notify(level: str, text: str) -> None:
-        render_notice(console, level, text)
-
+    notify = functools.partial(render_notice, console)
     with quiet_libraries(verbose, warn=lambda text: notify("warning", text)):
         if any(given is not None for given in (ray, workers, worker_gpus, max_retries, ray_timeout)):
             from gencache.cli.ray_run import generate_on_ray_command, ray_options
@@ -234,7 +236,7 @@ def inspect(
     and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
     not one whole run; 2 when a path is not an artifact at all)."""
     from gencache.artifact.report import inspect_report
-    from gencache.cli.inspect_view import render_inspect
+    from gencache.cli.render import render_inspect
 
     report = inspect_report(dirs)
     if as_json:
@@ -252,7 +254,6 @@ def verify(
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
     from gencache.artifact.report import verify_report
-    from gencache.cli.render import verify_progress
 
     stderr = make_console(stderr=True)
     report = verify_report(dirs, progress=verify_progress(stderr) if stderr.is_terminal and not as_json else None)
@@ -313,14 +314,11 @@ def export(
     """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
     length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
     the artifact's provenance in its schema metadata. Works from the artifact alone."""
+    from gencache.data.scores import parse_min_score
     from gencache.run.export import export as export_artifact
 
     sources = checked_sources(directory, source)
-    bar = None
-    if min_score:
-        from gencache.data.scores import parse_min_score
-
-        bar = parse_min_score(min_score)
+    bar = parse_min_score(min_score) if min_score else None
     with quiet_libraries(False):
         result = export_artifact(
             directory,
@@ -392,7 +390,7 @@ def init(
     ] = None,
 ) -> None:
     """Write a config over local example files (a QA table and chat rows) that runs as is, to edit into your own."""
-    from gencache.cli.init import write_starter
+    from gencache.cli.demo import write_starter
 
     with quiet_libraries(False):
         starter = write_starter(directory, teacher=teacher)
@@ -436,15 +434,8 @@ def _run(argv: list[str] | None) -> int:
         return stop.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort:
-        typer.echo("Aborted; nothing was published.", err=True)
-        return 130
     except CommandLineError as exc:
-        show = getattr(exc, "show", None)  # usage errors print the usage line and a hint
-        if callable(show):
-            show()
-        else:  # pragma: no cover
-            typer.echo(f"Error: {exc.format_message()}", err=True)
+        exc.show()  # type: ignore[attr-defined]  # every one is a (vendored) click exception: usage line and hint
         return int(exc.exit_code)
     except Exception as exc:
         if os.environ.get("GENCACHE_DEBUG") == "1":

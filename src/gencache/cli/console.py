@@ -53,78 +53,60 @@ class RunProgress:
         clock: Callable[[], float] = time.monotonic,
         live: bool | None = None,
     ) -> None:
-        console = make_console(stderr=True, file=stream)
-        self.live = console.is_terminal if live is None else live
-        self.console, self.interval, self.clock = console, interval, clock
+        self.console = make_console(stderr=True, file=stream)
+        self.live = self.console.is_terminal if live is None else live
+        self.interval, self.clock = interval, clock
+        self.total, self.done, self.tokens, self.label = total, 0, 0, ""
+        self.started: float | None = None
+        self.shown = 0.0
         self.bar = Progress(
             TextColumn("[bold]generate{task.fields[label]}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("samples, {task.fields[tokens]} tokens, {task.fields[rate]} tok/s, ETA {task.fields[eta]}"),
-            console=console,
-            get_time=clock,
+            TextColumn("samples, {task.fields[figures]}"),
+            console=self.console,
             disable=not self.live,
         )
-        self.task = self.bar.add_task("generate", total=total, start=False, label="", tokens=0, rate="0.0", eta="")
-        self.label = ""
-        self.tokens = 0
-        self.shown: float | None = None
-        self.closed = False
+        self.task = self.bar.add_task("generate", total=total, label="", figures="")
 
     def set_label(self, label: str) -> None:
         """Name the current stage (``shard 2/4``) beside the figures."""
         self.label = label
-        self._update()
+        self._show(line=False)
 
     def start(self, total_samples: int) -> None:
-        self.bar.start_task(self.task)
+        self.total, self.started = total_samples, self.clock()
         if self.live:
             self.bar.start()
-        self.bar.update(self.task, total=total_samples)
-        self._update()
-        if not self.live:
-            self._line()
+        self._show(line=True)
 
     def advance(self, samples: int, tokens: int) -> None:
+        self.done += samples
         self.tokens += tokens
-        self.bar.advance(self.task, samples)
-        self._update()
-        if not self.live and self.shown is not None and self.clock() - self.shown >= self.interval:
-            self._line()
+        self._show(line=self.clock() - self.shown >= self.interval)
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if self.bar.tasks[0].start_time is None:
-            return
-        if self.live:
+        if self.started is not None:
+            self._show(line=True)
             self.bar.stop()
-        else:
-            self._line()
+            self.started = None
 
-    def _figures(self) -> tuple[float, float, float | None]:
-        task = self.bar.tasks[0]
-        elapsed = task.elapsed or 0.0
+    def _show(self, *, line: bool) -> None:
+        elapsed = 0.0 if self.started is None else self.clock() - self.started
         rate = self.tokens / elapsed if elapsed > 0 else 0.0
-        eta = (task.total or 0) - task.completed
-        return elapsed, rate, (eta * elapsed / task.completed if task.completed and elapsed > 0 else None)
-
-    def _update(self) -> None:
-        _, rate, eta = self._figures()
+        eta = (self.total - self.done) * elapsed / self.done if self.done and elapsed > 0 else None
+        figures = f"{self.tokens} tokens, {rate:.1f} tok/s"
         label = f" {self.label}" if self.label else ""
-        self.bar.update(self.task, label=label, tokens=self.tokens, rate=f"{rate:.1f}", eta=duration(eta))
-
-    def _line(self) -> None:
-        task = self.bar.tasks[0]
-        elapsed, rate, eta = self._figures()
-        total = int(task.total or 0)
-        percent = 100.0 * task.completed / total if total else 100.0
-        stage = f" [{self.label}]" if self.label else ""
-        self.console.print(
-            f"gencache: generate{stage}: {int(task.completed)}/{total} samples ({percent:.1f}%), {self.tokens} "
-            f"tokens, {rate:.1f} tok/s, elapsed {duration(elapsed)}, ETA {duration(eta)}",
-            markup=False,
-            highlight=False,
+        self.bar.update(
+            self.task, completed=self.done, total=self.total, label=label, figures=f"{figures}, ETA {duration(eta)}"
         )
-        self.shown = self.clock()
+        if line and not self.live and self.started is not None:
+            percent = 100.0 * self.done / self.total if self.total else 100.0
+            stage = f" [{self.label}]" if self.label else ""
+            self.console.print(
+                f"gencache: generate{stage}: {self.done}/{self.total} samples ({percent:.1f}%), {figures}, "
+                f"elapsed {duration(elapsed)}, ETA {duration(eta)}",
+                markup=False,
+                highlight=False,
+            )
+            self.shown = self.clock()

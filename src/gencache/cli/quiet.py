@@ -22,20 +22,6 @@ _QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR"}
 
 
 @contextlib.contextmanager
-def _no_tqdm_bars() -> Iterator[None]:
-    """Every tqdm bar off, also one a library asks for explicitly (``disable=False``)."""
-    import tqdm.std
-
-    original = tqdm.std.tqdm.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **{**kwargs, "disable": True})
-
-    with mock.patch.object(tqdm.std.tqdm, "__init__", init):
-        yield
-
-
-@contextlib.contextmanager
 def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = None) -> Iterator[None]:
     """Other libraries' log lines and bars kept off the command's output for the block; Python warnings go to
     ``warn`` (one line each; dropped when None), a third-party library's only when not quiet."""
@@ -49,7 +35,14 @@ def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = 
         stack.enter_context(mock.patch.object(warnings, "showwarning", show))
         if quiet:
             stack.enter_context(mock.patch.dict(os.environ, {k: os.environ.get(k, v) for k, v in _QUIET.items()}))
-            stack.enter_context(_no_tqdm_bars())
+            import tqdm.std
+
+            original = tqdm.std.tqdm.__init__
+
+            def no_bar(self: Any, *args: Any, **kwargs: Any) -> None:  # also one asked for with disable=False
+                original(self, *args, **{**kwargs, "disable": True})
+
+            stack.enter_context(mock.patch.object(tqdm.std.tqdm, "__init__", no_bar))
             previous = logging.root.manager.disable
             logging.disable(logging.WARNING)
             stack.callback(logging.disable, previous)

@@ -1,9 +1,11 @@
 """How the CLI shows what the library returns: run messages, the dry run's report (or its JSON, or the raw prompt),
-the verify progress bar and the audit (inspect's tables are :mod:`gencache.cli.inspect_view`'s)."""
+the verify progress bar and what ``gencache inspect`` shows of a report: per path a rich table (a sharded output's
+table, its problems and a table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several
+paths; every recorded value there is a rich :class:`~rich.text.Text`, never parsed as markup or emoji."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -12,13 +14,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
+from gencache.artifact.report import (
+    ArtifactReport,
+    InspectReport,
+    NotAnArtifact,
+    ShardedReport,
+    UnreadableArtifact,
+    VerifyProgressFactory,
+)
 from gencache.cli.console import echo_json, make_console, printable
 from gencache.core.errors import Problem
 
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
-    from gencache.artifact.report import VerifyProgressFactory
     from gencache.run.preflight import Preflight
 
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
@@ -37,34 +47,26 @@ def render_notice(console: Console, level: str, text: str) -> None:
 
 
 def _data_table(report: Preflight) -> Table | None:
-    config = report.config
+    config, samples, counts = report.config, report.samples, report.sample_counts
     assert config is not None  # an invalid config is raised, never reported
+    if samples is None and counts is None:
+        return None
     table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
     columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
     for column in columns:
         table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-    samples = report.samples
-    if samples is not None:
-        table.add_column("prompt tokens min/med/max")
-        for summary, data_config in zip(samples.summaries, config.data_configs, strict=True):
-            table.add_row(
-                str(summary.index),
-                summary.dataset_name,
-                data_config.split,
-                data_config.template,
-                str(summary.samples),
-                str(summary.unique),
-                str(summary.duplicates),
-                "{} / {} / {}".format(*summary.prompt_chars),
-                "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
-            )
+    if samples is None:
+        for index, (count, data) in enumerate(zip(counts or (), config.data_configs, strict=True)):
+            shown = str(count) if count >= 0 else "?"
+            table.add_row(str(index), data.dataset_name, data.split, data.template, shown, "?", "?", "?")
         return table
-    if report.sample_counts is None:
-        return None
-    for index, (count, data_config) in enumerate(zip(report.sample_counts, config.data_configs, strict=True)):
-        shown = str(count) if count >= 0 else "?"
+    table.add_column("prompt tokens min/med/max")
+    for summary, data in zip(samples.summaries, config.data_configs, strict=True):
+        values = (summary.index, summary.dataset_name, data.split, data.template, summary.samples, summary.unique)
         table.add_row(
-            str(index), data_config.dataset_name, data_config.split, data_config.template, shown, "?", "?", "?"
+            *map(str, (*values, summary.duplicates)),
+            "{} / {} / {}".format(*summary.prompt_chars),
+            "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
         )
     return table
 
@@ -185,3 +187,146 @@ def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
             )
         raise typer.Exit(result.exit_code or (0 if sample is not None else 2))
     raise typer.Exit(result.exit_code)
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _on(value: Any) -> str:
+    return {True: "on", False: "off", None: "unknown"}.get(value, str(value))
+
+
+def _determinism_block(facts: Mapping[str, Any] | None) -> str:
+    """What decides whether the run's tokens can change between runs, one fact per line."""
+    if facts is None:
+        return "not recorded"
+    sampling = facts.get("sampling")
+    gpu = facts.get("gpu_name")
+    lines = [
+        f"sampling: {sampling['scope'] if isinstance(sampling, dict) else str(sampling or 'not recorded')}",
+        f"batch-invariant kernels {_on(facts.get('batch_invariant'))}, torch deterministic algorithms "
+        f"{_on(facts.get('torch_deterministic_algorithms'))}, CUBLAS_WORKSPACE_CONFIG "
+        f"{facts.get('cublas_workspace_config') or 'unset'}",
+        f"prefix caching {_on(facts.get('prefix_caching'))}, chunked prefill {_on(facts.get('chunked_prefill'))}, "
+        f"tensor parallel {facts.get('tensor_parallel_size')}, attention {facts.get('attention_backend') or 'unknown'}",
+        f"GPU {gpu} (compute capability {facts.get('gpu_compute_capability')})" if gpu else "GPU none",
+    ]
+    return "\n".join(lines)
+
+
+def _counts(items: Sequence[Mapping[str, int]] | None) -> str:
+    """Counts per data config: ``#0: 3 samples, 3 unique; #1: ...`` (``-`` when there are none)."""
+    if items is None:
+        return "not recorded"
+    return "; ".join(f"#{d['index']}: {d['samples']:,} samples, {d['unique']:,} unique" for d in items) or "-"
+
+
+def _artifact_table(report: ArtifactReport) -> Table:
+    tok, lengths, shard = report.tokenizer, report.token_length, report.shard
+    duplicates = Text(f"{report.duplicates:,}")
+    if report.conflicting_prompts:
+        conflicting = f"{report.conflicting_prompts:,} rendered different prompts; the first was generated"
+        duplicates = Text.assemble(f"{report.duplicates:,} (", (conflicting, "yellow"), ")")
+    if shard is None:
+        data_configs = [("data configs", _counts(report.data_configs))]
+    else:  # a shard's own counts (as its run recorded them) and its whole run's
+        data_configs = [
+            ("data configs (shard)", _counts(report.shard_data_configs)),
+            ("data configs (run)", _counts(report.data_configs)),
+        ]
+    rows: list[tuple[str, str | Text]] = [
+        ("format", str(report.format_version)),
+        ("teacher", report.teacher),
+        ("tokenizer", report.tokenizer_path),
+        (
+            "tokenizer state",
+            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
+        ),
+        ("dtype", report.dtype),
+        ("entries", f"{report.entries:,}"),
+        ("sequences", f"{report.sequences:,}"),
+        ("tokens", f"{report.tokens:,}"),
+        ("token length", f"min {lengths.min}, median {lengths.median:g}, max {lengths.max}" if lengths else "-"),
+        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report.finish_reasons.items())),
+        ("duplicates", duplicates),
+        *data_configs,
+        ("shard", f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
+        ("engine", report.engine or "not recorded"),
+        ("determinism", _determinism_block(report.determinism)),
+        (
+            "payload",
+            f"{_size(report.payload_bytes)}, header {report.header['used']:,} of {report.header['capacity']:,} bytes",
+        ),
+    ]
+    table = Table(title=Text(report.path), title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for field, value in rows:
+        table.add_row(Text(field), Text(value) if isinstance(value, str) else value)
+    return table
+
+
+def _sharded_table(report: ShardedReport) -> Table:
+    info = report.shards
+    by_index = dict(zip(info.present, report.artifacts, strict=True))
+    table = Table(title=Text(f"{report.path} ({info.count} shards)"), title_justify="left")
+    for name in ("shard", "status", "entries", "sequences", "tokens", "data configs"):
+        table.add_column(name, justify="left" if name in ("shard", "status", "data configs") else "right")
+    for index in range(info.count):
+        name = f"{index:05d}"
+        shard = by_index.get(name)
+        if shard is None:
+            table.add_row(Text(name), Text("missing", "red"))
+        elif isinstance(shard, UnreadableArtifact):
+            table.add_row(Text(name), Text.assemble(("unreadable", "red"), " (FAIL line below)"))
+        else:
+            status = Text("ok", "green")
+            if name in info.other_run or name in info.mislabeled:
+                status = Text("other run" if name in info.other_run else "misnamed", "yellow")
+            counts = (f"{shard.entries:,}", f"{shard.sequences:,}", f"{shard.tokens:,}")
+            table.add_row(Text(name), status, *map(Text, counts), Text(_counts(shard.shard_data_configs)))
+    totals = report.totals
+    counts = (f"{totals.entries:,}", f"{totals.sequences:,}", f"{totals.tokens:,}")
+    table.add_row(Text("total"), Text(""), *map(Text, counts), Text(_counts(totals.data_configs)))
+    return table
+
+
+def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
+    """Print what ``gencache inspect`` shows of ``report`` on ``console``; the ``error:`` and ``FAIL`` lines go to
+    ``err`` (the same console when not given)."""
+    err = err or console
+    for artifact in report.artifacts:
+        match artifact:
+            case NotAnArtifact():
+                err.print(Text(f"error: {artifact.error}"))
+            case UnreadableArtifact(path=path, error=error):
+                err.print(Text(f"FAIL {error if error.startswith(path) else f'{path}: {error}'}"))
+            case ShardedReport():
+                console.print(_sharded_table(artifact))
+                for problem in artifact.shards.problems:
+                    console.print(Text.assemble(("problem", "red"), f": {problem}"))
+                for shard in artifact.artifacts:  # one whole line each, like verify's
+                    if isinstance(shard, UnreadableArtifact):
+                        err.print(Text(f"FAIL {shard.error}"))
+                for shard in artifact.artifacts:  # every shard in detail, not only the first
+                    if isinstance(shard, ArtifactReport):
+                        console.print(_artifact_table(shard))
+            case ArtifactReport():
+                console.print(_artifact_table(artifact))
+    if (overlap := report.overlap) is not None:
+        table = Table(title=Text("overlap"), title_justify="left")
+        for name in ("a", "b", "shared keys", "conflicting keys"):
+            table.add_column(name)
+        for pair in overlap.pairs:
+            example = f" (e.g. {pair.conflicting_keys[0][:16]}…)" if pair.conflicting_keys else ""
+            table.add_row(Text(pair.a), Text(pair.b), Text(f"{pair.shared:,}"), Text(f"{pair.conflicting}{example}"))
+        console.print(table)
+        provenance = overlap.provenance + (f" ({', '.join(overlap.differing)})" if overlap.differing else "")
+        line = f"provenance: {provenance}; union of keys: {overlap.union:,}"
+        console.print(line, markup=False, emoji=False, highlight=True)

@@ -15,6 +15,7 @@ from types import FrameType
 from typing import NoReturn
 
 from gencache.core.errors import Stopped, StoppedRun
+from gencache.core.process import signal_handlers_kept
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _published: StoppedRun | None = None  # what the command's run returned as published
@@ -36,16 +37,12 @@ def install(handler: Callable[[int, FrameType | None], object] = _stop) -> None:
 @contextlib.contextmanager
 def owned() -> Iterator[None]:
     """The handlers of :func:`install` for one command run inside another program, the caller's back afterwards."""
-    saved = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
-    install()
-    try:
-        yield
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for signum, handler in saved.items():
-                if handler is not None:
-                    signal.signal(signum, handler)
-        note_published([])
+    with signal_handlers_kept(*_STOP_SIGNALS):
+        install()
+        try:
+            yield
+        finally:
+            note_published([])
 
 
 def note_published(paths: Sequence[object]) -> None:

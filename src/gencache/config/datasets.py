@@ -8,7 +8,6 @@ Other packages add datasets through the ``gencache.recipes`` entry point group: 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from importlib import metadata
 from typing import Any, Literal, get_args
 
@@ -19,13 +18,6 @@ from gencache.config.messages import unknown_name
 from gencache.core.errors import ConfigError, DatasetError, first_line
 
 GROUP = "gencache.recipes"
-
-
-def column_list(value: str | Sequence[str] | None) -> list[str]:
-    """The column names a ``data_kwargs`` field gives: none, one, or several in order."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 CACHE_DATASET = Field(
@@ -148,7 +140,7 @@ class TableKwargs(KwargsModel):
 
     def document_columns(self) -> list[str]:
         """The document columns, in order."""
-        return column_list(self.documents)
+        return [self.documents] if isinstance(self.documents, str) else list(self.documents or ())
 
 
 HISTORY = "history"
@@ -184,7 +176,7 @@ class ChatKwargs(KwargsModel):
 
     def document_columns(self) -> list[str]:
         """The document columns, in order."""
-        return column_list(self.documents)
+        return [self.documents] if isinstance(self.documents, str) else list(self.documents or ())
 
 
 #: The one list of built-in dataset names, with each one's model (:data:`gencache.data.recipes.BUILTIN_DATASETS`

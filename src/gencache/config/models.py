@@ -63,14 +63,6 @@ def _rule(problem_of: Callable[[str], str | None]) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _device_problem(value: str) -> str | None:
-    return (
-        None
-        if re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value)
-        else f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})'
-    )
-
-
 def answer_pattern_problem(pattern: str) -> str | None:
     """Why ``pattern`` cannot be an ``answer_pattern`` (a regular expression that cuts the answer as scored out of a
     stored answer, see :mod:`gencache.data.answers`), or None when it can; ``gencache score`` checks its own too."""
@@ -115,7 +107,16 @@ class ModelConfig(_Strict):
         description="Hub revision (branch, tag or commit) for model and tokenizer; recorded.",
     )
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
-    device: Annotated[str, _rule(_device_problem)] = Field(
+    device: Annotated[
+        str,
+        _rule(
+            lambda value: (
+                None
+                if re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value)
+                else f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})'
+            )
+        ),
+    ] = Field(
         default="cuda:0",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
@@ -164,8 +165,7 @@ def _kwargs_of(
     name = info.data.get(READS_SIBLING[str(info.field_name)])
     if name is None:  # the sibling itself failed; that error is reported instead
         return empty
-    # A plug-in that cannot be loaded raises a DatasetError (a ValueError): it is reported at this field.
-    model = model_of(name)
+    model = model_of(name)  # a plug-in that cannot be loaded raises a DatasetError, reported at this field
     if isinstance(value, model):
         return value
     if isinstance(value, BaseModel):
@@ -175,8 +175,8 @@ def _kwargs_of(
     return validate_nested(model, value, f"{what} {name!r}")
 
 
-# A validated kwargs model, serialised with its own fields; the model is chosen by the sibling name field, so the
-# schema here is an object and gencache.docgen adds the per-dataset and per-template schemas.
+# A validated kwargs or options model, serialised with its own fields; the model is chosen by the sibling name field,
+# so the schema here is an object and gencache.docgen adds the per-dataset, per-template and per-engine schemas.
 DataKwargsField: TypeAlias = Annotated[
     SerializeAsAny[KwargsModel],
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Data Kwargs"}),
@@ -186,9 +186,6 @@ TemplateKwargsField: TypeAlias = Annotated[
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Template Kwargs"}),
 ]
 
-
-# The chosen engine's validated options model, serialised with its own fields (gencache.docgen adds the
-# per-engine schemas).
 EngineOptionsField: TypeAlias = Annotated[
     SerializeAsAny[EngineOptions],
     WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Engine Options"}),

@@ -9,20 +9,12 @@ import os
 import signal
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 
-@contextlib.contextmanager
-def environment_kept() -> Iterator[None]:
+def environment_kept() -> contextlib.AbstractContextManager[object]:
     """``os.environ`` exactly as it was when the block began, once it ends."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        for name in set(os.environ) - set(saved):
-            del os.environ[name]
-        for name, value in saved.items():
-            if os.environ.get(name) != value:
-                os.environ[name] = value
+    return mock.patch.dict(os.environ)
 
 
 @contextlib.contextmanager
