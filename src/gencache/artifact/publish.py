@@ -11,11 +11,10 @@ import functools
 import os
 import re
 import shutil
-import sys
 from collections.abc import Callable, Collection, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
 
 from gencache.artifact.names import TEMP_RE
 from gencache.config.paths import check_output_name
@@ -132,36 +131,25 @@ def check_output_path(output_dir: Path | str) -> None:
         )
 
 
-@functools.cache
-def _libc_renameat2() -> Any:
-    """libc's ``renameat2``, or None where libc lacks it."""
-    try:
-        func = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    func.restype = ctypes.c_int
-    return func
-
-
 def _renameat2(source: Path, target: Path) -> int:
-    """``renameat2(source, target, RENAME_NOREPLACE)`` through libc; 0 or the errno."""
-    func = _libc_renameat2()
+    """``renameat2(source, target, RENAME_NOREPLACE)`` through libc; 0 or the errno (ENOSYS where libc lacks it)."""
+    func = getattr(_libc(), "renameat2", None)
     if func is None:
         return errno.ENOSYS
     ctypes.set_errno(0)
     at_fdcwd, noreplace = -100, 1
-    result = func(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), noreplace)
-    return 0 if result == 0 else (ctypes.get_errno() or errno.EIO)
+    if func(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), noreplace) == 0:
+        return 0
+    return ctypes.get_errno() or errno.EIO
+
+
+_libc = functools.cache(lambda: ctypes.CDLL(None, use_errno=True))
 
 
 def probe_rename(parent: Path | str) -> str:
-    """Which publish rename ``parent``'s filesystem supports: ``"renameat2"`` or ``"rename"`` (fallback).
-
-    Creates ``parent`` (and its parents) if needed, then renames a scratch directory to a fresh name with
-    ``RENAME_NOREPLACE``; EINVAL or ENOSYS means the filesystem or kernel lacks it. When it works, a second
-    no-replace rename onto an empty directory must fail with EEXIST. The scratch directories are removed.
-    """
+    """Which publish rename ``parent``'s filesystem supports: ``"renameat2"`` or ``"rename"`` (it lacks
+    ``RENAME_NOREPLACE``), found by renaming scratch directories (removed after) in ``parent``, created if needed.
+    A filesystem whose ``renameat2`` accepts the flag but replaces an existing directory is refused."""
     parent = Path(parent)
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -299,39 +287,26 @@ def hold_lock(temp_dir: Path) -> int:
     """
     path = lock_path(temp_dir)
     for _ in range(3):
+        fd = -1
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except OSError as error:
-            raise write_error(f"Creating the lock file {path}", error) from error
-        except BaseException:  # a stop as the file was created: its descriptor is lost, the file goes
-            _discard_lock(path, -1)
-            raise
-        try:
             # Blocking: a cleaner that found this fresh file before the directory exists holds its lock only while
             # it removes the file. Then the inode check below fails and a new file is created.
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 return fd
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            os.close(fd)
-            raise write_error(f"Locking {path}", error) from error
-        except BaseException:  # a stop while it locks: the file this call created goes with it
-            _discard_lock(path, fd)
+        except BaseException as error:  # a stop included: the file this call created goes with it
+            if fd >= 0:
+                os.close(fd)
+                if isinstance(error, FileNotFoundError):
+                    continue  # a cleaner removed it: create another
+            with suppress(OSError):
+                path.unlink()
+            if isinstance(error, OSError):
+                raise write_error(f"Locking {path}", error) from error
             raise
         os.close(fd)
     raise WriteError(f"The lock file {path} kept disappearing (a concurrent gencache clean?); rerun.")
-
-
-def _discard_lock(path: Path, fd: int) -> None:
-    """Close ``fd`` (when known) and remove the lock file :func:`hold_lock` was creating (its name is this
-    process's own)."""
-    if fd >= 0:
-        with suppress(OSError):
-            os.close(fd)
-    with suppress(OSError):
-        path.unlink()
 
 
 def release_lock(temp_dir: Path, fd: int) -> None:
@@ -362,27 +337,6 @@ def _try_lock(path: str) -> tuple[str, int]:
         os.close(fd)
         return "live", -1
     return "dead", fd
-
-
-def _remove_tree(path: str) -> bool:
-    """Remove a directory tree; True when this call removed it, False when it was already gone (another cleaner)."""
-    if not os.path.lexists(path):
-        return False
-
-    def ignore_missing(function: Any, name: str, error: BaseException) -> None:
-        if not isinstance(error, FileNotFoundError):
-            raise error
-
-    try:
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=ignore_missing)
-        else:
-            shutil.rmtree(path, onerror=lambda function, name, info: ignore_missing(function, name, info[1]))
-    except FileNotFoundError:
-        return False
-    except OSError as error:
-        raise WriteError(f"Removing {path} failed: {error.strerror or error}; remove it by hand.") from error
-    return True
 
 
 def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:
@@ -433,13 +387,16 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
         ):  # no lock file: not a writer's directory, or a rename probe's scratch directory still in use
             continue
         try:
-            if _remove_tree(path):
+            if os.path.lexists(path):  # else another cleaner removed it
+                shutil.rmtree(path)
                 removed.append(Path(path))
             if fd >= 0:
                 with suppress(OSError):
                     os.unlink(lock)
-        except WriteError as error:
-            failed.append(f"{path} ({error.__cause__.strerror if isinstance(error.__cause__, OSError) else error})")
+        except FileNotFoundError:
+            pass  # another cleaner removed it meanwhile
+        except OSError as error:
+            failed.append(f"{path} ({error.strerror or error})")
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -453,8 +410,7 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
 
 
 def pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+    """Whether process ``pid`` of this host runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

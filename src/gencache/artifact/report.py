@@ -17,7 +17,7 @@ import numpy as np
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, verify
-from gencache.artifact.resolved import DIGEST_FIELD, with_resolved_digest
+from gencache.artifact.resolved import DIGEST_FIELD, nested, with_resolved_digest
 from gencache.artifact.shards import ShardCheck, ShardSet, check_shard_set, find_shards, stray_directory
 from gencache.artifact.store import Location, exists, location, read_resolved_config
 from gencache.artifact.summary import check_data_configs
@@ -278,37 +278,23 @@ def _recorded(reader: CacheReader) -> dict[str, Any]:
     return {} if digest is not None and digest != with_resolved_digest(resolved)[DIGEST_FIELD] else resolved
 
 
-def _get(value: Any, name: str) -> Any:
-    return value.get(name) if isinstance(value, dict) else None
-
-
 def _shard_data_configs(resolved: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, int]] | None:
-    """A shard's own counts as its run recorded them, when consistent with the manifest: one per data config of
-    the run, none above the run's counts, as many keys as entries."""
-    if summary["shard"] is not None and not summary["data_configs"]:
-        return []  # a run without data configs (an artifact written directly): nothing to count
-    recorded = _get(resolved.get("shard"), "data_configs")
-    if summary["shard"] is None or recorded is None:
+    """A shard's own counts as its run recorded them (None when unrecorded or malformed)."""
+    if summary["shard"] is None:
         return None
+    if not summary["data_configs"]:
+        return []  # a run without data configs (an artifact written directly): nothing to count
     try:
-        counts = check_data_configs(recorded, "shard.data_configs")
+        return check_data_configs(nested(resolved, "shard", "data_configs"), "shard.data_configs")
     except FormatError:
         return None
-    run = summary["data_configs"]
-    unique = [item["unique"] for item in counts]
-    if len(counts) != len(run) or any(
-        mine["samples"] > whole["samples"] or mine["unique"] > whole["unique"]
-        for mine, whole in zip(counts, run, strict=True)
-    ):
-        return None
-    return None if counts and not max(unique) <= summary["entries"] <= sum(unique) else counts
 
 
 def _artifact_report(reader: CacheReader) -> ArtifactReport:
     lengths, summary, provenance = reader.index.lengths, reader.summary, reader.provenance
     resolved = _recorded(reader)
-    engine, facts = resolved.get("engine"), _get(resolved.get("runtime"), "determinism")
-    sampling, conflicting = _get(engine, "sampling"), _get(resolved.get("samples"), "conflicting_prompts")
+    engine, facts = resolved.get("engine"), nested(resolved, "runtime", "determinism")
+    sampling, conflicting = nested(engine, "sampling"), nested(resolved, "samples", "conflicting_prompts")
     return ArtifactReport(
         path=str(reader.path),
         teacher=provenance["model_path"],
@@ -328,7 +314,7 @@ def _artifact_report(reader: CacheReader) -> ArtifactReport:
         data_configs=summary["data_configs"],
         shard_data_configs=_shard_data_configs(resolved, summary),
         shard=summary["shard"],
-        engine=name if isinstance(name := _get(engine, "name"), str) else None,
+        engine=name if isinstance(name := nested(engine, "name"), str) else None,
         determinism={**facts, "sampling": sampling if isinstance(sampling, (str, dict)) else None}
         if isinstance(facts, dict)
         else None,
