@@ -110,7 +110,7 @@ def audit_command(
 
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
-        raise InputPathError(not_artifact.error)
+        raise InputPathError(not_artifact["error"])
     if engine is not None and engine not in ALL_ENGINES:
         from gencache.config.messages import unknown_name
 
