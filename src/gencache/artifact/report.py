@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +232,7 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
         ]
     )
     check = check_shard_set(shards, {i: r.summary["shard"] for i, r in readers.items()})
-    report = {"path": str(shards.base), "kind": "sharded", "shards": asdict(check), "totals": totals}
+    report = {"path": str(shards.base), "kind": "sharded", "shards": check, "totals": totals}
     return {**report, "artifacts": reports}, list(readers.values())
 
 
@@ -297,7 +297,7 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
         shards = None if exists(path) else find_shards(path)
         if shards is not None:
             readers = {i: r for i, shard in shards.present.items() if isinstance(r := _open(shard), CacheReader)}
-            if problems := check_shard_set(shards, {i: r.summary["shard"] for i, r in readers.items()}).problems:
+            if problems := check_shard_set(shards, {i: r.summary["shard"] for i, r in readers.items()})["problems"]:
                 results.append(
                     {"path": str(path), "status": "fail", "problems": problems}
                 )  # verify() says why a shard failed

@@ -20,7 +20,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -123,7 +123,6 @@ class MultipartUpload:
         self.where = where
         self.upload_id: str | None = None
         self.parts: dict[int, str] = {}
-        self.bytes_sent = 0
 
     def send(self, number: int, data: bytes | bytearray | memoryview) -> None:
         s3, where = client(), self.where
@@ -140,7 +139,6 @@ class MultipartUpload:
             Body=bytes(data),
         )
         self.parts[number] = sent["ETag"]
-        self.bytes_sent += len(data)
 
     def complete(self) -> None:
         parts = [{"PartNumber": number, "ETag": tag} for number, tag in sorted(self.parts.items())]
@@ -156,44 +154,34 @@ class MultipartUpload:
         self.upload_id = None
 
     def abort(self) -> None:
-        if self.upload_id is not None:
-            upload = {"Key": self.where.key, "UploadId": self.upload_id}
-            self.upload_id = None
+        upload_id, self.upload_id = self.upload_id, None
+        if upload_id is not None:
+            where = self.where
             with suppress(GencacheError):
-                call("Aborting an upload", client().abort_multipart_upload, **_upload(self.where.bucket, upload))
+                call(
+                    "Aborting an upload",
+                    client().abort_multipart_upload,
+                    Bucket=where.bucket,
+                    Key=where.key,
+                    UploadId=upload_id,
+                )
 
 
-def _upload(bucket: str, upload: dict[str, Any]) -> dict[str, str]:
-    return {"Bucket": bucket, "Key": upload["Key"], "UploadId": upload["UploadId"]}
-
-
-def put_new(where: S3Url, pieces: Iterable[bytes]) -> int:
-    """Create the object ``where`` from ``pieces`` only if it does not exist (one request when small, else a
-    multipart upload); returns the bytes sent."""
-    upload = MultipartUpload(where)
-    buffer = bytearray()
+def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
+    """Create the object ``where`` from ``pieces`` (a multipart upload, so that memory stays flat) only if it
+    does not exist."""
+    upload, buffer = MultipartUpload(where), bytearray()
     try:
         for piece in pieces:
             buffer += piece
             if len(buffer) >= PART_BYTES:
                 upload.send(len(upload.parts) + 1, buffer)
                 buffer.clear()
-        if not upload.parts:
-            call(
-                f"Publishing {where}",
-                client().put_object,
-                Bucket=where.bucket,
-                Key=where.key,
-                Body=bytes(buffer),
-                IfNoneMatch="*",
-            )
-            return len(buffer)
-        if buffer:
+        if buffer or not upload.parts:
             upload.send(len(upload.parts) + 1, buffer)
         upload.complete()
     finally:
         upload.abort()
-    return upload.bytes_sent
 
 
 class PayloadUpload:
@@ -259,28 +247,6 @@ class PayloadUpload:
 
 
 # -- clean ---------------------------------------------------------------------------------------------------
-def lock_is_stale(lock: S3Url, entry: dict[str, Any]) -> bool:
-    """Whether the writer of ``lock`` is gone: its process on this host no longer exists, or the lock was not
-    rewritten for :data:`STALE_AFTER` seconds."""
-    holder = _holder(lock)
-    if holder is None:
-        return True
-    if holder.get("host") == host_tag() and isinstance(holder.get("pid"), int):
-        return not pid_alive(holder["pid"])
-    return bool(time.time() - entry["LastModified"].timestamp() > STALE_AFTER)
-
-
-def _uploads(parent: S3Url) -> Iterator[dict[str, Any]]:
-    """The incomplete multipart uploads under ``parent``, every page of them."""
-    arguments: dict[str, Any] = {"Bucket": parent.bucket, "Prefix": parent.prefix}
-    while True:
-        page = call(f"Listing uploads under {parent}/", client().list_multipart_uploads, **arguments)
-        yield from page.get("Uploads", [])
-        if not page.get("IsTruncated"):
-            return
-        arguments |= {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
-
-
 def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): their
     incomplete uploads of an artifact's files, the files of an artifact they never committed (no
@@ -288,8 +254,9 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     artifact and every object that is not an artifact's file. Returns what was removed."""
     s3 = client()
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
+    pages = s3.get_paginator("list_multipart_uploads").paginate(Bucket=parent.bucket, Prefix=parent.prefix)
     uploads: dict[str, list[dict[str, Any]]] = {}
-    for upload in _uploads(parent):
+    for upload in call(f"Listing uploads under {parent}/", lambda: [u for p in pages for u in p.get("Uploads", [])]):
         name, _, file = upload["Key"][len(parent.prefix) :].partition("/")
         if file in ARTIFACT_FILES:
             uploads.setdefault(name, []).append(upload)
@@ -303,13 +270,25 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
         if outputs is not None and name not in outputs:
             continue
         where, lock = parent / name, lock_of(parent / name)
-        if name in locks and not lock_is_stale(lock, locks[name]):
+        holder = _holder(lock)
+        if name not in locks and holder is not None:  # a writer that started after the listing
             continue
-        if name not in locks and _holder(lock) is not None:  # a writer that started after the listing
-            continue
+        if name in locks and holder is not None:  # gone when its process on this host is, or when not rewritten
+            pid = holder.get("pid")
+            if holder.get("host") == host_tag() and isinstance(pid, int):
+                if pid_alive(pid):
+                    continue
+            elif time.time() - locks[name]["LastModified"].timestamp() <= STALE_AFTER:
+                continue
         for upload in uploads.get(name, []):
             with suppress(GencacheError):  # completed or aborted meanwhile: nothing left to remove
-                call("Aborting an upload", s3.abort_multipart_upload, **_upload(parent.bucket, upload))
+                call(
+                    "Aborting an upload",
+                    s3.abort_multipart_upload,
+                    Bucket=parent.bucket,
+                    Key=upload["Key"],
+                    UploadId=upload["UploadId"],
+                )
             removed.append(f"{parent / upload['Key'][len(parent.prefix) :]} (incomplete upload)")
         files = {entry["Key"][len(where.prefix) :] for entry in list_objects(where)} & ARTIFACT_FILES
         if files and MANIFEST_NAME not in files:
