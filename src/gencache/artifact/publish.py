@@ -83,7 +83,7 @@ def write_error(what: str, error: OSError) -> WriteError:
 
 RENAME_MODES = ("renameat2", "rename")
 T = TypeVar("T")
-_PROBE = ".rename-probe-"  # in the names of probe_rename's scratch directories
+_PROBE = ".rename-probe"  # in the name of probe_rename's scratch directory
 NAME_MAX = 255  # the longest file name (bytes) Linux file systems take
 PATH_MAX = 4096  # the longest path (bytes) the kernel takes
 
@@ -148,27 +148,23 @@ _libc = functools.cache(lambda: ctypes.CDLL(None, use_errno=True))
 
 def probe_rename(parent: Path | str) -> str:
     """Which publish rename ``parent``'s filesystem supports: ``"renameat2"`` or ``"rename"`` (it lacks
-    ``RENAME_NOREPLACE``), found by renaming scratch directories (removed after) in ``parent``, created if needed.
+    ``RENAME_NOREPLACE``), found by renaming directories in a scratch directory of ``parent`` (created if needed).
     A filesystem whose ``renameat2`` accepts the flag but replaces an existing directory is refused."""
     parent = Path(parent)
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise write_error(f"Creating the output parent directory {parent}", error) from error
-    base = parent / "probe"
-    source, target, occupied = (parent / temp_name(base, f"{_PROBE}{tag}") for tag in "abc")
+    scratch = parent / temp_name(parent / "probe", _PROBE)
     try:
         try:
-            source.mkdir(mode=0o700)
-            occupied.mkdir(mode=0o700)
+            scratch.mkdir(mode=0o700, parents=True)
+            (scratch / "a").mkdir()
+            (scratch / "c").mkdir()
         except OSError as error:
             raise write_error(f"Creating a scratch directory in {parent}", error) from error
-        code = _renameat2(source, target)
+        code = _renameat2(scratch / "a", scratch / "b")
         if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             return "rename"
         if code:
             raise WriteError(f"renameat2 probe in {parent} failed: {os.strerror(code)}; check the output filesystem.")
-        code = _renameat2(target, occupied)
+        code = _renameat2(scratch / "b", scratch / "c")
         if code != errno.EEXIST:
             raise WriteError(
                 f"renameat2(RENAME_NOREPLACE) in {parent} did not refuse an existing directory "
@@ -176,17 +172,16 @@ def probe_rename(parent: Path | str) -> str:
             )
         return "renameat2"
     finally:
-        for path in (source, target, occupied):
-            with suppress(OSError):
-                path.rmdir()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = None) -> str:
     """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
 
-    ``mode`` ``None`` or ``"renameat2"``: ``renameat2(RENAME_NOREPLACE)``, falling back to a plain rename of the
-    non-empty directory when the filesystem answers EINVAL/ENOSYS; ``"rename"`` (what :func:`probe_rename`
-    found): the plain rename directly. The directory's mode follows the umask; the parent is fsynced.
+    ``renameat2(RENAME_NOREPLACE)`` unless ``mode`` is ``"rename"`` (what :func:`probe_rename` found) or the
+    filesystem answers EINVAL/ENOSYS; then a plain rename of the non-empty directory, after checking the output is
+    still absent (the rename itself refuses a non-empty directory, a file or a symlink). The directory's mode
+    follows the umask; the parent is fsynced.
     """
     temp_dir, output_dir = Path(temp_dir), Path(output_dir)
     try:
@@ -194,29 +189,23 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
         fsync_dir(temp_dir)
     except OSError as error:
         raise write_error(f"Preparing {temp_dir} for publishing", error) from error
-    used = mode or "renameat2"
-    if used == "renameat2":
-        code = _renameat2(temp_dir, output_dir)
-        if code == errno.EEXIST:
-            raise OutputExistsError(
-                f"Output path {output_dir} appeared while generating; it was left untouched and nothing was "
-                "published. Choose a new output_dir."
-            )
-        if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-            used = "rename"
-        elif code:
-            raise write_error(f"Publishing {output_dir}", OSError(code, os.strerror(code)))
-    if used == "rename":
+    code = errno.EINVAL if mode == "rename" else _renameat2(temp_dir, output_dir)
+    used = "renameat2"
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        used = "rename"
         check_output_path(output_dir)
         try:
             os.rename(temp_dir, output_dir)
+            code = 0
         except OSError as error:
-            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                raise OutputExistsError(
-                    f"Output path {output_dir} appeared while generating; nothing was published. "
-                    "Choose a new output_dir."
-                ) from error
-            raise write_error(f"Publishing {output_dir}", error) from error
+            code = errno.EEXIST if error.errno == errno.ENOTEMPTY else error.errno or errno.EIO
+    if code == errno.EEXIST:
+        raise OutputExistsError(
+            f"Output path {output_dir} appeared while generating; it was left untouched and nothing was published. "
+            "Choose a new output_dir."
+        )
+    if code:
+        raise write_error(f"Publishing {output_dir}", OSError(code, os.strerror(code)))
     try:
         fsync_dir(output_dir.parent)
     except OSError as error:  # the rename happened: say so, never "nothing was published"
@@ -232,38 +221,31 @@ def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: 
 
     ``write(handle)`` fills a temporary sibling of ``path`` (named after this host, process and a random token, so
     concurrent writers never share one), which is flushed to disk and then renamed over ``path`` (``replace``) or
-    hard-linked to it, raising :class:`FileExistsError` where a file exists (never replacing it); the parent
-    directory is then fsynced where it can be. The temporary file is removed whatever happens. Failing file-system
-    steps raise :class:`WriteError`; what ``write`` raises passes through.
+    hard-linked to it, raising :class:`FileExistsError` where a file exists (never replacing it). The temporary
+    file is removed whatever happens. Failing file-system steps raise :class:`WriteError`; what ``write`` raises
+    passes through.
     """
     target = Path(os.path.abspath(path))
     temporary = target.with_name(temp_name(target))
+    step: str | None = f"Writing {target}"
     try:
-        handle = open(temporary, "xb")  # noqa: SIM115 - closed by the with block below
-    except OSError as error:
-        raise write_error(f"Writing {target}", error) from error
-    try:
-        with handle:
+        with open(temporary, "xb") as handle:
+            step = None  # what write raises passes through
             result = write(handle)
-            try:
-                handle.flush()
-                os.fsync(handle.fileno())
-            except OSError as error:
-                raise write_error(f"Writing {target}", error) from error
-        try:
-            if replace:
-                os.replace(temporary, target)
-            else:
-                os.link(temporary, target)
-        except FileExistsError:
+            step = f"Writing {target}"
+            handle.flush()
+            os.fsync(handle.fileno())
+        step = f"Publishing {target}"
+        (os.replace if replace else os.link)(temporary, target)
+    except OSError as error:
+        if step is None or (isinstance(error, FileExistsError) and step.startswith("Publishing")):
             raise
-        except OSError as error:
-            raise write_error(f"Publishing {target}", error) from error
-        with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
-            fsync_dir(target.parent)
+        raise write_error(step, error) from error
     finally:
         with suppress(FileNotFoundError):
             os.unlink(temporary)
+    with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
+        fsync_dir(target.parent)
     return result
 
 
