@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,19 +297,16 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
         shards = None if exists(path) else find_shards(path)
         if shards is not None:
             readers = {i: r for i, shard in shards.present.items() if isinstance(r := _open(shard), CacheReader)}
+            # the set's problems; verify() below says why a shard failed to open
             if problems := check_shard_set(shards, {i: r.summary["shard"] for i, r in readers.items()})["problems"]:
-                results.append(
-                    {"path": str(path), "status": "fail", "problems": problems}
-                )  # verify() says why a shard failed
+                results.append({"path": str(path), "status": "fail", "problems": problems})
         for target in [path] if shards is None else shards.present.values():
             payload = target / PAYLOAD_NAME
             size = os.stat(payload).st_size if isinstance(payload, Path) and payload.is_file() else 0
+            shown = progress is not None and size >= PROGRESS_MIN_BYTES
             try:
-                if progress is not None and size >= PROGRESS_MIN_BYTES:
-                    with progress(target.name, size) as advance:
-                        found = verify(target, advance)
-                else:
-                    found = verify(target)
+                with progress(target.name, size) if shown else nullcontext() as advance:  # type: ignore[misc]
+                    found = verify(target, advance)
             except UnicodeError:
                 found = [_NOT_UNICODE.format(path=target)]
             results.append({"path": str(target), "status": "fail" if found else "ok", "problems": found})

@@ -120,51 +120,28 @@ class MultipartUpload:
     object exists) or aborted."""
 
     def __init__(self, where: S3Url) -> None:
-        self.where = where
+        self.where, self.object = where, {"Bucket": where.bucket, "Key": where.key}
         self.upload_id: str | None = None
         self.parts: dict[int, str] = {}
 
     def send(self, number: int, data: bytes | bytearray | memoryview) -> None:
-        s3, where = client(), self.where
+        s3, what = client(), f"Uploading {self.where}"
         if self.upload_id is None:
-            started = call(f"Uploading {where}", s3.create_multipart_upload, Bucket=where.bucket, Key=where.key)
-            self.upload_id = started["UploadId"]
-        sent = call(
-            f"Uploading {where}",
-            s3.upload_part,
-            Bucket=where.bucket,
-            Key=where.key,
-            UploadId=self.upload_id,
-            PartNumber=number,
-            Body=bytes(data),
-        )
+            self.upload_id = call(what, s3.create_multipart_upload, **self.object)["UploadId"]
+        sent = call(what, s3.upload_part, **self.object, UploadId=self.upload_id, PartNumber=number, Body=bytes(data))
         self.parts[number] = sent["ETag"]
 
     def complete(self) -> None:
         parts = [{"PartNumber": number, "ETag": tag} for number, tag in sorted(self.parts.items())]
-        call(
-            f"Publishing {self.where}",
-            client().complete_multipart_upload,
-            Bucket=self.where.bucket,
-            Key=self.where.key,
-            UploadId=self.upload_id,
-            MultipartUpload={"Parts": parts},
-            IfNoneMatch="*",
-        )
+        upload = {"UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}}
+        call(f"Publishing {self.where}", client().complete_multipart_upload, **self.object, **upload, IfNoneMatch="*")
         self.upload_id = None
 
     def abort(self) -> None:
         upload_id, self.upload_id = self.upload_id, None
         if upload_id is not None:
-            where = self.where
             with suppress(GencacheError):
-                call(
-                    "Aborting an upload",
-                    client().abort_multipart_upload,
-                    Bucket=where.bucket,
-                    Key=where.key,
-                    UploadId=upload_id,
-                )
+                call("Aborting an upload", client().abort_multipart_upload, **self.object, UploadId=upload_id)
 
 
 def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
@@ -200,7 +177,6 @@ class PayloadUpload:
         self.held = bytearray()  # data bytes of part 1
         self.pending = bytearray()  # data bytes of the next part
         self.sent_data = 0  # data bytes in the parts sent after part 1
-        self.size = self.data_start
 
     def append(self, buffers: Sequence[bytes | memoryview]) -> None:
         for buffer in buffers:
@@ -208,7 +184,6 @@ class PayloadUpload:
             room = self.first_end - self.data_start - len(self.held)
             self.held += view[:room]
             self.pending += view[room:] if room > 0 else view
-            self.size += view.nbytes
         if len(self.pending) >= PART_BYTES:
             self.upload.send(len(self.upload.parts) + 2, self.pending)
             self.sent_data += len(self.pending)
@@ -225,7 +200,6 @@ class PayloadUpload:
             self.pending.clear()
         else:
             raise WriteError(f"{self.upload.where}: bytes already sent cannot be taken back.")
-        self.size = size
 
     def finish(self, header: bytes) -> None:
         """Send the last data, then part 1 with ``header`` in its reserved place, and complete the upload."""
