@@ -59,13 +59,9 @@ def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> Non
 
 
 def umask() -> int:
-    with suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    """The process's umask, read without setting it (``os.umask`` would change it for every thread meanwhile)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
 
 
 def write_error(what: str, error: OSError) -> WriteError:

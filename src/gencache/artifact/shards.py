@@ -60,11 +60,15 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any
     The run of the set is the ``run_digest`` recorded by most correctly named shards (the lowest index wins a tie);
     every other correctly named shard is of another run.
     """
+
+    def names(indices: Any) -> list[str]:
+        return [f"{i:05d}" for i in indices]
+
     base, count = shards.base, shards.count
     problems: list[str] = []
     if shards.missing:
         problems.append(
-            f"{base} is split {count} ways but shards {', '.join(f'{i:05d}' for i in shards.missing)} are missing; "
+            f"{base} is split {count} ways but shards {', '.join(names(shards.missing))} are missing; "
             f"rerun the same command (gencache generate CONFIG --shards {count} regenerates only the missing ones; "
             f"one shard alone is --shard I/{count})."
         )
@@ -93,8 +97,7 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any
         )
     if len(groups) > 1:
         described = "; ".join(
-            f"shards {', '.join(f'{i:05d}' for i in indices)} have run_digest {digest[:12]}"
-            for digest, indices in groups.items()
+            f"shards {', '.join(names(indices))} have run_digest {digest[:12]}" for digest, indices in groups.items()
         )
         problems.append(
             f"The shards of {base} come from different runs ({described}); remove the shards of the wrong run and "
@@ -102,10 +105,6 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any
         )
     run_digest = max(groups, key=lambda d: (len(groups[d]), -groups[d][0])) if groups else None
     other_run = sorted(i for d, indices in groups.items() if d != run_digest for i in indices)
-
-    def names(indices: Any) -> list[str]:
-        return [f"{i:05d}" for i in indices]
-
     return {
         "count": count,
         "present": names(shards.present),
