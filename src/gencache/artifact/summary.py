@@ -47,14 +47,6 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     That must equal the entries of an unsharded artifact and be at least the entries of a shard (checked here and
     by the reader). Omitted, ``duplicates`` is inferred for an unsharded artifact (0 without data_configs).
     """
-    if not isinstance(caller, Mapping):
-        raise FormatError("summary must be an object with duplicates, data_configs and shard.")
-    unknown = set(caller) - {"duplicates", "data_configs", "shard"}
-    if unknown:
-        raise FormatError(
-            f"summary has unknown fields {sorted(map(str, unknown))}; the caller provides only duplicates, "
-            "data_configs and shard (the writer counts the rest)."
-        )
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = check_shard_info(caller.get("shard"))
     reasons = dict.fromkeys(FINISH_REASONS, 0)

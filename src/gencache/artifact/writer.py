@@ -71,12 +71,11 @@ def _as_view(sequence: object, key: str, i: int) -> memoryview:
             f"{where} must be a bytes-like object of little-endian int64 token ids (for a tensor: "
             "t.to(torch.int64).contiguous().numpy())."
         ) from None
-    if not view.c_contiguous:
-        raise FormatError(f"{where} must be contiguous.")
     kind = view.format.lstrip("@=<")
-    if kind not in ("B", "b", "c") and not (kind in ("q", "l") and view.itemsize == TOKEN_BYTES):
+    if not view.c_contiguous or not (kind in "Bbc" or (kind in "ql" and view.itemsize == TOKEN_BYTES)):
         raise FormatError(
-            f"{where} holds elements of format {view.format!r}; give little-endian int64 token ids or their raw bytes."
+            f"{where} holds elements of format {view.format!r}; give contiguous little-endian int64 token ids or "
+            "their raw bytes."
         )
     view = view.cast("B")
     if view.nbytes == 0 or view.nbytes % TOKEN_BYTES:
@@ -236,8 +235,6 @@ class CacheWriter:
         :class:`HeaderCapacityError`, the writer's files are removed and the error re-raised.
         """
         self._require_open("finalize")
-        if not isinstance(resolved_config, Mapping):
-            raise FormatError("resolved_config must be a JSON object (a mapping).")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
             keys = sorted_record_keys(self._records)
             header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
