@@ -26,7 +26,7 @@ from typing import Any
 
 from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
 from gencache.artifact.publish import host_tag, pid_alive
-from gencache.artifact.store import call, client, list_objects, read_object
+from gencache.artifact.store import call, client, list_objects, read_object, remove
 from gencache.config.paths import S3Url
 from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError, WriteError
 
@@ -112,7 +112,7 @@ class Lease:
         self._stop.set()
         self._thread.join()
         with suppress(GencacheError):
-            call("Removing the lock", client().delete_object, Bucket=self.lock.bucket, Key=self.lock.key)
+            remove(self.lock)
 
 
 class MultipartUpload:
@@ -254,22 +254,17 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
                     continue
             elif time.time() - locks[name]["LastModified"].timestamp() <= STALE_AFTER:
                 continue
-        for upload in uploads.get(name, []):
-            with suppress(GencacheError):  # completed or aborted meanwhile: nothing left to remove
-                call(
-                    "Aborting an upload",
-                    s3.abort_multipart_upload,
-                    Bucket=parent.bucket,
-                    Key=upload["Key"],
-                    UploadId=upload["UploadId"],
-                )
-            removed.append(f"{parent / upload['Key'][len(parent.prefix) :]} (incomplete upload)")
+        for upload in uploads.get(name, []):  # one completed or aborted meanwhile is fine
+            stale = MultipartUpload(parent / upload["Key"][len(parent.prefix) :])
+            stale.upload_id = upload["UploadId"]
+            stale.abort()
+            removed.append(f"{stale.where} (incomplete upload)")
         files = {entry["Key"][len(where.prefix) :] for entry in list_objects(where)} & ARTIFACT_FILES
         if files and MANIFEST_NAME not in files:
             for file in sorted(files):
-                call(f"Removing {where / file}", s3.delete_object, Bucket=where.bucket, Key=(where / file).key)
+                remove(where / file)
             removed.append(f"{where} (uncommitted: {', '.join(sorted(files))})")
         if name in locks:
-            call(f"Removing {lock}", s3.delete_object, Bucket=lock.bucket, Key=lock.key)
+            remove(lock)
             removed.append(f"{lock} (stale lock)")
     return removed
