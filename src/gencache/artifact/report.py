@@ -295,11 +295,9 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
             results.append({"path": not_artifact["path"], "status": "bad_input", "problems": [not_artifact["error"]]})
             continue
         shards = None if exists(path) else find_shards(path)
-        if shards is not None:
-            readers = {i: r for i, shard in shards.present.items() if isinstance(r := _open(shard), CacheReader)}
-            # the set's problems; verify() below says why a shard failed to open
-            if problems := check_shard_set(shards, {i: r.summary["shard"] for i, r in readers.items()})["problems"]:
-                results.append({"path": str(path), "status": "fail", "problems": problems})
+        # the set's problems; verify() below says why a shard failed to open
+        if shards is not None and (problems := _sharded_report(shards)[0]["shards"]["problems"]):
+            results.append({"path": str(path), "status": "fail", "problems": problems})
         for target in [path] if shards is None else shards.present.values():
             payload = target / PAYLOAD_NAME
             size = os.stat(payload).st_size if isinstance(payload, Path) and payload.is_file() else 0
