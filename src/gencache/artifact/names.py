@@ -39,9 +39,7 @@ MAX_SHARDS = 99_999
 _SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
 
 
-def is_key(value: object) -> bool:
-    """True for a semantic key: 64 lowercase hexadecimal characters."""
-    return is_sha256_hex(value)
+is_key = is_sha256_hex  # a semantic key: 64 lowercase hexadecimal characters
 
 
 def tensor_name(key: str, index: int) -> str:
