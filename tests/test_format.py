@@ -254,8 +254,6 @@ def test_summary_counts_entries_and_checks_the_callers_numbers() -> None:
                 "shard": make_shard_info(0, 3, "e" * 64),
             },
         )
-    with pytest.raises(FormatError, match="unknown fields"):
-        build_summary(records, {"entries": 2})
     with pytest.raises(FormatError, match="index must be 0"):
         build_summary(records, {"data_configs": [{"index": 1, "samples": 3, "unique": 2}]})
     with pytest.raises(FormatError, match="unique <= samples"):

@@ -198,7 +198,7 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
                 f"{expanded[0].name}-shard-*-of-* are beside it); check the path."
             )
         if shards is not None and (shards.missing or shards.other_splits):
-            raise ShardError(" ".join(check_shard_set(shards, {}).problems))
+            raise ShardError(" ".join(check_shard_set(shards, {})["problems"]))
         groups.append((expanded, shards))
     seen: dict[str, Location] = {}
     for path in (path for expanded, _ in groups for path in expanded):
@@ -213,7 +213,7 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
         opened = [CacheReader(path) for path in expanded]
         if shards is not None:
             infos = {index: reader.summary["shard"] for index, reader in zip(shards.present, opened, strict=True)}
-            problems = check_shard_set(shards, infos).problems
+            problems = check_shard_set(shards, infos)["problems"]
             if problems:
                 raise ShardError(" ".join(problems))
         readers.extend(opened)

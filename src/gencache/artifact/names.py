@@ -5,7 +5,6 @@ the keys ``k`` with ``int(k, 16) % N == I``). Pure: no I/O, no torch.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,10 +24,7 @@ MAX_HEADER_BYTES = 100_000_000
 """The safetensors limit on the header length (``MAX_HEADER_SIZE`` in safetensors' ``tensor.rs``)."""
 
 LENGTH_PREFIX_BYTES = 8
-DIGEST_BYTES = hashlib.sha256().digest_size
-"""Bytes of a SHA-256 digest: of a sequence's token bytes, of an entry's content."""
-DIGEST_HEX_CHARS = 2 * DIGEST_BYTES
-"""Characters of a lowercase hex SHA-256 digest: a semantic key, a content digest, a sequence digest."""
+DIGEST_HEX_CHARS = 64  # a lowercase hex SHA-256: a semantic key, a content digest, a sequence digest
 TOKEN_DTYPE = "I64"
 TOKEN_BYTES = 8
 FINISH_REASONS = ("eos", "stop_string", "length")
@@ -37,16 +33,13 @@ PADDING_SIDES = ("left", "right")
 TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})\Z")
 """The name of a writer's temporary directory beside its output: ``.<name>.gencache-<host>-<pid>-<random>``."""
 
-_SHARD_FIELDS = frozenset({"index", "count", "rule", "run_digest"})
 SHARD_RULE = "key-mod"
 MAX_SHARDS = 99_999
 
 _SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
 
 
-def is_key(value: object) -> bool:
-    """True for a semantic key: 64 lowercase hexadecimal characters."""
-    return is_sha256_hex(value)
+is_key = is_sha256_hex  # a semantic key: 64 lowercase hexadecimal characters
 
 
 def tensor_name(key: str, index: int) -> str:
@@ -101,7 +94,6 @@ def shard_of(key: str, count: int) -> int:
 
 
 def _check_shard_numbers(index: object, count: object, *, where: str) -> None:
-    """:class:`ShardError` unless ``count`` is 1..:data:`MAX_SHARDS` and ``index`` is 0..count-1 (integers)."""
     if not is_int(count) or not 1 <= count <= MAX_SHARDS:  # type: ignore[operator]
         raise ShardError(f"{where}: shard count must be an integer from 1 to {MAX_SHARDS}, got {count!r}.")
     if not is_int(index) or not 0 <= index < count:  # type: ignore[operator]
@@ -117,13 +109,11 @@ def make_shard_info(index: int, count: int, run_digest: str) -> dict[str, Any]:
 
 
 def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, Any] | None:
-    """Validate a recorded ``summary.shard``: null or ``{index, count, rule: "key-mod", run_digest}``.
-
-    Raises :class:`FormatError` (the record is part of an artifact that was read).
-    """
+    """A recorded ``summary.shard``: null or ``{index, count, rule: "key-mod", run_digest}``; :class:`FormatError`
+    otherwise (the record is part of an artifact that was read)."""
     if value is None:
         return None
-    if not isinstance(value, Mapping) or set(value) != _SHARD_FIELDS:
+    if not isinstance(value, Mapping) or set(value) != {"index", "count", "rule", "run_digest"}:
         raise FormatError(f"{where} must be null or an object with exactly index, count, rule, run_digest.")
     if value["rule"] != SHARD_RULE:
         raise FormatError(f"{where}.rule must be {SHARD_RULE!r}, got {value['rule']!r}.")

@@ -11,11 +11,10 @@ import functools
 import os
 import re
 import shutil
-import sys
 from collections.abc import Callable, Collection, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
 
 from gencache.artifact.names import TEMP_RE
 from gencache.config.paths import check_output_name
@@ -60,13 +59,9 @@ def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> Non
 
 
 def umask() -> int:
-    with suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    """The process's umask, read without setting it (``os.umask`` would change it for every thread meanwhile)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
 
 
 def write_error(what: str, error: OSError) -> WriteError:
@@ -84,7 +79,7 @@ def write_error(what: str, error: OSError) -> WriteError:
 
 RENAME_MODES = ("renameat2", "rename")
 T = TypeVar("T")
-_PROBE = ".rename-probe-"  # in the names of probe_rename's scratch directories
+_PROBE = ".rename-probe"  # in the name of probe_rename's scratch directory
 NAME_MAX = 255  # the longest file name (bytes) Linux file systems take
 PATH_MAX = 4096  # the longest path (bytes) the kernel takes
 
@@ -132,55 +127,40 @@ def check_output_path(output_dir: Path | str) -> None:
         )
 
 
-@functools.cache
-def _libc_renameat2() -> Any:
-    """libc's ``renameat2``, or None where libc lacks it."""
-    try:
-        func = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    func.restype = ctypes.c_int
-    return func
-
-
 def _renameat2(source: Path, target: Path) -> int:
-    """``renameat2(source, target, RENAME_NOREPLACE)`` through libc; 0 or the errno."""
-    func = _libc_renameat2()
+    """``renameat2(source, target, RENAME_NOREPLACE)`` through libc; 0 or the errno (ENOSYS where libc lacks it)."""
+    func = getattr(_libc(), "renameat2", None)
     if func is None:
         return errno.ENOSYS
     ctypes.set_errno(0)
     at_fdcwd, noreplace = -100, 1
-    result = func(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), noreplace)
-    return 0 if result == 0 else (ctypes.get_errno() or errno.EIO)
+    if func(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), noreplace) == 0:
+        return 0
+    return ctypes.get_errno() or errno.EIO
+
+
+_libc = functools.cache(lambda: ctypes.CDLL(None, use_errno=True))
 
 
 def probe_rename(parent: Path | str) -> str:
-    """Which publish rename ``parent``'s filesystem supports: ``"renameat2"`` or ``"rename"`` (fallback).
-
-    Creates ``parent`` (and its parents) if needed, then renames a scratch directory to a fresh name with
-    ``RENAME_NOREPLACE``; EINVAL or ENOSYS means the filesystem or kernel lacks it. When it works, a second
-    no-replace rename onto an empty directory must fail with EEXIST. The scratch directories are removed.
-    """
+    """Which publish rename ``parent``'s filesystem supports: ``"renameat2"`` or ``"rename"`` (it lacks
+    ``RENAME_NOREPLACE``), found by renaming directories in a scratch directory of ``parent`` (created if needed).
+    A filesystem whose ``renameat2`` accepts the flag but replaces an existing directory is refused."""
     parent = Path(parent)
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise write_error(f"Creating the output parent directory {parent}", error) from error
-    base = parent / "probe"
-    source, target, occupied = (parent / temp_name(base, f"{_PROBE}{tag}") for tag in "abc")
+    scratch = parent / temp_name(parent / "probe", _PROBE)
     try:
         try:
-            source.mkdir(mode=0o700)
-            occupied.mkdir(mode=0o700)
+            scratch.mkdir(mode=0o700, parents=True)
+            (scratch / "a").mkdir()
+            (scratch / "c").mkdir()
         except OSError as error:
             raise write_error(f"Creating a scratch directory in {parent}", error) from error
-        code = _renameat2(source, target)
+        code = _renameat2(scratch / "a", scratch / "b")
         if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             return "rename"
         if code:
             raise WriteError(f"renameat2 probe in {parent} failed: {os.strerror(code)}; check the output filesystem.")
-        code = _renameat2(target, occupied)
+        code = _renameat2(scratch / "b", scratch / "c")
         if code != errno.EEXIST:
             raise WriteError(
                 f"renameat2(RENAME_NOREPLACE) in {parent} did not refuse an existing directory "
@@ -188,17 +168,16 @@ def probe_rename(parent: Path | str) -> str:
             )
         return "renameat2"
     finally:
-        for path in (source, target, occupied):
-            with suppress(OSError):
-                path.rmdir()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = None) -> str:
     """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
 
-    ``mode`` ``None`` or ``"renameat2"``: ``renameat2(RENAME_NOREPLACE)``, falling back to a plain rename of the
-    non-empty directory when the filesystem answers EINVAL/ENOSYS; ``"rename"`` (what :func:`probe_rename`
-    found): the plain rename directly. The directory's mode follows the umask; the parent is fsynced.
+    ``renameat2(RENAME_NOREPLACE)`` unless ``mode`` is ``"rename"`` (what :func:`probe_rename` found) or the
+    filesystem answers EINVAL/ENOSYS; then a plain rename of the non-empty directory, after checking the output is
+    still absent (the rename itself refuses a non-empty directory, a file or a symlink). The directory's mode
+    follows the umask; the parent is fsynced.
     """
     temp_dir, output_dir = Path(temp_dir), Path(output_dir)
     try:
@@ -206,29 +185,23 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
         fsync_dir(temp_dir)
     except OSError as error:
         raise write_error(f"Preparing {temp_dir} for publishing", error) from error
-    used = mode or "renameat2"
-    if used == "renameat2":
-        code = _renameat2(temp_dir, output_dir)
-        if code == errno.EEXIST:
-            raise OutputExistsError(
-                f"Output path {output_dir} appeared while generating; it was left untouched and nothing was "
-                "published. Choose a new output_dir."
-            )
-        if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-            used = "rename"
-        elif code:
-            raise write_error(f"Publishing {output_dir}", OSError(code, os.strerror(code)))
-    if used == "rename":
+    code = errno.EINVAL if mode == "rename" else _renameat2(temp_dir, output_dir)
+    used = "renameat2"
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        used = "rename"
         check_output_path(output_dir)
         try:
             os.rename(temp_dir, output_dir)
+            code = 0
         except OSError as error:
-            if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                raise OutputExistsError(
-                    f"Output path {output_dir} appeared while generating; nothing was published. "
-                    "Choose a new output_dir."
-                ) from error
-            raise write_error(f"Publishing {output_dir}", error) from error
+            code = errno.EEXIST if error.errno == errno.ENOTEMPTY else error.errno or errno.EIO
+    if code == errno.EEXIST:
+        raise OutputExistsError(
+            f"Output path {output_dir} appeared while generating; it was left untouched and nothing was published. "
+            "Choose a new output_dir."
+        )
+    if code:
+        raise write_error(f"Publishing {output_dir}", OSError(code, os.strerror(code)))
     try:
         fsync_dir(output_dir.parent)
     except OSError as error:  # the rename happened: say so, never "nothing was published"
@@ -244,38 +217,31 @@ def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: 
 
     ``write(handle)`` fills a temporary sibling of ``path`` (named after this host, process and a random token, so
     concurrent writers never share one), which is flushed to disk and then renamed over ``path`` (``replace``) or
-    hard-linked to it, raising :class:`FileExistsError` where a file exists (never replacing it); the parent
-    directory is then fsynced where it can be. The temporary file is removed whatever happens. Failing file-system
-    steps raise :class:`WriteError`; what ``write`` raises passes through.
+    hard-linked to it, raising :class:`FileExistsError` where a file exists (never replacing it). The temporary
+    file is removed whatever happens. Failing file-system steps raise :class:`WriteError`; what ``write`` raises
+    passes through.
     """
     target = Path(os.path.abspath(path))
     temporary = target.with_name(temp_name(target))
+    step: str | None = f"Writing {target}"
     try:
-        handle = open(temporary, "xb")  # noqa: SIM115 - closed by the with block below
-    except OSError as error:
-        raise write_error(f"Writing {target}", error) from error
-    try:
-        with handle:
+        with open(temporary, "xb") as handle:
+            step = None  # what write raises passes through
             result = write(handle)
-            try:
-                handle.flush()
-                os.fsync(handle.fileno())
-            except OSError as error:
-                raise write_error(f"Writing {target}", error) from error
-        try:
-            if replace:
-                os.replace(temporary, target)
-            else:
-                os.link(temporary, target)
-        except FileExistsError:
+            step = f"Writing {target}"
+            handle.flush()
+            os.fsync(handle.fileno())
+        step = f"Publishing {target}"
+        (os.replace if replace else os.link)(temporary, target)
+    except OSError as error:
+        if step is None or (isinstance(error, FileExistsError) and step.startswith("Publishing")):
             raise
-        except OSError as error:
-            raise write_error(f"Publishing {target}", error) from error
-        with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
-            fsync_dir(target.parent)
+        raise write_error(step, error) from error
     finally:
         with suppress(FileNotFoundError):
             os.unlink(temporary)
+    with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
+        fsync_dir(target.parent)
     return result
 
 
@@ -299,39 +265,26 @@ def hold_lock(temp_dir: Path) -> int:
     """
     path = lock_path(temp_dir)
     for _ in range(3):
+        fd = -1
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except OSError as error:
-            raise write_error(f"Creating the lock file {path}", error) from error
-        except BaseException:  # a stop as the file was created: its descriptor is lost, the file goes
-            _discard_lock(path, -1)
-            raise
-        try:
             # Blocking: a cleaner that found this fresh file before the directory exists holds its lock only while
             # it removes the file. Then the inode check below fails and a new file is created.
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 return fd
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            os.close(fd)
-            raise write_error(f"Locking {path}", error) from error
-        except BaseException:  # a stop while it locks: the file this call created goes with it
-            _discard_lock(path, fd)
+        except BaseException as error:  # a stop included: the file this call created goes with it
+            if fd >= 0:
+                os.close(fd)
+                if isinstance(error, FileNotFoundError):
+                    continue  # a cleaner removed it: create another
+            with suppress(OSError):
+                path.unlink()
+            if isinstance(error, OSError):
+                raise write_error(f"Locking {path}", error) from error
             raise
         os.close(fd)
     raise WriteError(f"The lock file {path} kept disappearing (a concurrent gencache clean?); rerun.")
-
-
-def _discard_lock(path: Path, fd: int) -> None:
-    """Close ``fd`` (when known) and remove the lock file :func:`hold_lock` was creating (its name is this
-    process's own)."""
-    if fd >= 0:
-        with suppress(OSError):
-            os.close(fd)
-    with suppress(OSError):
-        path.unlink()
 
 
 def release_lock(temp_dir: Path, fd: int) -> None:
@@ -362,27 +315,6 @@ def _try_lock(path: str) -> tuple[str, int]:
         os.close(fd)
         return "live", -1
     return "dead", fd
-
-
-def _remove_tree(path: str) -> bool:
-    """Remove a directory tree; True when this call removed it, False when it was already gone (another cleaner)."""
-    if not os.path.lexists(path):
-        return False
-
-    def ignore_missing(function: Any, name: str, error: BaseException) -> None:
-        if not isinstance(error, FileNotFoundError):
-            raise error
-
-    try:
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=ignore_missing)
-        else:
-            shutil.rmtree(path, onerror=lambda function, name, info: ignore_missing(function, name, info[1]))
-    except FileNotFoundError:
-        return False
-    except OSError as error:
-        raise WriteError(f"Removing {path} failed: {error.strerror or error}; remove it by hand.") from error
-    return True
 
 
 def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:
@@ -433,13 +365,16 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
         ):  # no lock file: not a writer's directory, or a rename probe's scratch directory still in use
             continue
         try:
-            if _remove_tree(path):
+            if os.path.lexists(path):  # else another cleaner removed it
+                shutil.rmtree(path)
                 removed.append(Path(path))
             if fd >= 0:
                 with suppress(OSError):
                     os.unlink(lock)
-        except WriteError as error:
-            failed.append(f"{path} ({error.__cause__.strerror if isinstance(error.__cause__, OSError) else error})")
+        except FileNotFoundError:
+            pass  # another cleaner removed it meanwhile
+        except OSError as error:
+            failed.append(f"{path} ({error.strerror or error})")
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -453,8 +388,7 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
 
 
 def pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+    """Whether process ``pid`` of this host runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

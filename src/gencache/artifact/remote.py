@@ -29,13 +29,9 @@ from gencache.core.errors import FormatError
 HEAD_BYTES = 64 * 1024  # the first range read of a payload: the length prefix and, usually, the whole header
 
 
-def default_cache_root() -> Path:
-    """``$XDG_CACHE_HOME/gencache`` (``~/.cache/gencache`` by default)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gencache"
-
-
 class RemoteArtifact:
-    """The objects of the artifact at ``where`` (:class:`FormatError` unless exactly the three, committed)."""
+    """The objects of the artifact at ``where`` (:class:`FormatError` unless exactly the three, committed), cached
+    under ``cache_root`` (``$XDG_CACHE_HOME/gencache``, ``~/.cache/gencache`` by default)."""
 
     def __init__(self, where: S3Url, cache_root: Path | None = None) -> None:
         self.where = where
@@ -56,7 +52,8 @@ class RemoteArtifact:
         self.etags = {name: str(entry["ETag"]) for name, entry in listed.items()}
         self.sizes = {name: int(entry["Size"]) for name, entry in listed.items()}
         version = hashlib.sha256("".join(self.etags[name] for name in sorted(listed)).encode()).hexdigest()[:16]
-        self.cache = (cache_root or default_cache_root()) / where.bucket / where.key / version
+        cache_root = cache_root or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gencache"
+        self.cache = cache_root / where.bucket / where.key / version
 
     def read(self, name: str, start: int | None = None, length: int | None = None) -> bytes:
         """Bytes of one of the three objects (a range of them), of the listed version."""

@@ -45,7 +45,8 @@ def with_resolved_digest(resolved: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, DIGEST_FIELD: json_digest(body)}
 
 
-def _get(value: Any, *path: str) -> Any:
+def nested(value: Any, *path: str) -> Any:
+    """``value[path[0]][path[1]]...``, or None where a step is not a mapping."""
     for part in path:
         if not isinstance(value, Mapping):
             return None
@@ -77,9 +78,9 @@ def resolved_config_problems(
         problems.append(f"resolved_config.json does not match its {DIGEST_FIELD} (a field was edited)")
     agreements = [
         ("format_version", resolved["format_version"], FORMAT_VERSION),
-        ("model.model_path", _get(resolved, "model", "model_path"), provenance.get("model_path")),
+        ("model.model_path", nested(resolved, "model", "model_path"), provenance.get("model_path")),
         ("tokenizer", resolved["tokenizer"], provenance.get("tokenizer")),
-        ("config.model.dtype", _get(resolved, "config", "model", "dtype"), provenance.get("dtype")),
+        ("config.model.dtype", nested(resolved, "config", "model", "dtype"), provenance.get("dtype")),
     ]
     if shard is not None:
         agreements.append(("run_digest", resolved["run_digest"], shard.get("run_digest")))
@@ -133,5 +134,5 @@ def local_identity(path: str) -> str | None:
 def recorded_identity(resolved: Mapping[str, Any], field: str) -> str | None:
     """The identity a ``resolved_config.json`` recorded for the provenance path ``field`` (``model_path`` or
     ``tokenizer_path``); None when it recorded none (a hub id, an older artifact)."""
-    found = _get(resolved, "model", "identity", field)
+    found = nested(resolved, "model", "identity", field)
     return found if isinstance(found, str) else None

@@ -51,35 +51,24 @@ def find_shards(path: PathLike | S3Url) -> ShardSet | None:
     return ShardSet(base, count, present, tuple(i for i in range(count) if i not in present), others)
 
 
-@dataclass(frozen=True)
-class ShardCheck:
-    """The verdict on a :class:`ShardSet`: shard names (``00003``) present, missing, unreadable, misnamed or of
-    another run, the directories of other splits, the set's run and its problems (one sentence each, naming the
-    directories concerned and what to do)."""
-
-    count: int
-    present: list[str]
-    missing: list[str]
-    unreadable: list[str]
-    mislabeled: list[str]
-    other_run: list[str]
-    other_splits: list[str]
-    run_digest: str | None
-    problems: list[str]
-
-
-def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> ShardCheck:
-    """Check ``shards`` given the manifest ``summary.shard`` record of each readable shard (a present index
-    missing from ``infos`` could not be opened).
+def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any]:
+    """The verdict on ``shards`` given the manifest ``summary.shard`` record of each readable shard (a present
+    index missing from ``infos`` could not be opened): shard names (``00003``) present, missing, unreadable,
+    misnamed or of another run, the directories of other splits, the set's run and its ``problems`` (one sentence
+    each, naming the directories concerned and what to do).
 
     The run of the set is the ``run_digest`` recorded by most correctly named shards (the lowest index wins a tie);
     every other correctly named shard is of another run.
     """
+
+    def names(indices: Any) -> list[str]:
+        return [f"{i:05d}" for i in indices]
+
     base, count = shards.base, shards.count
     problems: list[str] = []
     if shards.missing:
         problems.append(
-            f"{base} is split {count} ways but shards {', '.join(f'{i:05d}' for i in shards.missing)} are missing; "
+            f"{base} is split {count} ways but shards {', '.join(names(shards.missing))} are missing; "
             f"rerun the same command (gencache generate CONFIG --shards {count} regenerates only the missing ones; "
             f"one shard alone is --shard I/{count})."
         )
@@ -108,8 +97,7 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> ShardCheck:
         )
     if len(groups) > 1:
         described = "; ".join(
-            f"shards {', '.join(f'{i:05d}' for i in indices)} have run_digest {digest[:12]}"
-            for digest, indices in groups.items()
+            f"shards {', '.join(names(indices))} have run_digest {digest[:12]}" for digest, indices in groups.items()
         )
         problems.append(
             f"The shards of {base} come from different runs ({described}); remove the shards of the wrong run and "
@@ -117,21 +105,17 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> ShardCheck:
         )
     run_digest = max(groups, key=lambda d: (len(groups[d]), -groups[d][0])) if groups else None
     other_run = sorted(i for d, indices in groups.items() if d != run_digest for i in indices)
-
-    def names(indices: Any) -> list[str]:
-        return [f"{i:05d}" for i in indices]
-
-    return ShardCheck(
-        count,
-        names(shards.present),
-        names(shards.missing),
-        names(i for i in shards.present if i not in infos),
-        names(mislabeled),
-        names(other_run),
-        other_splits,
-        run_digest,
-        problems,
-    )
+    return {
+        "count": count,
+        "present": names(shards.present),
+        "missing": names(shards.missing),
+        "unreadable": names(i for i in shards.present if i not in infos),
+        "mislabeled": names(mislabeled),
+        "other_run": names(other_run),
+        "other_splits": other_splits,
+        "run_digest": run_digest,
+        "problems": problems,
+    }
 
 
 def stray_directory(path: PathLike | S3Url) -> str | None:

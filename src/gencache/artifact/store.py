@@ -60,12 +60,6 @@ def _client(pid: int, environment: tuple[str | None, ...]) -> S3Client:
     return boto3.session.Session().client("s3", config=config)
 
 
-def error_code(error: BaseException) -> str:
-    """The S3 error code of a botocore ``ClientError`` (``"NoSuchKey"``, ``"PreconditionFailed"``, ...), or ``""``."""
-    response = getattr(error, "response", None)
-    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-
-
 def call(what: str, function: Callable[..., T], /, **arguments: Any) -> T:
     """``function(**arguments)`` on the client, with every failure the store can answer as one
     :class:`GencacheError` naming ``what`` and the fix: a missing bucket, missing or refused credentials, an
@@ -75,7 +69,7 @@ def call(what: str, function: Callable[..., T], /, **arguments: Any) -> T:
     try:
         return function(**arguments)
     except ClientError as error:
-        code = error_code(error)
+        code = str(error.response.get("Error", {}).get("Code", ""))
         bucket = arguments.get("Bucket", "")
         if code == "NoSuchBucket":
             raise ConfigError(f"{what}: bucket {bucket!r} does not exist; create it or fix the URL.") from None
@@ -104,10 +98,8 @@ def list_objects(where: S3Url, *, delimiter: bool = False, limit: int | None = N
     each folder below as ``{"Prefix": ...}`` instead of its objects."""
     s3 = client()
     arguments: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix}
-    if delimiter:
-        arguments["Delimiter"] = "/"
-    if limit is not None:
-        arguments["MaxKeys"] = limit
+    arguments |= {"Delimiter": "/"} if delimiter else {}
+    arguments |= {"MaxKeys": limit} if limit is not None else {}
     while True:
         page = call(f"Listing {where}/", s3.list_objects_v2, **arguments)
         yield from page.get("CommonPrefixes", [])
@@ -136,15 +128,14 @@ def read_object(where: S3Url, *, start: int | None = None, length: int | None = 
 
 def download(where: S3Url, etag: str, target: Path) -> None:
     """Stream one object (the version of ``etag``) to a new local file ``target``."""
-    response = call(f"Reading {where}", client().get_object, Bucket=where.bucket, Key=where.key, IfMatch=etag)
-    body = response["Body"]
+    body = call(f"Reading {where}", client().get_object, Bucket=where.bucket, Key=where.key, IfMatch=etag)["Body"]
     try:
         with open(target, "xb") as handle:
             for chunk in body.iter_chunks(8 * 1024 * 1024):
                 handle.write(chunk)
-    except GencacheError:
+    except GencacheError:  # a stop (Ctrl-C, SIGTERM) passes through
         raise
-    except Exception as error:
+    except Exception as error:  # a full disk, a connection lost mid-stream
         raise WriteError(f"Downloading {where} to {target} failed: {error}.") from error
 
 

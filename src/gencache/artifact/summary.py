@@ -8,17 +8,15 @@ Pure: no I/O, no torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gencache.artifact.names import FINISH_REASONS, check_shard_info, shard_of
-from gencache.artifact.records import Record, is_single, record_lengths, record_reasons
+from gencache.artifact.records import Record, record_lengths, record_reasons
 from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 
 _SUMMARY_FIELDS = frozenset({"entries", "sequences", "tokens", "duplicates", "finish_reasons", "data_configs", "shard"})
-_CALLER_SUMMARY_FIELDS = frozenset({"duplicates", "data_configs", "shard"})
-_DATA_CONFIG_SUMMARY_FIELDS = frozenset({"index", "samples", "unique"})
 
 
 def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
@@ -28,7 +26,7 @@ def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
     out = []
     for position, item in enumerate(value):
         here = f"{where}[{position}]"
-        if not isinstance(item, Mapping) or set(item) != _DATA_CONFIG_SUMMARY_FIELDS:
+        if not isinstance(item, Mapping) or set(item) != {"index", "samples", "unique"}:
             raise FormatError(f"{here} must be an object with exactly index, samples, unique.")
         if item["index"] != position or not is_int(item["index"]):
             raise FormatError(f"{here}.index must be {position}, got {item['index']!r}.")
@@ -41,12 +39,6 @@ def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
     return out
 
 
-def _check_duplicates(value: object, where: str) -> int:
-    if not is_int(value) or value < 0:  # type: ignore[operator]
-        raise FormatError(f"{where} must be a non-negative integer, got {value!r}.")
-    return value  # type: ignore[return-value]
-
-
 def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest summary: counts computed from the entries plus the caller's duplicates, data_configs, shard.
 
@@ -55,43 +47,26 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     That must equal the entries of an unsharded artifact and be at least the entries of a shard (checked here and
     by the reader). Omitted, ``duplicates`` is inferred for an unsharded artifact (0 without data_configs).
     """
-    if not isinstance(caller, Mapping):
-        raise FormatError("summary must be an object with duplicates, data_configs and shard.")
-    unknown = set(caller) - _CALLER_SUMMARY_FIELDS
-    if unknown:
-        raise FormatError(
-            f"summary has unknown fields {sorted(map(str, unknown))}; the caller provides only duplicates, "
-            "data_configs and shard (the writer counts the rest)."
-        )
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = check_shard_info(caller.get("shard"))
     reasons = dict.fromkeys(FINISH_REASONS, 0)
-    sequences = tokens = 0
+    lengths = [n for record in records.values() for n in record_lengths(record)]
     for record in records.values():
-        if is_single(record):  # the fast path: (start, n, digest, text, reason)
-            sequences += 1
-            tokens += record[1]
-            reasons[record[4]] += 1
-            continue
-        lengths = record_lengths(record)
-        sequences += len(lengths)
-        tokens += sum(lengths)
         for reason in record_reasons(record):
             reasons[reason] += 1
-    entries = len(records)
     whole_run = shard is None or shard["count"] == 1
-    implied = sum(item["samples"] for item in data_configs) - entries if data_configs and whole_run else 0
-    duplicates = _check_duplicates(caller.get("duplicates", implied), "summary.duplicates")
-    _check_consistency(records, entries, duplicates, data_configs, shard, "summary")
-    return {
-        "entries": entries,
-        "sequences": sequences,
-        "tokens": tokens,
-        "duplicates": duplicates,
+    implied = sum(item["samples"] for item in data_configs) - len(records) if data_configs and whole_run else 0
+    summary = {
+        "entries": len(records),
+        "sequences": len(lengths),
+        "tokens": sum(lengths),
+        "duplicates": caller.get("duplicates", implied),
         "finish_reasons": reasons,
         "data_configs": data_configs,
         "shard": shard,
     }
+    _check_runs(summary, records, "summary")
+    return summary
 
 
 def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], configs: int) -> list[dict[str, int]]:
@@ -121,54 +96,37 @@ def check_summary(
     for field, expected in counted.items():
         if value[field] != expected or (field != "finish_reasons" and not is_int(value[field])):
             raise FormatError(f"manifest.json summary.{field} is {value[field]!r} but the entries hold {expected!r}.")
-    data_configs = check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
-    duplicates = _check_duplicates(value["duplicates"], "manifest.json summary.duplicates")
-    shard = check_shard_info(value["shard"], "manifest.json summary.shard")
-    _check_consistency(entries, len(entries), duplicates, data_configs, shard, "manifest.json summary")
+    check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
+    check_shard_info(value["shard"], "manifest.json summary.shard")
+    _check_runs(value, entries, "manifest.json summary")
     return value
 
 
-def _check_consistency(
-    keys: Iterable[str],
-    entries: int,
-    duplicates: int,
-    data_configs: Sequence[Mapping[str, int]],
-    shard: Mapping[str, Any] | None,
-    where: str,
-) -> None:
-    problem = _inconsistency(entries, duplicates, data_configs, shard)
+def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
+    """:class:`FormatError` unless ``summary``'s entries, duplicates and data configs describe one run, and each
+    of the ``keys`` belongs to its shard."""
+    entries, duplicates, data_configs, shard = (summary[f] for f in ("entries", "duplicates", "data_configs", "shard"))
+    if not is_int(duplicates) or duplicates < 0:
+        raise FormatError(f"{where}.duplicates must be a non-negative integer, got {duplicates!r}.")
+    samples = sum(item["samples"] for item in data_configs)
+    unique_keys, uniques = samples - duplicates, [item["unique"] for item in data_configs]
+    problem = None
+    if data_configs and not max(uniques) <= unique_keys <= sum(uniques):
+        problem = (
+            f"{samples} samples with {duplicates} duplicates leave {unique_keys} unique keys, which the per-config "
+            "unique counts cannot produce"
+        )
+    elif data_configs and (shard is None or shard["count"] == 1) and unique_keys != entries:
+        problem = (
+            f"{samples} samples with {duplicates} duplicates make {unique_keys} unique keys, not {entries} entries"
+        )
+    elif data_configs and unique_keys < entries:
+        problem = f"a shard holds {entries} entries but the run has only {unique_keys} unique keys"
     if problem:
         raise FormatError(f"{where} is inconsistent: {problem}.")
-    if shard is None:
-        return
-    for key in keys:
+    for key in keys if shard is not None else ():
         if shard_of(key, shard["count"]) != shard["index"]:
             raise FormatError(
                 f"{where}.shard says shard {shard['index']} of {shard['count']} but key {key} belongs to shard "
                 f"{shard_of(key, shard['count'])} (rule key-mod)."
             )
-
-
-def _inconsistency(
-    entries: int, duplicates: int, data_configs: Sequence[Mapping[str, int]], shard: Mapping[str, Any] | None
-) -> str | None:
-    """What is inconsistent between the entry count and the run's sample counts, or None."""
-    if not data_configs:
-        return None
-    samples = sum(item["samples"] for item in data_configs)
-    unique_keys = samples - duplicates
-    if unique_keys < max(item["unique"] for item in data_configs) or unique_keys > sum(
-        item["unique"] for item in data_configs
-    ):
-        return (
-            f"{samples} samples with {duplicates} duplicates leave {unique_keys} unique keys, which the per-config "
-            "unique counts cannot produce"
-        )
-    if shard is None or shard["count"] == 1:
-        if unique_keys != entries:
-            return (
-                f"{samples} samples with {duplicates} duplicates make {unique_keys} unique keys, not {entries} entries"
-            )
-    elif unique_keys < entries:
-        return f"a shard holds {entries} entries but the run has only {unique_keys} unique keys"
-    return None

@@ -20,13 +20,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
 from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
 from gencache.artifact.publish import host_tag, pid_alive
-from gencache.artifact.store import call, client, list_objects, read_object
+from gencache.artifact.store import call, client, list_objects, read_object, remove
 from gencache.config.paths import S3Url
 from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError, WriteError
 
@@ -112,7 +112,7 @@ class Lease:
         self._stop.set()
         self._thread.join()
         with suppress(GencacheError):
-            call("Removing the lock", client().delete_object, Bucket=self.lock.bucket, Key=self.lock.key)
+            remove(self.lock)
 
 
 class MultipartUpload:
@@ -120,80 +120,45 @@ class MultipartUpload:
     object exists) or aborted."""
 
     def __init__(self, where: S3Url) -> None:
-        self.where = where
+        self.where, self.object = where, {"Bucket": where.bucket, "Key": where.key}
         self.upload_id: str | None = None
         self.parts: dict[int, str] = {}
-        self.bytes_sent = 0
 
     def send(self, number: int, data: bytes | bytearray | memoryview) -> None:
-        s3, where = client(), self.where
+        s3, what = client(), f"Uploading {self.where}"
         if self.upload_id is None:
-            started = call(f"Uploading {where}", s3.create_multipart_upload, Bucket=where.bucket, Key=where.key)
-            self.upload_id = started["UploadId"]
-        sent = call(
-            f"Uploading {where}",
-            s3.upload_part,
-            Bucket=where.bucket,
-            Key=where.key,
-            UploadId=self.upload_id,
-            PartNumber=number,
-            Body=bytes(data),
-        )
+            self.upload_id = call(what, s3.create_multipart_upload, **self.object)["UploadId"]
+        sent = call(what, s3.upload_part, **self.object, UploadId=self.upload_id, PartNumber=number, Body=bytes(data))
         self.parts[number] = sent["ETag"]
-        self.bytes_sent += len(data)
 
     def complete(self) -> None:
         parts = [{"PartNumber": number, "ETag": tag} for number, tag in sorted(self.parts.items())]
-        call(
-            f"Publishing {self.where}",
-            client().complete_multipart_upload,
-            Bucket=self.where.bucket,
-            Key=self.where.key,
-            UploadId=self.upload_id,
-            MultipartUpload={"Parts": parts},
-            IfNoneMatch="*",
-        )
+        upload = {"UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}}
+        call(f"Publishing {self.where}", client().complete_multipart_upload, **self.object, **upload, IfNoneMatch="*")
         self.upload_id = None
 
     def abort(self) -> None:
-        if self.upload_id is not None:
-            upload = {"Key": self.where.key, "UploadId": self.upload_id}
-            self.upload_id = None
+        upload_id, self.upload_id = self.upload_id, None
+        if upload_id is not None:
             with suppress(GencacheError):
-                call("Aborting an upload", client().abort_multipart_upload, **_upload(self.where.bucket, upload))
+                call("Aborting an upload", client().abort_multipart_upload, **self.object, UploadId=upload_id)
 
 
-def _upload(bucket: str, upload: dict[str, Any]) -> dict[str, str]:
-    return {"Bucket": bucket, "Key": upload["Key"], "UploadId": upload["UploadId"]}
-
-
-def put_new(where: S3Url, pieces: Iterable[bytes]) -> int:
-    """Create the object ``where`` from ``pieces`` only if it does not exist (one request when small, else a
-    multipart upload); returns the bytes sent."""
-    upload = MultipartUpload(where)
-    buffer = bytearray()
+def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
+    """Create the object ``where`` from ``pieces`` (a multipart upload, so that memory stays flat) only if it
+    does not exist."""
+    upload, buffer = MultipartUpload(where), bytearray()
     try:
         for piece in pieces:
             buffer += piece
             if len(buffer) >= PART_BYTES:
                 upload.send(len(upload.parts) + 1, buffer)
                 buffer.clear()
-        if not upload.parts:
-            call(
-                f"Publishing {where}",
-                client().put_object,
-                Bucket=where.bucket,
-                Key=where.key,
-                Body=bytes(buffer),
-                IfNoneMatch="*",
-            )
-            return len(buffer)
-        if buffer:
+        if buffer or not upload.parts:
             upload.send(len(upload.parts) + 1, buffer)
         upload.complete()
     finally:
         upload.abort()
-    return upload.bytes_sent
 
 
 class PayloadUpload:
@@ -212,7 +177,6 @@ class PayloadUpload:
         self.held = bytearray()  # data bytes of part 1
         self.pending = bytearray()  # data bytes of the next part
         self.sent_data = 0  # data bytes in the parts sent after part 1
-        self.size = self.data_start
 
     def append(self, buffers: Sequence[bytes | memoryview]) -> None:
         for buffer in buffers:
@@ -220,7 +184,6 @@ class PayloadUpload:
             room = self.first_end - self.data_start - len(self.held)
             self.held += view[:room]
             self.pending += view[room:] if room > 0 else view
-            self.size += view.nbytes
         if len(self.pending) >= PART_BYTES:
             self.upload.send(len(self.upload.parts) + 2, self.pending)
             self.sent_data += len(self.pending)
@@ -237,7 +200,6 @@ class PayloadUpload:
             self.pending.clear()
         else:
             raise WriteError(f"{self.upload.where}: bytes already sent cannot be taken back.")
-        self.size = size
 
     def finish(self, header: bytes) -> None:
         """Send the last data, then part 1 with ``header`` in its reserved place, and complete the upload."""
@@ -259,28 +221,6 @@ class PayloadUpload:
 
 
 # -- clean ---------------------------------------------------------------------------------------------------
-def lock_is_stale(lock: S3Url, entry: dict[str, Any]) -> bool:
-    """Whether the writer of ``lock`` is gone: its process on this host no longer exists, or the lock was not
-    rewritten for :data:`STALE_AFTER` seconds."""
-    holder = _holder(lock)
-    if holder is None:
-        return True
-    if holder.get("host") == host_tag() and isinstance(holder.get("pid"), int):
-        return not pid_alive(holder["pid"])
-    return bool(time.time() - entry["LastModified"].timestamp() > STALE_AFTER)
-
-
-def _uploads(parent: S3Url) -> Iterator[dict[str, Any]]:
-    """The incomplete multipart uploads under ``parent``, every page of them."""
-    arguments: dict[str, Any] = {"Bucket": parent.bucket, "Prefix": parent.prefix}
-    while True:
-        page = call(f"Listing uploads under {parent}/", client().list_multipart_uploads, **arguments)
-        yield from page.get("Uploads", [])
-        if not page.get("IsTruncated"):
-            return
-        arguments |= {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
-
-
 def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): their
     incomplete uploads of an artifact's files, the files of an artifact they never committed (no
@@ -288,8 +228,9 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     artifact and every object that is not an artifact's file. Returns what was removed."""
     s3 = client()
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
+    pages = s3.get_paginator("list_multipart_uploads").paginate(Bucket=parent.bucket, Prefix=parent.prefix)
     uploads: dict[str, list[dict[str, Any]]] = {}
-    for upload in _uploads(parent):
+    for upload in call(f"Listing uploads under {parent}/", lambda: [u for p in pages for u in p.get("Uploads", [])]):
         name, _, file = upload["Key"][len(parent.prefix) :].partition("/")
         if file in ARTIFACT_FILES:
             uploads.setdefault(name, []).append(upload)
@@ -303,20 +244,27 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
         if outputs is not None and name not in outputs:
             continue
         where, lock = parent / name, lock_of(parent / name)
-        if name in locks and not lock_is_stale(lock, locks[name]):
+        holder = _holder(lock)
+        if name not in locks and holder is not None:  # a writer that started after the listing
             continue
-        if name not in locks and _holder(lock) is not None:  # a writer that started after the listing
-            continue
-        for upload in uploads.get(name, []):
-            with suppress(GencacheError):  # completed or aborted meanwhile: nothing left to remove
-                call("Aborting an upload", s3.abort_multipart_upload, **_upload(parent.bucket, upload))
-            removed.append(f"{parent / upload['Key'][len(parent.prefix) :]} (incomplete upload)")
+        if name in locks and holder is not None:  # gone when its process on this host is, or when not rewritten
+            pid = holder.get("pid")
+            if holder.get("host") == host_tag() and isinstance(pid, int):
+                if pid_alive(pid):
+                    continue
+            elif time.time() - locks[name]["LastModified"].timestamp() <= STALE_AFTER:
+                continue
+        for upload in uploads.get(name, []):  # one completed or aborted meanwhile is fine
+            stale = MultipartUpload(parent / upload["Key"][len(parent.prefix) :])
+            stale.upload_id = upload["UploadId"]
+            stale.abort()
+            removed.append(f"{stale.where} (incomplete upload)")
         files = {entry["Key"][len(where.prefix) :] for entry in list_objects(where)} & ARTIFACT_FILES
         if files and MANIFEST_NAME not in files:
             for file in sorted(files):
-                call(f"Removing {where / file}", s3.delete_object, Bucket=where.bucket, Key=(where / file).key)
+                remove(where / file)
             removed.append(f"{where} (uncommitted: {', '.join(sorted(files))})")
         if name in locks:
-            call(f"Removing {lock}", s3.delete_object, Bucket=lock.bucket, Key=lock.key)
+            remove(lock)
             removed.append(f"{lock} (stale lock)")
     return removed

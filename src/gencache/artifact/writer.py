@@ -1,8 +1,7 @@
 """Writing format-3 artifacts (bytes in, bytes out: no torch import): :class:`CacheWriter` appends each entry's
-bytes once behind a reserved, space-filled header (no loader accepts the file until :meth:`CacheWriter.finalize`
-writes the header in place), and :class:`ArtifactBuild` does it in a temporary directory renamed into place, or
-on an ``s3://`` prefix committed by its manifest.
-"""
+bytes once behind a reserved, space-filled header that :meth:`CacheWriter.finalize` writes in place, and
+:class:`ArtifactBuild` publishes it (a temporary directory renamed into place, or an ``s3://`` prefix committed by
+its manifest)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from gencache.artifact.header import HEADER_PADDING, build_header, length_prefix
@@ -46,7 +44,6 @@ from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError
 
 READ_ONLY = 0o444
 MAX_WRITE_BYTES = 8 * 1024 * 1024  # the largest piece of the header reservation written at once
-_REASONS = frozenset(FINISH_REASONS)
 
 
 @contextmanager
@@ -63,8 +60,7 @@ def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Ite
 
 
 def _as_view(sequence: object, key: str, i: int) -> memoryview:
-    """``sequence`` as a flat byte view of at least one int64 token; :class:`FormatError` names the entry's ``i``-th
-    sequence."""
+    """``sequence`` as a flat byte view of at least one int64 token."""
     if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:  # what the engines append
         return memoryview(sequence)
     where = f"Entry {key} sequence {i}"
@@ -75,12 +71,11 @@ def _as_view(sequence: object, key: str, i: int) -> memoryview:
             f"{where} must be a bytes-like object of little-endian int64 token ids (for a tensor: "
             "t.to(torch.int64).contiguous().numpy())."
         ) from None
-    if not view.c_contiguous:
-        raise FormatError(f"{where} must be contiguous.")
     kind = view.format.lstrip("@=<")
-    if kind not in ("B", "b", "c") and not (kind in ("q", "l") and view.itemsize == TOKEN_BYTES):
+    if not view.c_contiguous or not (kind in "Bbc" or (kind in "ql" and view.itemsize == TOKEN_BYTES)):
         raise FormatError(
-            f"{where} holds elements of format {view.format!r}; give little-endian int64 token ids or their raw bytes."
+            f"{where} holds elements of format {view.format!r}; give contiguous little-endian int64 token ids or "
+            "their raw bytes."
         )
     view = view.cast("B")
     if view.nbytes == 0 or view.nbytes % TOKEN_BYTES:
@@ -91,8 +86,8 @@ def _as_view(sequence: object, key: str, i: int) -> memoryview:
 def _entry_fields(
     key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> tuple[list[memoryview], list[Any]]:
-    """Check one entry; its buffers and its record fields without the start (token count,
-    digest placeholder ``None``, text, plain-str reason per sequence). :class:`FormatError` names the problem."""
+    """Check one entry; its buffers and its record fields without the start: per sequence the token count, a
+    digest placeholder, the text and the reason (str subclasses as plain str)."""
     if isinstance(sequences, (bytes, bytearray, memoryview)):
         raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
     for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
@@ -100,38 +95,34 @@ def _entry_fields(
             raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
     buffers = [_as_view(sequence, key, i) for i, sequence in enumerate(sequences)]
     texts, reasons = tuple(texts), tuple(finish_reasons)
-    count = len(buffers)
-    if not count:
+    if not buffers:
         raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
-    if len(texts) != count or len(reasons) != count:
+    if len(texts) != len(buffers) or len(reasons) != len(buffers):
         raise FormatError(
-            f"Entry {key} has {count} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
+            f"Entry {key} has {len(buffers)} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
             "give one text and one finish reason per sequence."
         )
-    for i, text in enumerate(texts):
+    fields: list[Any] = []
+    for i, (buffer, text, reason) in enumerate(zip(buffers, texts, reasons, strict=True)):
         if not isinstance(text, str):
             raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
-        if text.isascii():  # O(1): an ASCII str always encodes
-            continue
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
-    for reason in reasons:
-        if not isinstance(reason, str) or reason not in _REASONS:
+        if not text.isascii():  # an ASCII str always encodes
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
+        if not isinstance(reason, str) or reason not in FINISH_REASONS:
             raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
-    fields: list[Any] = []  # (n, digest placeholder, text, reason) per sequence; a str subclass as the plain str
-    for buffer, text, reason in zip(buffers, texts, reasons, strict=True):
         fields += (buffer.nbytes // TOKEN_BYTES, None, str(text), str(reason))
     return buffers, fields
 
 
 class _PayloadFile:
-    """The local sink of a :class:`CacheWriter`: ``cache.safetensors`` created in its directory, its header
-    reserved (all spaces) and written in place at the end."""
+    """The local sink of a :class:`CacheWriter`: ``cache.safetensors``, its header reserved (all spaces) and
+    written in place at the end."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.size = path, 0
+        self.size = 0
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
     def reserve(self, prefix: bytes, capacity: int) -> None:
@@ -150,9 +141,6 @@ class _PayloadFile:
         self.size = size
 
     def finish(self, header: bytes) -> None:
-        actual = os.fstat(self.fd).st_size
-        if actual != self.size:
-            raise WriteError(f"{self.path} is {actual} bytes, expected {self.size}; it was changed behind the writer.")
         write_at(self.fd, [header], LENGTH_PREFIX_BYTES)
         os.fchmod(self.fd, READ_ONLY)
         os.fsync(self.fd)
@@ -181,7 +169,7 @@ class CacheWriter:
         self.provenance_digest = provenance_digest(self.provenance)
         prefix = length_prefix(header_capacity)
         self.header_capacity = header_capacity
-        self.path = self.directory / PAYLOAD_NAME
+        self.path = directory / PAYLOAD_NAME
         self._records: dict[str, Record] = {}
         self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
@@ -199,7 +187,6 @@ class CacheWriter:
         with _undone_on_failure(self.abort, lambda: f"Reserving the header of {self.path}"):
             self._payload.reserve(prefix, header_capacity)
 
-    # -- state --------------------------------------------------------------------------------------------
     @property
     def finalized(self) -> bool:
         return self._state == "finalized"
@@ -211,36 +198,27 @@ class CacheWriter:
         if self._state != "open":
             raise WriteError(f"Cannot {action}: this CacheWriter is {self._state}; start a new artifact.")
 
-    # -- appending ----------------------------------------------------------------------------------------
     def add(self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]) -> bool:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
-        reason per sequence. Returns False for an identical re-add (nothing written). What is kept is one flat
-        tuple per entry (:data:`gencache.artifact.records.Record`)."""
+        reason per sequence. Returns False for an identical re-add (nothing written)."""
         self._require_open("add entries")
         if not is_key(key):
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
         buffers, fields = _entry_fields(key, sequences, texts, finish_reasons)
+        fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
         if key in self._records:
-            return self._re_add(key, buffers, tuple(fields))
+            if self._records[key][1:] == tuple(fields):
+                return False
+            raise FormatError(
+                f"Conflicting duplicate key {key}: it was already added with different content; a key must always "
+                "map to one generation."
+            )
         start = self._data_end
         with _undone_on_failure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
-            fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
             self._payload.append(buffers)
         self._records[key] = (start, *fields)
         self._data_end = start + sum(map(len, buffers))
         return True
-
-    def _re_add(self, key: str, buffers: Sequence[bytes | memoryview], fields: tuple[Any, ...]) -> bool:
-        """An entry whose key was already added: False when its content (``fields``: the record without its
-        start, digests left ``None``) is identical, else :class:`FormatError`. Nothing is written."""
-        new = list(fields)
-        new[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
-        if self._records[key][1:] == tuple(new):
-            return False
-        raise FormatError(
-            f"Conflicting duplicate key {key}: it was already added with different content; a key must always "
-            "map to one generation."
-        )
 
     def _rollback(self, data_end: int) -> None:
         try:
@@ -248,7 +226,6 @@ class CacheWriter:
         except OSError:
             self._state = "failed"
 
-    # -- finalizing ---------------------------------------------------------------------------------------
     def finalize(self, *, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
         creation is the commit); fsync files and directory.
@@ -258,36 +235,30 @@ class CacheWriter:
         :class:`HeaderCapacityError`, the writer's files are removed and the error re-raised.
         """
         self._require_open("finalize")
-        if not isinstance(resolved_config, Mapping):
-            raise FormatError("resolved_config must be a JSON object (a mapping).")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
-            self._finalize(resolved_config, summary)
-        self._state = "finalized"
-
-    def _finalize(self, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
-        keys = sorted_record_keys(self._records)
-        header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
-        if len(header) > self.header_capacity:
-            raise HeaderCapacityError(
-                f"The safetensors header needs {len(header):,} bytes but only {self.header_capacity:,} were "
-                "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
-                "max_new_tokens) "
-                "for the run, or split it with --shard. Nothing was published."
+            keys = sorted_record_keys(self._records)
+            header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
+            if len(header) > self.header_capacity:
+                raise HeaderCapacityError(
+                    f"The safetensors header needs {len(header):,} bytes but only {self.header_capacity:,} were "
+                    "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
+                    "max_new_tokens) for the run, or split it with --shard. Nothing was published."
+                )
+            # The manifest is streamed in ~1 MiB pieces (memory stays flat however many entries); its first piece
+            # is built, and so its keys, provenance and summary checked, before anything is written.
+            manifest = iter_manifest_bytes(
+                self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
             )
-        # The manifest is streamed in ~1 MiB pieces (memory stays flat however many entries); its keys,
-        # provenance and summary are checked, and its first piece built, before anything is written.
-        manifest = iter_manifest_bytes(
-            self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
-        )
-        first = next(manifest)
-        resolved = json_file_bytes(dict(resolved_config))
-        self._payload.finish(header)
-        if self.path not in self._created:
-            self._created.append(self.path)
-        for name, pieces in ((RESOLVED_NAME, (resolved,)), (MANIFEST_NAME, itertools.chain((first,), manifest))):
-            self._write_new(self.directory / name, pieces)
-        if isinstance(self.directory, Path):
-            fsync_dir(self.directory)
+            first = next(manifest)
+            resolved = json_file_bytes(dict(resolved_config))
+            self._payload.finish(header)
+            if self.path not in self._created:
+                self._created.append(self.path)
+            self._write_new(self.directory / RESOLVED_NAME, (resolved,))
+            self._write_new(self.directory / MANIFEST_NAME, itertools.chain((first,), manifest))
+            if isinstance(self.directory, Path):
+                fsync_dir(self.directory)
+        self._state = "finalized"
 
     def _write_new(self, where: Path | S3Url, pieces: Iterable[bytes]) -> None:
         """Create a new read-only file (or object) from ``pieces``."""
@@ -295,23 +266,17 @@ class CacheWriter:
         if isinstance(where, S3Url):
             put_new(where, pieces)
             return
-        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            offset = 0
-            for data in pieces:
-                write_at(fd, [data], offset)
-                offset += len(data)
-            os.fchmod(fd, READ_ONLY)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(where, "xb") as handle:
+            handle.writelines(pieces)
+            handle.flush()
+            os.fchmod(handle.fileno(), READ_ONLY)
+            os.fsync(handle.fileno())
 
     def abort(self) -> None:
         """Close and remove this writer's files (idempotent; a finalized or committed writer keeps them)."""
         if self._state == "finalized":
             return
-        if hasattr(self, "_payload"):
-            self._payload.abort()
+        self._payload.abort()
         manifest = self.directory / MANIFEST_NAME
         if isinstance(manifest, S3Url) and manifest in self._created and exists(manifest):
             self._state = "finalized"  # committed, though the reply never came: the artifact is whole
@@ -324,9 +289,7 @@ class CacheWriter:
     def __enter__(self) -> CacheWriter:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self.finalized:
             self.abort()
 
@@ -342,13 +305,12 @@ class ArtifactBuild:
             build.writer.finalize(resolved_config=resolved, summary=summary)
             mode = build.publish()
 
-    On a local disk: :func:`check_output_path`, the parent directory is created and
-    ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700) is created beside ``output_dir``; :meth:`publish` renames
-    it into place. On an ``s3://`` prefix: the writer's lock object is created (a second writer is refused) and
-    the objects are written in place, the manifest last, which commits (:mod:`gencache.artifact.upload`). Any
-    exception, Ctrl-C or SIGTERM (whatever the caller's handlers raise) before the publish removes what the build
-    made. The build installs no signal handler: the output is either absent or complete, and :attr:`published`
-    says which after an interruption.
+    On a local disk the writer writes into ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700, its lock file
+    beside it) and :meth:`publish` renames it into place. On an ``s3://`` prefix the writer's lock object is created
+    (a second writer is refused) and the objects are written in place, the manifest last, which commits
+    (:mod:`gencache.artifact.upload`). Any exception, Ctrl-C or SIGTERM (whatever the caller's handlers raise)
+    before the publish removes what the build made; the build installs no signal handler, and :attr:`published`
+    says after an interruption whether the output is complete.
     """
 
     def __init__(
@@ -384,11 +346,8 @@ class ArtifactBuild:
                 self._writer = CacheWriter(output, provenance=self.provenance, header_capacity=self.header_capacity)
             return self
         check_output_path(output)
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise write_error(f"Creating {output.parent}", error) from error
         with _undone_on_failure(self._cleanup, lambda: f"Creating a temporary directory beside {output}"):
+            output.parent.mkdir(parents=True, exist_ok=True)
             temp = output.parent / temp_name(output)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
             self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
@@ -397,24 +356,19 @@ class ArtifactBuild:
             except OSError:
                 self.temp_dir = None  # not created here: nothing of this build's to remove
                 raise
-            self._writer = CacheWriter(self.temp_dir, provenance=self.provenance, header_capacity=self.header_capacity)
+            self._writer = CacheWriter(temp, provenance=self.provenance, header_capacity=self.header_capacity)
         return self
 
     def publish(self) -> str:
         """Publish the finalized artifact: rename the temporary directory to ``output_dir`` and return
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
-        if self._writer is None:
-            raise WriteError("ArtifactBuild.publish must be called inside the with block.")
-        if not self._writer.finalized:
-            raise WriteError("Finalize the writer before publishing; nothing was published.")
-        if self.published_mode is not None:
-            raise WriteError(f"{self.output_dir} was already published.")
+        if self._writer is None or not self._writer.finalized:
+            raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
         if self.temp_dir is None:
             self.published_mode = "s3"
-            return self.published_mode
-        mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)  # type: ignore[arg-type]
-        self.published_mode = mode
-        return mode
+        else:
+            self.published_mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)  # type: ignore[arg-type]
+        return self.published_mode
 
     @property
     def published(self) -> bool:
@@ -424,10 +378,9 @@ class ArtifactBuild:
         gone is this build's, complete."""
         if self.published_mode is not None:
             return True
-        temp, writer = self.temp_dir, self._writer
-        if writer is None or not writer.finalized:  # only a finalized build is renamed; a bucket's is committed
+        if self._writer is None or not self._writer.finalized:  # only a finalized build is renamed or committed
             return False
-        return temp is None or (not os.path.lexists(temp) and exists(self.output_dir))
+        return self.temp_dir is None or (not os.path.lexists(self.temp_dir) and exists(self.output_dir))
 
     def _cleanup(self) -> None:
         try:
@@ -444,7 +397,5 @@ class ArtifactBuild:
                 self._lease.release()
                 self._lease = None
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._cleanup()

@@ -76,7 +76,7 @@ def checked_sources(artifact: str, sources: list[str] | None) -> dict[int, str]:
     """``--source I=PATH`` options as a mapping, once ``artifact`` is known to be an artifact."""
     not_artifact = classify_path(artifact)
     if not_artifact is not None:
-        raise InputPathError(not_artifact.error)
+        raise InputPathError(not_artifact["error"])
     return _by_index("--source", sources)
 
 

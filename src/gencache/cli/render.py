@@ -16,14 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.text import Text
 
-from gencache.artifact.report import (
-    ArtifactReport,
-    InspectReport,
-    NotAnArtifact,
-    ShardedReport,
-    UnreadableArtifact,
-    VerifyProgressFactory,
-)
+from gencache.artifact.report import InspectReport, VerifyProgressFactory
 from gencache.cli.console import echo_json, make_console, printable
 from gencache.core.errors import Problem
 
@@ -227,44 +220,47 @@ def _counts(items: Sequence[Mapping[str, int]] | None) -> str:
     return "; ".join(f"#{d['index']}: {d['samples']:,} samples, {d['unique']:,} unique" for d in items) or "-"
 
 
-def _artifact_table(report: ArtifactReport) -> Table:
-    tok, lengths, shard = report.tokenizer, report.token_length, report.shard
-    duplicates = Text(f"{report.duplicates:,}")
-    if report.conflicting_prompts:
-        conflicting = f"{report.conflicting_prompts:,} rendered different prompts; the first was generated"
-        duplicates = Text.assemble(f"{report.duplicates:,} (", (conflicting, "yellow"), ")")
+def _artifact_table(report: dict[str, Any]) -> Table:
+    tok, lengths, shard, header = report["tokenizer"], report["token_length"], report["shard"], report["header"]
+    duplicates = Text(f"{report['duplicates']:,}")
+    if report["conflicting_prompts"]:
+        conflicting = f"{report['conflicting_prompts']:,} rendered different prompts; the first was generated"
+        duplicates = Text.assemble(f"{report['duplicates']:,} (", (conflicting, "yellow"), ")")
     if shard is None:
-        data_configs = [("data configs", _counts(report.data_configs))]
+        data_configs = [("data configs", _counts(report["data_configs"]))]
     else:  # a shard's own counts (as its run recorded them) and its whole run's
         data_configs = [
-            ("data configs (shard)", _counts(report.shard_data_configs)),
-            ("data configs (run)", _counts(report.data_configs)),
+            ("data configs (shard)", _counts(report["shard_data_configs"])),
+            ("data configs (run)", _counts(report["data_configs"])),
         ]
     rows: list[tuple[str, str | Text]] = [
-        ("format", str(report.format_version)),
-        ("teacher", report.teacher),
-        ("tokenizer", report.tokenizer_path),
+        ("format", str(report["format_version"])),
+        ("teacher", report["teacher"]),
+        ("tokenizer", report["tokenizer_path"]),
         (
             "tokenizer state",
             f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
         ),
-        ("dtype", report.dtype),
-        ("entries", f"{report.entries:,}"),
-        ("sequences", f"{report.sequences:,}"),
-        ("tokens", f"{report.tokens:,}"),
-        ("token length", f"min {lengths.min}, median {lengths.median:g}, max {lengths.max}" if lengths else "-"),
-        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report.finish_reasons.items())),
+        ("dtype", report["dtype"]),
+        ("entries", f"{report['entries']:,}"),
+        ("sequences", f"{report['sequences']:,}"),
+        ("tokens", f"{report['tokens']:,}"),
+        (
+            "token length",
+            f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
+        ),
+        ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
         ("duplicates", duplicates),
         *data_configs,
         ("shard", f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
-        ("engine", report.engine or "not recorded"),
-        ("determinism", _determinism_block(report.determinism)),
+        ("engine", report["engine"] or "not recorded"),
+        ("determinism", _determinism_block(report["determinism"])),
         (
             "payload",
-            f"{_size(report.payload_bytes)}, header {report.header['used']:,} of {report.header['capacity']:,} bytes",
+            f"{_size(report['payload_bytes'])}, header {header['used']:,} of {header['capacity']:,} bytes",
         ),
     ]
-    table = Table(title=Text(report.path), title_justify="left", show_header=False)
+    table = Table(title=Text(report["path"]), title_justify="left", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     for field, value in rows:
@@ -272,28 +268,28 @@ def _artifact_table(report: ArtifactReport) -> Table:
     return table
 
 
-def _sharded_table(report: ShardedReport) -> Table:
-    info = report.shards
-    by_index = dict(zip(info.present, report.artifacts, strict=True))
-    table = Table(title=Text(f"{report.path} ({info.count} shards)"), title_justify="left")
+def _sharded_table(report: dict[str, Any]) -> Table:
+    info = report["shards"]
+    by_index = dict(zip(info["present"], report["artifacts"], strict=True))
+    table = Table(title=Text(f"{report['path']} ({info['count']} shards)"), title_justify="left")
     for name in ("shard", "status", "entries", "sequences", "tokens", "data configs"):
         table.add_column(name, justify="left" if name in ("shard", "status", "data configs") else "right")
-    for index in range(info.count):
+    for index in range(info["count"]):
         name = f"{index:05d}"
         shard = by_index.get(name)
         if shard is None:
             table.add_row(Text(name), Text("missing", "red"))
-        elif isinstance(shard, UnreadableArtifact):
+        elif shard["kind"] == "error":
             table.add_row(Text(name), Text.assemble(("unreadable", "red"), " (FAIL line below)"))
         else:
             status = Text("ok", "green")
-            if name in info.other_run or name in info.mislabeled:
-                status = Text("other run" if name in info.other_run else "misnamed", "yellow")
-            counts = (f"{shard.entries:,}", f"{shard.sequences:,}", f"{shard.tokens:,}")
-            table.add_row(Text(name), status, *map(Text, counts), Text(_counts(shard.shard_data_configs)))
-    totals = report.totals
-    counts = (f"{totals.entries:,}", f"{totals.sequences:,}", f"{totals.tokens:,}")
-    table.add_row(Text("total"), Text(""), *map(Text, counts), Text(_counts(totals.data_configs)))
+            if name in info["other_run"] or name in info["mislabeled"]:
+                status = Text("other run" if name in info["other_run"] else "misnamed", "yellow")
+            counts = (f"{shard['entries']:,}", f"{shard['sequences']:,}", f"{shard['tokens']:,}")
+            table.add_row(Text(name), status, *map(Text, counts), Text(_counts(shard["shard_data_configs"])))
+    totals = report["totals"]
+    counts = (f"{totals['entries']:,}", f"{totals['sequences']:,}", f"{totals['tokens']:,}")
+    table.add_row(Text("total"), Text(""), *map(Text, counts), Text(_counts(totals["data_configs"])))
     return table
 
 
@@ -302,31 +298,34 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
     ``err`` (the same console when not given)."""
     err = err or console
     for artifact in report.artifacts:
-        match artifact:
-            case NotAnArtifact():
-                err.print(Text(f"error: {artifact.error}"))
-            case UnreadableArtifact(path=path, error=error):
-                err.print(Text(f"FAIL {error if error.startswith(path) else f'{path}: {error}'}"))
-            case ShardedReport():
-                console.print(_sharded_table(artifact))
-                for problem in artifact.shards.problems:
-                    console.print(Text.assemble(("problem", "red"), f": {problem}"))
-                for shard in artifact.artifacts:  # one whole line each, like verify's
-                    if isinstance(shard, UnreadableArtifact):
-                        err.print(Text(f"FAIL {shard.error}"))
-                for shard in artifact.artifacts:  # every shard in detail, not only the first
-                    if isinstance(shard, ArtifactReport):
-                        console.print(_artifact_table(shard))
-            case ArtifactReport():
-                console.print(_artifact_table(artifact))
+        path, kind, error = artifact["path"], artifact["kind"], artifact.get("error", "")
+        if kind == "error":
+            err.print(Text(f"FAIL {error if error.startswith(path) else f'{path}: {error}'}"))
+        elif kind == "sharded":
+            console.print(_sharded_table(artifact))
+            for problem in artifact["shards"]["problems"]:
+                console.print(Text.assemble(("problem", "red"), f": {problem}"))
+            for shard in artifact["artifacts"]:  # one whole line each, like verify's
+                if shard["kind"] == "error":
+                    err.print(Text(f"FAIL {shard['error']}"))
+            for shard in artifact["artifacts"]:  # every shard in detail, not only the first
+                if shard["kind"] == "artifact":
+                    console.print(_artifact_table(shard))
+        elif kind == "artifact":
+            console.print(_artifact_table(artifact))
+        else:  # not an artifact
+            err.print(Text(f"error: {error}"))
     if (overlap := report.overlap) is not None:
         table = Table(title=Text("overlap"), title_justify="left")
         for name in ("a", "b", "shared keys", "conflicting keys"):
             table.add_column(name)
-        for pair in overlap.pairs:
-            example = f" (e.g. {pair.conflicting_keys[0][:16]}…)" if pair.conflicting_keys else ""
-            table.add_row(Text(pair.a), Text(pair.b), Text(f"{pair.shared:,}"), Text(f"{pair.conflicting}{example}"))
+        for pair in overlap["pairs"]:
+            keys = pair["conflicting_keys"]
+            example = f" (e.g. {keys[0][:16]}…)" if keys else ""
+            cells = (pair["a"], pair["b"], f"{pair['shared']:,}", f"{pair['conflicting']}{example}")
+            table.add_row(*map(Text, cells))
         console.print(table)
-        provenance = overlap.provenance + (f" ({', '.join(overlap.differing)})" if overlap.differing else "")
-        line = f"provenance: {provenance}; union of keys: {overlap.union:,}"
+        differing = overlap["differing"]
+        provenance = overlap["provenance"] + (f" ({', '.join(differing)})" if differing else "")
+        line = f"provenance: {provenance}; union of keys: {overlap['union']:,}"
         console.print(line, markup=False, emoji=False, highlight=True)
