@@ -18,39 +18,42 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import math
-import re
 from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gencache.config.engines import ContinuousOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
+from gencache.generation.effective import EffectiveGeneration
 from gencache.generation.engines import (
     GIB,
     EngineContext,
     GeneratedEntry,
     KeyedPrompt,
     PrefixStats,
-    attention_shape_of,
+    Prompts,
     available_host_memory,
-    checked_prompts,
     entry_of,
-    options_of,
+    kv_bytes_per_token,
     prefix_floor,
 )
 from gencache.generation.engines.static import TransformersBase
 from gencache.generation.finish import FinishScanner
 from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
-if TYPE_CHECKING:
-    from gencache.core.progress import Progress
-    from gencache.generation.effective import EffectiveGeneration
-
-
 _POLL_SECONDS = 0.05
 _STOP_SECONDS = 60.0
+#: The oldest transformers whose continuous-batching manager this engine is tested with (5.20 and 5.24); vLLM's
+#: CPU environment has an older one.
+MIN_TRANSFORMERS = (5, 20)
+
+
+def supported_transformers() -> bool:
+    """Whether the installed transformers has the continuous-batching manager this engine drives."""
+    major, minor = importlib.metadata.version("transformers").split(".")[:2]
+    return (int(major), int(minor)) >= MIN_TRANSFORMERS
 
 
 @dataclass(frozen=True)
@@ -66,17 +69,6 @@ class CacheSizing:
     budget_bytes: int
     budget_source: str
     longest_prompt: int = 0
-
-
-def _memory_budget(options: ContinuousOptions, device: Any) -> tuple[int, str]:
-    if options.kv_cache_memory_gib is not None:
-        return int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
-    if getattr(device, "type", "cpu") == "cuda":
-        import torch
-
-        free, _total = torch.cuda.mem_get_info(device)
-        return int(0.9 * free), "90% of free CUDA memory"
-    return available_host_memory() // 4, "a quarter of available host memory"
 
 
 def size_paged_cache(
@@ -96,7 +88,7 @@ def size_paged_cache(
     longest = max(prompt_lengths, default=1)
     page = options.page_size
     blocks_per_request = math.ceil((longest + max_new_tokens + 1) / page)
-    per_token = attention_shape_of(model_config).bytes_per_token(dtype_bytes)
+    per_token = kv_bytes_per_token(model_config, dtype_bytes)
 
     def need(concurrency: int) -> tuple[int, int, int, int]:
         blocks = concurrency * blocks_per_request + 1
@@ -151,8 +143,7 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
         # transformers seeds torch's global generator (torch.manual_seed) when it builds the processor; the draws
         # gencache keeps come from the sequences' own streams, so the generator is handed back as it was
         initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
-        cuda = list(range(torch.cuda.device_count())) if initialized else []
-        with torch.random.fork_rng(devices=cuda):
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if initialized else []):
             processor = create()
         cache = processor.cache
         if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
@@ -165,129 +156,10 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
 
             cache.search_prefix_match = search_counted
         if streams is not None:
-            runner = processor.model_runner
-            runner._sample = RequestSampler(runner, streams)
+            processor.model_runner._sample = RequestSampler(processor.model_runner, streams)
         return processor
 
     manager._create_batch_processor = create_hooked
-
-
-def _manager_cb_config(chosen: CacheSizing, options: ContinuousOptions, seed: int) -> Any:
-    """transformers' ``ContinuousBatchingConfig`` for the chosen sizing (workload-sized, no CUDA graphs, no
-    attention switch, no free-cache margin, no CPU offload)."""
-    return teacher.hf().generation.configuration_utils.ContinuousBatchingConfig(
-        page_size=chosen.page_size,
-        num_blocks=chosen.num_blocks,
-        max_batch_tokens=chosen.max_batch_tokens,
-        max_requests_per_batch=chosen.concurrency,
-        max_blocks_per_request=0,
-        allow_block_sharing=options.prefix_sharing,
-        use_cuda_graph=False,
-        use_async_batching=False,
-        safety_margin=0.0,
-        seed=seed,
-        auto_switch_to_flash=False,
-        cpu_offload_space=0.0,
-    )
-
-
-#: The oldest transformers whose continuous-batching manager this engine is tested with (5.20 and 5.24).
-MIN_TRANSFORMERS = (5, 20)
-
-
-def supported_transformers() -> bool:
-    """Whether the installed transformers has the continuous-batching manager this engine drives."""
-    version = importlib.metadata.version("transformers")
-    parts = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-    return parts >= MIN_TRANSFORMERS
-
-
-def _manager_config(generation: EffectiveGeneration) -> Any:
-    config = copy.deepcopy(generation.config)
-    config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
-    config.num_return_sequences = 1  # every sequence is its own request
-    config.eos_token_id = list(generation.eos_token_ids) or -1
-    return config
-
-
-class _Requests:
-    """The requests of one run (``"<prompt index>:<sequence>"``), their scan state and each prompt's answers so far."""
-
-    def __init__(
-        self,
-        checked: Sequence[tuple[str, list[int]]],
-        generation: EffectiveGeneration,
-        tokenizer: Any,
-    ) -> None:
-        self.checked, self.generation, self.tokenizer = checked, generation, tokenizer
-        self.per_prompt = generation.num_return_sequences
-        self.scanner = FinishScanner.of(generation, tokenizer)
-        self.results: dict[int, list[tuple[list[int], str] | None]] = {
-            i: [None] * self.per_prompt for i in range(len(checked))
-        }
-        self.scanned: dict[str, int] = {}
-        self.done: set[str] = set()
-        self.remaining = 0
-
-    def streams(self, seed: int) -> dict[str, int]:
-        """Each request's sampling stream seed (:func:`~gencache.generation.sampling.sampling_seed`)."""
-        return {
-            f"{index}:{sequence}": sampling_seed(seed, key, sequence)
-            for index, (key, _ids) in enumerate(self.checked)
-            for sequence in range(self.per_prompt)
-        }
-
-    def submit(self, manager: Any) -> None:
-        """Add every request to the manager in input order; ``remaining`` counts them all once added."""
-        for index, (_key, ids) in enumerate(self.checked):
-            for sequence in range(self.per_prompt):
-                request = f"{index}:{sequence}"
-                self.scanned[request] = 0
-                added = manager.add_request(
-                    ids,
-                    request_id=request,
-                    max_new_tokens=self.generation.max_new_tokens,
-                    streaming=bool(self.generation.stop_strings),
-                    eos_token_id=list(self.generation.eos_token_ids) or -1,
-                )
-                if added is None:
-                    raise GenerationError("The continuous-batching manager refused a request (it stopped).")
-        self.remaining = len(self.checked) * self.per_prompt
-
-    def next_entry(self, manager: Any) -> GeneratedEntry | None:
-        """Scan one output of the manager; the entry it completes, else None. A request whose stop string completed
-        early is cancelled; a stopped manager raises."""
-        output = manager.get_result(timeout=_POLL_SECONDS)
-        if output is None:
-            fatal = manager.background_thread_status.fatal_error
-            if fatal is not None or not manager.is_running():
-                reason = first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
-                raise GenerationError(f"Continuous batching stopped: {reason}")
-            return None
-        request = output.request_id
-        if request in self.done:  # a streamed output generated before the cancellation took effect
-            return None
-        if output.error is not None:
-            raise GenerationError(f"Continuous batching failed request {request}: {first_line(output.error)}")
-        tokens = [int(token) for token in output.generated_tokens]
-        hit = self.scanner.scan(tokens, self.scanned[request])
-        self.scanned[request] = len(tokens)
-        if hit is None:  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
-            return None
-        length, reason = hit
-        self.done.add(request)
-        self.remaining -= 1
-        if not output.is_finished():
-            manager.cancel_request(request)  # a stop string completed: free its slot now
-        index_text, sequence_text = request.split(":")
-        index, sequence = int(index_text), int(sequence_text)
-        slots = self.results[index]
-        slots[sequence] = (tokens[:length], reason)
-        if not all(slot is not None for slot in slots):
-            return None
-        entry = entry_of(self.checked[index][0], [slot for slot in slots if slot is not None], self.tokenizer)
-        del self.results[index]
-        return entry
 
 
 def generate_continuous(
@@ -298,7 +170,6 @@ def generate_continuous(
     *,
     options: ContinuousOptions | None = None,
     seed: int = 0,
-    progress: Progress | None = None,
     sizing: list[CacheSizing] | None = None,
     prefix: list[PrefixStats] | None = None,
 ) -> Generator[GeneratedEntry, None, None]:
@@ -306,53 +177,106 @@ def generate_continuous(
 
     ``options`` defaults to :class:`ContinuousOptions`' defaults. The chosen :class:`CacheSizing` is appended to
     ``sizing`` and the run's :class:`PrefixStats` (prompt tokens, those the manager's block sharing served, and the
-    floor at ``page_size`` blocks) to ``prefix``, for ``resolved_config.json``. The manager's thread is stopped when
-    the iterator ends, fails or is closed (close it when stopping early).
+    floor at ``page_size`` blocks) to ``prefix``, for ``resolved_config.json``. Requests are named
+    ``"<prompt index>:<sequence>"``. The manager's thread is stopped when the iterator ends, fails or is closed
+    (close it when stopping early).
     """
     import torch
 
-    options = options or ContinuousOptions()
-    checked = checked_prompts(prompts)
-    if progress is not None:
-        progress.start(len(checked))
-    if not checked:
+    if not prompts:
         return
-    dtype = str(getattr(model, "dtype", "float32")).removeprefix("torch.")  # the config's dtype, as torch names it
+    options = options or ContinuousOptions()
+    per_prompt = generation.num_return_sequences
+    eos = list(generation.eos_token_ids) or -1
+    if options.kv_cache_memory_gib is not None:
+        budget = int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
+    elif model.device.type == "cuda":
+        budget = int(0.9 * torch.cuda.mem_get_info(model.device)[0]), "90% of free CUDA memory"
+    else:
+        budget = available_host_memory() // 4, "a quarter of available host memory"
     chosen = size_paged_cache(
-        [len(ids) for _, ids in checked],
+        [len(ids) for _, ids in prompts],
         generation.max_new_tokens,
-        len(checked) * generation.num_return_sequences,
+        len(prompts) * per_prompt,
         options,
         model_config=model.config,
-        dtype_bytes=DTYPE_BYTES[dtype],
-        budget=_memory_budget(options, model.device),
+        dtype_bytes=DTYPE_BYTES[str(model.dtype).removeprefix("torch.")],
+        budget=budget,
     )
     if sizing is not None:
         sizing.append(chosen)
-    requests = _Requests(checked, generation, tokenizer)
-    total, floor = prefix_floor((ids for _, ids in checked for _ in range(requests.per_prompt)), chosen.page_size)
+    total, floor = prefix_floor((ids for _, ids in prompts for _ in range(per_prompt)), chosen.page_size)
     shared = PrefixStats(chosen.page_size, total, floor_tokens=floor)
     if prefix is not None:
         prefix.append(shared)
+    config = copy.deepcopy(generation.config)
+    config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
+    config.num_return_sequences = 1  # every sequence is its own request
+    config.eos_token_id = eos
     previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
-    manager = model.init_continuous_batching(
-        generation_config=_manager_config(generation),
-        continuous_batching_config=_manager_cb_config(chosen, options, seed),
+    manager = model.init_continuous_batching(  # workload-sized; no CUDA graphs, attention switch or CPU offload
+        generation_config=config,
+        continuous_batching_config=teacher.hf().generation.configuration_utils.ContinuousBatchingConfig(
+            page_size=chosen.page_size,
+            num_blocks=chosen.num_blocks,
+            max_batch_tokens=chosen.max_batch_tokens,
+            max_requests_per_batch=chosen.concurrency,
+            max_blocks_per_request=0,
+            allow_block_sharing=options.prefix_sharing,
+            use_cuda_graph=False,
+            use_async_batching=False,
+            safety_margin=0.0,
+            seed=seed,
+            auto_switch_to_flash=False,
+            cpu_offload_space=0.0,
+        ),
     )
-    hook_batch_processor(manager, shared, requests.streams(seed) if generation.do_sample else None)
+    streams = {f"{i}:{s}": sampling_seed(seed, key, s) for i, (key, _) in enumerate(prompts) for s in range(per_prompt)}
+    hook_batch_processor(manager, shared, streams if generation.do_sample else None)
+    scanner = FinishScanner.of(generation, tokenizer)
+    scanned = dict.fromkeys(streams, 0)
+    answers: dict[int, dict[int, tuple[list[int], str]]] = {}
     finished_cleanly = False
     try:
         manager.start()
-        requests.submit(manager)
-        while requests.remaining:
-            entry = requests.next_entry(manager)
-            if entry is None:
+        for request in streams:
+            index = int(request.split(":")[0])
+            manager.add_request(
+                list(prompts[index][1]),
+                request_id=request,
+                max_new_tokens=generation.max_new_tokens,
+                streaming=bool(generation.stop_strings),
+                eos_token_id=eos,
+            )
+        while scanned:
+            output = manager.get_result(timeout=_POLL_SECONDS)
+            if output is None:
+                fatal = manager.background_thread_status.fatal_error
+                if fatal is not None or not manager.is_running():
+                    reason = (
+                        first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
+                    )
+                    raise GenerationError(f"Continuous batching stopped: {reason}")
                 continue
-            tokens_in_entry = entry.num_tokens
-            yield entry
-            del entry
-            if progress is not None:
-                progress.advance(1, tokens_in_entry)
+            request = output.request_id
+            if request not in scanned:  # a streamed output generated before the cancellation took effect
+                continue
+            if output.error is not None:
+                raise GenerationError(f"Continuous batching failed request {request}: {first_line(output.error)}")
+            tokens = [int(token) for token in output.generated_tokens]
+            hit = scanner.scan(tokens, scanned[request])
+            scanned[request] = len(tokens)
+            if hit is None:  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
+                continue
+            del scanned[request]
+            if not output.is_finished():
+                manager.cancel_request(request)  # a stop string completed: free its slot now
+            index, sequence = map(int, request.split(":"))
+            done = answers.setdefault(index, {})
+            done[sequence] = (tokens[: hit[0]], hit[1])
+            if len(done) == per_prompt:
+                del answers[index]
+                yield entry_of(prompts[index][0], [done[s] for s in range(per_prompt)], tokenizer)
         finished_cleanly = True
     except torch.OutOfMemoryError as exc:
         raise GenerationError(
@@ -374,31 +298,27 @@ class TransformersContinuousEngine(TransformersBase):
     """The ``transformers-continuous`` engine (see the module docstring)."""
 
     name = ENGINE_CONTINUOUS
-    options: ContinuousOptions
 
     def __init__(self, context: EngineContext) -> None:
-        super().__init__(context)
+        super().__init__(context, ContinuousOptions)
         if not supported_transformers():
             raise ConfigError(
                 f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later (its '
                 f"continuous-batching manager); this environment has transformers "
                 f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
-        self.options = options_of(context, ContinuousOptions)
         self.sizing: list[CacheSizing] = []
         self.prefix: list[PrefixStats] = []
 
-    def generate(
-        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
-    ) -> Generator[GeneratedEntry, None, None]:
+    def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
+        ctx = self.context
         return generate_continuous(
             self.model,
-            self.context.tokenizer,
-            self.context.generation,
+            ctx.tokenizer,
+            ctx.generation,
             prompts,
             options=self.options,
-            seed=self.context.seed,
-            progress=progress,
+            seed=ctx.seed,
             sizing=self.sizing,
             prefix=self.prefix,
         )
@@ -413,7 +333,7 @@ class TransformersContinuousEngine(TransformersBase):
     def determinism(self, attention: str | None) -> dict[str, Any]:
         sizing = self.sizing[-1] if self.sizing else None
         return teacher.determinism_facts(
-            device=self.context.device,
+            self.context.device,
             batch_invariant=False,
             prefix_caching=self.options.prefix_sharing,
             chunked_prefill=None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens,

