@@ -9,8 +9,8 @@ For each generated position, in order, a sequence finishes at the first of:
 
 :class:`FinishScanner` applies the rule to one sequence's token list, incrementally (the continuous and vLLM engines
 call it on their outputs); :class:`FinishRecorder` applies it to every row of a static batch as a stopping criterion
-of ``generate``, so a stop string completes at the same token in every engine. Beam search uses
-:func:`cut_at_first_eos` (a beam hypothesis is final at its first EOS token).
+of ``generate``, so a stop string completes at the same token in every engine. Beam search cuts each hypothesis
+after its first EOS token, where beam search makes it final.
 """
 
 from __future__ import annotations
@@ -97,17 +97,7 @@ class FinishRecorder:
                 self.finished[row] = self.scanner.scan(tokens, len(tokens) - len(new))
         return torch.tensor([found is not None for found in self.finished], device=input_ids.device)
 
-    def results(self, generated_width: int) -> tuple[list[int], list[str]]:
+    def results(self, generated_width: int) -> list[tuple[int, str]]:
         """Per row: tokens to keep and finish reason. A row never finished (generation ended for another reason)
         keeps everything generated and finishes by ``length``."""
-        found = [result or (generated_width, FINISH_LENGTH) for result in self.finished]
-        return [length for length, _ in found], [reason for _, reason in found]
-
-
-def cut_at_first_eos(generated: torch.Tensor, eos_token_ids: Sequence[int]) -> tuple[list[int], list[str]]:
-    """Beam-search cut: a beam hypothesis is final at its first EOS token, so keep through the first EOS id of each
-    row (``eos``) or the whole row (``length``)."""
-    width = int(generated.shape[1])
-    scanner = FinishScanner(eos_token_ids=eos_token_ids, stop_strings=(), tokenizer=None, max_new_tokens=width)
-    found = [scanner.scan(row) or (width, FINISH_LENGTH) for row in generated.tolist()]
-    return [length for length, _ in found], [reason for _, reason in found]
+        return [found or (generated_width, FINISH_LENGTH) for found in self.finished]

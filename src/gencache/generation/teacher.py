@@ -205,18 +205,9 @@ MIN_VOCAB_COVERAGE = 0.9
 #: uses, those of the prompts and of the generation config, must all be inside the embedding.
 MAX_EXTRA_TOKENS = 64
 
-#: Generation settings that hold token ids (a single id, a list of ids, or a list of lists).
-TOKEN_ID_SETTINGS = (
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "decoder_start_token_id",
-    "suppress_tokens",
-    "begin_suppress_tokens",
-    "bad_words_ids",
-)
+#: The endings of the generation settings that hold token ids (a single id, a list of ids, or a list of lists):
+#: ``pad_token_id`` and the other ``*_token_id``, ``suppress_tokens``, ``begin_suppress_tokens``, ``bad_words_ids``.
+TOKEN_ID_SETTINGS = ("_token_id", "suppress_tokens", "_ids")
 
 #: Where transformers looks for weights, in its order: the first that exists is what loads.
 _WEIGHT_NAMES = (
@@ -326,8 +317,8 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, settings: Mapping[str, Any
             f"teacher's {vocab_size:,}-row vocabulary (vocab_size in config.json): it is another model's tokenizer; "
             "use the teacher's tokenizer."
         )
-    for name in TOKEN_ID_SETTINGS:
-        bad = [token for token in _ids(settings.get(name)) if not 0 <= token < vocab_size]
+    for name in sorted(key for key in settings if key.endswith(TOKEN_ID_SETTINGS)):
+        bad = [token for token in _ids(settings[name]) if not 0 <= token < vocab_size]
         if bad:
             raise ConfigError(
                 f"model.generation_kwargs.{name}: token id {bad[0]} is outside the teacher's vocabulary "

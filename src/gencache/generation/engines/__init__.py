@@ -1,15 +1,12 @@
 """The engine seam: what every generation engine takes and yields, and the registry the pipeline picks from.
 
-An engine is created from an :class:`EngineContext` *before any weights load*, refusing whatever it cannot honour
-(:func:`create_engine`); :meth:`Engine.load_weights` loads the teacher and :meth:`Engine.generate` yields one
-:class:`GeneratedEntry` per unique prompt, in any order. The writer, the keys and the format do not depend on the
-engine. Importing this package imports neither torch nor an engine module.
+An engine is created from an :class:`EngineContext` before any weights load, refusing whatever it cannot honour
+(:func:`create_engine`). The writer, the keys and the format do not depend on the engine. Importing this package
+imports neither torch nor an engine module.
 
-What more than one engine uses lives here too: the KV cache's size per token and the machine's memory (both cache
-sizers), and shared prompt prefixes. An engine with a prefix cache computes a shared prefix (few-shot prompts repeat
-their shots) once, in whole cache blocks: :func:`prefix_order` makes such prompts neighbours, and
-:func:`prefix_floor` counts the prompt tokens no prefix cache can avoid, which an engine reports beside what it
-served (:class:`PrefixStats`, recorded under ``batching.prefix_cache``).
+What more than one engine uses lives here too: the KV cache's size per token and the machine's memory (the cache
+sizers), and shared prompt prefixes: an engine with a prefix cache computes a shared prefix once, in whole blocks,
+and reports what it served beside the floor no prefix cache can avoid (:class:`PrefixStats`).
 """
 
 from __future__ import annotations
@@ -84,7 +81,9 @@ OptionsT = TypeVar("OptionsT", bound=EngineOptions)
 
 
 class Engine:
-    """A generation engine: created before any weights load, then :meth:`load_weights`, then :meth:`generate`."""
+    """A generation engine: created before any weights load, then :meth:`load_weights`, then :meth:`generate`.
+    Each engine gives :meth:`entries`, ``resolved_config.json``'s ``engine`` (:meth:`describe`) and ``batching``
+    sections (batch composition can change half-precision tokens) and the loaded teacher's :meth:`runtime` facts."""
 
     name: str
     loads_with_prompts = False
@@ -122,15 +121,12 @@ class Engine:
         """Load the teacher's weights (after every model-free check passed)."""
 
     def describe(self) -> dict[str, Any]:
-        """``resolved_config.json``'s ``engine`` section: name, effective options, version and engine facts."""
         raise NotImplementedError
 
     def batching(self) -> dict[str, Any]:
-        """``resolved_config.json``'s ``batching`` section (batch composition can change half-precision tokens)."""
         raise NotImplementedError
 
     def runtime(self) -> dict[str, Any]:
-        """dtype, attention, device and library versions of the loaded teacher."""
         raise NotImplementedError
 
     def commit_hash(self) -> str | None:

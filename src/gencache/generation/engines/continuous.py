@@ -1,16 +1,11 @@
 """The ``transformers-continuous`` engine: transformers' continuous-batching manager over a paged KV cache.
 
-Every sequence is one request of the manager (``init_continuous_batching``): requests join the running batch as
-others leave it, so no decode slot is spent on a finished answer, and finished requests stream straight to the
-writer. gencache's finish rule (:class:`~gencache.generation.finish.FinishScanner`) decides every finish reason; stop
-strings, which the manager does not know, are matched on streamed outputs and the request is cancelled as soon as
-one completes (tokens of a step already under way are never kept).
-
-The paged cache is sized from the workload (:func:`size_paged_cache`: ``max_concurrent_sequences`` requests of the
-longest prompt plus ``max_new_tokens``), lowered to fit ``kv_cache_memory_gib`` (else 90% of free CUDA memory, or a
-quarter of available host memory). When sampling, the manager's sampling step is replaced, on this manager's model
-runner only, by one that draws every row from its request's own stream (:mod:`gencache.generation.sampling`), so an
-answer does not depend on the concurrency or the other prompts.
+Every sequence is one request: requests join the running batch as others leave it, so no decode slot is spent on a
+finished answer, and finished requests stream straight to the writer. gencache's finish rule decides every finish
+reason; stop strings, which the manager does not know, are matched on streamed outputs and the request is
+cancelled as soon as one completes. The paged cache is sized from the workload (:func:`size_paged_cache`). When
+sampling, this manager's sampling step draws every row from its request's own stream, so an answer does not depend
+on the concurrency or the other prompts.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The ``transformers`` engine (the default, and the only one that honours every setting gencache accepts): static
-batches through ``model.generate``.
+batches through ``model.generate``, sorted by length (longest first), left padded with an explicit attention mask.
 
-Prompts run in batches sorted by length (longest first), left padded with an explicit attention mask. gencache's
-stopping criterion (:class:`~gencache.generation.finish.FinishRecorder`) records the step at which every row
-finished and why, and the answer is cut at that step, never by token value, so fill tokens never enter an answer.
-Beam search (without stop strings) cuts each hypothesis after its first EOS id, where beam search makes it final.
-
-Sampling draws each sequence from its own stream (:mod:`gencache.generation.sampling`):
-:class:`~gencache.generation.sampling.SequenceSampler`, placed after every processor and warper transformers builds,
-picks each row's token, so an answer does not depend on ``gen_batch_size`` or the other prompts. (Sampling beam
-search draws all beams from one generator and is refused.)
+gencache's stopping criterion (:class:`~gencache.generation.finish.FinishRecorder`) records the step at which every
+row finished and why, and the answer is cut there, never by token value, so fill tokens never enter an answer.
+When sampling, :class:`~gencache.generation.sampling.SequenceSampler`, placed after every processor and warper
+transformers builds, picks each row's token from the row's own stream, so an answer does not depend on
+``gen_batch_size`` or the other prompts.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from gencache.core.errors import GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import Engine, EngineContext, GeneratedEntry, KeyedPrompt, Prompts, entry_of
-from gencache.generation.finish import FinishRecorder, FinishScanner, cut_at_first_eos
+from gencache.generation.finish import FINISH_LENGTH, FinishRecorder, FinishScanner
 from gencache.generation.sampling import SAMPLING_RULE, SequenceSampler, sampling_seed
 
 if TYPE_CHECKING:
@@ -144,14 +140,18 @@ def generate_entries(
             model.generation_config = previous
         generated = sequences[:, width:]
         del sequences, input_ids, attention_mask
+        steps = generated.shape[1]
         if recorder is not None:
-            lengths, reasons = recorder.results(generated.shape[1])
-        else:
-            lengths, reasons = cut_at_first_eos(generated, generation.eos_token_ids)
+            found = recorder.results(steps)
+        else:  # beam search: a hypothesis is final at its first EOS token
+            eos = FinishScanner(
+                eos_token_ids=generation.eos_token_ids, stop_strings=(), tokenizer=None, max_new_tokens=steps
+            )
+            found = [eos.scan(row) or (steps, FINISH_LENGTH) for row in generated.tolist()]
         for position, index in enumerate(batch):
             rows = range(position * per_prompt, (position + 1) * per_prompt)
             yield entry_of(
-                prompts[index][0], [(generated[r, : lengths[r]].tolist(), reasons[r]) for r in rows], tokenizer
+                prompts[index][0], [(generated[r, : found[r][0]].tolist(), found[r][1]) for r in rows], tokenizer
             )
         del generated
 

