@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gencache.config.engines import EngineOptions
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
+from gencache.generation import teacher
+from gencache.generation.effective import check_engine
+from gencache.generation.sampling import SAMPLING_RULE
 
 if TYPE_CHECKING:
     import torch
@@ -77,22 +80,25 @@ class EngineContext:
     """The engine's options, validated by ``gencache.config`` (a config's ``engine_options``); None: its defaults."""
 
 
-OptionsT = TypeVar("OptionsT", bound=EngineOptions)
-
-
 class Engine:
     """A generation engine: created before any weights load, then :meth:`load_weights`, then :meth:`generate`.
-    Each engine gives :meth:`entries`, ``resolved_config.json``'s ``engine`` (:meth:`describe`) and ``batching``
-    sections (batch composition can change half-precision tokens) and the loaded teacher's :meth:`runtime` facts."""
+
+    Each engine gives its :meth:`entries` and ``resolved_config.json``'s ``batching`` section (batch composition can
+    change half-precision tokens); what is not overridden is the transformers engines' (the teacher loaded by
+    transformers, and its facts)."""
 
     name: str
+    options_model: type[EngineOptions]
     loads_with_prompts = False
     """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first prompts
     (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
 
-    def __init__(self, context: EngineContext, options: type[OptionsT]) -> None:
+    def __init__(self, context: EngineContext) -> None:
+        check_engine(self.name, context.generation)
         self.context = context
-        self.options: Any = context.options if isinstance(context.options, options) else options()
+        options = context.options
+        self.options: Any = options if isinstance(options, self.options_model) else self.options_model()
+        self.model: Any = None
 
     def generate(
         self, prompts: Iterable[KeyedPrompt], *, progress: Progress | None = None
@@ -114,24 +120,54 @@ class Engine:
         """The entries of ``prompts``; what runs before the generator is returned runs before the progress starts."""
         raise NotImplementedError
 
-    def import_libraries(self) -> None:
-        """Import what :meth:`load_weights` needs without loading weights, so that the load is timed alone."""
-
-    def load_weights(self) -> None:
-        """Load the teacher's weights (after every model-free check passed)."""
-
-    def describe(self) -> dict[str, Any]:
-        raise NotImplementedError
-
     def batching(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def import_libraries(self) -> None:
+        """Import what :meth:`load_weights` needs without loading weights, so that the load is timed alone."""
+        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+
+    def load_weights(self) -> None:
+        ctx = self.context
+        self.model = teacher.load_teacher(
+            ctx.model_path,
+            dtype=ctx.dtype,
+            device=ctx.device,
+            revision=ctx.revision,
+            attn_implementation=ctx.attn_implementation,
+            generation_config=ctx.generation.config,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """``resolved_config.json``'s ``engine`` section: name, effective options, version and engine facts."""
+        return {
+            "name": self.name,
+            "options": self.options.model_dump(mode="json"),
+            "version": teacher.hf().__version__,
+            "sampling": dict(SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
+        }
+
     def runtime(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """dtype, attention, device and library versions of the loaded teacher, and its determinism facts."""
+        info = teacher.runtime_info(self.model)
+        return {**info, "determinism": self.determinism(info["attn_implementation"])}
+
+    def determinism(self, attention: str | None) -> dict[str, Any]:
+        """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
+        when ``prefill_chunk_size`` is set."""
+        return teacher.determinism_facts(
+            self.context.device,
+            batch_invariant=False,
+            prefix_caching=False,
+            chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
+            tensor_parallel_size=1,
+            attention_backend=attention,
+        )
 
     def commit_hash(self) -> str | None:
         """The teacher's hub commit when it was loaded from the hub."""
-        return None
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)  # None: vLLM's
+        return value if isinstance(value, str) else None
 
 
 #: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and

@@ -24,6 +24,7 @@ from gencache.generation import teacher
 from gencache.generation.effective import EffectiveGeneration
 from gencache.generation.engines import (
     GIB,
+    Engine,
     EngineContext,
     GeneratedEntry,
     KeyedPrompt,
@@ -34,7 +35,6 @@ from gencache.generation.engines import (
     kv_bytes_per_token,
     prefix_floor,
 )
-from gencache.generation.engines.static import TransformersBase
 from gencache.generation.finish import FinishScanner
 from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
@@ -289,13 +289,14 @@ def generate_continuous(
             model.generation_config = previous_config
 
 
-class TransformersContinuousEngine(TransformersBase):
+class TransformersContinuousEngine(Engine):
     """The ``transformers-continuous`` engine (see the module docstring)."""
 
     name = ENGINE_CONTINUOUS
+    options_model = ContinuousOptions
 
     def __init__(self, context: EngineContext) -> None:
-        super().__init__(context, ContinuousOptions)
+        super().__init__(context)
         if not supported_transformers():
             raise ConfigError(
                 f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later (its '

@@ -19,10 +19,9 @@ from gencache.config.engines import StaticOptions
 from gencache.config.names import ENGINE_STATIC
 from gencache.core.errors import GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.effective import check_engine
-from gencache.generation.engines import Engine, EngineContext, GeneratedEntry, KeyedPrompt, Prompts, entry_of
+from gencache.generation.engines import Engine, GeneratedEntry, KeyedPrompt, Prompts, entry_of
 from gencache.generation.finish import FINISH_LENGTH, FinishRecorder, FinishScanner
-from gencache.generation.sampling import SAMPLING_RULE, SequenceSampler, sampling_seed
+from gencache.generation.sampling import SequenceSampler, sampling_seed
 
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
@@ -156,65 +155,11 @@ def generate_entries(
         del generated
 
 
-class TransformersBase(Engine):
-    """What the ``transformers`` and ``transformers-continuous`` engines share: the teacher, loaded by
-    transformers, and its facts."""
-
-    def __init__(self, context: EngineContext, options: Any) -> None:
-        check_engine(self.name, context.generation)
-        super().__init__(context, options)
-        self.model: Any = None
-
-    def import_libraries(self) -> None:
-        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
-
-    def load_weights(self) -> None:
-        ctx = self.context
-        self.model = teacher.load_teacher(
-            ctx.model_path,
-            dtype=ctx.dtype,
-            device=ctx.device,
-            revision=ctx.revision,
-            attn_implementation=ctx.attn_implementation,
-            generation_config=ctx.generation.config,
-        )
-
-    def runtime(self) -> dict[str, Any]:
-        info = teacher.runtime_info(self.model)
-        return {**info, "determinism": self.determinism(info["attn_implementation"])}
-
-    def determinism(self, attention: str | None) -> dict[str, Any]:
-        """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
-        when ``prefill_chunk_size`` is set."""
-        return teacher.determinism_facts(
-            self.context.device,
-            batch_invariant=False,
-            prefix_caching=False,
-            chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
-            tensor_parallel_size=1,
-            attention_backend=attention,
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "options": self.options.model_dump(mode="json"),
-            "version": teacher.hf().__version__,
-            "sampling": dict(SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
-        }
-
-    def commit_hash(self) -> str | None:
-        value = getattr(self.model.config, "_commit_hash", None)
-        return value if isinstance(value, str) else None
-
-
-class TransformersEngine(TransformersBase):
+class TransformersEngine(Engine):
     """The ``transformers`` engine (see the module docstring)."""
 
     name = ENGINE_STATIC
-
-    def __init__(self, context: EngineContext) -> None:
-        super().__init__(context, StaticOptions)
+    options_model = StaticOptions
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
         ctx = self.context

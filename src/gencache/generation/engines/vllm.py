@@ -30,7 +30,6 @@ from gencache.config.engines import VllmOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.process import environment_kept
-from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
     GIB,
     Engine,
@@ -226,12 +225,13 @@ class VllmEngine(Engine):
     """The ``vllm`` engine (see the module docstring)."""
 
     name = ENGINE_VLLM
+    options_model = VllmOptions
 
     def __init__(self, context: EngineContext) -> None:
         build = installed_build()
         if build is None:
             raise ConfigError(f'engine "{self.name}" needs the vllm package, which is not installed: {INSTALL_HINT}.')
-        super().__init__(context, VllmOptions)
+        super().__init__(context)
         self.build = build
         self.on_cpu = self.loads_with_prompts = context.device == "cpu"  # on a CPU, generate builds the model
         try:  # the teacher's attention sizes (None: the model's own loader reports the unreadable config.json)
@@ -241,7 +241,6 @@ class VllmEngine(Engine):
         refusal = self._refusal()
         if refusal is not None:
             raise ConfigError(f'engine "{self.name}"{refusal}')
-        check_engine(self.name, context.generation)
         self.llm: Any = None
         self.sizing: KvSizing | None = None
         self.prefix: PrefixStats | None = None
