@@ -17,7 +17,7 @@ from gencache.config.generation import NO_LOGITS_MESSAGE, effective_problems
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import EngineContext, GeneratedEntry
-from gencache.generation.engines.static import TransformersEngine, batching_policy, generate_entries, plan_batches
+from gencache.generation.engines.transformers import TransformersEngine, batching_policy, generate_entries, plan_batches
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
 from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS

@@ -12,7 +12,7 @@ import pytest
 
 from gencache.config.engines import ContinuousOptions
 from gencache.generation.engines import PrefixStats, prefix_floor, prefix_order, reusable_prefix
-from gencache.generation.engines.continuous import (
+from gencache.generation.engines.transformers import (
     TransformersContinuousEngine,
     generate_continuous,
     supported_transformers,

@@ -173,8 +173,8 @@ class Engine:
 #: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and
 #: its class; :func:`create_engine` imports the module (torch, transformers or vLLM) only to create that engine.
 ENGINES: dict[str, tuple[str, str]] = {
-    ENGINE_STATIC: ("static", "TransformersEngine"),
-    ENGINE_CONTINUOUS: ("continuous", "TransformersContinuousEngine"),
+    ENGINE_STATIC: ("transformers", "TransformersEngine"),
+    ENGINE_CONTINUOUS: ("transformers", "TransformersContinuousEngine"),
     ENGINE_VLLM: ("vllm", "VllmEngine"),
 }
 
