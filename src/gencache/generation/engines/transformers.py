@@ -110,6 +110,7 @@ def generate_entries(
     draw from torch's global generator (the sampler's one-hot scores make it return the sampler's token): the
     generator is restored after each call, so sampling leaves it as it found it."""
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
     device = model.device
     per_prompt = generation.num_return_sequences
@@ -127,12 +128,9 @@ def generate_entries(
             f"batch {batch_index} ({len(batch)} prompts x {per_prompt} sequences, prompt width {width} tokens, "
             f"max_new_tokens {generation.max_new_tokens})"
         )
-        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            ids = prompts[index][1]
-            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
+        rows = [torch.tensor(prompts[index][1], dtype=torch.long) for index in batch]
+        input_ids = pad_sequence(rows, batch_first=True, padding_value=pad_id, padding_side="left")
+        attention_mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True, padding_side="left")
         # beam outputs are cut at their first EOS; sampling beam search is refused before the weights load
         recorder = None if beams else FinishRecorder(scanner, prompt_width=width, rows=len(batch) * per_prompt)
         sampler = None
@@ -170,9 +168,9 @@ def generate_entries(
             )
             found = [eos.scan(row) or (steps, FINISH_LENGTH) for row in generated.tolist()]
         for position, index in enumerate(batch):
-            rows = range(position * per_prompt, (position + 1) * per_prompt)
+            answers = range(position * per_prompt, (position + 1) * per_prompt)
             yield entry_of(
-                prompts[index][0], [(generated[r, : found[r][0]].tolist(), found[r][1]) for r in rows], tokenizer
+                prompts[index][0], [(generated[r, : found[r][0]].tolist(), found[r][1]) for r in answers], tokenizer
             )
         del generated
 
@@ -263,28 +261,12 @@ def size_paged_cache(
 
 
 # -- hooks on one manager (never on its class) --------------------------------------------------------------------
-class RequestSampler:
-    """The manager's sampling step, drawing each row from its request's own stream: row ``i`` of the scores is the
-    ``i``-th request of the batch that predicts a token (transformers' ``logits_indices`` order), at answer position
-    ``generated_len()``."""
-
-    def __init__(self, runner: Any, streams: dict[str, int]) -> None:
-        self.runner = runner
-        self.streams = streams
-
-    def __call__(self, scores: Any, output_ids: Any) -> None:
-        states = [f.state for f in self.runner.inputs_and_outputs.requests_in_batch if f.has_new_token]
-        # a request of the manager's own (a warm-up) has no stream of the run: its tokens are never kept
-        draws = uniforms([self.streams.get(s.request_id, 0) for s in states], [s.generated_len() for s in states])
-        tokens = draw_tokens(scores[0, : len(states)], draws)
-        output_ids[0, : len(states)].copy_(tokens)
-
-
 def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, int] | None) -> None:
     """Wrap the creation of this manager's batch processor (it happens in the manager's thread): count every prefix
     match of its paged cache (tokens a request took from blocks an earlier request completed) in
-    ``shared.cached_tokens`` and, when ``streams`` is given (sampling), replace its sampling step by
-    :class:`RequestSampler`. torch's global generator, which building the processor seeds, is restored after it."""
+    ``shared.cached_tokens`` and, when ``streams`` is given (sampling), replace its sampling step by one that draws
+    each row from its request's own stream. torch's global generator, which building the processor seeds, is
+    restored after it."""
     create = manager._create_batch_processor
     shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
 
@@ -307,7 +289,17 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
 
             cache.search_prefix_match = search_counted
         if streams is not None:
-            processor.model_runner._sample = RequestSampler(processor.model_runner, streams)
+            runner = processor.model_runner
+
+            def sample(scores: Any, output_ids: Any) -> None:
+                # row i of the scores is the i-th request of the batch that predicts a token (transformers'
+                # logits_indices order); a request of the manager's own (a warm-up) has no stream of the run: its
+                # tokens are never kept
+                states = [f.state for f in runner.inputs_and_outputs.requests_in_batch if f.has_new_token]
+                draws = uniforms([streams.get(s.request_id, 0) for s in states], [s.generated_len() for s in states])
+                output_ids[0, : len(states)].copy_(draw_tokens(scores[0, : len(states)], draws))
+
+            runner._sample = sample
         return processor
 
     manager._create_batch_processor = create_hooked
@@ -483,14 +475,12 @@ class TransformersContinuousEngine(Engine):
 
     def determinism(self, attention: str | None) -> dict[str, Any]:
         sizing = self.sizing[-1] if self.sizing else None
-        return teacher.determinism_facts(
-            self.context.device,
-            batch_invariant=False,
-            prefix_caching=self.options.prefix_sharing,
-            chunked_prefill=None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens,
-            tensor_parallel_size=1,
-            attention_backend=attention,
-        )
+        chunked = None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens
+        return {
+            **super().determinism(attention),
+            "prefix_caching": self.options.prefix_sharing,
+            "chunked_prefill": chunked,
+        }
 
     def batching(self) -> dict[str, Any]:
         return {
