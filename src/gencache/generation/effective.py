@@ -1,12 +1,7 @@
-"""The effective generation config, resolved and validated before any weights load.
-
-The user's ``model.generation_kwargs``, then the teacher's ``generation_config.json``, then transformers' defaults.
-``do_sample`` is false unless the user asks; settings of a decoding mode the run does not use are dropped (sampling
-parameters under greedy decoding, beam parameters without beams), so transformers cannot warn about them or re-fill
-them from the teacher. The result is validated by transformers' ``GenerationConfig(...).validate(strict=True)`` and
-by the ranges gencache adds (:mod:`gencache.config.generation`); every problem is a
-:class:`~gencache.core.errors.ConfigError` (exit code 2). :func:`check_engine` then refuses what the chosen engine
-cannot honour.
+"""The effective generation config, resolved and validated before any weights load: the user's
+``model.generation_kwargs``, then the teacher's ``generation_config.json``, then transformers' defaults, validated
+by transformers' ``GenerationConfig.validate(strict=True)`` and the ranges gencache adds
+(:mod:`gencache.config.generation`). :func:`check_engine` then refuses what the chosen engine cannot honour.
 """
 
 from __future__ import annotations
@@ -37,12 +32,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EffectiveGeneration:
-    """The generation settings a run uses.
-
-    ``config`` is what ``model.generate`` receives; ``kwargs`` is the same settings as a JSON-able dict for
-    ``resolved_config.json`` (every non-null effective field). ``eos_token_ids`` is the EOS list (possibly empty);
-    ``defaults`` holds transformers' default values (what "no effect" means for settings gencache does not declare).
-    """
+    """The generation settings a run uses: ``config`` for ``model.generate``, ``kwargs`` (every non-null effective
+    field) for ``resolved_config.json``; ``defaults`` holds transformers' default values (what "no effect" means for
+    settings gencache does not declare)."""
 
     config: GenerationConfig
     kwargs: dict[str, Any]
@@ -61,10 +53,8 @@ def _known_generation_fields() -> frozenset[str]:
 
 
 def read_teacher_generation_config(model_path: str, *, revision: str | None = None) -> dict[str, Any]:
-    """The teacher's generation settings as a dict of known, non-null fields, read without weights: from
-    ``generation_config.json`` when the model has one, otherwise what transformers derives from ``config.json``
-    (as ``from_pretrained`` does). The teacher then loads with the effective config resolved from it, so the file
-    is never read a second way."""
+    """The teacher's known, non-null generation settings: its ``generation_config.json``, else what transformers
+    derives from ``config.json``. The teacher loads with the effective config, so the file is read this way only."""
     where = f"model.model_path {model_path!r}{f' at revision {revision!r}' if revision else ''}"
     try:
         path = hf().utils.cached_file(
@@ -93,13 +83,12 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
 def resolve_generation(
     generation_kwargs: Mapping[str, Any], *, model_path: str, revision: str | None, tokenizer: Any
 ) -> EffectiveGeneration:
-    """Resolve and strictly validate the effective generation config, before any weights load.
+    """The effective generation config; every problem is a :class:`ConfigError` naming the field.
 
-    Precedence: the user's ``generation_kwargs`` (null means "not set"), then the teacher's generation config, then
-    transformers' defaults; except ``do_sample`` (false unless the user sets it) and ``pad_token_id`` (the
-    tokenizer's unless the user sets it). ``max_length`` is always dropped (the required ``max_new_tokens`` decides
-    the length). Every problem raises :class:`ConfigError` naming the field.
-    """
+    A null user value means "not set". ``do_sample`` is false unless the user sets it, ``pad_token_id`` the
+    tokenizer's unless the user sets it, and settings of a decoding mode the run does not use are dropped (sampling
+    parameters under greedy decoding, beam parameters without beams), so transformers cannot warn about them or
+    re-fill them from the teacher. ``max_new_tokens`` decides the length (``max_length`` is refused)."""
     problems = generation_problems(generation_kwargs)
     if problems:
         raise ConfigError(join_problems([((*FIELD.split("."), *loc), msg) for loc, msg in problems], None))

@@ -30,11 +30,9 @@ FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
 
 
 class FinishScanner:
-    """The finish rule for one sequence at a time: :meth:`scan` examines new positions of a growing token list.
-
-    A stop string is looked for in the decoded last ``window`` tokens, a window long enough to hold any stop string:
-    byte-level tokens carry at least one byte each; the margin covers a partial UTF-8 character or a
-    decoder-stripped leading space at the start of the window."""
+    """The finish rule for one sequence at a time: :meth:`scan` examines new positions of a growing token list. A
+    stop string is looked for in the decoded last ``window`` tokens: every token carries at least one byte, and the
+    margin covers a partial UTF-8 character or a decoder-stripped leading space at the start of the window."""
 
     def __init__(
         self, *, eos_token_ids: Sequence[int], stop_strings: Sequence[str], tokenizer: Any, max_new_tokens: int
@@ -73,12 +71,9 @@ class FinishScanner:
 
 
 class FinishRecorder:
-    """A stopping criterion that records, per row of a static batch, the step at which it finished and why.
-
-    ``generate`` calls it after every decoding step with the whole ``input_ids`` (prompt width plus the tokens
-    generated so far); it scans each open row's new positions with the :class:`FinishScanner` and returns True for
-    every finished row, so transformers stops once all rows are finished. It deliberately has no ``eos_token_id``
-    attribute, which transformers would read as "an EOS criterion"."""
+    """A stopping criterion of ``generate`` that records, per row of a static batch, the step at which it finished
+    and why (scanning each open row's new tokens) and says which rows are finished, so transformers stops once all
+    are. It deliberately has no ``eos_token_id`` attribute, which transformers would read as "an EOS criterion"."""
 
     def __init__(self, scanner: FinishScanner, *, prompt_width: int, rows: int) -> None:
         self.scanner = scanner

@@ -80,11 +80,8 @@ def draw_tokens(scores: torch.Tensor, draws: np.ndarray[Any, np.dtype[np.float64
 
 class SequenceSampler:
     """The last logits processor of a batched ``model.generate`` call: it draws each row's token from the row's own
-    stream (:func:`uniforms`, :func:`draw_tokens`) and hands transformers scores that leave no choice (0 at that
-    token, ``-inf`` elsewhere), so transformers' own draw from its global generator returns that token.
-
-    ``streams`` holds one stream seed per row (prompt-major: row ``r`` is sequence ``r % n`` of prompt ``r // n``),
-    ``prompt_width`` the padded prompt width (the answer position is the row length minus it)."""
+    stream (one seed per row in ``streams``) and hands transformers scores that leave no choice (0 at that token,
+    ``-inf`` elsewhere), so transformers' own draw from its global generator returns that token."""
 
     def __init__(self, streams: Sequence[int], prompt_width: int) -> None:
         self.streams = list(streams)

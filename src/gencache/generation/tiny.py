@@ -141,13 +141,9 @@ def builtin_corpus() -> Iterator[str]:
 def build_tiny_teacher(
     directory: str | os.PathLike[str], *, seed: int = 0, corpus: Iterable[str] | None = None, head_dim: int = 16
 ) -> Path:
-    """Write a tiny random-weight Qwen3 teacher with its tokenizer into ``directory`` (created if needed) and return
-    its path: ``config.json``, ``generation_config.json``, ``model.safetensors`` and the tokenizer files.
-
-    ``corpus`` adds text to the tokenizer's built-in training corpus. ``head_dim`` is the attention head size (vLLM's
-    CPU backend needs 32 or more: :data:`TINY_CPU_ATTENTION_HEAD_DIM`). The same arguments always give
-    byte-identical files, and the global torch RNG is left untouched.
-    """
+    """Write a tiny random-weight Qwen3 teacher with its tokenizer into ``directory`` and return its path; the same
+    arguments give byte-identical files. ``corpus`` adds text to the tokenizer's built-in training corpus;
+    ``head_dim`` is the attention head size (vLLM's CPU backend needs :data:`TINY_CPU_ATTENTION_HEAD_DIM`)."""
     import torch
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers

@@ -231,15 +231,10 @@ def prefix_order(prompts: Iterable[P]) -> list[P]:
     return sorted(prompts, key=lambda prompt: tuple(prompt[1]))
 
 
-def reusable_prefix(shared: int, length: int, block: int) -> int:
-    """Tokens of a prompt of ``length`` tokens a block cache can serve when ``shared`` leading tokens are cached:
-    whole blocks only, and never the last prompt token (its logits start the answer, so it is always computed)."""
-    return (min(shared, length - 1) // block) * block if length > 0 else 0
-
-
 def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int]:
     """``(prompt tokens, floor)`` of prompts in run order: the floor counts the tokens of each prompt beyond the
-    longest whole-block prefix that an earlier prompt has (:func:`reusable_prefix`)."""
+    longest whole-block prefix that an earlier prompt has, and always its last token (its logits start the answer,
+    so a cache never serves it)."""
     seen: set[int] = set()
     total = floor = 0
     for ids in prompts:
@@ -250,7 +245,7 @@ def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int
             chain = hash((chain, tokens[start : start + block]))
             hashes.append(chain)
             shared += block if shared == start and chain in seen else 0
-        floor += len(tokens) - reusable_prefix(shared, len(tokens), block)
+        floor += len(tokens) - (min(shared, len(tokens) - 1) // block) * block
         seen.update(hashes)
     return total, floor
 

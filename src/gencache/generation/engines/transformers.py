@@ -100,15 +100,12 @@ def generate_entries(
     batch_size: int,
     seed: int = 0,
 ) -> Generator[GeneratedEntry, None, None]:
-    """Generate every prompt (``(key, input_ids)`` of unique samples) and yield one :class:`GeneratedEntry` per
-    prompt, in batch order. The explicit attention mask lets prompts contain the pad id. Out of memory is a
-    :class:`GenerationError` naming the batch.
+    """One :class:`GeneratedEntry` per prompt (``(key, input_ids)`` of unique samples), in batch order.
 
-    Each ``model.generate`` call gets the effective config as the model's generation config too, so transformers
-    cannot re-fill dropped settings (the teacher's sampling parameters under greedy decoding) from the teacher;
-    gencache's recorder decides stop strings (outside beam search). When sampling, transformers still makes its own
-    draw from torch's global generator (the sampler's one-hot scores make it return the sampler's token): the
-    generator is restored after each call, so sampling leaves it as it found it."""
+    The effective config is the model's generation config too during each call, so transformers cannot re-fill
+    dropped settings from the teacher; gencache's recorder decides stop strings (outside beam search). transformers
+    still draws from torch's global generator when sampling (the sampler's one-hot scores make it return the
+    sampler's token), so the generator is restored after each call."""
     import torch
     from torch.nn.utils.rnn import pad_sequence
 
@@ -316,14 +313,10 @@ def generate_continuous(
     sizing: list[CacheSizing] | None = None,
     prefix: list[PrefixStats] | None = None,
 ) -> Generator[GeneratedEntry, None, None]:
-    """Generate every prompt through transformers' continuous-batching manager; one entry per prompt, in finish order.
-
-    ``options`` defaults to :class:`ContinuousOptions`' defaults. The chosen :class:`CacheSizing` is appended to
-    ``sizing`` and the run's :class:`PrefixStats` (prompt tokens, those the manager's block sharing served, and the
-    floor at ``page_size`` blocks) to ``prefix``, for ``resolved_config.json``. Requests are named
-    ``"<prompt index>:<sequence>"``. The manager's thread is stopped when the iterator ends, fails or is closed
-    (close it when stopping early).
-    """
+    """One entry per prompt through transformers' continuous-batching manager, in finish order; the chosen
+    :class:`CacheSizing` is appended to ``sizing`` and the run's :class:`PrefixStats` to ``prefix``. Requests are
+    named ``"<prompt index>:<sequence>"``. The manager's thread is stopped when the iterator ends, fails or is
+    closed."""
     import torch
 
     if not prompts:

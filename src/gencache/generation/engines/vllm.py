@@ -371,9 +371,7 @@ class VllmEngine(Engine):
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
         """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need a longer context
         or more concurrent requests than the built one holds (a later shard of the same process)."""
-        if prompts and self.on_cpu:
-            if self.teacher_config is None:
-                raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
+        if prompts and self.on_cpu:  # the run's checks read the teacher's config.json before it got here
             per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
             lengths = [len(ids) for _, ids in prompts]
             sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
@@ -394,7 +392,7 @@ class VllmEngine(Engine):
         return self._stream(prefix_order(prompts))
 
     def _stream(self, ordered: Prompts) -> Generator[GeneratedEntry, None, None]:
-        if not ordered:
+        if not ordered:  # nothing to build an ``LLM`` for on a CPU
             return
         import vllm
         from vllm.sampling_params import RequestOutputKind
@@ -441,13 +439,9 @@ class VllmEngine(Engine):
                     engine.abort_request(sorted(in_flight))
 
     def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
-            "name": self.name,
-            "options": self.options.model_dump(mode="json"),
-            "version": self.build.version,
-            "distribution": self.build.distribution,
-            "sampling": dict(VLLM_SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
-        }
+        facts = {**super().describe(), "version": self.build.version, "distribution": self.build.distribution}
+        if self.context.generation.do_sample:
+            facts["sampling"] = dict(VLLM_SAMPLING_RULE)
         if self.on_cpu:
             facts["process"] = "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
             facts["amx"] = self.amx
