@@ -17,7 +17,7 @@ from gencache.config.generation import NO_LOGITS_MESSAGE, effective_problems
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import EngineContext, GeneratedEntry
-from gencache.generation.engines.transformers import TransformersEngine, batching_policy, generate_entries, plan_batches
+from gencache.generation.engines.transformers import TransformersEngine, generate_entries, plan_batches
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
 from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
@@ -283,13 +283,6 @@ def test_plan_batches_is_longest_first_stable_and_chunked() -> None:
     assert plan_batches([3, 5, 5, 1, 4], 2) == [[1, 2], [4, 0], [3]]
     assert plan_batches([2, 2, 2], 5) == [[0, 1, 2]]
     assert plan_batches([], 3) == []
-
-
-def test_batching_policy() -> None:
-    policy = batching_policy(8)
-    assert policy["order"] == "length-sorted-longest-first"
-    assert policy["batch_size"] == 8 and policy["padding_side"] == "left"
-    json.dumps(policy)
 
 
 def test_runtime_info_records_dtype_attention_device_and_versions(tiny_model: Any) -> None:

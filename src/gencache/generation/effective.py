@@ -52,9 +52,26 @@ def _known_generation_fields() -> frozenset[str]:
     return frozenset(name for name in vars(hf().GenerationConfig()) if not name.startswith("_"))
 
 
-def read_teacher_generation_config(model_path: str, *, revision: str | None = None) -> dict[str, Any]:
-    """The teacher's known, non-null generation settings: its ``generation_config.json``, else what transformers
-    derives from ``config.json``. The teacher loads with the effective config, so the file is read this way only."""
+def resolve_generation(
+    generation_kwargs: Mapping[str, Any], *, model_path: str, revision: str | None, tokenizer: Any
+) -> EffectiveGeneration:
+    """The effective generation config; every problem is a :class:`ConfigError` naming the field.
+
+    A null user value means "not set". ``do_sample`` is false unless the user sets it, ``pad_token_id`` the
+    tokenizer's unless the user sets it, and settings of a decoding mode the run does not use are dropped (sampling
+    parameters under greedy decoding, beam parameters without beams), so transformers cannot warn about them or
+    re-fill them from the teacher. ``max_new_tokens`` decides the length (``max_length`` is refused)."""
+    problems = generation_problems(generation_kwargs)
+    if problems:
+        raise ConfigError(join_problems([((*FIELD.split("."), *loc), msg) for loc, msg in problems], None))
+    unknown = sorted(set(generation_kwargs) - _known_generation_fields())
+    if unknown:
+        names = ", ".join(f"{FIELD}.{key}" for key in unknown)
+        error = ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
+        error.location = f"{FIELD}.{unknown[0]}" if len(unknown) == 1 else FIELD  # type: ignore[attr-defined]
+        raise error
+    # the teacher's settings: its generation_config.json, else what transformers derives from config.json (the teacher
+    # loads with the effective config, so the file is read this way only)
     where = f"model.model_path {model_path!r}{f' at revision {revision!r}' if revision else ''}"
     try:
         path = hf().utils.cached_file(
@@ -76,35 +93,12 @@ def read_teacher_generation_config(model_path: str, *, revision: str | None = No
             data = data.to_dict()
         except Exception as exc:
             raise ConfigError(f"Cannot read the teacher's config.json from {where}: {first_line(exc)}") from exc
-    known = _known_generation_fields()
-    return {key: value for key, value in data.items() if key in known and value is not None}
-
-
-def resolve_generation(
-    generation_kwargs: Mapping[str, Any], *, model_path: str, revision: str | None, tokenizer: Any
-) -> EffectiveGeneration:
-    """The effective generation config; every problem is a :class:`ConfigError` naming the field.
-
-    A null user value means "not set". ``do_sample`` is false unless the user sets it, ``pad_token_id`` the
-    tokenizer's unless the user sets it, and settings of a decoding mode the run does not use are dropped (sampling
-    parameters under greedy decoding, beam parameters without beams), so transformers cannot warn about them or
-    re-fill them from the teacher. ``max_new_tokens`` decides the length (``max_length`` is refused)."""
-    problems = generation_problems(generation_kwargs)
-    if problems:
-        raise ConfigError(join_problems([((*FIELD.split("."), *loc), msg) for loc, msg in problems], None))
-    unknown = sorted(set(generation_kwargs) - _known_generation_fields())
-    if unknown:
-        names = ", ".join(f"{FIELD}.{key}" for key in unknown)
-        error = ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
-        error.location = f"{FIELD}.{unknown[0]}" if len(unknown) == 1 else FIELD  # type: ignore[attr-defined]
-        raise error
     user = {key: value for key, value in generation_kwargs.items() if value is not None}
     refused = {"do_sample", "max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED, *GENERATION_FORBIDDEN}
     defaults: dict[str, Any] = dict(hf().GenerationConfig._get_default_generation_params())
     merged = {key: value for key, value in defaults.items() if key not in refused}
-    merged.update(
-        (k, v) for k, v in read_teacher_generation_config(model_path, revision=revision).items() if k not in refused
-    )
+    known = _known_generation_fields() - refused
+    merged.update((key, value) for key, value in data.items() if key in known and value is not None)
     merged.update(user)
     merged["do_sample"] = bool(user.get("do_sample", False))
     merged["pad_token_id"] = user.get("pad_token_id", getattr(tokenizer, "pad_token_id", None))

@@ -1,9 +1,6 @@
 """The teacher: what can be known about it before its weights load (its files, its vocabulary, its attention
-implementation), loading it and its tokenizer for the transformers engines, and the runtime and determinism facts
-that ``resolved_config.json`` records.
-
-The file checks read the safetensors headers only (never tensor data); each problem is a :class:`ConfigError`
-(bad input, exit 2) naming the file or the setting.
+implementation; each problem a :class:`ConfigError` naming the file or the setting), loading it and its tokenizer,
+and the runtime and determinism facts that ``resolved_config.json`` records.
 """
 
 from __future__ import annotations
@@ -57,10 +54,8 @@ def import_model_code(model_path: str, *, revision: str | None = None) -> None:
 
 @contextlib.contextmanager
 def no_loading_bar() -> Iterator[None]:
-    """transformers draws a "Loading weights" bar for every model it loads and has no switch per call: the bar is
-    off for this block and transformers' (and huggingface_hub's) switch as it was afterwards, so a library call
-    draws nothing and leaves the process's bars alone. The switch is process-wide: a model another thread loads
-    at the same moment draws no bar either."""
+    """No "Loading weights" bar in this block (transformers has no switch per call), and transformers' and
+    huggingface_hub's process-wide switches as they were afterwards, so a library call draws nothing."""
     bars = hf().utils.logging
     if not bars.is_progress_bar_enabled():
         yield
@@ -147,13 +142,11 @@ def library_versions() -> dict[str, Any]:
     }
 
 
-# -- determinism: what decides whether two runs of one config can give different tokens --------------------
-# Greedy tokens are a function of the logits; in half precision on a GPU the logits of a row depend on the batch
-# shape around it unless the kernels are batch-invariant, so these facts are what an audit's reader needs to judge a
-# difference.
+# -- determinism: in half precision on a GPU the logits of a row depend on the batch shape around it unless the
+# kernels are batch-invariant; these facts are what an audit's reader needs to judge a difference ------------------
 
+#: vLLM's switch for its batch-invariant kernels (read when vLLM is imported).
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
-"""vLLM's switch for its batch-invariant kernels (read when vLLM is imported)."""
 
 
 def env_batch_invariant() -> bool:

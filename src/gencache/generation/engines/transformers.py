@@ -56,20 +56,6 @@ def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def batching_policy(batch_size: int) -> dict[str, Any]:
-    """The batching facts recorded in ``resolved_config.json`` (batched half-precision greedy output can depend
-    on batch composition, so they are part of the provenance)."""
-    return {
-        "order": "length-sorted-longest-first",
-        "sort": "stable, by prompt token count, descending",
-        "batch_size": batch_size,
-        "unit": "unique samples",
-        "padding_side": "left",
-        "attention_mask": "explicit",
-        "answer_cut": "recorded finish step per row (eos inclusive, stop_string inclusive, length)",
-    }
-
-
 @contextlib.contextmanager
 def _last_processor(model: Any, sampler: SequenceSampler | None) -> Iterator[None]:
     """While generating, ``sampler`` is appended to the logits processors transformers builds (after its warpers,
@@ -185,7 +171,15 @@ class TransformersEngine(Engine):
         )
 
     def batching(self) -> dict[str, Any]:
-        return batching_policy(self.context.batch_size)
+        return {
+            "order": "length-sorted-longest-first",
+            "sort": "stable, by prompt token count, descending",
+            "batch_size": self.context.batch_size,
+            "unit": "unique samples",
+            "padding_side": "left",
+            "attention_mask": "explicit",
+            "answer_cut": "recorded finish step per row (eos inclusive, stop_string inclusive, length)",
+        }
 
 
 # -- transformers-continuous -------------------------------------------------------------------------------------
