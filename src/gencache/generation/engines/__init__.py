@@ -16,7 +16,7 @@ import importlib
 import os
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import EngineOptions
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
@@ -222,10 +222,7 @@ def available_host_memory(meminfo: str = "/proc/meminfo") -> int:
 
 
 # -- shared prompt prefixes ---------------------------------------------------------------------------------------
-P = TypeVar("P", bound=tuple[str, Sequence[int]])
-
-
-def prefix_order(prompts: Iterable[P]) -> list[P]:
+def prefix_order(prompts: Prompts) -> Prompts:
     """The prompts sorted by their token ids (ties keep their order): prompts that share a prefix are adjacent,
     and the longer their common prefix, the closer they are."""
     return sorted(prompts, key=lambda prompt: tuple(prompt[1]))

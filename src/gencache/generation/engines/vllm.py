@@ -113,10 +113,8 @@ def size_cpu_kv_cache(
     prompt_lengths: Sequence[int], generation: EffectiveGeneration, options: VllmOptions, per_token: int
 ) -> KvSizing:
     """The KV cache for a CPU run: ``max_model_len`` (default: the longest prompt plus ``max_new_tokens``), and
-    blocks for ``concurrency`` such requests, where the concurrency is ``max_num_seqs`` (vLLM's default 256)
-    lowered to the run's sequence count and to what a quarter of the available host memory holds, plus the one
-    block vLLM sets aside. An explicit ``kv_cache_memory_gib`` is used as given. One request of ``max_model_len``
-    must fit either way."""
+    blocks for ``max_num_seqs`` (vLLM's default 256) such requests, lowered to the run's sequence count and to a
+    quarter of the available host memory, plus the block vLLM sets aside; or ``kv_cache_memory_gib`` as given."""
     block = CPU_BLOCK_SIZE
     context = options.max_model_len or (max(prompt_lengths) + generation.max_new_tokens)
     per_request = math.ceil(context / block) * block * per_token
@@ -198,10 +196,9 @@ def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, token
 
 @contextlib.contextmanager
 def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` in the environment while vLLM imports or builds its engine (it reads them then), and afterwards the
-    whole environment exactly as it was (``import vllm`` sets variables of its own, such as
-    ``PYTORCH_NVML_BASED_CUDA_CHECK``) and Python's, numpy's and torch's global generators as they were (vLLM seeds
-    them when it builds the engine; gencache's requests each carry their own seed)."""
+    """``env`` in the environment while vLLM imports or builds its engine, and afterwards the whole environment (an
+    import of vLLM sets variables of its own) and Python's, numpy's and torch's global generators (vLLM seeds them)
+    exactly as they were."""
     import random
 
     import numpy
@@ -311,7 +308,7 @@ class VllmEngine(Engine):
 
     def import_libraries(self) -> None:
         with vllm_settings(self.environment()):
-            import vllm.platforms  # noqa: F401  (imports vllm: half a minute)
+            import vllm.platforms  # noqa: F401  (half a minute)
 
     def load_weights(self) -> None:
         """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
@@ -320,8 +317,8 @@ class VllmEngine(Engine):
             import torch
 
             self.amx = bool(torch.cpu._init_amx())  # before any vLLM kernel runs in this process
-        with vllm_settings(self.environment()):
-            import vllm.platforms
+        self.import_libraries()
+        import vllm.platforms
 
         self.platform = str(vllm.platforms.current_platform.device_type)
         if self.on_cpu != (self.platform == "cpu"):
