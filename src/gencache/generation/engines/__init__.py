@@ -36,10 +36,8 @@ Prompts = list[tuple[str, list[int]]]
 
 @dataclass(frozen=True)
 class GeneratedEntry:
-    """The teacher's answers for one unique prompt: 1-D int64 CPU tensors, decoded texts and finish reasons.
-
-    Each sequence is cut at its finish step; each text is ``tokenizer.decode(tokens, skip_special_tokens=False)``.
-    """
+    """The teacher's answers for one unique prompt, each cut at its finish step: 1-D int64 CPU tensors, their texts
+    (``tokenizer.decode(tokens, skip_special_tokens=False)``) and finish reasons."""
 
     key: str
     sequences: tuple[torch.Tensor, ...]
@@ -76,8 +74,7 @@ class EngineContext:
     attn_implementation: str | None = None
     batch_size: int = 1
     seed: int = 0
-    options: EngineOptions | None = None
-    """The engine's options, validated by ``gencache.config`` (a config's ``engine_options``); None: its defaults."""
+    options: EngineOptions | None = None  # a config's engine_options (None: the engine's defaults)
 
 
 class Engine:
@@ -207,9 +204,8 @@ def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
 
 
 def available_host_memory(meminfo: str = "/proc/meminfo") -> int:
-    """Bytes of host memory available now for a new allocation without swapping: Linux's ``MemAvailable`` (free
-    memory plus the page cache and the slabs it can reclaim, so reading a model file does not shrink it), else the
-    free pages the system reports, else 4 GiB when the system cannot say."""
+    """Bytes of host memory available without swapping: Linux's ``MemAvailable`` (the page cache counts, so reading
+    a model file does not shrink it), else the free pages the system reports, else 4 GiB."""
     with contextlib.suppress(OSError, ValueError), open(meminfo, encoding="ascii", errors="replace") as lines:
         for line in lines:
             if line.startswith("MemAvailable:"):
