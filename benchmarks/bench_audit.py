@@ -26,7 +26,7 @@ from typing import Any
 
 import gencache
 from gencache.generation.effective import resolve_generation
-from gencache.generation.engines import continuous, static
+from gencache.generation.engines import transformers as engines
 from gencache.generation.tiny import build_tiny_teacher, builtin_corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,15 +40,15 @@ def shared_generator() -> Iterator[None]:
     row from torch's global generator (seeded once)."""
     import torch
 
-    processor, hook = static._last_processor, continuous.hook_batch_processor
-    static._last_processor = lambda model, sampler: processor(model, None)
-    continuous.hook_batch_processor = lambda manager, shared, streams: hook(manager, shared, None)
+    processor, hook = engines._last_processor, engines.hook_batch_processor
+    engines._last_processor = lambda model, sampler: processor(model, None)
+    engines.hook_batch_processor = lambda manager, shared, streams: hook(manager, shared, None)
     torch.manual_seed(0)
     try:
         yield
     finally:
-        static._last_processor = processor
-        continuous.hook_batch_processor = hook
+        engines._last_processor = processor
+        engines.hook_batch_processor = hook
 
 
 def sampling_cost(*, quick: bool) -> list[str]:

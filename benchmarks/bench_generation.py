@@ -42,8 +42,12 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from gencache.generation.effective import EffectiveGeneration, resolve_generation  # noqa: E402
-from gencache.generation.engines.continuous import MIN_TRANSFORMERS, supported_transformers  # noqa: E402
-from gencache.generation.engines.static import generate_entries, plan_batches  # noqa: E402
+from gencache.generation.engines.transformers import (  # noqa: E402
+    MIN_TRANSFORMERS,
+    generate_entries,
+    plan_batches,
+    supported_transformers,
+)
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info  # noqa: E402
 from gencache.generation.tiny import build_tiny_teacher, builtin_corpus  # noqa: E402
 

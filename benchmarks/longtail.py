@@ -22,8 +22,7 @@ from unittest import mock
 from gencache.config.engines import ContinuousOptions
 from gencache.generation.effective import EffectiveGeneration
 from gencache.generation.engines import GeneratedEntry, PrefixStats
-from gencache.generation.engines.continuous import generate_continuous
-from gencache.generation.engines.static import generate_entries, plan_batches
+from gencache.generation.engines.transformers import generate_continuous, generate_entries, plan_batches
 
 KeyedPrompt = tuple[str, list[int]]
 

@@ -20,7 +20,7 @@ from gencache.config.names import ALL_ENGINES
 from gencache.core.errors import ConfigError
 from gencache.data.prompts import CHAT_TEMPLATES, TEMPLATES
 from gencache.data.recipes import BUILTIN_DATASETS, get_recipe
-from gencache.generation.engines import ENGINES, create_engine
+from gencache.generation.engines import ENGINES
 
 DATASETS_KNOWN = "known: biography, chat, hotpot_qa, musique, niah, table"
 TEMPLATES_KNOWN = "known: default, llama_chat, qwen_3_chat, tokenizer_chat"
@@ -63,12 +63,6 @@ def test_an_unknown_dataset_reads_the_same_from_the_config_the_catalog_and_the_r
 def test_an_unknown_template_reads_the_same_message() -> None:
     message = f"unknown template 'qwen3_chat' (did you mean 'qwen_3_chat'? {TEMPLATES_KNOWN})"
     assert f"data_configs[0].template: {message}" in field_message(template="qwen3_chat")
-
-
-def test_an_unknown_engine_reads_the_same_message() -> None:
-    message = "engine: unknown engine 'transformer' (did you mean 'transformers'? known: transformers, "
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        create_engine("transformer", None)  # type: ignore[arg-type]  # refused before the context is read
 
 
 # -- one list of names per concept --------------------------------------------------------------------------

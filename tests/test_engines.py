@@ -17,8 +17,7 @@ from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import ENGINES, EngineContext, create_engine
-from gencache.generation.engines.continuous import generate_continuous, size_paged_cache
-from gencache.generation.engines.static import generate_entries
+from gencache.generation.engines.transformers import generate_continuous, generate_entries, size_paged_cache
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.run.api import generate
 from support.generation_helpers import decode, finish_workload, resolve, solo, text_prompts

@@ -13,16 +13,14 @@ from typing import Any
 
 import pytest
 
-from gencache.config import load_config
 from gencache.config.generation import NO_LOGITS_MESSAGE, effective_problems
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
-from gencache.generation.engines import GeneratedEntry
-from gencache.generation.engines.static import batching_policy, generate_entries, plan_batches
+from gencache.generation.engines import EngineContext, GeneratedEntry
+from gencache.generation.engines.transformers import TransformersEngine, generate_entries, plan_batches
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
-from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info, torch_dtype
+from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
 from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
-from support.config_factory import write_config
 from support.generation_helpers import PROMPT_TEXTS, choose_finish_case, decode, key_of, resolve, solo, text_prompts
 
 
@@ -270,7 +268,11 @@ def test_progress_is_started_and_advanced_per_entry(
     generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=5)
     prompts = text_prompts(tiny_tokenizer)[:5]
     progress = _Recorder()
-    entries = list(generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=2, progress=progress))
+    engine = TransformersEngine(
+        EngineContext(generation, tiny_tokenizer, str(tiny_teacher_dir), "float32", "cpu", batch_size=2)
+    )
+    engine.model = tiny_model
+    entries = list(engine.generate(prompts, progress=progress))
     assert progress.events[0] == ("start", 5, 0)
     advances = [event for event in progress.events if event[0] == "advance"]
     assert [(s, t) for _, s, t in advances] == [(1, e.num_tokens) for e in entries]
@@ -281,33 +283,6 @@ def test_plan_batches_is_longest_first_stable_and_chunked() -> None:
     assert plan_batches([3, 5, 5, 1, 4], 2) == [[1, 2], [4, 0], [3]]
     assert plan_batches([2, 2, 2], 5) == [[0, 1, 2]]
     assert plan_batches([], 3) == []
-    for bad in (0, -1, True, 1.5):
-        with pytest.raises(ConfigError, match="gen_batch_size: must be"):
-            plan_batches([1], bad)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("change", "call"),
-    [
-        ({"gen_batch_size": 0}, lambda: plan_batches([1], 0)),
-        ({"model": {"model_path": "t", "dtype": "float8"}}, lambda: torch_dtype("float8")),
-    ],
-)
-def test_a_batch_size_or_dtype_without_a_config_meets_the_configs_rule_in_its_words(
-    tmp_path: Path, change: dict[str, Any], call: Any
-) -> None:
-    with pytest.raises(ConfigError) as loaded:
-        load_config(write_config(tmp_path, tmp_path / "t", **change))
-    with pytest.raises(ConfigError) as called:
-        call()
-    assert str(loaded.value).endswith(f": {called.value}")
-
-
-def test_batching_policy() -> None:
-    policy = batching_policy(8)
-    assert policy["order"] == "length-sorted-longest-first"
-    assert policy["batch_size"] == 8 and policy["padding_side"] == "left"
-    json.dumps(policy)
 
 
 def test_runtime_info_records_dtype_attention_device_and_versions(tiny_model: Any) -> None:
@@ -319,19 +294,11 @@ def test_runtime_info_records_dtype_attention_device_and_versions(tiny_model: An
     json.dumps(info)
 
 
-def test_an_empty_prompt_is_a_generation_error(tiny_teacher_dir: Path, tiny_tokenizer: Any, tiny_model: Any) -> None:
-    generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=2)
-    with pytest.raises(GenerationError, match="no tokens"):
-        _run(tiny_model, tiny_tokenizer, generation, [(key_of("empty"), [])], batch_size=1)
-
-
 def test_loading_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"model\.tokenizer_path"):
         load_tokenizer(str(tmp_path / "missing"))
     with pytest.raises(GenerationError, match="Cannot load the teacher"):
         load_teacher(str(tmp_path / "missing"), dtype="float32", device="cpu")
-    with pytest.raises(ConfigError, match=r"model\.dtype"):
-        load_teacher(str(tmp_path / "missing"), dtype="float8", device="cpu")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -378,7 +345,6 @@ def test_greedy_unless_asked_and_sampling_parameters_are_dropped_without_warning
     assert generation.do_sample is False and generation.config.do_sample is False  # the teacher ships do_sample
     for key in ("temperature", "top_p", "top_k", "min_p", "typical_p"):
         assert key not in generation.kwargs
-    assert set(generation.dropped) == {"temperature", "top_p", "top_k"}
     sampled = resolve(tiny_teacher_dir, tiny_tokenizer, do_sample=True, top_p=0.5)
     assert sampled.kwargs["top_p"] == 0.5 and sampled.kwargs["top_k"] == 20 and sampled.kwargs["temperature"] == 0.6
 

@@ -19,8 +19,7 @@ import gencache
 from gencache.config.engines import ContinuousOptions
 from gencache.core.errors import ConfigError
 from gencache.generation.engines import EngineContext, create_engine
-from gencache.generation.engines.continuous import generate_continuous
-from gencache.generation.engines.static import generate_entries
+from gencache.generation.engines.transformers import generate_continuous, generate_entries
 from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 from support.config_factory import hotpot_qa, musique, write_config
 from support.generation_helpers import resolve, text_prompts

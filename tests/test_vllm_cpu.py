@@ -19,7 +19,7 @@ from gencache.config.engines import VllmOptions
 from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
 from gencache.generation.engines import EngineContext, create_engine
-from gencache.generation.engines.static import generate_entries
+from gencache.generation.engines.transformers import generate_entries
 from gencache.generation.engines.vllm import VllmEngine, installed_build
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from support.generation_helpers import (

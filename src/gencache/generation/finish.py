@@ -9,8 +9,8 @@ For each generated position, in order, a sequence finishes at the first of:
 
 :class:`FinishScanner` applies the rule to one sequence's token list, incrementally (the continuous and vLLM engines
 call it on their outputs); :class:`FinishRecorder` applies it to every row of a static batch as a stopping criterion
-of ``generate``, so a stop string completes at the same token in every engine. Beam search uses
-:func:`cut_at_first_eos` (a beam hypothesis is final at its first EOS token).
+of ``generate``, so a stop string completes at the same token in every engine. Beam search cuts each hypothesis
+after its first EOS token, where beam search makes it final.
 """
 
 from __future__ import annotations
@@ -30,11 +30,9 @@ FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
 
 
 class FinishScanner:
-    """The finish rule for one sequence at a time: :meth:`scan` examines new positions of a growing token list.
-
-    A stop string is looked for in the decoded last ``window`` tokens, a window long enough to hold any stop string:
-    byte-level tokens carry at least one byte each; the margin covers a partial UTF-8 character or a
-    decoder-stripped leading space at the start of the window."""
+    """The finish rule for one sequence at a time: :meth:`scan` examines new positions of a growing token list. A
+    stop string is looked for in the decoded last ``window`` tokens: every token carries at least one byte, and the
+    margin covers a partial UTF-8 character or a decoder-stripped leading space at the start of the window."""
 
     def __init__(
         self, *, eos_token_ids: Sequence[int], stop_strings: Sequence[str], tokenizer: Any, max_new_tokens: int
@@ -73,12 +71,9 @@ class FinishScanner:
 
 
 class FinishRecorder:
-    """A stopping criterion that records, per row of a static batch, the step at which it finished and why.
-
-    ``generate`` calls it after every decoding step with the whole ``input_ids`` (prompt width plus the tokens
-    generated so far); it scans each open row's new positions with the :class:`FinishScanner` and returns True for
-    every finished row, so transformers stops once all rows are finished. It deliberately has no ``eos_token_id``
-    attribute, which transformers would read as "an EOS criterion"."""
+    """A stopping criterion of ``generate`` that records, per row of a static batch, the step at which it finished
+    and why (scanning each open row's new tokens) and says which rows are finished, so transformers stops once all
+    are. It deliberately has no ``eos_token_id`` attribute, which transformers would read as "an EOS criterion"."""
 
     def __init__(self, scanner: FinishScanner, *, prompt_width: int, rows: int) -> None:
         self.scanner = scanner
@@ -97,17 +92,7 @@ class FinishRecorder:
                 self.finished[row] = self.scanner.scan(tokens, len(tokens) - len(new))
         return torch.tensor([found is not None for found in self.finished], device=input_ids.device)
 
-    def results(self, generated_width: int) -> tuple[list[int], list[str]]:
+    def results(self, generated_width: int) -> list[tuple[int, str]]:
         """Per row: tokens to keep and finish reason. A row never finished (generation ended for another reason)
         keeps everything generated and finishes by ``length``."""
-        found = [result or (generated_width, FINISH_LENGTH) for result in self.finished]
-        return [length for length, _ in found], [reason for _, reason in found]
-
-
-def cut_at_first_eos(generated: torch.Tensor, eos_token_ids: Sequence[int]) -> tuple[list[int], list[str]]:
-    """Beam-search cut: a beam hypothesis is final at its first EOS token, so keep through the first EOS id of each
-    row (``eos``) or the whole row (``length``)."""
-    width = int(generated.shape[1])
-    scanner = FinishScanner(eos_token_ids=eos_token_ids, stop_strings=(), tokenizer=None, max_new_tokens=width)
-    found = [scanner.scan(row) or (width, FINISH_LENGTH) for row in generated.tolist()]
-    return [length for length, _ in found], [reason for _, reason in found]
+        return [found or (generated_width, FINISH_LENGTH) for found in self.finished]

@@ -1,20 +1,11 @@
-"""Per-sequence sampling: every sequence of every sample draws from its own random stream.
+"""Per-sequence sampling: every sequence of every sample draws from its own random stream, so a sampled answer
+depends only on its prompt, the teacher, the generation settings and the run's ``seed``.
 
-A sampled answer depends only on its prompt, the teacher, the generation settings and the run's ``seed``, never on
-which other prompts share its batch, its shard or its run. The rule, written once here and used by every engine:
-
-- **The stream seed** of sequence ``s`` of the sample with key ``k`` is :func:`sampling_seed` ``(seed, k, s)``: the
-  first four bytes of ``sha256(f"{seed}\\0{k}\\0{s}")``, big-endian, masked to 31 bits. The ``vllm`` engine gives
-  each request (prompt) the seed :func:`sampling_seed` ``(seed, k)`` (no sequence index) and vLLM draws the
-  request's ``n`` sequences from that one seed.
-- **The draw** of the token at answer position ``t`` (0 for the first answer token) of a sequence in the
-  ``transformers`` and ``transformers-continuous`` engines is one uniform number ``u`` (:func:`uniforms`: output
-  ``t + 1`` of SplitMix64 started at the stream seed, its top 53 bits over 2**53) turned into a token by inverse
-  transform (:func:`draw_tokens`): the smallest token whose cumulative probability (float64 sum of the float32
-  softmax of the processed scores, in token order) exceeds ``u`` times the total. The draw is counter-based, so a
-  request that an engine pauses, evicts or recomputes draws the same token at the same position.
-
-Greedy decoding draws nothing. torch is imported inside the functions that use it.
+The stream seed of sequence ``s`` of sample ``k`` is :func:`sampling_seed` ``(seed, k, s)`` (the ``vllm`` engine
+seeds each request with ``sampling_seed(seed, k)`` and lets vLLM draw its ``n`` sequences). The transformers engines
+draw the token at answer position ``t`` from one uniform number (:func:`uniforms`: output ``t + 1`` of SplitMix64
+started at the stream seed) by inverse transform (:func:`draw_tokens`). The draw is counter-based, so a request
+that an engine pauses, evicts or recomputes draws the same token at the same position.
 """
 
 from __future__ import annotations
@@ -89,11 +80,8 @@ def draw_tokens(scores: torch.Tensor, draws: np.ndarray[Any, np.dtype[np.float64
 
 class SequenceSampler:
     """The last logits processor of a batched ``model.generate`` call: it draws each row's token from the row's own
-    stream (:func:`uniforms`, :func:`draw_tokens`) and hands transformers scores that leave no choice (0 at that
-    token, ``-inf`` elsewhere), so transformers' own draw from its global generator returns that token.
-
-    ``streams`` holds one stream seed per row (prompt-major: row ``r`` is sequence ``r % n`` of prompt ``r // n``),
-    ``prompt_width`` the padded prompt width (the answer position is the row length minus it)."""
+    stream (one seed per row in ``streams``) and hands transformers scores that leave no choice (0 at that token,
+    ``-inf`` elsewhere), so transformers' own draw from its global generator returns that token."""
 
     def __init__(self, streams: Sequence[int], prompt_width: int) -> None:
         self.streams = list(streams)

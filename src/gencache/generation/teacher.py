@@ -1,9 +1,6 @@
 """The teacher: what can be known about it before its weights load (its files, its vocabulary, its attention
-implementation), loading it and its tokenizer for the transformers engines, and the runtime and determinism facts
-that ``resolved_config.json`` records.
-
-The file checks read the safetensors headers only (never tensor data); each problem is a :class:`ConfigError`
-(bad input, exit 2) naming the file or the setting. torch and transformers are imported inside the functions.
+implementation; each problem a :class:`ConfigError` naming the file or the setting), loading it and its tokenizer,
+and the runtime and determinism facts that ``resolved_config.json`` records.
 """
 
 from __future__ import annotations
@@ -18,19 +15,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gencache.config.models import checked_dtype
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.tokenizer import prepare_tokenizer
 from gencache.core.version import __version__
 
 if TYPE_CHECKING:
-    import torch
     from transformers import GenerationConfig
 
 
 def hf() -> Any:
-    """The transformers module, imported on first use and typed ``Any`` (its own annotations are incomplete
-    under mypy strict); the one place the generation package reaches it this way."""
+    """The transformers module, typed ``Any`` (its own annotations are incomplete under mypy strict)."""
     import transformers
 
     return transformers
@@ -48,35 +42,20 @@ def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     return prepare_tokenizer(tokenizer)
 
 
-def torch_dtype(dtype: str) -> torch.dtype:
-    """The torch dtype of a config dtype string (``bfloat16``, ``float16``, ``float32``), which must be a valid
-    ``model.dtype`` (the config's rule, for a caller without a config)."""
-    import torch
-
-    result: torch.dtype = getattr(torch, checked_dtype(dtype))
-    return result
-
-
 def import_model_code(model_path: str, *, revision: str | None = None) -> None:
-    """Import what loading the teacher needs (torch, transformers' model loading, the modeling code of the
-    teacher's architecture) without reading any weights, so that the load is timed alone. A config that cannot be
-    read, or an architecture transformers does not know, is left to the load, which reports it."""
+    """Import torch, transformers' model loading and the modeling code of the teacher's architecture without
+    reading any weights, so that the load is timed alone. What cannot be read is left to the load to report."""
     import torch  # noqa: F401  (the first import of torch is part of what this takes)
 
-    try:
+    with contextlib.suppress(Exception):
         config = hf().AutoConfig.from_pretrained(model_path, revision=revision)
-        mapping: Any = importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING
-        mapping[type(config)]  # imports the architecture's modeling module
-    except Exception:  # the load says what is wrong, with the teacher named
-        return
+        importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
 
 
 @contextlib.contextmanager
 def no_loading_bar() -> Iterator[None]:
-    """transformers draws a "Loading weights" bar for every model it loads and has no switch per call: the bar is
-    off for this block and transformers' (and huggingface_hub's) switch as it was afterwards, so a library call
-    draws nothing and leaves the process's bars alone. The switch is process-wide: a model another thread loads
-    at the same moment draws no bar either."""
+    """No "Loading weights" bar in this block (transformers has no switch per call), and transformers' and
+    huggingface_hub's process-wide switches as they were afterwards, so a library call draws nothing."""
     bars = hf().utils.logging
     if not bars.is_progress_bar_enabled():
         yield
@@ -101,41 +80,24 @@ def load_teacher(
     attn_implementation: str | None = None,
     generation_config: GenerationConfig | None = None,
 ) -> Any:
-    """Load the teacher for generation: ``AutoModelForCausalLM`` with dtype, device, revision and attention
-    implementation, in ``eval()`` mode. ``device="auto"`` uses ``device_map="auto"`` (needs ``accelerate``); other
-    devices use ``device_map=<device>`` when ``accelerate`` is installed, else load then move the model.
-    ``generation_config`` (the run's effective one) becomes the model's generation config, so the teacher's
-    ``generation_config.json`` is not read a second time (its settings are in it already)."""
+    """Load the teacher for generation in ``eval()`` mode, placed by accelerate (``device_map``: ``"auto"`` or
+    the device). ``generation_config`` (the run's effective one) becomes the model's generation config, so the
+    teacher's ``generation_config.json`` is not read a second time (its settings are in it already)."""
     import torch
 
-    kwargs: dict[str, Any] = {
-        "dtype": torch_dtype(dtype),
-        "low_cpu_mem_usage": True,
-        "revision": revision,
-    }
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
+    kwargs: dict[str, Any] = {"attn_implementation": attn_implementation} if attn_implementation else {}
     if generation_config is not None:
         kwargs["generation_config"] = generation_config
-    # transformers' own check: an installed accelerate older than the version it needs counts as absent.
-    has_accelerate = bool(hf().utils.is_accelerate_available())
-    if device == "auto":
-        if not has_accelerate:
-            raise GenerationError(
-                "model.device 'auto' needs the accelerate package (a version this transformers supports); install "
-                "it or name a device."
-            )
-        kwargs["device_map"] = "auto"
-        target = None
-    else:
-        target = torch.device(device)
-        if has_accelerate:
-            kwargs["device_map"] = target
     try:
         with no_loading_bar():
-            model: Any = hf().AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
-        if target is not None and "device_map" not in kwargs:
-            model = model.to(target)
+            model: Any = hf().AutoModelForCausalLM.from_pretrained(
+                model_path,
+                dtype=getattr(torch, dtype),
+                low_cpu_mem_usage=True,
+                revision=revision,
+                device_map="auto" if device == "auto" else torch.device(device),
+                **kwargs,
+            )
     except torch.OutOfMemoryError as exc:
         raise GenerationError(
             f"Out of memory while loading the teacher {model_path!r} in {dtype} on {device}: {first_line(exc)}"
@@ -145,8 +107,7 @@ def load_teacher(
             f"Cannot load the teacher {model_path!r} ({dtype}, device {device}"
             f"{f', revision {revision}' if revision else ''}): {first_line(exc)}"
         ) from exc
-    model.eval()
-    return model
+    return model.eval()
 
 
 def runtime_info(model: Any) -> dict[str, Any]:
@@ -154,18 +115,14 @@ def runtime_info(model: Any) -> dict[str, Any]:
     import torch
 
     device = model.device
-    if device.type == "cuda":
-        device_name = torch.cuda.get_device_name(device)
-    else:
-        device_name = f"{platform.machine() or 'unknown'} CPU"
-    dtype = getattr(model, "dtype", None)
-    config = getattr(model, "config", None)
     device_map = getattr(model, "hf_device_map", None)
     return {
-        "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
-        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "attn_implementation": model.config._attn_implementation,
         "device": str(device),
-        "device_name": device_name,
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{platform.machine() or 'unknown'} CPU",
         "device_map": {str(k): str(v) for k, v in device_map.items()} if isinstance(device_map, dict) else None,
         **library_versions(),
     }
@@ -185,17 +142,14 @@ def library_versions() -> dict[str, Any]:
     }
 
 
-# -- determinism: what decides whether two runs of one config can give different tokens --------------------
-# Greedy tokens are a function of the logits; in half precision on a GPU the logits of a row depend on the batch
-# shape around it unless the kernels are batch-invariant, so these facts are what an audit's reader needs to judge a
-# difference.
+# -- determinism: in half precision on a GPU the logits of a row depend on the batch shape around it unless the
+# kernels are batch-invariant; these facts are what an audit's reader needs to judge a difference ------------------
 
+#: vLLM's switch for its batch-invariant kernels (read when vLLM is imported).
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
-"""vLLM's switch for its batch-invariant kernels (read when vLLM is imported)."""
 
 
 def env_batch_invariant() -> bool:
-    """Whether vLLM's batch-invariant switch is set in this process's environment."""
     return os.environ.get(BATCH_INVARIANT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -205,36 +159,24 @@ def gpu_of(device: str) -> tuple[str | None, str | None]:
 
     if not device.startswith(("cuda", "auto")) or not torch.cuda.is_available():
         return None, None
-    index = torch.device(device).index if device.startswith("cuda") else None
-    index = 0 if index is None else index
+    index = (torch.device(device).index if device.startswith("cuda") else None) or 0
     major, minor = torch.cuda.get_device_capability(index)
     return torch.cuda.get_device_name(index), f"{major}.{minor}"
 
 
-def determinism_facts(
-    *,
-    device: str,
-    batch_invariant: bool,
-    prefix_caching: bool,
-    chunked_prefill: bool | None,
-    tensor_parallel_size: int,
-    attention_backend: str | None,
-) -> dict[str, Any]:
-    """The determinism block of ``resolved_config.json``'s runtime: the engine's own facts (given) and the process's
-    (torch's deterministic-algorithm flags, ``CUBLAS_WORKSPACE_CONFIG``, the GPU of ``device``). ``chunked_prefill``
-    None: not known for this engine."""
+def determinism_facts(device: str, **engine_facts: Any) -> dict[str, Any]:
+    """The determinism block of ``resolved_config.json``'s runtime: the engine's own facts (``batch_invariant``,
+    ``prefix_caching``, ``chunked_prefill`` (None: not known), ``tensor_parallel_size``, ``attention_backend``) and
+    the process's (torch's deterministic-algorithm flags, ``CUBLAS_WORKSPACE_CONFIG``, the GPU of ``device``)."""
     import torch
 
     gpu_name, capability = gpu_of(device)
     return {
-        "batch_invariant": batch_invariant,
+        "batch_invariant": engine_facts.pop("batch_invariant"),
         "torch_deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
         "torch_deterministic_warn_only": bool(torch.is_deterministic_algorithms_warn_only_enabled()),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-        "prefix_caching": prefix_caching,
-        "chunked_prefill": chunked_prefill,
-        "tensor_parallel_size": tensor_parallel_size,
-        "attention_backend": attention_backend,
+        **engine_facts,
         "gpu_name": gpu_name,
         "gpu_compute_capability": capability,
     }
@@ -256,18 +198,9 @@ MIN_VOCAB_COVERAGE = 0.9
 #: uses, those of the prompts and of the generation config, must all be inside the embedding.
 MAX_EXTRA_TOKENS = 64
 
-#: Generation settings that hold token ids (a single id, a list of ids, or a list of lists).
-TOKEN_ID_SETTINGS = (
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "decoder_start_token_id",
-    "suppress_tokens",
-    "begin_suppress_tokens",
-    "bad_words_ids",
-)
+#: The endings of the generation settings that hold token ids (a single id, a list of ids, or a list of lists):
+#: ``pad_token_id`` and the other ``*_token_id``, ``suppress_tokens``, ``begin_suppress_tokens``, ``bad_words_ids``.
+TOKEN_ID_SETTINGS = ("_token_id", "suppress_tokens", "_ids")
 
 #: Where transformers looks for weights, in its order: the first that exists is what loads.
 _WEIGHT_NAMES = (
@@ -282,15 +215,13 @@ def read_json_file(path: str | Path) -> Any:
     """One of the teacher's (or tokenizer's) JSON files, parsed; a :class:`ConfigError` naming the file and, for
     invalid JSON, the line and column, when it cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         raise ConfigError(
             f"The teacher's file {path} is not UTF-8 text (byte {error.start:,}); re-download or re-save the model."
         ) from None
     except OSError as error:
         raise ConfigError(f"The teacher's file {path} cannot be read: {error.strerror or error}.") from None
-    try:
-        return json.loads(text)
     except json.JSONDecodeError as error:
         raise ConfigError(
             f"The teacher's file {path} is not valid JSON: {error.msg} at line {error.lineno}, column "
@@ -299,65 +230,50 @@ def read_json_file(path: str | Path) -> Any:
 
 
 def check_json_files(directory: Path) -> int:
-    """Parse every JSON file directly in a local model or tokenizer directory (its config, generation config,
-    tokenizer files and weight index: what transformers reads as the tokenizer and the teacher load), so that a
-    broken one is named with its line and column before any model library is imported; returns their count."""
+    """Parse every JSON file directly in a local model or tokenizer directory (what transformers reads as the
+    tokenizer and the teacher load), so that a broken one is named with its line and column before any model
+    library is imported; returns their count."""
     files = sorted(path for path in directory.glob("*.json") if path.is_file())
     for path in files:
         read_json_file(path)
     return len(files)
 
 
-def _weight_files(directory: Path) -> list[Path]:
-    for name in _WEIGHT_NAMES:
-        path = directory / name
-        if not path.is_file():
-            continue
-        if not name.endswith(".index.json"):
-            return [path]
-        index = read_json_file(path)
-        try:
-            names = sorted(set(index["weight_map"].values()))
-        except (KeyError, TypeError, AttributeError) as error:
-            raise ConfigError(
-                f"Teacher weight index {path} cannot be read ({error}); re-download or re-save the model."
-            ) from None
-        return [directory / shard for shard in names]
-    raise ConfigError(
-        f"model.model_path {directory} has no weights (none of {', '.join(_WEIGHT_NAMES)}); point it at a "
-        "directory saved by save_pretrained."
-    )
-
-
-def _check_safetensors(path: Path) -> None:
-    """The file's header parses and the file holds every tensor the header lists (safetensors checks both when it
-    opens a file, reading the header only)."""
+def check_teacher_weights(model_path: str) -> str:
+    """Every weight file of a local teacher directory exists, and each safetensors file is whole (safetensors
+    checks, reading the header only, that the file holds every tensor the header lists). A hub id is checked when
+    it downloads."""
     from safetensors import safe_open
 
-    try:
-        with safe_open(path, "np"):
-            pass
-    except FileNotFoundError:
-        raise ConfigError(f"Teacher weight file {path} is missing; re-download or re-save the model.") from None
-    except Exception as error:
-        raise ConfigError(
-            f"Teacher weight file {path} is truncated or not a safetensors file ({first_line(error)}); re-download "
-            "or re-save the model."
-        ) from None
-
-
-def check_teacher_weights(model_path: str) -> str:
-    """Every weight file of a local teacher directory exists, and each safetensors file is whole (its size holds
-    every tensor its header lists). A hub id is checked when it downloads."""
     directory = Path(model_path).expanduser()
     if not directory.is_dir():
         return "hub model: weights are checked as they download"
-    files = _weight_files(directory)
+    found = next((directory / name for name in _WEIGHT_NAMES if (directory / name).is_file()), None)
+    if found is None:
+        raise ConfigError(
+            f"model.model_path {directory} has no weights (none of {', '.join(_WEIGHT_NAMES)}); point it at a "
+            "directory saved by save_pretrained."
+        )
+    files = [found]
+    if found.name.endswith(".index.json"):
+        try:
+            files = [directory / shard for shard in sorted(set(read_json_file(found)["weight_map"].values()))]
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ConfigError(
+                f"Teacher weight index {found} cannot be read ({error}); re-download or re-save the model."
+            ) from None
     for path in files:
-        if path.suffix == ".safetensors":
-            _check_safetensors(path)
-        elif not path.is_file():
+        if not path.is_file():
             raise ConfigError(f"Teacher weight file {path} is missing; re-download or re-save the model.")
+        if path.suffix == ".safetensors":
+            try:
+                with safe_open(path, "np"):
+                    pass
+            except Exception as error:
+                raise ConfigError(
+                    f"Teacher weight file {path} is truncated or not a safetensors file ({first_line(error)}); "
+                    "re-download or re-save the model."
+                ) from None
     total = sum(path.stat().st_size for path in files)
     return f"{len(files)} weight file(s), {total / 2**20:,.1f} MiB, complete"
 
@@ -372,11 +288,9 @@ def vocab_size_of(config: Any) -> int | None:
 
 
 def _ids(value: Any) -> Iterator[int]:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         yield value
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, list | tuple):
         for item in value:
             yield from _ids(item)
 
@@ -396,8 +310,8 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, settings: Mapping[str, Any
             f"teacher's {vocab_size:,}-row vocabulary (vocab_size in config.json): it is another model's tokenizer; "
             "use the teacher's tokenizer."
         )
-    for name in TOKEN_ID_SETTINGS:
-        bad = [token for token in _ids(settings.get(name)) if not 0 <= token < vocab_size]
+    for name in sorted(key for key in settings if key.endswith(TOKEN_ID_SETTINGS)):
+        bad = [token for token in _ids(settings[name]) if not 0 <= token < vocab_size]
         if bad:
             raise ConfigError(
                 f"model.generation_kwargs.{name}: token id {bad[0]} is outside the teacher's vocabulary "

@@ -1,13 +1,7 @@
-"""A tiny, offline, deterministic Qwen3-style teacher for tests, benchmarks and ``gencache demo``.
-
-:func:`build_tiny_teacher` writes a complete Hugging Face model directory: random Qwen3 weights from a config
-(a few layers, hidden size 64), a byte-level BPE tokenizer trained with ``tokenizers`` on a built-in corpus, a
-Qwen3-like chat template whose generation prompt ends with an empty think block when ``enable_thinking`` is false,
-and a ``generation_config.json`` shaped like Qwen3's: ``eos_token_id`` is a list, sampling is switched on with
-temperature/top-p/top-k (so gencache's "greedy unless asked" rule is exercised) and ``max_new_tokens`` is set.
-
-The same ``seed`` and ``corpus`` give byte-identical files. Nothing is downloaded. torch, transformers and tokenizers
-are imported inside the functions so importing this module is cheap.
+"""A tiny, offline, deterministic Qwen3-style teacher for tests, benchmarks and ``gencache demo``: random Qwen3
+weights, a byte-level BPE tokenizer trained on a built-in corpus, a Qwen3-like chat template (an empty think block
+unless ``enable_thinking``) and a generation config shaped like Qwen3's (an EOS list, sampling switched on, so
+gencache's "greedy unless asked" rule is exercised). Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -22,28 +16,9 @@ from gencache.generation.teacher import no_loading_bar
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
-SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
-THINK_TOKENS = ("<think>", "</think>")
-
-TINY_VOCAB_SIZE = 1024
-TINY_HIDDEN_SIZE = 64
-TINY_LAYERS = 2
 TINY_MAX_NEW_TOKENS = 16
-#: The default head size (4 heads over the hidden size).
-TINY_HEAD_DIM = TINY_HIDDEN_SIZE // 4
-#: A head size vLLM's CPU attention supports (it takes 32, 64, 80, ... but not 16).
+#: A head size vLLM's CPU attention supports (it takes 32, 64, 80, ... but not the default 16).
 TINY_CPU_ATTENTION_HEAD_DIM = 32
-#: Larger than Qwen3's 0.02 so greedy top-1/top-2 logit margins of the random model are far above float32 noise.
-TINY_INITIALIZER_RANGE = 0.08
-
-#: The sampling parameters Qwen3 ships in its generation config; the tiny teacher ships the same.
-TINY_GENERATION_CONFIG: dict[str, Any] = {
-    "do_sample": True,
-    "temperature": 0.6,
-    "top_p": 0.95,
-    "top_k": 20,
-    "max_new_tokens": TINY_MAX_NEW_TOKENS,
-}
 
 # A Qwen3-like chat template: optional system message, role blocks, and with ``add_generation_prompt`` the assistant
 # header followed by an empty think block unless thinking is enabled (Qwen3-8B's behaviour).
@@ -98,18 +73,7 @@ _LAST_NAMES = (
     "Brennan",
     "Petrov",
 )
-_CITIES = (
-    "Lisbon",
-    "Kyoto",
-    "Toronto",
-    "Nairobi",
-    "Oslo",
-    "Valparaiso",
-    "Krakow",
-    "Melbourne",
-    "Tunis",
-    "Seattle",
-)
+_CITIES = ("Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Valparaiso", "Krakow", "Melbourne", "Tunis", "Seattle")
 _FIELDS = ("physics", "history", "chemistry", "linguistics", "economics", "music", "geology", "medicine")
 _COMPANIES = ("Northwind Labs", "Bluewater Systems", "Aurora Press", "Granite Works", "Helix Energy")
 _MONTHS = (
@@ -174,52 +138,32 @@ def builtin_corpus() -> Iterator[str]:
         yield f"{n} + {n + 1} = {2 * n + 1}; {n} * 2 = {2 * n}."
 
 
-def _train_tokenizer(corpus: Iterable[str]) -> Any:
+def build_tiny_teacher(
+    directory: str | os.PathLike[str], *, seed: int = 0, corpus: Iterable[str] | None = None, head_dim: int = 16
+) -> Path:
+    """Write a tiny random-weight Qwen3 teacher with its tokenizer into ``directory`` and return its path; the same
+    arguments give byte-identical files. ``corpus`` adds text to the tokenizer's built-in training corpus;
+    ``head_dim`` is the attention head size (vLLM's CPU backend needs :data:`TINY_CPU_ATTENTION_HEAD_DIM`)."""
+    import torch
+    import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    hf: Any = transformers
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    texts = [*builtin_corpus(), *(str(text) for text in corpus or ())]
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=TINY_VOCAB_SIZE - len(THINK_TOKENS),
+        vocab_size=1022,  # 1024 with the two think tokens
         min_frequency=1,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[ENDOFTEXT, IM_START, IM_END],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    texts = list(corpus)
-    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    return tokenizer
-
-
-def build_tiny_teacher(
-    directory: str | os.PathLike[str],
-    *,
-    seed: int = 0,
-    corpus: Iterable[str] | None = None,
-    head_dim: int = TINY_HEAD_DIM,
-) -> Path:
-    """Write a tiny random-weight Qwen3 teacher with its tokenizer into ``directory`` and return its path.
-
-    ``directory`` is created if needed; the files it receives are ``config.json``, ``generation_config.json``,
-    ``model.safetensors`` and the tokenizer files. ``corpus`` adds text to the tokenizer's built-in training corpus.
-    ``head_dim`` is the attention head size (16 by default; vLLM's CPU backend needs 32 or more:
-    :data:`TINY_CPU_ATTENTION_HEAD_DIM`). The same arguments always give byte-identical files, and the global torch
-    RNG is left untouched.
-    """
-    import torch
-    import transformers
-
-    hf: Any = transformers
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-
-    texts = list(builtin_corpus())
-    if corpus is not None:
-        texts.extend(str(text) for text in corpus)
-    raw = _train_tokenizer(texts)
+    raw.train_from_iterator(texts, trainer=trainer, length=len(texts))
     tokenizer = hf.PreTrainedTokenizerFast(
         tokenizer_object=raw,
         eos_token=IM_END,
@@ -229,7 +173,7 @@ def build_tiny_teacher(
         clean_up_tokenization_spaces=False,
         model_max_length=4096,
     )
-    tokenizer.add_tokens(list(THINK_TOKENS), special_tokens=False)
+    tokenizer.add_tokens(["<think>", "</think>"], special_tokens=False)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(str(out))
 
@@ -237,14 +181,15 @@ def build_tiny_teacher(
     im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
     config = hf.Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=TINY_HIDDEN_SIZE,
-        intermediate_size=2 * TINY_HIDDEN_SIZE,
-        num_hidden_layers=TINY_LAYERS,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=head_dim,
         max_position_embeddings=4096,
-        initializer_range=TINY_INITIALIZER_RANGE,
+        # larger than Qwen3's 0.02 so greedy top-1/top-2 logit margins of the random model are far above float32 noise
+        initializer_range=0.08,
         tie_word_embeddings=False,
         bos_token_id=endoftext_id,
         eos_token_id=im_end_id,
@@ -254,12 +199,15 @@ def build_tiny_teacher(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = hf.Qwen3ForCausalLM(config)
-    model.eval()
-    model.generation_config = hf.GenerationConfig(
+    model.generation_config = hf.GenerationConfig(  # the sampling parameters Qwen3 ships
         bos_token_id=endoftext_id,
         eos_token_id=[im_end_id, endoftext_id],
         pad_token_id=endoftext_id,
-        **TINY_GENERATION_CONFIG,
+        do_sample=True,
+        temperature=0.6,
+        top_p=0.95,
+        top_k=20,
+        max_new_tokens=TINY_MAX_NEW_TOKENS,
     )
     with no_loading_bar():  # the demo's output stays readable; the process's bars are left as they were
         model.save_pretrained(str(out))

@@ -857,7 +857,7 @@ def _paged_cache(
     from gencache.config.names import DTYPE_BYTES
     from gencache.core.errors import first_line
     from gencache.generation.engines import GIB
-    from gencache.generation.engines.continuous import size_paged_cache
+    from gencache.generation.engines.transformers import size_paged_cache
 
     options = config.engine_options
     assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None

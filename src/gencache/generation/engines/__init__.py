@@ -1,29 +1,28 @@
 """The engine seam: what every generation engine takes and yields, and the registry the pipeline picks from.
 
-An engine is created from an :class:`EngineContext` *before any weights load*, refusing whatever it cannot honour
-(:func:`create_engine`); :meth:`Engine.load_weights` loads the teacher and :meth:`Engine.generate` yields one
-:class:`GeneratedEntry` per unique prompt, in any order. The writer, the keys and the format do not depend on the
-engine. Importing this package imports neither torch nor an engine module.
+An engine is created from an :class:`EngineContext` before any weights load, refusing whatever it cannot honour
+(:func:`create_engine`). The writer, the keys and the format do not depend on the engine. Importing this package
+imports neither torch nor an engine module.
 
-What more than one engine uses lives here too: the KV cache's needs and the machine's memory (both cache sizers),
-and shared prompt prefixes. An engine with a prefix cache computes a shared prefix (few-shot prompts repeat their
-shots) once, in whole cache blocks: :func:`prefix_order` makes such prompts neighbours, and :func:`prefix_floor`
-counts the prompt tokens no prefix cache can avoid, which an engine reports beside what it served
-(:class:`PrefixStats`, recorded under ``batching.prefix_cache``).
+What more than one engine uses lives here too: the KV cache's size per token and the machine's memory (the cache
+sizers), and shared prompt prefixes: an engine with a prefix cache computes a shared prefix once, in whole blocks,
+and reports what it served beside the floor no prefix cache can avoid (:class:`PrefixStats`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import EngineOptions
-from gencache.config.messages import unknown_name
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
-from gencache.core.errors import ConfigError, GenerationError
+from gencache.generation import teacher
+from gencache.generation.effective import check_engine
+from gencache.generation.sampling import SAMPLING_RULE
 
 if TYPE_CHECKING:
     import torch
@@ -32,14 +31,13 @@ if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
 
 KeyedPrompt = tuple[str, Sequence[int]]
+Prompts = list[tuple[str, list[int]]]
 
 
 @dataclass(frozen=True)
 class GeneratedEntry:
-    """The teacher's answers for one unique prompt: 1-D int64 CPU tensors, decoded texts and finish reasons.
-
-    Each sequence is cut at its finish step; each text is ``tokenizer.decode(tokens, skip_special_tokens=False)``.
-    """
+    """The teacher's answers for one unique prompt, each cut at its finish step: 1-D int64 CPU tensors, their texts
+    (``tokenizer.decode(tokens, skip_special_tokens=False)``) and finish reasons."""
 
     key: str
     sequences: tuple[torch.Tensor, ...]
@@ -76,89 +74,111 @@ class EngineContext:
     attn_implementation: str | None = None
     batch_size: int = 1
     seed: int = 0
-    options: EngineOptions | None = None
-    """The engine's validated options (a config's ``engine_options``); None: the engine's defaults."""
+    options: EngineOptions | None = None  # a config's engine_options (None: the engine's defaults)
 
 
-class Engine(Protocol):
-    """A generation engine (see the module docstring for the life cycle)."""
+class Engine:
+    """A generation engine: created before any weights load, then :meth:`load_weights`, then :meth:`generate`.
+
+    Each engine gives its :meth:`entries` and ``resolved_config.json``'s ``batching`` section (batch composition can
+    change half-precision tokens); what is not overridden is the transformers engines' (the teacher loaded by
+    transformers, and its facts)."""
 
     name: str
+    options_model: type[EngineOptions]
+    loads_with_prompts = False
+    """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first prompts
+    (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
 
-    @property
-    def loads_with_prompts(self) -> bool:
-        """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first
-        prompts (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
-
-    def import_libraries(self) -> None:
-        """Import what :meth:`load_weights` needs (torch, the model code, vLLM) without loading weights, so that
-        the load can be timed alone."""
-
-    def load_weights(self) -> None:
-        """Load the teacher's weights (after every model-free check passed)."""
+    def __init__(self, context: EngineContext) -> None:
+        check_engine(self.name, context.generation)
+        self.context = context
+        options = context.options
+        self.options: Any = options if isinstance(options, self.options_model) else self.options_model()
+        self.model: Any = None
 
     def generate(
-        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
+        self, prompts: Iterable[KeyedPrompt], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
-        """Yield one entry per prompt, in any order; ``progress`` is started with the prompt count and advanced per
-        entry. Close the iterator (``contextlib.closing``) when stopping early: engines release threads there."""
+        """Yield one entry per prompt, in any order; ``progress`` is started with the prompt count (once the
+        engine is ready) and advanced per entry. Close the iterator (``contextlib.closing``) when stopping early:
+        engines release threads there."""
+        keyed = [(key, [int(token) for token in ids]) for key, ids in prompts]
+        with contextlib.closing(self.entries(keyed)) as entries:
+            if progress is not None:
+                progress.start(len(keyed))
+            for entry in entries:
+                tokens = entry.num_tokens
+                yield entry
+                if progress is not None:
+                    progress.advance(1, tokens)
+
+    def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
+        """The entries of ``prompts``; what runs before the generator is returned runs before the progress starts."""
+        raise NotImplementedError
+
+    def batching(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def import_libraries(self) -> None:
+        """Import what :meth:`load_weights` needs without loading weights, so that the load is timed alone."""
+        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+
+    def load_weights(self) -> None:
+        ctx = self.context
+        self.model = teacher.load_teacher(
+            ctx.model_path,
+            dtype=ctx.dtype,
+            device=ctx.device,
+            revision=ctx.revision,
+            attn_implementation=ctx.attn_implementation,
+            generation_config=ctx.generation.config,
+        )
 
     def describe(self) -> dict[str, Any]:
         """``resolved_config.json``'s ``engine`` section: name, effective options, version and engine facts."""
-
-    def batching(self) -> dict[str, Any]:
-        """``resolved_config.json``'s ``batching`` section (batch composition can change half-precision tokens)."""
+        return {
+            "name": self.name,
+            "options": self.options.model_dump(mode="json"),
+            "version": teacher.hf().__version__,
+            "sampling": dict(SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
+        }
 
     def runtime(self) -> dict[str, Any]:
-        """dtype, attention, device and library versions of the loaded teacher."""
+        """dtype, attention, device and library versions of the loaded teacher, and its determinism facts."""
+        info = teacher.runtime_info(self.model)
+        return {**info, "determinism": self.determinism(info["attn_implementation"])}
+
+    def determinism(self, attention: str | None) -> dict[str, Any]:
+        """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
+        when ``prefill_chunk_size`` is set."""
+        return teacher.determinism_facts(
+            self.context.device,
+            batch_invariant=False,
+            prefix_caching=False,
+            chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
+            tensor_parallel_size=1,
+            attention_backend=attention,
+        )
 
     def commit_hash(self) -> str | None:
         """The teacher's hub commit when it was loaded from the hub."""
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)  # None: vLLM's
+        return value if isinstance(value, str) else None
 
 
 #: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and
 #: its class; :func:`create_engine` imports the module (torch, transformers or vLLM) only to create that engine.
 ENGINES: dict[str, tuple[str, str]] = {
-    ENGINE_STATIC: ("static", "TransformersEngine"),
-    ENGINE_CONTINUOUS: ("continuous", "TransformersContinuousEngine"),
+    ENGINE_STATIC: ("transformers", "TransformersEngine"),
+    ENGINE_CONTINUOUS: ("transformers", "TransformersContinuousEngine"),
     ENGINE_VLLM: ("vllm", "VllmEngine"),
 }
 
 
-def checked_prompts(prompts: Iterable[KeyedPrompt]) -> list[tuple[str, list[int]]]:
-    """The prompts an engine was given as ``(key, token ids)`` with plain ints; a prompt without tokens is a
-    :class:`GenerationError` naming its sample."""
-    checked: list[tuple[str, list[int]]] = []
-    for key, ids in prompts:
-        token_ids = [int(token) for token in ids]
-        if not token_ids:
-            raise GenerationError(f"The prompt of sample {key} has no tokens.")
-        checked.append((key, token_ids))
-    return checked
-
-
-OptionsT = TypeVar("OptionsT", bound=EngineOptions)
-P = TypeVar("P", bound=tuple[str, Sequence[int]])
-
-
-def options_of(context: EngineContext, model: type[OptionsT]) -> OptionsT:
-    """The context's options as the engine's own options model (its defaults when None); options of another
-    engine, or a plain mapping, are refused: ``gencache.config`` validates them once."""
-    if context.options is None:
-        return model()
-    if not isinstance(context.options, model):
-        raise ConfigError(
-            f"engine options must be a validated {model.__name__}, not {type(context.options).__name__}; "
-            "validate them with gencache.config (CacheConfig.engine_options)."
-        )
-    return context.options
-
-
 def create_engine(name: str, context: EngineContext) -> Engine:
-    """The engine ``name`` for ``context``, refusing (before any weights load) settings it cannot honour and a
-    missing optional dependency, each as one :class:`ConfigError` line (exit code 2)."""
-    if name not in ENGINES:
-        raise ConfigError(f"engine: {unknown_name('engine', name, ENGINES)}")
+    """The engine ``name`` (a validated config's ``engine``) for ``context``, refusing (before any weights load)
+    settings it cannot honour and a missing optional dependency, each as one :class:`ConfigError` line (exit 2)."""
     module, engine_class = ENGINES[name]
     engine: Engine = getattr(importlib.import_module(f"{__name__}.{module}"), engine_class)(context)
     return engine
@@ -168,53 +188,29 @@ def create_engine(name: str, context: EngineContext) -> Engine:
 
 #: Bytes in a GiB (the unit of every ``kv_cache_memory_gib`` option).
 GIB = 2**30
-#: Where Linux says how much memory is available.
-MEMINFO = "/proc/meminfo"
 
 
-@dataclass(frozen=True)
-class AttentionShape:
-    """What one token of KV cache holds: layers x KV heads x head size."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-
-    def bytes_per_token(self, dtype_bytes: int) -> int:
-        """Key and value of every layer for one token, in bytes."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+def head_dim_of(model_config: Any) -> int:
+    """The attention head size of a transformers model config (its text config for a multimodal model)."""
+    text = model_config.get_text_config()
+    return int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
 
 
-def attention_shape_of(model_config: Any) -> AttentionShape:
-    """The attention shape of a transformers model config (its text config for a multimodal model)."""
-    text = getattr(model_config, "get_text_config", lambda: model_config)()
-    heads = int(getattr(text, "num_attention_heads", 1))
-    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
-    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
-    return AttentionShape(int(text.num_hidden_layers), kv_heads, head_dim)
+def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
+    """Key and value of every layer for one token, in bytes: layers x KV heads x head size x 2."""
+    text = model_config.get_text_config()
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
+    return 2 * int(text.num_hidden_layers) * kv_heads * head_dim_of(model_config) * dtype_bytes
 
 
-def _meminfo_available(path: str) -> int | None:
-    """``MemAvailable`` of a ``/proc/meminfo`` file in bytes, or None when the file or the line is missing."""
-    try:
-        with open(path, encoding="ascii", errors="replace") as lines:
-            for line in lines:
-                name, _, rest = line.partition(":")
-                if name == "MemAvailable":
-                    value, *unit = rest.split()
-                    return int(value) * (1024 if unit == ["kB"] else 1)
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def available_host_memory(meminfo: str = MEMINFO) -> int:
-    """Bytes of host memory available now for a new allocation without swapping: Linux's ``MemAvailable`` (free
-    memory plus the page cache and the slabs it can reclaim, so reading a model file does not shrink it), else the
-    free pages the system reports, else 4 GiB when the system cannot say."""
-    available = _meminfo_available(meminfo)
-    if available is not None:
-        return available
+def available_host_memory(meminfo: str = "/proc/meminfo") -> int:
+    """Bytes of host memory available without swapping: Linux's ``MemAvailable`` (the page cache counts, so reading
+    a model file does not shrink it), else the free pages the system reports, else 4 GiB."""
+    with contextlib.suppress(OSError, ValueError), open(meminfo, encoding="ascii", errors="replace") as lines:
+        for line in lines:
+            if line.startswith("MemAvailable:"):
+                value, *unit = line.split()[1:]
+                return int(value) * (1024 if unit == ["kB"] else 1)
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
@@ -222,39 +218,27 @@ def available_host_memory(meminfo: str = MEMINFO) -> int:
 
 
 # -- shared prompt prefixes ---------------------------------------------------------------------------------------
-
-
-def prefix_order(prompts: Iterable[P]) -> list[P]:
+def prefix_order(prompts: Prompts) -> Prompts:
     """The prompts sorted by their token ids (ties keep their order): prompts that share a prefix are adjacent,
     and the longer their common prefix, the closer they are."""
     return sorted(prompts, key=lambda prompt: tuple(prompt[1]))
 
 
-def reusable_prefix(shared: int, length: int, block: int) -> int:
-    """Tokens of a prompt of ``length`` tokens a block cache can serve when ``shared`` leading tokens are cached:
-    whole blocks only, and never the last prompt token (its logits start the answer, so it is always computed)."""
-    return (min(shared, length - 1) // block) * block if length > 0 else 0
-
-
 def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int]:
     """``(prompt tokens, floor)`` of prompts in run order: the floor counts the tokens of each prompt beyond the
-    longest whole-block prefix that an earlier prompt has (:func:`reusable_prefix`)."""
+    longest whole-block prefix that an earlier prompt has, and always its last token (its logits start the answer,
+    so a cache never serves it)."""
     seen: set[int] = set()
     total = floor = 0
     for ids in prompts:
-        tokens = tuple(int(token) for token in ids)
+        tokens = tuple(ids)
         total += len(tokens)
-        chain = 0
-        hashes = []
+        chain, shared, hashes = 0, 0, []
         for start in range(0, len(tokens) - len(tokens) % block, block):
             chain = hash((chain, tokens[start : start + block]))
             hashes.append(chain)
-        shared = 0
-        for chained in hashes:
-            if chained not in seen:
-                break
-            shared += block
-        floor += len(tokens) - reusable_prefix(shared, len(tokens), block)
+            shared += block if shared == start and chain in seen else 0
+        floor += len(tokens) - (min(shared, len(tokens) - 1) // block) * block
         seen.update(hashes)
     return total, floor
 
@@ -269,16 +253,12 @@ class PrefixStats:
     floor_tokens: int = 0
     source: str = ""
 
-    @property
-    def computed_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
-
     def to_json(self) -> dict[str, Any]:
         return {
             "block_size": self.block_size,
             "prompt_tokens": self.prompt_tokens,
             "cached_prompt_tokens": self.cached_tokens,
-            "computed_prompt_tokens": self.computed_tokens,
+            "computed_prompt_tokens": self.prompt_tokens - self.cached_tokens,
             "floor_prompt_tokens": self.floor_tokens,
             "cached_from": self.source,
         }

