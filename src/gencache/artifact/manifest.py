@@ -26,13 +26,11 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     STORAGE,
     TOKEN_DTYPE,
-    Layout,
     is_key,
     tensor_name,
 )
 from gencache.artifact.records import (
     Record,
-    is_single,
     record_digests,
     record_lengths,
     record_reasons,
@@ -118,7 +116,7 @@ def provenance_digest(provenance: Mapping[str, Any]) -> str:
     return json_digest(dict(provenance))
 
 
-# -- content digests: the one layout of a tensor reference and of the digested document --------------------
+# -- content digests and the manifest encoder ---------------------------------------------------------------
 def _ref_open(digest_json: str, dtype_json: str, shape_json: object) -> str:
     """A tensor reference in canonical JSON without its closing brace (the manifest appends ``"tensor"``)."""
     return f'{{"digest":{digest_json},"dtype":{dtype_json},"shape":[{shape_json}]'
@@ -134,21 +132,18 @@ def content_digest(
     sequence_refs: Sequence[Mapping[str, Any]], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> str:
     """SHA-256 of canonical ``{sequences: [{dtype, shape, digest}], text, finish_reasons}`` (tensor names excluded).
-
     Raises :class:`FormatError` when a text cannot be encoded (a lone surrogate read from a damaged manifest).
     """
-    encode = _encode
     parts = [
-        _ref_open(encode(ref["digest"]), encode(ref["dtype"]), ",".join(map(str, ref["shape"]))) + "}"
-        for ref in sequence_refs
+        _ref_open(_encode(r["digest"]), _encode(r["dtype"]), ",".join(map(str, r["shape"]))) for r in sequence_refs
     ]
+    refs = ",".join(part + "}" for part in parts)
     try:
-        return _content_sha256(",".join(parts), ",".join(map(encode, texts)), ",".join(map(encode, finish_reasons)))
+        return _content_sha256(refs, ",".join(map(_encode, texts)), ",".join(map(_encode, finish_reasons)))
     except UnicodeEncodeError as error:
         raise FormatError(f"Cannot compute a content digest: {error}.") from error
 
 
-# -- the manifest encoder ----------------------------------------------------------------------------------
 def json_file_bytes(value: Any) -> bytes:
     """Canonical JSON plus a newline: the bytes of ``resolved_config.json`` (and of any JSON file gencache writes)."""
     try:
@@ -157,81 +152,19 @@ def json_file_bytes(value: Any) -> bytes:
         raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
 
 
-# The manifest's layout, written once: these functions spell each part of it; the encoder writes with them or with
-# the pieces of their layouts (below), and the reader's canonical scan matches the same pieces.
-def _member_text(key: str, content_hex: str, reasons_json: str, refs_json: str, texts_json: str) -> str:
-    """An entry member ``"<key>":{...}`` from its encoded fields (the items of each list joined by ``,``)."""
-    return (
-        f'"{key}":{{"content_digest":"{content_hex}","finish_reasons":[{reasons_json}],'
-        f'"sequences":[{refs_json}],"text":[{texts_json}]}}'
-    )
-
-
-def _ref_text(core: str, name: str) -> str:
-    """A tensor reference of the manifest: its :func:`_ref_open` core and its tensor's name."""
-    return f'{core},"tensor":"{name}"}}'
-
-
-def _single_member_text(key: str, content_hex: str, reason_json: str, digest_hex: str, n: str, text_json: str) -> str:
-    """The member of an entry with one sequence."""
-    ref = _ref_text(_ref_open(f'"{digest_hex}"', _DTYPE_JSON, n), tensor_name(key, 0))
-    return _member_text(key, content_hex, reason_json, ref, text_json)
-
-
-def _manifest_text(members: Sequence[str], others: str) -> str:
-    """The manifest: its entry members, then its other members (in canonical order, ``format_version`` first)."""
-    return f'{{"entries":{{{",".join(members)}}},{others}}}\n'
-
-
-def _others_text(version: str, payload: str, provenance: str, digest: str, storage: str, summary: str) -> str:
-    """The manifest's members after ``entries``, from their values' JSON."""
-    return (
-        f'"format_version":{version},"payload":{payload},"provenance":{provenance},'
-        f'"provenance_digest":{digest},"storage":{storage},"summary":{summary}'
-    )
-
-
-SINGLE_ENTRY = Layout.of(_single_member_text, "key", "content_digest", "finish_reason", "digest", "length", "text")
-"""An entry member with one sequence: around its key, content digest, finish reason (JSON), sequence digest, token
-count, key again (in the tensor name) and text (JSON)."""
-MANIFEST_FRAME = Layout.of(
-    lambda first, second, others: _manifest_text([first, second], others), "entry", "entry", "others"
-)
-"""The manifest around two entry members and the members after ``entries`` (the separator between entries is its
-second piece)."""
-MANIFEST_OTHERS = Layout.of(
-    _others_text, "format_version", "payload", "provenance", "provenance_digest", "storage", "summary"
-)
-"""The manifest's members after ``entries``."""
-_KEY_OPEN, _CONTENT_OPEN, _REASON_OPEN, _DIGEST_OPEN, _LENGTH_OPEN, _TENSOR_OPEN, _TEXT_OPEN, _ENTRY_END = (
-    SINGLE_ENTRY.pieces
-)  # each piece named by the field it comes before
-_MANIFEST_OPEN, _ENTRY_SEPARATOR, _ENTRIES_END, _MANIFEST_END = MANIFEST_FRAME.pieces
-
-
-def _entry_member(key: str, record: Record, reason_json: dict[str, str]) -> str:
-    """``"<key>":{...}`` of one entry; each text is encoded once, for the member and its content digest."""
-    encode = _encode
-    if is_single(record):
-        _, n, digest, text, reason = record
-        reasons_json = reason_json.get(reason)
-        if reasons_json is None:
-            reasons_json = reason_json[reason] = encode(reason)
-        texts_json = encode(text)
-        digest_hex = digest.hex()
-        core = _ref_open(f'"{digest_hex}"', _DTYPE_JSON, n)
-        content_hex = _content_sha256(f"{core}}}", texts_json, reasons_json)
-        return (  # _single_member_text(key, content_hex, reasons_json, digest_hex, n, texts_json), inlined
-            f"{_KEY_OPEN}{key}{_CONTENT_OPEN}{content_hex}{_REASON_OPEN}{reasons_json}{_DIGEST_OPEN}{digest_hex}"
-            f"{_LENGTH_OPEN}{n}{_TENSOR_OPEN}{key}{_TEXT_OPEN}{texts_json}{_ENTRY_END}"
-        )
-    reasons_json = ",".join(map(encode, record_reasons(record)))
-    texts_json = ",".join(map(encode, record_texts(record)))
+def _entry_member(key: str, record: Record) -> str:
+    """``"<key>":{...}`` of one entry in canonical JSON; each text is encoded once, for the member and its content
+    digest."""
+    reasons_json = ",".join(map(_encode, record_reasons(record)))
+    texts_json = ",".join(map(_encode, record_texts(record)))
     pairs = zip(record_lengths(record), record_digests(record), strict=True)
-    cores = [_ref_open(f'"{d.hex()}"', _DTYPE_JSON, n) for n, d in pairs]
-    content = ",".join([f"{core}}}" for core in cores])
-    refs = ",".join([_ref_text(core, tensor_name(key, i)) for i, core in enumerate(cores)])
-    return _member_text(key, _content_sha256(content, texts_json, reasons_json), reasons_json, refs, texts_json)
+    cores = [_ref_open(f'"{digest.hex()}"', _DTYPE_JSON, n) for n, digest in pairs]
+    content_hex = _content_sha256(",".join([f"{core}}}" for core in cores]), texts_json, reasons_json)
+    refs = ",".join([f'{core},"tensor":"{tensor_name(key, i)}"}}' for i, core in enumerate(cores)])
+    return (
+        f'"{key}":{{"content_digest":"{content_hex}","finish_reasons":[{reasons_json}],"sequences":[{refs}],'
+        f'"text":[{texts_json}]}}'
+    )
 
 
 def iter_manifest_bytes(
@@ -252,37 +185,28 @@ def iter_manifest_bytes(
     """
     keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
     checked = check_provenance(provenance)
-    encode = _encode
     try:
-        others = _others_text(
-            str(FORMAT_VERSION),
-            encode(PAYLOAD_NAME),
-            canonical_json(checked),
-            encode(provenance_digest(checked)),
-            encode(STORAGE),
-            canonical_json(dict(summary)),
-        )
-        tail = f"{_ENTRIES_END}{others}{_MANIFEST_END}".encode()
+        tail = (
+            f'}},"format_version":{FORMAT_VERSION},"payload":{_encode(PAYLOAD_NAME)},'
+            f'"provenance":{canonical_json(checked)},"provenance_digest":{_encode(provenance_digest(checked))},'
+            f'"storage":{_encode(STORAGE)},"summary":{canonical_json(dict(summary))}}}\n'
+        ).encode()
     except (TypeError, ValueError) as error:  # UnicodeEncodeError is a ValueError
         raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
-    reason_json: dict[str, str] = {}
-    parts: list[bytes] = [_MANIFEST_OPEN.encode()]
-    append = parts.append
+    parts: list[bytes] = [b'{"entries":{']
     size = 0
     for position, key in enumerate(keys):
         try:
-            member = ((_ENTRY_SEPARATOR if position else "") + _entry_member(key, records[key], reason_json)).encode()
-        except FormatError:
-            raise
+            member = (("," if position else "") + _entry_member(key, records[key])).encode()
         except (TypeError, ValueError, AttributeError) as error:  # UnicodeEncodeError is a ValueError
             raise FormatError(f"Cannot serialise entry {key} to canonical JSON: {error}.") from error
-        append(member)
+        parts.append(member)
         size += len(member)
         if size >= chunk_bytes:
             yield b"".join(parts)
             parts.clear()
             size = 0
-    append(tail)
+    parts.append(tail)
     yield b"".join(parts)
 
 

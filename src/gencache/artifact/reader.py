@@ -16,15 +16,14 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 
-from gencache.artifact._index import CompactIndex, build_index, parse_tail
-from gencache.artifact._scan import Mismatch, require
+from gencache.artifact._index import CompactIndex, build_index, manifest_tail, scan_header
 from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
-from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
+from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import (
     check_manifest,
     content_digest,
@@ -33,7 +32,6 @@ from gencache.artifact.manifest import (
 from gencache.artifact.names import (
     ARTIFACT_FILES,
     FINISH_REASONS,
-    FORMAT_VERSION,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
@@ -46,15 +44,11 @@ from gencache.artifact.resolved import resolved_config_problems
 from gencache.artifact.shards import find_shards
 from gencache.artifact.store import Location, location, open_regular, read_regular, read_resolved_config
 from gencache.config.paths import S3Url
-from gencache.core.canonical import is_int
 from gencache.core.errors import (
     FormatError,
     GencacheError,
     IntegrityError,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
@@ -139,9 +133,6 @@ MAX_LISTED_PROBLEMS = 100
 _TEXTS = msgspec.json.Decoder(tuple[str, ...])  # an entry's texts, decoded from the manifest on each read
 
 
-_MANIFEST_OTHERS = b'},"format_version":'  # where the members after the entries begin (never inside a JSON string)
-
-
 def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     """Whether ``path`` is an artifact that the run of ``run_digest`` published, recognised by what its publish
     guarantees without reading its entries or its payload (a rerun checks each of its targets so; ``verify`` is
@@ -150,67 +141,36 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     data ends) and the payload's size; the run digest its resolved config records. False for another run's
     artifact; :class:`FormatError` names what is wrong with one that is not whole."""
     where = location(path)
-    if isinstance(where, S3Url):
-        remote = RemoteArtifact(where)
-        size, header_raw = remote.payload_head()
-        members = _manifest_members(
-            remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n), where / MANIFEST_NAME
-        )
-    else:
-        check_artifact_files(where)
-        fd = open_regular(where / MANIFEST_NAME, "Manifest")
-        try:
-            size = os.fstat(fd).st_size
-            members = _manifest_members(size, lambda n, at: pread_exact(fd, n, at), where / MANIFEST_NAME)
-        finally:
-            os.close(fd)
-        fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
-        try:
-            size = os.fstat(fd).st_size
-            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-            header_raw = pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
-        finally:
-            os.close(fd)
-    header = parse_header(header_raw)
-    summary = members["summary"]
     try:
-        data_end = max((info["data_offsets"][1] for info in header.tensors.values()), default=0)
-    except (TypeError, KeyError, IndexError):
-        data_end = -1
-    expected = {"format_version": str(FORMAT_VERSION), "provenance_digest": members["provenance_digest"]}
-    tokens = summary["tokens"] * TOKEN_BYTES
+        if isinstance(where, S3Url):
+            remote = RemoteArtifact(where)
+            size, header_raw = remote.payload_head()
+            _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
+        else:
+            check_artifact_files(where)
+            fd = open_regular(where / MANIFEST_NAME, "Manifest")
+            try:
+                _, members = manifest_tail(os.fstat(fd).st_size, lambda n, at: pread_exact(fd, n, at))
+            finally:
+                os.close(fd)
+            fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
+            try:
+                size, header_raw = _payload_head(fd)
+            finally:
+                os.close(fd)
+        lengths = scan_header(header_raw.rstrip(b" "), members["provenance_digest"])[3]
+    except FormatError as error:
+        raise FormatError(f"{where}: {error}") from None
+    tokens = members["summary"]["tokens"]
     if (
-        header.metadata != expected
-        or len(header.tensors) != summary["sequences"]
-        or data_end != tokens
-        or size != LENGTH_PREFIX_BYTES + len(header_raw) + tokens
+        len(lengths) != members["summary"]["sequences"]
+        or lengths.sum() != tokens
+        or size != LENGTH_PREFIX_BYTES + len(header_raw) + tokens * TOKEN_BYTES
     ):
         raise FormatError(
             f"{where}: the header of {PAYLOAD_NAME} ({size} bytes) does not agree with manifest.json (damaged)."
         )
     return read_resolved_config(where).get("run_digest") == run_digest
-
-
-def _manifest_members(size: int, read: Callable[[int, int], bytes], where: object) -> dict[str, Any]:
-    """The checked members of a manifest of ``size`` bytes after its entries, read from its end with
-    ``read(length, offset)``."""
-    length = 4096
-    while True:  # the members after the entries are small: a few KiB, read from the end
-        tail = read(min(length, size), max(size - length, 0))
-        at = tail.rfind(_MANIFEST_OTHERS)
-        if at >= 0 or length >= size:
-            break
-        length *= 4
-    try:
-        require(at >= 0)
-        members = parse_tail(b"{" + tail[at + 2 :])
-        summary = members["summary"]
-        require(isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens")))
-    except Mismatch:
-        raise FormatError(
-            f"{where} does not end with the members of a format-{FORMAT_VERSION} manifest (damaged or not gencache's)."
-        ) from None
-    return members
 
 
 class CacheReader(GenerationCache):
@@ -490,10 +450,7 @@ class CacheReader(GenerationCache):
         digests: list[bytes] = [b""] * len(order)
         total = self.payload_bytes
         with open(self._file(PAYLOAD_NAME), "rb", buffering=8 * 1024 * 1024) as handle:
-            raw = handle.read(self._data_offset)
-            if not is_canonical_header(raw[LENGTH_PREFIX_BYTES:]):
-                problems.append(f"{PAYLOAD_NAME} header is not canonical JSON padded with spaces (it was edited)")
-            done = len(raw)
+            done = len(handle.read(self._data_offset))  # the header: checked at open
             for sequence, length in zip(order.tolist(), index.lengths[order].tolist(), strict=True):
                 data = handle.read(length * TOKEN_BYTES)
                 digests[sequence] = hashlib.sha256(data).digest()
