@@ -191,18 +191,11 @@ class CacheReader(GenerationCache):
     _fd: int | None
 
     def __init__(self, path: PathLike | S3Url, *, download: bool = True, cache_dir: PathLike | None = None) -> None:
-        self.path = location(path)
+        self.path: Location = location(path)
         self.download = download
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self._identity: str | None = None
         self._open()
-
-    @property
-    def paths(self) -> tuple[Location, ...]:
-        return (self.path,)
-
-    def _describe(self) -> str:
-        return str(self.path)
 
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
@@ -225,6 +218,7 @@ class CacheReader(GenerationCache):
         return index
 
     def _open(self) -> None:
+        self.paths = (self.path,)
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
         self._remote = None
@@ -252,7 +246,7 @@ class CacheReader(GenerationCache):
             self._fd = fd
             self._close_fd = weakref.finalize(self, os.close, fd)
         self._tokens = None
-        self._index: CompactIndex = index
+        self.index: CompactIndex = index  # the checked index (flat arrays; read-only by convention)
         self.summary: dict[str, Any] = index.summary
         self.provenance = index.provenance
         self.provenance_digest = index.provenance_digest
@@ -287,26 +281,14 @@ class CacheReader(GenerationCache):
 
     # -- mapping -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._index)
+        return len(self.index)
 
     def __iter__(self) -> Iterator[str]:
         """Keys in sorted (manifest) order."""
-        return self._index.iter_keys()
+        return self.index.iter_keys()
 
     def _position(self, key: object) -> int:
-        return self._index.find(key)
-
-    @property
-    def index(self) -> CompactIndex:
-        """The checked index (flat arrays; read-only by convention)."""
-        return self._index
-
-    def entry_at(self, position: int, key: str | None = None) -> Generation:
-        """The entry of the ``position``-th key in sorted order (what a mixture's index points at); ``key``, when
-        given, must be that key (it spares decoding it)."""
-        if not 0 <= position < len(self._index):
-            raise IndexError(f"entry position {position} is out of range for {len(self._index)} entries")
-        return self._read(position, key)
+        return self.index.find(key)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -319,7 +301,7 @@ class CacheReader(GenerationCache):
         return value
 
     def metadata(self, key: str) -> dict[str, Any] | None:
-        position = self._index.find(key)
+        position = self.index.find(key)
         return None if position < 0 else self._manifest_entry(position)[0]
 
     def _file(self, name: str) -> Path:
@@ -327,20 +309,20 @@ class CacheReader(GenerationCache):
         return self._remote.local(name) if self._remote is not None else cast(Path, self.path) / name
 
     def source(self, key: str) -> Location:
-        if self._index.find(key) < 0:
+        if self.index.find(key) < 0:
             raise self._missing(key)
         return self.path
 
     def _manifest_entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
         try:
-            return self._index.entry(position)
+            return self.index.entry(position)
         except FormatError as error:
             raise self._fail(str(error)) from None
 
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
         tokens = self._tokens if self._tokens is not None else self._map()
-        index = self._index
+        index = self.index
         if self._single:  # every entry has one sequence: entry i is sequence i
             start = (self._data_offset + int(index.starts[position])) // TOKEN_BYTES
             arrays = [tokens[start : start + int(index.lengths[position])]]
@@ -364,25 +346,25 @@ class CacheReader(GenerationCache):
         # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
         # pickling it for another process carries only these bytes, never the whole payload
         sequences = tuple(map(torch.from_numpy, arrays))
-        return Generation(self._index.key(position) if key is None else key, sequences, texts, reasons)
+        return Generation(self.index.key(position) if key is None else key, sequences, texts, reasons)
 
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
         """The entry as read-only numpy views of the map (no torch)."""
         arrays, texts, reasons = self._entry(position)
         for array in arrays:
             array.flags.writeable = False
-        return GenerationArrays(self._index.key(position) if key is None else key, tuple(arrays), texts, reasons)
+        return GenerationArrays(self.index.key(position) if key is None else key, tuple(arrays), texts, reasons)
 
     def _verify_entry(self, position: int, arrays: list[np.ndarray[Any, Any]]) -> tuple[int, int]:
         """Check an entry against the manifest and its digests and remember it as checked: where its texts are."""
         entry, (texts_at, texts_end) = self._manifest_entry(position)
-        problems = _entry_problems(self._index.key(position), entry, [hashlib.sha256(a.data).digest() for a in arrays])
+        problems = _entry_problems(self.index.key(position), entry, [hashlib.sha256(a.data).digest() for a in arrays])
         if problems:
             raise IntegrityError(
                 f"{self.path}: {problems[0]}; the artifact is damaged (run gencache verify), regenerate it or "
                 "restore a copy."
             )
-        lo = int(self._index.first[position])
+        lo = int(self.index.first[position])
         self._reasons[lo : lo + len(arrays)] = [FINISH_REASONS.index(reason) for reason in entry["finish_reasons"]]
         self._texts_at[position] = texts_at, texts_end
         return texts_at, texts_end
@@ -394,7 +376,7 @@ class CacheReader(GenerationCache):
         and length: two readers with the same identity serve the same bytes and texts (computed once, on first
         use)."""
         if self._identity is None:
-            index = self._index
+            index = self.index
             digest = hashlib.sha256(index.manifest)
             for array in (index.keys, index.first, index.starts, index.lengths):
                 digest.update(np.ascontiguousarray(array).data)
@@ -445,7 +427,7 @@ class CacheReader(GenerationCache):
                 problems.append("resolved_config.json is not canonical JSON plus a newline (it was edited)")
             else:
                 problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
-        index = self._index
+        index = self.index
         order = np.argsort(index.starts, kind="stable")
         digests: list[bytes] = [b""] * len(order)
         total = self.payload_bytes
