@@ -164,12 +164,12 @@ def test_provenance_from_a_tokenizer_object_or_state() -> None:
         ({"model_path": ""}, "model_path"),
         ({"tokenizer_path": 3}, "tokenizer_path"),
         ({"dtype": "fp16"}, "dtype"),
-        ({"tokenizer": {**TOKENIZER, "extra": 1}}, "exactly the fields"),
+        ({"tokenizer": {**TOKENIZER, "extra": 1}}, "unknown field `extra`"),
         ({"tokenizer": {**TOKENIZER, "pad_token_id": True}}, "pad_token_id"),
         ({"tokenizer": {**TOKENIZER, "eos_token_id": -1}}, "eos_token_id"),
         ({"tokenizer": {**TOKENIZER, "padding_side": "middle"}}, "padding_side"),
         ({"tokenizer": [1]}, "object"),
-        ({"store_logits": False}, "extra"),
+        ({"store_logits": False}, "unknown field `store_logits`"),
     ],
 )
 def test_invalid_provenance_is_named(change: dict[str, Any], fragment: str) -> None:

@@ -28,7 +28,7 @@ from gencache.artifact._scan import Mismatch, expect, number_at, require, window
 from gencache.artifact.header import metadata_member
 from gencache.artifact.manifest import (
     MANIFEST_FIELDS,
-    _check_entry,
+    check_entry,
     check_manifest,
     check_provenance,
     provenance_digest,
@@ -146,14 +146,14 @@ class CompactIndex:
         """``entry`` checked as the entry of ``position``: as :func:`check_manifest` checks an entry, and that it
         describes exactly that key's tensors in the header."""
         key = self.key(position)
-        _check_entry(key, entry)
-        assert isinstance(entry, dict)
+        lengths = check_entry(key, entry)
         lo, hi = self.first[position : position + 2].tolist()
-        if [ref["shape"][0] for ref in entry["sequences"]] != self.lengths[lo:hi].tolist():
+        if lengths != self.lengths[lo:hi].tolist():
             raise FormatError(
-                f"manifest.json entry {key} lists sequences of {[ref['shape'] for ref in entry['sequences']]} tokens "
-                f"but {PAYLOAD_NAME} holds {self.lengths[lo:hi].tolist()}."
+                f"manifest.json entry {key} lists sequences of {lengths} tokens but {PAYLOAD_NAME} holds "
+                f"{self.lengths[lo:hi].tolist()}."
             )
+        assert isinstance(entry, dict)
         return entry
 
     def entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:

@@ -17,16 +17,16 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from gencache.artifact.names import (
     FINISH_REASONS,
     FORMAT_VERSION,
-    PADDING_SIDES,
     PAYLOAD_NAME,
     STORAGE,
     TOKEN_DTYPE,
-    is_key,
     tensor_name,
 )
 from gencache.artifact.records import (
@@ -39,16 +39,14 @@ from gencache.artifact.records import (
 )
 from gencache.artifact.summary import check_summary
 from gencache.config.names import DTYPES
-from gencache.core.canonical import canonical_bytes, canonical_json, is_int, is_sha256_hex, json_digest
+from gencache.core.canonical import canonical_bytes, canonical_json, json_digest
 from gencache.core.errors import FormatError
-from gencache.core.tokenizer import TOKENIZER_STATE_FIELDS, tokenizer_state
+from gencache.core.tokenizer import tokenizer_state
 
 PROVENANCE_FIELDS = ("model_path", "tokenizer_path", "dtype", "tokenizer")
 MANIFEST_FIELDS = frozenset(
     {"format_version", "storage", "payload", "provenance", "provenance_digest", "entries", "summary"}
 )
-_ENTRY_FIELDS = frozenset({"sequences", "text", "finish_reasons", "content_digest"})
-_TENSOR_REF_FIELDS = frozenset({"tensor", "dtype", "shape", "digest"})
 MANIFEST_CHUNK_BYTES = 1 << 20
 """About how many bytes :func:`iter_manifest_bytes` yields at a time."""
 
@@ -58,45 +56,36 @@ _DTYPE_JSON = _encode(TOKEN_DTYPE)
 
 
 # -- provenance --------------------------------------------------------------------------------------------
-def _check_tokenizer_state(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise FormatError(f"{where} must be an object {{padding_side, pad_token_id, eos_token_id}}.")
-    keys = set(value)
-    if keys != set(TOKENIZER_STATE_FIELDS):
-        raise FormatError(
-            f"{where} must have exactly the fields {', '.join(TOKENIZER_STATE_FIELDS)}, got {sorted(map(str, keys))}."
-        )
-    if value["padding_side"] not in PADDING_SIDES:
-        raise FormatError(f"{where}.padding_side must be 'left' or 'right', got {value['padding_side']!r}.")
-    for field in ("pad_token_id", "eos_token_id"):
-        token = value[field]
-        if token is not None and (not is_int(token) or token < 0):
-            raise FormatError(f"{where}.{field} must be a non-negative integer or null, got {token!r}.")
-    return {field: value[field] for field in TOKENIZER_STATE_FIELDS}
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+_Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]  # a lowercase SHA-256 hex digest or semantic key
+
+
+class _TokenizerState(msgspec.Struct, forbid_unknown_fields=True):
+    padding_side: Literal["left", "right"]
+    pad_token_id: _Count | None
+    eos_token_id: _Count | None
+
+
+class _Provenance(msgspec.Struct, forbid_unknown_fields=True):
+    model_path: Annotated[str, msgspec.Meta(min_length=1)]
+    tokenizer_path: Annotated[str, msgspec.Meta(min_length=1)]
+    dtype: str
+    tokenizer: _TokenizerState
 
 
 def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]:
-    """Validate a provenance object and return a plain copy: exactly model_path, tokenizer_path, dtype, tokenizer."""
-    if not isinstance(value, Mapping):
-        raise FormatError(f"{where} must be an object.")
-    keys = set(value)
-    if keys != set(PROVENANCE_FIELDS):
-        extra = sorted(map(str, keys - set(PROVENANCE_FIELDS)))
-        missing = sorted(set(PROVENANCE_FIELDS) - keys)
+    """Validate a provenance object and return a plain copy: exactly model_path, tokenizer_path, dtype, tokenizer
+    (its padding side, pad and EOS ids)."""
+    try:
+        checked = msgspec.convert(value, _Provenance)
+    except msgspec.ValidationError as error:
         raise FormatError(
-            f"{where} must have exactly {', '.join(PROVENANCE_FIELDS)} (missing {missing}, extra {extra})."
-        )
-    for field in ("model_path", "tokenizer_path"):
-        if not isinstance(value[field], str) or not value[field]:
-            raise FormatError(f"{where}.{field} must be a non-empty string, got {value[field]!r}.")
-    if value["dtype"] not in DTYPES:
-        raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {value['dtype']!r}.")
-    return {
-        "model_path": value["model_path"],
-        "tokenizer_path": value["tokenizer_path"],
-        "dtype": value["dtype"],
-        "tokenizer": _check_tokenizer_state(value["tokenizer"], f"{where}.tokenizer"),
-    }
+            f"{where}: {error} (a provenance holds model_path, tokenizer_path, dtype, tokenizer)."
+        ) from None
+    if checked.dtype not in DTYPES:
+        raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {checked.dtype!r}.")
+    provenance: dict[str, Any] = msgspec.to_builtins(checked)
+    return provenance
 
 
 def make_provenance(model_path: str, tokenizer_path: str, dtype: str, tokenizer: Any) -> dict[str, Any]:
@@ -211,11 +200,34 @@ def iter_manifest_bytes(
 
 
 # -- checking what was read --------------------------------------------------------------------------------
+class _Ref(msgspec.Struct, forbid_unknown_fields=True):
+    digest: _Hex
+    dtype: Literal["I64"]
+    shape: tuple[Annotated[int, msgspec.Meta(ge=1)]]
+    tensor: str
+
+
+class _Entry(msgspec.Struct, forbid_unknown_fields=True):
+    content_digest: _Hex
+    finish_reasons: list[Literal["eos", "stop_string", "length"]]
+    sequences: Annotated[list[_Ref], msgspec.Meta(min_length=1)]
+    text: list[str]
+
+
+class _Manifest(msgspec.Struct, forbid_unknown_fields=True):
+    entries: dict[_Hex, dict[str, Any]]
+    format_version: Any
+    payload: Literal["cache.safetensors"]
+    provenance: dict[str, Any]
+    provenance_digest: str
+    storage: Literal["safetensors"]
+    summary: Any
+
+
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """A checked manifest: the raw object plus the fields readers need."""
+    """A checked manifest: the fields readers need."""
 
-    raw: dict[str, Any]
     provenance: dict[str, Any]
     provenance_digest: str
     entries: dict[str, dict[str, Any]]
@@ -227,71 +239,42 @@ def check_manifest(value: object) -> Manifest:
 
     Raises :class:`FormatError` naming the offending field.
     """
-    if not isinstance(value, dict):
-        raise FormatError("manifest.json must hold a JSON object.")
-    keys = set(value)
-    if keys != MANIFEST_FIELDS:
-        raise FormatError(
-            f"manifest.json must have exactly the fields {', '.join(sorted(MANIFEST_FIELDS))} "
-            f"(missing {sorted(MANIFEST_FIELDS - keys)}, extra {sorted(map(str, keys - MANIFEST_FIELDS))})."
-        )
-    version = value["format_version"]
+    try:
+        manifest = msgspec.convert(value, _Manifest)
+    except msgspec.ValidationError as error:
+        raise FormatError(f"manifest.json is not a format-{FORMAT_VERSION} manifest: {error}.") from None
+    version = manifest.format_version
     if type(version) is not int or version != FORMAT_VERSION:
         raise FormatError(
             f"manifest.json format_version is {version!r}; this gencache reads format {FORMAT_VERSION} only "
             "(regenerate the artifact with this version)."
         )
-    if value["storage"] != STORAGE:
-        raise FormatError(f"manifest.json storage must be {STORAGE!r}, got {value['storage']!r}.")
-    if value["payload"] != PAYLOAD_NAME:
-        raise FormatError(f"manifest.json payload must be {PAYLOAD_NAME!r}, got {value['payload']!r}.")
-    provenance = check_provenance(value["provenance"], "manifest.json provenance")
-    digest = value["provenance_digest"]
-    if digest != provenance_digest(provenance):
+    provenance = check_provenance(manifest.provenance, "manifest.json provenance")
+    if manifest.provenance_digest != provenance_digest(provenance):
         raise FormatError("manifest.json provenance_digest does not match its provenance (the manifest was altered).")
-    entries = value["entries"]
-    if not isinstance(entries, dict):
-        raise FormatError("manifest.json entries must be an object keyed by semantic key.")
     sequences = tokens = 0
     reasons = dict.fromkeys(FINISH_REASONS, 0)
-    for key, entry in entries.items():
-        n_seq, n_tok = _check_entry(key, entry)
-        sequences += n_seq
-        tokens += n_tok
+    for key, entry in manifest.entries.items():
+        lengths = check_entry(key, entry)
+        sequences += len(lengths)
+        tokens += sum(lengths)
         for reason in entry["finish_reasons"]:
             reasons[reason] += 1
-    summary = check_summary(value["summary"], entries, sequences, tokens, reasons)
-    return Manifest(value, provenance, digest, entries, summary)
+    summary = check_summary(manifest.summary, manifest.entries, sequences, tokens, reasons)
+    return Manifest(provenance, manifest.provenance_digest, manifest.entries, summary)
 
 
-def _check_entry(key: object, entry: object) -> tuple[int, int]:
-    if not is_key(key):
-        raise FormatError(f"manifest.json entry key {key!r} is not a 64-character lowercase hex semantic key.")
+def check_entry(key: str, entry: object) -> list[int]:
+    """Check the manifest entry of ``key``; its sequences' token counts."""
     where = f"manifest.json entries[{key}]"
-    if not isinstance(entry, dict) or entry.keys() != _ENTRY_FIELDS:
-        raise FormatError(f"{where} must be an object with exactly {', '.join(sorted(_ENTRY_FIELDS))}.")
-    refs, texts, reasons = entry["sequences"], entry["text"], entry["finish_reasons"]
-    if not isinstance(refs, list) or not refs:
-        raise FormatError(f"{where}.sequences must be a non-empty list.")
-    if not isinstance(texts, list) or len(texts) != len(refs) or not all(isinstance(t, str) for t in texts):
-        raise FormatError(f"{where}.text must be a list of {len(refs)} strings, one per sequence.")
-    if not isinstance(reasons, list) or len(reasons) != len(refs) or not all(r in FINISH_REASONS for r in reasons):
-        raise FormatError(f"{where}.finish_reasons must be a list of {len(refs)} of {', '.join(FINISH_REASONS)}.")
-    if not is_sha256_hex(entry["content_digest"]):
-        raise FormatError(f"{where}.content_digest must be a lowercase SHA-256 hex digest.")
-    tokens = 0
-    for i, ref in enumerate(refs):
-        here = f"{where}.sequences[{i}]"
-        if not isinstance(ref, dict) or ref.keys() != _TENSOR_REF_FIELDS:
-            raise FormatError(f"{here} must be an object with exactly {', '.join(sorted(_TENSOR_REF_FIELDS))}.")
-        if ref["tensor"] != tensor_name(key, i):  # type: ignore[arg-type]
-            raise FormatError(f"{here}.tensor must be {tensor_name(key, i)!r}, got {ref['tensor']!r}.")  # type: ignore[arg-type]
-        if ref["dtype"] != TOKEN_DTYPE:
-            raise FormatError(f"{here}.dtype must be {TOKEN_DTYPE!r}, got {ref['dtype']!r}.")
-        shape = ref["shape"]
-        if not isinstance(shape, list) or len(shape) != 1 or not is_int(shape[0]) or shape[0] < 1:
-            raise FormatError(f"{here}.shape must be [n] with an integer n >= 1, got {shape!r}.")
-        if not is_sha256_hex(ref["digest"]):
-            raise FormatError(f"{here}.digest must be a lowercase SHA-256 hex digest.")
-        tokens += shape[0]
-    return len(refs), tokens
+    try:
+        checked = msgspec.convert(entry, _Entry)
+    except msgspec.ValidationError as error:
+        raise FormatError(f"{where}: {error}.") from None
+    count = len(checked.sequences)
+    if len(checked.text) != count or len(checked.finish_reasons) != count:
+        raise FormatError(f"{where} must have one text and one finish reason per sequence ({count}).")
+    for i, ref in enumerate(checked.sequences):
+        if ref.tensor != tensor_name(key, i):
+            raise FormatError(f"{where}.sequences[{i}].tensor must be {tensor_name(key, i)!r}, got {ref.tensor!r}.")
+    return [ref.shape[0] for ref in checked.sequences]
