@@ -342,12 +342,12 @@ def _scan_single(body: bytes, digest: str) -> tuple[np.ndarray, np.ndarray, np.n
     """:func:`scan_header` of a header of single-sequence entries, by a vectorised scan of its bytes (every fixed
     byte compared, every number and key validated, members tiling the object exactly); :class:`Mismatch` when the
     bytes are anything else."""
-    buf = np.frombuffer(body, dtype=np.uint8)
+    buf = np.frombuffer(body + b" " * 19, dtype=np.uint8)  # every number with a byte past its longest
     meta = metadata_member(digest).encode()
     meta_at = body.find(meta)
     require(meta_at > 0 and body.find(meta, meta_at + 1) < 0)
     require(body.startswith(b"{") and body.endswith(b"}"))
-    braces = np.flatnonzero(buf == _BRACE)  # the header's, each tensor member's and the metadata's
+    braces = np.flatnonzero(buf[: len(body)] == _BRACE)  # the header's, each tensor member's and the metadata's
     meta_brace = meta_at + meta.index(b"{")
     require(len(braces) >= 2 and braces[0] == 0 and meta_brace in braces)
     opens = braces[(braces != 0) & (braces != meta_brace)] - _MEMBER_OPEN.index(b"{")  # where each _MEMBER_OPEN is
@@ -377,17 +377,19 @@ def _scan_single(body: bytes, digest: str) -> tuple[np.ndarray, np.ndarray, np.n
         require(bool((shape >= 1).all() and (end - begin == shape * TOKEN_BYTES).all()))
         starts[rows], lengths[rows], member_ends[rows] = begin, shape, p + len(_MEMBER_CLOSE)
     require(not keys.tobytes().translate(None, _HEX_DIGITS) and bool((keys[1:] > keys[:-1]).all()))
-    _check_members_tile(buf, opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
+    _check_members_tile(buf, len(body), opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
     _check_contiguous(starts, lengths)
     return keys, np.arange(count + 1, dtype=np.int64), starts, lengths
 
 
-def _check_members_tile(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, meta_at: int, meta_size: int) -> None:
+def _check_members_tile(
+    buf: np.ndarray, size: int, starts: np.ndarray, ends: np.ndarray, meta_at: int, meta_size: int
+) -> None:
     """The tensors' members (``starts``, ``ends``) and the metadata tile the header object: ``{m,m,...,m}``."""
     at = int(np.searchsorted(starts, meta_at))
     member_starts = np.insert(starts, at, meta_at)
     member_ends = np.insert(ends, at, meta_at + meta_size)
-    require(member_starts[0] == len(b"{") and member_ends[-1] == len(buf) - len(b"}"))
+    require(member_starts[0] == len(b"{") and member_ends[-1] == size - len(b"}"))
     require(bool((member_starts[1:] == member_ends[:-1] + 1).all()))
     expect(buf, member_ends[:-1], b",")
 
