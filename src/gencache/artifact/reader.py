@@ -324,19 +324,19 @@ class CacheReader(GenerationCache):
         tokens = self._tokens if self._tokens is not None else self._map()
         index = self.index
         if self._single:  # every entry has one sequence: entry i is sequence i
-            start = (self._data_offset + int(index.starts[position])) // TOKEN_BYTES
-            arrays = [tokens[start : start + int(index.lengths[position])]]
+            start = (self._data_offset + index.starts.item(position)) // TOKEN_BYTES
+            arrays = [tokens[start : start + index.lengths.item(position)]]
         else:
             lo, hi = index.first[position : position + 2].tolist()
             starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
             lengths = index.lengths[lo:hi].tolist()
             arrays = [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths, strict=True)]
-        texts_at, texts_end = self._texts_at[position].tolist()
+        texts_at, texts_end = self._texts_at.item(position, 0), self._texts_at.item(position, 1)
         if not texts_end:
             texts_at, texts_end = self._verify_entry(position, arrays)
         texts: tuple[str, ...] = _TEXTS.decode(self._manifest[texts_at:texts_end])
         if self._single:
-            return arrays, texts, (FINISH_REASONS[self._reasons[position]],)
+            return arrays, texts, (FINISH_REASONS[self._reasons.item(position)],)
         return arrays, texts, tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
 
     def _read(self, position: int, key: str | None = None) -> Generation:
