@@ -1,24 +1,23 @@
 """The reader's index of one artifact: the payload header in flat numpy arrays, the manifest's entries on demand.
 
-:func:`build_index` checks the whole header (every tensor's name, offsets and shape, the data tiled exactly) and
-the manifest's members after its entries (format, provenance, summary), and keeps sorted keys, per-sequence
-offsets and lengths: a few arrays that a forked process shares without copying. The manifest's entries (about
-1 KB each, mostly texts, against about 140 bytes of header) are not read at open: :meth:`CompactIndex.entry`
-finds one by a binary search over the manifest's bytes (its keys are sorted) and checks it when it is first read,
-so opening costs O(header), not O(manifest). A manifest in another JSON layout is parsed and checked whole, then
-searched in its canonical form.
+:func:`build_index` checks the whole header and the manifest's members after its entries (format, provenance,
+summary), and keeps sorted keys, per-sequence offsets and lengths: a few arrays that a forked process shares
+without copying. The manifest's entries (about 1 KB each, mostly texts, against about 140 bytes of header) are not
+read at open: :meth:`CompactIndex.entry` finds one by a search of the manifest's bytes (its keys are sorted) and
+checks it when it is first read, so opening costs O(header), not O(manifest). A manifest in another JSON layout is
+parsed and checked whole, then searched in its canonical form.
 
-A canonical header is checked by a vectorised scan of its bytes (every fixed byte compared, every number and key
-validated, members tiling the object exactly: what a JSON parser building half a million objects does several
-times slower); anything else goes through the JSON parse and :func:`gencache.artifact.header.check_header`, whose
-errors are what the caller sees. Every literal the scan matches comes from the layouts the encoders write with.
+The header is read by one regular expression per tensor member (a JSON parser building half a million objects is
+several times slower) and accepted only in the canonical layout the writer writes: the members it matches, the
+metadata and the braces must tile the header's JSON exactly, in sorted order.
 """
 
 from __future__ import annotations
 
 import json
 import mmap
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,69 +25,56 @@ import msgspec
 import numpy as np
 
 from gencache.artifact._scan import Mismatch, expect, number_at, require, window
-from gencache.artifact.header import (
-    HEADER_FRAME,
-    HEADER_PADDING,
-    SINGLE_TENSOR,
-    check_header,
-    metadata_member,
-    parse_header,
-)
+from gencache.artifact.header import metadata_member
 from gencache.artifact.manifest import (
     MANIFEST_FIELDS,
-    MANIFEST_FRAME,
-    MANIFEST_OTHERS,
-    SINGLE_ENTRY,
-    _check_entry,
+    check_entry,
     check_manifest,
     check_provenance,
     provenance_digest,
 )
-from gencache.artifact.names import (
-    DIGEST_HEX_CHARS,
-    FINISH_REASONS,
-    FORMAT_VERSION,
-    LENGTH_PREFIX_BYTES,
-    PAYLOAD_NAME,
-    STORAGE,
-    TOKEN_BYTES,
-    Layout,
-)
+from gencache.artifact.names import DIGEST_HEX_CHARS, FINISH_REASONS, FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES
 from gencache.artifact.summary import check_summary
 from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
-ENTRY_WINDOW = 1 << 13
 _KEY_CHUNK = 4096  # keys decoded at a time by CompactIndex.iter_keys
 _KEY_DTYPE = f"S{DIGEST_HEX_CHARS}"  # a key as numpy bytes
 _TEXTS = msgspec.json.Decoder(tuple[str, ...])
 
-
-def _pieces(layout: Layout, fields: tuple[str, ...]) -> tuple[bytes, ...]:
-    """The pieces of an encoder's layout as bytes, once its fields come in the order the code below reads them."""
-    if layout.fields != fields:
-        raise RuntimeError(f"the index reads the fields {fields}, but the encoder writes {layout.fields}")
-    return tuple(piece.encode() for piece in layout.pieces)
-
-
 # The canonical manifest: {"entries":{"<key>":{"content_digest":...,"text":[...]},...},"format_version":...}.
 # What follows a key in an entry's member never occurs elsewhere (a quote inside a JSON string is escaped), so it
 # marks where each entry is; the text list is the entry's last member.
-_KEY_OPEN, _ENTRY_OPEN = (piece.encode() for piece in SINGLE_ENTRY.pieces[:2])  # '"', '":{"content_digest":"'
+_MANIFEST_OPEN = b'{"entries":{'
+_ENTRY_OPEN = b'":{"content_digest":"'
+_BEFORE_KEY = b',"'
 _TEXT_OPEN = b'"text":['  # a member name, so never inside a string either
-_MANIFEST_OPEN, _ENTRY_SEPARATOR, _ENTRIES_CLOSE, _ = _pieces(MANIFEST_FRAME, ("entry", "entry", "others"))
-_OTHERS = _ENTRIES_CLOSE + MANIFEST_OTHERS.pieces[0].encode()  # '},"format_version":'
-_BEFORE_KEY = _ENTRY_SEPARATOR + _KEY_OPEN
-_BEFORE_FIRST_KEY = (_MANIFEST_OPEN[-1:] + _KEY_OPEN, _BEFORE_KEY)
-# One tensor's header member and the header around its members:
-# "<key>.0":{"data_offsets":[<start>,<end>],"dtype":"I64","shape":[<n>]}
-_NAME_OPEN, _MEMBER_OPEN, _OFFSET_SEPARATOR, _AFTER_END, _MEMBER_CLOSE = _pieces(
-    SINGLE_TENSOR, ("key", "start", "end", "length")
+OTHERS = b'},"format_version":'  # where the members after the entries begin
+
+
+def _tensor_member(first: bytes) -> re.Pattern[bytes]:
+    """A tensor's header member and the separator after it, for keys whose first character is in ``first``; a
+    number has no leading zero and fits an int64."""
+    number = rb"(0|[1-9][0-9]{0,17})"
+    member = rb'"(%s[0-9a-f]{63})\.(0|[1-9][0-9]{0,8})":\{"data_offsets":\[%s,%s\],"dtype":"I64","shape":\[%s\]\}[,}]'
+    return re.compile(member % (first, number, number, number.replace(b"0|", b"")))
+
+
+# "__metadata__" sorts after the keys that start with a digit and before those that start with a letter
+_MEMBERS_BEFORE, _MEMBERS_AFTER = _tensor_member(rb"[0-9]"), _tensor_member(rb"[a-f]")
+# what the vectorised scan of single-sequence headers reads around a member's key, offsets and length
+_NAME_OPEN, _MEMBER_OPEN, _OFFSET_SEPARATOR, _AFTER_END, _MEMBER_CLOSE = (
+    b'"',
+    b'.0":{"data_offsets":[',
+    b",",
+    b'],"dtype":"I64","shape":[',
+    b"]}",
 )
-_HEADER_OPEN, _MEMBER_SEPARATOR, _HEADER_CLOSE = _pieces(HEADER_FRAME, ("member", "member"))
 _BRACE = ord("{")
 _HEX_DIGITS = b"0123456789abcdef"
+ENTRY_WINDOW = 1 << 13
+_MEMBER_LITERALS = len(b'"' + b"." + b'":{"data_offsets":[' + b"," + b'],"dtype":"I64","shape":[' + b"]}" + b",")
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,7 +133,7 @@ class CompactIndex:
                 following = manifest.find(_ENTRY_OPEN, at + width, self.entries_end)
                 end = self.entries_end if following < 0 else following - DIGEST_HEX_CHARS - len(_BEFORE_KEY)
                 before = manifest[at - DIGEST_HEX_CHARS - len(_BEFORE_KEY) : at - DIGEST_HEX_CHARS]
-                if before not in _BEFORE_FIRST_KEY or (following >= 0 and manifest[end : end + 2] != _BEFORE_KEY):
+                if before not in (b'{"', _BEFORE_KEY) or (following >= 0 and manifest[end : end + 2] != _BEFORE_KEY):
                     raise FormatError(f"manifest.json is damaged around its entry {key} (not the canonical layout).")
                 return at + len('":'), end  # the entry's object, from its brace
             if found < raw:
@@ -160,14 +146,14 @@ class CompactIndex:
         """``entry`` checked as the entry of ``position``: as :func:`check_manifest` checks an entry, and that it
         describes exactly that key's tensors in the header."""
         key = self.key(position)
-        _check_entry(key, entry)
-        assert isinstance(entry, dict)
+        lengths = check_entry(key, entry)
         lo, hi = self.first[position : position + 2].tolist()
-        if [ref["shape"][0] for ref in entry["sequences"]] != self.lengths[lo:hi].tolist():
+        if lengths != self.lengths[lo:hi].tolist():
             raise FormatError(
-                f"manifest.json entry {key} lists sequences of {[ref['shape'] for ref in entry['sequences']]} tokens "
-                f"but {PAYLOAD_NAME} holds {self.lengths[lo:hi].tolist()}."
+                f"manifest.json entry {key} lists sequences of {lengths} tokens but {PAYLOAD_NAME} holds "
+                f"{self.lengths[lo:hi].tolist()}."
             )
+        assert isinstance(entry, dict)
         return entry
 
     def entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
@@ -195,16 +181,20 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     ``header_raw`` (the ``H`` bytes after the length prefix) of a payload of ``payload_size`` bytes, and each
     against the other; :class:`FormatError` names the first problem."""
     try:
-        entries_end, top = _canonical_frame(manifest)
-    except Mismatch:
+        entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
+        if entries_end > len(_MANIFEST_OPEN):  # the first entry's key comes first
+            _require(manifest.find(_ENTRY_OPEN, len(_MANIFEST_OPEN)) == len(_MANIFEST_OPEN) + 1 + DIGEST_HEX_CHARS)
+        _require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN)
+    except FormatError:
         manifest = _canonical_manifest(manifest)
-        entries_end, top = _canonical_frame(manifest)
-    body = header_raw.rstrip(HEADER_PADDING)  # the header's JSON, without the reserved capacity's padding
-    try:
-        keys, starts, lengths = _scan_header(body, len(header_raw), top["provenance_digest"], payload_size)
-        first = np.arange(len(keys) + 1, dtype=np.int64)
-    except Mismatch:
-        keys, first, starts, lengths = _general_header(header_raw, top["provenance_digest"], payload_size)
+        entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
+    body = header_raw.rstrip(b" ")  # the header's JSON, without the reserved capacity's padding
+    keys, first, starts, lengths = scan_header(body, top["provenance_digest"])
+    expected = 8 + len(header_raw) + TOKEN_BYTES * int(lengths.sum())
+    if payload_size != expected:
+        raise FormatError(
+            f"{PAYLOAD_NAME} is {payload_size} bytes but its header describes {expected} (truncated or extended)."
+        )
     return CompactIndex(
         keys=keys,
         first=first,
@@ -219,16 +209,35 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     )
 
 
+def _require(condition: bool) -> None:
+    if not condition:
+        raise FormatError(f"manifest.json does not hold a format-{FORMAT_VERSION} manifest (damaged).")
+
+
 # -- the manifest ------------------------------------------------------------------------------------------------
-def _canonical_frame(manifest: Buffer) -> tuple[int, dict[str, Any]]:
-    """Where the entries' object closes and the checked members after it, once the manifest opens and closes as
-    the encoder writes it (the entries themselves are checked when read)."""
-    entries_end = manifest.rfind(_OTHERS)
-    require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN and entries_end >= len(_MANIFEST_OPEN))
-    if entries_end > len(_MANIFEST_OPEN):  # the first entry's key comes first
-        require(manifest.find(_ENTRY_OPEN, len(_MANIFEST_OPEN)) == len(_MANIFEST_OPEN) + 1 + DIGEST_HEX_CHARS)
-    top = parse_tail(b"{" + manifest[entries_end + len(_ENTRIES_CLOSE) :])
-    return entries_end, top
+def manifest_tail(size: int, read: Callable[[int, int], bytes]) -> tuple[int, dict[str, Any]]:
+    """Where the entries' object closes in a canonical manifest of ``size`` bytes and its members after it,
+    checked as :func:`check_manifest` checks them, read from its end with ``read(length, offset)``."""
+    length = 4096
+    while True:  # the members after the entries are small: a few KiB, read from the end
+        tail = read(min(length, size), max(size - length, 0))
+        at = tail.rfind(OTHERS)
+        if at >= 0 or length >= size:
+            break
+        length *= 4
+    try:
+        _require(at >= 0)
+        top = json.loads(b"{" + tail[at + 2 :])  # small; the standard library's parser
+    except (ValueError, RecursionError):
+        top = None
+    _require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
+    _require(type(top["format_version"]) is int and top["format_version"] == FORMAT_VERSION)
+    _require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
+    top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
+    _require(top["provenance_digest"] == provenance_digest(top["provenance"]))
+    summary = top["summary"]
+    _require(isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens")))
+    return max(size - length, 0) + at, top
 
 
 def _canonical_manifest(manifest: Buffer) -> bytes:
@@ -241,24 +250,6 @@ def _canonical_manifest(manifest: Buffer) -> bytes:
         raise FormatError(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
     check_manifest(parsed)
     return json.dumps(parsed, sort_keys=True, separators=(",", ":")).encode()
-
-
-def parse_tail(tail: bytes) -> dict[str, Any]:
-    """The manifest's fields other than ``entries``, checked as :func:`check_manifest` checks them."""
-    try:
-        top = json.loads(tail)  # small; the standard library's parser
-    except (ValueError, RecursionError):
-        raise Mismatch from None
-    require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
-    require(type(top["format_version"]) is int and top["format_version"] == FORMAT_VERSION)
-    require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
-    try:
-        top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
-    except FormatError:
-        raise Mismatch from None
-    require(top["provenance_digest"] == provenance_digest(top["provenance"]))
-    checked: dict[str, Any] = top
-    return checked
 
 
 class _KeySet(Mapping[str, None]):
@@ -292,32 +283,71 @@ def _check_summary(summary: object, keys: np.ndarray, lengths: np.ndarray) -> di
 
 
 # -- the header --------------------------------------------------------------------------------------------------
-def _general_header(
-    header_raw: bytes, digest: str, payload_size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    sequences = check_header(parse_header(header_raw), digest, payload_size)
-    spans = [span for entry in sequences.values() for span in entry]
-    first = np.zeros(len(sequences) + 1, dtype=np.int64)
-    np.cumsum([len(entry) for entry in sequences.values()], out=first[1:])
-    return (
-        np.array(list(sequences), dtype=_KEY_DTYPE),
-        first,
-        np.array([start for start, _ in spans], dtype=np.int64),
-        np.array([n for _, n in spans], dtype=np.int64),
-    )
+def _span(members: list[tuple[bytes, ...]]) -> int:
+    """How many bytes of the header the matched tensor ``members`` cover, their separators included."""
+    return sum(len(b"".join(column)) for column in zip(*members, strict=True)) + _MEMBER_LITERALS * len(members)
 
 
-def _scan_header(
-    body: bytes, header_size: int, digest: str, payload_size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The keys, tensor start offsets and lengths of a canonical header (``body``, its JSON without the padding,
-    of a header of ``header_size`` bytes) of single-sequence entries."""
-    buf = np.frombuffer(body, dtype=np.uint8)
+def scan_header(body: bytes, digest: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The sorted keys, each entry's first sequence, and every sequence's start (relative to the data) and token
+    count, of the header JSON ``body`` (its padding stripped) of an artifact of provenance ``digest``: refused
+    unless it is the canonical header the writer writes, its tensors back to back from the data start."""
+    try:
+        return _scan_single(body, digest)
+    except Mismatch:
+        pass
+    meta = metadata_member(digest).encode()
+    meta_at = body.find(meta)
+    meta_end = meta_at + len(meta)
+    before = _MEMBERS_BEFORE.findall(body, 1, max(meta_at, 0))
+    after = _MEMBERS_AFTER.findall(body, meta_end + 1)
+    if not (  # the opening brace, the members before the metadata, the metadata, a separator, the members after
+        body[:1] == b"{"
+        and meta_at == 1 + _span(before)
+        and body[meta_end : meta_end + 1] in (b",", b"}")
+        and meta_end + 1 + _span(after) == len(body)
+        and body.count(b"}") == len(before) + len(after) + 2  # only the last separator closes the header
+    ):
+        raise FormatError(
+            f"{PAYLOAD_NAME} header is not the one gencache writes for this manifest (its metadata, a tensor's "
+            "name, dtype, shape or offsets, or its layout differ); the artifact is damaged."
+        )
+    columns = list(zip(*before, *after, strict=True)) or [()] * 5
+    keys = np.array(columns[0], dtype=_KEY_DTYPE)
+    names = np.array(columns[1], dtype="S")
+    index, begins, ends, lengths = (np.array(column, dtype="S").astype(np.int64) for column in columns[1:])
+    same = keys[1:] == keys[:-1]
+    new = np.ones(len(keys), dtype=np.bool_)
+    new[1:] = ~same
+    first = np.append(np.flatnonzero(new), len(keys)).astype(np.int64)
+    counts = np.diff(first)
+    order = np.lexsort((index, np.cumsum(new)))  # each entry's sequences in their order
+    begins, ends, lengths = begins[order], ends[order], lengths[order]
+    by_offset = np.argsort(begins)
+    if not (
+        bool(((keys[1:] > keys[:-1]) | (same & (names[1:] > names[:-1]))).all())  # sorted, so each name once
+        and bool((index < np.repeat(counts, counts)).all())  # so 0..n-1 for each key
+        and bool((ends - begins == lengths * TOKEN_BYTES).all())
+        and (not len(begins) or begins[by_offset[0]] == 0)
+        and bool((begins[by_offset[1:]] == ends[by_offset[:-1]]).all())  # back to back
+    ):
+        raise FormatError(
+            f"{PAYLOAD_NAME} header lists tensors out of order, not counted from 0 for each key, or not back to "
+            "back from the data start; the artifact is damaged."
+        )
+    return keys[new], first, begins, lengths
+
+
+def _scan_single(body: bytes, digest: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`scan_header` of a header of single-sequence entries, by a vectorised scan of its bytes (every fixed
+    byte compared, every number and key validated, members tiling the object exactly); :class:`Mismatch` when the
+    bytes are anything else."""
+    buf = np.frombuffer(body + b" " * 19, dtype=np.uint8)  # every number with a byte past its longest
     meta = metadata_member(digest).encode()
     meta_at = body.find(meta)
     require(meta_at > 0 and body.find(meta, meta_at + 1) < 0)
-    require(body.startswith(_HEADER_OPEN) and body.endswith(_HEADER_CLOSE))
-    braces = np.flatnonzero(buf == _BRACE)  # the header's, each tensor member's and the metadata's
+    require(body.startswith(b"{") and body.endswith(b"}"))
+    braces = np.flatnonzero(buf[: len(body)] == _BRACE)  # the header's, each tensor member's and the metadata's
     meta_brace = meta_at + meta.index(b"{")
     require(len(braces) >= 2 and braces[0] == 0 and meta_brace in braces)
     opens = braces[(braces != 0) & (braces != meta_brace)] - _MEMBER_OPEN.index(b"{")  # where each _MEMBER_OPEN is
@@ -347,27 +377,26 @@ def _scan_header(
         require(bool((shape >= 1).all() and (end - begin == shape * TOKEN_BYTES).all()))
         starts[rows], lengths[rows], member_ends[rows] = begin, shape, p + len(_MEMBER_CLOSE)
     require(not keys.tobytes().translate(None, _HEX_DIGITS) and bool((keys[1:] > keys[:-1]).all()))
-    _check_members_tile(buf, opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
-    data_end = _check_contiguous(starts, lengths)
-    require(payload_size == LENGTH_PREFIX_BYTES + header_size + data_end)
-    return keys, starts, lengths
+    _check_members_tile(buf, len(body), opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
+    _check_contiguous(starts, lengths)
+    return keys, np.arange(count + 1, dtype=np.int64), starts, lengths
 
 
-def _check_members_tile(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, meta_at: int, meta_size: int) -> None:
+def _check_members_tile(
+    buf: np.ndarray, size: int, starts: np.ndarray, ends: np.ndarray, meta_at: int, meta_size: int
+) -> None:
     """The tensors' members (``starts``, ``ends``) and the metadata tile the header object: ``{m,m,...,m}``."""
     at = int(np.searchsorted(starts, meta_at))
     member_starts = np.insert(starts, at, meta_at)
     member_ends = np.insert(ends, at, meta_at + meta_size)
-    require(member_starts[0] == len(_HEADER_OPEN) and member_ends[-1] == len(buf) - len(_HEADER_CLOSE))
-    require(bool((member_starts[1:] == member_ends[:-1] + len(_MEMBER_SEPARATOR)).all()))
-    expect(buf, member_ends[:-1], _MEMBER_SEPARATOR)
+    require(member_starts[0] == len(b"{") and member_ends[-1] == size - len(b"}"))
+    require(bool((member_starts[1:] == member_ends[:-1] + 1).all()))
+    expect(buf, member_ends[:-1], b",")
 
 
-def _check_contiguous(starts: np.ndarray, lengths: np.ndarray) -> int:
-    """Where the data ends, once the tensors lie back to back from the data start."""
-    if not len(starts):
-        return 0
+def _check_contiguous(starts: np.ndarray, lengths: np.ndarray) -> None:
+    """The tensors lie back to back from the data start."""
     order = np.argsort(starts)
     by_offset, lengths_by_offset = starts[order], lengths[order]
-    require(by_offset[0] == 0 and bool((by_offset[1:] == by_offset[:-1] + lengths_by_offset[:-1] * TOKEN_BYTES).all()))
-    return int(by_offset[-1] + lengths_by_offset[-1] * TOKEN_BYTES)
+    require(not len(starts) or by_offset[0] == 0)
+    require(bool((by_offset[1:] == by_offset[:-1] + lengths_by_offset[:-1] * TOKEN_BYTES).all()))

@@ -1,9 +1,10 @@
-"""The safetensors header of ``cache.safetensors``: its reserved capacity, its one encoder, parsing and checks.
+"""The safetensors header of ``cache.safetensors``: its reserved capacity, its one encoder, its length prefix.
 
 The file starts with an 8-byte little-endian length ``H`` (the capacity reserved before generation, a multiple of
 8), then ``H`` bytes of canonical header JSON padded with spaces. The header maps each tensor name ``<key>.<i>``
 to ``{"data_offsets": [start, end], "dtype": "I64", "shape": [n]}`` (offsets relative to the data start) and
-``__metadata__`` to ``{"format_version": "3", "provenance_digest": <hex>}``. Pure: no I/O, no torch.
+``__metadata__`` to ``{"format_version": "3", "provenance_digest": <hex>}``. The reader checks a header with
+:func:`gencache.artifact._index.scan_header`. Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import bisect
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from gencache.artifact.names import (
     DIGEST_HEX_CHARS,
@@ -23,15 +22,11 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     TOKEN_BYTES,
     TOKEN_DTYPE,
-    Layout,
-    is_key,
     tensor_name,
 )
 from gencache.artifact.records import Record, is_single, record_lengths, sorted_record_keys
-from gencache.core.canonical import canonical_bytes, canonical_json, is_int
+from gencache.core.canonical import canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
-
-_HEADER_TENSOR_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
 
 _METADATA_NAME = "__metadata__"
 _DTYPE_JSON = json.dumps(TOKEN_DTYPE)
@@ -39,8 +34,6 @@ HEADER_PADDING = b" "
 """What fills the header's reserved capacity after its JSON."""
 
 
-# The header's layout, written once: these functions spell each part of it; build_header writes with them or with
-# the pieces of their layouts (below), and the reader's canonical scan matches the same pieces.
 def _tensor_member_text(name: str, start: object, end: object, n: object) -> str:
     """A tensor's member ``"<name>":{...}``: its data offsets (relative to the data start) and token count."""
     return f'"{name}":{{"data_offsets":[{start},{end}],"dtype":{_DTYPE_JSON},"shape":[{n}]}}'
@@ -55,16 +48,6 @@ def metadata_member(provenance_digest: str) -> str:
     """The header's ``"__metadata__":{...}`` member, for an artifact of that provenance digest."""
     meta = canonical_json({"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest})
     return f'"{_METADATA_NAME}":{meta}'
-
-
-SINGLE_TENSOR = Layout.of(
-    lambda key, start, end, n: _tensor_member_text(tensor_name(key, 0), start, end, n), "key", "start", "end", "length"
-)
-"""The member of an entry's only tensor: around its key, data offsets and token count."""
-HEADER_FRAME = Layout.of(lambda first, second: _header_text([first, second]), "member", "member")
-"""The header JSON around two members (the separator between members is its second piece)."""
-_NAME_OPEN, _START_OPEN, _END_OPEN, _LENGTH_OPEN, _MEMBER_END = SINGLE_TENSOR.pieces  # named by what follows
-_MEMBER_SEPARATOR = HEADER_FRAME.pieces[1]
 
 
 def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int) -> int:
@@ -86,7 +69,7 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
     tensors = entries * sequences_per_entry
     max_payload = tensors * max_new_tokens * TOKEN_BYTES
     longest_name = tensor_name("0" * DIGEST_HEX_CHARS, sequences_per_entry - 1)
-    member = len(_tensor_member_text(longest_name, max_payload, max_payload, max_new_tokens)) + len(_MEMBER_SEPARATOR)
+    member = len(_tensor_member_text(longest_name, max_payload, max_payload, max_new_tokens)) + len(",")
     needed = len(_header_text([metadata_member("0" * DIGEST_HEX_CHARS)])) + tensors * member
     capacity = -(-needed // 8) * 8
     if capacity > MAX_HEADER_BYTES:
@@ -122,7 +105,7 @@ def build_header(
         record = records[key]
         if is_single(record):  # _tensor_member_text(tensor_name(key, 0), ...), inlined
             start, n = record[0], record[1]
-            append(f"{_NAME_OPEN}{key}{_START_OPEN}{start}{_END_OPEN}{start + n * width}{_LENGTH_OPEN}{n}{_MEMBER_END}")
+            append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":"I64","shape":[{n}]}}')
             continue
         start, lengths = record[0], record_lengths(record)
         starts = []
@@ -148,16 +131,6 @@ def length_prefix(capacity: int) -> bytes:
 
 
 # -- reading -----------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Header:
-    """A parsed safetensors header: capacity ``H``, the JSON's own length, metadata and tensors by name."""
-
-    capacity: int
-    json_length: int
-    metadata: dict[str, str]
-    tensors: dict[str, dict[str, Any]]
-
-
 def read_length_prefix(prefix: bytes, file_size: int) -> int:
     """The header capacity from the first 8 bytes, checked against the format-3 rules and the file size."""
     if len(prefix) < LENGTH_PREFIX_BYTES or file_size < LENGTH_PREFIX_BYTES:
@@ -173,86 +146,3 @@ def read_length_prefix(prefix: bytes, file_size: int) -> int:
             f"{PAYLOAD_NAME} is truncated: its header needs {capacity} bytes but the file is {file_size}."
         )
     return capacity
-
-
-def parse_header(raw: bytes) -> Header:
-    """Parse the ``H`` header bytes: canonical-form JSON object padded with spaces only."""
-    body = raw.rstrip(HEADER_PADDING)
-    if not body.startswith(b"{"):
-        raise FormatError(f"{PAYLOAD_NAME} header does not start with a JSON object (unfinished or damaged file).")
-    try:
-        text = body.decode("utf-8")
-        parsed = json.loads(text, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise FormatError(f"{PAYLOAD_NAME} header is not valid JSON ({error}); the file is damaged.") from None
-    if not isinstance(parsed, dict):
-        raise FormatError(f"{PAYLOAD_NAME} header must be a JSON object.")
-    metadata = parsed.pop(_METADATA_NAME, None)
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise FormatError(f"{PAYLOAD_NAME} header __metadata__ must be an object of strings.")
-    return Header(len(raw), len(body), metadata, parsed)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
-
-
-def check_header(header: Header, provenance_digest: str, file_size: int) -> dict[str, list[tuple[int, int]]]:
-    """Check a parsed header on its own; return each key's ``(start, n)`` per sequence (starts relative to the
-    data), keys sorted.
-
-    Checks the metadata (the manifest's provenance digest), that every tensor is ``<key>.<i>`` (``i`` from 0 for
-    each key) of dtype I64 and shape ``[n]`` (n >= 1) with offsets that span its bytes, that the tensors lie back
-    to back from the data start and that the file ends at the last one.
-    """
-    expected_meta = {"format_version": str(FORMAT_VERSION), "provenance_digest": provenance_digest}
-    if header.metadata != expected_meta:
-        raise FormatError(
-            f"{PAYLOAD_NAME} __metadata__ {header.metadata!r} does not match the manifest (expected {expected_meta!r})."
-        )
-    found: dict[str, dict[int, tuple[int, int]]] = {}
-    spans: list[tuple[int, int]] = []
-    for name, info in header.tensors.items():
-        key, _, index = name.rpartition(".")
-        if not is_key(key) or not (index.isascii() and index.isdigit()) or index != str(int(index)):
-            raise FormatError(f"{PAYLOAD_NAME} holds a tensor {name!r} that is not named <key>.<sequence>.")
-        if not isinstance(info, dict) or info.keys() != _HEADER_TENSOR_FIELDS:
-            raise FormatError(f"{PAYLOAD_NAME} header entry {name} must have exactly dtype, shape, data_offsets.")
-        shape, offsets = info["shape"], info["data_offsets"]
-        if info["dtype"] != TOKEN_DTYPE or not isinstance(shape, list) or len(shape) != 1 or not is_int(shape[0]):
-            raise FormatError(f"{PAYLOAD_NAME} tensor {name} is {info['dtype']} {shape}, not {TOKEN_DTYPE} [n].")
-        if (
-            shape[0] < 1
-            or not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(is_int(o) for o in offsets)
-            or offsets[1] - offsets[0] != shape[0] * TOKEN_BYTES
-            or offsets[0] < 0
-        ):
-            raise FormatError(f"{PAYLOAD_NAME} tensor {name} has invalid data_offsets {offsets!r} or shape {shape!r}.")
-        found.setdefault(key, {})[int(index)] = (offsets[0], shape[0])
-        spans.append((offsets[0], offsets[1]))
-    for key, sequences in found.items():
-        if sorted(sequences) != list(range(len(sequences))):
-            raise FormatError(f"{PAYLOAD_NAME} holds sequences {sorted(sequences)} of {key}; they must count from 0.")
-    spans.sort()
-    end = 0
-    for start, stop in spans:
-        if start != end:
-            raise FormatError(f"{PAYLOAD_NAME} tensor offsets are not contiguous at byte {end} of the data.")
-        end = stop
-    expected_size = LENGTH_PREFIX_BYTES + header.capacity + end
-    if file_size != expected_size:
-        raise FormatError(
-            f"{PAYLOAD_NAME} is {file_size} bytes but its header describes {expected_size} (truncated or extended)."
-        )
-    return {key: [found[key][i] for i in range(len(found[key]))] for key in sorted(found)}
-
-
-def is_canonical_header(raw: bytes) -> bool:
-    """True when the header bytes are canonical JSON followed by spaces only (what the writer produces)."""
-    body = raw.rstrip(HEADER_PADDING)
-    try:
-        return canonical_bytes(json.loads(body.decode("utf-8"))) == body
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return False

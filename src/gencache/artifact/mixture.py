@@ -59,6 +59,7 @@ class MultiCacheReader(GenerationCache):
         if not readers:
             raise FormatError("A mixture needs at least one artifact.")
         self.readers = tuple(readers)
+        self.paths = tuple(reader.path for reader in self.readers)
         first = self.readers[0]
         for reader in self.readers[1:]:
             if reader.provenance_digest != first.provenance_digest:
@@ -110,13 +111,6 @@ class MultiCacheReader(GenerationCache):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["readers"])  # type: ignore[misc]
 
-    @property
-    def paths(self) -> tuple[Location, ...]:
-        return tuple(reader.path for reader in self.readers)
-
-    def _describe(self) -> str:
-        return f"({', '.join(str(p) for p in self.paths)})"
-
     def __len__(self) -> int:
         return len(self._keys) if self._route is None else sum(len(reader) for reader in self.readers)
 
@@ -151,7 +145,7 @@ class MultiCacheReader(GenerationCache):
 
     def _read(self, position: int, key: str | None = None) -> Generation:
         reader, local = self._locate(position)
-        return reader.entry_at(local, key)
+        return reader._read(local, key)
 
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
         reader, local = self._locate(position)

@@ -6,8 +6,7 @@ the keys ``k`` with ``int(k, 16) % N == I``). Pure: no I/O, no torch.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from gencache.core.canonical import is_int, is_sha256_hex
@@ -45,26 +44,6 @@ is_key = is_sha256_hex  # a semantic key: 64 lowercase hexadecimal characters
 def tensor_name(key: str, index: int) -> str:
     """The payload tensor holding answer sequence ``index`` of entry ``key``: ``"<key>.<index>"``."""
     return f"{key}.{index}"
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Text an encoder writes, as the literal pieces around its variable fields: ``pieces[0]``, the value of
-    ``fields[0]``, ``pieces[1]``, ..., the value of ``fields[-1]``, ``pieces[-1]`` (a field may occur twice).
-
-    Made with :meth:`of` from the function the encoder writes with, so that a reader matching these pieces
-    matches what is written (the reader's canonical scan of the manifest and the header reads them).
-    """
-
-    pieces: tuple[str, ...]
-    fields: tuple[str, ...]
-
-    @classmethod
-    def of(cls, write: Callable[..., str], *fields: str) -> Layout:
-        """The layout of ``write(value_0, value_1, ...)``, the values named ``fields``: found by writing a
-        placeholder for each, its number between two NUL characters (which no JSON text holds unescaped)."""
-        parts = write(*(f"\0{number}\0" for number in range(len(fields)))).split("\0")
-        return cls(tuple(parts[0::2]), tuple(fields[int(number)] for number in parts[1::2]))
 
 
 # -- the shard rule ----------------------------------------------------------------------------------------

@@ -16,15 +16,14 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 
-from gencache.artifact._index import CompactIndex, build_index, parse_tail
-from gencache.artifact._scan import Mismatch, require
+from gencache.artifact._index import CompactIndex, build_index, manifest_tail, scan_header
 from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
-from gencache.artifact.header import is_canonical_header, parse_header, read_length_prefix
+from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import (
     check_manifest,
     content_digest,
@@ -33,7 +32,6 @@ from gencache.artifact.manifest import (
 from gencache.artifact.names import (
     ARTIFACT_FILES,
     FINISH_REASONS,
-    FORMAT_VERSION,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
@@ -46,15 +44,11 @@ from gencache.artifact.resolved import resolved_config_problems
 from gencache.artifact.shards import find_shards
 from gencache.artifact.store import Location, location, open_regular, read_regular, read_resolved_config
 from gencache.config.paths import S3Url
-from gencache.core.canonical import is_int
 from gencache.core.errors import (
     FormatError,
     GencacheError,
     IntegrityError,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
@@ -139,9 +133,6 @@ MAX_LISTED_PROBLEMS = 100
 _TEXTS = msgspec.json.Decoder(tuple[str, ...])  # an entry's texts, decoded from the manifest on each read
 
 
-_MANIFEST_OTHERS = b'},"format_version":'  # where the members after the entries begin (never inside a JSON string)
-
-
 def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     """Whether ``path`` is an artifact that the run of ``run_digest`` published, recognised by what its publish
     guarantees without reading its entries or its payload (a rerun checks each of its targets so; ``verify`` is
@@ -150,67 +141,36 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     data ends) and the payload's size; the run digest its resolved config records. False for another run's
     artifact; :class:`FormatError` names what is wrong with one that is not whole."""
     where = location(path)
-    if isinstance(where, S3Url):
-        remote = RemoteArtifact(where)
-        size, header_raw = remote.payload_head()
-        members = _manifest_members(
-            remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n), where / MANIFEST_NAME
-        )
-    else:
-        check_artifact_files(where)
-        fd = open_regular(where / MANIFEST_NAME, "Manifest")
-        try:
-            size = os.fstat(fd).st_size
-            members = _manifest_members(size, lambda n, at: pread_exact(fd, n, at), where / MANIFEST_NAME)
-        finally:
-            os.close(fd)
-        fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
-        try:
-            size = os.fstat(fd).st_size
-            capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-            header_raw = pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
-        finally:
-            os.close(fd)
-    header = parse_header(header_raw)
-    summary = members["summary"]
     try:
-        data_end = max((info["data_offsets"][1] for info in header.tensors.values()), default=0)
-    except (TypeError, KeyError, IndexError):
-        data_end = -1
-    expected = {"format_version": str(FORMAT_VERSION), "provenance_digest": members["provenance_digest"]}
-    tokens = summary["tokens"] * TOKEN_BYTES
+        if isinstance(where, S3Url):
+            remote = RemoteArtifact(where)
+            size, header_raw = remote.payload_head()
+            _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
+        else:
+            check_artifact_files(where)
+            fd = open_regular(where / MANIFEST_NAME, "Manifest")
+            try:
+                _, members = manifest_tail(os.fstat(fd).st_size, lambda n, at: pread_exact(fd, n, at))
+            finally:
+                os.close(fd)
+            fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
+            try:
+                size, header_raw = _payload_head(fd)
+            finally:
+                os.close(fd)
+        lengths = scan_header(header_raw.rstrip(b" "), members["provenance_digest"])[3]
+    except FormatError as error:
+        raise FormatError(f"{where}: {error}") from None
+    tokens = members["summary"]["tokens"]
     if (
-        header.metadata != expected
-        or len(header.tensors) != summary["sequences"]
-        or data_end != tokens
-        or size != LENGTH_PREFIX_BYTES + len(header_raw) + tokens
+        len(lengths) != members["summary"]["sequences"]
+        or lengths.sum() != tokens
+        or size != LENGTH_PREFIX_BYTES + len(header_raw) + tokens * TOKEN_BYTES
     ):
         raise FormatError(
             f"{where}: the header of {PAYLOAD_NAME} ({size} bytes) does not agree with manifest.json (damaged)."
         )
     return read_resolved_config(where).get("run_digest") == run_digest
-
-
-def _manifest_members(size: int, read: Callable[[int, int], bytes], where: object) -> dict[str, Any]:
-    """The checked members of a manifest of ``size`` bytes after its entries, read from its end with
-    ``read(length, offset)``."""
-    length = 4096
-    while True:  # the members after the entries are small: a few KiB, read from the end
-        tail = read(min(length, size), max(size - length, 0))
-        at = tail.rfind(_MANIFEST_OTHERS)
-        if at >= 0 or length >= size:
-            break
-        length *= 4
-    try:
-        require(at >= 0)
-        members = parse_tail(b"{" + tail[at + 2 :])
-        summary = members["summary"]
-        require(isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens")))
-    except Mismatch:
-        raise FormatError(
-            f"{where} does not end with the members of a format-{FORMAT_VERSION} manifest (damaged or not gencache's)."
-        ) from None
-    return members
 
 
 class CacheReader(GenerationCache):
@@ -231,18 +191,11 @@ class CacheReader(GenerationCache):
     _fd: int | None
 
     def __init__(self, path: PathLike | S3Url, *, download: bool = True, cache_dir: PathLike | None = None) -> None:
-        self.path = location(path)
+        self.path: Location = location(path)
         self.download = download
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self._identity: str | None = None
         self._open()
-
-    @property
-    def paths(self) -> tuple[Location, ...]:
-        return (self.path,)
-
-    def _describe(self) -> str:
-        return str(self.path)
 
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
@@ -265,6 +218,7 @@ class CacheReader(GenerationCache):
         return index
 
     def _open(self) -> None:
+        self.paths = (self.path,)
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
         self._remote = None
@@ -292,7 +246,7 @@ class CacheReader(GenerationCache):
             self._fd = fd
             self._close_fd = weakref.finalize(self, os.close, fd)
         self._tokens = None
-        self._index: CompactIndex = index
+        self.index: CompactIndex = index  # the checked index (flat arrays; read-only by convention)
         self.summary: dict[str, Any] = index.summary
         self.provenance = index.provenance
         self.provenance_digest = index.provenance_digest
@@ -327,26 +281,14 @@ class CacheReader(GenerationCache):
 
     # -- mapping -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._index)
+        return len(self.index)
 
     def __iter__(self) -> Iterator[str]:
         """Keys in sorted (manifest) order."""
-        return self._index.iter_keys()
+        return self.index.iter_keys()
 
     def _position(self, key: object) -> int:
-        return self._index.find(key)
-
-    @property
-    def index(self) -> CompactIndex:
-        """The checked index (flat arrays; read-only by convention)."""
-        return self._index
-
-    def entry_at(self, position: int, key: str | None = None) -> Generation:
-        """The entry of the ``position``-th key in sorted order (what a mixture's index points at); ``key``, when
-        given, must be that key (it spares decoding it)."""
-        if not 0 <= position < len(self._index):
-            raise IndexError(f"entry position {position} is out of range for {len(self._index)} entries")
-        return self._read(position, key)
+        return self.index.find(key)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -359,7 +301,7 @@ class CacheReader(GenerationCache):
         return value
 
     def metadata(self, key: str) -> dict[str, Any] | None:
-        position = self._index.find(key)
+        position = self.index.find(key)
         return None if position < 0 else self._manifest_entry(position)[0]
 
     def _file(self, name: str) -> Path:
@@ -367,34 +309,34 @@ class CacheReader(GenerationCache):
         return self._remote.local(name) if self._remote is not None else cast(Path, self.path) / name
 
     def source(self, key: str) -> Location:
-        if self._index.find(key) < 0:
+        if self.index.find(key) < 0:
             raise self._missing(key)
         return self.path
 
     def _manifest_entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
         try:
-            return self._index.entry(position)
+            return self.index.entry(position)
         except FormatError as error:
             raise self._fail(str(error)) from None
 
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
         tokens = self._tokens if self._tokens is not None else self._map()
-        index = self._index
+        index = self.index
         if self._single:  # every entry has one sequence: entry i is sequence i
-            start = (self._data_offset + int(index.starts[position])) // TOKEN_BYTES
-            arrays = [tokens[start : start + int(index.lengths[position])]]
+            start = (self._data_offset + index.starts.item(position)) // TOKEN_BYTES
+            arrays = [tokens[start : start + index.lengths.item(position)]]
         else:
             lo, hi = index.first[position : position + 2].tolist()
             starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
             lengths = index.lengths[lo:hi].tolist()
             arrays = [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths, strict=True)]
-        texts_at, texts_end = self._texts_at[position].tolist()
+        texts_at, texts_end = self._texts_at.item(position, 0), self._texts_at.item(position, 1)
         if not texts_end:
             texts_at, texts_end = self._verify_entry(position, arrays)
         texts: tuple[str, ...] = _TEXTS.decode(self._manifest[texts_at:texts_end])
         if self._single:
-            return arrays, texts, (FINISH_REASONS[self._reasons[position]],)
+            return arrays, texts, (FINISH_REASONS[self._reasons.item(position)],)
         return arrays, texts, tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
 
     def _read(self, position: int, key: str | None = None) -> Generation:
@@ -404,25 +346,25 @@ class CacheReader(GenerationCache):
         # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
         # pickling it for another process carries only these bytes, never the whole payload
         sequences = tuple(map(torch.from_numpy, arrays))
-        return Generation(self._index.key(position) if key is None else key, sequences, texts, reasons)
+        return Generation(self.index.key(position) if key is None else key, sequences, texts, reasons)
 
     def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
         """The entry as read-only numpy views of the map (no torch)."""
         arrays, texts, reasons = self._entry(position)
         for array in arrays:
             array.flags.writeable = False
-        return GenerationArrays(self._index.key(position) if key is None else key, tuple(arrays), texts, reasons)
+        return GenerationArrays(self.index.key(position) if key is None else key, tuple(arrays), texts, reasons)
 
     def _verify_entry(self, position: int, arrays: list[np.ndarray[Any, Any]]) -> tuple[int, int]:
         """Check an entry against the manifest and its digests and remember it as checked: where its texts are."""
         entry, (texts_at, texts_end) = self._manifest_entry(position)
-        problems = _entry_problems(self._index.key(position), entry, [hashlib.sha256(a.data).digest() for a in arrays])
+        problems = _entry_problems(self.index.key(position), entry, [hashlib.sha256(a.data).digest() for a in arrays])
         if problems:
             raise IntegrityError(
                 f"{self.path}: {problems[0]}; the artifact is damaged (run gencache verify), regenerate it or "
                 "restore a copy."
             )
-        lo = int(self._index.first[position])
+        lo = int(self.index.first[position])
         self._reasons[lo : lo + len(arrays)] = [FINISH_REASONS.index(reason) for reason in entry["finish_reasons"]]
         self._texts_at[position] = texts_at, texts_end
         return texts_at, texts_end
@@ -434,7 +376,7 @@ class CacheReader(GenerationCache):
         and length: two readers with the same identity serve the same bytes and texts (computed once, on first
         use)."""
         if self._identity is None:
-            index = self._index
+            index = self.index
             digest = hashlib.sha256(index.manifest)
             for array in (index.keys, index.first, index.starts, index.lengths):
                 digest.update(np.ascontiguousarray(array).data)
@@ -485,15 +427,12 @@ class CacheReader(GenerationCache):
                 problems.append("resolved_config.json is not canonical JSON plus a newline (it was edited)")
             else:
                 problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
-        index = self._index
+        index = self.index
         order = np.argsort(index.starts, kind="stable")
         digests: list[bytes] = [b""] * len(order)
         total = self.payload_bytes
         with open(self._file(PAYLOAD_NAME), "rb", buffering=8 * 1024 * 1024) as handle:
-            raw = handle.read(self._data_offset)
-            if not is_canonical_header(raw[LENGTH_PREFIX_BYTES:]):
-                problems.append(f"{PAYLOAD_NAME} header is not canonical JSON padded with spaces (it was edited)")
-            done = len(raw)
+            done = len(handle.read(self._data_offset))  # the header: checked at open
             for sequence, length in zip(order.tolist(), index.lengths[order].tolist(), strict=True):
                 data = handle.read(length * TOKEN_BYTES)
                 digests[sequence] = hashlib.sha256(data).digest()

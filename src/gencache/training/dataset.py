@@ -33,7 +33,7 @@ from gencache.data.recorded import rebuild_samples, run_of_readers
 from gencache.data.samples import Sample, SampleSet, build_samples, concat_sample_sets
 from gencache.data.scores import read_scores, rules_of, score_cache
 from gencache.training.collate import IGNORE_INDEX, METADATA_COLUMNS
-from gencache.training.selection import Items, LeftOut, Missing, Selection, select_items
+from gencache.training.selection import Items, LeftOut, Missing, select_items
 
 SequenceChoice = Literal["first", "random", "all"]
 Truncation = Literal["refuse", "left"]
@@ -153,7 +153,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             }
         )
 
-    def _score_lookup(self) -> Mapping[tuple[str, int], Mapping[str, float] | None]:
+    def _scores_of(self) -> Mapping[tuple[str, int], Mapping[str, float] | None]:
         """Every answer's metrics: from ``scores`` when given, else scored once from the answers and samples."""
         if self._scores is None:
             source = self._scores_source
@@ -176,11 +176,15 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 self._prompt_room(sample, len(sample.input_ids or ()), answer_length)
 
         self._arguments = dict(arguments)
-        self.selection = Selection.make(**arguments, data_config_count=len(self.samples.summaries))
-        scores = None if self.selection.min_score is None else self._score_lookup()
         check_fit = check if self.max_length is not None else None
         self._items: Items = select_items(
-            self.samples, self.cache, self.selection, self.sequences, owns=self._owns, check=check_fit, scores=scores
+            self.samples,
+            self.cache,
+            arguments,
+            self.sequences,
+            owns=self._owns,
+            check=check_fit,
+            scores=self._scores_of,
         )
 
     @property
