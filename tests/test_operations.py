@@ -19,7 +19,7 @@ from gencache.config import load_config
 from gencache.core.errors import FormatError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.run.overrides import Overrides, check_config
+from gencache.run.plan import Overrides, check_config
 from support.config_factory import hotpot_qa, musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gencache.core.errors import ConfigError, DatasetError, GenerationError, InputProblems, Problem
-from gencache.run.overrides import Overrides
+from gencache.run.plan import Overrides
 from gencache.run.preflight import Preflight, plan_run, preflight
 from support.config_factory import write_config
 

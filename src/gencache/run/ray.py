@@ -54,13 +54,13 @@ from gencache.core.errors import (
     StoppedRun,
 )
 from gencache.core.process import environment_kept, signal_handlers_kept
-from gencache.run.overrides import Overrides
-from gencache.run.preflight import input_keys, plan_run, reshard
+from gencache.run.plan import Overrides, reshard
+from gencache.run.preflight import input_keys, plan_run
 
 if TYPE_CHECKING:
     from gencache.core.progress import Notify, ProgressFactory
     from gencache.data.sources import SourceInfo
-    from gencache.run.preflight import Plan, Target
+    from gencache.run.plan import Plan, Target
 from gencache.run.ray_worker import RunTally, ShardRecord, ShardWorker, WorkerSpec, driver_files
 
 #: Seconds of each wait on Ray: how soon a stop, a published shard or a change of progress is seen.
@@ -210,7 +210,7 @@ def refuse_launched(shard: str | None, env: Mapping[str, str]) -> None:
         raise ShardError(
             f"--ray runs every shard on the cluster; drop --shard {shard} (or drop --ray to generate one shard here)."
         )
-    from gencache.run.sharding import shard_from_env
+    from gencache.run.plan import shard_from_env
 
     launched = shard_from_env(env)
     if launched is not None:
@@ -459,7 +459,7 @@ class _Driver:
         default = not self.run.shards
         with shared_tables():  # the data files are read once for both checks
             if default:  # eight shards per worker, fewer when some shard would own no key
-                from gencache.run.sharding import full_split
+                from gencache.run.plan import full_split
 
                 self.run.shards = full_split(self._phase_one([]), SHARDS_PER_WORKER * count)
                 self.plan = reshard(self.plan, self.run.shards)
@@ -599,7 +599,7 @@ class _Driver:
 
     def _record(self, record: ShardRecord) -> None:
         """Check a worker's record: a failure ends the run; a published shard must be of this run."""
-        from gencache.run.preflight import check_published
+        from gencache.run.plan import check_published
 
         where = f"shard {record.index}/{self.run.shards}"
         if record.status == "failed":

@@ -22,12 +22,12 @@ from gencache.core.errors import (
     GencacheError,
     OutputExistsError,
 )
-from gencache.run.overrides import Overrides
+from gencache.run.plan import Overrides
 from gencache.run.preflight import plan_run
 
 if TYPE_CHECKING:
     from gencache.data.sources import SourceInfo
-    from gencache.run.preflight import Plan, Target
+    from gencache.run.plan import Plan, Target
     from gencache.run.session import TeacherSession
 
 #: Seconds between a worker's progress reports (each is one message to the tally).
@@ -138,7 +138,7 @@ class ShardWorker:
             published = self._publish(self.targets[index], index, attempt)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
         except OutputExistsError:  # published by an earlier attempt (or another attempt's rename won the race)
-            from gencache.run.preflight import check_published
+            from gencache.run.plan import check_published
 
             assert self.plan is not None, "only the run's checks, after its plan, find an output"
             try:

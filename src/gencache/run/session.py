@@ -13,18 +13,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.manifest import make_provenance
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.store import Location
 from gencache.artifact.summary import shard_data_configs
+from gencache.artifact.writer import ArtifactBuild
 from gencache.config.engines import GEN_BATCH_SIZE_USE
+from gencache.core.progress import Progress
 from gencache.core.tokenizer import tokenizer_state
 from gencache.core.version import __version__
 from gencache.data.prompts import chat_template_digest
+from gencache.run.plan import Plan, Target
 
 if TYPE_CHECKING:
-    from gencache.core.progress import Progress
-    from gencache.run.preflight import Plan, RunInputs, Target
+    from gencache.run.preflight import RunInputs
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,6 @@ class TeacherSession:
         """Generate ``target``'s keys, write and publish its artifact. ``on_published(path)`` is called once the
         rename happened, also when an exception (a stop) interrupts the publish after it: the caller then knows
         the artifact is complete."""
-        from gencache.artifact.manifest import make_provenance
-        from gencache.artifact.writer import ArtifactBuild
-
         self.load()
         inputs, model = self.inputs, self.plan.config.model
         prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
