@@ -16,9 +16,9 @@ from gencache.artifact.store import Location
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
 from gencache.core.progress import Notify, Progress, ProgressFactory, StagedProgress
 from gencache.run.plan import Overrides, Plan
-from gencache.run.preflight import Preflight, RunInputs, plan_run, preflight
+from gencache.run.preflight import Preflight, plan_run, preflight
 from gencache.run.ray import RayOptions, generate_on_ray
-from gencache.run.session import TeacherSession
+from gencache.run.session import RunInputs, TeacherSession
 
 Settings = Mapping[str, Any] | Sequence[str]
 PathLike = str | os.PathLike[str]

@@ -20,11 +20,11 @@ from pydantic import ValidationError
 
 from gencache.artifact.names import make_shard_info, shard_dir_name, shard_of
 from gencache.artifact.reader import is_published
-from gencache.artifact.shards import split_conflict
+from gencache.artifact.shards import find_shards, split_conflict
 from gencache.artifact.store import Location, exists, location
 from gencache.config.documents import parse_set_value, read_merged_config
 from gencache.config.messages import Loc, collect_problems, format_loc, parse_loc, problem_lines
-from gencache.config.models import CacheConfig, DataConfig, parse_data_configs
+from gencache.config.models import CacheConfig, DataConfig, config_to_json, parse_data_configs
 from gencache.config.names import READS_SIBLING
 from gencache.core.canonical import json_digest
 from gencache.core.errors import (
@@ -120,6 +120,7 @@ class CheckedConfig:
     data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
     output_dir: str | None = None
     applied: list[Override] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
 
 
 def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
@@ -372,9 +373,15 @@ def run_digest(resolved_config: Mapping[str, Any]) -> str:
     return json_digest({k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")})
 
 
-def plan_targets(output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
-    """The targets of ``--shard`` (or a launcher's rank) or ``--shards``; a :class:`ShardError` for a bad split, or
-    one beside another split of the same output path (the two could never be read as one artifact)."""
+def plan_targets(
+    output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None, keep_split: bool = False
+) -> list[Target]:
+    """The targets of ``--shard`` (or a launcher's rank) or ``--shards`` (with ``keep_split`` and no count, the count
+    of a split already started at ``output_dir``); a :class:`ShardError` for a bad split, or one beside another split
+    of the same output path (the two could never be read as one artifact)."""
+    base = location(output_dir)
+    if keep_split and shards is None and (found := find_shards(base)) is not None:
+        shards = found.count
     spec = resolve_shard(shard, env)
     if shards is not None and spec is not None:
         raise ShardError(
@@ -384,11 +391,31 @@ def plan_targets(output_dir: str, shard: str | None, shards: int | None, env: Ma
     if shards is not None and (isinstance(shards, bool) or shards < 1):
         raise ShardError(f"--shards must be at least 1, got {shards}.")
     specs = [spec] if shards is None else [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
-    base = location(output_dir)
     conflict = split_conflict(base, specs[0].count if specs[0] is not None else None)
     if conflict is not None:
         raise_problems([Problem("shards", specs[0].origin if specs[0] else "output_dir", ShardError(conflict))])
     return [Target(base if s is None else location(shard_dir_name(str(base), s.index, s.count)), s) for s in specs]
+
+
+def read_plan(
+    config_path: str | os.PathLike[str],
+    overrides: Overrides,
+    shard: str | None,
+    shards: int | None,
+    env: Mapping[str, str] | None,
+    keep_split: bool = False,
+) -> CheckedConfig:
+    """The config with its overrides (:func:`check_config`) and the targets of its output path
+    (:func:`plan_targets`), with every problem of both."""
+    checked = check_config(config_path, overrides)
+    output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
+    if output_dir is not None:
+        try:
+            checked.targets = plan_targets(output_dir, shard, shards, env, keep_split)
+        except ShardError as error:
+            where = "--shards" if shards is not None else "--shard"
+            checked.problems.append(error.problem or Problem("shards", where, error))
+    return checked
 
 
 def check_published(output_dir: Location, digest: str) -> None:
@@ -408,25 +435,29 @@ def check_published(output_dir: Location, digest: str) -> None:
         )
 
 
-def set_aside_published(plan: Plan, skip: bool) -> Plan:
-    """``plan`` with its targets sorted into those to generate and, with ``skip``, those already published."""
+def make_plan(
+    config: CacheConfig, overrides: Overrides, applied: list[Override], targets: list[Target], skip: bool
+) -> Plan:
+    """The plan of a valid ``config`` to publish ``targets``; with ``skip`` those the same run already published are
+    set aside."""
+    config_json = config_to_json(config)
+    digest = run_digest(config_json)
     pending: list[Target] = []
-    published: list[Location] = []
     problems: list[Problem] = []
-    for target in plan.targets:
+    for target in targets:
         if not (skip and exists(target.output_dir)):
             pending.append(target)
             continue
         try:
-            check_published(target.output_dir, plan.digest)
+            check_published(target.output_dir, digest)
         except GencacheError as error:
             problems.append(Problem("output path", str(target.output_dir), error))
-        published.append(target.output_dir)
     raise_problems(problems)
-    return replace(plan, pending=pending, published=published)
+    published = [t.output_dir for t in targets if t not in pending]
+    return Plan(config, config_json, digest, overrides, applied, targets, pending, published)
 
 
 def reshard(plan: Plan, count: int) -> Plan:
     """``plan``'s run split into ``count`` shards (as ``--shards count``), the shards already published set aside."""
     targets = plan_targets(plan.config.output_dir, None, count, {})
-    return set_aside_published(replace(plan, targets=targets), True)
+    return make_plan(plan.config, plan.overrides, plan.applied, targets, True)

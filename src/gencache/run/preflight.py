@@ -22,17 +22,15 @@ from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntr
 
 from gencache.artifact.header import header_capacity
 from gencache.artifact.publish import check_output_path, probe_rename
-from gencache.artifact.shards import find_shards
-from gencache.artifact.store import Location, location
+from gencache.artifact.store import Location
 from gencache.artifact.upload import check_absent
 from gencache.config.engines import ContinuousOptions
-from gencache.config.models import CacheConfig, DataConfig, ModelConfig, config_to_json
+from gencache.config.models import CacheConfig, DataConfig, ModelConfig
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.config.paths import S3Url, looks_like_path
 from gencache.core.errors import (
     ConfigError,
     GencacheError,
-    GenerationError,
     OutputExistsError,
     Problem,
     ShardError,
@@ -47,27 +45,24 @@ from gencache.data.samples import DuplicatePromptWarning, Sample, SampleSet, bui
 from gencache.data.sources import shared_tables
 from gencache.generation import teacher as checks
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
-from gencache.generation.engines import GIB, Engine, EngineContext, create_engine
+from gencache.generation.engines import GIB, Engine
 from gencache.generation.engines.continuous import size_paged_cache
 from gencache.run.plan import (
     Overrides,
     Plan,
     ShardSpec,
     Target,
-    check_config,
     check_utf8,
     device_for_rank,
     full_split,
+    make_plan,
     name_origins,
-    plan_targets,
-    run_digest,
-    set_aside_published,
+    read_plan,
 )
+from gencache.run.session import RunInputs, build_engine
 
 T = TypeVar("T")
 
-#: Fields of a model's ``config.json`` that give its maximum number of positions, in the order tried.
-POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 #: What shows a GPU driver on a machine without loading it: NVIDIA's device nodes, AMD's ROCm node (torch's
 #: "cuda" device runs on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a
 #: CUDA context made here would break the processes vLLM forks later).
@@ -84,25 +79,10 @@ class Check:
     detail: str
 
 
-@dataclass(frozen=True)
-class RunInputs:
-    """What a run takes from the checks, every part present."""
-
-    targets: list[Target]
-    device: str
-    tokenizer: Any
-    generation: EffectiveGeneration
-    engine: Engine
-    samples: SampleSet
-    capacity: Mapping[Location, int]
-    rename_mode: str
-
-
 @dataclass
 class Preflight:
-    """The checks' report (what ``gencache.dry_run`` returns). ``config`` is None when the config itself is
-    invalid; ``inputs`` is present only when every check passed. While ``blocked`` says why, every check is
-    skipped."""
+    """The checks' report (what ``gencache.dry_run`` returns): ``config`` is None for an invalid config, ``inputs``
+    present once every check passed; while ``blocked`` says why, every check is skipped."""
 
     config: CacheConfig | None
     targets: list[Target]
@@ -153,8 +133,7 @@ class Preflight:
     def run_inputs(self) -> RunInputs:
         """The complete inputs of the run; the problems are raised."""
         raise_problems(self.problems)
-        if self.inputs is None:
-            raise GenerationError("The checks before the run produced no inputs: there is nothing to publish.")
+        assert self.inputs is not None, "checks of a run that found no problem leave its inputs"
         return self.inputs
 
 
@@ -168,31 +147,18 @@ def plan_run(
     *,
     keep_split: bool = False,
 ) -> Plan:
-    """The plan of ``config_path`` with ``overrides``, ``shard`` or ``shards``; with ``skip`` the targets the same
-    run already published are set aside. Every problem of the config, the shard plan and the data files is raised at
-    once. With ``keep_split`` and no count, a split already started at ``output_dir`` keeps its count."""
-    checked = check_config(config_path, overrides)
-    problems = list(checked.problems)
-    config = checked.config
-    output_dir = config.output_dir if config is not None else checked.output_dir
-    targets: list[Target] = []
-    if output_dir is not None:
-        if keep_split and shards is None and (found := find_shards(location(output_dir))) is not None:
-            shards = found.count
-        try:
-            targets = plan_targets(output_dir, shard, shards, env)
-        except ShardError as error:
-            problems.append(error.problem or Problem("shards", "--shards" if shards is not None else "--shard", error))
-    if config is None or problems:
+    """The plan of ``config_path`` with ``overrides``, ``shard`` or ``shards`` (:func:`gencache.run.plan.make_plan`);
+    every problem of the config, the shard plan and the data files is raised at once."""
+    checked = read_plan(config_path, overrides, shard, shards, env, keep_split)
+    config, targets = checked.config, checked.targets
+    if config is None or checked.problems:
         # the data configs and the output location that validated on their own are checked too
         alone = Preflight(None, [] if skip else targets)
         with shared_tables():
-            _phase_one(alone, None, list(enumerate(config.data_configs)) if config else checked.data_configs, None)
-        raise_problems(problems + name_origins(alone.problems, checked.applied))
+            _phase_one(alone, list(enumerate(config.data_configs)) if config else checked.data_configs, None)
+        raise_problems(checked.problems + name_origins(alone.problems, checked.applied))
     assert config is not None
-    config_json = config_to_json(config)
-    plan = Plan(config, config_json, run_digest(config_json), overrides, checked.applied, targets, [], [])
-    return set_aside_published(plan, skip)
+    return make_plan(config, overrides, checked.applied, targets, skip)
 
 
 def preflight(
@@ -203,10 +169,7 @@ def preflight(
     config, shard = plan.config, plan.targets[0].shard
     found = Preflight(config, list(plan.pending), plan.output_dir, list(plan.published), prompt_index=show_prompt)
     with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
-        data_configs = list(enumerate(config.data_configs))
-        rename_mode, keys = _phase_one(found, config, data_configs, shard, check_output)
-        if show_prompt is not None and keys is not None:
-            found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(keys))
+        rename_mode, keys = _phase_one(found, list(enumerate(config.data_configs)), shard, check_output)
         device = found.check("device", "model.device", lambda: _device(config.model.device, shard, env))
         found.check("engine package", "engine", _engine_package, config.engine)
         if found.problems or device is None:
@@ -217,31 +180,26 @@ def preflight(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"
             )
-        _phase_two(found, config, shard, device or "cpu", rename_mode, keys, show_prompt)
+        _phase_two(found, plan, device or "cpu", rename_mode, keys)
     found.problems = name_origins(found.problems, plan.applied)
     return found
 
 
 def input_keys(plan: Plan) -> list[str]:
-    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order
-    (empty when a data config counts teacher tokens)."""
+    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order."""
     found = Preflight(plan.config, list(plan.pending))
-    keys = _phase_one(found, plan.config, list(enumerate(plan.config.data_configs)), plan.targets[0].shard)[1]
+    keys = _phase_one(found, list(enumerate(plan.config.data_configs)), plan.targets[0].shard)[1]
     raise_problems(name_origins(found.problems, plan.applied))
     return keys or []
 
 
 # -- phase 1: the config, the data files, what the machine shows without torch ----------------------------------
 def _phase_one(
-    found: Preflight,
-    config: CacheConfig | None,
-    data_configs: Sequence[tuple[int, DataConfig]],
-    shard: ShardSpec | None,
-    check_output: bool = True,
+    found: Preflight, data_configs: Sequence[tuple[int, DataConfig]], shard: ShardSpec | None, check_output: bool = True
 ) -> tuple[str | None, list[str] | None]:
-    """The paths, the output location, the teacher's files and each data config on its own, then the ``--shards``
-    count: the rename mode the run publishes with and the run's keys (each None when unknown)."""
-    outputs = [target.output_dir for target in found.targets]
+    """The paths, the output location, the teacher's files (of a valid config) and each data config on its own, then
+    the counts: the rename mode the run publishes with and the run's keys (each None when unknown)."""
+    config, outputs = found.config, [target.output_dir for target in found.targets]
     named = {"working directory": os.getcwd(), "output path": str(outputs[0]) if outputs else ""}
     if config is not None:
         model = config.model
@@ -284,7 +242,7 @@ def _phase_one(
 
         found.check("datasets", "data_configs", some)
     if keys is not None:
-        _shard_count(found, keys, shard)
+        _counted(found, keys, shard, found.prompt_index)
     return rename_mode, keys
 
 
@@ -380,13 +338,12 @@ def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
     return keys, f"{dc.dataset_name}: {len(keys)} samples, {len(set(keys))} unique keys, from {where}"
 
 
-def _shard_count(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None:
-    """``--shards N`` with more shards than unique keys is refused (a shard of ``--shard I/N`` may be empty)."""
-    if shard is None or shard.origin != "--shards":
-        return
-    unique = len(set(keys))
+def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None, show_prompt: int | None) -> None:
+    """The checks of the run's keys (every sample's): ``--shards N`` with more shards than unique keys is refused
+    (a shard of ``--shard I/N`` may be empty), and ``--show-prompt`` names one of the samples."""
+    unique, total = len(set(keys)), len(keys)
 
-    def count() -> tuple[None, str]:
+    def count(shard: ShardSpec) -> tuple[None, str]:
         if shard.count > max(unique, 1):
             raise ShardError(
                 f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards "
@@ -394,13 +351,15 @@ def _shard_count(found: Preflight, keys: list[str], shard: ShardSpec | None) -> 
             )
         return None, f"{shard.count} shards over {unique} unique keys"
 
-    found.check("shards", "--shards", count)
+    def shown(index: int) -> tuple[None, str]:
+        if not 0 <= index < total:
+            raise ConfigError(f"--show-prompt {index} is out of range: the run has {total} samples (0..{total - 1}).")
+        return None, f"sample {index} of {total}"
 
-
-def _show_prompt(index: int, count: int) -> tuple[None, str]:
-    if not 0 <= index < count:
-        raise ConfigError(f"--show-prompt {index} is out of range: the run has {count} samples (0..{count - 1}).")
-    return None, f"sample {index} of {count}"
+    if shard is not None and shard.origin == "--shards":
+        found.check("shards", "--shards", count, shard)
+    if show_prompt is not None:
+        found.check("show prompt", "--show-prompt", shown, show_prompt)
 
 
 def _gpu_driver_evidence() -> list[str]:
@@ -448,31 +407,21 @@ def _engine_package(engine: str) -> tuple[None, str]:
 
 
 # -- phase 2: the teacher and the tokenized samples ---------------------------------------------------------------
-def _phase_two(
-    found: Preflight,
-    config: CacheConfig,
-    shard: ShardSpec | None,
-    device: str,
-    rename_mode: str | None,
-    keys: list[str] | None,
-    show_prompt: int | None,
-) -> None:
+def _phase_two(found: Preflight, plan: Plan, device: str, rename_mode: str | None, keys: list[str] | None) -> None:
     """Phase 2, in order; each check takes what the checks before it produced."""
+    config, shard = plan.config, plan.targets[0].shard
     model = config.model
     found.check("torch device", "model.device", _torch_device, device)
-    tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, config)
+    tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
     generation = found.check(
-        "generation", "model.generation_kwargs", _generation, config, tokenizer, needs=["tokenizer"]
+        "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
     )
-    engine = found.check(
-        "engine",
-        "engine_options",
-        lambda g, t: (build_engine(config, generation=g, tokenizer=t, device=device), config.engine),
-        generation,
-        tokenizer,
-        needs=["generation"],
-    )
-    teacher = found.check("teacher config", "model.model_path", _teacher_config, config)
+
+    def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
+        return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
+
+    engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
+    teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
     found.check(
         "attention",
         "model.attn_implementation",
@@ -480,8 +429,14 @@ def _phase_two(
     )
     found.check("teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path)))
     vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
+
+    def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
+        if vocab_size is None:
+            return None, "not checked: config.json records no vocab_size"
+        return None, checks.check_vocabulary(tokenizer, vocab_size, generation.kwargs)
+
     needs = ["tokenizer", "generation", "teacher config"]
-    found.check("vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs)
+    found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
     samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
     if tokenizer is None and not found.blocked:
         found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
@@ -497,11 +452,9 @@ def _phase_two(
         Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
     ]
     if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
-        _shard_count(found, [s.key for s in samples.unique], shard)
-        if show_prompt is not None:
-            found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(samples))
-    if show_prompt is not None and 0 <= show_prompt < len(samples):
-        found.prompt = samples[show_prompt]
+        _counted(found, [sample.key for sample in samples], shard, found.prompt_index)
+    if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
+        found.prompt = samples[found.prompt_index]
     found.check(
         "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
     )
@@ -538,14 +491,12 @@ def _torch_device(device: str) -> tuple[None, str]:
     return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
 
 
-def _tokenizer(config: CacheConfig) -> tuple[Any, str]:
-    model = config.model
+def _tokenizer(model: ModelConfig) -> tuple[Any, str]:
     loaded = checks.load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
     return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
 
 
-def _generation(config: CacheConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
-    model = config.model
+def _generation(model: ModelConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
     effective = resolve_generation(
         model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=tokenizer
     )
@@ -553,70 +504,28 @@ def _generation(config: CacheConfig, tokenizer: Any) -> tuple[EffectiveGeneratio
     return effective, shown
 
 
-def build_engine(
-    config: CacheConfig,
-    *,
-    generation: EffectiveGeneration,
-    tokenizer: Any,
-    device: str,
-    name: str | None = None,
-    model_path: str | None = None,
-    dtype: str | None = None,
-    one_prompt: bool = False,
-) -> Engine:
-    """The engine ``name`` (default the config's) for ``config``'s teacher: the run's check and ``gencache audit``
-    build theirs here, so both meet the same refusals before any weights load. ``one_prompt`` (the audit): batch size
-    one, and the transformers engines with their default options."""
-    model = config.model
-    chosen = name or config.engine
-    options = config.engine_options if chosen == config.engine else None
-    if one_prompt and chosen != ENGINE_VLLM:
-        options = None
-    return create_engine(
-        chosen,
-        EngineContext(
-            generation=generation,
-            tokenizer=tokenizer,
-            model_path=model_path or model.model_path,
-            dtype=dtype or model.dtype,
-            device=device,
-            revision=model.revision,
-            attn_implementation=model.attn_implementation,
-            batch_size=1 if one_prompt else config.gen_batch_size,
-            seed=config.seed,
-            options=options,
-        ),
-    )
-
-
-def _teacher_config(config: CacheConfig) -> tuple[Any, str]:
+def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
     """The teacher's ``config.json`` (no weights; phase 1 parsed it, naming invalid JSON's line and column)."""
     from transformers import AutoConfig
 
     try:
-        teacher = AutoConfig.from_pretrained(config.model.model_path, revision=config.model.revision)
+        teacher = AutoConfig.from_pretrained(model.model_path, revision=model.revision)
     except Exception as error:
         raise ConfigError(
-            f"Cannot read the teacher's config.json from {config.model.model_path!r}: {first_line(error)}"
+            f"Cannot read the teacher's config.json from {model.model_path!r}: {first_line(error)}"
         ) from None
     positions = max_positions_of(teacher)
     return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
 
 
 def max_positions_of(config: Any) -> int | None:
+    """The teacher's maximum number of positions, from the first field of its ``config.json`` that gives it."""
     for candidate in (config, getattr(config, "text_config", None)):
-        for name in POSITION_FIELDS:
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
             value = getattr(candidate, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
     return None
-
-
-def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
-    vocab_size = checks.vocab_size_of(teacher)
-    if vocab_size is None:
-        return None, "not checked: config.json records no vocab_size"
-    return None, checks.check_vocabulary(tokenizer, vocab_size, generation.kwargs)
 
 
 def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
@@ -674,7 +583,7 @@ def _paged_cache(
             dtype_bytes=DTYPE_BYTES[config.model.dtype],
             budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
         )
-    except GencacheError as error:
+    except GencacheError as error:  # a failure of the run, refused here as bad input
         raise ConfigError(str(error)) from None
     except Exception as error:  # a config.json without the attention sizes
         raise ConfigError(

@@ -1,6 +1,6 @@
-"""A loaded teacher session: the teacher's weights loaded once, then one target published at a time.
-
-The one code path behind every artifact a run publishes: ``generate`` in one process and each worker of a Ray run.
+"""A teacher session: the engine built for the config's teacher (:func:`build_engine`), its weights loaded once,
+then one target published at a time. The one code path behind every artifact a run publishes: ``generate`` in one
+process and each worker of a Ray run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gencache.artifact.manifest import make_provenance
 from gencache.artifact.names import FORMAT_VERSION
@@ -20,14 +20,16 @@ from gencache.artifact.store import Location
 from gencache.artifact.summary import shard_data_configs
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.engines import GEN_BATCH_SIZE_USE
+from gencache.config.models import CacheConfig
+from gencache.config.names import ENGINE_VLLM
 from gencache.core.progress import Progress
 from gencache.core.tokenizer import tokenizer_state
 from gencache.core.version import __version__
 from gencache.data.prompts import chat_template_digest
+from gencache.data.samples import SampleSet
+from gencache.generation.effective import EffectiveGeneration
+from gencache.generation.engines import Engine, EngineContext, create_engine
 from gencache.run.plan import Plan, Target
-
-if TYPE_CHECKING:
-    from gencache.run.preflight import RunInputs
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,20 @@ class Published:
     entries: int
     tokens: int
     seconds: float
+    rename_mode: str
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run takes from the checks, every part present."""
+
+    targets: list[Target]
+    device: str
+    tokenizer: Any
+    generation: EffectiveGeneration
+    engine: Engine
+    samples: SampleSet
+    capacity: Mapping[Location, int]
     rename_mode: str
 
 
@@ -189,3 +205,39 @@ class TeacherSession:
         if self.launch is not None:
             resolved["launch"] = dict(self.launch)
         return with_resolved_digest(resolved)
+
+
+def build_engine(
+    config: CacheConfig,
+    *,
+    generation: EffectiveGeneration,
+    tokenizer: Any,
+    device: str,
+    name: str | None = None,
+    model_path: str | None = None,
+    dtype: str | None = None,
+    one_prompt: bool = False,
+) -> Engine:
+    """The engine ``name`` (default the config's) for ``config``'s teacher: the run's check and ``gencache audit``
+    build theirs here, so both meet the same refusals before any weights load. ``one_prompt`` (the audit): batch size
+    one, and the transformers engines with their default options."""
+    model = config.model
+    chosen = name or config.engine
+    options = config.engine_options if chosen == config.engine else None
+    if one_prompt and chosen != ENGINE_VLLM:
+        options = None
+    return create_engine(
+        chosen,
+        EngineContext(
+            generation=generation,
+            tokenizer=tokenizer,
+            model_path=model_path or model.model_path,
+            dtype=dtype or model.dtype,
+            device=device,
+            revision=model.revision,
+            attn_implementation=model.attn_implementation,
+            batch_size=1 if one_prompt else config.gen_batch_size,
+            seed=config.seed,
+            options=options,
+        ),
+    )
