@@ -112,8 +112,8 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
 
 @dataclass
 class CheckedConfig:
-    """A config file with its overrides, validated: the config, or every problem and what still validates on its
-    own (the data configs by index, the output directory), which is checked anyway."""
+    """A config file with its overrides, validated, and the targets of its output path: the config, or every problem
+    and what still validates on its own (the data configs by index, the output directory), which is checked anyway."""
 
     config: CacheConfig | None
     problems: list[Problem] = field(default_factory=list)
@@ -145,9 +145,16 @@ def check_utf8(what: str, path: str) -> None:
         ) from None
 
 
-def check_config(path: str | os.PathLike[str], overrides: Overrides | None = None) -> CheckedConfig:
-    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result once, collecting every
-    problem (one per invalid field)."""
+def read_plan(
+    path: str | os.PathLike[str],
+    overrides: Overrides | None = None,
+    shard: str | None = None,
+    shards: int | None = None,
+    env: Mapping[str, str] | None = None,
+    keep_split: bool = False,
+) -> CheckedConfig:
+    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result once, then plan the
+    targets of its output path (:func:`plan_targets`), collecting every problem (one per invalid field)."""
     overrides = overrides or Overrides()
     problems: list[Problem] = []
 
@@ -196,12 +203,9 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
         named = source.label if source is not None else origin
         problem(format_loc(loc) or named, ConfigError(f"{named}: {line}"), named)
     checked = CheckedConfig(config if not problems else None, problems, applied=applied)
-    if checked.config is not None:
-        return checked
-    # what of an invalid config validates on its own: the data configs and output directory no problem is in
-    locs = [loc for loc, _ in lines]
+    locs = [loc for loc, _ in lines]  # an invalid config's data configs that no problem is in are checked anyway
     items = current.get("data_configs")
-    if isinstance(items, list) and ("data_configs",) not in locs:
+    if checked.config is None and isinstance(items, list) and ("data_configs",) not in locs:
         for index, item in enumerate(items):
             if not any(loc[:2] == ("data_configs", index) for loc in locs):
                 with contextlib.suppress(GencacheError):
@@ -209,6 +213,11 @@ def check_config(path: str | os.PathLike[str], overrides: Overrides | None = Non
     output_dir = current.get("output_dir")
     if isinstance(output_dir, str) and output_dir and ("output_dir",) not in locs:
         checked.output_dir = output_dir
+        try:
+            checked.targets = plan_targets(output_dir, shard, shards, env, keep_split)
+        except ShardError as error:
+            where = "--shards" if shards is not None else "--shard"
+            problems.append(error.problem or Problem("shards", where, error))
     return checked
 
 
@@ -395,27 +404,6 @@ def plan_targets(
     if conflict is not None:
         raise_problems([Problem("shards", specs[0].origin if specs[0] else "output_dir", ShardError(conflict))])
     return [Target(base if s is None else location(shard_dir_name(str(base), s.index, s.count)), s) for s in specs]
-
-
-def read_plan(
-    config_path: str | os.PathLike[str],
-    overrides: Overrides,
-    shard: str | None,
-    shards: int | None,
-    env: Mapping[str, str] | None,
-    keep_split: bool = False,
-) -> CheckedConfig:
-    """The config with its overrides (:func:`check_config`) and the targets of its output path
-    (:func:`plan_targets`), with every problem of both."""
-    checked = check_config(config_path, overrides)
-    output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
-    if output_dir is not None:
-        try:
-            checked.targets = plan_targets(output_dir, shard, shards, env, keep_split)
-        except ShardError as error:
-            where = "--shards" if shards is not None else "--shard"
-            checked.problems.append(error.problem or Problem("shards", where, error))
-    return checked
 
 
 def check_published(output_dir: Location, digest: str) -> None:

@@ -10,7 +10,7 @@ import copy
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gencache.artifact.manifest import make_provenance
@@ -57,23 +57,18 @@ class RunInputs:
     rename_mode: str
 
 
+@dataclass
 class TeacherSession:
     """The run's ``plan`` and checked ``inputs`` with the teacher loaded once (:meth:`load`), publishing one
     target per :meth:`publish` call. ``launch`` (a Ray run's workers, shards and retries) is recorded in each
     ``resolved_config.json`` when given, and ``working_directory`` (a Ray run's driver's, where the config's relative
     paths were read) as the run's working directory in place of this process's."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        inputs: RunInputs,
-        *,
-        launch: Mapping[str, Any] | None = None,
-        working_directory: str | None = None,
-    ) -> None:
-        self.plan, self.inputs, self.launch = plan, inputs, launch
-        self.working_directory = working_directory
-        self.loaded = False
+    plan: Plan
+    inputs: RunInputs
+    launch: Mapping[str, Any] | None = None
+    working_directory: str | None = None
+    loaded: bool = field(default=False, init=False)
 
     def load(self) -> None:
         """Load the teacher's weights (once; later calls do nothing)."""
