@@ -281,13 +281,12 @@ def _env_int(env: Mapping[str, str], name: str) -> int | None:
 def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
     """The shard implied by torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``) or SLURM, or None for one process."""
     env = os.environ if env is None else env
-    # srun sets SLURM_STEP_NUM_TASKS for the step; SLURM_NTASKS alone is also visible to a batch script's own shell.
-    slurm = _env_int(env, "SLURM_STEP_NUM_TASKS")
-    launchers = (
-        ("torchrun", _env_int(env, "WORLD_SIZE"), "RANK", "LOCAL_RANK", "WORLD_SIZE"),
-        ("slurm", _env_int(env, "SLURM_NTASKS") if slurm is None else slurm, "SLURM_PROCID", "SLURM_LOCALID", ""),
-    )
-    for origin, count, rank_var, local_var, count_var in launchers:
+    for origin, count_vars, rank_var, local_var in (
+        ("torchrun", ("WORLD_SIZE",), "RANK", "LOCAL_RANK"),
+        # srun sets SLURM_STEP_NUM_TASKS for the step; SLURM_NTASKS alone is also visible to a batch script's own shell
+        ("slurm", ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"), "SLURM_PROCID", "SLURM_LOCALID"),
+    ):
+        count = next((n for name in count_vars if (n := _env_int(env, name)) is not None), None)
         if count is None or count <= 1:  # at most one process: no shard
             continue
         rank = _env_int(env, rank_var)
@@ -295,9 +294,8 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
             raise ShardError(f"{origin} started {count} processes but {rank_var} is not set; launch through {origin}.")
         if not 0 <= rank < count:
             raise ShardError(
-                f"Environment variable {rank_var}={rank} is out of range for {count} processes "
-                f"({count_var or 'SLURM_STEP_NUM_TASKS or SLURM_NTASKS'}={count}; use 0..{count - 1}); launch "
-                f"through {origin} or fix the variables."
+                f"Environment variable {rank_var}={rank} is out of range for {count} processes ("
+                f"{' or '.join(count_vars)}={count}; use 0..{count - 1}); launch through {origin} or fix the variables."
             )
         local = _env_int(env, local_var)
         return ShardSpec(index=rank, count=count, origin=origin, local_rank=rank if local is None else local)
