@@ -90,7 +90,7 @@ def generate(
     several). ``notify(level, text)`` receives the run's messages and ``progress(total)`` makes a progress for it.
     """
     changes = _overrides(overrides, output_dir, limit)
-    say = notify or _quiet
+    say: Notify = notify or (lambda level, text: None)  # library callers get results, not output
     if ray is not None and ray is not False:
         pool = ray if isinstance(ray, RayOptions) else RayOptions(None if ray is True else str(ray))
         pool = pool if shards is None else replace(pool, shards=shards)
@@ -109,10 +109,6 @@ def generate(
         stop.run = run.stopped()
         raise
     return plan.output_dir
-
-
-def _quiet(level: str, text: str) -> None:
-    """The default ``notify``: library callers get results, not output."""
 
 
 def _seconds(value: float) -> str:
