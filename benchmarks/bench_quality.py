@@ -102,7 +102,7 @@ def build_artifact(root: Path, count: int) -> Path:
     from gencache.artifact.writer import ArtifactBuild
     from gencache.config import parse_config
     from gencache.data.samples import build_samples
-    from gencache.run.preflight import run_digest
+    from gencache.run.plan import run_digest
 
     small, provenance = _recorded_run(root)
     resolved = copy.deepcopy(small)

@@ -108,7 +108,7 @@ def _idle_fraction(spans: Sequence[tuple[str, float, float]]) -> tuple[float, fl
 
 def _fixed_split(ray: Any, config: Path, shards: int, output: Path) -> list[tuple[str, float, float]]:
     """The same shards given up front: worker ``w`` takes ``w, w + WORKERS, ...`` in order."""
-    from gencache.run.overrides import Overrides
+    from gencache.run.plan import Overrides
     from gencache.run.ray import RunTally, ShardWorker, WorkerSpec
 
     name = f"bench-fixed-split-{output.name}"
@@ -128,7 +128,7 @@ def _fixed_split(ray: Any, config: Path, shards: int, output: Path) -> list[tupl
 
 def _dynamic(config: Path, shards: int, output: Path) -> tuple[list[tuple[str, float, float]], int]:
     """``generate --ray``'s spans (worker, start after its load, finish) and generated tokens."""
-    from gencache.run.overrides import Overrides
+    from gencache.run.plan import Overrides
     from gencache.run.ray import RayOptions, generate_on_ray
 
     options = RayOptions("local", shards, WORKERS)

@@ -19,7 +19,7 @@ from gencache.config import load_config
 from gencache.core.errors import FormatError
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.run.overrides import Overrides, check_config
+from gencache.run.plan import Overrides, read_plan
 from support.config_factory import hotpot_qa, musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
 
@@ -227,7 +227,7 @@ def test_set_output_dir_and_limit_are_applied_validated_and_recorded(tmp_path: P
 def test_limit_keeps_a_prefix_of_the_full_selection(tmp_path: Path) -> None:
     hotpot = hotpot_qa()
     config = write_config(tmp_path, tmp_path / "teacher", data_configs=[musique(num_samples=6), hotpot])
-    checked = check_config(config, Overrides(limit=2))
+    checked = read_plan(config, Overrides(limit=2))
     assert checked.config is not None and not checked.problems
     full, limited = build_samples(load_config(config)), build_samples(checked.config)
     for index in (0, 1):
@@ -376,7 +376,7 @@ def test_each_problem_is_named_after_the_override_whose_path_holds_it(
     tmp_path: Path, change: dict[str, Any], overrides: Overrides, expected: list[tuple[str, str]], alone: list[int]
 ) -> None:
     config = write_config(tmp_path, tmp_path / "teacher", **change)
-    checked = check_config(config, overrides)
+    checked = read_plan(config, overrides)
     assert checked.config is None
     found = [(problem.location, str(problem.error)) for problem in checked.problems]
     assert len(found) == len(expected)
@@ -389,7 +389,7 @@ def test_each_problem_is_named_after_the_override_whose_path_holds_it(
 
 def test_a_later_set_fixes_an_earlier_one(tmp_path: Path) -> None:
     config = write_config(tmp_path, tmp_path / "teacher")
-    checked = check_config(config, Overrides(sets=("gen_batch_size=0", "gen_batch_size=3")))
+    checked = read_plan(config, Overrides(sets=("gen_batch_size=0", "gen_batch_size=3")))
     assert checked.config is not None and checked.config.gen_batch_size == 3 and not checked.problems
 
 

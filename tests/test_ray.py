@@ -25,7 +25,7 @@ from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli.app import run as cli_run
 from gencache.cli.console import RunProgress
 from gencache.data.recipes import sample_source
-from gencache.run.overrides import Overrides
+from gencache.run.plan import Overrides
 from gencache.run.ray import RayOptions, generate_on_ray
 from support.config_factory import config_dict, hotpot_qa, musique
 from support.ray_helpers import WORKER_ENV, cluster_without, entry_digests, temporary_directories
@@ -366,7 +366,7 @@ def test_the_default_count_and_the_refusal_leave_no_shard_empty(
     tmp_path: Path, tiny_teacher_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from gencache.artifact.names import shard_of
-    from gencache.run.sharding import full_split
+    from gencache.run.plan import full_split
 
     keys = [f"{i:064x}" for i in (3, 10, 17, 24, 5, 12, 19)]  # seven keys of which the 7-way split leaves 3 empty
     assert len({shard_of(k, 7) for k in keys}) < 7

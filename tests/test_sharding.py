@@ -7,8 +7,7 @@ import hashlib
 import pytest
 
 from gencache.core.errors import ShardError
-from gencache.run.preflight import run_digest
-from gencache.run.sharding import ShardSpec, device_for_rank, parse_shard, resolve_shard, shard_from_env
+from gencache.run.plan import ShardSpec, device_for_rank, parse_shard, resolve_shard, run_digest, shard_from_env
 
 KEYS = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)]
 
@@ -79,7 +78,7 @@ def test_run_digest_ignores_output_and_shard_fields_only() -> None:
 )
 def test_a_launcher_rank_out_of_range_names_the_variable(env: dict[str, str], variable: str) -> None:
     from gencache.core.errors import ShardError
-    from gencache.run.sharding import shard_from_env
+    from gencache.run.plan import shard_from_env
 
     with pytest.raises(ShardError, match=f"Environment variable {variable} is out of range for 2 processes"):
         shard_from_env(env)

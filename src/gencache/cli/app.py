@@ -188,7 +188,7 @@ def generate(
     with quiet_libraries(verbose, warn=lambda text: notify("warning", text)):
         if any(given is not None for given in (ray, workers, worker_gpus, max_retries, ray_timeout)):
             from gencache.cli.ray_run import generate_on_ray_command, ray_options
-            from gencache.run.overrides import Overrides
+            from gencache.run.plan import Overrides
 
             generate_on_ray_command(
                 config,

@@ -10,18 +10,15 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gencache.artifact.store import Location
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
-from gencache.core.progress import StagedProgress
-from gencache.run.overrides import Overrides
-from gencache.run.preflight import Plan, Preflight, RunInputs, Target, plan_run, preflight
-from gencache.run.ray import RayOptions
-
-if TYPE_CHECKING:
-    from gencache.core.progress import Notify, Progress, ProgressFactory
-    from gencache.run.session import TeacherSession
+from gencache.core.progress import Notify, Progress, ProgressFactory, StagedProgress
+from gencache.run.plan import Overrides, Plan
+from gencache.run.preflight import Preflight, plan_run, preflight
+from gencache.run.ray import RayOptions, generate_on_ray
+from gencache.run.session import RunInputs, TeacherSession
 
 Settings = Mapping[str, Any] | Sequence[str]
 PathLike = str | os.PathLike[str]
@@ -93,32 +90,25 @@ def generate(
     several). ``notify(level, text)`` receives the run's messages and ``progress(total)`` makes a progress for it.
     """
     changes = _overrides(overrides, output_dir, limit)
-    say = notify or _quiet
+    say: Notify = notify or (lambda level, text: None)  # library callers get results, not output
     if ray is not None and ray is not False:
-        from gencache.run.ray import generate_on_ray
-
         pool = ray if isinstance(ray, RayOptions) else RayOptions(None if ray is True else str(ray))
-        if shards is not None:
-            pool = replace(pool, shards=shards)
+        pool = pool if shards is None else replace(pool, shards=shards)
         on_ray = generate_on_ray(config, pool, shard=shard, overrides=changes, env=env, notify=say, progress=progress)
         return on_ray.output_dir
     say("status", f"checking {os.fspath(config)}: the config, the data, the tokenizer and the teacher's files")
     plan = plan_run(config, changes, shard, shards, env, skip_published or shards is not None)
-    run = _Run(say, progress)
+    run = _Run(plan, say, progress)
     try:
         found = preflight(plan, env)
         for path in plan.published:
             say("info", f"already published and verified: {path}")
         if plan.pending:
-            run.execute(plan, found.run_inputs())
+            run.execute(found.run_inputs())
     except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
         stop.run = run.stopped()
         raise
     return plan.output_dir
-
-
-def _quiet(level: str, text: str) -> None:
-    """The default ``notify``: library callers get results, not output."""
 
 
 def _seconds(value: float) -> str:
@@ -142,85 +132,70 @@ class _LoadedOnStart(StagedProgress):
 
 
 class _Run:
-    """The weights-loading part of a run: one model load, then each pending target in turn."""
+    """The weights-loading part of a run (one model load, then each pending target in turn), and where it stands
+    when a stop interrupts it."""
 
-    def __init__(self, say: Notify, progress: ProgressFactory | None) -> None:
-        self.say, self.progress = say, progress
+    def __init__(self, plan: Plan, say: Notify, progress: ProgressFactory | None) -> None:
+        self.plan, self.say, self.progress = plan, say, progress
         self.published: list[Location] = []
-        self.targets = 0
         self.current: Location | None = None
         self.started = False
 
-    def execute(self, plan: Plan, inputs: RunInputs) -> None:
-        from gencache.run.session import TeacherSession
-
-        config, pending = plan.config, inputs.targets
-        self.targets = len(pending)
-        if inputs.samples.conflicting_prompts:
-            self.say(
+    def execute(self, inputs: RunInputs) -> None:
+        config, pending, samples, say = self.plan.config, inputs.targets, inputs.samples, self.say
+        if samples.conflicting_prompts:
+            say(
                 "warning",
-                f"{len(inputs.samples.conflicting_prompts)} duplicated keys rendered different prompts (another "
-                "template or rendering option); the first occurrence's prompt is generated for all.",
+                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts (another template or "
+                "rendering option); the first occurrence's prompt is generated for all.",
             )
         total = sum(len(t.keys) for t in pending)
-        self.say(
+        say(
             "info",
-            f"{total} unique samples to generate ({inputs.samples.duplicates} duplicates skipped"
+            f"{total} unique samples to generate ({samples.duplicates} duplicates skipped"
             f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
             f"{inputs.generation.max_new_tokens}, engine {config.engine}"
             f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
             f"device {inputs.device}",
         )
         inputs.engine.import_libraries()  # the load below is timed alone, without the imports
-        self.say("status", f"loading the teacher {config.model.model_path}")
+        say("status", f"loading the teacher {config.model.model_path}")
         started = time.monotonic()
-        session = TeacherSession(plan, inputs)
+        session = TeacherSession(self.plan, inputs)
         session.load()
 
         def loaded() -> None:
-            self.say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
+            say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
 
         deferred = inputs.engine.loads_with_prompts  # vLLM on a CPU builds its model with the prompts
         if deferred:
-            self.say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
+            say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
         else:
             loaded()
         self.started = True
-        bar = _LoadedOnStart(
-            self.progress(total) if self.progress is not None else None, total, loaded if deferred else None
-        )
+        bar = _LoadedOnStart(self.progress(total) if self.progress else None, total, loaded if deferred else None)
         try:
-            for position, target in enumerate(pending):
-                self._one(session, target, bar, last=position == len(pending) - 1)
+            for target in pending:
+                if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
+                    where = f"shard {target.shard.index}/{target.shard.count}"
+                    bar.stage(where)
+                    if not target.keys:  # still published (empty), so the set of shards is complete
+                        say("warning", f"{where} owns none of the keys; publishing it empty")
+                self.current = target.output_dir
+                done = session.publish(target, bar, on_published=self.published.append)
+                if target is pending[-1]:  # the bar's final line comes before the last word
+                    bar.close()
+                say(
+                    "info",
+                    f"published {target.output_dir} ({done.entries} entries, {done.tokens} tokens, "
+                    f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
+                )
         finally:
             bar.close()
-
-    def _one(self, session: TeacherSession, target: Target, bar: _LoadedOnStart, *, last: bool) -> None:
-        if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
-            bar.stage(f"shard {target.shard.index}/{target.shard.count}")
-            if not target.keys:  # still published (empty), so the set of shards is complete
-                where = f"shard {target.shard.index}/{target.shard.count}"
-                self.say("warning", f"{where} owns none of the keys; publishing it empty")
-        self.current = target.output_dir
-        done = session.publish(target, bar, on_published=self._published)
-        if last:  # the bar's final line comes before the last word
-            bar.close()
-        self.say(
-            "info",
-            f"published {target.output_dir} ({done.entries} entries, {done.tokens} tokens, "
-            f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
-        )
-
-    def _published(self, path: Location) -> None:
-        self.published.append(path)
-        self.current = None
 
     def stopped(self) -> StoppedRun:
         """Where the run stands, for the line of a stop that interrupts it."""
         published = tuple(str(path) for path in self.published)
-        return StoppedRun(
-            published=published,
-            generating=None if self.current is None else str(self.current),
-            started=self.started,
-            remaining=self.started and len(published) < self.targets,
-        )
+        generating = None if self.current is None or self.current in self.published else str(self.current)
+        remaining = self.started and len(published) < len(self.plan.pending)
+        return StoppedRun(published=published, generating=generating, started=self.started, remaining=remaining)

@@ -23,7 +23,7 @@ from gencache.data.recorded import RecordedRun, open_recorded_run, rebuild_sampl
 from gencache.generation.effective import resolve_generation
 from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 from gencache.generation.teacher import load_tokenizer
-from gencache.run.preflight import build_engine
+from gencache.run.session import build_engine
 
 if TYPE_CHECKING:
     from gencache.core.progress import ProgressFactory

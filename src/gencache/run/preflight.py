@@ -7,56 +7,62 @@ is reported in about a second; phase 2 (the teacher and the tokenized samples) r
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import importlib.util
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from gencache.artifact.names import shard_dir_name
-from gencache.artifact.store import Location, exists
-from gencache.config.names import ENGINE_VLLM
-from gencache.config.paths import S3Url
-from gencache.core.canonical import json_digest
+from huggingface_hub import constants, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+
+from gencache.artifact.header import header_capacity
+from gencache.artifact.publish import check_output_path, probe_rename
+from gencache.artifact.store import Location
+from gencache.artifact.upload import check_absent
+from gencache.config.engines import ContinuousOptions
+from gencache.config.models import CacheConfig, DataConfig, ModelConfig
+from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
+from gencache.config.paths import S3Url, looks_like_path
 from gencache.core.errors import (
     ConfigError,
-    FormatError,
     GencacheError,
-    GenerationError,
     OutputExistsError,
     Problem,
     ShardError,
+    first_line,
     raise_problems,
     reworded,
 )
-from gencache.run.overrides import Override, Overrides, check_config, check_utf8_paths, name_origins
-from gencache.run.sharding import ShardSpec, full_split, resolve_shard
-
-if TYPE_CHECKING:
-    from gencache.config import CacheConfig, DataConfig
-    from gencache.data.samples import Sample, SampleSet
-    from gencache.generation.effective import EffectiveGeneration
-    from gencache.generation.engines import Engine
+from gencache.data.keys import semantic_key
+from gencache.data.prompts import TEMPLATES
+from gencache.data.recipes import get_recipe
+from gencache.data.samples import DuplicatePromptWarning, Sample, SampleSet, build_samples
+from gencache.data.sources import shared_tables
+from gencache.generation import teacher as checks
+from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.engines import GIB, Engine
+from gencache.generation.engines.transformers import size_paged_cache
+from gencache.run.plan import (
+    Overrides,
+    Plan,
+    ShardSpec,
+    Target,
+    check_utf8,
+    device_for_rank,
+    full_split,
+    make_plan,
+    name_origins,
+    read_plan,
+)
+from gencache.run.session import RunInputs, build_engine
 
 T = TypeVar("T")
 
-#: The checks of phase 2 in order, each listed as skipped when phase 1 found a problem.
-TEACHER_CHECKS = (
-    "torch device",
-    "tokenizer",
-    "generation",
-    "engine",
-    "teacher config",
-    "attention",
-    "teacher weights",
-    "vocabulary",
-    "samples",
-    "context length",
-    "header budget",
-)
-#: Fields of a model's ``config.json`` that give its maximum number of positions, in the order tried.
-POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 #: What shows a GPU driver on a machine without loading it: NVIDIA's device nodes, AMD's ROCm node (torch's
 #: "cuda" device runs on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a
 #: CUDA context made here would break the processes vLLM forks later).
@@ -73,24 +79,10 @@ class Check:
     detail: str
 
 
-@dataclass(frozen=True)
-class RunInputs:
-    """What a run takes from the checks, every part present."""
-
-    targets: list[Target]
-    device: str
-    tokenizer: Any
-    generation: EffectiveGeneration
-    engine: Engine
-    samples: SampleSet
-    capacity: Mapping[Location, int]
-    rename_mode: str
-
-
 @dataclass
 class Preflight:
-    """The checks' report (what ``gencache.dry_run`` returns). ``config`` is None when the config itself is
-    invalid; ``inputs`` is present only when every check passed."""
+    """The checks' report (what ``gencache.dry_run`` returns): ``config`` is None for an invalid config, ``inputs``
+    present once every check passed; while ``blocked`` says why, every check is skipped."""
 
     config: CacheConfig | None
     targets: list[Target]
@@ -105,6 +97,7 @@ class Preflight:
     prompt: Sample | None = None
     prompt_index: int | None = None
     inputs: RunInputs | None = None
+    blocked: str | None = None
 
     @property
     def errors(self) -> list[GencacheError]:
@@ -116,7 +109,7 @@ class Preflight:
         return self.problems[0].error.exit_code if self.problems else 0
 
     def skip(self, name: str, why: str) -> None:
-        self.checks.append(Check(name, "skipped", why))
+        self.checks.append(Check(name, "skipped", self.blocked or why))
 
     def check(
         self, name: str, location: str, action: Callable[..., tuple[T, str]], *given: Any, needs: Sequence[str] = ()
@@ -125,7 +118,7 @@ class Preflight:
         problem recorded at the error's own ``location``, if it has one, else ``location``). It is skipped, saying
         why, when a check it ``needs`` did not pass or a value it is given is missing."""
         blocked = [need for need in needs if any(c.name == need and c.status != "ok" for c in self.checks)]
-        if blocked or any(value is None for value in given):
+        if self.blocked or blocked or any(value is None for value in given):
             self.skip(name, f"not checked: {', '.join(blocked)} failed" if blocked else "what it needs is unknown")
             return None
         try:
@@ -140,106 +133,8 @@ class Preflight:
     def run_inputs(self) -> RunInputs:
         """The complete inputs of the run; the problems are raised."""
         raise_problems(self.problems)
-        if self.inputs is None:
-            raise GenerationError("The checks before the run produced no inputs: there is nothing to publish.")
+        assert self.inputs is not None, "checks of a run that found no problem leave its inputs"
         return self.inputs
-
-
-# -- the plan: what the run publishes, decided once -------------------------------------------------------------
-@dataclass(frozen=True)
-class Target:
-    """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
-    once the samples are built)."""
-
-    output_dir: Location
-    shard: ShardSpec | None
-    keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a run is to publish: its config, every target, those still to generate, those already published."""
-
-    config: CacheConfig
-    config_json: dict[str, Any]
-    digest: str
-    overrides: Overrides
-    applied: list[Override]
-    targets: list[Target]
-    pending: list[Target]
-    published: list[Location]
-
-    @property
-    def base(self) -> Location:
-        """The absolute ``output_dir``: the artifact, or the base every shard directory's name starts with."""
-        return absolute_path(self.config.output_dir)
-
-    @property
-    def output_dir(self) -> Location:
-        """What the run returns: the artifact, the one shard of ``--shard I/N``, or the base of ``--shards N``."""
-        shard = self.targets[0].shard
-        return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
-
-
-def absolute_path(path: str) -> Location:
-    """``output_dir`` relative to the working directory, made absolute without resolving symlinks; an ``s3://``
-    URL as its :class:`~gencache.config.paths.S3Url`."""
-    from gencache.artifact.store import location
-
-    return location(path)
-
-
-def run_digest(resolved_config: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
-    stripped = {k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")}
-    return json_digest(stripped)
-
-
-def check_published(output_dir: Location, digest: str) -> None:
-    """Accept an existing ``output_dir`` only as an artifact the same run published (the payload's bytes are
-    ``gencache verify``'s to check)."""
-    from gencache.artifact.reader import is_published
-
-    try:
-        published = is_published(output_dir, digest)
-    except FormatError as error:
-        raise OutputExistsError(
-            f"{output_dir} exists but is not a whole artifact ({error}); move it aside and rerun (gencache never "
-            "overwrites an artifact)."
-        ) from None
-    if not published:
-        raise OutputExistsError(
-            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
-            "it aside."
-        )
-
-
-def _targets(output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None) -> list[Target]:
-    spec = resolve_shard(shard, env)
-    if shards is None:
-        specs: list[ShardSpec | None] = [spec]
-    elif spec is not None:
-        raise ShardError(
-            f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
-            "or use --shard I/N alone."
-        )
-    elif isinstance(shards, bool) or shards < 1:
-        raise ShardError(f"--shards must be at least 1, got {shards}.")
-    else:
-        specs = [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
-    base = absolute_path(output_dir)
-    return [Target(base if s is None else absolute_path(shard_dir_name(str(base), s.index, s.count)), s) for s in specs]
-
-
-def _split_problems(output_dir: str, targets: list[Target]) -> list[Problem]:
-    """The run's split beside another split of the same output path, as a problem."""
-    from gencache.artifact.shards import split_conflict
-
-    spec = targets[0].shard
-    conflict = split_conflict(absolute_path(output_dir), spec.count if spec is not None else None)
-    if conflict is None:
-        return []
-    return [Problem("shards", "output_dir" if spec is None else spec.origin, ShardError(conflict))]
 
 
 def plan_run(
@@ -252,147 +147,108 @@ def plan_run(
     *,
     keep_split: bool = False,
 ) -> Plan:
-    """The plan of ``config_path`` with ``overrides``, ``shard`` or ``shards``; with ``skip`` the targets the same
-    run already published are set aside. Every problem of the config, the shard plan and the data files is raised at
-    once. With ``keep_split`` and no count, a split already started at ``output_dir`` keeps its count."""
-    from gencache.artifact.shards import find_shards
-    from gencache.config import config_to_json
-
-    checked = check_config(config_path, overrides)
-    problems = list(checked.problems)
-    output_dir = checked.config.output_dir if checked.config is not None else checked.output_dir
-    targets: list[Target] = []
-    if output_dir is not None:
-        if keep_split and shards is None and (found := find_shards(absolute_path(output_dir))) is not None:
-            shards = found.count
-        try:
-            targets = _targets(output_dir, shard, shards, env)
-        except ShardError as error:
-            problems.append(Problem("shards", "--shards" if shards is not None else "--shard", error))
-        else:
-            problems.extend(_split_problems(output_dir, targets))
-    config = checked.config
-    if config is None or problems:
-        from gencache.data.sources import shared_tables
-
+    """The plan of ``config_path`` with ``overrides``, ``shard`` or ``shards`` (:func:`gencache.run.plan.make_plan`);
+    every problem of the config, the shard plan and the data files is raised at once."""
+    checked = read_plan(config_path, overrides, shard, shards, env, keep_split)
+    config, targets = checked.config, checked.targets
+    if config is None or checked.problems:
         # the data configs and the output location that validated on their own are checked too
         alone = Preflight(None, [] if skip else targets)
         with shared_tables():
-            data_configs = list(enumerate(config.data_configs)) if config is not None else checked.data_configs
-            _inputs(alone, None, data_configs, None, True)
-        raise_problems(problems + name_origins(alone.problems, checked.applied))
+            _phase_one(alone, list(enumerate(config.data_configs)) if config else checked.data_configs, None)
+        raise_problems(checked.problems + name_origins(alone.problems, checked.applied))
     assert config is not None
-    config_json = config_to_json(config)
-    digest = run_digest(config_json)
-    return _sorted(Plan(config, config_json, digest, overrides, checked.applied, targets, [], []), skip)
+    return make_plan(config, overrides, checked.applied, targets, skip)
 
 
-def reshard(plan: Plan, count: int) -> Plan:
-    """``plan``'s run split into ``count`` shards (as ``--shards count``), the shards already published set aside."""
-    output_dir = plan.config.output_dir
-    targets = _targets(output_dir, None, count, {})
-    raise_problems(_split_problems(output_dir, targets))
-    return _sorted(replace(plan, targets=targets), True)
-
-
-def _sorted(plan: Plan, skip: bool) -> Plan:
-    """``plan`` with its targets sorted into those to generate and, with ``skip``, those already published."""
-    pending: list[Target] = []
-    published: list[Location] = []
-    problems: list[Problem] = []
-    for target in plan.targets:
-        if not (skip and exists(target.output_dir)):
-            pending.append(target)
-            continue
-        try:
-            check_published(target.output_dir, plan.digest)
-        except GencacheError as error:
-            problems.append(Problem("output path", str(target.output_dir), error))
-        published.append(target.output_dir)
-    raise_problems(problems)
-    return replace(plan, pending=pending, published=published)
-
-
-# -- the checks ---------------------------------------------------------------------------------------------------
 def preflight(
     plan: Plan, env: Mapping[str, str] | None, show_prompt: int | None = None, *, check_output: bool = True
 ) -> Preflight:
     """Every check for ``plan``'s targets still to generate; ``show_prompt`` is the sample whose prompt the report
     carries; ``check_output=False`` leaves the output path unchecked (``--show-prompt`` alone writes nothing)."""
-    from gencache.data.sources import shared_tables
-
     config, shard = plan.config, plan.targets[0].shard
     found = Preflight(config, list(plan.pending), plan.output_dir, list(plan.published), prompt_index=show_prompt)
     with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
-        rename_mode, keys = _inputs(found, config, list(enumerate(config.data_configs)), shard, check_output)
-        if show_prompt is not None and keys is not None:
-            found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(keys))
+        rename_mode, keys = _phase_one(found, list(enumerate(config.data_configs)), shard, check_output)
         device = found.check("device", "model.device", lambda: _device(config.model.device, shard, env))
         found.check("engine package", "engine", _engine_package, config.engine)
         if found.problems or device is None:
-            for name in TEACHER_CHECKS:
-                found.skip(
-                    name, "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
-                )
+            found.blocked = (
+                "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
+            )
             found.not_computed.append(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"
             )
-        else:
-            _teacher(found, config, shard, device, rename_mode, keys, show_prompt)
+        _phase_two(found, plan, device or "cpu", rename_mode, keys)
     found.problems = name_origins(found.problems, plan.applied)
     return found
 
 
 def input_keys(plan: Plan) -> list[str]:
-    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order
-    (empty when a data config counts teacher tokens)."""
+    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order."""
     found = Preflight(plan.config, list(plan.pending))
-    data_configs = list(enumerate(plan.config.data_configs))
-    keys = _inputs(found, plan.config, data_configs, plan.targets[0].shard, True)[1]
+    keys = _phase_one(found, list(enumerate(plan.config.data_configs)), plan.targets[0].shard)[1]
     raise_problems(name_origins(found.problems, plan.applied))
     return keys or []
 
 
 # -- phase 1: the config, the data files, what the machine shows without torch ----------------------------------
-def _inputs(
-    found: Preflight,
-    config: CacheConfig | None,
-    data_configs: Sequence[tuple[int, DataConfig]],
-    shard: ShardSpec | None,
-    check_output: bool,
+def _phase_one(
+    found: Preflight, data_configs: Sequence[tuple[int, DataConfig]], shard: ShardSpec | None, check_output: bool = True
 ) -> tuple[str | None, list[str] | None]:
-    """Phase 1: the rename mode the run publishes with and the run's keys (each None when unknown)."""
-    rename_mode = _output(found, config, check_output)
-    if config is not None:
-        _model_locations(found, config)
-    return rename_mode, _data_configs(found, data_configs, shard)
-
-
-def _output(found: Preflight, config: CacheConfig | None, check_output: bool) -> str | None:
-    outputs = [target.output_dir for target in found.targets]
-    named = {"output path": str(outputs[0]) if outputs else ""}
+    """The paths, the output location, the teacher's files (of a valid config) and each data config on its own, then
+    the counts: the rename mode the run publishes with and the run's keys (each None when unknown)."""
+    config, outputs = found.config, [target.output_dir for target in found.targets]
+    named = {"working directory": os.getcwd(), "output path": str(outputs[0]) if outputs else ""}
     if config is not None:
         model = config.model
         named |= {"model.model_path": model.model_path, "model.tokenizer_path": model.effective_tokenizer_path}
 
     def paths() -> tuple[None, str]:
-        check_utf8_paths({"working directory": os.getcwd(), **named})
+        for what, path in named.items():
+            check_utf8(what, path)
         return None, "working directory and output path are valid UTF-8"
 
     found.check("paths", "paths", paths)
-    if not check_output:
+    rename_mode = None
+    if check_output:
+        rename_mode = found.check("output path", "output_dir", lambda: _output_location(outputs), needs=["paths"])
+    else:
         found.skip("output path", "not checked: --show-prompt writes nothing")
-        return None
-    return found.check("output path", "output_dir", lambda: _output_location(outputs), needs=["paths"])
+    if config is not None:
+        found.check(
+            "model", "model.model_path", lambda: _model_location("model.model_path", model.model_path, model.revision)
+        )
+        tokenizer = model.effective_tokenizer_path
+        if tokenizer != model.model_path:
+            where = "model.tokenizer_path"
+            found.check("tokenizer path", where, lambda: _model_location(where, tokenizer, model.revision))
+    counts: list[int] = []
+    keys: list[str] | None = []
+    with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
+        warnings.simplefilter("ignore")
+        for index, dc in data_configs:
+            read = found.check(f"data_configs[{index}]", f"data_configs[{index}]", _data_config, index, dc)
+            counts.append(-1 if read is None else len(read))
+            keys = None if read is None or keys is None else keys + read
+    found.sample_counts = counts
+    if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
+
+        def some() -> tuple[None, str]:
+            raise ConfigError(
+                "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
+            )
+
+        found.check("datasets", "data_configs", some)
+    if keys is not None:
+        _counted(found, keys, shard, found.prompt_index)
+    return rename_mode, keys
 
 
 def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
     """Every output path is absent and the nearest existing ancestor of its parent can hold it; the publish rename
     mode (``s3``: every output prefix is free in a bucket that exists and answers)."""
-    from gencache.artifact.publish import check_output_path, probe_rename
-    from gencache.artifact.upload import check_absent
-
     if not outputs:
         return None, "every output is already published"
     if remote := [output for output in outputs if isinstance(output, S3Url)]:
@@ -422,23 +278,9 @@ def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
     return mode, f"{shown} is free; publish with {mode}"
 
 
-def _model_locations(found: Preflight, config: CacheConfig) -> None:
-    model, where = config.model, _model_location
-    found.check("model", "model.model_path", lambda: where("model.model_path", model.model_path, model.revision))
-    tokenizer = model.effective_tokenizer_path
-    if tokenizer != model.model_path:
-        location = "model.tokenizer_path"
-        found.check("tokenizer path", location, lambda: where(location, tokenizer, model.revision))
-
-
 def _model_location(field_name: str, value: str, revision: str | None) -> tuple[None, str]:
-    """A local model or tokenizer directory exists and its JSON files parse; a hub id is reachable or cached."""
-    from huggingface_hub import constants, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
-
-    from gencache.config.paths import looks_like_path
-    from gencache.core.errors import first_line
-    from gencache.generation.teacher import check_json_files
+    """A local model or tokenizer directory exists and its JSON files parse; a hub id is reachable or cached, and
+    its ``config.json`` parses."""
 
     path = Path(value).expanduser()
     if os.path.isdir(path):
@@ -446,14 +288,14 @@ def _model_location(field_name: str, value: str, revision: str | None) -> tuple[
             raise ConfigError(
                 f"{field_name} {path} has no config.json; point it at a model directory saved by save_pretrained."
             )
-        count = check_json_files(path)
+        count = checks.check_json_files(path)
         return None, f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
     if os.path.lexists(path):
         raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
     if looks_like_path(value):
         raise ConfigError(f"{field_name} {path.absolute()} does not exist; fix the path or give a hub id.")
     try:  # huggingface_hub's offline mode, timeouts and fall-back to its local cache when the hub is unreachable
-        hf_hub_download(value, "config.json", revision=revision)
+        checks.read_json_file(hf_hub_download(value, "config.json", revision=revision))
     except LocalEntryNotFoundError:
         at = f" at revision {revision!r}" if revision else ""
         why, hint = (
@@ -472,39 +314,8 @@ def _model_location(field_name: str, value: str, revision: str | None) -> tuple[
     return None, f"hub id {value}"
 
 
-def _data_configs(
-    found: Preflight, data_configs: Sequence[tuple[int, DataConfig]], shard: ShardSpec | None
-) -> list[str] | None:
-    """Each data config on its own, then the ``--shards`` count; the run's keys, or None when unknown yet."""
-    counts: list[int] = []
-    keys: list[str] | None = []
-    with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
-        warnings.simplefilter("ignore")
-        for index, dc in data_configs:
-            read = found.check(f"data_configs[{index}]", f"data_configs[{index}]", _data_config, index, dc)
-            counts.append(-1 if read is None else len(read))
-            keys = None if read is None or keys is None else keys + read
-    found.sample_counts = counts
-    if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
-
-        def some() -> tuple[None, str]:
-            raise ConfigError(
-                "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
-            )
-
-        found.check("datasets", "data_configs", some)
-    if keys is not None:
-        _shard_count(found, keys, shard)
-    return keys
-
-
 def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
     """The keys of data config ``index`` read from its source, or None when the recipe counts tokens."""
-    from gencache.data.keys import semantic_key
-    from gencache.data.prompts import TEMPLATES
-    from gencache.data.recipes import get_recipe
-    from gencache.data.samples import build_samples
-
     recipe = get_recipe(dc.dataset_name)
     if recipe.needs_tokenizer(dc.data_kwargs):
         return None, f"{dc.dataset_name} counts teacher tokens: checked once the tokenizer loads"
@@ -527,13 +338,12 @@ def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
     return keys, f"{dc.dataset_name}: {len(keys)} samples, {len(set(keys))} unique keys, from {where}"
 
 
-def _shard_count(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None:
-    """``--shards N`` with more shards than unique keys is refused (a shard of ``--shard I/N`` may be empty)."""
-    if shard is None or shard.origin != "--shards":
-        return
-    unique = len(set(keys))
+def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None, show_prompt: int | None) -> None:
+    """The checks of the run's keys (every sample's): ``--shards N`` with more shards than unique keys is refused
+    (a shard of ``--shard I/N`` may be empty), and ``--show-prompt`` names one of the samples."""
+    unique, total = len(set(keys)), len(keys)
 
-    def count() -> tuple[None, str]:
+    def count(shard: ShardSpec) -> tuple[None, str]:
         if shard.count > max(unique, 1):
             raise ShardError(
                 f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards "
@@ -541,20 +351,19 @@ def _shard_count(found: Preflight, keys: list[str], shard: ShardSpec | None) -> 
             )
         return None, f"{shard.count} shards over {unique} unique keys"
 
-    found.check("shards", "--shards", count)
+    def shown(index: int) -> tuple[None, str]:
+        if not 0 <= index < total:
+            raise ConfigError(f"--show-prompt {index} is out of range: the run has {total} samples (0..{total - 1}).")
+        return None, f"sample {index} of {total}"
 
-
-def _show_prompt(index: int, count: int) -> tuple[None, str]:
-    if not 0 <= index < count:
-        raise ConfigError(f"--show-prompt {index} is out of range: the run has {count} samples (0..{count - 1}).")
-    return None, f"sample {index} of {count}"
+    if shard is not None and shard.origin == "--shards":
+        found.check("shards", "--shards", count, shard)
+    if show_prompt is not None:
+        found.check("show prompt", "--show-prompt", shown, show_prompt)
 
 
 def _gpu_driver_evidence() -> list[str]:
     """What of :data:`GPU_DEVICE_NODES` and :data:`CUDA_DRIVER_LIBRARY` this machine has (empty: no GPU driver)."""
-    import ctypes
-    import glob
-
     found = [node for pattern in GPU_DEVICE_NODES for node in sorted(glob.glob(pattern))]
     try:
         ctypes.CDLL(CUDA_DRIVER_LIBRARY)
@@ -565,10 +374,6 @@ def _gpu_driver_evidence() -> list[str]:
 
 def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
     """This rank's device and what can be known of it without torch (whether torch sees it is phase 2's)."""
-    import importlib.util
-
-    from gencache.run.sharding import device_for_rank
-
     device = device_for_rank(configured, shard, env)
     if device == "cpu":
         return device, "cpu"
@@ -582,8 +387,6 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
         raise ConfigError(f"model.device {device!r}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; {choose}.")
     evidence = _gpu_driver_evidence()
     if not evidence:
-        from gencache.config import ModelConfig
-
         default = " (the default)" if device == ModelConfig.model_fields["device"].default else ""
         raise ConfigError(
             f"model.device {device!r}{default}: this machine has no GPU driver (no {CUDA_DRIVER_LIBRARY}, "
@@ -593,8 +396,6 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
 
 
 def _engine_package(engine: str) -> tuple[None, str]:
-    import importlib.util
-
     if engine != ENGINE_VLLM:
         return None, f"{engine}: transformers"
     if importlib.util.find_spec("vllm") is None:
@@ -606,51 +407,44 @@ def _engine_package(engine: str) -> tuple[None, str]:
 
 
 # -- phase 2: the teacher and the tokenized samples ---------------------------------------------------------------
-def _teacher(
-    found: Preflight,
-    config: CacheConfig,
-    shard: ShardSpec | None,
-    device: str,
-    rename_mode: str | None,
-    keys: list[str] | None,
-    show_prompt: int | None,
-) -> None:
+def _phase_two(found: Preflight, plan: Plan, device: str, rename_mode: str | None, keys: list[str] | None) -> None:
     """Phase 2, in order; each check takes what the checks before it produced."""
-    from gencache.config.engines import ContinuousOptions
-    from gencache.generation import teacher as checks
-    from gencache.generation.teacher import vocab_size_of
-
+    config, shard = plan.config, plan.targets[0].shard
     model = config.model
     found.check("torch device", "model.device", _torch_device, device)
-    tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, config)
+    tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
     generation = found.check(
-        "generation", "model.generation_kwargs", _generation, config, tokenizer, needs=["tokenizer"]
+        "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
     )
-    engine = found.check(
-        "engine",
-        "engine_options",
-        lambda g, t: (build_engine(config, generation=g, tokenizer=t, device=device), config.engine),
-        generation,
-        tokenizer,
-        needs=["generation"],
-    )
-    teacher = found.check("teacher config", "model.model_path", _teacher_config, config)
+
+    def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
+        return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
+
+    engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
+    teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
     found.check(
         "attention",
         "model.attn_implementation",
         lambda: (None, checks.check_attn_implementation(model.attn_implementation, device)),
     )
     found.check("teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path)))
-    vocab_size = vocab_size_of(teacher) if teacher is not None else None
+    vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
+
+    def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
+        if vocab_size is None:
+            return None, "not checked: config.json records no vocab_size"
+        return None, checks.check_vocabulary(tokenizer, vocab_size, generation.kwargs)
+
     needs = ["tokenizer", "generation", "teacher config"]
-    found.check("vocabulary", "model.tokenizer_path", _vocabulary, tokenizer, generation, teacher, needs=needs)
+    found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
     samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
-    if tokenizer is None:
+    if tokenizer is None and not found.blocked:
         found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
     if samples is None or generation is None:
         for name in ("context length", "header budget"):
             found.skip(name, "not computed: needs the samples and generation config")
-        found.not_computed += ["the context-length check", "the header budget"]
+        if not found.blocked:
+            found.not_computed += ["the context-length check", "the header budget"]
         return
     found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
     every = samples.keys()
@@ -658,11 +452,9 @@ def _teacher(
         Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
     ]
     if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
-        _shard_count(found, [s.key for s in samples.unique], shard)
-        if show_prompt is not None:
-            found.check("show prompt", "--show-prompt", _show_prompt, show_prompt, len(samples))
-    if show_prompt is not None and 0 <= show_prompt < len(samples):
-        found.prompt = samples[show_prompt]
+        _counted(found, [sample.key for sample in samples], shard, found.prompt_index)
+    if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
+        found.prompt = samples[found.prompt_index]
     found.check(
         "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
     )
@@ -670,9 +462,8 @@ def _teacher(
         found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
     options = config.engine_options
     if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
-        location = "engine_options.kv_cache_memory_gib"
-        needs = ["teacher config", "engine"]
-        found.check("paged cache", location, _paged_cache, config, samples, generation, teacher, engine, needs=needs)
+        where, needs = "engine_options.kv_cache_memory_gib", ["teacher config", "engine"]
+        found.check("paged cache", where, _paged_cache, config, samples, generation, teacher, needs=needs)
     found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
     if not found.problems and engine is not None and rename_mode is not None:
         inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
@@ -680,43 +471,32 @@ def _teacher(
 
 
 def _torch_device(device: str) -> tuple[None, str]:
-    """The device exists on this machine as torch sees it."""
-    if device in ("cpu", "auto"):
+    """The device exists on this machine as torch sees it (the config admits only devices torch can name)."""
+    if not device.startswith("cuda"):
         return None, device
     import torch
 
-    try:
-        target = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ConfigError(f'model.device {device!r} is not a device; use "cpu", "cuda", "cuda:N" or "auto".') from None
-    if target.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"model.device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
-                'set model.device to "cpu" or run on a machine with a GPU.'
-            )
-        count = torch.cuda.device_count()
-        if target.index is not None and target.index >= count:
-            raise ConfigError(
-                f"model.device {device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1}); "
-                "choose one of them."
-            )
-        return None, f"{device} ({torch.cuda.get_device_name(target.index or 0)})"
-    return None, device
+    index = torch.device(device).index
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"model.device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+            'set model.device to "cpu" or run on a machine with a GPU.'
+        )
+    count = torch.cuda.device_count()
+    if index is not None and index >= count:
+        raise ConfigError(
+            f"model.device {device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1}); "
+            "choose one of them."
+        )
+    return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
 
 
-def _tokenizer(config: CacheConfig) -> tuple[Any, str]:
-    from gencache.generation.teacher import load_tokenizer
-
-    model = config.model
-    loaded = load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+def _tokenizer(model: ModelConfig) -> tuple[Any, str]:
+    loaded = checks.load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
     return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
 
 
-def _generation(config: CacheConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
-    from gencache.generation.effective import resolve_generation
-
-    model = config.model
+def _generation(model: ModelConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
     effective = resolve_generation(
         model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=tokenizer
     )
@@ -724,92 +504,31 @@ def _generation(config: CacheConfig, tokenizer: Any) -> tuple[EffectiveGeneratio
     return effective, shown
 
 
-def build_engine(
-    config: CacheConfig,
-    *,
-    generation: EffectiveGeneration,
-    tokenizer: Any,
-    device: str,
-    name: str | None = None,
-    model_path: str | None = None,
-    dtype: str | None = None,
-    one_prompt: bool = False,
-) -> Engine:
-    """The engine ``name`` (default the config's) for ``config``'s teacher: the run's check and ``gencache audit``
-    build theirs here, so both meet the same refusals before any weights load. ``one_prompt`` (the audit): batch size
-    one, and the transformers engines with their default options."""
-    from gencache.generation.engines import EngineContext, create_engine
-
-    model = config.model
-    chosen = name or config.engine
-    options = config.engine_options if chosen == config.engine else None
-    if one_prompt and chosen != ENGINE_VLLM:
-        options = None
-    return create_engine(
-        chosen,
-        EngineContext(
-            generation=generation,
-            tokenizer=tokenizer,
-            model_path=model_path or model.model_path,
-            dtype=dtype or model.dtype,
-            device=device,
-            revision=model.revision,
-            attn_implementation=model.attn_implementation,
-            batch_size=1 if one_prompt else config.gen_batch_size,
-            seed=config.seed,
-            options=options,
-        ),
-    )
-
-
-def _teacher_config(config: CacheConfig) -> tuple[Any, str]:
-    """The teacher's ``config.json`` (no weights); invalid JSON is named with its file, line and column."""
+def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
+    """The teacher's ``config.json`` (no weights; phase 1 parsed it, naming invalid JSON's line and column)."""
     from transformers import AutoConfig
-    from transformers.utils.hub import cached_file
 
-    from gencache.core.errors import first_line
-    from gencache.generation.teacher import read_json_file
-
-    model_path, revision = config.model.model_path, config.model.revision
     try:
-        path = cached_file(
-            model_path,
-            "config.json",
-            _raise_exceptions_for_missing_entries=False,
-            revision=revision,
-        )
-        if path is not None:
-            read_json_file(path)
-        teacher = AutoConfig.from_pretrained(model_path, revision=revision)
-    except ConfigError:
-        raise
+        teacher = AutoConfig.from_pretrained(model.model_path, revision=model.revision)
     except Exception as error:
-        raise ConfigError(f"Cannot read the teacher's config.json from {model_path!r}: {first_line(error)}") from None
+        raise ConfigError(
+            f"Cannot read the teacher's config.json from {model.model_path!r}: {first_line(error)}"
+        ) from None
     positions = max_positions_of(teacher)
     return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
 
 
 def max_positions_of(config: Any) -> int | None:
+    """The teacher's maximum number of positions, from the first field of its ``config.json`` that gives it."""
     for candidate in (config, getattr(config, "text_config", None)):
-        for name in POSITION_FIELDS:
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
             value = getattr(candidate, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
     return None
 
 
-def _vocabulary(tokenizer: Any, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
-    from gencache.generation.teacher import check_vocabulary, vocab_size_of
-
-    vocab_size = vocab_size_of(teacher)
-    if vocab_size is None:
-        return None, "not checked: config.json records no vocab_size"
-    return None, check_vocabulary(tokenizer, vocab_size, generation.kwargs)
-
-
 def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
-    from gencache.data.samples import DuplicatePromptWarning, build_samples
-
     with warnings.catch_warnings():  # reported by the caller, from samples.conflicting_prompts
         warnings.simplefilter("ignore", DuplicatePromptWarning)
         built = build_samples(config, tokenizer=tokenizer)
@@ -838,27 +557,19 @@ def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) 
 
 
 def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
-    from gencache.generation.teacher import check_prompt_ids
-
     largest, where = -1, "-"
     for sample in samples.unique:
         if sample.input_ids and max(sample.input_ids) > largest:
             largest = max(sample.input_ids)
             where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
-    return None, check_prompt_ids(largest, where, vocab_size)
+    return None, checks.check_prompt_ids(largest, where, vocab_size)
 
 
 def _paged_cache(
-    config: CacheConfig, samples: SampleSet, generation: EffectiveGeneration, teacher: Any, _engine: Engine
+    config: CacheConfig, samples: SampleSet, generation: EffectiveGeneration, teacher: Any
 ) -> tuple[None, str]:
     """The continuous engine's ``kv_cache_memory_gib`` holds one request of the longest prompt plus
     ``max_new_tokens`` (the engine's own sizing)."""
-    from gencache.config.engines import ContinuousOptions
-    from gencache.config.names import DTYPE_BYTES
-    from gencache.core.errors import first_line
-    from gencache.generation.engines import GIB
-    from gencache.generation.engines.transformers import size_paged_cache
-
     options = config.engine_options
     assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
     lengths = [len(sample.input_ids or ()) for sample in samples.unique]
@@ -872,7 +583,7 @@ def _paged_cache(
             dtype_bytes=DTYPE_BYTES[config.model.dtype],
             budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
         )
-    except GencacheError as error:
+    except GencacheError as error:  # a failure of the run, refused here as bad input
         raise ConfigError(str(error)) from None
     except Exception as error:  # a config.json without the attention sizes
         raise ConfigError(
@@ -882,8 +593,6 @@ def _paged_cache(
 
 
 def _budget(targets: list[Target], generation: EffectiveGeneration) -> tuple[dict[Location, int], str]:
-    from gencache.artifact.header import header_capacity
-
     capacities = {
         target.output_dir: header_capacity(len(target.keys), generation.num_return_sequences, generation.max_new_tokens)
         for target in targets

@@ -36,8 +36,8 @@ from gencache.core.errors import (
     Stopped,
     StoppedRun,
 )
-from gencache.run.overrides import Overrides
-from gencache.run.preflight import check_published, input_keys, plan_run, reshard
+from gencache.run.plan import Overrides, check_published, reshard
+from gencache.run.preflight import input_keys, plan_run
 from gencache.run.ray_cluster import (
     CONNECT_TIMEOUT_S,
     Address,
@@ -51,7 +51,7 @@ from gencache.run.ray_cluster import (
 
 if TYPE_CHECKING:
     from gencache.core.progress import Notify, ProgressFactory
-    from gencache.run.preflight import Plan, Target
+    from gencache.run.plan import Plan, Target
     from gencache.run.session import TeacherSession
 
 #: Seconds of each wait on Ray: how soon a stop, a published shard or a change of progress is seen.
@@ -176,7 +176,7 @@ def generate_on_ray(
         raise ShardError(
             f"--ray runs every shard on the cluster; drop --shard {shard} (or drop --ray to generate one shard here)."
         )
-    from gencache.run.sharding import shard_from_env
+    from gencache.run.plan import shard_from_env
 
     if (launched := shard_from_env(env)) is not None:
         raise ShardError(
@@ -238,7 +238,7 @@ class _Driver:
 
         from gencache.core.progress import StagedProgress
         from gencache.data.sources import loaded_sources, shared_tables
-        from gencache.run.sharding import full_split
+        from gencache.run.plan import full_split
 
         config, run = self.plan.config, self.run
         resources = self.ray.cluster_resources()

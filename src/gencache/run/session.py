@@ -1,6 +1,6 @@
-"""A loaded teacher session: the teacher's weights loaded once, then one target published at a time.
-
-The one code path behind every artifact a run publishes: ``generate`` in one process and each worker of a Ray run.
+"""A teacher session: the engine built for the config's teacher (:func:`build_engine`), its weights loaded once,
+then one target published at a time. The one code path behind every artifact a run publishes: ``generate`` in one
+process and each worker of a Ray run.
 """
 
 from __future__ import annotations
@@ -10,21 +10,26 @@ import copy
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
+from gencache.artifact.manifest import make_provenance
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.store import Location
 from gencache.artifact.summary import shard_data_configs
+from gencache.artifact.writer import ArtifactBuild
 from gencache.config.engines import GEN_BATCH_SIZE_USE
+from gencache.config.models import CacheConfig
+from gencache.config.names import ENGINE_VLLM
+from gencache.core.progress import Progress
 from gencache.core.tokenizer import tokenizer_state
 from gencache.core.version import __version__
 from gencache.data.prompts import chat_template_digest
-
-if TYPE_CHECKING:
-    from gencache.core.progress import Progress
-    from gencache.run.preflight import Plan, RunInputs, Target
+from gencache.data.samples import SampleSet
+from gencache.generation.effective import EffectiveGeneration
+from gencache.generation.engines import Engine, EngineContext, create_engine
+from gencache.run.plan import Plan, Target
 
 
 @dataclass(frozen=True)
@@ -38,23 +43,32 @@ class Published:
     rename_mode: str
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run takes from the checks, every part present."""
+
+    targets: list[Target]
+    device: str
+    tokenizer: Any
+    generation: EffectiveGeneration
+    engine: Engine
+    samples: SampleSet
+    capacity: Mapping[Location, int]
+    rename_mode: str
+
+
+@dataclass
 class TeacherSession:
     """The run's ``plan`` and checked ``inputs`` with the teacher loaded once (:meth:`load`), publishing one
     target per :meth:`publish` call. ``launch`` (a Ray run's workers, shards and retries) is recorded in each
     ``resolved_config.json`` when given, and ``working_directory`` (a Ray run's driver's, where the config's relative
     paths were read) as the run's working directory in place of this process's."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        inputs: RunInputs,
-        *,
-        launch: Mapping[str, Any] | None = None,
-        working_directory: str | None = None,
-    ) -> None:
-        self.plan, self.inputs, self.launch = plan, inputs, launch
-        self.working_directory = working_directory
-        self.loaded = False
+    plan: Plan
+    inputs: RunInputs
+    launch: Mapping[str, Any] | None = None
+    working_directory: str | None = None
+    loaded: bool = field(default=False, init=False)
 
     def load(self) -> None:
         """Load the teacher's weights (once; later calls do nothing)."""
@@ -69,9 +83,6 @@ class TeacherSession:
         """Generate ``target``'s keys, write and publish its artifact. ``on_published(path)`` is called once the
         rename happened, also when an exception (a stop) interrupts the publish after it: the caller then knows
         the artifact is complete."""
-        from gencache.artifact.manifest import make_provenance
-        from gencache.artifact.writer import ArtifactBuild
-
         self.load()
         inputs, model = self.inputs, self.plan.config.model
         prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
@@ -189,3 +200,39 @@ class TeacherSession:
         if self.launch is not None:
             resolved["launch"] = dict(self.launch)
         return with_resolved_digest(resolved)
+
+
+def build_engine(
+    config: CacheConfig,
+    *,
+    generation: EffectiveGeneration,
+    tokenizer: Any,
+    device: str,
+    name: str | None = None,
+    model_path: str | None = None,
+    dtype: str | None = None,
+    one_prompt: bool = False,
+) -> Engine:
+    """The engine ``name`` (default the config's) for ``config``'s teacher: the run's check and ``gencache audit``
+    build theirs here, so both meet the same refusals before any weights load. ``one_prompt`` (the audit): batch size
+    one, and the transformers engines with their default options."""
+    model = config.model
+    chosen = name or config.engine
+    options = config.engine_options if chosen == config.engine else None
+    if one_prompt and chosen != ENGINE_VLLM:
+        options = None
+    return create_engine(
+        chosen,
+        EngineContext(
+            generation=generation,
+            tokenizer=tokenizer,
+            model_path=model_path or model.model_path,
+            dtype=dtype or model.dtype,
+            device=device,
+            revision=model.revision,
+            attn_implementation=model.attn_implementation,
+            batch_size=1 if one_prompt else config.gen_batch_size,
+            seed=config.seed,
+            options=options,
+        ),
+    )

@@ -1,0 +1,449 @@
+"""What a run publishes, decided once: the config file with its command-line overrides (``--set PATH=VALUE``,
+``--output-dir``, ``--limit``) validated once, and its targets: the one artifact, the shard of ``--shard I/N`` or of a
+torchrun/SLURM rank, or every shard of ``--shards N``, each of which the same run may already have published.
+
+Overrides apply to the merged file in the order given. A problem is named after the override that wrote its
+location (the last one, so ``--set model={...}`` owns every problem beneath ``model``), or that wrote the sibling a
+field is checked against, else after the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from gencache.artifact.names import make_shard_info, shard_dir_name, shard_of
+from gencache.artifact.reader import is_published
+from gencache.artifact.shards import find_shards, split_conflict
+from gencache.artifact.store import Location, exists, location
+from gencache.config.documents import parse_set_value, read_merged_config
+from gencache.config.messages import Loc, collect_problems, format_loc, parse_loc, problem_lines
+from gencache.config.models import CacheConfig, DataConfig, config_to_json, parse_data_configs
+from gencache.config.names import READS_SIBLING
+from gencache.core.canonical import json_digest
+from gencache.core.errors import (
+    ConfigError,
+    FormatError,
+    GencacheError,
+    OutputExistsError,
+    Problem,
+    ShardError,
+    raise_problems,
+    reworded,
+)
+
+
+# -- the config and its overrides -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Overrides:
+    """Everything given on the command line that changes the config (recorded in ``resolved_config.json``)."""
+
+    sets: tuple[str, ...] = ()
+    output_dir: str | None = None
+    limit: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"set": list(self.sets), "output_dir": self.output_dir, "limit": self.limit}
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``--set`` (or ``--output-dir``): the dotted path split into keys and list indices, the decoded value, the
+    option and text that gave it, and once applied, the first object on the way that the config lacked (a misspelt
+    ``model.generation_kwrgs``), which this override then owns."""
+
+    text: str
+    path: tuple[str | int, ...]
+    value: Any
+    option: str = "--set"
+    created: tuple[str | int, ...] | None = None
+
+    @property
+    def owned(self) -> tuple[str | int, ...]:
+        """The part of the config this override wrote: a problem at or beneath it is this override's."""
+        return self.created if self.created is not None else self.path
+
+    @property
+    def label(self) -> str:
+        return f"{self.option} {self.text}"
+
+
+def parse_set(text: str) -> Override:
+    """``PATH=VALUE`` to an :class:`Override`: list items by their index, the value JSON or else the plain string."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise ConfigError(f"--set {text!r} must look like PATH=VALUE, for example --set gen_batch_size=8.")
+    parts = name.split(".")
+    if any(not part for part in parts):
+        raise ConfigError(f"--set {text!r}: the path {name!r} has an empty part; separate field names by single dots.")
+    path = tuple(int(part) if part.isdigit() else part for part in parts)
+    return Override(text, path, parse_set_value(raw, f"--set {text}"))
+
+
+def apply_override(raw: dict[str, Any], override: Override) -> Override:
+    """Set ``override.path`` in ``raw`` (in place), creating missing objects on the way."""
+    node: Any = raw
+    created: tuple[str | int, ...] | None = None
+    for depth, part in enumerate(override.path):
+        where = ".".join(str(p) for p in override.path[: depth + 1])
+        if isinstance(part, int) and not (isinstance(node, list) and part < len(node)):
+            size = len(node) if isinstance(node, list) else 0
+            raise ConfigError(f"{override.label}: {where} does not exist (the list has {size} items).")
+        if isinstance(part, str) and not isinstance(node, dict):
+            above = ".".join(str(p) for p in override.path[:depth]) or "<config>"
+            raise ConfigError(f"{override.label}: {above} is not an object.")
+        if depth == len(override.path) - 1:
+            node[part] = override.value
+        elif isinstance(part, int):
+            node = node[part]
+        else:
+            if part not in node and created is None:
+                created = override.path[: depth + 1]
+            node = node.setdefault(part, {})
+    return replace(override, created=created)
+
+
+@dataclass
+class CheckedConfig:
+    """A config file with its overrides, validated, and the targets of its output path: the config, or every problem
+    and what still validates on its own (the data configs by index, the output directory), which is checked anyway."""
+
+    config: CacheConfig | None
+    problems: list[Problem] = field(default_factory=list)
+    data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
+    output_dir: str | None = None
+    applied: list[Override] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+
+
+def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
+    """The override a problem at ``loc`` comes from (see the module docstring), None when it is the file's own."""
+    sibling = next(((*loc[:d], READS_SIBLING[p]) for d, p in enumerate(loc) if p in READS_SIBLING), None)
+    for place in (loc, sibling):
+        found = next((o for o in reversed(applied) if place and place[: len(o.owned)] == o.owned), None)
+        if found is not None:
+            return found
+    return None
+
+
+def check_utf8(what: str, path: str) -> None:
+    """Refuse a path that is not valid UTF-8: the artifact's JSON could not record it."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise ConfigError(
+            f"The {what} {shown} is not valid UTF-8, so the artifact could not record it; rename it or run from a "
+            "directory whose path is UTF-8."
+        ) from None
+
+
+def read_plan(
+    path: str | os.PathLike[str],
+    overrides: Overrides | None = None,
+    shard: str | None = None,
+    shards: int | None = None,
+    env: Mapping[str, str] | None = None,
+    keep_split: bool = False,
+) -> CheckedConfig:
+    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result once, then plan the
+    targets of its output path (:func:`plan_targets`), collecting every problem (one per invalid field)."""
+    overrides = overrides or Overrides()
+    problems: list[Problem] = []
+
+    def problem(where: str, error: ConfigError, origin: str | None = None) -> None:
+        problems.append(Problem("config", where, error, origin=origin or where))
+
+    limit = overrides.limit
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
+        limit = None
+    try:
+        raw, origin = read_merged_config(path)
+    except ConfigError as error:
+        return CheckedConfig(None, [Problem("config", str(path), error, origin=str(path)), *problems])
+    current = copy.deepcopy(raw)
+    steps: list[Override] = []
+    if overrides.output_dir is not None:
+        try:
+            check_utf8("--output-dir path", overrides.output_dir)
+            steps.append(Override(overrides.output_dir, ("output_dir",), overrides.output_dir, "--output-dir"))
+        except ConfigError as error:
+            problem("--output-dir", error)
+    for text in overrides.sets:
+        try:
+            steps.append(parse_set(text))
+        except ConfigError as error:
+            problem(f"--set {text}", error)
+    applied: list[Override] = []
+    for step in steps:
+        try:
+            applied.append(apply_override(current, step))
+        except ConfigError as error:
+            problem(step.label, error)
+    if limit is not None and isinstance(configs := current.get("data_configs"), list):  # --limit caps each one
+        for data_config in configs:
+            count = data_config.get("num_samples") if isinstance(data_config, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool) and count > limit:
+                data_config["num_samples"] = limit
+    try:
+        config = CacheConfig.model_validate(current)
+        lines = []
+    except ValidationError as exc:
+        config, lines = None, problem_lines(collect_problems(exc, CacheConfig))
+    for loc, line in lines:
+        source = origin_of(loc, applied)
+        named = source.label if source is not None else origin
+        problem(format_loc(loc) or named, ConfigError(f"{named}: {line}"), named)
+    checked = CheckedConfig(config if not problems else None, problems, applied=applied)
+    locs = [loc for loc, _ in lines]  # an invalid config's data configs that no problem is in are checked anyway
+    items = current.get("data_configs")
+    if checked.config is None and isinstance(items, list) and ("data_configs",) not in locs:
+        for index, item in enumerate(items):
+            if not any(loc[:2] == ("data_configs", index) for loc in locs):
+                with contextlib.suppress(GencacheError):
+                    checked.data_configs.append((index, parse_data_configs([item])[0]))
+    output_dir = current.get("output_dir")
+    if isinstance(output_dir, str) and output_dir and ("output_dir",) not in locs:
+        checked.output_dir = output_dir
+        try:
+            checked.targets = plan_targets(output_dir, shard, shards, env, keep_split)
+        except ShardError as error:
+            where = "--shards" if shards is not None else "--shard"
+            problems.append(error.problem or Problem("shards", where, error))
+    return checked
+
+
+def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> list[Problem]:
+    """``problems`` found once the config validated (its data files', the teacher's), each named after the override
+    that wrote its location (:func:`origin_of`), like a problem of the config."""
+    named: list[Problem] = []
+    for problem in problems:
+        source = None if problem.origin is not None else origin_of(parse_loc(problem.location), applied)
+        if source is None:
+            named.append(problem)
+        else:
+            error = reworded(problem.error, f"{source.label}: {problem.error}")
+            named.append(Problem(problem.check, problem.location, error, origin=source.label))
+    return named
+
+
+# -- shards: --shard I/N, torchrun and SLURM ranks, --shards N ---------------------------------------------------
+@dataclass(frozen=True)
+class ShardSpec:
+    """Shard ``index`` of ``count`` (zero-based), and where the numbers came from."""
+
+    index: int
+    count: int
+    origin: str = "--shard"
+    local_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ShardError(f"Shard count must be at least 1, got {self.count}.")
+        if not 0 <= self.index < self.count:
+            raise ShardError(
+                f"Shard index {self.index} is out of range for {self.count} shards (use 0..{self.count - 1})."
+            )
+
+    def select(self, keys: Iterable[str]) -> list[str]:
+        """The keys this shard generates (``int(key, 16) % count == index``)."""
+        return [key for key in keys if shard_of(key, self.count) == self.index]
+
+    def shard_record(self, run_digest: str) -> dict[str, Any]:
+        """The manifest's ``summary.shard`` record."""
+        return make_shard_info(self.index, self.count, run_digest)
+
+
+def parse_shard(text: str) -> ShardSpec:
+    """Parse ``I/N`` (``I`` zero-based)."""
+    parts = text.strip().split("/")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {text!r}.")
+    return ShardSpec(index=int(parts[0]), count=int(parts[1]))
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name, "")
+    try:
+        return int(value) if value.strip() else None
+    except ValueError:
+        raise ShardError(f"Environment variable {name}={value!r} is not an integer.") from None
+
+
+def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
+    """The shard implied by torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``) or SLURM, or None for one process."""
+    env = os.environ if env is None else env
+    for origin, count_vars, rank_var, local_var in (
+        ("torchrun", ("WORLD_SIZE",), "RANK", "LOCAL_RANK"),
+        # srun sets SLURM_STEP_NUM_TASKS for the step; SLURM_NTASKS alone is also visible to a batch script's own shell
+        ("slurm", ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"), "SLURM_PROCID", "SLURM_LOCALID"),
+    ):
+        count = next((n for name in count_vars if (n := _env_int(env, name)) is not None), None)
+        if count is None or count <= 1:  # at most one process: no shard
+            continue
+        rank = _env_int(env, rank_var)
+        if rank is None:
+            raise ShardError(f"{origin} started {count} processes but {rank_var} is not set; launch through {origin}.")
+        if not 0 <= rank < count:
+            raise ShardError(
+                f"Environment variable {rank_var}={rank} is out of range for {count} processes ("
+                f"{' or '.join(count_vars)}={count}; use 0..{count - 1}); launch through {origin} or fix the variables."
+            )
+        local = _env_int(env, local_var)
+        return ShardSpec(index=rank, count=count, origin=origin, local_rank=rank if local is None else local)
+    return None
+
+
+def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -> ShardSpec | None:
+    """``--shard`` when given (it must agree with a launcher's rank if both exist), else the launcher's rank."""
+    from_env = shard_from_env(env)
+    if cli_value is None:
+        return from_env
+    explicit = parse_shard(cli_value)
+    if from_env is not None and (from_env.index, from_env.count) != (explicit.index, explicit.count):
+        raise ShardError(
+            f"--shard {explicit.index}/{explicit.count} disagrees with the {from_env.origin} rank "
+            f"{from_env.index}/{from_env.count}; drop --shard under a launcher."
+        )
+    return from_env or explicit
+
+
+def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None = None) -> str:
+    """This rank's device under a multi-process launcher: ``cuda`` or ``cuda:0`` is ``cuda:LOCAL_RANK``, or
+    ``cuda:0`` when ``CUDA_VISIBLE_DEVICES`` leaves exactly one GPU; another index or ``auto`` is ambiguous."""
+    if shard is None or shard.local_rank is None or device == "cpu":
+        return device
+    if device in ("cuda", "cuda:0"):
+        visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
+        return "cuda:0" if len([d for d in visible.split(",") if d.strip()]) == 1 else f"cuda:{shard.local_rank}"
+    raise ShardError(
+        f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
+        '"cuda" (each rank uses cuda:LOCAL_RANK).'
+    )
+
+
+def full_split(keys: Sequence[str], most: int) -> int:
+    """The largest shard count up to ``most`` that leaves no shard without keys (1 for no keys)."""
+    unique = set(keys)
+    for count in range(min(most, len(unique)), 1, -1):
+        if len({shard_of(key, count) for key in unique}) == count:
+            return count
+    return 1
+
+
+# -- the plan ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
+    once the samples are built)."""
+
+    output_dir: Location
+    shard: ShardSpec | None
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run is to publish: its config, every target, those still to generate, those already published."""
+
+    config: CacheConfig
+    config_json: dict[str, Any]
+    digest: str
+    overrides: Overrides
+    applied: list[Override]
+    targets: list[Target]
+    pending: list[Target]
+    published: list[Location]
+
+    @property
+    def base(self) -> Location:
+        """The absolute ``output_dir``: the artifact, or the base every shard directory's name starts with."""
+        return location(self.config.output_dir)
+
+    @property
+    def output_dir(self) -> Location:
+        """What the run returns: the artifact, the one shard of ``--shard I/N``, or the base of ``--shards N``."""
+        shard = self.targets[0].shard
+        return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
+
+
+def run_digest(resolved_config: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
+    return json_digest({k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")})
+
+
+def plan_targets(
+    output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None, keep_split: bool = False
+) -> list[Target]:
+    """The targets of ``--shard`` (or a launcher's rank) or ``--shards`` (with ``keep_split`` and no count, the count
+    of a split already started at ``output_dir``); a :class:`ShardError` for a bad split, or one beside another split
+    of the same output path (the two could never be read as one artifact)."""
+    base = location(output_dir)
+    if keep_split and shards is None and (found := find_shards(base)) is not None:
+        shards = found.count
+    spec = resolve_shard(shard, env)
+    if shards is not None and spec is not None:
+        raise ShardError(
+            f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
+            "or use --shard I/N alone."
+        )
+    if shards is not None and (isinstance(shards, bool) or shards < 1):
+        raise ShardError(f"--shards must be at least 1, got {shards}.")
+    specs = [spec] if shards is None else [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
+    conflict = split_conflict(base, specs[0].count if specs[0] is not None else None)
+    if conflict is not None:
+        raise_problems([Problem("shards", specs[0].origin if specs[0] else "output_dir", ShardError(conflict))])
+    return [Target(base if s is None else location(shard_dir_name(str(base), s.index, s.count)), s) for s in specs]
+
+
+def check_published(output_dir: Location, digest: str) -> None:
+    """Accept an existing ``output_dir`` only as an artifact the same run published (the payload's bytes are
+    ``gencache verify``'s to check)."""
+    try:
+        published = is_published(output_dir, digest)
+    except FormatError as error:
+        raise OutputExistsError(
+            f"{output_dir} exists but is not a whole artifact ({error}); move it aside and rerun (gencache never "
+            "overwrites an artifact)."
+        ) from None
+    if not published:
+        raise OutputExistsError(
+            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
+            "it aside."
+        )
+
+
+def make_plan(
+    config: CacheConfig, overrides: Overrides, applied: list[Override], targets: list[Target], skip: bool
+) -> Plan:
+    """The plan of a valid ``config`` to publish ``targets``; with ``skip`` those the same run already published are
+    set aside."""
+    config_json = config_to_json(config)
+    digest = run_digest(config_json)
+    pending: list[Target] = []
+    problems: list[Problem] = []
+    for target in targets:
+        if not (skip and exists(target.output_dir)):
+            pending.append(target)
+            continue
+        try:
+            check_published(target.output_dir, digest)
+        except GencacheError as error:
+            problems.append(Problem("output path", str(target.output_dir), error))
+    raise_problems(problems)
+    published = [t.output_dir for t in targets if t not in pending]
+    return Plan(config, config_json, digest, overrides, applied, targets, pending, published)
+
+
+def reshard(plan: Plan, count: int) -> Plan:
+    """``plan``'s run split into ``count`` shards (as ``--shards count``), the shards already published set aside."""
+    targets = plan_targets(plan.config.output_dir, None, count, {})
+    return make_plan(plan.config, plan.overrides, plan.applied, targets, True)
