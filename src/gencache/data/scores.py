@@ -14,7 +14,7 @@ from typing import Any
 from gencache.config.models import answer_pattern_problem
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.answers import METRICS, AnswerRule, answer_rule, extract_answer, prompt_opens_thinking, score_answer
-from gencache.data.samples import SampleSet
+from gencache.data.samples import Sample, SampleSet
 
 #: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
 #: reference).
@@ -63,6 +63,17 @@ class ScoredAnswer:
         return {**row, **{name: metrics.get(name) for name in METRICS}}
 
 
+def join_fields(sample: Sample, names: Mapping[int, str]) -> dict[str, Any]:
+    """The fields that join an answer back to its source row (``names``: each data config's dataset name)."""
+    return {
+        "dataset_name": names[sample.data_config_index],
+        "data_config_index": sample.data_config_index,
+        "sample_index": sample.sample_index,
+        "row_id": None if sample.source_id is None else str(sample.source_id),
+        "row_index": sample.row,
+    }
+
+
 def rules_of(samples: SampleSet, patterns: Mapping[int, str] | None = None) -> dict[int, AnswerRule]:
     """Each data config's answer rule: its recipe's, or its ``answer_pattern``, or the one ``patterns`` gives for
     its index (``gencache score --answer-pattern I=REGEX``, checked here: a :class:`ConfigError` naming it)."""
@@ -104,11 +115,7 @@ def score_cache(
                 ScoredAnswer(
                     key=sample.key,
                     sequence_index=index,
-                    data_config_index=sample.data_config_index,
-                    dataset_name=names[sample.data_config_index],
-                    sample_index=sample.sample_index,
-                    row_id=None if sample.source_id is None else str(sample.source_id),
-                    row_index=sample.row,
+                    **join_fields(sample, names),
                     finish_reason=reason,
                     token_length=int(ref["shape"][0]),
                     answer=answer,

@@ -19,10 +19,15 @@ from typing import TYPE_CHECKING, Any
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.core.progress import StagedProgress
-from gencache.data.recorded import RecordedRun, open_recorded_run, rebuild_samples
+from gencache.data.recorded import (
+    RecordedRun,
+    load_recorded_tokenizer,
+    open_recorded_run,
+    rebuild_samples,
+    recorded_directory,
+)
 from gencache.generation.effective import resolve_generation
 from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
-from gencache.generation.teacher import load_tokenizer
 from gencache.run.preflight import build_engine
 
 if TYPE_CHECKING:
@@ -185,27 +190,6 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
     return chosen
 
 
-def _teacher_paths(run: RecordedRun, model_path: str | None, tokenizer_path: str | None) -> tuple[str, str]:
-    """The teacher and tokenizer to regenerate with: those given, else the recorded ones; a tokenizer that came
-    with the recorded teacher comes with a given one."""
-    model = run.config.model
-    recorded_model, recorded_tokenizer = model.model_path, model.effective_tokenizer_path
-    if tokenizer_path is None and model_path is not None and recorded_tokenizer == recorded_model:
-        tokenizer_path = model_path
-    chosen = (model_path or recorded_model, tokenizer_path or recorded_tokenizer)
-    for path, given, what, option in (
-        (chosen[0], model_path, "teacher", "--model NEWDIR"),
-        (chosen[1], tokenizer_path, "tokenizer", "--tokenizer NEWDIR"),
-    ):
-        # the run recorded local directories as absolute paths, and a hub id is never one
-        if given is None and os.path.isabs(path) and not os.path.isdir(path):
-            raise ConfigError(
-                f"audit: the {what} directory the run used, {path}, is gone (moved or deleted); audit with "
-                f"{option}, its new place."
-            )
-    return chosen
-
-
 def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
     """The sequences of ``key`` as stored and as regenerated (as many: the settings resolved as recorded)."""
     sequences = []
@@ -242,16 +226,13 @@ def audit(
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)
     model = run.config.model
-    teacher, tokenizer_at = _teacher_paths(run, model_path, tokenizer_path)
+    if tokenizer_path is None and model_path is not None and model.effective_tokenizer_path == model.model_path:
+        tokenizer_path = model_path  # a tokenizer that came with the recorded teacher comes with a given one
+    teacher = model_path or recorded_directory(model.model_path, "teacher", "audit with --model NEWDIR, its new place")
+    tokenizer = load_recorded_tokenizer(run, tokenizer_path)
     device, dtype = device or model.device, dtype or model.dtype
-    tokenizer = load_tokenizer(tokenizer_at, revision=model.revision)
-    recorded = reader.provenance  # the tokenizer must still be in the state the cache was generated with
-    reader.check_compatible(
-        model_path=recorded["model_path"],
-        tokenizer_path=recorded["tokenizer_path"],
-        dtype=recorded["dtype"],
-        tokenizer=tokenizer,
-    )
+    fields = ("model_path", "tokenizer_path", "dtype")  # the tokenizer must be in the state the cache was made with
+    reader.check_compatible(**{name: reader.provenance[name] for name in fields}, tokenizer=tokenizer)
     prompts = {
         s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique if s.input_ids is not None
     }

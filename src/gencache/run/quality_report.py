@@ -82,26 +82,42 @@ def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
     return document
 
 
-def _e(value: Any) -> str:
-    """``value`` as escaped text: nothing for None, JSON for a mapping or a list."""
+def _text(value: Any) -> str:
+    """``value`` as text: nothing for None, JSON for a mapping or a list."""
     if isinstance(value, (dict, list)):
-        value = json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return html.escape("" if value is None else str(value))
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return "" if value is None else str(value)
 
 
-def _number(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
+def _e(value: Any) -> str:
+    return html.escape(_text(value))
+
+
+def _table(rows: Iterable[Sequence[Any]], head: Sequence[str] = (), kind: str = "", th: bool = True) -> str:
+    """A table of ``rows`` (the first cell a header cell with ``th``); numbers right-aligned, a float to three
+    places."""
+
+    def cell(position: int, value: Any) -> str:
+        if position == 0 and th:
+            return f"<th>{_e(value)}</th>"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f'<td class="num">{value:.3f}</td>' if isinstance(value, float) else f'<td class="num">{value}</td>'
+        return f"<td>{_e(value)}</td>"
+
+    cells = ["".join(f"<th>{_e(name)}</th>" for name in head)] if head else []
+    cells += ["".join(cell(position, value) for position, value in enumerate(row)) for row in rows]
+    attribute = f' class="{kind}"' if kind else ""
+    return f"<table{attribute}>" + "".join(f"<tr>{row}</tr>" for row in cells) + "</table>"
 
 
 def _rows(pairs: Iterable[tuple[str, Any]]) -> str:
-    cells = "".join(f"<tr><th>{_e(name)}</th><td>{_e(value)}</td></tr>" for name, value in pairs)
-    return f"<table>{cells}</table>"
+    """A table of names and values, shown as they are."""
+    return _table((name, _text(value)) for name, value in pairs)
 
 
 def _provenance(resolved: Mapping[str, Any]) -> str:
-    config = resolved.get("config") or {}
+    config, recorded = resolved.get("config") or {}, resolved.get("model") or {}
     model = config.get("model") or {}
-    recorded = resolved.get("model") or {}
     runtime = dict(resolved.get("runtime") or {})
     determinism = runtime.pop("determinism", None)
     provenance = [
@@ -118,27 +134,29 @@ def _provenance(resolved: Mapping[str, Any]) -> str:
         ("samples", resolved.get("samples")),
         ("sources", [source.get("location") for source in resolved.get("sources") or []]),
     ]
-    settings = sorted((resolved.get("generation") or {}).items())
-    recorded_determinism = _rows(sorted(determinism.items())) if determinism else '<p class="note">not recorded</p>'
     return (
-        f"<h2>Provenance</h2>{_rows(provenance)}<h3>Generation settings</h3>{_rows(settings)}"
-        f"<h3>Determinism</h3>{recorded_determinism}"
+        f"<h2>Provenance</h2>{_rows(provenance)}"
+        f"<h3>Generation settings</h3>{_rows(sorted((resolved.get('generation') or {}).items()))}"
+        "<h3>Determinism</h3>"
+        + (_rows(sorted(determinism.items())) if determinism else '<p class="note">not recorded</p>')
         + (f"<h3>Runtime</h3>{_rows(sorted(runtime.items()))}" if runtime else "")
     )
 
 
 def _score_table(groups: Sequence[ScoreGroup], metrics: Sequence[str]) -> str:
-    head = "".join(f"<th>{_e(name)}</th>" for name in ("", "finish", "answers", "scored", "unscored", *metrics))
-    rows = []
-    for group in groups:
-        for label, part in [("all", group), *group.by_finish_reason.items()]:
-            means = "".join(f'<td class="num">{_number(part.means[name])}</td>' for name in metrics)
-            rows.append(
-                f"<tr><th>{_e(group.label if label == 'all' else '')}</th><td>{_e(label)}</td>"
-                f'<td class="num">{part.answers}</td><td class="num">{part.scored}</td>'
-                f'<td class="num">{part.unscored}</td>{means}</tr>'
-            )
-    return f"<table class=scores><tr>{head}</tr>{''.join(rows)}</table>"
+    rows = [
+        (
+            group.label if label == "all" else "",
+            label,
+            part.answers,
+            part.scored,
+            part.unscored,
+            *("–" if part.means[name] is None else part.means[name] for name in metrics),
+        )
+        for group in groups
+        for label, part in [("all", group), *group.by_finish_reason.items()]
+    ]
+    return _table(rows, ("", "finish", "answers", "scored", "unscored", *metrics), "scores")
 
 
 def _excerpt(text: str | None, *, tail: bool = False) -> str:
@@ -155,20 +173,21 @@ def _examples(answers: Sequence[ScoredAnswer], headline: str, report: ScoreRepor
         (a for a in answers if a.metrics is not None), key=lambda a: ((a.metrics or {})[headline], -a.token_length)
     )
     room = min(len(unscored), max(EXAMPLES // 4, EXAMPLES - len(scored)))
-    names = ("key", "finish", "tokens", headline, "prompt (end)", "stored answer", "as scored", "reference")
-    rows = []
-    for answer in scored[: EXAMPLES - room] + unscored[:room]:
-        stored = report.reader.metadata(answer.key)["text"][answer.sequence_index]
-        prompt = report.samples.by_key(answer.key).prompt_text  # joined only for the examples shown
-        value = "no gold" if answer.metrics is None else _number(answer.metrics[headline])
-        rows.append(
-            f"<tr><td>{_e(answer.key[:12])}…</td><td>{_e(answer.finish_reason)}</td>"
-            f'<td class="num">{answer.token_length}</td><td class="num">{value}</td>'
-            f"<td>{_e(_excerpt(prompt, tail=True))}</td><td>{_e(_excerpt(stored))}</td>"
-            f"<td>{_e(answer.answer)}</td><td>{_e(answer.reference)}</td></tr>"
+    rows = [
+        (
+            f"{answer.key[:12]}…",
+            answer.finish_reason,
+            answer.token_length,
+            "no gold" if answer.metrics is None else answer.metrics[headline],
+            _excerpt(report.samples.by_key(answer.key).prompt_text, tail=True),  # joined only for the examples shown
+            _excerpt(report.reader.metadata(answer.key)["text"][answer.sequence_index]),
+            answer.answer,
+            answer.reference,
         )
-    head = "".join(f"<th>{name}</th>" for name in names)
-    return f'<table class="examples"><tr>{head}</tr>{"".join(rows)}</table>'
+        for answer in scored[: EXAMPLES - room] + unscored[:room]
+    ]
+    names = ("key", "finish", "tokens", headline, "prompt (end)", "stored answer", "as scored", "reference")
+    return _table(rows, names, "examples", th=False)
 
 
 def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -229,17 +248,15 @@ def _figure(
 
 
 def _audit_section(audit: Mapping[str, Any]) -> str:
-    ok = audit.get("differing") == 0
     fields = ("engine", "model_path", "device", "dtype", "sampled", "selection", "total_keys", "seconds_per_key")
     parts = [
-        f'<h2>Audit</h2><p class="{"good" if ok else "bad"}">{_e(audit.get("equal"))} of {_e(audit.get("audited"))} '
-        f"audited keys regenerated identically; {_e(audit.get('differing'))} differ.</p>",
+        f'<h2>Audit</h2><p class="{"good" if audit.get("differing") == 0 else "bad"}">{_e(audit.get("equal"))} of '
+        f"{_e(audit.get('audited'))} audited keys regenerated identically; {_e(audit.get('differing'))} differ.</p>",
         _rows((name, audit.get(name)) for name in fields),
     ]
     if divergence := audit.get("first_divergence"):
         parts += ["<h3>First divergence (answer position: keys)</h3>", _rows(sorted(divergence.items()))]
-    differing = [key for key in audit.get("keys") or [] if not key.get("equal")][:EXAMPLES]
-    if differing:
+    if differing := [key for key in audit.get("keys") or [] if not key.get("equal")][:EXAMPLES]:
         rows = [
             (f"{key.get('key', '')[:12]}…", f"first difference at {key.get('first_difference')}") for key in differing
         ]

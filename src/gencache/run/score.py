@@ -144,7 +144,7 @@ def score(
         score_format(out_path)
         check_out(out_path)
     try:
-        reader, run = open_recorded_run(artifact, hash_sources=False)
+        reader, run = open_recorded_run(artifact)
         tokenizer = load_recorded_tokenizer(run) if needs_tokenizer(run.config) else None
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
     except (ConfigError, DatasetError) as error:  # no run recorded, sources gone or changed
