@@ -16,24 +16,28 @@ from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.answers import METRICS, AnswerRule, answer_rule, extract_answer, prompt_opens_thinking, score_answer
 from gencache.data.samples import Sample, SampleSet
 
-#: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
-#: reference).
-SCORE_COLUMNS: dict[str, str] = {
+#: The fields that join an answer back to its source row, with their pyarrow types.
+JOIN_COLUMNS: dict[str, str] = {
     "key": "string",
-    "sequence_index": "int64",
-    "data_config_index": "int64",
     "dataset_name": "string",
+    "data_config_index": "int64",
     "sample_index": "int64",
     "row_id": "string",
     "row_index": "int64",
-    "finish_reason": "string",
-    "token_length": "int64",
-    "answer": "string",
-    "reference": "string",
-    "exact_match": "float64",
-    "f1": "float64",
-    "contains": "float64",
+    "sequence_index": "int64",
 }
+#: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
+#: reference).
+SCORE_COLUMNS: dict[str, str] = (
+    JOIN_COLUMNS
+    | {
+        "finish_reason": "string",
+        "token_length": "int64",
+        "answer": "string",
+        "reference": "string",
+    }
+    | dict.fromkeys(METRICS, "float64")
+)
 #: A score lookup: (key, sequence index) to the answer's metrics (None: no reference).
 Scores = Mapping[tuple[str, int], Mapping[str, float] | None]
 

@@ -49,13 +49,7 @@ class SequenceAudit:
     regenerated_length: int
     stored_finish: str
     regenerated_finish: str
-
-    @property
-    def equal(self) -> bool:
-        return self.first_difference is None and self.stored_finish == self.regenerated_finish
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"equal": self.equal}
+    equal: bool
 
 
 @dataclass(frozen=True)
@@ -64,23 +58,8 @@ class KeyAudit:
 
     key: str
     sequences: tuple[SequenceAudit, ...]
-
-    @property
-    def equal(self) -> bool:
-        return len(self.sequences) > 0 and all(sequence.equal for sequence in self.sequences)
-
-    @property
-    def first_difference(self) -> int | None:
-        found = [s.first_difference for s in self.sequences if s.first_difference is not None]
-        return min(found) if found else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "equal": self.equal,
-            "first_difference": self.first_difference,
-            "sequences": [sequence.to_json() for sequence in self.sequences],
-        }
+    equal: bool
+    first_difference: int | None
 
 
 @dataclass(frozen=True)
@@ -101,7 +80,7 @@ class AuditReport:
 
     @property
     def equal(self) -> int:
-        return sum(1 for key in self.keys if key.equal)
+        return sum(key.equal for key in self.keys)
 
     @property
     def differing(self) -> int:
@@ -114,18 +93,16 @@ class AuditReport:
     def divergence(self) -> dict[int, int]:
         """How many differing keys first diverge at each answer position (finish-reason-only differences count
         at the stored length)."""
-        positions: Counter[int] = Counter()
-        for key in self.keys:
-            if key.equal:
-                continue
-            first = key.first_difference
-            positions[first if first is not None else min(s.stored_length for s in key.sequences)] += 1
+        positions = Counter(
+            min(s.stored_length for s in key.sequences) if key.first_difference is None else key.first_difference
+            for key in self.keys
+            if not key.equal
+        )
         return dict(sorted(positions.items()))
 
     def to_json(self) -> dict[str, Any]:
         per_key = self.seconds / len(self.keys) if self.keys else 0.0
-        names = ("engine", "model_path", "device", "dtype", "sampled", "selection", "total_keys")
-        return {name: getattr(self, name) for name in names} | {
+        return asdict(self) | {
             "path": str(self.path),
             "audited": len(self.keys),
             "equal": self.equal,
@@ -135,7 +112,6 @@ class AuditReport:
             "seconds": round(self.seconds, 3),
             "seconds_per_key": round(per_key, 4),
             "load_seconds": round(self.load_seconds, 3),
-            "keys": [key.to_json() for key in self.keys],
         }
 
 
@@ -198,10 +174,11 @@ def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
         first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
         if first is None and len(a) != len(b):
             first = min(len(a), len(b))
-        sequences.append(
-            SequenceAudit(index, first, len(a), len(b), stored.finish_reasons[index], regenerated.finish_reasons[index])
-        )
-    return KeyAudit(key, tuple(sequences))
+        finishes = stored.finish_reasons[index], regenerated.finish_reasons[index]
+        equal = first is None and finishes[0] == finishes[1]
+        sequences.append(SequenceAudit(index, first, len(a), len(b), *finishes, equal))
+    found = [s.first_difference for s in sequences if s.first_difference is not None]
+    return KeyAudit(key, tuple(sequences), all(s.equal for s in sequences), min(found, default=None))
 
 
 def audit(

@@ -32,20 +32,13 @@ from gencache.core.errors import (
     first_line,
 )
 from gencache.core.version import __version__
-from gencache.data.scores import join_fields
+from gencache.data.scores import JOIN_COLUMNS, join_fields
 
 ExportRow = dict[str, Any]
 PARQUET_BATCH_ROWS = 4096
 
 #: The columns of every record and their pyarrow types (``None`` values are nulls; ``ids`` is a list of int64).
-COLUMNS: dict[str, str] = {
-    "key": "string",
-    "dataset_name": "string",
-    "data_config_index": "int64",
-    "sample_index": "int64",
-    "row_id": "string",
-    "row_index": "int64",
-    "sequence_index": "int64",
+COLUMNS: dict[str, str] = JOIN_COLUMNS | {
     "prompt": "string",
     "reference": "string",
     "completion": "string",
@@ -71,58 +64,6 @@ class ExportResult:
     records: int
     note: str | None = None
     left_out: int = 0
-
-
-def _fields_of(samples: Any, keys: set[str], with_prompts: bool) -> dict[str, ExportRow]:
-    """The sample fields (the join fields, the reference and the prompt) of each of ``keys`` from its first sample, in
-    run order; the prompt's text and ids only ``with_prompts``."""
-    names = {summary.index: summary.dataset_name for summary in samples.summaries}
-    fields = {
-        sample.key: join_fields(sample, names)
-        | {
-            "reference": sample.reference,
-            "prompt": sample.prompt_text if with_prompts else None,
-            "prompt_ids": [int(i) for i in sample.input_ids] if with_prompts and sample.input_ids else None,
-        }
-        for sample in samples.unique
-        if sample.key in keys
-    }
-    if len(fields) < len(keys):
-        raise DatasetError(
-            f"{len(keys) - len(fields)} cache entries match no rebuilt sample (the datasets or tokenizer changed "
-            "since generation)"
-        )
-    return fields
-
-
-def _records(
-    reader: Any,
-    order: list[str],
-    fields: Mapping[str, ExportRow],
-    max_new_tokens: Any,
-    digests: Mapping[str, Any],
-    passed: set[tuple[str, int]] | None,
-) -> Iterator[ExportRow]:
-    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
-    for key in order:
-        generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
-        prompt = fields.get(key, unknown)
-        for index, (sequence, text, reason) in enumerate(
-            zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
-        ):
-            if passed is None or (key, index) in passed:
-                yield prompt | {
-                    "key": key,
-                    "sequence_index": index,
-                    "completion": text,
-                    "completion_ids": sequence.tolist(),
-                    "prompt_token_length": None if prompt["prompt_ids"] is None else len(prompt["prompt_ids"]),
-                    "token_length": len(sequence),
-                    "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
-                    "finish_reason": reason,
-                    "reached_max_length": reason == "length",
-                    "content_digest": digests.get(key),
-                }
 
 
 def write_rows(
@@ -270,7 +211,20 @@ def export(
         if prompts:
             tokenizer = load_recorded_tokenizer(run, tokenizer_path)
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
-        fields = _fields_of(samples, keys, prompts)
+        names = {summary.index: summary.dataset_name for summary in samples.summaries}
+        for sample in samples.unique:  # each key's fields from its first sample, in run order
+            if sample.key in keys and sample.key not in fields:
+                ids = sample.input_ids if prompts else None
+                fields[sample.key] = join_fields(sample, names) | {
+                    "reference": sample.reference,
+                    "prompt": sample.prompt_text if prompts else None,
+                    "prompt_ids": None if ids is None else [int(i) for i in ids],
+                }
+        if len(fields) < len(keys):
+            raise DatasetError(
+                f"{len(keys) - len(fields)} cache entries match no rebuilt sample (the datasets or tokenizer "
+                "changed since generation)"
+            )
     except (FormatError, SourceChangedError) as error:  # a damaged record or changed data: never quiet prompts
         if prompts or min_score is not None:
             raise
@@ -279,10 +233,8 @@ def export(
         if prompts and run is not None and tokenizer is None:  # the tokenizer did not load
             if scoring:
                 raise DatasetError(f"Cannot render the prompts of {directory}: {first_line(error)}") from None
-            note = (
-                f"prompts left out: they are rendered with the run's tokenizer, and {first_line(error)}; pass "
-                "--tokenizer DIR (its place now), or --no-prompts"
-            )
+            reason = first_line(error).rstrip(".")
+            note = f"prompts left out: they are rendered with the run's tokenizer, and {reason}; or pass --no-prompts"
         elif data_root is not None or sources or scoring:  # the data is needed, or pointed at
             raise DatasetError(f"Cannot rebuild the samples of {directory}: {first_line(error)}") from None
         else:
@@ -319,6 +271,28 @@ def export(
         "run_digest": resolved.get("run_digest"),
     }
     max_new_tokens = (resolved.get("generation") or {}).get("max_new_tokens")
-    records = _records(reader, list(fields) or sorted(keys), fields, max_new_tokens, digests, passed)
-    written = write_atomic(out_path, lambda handle: write_rows(records, handle, parquet, metadata))
+    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
+
+    def records() -> Iterator[ExportRow]:
+        for key in list(fields) or sorted(keys):
+            generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
+            prompt = fields.get(key, unknown)
+            for index, (sequence, text, reason) in enumerate(
+                zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
+            ):
+                if passed is None or (key, index) in passed:
+                    yield prompt | {
+                        "key": key,
+                        "sequence_index": index,
+                        "completion": text,
+                        "completion_ids": sequence.tolist(),
+                        "prompt_token_length": None if prompt["prompt_ids"] is None else len(prompt["prompt_ids"]),
+                        "token_length": len(sequence),
+                        "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
+                        "finish_reason": reason,
+                        "reached_max_length": reason == "length",
+                        "content_digest": digests[key],
+                    }
+
+    written = write_atomic(out_path, lambda handle: write_rows(records(), handle, parquet, metadata))
     return ExportResult(out_path, written, note, left_out)

@@ -42,17 +42,13 @@ _SVG_NOISE = re.compile(
 _SVG_SIZE = re.compile(r'<svg([^>]*?)\swidth="[^"]*"\s+height="[^"]*"')
 
 _STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1180px;color:#1d1d1f;
-padding:0 16px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
-h3{font-size:15px;margin:18px 0 6px}
-ul.verdict{font-size:15px;margin:10px 0;padding-left:22px}
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;padding:0 16px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.num{text-align:right;white-space:nowrap}
 table.examples td{max-width:330px;white-space:pre-wrap;word-break:break-word;font-size:12px}
 table.examples td.num{white-space:nowrap;word-break:normal}
-.note{color:#6e6e73}.bad{color:#b00020;font-weight:600}.warn{color:#9a6700}.good{color:#1b7f3b}figure{margin:8px 0}
+.note{color:#6e6e73}.bad{color:#b00020;font-weight:600}.warn{color:#9a6700}.good{color:#1b7f3b}
 """
 
 
@@ -82,37 +78,20 @@ def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
     return document
 
 
-def _text(value: Any) -> str:
-    """``value`` as text: nothing for None, JSON for a mapping or a list."""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return "" if value is None else str(value)
-
-
 def _e(value: Any) -> str:
-    return html.escape(_text(value))
+    """``value`` as escaped text: nothing for None, JSON for a mapping or a list."""
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return html.escape("" if value is None else str(value))
 
 
-def _table(rows: Iterable[Sequence[Any]], head: Sequence[str] = (), kind: str = "", th: bool = True) -> str:
-    """A table of ``rows`` (the first cell a header cell with ``th``); numbers right-aligned, a float to three
-    places."""
-
-    def cell(position: int, value: Any) -> str:
-        if position == 0 and th:
-            return f"<th>{_e(value)}</th>"
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return f'<td class="num">{value:.3f}</td>' if isinstance(value, float) else f'<td class="num">{value}</td>'
-        return f"<td>{_e(value)}</td>"
-
-    cells = ["".join(f"<th>{_e(name)}</th>" for name in head)] if head else []
-    cells += ["".join(cell(position, value) for position, value in enumerate(row)) for row in rows]
-    attribute = f' class="{kind}"' if kind else ""
-    return f"<table{attribute}>" + "".join(f"<tr>{row}</tr>" for row in cells) + "</table>"
+def _number(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
 
 
 def _rows(pairs: Iterable[tuple[str, Any]]) -> str:
-    """A table of names and values, shown as they are."""
-    return _table((name, _text(value)) for name, value in pairs)
+    cells = "".join(f"<tr><th>{_e(name)}</th><td>{_e(value)}</td></tr>" for name, value in pairs)
+    return f"<table>{cells}</table>"
 
 
 def _provenance(resolved: Mapping[str, Any]) -> str:
@@ -136,27 +115,24 @@ def _provenance(resolved: Mapping[str, Any]) -> str:
     ]
     return (
         f"<h2>Provenance</h2>{_rows(provenance)}"
-        f"<h3>Generation settings</h3>{_rows(sorted((resolved.get('generation') or {}).items()))}"
-        "<h3>Determinism</h3>"
+        f"<h3>Generation settings</h3>{_rows(sorted((resolved.get('generation') or {}).items()))}<h3>Determinism</h3>"
         + (_rows(sorted(determinism.items())) if determinism else '<p class="note">not recorded</p>')
         + (f"<h3>Runtime</h3>{_rows(sorted(runtime.items()))}" if runtime else "")
     )
 
 
 def _score_table(groups: Sequence[ScoreGroup], metrics: Sequence[str]) -> str:
-    rows = [
-        (
-            group.label if label == "all" else "",
-            label,
-            part.answers,
-            part.scored,
-            part.unscored,
-            *("–" if part.means[name] is None else part.means[name] for name in metrics),
-        )
-        for group in groups
-        for label, part in [("all", group), *group.by_finish_reason.items()]
-    ]
-    return _table(rows, ("", "finish", "answers", "scored", "unscored", *metrics), "scores")
+    head = "".join(f"<th>{_e(name)}</th>" for name in ("", "finish", "answers", "scored", "unscored", *metrics))
+    rows = []
+    for group in groups:
+        for label, part in [("all", group), *group.by_finish_reason.items()]:
+            means = "".join(f'<td class="num">{_number(part.means[name])}</td>' for name in metrics)
+            rows.append(
+                f"<tr><th>{_e(group.label if label == 'all' else '')}</th><td>{_e(label)}</td>"
+                f'<td class="num">{part.answers}</td><td class="num">{part.scored}</td>'
+                f'<td class="num">{part.unscored}</td>{means}</tr>'
+            )
+    return f"<table class=scores><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _excerpt(text: str | None, *, tail: bool = False) -> str:
@@ -173,21 +149,20 @@ def _examples(answers: Sequence[ScoredAnswer], headline: str, report: ScoreRepor
         (a for a in answers if a.metrics is not None), key=lambda a: ((a.metrics or {})[headline], -a.token_length)
     )
     room = min(len(unscored), max(EXAMPLES // 4, EXAMPLES - len(scored)))
-    rows = [
-        (
-            f"{answer.key[:12]}…",
-            answer.finish_reason,
-            answer.token_length,
-            "no gold" if answer.metrics is None else answer.metrics[headline],
-            _excerpt(report.samples.by_key(answer.key).prompt_text, tail=True),  # joined only for the examples shown
-            _excerpt(report.reader.metadata(answer.key)["text"][answer.sequence_index]),
-            answer.answer,
-            answer.reference,
-        )
-        for answer in scored[: EXAMPLES - room] + unscored[:room]
-    ]
     names = ("key", "finish", "tokens", headline, "prompt (end)", "stored answer", "as scored", "reference")
-    return _table(rows, names, "examples", th=False)
+    rows = []
+    for answer in scored[: EXAMPLES - room] + unscored[:room]:
+        stored = report.reader.metadata(answer.key)["text"][answer.sequence_index]
+        prompt = report.samples.by_key(answer.key).prompt_text  # joined only for the examples shown
+        value = "no gold" if answer.metrics is None else _number(answer.metrics[headline])
+        rows.append(
+            f"<tr><td>{_e(answer.key[:12])}…</td><td>{_e(answer.finish_reason)}</td>"
+            f'<td class="num">{answer.token_length}</td><td class="num">{value}</td>'
+            f"<td>{_e(_excerpt(prompt, tail=True))}</td><td>{_e(_excerpt(stored))}</td>"
+            f"<td>{_e(answer.answer)}</td><td>{_e(answer.reference)}</td></tr>"
+        )
+    head = "".join(f"<th>{name}</th>" for name in names)
+    return f'<table class="examples"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]:

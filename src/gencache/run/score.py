@@ -99,18 +99,17 @@ class ScoreReport:
             (_level(cut / total), f"{_share(cut, total)} were cut at {limit}."),
             (_level(empty / total), f"{_share(empty, total)} are empty as scored."),
         ]
-        scored = [group for group in self.groups if group.scored]
-        if not scored:
+        means = [(group, group.means[group.headline] or 0.0) for group in self.groups if group.scored]
+        if means:
+            worst = min(mean for _, mean in means)
+            scores = ", ".join(f"{group.headline} {mean:.2f} ({group.dataset_name})" for group, mean in means)
+            signs.append(("bad" if worst < 0.2 else "warn" if worst < 0.5 else "good", f"Against the gold: {scores}."))
+            unscored = self.overall.unscored
+            signs.append(
+                ("warn" if unscored * 2 >= total else "good", f"{_share(unscored, total)} have no gold reference.")
+            )
+        else:
             signs.append(("warn", NO_GOLD))
-            return sorted(signs, key=lambda sign: LEVELS.index(sign[0]))
-        means = [(group, group.means[group.headline] or 0.0) for group in scored]
-        worst = min(mean for _, mean in means)
-        scores = ", ".join(f"{group.headline} {mean:.2f} ({group.dataset_name})" for group, mean in means)
-        signs.append(("bad" if worst < 0.2 else "warn" if worst < 0.5 else "good", f"Against the gold: {scores}."))
-        unscored = self.overall.unscored
-        signs.append(
-            ("warn" if unscored * 2 >= total else "good", f"{_share(unscored, total)} have no gold reference.")
-        )
         return sorted(signs, key=lambda sign: LEVELS.index(sign[0]))
 
     def as_json(self) -> dict[str, Any]:
@@ -139,10 +138,8 @@ def score(
     """Score every answer of ``artifact`` (an artifact, one shard or a shard base) against its sample's reference.
     ``answer_patterns`` replaces data configs' answer rules by index; ``out`` (``.jsonl`` or ``.parquet``; must not
     exist) receives one row per answer."""
-    out_path = None if out is None else Path(os.path.abspath(out))
-    if out_path is not None:
-        score_format(out_path)
-        check_out(out_path)
+    parquet = out is not None and score_format(out) == "parquet"
+    out_path = None if out is None else check_out(out)
     try:
         reader, run = open_recorded_run(artifact)
         tokenizer = load_recorded_tokenizer(run) if needs_tokenizer(run.config) else None
@@ -168,7 +165,6 @@ def score(
     absolute = location(artifact)
     if out_path is not None:
         metadata = {"artifact": str(absolute), "run_digest": run.resolved["run_digest"]}
-        parquet = score_format(out_path) == "parquet"
         rows = (answer.row() for answer in answers)
         write_atomic(out_path, lambda handle: write_rows(rows, handle, parquet, metadata, SCORE_COLUMNS))
     overall = _group("overall", answers)
