@@ -13,11 +13,9 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 #: Every metric an answer gets, in the order reports show them.
 METRICS: tuple[str, ...] = ("exact_match", "f1", "contains")
-Headline = Literal["exact_match", "f1", "contains"]
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -36,7 +34,7 @@ class AnswerRule:
     first_line: bool = False
     pattern: re.Pattern[str] | None = None
     split_values: bool = False
-    headline: Headline = "f1"
+    headline: str = "f1"
 
     @property
     def description(self) -> str:

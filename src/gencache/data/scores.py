@@ -150,7 +150,6 @@ def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str,
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"{file}: no such score file; write one with gencache score ARTIFACT --out {file.name}.")
-    scores: dict[tuple[str, int], dict[str, float] | None] = {}
     try:
         if score_format(file) == "parquet":
             import pyarrow.parquet as pq
@@ -159,9 +158,10 @@ def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str,
         else:
             with open(file, encoding="utf-8") as handle:
                 rows = [json.loads(line) for line in handle]
-        for row in rows:
-            values = {name: row[name] for name in METRICS}
-            scores[(row["key"], row["sequence_index"])] = None if values["f1"] is None else values
+        scores = {
+            (row["key"], row["sequence_index"]): None if row["f1"] is None else {name: row[name] for name in METRICS}
+            for row in rows
+        }
     except (OSError, ValueError, KeyError, TypeError) as error:  # pyarrow's and json's errors derive from these
         raise ConfigError(f"{file}: not a score file written by gencache score ({error!r}).") from None
     return scores
@@ -186,12 +186,10 @@ def parse_min_score(texts: Iterable[str]) -> dict[str, float]:
     """``--min-score METRIC=VALUE`` options (repeatable) as a bar for :func:`check_min_score`."""
     bar: dict[str, float] = {}
     for text in texts:
-        name, sep, value = text.partition("=")
+        name, _, value = text.partition("=")
         try:
-            bar[name.strip()] = float(value)
+            bar[name.strip()] = float(value)  # no "=": float("") fails too
         except ValueError:
-            sep = ""
-        if not sep:
-            raise ConfigError(f"--min-score must look like METRIC=VALUE (e.g. f1=0.5), got {text!r}.")
+            raise ConfigError(f"--min-score must look like METRIC=VALUE (e.g. f1=0.5), got {text!r}.") from None
     check_min_score(bar)
     return bar

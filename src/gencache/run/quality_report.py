@@ -29,13 +29,9 @@ from gencache.run.score import NO_GOLD, ScoreGroup, ScoreReport, score
 #: Examples shown per data config: the worst scored first, then some without gold.
 EXAMPLES = 12
 EXCERPT = 280
-LENGTH_BINS = 40
-JOINT_BINS = 30
-SCORE_BINS = 10
 CHARTS_MISSING = "Charts need matplotlib: pip install 'gencache[report]'."
-#: One colour per finish reason, the same in every figure (others take the next of the palette).
+#: One colour per finish reason, the same in every figure (others take matplotlib's colour cycle).
 REASON_COLOURS = {"eos": "#4c72b0", "stop": "#55a868", "length": "#c44e52"}
-_PALETTE = ("#8172b2", "#ccb974", "#64b5cd", "#937860")
 _SVG_NOISE = re.compile(
     r'<\?xml[^>]*\?>\s*|<!DOCTYPE[^>]*>\s*|\s+xmlns(?::\w+)?="[^"]*"|<metadata>.*?</metadata>\s*', re.DOTALL
 )
@@ -191,10 +187,10 @@ def _figure(
         panels = figure.subplots(1, 3 if group.scored else 2)
         panels[0].hist(
             [lengths[[a.finish_reason == reason for a in answers]] for reason in reasons],
-            bins=_integer_edges(top, LENGTH_BINS),
+            bins=_integer_edges(top, 40),
             stacked=True,
             histtype="stepfilled",
-            color=[REASON_COLOURS.get(r, _PALETTE[i % len(_PALETTE)]) for i, r in enumerate(reasons)],
+            color=[REASON_COLOURS.get(r, f"C{i + 4}") for i, r in enumerate(reasons)],
             label=reasons,
         )
         if max_new is not None:
@@ -203,14 +199,14 @@ def _figure(
         panels[0].legend(fontsize=7, loc="upper left", framealpha=0.85)
         prompts = np.array([prompt_chars[a.key] for a in answers], dtype=np.float64)
         low, high = float(prompts.min()), float(prompts.max())
-        edges = (np.linspace(low, max(high, low + 1.0), JOINT_BINS + 1), _integer_edges(top, JOINT_BINS))
+        edges = (np.linspace(low, max(high, low + 1.0), 31), _integer_edges(top, 30))
         joint = np.ma.masked_equal(np.histogram2d(prompts, lengths, bins=edges)[0].T, 0)
         extent = (edges[0][0], edges[0][-1], edges[1][0], edges[1][-1])
         panels[1].imshow(joint, origin="lower", extent=extent, aspect="auto", interpolation="nearest", cmap="viridis")
         panels[1].set(title="prompt vs answer length", xlabel="prompt (characters)", ylabel="answer (tokens)")
         if group.scored:
             values = [a.metrics[group.headline] for a in answers if a.metrics is not None]
-            panels[2].hist(values, bins=np.linspace(0.0, 1.0, SCORE_BINS + 1), histtype="stepfilled", color="#4c72b0")
+            panels[2].hist(values, bins=np.linspace(0.0, 1.0, 11), histtype="stepfilled", color="#4c72b0")
             panels[2].set(xlim=(0, 1), title=f"{group.headline} (scored answers)", ylabel="answers")
         for position, axes in enumerate(panels):
             axes.yaxis.set_major_locator(MaxNLocator(integer=True))
