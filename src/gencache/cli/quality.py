@@ -1,5 +1,5 @@
 """``gencache score`` and ``gencache report``: the commands over :func:`gencache.run.score.score` and
-:func:`gencache.run.quality_report.write_report` (options, the score table, the JSON, the lines printed)."""
+:func:`gencache.run.score.write_report` (options, the score table, the JSON, the lines printed)."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def report_command(
     determinism settings, scores, per data config the answer lengths by finish reason, prompt against answer
     length, the score distribution and the worst examples, and an audit's result when given. Charts need
     matplotlib (the report extra)."""
-    from gencache.run.quality_report import CHARTS_MISSING, write_report
+    from gencache.run.score import CHARTS_MISSING, write_report
 
     chosen, patterns = checked_sources(artifact, source), _by_index("--answer-pattern", answer_pattern)
     with quiet_libraries(False):

@@ -59,15 +59,14 @@ def checked_resolved_config(reader: Any) -> dict[str, Any]:
     return resolved
 
 
-def run_of_readers(readers: Sequence[Any], *, resolved: Mapping[str, Any] | None = None) -> RecordedRun:
+def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
     """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run), from the first
-    one's ``resolved_config.json`` (``resolved``: as :func:`checked_resolved_config` returned it): a
-    :class:`FormatError` naming the file when anything is off, a :class:`ConfigError` when it records no run (an
-    artifact written by ``ArtifactBuild`` directly). The sources are not hashed here."""
+    one's ``resolved_config.json``: a :class:`FormatError` naming the file when anything is off, a
+    :class:`ConfigError` when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are
+    not hashed here."""
     first = readers[0]
     where = first.path / RESOLVED_NAME
-    if resolved is None:
-        resolved = checked_resolved_config(first)
+    resolved = checked_resolved_config(first)
     if "config" not in resolved and "gencache_version" not in resolved:
         raise ConfigError(
             f"{where} records no run config (the artifact was not made by gencache generate), so its samples "

@@ -207,7 +207,7 @@ def export(
     scoring = min_score is not None and scores is None  # the references are needed
     what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
     try:
-        run = run_of_readers(readers, resolved=resolved)
+        run = run_of_readers(readers)
         if prompts:
             tokenizer = load_recorded_tokenizer(run, tokenizer_path)
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
@@ -260,9 +260,7 @@ def export(
             "model_path": provenance.get("model_path"),
             "commit_hash": (resolved.get("model") or {}).get("commit_hash"),
         },
-        "tokenizer_path": provenance.get("tokenizer_path"),
-        "tokenizer": provenance.get("tokenizer"),
-        "dtype": provenance.get("dtype"),
+        **{name: provenance.get(name) for name in ("tokenizer_path", "tokenizer", "dtype")},
         "provenance": provenance,
         "provenance_digest": reader.provenance_digest,
         "artifacts": [str(path) for path in reader.paths],
