@@ -129,15 +129,13 @@ def select_keys(
         raise ConfigError("audit: give either keys or all_keys, not both.")
     if keys is not None:
         wanted = list(dict.fromkeys(keys))
-        known = set(available)
-        missing = [key for key in wanted if key not in known]
-        if missing:
+        if not wanted:
+            raise ConfigError("audit: no keys given.")
+        if missing := sorted(set(wanted) - set(available), key=wanted.index):
             raise ConfigError(
                 f"audit: {len(missing)} of the {len(wanted)} keys given are not in the artifact (first: "
                 f"{missing[0]!r}); list its keys with `gencache export --no-prompts`."
             )
-        if not wanted:
-            raise ConfigError("audit: no keys given.")
         return wanted, f"{len(wanted)} given key(s)"
     if not all_keys and samples < 1:
         raise ConfigError(f"audit: samples must be a positive integer, got {samples}.")

@@ -125,20 +125,18 @@ def write_atomic(out: Path, write: Callable[[IO[bytes]], int]) -> int:
 def _format_of(out: str | os.PathLike[str], format: str | None) -> str:
     """``format``, or the one ``out``'s extension names; a ``format`` that contradicts the extension is refused."""
     by_extension = EXTENSIONS.get(Path(out).suffix.lower())
-    if format is None:
-        if by_extension is None:
-            raise ConfigError(
-                f"--out {out}: the format follows the extension ({', '.join(EXTENSIONS)}); name the file so, or "
-                "pass --format jsonl|parquet."
-            )
-        return by_extension
-    if format not in EXTENSIONS.values():
+    if format is not None and format not in EXTENSIONS.values():
         raise ConfigError(f"--format must be one of jsonl, parquet, got {format!r}.")
-    if by_extension is not None and by_extension != format:
+    if format is None and by_extension is None:
+        raise ConfigError(
+            f"--out {out}: the format follows the extension ({', '.join(EXTENSIONS)}); name the file so, or pass "
+            "--format jsonl|parquet."
+        )
+    if by_extension not in (None, format or by_extension):
         raise ConfigError(
             f"--format {format} contradicts --out {out} (a {by_extension} name); drop --format or rename the file."
         )
-    return format
+    return str(format or by_extension)
 
 
 def _passed(
