@@ -69,19 +69,13 @@ def prompt_opens_thinking(parts: Sequence[str]) -> bool:
     return False
 
 
-def strip_thinking(text: str, *, opened: bool = False) -> str:
-    """``text`` after its last ``</think>``; empty when a ``<think>`` is never closed, or when the prompt
-    ``opened`` one and ``text`` never closes it; else ``text`` itself."""
-    closed = text.rfind(THINK_CLOSE)
-    if closed >= 0:
-        return text[closed + len(THINK_CLOSE) :]
-    return "" if opened or THINK_OPEN in text else text
-
-
 def extract_answer(text: str, rule: AnswerRule, *, opened: bool = False) -> str:
-    """The answer as scored: ``text`` without its thinking block (one the prompt ``opened`` included), cut by
-    ``rule`` (see the module docstring)."""
-    rest = strip_thinking(text, opened=opened)
+    """The answer as scored: ``text`` after its last ``</think>`` (none when a ``<think>``, or the one the prompt
+    ``opened``, is never closed), cut by ``rule`` (see the module docstring)."""
+    closed = text.rfind(THINK_CLOSE)
+    if closed < 0 and (opened or THINK_OPEN in text):
+        return ""
+    rest = text[closed + len(THINK_CLOSE) :] if closed >= 0 else text
     if rule.pattern is not None:
         found = rule.pattern.search(rest)
         if found is None:

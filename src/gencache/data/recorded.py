@@ -30,7 +30,6 @@ class RecordedRun:
     config and generation settings. ``shards`` is None when ``paths`` hold the whole run."""
 
     paths: tuple[Location, ...]
-    resolved_path: Location
     resolved: Mapping[str, Any]
     config: CacheConfig
     generation: Mapping[str, Any]
@@ -85,7 +84,6 @@ def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
         count, shards = int(records[0]["count"]), tuple(sorted(int(record["index"]) for record in records))
     return RecordedRun(
         paths=tuple(reader.path for reader in readers),
-        resolved_path=where,
         resolved=resolved,
         config=config,
         generation=generation,
@@ -166,7 +164,7 @@ def rebuild_samples(
                 data_config["source"] = chosen[index]
             elif root is not None and isinstance(data_config.get("source"), str):
                 data_config["source"] = str(root / Path(data_config["source"]).name)
-        config = parse_config(raw, origin=f"{run.resolved_path} with the sources given")
+        config = parse_config(raw, origin=f"{run.paths[0] / RESOLVED_NAME} with the sources given")
     samples = build_samples(config, tokenizer)
     for summary in samples.summaries:  # the rebuild must read the files (or hub tables) the run read
         if summary.index in chosen:
