@@ -201,12 +201,11 @@ def recorded_directory(path: str, what: str, option: str) -> str:
     return path
 
 
-def load_recorded_tokenizer(run: RecordedRun, path: str | None = None) -> Any:
-    """The tokenizer at ``path``, else the one the run recorded (its ``tokenizer_path``), at the run's revision,
-    prepared as for generation."""
+def load_recorded_tokenizer(run: RecordedRun, path: str | None = None, *, moved: str = "restore it") -> Any:
+    """The tokenizer at ``path``, else the one the run recorded (its ``tokenizer_path``; ``moved`` says what to do
+    when that directory is gone), at the run's revision, prepared as for generation."""
     from gencache.generation.teacher import load_tokenizer
 
     model = run.config.model
-    if path is None:
-        path = recorded_directory(model.effective_tokenizer_path, "tokenizer", "pass --tokenizer DIR, its new place")
+    path = path or recorded_directory(model.effective_tokenizer_path, "tokenizer", moved)
     return load_tokenizer(path, revision=model.revision)

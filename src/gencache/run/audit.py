@@ -204,7 +204,7 @@ def audit(
     if tokenizer_path is None and model_path is not None and model.effective_tokenizer_path == model.model_path:
         tokenizer_path = model_path  # a tokenizer that came with the recorded teacher comes with a given one
     teacher = model_path or recorded_directory(model.model_path, "teacher", "audit with --model NEWDIR, its new place")
-    tokenizer = load_recorded_tokenizer(run, tokenizer_path)
+    tokenizer = load_recorded_tokenizer(run, tokenizer_path, moved="audit with --tokenizer NEWDIR, its new place")
     device, dtype = device or model.device, dtype or model.dtype
     fields = ("model_path", "tokenizer_path", "dtype")  # the tokenizer must be in the state the cache was made with
     reader.check_compatible(**{name: reader.provenance[name] for name in fields}, tokenizer=tokenizer)

@@ -207,7 +207,7 @@ def export(
     try:
         run = run_of_readers(readers)
         if prompts:
-            tokenizer = load_recorded_tokenizer(run, tokenizer_path)
+            tokenizer = load_recorded_tokenizer(run, tokenizer_path, moved="pass --tokenizer DIR, its new place")
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
         names = {summary.index: summary.dataset_name for summary in samples.summaries}
         for sample in samples.unique:  # each key's fields from its first sample, in run order
