@@ -8,12 +8,12 @@ import pytest
 
 from gencache.core.errors import ConfigError
 from gencache.data.answers import (
+    AnswerRule,
     answer_rule,
     extract_answer,
     normalize,
     prompt_opens_thinking,
     score_answer,
-    strip_thinking,
 )
 from gencache.data.scores import check_min_score, parse_min_score
 
@@ -64,10 +64,11 @@ def test_contains_counts_whole_words_of_each_value() -> None:
 
 
 def test_the_thinking_block_is_removed() -> None:
-    assert strip_thinking("<think>maybe Lyon</think>\nParis") == "\nParis"
-    assert strip_thinking("<think>a</think><think>b</think> Rome") == " Rome"  # after the last one
-    assert strip_thinking("<think>still thinking about Lyon") == ""  # never closed: no answer
-    assert strip_thinking("Paris") == "Paris"
+    whole = AnswerRule()  # the whole text
+    assert extract_answer("<think>maybe Lyon</think>\nParis", whole) == "Paris"
+    assert extract_answer("<think>a</think><think>b</think> Rome", whole) == "Rome"  # after the last one
+    assert extract_answer("<think>still thinking about Lyon", whole) == ""  # never closed: no answer
+    assert extract_answer("Paris", whole) == "Paris"
     qa = answer_rule("hotpot_qa")
     assert extract_answer("<think>Lyon? no.</think>\n\n Paris \nbecause it is the capital", qa) == "Paris"
     assert score_answer(extract_answer("<think>Paris</think>Lyon", qa), "Paris", qa)["f1"] == 0.0
@@ -92,7 +93,7 @@ def test_a_think_block_the_prompt_opened_is_not_the_answer() -> None:
         "contains": 0.0,
     }
     assert extract_answer("Maybe 1 2 3.\n</think>\n\n5 7 9", niah, opened=opened) == "5 7 9"
-    assert strip_thinking("a</think>b</think> c", opened=True) == " c"
+    assert extract_answer("a</think>b</think> c", AnswerRule(), opened=True) == "c"
     assert extract_answer(thought, niah) == thought  # without the prompt's block it is the answer
 
 

@@ -16,7 +16,7 @@ import gencache
 from gencache.artifact.reader import CacheReader
 from gencache.core.errors import ConfigError, DatasetError, FormatError, SourceChangedError
 from gencache.data.recipes import sample_source
-from gencache.data.recorded import check_sources, load_recorded_tokenizer, open_recorded_run, rebuild_samples
+from gencache.data.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
 from gencache.data.sources import file_sha256
 from support.config_factory import musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
@@ -36,13 +36,13 @@ def run(tmp_path_factory: pytest.TempPathFactory, tiny_teacher_dir: Path) -> dic
     return {"limited": limited, "sharded": sharded, "data": data, "work": work}
 
 
-def _recorded(path: Any, **kwargs: Any) -> Any:
-    return open_recorded_run(path, **kwargs)[1]
+def _recorded(path: Any) -> Any:
+    return open_recorded_run(path)[1]
 
 
 def test_the_record_is_the_effective_run(run: dict[str, Any]) -> None:
     recorded = _recorded(run["limited"])
-    assert recorded.sources_checked and recorded.shards is None and recorded.paths == (run["limited"],)
+    assert recorded.shards is None and recorded.paths == (run["limited"],)
     assert recorded.config.data_configs[0].num_samples == 3  # --limit applied
     assert recorded.generation["max_new_tokens"] == 5  # --set applied
     assert recorded.config.seed == 3 and recorded.config.output_dir == str(run["limited"])
@@ -88,8 +88,7 @@ def test_a_damaged_record_is_refused_naming_the_file(run: dict[str, Any], tmp_pa
 
 def test_changed_and_missing_sources_are_refused(run: dict[str, Any], tmp_path: Path) -> None:
     data = writable_copy(run["data"], tmp_path / run["data"].name)
-    recorded = _recorded(run["limited"], hash_sources=False)
-    assert not recorded.sources_checked
+    recorded = _recorded(run["limited"])
     # the recorded files moved under a data root: checked there and rebuilt identically
     samples = rebuild_samples(recorded, data_root=tmp_path)
     assert set(samples.keys()) == set(CacheReader(run["limited"]).keys())
@@ -105,7 +104,7 @@ def test_changed_and_missing_sources_are_refused(run: dict[str, Any], tmp_path: 
     assert 'config=CONFIG, missing="skip"' in message and "--no-prompts" in message and "\n" not in message
     victim.unlink()
     with pytest.raises(DatasetError, match=f"{victim} is gone"):
-        check_sources(recorded, data_root=tmp_path)
+        rebuild_samples(recorded, data_root=tmp_path)
     # a data config read from another source is not held to the recorded files
     rebuilt = rebuild_samples(recorded, sources={0: str(run["data"])})
     assert rebuilt.keys() == samples.keys()

@@ -102,7 +102,7 @@ def test_the_report_joins_only_the_prompts_it_shows(
     import html
 
     from gencache.data import prompts, samples
-    from gencache.run import quality_report
+    from gencache.run import score as scoring
 
     joined: list[str] = []
     real = prompts.prompt_text
@@ -112,8 +112,8 @@ def test_the_report_joins_only_the_prompts_it_shows(
         return joined[-1]
 
     monkeypatch.setattr(samples, "prompt_text", counted)
-    monkeypatch.setattr(quality_report, "EXAMPLES", 1)
-    result = quality_report.write_report(demo_run["artifact"], tmp_path / "report.html")
+    monkeypatch.setattr(scoring, "EXAMPLES", 1)
+    result = scoring.write_report(demo_run["artifact"], tmp_path / "report.html")
     text = result.out.read_text(encoding="utf-8")
     assert result.data_configs == 4 and text.count('<table class="examples">') == 4
     assert len(joined) == 4  # one example per data config; the demo has 12 samples
@@ -238,12 +238,12 @@ def test_without_gold_score_and_report_say_so(
 def test_examples_show_unscored_answers_beside_the_worst_scored(
     demo_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gencache.run import quality_report
+    from gencache.run import score as scoring
 
     run = table_run(tmp_path / "mixed", demo_run["teacher"], ["Paris", "Rome", "", "Lyon", "Oslo", "Bern", "", "Nice"])
-    monkeypatch.setattr(quality_report, "EXAMPLES", 4)
+    monkeypatch.setattr(scoring, "EXAMPLES", 4)
     out = tmp_path / "report.html"
-    quality_report.write_report(run, out)
+    scoring.write_report(run, out)
     page = shown(out, tmp_path)
     assert page["axes"] == [3] and page["noGold"] == 0
     assert len(page["examples"]) == 4 and page["examples"][-1] == "no gold" and "no gold" not in page["examples"][:3]

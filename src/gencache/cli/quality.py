@@ -1,6 +1,6 @@
 """``gencache score``, ``gencache report`` and ``gencache audit``: the commands over :func:`gencache.run.score.score`,
-:func:`gencache.run.quality_report.write_report` and :func:`gencache.run.audit.audit` (options, tables, JSON, the
-lines printed); torch and transformers load inside the commands only."""
+:func:`gencache.run.score.write_report` and :func:`gencache.run.audit.audit` (options, tables, JSON, the lines
+printed); torch and transformers load inside the commands only."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def report_command(
     determinism settings, scores, per data config the answer lengths by finish reason, prompt against answer
     length, the score distribution and the worst examples, and an audit's result when given. Charts need
     matplotlib (the report extra)."""
-    from gencache.run.quality_report import CHARTS_MISSING, write_report
+    from gencache.run.score import CHARTS_MISSING, write_report
 
     chosen, patterns = checked_sources(artifact, source), _by_index("--answer-pattern", answer_pattern)
     with quiet_libraries(False):

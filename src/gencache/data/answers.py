@@ -13,11 +13,9 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 #: Every metric an answer gets, in the order reports show them.
 METRICS: tuple[str, ...] = ("exact_match", "f1", "contains")
-Headline = Literal["exact_match", "f1", "contains"]
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -36,7 +34,7 @@ class AnswerRule:
     first_line: bool = False
     pattern: re.Pattern[str] | None = None
     split_values: bool = False
-    headline: Headline = "f1"
+    headline: str = "f1"
 
     @property
     def description(self) -> str:
@@ -71,19 +69,13 @@ def prompt_opens_thinking(parts: Sequence[str]) -> bool:
     return False
 
 
-def strip_thinking(text: str, *, opened: bool = False) -> str:
-    """``text`` after its last ``</think>``; empty when a ``<think>`` is never closed, or when the prompt
-    ``opened`` one and ``text`` never closes it; else ``text`` itself."""
-    closed = text.rfind(THINK_CLOSE)
-    if closed >= 0:
-        return text[closed + len(THINK_CLOSE) :]
-    return "" if opened or THINK_OPEN in text else text
-
-
 def extract_answer(text: str, rule: AnswerRule, *, opened: bool = False) -> str:
-    """The answer as scored: ``text`` without its thinking block (one the prompt ``opened`` included), cut by
-    ``rule`` (see the module docstring)."""
-    rest = strip_thinking(text, opened=opened)
+    """The answer as scored: ``text`` after its last ``</think>`` (none when a ``<think>``, or the one the prompt
+    ``opened``, is never closed), cut by ``rule`` (see the module docstring)."""
+    closed = text.rfind(THINK_CLOSE)
+    if closed < 0 and (opened or THINK_OPEN in text):
+        return ""
+    rest = text[closed + len(THINK_CLOSE) :] if closed >= 0 else text
     if rule.pattern is not None:
         found = rule.pattern.search(rest)
         if found is None:

@@ -10,14 +10,14 @@ import copy
 import datetime
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.names import RESOLVED_NAME, shard_of
 from gencache.artifact.resolved import DIGEST_FIELD, resolved_config_problems
-from gencache.artifact.store import Location, location, read_resolved_config
+from gencache.artifact.store import Location, read_resolved_config
 from gencache.config import CacheConfig, parse_config
 from gencache.core.errors import ConfigError, DatasetError, FormatError, GencacheError, SourceChangedError, first_line
 from gencache.data.samples import SampleSet, build_samples
@@ -27,24 +27,18 @@ from gencache.data.sources import file_sha256
 @dataclass(frozen=True)
 class RecordedRun:
     """The checked record of the run behind an artifact, a shard or a whole shard set (``paths``): its effective
-    config and generation settings. ``shards`` is None when ``paths`` hold the whole run; ``sources_checked`` is
-    True once every recorded source file was hashed again and matched."""
+    config and generation settings. ``shards`` is None when ``paths`` hold the whole run."""
 
-    path: Location
     paths: tuple[Location, ...]
-    resolved_path: Location
     resolved: Mapping[str, Any]
     config: CacheConfig
     generation: Mapping[str, Any]
-    shard_count: int | None = None
+    shard_count: int = 1
     shards: tuple[int, ...] | None = None
-    sources_checked: bool = False
 
     def owns(self, key: str) -> bool:
         """Whether the run's sample ``key`` belongs in ``paths`` (always, unless they hold only some shards)."""
-        if self.shards is None or self.shard_count is None:
-            return True
-        return shard_of(key, self.shard_count) in self.shards
+        return self.shards is None or shard_of(key, self.shard_count) in self.shards
 
 
 def _refuse(where: Path, problem: str) -> FormatError:
@@ -64,17 +58,14 @@ def checked_resolved_config(reader: Any) -> dict[str, Any]:
     return resolved
 
 
-def run_of_readers(
-    path: str | os.PathLike[str], readers: Sequence[Any], *, resolved: Mapping[str, Any] | None = None
-) -> RecordedRun:
-    """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run) that ``path``
-    stands for, from the first one's ``resolved_config.json`` (``resolved``: as :func:`checked_resolved_config`
-    returned it): a :class:`FormatError` naming the file when anything is off, a :class:`ConfigError` when it
-    records no run (an artifact written by ``ArtifactBuild`` directly). The sources are not hashed here."""
+def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
+    """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run), from the first
+    one's ``resolved_config.json``: a :class:`FormatError` naming the file when anything is off, a
+    :class:`ConfigError` when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are
+    not hashed here."""
     first = readers[0]
     where = first.path / RESOLVED_NAME
-    if resolved is None:
-        resolved = checked_resolved_config(first)
+    resolved = checked_resolved_config(first)
     if "config" not in resolved and "gencache_version" not in resolved:
         raise ConfigError(
             f"{where} records no run config (the artifact was not made by gencache generate), so its samples "
@@ -87,16 +78,12 @@ def run_of_readers(
         config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
     except GencacheError as error:
         raise _refuse(where, f"its config does not parse ({first_line(error)})") from None
-    count, shards = None, None
+    count, shards = 1, None
     records = [reader.summary.get("shard") for reader in readers]  # each artifact's shard (None: the whole run)
-    if records[0] is not None:
-        count = records[0].get("count")
-        shards = tuple(sorted({int(record["index"]) for record in records if record is not None}))
-        count, shards = (None, None) if len(shards) == count else (count if isinstance(count, int) else None, shards)
+    if records[0] is not None and len(records) != records[0]["count"]:
+        count, shards = int(records[0]["count"]), tuple(sorted(int(record["index"]) for record in records))
     return RecordedRun(
-        path=location(path),
         paths=tuple(reader.path for reader in readers),
-        resolved_path=where,
         resolved=resolved,
         config=config,
         generation=generation,
@@ -118,38 +105,6 @@ def _relocated(source: Mapping[str, Any], data_root: Path | None) -> dict[str, s
     return {str(moved / os.path.relpath(path, location)): digest for path, digest in files.items()}
 
 
-def _overrides(run: RecordedRun, sources: Mapping[int, str] | None) -> dict[int, str]:
-    chosen = dict(sources or {})
-    count = len(run.config.data_configs)
-    for index in chosen:
-        if type(index) is not int or not 0 <= index < count:
-            raise ConfigError(f"--source {index}=...: the run has data configs 0..{count - 1}.")
-    return chosen
-
-
-def check_sources(
-    run: RecordedRun, *, sources: Mapping[int, str] | None = None, data_root: str | os.PathLike[str] | None = None
-) -> None:
-    """Hash every recorded local source file again (under ``data_root`` when given; data configs read from
-    ``sources`` are skipped) and refuse, in one line naming the file, one that is gone (:class:`DatasetError`) or
-    whose bytes changed since generation (:class:`SourceChangedError`)."""
-    skipped = _overrides(run, sources)
-    root = None if data_root is None else Path(data_root).expanduser().absolute()
-    for index, source in enumerate(run.resolved["sources"]):
-        if index in skipped:
-            continue
-        for name, recorded in _relocated(source, root).items():
-            file = Path(name)
-            if not file.is_file():
-                raise DatasetError(
-                    f"data_configs[{index}]: the recorded source file {file} is gone; restore it, or point "
-                    "--data-root/--source (data_root/sources) at the data."
-                )
-            found = file_sha256(file)
-            if found != recorded:
-                raise source_changed(index, file, recorded, found)
-
-
 #: What works when a recorded source file changed, named by :func:`source_changed`.
 WAYS_FORWARD = (
     "restore the file the run read; or train on the data as it is now with "
@@ -162,15 +117,12 @@ WAYS_FORWARD = (
 def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
     """The error of a recorded source file whose bytes changed: the file, its sha256 then and now, its size and
     modification time now (the run recorded the sha256 alone), and :data:`WAYS_FORWARD`."""
-    try:
-        stat = file.stat()
-        when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        now = f"; now {stat.st_size:,} bytes, modified {when}"
-    except OSError:
-        now = ""
+    stat = file.stat()
+    when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return SourceChangedError(
         f"data_configs[{index}]: source file {file} changed since generation (sha256 {recorded[:12]}... recorded, "
-        f"{found[:12]}... now{now}), so its rows no longer give the run's prompts: {WAYS_FORWARD}."
+        f"{found[:12]}... now; now {stat.st_size:,} bytes, modified {when}), so its rows no longer give the run's "
+        f"prompts: {WAYS_FORWARD}."
     )
 
 
@@ -185,11 +137,25 @@ def rebuild_samples(
 
     ``sources`` (``--source I=PATH``) reads some data configs from elsewhere; ``data_root`` (``--data-root``) holds
     the recorded local sources by their last path component. The files read must be those the run read, with the
-    same bytes."""
-    chosen = _overrides(run, sources)
+    same bytes: every recorded local source file is hashed again first, and one that is gone
+    (:class:`DatasetError`) or changed (:class:`SourceChangedError`) is refused in one line naming it."""
+    chosen, count = dict(sources or {}), len(run.config.data_configs)
+    for index in chosen:
+        if type(index) is not int or not 0 <= index < count:
+            raise ConfigError(f"--source {index}=...: the run has data configs 0..{count - 1}.")
     root = None if data_root is None else Path(data_root).expanduser().absolute()
-    if not run.sources_checked or root is not None:
-        check_sources(run, sources=chosen, data_root=root)
+    for index, source in enumerate(run.resolved["sources"]):
+        if index in chosen:
+            continue
+        for name, recorded in _relocated(source, root).items():
+            file = Path(name)
+            if not file.is_file():
+                raise DatasetError(
+                    f"data_configs[{index}]: the recorded source file {file} is gone; restore it, or point "
+                    "--data-root/--source (data_root/sources) at the data."
+                )
+            if (found := file_sha256(file)) != recorded:
+                raise source_changed(index, file, recorded, found)
     config = run.config
     if chosen or root is not None:  # each data config's source replaced, or moved under data_root
         raw = copy.deepcopy(dict(run.resolved["config"]))
@@ -198,7 +164,7 @@ def rebuild_samples(
                 data_config["source"] = chosen[index]
             elif root is not None and isinstance(data_config.get("source"), str):
                 data_config["source"] = str(root / Path(data_config["source"]).name)
-        config = parse_config(raw, origin=f"{run.resolved_path} with the sources given")
+        config = parse_config(raw, origin=f"{run.paths[0] / RESOLVED_NAME} with the sources given")
     samples = build_samples(config, tokenizer)
     for summary in samples.summaries:  # the rebuild must read the files (or hub tables) the run read
         if summary.index in chosen:
@@ -220,22 +186,26 @@ def rebuild_samples(
     return samples
 
 
-def open_recorded_run(path: str | os.PathLike[str], *, hash_sources: bool = True) -> tuple[Any, RecordedRun]:
+def open_recorded_run(path: str | os.PathLike[str]) -> tuple[Any, RecordedRun]:
     """The reader of ``path`` (an artifact, one shard, or a shard base; :func:`gencache.open_caches`) and the
-    checked record of its run; with ``hash_sources`` every recorded local source file is hashed again and must
-    match (``sources_checked``)."""
+    checked record of its run."""
     reader = open_caches(path)
-    readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
-    run = run_of_readers(path, readers)
-    if hash_sources:
-        check_sources(run)
-        run = replace(run, sources_checked=True)
-    return reader, run
+    return reader, run_of_readers(list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader])
 
 
-def load_recorded_tokenizer(run: RecordedRun) -> Any:
-    """The tokenizer the run recorded (its ``tokenizer_path`` at its ``revision``), prepared as for generation."""
+def recorded_directory(path: str, what: str, option: str) -> str:
+    """``path``, a teacher or tokenizer the run used, refused when it was a local directory that is gone (the run
+    recorded local directories as absolute paths, and a hub id is never one)."""
+    if os.path.isabs(path) and not os.path.isdir(path):
+        raise ConfigError(f"the {what} directory the run used, {path}, is gone (moved or deleted); {option}.")
+    return path
+
+
+def load_recorded_tokenizer(run: RecordedRun, path: str | None = None, *, moved: str = "restore it") -> Any:
+    """The tokenizer at ``path``, else the one the run recorded (its ``tokenizer_path``; ``moved`` says what to do
+    when that directory is gone), at the run's revision, prepared as for generation."""
     from gencache.generation.teacher import load_tokenizer
 
     model = run.config.model
-    return load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+    path = path or recorded_directory(model.effective_tokenizer_path, "tokenizer", moved)
+    return load_tokenizer(path, revision=model.revision)

@@ -14,26 +14,30 @@ from typing import Any
 from gencache.config.models import answer_pattern_problem
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.answers import METRICS, AnswerRule, answer_rule, extract_answer, prompt_opens_thinking, score_answer
-from gencache.data.samples import SampleSet
+from gencache.data.samples import Sample, SampleSet
 
-#: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
-#: reference).
-SCORE_COLUMNS: dict[str, str] = {
+#: The fields that join an answer back to its source row, with their pyarrow types.
+JOIN_COLUMNS: dict[str, str] = {
     "key": "string",
-    "sequence_index": "int64",
-    "data_config_index": "int64",
     "dataset_name": "string",
+    "data_config_index": "int64",
     "sample_index": "int64",
     "row_id": "string",
     "row_index": "int64",
-    "finish_reason": "string",
-    "token_length": "int64",
-    "answer": "string",
-    "reference": "string",
-    "exact_match": "float64",
-    "f1": "float64",
-    "contains": "float64",
+    "sequence_index": "int64",
 }
+#: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
+#: reference).
+SCORE_COLUMNS: dict[str, str] = (
+    JOIN_COLUMNS
+    | {
+        "finish_reason": "string",
+        "token_length": "int64",
+        "answer": "string",
+        "reference": "string",
+    }
+    | dict.fromkeys(METRICS, "float64")
+)
 #: A score lookup: (key, sequence index) to the answer's metrics (None: no reference).
 Scores = Mapping[tuple[str, int], Mapping[str, float] | None]
 
@@ -61,6 +65,17 @@ class ScoredAnswer:
         row = asdict(self)
         metrics = row.pop("metrics") or {}
         return {**row, **{name: metrics.get(name) for name in METRICS}}
+
+
+def join_fields(sample: Sample, names: Mapping[int, str]) -> dict[str, Any]:
+    """The fields that join an answer back to its source row (``names``: each data config's dataset name)."""
+    return {
+        "dataset_name": names[sample.data_config_index],
+        "data_config_index": sample.data_config_index,
+        "sample_index": sample.sample_index,
+        "row_id": None if sample.source_id is None else str(sample.source_id),
+        "row_index": sample.row,
+    }
 
 
 def rules_of(samples: SampleSet, patterns: Mapping[int, str] | None = None) -> dict[int, AnswerRule]:
@@ -104,11 +119,7 @@ def score_cache(
                 ScoredAnswer(
                     key=sample.key,
                     sequence_index=index,
-                    data_config_index=sample.data_config_index,
-                    dataset_name=names[sample.data_config_index],
-                    sample_index=sample.sample_index,
-                    row_id=None if sample.source_id is None else str(sample.source_id),
-                    row_index=sample.row,
+                    **join_fields(sample, names),
                     finish_reason=reason,
                     token_length=int(ref["shape"][0]),
                     answer=answer,
@@ -139,7 +150,6 @@ def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str,
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"{file}: no such score file; write one with gencache score ARTIFACT --out {file.name}.")
-    scores: dict[tuple[str, int], dict[str, float] | None] = {}
     try:
         if score_format(file) == "parquet":
             import pyarrow.parquet as pq
@@ -148,9 +158,10 @@ def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str,
         else:
             with open(file, encoding="utf-8") as handle:
                 rows = [json.loads(line) for line in handle]
-        for row in rows:
-            values = {name: row[name] for name in METRICS}
-            scores[(row["key"], row["sequence_index"])] = None if values["f1"] is None else values
+        scores = {
+            (row["key"], row["sequence_index"]): None if row["f1"] is None else {name: row[name] for name in METRICS}
+            for row in rows
+        }
     except (OSError, ValueError, KeyError, TypeError) as error:  # pyarrow's and json's errors derive from these
         raise ConfigError(f"{file}: not a score file written by gencache score ({error!r}).") from None
     return scores
@@ -175,12 +186,10 @@ def parse_min_score(texts: Iterable[str]) -> dict[str, float]:
     """``--min-score METRIC=VALUE`` options (repeatable) as a bar for :func:`check_min_score`."""
     bar: dict[str, float] = {}
     for text in texts:
-        name, sep, value = text.partition("=")
+        name, _, value = text.partition("=")
         try:
-            bar[name.strip()] = float(value)
+            bar[name.strip()] = float(value)  # no "=": float("") fails too
         except ValueError:
-            sep = ""
-        if not sep:
-            raise ConfigError(f"--min-score must look like METRIC=VALUE (e.g. f1=0.5), got {text!r}.")
+            raise ConfigError(f"--min-score must look like METRIC=VALUE (e.g. f1=0.5), got {text!r}.") from None
     check_min_score(bar)
     return bar

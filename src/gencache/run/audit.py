@@ -19,10 +19,15 @@ from typing import TYPE_CHECKING, Any
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.core.progress import StagedProgress
-from gencache.data.recorded import RecordedRun, open_recorded_run, rebuild_samples
+from gencache.data.recorded import (
+    RecordedRun,
+    load_recorded_tokenizer,
+    open_recorded_run,
+    rebuild_samples,
+    recorded_directory,
+)
 from gencache.generation.effective import resolve_generation
 from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
-from gencache.generation.teacher import load_tokenizer
 from gencache.run.session import build_engine
 
 if TYPE_CHECKING:
@@ -44,13 +49,7 @@ class SequenceAudit:
     regenerated_length: int
     stored_finish: str
     regenerated_finish: str
-
-    @property
-    def equal(self) -> bool:
-        return self.first_difference is None and self.stored_finish == self.regenerated_finish
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"equal": self.equal}
+    equal: bool
 
 
 @dataclass(frozen=True)
@@ -59,23 +58,8 @@ class KeyAudit:
 
     key: str
     sequences: tuple[SequenceAudit, ...]
-
-    @property
-    def equal(self) -> bool:
-        return len(self.sequences) > 0 and all(sequence.equal for sequence in self.sequences)
-
-    @property
-    def first_difference(self) -> int | None:
-        found = [s.first_difference for s in self.sequences if s.first_difference is not None]
-        return min(found) if found else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "equal": self.equal,
-            "first_difference": self.first_difference,
-            "sequences": [sequence.to_json() for sequence in self.sequences],
-        }
+    equal: bool
+    first_difference: int | None
 
 
 @dataclass(frozen=True)
@@ -96,7 +80,7 @@ class AuditReport:
 
     @property
     def equal(self) -> int:
-        return sum(1 for key in self.keys if key.equal)
+        return sum(key.equal for key in self.keys)
 
     @property
     def differing(self) -> int:
@@ -109,18 +93,16 @@ class AuditReport:
     def divergence(self) -> dict[int, int]:
         """How many differing keys first diverge at each answer position (finish-reason-only differences count
         at the stored length)."""
-        positions: Counter[int] = Counter()
-        for key in self.keys:
-            if key.equal:
-                continue
-            first = key.first_difference
-            positions[first if first is not None else min(s.stored_length for s in key.sequences)] += 1
+        positions = Counter(
+            min(s.stored_length for s in key.sequences) if key.first_difference is None else key.first_difference
+            for key in self.keys
+            if not key.equal
+        )
         return dict(sorted(positions.items()))
 
     def to_json(self) -> dict[str, Any]:
         per_key = self.seconds / len(self.keys) if self.keys else 0.0
-        names = ("engine", "model_path", "device", "dtype", "sampled", "selection", "total_keys")
-        return {name: getattr(self, name) for name in names} | {
+        return asdict(self) | {
             "path": str(self.path),
             "audited": len(self.keys),
             "equal": self.equal,
@@ -130,7 +112,6 @@ class AuditReport:
             "seconds": round(self.seconds, 3),
             "seconds_per_key": round(per_key, 4),
             "load_seconds": round(self.load_seconds, 3),
-            "keys": [key.to_json() for key in self.keys],
         }
 
 
@@ -148,15 +129,13 @@ def select_keys(
         raise ConfigError("audit: give either keys or all_keys, not both.")
     if keys is not None:
         wanted = list(dict.fromkeys(keys))
-        known = set(available)
-        missing = [key for key in wanted if key not in known]
-        if missing:
+        if not wanted:
+            raise ConfigError("audit: no keys given.")
+        if missing := sorted(set(wanted) - set(available), key=wanted.index):
             raise ConfigError(
                 f"audit: {len(missing)} of the {len(wanted)} keys given are not in the artifact (first: "
                 f"{missing[0]!r}); list its keys with `gencache export --no-prompts`."
             )
-        if not wanted:
-            raise ConfigError("audit: no keys given.")
         return wanted, f"{len(wanted)} given key(s)"
     if not all_keys and samples < 1:
         raise ConfigError(f"audit: samples must be a positive integer, got {samples}.")
@@ -185,27 +164,6 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
     return chosen
 
 
-def _teacher_paths(run: RecordedRun, model_path: str | None, tokenizer_path: str | None) -> tuple[str, str]:
-    """The teacher and tokenizer to regenerate with: those given, else the recorded ones; a tokenizer that came
-    with the recorded teacher comes with a given one."""
-    model = run.config.model
-    recorded_model, recorded_tokenizer = model.model_path, model.effective_tokenizer_path
-    if tokenizer_path is None and model_path is not None and recorded_tokenizer == recorded_model:
-        tokenizer_path = model_path
-    chosen = (model_path or recorded_model, tokenizer_path or recorded_tokenizer)
-    for path, given, what, option in (
-        (chosen[0], model_path, "teacher", "--model NEWDIR"),
-        (chosen[1], tokenizer_path, "tokenizer", "--tokenizer NEWDIR"),
-    ):
-        # the run recorded local directories as absolute paths, and a hub id is never one
-        if given is None and os.path.isabs(path) and not os.path.isdir(path):
-            raise ConfigError(
-                f"audit: the {what} directory the run used, {path}, is gone (moved or deleted); audit with "
-                f"{option}, its new place."
-            )
-    return chosen
-
-
 def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
     """The sequences of ``key`` as stored and as regenerated (as many: the settings resolved as recorded)."""
     sequences = []
@@ -214,10 +172,11 @@ def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
         first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
         if first is None and len(a) != len(b):
             first = min(len(a), len(b))
-        sequences.append(
-            SequenceAudit(index, first, len(a), len(b), stored.finish_reasons[index], regenerated.finish_reasons[index])
-        )
-    return KeyAudit(key, tuple(sequences))
+        finishes = stored.finish_reasons[index], regenerated.finish_reasons[index]
+        equal = first is None and finishes[0] == finishes[1]
+        sequences.append(SequenceAudit(index, first, len(a), len(b), *finishes, equal))
+    found = [s.first_difference for s in sequences if s.first_difference is not None]
+    return KeyAudit(key, tuple(sequences), all(s.equal for s in sequences), min(found, default=None))
 
 
 def audit(
@@ -242,16 +201,13 @@ def audit(
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)
     model = run.config.model
-    teacher, tokenizer_at = _teacher_paths(run, model_path, tokenizer_path)
+    if tokenizer_path is None and model_path is not None and model.effective_tokenizer_path == model.model_path:
+        tokenizer_path = model_path  # a tokenizer that came with the recorded teacher comes with a given one
+    teacher = model_path or recorded_directory(model.model_path, "teacher", "audit with --model NEWDIR, its new place")
+    tokenizer = load_recorded_tokenizer(run, tokenizer_path, moved="audit with --tokenizer NEWDIR, its new place")
     device, dtype = device or model.device, dtype or model.dtype
-    tokenizer = load_tokenizer(tokenizer_at, revision=model.revision)
-    recorded = reader.provenance  # the tokenizer must still be in the state the cache was generated with
-    reader.check_compatible(
-        model_path=recorded["model_path"],
-        tokenizer_path=recorded["tokenizer_path"],
-        dtype=recorded["dtype"],
-        tokenizer=tokenizer,
-    )
+    fields = ("model_path", "tokenizer_path", "dtype")  # the tokenizer must be in the state the cache was made with
+    reader.check_compatible(**{name: reader.provenance[name] for name in fields}, tokenizer=tokenizer)
     prompts = {
         s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique if s.input_ids is not None
     }

@@ -8,6 +8,7 @@ damaged or edited record stops the export (even without prompts): every value co
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -31,19 +32,13 @@ from gencache.core.errors import (
     first_line,
 )
 from gencache.core.version import __version__
+from gencache.data.scores import JOIN_COLUMNS, join_fields
 
 ExportRow = dict[str, Any]
 PARQUET_BATCH_ROWS = 4096
 
 #: The columns of every record and their pyarrow types (``None`` values are nulls; ``ids`` is a list of int64).
-COLUMNS: dict[str, str] = {
-    "key": "string",
-    "dataset_name": "string",
-    "data_config_index": "int64",
-    "sample_index": "int64",
-    "row_id": "string",
-    "row_index": "int64",
-    "sequence_index": "int64",
+COLUMNS: dict[str, str] = JOIN_COLUMNS | {
     "prompt": "string",
     "reference": "string",
     "completion": "string",
@@ -71,66 +66,6 @@ class ExportResult:
     left_out: int = 0
 
 
-class _TokenizerError(DatasetError):
-    """The tokenizer the prompts are rendered with cannot be loaded."""
-
-
-def _prompts_of(samples: Any, keys: set[str], with_prompts: bool) -> tuple[list[str], dict[str, ExportRow]]:
-    """The sample fields (the join fields, the reference and the prompt) of each of ``keys`` from its first sample, in
-    run order; the prompt's text and ids only ``with_prompts``."""
-    prompts: dict[str, ExportRow] = {}
-    names = {summary.index: summary.dataset_name for summary in samples.summaries}
-    for sample in samples.unique:
-        if sample.key in keys:
-            ids = sample.input_ids if with_prompts else None
-            prompts[sample.key] = {
-                "dataset_name": names[sample.data_config_index],
-                "data_config_index": sample.data_config_index,
-                "sample_index": sample.sample_index,
-                "row_id": None if sample.source_id is None else str(sample.source_id),
-                "row_index": sample.row,
-                "reference": sample.reference,
-                "prompt": sample.prompt_text if with_prompts else None,
-                "prompt_ids": None if ids is None else [int(i) for i in ids],
-            }
-    missing = len(keys) - len(prompts)
-    if missing:
-        raise DatasetError(
-            f"{missing} cache entries match no rebuilt sample (the datasets or tokenizer changed since generation)"
-        )
-    return list(prompts), prompts
-
-
-def _records(
-    reader: Any,
-    order: list[str],
-    prompts: Mapping[str, ExportRow],
-    max_new_tokens: Any,
-    digests: Mapping[str, Any],
-    kept: Callable[[tuple[str, int]], bool] | None,
-) -> Iterator[ExportRow]:
-    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
-    for key in order:
-        generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
-        prompt = prompts.get(key, unknown)
-        for index, (sequence, text, reason) in enumerate(
-            zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
-        ):
-            if kept is None or kept((key, index)):
-                yield prompt | {
-                    "key": key,
-                    "sequence_index": index,
-                    "completion": text,
-                    "completion_ids": sequence.tolist(),
-                    "prompt_token_length": None if prompt["prompt_ids"] is None else len(prompt["prompt_ids"]),
-                    "token_length": len(sequence),
-                    "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
-                    "finish_reason": reason,
-                    "reached_max_length": reason == "length",
-                    "content_digest": digests.get(key),
-                }
-
-
 def write_rows(
     rows: Iterator[ExportRow],
     handle: IO[bytes],
@@ -152,16 +87,11 @@ def write_rows(
     fields = [(name, pa.list_(pa.int64()) if kind == "ids" else getattr(pa, kind)()) for name, kind in columns.items()]
     schema = pa.schema(fields, metadata={"gencache": json.dumps(metadata, sort_keys=True)})
     with pq.ParquetWriter(handle, schema) as writer:
-        batch: list[ExportRow] = []
-        for row in rows:
-            batch.append(row)
-            if len(batch) >= PARQUET_BATCH_ROWS:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                count += len(batch)
-                batch = []
-        if batch or not count:
+        for batch in iter(lambda: list(itertools.islice(rows, PARQUET_BATCH_ROWS)), []):
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
             count += len(batch)
+        if not count:  # a file of no rows still has its schema, as datasets reads it
+            writer.write_table(schema.empty_table())
     return count
 
 
@@ -195,20 +125,18 @@ def write_atomic(out: Path, write: Callable[[IO[bytes]], int]) -> int:
 def _format_of(out: str | os.PathLike[str], format: str | None) -> str:
     """``format``, or the one ``out``'s extension names; a ``format`` that contradicts the extension is refused."""
     by_extension = EXTENSIONS.get(Path(out).suffix.lower())
-    if format is None:
-        if by_extension is None:
-            raise ConfigError(
-                f"--out {out}: the format follows the extension ({', '.join(EXTENSIONS)}); name the file so, or "
-                "pass --format jsonl|parquet."
-            )
-        return by_extension
-    if format not in EXTENSIONS.values():
+    if format is not None and format not in EXTENSIONS.values():
         raise ConfigError(f"--format must be one of jsonl, parquet, got {format!r}.")
-    if by_extension is not None and by_extension != format:
+    if format is None and by_extension is None:
+        raise ConfigError(
+            f"--out {out}: the format follows the extension ({', '.join(EXTENSIONS)}); name the file so, or pass "
+            "--format jsonl|parquet."
+        )
+    if by_extension not in (None, format or by_extension):
         raise ConfigError(
             f"--format {format} contradicts --out {out} (a {by_extension} name); drop --format or rename the file."
         )
-    return format
+    return str(format or by_extension)
 
 
 def _passed(
@@ -223,25 +151,20 @@ def _passed(
         lookup: Mapping[tuple[str, int], Mapping[str, float] | None] = read_scores(scores)
     else:
         lookup = {(a.key, a.sequence_index): a.metrics for a in score_cache(samples, reader, rules_of(samples))}
-    passed: set[tuple[str, int]] = set()
-    total = 0
-    for key in reader:
-        for index in range(len(reader.metadata(key)["finish_reasons"])):
-            total += 1
-            if (key, index) not in lookup:
-                raise ConfigError(
-                    f"{scores}: no score for answer {index} of key {key[:12]}...; the file was written for another "
-                    "artifact: score this one (gencache score ARTIFACT --out FILE)."
-                )
-            metrics = lookup[(key, index)]
-            if metrics is not None and all(metrics[name] >= value for name, value in bar):
-                passed.add((key, index))
+    answers = [(key, index) for key in reader for index in range(len(reader.metadata(key)["finish_reasons"]))]
+    for key, index in answers:
+        if (key, index) not in lookup:
+            raise ConfigError(
+                f"{scores}: no score for answer {index} of key {key[:12]}...; the file was written for another "
+                "artifact: score this one (gencache score ARTIFACT --out FILE)."
+            )
+    passed = {a for a in answers if (m := lookup[a]) is not None and all(m[name] >= value for name, value in bar)}
     if not passed:
         raise ConfigError(
-            f"the selection (min_score={dict(bar)}) keeps no answer: all {total} answers score below it or have no "
-            "reference; lower the bar."
+            f"the selection (min_score={dict(bar)}) keeps no answer: all {len(answers)} answers score below it or "
+            "have no reference; lower the bar."
         )
-    return passed, total
+    return passed, len(answers)
 
 
 def export(
@@ -261,76 +184,81 @@ def export(
     ``data_root``, ``sources`` and ``tokenizer_path`` find moved datasets and tokenizer; ``min_score`` (for example
     ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from
     ``scores``."""
-    from gencache.data.recorded import checked_resolved_config, rebuild_samples, run_of_readers
-    from gencache.generation.teacher import load_tokenizer
+    from gencache.data.recorded import (
+        checked_resolved_config,
+        load_recorded_tokenizer,
+        rebuild_samples,
+        run_of_readers,
+    )
 
     check_output_name(os.fspath(out), "--out")
-    chosen_format = _format_of(out, format)
+    parquet = _format_of(out, format) == "parquet"
     if scores is not None and min_score is None:
         raise ConfigError("--scores goes with --min-score METRIC=VALUE; add the bar.")
     out_path = check_out(out)
     reader = open_caches(directory)
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     resolved = checked_resolved_config(readers[0])  # a shard set: its first shard's; damaged: FormatError
-    generation = resolved.get("generation")
-    max_new_tokens = generation.get("max_new_tokens") if isinstance(generation, dict) else None
     keys = set(reader.keys())
-    order = sorted(keys)
-    found: dict[str, ExportRow] = {}
-    note, samples = None, None
-    overridden = data_root is not None or bool(sources)
+    fields: dict[str, ExportRow] = {}
+    note, samples, run, tokenizer = None, None, None, None
+    scoring = min_score is not None and scores is None  # the references are needed
     what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
     try:
-        run = run_of_readers(directory, readers, resolved=resolved)
-        tokenizer = None
+        run = run_of_readers(readers)
         if prompts:
-            model = run.config.model
-            path = tokenizer_path or model.effective_tokenizer_path
-            if tokenizer_path is None and os.path.isabs(path) and not os.path.isdir(path):  # hub ids: never absolute
-                raise _TokenizerError(f"the tokenizer directory the run used, {path}, is gone (moved or deleted)")
-            try:
-                tokenizer = load_tokenizer(path, revision=model.revision)
-            except GencacheError as error:
-                raise _TokenizerError(first_line(error)) from None
-        samples = rebuild_samples(run, tokenizer, sources=dict(sources or {}), data_root=data_root)
-        order, found = _prompts_of(samples, keys, prompts)
+            tokenizer = load_recorded_tokenizer(run, tokenizer_path, moved="pass --tokenizer DIR, its new place")
+        samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
+        names = {summary.index: summary.dataset_name for summary in samples.summaries}
+        for sample in samples.unique:  # each key's fields from its first sample, in run order
+            if sample.key in keys and sample.key not in fields:
+                ids = sample.input_ids if prompts else None
+                fields[sample.key] = join_fields(sample, names) | {
+                    "reference": sample.reference,
+                    "prompt": sample.prompt_text if prompts else None,
+                    "prompt_ids": None if ids is None else [int(i) for i in ids],
+                }
+        if len(fields) < len(keys):
+            raise DatasetError(
+                f"{len(keys) - len(fields)} cache entries match no rebuilt sample (the datasets or tokenizer "
+                "changed since generation)"
+            )
     except (FormatError, SourceChangedError) as error:  # a damaged record or changed data: never quiet prompts
         if prompts or min_score is not None:
             raise
         note = f"{what} left out: {first_line(error)}"
-    except _TokenizerError as error:
-        if min_score is not None and scores is None:
-            raise DatasetError(f"Cannot render the prompts of {directory}: {error}") from None
-        note = (
-            f"prompts left out: they are rendered with the run's tokenizer, and {error}; pass --tokenizer DIR "
-            "(its place now), or --no-prompts"
-        )
     except GencacheError as error:
-        if overridden or (min_score is not None and scores is None):  # the data is needed, or pointed at
+        if prompts and run is not None and tokenizer is None:  # the tokenizer did not load
+            if scoring:
+                raise DatasetError(f"Cannot render the prompts of {directory}: {first_line(error)}") from None
+            reason = first_line(error).rstrip(".")
+            note = f"prompts left out: they are rendered with the run's tokenizer, and {reason}; or pass --no-prompts"
+        elif data_root is not None or sources or scoring:  # the data is needed, or pointed at
             raise DatasetError(f"Cannot rebuild the samples of {directory}: {first_line(error)}") from None
-        note = (
-            f"{what} left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
-            "--source at the datasets to add them" + ("" if not prompts else ", or pass --no-prompts")
-        )
-    kept, left_out = None, 0
+        else:
+            note = (
+                f"{what} left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
+                "--source at the datasets to add them" + ("" if not prompts else ", or pass --no-prompts")
+            )
+    passed, left_out = None, 0
     if min_score is not None:
         passed, total = _passed(samples, reader, min_score, scores)
-        kept, left_out = passed.__contains__, total - len(passed)
+        left_out = total - len(passed)
     digests = {key: (reader.metadata(key) or {}).get("content_digest") for key in reader}
     # where the export came from (a parquet file's schema metadata); entries_digest is SHA-256 over
     # "<key> <content_digest>\n" in key order
     entries = hashlib.sha256()
     for key in reader:
-        entries.update(f"{key} {digests.get(key)}\n".encode())
+        entries.update(f"{key} {digests[key]}\n".encode())
     provenance = dict(reader.provenance)
-    recorded: Mapping[str, Any] = resolved.get("model") or {}
     metadata = {
         "format_version": FORMAT_VERSION,
         "gencache_version": __version__,
-        "teacher": {"model_path": provenance.get("model_path"), "commit_hash": recorded.get("commit_hash")},
-        "tokenizer_path": provenance.get("tokenizer_path"),
-        "tokenizer": provenance.get("tokenizer"),
-        "dtype": provenance.get("dtype"),
+        "teacher": {
+            "model_path": provenance.get("model_path"),
+            "commit_hash": (resolved.get("model") or {}).get("commit_hash"),
+        },
+        **{name: provenance.get(name) for name in ("tokenizer_path", "tokenizer", "dtype")},
         "provenance": provenance,
         "provenance_digest": reader.provenance_digest,
         "artifacts": [str(path) for path in reader.paths],
@@ -338,6 +266,29 @@ def export(
         "entries_digest": entries.hexdigest(),
         "run_digest": resolved.get("run_digest"),
     }
-    records = _records(reader, order, found, max_new_tokens, digests, kept)
-    written = write_atomic(out_path, lambda handle: write_rows(records, handle, chosen_format == "parquet", metadata))
+    max_new_tokens = (resolved.get("generation") or {}).get("max_new_tokens")
+    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
+
+    def records() -> Iterator[ExportRow]:
+        for key in list(fields) or sorted(keys):
+            generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
+            prompt = fields.get(key, unknown)
+            for index, (sequence, text, reason) in enumerate(
+                zip(generation.sequences, generation.texts, generation.finish_reasons, strict=True)
+            ):
+                if passed is None or (key, index) in passed:
+                    yield prompt | {
+                        "key": key,
+                        "sequence_index": index,
+                        "completion": text,
+                        "completion_ids": sequence.tolist(),
+                        "prompt_token_length": None if prompt["prompt_ids"] is None else len(prompt["prompt_ids"]),
+                        "token_length": len(sequence),
+                        "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
+                        "finish_reason": reason,
+                        "reached_max_length": reason == "length",
+                        "content_digest": digests[key],
+                    }
+
+    written = write_atomic(out_path, lambda handle: write_rows(records(), handle, parquet, metadata))
     return ExportResult(out_path, written, note, left_out)

@@ -56,7 +56,7 @@ def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet,
     for position, reader in enumerate(readers):
         shard = reader.summary.get("shard")
         groups.setdefault(f"run {shard['run_digest']}" if shard else f"artifact {position}", []).append(reader)
-    runs = [run_of_readers(group[0].path, group) for group in groups.values()]
+    runs = [run_of_readers(group) for group in groups.values()]
     samples = concat_sample_sets([rebuild_samples(run, tokenizer) for run in runs])
     if all(run.shards is None for run in runs):
         return samples, None
