@@ -35,11 +35,8 @@ REASONS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class LeftOut:
-    """What a selection left out. The counts of :data:`REASONS` count samples (run order, duplicates included):
-    those of data configs not kept, those whose key no cache holds (``missing="skip"``), those none of whose
-    answers has a kept finish reason or fits ``max_answer_tokens``, those whose answers are all below
-    ``min_score`` and those without a reference to score against (``unscored``, with a score bar). ``answers``
-    counts the answers of kept samples that the answer filters refused."""
+    """What a selection left out: samples counted by :data:`REASONS` (run order, duplicates included), and
+    ``answers``, the answers of kept samples that the answer filters refused."""
 
     data_configs: int = 0
     missing: int = 0
