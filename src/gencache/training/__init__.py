@@ -23,9 +23,15 @@ from gencache.training.collate import (
     DistillationCollator,
     pad_batch,
 )
-from gencache.training.dataset import SEQUENCE_CHOICES, TRUNCATION_POLICIES, DistillationDataset, to_hf_dataset
+from gencache.training.dataset import (
+    MISSING_POLICIES,
+    SEQUENCE_CHOICES,
+    TRUNCATION_POLICIES,
+    DistillationDataset,
+    LeftOut,
+    to_hf_dataset,
+)
 from gencache.training.loss import DistillationLoss, answer_positions, distillation_loss
-from gencache.training.selection import MISSING_POLICIES, LeftOut
 
 if TYPE_CHECKING:
     from gencache.training.trainer import DistillationTrainer, check_vocabularies

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from gencache.core.errors import ConfigError
 
@@ -59,18 +60,11 @@ def pad_batch(items: Sequence[Mapping[str, Any]], *, pad_token_id: int, padding_
     ``attention_mask`` with 0 and ``labels`` with -100, on ``padding_side`` (``"left"`` or ``"right"``). The
     items' :data:`METADATA_FIELDS` (those all items have) become lists in :attr:`DistillationBatch.metadata`; any
     other item key is left out."""
-    right = _check_side(padding_side) == "right"
-    width = max(len(item["input_ids"]) for item in items)
+    side = _check_side(padding_side)
     batch = DistillationBatch()
     for name, fill in zip(MODEL_INPUTS, (pad_token_id, 0, IGNORE_INDEX), strict=True):
-        out = torch.full((len(items), width), fill, dtype=torch.int64)
-        for row, item in enumerate(items):
-            values = torch.as_tensor(item[name] if name in item else [1] * len(item["input_ids"]), dtype=torch.int64)
-            if right:
-                out[row, : len(values)] = values
-            else:
-                out[row, width - len(values) :] = values
-        batch[name] = out
+        rows = [torch.as_tensor(item.get(name, [1] * len(item["input_ids"])), dtype=torch.int64) for item in items]
+        batch[name] = pad_sequence(rows, batch_first=True, padding_value=fill, padding_side=side)
     batch.metadata = {name: [item[name] for item in items] for name in METADATA_FIELDS if all(name in i for i in items)}
     return batch
 

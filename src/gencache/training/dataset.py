@@ -2,11 +2,12 @@
 prompt), and its Hugging Face ``datasets`` view.
 
 The samples are rebuilt with the same keys generation used, from the artifact's checked record of its run
-(:mod:`gencache.data.recorded`) or from a config; compatibility, coverage and the selection
-(:mod:`gencache.training.selection`) are checked before the first item is served. The view holds the exact stored
-token ids (never re-tokenized text) in the pre-tokenized form TRL's ``SFTTrainer`` takes: ``input_ids``,
-``attention_mask``, ``labels``, ``completion_mask`` (1 on the answer tokens) and, unless ``metadata=False``, the
-columns that join the rows back to the source rows (:data:`~gencache.training.collate.METADATA_COLUMNS`).
+(:mod:`gencache.data.recorded`) or from a config; compatibility, coverage and the selection (which data configs
+and answers are served; what was left out, counted by reason) are checked before the first item is served. The
+view holds the exact stored token ids (never re-tokenized text) in the pre-tokenized form TRL's ``SFTTrainer``
+takes: ``input_ids``, ``attention_mask``, ``labels``, ``completion_mask`` (1 on the answer tokens) and, unless
+``metadata=False``, the columns that join the rows back to the source rows
+(:data:`~gencache.training.collate.METADATA_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import itertools
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -26,14 +28,14 @@ from torch.utils.data import Dataset
 
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.mixture import MultiCacheReader, open_caches
+from gencache.artifact.names import FINISH_REASONS
 from gencache.artifact.publish import publish_file
 from gencache.config import CacheConfig, DataConfig, load_config
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 from gencache.data.recorded import rebuild_samples, run_of_readers
 from gencache.data.samples import Sample, SampleSet, build_samples, concat_sample_sets
-from gencache.data.scores import read_scores, rules_of, score_cache
+from gencache.data.scores import check_min_score, read_scores, rules_of, score_cache
 from gencache.training.collate import IGNORE_INDEX, METADATA_COLUMNS
-from gencache.training.selection import Items, LeftOut, Missing, select_items
 
 SequenceChoice = Literal["first", "random", "all"]
 Truncation = Literal["refuse", "left"]
@@ -41,6 +43,57 @@ SEQUENCE_CHOICES: tuple[str, ...] = ("first", "random", "all")
 TRUNCATION_POLICIES: tuple[str, ...] = ("refuse", "left")
 #: Items per Arrow record batch of the datasets view.
 ROWS_PER_BATCH = 1024
+
+Missing = Literal["error", "skip"]
+MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
+
+#: Why a sample was left out, each reason in words (the :class:`LeftOut` counts of samples).
+REASONS: dict[str, str] = {
+    "data_configs": "of data configs not selected",
+    "missing": "whose key no cache holds (missing='skip')",
+    "finish_reason": "with no answer of a selected finish reason",
+    "max_answer_tokens": "whose answers all exceed max_answer_tokens",
+    "min_score": "whose answers all score below min_score",
+    "unscored": "without a reference to score against (min_score)",
+}
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """What a selection left out: samples counted by :data:`REASONS` (run order, duplicates included), and
+    ``answers``, the answers of kept samples that the answer filters refused."""
+
+    data_configs: int = 0
+    missing: int = 0
+    finish_reason: int = 0
+    max_answer_tokens: int = 0
+    answers: int = 0
+    min_score: int = 0
+    unscored: int = 0
+    #: The samples the selection looked at (those the artifacts hold: a lone shard's own).
+    considered: int = field(default=0, compare=False)
+
+    @property
+    def samples(self) -> int:
+        """Samples left out, for every reason."""
+        return sum(getattr(self, name) for name in REASONS)
+
+    def __bool__(self) -> bool:
+        return bool(self.samples or self.answers)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts by reason, every reason present."""
+        return {item.name: getattr(self, item.name) for item in fields(self) if item.name != "considered"}
+
+    def describe(self) -> str:
+        """One line: how many of the samples considered were left out and why (or that nothing was)."""
+        parts = [f"{getattr(self, name)} {text}" for name, text in REASONS.items() if getattr(self, name)]
+        if self.answers:
+            parts.append(f"and {self.answers} answers of the samples kept were refused by the answer filters")
+        if not parts:
+            return f"nothing left out: all {self.considered} samples selected"
+        return f"left out {self.samples} of {self.considered} samples: {'; '.join(parts)}"
+
 
 DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.PathLike[str]
 CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -167,30 +220,102 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         return self._scores
 
     def _choose(self, arguments: Mapping[str, Any]) -> None:
-        """Choose the items under the selection ``arguments`` (reading the manifest's finish reasons and shapes
-        only when a filter, ``sequences='all'`` or ``max_length`` needs them), each checked to fit ``max_length``."""
-
-        def check(position: int, lengths: list[int]) -> None:
-            sample = self.samples[position]
-            for answer_length in lengths:
-                self._prompt_room(sample, len(sample.input_ids or ()), answer_length)
-
+        """Choose the items under the selection ``arguments`` (each checked, a :class:`ConfigError` naming the one
+        that is wrong). The answer filters read the manifest's finish reasons and shapes only, never the payload,
+        and only when a filter, ``sequences='all'`` or ``max_length`` needs them. Samples of another shard are not
+        items and not counted; a selection that keeps no item is a :class:`ConfigError` naming what it left out."""
         self._arguments = dict(arguments)
-        check_fit = check if self.max_length is not None else None
-        self._items: Items = select_items(
-            self.samples,
-            self.cache,
-            arguments,
-            self.sequences,
-            owns=self._owns,
-            check=check_fit,
-            scores=self._scores_of,
+        configs, reasons, cap, missing = (
+            arguments[name] for name in ("data_configs", "finish_reasons", "max_answer_tokens", "missing")
         )
-
-    @property
-    def left_out(self) -> LeftOut:
-        """What the selection left out, by reason (all zeros under the defaults)."""
-        return self._items.left_out
+        if missing not in MISSING_POLICIES:
+            raise ConfigError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}.")
+        if cap is not None and (type(cap) is not int or cap < 1):
+            raise ConfigError(f"max_answer_tokens must be a positive integer or None, got {cap!r}.")
+        if reasons is not None:
+            kept_reasons = frozenset(() if isinstance(reasons, str) else reasons)
+            if not kept_reasons or not kept_reasons <= set(FINISH_REASONS):
+                raise ConfigError(
+                    f"finish_reasons takes a list of {', '.join(FINISH_REASONS)} (at least one), got {reasons!r}."
+                )
+        if configs is not None:
+            chosen_configs = [configs] if isinstance(configs, int) else list(configs)
+            count = len(self.samples.summaries)
+            if not chosen_configs or any(type(i) is not int or not 0 <= i < count for i in chosen_configs):
+                raise ConfigError(f"data_configs must list data config indices from 0 to {count - 1}, got {configs!r}.")
+        bar = check_min_score(arguments["min_score"])
+        metrics_of = self._scores_of() if bar is not None else None
+        samples, cache, sequences, owns = self.samples, self.cache, self.sequences, self._owns
+        owned = [p for p, s in enumerate(samples) if owns is None or owns(s)]
+        chosen = [p for p in owned if configs is None or samples[p].data_config_index in chosen_configs]
+        counts = dict.fromkeys(REASONS, 0)
+        counts["data_configs"] = len(owned) - len(chosen)
+        if missing == "error":
+            cache.require(sorted({samples[p].key for p in chosen}))
+        read_answers = (
+            reasons is not None
+            or cap is not None
+            or bar is not None
+            or sequences == "all"
+            or self.max_length is not None
+        )
+        item_sample: list[int] = []
+        item_answer: list[int] = []
+        allowed: dict[int, tuple[int, ...]] = {}
+        refused = 0
+        for position in chosen:
+            key = samples[position].key
+            if key not in cache:
+                counts["missing"] += 1
+                continue
+            if not read_answers:
+                item_sample.append(position)
+                item_answer.append(0 if sequences == "first" else -1)
+                continue
+            entry: Any = cache.metadata(key)  # the key is in the cache
+            finished, lengths = entry["finish_reasons"], [int(ref["shape"][0]) for ref in entry["sequences"]]
+            by_reason = [i for i, reason in enumerate(finished) if reasons is None or reason in kept_reasons]
+            by_length = [i for i in by_reason if cap is None or lengths[i] <= cap]
+            metrics: list[Mapping[str, float] | None] = [None] * len(finished)
+            if metrics_of is not None:
+                if any((key, index) not in metrics_of for index in range(len(finished))):
+                    raise ConfigError(
+                        f"the scores lack answers of key {key[:12]}... ({len(finished)} stored); they were computed "
+                        "for another artifact: score this one (gencache score ARTIFACT --out FILE) and pass that file."
+                    )
+                metrics = [metrics_of[(key, index)] for index in range(len(finished))]
+            # an answer without a reference is below every bar
+            kept = tuple(i for i in by_length if not bar or all((metrics[i] or {}).get(n, -1.0) >= v for n, v in bar))
+            if not kept:
+                why = "finish_reason" if not by_reason else "max_answer_tokens" if not by_length else None
+                counts[why or ("unscored" if all(metrics[i] is None for i in by_length) else "min_score")] += 1
+                continue
+            refused += len(finished) - len(kept)
+            served = kept[:1] if sequences == "first" else kept
+            for i in served:  # each served answer fits max_length
+                self._prompt_room(samples[position], len(samples[position].input_ids or ()), lengths[i])
+            if sequences == "random":
+                item_sample.append(position)
+                item_answer.append(-1)
+                if len(kept) < len(finished):
+                    allowed[position] = kept
+            else:
+                item_sample.extend([position] * len(served))
+                item_answer.extend(served)
+        self.left_out = LeftOut(**counts, answers=refused, considered=len(owned))
+        if not item_sample:
+            narrowing = [
+                f"{name}={value!r}"
+                for name, value in arguments.items()
+                if value is not None and not (name == "missing" and value == "error")
+            ]
+            raise ConfigError(
+                f"the selection ({', '.join(narrowing) or 'the default selection'}) keeps no item: "
+                f"{self.left_out.describe()}; widen it."
+            )
+        self._sample = np.asarray(item_sample, dtype=np.int64)
+        self._answer = np.asarray(item_answer, dtype=np.int64)
+        self._allowed = allowed
 
     def select(self, **selection: Any) -> DistillationDataset:
         """A copy of this dataset (the same samples and caches, nothing reopened or rebuilt) under another
@@ -201,19 +326,19 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         return chosen
 
     def __len__(self) -> int:
-        return len(self._items.sample)
+        return len(self._sample)
 
     def sample(self, index: int) -> Sample:
         """The sample item ``index`` comes from."""
-        return self.samples[int(self._items.sample[index])]
+        return self.samples[int(self._sample[index])]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         index = range(len(self))[index]  # an IndexError past either end
         sample = self.sample(index)
         generation = self.cache[sample.key]
-        choice = int(self._items.answer[index])
+        choice = int(self._answer[index])
         if choice < 0:  # drawn when read, among the kept answers
-            options = self._items.allowed.get(int(self._items.sample[index]), range(len(generation.sequences)))
+            options = self._allowed.get(int(self._sample[index]), range(len(generation.sequences)))
             choice = options[random.Random(self.seed * 1_000_003 + index).randrange(len(options))]
         answer = generation.sequences[choice]
         prompt = torch.tensor(sample.input_ids, dtype=torch.int64)

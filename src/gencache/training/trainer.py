@@ -14,8 +14,8 @@ import torch
 import transformers
 
 from gencache.core.errors import CompatibilityError
+from gencache.training.dataset import LeftOut
 from gencache.training.loss import DEFAULT_CHUNK_SIZE, check_loss_settings, distillation_loss
-from gencache.training.selection import LeftOut
 
 logger = logging.getLogger(__name__)
 
