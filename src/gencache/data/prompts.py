@@ -202,18 +202,17 @@ class TemplateSpec:
     def name(self) -> str:
         return self.kwargs_model.template_name
 
-    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """The rendered, normalised prompt; documents are never altered."""
-        return normalize(parts) if self.chat is None else self.chat((), parts, kwargs, tokenizer)
-
-    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """A conversation rendered: only chat templates can."""
-        if self.chat is None:
+    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None, history: History | None = None) -> Prompt:
+        """The rendered, normalised prompt (documents are never altered); a conversation's earlier turns
+        (``history``, a chat row) only chat templates can render."""
+        if self.chat is not None:
+            return self.chat(history or (), parts, kwargs, tokenizer)
+        if history is not None:
             raise PromptError(
                 f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat "
                 f"row); use one of {', '.join(CHAT_TEMPLATES)}."
             )
-        return self.chat(history, parts, kwargs, tokenizer)
+        return normalize(parts)
 
 
 #: Every template, by name, in the order of :data:`gencache.config.kwargs.TEMPLATE_KWARGS`.

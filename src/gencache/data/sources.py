@@ -136,8 +136,6 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
     the recipe's canonical hub dataset (empty when it has none)."""
     if source is None:
         return "hub", hub_id
-    if not isinstance(source, str) or not source.strip():
-        raise DatasetError(f"source must be a non-empty string (a hub id or a local path), got {source!r}.")
     path = Path(source).expanduser()
     if path.is_dir():
         return "directory", str(path.resolve())
