@@ -148,15 +148,11 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     body = list(normalize(parts))
     if isinstance(body[0], ContextBlock):
         body.insert(0, Inline(""))
-    if SENTINEL in kwargs.system_prompt:
-        raise PromptError(f"tokenizer_chat sentinel collision: system_prompt contains {SENTINEL!r}; remove it.")
-    if SENTINEL in system or any(SENTINEL in text for _, text in turns):
-        raise PromptError(f"tokenizer_chat sentinel collision: an earlier chat turn contains {SENTINEL!r}.")
-    for index, part in enumerate(body):
-        if SENTINEL in part.text:
-            raise PromptError(
-                f"tokenizer_chat sentinel collision: prompt.parts[{index}] contains {SENTINEL!r}; remove it."
-            )
+    texts = [("system_prompt", kwargs.system_prompt), ("an earlier chat turn", system)]
+    texts += [("an earlier chat turn", text) for _, text in turns]
+    for where, text in texts + [(f"prompt.parts[{index}]", part.text) for index, part in enumerate(body)]:
+        if SENTINEL in text:
+            raise PromptError(f"tokenizer_chat sentinel collision: {where} contains {SENTINEL!r}; remove it.")
     user = "".join(
         part.text + (f"{SENTINEL}[{index}]" if index < len(body) - 1 else "") for index, part in enumerate(body)
     )
