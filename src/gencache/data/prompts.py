@@ -71,13 +71,9 @@ def normalize(parts: Iterable[Part]) -> Prompt:
 def compose_default(preamble: str, documents: Sequence[str], task_prompt: str) -> Prompt:
     """``preamble``, the documents separated by single spaces, one space, then the task prompt (normalised)."""
     parts: list[Part] = [Inline(preamble)]
-    for index, document in enumerate(documents):
-        if index:
-            parts.append(Inline(" "))
-        parts.append(ContextBlock(document))
-    parts.append(Inline(" "))
-    parts.append(Inline(task_prompt))
-    return normalize(parts)
+    for document in documents:
+        parts += [ContextBlock(document), Inline(" ")]
+    return normalize([*parts, Inline("" if documents else " "), Inline(task_prompt)])
 
 
 def prompt_text(parts: Prompt) -> str:
