@@ -142,8 +142,6 @@ def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
 def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
     if isinstance(config_or_data_configs, CacheConfig):
         return list(config_or_data_configs.data_configs)
-    if isinstance(config_or_data_configs, DataConfig):
-        return [config_or_data_configs]
     return parse_data_configs(config_or_data_configs)
 
 
