@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gencache.core.canonical import canonical_bytes, sha256_hex
 from gencache.core.errors import DatasetError
 
 SEMANTIC_FIELDS = ("documents", "query", "shots", "task")
+_FIELD_TYPES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    ("documents", "a list of strings", lambda v: isinstance(v, list) and all(isinstance(d, str) for d in v)),
+    ("query", "a string", lambda v: isinstance(v, str)),
+    ("shots", "a list of objects", lambda v: isinstance(v, list) and all(isinstance(s, Mapping) for s in v)),
+    ("task", "an object", lambda v: isinstance(v, Mapping)),
+)
 
 
 def _check_payload(payload: Mapping[str, Any]) -> None:
@@ -22,16 +28,9 @@ def _check_payload(payload: Mapping[str, Any]) -> None:
         raise DatasetError(
             f"Semantic payload must contain exactly these fields: {', '.join(SEMANTIC_FIELDS)} ({detail})."
         )
-    documents = payload["documents"]
-    if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
-        raise DatasetError("Semantic payload field 'documents' must be a list of strings.")
-    if not isinstance(payload["query"], str):
-        raise DatasetError("Semantic payload field 'query' must be a string.")
-    shots = payload["shots"]
-    if not isinstance(shots, list) or not all(isinstance(s, Mapping) for s in shots):
-        raise DatasetError("Semantic payload field 'shots' must be a list of objects.")
-    if not isinstance(payload["task"], Mapping):
-        raise DatasetError("Semantic payload field 'task' must be an object.")
+    for name, kind, ok in _FIELD_TYPES:
+        if not ok(payload[name]):
+            raise DatasetError(f"Semantic payload field {name!r} must be {kind}.")
 
 
 def semantic_key(payload: Mapping[str, Any]) -> str:

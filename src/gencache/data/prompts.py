@@ -71,13 +71,9 @@ def normalize(parts: Iterable[Part]) -> Prompt:
 def compose_default(preamble: str, documents: Sequence[str], task_prompt: str) -> Prompt:
     """``preamble``, the documents separated by single spaces, one space, then the task prompt (normalised)."""
     parts: list[Part] = [Inline(preamble)]
-    for index, document in enumerate(documents):
-        if index:
-            parts.append(Inline(" "))
-        parts.append(ContextBlock(document))
-    parts.append(Inline(" "))
-    parts.append(Inline(task_prompt))
-    return normalize(parts)
+    for document in documents:
+        parts += [ContextBlock(document), Inline(" ")]
+    return normalize([*parts, Inline("" if documents else " "), Inline(task_prompt)])
 
 
 def prompt_text(parts: Prompt) -> str:
@@ -148,15 +144,11 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     body = list(normalize(parts))
     if isinstance(body[0], ContextBlock):
         body.insert(0, Inline(""))
-    if SENTINEL in kwargs.system_prompt:
-        raise PromptError(f"tokenizer_chat sentinel collision: system_prompt contains {SENTINEL!r}; remove it.")
-    if SENTINEL in system or any(SENTINEL in text for _, text in turns):
-        raise PromptError(f"tokenizer_chat sentinel collision: an earlier chat turn contains {SENTINEL!r}.")
-    for index, part in enumerate(body):
-        if SENTINEL in part.text:
-            raise PromptError(
-                f"tokenizer_chat sentinel collision: prompt.parts[{index}] contains {SENTINEL!r}; remove it."
-            )
+    texts = [("system_prompt", kwargs.system_prompt), ("an earlier chat turn", system)]
+    texts += [("an earlier chat turn", text) for _, text in turns]
+    for where, text in texts + [(f"prompt.parts[{index}]", part.text) for index, part in enumerate(body)]:
+        if SENTINEL in text:
+            raise PromptError(f"tokenizer_chat sentinel collision: {where} contains {SENTINEL!r}; remove it.")
     user = "".join(
         part.text + (f"{SENTINEL}[{index}]" if index < len(body) - 1 else "") for index, part in enumerate(body)
     )
@@ -202,18 +194,17 @@ class TemplateSpec:
     def name(self) -> str:
         return self.kwargs_model.template_name
 
-    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """The rendered, normalised prompt; documents are never altered."""
-        return normalize(parts) if self.chat is None else self.chat((), parts, kwargs, tokenizer)
-
-    def render_chat(self, history: History, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None) -> Prompt:
-        """A conversation rendered: only chat templates can."""
-        if self.chat is None:
+    def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None, history: History | None = None) -> Prompt:
+        """The rendered, normalised prompt (documents are never altered); a conversation's earlier turns
+        (``history``, a chat row) only chat templates can render."""
+        if self.chat is not None:
+            return self.chat(history or (), parts, kwargs, tokenizer)
+        if history is not None:
             raise PromptError(
                 f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat "
                 f"row); use one of {', '.join(CHAT_TEMPLATES)}."
             )
-        return self.chat(history, parts, kwargs, tokenizer)
+        return normalize(parts)
 
 
 #: Every template, by name, in the order of :data:`gencache.config.kwargs.TEMPLATE_KWARGS`.

@@ -130,8 +130,6 @@ class SampleSet:
 def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
     """Several runs' samples as one set, in order: the data configs are numbered on across the sets (the second
     set's first data config follows the first set's last), and the first occurrence of a key wins."""
-    if len(sets) == 1:
-        return sets[0]
     samples: list[Sample] = []
     summaries: list[DataConfigSummary] = []
     for chosen in sets:
@@ -144,8 +142,6 @@ def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
 def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
     if isinstance(config_or_data_configs, CacheConfig):
         return list(config_or_data_configs.data_configs)
-    if isinstance(config_or_data_configs, DataConfig):
-        return [config_or_data_configs]
     return parse_data_configs(config_or_data_configs)
 
 
@@ -183,10 +179,7 @@ def _load_one(
     template = TEMPLATES[dc.template]
     out: list[Sample] = []
     for sample_index, raw in enumerate(raw_samples):
-        if raw.history is None:
-            parts = template.render(raw.parts, dc.template_kwargs, tokenizer)
-        else:  # a chat row: the template renders the whole conversation, or refuses
-            parts = template.render_chat(raw.history, raw.parts, dc.template_kwargs, tokenizer)
+        parts = template.render(raw.parts, dc.template_kwargs, tokenizer, raw.history)
         if tokenizer is not None and parts not in tokenized_prompts:  # duplicates render identical prompts
             tokenized_prompts[parts] = tokenize_prompt(parts, tokenizer)
         tokenized = tokenized_prompts.get(parts)

@@ -136,8 +136,6 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
     the recipe's canonical hub dataset (empty when it has none)."""
     if source is None:
         return "hub", hub_id
-    if not isinstance(source, str) or not source.strip():
-        raise DatasetError(f"source must be a non-empty string (a hub id or a local path), got {source!r}.")
     path = Path(source).expanduser()
     if path.is_dir():
         return "directory", str(path.resolve())
@@ -297,19 +295,16 @@ def _bad_line(path: Path) -> str | None:
 def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str) -> Any:
     import datasets
 
-    local = os.path.isdir(hub_id)
+    where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
     try:  # offline mode (HF_HUB_OFFLINE) and an unreachable hub's fall-back to the local cache are datasets' own
         table = datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # network, offline mode, unknown config or split: all become one clear line
-        where = f"{hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
         raise DatasetError(
             f"could not load {label} from the hub dataset {where}: {first_line(exc)}{hint}; set source to a local "
             "copy (a directory laid out by split, or one file), make the hub reachable, or set HF_HUB_OFFLINE=1 if "
             "it is in a local cache (HF_HOME)."
         ) from None
-    kind = "dataset directory" if local else "hub dataset"
-    where = f"{kind} {hub_id!r}" + (f" config {config!r}" if config else "") + f" split {split!r}"
-    _ORIGINS[table] = TableOrigin(what=where)
+    _ORIGINS[table] = TableOrigin(what=f"{'dataset directory' if os.path.isdir(hub_id) else 'hub dataset'} {where}")
     return table
 
 

@@ -53,11 +53,9 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
         table = tables[dc.split]
         self.check_columns(table)
         levels = list(table["level"])
-        rng = random.Random(dc.seed)
         order = list(range(len(levels)))
-        rng.shuffle(order)
-        wanted = set(kwargs.difficulty)
-        kept = [i for i in order if levels[i] in wanted]
+        random.Random(dc.seed).shuffle(order)
+        kept = [i for i in order if levels[i] in kwargs.difficulty]
         if dc.num_shots > 0:
             warn("few_shot_str is not recommended for HotpotQA")
         self.require_rows(

@@ -57,9 +57,8 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
         table = tables[dc.split]
         self.check_columns(table)
         total = len(table)
-        rng = random.Random(dc.seed)
         order = list(range(total))
-        rng.shuffle(order)
+        random.Random(dc.seed).shuffle(order)
         if dc.num_shots > 0 and kwargs.add_cot:
             warn("Do not recommend using few-shot with CoT for MuSiQue dataset.")
         self.require_rows(dc, total, f"{total} rows, {dc.num_shots} used as few-shot")

@@ -139,9 +139,8 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
                     "niah data_kwargs.tasks needs a 'task' column in the source (its columns: "
                     f"{', '.join(table.column_names)}); omit tasks."
                 )
-            task_of = list(table["task"])
-            wanted = set(kwargs.tasks)
-            part = [i for i in part if task_of[i] in wanted]
+            tasks = list(table["task"])
+            part = [i for i in part if tasks[i] in kwargs.tasks]
             detail += f", {len(part)} of tasks {', '.join(kwargs.tasks)}"
         if dc.num_samples > len(part):
             raise shortfall(self.name, dc.split, dc.num_samples, len(part), detail)

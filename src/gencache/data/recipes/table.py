@@ -82,10 +82,7 @@ def task_of(table: Any, label: str, index: int, row: Mapping[str, Any], columns:
 
 def row_id_of(table: Any, label: str, index: int, row: Mapping[str, Any], column: str | None) -> str | int | None:
     """The id of row ``index`` from its ``column`` (``data_kwargs.id``: a string or an integer), None without one."""
-    if column is None:
-        return None
-    value: str | int = field_of(table, label, index, row, column, "string or integer")
-    return value
+    return None if column is None else field_of(table, label, index, row, column, "string or integer")
 
 
 def filtered_order(table: Any, dc: DataConfigLike, shuffle: bool, filters: Mapping[str, Any]) -> tuple[list[int], str]:
@@ -97,16 +94,15 @@ def filtered_order(table: Any, dc: DataConfigLike, shuffle: bool, filters: Mappi
     for column, wanted in filters.items():
         allowed = wanted if isinstance(wanted, list) else [wanted]
         values = table[column]
-        order = [i for i in order if _matches(values[i], allowed)]
+        order = [  # true never equals 1
+            i
+            for i in order
+            if any(values[i] == a and isinstance(values[i], bool) == isinstance(a, bool) for a in allowed)
+        ]
     if filters:
         shown = ", ".join(f"{column} in {wanted!r}" for column, wanted in filters.items())
         detail += f", {len(order)} where {shown}"
     return order, detail
-
-
-def _matches(value: Any, allowed: list[Any]) -> bool:
-    """``value`` equals one of ``allowed`` (``true`` never equals ``1``)."""
-    return any(value == option and isinstance(value, bool) == isinstance(option, bool) for option in allowed)
 
 
 def load_table(recipe: DatasetRecipe[Any, Any], dc: DataConfigLike) -> tuple[Any, Any]:
