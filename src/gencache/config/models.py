@@ -11,7 +11,7 @@ import copy
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -19,7 +19,6 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializeAsAny,
-    TypeAdapter,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -34,7 +33,6 @@ from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOp
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
 from gencache.config.messages import (
-    Loc,
     format_validation_error,
     nested_error,
     show,
@@ -154,17 +152,22 @@ class ModelConfig(_Strict):
         return self.tokenizer_path or self.model_path
 
 
-KwargsT = TypeVar("KwargsT", bound=BaseModel)
+#: Per field whose model its sibling names: the model of a name, what an unknown key in it is, and the value kept
+#: when the sibling itself failed (that error is reported instead).
+_CHOSEN: dict[str, tuple[Callable[[str], type[BaseModel]], str, type[BaseModel]]] = {
+    "data_kwargs": (dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel),
+    "template_kwargs": (TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs),
+    "engine_options": (ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions),
+}
 
 
-def _kwargs_of(
-    value: Any, info: ValidationInfo, model_of: Callable[[str], type[KwargsT]], what: str, empty: KwargsT
-) -> KwargsT:
+def _chosen(value: Any, info: ValidationInfo) -> Any:
     """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names (an
     instance of that model passes as it is)."""
+    model_of, what, empty = _CHOSEN[str(info.field_name)]
     name = info.data.get(READS_SIBLING[str(info.field_name)])
-    if name is None:  # the sibling itself failed; that error is reported instead
-        return empty
+    if name is None:
+        return empty()
     model = model_of(name)  # a plug-in that cannot be loaded raises a DatasetError, reported at this field
     if isinstance(value, model):
         return value
@@ -250,17 +253,7 @@ class DataConfig(_Strict):
             raise ValueError(unknown_name(kind, value, known))
         return value
 
-    @field_validator("data_kwargs", mode="before")
-    @classmethod
-    def _data_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
-        return _kwargs_of(value, info, dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel())
-
-    @field_validator("template_kwargs", mode="before")
-    @classmethod
-    def _template_kwargs(cls, value: Any, info: ValidationInfo) -> TemplateKwargs:
-        return _kwargs_of(
-            value, info, TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs()
-        )
+    _kwargs = field_validator("data_kwargs", "template_kwargs", mode="before")(_chosen)
 
 
 class CacheConfig(_Strict):
@@ -306,10 +299,7 @@ class CacheConfig(_Strict):
         "or as any object under the prefix, and must end in a name of its own (not /, . or ..).",
     )
 
-    @field_validator("engine_options", mode="before")
-    @classmethod
-    def _engine_options(cls, value: Any, info: ValidationInfo) -> EngineOptions:
-        return _kwargs_of(value, info, ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions())
+    _engine_options = field_validator("engine_options", mode="before")(_chosen)
 
 
 class _DataConfigList(_Strict):
@@ -352,21 +342,3 @@ def config_to_json(cfg: BaseModel) -> dict[str, Any]:
     """The effective config as plain JSON, every default explicit (what ``resolved_config.json`` records; parsing
     it again gives an equal config)."""
     return cfg.model_dump(mode="json")
-
-
-# -- one field's rule, for a value a lower layer takes as a plain argument (a benchmark, library code) -----
-def _checked(model: type[BaseModel], loc: Loc, value: Any) -> Any:
-    field = model.model_fields[str(loc[-1])]
-    alone: Any = Annotated[field.annotation, field]
-    try:
-        return TypeAdapter(alone, config=ConfigDict(strict=True)).validate_python(value)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, prefix=loc)) from None
-
-
-def checked_batch_size(value: Any) -> int:
-    return cast(int, _checked(CacheConfig, ("gen_batch_size",), value))
-
-
-def checked_dtype(value: Any) -> Dtype:
-    return cast(Dtype, _checked(ModelConfig, ("model", "dtype"), value))
