@@ -87,25 +87,6 @@ def format_loc(loc: Sequence[str | int]) -> str:
     return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
 
 
-def _allowed_fields(model: type[BaseModel] | None, loc: Loc) -> list[str] | None:
-    """The field names allowed at the object that holds ``loc[-1]``, walking model annotations."""
-    current = model
-    for name in (p for p in loc[:-1] if not isinstance(p, int)):
-        field = current.model_fields.get(name) if current is not None else None
-        current = _model_in_annotation(field.annotation) if field is not None else None
-    return None if current is None else sorted(current.model_fields)
-
-
-def _model_in_annotation(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in_annotation(arg)
-        if found is not None:
-            return found
-    return None
-
-
 _MUST_BE = {
     **dict.fromkeys(["int_type", "int_parsing", "int_from_float"], "an integer"),
     "string_type": "a string",
@@ -139,8 +120,8 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
     if kind == "extra_forbidden":
         if loc[-1] in LOGIT_FIELDS:
             return [(loc, NO_LOGITS_MESSAGE)]
-        allowed = _allowed_fields(model, loc)
-        names = "" if allowed is None else f" ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})"
+        allowed = [] if model is None else sorted(model.model_fields)
+        names = f" ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})" if model else ""
         return [(loc, f"unknown {unknown}{names}")]
     if kind in _MUST_BE:
         shown = "null" if value is None else f"{type_name(value)} (got {show(value)})"

@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     SerializeAsAny,
     ValidationError,
     ValidationInfo,
@@ -33,6 +34,7 @@ from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOp
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
 from gencache.config.messages import (
+    collect_problems,
     format_validation_error,
     nested_error,
     show,
@@ -85,6 +87,15 @@ class _Strict(BaseModel):
     ints are strict."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _problems(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """This object's problems worded here, where the fields an unknown key could have meant are known."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise nested_error(collect_problems(exc, cls)) from None
 
 
 class ModelConfig(_Strict):
