@@ -38,7 +38,6 @@ from gencache.config.messages import (
     format_validation_error,
     nested_error,
     show,
-    type_name,
     unknown_name,
     validate_nested,
 )
@@ -327,26 +326,22 @@ def load_config(path: str | os.PathLike[str]) -> CacheConfig:
 
 def parse_config(raw: Mapping[str, Any], *, origin: str = "<config>") -> CacheConfig:
     """Validate an already-merged config mapping; :class:`ConfigError` names ``origin`` and every bad field."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{origin}: the config must be an object, not {type_name(raw)}")
     try:
-        return CacheConfig.model_validate(dict(raw))
+        return CacheConfig.model_validate(dict(raw) if isinstance(raw, Mapping) else raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, model=CacheConfig, origin=origin)) from None
+        raise ConfigError(format_validation_error(exc, origin=origin)) from None
 
 
 def parse_data_configs(raw: Sequence[Any]) -> list[DataConfig]:
     """Validate a list of data configs (mappings or :class:`DataConfig`), as training has them; errors name
     ``data_configs[i]...`` like those of a whole config."""
-    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
-        raise ConfigError(f"data_configs: must be a list, not {type_name(raw)}")
-    items = [
-        item if isinstance(item, DataConfig) else (dict(item) if isinstance(item, Mapping) else item) for item in raw
-    ]
+    items = (
+        [dict(item) if isinstance(item, Mapping) else item for item in raw] if isinstance(raw, (list, tuple)) else raw
+    )
     try:
         return list(_DataConfigList.model_validate({"data_configs": items}).data_configs)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, model=_DataConfigList)) from None
+        raise ConfigError(format_validation_error(exc)) from None
 
 
 def config_to_json(cfg: BaseModel) -> dict[str, Any]:
