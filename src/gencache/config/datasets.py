@@ -94,6 +94,11 @@ class NIAHKwargs(KwargsModel):
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool | None
 
 
+# The fields ``table`` and ``chat`` share.
+DOCUMENT_FIELD = Field(default="text", min_length=1, description="The text field of documents given as objects.")
+FILTERS: dict[str, Any] = Field(
+    default={}, description="Keep only rows whose top-level column equals the value (or is one of a list of values)."
+)
 ID_DESCRIPTION = (
     "Column holding each row's own id (a string or an integer), which exports and the datasets view carry as "
     "row_id to join answers back to the rows; not part of the key. null: row_id is the row's index in the source."
@@ -109,9 +114,7 @@ class TableKwargs(KwargsModel):
         description="Column(s) holding the documents, in order: each value is a string, a list of strings or a "
         "list of objects with a document_field; null: no documents.",
     )
-    document_field: StrictStr = Field(
-        default="text", min_length=1, description="The text field of documents given as objects."
-    )
+    document_field: StrictStr = DOCUMENT_FIELD
     answer: StrictStr | None = Field(
         default="answer",
         description="Column holding the gold answer (a string); null: none (then num_shots must be 0).",
@@ -124,10 +127,7 @@ class TableKwargs(KwargsModel):
     instruction: StrictStr = Field(
         default="", description="Text before the query in the prompt, followed by a newline; not part of the key."
     )
-    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
-        default={},
-        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
-    )
+    filters: dict[StrictStr, Scalar | list[Scalar]] = FILTERS
     shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
     id: StrictStr | None = Field(default=None, min_length=1, description=ID_DESCRIPTION)
 
@@ -156,14 +156,9 @@ class ChatKwargs(KwargsModel):
         default=None,
         description="Column(s) holding documents shown in the final user turn before its content; null: none.",
     )
-    document_field: StrictStr = Field(
-        default="text", min_length=1, description="The text field of documents given as objects."
-    )
+    document_field: StrictStr = DOCUMENT_FIELD
     task: list[StrictStr] = Field(default=[], description="Columns copied into the key's task fields besides history.")
-    filters: dict[StrictStr, Scalar | list[Scalar]] = Field(
-        default={},
-        description="Keep only rows whose top-level column equals the value (or is one of a list of values).",
-    )
+    filters: dict[StrictStr, Scalar | list[Scalar]] = FILTERS
     shuffle: StrictBool = Field(default=True, description="Shuffle the rows with the seed; false: file order.")
     id: StrictStr | None = Field(default=None, min_length=1, description=ID_DESCRIPTION)
 

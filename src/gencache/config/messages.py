@@ -30,19 +30,19 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"), (Mapping, "an object"))
+_TYPE_NAMES = (
+    (type(None), "null"),
+    ((list, tuple), "a list"),
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (Mapping, "an object"),
+)
 
 
 def type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, (list, tuple)):
-        return "a list"
     return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
-
-
-def not_value(value: Any) -> str:
-    return "not null" if value is None else f"not {type_name(value)} (got {show(value)})"
 
 
 def closest(name: object, choices: Iterable[str], n: int = 1) -> list[str]:
@@ -84,32 +84,7 @@ def nested_error(problems: Sequence[FieldProblem]) -> PydanticCustomError:
 
 def format_loc(loc: Sequence[str | int]) -> str:
     """``("data_configs", 1, "seed")`` as ``data_configs[1].seed``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _allowed_fields(model: type[BaseModel] | None, loc: Loc) -> list[str] | None:
-    """The field names allowed at the object that holds ``loc[-1]``, walking model annotations."""
-    current = model
-    for name in (p for p in loc[:-1] if not isinstance(p, int)):
-        field = current.model_fields.get(name) if current is not None else None
-        current = _model_in_annotation(field.annotation) if field is not None else None
-    return None if current is None else sorted(current.model_fields)
-
-
-def _model_in_annotation(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in_annotation(arg)
-        if found is not None:
-            return found
-    return None
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
 
 
 _MUST_BE = {
@@ -120,11 +95,17 @@ _MUST_BE = {
     "list_type": "a list",
     **dict.fromkeys(["float_type", "float_parsing"], "a number"),
 }
-_BOUNDS = {
-    "greater_than_equal": (">=", "ge"),
-    "greater_than": (">", "gt"),
-    "less_than_equal": ("<=", "le"),
-    "less_than": ("<", "lt"),
+#: How gencache words the other pydantic error kinds, formatted with the error's context and ``got``, the bad value.
+_MESSAGES = {
+    "finite_number": "must be a finite number (got {got})",
+    "string_too_short": "must be a non-empty string",
+    "too_short": "must be a non-empty list (got {got})",
+    "greater_than_equal": "must be >= {ge} (got {got})",
+    "greater_than": "must be > {gt} (got {got})",
+    "less_than_equal": "must be <= {le} (got {got})",
+    "less_than": "must be < {lt} (got {got})",
+    "value_error": "{error}",
+    "assertion_error": "{error}",
 }
 
 
@@ -139,26 +120,18 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
     if kind == "extra_forbidden":
         if loc[-1] in LOGIT_FIELDS:
             return [(loc, NO_LOGITS_MESSAGE)]
-        allowed = _allowed_fields(model, loc)
-        names = "" if allowed is None else f" ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})"
+        allowed = [] if model is None else sorted(model.model_fields)
+        names = f" ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})" if model else ""
         return [(loc, f"unknown {unknown}{names}")]
     if kind in _MUST_BE:
-        return [(loc, f"must be {_MUST_BE[kind]}, {not_value(value)}")]
-    if kind == "finite_number":
-        return [(loc, f"must be a finite number (got {show(value)})")]
-    if kind == "string_too_short":
-        return [(loc, "must be a non-empty string")]
-    if kind == "too_short":
-        return [(loc, f"must be a non-empty list (got {show(value)})")]
-    if kind in _BOUNDS:
-        op, bound = _BOUNDS[kind]
-        return [(loc, f"must be {op} {ctx[bound]} (got {show(value)})")]
+        shown = "null" if value is None else f"{type_name(value)} (got {show(value)})"
+        return [(loc, f"must be {_MUST_BE[kind]}, not {shown}")]
+    if kind in _MESSAGES:
+        return [(loc, _MESSAGES[kind].format(got=show(value), **ctx))]
     if kind == "literal_error":
         expected = str(ctx["expected"])
         hint = did_you_mean(value, re.findall(r"'([^']*)'", expected)).rstrip()
         return [(loc, f"must be {expected} (got {show(value)}){'; ' + hint if hint else ''}")]
-    if kind in {"value_error", "assertion_error"}:
-        return [(loc, str(ctx["error"]))]
     msg = str(err["msg"])
     return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)})")]
 
@@ -189,10 +162,7 @@ def collect_problems(
 
 def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
     parts = [line for _, line in problem_lines(problems)]
-    shown = parts[:5]
-    if len(parts) > 5:
-        shown.append(f"... and {len(parts) - 5} more")
-    text = "; ".join(shown)
+    text = "; ".join(parts[:5] + [f"... and {len(parts) - 5} more"] * (len(parts) > 5))
     return f"{origin}: {text}" if origin else text
 
 

@@ -11,15 +11,15 @@ import copy
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     SerializeAsAny,
-    TypeAdapter,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -34,11 +34,10 @@ from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOp
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
 from gencache.config.messages import (
-    Loc,
+    collect_problems,
     format_validation_error,
     nested_error,
     show,
-    type_name,
     unknown_name,
     validate_nested,
 )
@@ -87,6 +86,15 @@ class _Strict(BaseModel):
     ints are strict."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _problems(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """This object's problems worded here, where the fields an unknown key could have meant are known."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise nested_error(collect_problems(exc, cls)) from None
 
 
 class ModelConfig(_Strict):
@@ -154,17 +162,22 @@ class ModelConfig(_Strict):
         return self.tokenizer_path or self.model_path
 
 
-KwargsT = TypeVar("KwargsT", bound=BaseModel)
+#: Per field whose model its sibling names: the model of a name, what an unknown key in it is, and the value kept
+#: when the sibling itself failed (that error is reported instead).
+_CHOSEN: dict[str, tuple[Callable[[str], type[BaseModel]], str, type[BaseModel]]] = {
+    "data_kwargs": (dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel),
+    "template_kwargs": (TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs),
+    "engine_options": (ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions),
+}
 
 
-def _kwargs_of(
-    value: Any, info: ValidationInfo, model_of: Callable[[str], type[KwargsT]], what: str, empty: KwargsT
-) -> KwargsT:
+def _chosen(value: Any, info: ValidationInfo) -> Any:
     """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names (an
     instance of that model passes as it is)."""
+    model_of, what, empty = _CHOSEN[str(info.field_name)]
     name = info.data.get(READS_SIBLING[str(info.field_name)])
-    if name is None:  # the sibling itself failed; that error is reported instead
-        return empty
+    if name is None:
+        return empty()
     model = model_of(name)  # a plug-in that cannot be loaded raises a DatasetError, reported at this field
     if isinstance(value, model):
         return value
@@ -250,17 +263,7 @@ class DataConfig(_Strict):
             raise ValueError(unknown_name(kind, value, known))
         return value
 
-    @field_validator("data_kwargs", mode="before")
-    @classmethod
-    def _data_kwargs(cls, value: Any, info: ValidationInfo) -> KwargsModel:
-        return _kwargs_of(value, info, dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel())
-
-    @field_validator("template_kwargs", mode="before")
-    @classmethod
-    def _template_kwargs(cls, value: Any, info: ValidationInfo) -> TemplateKwargs:
-        return _kwargs_of(
-            value, info, TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs()
-        )
+    _kwargs = field_validator("data_kwargs", "template_kwargs", mode="before")(_chosen)
 
 
 class CacheConfig(_Strict):
@@ -306,10 +309,7 @@ class CacheConfig(_Strict):
         "or as any object under the prefix, and must end in a name of its own (not /, . or ..).",
     )
 
-    @field_validator("engine_options", mode="before")
-    @classmethod
-    def _engine_options(cls, value: Any, info: ValidationInfo) -> EngineOptions:
-        return _kwargs_of(value, info, ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions())
+    _engine_options = field_validator("engine_options", mode="before")(_chosen)
 
 
 class _DataConfigList(_Strict):
@@ -326,47 +326,25 @@ def load_config(path: str | os.PathLike[str]) -> CacheConfig:
 
 def parse_config(raw: Mapping[str, Any], *, origin: str = "<config>") -> CacheConfig:
     """Validate an already-merged config mapping; :class:`ConfigError` names ``origin`` and every bad field."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{origin}: the config must be an object, not {type_name(raw)}")
     try:
-        return CacheConfig.model_validate(dict(raw))
+        return CacheConfig.model_validate(dict(raw) if isinstance(raw, Mapping) else raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, model=CacheConfig, origin=origin)) from None
+        raise ConfigError(format_validation_error(exc, origin=origin)) from None
 
 
 def parse_data_configs(raw: Sequence[Any]) -> list[DataConfig]:
     """Validate a list of data configs (mappings or :class:`DataConfig`), as training has them; errors name
     ``data_configs[i]...`` like those of a whole config."""
-    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
-        raise ConfigError(f"data_configs: must be a list, not {type_name(raw)}")
-    items = [
-        item if isinstance(item, DataConfig) else (dict(item) if isinstance(item, Mapping) else item) for item in raw
-    ]
+    items = (
+        [dict(item) if isinstance(item, Mapping) else item for item in raw] if isinstance(raw, (list, tuple)) else raw
+    )
     try:
         return list(_DataConfigList.model_validate({"data_configs": items}).data_configs)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, model=_DataConfigList)) from None
+        raise ConfigError(format_validation_error(exc)) from None
 
 
 def config_to_json(cfg: BaseModel) -> dict[str, Any]:
     """The effective config as plain JSON, every default explicit (what ``resolved_config.json`` records; parsing
     it again gives an equal config)."""
     return cfg.model_dump(mode="json")
-
-
-# -- one field's rule, for a value a lower layer takes as a plain argument (a benchmark, library code) -----
-def _checked(model: type[BaseModel], loc: Loc, value: Any) -> Any:
-    field = model.model_fields[str(loc[-1])]
-    alone: Any = Annotated[field.annotation, field]
-    try:
-        return TypeAdapter(alone, config=ConfigDict(strict=True)).validate_python(value)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, prefix=loc)) from None
-
-
-def checked_batch_size(value: Any) -> int:
-    return cast(int, _checked(CacheConfig, ("gen_batch_size",), value))
-
-
-def checked_dtype(value: Any) -> Dtype:
-    return cast(Dtype, _checked(ModelConfig, ("model", "dtype"), value))

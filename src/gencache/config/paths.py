@@ -104,8 +104,7 @@ def output_name_problem(path: str) -> str | None:
         return url
     if path.startswith(S3_SCHEME):
         return None if parse_s3_url(path).key else f"{path!r} names a bucket but no prefix; write s3://BUCKET/NAME"
-    stripped = path.rstrip("/")
-    name = os.path.basename(stripped)
+    name = os.path.basename(path.rstrip("/"))
     if name not in ("", ".", ".."):
         return None
     what = f"its last part is {name!r}" if name else "it is the root directory"
@@ -118,6 +117,5 @@ def output_name_problem(path: str) -> str | None:
 
 def check_output_name(path: str, what: str) -> None:
     """A :class:`ConfigError` naming ``what`` (``output_dir``, ``--out``) when ``path`` cannot name an output."""
-    problem = output_name_problem(path)
-    if problem is not None:
+    if (problem := output_name_problem(path)) is not None:
         raise ConfigError(f"{what} {problem}.")

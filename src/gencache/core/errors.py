@@ -114,7 +114,7 @@ class InputProblems(GencacheError, ValueError):
         shown = "; ".join(str(problem.error) for problem in problems)
         super().__init__(f"{len(problems)} problems: {shown}")
         self.problems = list(problems)
-        self.exit_code = problems[0].error.exit_code if problems else 2
+        self.exit_code = problems[0].error.exit_code
 
 
 def raise_problems(problems: Sequence[Problem]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gencache.core.canonical import is_int
 from gencache.core.errors import ConfigError
 
 TOKENIZER_STATE_FIELDS = ("padding_side", "pad_token_id", "eos_token_id")
@@ -26,12 +27,6 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def _single_id(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"Tokenizer token id must be an integer or null, got {value!r}.")
-    return value
-
-
 def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
     """``{padding_side, pad_token_id, eos_token_id}`` of a tokenizer object or of an already-extracted mapping
     (``eos_token_id`` is the tokenizer's single id, never the generation config's EOS list)."""
@@ -41,16 +36,14 @@ def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
         if isinstance(tokenizer, dict)
         else {f: getattr(tokenizer, f) for f in fields if hasattr(tokenizer, f)}
     )
-    missing = [f for f in fields if f not in given]
-    if missing and isinstance(tokenizer, dict):
-        raise ConfigError(f"Tokenizer state is missing {', '.join(missing)}.")
-    if missing:
+    if missing := ", ".join(f for f in fields if f not in given):
         raise ConfigError(
-            f"Expected a tokenizer or a {{padding_side, pad_token_id, eos_token_id}} dict, got "
-            f"{type(tokenizer).__name__} (no {', '.join(missing)})."
+            f"Tokenizer state is missing {missing}."
+            if isinstance(tokenizer, dict)
+            else f"Expected a tokenizer or a {{padding_side, pad_token_id, eos_token_id}} dict, got "
+            f"{type(tokenizer).__name__} (no {missing})."
         )
-    return {
-        "padding_side": str(given["padding_side"]),
-        "pad_token_id": _single_id(given["pad_token_id"]),
-        "eos_token_id": _single_id(given["eos_token_id"]),
-    }
+    for f in fields[1:]:
+        if given[f] is not None and not is_int(given[f]):
+            raise ConfigError(f"Tokenizer token id must be an integer or null, got {given[f]!r}.")
+    return {f: str(given[f]) if f == "padding_side" else given[f] for f in fields}
