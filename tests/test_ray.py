@@ -1,5 +1,5 @@
 """`gencache generate --ray` on a real local Ray cluster (two CPU workers, the tiny teacher): the shard base equals
-`--shards N` in one process and the unsharded run key for key, greedy, sampled and sampled on the continuous engine;
+`--shards N` in one process and the unsharded run key for key, greedy and sampled (on the continuous engine);
 a worker killed with SIGKILL in the middle of a shard is replaced and its shard generated again; a driver killed
 mid-run is resumed by the same command; workers that cannot see the driver's directory publish to a bucket from the
 files the driver sends; each refusal is one line and exit 2 before anything loads."""
@@ -68,8 +68,8 @@ def shard_path(base: Path, index: int) -> Path:
 
 @pytest.mark.parametrize(
     ("generation", "engine"),
-    [(None, "transformers"), (SAMPLING, "transformers"), (SAMPLING, "transformers-continuous")],
-    ids=["greedy", "sampled", "sampled-continuous"],
+    [(None, "transformers"), (SAMPLING, "transformers-continuous")],
+    ids=["greedy", "sampled-continuous"],
 )
 def test_ray_base_equals_one_process_and_unsharded(
     tmp_path: Path,
