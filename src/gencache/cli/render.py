@@ -1,7 +1,6 @@
-"""How the CLI shows what the library returns: run messages, the dry run's report (or its JSON, or the raw prompt),
-the verify progress bar and what ``gencache inspect`` shows of a report: per path a rich table (a sharded output's
-table, its problems and a table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several
-paths; every recorded value there is a rich :class:`~rich.text.Text`, never parsed as markup or emoji."""
+"""How the CLI shows what the library returns: run messages, the dry run, verify's progress bar, inspect's tables
+(every recorded value a rich :class:`~rich.text.Text`, never parsed as markup or emoji), scores, audits and a Ray
+run's summary."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -19,11 +19,16 @@ from rich.text import Text
 from gencache.artifact.report import InspectReport, VerifyProgressFactory
 from gencache.cli.console import echo_json, make_console, printable
 from gencache.core.errors import Problem
+from gencache.data.answers import METRICS
 
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
+    from gencache.run.audit import AuditReport
     from gencache.run.preflight import Preflight
+    from gencache.run.ray import RayRun
+    from gencache.run.score import ScoreReport
 
+_STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
 
@@ -329,3 +334,73 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
         provenance = overlap["provenance"] + (f" ({', '.join(differing)})" if differing else "")
         line = f"provenance: {provenance}; union of keys: {overlap['union']:,}"
         console.print(line, markup=False, emoji=False, highlight=True)
+
+
+def render_scores(report: ScoreReport, console: Console) -> None:
+    """The verdict, the worst signs first, then the scores of each data config and of the whole run: one row per
+    finish reason, without metric columns when no answer has a gold reference; numbers are never wrapped."""
+    for level, text in report.verdict:
+        console.print(f"[{_STYLES[level]}]{level}:[/] {text}", highlight=False)
+    console.print(f"scores of {report.artifact}", highlight=False)
+    metrics = METRICS if report.overall.scored else ()
+    for group in (*report.groups, report.overall):
+        title = (
+            group.label
+            if group is report.overall
+            else f"{group.label}: answer rule {group.rule}; headline {group.headline}"
+        )
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+        table.add_column("finish", no_wrap=True)
+        for name in ("answers", "unscored", *metrics):
+            table.add_column(name, justify="right", no_wrap=True)
+        for label, part in [("all", group), *group.by_finish_reason.items()]:
+            means = ["–" if part.means[name] is None else f"{part.means[name]:.3f}" for name in metrics]
+            table.add_row(label, str(part.answers), str(part.unscored), *means)
+        console.print(table)
+
+
+def render_audit(report: AuditReport, console: Console) -> None:
+    """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
+    then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
+    for key in report.keys:
+        if key.equal:
+            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))", highlight=False)
+            continue
+        for sequence in (sequence for sequence in key.sequences if not sequence.equal):
+            where = f"first differs at token {sequence.first_difference}"
+            if sequence.first_difference is None:
+                where = "finish reason only"
+            console.print(
+                f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
+                f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
+                f"{sequence.regenerated_finish})",
+                highlight=False,
+            )
+    divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
+    per_key = report.seconds / len(report.keys) if report.keys else 0.0
+    console.print(
+        escape(
+            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
+            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
+            f"{report.differing} differing"
+            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
+            + f"; {per_key:.3f} s per key"
+        ),
+        highlight=False,
+    )
+
+
+def render_ray(result: RayRun, console: Console) -> None:
+    """A ``--ray`` run's summary: a table with one row per shard, then the totals."""
+    table = Table(title=f"gencache --ray: {result.output_dir}", title_justify="left")
+    for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
+        table.add_column(column, justify="left" if column in ("status", "worker") else "right")
+    for r in sorted(result.records, key=lambda r: r.index):
+        numbers = (f"{r.seconds:.2f}", f"{r.load_seconds:.2f}", *map(str, (r.attempts, r.entries, r.tokens)))
+        table.add_row(f"{r.index}/{result.shards}", r.status, escape(r.worker or "-"), *numbers)
+    console.print(table)
+    console.print(
+        f"{len(result.published)} shards published, {len(result.skipped)} already published (skipped), "
+        f"{result.retries} retries, {result.workers} workers, {result.seconds:.1f}s",
+        highlight=False,
+    )
