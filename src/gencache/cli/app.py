@@ -162,10 +162,7 @@ def _ray_output_off(verbose: bool) -> Iterator[None]:
 
 @app.command(cls=GenerateCommand)
 def generate(
-    config: Annotated[
-        Path,
-        typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
-    ],
+    config: Annotated[Path, typer.Argument(metavar="CONFIG.json", help="The run's JSON config.")],
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -176,43 +173,30 @@ def generate(
         ),
     ] = None,
     output_dir: Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix).")
-    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", metavar="N", help="Cap each num_samples at N.")] = None,
     shards: Annotated[
         int | None,
         typer.Option(
             "--shards",
             metavar="N",
-            help="Run all N shards here (with --ray: on the cluster), publishing each when done; a rerun generates "
-            "only the shards not published yet.",
+            help="Run all N shards (with --ray: on the cluster), publishing each; a rerun does the unpublished ones.",
         ),
     ] = None,
     shard: Annotated[
-        str | None,
-        typer.Option(
-            "--shard", metavar="I/N", help="Generate shard I/N only (zero-based; automatic under torchrun/SLURM)."
-        ),
+        str | None, typer.Option("--shard", metavar="I/N", help="Generate shard I/N only (set under torchrun/SLURM).")
     ] = None,
     skip_published: Annotated[
-        bool, typer.Option("--skip-published", help="Exit 0 when this shard is already published and of the same run.")
+        bool, typer.Option("--skip-published", help="Exit 0 when this shard is already published by the same run.")
     ] = False,
     dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", help="Make every check before loading weights, report, exit with generate's code."),
+        bool, typer.Option("--dry-run", help="Check without weights; exit with generate's code.")
     ] = False,
     show_prompt: Annotated[
-        int | None,
-        typer.Option("--show-prompt", metavar="N", help="Print sample N's rendered prompt, its parts and token count."),
+        int | None, typer.Option("--show-prompt", metavar="N", help="Print sample N's rendered prompt and its parts.")
     ] = None,
-    raw: Annotated[
-        bool, typer.Option("--raw", help="With --show-prompt: print only the exact prompt and token ids as JSON.")
-    ] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="With --show-prompt: only its text and ids, as JSON.")] = False,
     json_: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="With the dry run: the checks and every problem as JSON; with --ray: the summary per shard."
-        ),
+        bool, typer.Option("--json", help="With the dry run: checks and problems as JSON; with --ray: the summary.")
     ] = False,
     verbose: _Verbose = False,
     ray: Annotated[
@@ -220,26 +204,25 @@ def generate(
         typer.Option(
             "--ray",
             metavar="[ADDRESS]",
-            help="Run the shards on a Ray cluster: ADDRESS is HOST:PORT or ray://HOST:PORT, auto the cluster `ray "
-            "start` runs here, none RAY_ADDRESS or else a local instance (give --ray after CONFIG.json).",
+            help="Run the shards on a Ray cluster: HOST:PORT, ray://HOST:PORT, auto (`ray start`'s here) or none "
+            "(RAY_ADDRESS, else a local instance); give it after CONFIG.json.",
         ),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", metavar="K", help="With --ray: at most K teacher workers (default: all).")
+        int | None, typer.Option("--workers", metavar="K", help="With --ray: K workers at most.")
     ] = None,
     worker_gpus: Annotated[
-        float | None, typer.Option("--worker-gpus", metavar="F", help="With --ray: GPUs per worker (1; 0.5 shares).")
+        float | None, typer.Option("--worker-gpus", metavar="F", help="With --ray: GPUs per worker (1).")
     ] = None,
     max_retries: Annotated[
-        int | None,
-        typer.Option("--max-retries", metavar="R", help="With --ray: retry a dead worker's shard R times (3)."),
+        int | None, typer.Option("--max-retries", metavar="R", help="With --ray: retries of a dead worker's shard (3).")
     ] = None,
     ray_timeout: Annotated[
-        float | None,
-        typer.Option("--ray-timeout", metavar="S", help="With --ray: give up after S seconds without progress (600)."),
+        float | None, typer.Option("--ray-timeout", metavar="S", help="With --ray: seconds without progress (600).")
     ] = None,
 ) -> None:
-    """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
+    """Run the teacher over every sample of CONFIG.json (a sibling _default.json merged in) and publish one
+    immutable artifact directory (or N shards)."""
     from gencache.run.api import dry_run as dry_run_cache
     from gencache.run.api import generate as generate_cache
 

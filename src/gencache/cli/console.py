@@ -29,10 +29,14 @@ _QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR"}
 
 
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
-    """The console every CLI message goes through: text is never hard-wrapped (a message is one line); on a
-    terminal tables fit the terminal, elsewhere they keep every column whole (grep and paste work)."""
-    console = Console(file=file, stderr=stderr, soft_wrap=True)
-    return console if console.is_terminal else Console(file=file, stderr=stderr, soft_wrap=True, width=10_000)
+    """The console every CLI message goes through: text is never hard-wrapped (a message is one line) nor
+    highlighted; on a terminal tables fit the terminal, elsewhere they keep every column whole (grep and paste work)."""
+    console = Console(file=file, stderr=stderr, soft_wrap=True, highlight=False)
+    return (
+        console
+        if console.is_terminal
+        else Console(file=file, stderr=stderr, soft_wrap=True, highlight=False, width=10_000)
+    )
 
 
 def printable(text: str) -> str:
@@ -143,6 +147,5 @@ class RunProgress:
                 f"gencache: generate{stage}: {self.done}/{self.total} samples ({percent:.1f}%), {figures}, "
                 f"elapsed {duration(elapsed)}, ETA {duration(eta)}",
                 markup=False,
-                highlight=False,
             )
             self.shown = self.clock()

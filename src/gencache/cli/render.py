@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich import box
+from rich import box, filesize
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -24,7 +24,7 @@ from gencache.data.answers import METRICS
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
     from gencache.run.audit import AuditReport
-    from gencache.run.preflight import Preflight
+    from gencache.run.preflight import Check, Preflight
     from gencache.run.ray import RayRun
     from gencache.run.score import ScoreReport
 
@@ -37,11 +37,11 @@ def render_notice(console: Console, level: str, text: str) -> None:
     that a piped run's output is its results and errors."""
     if level == "status":
         if console.is_terminal:
-            console.print(f"[dim]{escape(text)} ...[/dim]", highlight=False)
+            console.print(f"[dim]{escape(text)} ...[/dim]")
     elif level == "warning":
-        console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(text)}")
     else:
-        console.print(escape(text), highlight=False)
+        console.print(escape(text))
 
 
 def _data_table(report: Preflight) -> Table | None:
@@ -74,9 +74,8 @@ def render_dry_run(report: Preflight, console: Console) -> None:
     table = _data_table(report)
     if table is not None:
         console.print(table)
-    checks = Table(title="checks (the same ones generate makes before loading weights)", title_justify="left")
-    for column in ("check", "status", "detail"):
-        checks.add_column(column)
+    title = "checks (the same ones generate makes before loading weights)"
+    checks = Table("check", "status", "detail", title=title, title_justify="left")
     for check in report.checks:
         checks.add_row(check.name, _STATUS.get(check.status, check.status), escape(check.detail))
     console.print(checks)
@@ -84,7 +83,6 @@ def render_dry_run(report: Preflight, console: Console) -> None:
     if samples is not None:
         console.print(
             f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}",
-            highlight=False,
         )
         if samples.conflicting_prompts:
             render_notice(
@@ -94,31 +92,29 @@ def render_dry_run(report: Preflight, console: Console) -> None:
                 "occurrence's prompt is generated for all.",
             )
     for path in report.published:
-        console.print(f"already published and verified (skipped): {escape(str(path))}", highlight=False)
+        console.print(f"already published and verified (skipped): {escape(str(path))}")
     for target in report.targets:
         if target.shard is not None:
             console.print(
                 f"shard {target.shard.index}/{target.shard.count} ({target.shard.origin}): {len(target.keys)} keys "
                 f"-> {escape(str(target.output_dir))}",
-                highlight=False,
             )
     if report.capacity:
-        console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)", highlight=False)
+        console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)")
     if report.not_computed:
-        console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(report.not_computed))}", highlight=False)
+        console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(report.not_computed))}")
     sample = report.prompt
     if sample is not None:  # where it came from, each part and the token count
         tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
         console.print(
             f"[bold]prompt {report.prompt_index or 0}[/bold]: data_configs[{sample.data_config_index}] sample "
             f"{sample.sample_index}, key {sample.key}, {tokens} tokens",
-            highlight=False,
         )
         counts = [end - start for _, start, end in (sample.spans or ())]
         for position, part in enumerate(sample.parts):
             count = f", {counts[position]} tokens" if position < len(counts) else ""
-            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]", highlight=False)
-            console.print(escape(part.text), highlight=False, markup=True)
+            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]")
+            console.print(escape(part.text), markup=True)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
     if not report.errors:  # otherwise the caller prints each problem and then how many there are
@@ -139,27 +135,26 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
             transient=True,
         ) as bar:
             task = bar.add_task(name, total=total)
-
-            def advance(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            yield advance
+            yield lambda done, total: bar.update(task, completed=done, total=total)
 
     return bar_for
 
 
-def problems_json(code: int, problems: list[Problem]) -> dict[str, Any]:
-    """What ``--dry-run --json`` prints: the exit code and every problem (the caller adds the checks)."""
-    return {"exit_code": code, "problems": [problem.to_json() for problem in problems], "checks": []}
+def problems_json(code: int, problems: list[Problem], checks: Sequence[Check] = ()) -> dict[str, Any]:
+    """What ``--dry-run --json`` prints: the exit code, every problem and the checks."""
+    found = [problem.to_json() for problem in problems]
+    return {
+        "exit_code": code,
+        "problems": found,
+        "checks": [{"name": c.name, "status": c.status, "detail": c.detail} for c in checks],
+    }
 
 
 def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
     """The dry run's report (or its JSON, or the raw prompt) on stdout, so that ``> file`` keeps it; one ``error:``
     line per problem, and how many, on stderr with every other message."""
     if as_json:
-        report = problems_json(result.exit_code, result.problems)
-        report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in result.checks]
-        echo_json(report)
+        echo_json(problems_json(result.exit_code, result.problems, result.checks))
     elif not raw:
         render_dry_run(result, make_console())
     for error in result.errors:
@@ -185,15 +180,6 @@ def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
             )
         raise typer.Exit(result.exit_code or (0 if sample is not None else 2))
     raise typer.Exit(result.exit_code)
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def _on(value: Any) -> str:
@@ -262,7 +248,7 @@ def _artifact_table(report: dict[str, Any]) -> Table:
         ("determinism", _determinism_block(report["determinism"])),
         (
             "payload",
-            f"{_size(report['payload_bytes'])}, header {header['used']:,} of {header['capacity']:,} bytes",
+            f"{filesize.decimal(report['payload_bytes'])}, header {header['used']:,} of {header['capacity']:,} bytes",
         ),
     ]
     table = Table(title=Text(report["path"]), title_justify="left", show_header=False)
@@ -321,9 +307,7 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
         else:  # not an artifact
             err.print(Text(f"error: {error}"))
     if (overlap := report.overlap) is not None:
-        table = Table(title=Text("overlap"), title_justify="left")
-        for name in ("a", "b", "shared keys", "conflicting keys"):
-            table.add_column(name)
+        table = Table("a", "b", "shared keys", "conflicting keys", title=Text("overlap"), title_justify="left")
         for pair in overlap["pairs"]:
             keys = pair["conflicting_keys"]
             example = f" (e.g. {keys[0][:16]}…)" if keys else ""
@@ -340,8 +324,8 @@ def render_scores(report: ScoreReport, console: Console) -> None:
     """The verdict, the worst signs first, then the scores of each data config and of the whole run: one row per
     finish reason, without metric columns when no answer has a gold reference; numbers are never wrapped."""
     for level, text in report.verdict:
-        console.print(f"[{_STYLES[level]}]{level}:[/] {text}", highlight=False)
-    console.print(f"scores of {report.artifact}", highlight=False)
+        console.print(f"[{_STYLES[level]}]{level}:[/] {text}")
+    console.print(f"scores of {report.artifact}")
     metrics = METRICS if report.overall.scored else ()
     for group in (*report.groups, report.overall):
         title = (
@@ -364,7 +348,7 @@ def render_audit(report: AuditReport, console: Console) -> None:
     then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
     for key in report.keys:
         if key.equal:
-            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))", highlight=False)
+            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))")
             continue
         for sequence in (sequence for sequence in key.sequences if not sequence.equal):
             where = f"first differs at token {sequence.first_difference}"
@@ -374,7 +358,6 @@ def render_audit(report: AuditReport, console: Console) -> None:
                 f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
                 f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
                 f"{sequence.regenerated_finish})",
-                highlight=False,
             )
     divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
     per_key = report.seconds / len(report.keys) if report.keys else 0.0
@@ -386,7 +369,6 @@ def render_audit(report: AuditReport, console: Console) -> None:
             + (f"; first divergence at token (keys): {divergence}" if divergence else "")
             + f"; {per_key:.3f} s per key"
         ),
-        highlight=False,
     )
 
 
@@ -402,5 +384,4 @@ def render_ray(result: RayRun, console: Console) -> None:
     console.print(
         f"{len(result.published)} shards published, {len(result.skipped)} already published (skipped), "
         f"{result.retries} retries, {result.workers} workers, {result.seconds:.1f}s",
-        highlight=False,
     )
