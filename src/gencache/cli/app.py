@@ -134,9 +134,8 @@ class GenerateCommand(TyperCommand):
 
 @contextlib.contextmanager
 def _ray_output_off(verbose: bool) -> Iterator[None]:
-    """Ray's C++ core (and a local instance's processes) write to descriptor 2: it points at the null device for
-    the block unless ``verbose``, while ``sys.stderr`` is a copy of the terminal's (a host program's
-    ``sys.stderr`` that is not descriptor 2 is left alone)."""
+    """Unless ``verbose``, descriptor 2 (where Ray's C++ core and a local instance's processes write) points at the
+    null device for the block, while ``sys.stderr`` is a copy of the terminal's."""
     try:
         ours = not verbose and sys.stderr.fileno() == 2
     except (AttributeError, OSError, ValueError):  # a captured or replaced stderr
@@ -610,6 +609,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = _run(argv)
         signals.quiet_exit(code)
-    except Stopped as stop:  # between the command's end and the quiet exit
-        signals.exit_now(stop)
+    except Stopped as stop:  # between the command's end and the quiet exit: nothing is left to clean up
+        try:
+            typer.echo(stop.message, err=True)
+        finally:
+            os._exit(stop.exit_code)
     sys.exit(code)

@@ -1,11 +1,5 @@
 """Where the command line prints: rich consoles, a run's progress drawn with ``rich.progress``, text made safe for a
-terminal, and the only quieting of other libraries.
-
-Unless ``--verbose`` or ``GENCACHE_DEBUG=1``, :func:`quiet_libraries` lets no log record of WARNING or below through
-(``logging.disable``, which a library that resets its loggers' levels on import does not undo), no tqdm bar (even one
-asked for with ``disable=False``, as vLLM's), and sets torch's and vLLM's log levels to ERROR (for the processes a
-command starts too). All is put back after.
-"""
+terminal, and the only quieting of other libraries."""
 
 from __future__ import annotations
 
@@ -22,7 +16,7 @@ from unittest import mock
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, Progress, TextColumn
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the gencache package
 _QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR"}
@@ -55,8 +49,10 @@ def duration(seconds: float | None) -> str:
 
 @contextlib.contextmanager
 def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Other libraries' log lines and bars kept off the command's output for the block; Python warnings go to
-    ``warn`` (one line each; dropped when None), a third-party library's only when not quiet."""
+    """Unless ``verbose`` or ``GENCACHE_DEBUG=1``, for the block: no log record of WARNING or below
+    (``logging.disable``, which a library that resets its loggers' levels does not undo), no tqdm bar (even one asked
+    for with ``disable=False``, as vLLM's), torch's and vLLM's log levels at ERROR (for child processes too). Python
+    warnings go to ``warn`` (one line each; dropped when None), a third-party library's only when not quiet."""
     quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
 
     def show(message: Warning | str, category: type[Warning], filename: str, *args: Any, **kwargs: Any) -> None:
@@ -100,15 +96,9 @@ class RunProgress:
         self.total, self.done, self.tokens, self.label = total, 0, 0, ""
         self.started: float | None = None
         self.shown = 0.0
-        self.bar = Progress(
-            TextColumn("[bold]generate{task.fields[label]}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("samples, {task.fields[figures]}"),
-            console=self.console,
-            disable=not self.live,
-        )
-        self.task = self.bar.add_task("generate", total=total, label="", figures="")
+        columns = (TextColumn("[bold]{task.fields[stage]}"), BarColumn(), TextColumn("{task.description}"))
+        self.bar = Progress(*columns, console=self.console, disable=not self.live)
+        self.task = self.bar.add_task("", total=total, stage="generate")
 
     def set_label(self, label: str) -> None:
         """Name the current stage (``shard 2/4``) beside the figures."""
@@ -135,17 +125,14 @@ class RunProgress:
     def _show(self, *, line: bool) -> None:
         elapsed = 0.0 if self.started is None else self.clock() - self.started
         eta = (self.total - self.done) * elapsed / self.done if self.done and elapsed > 0 else None
-        figures = f"{self.tokens} tokens, {self.tokens / elapsed if elapsed > 0 else 0.0:.1f} tok/s"
-        label = f" {self.label}" if self.label else ""
-        self.bar.update(
-            self.task, completed=self.done, total=self.total, label=label, figures=f"{figures}, ETA {duration(eta)}"
+        percent = 100.0 * self.done / self.total if self.total else 100.0
+        rate = self.tokens / elapsed if elapsed > 0 else 0.0
+        figures = (
+            f"{self.done}/{self.total} samples ({percent:.1f}%), {self.tokens} tokens, {rate:.1f} tok/s, "
+            f"elapsed {duration(elapsed)}, ETA {duration(eta)}"
         )
+        stage = f"generate [{self.label}]" if self.label else "generate"
+        self.bar.update(self.task, completed=self.done, total=self.total, description=figures, stage=stage)
         if line and not self.live and self.started is not None:
-            percent = 100.0 * self.done / self.total if self.total else 100.0
-            stage = f" [{self.label}]" if self.label else ""
-            self.console.print(
-                f"gencache: generate{stage}: {self.done}/{self.total} samples ({percent:.1f}%), {figures}, "
-                f"elapsed {duration(elapsed)}, ETA {duration(eta)}",
-                markup=False,
-            )
+            self.console.print(f"gencache: {stage}: {figures}", markup=False)
             self.shown = self.clock()

@@ -51,15 +51,6 @@ def note_published(paths: Sequence[object]) -> None:
     _published = StoppedRun(published=tuple(str(path) for path in paths)) if paths else None
 
 
-def exit_now(stop: Stopped) -> NoReturn:
-    """Print ``stop``'s line and end the process with its code at once (nothing else is left to clean up)."""
-    try:
-        sys.stderr.write(stop.message + "\n")
-        sys.stderr.flush()
-    finally:
-        os._exit(stop.exit_code)
-
-
 def quiet_exit(code: int) -> None:
     """Once the command is done (its work published or failed), a signal during interpreter shutdown (an engine's
     thread winding down) exits with the command's own code, not a traceback; from the exit handlers on the signals
