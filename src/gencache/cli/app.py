@@ -16,17 +16,8 @@ import click
 import typer
 from typer.core import TyperCommand
 
-from gencache.cli import signals
+from gencache.cli import render, signals
 from gencache.cli.console import RunProgress, echo_json, make_console, printable, quiet_libraries
-from gencache.cli.render import (
-    dry_run_output,
-    problems_json,
-    render_audit,
-    render_notice,
-    render_ray,
-    render_scores,
-    verify_progress,
-)
 from gencache.core.errors import ConfigError, GencacheError, InputPathError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
@@ -35,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring's paragraphs flow (rich mode keeps their line breaks)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -235,7 +227,7 @@ def generate(
     if ray is not None and (dry_run or show_prompt is not None):
         raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
     console = make_console(stderr=True)
-    notify = functools.partial(render_notice, console)
+    notify = functools.partial(render.render_notice, console)
     with quiet_libraries(verbose, warn=lambda text: notify("warning", text)):
         if ray is not None:
             from gencache.run.overrides import Overrides
@@ -251,7 +243,7 @@ def generate(
             if json_:
                 echo_json(run.to_json())
             else:
-                render_ray(run, console)
+                render.render_ray(run, console)
                 typer.echo(str(run.output_dir))
             return
         changes: dict[str, Any] = {"overrides": list(set_ or ()), "output_dir": output_dir, "limit": limit}
@@ -265,10 +257,12 @@ def generate(
             if not json_:
                 raise
             found = [error.problem or Problem("config", "config", error)]
-            echo_json(problems_json(error.exit_code, error.problems if isinstance(error, InputProblems) else found))
+            echo_json(
+                render.problems_json(error.exit_code, error.problems if isinstance(error, InputProblems) else found)
+            )
             raise typer.Exit(error.exit_code) from None
     if dry_run or show_prompt is not None:
-        dry_run_output(report, raw=raw, as_json=json_)
+        render.dry_run_output(report, raw=raw, as_json=json_)
     signals.note_published([result])  # a stop from here on says it is published
     typer.echo(str(result))
 
@@ -279,13 +273,12 @@ def inspect(dirs: _Dirs, as_json: _Json = False) -> None:
     and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
     not one whole run; 2 when a path is not an artifact at all)."""
     from gencache.artifact.report import inspect_report
-    from gencache.cli.render import render_inspect
 
     report = inspect_report(dirs)
     if as_json:
         echo_json(report.to_json())
     else:
-        render_inspect(report, make_console(), make_console(stderr=True))
+        render.render_inspect(report, make_console(), make_console(stderr=True))
     raise typer.Exit(report.exit_code)
 
 
@@ -296,7 +289,9 @@ def verify(dirs: _Dirs, as_json: _Json = False) -> None:
     from gencache.artifact.report import verify_report
 
     stderr = make_console(stderr=True)
-    report = verify_report(dirs, progress=verify_progress(stderr) if stderr.is_terminal and not as_json else None)
+    report = verify_report(
+        dirs, progress=render.verify_progress(stderr) if stderr.is_terminal and not as_json else None
+    )
     if as_json:
         echo_json(report.to_json())
     else:
@@ -443,7 +438,7 @@ def score(
     if as_json:
         echo_json(report.as_json())
         return
-    render_scores(report, make_console())
+    render.render_scores(report, make_console())
     if report.out is not None:
         typer.echo(f"wrote {len(report.answers)} scores to {report.out}")
 
@@ -552,15 +547,8 @@ def audit(
     if as_json:
         typer.echo(printable(document))
     else:
-        render_audit(result, make_console())
+        render.render_audit(result, make_console())
     raise typer.Exit(result.exit_code)
-
-
-for _info in app.registered_commands:  # typer's rich help keeps a docstring's line breaks, which the console's own
-    # wrapping then breaks again mid-sentence: each paragraph on one line instead
-    _doc = _info.help or (_info.callback.__doc__ if _info.callback is not None else None)
-    if isinstance(_doc, str):
-        _info.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in _doc.strip().split("\n\n"))
 
 
 def run(argv: list[str] | None = None) -> int:
