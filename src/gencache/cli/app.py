@@ -37,16 +37,8 @@ _Verbose = Annotated[
 _Tokenizer = Annotated[
     str | None, typer.Option("--tokenizer", metavar="PATH", help="Tokenizer (default: the run's, or --model's).")
 ]
-_Dirs = Annotated[
-    list[str],
-    typer.Argument(metavar="DIR", help="Artifact directories or s3:// URLs (or an unsuffixed sharded output_dir)."),
-]
-_Artifact = Annotated[
-    str,
-    typer.Argument(
-        metavar="ARTIFACT", help="A published artifact (directory or s3:// URL), one shard, or a shard base."
-    ),
-]
+_Dirs = Annotated[list[str], typer.Argument(metavar="DIR", help="Artifacts (directories, s3:// URLs, shard bases).")]
+_Artifact = Annotated[str, typer.Argument(metavar="ARTIFACT", help="An artifact (directory, s3:// URL, shard base).")]
 _Patterns = Annotated[
     list[str] | None,
     typer.Option(
@@ -56,14 +48,8 @@ _Patterns = Annotated[
         "instead of its rule (repeatable).",
     ),
 ]
-_DataRoot = Annotated[
-    Path | None,
-    typer.Option("--data-root", metavar="DIR", help="Look for the recorded local dataset sources under DIR."),
-]
-_Sources = Annotated[
-    list[str] | None,
-    typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH instead (repeatable)."),
-]
+_DataRoot = Annotated[Path | None, typer.Option("--data-root", metavar="DIR", help="Find local datasets under DIR.")]
+_Sources = Annotated[list[str] | None, typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH.")]
 
 
 def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
@@ -269,9 +255,8 @@ def generate(
 
 @app.command()
 def inspect(dirs: _Dirs, as_json: _Json = False) -> None:
-    """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
-    and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
-    not one whole run; 2 when a path is not an artifact at all)."""
+    """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config, shards and
+    overlaps (exit 1 when an artifact or shard is unreadable or shards are not one run; 2 for a non-artifact)."""
     from gencache.artifact.report import inspect_report
 
     report = inspect_report(dirs)
@@ -329,9 +314,8 @@ def export(
     ] = None,
     tokenizer: _Tokenizer = None,
 ) -> None:
-    """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
-    length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
-    the artifact's provenance in its schema metadata. Works from the artifact alone."""
+    """Write one record per stored sequence: key, completion (text and ids), finish reason, token length and, when
+    the datasets can be read, the prompt and dataset name (parquet: provenance in the schema metadata)."""
     from gencache.data.scores import parse_min_score
     from gencache.run.export import export as export_artifact
 
@@ -426,10 +410,8 @@ def score(
     data_root: _DataRoot = None,
     source: _Sources = None,
 ) -> None:
-    """Score every stored answer against its sample's reference (exact match, token F1, contains) and print a
-    verdict (answers cut at max_new_tokens, empty answers, the score against the gold, answers without gold), then
-    the means per data config and finish reason. Works from the artifact alone (the references come from the samples
-    rebuilt from the recorded sources); nothing is written into the artifact."""
+    """Score every stored answer against its sample's reference (exact match, token F1, contains): a verdict (cut,
+    empty or ungolded answers, the score), then the means per data config and finish reason. Writes nothing."""
     from gencache.run.score import score
 
     chosen, patterns = _sources(artifact, source), _by_index("--answer-pattern", answer_pattern)
@@ -454,10 +436,8 @@ def report(
     data_root: _DataRoot = None,
     source: _Sources = None,
 ) -> None:
-    """Write one self-contained HTML page about the run (opens offline): the verdict first, provenance and
-    determinism settings, scores, per data config the answer lengths by finish reason, prompt against answer
-    length, the score distribution and the worst examples, and an audit's result when given. Charts need
-    matplotlib (the report extra)."""
+    """Write one self-contained HTML page about the run: verdict, provenance, determinism, scores, answer lengths,
+    the worst examples and an audit's result when given (charts need matplotlib: the report extra)."""
     from gencache.run.quality_report import CHARTS_MISSING, write_report
 
     chosen, patterns = _sources(artifact, source), _by_index("--answer-pattern", answer_pattern)

@@ -133,11 +133,8 @@ class Starter:
 
 
 def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = None) -> Starter:
-    """Write the starter files into ``directory`` (created if needed), never over existing ones.
-
-    ``teacher`` (a local directory or a hub id) goes into ``model.model_path``; without it the demo's tiny
-    teacher is built in ``directory/tiny-teacher`` (or reused when one is there).
-    """
+    """Write the starter files into ``directory`` (created if needed), never over existing ones, with ``teacher``
+    (a local directory or a hub id; default: the demo's tiny teacher in ``directory``) as ``model.model_path``."""
     root = _directory(directory, "", "gencache init")
     config = root / "config.json"
     qa, chat = root / "data" / "qa.jsonl", root / "data" / "chat.jsonl"
@@ -156,9 +153,7 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
     for data_config in body["data_configs"]:
         data_config["source"] = str(root / data_config["source"])
     try:
-        qa.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(STARTER / "data" / "qa.jsonl", qa)
-        shutil.copyfile(STARTER / "data" / "chat.jsonl", chat)
+        shutil.copytree(STARTER / "data", qa.parent, dirs_exist_ok=True)
         config.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise WriteError(f"gencache init could not write into {root}: {exc.strerror or exc}.") from exc

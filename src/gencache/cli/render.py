@@ -13,7 +13,7 @@ from rich import box, filesize
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from gencache.artifact.report import InspectReport, VerifyProgressFactory
@@ -33,8 +33,7 @@ _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow
 
 
 def render_notice(console: Console, level: str, text: str) -> None:
-    """One run message: warnings in yellow; a status (what a slow step is doing) dimmed, on a terminal only, so
-    that a piped run's output is its results and errors."""
+    """One run message: warnings in yellow; a status (what a slow step is doing) dimmed, on a terminal only."""
     if level == "status":
         if console.is_terminal:
             console.print(f"[dim]{escape(text)} ...[/dim]")
@@ -70,7 +69,6 @@ def _data_table(report: Preflight) -> Table | None:
 
 
 def render_dry_run(report: Preflight, console: Console) -> None:
-    """The dry-run report: the data configs, every check with its outcome, the plan and what was not computed."""
     table = _data_table(report)
     if table is not None:
         console.print(table)
@@ -213,6 +211,8 @@ def _counts(items: Sequence[Mapping[str, int]] | None) -> str:
 
 def _artifact_table(report: dict[str, Any]) -> Table:
     tok, lengths, shard, header = report["tokenizer"], report["token_length"], report["shard"], report["header"]
+    length = f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-"
+    header_use = f"header {header['used']:,} of {header['capacity']:,} bytes"
     duplicates = Text(f"{report['duplicates']:,}")
     if report["conflicting_prompts"]:
         conflicting = f"{report['conflicting_prompts']:,} rendered different prompts; the first was generated"
@@ -236,24 +236,18 @@ def _artifact_table(report: dict[str, Any]) -> Table:
         ("entries", f"{report['entries']:,}"),
         ("sequences", f"{report['sequences']:,}"),
         ("tokens", f"{report['tokens']:,}"),
-        (
-            "token length",
-            f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
-        ),
+        ("token length", length),
         ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
         ("duplicates", duplicates),
         *data_configs,
         ("shard", f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
         ("engine", report["engine"] or "not recorded"),
         ("determinism", _determinism_block(report["determinism"])),
-        (
-            "payload",
-            f"{filesize.decimal(report['payload_bytes'])}, header {header['used']:,} of {header['capacity']:,} bytes",
-        ),
+        ("payload", f"{filesize.decimal(report['payload_bytes'])}, {header_use}"),
     ]
-    table = Table(title=Text(report["path"]), title_justify="left", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+    table = Table(
+        Column("field", style="bold"), "value", title=Text(report["path"]), title_justify="left", show_header=False
+    )
     for field, value in rows:
         table.add_row(Text(field), Text(value) if isinstance(value, str) else value)
     return table
@@ -285,8 +279,7 @@ def _sharded_table(report: dict[str, Any]) -> Table:
 
 
 def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
-    """Print what ``gencache inspect`` shows of ``report`` on ``console``; the ``error:`` and ``FAIL`` lines go to
-    ``err`` (the same console when not given)."""
+    """``gencache inspect``'s tables on ``console``, its ``error:`` and ``FAIL`` lines on ``err``."""
     err = err or console
     for artifact in report.artifacts:
         path, kind, error = artifact["path"], artifact["kind"], artifact.get("error", "")
