@@ -124,9 +124,8 @@ def _ray_output_off(verbose: bool) -> Iterator[None]:
     sys.stderr.flush()
     saved, previous = os.dup(2), sys.stderr
     terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=previous.encoding, errors=previous.errors)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    os.close(null)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
     sys.stderr = terminal
     try:
         yield
@@ -242,9 +241,9 @@ def generate(
         except GencacheError as error:
             if not json_:
                 raise
-            found = [error.problem or Problem("config", "config", error)]
+            one = error.problem or Problem("config", "config", error)
             echo_json(
-                render.problems_json(error.exit_code, error.problems if isinstance(error, InputProblems) else found)
+                render.problems_json(error.exit_code, error.problems if isinstance(error, InputProblems) else [one])
             )
             raise typer.Exit(error.exit_code) from None
     if dry_run or show_prompt is not None:
@@ -319,8 +318,6 @@ def export(
     from gencache.data.scores import parse_min_score
     from gencache.run.export import export as export_artifact
 
-    sources = _sources(directory, source)
-    bar = parse_min_score(min_score) if min_score else None
     with quiet_libraries(False):
         result = export_artifact(
             directory,
@@ -328,8 +325,8 @@ def export(
             format=format,
             prompts=not no_prompts,
             data_root=data_root,
-            sources=sources,
-            min_score=bar,
+            sources=_sources(directory, source),
+            min_score=parse_min_score(min_score) if min_score else None,
             scores=scores,
             tokenizer_path=tokenizer,
         )
@@ -570,8 +567,8 @@ def _run(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The ``gencache`` console script: a signal ends the command with one line and 130/143; after the command, a
-    signal exits with the command's code."""
+    """The ``gencache`` console script: a signal ends the command with one line and 130/143; after it, with the
+    command's code."""
     signals.install()
     code = 1
     try:

@@ -80,23 +80,17 @@ def render_dry_run(report: Preflight, console: Console) -> None:
     samples = report.samples
     if samples is not None:
         console.print(
-            f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}",
+            f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}"
         )
         if samples.conflicting_prompts:
-            render_notice(
-                console,
-                "warning",
-                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts; the first "
-                "occurrence's prompt is generated for all.",
-            )
+            conflicting = f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts"
+            render_notice(console, "warning", f"{conflicting}; the first occurrence's prompt is generated for all.")
     for path in report.published:
         console.print(f"already published and verified (skipped): {escape(str(path))}")
     for target in report.targets:
-        if target.shard is not None:
-            console.print(
-                f"shard {target.shard.index}/{target.shard.count} ({target.shard.origin}): {len(target.keys)} keys "
-                f"-> {escape(str(target.output_dir))}",
-            )
+        if (spec := target.shard) is not None:
+            shard = f"shard {spec.index}/{spec.count} ({spec.origin})"
+            console.print(f"{shard}: {len(target.keys)} keys -> {escape(str(target.output_dir))}")
     if report.capacity:
         console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)")
     if report.not_computed:
@@ -106,7 +100,7 @@ def render_dry_run(report: Preflight, console: Console) -> None:
         tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
         console.print(
             f"[bold]prompt {report.prompt_index or 0}[/bold]: data_configs[{sample.data_config_index}] sample "
-            f"{sample.sample_index}, key {sample.key}, {tokens} tokens",
+            f"{sample.sample_index}, key {sample.key}, {tokens} tokens"
         )
         counts = [end - start for _, start, end in (sample.spans or ())]
         for position, part in enumerate(sample.parts):
@@ -140,12 +134,8 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
 
 def problems_json(code: int, problems: list[Problem], checks: Sequence[Check] = ()) -> dict[str, Any]:
     """What ``--dry-run --json`` prints: the exit code, every problem and the checks."""
-    found = [problem.to_json() for problem in problems]
-    return {
-        "exit_code": code,
-        "problems": found,
-        "checks": [{"name": c.name, "status": c.status, "detail": c.detail} for c in checks],
-    }
+    checks_json = [{"name": c.name, "status": c.status, "detail": c.detail} for c in checks]
+    return {"exit_code": code, "problems": [problem.to_json() for problem in problems], "checks": checks_json}
 
 
 def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
@@ -321,11 +311,8 @@ def render_scores(report: ScoreReport, console: Console) -> None:
     console.print(f"scores of {report.artifact}")
     metrics = METRICS if report.overall.scored else ()
     for group in (*report.groups, report.overall):
-        title = (
-            group.label
-            if group is report.overall
-            else f"{group.label}: answer rule {group.rule}; headline {group.headline}"
-        )
+        title = f"{group.label}: answer rule {group.rule}; headline {group.headline}"
+        title = group.label if group is report.overall else title
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
         table.add_column("finish", no_wrap=True)
         for name in ("answers", "unscored", *metrics):
@@ -344,13 +331,12 @@ def render_audit(report: AuditReport, console: Console) -> None:
             console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))")
             continue
         for sequence in (sequence for sequence in key.sequences if not sequence.equal):
-            where = f"first differs at token {sequence.first_difference}"
-            if sequence.first_difference is None:
-                where = "finish reason only"
+            at = sequence.first_difference
+            where = "finish reason only" if at is None else f"first differs at token {at}"
             console.print(
                 f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
                 f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
-                f"{sequence.regenerated_finish})",
+                f"{sequence.regenerated_finish})"
             )
     divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
     per_key = report.seconds / len(report.keys) if report.keys else 0.0
@@ -376,5 +362,5 @@ def render_ray(result: RayRun, console: Console) -> None:
     console.print(table)
     console.print(
         f"{len(result.published)} shards published, {len(result.skipped)} already published (skipped), "
-        f"{result.retries} retries, {result.workers} workers, {result.seconds:.1f}s",
+        f"{result.retries} retries, {result.workers} workers, {result.seconds:.1f}s"
     )
