@@ -216,7 +216,7 @@ def test_ray_not_installed_is_one_line_exit_2(tmp_path: Path, tiny_teacher_dir: 
 
 
 def test_a_bare_ray_option_reads_as_no_address() -> None:
-    from gencache.cli.ray_run import takes_address
+    from gencache.cli.app import takes_address
 
     assert takes_address("10.0.0.1:6379") and takes_address("auto") and takes_address("ray://head:10001")
     assert not takes_address("--shards") and not takes_address("config.json")

@@ -208,7 +208,7 @@ def test_the_score_table_never_wraps_a_number(cut_run: Path) -> None:
     from rich.console import Console
 
     import gencache
-    from gencache.cli.quality import render_scores
+    from gencache.cli.render import render_scores
 
     report = gencache.score(cut_run)
     for width in (64, 80, 200):  # the terminal widths users have

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The ``gencache`` console script and ``python -m gencache``: a stop while typer, rich and the commands import
-    is one line too (:func:`_stop_before_start`, with built-in modules only), then :func:`gencache.cli.app.main`."""
+    """The ``gencache`` console script: :func:`gencache.cli.app.main`, a stop while it imports one line too."""
     import _signal
 
     try:

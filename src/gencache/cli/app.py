@@ -3,28 +3,22 @@ Heavy modules (torch, transformers, datasets) are imported inside the commands, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
+from typer.core import TyperCommand
 
-from gencache.cli import signals
-from gencache.cli.console import RunProgress, echo_json, make_console, printable
-from gencache.cli.quality import (
-    DataRootOption,
-    SourceOption,
-    audit_command,
-    checked_sources,
-    report_command,
-    score_command,
-)
-from gencache.cli.quiet import quiet_libraries
-from gencache.cli.ray_run import GenerateCommand
-from gencache.cli.render import dry_run_output, problems_json, render_notice, verify_progress
-from gencache.core.errors import ConfigError, GencacheError, InputProblems, Problem, Stopped
+from gencache.cli import render, signals
+from gencache.cli.console import RunProgress, echo_json, make_console, printable, quiet_libraries
+from gencache.core.errors import ConfigError, GencacheError, InputPathError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -32,8 +26,51 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring's paragraphs flow (rich mode keeps their line breaks)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+_Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
+_Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Let other libraries' log lines, warnings and progress bars through.")
+]
+_Tokenizer = Annotated[
+    str | None, typer.Option("--tokenizer", metavar="PATH", help="Tokenizer (default: the run's, or --model's).")
+]
+_Dirs = Annotated[list[str], typer.Argument(metavar="DIR", help="Artifacts (directories, s3:// URLs, shard bases).")]
+_Artifact = Annotated[str, typer.Argument(metavar="ARTIFACT", help="An artifact (directory, s3:// URL, shard base).")]
+_Patterns = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--answer-pattern",
+        metavar="I=REGEX",
+        help="Cut data config I's answers with REGEX (its group named answer, else its group, else the match) "
+        "instead of its rule (repeatable).",
+    ),
+]
+_DataRoot = Annotated[Path | None, typer.Option("--data-root", metavar="DIR", help="Find local datasets under DIR.")]
+_Sources = Annotated[list[str] | None, typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH.")]
+
+
+def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
+    """``--source I=PATH`` or ``--answer-pattern I=REGEX`` options as a mapping from data config index I."""
+    chosen: dict[int, str] = {}
+    for text in texts or ():
+        index, sep, value = text.partition("=")
+        if not sep or not index.strip().isdigit() or not value:
+            shape = "I=PATH" if option == "--source" else "I=REGEX"
+            raise ConfigError(f"{option} must look like {shape} (data config index I), got {text!r}.")
+        chosen[int(index)] = value
+    return chosen
+
+
+def _sources(artifact: str, sources: list[str] | None) -> dict[int, str]:
+    """``--source I=PATH`` options as a mapping, once ``artifact`` is known to be an artifact."""
+    from gencache.artifact.report import classify_path
+
+    if (not_artifact := classify_path(artifact)) is not None:
+        raise InputPathError(not_artifact["error"])
+    return _by_index("--source", sources)
 
 
 def _version(value: bool) -> None:
@@ -51,131 +88,117 @@ def _root(
     """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
 
 
+def takes_address(token: str) -> bool:
+    """Whether the token after ``--ray`` is its address: not another option and not the config file."""
+    return not token.startswith("-") and not token.endswith(".json")
+
+
+class GenerateCommand(TyperCommand):
+    """Typer has no option whose value may be left out: a bare ``--ray`` is parsed as ``--ray=``; and ``--set PATH
+    VALUE`` (a space for the ``=``) is refused in one line showing ``PATH=VALUE``, not as an extra argument."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)
+        for position, token in enumerate(args):
+            if token == "--":
+                break
+            following = args[position + 1 : position + 3]
+            if token == "--set" and len(following) == 2 and "=" not in following[0] and following[1][:1] != "-":
+                raise ConfigError(f"--set takes PATH=VALUE as one argument: --set {following[0]}={following[1]}.")
+            if token == "--ray" and not (following and takes_address(following[0])):
+                given[position] = "--ray="
+        return super().parse_args(ctx, given)
+
+
+@contextlib.contextmanager
+def _ray_output_off(verbose: bool) -> Iterator[None]:
+    """Unless ``verbose``, descriptor 2 (where Ray's C++ core and a local instance's processes write) points at the
+    null device for the block, while ``sys.stderr`` is a copy of the terminal's."""
+    try:
+        ours = not verbose and sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr
+        ours = False
+    if not ours:
+        yield
+        return
+    sys.stderr.flush()
+    saved, previous = os.dup(2), sys.stderr
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=previous.encoding, errors=previous.errors)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+    sys.stderr = terminal
+    try:
+        yield
+    finally:  # the copy stays open: the run's console and progress display write to it
+        terminal.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr = previous
+
+
 @app.command(cls=GenerateCommand)
 def generate(
-    config: Annotated[
-        Path,
-        typer.Argument(metavar="CONFIG.json", help="The run's JSON config (a sibling _default.json is merged in)."),
-    ],
+    config: Annotated[Path, typer.Argument(metavar="CONFIG.json", help="The run's JSON config.")],
     set_: Annotated[
         list[str] | None,
         typer.Option(
             "--set",
             metavar="PATH=VALUE",
-            help="Override one config field by its dotted path with a JSON value (repeatable), e.g. "
+            help="Override a config field by dotted path with a JSON value (repeatable), e.g. "
             "--set model.generation_kwargs.max_new_tokens=64.",
         ),
     ] = None,
     output_dir: Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")] = None,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit", metavar="N", help="Cap every data config's num_samples at N (a prefix of the full run)."
-        ),
-    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", metavar="N", help="Cap each num_samples at N.")] = None,
     shards: Annotated[
         int | None,
         typer.Option(
             "--shards",
             metavar="N",
-            help="Run all N shards in this process (with --ray: on the cluster), publishing each when done; rerun "
-            "after a crash to generate only the shards that are not published yet.",
+            help="Run all N shards (with --ray: on the cluster), publishing each; a rerun does the unpublished ones.",
         ),
     ] = None,
     shard: Annotated[
-        str | None,
-        typer.Option(
-            "--shard",
-            metavar="I/N",
-            help="Generate shard I/N only (I zero-based); set automatically under torchrun/SLURM.",
-        ),
+        str | None, typer.Option("--shard", metavar="I/N", help="Generate shard I/N only (set under torchrun/SLURM).")
     ] = None,
     skip_published: Annotated[
-        bool,
-        typer.Option(
-            "--skip-published",
-            help="Exit 0 when this shard is already published, verifies and is of the same run.",
-        ),
+        bool, typer.Option("--skip-published", help="Exit 0 when this shard is already published by the same run.")
     ] = False,
     dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help="Make every check generate makes before loading weights, report them and exit with generate's code.",
-        ),
+        bool, typer.Option("--dry-run", help="Check without weights; exit with generate's code.")
     ] = False,
     show_prompt: Annotated[
-        int | None,
-        typer.Option(
-            "--show-prompt",
-            metavar="N",
-            help="With the dry run: print sample N's rendered prompt (zero-based), its parts and token count.",
-        ),
+        int | None, typer.Option("--show-prompt", metavar="N", help="Print sample N's rendered prompt and its parts.")
     ] = None,
-    raw: Annotated[
-        bool,
-        typer.Option(
-            "--raw",
-            help="With --show-prompt: print only a JSON object with the exact prompt text and its token ids on "
-            "stdout (no report).",
-        ),
-    ] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="With --show-prompt: only its text and ids, as JSON.")] = False,
     json_: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help="With the dry run: print the checks and every problem (check, location, message) as JSON on stdout; "
-            "with --ray: the run's summary per shard.",
-        ),
+        bool, typer.Option("--json", help="With the dry run: checks and problems as JSON; with --ray: the summary.")
     ] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose",
-            "-v",
-            help="Let other libraries' log lines, warnings and progress bars (hub, datasets, vLLM) through.",
-        ),
-    ] = False,
+    verbose: _Verbose = False,
     ray: Annotated[
         str | None,
         typer.Option(
             "--ray",
             metavar="[ADDRESS]",
-            help="Run the shards on a Ray cluster, each handed to whichever teacher worker is free: ADDRESS is "
-            "HOST:PORT or ray://HOST:PORT, auto is the cluster `ray start` runs here, none is RAY_ADDRESS or else a "
-            "local Ray instance (give --ray after CONFIG.json).",
+            help="Run the shards on a Ray cluster: HOST:PORT, ray://HOST:PORT, auto (`ray start`'s here) or none "
+            "(RAY_ADDRESS, else a local instance); give it after CONFIG.json.",
         ),
     ] = None,
     workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            metavar="K",
-            help="With --ray: at most K teacher workers (default: as many as the cluster holds).",
-        ),
+        int | None, typer.Option("--workers", metavar="K", help="With --ray: K workers at most.")
     ] = None,
     worker_gpus: Annotated[
-        float | None,
-        typer.Option(
-            "--worker-gpus", metavar="F", help="With --ray: GPUs per worker, default 1 (0.5: two workers share a GPU)."
-        ),
+        float | None, typer.Option("--worker-gpus", metavar="F", help="With --ray: GPUs per worker (1).")
     ] = None,
     max_retries: Annotated[
-        int | None,
-        typer.Option(
-            "--max-retries", metavar="R", help="With --ray: generate a dead worker's shard again at most R times (3)."
-        ),
+        int | None, typer.Option("--max-retries", metavar="R", help="With --ray: retries of a dead worker's shard (3).")
     ] = None,
     ray_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--ray-timeout",
-            metavar="S",
-            help="With --ray: give up when no worker starts, or no shard makes progress, for S seconds (600).",
-        ),
+        float | None, typer.Option("--ray-timeout", metavar="S", help="With --ray: seconds without progress (600).")
     ] = None,
 ) -> None:
-    """Run the teacher over every sample of CONFIG and publish one immutable artifact directory (or N shards)."""
+    """Run the teacher over every sample of CONFIG.json (a sibling _default.json merged in) and publish one
+    immutable artifact directory (or N shards)."""
     from gencache.run.api import dry_run as dry_run_cache
     from gencache.run.api import generate as generate_cache
 
@@ -183,24 +206,30 @@ def generate(
         raise ConfigError("--raw goes with --show-prompt N; add --show-prompt.")
     if json_ and not (dry_run or show_prompt is not None or ray is not None):
         raise ConfigError("--json goes with --dry-run or --ray; add one of them.")
+    ray_given: dict[str, Any] = {"worker_gpus": worker_gpus, "max_retries": max_retries, "timeout": ray_timeout}
+    if ray is None and (workers is not None or any(v is not None for v in ray_given.values())):
+        raise ConfigError("--workers, --worker-gpus, --max-retries and --ray-timeout go with --ray; add --ray.")
+    if ray is not None and (dry_run or show_prompt is not None):
+        raise ConfigError("--dry-run makes the same checks with or without --ray; drop --ray for the dry run.")
     console = make_console(stderr=True)
-    notify = functools.partial(render_notice, console)
+    notify = functools.partial(render.render_notice, console)
     with quiet_libraries(verbose, warn=lambda text: notify("warning", text)):
-        if any(given is not None for given in (ray, workers, worker_gpus, max_retries, ray_timeout)):
-            from gencache.cli.ray_run import generate_on_ray_command, ray_options
+        if ray is not None:
             from gencache.run.plan import Overrides
+            from gencache.run.ray import RayOptions, generate_on_ray
 
-            generate_on_ray_command(
-                config,
-                ray_options(ray, dry_run, show_prompt, workers, worker_gpus, max_retries, ray_timeout, shards),
-                as_json=json_,
-                verbose=verbose,
-                console=console,
-                notify=notify,
-                progress=RunProgress,
-                overrides=Overrides(tuple(set_ or ()), output_dir, limit),
-                shard=shard,
-            )
+            options = RayOptions(ray or None, shards, workers, **{k: v for k, v in ray_given.items() if v is not None})
+            overrides = Overrides(tuple(set_ or ()), output_dir, limit)
+            with _ray_output_off(verbose), contextlib.redirect_stdout(sys.stderr):  # Ray prints deaths on stdout
+                run = generate_on_ray(
+                    config, options, notify=notify, progress=RunProgress, overrides=overrides, shard=shard
+                )
+            signals.note_published(run.published + run.skipped)  # a stop from here on says it is published
+            if json_:
+                echo_json(run.to_json())
+            else:
+                render.render_ray(run, console)
+                typer.echo(str(run.output_dir))
             return
         changes: dict[str, Any] = {"overrides": list(set_ or ()), "output_dir": output_dir, "limit": limit}
         changes |= {"shard": shard, "shards": shards, "skip_published": skip_published}
@@ -212,51 +241,41 @@ def generate(
         except GencacheError as error:
             if not json_:
                 raise
-            found = [error.problem or Problem("config", "config", error)]
-            echo_json(problems_json(error.exit_code, error.problems if isinstance(error, InputProblems) else found))
+            one = error.problem or Problem("config", "config", error)
+            echo_json(
+                render.problems_json(error.exit_code, error.problems if isinstance(error, InputProblems) else [one])
+            )
             raise typer.Exit(error.exit_code) from None
     if dry_run or show_prompt is not None:
-        dry_run_output(report, raw=raw, as_json=json_)
+        render.dry_run_output(report, raw=raw, as_json=json_)
     signals.note_published([result])  # a stop from here on says it is published
     typer.echo(str(result))
 
 
-_Dirs = Annotated[
-    list[str],
-    typer.Argument(metavar="DIR", help="Artifact directories or s3:// URLs (or an unsuffixed sharded output_dir)."),
-]
-
-
 @app.command()
-def inspect(
-    dirs: _Dirs,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of tables.")] = False,
-) -> None:
-    """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config (a shard's own
-    and its run's), shards and overlaps (exit 1 when an artifact or a shard cannot be read or a sharded output is
-    not one whole run; 2 when a path is not an artifact at all)."""
+def inspect(dirs: _Dirs, as_json: _Json = False) -> None:
+    """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config, shards and
+    overlaps (exit 1 when an artifact or shard is unreadable or shards are not one run; 2 for a non-artifact)."""
     from gencache.artifact.report import inspect_report
-    from gencache.cli.render import render_inspect
 
     report = inspect_report(dirs)
     if as_json:
         echo_json(report.to_json())
     else:
-        render_inspect(report, make_console(), make_console(stderr=True))
+        render.render_inspect(report, make_console(), make_console(stderr=True))
     raise typer.Exit(report.exit_code)
 
 
 @app.command()
-def verify(
-    dirs: _Dirs,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of lines.")] = False,
-) -> None:
+def verify(dirs: _Dirs, as_json: _Json = False) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
     from gencache.artifact.report import verify_report
 
     stderr = make_console(stderr=True)
-    report = verify_report(dirs, progress=verify_progress(stderr) if stderr.is_terminal and not as_json else None)
+    report = verify_report(
+        dirs, progress=render.verify_progress(stderr) if stderr.is_terminal and not as_json else None
+    )
     if as_json:
         echo_json(report.to_json())
     else:
@@ -268,28 +287,19 @@ def verify(
 @app.command()
 def export(
     directory: Annotated[
-        str,
-        typer.Argument(
-            metavar="DIR", help="A published artifact directory or s3:// URL (or an unsuffixed sharded output)."
-        ),
+        str, typer.Argument(metavar="DIR", help="A published artifact directory or s3:// URL (or a sharded output).")
     ],
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The file to write (must not exist).")],
     format: Annotated[
         str | None,
-        typer.Option(
-            "--format", metavar="jsonl|parquet", help="JSON Lines or parquet (default: by --out's extension)."
-        ),
+        typer.Option("--format", metavar="jsonl|parquet", help="JSON Lines or parquet (default: by --out's suffix)."),
     ] = None,
     no_prompts: Annotated[
         bool,
-        typer.Option(
-            "--no-prompts",
-            help="Leave the prompts out (no tokenizer loaded); the join fields still come from the datasets when "
-            "they can be read.",
-        ),
+        typer.Option("--no-prompts", help="Leave the prompts out (no tokenizer loaded); the join fields stay."),
     ] = False,
-    data_root: DataRootOption = None,
-    source: SourceOption = None,
+    data_root: _DataRoot = None,
+    source: _Sources = None,
     min_score: Annotated[
         list[str] | None,
         typer.Option(
@@ -299,26 +309,15 @@ def export(
         ),
     ] = None,
     scores: Annotated[
-        Path | None,
-        typer.Option(
-            "--scores", metavar="FILE", help="With --min-score: read the scores from a gencache score --out file."
-        ),
+        Path | None, typer.Option("--scores", metavar="FILE", help="With --min-score: a gencache score --out file.")
     ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            "--tokenizer", metavar="PATH", help="Render the prompts with this tokenizer (default: the run's)."
-        ),
-    ] = None,
+    tokenizer: _Tokenizer = None,
 ) -> None:
-    """Write one record per stored sequence: key, completion (text and stored token ids), finish reason, token
-    length and, when the datasets can be read, the prompt (text and ids) and dataset name; a parquet file carries
-    the artifact's provenance in its schema metadata. Works from the artifact alone."""
+    """Write one record per stored sequence: key, completion (text and ids), finish reason, token length and, when
+    the datasets can be read, the prompt and dataset name (parquet: provenance in the schema metadata)."""
     from gencache.data.scores import parse_min_score
     from gencache.run.export import export as export_artifact
 
-    sources = checked_sources(directory, source)
-    bar = parse_min_score(min_score) if min_score else None
     with quiet_libraries(False):
         result = export_artifact(
             directory,
@@ -326,8 +325,8 @@ def export(
             format=format,
             prompts=not no_prompts,
             data_root=data_root,
-            sources=sources,
-            min_score=bar,
+            sources=_sources(directory, source),
+            min_score=parse_min_score(min_score) if min_score else None,
             scores=scores,
             tokenizer_path=tokenizer,
         )
@@ -341,11 +340,7 @@ def export(
 @app.command()
 def clean(
     parent: Annotated[
-        str,
-        typer.Argument(
-            metavar="PARENT",
-            help="The directory (or s3:// prefix) that holds output directories (output_dir's parent).",
-        ),
+        str, typer.Argument(metavar="PARENT", help="The directory (or s3:// prefix) holding output directories.")
     ],
 ) -> None:
     """Remove what killed gencache writers left: temporary directories on this host, or on a bucket their
@@ -368,9 +363,9 @@ def clean(
 
 @app.command()
 def demo(
-    workdir: Annotated[
-        Path, typer.Option("--workdir", help="Where to build the tiny teacher and the artifact.")
-    ] = Path("gencache-demo"),
+    workdir: Annotated[Path, typer.Option("--workdir", help="Where to build the teacher and the artifact.")] = Path(
+        "gencache-demo"
+    ),
 ) -> None:
     """Build a tiny random teacher, generate a cache over bundled sample data on CPU, inspect it and read an entry."""
     from gencache.cli.demo import run_demo
@@ -385,8 +380,7 @@ def init(
         Path, typer.Argument(metavar="DIR", help="Where to write config.json and data/ (created if needed).")
     ] = Path("gencache-start"),
     teacher: Annotated[
-        str | None,
-        typer.Option("--teacher", metavar="PATH_OR_ID", help="The teacher to use instead of building the tiny one."),
+        str | None, typer.Option("--teacher", metavar="PATH_OR_ID", help="The teacher instead of the tiny one.")
     ] = None,
 ) -> None:
     """Write a config over local example files (a QA table and chat rows) that runs as is, to edit into your own."""
@@ -402,16 +396,136 @@ def init(
     typer.echo(f"next: gencache generate {starter.config} --dry-run   (then without --dry-run)")
 
 
-app.command(name="audit")(audit_command)
-app.command(name="score")(score_command)
-app.command(name="report")(report_command)
+@app.command()
+def score(
+    artifact: _Artifact,
+    as_json: _Json = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Also write one row per answer (.jsonl or .parquet).")
+    ] = None,
+    answer_pattern: _Patterns = None,
+    data_root: _DataRoot = None,
+    source: _Sources = None,
+) -> None:
+    """Score every stored answer against its sample's reference (exact match, token F1, contains): a verdict (cut,
+    empty or ungolded answers, the score), then the means per data config and finish reason. Writes nothing."""
+    from gencache.run.score import score
+
+    chosen, patterns = _sources(artifact, source), _by_index("--answer-pattern", answer_pattern)
+    with quiet_libraries(False):
+        report = score(artifact, out=out, answer_patterns=patterns, data_root=data_root, sources=chosen)
+    if as_json:
+        echo_json(report.as_json())
+        return
+    render.render_scores(report, make_console())
+    if report.out is not None:
+        typer.echo(f"wrote {len(report.answers)} scores to {report.out}")
 
 
-for _info in app.registered_commands:  # typer's rich help keeps a docstring's line breaks, which the console's own
-    # wrapping then breaks again mid-sentence: each paragraph on one line instead
-    _doc = _info.help or (_info.callback.__doc__ if _info.callback is not None else None)
-    if isinstance(_doc, str):
-        _info.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in _doc.strip().split("\n\n"))
+@app.command()
+def report(
+    artifact: _Artifact,
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The HTML file to write (must not exist).")],
+    audit: Annotated[
+        Path | None, typer.Option("--audit", metavar="FILE", help="Add the report gencache audit --report wrote.")
+    ] = None,
+    answer_pattern: _Patterns = None,
+    data_root: _DataRoot = None,
+    source: _Sources = None,
+) -> None:
+    """Write one self-contained HTML page about the run: verdict, provenance, determinism, scores, answer lengths,
+    the worst examples and an audit's result when given (charts need matplotlib: the report extra)."""
+    from gencache.run.score import CHARTS_MISSING, write_report
+
+    chosen, patterns = _sources(artifact, source), _by_index("--answer-pattern", answer_pattern)
+    with quiet_libraries(False):
+        result = write_report(artifact, out, audit=audit, answer_patterns=patterns, data_root=data_root, sources=chosen)
+    if not result.charts:
+        typer.echo(f"note: {CHARTS_MISSING}", err=True)
+    typer.echo(
+        f"wrote {result.out} ({result.size} bytes, {result.data_configs} data configs, {result.answers} answers)"
+    )
+
+
+@app.command()
+def audit(
+    artifact: _Artifact,
+    samples: Annotated[int, typer.Option("--samples", metavar="N", help="Audit N keys drawn with --seed.")] = 32,
+    all_keys: Annotated[bool, typer.Option("--all", help="Audit every key.")] = False,
+    keys: Annotated[
+        list[str] | None,
+        typer.Option("--keys", metavar="KEY[,KEY...]", help="Audit these keys (repeatable, or comma-separated)."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the key selection.")] = 0,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            metavar="NAME",
+            help='Engine to regenerate with (default "transformers"; "vllm" for a run that sampled with vLLM).',
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", metavar="PATH", help="Teacher to regenerate with (default: the run's).")
+    ] = None,
+    tokenizer: _Tokenizer = None,
+    device: Annotated[
+        str | None, typer.Option("--device", metavar="DEVICE", help="Device (default: the run's).")
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", metavar="DTYPE", help="Weights dtype (default: the run's).")
+    ] = None,
+    as_json: _Json = False,
+    report: Annotated[
+        Path | None, typer.Option("--report", metavar="FILE", help="Also write the JSON report to FILE.")
+    ] = None,
+    verbose: _Verbose = False,
+) -> None:
+    """Regenerate stored answers one prompt at a time and compare them token for token with the cache (exit 0 when
+    every audited key is equal, 1 when any differs, 2 for bad input). Nothing is written into the artifact."""
+    from gencache.artifact.publish import publish_file
+    from gencache.config.messages import unknown_name
+    from gencache.config.names import ALL_ENGINES, DTYPES
+    from gencache.config.paths import check_output_name
+    from gencache.run.audit import audit
+
+    _sources(artifact, None)
+    if engine is not None and engine not in ALL_ENGINES:
+        raise ConfigError(f"--engine: {unknown_name('engine', engine, ALL_ENGINES)}.")
+    if dtype is not None and dtype not in DTYPES:
+        raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
+    target = None
+    if report is not None:  # never inside the artifact (immutable) nor under a non-directory
+        check_output_name(str(report), "--report")
+        target = Path(os.path.abspath(os.path.expanduser(report)))
+        base = Path(os.path.abspath(os.path.expanduser(artifact)))
+        if target == base or base in target.parents:
+            raise ConfigError(f"--report {report}: an artifact is immutable; write the report outside {artifact}.")
+        if not target.parent.is_dir():
+            raise ConfigError(f"--report {report}: {target.parent} is not a directory.")
+    given = [key.strip() for text in keys or () for key in text.split(",") if key.strip()] if keys else None
+    with quiet_libraries(verbose):
+        result = audit(
+            artifact,
+            samples=samples,
+            all_keys=all_keys,
+            keys=given,
+            seed=seed,
+            engine=engine,
+            model_path=model,
+            tokenizer_path=tokenizer,
+            device=device,
+            dtype=dtype,
+            progress=RunProgress if make_console(stderr=True).is_terminal and not as_json else None,
+        )
+    document = json.dumps(result.to_json(), indent=2, ensure_ascii=False, sort_keys=True)
+    if target is not None:  # never half a report
+        publish_file(target, lambda handle: handle.write(f"{document}\n".encode()))
+    if as_json:
+        typer.echo(printable(document))
+    else:
+        render.render_audit(result, make_console())
+    raise typer.Exit(result.exit_code)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -422,11 +536,6 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    try:  # typer's own base of its usage errors (newer typer vendors click); older releases raise click's
-        from typer import TyperException as CommandLineError
-    except ImportError:  # pragma: no cover
-        from click import ClickException as CommandLineError  # type: ignore[assignment]
-
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
     except Stopped as stop:  # SIGINT (130), SIGTERM or SIGHUP (143), at any moment of the command
@@ -434,8 +543,8 @@ def _run(argv: list[str] | None) -> int:
         return stop.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except CommandLineError as exc:
-        exc.show()  # type: ignore[attr-defined]  # every one is a (vendored) click exception: usage line and hint
+    except click.ClickException as exc:  # a usage error: the usage line and hint
+        exc.show()
         return int(exc.exit_code)
     except Exception as exc:
         if os.environ.get("GENCACHE_DEBUG") == "1":
@@ -447,12 +556,9 @@ def _run(argv: list[str] | None) -> int:
                 typer.echo(printable(f"error: {problem.error}"), err=True)
             typer.echo(f"{len(exc.problems)} problems found; nothing was loaded or written.", err=True)
             return exc.exit_code
-        if isinstance(exc, GencacheError):
+        if isinstance(exc, GencacheError | OSError):  # an unanticipated file-system failure: still one line
             typer.echo(printable(f"error: {exc}"), err=True)
-            return exc.exit_code
-        if isinstance(exc, OSError):  # a file-system failure gencache did not anticipate: still one line
-            typer.echo(f"error: {exc}", err=True)
-            return 1
+            return exc.exit_code if isinstance(exc, GencacheError) else 1
         typer.echo(  # a bug: one line, the traceback one variable away
             f"internal error: {type(exc).__name__}: {exc} (rerun with GENCACHE_DEBUG=1 for the traceback)", err=True
         )
@@ -461,14 +567,16 @@ def _run(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The ``gencache`` console script: the command line ``argv`` (``sys.argv[1:]`` when None) in a process that
-    is the command line's: a signal ends the command with one line and 130/143; after the command, a signal exits
-    with the command's code."""
+    """The ``gencache`` console script: a signal ends the command with one line and 130/143; after it, with the
+    command's code."""
     signals.install()
     code = 1
     try:
         code = _run(argv)
         signals.quiet_exit(code)
-    except Stopped as stop:  # between the command's end and the quiet exit
-        signals.exit_now(stop)
+    except Stopped as stop:  # between the command's end and the quiet exit: nothing is left to clean up
+        try:
+            typer.echo(stop.message, err=True)
+        finally:
+            os._exit(stop.exit_code)
     sys.exit(code)

@@ -1,28 +1,36 @@
-"""Where the command line prints: rich consoles, a run's progress drawn with ``rich.progress``, and text made safe
-for a terminal."""
+"""Where the command line prints: rich consoles, a run's progress drawn with ``rich.progress``, text made safe for a
+terminal, and the only quieting of other libraries."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import IO, Any
+from unittest import mock
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, Progress, TextColumn
 
-#: Width of a console that is not a terminal: no table column cut, no line wrapped (grep and paste work).
-PIPE_WIDTH = 10_000
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the gencache package
+_QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR"}
 
 
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
-    """The console every CLI message goes through (writing to whatever ``sys.stdout`` or ``sys.stderr`` is when it
-    writes, unless ``file``): text is never hard-wrapped (a message is one line); on a terminal tables fit the
-    terminal, elsewhere they keep every column whole (:data:`PIPE_WIDTH`)."""
-    console = Console(file=file, stderr=stderr, soft_wrap=True)
-    return console if console.is_terminal else Console(file=file, stderr=stderr, soft_wrap=True, width=PIPE_WIDTH)
+    """The console every CLI message goes through: text is never hard-wrapped (a message is one line) nor
+    highlighted; on a terminal tables fit the terminal, elsewhere they keep every column whole (grep and paste work)."""
+    console = Console(file=file, stderr=stderr, soft_wrap=True, highlight=False)
+    return (
+        console
+        if console.is_terminal
+        else Console(file=file, stderr=stderr, soft_wrap=True, highlight=False, width=10_000)
+    )
 
 
 def printable(text: str) -> str:
@@ -39,10 +47,39 @@ def duration(seconds: float | None) -> str:
     return "-:--:--" if seconds is None else str(timedelta(seconds=round(seconds)))
 
 
+@contextlib.contextmanager
+def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Unless ``verbose`` or ``GENCACHE_DEBUG=1``, for the block: no log record of WARNING or below
+    (``logging.disable``, which a library that resets its loggers' levels does not undo), no tqdm bar (even one asked
+    for with ``disable=False``, as vLLM's), torch's and vLLM's log levels at ERROR (for child processes too). Python
+    warnings go to ``warn`` (one line each; dropped when None), a third-party library's only when not quiet."""
+    quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
+
+    def show(message: Warning | str, category: type[Warning], filename: str, *args: Any, **kwargs: Any) -> None:
+        if warn is not None and (not quiet or os.path.abspath(filename).startswith(_PACKAGE)):
+            warn(printable(" ".join(str(message).split())))
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(warnings, "showwarning", show))
+        if quiet:
+            stack.enter_context(mock.patch.dict(os.environ, {k: os.environ.get(k, v) for k, v in _QUIET.items()}))
+            import tqdm.std
+
+            original = tqdm.std.tqdm.__init__
+
+            def no_bar(self: Any, *args: Any, **kwargs: Any) -> None:  # also one asked for with disable=False
+                original(self, *args, **{**kwargs, "disable": True})
+
+            stack.enter_context(mock.patch.object(tqdm.std.tqdm, "__init__", no_bar))
+            stack.callback(logging.disable, logging.root.manager.disable)
+            logging.disable(logging.WARNING)
+        yield
+
+
 class RunProgress:
-    """A run's progress (the library's :class:`gencache.core.progress.Progress`) on stderr: rich's live bar on a
-    terminal; elsewhere, for a log, the same figures as one plain line at the start, at most one every ``interval``
-    seconds and one at the end. ``live`` forces one kind."""
+    """A run's progress (:class:`gencache.core.progress.Progress`) on stderr: rich's live bar on a terminal;
+    elsewhere, for a log, the same figures as one plain line at the start, at most one every ``interval`` seconds
+    and one at the end. ``live`` forces one kind."""
 
     def __init__(
         self,
@@ -59,15 +96,9 @@ class RunProgress:
         self.total, self.done, self.tokens, self.label = total, 0, 0, ""
         self.started: float | None = None
         self.shown = 0.0
-        self.bar = Progress(
-            TextColumn("[bold]generate{task.fields[label]}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("samples, {task.fields[figures]}"),
-            console=self.console,
-            disable=not self.live,
-        )
-        self.task = self.bar.add_task("generate", total=total, label="", figures="")
+        columns = (TextColumn("[bold]{task.fields[stage]}"), BarColumn(), TextColumn("{task.description}"))
+        self.bar = Progress(*columns, console=self.console, disable=not self.live)
+        self.task = self.bar.add_task("", total=total, stage="generate")
 
     def set_label(self, label: str) -> None:
         """Name the current stage (``shard 2/4``) beside the figures."""
@@ -93,20 +124,15 @@ class RunProgress:
 
     def _show(self, *, line: bool) -> None:
         elapsed = 0.0 if self.started is None else self.clock() - self.started
-        rate = self.tokens / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) * elapsed / self.done if self.done and elapsed > 0 else None
-        figures = f"{self.tokens} tokens, {rate:.1f} tok/s"
-        label = f" {self.label}" if self.label else ""
-        self.bar.update(
-            self.task, completed=self.done, total=self.total, label=label, figures=f"{figures}, ETA {duration(eta)}"
+        percent = 100.0 * self.done / self.total if self.total else 100.0
+        rate = self.tokens / elapsed if elapsed > 0 else 0.0
+        figures = (
+            f"{self.done}/{self.total} samples ({percent:.1f}%), {self.tokens} tokens, {rate:.1f} tok/s, "
+            f"elapsed {duration(elapsed)}, ETA {duration(eta)}"
         )
+        stage = f"generate [{self.label}]" if self.label else "generate"
+        self.bar.update(self.task, completed=self.done, total=self.total, description=figures, stage=stage)
         if line and not self.live and self.started is not None:
-            percent = 100.0 * self.done / self.total if self.total else 100.0
-            stage = f" [{self.label}]" if self.label else ""
-            self.console.print(
-                f"gencache: generate{stage}: {self.done}/{self.total} samples ({percent:.1f}%), {figures}, "
-                f"elapsed {duration(elapsed)}, ETA {duration(eta)}",
-                markup=False,
-                highlight=False,
-            )
+            self.console.print(f"gencache: {stage}: {figures}", markup=False)
             self.shown = self.clock()

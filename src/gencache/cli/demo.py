@@ -1,8 +1,6 @@
-"""``gencache demo`` and ``gencache init``. The demo: the whole path on a tiny generated teacher, offline, on CPU, in
-seconds: build (or reuse) the teacher, generate over the bundled sample data, inspect the artifact and read one entry
-back as training does. Init: a starting point to edit rather than a page to read, the starter (``starter/``: a
-question-answering table and a chat dataset, JSON Lines, and a config over them) copied into one directory with the
-config's paths made absolute, so it runs from any working directory."""
+"""``gencache demo`` (the whole path on a tiny generated teacher, offline, on CPU, in seconds: generate over the
+bundled sample data, inspect the artifact, read one entry back as training does) and ``gencache init`` (the
+``starter/`` files copied into one directory with the config's paths made absolute, to run from anywhere)."""
 
 from __future__ import annotations
 
@@ -59,29 +57,41 @@ def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:
     }
 
 
+def _directory(path: str | os.PathLike[str], option: str, purpose: str) -> Path:
+    root = Path(path).absolute()
+    if os.path.lexists(root) and not root.is_dir():
+        raise InputPathError(f"{option}{root} exists and is not a directory; choose a directory for {purpose}.")
+    return root
+
+
+def _tiny_teacher(root: Path) -> tuple[Path, bool]:
+    """``root/tiny-teacher``, built unless there, with a head size every engine takes (vLLM's CPU build too); and
+    whether it was built."""
+    from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
+
+    teacher = root / "tiny-teacher"
+    if (teacher / "config.json").is_file():
+        return teacher, False
+    build_tiny_teacher(teacher, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)
+    return teacher, True
+
+
 def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None) -> Path:
     """Run the demo in ``workdir``; return the published artifact directory."""
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
     from gencache.cli.console import make_console
     from gencache.cli.render import render_inspect, render_notice
-    from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
     from gencache.run.api import generate
 
     console = console or make_console()
-    workdir = Path(workdir).absolute()
-    if os.path.lexists(workdir) and not workdir.is_dir():
-        raise InputPathError(f"--workdir {workdir} exists and is not a directory; choose a directory for the demo.")
+    workdir = _directory(workdir, "--workdir ", "the demo")
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WriteError(f"Cannot create the demo work directory {workdir}: {exc.strerror or exc}.") from exc
-    teacher = workdir / "tiny-teacher"
-    if not (teacher / "config.json").exists():
-        console.print(f"[bold]1.[/bold] building a tiny random Qwen3-style teacher in {teacher}")
-        build_tiny_teacher(teacher, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)  # a head size every engine takes
-    else:
-        console.print(f"[bold]1.[/bold] reusing the tiny teacher in {teacher}")
+    teacher, built = _tiny_teacher(workdir)
+    console.print(f"[bold]1.[/bold] {'built' if built else 'reusing'} a tiny random Qwen3-style teacher in {teacher}")
     n = 1
     while os.path.lexists(workdir / "artifacts" / f"demo-{n}"):
         n += 1
@@ -104,7 +114,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
         f"    text: {generation.texts[0]!r}\n"
         f"    finish reason: {generation.finish_reasons[0]}"
     )
-    console.print(snippet, markup=False, highlight=False, soft_wrap=True)  # pasted as is: no markup, unwrapped
+    console.print(snippet, markup=False, soft_wrap=True)  # pasted as is: no markup, unwrapped
     console.print(f"done: {published}")
     return published
 
@@ -123,14 +133,9 @@ class Starter:
 
 
 def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = None) -> Starter:
-    """Write the starter files into ``directory`` (created if needed), never over existing ones.
-
-    ``teacher`` (a local directory or a hub id) goes into ``model.model_path``; without it the demo's tiny
-    teacher is built in ``directory/tiny-teacher`` (or reused when one is there).
-    """
-    root = Path(directory).absolute()
-    if os.path.lexists(root) and not root.is_dir():
-        raise InputPathError(f"{root} exists and is not a directory; choose a directory for gencache init.")
+    """Write the starter files into ``directory`` (created if needed), never over existing ones, with ``teacher``
+    (a local directory or a hub id; default: the demo's tiny teacher in ``directory``) as ``model.model_path``."""
+    root = _directory(directory, "", "gencache init")
     config = root / "config.json"
     qa, chat = root / "data" / "qa.jsonl", root / "data" / "chat.jsonl"
     existing = [str(p) for p in (config, qa, chat) if os.path.lexists(p)]
@@ -140,12 +145,7 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
         )
     built = False
     if teacher is None:
-        location = root / "tiny-teacher"
-        if not (location / "config.json").is_file():
-            from gencache.generation.tiny import TINY_CPU_ATTENTION_HEAD_DIM, build_tiny_teacher
-
-            build_tiny_teacher(location, head_dim=TINY_CPU_ATTENTION_HEAD_DIM)  # vLLM's CPU build takes it too
-            built = True
+        location, built = _tiny_teacher(root)
         teacher = str(location)
     body = json.loads((STARTER / "config.json").read_text(encoding="utf-8"))
     body["model"]["model_path"] = teacher
@@ -153,9 +153,7 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
     for data_config in body["data_configs"]:
         data_config["source"] = str(root / data_config["source"])
     try:
-        qa.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(STARTER / "data" / "qa.jsonl", qa)
-        shutil.copyfile(STARTER / "data" / "chat.jsonl", chat)
+        shutil.copytree(STARTER / "data", qa.parent, dirs_exist_ok=True)
         config.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise WriteError(f"gencache init could not write into {root}: {exc.strerror or exc}.") from exc

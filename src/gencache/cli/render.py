@@ -1,7 +1,6 @@
-"""How the CLI shows what the library returns: run messages, the dry run's report (or its JSON, or the raw prompt),
-the verify progress bar and what ``gencache inspect`` shows of a report: per path a rich table (a sharded output's
-table, its problems and a table per shard) or one ``error:``/``FAIL`` line on stderr, then the overlap of several
-paths; every recorded value there is a rich :class:`~rich.text.Text`, never parsed as markup or emoji."""
+"""How the CLI shows what the library returns: run messages, the dry run, verify's progress bar, inspect's tables
+(every recorded value a rich :class:`~rich.text.Text`, never parsed as markup or emoji), scores, audits and a Ray
+run's summary."""
 
 from __future__ import annotations
 
@@ -10,33 +9,38 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich import box, filesize
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from gencache.artifact.report import InspectReport, VerifyProgressFactory
 from gencache.cli.console import echo_json, make_console, printable
 from gencache.core.errors import Problem
+from gencache.data.answers import METRICS
 
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
-    from gencache.run.preflight import Preflight
+    from gencache.run.audit import AuditReport
+    from gencache.run.preflight import Check, Preflight
+    from gencache.run.ray import RayRun
+    from gencache.run.score import ScoreReport
 
+_STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
 
 def render_notice(console: Console, level: str, text: str) -> None:
-    """One run message: warnings in yellow; a status (what a slow step is doing) dimmed, on a terminal only, so
-    that a piped run's output is its results and errors."""
+    """One run message: warnings in yellow; a status (what a slow step is doing) dimmed, on a terminal only."""
     if level == "status":
         if console.is_terminal:
-            console.print(f"[dim]{escape(text)} ...[/dim]", highlight=False)
+            console.print(f"[dim]{escape(text)} ...[/dim]")
     elif level == "warning":
-        console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(text)}")
     else:
-        console.print(escape(text), highlight=False)
+        console.print(escape(text))
 
 
 def _data_table(report: Preflight) -> Table | None:
@@ -65,55 +69,44 @@ def _data_table(report: Preflight) -> Table | None:
 
 
 def render_dry_run(report: Preflight, console: Console) -> None:
-    """The dry-run report: the data configs, every check with its outcome, the plan and what was not computed."""
     table = _data_table(report)
     if table is not None:
         console.print(table)
-    checks = Table(title="checks (the same ones generate makes before loading weights)", title_justify="left")
-    for column in ("check", "status", "detail"):
-        checks.add_column(column)
+    title = "checks (the same ones generate makes before loading weights)"
+    checks = Table("check", "status", "detail", title=title, title_justify="left")
     for check in report.checks:
         checks.add_row(check.name, _STATUS.get(check.status, check.status), escape(check.detail))
     console.print(checks)
     samples = report.samples
     if samples is not None:
         console.print(
-            f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}",
-            highlight=False,
+            f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}"
         )
         if samples.conflicting_prompts:
-            render_notice(
-                console,
-                "warning",
-                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts; the first "
-                "occurrence's prompt is generated for all.",
-            )
+            conflicting = f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts"
+            render_notice(console, "warning", f"{conflicting}; the first occurrence's prompt is generated for all.")
     for path in report.published:
-        console.print(f"already published and verified (skipped): {escape(str(path))}", highlight=False)
+        console.print(f"already published and verified (skipped): {escape(str(path))}")
     for target in report.targets:
-        if target.shard is not None:
-            console.print(
-                f"shard {target.shard.index}/{target.shard.count} ({target.shard.origin}): {len(target.keys)} keys "
-                f"-> {escape(str(target.output_dir))}",
-                highlight=False,
-            )
+        if (spec := target.shard) is not None:
+            shard = f"shard {spec.index}/{spec.count} ({spec.origin})"
+            console.print(f"{shard}: {len(target.keys)} keys -> {escape(str(target.output_dir))}")
     if report.capacity:
-        console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)", highlight=False)
+        console.print(f"header budget: {max(report.capacity.values()):,} bytes (largest artifact)")
     if report.not_computed:
-        console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(report.not_computed))}", highlight=False)
+        console.print(f"[yellow]not computed:[/yellow] {escape('; '.join(report.not_computed))}")
     sample = report.prompt
     if sample is not None:  # where it came from, each part and the token count
         tokens = "unknown (no tokenizer)" if sample.input_ids is None else str(len(sample.input_ids))
         console.print(
             f"[bold]prompt {report.prompt_index or 0}[/bold]: data_configs[{sample.data_config_index}] sample "
-            f"{sample.sample_index}, key {sample.key}, {tokens} tokens",
-            highlight=False,
+            f"{sample.sample_index}, key {sample.key}, {tokens} tokens"
         )
         counts = [end - start for _, start, end in (sample.spans or ())]
         for position, part in enumerate(sample.parts):
             count = f", {counts[position]} tokens" if position < len(counts) else ""
-            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]", highlight=False)
-            console.print(escape(part.text), highlight=False, markup=True)
+            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]")
+            console.print(escape(part.text), markup=True)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
     if not report.errors:  # otherwise the caller prints each problem and then how many there are
@@ -134,27 +127,22 @@ def verify_progress(console: Console) -> VerifyProgressFactory:
             transient=True,
         ) as bar:
             task = bar.add_task(name, total=total)
-
-            def advance(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            yield advance
+            yield lambda done, total: bar.update(task, completed=done, total=total)
 
     return bar_for
 
 
-def problems_json(code: int, problems: list[Problem]) -> dict[str, Any]:
-    """What ``--dry-run --json`` prints: the exit code and every problem (the caller adds the checks)."""
-    return {"exit_code": code, "problems": [problem.to_json() for problem in problems], "checks": []}
+def problems_json(code: int, problems: list[Problem], checks: Sequence[Check] = ()) -> dict[str, Any]:
+    """What ``--dry-run --json`` prints: the exit code, every problem and the checks."""
+    checks_json = [{"name": c.name, "status": c.status, "detail": c.detail} for c in checks]
+    return {"exit_code": code, "problems": [problem.to_json() for problem in problems], "checks": checks_json}
 
 
 def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
     """The dry run's report (or its JSON, or the raw prompt) on stdout, so that ``> file`` keeps it; one ``error:``
     line per problem, and how many, on stderr with every other message."""
     if as_json:
-        report = problems_json(result.exit_code, result.problems)
-        report["checks"] = [{"name": c.name, "status": c.status, "detail": c.detail} for c in result.checks]
-        echo_json(report)
+        echo_json(problems_json(result.exit_code, result.problems, result.checks))
     elif not raw:
         render_dry_run(result, make_console())
     for error in result.errors:
@@ -180,15 +168,6 @@ def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
             )
         raise typer.Exit(result.exit_code or (0 if sample is not None else 2))
     raise typer.Exit(result.exit_code)
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def _on(value: Any) -> str:
@@ -222,6 +201,8 @@ def _counts(items: Sequence[Mapping[str, int]] | None) -> str:
 
 def _artifact_table(report: dict[str, Any]) -> Table:
     tok, lengths, shard, header = report["tokenizer"], report["token_length"], report["shard"], report["header"]
+    length = f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-"
+    header_use = f"header {header['used']:,} of {header['capacity']:,} bytes"
     duplicates = Text(f"{report['duplicates']:,}")
     if report["conflicting_prompts"]:
         conflicting = f"{report['conflicting_prompts']:,} rendered different prompts; the first was generated"
@@ -245,24 +226,18 @@ def _artifact_table(report: dict[str, Any]) -> Table:
         ("entries", f"{report['entries']:,}"),
         ("sequences", f"{report['sequences']:,}"),
         ("tokens", f"{report['tokens']:,}"),
-        (
-            "token length",
-            f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-",
-        ),
+        ("token length", length),
         ("finish reasons", ", ".join(f"{k} {v:,}" for k, v in report["finish_reasons"].items())),
         ("duplicates", duplicates),
         *data_configs,
         ("shard", f"{shard['index']} of {shard['count']} (run {shard['run_digest'][:12]})" if shard else "none"),
         ("engine", report["engine"] or "not recorded"),
         ("determinism", _determinism_block(report["determinism"])),
-        (
-            "payload",
-            f"{_size(report['payload_bytes'])}, header {header['used']:,} of {header['capacity']:,} bytes",
-        ),
+        ("payload", f"{filesize.decimal(report['payload_bytes'])}, {header_use}"),
     ]
-    table = Table(title=Text(report["path"]), title_justify="left", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+    table = Table(
+        Column("field", style="bold"), "value", title=Text(report["path"]), title_justify="left", show_header=False
+    )
     for field, value in rows:
         table.add_row(Text(field), Text(value) if isinstance(value, str) else value)
     return table
@@ -294,8 +269,7 @@ def _sharded_table(report: dict[str, Any]) -> Table:
 
 
 def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
-    """Print what ``gencache inspect`` shows of ``report`` on ``console``; the ``error:`` and ``FAIL`` lines go to
-    ``err`` (the same console when not given)."""
+    """``gencache inspect``'s tables on ``console``, its ``error:`` and ``FAIL`` lines on ``err``."""
     err = err or console
     for artifact in report.artifacts:
         path, kind, error = artifact["path"], artifact["kind"], artifact.get("error", "")
@@ -316,9 +290,7 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
         else:  # not an artifact
             err.print(Text(f"error: {error}"))
     if (overlap := report.overlap) is not None:
-        table = Table(title=Text("overlap"), title_justify="left")
-        for name in ("a", "b", "shared keys", "conflicting keys"):
-            table.add_column(name)
+        table = Table("a", "b", "shared keys", "conflicting keys", title=Text("overlap"), title_justify="left")
         for pair in overlap["pairs"]:
             keys = pair["conflicting_keys"]
             example = f" (e.g. {keys[0][:16]}…)" if keys else ""
@@ -329,3 +301,66 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
         provenance = overlap["provenance"] + (f" ({', '.join(differing)})" if differing else "")
         line = f"provenance: {provenance}; union of keys: {overlap['union']:,}"
         console.print(line, markup=False, emoji=False, highlight=True)
+
+
+def render_scores(report: ScoreReport, console: Console) -> None:
+    """The verdict, the worst signs first, then the scores of each data config and of the whole run: one row per
+    finish reason, without metric columns when no answer has a gold reference; numbers are never wrapped."""
+    for level, text in report.verdict:
+        console.print(f"[{_STYLES[level]}]{level}:[/] {text}")
+    console.print(f"scores of {report.artifact}")
+    metrics = METRICS if report.overall.scored else ()
+    for group in (*report.groups, report.overall):
+        title = f"{group.label}: answer rule {group.rule}; headline {group.headline}"
+        title = group.label if group is report.overall else title
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+        table.add_column("finish", no_wrap=True)
+        for name in ("answers", "unscored", *metrics):
+            table.add_column(name, justify="right", no_wrap=True)
+        for label, part in [("all", group), *group.by_finish_reason.items()]:
+            means = ["–" if part.means[name] is None else f"{part.means[name]:.3f}" for name in metrics]
+            table.add_row(label, str(part.answers), str(part.unscored), *means)
+        console.print(table)
+
+
+def render_audit(report: AuditReport, console: Console) -> None:
+    """One line per audited key (equal, or where each differing sequence first diverges and its finish reasons),
+    then the summary: keys audited, equal, differing, the first-divergence positions and the time per key."""
+    for key in report.keys:
+        if key.equal:
+            console.print(f"equal    {key.key}  ({len(key.sequences)} sequence(s))")
+            continue
+        for sequence in (sequence for sequence in key.sequences if not sequence.equal):
+            at = sequence.first_difference
+            where = "finish reason only" if at is None else f"first differs at token {at}"
+            console.print(
+                f"DIFFERS  {key.key}  sequence {sequence.index}: {where} (stored {sequence.stored_length} tokens, "
+                f"{sequence.stored_finish}; regenerated {sequence.regenerated_length} tokens, "
+                f"{sequence.regenerated_finish})"
+            )
+    divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
+    per_key = report.seconds / len(report.keys) if report.keys else 0.0
+    console.print(
+        escape(
+            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
+            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
+            f"{report.differing} differing"
+            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
+            + f"; {per_key:.3f} s per key"
+        ),
+    )
+
+
+def render_ray(result: RayRun, console: Console) -> None:
+    """A ``--ray`` run's summary: a table with one row per shard, then the totals."""
+    table = Table(title=f"gencache --ray: {result.output_dir}", title_justify="left")
+    for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
+        table.add_column(column, justify="left" if column in ("status", "worker") else "right")
+    for r in sorted(result.records, key=lambda r: r.index):
+        numbers = (f"{r.seconds:.2f}", f"{r.load_seconds:.2f}", *map(str, (r.attempts, r.entries, r.tokens)))
+        table.add_row(f"{r.index}/{result.shards}", r.status, escape(r.worker or "-"), *numbers)
+    console.print(table)
+    console.print(
+        f"{len(result.published)} shards published, {len(result.skipped)} already published (skipped), "
+        f"{result.retries} retries, {result.workers} workers, {result.seconds:.1f}s"
+    )

@@ -26,8 +26,8 @@ def _stop(signum: int, frame: FrameType | None) -> NoReturn:
 
 
 def install(handler: Callable[[int, FrameType | None], object] = _stop) -> None:
-    """SIGINT, SIGTERM and SIGHUP go to ``handler`` (raise :class:`Stopped`) from now on (an ignored signal stays
-    ignored); nothing outside the main thread, whose signals are its own."""
+    """SIGINT, SIGTERM and SIGHUP go to ``handler`` from now on (an ignored one stays ignored; outside the main
+    thread nothing changes)."""
     if threading.current_thread() is threading.main_thread():
         for signum in _STOP_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -51,19 +51,10 @@ def note_published(paths: Sequence[object]) -> None:
     _published = StoppedRun(published=tuple(str(path) for path in paths)) if paths else None
 
 
-def exit_now(stop: Stopped) -> NoReturn:
-    """Print ``stop``'s line and end the process with its code at once (nothing else is left to clean up)."""
-    try:
-        sys.stderr.write(stop.message + "\n")
-        sys.stderr.flush()
-    finally:
-        os._exit(stop.exit_code)
-
-
 def quiet_exit(code: int) -> None:
-    """Once the command is done (its work published or failed), a signal during interpreter shutdown (an engine's
-    thread winding down) exits with the command's own code, not a traceback; from the exit handlers on the signals
-    are ignored, as Python restores the system's default (a status of -2 or -15) before it tears modules down."""
+    """After the command, a signal during interpreter shutdown (an engine's thread winding down) exits with the
+    command's code, not a traceback; from the exit handlers on the signals are ignored, as Python restores the
+    system's default (a status of -2 or -15) before it tears modules down."""
 
     def finish_now(signum: int, frame: FrameType | None) -> None:
         sys.stdout.flush()
