@@ -23,13 +23,13 @@ from gencache.artifact.manifest import (
 )
 from gencache.artifact.names import (
     MAX_HEADER_BYTES,
+    Record,
     make_shard_info,
     parse_shard_dir_name,
     shard_dir_name,
     shard_of,
     tensor_name,
 )
-from gencache.artifact.records import Record
 from gencache.artifact.summary import build_summary
 from gencache.core.canonical import canonical_bytes, json_digest
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
@@ -433,7 +433,7 @@ def test_the_format_keys_and_kwargs_modules_are_pure() -> None:
     import sys
 
     code = (
-        "import sys, gencache.artifact.names, gencache.artifact.records, gencache.artifact.header, "
+        "import sys, gencache.artifact.names, gencache.artifact.header, "
         "gencache.artifact.summary, gencache.artifact.manifest, gencache.core.canonical, gencache.data.keys, "
         "gencache.config.kwargs\n"
         "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy') if m in sys.modules))"

@@ -22,9 +22,12 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     TOKEN_BYTES,
     TOKEN_DTYPE,
+    Record,
+    is_single,
+    record_lengths,
+    sorted_record_keys,
     tensor_name,
 )
-from gencache.artifact.records import Record, is_single, record_lengths, sorted_record_keys
 from gencache.core.canonical import canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
 
@@ -90,7 +93,7 @@ def build_header(
     Assembled directly from the records (the tests pin its bytes against a reference built with
     :func:`gencache.core.canonical.canonical_json`). Keys must be semantic keys (checked): hex, so no name needs
     escaping and ``"__metadata__"`` sorts between the keys that start with a digit and those that start with a
-    letter. ``sorted_keys`` (from :func:`gencache.artifact.records.sorted_record_keys`) spares a caller that also
+    letter. ``sorted_keys`` (from :func:`gencache.artifact.names.sorted_record_keys`) spares a caller that also
     builds the manifest a second sort and check.
     """
     keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys

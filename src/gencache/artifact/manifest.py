@@ -27,15 +27,13 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     STORAGE,
     TOKEN_DTYPE,
-    tensor_name,
-)
-from gencache.artifact.records import (
     Record,
     record_digests,
     record_lengths,
     record_reasons,
     record_texts,
     sorted_record_keys,
+    tensor_name,
 )
 from gencache.artifact.summary import check_summary
 from gencache.config.names import DTYPES
@@ -170,7 +168,7 @@ def iter_manifest_bytes(
     :func:`gencache.core.canonical.canonical_json`); the small provenance and summary go through ``canonical_json``.
     ``summary`` is the object :func:`gencache.artifact.summary.build_summary` returns. The keys, the provenance
     and the summary are checked before the first piece is yielded (the keys unless ``sorted_keys`` from
-    :func:`gencache.artifact.records.sorted_record_keys` is given). Raises :class:`FormatError`.
+    :func:`gencache.artifact.names.sorted_record_keys` is given). Raises :class:`FormatError`.
     """
     keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
     checked = check_provenance(provenance)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gencache.artifact.names import FINISH_REASONS, check_shard_info, shard_of
-from gencache.artifact.records import Record, record_lengths, record_reasons
+from gencache.artifact.names import FINISH_REASONS, Record, check_shard_info, record_lengths, record_reasons, shard_of
 from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 

@@ -21,9 +21,12 @@ from gencache.artifact.names import (
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
+    RECORD_STRIDE,
     RESOLVED_NAME,
     TOKEN_BYTES,
+    Record,
     is_key,
+    sorted_record_keys,
 )
 from gencache.artifact.publish import (
     check_output_path,
@@ -35,7 +38,6 @@ from gencache.artifact.publish import (
     write_at,
     write_error,
 )
-from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
 from gencache.artifact.store import exists, location, remove
 from gencache.artifact.summary import build_summary
 from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
