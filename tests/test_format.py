@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gencache.artifact.header import build_header, header_capacity, length_prefix, read_length_prefix
 from gencache.artifact.manifest import (
+    build_summary,
     check_manifest,
     check_provenance,
     content_digest,
@@ -30,7 +31,6 @@ from gencache.artifact.names import (
     shard_of,
     tensor_name,
 )
-from gencache.artifact.summary import build_summary
 from gencache.core.canonical import canonical_bytes, json_digest
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
 from support.format_reference import header_object, make_record, manifest_object, record_fields
@@ -434,7 +434,7 @@ def test_the_format_keys_and_kwargs_modules_are_pure() -> None:
 
     code = (
         "import sys, gencache.artifact.names, gencache.artifact.header, "
-        "gencache.artifact.summary, gencache.artifact.manifest, gencache.core.canonical, gencache.data.keys, "
+        "gencache.artifact.manifest, gencache.core.canonical, gencache.data.keys, "
         "gencache.config.kwargs\n"
         "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy') if m in sys.modules))"
     )

@@ -22,10 +22,9 @@ import safetensors.torch
 
 from gencache.artifact import publish as publish_module
 from gencache.artifact.header import header_capacity
-from gencache.artifact.manifest import MANIFEST_CHUNK_BYTES, json_file_bytes
+from gencache.artifact.manifest import MANIFEST_CHUNK_BYTES, build_summary, json_file_bytes
 from gencache.artifact.publish import RENAME_MODES, check_output_path, clean, probe_rename, publish
 from gencache.artifact.reader import CacheReader, verify
-from gencache.artifact.summary import build_summary
 from gencache.artifact.writer import ArtifactBuild, CacheWriter
 from gencache.core.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
 from support.format_reference import manifest_object

@@ -30,10 +30,10 @@ from gencache.artifact.manifest import (
     check_entry,
     check_manifest,
     check_provenance,
+    check_summary,
     provenance_digest,
 )
 from gencache.artifact.names import DIGEST_HEX_CHARS, FINISH_REASONS, FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES
-from gencache.artifact.summary import check_summary
 from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gencache.artifact.header import HEADER_PADDING, build_header, length_prefix
-from gencache.artifact.manifest import check_provenance, iter_manifest_bytes, json_file_bytes, provenance_digest
+from gencache.artifact.manifest import (
+    build_summary,
+    check_provenance,
+    iter_manifest_bytes,
+    json_file_bytes,
+    provenance_digest,
+)
 from gencache.artifact.names import (
     FINISH_REASONS,
     LENGTH_PREFIX_BYTES,
@@ -39,7 +45,6 @@ from gencache.artifact.publish import (
     write_error,
 )
 from gencache.artifact.store import exists, location, remove
-from gencache.artifact.summary import build_summary
 from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.manifest import shard_data_configs
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.store import Location
-from gencache.artifact.summary import shard_data_configs
 from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.core.tokenizer import tokenizer_state
 from gencache.core.version import __version__
