@@ -28,10 +28,6 @@ VerifyProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCall
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
-_NOT_UNICODE = (
-    "{path}: the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); the "
-    "artifact was not written by gencache or was edited."
-)
 NOT_ARTIFACT_KINDS = ("missing", "temporary", "stray", "parent", "not_artifact")
 
 
@@ -209,8 +205,6 @@ def _open(path: Location) -> CacheReader | dict[str, Any]:
         return CacheReader(path)
     except (GencacheError, OSError) as error:
         return {"path": str(path), "kind": "error", "error": str(error)}
-    except UnicodeError:
-        return {"path": str(path), "kind": "error", "error": _NOT_UNICODE.format(path=path)}
 
 
 def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]]:
@@ -301,10 +295,7 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
             payload = target / PAYLOAD_NAME
             size = os.stat(payload).st_size if isinstance(payload, Path) and payload.is_file() else 0
             shown = progress is not None and size >= PROGRESS_MIN_BYTES
-            try:
-                with progress(target.name, size) if shown else nullcontext() as advance:  # type: ignore[misc]
-                    found = verify(target, advance)
-            except UnicodeError:
-                found = [_NOT_UNICODE.format(path=target)]
+            with progress(target.name, size) if shown else nullcontext() as advance:  # type: ignore[misc]
+                found = verify(target, advance)
             results.append({"path": str(target), "status": "fail" if found else "ok", "problems": found})
     return VerifyReport(results)
