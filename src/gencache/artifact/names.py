@@ -19,6 +19,19 @@ MANIFEST_NAME = "manifest.json"
 RESOLVED_NAME = "resolved_config.json"
 ARTIFACT_FILES = frozenset({PAYLOAD_NAME, MANIFEST_NAME, RESOLVED_NAME})
 
+
+def files_problem(where: object, names: set[str]) -> str | None:
+    """Why the files (objects) ``names`` of ``where`` are not exactly an artifact's three, or None."""
+    if names == ARTIFACT_FILES:
+        return None
+    extra, missing = sorted(names - ARTIFACT_FILES), sorted(ARTIFACT_FILES - names)
+    return (
+        f"{where}: an artifact holds exactly cache.safetensors, manifest.json and resolved_config.json "
+        f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'}); move other files "
+        "elsewhere or regenerate."
+    )
+
+
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors limit on the header length (``MAX_HEADER_SIZE`` in safetensors' ``tensor.rs``)."""
 
