@@ -201,11 +201,6 @@ class CacheReader(GenerationCache):
             index = build_index(manifest, header_raw, size)
         except FormatError as error:
             raise self._fail(str(error)) from None
-        except UnicodeEncodeError:
-            raise self._fail(
-                "the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); "
-                "the artifact was not written by gencache or was edited."
-            ) from None
         self.header_capacity = capacity
         self.payload_bytes = size
         return index
