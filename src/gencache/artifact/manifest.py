@@ -34,7 +34,6 @@ from gencache.artifact.names import (
     record_reasons,
     record_texts,
     shard_of,
-    sorted_record_keys,
     tensor_name,
 )
 from gencache.config.names import DTYPES
@@ -167,27 +166,19 @@ def iter_manifest_bytes(
 
     Assembled directly in canonical-JSON order (the tests pin its bytes against a reference built with
     :func:`gencache.core.canonical.canonical_json`); the small provenance and summary go through ``canonical_json``.
-    ``summary`` is the object :func:`gencache.artifact.manifest.build_summary` returns. The keys, the provenance
-    and the summary are checked before the first piece is yielded (the keys unless ``sorted_keys`` from
-    :func:`gencache.artifact.names.sorted_record_keys` is given). Raises :class:`FormatError`.
+    The writer checked what it gives: the keys, texts and finish reasons as they were added, the provenance at its
+    start, and ``summary`` (what :func:`build_summary` returns).
     """
-    keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
-    checked = check_provenance(provenance)
-    try:
-        tail = (
-            f'}},"format_version":{FORMAT_VERSION},"payload":{_encode(PAYLOAD_NAME)},'
-            f'"provenance":{canonical_json(checked)},"provenance_digest":{_encode(provenance_digest(checked))},'
-            f'"storage":{_encode(STORAGE)},"summary":{canonical_json(dict(summary))}}}\n'
-        ).encode()
-    except (TypeError, ValueError) as error:  # UnicodeEncodeError is a ValueError
-        raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
+    keys = sorted(records) if sorted_keys is None else sorted_keys
+    tail = (
+        f'}},"format_version":{FORMAT_VERSION},"payload":{_encode(PAYLOAD_NAME)},'
+        f'"provenance":{canonical_json(dict(provenance))},"provenance_digest":{_encode(provenance_digest(provenance))},'
+        f'"storage":{_encode(STORAGE)},"summary":{canonical_json(dict(summary))}}}\n'
+    ).encode()
     parts: list[bytes] = [b'{"entries":{']
     size = 0
     for position, key in enumerate(keys):
-        try:
-            member = (("," if position else "") + _entry_member(key, records[key])).encode()
-        except (TypeError, ValueError, AttributeError) as error:  # UnicodeEncodeError is a ValueError
-            raise FormatError(f"Cannot serialise entry {key} to canonical JSON: {error}.") from error
+        member = (("," if position else "") + _entry_member(key, records[key])).encode()
         parts.append(member)
         size += len(member)
         if size >= chunk_bytes:

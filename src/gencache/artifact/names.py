@@ -148,22 +148,3 @@ def record_texts(record: Record) -> tuple[str, ...]:
 def record_reasons(record: Record) -> tuple[str, ...]:
     """Each sequence's finish reason."""
     return record[4::RECORD_STRIDE]
-
-
-def sorted_record_keys(records: Mapping[str, Record]) -> list[str]:
-    """The entry keys in manifest and header order, each checked to be a semantic key.
-
-    Checked in bulk (one join, one hex round trip): every key is 64 lowercase hex characters, so no name needs
-    escaping in JSON and ``"__metadata__"`` sorts between the keys that start with a digit and those that start
-    with a letter.
-    """
-    keys = sorted(records)
-    try:
-        joined = "".join(keys)
-        valid = set(map(len, keys)) <= {DIGEST_HEX_CHARS} and bytes.fromhex(joined).hex() == joined
-    except (TypeError, ValueError):
-        valid = False
-    if not valid:
-        bad = next((k for k in keys if not is_key(k)), None)
-        raise FormatError(f"Entry key {bad!r} is not a 64-character lowercase hex semantic key.")
-    return keys

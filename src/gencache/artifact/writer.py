@@ -32,7 +32,6 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
     Record,
     is_key,
-    sorted_record_keys,
 )
 from gencache.artifact.publish import (
     check_output_path,
@@ -243,7 +242,7 @@ class CacheWriter:
         """
         self._require_open("finalize")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
-            keys = sorted_record_keys(self._records)
+            keys = sorted(self._records)
             header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
             if len(header) > self.header_capacity:
                 raise HeaderCapacityError(
