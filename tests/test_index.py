@@ -13,10 +13,8 @@ from hypothesis import strategies as st
 
 from gencache.artifact._index import CompactIndex, build_index
 from gencache.artifact.header import build_header
-from gencache.artifact.manifest import iter_manifest_bytes, provenance_digest
-from gencache.artifact.names import FINISH_REASONS, LENGTH_PREFIX_BYTES, TOKEN_BYTES
-from gencache.artifact.records import Record
-from gencache.artifact.summary import build_summary
+from gencache.artifact.manifest import build_summary, iter_manifest_bytes, provenance_digest
+from gencache.artifact.names import FINISH_REASONS, LENGTH_PREFIX_BYTES, TOKEN_BYTES, Record
 from gencache.core.errors import FormatError
 from support.format_reference import make_record, record_fields
 from support.storage_helpers import PROVENANCE, key

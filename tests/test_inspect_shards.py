@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import gencache
+from gencache.artifact.manifest import shard_data_configs
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.report import inspect_report
-from gencache.artifact.summary import shard_data_configs
 from gencache.cli.app import run
 from gencache.core.canonical import canonical_bytes
 from gencache.core.errors import ShardError

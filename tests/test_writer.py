@@ -22,10 +22,9 @@ import safetensors.torch
 
 from gencache.artifact import publish as publish_module
 from gencache.artifact.header import header_capacity
-from gencache.artifact.manifest import MANIFEST_CHUNK_BYTES, json_file_bytes
-from gencache.artifact.publish import RENAME_MODES, check_output_path, clean, probe_rename, publish
+from gencache.artifact.manifest import MANIFEST_CHUNK_BYTES, build_summary, json_file_bytes
+from gencache.artifact.publish import check_output_path, clean, probe_rename, publish
 from gencache.artifact.reader import CacheReader, verify
-from gencache.artifact.summary import build_summary
 from gencache.artifact.writer import ArtifactBuild, CacheWriter
 from gencache.core.errors import FormatError, HeaderCapacityError, OutputExistsError, WriteError
 from support.format_reference import manifest_object
@@ -449,7 +448,7 @@ def test_publish_never_replaces_what_appeared_at_the_output_and_records_how_it_r
         assert os.path.islink(out)
     assert sorted(os.listdir(tmp_path)) == ["out"]  # the build's temporary directory went with the refusal
     published, mode = _publish_over(tmp_path, "free", None)
-    assert mode in RENAME_MODES and verify(published) == []
+    assert mode in ("renameat2", "rename") and verify(published) == []
     supported = probe_rename(tmp_path)
     if supported != "renameat2":
         pytest.skip("this file system has no renameat2(RENAME_NOREPLACE): only the guarantee was checked")
@@ -473,7 +472,7 @@ def test_a_finished_but_unpublished_temporary_directory_is_no_artifact(tmp_path:
 
 
 def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert probe_rename(tmp_path / "new" / "parent") in RENAME_MODES
+    assert probe_rename(tmp_path / "new" / "parent") in ("renameat2", "rename")
     assert os.listdir(tmp_path / "new" / "parent") == []
     out = write_artifact(tmp_path / "a", make_entries(2), rename_mode="rename")
     assert verify(out) == []

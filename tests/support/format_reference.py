@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gencache.artifact.names import FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES, TOKEN_DTYPE, tensor_name
-from gencache.artifact.records import Record
+from gencache.artifact.names import FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES, TOKEN_DTYPE, Record, tensor_name
 from gencache.core.canonical import json_digest
 
 
 def make_record(
     start: int, lengths: Sequence[int], digests: Sequence[bytes], texts: Sequence[str], reasons: Sequence[str]
 ) -> Record:
-    """The flat record the writer keeps for one entry (layout documented at ``gencache.artifact.records.Record``)."""
+    """The flat record the writer keeps for one entry (layout documented at ``gencache.artifact.names.Record``)."""
     flat: list[Any] = [start]
     for fields in zip(lengths, digests, texts, reasons, strict=True):
         flat += fields

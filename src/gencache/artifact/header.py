@@ -22,9 +22,11 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     TOKEN_BYTES,
     TOKEN_DTYPE,
+    Record,
+    is_single,
+    record_lengths,
     tensor_name,
 )
-from gencache.artifact.records import Record, is_single, record_lengths, sorted_record_keys
 from gencache.core.canonical import canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
 
@@ -88,12 +90,11 @@ def build_header(
     """The canonical header JSON (unpadded) for the appended entries, in the sorted order of canonical JSON.
 
     Assembled directly from the records (the tests pin its bytes against a reference built with
-    :func:`gencache.core.canonical.canonical_json`). Keys must be semantic keys (checked): hex, so no name needs
-    escaping and ``"__metadata__"`` sorts between the keys that start with a digit and those that start with a
-    letter. ``sorted_keys`` (from :func:`gencache.artifact.records.sorted_record_keys`) spares a caller that also
-    builds the manifest a second sort and check.
+    :func:`gencache.core.canonical.canonical_json`). Keys are semantic keys (the writer checked each): hex, so no
+    name needs escaping and ``"__metadata__"`` sorts between the keys that start with a digit and those that start
+    with a letter. ``sorted_keys`` spares a caller that also builds the manifest a second sort.
     """
-    keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
+    keys = sorted(records) if sorted_keys is None else sorted_keys
     meta = metadata_member(provenance_digest)
     at = bisect.bisect_left(keys, _METADATA_NAME)
     width = TOKEN_BYTES

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -27,19 +27,17 @@ from gencache.artifact.names import (
     PAYLOAD_NAME,
     STORAGE,
     TOKEN_DTYPE,
-    tensor_name,
-)
-from gencache.artifact.records import (
     Record,
+    check_shard_info,
     record_digests,
     record_lengths,
     record_reasons,
     record_texts,
-    sorted_record_keys,
+    shard_of,
+    tensor_name,
 )
-from gencache.artifact.summary import check_summary
 from gencache.config.names import DTYPES
-from gencache.core.canonical import canonical_bytes, canonical_json, json_digest
+from gencache.core.canonical import canonical_bytes, canonical_json, is_int, json_digest
 from gencache.core.errors import FormatError
 from gencache.core.tokenizer import tokenizer_state
 
@@ -168,27 +166,19 @@ def iter_manifest_bytes(
 
     Assembled directly in canonical-JSON order (the tests pin its bytes against a reference built with
     :func:`gencache.core.canonical.canonical_json`); the small provenance and summary go through ``canonical_json``.
-    ``summary`` is the object :func:`gencache.artifact.summary.build_summary` returns. The keys, the provenance
-    and the summary are checked before the first piece is yielded (the keys unless ``sorted_keys`` from
-    :func:`gencache.artifact.records.sorted_record_keys` is given). Raises :class:`FormatError`.
+    The writer checked what it gives: the keys, texts and finish reasons as they were added, the provenance at its
+    start, and ``summary`` (what :func:`build_summary` returns).
     """
-    keys = sorted_record_keys(records) if sorted_keys is None else sorted_keys
-    checked = check_provenance(provenance)
-    try:
-        tail = (
-            f'}},"format_version":{FORMAT_VERSION},"payload":{_encode(PAYLOAD_NAME)},'
-            f'"provenance":{canonical_json(checked)},"provenance_digest":{_encode(provenance_digest(checked))},'
-            f'"storage":{_encode(STORAGE)},"summary":{canonical_json(dict(summary))}}}\n'
-        ).encode()
-    except (TypeError, ValueError) as error:  # UnicodeEncodeError is a ValueError
-        raise FormatError(f"Cannot serialise to canonical JSON: {error}.") from error
+    keys = sorted(records) if sorted_keys is None else sorted_keys
+    tail = (
+        f'}},"format_version":{FORMAT_VERSION},"payload":{_encode(PAYLOAD_NAME)},'
+        f'"provenance":{canonical_json(dict(provenance))},"provenance_digest":{_encode(provenance_digest(provenance))},'
+        f'"storage":{_encode(STORAGE)},"summary":{canonical_json(dict(summary))}}}\n'
+    ).encode()
     parts: list[bytes] = [b'{"entries":{']
     size = 0
     for position, key in enumerate(keys):
-        try:
-            member = (("," if position else "") + _entry_member(key, records[key])).encode()
-        except (TypeError, ValueError, AttributeError) as error:  # UnicodeEncodeError is a ValueError
-            raise FormatError(f"Cannot serialise entry {key} to canonical JSON: {error}.") from error
+        member = (("," if position else "") + _entry_member(key, records[key])).encode()
         parts.append(member)
         size += len(member)
         if size >= chunk_bytes:
@@ -278,3 +268,123 @@ def check_entry(key: str, entry: object) -> list[int]:
         if ref.tensor != tensor_name(key, i):
             raise FormatError(f"{where}.sequences[{i}].tensor must be {tensor_name(key, i)!r}, got {ref.tensor!r}.")
     return [ref.shape[0] for ref in checked.sequences]
+
+
+# -- the summary -------------------------------------------------------------------------------------------
+# ``summary`` holds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons`` (counted from the entries), and
+# ``duplicates``, ``data_configs`` and ``shard`` (given by the run; ``data_configs`` counts the whole run's samples,
+# for a shard too: a shard's own counts, :func:`shard_data_configs`, are recorded in its ``resolved_config.json``).
+_SUMMARY_FIELDS = frozenset({"entries", "sequences", "tokens", "duplicates", "finish_reasons", "data_configs", "shard"})
+
+
+def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
+    """``value`` as a list of ``{index, samples, unique}`` (index = position, 0 <= unique <= samples)."""
+    if not isinstance(value, list):
+        raise FormatError(f"{where} must be a list of {{index, samples, unique}}.")
+    out = []
+    for position, item in enumerate(value):
+        here = f"{where}[{position}]"
+        if not isinstance(item, Mapping) or set(item) != {"index", "samples", "unique"}:
+            raise FormatError(f"{here} must be an object with exactly index, samples, unique.")
+        if item["index"] != position or not is_int(item["index"]):
+            raise FormatError(f"{here}.index must be {position}, got {item['index']!r}.")
+        samples, unique = item["samples"], item["unique"]
+        if not is_int(samples) or samples < 0 or not is_int(unique) or not 0 <= unique <= samples:
+            raise FormatError(
+                f"{here} needs integers 0 <= unique <= samples, got unique={unique!r} samples={samples!r}."
+            )
+        out.append({"index": position, "samples": samples, "unique": unique})
+    return out
+
+
+def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest summary: counts computed from the entries plus the caller's duplicates, data_configs, shard.
+
+    ``data_configs`` and ``duplicates`` describe the whole run's samples (for a shard too): ``duplicates`` is the
+    number of samples whose key repeats an earlier one, so ``sum(samples) - duplicates`` is the run's unique keys.
+    That must equal the entries of an unsharded artifact and be at least the entries of a shard (checked here and
+    by the reader). Omitted, ``duplicates`` is inferred for an unsharded artifact (0 without data_configs).
+    """
+    data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
+    shard = check_shard_info(caller.get("shard"))
+    reasons = dict.fromkeys(FINISH_REASONS, 0)
+    lengths = [n for record in records.values() for n in record_lengths(record)]
+    for record in records.values():
+        for reason in record_reasons(record):
+            reasons[reason] += 1
+    whole_run = shard is None or shard["count"] == 1
+    implied = sum(item["samples"] for item in data_configs) - len(records) if data_configs and whole_run else 0
+    summary = {
+        "entries": len(records),
+        "sequences": len(lengths),
+        "tokens": sum(lengths),
+        "duplicates": caller.get("duplicates", implied),
+        "finish_reasons": reasons,
+        "data_configs": data_configs,
+        "shard": shard,
+    }
+    _check_runs(summary, records, "summary")
+    return summary
+
+
+def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], configs: int) -> list[dict[str, int]]:
+    """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``samples``
+    (``(data config index, key)`` pairs), how many have a key among the shard's ``keys`` (``samples``) and how many
+    distinct keys those are (``unique``), for each of the run's ``configs`` data configs. The shards' counts add
+    up to the run's: every key belongs to exactly one shard."""
+    mine = set(keys)
+    counts = [{"index": index, "samples": 0, "unique": 0} for index in range(configs)]
+    seen: set[tuple[int, str]] = set()
+    for index, key in samples:
+        if key in mine:
+            counts[index]["samples"] += 1
+            if (index, key) not in seen:
+                seen.add((index, key))
+                counts[index]["unique"] += 1
+    return counts
+
+
+def check_summary(
+    value: object, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
+) -> dict[str, Any]:
+    """Check a read manifest's ``summary`` against the counts of its ``entries``; return it unchanged."""
+    if not isinstance(value, dict) or value.keys() != _SUMMARY_FIELDS:
+        raise FormatError(f"manifest.json summary must be an object with exactly {', '.join(sorted(_SUMMARY_FIELDS))}.")
+    counted = {"entries": len(entries), "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
+    for field, expected in counted.items():
+        if value[field] != expected or (field != "finish_reasons" and not is_int(value[field])):
+            raise FormatError(f"manifest.json summary.{field} is {value[field]!r} but the entries hold {expected!r}.")
+    check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
+    check_shard_info(value["shard"], "manifest.json summary.shard")
+    _check_runs(value, entries, "manifest.json summary")
+    return value
+
+
+def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
+    """:class:`FormatError` unless ``summary``'s entries, duplicates and data configs describe one run, and each
+    of the ``keys`` belongs to its shard."""
+    entries, duplicates, data_configs, shard = (summary[f] for f in ("entries", "duplicates", "data_configs", "shard"))
+    if not is_int(duplicates) or duplicates < 0:
+        raise FormatError(f"{where}.duplicates must be a non-negative integer, got {duplicates!r}.")
+    samples = sum(item["samples"] for item in data_configs)
+    unique_keys, uniques = samples - duplicates, [item["unique"] for item in data_configs]
+    problem = None
+    if data_configs and not max(uniques) <= unique_keys <= sum(uniques):
+        problem = (
+            f"{samples} samples with {duplicates} duplicates leave {unique_keys} unique keys, which the per-config "
+            "unique counts cannot produce"
+        )
+    elif data_configs and (shard is None or shard["count"] == 1) and unique_keys != entries:
+        problem = (
+            f"{samples} samples with {duplicates} duplicates make {unique_keys} unique keys, not {entries} entries"
+        )
+    elif data_configs and unique_keys < entries:
+        problem = f"a shard holds {entries} entries but the run has only {unique_keys} unique keys"
+    if problem:
+        raise FormatError(f"{where} is inconsistent: {problem}.")
+    for key in keys if shard is not None else ():
+        if shard_of(key, shard["count"]) != shard["index"]:
+            raise FormatError(
+                f"{where}.shard says shard {shard['index']} of {shard['count']} but key {key} belongs to shard "
+                f"{shard_of(key, shard['count'])} (rule key-mod)."
+            )

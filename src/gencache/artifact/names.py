@@ -19,6 +19,19 @@ MANIFEST_NAME = "manifest.json"
 RESOLVED_NAME = "resolved_config.json"
 ARTIFACT_FILES = frozenset({PAYLOAD_NAME, MANIFEST_NAME, RESOLVED_NAME})
 
+
+def files_problem(where: object, names: set[str]) -> str | None:
+    """Why the files (objects) ``names`` of ``where`` are not exactly an artifact's three, or None."""
+    if names == ARTIFACT_FILES:
+        return None
+    extra, missing = sorted(names - ARTIFACT_FILES), sorted(ARTIFACT_FILES - names)
+    return (
+        f"{where}: an artifact holds exactly cache.safetensors, manifest.json and resolved_config.json "
+        f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'}); move other files "
+        "elsewhere or regenerate."
+    )
+
+
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors limit on the header length (``MAX_HEADER_SIZE`` in safetensors' ``tensor.rs``)."""
 
@@ -27,7 +40,6 @@ DIGEST_HEX_CHARS = 64  # a lowercase hex SHA-256: a semantic key, a content dige
 TOKEN_DTYPE = "I64"
 TOKEN_BYTES = 8
 FINISH_REASONS = ("eos", "stop_string", "length")
-PADDING_SIDES = ("left", "right")
 
 TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})\Z")
 """The name of a writer's temporary directory beside its output: ``.<name>.gencache-<host>-<pid>-<random>``."""
@@ -100,3 +112,39 @@ def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, A
         return make_shard_info(value["index"], value["count"], value["run_digest"])
     except ShardError as error:
         raise FormatError(f"{where}: {error}") from error
+
+
+# -- the writer's records ----------------------------------------------------------------------------------
+Record = tuple[Any, ...]
+"""What the writer keeps of one appended entry, flat so that it is one small tuple: ``(start, n_0, digest_0,
+text_0, reason_0, n_1, digest_1, text_1, reason_1, ...)``. ``start`` is the offset of the entry's first sequence
+relative to the data start (an entry's sequences are contiguous, in order); per sequence: its token count, the raw
+32-byte SHA-256 of its bytes, its text and its finish reason. Read it only through the accessors
+below."""
+
+RECORD_STRIDE = 4  # fields per sequence, after the leading start
+
+
+def is_single(record: Record) -> bool:
+    """True when ``record`` holds exactly one sequence (the common case the encoders take a fast path for)."""
+    return len(record) == 1 + RECORD_STRIDE
+
+
+def record_lengths(record: Record) -> tuple[int, ...]:
+    """Each sequence's token count."""
+    return record[1::RECORD_STRIDE]
+
+
+def record_digests(record: Record) -> tuple[bytes, ...]:
+    """Each sequence's raw 32-byte SHA-256."""
+    return record[2::RECORD_STRIDE]
+
+
+def record_texts(record: Record) -> tuple[str, ...]:
+    """Each sequence's decoded text."""
+    return record[3::RECORD_STRIDE]
+
+
+def record_reasons(record: Record) -> tuple[str, ...]:
+    """Each sequence's finish reason."""
+    return record[4::RECORD_STRIDE]

@@ -77,7 +77,6 @@ def write_error(what: str, error: OSError) -> WriteError:
     return wrapped
 
 
-RENAME_MODES = ("renameat2", "rename")
 T = TypeVar("T")
 _PROBE = ".rename-probe"  # in the name of probe_rename's scratch directory
 NAME_MAX = 255  # the longest file name (bytes) Linux file systems take

@@ -38,6 +38,7 @@ from gencache.artifact.names import (
     RESOLVED_NAME,
     TEMP_RE,
     TOKEN_BYTES,
+    files_problem,
 )
 from gencache.artifact.remote import RangeTokens, RemoteArtifact
 from gencache.artifact.resolved import resolved_config_problems
@@ -110,13 +111,8 @@ def check_artifact_files(path: Path) -> None:
         raise FormatError(f"Cache path {path} is not a directory.") from None
     except OSError as error:
         raise FormatError(f"Cache directory {path} cannot be listed ({error.strerror}).") from None
-    if names != ARTIFACT_FILES:
-        extra, missing = sorted(names - ARTIFACT_FILES), sorted(ARTIFACT_FILES - names)
-        raise FormatError(
-            f"{path}: an artifact directory holds exactly cache.safetensors, manifest.json and resolved_config.json "
-            f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'}); move other files "
-            "elsewhere or regenerate."
-        )
+    if problem := files_problem(path, names):
+        raise FormatError(problem)
     for name in sorted(ARTIFACT_FILES):
         try:
             mode = os.lstat(path / name).st_mode
@@ -148,11 +144,8 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
             _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
         else:
             check_artifact_files(where)
-            fd = open_regular(where / MANIFEST_NAME, "Manifest")
-            try:
-                _, members = manifest_tail(os.fstat(fd).st_size, lambda n, at: pread_exact(fd, n, at))
-            finally:
-                os.close(fd)
+            manifest = _map_file(where / MANIFEST_NAME, "Manifest")
+            _, members = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
             fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
             try:
                 size, header_raw = _payload_head(fd)
@@ -208,11 +201,6 @@ class CacheReader(GenerationCache):
             index = build_index(manifest, header_raw, size)
         except FormatError as error:
             raise self._fail(str(error)) from None
-        except UnicodeEncodeError:
-            raise self._fail(
-                "the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); "
-                "the artifact was not written by gencache or was edited."
-            ) from None
         self.header_capacity = capacity
         self.payload_bytes = size
         return index

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TOKEN_BYTES
+from gencache.artifact.names import LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TOKEN_BYTES, files_problem
 from gencache.artifact.store import download, list_objects, read_object
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError
@@ -43,12 +43,8 @@ class RemoteArtifact:
                 f"{where} was never committed (it has no manifest.json): its writer is running or was killed; "
                 f"`gencache clean {where.parent}` removes what a killed writer left."
             )
-        if set(listed) != ARTIFACT_FILES:
-            extra, missing = sorted(set(listed) - ARTIFACT_FILES), sorted(ARTIFACT_FILES - set(listed))
-            raise FormatError(
-                f"{where}: an artifact holds exactly cache.safetensors, manifest.json and resolved_config.json "
-                f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'})."
-            )
+        if problem := files_problem(where, set(listed)):
+            raise FormatError(problem)
         self.etags = {name: str(entry["ETag"]) for name, entry in listed.items()}
         self.sizes = {name: int(entry["Size"]) for name, entry in listed.items()}
         version = hashlib.sha256("".join(self.etags[name] for name in sorted(listed)).encode()).hexdigest()[:16]

@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from gencache.artifact.manifest import PROVENANCE_FIELDS
+from gencache.artifact.manifest import PROVENANCE_FIELDS, check_data_configs
 from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, verify
 from gencache.artifact.resolved import DIGEST_FIELD, nested, with_resolved_digest
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards, stray_directory
 from gencache.artifact.store import Location, exists, location, read_resolved_config
-from gencache.artifact.summary import check_data_configs
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError
 
@@ -29,10 +28,6 @@ VerifyProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCall
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
-_NOT_UNICODE = (
-    "{path}: the manifest holds text that is not valid Unicode (an escaped lone surrogate such as \\ud800); the "
-    "artifact was not written by gencache or was edited."
-)
 NOT_ARTIFACT_KINDS = ("missing", "temporary", "stray", "parent", "not_artifact")
 
 
@@ -210,8 +205,6 @@ def _open(path: Location) -> CacheReader | dict[str, Any]:
         return CacheReader(path)
     except (GencacheError, OSError) as error:
         return {"path": str(path), "kind": "error", "error": str(error)}
-    except UnicodeError:
-        return {"path": str(path), "kind": "error", "error": _NOT_UNICODE.format(path=path)}
 
 
 def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]]:
@@ -302,10 +295,7 @@ def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | N
             payload = target / PAYLOAD_NAME
             size = os.stat(payload).st_size if isinstance(payload, Path) and payload.is_file() else 0
             shown = progress is not None and size >= PROGRESS_MIN_BYTES
-            try:
-                with progress(target.name, size) if shown else nullcontext() as advance:  # type: ignore[misc]
-                    found = verify(target, advance)
-            except UnicodeError:
-                found = [_NOT_UNICODE.format(path=target)]
+            with progress(target.name, size) if shown else nullcontext() as advance:  # type: ignore[misc]
+                found = verify(target, advance)
             results.append({"path": str(target), "status": "fail" if found else "ok", "problems": found})
     return VerifyReport(results)

@@ -15,14 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from gencache.artifact.header import HEADER_PADDING, build_header, length_prefix
-from gencache.artifact.manifest import check_provenance, iter_manifest_bytes, json_file_bytes, provenance_digest
+from gencache.artifact.manifest import (
+    build_summary,
+    check_provenance,
+    iter_manifest_bytes,
+    json_file_bytes,
+    provenance_digest,
+)
 from gencache.artifact.names import (
     FINISH_REASONS,
     LENGTH_PREFIX_BYTES,
     MANIFEST_NAME,
     PAYLOAD_NAME,
+    RECORD_STRIDE,
     RESOLVED_NAME,
     TOKEN_BYTES,
+    Record,
     is_key,
 )
 from gencache.artifact.publish import (
@@ -35,9 +43,7 @@ from gencache.artifact.publish import (
     write_at,
     write_error,
 )
-from gencache.artifact.records import RECORD_STRIDE, Record, sorted_record_keys
 from gencache.artifact.store import exists, location, remove
-from gencache.artifact.summary import build_summary
 from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
@@ -236,7 +242,7 @@ class CacheWriter:
         """
         self._require_open("finalize")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
-            keys = sorted_record_keys(self._records)
+            keys = sorted(self._records)
             header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
             if len(header) > self.header_capacity:
                 raise HeaderCapacityError(

@@ -13,11 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gencache.artifact.manifest import make_provenance
+from gencache.artifact.manifest import make_provenance, shard_data_configs
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.store import Location
-from gencache.artifact.summary import shard_data_configs
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.engines import GEN_BATCH_SIZE_USE
 from gencache.config.models import CacheConfig
