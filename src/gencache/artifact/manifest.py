@@ -82,6 +82,11 @@ def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]
         ) from None
     if checked.dtype not in DTYPES:
         raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {checked.dtype!r}.")
+    for field in ("model_path", "tokenizer_path"):
+        try:
+            getattr(checked, field).encode("utf-8")
+        except UnicodeEncodeError:
+            raise FormatError(f"{where}.{field} is not valid Unicode (damaged).") from None
     provenance: dict[str, Any] = msgspec.to_builtins(checked)
     return provenance
 
