@@ -13,11 +13,11 @@ the number of such positions and ``T`` the temperature::
 answer positions, or ``num_items`` when given (Hugging Face ``Trainer`` passes the count over all the batches of
 one optimizer step, so gradient accumulation sums to the same mean).
 
-Memory: the answer positions are processed ``chunk_size`` at a time; each chunk is upcast to float32 and its loss
-and its gradient with respect to the student's logits (by autograd, within the chunk) are computed together, so
-no more than one chunk of positions x vocabulary exists in float32 at a time. The gradient is written into one
-buffer of the student logits' own shape and dtype, what autograd would hand back anyway. The teacher's logits may
-be on another device or in another dtype: each chunk is copied to the student's device as it is used.
+Memory: the answer positions are processed ``chunk_size`` at a time; each chunk is upcast to float32, and its
+loss and its gradient with respect to the student's logits are computed together, so no more than one chunk of
+positions x vocabulary exists in float32 at a time (a handful of chunk-sized buffers). The gradient is written into
+one buffer of the student logits' own shape and dtype, what autograd would hand back anyway. The teacher's logits
+may be on another device or in another dtype: each chunk is copied to the student's device as it is used.
 """
 
 from __future__ import annotations
@@ -55,6 +55,25 @@ def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return positions, flat[positions]
 
 
+def _check(student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Tensor) -> None:
+    if student.dim() != 3 or tuple(labels.shape) != tuple(student.shape[:2]):
+        raise ConfigError(
+            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
+            "vocabulary)."
+        )
+    if teacher is not None:
+        if teacher.shape[-1] != student.shape[-1]:
+            raise CompatibilityError(
+                f"The teacher's vocabulary has {teacher.shape[-1]} logits and the student's {student.shape[-1]}; "
+                "distillation needs one shared vocabulary."
+            )
+        if tuple(teacher.shape) != tuple(student.shape):
+            raise ConfigError(
+                f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)}; run the "
+                "teacher on the same input_ids."
+            )
+
+
 def check_loss_settings(*, temperature: float, chunk_size: int) -> None:
     """The loss settings that do not depend on a batch: a positive ``temperature`` and a positive integer
     ``chunk_size``; one :class:`ConfigError` otherwise."""
@@ -64,8 +83,56 @@ def check_loss_settings(*, temperature: float, chunk_size: int) -> None:
         raise ConfigError(f"temperature must be positive, got {temperature!r}.")
 
 
+def _chunk_loss(
+    student: torch.Tensor,
+    teacher: torch.Tensor | None,
+    targets: torch.Tensor,
+    options: dict[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-row CE and KL of one chunk (float32 rows) and, when ``options["want_grad"]``, ``options["scale"]`` times
+    the gradient of ``ce_weight * CE + kl_weight * T**2 * KL`` (summed over the rows) with respect to the student's
+    logits."""
+    temperature, ce_weight, kl_weight = options["temperature"], options["ce_weight"], options["kl_weight"]
+    want_grad = options["want_grad"]
+    rows = torch.arange(len(targets), device=student.device)
+    z = student.float()  # the chunk is a private copy (index_select), so it may be changed in place
+    log_p = torch.log_softmax(z, dim=-1)
+    ce = -log_p[rows, targets]
+    kl = torch.zeros_like(ce)
+    grad: torch.Tensor | None = None
+    if teacher is not None:
+        log_q = log_p if temperature == 1.0 else torch.log_softmax(z.div_(temperature), dim=-1)
+        del z
+        zero_mass = bool(torch.isneginf(teacher).any())
+        t = teacher.to(device=student.device, dtype=torch.float32)
+        log_t = torch.log_softmax(t if temperature == 1.0 else t.div_(temperature), dim=-1)
+        del t
+        p_t = log_t.exp()
+        terms = log_t.sub_(log_q).mul_(p_t)
+        if zero_mass:
+            terms.nan_to_num_(nan=0.0)  # 0 * log 0 is 0 (a teacher logit of -inf)
+        kl = terms.sum(dim=-1)
+        del terms, log_t
+        if want_grad:
+            # d(CE)/dz_s = softmax(z_s) - onehot; d(T**2 * KL)/dz_s = T * (softmax(z_s / T) - softmax(z_t / T))
+            if temperature == 1.0:
+                grad = log_p.exp_().mul_(ce_weight + kl_weight).sub_(p_t, alpha=kl_weight)
+            else:
+                grad = log_p.exp_().mul_(ce_weight)
+                grad.add_(log_q.exp_().sub_(p_t), alpha=kl_weight * temperature)
+        del log_q, p_t
+    elif want_grad:
+        del z
+        grad = log_p.exp_().mul_(ce_weight)
+    del log_p
+    if grad is not None:
+        grad[rows, targets] -= ce_weight
+        grad.mul_(options["scale"])
+    return ce, kl, grad
+
+
 class _ChunkedDistillation(torch.autograd.Function):
-    """Forward computes the loss and its gradient chunk by chunk; backward hands the stored gradient back."""
+    """Forward computes the loss and the gradient chunk by chunk; backward hands the stored gradient back."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -73,47 +140,50 @@ class _ChunkedDistillation(torch.autograd.Function):
         student: torch.Tensor,
         teacher: torch.Tensor | None,
         labels: torch.Tensor,
-        weights: tuple[float, float, float],
-        chunk: int,
-        num_items: int | None,
-        want_grad: bool,
+        options: dict[str, Any],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        temperature, ce_weight, kl_weight = weights
+        vocabulary = student.shape[-1]
         positions, targets = answer_positions(labels.to(student.device))
         count = int(positions.numel())
-        denominator = float(num_items or max(count, 1))
-        flat_student = student.detach().reshape(-1, student.shape[-1])
-        flat_teacher = None if teacher is None else teacher.detach().reshape(-1, student.shape[-1])
+        denominator = float(options["num_items"]) if options["num_items"] is not None else float(max(count, 1))
+        flat_student = student.detach().reshape(-1, vocabulary)
+        flat_teacher = None if teacher is None else teacher.detach().reshape(-1, vocabulary)
+        teacher_positions = None if teacher is None else positions.to(teacher.device)
+        want_grad = bool(options["want_grad"])
         grad = torch.zeros_like(flat_student) if want_grad else None
-        sums = torch.zeros(2, dtype=torch.float64, device=student.device)
+        ce_sum = torch.zeros((), dtype=torch.float64, device=student.device)
+        kl_sum = torch.zeros((), dtype=torch.float64, device=student.device)
+        chunk = int(options["chunk_size"])
         for start in range(0, count, chunk):
             index = positions[start : start + chunk]
-            with torch.enable_grad():
-                z = flat_student.index_select(0, index).float().requires_grad_(want_grad)
-                ce = torch.nn.functional.cross_entropy(z, targets[start : start + chunk], reduction="none")
-                kl = torch.zeros_like(ce)
-                if flat_teacher is not None:
-                    t = flat_teacher.index_select(0, index.to(flat_teacher.device))
-                    log_t = torch.log_softmax(t.to(device=z.device, dtype=torch.float32) / temperature, dim=-1)
-                    terms = log_t.exp() * (log_t - torch.log_softmax(z / temperature, dim=-1))
-                    kl = terms.nan_to_num(nan=0.0).sum(dim=-1)  # 0 * log 0 is 0 (a teacher logit of -inf)
-                if grad is not None:
-                    total = (ce_weight * ce + kl_weight * temperature**2 * kl).sum() / denominator
-                    grad.index_copy_(0, index, torch.autograd.grad(total, z)[0].to(grad.dtype))
-            sums += torch.stack([ce.detach().sum(dtype=torch.float64), kl.detach().sum(dtype=torch.float64)])
-        ce_sum, kl_sum = sums.unbind()
-        loss = ((ce_weight * ce_sum + kl_weight * temperature**2 * kl_sum) / denominator).float()
+            teacher_chunk = None
+            if flat_teacher is not None and teacher_positions is not None:
+                teacher_chunk = flat_teacher.index_select(0, teacher_positions[start : start + chunk])
+            ce, kl, chunk_grad = _chunk_loss(
+                flat_student.index_select(0, index),
+                teacher_chunk,
+                targets[start : start + chunk],
+                {**options, "scale": 1.0 / denominator},
+            )
+            ce_sum += ce.sum(dtype=torch.float64)
+            kl_sum += kl.sum(dtype=torch.float64)
+            if grad is not None and chunk_grad is not None:
+                grad.index_copy_(0, index, chunk_grad.to(grad.dtype))
+            del ce, kl, chunk_grad, teacher_chunk
+        weight = options["kl_weight"] * options["temperature"] ** 2
+        loss = ((options["ce_weight"] * ce_sum + weight * kl_sum) / denominator).float()
         ctx.grad = None if grad is None else grad.view(student.shape)
-        ce_mean, kl_mean = (sums / max(count, 1)).float().unbind()
+        per_position = float(max(count, 1))
+        ce_mean, kl_mean = (ce_sum / per_position).float(), (kl_sum / per_position).float()
         ctx.mark_non_differentiable(ce_mean, kl_mean)
         return loss, ce_mean, kl_mean
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_loss: torch.Tensor, *unused: Any) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, grad_loss: torch.Tensor, *unused: Any) -> tuple[torch.Tensor | None, None, None, None]:
         grad: torch.Tensor | None = ctx.grad
         ctx.grad = None
-        return (None if grad is None else grad.mul_(grad_loss.to(grad.dtype)), *[None] * 6)
+        return None if grad is None else grad.mul_(grad_loss.to(grad.dtype)), None, None, None
 
 
 def distillation_loss(
@@ -139,25 +209,17 @@ def distillation_loss(
     check_loss_settings(temperature=temperature, chunk_size=chunk_size)
     if teacher_logits is None and kl_weight != 0.0:
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")
-    if student_logits.dim() != 3 or tuple(labels.shape) != tuple(student_logits.shape[:2]):
-        raise ConfigError(
-            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student_logits.shape)} (batch, "
-            "length, vocabulary)."
-        )
-    teacher = teacher_logits if kl_weight != 0.0 else None
-    if teacher is not None and teacher.shape[-1] != student_logits.shape[-1]:
-        raise CompatibilityError(
-            f"The teacher's vocabulary has {teacher.shape[-1]} logits and the student's {student_logits.shape[-1]}; "
-            "distillation needs one shared vocabulary."
-        )
-    if teacher is not None and tuple(teacher.shape) != tuple(student_logits.shape):
-        raise ConfigError(
-            f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student_logits.shape)}; run "
-            "the teacher on the same input_ids."
-        )
+    _check(student_logits, teacher_logits, labels)
     items = int(num_items) if num_items is not None and int(num_items) > 0 else None
-    want_grad = student_logits.requires_grad and torch.is_grad_enabled()
-    weights = (float(temperature), float(ce_weight), float(kl_weight))
-    loss, ce, kl = _ChunkedDistillation.apply(student_logits, teacher, labels, weights, chunk_size, items, want_grad)
+    options = {
+        "temperature": float(temperature),
+        "ce_weight": float(ce_weight),
+        "kl_weight": float(kl_weight),
+        "chunk_size": chunk_size,
+        "num_items": items,
+        "want_grad": student_logits.requires_grad and torch.is_grad_enabled(),
+    }
+    teacher = teacher_logits if kl_weight != 0.0 else None
+    loss, ce, kl = _ChunkedDistillation.apply(student_logits, teacher, labels, options)
     positions = int((labels[:, 1:] != IGNORE_INDEX).sum())
     return DistillationLoss(loss=loss, ce=ce.detach(), kl=kl.detach(), positions=positions)
