@@ -59,9 +59,15 @@ def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> Non
 
 
 def umask() -> int:
-    """The process's umask, read without setting it (``os.umask`` would change it for every thread meanwhile)."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    """The process's umask, read without setting it where Linux shows it (``os.umask`` would change it for every
+    thread meanwhile); kernels before 4.7 and systems without /proc have no ``Umask:`` line."""
+    with suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_error(what: str, error: OSError) -> WriteError:
@@ -277,8 +283,9 @@ def hold_lock(temp_dir: Path) -> int:
                 os.close(fd)
                 if isinstance(error, FileNotFoundError):
                     continue  # a cleaner removed it: create another
-            with suppress(OSError):
-                path.unlink()
+            if fd >= 0 or not isinstance(error, FileExistsError):  # never another process's lock file
+                with suppress(OSError):
+                    path.unlink()
             if isinstance(error, OSError):
                 raise write_error(f"Locking {path}", error) from error
             raise

@@ -154,7 +154,11 @@ def _recorded(reader: CacheReader) -> dict[str, Any]:
     except FormatError:
         return {}
     digest = resolved.get(DIGEST_FIELD)
-    return {} if digest is not None and digest != with_resolved_digest(resolved)[DIGEST_FIELD] else resolved
+    try:
+        matches = digest is None or digest == with_resolved_digest(resolved)[DIGEST_FIELD]
+    except UnicodeEncodeError:  # a text that is not valid Unicode: damaged
+        return {}
+    return resolved if matches else {}
 
 
 def _shard_data_configs(resolved: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, int]] | None:

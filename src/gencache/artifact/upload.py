@@ -230,7 +230,12 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
     pages = s3.get_paginator("list_multipart_uploads").paginate(Bucket=parent.bucket, Prefix=parent.prefix)
     uploads: dict[str, list[dict[str, Any]]] = {}
-    for upload in call(f"Listing uploads under {parent}/", lambda: [u for p in pages for u in p.get("Uploads", [])]):
+    listed = call(
+        f"Listing uploads under {parent}/",
+        lambda Bucket: [u for p in pages for u in p.get("Uploads", [])],
+        Bucket=parent.bucket,
+    )
+    for upload in listed:
         name, _, file = upload["Key"][len(parent.prefix) :].partition("/")
         if file in ARTIFACT_FILES:
             uploads.setdefault(name, []).append(upload)

@@ -256,6 +256,10 @@ class CacheWriter:
                 self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
             )
             first = next(manifest)
+            if not isinstance(resolved_config, Mapping):
+                raise FormatError(
+                    f"resolved_config must be a JSON object (a mapping), not {type(resolved_config).__name__}."
+                )
             resolved = json_file_bytes(dict(resolved_config))
             self._payload.finish(header)
             if self.path not in self._created:
@@ -368,6 +372,8 @@ class ArtifactBuild:
     def publish(self) -> str:
         """Publish the finalized artifact: rename the temporary directory to ``output_dir`` and return
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
+        if self.published_mode is not None:  # published already
+            return self.published_mode
         if self._writer is None or not self._writer.finalized:
             raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
         if self.temp_dir is None:

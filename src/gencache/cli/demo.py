@@ -153,7 +153,9 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
     for data_config in body["data_configs"]:
         data_config["source"] = str(root / data_config["source"])
     try:
-        shutil.copytree(STARTER / "data", qa.parent, dirs_exist_ok=True)
+        qa.parent.mkdir(parents=True, exist_ok=True)
+        for target in (qa, chat):  # only these two: the check above covers nothing else
+            shutil.copyfile(STARTER / "data" / target.name, target)
         config.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise WriteError(f"gencache init could not write into {root}: {exc.strerror or exc}.") from exc

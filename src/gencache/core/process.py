@@ -9,12 +9,21 @@ import os
 import signal
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 
-def environment_kept() -> contextlib.AbstractContextManager[object]:
-    """``os.environ`` exactly as it was when the block began, once it ends."""
-    return mock.patch.dict(os.environ)
+@contextlib.contextmanager
+def environment_kept() -> Iterator[None]:
+    """``os.environ`` exactly as it was when the block began, once it ends. Only the names that changed are set or
+    removed (the engine's and Ray's threads read the environment meanwhile: it is never cleared and rebuilt)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(saved):
+            del os.environ[name]
+        for name, value in saved.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

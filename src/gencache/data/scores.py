@@ -29,7 +29,8 @@ JOIN_COLUMNS: dict[str, str] = {
 #: The columns of a score file, in order, with their pyarrow types (metrics are null for an answer without a
 #: reference).
 SCORE_COLUMNS: dict[str, str] = (
-    JOIN_COLUMNS
+    {"key": "string", "sequence_index": "int64", "data_config_index": "int64"}
+    | JOIN_COLUMNS
     | {
         "finish_reason": "string",
         "token_length": "int64",

@@ -165,7 +165,13 @@ def _choose_engine(run: RecordedRun, requested: str | None) -> str:
 
 
 def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
-    """The sequences of ``key`` as stored and as regenerated (as many: the settings resolved as recorded)."""
+    """The sequences of ``key`` as stored and as regenerated (as many, unless the artifact's entry was written
+    with other settings than its run records)."""
+    if len(stored.sequences) != len(regenerated.sequences):
+        raise DatasetError(
+            f"audit: sample {key} stores {len(stored.sequences)} sequences but the run's settings regenerate "
+            f"{len(regenerated.sequences)}."
+        )
     sequences = []
     for index, (old, new) in enumerate(zip(stored.sequences, regenerated.sequences, strict=True)):
         a, b = old.tolist(), new.tolist()

@@ -19,6 +19,7 @@ from typing import IO, Any
 from gencache.artifact.mixture import MultiCacheReader, open_caches
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.artifact.publish import publish_file
+from gencache.artifact.resolved import nested
 from gencache.config.paths import check_output_name
 from gencache.core.errors import (
     ConfigError,
@@ -240,6 +241,8 @@ def export(
                 f"{what} left out: the samples could not be rebuilt ({first_line(error)}); point --data-root or "
                 "--source at the datasets to add them" + ("" if not prompts else ", or pass --no-prompts")
             )
+    if note is not None:  # left out for every entry alike, never for the keys that matched only
+        fields.clear()
     passed, left_out = None, 0
     if min_score is not None:
         passed, total = _passed(samples, reader, min_score, scores)
@@ -256,7 +259,7 @@ def export(
         "gencache_version": __version__,
         "teacher": {
             "model_path": provenance.get("model_path"),
-            "commit_hash": (resolved.get("model") or {}).get("commit_hash"),
+            "commit_hash": nested(resolved, "model", "commit_hash"),
         },
         **{name: provenance.get(name) for name in ("tokenizer_path", "tokenizer", "dtype")},
         "provenance": provenance,
@@ -266,7 +269,7 @@ def export(
         "entries_digest": entries.hexdigest(),
         "run_digest": resolved.get("run_digest"),
     }
-    max_new_tokens = (resolved.get("generation") or {}).get("max_new_tokens")
+    max_new_tokens = nested(resolved, "generation", "max_new_tokens")
     unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
 
     def records() -> Iterator[ExportRow]:

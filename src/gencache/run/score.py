@@ -383,9 +383,10 @@ def _audit_section(audit: Mapping[str, Any]) -> str:
         f"{_e(audit.get('audited'))} audited keys regenerated identically; {_e(audit.get('differing'))} differ.</p>",
         _rows((name, audit.get(name)) for name in fields),
     ]
-    if divergence := audit.get("first_divergence"):
+    if isinstance(divergence := audit.get("first_divergence"), dict) and divergence:
         parts += ["<h3>First divergence (answer position: keys)</h3>", _rows(sorted(divergence.items()))]
-    if differing := [key for key in audit.get("keys") or [] if not key.get("equal")][:EXAMPLES]:
+    keys = [key for key in audit.get("keys") or [] if isinstance(key, dict)]
+    if differing := [key for key in keys if not key.get("equal")][:EXAMPLES]:
         rows = [
             (f"{key.get('key', '')[:12]}…", f"first difference at {key.get('first_difference')}") for key in differing
         ]

@@ -233,6 +233,7 @@ class VllmEngine(Engine):
         self.on_cpu = self.loads_with_prompts = context.device == "cpu"  # on a CPU, generate builds the model
         try:  # the teacher's attention sizes (None: the model's own loader reports the unreadable config.json)
             self.teacher_config: Any = hf().AutoConfig.from_pretrained(context.model_path, revision=context.revision)
+            head_dim_of(self.teacher_config)  # its attention sizes are readable
         except Exception:
             self.teacher_config = None
         refusal = self._refusal()
@@ -368,7 +369,9 @@ class VllmEngine(Engine):
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
         """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need a longer context
         or more concurrent requests than the built one holds (a later shard of the same process)."""
-        if prompts and self.on_cpu:  # the run's checks read the teacher's config.json before it got here
+        if prompts and self.on_cpu:
+            if self.teacher_config is None:
+                raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
             per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
             lengths = [len(ids) for _, ids in prompts]
             sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
