@@ -122,11 +122,13 @@ class MultipartUpload:
     def __init__(self, where: S3Url) -> None:
         self.where, self.object = where, {"Bucket": where.bucket, "Key": where.key}
         self.upload_id: str | None = None
+        self.created = False  # a create was sent: the server may hold the upload even if its answer never came
         self.parts: dict[int, str] = {}
 
     def send(self, number: int, data: bytes | bytearray | memoryview) -> None:
         s3, what = client(), f"Uploading {self.where}"
         if self.upload_id is None:
+            self.created = True
             self.upload_id = call(what, s3.create_multipart_upload, **self.object)["UploadId"]
         sent = call(what, s3.upload_part, **self.object, UploadId=self.upload_id, PartNumber=number, Body=bytes(data))
         self.parts[number] = sent["ETag"]
@@ -135,13 +137,22 @@ class MultipartUpload:
         parts = [{"PartNumber": number, "ETag": tag} for number, tag in sorted(self.parts.items())]
         upload = {"UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}}
         call(f"Publishing {self.where}", client().complete_multipart_upload, **self.object, **upload, IfNoneMatch="*")
-        self.upload_id = None
+        self.upload_id, self.created = None, False
 
     def abort(self) -> None:
-        upload_id, self.upload_id = self.upload_id, None
-        if upload_id is not None:
-            with suppress(GencacheError):
-                call("Aborting an upload", client().abort_multipart_upload, **self.object, UploadId=upload_id)
+        """Abort the upload; one whose create was stopped before its answer came is found by its key (the writer's
+        lock makes every upload of this key this writer's)."""
+        ids = [] if self.upload_id is None else [self.upload_id]
+        self.upload_id, created, self.created = None, self.created, False
+        s3 = client()
+        with suppress(GencacheError):
+            if created and not ids:
+                listed = call(
+                    "Listing uploads", s3.list_multipart_uploads, Bucket=self.where.bucket, Prefix=self.where.key
+                )
+                ids = [upload["UploadId"] for upload in listed.get("Uploads", []) if upload["Key"] == self.where.key]
+            for upload_id in ids:
+                call("Aborting an upload", s3.abort_multipart_upload, **self.object, UploadId=upload_id)
 
 
 def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
