@@ -85,10 +85,10 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
         return bool(self._call("needs_tokenizer", lambda: self.inner.needs_tokenizer(kwargs)))
 
     def select(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> Selection[Any]:
-        raise NotImplementedError  # load runs the plug-in's own steps
+        return self._call("select", lambda: self.inner.select(dc, kwargs, tokenizer))  # type: ignore[no-any-return]
 
     def sample(self, rows: Any, kwargs: Any, index: int) -> Any:
-        raise NotImplementedError
+        return self._call("sample", lambda: self.inner.sample(rows, kwargs, index))
 
     def load(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         result = self._call("load", lambda: self.inner.load(dc, kwargs, tokenizer))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,7 @@ class EngineContext:
     options: EngineOptions | None = None  # a config's engine_options (None: the engine's defaults)
 
 
-class Engine:
+class Engine(ABC):
     """A generation engine: created before any weights load, then :meth:`load_weights`, then :meth:`generate`.
 
     Each engine gives its :meth:`entries` and ``resolved_config.json``'s ``batching`` section (batch composition can
@@ -113,12 +114,13 @@ class Engine:
                 if progress is not None:
                     progress.advance(1, tokens)
 
+    @abstractmethod
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
         """The entries of ``prompts``; what runs before the generator is returned runs before the progress starts."""
-        raise NotImplementedError
 
+    @abstractmethod
     def batching(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """How the engine batched the run, as ``resolved_config.json`` records it."""
 
     def import_libraries(self) -> None:
         """Import what :meth:`load_weights` needs without loading weights, so that the load is timed alone."""
