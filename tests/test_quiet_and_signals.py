@@ -103,6 +103,28 @@ def test_a_signal_in_the_first_milliseconds_of_main_is_one_line(signum: int) -> 
         assert proc.returncode == STOP_CODES[name], (delay, err)
 
 
+WRAPPING_CHILD = """
+import os, signal, sys, time
+from gencache.cli import app
+
+@app.app.command("wrapping")
+def wrapping() -> None:  # code in the command's way that turns any interrupt into its own error, as pydantic-core's
+    try:  # schema building does when a signal's handler runs inside it
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    except BaseException:
+        raise RuntimeError("Error building validator") from None
+
+app.main(["wrapping"])
+"""
+
+
+def test_a_signal_that_third_party_code_wraps_is_still_one_stop_line() -> None:
+    proc = subprocess.run([sys.executable, "-c", WRAPPING_CHILD], capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.stderr.splitlines() == [stop_message("SIGTERM", None)]
+    assert proc.returncode == STOP_CODES["SIGTERM"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [1.2, 2.5])  # between the named moments the other signal tests stop at
 def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:

@@ -539,14 +539,15 @@ def _run(argv: list[str] | None) -> int:
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
     except Stopped as stop:  # SIGINT (130), SIGTERM or SIGHUP (143), at any moment of the command
-        typer.echo(printable(stop.message), err=True)
-        return stop.exit_code
+        return _stopped(stop)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:  # a usage error: the usage line and hint
         exc.show()
         return int(exc.exit_code)
     except Exception as exc:
+        if signals.received is not None:  # the stop, wrapped by code it interrupted (a schema being built)
+            return _stopped(signals.received)
         if os.environ.get("GENCACHE_DEBUG") == "1":
             import traceback
 
@@ -564,6 +565,11 @@ def _run(argv: list[str] | None) -> int:
         )
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _stopped(stop: Stopped) -> int:
+    typer.echo(printable(stop.message), err=True)
+    return stop.exit_code
 
 
 def main(argv: list[str] | None = None) -> None:

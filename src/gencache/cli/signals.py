@@ -19,10 +19,13 @@ from gencache.core.process import signal_handlers_kept
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _published: StoppedRun | None = None  # what the command's run returned as published
+received: Stopped | None = None  # the stop a handler raised, should code in its way (pydantic-core) wrap it
 
 
 def _stop(signum: int, frame: FrameType | None) -> NoReturn:
-    raise Stopped(signal.Signals(signum).name, _published)
+    global received
+    received = Stopped(signal.Signals(signum).name, _published)
+    raise received
 
 
 def install(handler: Callable[[int, FrameType | None], object] = _stop) -> None:
@@ -37,12 +40,14 @@ def install(handler: Callable[[int, FrameType | None], object] = _stop) -> None:
 @contextlib.contextmanager
 def owned() -> Iterator[None]:
     """The handlers of :func:`install` for one command run inside another program, the caller's back afterwards."""
+    global received
     with signal_handlers_kept(*_STOP_SIGNALS):
         install()
         try:
             yield
         finally:
             note_published([])
+            received = None
 
 
 def note_published(paths: Sequence[object]) -> None:
