@@ -40,56 +40,14 @@ CHAT_TEMPLATE = (
 )
 
 _FIRST_NAMES = (
-    "Alice",
-    "Bruno",
-    "Chiara",
-    "Dmitri",
-    "Elena",
-    "Farid",
-    "Greta",
-    "Hiro",
-    "Ines",
-    "Jonas",
-    "Kamala",
-    "Lars",
-    "Maya",
-    "Nikolai",
-    "Olga",
-    "Pablo",
-    "Quinn",
-    "Rosa",
-    "Samir",
-    "Tove",
-)
-_LAST_NAMES = (
-    "Hartley",
-    "Moreau",
-    "Okafor",
-    "Lindqvist",
-    "Tanaka",
-    "Ferreira",
-    "Novak",
-    "Castillo",
-    "Brennan",
-    "Petrov",
-)
+    "Alice Bruno Chiara Dmitri Elena Farid Greta Hiro Ines Jonas Kamala Lars Maya Nikolai Olga Pablo Quinn Rosa Samir "
+    "Tove"
+).split()
+_LAST_NAMES = "Hartley Moreau Okafor Lindqvist Tanaka Ferreira Novak Castillo Brennan Petrov".split()
 _CITIES = ("Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Valparaiso", "Krakow", "Melbourne", "Tunis", "Seattle")
 _FIELDS = ("physics", "history", "chemistry", "linguistics", "economics", "music", "geology", "medicine")
 _COMPANIES = ("Northwind Labs", "Bluewater Systems", "Aurora Press", "Granite Works", "Helix Energy")
-_MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
+_MONTHS = "January February March April May June July August September October November December".split()
 _PASSAGES = (
     "The river flows north through the valley before it reaches the old stone bridge near the harbour.",
     "Question: Which city hosted the first exhibition? Answer: The first exhibition was held in Lisbon.",
