@@ -87,10 +87,8 @@ def resolve_generation(
             )
     else:
         try:
-            data = hf().GenerationConfig.from_model_config(
-                hf().AutoConfig.from_pretrained(model_path, revision=revision)
-            )
-            data = data.to_dict()
+            model_config = hf().AutoConfig.from_pretrained(model_path, revision=revision)
+            data = hf().GenerationConfig.from_model_config(model_config).to_dict()
         except Exception as exc:
             raise ConfigError(f"Cannot read the teacher's config.json from {where}: {first_line(exc)}") from exc
     user = {key: value for key, value in generation_kwargs.items() if value is not None}
@@ -137,8 +135,8 @@ def resolve_generation(
 
 
 def check_engine(engine: str, generation: EffectiveGeneration) -> None:
-    """Refuse, before any weights load, every effective setting ``engine`` cannot honour exactly: one
-    :class:`ConfigError` (exit code 2) whose line names the engine, the setting and the engines that honour it."""
+    """Refuse every effective setting ``engine`` cannot honour exactly: one :class:`ConfigError` line naming the
+    engine, the setting and the engines that honour it."""
     lines = engine_refusals(engine, generation.kwargs, defaults=generation.defaults or {})
     if lines:
         more = f" (and {len(lines) - 1} more setting{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else ""

@@ -7,10 +7,8 @@ For each generated position, in order, a sequence finishes at the first of:
    token that completed it is kept; the answer is cut there even when the engine generated more);
 3. ``length``: ``max_new_tokens`` tokens exist.
 
-:class:`FinishScanner` applies the rule to one sequence's token list, incrementally (the continuous and vLLM engines
-call it on their outputs); :class:`FinishRecorder` applies it to every row of a static batch as a stopping criterion
-of ``generate``, so a stop string completes at the same token in every engine. Beam search cuts each hypothesis
-after its first EOS token, where beam search makes it final.
+The same rule runs in every engine (on a static batch as a stopping criterion), so a stop string completes at the
+same token in each. Beam search cuts each hypothesis after its first EOS token, where beam search makes it final.
 """
 
 from __future__ import annotations
@@ -30,9 +28,9 @@ FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
 
 
 class FinishScanner:
-    """The finish rule for one sequence at a time: :meth:`scan` examines new positions of a growing token list. A
-    stop string is looked for in the decoded last ``window`` tokens: every token carries at least one byte, and the
-    margin covers a partial UTF-8 character or a decoder-stripped leading space at the start of the window."""
+    """The finish rule for one growing token list. A stop string is looked for in the decoded last ``window``
+    tokens: every token carries at least one byte, and the margin covers a partial UTF-8 character or a
+    decoder-stripped leading space at the start of the window."""
 
     def __init__(
         self, *, eos_token_ids: Sequence[int], stop_strings: Sequence[str], tokenizer: Any, max_new_tokens: int
@@ -45,7 +43,6 @@ class FinishScanner:
 
     @classmethod
     def of(cls, generation: EffectiveGeneration, tokenizer: Any) -> FinishScanner:
-        """The scanner of a run's effective generation settings."""
         return cls(
             eos_token_ids=generation.eos_token_ids,
             stop_strings=generation.stop_strings,
@@ -72,8 +69,7 @@ class FinishScanner:
 
 class FinishRecorder:
     """A stopping criterion of ``generate`` that records, per row of a static batch, the step at which it finished
-    and why (scanning each open row's new tokens) and says which rows are finished, so transformers stops once all
-    are. It deliberately has no ``eos_token_id`` attribute, which transformers would read as "an EOS criterion"."""
+    and why. It has no ``eos_token_id`` attribute, which transformers would read as "an EOS criterion"."""
 
     def __init__(self, scanner: FinishScanner, *, prompt_width: int, rows: int) -> None:
         self.scanner = scanner
@@ -93,6 +89,5 @@ class FinishRecorder:
         return torch.tensor([found is not None for found in self.finished], device=input_ids.device)
 
     def results(self, generated_width: int) -> list[tuple[int, str]]:
-        """Per row: tokens to keep and finish reason. A row never finished (generation ended for another reason)
-        keeps everything generated and finishes by ``length``."""
+        """Per row: tokens to keep and finish reason (``length`` for a row generation ended otherwise)."""
         return [found or (generated_width, FINISH_LENGTH) for found in self.finished]

@@ -1,11 +1,10 @@
 """Per-sequence sampling: every sequence of every sample draws from its own random stream, so a sampled answer
 depends only on its prompt, the teacher, the generation settings and the run's ``seed``.
 
-The stream seed of sequence ``s`` of sample ``k`` is :func:`sampling_seed` ``(seed, k, s)`` (the ``vllm`` engine
-seeds each request with ``sampling_seed(seed, k)`` and lets vLLM draw its ``n`` sequences). The transformers engines
-draw the token at answer position ``t`` from one uniform number (:func:`uniforms`: output ``t + 1`` of SplitMix64
-started at the stream seed) by inverse transform (:func:`draw_tokens`). The draw is counter-based, so a request
-that an engine pauses, evicts or recomputes draws the same token at the same position.
+The transformers engines draw the token at answer position ``t`` from one uniform number, output ``t + 1`` of
+SplitMix64 started at the stream seed, by inverse transform. The draw is counter-based, so a request that an engine
+pauses, evicts or recomputes draws the same token at the same position. The ``vllm`` engine seeds each request and
+lets vLLM draw its ``n`` sequences.
 """
 
 from __future__ import annotations
@@ -42,16 +41,15 @@ VLLM_SAMPLING_RULE: dict[str, str] = {
 
 
 def sampling_seed(seed: int, key: str, sequence: int | None = None) -> int:
-    """The 31-bit stream seed of sequence ``sequence`` of the sample ``key`` in a run seeded with ``seed``; without
-    ``sequence``, the seed of the whole request (the ``vllm`` engine's)."""
+    """The 31-bit stream seed of sequence ``sequence`` of the sample ``key``; without ``sequence``, the seed of the
+    whole request (the ``vllm`` engine's)."""
     text = f"{seed}\0{key}" if sequence is None else f"{seed}\0{key}\0{sequence}"
     digest = hashlib.sha256(text.encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def uniforms(streams: Sequence[int], positions: Sequence[int]) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """One uniform number in [0, 1) per ``(stream seed, answer position)`` pair: output ``position + 1`` of a
-    SplitMix64 generator started at the stream seed (its top 53 bits over 2**53)."""
+    """One uniform number in [0, 1) per ``(stream seed, answer position)`` pair."""
     state = np.asarray([int(s) & _MASK64 for s in streams], dtype=np.uint64)
     steps = np.asarray([int(p) + 1 for p in positions], dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -64,9 +62,8 @@ def uniforms(streams: Sequence[int], positions: Sequence[int]) -> np.ndarray[Any
 
 
 def draw_tokens(scores: torch.Tensor, draws: np.ndarray[Any, np.dtype[np.float64]]) -> torch.Tensor:
-    """The token of each row of ``scores`` (``[rows, vocab]``, processed logits; ``-inf`` where a token is
-    excluded) for the row's uniform number in ``draws``, by inverse transform over the float64 cumulative sum of the
-    float32 softmax; a 1-D int64 tensor on the scores' device."""
+    """The token of each row of ``scores`` (``[rows, vocab]``, processed logits) for the row's uniform number in
+    ``draws``, by inverse transform over the float64 cumulative sum of the float32 softmax."""
     import torch
 
     probs = torch.softmax(scores.float(), dim=-1).double()

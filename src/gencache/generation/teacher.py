@@ -43,8 +43,8 @@ def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
 
 
 def import_model_code(model_path: str, *, revision: str | None = None) -> None:
-    """Import torch, transformers' model loading and the modeling code of the teacher's architecture without
-    reading any weights, so that the load is timed alone. What cannot be read is left to the load to report."""
+    """Import torch and the modeling code of the teacher's architecture without reading any weights, so that the
+    load is timed alone. What cannot be read is left to the load to report."""
     import torch  # noqa: F401  (the first import of torch is part of what this takes)
 
     with contextlib.suppress(Exception):
@@ -80,9 +80,8 @@ def load_teacher(
     attn_implementation: str | None = None,
     generation_config: GenerationConfig | None = None,
 ) -> Any:
-    """Load the teacher for generation in ``eval()`` mode, placed by accelerate (``device_map``: ``"auto"`` or
-    the device). ``generation_config`` (the run's effective one) becomes the model's generation config, so the
-    teacher's ``generation_config.json`` is not read a second time (its settings are in it already)."""
+    """Load the teacher for generation in ``eval()`` mode, placed by accelerate. ``generation_config`` (the run's
+    effective one) becomes the model's, so the teacher's ``generation_config.json`` is not read a second time."""
     import torch
 
     kwargs: dict[str, Any] = {"attn_implementation": attn_implementation} if attn_implementation else {}
@@ -129,7 +128,6 @@ def runtime_info(model: Any) -> dict[str, Any]:
 
 
 def library_versions() -> dict[str, Any]:
-    """The versions of gencache, torch, transformers, CUDA and Python (every engine's runtime facts)."""
     import torch
 
     return {
@@ -145,7 +143,6 @@ def library_versions() -> dict[str, Any]:
 # -- determinism: in half precision on a GPU the logits of a row depend on the batch shape around it unless the
 # kernels are batch-invariant; these facts are what an audit's reader needs to judge a difference ------------------
 
-#: vLLM's switch for its batch-invariant kernels (read when vLLM is imported).
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 
 
@@ -165,9 +162,7 @@ def gpu_of(device: str) -> tuple[str | None, str | None]:
 
 
 def determinism_facts(device: str, **engine_facts: Any) -> dict[str, Any]:
-    """The determinism block of ``resolved_config.json``'s runtime: the engine's own facts (``batch_invariant``,
-    ``prefix_caching``, ``chunked_prefill`` (None: not known), ``tensor_parallel_size``, ``attention_backend``) and
-    the process's (torch's deterministic-algorithm flags, ``CUBLAS_WORKSPACE_CONFIG``, the GPU of ``device``)."""
+    """The determinism block of ``resolved_config.json``'s runtime: the engine's own facts and the process's."""
     import torch
 
     gpu_name, capability = gpu_of(device)
@@ -184,8 +179,7 @@ def determinism_facts(device: str, **engine_facts: Any) -> dict[str, Any]:
 
 # -- the teacher's files, before any weights load --------------------------------------------------------------
 
-#: The attention implementations transformers knows by name; ``flash_attention_<N>`` (any N), a hub kernel
-#: (``org/name``) and a ``paged|...`` form are accepted too and resolved by transformers when the teacher loads.
+#: The attention implementations transformers knows by name (a hub kernel and a ``paged|...`` form are accepted too).
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_<N>")
 _FLASH = re.compile(r"^flash_attention_\d+\Z")
 
@@ -198,8 +192,7 @@ MIN_VOCAB_COVERAGE = 0.9
 #: uses, those of the prompts and of the generation config, must all be inside the embedding.
 MAX_EXTRA_TOKENS = 64
 
-#: The endings of the generation settings that hold token ids (a single id, a list of ids, or a list of lists):
-#: ``pad_token_id`` and the other ``*_token_id``, ``suppress_tokens``, ``begin_suppress_tokens``, ``bad_words_ids``.
+#: The endings of the generation settings that hold token ids (``*_token_id``, ``*suppress_tokens``, ``bad_words_ids``).
 TOKEN_ID_SETTINGS = ("_token_id", "suppress_tokens", "_ids")
 
 #: Where transformers looks for weights, in its order: the first that exists is what loads.
@@ -212,8 +205,8 @@ _WEIGHT_NAMES = (
 
 
 def read_json_file(path: str | Path) -> Any:
-    """One of the teacher's (or tokenizer's) JSON files, parsed; a :class:`ConfigError` naming the file and, for
-    invalid JSON, the line and column, when it cannot be read."""
+    """One of the teacher's (or tokenizer's) JSON files, parsed; a :class:`ConfigError` naming the file (and the
+    line and column) when it cannot be."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
@@ -230,9 +223,8 @@ def read_json_file(path: str | Path) -> Any:
 
 
 def check_json_files(directory: Path) -> int:
-    """Parse every JSON file directly in a local model or tokenizer directory (what transformers reads as the
-    tokenizer and the teacher load), so that a broken one is named with its line and column before any model
-    library is imported; returns their count."""
+    """Parse every JSON file directly in a local model or tokenizer directory, so that a broken one is named with
+    its line and column before any model library is imported; returns their count."""
     files = sorted(path for path in directory.glob("*.json") if path.is_file())
     for path in files:
         read_json_file(path)
@@ -241,8 +233,7 @@ def check_json_files(directory: Path) -> int:
 
 def check_teacher_weights(model_path: str) -> str:
     """Every weight file of a local teacher directory exists, and each safetensors file is whole (safetensors
-    checks, reading the header only, that the file holds every tensor the header lists). A hub id is checked when
-    it downloads."""
+    checks that from the header). A hub id is checked when it downloads."""
     from safetensors import safe_open
 
     directory = Path(model_path).expanduser()
@@ -282,7 +273,7 @@ def vocab_size_of(config: Any) -> int | None:
     """The teacher's embedding rows (``vocab_size`` of its config, or of its text config), or None."""
     for candidate in (config, getattr(config, "text_config", None)):
         value = getattr(candidate, "vocab_size", None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, int) and value > 0:
             return value
     return None
 
@@ -331,9 +322,7 @@ def check_prompt_ids(largest: int, where: str, vocab_size: int) -> str:
 
 
 def check_attn_implementation(value: str | None, device: str) -> str:
-    """``model.attn_implementation`` is one transformers knows (or a hub kernel) and can run on ``device``:
-    flash attention needs a CUDA device (whether its package or a kernel fallback is installed, transformers
-    decides when the teacher loads)."""
+    """``model.attn_implementation`` is one transformers knows (or a hub kernel) and can run on ``device``."""
     if value is None:
         return "transformers' default"
     if "/" in value or value.startswith("paged|"):

@@ -40,14 +40,17 @@ CHAT_TEMPLATE = (
 )
 
 _FIRST_NAMES = (
-    "Alice Bruno Chiara Dmitri Elena Farid Greta Hiro Ines Jonas Kamala Lars Maya Nikolai Olga Pablo Quinn Rosa Samir "
-    "Tove"
-).split()
-_LAST_NAMES = "Hartley Moreau Okafor Lindqvist Tanaka Ferreira Novak Castillo Brennan Petrov".split()
+    *("Alice", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas"),
+    *("Kamala", "Lars", "Maya", "Nikolai", "Olga", "Pablo", "Quinn", "Rosa", "Samir", "Tove"),
+)
+_SURNAMES = ("Hartley", "Moreau", "Okafor", "Lindqvist", "Tanaka", "Ferreira", "Novak", "Castillo", "Brennan", "Petrov")
 _CITIES = ("Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Valparaiso", "Krakow", "Melbourne", "Tunis", "Seattle")
 _FIELDS = ("physics", "history", "chemistry", "linguistics", "economics", "music", "geology", "medicine")
 _COMPANIES = ("Northwind Labs", "Bluewater Systems", "Aurora Press", "Granite Works", "Helix Energy")
-_MONTHS = "January February March April May June July August September October November December".split()
+_MONTHS = (
+    *("January", "February", "March", "April", "May", "June"),
+    *("July", "August", "September", "October", "November", "December"),
+)
 _PASSAGES = (
     "The river flows north through the valley before it reaches the old stone bridge near the harbour.",
     "Question: Which city hosted the first exhibition? Answer: The first exhibition was held in Lisbon.",
@@ -77,7 +80,7 @@ _PASSAGES = (
 def builtin_corpus() -> Iterator[str]:
     """The deterministic training text of the tiny tokenizer: biography-like sentences, QA lines and passages."""
     for i, first in enumerate(_FIRST_NAMES):
-        last = _LAST_NAMES[i % len(_LAST_NAMES)]
+        last = _SURNAMES[i % len(_SURNAMES)]
         city = _CITIES[(3 * i) % len(_CITIES)]
         field = _FIELDS[i % len(_FIELDS)]
         company = _COMPANIES[i % len(_COMPANIES)]

@@ -2,11 +2,8 @@
 
 An engine is created from an :class:`EngineContext` before any weights load, refusing whatever it cannot honour
 (:func:`create_engine`). The writer, the keys and the format do not depend on the engine. Importing this package
-imports neither torch nor an engine module.
-
-What more than one engine uses lives here too: the KV cache's size per token and the machine's memory (the cache
-sizers), and shared prompt prefixes: an engine with a prefix cache computes a shared prefix once, in whole blocks,
-and reports what it served beside the floor no prefix cache can avoid (:class:`PrefixStats`).
+imports neither torch nor an engine module. What more than one engine uses lives here too: the cache sizers' memory
+figures and the prefix-cache statistics (:class:`PrefixStats`).
 """
 
 from __future__ import annotations
@@ -80,10 +77,7 @@ class EngineContext:
 
 class Engine(ABC):
     """A generation engine: created before any weights load, then :meth:`load_weights`, then :meth:`generate`.
-
-    Each engine gives its :meth:`entries` and ``resolved_config.json``'s ``batching`` section (batch composition can
-    change half-precision tokens); what is not overridden is the transformers engines' (the teacher loaded by
-    transformers, and its facts)."""
+    What an engine does not override is the transformers engines' (the teacher loaded by transformers)."""
 
     name: str
     options_model: type[EngineOptions]
@@ -152,8 +146,6 @@ class Engine(ABC):
         return {**info, "determinism": self.determinism(info["attn_implementation"])}
 
     def determinism(self, attention: str | None) -> dict[str, Any]:
-        """``runtime.determinism``: no batch-invariant kernels, no prefix cache, one device group; chunked prefill
-        when ``prefill_chunk_size`` is set."""
         return teacher.determinism_facts(
             self.context.device,
             batch_invariant=False,
@@ -164,13 +156,12 @@ class Engine(ABC):
         )
 
     def commit_hash(self) -> str | None:
-        """The teacher's hub commit when it was loaded from the hub."""
-        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)  # None: vLLM's
+        """The teacher's hub commit when it was loaded from the hub (None: vLLM's)."""
+        value = getattr(getattr(self.model, "config", None), "_commit_hash", None)
         return value if isinstance(value, str) else None
 
 
-#: Engine name (each of :data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and
-#: its class; :func:`create_engine` imports the module (torch, transformers or vLLM) only to create that engine.
+#: Engine name (:data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and class.
 ENGINES: dict[str, tuple[str, str]] = {
     ENGINE_STATIC: ("transformers", "TransformersEngine"),
     ENGINE_CONTINUOUS: ("transformers", "TransformersContinuousEngine"),
@@ -179,16 +170,14 @@ ENGINES: dict[str, tuple[str, str]] = {
 
 
 def create_engine(name: str, context: EngineContext) -> Engine:
-    """The engine ``name`` (a validated config's ``engine``) for ``context``, refusing (before any weights load)
-    settings it cannot honour and a missing optional dependency, each as one :class:`ConfigError` line (exit 2)."""
+    """The engine ``name`` for ``context``, refusing settings it cannot honour and a missing optional dependency
+    (one :class:`ConfigError` line)."""
     module, engine_class = ENGINES[name]
     engine: Engine = getattr(importlib.import_module(f"{__name__}.{module}"), engine_class)(context)
     return engine
 
 
 # -- KV cache memory -----------------------------------------------------------------------------------------------
-
-#: Bytes in a GiB (the unit of every ``kv_cache_memory_gib`` option).
 GIB = 2**30
 
 

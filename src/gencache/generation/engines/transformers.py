@@ -1,20 +1,15 @@
 """The transformers engines: ``transformers`` (the default, and the only one that honours every setting gencache
 accepts) and ``transformers-continuous``.
 
-``transformers`` runs static batches through ``model.generate``, sorted by length (longest first), left padded with
-an explicit attention mask. gencache's stopping criterion (:class:`~gencache.generation.finish.FinishRecorder`)
-records the step at which every row finished and why, and the answer is cut there, never by token value, so fill
-tokens never enter an answer. When sampling, :class:`~gencache.generation.sampling.SequenceSampler`, placed after
-every processor and warper transformers builds, picks each row's token from the row's own stream, so an answer does
-not depend on ``gen_batch_size`` or the other prompts.
+``transformers`` runs static batches through ``model.generate``, longest prompts first, left padded. gencache's
+stopping criterion records where every row finished and the answer is cut there, never by token value, so fill
+tokens never enter an answer. When sampling, each row's token comes from the row's own stream, so an answer does not
+depend on ``gen_batch_size`` or the other prompts.
 
-``transformers-continuous`` drives transformers' continuous-batching manager over a paged KV cache: every sequence
-is one request, requests join the running batch as others leave it, so no decode slot is spent on a finished
-answer, and finished requests stream straight to the writer. Stop strings, which the manager does not know, are
-matched on streamed outputs by gencache's finish rule and the request is cancelled as soon as one completes. The
-paged cache is sized from the workload (:func:`size_paged_cache`). When sampling, this manager's sampling step
-draws every row from its request's own stream, so an answer does not depend on the concurrency or the other
-prompts.
+``transformers-continuous`` drives transformers' continuous-batching manager over a paged KV cache sized from the
+workload: every sequence is one request, requests join the running batch as others leave it, and finished requests
+stream straight to the writer. Stop strings, which the manager does not know, are matched on streamed outputs and
+the request is cancelled as soon as one completes; sampling draws every row from its request's own stream.
 """
 
 from __future__ import annotations
@@ -57,12 +52,9 @@ def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 
 @contextlib.contextmanager
-def _last_processor(model: Any, sampler: SequenceSampler | None) -> Iterator[None]:
+def _last_processor(model: Any, sampler: SequenceSampler) -> Iterator[None]:
     """While generating, ``sampler`` is appended to the logits processors transformers builds (after its warpers,
-    which a ``logits_processor`` argument would precede); the model's own method is restored afterwards."""
-    if sampler is None:
-        yield
-        return
+    which a ``logits_processor`` argument would precede)."""
     build = model._get_logits_processor
 
     def with_sampler(*args: Any, **kwargs: Any) -> Any:
@@ -89,9 +81,8 @@ def generate_entries(
     """One :class:`GeneratedEntry` per prompt (``(key, input_ids)`` of unique samples), in batch order.
 
     The effective config is the model's generation config too during each call, so transformers cannot re-fill
-    dropped settings from the teacher; gencache's recorder decides stop strings (outside beam search). transformers
-    still draws from torch's global generator when sampling (the sampler's one-hot scores make it return the
-    sampler's token), so the generator is restored after each call."""
+    dropped settings from the teacher. transformers still draws from torch's global generator when sampling, so the
+    generator is restored after each call."""
     import torch
     from torch.nn.utils.rnn import pad_sequence
 
@@ -116,13 +107,13 @@ def generate_entries(
         attention_mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True, padding_side="left")
         # beam outputs are cut at their first EOS; sampling beam search is refused before the weights load
         recorder = None if beams else FinishRecorder(scanner, prompt_width=width, rows=len(batch) * per_prompt)
-        sampler = None
+        sampling: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if generation.do_sample and not beams:
             streams = [sampling_seed(seed, prompts[index][0], s) for index in batch for s in range(per_prompt)]
-            sampler = SequenceSampler(streams, width)
+            sampling = _last_processor(model, SequenceSampler(streams, width))
         previous, model.generation_config = model.generation_config, config
         try:
-            with torch.inference_mode(), _last_processor(model, sampler), torch.random.fork_rng(devices=cuda):
+            with torch.inference_mode(), sampling, torch.random.fork_rng(devices=cuda):
                 sequences = model.generate(  # a tensor: return_dict_in_generate is refused
                     input_ids=input_ids.to(device),
                     attention_mask=attention_mask.to(device),
@@ -131,8 +122,7 @@ def generate_entries(
                 )
         except torch.OutOfMemoryError as exc:
             del input_ids, attention_mask
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            torch.cuda.empty_cache()
             raise GenerationError(
                 f"Out of memory generating {described} on {device}; try a smaller gen_batch_size (now {batch_size})."
             ) from exc
@@ -183,8 +173,6 @@ class TransformersEngine(Engine):
 
 
 # -- transformers-continuous -------------------------------------------------------------------------------------
-_POLL_SECONDS = 0.05
-_STOP_SECONDS = 60.0
 #: The oldest transformers whose continuous-batching manager this engine is tested with (5.20 and 5.24); vLLM's
 #: CPU environment has an older one.
 MIN_TRANSFORMERS = (5, 20)
@@ -198,7 +186,7 @@ def supported_transformers() -> bool:
 
 @dataclass(frozen=True)
 class CacheSizing:
-    """The paged cache of one run: what was asked, what fits, and the memory it takes."""
+    """The paged cache of one run (``resolved_config.json``'s ``engine.paged_cache``)."""
 
     concurrency: int
     page_size: int
@@ -253,11 +241,9 @@ def size_paged_cache(
 
 # -- hooks on one manager (never on its class) --------------------------------------------------------------------
 def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, int] | None) -> None:
-    """Wrap the creation of this manager's batch processor (it happens in the manager's thread): count every prefix
-    match of its paged cache (tokens a request took from blocks an earlier request completed) in
-    ``shared.cached_tokens`` and, when ``streams`` is given (sampling), replace its sampling step by one that draws
-    each row from its request's own stream. torch's global generator, which building the processor seeds, is
-    restored after it."""
+    """Wrap the creation of this manager's batch processor (in the manager's thread): count every prefix match of
+    its paged cache in ``shared.cached_tokens`` and, when sampling (``streams``), draw each row from its request's
+    own stream."""
     create = manager._create_batch_processor
     shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
 
@@ -308,9 +294,8 @@ def generate_continuous(
     prefix: list[PrefixStats] | None = None,
 ) -> Generator[GeneratedEntry, None, None]:
     """One entry per prompt through transformers' continuous-batching manager, in finish order; the chosen
-    :class:`CacheSizing` is appended to ``sizing`` and the run's :class:`PrefixStats` to ``prefix``. Requests are
-    named ``"<prompt index>:<sequence>"``. The manager's thread is stopped when the iterator ends, fails or is
-    closed."""
+    :class:`CacheSizing` is appended to ``sizing`` and the run's :class:`PrefixStats` to ``prefix``. The manager's
+    thread is stopped when the iterator ends, fails or is closed."""
     import torch
 
     if not prompts:
@@ -378,7 +363,7 @@ def generate_continuous(
                 eos_token_id=eos,
             )
         while scanned:
-            output = manager.get_result(timeout=_POLL_SECONDS)
+            output = manager.get_result(timeout=0.05)
             if output is None:
                 fatal = manager.background_thread_status.fatal_error
                 if fatal is not None or not manager.is_running():
@@ -414,7 +399,7 @@ def generate_continuous(
         ) from exc
     finally:  # a hard stop unless finished cleanly; a failed stop never hides the error already in flight
         try:
-            manager.stop(block=True, timeout=_STOP_SECONDS, hard_stop=not finished_cleanly)
+            manager.stop(block=True, timeout=60.0, hard_stop=not finished_cleanly)
         except Exception:
             if finished_cleanly:
                 raise

