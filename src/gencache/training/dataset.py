@@ -1,13 +1,6 @@
 """A torch ``Dataset`` of distillation samples (prompt ids then the teacher's answer ids, labels masked over the
-prompt), and its Hugging Face ``datasets`` view.
-
-The samples are rebuilt with the same keys generation used, from the artifact's checked record of its run
-(:mod:`gencache.data.recorded`) or from a config; compatibility, coverage and the selection (which data configs
-and answers are served; what was left out, counted by reason) are checked before the first item is served. The
-view holds the exact stored token ids (never re-tokenized text) in the pre-tokenized form TRL's ``SFTTrainer``
-takes: ``input_ids``, ``attention_mask``, ``labels``, ``completion_mask`` (1 on the answer tokens) and, unless
-``metadata=False``, the columns that join the rows back to the source rows
-(:data:`~gencache.training.collate.METADATA_COLUMNS`).
+prompt), and its Hugging Face ``datasets`` view: the exact stored token ids (never re-tokenized text) in the
+pre-tokenized form TRL's ``SFTTrainer`` takes, with ``completion_mask`` (1 on the answer tokens).
 """
 
 from __future__ import annotations
@@ -60,8 +53,8 @@ REASONS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class LeftOut:
-    """What a selection left out: samples counted by :data:`REASONS` (run order, duplicates included), and
-    ``answers``, the answers of kept samples that the answer filters refused."""
+    """What a selection left out: samples counted by :data:`REASONS`, and ``answers``, the answers of kept samples
+    that the answer filters refused."""
 
     data_configs: int = 0
     missing: int = 0
@@ -100,10 +93,8 @@ CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet, Callable[[Sample], bool] | None]:
-    """The samples of the runs ``cache`` was opened on, rebuilt from their checked records (each recorded source
-    file hashed again) and tokenized, one run after another (data config indices numbered on), and which of them
-    the artifacts hold (None: all; a lone shard holds only its own keys). The shards of one run are one run, every
-    other artifact its own."""
+    """The samples of the runs ``cache`` was opened on, rebuilt from their checked records, one run after another,
+    and which of them the artifacts hold (None: all; a lone shard holds only its own keys)."""
     readers: list[Any] = list(cache.readers) if isinstance(cache, MultiCacheReader) else [cache]
     groups: dict[str, list[Any]] = {}
     for position, reader in enumerate(readers):
@@ -122,30 +113,18 @@ def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet,
 
 
 class DistillationDataset(Dataset[dict[str, Any]]):
-    """The samples of an artifact (run order, duplicates included) with the teacher's answers from the caches
-    (docs/training.md has the whole story).
+    """The samples of an artifact (run order, duplicates included) with the teacher's answers from the caches;
+    docs/training.md describes every argument.
 
-    ``artifact`` is an artifact directory, one shard, a shard base (all its shards) or a list of them (a mixture,
-    as :func:`gencache.artifact.mixture.open_caches` takes). With no ``config`` the samples are rebuilt from each
-    artifact's own checked ``resolved_config.json`` (a damaged record or a changed source file is refused in one
-    line naming it; a lone shard serves the samples it holds); with ``config`` (a config file path, a
-    :class:`CacheConfig` or a list of data configs) they are the config's and every one must be in the caches.
-    ``tokenizer`` is the student's, prepared as for generation (:func:`gencache.prepare_tokenizer`); it must match
-    the caches' tokenizer state, and ``model_path``, ``tokenizer_path`` and ``dtype`` their provenance when given.
+    ``artifact`` is anything :func:`gencache.artifact.mixture.open_caches` takes. With no ``config`` the samples are
+    rebuilt from each artifact's own checked ``resolved_config.json`` (a lone shard serves the samples it holds);
+    with ``config`` they are the config's and every one must be in the caches. ``tokenizer`` is the student's,
+    prepared as for generation; it must match the caches' tokenizer state.
 
-    Item ``i`` is a dict: ``input_ids`` (prompt ids then answer ids, int64), ``attention_mask`` (ones), ``labels``
-    (``-100`` over the prompt, the answer ids after it) and the fields of
-    :data:`~gencache.training.collate.METADATA_COLUMNS`: ``key``, ``finish_reason``, ``sequence_index`` (which of
-    the key's answers), ``prompt_length`` (after truncation), ``data_config_index``, ``row_id`` (the source row's
-    id, as text), ``row_index`` and ``reference`` (the gold answer, None without one).
-
-    ``sequences`` chooses among several answers per key: ``"first"``, ``"random"`` (drawn from ``seed`` and the
-    item index, so the same in every worker) or ``"all"`` (one item per answer, sample-major). The selections
-    (``data_configs``, ``finish_reasons``, ``max_answer_tokens``, ``missing="skip"``, ``min_score`` with its
-    ``scores``: a score file, what :func:`gencache.score` returned or its ``by_answer``; scored on the fly
-    without) are counted by reason in :attr:`left_out`; one that keeps nothing is a :class:`ConfigError`.
-    ``max_length`` bounds ``len(input_ids)``: a longer sample is refused (``truncation="refuse"``) or loses prompt
-    tokens from the left (``"left"``); the answer is never cut.
+    Item ``i`` is a dict of ``input_ids`` (prompt ids then answer ids), ``attention_mask``, ``labels`` (``-100``
+    over the prompt) and the fields of :data:`~gencache.training.collate.METADATA_COLUMNS`. ``sequences="random"``
+    draws from ``seed`` and the item index, so the same in every worker. What the selection left out is counted by
+    reason in :attr:`left_out`. The answer is never cut to fit ``max_length``.
     """
 
     def __init__(
@@ -220,10 +199,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         return self._scores
 
     def _choose(self, arguments: Mapping[str, Any]) -> None:
-        """Choose the items under the selection ``arguments`` (each checked, a :class:`ConfigError` naming the one
-        that is wrong). The answer filters read the manifest's finish reasons and shapes only, never the payload,
-        and only when a filter, ``sequences='all'`` or ``max_length`` needs them. Samples of another shard are not
-        items and not counted; a selection that keeps no item is a :class:`ConfigError` naming what it left out."""
+        """Choose the items under the selection ``arguments``. The answer filters read the manifest's finish reasons
+        and shapes only, never the payload, and only when a filter, ``sequences='all'`` or ``max_length`` needs
+        them. Samples of another shard are not items and not counted."""
         self._arguments = dict(arguments)
         configs, reasons, cap, missing = (
             arguments[name] for name in ("data_configs", "finish_reasons", "max_answer_tokens", "missing")
@@ -252,13 +230,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         counts["data_configs"] = len(owned) - len(chosen)
         if missing == "error":
             cache.require(sorted({samples[p].key for p in chosen}))
-        read_answers = (
-            reasons is not None
-            or cap is not None
-            or bar is not None
-            or sequences == "all"
-            or self.max_length is not None
-        )
+        read_answers = sequences == "all" or any(value is not None for value in (reasons, cap, bar, self.max_length))
         item_sample: list[int] = []
         item_answer: list[int] = []
         allowed: dict[int, tuple[int, ...]] = {}
@@ -318,9 +290,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         self._allowed = allowed
 
     def select(self, **selection: Any) -> DistillationDataset:
-        """A copy of this dataset (the same samples and caches, nothing reopened or rebuilt) under another
-        selection: each of ``finish_reasons``, ``max_answer_tokens``, ``data_configs``, ``missing`` and
-        ``min_score`` given replaces this dataset's, those not given are kept."""
+        """A copy of this dataset (nothing reopened or rebuilt) under another selection: each selection argument
+        given replaces this dataset's."""
         chosen = copy.copy(self)
         chosen._choose({**self._arguments, **selection})
         return chosen
@@ -381,12 +352,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
     def to_hf_dataset(
         self, *, path: str | os.PathLike[str] | None = None, metadata: bool = True, **selection: Any
     ) -> Any:
-        """These items (under the ``selection`` arguments given, as :meth:`select`) as a ``datasets.Dataset`` of
-        the exact stored ids, with TRL's ``completion_mask`` (see the module docstring), in this order.
-
-        Without ``path`` the table is built in memory. With ``path`` (a file that must not exist) the rows are
-        streamed into an Arrow file there, ``ROWS_PER_BATCH`` items at a time, and the dataset memory-maps it: use
-        it for caches too large to hold twice in memory."""
+        """These items (under the ``selection`` arguments given, as :meth:`select`) as a ``datasets.Dataset``, in
+        this order. With ``path`` (a file that must not exist) the rows are streamed into an Arrow file there and
+        the dataset memory-maps it: use it for caches too large to hold twice in memory."""
         import datasets
         import pyarrow as pa
 
@@ -442,9 +410,8 @@ def to_hf_dataset(
     **options: Any,
 ) -> Any:
     """``data``'s items as a ``datasets.Dataset`` (:meth:`DistillationDataset.to_hf_dataset`). ``data`` is a
-    :class:`DistillationDataset`, or what one takes with the ``tokenizer``: ``to_hf_dataset("artifact",
-    tokenizer)`` rebuilds the samples from the artifact alone. ``options`` are the dataset's arguments; given a
-    dataset, its selection arguments only (as :meth:`DistillationDataset.select`)."""
+    :class:`DistillationDataset`, or what one takes with the ``tokenizer``; ``options`` are the dataset's arguments
+    (given a dataset, its selection arguments only)."""
     if isinstance(data, DistillationDataset):
         return data.to_hf_dataset(path=path, metadata=metadata, **options)
     if tokenizer is None:

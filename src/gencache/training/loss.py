@@ -13,11 +13,11 @@ the number of such positions and ``T`` the temperature::
 answer positions, or ``num_items`` when given (Hugging Face ``Trainer`` passes the count over all the batches of
 one optimizer step, so gradient accumulation sums to the same mean).
 
-Memory: the answer positions are processed ``chunk_size`` at a time; each chunk is upcast to float32, and its
-loss and its gradient with respect to the student's logits are computed together, so no more than one chunk of
-positions x vocabulary exists in float32 at a time (a handful of chunk-sized buffers). The gradient is written into
-one buffer of the student logits' own shape and dtype, what autograd would hand back anyway. The teacher's logits
-may be on another device or in another dtype: each chunk is copied to the student's device as it is used.
+Memory: the answer positions are processed ``chunk_size`` at a time, upcast to float32, and each chunk's loss and
+its gradient with respect to the student's logits are computed together (in closed form), so no more than one chunk
+of positions x vocabulary exists in float32 at a time. The gradient is written into one buffer of the student
+logits' own shape and dtype, what autograd would hand back anyway. The teacher's logits may be on another device or
+in another dtype: each chunk is copied to the student's device as it is used.
 """
 
 from __future__ import annotations
@@ -55,28 +55,8 @@ def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return positions, flat[positions]
 
 
-def _check(student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Tensor) -> None:
-    if student.dim() != 3 or tuple(labels.shape) != tuple(student.shape[:2]):
-        raise ConfigError(
-            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
-            "vocabulary)."
-        )
-    if teacher is not None:
-        if teacher.shape[-1] != student.shape[-1]:
-            raise CompatibilityError(
-                f"The teacher's vocabulary has {teacher.shape[-1]} logits and the student's {student.shape[-1]}; "
-                "distillation needs one shared vocabulary."
-            )
-        if tuple(teacher.shape) != tuple(student.shape):
-            raise ConfigError(
-                f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)}; run the "
-                "teacher on the same input_ids."
-            )
-
-
 def check_loss_settings(*, temperature: float, chunk_size: int) -> None:
-    """The loss settings that do not depend on a batch: a positive ``temperature`` and a positive integer
-    ``chunk_size``; one :class:`ConfigError` otherwise."""
+    """The loss settings that do not depend on a batch (checked by the trainer before its first step)."""
     if type(chunk_size) is not int or chunk_size < 1:
         raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size!r}.")
     if not temperature > 0:
@@ -148,22 +128,17 @@ class _ChunkedDistillation(torch.autograd.Function):
         denominator = float(options["num_items"]) if options["num_items"] is not None else float(max(count, 1))
         flat_student = student.detach().reshape(-1, vocabulary)
         flat_teacher = None if teacher is None else teacher.detach().reshape(-1, vocabulary)
-        teacher_positions = None if teacher is None else positions.to(teacher.device)
+        teacher_positions = positions if teacher is None else positions.to(teacher.device)
         want_grad = bool(options["want_grad"])
         grad = torch.zeros_like(flat_student) if want_grad else None
         ce_sum = torch.zeros((), dtype=torch.float64, device=student.device)
         kl_sum = torch.zeros((), dtype=torch.float64, device=student.device)
-        chunk = int(options["chunk_size"])
+        chunk, options = int(options["chunk_size"]), {**options, "scale": 1.0 / denominator}
         for start in range(0, count, chunk):
-            index = positions[start : start + chunk]
-            teacher_chunk = None
-            if flat_teacher is not None and teacher_positions is not None:
-                teacher_chunk = flat_teacher.index_select(0, teacher_positions[start : start + chunk])
+            index, teacher_index = positions[start : start + chunk], teacher_positions[start : start + chunk]
+            teacher_chunk = None if flat_teacher is None else flat_teacher.index_select(0, teacher_index)
             ce, kl, chunk_grad = _chunk_loss(
-                flat_student.index_select(0, index),
-                teacher_chunk,
-                targets[start : start + chunk],
-                {**options, "scale": 1.0 / denominator},
+                flat_student.index_select(0, index), teacher_chunk, targets[start : start + chunk], options
             )
             ce_sum += ce.sum(dtype=torch.float64)
             kl_sum += kl.sum(dtype=torch.float64)
@@ -209,7 +184,22 @@ def distillation_loss(
     check_loss_settings(temperature=temperature, chunk_size=chunk_size)
     if teacher_logits is None and kl_weight != 0.0:
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")
-    _check(student_logits, teacher_logits, labels)
+    student, teacher = student_logits, teacher_logits
+    if student.dim() != 3 or tuple(labels.shape) != tuple(student.shape[:2]):
+        raise ConfigError(
+            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
+            "vocabulary)."
+        )
+    if teacher is not None and teacher.shape[-1] != student.shape[-1]:
+        raise CompatibilityError(
+            f"The teacher's vocabulary has {teacher.shape[-1]} logits and the student's {student.shape[-1]}; "
+            "distillation needs one shared vocabulary."
+        )
+    if teacher is not None and tuple(teacher.shape) != tuple(student.shape):
+        raise ConfigError(
+            f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)}; run the "
+            "teacher on the same input_ids."
+        )
     items = int(num_items) if num_items is not None and int(num_items) > 0 else None
     options = {
         "temperature": float(temperature),
@@ -219,7 +209,6 @@ def distillation_loss(
         "num_items": items,
         "want_grad": student_logits.requires_grad and torch.is_grad_enabled(),
     }
-    teacher = teacher_logits if kl_weight != 0.0 else None
-    loss, ce, kl = _ChunkedDistillation.apply(student_logits, teacher, labels, options)
+    loss, ce, kl = _ChunkedDistillation.apply(student, teacher if kl_weight != 0.0 else None, labels, options)
     positions = int((labels[:, 1:] != IGNORE_INDEX).sum())
     return DistillationLoss(loss=loss, ce=ce.detach(), kl=kl.detach(), positions=positions)
