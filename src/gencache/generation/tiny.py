@@ -7,11 +7,9 @@ gencache's "greedy unless asked" rule is exercised). Nothing is downloaded.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-from gencache.generation.teacher import no_loading_bar
+from gencache.generation.teacher import hf, no_loading_bar
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -99,20 +97,15 @@ def builtin_corpus() -> Iterator[str]:
         yield f"{n} + {n + 1} = {2 * n + 1}; {n} * 2 = {2 * n}."
 
 
-def build_tiny_teacher(
-    directory: str | os.PathLike[str], *, seed: int = 0, corpus: Iterable[str] | None = None, head_dim: int = 16
-) -> Path:
+def build_tiny_teacher(directory: str | os.PathLike[str], *, seed: int = 0, head_dim: int = 16) -> Path:
     """Write a tiny random-weight Qwen3 teacher with its tokenizer into ``directory`` and return its path; the same
-    arguments give byte-identical files. ``corpus`` adds text to the tokenizer's built-in training corpus;
-    ``head_dim`` is the attention head size (vLLM's CPU backend needs :data:`TINY_CPU_ATTENTION_HEAD_DIM`)."""
+    arguments give byte-identical files. vLLM's CPU backend needs ``head_dim`` :data:`TINY_CPU_ATTENTION_HEAD_DIM`."""
     import torch
-    import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    hf: Any = transformers
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    texts = [*builtin_corpus(), *(str(text) for text in corpus or ())]
+    texts = list(builtin_corpus())
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
@@ -125,7 +118,7 @@ def build_tiny_teacher(
         show_progress=False,
     )
     raw.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    tokenizer = hf.PreTrainedTokenizerFast(
+    tokenizer = hf().PreTrainedTokenizerFast(
         tokenizer_object=raw,
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
@@ -140,7 +133,7 @@ def build_tiny_teacher(
 
     endoftext_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
     im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
-    config = hf.Qwen3Config(
+    config = hf().Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -159,8 +152,8 @@ def build_tiny_teacher(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = hf.Qwen3ForCausalLM(config)
-    model.generation_config = hf.GenerationConfig(  # the sampling parameters Qwen3 ships
+        model = hf().Qwen3ForCausalLM(config)
+    model.generation_config = hf().GenerationConfig(  # the sampling parameters Qwen3 ships
         bos_token_id=endoftext_id,
         eos_token_id=[im_end_id, endoftext_id],
         pad_token_id=endoftext_id,
