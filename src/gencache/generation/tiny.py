@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
 from gencache.generation.teacher import hf, no_loading_bar
 
 ENDOFTEXT = "<|endoftext|>"

@@ -1,13 +1,6 @@
-"""Training on a generation cache.
-
-- :class:`DistillationDataset` pairs each sample's prompt ids with the teacher's cached answer ids;
-  :class:`DistillationCollator` pads them into :class:`DistillationBatch` es of model inputs only (what describes
-  the rows rides beside them in ``batch.metadata``), so Hugging Face ``Trainer`` takes them;
-  :func:`to_hf_dataset` gives the same items as a ``datasets.Dataset`` with TRL's ``completion_mask``.
-- :func:`distillation_loss` is the online loss: cross-entropy on the cached answer tokens plus a KL term against
-  the teacher's logits, over answer positions only, in bounded memory; :class:`DistillationTrainer` is a
-  ``transformers.Trainer`` that computes it. It is imported when first asked for: this package imports torch,
-  never transformers (DataLoader workers stay light).
+"""Training on a generation cache: the dataset, its collator and datasets view, the online distillation loss and
+the ``transformers.Trainer`` that computes it. The trainer is imported when first asked for: this package imports
+torch, never transformers (DataLoader workers stay light).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Padding distillation items into batches that any trainer can take.
-
-A batch is a :class:`DistillationBatch`: a ``dict`` holding only model inputs (``input_ids``, ``attention_mask``,
-``labels``), so ``model(**batch)`` works and Hugging Face ``Trainer`` passes nothing else to ``model.forward``
-(whatever ``remove_unused_columns`` is). What describes the rows (:data:`METADATA_COLUMNS`) rides beside it in
-:attr:`DistillationBatch.metadata`, a plain attribute that trainers ignore.
+"""Padding distillation items into batches that any trainer can take: a :class:`DistillationBatch` holds only model
+inputs, so ``model(**batch)`` works and Hugging Face ``Trainer`` passes nothing else to ``model.forward``; what
+describes the rows rides beside it in :attr:`DistillationBatch.metadata`, a plain attribute that trainers ignore.
 """
 
 from __future__ import annotations
@@ -35,14 +32,10 @@ METADATA_FIELDS: tuple[str, ...] = tuple(METADATA_COLUMNS)
 
 
 class DistillationBatch(dict[str, Any]):
-    """A ``dict`` of model inputs (``input_ids``, ``attention_mask``, ``labels``: int64, one row per item) with
-    ``metadata``: ``{"key": [...], "finish_reason": [...], ...}``, a list per field with one value per row.
-
-    ``metadata`` holds only the fields every item carried: Hugging Face ``Trainer`` with
-    ``remove_unused_columns=True`` (its default) strips them from the items before the collator sees them, so its
-    batches have empty metadata. The attribute survives pickling (DataLoader workers) and ``copy.copy``
-    (``pin_memory``); a trainer that rebuilds the mapping to move it to a device keeps the inputs only.
-    """
+    """A ``dict`` of model inputs with ``metadata``, a list per field with one value per row. Hugging Face
+    ``Trainer`` with ``remove_unused_columns=True`` (its default) strips the fields from the items before the
+    collator sees them, so its batches have empty metadata. The attribute survives pickling (DataLoader workers)
+    and ``copy.copy`` (``pin_memory``)."""
 
     def __init__(self, *args: Any, metadata: Mapping[str, list[Any]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -56,10 +49,9 @@ def _check_side(padding_side: Any) -> str:
 
 
 def pad_batch(items: Sequence[Mapping[str, Any]], *, pad_token_id: int, padding_side: str) -> DistillationBatch:
-    """Stack :class:`~gencache.training.DistillationDataset` items: ``input_ids`` padded with ``pad_token_id``,
-    ``attention_mask`` with 0 and ``labels`` with -100, on ``padding_side`` (``"left"`` or ``"right"``). The
-    items' :data:`METADATA_FIELDS` (those all items have) become lists in :attr:`DistillationBatch.metadata`; any
-    other item key is left out."""
+    """Stack :class:`~gencache.training.DistillationDataset` items, padding ``input_ids`` with ``pad_token_id``,
+    ``attention_mask`` with 0 and ``labels`` with -100; the :data:`METADATA_FIELDS` all items have become
+    :attr:`DistillationBatch.metadata`."""
     side = _check_side(padding_side)
     batch = DistillationBatch()
     for name, fill in zip(MODEL_INPUTS, (pad_token_id, 0, IGNORE_INDEX), strict=True):
@@ -70,10 +62,8 @@ def pad_batch(items: Sequence[Mapping[str, Any]], *, pad_token_id: int, padding_
 
 
 class DistillationCollator:
-    """A DataLoader (or ``Trainer``) ``collate_fn`` padding with the tokenizer's pad id on its padding side (read
-    once, here), or on ``padding_side`` when given: ``"right"`` is the usual choice for training; the cached
-    prompts were tokenized on the tokenizer's side, which never changes the ids of one sequence. Returns a
-    :class:`DistillationBatch`."""
+    """A DataLoader (or ``Trainer``) ``collate_fn`` padding with the tokenizer's pad id on its padding side, or on
+    ``padding_side`` when given (``"right"`` is the usual choice for training)."""
 
     def __init__(self, tokenizer: Any, *, padding_side: str | None = None) -> None:
         if tokenizer.pad_token_id is None:

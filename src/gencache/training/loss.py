@@ -69,9 +69,8 @@ def _chunk_loss(
     targets: torch.Tensor,
     options: dict[str, Any],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-row CE and KL of one chunk (float32 rows) and, when ``options["want_grad"]``, ``options["scale"]`` times
-    the gradient of ``ce_weight * CE + kl_weight * T**2 * KL`` (summed over the rows) with respect to the student's
-    logits."""
+    """Per-row CE and KL of one chunk and, when ``options["want_grad"]``, ``options["scale"]`` times the gradient
+    of the loss (summed over the rows) with respect to the student's logits."""
     temperature, ce_weight, kl_weight = options["temperature"], options["ce_weight"], options["kl_weight"]
     want_grad = options["want_grad"]
     rows = torch.arange(len(targets), device=student.device)
@@ -172,15 +171,9 @@ def distillation_loss(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     num_items: int | torch.Tensor | None = None,
 ) -> DistillationLoss:
-    """``ce_weight * CE + kl_weight * T**2 * KL`` over the answer positions of ``labels`` (see the module
-    docstring for the formula and the memory bound).
-
-    ``student_logits`` is ``(batch, length, vocabulary)``, the student's output on ``input_ids``;
-    ``teacher_logits`` the teacher's on the same ``input_ids`` (any device or dtype; ``None`` only with
-    ``kl_weight=0``); ``labels`` the batch's labels (-100 off the answer), unshifted as a Hugging Face causal LM
-    takes them. ``num_items`` replaces the batch's answer-position count as the denominator. A batch with no
-    answer position has loss 0.
-    """
+    """``ce_weight * CE + kl_weight * T**2 * KL`` over the answer positions of ``labels`` (unshifted, as a Hugging
+    Face causal LM takes them; see the module docstring). ``teacher_logits`` may be on any device or dtype, and
+    ``None`` only with ``kl_weight=0``. A batch with no answer position has loss 0."""
     check_loss_settings(temperature=temperature, chunk_size=chunk_size)
     if teacher_logits is None and kl_weight != 0.0:
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")

@@ -1,9 +1,4 @@
-"""Online distillation with Hugging Face ``Trainer``: :class:`DistillationTrainer` is a ``transformers.Trainer``
-whose ``compute_loss`` runs the teacher on the batch's ``input_ids`` and returns
-:func:`gencache.training.distillation_loss` of the student's logits against it.
-
-This module imports transformers; :mod:`gencache.training` loads it only when ``DistillationTrainer`` is asked for.
-"""
+"""Online distillation with Hugging Face ``Trainer`` (this module imports transformers)."""
 
 from __future__ import annotations
 
@@ -51,18 +46,12 @@ def check_vocabularies(
 
 
 class DistillationTrainer(transformers.Trainer):
-    """``transformers.Trainer`` with the online distillation loss; the extra arguments are keywords:
-
-    ``teacher`` (a causal LM on the student's vocabulary: put in eval mode with gradients off, and moved to the
-    training device unless ``move_teacher=False`` or it was dispatched with a ``device_map``; its dtype is kept),
-    ``temperature``, ``ce_weight``, ``kl_weight`` (the loss is ``ce_weight * CE + kl_weight * T**2 * KL`` over
-    the answer positions, see :mod:`gencache.training.loss`), ``chunk_size`` (answer positions per float32 chunk)
-    and ``teacher_tokenizer`` (compared with ``processing_class`` when both are given). A vocabulary or tokenizer
-    mismatch raises :class:`CompatibilityError` here, before the first step.
-
-    The batches need ``input_ids`` and ``labels`` (``attention_mask`` and other model inputs are passed on to both
-    models): :class:`DistillationDataset` with :class:`DistillationCollator`, or the datasets view. The mean
-    cross-entropy and KL of the logged steps are logged beside the loss as ``ce`` and ``kl``.
+    """``transformers.Trainer`` whose loss runs ``teacher`` on the batch's inputs and returns
+    :func:`gencache.training.distillation_loss` of the student's logits against it (docs/training.md describes
+    the keyword arguments). The teacher is put in eval mode with gradients off and moved to the training device
+    unless ``move_teacher=False`` or it was dispatched with a ``device_map``. A vocabulary or tokenizer mismatch
+    raises :class:`CompatibilityError` here, before the first step. The mean cross-entropy and KL of the logged
+    steps are logged beside the loss as ``ce`` and ``kl``.
     """
 
     def __init__(
@@ -101,9 +90,8 @@ class DistillationTrainer(transformers.Trainer):
         return_outputs: bool = False,
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
-        """The teacher's logits on the batch's inputs (on its own device, without gradients), then ``Trainer``'s
-        own ``compute_loss``, which calls :meth:`_loss` on the student's outputs (and scales for gradient
-        accumulation and devices as for any loss)."""
+        """The teacher's logits on the batch's inputs, then ``Trainer``'s own ``compute_loss``, which calls
+        :meth:`_loss` (and scales for gradient accumulation as for any loss)."""
         if self.loss_options["kl_weight"] != 0.0:
             device = next(self.teacher.parameters()).device
             with torch.no_grad():
