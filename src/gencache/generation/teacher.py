@@ -85,8 +85,6 @@ def load_teacher(
     import torch
 
     kwargs: dict[str, Any] = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    if generation_config is not None:
-        kwargs["generation_config"] = generation_config
     try:
         with no_loading_bar():
             model: Any = hf().AutoModelForCausalLM.from_pretrained(
@@ -95,6 +93,7 @@ def load_teacher(
                 low_cpu_mem_usage=True,
                 revision=revision,
                 device_map="auto" if device == "auto" else torch.device(device),
+                generation_config=generation_config,
                 **kwargs,
             )
     except torch.OutOfMemoryError as exc:
@@ -142,7 +141,6 @@ def library_versions() -> dict[str, Any]:
 
 # -- determinism: in half precision on a GPU the logits of a row depend on the batch shape around it unless the
 # kernels are batch-invariant; these facts are what an audit's reader needs to judge a difference ------------------
-
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 
 
@@ -178,7 +176,6 @@ def determinism_facts(device: str, **engine_facts: Any) -> dict[str, Any]:
 
 
 # -- the teacher's files, before any weights load --------------------------------------------------------------
-
 #: The attention implementations transformers knows by name (a hub kernel and a ``paged|...`` form are accepted too).
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_<N>")
 _FLASH = re.compile(r"^flash_attention_\d+\Z")
@@ -188,8 +185,7 @@ _FLASH = re.compile(r"^flash_attention_\d+\Z")
 MIN_VOCAB_COVERAGE = 0.9
 
 #: How many tokens a tokenizer may have beyond the embedding (at least; 1% of it for large vocabularies): some
-#: models ship special tokens the model never sees (Gemma 3: 262,145 tokens, 262,144 rows). The ids a run really
-#: uses, those of the prompts and of the generation config, must all be inside the embedding.
+#: models ship special tokens the model never sees (Gemma 3: 262,145 tokens, 262,144 rows).
 MAX_EXTRA_TOKENS = 64
 
 #: The endings of the generation settings that hold token ids (``*_token_id``, ``*suppress_tokens``, ``bad_words_ids``).

@@ -231,8 +231,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         if missing == "error":
             cache.require(sorted({samples[p].key for p in chosen}))
         read_answers = sequences == "all" or any(value is not None for value in (reasons, cap, bar, self.max_length))
-        item_sample: list[int] = []
-        item_answer: list[int] = []
+        items: list[tuple[int, int]] = []  # (sample position, answer index; -1: drawn when read)
         allowed: dict[int, tuple[int, ...]] = {}
         refused = 0
         for position in chosen:
@@ -241,8 +240,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 counts["missing"] += 1
                 continue
             if not read_answers:
-                item_sample.append(position)
-                item_answer.append(0 if sequences == "first" else -1)
+                items.append((position, 0 if sequences == "first" else -1))
                 continue
             entry: Any = cache.metadata(key)  # the key is in the cache
             finished, lengths = entry["finish_reasons"], [int(ref["shape"][0]) for ref in entry["sequences"]]
@@ -267,15 +265,13 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             for i in served:  # each served answer fits max_length
                 self._prompt_room(samples[position], len(samples[position].input_ids or ()), lengths[i])
             if sequences == "random":
-                item_sample.append(position)
-                item_answer.append(-1)
+                items.append((position, -1))
                 if len(kept) < len(finished):
                     allowed[position] = kept
             else:
-                item_sample.extend([position] * len(served))
-                item_answer.extend(served)
+                items.extend((position, i) for i in served)
         self.left_out = LeftOut(**counts, answers=refused, considered=len(owned))
-        if not item_sample:
+        if not items:
             narrowing = [
                 f"{name}={value!r}"
                 for name, value in arguments.items()
@@ -285,8 +281,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 f"the selection ({', '.join(narrowing) or 'the default selection'}) keeps no item: "
                 f"{self.left_out.describe()}; widen it."
             )
-        self._sample = np.asarray(item_sample, dtype=np.int64)
-        self._answer = np.asarray(item_answer, dtype=np.int64)
+        self._sample, self._answer = np.asarray(items, dtype=np.int64).T
         self._allowed = allowed
 
     def select(self, **selection: Any) -> DistillationDataset:

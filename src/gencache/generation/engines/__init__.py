@@ -88,8 +88,8 @@ class Engine(ABC):
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
         self.context = context
-        options = context.options
-        self.options: Any = options if isinstance(options, self.options_model) else self.options_model()
+        given = context.options
+        self.options: Any = given if isinstance(given, self.options_model) else self.options_model()
         self.model: Any = None
 
     def generate(

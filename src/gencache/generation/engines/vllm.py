@@ -273,9 +273,7 @@ class VllmEngine(Engine):
             )
         if not options.batch_invariant:
             return None
-        # vLLM's batch-invariant kernels exist for NVIDIA GPUs of compute capability 8.0 or newer, and the switch is
-        # read when vLLM is imported
-        if build.cpu or self.on_cpu:
+        if self.on_cpu:  # the build matches the device here
             return (
                 f": engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant "
                 "kernels (vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
