@@ -373,8 +373,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 if metadata:
                     columns += [[item[name] for item in items] for name in METADATA_COLUMNS]
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)],
-                    schema=schema,
+                    [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)], schema=schema
                 )
 
         if path is None:

@@ -64,10 +64,7 @@ def check_loss_settings(*, temperature: float, chunk_size: int) -> None:
 
 
 def _chunk_loss(
-    student: torch.Tensor,
-    teacher: torch.Tensor | None,
-    targets: torch.Tensor,
-    options: dict[str, Any],
+    student: torch.Tensor, teacher: torch.Tensor | None, targets: torch.Tensor, options: dict[str, Any]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Per-row CE and KL of one chunk and, when ``options["want_grad"]``, ``options["scale"]`` times the gradient
     of the loss (summed over the rows) with respect to the student's logits."""
@@ -115,11 +112,7 @@ class _ChunkedDistillation(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any,
-        student: torch.Tensor,
-        teacher: torch.Tensor | None,
-        labels: torch.Tensor,
-        options: dict[str, Any],
+        ctx: Any, student: torch.Tensor, teacher: torch.Tensor | None, labels: torch.Tensor, options: dict[str, Any]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         vocabulary = student.shape[-1]
         positions, targets = answer_positions(labels.to(student.device))
