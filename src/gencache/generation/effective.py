@@ -1,7 +1,6 @@
 """The effective generation config, resolved and validated before any weights load: the user's
 ``model.generation_kwargs``, then the teacher's ``generation_config.json``, then transformers' defaults, validated
-by transformers' ``GenerationConfig.validate(strict=True)`` and the ranges gencache adds
-(:mod:`gencache.config.generation`). :func:`check_engine` then refuses what the chosen engine cannot honour.
+by transformers and the ranges gencache adds (:mod:`gencache.config.generation`).
 """
 
 from __future__ import annotations
