@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     import torch
 
 
-_MASK64 = (1 << 64) - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -50,7 +49,7 @@ def sampling_seed(seed: int, key: str, sequence: int | None = None) -> int:
 
 def uniforms(streams: Sequence[int], positions: Sequence[int]) -> np.ndarray[Any, np.dtype[np.float64]]:
     """One uniform number in [0, 1) per ``(stream seed, answer position)`` pair."""
-    state = np.asarray([int(s) & _MASK64 for s in streams], dtype=np.uint64)
+    state = np.asarray(streams, dtype=np.uint64)  # 31-bit stream seeds
     steps = np.asarray([int(p) + 1 for p in positions], dtype=np.uint64)
     with np.errstate(over="ignore"):
         z = state + steps * _GOLDEN
