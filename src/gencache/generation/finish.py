@@ -87,7 +87,3 @@ class FinishRecorder:
             if self.finished[row] is None:
                 self.finished[row] = self.scanner.scan(tokens, len(tokens) - len(new))
         return torch.tensor([found is not None for found in self.finished], device=input_ids.device)
-
-    def results(self, generated_width: int) -> list[tuple[int, str]]:
-        """Per row: tokens to keep and finish reason (``length`` for a row generation ended otherwise)."""
-        return [found or (generated_width, FINISH_LENGTH) for found in self.finished]

@@ -134,16 +134,18 @@ def generate_entries(
         del sequences, input_ids, attention_mask
         steps = generated.shape[1]
         if recorder is not None:
-            found = recorder.results(steps)
+            found = recorder.finished
         else:  # beam search: a hypothesis is final at its first EOS token
             eos = FinishScanner(
                 eos_token_ids=generation.eos_token_ids, stop_strings=(), tokenizer=None, max_new_tokens=steps
             )
-            found = [eos.scan(row) or (steps, FINISH_LENGTH) for row in generated.tolist()]
+            found = [eos.scan(row) for row in generated.tolist()]
+        # a row that never finished (generation ended for another reason) keeps everything, by length
+        cuts = [hit or (steps, FINISH_LENGTH) for hit in found]
         for position, index in enumerate(batch):
             answers = range(position * per_prompt, (position + 1) * per_prompt)
             yield entry_of(
-                prompts[index][0], [(generated[r, : found[r][0]].tolist(), found[r][1]) for r in answers], tokenizer
+                prompts[index][0], [(generated[r, : cuts[r][0]].tolist(), cuts[r][1]) for r in answers], tokenizer
             )
         del generated
 
