@@ -26,8 +26,6 @@ CACHE_DATASET = Field(
 
 
 class BiographyKwargs(KwargsModel):
-    """``data_kwargs`` of ``biography``."""
-
     question_type: Literal["completion", "QA"] = Field(
         default="completion",
         description="completion: '## ' + a sentence prefix; QA: a templated question plus an answer-only cue.",
@@ -39,8 +37,6 @@ Difficulty = Literal["easy", "medium", "hard"]
 
 
 class HotpotQAKwargs(KwargsModel):
-    """``data_kwargs`` of ``hotpot_qa``."""
-
     add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
     difficulty: list[Difficulty] = Field(
@@ -51,8 +47,6 @@ class HotpotQAKwargs(KwargsModel):
 
 
 class MuSiQueKwargs(KwargsModel):
-    """``data_kwargs`` of ``musique``."""
-
     add_inst: StrictBool = Field(default=True, description="Wrap the question in the instruction.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence and answer format.")
     cache_dataset: StrictBool = CACHE_DATASET
@@ -79,8 +73,6 @@ RULER_TASKS: tuple[str, ...] = get_args(RulerTask)
 
 
 class NIAHKwargs(KwargsModel):
-    """``data_kwargs`` of ``niah``."""
-
     chunk_size: StrictInt = Field(default=4096, ge=1, description="Largest prompt chunk, in characters.")
     max_len: StrictInt = Field(
         default=-1, ge=-1, description="Skip contexts longer than this many teacher tokens; -1: no limit."
@@ -106,8 +98,6 @@ ID_DESCRIPTION = (
 
 
 class TableKwargs(KwargsModel):
-    """``data_kwargs`` of ``table``."""
-
     query: StrictStr = Field(default="question", min_length=1, description="Column holding the query (a string).")
     documents: StrictStr | list[StrictStr] | None = Field(
         default=None,
@@ -147,8 +137,6 @@ HISTORY = "history"
 
 
 class ChatKwargs(KwargsModel):
-    """``data_kwargs`` of ``chat``."""
-
     messages: StrictStr = Field(
         default="messages", min_length=1, description="Column holding the conversation (a list of {role, content})."
     )
@@ -187,7 +175,6 @@ DATASET_KWARGS: dict[str, type[KwargsModel]] = {
 
 
 def entry_point(name: str) -> metadata.EntryPoint | None:
-    """The entry point registering ``name`` (the first one found on ``sys.path``), or None."""
     return next(iter(metadata.entry_points(group=GROUP, name=name)), None)
 
 
@@ -199,7 +186,6 @@ def describe(ep: metadata.EntryPoint) -> str:
 
 
 def not_a_recipe(label: str, target: Any) -> DatasetError:
-    """The error for an entry point whose object is no recipe."""
     return DatasetError(
         f"{label} is a {type(target).__name__}, not a gencache DatasetRecipe (an instance, a subclass or a "
         "callable returning one); point the entry point at the recipe."

@@ -174,16 +174,6 @@ class GenerationKwargs(BaseModel):
     prefill_chunk_size: Positive | None = _only(*_STATIC)
 
 
-def honoured_by(key: str) -> tuple[tuple[str, ...], Any]:
-    """The engines that honour ``key`` and its neutral value (an undeclared key: the static engine only, and
-    transformers' default, found by the caller)."""
-    field = GenerationKwargs.model_fields.get(key)
-    if field is None:
-        return _STATIC, None
-    extra: Any = field.json_schema_extra or {}  # what _only declared
-    return tuple(extra.get("x-engines", ALL_ENGINES)), extra.get("x-neutral")
-
-
 def generation_problems(kwargs: object) -> list[FieldProblem]:
     """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: it must be an
     object (a library caller passes it as it is), refused fields are named with the reason, and declared settings
@@ -230,7 +220,7 @@ def effective_problems(effective: Mapping[str, Any], *, user: Collection[str], t
 
 def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> list[str]:
     """One line per effective setting ``engine`` cannot honour exactly; a setting at its neutral value (for an
-    undeclared key: transformers' default, from ``defaults``) is never refused."""
+    undeclared key, honoured by the static engine only: transformers' default, from ``defaults``) is never refused."""
     lines: list[str] = []
     beams = effective.get("num_beams", 1)
     if effective.get("do_sample") is True and beams > 1:
@@ -240,9 +230,10 @@ def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapp
             "beam search, or num_beams 1 for sampling."
         )
     for key in sorted(effective):
-        engines, neutral = honoured_by(key)
-        if key not in GenerationKwargs.model_fields:
-            neutral = defaults.get(key)
+        field = GenerationKwargs.model_fields.get(key)
+        extra: Any = field.json_schema_extra or {} if field else {}  # what _only declared
+        engines = tuple(extra.get("x-engines", ALL_ENGINES)) if field else _STATIC
+        neutral = extra.get("x-neutral") if field else defaults.get(key)
         value = effective[key]
         if engine in engines or (neutral is not None and value == neutral):
             continue

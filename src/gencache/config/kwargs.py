@@ -45,29 +45,21 @@ class TemplateKwargs(KwargsModel):
 
 
 class DefaultKwargs(TemplateKwargs):
-    """The ``default`` template takes no kwargs."""
-
     template_name = "default"
 
 
 class TokenizerChatKwargs(TemplateKwargs):
-    """Kwargs of ``tokenizer_chat``."""
-
     template_name = "tokenizer_chat"
     system_prompt: StrictStr = ""
     enable_thinking: StrictBool = False
 
 
 class LlamaChatKwargs(TemplateKwargs):
-    """Kwargs of ``llama_chat``."""
-
     template_name = "llama_chat"
     system_prompt: StrictStr = ""
 
 
 class Qwen3ChatKwargs(TemplateKwargs):
-    """Kwargs of ``qwen_3_chat``."""
-
     template_name = "qwen_3_chat"
     system_prompt: StrictStr = ""
 
