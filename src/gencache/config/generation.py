@@ -1,7 +1,6 @@
 """What gencache adds to transformers' generation settings (``model.generation_kwargs``), checked when the config
-loads without importing transformers: the refused fields (logits and scores, Python-object hooks, unsupported
-features), the ranges transformers lets through (a temperature of 0, a ``top_p`` above 1), which settings only one
-decoding mode uses, and which engines honour each setting exactly (:func:`engine_refusals`).
+loads without importing transformers: the refused fields, the ranges transformers lets through (a temperature of 0,
+a ``top_p`` above 1), and which engines honour each setting exactly (:func:`engine_refusals`).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from gencache.config.messages import FieldProblem, collect_problems, show, type_name
+from gencache.config.messages import FieldProblem, collect_problems, show
 from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM, LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 FIELD = "model.generation_kwargs"
@@ -174,12 +173,9 @@ class GenerationKwargs(BaseModel):
     prefill_chunk_size: Positive | None = _only(*_STATIC)
 
 
-def generation_problems(kwargs: object) -> list[FieldProblem]:
-    """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: it must be an
-    object (a library caller passes it as it is), refused fields are named with the reason, and declared settings
-    must be in range (an explicit null unsets a value from ``_default.json``)."""
-    if not isinstance(kwargs, Mapping):
-        return [((), f"must be an object, not {type_name(kwargs)}")]
+def generation_problems(kwargs: Mapping[str, Any]) -> list[FieldProblem]:
+    """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: refused fields
+    with the reason, declared settings out of range (an explicit null unsets a value from ``_default.json``)."""
     problems: list[FieldProblem] = []
     for key in kwargs:
         if key in LOGIT_FIELDS:
@@ -189,7 +185,7 @@ def generation_problems(kwargs: object) -> list[FieldProblem]:
         elif key in GENERATION_UNSUPPORTED:
             problems.append(((key,), f"not supported: {GENERATION_UNSUPPORTED[key]}"))
     try:
-        GenerationKwargs.model_validate({str(key): value for key, value in kwargs.items()})
+        GenerationKwargs.model_validate(dict(kwargs))
     except ValidationError as exc:
         problems.extend(collect_problems(exc, None))
     return problems

@@ -101,7 +101,6 @@ class ModelConfig(_Strict):
     """The teacher: where to load it from and how."""
 
     model_path: LocalOrHub = Field(
-        min_length=1,
         description="Hub id or local directory of the teacher; stored verbatim in the artifact's provenance.",
     )
     tokenizer_path: LocalOrHub | None = Field(
