@@ -9,7 +9,7 @@ Other packages add datasets through the ``gencache.recipes`` entry point group: 
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
@@ -67,9 +67,6 @@ RulerTask = Literal[
     "qa_1",
     "qa_2",
 ]
-
-
-RULER_TASKS: tuple[str, ...] = get_args(RulerTask)
 
 
 class NIAHKwargs(KwargsModel):
