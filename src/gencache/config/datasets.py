@@ -1,9 +1,7 @@
-"""Which datasets a config may name, and the ``data_kwargs`` model each one validates with: the built-ins' strict
-pydantic models (their fields, defaults and descriptions are what docs/config.md lists) and the plug-ins'.
-
-Other packages add datasets through the ``gencache.recipes`` entry point group: the entry point's name is the
-``dataset_name``, its object a recipe (an instance, a class, or a callable returning one) whose ``kwargs_model`` is a
-:class:`KwargsModel`. Listing names imports no plug-in; looking one up imports it.
+"""Which datasets a config may name, and the ``data_kwargs`` model each one validates with: the built-ins' and
+the plug-ins'. Other packages add datasets through the ``gencache.recipes`` entry point group: the entry point's name
+is the ``dataset_name``, its object a recipe (an instance, a class, or a callable returning one) whose
+``kwargs_model`` is a :class:`KwargsModel`. Listing names imports no plug-in; looking one up imports it.
 """
 
 from __future__ import annotations

@@ -114,16 +114,7 @@ class ModelConfig(_Strict):
         description="Hub revision (branch, tag or commit) for model and tokenizer; recorded.",
     )
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
-    device: Annotated[
-        str,
-        _rule(
-            lambda value: (
-                None
-                if re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value)
-                else f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})'
-            )
-        ),
-    ] = Field(
+    device: str = Field(
         default="cuda:0",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
@@ -140,6 +131,13 @@ class ModelConfig(_Strict):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value):
+            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})')
+        return value
 
     @field_validator("generation_kwargs")
     @classmethod
