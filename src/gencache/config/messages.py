@@ -136,21 +136,15 @@ def collect_problems(
     """Every problem of ``exc`` as ``(location, message)``; an unknown key reads "unknown ``unknown``" (``field``,
     or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
     out: list[FieldProblem] = []
-    missing: dict[Loc, list[str]] = {}
+    missing: dict[Loc, list[str]] = {}  # one problem per object, listing all its missing fields
     for err in exc.errors(include_url=False):
-        loc: Loc = tuple(err["loc"])
-        if err["type"] != "missing":
+        if err["type"] == "missing":
+            missing.setdefault(tuple(err["loc"][:-1]), []).append(str(err["loc"][-1]))
+        else:
             out += _error_message(err, model, unknown)
-            continue
-        parent = loc[:-1]
-        if parent not in missing:  # one problem per object listing all its missing fields, at the first one's place
-            out.append((parent, ""))
-        missing.setdefault(parent, []).append(str(loc[-1]))
-    for i, (loc, msg) in enumerate(out):
-        if not msg:
-            names = missing[loc]
-            one = len(names) == 1
-            out[i] = ((*loc, names[0]), "is required") if one else (loc, f"missing required fields {', '.join(names)}")
+    for loc, names in missing.items():
+        one = len(names) == 1
+        out.append(((*loc, names[0]), "is required") if one else (loc, f"missing required fields {', '.join(names)}"))
     return out
 
 
