@@ -78,7 +78,6 @@ def config_schema() -> dict[str, Any]:
     schema = _full_schema()
     schema.pop("required")
     schema["$defs"]["ModelConfig"].pop("required")
-    schema["$defs"] = dict(sorted(schema["$defs"].items()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": TITLE, "description": ABOUT}
 
 
