@@ -294,8 +294,8 @@ def test_defaults_are_normalized() -> None:
     assert cfg.seed == 42
     (dc,) = cfg.data_configs
     assert (dc.split, dc.seed, dc.template, dc.source) == ("train", 42, "default", None)
-    assert dc.data_kwargs == {"add_inst": True, "add_cot": True, "difficulty": ["hard"]}
-    assert dc.template_kwargs == {}
+    assert dc.data_kwargs.as_json() == {"add_inst": True, "add_cot": True, "difficulty": ["hard"]}
+    assert dc.template_kwargs.as_json() == {}
 
 
 def test_explicit_tokenizer_path_is_kept() -> None:
@@ -322,13 +322,13 @@ def test_effective_kwargs_defaults_are_recorded_for_every_dataset_and_template()
         }
     )
     hp, bio, mus, niah = cfg.data_configs
-    assert hp.data_kwargs["difficulty"] == ["hard"]
-    assert hp.template_kwargs == {"system_prompt": "", "enable_thinking": False}
-    assert bio.data_kwargs["question_type"] == "completion"
-    assert bio.template_kwargs == {"system_prompt": ""}
-    assert mus.data_kwargs == {"add_inst": True, "add_cot": False, "cache_dataset": True}
-    assert niah.data_kwargs["chunk_size"] == 2048 and niah.data_kwargs["max_len"] == -1
-    assert niah.data_kwargs["tasks"] is None
+    assert hp.data_kwargs.difficulty == ["hard"]
+    assert hp.template_kwargs.as_json() == {"system_prompt": "", "enable_thinking": False}
+    assert bio.data_kwargs.question_type == "completion"
+    assert bio.template_kwargs.as_json() == {"system_prompt": ""}
+    assert mus.data_kwargs.as_json() == {"add_inst": True, "add_cot": False, "cache_dataset": True}
+    assert niah.data_kwargs.chunk_size == 2048 and niah.data_kwargs.max_len == -1
+    assert niah.data_kwargs.tasks is None
     resolved = config_to_json(cfg)
     assert resolved["data_configs"][0]["data_kwargs"]["difficulty"] == ["hard"]
     canonical_json(resolved)  # plain JSON, no NaN
@@ -464,7 +464,7 @@ def test_typical_generation_kwargs_load_as_written() -> None:
 def test_parse_data_configs_validates_with_paths() -> None:
     dcs = parse_data_configs([hotpot(), DataConfig.model_validate(hotpot(seed=3))])
     assert [dc.seed for dc in dcs] == [42, 3]
-    assert dcs[0].data_kwargs["difficulty"] == ["hard"]
+    assert dcs[0].data_kwargs.difficulty == ["hard"]
     with pytest.raises(ConfigError, match=r"data_configs\[1\]\.data_kwargs\.difficulty"):
         parse_data_configs([hotpot(), hotpot(data_kwargs={"difficulty": []})])
     with pytest.raises(ConfigError, match="data_configs: must be a non-empty list"):

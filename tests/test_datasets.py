@@ -9,7 +9,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gencache.config import parse_data_configs
-from gencache.config.datasets import RULER_TASKS
+from gencache.config.datasets import RulerTask
 from gencache.core.errors import ConfigError, DatasetError
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import TEMPLATES, ContextBlock, Inline, prompt_text, tokenize_prompt
@@ -26,6 +26,7 @@ from gencache.data.recipes import SAMPLES_DIR, DatasetRecipe, RawSample, SourceI
 from gencache.data.recipes.niah import chunk_sentences, split_sentences
 from support.dataset_helpers import FIX, DataConfig
 
+RULER_TASKS = get_args(RulerTask)
 REFERENCE_DATASETS = ("biography", "hotpot_qa", "musique", "niah")
 DEFAULT_SOURCES = {
     "biography": (str(FIX / "biography"), "1k", "train"),

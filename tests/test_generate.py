@@ -15,7 +15,7 @@ import pytest
 
 from gencache.config.generation import NO_LOGITS_MESSAGE, effective_problems
 from gencache.core.errors import ConfigError, GenerationError
-from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.effective import EffectiveGeneration
 from gencache.generation.engines import EngineContext, GeneratedEntry
 from gencache.generation.engines.transformers import TransformersEngine, generate_entries, plan_batches
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
@@ -462,11 +462,6 @@ def test_the_effective_config_is_checked_without_a_model() -> None:
     beams = {"max_new_tokens": 2, "do_sample": False, "num_beams": 2, "stop_strings": "x"}
     (line,) = effective_problems(beams, user=beams.keys(), teacher="t")
     assert "cannot be combined with beam" in line
-
-
-def test_generation_kwargs_must_be_an_object(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:
-    with pytest.raises(ConfigError, match="must be an object"):
-        resolve_generation([], model_path=str(tiny_teacher_dir), revision=None, tokenizer=tiny_tokenizer)  # type: ignore[arg-type]
 
 
 def test_an_unreadable_teacher_is_a_config_error(tiny_tokenizer: Any, tmp_path: Path) -> None:

@@ -1,15 +1,13 @@
-"""Which datasets a config may name, and the ``data_kwargs`` model each one validates with: the built-ins' strict
-pydantic models (their fields, defaults and descriptions are what docs/config.md lists) and the plug-ins'.
-
-Other packages add datasets through the ``gencache.recipes`` entry point group: the entry point's name is the
-``dataset_name``, its object a recipe (an instance, a class, or a callable returning one) whose ``kwargs_model`` is a
-:class:`KwargsModel`. Listing names imports no plug-in; looking one up imports it.
+"""Which datasets a config may name, and the ``data_kwargs`` model each one validates with: the built-ins' and
+the plug-ins'. Other packages add datasets through the ``gencache.recipes`` entry point group: the entry point's name
+is the ``dataset_name``, its object a recipe (an instance, a class, or a callable returning one) whose
+``kwargs_model`` is a :class:`KwargsModel`. Listing names imports no plug-in; looking one up imports it.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
@@ -26,8 +24,6 @@ CACHE_DATASET = Field(
 
 
 class BiographyKwargs(KwargsModel):
-    """``data_kwargs`` of ``biography``."""
-
     question_type: Literal["completion", "QA"] = Field(
         default="completion",
         description="completion: '## ' + a sentence prefix; QA: a templated question plus an answer-only cue.",
@@ -39,8 +35,6 @@ Difficulty = Literal["easy", "medium", "hard"]
 
 
 class HotpotQAKwargs(KwargsModel):
-    """``data_kwargs`` of ``hotpot_qa``."""
-
     add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
     difficulty: list[Difficulty] = Field(
@@ -51,8 +45,6 @@ class HotpotQAKwargs(KwargsModel):
 
 
 class MuSiQueKwargs(KwargsModel):
-    """``data_kwargs`` of ``musique``."""
-
     add_inst: StrictBool = Field(default=True, description="Wrap the question in the instruction.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence and answer format.")
     cache_dataset: StrictBool = CACHE_DATASET
@@ -75,12 +67,7 @@ RulerTask = Literal[
 ]
 
 
-RULER_TASKS: tuple[str, ...] = get_args(RulerTask)
-
-
 class NIAHKwargs(KwargsModel):
-    """``data_kwargs`` of ``niah``."""
-
     chunk_size: StrictInt = Field(default=4096, ge=1, description="Largest prompt chunk, in characters.")
     max_len: StrictInt = Field(
         default=-1, ge=-1, description="Skip contexts longer than this many teacher tokens; -1: no limit."
@@ -106,8 +93,6 @@ ID_DESCRIPTION = (
 
 
 class TableKwargs(KwargsModel):
-    """``data_kwargs`` of ``table``."""
-
     query: StrictStr = Field(default="question", min_length=1, description="Column holding the query (a string).")
     documents: StrictStr | list[StrictStr] | None = Field(
         default=None,
@@ -147,8 +132,6 @@ HISTORY = "history"
 
 
 class ChatKwargs(KwargsModel):
-    """``data_kwargs`` of ``chat``."""
-
     messages: StrictStr = Field(
         default="messages", min_length=1, description="Column holding the conversation (a list of {role, content})."
     )
@@ -187,7 +170,6 @@ DATASET_KWARGS: dict[str, type[KwargsModel]] = {
 
 
 def entry_point(name: str) -> metadata.EntryPoint | None:
-    """The entry point registering ``name`` (the first one found on ``sys.path``), or None."""
     return next(iter(metadata.entry_points(group=GROUP, name=name)), None)
 
 
@@ -199,7 +181,6 @@ def describe(ep: metadata.EntryPoint) -> str:
 
 
 def not_a_recipe(label: str, target: Any) -> DatasetError:
-    """The error for an entry point whose object is no recipe."""
     return DatasetError(
         f"{label} is a {type(target).__name__}, not a gencache DatasetRecipe (an instance, a subclass or a "
         "callable returning one); point the entry point at the recipe."

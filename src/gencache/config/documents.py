@@ -1,7 +1,5 @@
 """Reading config documents: the one strict JSON reader for config files, ``_default.json`` and ``--set`` values,
-and the ``_default.json`` merge. Pure apart from reading the files it is given; no pydantic, no validation of
-fields (that is :mod:`gencache.config.models`).
-"""
+and the ``_default.json`` merge; fields are validated by :mod:`gencache.config.models`."""
 
 from __future__ import annotations
 

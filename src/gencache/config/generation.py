@@ -1,7 +1,6 @@
 """What gencache adds to transformers' generation settings (``model.generation_kwargs``), checked when the config
-loads without importing transformers: the refused fields (logits and scores, Python-object hooks, unsupported
-features), the ranges transformers lets through (a temperature of 0, a ``top_p`` above 1), which settings only one
-decoding mode uses, and which engines honour each setting exactly (:func:`engine_refusals`).
+loads without importing transformers: the refused fields, the ranges transformers lets through (a temperature of 0,
+a ``top_p`` above 1), and which engines honour each setting exactly (:func:`engine_refusals`).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from gencache.config.messages import FieldProblem, collect_problems, show, type_name
+from gencache.config.messages import FieldProblem, collect_problems, show
 from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM, LOGIT_FIELDS, NO_LOGITS_MESSAGE
 
 FIELD = "model.generation_kwargs"
@@ -174,22 +173,9 @@ class GenerationKwargs(BaseModel):
     prefill_chunk_size: Positive | None = _only(*_STATIC)
 
 
-def honoured_by(key: str) -> tuple[tuple[str, ...], Any]:
-    """The engines that honour ``key`` and its neutral value (an undeclared key: the static engine only, and
-    transformers' default, found by the caller)."""
-    field = GenerationKwargs.model_fields.get(key)
-    if field is None:
-        return _STATIC, None
-    extra: Any = field.json_schema_extra or {}  # what _only declared
-    return tuple(extra.get("x-engines", ALL_ENGINES)), extra.get("x-neutral")
-
-
-def generation_problems(kwargs: object) -> list[FieldProblem]:
-    """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: it must be an
-    object (a library caller passes it as it is), refused fields are named with the reason, and declared settings
-    must be in range (an explicit null unsets a value from ``_default.json``)."""
-    if not isinstance(kwargs, Mapping):
-        return [((), f"must be an object, not {type_name(kwargs)}")]
+def generation_problems(kwargs: Mapping[str, Any]) -> list[FieldProblem]:
+    """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: refused fields
+    with the reason, declared settings out of range (an explicit null unsets a value from ``_default.json``)."""
     problems: list[FieldProblem] = []
     for key in kwargs:
         if key in LOGIT_FIELDS:
@@ -199,7 +185,7 @@ def generation_problems(kwargs: object) -> list[FieldProblem]:
         elif key in GENERATION_UNSUPPORTED:
             problems.append(((key,), f"not supported: {GENERATION_UNSUPPORTED[key]}"))
     try:
-        GenerationKwargs.model_validate({str(key): value for key, value in kwargs.items()})
+        GenerationKwargs.model_validate(dict(kwargs))
     except ValidationError as exc:
         problems.extend(collect_problems(exc, None))
     return problems
@@ -230,7 +216,7 @@ def effective_problems(effective: Mapping[str, Any], *, user: Collection[str], t
 
 def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> list[str]:
     """One line per effective setting ``engine`` cannot honour exactly; a setting at its neutral value (for an
-    undeclared key: transformers' default, from ``defaults``) is never refused."""
+    undeclared key, honoured by the static engine only: transformers' default, from ``defaults``) is never refused."""
     lines: list[str] = []
     beams = effective.get("num_beams", 1)
     if effective.get("do_sample") is True and beams > 1:
@@ -240,9 +226,10 @@ def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapp
             "beam search, or num_beams 1 for sampling."
         )
     for key in sorted(effective):
-        engines, neutral = honoured_by(key)
-        if key not in GenerationKwargs.model_fields:
-            neutral = defaults.get(key)
+        field = GenerationKwargs.model_fields.get(key)
+        extra: Any = field.json_schema_extra or {} if field else {}  # what _only declared
+        engines = tuple(extra.get("x-engines", ALL_ENGINES)) if field else _STATIC
+        neutral = extra.get("x-neutral") if field else defaults.get(key)
         value = effective[key]
         if engine in engines or (neutral is not None and value == neutral):
             continue

@@ -1,7 +1,5 @@
-"""How every input error reads, shared by every input rule and registry: one rendering of a bad value, one "did you
-mean", one "unknown name" message, and pydantic errors as one line naming every failing field path and what is wrong,
-e.g. ``data_configs[1].data_kwargs.dificulty: unknown data_kwargs key for dataset 'hotpot_qa' (did you mean ...)``.
-"""
+"""How every input error reads: pydantic errors as one line naming every failing field path and what is wrong,
+e.g. ``data_configs[1].data_kwargs.dificulty: unknown data_kwargs key for dataset 'hotpot_qa' (did you mean ...)``."""
 
 from __future__ import annotations
 
@@ -47,7 +45,7 @@ def type_name(value: Any) -> str:
 
 def closest(name: object, choices: Iterable[str], n: int = 1) -> list[str]:
     """The (at most ``n``) choices closest to ``name``, best first: one that differs only in case, then
-    difflib's close matches; empty when none is close or ``name`` is no string. Every "did you mean" uses it."""
+    difflib's close matches."""
     if not isinstance(name, str):
         return []
     names = list(choices)
@@ -61,7 +59,6 @@ def did_you_mean(name: object, choices: Iterable[str], n: int = 1) -> str:
 
 
 def unknown_name(kind: str, name: object, known: Iterable[str]) -> str:
-    """E.g. ``unknown dataset 'hotpot' (did you mean 'hotpot_qa'? known: ...)``; each caller raises its own type."""
     names = sorted(known)
     return f"unknown {kind} {name!r} ({did_you_mean(name, names)}known: {', '.join(names) if names else 'none'})"
 
@@ -83,7 +80,6 @@ def nested_error(problems: Sequence[FieldProblem]) -> PydanticCustomError:
 
 
 def format_loc(loc: Sequence[str | int]) -> str:
-    """``("data_configs", 1, "seed")`` as ``data_configs[1].seed``."""
     return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
 
 
@@ -110,7 +106,6 @@ _MESSAGES = {
 
 
 def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknown: str) -> list[FieldProblem]:
-    """One pydantic error as ``(location, message)`` problems; an unknown key is an "unknown ``unknown``"."""
     loc: Loc = tuple(err["loc"])
     kind = err["type"]
     ctx: Mapping[str, Any] = err.get("ctx") or {}
@@ -120,9 +115,8 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
     if kind == "extra_forbidden":
         if loc[-1] in LOGIT_FIELDS:
             return [(loc, NO_LOGITS_MESSAGE)]
-        allowed = [] if model is None else sorted(model.model_fields)
-        names = f" ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})" if model else ""
-        return [(loc, f"unknown {unknown}{names}")]
+        allowed = sorted(model.model_fields) if model else []
+        return [(loc, f"unknown {unknown} ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
     if kind in _MUST_BE:
         shown = "null" if value is None else f"{type_name(value)} (got {show(value)})"
         return [(loc, f"must be {_MUST_BE[kind]}, not {shown}")]
@@ -137,26 +131,20 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
 
 
 def collect_problems(
-    exc: ValidationError, model: type[BaseModel] | None, prefix: Loc = (), *, unknown: str = "field"
+    exc: ValidationError, model: type[BaseModel] | None, *, unknown: str = "field"
 ) -> list[FieldProblem]:
-    """Every problem of ``exc`` as ``(location, message)``, below ``prefix``; an unknown key reads "unknown
-    ``unknown``" (``field``, or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
+    """Every problem of ``exc`` as ``(location, message)``; an unknown key reads "unknown ``unknown``" (``field``,
+    or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
     out: list[FieldProblem] = []
-    missing: dict[Loc, list[str]] = {}
+    missing: dict[Loc, list[str]] = {}  # one problem per object, listing all its missing fields
     for err in exc.errors(include_url=False):
-        loc: Loc = tuple(err["loc"])
-        if err["type"] != "missing":
-            out += [(prefix + sub, msg) for sub, msg in _error_message(err, model, unknown)]
-            continue
-        parent = prefix + loc[:-1]
-        if parent not in missing:  # one problem per object listing all its missing fields, at the first one's place
-            out.append((parent, ""))
-        missing.setdefault(parent, []).append(str(loc[-1]))
-    for i, (loc, msg) in enumerate(out):
-        if not msg:
-            names = missing[loc]
-            one = len(names) == 1
-            out[i] = ((*loc, names[0]), "is required") if one else (loc, f"missing required fields {', '.join(names)}")
+        if err["type"] == "missing":
+            missing.setdefault(tuple(err["loc"][:-1]), []).append(str(err["loc"][-1]))
+        else:
+            out += _error_message(err, model, unknown)
+    for loc, names in missing.items():
+        one = len(names) == 1
+        out.append(((*loc, names[0]), "is required") if one else (loc, f"missing required fields {', '.join(names)}"))
     return out
 
 
@@ -167,7 +155,7 @@ def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
 
 
 def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
-    """Each problem as ``(location, line)``: the line is ``path: message``, as :func:`join_problems` joins them."""
+    """Each problem as ``(location, "path: message")``, without a final full stop (the lines are joined)."""
     lines: list[tuple[Loc, str]] = []
     for loc, msg in problems:
         text = msg[:-1] if msg.endswith(".") and not msg.endswith("...") else msg
@@ -176,15 +164,15 @@ def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
 
 
 def parse_loc(text: str) -> Loc:
-    """``data_configs[1].seed`` as ``("data_configs", 1, "seed")``: :func:`format_loc` undone."""
+    """:func:`format_loc` undone."""
     return tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", text))
 
 
 def format_validation_error(
-    exc: ValidationError, *, model: type[BaseModel] | None = None, origin: str | None = None, prefix: Loc = ()
+    exc: ValidationError, *, model: type[BaseModel] | None = None, origin: str | None = None
 ) -> str:
     """One line naming every failing field path and what is wrong with it."""
-    return join_problems(collect_problems(exc, model, prefix), origin)
+    return join_problems(collect_problems(exc, model), origin)
 
 
 def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) -> ModelT:

@@ -11,7 +11,7 @@ import copy
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -101,7 +101,6 @@ class ModelConfig(_Strict):
     """The teacher: where to load it from and how."""
 
     model_path: LocalOrHub = Field(
-        min_length=1,
         description="Hub id or local directory of the teacher; stored verbatim in the artifact's provenance.",
     )
     tokenizer_path: LocalOrHub | None = Field(
@@ -115,16 +114,7 @@ class ModelConfig(_Strict):
         description="Hub revision (branch, tag or commit) for model and tokenizer; recorded.",
     )
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
-    device: Annotated[
-        str,
-        _rule(
-            lambda value: (
-                None
-                if re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value)
-                else f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})'
-            )
-        ),
-    ] = Field(
+    device: str = Field(
         default="cuda:0",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
@@ -141,6 +131,13 @@ class ModelConfig(_Strict):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value):
+            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})')
+        return value
 
     @field_validator("generation_kwargs")
     @classmethod
@@ -190,19 +187,7 @@ def _chosen(value: Any, info: ValidationInfo) -> Any:
 
 # A validated kwargs or options model, serialised with its own fields; the model is chosen by the sibling name field,
 # so the schema here is an object and gencache.docgen adds the per-dataset, per-template and per-engine schemas.
-DataKwargsField: TypeAlias = Annotated[
-    SerializeAsAny[KwargsModel],
-    WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Data Kwargs"}),
-]
-TemplateKwargsField: TypeAlias = Annotated[
-    SerializeAsAny[TemplateKwargs],
-    WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Template Kwargs"}),
-]
-
-EngineOptionsField: TypeAlias = Annotated[
-    SerializeAsAny[EngineOptions],
-    WithJsonSchema({"type": "object", "additionalProperties": True, "title": "Engine Options"}),
-]
+_ANY_OBJECT = WithJsonSchema({"type": "object", "additionalProperties": True})
 
 
 class DataConfig(_Strict):
@@ -229,7 +214,7 @@ class DataConfig(_Strict):
         "dataset (files named by split, optionally under a subset folder), or a single JSON Lines, JSON, "
         "parquet, CSV or TSV file. Relative paths are relative to the working directory.",
     )
-    data_kwargs: DataKwargsField = Field(
+    data_kwargs: Annotated[SerializeAsAny[KwargsModel], _ANY_OBJECT] = Field(
         default={},
         validate_default=True,
         description="Per-dataset options (tables below); unknown keys are errors. After validation: the "
@@ -240,7 +225,7 @@ class DataConfig(_Strict):
         min_length=1,
         description=f"Prompt template: {', '.join(list(TEMPLATE_KWARGS)[:-1])} or {list(TEMPLATE_KWARGS)[-1]}.",
     )
-    template_kwargs: TemplateKwargsField = Field(
+    template_kwargs: Annotated[SerializeAsAny[TemplateKwargs], _ANY_OBJECT] = Field(
         default={},
         validate_default=True,
         description="Per-template options (tables below); unknown keys are errors. After validation: the "
@@ -288,7 +273,7 @@ class CacheConfig(_Strict):
         '"transformers-continuous" (transformers\' continuous batching, paged KV cache) or "vllm" (optional: CUDA '
         "GPUs, or a CPU with vLLM's CPU build). See docs/engines.md.",
     )
-    engine_options: EngineOptionsField = Field(
+    engine_options: Annotated[SerializeAsAny[EngineOptions], _ANY_OBJECT] = Field(
         default={},
         validate_default=True,
         description="Options of the chosen engine (strict; see the engine_options tables). After validation they "

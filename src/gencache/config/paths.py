@@ -61,25 +61,18 @@ class S3Url:
         return S3Url(self.bucket, f"{self.prefix}{name}")
 
 
-def s3_url_problem(value: str) -> str | None:
-    """Why ``value``, an ``s3://`` URL, cannot name an object-store location, or None."""
-    bucket, _, key = value[len(S3_SCHEME) :].partition("/")
-    if not _BUCKET.match(bucket):
-        return (
-            f"{value!r} names no valid bucket ({bucket!r}); write s3://BUCKET/PREFIX/NAME with a bucket name of 3-63 "
-            "lowercase letters, digits, dots and hyphens"
-        )
-    if any(part in ("", ".", "..") for part in key.rstrip("/").split("/")) and key.rstrip("/"):
-        return f"{value!r} has an empty, '.' or '..' part in its key; write s3://BUCKET/PREFIX/NAME"
-    return None
-
-
 def parse_s3_url(value: str) -> S3Url:
     """The :class:`S3Url` of ``s3://bucket/key`` (a trailing ``/`` ignored); :class:`ConfigError` when malformed."""
-    if (problem := s3_url_problem(value)) is not None:
-        raise ConfigError(f"{problem}.")
     bucket, _, key = value[len(S3_SCHEME) :].partition("/")
-    return S3Url(bucket, key.rstrip("/"))
+    key = key.rstrip("/")
+    if not _BUCKET.match(bucket):
+        raise ConfigError(
+            f"{value!r} names no valid bucket ({bucket!r}); write s3://BUCKET/PREFIX/NAME with a bucket name of 3-63 "
+            "lowercase letters, digits, dots and hyphens."
+        )
+    if key and any(part in ("", ".", "..") for part in key.split("/")):
+        raise ConfigError(f"{value!r} has an empty, '.' or '..' part in its key; write s3://BUCKET/PREFIX/NAME.")
+    return S3Url(bucket, key)
 
 
 def url_problem(value: str, *, s3: bool = False) -> str | None:
@@ -89,7 +82,12 @@ def url_problem(value: str, *, s3: bool = False) -> str | None:
     if match is None:
         return None
     if s3 and match.group() == S3_SCHEME:
-        return s3_url_problem(value)
+        try:
+            return (
+                None if parse_s3_url(value).key else f"{value!r} names a bucket but no prefix; write s3://BUCKET/NAME"
+            )
+        except ConfigError as exc:
+            return str(exc).removesuffix(".")
     where = "a local path or an s3://BUCKET/PREFIX URL" if s3 else "a local path (or a hub id for a model or dataset)"
     return (
         f"{value!r} is a URL ({match.group()}), which gencache does not read or write here; give {where} and copy to "
@@ -100,10 +98,8 @@ def url_problem(value: str, *, s3: bool = False) -> str | None:
 def output_name_problem(path: str) -> str | None:
     """Why ``path`` cannot name an output to create, or None: it is a URL, or its last part (trailing slashes aside)
     is empty, ``.`` or ``..``, naming a directory that holds other things rather than a new one of its own."""
-    if (url := url_problem(path, s3=True)) is not None:
-        return url
-    if path.startswith(S3_SCHEME):
-        return None if parse_s3_url(path).key else f"{path!r} names a bucket but no prefix; write s3://BUCKET/NAME"
+    if _URL.match(path):
+        return url_problem(path, s3=True)
     name = os.path.basename(path.rstrip("/"))
     if name not in ("", ".", ".."):
         return None

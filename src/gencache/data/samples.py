@@ -156,7 +156,7 @@ def tokenizer_reasons(
         if spec.needs_tokenizer:
             reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
         if get_recipe(dc.dataset_name).needs_tokenizer(dc.data_kwargs):
-            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(dc.data_kwargs.items()))
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(dc.data_kwargs.as_json().items()))
             reasons.append(
                 f"data_configs[{index}]: dataset {dc.dataset_name!r} with data_kwargs {{{shown}}} counts tokens"
             )

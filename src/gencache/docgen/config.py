@@ -1,8 +1,6 @@
 """docs/config.schema.json and the generated parts of docs/config.md and docs/datasets.md, from the config models'
-JSON schemas and field descriptions and the recipes' declared columns; a test fails when the committed files differ.
-
-    uv run python -m gencache.docgen.config  # rewrite them under the current directory
-"""
+JSON schemas and field descriptions and the recipes' declared columns (``python -m gencache.docgen.config`` rewrites
+them under the current directory; a test fails when the committed files differ)."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _switch(selector: str, target: str, models: Mapping[str, tuple[type[BaseModel], str]], defs: dict[str, Any]) -> Any:
-    """One ``if selector == name then target is model`` rule per ``name: (model, description)``; schemas go to
-    ``defs``."""
+    """One ``if selector == name then target is model`` rule per ``name: (model, description)``, into ``defs``."""
     for name, (model, about) in models.items():
         defs[f"{target}.{name}"] = {**_schema(model), "description": " ".join(about.split())}
     then = {name: {"properties": {target: {"$ref": f"#/$defs/{target}.{name}"}}} for name in models}
@@ -81,7 +78,6 @@ def config_schema() -> dict[str, Any]:
     schema = _full_schema()
     schema.pop("required")
     schema["$defs"]["ModelConfig"].pop("required")
-    schema["$defs"] = dict(sorted(schema["$defs"].items()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": TITLE, "description": ABOUT}
 
 
@@ -140,7 +136,6 @@ def _table(schema: Mapping[str, Any], defs: Mapping[str, Any], prefix: str = "")
 
 
 def config_tables() -> str:
-    """Every config table, from the schema."""
     schema = _full_schema()
     defs, model = schema["$defs"], schema["$defs"]["ModelConfig"]
     refused = dict.fromkeys(sorted(LOGIT_FIELDS), "logits and scores are never collected (format 3)")
@@ -180,10 +175,6 @@ def documents(root: Path) -> dict[Path, str]:
     return out
 
 
-def main() -> None:
+if __name__ == "__main__":
     for path, text in documents(Path.cwd()).items():
         path.write_text(text, encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()
