@@ -39,8 +39,6 @@ SCORE_COLUMNS: dict[str, str] = (
     }
     | dict.fromkeys(METRICS, "float64")
 )
-#: A score lookup: (key, sequence index) to the answer's metrics (None: no reference).
-Scores = Mapping[tuple[str, int], Mapping[str, float] | None]
 
 
 @dataclass(frozen=True)
@@ -62,14 +60,13 @@ class ScoredAnswer:
     metrics: Mapping[str, float] | None
 
     def row(self) -> dict[str, Any]:
-        """The answer as a score file's row (:data:`SCORE_COLUMNS`)."""
         row = asdict(self)
         metrics = row.pop("metrics") or {}
         return {**row, **{name: metrics.get(name) for name in METRICS}}
 
 
 def join_fields(sample: Sample, names: Mapping[int, str]) -> dict[str, Any]:
-    """The fields that join an answer back to its source row (``names``: each data config's dataset name)."""
+    """:data:`JOIN_COLUMNS` of ``sample`` but its key (``names``: each data config's dataset name)."""
     return {
         "dataset_name": names[sample.data_config_index],
         "data_config_index": sample.data_config_index,
@@ -138,7 +135,7 @@ def score_cache(
 
 
 def score_format(path: str | os.PathLike[str]) -> str:
-    """The format of a score file, ``jsonl`` or ``parquet``, by its extension (a :class:`ConfigError` otherwise)."""
+    """``jsonl`` or ``parquet``, by the extension."""
     suffix = Path(path).suffix.lower()
     if suffix not in (".jsonl", ".parquet"):
         raise ConfigError(f"{path}: a score file ends in .jsonl or .parquet (JSON Lines or parquet).")

@@ -1,10 +1,8 @@
 """Loading a dataset's tables from the hub, a hub-style local directory or a single file (docs/datasets.md), and
-where their rows came from: the source recorded in ``resolved_config.json`` and each table's files, for messages that
-name a file's own line.
+where their rows came from, for ``resolved_config.json`` and for messages that name a file's own line.
 
-Local JSON, JSON Lines and parquet are read by ``datasets``, CSV and TSV by pyarrow with every cell a string; every
-local file read is hashed (SHA-256) for provenance. A Ray worker that cannot see the driver's files reads the copies the
-driver sent (:func:`read_mirrored`) and records the driver's paths and digests, as the driver would.
+Every local file read is hashed (SHA-256) for provenance. A Ray worker that cannot see the driver's files reads the
+copies the driver sent (:func:`read_mirrored`) and records the driver's paths and digests, as the driver would.
 """
 
 from __future__ import annotations
@@ -62,17 +60,14 @@ class TableOrigin:
 
     @property
     def text_cells(self) -> bool:
-        """True for CSV and TSV files, whose every cell is a string."""
         return any(path.suffix.lower() in DELIMITERS for path in self.files)
 
     def describe(self) -> str:
-        """The files read (or the hub table), for a message."""
         return ", ".join(str(p) for p in self.files) if self.files else self.what
 
     def locate(self, index: int) -> str:
         """``<file> line N`` (JSON Lines, CSV and TSV: 1-based, the line the row starts on) or ``<file> row N``
-        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``. Only
-        the parquet shards of one table are several files."""
+        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``."""
         for path in self.files:
             suffix = path.suffix.lower()
             if suffix == ".parquet":
@@ -93,7 +88,6 @@ class TableOrigin:
 
 
 def _json_array(path: Path) -> bool:
-    """Whether ``path`` is a JSON array of rows (rather than JSON Lines)."""
     with path.open("rb") as handle:
         return path.suffix.lower() == ".json" and handle.read(4096).lstrip().startswith(b"[")
 
@@ -126,7 +120,6 @@ def origin_of(table: Any, label: str) -> TableOrigin:
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
@@ -185,11 +178,11 @@ def _split_files(folder: Path, split: str) -> list[Path]:
 
 def _read_files(paths: Sequence[Path], label: str) -> Any:
     """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order: JSON,
-    JSON Lines and parquet read by ``datasets``, CSV and TSV by pyarrow with every cell a string (a list or object
-    is JSON text in its cell). A file that cannot be read is one line naming it (and its line where that is known):
-    an empty file or one that is not UTF-8 is refused first, since ``datasets`` would read such bytes into a row
-    and fail only when the row is used."""
+    JSON Lines and parquet read by ``datasets``, CSV and TSV by pyarrow with every cell a string. An empty file or
+    one that is not UTF-8 is refused first, since ``datasets`` would read such bytes into a row and fail only when
+    the row is used."""
     import datasets
+    import pyarrow.csv
     from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
 
     for path in paths:
@@ -216,7 +209,20 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     disable_progress_bars()
     try:
         if delimiter is not None:
-            table = _read_delimited(paths[0], label, delimiter)
+            path = paths[0]
+            header = next(csv_rows(path, delimiter), (1, []))[1]
+            if len(set(header)) != len(header) or not all(header):
+                repeated = sorted({name for name in header if header.count(name) > 1 or not name})
+                raise DatasetError(
+                    f"{label}: {path} line 1: the {path.suffix[1:].upper()} header must name each column once "
+                    f"(repeated or empty: {', '.join(repr(name) for name in repeated)}); rename them."
+                )
+            cells = pyarrow.csv.read_csv(
+                path,
+                parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+                convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pyarrow.string())),
+            )
+            table = datasets.Dataset(datasets.table.InMemoryTable(cells))
         else:
             builder = "parquet" if paths[0].suffix.lower() == ".parquet" else "json"
             table = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
@@ -236,26 +242,6 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
             enable_progress_bars()
     _ORIGINS[table] = TableOrigin(what=label, files=tuple(paths))
     return table
-
-
-def _read_delimited(path: Path, label: str, delimiter: str) -> Any:
-    import datasets
-    import pyarrow as pa
-    import pyarrow.csv
-
-    header = next(csv_rows(path, delimiter), (1, []))[1]
-    if len(set(header)) != len(header) or not all(header):
-        repeated = sorted({name for name in header if header.count(name) > 1 or not name})
-        raise DatasetError(
-            f"{label}: {path} line 1: the {path.suffix[1:].upper()} header must name each column once (repeated or "
-            f"empty: {', '.join(repr(name) for name in repeated)}); rename them."
-        )
-    table = pyarrow.csv.read_csv(
-        path,
-        parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
-        convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pa.string())),
-    )
-    return datasets.Dataset(datasets.table.InMemoryTable(table))
 
 
 def _bad_line(path: Path) -> str | None:
@@ -339,7 +325,7 @@ _MIRROR: ContextVar[tuple[Path, Mapping[str, str]] | None] = ContextVar("gencach
 
 
 def mirrored(root: Path, path: str) -> Path:
-    """Where ``root`` holds its copy of the absolute ``path``: ``root/home/u/data.jsonl`` for ``/home/u/data.jsonl``."""
+    """``root/home/u/data.jsonl`` for ``/home/u/data.jsonl``."""
     return root.joinpath(*Path(path).parts[1:])
 
 
