@@ -31,12 +31,7 @@ JOIN_COLUMNS: dict[str, str] = {
 SCORE_COLUMNS: dict[str, str] = (
     {"key": "string", "sequence_index": "int64", "data_config_index": "int64"}
     | JOIN_COLUMNS
-    | {
-        "finish_reason": "string",
-        "token_length": "int64",
-        "answer": "string",
-        "reference": "string",
-    }
+    | {"finish_reason": "string", "token_length": "int64", "answer": "string", "reference": "string"}
     | dict.fromkeys(METRICS, "float64")
 )
 

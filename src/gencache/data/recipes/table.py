@@ -12,14 +12,7 @@ from typing import Any
 from gencache.config.datasets import TableKwargs
 from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
-from gencache.data.recipes.columns import (
-    Column,
-    check_columns,
-    field_of,
-    require_type,
-    row_error,
-    row_value,
-)
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error, row_value
 
 COLUMNS = (
     Column("<query>", "string", True, "The column data_kwargs.query names (default question): the key's query."),
