@@ -13,7 +13,7 @@ from gencache.config.datasets import HISTORY, ChatKwargs
 from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, check_columns, field_of, json_cell, require_type, row_error
-from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, row_id_of, task_of
+from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns
 
 #: The roles of a turn, and ShareGPT's ``from`` values: the roles they stand for.
 ROLES = {role: role for role in ("system", "user", "assistant")}
@@ -39,15 +39,6 @@ COLUMNS = (
     Column("<task>", "any JSON", False, "The columns data_kwargs.task names: the key's task fields."),
     Column("<id>", "string or integer", False, "The column data_kwargs.id names: the row's id (row_id), not keyed."),
 )
-
-
-def messages_column(table: Any, kwargs: ChatKwargs) -> str:
-    """``data_kwargs.messages``, or ShareGPT's ``conversations`` when the default ``messages`` column is absent."""
-    names = list(getattr(table, "column_names", []) or [])
-    default = ChatKwargs.model_fields["messages"].default
-    if kwargs.messages == default and default not in names and SHAREGPT_COLUMN in names:
-        return SHAREGPT_COLUMN
-    return kwargs.messages
 
 
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
@@ -85,7 +76,10 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
                 "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
             )
         table, info = load_table(self, dc)
-        column = messages_column(table, kwargs)
+        column = kwargs.messages  # or ShareGPT's, when the default column is absent
+        default = ChatKwargs.model_fields["messages"].default
+        if column == default and default not in table.column_names and SHAREGPT_COLUMN in table.column_names:
+            column = SHAREGPT_COLUMN
         check_columns(table, self.name, named_columns(kwargs, column, "data_kwargs.messages"))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
         self.require_rows(dc, len(order), detail)  # num_shots is 0 here
@@ -106,9 +100,9 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
             raise row_error(table, self.name, index, "the final user turn is empty; every sample needs a query")
         history = tuple(turns[:-1])
         task: dict[str, Any] = {HISTORY: [{"role": role, "content": content} for role, content in history]}
-        task.update(task_of(table, self.name, index, row, kwargs.task))
+        task.update({column: field_of(table, self.name, index, row, column, "any") for column in kwargs.task})
         documents = documents_of(table, self.name, index, row, kwargs)
-        row_id = row_id_of(table, self.name, index, row, kwargs.id)
+        row_id = kwargs.id and field_of(table, self.name, index, row, kwargs.id, "string or integer")
         return Question(documents, query, answer, query, task, history=history, row_id=row_id)
 
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from gencache.config.datasets import TableKwargs
@@ -68,16 +68,6 @@ def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwa
     return documents
 
 
-def task_of(table: Any, label: str, index: int, row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
-    """``{column: value}`` of the task columns of row ``index`` (a null value is an error)."""
-    return {column: field_of(table, label, index, row, column, "any") for column in columns}
-
-
-def row_id_of(table: Any, label: str, index: int, row: Mapping[str, Any], column: str | None) -> str | int | None:
-    """The id of row ``index`` from its ``column`` (``data_kwargs.id``: a string or an integer), None without one."""
-    return None if column is None else field_of(table, label, index, row, column, "string or integer")
-
-
 def filtered_order(table: Any, dc: DataConfigLike, shuffle: bool, filters: Mapping[str, Any]) -> tuple[list[int], str]:
     """Row indices in selection order (seeded shuffle, then the filters keeping that order) and what they are."""
     order = list(range(len(table)))
@@ -132,7 +122,8 @@ class TableRecipe(DatasetRecipe[TableKwargs, Any]):
         documents = documents_of(table, self.name, index, row, kwargs)
         query = field_of(table, self.name, index, row, kwargs.query, "string")
         answer = "" if kwargs.answer is None else field_of(table, self.name, index, row, kwargs.answer, "string")
-        return documents, query, answer, task_of(table, self.name, index, row, kwargs.task)
+        task = {column: field_of(table, self.name, index, row, column, "any") for column in kwargs.task}
+        return documents, query, answer, task
 
     def shot(self, table: Any, kwargs: TableKwargs, index: int) -> Shot:
         documents, query, answer, task = self._read(table, kwargs, index)
@@ -144,7 +135,7 @@ class TableRecipe(DatasetRecipe[TableKwargs, Any]):
         if not query:
             raise row_error(table, self.name, index, f"{kwargs.query!r} is empty; every sample needs a query")
         shown = f"{kwargs.instruction}\n{query}" if kwargs.instruction else query
-        row_id = row_id_of(table, self.name, index, table[index], kwargs.id)
+        row_id = kwargs.id and field_of(table, self.name, index, table[index], kwargs.id, "string or integer")
         return Question(documents, query, answer, shown, task, row_id=row_id)
 
 
