@@ -56,17 +56,10 @@ def answer_rule(dataset_name: str, answer_pattern: str | None = None) -> AnswerR
 
 
 def prompt_opens_thinking(parts: Sequence[str]) -> bool:
-    """Whether a prompt, given as the texts of its parts in order, ends inside a thinking block: its last
-    ``<think>`` has no ``</think>`` after it. The parts are read from the end and never joined (a tag may straddle
-    two parts)."""
-    after = ""
-    for text in reversed(parts):
-        window = text + after
-        opened, closed = window.rfind(THINK_OPEN), window.rfind(THINK_CLOSE)
-        if opened >= 0 or closed >= 0:
-            return opened > closed
-        after = window[: len(THINK_OPEN) - 1]
-    return False
+    """Whether a prompt, given as the texts of its parts, ends inside a thinking block: its last ``<think>`` has no
+    ``</think>`` after it."""
+    text = "".join(parts)
+    return text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE)
 
 
 def extract_answer(text: str, rule: AnswerRule, *, opened: bool = False) -> str:

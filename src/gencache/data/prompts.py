@@ -219,12 +219,8 @@ CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items()
 # -- tokenization ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TokenizedPrompt:
-    """Concatenated ids of every part and the ``(kind, start, end)`` span of each part."""
-
-    input_ids: tuple[int, ...]
-    spans: tuple[tuple[str, int, int], ...]
+#: The concatenated ids of every part, and the ``(kind, start, end)`` span of each part.
+TokenizedPrompt = tuple[tuple[int, ...], tuple[tuple[str, int, int], ...]]
 
 
 def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
@@ -245,7 +241,7 @@ def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
         if start == end and index == len(body) - 1:
             raise PromptError("The terminal Inline span must be non-empty: the task text tokenizes to no tokens.")
         spans.append((part.kind, start, end))
-    return TokenizedPrompt(input_ids=tuple(ids), spans=tuple(spans))
+    return tuple(ids), tuple(spans)
 
 
 def chat_template_digest(tokenizer: Any) -> str | None:

@@ -166,34 +166,6 @@ def _stats(values: Sequence[int]) -> tuple[int, int, int]:
     return (min(values), int(statistics.median_low(values)), max(values)) if values else (0, 0, 0)
 
 
-def _load_one(
-    index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
-) -> tuple[list[Sample], SourceInfo]:
-    raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)  # num_samples of them
-    out: list[Sample] = []
-    for sample_index, raw in enumerate(raw_samples):
-        parts = TEMPLATES[dc.template].render(raw.parts, dc.template_kwargs, tokenizer, raw.history)
-        if tokenizer is not None and parts not in tokenized_prompts:  # duplicates render identical prompts
-            tokenized_prompts[parts] = tokenize_prompt(parts, tokenizer)
-        tokenized = tokenized_prompts.get(parts)
-        out.append(
-            Sample(
-                key=semantic_key(raw.semantic),
-                data_config_index=index,
-                sample_index=sample_index,
-                semantic=raw.semantic,
-                query=raw.query,
-                answer=raw.answer,
-                parts=parts,
-                input_ids=None if tokenized is None else tokenized.input_ids,
-                spans=None if tokenized is None else tokenized.spans,
-                row=raw.row,
-                row_id=raw.row_id,
-            )
-        )
-    return out, source
-
-
 def build_samples(
     config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]],
     tokenizer: Any | None = None,
@@ -214,11 +186,19 @@ def build_samples(
     samples: list[Sample] = []
     summaries: list[DataConfigSummary] = []
     seen: set[str] = set()
-    tokenized_prompts: dict[Prompt, TokenizedPrompt] = {}
+    tokenized: dict[Prompt, TokenizedPrompt] = {}  # duplicates render identical prompts
     with shared_tables():  # data configs reading the same source share one load (and one file hash)
         for index, dc in enumerate(data_configs, start=first_index):
             try:
-                loaded, source = _load_one(index, dc, tokenizer, tokenized_prompts)
+                raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)
+                loaded: list[Sample] = []
+                for number, raw in enumerate(raw_samples):
+                    parts = TEMPLATES[dc.template].render(raw.parts, dc.template_kwargs, tokenizer, raw.history)
+                    if tokenizer is not None and parts not in tokenized:
+                        tokenized[parts] = tokenize_prompt(parts, tokenizer)
+                    ids, spans = tokenized.get(parts, (None, None))
+                    found = (raw.semantic, raw.query, raw.answer, parts, ids, spans, raw.row, raw.row_id)
+                    loaded.append(Sample(semantic_key(raw.semantic), index, number, *found))
             except (ConfigError, DatasetError, PromptError) as exc:
                 text = str(exc)
                 named = text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
