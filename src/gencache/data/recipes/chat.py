@@ -6,14 +6,16 @@ and the earlier turns are ``task.history``. Only chat templates render it. See d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
 from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
-from gencache.data.recipes.columns import Column, check_columns, field_of, json_cell, require_type, row_error
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns
+from gencache.data.sources import origin_of
 
 #: The roles of a turn, and ShareGPT's ``from`` values: the roles they stand for.
 ROLES = {role: role for role in ("system", "user", "assistant")}
@@ -44,7 +46,13 @@ COLUMNS = (
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
     """The ``(role, content)`` turns of row ``index``, checked: ``{role, content}``, or ShareGPT's ``{from, value}``
     mapped (a row whose first turn has ``from`` is ShareGPT's)."""
-    values = field_of(table, label, index, json_cell(table, label, index, row, column), column, "list")
+    if isinstance(row.get(column), str) and origin_of(table, label).text_cells:  # CSV, TSV: a list as JSON text
+        try:
+            row = {**row, column: json.loads(row[column])}
+        except ValueError as error:
+            problem = f"{column!r} is not JSON ({error}); in a CSV or TSV file write it as JSON text in its cell"
+            raise row_error(table, label, index, problem) from None
+    values = field_of(table, label, index, row, column, "list")
     first = values[0] if values and isinstance(values[0], Mapping) else {}
     sharegpt = first.get("from") is not None and first.get("role") is None  # Arrow gives absent fields as nulls
     said, content, roles = ("from", "value", SHAREGPT_ROLES) if sharegpt else ("role", "content", ROLES)

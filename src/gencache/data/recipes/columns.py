@@ -4,7 +4,6 @@ file's own order, before any shuffling).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,20 +54,6 @@ def check_columns(table: Any, label: str, columns: Iterable[Column], table_name:
         if column.field == "data_kwargs.answer":
             fix += " or to null when the rows hold no answer and num_shots is 0"
         raise DatasetError(f"{found}{fix}, or rename the column in the file.", column.field)
-
-
-def json_cell(table: Any, label: str, index: int, row: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    """``row`` with its column ``name`` decoded from JSON text when the table's cells are text (CSV, TSV): there a
-    list or object column, such as a conversation, is written as JSON in its cell."""
-    value = row.get(name)
-    if not origin_of(table, label).text_cells or not isinstance(value, str):
-        return row
-    try:
-        decoded = json.loads(value)
-    except ValueError as error:
-        problem = f"{name!r} is not JSON ({error}); in a CSV or TSV file write it as JSON text in its cell"
-        raise row_error(table, label, index, problem) from None
-    return {**row, name: decoded}
 
 
 def row_error(table: Any, label: str, index: int, problem: str) -> DatasetError:

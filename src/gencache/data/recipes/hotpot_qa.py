@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -29,15 +30,12 @@ COLUMNS = (
 )
 
 
-def _documents(table: Any) -> Any:
-    def documents(row: dict[str, Any], index: int) -> list[str]:
-        paragraphs = field_of(table, "hotpot_qa", index, row, "context.sentences", "list")
-        return [
-            "".join(require_type(table, "hotpot_qa", index, p, f"context.sentences[{n}]", "list of strings"))
-            for n, p in enumerate(paragraphs)
-        ]
-
-    return documents
+def _documents(table: Any, row: dict[str, Any], index: int) -> list[str]:
+    paragraphs = field_of(table, "hotpot_qa", index, row, "context.sentences", "list")
+    return [
+        "".join(require_type(table, "hotpot_qa", index, p, f"context.sentences[{n}]", "list of strings"))
+        for n, p in enumerate(paragraphs)
+    ]
 
 
 class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
@@ -65,7 +63,7 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
         )
         return Selection(
             info,
-            QuestionRows(table, self.name, _documents(table)),
+            QuestionRows(table, self.name, functools.partial(_documents, table)),
             kept[: dc.num_shots],
             kept[dc.num_shots : dc.num_shots + dc.num_samples],
         )
