@@ -172,11 +172,8 @@ def build_samples(
     *,
     first_index: int = 0,
 ) -> SampleSet:
-    """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order.
-
-    A missing tokenizer is refused before any data loads; every error names its data config (``first_index`` is
-    the first one's position in its config).
-    """
+    """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order;
+    every error names its data config (``first_index``: the first one's position in its config)."""
     data_configs = _as_data_configs(config_or_data_configs)
     if tokenizer is None:
         reasons = tokenizer_reasons(data_configs, first_index=first_index)

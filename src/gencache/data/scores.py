@@ -92,8 +92,7 @@ def score_cache(
     samples: SampleSet, cache: Any, rules: Mapping[int, AnswerRule], *, every_entry: bool = True
 ) -> list[ScoredAnswer]:
     """Every answer of ``samples``' keys that ``cache`` holds, scored against the reference of its key's first
-    sample, in run order. With ``every_entry`` every key the cache holds must be one of ``samples``' (a
-    :class:`DatasetError` otherwise): what scoring a run's own artifact expects."""
+    sample, in run order; with ``every_entry`` (a run's own artifact) every key the cache holds must be one of them."""
     scored: list[ScoredAnswer] = []
     names = {summary.index: summary.dataset_name for summary in samples.summaries}
     matched = 0
@@ -138,8 +137,7 @@ def score_format(path: str | os.PathLike[str]) -> str:
 
 
 def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str, float] | None]:
-    """The metrics of every answer of a score file (``gencache score --out``), by (key, sequence index); a file
-    that is missing or not a score file is a :class:`ConfigError` naming it."""
+    """The metrics of every answer of a score file (``gencache score --out``), by (key, sequence index)."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"{file}: no such score file; write one with gencache score ARTIFACT --out {file.name}.")

@@ -12,7 +12,6 @@ import glob
 import hashlib
 import json
 import os
-import re
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,8 +23,6 @@ from typing import Any
 from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
 from gencache.core.errors import DatasetError, first_line
-
-_SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
 
 #: Files whose every cell is text (a header line, then one row per record), by their delimiter.
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
@@ -165,9 +162,8 @@ def _near(path: Path) -> str:
 def _split_files(folder: Path, split: str) -> list[Path]:
     """Files holding ``split`` directly in ``folder`` (one file, or the shards of one parquet table)."""
     found = [folder / f"{split}{ext}" for ext in FILE_SUFFIXES if (folder / f"{split}{ext}").is_file()]
-    shards = sorted(
-        p for p in folder.glob(f"{glob.escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
-    )
+    digits = "[0-9]" * 5
+    shards = sorted(p for p in folder.glob(f"{glob.escape(split)}-{digits}-of-{digits}.parquet") if p.is_file())
     if found and shards:
         found.append(shards[0])
     if len(found) > 1:
@@ -177,10 +173,8 @@ def _split_files(folder: Path, split: str) -> list[Path]:
 
 
 def _read_files(paths: Sequence[Path], label: str) -> Any:
-    """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order: JSON,
-    JSON Lines and parquet read by ``datasets``, CSV and TSV by pyarrow with every cell a string. An empty file or
-    one that is not UTF-8 is refused first, since ``datasets`` would read such bytes into a row and fail only when
-    the row is used."""
+    """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order. An empty
+    file or one that is not UTF-8 is refused first: ``datasets`` would read it into a row and fail when it is used."""
     import datasets
     import pyarrow.csv
     from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
@@ -247,7 +241,7 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
 def _bad_line(path: Path) -> str | None:
     """``N <what is wrong>`` for the first line that is not JSON (JSON Lines) or the first row whose width differs
     from the header's (CSV, TSV); None when no single line is to blame."""
-    if path.suffix.lower() == ".parquet":
+    if path.suffix.lower() == ".parquet" or _json_array(path):
         return None
     delimiter = DELIMITERS.get(path.suffix.lower())
     if delimiter is not None:
@@ -263,8 +257,6 @@ def _bad_line(path: Path) -> str | None:
                     f"{start}: {len(cells)} cells, but the header names {width} columns; quote cells that hold a "
                     f"{sign} or a line break."
                 )
-        return None
-    if _json_array(path):
         return None
     for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):  # not splitlines:
         # JSON strings may hold U+2028 and the like
@@ -302,8 +294,7 @@ _SHARED: ContextVar[dict[tuple[Any, ...], tuple[dict[str, Any], SourceInfo]] | N
 @contextmanager
 def shared_tables() -> Iterator[None]:
     """Within this block, loading the same tables again returns the first load (recipes only read tables), so
-    data configs over one source load and hash it once; build_samples opens one block per run, and a block inside
-    another shares the outer one's tables (the checks read the files once for both of their phases)."""
+    data configs over one source load and hash it once; a block inside another shares the outer one's tables."""
     if _SHARED.get() is not None:
         yield
         return

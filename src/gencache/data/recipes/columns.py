@@ -28,9 +28,8 @@ class Column:
 
 
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
-    """A :class:`DatasetError` when a required top-level column of ``table_name`` is absent from ``table``,
-    naming the files read, the columns they hold and the fix that is right for the column (its ``field``: what
-    to change in the data config)."""
+    """Refuse ``table`` when it lacks a required top-level column (of ``table_name``), with the fix that is right
+    for the column's ``field``."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
         top = column.name.split(".")[0].removesuffix("[]")
