@@ -13,7 +13,7 @@ from typing import Any
 
 from gencache.config.datasets import NIAHKwargs
 from gencache.core.errors import DatasetError
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, field_of
 
 SPLITS = ("train", "test")
@@ -128,8 +128,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
             tasks = list(table["task"])
             part = [i for i in part if tasks[i] in kwargs.tasks]
             detail += f", {len(part)} of tasks {', '.join(kwargs.tasks)}"
-        if dc.num_samples > len(part):
-            raise shortfall(self.name, dc.split, dc.num_samples, len(part), detail)
+        self.require_rows(dc, len(part), detail)  # num_shots is 0 here
         skipped = f"longer than max_len={kwargs.max_len} tokens"
         return Selection(info, (table, tokenizer), (), part, detail, skipped)
 
