@@ -144,19 +144,14 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
         )
     if looks_like_path(source):
         fix = f"fix the path or omit source (the hub dataset {hub_id})" if hub_id else "fix the path"
-        raise DatasetError(f"source path {str(path.absolute())!r} does not exist; {_near(path)}{fix}.", "source")
+        parent = path.absolute().parent
+        try:  # the closest existing name beside the missing one
+            close = closest(path.name, [entry.name for entry in os.scandir(parent) if not entry.name.startswith(".")])
+        except OSError:
+            close = []
+        near = f"did you mean {str(parent / close[0])!r}? " if close else ""
+        raise DatasetError(f"source path {str(path.absolute())!r} does not exist; {near}{fix}.", "source")
     return "hub", source
-
-
-def _near(path: Path) -> str:
-    """``did you mean '<path>'? `` for the closest existing name beside a missing ``path``, else empty."""
-    parent = path.absolute().parent
-    try:
-        names = [entry.name for entry in os.scandir(parent) if not entry.name.startswith(".")]
-    except OSError:
-        return ""
-    close = closest(path.name, names)
-    return f"did you mean {str(parent / close[0])!r}? " if close else ""
 
 
 def _split_files(folder: Path, split: str) -> list[Path]:
