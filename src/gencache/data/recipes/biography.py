@@ -111,8 +111,6 @@ class _Rows:
 
 
 class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
-    """The ``biography`` recipe."""
-
     name = "biography"
     hub_id = "alex-karev/biographies"
     kwargs_model = BiographyKwargs

@@ -71,8 +71,6 @@ def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], col
 
 
 class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
-    """The ``chat`` recipe."""
-
     name = "chat"
     hub_id = ""
     kwargs_model = ChatKwargs

@@ -39,8 +39,6 @@ def _documents(table: Any, row: dict[str, Any], index: int) -> list[str]:
 
 
 class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
-    """The ``hotpot_qa`` recipe."""
-
     name = "hotpot_qa"
     hub_id = "hotpotqa/hotpot_qa"
     kwargs_model = HotpotQAKwargs

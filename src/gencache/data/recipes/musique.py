@@ -42,8 +42,6 @@ def _paragraphs(table: Any, record: dict[str, Any], index: int) -> list[str]:
 
 
 class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
-    """The ``musique`` recipe."""
-
     name = "musique"
     hub_id = "dgslibisey/MuSiQue"
     kwargs_model = MuSiQueKwargs

@@ -82,8 +82,6 @@ COLUMNS = (
 
 
 class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
-    """The ``niah`` recipe."""
-
     name = "niah"
     hub_id = "simonjegou/ruler"
     kwargs_model = NIAHKwargs

@@ -99,8 +99,6 @@ def load_table(recipe: DatasetRecipe[Any, Any], dc: DataConfigLike) -> tuple[Any
 
 
 class TableRecipe(DatasetRecipe[TableKwargs, Any]):
-    """The ``table`` recipe."""
-
     name = "table"
     hub_id = ""
     kwargs_model = TableKwargs
