@@ -38,7 +38,6 @@ class AnswerRule:
 
     @property
     def description(self) -> str:
-        """The rule in words, as reports show it."""
         if self.pattern is not None:
             return f"answer_pattern {self.pattern.pattern!r}"
         return "the first non-empty line" if self.first_line else "the whole text"

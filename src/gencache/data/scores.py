@@ -129,7 +129,6 @@ def score_cache(
 
 
 def score_format(path: str | os.PathLike[str]) -> str:
-    """``jsonl`` or ``parquet``, by the extension."""
     suffix = Path(path).suffix.lower()
     if suffix not in (".jsonl", ".parquet"):
         raise ConfigError(f"{path}: a score file ends in .jsonl or .parquet (JSON Lines or parquet).")

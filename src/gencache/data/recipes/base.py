@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -156,10 +157,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
         selection = self.select(dc, kwargs, tokenizer)
         shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])
-        recorded = [
-            {"documents": shot.documents, "query": shot.query, "answer": shot.answer, "task": shot.task}
-            for shot in shots
-        ]
+        recorded = [{k: v for k, v in dataclasses.asdict(shot).items() if k != "rendered"} for shot in shots]
         samples: list[RawSample] = []
         skipped = 0
         for index in selection.candidates:

@@ -92,7 +92,6 @@ class _Rows:
         return self.rng.choice(items)  # type: ignore[no-any-return]
 
     def document(self, person: int) -> str:
-        """One random statement per attribute of ``person``."""
         return " ".join(self._choice("train", person, attr) for attr in ATTRIBUTES)
 
     def question(self, person: int, question_type: str) -> tuple[str, str, str, str]:
