@@ -4,7 +4,7 @@ file's own order, before any shuffling).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,23 +60,6 @@ def row_error(table: Any, label: str, index: int, problem: str) -> DatasetError:
     return DatasetError(f"{label}: {origin_of(table, label).locate(index)}: {problem}.")
 
 
-def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: Sequence[str]) -> Any:
-    """The value at ``path`` (nested object keys) of row ``index``; a missing or null value is an error naming
-    the field, the row's file and line, and the fields that are there."""
-    value: Any = row
-    for depth, key in enumerate(path):
-        if not isinstance(value, Mapping) or value.get(key) is None:
-            name = ".".join(path[: depth + 1])
-            if isinstance(value, Mapping):
-                here = ", ".join(str(k) for k, v in value.items() if v is not None) or "no non-null fields"
-            else:
-                here = f"a {type(value).__name__}"
-            where = "the row" if depth == 0 else ".".join(path[:depth])
-            raise row_error(table, label, index, f"{name!r} is missing or null ({where} has: {here})")
-        value = value[key]
-    return value
-
-
 #: What each JSON type a field may be required to have accepts.
 KINDS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
@@ -96,6 +79,18 @@ def require_type(table: Any, label: str, index: int, value: Any, name: str, kind
 
 
 def field_of(table: Any, label: str, index: int, row: Mapping[str, Any], name: str, kind: str) -> Any:
-    """The dotted field ``name`` of row ``index``, checked to be of JSON type ``kind`` (see :func:`require_type`)."""
-    value = row_value(table, label, index, row, name.split("."))
+    """The dotted field ``name`` of row ``index``, checked to be of JSON type ``kind``; a missing or null value is
+    an error naming the field, the row's file and line, and the fields that are there."""
+    path = name.split(".")
+    value: Any = row
+    for depth, key in enumerate(path):
+        if not isinstance(value, Mapping) or value.get(key) is None:
+            if isinstance(value, Mapping):
+                here = ", ".join(str(k) for k, v in value.items() if v is not None) or "no non-null fields"
+            else:
+                here = f"a {type(value).__name__}"
+            where = "the row" if depth == 0 else ".".join(path[:depth])
+            problem = f"{'.'.join(path[: depth + 1])!r} is missing or null ({where} has: {here})"
+            raise row_error(table, label, index, problem)
+        value = value[key]
     return require_type(table, label, index, value, name, kind)

@@ -12,7 +12,7 @@ from typing import Any
 from gencache.config.datasets import TableKwargs
 from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
-from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error, row_value
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 
 COLUMNS = (
     Column("<query>", "string", True, "The column data_kwargs.query names (default question): the key's query."),
@@ -52,7 +52,7 @@ def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwa
     its strings (or its objects' ``document_field``) in order."""
     documents: list[str] = []
     for column in kwargs.document_columns():
-        value = row_value(table, label, index, row, column.split("."))
+        value = field_of(table, label, index, row, column, "any")
         if isinstance(value, str):
             documents.append(value)
             continue
