@@ -144,11 +144,8 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
         rng = random.Random(dc.seed)
         order = list(range(*bounds))
         rng.shuffle(order)
-        self.require_rows(
-            dc,
-            len(order),
-            f"{len(order)} people in this half of {len(kept)} kept rows, {dc.num_shots} used as few-shot",
-        )
+        detail = f"{len(order)} people in this half of {len(kept)} kept rows, {dc.num_shots} used as few-shot"
+        self.require_rows(dc, len(order), detail)
         pool = order[: len(order) - dc.num_shots]
         shot_people = order[len(order) - dc.num_shots :] if dc.num_shots else []
         if dc.num_samples and dc.num_data_strs > len(pool):

@@ -54,11 +54,8 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
         kept = [i for i in order if levels[i] in kwargs.difficulty]
         if dc.num_shots > 0:
             warn("few_shot_str is not recommended for HotpotQA")
-        self.require_rows(
-            dc,
-            len(kept),
-            f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot",
-        )
+        detail = f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot"
+        self.require_rows(dc, len(kept), detail)
         return Selection(
             info,
             QuestionRows(table, self.name, functools.partial(_documents, table)),
