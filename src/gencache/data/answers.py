@@ -19,8 +19,6 @@ METRICS: tuple[str, ...] = ("exact_match", "f1", "contains")
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
-_FIRST_LINE: frozenset[str] = frozenset({"hotpot_qa", "musique", "biography", "niah", "table"})
-_CONTAINS_HEADLINE: frozenset[str] = frozenset({"niah", "biography"})
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
@@ -47,10 +45,10 @@ def answer_rule(dataset_name: str, answer_pattern: str | None = None) -> AnswerR
     """The rule of a data config of ``dataset_name`` (its ``answer_pattern``, checked by :mod:`gencache.config`,
     replaces the recipe's cut)."""
     return AnswerRule(
-        first_line=dataset_name in _FIRST_LINE,
+        first_line=dataset_name in ("hotpot_qa", "musique", "biography", "niah", "table"),
         pattern=None if answer_pattern is None else re.compile(answer_pattern),
         split_values=dataset_name == "niah",
-        headline="contains" if dataset_name in _CONTAINS_HEADLINE else "f1",
+        headline="contains" if dataset_name in ("niah", "biography") else "f1",
     )
 
 
