@@ -330,12 +330,11 @@ def read_mirrored(root: Path, sources: Mapping[str, str]) -> Iterator[None]:
 def load_tables(
     source: str | None,
     hub_id: str,
-    *,
     label: str,
     hub_config: str | None,
     dir_config: str | None,
     splits: Sequence[str],
-    single_file_error: str | None = None,
+    single_file_error: str | None,
 ) -> tuple[dict[str, Any], SourceInfo]:
     """Load ``splits`` of a dataset from ``source`` as ``datasets.Dataset`` objects (shared inside
     :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory and
