@@ -56,12 +56,8 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
             warn("few_shot_str is not recommended for HotpotQA")
         detail = f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot"
         self.require_rows(dc, len(kept), detail)
-        return Selection(
-            info,
-            QuestionRows(table, self.name, functools.partial(_documents, table)),
-            kept[: dc.num_shots],
-            kept[dc.num_shots : dc.num_shots + dc.num_samples],
-        )
+        rows = QuestionRows(table, self.name, functools.partial(_documents, table))
+        return Selection(info, rows, kept[: dc.num_shots], kept[dc.num_shots : dc.num_shots + dc.num_samples])
 
     def shot(self, rows: QuestionRows, kwargs: HotpotQAKwargs, index: int) -> Shot:
         documents, question, answer = rows.read(index)
