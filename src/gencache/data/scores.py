@@ -103,9 +103,8 @@ def score_cache(
         matched += 1
         rule, reference = rules[sample.data_config_index], sample.reference
         opened = prompt_opens_thinking([part.text for part in sample.parts])
-        for index, (text, reason, ref) in enumerate(
-            zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
-        ):
+        sequences = zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
+        for index, (text, reason, ref) in enumerate(sequences):
             answer = extract_answer(text, rule, opened=opened)
             scored.append(
                 ScoredAnswer(
