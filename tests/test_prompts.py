@@ -15,7 +15,6 @@ from gencache.data.prompts import (
     ContextBlock,
     Inline,
     Prompt,
-    TokenizedPrompt,
     chat_template_digest,
     compose_default,
     normalize,
@@ -140,10 +139,9 @@ def test_default_composition_keeps_identical_and_empty_documents() -> None:
 
 def test_default_composition_compiles_to_canonical_spans() -> None:
     fake = CharTokenizer()
-    result = tokenize_prompt(compose_default("", ["ab", "cde"], "xy"), fake)
-    assert isinstance(result, TokenizedPrompt)
-    assert result.spans == (("context", 0, 2), ("inline", 2, 3), ("context", 3, 6), ("inline", 6, 9))
-    assert result.input_ids == tuple(ord(c) for c in "ab cde xy")
+    input_ids, spans = tokenize_prompt(compose_default("", ["ab", "cde"], "xy"), fake)
+    assert spans == (("context", 0, 2), ("inline", 2, 3), ("context", 3, 6), ("inline", 6, 9))
+    assert input_ids == tuple(ord(c) for c in "ab cde xy")
     assert len(fake.calls) == 1
     assert fake.calls[0]["add_special_tokens"] is False and fake.calls[0]["padding"] is False
     assert fake.calls[0]["texts"] == ["ab", " ", "cde", " xy"]
@@ -157,18 +155,18 @@ def test_tokenize_with_real_tokenizer_is_per_part_concatenation(tokenizer: Any) 
         ContextBlock("北京 🙂"),
         Inline(" Q?"),
     )
-    result = tokenize_prompt(parts, tokenizer)
+    input_ids, spans = tokenize_prompt(parts, tokenizer)
     expected: list[int] = []
     for part in parts:
         expected.extend(tokenizer(part.text, add_special_tokens=False)["input_ids"])
-    assert result.input_ids == tuple(expected)
-    assert result.input_ids[0] == tokenizer.convert_tokens_to_ids("<|im_start|>")
-    starts = [s for _, s, _ in result.spans]
-    ends = [e for _, _, e in result.spans]
-    assert starts[0] == 0 and ends[-1] == len(result.input_ids) and starts[1:] == ends[:-1]
-    assert [k for k, _, _ in result.spans] == ["inline", "context", "inline", "context", "inline"]
-    for (kind, start, end), part in zip(result.spans, parts, strict=True):
-        assert tokenizer.decode(list(result.input_ids[start:end])) == part.text
+    assert input_ids == tuple(expected)
+    assert input_ids[0] == tokenizer.convert_tokens_to_ids("<|im_start|>")
+    starts = [s for _, s, _ in spans]
+    ends = [e for _, _, e in spans]
+    assert starts[0] == 0 and ends[-1] == len(input_ids) and starts[1:] == ends[:-1]
+    assert [k for k, _, _ in spans] == ["inline", "context", "inline", "context", "inline"]
+    for (kind, start, end), part in zip(spans, parts, strict=True):
+        assert tokenizer.decode(list(input_ids[start:end])) == part.text
         assert kind == part.kind
 
 

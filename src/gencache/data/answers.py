@@ -19,8 +19,6 @@ METRICS: tuple[str, ...] = ("exact_match", "f1", "contains")
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
-_FIRST_LINE: frozenset[str] = frozenset({"hotpot_qa", "musique", "biography", "niah", "table"})
-_CONTAINS_HEADLINE: frozenset[str] = frozenset({"niah", "biography"})
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
@@ -38,7 +36,6 @@ class AnswerRule:
 
     @property
     def description(self) -> str:
-        """The rule in words, as reports show it."""
         if self.pattern is not None:
             return f"answer_pattern {self.pattern.pattern!r}"
         return "the first non-empty line" if self.first_line else "the whole text"
@@ -48,25 +45,18 @@ def answer_rule(dataset_name: str, answer_pattern: str | None = None) -> AnswerR
     """The rule of a data config of ``dataset_name`` (its ``answer_pattern``, checked by :mod:`gencache.config`,
     replaces the recipe's cut)."""
     return AnswerRule(
-        first_line=dataset_name in _FIRST_LINE,
+        first_line=dataset_name in ("hotpot_qa", "musique", "biography", "niah", "table"),
         pattern=None if answer_pattern is None else re.compile(answer_pattern),
         split_values=dataset_name == "niah",
-        headline="contains" if dataset_name in _CONTAINS_HEADLINE else "f1",
+        headline="contains" if dataset_name in ("niah", "biography") else "f1",
     )
 
 
 def prompt_opens_thinking(parts: Sequence[str]) -> bool:
-    """Whether a prompt, given as the texts of its parts in order, ends inside a thinking block: its last
-    ``<think>`` has no ``</think>`` after it. The parts are read from the end and never joined (a tag may straddle
-    two parts)."""
-    after = ""
-    for text in reversed(parts):
-        window = text + after
-        opened, closed = window.rfind(THINK_OPEN), window.rfind(THINK_CLOSE)
-        if opened >= 0 or closed >= 0:
-            return opened > closed
-        after = window[: len(THINK_OPEN) - 1]
-    return False
+    """Whether a prompt, given as the texts of its parts, ends inside a thinking block: its last ``<think>`` has no
+    ``</think>`` after it."""
+    text = "".join(parts)
+    return text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE)
 
 
 def extract_answer(text: str, rule: AnswerRule, *, opened: bool = False) -> str:

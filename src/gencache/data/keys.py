@@ -17,7 +17,13 @@ _FIELD_TYPES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
 )
 
 
-def _check_payload(payload: Mapping[str, Any]) -> None:
+def semantic_key(payload: Mapping[str, Any]) -> str:
+    """Lowercase hex SHA-256 of the canonical JSON of exactly ``{documents, query, shots, task}``.
+
+    Sorted keys (recursively), compact separators, raw UTF-8, NaN rejected. Dict order never matters; list order
+    (documents, shots) does. Token ids, tokenizer, template, think markup, teacher and generation settings are
+    never part of a key. Changing what this returns for an existing payload is a breaking change.
+    """
     if not isinstance(payload, Mapping):
         raise DatasetError(f"A semantic payload must be an object, got {type(payload).__name__}.")
     extra = sorted(str(k) for k in payload if k not in SEMANTIC_FIELDS)
@@ -31,16 +37,6 @@ def _check_payload(payload: Mapping[str, Any]) -> None:
     for name, kind, ok in _FIELD_TYPES:
         if not ok(payload[name]):
             raise DatasetError(f"Semantic payload field {name!r} must be {kind}.")
-
-
-def semantic_key(payload: Mapping[str, Any]) -> str:
-    """Lowercase hex SHA-256 of the canonical JSON of exactly ``{documents, query, shots, task}``.
-
-    Sorted keys (recursively), compact separators, raw UTF-8, NaN rejected. Dict order never matters; list order
-    (documents, shots) does. Token ids, tokenizer, template, think markup, teacher and generation settings are
-    never part of a key. Changing what this returns for an existing payload is a breaking change.
-    """
-    _check_payload(payload)
     try:
         data = canonical_bytes(dict(payload))
     except UnicodeEncodeError as exc:

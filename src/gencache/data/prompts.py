@@ -15,13 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from gencache.config.kwargs import (
-    DefaultKwargs,
-    LlamaChatKwargs,
-    Qwen3ChatKwargs,
-    TemplateKwargs,
-    TokenizerChatKwargs,
-)
+from gencache.config.kwargs import DefaultKwargs, LlamaChatKwargs, Qwen3ChatKwargs, TemplateKwargs, TokenizerChatKwargs
 from gencache.core.canonical import json_digest, sha256_hex
 from gencache.core.errors import PromptError
 
@@ -77,7 +71,6 @@ def compose_default(preamble: str, documents: Sequence[str], task_prompt: str) -
 
 
 def prompt_text(parts: Prompt) -> str:
-    """The flat text the teacher reads."""
     return "".join(part.text for part in parts)
 
 
@@ -85,8 +78,7 @@ def prompt_text(parts: Prompt) -> str:
 
 
 def _system_of(history: History, system_prompt: str, template: str) -> tuple[str, History]:
-    """The system message (the conversation's own system turn, or ``system_prompt``) and the other turns; both
-    at once is refused."""
+    """The system message (the conversation's own system turn, or ``system_prompt``) and the other turns."""
     if history and history[0][0] == "system":
         if system_prompt:
             raise PromptError(
@@ -195,8 +187,7 @@ class TemplateSpec:
         return self.kwargs_model.template_name
 
     def render(self, parts: Prompt, kwargs: BaseModel, tokenizer: Any | None, history: History | None = None) -> Prompt:
-        """The rendered, normalised prompt (documents are never altered); a conversation's earlier turns
-        (``history``, a chat row) only chat templates can render."""
+        """The rendered, normalised prompt; only chat templates render a conversation's earlier turns."""
         if self.chat is not None:
             return self.chat(history or (), parts, kwargs, tokenizer)
         if history is not None:
@@ -212,12 +203,7 @@ TEMPLATES: dict[str, TemplateSpec] = {
     spec.name: spec
     for spec in (
         TemplateSpec(DefaultKwargs, "Plain text: the prompt as composed by the dataset."),
-        TemplateSpec(
-            TokenizerChatKwargs,
-            _tokenizer_chat.__doc__ or "",
-            _tokenizer_chat,
-            needs_tokenizer=True,
-        ),
+        TemplateSpec(TokenizerChatKwargs, _tokenizer_chat.__doc__ or "", _tokenizer_chat, needs_tokenizer=True),
         TemplateSpec(
             LlamaChatKwargs,
             "Hard-coded Llama-3.1 chat markup (the SemPIC research code's dated system header).",
@@ -233,19 +219,12 @@ CHAT_TEMPLATES: tuple[str, ...] = tuple(name for name, spec in TEMPLATES.items()
 # -- tokenization ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TokenizedPrompt:
-    """Concatenated ids of every part and the ``(kind, start, end)`` span of each part."""
-
-    input_ids: tuple[int, ...]
-    spans: tuple[tuple[str, int, int], ...]
+#: The concatenated ids of every part, and the ``(kind, start, end)`` span of each part.
+TokenizedPrompt = tuple[tuple[int, ...], tuple[tuple[str, int, int], ...]]
 
 
 def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
-    """Tokenize each part on its own (no special tokens, one batched call) and concatenate the ids.
-
-    Every document span and the terminal inline span must be non-empty.
-    """
+    """Tokenize each part on its own (no special tokens, one batched call) and concatenate the ids."""
     body = normalize(parts)
     encoded = tokenizer([part.text for part in body], add_special_tokens=False, padding=False)
     ids: list[int] = []
@@ -262,7 +241,7 @@ def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
         if start == end and index == len(body) - 1:
             raise PromptError("The terminal Inline span must be non-empty: the task text tokenizes to no tokens.")
         spans.append((part.kind, start, end))
-    return TokenizedPrompt(input_ids=tuple(ids), spans=tuple(spans))
+    return tuple(ids), tuple(spans)
 
 
 def chat_template_digest(tokenizer: Any) -> str | None:

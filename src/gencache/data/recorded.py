@@ -1,7 +1,5 @@
 """The run an artifact records, from the artifact alone: its ``resolved_config.json`` checked, and its samples
 rebuilt from it, so ``export``, ``audit``, ``score`` and training without a config trust the same checked values.
-
-The compatibility gate (teacher, tokenizer state, dtype) is the manifest's, never this document's.
 """
 
 from __future__ import annotations
@@ -60,9 +58,7 @@ def checked_resolved_config(reader: Any) -> dict[str, Any]:
 
 def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
     """The checked :class:`RecordedRun` of opened ``readers`` (one artifact, or shards of one run), from the first
-    one's ``resolved_config.json``: a :class:`FormatError` naming the file when anything is off, a
-    :class:`ConfigError` when it records no run (an artifact written by ``ArtifactBuild`` directly). The sources are
-    not hashed here."""
+    one's ``resolved_config.json`` (the sources are not hashed here)."""
     first = readers[0]
     where = first.path / RESOLVED_NAME
     resolved = checked_resolved_config(first)
@@ -73,7 +69,6 @@ def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
         )
     if not isinstance(resolved.get(DIGEST_FIELD), str):
         raise _refuse(where, f"it has no {DIGEST_FIELD} (the field was removed)")
-    generation = resolved["generation"]
     try:
         config = parse_config(copy.deepcopy(dict(resolved["config"])), origin=str(where))
     except GencacheError as error:
@@ -83,12 +78,7 @@ def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
     if records[0] is not None and len(records) != records[0]["count"]:
         count, shards = int(records[0]["count"]), tuple(sorted(int(record["index"]) for record in records))
     return RecordedRun(
-        paths=tuple(reader.path for reader in readers),
-        resolved=resolved,
-        config=config,
-        generation=generation,
-        shard_count=count,
-        shards=shards,
+        tuple(reader.path for reader in readers), resolved, config, resolved["generation"], count, shards
     )
 
 
@@ -105,7 +95,6 @@ def _relocated(source: Mapping[str, Any], data_root: Path | None) -> dict[str, s
     return {str(moved / os.path.relpath(path, location)): digest for path, digest in files.items()}
 
 
-#: What works when a recorded source file changed, named by :func:`source_changed`.
 WAYS_FORWARD = (
     "restore the file the run read; or train on the data as it is now with "
     'DistillationDataset(ARTIFACT, tokenizer, config=CONFIG, missing="skip") (a sample whose key the cache lacks '
@@ -115,8 +104,8 @@ WAYS_FORWARD = (
 
 
 def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
-    """The error of a recorded source file whose bytes changed: the file, its sha256 then and now, its size and
-    modification time now (the run recorded the sha256 alone), and :data:`WAYS_FORWARD`."""
+    """The error of a recorded source file whose bytes changed, with its size and modification time now (the run
+    recorded the sha256 alone)."""
     stat = file.stat()
     when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return SourceChangedError(
@@ -136,9 +125,8 @@ def rebuild_samples(
     """The run's samples, rebuilt from its recorded config (tokenized when ``tokenizer`` is given).
 
     ``sources`` (``--source I=PATH``) reads some data configs from elsewhere; ``data_root`` (``--data-root``) holds
-    the recorded local sources by their last path component. The files read must be those the run read, with the
-    same bytes: every recorded local source file is hashed again first, and one that is gone
-    (:class:`DatasetError`) or changed (:class:`SourceChangedError`) is refused in one line naming it."""
+    the recorded local sources by their last path component. Every recorded local source file is hashed again
+    first, so a file that is gone or changed is refused in one line before its rows are read."""
     chosen, count = dict(sources or {}), len(run.config.data_configs)
     for index in chosen:
         if type(index) is not int or not 0 <= index < count:
@@ -187,8 +175,7 @@ def rebuild_samples(
 
 
 def open_recorded_run(path: str | os.PathLike[str]) -> tuple[Any, RecordedRun]:
-    """The reader of ``path`` (an artifact, one shard, or a shard base; :func:`gencache.open_caches`) and the
-    checked record of its run."""
+    """The reader of ``path`` (an artifact, one shard, or a shard base) and the checked record of its run."""
     reader = open_caches(path)
     return reader, run_of_readers(list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader])
 

@@ -45,7 +45,6 @@ class Sample:
 
     @property
     def reference(self) -> str | None:
-        """The recipe's reference (gold) answer, or None when it has none."""
         return self.answer or None
 
     @property
@@ -55,7 +54,6 @@ class Sample:
 
     @property
     def prompt_text(self) -> str:
-        """The rendered prompt as one string (every part's text, in order)."""
         return prompt_text(self.parts)
 
     @property
@@ -119,11 +117,9 @@ class SampleSet:
         return self.samples[index]
 
     def keys(self) -> list[str]:
-        """The unique keys, in first-occurrence order."""
         return [sample.key for sample in self.unique]
 
     def by_key(self, key: str) -> Sample:
-        """The first sample with ``key`` (a ``KeyError`` when no sample has it)."""
         return self._by_key[key]
 
 
@@ -152,8 +148,7 @@ def tokenizer_reasons(
     ``first_index`` is the first one's position in its config."""
     reasons: list[str] = []
     for index, dc in enumerate(_as_data_configs(config_or_data_configs), start=first_index):
-        spec = TEMPLATES[dc.template]
-        if spec.needs_tokenizer:
+        if TEMPLATES[dc.template].needs_tokenizer:
             reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
         if get_recipe(dc.dataset_name).needs_tokenizer(dc.data_kwargs):
             shown = ", ".join(f"{k}={v!r}" for k, v in sorted(dc.data_kwargs.as_json().items()))
@@ -164,41 +159,11 @@ def tokenizer_reasons(
 
 
 def needs_tokenizer(config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]]) -> bool:
-    """True when any data config's template or dataset recipe needs a tokenizer to build its samples."""
     return bool(tokenizer_reasons(config_or_data_configs))
 
 
 def _stats(values: Sequence[int]) -> tuple[int, int, int]:
     return (min(values), int(statistics.median_low(values)), max(values)) if values else (0, 0, 0)
-
-
-def _load_one(
-    index: int, dc: DataConfig, tokenizer: Any | None, tokenized_prompts: dict[Prompt, TokenizedPrompt]
-) -> tuple[list[Sample], SourceInfo]:
-    raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)  # num_samples of them
-    template = TEMPLATES[dc.template]
-    out: list[Sample] = []
-    for sample_index, raw in enumerate(raw_samples):
-        parts = template.render(raw.parts, dc.template_kwargs, tokenizer, raw.history)
-        if tokenizer is not None and parts not in tokenized_prompts:  # duplicates render identical prompts
-            tokenized_prompts[parts] = tokenize_prompt(parts, tokenizer)
-        tokenized = tokenized_prompts.get(parts)
-        out.append(
-            Sample(
-                key=semantic_key(raw.semantic),
-                data_config_index=index,
-                sample_index=sample_index,
-                semantic=raw.semantic,
-                query=raw.query,
-                answer=raw.answer,
-                parts=parts,
-                input_ids=None if tokenized is None else tokenized.input_ids,
-                spans=None if tokenized is None else tokenized.spans,
-                row=raw.row,
-                row_id=raw.row_id,
-            )
-        )
-    return out, source
 
 
 def build_samples(
@@ -207,12 +172,8 @@ def build_samples(
     *,
     first_index: int = 0,
 ) -> SampleSet:
-    """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order.
-
-    A missing tokenizer is refused before any data loads; every error names its data config (``first_index`` is
-    the first one's position in its config). Duplicates that rendered different prompts are a
-    :class:`DuplicatePromptWarning`, since the later ones silently reuse the first one's teacher answer.
-    """
+    """Load, render, key and (when ``tokenizer`` is given) tokenize every sample of the data configs, in order;
+    every error names its data config (``first_index``: the first one's position in its config)."""
     data_configs = _as_data_configs(config_or_data_configs)
     if tokenizer is None:
         reasons = tokenizer_reasons(data_configs, first_index=first_index)
@@ -222,11 +183,19 @@ def build_samples(
     samples: list[Sample] = []
     summaries: list[DataConfigSummary] = []
     seen: set[str] = set()
-    tokenized_prompts: dict[Prompt, TokenizedPrompt] = {}
+    tokenized: dict[Prompt, TokenizedPrompt] = {}  # duplicates render identical prompts
     with shared_tables():  # data configs reading the same source share one load (and one file hash)
         for index, dc in enumerate(data_configs, start=first_index):
             try:
-                loaded, source = _load_one(index, dc, tokenizer, tokenized_prompts)
+                raw_samples, source = get_recipe(dc.dataset_name).load(dc, dc.data_kwargs, tokenizer)
+                loaded: list[Sample] = []
+                for number, raw in enumerate(raw_samples):
+                    parts = TEMPLATES[dc.template].render(raw.parts, dc.template_kwargs, tokenizer, raw.history)
+                    if tokenizer is not None and parts not in tokenized:
+                        tokenized[parts] = tokenize_prompt(parts, tokenizer)
+                    ids, spans = tokenized.get(parts, (None, None))
+                    found = (raw.semantic, raw.query, raw.answer, parts, ids, spans, raw.row, raw.row_id)
+                    loaded.append(Sample(semantic_key(raw.semantic), index, number, *found))
             except (ConfigError, DatasetError, PromptError) as exc:
                 text = str(exc)
                 named = text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"

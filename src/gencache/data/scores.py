@@ -31,16 +31,9 @@ JOIN_COLUMNS: dict[str, str] = {
 SCORE_COLUMNS: dict[str, str] = (
     {"key": "string", "sequence_index": "int64", "data_config_index": "int64"}
     | JOIN_COLUMNS
-    | {
-        "finish_reason": "string",
-        "token_length": "int64",
-        "answer": "string",
-        "reference": "string",
-    }
+    | {"finish_reason": "string", "token_length": "int64", "answer": "string", "reference": "string"}
     | dict.fromkeys(METRICS, "float64")
 )
-#: A score lookup: (key, sequence index) to the answer's metrics (None: no reference).
-Scores = Mapping[tuple[str, int], Mapping[str, float] | None]
 
 
 @dataclass(frozen=True)
@@ -62,14 +55,13 @@ class ScoredAnswer:
     metrics: Mapping[str, float] | None
 
     def row(self) -> dict[str, Any]:
-        """The answer as a score file's row (:data:`SCORE_COLUMNS`)."""
         row = asdict(self)
         metrics = row.pop("metrics") or {}
         return {**row, **{name: metrics.get(name) for name in METRICS}}
 
 
 def join_fields(sample: Sample, names: Mapping[int, str]) -> dict[str, Any]:
-    """The fields that join an answer back to its source row (``names``: each data config's dataset name)."""
+    """:data:`JOIN_COLUMNS` of ``sample`` but its key (``names``: each data config's dataset name)."""
     return {
         "dataset_name": names[sample.data_config_index],
         "data_config_index": sample.data_config_index,
@@ -100,8 +92,7 @@ def score_cache(
     samples: SampleSet, cache: Any, rules: Mapping[int, AnswerRule], *, every_entry: bool = True
 ) -> list[ScoredAnswer]:
     """Every answer of ``samples``' keys that ``cache`` holds, scored against the reference of its key's first
-    sample, in run order. With ``every_entry`` every key the cache holds must be one of ``samples``' (a
-    :class:`DatasetError` otherwise): what scoring a run's own artifact expects."""
+    sample, in run order; with ``every_entry`` (a run's own artifact) every key the cache holds must be one of them."""
     scored: list[ScoredAnswer] = []
     names = {summary.index: summary.dataset_name for summary in samples.summaries}
     matched = 0
@@ -112,9 +103,8 @@ def score_cache(
         matched += 1
         rule, reference = rules[sample.data_config_index], sample.reference
         opened = prompt_opens_thinking([part.text for part in sample.parts])
-        for index, (text, reason, ref) in enumerate(
-            zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
-        ):
+        sequences = zip(entry["text"], entry["finish_reasons"], entry["sequences"], strict=True)
+        for index, (text, reason, ref) in enumerate(sequences):
             answer = extract_answer(text, rule, opened=opened)
             scored.append(
                 ScoredAnswer(
@@ -138,7 +128,6 @@ def score_cache(
 
 
 def score_format(path: str | os.PathLike[str]) -> str:
-    """The format of a score file, ``jsonl`` or ``parquet``, by its extension (a :class:`ConfigError` otherwise)."""
     suffix = Path(path).suffix.lower()
     if suffix not in (".jsonl", ".parquet"):
         raise ConfigError(f"{path}: a score file ends in .jsonl or .parquet (JSON Lines or parquet).")
@@ -146,8 +135,7 @@ def score_format(path: str | os.PathLike[str]) -> str:
 
 
 def read_scores(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str, float] | None]:
-    """The metrics of every answer of a score file (``gencache score --out``), by (key, sequence index); a file
-    that is missing or not a score file is a :class:`ConfigError` naming it."""
+    """The metrics of every answer of a score file (``gencache score --out``), by (key, sequence index)."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"{file}: no such score file; write one with gencache score ARTIFACT --out {file.name}.")

@@ -1,10 +1,8 @@
 """Loading a dataset's tables from the hub, a hub-style local directory or a single file (docs/datasets.md), and
-where their rows came from: the source recorded in ``resolved_config.json`` and each table's files, for messages that
-name a file's own line.
+where their rows came from, for ``resolved_config.json`` and for messages that name a file's own line.
 
-Local JSON, JSON Lines and parquet are read by ``datasets``, CSV and TSV by pyarrow with every cell a string; every
-local file read is hashed (SHA-256) for provenance. A Ray worker that cannot see the driver's files reads the copies the
-driver sent (:func:`read_mirrored`) and records the driver's paths and digests, as the driver would.
+Every local file read is hashed (SHA-256) for provenance. A Ray worker that cannot see the driver's files reads the
+copies the driver sent (:func:`read_mirrored`) and records the driver's paths and digests, as the driver would.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ import glob
 import hashlib
 import json
 import os
-import re
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,8 +23,6 @@ from typing import Any
 from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
 from gencache.core.errors import DatasetError, first_line
-
-_SHARD = re.compile(r"-\d{5}-of-\d{5}\.parquet$")
 
 #: Files whose every cell is text (a header line, then one row per record), by their delimiter.
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
@@ -62,17 +57,14 @@ class TableOrigin:
 
     @property
     def text_cells(self) -> bool:
-        """True for CSV and TSV files, whose every cell is a string."""
         return any(path.suffix.lower() in DELIMITERS for path in self.files)
 
     def describe(self) -> str:
-        """The files read (or the hub table), for a message."""
         return ", ".join(str(p) for p in self.files) if self.files else self.what
 
     def locate(self, index: int) -> str:
         """``<file> line N`` (JSON Lines, CSV and TSV: 1-based, the line the row starts on) or ``<file> row N``
-        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``. Only
-        the parquet shards of one table are several files."""
+        (0-based, in the file's own order) of the table's row ``index``; for a hub table, ``<table> row N``."""
         for path in self.files:
             suffix = path.suffix.lower()
             if suffix == ".parquet":
@@ -93,7 +85,6 @@ class TableOrigin:
 
 
 def _json_array(path: Path) -> bool:
-    """Whether ``path`` is a JSON array of rows (rather than JSON Lines)."""
     with path.open("rb") as handle:
         return path.suffix.lower() == ".json" and handle.read(4096).lstrip().startswith(b"[")
 
@@ -126,7 +117,6 @@ def origin_of(table: Any, label: str) -> TableOrigin:
 
 
 def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
@@ -154,27 +144,21 @@ def classify_source(source: str | None, hub_id: str) -> tuple[str, str]:
         )
     if looks_like_path(source):
         fix = f"fix the path or omit source (the hub dataset {hub_id})" if hub_id else "fix the path"
-        raise DatasetError(f"source path {str(path.absolute())!r} does not exist; {_near(path)}{fix}.", "source")
+        parent = path.absolute().parent
+        try:  # the closest existing name beside the missing one
+            close = closest(path.name, [entry.name for entry in os.scandir(parent) if not entry.name.startswith(".")])
+        except OSError:
+            close = []
+        near = f"did you mean {str(parent / close[0])!r}? " if close else ""
+        raise DatasetError(f"source path {str(path.absolute())!r} does not exist; {near}{fix}.", "source")
     return "hub", source
-
-
-def _near(path: Path) -> str:
-    """``did you mean '<path>'? `` for the closest existing name beside a missing ``path``, else empty."""
-    parent = path.absolute().parent
-    try:
-        names = [entry.name for entry in os.scandir(parent) if not entry.name.startswith(".")]
-    except OSError:
-        return ""
-    close = closest(path.name, names)
-    return f"did you mean {str(parent / close[0])!r}? " if close else ""
 
 
 def _split_files(folder: Path, split: str) -> list[Path]:
     """Files holding ``split`` directly in ``folder`` (one file, or the shards of one parquet table)."""
     found = [folder / f"{split}{ext}" for ext in FILE_SUFFIXES if (folder / f"{split}{ext}").is_file()]
-    shards = sorted(
-        p for p in folder.glob(f"{glob.escape(split)}-*-of-*.parquet") if p.is_file() and _SHARD.search(p.name)
-    )
+    digits = "[0-9]" * 5
+    shards = sorted(p for p in folder.glob(f"{glob.escape(split)}-{digits}-of-{digits}.parquet") if p.is_file())
     if found and shards:
         found.append(shards[0])
     if len(found) > 1:
@@ -184,12 +168,10 @@ def _split_files(folder: Path, split: str) -> list[Path]:
 
 
 def _read_files(paths: Sequence[Path], label: str) -> Any:
-    """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order: JSON,
-    JSON Lines and parquet read by ``datasets``, CSV and TSV by pyarrow with every cell a string (a list or object
-    is JSON text in its cell). A file that cannot be read is one line naming it (and its line where that is known):
-    an empty file or one that is not UTF-8 is refused first, since ``datasets`` would read such bytes into a row
-    and fail only when the row is used."""
+    """One table over ``paths`` (one text file, or the parquet files of one table), rows in file order. An empty
+    file or one that is not UTF-8 is refused first: ``datasets`` would read it into a row and fail when it is used."""
     import datasets
+    import pyarrow.csv
     from datasets.utils import disable_progress_bars, enable_progress_bars, is_progress_bar_enabled
 
     for path in paths:
@@ -216,7 +198,20 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     disable_progress_bars()
     try:
         if delimiter is not None:
-            table = _read_delimited(paths[0], label, delimiter)
+            path = paths[0]
+            header = next(csv_rows(path, delimiter), (1, []))[1]
+            if len(set(header)) != len(header) or not all(header):
+                repeated = sorted({name for name in header if header.count(name) > 1 or not name})
+                raise DatasetError(
+                    f"{label}: {path} line 1: the {path.suffix[1:].upper()} header must name each column once "
+                    f"(repeated or empty: {', '.join(repr(name) for name in repeated)}); rename them."
+                )
+            cells = pyarrow.csv.read_csv(
+                path,
+                parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+                convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pyarrow.string())),
+            )
+            table = datasets.Dataset(datasets.table.InMemoryTable(cells))
         else:
             builder = "parquet" if paths[0].suffix.lower() == ".parquet" else "json"
             table = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
@@ -238,30 +233,10 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     return table
 
 
-def _read_delimited(path: Path, label: str, delimiter: str) -> Any:
-    import datasets
-    import pyarrow as pa
-    import pyarrow.csv
-
-    header = next(csv_rows(path, delimiter), (1, []))[1]
-    if len(set(header)) != len(header) or not all(header):
-        repeated = sorted({name for name in header if header.count(name) > 1 or not name})
-        raise DatasetError(
-            f"{label}: {path} line 1: the {path.suffix[1:].upper()} header must name each column once (repeated or "
-            f"empty: {', '.join(repr(name) for name in repeated)}); rename them."
-        )
-    table = pyarrow.csv.read_csv(
-        path,
-        parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
-        convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pa.string())),
-    )
-    return datasets.Dataset(datasets.table.InMemoryTable(table))
-
-
 def _bad_line(path: Path) -> str | None:
     """``N <what is wrong>`` for the first line that is not JSON (JSON Lines) or the first row whose width differs
     from the header's (CSV, TSV); None when no single line is to blame."""
-    if path.suffix.lower() == ".parquet":
+    if path.suffix.lower() == ".parquet" or _json_array(path):
         return None
     delimiter = DELIMITERS.get(path.suffix.lower())
     if delimiter is not None:
@@ -277,8 +252,6 @@ def _bad_line(path: Path) -> str | None:
                     f"{start}: {len(cells)} cells, but the header names {width} columns; quote cells that hold a "
                     f"{sign} or a line break."
                 )
-        return None
-    if _json_array(path):
         return None
     for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):  # not splitlines:
         # JSON strings may hold U+2028 and the like
@@ -316,8 +289,7 @@ _SHARED: ContextVar[dict[tuple[Any, ...], tuple[dict[str, Any], SourceInfo]] | N
 @contextmanager
 def shared_tables() -> Iterator[None]:
     """Within this block, loading the same tables again returns the first load (recipes only read tables), so
-    data configs over one source load and hash it once; build_samples opens one block per run, and a block inside
-    another shares the outer one's tables (the checks read the files once for both of their phases)."""
+    data configs over one source load and hash it once; a block inside another shares the outer one's tables."""
     if _SHARED.get() is not None:
         yield
         return
@@ -339,7 +311,7 @@ _MIRROR: ContextVar[tuple[Path, Mapping[str, str]] | None] = ContextVar("gencach
 
 
 def mirrored(root: Path, path: str) -> Path:
-    """Where ``root`` holds its copy of the absolute ``path``: ``root/home/u/data.jsonl`` for ``/home/u/data.jsonl``."""
+    """``root/home/u/data.jsonl`` for ``/home/u/data.jsonl``."""
     return root.joinpath(*Path(path).parts[1:])
 
 
@@ -358,12 +330,11 @@ def read_mirrored(root: Path, sources: Mapping[str, str]) -> Iterator[None]:
 def load_tables(
     source: str | None,
     hub_id: str,
-    *,
     label: str,
     hub_config: str | None,
     dir_config: str | None,
     splits: Sequence[str],
-    single_file_error: str | None = None,
+    single_file_error: str | None,
 ) -> tuple[dict[str, Any], SourceInfo]:
     """Load ``splits`` of a dataset from ``source`` as ``datasets.Dataset`` objects (shared inside
     :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory and

@@ -66,12 +66,8 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
 
     def __init__(self, inner: DatasetRecipe[Any, Any], label: str) -> None:
         self.inner, self.label = inner, label
-        vars(self).update(  # the plug-in's class variables, as this wrapper's
-            name=inner.name,
-            hub_id=getattr(inner, "hub_id", ""),
-            kwargs_model=inner.kwargs_model,
-            columns=tuple(getattr(inner, "columns", ())),
-        )
+        vars(self).update(name=inner.name, kwargs_model=inner.kwargs_model)  # the plug-in's class variables
+        vars(self).update(hub_id=getattr(inner, "hub_id", ""), columns=tuple(getattr(inner, "columns", ())))
 
     def _call(self, what: str, call: Any) -> Any:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -90,7 +91,6 @@ class QuestionRows:
     documents: Callable[[dict[str, Any], int], list[str]]
 
     def read(self, index: int) -> tuple[list[str], str, str]:
-        """``(documents, question, answer)`` of row ``index``."""
         record = self.table[index]
         return (
             self.documents(record, index),
@@ -112,8 +112,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     columns: ClassVar[tuple[Column, ...]] = ()
 
     def check_columns(self, table: Any, table_name: str | None = None) -> None:
-        """A :class:`DatasetError` naming the first required column of :attr:`columns` (of ``table_name``) that
-        ``table`` lacks, the files read and the columns they hold."""
+        """Refuse ``table`` when it lacks a required column of :attr:`columns` (of ``table_name``)."""
         check_columns(table, self.name, self.columns, table_name)
 
     def needs_tokenizer(self, kwargs: KwargsT) -> bool:
@@ -133,45 +132,24 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
         raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.")
 
     def preamble(self, rendered: list[str]) -> str:
-        """The text before the documents: the rendered shots, one per line, then a newline."""
         return "\n".join(rendered) + "\n" if rendered else ""
 
     def tables(
-        self,
-        dc: DataConfigLike,
-        *,
-        splits: Sequence[str],
-        hub_config: str | None,
-        single_file_error: str | None = None,
+        self, dc: DataConfigLike, *, splits: Sequence[str], hub_config: str | None, single_file_error: str | None = None
     ) -> tuple[dict[str, Any], SourceInfo]:
-        """The data config's tables from its ``source`` (the hub dataset :attr:`hub_id` when null), by split;
-        in a local directory the ``subset`` folder is tried first (see :mod:`gencache.data.sources`)."""
-        return load_tables(
-            dc.source,
-            self.hub_id,
-            label=self.name,
-            hub_config=hub_config,
-            dir_config=dc.subset,
-            splits=splits,
-            single_file_error=single_file_error,
-        )
+        """The data config's tables from its ``source`` (the hub dataset :attr:`hub_id` when null), by split."""
+        return load_tables(dc.source, self.hub_id, self.name, hub_config, dc.subset, splits, single_file_error)
 
     def require_rows(self, dc: DataConfigLike, available: int, detail: str) -> None:
-        """A shortfall error unless ``available`` rows cover ``num_shots`` few-shot examples and ``num_samples``
-        samples (``detail`` says what the rows are)."""
+        """A shortfall error unless ``available`` rows cover the few-shot examples and the samples."""
         if dc.num_shots + dc.num_samples > available:
             raise shortfall(self.name, dc.split, dc.num_samples, max(available - dc.num_shots, 0), detail)
 
     def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
-        """The samples of a validated data config and its ``data_kwargs``, in order, and where their rows came
-        from."""
         selection = self.select(dc, kwargs, tokenizer)
         shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])
-        recorded = [
-            {"documents": shot.documents, "query": shot.query, "answer": shot.answer, "task": shot.task}
-            for shot in shots
-        ]
+        recorded = [{k: v for k, v in dataclasses.asdict(shot).items() if k != "rendered"} for shot in shots]
         samples: list[RawSample] = []
         skipped = 0
         for index in selection.candidates:
@@ -193,17 +171,9 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             else:  # a chat row's final user turn: no preamble, no leading space
                 blocks = [part for text in context for part in (ContextBlock(text), Inline(" "))]
                 parts = normalize([*blocks, Inline(question.task_prompt)])
-            samples.append(
-                RawSample(
-                    semantic=semantic,
-                    parts=parts,
-                    query=question.query if question.shown is None else question.shown,
-                    answer=question.answer,
-                    history=question.history,
-                    row=index if question.row is None else question.row,
-                    row_id=question.row_id,
-                )
-            )
+            shown = question.query if question.shown is None else question.shown
+            row = index if question.row is None else question.row
+            samples.append(RawSample(semantic, parts, shown, question.answer, question.history, row, question.row_id))
         if len(samples) < dc.num_samples:
             detail = ", ".join(filter(None, (selection.detail, f"{skipped} {selection.skipped}")))
             raise shortfall(self.name, dc.split, dc.num_samples, len(samples), detail)
@@ -211,7 +181,6 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
 
 
 def shortfall(dataset: str, split: str, asked: int, available: int, detail: str) -> DatasetError:
-    """The error for asking more samples than a split holds."""
     return DatasetError(
         f"{dataset} split {split!r} holds {available} usable samples ({detail}) but num_samples is {asked}; "
         f"lower num_samples to at most {available} or choose a larger split.",
@@ -221,5 +190,5 @@ def shortfall(dataset: str, split: str, asked: int, available: int, detail: str)
 
 def warn(message: str) -> None:
     """A ``UserWarning`` as the SemPIC research code issued it, attributed to the caller of
-    :meth:`DatasetRecipe.load` (issued from a recipe's :meth:`DatasetRecipe.select`)."""
+    :meth:`DatasetRecipe.load`."""
     warnings.warn(message, UserWarning, stacklevel=4)

@@ -57,6 +57,10 @@ QA_TEMPLATES: dict[str, tuple[str, ...]] = {
     ),
 }
 SPLITS = ("train", "test")
+ONE_FILE = (
+    "biography needs two row-aligned tables, train (statements) and test (prefixes, name, labels); "
+    "point source at a directory holding <subset>/train.jsonl and <subset>/test.jsonl"
+)
 COLUMNS = (
     *(
         Column(attr, "list of strings", True, "Statements about the person; a document takes one at random.", "train")
@@ -92,7 +96,6 @@ class _Rows:
         return self.rng.choice(items)  # type: ignore[no-any-return]
 
     def document(self, person: int) -> str:
-        """One random statement per attribute of ``person``."""
         return " ".join(self._choice("train", person, attr) for attr in ATTRIBUTES)
 
     def question(self, person: int, question_type: str) -> tuple[str, str, str, str]:
@@ -111,8 +114,6 @@ class _Rows:
 
 
 class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
-    """The ``biography`` recipe."""
-
     name = "biography"
     hub_id = "alex-karev/biographies"
     kwargs_model = BiographyKwargs
@@ -124,15 +125,7 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
                 f"Unknown split {dc.split!r} for biography; use 'train' or 'test' "
                 "(a 50/50 partition of the filtered people)."
             )
-        tables, info = self.tables(
-            dc,
-            splits=SPLITS,
-            hub_config=dc.subset,
-            single_file_error=(
-                "biography needs two row-aligned tables, train (statements) and test (prefixes, name, labels); "
-                "point source at a directory holding <subset>/train.jsonl and <subset>/test.jsonl"
-            ),
-        )
+        tables, info = self.tables(dc, splits=SPLITS, hub_config=dc.subset, single_file_error=ONE_FILE)
         train, test = tables["train"], tables["test"]
         if len(train) != len(test):
             raise DatasetError(
@@ -147,11 +140,8 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
         rng = random.Random(dc.seed)
         order = list(range(*bounds))
         rng.shuffle(order)
-        self.require_rows(
-            dc,
-            len(order),
-            f"{len(order)} people in this half of {len(kept)} kept rows, {dc.num_shots} used as few-shot",
-        )
+        detail = f"{len(order)} people in this half of {len(kept)} kept rows, {dc.num_shots} used as few-shot"
+        self.require_rows(dc, len(order), detail)
         pool = order[: len(order) - dc.num_shots]
         shot_people = order[len(order) - dc.num_shots :] if dc.num_shots else []
         if dc.num_samples and dc.num_data_strs > len(pool):

@@ -6,14 +6,16 @@ and the earlier turns are ``task.history``. Only chat templates render it. See d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
 from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
-from gencache.data.recipes.columns import Column, check_columns, field_of, json_cell, require_type, row_error
-from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns, row_id_of, task_of
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
+from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns
+from gencache.data.sources import origin_of
 
 #: The roles of a turn, and ShareGPT's ``from`` values: the roles they stand for.
 ROLES = {role: role for role in ("system", "user", "assistant")}
@@ -41,19 +43,16 @@ COLUMNS = (
 )
 
 
-def messages_column(table: Any, kwargs: ChatKwargs) -> str:
-    """``data_kwargs.messages``, or ShareGPT's ``conversations`` when the default ``messages`` column is absent."""
-    names = list(getattr(table, "column_names", []) or [])
-    default = ChatKwargs.model_fields["messages"].default
-    if kwargs.messages == default and default not in names and SHAREGPT_COLUMN in names:
-        return SHAREGPT_COLUMN
-    return kwargs.messages
-
-
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
     """The ``(role, content)`` turns of row ``index``, checked: ``{role, content}``, or ShareGPT's ``{from, value}``
     mapped (a row whose first turn has ``from`` is ShareGPT's)."""
-    values = field_of(table, label, index, json_cell(table, label, index, row, column), column, "list")
+    if isinstance(row.get(column), str) and origin_of(table, label).text_cells:  # CSV, TSV: a list as JSON text
+        try:
+            row = {**row, column: json.loads(row[column])}
+        except ValueError as error:
+            problem = f"{column!r} is not JSON ({error}); in a CSV or TSV file write it as JSON text in its cell"
+            raise row_error(table, label, index, problem) from None
+    values = field_of(table, label, index, row, column, "list")
     first = values[0] if values and isinstance(values[0], Mapping) else {}
     sharegpt = first.get("from") is not None and first.get("role") is None  # Arrow gives absent fields as nulls
     said, content, roles = ("from", "value", SHAREGPT_ROLES) if sharegpt else ("role", "content", ROLES)
@@ -72,8 +71,6 @@ def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], col
 
 
 class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
-    """The ``chat`` recipe."""
-
     name = "chat"
     hub_id = ""
     kwargs_model = ChatKwargs
@@ -85,7 +82,10 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
                 "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
             )
         table, info = load_table(self, dc)
-        column = messages_column(table, kwargs)
+        column = kwargs.messages  # or ShareGPT's, when the default column is absent
+        default = ChatKwargs.model_fields["messages"].default
+        if column == default and default not in table.column_names and SHAREGPT_COLUMN in table.column_names:
+            column = SHAREGPT_COLUMN
         check_columns(table, self.name, named_columns(kwargs, column, "data_kwargs.messages"))
         order, detail = filtered_order(table, dc, kwargs.shuffle, kwargs.filters)
         self.require_rows(dc, len(order), detail)  # num_shots is 0 here
@@ -106,9 +106,9 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
             raise row_error(table, self.name, index, "the final user turn is empty; every sample needs a query")
         history = tuple(turns[:-1])
         task: dict[str, Any] = {HISTORY: [{"role": role, "content": content} for role, content in history]}
-        task.update(task_of(table, self.name, index, row, kwargs.task))
+        task.update({column: field_of(table, self.name, index, row, column, "any") for column in kwargs.task})
         documents = documents_of(table, self.name, index, row, kwargs)
-        row_id = row_id_of(table, self.name, index, row, kwargs.id)
+        row_id = kwargs.id and field_of(table, self.name, index, row, kwargs.id, "string or integer")
         return Question(documents, query, answer, query, task, history=history, row_id=row_id)
 
 

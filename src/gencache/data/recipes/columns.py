@@ -4,8 +4,7 @@ file's own order, before any shuffling).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +28,8 @@ class Column:
 
 
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
-    """A :class:`DatasetError` when a required top-level column of ``table_name`` is absent from ``table``,
-    naming the files read, the columns they hold and the fix that is right for the column (its ``field``: what
-    to change in the data config)."""
+    """Refuse ``table`` when it lacks a required top-level column (of ``table_name``), with the fix that is right
+    for the column's ``field``."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
         top = column.name.split(".")[0].removesuffix("[]")
@@ -57,40 +55,9 @@ def check_columns(table: Any, label: str, columns: Iterable[Column], table_name:
         raise DatasetError(f"{found}{fix}, or rename the column in the file.", column.field)
 
 
-def json_cell(table: Any, label: str, index: int, row: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    """``row`` with its column ``name`` decoded from JSON text when the table's cells are text (CSV, TSV): there a
-    list or object column, such as a conversation, is written as JSON in its cell."""
-    value = row.get(name)
-    if not origin_of(table, label).text_cells or not isinstance(value, str):
-        return row
-    try:
-        decoded = json.loads(value)
-    except ValueError as error:
-        problem = f"{name!r} is not JSON ({error}); in a CSV or TSV file write it as JSON text in its cell"
-        raise row_error(table, label, index, problem) from None
-    return {**row, name: decoded}
-
-
 def row_error(table: Any, label: str, index: int, problem: str) -> DatasetError:
     """A :class:`DatasetError` for row ``index`` of ``table``: ``<label>: <file> line N: <problem>``."""
     return DatasetError(f"{label}: {origin_of(table, label).locate(index)}: {problem}.")
-
-
-def row_value(table: Any, label: str, index: int, row: Mapping[str, Any], path: Sequence[str]) -> Any:
-    """The value at ``path`` (nested object keys) of row ``index``; a missing or null value is an error naming
-    the field, the row's file and line, and the fields that are there."""
-    value: Any = row
-    for depth, key in enumerate(path):
-        if not isinstance(value, Mapping) or value.get(key) is None:
-            name = ".".join(path[: depth + 1])
-            if isinstance(value, Mapping):
-                here = ", ".join(str(k) for k, v in value.items() if v is not None) or "no non-null fields"
-            else:
-                here = f"a {type(value).__name__}"
-            where = "the row" if depth == 0 else ".".join(path[:depth])
-            raise row_error(table, label, index, f"{name!r} is missing or null ({where} has: {here})")
-        value = value[key]
-    return value
 
 
 #: What each JSON type a field may be required to have accepts.
@@ -112,6 +79,18 @@ def require_type(table: Any, label: str, index: int, value: Any, name: str, kind
 
 
 def field_of(table: Any, label: str, index: int, row: Mapping[str, Any], name: str, kind: str) -> Any:
-    """The dotted field ``name`` of row ``index``, checked to be of JSON type ``kind`` (see :func:`require_type`)."""
-    value = row_value(table, label, index, row, name.split("."))
+    """The dotted field ``name`` of row ``index``, checked to be of JSON type ``kind``; a missing or null value is
+    an error naming the field, the row's file and line, and the fields that are there."""
+    path = name.split(".")
+    value: Any = row
+    for depth, key in enumerate(path):
+        if not isinstance(value, Mapping) or value.get(key) is None:
+            if isinstance(value, Mapping):
+                here = ", ".join(str(k) for k, v in value.items() if v is not None) or "no non-null fields"
+            else:
+                here = f"a {type(value).__name__}"
+            where = "the row" if depth == 0 else ".".join(path[:depth])
+            problem = f"{'.'.join(path[: depth + 1])!r} is missing or null ({where} has: {here})"
+            raise row_error(table, label, index, problem)
+        value = value[key]
     return require_type(table, label, index, value, name, kind)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -29,20 +30,15 @@ COLUMNS = (
 )
 
 
-def _documents(table: Any) -> Any:
-    def documents(row: dict[str, Any], index: int) -> list[str]:
-        paragraphs = field_of(table, "hotpot_qa", index, row, "context.sentences", "list")
-        return [
-            "".join(require_type(table, "hotpot_qa", index, p, f"context.sentences[{n}]", "list of strings"))
-            for n, p in enumerate(paragraphs)
-        ]
-
-    return documents
+def _documents(table: Any, row: dict[str, Any], index: int) -> list[str]:
+    paragraphs = field_of(table, "hotpot_qa", index, row, "context.sentences", "list")
+    return [
+        "".join(require_type(table, "hotpot_qa", index, p, f"context.sentences[{n}]", "list of strings"))
+        for n, p in enumerate(paragraphs)
+    ]
 
 
 class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
-    """The ``hotpot_qa`` recipe."""
-
     name = "hotpot_qa"
     hub_id = "hotpotqa/hotpot_qa"
     kwargs_model = HotpotQAKwargs
@@ -58,17 +54,10 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
         kept = [i for i in order if levels[i] in kwargs.difficulty]
         if dc.num_shots > 0:
             warn("few_shot_str is not recommended for HotpotQA")
-        self.require_rows(
-            dc,
-            len(kept),
-            f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot",
-        )
-        return Selection(
-            info,
-            QuestionRows(table, self.name, _documents(table)),
-            kept[: dc.num_shots],
-            kept[dc.num_shots : dc.num_shots + dc.num_samples],
-        )
+        detail = f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot"
+        self.require_rows(dc, len(kept), detail)
+        rows = QuestionRows(table, self.name, functools.partial(_documents, table))
+        return Selection(info, rows, kept[: dc.num_shots], kept[dc.num_shots : dc.num_shots + dc.num_samples])
 
     def shot(self, rows: QuestionRows, kwargs: HotpotQAKwargs, index: int) -> Shot:
         documents, question, answer = rows.read(index)

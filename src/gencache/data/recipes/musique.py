@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -31,22 +32,16 @@ COLUMNS = (
 )
 
 
-def _paragraphs(table: Any) -> Any:
-    def paragraphs(record: dict[str, Any], index: int) -> list[str]:
-        items = field_of(table, "musique", index, record, "paragraphs", "list")
-        out = []
-        for position, paragraph in enumerate(items):
-            where = f"paragraphs[{position}]"
-            require_type(table, "musique", index, paragraph, where, "object")
-            out.append(field_of(table, "musique", index, {where: paragraph}, f"{where}.paragraph_text", "string"))
-        return out
-
-    return paragraphs
+def _paragraphs(table: Any, record: dict[str, Any], index: int) -> list[str]:
+    out = []
+    for position, paragraph in enumerate(field_of(table, "musique", index, record, "paragraphs", "list")):
+        where = f"paragraphs[{position}]"
+        require_type(table, "musique", index, paragraph, where, "object")
+        out.append(field_of(table, "musique", index, {where: paragraph}, f"{where}.paragraph_text", "string"))
+    return out
 
 
 class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
-    """The ``musique`` recipe."""
-
     name = "musique"
     hub_id = "dgslibisey/MuSiQue"
     kwargs_model = MuSiQueKwargs
@@ -64,7 +59,7 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
         self.require_rows(dc, total, f"{total} rows, {dc.num_shots} used as few-shot")
         shots = order[total - dc.num_shots :] if dc.num_shots else []
         candidates = order[: total - dc.num_shots][: dc.num_samples]
-        return Selection(info, QuestionRows(table, self.name, _paragraphs(table)), shots, candidates)
+        return Selection(info, QuestionRows(table, self.name, functools.partial(_paragraphs, table)), shots, candidates)
 
     def shot(self, rows: QuestionRows, kwargs: MuSiQueKwargs, index: int) -> Shot:
         documents, question, answer = rows.read(index)

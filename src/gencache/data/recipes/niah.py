@@ -13,13 +13,11 @@ from typing import Any
 
 from gencache.config.datasets import NIAHKwargs
 from gencache.core.errors import DatasetError
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, shortfall
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, field_of
 
-PARTITION_SEED = 42
 SPLITS = ("train", "test")
 HUB_SPLIT = "test"
-ANSWER_CUE = "\nProvide a short answer directly separated by space. Short Answer:"
 # -- sentence splitting and chunking (gencache's own, deterministic; documented in docs/datasets.md) -------------
 
 #: The abbreviations (lowercase) whose "." does not end a sentence.
@@ -33,19 +31,10 @@ _BOUNDARY = re.compile(
     r"|(?P<cjk>[\u3002\uff01\uff1f]+[" + re.escape(_CLOSERS) + r"]*)"
     r"|(?P<stop>(?:[.!?]+|\u2026)[" + re.escape(_CLOSERS) + r"]*)(?=\s|$)"
 )
-
-
-def _word_before(text: str, dot: int) -> str:
-    start = dot
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "._"):
-        start -= 1
-    return text[start:dot].lower()
-
-
-def _next_char(text: str, position: int) -> str:
-    while position < len(text) and text[position].isspace():
-        position += 1
-    return text[position : position + 1]
+#: What ends the word before a "." (a word: letters, digits, "_" and "."), and the character after the spaces
+#: that follow a "."; 64 characters before a "." are enough to tell an abbreviation.
+_NOT_WORD = re.compile(r"[^\w.]")
+_NEXT_CHAR = re.compile(r"\s*(\S)")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -59,12 +48,9 @@ def split_sentences(text: str) -> list[str]:
             start = match.end()
             continue
         if match.lastgroup == "stop" and match.group(0).rstrip(_CLOSERS) == ".":
-            word = _word_before(text, match.start())
-            if (
-                _ABBREVIATION.fullmatch(word)
-                or (len(word) == 1 and word.isalpha())
-                or _next_char(text, match.end()).islower()
-            ):
+            word = _NOT_WORD.split(text[max(match.start() - 64, 0) : match.start()])[-1].lower()
+            after = _NEXT_CHAR.match(text, match.end())
+            if _ABBREVIATION.fullmatch(word) or (len(word) == 1 and word.isalpha()) or (after and after[1].islower()):
                 continue
         sentences.append(text[start : match.end()])
         start = match.end()
@@ -96,8 +82,6 @@ COLUMNS = (
 
 
 class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
-    """The ``niah`` recipe."""
-
     name = "niah"
     hub_id = "simonjegou/ruler"
     kwargs_model = NIAHKwargs
@@ -128,7 +112,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
         self.check_columns(table)
         total = len(table)
         order = list(range(total))
-        random.Random(PARTITION_SEED).shuffle(order)
+        random.Random(42).shuffle(order)  # the partition's fixed seed
         cut = int(total * 0.5)
         part = order[:cut] if dc.split == "train" else order[cut:]
         random.Random(dc.seed).shuffle(part)
@@ -142,8 +126,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
             tasks = list(table["task"])
             part = [i for i in part if tasks[i] in kwargs.tasks]
             detail += f", {len(part)} of tasks {', '.join(kwargs.tasks)}"
-        if dc.num_samples > len(part):
-            raise shortfall(self.name, dc.split, dc.num_samples, len(part), detail)
+        self.require_rows(dc, len(part), detail)  # num_shots is 0 here
         skipped = f"longer than max_len={kwargs.max_len} tokens"
         return Selection(info, (table, tokenizer), (), part, detail, skipped)
 
@@ -157,7 +140,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
         answer = record.get("answer")
         if not isinstance(answer, str):
             answer = " ".join(field_of(table, self.name, index, record, "answer", "list of strings"))
-        shown = question + ANSWER_CUE
+        shown = question + "\nProvide a short answer directly separated by space. Short Answer:"
         chunks = chunk_sentences(split_sentences(context), kwargs.chunk_size)
         return Question([context], question, answer, shown, shown=shown, context=chunks)
 

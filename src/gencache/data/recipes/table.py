@@ -6,20 +6,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from gencache.config.datasets import TableKwargs
 from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
-from gencache.data.recipes.columns import (
-    Column,
-    check_columns,
-    field_of,
-    require_type,
-    row_error,
-    row_value,
-)
+from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 
 COLUMNS = (
     Column("<query>", "string", True, "The column data_kwargs.query names (default question): the key's query."),
@@ -37,9 +30,8 @@ COLUMNS = (
 
 
 def named_columns(kwargs: Any, first: str, first_field: str) -> list[Column]:
-    """The columns a row must have under ``kwargs`` (a table's or chat's): ``first`` (the query or messages column,
-    named by the config field ``first_field``), the document, task and filter columns, and the answer and id
-    columns when there are ones; each with the ``data_kwargs`` field that names it."""
+    """The columns a row must have under ``kwargs`` (a table's or chat's; ``first``: the query or messages column),
+    each with the ``data_kwargs`` field that names it."""
     named: list[tuple[str, str]] = [(first, first_field)]
     named += [(name, "data_kwargs.documents") for name in kwargs.document_columns()]
     named += [(name, "data_kwargs.task") for name in kwargs.task]
@@ -60,7 +52,7 @@ def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwa
     its strings (or its objects' ``document_field``) in order."""
     documents: list[str] = []
     for column in kwargs.document_columns():
-        value = row_value(table, label, index, row, column.split("."))
+        value = field_of(table, label, index, row, column, "any")
         if isinstance(value, str):
             documents.append(value)
             continue
@@ -73,16 +65,6 @@ def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwa
             else:
                 documents.append(require_type(table, label, index, item, where, "string"))
     return documents
-
-
-def task_of(table: Any, label: str, index: int, row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
-    """``{column: value}`` of the task columns of row ``index`` (a null value is an error)."""
-    return {column: field_of(table, label, index, row, column, "any") for column in columns}
-
-
-def row_id_of(table: Any, label: str, index: int, row: Mapping[str, Any], column: str | None) -> str | int | None:
-    """The id of row ``index`` from its ``column`` (``data_kwargs.id``: a string or an integer), None without one."""
-    return None if column is None else field_of(table, label, index, row, column, "string or integer")
 
 
 def filtered_order(table: Any, dc: DataConfigLike, shuffle: bool, filters: Mapping[str, Any]) -> tuple[list[int], str]:
@@ -117,8 +99,6 @@ def load_table(recipe: DatasetRecipe[Any, Any], dc: DataConfigLike) -> tuple[Any
 
 
 class TableRecipe(DatasetRecipe[TableKwargs, Any]):
-    """The ``table`` recipe."""
-
     name = "table"
     hub_id = ""
     kwargs_model = TableKwargs
@@ -139,7 +119,8 @@ class TableRecipe(DatasetRecipe[TableKwargs, Any]):
         documents = documents_of(table, self.name, index, row, kwargs)
         query = field_of(table, self.name, index, row, kwargs.query, "string")
         answer = "" if kwargs.answer is None else field_of(table, self.name, index, row, kwargs.answer, "string")
-        return documents, query, answer, task_of(table, self.name, index, row, kwargs.task)
+        task = {column: field_of(table, self.name, index, row, column, "any") for column in kwargs.task}
+        return documents, query, answer, task
 
     def shot(self, table: Any, kwargs: TableKwargs, index: int) -> Shot:
         documents, query, answer, task = self._read(table, kwargs, index)
@@ -151,7 +132,7 @@ class TableRecipe(DatasetRecipe[TableKwargs, Any]):
         if not query:
             raise row_error(table, self.name, index, f"{kwargs.query!r} is empty; every sample needs a query")
         shown = f"{kwargs.instruction}\n{query}" if kwargs.instruction else query
-        row_id = row_id_of(table, self.name, index, table[index], kwargs.id)
+        row_id = kwargs.id and field_of(table, self.name, index, table[index], kwargs.id, "string or integer")
         return Question(documents, query, answer, shown, task, row_id=row_id)
 
 
