@@ -24,11 +24,11 @@ import msgspec
 from gencache.artifact.names import (
     FINISH_REASONS,
     FORMAT_VERSION,
+    MAX_SHARDS,
     PAYLOAD_NAME,
     STORAGE,
     TOKEN_DTYPE,
     Record,
-    check_shard_info,
     record_digests,
     record_lengths,
     record_reasons,
@@ -71,15 +71,18 @@ class _Provenance(msgspec.Struct, forbid_unknown_fields=True):
     tokenizer: _TokenizerState
 
 
+def _convert(value: object, kind: Any, where: str) -> Any:
+    """``value`` as ``kind`` (a msgspec type), or the :class:`FormatError` naming ``where`` and what is wrong."""
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as error:
+        raise FormatError(f"{where}: {error}.") from None
+
+
 def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]:
     """Validate a provenance object and return a plain copy: exactly model_path, tokenizer_path, dtype, tokenizer
     (its padding side, pad and EOS ids)."""
-    try:
-        checked = msgspec.convert(value, _Provenance)
-    except msgspec.ValidationError as error:
-        raise FormatError(
-            f"{where}: {error} (a provenance holds model_path, tokenizer_path, dtype, tokenizer)."
-        ) from None
+    checked = _convert(value, _Provenance, where)
     if checked.dtype not in DTYPES:
         raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {checked.dtype!r}.")
     for field in ("model_path", "tokenizer_path"):
@@ -234,10 +237,7 @@ def check_manifest(value: object) -> Manifest:
 
     Raises :class:`FormatError` naming the offending field.
     """
-    try:
-        manifest = msgspec.convert(value, _Manifest)
-    except msgspec.ValidationError as error:
-        raise FormatError(f"manifest.json is not a format-{FORMAT_VERSION} manifest: {error}.") from None
+    manifest = _convert(value, _Manifest, "manifest.json")
     version = manifest.format_version
     if type(version) is not int or version != FORMAT_VERSION:
         raise FormatError(
@@ -262,10 +262,7 @@ def check_manifest(value: object) -> Manifest:
 def check_entry(key: str, entry: object) -> list[int]:
     """Check the manifest entry of ``key``; its sequences' token counts."""
     where = f"manifest.json entries[{key}]"
-    try:
-        checked = msgspec.convert(entry, _Entry)
-    except msgspec.ValidationError as error:
-        raise FormatError(f"{where}: {error}.") from None
+    checked = _convert(entry, _Entry, where)
     count = len(checked.sequences)
     if len(checked.text) != count or len(checked.finish_reasons) != count:
         raise FormatError(f"{where} must have one text and one finish reason per sequence ({count}).")
@@ -279,27 +276,36 @@ def check_entry(key: str, entry: object) -> list[int]:
 # ``summary`` holds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons`` (counted from the entries), and
 # ``duplicates``, ``data_configs`` and ``shard`` (given by the run; ``data_configs`` counts the whole run's samples,
 # for a shard too: a shard's own counts, :func:`shard_data_configs`, are recorded in its ``resolved_config.json``).
-_SUMMARY_FIELDS = frozenset({"entries", "sequences", "tokens", "duplicates", "finish_reasons", "data_configs", "shard"})
+class _DataConfig(msgspec.Struct, forbid_unknown_fields=True):
+    index: _Count
+    samples: _Count
+    unique: _Count
+
+
+class _Shard(msgspec.Struct, forbid_unknown_fields=True):
+    index: _Count
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_SHARDS)]
+    rule: Literal["key-mod"]
+    run_digest: _Hex
+
+
+class _Summary(msgspec.Struct, forbid_unknown_fields=True):
+    entries: _Count
+    sequences: _Count
+    tokens: _Count
+    duplicates: _Count
+    finish_reasons: dict[str, int]
+    data_configs: list[Any]
+    shard: _Shard | None
 
 
 def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
     """``value`` as a list of ``{index, samples, unique}`` (index = position, 0 <= unique <= samples)."""
-    if not isinstance(value, list):
-        raise FormatError(f"{where} must be a list of {{index, samples, unique}}.")
-    out = []
-    for position, item in enumerate(value):
-        here = f"{where}[{position}]"
-        if not isinstance(item, Mapping) or set(item) != {"index", "samples", "unique"}:
-            raise FormatError(f"{here} must be an object with exactly index, samples, unique.")
-        if item["index"] != position or not is_int(item["index"]):
-            raise FormatError(f"{here}.index must be {position}, got {item['index']!r}.")
-        samples, unique = item["samples"], item["unique"]
-        if not is_int(samples) or samples < 0 or not is_int(unique) or not 0 <= unique <= samples:
-            raise FormatError(
-                f"{here} needs integers 0 <= unique <= samples, got unique={unique!r} samples={samples!r}."
-            )
-        out.append({"index": position, "samples": samples, "unique": unique})
-    return out
+    configs = _convert(value, list[_DataConfig], where)
+    for position, item in enumerate(configs):
+        if item.index != position or item.unique > item.samples:
+            raise FormatError(f"{where}[{position}] needs index {position} and 0 <= unique <= samples, got {item}.")
+    return [msgspec.structs.asdict(item) for item in configs]
 
 
 def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> dict[str, Any]:
@@ -311,7 +317,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     by the reader). Omitted, ``duplicates`` is inferred for an unsharded artifact (0 without data_configs).
     """
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
-    shard = check_shard_info(caller.get("shard"))
+    shard = caller.get("shard")
     reasons = dict.fromkeys(FINISH_REASONS, 0)
     lengths = [n for record in records.values() for n in record_lengths(record)]
     for record in records.values():
@@ -350,19 +356,20 @@ def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], 
 
 
 def check_summary(
-    value: object, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
+    value: Any, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
 ) -> dict[str, Any]:
     """Check a read manifest's ``summary`` against the counts of its ``entries``; return it unchanged."""
-    if not isinstance(value, dict) or value.keys() != _SUMMARY_FIELDS:
-        raise FormatError(f"manifest.json summary must be an object with exactly {', '.join(sorted(_SUMMARY_FIELDS))}.")
+    where = "manifest.json summary"
+    summary = _convert(value, _Summary, where)
     counted = {"entries": len(entries), "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
     for field, expected in counted.items():
-        if value[field] != expected or (field != "finish_reasons" and not is_int(value[field])):
-            raise FormatError(f"manifest.json summary.{field} is {value[field]!r} but the entries hold {expected!r}.")
-    check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
-    check_shard_info(value["shard"], "manifest.json summary.shard")
-    _check_runs(value, entries, "manifest.json summary")
-    return value
+        if value[field] != expected:
+            raise FormatError(f"{where}.{field} is {value[field]!r} but the entries hold {expected!r}.")
+    check_data_configs(value["data_configs"], f"{where}.data_configs")
+    if summary.shard is not None and summary.shard.index >= summary.shard.count:
+        raise FormatError(f"{where}.shard.index must be below its count {summary.shard.count}.")
+    _check_runs(value, entries, where)
+    return dict(value)
 
 
 def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> None:

@@ -6,11 +6,10 @@ the keys ``k`` with ``int(k, 16) % N == I``). Pure: no I/O, no torch.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from gencache.core.canonical import is_int, is_sha256_hex
-from gencache.core.errors import FormatError, ShardError
+from gencache.core.canonical import is_sha256_hex
+from gencache.core.errors import ShardError
 
 FORMAT_VERSION = 3
 STORAGE = "safetensors"
@@ -64,7 +63,8 @@ def shard_dir_name(output_dir: str, index: int, count: int) -> str:
     base = str(output_dir).rstrip("/")
     if not base:
         raise ShardError(f"output_dir {output_dir!r} has no name to suffix with a shard; choose a directory name.")
-    _check_shard_numbers(index, count, where="shard")
+    if not 0 <= index < count <= MAX_SHARDS:  # five digits each
+        raise ShardError(f"shard {index}/{count}: the count must be 1 to {MAX_SHARDS} and the index 0 to count - 1.")
     return f"{base}-shard-{index:05d}-of-{count:05d}"
 
 
@@ -84,34 +84,9 @@ def shard_of(key: str, count: int) -> int:
     return int(key, 16) % count
 
 
-def _check_shard_numbers(index: object, count: object, *, where: str) -> None:
-    if not is_int(count) or not 1 <= count <= MAX_SHARDS:  # type: ignore[operator]
-        raise ShardError(f"{where}: shard count must be an integer from 1 to {MAX_SHARDS}, got {count!r}.")
-    if not is_int(index) or not 0 <= index < count:  # type: ignore[operator]
-        raise ShardError(f"{where}: shard index must be an integer from 0 to {count - 1}, got {index!r}.")  # type: ignore[operator]
-
-
 def make_shard_info(index: int, count: int, run_digest: str) -> dict[str, Any]:
     """The ``summary.shard`` object of a sharded run's manifest."""
-    _check_shard_numbers(index, count, where="shard")
-    if not is_sha256_hex(run_digest):
-        raise ShardError(f"shard run_digest must be a lowercase SHA-256 hex digest, got {run_digest!r}.")
     return {"index": index, "count": count, "rule": SHARD_RULE, "run_digest": run_digest}
-
-
-def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, Any] | None:
-    """A recorded ``summary.shard``: null or ``{index, count, rule: "key-mod", run_digest}``; :class:`FormatError`
-    otherwise (the record is part of an artifact that was read)."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) or set(value) != {"index", "count", "rule", "run_digest"}:
-        raise FormatError(f"{where} must be null or an object with exactly index, count, rule, run_digest.")
-    if value["rule"] != SHARD_RULE:
-        raise FormatError(f"{where}.rule must be {SHARD_RULE!r}, got {value['rule']!r}.")
-    try:
-        return make_shard_info(value["index"], value["count"], value["run_digest"])
-    except ShardError as error:
-        raise FormatError(f"{where}: {error}") from error
 
 
 # -- the writer's records ----------------------------------------------------------------------------------
