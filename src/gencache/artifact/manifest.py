@@ -26,13 +26,11 @@ from gencache.artifact.names import (
     FORMAT_VERSION,
     MAX_SHARDS,
     PAYLOAD_NAME,
+    RECORD_STRIDE,
     STORAGE,
     TOKEN_DTYPE,
     Record,
-    record_digests,
     record_lengths,
-    record_reasons,
-    record_texts,
     shard_of,
     tensor_name,
 )
@@ -112,29 +110,15 @@ def provenance_digest(provenance: Mapping[str, Any]) -> str:
 
 
 # -- content digests and the manifest encoder ---------------------------------------------------------------
-def _ref_open(digest_json: str, dtype_json: str, shape_json: object) -> str:
-    """A tensor reference in canonical JSON without its closing brace (the manifest appends ``"tensor"``)."""
-    return f'{{"digest":{digest_json},"dtype":{dtype_json},"shape":[{shape_json}]'
-
-
-def _content_sha256(sequences_json: str, texts_json: str, reasons_json: str) -> str:
-    """SHA-256 of canonical ``{"finish_reasons":[..],"sequences":[..],"text":[..]}`` from encoded members."""
-    document = f'{{"finish_reasons":[{reasons_json}],"sequences":[{sequences_json}],"text":[{texts_json}]}}'
-    return hashlib.sha256(document.encode("utf-8")).hexdigest()
-
-
 def content_digest(
     sequence_refs: Sequence[Mapping[str, Any]], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> str:
     """SHA-256 of canonical ``{sequences: [{dtype, shape, digest}], text, finish_reasons}`` (tensor names excluded).
     Raises :class:`FormatError` when a text cannot be encoded (a lone surrogate read from a damaged manifest).
     """
-    parts = [
-        _ref_open(_encode(r["digest"]), _encode(r["dtype"]), ",".join(map(str, r["shape"]))) for r in sequence_refs
-    ]
-    refs = ",".join(part + "}" for part in parts)
+    refs = [{name: ref[name] for name in ("digest", "dtype", "shape")} for ref in sequence_refs]
     try:
-        return _content_sha256(refs, ",".join(map(_encode, texts)), ",".join(map(_encode, finish_reasons)))
+        return json_digest({"finish_reasons": list(finish_reasons), "sequences": refs, "text": list(texts)})
     except UnicodeEncodeError as error:
         raise FormatError(f"Cannot compute a content digest: {error}.") from error
 
@@ -150,11 +134,12 @@ def json_file_bytes(value: Any) -> bytes:
 def _entry_member(key: str, record: Record) -> str:
     """``"<key>":{...}`` of one entry in canonical JSON; each text is encoded once, for the member and its content
     digest."""
-    reasons_json = ",".join(map(_encode, record_reasons(record)))
-    texts_json = ",".join(map(_encode, record_texts(record)))
-    pairs = zip(record_lengths(record), record_digests(record), strict=True)
-    cores = [_ref_open(f'"{digest.hex()}"', _DTYPE_JSON, n) for n, digest in pairs]
-    content_hex = _content_sha256(",".join([f"{core}}}" for core in cores]), texts_json, reasons_json)
+    lengths, digests, texts, reasons = (record[i::RECORD_STRIDE] for i in range(1, 5))
+    reasons_json, texts_json = ",".join(map(_encode, reasons)), ",".join(map(_encode, texts))
+    pairs = zip(lengths, digests, strict=True)
+    cores = [f'{{"digest":"{digest.hex()}","dtype":{_DTYPE_JSON},"shape":[{n}]' for n, digest in pairs]
+    content = f'{{"finish_reasons":[{reasons_json}],"sequences":[{",".join([f"{core}}}" for core in cores])}],'
+    content_hex = hashlib.sha256(f'{content}"text":[{texts_json}]}}'.encode()).hexdigest()
     refs = ",".join([f'{core},"tensor":"{tensor_name(key, i)}"}}' for i, core in enumerate(cores)])
     return (
         f'"{key}":{{"content_digest":"{content_hex}","finish_reasons":[{reasons_json}],"sequences":[{refs}],'
@@ -321,7 +306,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     reasons = dict.fromkeys(FINISH_REASONS, 0)
     lengths = [n for record in records.values() for n in record_lengths(record)]
     for record in records.values():
-        for reason in record_reasons(record):
+        for reason in record[4::RECORD_STRIDE]:
             reasons[reason] += 1
     whole_run = shard is None or shard["count"] == 1
     implied = sum(item["samples"] for item in data_configs) - len(records) if data_configs and whole_run else 0

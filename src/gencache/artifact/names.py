@@ -94,8 +94,8 @@ Record = tuple[Any, ...]
 """What the writer keeps of one appended entry, flat so that it is one small tuple: ``(start, n_0, digest_0,
 text_0, reason_0, n_1, digest_1, text_1, reason_1, ...)``. ``start`` is the offset of the entry's first sequence
 relative to the data start (an entry's sequences are contiguous, in order); per sequence: its token count, the raw
-32-byte SHA-256 of its bytes, its text and its finish reason. Read it only through the accessors
-below."""
+32-byte SHA-256 of its bytes, its text and its finish reason: ``record[1::RECORD_STRIDE]`` are the token counts,
+``record[4::RECORD_STRIDE]`` the finish reasons."""
 
 RECORD_STRIDE = 4  # fields per sequence, after the leading start
 
@@ -108,18 +108,3 @@ def is_single(record: Record) -> bool:
 def record_lengths(record: Record) -> tuple[int, ...]:
     """Each sequence's token count."""
     return record[1::RECORD_STRIDE]
-
-
-def record_digests(record: Record) -> tuple[bytes, ...]:
-    """Each sequence's raw 32-byte SHA-256."""
-    return record[2::RECORD_STRIDE]
-
-
-def record_texts(record: Record) -> tuple[str, ...]:
-    """Each sequence's decoded text."""
-    return record[3::RECORD_STRIDE]
-
-
-def record_reasons(record: Record) -> tuple[str, ...]:
-    """Each sequence's finish reason."""
-    return record[4::RECORD_STRIDE]

@@ -111,23 +111,17 @@ def check_output_path(output_dir: Path | str) -> None:
             f"output_dir {output_dir} has the form of a gencache temporary directory (.NAME.gencache-HOST-PID-HEX), "
             "which gencache clean removes; choose another name."
         )
-    for part in path.parts:
-        if len(os.fsencode(part)) > NAME_MAX:
+    lock = path.parent / (temp_name(path) + LOCK_SUFFIX)  # the longest name and path a build derives
+    for part in (*path.parts, lock.name):
+        if (size := len(os.fsencode(part))) > NAME_MAX:
             raise ConfigError(
-                f"output_dir component {part[:40]}... is {len(os.fsencode(part))} bytes, over the file system's "
-                f"{NAME_MAX}; choose a shorter name."
+                f"output_dir {str(output_dir)[:60]}... is too long: {part[:40]}... (a component, or the temporary "
+                f"lock file name derived from it) is {size} bytes, over the file system's {NAME_MAX}; choose a "
+                "shorter name."
             )
-    longest = len(os.fsencode(temp_name(path) + LOCK_SUFFIX))
-    if longest > NAME_MAX:
+    if (size := len(os.fsencode(os.path.abspath(lock)))) > PATH_MAX:
         raise ConfigError(
-            f"output_dir name {path.name[:40]}... is too long: its temporary lock file name would be {longest} bytes, "
-            f"over the file system's {NAME_MAX}; choose a name of at most {NAME_MAX - (longest - len(path.name))} "
-            "bytes."
-        )
-    total = len(os.fsencode(os.path.abspath(path.parent / (temp_name(path) + LOCK_SUFFIX))))
-    if total > PATH_MAX:
-        raise ConfigError(
-            f"output_dir {str(output_dir)[:60]}... is too long: its temporary paths would be {total} bytes, over the "
+            f"output_dir {str(output_dir)[:60]}... is too long: its temporary paths would be {size} bytes, over the "
             f"kernel's {PATH_MAX}; choose a shorter path."
         )
 
@@ -345,22 +339,19 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
         raise WriteError(f"Cannot list {parent}: {error.strerror or error}.") from error
     failed: list[str] = []
     for name in sorted(names):
+        match = TEMP_RE.match(name.removesuffix(LOCK_SUFFIX))
+        if match is None or (outputs is not None and match["name"] not in outputs):
+            continue
         path = os.path.join(parent, name)
-        lock_match = TEMP_RE.match(name[: -len(LOCK_SUFFIX)]) if name.endswith(LOCK_SUFFIX) else None
-        if lock_match is not None:
-            if outputs is not None and lock_match["name"] not in outputs:
-                continue
-            if not os.path.lexists(path[: -len(LOCK_SUFFIX)]):  # a lock left without its directory
+        if name.endswith(LOCK_SUFFIX):
+            if not os.path.lexists(path.removesuffix(LOCK_SUFFIX)):  # a lock left without its directory
                 state, fd = _try_lock(path)
                 if state == "dead":
                     with suppress(OSError):
                         os.unlink(path)
                     os.close(fd)
             continue
-        match = TEMP_RE.match(name)
-        if match is None or not os.path.isdir(path) or os.path.islink(path):
-            continue
-        if outputs is not None and match["name"] not in outputs:
+        if not os.path.isdir(path) or os.path.islink(path):
             continue
         lock = path + LOCK_SUFFIX
         state, fd = _try_lock(lock)
