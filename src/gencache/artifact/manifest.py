@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -40,11 +39,10 @@ from gencache.core.errors import FormatError
 from gencache.core.tokenizer import tokenizer_state
 
 PROVENANCE_FIELDS = ("model_path", "tokenizer_path", "dtype", "tokenizer")
+MANIFEST_CHUNK_BYTES = 1 << 20  # about how many bytes iter_manifest_bytes yields at a time
 MANIFEST_FIELDS = frozenset(
     {"format_version", "storage", "payload", "provenance", "provenance_digest", "entries", "summary"}
 )
-MANIFEST_CHUNK_BYTES = 1 << 20
-"""About how many bytes :func:`iter_manifest_bytes` yields at a time."""
 
 # json.dumps(..., ensure_ascii=False) encodes strings with this function, so text encoded with it is canonical.
 _encode: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -78,8 +76,7 @@ def _convert(value: object, kind: Any, where: str) -> Any:
 
 
 def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]:
-    """Validate a provenance object and return a plain copy: exactly model_path, tokenizer_path, dtype, tokenizer
-    (its padding side, pad and EOS ids)."""
+    """Validate a provenance object and return a plain copy."""
     checked = _convert(value, _Provenance, where)
     if checked.dtype not in DTYPES:
         raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {checked.dtype!r}.")
@@ -93,11 +90,8 @@ def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]
 
 
 def make_provenance(model_path: str, tokenizer_path: str, dtype: str, tokenizer: Any) -> dict[str, Any]:
-    """The provenance an artifact records: teacher, tokenizer path and state, dtype (validated).
-
-    ``tokenizer`` is a state mapping ``{padding_side, pad_token_id, eos_token_id}`` or a tokenizer object
-    (its state is read with :func:`gencache.core.tokenizer.tokenizer_state`).
-    """
+    """The provenance an artifact records (validated); ``tokenizer`` is a tokenizer or its state mapping
+    ``{padding_side, pad_token_id, eos_token_id}``."""
     state = dict(tokenizer) if isinstance(tokenizer, Mapping) else tokenizer_state(tokenizer)
     return check_provenance(
         {"model_path": model_path, "tokenizer_path": tokenizer_path, "dtype": dtype, "tokenizer": state}
@@ -157,10 +151,8 @@ def iter_manifest_bytes(
 ) -> Iterator[bytes]:
     """The bytes of ``manifest.json`` in pieces of about ``chunk_bytes`` bytes, so a writer can stream it.
 
-    Assembled directly in canonical-JSON order (the tests pin its bytes against a reference built with
-    :func:`gencache.core.canonical.canonical_json`); the small provenance and summary go through ``canonical_json``.
-    The writer checked what it gives: the keys, texts and finish reasons as they were added, the provenance at its
-    start, and ``summary`` (what :func:`build_summary` returns).
+    Assembled directly in canonical-JSON order (the tests pin its bytes against ``canonical_json``) from what the
+    writer checked.
     """
     keys = sorted(records) if sorted_keys is None else sorted_keys
     tail = (
@@ -197,7 +189,9 @@ class _Entry(msgspec.Struct, forbid_unknown_fields=True):
     text: list[str]
 
 
-class _Manifest(msgspec.Struct, forbid_unknown_fields=True):
+class Manifest(msgspec.Struct, forbid_unknown_fields=True):
+    """A manifest's top level (:func:`check_manifest` checks the rest)."""
+
     entries: dict[_Hex, dict[str, Any]]
     format_version: Any
     payload: Literal["cache.safetensors"]
@@ -207,22 +201,9 @@ class _Manifest(msgspec.Struct, forbid_unknown_fields=True):
     summary: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """A checked manifest: the fields readers need."""
-
-    provenance: dict[str, Any]
-    provenance_digest: str
-    entries: dict[str, dict[str, Any]]
-    summary: dict[str, Any]
-
-
 def check_manifest(value: object) -> Manifest:
-    """Every structural check of a parsed manifest that needs no payload (content digests excluded: lazy).
-
-    Raises :class:`FormatError` naming the offending field.
-    """
-    manifest = _convert(value, _Manifest, "manifest.json")
+    """Every structural check of a parsed manifest that needs no payload (content digests excluded: lazy)."""
+    manifest: Manifest = _convert(value, Manifest, "manifest.json")
     version = manifest.format_version
     if type(version) is not int or version != FORMAT_VERSION:
         raise FormatError(
@@ -240,8 +221,8 @@ def check_manifest(value: object) -> Manifest:
         tokens += sum(lengths)
         for reason in entry["finish_reasons"]:
             reasons[reason] += 1
-    summary = check_summary(manifest.summary, manifest.entries, sequences, tokens, reasons)
-    return Manifest(provenance, manifest.provenance_digest, manifest.entries, summary)
+    check_summary(manifest.summary, manifest.entries, sequences, tokens, reasons)
+    return manifest
 
 
 def check_entry(key: str, entry: object) -> list[int]:
@@ -296,10 +277,9 @@ def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
 def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest summary: counts computed from the entries plus the caller's duplicates, data_configs, shard.
 
-    ``data_configs`` and ``duplicates`` describe the whole run's samples (for a shard too): ``duplicates`` is the
-    number of samples whose key repeats an earlier one, so ``sum(samples) - duplicates`` is the run's unique keys.
-    That must equal the entries of an unsharded artifact and be at least the entries of a shard (checked here and
-    by the reader). Omitted, ``duplicates`` is inferred for an unsharded artifact (0 without data_configs).
+    ``data_configs`` and ``duplicates`` describe the whole run's samples (for a shard too), so ``sum(samples) -
+    duplicates`` unique keys must equal an unsharded artifact's entries and be at least a shard's. Omitted,
+    ``duplicates`` is inferred for an unsharded artifact.
     """
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = caller.get("shard")
@@ -324,10 +304,8 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
 
 
 def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], configs: int) -> list[dict[str, int]]:
-    """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``samples``
-    (``(data config index, key)`` pairs), how many have a key among the shard's ``keys`` (``samples``) and how many
-    distinct keys those are (``unique``), for each of the run's ``configs`` data configs. The shards' counts add
-    up to the run's: every key belongs to exactly one shard."""
+    """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``(data config
+    index, key)`` ``samples``, those with a key among the shard's ``keys``, and their distinct keys."""
     mine = set(keys)
     counts = [{"index": index, "samples": 0, "unique": 0} for index in range(configs)]
     seen: set[tuple[int, str]] = set()

@@ -1,6 +1,5 @@
-"""Format 3's names and constants: the three files of an artifact directory, tensor names, the key form, dtypes,
-finish reasons, and the shard rule (shard ``I`` of ``N``, ``<output_dir>-shard-<I:05d>-of-<N:05d>``, holds exactly
-the keys ``k`` with ``int(k, 16) % N == I``). Pure: no I/O, no torch.
+"""Format 3's names and constants, and the shard rule: shard ``I`` of ``N``,
+``<output_dir>-shard-<I:05d>-of-<N:05d>``, holds exactly the keys ``k`` with ``int(k, 16) % N == I``.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ ARTIFACT_FILES = frozenset({PAYLOAD_NAME, MANIFEST_NAME, RESOLVED_NAME})
 
 
 def files_problem(where: object, names: set[str]) -> str | None:
-    """Why the files (objects) ``names`` of ``where`` are not exactly an artifact's three, or None."""
+    """Why the files ``names`` of ``where`` are not exactly an artifact's three, or None."""
     if names == ARTIFACT_FILES:
         return None
     extra, missing = sorted(names - ARTIFACT_FILES), sorted(ARTIFACT_FILES - names)
@@ -53,7 +52,6 @@ is_key = is_sha256_hex  # a semantic key: 64 lowercase hexadecimal characters
 
 
 def tensor_name(key: str, index: int) -> str:
-    """The payload tensor holding answer sequence ``index`` of entry ``key``: ``"<key>.<index>"``."""
     return f"{key}.{index}"
 
 
@@ -101,10 +99,9 @@ RECORD_STRIDE = 4  # fields per sequence, after the leading start
 
 
 def is_single(record: Record) -> bool:
-    """True when ``record`` holds exactly one sequence (the common case the encoders take a fast path for)."""
+    """Whether ``record`` holds one sequence (the common case the encoders take a fast path for)."""
     return len(record) == 1 + RECORD_STRIDE
 
 
 def record_lengths(record: Record) -> tuple[int, ...]:
-    """Each sequence's token count."""
     return record[1::RECORD_STRIDE]

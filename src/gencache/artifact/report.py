@@ -1,6 +1,5 @@
 """What ``gencache inspect`` and ``gencache verify`` find: one JSON-ready dict per path, gathered in a report whose
-``to_json()`` is what ``--json`` prints and whose ``exit_code`` is its command's (:mod:`gencache.cli.render`
-draws inspect's). Nothing here prints.
+``to_json()`` is what ``--json`` prints and whose ``exit_code`` is its command's.
 """
 
 from __future__ import annotations
@@ -26,14 +25,13 @@ from gencache.core.errors import FormatError, GencacheError
 #: Enters a progress display for one artifact (name, total bytes) and yields its callback.
 VerifyProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCallback]]
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
-MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
 NOT_ARTIFACT_KINDS = ("missing", "temporary", "stray", "parent", "not_artifact")
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """A path report's exit code: 2 for a path that is not an artifact (the user named the wrong thing), 1 for one
-    that cannot be read or a shard set that is not one whole run, else 0."""
+    """A path report's exit code: 2 for a path that is not an artifact, 1 for one that cannot be read or a shard set
+    that is not one whole run, else 0."""
     if report["kind"] == "sharded":
         return int(bool(report["shards"]["problems"]) or any(map(exit_code, report["artifacts"])))
     return 2 if report["kind"] in NOT_ARTIFACT_KINDS else int(report["kind"] == "error")
@@ -146,9 +144,8 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
 
 
 def _recorded(reader: CacheReader) -> dict[str, Any]:
-    """``resolved_config.json`` when it is a JSON object that matches its ``resolved_digest`` (when it has one),
-    else an empty dict, so that nothing from an edited or damaged file is shown (verify says what is wrong).
-    Each value read from it is type-checked for the same reason."""
+    """``resolved_config.json`` when it matches its ``resolved_digest`` (when it has one), else an empty dict, so that
+    nothing from an edited or damaged file is shown (verify says what is wrong)."""
     try:
         resolved = read_resolved_config(reader.path)
     except FormatError:
@@ -234,8 +231,8 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
 
 
 def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
-    """Two or more readable paths: whether their provenance differs (in which fields), the union of their keys,
-    and per pair the keys both hold and those whose stored contents differ (the first few)."""
+    """Two or more readable paths: which provenance fields differ, the union of their keys, and per pair the keys
+    both hold and those whose stored contents differ (the first few)."""
     digests = [
         {k: e["content_digest"] for reader in reversed(readers) for k, e in reader.manifest["entries"].items()}
         for _, readers in named
@@ -250,14 +247,14 @@ def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
             shared = digests[i].keys() & digests[j].keys()
             conflicting = sorted(k for k in shared if digests[i][k] != digests[j][k])
             pair = {"a": named[i][0], "b": named[j][0], "shared": len(shared), "conflicting": len(conflicting)}
-            pairs.append({**pair, "conflicting_keys": conflicting[:MAX_LISTED_KEYS]})
+            pairs.append({**pair, "conflicting_keys": conflicting[:5]})
     provenance = "differs" if differing else "identical"
     return {"provenance": provenance, "differing": differing, "union": len(set().union(*digests)), "pairs": pairs}
 
 
 def inspect_report(paths: Sequence[PathLike]) -> InspectReport:
     """A description of each path (an artifact, a sharded output directory, or why it is neither or cannot be
-    read) and, for several readable paths, their overlap (shared and conflicting keys, provenance)."""
+    read) and, for several readable paths, their overlap."""
     artifacts: list[dict[str, Any]] = []
     opened: list[tuple[str, list[CacheReader]]] = []
     for item in paths:
@@ -279,11 +276,8 @@ def inspect_report(paths: Sequence[PathLike]) -> InspectReport:
 
 
 def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> VerifyReport:
-    """Verify every path (a sharded output directory means all its shards and the set's one-run check).
-
-    ``progress(name, total_bytes)``, when given, is entered around the verification of each artifact of at least
-    32 MiB and yields the callback that receives the bytes done.
-    """
+    """Verify every path (a sharded output directory means all its shards and the set's one-run check);
+    ``progress`` is entered around each artifact of at least :data:`PROGRESS_MIN_BYTES`."""
     results: list[dict[str, Any]] = []
     for item in paths:
         path = location(item)
