@@ -239,9 +239,6 @@ def check_entry(key: str, entry: object) -> list[int]:
 
 
 # -- the summary -------------------------------------------------------------------------------------------
-# ``summary`` holds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons`` (counted from the entries), and
-# ``duplicates``, ``data_configs`` and ``shard`` (given by the run; ``data_configs`` counts the whole run's samples,
-# for a shard too: a shard's own counts, :func:`shard_data_configs`, are recorded in its ``resolved_config.json``).
 class _DataConfig(msgspec.Struct, forbid_unknown_fields=True):
     index: _Count
     samples: _Count

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gencache.core.canonical import is_sha256_hex
 from gencache.core.errors import ShardError
 
 FORMAT_VERSION = 3
@@ -46,9 +45,6 @@ SHARD_RULE = "key-mod"
 MAX_SHARDS = 99_999
 
 _SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
-
-
-is_key = is_sha256_hex  # a semantic key: 64 lowercase hexadecimal characters
 
 
 def tensor_name(key: str, index: int) -> str:

@@ -29,7 +29,6 @@ from gencache.artifact.names import (
     RESOLVED_NAME,
     TOKEN_BYTES,
     Record,
-    is_key,
 )
 from gencache.artifact.publish import (
     check_output_path,
@@ -44,6 +43,7 @@ from gencache.artifact.publish import (
 from gencache.artifact.store import exists, location, remove
 from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
 from gencache.config.paths import S3Url
+from gencache.core.canonical import is_sha256_hex
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
 
 READ_ONLY = 0o444
@@ -200,7 +200,7 @@ class CacheWriter:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
         reason per sequence. Returns False for an identical re-add (nothing written)."""
         self._require_open("add entries")
-        if not is_key(key):
+        if not is_sha256_hex(key):
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
         buffers, fields = _entry_fields(key, sequences, texts, finish_reasons)
         fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
@@ -239,8 +239,7 @@ class CacheWriter:
                     "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
                     "max_new_tokens) for the run, or split it with --shard. Nothing was published."
                 )
-            # The manifest is streamed in ~1 MiB pieces (memory stays flat however many entries); its first piece
-            # is built, and so its keys, provenance and summary checked, before anything is written.
+            # streamed (memory stays flat); its first piece, and so the summary, is checked before anything is written
             manifest = iter_manifest_bytes(
                 self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
             )
