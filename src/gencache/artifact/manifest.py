@@ -40,9 +40,6 @@ from gencache.core.tokenizer import tokenizer_state
 
 PROVENANCE_FIELDS = ("model_path", "tokenizer_path", "dtype", "tokenizer")
 MANIFEST_CHUNK_BYTES = 1 << 20  # about how many bytes iter_manifest_bytes yields at a time
-MANIFEST_FIELDS = frozenset(
-    {"format_version", "storage", "payload", "provenance", "provenance_digest", "entries", "summary"}
-)
 
 # json.dumps(..., ensure_ascii=False) encodes strings with this function, so text encoded with it is canonical.
 _encode: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -201,6 +198,9 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True):
     summary: Any
 
 
+MANIFEST_FIELDS = frozenset(Manifest.__struct_fields__)
+
+
 def check_manifest(value: object) -> Manifest:
     """Every structural check of a parsed manifest that needs no payload (content digests excluded: lazy)."""
     manifest: Manifest = _convert(value, Manifest, "manifest.json")
@@ -267,7 +267,9 @@ def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
     configs = _convert(value, list[_DataConfig], where)
     for position, item in enumerate(configs):
         if item.index != position or item.unique > item.samples:
-            raise FormatError(f"{where}[{position}] needs index {position} and 0 <= unique <= samples, got {item}.")
+            raise FormatError(
+                f"{where}[{position}] needs index {position} and unique <= samples: {msgspec.to_builtins(item)}."
+            )
     return [msgspec.structs.asdict(item) for item in configs]
 
 

@@ -41,7 +41,6 @@ FINISH_REASONS = ("eos", "stop_string", "length")
 TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})\Z")
 """The name of a writer's temporary directory beside its output: ``.<name>.gencache-<host>-<pid>-<random>``."""
 
-SHARD_RULE = "key-mod"
 MAX_SHARDS = 99_999
 
 _SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
@@ -80,7 +79,7 @@ def shard_of(key: str, count: int) -> int:
 
 def make_shard_info(index: int, count: int, run_digest: str) -> dict[str, Any]:
     """The ``summary.shard`` object of a sharded run's manifest."""
-    return {"index": index, "count": count, "rule": SHARD_RULE, "run_digest": run_digest}
+    return {"index": index, "count": count, "rule": "key-mod", "run_digest": run_digest}
 
 
 # -- the writer's records ----------------------------------------------------------------------------------

@@ -267,9 +267,8 @@ def hold_lock(temp_dir: Path) -> int:
                 os.close(fd)
                 if isinstance(error, FileNotFoundError):
                     continue  # a cleaner removed it: create another
-            if fd >= 0 or not isinstance(error, FileExistsError):  # never another process's lock file
-                with suppress(OSError):
-                    path.unlink()
+            with suppress(OSError):  # the name is this process's own (host, pid, random)
+                path.unlink()
             if isinstance(error, OSError):
                 raise write_error(f"Locking {path}", error) from error
             raise

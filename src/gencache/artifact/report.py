@@ -18,7 +18,7 @@ from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAM
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, verify
 from gencache.artifact.resolved import DIGEST_FIELD, nested, with_resolved_digest
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards, stray_directory
-from gencache.artifact.store import Location, exists, location, read_resolved_config
+from gencache.artifact.store import Location, exists, listdir, location, read_resolved_config
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError
 
@@ -115,9 +115,7 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
             f"{path} is not an artifact: an artifact is a directory (with cache.safetensors, manifest.json and "
             "resolved_config.json); give its directory.",
         )
-    try:
-        names = os.listdir(path)
-    except OSError:
+    if (names := listdir(path)) is None:
         return None  # opening it says why it cannot be read
     if not (path / MANIFEST_NAME).exists():
         children = sorted(
@@ -148,12 +146,9 @@ def _recorded(reader: CacheReader) -> dict[str, Any]:
     nothing from an edited or damaged file is shown (verify says what is wrong)."""
     try:
         resolved = read_resolved_config(reader.path)
-    except FormatError:
-        return {}
-    digest = resolved.get(DIGEST_FIELD)
-    try:
+        digest = resolved.get(DIGEST_FIELD)
         matches = digest is None or digest == with_resolved_digest(resolved)[DIGEST_FIELD]
-    except UnicodeEncodeError:  # a text that is not valid Unicode: damaged
+    except (FormatError, UnicodeEncodeError):  # unreadable, or a text that is not valid Unicode: damaged
         return {}
     return resolved if matches else {}
 
