@@ -64,12 +64,9 @@ def shard_dir_name(output_dir: str, index: int, count: int) -> str:
 def parse_shard_dir_name(name: str) -> tuple[str, int, int] | None:
     """``(base, index, count)`` of a shard directory name made by :func:`shard_dir_name`, or None."""
     match = _SHARD_SUFFIX_RE.match(name)
-    if match is None:
+    if match is None or not int(match["index"]) < int(match["count"]):
         return None
-    index, count = int(match["index"]), int(match["count"])
-    if count < 1 or index >= count:
-        return None
-    return match["base"], index, count
+    return match["base"], int(match["index"]), int(match["count"])
 
 
 def shard_of(key: str, count: int) -> int:

@@ -10,7 +10,9 @@ import fcntl
 import functools
 import os
 import re
+import secrets
 import shutil
+import socket
 from collections.abc import Callable, Collection, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -22,14 +24,10 @@ from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 
 
 def host_tag() -> str:
-    import socket
-
     return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
 
 
 def temp_name(output_dir: Path, label: str = "") -> str:
-    import secrets
-
     return f".{output_dir.name}{label}.gencache-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
@@ -229,8 +227,7 @@ def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: 
             raise
         raise write_error(step, error) from error
     finally:
-        with suppress(FileNotFoundError):
-            os.unlink(temporary)
+        temporary.unlink(missing_ok=True)
     with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
         fsync_dir(target.parent)
     return result

@@ -209,8 +209,8 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
     reports = [_artifact_report(r) if isinstance(r, CacheReader) else r for r in opened.values()]
     readable = [r for r in reports if r["kind"] == "artifact"]
     own = [r["shard_data_configs"] for r in readable if r["shard_data_configs"] is not None]
-    totals: dict[str, Any] = {name: sum(r[name] for r in readable) for name in ("entries", "sequences", "tokens")}
-    totals["payload_bytes"] = sum(r["payload_bytes"] for r in readable)
+    counted = ("entries", "sequences", "tokens", "payload_bytes")
+    totals: dict[str, Any] = {name: sum(r[name] for r in readable) for name in counted}
     # the shards' own counts add up to the run's only when every shard is there and recorded them
     totals["data_configs"] = (
         None

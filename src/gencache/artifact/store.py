@@ -13,7 +13,6 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -164,10 +163,9 @@ def listdir(where: Location) -> list[str] | None:
 def remove(where: Location) -> None:
     """Remove one file or object; one that is already gone is fine."""
     if isinstance(where, Path):
-        with suppress(FileNotFoundError):
-            where.unlink()
-        return
-    call(f"Removing {where}", client().delete_object, Bucket=where.bucket, Key=where.key)
+        where.unlink(missing_ok=True)
+    else:
+        call(f"Removing {where}", client().delete_object, Bucket=where.bucket, Key=where.key)
 
 
 # -- the files of a local artifact (regular files only, never through a symlink) -------------------------------

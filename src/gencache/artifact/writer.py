@@ -283,8 +283,7 @@ class CacheWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if not self.finalized:
-            self.abort()
+        self.abort()  # a finalized writer keeps its files
 
 
 class ArtifactBuild:
