@@ -30,8 +30,7 @@ NOT_ARTIFACT_KINDS = ("missing", "temporary", "stray", "parent", "not_artifact")
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """A path report's exit code: 2 for a path that is not an artifact, 1 for one that cannot be read or a shard set
-    that is not one whole run, else 0."""
+    """2 for a path that is not an artifact, 1 for one that cannot be read or shards that are not one run, else 0."""
     if report["kind"] == "sharded":
         return int(bool(report["shards"]["problems"]) or any(map(exit_code, report["artifacts"])))
     return 2 if report["kind"] in NOT_ARTIFACT_KINDS else int(report["kind"] == "error")

@@ -1,13 +1,9 @@
 """Publishing an artifact to an ``s3://`` prefix with the promises of a local rename, enforced by the server.
 
-A writer first creates its lock object ``<parent>/.<name>.gencache-lock`` with ``If-None-Match: *`` and rewrites it
-every minute. The payload is one multipart upload whose first part (the reserved header and the first data) is sent
-last, once the header is known; every object is completed with ``If-None-Match: *``, ``manifest.json`` last. **The
-manifest is the commit point**: readers open an artifact through it and it is created only when the other objects
-are whole, so a reader never sees half an artifact.
-
-A killed writer leaves at most an incomplete upload, objects without a manifest and its lock: :func:`clean` removes
-them once the lock is stale.
+A writer holds a lock object ``<parent>/.<name>.gencache-lock``. The payload is one multipart upload whose first
+part (the reserved header) is sent last; every object is created with ``If-None-Match: *``, ``manifest.json`` last:
+**the manifest is the commit point**, created only when the other objects are whole, so a reader never sees half an
+artifact. What a killed writer left, :func:`clean` removes once its lock is stale.
 """
 
 from __future__ import annotations
