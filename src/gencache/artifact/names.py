@@ -1,16 +1,13 @@
-"""Format 3's names and constants: the three files of an artifact directory, tensor names, the key form, dtypes,
-finish reasons, and the shard rule (shard ``I`` of ``N``, ``<output_dir>-shard-<I:05d>-of-<N:05d>``, holds exactly
-the keys ``k`` with ``int(k, 16) % N == I``). Pure: no I/O, no torch.
+"""Format 3's names and constants, and the shard rule: shard ``I`` of ``N``,
+``<output_dir>-shard-<I:05d>-of-<N:05d>``, holds exactly the keys ``k`` with ``int(k, 16) % N == I``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from gencache.core.canonical import is_int, is_sha256_hex
-from gencache.core.errors import FormatError, ShardError
+from gencache.core.errors import ShardError
 
 FORMAT_VERSION = 3
 STORAGE = "safetensors"
@@ -21,7 +18,7 @@ ARTIFACT_FILES = frozenset({PAYLOAD_NAME, MANIFEST_NAME, RESOLVED_NAME})
 
 
 def files_problem(where: object, names: set[str]) -> str | None:
-    """Why the files (objects) ``names`` of ``where`` are not exactly an artifact's three, or None."""
+    """Why the files ``names`` of ``where`` are not exactly an artifact's three, or None."""
     if names == ARTIFACT_FILES:
         return None
     extra, missing = sorted(names - ARTIFACT_FILES), sorted(ARTIFACT_FILES - names)
@@ -44,17 +41,12 @@ FINISH_REASONS = ("eos", "stop_string", "length")
 TEMP_RE = re.compile(r"^\.(?P<name>.+)\.gencache-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})\Z")
 """The name of a writer's temporary directory beside its output: ``.<name>.gencache-<host>-<pid>-<random>``."""
 
-SHARD_RULE = "key-mod"
 MAX_SHARDS = 99_999
 
 _SHARD_SUFFIX_RE = re.compile(r"^(?P<base>.+)-shard-(?P<index>\d{5})-of-(?P<count>\d{5})\Z")
 
 
-is_key = is_sha256_hex  # a semantic key: 64 lowercase hexadecimal characters
-
-
 def tensor_name(key: str, index: int) -> str:
-    """The payload tensor holding answer sequence ``index`` of entry ``key``: ``"<key>.<index>"``."""
     return f"{key}.{index}"
 
 
@@ -64,19 +56,17 @@ def shard_dir_name(output_dir: str, index: int, count: int) -> str:
     base = str(output_dir).rstrip("/")
     if not base:
         raise ShardError(f"output_dir {output_dir!r} has no name to suffix with a shard; choose a directory name.")
-    _check_shard_numbers(index, count, where="shard")
+    if not 0 <= index < count <= MAX_SHARDS:  # five digits each
+        raise ShardError(f"shard {index}/{count}: the count must be 1 to {MAX_SHARDS} and the index 0 to count - 1.")
     return f"{base}-shard-{index:05d}-of-{count:05d}"
 
 
 def parse_shard_dir_name(name: str) -> tuple[str, int, int] | None:
     """``(base, index, count)`` of a shard directory name made by :func:`shard_dir_name`, or None."""
     match = _SHARD_SUFFIX_RE.match(name)
-    if match is None:
+    if match is None or not int(match["index"]) < int(match["count"]):
         return None
-    index, count = int(match["index"]), int(match["count"])
-    if count < 1 or index >= count:
-        return None
-    return match["base"], index, count
+    return match["base"], int(match["index"]), int(match["count"])
 
 
 def shard_of(key: str, count: int) -> int:
@@ -84,34 +74,9 @@ def shard_of(key: str, count: int) -> int:
     return int(key, 16) % count
 
 
-def _check_shard_numbers(index: object, count: object, *, where: str) -> None:
-    if not is_int(count) or not 1 <= count <= MAX_SHARDS:  # type: ignore[operator]
-        raise ShardError(f"{where}: shard count must be an integer from 1 to {MAX_SHARDS}, got {count!r}.")
-    if not is_int(index) or not 0 <= index < count:  # type: ignore[operator]
-        raise ShardError(f"{where}: shard index must be an integer from 0 to {count - 1}, got {index!r}.")  # type: ignore[operator]
-
-
 def make_shard_info(index: int, count: int, run_digest: str) -> dict[str, Any]:
     """The ``summary.shard`` object of a sharded run's manifest."""
-    _check_shard_numbers(index, count, where="shard")
-    if not is_sha256_hex(run_digest):
-        raise ShardError(f"shard run_digest must be a lowercase SHA-256 hex digest, got {run_digest!r}.")
-    return {"index": index, "count": count, "rule": SHARD_RULE, "run_digest": run_digest}
-
-
-def check_shard_info(value: object, where: str = "summary.shard") -> dict[str, Any] | None:
-    """A recorded ``summary.shard``: null or ``{index, count, rule: "key-mod", run_digest}``; :class:`FormatError`
-    otherwise (the record is part of an artifact that was read)."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) or set(value) != {"index", "count", "rule", "run_digest"}:
-        raise FormatError(f"{where} must be null or an object with exactly index, count, rule, run_digest.")
-    if value["rule"] != SHARD_RULE:
-        raise FormatError(f"{where}.rule must be {SHARD_RULE!r}, got {value['rule']!r}.")
-    try:
-        return make_shard_info(value["index"], value["count"], value["run_digest"])
-    except ShardError as error:
-        raise FormatError(f"{where}: {error}") from error
+    return {"index": index, "count": count, "rule": "key-mod", "run_digest": run_digest}
 
 
 # -- the writer's records ----------------------------------------------------------------------------------
@@ -119,32 +84,16 @@ Record = tuple[Any, ...]
 """What the writer keeps of one appended entry, flat so that it is one small tuple: ``(start, n_0, digest_0,
 text_0, reason_0, n_1, digest_1, text_1, reason_1, ...)``. ``start`` is the offset of the entry's first sequence
 relative to the data start (an entry's sequences are contiguous, in order); per sequence: its token count, the raw
-32-byte SHA-256 of its bytes, its text and its finish reason. Read it only through the accessors
-below."""
+32-byte SHA-256 of its bytes, its text and its finish reason: ``record[1::RECORD_STRIDE]`` are the token counts,
+``record[4::RECORD_STRIDE]`` the finish reasons."""
 
 RECORD_STRIDE = 4  # fields per sequence, after the leading start
 
 
 def is_single(record: Record) -> bool:
-    """True when ``record`` holds exactly one sequence (the common case the encoders take a fast path for)."""
+    """Whether ``record`` holds one sequence (the common case the encoders take a fast path for)."""
     return len(record) == 1 + RECORD_STRIDE
 
 
 def record_lengths(record: Record) -> tuple[int, ...]:
-    """Each sequence's token count."""
     return record[1::RECORD_STRIDE]
-
-
-def record_digests(record: Record) -> tuple[bytes, ...]:
-    """Each sequence's raw 32-byte SHA-256."""
-    return record[2::RECORD_STRIDE]
-
-
-def record_texts(record: Record) -> tuple[str, ...]:
-    """Each sequence's decoded text."""
-    return record[3::RECORD_STRIDE]
-
-
-def record_reasons(record: Record) -> tuple[str, ...]:
-    """Each sequence's finish reason."""
-    return record[4::RECORD_STRIDE]

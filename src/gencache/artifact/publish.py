@@ -10,7 +10,9 @@ import fcntl
 import functools
 import os
 import re
+import secrets
 import shutil
+import socket
 from collections.abc import Callable, Collection, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -20,18 +22,12 @@ from gencache.artifact.names import TEMP_RE
 from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, OutputExistsError, WriteError
 
-_IOV_BATCH = 64  # buffers per pwritev (far below IOV_MAX)
-
 
 def host_tag() -> str:
-    import socket
-
     return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "host"
 
 
 def temp_name(output_dir: Path, label: str = "") -> str:
-    import secrets
-
     return f".{output_dir.name}{label}.gencache-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
@@ -44,11 +40,11 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
-    """Write ``buffers`` (bytes or byte views) back to back at ``offset``: one ``pwritev`` unless it comes back short
-    (a file-size limit, the kernel's 2 GiB cap, a signal), then the rest."""
+    """Write ``buffers`` back to back at ``offset``, again from where a short ``pwritev`` stopped (a file-size limit,
+    the kernel's 2 GiB cap, a signal)."""
     pending = list(buffers)
     while pending:
-        written = os.pwritev(fd, pending[:_IOV_BATCH], offset)
+        written = os.pwritev(fd, pending[:64], offset)  # far below IOV_MAX
         if written <= 0:
             raise OSError(errno.EIO, "write made no progress")
         offset += written
@@ -90,10 +86,9 @@ PATH_MAX = 4096  # the longest path (bytes) the kernel takes
 
 
 def check_output_path(output_dir: Path | str) -> None:
-    """Refuse an output path that exists (a file, a directory, even empty, or a dangling symlink), whose name a
-    temporary directory could have (``gencache clean`` would take it for a leftover), or whose name or path is too
-    long for the file system once the temporary name and the lock file are derived from it; and one without a name
-    of its own (:func:`gencache.config.paths.check_output_name`)."""
+    """Refuse an output path that exists (even as an empty directory or a dangling symlink), whose name a temporary
+    directory could have (``gencache clean`` would take it for a leftover), or too long once the temporary names are
+    derived from it."""
     check_output_name(os.fspath(output_dir), "output_dir")
     if os.path.islink(output_dir) and not os.path.exists(output_dir):
         raise OutputExistsError(
@@ -111,23 +106,17 @@ def check_output_path(output_dir: Path | str) -> None:
             f"output_dir {output_dir} has the form of a gencache temporary directory (.NAME.gencache-HOST-PID-HEX), "
             "which gencache clean removes; choose another name."
         )
-    for part in path.parts:
-        if len(os.fsencode(part)) > NAME_MAX:
+    lock = path.parent / (temp_name(path) + LOCK_SUFFIX)  # the longest name and path a build derives
+    for part in (*path.parts, lock.name):
+        if (size := len(os.fsencode(part))) > NAME_MAX:
             raise ConfigError(
-                f"output_dir component {part[:40]}... is {len(os.fsencode(part))} bytes, over the file system's "
-                f"{NAME_MAX}; choose a shorter name."
+                f"output_dir {str(output_dir)[:60]}... is too long: {part[:40]}... (a component, or the temporary "
+                f"lock file name derived from it) is {size} bytes, over the file system's {NAME_MAX}; choose a "
+                "shorter name."
             )
-    longest = len(os.fsencode(temp_name(path) + LOCK_SUFFIX))
-    if longest > NAME_MAX:
+    if (size := len(os.fsencode(os.path.abspath(lock)))) > PATH_MAX:
         raise ConfigError(
-            f"output_dir name {path.name[:40]}... is too long: its temporary lock file name would be {longest} bytes, "
-            f"over the file system's {NAME_MAX}; choose a name of at most {NAME_MAX - (longest - len(path.name))} "
-            "bytes."
-        )
-    total = len(os.fsencode(os.path.abspath(path.parent / (temp_name(path) + LOCK_SUFFIX))))
-    if total > PATH_MAX:
-        raise ConfigError(
-            f"output_dir {str(output_dir)[:60]}... is too long: its temporary paths would be {total} bytes, over the "
+            f"output_dir {str(output_dir)[:60]}... is too long: its temporary paths would be {size} bytes, over the "
             f"kernel's {PATH_MAX}; choose a shorter path."
         )
 
@@ -148,9 +137,8 @@ _libc = functools.cache(lambda: ctypes.CDLL(None, use_errno=True))
 
 
 def probe_rename(parent: Path | str) -> str:
-    """Which publish rename ``parent``'s filesystem supports: ``"renameat2"`` or ``"rename"`` (it lacks
-    ``RENAME_NOREPLACE``), found by renaming directories in a scratch directory of ``parent`` (created if needed).
-    A filesystem whose ``renameat2`` accepts the flag but replaces an existing directory is refused."""
+    """Which publish rename ``parent``'s filesystem supports, ``"renameat2"`` or ``"rename"``, found by renaming
+    directories in a scratch directory; one whose ``renameat2`` accepts the flag but replaces a directory is refused."""
     parent = Path(parent)
     scratch = parent / temp_name(parent / "probe", _PROBE)
     try:
@@ -179,10 +167,8 @@ def probe_rename(parent: Path | str) -> str:
 def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = None) -> str:
     """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
 
-    ``renameat2(RENAME_NOREPLACE)`` unless ``mode`` is ``"rename"`` (what :func:`probe_rename` found) or the
-    filesystem answers EINVAL/ENOSYS; then a plain rename of the non-empty directory, after checking the output is
-    still absent (the rename itself refuses a non-empty directory, a file or a symlink). The directory's mode
-    follows the umask; the parent is fsynced.
+    Where ``renameat2(RENAME_NOREPLACE)`` is missing, a plain rename of the non-empty directory, which refuses an
+    existing non-empty directory, a file or a symlink, after checking the output is still absent.
     """
     temp_dir, output_dir = Path(temp_dir), Path(output_dir)
     try:
@@ -220,11 +206,9 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
 def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: bool = True) -> T:
     """Write the file ``path`` whole or not at all; return what ``write`` returned.
 
-    ``write(handle)`` fills a temporary sibling of ``path`` (named after this host, process and a random token, so
-    concurrent writers never share one), which is flushed to disk and then renamed over ``path`` (``replace``) or
-    hard-linked to it, raising :class:`FileExistsError` where a file exists (never replacing it). The temporary
-    file is removed whatever happens. Failing file-system steps raise :class:`WriteError`; what ``write`` raises
-    passes through.
+    ``write(handle)`` fills a temporary sibling, which is fsynced and renamed over ``path`` (``replace``) or
+    hard-linked to it, raising :class:`FileExistsError` where a file exists. Failing file-system steps raise
+    :class:`WriteError`; what ``write`` raises passes through.
     """
     target = Path(os.path.abspath(path))
     temporary = target.with_name(temp_name(target))
@@ -243,8 +227,7 @@ def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: 
             raise
         raise write_error(step, error) from error
     finally:
-        with suppress(FileNotFoundError):
-            os.unlink(temporary)
+        temporary.unlink(missing_ok=True)
     with suppress(OSError):  # the file is in place and whole; only its survival of a power loss is less sure
         fsync_dir(target.parent)
     return result
@@ -255,8 +238,7 @@ LOCK_SUFFIX = ".lock"
 
 
 def lock_path(temp_dir: Path | str) -> Path:
-    """The lock file of a temporary directory: ``<temp_dir>.lock`` beside it (an artifact holds exactly its three
-    files, so the lock cannot live inside the directory that is renamed into place)."""
+    """``<temp_dir>.lock``, beside the directory (an artifact holds exactly its three files)."""
     temp_dir = Path(temp_dir)
     return temp_dir.with_name(temp_dir.name + LOCK_SUFFIX)
 
@@ -264,9 +246,8 @@ def lock_path(temp_dir: Path | str) -> Path:
 def hold_lock(temp_dir: Path) -> int:
     """Create and ``flock`` the lock file of ``temp_dir`` before the directory exists; return its descriptor.
 
-    The lock lives as long as the writer's process (the kernel drops it at exit, however the process ends), so
-    ``gencache clean`` can tell a live writer from a dead one on any host or PID namespace that shares the
-    filesystem's locks.
+    The kernel drops the lock when the process ends, however it ends, so ``gencache clean`` tells a live writer
+    from a dead one on any host or PID namespace that shares the filesystem's locks.
     """
     path = lock_path(temp_dir)
     for _ in range(3):
@@ -283,9 +264,8 @@ def hold_lock(temp_dir: Path) -> int:
                 os.close(fd)
                 if isinstance(error, FileNotFoundError):
                     continue  # a cleaner removed it: create another
-            if fd >= 0 or not isinstance(error, FileExistsError):  # never another process's lock file
-                with suppress(OSError):
-                    path.unlink()
+            with suppress(OSError):  # the name is this process's own (host, pid, random)
+                path.unlink()
             if isinstance(error, OSError):
                 raise write_error(f"Locking {path}", error) from error
             raise
@@ -324,20 +304,17 @@ def _try_lock(path: str) -> tuple[str, int]:
 
 
 def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:
-    """Remove the temporary directories in ``parent`` whose writer is dead; return what this call removed.
-    With ``outputs``, only those of these output directory names (a run's own shards).
+    """Remove the temporary directories in ``parent`` whose writer is dead (with ``outputs``, only those of these
+    output names); return what this call removed.
 
-    A directory whose lock file (``<dir>.lock``) is free has a dead writer, whatever host or PID namespace it ran
-    in; one whose lock is held is kept, and so is one without a lock file (a writer's directory always has one),
-    except the empty scratch directories of :func:`probe_rename`, removed when the process on this host that
-    named them no longer exists. A directory or lock file that another ``gencache clean`` removed meanwhile counts
-    as done, so concurrent cleaners all succeed. When some leftovers cannot be removed (a read-only file system,
-    permissions), the others are still removed and a :class:`WriteError` then names what is left.
+    A directory whose lock file is free has a dead writer; one without a lock file is not a writer's, except the
+    scratch directories of :func:`probe_rename`, removed once the process on this host that named them is gone.
+    What another cleaner removed meanwhile counts as done. What cannot be removed is named in one
+    :class:`WriteError` after the rest is removed.
     """
     parent = Path(parent)
     if not parent.is_dir():
         raise ConfigError(f"{parent} is not a directory; give the directory that holds the output directories.")
-    host = host_tag()
     removed = []
     try:
         names = os.listdir(parent)
@@ -345,35 +322,31 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
         raise WriteError(f"Cannot list {parent}: {error.strerror or error}.") from error
     failed: list[str] = []
     for name in sorted(names):
+        match = TEMP_RE.match(name.removesuffix(LOCK_SUFFIX))
+        if match is None or (outputs is not None and match["name"] not in outputs):
+            continue
         path = os.path.join(parent, name)
-        lock_match = TEMP_RE.match(name[: -len(LOCK_SUFFIX)]) if name.endswith(LOCK_SUFFIX) else None
-        if lock_match is not None:
-            if outputs is not None and lock_match["name"] not in outputs:
-                continue
-            if not os.path.lexists(path[: -len(LOCK_SUFFIX)]):  # a lock left without its directory
+        if name.endswith(LOCK_SUFFIX):
+            if not os.path.lexists(path.removesuffix(LOCK_SUFFIX)):  # a lock left without its directory
                 state, fd = _try_lock(path)
                 if state == "dead":
                     with suppress(OSError):
                         os.unlink(path)
                     os.close(fd)
             continue
-        match = TEMP_RE.match(name)
-        if match is None or not os.path.isdir(path) or os.path.islink(path):
-            continue
-        if outputs is not None and match["name"] not in outputs:
+        if not os.path.isdir(path) or os.path.islink(path):
             continue
         lock = path + LOCK_SUFFIX
         state, fd = _try_lock(lock)
         if state == "live":
             continue
         if state == "absent" and (
-            _PROBE not in match["name"] or match["host"] != host or pid_alive(int(match["pid"]))
+            _PROBE not in match["name"] or match["host"] != host_tag() or pid_alive(int(match["pid"]))
         ):  # no lock file: not a writer's directory, or a rename probe's scratch directory still in use
             continue
         try:
-            if os.path.lexists(path):  # else another cleaner removed it
-                shutil.rmtree(path)
-                removed.append(Path(path))
+            shutil.rmtree(path)
+            removed.append(Path(path))
             if fd >= 0:
                 with suppress(OSError):
                     os.unlink(lock)
@@ -390,7 +363,7 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
             f"{done}could not remove {len(failed)} temporary director{'y' if len(failed) == 1 else 'ies'}: "
             f"{'; '.join(failed)}; remove them by hand or rerun where the file system is writable."
         )
-    return sorted(removed)
+    return removed
 
 
 def pid_alive(pid: int) -> bool:

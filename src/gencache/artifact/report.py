@@ -1,6 +1,5 @@
 """What ``gencache inspect`` and ``gencache verify`` find: one JSON-ready dict per path, gathered in a report whose
-``to_json()`` is what ``--json`` prints and whose ``exit_code`` is its command's (:mod:`gencache.cli.render`
-draws inspect's). Nothing here prints.
+``to_json()`` is what ``--json`` prints and whose ``exit_code`` is its command's.
 """
 
 from __future__ import annotations
@@ -19,21 +18,19 @@ from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAM
 from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, verify
 from gencache.artifact.resolved import DIGEST_FIELD, nested, with_resolved_digest
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards, stray_directory
-from gencache.artifact.store import Location, exists, location, read_resolved_config
+from gencache.artifact.store import Location, exists, listdir, location, read_resolved_config
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError
 
 #: Enters a progress display for one artifact (name, total bytes) and yields its callback.
 VerifyProgressFactory = Callable[[str, int], AbstractContextManager[ProgressCallback]]
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
-MAX_LISTED_KEYS = 5
 MAX_LISTED_CHILDREN = 10
 NOT_ARTIFACT_KINDS = ("missing", "temporary", "stray", "parent", "not_artifact")
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """A path report's exit code: 2 for a path that is not an artifact (the user named the wrong thing), 1 for one
-    that cannot be read or a shard set that is not one whole run, else 0."""
+    """2 for a path that is not an artifact, 1 for one that cannot be read or shards that are not one run, else 0."""
     if report["kind"] == "sharded":
         return int(bool(report["shards"]["problems"]) or any(map(exit_code, report["artifacts"])))
     return 2 if report["kind"] in NOT_ARTIFACT_KINDS else int(report["kind"] == "error")
@@ -117,9 +114,7 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
             f"{path} is not an artifact: an artifact is a directory (with cache.safetensors, manifest.json and "
             "resolved_config.json); give its directory.",
         )
-    try:
-        names = os.listdir(path)
-    except OSError:
+    if (names := listdir(path)) is None:
         return None  # opening it says why it cannot be read
     if not (path / MANIFEST_NAME).exists():
         children = sorted(
@@ -146,17 +141,13 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
 
 
 def _recorded(reader: CacheReader) -> dict[str, Any]:
-    """``resolved_config.json`` when it is a JSON object that matches its ``resolved_digest`` (when it has one),
-    else an empty dict, so that nothing from an edited or damaged file is shown (verify says what is wrong).
-    Each value read from it is type-checked for the same reason."""
+    """``resolved_config.json`` when it matches its ``resolved_digest`` (when it has one), else an empty dict, so that
+    nothing from an edited or damaged file is shown (verify says what is wrong)."""
     try:
         resolved = read_resolved_config(reader.path)
-    except FormatError:
-        return {}
-    digest = resolved.get(DIGEST_FIELD)
-    try:
+        digest = resolved.get(DIGEST_FIELD)
         matches = digest is None or digest == with_resolved_digest(resolved)[DIGEST_FIELD]
-    except UnicodeEncodeError:  # a text that is not valid Unicode: damaged
+    except (FormatError, UnicodeEncodeError):  # unreadable, or a text that is not valid Unicode: damaged
         return {}
     return resolved if matches else {}
 
@@ -217,8 +208,8 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
     reports = [_artifact_report(r) if isinstance(r, CacheReader) else r for r in opened.values()]
     readable = [r for r in reports if r["kind"] == "artifact"]
     own = [r["shard_data_configs"] for r in readable if r["shard_data_configs"] is not None]
-    totals: dict[str, Any] = {name: sum(r[name] for r in readable) for name in ("entries", "sequences", "tokens")}
-    totals["payload_bytes"] = sum(r["payload_bytes"] for r in readable)
+    counted = ("entries", "sequences", "tokens", "payload_bytes")
+    totals: dict[str, Any] = {name: sum(r[name] for r in readable) for name in counted}
     # the shards' own counts add up to the run's only when every shard is there and recorded them
     totals["data_configs"] = (
         None
@@ -234,8 +225,8 @@ def _sharded_report(shards: ShardSet) -> tuple[dict[str, Any], list[CacheReader]
 
 
 def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
-    """Two or more readable paths: whether their provenance differs (in which fields), the union of their keys,
-    and per pair the keys both hold and those whose stored contents differ (the first few)."""
+    """Two or more readable paths: which provenance fields differ, the union of their keys, and per pair the keys
+    both hold and those whose stored contents differ (the first few)."""
     digests = [
         {k: e["content_digest"] for reader in reversed(readers) for k, e in reader.manifest["entries"].items()}
         for _, readers in named
@@ -250,14 +241,14 @@ def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
             shared = digests[i].keys() & digests[j].keys()
             conflicting = sorted(k for k in shared if digests[i][k] != digests[j][k])
             pair = {"a": named[i][0], "b": named[j][0], "shared": len(shared), "conflicting": len(conflicting)}
-            pairs.append({**pair, "conflicting_keys": conflicting[:MAX_LISTED_KEYS]})
+            pairs.append({**pair, "conflicting_keys": conflicting[:5]})
     provenance = "differs" if differing else "identical"
     return {"provenance": provenance, "differing": differing, "union": len(set().union(*digests)), "pairs": pairs}
 
 
 def inspect_report(paths: Sequence[PathLike]) -> InspectReport:
     """A description of each path (an artifact, a sharded output directory, or why it is neither or cannot be
-    read) and, for several readable paths, their overlap (shared and conflicting keys, provenance)."""
+    read) and, for several readable paths, their overlap."""
     artifacts: list[dict[str, Any]] = []
     opened: list[tuple[str, list[CacheReader]]] = []
     for item in paths:
@@ -279,11 +270,8 @@ def inspect_report(paths: Sequence[PathLike]) -> InspectReport:
 
 
 def verify_report(paths: Sequence[PathLike], progress: VerifyProgressFactory | None = None) -> VerifyReport:
-    """Verify every path (a sharded output directory means all its shards and the set's one-run check).
-
-    ``progress(name, total_bytes)``, when given, is entered around the verification of each artifact of at least
-    32 MiB and yields the callback that receives the bytes done.
-    """
+    """Verify every path (a sharded output directory means all its shards and the set's one-run check);
+    ``progress`` is entered around each artifact of at least :data:`PROGRESS_MIN_BYTES`."""
     results: list[dict[str, Any]] = []
     for item in paths:
         path = location(item)

@@ -58,11 +58,8 @@ def resolved_config_problems(
     resolved: Mapping[str, Any], provenance: Mapping[str, Any], shard: Mapping[str, Any] | None
 ) -> list[str]:
     """Every way ``resolved`` is not the resolved config of an artifact with this ``provenance`` and ``shard``
-    record (the manifest's ``summary.shard``); empty when it is.
-
-    A resolved config without ``gencache_version`` and ``config`` was not written by a gencache run (an artifact
-    built with :class:`gencache.artifact.writer.ArtifactBuild` directly records what its caller chose) and is
-    only required to be a JSON object."""
+    record; empty when it is. One without ``gencache_version`` and ``config`` was not written by a gencache run
+    (but by a direct :class:`gencache.artifact.writer.ArtifactBuild`) and only needs to be a JSON object."""
     if "gencache_version" not in resolved and "config" not in resolved:
         return []
     problems = []
@@ -114,9 +111,7 @@ IDENTITY_FIELDS = ("model_path", "tokenizer_path")
 
 def local_identity(path: str) -> str | None:
     """What a local teacher (or tokenizer) directory is, wherever it lies: the SHA-256 over the digests of its config
-    and tokenizer files and of its safetensors files' headers (tensor names, dtypes, shapes and offsets; never the
-    weights' bytes); None when ``path`` is not a local directory (a hub id). A moved or relatively named directory
-    keeps its identity."""
+    and tokenizer files and of its safetensors headers (never the weights' bytes); None for a hub id."""
     directory = Path(path).expanduser()
     if not directory.is_dir():
         return None
@@ -132,7 +127,6 @@ def local_identity(path: str) -> str | None:
 
 
 def recorded_identity(resolved: Mapping[str, Any], field: str) -> str | None:
-    """The identity a ``resolved_config.json`` recorded for the provenance path ``field`` (``model_path`` or
-    ``tokenizer_path``); None when it recorded none (a hub id, an older artifact)."""
+    """The identity recorded for the provenance path ``field``; None when none was (a hub id, an older artifact)."""
     found = nested(resolved, "model", "identity", field)
     return found if isinstance(found, str) else None

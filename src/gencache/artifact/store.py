@@ -1,12 +1,9 @@
 """Where an artifact lives: a local directory, or the objects under an ``s3://bucket/prefix/name/`` prefix of an
-S3-compatible store. :func:`location` tells them apart; :func:`exists` and :func:`listdir` answer for either.
+S3-compatible store; :func:`exists`, :func:`listdir` and :func:`remove` answer for either.
 
-The object store is reached through boto3, the AWS SDK (the ``s3`` extra), imported only for an ``s3://``
-location. It takes the endpoint, region and credentials from the standard AWS environment and files
-(``AWS_ENDPOINT_URL`` points it at MinIO, Ceph, R2 or another S3-compatible store) and retries timeouts, 5xx and
-throttling itself (standard mode). boto3 rather than s3fs or obstore: an artifact's payload is uploaded as a
-multipart upload whose first part (the header) is sent last and completed with ``If-None-Match: *``, and only the
-SDK's plain calls give parts in any order with conditional completes; s3fs and obstore stream parts in order.
+The store is reached through boto3 (the ``s3`` extra), which takes the endpoint and credentials from the standard
+AWS environment and retries by itself. boto3 rather than s3fs or obstore: the payload's first part (the header) is
+sent last and the upload completed with ``If-None-Match: *``, which only the SDK's plain calls allow.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,8 +38,7 @@ def location(value: str | os.PathLike[str] | S3Url) -> Location:
 
 # -- the client ------------------------------------------------------------------------------------------------
 def client() -> S3Client:
-    """The boto3 S3 client for the current environment (one per process and environment: a forked worker and a
-    test with another endpoint get their own)."""
+    """The boto3 S3 client for this process and environment (a forked worker gets its own)."""
     return _client(os.getpid(), tuple(os.environ.get(name) for name in _ENVIRONMENT))
 
 
@@ -61,9 +56,8 @@ def _client(pid: int, environment: tuple[str | None, ...]) -> S3Client:
 
 
 def call(what: str, function: Callable[..., T], /, **arguments: Any) -> T:
-    """``function(**arguments)`` on the client, with every failure the store can answer as one
-    :class:`GencacheError` naming ``what`` and the fix: a missing bucket, missing or refused credentials, an
-    unreachable endpoint (after boto3's retries)."""
+    """``function(**arguments)`` on the client, each failure the store can answer as a :class:`GencacheError` naming
+    ``what`` and the fix."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
@@ -94,8 +88,7 @@ def call(what: str, function: Callable[..., T], /, **arguments: Any) -> T:
 
 # -- reading objects ---------------------------------------------------------------------------------------------
 def list_objects(where: S3Url, *, delimiter: bool = False, limit: int | None = None) -> Iterator[dict[str, Any]]:
-    """The objects under ``where.prefix`` (``Key``, ``Size``, ``ETag``, ``LastModified``); with ``delimiter``,
-    each folder below as ``{"Prefix": ...}`` instead of its objects."""
+    """The objects under ``where.prefix``; with ``delimiter``, each folder below as ``{"Prefix": ...}``."""
     s3 = client()
     arguments: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix}
     arguments |= {"Delimiter": "/"} if delimiter else {}
@@ -110,8 +103,8 @@ def list_objects(where: S3Url, *, delimiter: bool = False, limit: int | None = N
 
 
 def read_object(where: S3Url, *, start: int | None = None, length: int | None = None, etag: str | None = None) -> bytes:
-    """The bytes of one object, or of ``length`` bytes from ``start`` (one range request); with ``etag``, refused
-    (:class:`FormatError`) when the object changed since that ETag was seen."""
+    """The bytes of one object, or of ``length`` bytes from ``start``; with ``etag``, a :class:`FormatError` when the
+    object changed since."""
     arguments: dict[str, Any] = {"Bucket": where.bucket, "Key": where.key}
     if start is not None:
         if length == 0:
@@ -154,8 +147,7 @@ def exists(where: Location) -> bool:
 
 
 def listdir(where: Location) -> list[str] | None:
-    """The names directly under ``where`` (files and folders of a directory; objects and prefixes of a prefix),
-    or None when ``where`` is not a directory (missing or a file); an empty prefix lists as None."""
+    """The names directly under ``where``, or None when it is not a directory (an empty prefix included)."""
     if isinstance(where, Path):
         try:
             return os.listdir(where)
@@ -171,10 +163,9 @@ def listdir(where: Location) -> list[str] | None:
 def remove(where: Location) -> None:
     """Remove one file or object; one that is already gone is fine."""
     if isinstance(where, Path):
-        with suppress(FileNotFoundError):
-            where.unlink()
-        return
-    call(f"Removing {where}", client().delete_object, Bucket=where.bucket, Key=where.key)
+        where.unlink(missing_ok=True)
+    else:
+        call(f"Removing {where}", client().delete_object, Bucket=where.bucket, Key=where.key)
 
 
 # -- the files of a local artifact (regular files only, never through a symlink) -------------------------------
@@ -195,8 +186,8 @@ def read_regular(path: Path, what: str) -> bytes:
 
 
 def read_resolved_config(directory: str | os.PathLike[str] | S3Url) -> dict[str, Any]:
-    """The parsed ``resolved_config.json`` of an artifact directory or prefix (provenance only);
-    :class:`FormatError` when it is missing, not a regular file or not a JSON object."""
+    """The parsed ``resolved_config.json`` of an artifact; :class:`FormatError` when it is missing, not a regular
+    file or not a JSON object."""
     path = location(directory) / RESOLVED_NAME
     raw = read_object(path) if isinstance(path, S3Url) else read_regular(path, "Resolved config")
     try:

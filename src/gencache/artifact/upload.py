@@ -1,17 +1,9 @@
 """Publishing an artifact to an ``s3://`` prefix with the promises of a local rename, enforced by the server.
 
-A writer first creates its lock object ``<parent>/.<name>.gencache-lock`` with ``If-None-Match: *`` (a second
-writer is refused there by the server) and rewrites it every minute while it runs. The payload is one multipart
-upload to ``<name>/cache.safetensors``: parts are sent as the run generates them, except the first, which holds
-the reserved header and the first few MiB of data and is sent last, once the header is known; the upload is
-completed with ``If-None-Match: *``. Then ``resolved_config.json`` and, last, ``manifest.json`` are created the
-same way. **The manifest is the commit point**: readers open an artifact through it, and it is created only when
-the other two objects are whole (an object appears whole or not at all, and a multipart upload is invisible until
-completed), so a reader never sees half an artifact. The lock is removed after the commit.
-
-A killed writer leaves at most an incomplete upload, a payload or resolved config without a manifest, and its lock:
-:func:`clean` removes them once the lock is stale (its host's process is gone, or it was not rewritten for
-:data:`STALE_AFTER` seconds), and never touches a live writer's objects or a committed artifact.
+A writer holds a lock object ``<parent>/.<name>.gencache-lock``. The payload is one multipart upload whose first
+part (the reserved header) is sent last; every object is created with ``If-None-Match: *``, ``manifest.json`` last:
+**the manifest is the commit point**, created only when the other objects are whole, so a reader never sees half an
+artifact. What a killed writer left, :func:`clean` removes once its lock is stale.
 """
 
 from __future__ import annotations
@@ -32,11 +24,9 @@ from gencache.core.errors import ConfigError, FormatError, GencacheError, Output
 
 PART_BYTES = 8 * 1024 * 1024
 """The size at which buffered payload bytes are sent as a part (every part but the last must be >= 5 MiB)."""
-MIN_PART_BYTES = 5 * 1024 * 1024
 REFRESH_EVERY = 60.0
 STALE_AFTER = 600.0
 LOCK_SUFFIX = ".gencache-lock"
-MAX_KEY_BYTES = 1024
 
 
 def lock_of(where: S3Url) -> S3Url:
@@ -45,11 +35,11 @@ def lock_of(where: S3Url) -> S3Url:
 
 
 def check_absent(where: S3Url) -> None:
-    """Refuse an ``output_dir`` in a bucket that is missing or unreadable, or under which anything exists (an
-    artifact, a writer's objects, its lock)."""
+    """Refuse an ``output_dir`` whose bucket is missing or unreadable, or under which anything exists (an artifact,
+    a writer's objects, its lock)."""
     if TEMP_RE.match(where.name) or where.name.endswith(LOCK_SUFFIX):
         raise ConfigError(f"output_dir {where} has the form of a gencache temporary name; choose another name.")
-    if len((where / MANIFEST_NAME).key.encode()) > MAX_KEY_BYTES:
+    if len((where / MANIFEST_NAME).key.encode()) > 1024:  # S3's longest key
         raise ConfigError(f"output_dir {where} is too long for an object key; choose a shorter prefix.")
     if next(list_objects(where, limit=1), None) is not None:
         raise OutputExistsError(
@@ -79,8 +69,7 @@ def _describe(where: S3Url, holder: dict[str, Any]) -> str:
 
 
 class Lease:
-    """A writer's lock object, created with ``If-None-Match: *`` and rewritten every :data:`REFRESH_EVERY` seconds
-    by a daemon thread until :meth:`release`."""
+    """A writer's lock object, rewritten every :data:`REFRESH_EVERY` seconds by a daemon thread until released."""
 
     def __init__(self, where: S3Url) -> None:
         self.where, self.lock = where, lock_of(where)
@@ -94,14 +83,8 @@ class Lease:
         self._thread.start()
 
     def _put(self, **conditions: str) -> None:
-        call(
-            f"Creating the lock {self.lock}",
-            client().put_object,
-            Bucket=self.lock.bucket,
-            Key=self.lock.key,
-            Body=self.body,
-            **conditions,
-        )
+        lock = {"Bucket": self.lock.bucket, "Key": self.lock.key, "Body": self.body}
+        call(f"Creating the lock {self.lock}", client().put_object, **lock, **conditions)
 
     def _refresh(self) -> None:
         while not self._stop.wait(REFRESH_EVERY):
@@ -116,8 +99,7 @@ class Lease:
 
 
 class MultipartUpload:
-    """One object uploaded in numbered parts, completed with ``If-None-Match: *`` (the server refuses it if the
-    object exists) or aborted."""
+    """One object uploaded in numbered parts, completed with ``If-None-Match: *`` or aborted."""
 
     def __init__(self, where: S3Url) -> None:
         self.where, self.object = where, {"Bucket": where.bucket, "Key": where.key}
@@ -156,8 +138,7 @@ class MultipartUpload:
 
 
 def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
-    """Create the object ``where`` from ``pieces`` (a multipart upload, so that memory stays flat) only if it
-    does not exist."""
+    """Create the object ``where`` from ``pieces`` (multipart: memory stays flat) only if it does not exist."""
     upload, buffer = MultipartUpload(where), bytearray()
     try:
         for piece in pieces:
@@ -175,16 +156,15 @@ def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
 class PayloadUpload:
     """The sink of a :class:`gencache.artifact.writer.CacheWriter` writing to ``<where>/cache.safetensors``.
 
-    Bytes ``[0, first_end)`` (the length prefix, the reserved header and the first data) form part 1, kept in
-    memory and sent last with the finished header; later data is sent in parts of about :data:`PART_BYTES` as it
-    arrives. Only those bytes are ever held: the payload is never staged whole, locally or on the server.
+    Bytes ``[0, first_end)`` form part 1, kept in memory and sent last with the finished header; later data is sent
+    in parts of about :data:`PART_BYTES` as it arrives, so the payload is never staged whole.
     """
 
     def __init__(self, where: S3Url, prefix: bytes, capacity: int) -> None:
         self.upload = MultipartUpload(where / PAYLOAD_NAME)
         self.data_start = LENGTH_PREFIX_BYTES + capacity
         self.prefix, self.capacity = prefix, capacity
-        self.first_end = max(self.data_start, MIN_PART_BYTES)
+        self.first_end = max(self.data_start, 5 * 1024 * 1024)  # S3's smallest part
         self.held = bytearray()  # data bytes of part 1
         self.pending = bytearray()  # data bytes of the next part
         self.sent_data = 0  # data bytes in the parts sent after part 1
@@ -233,13 +213,12 @@ class PayloadUpload:
 
 # -- clean ---------------------------------------------------------------------------------------------------
 def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
-    """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): their
-    incomplete uploads of an artifact's files, the files of an artifact they never committed (no
-    ``manifest.json``) and their stale locks. A name whose lock is live is left alone, and so is every committed
-    artifact and every object that is not an artifact's file. Returns what was removed."""
-    s3 = client()
+    """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): incomplete
+    uploads, an uncommitted artifact's files and stale locks (whose host's process is gone, or not rewritten for
+    :data:`STALE_AFTER` seconds); never a committed artifact or an object that is no artifact's file. Returns what
+    was removed."""
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
-    pages = s3.get_paginator("list_multipart_uploads").paginate(Bucket=parent.bucket, Prefix=parent.prefix)
+    pages = client().get_paginator("list_multipart_uploads").paginate(Bucket=parent.bucket, Prefix=parent.prefix)
     uploads: dict[str, list[dict[str, Any]]] = {}
     listed = call(
         f"Listing uploads under {parent}/",

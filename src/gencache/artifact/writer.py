@@ -1,7 +1,5 @@
-"""Writing format-3 artifacts (bytes in, bytes out: no torch import): :class:`CacheWriter` appends each entry's
-bytes once behind a reserved, space-filled header that :meth:`CacheWriter.finalize` writes in place, and
-:class:`ArtifactBuild` publishes it (a temporary directory renamed into place, or an ``s3://`` prefix committed by
-its manifest)."""
+"""Writing format-3 artifacts (no torch import): :class:`CacheWriter` appends each entry's bytes once behind a
+reserved, space-filled header written in place at the end; :class:`ArtifactBuild` publishes the result."""
 
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ from gencache.artifact.names import (
     RESOLVED_NAME,
     TOKEN_BYTES,
     Record,
-    is_key,
 )
 from gencache.artifact.publish import (
     check_output_path,
@@ -46,10 +43,10 @@ from gencache.artifact.publish import (
 from gencache.artifact.store import exists, location, remove
 from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
 from gencache.config.paths import S3Url
+from gencache.core.canonical import is_sha256_hex
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
 
 READ_ONLY = 0o444
-MAX_WRITE_BYTES = 8 * 1024 * 1024  # the largest piece of the header reservation written at once
 
 
 @contextmanager
@@ -66,7 +63,6 @@ def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Ite
 
 
 def _as_view(sequence: object, key: str, i: int) -> memoryview:
-    """``sequence`` as a flat byte view of at least one int64 token."""
     if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:  # what the engines append
         return memoryview(sequence)
     where = f"Entry {key} sequence {i}"
@@ -92,8 +88,7 @@ def _as_view(sequence: object, key: str, i: int) -> memoryview:
 def _entry_fields(
     key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> tuple[list[memoryview], list[Any]]:
-    """Check one entry; its buffers and its record fields without the start: per sequence the token count, a
-    digest placeholder, the text and the reason (str subclasses as plain str)."""
+    """Check one entry; its buffers and its record fields without the start (str subclasses as plain str)."""
     if isinstance(sequences, (bytes, bytearray, memoryview)):
         raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
     for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
@@ -124,8 +119,7 @@ def _entry_fields(
 
 
 class _PayloadFile:
-    """The local sink of a :class:`CacheWriter`: ``cache.safetensors``, its header reserved (all spaces) and
-    written in place at the end."""
+    """The local sink of a :class:`CacheWriter` (:class:`gencache.artifact.upload.PayloadUpload` on a bucket)."""
 
     def __init__(self, path: Path) -> None:
         self.size = 0
@@ -134,7 +128,7 @@ class _PayloadFile:
     def reserve(self, prefix: bytes, capacity: int) -> None:
         self.size = LENGTH_PREFIX_BYTES + capacity
         write_at(self.fd, [prefix], 0)
-        spaces = HEADER_PADDING * min(capacity, MAX_WRITE_BYTES)
+        spaces = HEADER_PADDING * min(capacity, 8 * 1024 * 1024)  # written in pieces of at most 8 MiB
         for offset in range(0, capacity, len(spaces)):
             write_at(self.fd, [spaces[: capacity - offset]], LENGTH_PREFIX_BYTES + offset)
 
@@ -160,13 +154,11 @@ class _PayloadFile:
 
 
 class CacheWriter:
-    """Streams entries into ``<directory>/cache.safetensors`` and finalizes the artifact's three files;
-    ``directory`` is a local directory or an ``s3://`` prefix (:mod:`gencache.artifact.upload`).
+    """Streams entries into ``<directory>/cache.safetensors`` (a local directory or an ``s3://`` prefix) and
+    finalizes the artifact's three files, keeping only entry metadata in memory.
 
-    Only entry metadata (offsets, lengths, digests, texts, finish reasons) is kept in memory. A failed append
-    rolls the payload back to the previous entry and leaves the writer usable; identical re-adds are no-ops and
-    conflicting ones raise :class:`FormatError`. Until :meth:`finalize` the header is all spaces, so no
-    safetensors loader accepts the file. Leaving a ``with`` block without finalizing removes the files.
+    A failed append rolls the payload back to the previous entry and leaves the writer usable. Until
+    :meth:`finalize` the header is all spaces, so no safetensors loader accepts the file.
     """
 
     def __init__(self, directory: Path | S3Url, *, provenance: Mapping[str, Any], header_capacity: int) -> None:
@@ -208,7 +200,7 @@ class CacheWriter:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
         reason per sequence. Returns False for an identical re-add (nothing written)."""
         self._require_open("add entries")
-        if not is_key(key):
+        if not is_sha256_hex(key):
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
         buffers, fields = _entry_fields(key, sequences, texts, finish_reasons)
         fields[1::RECORD_STRIDE] = [hashlib.sha256(b).digest() for b in buffers]
@@ -234,11 +226,8 @@ class CacheWriter:
 
     def finalize(self, *, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
-        creation is the commit); fsync files and directory.
-
-        ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any may be omitted); the
-        writer adds ``entries``, ``sequences``, ``tokens`` and ``finish_reasons``. On any failure, including
-        :class:`HeaderCapacityError`, the writer's files are removed and the error re-raised.
+        creation is the commit). ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any
+        may be omitted). On any failure the writer's files are removed and the error re-raised.
         """
         self._require_open("finalize")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
@@ -250,16 +239,11 @@ class CacheWriter:
                     "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
                     "max_new_tokens) for the run, or split it with --shard. Nothing was published."
                 )
-            # The manifest is streamed in ~1 MiB pieces (memory stays flat however many entries); its first piece
-            # is built, and so its keys, provenance and summary checked, before anything is written.
+            # streamed (memory stays flat); its first piece, and so the summary, is checked before anything is written
             manifest = iter_manifest_bytes(
                 self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
             )
             first = next(manifest)
-            if not isinstance(resolved_config, Mapping):
-                raise FormatError(
-                    f"resolved_config must be a JSON object (a mapping), not {type(resolved_config).__name__}."
-                )
             resolved = json_file_bytes(dict(resolved_config))
             self._payload.finish(header)
             if self.path not in self._created:
@@ -271,7 +255,6 @@ class CacheWriter:
         self._state = "finalized"
 
     def _write_new(self, where: Path | S3Url, pieces: Iterable[bytes]) -> None:
-        """Create a new read-only file (or object) from ``pieces``."""
         self._created.append(where)
         if isinstance(where, S3Url):
             put_new(where, pieces)
@@ -300,27 +283,16 @@ class CacheWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if not self.finalized:
-            self.abort()
+        self.abort()  # a finalized writer keeps its files
 
 
 class ArtifactBuild:
     """Context manager for one artifact: where it is built, the writer, signal-safe cleanup, publish.
 
-    ::
-
-        with ArtifactBuild(output_dir, provenance=p, header_capacity=h, rename_mode=probe_rename(parent)) as build:
-            for key, seqs, texts, reasons in results:
-                build.writer.add(key, seqs, texts, reasons)
-            build.writer.finalize(resolved_config=resolved, summary=summary)
-            mode = build.publish()
-
-    On a local disk the writer writes into ``.<name>.gencache-<host>-<pid>-<random>`` (mode 0700, its lock file
-    beside it) and :meth:`publish` renames it into place. On an ``s3://`` prefix the writer's lock object is created
-    (a second writer is refused) and the objects are written in place, the manifest last, which commits
-    (:mod:`gencache.artifact.upload`). Any exception, Ctrl-C or SIGTERM (whatever the caller's handlers raise)
-    before the publish removes what the build made; the build installs no signal handler, and :attr:`published`
-    says after an interruption whether the output is complete.
+    Locally the writer fills a locked temporary directory beside the output that :meth:`publish` renames into
+    place; on an ``s3://`` prefix the objects are written in place under a lock object, the manifest last, which
+    commits. Any exception (a signal handler's included) before the publish removes what the build made; the build
+    installs no signal handler, and :attr:`published` says after an interruption whether the output is complete.
     """
 
     def __init__(
@@ -361,33 +333,26 @@ class ArtifactBuild:
             temp = output.parent / temp_name(output)
             self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
             self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
-            try:
-                temp.mkdir(mode=0o700)
-            except OSError:
-                self.temp_dir = None  # not created here: nothing of this build's to remove
-                raise
+            temp.mkdir(mode=0o700)
             self._writer = CacheWriter(temp, provenance=self.provenance, header_capacity=self.header_capacity)
         return self
 
     def publish(self) -> str:
         """Publish the finalized artifact: rename the temporary directory to ``output_dir`` and return
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
-        if self.published_mode is not None:  # published already
-            return self.published_mode
-        if self._writer is None or not self._writer.finalized:
-            raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
-        if self.temp_dir is None:
-            self.published_mode = "s3"
-        else:
-            self.published_mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)  # type: ignore[arg-type]
+        if self.published_mode is None:
+            if self._writer is None or not self._writer.finalized:
+                raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
+            if self.temp_dir is None:
+                self.published_mode = "s3"
+            else:
+                self.published_mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)  # type: ignore[arg-type]
         return self.published_mode
 
     @property
     def published(self) -> bool:
-        """Whether the output is in place: :meth:`publish` returned, or an exception (a signal's) interrupted it
-        after the rename or the commit. The rename is the only thing that moves the temporary directory away, and
-        the output path did not exist when the build began, so an output present with its temporary directory
-        gone is this build's, complete."""
+        """Whether the output is in place, though an exception may have interrupted :meth:`publish` after the rename
+        or the commit: only the rename moves the temporary directory away, and the output did not exist before."""
         if self.published_mode is not None:
             return True
         if self._writer is None or not self._writer.finalized:  # only a finalized build is renamed or committed
