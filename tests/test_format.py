@@ -282,6 +282,14 @@ def test_only_the_integer_format_version_3_is_accepted(version: Any) -> None:
         check_manifest(manifest)
 
 
+def test_a_manifest_of_another_format_says_so_before_naming_its_fields() -> None:
+    manifest = manifest_for([[2]]) | {"format_version": 4, "logits": "logits.safetensors"}
+    with pytest.raises(FormatError, match="format_version is 4; this gencache reads format 3 only"):
+        check_manifest(manifest)
+    with pytest.raises(FormatError, match="is not a format-3 manifest: .*logits"):
+        check_manifest(manifest | {"format_version": 3})
+
+
 def test_empty_artifacts_are_valid() -> None:
     manifest = manifest_for([])
     assert check_manifest(json.loads(json_file_bytes(manifest))).entries == {}

@@ -203,13 +203,13 @@ MANIFEST_FIELDS = frozenset(Manifest.__struct_fields__)
 
 def check_manifest(value: object) -> Manifest:
     """Every structural check of a parsed manifest that needs no payload (content digests excluded: lazy)."""
-    manifest: Manifest = _convert(value, Manifest, "manifest.json")
-    version = manifest.format_version
-    if type(version) is not int or version != FORMAT_VERSION:
+    version = value.get("format_version") if isinstance(value, dict) else FORMAT_VERSION
+    if type(version) is not int or version != FORMAT_VERSION:  # first: another format has other fields
         raise FormatError(
             f"manifest.json format_version is {version!r}; this gencache reads format {FORMAT_VERSION} only "
             "(regenerate the artifact with this version)."
         )
+    manifest: Manifest = _convert(value, Manifest, f"manifest.json is not a format-{FORMAT_VERSION} manifest")
     provenance = check_provenance(manifest.provenance, "manifest.json provenance")
     if manifest.provenance_digest != provenance_digest(provenance):
         raise FormatError("manifest.json provenance_digest does not match its provenance (the manifest was altered).")
