@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gencache.artifact.names import make_shard_info, shard_dir_name, shard_of
+from gencache.artifact.names import shard_dir_name, shard_of
 from gencache.artifact.reader import is_published
 from gencache.artifact.shards import find_shards, split_conflict
 from gencache.artifact.store import Location, exists, location
@@ -54,24 +54,14 @@ class Overrides:
 
 @dataclass(frozen=True)
 class Override:
-    """One ``--set`` (or ``--output-dir``): the dotted path split into keys and list indices, the decoded value, the
-    option and text that gave it, and once applied, the first object on the way that the config lacked (a misspelt
-    ``model.generation_kwrgs``), which this override then owns."""
+    """One ``--set`` (or ``--output-dir``): its option and text, the dotted path split into keys and list indices, the
+    decoded value, and once applied, the part of the config it wrote (a problem at or beneath it is this override's):
+    its path, or the first object on the way that the config lacked (a misspelt ``model.generation_kwrgs``)."""
 
-    text: str
-    path: tuple[str | int, ...]
+    label: str
+    path: Loc
     value: Any
-    option: str = "--set"
-    created: tuple[str | int, ...] | None = None
-
-    @property
-    def owned(self) -> tuple[str | int, ...]:
-        """The part of the config this override wrote: a problem at or beneath it is this override's."""
-        return self.created if self.created is not None else self.path
-
-    @property
-    def label(self) -> str:
-        return f"{self.option} {self.text}"
+    owned: Loc = ()
 
 
 def parse_set(text: str) -> Override:
@@ -84,13 +74,13 @@ def parse_set(text: str) -> Override:
     if any(not part for part in parts):
         raise ConfigError(f"--set {text!r}: the path {name!r} has an empty part; separate field names by single dots.")
     path = tuple(int(part) if part.isdigit() else part for part in parts)
-    return Override(text, path, parse_set_value(raw, f"--set {text}"))
+    return Override(f"--set {text}", path, parse_set_value(raw, f"--set {text}"))
 
 
 def apply_override(raw: dict[str, Any], override: Override) -> Override:
     """Set ``override.path`` in ``raw`` (in place), creating missing objects on the way."""
     node: Any = raw
-    created: tuple[str | int, ...] | None = None
+    owned = override.path
     for depth, part in enumerate(override.path):
         where = ".".join(str(p) for p in override.path[: depth + 1])
         if isinstance(part, int) and not (isinstance(node, list) and part < len(node)):
@@ -104,10 +94,10 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
         elif isinstance(part, int):
             node = node[part]
         else:
-            if part not in node and created is None:
-                created = override.path[: depth + 1]
+            if part not in node and owned == override.path:
+                owned = override.path[: depth + 1]
             node = node.setdefault(part, {})
-    return replace(override, created=created)
+    return replace(override, owned=owned)
 
 
 @dataclass
@@ -118,16 +108,15 @@ class CheckedConfig:
     config: CacheConfig | None
     problems: list[Problem] = field(default_factory=list)
     data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
-    output_dir: str | None = None
     applied: list[Override] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
 
 
-def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
+def origin_of(loc: Loc, applied: Sequence[Override]) -> str | None:
     """The override a problem at ``loc`` comes from (see the module docstring), None when it is the file's own."""
     sibling = next(((*loc[:d], READS_SIBLING[p]) for d, p in enumerate(loc) if p in READS_SIBLING), None)
     for place in (loc, sibling):
-        found = next((o for o in reversed(applied) if place and place[: len(o.owned)] == o.owned), None)
+        found = next((o.label for o in reversed(applied) if place and place[: len(o.owned)] == o.owned), None)
         if found is not None:
             return found
     return None
@@ -174,7 +163,7 @@ def read_plan(
     if overrides.output_dir is not None:
         try:
             check_utf8("--output-dir path", overrides.output_dir)
-            steps.append(Override(overrides.output_dir, ("output_dir",), overrides.output_dir, "--output-dir"))
+            steps.append(Override(f"--output-dir {overrides.output_dir}", ("output_dir",), overrides.output_dir))
         except ConfigError as error:
             problem("--output-dir", error)
     for text in overrides.sets:
@@ -199,8 +188,7 @@ def read_plan(
     except ValidationError as exc:
         config, lines = None, problem_lines(collect_problems(exc, CacheConfig))
     for loc, line in lines:
-        source = origin_of(loc, applied)
-        named = source.label if source is not None else origin
+        named = origin_of(loc, applied) or origin
         problem(format_loc(loc) or named, ConfigError(f"{named}: {line}"), named)
     checked = CheckedConfig(config if not problems else None, problems, applied=applied)
     locs = [loc for loc, _ in lines]  # an invalid config's data configs that no problem is in are checked anyway
@@ -212,7 +200,6 @@ def read_plan(
                     checked.data_configs.append((index, parse_data_configs([item])[0]))
     output_dir = current.get("output_dir")
     if isinstance(output_dir, str) and output_dir and ("output_dir",) not in locs:
-        checked.output_dir = output_dir
         try:
             checked.targets = plan_targets(output_dir, shard, shards, env, keep_split)
         except ShardError as error:
@@ -230,8 +217,8 @@ def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> li
         if source is None:
             named.append(problem)
         else:
-            error = reworded(problem.error, f"{source.label}: {problem.error}")
-            named.append(Problem(problem.check, problem.location, error, origin=source.label))
+            error = reworded(problem.error, f"{source}: {problem.error}")
+            named.append(Problem(problem.check, problem.location, error, origin=source))
     return named
 
 
@@ -245,21 +232,9 @@ class ShardSpec:
     origin: str = "--shard"
     local_rank: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.count < 1:
-            raise ShardError(f"Shard count must be at least 1, got {self.count}.")
-        if not 0 <= self.index < self.count:
-            raise ShardError(
-                f"Shard index {self.index} is out of range for {self.count} shards (use 0..{self.count - 1})."
-            )
-
     def select(self, keys: Iterable[str]) -> list[str]:
         """The keys this shard generates (``int(key, 16) % count == index``)."""
         return [key for key in keys if shard_of(key, self.count) == self.index]
-
-    def shard_record(self, run_digest: str) -> dict[str, Any]:
-        """The manifest's ``summary.shard`` record."""
-        return make_shard_info(self.index, self.count, run_digest)
 
 
 def parse_shard(text: str) -> ShardSpec:
@@ -267,7 +242,12 @@ def parse_shard(text: str) -> ShardSpec:
     parts = text.strip().split("/")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
         raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {text!r}.")
-    return ShardSpec(index=int(parts[0]), count=int(parts[1]))
+    index, count = int(parts[0]), int(parts[1])
+    if count < 1:
+        raise ShardError(f"Shard count must be at least 1, got {count}.")
+    if index >= count:
+        raise ShardError(f"Shard index {index} is out of range for {count} shards (use 0..{count - 1}).")
+    return ShardSpec(index, count)
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gencache.artifact.manifest import make_provenance, shard_data_configs
-from gencache.artifact.names import FORMAT_VERSION
+from gencache.artifact.names import FORMAT_VERSION, make_shard_info
 from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.store import Location
 from gencache.artifact.writer import ArtifactBuild
@@ -70,19 +70,15 @@ class TeacherSession:
     loaded: bool = field(default=False, init=False)
 
     def load(self) -> None:
-        """Load the teacher's weights (once; later calls do nothing)."""
-        if self.loaded:
-            return
         self.inputs.engine.load_weights()
         self.loaded = True
 
     def publish(
         self, target: Target, progress: Progress, *, on_published: Callable[[Location], None] | None = None
     ) -> Published:
-        """Generate ``target``'s keys, write and publish its artifact. ``on_published(path)`` is called once the
-        rename happened, also when an exception (a stop) interrupts the publish after it: the caller then knows
-        the artifact is complete."""
-        self.load()
+        """Generate ``target``'s keys (the teacher loaded), write and publish its artifact. ``on_published(path)`` is
+        called once the rename happened, also when an exception (a stop) interrupts the publish after it: the caller
+        then knows the artifact is complete."""
         inputs, model = self.inputs, self.plan.config.model
         prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
         started = time.monotonic()
@@ -109,13 +105,13 @@ class TeacherSession:
                         entry.finish_reasons,
                     )
                     tokens += entry.num_tokens
-            samples = inputs.samples
+            samples, digest = inputs.samples, self.plan.digest
             summary = {
                 "duplicates": samples.duplicates,
                 "data_configs": [
                     {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
                 ],
-                "shard": None if target.shard is None else target.shard.shard_record(self.plan.digest),
+                "shard": None if (spec := target.shard) is None else make_shard_info(spec.index, spec.count, digest),
             }
             build.writer.finalize(resolved_config=self._resolved(target), summary=summary)
             try:
@@ -149,10 +145,10 @@ class TeacherSession:
             "working_directory": self.working_directory or os.getcwd(),
             "run_digest": plan.digest,
             "shard": None
-            if target.shard is None
-            else target.shard.shard_record(plan.digest)
+            if (spec := target.shard) is None
+            else make_shard_info(spec.index, spec.count, plan.digest)
             | {
-                "origin": target.shard.origin,
+                "origin": spec.origin,
                 "data_configs": shard_data_configs(
                     ((s.data_config_index, s.key) for s in samples), target.keys, len(samples.summaries)
                 ),
