@@ -23,7 +23,7 @@ from gencache.artifact.reader import is_published
 from gencache.artifact.shards import find_shards, split_conflict
 from gencache.artifact.store import Location, exists, location
 from gencache.config.documents import parse_set_value, read_merged_config
-from gencache.config.messages import Loc, collect_problems, format_loc, parse_loc, problem_lines
+from gencache.config.messages import Loc, collect_problems, format_loc, problem_lines
 from gencache.config.models import CacheConfig, DataConfig, config_to_json, parse_data_configs
 from gencache.config.names import READS_SIBLING
 from gencache.core.canonical import json_digest
@@ -35,7 +35,6 @@ from gencache.core.errors import (
     Problem,
     ShardError,
     raise_problems,
-    reworded,
 )
 
 
@@ -102,8 +101,8 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
 
 @dataclass
 class CheckedConfig:
-    """A config file with its overrides, validated, and the targets of its output path: the config, or every problem
-    and what still validates on its own (the data configs by index, the output directory), which is checked anyway."""
+    """A config file with its overrides, validated, and the targets of its output path; for an invalid one, every
+    problem and the data configs that validate on their own (by index), which are checked anyway."""
 
     config: CacheConfig | None
     problems: list[Problem] = field(default_factory=list)
@@ -159,24 +158,18 @@ def read_plan(
     except ConfigError as error:
         return CheckedConfig(None, [Problem("config", str(path), error, origin=str(path)), *problems])
     current = copy.deepcopy(raw)
-    steps: list[Override] = []
-    if overrides.output_dir is not None:
+    applied: list[Override] = []
+    if (output_dir := overrides.output_dir) is not None:
         try:
-            check_utf8("--output-dir path", overrides.output_dir)
-            steps.append(Override(f"--output-dir {overrides.output_dir}", ("output_dir",), overrides.output_dir))
+            check_utf8("--output-dir path", output_dir)
+            applied.append(apply_override(current, Override(f"--output-dir {output_dir}", ("output_dir",), output_dir)))
         except ConfigError as error:
             problem("--output-dir", error)
     for text in overrides.sets:
         try:
-            steps.append(parse_set(text))
+            applied.append(apply_override(current, parse_set(text)))
         except ConfigError as error:
             problem(f"--set {text}", error)
-    applied: list[Override] = []
-    for step in steps:
-        try:
-            applied.append(apply_override(current, step))
-        except ConfigError as error:
-            problem(step.label, error)
     if limit is not None and isinstance(configs := current.get("data_configs"), list):  # --limit caps each one
         for data_config in configs:
             count = data_config.get("num_samples") if isinstance(data_config, dict) else None
@@ -206,20 +199,6 @@ def read_plan(
             where = "--shards" if shards is not None else "--shard"
             problems.append(error.problem or Problem("shards", where, error))
     return checked
-
-
-def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> list[Problem]:
-    """``problems`` found once the config validated (its data files', the teacher's), each named after the override
-    that wrote its location (:func:`origin_of`), like a problem of the config."""
-    named: list[Problem] = []
-    for problem in problems:
-        source = None if problem.origin is not None else origin_of(parse_loc(problem.location), applied)
-        if source is None:
-            named.append(problem)
-        else:
-            error = reworded(problem.error, f"{source}: {problem.error}")
-            named.append(Problem(problem.check, problem.location, error, origin=source))
-    return named
 
 
 # -- shards: --shard I/N, torchrun and SLURM ranks, --shards N ---------------------------------------------------
@@ -408,18 +387,15 @@ def make_plan(
     set aside."""
     config_json = config_to_json(config)
     digest = run_digest(config_json)
-    pending: list[Target] = []
+    published = [t.output_dir for t in targets if skip and exists(t.output_dir)]
     problems: list[Problem] = []
-    for target in targets:
-        if not (skip and exists(target.output_dir)):
-            pending.append(target)
-            continue
+    for path in published:
         try:
-            check_published(target.output_dir, digest)
+            check_published(path, digest)
         except GencacheError as error:
-            problems.append(Problem("output path", str(target.output_dir), error))
+            problems.append(Problem("output path", str(path), error))
     raise_problems(problems)
-    published = [t.output_dir for t in targets if t not in pending]
+    pending = [t for t in targets if t.output_dir not in published]
     return Plan(config, config_json, digest, overrides, applied, targets, pending, published)
 
 
