@@ -9,22 +9,18 @@ field is checked against, else after the file.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
-
-from pydantic import ValidationError
 
 from gencache.artifact.names import shard_dir_name, shard_of
 from gencache.artifact.reader import is_published
 from gencache.artifact.shards import find_shards, split_conflict
 from gencache.artifact.store import Location, exists, location
-from gencache.config.documents import parse_set_value, read_merged_config
-from gencache.config.messages import Loc, collect_problems, format_loc, problem_lines
-from gencache.config.models import CacheConfig, DataConfig, config_to_json, parse_data_configs
+from gencache.config.documents import parse_set_value
+from gencache.config.messages import Loc
+from gencache.config.models import CacheConfig, config_to_json
 from gencache.config.names import READS_SIBLING
 from gencache.core.canonical import json_digest
 from gencache.core.errors import (
@@ -99,18 +95,6 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
     return replace(override, owned=owned)
 
 
-@dataclass
-class CheckedConfig:
-    """A config file with its overrides, validated, and the targets of its output path; for an invalid one, every
-    problem and the data configs that validate on their own (by index), which are checked anyway."""
-
-    config: CacheConfig | None
-    problems: list[Problem] = field(default_factory=list)
-    data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
-    applied: list[Override] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
-
-
 def origin_of(loc: Loc, applied: Sequence[Override]) -> str | None:
     """The override a problem at ``loc`` comes from (see the module docstring), None when it is the file's own."""
     sibling = next(((*loc[:d], READS_SIBLING[p]) for d, p in enumerate(loc) if p in READS_SIBLING), None)
@@ -131,74 +115,6 @@ def check_utf8(what: str, path: str) -> None:
             f"The {what} {shown} is not valid UTF-8, so the artifact could not record it; rename it or run from a "
             "directory whose path is UTF-8."
         ) from None
-
-
-def read_plan(
-    path: str | os.PathLike[str],
-    overrides: Overrides | None = None,
-    shard: str | None = None,
-    shards: int | None = None,
-    env: Mapping[str, str] | None = None,
-    keep_split: bool = False,
-) -> CheckedConfig:
-    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result once, then plan the
-    targets of its output path (:func:`plan_targets`), collecting every problem (one per invalid field)."""
-    overrides = overrides or Overrides()
-    problems: list[Problem] = []
-
-    def problem(where: str, error: ConfigError, origin: str | None = None) -> None:
-        problems.append(Problem("config", where, error, origin=origin or where))
-
-    limit = overrides.limit
-    if limit is not None and (isinstance(limit, bool) or limit < 1):
-        problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
-        limit = None
-    try:
-        raw, origin = read_merged_config(path)
-    except ConfigError as error:
-        return CheckedConfig(None, [Problem("config", str(path), error, origin=str(path)), *problems])
-    current = copy.deepcopy(raw)
-    applied: list[Override] = []
-    if (output_dir := overrides.output_dir) is not None:
-        try:
-            check_utf8("--output-dir path", output_dir)
-            applied.append(apply_override(current, Override(f"--output-dir {output_dir}", ("output_dir",), output_dir)))
-        except ConfigError as error:
-            problem("--output-dir", error)
-    for text in overrides.sets:
-        try:
-            applied.append(apply_override(current, parse_set(text)))
-        except ConfigError as error:
-            problem(f"--set {text}", error)
-    if limit is not None and isinstance(configs := current.get("data_configs"), list):  # --limit caps each one
-        for data_config in configs:
-            count = data_config.get("num_samples") if isinstance(data_config, dict) else None
-            if isinstance(count, int) and not isinstance(count, bool) and count > limit:
-                data_config["num_samples"] = limit
-    try:
-        config = CacheConfig.model_validate(current)
-        lines = []
-    except ValidationError as exc:
-        config, lines = None, problem_lines(collect_problems(exc, CacheConfig))
-    for loc, line in lines:
-        named = origin_of(loc, applied) or origin
-        problem(format_loc(loc) or named, ConfigError(f"{named}: {line}"), named)
-    checked = CheckedConfig(config if not problems else None, problems, applied=applied)
-    locs = [loc for loc, _ in lines]  # an invalid config's data configs that no problem is in are checked anyway
-    items = current.get("data_configs")
-    if checked.config is None and isinstance(items, list) and ("data_configs",) not in locs:
-        for index, item in enumerate(items):
-            if not any(loc[:2] == ("data_configs", index) for loc in locs):
-                with contextlib.suppress(GencacheError):
-                    checked.data_configs.append((index, parse_data_configs([item])[0]))
-    output_dir = current.get("output_dir")
-    if isinstance(output_dir, str) and output_dir and ("output_dir",) not in locs:
-        try:
-            checked.targets = plan_targets(output_dir, shard, shards, env, keep_split)
-        except ShardError as error:
-            where = "--shards" if shards is not None else "--shard"
-            problems.append(error.problem or Problem("shards", where, error))
-    return checked
 
 
 # -- shards: --shard I/N, torchrun and SLURM ranks, --shards N ---------------------------------------------------

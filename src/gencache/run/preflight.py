@@ -6,6 +6,8 @@ phase 2 (the teacher and the tokenized samples) runs only when phase 1 found not
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import ctypes
 import glob
 import importlib.util
@@ -18,14 +20,16 @@ from typing import Any, TypeVar
 
 from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+from pydantic import ValidationError
 
 from gencache.artifact.header import header_capacity
 from gencache.artifact.publish import check_output_path, probe_rename
 from gencache.artifact.store import Location
 from gencache.artifact.upload import check_absent
+from gencache.config.documents import read_merged_config
 from gencache.config.engines import ContinuousOptions
-from gencache.config.messages import parse_loc
-from gencache.config.models import CacheConfig, DataConfig, ModelConfig
+from gencache.config.messages import collect_problems, format_loc, parse_loc, problem_lines
+from gencache.config.models import CacheConfig, DataConfig, ModelConfig, parse_data_configs
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.config.paths import S3Url, looks_like_path
 from gencache.core.errors import (
@@ -53,12 +57,14 @@ from gencache.run.plan import (
     Plan,
     ShardSpec,
     Target,
+    apply_override,
     check_utf8,
     device_for_rank,
     full_split,
     make_plan,
     origin_of,
-    read_plan,
+    parse_set,
+    plan_targets,
 )
 from gencache.run.session import RunInputs, build_engine
 
@@ -147,18 +153,67 @@ def plan_run(
     *,
     keep_split: bool = False,
 ) -> Plan:
-    """The plan of ``config_path`` (:func:`gencache.run.plan.make_plan`); every problem of the config, the shard plan
-    and the data files is raised at once."""
-    checked = read_plan(config_path, overrides, shard, shards, env, keep_split)
-    config, targets = checked.config, checked.targets
-    if config is None or checked.problems:
-        # the data configs and the output location that validated on their own are checked too
-        alone = Preflight(None, [] if skip else targets, applied=checked.applied)
+    """The plan (:func:`gencache.run.plan.make_plan`) of ``config_path`` with its ``_default.json`` and ``overrides``,
+    validated once. Every problem of the config (one per invalid field), the shard plan and the data files is raised
+    at once: an invalid config's output path and the data configs that no problem is in are checked anyway."""
+    problems: list[Problem] = []
+
+    def problem(where: str, error: ConfigError, origin: str | None = None) -> None:
+        problems.append(Problem("config", where, error, origin=origin or where))
+
+    limit = overrides.limit
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
+        limit = None
+    try:
+        raw, origin = read_merged_config(config_path)
+    except ConfigError as error:
+        raise_problems([Problem("config", str(config_path), error, origin=str(config_path)), *problems])
+    current = copy.deepcopy(raw)
+    applied: list[Override] = []
+    if (output_dir := overrides.output_dir) is not None:
+        try:
+            check_utf8("--output-dir path", output_dir)
+            applied.append(apply_override(current, Override(f"--output-dir {output_dir}", ("output_dir",), output_dir)))
+        except ConfigError as error:
+            problem("--output-dir", error)
+    for text in overrides.sets:
+        try:
+            applied.append(apply_override(current, parse_set(text)))
+        except ConfigError as error:
+            problem(f"--set {text}", error)
+    if limit is not None and isinstance(configs := current.get("data_configs"), list):  # --limit caps each one
+        for data_config in configs:
+            count = data_config.get("num_samples") if isinstance(data_config, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool) and count > limit:
+                data_config["num_samples"] = limit
+    try:
+        config, locs = CacheConfig.model_validate(current), []
+    except ValidationError as exc:
+        config, lines = None, problem_lines(collect_problems(exc, CacheConfig))
+        for loc, line in lines:
+            named = origin_of(loc, applied) or origin
+            problem(format_loc(loc) or named, ConfigError(f"{named}: {line}"), named)
+        locs = [loc for loc, _ in lines]
+    targets: list[Target] = []
+    if isinstance(output := current.get("output_dir"), str) and output and ("output_dir",) not in locs:
+        try:  # a missing field is named at its parent: the file
+            targets = plan_targets(output, shard, shards, env, keep_split)
+        except ShardError as error:
+            problems.append(error.problem or Problem("shards", "--shards" if shards is not None else "--shard", error))
+    if config is None or problems:  # what validates on its own is checked too
+        alone = [] if config is None else list(enumerate(config.data_configs))
+        if config is None and isinstance(items := current.get("data_configs"), list) and ("data_configs",) not in locs:
+            for index, item in enumerate(items):
+                if not any(loc[:2] == ("data_configs", index) for loc in locs):
+                    with contextlib.suppress(GencacheError):
+                        alone.append((index, parse_data_configs([item])[0]))
+        found = Preflight(None, [] if skip else targets, applied=applied)
         with shared_tables():
-            _phase_one(alone, list(enumerate(config.data_configs)) if config else checked.data_configs, None)
-        raise_problems(checked.problems + alone.problems)
+            _phase_one(found, alone, None)
+        raise_problems(problems + found.problems)
     assert config is not None
-    return make_plan(config, overrides, checked.applied, targets, skip)
+    return make_plan(config, overrides, applied, targets, skip)
 
 
 def preflight(
