@@ -1,10 +1,7 @@
-"""What a run publishes, decided once: the config file with its command-line overrides (``--set PATH=VALUE``,
-``--output-dir``, ``--limit``) validated once, and its targets: the one artifact, the shard of ``--shard I/N`` or of a
-torchrun/SLURM rank, or every shard of ``--shards N``, each of which the same run may already have published.
-
-Overrides apply to the merged file in the order given. A problem is named after the override that wrote its
-location (the last one, so ``--set model={...}`` owns every problem beneath ``model``), or that wrote the sibling a
-field is checked against, else after the file.
+"""What a run publishes, decided once: its config's command-line overrides, and its targets: the one artifact, the
+shard of ``--shard I/N`` or of a torchrun/SLURM rank, or every shard of ``--shards N``, each of which the same run may
+already have published. A problem is named after the override that wrote its location (the last one, so ``--set
+model={...}`` owns every problem beneath ``model``), or that wrote the sibling a field is checked against.
 """
 
 from __future__ import annotations

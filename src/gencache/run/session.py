@@ -1,6 +1,5 @@
 """A teacher session: the engine built for the config's teacher (:func:`build_engine`), its weights loaded once,
-then one target published at a time. The one code path behind every artifact a run publishes: ``generate`` in one
-process and each worker of a Ray run.
+then one target published at a time; behind every artifact of ``generate`` and of each worker of a Ray run.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ from gencache.run.plan import Plan, Target
 
 @dataclass(frozen=True)
 class Published:
-    """One target published: its directory, entries, generated tokens, seconds and the rename used."""
+    """One target published: its entries, generated tokens, seconds and the rename used."""
 
-    output_dir: Location
     entries: int
     tokens: int
     seconds: float
@@ -119,7 +117,7 @@ class TeacherSession:
             finally:  # also when a stop lands after the rename, before this build's exit releases its lock
                 if build.published and on_published is not None:
                     on_published(target.output_dir)
-        return Published(target.output_dir, len(prompts), tokens, time.monotonic() - started, mode)
+        return Published(len(prompts), tokens, time.monotonic() - started, mode)
 
     def _resolved(self, target: Target) -> dict[str, Any]:
         """``resolved_config.json``: everything needed to reproduce and audit the run (provenance only; training
