@@ -83,12 +83,10 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
             raise ConfigError(f"{override.label}: {above} is not an object.")
         if depth == len(override.path) - 1:
             node[part] = override.value
-        elif isinstance(part, int):
-            node = node[part]
         else:
-            if part not in node and owned == override.path:
+            if isinstance(part, str) and part not in node and owned == override.path:
                 owned = override.path[: depth + 1]
-            node = node.setdefault(part, {})
+            node = node[part] if isinstance(part, int) else node.setdefault(part, {})
     return replace(override, owned=owned)
 
 

@@ -117,9 +117,8 @@ class Preflight:
         self, name: str, location: str, action: Callable[..., tuple[T, str]], *given: Any, needs: Sequence[str] = ()
     ) -> T | None:
         """Run check ``name`` on what earlier checks produced (``given``): its value, or None when it failed (its
-        problem recorded at the error's own ``location``, if it has one, else ``location``, and named after the
-        override that wrote it). It is skipped, saying why, when a check it ``needs`` did not pass or a value it is
-        given is missing."""
+        problem recorded at the error's own ``location``, else ``location``, named after the override that wrote it)
+        or was skipped because a check it ``needs`` did not pass or a value it is given is missing."""
         blocked = [need for need in needs if any(c.name == need and c.status != "ok" for c in self.checks)]
         if self.blocked or blocked or any(value is None for value in given):
             self.skip(name, f"not checked: {', '.join(blocked)} failed" if blocked else "what it needs is unknown")
@@ -202,8 +201,8 @@ def plan_run(
         except ShardError as error:
             problems.append(error.problem or Problem("shards", "--shards" if shards is not None else "--shard", error))
     if config is None or problems:  # what validates on its own is checked too
-        alone = [] if config is None else list(enumerate(config.data_configs))
-        if config is None and isinstance(items := current.get("data_configs"), list) and ("data_configs",) not in locs:
+        alone: list[tuple[int, DataConfig]] = []
+        if isinstance(items := current.get("data_configs"), list) and ("data_configs",) not in locs:
             for index, item in enumerate(items):
                 if not any(loc[:2] == ("data_configs", index) for loc in locs):
                     with contextlib.suppress(GencacheError):
@@ -237,7 +236,66 @@ def preflight(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"
             )
-        _phase_two(found, plan, device or "cpu", rename_mode, keys)
+        device, model = device or "cpu", config.model
+        found.check("torch device", "model.device", _torch_device, device)
+        tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
+        generation = found.check(
+            "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
+        )
+
+        def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
+            return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
+
+        engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
+        teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
+        found.check(
+            "attention",
+            "model.attn_implementation",
+            lambda: (None, checks.check_attn_implementation(model.attn_implementation, device)),
+        )
+        found.check(
+            "teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path))
+        )
+        vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
+
+        def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
+            if vocab_size is None:
+                return None, "not checked: config.json records no vocab_size"
+            return None, checks.check_vocabulary(tokenizer, vocab_size, generation.kwargs)
+
+        needs = ["tokenizer", "generation", "teacher config"]
+        found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
+        samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
+        if tokenizer is None and not found.blocked:
+            found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
+        if samples is None or generation is None:
+            for name in ("context length", "header budget"):
+                found.skip(name, "not computed: needs the samples and generation config")
+            if not found.blocked:
+                found.not_computed += ["the context-length check", "the header budget"]
+            return found
+        found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
+        every = samples.keys()
+        found.targets = [
+            Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
+        ]
+        if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
+            _counted(found, [sample.key for sample in samples], shard)
+        if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
+            found.prompt = samples[found.prompt_index]
+        found.check(
+            "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
+        )
+        if vocab_size is not None:
+            found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
+        options = config.engine_options
+        if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
+            where, needs = "engine_options.kv_cache_memory_gib", ["teacher config", "engine"]
+            found.check("paged cache", where, _paged_cache, config, samples, generation, teacher, needs=needs)
+        found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
+        if not found.problems and engine is not None and rename_mode is not None:
+            inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
+            found.inputs = RunInputs(*inputs)
     return found
 
 
@@ -303,8 +361,8 @@ def _phase_one(
 
 
 def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
-    """Every output path is absent and the nearest existing ancestor of its parent can hold it; the publish rename
-    mode (``s3``: every output prefix is free in a bucket that exists and answers)."""
+    """Every output path is absent and the nearest existing ancestor of its parent can hold it (or every prefix is
+    free in a bucket that answers); the publish rename mode."""
     if not outputs:
         return None, "every output is already published"
     if remote := [output for output in outputs if isinstance(output, S3Url)]:
@@ -463,68 +521,6 @@ def _engine_package(engine: str) -> tuple[None, str]:
 
 
 # -- phase 2: the teacher and the tokenized samples ---------------------------------------------------------------
-def _phase_two(found: Preflight, plan: Plan, device: str, rename_mode: str | None, keys: list[str] | None) -> None:
-    config, shard = plan.config, plan.targets[0].shard
-    model = config.model
-    found.check("torch device", "model.device", _torch_device, device)
-    tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
-    generation = found.check(
-        "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
-    )
-
-    def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
-        return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
-
-    engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
-    teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
-    found.check(
-        "attention",
-        "model.attn_implementation",
-        lambda: (None, checks.check_attn_implementation(model.attn_implementation, device)),
-    )
-    found.check("teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path)))
-    vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
-
-    def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
-        if vocab_size is None:
-            return None, "not checked: config.json records no vocab_size"
-        return None, checks.check_vocabulary(tokenizer, vocab_size, generation.kwargs)
-
-    needs = ["tokenizer", "generation", "teacher config"]
-    found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
-    samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
-    if tokenizer is None and not found.blocked:
-        found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
-    if samples is None or generation is None:
-        for name in ("context length", "header budget"):
-            found.skip(name, "not computed: needs the samples and generation config")
-        if not found.blocked:
-            found.not_computed += ["the context-length check", "the header budget"]
-        return
-    found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
-    every = samples.keys()
-    found.targets = [
-        Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
-    ]
-    if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
-        _counted(found, [sample.key for sample in samples], shard)
-    if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
-        found.prompt = samples[found.prompt_index]
-    found.check(
-        "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
-    )
-    if vocab_size is not None:
-        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
-    options = config.engine_options
-    if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
-        where, needs = "engine_options.kv_cache_memory_gib", ["teacher config", "engine"]
-        found.check("paged cache", where, _paged_cache, config, samples, generation, teacher, needs=needs)
-    found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
-    if not found.problems and engine is not None and rename_mode is not None:
-        inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
-        found.inputs = RunInputs(*inputs)
-
-
 def _torch_device(device: str) -> tuple[None, str]:
     """The device exists on this machine as torch sees it (the config admits only devices torch can name)."""
     if not device.startswith("cuda"):

@@ -79,8 +79,7 @@ class TeacherSession:
         then knows the artifact is complete."""
         inputs, model = self.inputs, self.plan.config.model
         prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
-        started = time.monotonic()
-        tokens = 0
+        started, tokens = time.monotonic(), 0
         provenance = make_provenance(
             model_path=model.model_path,
             tokenizer_path=model.effective_tokenizer_path,
@@ -96,12 +95,8 @@ class TeacherSession:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(inputs.engine.generate(prompts, progress=progress)) as entries:
                 for entry in entries:
-                    build.writer.add(
-                        entry.key,
-                        [seq.numpy().tobytes() for seq in entry.sequences],
-                        entry.texts,
-                        entry.finish_reasons,
-                    )
+                    sequences = [seq.numpy().tobytes() for seq in entry.sequences]
+                    build.writer.add(entry.key, sequences, entry.texts, entry.finish_reasons)
                     tokens += entry.num_tokens
             samples, digest = inputs.samples, self.plan.digest
             summary = {
