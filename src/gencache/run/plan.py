@@ -127,19 +127,6 @@ class ShardSpec:
         return [key for key in keys if shard_of(key, self.count) == self.index]
 
 
-def parse_shard(text: str) -> ShardSpec:
-    """Parse ``I/N`` (``I`` zero-based)."""
-    parts = text.strip().split("/")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {text!r}.")
-    index, count = int(parts[0]), int(parts[1])
-    if count < 1:
-        raise ShardError(f"Shard count must be at least 1, got {count}.")
-    if index >= count:
-        raise ShardError(f"Shard index {index} is out of range for {count} shards (use 0..{count - 1}).")
-    return ShardSpec(index, count)
-
-
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
     value = env.get(name, "")
     try:
@@ -173,17 +160,25 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
 
 
 def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -> ShardSpec | None:
-    """``--shard`` when given (it must agree with a launcher's rank if both exist), else the launcher's rank."""
+    """``--shard I/N`` (``I`` zero-based) when given (it must agree with a launcher's rank if both exist), else the
+    launcher's rank."""
     from_env = shard_from_env(env)
     if cli_value is None:
         return from_env
-    explicit = parse_shard(cli_value)
-    if from_env is not None and (from_env.index, from_env.count) != (explicit.index, explicit.count):
+    parts = cli_value.strip().split("/")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {cli_value!r}.")
+    index, count = int(parts[0]), int(parts[1])
+    if count < 1:
+        raise ShardError(f"Shard count must be at least 1, got {count}.")
+    if index >= count:
+        raise ShardError(f"Shard index {index} is out of range for {count} shards (use 0..{count - 1}).")
+    if from_env is not None and (from_env.index, from_env.count) != (index, count):
         raise ShardError(
-            f"--shard {explicit.index}/{explicit.count} disagrees with the {from_env.origin} rank "
-            f"{from_env.index}/{from_env.count}; drop --shard under a launcher."
+            f"--shard {index}/{count} disagrees with the {from_env.origin} rank {from_env.index}/{from_env.count}; "
+            "drop --shard under a launcher."
         )
-    return from_env or explicit
+    return from_env or ShardSpec(index, count)
 
 
 def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None = None) -> str:

@@ -202,11 +202,9 @@ def plan_run(
             problems.append(error.problem or Problem("shards", "--shards" if shards is not None else "--shard", error))
     if config is None or problems:  # what validates on its own is checked too
         alone: list[tuple[int, DataConfig]] = []
-        if isinstance(items := current.get("data_configs"), list) and ("data_configs",) not in locs:
-            for index, item in enumerate(items):
-                if not any(loc[:2] == ("data_configs", index) for loc in locs):
-                    with contextlib.suppress(GencacheError):
-                        alone.append((index, parse_data_configs([item])[0]))
+        for index, item in enumerate(items if isinstance(items := current.get("data_configs"), list) else []):
+            with contextlib.suppress(GencacheError):  # one with a problem of its own fails alone too
+                alone.append((index, parse_data_configs([item])[0]))
         found = Preflight(None, [] if skip else targets, applied=applied)
         with shared_tables():
             _phase_one(found, alone, None)
