@@ -80,12 +80,8 @@ class TeacherSession:
         inputs, model = self.inputs, self.plan.config.model
         prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
         started, tokens = time.monotonic(), 0
-        provenance = make_provenance(
-            model_path=model.model_path,
-            tokenizer_path=model.effective_tokenizer_path,
-            dtype=model.dtype,
-            tokenizer=tokenizer_state(inputs.tokenizer),
-        )
+        tokenizer = tokenizer_state(inputs.tokenizer)
+        provenance = make_provenance(model.model_path, model.effective_tokenizer_path, model.dtype, tokenizer)
         with ArtifactBuild(
             target.output_dir,
             provenance=provenance,
@@ -117,7 +113,7 @@ class TeacherSession:
     def _resolved(self, target: Target) -> dict[str, Any]:
         """``resolved_config.json``: everything needed to reproduce and audit the run (provenance only; training
         never reads it)."""
-        plan, inputs, samples = self.plan, self.inputs, self.inputs.samples
+        plan, inputs, samples, model = self.plan, self.inputs, self.inputs.samples, self.plan.config.model
         # The recorded config must rebuild the same samples from any working directory (gencache export does):
         # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
         config_json = copy.deepcopy(plan.config_json)
@@ -160,19 +156,16 @@ class TeacherSession:
             "engine": inputs.engine.describe(),
             "batching": {
                 **inputs.engine.batching(),
-                "gen_batch_size": {
-                    "value": plan.config.gen_batch_size,
-                    "use": GEN_BATCH_SIZE_USE[plan.config.engine],
-                },
+                "gen_batch_size": {"value": plan.config.gen_batch_size, "use": GEN_BATCH_SIZE_USE[plan.config.engine]},
             },
             "model": {
-                "model_path": plan.config.model.model_path,
-                "revision": plan.config.model.revision,
+                "model_path": model.model_path,
+                "revision": model.revision,
                 "commit_hash": inputs.engine.commit_hash(),
                 # a local teacher is recognised by what it is, wherever it is moved (check_compatible, audit)
                 "identity": {
-                    "model_path": local_identity(plan.config.model.model_path),
-                    "tokenizer_path": local_identity(plan.config.model.effective_tokenizer_path),
+                    "model_path": local_identity(model.model_path),
+                    "tokenizer_path": local_identity(model.effective_tokenizer_path),
                 },
             },
             "runtime": inputs.engine.runtime(),
@@ -204,11 +197,8 @@ def build_engine(
     """The engine ``name`` (default the config's) for ``config``'s teacher: the run's check and ``gencache audit``
     build theirs here, so both meet the same refusals before any weights load. ``one_prompt`` (the audit): batch size
     one, and the transformers engines with their default options."""
-    model = config.model
-    chosen = name or config.engine
-    options = config.engine_options if chosen == config.engine else None
-    if one_prompt and chosen != ENGINE_VLLM:
-        options = None
+    model, chosen = config.model, name or config.engine
+    own = chosen == config.engine and (chosen == ENGINE_VLLM or not one_prompt)
     return create_engine(
         chosen,
         EngineContext(
@@ -221,6 +211,6 @@ def build_engine(
             attn_implementation=model.attn_implementation,
             batch_size=1 if one_prompt else config.gen_batch_size,
             seed=config.seed,
-            options=options,
+            options=config.engine_options if own else None,
         ),
     )
