@@ -329,13 +329,9 @@ def _phase_one(
     else:
         found.skip("output path", "not checked: --show-prompt writes nothing")
     if config is not None:
-        found.check(
-            "model", "model.model_path", lambda: _model_location("model.model_path", model.model_path, model.revision)
-        )
-        tokenizer = model.effective_tokenizer_path
-        if tokenizer != model.model_path:
-            where = "model.tokenizer_path"
-            found.check("tokenizer path", where, lambda: _model_location(where, tokenizer, model.revision))
+        found.check("model", "model.model_path", _model_location, "model.model_path", model)
+        if model.effective_tokenizer_path != model.model_path:
+            found.check("tokenizer path", "model.tokenizer_path", _model_location, "model.tokenizer_path", model)
     counts: list[int] = []
     keys: list[str] | None = []
     with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
@@ -390,10 +386,11 @@ def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
     return mode, f"{shown} is free; publish with {mode}"
 
 
-def _model_location(field_name: str, value: str, revision: str | None) -> tuple[None, str]:
+def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     """A local model or tokenizer directory exists and its JSON files parse; a hub id is reachable or cached, and
     its ``config.json`` parses."""
-
+    value = model.model_path if field_name == "model.model_path" else model.effective_tokenizer_path
+    revision = model.revision
     path = Path(value).expanduser()
     if os.path.isdir(path):
         if field_name == "model.model_path" and not (path / "config.json").is_file():
