@@ -56,10 +56,9 @@ class RunInputs:
 
 @dataclass
 class TeacherSession:
-    """The run's ``plan`` and checked ``inputs`` with the teacher loaded once (:meth:`load`), publishing one
-    target per :meth:`publish` call. ``launch`` (a Ray run's workers, shards and retries) is recorded in each
-    ``resolved_config.json`` when given, and ``working_directory`` (a Ray run's driver's, where the config's relative
-    paths were read) as the run's working directory in place of this process's."""
+    """The run's ``plan`` and checked ``inputs``, the teacher loaded once, publishing a target per :meth:`publish`.
+    A Ray worker's ``resolved_config.json`` records its ``launch`` (workers, shards, retries) and the driver's
+    ``working_directory``, where the config's relative paths were read, in place of this process's."""
 
     plan: Plan
     inputs: RunInputs
