@@ -198,10 +198,8 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
 def full_split(keys: Sequence[str], most: int) -> int:
     """The largest shard count up to ``most`` that leaves no shard without keys (1 for no keys)."""
     unique = set(keys)
-    for count in range(min(most, len(unique)), 1, -1):
-        if len({shard_of(key, count) for key in unique}) == count:
-            return count
-    return 1
+    counts = range(min(most, len(unique)), 1, -1)
+    return next((count for count in counts if len({shard_of(key, count) for key in unique}) == count), 1)
 
 
 # -- the plan ---------------------------------------------------------------------------------------------------
