@@ -16,10 +16,12 @@ import pytest
 from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli.app import run as cli_run
 from gencache.config import load_config
-from gencache.core.errors import FormatError
+from gencache.core.errors import FormatError, GencacheError, InputProblems
 from gencache.data.recipes import sample_source
 from gencache.data.samples import build_samples
-from gencache.run.plan import Overrides, read_plan
+from gencache.run import preflight
+from gencache.run.plan import Overrides
+from gencache.run.preflight import plan_run
 from support.config_factory import hotpot_qa, musique, write_config
 from support.storage_helpers import make_entries, writable_copy, write_artifact
 
@@ -227,9 +229,7 @@ def test_set_output_dir_and_limit_are_applied_validated_and_recorded(tmp_path: P
 def test_limit_keeps_a_prefix_of_the_full_selection(tmp_path: Path) -> None:
     hotpot = hotpot_qa()
     config = write_config(tmp_path, tmp_path / "teacher", data_configs=[musique(num_samples=6), hotpot])
-    checked = read_plan(config, Overrides(limit=2))
-    assert checked.config is not None and not checked.problems
-    full, limited = build_samples(load_config(config)), build_samples(checked.config)
+    full, limited = build_samples(load_config(config)), build_samples(plan_run(config, Overrides(limit=2)).config)
     for index in (0, 1):
         keys = [s.key for s in full if s.data_config_index == index]
         assert [s.key for s in limited if s.data_config_index == index] == keys[:2]
@@ -373,24 +373,31 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
     ],
 )
 def test_each_problem_is_named_after_the_override_whose_path_holds_it(
-    tmp_path: Path, change: dict[str, Any], overrides: Overrides, expected: list[tuple[str, str]], alone: list[int]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    change: dict[str, Any],
+    overrides: Overrides,
+    expected: list[tuple[str, str]],
+    alone: list[int],
 ) -> None:
     config = write_config(tmp_path, tmp_path / "teacher", **change)
-    checked = read_plan(config, overrides)
-    assert checked.config is None
-    found = [(problem.location, str(problem.error)) for problem in checked.problems]
+    read, checked = preflight._data_config, []
+    monkeypatch.setattr(preflight, "_data_config", lambda index, dc: (checked.append(index), read(index, dc))[1])
+    with pytest.raises(GencacheError) as info:
+        plan_run(config, overrides)
+    problems = info.value.problems if isinstance(info.value, InputProblems) else [info.value.problem]
+    found = [(problem.location, str(problem.error)) for problem in problems]
     assert len(found) == len(expected)
-    for problem in checked.problems:  # the origin as data: what the message starts with
+    for problem in problems:  # the origin as data: what the message starts with
         assert problem.origin is not None and str(problem.error).startswith(problem.origin)
     for (location, message), (want_location, want) in zip(found, expected, strict=True):
         assert location == want_location and message.startswith(want.replace("{config}", str(config))), message
-    assert [index for index, _ in checked.data_configs] == alone  # what validates on its own is checked anyway
+    assert checked == alone  # what validates on its own is checked anyway
 
 
 def test_a_later_set_fixes_an_earlier_one(tmp_path: Path) -> None:
     config = write_config(tmp_path, tmp_path / "teacher")
-    checked = read_plan(config, Overrides(sets=("gen_batch_size=0", "gen_batch_size=3")))
-    assert checked.config is not None and checked.config.gen_batch_size == 3 and not checked.problems
+    assert plan_run(config, Overrides(sets=("gen_batch_size=0", "gen_batch_size=3"))).config.gen_batch_size == 3
 
 
 # -- exit codes and what inspect / verify say about things that are not artifacts ------------------------------

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from gencache.core.errors import ShardError
-from gencache.run.plan import ShardSpec, device_for_rank, parse_shard, resolve_shard, run_digest, shard_from_env
+from gencache.run.plan import ShardSpec, device_for_rank, resolve_shard, run_digest, shard_from_env
 
 KEYS = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)]
 
@@ -26,7 +26,7 @@ def test_shards_partition_the_keys_by_key_mod() -> None:
 )
 def test_bad_shard_specs_are_rejected(text: str, fragment: str) -> None:
     with pytest.raises(ShardError, match=fragment):
-        parse_shard(text)
+        resolve_shard(text, {})
 
 
 def test_torchrun_and_slurm_environments() -> None:

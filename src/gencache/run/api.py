@@ -125,9 +125,8 @@ class _LoadedOnStart(StagedProgress):
         self.loaded = loaded
 
     def start(self, total_samples: int) -> None:
-        if self.loaded is not None:
-            announce, self.loaded = self.loaded, None
-            announce()
+        if self.loaded is not None and not self.started:
+            self.loaded()
         super().start(total_samples)
 
 

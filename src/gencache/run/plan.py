@@ -1,30 +1,23 @@
-"""What a run publishes, decided once: the config file with its command-line overrides (``--set PATH=VALUE``,
-``--output-dir``, ``--limit``) validated once, and its targets: the one artifact, the shard of ``--shard I/N`` or of a
-torchrun/SLURM rank, or every shard of ``--shards N``, each of which the same run may already have published.
-
-Overrides apply to the merged file in the order given. A problem is named after the override that wrote its
-location (the last one, so ``--set model={...}`` owns every problem beneath ``model``), or that wrote the sibling a
-field is checked against, else after the file.
+"""What a run publishes, decided once: its config's command-line overrides, and its targets: the one artifact, the
+shard of ``--shard I/N`` or of a torchrun/SLURM rank, or every shard of ``--shards N``, each of which the same run may
+already have published. A problem is named after the override that wrote its location (the last one, so ``--set
+model={...}`` owns every problem beneath ``model``), or that wrote the sibling a field is checked against.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import ValidationError
-
-from gencache.artifact.names import make_shard_info, shard_dir_name, shard_of
+from gencache.artifact.names import shard_dir_name, shard_of
 from gencache.artifact.reader import is_published
 from gencache.artifact.shards import find_shards, split_conflict
 from gencache.artifact.store import Location, exists, location
-from gencache.config.documents import parse_set_value, read_merged_config
-from gencache.config.messages import Loc, collect_problems, format_loc, parse_loc, problem_lines
-from gencache.config.models import CacheConfig, DataConfig, config_to_json, parse_data_configs
+from gencache.config.documents import parse_set_value
+from gencache.config.messages import Loc
+from gencache.config.models import CacheConfig, config_to_json
 from gencache.config.names import READS_SIBLING
 from gencache.core.canonical import json_digest
 from gencache.core.errors import (
@@ -35,7 +28,6 @@ from gencache.core.errors import (
     Problem,
     ShardError,
     raise_problems,
-    reworded,
 )
 
 
@@ -54,24 +46,14 @@ class Overrides:
 
 @dataclass(frozen=True)
 class Override:
-    """One ``--set`` (or ``--output-dir``): the dotted path split into keys and list indices, the decoded value, the
-    option and text that gave it, and once applied, the first object on the way that the config lacked (a misspelt
-    ``model.generation_kwrgs``), which this override then owns."""
+    """One ``--set`` (or ``--output-dir``): its option and text, the dotted path split into keys and list indices, the
+    decoded value, and once applied, the part of the config it wrote (a problem at or beneath it is this override's):
+    its path, or the first object on the way that the config lacked (a misspelt ``model.generation_kwrgs``)."""
 
-    text: str
-    path: tuple[str | int, ...]
+    label: str
+    path: Loc
     value: Any
-    option: str = "--set"
-    created: tuple[str | int, ...] | None = None
-
-    @property
-    def owned(self) -> tuple[str | int, ...]:
-        """The part of the config this override wrote: a problem at or beneath it is this override's."""
-        return self.created if self.created is not None else self.path
-
-    @property
-    def label(self) -> str:
-        return f"{self.option} {self.text}"
+    owned: Loc = ()
 
 
 def parse_set(text: str) -> Override:
@@ -84,13 +66,13 @@ def parse_set(text: str) -> Override:
     if any(not part for part in parts):
         raise ConfigError(f"--set {text!r}: the path {name!r} has an empty part; separate field names by single dots.")
     path = tuple(int(part) if part.isdigit() else part for part in parts)
-    return Override(text, path, parse_set_value(raw, f"--set {text}"))
+    return Override(f"--set {text}", path, parse_set_value(raw, f"--set {text}"))
 
 
 def apply_override(raw: dict[str, Any], override: Override) -> Override:
     """Set ``override.path`` in ``raw`` (in place), creating missing objects on the way."""
     node: Any = raw
-    created: tuple[str | int, ...] | None = None
+    owned = override.path
     for depth, part in enumerate(override.path):
         where = ".".join(str(p) for p in override.path[: depth + 1])
         if isinstance(part, int) and not (isinstance(node, list) and part < len(node)):
@@ -101,33 +83,18 @@ def apply_override(raw: dict[str, Any], override: Override) -> Override:
             raise ConfigError(f"{override.label}: {above} is not an object.")
         if depth == len(override.path) - 1:
             node[part] = override.value
-        elif isinstance(part, int):
-            node = node[part]
         else:
-            if part not in node and created is None:
-                created = override.path[: depth + 1]
-            node = node.setdefault(part, {})
-    return replace(override, created=created)
+            if isinstance(part, str) and part not in node and owned == override.path:
+                owned = override.path[: depth + 1]
+            node = node[part] if isinstance(part, int) else node.setdefault(part, {})
+    return replace(override, owned=owned)
 
 
-@dataclass
-class CheckedConfig:
-    """A config file with its overrides, validated, and the targets of its output path: the config, or every problem
-    and what still validates on its own (the data configs by index, the output directory), which is checked anyway."""
-
-    config: CacheConfig | None
-    problems: list[Problem] = field(default_factory=list)
-    data_configs: list[tuple[int, DataConfig]] = field(default_factory=list)
-    output_dir: str | None = None
-    applied: list[Override] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
-
-
-def origin_of(loc: Loc, applied: Sequence[Override]) -> Override | None:
+def origin_of(loc: Loc, applied: Sequence[Override]) -> str | None:
     """The override a problem at ``loc`` comes from (see the module docstring), None when it is the file's own."""
     sibling = next(((*loc[:d], READS_SIBLING[p]) for d, p in enumerate(loc) if p in READS_SIBLING), None)
     for place in (loc, sibling):
-        found = next((o for o in reversed(applied) if place and place[: len(o.owned)] == o.owned), None)
+        found = next((o.label for o in reversed(applied) if place and place[: len(o.owned)] == o.owned), None)
         if found is not None:
             return found
     return None
@@ -145,96 +112,6 @@ def check_utf8(what: str, path: str) -> None:
         ) from None
 
 
-def read_plan(
-    path: str | os.PathLike[str],
-    overrides: Overrides | None = None,
-    shard: str | None = None,
-    shards: int | None = None,
-    env: Mapping[str, str] | None = None,
-    keep_split: bool = False,
-) -> CheckedConfig:
-    """Read ``path`` (with its ``_default.json``), apply ``overrides`` and validate the result once, then plan the
-    targets of its output path (:func:`plan_targets`), collecting every problem (one per invalid field)."""
-    overrides = overrides or Overrides()
-    problems: list[Problem] = []
-
-    def problem(where: str, error: ConfigError, origin: str | None = None) -> None:
-        problems.append(Problem("config", where, error, origin=origin or where))
-
-    limit = overrides.limit
-    if limit is not None and (isinstance(limit, bool) or limit < 1):
-        problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
-        limit = None
-    try:
-        raw, origin = read_merged_config(path)
-    except ConfigError as error:
-        return CheckedConfig(None, [Problem("config", str(path), error, origin=str(path)), *problems])
-    current = copy.deepcopy(raw)
-    steps: list[Override] = []
-    if overrides.output_dir is not None:
-        try:
-            check_utf8("--output-dir path", overrides.output_dir)
-            steps.append(Override(overrides.output_dir, ("output_dir",), overrides.output_dir, "--output-dir"))
-        except ConfigError as error:
-            problem("--output-dir", error)
-    for text in overrides.sets:
-        try:
-            steps.append(parse_set(text))
-        except ConfigError as error:
-            problem(f"--set {text}", error)
-    applied: list[Override] = []
-    for step in steps:
-        try:
-            applied.append(apply_override(current, step))
-        except ConfigError as error:
-            problem(step.label, error)
-    if limit is not None and isinstance(configs := current.get("data_configs"), list):  # --limit caps each one
-        for data_config in configs:
-            count = data_config.get("num_samples") if isinstance(data_config, dict) else None
-            if isinstance(count, int) and not isinstance(count, bool) and count > limit:
-                data_config["num_samples"] = limit
-    try:
-        config = CacheConfig.model_validate(current)
-        lines = []
-    except ValidationError as exc:
-        config, lines = None, problem_lines(collect_problems(exc, CacheConfig))
-    for loc, line in lines:
-        source = origin_of(loc, applied)
-        named = source.label if source is not None else origin
-        problem(format_loc(loc) or named, ConfigError(f"{named}: {line}"), named)
-    checked = CheckedConfig(config if not problems else None, problems, applied=applied)
-    locs = [loc for loc, _ in lines]  # an invalid config's data configs that no problem is in are checked anyway
-    items = current.get("data_configs")
-    if checked.config is None and isinstance(items, list) and ("data_configs",) not in locs:
-        for index, item in enumerate(items):
-            if not any(loc[:2] == ("data_configs", index) for loc in locs):
-                with contextlib.suppress(GencacheError):
-                    checked.data_configs.append((index, parse_data_configs([item])[0]))
-    output_dir = current.get("output_dir")
-    if isinstance(output_dir, str) and output_dir and ("output_dir",) not in locs:
-        checked.output_dir = output_dir
-        try:
-            checked.targets = plan_targets(output_dir, shard, shards, env, keep_split)
-        except ShardError as error:
-            where = "--shards" if shards is not None else "--shard"
-            problems.append(error.problem or Problem("shards", where, error))
-    return checked
-
-
-def name_origins(problems: Sequence[Problem], applied: Sequence[Override]) -> list[Problem]:
-    """``problems`` found once the config validated (its data files', the teacher's), each named after the override
-    that wrote its location (:func:`origin_of`), like a problem of the config."""
-    named: list[Problem] = []
-    for problem in problems:
-        source = None if problem.origin is not None else origin_of(parse_loc(problem.location), applied)
-        if source is None:
-            named.append(problem)
-        else:
-            error = reworded(problem.error, f"{source.label}: {problem.error}")
-            named.append(Problem(problem.check, problem.location, error, origin=source.label))
-    return named
-
-
 # -- shards: --shard I/N, torchrun and SLURM ranks, --shards N ---------------------------------------------------
 @dataclass(frozen=True)
 class ShardSpec:
@@ -245,29 +122,9 @@ class ShardSpec:
     origin: str = "--shard"
     local_rank: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.count < 1:
-            raise ShardError(f"Shard count must be at least 1, got {self.count}.")
-        if not 0 <= self.index < self.count:
-            raise ShardError(
-                f"Shard index {self.index} is out of range for {self.count} shards (use 0..{self.count - 1})."
-            )
-
     def select(self, keys: Iterable[str]) -> list[str]:
         """The keys this shard generates (``int(key, 16) % count == index``)."""
         return [key for key in keys if shard_of(key, self.count) == self.index]
-
-    def shard_record(self, run_digest: str) -> dict[str, Any]:
-        """The manifest's ``summary.shard`` record."""
-        return make_shard_info(self.index, self.count, run_digest)
-
-
-def parse_shard(text: str) -> ShardSpec:
-    """Parse ``I/N`` (``I`` zero-based)."""
-    parts = text.strip().split("/")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {text!r}.")
-    return ShardSpec(index=int(parts[0]), count=int(parts[1]))
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
@@ -303,17 +160,25 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
 
 
 def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -> ShardSpec | None:
-    """``--shard`` when given (it must agree with a launcher's rank if both exist), else the launcher's rank."""
+    """``--shard I/N`` (``I`` zero-based) when given (it must agree with a launcher's rank if both exist), else the
+    launcher's rank."""
     from_env = shard_from_env(env)
     if cli_value is None:
         return from_env
-    explicit = parse_shard(cli_value)
-    if from_env is not None and (from_env.index, from_env.count) != (explicit.index, explicit.count):
+    parts = cli_value.strip().split("/")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {cli_value!r}.")
+    index, count = int(parts[0]), int(parts[1])
+    if count < 1:
+        raise ShardError(f"Shard count must be at least 1, got {count}.")
+    if index >= count:
+        raise ShardError(f"Shard index {index} is out of range for {count} shards (use 0..{count - 1}).")
+    if from_env is not None and (from_env.index, from_env.count) != (index, count):
         raise ShardError(
-            f"--shard {explicit.index}/{explicit.count} disagrees with the {from_env.origin} rank "
-            f"{from_env.index}/{from_env.count}; drop --shard under a launcher."
+            f"--shard {index}/{count} disagrees with the {from_env.origin} rank {from_env.index}/{from_env.count}; "
+            "drop --shard under a launcher."
         )
-    return from_env or explicit
+    return from_env or ShardSpec(index, count)
 
 
 def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None = None) -> str:
@@ -333,10 +198,8 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
 def full_split(keys: Sequence[str], most: int) -> int:
     """The largest shard count up to ``most`` that leaves no shard without keys (1 for no keys)."""
     unique = set(keys)
-    for count in range(min(most, len(unique)), 1, -1):
-        if len({shard_of(key, count) for key in unique}) == count:
-            return count
-    return 1
+    counts = range(min(most, len(unique)), 1, -1)
+    return next((count for count in counts if len({shard_of(key, count) for key in unique}) == count), 1)
 
 
 # -- the plan ---------------------------------------------------------------------------------------------------
@@ -428,18 +291,15 @@ def make_plan(
     set aside."""
     config_json = config_to_json(config)
     digest = run_digest(config_json)
-    pending: list[Target] = []
+    published = [t.output_dir for t in targets if skip and exists(t.output_dir)]
     problems: list[Problem] = []
-    for target in targets:
-        if not (skip and exists(target.output_dir)):
-            pending.append(target)
-            continue
+    for path in published:
         try:
-            check_published(target.output_dir, digest)
+            check_published(path, digest)
         except GencacheError as error:
-            problems.append(Problem("output path", str(target.output_dir), error))
+            problems.append(Problem("output path", str(path), error))
     raise_problems(problems)
-    published = [t.output_dir for t in targets if t not in pending]
+    pending = [t for t in targets if t.output_dir not in published]
     return Plan(config, config_json, digest, overrides, applied, targets, pending, published)
 
 

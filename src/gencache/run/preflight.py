@@ -1,12 +1,13 @@
-"""Every check a run makes before the teacher's weights load, in order: the one code path of ``generate`` and the
-dry run. Every problem is listed at once; a check whose input failed is skipped, saying so.
-
-Phase 1 (the config, the data files, what the machine shows without torch) imports no torch, so an input mistake
-is reported in about a second; phase 2 (the teacher and the tokenized samples) runs only when phase 1 found nothing.
+"""Every check a run makes before the teacher's weights load, in order, for ``generate`` and the dry run alike:
+every problem is listed at once; a check whose input failed is skipped, saying so. Phase 1 (the config, the data
+files, what the machine shows without torch) imports no torch, so an input mistake is reported in about a second;
+phase 2 (the teacher and the tokenized samples) runs only when phase 1 found nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import ctypes
 import glob
 import importlib.util
@@ -19,13 +20,16 @@ from typing import Any, TypeVar
 
 from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+from pydantic import ValidationError
 
 from gencache.artifact.header import header_capacity
 from gencache.artifact.publish import check_output_path, probe_rename
 from gencache.artifact.store import Location
 from gencache.artifact.upload import check_absent
+from gencache.config.documents import read_merged_config
 from gencache.config.engines import ContinuousOptions
-from gencache.config.models import CacheConfig, DataConfig, ModelConfig
+from gencache.config.messages import collect_problems, format_loc, parse_loc, problem_lines
+from gencache.config.models import CacheConfig, DataConfig, ModelConfig, parse_data_configs
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.config.paths import S3Url, looks_like_path
 from gencache.core.errors import (
@@ -48,26 +52,23 @@ from gencache.generation.effective import EffectiveGeneration, resolve_generatio
 from gencache.generation.engines import GIB, Engine
 from gencache.generation.engines.transformers import size_paged_cache
 from gencache.run.plan import (
+    Override,
     Overrides,
     Plan,
     ShardSpec,
     Target,
+    apply_override,
     check_utf8,
     device_for_rank,
     full_split,
     make_plan,
-    name_origins,
-    read_plan,
+    origin_of,
+    parse_set,
+    plan_targets,
 )
 from gencache.run.session import RunInputs, build_engine
 
 T = TypeVar("T")
-
-#: What shows a GPU driver on a machine without loading it: NVIDIA's device nodes, AMD's ROCm node (torch's
-#: "cuda" device runs on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a
-#: CUDA context made here would break the processes vLLM forks later).
-GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
-CUDA_DRIVER_LIBRARY = "libcuda.so.1"
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Preflight:
     prompt_index: int | None = None
     inputs: RunInputs | None = None
     blocked: str | None = None
+    applied: Sequence[Override] = ()
 
     @property
     def errors(self) -> list[GencacheError]:
@@ -115,8 +117,8 @@ class Preflight:
         self, name: str, location: str, action: Callable[..., tuple[T, str]], *given: Any, needs: Sequence[str] = ()
     ) -> T | None:
         """Run check ``name`` on what earlier checks produced (``given``): its value, or None when it failed (its
-        problem recorded at the error's own ``location``, if it has one, else ``location``). It is skipped, saying
-        why, when a check it ``needs`` did not pass or a value it is given is missing."""
+        problem recorded at the error's own ``location``, else ``location``, named after the override that wrote it)
+        or was skipped because a check it ``needs`` did not pass or a value it is given is missing."""
         blocked = [need for need in needs if any(c.name == need and c.status != "ok" for c in self.checks)]
         if self.blocked or blocked or any(value is None for value in given):
             self.skip(name, f"not checked: {', '.join(blocked)} failed" if blocked else "what it needs is unknown")
@@ -124,8 +126,11 @@ class Preflight:
         try:
             value, detail = action(*given)
         except GencacheError as error:
-            self.problems.append(Problem(name, getattr(error, "location", None) or location, error))
+            where = getattr(error, "location", None) or location
             self.checks.append(Check(name, "failed", str(error)))
+            if (source := origin_of(parse_loc(where), self.applied)) is not None:
+                error = reworded(error, f"{source}: {error}")
+            self.problems.append(Problem(name, where, error, origin=source))
             return None
         self.checks.append(Check(name, "ok", detail))
         return value
@@ -147,18 +152,65 @@ def plan_run(
     *,
     keep_split: bool = False,
 ) -> Plan:
-    """The plan of ``config_path`` with ``overrides``, ``shard`` or ``shards`` (:func:`gencache.run.plan.make_plan`);
-    every problem of the config, the shard plan and the data files is raised at once."""
-    checked = read_plan(config_path, overrides, shard, shards, env, keep_split)
-    config, targets = checked.config, checked.targets
-    if config is None or checked.problems:
-        # the data configs and the output location that validated on their own are checked too
-        alone = Preflight(None, [] if skip else targets)
+    """The plan (:func:`gencache.run.plan.make_plan`) of ``config_path`` with its ``_default.json`` and ``overrides``,
+    validated once. Every problem of the config (one per invalid field), the shard plan and the data files is raised
+    at once: an invalid config's output path and the data configs that no problem is in are checked anyway."""
+    problems: list[Problem] = []
+
+    def problem(where: str, error: ConfigError, origin: str | None = None) -> None:
+        problems.append(Problem("config", where, error, origin=origin or where))
+
+    limit = overrides.limit
+    if limit is not None and (isinstance(limit, bool) or limit < 1):
+        problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
+        limit = None
+    try:
+        raw, origin = read_merged_config(config_path)
+    except ConfigError as error:
+        raise_problems([Problem("config", str(config_path), error, origin=str(config_path)), *problems])
+    current = copy.deepcopy(raw)
+    applied: list[Override] = []
+    if (output_dir := overrides.output_dir) is not None:
+        try:
+            check_utf8("--output-dir path", output_dir)
+            applied.append(apply_override(current, Override(f"--output-dir {output_dir}", ("output_dir",), output_dir)))
+        except ConfigError as error:
+            problem("--output-dir", error)
+    for text in overrides.sets:
+        try:
+            applied.append(apply_override(current, parse_set(text)))
+        except ConfigError as error:
+            problem(f"--set {text}", error)
+    if limit is not None and isinstance(configs := current.get("data_configs"), list):  # --limit caps each one
+        for data_config in configs:
+            count = data_config.get("num_samples") if isinstance(data_config, dict) else None
+            if isinstance(count, int) and not isinstance(count, bool) and count > limit:
+                data_config["num_samples"] = limit
+    try:
+        config, locs = CacheConfig.model_validate(current), []
+    except ValidationError as exc:
+        config, lines = None, problem_lines(collect_problems(exc, CacheConfig))
+        for loc, line in lines:
+            named = origin_of(loc, applied) or origin
+            problem(format_loc(loc) or named, ConfigError(f"{named}: {line}"), named)
+        locs = [loc for loc, _ in lines]
+    targets: list[Target] = []
+    if isinstance(output := current.get("output_dir"), str) and output and ("output_dir",) not in locs:
+        try:  # a missing field is named at its parent: the file
+            targets = plan_targets(output, shard, shards, env, keep_split)
+        except ShardError as error:
+            problems.append(error.problem or Problem("shards", "--shards" if shards is not None else "--shard", error))
+    if config is None or problems:  # what validates on its own is checked too
+        alone: list[tuple[int, DataConfig]] = []
+        for index, item in enumerate(items if isinstance(items := current.get("data_configs"), list) else []):
+            with contextlib.suppress(GencacheError):  # one with a problem of its own fails alone too
+                alone.append((index, parse_data_configs([item])[0]))
+        found = Preflight(None, [] if skip else targets, applied=applied)
         with shared_tables():
-            _phase_one(alone, list(enumerate(config.data_configs)) if config else checked.data_configs, None)
-        raise_problems(checked.problems + name_origins(alone.problems, checked.applied))
+            _phase_one(found, alone, None)
+        raise_problems(problems + found.problems)
     assert config is not None
-    return make_plan(config, overrides, checked.applied, targets, skip)
+    return make_plan(config, overrides, applied, targets, skip)
 
 
 def preflight(
@@ -167,7 +219,9 @@ def preflight(
     """Every check for ``plan``'s targets still to generate; ``show_prompt`` is the sample whose prompt the report
     carries; ``check_output=False`` leaves the output path unchecked (``--show-prompt`` alone writes nothing)."""
     config, shard = plan.config, plan.targets[0].shard
-    found = Preflight(config, list(plan.pending), plan.output_dir, list(plan.published), prompt_index=show_prompt)
+    found = Preflight(
+        config, plan.pending, plan.output_dir, plan.published, prompt_index=show_prompt, applied=plan.applied
+    )
     with shared_tables():  # phase 2 builds the samples again (tokenized) from the tables phase 1 read
         rename_mode, keys = _phase_one(found, list(enumerate(config.data_configs)), shard, check_output)
         device = found.check("device", "model.device", lambda: _device(config.model.device, shard, env))
@@ -180,16 +234,74 @@ def preflight(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"
             )
-        _phase_two(found, plan, device or "cpu", rename_mode, keys)
-    found.problems = name_origins(found.problems, plan.applied)
+        device, model = device or "cpu", config.model
+        found.check("torch device", "model.device", _torch_device, device)
+        tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
+        generation = found.check(
+            "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
+        )
+
+        def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
+            return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
+
+        engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
+        teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
+        found.check(
+            "attention",
+            "model.attn_implementation",
+            lambda: (None, checks.check_attn_implementation(model.attn_implementation, device)),
+        )
+        found.check(
+            "teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path))
+        )
+        vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
+
+        def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
+            if vocab_size is None:
+                return None, "not checked: config.json records no vocab_size"
+            return None, checks.check_vocabulary(tokenizer, vocab_size, generation.kwargs)
+
+        needs = ["tokenizer", "generation", "teacher config"]
+        found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
+        samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
+        if tokenizer is None and not found.blocked:
+            found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
+        if samples is None or generation is None:
+            for name in ("context length", "header budget"):
+                found.skip(name, "not computed: needs the samples and generation config")
+            if not found.blocked:
+                found.not_computed += ["the context-length check", "the header budget"]
+            return found
+        found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
+        every = samples.keys()
+        found.targets = [
+            Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
+        ]
+        if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
+            _counted(found, [sample.key for sample in samples], shard)
+        if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
+            found.prompt = samples[found.prompt_index]
+        found.check(
+            "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
+        )
+        if vocab_size is not None:
+            found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
+        options = config.engine_options
+        if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
+            where, needs = "engine_options.kv_cache_memory_gib", ["teacher config", "engine"]
+            found.check("paged cache", where, _paged_cache, config, samples, generation, teacher, needs=needs)
+        found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
+        if not found.problems and engine is not None and rename_mode is not None:
+            inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
+            found.inputs = RunInputs(*inputs)
     return found
 
 
 def input_keys(plan: Plan) -> list[str]:
     """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order."""
-    found = Preflight(plan.config, list(plan.pending))
+    found = Preflight(plan.config, plan.pending, applied=plan.applied)
     keys = _phase_one(found, list(enumerate(plan.config.data_configs)), plan.targets[0].shard)[1]
-    raise_problems(name_origins(found.problems, plan.applied))
+    raise_problems(found.problems)
     return keys or []
 
 
@@ -197,8 +309,8 @@ def input_keys(plan: Plan) -> list[str]:
 def _phase_one(
     found: Preflight, data_configs: Sequence[tuple[int, DataConfig]], shard: ShardSpec | None, check_output: bool = True
 ) -> tuple[str | None, list[str] | None]:
-    """The paths, the output location, the teacher's files (of a valid config) and each data config on its own, then
-    the counts: the rename mode the run publishes with and the run's keys (each None when unknown)."""
+    """Phase 1 (of an invalid config: its data configs that validate alone); the rename mode the run publishes with
+    and the run's keys, each None when unknown."""
     config, outputs = found.config, [target.output_dir for target in found.targets]
     named = {"working directory": os.getcwd(), "output path": str(outputs[0]) if outputs else ""}
     if config is not None:
@@ -217,13 +329,9 @@ def _phase_one(
     else:
         found.skip("output path", "not checked: --show-prompt writes nothing")
     if config is not None:
-        found.check(
-            "model", "model.model_path", lambda: _model_location("model.model_path", model.model_path, model.revision)
-        )
-        tokenizer = model.effective_tokenizer_path
-        if tokenizer != model.model_path:
-            where = "model.tokenizer_path"
-            found.check("tokenizer path", where, lambda: _model_location(where, tokenizer, model.revision))
+        found.check("model", "model.model_path", _model_location, "model.model_path", model)
+        if model.effective_tokenizer_path != model.model_path:
+            found.check("tokenizer path", "model.tokenizer_path", _model_location, "model.tokenizer_path", model)
     counts: list[int] = []
     keys: list[str] | None = []
     with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
@@ -242,13 +350,13 @@ def _phase_one(
 
         found.check("datasets", "data_configs", some)
     if keys is not None:
-        _counted(found, keys, shard, found.prompt_index)
+        _counted(found, keys, shard)
     return rename_mode, keys
 
 
 def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
-    """Every output path is absent and the nearest existing ancestor of its parent can hold it; the publish rename
-    mode (``s3``: every output prefix is free in a bucket that exists and answers)."""
+    """Every output path is absent and the nearest existing ancestor of its parent can hold it (or every prefix is
+    free in a bucket that answers); the publish rename mode."""
     if not outputs:
         return None, "every output is already published"
     if remote := [output for output in outputs if isinstance(output, S3Url)]:
@@ -278,10 +386,11 @@ def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
     return mode, f"{shown} is free; publish with {mode}"
 
 
-def _model_location(field_name: str, value: str, revision: str | None) -> tuple[None, str]:
+def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     """A local model or tokenizer directory exists and its JSON files parse; a hub id is reachable or cached, and
     its ``config.json`` parses."""
-
+    value = model.model_path if field_name == "model.model_path" else model.effective_tokenizer_path
+    revision = model.revision
     path = Path(value).expanduser()
     if os.path.isdir(path):
         if field_name == "model.model_path" and not (path / "config.json").is_file():
@@ -325,8 +434,6 @@ def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
             keys, source = [sample.key for sample in built], built.summaries[0].source
         else:
             raw, source = recipe.load(dc, dc.data_kwargs, None)
-            if len(raw) != dc.num_samples:
-                raise ConfigError(f"dataset {dc.dataset_name!r} returned {len(raw)} samples, not {dc.num_samples}.")
             keys = [semantic_key(sample.semantic) for sample in raw]
     except GencacheError as error:
         prefix, text = f"data_configs[{index}]", str(error)
@@ -338,7 +445,7 @@ def _data_config(index: int, dc: DataConfig) -> tuple[list[str] | None, str]:
     return keys, f"{dc.dataset_name}: {len(keys)} samples, {len(set(keys))} unique keys, from {where}"
 
 
-def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None, show_prompt: int | None) -> None:
+def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None:
     """The checks of the run's keys (every sample's): ``--shards N`` with more shards than unique keys is refused
     (a shard of ``--shard I/N`` may be empty), and ``--show-prompt`` names one of the samples."""
     unique, total = len(set(keys)), len(keys)
@@ -358,18 +465,20 @@ def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None, show_pr
 
     if shard is not None and shard.origin == "--shards":
         found.check("shards", "--shards", count, shard)
-    if show_prompt is not None:
-        found.check("show prompt", "--show-prompt", shown, show_prompt)
+    if found.prompt_index is not None:
+        found.check("show prompt", "--show-prompt", shown, found.prompt_index)
 
 
 def _gpu_driver_evidence() -> list[str]:
-    """What of :data:`GPU_DEVICE_NODES` and :data:`CUDA_DRIVER_LIBRARY` this machine has (empty: no GPU driver)."""
-    found = [node for pattern in GPU_DEVICE_NODES for node in sorted(glob.glob(pattern))]
+    """What shows a GPU driver without loading it (empty: none): NVIDIA's device nodes, AMD's ROCm node (torch's
+    "cuda" device runs on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a CUDA
+    context made here would break the processes vLLM forks later)."""
+    found = [node for pattern in ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg") for node in sorted(glob.glob(pattern))]
     try:
-        ctypes.CDLL(CUDA_DRIVER_LIBRARY)
+        ctypes.CDLL("libcuda.so.1")
     except OSError:
         return found
-    return [*found, CUDA_DRIVER_LIBRARY]
+    return [*found, "libcuda.so.1"]
 
 
 def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
@@ -389,8 +498,8 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
     if not evidence:
         default = " (the default)" if device == ModelConfig.model_fields["device"].default else ""
         raise ConfigError(
-            f"model.device {device!r}{default}: this machine has no GPU driver (no {CUDA_DRIVER_LIBRARY}, "
-            f"/dev/nvidia*, /dev/kfd or /dev/dxg); {choose}."
+            f"model.device {device!r}{default}: this machine has no GPU driver (no libcuda.so.1, /dev/nvidia*, "
+            f"/dev/kfd or /dev/dxg); {choose}."
         )
     return device, f"{device}: GPU driver found ({', '.join(evidence[:3])}); torch checks the device with the teacher"
 
@@ -407,69 +516,6 @@ def _engine_package(engine: str) -> tuple[None, str]:
 
 
 # -- phase 2: the teacher and the tokenized samples ---------------------------------------------------------------
-def _phase_two(found: Preflight, plan: Plan, device: str, rename_mode: str | None, keys: list[str] | None) -> None:
-    """Phase 2, in order; each check takes what the checks before it produced."""
-    config, shard = plan.config, plan.targets[0].shard
-    model = config.model
-    found.check("torch device", "model.device", _torch_device, device)
-    tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
-    generation = found.check(
-        "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
-    )
-
-    def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
-        return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
-
-    engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
-    teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
-    found.check(
-        "attention",
-        "model.attn_implementation",
-        lambda: (None, checks.check_attn_implementation(model.attn_implementation, device)),
-    )
-    found.check("teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path)))
-    vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
-
-    def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
-        if vocab_size is None:
-            return None, "not checked: config.json records no vocab_size"
-        return None, checks.check_vocabulary(tokenizer, vocab_size, generation.kwargs)
-
-    needs = ["tokenizer", "generation", "teacher config"]
-    found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
-    samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
-    if tokenizer is None and not found.blocked:
-        found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
-    if samples is None or generation is None:
-        for name in ("context length", "header budget"):
-            found.skip(name, "not computed: needs the samples and generation config")
-        if not found.blocked:
-            found.not_computed += ["the context-length check", "the header budget"]
-        return
-    found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
-    every = samples.keys()
-    found.targets = [
-        Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
-    ]
-    if keys is None:  # phase 1 could not count the keys: the shard count and --show-prompt are checked here
-        _counted(found, [sample.key for sample in samples], shard, found.prompt_index)
-    if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
-        found.prompt = samples[found.prompt_index]
-    found.check(
-        "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
-    )
-    if vocab_size is not None:
-        found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
-    options = config.engine_options
-    if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
-        where, needs = "engine_options.kv_cache_memory_gib", ["teacher config", "engine"]
-        found.check("paged cache", where, _paged_cache, config, samples, generation, teacher, needs=needs)
-    found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
-    if not found.problems and engine is not None and rename_mode is not None:
-        inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
-        found.inputs = RunInputs(*inputs)
-
-
 def _torch_device(device: str) -> tuple[None, str]:
     """The device exists on this machine as torch sees it (the config admits only devices torch can name)."""
     if not device.startswith("cuda"):
@@ -492,8 +538,8 @@ def _torch_device(device: str) -> tuple[None, str]:
 
 
 def _tokenizer(model: ModelConfig) -> tuple[Any, str]:
-    loaded = checks.load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
-    return loaded, f"{type(loaded).__name__}, pad id {loaded.pad_token_id}, eos id {loaded.eos_token_id}"
+    got = checks.load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+    return got, f"{type(got).__name__}, pad id {got.pad_token_id}, eos id {got.eos_token_id}"
 
 
 def _generation(model: ModelConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
@@ -514,12 +560,12 @@ def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
         raise ConfigError(
             f"Cannot read the teacher's config.json from {model.model_path!r}: {first_line(error)}"
         ) from None
-    positions = max_positions_of(teacher)
+    positions = _max_positions(teacher)
     return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
 
 
-def max_positions_of(config: Any) -> int | None:
-    """The teacher's maximum number of positions, from the first field of its ``config.json`` that gives it."""
+def _max_positions(config: Any) -> int | None:
+    """The first field of the teacher's ``config.json`` that gives its maximum number of positions."""
     for candidate in (config, getattr(config, "text_config", None)):
         for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
             value = getattr(candidate, name, None)
@@ -537,13 +583,10 @@ def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
 
 def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
     """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
-    longest, where = 0, "-"
-    for summary in samples.summaries:
-        if summary.prompt_tokens and summary.prompt_tokens[2] > longest:
-            longest, where = summary.prompt_tokens[2], f"data_configs[{summary.index}]"
+    lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
+    longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
     max_new_tokens = generation.max_new_tokens
-    positions = max_positions_of(teacher) if teacher is not None else None
-    if positions is None:
+    if (positions := _max_positions(teacher)) is None:
         return None, "not checked: the teacher's config.json records no maximum positions"
     if longest + max_new_tokens > positions:
         room = positions - longest

@@ -1,6 +1,5 @@
 """A teacher session: the engine built for the config's teacher (:func:`build_engine`), its weights loaded once,
-then one target published at a time. The one code path behind every artifact a run publishes: ``generate`` in one
-process and each worker of a Ray run.
+then one target published at a time; behind every artifact of ``generate`` and of each worker of a Ray run.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gencache.artifact.manifest import make_provenance, shard_data_configs
-from gencache.artifact.names import FORMAT_VERSION
+from gencache.artifact.names import FORMAT_VERSION, make_shard_info
 from gencache.artifact.resolved import local_identity, with_resolved_digest
 from gencache.artifact.store import Location
 from gencache.artifact.writer import ArtifactBuild
@@ -33,9 +32,8 @@ from gencache.run.plan import Plan, Target
 
 @dataclass(frozen=True)
 class Published:
-    """One target published: its directory, entries, generated tokens, seconds and the rename used."""
+    """One target published: its entries, generated tokens, seconds and the rename used."""
 
-    output_dir: Location
     entries: int
     tokens: int
     seconds: float
@@ -58,10 +56,9 @@ class RunInputs:
 
 @dataclass
 class TeacherSession:
-    """The run's ``plan`` and checked ``inputs`` with the teacher loaded once (:meth:`load`), publishing one
-    target per :meth:`publish` call. ``launch`` (a Ray run's workers, shards and retries) is recorded in each
-    ``resolved_config.json`` when given, and ``working_directory`` (a Ray run's driver's, where the config's relative
-    paths were read) as the run's working directory in place of this process's."""
+    """The run's ``plan`` and checked ``inputs``, the teacher loaded once, publishing a target per :meth:`publish`.
+    A Ray worker's ``resolved_config.json`` records its ``launch`` (workers, shards, retries) and the driver's
+    ``working_directory``, where the config's relative paths were read, in place of this process's."""
 
     plan: Plan
     inputs: RunInputs
@@ -70,29 +67,20 @@ class TeacherSession:
     loaded: bool = field(default=False, init=False)
 
     def load(self) -> None:
-        """Load the teacher's weights (once; later calls do nothing)."""
-        if self.loaded:
-            return
         self.inputs.engine.load_weights()
         self.loaded = True
 
     def publish(
         self, target: Target, progress: Progress, *, on_published: Callable[[Location], None] | None = None
     ) -> Published:
-        """Generate ``target``'s keys, write and publish its artifact. ``on_published(path)`` is called once the
-        rename happened, also when an exception (a stop) interrupts the publish after it: the caller then knows
-        the artifact is complete."""
-        self.load()
+        """Generate ``target``'s keys (the teacher loaded), write and publish its artifact. ``on_published(path)`` is
+        called once the rename happened, also when an exception (a stop) interrupts the publish after it: the caller
+        then knows the artifact is complete."""
         inputs, model = self.inputs, self.plan.config.model
         prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
-        started = time.monotonic()
-        tokens = 0
-        provenance = make_provenance(
-            model_path=model.model_path,
-            tokenizer_path=model.effective_tokenizer_path,
-            dtype=model.dtype,
-            tokenizer=tokenizer_state(inputs.tokenizer),
-        )
+        started, tokens = time.monotonic(), 0
+        tokenizer = tokenizer_state(inputs.tokenizer)
+        provenance = make_provenance(model.model_path, model.effective_tokenizer_path, model.dtype, tokenizer)
         with ArtifactBuild(
             target.output_dir,
             provenance=provenance,
@@ -102,20 +90,16 @@ class TeacherSession:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(inputs.engine.generate(prompts, progress=progress)) as entries:
                 for entry in entries:
-                    build.writer.add(
-                        entry.key,
-                        [seq.numpy().tobytes() for seq in entry.sequences],
-                        entry.texts,
-                        entry.finish_reasons,
-                    )
+                    sequences = [seq.numpy().tobytes() for seq in entry.sequences]
+                    build.writer.add(entry.key, sequences, entry.texts, entry.finish_reasons)
                     tokens += entry.num_tokens
-            samples = inputs.samples
+            samples, digest = inputs.samples, self.plan.digest
             summary = {
                 "duplicates": samples.duplicates,
                 "data_configs": [
                     {"index": s.index, "samples": s.samples, "unique": s.unique} for s in samples.summaries
                 ],
-                "shard": None if target.shard is None else target.shard.shard_record(self.plan.digest),
+                "shard": None if (spec := target.shard) is None else make_shard_info(spec.index, spec.count, digest),
             }
             build.writer.finalize(resolved_config=self._resolved(target), summary=summary)
             try:
@@ -123,12 +107,12 @@ class TeacherSession:
             finally:  # also when a stop lands after the rename, before this build's exit releases its lock
                 if build.published and on_published is not None:
                     on_published(target.output_dir)
-        return Published(target.output_dir, len(prompts), tokens, time.monotonic() - started, mode)
+        return Published(len(prompts), tokens, time.monotonic() - started, mode)
 
     def _resolved(self, target: Target) -> dict[str, Any]:
         """``resolved_config.json``: everything needed to reproduce and audit the run (provenance only; training
         never reads it)."""
-        plan, inputs, samples = self.plan, self.inputs, self.inputs.samples
+        plan, inputs, samples, model = self.plan, self.inputs, self.inputs.samples, self.plan.config.model
         # The recorded config must rebuild the same samples from any working directory (gencache export does):
         # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
         config_json = copy.deepcopy(plan.config_json)
@@ -149,10 +133,10 @@ class TeacherSession:
             "working_directory": self.working_directory or os.getcwd(),
             "run_digest": plan.digest,
             "shard": None
-            if target.shard is None
-            else target.shard.shard_record(plan.digest)
+            if (spec := target.shard) is None
+            else make_shard_info(spec.index, spec.count, plan.digest)
             | {
-                "origin": target.shard.origin,
+                "origin": spec.origin,
                 "data_configs": shard_data_configs(
                     ((s.data_config_index, s.key) for s in samples), target.keys, len(samples.summaries)
                 ),
@@ -171,19 +155,16 @@ class TeacherSession:
             "engine": inputs.engine.describe(),
             "batching": {
                 **inputs.engine.batching(),
-                "gen_batch_size": {
-                    "value": plan.config.gen_batch_size,
-                    "use": GEN_BATCH_SIZE_USE[plan.config.engine],
-                },
+                "gen_batch_size": {"value": plan.config.gen_batch_size, "use": GEN_BATCH_SIZE_USE[plan.config.engine]},
             },
             "model": {
-                "model_path": plan.config.model.model_path,
-                "revision": plan.config.model.revision,
+                "model_path": model.model_path,
+                "revision": model.revision,
                 "commit_hash": inputs.engine.commit_hash(),
                 # a local teacher is recognised by what it is, wherever it is moved (check_compatible, audit)
                 "identity": {
-                    "model_path": local_identity(plan.config.model.model_path),
-                    "tokenizer_path": local_identity(plan.config.model.effective_tokenizer_path),
+                    "model_path": local_identity(model.model_path),
+                    "tokenizer_path": local_identity(model.effective_tokenizer_path),
                 },
             },
             "runtime": inputs.engine.runtime(),
@@ -215,11 +196,8 @@ def build_engine(
     """The engine ``name`` (default the config's) for ``config``'s teacher: the run's check and ``gencache audit``
     build theirs here, so both meet the same refusals before any weights load. ``one_prompt`` (the audit): batch size
     one, and the transformers engines with their default options."""
-    model = config.model
-    chosen = name or config.engine
-    options = config.engine_options if chosen == config.engine else None
-    if one_prompt and chosen != ENGINE_VLLM:
-        options = None
+    model, chosen = config.model, name or config.engine
+    own = chosen == config.engine and (chosen == ENGINE_VLLM or not one_prompt)
     return create_engine(
         chosen,
         EngineContext(
@@ -232,6 +210,6 @@ def build_engine(
             attn_implementation=model.attn_implementation,
             batch_size=1 if one_prompt else config.gen_batch_size,
             seed=config.seed,
-            options=options,
+            options=config.engine_options if own else None,
         ),
     )
