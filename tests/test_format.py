@@ -286,7 +286,7 @@ def test_a_manifest_of_another_format_says_so_before_naming_its_fields() -> None
     manifest = manifest_for([[2]]) | {"format_version": 4, "logits": "logits.safetensors"}
     with pytest.raises(FormatError, match="format_version is 4; this gencache reads format 3 only"):
         check_manifest(manifest)
-    with pytest.raises(FormatError, match="is not a format-3 manifest: .*logits"):
+    with pytest.raises(FormatError, match=r"is not a format-3 manifest: .*logits"):
         check_manifest(manifest | {"format_version": 3})
 
 
