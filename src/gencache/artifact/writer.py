@@ -239,7 +239,7 @@ class CacheWriter:
                     "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
                     "max_new_tokens) for the run, or split it with --shard. Nothing was published."
                 )
-            # streamed (memory stays flat); its first piece, and so the summary, is checked before anything is written
+            # streamed (memory stays flat); its first piece, the summary built, before anything is written
             manifest = iter_manifest_bytes(
                 self.provenance, self._records, build_summary(self._records, summary), sorted_keys=keys
             )

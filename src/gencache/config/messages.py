@@ -115,7 +115,9 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
     if kind == "extra_forbidden":
         if loc[-1] in LOGIT_FIELDS:
             return [(loc, NO_LOGITS_MESSAGE)]
-        allowed = sorted(model.model_fields) if model else []
+        if model is None:
+            return [(loc, f"unknown {unknown}")]
+        allowed = sorted(model.model_fields)
         return [(loc, f"unknown {unknown} ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
     if kind in _MUST_BE:
         shown = "null" if value is None else f"{type_name(value)} (got {show(value)})"

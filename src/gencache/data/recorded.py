@@ -77,9 +77,8 @@ def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
     records = [reader.summary.get("shard") for reader in readers]  # each artifact's shard (None: the whole run)
     if records[0] is not None and len(records) != records[0]["count"]:
         count, shards = int(records[0]["count"]), tuple(sorted(int(record["index"]) for record in records))
-    return RecordedRun(
-        tuple(reader.path for reader in readers), resolved, config, resolved["generation"], count, shards
-    )
+    paths = tuple(reader.path for reader in readers)
+    return RecordedRun(paths, resolved, config, resolved["generation"], shard_count=count, shards=shards)
 
 
 def _relocated(source: Mapping[str, Any], data_root: Path | None) -> dict[str, str]:

@@ -194,8 +194,21 @@ def build_samples(
                     if tokenizer is not None and parts not in tokenized:
                         tokenized[parts] = tokenize_prompt(parts, tokenizer)
                     ids, spans = tokenized.get(parts, (None, None))
-                    found = (raw.semantic, raw.query, raw.answer, parts, ids, spans, raw.row, raw.row_id)
-                    loaded.append(Sample(semantic_key(raw.semantic), index, number, *found))
+                    loaded.append(
+                        Sample(
+                            key=semantic_key(raw.semantic),
+                            data_config_index=index,
+                            sample_index=number,
+                            semantic=raw.semantic,
+                            query=raw.query,
+                            answer=raw.answer,
+                            parts=parts,
+                            input_ids=ids,
+                            spans=spans,
+                            row=raw.row,
+                            row_id=raw.row_id,
+                        )
+                    )
             except (ConfigError, DatasetError, PromptError) as exc:
                 text = str(exc)
                 named = text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"

@@ -173,7 +173,17 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
                 parts = normalize([*blocks, Inline(question.task_prompt)])
             shown = question.query if question.shown is None else question.shown
             row = index if question.row is None else question.row
-            samples.append(RawSample(semantic, parts, shown, question.answer, question.history, row, question.row_id))
+            samples.append(
+                RawSample(
+                    semantic,
+                    parts,
+                    query=shown,
+                    answer=question.answer,
+                    history=question.history,
+                    row=row,
+                    row_id=question.row_id,
+                )
+            )
         if len(samples) < dc.num_samples:
             detail = ", ".join(filter(None, (selection.detail, f"{skipped} {selection.skipped}")))
             raise shortfall(self.name, dc.split, dc.num_samples, len(samples), detail)
