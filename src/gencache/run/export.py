@@ -33,7 +33,8 @@ from gencache.core.errors import (
     first_line,
 )
 from gencache.core.version import __version__
-from gencache.data.scores import JOIN_COLUMNS, join_fields
+from gencache.data.recorded import checked_resolved_config, load_recorded_tokenizer, rebuild_samples, run_of_readers
+from gencache.data.scores import JOIN_COLUMNS, check_min_score, join_fields, read_scores, rules_of, score_cache
 
 ExportRow = dict[str, Any]
 PARQUET_BATCH_ROWS = 4096
@@ -144,9 +145,7 @@ def _passed(
     samples: Any, reader: Any, min_score: Mapping[str, float], scores: str | os.PathLike[str] | None
 ) -> tuple[set[tuple[str, int]], int]:
     """The answers that clear ``min_score`` (scored from ``samples`` and ``reader``, or read from ``scores``) and
-    how many answers there are."""
-    from gencache.data.scores import check_min_score, read_scores, rules_of, score_cache
-
+    how many it leaves out."""
     bar = check_min_score(min_score) or ()
     if scores is not None:
         lookup: Mapping[tuple[str, int], Mapping[str, float] | None] = read_scores(scores)
@@ -165,7 +164,7 @@ def _passed(
             f"the selection (min_score={dict(bar)}) keeps no answer: all {len(answers)} answers score below it or "
             "have no reference; lower the bar."
         )
-    return passed, len(answers)
+    return passed, len(answers) - len(passed)
 
 
 def export(
@@ -185,13 +184,6 @@ def export(
     ``data_root``, ``sources`` and ``tokenizer_path`` find moved datasets and tokenizer; ``min_score`` (for example
     ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from
     ``scores``."""
-    from gencache.data.recorded import (
-        checked_resolved_config,
-        load_recorded_tokenizer,
-        rebuild_samples,
-        run_of_readers,
-    )
-
     check_output_name(os.fspath(out), "--out")
     parquet = _format_of(out, format) == "parquet"
     if scores is not None and min_score is None:
@@ -243,10 +235,7 @@ def export(
             )
     if note is not None:  # left out for every entry alike, never for the keys that matched only
         fields.clear()
-    passed, left_out = None, 0
-    if min_score is not None:
-        passed, total = _passed(samples, reader, min_score, scores)
-        left_out = total - len(passed)
+    passed, left_out = (None, 0) if min_score is None else _passed(samples, reader, min_score, scores)
     digests = {key: (reader.metadata(key) or {}).get("content_digest") for key in reader}
     # where the export came from (a parquet file's schema metadata); entries_digest is SHA-256 over
     # "<key> <content_digest>\n" in key order

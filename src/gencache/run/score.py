@@ -73,10 +73,6 @@ def _group(label: str, answers: Sequence[ScoredAnswer], *, split: bool = True, *
     return ScoreGroup(label, len(answers), len(scored), means, by_reason, **details)
 
 
-def _share(part: int, whole: int) -> str:
-    return f"{part} of {whole} answers ({part / whole:.0%})"
-
-
 @dataclass(frozen=True)
 class ScoreReport:
     """What :func:`score` found: every answer in run order, the overall group and one per data config; and what
@@ -103,12 +99,16 @@ class ScoreReport:
         total = self.overall.answers
         if not total:
             return [("bad", "The artifact holds no answer.")]
+
+        def share(part: int) -> str:
+            return f"{part} of {total} answers ({part / total:.0%})"
+
         cut = sum(answer.finish_reason == "length" for answer in self.answers)
-        limit = f"max_new_tokens ({self.max_new_tokens})" if self.max_new_tokens else "max_new_tokens"
         empty = sum(not answer.answer for answer in self.answers)
+        limit = f"max_new_tokens ({self.max_new_tokens})" if self.max_new_tokens else "max_new_tokens"
         signs = [
-            (_level(cut / total), f"{_share(cut, total)} were cut at {limit}."),
-            (_level(empty / total), f"{_share(empty, total)} are empty as scored."),
+            ("bad" if n * 2 >= total else "warn" if n else "good", f"{share(n)} {what}")
+            for n, what in ((cut, f"were cut at {limit}."), (empty, "are empty as scored."))
         ]
         means = [(group, group.means[group.headline] or 0.0) for group in self.groups if group.scored]
         if means:
@@ -116,9 +116,7 @@ class ScoreReport:
             scores = ", ".join(f"{group.headline} {mean:.2f} ({group.dataset_name})" for group, mean in means)
             signs.append(("bad" if worst < 0.2 else "warn" if worst < 0.5 else "good", f"Against the gold: {scores}."))
             unscored = self.overall.unscored
-            signs.append(
-                ("warn" if unscored * 2 >= total else "good", f"{_share(unscored, total)} have no gold reference.")
-            )
+            signs.append(("warn" if unscored * 2 >= total else "good", f"{share(unscored)} have no gold reference."))
         else:
             signs.append(("warn", NO_GOLD))
         return sorted(signs, key=lambda sign: LEVELS.index(sign[0]))
@@ -132,10 +130,6 @@ class ScoreReport:
             "verdict": [{"level": level, "text": text} for level, text in self.verdict],
             "out": None if self.out is None else str(self.out),
         }
-
-
-def _level(share: float) -> str:
-    return "bad" if share >= 0.5 else "warn" if share else "good"
 
 
 def score(
