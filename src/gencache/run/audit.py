@@ -14,11 +14,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.core.progress import StagedProgress
+from gencache.core.progress import ProgressFactory, StagedProgress
 from gencache.data.recorded import (
     RecordedRun,
     load_recorded_tokenizer,
@@ -29,10 +29,6 @@ from gencache.data.recorded import (
 from gencache.generation.effective import resolve_generation
 from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 from gencache.run.session import build_engine
-
-if TYPE_CHECKING:
-    from gencache.core.progress import ProgressFactory
-
 
 #: Keys audited when neither ``all_keys`` nor ``keys`` is given.
 DEFAULT_SAMPLES = 32

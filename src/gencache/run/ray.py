@@ -22,9 +22,11 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gencache.artifact.publish import clean
 from gencache.artifact.store import Location, exists
+from gencache.artifact.upload import clean as clean_prefix
 from gencache.config.documents import DEFAULTS_FILENAME
 from gencache.config.paths import S3Url
 from gencache.core.errors import (
@@ -37,13 +39,11 @@ from gencache.core.errors import (
     StoppedRun,
 )
 from gencache.core.process import environment_kept, signal_handlers_kept
-from gencache.run.plan import Overrides, check_published, full_split, reshard, shard_from_env
-from gencache.run.preflight import input_keys, plan_run
-
-if TYPE_CHECKING:
-    from gencache.core.progress import Notify, ProgressFactory
-    from gencache.run.plan import Plan, Target
-    from gencache.run.session import TeacherSession
+from gencache.core.progress import Notify, ProgressFactory, StagedProgress
+from gencache.data.sources import loaded_sources, mirrored, read_mirrored, shared_tables
+from gencache.run.plan import Overrides, Plan, Target, check_published, full_split, reshard, shard_from_env
+from gencache.run.preflight import input_keys, plan_run, preflight
+from gencache.run.session import TeacherSession
 
 #: Seconds of each wait on Ray: how soon a stop, a published shard or a change of progress is seen.
 POLL_S = 0.5
@@ -293,24 +293,15 @@ def connected(ray: Any, address: Address) -> Iterator[None]:
         raise stop from None
 
 
-@dataclass(frozen=True)
-class WorkerShape:
-    """What each teacher worker asks Ray for (always one CPU), and how many the cluster holds at once."""
-
-    num_gpus: float
-    capacity: int
-    num_cpus: float = 1.0
-
-    def options(self) -> dict[str, Any]:
-        return {"num_gpus": self.num_gpus, "num_cpus": self.num_cpus}
-
-
-def worker_shape(device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]) -> WorkerShape:
-    """A GPU config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank (a fraction lets two workers share
-    one GPU) and a CPU config's one CPU slot; a GPU config on a cluster without GPUs is refused here."""
+def worker_shape(
+    device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]
+) -> tuple[float, int]:
+    """The GPUs each teacher worker asks Ray for (with one CPU), and how many workers the cluster holds at once: a
+    GPU config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank (a fraction lets two workers share one
+    GPU), a CPU config's none; a GPU config on a cluster without GPUs is refused here."""
     gpus, cpus = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
     if device == "cpu":
-        return WorkerShape(0.0, max(int(cpus), 1))
+        return 0.0, max(int(cpus), 1)
     if gpus <= 0:
         raise ConfigError(
             f"model.device is {device!r} but the Ray cluster has no GPUs ({cpus:g} CPUs): add GPU nodes, or set "
@@ -322,7 +313,7 @@ def worker_shape(device: str, tensor_parallel: int, worker_gpus: float, resource
             f"--worker-gpus {worker_gpus} with tensor_parallel_size {tensor_parallel} asks {per_worker:g} GPUs per "
             "worker; a worker takes a fraction of one GPU or whole GPUs."
         )
-    return WorkerShape(per_worker, max(min(math.floor(gpus / per_worker + 1e-9), int(cpus)), 0))
+    return per_worker, max(min(math.floor(gpus / per_worker + 1e-9), int(cpus)), 0)
 
 
 # -- the driver -----------------------------------------------------------------------------------------------------
@@ -404,25 +395,18 @@ class _Driver:
         """Fix the count when it was not known, check the shards still to publish and generate them, each handed
         to whichever worker is free; every worker is killed at the end (and waited for, so that a stopped worker's
         temporary directory can be removed)."""
-        from ray.util import ActorPool
-
-        from gencache.core.progress import StagedProgress
-        from gencache.data.sources import loaded_sources, shared_tables
-
         config, run, ray = self.plan.config, self.run, self.ray
         resources = ray.cluster_resources()
         tensor_parallel = int(getattr(getattr(config, "engine_options", None), "tensor_parallel_size", 1) or 1)
-        shape = worker_shape(config.model.device, tensor_parallel, options.worker_gpus, resources)
-        if shape.capacity < 1:
+        gpus, capacity = worker_shape(config.model.device, tensor_parallel, options.worker_gpus, resources)
+        if capacity < 1:
             raise ConfigError(
                 f"The Ray cluster ({resources.get('GPU', 0):g} GPUs, {resources.get('CPU', 0):g} CPUs) cannot hold "
-                f"one worker of {shape.num_gpus:g} GPUs and {shape.num_cpus:g} CPU; lower --worker-gpus or add nodes."
+                f"one worker of {gpus:g} GPUs and 1 CPU; lower --worker-gpus or add nodes."
             )
-        count = min(options.workers or shape.capacity, shape.capacity)
-        if options.workers is not None and options.workers > shape.capacity:
-            self.say(
-                "warning", f"the cluster holds {shape.capacity} workers at once; --workers {options.workers} uses that"
-            )
+        count = min(options.workers or capacity, capacity)
+        if options.workers is not None and options.workers > capacity:
+            self.say("warning", f"the cluster holds {capacity} workers at once; --workers {options.workers} uses that")
         default = not run.shards
         with shared_tables():  # the data files are read once for both checks
             if default:  # eight shards per worker, fewer when some shard would own no key
@@ -440,32 +424,33 @@ class _Driver:
             "info",
             f"ray {run.address}: {len(pending)} of {run.shards} shards to generate "
             f"({'up to ' + str(SHARDS_PER_WORKER) + ' per worker, each with keys' if default else '--shards'}), "
-            f"{run.workers} workers of {shape.num_gpus:g} GPU and {shape.num_cpus:g} CPU, up to "
+            f"{run.workers} workers of {gpus:g} GPU and 1 CPU, up to "
             f"{options.max_retries} retries per shard",
         )
         unique = list(dict.fromkeys(keys))
         samples = sum(len(spec.select(unique)) for spec in pending.values())
         files: dict[str, bytes] = {}
-        if sources:  # what the workers read, as they may not see the driver's files
+        if isinstance(self.plan.base, S3Url):  # what the workers read, as they may not see the driver's files
             paths = [self.config_path, str(Path(self.config_path).parent / DEFAULTS_FILENAME)]
             paths += [path for info in sources.values() for path, _ in info.files]
             files = {path: Path(path).read_bytes() for path in paths if os.path.isfile(path)}
         launch: dict[str, Any] = {"shards": run.shards, "default_shards": default, "workers": run.workers}
-        launch |= {"worker": shape.options(), "max_retries": options.max_retries}
+        each = {"num_gpus": gpus, "num_cpus": 1.0}
+        launch |= {"worker": each, "max_retries": options.max_retries}
         located = {source: info.location for source, info in sources.items()}
         name = f"gencache-tally-{uuid.uuid4().hex}"
         spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), located, {"ray": launch}, name)
         retries = options.max_retries
         tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
-        worker = ray.remote(ShardWorker).options(**shape.options(), max_restarts=retries, max_task_retries=retries)
+        worker = ray.remote(ShardWorker).options(**each, max_restarts=retries, max_task_retries=retries)
         sent = ray.put(files)
         actors = [worker.remote(spec, sent) for _ in range(run.workers)]
-        pool: Any = ActorPool(actors)  # typed Any: ray's pool has untyped methods
+        pool = ray.util.ActorPool(actors)
         for index in pending:
             pool.submit(lambda actor, index: actor.publish.remote(index), index)
         bar = StagedProgress(self.progress(samples) if self.progress is not None else None, samples)
         try:
-            lost = self._collect(pool, tally, bar, shape, options.timeout)
+            lost = self._collect(pool, tally, bar, gpus, options.timeout)
         finally:
             bar.close()
             for actor in [*actors, tally]:
@@ -479,11 +464,10 @@ class _Driver:
                 "the published shards stay: rerun the same command to generate the rest."
             )
 
-    def _collect(self, pool: Any, tally: Any, bar: Any, shape: WorkerShape, timeout: float) -> str | None:
-        """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress; give up after ``timeout``
-        seconds without a change. The last error of a worker that Ray gave up, if any."""
-        from ray.exceptions import RayActorError
-
+    def _collect(self, pool: Any, tally: Any, bar: Any, gpus: float, timeout: float) -> str | None:
+        """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress, and check each worker's
+        record (a failure ends the run with its error's exit code; a published shard must be of this run); give up
+        after ``timeout`` seconds without a change. The last error of a worker that Ray gave up, if any."""
         ray, run = self.ray, self.run
         alive, done, lost = run.workers, len(self.plan.published), None
         shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
@@ -491,11 +475,27 @@ class _Driver:
         bar.start(bar.total)
         while pool.has_next():
             try:
-                self._record(pool.get_next_unordered(timeout=POLL_S))
+                record: ShardRecord = pool.get_next_unordered(timeout=POLL_S)
+                where = f"shard {record.index}/{run.shards}"
+                if record.status == "failed":
+                    error = GencacheError(f"{where} failed on worker {record.worker}: {record.error}")
+                    error.exit_code = record.exit_code or 1
+                    raise error
+                check_published(record.output_dir, self.plan.digest)
+                run.records.append(record)
+                self.say(
+                    "info",
+                    f"published {record.output_dir} ({where}, {record.entries} entries, {record.tokens} tokens, "
+                    f"worker {record.worker}, attempt {record.attempts})"
+                    if record.status == "published"
+                    else f"{where} was published by an earlier attempt and verifies: {record.output_dir}",
+                )
                 done, changed = done + 1, time.monotonic()
             except TimeoutError:
                 pass
-            except RayActorError as error:  # a worker died more often than its retries allow: Ray gave it up
+            except (
+                ray.exceptions.RayActorError
+            ) as error:  # a worker died more often than its retries allow: Ray gave it up
                 alive, lost = alive - 1, str(error).splitlines()[0]
             with contextlib.suppress(TimeoutError):  # a tally that does not answer: no worker process started
                 snapshot = ray.get(tally.snapshot.remote(), timeout=POLL_S)
@@ -506,10 +506,10 @@ class _Driver:
             retries = sum(count - 1 for count in (shown or (0, 0, {}))[2].values())
             bar.stage(f"shards {done}/{run.shards}, workers {alive}, retries {retries}")
             if time.monotonic() - changed > timeout:
-                raise GenerationError(self._stalled(shape, timeout, shown))
+                raise GenerationError(self._stalled(gpus, timeout, shown))
         return lost
 
-    def _stalled(self, shape: WorkerShape, timeout: float, tally: tuple[int, int, dict[int, int]] | None) -> str:
+    def _stalled(self, gpus: float, timeout: float, tally: tuple[int, int, dict[int, int]] | None) -> str:
         """Why nothing happened for ``timeout`` seconds (by what the ``tally`` last said, None when it never
         answered: the tally asks for no resources, only a worker process), and where Ray's logs are (a Ray Client
         driver has no node of its own: the head's default)."""
@@ -523,35 +523,14 @@ class _Driver:
             )
         if not tally[2]:
             return (
-                f"no worker started in {timeout:g} s: the cluster never had {shape.num_gpus:g} GPU and "
-                f"{shape.num_cpus:g} CPU free for one (other jobs hold them?); {logs}."
+                f"no worker started in {timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU free for one "
+                f"(other jobs hold them?); {logs}."
             )
         return f"no shard made progress for {timeout:g} s (a teacher that loads for longer?); {logs}."
-
-    def _record(self, record: ShardRecord) -> None:
-        """Check a worker's record: a failure ends the run (with its error's exit code); a published shard must be
-        of this run."""
-        where = f"shard {record.index}/{self.run.shards}"
-        if record.status == "failed":
-            error = GencacheError(f"{where} failed on worker {record.worker}: {record.error}")
-            error.exit_code = record.exit_code or 1
-            raise error
-        check_published(record.output_dir, self.plan.digest)
-        self.run.records.append(record)
-        self.say(
-            "info",
-            f"published {record.output_dir} ({where}, {record.entries} entries, {record.tokens} tokens, worker "
-            f"{record.worker}, attempt {record.attempts})"
-            if record.status == "published"
-            else f"{where} was published by an earlier attempt and verifies: {record.output_dir}",
-        )
 
     def _clean(self) -> list[str]:
         """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
         free), or on a bucket their uploads and uncommitted objects (their lock is stale)."""
-        from gencache.artifact.publish import clean
-        from gencache.artifact.upload import clean as clean_prefix
-
         parent, outputs = self.plan.base.parent, {t.output_dir.name for t in self.plan.targets}
         if isinstance(parent, S3Url):
             return clean_prefix(parent, outputs)
@@ -588,6 +567,8 @@ class ShardWorker:
         self.spec, self.files = spec, files
         # By name, not a handle among the arguments: Ray restarts an actor only from arguments held inline.
         self.tally: Any = ray.get_actor(spec.tally)
+        if os.path.isdir(spec.working_directory):  # where the config's relative paths are, when this node has it
+            os.chdir(spec.working_directory)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.plan: Plan | None = None
         self.session: TeacherSession | None = None
@@ -606,7 +587,7 @@ class ShardWorker:
         record = ShardRecord(index, Path(), "failed", self.name, attempts=attempt, started_at=started_at)
         try:
             with self._sent() as config_path:
-                plan = self._plan(config_path)
+                plan = self.plan = self.plan or self._plan(config_path)
                 target = next(t for t in plan.targets if t.shard is not None and t.shard.index == index)
                 record = replace(record, output_dir=target.output_dir)
                 if exists(target.output_dir):
@@ -635,8 +616,6 @@ class ShardWorker:
         """The config file to plan with: the driver's, or until the checks are made, its copy among the files the
         driver sent, written to a temporary directory that the block removes; the data sources are read from their
         copies there."""
-        from gencache.data.sources import mirrored, read_mirrored
-
         if self.session is not None or not self.files:
             yield self.spec.config_path
             return
@@ -650,27 +629,17 @@ class ShardWorker:
                 yield str(mirrored(root, self.spec.config_path))
 
     def _plan(self, config_path: str) -> Plan:
-        """The run's plan (its config read once), as ``--shards N`` in one process plans it, with no launcher's
-        ranks (a worker is not one), in the driver's working directory when this node has it."""
-        if self.plan is None:
-            spec = self.spec
-            if os.path.isdir(spec.working_directory):
-                os.chdir(spec.working_directory)
-            self.plan = plan_run(config_path, spec.overrides, None, spec.shards, {}, True)
-        return self.plan
+        """The run's plan, as ``--shards N`` in one process plans it, with no launcher's ranks (a worker is not one)."""
+        return plan_run(config_path, self.spec.overrides, None, self.spec.shards, {}, True)
 
     def _checked(self, plan: Plan, config_path: str) -> TeacherSession:
         """The run's checks for the shards not yet published (as ``--shards N`` makes them); the session (recording
         the driver's working directory), whose teacher is not loaded yet."""
-        from gencache.run.preflight import preflight
-        from gencache.run.session import TeacherSession
-
         for _ in plan.targets:  # another worker may publish a planned shard meanwhile: plan again without it
             report = preflight(plan, {})
             if not report.problems or any(p.location != "output_dir" for p in report.problems):
                 break
-            self.plan = None
-            plan = self._plan(config_path)
+            plan = self.plan = self._plan(config_path)
         inputs = report.run_inputs()
         self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
         return TeacherSession(plan, inputs, launch=self.spec.launch, working_directory=self.spec.working_directory)
@@ -709,7 +678,6 @@ class TallyProgress:
         self.tally, self.shard, self.attempt = tally, shard, attempt
         self.samples = self.tokens = 0
         self.sent = time.monotonic()
-        self.last: Any = None
 
     def start(self, total_samples: int) -> None:  # the driver knows every shard's size
         pass
@@ -720,14 +688,12 @@ class TallyProgress:
             self.send()
 
     def send(self) -> None:
-        self.last = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
+        self.last: Any = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
         self.samples = self.tokens = 0
         self.sent = time.monotonic()
 
     def close(self) -> None:
         import ray
 
-        if self.samples or self.tokens:
-            self.send()
-        if self.last is not None:
-            ray.get(self.last)
+        self.send()
+        ray.get(self.last)

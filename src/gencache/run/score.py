@@ -31,8 +31,6 @@ from gencache.data.samples import needs_tokenizer
 from gencache.data.scores import SCORE_COLUMNS, ScoredAnswer, rules_of, score_cache, score_format
 from gencache.run.export import check_out, write_atomic, write_rows
 
-#: The verdict's levels, the worst first.
-LEVELS = ("bad", "warn", "good")
 NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
 
 
@@ -119,7 +117,7 @@ class ScoreReport:
             signs.append(("warn" if unscored * 2 >= total else "good", f"{share(unscored)} have no gold reference."))
         else:
             signs.append(("warn", NO_GOLD))
-        return sorted(signs, key=lambda sign: LEVELS.index(sign[0]))
+        return sorted(signs, key=lambda sign: ("bad", "warn", "good").index(sign[0]))  # the worst first
 
     def as_json(self) -> dict[str, Any]:
         return {
