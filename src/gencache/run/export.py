@@ -36,7 +36,6 @@ from gencache.core.version import __version__
 from gencache.data.recorded import checked_resolved_config, load_recorded_tokenizer, rebuild_samples, run_of_readers
 from gencache.data.scores import JOIN_COLUMNS, check_min_score, join_fields, read_scores, rules_of, score_cache
 
-ExportRow = dict[str, Any]
 PARQUET_BATCH_ROWS = 4096
 
 #: The columns of every record and their pyarrow types (``None`` values are nulls; ``ids`` is a list of int64).
@@ -69,7 +68,7 @@ class ExportResult:
 
 
 def write_rows(
-    rows: Iterator[ExportRow],
+    rows: Iterator[dict[str, Any]],
     handle: IO[bytes],
     parquet: bool,
     metadata: Mapping[str, Any],
@@ -193,7 +192,7 @@ def export(
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     resolved = checked_resolved_config(readers[0])  # a shard set: its first shard's; damaged: FormatError
     keys = set(reader.keys())
-    fields: dict[str, ExportRow] = {}
+    fields: dict[str, dict[str, Any]] = {}
     note, samples, run, tokenizer = None, None, None, None
     scoring = min_score is not None and scores is None  # the references are needed
     what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
@@ -259,9 +258,9 @@ def export(
         "run_digest": resolved.get("run_digest"),
     }
     max_new_tokens = nested(resolved, "generation", "max_new_tokens")
-    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
+    unknown: dict[str, Any] = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
 
-    def records() -> Iterator[ExportRow]:
+    def records() -> Iterator[dict[str, Any]]:
         for key in list(fields) or sorted(keys):
             generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
             prompt = fields.get(key, unknown)

@@ -505,28 +505,22 @@ class _Driver:
                     shown, changed = snapshot, time.monotonic()
             retries = sum(count - 1 for count in (shown or (0, 0, {}))[2].values())
             bar.stage(f"shards {done}/{run.shards}, workers {alive}, retries {retries}")
-            if time.monotonic() - changed > timeout:
-                raise GenerationError(self._stalled(gpus, timeout, shown))
+            if time.monotonic() - changed > timeout:  # why, by what the tally last said (it asks for no resources)
+                why = f"no shard made progress for {timeout:g} s (a teacher that loads for longer?)"
+                if shown is None:
+                    why = (
+                        f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the "
+                        "run's tally, which asks for no resources; a runtime environment that fails?)"
+                    )
+                elif not shown[2]:
+                    why = (
+                        f"no worker started in {timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU free for "
+                        "one (other jobs hold them?)"
+                    )
+                node = ray._private.worker._global_node  # None for a Ray Client driver: the head's default
+                logs = node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
+                raise GenerationError(f"{why}; Ray's logs: {logs}; --ray-timeout sets the wait.")
         return lost
-
-    def _stalled(self, gpus: float, timeout: float, tally: tuple[int, int, dict[int, int]] | None) -> str:
-        """Why nothing happened for ``timeout`` seconds (by what the ``tally`` last said, None when it never
-        answered: the tally asks for no resources, only a worker process), and where Ray's logs are (a Ray Client
-        driver has no node of its own: the head's default)."""
-        node = self.ray._private.worker._global_node
-        logs = node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
-        logs = f"Ray's logs: {logs}; --ray-timeout sets the wait"
-        if tally is None:
-            return (
-                f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the run's "
-                f"tally, which asks for no resources; a runtime environment that fails?); {logs}."
-            )
-        if not tally[2]:
-            return (
-                f"no worker started in {timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU free for one "
-                f"(other jobs hold them?); {logs}."
-            )
-        return f"no shard made progress for {timeout:g} s (a teacher that loads for longer?); {logs}."
 
     def _clean(self) -> list[str]:
         """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
