@@ -377,12 +377,9 @@ def _audit_section(audit: Mapping[str, Any]) -> str:
     ]
     if isinstance(divergence := audit.get("first_divergence"), dict) and divergence:
         parts += ["<h3>First divergence (answer position: keys)</h3>", _rows(sorted(divergence.items()))]
-    keys = [key for key in audit.get("keys") or [] if isinstance(key, dict)]
-    if differing := [key for key in keys if not key.get("equal")][:EXAMPLES]:
-        rows = [
-            (f"{key.get('key', '')[:12]}…", f"first difference at {key.get('first_difference')}") for key in differing
-        ]
-        parts += ["<h3>Differing keys</h3>", _rows(rows)]
+    keys = [key for key in audit.get("keys") or [] if isinstance(key, dict) and not key.get("equal")][:EXAMPLES]
+    if differing := [(f"{k.get('key', '')[:12]}…", f"first difference at {k.get('first_difference')}") for k in keys]:
+        parts += ["<h3>Differing keys</h3>", _rows(differing)]
     return "\n".join(parts)
 
 
