@@ -349,13 +349,35 @@ def generate_on_ray(
     # every problem of the config before connecting; no launcher's ranks apply: the driver is not one
     config_path = os.path.abspath(os.fspath(config_path))
     plan = plan_run(config_path, overrides, None, options.shards, {}, True, keep_split=True)
-    driver = _Driver(ray, plan, config_path, overrides, notify or (lambda level, text: None), progress)
-    return driver.execute(where, options)
+    spec, started = plan.targets[0].shard, time.monotonic()
+    run = RayRun(plan.base, where.value, spec.count if spec else 0, 0, options.max_retries)
+    driver = _Driver(ray, plan, config_path, overrides, notify or (lambda level, text: None), progress, run)
+    try:
+        for target in plan.targets:
+            if target.shard is not None and target.output_dir in plan.published:
+                run.records.append(ShardRecord(target.shard.index, target.output_dir, "skipped"))
+                driver.say("info", f"already published and verified: {target.output_dir}")
+        run.removed += driver.clean()
+        for removed in run.removed:
+            driver.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
+        if not run.shards or plan.pending:  # else every shard is published: nothing to connect for
+            local = "starting a local Ray instance"
+            driver.say("status", local if where.local else f"connecting to the Ray cluster at {where.value}")
+            with connected(ray, where):
+                driver.generate(options)
+    except Stopped as stop:
+        done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
+        stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
+        raise
+    finally:  # the temporary directories of workers that died or were stopped with the run
+        run.removed += driver.clean()
+    run.seconds = time.monotonic() - started
+    return run
 
 
 @dataclass
 class _Driver:
-    """One Ray run: the plan, the workers, the pool and the records."""
+    """One Ray run once connected: the plan, the workers, the pool and the records."""
 
     ray: Any
     plan: Plan
@@ -363,35 +385,9 @@ class _Driver:
     overrides: Overrides
     say: Notify
     progress: ProgressFactory | None
-    run: RayRun = field(init=False)
+    run: RayRun
 
-    def execute(self, where: Address, options: RayOptions) -> RayRun:
-        """The run on the cluster at ``where``; a stop on the way goes on with what was published."""
-        shard, started = self.plan.targets[0].shard, time.monotonic()
-        self.run = run = RayRun(self.plan.base, where.value, shard.count if shard else 0, 0, options.max_retries)
-        try:
-            for target in self.plan.targets:
-                if target.shard is not None and target.output_dir in self.plan.published:
-                    run.records.append(ShardRecord(target.shard.index, target.output_dir, "skipped"))
-                    self.say("info", f"already published and verified: {target.output_dir}")
-            run.removed += self._clean()
-            for removed in run.removed:
-                self.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
-            if not run.shards or self.plan.pending:  # else every shard is published: nothing to connect for
-                local = "starting a local Ray instance"
-                self.say("status", local if where.local else f"connecting to the Ray cluster at {where.value}")
-                with connected(self.ray, where):
-                    self._connected(options)
-        except Stopped as stop:
-            done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
-            stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
-            raise
-        finally:  # the temporary directories of workers that died or were stopped with the run
-            run.removed += self._clean()
-        run.seconds = time.monotonic() - started
-        return run
-
-    def _connected(self, options: RayOptions) -> None:
+    def generate(self, options: RayOptions) -> None:
         """Fix the count when it was not known, check the shards still to publish and generate them, each handed
         to whichever worker is free; every worker is killed at the end (and waited for, so that a stopped worker's
         temporary directory can be removed)."""
@@ -522,7 +518,7 @@ class _Driver:
                 raise GenerationError(f"{why}; Ray's logs: {logs}; --ray-timeout sets the wait.")
         return lost
 
-    def _clean(self) -> list[str]:
+    def clean(self) -> list[str]:
         """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
         free), or on a bucket their uploads and uncommitted objects (their lock is stale)."""
         parent, outputs = self.plan.base.parent, {t.output_dir.name for t in self.plan.targets}
@@ -591,11 +587,8 @@ class ShardWorker:
             if not self.session.loaded:  # this call made the checks; it loads the teacher first
                 self.session.load()
                 record = replace(record, load_seconds=time.monotonic() - started)
-            progress = TallyProgress(self.tally, index, attempt)
-            try:
+            with contextlib.closing(TallyProgress(self.tally, index, attempt)) as progress:
                 published = self.session.publish(self.targets[index], progress)
-            finally:
-                progress.close()
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
         except OutputExistsError:  # published by an earlier attempt, or another attempt's rename won the race
             record = replace(record, status="done")  # the driver checks it as it checks every published shard
