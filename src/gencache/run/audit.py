@@ -14,11 +14,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
 from gencache.core.errors import ConfigError, DatasetError
-from gencache.core.progress import StagedProgress
+from gencache.core.progress import ProgressFactory, StagedProgress
 from gencache.data.recorded import (
     RecordedRun,
     load_recorded_tokenizer,
@@ -29,10 +29,6 @@ from gencache.data.recorded import (
 from gencache.generation.effective import resolve_generation
 from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 from gencache.run.session import build_engine
-
-if TYPE_CHECKING:
-    from gencache.core.progress import ProgressFactory
-
 
 #: Keys audited when neither ``all_keys`` nor ``keys`` is given.
 DEFAULT_SAMPLES = 32
@@ -175,9 +171,8 @@ def _compare(key: str, stored: Any, regenerated: Any) -> KeyAudit:
     sequences = []
     for index, (old, new) in enumerate(zip(stored.sequences, regenerated.sequences, strict=True)):
         a, b = old.tolist(), new.tolist()
-        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-        if first is None and len(a) != len(b):
-            first = min(len(a), len(b))
+        shorter = min(len(a), len(b))
+        first = next((i for i in range(shorter) if a[i] != b[i]), None if len(a) == len(b) else shorter)
         finishes = stored.finish_reasons[index], regenerated.finish_reasons[index]
         equal = first is None and finishes[0] == finishes[1]
         sequences.append(SequenceAudit(index, first, len(a), len(b), *finishes, equal))
@@ -217,8 +212,7 @@ def audit(
     prompts = {
         s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique if s.input_ids is not None
     }
-    unmatched = [key for key in chosen if key not in prompts]
-    if unmatched:
+    if unmatched := [key for key in chosen if key not in prompts]:
         raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
     generation = resolve_generation(
         model.generation_kwargs, model_path=teacher, revision=model.revision, tokenizer=tokenizer

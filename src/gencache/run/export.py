@@ -33,9 +33,9 @@ from gencache.core.errors import (
     first_line,
 )
 from gencache.core.version import __version__
-from gencache.data.scores import JOIN_COLUMNS, join_fields
+from gencache.data.recorded import checked_resolved_config, load_recorded_tokenizer, rebuild_samples, run_of_readers
+from gencache.data.scores import JOIN_COLUMNS, check_min_score, join_fields, read_scores, rules_of, score_cache
 
-ExportRow = dict[str, Any]
 PARQUET_BATCH_ROWS = 4096
 
 #: The columns of every record and their pyarrow types (``None`` values are nulls; ``ids`` is a list of int64).
@@ -68,7 +68,7 @@ class ExportResult:
 
 
 def write_rows(
-    rows: Iterator[ExportRow],
+    rows: Iterator[dict[str, Any]],
     handle: IO[bytes],
     parquet: bool,
     metadata: Mapping[str, Any],
@@ -144,9 +144,7 @@ def _passed(
     samples: Any, reader: Any, min_score: Mapping[str, float], scores: str | os.PathLike[str] | None
 ) -> tuple[set[tuple[str, int]], int]:
     """The answers that clear ``min_score`` (scored from ``samples`` and ``reader``, or read from ``scores``) and
-    how many answers there are."""
-    from gencache.data.scores import check_min_score, read_scores, rules_of, score_cache
-
+    how many it leaves out."""
     bar = check_min_score(min_score) or ()
     if scores is not None:
         lookup: Mapping[tuple[str, int], Mapping[str, float] | None] = read_scores(scores)
@@ -165,7 +163,7 @@ def _passed(
             f"the selection (min_score={dict(bar)}) keeps no answer: all {len(answers)} answers score below it or "
             "have no reference; lower the bar."
         )
-    return passed, len(answers)
+    return passed, len(answers) - len(passed)
 
 
 def export(
@@ -185,13 +183,6 @@ def export(
     ``data_root``, ``sources`` and ``tokenizer_path`` find moved datasets and tokenizer; ``min_score`` (for example
     ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from
     ``scores``."""
-    from gencache.data.recorded import (
-        checked_resolved_config,
-        load_recorded_tokenizer,
-        rebuild_samples,
-        run_of_readers,
-    )
-
     check_output_name(os.fspath(out), "--out")
     parquet = _format_of(out, format) == "parquet"
     if scores is not None and min_score is None:
@@ -201,7 +192,7 @@ def export(
     readers = list(reader.readers) if isinstance(reader, MultiCacheReader) else [reader]
     resolved = checked_resolved_config(readers[0])  # a shard set: its first shard's; damaged: FormatError
     keys = set(reader.keys())
-    fields: dict[str, ExportRow] = {}
+    fields: dict[str, dict[str, Any]] = {}
     note, samples, run, tokenizer = None, None, None, None
     scoring = min_score is not None and scores is None  # the references are needed
     what = "prompts" if prompts else "join fields (row_id, row_index, reference)"
@@ -243,10 +234,7 @@ def export(
             )
     if note is not None:  # left out for every entry alike, never for the keys that matched only
         fields.clear()
-    passed, left_out = None, 0
-    if min_score is not None:
-        passed, total = _passed(samples, reader, min_score, scores)
-        left_out = total - len(passed)
+    passed, left_out = (None, 0) if min_score is None else _passed(samples, reader, min_score, scores)
     digests = {key: (reader.metadata(key) or {}).get("content_digest") for key in reader}
     # where the export came from (a parquet file's schema metadata); entries_digest is SHA-256 over
     # "<key> <content_digest>\n" in key order
@@ -270,9 +258,9 @@ def export(
         "run_digest": resolved.get("run_digest"),
     }
     max_new_tokens = nested(resolved, "generation", "max_new_tokens")
-    unknown: ExportRow = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
+    unknown: dict[str, Any] = dict.fromkeys(COLUMNS)  # the samples could not be rebuilt: their fields are null
 
-    def records() -> Iterator[ExportRow]:
+    def records() -> Iterator[dict[str, Any]]:
         for key in list(fields) or sorted(keys):
             generation = reader.get_arrays(key)  # numpy arrays read from the file: no torch
             prompt = fields.get(key, unknown)

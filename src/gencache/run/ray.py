@@ -1,20 +1,20 @@
 """``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
 
-The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, connects
-(:mod:`gencache.run.ray_cluster`), fixes the shard count and hands each shard still to publish to Ray's
-:class:`ray.util.ActorPool` of :class:`ShardWorker` actors; Ray restarts a worker whose process died and retries its
-shard. A worker plans the run as the driver did, makes the teacher's checks, loads the teacher once and publishes
-shard after shard with the atomic publish of one process, to a path every node reaches: a shared filesystem, or a
-bucket (then the driver sends its config and local data files, and the workers read their copies in place of the
-driver's paths: :func:`gencache.data.sources.read_mirrored`). The driver checks each published shard's
-``run_digest``, shows one progress display fed by the :class:`RunTally` actor, removes what dead writers left, and
-gives up when no worker starts or no shard progresses for ``timeout`` seconds.
+The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, connects, fixes the shard
+count and hands each shard still to publish to Ray's :class:`ray.util.ActorPool` of :class:`ShardWorker` actors;
+Ray restarts a worker whose process died and retries its shard. Each worker publishes shard after shard with the
+atomic publish of one process, to a path every node reaches: a shared filesystem, or a bucket (then the driver sends
+its config and local data files). The driver checks each published shard's ``run_digest``, shows one progress
+display fed by the :class:`RunTally` actor, and gives up when no worker starts or no shard progresses for
+``timeout`` seconds. ``ray`` is imported inside the functions that need it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -22,9 +22,11 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gencache.artifact.publish import clean
 from gencache.artifact.store import Location, exists
+from gencache.artifact.upload import clean as clean_prefix
 from gencache.config.documents import DEFAULTS_FILENAME
 from gencache.config.paths import S3Url
 from gencache.core.errors import (
@@ -36,23 +38,12 @@ from gencache.core.errors import (
     Stopped,
     StoppedRun,
 )
-from gencache.run.plan import Overrides, check_published, reshard
-from gencache.run.preflight import input_keys, plan_run
-from gencache.run.ray_cluster import (
-    CONNECT_TIMEOUT_S,
-    Address,
-    WorkerShape,
-    check_reachable,
-    connected,
-    import_ray,
-    resolve_address,
-    worker_shape,
-)
-
-if TYPE_CHECKING:
-    from gencache.core.progress import Notify, ProgressFactory
-    from gencache.run.plan import Plan, Target
-    from gencache.run.session import TeacherSession
+from gencache.core.process import environment_kept, signal_handlers_kept
+from gencache.core.progress import Notify, ProgressFactory, StagedProgress
+from gencache.data.sources import loaded_sources, mirrored, read_mirrored, shared_tables
+from gencache.run.plan import Overrides, Plan, Target, check_published, full_split, reshard, shard_from_env
+from gencache.run.preflight import input_keys, plan_run, preflight
+from gencache.run.session import TeacherSession
 
 #: Seconds of each wait on Ray: how soon a stop, a published shard or a change of progress is seen.
 POLL_S = 0.5
@@ -61,6 +52,14 @@ POLL_S = 0.5
 SHARDS_PER_WORKER = 8
 #: Seconds between a worker's progress reports (each is one message to the tally).
 REPORT_INTERVAL_S = 0.5
+#: Seconds the probe of a cluster's address waits for it to answer.
+CONNECT_TIMEOUT_S = 5.0
+#: Ray's message for a node whose agents did not start in time (ray issue #65983, a loaded machine), and how often
+#: a local start meets it at most.
+STARTUP_TIMEOUT = "timed out during startup"
+LOCAL_START_ATTEMPTS = 3
+#: The first bytes of an HTTP/2 connection (RFC 9113): the client preface and an empty SETTINGS frame.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 @dataclass(frozen=True)
@@ -155,6 +154,169 @@ class RayRun:
         }
 
 
+# -- the cluster ----------------------------------------------------------------------------------------------------
+def import_ray(local: bool = False) -> Any:
+    """The ray module, or one line saying how to install it. Importing ray sets ``RAY_CLIENT_MODE`` (read at that
+    import only), which is taken back; for a ``local`` instance Ray's ``uv run`` integration is off (read at that
+    import too), so that its workers run with the driver's own interpreter and environment."""
+    try:
+        with environment_kept():
+            if local:
+                os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+            import ray
+    except ImportError:
+        raise ConfigError(
+            "--ray needs Ray, which is not installed: install the extra (pip install 'gencache[ray]', or uv sync "
+            "--extra ray)."
+        ) from None
+    return ray
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where ``--ray`` connects: ``value`` as given to ``ray.init`` (``"local"`` starts an instance here), and the
+    host and port the probe opens (None for a local instance)."""
+
+    value: str
+    host: str | None = None
+    port: int | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.value == "local"
+
+
+def resolve_address(given: str | None, env: Mapping[str, str]) -> Address:
+    """``given`` (an address, ``auto`` or ``local``) or, when None, ``RAY_ADDRESS`` or a local instance."""
+    text = (given or "").strip() or env.get("RAY_ADDRESS", "").strip() or "local"
+    if text == "local":
+        return Address("local")
+    if text == "auto":
+        found = env.get("RAY_ADDRESS", "").strip()
+        if not found:
+            try:  # the cluster `ray start` last recorded on this machine (Ray's own lookup)
+                with environment_kept():  # ray's import sets RAY_CLIENT_MODE (see import_ray)
+                    from ray._private.services import canonicalize_bootstrap_address
+
+                found = canonicalize_bootstrap_address("auto") or ""
+            except Exception:  # Ray's lookup found nothing readable: there is no cluster to join
+                found = ""
+        if not found or found == "auto":
+            raise ConfigError(
+                "--ray auto found no running Ray cluster on this machine (RAY_ADDRESS is not set and no `ray start` "
+                "cluster is recorded); start one with `ray start --head`, or give its address."
+            )
+        text = found
+    scheme, _, rest = text.rpartition("://")
+    if scheme not in ("", "ray"):
+        raise ConfigError(f"--ray {text}: use HOST:PORT, ray://HOST:PORT, auto or local.")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--ray {text} is not a Ray address: use HOST:PORT, ray://HOST:PORT, auto or local.")
+    return Address(text, host.strip("[]"), int(port))
+
+
+def check_reachable(address: Address) -> None:
+    """One line, in seconds, when nothing answers at the cluster's address or what answers is not Ray: both Ray's
+    cluster port and its client port speak gRPC, whose server answers an HTTP/2 greeting with a SETTINGS frame
+    (an HTTP/1 server such as the dashboard answers ``HTTP/1.1 400``)."""
+    if address.host is None or address.port is None:
+        return
+    where = f"--ray {address.value}"
+    try:
+        with socket.create_connection((address.host, address.port), timeout=CONNECT_TIMEOUT_S) as probe:
+            probe.sendall(_HTTP2_HELLO)
+            answer = probe.recv(9)
+    except OSError as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        raise ConfigError(
+            f"{where}: no Ray cluster answers at {address.host}:{address.port} ({reason}); start one "
+            "(ray start --head) or check the address."
+        ) from None
+    if len(answer) < 4 or answer[3] != 4:  # the frame type of SETTINGS
+        raise ConfigError(
+            f"{where}: what answers at {address.host}:{address.port} is not a Ray cluster (a web server, such as "
+            "the dashboard?); give the cluster's GCS port (6379 by default, the port `ray start --head` prints), or "
+            "ray://HOST:10001."
+        )
+
+
+def _stop_in(error: BaseException) -> BaseException | None:
+    """The stop a signal handler raised, if ``error`` is one or carries one: a handler's exception raised inside
+    Ray's C calls (KeyboardInterrupt excepted) comes out as a ``SystemError`` caused by it."""
+    if not isinstance(error, Exception):
+        return error
+    cause = error.__cause__
+    if isinstance(error, SystemError) and cause is not None and not isinstance(cause, Exception):
+        return cause
+    return None
+
+
+@contextlib.contextmanager
+def connected(ray: Any, address: Address) -> Iterator[None]:
+    """Connected to the cluster for the block (a local instance is started and stopped with it); a process already
+    connected to Ray keeps its connection. The signal handlers ``ray.init`` replaces come back at once, the
+    environment variables it sets when the block ends. A local start that hit the raylet's fixed agent timeout is
+    tried again after a clean shutdown, up to :data:`LOCAL_START_ATTEMPTS` times. A stop raised inside one of Ray's
+    C calls goes on as itself."""
+    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if address.local:
+        options["include_dashboard"] = False
+    attempts = LOCAL_START_ATTEMPTS if address.local else 1
+    try:
+        if ray.is_initialized():
+            yield
+            return
+        with environment_kept():  # ray.init sets variables of its own (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
+            for attempt in range(1, attempts + 1):
+                try:
+                    with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them
+                        ray.init(address=address.value, **options)
+                    break
+                except BaseException as error:
+                    ray.shutdown()  # what a failed or stopped start started
+                    if _stop_in(error) is not None:
+                        raise
+                    if isinstance(error, ConnectionError):
+                        raise ConfigError(f"--ray {address.value}: cannot connect ({error}).") from None
+                    if STARTUP_TIMEOUT not in str(error) or attempt == attempts:
+                        what = "start a local Ray instance" if address.local else f"connect to {address.value}"
+                        raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
+            try:
+                yield
+            finally:
+                ray.shutdown()
+    except SystemError as error:
+        stop = _stop_in(error)
+        if stop is None:
+            raise
+        raise stop from None
+
+
+def worker_shape(
+    device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]
+) -> tuple[float, int]:
+    """The GPUs each teacher worker asks Ray for (with one CPU), and how many workers the cluster holds at once: a
+    GPU config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank (a fraction lets two workers share one
+    GPU), a CPU config's none; a GPU config on a cluster without GPUs is refused here."""
+    gpus, cpus = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
+    if device == "cpu":
+        return 0.0, max(int(cpus), 1)
+    if gpus <= 0:
+        raise ConfigError(
+            f"model.device is {device!r} but the Ray cluster has no GPUs ({cpus:g} CPUs): add GPU nodes, or set "
+            'model.device to "cpu" for a CPU run (--set model.device=\\"cpu\\").'
+        )
+    per_worker = worker_gpus * tensor_parallel
+    if per_worker > 1 and not float(per_worker).is_integer():
+        raise ConfigError(
+            f"--worker-gpus {worker_gpus} with tensor_parallel_size {tensor_parallel} asks {per_worker:g} GPUs per "
+            "worker; a worker takes a fraction of one GPU or whole GPUs."
+        )
+    return per_worker, max(min(math.floor(gpus / per_worker + 1e-9), int(cpus)), 0)
+
+
+# -- the driver -----------------------------------------------------------------------------------------------------
 def generate_on_ray(
     config_path: str | os.PathLike[str],
     options: RayOptions | None = None,
@@ -176,8 +338,6 @@ def generate_on_ray(
         raise ShardError(
             f"--ray runs every shard on the cluster; drop --shard {shard} (or drop --ray to generate one shard here)."
         )
-    from gencache.run.plan import shard_from_env
-
     if (launched := shard_from_env(env)) is not None:
         raise ShardError(
             f"--ray runs the whole run from one driver, but this process is rank {launched.index} of "
@@ -189,13 +349,35 @@ def generate_on_ray(
     # every problem of the config before connecting; no launcher's ranks apply: the driver is not one
     config_path = os.path.abspath(os.fspath(config_path))
     plan = plan_run(config_path, overrides, None, options.shards, {}, True, keep_split=True)
-    driver = _Driver(ray, plan, config_path, overrides, notify or (lambda level, text: None), progress)
-    return driver.execute(where, options)
+    spec, started = plan.targets[0].shard, time.monotonic()
+    run = RayRun(plan.base, where.value, spec.count if spec else 0, 0, options.max_retries)
+    driver = _Driver(ray, plan, config_path, overrides, notify or (lambda level, text: None), progress, run)
+    try:
+        for target in plan.targets:
+            if target.shard is not None and target.output_dir in plan.published:
+                run.records.append(ShardRecord(target.shard.index, target.output_dir, "skipped"))
+                driver.say("info", f"already published and verified: {target.output_dir}")
+        run.removed += driver.clean()
+        for removed in run.removed:
+            driver.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
+        if not run.shards or plan.pending:  # else every shard is published: nothing to connect for
+            local = "starting a local Ray instance"
+            driver.say("status", local if where.local else f"connecting to the Ray cluster at {where.value}")
+            with connected(ray, where):
+                driver.generate(options)
+    except Stopped as stop:
+        done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
+        stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
+        raise
+    finally:  # the temporary directories of workers that died or were stopped with the run
+        run.removed += driver.clean()
+    run.seconds = time.monotonic() - started
+    return run
 
 
 @dataclass
 class _Driver:
-    """One Ray run: the plan, the workers, the pool and the records."""
+    """One Ray run once connected: the plan, the workers, the pool and the records."""
 
     ray: Any
     plan: Plan
@@ -203,57 +385,24 @@ class _Driver:
     overrides: Overrides
     say: Notify
     progress: ProgressFactory | None
-    run: RayRun = field(init=False)
+    run: RayRun
 
-    def execute(self, where: Address, options: RayOptions) -> RayRun:
-        """The run on the cluster at ``where``; a stop on the way goes on with what was published."""
-        shard = self.plan.targets[0].shard
-        started, run = time.monotonic(), RayRun(self.plan.base, where.value, shard.count if shard else 0)
-        self.run, run.max_retries = run, options.max_retries
-        try:
-            for path in self.plan.published:
-                index = next(t.shard.index for t in self.plan.targets if t.output_dir == path and t.shard is not None)
-                run.records.append(ShardRecord(index, path, "skipped"))
-                self.say("info", f"already published and verified: {path}")
-            run.removed += self._clean()
-            for removed in run.removed:
-                self.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
-            if not run.shards or self.plan.pending:  # else every shard is published: nothing to connect for
-                local = "starting a local Ray instance"
-                self.say("status", local if where.local else f"connecting to the Ray cluster at {where.value}")
-                with connected(self.ray, where):
-                    self._connected(options)
-        except Stopped as stop:
-            done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
-            stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
-            raise
-        finally:  # the temporary directories of workers that died or were stopped with the run
-            run.removed += self._clean()
-        run.seconds = time.monotonic() - started
-        return run
-
-    def _connected(self, options: RayOptions) -> None:
-        """Fix the count when it was not known, check the shards still to publish and generate them."""
-        from ray.util import ActorPool
-
-        from gencache.core.progress import StagedProgress
-        from gencache.data.sources import loaded_sources, shared_tables
-        from gencache.run.plan import full_split
-
-        config, run = self.plan.config, self.run
-        resources = self.ray.cluster_resources()
+    def generate(self, options: RayOptions) -> None:
+        """Fix the count when it was not known, check the shards still to publish and generate them, each handed
+        to whichever worker is free; every worker is killed at the end (and waited for, so that a stopped worker's
+        temporary directory can be removed)."""
+        config, run, ray = self.plan.config, self.run, self.ray
+        resources = ray.cluster_resources()
         tensor_parallel = int(getattr(getattr(config, "engine_options", None), "tensor_parallel_size", 1) or 1)
-        shape = worker_shape(config.model.device, tensor_parallel, options.worker_gpus, resources)
-        if shape.capacity < 1:
+        gpus, capacity = worker_shape(config.model.device, tensor_parallel, options.worker_gpus, resources)
+        if capacity < 1:
             raise ConfigError(
                 f"The Ray cluster ({resources.get('GPU', 0):g} GPUs, {resources.get('CPU', 0):g} CPUs) cannot hold "
-                f"one worker of {shape.num_gpus:g} GPUs and {shape.num_cpus:g} CPU; lower --worker-gpus or add nodes."
+                f"one worker of {gpus:g} GPUs and 1 CPU; lower --worker-gpus or add nodes."
             )
-        count = min(options.workers or shape.capacity, shape.capacity)
-        if options.workers is not None and options.workers > shape.capacity:
-            self.say(
-                "warning", f"the cluster holds {shape.capacity} workers at once; --workers {options.workers} uses that"
-            )
+        count = min(options.workers or capacity, capacity)
+        if options.workers is not None and options.workers > capacity:
+            self.say("warning", f"the cluster holds {capacity} workers at once; --workers {options.workers} uses that")
         default = not run.shards
         with shared_tables():  # the data files are read once for both checks
             if default:  # eight shards per worker, fewer when some shard would own no key
@@ -263,69 +412,87 @@ class _Driver:
             keys = input_keys(self.plan)
             # with no shared filesystem to assume (a bucket), the config and the data files go to the workers
             sources = loaded_sources() if isinstance(self.plan.base, S3Url) else {}
-        pending = self.plan.pending
+        pending = {t.shard.index: t.shard for t in self.plan.pending if t.shard is not None}
         if not pending:
             return
         run.workers = min(count, len(pending))
-        launch: dict[str, Any] = {"shards": run.shards, "default_shards": default, "workers": run.workers}
-        launch |= {"worker": shape.options(), "max_retries": options.max_retries}
         self.say(
             "info",
             f"ray {run.address}: {len(pending)} of {run.shards} shards to generate "
             f"({'up to ' + str(SHARDS_PER_WORKER) + ' per worker, each with keys' if default else '--shards'}), "
-            f"{run.workers} workers of {shape.num_gpus:g} GPU and {shape.num_cpus:g} CPU, up to "
+            f"{run.workers} workers of {gpus:g} GPU and 1 CPU, up to "
             f"{options.max_retries} retries per shard",
         )
         unique = list(dict.fromkeys(keys))
-        samples = sum(len(t.shard.select(unique)) for t in pending if t.shard is not None)
+        samples = sum(len(spec.select(unique)) for spec in pending.values())
         files: dict[str, bytes] = {}
         if isinstance(self.plan.base, S3Url):  # what the workers read, as they may not see the driver's files
             paths = [self.config_path, str(Path(self.config_path).parent / DEFAULTS_FILENAME)]
             paths += [path for info in sources.values() for path, _ in info.files]
             files = {path: Path(path).read_bytes() for path in paths if os.path.isfile(path)}
+        launch: dict[str, Any] = {"shards": run.shards, "default_shards": default, "workers": run.workers}
+        each = {"num_gpus": gpus, "num_cpus": 1.0}
+        launch |= {"worker": each, "max_retries": options.max_retries}
         located = {source: info.location for source, info in sources.items()}
         name = f"gencache-tally-{uuid.uuid4().hex}"
         spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), located, {"ray": launch}, name)
-        # the workers, each shard handed to whichever is free, every worker killed at the end (and waited for, so
-        # that a stopped worker's temporary directory can be removed)
-        ray, retries = self.ray, options.max_retries
+        retries = options.max_retries
         tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
-        worker = ray.remote(ShardWorker).options(**shape.options(), max_restarts=retries, max_task_retries=retries)
+        worker = ray.remote(ShardWorker).options(**each, max_restarts=retries, max_task_retries=retries)
         sent = ray.put(files)
         actors = [worker.remote(spec, sent) for _ in range(run.workers)]
-        pool: Any = ActorPool(actors)  # typed Any: ray's pool has untyped methods
-        for target in self.plan.pending:
-            assert target.shard is not None, "a Ray run's targets are shards"
-            pool.submit(lambda actor, index: actor.publish.remote(index), target.shard.index)
+        pool = ray.util.ActorPool(actors)
+        for index in pending:
+            pool.submit(lambda actor, index: actor.publish.remote(index), index)
         bar = StagedProgress(self.progress(samples) if self.progress is not None else None, samples)
         try:
-            self._collect(pool, tally, bar, shape, options.timeout)
+            lost = self._collect(pool, tally, bar, gpus, options.timeout)
         finally:
             bar.close()
             for actor in [*actors, tally]:
                 ray.kill(actor, no_restart=True)
             gone = [a.pid.options(max_task_retries=0).remote() for a in actors]
             ray.wait(gone, num_returns=len(gone), timeout=CONNECT_TIMEOUT_S)
+        if missing := sorted(set(pending) - {r.index for r in run.records}):
+            raise GenerationError(
+                f"shards {', '.join(f'{i:05d}' for i in missing)} of {run.shards} were not published: their workers "
+                f"died more than --max-retries ({run.max_retries}) times ({lost or 'no worker left'}); "
+                "the published shards stay: rerun the same command to generate the rest."
+            )
 
-    def _collect(self, pool: Any, tally: Any, bar: Any, shape: WorkerShape, timeout: float) -> None:
-        """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress; give up after ``timeout``
-        seconds without a change."""
-        from ray.exceptions import RayActorError
-
+    def _collect(self, pool: Any, tally: Any, bar: Any, gpus: float, timeout: float) -> str | None:
+        """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress, and check each worker's
+        record (a failure ends the run with its error's exit code; a published shard must be of this run); give up
+        after ``timeout`` seconds without a change. The last error of a worker that Ray gave up, if any."""
         ray, run = self.ray, self.run
-        alive, done, lost = run.workers, 0, []
+        alive, done, lost = run.workers, len(self.plan.published), None
         shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
         changed = time.monotonic()
         bar.start(bar.total)
         while pool.has_next():
             try:
-                self._record(pool.get_next_unordered(timeout=POLL_S))
+                record: ShardRecord = pool.get_next_unordered(timeout=POLL_S)
+                where = f"shard {record.index}/{run.shards}"
+                if record.status == "failed":
+                    error = GencacheError(f"{where} failed on worker {record.worker}: {record.error}")
+                    error.exit_code = record.exit_code or 1
+                    raise error
+                check_published(record.output_dir, self.plan.digest)
+                run.records.append(record)
+                self.say(
+                    "info",
+                    f"published {record.output_dir} ({where}, {record.entries} entries, {record.tokens} tokens, "
+                    f"worker {record.worker}, attempt {record.attempts})"
+                    if record.status == "published"
+                    else f"{where} was published by an earlier attempt and verifies: {record.output_dir}",
+                )
                 done, changed = done + 1, time.monotonic()
             except TimeoutError:
                 pass
-            except RayActorError as error:  # a worker died more often than its retries allow: Ray gave it up
-                alive -= 1
-                lost.append(str(error).splitlines()[0])
+            except (
+                ray.exceptions.RayActorError
+            ) as error:  # a worker died more often than its retries allow: Ray gave it up
+                alive, lost = alive - 1, str(error).splitlines()[0]
             with contextlib.suppress(TimeoutError):  # a tally that does not answer: no worker process started
                 snapshot = ray.get(tally.snapshot.remote(), timeout=POLL_S)
                 before = shown or (0, 0, {})
@@ -333,60 +500,27 @@ class _Driver:
                     bar.advance(snapshot[0] - before[0], snapshot[1] - before[1])
                     shown, changed = snapshot, time.monotonic()
             retries = sum(count - 1 for count in (shown or (0, 0, {}))[2].values())
-            bar.stage(f"shards {len(self.plan.published) + done}/{run.shards}, workers {alive}, retries {retries}")
-            if time.monotonic() - changed > timeout:
-                raise GenerationError(self._stalled(shape, timeout, shown))
-        if done < len(self.plan.pending):
-            indices = sorted({t.shard.index for t in self.plan.pending if t.shard} - {r.index for r in run.records})
-            raise GenerationError(
-                f"shards {', '.join(f'{i:05d}' for i in indices)} of {run.shards} were not published: their workers "
-                f"died more than --max-retries ({run.max_retries}) times ({lost[-1] if lost else 'no worker left'}); "
-                "the published shards stay: rerun the same command to generate the rest."
-            )
+            bar.stage(f"shards {done}/{run.shards}, workers {alive}, retries {retries}")
+            if time.monotonic() - changed > timeout:  # why, by what the tally last said (it asks for no resources)
+                why = f"no shard made progress for {timeout:g} s (a teacher that loads for longer?)"
+                if shown is None:
+                    why = (
+                        f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the "
+                        "run's tally, which asks for no resources; a runtime environment that fails?)"
+                    )
+                elif not shown[2]:
+                    why = (
+                        f"no worker started in {timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU free for "
+                        "one (other jobs hold them?)"
+                    )
+                node = ray._private.worker._global_node  # None for a Ray Client driver: the head's default
+                logs = node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
+                raise GenerationError(f"{why}; Ray's logs: {logs}; --ray-timeout sets the wait.")
+        return lost
 
-    def _stalled(self, shape: WorkerShape, timeout: float, tally: tuple[int, int, dict[int, int]] | None) -> str:
-        """Why nothing happened for ``timeout`` seconds (by what the ``tally`` last said, None when it never
-        answered: the tally asks for no resources, only a worker process), and where Ray's logs are (a Ray Client
-        driver has no node of its own: the head's default)."""
-        node = self.ray._private.worker._global_node
-        logs = node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
-        logs = f"Ray's logs: {logs}; --ray-timeout sets the wait"
-        if tally is None:
-            return (
-                f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the run's "
-                f"tally, which asks for no resources; a runtime environment that fails?); {logs}."
-            )
-        if not tally[2]:
-            return (
-                f"no worker started in {timeout:g} s: the cluster never had {shape.num_gpus:g} GPU and "
-                f"{shape.num_cpus:g} CPU free for one (other jobs hold them?); {logs}."
-            )
-        return f"no shard made progress for {timeout:g} s (a teacher that loads for longer?); {logs}."
-
-    def _record(self, record: ShardRecord) -> None:
-        """Check a worker's record: a failure ends the run (with its error's exit code); a published shard must be
-        of this run."""
-        where = f"shard {record.index}/{self.run.shards}"
-        if record.status == "failed":
-            error = GencacheError(f"{where} failed on worker {record.worker}: {record.error}")
-            error.exit_code = record.exit_code or 1
-            raise error
-        check_published(record.output_dir, self.plan.digest)
-        self.run.records.append(record)
-        self.say(
-            "info",
-            f"published {record.output_dir} ({where}, {record.entries} entries, {record.tokens} tokens, worker "
-            f"{record.worker}, attempt {record.attempts})"
-            if record.status == "published"
-            else f"{where} was published by an earlier attempt and verifies: {record.output_dir}",
-        )
-
-    def _clean(self) -> list[str]:
+    def clean(self) -> list[str]:
         """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
         free), or on a bucket their uploads and uncommitted objects (their lock is stale)."""
-        from gencache.artifact.publish import clean
-        from gencache.artifact.upload import clean as clean_prefix
-
         parent, outputs = self.plan.base.parent, {t.output_dir.name for t in self.plan.targets}
         if isinstance(parent, S3Url):
             return clean_prefix(parent, outputs)
@@ -423,6 +557,8 @@ class ShardWorker:
         self.spec, self.files = spec, files
         # By name, not a handle among the arguments: Ray restarts an actor only from arguments held inline.
         self.tally: Any = ray.get_actor(spec.tally)
+        if os.path.isdir(spec.working_directory):  # where the config's relative paths are, when this node has it
+            os.chdir(spec.working_directory)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.plan: Plan | None = None
         self.session: TeacherSession | None = None
@@ -436,14 +572,12 @@ class ShardWorker:
         """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
         import ray
 
-        from gencache.core.progress import StagedProgress
-
         attempt: int = ray.get(self.tally.begin.remote(index))
         started_at, started = time.time(), time.monotonic()
         record = ShardRecord(index, Path(), "failed", self.name, attempts=attempt, started_at=started_at)
         try:
             with self._sent() as config_path:
-                plan = self._plan(config_path)
+                plan = self.plan = self.plan or self._plan(config_path)
                 target = next(t for t in plan.targets if t.shard is not None and t.shard.index == index)
                 record = replace(record, output_dir=target.output_dir)
                 if exists(target.output_dir):
@@ -453,20 +587,11 @@ class ShardWorker:
             if not self.session.loaded:  # this call made the checks; it loads the teacher first
                 self.session.load()
                 record = replace(record, load_seconds=time.monotonic() - started)
-            target = self.targets[index]
-            progress = TallyProgress(self.tally, index, attempt)
-            try:
-                published = self.session.publish(target, StagedProgress(progress, len(target.keys)))
-            finally:
-                progress.close()
+            with contextlib.closing(TallyProgress(self.tally, index, attempt)) as progress:
+                published = self.session.publish(self.targets[index], progress)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
-        except OutputExistsError:  # published by an earlier attempt (or another attempt's rename won the race)
-            assert self.plan is not None, "only the run's checks, after its plan, find an output"
-            try:
-                check_published(record.output_dir, self.plan.digest)
-                record = replace(record, status="done")
-            except GencacheError as error:
-                record = replace(record, error=str(error), exit_code=error.exit_code)
+        except OutputExistsError:  # published by an earlier attempt, or another attempt's rename won the race
+            record = replace(record, status="done")  # the driver checks it as it checks every published shard
         except Exception as error:
             code = error.exit_code if isinstance(error, GencacheError) else 1
             record = replace(record, error=str(error) or type(error).__name__, exit_code=code)
@@ -478,8 +603,6 @@ class ShardWorker:
         """The config file to plan with: the driver's, or until the checks are made, its copy among the files the
         driver sent, written to a temporary directory that the block removes; the data sources are read from their
         copies there."""
-        from gencache.data.sources import mirrored, read_mirrored
-
         if self.session is not None or not self.files:
             yield self.spec.config_path
             return
@@ -493,27 +616,17 @@ class ShardWorker:
                 yield str(mirrored(root, self.spec.config_path))
 
     def _plan(self, config_path: str) -> Plan:
-        """The run's plan (its config read once), as ``--shards N`` in one process plans it, with no launcher's
-        ranks (a worker is not one), in the driver's working directory when this node has it."""
-        if self.plan is None:
-            spec = self.spec
-            if os.path.isdir(spec.working_directory):
-                os.chdir(spec.working_directory)
-            self.plan = plan_run(config_path, spec.overrides, None, spec.shards, {}, True)
-        return self.plan
+        """The run's plan, as ``--shards N`` in one process plans it, with no launcher's ranks (a worker is not one)."""
+        return plan_run(config_path, self.spec.overrides, None, self.spec.shards, {}, True)
 
     def _checked(self, plan: Plan, config_path: str) -> TeacherSession:
         """The run's checks for the shards not yet published (as ``--shards N`` makes them); the session (recording
         the driver's working directory), whose teacher is not loaded yet."""
-        from gencache.run.preflight import preflight
-        from gencache.run.session import TeacherSession
-
         for _ in plan.targets:  # another worker may publish a planned shard meanwhile: plan again without it
             report = preflight(plan, {})
             if not report.problems or any(p.location != "output_dir" for p in report.problems):
                 break
-            self.plan = None
-            plan = self._plan(config_path)
+            plan = self.plan = self._plan(config_path)
         inputs = report.run_inputs()
         self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
         return TeacherSession(plan, inputs, launch=self.spec.launch, working_directory=self.spec.working_directory)
@@ -552,22 +665,22 @@ class TallyProgress:
         self.tally, self.shard, self.attempt = tally, shard, attempt
         self.samples = self.tokens = 0
         self.sent = time.monotonic()
-        self.last: Any = None
 
-    def start(self, total_samples: int) -> None:
-        """Nothing to do: the driver knows every shard's size."""
+    def start(self, total_samples: int) -> None:  # the driver knows every shard's size
+        pass
 
     def advance(self, samples: int, tokens: int) -> None:
         self.samples, self.tokens = self.samples + samples, self.tokens + tokens
         if time.monotonic() - self.sent >= REPORT_INTERVAL_S:
-            self.last = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
-            self.samples = self.tokens = 0
-            self.sent = time.monotonic()
+            self.send()
+
+    def send(self) -> None:
+        self.last: Any = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
+        self.samples = self.tokens = 0
+        self.sent = time.monotonic()
 
     def close(self) -> None:
         import ray
 
-        if self.samples or self.tokens:
-            self.last = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
-        if self.last is not None:
-            ray.get(self.last)
+        self.send()
+        ray.get(self.last)

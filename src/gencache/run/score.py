@@ -31,8 +31,6 @@ from gencache.data.samples import needs_tokenizer
 from gencache.data.scores import SCORE_COLUMNS, ScoredAnswer, rules_of, score_cache, score_format
 from gencache.run.export import check_out, write_atomic, write_rows
 
-#: The verdict's levels, the worst first.
-LEVELS = ("bad", "warn", "good")
 NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
 
 
@@ -73,10 +71,6 @@ def _group(label: str, answers: Sequence[ScoredAnswer], *, split: bool = True, *
     return ScoreGroup(label, len(answers), len(scored), means, by_reason, **details)
 
 
-def _share(part: int, whole: int) -> str:
-    return f"{part} of {whole} answers ({part / whole:.0%})"
-
-
 @dataclass(frozen=True)
 class ScoreReport:
     """What :func:`score` found: every answer in run order, the overall group and one per data config; and what
@@ -103,12 +97,16 @@ class ScoreReport:
         total = self.overall.answers
         if not total:
             return [("bad", "The artifact holds no answer.")]
+
+        def share(part: int) -> str:
+            return f"{part} of {total} answers ({part / total:.0%})"
+
         cut = sum(answer.finish_reason == "length" for answer in self.answers)
-        limit = f"max_new_tokens ({self.max_new_tokens})" if self.max_new_tokens else "max_new_tokens"
         empty = sum(not answer.answer for answer in self.answers)
+        limit = f"max_new_tokens ({self.max_new_tokens})" if self.max_new_tokens else "max_new_tokens"
         signs = [
-            (_level(cut / total), f"{_share(cut, total)} were cut at {limit}."),
-            (_level(empty / total), f"{_share(empty, total)} are empty as scored."),
+            ("bad" if n * 2 >= total else "warn" if n else "good", f"{share(n)} {what}")
+            for n, what in ((cut, f"were cut at {limit}."), (empty, "are empty as scored."))
         ]
         means = [(group, group.means[group.headline] or 0.0) for group in self.groups if group.scored]
         if means:
@@ -116,12 +114,10 @@ class ScoreReport:
             scores = ", ".join(f"{group.headline} {mean:.2f} ({group.dataset_name})" for group, mean in means)
             signs.append(("bad" if worst < 0.2 else "warn" if worst < 0.5 else "good", f"Against the gold: {scores}."))
             unscored = self.overall.unscored
-            signs.append(
-                ("warn" if unscored * 2 >= total else "good", f"{_share(unscored, total)} have no gold reference.")
-            )
+            signs.append(("warn" if unscored * 2 >= total else "good", f"{share(unscored)} have no gold reference."))
         else:
             signs.append(("warn", NO_GOLD))
-        return sorted(signs, key=lambda sign: LEVELS.index(sign[0]))
+        return sorted(signs, key=lambda sign: ("bad", "warn", "good").index(sign[0]))  # the worst first
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -132,10 +128,6 @@ class ScoreReport:
             "verdict": [{"level": level, "text": text} for level, text in self.verdict],
             "out": None if self.out is None else str(self.out),
         }
-
-
-def _level(share: float) -> str:
-    return "bad" if share >= 0.5 else "warn" if share else "good"
 
 
 def score(
@@ -385,12 +377,9 @@ def _audit_section(audit: Mapping[str, Any]) -> str:
     ]
     if isinstance(divergence := audit.get("first_divergence"), dict) and divergence:
         parts += ["<h3>First divergence (answer position: keys)</h3>", _rows(sorted(divergence.items()))]
-    keys = [key for key in audit.get("keys") or [] if isinstance(key, dict)]
-    if differing := [key for key in keys if not key.get("equal")][:EXAMPLES]:
-        rows = [
-            (f"{key.get('key', '')[:12]}…", f"first difference at {key.get('first_difference')}") for key in differing
-        ]
-        parts += ["<h3>Differing keys</h3>", _rows(rows)]
+    keys = [key for key in audit.get("keys") or [] if isinstance(key, dict) and not key.get("equal")][:EXAMPLES]
+    if differing := [(f"{k.get('key', '')[:12]}…", f"first difference at {k.get('first_difference')}") for k in keys]:
+        parts += ["<h3>Differing keys</h3>", _rows(differing)]
     return "\n".join(parts)
 
 
