@@ -37,7 +37,7 @@ from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
 _KEY_CHUNK = 4096  # keys decoded at a time by CompactIndex.iter_keys
-_TEXTS = msgspec.json.Decoder(tuple[str, ...])
+TEXTS = msgspec.json.Decoder(tuple[str, ...])
 
 # The canonical manifest: {"entries":{"<key>":{"content_digest":...,"text":[...]},...},"format_version":...}.
 # What follows a key in an entry's member never occurs elsewhere (a quote inside a JSON string is escaped), so it
@@ -140,7 +140,7 @@ class CompactIndex:
         entry = self.check_entry(position, entry)
         texts_at = start + raw.rfind(_TEXT_OPEN) + len(_TEXT_OPEN) - 1  # the text list's opening bracket
         try:
-            texts = _TEXTS.decode(self.manifest[texts_at : end - 1])
+            texts = TEXTS.decode(self.manifest[texts_at : end - 1])
         except msgspec.DecodeError:
             texts = None
         if texts != tuple(entry["text"]):
@@ -160,13 +160,7 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     except FormatError:
         manifest = _canonical_manifest(manifest)
         entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
-    body = header_raw.rstrip(b" ")  # the header's JSON, without the reserved capacity's padding
-    keys, first, starts, lengths = scan_header(body, top["provenance_digest"])
-    expected = 8 + len(header_raw) + TOKEN_BYTES * int(lengths.sum())
-    if payload_size != expected:
-        raise FormatError(
-            f"{PAYLOAD_NAME} is {payload_size} bytes but its header describes {expected} (truncated or extended)."
-        )
+    keys, first, starts, lengths = check_payload(top, header_raw, payload_size)
     return CompactIndex(
         keys=keys,
         first=first,
@@ -174,11 +168,34 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
         lengths=lengths,
         manifest=manifest,
         entries_end=entries_end,
-        summary=_check_summary(top["summary"], keys, lengths),
+        summary=top["summary"],
         provenance=top["provenance"],
         provenance_digest=top["provenance_digest"],
-        header_used=len(body),
+        header_used=len(header_raw.rstrip(b" ")),
     )
+
+
+def check_payload(top: dict[str, Any], header_raw: bytes, payload_size: int) -> tuple[np.ndarray, ...]:
+    """The scanned header (:func:`scan_header`) of a payload of ``payload_size`` bytes whose header bytes (after
+    the length prefix) are ``header_raw``, checked against that size and the manifest's members after its entries
+    ``top`` (its summary against the header's entries, sequences and tokens; its finish-reason counts, what only
+    the entries tell and ``gencache verify`` counts, must count every sequence)."""
+    keys, first, starts, lengths = scan_header(header_raw.rstrip(b" "), top["provenance_digest"])
+    tokens = int(lengths.sum())
+    if payload_size != (expected := 8 + len(header_raw) + TOKEN_BYTES * tokens):
+        raise FormatError(
+            f"{PAYLOAD_NAME} is {payload_size} bytes but its header describes {expected} (truncated or extended)."
+        )
+    reasons = top["summary"].get("finish_reasons")
+    if not (
+        isinstance(reasons, dict)
+        and reasons.keys() == set(FINISH_REASONS)
+        and all(is_int(count) and count >= 0 for count in reasons.values())
+        and sum(reasons.values()) == len(lengths)
+    ):
+        raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
+    check_summary(top["summary"], _KeySet(keys), len(lengths), tokens, reasons)
+    return keys, first, starts, lengths
 
 
 def _require(condition: bool) -> None:
@@ -238,20 +255,6 @@ class _KeySet(Mapping[str, None]):
 
     def __getitem__(self, key: str) -> None:
         return None
-
-
-def _check_summary(summary: object, keys: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
-    """The summary checked against the header's entries, sequences and tokens; its finish-reason counts (what only
-    the entries tell: ``gencache verify`` counts them) must count every sequence."""
-    reasons: Any = summary.get("finish_reasons") if isinstance(summary, dict) else {}
-    if isinstance(summary, dict) and not (
-        isinstance(reasons, dict)
-        and reasons.keys() == set(FINISH_REASONS)
-        and all(is_int(count) and count >= 0 for count in reasons.values())
-        and sum(reasons.values()) == len(lengths)
-    ):
-        raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
-    return check_summary(summary, _KeySet(keys), len(lengths), int(lengths.sum()), reasons)
 
 
 # -- the header --------------------------------------------------------------------------------------------------

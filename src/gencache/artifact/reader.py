@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-import msgspec
 import numpy as np
 
-from gencache.artifact._index import CompactIndex, build_index, manifest_tail, scan_header
+from gencache.artifact._index import TEXTS, CompactIndex, build_index, check_payload, manifest_tail
 from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
 from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import (
@@ -53,18 +52,6 @@ from gencache.core.errors import (
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
-def pread_exact(fd: int, length: int, offset: int) -> bytes:
-    chunks = []
-    while length:
-        chunk = os.pread(fd, min(length, 64 * 1024 * 1024), offset)
-        if not chunk:
-            raise FormatError(f"{PAYLOAD_NAME} ended early (truncated).")
-        chunks.append(chunk)
-        length -= len(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
 def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
     """A read-only shared map of a file: file-backed pages that forked processes share."""
     fd = open_regular(path, what)
@@ -77,8 +64,8 @@ def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
 def _payload_head(fd: int) -> tuple[int, bytes]:
     """The size of the opened payload ``fd`` and its header's bytes (length prefix excluded)."""
     size = os.fstat(fd).st_size
-    capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-    return size, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
+    capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)  # checked to fit in the file
+    return size, os.pread(fd, capacity, LENGTH_PREFIX_BYTES)
 
 
 def _missing(path: Path) -> str:
@@ -126,7 +113,6 @@ def check_artifact_files(path: Path) -> None:
 PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]
 MAX_LISTED_PROBLEMS = 100
-_TEXTS = msgspec.json.Decoder(tuple[str, ...])  # an entry's texts, decoded from the manifest on each read
 
 
 def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
@@ -151,18 +137,9 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
                 size, header_raw = _payload_head(fd)
             finally:
                 os.close(fd)
-        lengths = scan_header(header_raw.rstrip(b" "), members["provenance_digest"])[3]
+        check_payload(members, header_raw, size)
     except FormatError as error:
         raise FormatError(f"{where}: {error}") from None
-    tokens = members["summary"]["tokens"]
-    if (
-        len(lengths) != members["summary"]["sequences"]
-        or lengths.sum() != tokens
-        or size != LENGTH_PREFIX_BYTES + len(header_raw) + tokens * TOKEN_BYTES
-    ):
-        raise FormatError(
-            f"{where}: the header of {PAYLOAD_NAME} ({size} bytes) does not agree with manifest.json (damaged)."
-        )
     return read_resolved_config(where).get("run_digest") == run_digest
 
 
@@ -193,46 +170,35 @@ class CacheReader(GenerationCache):
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
 
-    def _load_index(self, head: Callable[[], tuple[int, bytes]], manifest: mmap.mmap | bytes) -> CompactIndex:
-        """The checked index of the manifest and the payload whose size and header ``head()`` reads."""
-        try:
-            size, header_raw = head()
-            capacity = len(header_raw)
-            index = build_index(manifest, header_raw, size)
-        except FormatError as error:
-            raise self._fail(str(error)) from None
-        self.header_capacity = capacity
-        self.payload_bytes = size
-        return index
-
     def _open(self) -> None:
         self.paths = (self.path,)
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
-        self._remote = None
-        payload: Path | None
-        if isinstance(self.path, S3Url):
-            self._remote = RemoteArtifact(self.path, self.cache_dir)
-            manifest = _map_file(self._remote.local(MANIFEST_NAME), "Manifest")
-            payload = self._remote.cached(PAYLOAD_NAME)  # downloaded by a process of this node, or None
-        else:
-            check_artifact_files(self.path)
-            manifest = _map_file(self.path / MANIFEST_NAME, "Manifest")
-            payload = self.path / PAYLOAD_NAME
-        self._fd = None
-        if payload is None:
-            assert self._remote is not None
-            index = self._load_index(self._remote.payload_head, manifest)
-        else:
-            fd = open_regular(payload, PAYLOAD_NAME)
-            try:
-                index = self._load_index(lambda: _payload_head(fd), manifest)
-            except BaseException:
-                os.close(fd)
-                raise
-            # Kept until the payload is mapped (get_arrays reads it, the map is made from it): the file opened here.
-            self._fd = fd
-            self._close_fd = weakref.finalize(self, os.close, fd)
+        self._remote = RemoteArtifact(self.path, self.cache_dir) if isinstance(self.path, S3Url) else None
+        if self._remote is None:
+            check_artifact_files(cast(Path, self.path))
+        manifest = _map_file(self._file(MANIFEST_NAME), "Manifest")
+        # on a bucket: the payload downloaded by a process of this node, or None (its header is read by range)
+        payload = (
+            self._remote.cached(PAYLOAD_NAME) if self._remote is not None else cast(Path, self.path) / PAYLOAD_NAME
+        )
+        # kept until the payload is mapped (get_arrays reads it, the map is made from it): the file opened here
+        self._fd = None if payload is None else open_regular(payload, PAYLOAD_NAME)
+        if self._fd is not None:
+            self._close_fd = weakref.finalize(self, os.close, self._fd)
+        try:
+            head = (
+                _payload_head(self._fd) if self._fd is not None else cast(RemoteArtifact, self._remote).payload_head()
+            )
+            self.payload_bytes, header_raw = head
+            index = build_index(manifest, header_raw, self.payload_bytes)
+        except BaseException as error:
+            if self._fd is not None:
+                self._close_fd()
+            if isinstance(error, FormatError):
+                raise self._fail(str(error)) from None
+            raise
+        self.header_capacity = len(header_raw)
         self._tokens = None
         self.index: CompactIndex = index  # the checked index (flat arrays; read-only by convention)
         self.summary: dict[str, Any] = index.summary
@@ -322,7 +288,7 @@ class CacheReader(GenerationCache):
         texts_at, texts_end = self._texts_at.item(position, 0), self._texts_at.item(position, 1)
         if not texts_end:
             texts_at, texts_end = self._verify_entry(position, arrays)
-        texts: tuple[str, ...] = _TEXTS.decode(self._manifest[texts_at:texts_end])
+        texts: tuple[str, ...] = TEXTS.decode(self._manifest[texts_at:texts_end])
         if self._single:
             return arrays, texts, (FINISH_REASONS[self._reasons.item(position)],)
         return arrays, texts, tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
@@ -384,9 +350,6 @@ class CacheReader(GenerationCache):
                 "the artifact at this path is not the one the reader was pickled from (it was regenerated or "
                 "replaced); open the new artifact explicitly."
             )
-
-    def __repr__(self) -> str:
-        return f"CacheReader({str(self.path)!r}, entries={len(self)})"
 
     # -- full verification ----------------------------------------------------------------------------------
     def verify_all(self, progress: ProgressCallback | None = None) -> list[str]:
