@@ -5,7 +5,6 @@ the entries as numpy arrays, the missing-key errors and the provenance check aga
 from __future__ import annotations
 
 import abc
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
@@ -42,13 +41,6 @@ class GenerationArrays:
     sequences: tuple[np.ndarray[Any, np.dtype[np.int64]], ...]
     texts: tuple[str, ...]
     finish_reasons: tuple[str, ...]
-
-
-def _dtype_name(dtype: str | torch.dtype) -> str:
-    loaded = sys.modules.get("torch")  # a torch.dtype exists only once torch is imported: never import it here
-    if loaded is not None and isinstance(dtype, loaded.dtype):
-        return str(dtype).removeprefix("torch.")
-    return str(dtype)
 
 
 class GenerationCache(Mapping[str, Generation], abc.ABC):
@@ -185,7 +177,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         requested = {
             "model_path": model_path,
             "tokenizer_path": tokenizer_path,
-            "dtype": _dtype_name(dtype),
+            "dtype": str(dtype).removeprefix("torch."),  # a torch.dtype's name
             "tokenizer": tokenizer_state(tokenizer),
         }
         differences = [

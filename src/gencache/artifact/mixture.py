@@ -17,8 +17,8 @@ import numpy as np
 from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, PathLike
-from gencache.artifact.shards import ShardSet, check_shard_set, expand_output
-from gencache.artifact.store import Location, exists
+from gencache.artifact.shards import check_shard_set, expand_output
+from gencache.artifact.store import Location
 from gencache.config.paths import S3Url
 from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
@@ -152,26 +152,15 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     """
     if isinstance(paths, (bytes, bytearray)):
         raise TypeError("open_caches takes str or os.PathLike paths (or a list of them), not bytes; decode the path.")
-    items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    items = [paths] if isinstance(paths, (str, os.PathLike, S3Url)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
-    groups: list[tuple[list[Location], ShardSet | None]] = []
-    for item in items:
-        if isinstance(item, S3Url):
-            item = str(item)
-        if not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes):
-            raise TypeError(f"open_caches: {item!r} is not a str or os.PathLike path.")
-        if os.fspath(item) == "":
-            raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
-        expanded, shards = expand_output(item)
-        if shards is None and not exists(expanded[0]):
-            raise FormatError(
-                f"Cache directory {expanded[0]} does not exist (and no shard directories "
-                f"{expanded[0].name}-shard-*-of-* are beside it); check the path."
-            )
+    if "" in items:
+        raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
+    groups = [expand_output(item) for item in items]
+    for _, shards in groups:
         if shards is not None and (shards.missing or shards.other_splits):
             raise ShardError(" ".join(check_shard_set(shards, {})["problems"]))
-        groups.append((expanded, shards))
     seen: dict[str, Location] = {}
     for path in (path for expanded, _ in groups for path in expanded):
         real = os.path.realpath(path) if isinstance(path, Path) else str(path)
