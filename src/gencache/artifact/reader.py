@@ -355,29 +355,18 @@ class CacheReader(GenerationCache):
     def verify_all(self, progress: ProgressCallback | None = None) -> list[str]:
         """Every check of :func:`verify` on this opened artifact; the problems found (without the path)."""
         problems: list[str] = []
-        raw_manifest = read_regular(self._file(MANIFEST_NAME), "Manifest")
+        manifest = _json_file(read_regular(self._file(MANIFEST_NAME), "Manifest"), MANIFEST_NAME, problems)
         entries: dict[str, Any] | None = None
         try:
-            parsed = json.loads(raw_manifest.decode("utf-8"))
-            if raw_manifest != json_file_bytes(parsed):
-                problems.append("manifest.json is not canonical JSON plus a newline (it was edited)")
-            entries = check_manifest(parsed).entries  # every entry, and the summary's finish-reason counts
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            problems.append(f"manifest.json is not valid UTF-8 JSON ({error})")
+            if manifest is not None:
+                entries = check_manifest(manifest).entries  # every entry, and the summary's finish-reason counts
         except FormatError as error:
             problems.append(str(error))
-        raw_resolved = read_regular(self._file(RESOLVED_NAME), "Resolved config")
-        try:
-            resolved = json.loads(raw_resolved.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            problems.append(f"resolved_config.json is not valid UTF-8 JSON ({error})")
-        else:
-            if not isinstance(resolved, dict):
-                problems.append("resolved_config.json does not hold a JSON object")
-            elif raw_resolved != json_file_bytes(resolved):
-                problems.append("resolved_config.json is not canonical JSON plus a newline (it was edited)")
-            else:
-                problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
+        resolved = _json_file(read_regular(self._file(RESOLVED_NAME), "Resolved config"), RESOLVED_NAME, problems)
+        if isinstance(resolved, dict):
+            problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
+        elif resolved is not None:
+            problems.append("resolved_config.json does not hold a JSON object")
         index = self.index
         order = np.argsort(index.starts, kind="stable")
         digests: list[bytes] = [b""] * len(order)
@@ -406,6 +395,18 @@ class CacheReader(GenerationCache):
         if progress is not None:
             progress(total, total)
         return problems
+
+
+def _json_file(raw: bytes, name: str, problems: list[str]) -> Any:
+    """The JSON file ``name`` (``raw``, its bytes) parsed, or None; what is wrong with it added to ``problems``."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        problems.append(f"{name} is not valid UTF-8 JSON ({error})")
+        return None
+    if raw != json_file_bytes(value):
+        problems.append(f"{name} is not canonical JSON plus a newline (it was edited)")
+    return value
 
 
 def _entry_problems(key: str, entry: Mapping[str, Any], digests: list[bytes]) -> list[str]:
