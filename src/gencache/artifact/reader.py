@@ -123,20 +123,13 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     data ends) and the payload's size; the run digest its resolved config records. False for another run's
     artifact; :class:`FormatError` names what is wrong with one that is not whole."""
     where = location(path)
+    if not isinstance(where, S3Url):
+        CacheReader(where)  # maps the manifest, reads its members after the entries and the payload's header
+        return read_resolved_config(where).get("run_digest") == run_digest
     try:
-        if isinstance(where, S3Url):
-            remote = RemoteArtifact(where)
-            size, header_raw = remote.payload_head()
-            _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
-        else:
-            check_artifact_files(where)
-            manifest = _map_file(where / MANIFEST_NAME, "Manifest")
-            _, members = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
-            fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
-            try:
-                size, header_raw = _payload_head(fd)
-            finally:
-                os.close(fd)
+        remote = RemoteArtifact(where)  # the manifest's members after the entries by range, not the whole manifest
+        size, header_raw = remote.payload_head()
+        _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
         check_payload(members, header_raw, size)
     except FormatError as error:
         raise FormatError(f"{where}: {error}") from None
