@@ -64,11 +64,16 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """Where ``key`` is held (implementation-defined), or -1."""
 
     @abc.abstractmethod
-    def _read(self, position: int, key: str | None = None) -> Generation:
-        """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
+    def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
+        """The entry at ``position``: its sequences as views of the payload map, its texts and finish reasons."""
 
-    @abc.abstractmethod
-    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays: ...
+    def _read(self, position: int, key: str) -> Generation:
+        import torch
+
+        arrays, texts, reasons = self._entry(position)
+        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
+        # pickling it for another process carries only these bytes, never the whole payload
+        return Generation(key, tuple(map(torch.from_numpy, arrays)), texts, reasons)
 
     @abc.abstractmethod
     def metadata(self, key: str) -> dict[str, Any] | None:
@@ -109,7 +114,10 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         position = self._position(key)
         if position < 0:
             raise self._missing(key)
-        return self._read_arrays(position, key)
+        arrays, texts, reasons = self._entry(position)
+        for array in arrays:
+            array.flags.writeable = False
+        return GenerationArrays(key, tuple(arrays), texts, reasons)
 
     def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
         """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held

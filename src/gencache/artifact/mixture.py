@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
+from gencache.artifact.cache import GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, PathLike
 from gencache.artifact.shards import check_shard_set, expand_output
@@ -124,13 +124,9 @@ class MultiCacheReader(GenerationCache):
         local, owner = divmod(position, len(self.readers))
         return self.readers[owner], local
 
-    def _read(self, position: int, key: str | None = None) -> Generation:
+    def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         reader, local = self._locate(position)
-        return reader._read(local, key)
-
-    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
-        reader, local = self._locate(position)
-        return reader._read_arrays(local, key)
+        return reader._entry(local)
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)

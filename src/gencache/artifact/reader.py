@@ -21,7 +21,7 @@ from typing import Any, cast
 import numpy as np
 
 from gencache.artifact._index import TEXTS, CompactIndex, build_index, check_payload, manifest_tail
-from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
+from gencache.artifact.cache import GenerationCache
 from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import (
     check_manifest,
@@ -285,22 +285,6 @@ class CacheReader(GenerationCache):
         if self._single:
             return arrays, texts, (FINISH_REASONS[self._reasons.item(position)],)
         return arrays, texts, tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
-
-    def _read(self, position: int, key: str | None = None) -> Generation:
-        import torch
-
-        arrays, texts, reasons = self._entry(position)
-        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
-        # pickling it for another process carries only these bytes, never the whole payload
-        sequences = tuple(map(torch.from_numpy, arrays))
-        return Generation(self.index.key(position) if key is None else key, sequences, texts, reasons)
-
-    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
-        """The entry as read-only numpy views of the map (no torch)."""
-        arrays, texts, reasons = self._entry(position)
-        for array in arrays:
-            array.flags.writeable = False
-        return GenerationArrays(self.index.key(position) if key is None else key, tuple(arrays), texts, reasons)
 
     def _verify_entry(self, position: int, arrays: list[np.ndarray[Any, Any]]) -> tuple[int, int]:
         """Check an entry against the manifest and its digests and remember it as checked: where its texts are."""
