@@ -125,14 +125,14 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     where = location(path)
     if not isinstance(where, S3Url):
         CacheReader(where)  # maps the manifest, reads its members after the entries and the payload's header
-        return read_resolved_config(where).get("run_digest") == run_digest
-    try:
-        remote = RemoteArtifact(where)  # the manifest's members after the entries by range, not the whole manifest
-        size, header_raw = remote.payload_head()
-        _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
-        check_payload(members, header_raw, size)
-    except FormatError as error:
-        raise FormatError(f"{where}: {error}") from None
+    else:
+        try:
+            remote = RemoteArtifact(where)  # the manifest's members after the entries by range, not all of it
+            size, header_raw = remote.payload_head()
+            _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
+            check_payload(members, header_raw, size)
+        except FormatError as error:
+            raise FormatError(f"{where}: {error}") from None
     return read_resolved_config(where).get("run_digest") == run_digest
 
 
@@ -194,10 +194,10 @@ class CacheReader(GenerationCache):
         self.header_capacity = len(header_raw)
         self._tokens = None
         self.index: CompactIndex = index  # the checked index (flat arrays; read-only by convention)
-        self.summary: dict[str, Any] = index.summary
-        self.provenance = index.provenance
-        self.provenance_digest = index.provenance_digest
-        self.header_json_bytes = index.header_used
+        self.summary: dict[str, Any] = index.members["summary"]
+        self.provenance: dict[str, Any] = index.members["provenance"]
+        self.provenance_digest: str = index.members["provenance_digest"]
+        self.header_json_bytes = len(header_raw.rstrip(b" "))
         self._data_offset = LENGTH_PREFIX_BYTES + self.header_capacity
         # filled on an entry's first read, once it is checked: where its texts' JSON is in the manifest (0, 0 until
         # then) and its sequences' finish-reason codes
