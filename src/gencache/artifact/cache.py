@@ -129,23 +129,13 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
         is looked up before any entry is read: :class:`MissingEntriesError` names how many are missing."""
         wanted = self._check_keys(keys, "get_many")
-        positions = [self._position(key) for key in wanted]
-        missing = sorted({key for key, position in zip(wanted, positions, strict=True) if position < 0})
-        if missing:
-            raise self._missing_many(missing, len(set(wanted)))
-        return [self._read(position, key) for position, key in zip(positions, wanted, strict=True)]
+        self.require(wanted)
+        return [self[key] for key in wanted]
 
     def _missing(self, key: object) -> MissingEntryError:
         return MissingEntryError(
             f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
             "(check the data configs, or use .get() to test membership)."
-        )
-
-    def _missing_many(self, missing: list[str], unique: int) -> MissingEntriesError:
-        return MissingEntriesError(
-            f"Generation cache {self._describe()} is missing {len(missing)} required semantic samples "
-            f"(of {unique} unique keys; first: {missing[0]}); generate an artifact for those data configs "
-            "or add the artifact that holds them."
         )
 
     @staticmethod
@@ -162,7 +152,11 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         wanted = set(self._check_keys(keys, "require"))
         missing = sorted(key for key in wanted if self._position(key) < 0)
         if missing:
-            raise self._missing_many(missing, len(wanted))
+            raise MissingEntriesError(
+                f"Generation cache {self._describe()} is missing {len(missing)} required semantic samples "
+                f"(of {len(wanted)} unique keys; first: {missing[0]}); generate an artifact for those data configs "
+                "or add the artifact that holds them."
+            )
 
     def _same_directory(self, field: str, requested: object) -> bool:
         """Whether ``requested`` is the local directory whose identity the artifact recorded for ``field``."""

@@ -15,6 +15,7 @@ import stat
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
@@ -149,21 +150,12 @@ class CacheReader(GenerationCache):
     once, on its first read (:class:`FormatError`, :class:`IntegrityError`), and served from the map after that.
     """
 
-    _texts_at: np.ndarray[Any, np.dtype[np.int64]]
     _tokens: np.ndarray[Any, np.dtype[np.int64]] | RangeTokens | None
-    _fd: int | None
 
     def __init__(self, path: PathLike | S3Url, *, download: bool = True, cache_dir: PathLike | None = None) -> None:
         self.path: Location = location(path)
         self.download = download
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
-        self._identity: str | None = None
-        self._open()
-
-    def _fail(self, message: str) -> FormatError:
-        return FormatError(f"{self.path}: {message}")
-
-    def _open(self) -> None:
         self.paths = (self.path,)
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
@@ -180,10 +172,9 @@ class CacheReader(GenerationCache):
         if self._fd is not None:
             self._close_fd = weakref.finalize(self, os.close, self._fd)
         try:
-            head = (
+            self.payload_bytes, header_raw = (
                 _payload_head(self._fd) if self._fd is not None else cast(RemoteArtifact, self._remote).payload_head()
             )
-            self.payload_bytes, header_raw = head
             index = build_index(manifest, header_raw, self.payload_bytes)
         except BaseException as error:
             if self._fd is not None:
@@ -205,6 +196,9 @@ class CacheReader(GenerationCache):
         self._manifest = memoryview(index.manifest)  # texts are decoded from it without a copy
         self._reasons = np.zeros(len(index.starts), dtype=np.uint8)
         self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
+
+    def _fail(self, message: str) -> FormatError:
+        return FormatError(f"{self.path}: {message}")
 
     def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RangeTokens:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
@@ -301,27 +295,21 @@ class CacheReader(GenerationCache):
         return texts_at, texts_end
 
     # -- pickling (DataLoader workers reopen the map) -----------------------------------------------------
-    @property
+    @cached_property
     def identity(self) -> str:
         """SHA-256 over the manifest (provenance, every entry's digests and texts) and every sequence's key, offset
         and length: two readers with the same identity serve the same bytes and texts (computed once, on first
         use)."""
-        if self._identity is None:
-            index = self.index
-            digest = hashlib.sha256(index.manifest)
-            for array in (index.keys, index.first, index.starts, index.lengths):
-                digest.update(np.ascontiguousarray(array).data)
-            self._identity = digest.hexdigest()
-        return self._identity
+        digest = hashlib.sha256(self.index.manifest)
+        for array in (self.index.keys, self.index.first, self.index.starts, self.index.lengths):
+            digest.update(np.ascontiguousarray(array).data)
+        return digest.hexdigest()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": str(self.path), "identity": self.identity, "download": self.download, "cache": self.cache_dir}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = location(state["path"])
-        self.download, self.cache_dir = state["download"], state["cache"]
-        self._identity = None
-        self._open()
+        self.__init__(state["path"], download=state["download"], cache_dir=state["cache"])  # type: ignore[misc]
         if self.identity != state["identity"]:
             raise self._fail(
                 "the artifact at this path is not the one the reader was pickled from (it was regenerated or "
