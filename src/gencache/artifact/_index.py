@@ -1,14 +1,11 @@
 """The reader's index of one artifact: the payload header in flat numpy arrays, the manifest's entries on demand.
 
-:func:`build_index` checks the whole header and the manifest's members after its entries (format, provenance,
-summary), and keeps sorted keys, per-sequence offsets and lengths: a few arrays that a forked process shares
-without copying. The manifest's entries (about 1 KB each, mostly texts, against about 140 bytes of header) are not
-read at open: :meth:`CompactIndex.entry` finds one by a search of the manifest's bytes (its keys are sorted) and
-checks it when it is first read, so opening costs O(header), not O(manifest). A manifest in another JSON layout is
-parsed and checked whole, then searched in its canonical form.
-
-The header is read by a vectorised scan of its bytes (a JSON parser building half a million objects is several
-times slower) and accepted only in the canonical layout the writer writes.
+:func:`build_index` checks the whole header (a vectorised scan of its bytes: a JSON parser building half a million
+objects is several times slower) and the manifest's members after its entries, and keeps sorted keys, per-sequence
+offsets and lengths: a few arrays that a forked process shares without copying. The manifest's entries (about 1 KB
+each, mostly texts, against about 140 bytes of header) are not read at open: :meth:`CompactIndex.entry` finds one
+by a search of the manifest's bytes (its keys are sorted) and checks it when it is first read, so opening costs
+O(header), not O(manifest).
 """
 
 from __future__ import annotations

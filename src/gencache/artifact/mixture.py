@@ -1,8 +1,4 @@
-"""Several artifacts read as one cache: :class:`MultiCacheReader` and :func:`open_caches`.
-
-The mixture's index is flat arrays (the sorted union of keys, each key's artifact and its position there), so a
-mixture of millions of entries costs a few bytes per key and forked workers share it without copying.
-"""
+"""Several artifacts read as one cache: :class:`MultiCacheReader` and :func:`open_caches`."""
 
 from __future__ import annotations
 
@@ -43,12 +39,10 @@ def _incompatible(first: CacheReader, other: CacheReader) -> str:
 
 
 class MultiCacheReader(GenerationCache):
-    """Several artifacts with identical provenance read as one cache (the same mapping API as
-    :class:`CacheReader`).
-
-    Keys are the union, iterated in sorted order; a key present in several artifacts must have the same content
-    digest everywhere (checked at open, reading those keys' entries), and the first artifact holding it serves it.
-    Picklable (each reader reopens and checks its artifact).
+    """Several artifacts with identical provenance read as one cache. Keys are the union, iterated in sorted
+    order; a key present in several artifacts must have the same content digest everywhere (checked at open,
+    reading those keys' entries), and the first artifact holding it serves it. Picklable (each reader reopens and
+    checks its artifact).
 
     When the artifacts are exactly the shards ``0..N-1`` of one run (each shard's keys were checked at its open to
     follow the key-mod rule, so shards never share a key), a key is looked up only in its shard, by the rule:
@@ -88,12 +82,6 @@ class MultiCacheReader(GenerationCache):
                     f"Generation caches contain conflicting duplicate key {key}: {holders[0].path} and {other.path} "
                     "store different generations for it; drop one of the artifacts."
                 )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"readers": self.readers}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["readers"])  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self._len

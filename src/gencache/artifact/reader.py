@@ -118,11 +118,9 @@ MAX_LISTED_PROBLEMS = 100
 
 def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     """Whether ``path`` is an artifact that the run of ``run_digest`` published, recognised by what its publish
-    guarantees without reading its entries or its payload (a rerun checks each of its targets so; ``verify`` is
-    the full check): exactly the three regular files (objects); the manifest's members after its entries (format,
-    provenance and its digest, summary); the payload's header agreeing with them (metadata, tensor count, where the
-    data ends) and the payload's size; the run digest its resolved config records. False for another run's
-    artifact; :class:`FormatError` names what is wrong with one that is not whole."""
+    guarantees (the open-time checks: files, the manifest's members after its entries, the header, the payload's
+    size) and the run digest its resolved config records, without reading its entries or its payload (``verify``
+    is the full check). :class:`FormatError` names what is wrong with one that is not whole."""
     where = location(path)
     if not isinstance(where, S3Url):
         CacheReader(where)  # maps the manifest, reads its members after the entries and the payload's header
@@ -138,9 +136,8 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
 
 
 class CacheReader(GenerationCache):
-    """One format-3 artifact, opened without reading tensor data or the manifest's entries (the header and the
-    manifest's other members are checked at open, into the flat arrays of :mod:`gencache.artifact._index` that
-    forked workers share without copying; an entry is found in the mapped manifest when it is first read).
+    """One format-3 artifact, opened without reading tensor data or the manifest's entries (the index of
+    :mod:`gencache.artifact._index`).
 
     Each returned tensor has its own small storage that points into one private map of the payload, so it crosses
     process boundaries (DataLoader workers under fork or spawn) as exactly its own bytes. Unpickling reopens the
@@ -393,12 +390,9 @@ def _entry_problems(key: str, entry: Mapping[str, Any], digests: list[bytes]) ->
 
 
 def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> list[str]:
-    """Check one artifact completely: every open-time check, canonical manifest and header, a JSON-object
-    resolved config, every tensor digest (re-hashed from the file) and every content digest.
-
-    Returns the problems found (empty means the artifact is intact); ``progress(done_bytes, total_bytes)`` is
-    called while hashing.
-    """
+    """The problems of one artifact (none: it is intact): every open-time check, canonical manifest and resolved
+    config, every tensor digest (re-hashed from the file) and every content digest; ``progress(done_bytes,
+    total_bytes)`` is called while hashing."""
     try:
         reader = CacheReader(path)
         problems = reader.verify_all(progress)
