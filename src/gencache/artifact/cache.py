@@ -120,8 +120,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         return GenerationArrays(key, tuple(arrays), texts, reasons)
 
     def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
-        """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
-        raises :class:`MissingEntryError`). torch's DataLoader fetches a batch of a map-style dataset with this
+        """``[cache[key] for key in keys]``: torch's DataLoader fetches a batch of a map-style dataset with this
         method."""
         return [self[key] for key in keys]
 

@@ -3,8 +3,7 @@
 The file starts with an 8-byte little-endian length ``H`` (the capacity reserved before generation, a multiple of
 8), then ``H`` bytes of canonical header JSON padded with spaces. The header maps each tensor name ``<key>.<i>``
 to ``{"data_offsets": [start, end], "dtype": "I64", "shape": [n]}`` (offsets relative to the data start) and
-``__metadata__`` to ``{"format_version": "3", "provenance_digest": <hex>}``. The reader checks a header with
-:func:`gencache.artifact._index.scan_header`. Pure: no I/O, no torch.
+``__metadata__`` to ``{"format_version": "3", "provenance_digest": <hex>}``. Pure: no I/O, no torch.
 """
 
 from __future__ import annotations

@@ -62,13 +62,6 @@ def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
         os.close(fd)
 
 
-def _payload_head(fd: int) -> tuple[int, bytes]:
-    """The size of the opened payload ``fd`` and its header's bytes (length prefix excluded)."""
-    size = os.fstat(fd).st_size
-    capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)  # checked to fit in the file
-    return size, os.pread(fd, capacity, LENGTH_PREFIX_BYTES)
-
-
 def _missing(path: Path) -> str:
     """Why an artifact directory that does not exist cannot be opened: a shard base (its shards beside it) is
     opened with ``open_caches``, anything else is a wrong path."""
@@ -160,18 +153,19 @@ class CacheReader(GenerationCache):
         if self._remote is None:
             check_artifact_files(cast(Path, self.path))
         manifest = _map_file(self._file(MANIFEST_NAME), "Manifest")
-        # on a bucket: the payload downloaded by a process of this node, or None (its header is read by range)
-        payload = (
-            self._remote.cached(PAYLOAD_NAME) if self._remote is not None else cast(Path, self.path) / PAYLOAD_NAME
-        )
-        # kept until the payload is mapped (get_arrays reads it, the map is made from it): the file opened here
-        self._fd = None if payload is None else open_regular(payload, PAYLOAD_NAME)
+        # the payload (on a bucket: if a process of this node downloaded it, else its header is read by range),
+        # kept open until it is mapped (get_arrays reads it, the map is made from it): the file opened here
+        payload = (self._remote.cache if self._remote is not None else cast(Path, self.path)) / PAYLOAD_NAME
+        self._fd = open_regular(payload, PAYLOAD_NAME) if self._remote is None or payload.exists() else None
         if self._fd is not None:
             self._close_fd = weakref.finalize(self, os.close, self._fd)
         try:
-            self.payload_bytes, header_raw = (
-                _payload_head(self._fd) if self._fd is not None else cast(RemoteArtifact, self._remote).payload_head()
-            )
+            if self._fd is None:
+                self.payload_bytes, header_raw = cast(RemoteArtifact, self._remote).payload_head()
+            else:
+                self.payload_bytes = os.fstat(self._fd).st_size
+                capacity = read_length_prefix(os.pread(self._fd, LENGTH_PREFIX_BYTES, 0), self.payload_bytes)
+                header_raw = os.pread(self._fd, capacity, LENGTH_PREFIX_BYTES)  # the prefix checked it fits
             index = build_index(manifest, header_raw, self.payload_bytes)
         except BaseException as error:
             if self._fd is not None:
@@ -295,8 +289,7 @@ class CacheReader(GenerationCache):
     @cached_property
     def identity(self) -> str:
         """SHA-256 over the manifest (provenance, every entry's digests and texts) and every sequence's key, offset
-        and length: two readers with the same identity serve the same bytes and texts (computed once, on first
-        use)."""
+        and length: two readers with the same identity serve the same bytes and texts."""
         digest = hashlib.sha256(self.index.manifest)
         for array in (self.index.keys, self.index.first, self.index.starts, self.index.lengths):
             digest.update(np.ascontiguousarray(array).data)
