@@ -33,7 +33,6 @@ from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
-_KEY_CHUNK = 4096  # keys decoded at a time by CompactIndex.iter_keys
 TEXTS = msgspec.json.Decoder(tuple[str, ...])
 
 # The canonical manifest: {"entries":{"<key>":{"content_digest":...,"text":[...]},...},"format_version":...}.
@@ -75,8 +74,8 @@ class CompactIndex:
 
     def iter_keys(self) -> Iterator[str]:
         keys = self.keys
-        for at in range(0, len(keys), _KEY_CHUNK):
-            for raw in keys[at : at + _KEY_CHUNK].tolist():
+        for at in range(0, len(keys), 4096):  # a chunk of keys decoded at a time
+            for raw in keys[at : at + 4096].tolist():
                 yield raw.decode()
 
     def _locate(self, position: int, key: str) -> tuple[int, int]:
