@@ -120,8 +120,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         return GenerationArrays(key, tuple(arrays), texts, reasons)
 
     def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
-        """``[cache[key] for key in keys]``: torch's DataLoader fetches a batch of a map-style dataset with this
-        method."""
+        """``[cache[key] for key in keys]``: how torch's DataLoader fetches a batch of a map-style dataset."""
         return [self[key] for key in keys]
 
     def get_many(self, keys: Iterable[str]) -> list[Generation]:

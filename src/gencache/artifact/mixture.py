@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -87,11 +88,7 @@ class MultiCacheReader(GenerationCache):
         return self._len
 
     def __iter__(self) -> Iterator[str]:
-        previous = None
-        for key in heapq.merge(*self.readers):
-            if key != previous:
-                yield key
-            previous = key
+        return (key for key, _ in itertools.groupby(heapq.merge(*self.readers)))  # each key once, sorted
 
     def _position(self, key: object) -> int:
         """``local * len(readers) + owner``: the key's position in the first reader that holds it, and that
