@@ -36,10 +36,7 @@ def contents(index: CompactIndex) -> dict[str, Any]:
         **{name: getattr(index, name).tolist() for name in ("keys", "first", "starts", "lengths")},
         "entries": [entry for entry, _ in entries],
         "texts": [json.loads(index.manifest[start:end]) for _, (start, end) in entries],
-        "summary": index.summary,
-        "provenance": index.provenance,
-        "provenance_digest": index.provenance_digest,
-        "header_used": index.header_used,
+        "members": index.members,
     }
 
 

@@ -1,22 +1,17 @@
 """The reader's index of one artifact: the payload header in flat numpy arrays, the manifest's entries on demand.
 
-:func:`build_index` checks the whole header and the manifest's members after its entries (format, provenance,
-summary), and keeps sorted keys, per-sequence offsets and lengths: a few arrays that a forked process shares
-without copying. The manifest's entries (about 1 KB each, mostly texts, against about 140 bytes of header) are not
-read at open: :meth:`CompactIndex.entry` finds one by a search of the manifest's bytes (its keys are sorted) and
-checks it when it is first read, so opening costs O(header), not O(manifest). A manifest in another JSON layout is
-parsed and checked whole, then searched in its canonical form.
-
-The header is read by one regular expression per tensor member (a JSON parser building half a million objects is
-several times slower) and accepted only in the canonical layout the writer writes: the members it matches, the
-metadata and the braces must tile the header's JSON exactly, in sorted order.
+:func:`build_index` checks the whole header (a vectorised scan of its bytes: a JSON parser building half a million
+objects is several times slower) and the manifest's members after its entries, and keeps sorted keys, per-sequence
+offsets and lengths: a few arrays that a forked process shares without copying. The manifest's entries (about 1 KB
+each, mostly texts, against about 140 bytes of header) are not read at open: :meth:`CompactIndex.entry` finds one
+by a search of the manifest's bytes (its keys are sorted) and checks it when it is first read, so opening costs
+O(header), not O(manifest).
 """
 
 from __future__ import annotations
 
 import json
 import mmap
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +33,7 @@ from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
-_KEY_CHUNK = 4096  # keys decoded at a time by CompactIndex.iter_keys
-_KEY_DTYPE = f"S{DIGEST_HEX_CHARS}"  # a key as numpy bytes
-_TEXTS = msgspec.json.Decoder(tuple[str, ...])
+TEXTS = msgspec.json.Decoder(tuple[str, ...])
 
 # The canonical manifest: {"entries":{"<key>":{"content_digest":...,"text":[...]},...},"format_version":...}.
 # What follows a key in an entry's member never occurs elsewhere (a quote inside a JSON string is escaped), so it
@@ -50,30 +43,6 @@ _ENTRY_OPEN = b'":{"content_digest":"'
 _BEFORE_KEY = b',"'
 _TEXT_OPEN = b'"text":['  # a member name, so never inside a string either
 OTHERS = b'},"format_version":'  # where the members after the entries begin
-
-
-def _tensor_member(first: bytes) -> re.Pattern[bytes]:
-    """A tensor's header member and the separator after it, for keys whose first character is in ``first``; a
-    number has no leading zero and fits an int64."""
-    number = rb"(0|[1-9][0-9]{0,17})"
-    member = rb'"(%s[0-9a-f]{63})\.(0|[1-9][0-9]{0,8})":\{"data_offsets":\[%s,%s\],"dtype":"I64","shape":\[%s\]\}[,}]'
-    return re.compile(member % (first, number, number, number.replace(b"0|", b"")))
-
-
-# "__metadata__" sorts after the keys that start with a digit and before those that start with a letter
-_MEMBERS_BEFORE, _MEMBERS_AFTER = _tensor_member(rb"[0-9]"), _tensor_member(rb"[a-f]")
-# what the vectorised scan of single-sequence headers reads around a member's key, offsets and length
-_NAME_OPEN, _MEMBER_OPEN, _OFFSET_SEPARATOR, _AFTER_END, _MEMBER_CLOSE = (
-    b'"',
-    b'.0":{"data_offsets":[',
-    b",",
-    b'],"dtype":"I64","shape":[',
-    b"]}",
-)
-_BRACE = ord("{")
-_HEX_DIGITS = b"0123456789abcdef"
-ENTRY_WINDOW = 1 << 13
-_MEMBER_LITERALS = len(b'"' + b"." + b'":{"data_offsets":[' + b"," + b'],"dtype":"I64","shape":[' + b"]}" + b",")
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,10 +55,7 @@ class CompactIndex:
     lengths: np.ndarray  # (s,) int64: tokens of each sequence
     manifest: Buffer  # canonical manifest bytes
     entries_end: int  # where the entries' object closes in ``manifest``
-    summary: dict[str, Any]
-    provenance: dict[str, Any]
-    provenance_digest: str
-    header_used: int  # bytes of header JSON before the padding
+    members: dict[str, Any]  # the manifest's members after its entries, checked
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -108,8 +74,8 @@ class CompactIndex:
 
     def iter_keys(self) -> Iterator[str]:
         keys = self.keys
-        for at in range(0, len(keys), _KEY_CHUNK):
-            for raw in keys[at : at + _KEY_CHUNK].tolist():
+        for at in range(0, len(keys), 4096):  # a chunk of keys decoded at a time
+            for raw in keys[at : at + 4096].tolist():
                 yield raw.decode()
 
     def _locate(self, position: int, key: str) -> tuple[int, int]:
@@ -167,7 +133,7 @@ class CompactIndex:
         entry = self.check_entry(position, entry)
         texts_at = start + raw.rfind(_TEXT_OPEN) + len(_TEXT_OPEN) - 1  # the text list's opening bracket
         try:
-            texts = _TEXTS.decode(self.manifest[texts_at : end - 1])
+            texts = TEXTS.decode(self.manifest[texts_at : end - 1])
         except msgspec.DecodeError:
             texts = None
         if texts != tuple(entry["text"]):
@@ -187,13 +153,7 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     except FormatError:
         manifest = _canonical_manifest(manifest)
         entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
-    body = header_raw.rstrip(b" ")  # the header's JSON, without the reserved capacity's padding
-    keys, first, starts, lengths = scan_header(body, top["provenance_digest"])
-    expected = 8 + len(header_raw) + TOKEN_BYTES * int(lengths.sum())
-    if payload_size != expected:
-        raise FormatError(
-            f"{PAYLOAD_NAME} is {payload_size} bytes but its header describes {expected} (truncated or extended)."
-        )
+    keys, first, starts, lengths = check_payload(top, header_raw, payload_size)
     return CompactIndex(
         keys=keys,
         first=first,
@@ -201,11 +161,31 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
         lengths=lengths,
         manifest=manifest,
         entries_end=entries_end,
-        summary=_check_summary(top["summary"], keys, lengths),
-        provenance=top["provenance"],
-        provenance_digest=top["provenance_digest"],
-        header_used=len(body),
+        members=top,
     )
+
+
+def check_payload(top: dict[str, Any], header_raw: bytes, payload_size: int) -> tuple[np.ndarray, ...]:
+    """The scanned header (:func:`scan_header`) of a payload of ``payload_size`` bytes whose header bytes (after
+    the length prefix) are ``header_raw``, checked against that size and the manifest's members after its entries
+    ``top`` (its summary against the header's entries, sequences and tokens; its finish-reason counts, what only
+    the entries tell and ``gencache verify`` counts, must count every sequence)."""
+    keys, first, starts, lengths = scan_header(header_raw.rstrip(b" "), top["provenance_digest"])
+    tokens = int(lengths.sum())
+    if payload_size != (expected := 8 + len(header_raw) + TOKEN_BYTES * tokens):
+        raise FormatError(
+            f"{PAYLOAD_NAME} is {payload_size} bytes but its header describes {expected} (truncated or extended)."
+        )
+    reasons = top["summary"].get("finish_reasons")
+    if not (
+        isinstance(reasons, dict)
+        and reasons.keys() == set(FINISH_REASONS)
+        and all(is_int(count) and count >= 0 for count in reasons.values())
+        and sum(reasons.values()) == len(lengths)
+    ):
+        raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
+    check_summary(top["summary"], _KeySet(keys), len(lengths), tokens, reasons)
+    return keys, first, starts, lengths
 
 
 def _require(condition: bool) -> None:
@@ -234,8 +214,7 @@ def manifest_tail(size: int, read: Callable[[int, int], bytes]) -> tuple[int, di
     _require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
     top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
     _require(top["provenance_digest"] == provenance_digest(top["provenance"]))
-    summary = top["summary"]
-    _require(isinstance(summary, dict) and all(is_int(summary.get(field)) for field in ("sequences", "tokens")))
+    _require(isinstance(top["summary"], dict))
     return max(size - length, 0) + at, top
 
 
@@ -267,20 +246,6 @@ class _KeySet(Mapping[str, None]):
         return None
 
 
-def _check_summary(summary: object, keys: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
-    """The summary checked against the header's entries, sequences and tokens; its finish-reason counts (what only
-    the entries tell: ``gencache verify`` counts them) must count every sequence."""
-    reasons: Any = summary.get("finish_reasons") if isinstance(summary, dict) else {}
-    if isinstance(summary, dict) and not (
-        isinstance(reasons, dict)
-        and reasons.keys() == set(FINISH_REASONS)
-        and all(is_int(count) and count >= 0 for count in reasons.values())
-        and sum(reasons.values()) == len(lengths)
-    ):
-        raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
-    return check_summary(summary, _KeySet(keys), len(lengths), int(lengths.sum()), reasons)
-
-
 # -- the header --------------------------------------------------------------------------------------------------
 MAX_DIGITS = len(str(np.iinfo(np.int64).max)) - 1
 """The most digits of a number :func:`number_at` reads: every such number fits an int64."""
@@ -289,32 +254,29 @@ _POW10 = 10 ** np.arange(MAX_DIGITS, dtype=np.int64)
 _SCALES = np.array(
     [[_POW10[n - 1 - i] if i < n else 0 for i in range(MAX_DIGITS)] for n in range(MAX_DIGITS + 1)], dtype=np.int64
 )
-
-
-class Mismatch(Exception):
-    """The bytes are not the canonical layout the scan reads (the general path decides)."""
+_DAMAGED = (
+    f"{PAYLOAD_NAME} header is not the one gencache writes for this manifest (its metadata, a tensor's name, dtype, "
+    "shape or offsets, their order, or its layout differ); the artifact is damaged."
+)
 
 
 def require(condition: bool | np.bool_) -> None:
     if not condition:
-        raise Mismatch
+        raise FormatError(_DAMAGED)
 
 
 def window(buf: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
     """The ``width`` bytes at each position (rows of a strided view: no index matrix)."""
-    require(len(buf) >= width and (len(positions) == 0 or int(positions.min()) >= 0))
     try:
         rows: np.ndarray = np.lib.stride_tricks.sliding_window_view(buf, width)[positions]
     except IndexError:  # a position whose window runs past the end
-        raise Mismatch from None
+        raise FormatError(_DAMAGED) from None
     return rows
 
 
 def expect(buf: np.ndarray, positions: np.ndarray, literal: bytes) -> None:
     """``literal`` at each position."""
-    require(
-        len(positions) == 0 or bool((window(buf, positions, len(literal)) == np.frombuffer(literal, np.uint8)).all())
-    )
+    require(bool((window(buf, positions, len(literal)) == np.frombuffer(literal, np.uint8)).all()))
 
 
 def number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -329,120 +291,66 @@ def number_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.nd
     return value, count
 
 
-def _span(members: list[tuple[bytes, ...]]) -> int:
-    """How many bytes of the header the matched tensor ``members`` cover, their separators included."""
-    return sum(len(b"".join(column)) for column in zip(*members, strict=True)) + _MEMBER_LITERALS * len(members)
-
-
 def scan_header(body: bytes, digest: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The sorted keys, each entry's first sequence, and every sequence's start (relative to the data) and token
-    count, of the header JSON ``body`` (its padding stripped) of an artifact of provenance ``digest``: refused
-    unless it is the canonical header the writer writes, its tensors back to back from the data start."""
-    try:
-        return _scan_single(body, digest)
-    except Mismatch:
-        pass
+    count, of the header JSON ``body`` (its padding stripped) of an artifact of provenance ``digest``.
+
+    A vectorised scan of the bytes, refused (:class:`FormatError`) unless they are the canonical header the writer
+    writes: every fixed byte compared, every key and number validated, the members tiling the object in sorted
+    order, each key's sequences counted from 0 and the tensors back to back from the data start. Each member holds
+    ten quotes (the metadata too), so the quotes give where every member's name starts and ends.
+    """
+    buf = np.frombuffer(body + b" " * (MAX_DIGITS + 1), dtype=np.uint8)  # every number with a byte past its longest
     meta = metadata_member(digest).encode()
     meta_at = body.find(meta)
-    meta_end = meta_at + len(meta)
-    before = _MEMBERS_BEFORE.findall(body, 1, max(meta_at, 0))
-    after = _MEMBERS_AFTER.findall(body, meta_end + 1)
-    if not (  # the opening brace, the members before the metadata, the metadata, a separator, the members after
-        body[:1] == b"{"
-        and meta_at == 1 + _span(before)
-        and body[meta_end : meta_end + 1] in (b",", b"}")
-        and meta_end + 1 + _span(after) == len(body)
-        and body.count(b"}") == len(before) + len(after) + 2  # only the last separator closes the header
-    ):
-        raise FormatError(
-            f"{PAYLOAD_NAME} header is not the one gencache writes for this manifest (its metadata, a tensor's "
-            "name, dtype, shape or offsets, or its layout differ); the artifact is damaged."
-        )
-    columns = list(zip(*before, *after, strict=True)) or [()] * 5
-    keys = np.array(columns[0], dtype=_KEY_DTYPE)
-    names = np.array(columns[1], dtype="S")
-    index, begins, ends, lengths = (np.array(column, dtype="S").astype(np.int64) for column in columns[1:])
-    same = keys[1:] == keys[:-1]
-    new = np.ones(len(keys), dtype=np.bool_)
-    new[1:] = ~same
-    first = np.append(np.flatnonzero(new), len(keys)).astype(np.int64)
-    counts = np.diff(first)
-    order = np.lexsort((index, np.cumsum(new)))  # each entry's sequences in their order
-    begins, ends, lengths = begins[order], ends[order], lengths[order]
-    by_offset = np.argsort(begins)
-    if not (
-        bool(((keys[1:] > keys[:-1]) | (same & (names[1:] > names[:-1]))).all())  # sorted, so each name once
-        and bool((index < np.repeat(counts, counts)).all())  # so 0..n-1 for each key
-        and bool((ends - begins == lengths * TOKEN_BYTES).all())
-        and (not len(begins) or begins[by_offset[0]] == 0)
-        and bool((begins[by_offset[1:]] == ends[by_offset[:-1]]).all())  # back to back
-    ):
-        raise FormatError(
-            f"{PAYLOAD_NAME} header lists tensors out of order, not counted from 0 for each key, or not back to "
-            "back from the data start; the artifact is damaged."
-        )
-    return keys[new], first, begins, lengths
-
-
-def _scan_single(body: bytes, digest: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`scan_header` of a header of single-sequence entries, by a vectorised scan of its bytes (every fixed
-    byte compared, every number and key validated, members tiling the object exactly); :class:`Mismatch` when the
-    bytes are anything else."""
-    buf = np.frombuffer(body + b" " * 19, dtype=np.uint8)  # every number with a byte past its longest
-    meta = metadata_member(digest).encode()
-    meta_at = body.find(meta)
-    require(meta_at > 0 and body.find(meta, meta_at + 1) < 0)
-    require(body.startswith(b"{") and body.endswith(b"}"))
-    braces = np.flatnonzero(buf[: len(body)] == _BRACE)  # the header's, each tensor member's and the metadata's
-    meta_brace = meta_at + meta.index(b"{")
-    require(len(braces) >= 2 and braces[0] == 0 and meta_brace in braces)
-    opens = braces[(braces != 0) & (braces != meta_brace)] - _MEMBER_OPEN.index(b"{")  # where each _MEMBER_OPEN is
-    count = len(opens)
-    keys = np.empty(count, dtype=_KEY_DTYPE)
+    require(meta_at > 0 and body.find(meta, meta_at + 1) < 0 and body[:1] == b"{")
+    closes = np.flatnonzero(buf[: len(body)] == ord("}"))  # each member's last byte (one each), the header's
+    require(len(closes) >= 2 and closes[-1] == len(body) - 1 == closes[-2] + 1)
+    expect(buf, closes[:-2] + 1, b",")
+    members = np.append(1, closes[:-2] + 2)  # where each member starts: they tile the object, {m,m,...,m}
+    tensor = members != meta_at
+    require(not tensor.all())
+    names, closes = members[tensor], closes[:-1][tensor]  # each tensor member's opening quote and closing brace
+    count = len(names)
+    keys = np.empty(count, dtype=f"S{DIGEST_HEX_CHARS}")
     key_bytes = keys.view(np.uint8).reshape(count, DIGEST_HEX_CHARS)
-    starts = np.empty(count, dtype=np.int64)
-    lengths = np.empty(count, dtype=np.int64)
-    member_ends = np.empty(count, dtype=np.int64)
-    for at in range(0, count, ENTRY_WINDOW):
-        rows = slice(at, at + ENTRY_WINDOW)
-        o = opens[rows]
-        expect(buf, o - DIGEST_HEX_CHARS - len(_NAME_OPEN), _NAME_OPEN)
-        key_bytes[rows] = window(buf, o - DIGEST_HEX_CHARS, DIGEST_HEX_CHARS)
-        expect(buf, o, _MEMBER_OPEN)
-        p = o + len(_MEMBER_OPEN)
-        begin, digits = number_at(buf, p)
-        p = p + digits
-        expect(buf, p, _OFFSET_SEPARATOR)
-        end, digits = number_at(buf, p + len(_OFFSET_SEPARATOR))
-        p = p + len(_OFFSET_SEPARATOR) + digits
-        expect(buf, p, _AFTER_END)
-        p = p + len(_AFTER_END)
-        shape, digits = number_at(buf, p)
-        p = p + digits
-        expect(buf, p, _MEMBER_CLOSE)
+    index, rank, starts, lengths = (np.empty(count, dtype=np.int64) for _ in range(4))
+    for at in range(0, count, 1 << 13):
+        rows = slice(at, at + (1 << 13))
+        o = names[rows]
+        expect(buf, o, b'"')
+        key_bytes[rows] = window(buf, o + 1, DIGEST_HEX_CHARS)
+        p = o + 1 + DIGEST_HEX_CHARS
+        expect(buf, p, b".")
+        index[rows], digits = number_at(buf, p + 1)
+        rank[rows] = index[rows] * _POW10[MAX_DIGITS - digits] + digits  # orders the indices as texts: "10" < "2"
+        p = p + 1 + digits
+        expect(buf, p, b'":{"data_offsets":[')
+        begin, digits = number_at(buf, p + len(b'":{"data_offsets":['))
+        p = p + len(b'":{"data_offsets":[') + digits
+        expect(buf, p, b",")
+        end, digits = number_at(buf, p + 1)
+        p = p + 1 + digits
+        expect(buf, p, b'],"dtype":"I64","shape":[')
+        shape, digits = number_at(buf, p + len(b'],"dtype":"I64","shape":['))
+        p = p + len(b'],"dtype":"I64","shape":[') + digits
+        require(bool((p + 1 == closes[rows]).all()))
+        expect(buf, p, b"]")
         require(bool((shape >= 1).all() and (end - begin == shape * TOKEN_BYTES).all()))
-        starts[rows], lengths[rows], member_ends[rows] = begin, shape, p + len(_MEMBER_CLOSE)
-    require(not keys.tobytes().translate(None, _HEX_DIGITS) and bool((keys[1:] > keys[:-1]).all()))
-    _check_members_tile(buf, len(body), opens - DIGEST_HEX_CHARS - len(_NAME_OPEN), member_ends, meta_at, len(meta))
-    _check_contiguous(starts, lengths)
-    return keys, np.arange(count + 1, dtype=np.int64), starts, lengths
-
-
-def _check_members_tile(
-    buf: np.ndarray, size: int, starts: np.ndarray, ends: np.ndarray, meta_at: int, meta_size: int
-) -> None:
-    """The tensors' members (``starts``, ``ends``) and the metadata tile the header object: ``{m,m,...,m}``."""
-    at = int(np.searchsorted(starts, meta_at))
-    member_starts = np.insert(starts, at, meta_at)
-    member_ends = np.insert(ends, at, meta_at + meta_size)
-    require(member_starts[0] == len(b"{") and member_ends[-1] == size - len(b"}"))
-    require(bool((member_starts[1:] == member_ends[:-1] + 1).all()))
-    expect(buf, member_ends[:-1], b",")
-
-
-def _check_contiguous(starts: np.ndarray, lengths: np.ndarray) -> None:
-    """The tensors lie back to back from the data start."""
-    order = np.argsort(starts)
-    by_offset, lengths_by_offset = starts[order], lengths[order]
-    require(not len(starts) or by_offset[0] == 0)
-    require(bool((by_offset[1:] == by_offset[:-1] + lengths_by_offset[:-1] * TOKEN_BYTES).all()))
+        starts[rows], lengths[rows] = begin, shape
+    require(not keys.tobytes().translate(None, b"0123456789abcdef"))
+    # in sorted order, each key's indices 0..n-1
+    same = keys[1:] == keys[:-1]
+    require(bool(((keys[1:] > keys[:-1]) | (same & (rank[1:] > rank[:-1]))).all()))
+    new = np.ones(count, dtype=np.bool_)
+    new[1:] = ~same
+    first = np.append(np.flatnonzero(new), count).astype(np.int64)
+    counts = np.diff(first)
+    require(bool((index < np.repeat(counts, counts)).all()))
+    order = np.empty(count, dtype=np.int64)
+    order[np.repeat(first[:-1], counts) + index] = np.arange(count)  # each entry's sequences in their order
+    starts, lengths = starts[order], lengths[order]
+    by_offset = np.argsort(starts)
+    require(not count or starts[by_offset[0]] == 0)
+    require(bool((starts[by_offset[1:]] == starts[by_offset[:-1]] + lengths[by_offset[:-1]] * TOKEN_BYTES).all()))
+    return keys[new], first, starts, lengths

@@ -5,7 +5,6 @@ the entries as numpy arrays, the missing-key errors and the provenance check aga
 from __future__ import annotations
 
 import abc
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
@@ -44,13 +43,6 @@ class GenerationArrays:
     finish_reasons: tuple[str, ...]
 
 
-def _dtype_name(dtype: str | torch.dtype) -> str:
-    loaded = sys.modules.get("torch")  # a torch.dtype exists only once torch is imported: never import it here
-    if loaded is not None and isinstance(dtype, loaded.dtype):
-        return str(dtype).removeprefix("torch.")
-    return str(dtype)
-
-
 class GenerationCache(Mapping[str, Generation], abc.ABC):
     """A read-only mapping from semantic key to :class:`Generation`.
 
@@ -72,11 +64,16 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """Where ``key`` is held (implementation-defined), or -1."""
 
     @abc.abstractmethod
-    def _read(self, position: int, key: str | None = None) -> Generation:
-        """The entry at ``position``; ``key`` (when the caller has it) spares decoding it again."""
+    def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
+        """The entry at ``position``: its sequences as views of the payload map, its texts and finish reasons."""
 
-    @abc.abstractmethod
-    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays: ...
+    def _read(self, position: int, key: str) -> Generation:
+        import torch
+
+        arrays, texts, reasons = self._entry(position)
+        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
+        # pickling it for another process carries only these bytes, never the whole payload
+        return Generation(key, tuple(map(torch.from_numpy, arrays)), texts, reasons)
 
     @abc.abstractmethod
     def metadata(self, key: str) -> dict[str, Any] | None:
@@ -117,35 +114,26 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         position = self._position(key)
         if position < 0:
             raise self._missing(key)
-        return self._read_arrays(position, key)
+        arrays, texts, reasons = self._entry(position)
+        for array in arrays:
+            array.flags.writeable = False
+        return GenerationArrays(key, tuple(arrays), texts, reasons)
 
     def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
-        """The entries of one batch of ``keys``, in order: ``[cache[key] for key in keys]`` (the first key not held
-        raises :class:`MissingEntryError`). torch's DataLoader fetches a batch of a map-style dataset with this
-        method."""
+        """``[cache[key] for key in keys]``: how torch's DataLoader fetches a batch of a map-style dataset."""
         return [self[key] for key in keys]
 
     def get_many(self, keys: Iterable[str]) -> list[Generation]:
         """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
         is looked up before any entry is read: :class:`MissingEntriesError` names how many are missing."""
         wanted = self._check_keys(keys, "get_many")
-        positions = [self._position(key) for key in wanted]
-        missing = sorted({key for key, position in zip(wanted, positions, strict=True) if position < 0})
-        if missing:
-            raise self._missing_many(missing, len(set(wanted)))
-        return [self._read(position, key) for position, key in zip(positions, wanted, strict=True)]
+        self.require(wanted)
+        return [self[key] for key in wanted]
 
     def _missing(self, key: object) -> MissingEntryError:
         return MissingEntryError(
             f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
             "(check the data configs, or use .get() to test membership)."
-        )
-
-    def _missing_many(self, missing: list[str], unique: int) -> MissingEntriesError:
-        return MissingEntriesError(
-            f"Generation cache {self._describe()} is missing {len(missing)} required semantic samples "
-            f"(of {unique} unique keys; first: {missing[0]}); generate an artifact for those data configs "
-            "or add the artifact that holds them."
         )
 
     @staticmethod
@@ -162,7 +150,11 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         wanted = set(self._check_keys(keys, "require"))
         missing = sorted(key for key in wanted if self._position(key) < 0)
         if missing:
-            raise self._missing_many(missing, len(wanted))
+            raise MissingEntriesError(
+                f"Generation cache {self._describe()} is missing {len(missing)} required semantic samples "
+                f"(of {len(wanted)} unique keys; first: {missing[0]}); generate an artifact for those data configs "
+                "or add the artifact that holds them."
+            )
 
     def _same_directory(self, field: str, requested: object) -> bool:
         """Whether ``requested`` is the local directory whose identity the artifact recorded for ``field``."""
@@ -185,7 +177,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         requested = {
             "model_path": model_path,
             "tokenizer_path": tokenizer_path,
-            "dtype": _dtype_name(dtype),
+            "dtype": str(dtype).removeprefix("torch."),  # a torch.dtype's name
             "tokenizer": tokenizer_state(tokenizer),
         }
         differences = [

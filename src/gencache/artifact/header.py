@@ -3,14 +3,12 @@
 The file starts with an 8-byte little-endian length ``H`` (the capacity reserved before generation, a multiple of
 8), then ``H`` bytes of canonical header JSON padded with spaces. The header maps each tensor name ``<key>.<i>``
 to ``{"data_offsets": [start, end], "dtype": "I64", "shape": [n]}`` (offsets relative to the data start) and
-``__metadata__`` to ``{"format_version": "3", "provenance_digest": <hex>}``. The reader checks a header with
-:func:`gencache.artifact._index.scan_header`. Pure: no I/O, no torch.
+``__metadata__`` to ``{"format_version": "3", "provenance_digest": <hex>}``. Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from collections.abc import Mapping, Sequence
 
@@ -31,19 +29,13 @@ from gencache.core.canonical import canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
 
 _METADATA_NAME = "__metadata__"
-_DTYPE_JSON = json.dumps(TOKEN_DTYPE)
 HEADER_PADDING = b" "
 """What fills the header's reserved capacity after its JSON."""
 
 
 def _tensor_member_text(name: str, start: object, end: object, n: object) -> str:
     """A tensor's member ``"<name>":{...}``: its data offsets (relative to the data start) and token count."""
-    return f'"{name}":{{"data_offsets":[{start},{end}],"dtype":{_DTYPE_JSON},"shape":[{n}]}}'
-
-
-def _header_text(members: Sequence[str]) -> str:
-    """The header JSON of its members (the tensors' and the metadata, in canonical order)."""
-    return "{" + ",".join(members) + "}"
+    return f'"{name}":{{"data_offsets":[{start},{end}],"dtype":"{TOKEN_DTYPE}","shape":[{n}]}}'
 
 
 def metadata_member(provenance_digest: str) -> str:
@@ -72,7 +64,7 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
     max_payload = tensors * max_new_tokens * TOKEN_BYTES
     longest_name = tensor_name("0" * DIGEST_HEX_CHARS, sequences_per_entry - 1)
     member = len(_tensor_member_text(longest_name, max_payload, max_payload, max_new_tokens)) + len(",")
-    needed = len(_header_text([metadata_member("0" * DIGEST_HEX_CHARS)])) + tensors * member
+    needed = len(metadata_member("0" * DIGEST_HEX_CHARS)) + len("{}") + tensors * member
     capacity = -(-needed // 8) * 8
     if capacity > MAX_HEADER_BYTES:
         shards = math.ceil(capacity * 1.25 / MAX_HEADER_BYTES)
@@ -89,10 +81,9 @@ def build_header(
 ) -> bytes:
     """The canonical header JSON (unpadded) for the appended entries, in the sorted order of canonical JSON.
 
-    Assembled directly from the records (the tests pin its bytes against a reference built with
-    :func:`gencache.core.canonical.canonical_json`). Keys are semantic keys (the writer checked each): hex, so no
-    name needs escaping and ``"__metadata__"`` sorts between the keys that start with a digit and those that start
-    with a letter. ``sorted_keys`` spares a caller that also builds the manifest a second sort.
+    Keys are semantic keys (the writer checked each): hex, so no name needs escaping and ``"__metadata__"`` sorts
+    between the keys that start with a digit and those that start with a letter. ``sorted_keys`` spares a caller
+    that also builds the manifest a second sort.
     """
     keys = sorted(records) if sorted_keys is None else sorted_keys
     meta = metadata_member(provenance_digest)
@@ -118,7 +109,7 @@ def build_header(
             append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
     if at == len(keys):
         append(meta)
-    return _header_text(parts).encode("utf-8")
+    return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
 def length_prefix(capacity: int) -> bytes:

@@ -1,12 +1,9 @@
-"""Several artifacts read as one cache: :class:`MultiCacheReader` and :func:`open_caches`.
-
-The mixture's index is flat arrays (the sorted union of keys, each key's artifact and its position there), so a
-mixture of millions of entries costs a few bytes per key and forked workers share it without copying.
-"""
+"""Several artifacts read as one cache: :class:`MultiCacheReader` and :func:`open_caches`."""
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -14,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
+from gencache.artifact.cache import GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
 from gencache.artifact.reader import CacheReader, PathLike
-from gencache.artifact.shards import ShardSet, check_shard_set, expand_output
-from gencache.artifact.store import Location, exists
+from gencache.artifact.shards import check_shard_set, expand_output
+from gencache.artifact.store import Location
 from gencache.config.paths import S3Url
 from gencache.core.errors import CompatibilityError, FormatError, ShardError
 
@@ -43,16 +40,14 @@ def _incompatible(first: CacheReader, other: CacheReader) -> str:
 
 
 class MultiCacheReader(GenerationCache):
-    """Several artifacts with identical provenance read as one cache (the same mapping API as
-    :class:`CacheReader`).
-
-    Keys are the union, iterated in sorted order; a key present in several artifacts must have the same content
-    digest everywhere (checked at open, reading those keys' entries), and the first artifact holding it serves it.
-    Picklable (each reader reopens and checks its artifact).
+    """Several artifacts with identical provenance read as one cache. Keys are the union, iterated in sorted
+    order; a key present in several artifacts must have the same content digest everywhere (checked at open,
+    reading those keys' entries), and the first artifact holding it serves it. Picklable (each reader reopens and
+    checks its artifact).
 
     When the artifacts are exactly the shards ``0..N-1`` of one run (each shard's keys were checked at its open to
-    follow the key-mod rule, so shards never share a key), a key is routed to its shard by the rule and no merged
-    index is built: opening a shard set costs nothing beyond opening its shards.
+    follow the key-mod rule, so shards never share a key), a key is looked up only in its shard, by the rule:
+    opening a shard set costs nothing beyond opening its shards.
     """
 
     def __init__(self, readers: Sequence[CacheReader]) -> None:
@@ -66,90 +61,57 @@ class MultiCacheReader(GenerationCache):
                 raise CompatibilityError(_incompatible(first, reader))
         self.provenance = first.provenance
         self.provenance_digest = first.provenance_digest
-        self._route = self._shard_route()
-        if self._route is None:
-            self._merge()
-
-    def _shard_route(self) -> list[int] | None:
-        """Reader position per shard index when the readers are exactly the shards of one run, else None."""
+        self._len = sum(len(reader) for reader in self.readers)
         infos = [reader.summary["shard"] for reader in self.readers]
-        if not all(
-            info and info["count"] == len(infos) and info["run_digest"] == infos[0]["run_digest"] for info in infos
-        ):
-            return None
-        route = {info["index"]: position for position, info in enumerate(infos)}
-        return [route[index] for index in range(len(infos))] if len(route) == len(infos) else None
+        route = {info["index"]: at for at, info in enumerate(infos) if info and info["count"] == len(infos)}
+        if len(route) == len(infos) and len({info["run_digest"] for info in infos}) == 1:
+            self._route: list[int] | None = [route[index] for index in range(len(infos))]  # reader of each shard
+        else:
+            self._route = None
+            self._check_duplicates()
 
-    def _merge(self) -> None:
-        indexes = [reader.index for reader in self.readers]
-        keys = np.concatenate([index.keys for index in indexes])
-        owners = np.concatenate([np.full(len(index), i, dtype=np.int32) for i, index in enumerate(indexes)])
-        local = np.concatenate([np.arange(len(index), dtype=np.int64) for index in indexes])
-        order = np.argsort(keys, kind="stable")  # stable: among equal keys, the earliest artifact comes first
-        keys, owners, local = keys[order], owners[order], local[order]
-        repeat = np.flatnonzero(keys[1:] == keys[:-1]) + 1
-
-        def content(at: int) -> object:  # read only for the keys that repeat
-            return (self.readers[owners[at]].metadata(bytes(keys[at]).decode()) or {}).get("content_digest")
-
-        conflicts = [at for at in repeat.tolist() if content(at) != content(at - 1)]
-        if conflicts:
-            at = conflicts[0]
-            key = bytes(keys[at]).decode()
-            start = int(np.searchsorted(keys, keys[at]))
-            raise FormatError(
-                f"Generation caches contain conflicting duplicate key {key}: {self.readers[owners[start]].path} and "
-                f"{self.readers[owners[at]].path} store different generations for it; drop one of the artifacts."
-            )
-        keep = np.ones(len(keys), dtype=np.bool_)
-        keep[repeat] = False
-        self._keys, self._owners, self._local = keys[keep], owners[keep], local[keep]
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"readers": self.readers}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["readers"])  # type: ignore[misc]
+    def _check_duplicates(self) -> None:
+        keys = np.sort(np.concatenate([reader.index.keys for reader in self.readers]))
+        repeated = keys[1:][keys[1:] == keys[:-1]]
+        self._len -= len(repeated)
+        for key in map(bytes.decode, np.unique(repeated).tolist()):  # read only for the keys that repeat
+            holders = [reader for reader in self.readers if key in reader]
+            digests = [(reader.metadata(key) or {}).get("content_digest") for reader in holders]
+            if len(set(digests)) > 1:
+                other = holders[next(i for i, digest in enumerate(digests) if digest != digests[0])]
+                raise FormatError(
+                    f"Generation caches contain conflicting duplicate key {key}: {holders[0].path} and {other.path} "
+                    "store different generations for it; drop one of the artifacts."
+                )
 
     def __len__(self) -> int:
-        return len(self._keys) if self._route is None else sum(len(reader) for reader in self.readers)
+        return self._len
 
     def __iter__(self) -> Iterator[str]:
-        if self._route is not None:
-            yield from heapq.merge(*self.readers)
-            return
-        keys = self._keys
-        for at in range(0, len(keys), 4096):
-            for raw in keys[at : at + 4096].tolist():
-                yield raw.decode()
+        return (key for key, _ in itertools.groupby(heapq.merge(*self.readers)))  # each key once, sorted
 
     def _position(self, key: object) -> int:
-        if type(key) is not str or len(key) != 64 or not key.isascii():
-            return -1
+        """``local * len(readers) + owner``: the key's position in the first reader that holds it, and that
+        reader's."""
+        owners: Sequence[int] = range(len(self.readers))
         if self._route is not None:
             try:
-                owner = self._route[int(key, 16) % len(self._route)]
-            except ValueError:
+                owners = (self._route[int(key, 16) % len(self._route)],)  # type: ignore[call-overload]
+            except (TypeError, ValueError):
                 return -1
+        for owner in owners:
             local = self.readers[owner].index.find(key)
-            return -1 if local < 0 else local * len(self.readers) + owner
-        raw = key.encode()
-        position = int(self._keys.searchsorted(raw))
-        return position if position < len(self._keys) and self._keys[position] == raw else -1
+            if local >= 0:
+                return local * len(self.readers) + owner
+        return -1
 
     def _locate(self, position: int) -> tuple[CacheReader, int]:
-        if self._route is not None:
-            local, owner = divmod(position, len(self.readers))
-            return self.readers[owner], local
-        return self.readers[int(self._owners[position])], int(self._local[position])
+        local, owner = divmod(position, len(self.readers))
+        return self.readers[owner], local
 
-    def _read(self, position: int, key: str | None = None) -> Generation:
+    def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         reader, local = self._locate(position)
-        return reader._read(local, key)
-
-    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
-        reader, local = self._locate(position)
-        return reader._read_arrays(local, key)
+        return reader._entry(local)
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)
@@ -161,9 +123,6 @@ class MultiCacheReader(GenerationCache):
             raise self._missing(key)
         return self._locate(position)[0].path
 
-    def __repr__(self) -> str:
-        return f"MultiCacheReader({[str(p) for p in self.paths]!r}, entries={len(self)})"
-
 
 def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCacheReader:
     """Open one artifact or a mixture.
@@ -174,26 +133,15 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     """
     if isinstance(paths, (bytes, bytearray)):
         raise TypeError("open_caches takes str or os.PathLike paths (or a list of them), not bytes; decode the path.")
-    items: list[PathLike] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    items = [paths] if isinstance(paths, (str, os.PathLike, S3Url)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
-    groups: list[tuple[list[Location], ShardSet | None]] = []
-    for item in items:
-        if isinstance(item, S3Url):
-            item = str(item)
-        if not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes):
-            raise TypeError(f"open_caches: {item!r} is not a str or os.PathLike path.")
-        if os.fspath(item) == "":
-            raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
-        expanded, shards = expand_output(item)
-        if shards is None and not exists(expanded[0]):
-            raise FormatError(
-                f"Cache directory {expanded[0]} does not exist (and no shard directories "
-                f"{expanded[0].name}-shard-*-of-* are beside it); check the path."
-            )
+    if "" in items:
+        raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
+    groups = [expand_output(item) for item in items]
+    for _, shards in groups:
         if shards is not None and (shards.missing or shards.other_splits):
             raise ShardError(" ".join(check_shard_set(shards, {})["problems"]))
-        groups.append((expanded, shards))
     seen: dict[str, Location] = {}
     for path in (path for expanded, _ in groups for path in expanded):
         real = os.path.realpath(path) if isinstance(path, Path) else str(path)

@@ -15,14 +15,14 @@ import stat
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
-import msgspec
 import numpy as np
 
-from gencache.artifact._index import CompactIndex, build_index, manifest_tail, scan_header
-from gencache.artifact.cache import Generation, GenerationArrays, GenerationCache
+from gencache.artifact._index import TEXTS, CompactIndex, build_index, check_payload, manifest_tail
+from gencache.artifact.cache import GenerationCache
 from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import (
     check_manifest,
@@ -53,18 +53,6 @@ from gencache.core.errors import (
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
-def pread_exact(fd: int, length: int, offset: int) -> bytes:
-    chunks = []
-    while length:
-        chunk = os.pread(fd, min(length, 64 * 1024 * 1024), offset)
-        if not chunk:
-            raise FormatError(f"{PAYLOAD_NAME} ended early (truncated).")
-        chunks.append(chunk)
-        length -= len(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
 def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
     """A read-only shared map of a file: file-backed pages that forked processes share."""
     fd = open_regular(path, what)
@@ -72,13 +60,6 @@ def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
         return b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
-
-
-def _payload_head(fd: int) -> tuple[int, bytes]:
-    """The size of the opened payload ``fd`` and its header's bytes (length prefix excluded)."""
-    size = os.fstat(fd).st_size
-    capacity = read_length_prefix(os.pread(fd, LENGTH_PREFIX_BYTES, 0), size)
-    return size, pread_exact(fd, capacity, LENGTH_PREFIX_BYTES)
 
 
 def _missing(path: Path) -> str:
@@ -126,50 +107,30 @@ def check_artifact_files(path: Path) -> None:
 PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]
 MAX_LISTED_PROBLEMS = 100
-_TEXTS = msgspec.json.Decoder(tuple[str, ...])  # an entry's texts, decoded from the manifest on each read
 
 
 def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     """Whether ``path`` is an artifact that the run of ``run_digest`` published, recognised by what its publish
-    guarantees without reading its entries or its payload (a rerun checks each of its targets so; ``verify`` is
-    the full check): exactly the three regular files (objects); the manifest's members after its entries (format,
-    provenance and its digest, summary); the payload's header agreeing with them (metadata, tensor count, where the
-    data ends) and the payload's size; the run digest its resolved config records. False for another run's
-    artifact; :class:`FormatError` names what is wrong with one that is not whole."""
+    guarantees (the open-time checks: files, the manifest's members after its entries, the header, the payload's
+    size) and the run digest its resolved config records, without reading its entries or its payload (``verify``
+    is the full check). :class:`FormatError` names what is wrong with one that is not whole."""
     where = location(path)
-    try:
-        if isinstance(where, S3Url):
-            remote = RemoteArtifact(where)
+    if not isinstance(where, S3Url):
+        CacheReader(where)  # maps the manifest, reads its members after the entries and the payload's header
+    else:
+        try:
+            remote = RemoteArtifact(where)  # the manifest's members after the entries by range, not all of it
             size, header_raw = remote.payload_head()
             _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
-        else:
-            check_artifact_files(where)
-            manifest = _map_file(where / MANIFEST_NAME, "Manifest")
-            _, members = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
-            fd = open_regular(where / PAYLOAD_NAME, PAYLOAD_NAME)
-            try:
-                size, header_raw = _payload_head(fd)
-            finally:
-                os.close(fd)
-        lengths = scan_header(header_raw.rstrip(b" "), members["provenance_digest"])[3]
-    except FormatError as error:
-        raise FormatError(f"{where}: {error}") from None
-    tokens = members["summary"]["tokens"]
-    if (
-        len(lengths) != members["summary"]["sequences"]
-        or lengths.sum() != tokens
-        or size != LENGTH_PREFIX_BYTES + len(header_raw) + tokens * TOKEN_BYTES
-    ):
-        raise FormatError(
-            f"{where}: the header of {PAYLOAD_NAME} ({size} bytes) does not agree with manifest.json (damaged)."
-        )
+            check_payload(members, header_raw, size)
+        except FormatError as error:
+            raise FormatError(f"{where}: {error}") from None
     return read_resolved_config(where).get("run_digest") == run_digest
 
 
 class CacheReader(GenerationCache):
-    """One format-3 artifact, opened without reading tensor data or the manifest's entries (the header and the
-    manifest's other members are checked at open, into the flat arrays of :mod:`gencache.artifact._index` that
-    forked workers share without copying; an entry is found in the mapped manifest when it is first read).
+    """One format-3 artifact, opened without reading tensor data or the manifest's entries (the index of
+    :mod:`gencache.artifact._index`).
 
     Each returned tensor has its own small storage that points into one private map of the payload, so it crosses
     process boundaries (DataLoader workers under fork or spawn) as exactly its own bytes. Unpickling reopens the
@@ -179,66 +140,46 @@ class CacheReader(GenerationCache):
     once, on its first read (:class:`FormatError`, :class:`IntegrityError`), and served from the map after that.
     """
 
-    _texts_at: np.ndarray[Any, np.dtype[np.int64]]
     _tokens: np.ndarray[Any, np.dtype[np.int64]] | RangeTokens | None
-    _fd: int | None
 
     def __init__(self, path: PathLike | S3Url, *, download: bool = True, cache_dir: PathLike | None = None) -> None:
         self.path: Location = location(path)
         self.download = download
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
-        self._identity: str | None = None
-        self._open()
-
-    def _fail(self, message: str) -> FormatError:
-        return FormatError(f"{self.path}: {message}")
-
-    def _load_index(self, head: Callable[[], tuple[int, bytes]], manifest: mmap.mmap | bytes) -> CompactIndex:
-        """The checked index of the manifest and the payload whose size and header ``head()`` reads."""
-        try:
-            size, header_raw = head()
-            capacity = len(header_raw)
-            index = build_index(manifest, header_raw, size)
-        except FormatError as error:
-            raise self._fail(str(error)) from None
-        self.header_capacity = capacity
-        self.payload_bytes = size
-        return index
-
-    def _open(self) -> None:
         self.paths = (self.path,)
         if sys.byteorder != "little":
             raise FormatError("gencache artifacts store little-endian int64 tokens; this host is big-endian.")
-        self._remote = None
-        payload: Path | None
-        if isinstance(self.path, S3Url):
-            self._remote = RemoteArtifact(self.path, self.cache_dir)
-            manifest = _map_file(self._remote.local(MANIFEST_NAME), "Manifest")
-            payload = self._remote.cached(PAYLOAD_NAME)  # downloaded by a process of this node, or None
-        else:
-            check_artifact_files(self.path)
-            manifest = _map_file(self.path / MANIFEST_NAME, "Manifest")
-            payload = self.path / PAYLOAD_NAME
-        self._fd = None
-        if payload is None:
-            assert self._remote is not None
-            index = self._load_index(self._remote.payload_head, manifest)
-        else:
-            fd = open_regular(payload, PAYLOAD_NAME)
-            try:
-                index = self._load_index(lambda: _payload_head(fd), manifest)
-            except BaseException:
-                os.close(fd)
-                raise
-            # Kept until the payload is mapped (get_arrays reads it, the map is made from it): the file opened here.
-            self._fd = fd
-            self._close_fd = weakref.finalize(self, os.close, fd)
+        self._remote = RemoteArtifact(self.path, self.cache_dir) if isinstance(self.path, S3Url) else None
+        if self._remote is None:
+            check_artifact_files(cast(Path, self.path))
+        manifest = _map_file(self._file(MANIFEST_NAME), "Manifest")
+        # the payload (on a bucket: if a process of this node downloaded it, else its header is read by range),
+        # kept open until it is mapped (get_arrays reads it, the map is made from it): the file opened here
+        payload = (self._remote.cache if self._remote is not None else cast(Path, self.path)) / PAYLOAD_NAME
+        self._fd = open_regular(payload, PAYLOAD_NAME) if self._remote is None or payload.exists() else None
+        if self._fd is not None:
+            self._close_fd = weakref.finalize(self, os.close, self._fd)
+        try:
+            if self._fd is None:
+                self.payload_bytes, header_raw = cast(RemoteArtifact, self._remote).payload_head()
+            else:
+                self.payload_bytes = os.fstat(self._fd).st_size
+                capacity = read_length_prefix(os.pread(self._fd, LENGTH_PREFIX_BYTES, 0), self.payload_bytes)
+                header_raw = os.pread(self._fd, capacity, LENGTH_PREFIX_BYTES)  # the prefix checked it fits
+            index = build_index(manifest, header_raw, self.payload_bytes)
+        except BaseException as error:
+            if self._fd is not None:
+                self._close_fd()
+            if isinstance(error, FormatError):
+                raise self._fail(str(error)) from None
+            raise
+        self.header_capacity = len(header_raw)
         self._tokens = None
         self.index: CompactIndex = index  # the checked index (flat arrays; read-only by convention)
-        self.summary: dict[str, Any] = index.summary
-        self.provenance = index.provenance
-        self.provenance_digest = index.provenance_digest
-        self.header_json_bytes = index.header_used
+        self.summary: dict[str, Any] = index.members["summary"]
+        self.provenance: dict[str, Any] = index.members["provenance"]
+        self.provenance_digest: str = index.members["provenance_digest"]
+        self.header_json_bytes = len(header_raw.rstrip(b" "))
         self._data_offset = LENGTH_PREFIX_BYTES + self.header_capacity
         # filled on an entry's first read, once it is checked: where its texts' JSON is in the manifest (0, 0 until
         # then) and its sequences' finish-reason codes
@@ -246,6 +187,9 @@ class CacheReader(GenerationCache):
         self._manifest = memoryview(index.manifest)  # texts are decoded from it without a copy
         self._reasons = np.zeros(len(index.starts), dtype=np.uint8)
         self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
+
+    def _fail(self, message: str) -> FormatError:
+        return FormatError(f"{self.path}: {message}")
 
     def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RangeTokens:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
@@ -322,26 +266,10 @@ class CacheReader(GenerationCache):
         texts_at, texts_end = self._texts_at.item(position, 0), self._texts_at.item(position, 1)
         if not texts_end:
             texts_at, texts_end = self._verify_entry(position, arrays)
-        texts: tuple[str, ...] = _TEXTS.decode(self._manifest[texts_at:texts_end])
+        texts: tuple[str, ...] = TEXTS.decode(self._manifest[texts_at:texts_end])
         if self._single:
             return arrays, texts, (FINISH_REASONS[self._reasons.item(position)],)
         return arrays, texts, tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
-
-    def _read(self, position: int, key: str | None = None) -> Generation:
-        import torch
-
-        arrays, texts, reasons = self._entry(position)
-        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
-        # pickling it for another process carries only these bytes, never the whole payload
-        sequences = tuple(map(torch.from_numpy, arrays))
-        return Generation(self.index.key(position) if key is None else key, sequences, texts, reasons)
-
-    def _read_arrays(self, position: int, key: str | None = None) -> GenerationArrays:
-        """The entry as read-only numpy views of the map (no torch)."""
-        arrays, texts, reasons = self._entry(position)
-        for array in arrays:
-            array.flags.writeable = False
-        return GenerationArrays(self.index.key(position) if key is None else key, tuple(arrays), texts, reasons)
 
     def _verify_entry(self, position: int, arrays: list[np.ndarray[Any, Any]]) -> tuple[int, int]:
         """Check an entry against the manifest and its digests and remember it as checked: where its texts are."""
@@ -358,63 +286,42 @@ class CacheReader(GenerationCache):
         return texts_at, texts_end
 
     # -- pickling (DataLoader workers reopen the map) -----------------------------------------------------
-    @property
+    @cached_property
     def identity(self) -> str:
         """SHA-256 over the manifest (provenance, every entry's digests and texts) and every sequence's key, offset
-        and length: two readers with the same identity serve the same bytes and texts (computed once, on first
-        use)."""
-        if self._identity is None:
-            index = self.index
-            digest = hashlib.sha256(index.manifest)
-            for array in (index.keys, index.first, index.starts, index.lengths):
-                digest.update(np.ascontiguousarray(array).data)
-            self._identity = digest.hexdigest()
-        return self._identity
+        and length: two readers with the same identity serve the same bytes and texts."""
+        digest = hashlib.sha256(self.index.manifest)
+        for array in (self.index.keys, self.index.first, self.index.starts, self.index.lengths):
+            digest.update(np.ascontiguousarray(array).data)
+        return digest.hexdigest()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": str(self.path), "identity": self.identity, "download": self.download, "cache": self.cache_dir}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = location(state["path"])
-        self.download, self.cache_dir = state["download"], state["cache"]
-        self._identity = None
-        self._open()
+        self.__init__(state["path"], download=state["download"], cache_dir=state["cache"])  # type: ignore[misc]
         if self.identity != state["identity"]:
             raise self._fail(
                 "the artifact at this path is not the one the reader was pickled from (it was regenerated or "
                 "replaced); open the new artifact explicitly."
             )
 
-    def __repr__(self) -> str:
-        return f"CacheReader({str(self.path)!r}, entries={len(self)})"
-
     # -- full verification ----------------------------------------------------------------------------------
     def verify_all(self, progress: ProgressCallback | None = None) -> list[str]:
         """Every check of :func:`verify` on this opened artifact; the problems found (without the path)."""
         problems: list[str] = []
-        raw_manifest = read_regular(self._file(MANIFEST_NAME), "Manifest")
+        manifest = _json_file(read_regular(self._file(MANIFEST_NAME), "Manifest"), MANIFEST_NAME, problems)
         entries: dict[str, Any] | None = None
         try:
-            parsed = json.loads(raw_manifest.decode("utf-8"))
-            if raw_manifest != json_file_bytes(parsed):
-                problems.append("manifest.json is not canonical JSON plus a newline (it was edited)")
-            entries = check_manifest(parsed).entries  # every entry, and the summary's finish-reason counts
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            problems.append(f"manifest.json is not valid UTF-8 JSON ({error})")
+            if manifest is not None:
+                entries = check_manifest(manifest).entries  # every entry, and the summary's finish-reason counts
         except FormatError as error:
             problems.append(str(error))
-        raw_resolved = read_regular(self._file(RESOLVED_NAME), "Resolved config")
-        try:
-            resolved = json.loads(raw_resolved.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            problems.append(f"resolved_config.json is not valid UTF-8 JSON ({error})")
-        else:
-            if not isinstance(resolved, dict):
-                problems.append("resolved_config.json does not hold a JSON object")
-            elif raw_resolved != json_file_bytes(resolved):
-                problems.append("resolved_config.json is not canonical JSON plus a newline (it was edited)")
-            else:
-                problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
+        resolved = _json_file(read_regular(self._file(RESOLVED_NAME), "Resolved config"), RESOLVED_NAME, problems)
+        if isinstance(resolved, dict):
+            problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
+        elif resolved is not None:
+            problems.append("resolved_config.json does not hold a JSON object")
         index = self.index
         order = np.argsort(index.starts, kind="stable")
         digests: list[bytes] = [b""] * len(order)
@@ -445,6 +352,18 @@ class CacheReader(GenerationCache):
         return problems
 
 
+def _json_file(raw: bytes, name: str, problems: list[str]) -> Any:
+    """The JSON file ``name`` (``raw``, its bytes) parsed, or None; what is wrong with it added to ``problems``."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        problems.append(f"{name} is not valid UTF-8 JSON ({error})")
+        return None
+    if raw != json_file_bytes(value):
+        problems.append(f"{name} is not canonical JSON plus a newline (it was edited)")
+    return value
+
+
 def _entry_problems(key: str, entry: Mapping[str, Any], digests: list[bytes]) -> list[str]:
     """What a checked manifest entry does not match: its tensors' ``digests`` (of the payload's bytes) and its
     content digest."""
@@ -464,12 +383,9 @@ def _entry_problems(key: str, entry: Mapping[str, Any], digests: list[bytes]) ->
 
 
 def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> list[str]:
-    """Check one artifact completely: every open-time check, canonical manifest and header, a JSON-object
-    resolved config, every tensor digest (re-hashed from the file) and every content digest.
-
-    Returns the problems found (empty means the artifact is intact); ``progress(done_bytes, total_bytes)`` is
-    called while hashing.
-    """
+    """The problems of one artifact (none: it is intact): every open-time check, canonical manifest and resolved
+    config, every tensor digest (re-hashed from the file) and every content digest; ``progress(done_bytes,
+    total_bytes)`` is called while hashing."""
     try:
         reader = CacheReader(path)
         problems = reader.verify_all(progress)

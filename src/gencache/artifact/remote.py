@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from gencache.artifact.header import read_length_prefix
 from gencache.artifact.names import LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TOKEN_BYTES, files_problem
 from gencache.artifact.store import download, list_objects, read_object
 from gencache.config.paths import S3Url
@@ -57,8 +58,6 @@ class RemoteArtifact:
 
     def payload_head(self) -> tuple[int, bytes]:
         """The payload's size and its header's bytes (length prefix excluded): one or two range reads."""
-        from gencache.artifact.header import read_length_prefix
-
         size = self.sizes[PAYLOAD_NAME]
         head = self.read(PAYLOAD_NAME, 0, min(size, HEAD_BYTES))
         capacity = read_length_prefix(head[:LENGTH_PREFIX_BYTES], size)
@@ -66,11 +65,6 @@ class RemoteArtifact:
         if end > len(head):
             head += self.read(PAYLOAD_NAME, len(head), end - len(head))
         return size, head[LENGTH_PREFIX_BYTES:end]
-
-    def cached(self, name: str) -> Path | None:
-        """The local copy of one object when a process has downloaded it already."""
-        path = self.cache / name
-        return path if path.exists() else None
 
     def local(self, name: str) -> Path:
         """The local copy of one object, downloaded into the cache directory unless a process did already."""
