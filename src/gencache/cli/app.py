@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -85,11 +84,6 @@ def _root(
     """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
 
 
-def takes_address(token: str) -> bool:
-    """Whether the token after ``--ray`` is its address: not another option and not the config file."""
-    return not token.startswith("-") and not token.endswith(".json")
-
-
 class GenerateCommand(TyperCommand):
     """Typer has no option whose value may be left out: a bare ``--ray`` is parsed as ``--ray=``; and ``--set PATH
     VALUE`` (a space for the ``=``) is refused in one line showing ``PATH=VALUE``, not as an extra argument."""
@@ -102,7 +96,8 @@ class GenerateCommand(TyperCommand):
             following = args[position + 1 : position + 3]
             if token == "--set" and len(following) == 2 and "=" not in following[0] and following[1][:1] != "-":
                 raise ConfigError(f"--set takes PATH=VALUE as one argument: --set {following[0]}={following[1]}.")
-            if token == "--ray" and not (following and takes_address(following[0])):
+            after = following[0] if following else "-"
+            if token == "--ray" and (after.startswith("-") or after.endswith(".json")):  # not its address
                 given[position] = "--ray="
         return super().parse_args(ctx, given)
 
@@ -519,16 +514,16 @@ def run(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
-    except Stopped as stop:  # SIGINT (130), SIGTERM or SIGHUP (143), at any moment of the command
-        return _stopped(stop)
-    except typer.Exit as exc:
-        return int(exc.exit_code)
-    except click.ClickException as exc:  # a usage error: the usage line and hint
-        exc.show()
-        return int(exc.exit_code)
-    except Exception as exc:
-        if signals.received is not None:  # the stop, wrapped by code it interrupted (a schema being built)
-            return _stopped(signals.received)
+    except (Stopped, Exception) as exc:
+        # SIGINT (130), SIGTERM or SIGHUP (143) at any moment of the command, also when code it interrupted (a
+        # schema being built) wrapped the stop in its own error
+        stop = exc if isinstance(exc, Stopped) else signals.received
+        if stop is not None:
+            typer.echo(printable(stop.message), err=True)
+            return stop.exit_code
+        if callable(getattr(exc, "show", None)):  # a usage error (of click, or of typer's own copy of it)
+            exc.show()  # type: ignore[union-attr]
+            return int(exc.exit_code)  # type: ignore[union-attr]
         if os.environ.get("GENCACHE_DEBUG") == "1":
             import traceback
 
@@ -546,11 +541,6 @@ def _run(argv: list[str] | None) -> int:
         )
         return 1
     return result if isinstance(result, int) else 0
-
-
-def _stopped(stop: Stopped) -> int:
-    typer.echo(printable(stop.message), err=True)
-    return stop.exit_code
 
 
 def main(argv: list[str] | None = None) -> None:

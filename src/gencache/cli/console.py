@@ -26,11 +26,9 @@ def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Consol
     """The console every CLI message goes through: text is never hard-wrapped (a message is one line) nor
     highlighted; on a terminal tables fit the terminal, elsewhere they keep every column whole (grep and paste work)."""
     console = Console(file=file, stderr=stderr, soft_wrap=True, highlight=False)
-    return (
-        console
-        if console.is_terminal
-        else Console(file=file, stderr=stderr, soft_wrap=True, highlight=False, width=10_000)
-    )
+    if not console.is_terminal:
+        console.width = 10_000
+    return console
 
 
 def printable(text: str) -> str:
