@@ -114,18 +114,17 @@ def _ray_output_off(verbose: bool) -> Iterator[None]:
         yield
         return
     sys.stderr.flush()
-    saved, previous = os.dup(2), sys.stderr
-    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=previous.encoding, errors=previous.errors)
+    saved = os.dup(2)
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=sys.stderr.encoding, errors=sys.stderr.errors)
     with open(os.devnull, "w") as null:
         os.dup2(null.fileno(), 2)
-    sys.stderr = terminal
     try:
-        yield
+        with contextlib.redirect_stderr(terminal):
+            yield
     finally:  # the copy stays open: the run's console and progress display write to it
         terminal.flush()
         os.dup2(saved, 2)
         os.close(saved)
-        sys.stderr = previous
 
 
 @app.command(cls=GenerateCommand)
@@ -335,15 +334,11 @@ def clean(
     from gencache.artifact.upload import clean as clean_prefix
 
     where = location(parent)
-    if isinstance(where, Path):
-        removed = [str(path) for path in clean_parent(where)]
-        what = "temporary director" + ("y" if len(removed) == 1 else "ies")
-    else:
-        removed = clean_prefix(where)
-        what = "leftover" + ("" if len(removed) == 1 else "s")
+    removed = [str(path) for path in clean_parent(where)] if isinstance(where, Path) else clean_prefix(where)
     for path in removed:
         typer.echo(f"removed {path}")
-    typer.echo(f"{len(removed)} {what} removed")
+    what = ("temporary directory", "leftover") if len(removed) == 1 else ("temporary directories", "leftovers")
+    typer.echo(f"{len(removed)} {what[0] if isinstance(where, Path) else what[1]} removed")
 
 
 @app.command()
@@ -370,13 +365,7 @@ def init(
     from gencache.cli.demo import write_starter
 
     with quiet_libraries(False):
-        starter = write_starter(directory, teacher=teacher)
-    if starter.built_teacher:
-        typer.echo(f"built the demo's tiny teacher in {starter.teacher}")
-    for path in starter.data:
-        typer.echo(f"wrote {path}")
-    typer.echo(f"wrote {starter.config}")
-    typer.echo(f"next: gencache generate {starter.config} --dry-run   (then without --dry-run)")
+        write_starter(directory, teacher=teacher)
 
 
 @app.command()
@@ -547,7 +536,6 @@ def main(argv: list[str] | None = None) -> None:
     """The ``gencache`` console script: a signal ends the command with one line and 130/143; after it, with the
     command's code."""
     signals.install()
-    code = 1
     try:
         code = _run(argv)
         signals.quiet_exit(code)
