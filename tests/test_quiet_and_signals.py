@@ -214,7 +214,7 @@ def test_every_tqdm_bar_and_library_warning_is_off_inside_a_quiet_block_and_back
 
     import tqdm.std
 
-    from gencache.cli.console import quiet_libraries
+    from gencache.cli.render import quiet_libraries
 
     original = tqdm.std.tqdm.__dict__["__init__"]
     logger = logging.getLogger("transformers.quiet_test")

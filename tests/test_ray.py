@@ -23,7 +23,7 @@ import gencache
 from gencache.artifact.names import shard_dir_name
 from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli.app import run as cli_run
-from gencache.cli.console import RunProgress
+from gencache.cli.render import RunProgress
 from gencache.data.recipes import sample_source
 from gencache.run.plan import Overrides
 from gencache.run.ray import RayOptions, generate_on_ray
@@ -86,7 +86,7 @@ def test_ray_base_equals_one_process_and_unsharded(
         result = generate_on_ray(
             config,
             RayOptions(ray_cluster, SHARDS, 2),
-            progress=lambda total: RunProgress(total, stream=shown, interval=0.0, live=False),
+            progress=lambda total: RunProgress(total, stream=shown),
         )
         assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
         assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperCommand
 
 from gencache.cli import render, signals
-from gencache.cli.console import RunProgress, echo_json, make_console, printable, quiet_libraries
+from gencache.cli.render import RunProgress, echo_json, make_console, printable, quiet_libraries
 from gencache.core.errors import ConfigError, GencacheError, InputPathError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
@@ -258,9 +258,8 @@ def verify(dirs: _Dirs, as_json: _Json = False) -> None:
     from gencache.artifact.report import verify_report
 
     stderr = make_console(stderr=True)
-    report = verify_report(
-        dirs, progress=render.verify_progress(stderr) if stderr.is_terminal and not as_json else None
-    )
+    bar = functools.partial(render.verify_progress, stderr)
+    report = verify_report(dirs, progress=bar if stderr.is_terminal and not as_json else None)
     if as_json:
         echo_json(report.to_json())
     else:

@@ -80,8 +80,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     """Run the demo in ``workdir``; return the published artifact directory."""
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
-    from gencache.cli.console import make_console
-    from gencache.cli.render import render_inspect, render_notice
+    from gencache.cli.render import make_console, render_inspect, render_notice
     from gencache.run.api import generate
 
     console = console or make_console()

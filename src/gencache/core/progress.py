@@ -1,5 +1,5 @@
 """What a run reports its progress to. The library only reports; the command line draws
-(:class:`gencache.cli.console.RunProgress`)."""
+(:class:`gencache.cli.render.RunProgress`)."""
 
 from __future__ import annotations
 
