@@ -5,6 +5,7 @@ recorded value as a rich :class:`~rich.text.Text`, never parsed as markup or emo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -157,41 +158,33 @@ def render_notice(console: Console, level: str, text: str) -> None:
         console.print(f"[dim]{escape(text)} ...[/dim]")
 
 
-def _data_table(report: Preflight) -> Table | None:
+def render_dry_run(report: Preflight, console: Console) -> None:
     config, samples, counts = report.config, report.samples, report.sample_counts
     assert config is not None  # an invalid config is raised, never reported
-    if samples is None and counts is None:
-        return None
-    table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
-    columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-    if samples is None:
-        for index, (count, data) in enumerate(zip(counts or (), config.data_configs, strict=True)):
-            shown = str(count) if count >= 0 else "?"
-            table.add_row(str(index), data.dataset_name, data.split, data.template, shown, "?", "?", "?")
-        return table
-    table.add_column("prompt tokens min/med/max")
-    for summary, data in zip(samples.summaries, config.data_configs, strict=True):
-        values = (summary.index, summary.dataset_name, data.split, data.template, summary.samples, summary.unique)
-        table.add_row(
-            *map(str, (*values, summary.duplicates)),
-            "{} / {} / {}".format(*summary.prompt_chars),
-            "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
-        )
-    return table
-
-
-def render_dry_run(report: Preflight, console: Console) -> None:
-    table = _data_table(report)
-    if table is not None:
+    if samples is not None or counts is not None:
+        table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
+        columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
+        for column in columns:
+            table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
+        if samples is None:
+            for index, (count, data) in enumerate(zip(counts or (), config.data_configs, strict=True)):
+                shown = str(count) if count >= 0 else "?"
+                table.add_row(str(index), data.dataset_name, data.split, data.template, shown, "?", "?", "?")
+        else:
+            table.add_column("prompt tokens min/med/max")
+            for summary, data in zip(samples.summaries, config.data_configs, strict=True):
+                values = (summary.index, summary.dataset_name, data.split, data.template, summary.samples)
+                table.add_row(
+                    *map(str, (*values, summary.unique, summary.duplicates)),
+                    "{} / {} / {}".format(*summary.prompt_chars),
+                    "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
+                )
         console.print(table)
     title = "checks (the same ones generate makes before loading weights)"
     checks = Table("check", "status", "detail", title=title, title_justify="left")
     for check in report.checks:
         checks.add_row(check.name, _STATUS.get(check.status, check.status), escape(check.detail))
     console.print(checks)
-    samples = report.samples
     if samples is not None:
         console.print(
             f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}"
@@ -216,10 +209,10 @@ def render_dry_run(report: Preflight, console: Console) -> None:
             f"[bold]prompt {report.prompt_index or 0}[/bold]: data_configs[{sample.data_config_index}] sample "
             f"{sample.sample_index}, key {sample.key}, {tokens} tokens"
         )
-        counts = [end - start for _, start, end in (sample.spans or ())]
+        sizes = [end - start for _, start, end in (sample.spans or ())]
         for position, part in enumerate(sample.parts):
-            count = f", {counts[position]} tokens" if position < len(counts) else ""
-            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]")
+            size = f", {sizes[position]} tokens" if position < len(sizes) else ""
+            console.print(f"[bold]-- part {position} ({type(part).__name__}{size}) --[/bold]")
             console.print(escape(part.text), markup=True)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
@@ -238,7 +231,7 @@ def verify_progress(console: Console, name: str, total: int) -> Iterator[Progres
 
 def problems_json(code: int, problems: list[Problem], checks: Sequence[Check] = ()) -> dict[str, Any]:
     """What ``--dry-run --json`` prints: the exit code, every problem and the checks."""
-    checks_json = [{"name": c.name, "status": c.status, "detail": c.detail} for c in checks]
+    checks_json = [dataclasses.asdict(check) for check in checks]
     return {"exit_code": code, "problems": [problem.to_json() for problem in problems], "checks": checks_json}
 
 
@@ -303,6 +296,7 @@ def _artifact_table(report: dict[str, Any]) -> Table:
     tok, lengths, shard, header = report["tokenizer"], report["token_length"], report["shard"], report["header"]
     length = f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-"
     header_use = f"header {header['used']:,} of {header['capacity']:,} bytes"
+    state = f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}"
     duplicates = Text(f"{report['duplicates']:,}")
     if report["conflicting_prompts"]:
         conflicting = f"{report['conflicting_prompts']:,} rendered different prompts; the first was generated"
@@ -318,10 +312,7 @@ def _artifact_table(report: dict[str, Any]) -> Table:
         ("format", str(report["format_version"])),
         ("teacher", report["teacher"]),
         ("tokenizer", report["tokenizer_path"]),
-        (
-            "tokenizer state",
-            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
-        ),
+        ("tokenizer state", state),
         ("dtype", report["dtype"]),
         ("entries", f"{report['entries']:,}"),
         ("sequences", f"{report['sequences']:,}"),
@@ -357,9 +348,8 @@ def _sharded_table(report: dict[str, Any]) -> Table:
         elif shard["kind"] == "error":
             table.add_row(Text(name), Text.assemble(("unreadable", "red"), " (FAIL line below)"))
         else:
-            status = Text("ok", "green")
-            if name in info["other_run"] or name in info["mislabeled"]:
-                status = Text("other run" if name in info["other_run"] else "misnamed", "yellow")
+            other = "other run" if name in info["other_run"] else "misnamed" if name in info["mislabeled"] else ""
+            status = Text(other, "yellow") if other else Text("ok", "green")
             counts = (f"{shard['entries']:,}", f"{shard['sequences']:,}", f"{shard['tokens']:,}")
             table.add_row(Text(name), status, *map(Text, counts), Text(_counts(shard["shard_data_configs"])))
     totals = report["totals"]
