@@ -1,7 +1,6 @@
 """The one exception hierarchy: every error gencache raises on purpose is a :class:`GencacheError`, and also the
 builtin that fits (``ValueError``, ``OSError``, ``KeyError``, ``RuntimeError``) so callers that catch builtins keep
-working. ``exit_code`` is what the CLI exits with: 2 for bad input, 1 for failures.
-"""
+working. ``exit_code`` is what the CLI exits with: 2 for bad input, 1 for failures."""
 
 from __future__ import annotations
 
