@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import shutil
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -485,13 +487,12 @@ class _Clock:
         return self.now
 
 
-def test_plain_progress_prints_periodic_lines_with_rate_and_eta() -> None:
-    import io
-
-    from gencache.cli.console import RunProgress
+def test_plain_progress_prints_periodic_lines_with_rate_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gencache.cli.render import RunProgress
 
     clock, stream = _Clock(), io.StringIO()
-    progress = RunProgress(10, stream=stream, interval=10.0, clock=clock, live=False)
+    monkeypatch.setattr(time, "monotonic", clock)
+    progress = RunProgress(10, stream=stream)
     progress.start(10)
     clock.now += 4
     progress.advance(1, 40)  # within the interval: no line
@@ -508,15 +509,19 @@ def test_plain_progress_prints_periodic_lines_with_rate_and_eta() -> None:
     assert "6/10 samples (60.0%), 210 tokens" in lines[2]
 
 
-def test_run_progress_draws_plain_lines_off_a_terminal_and_a_rich_bar_when_live() -> None:
-    import io
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
-    from gencache.cli.console import RunProgress, duration
+
+def test_run_progress_draws_plain_lines_off_a_terminal_and_a_rich_bar_on_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gencache.cli.render import RunProgress, duration
 
     assert not RunProgress(3, stream=io.StringIO()).live
-    stream = io.StringIO()
-    clock = _Clock()
-    progress = RunProgress(3, stream=stream, live=True, clock=clock)
+    stream, clock = _Terminal(), _Clock()
+    monkeypatch.setattr(time, "monotonic", clock)
+    progress = RunProgress(3, stream=stream)
+    assert progress.live
     progress.start(3)
     clock.now += 2
     progress.advance(3, 30)

@@ -36,12 +36,13 @@ def test_init_writes_a_config_that_generates_as_is(
 
 
 def test_init_reuses_the_tiny_teacher_in_its_directory(
-    tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any
+    tmp_path: Path, tiny_teacher_dir: Path, tiny_tokenizer: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shutil.copytree(tiny_teacher_dir, tmp_path / "tiny-teacher")
-    starter = write_starter(tmp_path)
-    assert starter.teacher == str(tmp_path / "tiny-teacher") and not starter.built_teacher
-    samples = build_samples(load_config(starter.config), tiny_tokenizer)
+    config = write_starter(tmp_path)
+    assert "built" not in capsys.readouterr().out
+    assert load_config(config).model.model_path == str(tmp_path / "tiny-teacher")
+    samples = build_samples(load_config(config), tiny_tokenizer)
     assert len(samples) == 7 and all(sample.input_ids for sample in samples)
 
 
@@ -50,8 +51,8 @@ def test_init_refuses_a_file_as_its_directory(tmp_path: Path) -> None:
     assert cli_run(["init", str(tmp_path / "f"), "--teacher", "x"]) == 2
 
 
-def test_init_builds_a_teacher_every_engine_takes(tmp_path: Path) -> None:
-    starter = write_starter(tmp_path)
-    assert starter.built_teacher
+def test_init_builds_a_teacher_every_engine_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_starter(tmp_path)
+    assert f"built the demo's tiny teacher in {tmp_path / 'tiny-teacher'}" in capsys.readouterr().out
     config = json.loads((tmp_path / "tiny-teacher" / "config.json").read_text(encoding="utf-8"))
     assert config["head_dim"] == 32  # vLLM's CPU attention needs 32 or more

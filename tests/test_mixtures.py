@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -225,7 +226,7 @@ def test_inspect_shows_recorded_values_that_look_like_markup_as_they_are(tmp_pat
 
 def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", make_entries(3))
-    verified = verify_report([a, tmp_path / "nope"], progress=verify_progress(Console(record=True)))
+    verified = verify_report([a, tmp_path / "nope"], progress=functools.partial(verify_progress, Console(record=True)))
     lines = verified.lines()
     assert not verified.ok and verified.exit_code == 2  # a path that is not an artifact is bad input
     assert lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
@@ -251,7 +252,7 @@ def test_a_shard_set_routes_each_key_to_its_shard(tmp_path: Path) -> None:
 
 
 def test_inspect_of_a_shard_set_details_every_shard_and_keeps_whole_paths(tmp_path: Path) -> None:
-    from gencache.cli.console import make_console
+    from gencache.cli.render import make_console
 
     entries = make_entries(9)
     base = tmp_path / ("a-long-output-directory-name-" * 3)

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -458,15 +459,18 @@ def test_a_surrogate_escape_in_a_manifest_is_a_printable_fail(tmp_path: Path, wh
     assert "internal error" not in inspected.stdout + inspected.stderr
 
 
-def test_the_progress_of_a_sharded_run_counts_the_whole_run_and_names_the_shard() -> None:
+def test_the_progress_of_a_sharded_run_counts_the_whole_run_and_names_the_shard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import io
 
-    from gencache.cli.console import RunProgress
+    from gencache.cli.render import RunProgress
     from gencache.core.progress import StagedProgress
 
     stream = io.StringIO()
     now = [0.0]
-    bar = StagedProgress(RunProgress(0, stream=stream, interval=0, clock=lambda: now[0], live=False), 10)
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    bar = StagedProgress(RunProgress(0, stream=stream), 10)
     bar.stage("shard 1/2")
     bar.start(4)  # the engine starts each shard with that shard's prompt count
     for _ in range(4):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gencache.artifact.reader import verify
-from gencache.core.errors import STOP_CODES, stop_message
+from gencache.core.errors import Stopped
 from support.config_factory import config_dict, musique
 from support.config_factory import write_config as factory_config
 from test_generate_signals import Child
@@ -87,7 +87,7 @@ EARLY_CHILD = "import os, gencache.cli; os.write(1, b'imported\\n'); gencache.cl
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_in_the_first_milliseconds_of_main_is_one_line(signum: int) -> None:
     """From the first line of ``main``: before even gencache's signal module has imported, the one line of a stop
-    before anything ran (``stop_message``'s) and 130/143."""
+    before anything ran (``Stopped(name).message``) and 130/143."""
     name = signal.Signals(signum).name
     for delay in (0.002, 0.01, 0.02, 0.04):
         proc = subprocess.Popen(
@@ -99,8 +99,8 @@ def test_a_signal_in_the_first_milliseconds_of_main_is_one_line(signum: int) -> 
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=TIMEOUT)
         assert out == "", (delay, out)  # stopped before --help printed
-        assert err.splitlines() == [stop_message(name, None)], (delay, err)
-        assert proc.returncode == STOP_CODES[name], (delay, err)
+        assert err.splitlines() == [Stopped(name).message], (delay, err)
+        assert proc.returncode == Stopped(name).exit_code, (delay, err)
 
 
 WRAPPING_CHILD = """
@@ -121,8 +121,8 @@ app.main(["wrapping"])
 
 def test_a_signal_that_third_party_code_wraps_is_still_one_stop_line() -> None:
     proc = subprocess.run([sys.executable, "-c", WRAPPING_CHILD], capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.stderr.splitlines() == [stop_message("SIGTERM", None)]
-    assert proc.returncode == STOP_CODES["SIGTERM"]
+    assert proc.stderr.splitlines() == [Stopped("SIGTERM").message]
+    assert proc.returncode == 143
 
 
 @pytest.mark.slow
@@ -214,7 +214,7 @@ def test_every_tqdm_bar_and_library_warning_is_off_inside_a_quiet_block_and_back
 
     import tqdm.std
 
-    from gencache.cli.console import quiet_libraries
+    from gencache.cli.render import quiet_libraries
 
     original = tqdm.std.tqdm.__dict__["__init__"]
     logger = logging.getLogger("transformers.quiet_test")

@@ -23,7 +23,7 @@ import gencache
 from gencache.artifact.names import shard_dir_name
 from gencache.artifact.reader import CacheReader, read_resolved_config
 from gencache.cli.app import run as cli_run
-from gencache.cli.console import RunProgress
+from gencache.cli.render import RunProgress
 from gencache.data.recipes import sample_source
 from gencache.run.plan import Overrides
 from gencache.run.ray import RayOptions, generate_on_ray
@@ -86,7 +86,7 @@ def test_ray_base_equals_one_process_and_unsharded(
         result = generate_on_ray(
             config,
             RayOptions(ray_cluster, SHARDS, 2),
-            progress=lambda total: RunProgress(total, stream=shown, interval=0.0, live=False),
+            progress=lambda total: RunProgress(total, stream=shown),
         )
         assert result.output_dir == base and result.shards == SHARDS and result.workers == 2
         assert sorted(result.published) == [shard_path(base, i) for i in range(SHARDS)]
@@ -215,11 +215,15 @@ def test_ray_not_installed_is_one_line_exit_2(tmp_path: Path, tiny_teacher_dir: 
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
 
 
-def test_a_bare_ray_option_reads_as_no_address() -> None:
-    from gencache.cli.app import takes_address
+def test_a_bare_ray_option_reads_as_no_address(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bare ``--ray`` before another option or the config file takes no address; a word after it does."""
+    from gencache.cli.app import run as cli_run
 
-    assert takes_address("10.0.0.1:6379") and takes_address("auto") and takes_address("ray://head:10001")
-    assert not takes_address("--shards") and not takes_address("config.json")
+    for args in (["config.json", "--ray", "--dry-run"], ["--ray", "config.json", "--dry-run"]):
+        assert cli_run(["generate", *args]) == 2
+        assert "drop --ray for the dry run" in capsys.readouterr().err
+    assert cli_run(["generate", "--ray", "auto"]) == 2  # auto is the address: CONFIG.json is missing
+    assert "Missing argument 'CONFIG.json'" in capsys.readouterr().err
 
 
 def test_a_cuda_config_on_a_cluster_without_gpus_is_refused_before_any_worker(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gencache.core.lazy import lazy_names
-from gencache.core.version import __version__
+from gencache.core.version import __version__ as __version__
 
 _EXPORTS = {
     "CacheReader": "gencache.artifact.reader",
@@ -35,53 +35,28 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
-    from gencache.artifact.cache import Generation
-    from gencache.artifact.mixture import open_caches
-    from gencache.artifact.reader import CacheReader
-    from gencache.config import load_config
-    from gencache.core.errors import (
-        CompatibilityError,
-        ConfigError,
-        DatasetError,
-        FormatError,
-        GencacheError,
-        InputProblems,
-        IntegrityError,
-        MissingEntriesError,
-        MissingEntryError,
-    )
-    from gencache.core.tokenizer import prepare_tokenizer
-    from gencache.data.keys import semantic_key
-    from gencache.data.samples import build_samples
-    from gencache.run.api import dry_run, generate
-    from gencache.run.audit import audit
-    from gencache.run.ray import RayOptions
-    from gencache.run.score import score
-
-__all__ = [
-    "CacheReader",
-    "CompatibilityError",
-    "ConfigError",
-    "DatasetError",
-    "FormatError",
-    "GencacheError",
-    "Generation",
-    "InputProblems",
-    "IntegrityError",
-    "MissingEntriesError",
-    "MissingEntryError",
-    "RayOptions",
-    "__version__",
-    "audit",
-    "build_samples",
-    "dry_run",
-    "generate",
-    "load_config",
-    "open_caches",
-    "prepare_tokenizer",
-    "score",
-    "semantic_key",
-]
+    from gencache.artifact.cache import Generation as Generation
+    from gencache.artifact.mixture import open_caches as open_caches
+    from gencache.artifact.reader import CacheReader as CacheReader
+    from gencache.config import load_config as load_config
+    from gencache.core.errors import CompatibilityError as CompatibilityError
+    from gencache.core.errors import ConfigError as ConfigError
+    from gencache.core.errors import DatasetError as DatasetError
+    from gencache.core.errors import FormatError as FormatError
+    from gencache.core.errors import GencacheError as GencacheError
+    from gencache.core.errors import InputProblems as InputProblems
+    from gencache.core.errors import IntegrityError as IntegrityError
+    from gencache.core.errors import MissingEntriesError as MissingEntriesError
+    from gencache.core.errors import MissingEntryError as MissingEntryError
+    from gencache.core.tokenizer import prepare_tokenizer as prepare_tokenizer
+    from gencache.data.keys import semantic_key as semantic_key
+    from gencache.data.samples import build_samples as build_samples
+    from gencache.run.api import dry_run as dry_run
+    from gencache.run.api import generate as generate
+    from gencache.run.audit import audit as audit
+    from gencache.run.ray import RayOptions as RayOptions
+    from gencache.run.score import score as score
 
 
+__all__ = [*_EXPORTS, "__version__"]
 __getattr__ = lazy_names(__name__, _EXPORTS)

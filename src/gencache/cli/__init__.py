@@ -3,18 +3,17 @@ prints or owns the process (signals, library output)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+
 
 def main(argv: list[str] | None = None) -> None:
     """The ``gencache`` console script: :func:`gencache.cli.app.main`, a stop while it imports one line too."""
-    import _signal
-
-    try:
-        for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
-            if _signal.getsignal(signum) is not _signal.SIG_IGN:
-                _signal.signal(signum, _stop_before_start)
-    except ValueError:  # not the main thread: signals are its own
-        pass
-
+    with contextlib.suppress(ValueError):  # not the main thread: signals are its own
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, _stop_before_start)
     from gencache.cli.app import main as app_main
 
     app_main(argv)
@@ -22,11 +21,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _stop_before_start(signum: int, frame: object) -> None:
     """The line and exit code of a stop before anything ran (:mod:`gencache.core.errors` may not be imported yet)."""
-    import _signal
-    import os
-
-    name = {_signal.SIGHUP: "SIGHUP", _signal.SIGINT: "SIGINT", _signal.SIGTERM: "SIGTERM"}[signum]
     try:
-        os.write(2, f"Terminated by {name}; nothing was published.\n".encode())
+        os.write(2, f"Terminated by {signal.Signals(signum).name}; nothing was published.\n".encode())
     finally:
-        os._exit(130 if name == "SIGINT" else 143)
+        os._exit(130 if signum == signal.SIGINT else 143)

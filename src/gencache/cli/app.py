@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
 from gencache.cli import render, signals
-from gencache.cli.console import RunProgress, echo_json, make_console, printable, quiet_libraries
+from gencache.cli.render import RunProgress, echo_json, make_console, printable, quiet_libraries
 from gencache.core.errors import ConfigError, GencacheError, InputPathError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
@@ -34,22 +33,19 @@ _Json = Annotated[bool, typer.Option("--json", help="Print the report as JSON on
 _Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Let other libraries' log lines, warnings and progress bars through.")
 ]
-_Tokenizer = Annotated[
-    str | None, typer.Option("--tokenizer", metavar="PATH", help="Tokenizer (default: the run's, or --model's).")
-]
+_Tokenizer = Annotated[str | None, typer.Option(metavar="PATH", help="Tokenizer (default: the run's, or --model's).")]
 _Dirs = Annotated[list[str], typer.Argument(metavar="DIR", help="Artifacts (directories, s3:// URLs, shard bases).")]
 _Artifact = Annotated[str, typer.Argument(metavar="ARTIFACT", help="An artifact (directory, s3:// URL, shard base).")]
 _Patterns = Annotated[
     list[str] | None,
     typer.Option(
-        "--answer-pattern",
         metavar="I=REGEX",
         help="Cut data config I's answers with REGEX (its group named answer, else its group, else the match) "
         "instead of its rule (repeatable).",
     ),
 ]
-_DataRoot = Annotated[Path | None, typer.Option("--data-root", metavar="DIR", help="Find local datasets under DIR.")]
-_Sources = Annotated[list[str] | None, typer.Option("--source", metavar="I=PATH", help="Read data config I from PATH.")]
+_DataRoot = Annotated[Path | None, typer.Option(metavar="DIR", help="Find local datasets under DIR.")]
+_Sources = Annotated[list[str] | None, typer.Option(metavar="I=PATH", help="Read data config I from PATH.")]
 
 
 def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
@@ -88,11 +84,6 @@ def _root(
     """Build, inspect and verify immutable teacher-generation caches for knowledge distillation."""
 
 
-def takes_address(token: str) -> bool:
-    """Whether the token after ``--ray`` is its address: not another option and not the config file."""
-    return not token.startswith("-") and not token.endswith(".json")
-
-
 class GenerateCommand(TyperCommand):
     """Typer has no option whose value may be left out: a bare ``--ray`` is parsed as ``--ray=``; and ``--set PATH
     VALUE`` (a space for the ``=``) is refused in one line showing ``PATH=VALUE``, not as an extra argument."""
@@ -105,7 +96,8 @@ class GenerateCommand(TyperCommand):
             following = args[position + 1 : position + 3]
             if token == "--set" and len(following) == 2 and "=" not in following[0] and following[1][:1] != "-":
                 raise ConfigError(f"--set takes PATH=VALUE as one argument: --set {following[0]}={following[1]}.")
-            if token == "--ray" and not (following and takes_address(following[0])):
+            after = following[0] if following else "-"
+            if token == "--ray" and (after.startswith("-") or after.endswith(".json")):  # not its address
                 given[position] = "--ray="
         return super().parse_args(ctx, given)
 
@@ -122,18 +114,17 @@ def _ray_output_off(verbose: bool) -> Iterator[None]:
         yield
         return
     sys.stderr.flush()
-    saved, previous = os.dup(2), sys.stderr
-    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=previous.encoding, errors=previous.errors)
+    saved = os.dup(2)
+    terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding=sys.stderr.encoding, errors=sys.stderr.errors)
     with open(os.devnull, "w") as null:
         os.dup2(null.fileno(), 2)
-    sys.stderr = terminal
     try:
-        yield
+        with contextlib.redirect_stderr(terminal):
+            yield
     finally:  # the copy stays open: the run's console and progress display write to it
         terminal.flush()
         os.dup2(saved, 2)
         os.close(saved)
-        sys.stderr = previous
 
 
 @app.command(cls=GenerateCommand)
@@ -148,18 +139,17 @@ def generate(
             "--set model.generation_kwargs.max_new_tokens=64.",
         ),
     ] = None,
-    output_dir: Annotated[str | None, typer.Option("--output-dir", metavar="DIR", help="Override output_dir.")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", metavar="N", help="Cap each num_samples at N.")] = None,
+    output_dir: Annotated[str | None, typer.Option(metavar="DIR", help="Override output_dir.")] = None,
+    limit: Annotated[int | None, typer.Option(metavar="N", help="Cap each num_samples at N.")] = None,
     shards: Annotated[
         int | None,
         typer.Option(
-            "--shards",
             metavar="N",
             help="Run all N shards (with --ray: on the cluster), publishing each; a rerun does the unpublished ones.",
         ),
     ] = None,
     shard: Annotated[
-        str | None, typer.Option("--shard", metavar="I/N", help="Generate shard I/N only (set under torchrun/SLURM).")
+        str | None, typer.Option(metavar="I/N", help="Generate shard I/N only (set under torchrun/SLURM).")
     ] = None,
     skip_published: Annotated[
         bool, typer.Option("--skip-published", help="Exit 0 when this shard is already published by the same run.")
@@ -168,7 +158,7 @@ def generate(
         bool, typer.Option("--dry-run", help="Check without weights; exit with generate's code.")
     ] = False,
     show_prompt: Annotated[
-        int | None, typer.Option("--show-prompt", metavar="N", help="Print sample N's rendered prompt and its parts.")
+        int | None, typer.Option(metavar="N", help="Print sample N's rendered prompt and its parts.")
     ] = None,
     raw: Annotated[bool, typer.Option("--raw", help="With --show-prompt: only its text and ids, as JSON.")] = False,
     json_: Annotated[
@@ -178,23 +168,18 @@ def generate(
     ray: Annotated[
         str | None,
         typer.Option(
-            "--ray",
             metavar="[ADDRESS]",
             help="Run the shards on a Ray cluster: HOST:PORT, ray://HOST:PORT, auto (`ray start`'s here) or none "
             "(RAY_ADDRESS, else a local instance); give it after CONFIG.json.",
         ),
     ] = None,
-    workers: Annotated[
-        int | None, typer.Option("--workers", metavar="K", help="With --ray: K workers at most.")
-    ] = None,
-    worker_gpus: Annotated[
-        float | None, typer.Option("--worker-gpus", metavar="F", help="With --ray: GPUs per worker (1).")
-    ] = None,
+    workers: Annotated[int | None, typer.Option(metavar="K", help="With --ray: K workers at most.")] = None,
+    worker_gpus: Annotated[float | None, typer.Option(metavar="F", help="With --ray: GPUs per worker (1).")] = None,
     max_retries: Annotated[
-        int | None, typer.Option("--max-retries", metavar="R", help="With --ray: retries of a dead worker's shard (3).")
+        int | None, typer.Option(metavar="R", help="With --ray: retries of a dead worker's shard (3).")
     ] = None,
     ray_timeout: Annotated[
-        float | None, typer.Option("--ray-timeout", metavar="S", help="With --ray: seconds without progress (600).")
+        float | None, typer.Option(metavar="S", help="With --ray: seconds without progress (600).")
     ] = None,
 ) -> None:
     """Run the teacher over every sample of CONFIG.json (a sibling _default.json merged in) and publish one
@@ -273,9 +258,8 @@ def verify(dirs: _Dirs, as_json: _Json = False) -> None:
     from gencache.artifact.report import verify_report
 
     stderr = make_console(stderr=True)
-    report = verify_report(
-        dirs, progress=render.verify_progress(stderr) if stderr.is_terminal and not as_json else None
-    )
+    bar = functools.partial(render.verify_progress, stderr)
+    report = verify_report(dirs, progress=bar if stderr.is_terminal and not as_json else None)
     if as_json:
         echo_json(report.to_json())
     else:
@@ -289,10 +273,10 @@ def export(
     directory: Annotated[
         str, typer.Argument(metavar="DIR", help="A published artifact directory or s3:// URL (or a sharded output).")
     ],
-    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The file to write (must not exist).")],
+    out: Annotated[Path, typer.Option(metavar="FILE", help="The file to write (must not exist).")],
     format: Annotated[
         str | None,
-        typer.Option("--format", metavar="jsonl|parquet", help="JSON Lines or parquet (default: by --out's suffix)."),
+        typer.Option(metavar="jsonl|parquet", help="JSON Lines or parquet (default: by --out's suffix)."),
     ] = None,
     no_prompts: Annotated[
         bool,
@@ -303,13 +287,12 @@ def export(
     min_score: Annotated[
         list[str] | None,
         typer.Option(
-            "--min-score",
             metavar="METRIC=VALUE",
             help="Keep the answers whose metric (exact_match, f1, contains) is at least VALUE (repeatable).",
         ),
     ] = None,
     scores: Annotated[
-        Path | None, typer.Option("--scores", metavar="FILE", help="With --min-score: a gencache score --out file.")
+        Path | None, typer.Option(metavar="FILE", help="With --min-score: a gencache score --out file.")
     ] = None,
     tokenizer: _Tokenizer = None,
 ) -> None:
@@ -350,22 +333,16 @@ def clean(
     from gencache.artifact.upload import clean as clean_prefix
 
     where = location(parent)
-    if isinstance(where, Path):
-        removed = [str(path) for path in clean_parent(where)]
-        what = "temporary director" + ("y" if len(removed) == 1 else "ies")
-    else:
-        removed = clean_prefix(where)
-        what = "leftover" + ("" if len(removed) == 1 else "s")
+    removed = [str(path) for path in clean_parent(where)] if isinstance(where, Path) else clean_prefix(where)
     for path in removed:
         typer.echo(f"removed {path}")
-    typer.echo(f"{len(removed)} {what} removed")
+    what = ("temporary directory", "leftover") if len(removed) == 1 else ("temporary directories", "leftovers")
+    typer.echo(f"{len(removed)} {what[0] if isinstance(where, Path) else what[1]} removed")
 
 
 @app.command()
 def demo(
-    workdir: Annotated[Path, typer.Option("--workdir", help="Where to build the teacher and the artifact.")] = Path(
-        "gencache-demo"
-    ),
+    workdir: Annotated[Path, typer.Option(help="Where to build the teacher and the artifact.")] = Path("gencache-demo"),
 ) -> None:
     """Build a tiny random teacher, generate a cache over bundled sample data on CPU, inspect it and read an entry."""
     from gencache.cli.demo import run_demo
@@ -380,20 +357,14 @@ def init(
         Path, typer.Argument(metavar="DIR", help="Where to write config.json and data/ (created if needed).")
     ] = Path("gencache-start"),
     teacher: Annotated[
-        str | None, typer.Option("--teacher", metavar="PATH_OR_ID", help="The teacher instead of the tiny one.")
+        str | None, typer.Option(metavar="PATH_OR_ID", help="The teacher instead of the tiny one.")
     ] = None,
 ) -> None:
     """Write a config over local example files (a QA table and chat rows) that runs as is, to edit into your own."""
     from gencache.cli.demo import write_starter
 
     with quiet_libraries(False):
-        starter = write_starter(directory, teacher=teacher)
-    if starter.built_teacher:
-        typer.echo(f"built the demo's tiny teacher in {starter.teacher}")
-    for path in starter.data:
-        typer.echo(f"wrote {path}")
-    typer.echo(f"wrote {starter.config}")
-    typer.echo(f"next: gencache generate {starter.config} --dry-run   (then without --dry-run)")
+        write_starter(directory, teacher=teacher)
 
 
 @app.command()
@@ -401,7 +372,7 @@ def score(
     artifact: _Artifact,
     as_json: _Json = False,
     out: Annotated[
-        Path | None, typer.Option("--out", metavar="FILE", help="Also write one row per answer (.jsonl or .parquet).")
+        Path | None, typer.Option(metavar="FILE", help="Also write one row per answer (.jsonl or .parquet).")
     ] = None,
     answer_pattern: _Patterns = None,
     data_root: _DataRoot = None,
@@ -425,9 +396,9 @@ def score(
 @app.command()
 def report(
     artifact: _Artifact,
-    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="The HTML file to write (must not exist).")],
+    out: Annotated[Path, typer.Option(metavar="FILE", help="The HTML file to write (must not exist).")],
     audit: Annotated[
-        Path | None, typer.Option("--audit", metavar="FILE", help="Add the report gencache audit --report wrote.")
+        Path | None, typer.Option(metavar="FILE", help="Add the report gencache audit --report wrote.")
     ] = None,
     answer_pattern: _Patterns = None,
     data_root: _DataRoot = None,
@@ -450,35 +421,28 @@ def report(
 @app.command()
 def audit(
     artifact: _Artifact,
-    samples: Annotated[int, typer.Option("--samples", metavar="N", help="Audit N keys drawn with --seed.")] = 32,
+    samples: Annotated[int, typer.Option(metavar="N", help="Audit N keys drawn with --seed.")] = 32,
     all_keys: Annotated[bool, typer.Option("--all", help="Audit every key.")] = False,
     keys: Annotated[
         list[str] | None,
-        typer.Option("--keys", metavar="KEY[,KEY...]", help="Audit these keys (repeatable, or comma-separated)."),
+        typer.Option(metavar="KEY[,KEY...]", help="Audit these keys (repeatable, or comma-separated)."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the key selection.")] = 0,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the key selection.")] = 0,
     engine: Annotated[
         str | None,
         typer.Option(
-            "--engine",
             metavar="NAME",
             help='Engine to regenerate with (default "transformers"; "vllm" for a run that sampled with vLLM).',
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", metavar="PATH", help="Teacher to regenerate with (default: the run's).")
+        str | None, typer.Option(metavar="PATH", help="Teacher to regenerate with (default: the run's).")
     ] = None,
     tokenizer: _Tokenizer = None,
-    device: Annotated[
-        str | None, typer.Option("--device", metavar="DEVICE", help="Device (default: the run's).")
-    ] = None,
-    dtype: Annotated[
-        str | None, typer.Option("--dtype", metavar="DTYPE", help="Weights dtype (default: the run's).")
-    ] = None,
+    device: Annotated[str | None, typer.Option(metavar="DEVICE", help="Device (default: the run's).")] = None,
+    dtype: Annotated[str | None, typer.Option(metavar="DTYPE", help="Weights dtype (default: the run's).")] = None,
     as_json: _Json = False,
-    report: Annotated[
-        Path | None, typer.Option("--report", metavar="FILE", help="Also write the JSON report to FILE.")
-    ] = None,
+    report: Annotated[Path | None, typer.Option(metavar="FILE", help="Also write the JSON report to FILE.")] = None,
     verbose: _Verbose = False,
 ) -> None:
     """Regenerate stored answers one prompt at a time and compare them token for token with the cache (exit 0 when
@@ -538,16 +502,16 @@ def run(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
-    except Stopped as stop:  # SIGINT (130), SIGTERM or SIGHUP (143), at any moment of the command
-        return _stopped(stop)
-    except typer.Exit as exc:
-        return int(exc.exit_code)
-    except click.ClickException as exc:  # a usage error: the usage line and hint
-        exc.show()
-        return int(exc.exit_code)
-    except Exception as exc:
-        if signals.received is not None:  # the stop, wrapped by code it interrupted (a schema being built)
-            return _stopped(signals.received)
+    except (Stopped, Exception) as exc:
+        # SIGINT (130), SIGTERM or SIGHUP (143) at any moment of the command, also when code it interrupted (a
+        # schema being built) wrapped the stop in its own error
+        stop = exc if isinstance(exc, Stopped) else signals.received
+        if stop is not None:
+            typer.echo(printable(stop.message), err=True)
+            return stop.exit_code
+        if callable(getattr(exc, "show", None)):  # a usage error (of click, or of typer's own copy of it)
+            exc.show()  # type: ignore[union-attr]
+            return int(exc.exit_code)  # type: ignore[union-attr]
         if os.environ.get("GENCACHE_DEBUG") == "1":
             import traceback
 
@@ -567,16 +531,10 @@ def _run(argv: list[str] | None) -> int:
     return result if isinstance(result, int) else 0
 
 
-def _stopped(stop: Stopped) -> int:
-    typer.echo(printable(stop.message), err=True)
-    return stop.exit_code
-
-
 def main(argv: list[str] | None = None) -> None:
     """The ``gencache`` console script: a signal ends the command with one line and 130/143; after it, with the
     command's code."""
     signals.install()
-    code = 1
     try:
         code = _run(argv)
         signals.quiet_exit(code)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import typer
 from rich.console import Console
 
 from gencache.core.errors import InputPathError, OutputExistsError, WriteError
@@ -80,8 +80,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
     """Run the demo in ``workdir``; return the published artifact directory."""
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
-    from gencache.cli.console import make_console
-    from gencache.cli.render import render_inspect, render_notice
+    from gencache.cli.render import make_console, render_inspect, render_notice
     from gencache.run.api import generate
 
     console = console or make_console()
@@ -122,19 +121,10 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
 STARTER = Path(__file__).parent / "starter"
 
 
-@dataclass(frozen=True)
-class Starter:
-    """What ``gencache init`` wrote: the config, the data files, and the teacher it points at (built or not)."""
-
-    config: Path
-    data: tuple[Path, ...]
-    teacher: str
-    built_teacher: bool
-
-
-def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = None) -> Starter:
+def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = None) -> Path:
     """Write the starter files into ``directory`` (created if needed), never over existing ones, with ``teacher``
-    (a local directory or a hub id; default: the demo's tiny teacher in ``directory``) as ``model.model_path``."""
+    (a local directory or a hub id; default: the demo's tiny teacher in ``directory``) as ``model.model_path``;
+    say what was written and return the config's path."""
     root = _directory(directory, "", "gencache init")
     config = root / "config.json"
     qa, chat = root / "data" / "qa.jsonl", root / "data" / "chat.jsonl"
@@ -143,10 +133,11 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
         raise OutputExistsError(
             f"gencache init never overwrites: {', '.join(existing)} already exist; choose another directory."
         )
-    built = False
     if teacher is None:
         location, built = _tiny_teacher(root)
         teacher = str(location)
+        if built:
+            typer.echo(f"built the demo's tiny teacher in {teacher}")
     body = json.loads((STARTER / "config.json").read_text(encoding="utf-8"))
     body["model"]["model_path"] = teacher
     body["output_dir"] = str(root / body["output_dir"])
@@ -156,7 +147,10 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
         qa.parent.mkdir(parents=True, exist_ok=True)
         for target in (qa, chat):  # only these two: the check above covers nothing else
             shutil.copyfile(STARTER / "data" / target.name, target)
+            typer.echo(f"wrote {target}")
         config.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise WriteError(f"gencache init could not write into {root}: {exc.strerror or exc}.") from exc
-    return Starter(config=config, data=(qa, chat), teacher=teacher, built_teacher=built)
+    typer.echo(f"wrote {config}")
+    typer.echo(f"next: gencache generate {config} --dry-run   (then without --dry-run)")
+    return config

@@ -1,12 +1,20 @@
-"""How the CLI shows what the library returns: run messages, the dry run, verify's progress bar, inspect's tables
-(every recorded value a rich :class:`~rich.text.Text`, never parsed as markup or emoji), scores, audits and a Ray
-run's summary."""
+"""Everything the command line prints: rich consoles, text made safe for a terminal, the only quieting of other
+libraries, a run's progress, and how each command shows what the library returns (inspect's tables hold every
+recorded value as a rich :class:`~rich.text.Text`, never parsed as markup or emoji)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import IO, TYPE_CHECKING, Any
+from unittest import mock
 
 import typer
 from rich import box, filesize
@@ -16,8 +24,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Column, Table
 from rich.text import Text
 
-from gencache.artifact.report import InspectReport, VerifyProgressFactory
-from gencache.cli.console import echo_json, make_console, printable
+from gencache.artifact.report import InspectReport
 from gencache.core.errors import Problem
 from gencache.data.answers import METRICS
 
@@ -28,56 +35,156 @@ if TYPE_CHECKING:
     from gencache.run.ray import RayRun
     from gencache.run.score import ScoreReport
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the gencache package
+_QUIET = {"TORCH_CPP_LOG_LEVEL": "ERROR", "VLLM_LOGGING_LEVEL": "ERROR"}
+
+
+def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
+    """The console every CLI message goes through: text is never hard-wrapped (a message is one line) nor
+    highlighted; on a terminal tables fit the terminal, elsewhere they keep every column whole (grep and paste work)."""
+    console = Console(file=file, stderr=stderr, soft_wrap=True, highlight=False)
+    if not console.is_terminal:
+        console.width = 10_000
+    return console
+
+
+def printable(text: str) -> str:
+    """``text`` with anything the terminal cannot encode (lone surrogates from a damaged file) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def echo_json(value: Any) -> None:
+    typer.echo(printable(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)))
+
+
+def duration(seconds: float | None) -> str:
+    """``H:MM:SS``, or ``-:--:--`` when unknown."""
+    return "-:--:--" if seconds is None else str(timedelta(seconds=round(seconds)))
+
+
+@contextlib.contextmanager
+def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Unless ``verbose`` or ``GENCACHE_DEBUG=1``, for the block: no log record of WARNING or below
+    (``logging.disable``, which a library that resets its loggers' levels does not undo), no tqdm bar (even one asked
+    for with ``disable=False``, as vLLM's), torch's and vLLM's log levels at ERROR (for child processes too). Python
+    warnings go to ``warn`` (one line each; dropped when None), a third-party library's only when not quiet."""
+    quiet = not verbose and os.environ.get("GENCACHE_DEBUG") != "1"
+
+    def show(message: Warning | str, category: type[Warning], filename: str, *args: Any, **kwargs: Any) -> None:
+        if warn is not None and (not quiet or os.path.abspath(filename).startswith(_PACKAGE)):
+            warn(printable(" ".join(str(message).split())))
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(warnings, "showwarning", show))
+        if quiet:
+            stack.enter_context(mock.patch.dict(os.environ, {k: os.environ.get(k, v) for k, v in _QUIET.items()}))
+            import tqdm.std
+
+            original = tqdm.std.tqdm.__init__
+
+            def no_bar(self: Any, *args: Any, **kwargs: Any) -> None:  # also one asked for with disable=False
+                original(self, *args, **{**kwargs, "disable": True})
+
+            stack.enter_context(mock.patch.object(tqdm.std.tqdm, "__init__", no_bar))
+            stack.callback(logging.disable, logging.root.manager.disable)
+            logging.disable(logging.WARNING)
+        yield
+
+
+class RunProgress:
+    """A run's progress (:class:`gencache.core.progress.Progress`) on stderr (or ``stream``): rich's live bar on a
+    terminal; elsewhere, for a log, the same figures as one plain line at the start, at most one every
+    ``interval`` seconds and one at the end."""
+
+    interval = 10.0
+
+    def __init__(self, total: int, *, stream: IO[str] | None = None) -> None:
+        self.console = make_console(stderr=True, file=stream)
+        self.live = self.console.is_terminal
+        self.total, self.done, self.tokens, self.label, self.shown = total, 0, 0, "", 0.0
+        self.started: float | None = None
+        columns = (TextColumn("[bold]{task.fields[stage]}"), BarColumn(), TextColumn("{task.description}"))
+        self.bar = Progress(*columns, console=self.console, disable=not self.live)
+        self.task = self.bar.add_task("", total=total, stage="generate")
+
+    def set_label(self, label: str) -> None:
+        """Name the current stage (``shard 2/4``) beside the figures."""
+        self.label = label
+        self._show(line=False)
+
+    def start(self, total_samples: int) -> None:
+        self.total, self.started = total_samples, time.monotonic()
+        self.bar.start()
+        self._show(line=True)
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.done += samples
+        self.tokens += tokens
+        self._show(line=time.monotonic() - self.shown >= self.interval)
+
+    def close(self) -> None:
+        if self.started is not None:
+            self._show(line=True)
+            self.bar.stop()
+            self.started = None
+
+    def _show(self, *, line: bool) -> None:
+        elapsed = 0.0 if self.started is None else time.monotonic() - self.started
+        eta = (self.total - self.done) * elapsed / self.done if self.done and elapsed > 0 else None
+        percent = 100.0 * self.done / self.total if self.total else 100.0
+        rate = self.tokens / elapsed if elapsed > 0 else 0.0
+        figures = (
+            f"{self.done}/{self.total} samples ({percent:.1f}%), {self.tokens} tokens, {rate:.1f} tok/s, "
+            f"elapsed {duration(elapsed)}, ETA {duration(eta)}"
+        )
+        stage = f"generate [{self.label}]" if self.label else "generate"
+        self.bar.update(self.task, completed=self.done, total=self.total, description=figures, stage=stage)
+        if line and not self.live and self.started is not None:
+            self.console.print(f"gencache: {stage}: {figures}", markup=False)
+            self.shown = time.monotonic()
+
+
 _STYLES = {"bad": "bold red", "warn": "yellow", "good": "green"}
 _STATUS = {"ok": "[green]ok[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
 
 def render_notice(console: Console, level: str, text: str) -> None:
     """One run message: warnings in yellow; a status (what a slow step is doing) dimmed, on a terminal only."""
-    if level == "status":
-        if console.is_terminal:
-            console.print(f"[dim]{escape(text)} ...[/dim]")
-    elif level == "warning":
+    if level == "warning":
         console.print(f"[yellow]warning:[/yellow] {escape(text)}")
-    else:
+    elif level != "status":
         console.print(escape(text))
-
-
-def _data_table(report: Preflight) -> Table | None:
-    config, samples, counts = report.config, report.samples, report.sample_counts
-    assert config is not None  # an invalid config is raised, never reported
-    if samples is None and counts is None:
-        return None
-    table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
-    columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-    if samples is None:
-        for index, (count, data) in enumerate(zip(counts or (), config.data_configs, strict=True)):
-            shown = str(count) if count >= 0 else "?"
-            table.add_row(str(index), data.dataset_name, data.split, data.template, shown, "?", "?", "?")
-        return table
-    table.add_column("prompt tokens min/med/max")
-    for summary, data in zip(samples.summaries, config.data_configs, strict=True):
-        values = (summary.index, summary.dataset_name, data.split, data.template, summary.samples, summary.unique)
-        table.add_row(
-            *map(str, (*values, summary.duplicates)),
-            "{} / {} / {}".format(*summary.prompt_chars),
-            "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
-        )
-    return table
+    elif console.is_terminal:
+        console.print(f"[dim]{escape(text)} ...[/dim]")
 
 
 def render_dry_run(report: Preflight, console: Console) -> None:
-    table = _data_table(report)
-    if table is not None:
+    config, samples, counts = report.config, report.samples, report.sample_counts
+    assert config is not None  # an invalid config is raised, never reported
+    if samples is not None or counts is not None:
+        table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
+        columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
+        for column in columns:
+            table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
+        if samples is None:
+            for index, (count, data) in enumerate(zip(counts or (), config.data_configs, strict=True)):
+                shown = str(count) if count >= 0 else "?"
+                table.add_row(str(index), data.dataset_name, data.split, data.template, shown, "?", "?", "?")
+        else:
+            table.add_column("prompt tokens min/med/max")
+            for summary, data in zip(samples.summaries, config.data_configs, strict=True):
+                values = (summary.index, summary.dataset_name, data.split, data.template, summary.samples)
+                table.add_row(
+                    *map(str, (*values, summary.unique, summary.duplicates)),
+                    "{} / {} / {}".format(*summary.prompt_chars),
+                    "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
+                )
         console.print(table)
     title = "checks (the same ones generate makes before loading weights)"
     checks = Table("check", "status", "detail", title=title, title_justify="left")
     for check in report.checks:
         checks.add_row(check.name, _STATUS.get(check.status, check.status), escape(check.detail))
     console.print(checks)
-    samples = report.samples
     if samples is not None:
         console.print(
             f"samples: {len(samples)}   unique keys: {len(samples.unique)}   duplicates: {samples.duplicates}"
@@ -102,10 +209,10 @@ def render_dry_run(report: Preflight, console: Console) -> None:
             f"[bold]prompt {report.prompt_index or 0}[/bold]: data_configs[{sample.data_config_index}] sample "
             f"{sample.sample_index}, key {sample.key}, {tokens} tokens"
         )
-        counts = [end - start for _, start, end in (sample.spans or ())]
+        sizes = [end - start for _, start, end in (sample.spans or ())]
         for position, part in enumerate(sample.parts):
-            count = f", {counts[position]} tokens" if position < len(counts) else ""
-            console.print(f"[bold]-- part {position} ({type(part).__name__}{count}) --[/bold]")
+            size = f", {sizes[position]} tokens" if position < len(sizes) else ""
+            console.print(f"[bold]-- part {position} ({type(part).__name__}{size}) --[/bold]")
             console.print(escape(part.text), markup=True)
     elif report.prompt_index is not None:
         console.print(f"[yellow]prompt {report.prompt_index}: not rendered[/yellow] (the samples could not be built)")
@@ -113,28 +220,18 @@ def render_dry_run(report: Preflight, console: Console) -> None:
         console.print("[green]every check passed[/]: generate would start loading the teacher")
 
 
-def verify_progress(console: Console) -> VerifyProgressFactory:
-    """A progress factory for :func:`gencache.artifact.report.verify_report`: one transient bar per artifact."""
-
-    @contextmanager
-    def bar_for(name: str, total: int) -> Iterator[ProgressCallback]:
-        with Progress(
-            TextColumn("verifying {task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task(name, total=total)
-            yield lambda done, total: bar.update(task, completed=done, total=total)
-
-    return bar_for
+@contextlib.contextmanager
+def verify_progress(console: Console, name: str, total: int) -> Iterator[ProgressCallback]:
+    """One transient bar per artifact that :func:`gencache.artifact.report.verify_report` re-hashes."""
+    columns = (TextColumn("verifying {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(name, total=total)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def problems_json(code: int, problems: list[Problem], checks: Sequence[Check] = ()) -> dict[str, Any]:
     """What ``--dry-run --json`` prints: the exit code, every problem and the checks."""
-    checks_json = [{"name": c.name, "status": c.status, "detail": c.detail} for c in checks]
+    checks_json = [dataclasses.asdict(check) for check in checks]
     return {"exit_code": code, "problems": [problem.to_json() for problem in problems], "checks": checks_json}
 
 
@@ -147,27 +244,24 @@ def dry_run_output(result: Preflight, *, raw: bool, as_json: bool) -> None:
         render_dry_run(result, make_console())
     for error in result.errors:
         typer.echo(printable(f"error: {error}"), err=True)
-    if result.errors and not raw:
-        count = len(result.errors)
+    if (count := len(result.errors)) and not raw:
         typer.echo(
             f"the dry run found {count} problem{'s' if count > 1 else ''}; generate would exit {result.exit_code}",
             err=True,
         )
-    if raw:
-        sample = result.prompt
-        if sample is not None:  # the exact text and ids the teacher would get
-            echo_json(
-                {
-                    "index": result.prompt_index or 0,
-                    "key": sample.key,
-                    "data_config_index": sample.data_config_index,
-                    "sample_index": sample.sample_index,
-                    "prompt": sample.prompt_text,
-                    "input_ids": None if sample.input_ids is None else list(sample.input_ids),
-                }
-            )
-        raise typer.Exit(result.exit_code or (0 if sample is not None else 2))
-    raise typer.Exit(result.exit_code)
+    sample = result.prompt
+    if raw and sample is not None:  # the exact text and ids the teacher would get
+        echo_json(
+            {
+                "index": result.prompt_index or 0,
+                "key": sample.key,
+                "data_config_index": sample.data_config_index,
+                "sample_index": sample.sample_index,
+                "prompt": sample.prompt_text,
+                "input_ids": None if sample.input_ids is None else list(sample.input_ids),
+            }
+        )
+    raise typer.Exit(result.exit_code or (2 if raw and sample is None else 0))
 
 
 def _on(value: Any) -> str:
@@ -178,8 +272,7 @@ def _determinism_block(facts: Mapping[str, Any] | None) -> str:
     """What decides whether the run's tokens can change between runs, one fact per line."""
     if facts is None:
         return "not recorded"
-    sampling = facts.get("sampling")
-    gpu = facts.get("gpu_name")
+    sampling, gpu = facts.get("sampling"), facts.get("gpu_name")
     lines = [
         f"sampling: {sampling['scope'] if isinstance(sampling, dict) else str(sampling or 'not recorded')}",
         f"batch-invariant kernels {_on(facts.get('batch_invariant'))}, torch deterministic algorithms "
@@ -203,6 +296,7 @@ def _artifact_table(report: dict[str, Any]) -> Table:
     tok, lengths, shard, header = report["tokenizer"], report["token_length"], report["shard"], report["header"]
     length = f"min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}" if lengths else "-"
     header_use = f"header {header['used']:,} of {header['capacity']:,} bytes"
+    state = f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}"
     duplicates = Text(f"{report['duplicates']:,}")
     if report["conflicting_prompts"]:
         conflicting = f"{report['conflicting_prompts']:,} rendered different prompts; the first was generated"
@@ -218,10 +312,7 @@ def _artifact_table(report: dict[str, Any]) -> Table:
         ("format", str(report["format_version"])),
         ("teacher", report["teacher"]),
         ("tokenizer", report["tokenizer_path"]),
-        (
-            "tokenizer state",
-            f"padding {tok['padding_side']}, pad id {tok['pad_token_id']}, eos id {tok['eos_token_id']}",
-        ),
+        ("tokenizer state", state),
         ("dtype", report["dtype"]),
         ("entries", f"{report['entries']:,}"),
         ("sequences", f"{report['sequences']:,}"),
@@ -257,9 +348,8 @@ def _sharded_table(report: dict[str, Any]) -> Table:
         elif shard["kind"] == "error":
             table.add_row(Text(name), Text.assemble(("unreadable", "red"), " (FAIL line below)"))
         else:
-            status = Text("ok", "green")
-            if name in info["other_run"] or name in info["mislabeled"]:
-                status = Text("other run" if name in info["other_run"] else "misnamed", "yellow")
+            other = "other run" if name in info["other_run"] else "misnamed" if name in info["mislabeled"] else ""
+            status = Text(other, "yellow") if other else Text("ok", "green")
             counts = (f"{shard['entries']:,}", f"{shard['sequences']:,}", f"{shard['tokens']:,}")
             table.add_row(Text(name), status, *map(Text, counts), Text(_counts(shard["shard_data_configs"])))
     totals = report["totals"]

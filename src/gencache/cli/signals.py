@@ -28,7 +28,7 @@ def _stop(signum: int, frame: FrameType | None) -> NoReturn:
     raise received
 
 
-def install(handler: Callable[[int, FrameType | None], object] = _stop) -> None:
+def install(handler: Callable[[int, FrameType | None], object] | signal.Handlers = _stop) -> None:
     """SIGINT, SIGTERM and SIGHUP go to ``handler`` from now on (an ignored one stays ignored; outside the main
     thread nothing changes)."""
     if threading.current_thread() is threading.main_thread():
@@ -66,10 +66,6 @@ def quiet_exit(code: int) -> None:
         sys.stderr.flush()
         os._exit(code)
 
-    def ignore_from_now() -> None:
-        for signum in _STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
-
     install(finish_now)
     if threading.current_thread() is threading.main_thread():
-        atexit.register(ignore_from_now)  # the last registered runs first: after the threads were joined
+        atexit.register(install, signal.SIG_IGN)  # the last registered runs first: after the threads were joined

@@ -26,13 +26,10 @@ def json_digest(value: Any) -> str:
     return sha256_hex(canonical_bytes(value))
 
 
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
-
-
 def is_int(value: object) -> bool:
     """True for a JSON integer (``bool`` is not an int here)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_sha256_hex(value: object) -> bool:
-    return isinstance(value, str) and _SHA256_HEX.match(value) is not None
+    return isinstance(value, str) and re.fullmatch("[0-9a-f]{64}", value) is not None

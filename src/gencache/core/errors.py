@@ -1,7 +1,6 @@
 """The one exception hierarchy: every error gencache raises on purpose is a :class:`GencacheError`, and also the
 builtin that fits (``ValueError``, ``OSError``, ``KeyError``, ``RuntimeError``) so callers that catch builtins keep
-working. ``exit_code`` is what the CLI exits with: 2 for bad input, 1 for failures.
-"""
+working. ``exit_code`` is what the CLI exits with: 2 for bad input, 1 for failures."""
 
 from __future__ import annotations
 
@@ -37,18 +36,19 @@ def first_line(exc: BaseException) -> str:
 
 
 # -- bad input (exit code 2) ------------------------------------------------------------------------------
-class ConfigError(GencacheError, ValueError):
+class BadInputError(GencacheError):
+    """What the user gave is wrong (exit code 2); the subclasses say which input."""
+
+    exit_code = 2
+
+
+class ConfigError(BadInputError, ValueError):
     """The config file or one of its fields is invalid."""
 
-    exit_code = 2
 
-
-class DatasetError(GencacheError, ValueError):
+class DatasetError(BadInputError, ValueError):
     """A dataset source, split or recipe argument cannot produce the requested samples; ``field`` is the data
     config field whose change fixes it, when one does (``source``, ``num_samples``, ``data_kwargs.query``)."""
-
-    exit_code = 2
-    field: str | None = None
 
     def __init__(self, message: str = "", field: str | None = None) -> None:
         super().__init__(message)
@@ -60,35 +60,25 @@ class SourceChangedError(DatasetError):
     rebuilt as they were."""
 
 
-class PromptError(GencacheError, ValueError):
+class PromptError(BadInputError, ValueError):
     """A prompt template cannot render a sample (unknown kwargs, sentinel problems, empty documents)."""
 
-    exit_code = 2
 
-
-class ShardError(GencacheError, ValueError):
+class ShardError(BadInputError, ValueError):
     """A shard specification or a set of shard directories is inconsistent."""
 
-    exit_code = 2
 
-
-class OutputExistsError(GencacheError, FileExistsError):
+class OutputExistsError(BadInputError, FileExistsError):
     """The output path already exists (a file, a directory, or a dangling symlink)."""
 
-    exit_code = 2
 
-
-class HeaderCapacityError(GencacheError, ValueError):
+class HeaderCapacityError(BadInputError, ValueError):
     """The run's plan needs a bigger safetensors header than fits (split it with ``--shard``), or the header
     outgrew the capacity reserved for it."""
 
-    exit_code = 2
 
-
-class InputPathError(GencacheError, FileNotFoundError):
+class InputPathError(BadInputError, FileNotFoundError):
     """A path given on the command line does not exist or is not what the command reads."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -156,10 +146,6 @@ class MissingEntriesError(GencacheError, KeyError):
 
 
 # -- a stop (not an error) --------------------------------------------------------------------------------
-#: The shell's exit status of a process ended by the signal: 128 + its number.
-STOP_CODES = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 143}
-
-
 @dataclass(frozen=True)
 class StoppedRun:
     """Where a run stood when a stop reached it (``generating`` is None between artifacts)."""
@@ -173,37 +159,29 @@ class StoppedRun:
 class Stopped(BaseException):
     """A signal asked the process to stop (raised by :mod:`gencache.cli.signals`). A ``BaseException`` so that a
     library's ``except Exception`` does not swallow it while every ``finally`` on the way cleans up; a run it passes
-    through sets :attr:`run` to what it had published."""
+    through sets :attr:`run` to what it had published. ``exit_code`` is the shell's, 128 + the signal's number."""
 
     def __init__(self, signame: str, run: StoppedRun | None = None) -> None:
         super().__init__(signame)
-        self.signame = signame
-        self.exit_code = STOP_CODES.get(signame, 143)
-        self.run = run
+        self.signame, self.run = signame, run
+        self.exit_code = 130 if signame == "SIGINT" else 143
 
     @property
     def message(self) -> str:
-        return stop_message(self.signame, self.run)
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def stop_message(signame: str, run: StoppedRun | None) -> str:
-    """The one line of a stop: what was published, what was not, and what to do next."""
-    stopped = f"Terminated by {signame}"
-    if run is None:
-        return f"{stopped}; nothing was published."
-    during = f" while generating {run.generating} (not published)" if run.generating is not None else ""
-    if not run.published:
-        before = "" if run.started else " before generation started"
-        return f"{stopped}{before}{during}; nothing was published."
-    shown = ", ".join(run.published)
-    if run.remaining or run.generating is not None:
-        return (
-            f"{stopped}{during}; published: {shown}. Rerun the same command to generate the rest (published shards "
-            "are verified and skipped)."
-        )
-    if len(run.published) == 1:
-        return f"{stopped} after {shown} was published; the artifact is complete (gencache verify checks it)."
-    return f"{stopped} after {shown} were published; they are complete (gencache verify checks them)."
+        """The one line of a stop: what was published, what was not, and what to do next."""
+        stopped, run = f"Terminated by {self.signame}", self.run
+        if run is None:
+            return f"{stopped}; nothing was published."
+        during = f" while generating {run.generating} (not published)" if run.generating is not None else ""
+        if not run.published:
+            before = "" if run.started else " before generation started"
+            return f"{stopped}{before}{during}; nothing was published."
+        shown = ", ".join(run.published)
+        if run.remaining or run.generating is not None:
+            return (
+                f"{stopped}{during}; published: {shown}. Rerun the same command to generate the rest (published "
+                "shards are verified and skipped)."
+            )
+        if len(run.published) == 1:
+            return f"{stopped} after {shown} was published; the artifact is complete (gencache verify checks it)."
+        return f"{stopped} after {shown} were published; they are complete (gencache verify checks them)."

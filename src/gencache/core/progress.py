@@ -1,5 +1,5 @@
 """What a run reports its progress to. The library only reports; the command line draws
-(:class:`gencache.cli.console.RunProgress`)."""
+(:class:`gencache.cli.render.RunProgress`)."""
 
 from __future__ import annotations
 
@@ -30,13 +30,10 @@ class StagedProgress:
     stage, but the display's total stays the whole run's, while its label names the stage."""
 
     def __init__(self, inner: Progress | None, total: int) -> None:
-        self.inner = inner
-        self.total = total
-        self.started = False
+        self.inner, self.total, self.started = inner, total, False
 
     def stage(self, label: str) -> None:
-        setter = getattr(self.inner, "set_label", None)
-        if callable(setter):
+        if callable(setter := getattr(self.inner, "set_label", None)):
             setter(label)
 
     def start(self, total_samples: int) -> None:

@@ -7,8 +7,6 @@ from typing import Any
 from gencache.core.canonical import is_int
 from gencache.core.errors import ConfigError
 
-TOKENIZER_STATE_FIELDS = ("padding_side", "pad_token_id", "eos_token_id")
-
 
 def prepare_tokenizer(tokenizer: Any) -> Any:
     """Put ``tokenizer`` in the state gencache generates with, in place, and return it.
@@ -30,20 +28,12 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
 def tokenizer_state(tokenizer: Any) -> dict[str, Any]:
     """``{padding_side, pad_token_id, eos_token_id}`` of a tokenizer object or of an already-extracted mapping
     (``eos_token_id`` is the tokenizer's single id, never the generation config's EOS list)."""
-    fields = TOKENIZER_STATE_FIELDS
-    given = (
-        tokenizer
-        if isinstance(tokenizer, dict)
-        else {f: getattr(tokenizer, f) for f in fields if hasattr(tokenizer, f)}
-    )
-    if missing := ", ".join(f for f in fields if f not in given):
-        raise ConfigError(
-            f"Tokenizer state is missing {missing}."
-            if isinstance(tokenizer, dict)
-            else f"Expected a tokenizer or a {{padding_side, pad_token_id, eos_token_id}} dict, got "
-            f"{type(tokenizer).__name__} (no {missing})."
-        )
+    fields = ("padding_side", "pad_token_id", "eos_token_id")
+    if not isinstance(tokenizer, dict):
+        tokenizer = {f: getattr(tokenizer, f) for f in fields if hasattr(tokenizer, f)}
+    if missing := ", ".join(f for f in fields if f not in tokenizer):
+        raise ConfigError(f"Expected a tokenizer or a {{{', '.join(fields)}}} dict, got one missing {missing}.")
     for f in fields[1:]:
-        if given[f] is not None and not is_int(given[f]):
-            raise ConfigError(f"Tokenizer token id must be an integer or null, got {given[f]!r}.")
-    return {f: str(given[f]) if f == "padding_side" else given[f] for f in fields}
+        if tokenizer[f] is not None and not is_int(tokenizer[f]):
+            raise ConfigError(f"Tokenizer token id must be an integer or null, got {tokenizer[f]!r}.")
+    return {f: str(tokenizer[f]) if f == "padding_side" else tokenizer[f] for f in fields}
