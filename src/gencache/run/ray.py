@@ -54,6 +54,9 @@ SHARDS_PER_WORKER = 8
 REPORT_INTERVAL_S = 0.5
 #: Seconds the probe of a cluster's address waits for it to answer.
 CONNECT_TIMEOUT_S = 5.0
+#: Seconds the end of a run waits for its killed workers to exit (and free their shards' locks, so that their
+#: temporary directories can be removed); they usually take well under one.
+KILL_WAIT_S = 30.0
 #: Ray's message for a node whose agents did not start in time (ray issue #65983, a loaded machine), and how often
 #: a local start meets it at most.
 STARTUP_TIMEOUT = "timed out during startup"
@@ -452,7 +455,7 @@ class _Driver:
             for actor in [*actors, tally]:
                 ray.kill(actor, no_restart=True)
             gone = [a.pid.options(max_task_retries=0).remote() for a in actors]
-            ray.wait(gone, num_returns=len(gone), timeout=CONNECT_TIMEOUT_S)
+            ray.wait(gone, num_returns=len(gone), timeout=KILL_WAIT_S)
         if missing := sorted(set(pending) - {r.index for r in run.records}):
             raise GenerationError(
                 f"shards {', '.join(f'{i:05d}' for i in missing)} of {run.shards} were not published: their workers "
