@@ -31,13 +31,10 @@ class BiographyKwargs(KwargsModel):
     cache_dataset: StrictBool = CACHE_DATASET
 
 
-Difficulty = Literal["easy", "medium", "hard"]
-
-
 class HotpotQAKwargs(KwargsModel):
     add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
-    difficulty: list[Difficulty] = Field(
+    difficulty: list[Literal["easy", "medium", "hard"]] = Field(
         default=["hard"],
         min_length=1,
         description="Levels to keep (a non-empty list of easy, medium, hard).",
@@ -175,8 +172,7 @@ def entry_point(name: str) -> metadata.EntryPoint | None:
 
 def describe(ep: metadata.EntryPoint) -> str:
     """``recipe plug-in 'name' (entry point name = module:attr of dist version)``."""
-    dist = getattr(ep, "dist", None)
-    owner = f" of {dist.name} {dist.version}" if dist is not None else ""
+    owner = f" of {ep.dist.name} {ep.dist.version}" if ep.dist is not None else ""
     return f"recipe plug-in {ep.name!r} (entry point {ep.name} = {ep.value}{owner})"
 
 

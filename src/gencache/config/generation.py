@@ -233,8 +233,7 @@ def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapp
         value = effective[key]
         if engine in engines or (neutral is not None and value == neutral):
             continue
-        names = [f'"{name}"' for name in engines]
-        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" or {names[-1]}"
+        which = " or ".join(f'"{name}"' for name in engines)  # at most two: every engine honours the others
         lines.append(
             f'engine "{engine}" cannot honour {FIELD}.{key} = {show(value)} exactly; remove it, or use engine '
             f"{which}, which honours it."
