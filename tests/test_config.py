@@ -294,8 +294,8 @@ def test_defaults_are_normalized() -> None:
     assert cfg.seed == 42
     (dc,) = cfg.data_configs
     assert (dc.split, dc.seed, dc.template, dc.source) == ("train", 42, "default", None)
-    assert dc.data_kwargs.as_json() == {"add_inst": True, "add_cot": True, "difficulty": ["hard"]}
-    assert dc.template_kwargs.as_json() == {}
+    assert dc.data_kwargs.model_dump(mode="json") == {"add_inst": True, "add_cot": True, "difficulty": ["hard"]}
+    assert dc.template_kwargs.model_dump(mode="json") == {}
 
 
 def test_explicit_tokenizer_path_is_kept() -> None:
@@ -323,10 +323,10 @@ def test_effective_kwargs_defaults_are_recorded_for_every_dataset_and_template()
     )
     hp, bio, mus, niah = cfg.data_configs
     assert hp.data_kwargs.difficulty == ["hard"]
-    assert hp.template_kwargs.as_json() == {"system_prompt": "", "enable_thinking": False}
+    assert hp.template_kwargs.model_dump(mode="json") == {"system_prompt": "", "enable_thinking": False}
     assert bio.data_kwargs.question_type == "completion"
-    assert bio.template_kwargs.as_json() == {"system_prompt": ""}
-    assert mus.data_kwargs.as_json() == {"add_inst": True, "add_cot": False, "cache_dataset": True}
+    assert bio.template_kwargs.model_dump(mode="json") == {"system_prompt": ""}
+    assert mus.data_kwargs.model_dump(mode="json") == {"add_inst": True, "add_cot": False, "cache_dataset": True}
     assert niah.data_kwargs.chunk_size == 2048 and niah.data_kwargs.max_len == -1
     assert niah.data_kwargs.tasks is None
     resolved = config_to_json(cfg)

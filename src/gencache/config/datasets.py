@@ -31,13 +31,10 @@ class BiographyKwargs(KwargsModel):
     cache_dataset: StrictBool = CACHE_DATASET
 
 
-Difficulty = Literal["easy", "medium", "hard"]
-
-
 class HotpotQAKwargs(KwargsModel):
     add_inst: StrictBool = Field(default=True, description="Prepend the instruction and append the answer format.")
     add_cot: StrictBool = Field(default=True, description="Append the step-by-step sentence to the question.")
-    difficulty: list[Difficulty] = Field(
+    difficulty: list[Literal["easy", "medium", "hard"]] = Field(
         default=["hard"],
         min_length=1,
         description="Levels to keep (a non-empty list of easy, medium, hard).",
@@ -174,9 +171,7 @@ def entry_point(name: str) -> metadata.EntryPoint | None:
 
 
 def describe(ep: metadata.EntryPoint) -> str:
-    """``recipe plug-in 'name' (entry point name = module:attr of dist version)``."""
-    dist = getattr(ep, "dist", None)
-    owner = f" of {dist.name} {dist.version}" if dist is not None else ""
+    owner = f" of {ep.dist.name} {ep.dist.version}" if ep.dist is not None else ""
     return f"recipe plug-in {ep.name!r} (entry point {ep.name} = {ep.value}{owner})"
 
 
@@ -222,16 +217,14 @@ def load_entry_point(ep: metadata.EntryPoint) -> Any:
 
 
 def dataset_names() -> list[str]:
-    """Every dataset a config may name: the built-ins, then the installed plug-ins (sorted)."""
-    plugins = sorted(metadata.entry_points(group=GROUP).names)  # nothing imported; one installed meanwhile is found
+    """The built-ins, then the installed plug-ins (sorted; nothing imported, one installed meanwhile is found)."""
+    plugins = sorted(metadata.entry_points(group=GROUP).names)
     return [*DATASET_KWARGS, *(name for name in plugins if name not in DATASET_KWARGS)]
 
 
 def dataset_kwargs_model(name: str) -> type[KwargsModel]:
-    """The ``data_kwargs`` model of dataset ``name``: a built-in's, or a plug-in's (imported now).
-
-    A :class:`ConfigError` naming the known datasets when there is none; a :class:`DatasetError` naming the
-    plug-in when it cannot be loaded or when it reuses a built-in's name."""
+    """The ``data_kwargs`` model of dataset ``name``: a built-in's, or a plug-in's (imported now; a plug-in cannot
+    reuse a built-in's name)."""
     ep = entry_point(name)
     if name in DATASET_KWARGS:
         if ep is not None:

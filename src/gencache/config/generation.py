@@ -71,6 +71,12 @@ GENERATION_UNSUPPORTED: Mapping[str, str] = {
     ),
 }
 
+_REFUSED = {
+    **{key: f"not supported: {why}" for key, why in GENERATION_UNSUPPORTED.items()},
+    **{key: f"not allowed here: {why}" for key, why in GENERATION_FORBIDDEN.items()},
+    **dict.fromkeys(LOGIT_FIELDS, NO_LOGITS_MESSAGE),
+}
+
 #: Settings used only when sampling (dropped under greedy decoding) and only by beam search (dropped without beams).
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
 BEAM_KEYS = ("length_penalty", "early_stopping")
@@ -176,14 +182,7 @@ class GenerationKwargs(BaseModel):
 def generation_problems(kwargs: Mapping[str, Any]) -> list[FieldProblem]:
     """Every problem of ``generation_kwargs`` that needs no model, as ``((key, ...), message)`` pairs: refused fields
     with the reason, declared settings out of range (an explicit null unsets a value from ``_default.json``)."""
-    problems: list[FieldProblem] = []
-    for key in kwargs:
-        if key in LOGIT_FIELDS:
-            problems.append(((key,), NO_LOGITS_MESSAGE))
-        elif key in GENERATION_FORBIDDEN:
-            problems.append(((key,), f"not allowed here: {GENERATION_FORBIDDEN[key]}"))
-        elif key in GENERATION_UNSUPPORTED:
-            problems.append(((key,), f"not supported: {GENERATION_UNSUPPORTED[key]}"))
+    problems: list[FieldProblem] = [((key,), _REFUSED[key]) for key in kwargs if key in _REFUSED]
     try:
         GenerationKwargs.model_validate(dict(kwargs))
     except ValidationError as exc:
@@ -233,8 +232,7 @@ def engine_refusals(engine: str, effective: Mapping[str, Any], *, defaults: Mapp
         value = effective[key]
         if engine in engines or (neutral is not None and value == neutral):
             continue
-        names = [f'"{name}"' for name in engines]
-        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" or {names[-1]}"
+        which = " or ".join(f'"{name}"' for name in engines)  # at most two: every engine honours the others
         lines.append(
             f'engine "{engine}" cannot honour {FIELD}.{key} = {show(value)} exactly; remove it, or use engine '
             f"{which}, which honours it."

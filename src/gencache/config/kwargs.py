@@ -3,7 +3,7 @@ recipe and the template receive the validated instance, never a dict to validate
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
 
@@ -12,10 +12,6 @@ class KwargsModel(BaseModel):
     """Strict, frozen options of one dataset or template; unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def as_json(self) -> dict[str, Any]:
-        """The effective values as plain JSON (what ``resolved_config.json`` records)."""
-        return self.model_dump(mode="json")
 
 
 class TemplateKwargs(KwargsModel):

@@ -170,11 +170,9 @@ def parse_loc(text: str) -> Loc:
     return tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", text))
 
 
-def format_validation_error(
-    exc: ValidationError, *, model: type[BaseModel] | None = None, origin: str | None = None
-) -> str:
+def format_validation_error(exc: ValidationError, *, origin: str | None = None) -> str:
     """One line naming every failing field path and what is wrong with it."""
-    return join_problems(collect_problems(exc, model), origin)
+    return join_problems(collect_problems(exc, None), origin)
 
 
 def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) -> ModelT:

@@ -80,12 +80,10 @@ def answer_pattern_problem(pattern: str) -> str | None:
 LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
 
 
-# -- the models -------------------------------------------------------------------------------------------
 class _Strict(BaseModel):
-    """Base of the config models: unknown keys are errors (a logit or score field's error says why it is refused),
-    ints are strict."""
+    """Unknown keys are errors (a logit or score field's error says why it is refused), ints are strict."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -155,7 +153,6 @@ class ModelConfig(_Strict):
 
     @property
     def effective_tokenizer_path(self) -> str:
-        """``tokenizer_path``, or ``model_path`` when no tokenizer path was given."""
         return self.tokenizer_path or self.model_path
 
 
@@ -301,7 +298,6 @@ class _DataConfigList(_Strict):
     data_configs: list[DataConfig] = Field(min_length=1)
 
 
-# -- loading ----------------------------------------------------------------------------------------------
 def load_config(path: str | os.PathLike[str]) -> CacheConfig:
     """Read a config file, deep-merge its sibling ``_default.json`` (if any) under it, and validate it; one
     :class:`ConfigError` line names the file and every problem."""

@@ -151,7 +151,7 @@ def tokenizer_reasons(
         if TEMPLATES[dc.template].needs_tokenizer:
             reasons.append(f"data_configs[{index}]: template {dc.template!r} renders with the tokenizer")
         if get_recipe(dc.dataset_name).needs_tokenizer(dc.data_kwargs):
-            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(dc.data_kwargs.as_json().items()))
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(dc.data_kwargs.model_dump(mode="json").items()))
             reasons.append(
                 f"data_configs[{index}]: dataset {dc.dataset_name!r} with data_kwargs {{{shown}}} counts tokens"
             )
@@ -227,7 +227,7 @@ def build_samples(
                     prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
                     prompt_tokens=_stats(tokens) if tokenizer is not None else None,
                     source=source,
-                    data_kwargs=dc.data_kwargs.as_json(),
+                    data_kwargs=dc.data_kwargs.model_dump(mode="json"),
                     answer_pattern=dc.answer_pattern,
                 )
             )
