@@ -290,10 +290,7 @@ _SHARED: ContextVar[dict[tuple[Any, ...], tuple[dict[str, Any], SourceInfo]] | N
 def shared_tables() -> Iterator[None]:
     """Within this block, loading the same tables again returns the first load (recipes only read tables), so
     data configs over one source load and hash it once; a block inside another shares the outer one's tables."""
-    if _SHARED.get() is not None:
-        yield
-        return
-    token = _SHARED.set({})
+    token = _SHARED.set({} if (outer := _SHARED.get()) is None else outer)
     try:
         yield
     finally:
