@@ -7,15 +7,16 @@ from __future__ import annotations
 import pytest
 
 from gencache.core.errors import ConfigError
-from gencache.data.answers import (
+from gencache.data.scores import (
     AnswerRule,
     answer_rule,
+    check_min_score,
     extract_answer,
     normalize,
+    parse_min_score,
     prompt_opens_thinking,
     score_answer,
 )
-from gencache.data.scores import check_min_score, parse_min_score
 
 
 @pytest.mark.parametrize(

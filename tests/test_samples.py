@@ -17,7 +17,6 @@ from gencache.data.samples import (
     Sample,
     SampleSet,
     build_samples,
-    needs_tokenizer,
     tokenizer_reasons,
 )
 from support.dataset_helpers import GOLDEN
@@ -167,8 +166,8 @@ def test_thinking_markup_and_tokenizer_never_change_keys(tiny_tokenizer: Any) ->
 # -- tokenizer requirements -------------------------------------------------------------------------------
 def test_tokenizer_chat_without_tokenizer_names_the_data_config() -> None:
     configs = [data_config("hotpot_qa-1"), data_config("hotpot_qa-1-chat")]
-    assert needs_tokenizer(configs)
-    assert not needs_tokenizer(configs[:1])
+    assert tokenizer_reasons(configs)
+    assert not tokenizer_reasons(configs[:1])
     with pytest.raises(ConfigError) as info:
         build_samples(configs)
     message = str(info.value)
@@ -190,7 +189,7 @@ def test_needs_tokenizer_accepts_a_whole_config() -> None:
     cfg = parse_config(
         {"model": {"model_path": "m"}, "data_configs": [data_config("hotpot_qa-1-chat")], "output_dir": "o"}
     )
-    assert needs_tokenizer(cfg)
+    assert tokenizer_reasons(cfg)
 
 
 # -- inputs and errors ------------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from rich.text import Text
 
 from gencache.artifact.report import InspectReport
 from gencache.core.errors import Problem
-from gencache.data.answers import METRICS
 
 if TYPE_CHECKING:
     from gencache.artifact.reader import ProgressCallback
@@ -399,7 +398,7 @@ def render_scores(report: ScoreReport, console: Console) -> None:
     for level, text in report.verdict:
         console.print(f"[{_STYLES[level]}]{level}:[/] {text}")
     console.print(f"scores of {report.artifact}")
-    metrics = METRICS if report.overall.scored else ()
+    metrics = tuple(report.overall.means) if report.overall.scored else ()
     for group in (*report.groups, report.overall):
         title = f"{group.label}: answer rule {group.rule}; headline {group.headline}"
         title = group.label if group is report.overall else title

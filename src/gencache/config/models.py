@@ -64,7 +64,7 @@ def _rule(problem_of: Callable[[str], str | None]) -> AfterValidator:
 
 def answer_pattern_problem(pattern: str) -> str | None:
     """Why ``pattern`` cannot be an ``answer_pattern`` (a regular expression that cuts the answer as scored out of a
-    stored answer, see :mod:`gencache.data.answers`), or None when it can; ``gencache score`` checks its own too."""
+    stored answer, see :mod:`gencache.data.scores`), or None when it can; ``gencache score`` checks its own too."""
     try:
         compiled = re.compile(pattern)
     except re.error as error:

@@ -24,8 +24,6 @@ def semantic_key(payload: Mapping[str, Any]) -> str:
     (documents, shots) does. Token ids, tokenizer, template, think markup, teacher and generation settings are
     never part of a key. Changing what this returns for an existing payload is a breaking change.
     """
-    if not isinstance(payload, Mapping):
-        raise DatasetError(f"A semantic payload must be an object, got {type(payload).__name__}.")
     extra = sorted(str(k) for k in payload if k not in SEMANTIC_FIELDS)
     missing = [k for k in SEMANTIC_FIELDS if k not in payload]
     if extra or missing:

@@ -45,18 +45,11 @@ History = tuple[tuple[str, str], ...]
 def normalize(parts: Iterable[Part]) -> Prompt:
     """Drop empty inline parts, merge adjacent inline parts, keep every document; the result ends with inline text."""
     out: list[Part] = []
-    for part in parts:
-        if isinstance(part, Inline):
-            if not part.text:
-                continue
-            if out and isinstance(out[-1], Inline):
-                out[-1] = Inline(out[-1].text + part.text)
-            else:
-                out.append(part)
-        elif isinstance(part, ContextBlock):
+    for part in parts:  # anything else is dropped, so a plug-in's foreign part reads as not normalised
+        if isinstance(part, Inline) and part.text and out and isinstance(out[-1], Inline):
+            out[-1] = Inline(out[-1].text + part.text)
+        elif isinstance(part, ContextBlock) or (isinstance(part, Inline) and part.text):
             out.append(part)
-        else:
-            raise PromptError(f"Prompt parts must be Inline or ContextBlock, got {type(part).__name__}.")
     if not out or not isinstance(out[-1], Inline):
         raise PromptError("A prompt must end with a non-empty Inline part (the task text); give the sample a query.")
     return tuple(out)

@@ -158,10 +158,6 @@ def tokenizer_reasons(
     return reasons
 
 
-def needs_tokenizer(config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]]) -> bool:
-    return bool(tokenizer_reasons(config_or_data_configs))
-
-
 def _stats(values: Sequence[int]) -> tuple[int, int, int]:
     return (min(values), int(statistics.median_low(values)), max(values)) if values else (0, 0, 0)
 

@@ -290,10 +290,7 @@ _SHARED: ContextVar[dict[tuple[Any, ...], tuple[dict[str, Any], SourceInfo]] | N
 def shared_tables() -> Iterator[None]:
     """Within this block, loading the same tables again returns the first load (recipes only read tables), so
     data configs over one source load and hash it once; a block inside another shares the outer one's tables."""
-    if _SHARED.get() is not None:
-        yield
-        return
-    token = _SHARED.set({})
+    token = _SHARED.set({} if (outer := _SHARED.get()) is None else outer)
     try:
         yield
     finally:
@@ -342,28 +339,21 @@ def load_tables(
     memo = _SHARED.get()
     memo = {} if memo is None else memo
     request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
-    mirror = _MIRROR.get()
-    if request in memo:
-        return memo[request]
-    if mirror is None or source is None or source not in mirror[1]:
-        memo[request] = _load_tables(*request)
-        return memo[request]
-    root = mirror[0]  # read the copy, recorded as the original
-    tables, info = _load_tables(str(mirrored(root, mirror[1][source])), *request[1:])
-    files = tuple((str(Path("/", Path(path).relative_to(root))), digest) for path, digest in info.files)
-    memo[request] = tables, replace(info, location=str(Path("/", Path(info.location).relative_to(root))), files=files)
+    if request not in memo:
+        mirror = _MIRROR.get()
+        if mirror is None or source is None or source not in mirror[1]:
+            memo[request] = _load_tables(request)
+        else:  # read the copy, recorded as the original
+            root = mirror[0]
+            tables, info = _load_tables((str(mirrored(root, mirror[1][source])), *request[1:]))
+            files = tuple((str(Path("/", Path(path).relative_to(root))), digest) for path, digest in info.files)
+            location = str(Path("/", Path(info.location).relative_to(root)))
+            memo[request] = tables, replace(info, location=location, files=files)
     return memo[request]
 
 
-def _load_tables(
-    source: str | None,
-    hub_id: str,
-    label: str,
-    hub_config: str | None,
-    dir_config: str | None,
-    splits: Sequence[str],
-    single_file_error: str | None,
-) -> tuple[dict[str, Any], SourceInfo]:
+def _load_tables(request: tuple[Any, ...]) -> tuple[dict[str, Any], SourceInfo]:
+    source, hub_id, label, hub_config, dir_config, splits, single_file_error = request
     kind, location = classify_source(source, hub_id)
     if kind == "hub":
         hint = "" if source is None else f" (no local file or directory named {source!r} exists either)"

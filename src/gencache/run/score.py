@@ -25,10 +25,9 @@ import numpy as np
 
 from gencache.artifact.store import Location, location
 from gencache.core.errors import ConfigError, DatasetError, first_line
-from gencache.data.answers import METRICS
 from gencache.data.recorded import load_recorded_tokenizer, open_recorded_run, rebuild_samples
-from gencache.data.samples import needs_tokenizer
-from gencache.data.scores import SCORE_COLUMNS, ScoredAnswer, rules_of, score_cache, score_format
+from gencache.data.samples import tokenizer_reasons
+from gencache.data.scores import METRICS, SCORE_COLUMNS, ScoredAnswer, rules_of, score_cache, score_format
 from gencache.run.export import check_out, write_atomic, write_rows
 
 NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
@@ -145,7 +144,7 @@ def score(
     out_path = None if out is None else check_out(out)
     try:
         reader, run = open_recorded_run(artifact)
-        tokenizer = load_recorded_tokenizer(run) if needs_tokenizer(run.config) else None
+        tokenizer = load_recorded_tokenizer(run) if tokenizer_reasons(run.config) else None
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
     except (ConfigError, DatasetError) as error:  # no run recorded, sources gone or changed
         raise type(error)(

@@ -16,8 +16,6 @@ from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, field_of
 
-SPLITS = ("train", "test")
-HUB_SPLIT = "test"
 # -- sentence splitting and chunking (gencache's own, deterministic; documented in docs/datasets.md) -------------
 
 #: The abbreviations (lowercase) whose "." does not end a sentence.
@@ -91,7 +89,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
         return kwargs.max_len >= 0
 
     def select(self, dc: DataConfigLike, kwargs: NIAHKwargs, tokenizer: Any | None) -> Selection[tuple[Any, Any]]:
-        if dc.split not in SPLITS:
+        if dc.split not in ("train", "test"):
             raise DatasetError(
                 f"Unknown split {dc.split!r} for niah; use 'train' or 'test' "
                 "(halves of the hub test table, shuffled with seed 42)."
@@ -107,8 +105,8 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
                 f"niah data_kwargs.max_len={kwargs.max_len} counts teacher tokens and needs a tokenizer; "
                 "pass the teacher's tokenizer or set max_len to -1."
             )
-        tables, info = self.tables(dc, splits=(HUB_SPLIT,), hub_config=dc.subset)
-        table = tables[HUB_SPLIT]
+        tables, info = self.tables(dc, splits=("test",), hub_config=dc.subset)
+        table = tables["test"]
         self.check_columns(table)
         total = len(table)
         order = list(range(total))
