@@ -22,6 +22,8 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
+
 from gencache.config.engines import ContinuousOptions, StaticOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS, ENGINE_STATIC
 from gencache.core.errors import ConfigError, GenerationError, first_line
@@ -35,7 +37,6 @@ from gencache.generation.engines import (
     KeyedPrompt,
     PrefixStats,
     Prompts,
-    available_host_memory,
     entry_of,
     kv_bytes_per_token,
     prefix_floor,
@@ -310,7 +311,7 @@ def generate_continuous(
     elif model.device.type == "cuda":
         budget = int(0.9 * torch.cuda.mem_get_info(model.device)[0]), "90% of free CUDA memory"
     else:
-        budget = available_host_memory() // 4, "a quarter of available host memory"
+        budget = psutil.virtual_memory().available // 4, "a quarter of available host memory"
     chosen = size_paged_cache(
         [len(ids) for _, ids in prompts],
         generation.max_new_tokens,

@@ -23,6 +23,8 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+import psutil  # type: ignore[import-untyped]
+
 from gencache.config.engines import VllmOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError, first_line
@@ -34,7 +36,6 @@ from gencache.generation.engines import (
     GeneratedEntry,
     PrefixStats,
     Prompts,
-    available_host_memory,
     entry_of,
     head_dim_of,
     kv_bytes_per_token,
@@ -123,7 +124,8 @@ def size_cpu_kv_cache(
             )
         concurrency = kv_bytes // per_request
     else:
-        budget, source = available_host_memory() // 4, "the workload, within a quarter of the available host memory"
+        budget = psutil.virtual_memory().available // 4
+        source = "the workload, within a quarter of the available host memory"
         if per_request > budget:
             raise GenerationError(
                 f"engine vllm: one request of {context} tokens needs {per_request / GIB:.2f} GiB of KV cache, more "
