@@ -93,8 +93,7 @@ def generate_entries(
     pad_id = int(pad_id if pad_id is not None else tokenizer.pad_token_id or 0)
     beams = generation.num_beams > 1
     config = copy.deepcopy(generation.config)
-    if not beams:
-        config.stop_strings = None
+    config.stop_strings = None  # the finish rule matches them (beam search takes none)
     scanner = FinishScanner.of(generation, tokenizer)
     cuda = [device] if device.type == "cuda" else []
     for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in prompts], batch_size)):
@@ -134,13 +133,8 @@ def generate_entries(
         generated = sequences[:, width:]
         del sequences, input_ids, attention_mask
         steps = generated.shape[1]
-        if recorder is not None:
-            found = recorder.finished
-        else:  # beam search: a hypothesis is final at its first EOS token
-            eos = FinishScanner(
-                eos_token_ids=generation.eos_token_ids, stop_strings=(), tokenizer=None, max_new_tokens=steps
-            )
-            found = [eos.scan(row) for row in generated.tolist()]
+        # beam search: a hypothesis is final at its first EOS token
+        found = recorder.finished if recorder else [scanner.scan(row) for row in generated.tolist()]
         # a row that never finished (generation ended for another reason) keeps everything, by length
         cuts = [hit or (steps, FINISH_LENGTH) for hit in found]
         for position, index in enumerate(batch):
