@@ -432,6 +432,15 @@ def parse_generation_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         ({"eos_token_id": [1, "2"]}, "eos_token_id: must be a token id"),
         ({"stop_strings": ["ok", ""]}, "stop_strings: must be"),
         ({"custom": object()}, "model.generation_kwargs.custom: input was not a valid JSON value"),
+        ({"stopping_criteria": [], "streamer": 1}, "stopping_criteria: not allowed here: "),
+        ({"stopping_criteria": [], "streamer": 1}, "streamer: not allowed here: "),
+        ({"max_length": 50}, "max_length: not supported: it counts the prompt tokens"),
+        ({"max_time": 5.0}, "max_time: not supported"),
+        ({"penalty_alpha": 0.6, "top_k": 4}, "penalty_alpha: not supported"),
+        ({"do_sample": "yes"}, "do_sample: must be true or false"),
+        ({"do_sample": True, "temperature": 0.0}, "temperature: must be > 0.0 (got 0.0)"),
+        ({"temperature": "hot"}, "temperature: must be a number"),
+        ({"num_beams": 0}, "num_beams: must be >= 1"),
     ],
 )
 def test_bad_generation_kwargs_are_refused_when_the_config_loads(kwargs: dict[str, Any], fragment: str) -> None:

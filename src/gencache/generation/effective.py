@@ -18,9 +18,7 @@ from gencache.config.generation import (
     SAMPLING_KEYS,
     effective_problems,
     engine_refusals,
-    generation_problems,
 )
-from gencache.config.messages import join_problems
 from gencache.config.names import LOGIT_FIELDS
 from gencache.core.errors import ConfigError, first_line
 from gencache.generation.teacher import hf, read_json_file
@@ -60,9 +58,6 @@ def resolve_generation(
     tokenizer's unless the user sets it, and settings of a decoding mode the run does not use are dropped (sampling
     parameters under greedy decoding, beam parameters without beams), so transformers cannot warn about them or
     re-fill them from the teacher. ``max_new_tokens`` decides the length (``max_length`` is refused)."""
-    problems = generation_problems(generation_kwargs)
-    if problems:
-        raise ConfigError(join_problems([((*FIELD.split("."), *loc), msg) for loc, msg in problems], None))
     unknown = sorted(set(generation_kwargs) - _known_generation_fields())
     if unknown:
         names = ", ".join(f"{FIELD}.{key}" for key in unknown)

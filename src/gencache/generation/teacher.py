@@ -141,13 +141,6 @@ def library_versions() -> dict[str, Any]:
 
 # -- determinism: in half precision on a GPU the logits of a row depend on the batch shape around it unless the
 # kernels are batch-invariant; these facts are what an audit's reader needs to judge a difference ------------------
-BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
-
-
-def env_batch_invariant() -> bool:
-    return os.environ.get(BATCH_INVARIANT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def gpu_of(device: str) -> tuple[str | None, str | None]:
     """The name and compute capability (``major.minor``) of the CUDA GPU of ``device``, or Nones without one."""
     import torch

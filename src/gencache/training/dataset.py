@@ -34,8 +34,6 @@ SequenceChoice = Literal["first", "random", "all"]
 Truncation = Literal["refuse", "left"]
 SEQUENCE_CHOICES: tuple[str, ...] = ("first", "random", "all")
 TRUNCATION_POLICIES: tuple[str, ...] = ("refuse", "left")
-#: Items per Arrow record batch of the datasets view.
-ROWS_PER_BATCH = 1024
 
 Missing = Literal["error", "skip"]
 MISSING_POLICIES: tuple[str, ...] = ("error", "skip")
@@ -361,8 +359,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         )
 
         def batches() -> Iterator[Any]:
-            for start in range(0, len(data), ROWS_PER_BATCH):
-                items = [data[index] for index in range(start, min(start + ROWS_PER_BATCH, len(data)))]
+            for start in range(0, len(data), 1024):  # items per Arrow record batch
+                items = [data[index] for index in range(start, min(start + 1024, len(data)))]
                 labels = [item["labels"].numpy() for item in items]
                 columns = [
                     [item["input_ids"].numpy() for item in items],

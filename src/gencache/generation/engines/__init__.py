@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -192,20 +191,6 @@ def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
     text = model_config.get_text_config()
     kv_heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
     return 2 * int(text.num_hidden_layers) * kv_heads * head_dim_of(model_config) * dtype_bytes
-
-
-def available_host_memory(meminfo: str = "/proc/meminfo") -> int:
-    """Bytes of host memory available without swapping: Linux's ``MemAvailable`` (the page cache counts, so reading
-    a model file does not shrink it), else the free pages the system reports, else 4 GiB."""
-    with contextlib.suppress(OSError, ValueError), open(meminfo, encoding="ascii", errors="replace") as lines:
-        for line in lines:
-            if line.startswith("MemAvailable:"):
-                value, *unit = line.split()[1:]
-                return int(value) * (1024 if unit == ["kB"] else 1)
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 4 * GIB
 
 
 # -- shared prompt prefixes ---------------------------------------------------------------------------------------

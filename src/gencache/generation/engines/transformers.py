@@ -22,6 +22,8 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
+
 from gencache.config.engines import ContinuousOptions, StaticOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS, ENGINE_STATIC
 from gencache.core.errors import ConfigError, GenerationError, first_line
@@ -35,7 +37,6 @@ from gencache.generation.engines import (
     KeyedPrompt,
     PrefixStats,
     Prompts,
-    available_host_memory,
     entry_of,
     kv_bytes_per_token,
     prefix_floor,
@@ -92,8 +93,7 @@ def generate_entries(
     pad_id = int(pad_id if pad_id is not None else tokenizer.pad_token_id or 0)
     beams = generation.num_beams > 1
     config = copy.deepcopy(generation.config)
-    if not beams:
-        config.stop_strings = None
+    config.stop_strings = None  # the finish rule matches them (beam search takes none)
     scanner = FinishScanner.of(generation, tokenizer)
     cuda = [device] if device.type == "cuda" else []
     for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in prompts], batch_size)):
@@ -133,13 +133,8 @@ def generate_entries(
         generated = sequences[:, width:]
         del sequences, input_ids, attention_mask
         steps = generated.shape[1]
-        if recorder is not None:
-            found = recorder.finished
-        else:  # beam search: a hypothesis is final at its first EOS token
-            eos = FinishScanner(
-                eos_token_ids=generation.eos_token_ids, stop_strings=(), tokenizer=None, max_new_tokens=steps
-            )
-            found = [eos.scan(row) for row in generated.tolist()]
+        # beam search: a hypothesis is final at its first EOS token
+        found = recorder.finished if recorder else [scanner.scan(row) for row in generated.tolist()]
         # a row that never finished (generation ended for another reason) keeps everything, by length
         cuts = [hit or (steps, FINISH_LENGTH) for hit in found]
         for position, index in enumerate(batch):
@@ -310,7 +305,7 @@ def generate_continuous(
     elif model.device.type == "cuda":
         budget = int(0.9 * torch.cuda.mem_get_info(model.device)[0]), "90% of free CUDA memory"
     else:
-        budget = available_host_memory() // 4, "a quarter of available host memory"
+        budget = psutil.virtual_memory().available // 4, "a quarter of available host memory"
     chosen = size_paged_cache(
         [len(ids) for _, ids in prompts],
         generation.max_new_tokens,

