@@ -29,7 +29,6 @@ from gencache.artifact.names import (
     STORAGE,
     TOKEN_DTYPE,
     Record,
-    record_lengths,
     shard_of,
     tensor_name,
 )
@@ -283,7 +282,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = caller.get("shard")
     reasons = dict.fromkeys(FINISH_REASONS, 0)
-    lengths = [n for record in records.values() for n in record_lengths(record)]
+    lengths = [n for record in records.values() for n in record[1::RECORD_STRIDE]]
     for record in records.values():
         for reason in record[4::RECORD_STRIDE]:
             reasons[reason] += 1

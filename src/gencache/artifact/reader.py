@@ -40,7 +40,7 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
     files_problem,
 )
-from gencache.artifact.remote import RangeTokens, RemoteArtifact
+from gencache.artifact.remote import RemoteArtifact
 from gencache.artifact.resolved import resolved_config_problems
 from gencache.artifact.shards import find_shards
 from gencache.artifact.store import Location, location, open_regular, read_regular, read_resolved_config
@@ -140,7 +140,7 @@ class CacheReader(GenerationCache):
     once, on its first read (:class:`FormatError`, :class:`IntegrityError`), and served from the map after that.
     """
 
-    _tokens: np.ndarray[Any, np.dtype[np.int64]] | RangeTokens | None
+    _tokens: np.ndarray[Any, np.dtype[np.int64]] | RemoteArtifact | None
 
     def __init__(self, path: PathLike | S3Url, *, download: bool = True, cache_dir: PathLike | None = None) -> None:
         self.path: Location = location(path)
@@ -191,13 +191,13 @@ class CacheReader(GenerationCache):
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
 
-    def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RangeTokens:
+    def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RemoteArtifact:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
         first use (on a bucket: of the payload downloaded into the local cache, or range reads without it)."""
         if self._fd is None:  # on a bucket, not downloaded yet
             assert self._remote is not None
             if not self.download:
-                self._tokens = RangeTokens(self._remote)
+                self._tokens = self._remote
                 return self._tokens
             self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
             self._close_fd = weakref.finalize(self, os.close, self._fd)
