@@ -24,11 +24,7 @@ import numpy as np
 from gencache.artifact._index import TEXTS, CompactIndex, build_index, check_payload, manifest_tail
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.header import read_length_prefix
-from gencache.artifact.manifest import (
-    check_manifest,
-    content_digest,
-    json_file_bytes,
-)
+from gencache.artifact.manifest import check_manifest, content_digest, json_file_bytes
 from gencache.artifact.names import (
     ARTIFACT_FILES,
     FINISH_REASONS,
@@ -45,11 +41,7 @@ from gencache.artifact.resolved import resolved_config_problems
 from gencache.artifact.shards import find_shards
 from gencache.artifact.store import Location, location, open_regular, read_regular, read_resolved_config
 from gencache.config.paths import S3Url
-from gencache.core.errors import (
-    FormatError,
-    GencacheError,
-    IntegrityError,
-)
+from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
