@@ -39,7 +39,7 @@ from gencache.artifact.names import (
 from gencache.artifact.remote import RemoteArtifact
 from gencache.artifact.resolved import resolved_config_problems
 from gencache.artifact.shards import find_shards
-from gencache.artifact.store import Location, location, open_regular, read_regular, read_resolved_config
+from gencache.artifact.store import Location, PathLike, location, open_regular, read_regular, read_resolved_config
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
@@ -96,7 +96,6 @@ def check_artifact_files(path: Path) -> None:
             raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, do not link).")
 
 
-PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]
 MAX_LISTED_PROBLEMS = 100
 
