@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import mmap
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,7 +184,7 @@ def check_payload(top: dict[str, Any], header_raw: bytes, payload_size: int) -> 
         and sum(reasons.values()) == len(lengths)
     ):
         raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
-    check_summary(top["summary"], _KeySet(keys), len(lengths), tokens, reasons)
+    check_summary(top["summary"], len(keys), (raw.decode() for raw in keys.tolist()), len(lengths), tokens, reasons)
     return keys, first, starts, lengths
 
 
@@ -228,22 +228,6 @@ def _canonical_manifest(manifest: Buffer) -> bytes:
         raise FormatError(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
     check_manifest(parsed)
     return json.dumps(parsed, sort_keys=True, separators=(",", ":")).encode()
-
-
-class _KeySet(Mapping[str, None]):
-    """The keys of the index as the mapping :func:`check_summary` counts and iterates."""
-
-    def __init__(self, keys: np.ndarray) -> None:
-        self._keys = keys
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __iter__(self) -> Iterator[str]:
-        return (raw.decode() for raw in self._keys.tolist())
-
-    def __getitem__(self, key: str) -> None:
-        return None
 
 
 # -- the header --------------------------------------------------------------------------------------------------

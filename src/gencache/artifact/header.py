@@ -18,19 +18,16 @@ from gencache.artifact.names import (
     LENGTH_PREFIX_BYTES,
     MAX_HEADER_BYTES,
     PAYLOAD_NAME,
+    RECORD_STRIDE,
     TOKEN_BYTES,
     TOKEN_DTYPE,
     Record,
-    is_single,
-    record_lengths,
     tensor_name,
 )
 from gencache.core.canonical import canonical_json, is_int
 from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
 
 _METADATA_NAME = "__metadata__"
-HEADER_PADDING = b" "
-"""What fills the header's reserved capacity after its JSON."""
 
 
 def _tensor_member_text(name: str, start: object, end: object, n: object) -> str:
@@ -95,11 +92,11 @@ def build_header(
         if position == at:
             append(meta)
         record = records[key]
-        if is_single(record):  # _tensor_member_text(tensor_name(key, 0), ...), inlined
+        if len(record) == 1 + RECORD_STRIDE:  # one sequence: _tensor_member_text(tensor_name(key, 0), ...), inlined
             start, n = record[0], record[1]
             append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":"I64","shape":[{n}]}}')
             continue
-        start, lengths = record[0], record_lengths(record)
+        start, lengths = record[0], record[1::RECORD_STRIDE]
         starts = []
         for n in lengths:
             starts.append(start)

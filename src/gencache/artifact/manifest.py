@@ -29,7 +29,6 @@ from gencache.artifact.names import (
     STORAGE,
     TOKEN_DTYPE,
     Record,
-    record_lengths,
     shard_of,
     tensor_name,
 )
@@ -221,7 +220,7 @@ def check_manifest(value: object) -> Manifest:
         tokens += sum(lengths)
         for reason in entry["finish_reasons"]:
             reasons[reason] += 1
-    check_summary(manifest.summary, manifest.entries, sequences, tokens, reasons)
+    check_summary(manifest.summary, len(manifest.entries), manifest.entries, sequences, tokens, reasons)
     return manifest
 
 
@@ -283,7 +282,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = caller.get("shard")
     reasons = dict.fromkeys(FINISH_REASONS, 0)
-    lengths = [n for record in records.values() for n in record_lengths(record)]
+    lengths = [n for record in records.values() for n in record[1::RECORD_STRIDE]]
     for record in records.values():
         for reason in record[4::RECORD_STRIDE]:
             reasons[reason] += 1
@@ -318,20 +317,19 @@ def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], 
 
 
 def check_summary(
-    value: Any, entries: Mapping[str, Any], sequences: int, tokens: int, reasons: Mapping[str, int]
-) -> dict[str, Any]:
-    """Check a read manifest's ``summary`` against the counts of its ``entries``; return it unchanged."""
+    value: Any, entries: int, keys: Iterable[str], sequences: int, tokens: int, reasons: Mapping[str, int]
+) -> None:
+    """Check a read manifest's ``summary`` against the counts of its ``entries`` (whose ``keys`` are iterated once)."""
     where = "manifest.json summary"
     summary = _convert(value, _Summary, where)
-    counted = {"entries": len(entries), "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
+    counted = {"entries": entries, "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
     for field, expected in counted.items():
         if value[field] != expected:
             raise FormatError(f"{where}.{field} is {value[field]!r} but the entries hold {expected!r}.")
     check_data_configs(value["data_configs"], f"{where}.data_configs")
     if summary.shard is not None and summary.shard.index >= summary.shard.count:
         raise FormatError(f"{where}.shard.index must be below its count {summary.shard.count}.")
-    _check_runs(value, entries, where)
-    return dict(value)
+    _check_runs(value, keys, where)
 
 
 def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> None:

@@ -13,9 +13,9 @@ import numpy as np
 
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.reader import CacheReader, PathLike
+from gencache.artifact.reader import CacheReader
 from gencache.artifact.shards import check_shard_set, expand_output
-from gencache.artifact.store import Location
+from gencache.artifact.store import Location, PathLike
 from gencache.config.paths import S3Url
 from gencache.core.errors import CompatibilityError, FormatError, ShardError
 

@@ -88,12 +88,3 @@ relative to the data start (an entry's sequences are contiguous, in order); per 
 ``record[4::RECORD_STRIDE]`` the finish reasons."""
 
 RECORD_STRIDE = 4  # fields per sequence, after the leading start
-
-
-def is_single(record: Record) -> bool:
-    """Whether ``record`` holds one sequence (the common case the encoders take a fast path for)."""
-    return len(record) == 1 + RECORD_STRIDE
-
-
-def record_lengths(record: Record) -> tuple[int, ...]:
-    return record[1::RECORD_STRIDE]

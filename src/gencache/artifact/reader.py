@@ -24,11 +24,7 @@ import numpy as np
 from gencache.artifact._index import TEXTS, CompactIndex, build_index, check_payload, manifest_tail
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.header import read_length_prefix
-from gencache.artifact.manifest import (
-    check_manifest,
-    content_digest,
-    json_file_bytes,
-)
+from gencache.artifact.manifest import check_manifest, content_digest, json_file_bytes
 from gencache.artifact.names import (
     ARTIFACT_FILES,
     FINISH_REASONS,
@@ -40,16 +36,12 @@ from gencache.artifact.names import (
     TOKEN_BYTES,
     files_problem,
 )
-from gencache.artifact.remote import RangeTokens, RemoteArtifact
+from gencache.artifact.remote import RemoteArtifact
 from gencache.artifact.resolved import resolved_config_problems
 from gencache.artifact.shards import find_shards
-from gencache.artifact.store import Location, location, open_regular, read_regular, read_resolved_config
+from gencache.artifact.store import Location, PathLike, location, open_regular, read_regular, read_resolved_config
 from gencache.config.paths import S3Url
-from gencache.core.errors import (
-    FormatError,
-    GencacheError,
-    IntegrityError,
-)
+from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
@@ -104,7 +96,6 @@ def check_artifact_files(path: Path) -> None:
             raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, do not link).")
 
 
-PathLike = str | os.PathLike[str]
 ProgressCallback = Callable[[int, int], None]
 MAX_LISTED_PROBLEMS = 100
 
@@ -140,7 +131,7 @@ class CacheReader(GenerationCache):
     once, on its first read (:class:`FormatError`, :class:`IntegrityError`), and served from the map after that.
     """
 
-    _tokens: np.ndarray[Any, np.dtype[np.int64]] | RangeTokens | None
+    _tokens: np.ndarray[Any, np.dtype[np.int64]] | RemoteArtifact | None
 
     def __init__(self, path: PathLike | S3Url, *, download: bool = True, cache_dir: PathLike | None = None) -> None:
         self.path: Location = location(path)
@@ -191,13 +182,13 @@ class CacheReader(GenerationCache):
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
 
-    def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RangeTokens:
+    def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RemoteArtifact:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
         first use (on a bucket: of the payload downloaded into the local cache, or range reads without it)."""
         if self._fd is None:  # on a bucket, not downloaded yet
             assert self._remote is not None
             if not self.download:
-                self._tokens = RangeTokens(self._remote)
+                self._tokens = self._remote
                 return self._tokens
             self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
             self._close_fd = weakref.finalize(self, os.close, self._fd)

@@ -90,14 +90,8 @@ class RemoteArtifact:
                     temp.unlink()
         return path
 
-
-class RangeTokens:
-    """The payload's tokens read by range requests: ``tokens[start:stop]`` (in tokens) is one request."""
-
-    def __init__(self, remote: RemoteArtifact) -> None:
-        self.remote = remote
-
     def __getitem__(self, span: slice) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The payload's tokens ``[start:stop]`` (in tokens), read by one range request."""
         start, stop = int(span.start), int(span.stop)
-        data = self.remote.read(PAYLOAD_NAME, start * TOKEN_BYTES, (stop - start) * TOKEN_BYTES)
+        data = self.read(PAYLOAD_NAME, start * TOKEN_BYTES, (stop - start) * TOKEN_BYTES)
         return np.frombuffer(bytearray(data), dtype="<i8")

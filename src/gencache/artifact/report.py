@@ -15,10 +15,10 @@ import numpy as np
 
 from gencache.artifact.manifest import PROVENANCE_FIELDS, check_data_configs
 from gencache.artifact.names import ARTIFACT_FILES, FORMAT_VERSION, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
-from gencache.artifact.reader import CacheReader, PathLike, ProgressCallback, verify
+from gencache.artifact.reader import CacheReader, ProgressCallback, verify
 from gencache.artifact.resolved import DIGEST_FIELD, nested, with_resolved_digest
 from gencache.artifact.shards import ShardSet, check_shard_set, find_shards, stray_directory
-from gencache.artifact.store import Location, exists, listdir, location, read_resolved_config
+from gencache.artifact.store import Location, PathLike, exists, listdir, location, read_resolved_config
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError, GencacheError
 

@@ -9,18 +9,15 @@ read; it opens no artifact itself.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gencache.artifact.names import ARTIFACT_FILES, parse_shard_dir_name
-from gencache.artifact.store import Location, exists, listdir, location
+from gencache.artifact.store import Location, PathLike, exists, listdir, location
 from gencache.config.paths import S3Url
 from gencache.core.errors import ShardError
-
-PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)

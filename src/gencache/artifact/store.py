@@ -22,6 +22,7 @@ from gencache.core.errors import ConfigError, FormatError, GencacheError, Output
 
 S3Client = Any  # boto3's client (typed by the optional boto3-stubs only)
 Location = Path | S3Url
+PathLike = str | os.PathLike[str]
 T = TypeVar("T")
 _ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION")
 

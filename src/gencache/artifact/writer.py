@@ -12,7 +12,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from gencache.artifact.header import HEADER_PADDING, build_header, length_prefix
+from gencache.artifact.header import build_header, length_prefix
 from gencache.artifact.manifest import (
     build_summary,
     check_provenance,
@@ -128,7 +128,7 @@ class _PayloadFile:
     def reserve(self, prefix: bytes, capacity: int) -> None:
         self.size = LENGTH_PREFIX_BYTES + capacity
         write_at(self.fd, [prefix], 0)
-        spaces = HEADER_PADDING * min(capacity, 8 * 1024 * 1024)  # written in pieces of at most 8 MiB
+        spaces = b" " * min(capacity, 8 * 1024 * 1024)  # written in pieces of at most 8 MiB
         for offset in range(0, capacity, len(spaces)):
             write_at(self.fd, [spaces[: capacity - offset]], LENGTH_PREFIX_BYTES + offset)
 
