@@ -259,7 +259,7 @@ def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
     with pytest.raises(ConfigError, match="no GPUs"):
         worker_shape("auto", 1, 1.0, {"CPU": 8.0})
     with pytest.raises(ConfigError, match="--worker-gpus"):
-        RayOptions(worker_gpus=0.0).check()
+        RayOptions(worker_gpus=0.0)
 
 
 def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(

@@ -76,10 +76,10 @@ class RayOptions:
     max_retries: int = 3
     timeout: float = 600.0
 
-    def check(self) -> None:
-        for name, value, least in (("shards", self.shards, 1), ("workers", self.workers, 1)):
-            if value is not None and (isinstance(value, bool) or value < least):
-                raise ConfigError(f"--{name} must be at least {least}, got {value}.")
+    def __post_init__(self) -> None:
+        for name, value in (("shards", self.shards), ("workers", self.workers)):
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise ConfigError(f"--{name} must be at least 1, got {value}.")
         if isinstance(self.max_retries, bool) or self.max_retries < 0:
             raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}.")
         if not self.worker_gpus > 0:
@@ -321,7 +321,6 @@ def generate_on_ray(
     ``progress`` as for :func:`gencache.generate`."""
     options, overrides = options or RayOptions(), overrides or Overrides()
     env = os.environ if env is None else env
-    options.check()
     if shard is not None:
         raise ShardError(
             f"--ray runs every shard on the cluster; drop --shard {shard} (or drop --ray to generate one shard here)."
@@ -647,18 +646,15 @@ class TallyProgress:
     def start(self, total_samples: int) -> None:  # the driver knows every shard's size
         pass
 
-    def advance(self, samples: int, tokens: int) -> None:
+    def advance(self, samples: int, tokens: int, *, last: bool = False) -> None:
         self.samples, self.tokens = self.samples + samples, self.tokens + tokens
-        if time.monotonic() - self.sent >= REPORT_INTERVAL_S:
-            self.send()
-
-    def send(self) -> None:
-        self.last: Any = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
-        self.samples = self.tokens = 0
-        self.sent = time.monotonic()
+        if last or time.monotonic() - self.sent >= REPORT_INTERVAL_S:
+            self.last: Any = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
+            self.samples = self.tokens = 0
+            self.sent = time.monotonic()
 
     def close(self) -> None:
         import ray
 
-        self.send()
+        self.advance(0, 0, last=True)
         ray.get(self.last)
