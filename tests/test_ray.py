@@ -242,11 +242,10 @@ def test_addresses_resolve_as_documented() -> None:
     from gencache.core.errors import ConfigError
     from gencache.run.ray import resolve_address
 
-    assert resolve_address(None, {}).local
-    assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}).value == "10.0.0.1:6379"
+    assert resolve_address(None, {}) == "local"
+    assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
     assert resolve_address("auto", {"RAY_ADDRESS": "head:6379"}) == resolve_address("head:6379", {})
-    client = resolve_address("ray://head:10001", {})
-    assert (client.host, client.port) == ("head", 10001)
+    assert resolve_address("ray://head:10001", {}) == "ray://head:10001"
     for bad in ("head", "head:port", "http://head:1", "head:70000"):
         with pytest.raises(ConfigError):
             resolve_address(bad, {})
@@ -264,7 +263,7 @@ def test_a_worker_takes_its_share_of_a_gpu_or_one_cpu() -> None:
     with pytest.raises(ConfigError, match="no GPUs"):
         worker_shape("auto", 1, 1.0, {"CPU": 8.0})
     with pytest.raises(ConfigError, match="--worker-gpus"):
-        RayOptions(worker_gpus=0.0).check()
+        RayOptions(worker_gpus=0.0)
 
 
 def test_a_shard_that_cannot_succeed_ends_the_run_with_its_error_named_once(

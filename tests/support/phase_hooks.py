@@ -73,10 +73,15 @@ def install(*, run: bool = False) -> None:
     before(publish, "fsync_dir", lambda path: None if publish.TEMP_RE.match(Path(path).name) else "renamed")
     after(writer, "publish", "published")
     if run:
-        from gencache.run import api, session
+        from gencache.run import session
 
         after(session.TeacherSession, "load", "model_loaded")
-        after(api._Run, "execute", "run_finished")
+        last = "run_finished"  # after the last target's publish, inside the run
+        after(
+            session.TeacherSession,
+            "publish",
+            lambda run, target, *_: last if target is run.inputs.targets[-1] else None,
+        )
 
 
 if __name__ == "__main__":

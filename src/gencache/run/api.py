@@ -5,6 +5,7 @@ to the caller's ``notify`` and progress to the caller's ``progress`` factory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -15,10 +16,10 @@ from typing import Any
 from gencache.artifact.store import Location
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
 from gencache.core.progress import Notify, Progress, ProgressFactory, StagedProgress
-from gencache.run.plan import Overrides, Plan
+from gencache.run.plan import Overrides
 from gencache.run.preflight import Preflight, plan_run, preflight
 from gencache.run.ray import RayOptions, generate_on_ray
-from gencache.run.session import RunInputs, TeacherSession
+from gencache.run.session import TeacherSession
 
 Settings = Mapping[str, Any] | Sequence[str]
 PathLike = str | os.PathLike[str]
@@ -98,15 +99,68 @@ def generate(
         return on_ray.output_dir
     say("status", f"checking {os.fspath(config)}: the config, the data, the tokenizer and the teacher's files")
     plan = plan_run(config, changes, shard, shards, env, skip_published or shards is not None)
-    run = _Run(plan, say, progress)
+    published: list[Location] = []
+    current: Location | None = None
+    started = False
     try:
         found = preflight(plan, env)
         for path in plan.published:
             say("info", f"already published and verified: {path}")
-        if plan.pending:
-            run.execute(found.run_inputs())
+        if not plan.pending:
+            return plan.output_dir
+        inputs = found.run_inputs()
+        pending, samples, setup = inputs.targets, inputs.samples, plan.config
+        if samples.conflicting_prompts:
+            say(
+                "warning",
+                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts (another template or "
+                "rendering option); the first occurrence's prompt is generated for all.",
+            )
+        total = sum(len(t.keys) for t in pending)
+        say(
+            "info",
+            f"{total} unique samples to generate ({samples.duplicates} duplicates skipped"
+            f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
+            f"{inputs.generation.max_new_tokens}, engine {setup.engine}"
+            f"{f', batch size {setup.gen_batch_size}' if setup.engine == 'transformers' else ''}, "
+            f"device {inputs.device}",
+        )
+        inputs.engine.import_libraries()  # the load below is timed alone, without the imports
+        say("status", f"loading the teacher {setup.model.model_path}")
+        loading = time.monotonic()
+        session = TeacherSession(plan, inputs)
+        session.load()
+
+        def loaded() -> None:
+            say("info", f"teacher loaded in {_seconds(time.monotonic() - loading)}")
+
+        deferred = inputs.engine.loads_with_prompts  # vLLM on a CPU builds its model with the prompts
+        if deferred:
+            say("info", f"{setup.engine} loads the teacher with the first prompts (it sizes its cache from them)")
+        else:
+            loaded()
+        started = True
+        bar = _LoadedOnStart(progress(total) if progress else None, total, loaded if deferred else None)
+        with contextlib.closing(bar):
+            for target in pending:
+                if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
+                    where = f"shard {target.shard.index}/{target.shard.count}"
+                    bar.stage(where)
+                    if not target.keys:  # still published (empty), so the set of shards is complete
+                        say("warning", f"{where} owns none of the keys; publishing it empty")
+                current = target.output_dir
+                done = session.publish(target, bar, on_published=published.append)
+                if target is pending[-1]:  # the bar's final line comes before the last word
+                    bar.close()
+                say(
+                    "info",
+                    f"published {target.output_dir} ({done.entries} entries, {done.tokens} tokens, "
+                    f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
+                )
     except Stopped as stop:  # the caller's signal handlers raised it: say what is on disk
-        stop.run = run.stopped()
+        generating = None if current is None or current in published else str(current)
+        remaining = started and len(published) < len(plan.pending)
+        stop.run = StoppedRun(tuple(map(str, published)), generating, started=started, remaining=remaining)
         raise
     return plan.output_dir
 
@@ -128,73 +182,3 @@ class _LoadedOnStart(StagedProgress):
         if self.loaded is not None and not self.started:
             self.loaded()
         super().start(total_samples)
-
-
-class _Run:
-    """The weights-loading part of a run (one model load, then each pending target in turn), and where it stands
-    when a stop interrupts it."""
-
-    def __init__(self, plan: Plan, say: Notify, progress: ProgressFactory | None) -> None:
-        self.plan, self.say, self.progress = plan, say, progress
-        self.published: list[Location] = []
-        self.current: Location | None = None
-        self.started = False
-
-    def execute(self, inputs: RunInputs) -> None:
-        config, pending, samples, say = self.plan.config, inputs.targets, inputs.samples, self.say
-        if samples.conflicting_prompts:
-            say(
-                "warning",
-                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts (another template or "
-                "rendering option); the first occurrence's prompt is generated for all.",
-            )
-        total = sum(len(t.keys) for t in pending)
-        say(
-            "info",
-            f"{total} unique samples to generate ({samples.duplicates} duplicates skipped"
-            f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
-            f"{inputs.generation.max_new_tokens}, engine {config.engine}"
-            f"{f', batch size {config.gen_batch_size}' if config.engine == 'transformers' else ''}, "
-            f"device {inputs.device}",
-        )
-        inputs.engine.import_libraries()  # the load below is timed alone, without the imports
-        say("status", f"loading the teacher {config.model.model_path}")
-        started = time.monotonic()
-        session = TeacherSession(self.plan, inputs)
-        session.load()
-
-        def loaded() -> None:
-            say("info", f"teacher loaded in {_seconds(time.monotonic() - started)}")
-
-        deferred = inputs.engine.loads_with_prompts  # vLLM on a CPU builds its model with the prompts
-        if deferred:
-            say("info", f"{config.engine} loads the teacher with the first prompts (it sizes its cache from them)")
-        else:
-            loaded()
-        self.started = True
-        bar = _LoadedOnStart(self.progress(total) if self.progress else None, total, loaded if deferred else None)
-        try:
-            for target in pending:
-                if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
-                    where = f"shard {target.shard.index}/{target.shard.count}"
-                    bar.stage(where)
-                    if not target.keys:  # still published (empty), so the set of shards is complete
-                        say("warning", f"{where} owns none of the keys; publishing it empty")
-                self.current = target.output_dir
-                done = session.publish(target, bar, on_published=self.published.append)
-                if target is pending[-1]:  # the bar's final line comes before the last word
-                    bar.close()
-                say(
-                    "info",
-                    f"published {target.output_dir} ({done.entries} entries, {done.tokens} tokens, "
-                    f"{_seconds(done.seconds)}, rename: {done.rename_mode})",
-                )
-        finally:
-            bar.close()
-
-    def stopped(self) -> StoppedRun:
-        """Where the run stands, for the line of a stop that interrupts it."""
-        published = tuple(str(path) for path in self.published)
-        generating = None if self.current is None or self.current in self.published else str(self.current)
-        remaining = self.started and len(published) < len(self.plan.pending)
-        return StoppedRun(published=published, generating=generating, started=self.started, remaining=remaining)
