@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gencache.artifact.names import TEMP_RE
 from gencache.artifact.publish import clean
 from gencache.artifact.store import Location, exists
 from gencache.artifact.upload import clean as clean_prefix
@@ -54,8 +55,8 @@ SHARDS_PER_WORKER = 8
 REPORT_INTERVAL_S = 0.5
 #: Seconds the probe of a cluster's address waits for it to answer.
 CONNECT_TIMEOUT_S = 5.0
-#: Seconds the end of a run waits for its killed workers to exit (and free their shards' locks, so that their
-#: temporary directories can be removed); they usually take well under one.
+#: Seconds the end of a run waits for its killed workers to exit and free their shards' locks, so that their
+#: temporary directories can be removed (under a second, unless the machine is loaded).
 KILL_WAIT_S = 30.0
 #: Ray's message for a node whose agents did not start in time (ray issue #65983, a loaded machine), and how often
 #: a local start meets it at most.
@@ -343,18 +344,26 @@ def generate_on_ray(
     run = RayRun(plan.base, address, spec.count if spec else 0, 0, options.max_retries)
     say: Notify = notify or (lambda level, text: None)
 
-    def left_behind() -> list[str]:
+    def left_behind(wait: float = 0.0) -> list[str]:
         """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
-        free), or on a bucket their uploads and uncommitted objects (their lock is stale)."""
+        free), or on a bucket their uploads and uncommitted objects (their lock is stale). ``wait``: seconds to
+        wait for killed workers to exit and free their locks (Ray reports an actor dead before its process ends)."""
         parent, outputs = plan.base.parent, {t.output_dir.name for t in plan.targets}
         if isinstance(parent, S3Url):
             return clean_prefix(parent, outputs)
-        return [str(path) for path in clean(parent, outputs)] if parent.is_dir() else []
+        if not parent.is_dir():
+            return []
+        removed, deadline = clean(parent, outputs), time.monotonic() + wait
+        while time.monotonic() < deadline and any(
+            (match := TEMP_RE.match(name)) and match["name"] in outputs for name in os.listdir(parent)
+        ):
+            time.sleep(POLL_S)
+            removed += clean(parent, outputs)
+        return [str(path) for path in removed]
 
     def drive() -> None:
         """Fix the count when it was not known, check the shards still to publish and generate them, each handed
-        to whichever worker is free; every worker is killed at the end (and waited for, so that a stopped worker's
-        temporary directory can be removed)."""
+        to whichever worker is free; every worker is killed at the end (``left_behind`` waits for their exit)."""
         nonlocal plan
         config = plan.config
         resources = ray.cluster_resources()
@@ -416,8 +425,6 @@ def generate_on_ray(
             bar.close()
             for actor in [*actors, tally]:
                 ray.kill(actor, no_restart=True)
-            gone = [a.pid.options(max_task_retries=0).remote() for a in actors]
-            ray.wait(gone, num_returns=len(gone), timeout=KILL_WAIT_S)
         if missing := sorted(set(pending) - {r.index for r in run.records}):
             raise GenerationError(
                 f"shards {', '.join(f'{i:05d}' for i in missing)} of {run.shards} were not published: their workers "
@@ -502,7 +509,7 @@ def generate_on_ray(
         stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
         raise
     finally:  # the temporary directories of workers that died or were stopped with the run
-        run.removed += left_behind()
+        run.removed += left_behind(KILL_WAIT_S)
     run.seconds = time.monotonic() - started
     return run
 
@@ -543,10 +550,6 @@ class ShardWorker:
         self.plan: Plan | None = None
         self.session: TeacherSession | None = None
         self.targets: dict[int, Target] = {}
-
-    def pid(self) -> int:
-        """This worker's process id, once it runs."""
-        return os.getpid()
 
     def publish(self, index: int) -> ShardRecord:
         """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
