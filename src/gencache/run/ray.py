@@ -176,12 +176,25 @@ def import_ray(local: bool = False) -> Any:
     return ray
 
 
-def resolve_address(given: str | None, env: Mapping[str, str]) -> str:
-    """Where ``--ray`` connects, as ``ray.init`` takes it: ``given`` (an address, ``auto`` or ``local``, which starts
-    an instance here) or, when None, ``RAY_ADDRESS`` or a local instance."""
+@dataclass(frozen=True)
+class Address:
+    """Where ``--ray`` connects: ``value`` as given to ``ray.init`` (``"local"`` starts an instance here), and the
+    host and port the probe opens (None for a local instance)."""
+
+    value: str
+    host: str | None = None
+    port: int | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.value == "local"
+
+
+def resolve_address(given: str | None, env: Mapping[str, str]) -> Address:
+    """``given`` (an address, ``auto`` or ``local``) or, when None, ``RAY_ADDRESS`` or a local instance."""
     text = (given or "").strip() or env.get("RAY_ADDRESS", "").strip() or "local"
     if text == "local":
-        return text
+        return Address("local")
     if text == "auto":
         found = env.get("RAY_ADDRESS", "").strip()
         if not found:
@@ -204,30 +217,29 @@ def resolve_address(given: str | None, env: Mapping[str, str]) -> str:
     host, _, port = rest.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"--ray {text} is not a Ray address: use HOST:PORT, ray://HOST:PORT, auto or local.")
-    return text
+    return Address(text, host.strip("[]"), int(port))
 
 
-def check_reachable(address: str) -> None:
+def check_reachable(address: Address) -> None:
     """One line, in seconds, when nothing answers at the cluster's address or what answers is not Ray: both Ray's
     cluster port and its client port speak gRPC, whose server answers an HTTP/2 greeting with a SETTINGS frame
     (an HTTP/1 server such as the dashboard answers ``HTTP/1.1 400``)."""
-    if address == "local":
+    if address.host is None or address.port is None:
         return
-    host, _, port = address.rpartition("://")[2].rpartition(":")
-    host, where = host.strip("[]"), f"--ray {address}"
+    where = f"--ray {address.value}"
     try:
-        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
+        with socket.create_connection((address.host, address.port), timeout=CONNECT_TIMEOUT_S) as probe:
             probe.sendall(_HTTP2_HELLO)
             answer = probe.recv(9)
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
         raise ConfigError(
-            f"{where}: no Ray cluster answers at {host}:{port} ({reason}); start one "
+            f"{where}: no Ray cluster answers at {address.host}:{address.port} ({reason}); start one "
             "(ray start --head) or check the address."
         ) from None
     if len(answer) < 4 or answer[3] != 4:  # the frame type of SETTINGS
         raise ConfigError(
-            f"{where}: what answers at {host}:{port} is not a Ray cluster (a web server, such as "
+            f"{where}: what answers at {address.host}:{address.port} is not a Ray cluster (a web server, such as "
             "the dashboard?); give the cluster's GCS port (6379 by default, the port `ray start --head` prints), or "
             "ray://HOST:10001."
         )
@@ -245,16 +257,16 @@ def _stop_in(error: BaseException) -> BaseException | None:
 
 
 @contextlib.contextmanager
-def connected(ray: Any, address: str) -> Iterator[None]:
+def connected(ray: Any, address: Address) -> Iterator[None]:
     """Connected to the cluster for the block (a local instance is started and stopped with it); a process already
     connected to Ray keeps its connection. The signal handlers ``ray.init`` replaces come back at once, the
     environment variables it sets when the block ends. A local start that hit the raylet's fixed agent timeout is
     tried again after a clean shutdown, up to :data:`LOCAL_START_ATTEMPTS` times. A stop raised inside one of Ray's
     C calls goes on as itself."""
     options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address == "local":
+    if address.local:
         options["include_dashboard"] = False
-    attempts = LOCAL_START_ATTEMPTS if address == "local" else 1
+    attempts = LOCAL_START_ATTEMPTS if address.local else 1
     try:
         if ray.is_initialized():
             yield
@@ -263,16 +275,16 @@ def connected(ray: Any, address: str) -> Iterator[None]:
             for attempt in range(1, attempts + 1):
                 try:
                     with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them
-                        ray.init(address=address, **options)
+                        ray.init(address=address.value, **options)
                     break
                 except BaseException as error:
                     ray.shutdown()  # what a failed or stopped start started
                     if _stop_in(error) is not None:
                         raise
                     if isinstance(error, ConnectionError):
-                        raise ConfigError(f"--ray {address}: cannot connect ({error}).") from None
+                        raise ConfigError(f"--ray {address.value}: cannot connect ({error}).") from None
                     if STARTUP_TIMEOUT not in str(error) or attempt == attempts:
-                        what = "start a local Ray instance" if address == "local" else f"connect to {address}"
+                        what = "start a local Ray instance" if address.local else f"connect to {address.value}"
                         raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
             try:
                 yield
@@ -334,38 +346,54 @@ def generate_on_ray(
             f"--ray runs the whole run from one driver, but this process is rank {launched.index} of "
             f"{launched.count} under {launched.origin}; start the driver once, outside torchrun/srun (or drop --ray)."
         )
-    address = resolve_address(options.address, env)
-    ray = import_ray(local=address == "local")
-    check_reachable(address)
+    where = resolve_address(options.address, env)
+    ray = import_ray(local=where.local)
+    check_reachable(where)
     # every problem of the config before connecting; no launcher's ranks apply: the driver is not one
     config_path = os.path.abspath(os.fspath(config_path))
     plan = plan_run(config_path, overrides, None, options.shards, {}, True, keep_split=True)
     spec, started = plan.targets[0].shard, time.monotonic()
-    run = RayRun(plan.base, address, spec.count if spec else 0, 0, options.max_retries)
-    say: Notify = notify or (lambda level, text: None)
+    run = RayRun(plan.base, where.value, spec.count if spec else 0, 0, options.max_retries)
+    driver = _Driver(ray, plan, config_path, overrides, notify or (lambda level, text: None), progress, run)
+    try:
+        for target in plan.targets:
+            if target.shard is not None and target.output_dir in plan.published:
+                run.records.append(ShardRecord(target.shard.index, target.output_dir, "skipped"))
+                driver.say("info", f"already published and verified: {target.output_dir}")
+        run.removed += driver.clean()
+        for removed in run.removed:
+            driver.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
+        if not run.shards or plan.pending:  # else every shard is published: nothing to connect for
+            local = "starting a local Ray instance"
+            driver.say("status", local if where.local else f"connecting to the Ray cluster at {where.value}")
+            with connected(ray, where):
+                driver.generate(options)
+    except Stopped as stop:
+        done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
+        stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
+        raise
+    finally:  # what workers that died or were stopped with the run left
+        run.removed += driver.clean()
+    run.seconds = time.monotonic() - started
+    return run
 
-    def left_behind(wait: float = 0.0) -> list[str]:
-        """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
-        free), or on a bucket their uploads and uncommitted objects (their lock is stale). ``wait``: seconds to
-        wait for killed workers to exit and free their locks (Ray reports an actor dead before its process ends)."""
-        parent, outputs = plan.base.parent, {t.output_dir.name for t in plan.targets}
-        if isinstance(parent, S3Url):
-            return clean_prefix(parent, outputs)
-        if not parent.is_dir():
-            return []
-        removed, deadline = clean(parent, outputs), time.monotonic() + wait
-        while time.monotonic() < deadline and any(
-            (match := TEMP_RE.match(name)) and match["name"] in outputs for name in os.listdir(parent)
-        ):
-            time.sleep(POLL_S)
-            removed += clean(parent, outputs)
-        return [str(path) for path in removed]
 
-    def drive() -> None:
+@dataclass
+class _Driver:
+    """One Ray run once connected: the plan, the workers, the pool and the records."""
+
+    ray: Any
+    plan: Plan
+    config_path: str
+    overrides: Overrides
+    say: Notify
+    progress: ProgressFactory | None
+    run: RayRun
+
+    def generate(self, options: RayOptions) -> None:
         """Fix the count when it was not known, check the shards still to publish and generate them, each handed
-        to whichever worker is free; every worker is killed at the end (``left_behind`` waits for their exit)."""
-        nonlocal plan
-        config = plan.config
+        to whichever worker is free; every worker is killed at the end (:meth:`clean` waits for their exit)."""
+        config, run, ray = self.plan.config, self.run, self.ray
         resources = ray.cluster_resources()
         tensor_parallel = int(getattr(getattr(config, "engine_options", None), "tensor_parallel_size", 1) or 1)
         gpus, capacity = worker_shape(config.model.device, tensor_parallel, options.worker_gpus, resources)
@@ -376,21 +404,21 @@ def generate_on_ray(
             )
         count = min(options.workers or capacity, capacity)
         if options.workers is not None and options.workers > capacity:
-            say("warning", f"the cluster holds {capacity} workers at once; --workers {options.workers} uses that")
+            self.say("warning", f"the cluster holds {capacity} workers at once; --workers {options.workers} uses that")
         default = not run.shards
         with shared_tables():  # the data files are read once for both checks
             if default:  # eight shards per worker, fewer when some shard would own no key
-                keys = input_keys(replace(plan, pending=[]))
+                keys = input_keys(replace(self.plan, pending=[]))
                 run.shards = full_split(keys, SHARDS_PER_WORKER * count)
-                plan = reshard(plan, run.shards)
-            keys = input_keys(plan)
+                self.plan = reshard(self.plan, run.shards)
+            keys = input_keys(self.plan)
             # with no shared filesystem to assume (a bucket), the config and the data files go to the workers
-            sources = loaded_sources() if isinstance(plan.base, S3Url) else {}
-        pending = {t.shard.index: t.shard for t in plan.pending if t.shard is not None}
+            sources = loaded_sources() if isinstance(self.plan.base, S3Url) else {}
+        pending = {t.shard.index: t.shard for t in self.plan.pending if t.shard is not None}
         if not pending:
             return
         run.workers = min(count, len(pending))
-        say(
+        self.say(
             "info",
             f"ray {run.address}: {len(pending)} of {run.shards} shards to generate "
             f"({'up to ' + str(SHARDS_PER_WORKER) + ' per worker, each with keys' if default else '--shards'}), "
@@ -400,8 +428,8 @@ def generate_on_ray(
         unique = list(dict.fromkeys(keys))
         samples = sum(len(spec.select(unique)) for spec in pending.values())
         files: dict[str, bytes] = {}
-        if isinstance(plan.base, S3Url):  # what the workers read, as they may not see the driver's files
-            paths = [config_path, str(Path(config_path).parent / DEFAULTS_FILENAME)]
+        if isinstance(self.plan.base, S3Url):  # what the workers read, as they may not see the driver's files
+            paths = [self.config_path, str(Path(self.config_path).parent / DEFAULTS_FILENAME)]
             paths += [path for info in sources.values() for path, _ in info.files]
             files = {path: Path(path).read_bytes() for path in paths if os.path.isfile(path)}
         launch: dict[str, Any] = {"shards": run.shards, "default_shards": default, "workers": run.workers}
@@ -409,7 +437,7 @@ def generate_on_ray(
         launch |= {"worker": each, "max_retries": options.max_retries}
         located = {source: info.location for source, info in sources.items()}
         name = f"gencache-tally-{uuid.uuid4().hex}"
-        spec = WorkerSpec(config_path, overrides, run.shards, os.getcwd(), located, {"ray": launch}, name)
+        spec = WorkerSpec(self.config_path, self.overrides, run.shards, os.getcwd(), located, {"ray": launch}, name)
         retries = options.max_retries
         tally = ray.remote(RunTally).options(name=name, num_cpus=0).remote()
         worker = ray.remote(ShardWorker).options(**each, max_restarts=retries, max_task_retries=retries)
@@ -418,13 +446,14 @@ def generate_on_ray(
         pool = ray.util.ActorPool(actors)
         for index in pending:
             pool.submit(lambda actor, index: actor.publish.remote(index), index)
-        bar = StagedProgress(progress(samples) if progress is not None else None, samples)
+        bar = StagedProgress(self.progress(samples) if self.progress is not None else None, samples)
         try:
-            lost = collect(pool, tally, bar, gpus)
+            lost = self._collect(pool, tally, bar, gpus, options.timeout)
         finally:
             bar.close()
             for actor in [*actors, tally]:
                 ray.kill(actor, no_restart=True)
+            run.removed += self.clean(KILL_WAIT_S)  # inside the run: a second stop still says what was published
         if missing := sorted(set(pending) - {r.index for r in run.records}):
             raise GenerationError(
                 f"shards {', '.join(f'{i:05d}' for i in missing)} of {run.shards} were not published: their workers "
@@ -432,11 +461,12 @@ def generate_on_ray(
                 "the published shards stay: rerun the same command to generate the rest."
             )
 
-    def collect(pool: Any, tally: Any, bar: Any, gpus: float) -> str | None:
+    def _collect(self, pool: Any, tally: Any, bar: Any, gpus: float, timeout: float) -> str | None:
         """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress, and check each worker's
         record (a failure ends the run with its error's exit code; a published shard must be of this run); give up
-        after ``options.timeout`` seconds without a change. The last error of a worker that Ray gave up, if any."""
-        alive, done, lost = run.workers, len(plan.published), None
+        after ``timeout`` seconds without a change. The last error of a worker that Ray gave up, if any."""
+        ray, run = self.ray, self.run
+        alive, done, lost = run.workers, len(self.plan.published), None
         shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
         changed = time.monotonic()
         bar.start(bar.total)
@@ -448,9 +478,9 @@ def generate_on_ray(
                     error = GencacheError(f"{where} failed on worker {record.worker}: {record.error}")
                     error.exit_code = record.exit_code or 1
                     raise error
-                check_published(record.output_dir, plan.digest)
+                check_published(record.output_dir, self.plan.digest)
                 run.records.append(record)
-                say(
+                self.say(
                     "info",
                     f"published {record.output_dir} ({where}, {record.entries} entries, {record.tokens} tokens, "
                     f"worker {record.worker}, attempt {record.attempts})"
@@ -472,46 +502,39 @@ def generate_on_ray(
                     shown, changed = snapshot, time.monotonic()
             retries = sum(count - 1 for count in (shown or (0, 0, {}))[2].values())
             bar.stage(f"shards {done}/{run.shards}, workers {alive}, retries {retries}")
-            if (
-                time.monotonic() - changed > options.timeout
-            ):  # why, by what the tally last said (it asks for no resources)
-                why = f"no shard made progress for {options.timeout:g} s (a teacher that loads for longer?)"
+            if time.monotonic() - changed > timeout:  # why, by what the tally last said (it asks for no resources)
+                why = f"no shard made progress for {timeout:g} s (a teacher that loads for longer?)"
                 if shown is None:
                     why = (
-                        f"no worker started in {options.timeout:g} s: Ray could not start worker processes (not even "
-                        "the run's tally, which asks for no resources; a runtime environment that fails?)"
+                        f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the "
+                        "run's tally, which asks for no resources; a runtime environment that fails?)"
                     )
                 elif not shown[2]:
                     why = (
-                        f"no worker started in {options.timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU "
-                        "free for one (other jobs hold them?)"
+                        f"no worker started in {timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU free for "
+                        "one (other jobs hold them?)"
                     )
                 node = ray._private.worker._global_node  # None for a Ray Client driver: the head's default
                 logs = node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
                 raise GenerationError(f"{why}; Ray's logs: {logs}; --ray-timeout sets the wait.")
         return lost
 
-    try:
-        for target in plan.targets:
-            if target.shard is not None and target.output_dir in plan.published:
-                run.records.append(ShardRecord(target.shard.index, target.output_dir, "skipped"))
-                say("info", f"already published and verified: {target.output_dir}")
-        run.removed += left_behind()
-        for removed in run.removed:
-            say("info", f"removed {removed}, left by a stopped or dead writer of this run")
-        if not run.shards or plan.pending:  # else every shard is published: nothing to connect for
-            local = "starting a local Ray instance"
-            say("status", local if address == "local" else f"connecting to the Ray cluster at {address}")
-            with connected(ray, address):
-                drive()
-    except Stopped as stop:
-        done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
-        stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
-        raise
-    finally:  # the temporary directories of workers that died or were stopped with the run
-        run.removed += left_behind(KILL_WAIT_S)
-    run.seconds = time.monotonic() - started
-    return run
+    def clean(self, wait: float = 0.0) -> list[str]:
+        """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
+        free), or on a bucket their uploads and uncommitted objects (their lock is stale). ``wait``: seconds to
+        wait for killed workers to exit and free their locks (Ray reports an actor dead before its process ends)."""
+        parent, outputs = self.plan.base.parent, {t.output_dir.name for t in self.plan.targets}
+        if isinstance(parent, S3Url):
+            return clean_prefix(parent, outputs)
+        if not parent.is_dir():
+            return []
+        removed, deadline = clean(parent, outputs), time.monotonic() + wait
+        while time.monotonic() < deadline and any(
+            (match := TEMP_RE.match(name)) and match["name"] in outputs for name in os.listdir(parent)
+        ):
+            time.sleep(POLL_S)
+            removed += clean(parent, outputs)
+        return [str(path) for path in removed]
 
 
 # -- the workers' side ----------------------------------------------------------------------------------------------
