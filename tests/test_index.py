@@ -151,6 +151,24 @@ def test_a_byte_changed_in_the_header_or_a_manifest_literal_is_refused(sequences
                 assert refused(damaged, header, size), (literal, offset)
 
 
+@pytest.mark.parametrize("sequences", [1, 2])
+def test_a_header_with_its_metadata_out_of_sorted_order_is_refused(sequences: int) -> None:
+    """The same members with ``__metadata__`` moved to the front or the end: not the canonical header."""
+    records = make_records(16, sequences)
+    assert {k[0].isdigit() for k in records} == {True, False}  # "__metadata__" sorts between the two kinds
+    manifest, header, size = encoded(records)
+    document = json.loads(header)
+    metadata = document.pop("__metadata__")
+
+    def body(members: dict[str, Any]) -> bytes:
+        text = json.dumps(members, separators=(",", ":")).encode()
+        return text + b" " * (len(header) - len(text))
+
+    assert not refused(manifest, body(dict(sorted((document | {"__metadata__": metadata}).items()))), size)
+    for moved in ({"__metadata__": metadata} | document, document | {"__metadata__": metadata}):
+        assert refused(manifest, body(moved), size)
+
+
 @pytest.mark.parametrize(
     "layout",
     [

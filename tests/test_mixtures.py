@@ -278,3 +278,9 @@ def test_an_unsuffixed_shard_set_exports_every_shard(tmp_path: Path) -> None:
     lines = (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()
     assert result.records == len(lines) == 9
     assert sorted(json.loads(line)["key"] for line in lines) == sorted(e.key for e in entries)
+
+
+@pytest.mark.parametrize("item", [b"/cache", None, 3])
+def test_open_caches_names_a_path_of_the_wrong_type(item: object) -> None:
+    with pytest.raises(TypeError, match=r"is not a str or os\.PathLike path"):
+        open_caches(["/nowhere", item])  # type: ignore[list-item]

@@ -110,6 +110,11 @@ def test_normalize_requires_terminal_non_empty_inline(parts: list[Any]) -> None:
         normalize(parts)
 
 
+def test_normalize_rejects_foreign_parts() -> None:
+    with pytest.raises(PromptError, match="Inline or ContextBlock"):
+        normalize([Inline("a "), "text", Inline("b")])  # type: ignore[list-item]
+
+
 def test_default_composition_uses_typed_parts_and_explicit_separators() -> None:
     assert compose_default("preamble", ["doc0", "doc1"], "task") == (
         Inline("preamble"),

@@ -326,6 +326,8 @@ def scan_header(body: bytes, digest: str) -> tuple[np.ndarray, np.ndarray, np.nd
     # in sorted order, each key's indices 0..n-1
     same = keys[1:] == keys[:-1]
     require(bool(((keys[1:] > keys[:-1]) | (same & (rank[1:] > rank[:-1]))).all()))
+    # "__metadata__" sorts after the keys that start with a digit and before those that start with a letter
+    require(int(np.flatnonzero(~tensor)[0]) == int(np.count_nonzero(key_bytes[:, 0] <= ord("9"))))
     new = np.ones(count, dtype=np.bool_)
     new[1:] = ~same
     first = np.append(np.flatnonzero(new), count).astype(np.int64)

@@ -136,6 +136,11 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     items = [paths] if isinstance(paths, (str, os.PathLike, S3Url)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
+    for item in items:
+        if not isinstance(item, S3Url) and (
+            not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes)
+        ):
+            raise TypeError(f"open_caches: {item!r} is not a str or os.PathLike path.")
     if "" in items:
         raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")
     groups = [expand_output(item) for item in items]

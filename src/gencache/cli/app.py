@@ -509,9 +509,10 @@ def _run(argv: list[str] | None) -> int:
         if stop is not None:
             typer.echo(printable(stop.message), err=True)
             return stop.exit_code
-        if callable(getattr(exc, "show", None)):  # a usage error (of click, or of typer's own copy of it)
+        code = getattr(exc, "exit_code", None)
+        if callable(getattr(exc, "show", None)) and isinstance(code, int):  # a usage error (typer's copy of click's)
             exc.show()  # type: ignore[union-attr]
-            return int(exc.exit_code)  # type: ignore[union-attr]
+            return code
         if os.environ.get("GENCACHE_DEBUG") == "1":
             import traceback
 

@@ -166,6 +166,9 @@ class Stopped(BaseException):
         self.signame, self.run = signame, run
         self.exit_code = 130 if signame == "SIGINT" else 143
 
+    def __str__(self) -> str:
+        return self.message
+
     @property
     def message(self) -> str:
         """The one line of a stop: what was published, what was not, and what to do next."""

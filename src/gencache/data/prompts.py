@@ -45,10 +45,12 @@ History = tuple[tuple[str, str], ...]
 def normalize(parts: Iterable[Part]) -> Prompt:
     """Drop empty inline parts, merge adjacent inline parts, keep every document; the result ends with inline text."""
     out: list[Part] = []
-    for part in parts:  # anything else is dropped, so a plug-in's foreign part reads as not normalised
+    for part in parts:
+        if not isinstance(part, Inline | ContextBlock):
+            raise PromptError(f"Prompt parts must be Inline or ContextBlock, got {type(part).__name__}.")
         if isinstance(part, Inline) and part.text and out and isinstance(out[-1], Inline):
             out[-1] = Inline(out[-1].text + part.text)
-        elif isinstance(part, ContextBlock) or (isinstance(part, Inline) and part.text):
+        elif isinstance(part, ContextBlock) or part.text:
             out.append(part)
     if not out or not isinstance(out[-1], Inline):
         raise PromptError("A prompt must end with a non-empty Inline part (the task text); give the sample a query.")
