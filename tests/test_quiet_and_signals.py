@@ -50,15 +50,19 @@ def wait_for_handlers(proc: subprocess.Popen[str]) -> None:
     raise AssertionError("the command never installed its signal handlers")
 
 
-def stopped_run(config: Path, args: list[str], delay: float, signum: int) -> tuple[int, list[str]]:
-    """``python -m gencache generate CONFIG ARGS`` sent ``signum`` ``delay`` seconds after its ``main`` starts."""
+def stopped_run(
+    config: Path, args: list[str], delay: float, signum: int, *, after_main: bool = True
+) -> tuple[int, list[str]]:
+    """``python -m gencache generate CONFIG ARGS`` sent ``signum`` ``delay`` seconds after its ``main`` starts (or,
+    without ``after_main``, after the process was spawned)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gencache", "generate", str(config), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_handlers(proc)
+    if after_main:
+        wait_for_handlers(proc)
     time.sleep(delay)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=TIMEOUT)
@@ -143,7 +147,7 @@ def test_a_signal_that_third_party_code_wraps_is_still_one_stop_line() -> None:
 def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:
     config = write_config(tmp_path, tiny_teacher_dir)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        code, lines = stopped_run(config, [], delay, signum)
+        code, lines = stopped_run(config, [], delay, signum, after_main=False)
         out = tmp_path / "out"
         if code == 0:  # the run was quicker than the signal: published
             assert "published" in lines[-1] and verify(out) == []
