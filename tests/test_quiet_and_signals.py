@@ -142,6 +142,39 @@ def test_a_signal_that_third_party_code_wraps_is_still_one_stop_line() -> None:
     assert proc.returncode == 143
 
 
+IMPORTING_CHILD = """
+import os, signal, sys, time
+from gencache.cli import app
+
+@app.app.command("importing")
+def importing() -> None:
+    sys.path.insert(0, sys.argv[1])
+    import slow_module  # signals itself halfway through, as a C++ extension's import (torch's) can be interrupted
+
+app.main(["importing"])
+"""
+
+SLOW_MODULE = """
+import os, signal, time
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.3)
+FINISHED = True
+with open(os.path.join(os.path.dirname(__file__), "finished"), "w"):
+    pass
+"""
+
+
+def test_a_signal_during_an_import_stops_the_command_once_the_import_returns(tmp_path: Path) -> None:
+    # raised inside an extension's callback, the stop would abort the process (pybind11 terminates on it)
+    (tmp_path / "slow_module.py").write_text(SLOW_MODULE)
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORTING_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert proc.stderr.splitlines() == [Stopped("SIGTERM").message]
+    assert proc.returncode == 143
+    assert (tmp_path / "finished").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [1.2, 2.5])  # between the named moments the other signal tests stop at
 def test_a_signal_at_any_moment_is_one_line(delay: float, tmp_path: Path, tiny_teacher_dir: Path) -> None:

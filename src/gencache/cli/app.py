@@ -502,6 +502,7 @@ def run(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     try:
         result = app(args=argv, prog_name="gencache", standalone_mode=False)
+        signals.raise_pending()
     except (Stopped, Exception) as exc:
         # SIGINT (130), SIGTERM or SIGHUP (143) at any moment of the command, also when code it interrupted (a
         # schema being built) wrapped the stop in its own error

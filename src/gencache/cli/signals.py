@@ -12,7 +12,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
-from typing import NoReturn
 
 from gencache.core.errors import Stopped, StoppedRun
 from gencache.core.process import signal_handlers_kept
@@ -22,10 +21,30 @@ _published: StoppedRun | None = None  # what the command's run returned as publi
 received: Stopped | None = None  # the stop a handler raised, should code in its way (pydantic-core) wrap it
 
 
-def _stop(signum: int, frame: FrameType | None) -> NoReturn:
+def _stop(signum: int, frame: FrameType | None) -> None:
     global received
     received = Stopped(signal.Signals(signum).name, _published)
+    _raise_outside_imports(signum, frame)
+
+
+def _raise_outside_imports(signum: int, frame: FrameType | None) -> None:
+    """Raise the stop, unless an import is under way: a C++ extension initialising (torch's autograd) calls back
+    into Python, and an exception there aborts the process (pybind11 terminates it). A timer's SIGALRM then retries
+    every 50 ms until the import has returned."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
+        frame = frame.f_back
+    assert received is not None  # SIGALRM is ours only while a stop waits
     raise received
+
+
+def raise_pending() -> None:
+    """Raise a stop still waiting for its import to return, now that the command has returned."""
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    if received is not None:
+        raise received
 
 
 def install(handler: Callable[[int, FrameType | None], object] | signal.Handlers = _stop) -> None:
@@ -35,17 +54,20 @@ def install(handler: Callable[[int, FrameType | None], object] | signal.Handlers
         for signum in _STOP_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
                 signal.signal(signum, handler)
+        if handler is _stop:
+            signal.signal(signal.SIGALRM, _raise_outside_imports)
 
 
 @contextlib.contextmanager
 def owned() -> Iterator[None]:
     """The handlers of :func:`install` for one command run inside another program, the caller's back afterwards."""
     global received
-    with signal_handlers_kept(*_STOP_SIGNALS):
+    with signal_handlers_kept(*_STOP_SIGNALS, signal.SIGALRM):
         install()
         try:
             yield
         finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
             note_published([])
             received = None
 
