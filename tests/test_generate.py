@@ -432,10 +432,11 @@ def test_the_effective_config_is_checked_without_a_model() -> None:
     assert effective_problems(greedy, user=(), teacher="t") == []  # a sampling setting is not checked under greedy
     sampled = {"max_new_tokens": 4, "do_sample": True, "temperature": 0.0}
     assert effective_problems(sampled, user={"temperature"}, teacher="t") == [
-        "model.generation_kwargs.temperature (config): must be > 0.0 (got 0.0)."
+        "model.generation_kwargs.temperature (config): input should be greater than 0 (got 0.0)."
     ]
     assert effective_problems({"max_new_tokens": 0, "do_sample": False}, user=(), teacher="t") == [
-        "model.generation_kwargs.max_new_tokens (teacher's generation config): must be >= 1 (got 0)."
+        "model.generation_kwargs.max_new_tokens (teacher's generation config): input should be greater than or "
+        "equal to 1 (got 0)."
     ]
     missing = effective_problems({"do_sample": False}, user=(), teacher="t")
     assert missing == [

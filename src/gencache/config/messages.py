@@ -83,35 +83,17 @@ def format_loc(loc: Sequence[str | int]) -> str:
     return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
 
 
-_MUST_BE = {
-    **dict.fromkeys(["int_type", "int_parsing", "int_from_float"], "an integer"),
-    "string_type": "a string",
-    **dict.fromkeys(["bool_type", "bool_parsing"], "true or false"),
-    **dict.fromkeys(["dict_type", "model_type", "model_attributes_type", "mapping_type"], "an object"),
-    "list_type": "a list",
-    **dict.fromkeys(["float_type", "float_parsing"], "a number"),
-}
-#: How gencache words the other pydantic error kinds, formatted with the error's context and ``got``, the bad value.
-_MESSAGES = {
-    "finite_number": "must be a finite number (got {got})",
-    "string_too_short": "must be a non-empty string",
-    "too_short": "must be a non-empty list (got {got})",
-    "greater_than_equal": "must be >= {ge} (got {got})",
-    "greater_than": "must be > {gt} (got {got})",
-    "less_than_equal": "must be <= {le} (got {got})",
-    "less_than": "must be < {lt} (got {got})",
-    "value_error": "{error}",
-    "assertion_error": "{error}",
-}
-
-
 def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknown: str) -> list[FieldProblem]:
+    """One pydantic error in gencache's words: pydantic's own message and the bad value, except for an unknown key
+    (with the closest allowed one) and a rule's own message."""
     loc: Loc = tuple(err["loc"])
     kind = err["type"]
     ctx: Mapping[str, Any] = err.get("ctx") or {}
     value = err.get("input")
     if kind == _NESTED:
         return [(loc + tuple(sub), msg) for sub, msg in ctx["problems"]]
+    if kind == "missing":
+        return [(loc, "is required")]
     if kind == "extra_forbidden":
         if loc[-1] in LOGIT_FIELDS:
             return [(loc, NO_LOGITS_MESSAGE)]
@@ -119,17 +101,11 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
             return [(loc, f"unknown {unknown}")]
         allowed = sorted(model.model_fields)
         return [(loc, f"unknown {unknown} ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
-    if kind in _MUST_BE:
-        shown = "null" if value is None else f"{type_name(value)} (got {show(value)})"
-        return [(loc, f"must be {_MUST_BE[kind]}, not {shown}")]
-    if kind in _MESSAGES:
-        return [(loc, _MESSAGES[kind].format(got=show(value), **ctx))]
-    if kind == "literal_error":
-        expected = str(ctx["expected"])
-        hint = did_you_mean(value, re.findall(r"'([^']*)'", expected)).rstrip()
-        return [(loc, f"must be {expected} (got {show(value)}){'; ' + hint if hint else ''}")]
+    if kind in ("value_error", "assertion_error"):
+        return [(loc, str(ctx["error"]))]
     msg = str(err["msg"])
-    return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)})")]
+    hint = did_you_mean(value, re.findall(r"'([^']*)'", str(ctx["expected"]))) if kind == "literal_error" else ""
+    return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)}){'; ' + hint.rstrip() if hint else ''}")]
 
 
 def collect_problems(
@@ -137,23 +113,7 @@ def collect_problems(
 ) -> list[FieldProblem]:
     """Every problem of ``exc`` as ``(location, message)``; an unknown key reads "unknown ``unknown``" (``field``,
     or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
-    out: list[FieldProblem] = []
-    missing: dict[Loc, list[str]] = {}  # one problem per object, listing all its missing fields
-    for err in exc.errors(include_url=False):
-        if err["type"] == "missing":
-            missing.setdefault(tuple(err["loc"][:-1]), []).append(str(err["loc"][-1]))
-        else:
-            out += _error_message(err, model, unknown)
-    for loc, names in missing.items():
-        one = len(names) == 1
-        out.append(((*loc, names[0]), "is required") if one else (loc, f"missing required fields {', '.join(names)}"))
-    return out
-
-
-def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
-    parts = [line for _, line in problem_lines(problems)]
-    text = "; ".join(parts[:5] + [f"... and {len(parts) - 5} more"] * (len(parts) > 5))
-    return f"{origin}: {text}" if origin else text
+    return [problem for err in exc.errors(include_url=False) for problem in _error_message(err, model, unknown)]
 
 
 def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
@@ -171,8 +131,10 @@ def parse_loc(text: str) -> Loc:
 
 
 def format_validation_error(exc: ValidationError, *, origin: str | None = None) -> str:
-    """One line naming every failing field path and what is wrong with it."""
-    return join_problems(collect_problems(exc, None), origin)
+    """One line naming every failing field path and what is wrong with it (the first five, then how many more)."""
+    parts = [line for _, line in problem_lines(collect_problems(exc, None))]
+    text = "; ".join(parts[:5] + [f"... and {len(parts) - 5} more"] * (len(parts) > 5))
+    return f"{origin}: {text}" if origin else text
 
 
 def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) -> ModelT:
