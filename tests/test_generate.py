@@ -408,6 +408,7 @@ def test_max_new_tokens_must_be_a_positive_integer(tiny_teacher_dir: Path, tiny_
         ({"num_return_sequences": 2}, "without beam search do not support `num_return_sequences` different than 1"),
         ({"num_return_sequences": 3, "num_beams": 2}, r"\(3\) has to be smaller or equal to `num_beams`"),
         ({"temprature": 0.5}, r"Unknown generation setting: model\.generation_kwargs\.temprature"),
+        ({"streamer": "tqdm"}, r"Unknown generation setting: model\.generation_kwargs\.streamer"),
         ({"prompt_lookup_num_tokens": 3}, "assisted"),
         ({"stop_strings": ["x"], "num_beams": 2}, "cannot be combined with beam search"),
         ({"stop_strings": ""}, "stop_strings"),

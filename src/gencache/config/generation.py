@@ -15,21 +15,6 @@ from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM, LOGIT
 
 FIELD = "model.generation_kwargs"
 
-#: Python-object hooks of ``model.generate`` that a JSON config cannot express or that gencache owns itself.
-GENERATION_FORBIDDEN: Mapping[str, str] = {
-    "streamer": "gencache shows its own progress",
-    "stopping_criteria": "gencache installs its own stopping criterion (use stop_strings or eos_token_id)",
-    "logits_processor": "not expressible in a JSON config",
-    "prefix_allowed_tokens_fn": "not expressible in a JSON config",
-    "assistant_model": "not expressible in a JSON config",
-    "synced_gpus": "gencache decides device placement",
-    "generation_config": "give the settings themselves in generation_kwargs",
-    "tokenizer": "gencache passes the configured tokenizer",
-    "inputs": "gencache builds the inputs from the data configs",
-    "input_ids": "gencache builds the inputs from the data configs",
-    "attention_mask": "gencache builds the attention mask",
-}
-
 _ASSISTED = "assisted and speculative decoding generate one prompt at a time"
 _MOVED = "this decoding strategy moved out of transformers (custom_generate)"
 #: Generation settings transformers knows but gencache refuses, with the reason given to the user.
@@ -73,7 +58,6 @@ GENERATION_UNSUPPORTED: Mapping[str, str] = {
 
 _REFUSED = {
     **{key: f"not supported: {why}" for key, why in GENERATION_UNSUPPORTED.items()},
-    **{key: f"not allowed here: {why}" for key, why in GENERATION_FORBIDDEN.items()},
     **dict.fromkeys(LOGIT_FIELDS, NO_LOGITS_MESSAGE),
 }
 
