@@ -37,7 +37,6 @@ from gencache.config.messages import (
     collect_problems,
     format_validation_error,
     nested_error,
-    show,
     unknown_name,
     validate_nested,
 )
@@ -114,6 +113,7 @@ class ModelConfig(_Strict):
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
     device: str = Field(
         default="cuda:0",
+        pattern=r"^(cpu|auto|cuda|cuda:\d+)$",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
     )
@@ -129,13 +129,6 @@ class ModelConfig(_Strict):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        if not re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value):
-            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})')
-        return value
 
     @field_validator("generation_kwargs")
     @classmethod
