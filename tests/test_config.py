@@ -682,8 +682,8 @@ def test_invalid_default_json_is_reported(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("[1, 2]", "must be a JSON object, not a list"),
-        ('"x"', "must be a JSON object, not a string"),
+        ("[1, 2]", r"must be a JSON object \(got \[1, 2\]\)"),
+        ('"x"', r'must be a JSON object \(got "x"\)'),
         ('{"seed": NaN}', "NaN is not valid JSON"),
         ('{"seed": 1, "seed": 2}', "duplicate key 'seed'"),
         ("", "invalid JSON at line 1 column 1"),

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.config.messages import type_name as _type_name
+from gencache.config.messages import show
 from gencache.core.errors import ConfigError
 
 DEFAULTS_FILENAME = "_default.json"
@@ -100,7 +100,7 @@ def read_config_document(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     value = parse_json_text(text, str(path))
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: the config must be a JSON object, not {_type_name(value)}")
+        raise ConfigError(f"{path}: the config must be a JSON object (got {show(value)})")
     return value
 
 

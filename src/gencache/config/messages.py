@@ -28,21 +28,6 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_TYPE_NAMES = (
-    (type(None), "null"),
-    ((list, tuple), "a list"),
-    (bool, "a boolean"),
-    (int, "an integer"),
-    (float, "a number"),
-    (str, "a string"),
-    (Mapping, "an object"),
-)
-
-
-def type_name(value: Any) -> str:
-    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
-
-
 def closest(name: object, choices: Iterable[str], n: int = 1) -> list[str]:
     """The (at most ``n``) choices closest to ``name``, best first: one that differs only in case, then
     difflib's close matches."""
