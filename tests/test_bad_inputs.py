@@ -452,7 +452,7 @@ def apply_hint(config: dict[str, Any], problem: dict[str, str]) -> None:
     for part in parents:
         node = node[part]
     suggested = re.search(r"did you mean '([^']+)'", message)
-    if re.search(r"unknown \w+ key|change the key", message) and suggested:  # a misspelt key: rename it
+    if re.search(r"unknown field|change the key", message) and suggested:  # a misspelt key: rename it
         node[suggested.group(1)] = node.pop(last)
     elif (found := re.search(r"change '([^']+)' in", message)) and suggested:  # one name of a list
         node[last] = [suggested.group(1) if item == found.group(1) else item for item in node[last]]

@@ -347,7 +347,7 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
             [
                 (
                     "engine_options.max_num_seqs",
-                    "--set engine=transformers: engine_options.max_num_seqs: unknown option of engine 'transformers'",
+                    "--set engine=transformers: engine_options.max_num_seqs: unknown field (allowed: none)",
                 )
             ],
             [0],

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
+from pydantic import StrictBool, StrictStr
+
+from gencache.config.messages import ConfigObject
 
 
-class KwargsModel(BaseModel):
-    """Strict, frozen options of one dataset or template; unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class KwargsModel(ConfigObject):
+    """The options of one dataset or template (fields that take no other type are ``Strict*``)."""
 
 
 class TemplateKwargs(KwargsModel):

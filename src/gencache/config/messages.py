@@ -7,9 +7,9 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE
@@ -50,8 +50,6 @@ def unknown_name(kind: str, name: object, known: Iterable[str]) -> str:
 
 _NESTED = "gencache_nested"
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
 
 def nested_error(problems: Sequence[FieldProblem]) -> PydanticCustomError:
     """An error carrying ``(sub-path, message)`` problems below the field that raised it, so that a validator on
@@ -68,7 +66,7 @@ def format_loc(loc: Sequence[str | int]) -> str:
     return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
 
 
-def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknown: str) -> list[FieldProblem]:
+def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> list[FieldProblem]:
     """One pydantic error in gencache's words: pydantic's own message and the bad value, except for an unknown key
     (with the closest allowed one) and a rule's own message."""
     loc: Loc = tuple(err["loc"])
@@ -83,9 +81,9 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
         if loc[-1] in LOGIT_FIELDS:
             return [(loc, NO_LOGITS_MESSAGE)]
         if model is None:
-            return [(loc, f"unknown {unknown}")]
+            return [(loc, "unknown field")]
         allowed = sorted(model.model_fields)
-        return [(loc, f"unknown {unknown} ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
+        return [(loc, f"unknown field ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
     if kind in ("value_error", "assertion_error"):
         return [(loc, str(ctx["error"]))]
     msg = str(err["msg"])
@@ -93,12 +91,9 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknow
     return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)}){'; ' + hint.rstrip() if hint else ''}")]
 
 
-def collect_problems(
-    exc: ValidationError, model: type[BaseModel] | None, *, unknown: str = "field"
-) -> list[FieldProblem]:
-    """Every problem of ``exc`` as ``(location, message)``; an unknown key reads "unknown ``unknown``" (``field``,
-    or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
-    return [problem for err in exc.errors(include_url=False) for problem in _error_message(err, model, unknown)]
+def collect_problems(exc: ValidationError, model: type[BaseModel] | None) -> list[FieldProblem]:
+    """Every problem of ``exc`` as ``(location, message)``; an unknown key's names the closest fields of ``model``."""
+    return [problem for err in exc.errors(include_url=False) for problem in _error_message(err, model)]
 
 
 def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
@@ -122,10 +117,17 @@ def format_validation_error(exc: ValidationError, *, origin: str | None = None) 
     return f"{origin}: {text}" if origin else text
 
 
-def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) -> ModelT:
-    """``value`` validated with ``model``, or a :func:`nested_error` in which an unknown key is an "unknown
-    ``what``" (e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
-    try:
-        return model.model_validate(dict(value))
-    except ValidationError as exc:
-        raise nested_error(collect_problems(exc, model, unknown=what)) from None
+class ConfigObject(BaseModel):
+    """An object of a config: frozen, unknown keys are errors, and its problems are worded where it is validated,
+    where the fields an unknown key could have meant are known (a logit or score field's error says why it is
+    refused)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _problems(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise nested_error(collect_problems(exc, cls)) from None

@@ -18,7 +18,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     SerializeAsAny,
     ValidationError,
     ValidationInfo,
@@ -33,13 +32,7 @@ from gencache.config.documents import read_merged_config
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
-from gencache.config.messages import (
-    collect_problems,
-    format_validation_error,
-    nested_error,
-    unknown_name,
-    validate_nested,
-)
+from gencache.config.messages import ConfigObject, format_validation_error, nested_error, unknown_name
 from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.core.errors import ConfigError
@@ -79,19 +72,10 @@ def answer_pattern_problem(pattern: str) -> str | None:
 LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
 
 
-class _Strict(BaseModel):
-    """Unknown keys are errors (a logit or score field's error says why it is refused), ints are strict."""
+class _Strict(ConfigObject):
+    """Ints are strict."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _problems(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
-        """This object's problems worded here, where the fields an unknown key could have meant are known."""
-        try:
-            return handler(data)
-        except ValidationError as exc:
-            raise nested_error(collect_problems(exc, cls)) from None
+    model_config = ConfigDict(strict=True)
 
 
 class ModelConfig(_Strict):
@@ -149,19 +133,19 @@ class ModelConfig(_Strict):
         return self.tokenizer_path or self.model_path
 
 
-#: Per field whose model its sibling names: the model of a name, what an unknown key in it is, and the value kept
-#: when the sibling itself failed (that error is reported instead).
-_CHOSEN: dict[str, tuple[Callable[[str], type[BaseModel]], str, type[BaseModel]]] = {
-    "data_kwargs": (dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel),
-    "template_kwargs": (TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs),
-    "engine_options": (ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions),
+#: Per field whose model its sibling names: the model of a name, and the value kept when the sibling itself failed
+#: (that error is reported instead).
+_CHOSEN: dict[str, tuple[Callable[[str], type[BaseModel]], type[BaseModel]]] = {
+    "data_kwargs": (dataset_kwargs_model, KwargsModel),
+    "template_kwargs": (TEMPLATE_KWARGS.__getitem__, TemplateKwargs),
+    "engine_options": (ENGINE_OPTIONS.__getitem__, EngineOptions),
 }
 
 
 def _chosen(value: Any, info: ValidationInfo) -> Any:
     """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names (an
     instance of that model passes as it is)."""
-    model_of, what, empty = _CHOSEN[str(info.field_name)]
+    model_of, empty = _CHOSEN[str(info.field_name)]
     name = info.data.get(READS_SIBLING[str(info.field_name)])
     if name is None:
         return empty()
@@ -172,7 +156,7 @@ def _chosen(value: Any, info: ValidationInfo) -> Any:
         value = value.model_dump(mode="json")
     if not isinstance(value, dict):
         raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-    return validate_nested(model, value, f"{what} {name!r}")
+    return model.model_validate(value)
 
 
 # A validated kwargs or options model, serialised with its own fields; the model is chosen by the sibling name field,
