@@ -25,7 +25,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from gencache.config.datasets import dataset_kwargs_model, dataset_names
 from gencache.config.documents import read_merged_config
@@ -154,8 +153,6 @@ def _chosen(value: Any, info: ValidationInfo) -> Any:
         return value
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
-    if not isinstance(value, dict):
-        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
     return model.model_validate(value)
 
 
