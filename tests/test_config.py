@@ -699,7 +699,7 @@ def test_bad_json_documents(tmp_path: Path, text: str, fragment: str) -> None:
 def test_missing_file_and_directory(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.json")
-    with pytest.raises(ConfigError, match="is a directory"):
+    with pytest.raises(ConfigError, match="is not a regular file"):
         load_config(tmp_path)
 
 

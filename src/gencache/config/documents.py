@@ -86,11 +86,8 @@ def read_config_document(path: Path, what: str) -> dict[str, Any]:
     """Read one config document (a config file or a ``_default.json``): a regular UTF-8 file holding a strict JSON
     object (:func:`parse_json_text`). A FIFO, a device or a directory is refused before it is opened."""
     try:
-        mode = path.stat().st_mode
-        if stat.S_ISDIR(mode):
-            raise ConfigError(f"{what} is a directory, not a JSON file: {path}")
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"{what} {path} is not a regular file (a pipe or a device?); give a JSON file.")
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ConfigError(f"{what} {path} is not a regular file (a directory or a pipe?); give a JSON file.")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {path}") from None

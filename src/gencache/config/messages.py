@@ -1,5 +1,5 @@
 """How every input error reads: pydantic errors as one line naming every failing field path and what is wrong,
-e.g. ``data_configs[1].data_kwargs.dificulty: unknown data_kwargs key for dataset 'hotpot_qa' (did you mean ...)``."""
+e.g. ``data_configs[1].data_kwargs.dificulty: unknown field (did you mean 'difficulty'? allowed: ...)``."""
 
 from __future__ import annotations
 
