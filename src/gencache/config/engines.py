@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from gencache.config.messages import ConfigObject
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
@@ -16,9 +16,7 @@ GEN_BATCH_SIZE_USE: dict[str, str] = {
 
 
 class EngineOptions(ConfigObject):
-    """Base of every engine's options (strict)."""
-
-    model_config = ConfigDict(strict=True)
+    """Base of every engine's options."""
 
 
 class StaticOptions(EngineOptions):

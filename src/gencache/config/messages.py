@@ -118,11 +118,11 @@ def format_validation_error(exc: ValidationError, *, origin: str | None = None) 
 
 
 class ConfigObject(BaseModel):
-    """An object of a config: frozen, unknown keys are errors, and its problems are worded where it is validated,
-    where the fields an unknown key could have meant are known (a logit or score field's error says why it is
-    refused)."""
+    """An object of a config: frozen, strict, unknown keys are errors, and its problems are worded where it is
+    validated, where the fields an unknown key could have meant are known (a logit or score field's error says why
+    it is refused)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     @model_validator(mode="wrap")
     @classmethod

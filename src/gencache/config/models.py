@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     SerializeAsAny,
     ValidationError,
@@ -71,13 +70,7 @@ def answer_pattern_problem(pattern: str) -> str | None:
 LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
 
 
-class _Strict(ConfigObject):
-    """Ints are strict."""
-
-    model_config = ConfigDict(strict=True)
-
-
-class ModelConfig(_Strict):
+class ModelConfig(ConfigObject):
     """The teacher: where to load it from and how."""
 
     model_path: LocalOrHub = Field(
@@ -161,7 +154,7 @@ def _chosen(value: Any, info: ValidationInfo) -> Any:
 _ANY_OBJECT = WithJsonSchema({"type": "object", "additionalProperties": True})
 
 
-class DataConfig(_Strict):
+class DataConfig(ConfigObject):
     """One dataset selection: which samples, rendered with which template."""
 
     dataset_name: str = Field(
@@ -222,7 +215,7 @@ class DataConfig(_Strict):
     _kwargs = field_validator("data_kwargs", "template_kwargs", mode="before")(_chosen)
 
 
-class CacheConfig(_Strict):
+class CacheConfig(ConfigObject):
     """A whole generation-cache run: one teacher, its data configs, one output artifact."""
 
     model: ModelConfig = Field(description="The teacher.")
@@ -268,7 +261,7 @@ class CacheConfig(_Strict):
     _engine_options = field_validator("engine_options", mode="before")(_chosen)
 
 
-class _DataConfigList(_Strict):
+class _DataConfigList(ConfigObject):
     data_configs: list[DataConfig] = Field(min_length=1)
 
 
