@@ -1,9 +1,7 @@
 """The generation-cache config: the pydantic models and loading (every field is described in docs/config.md).
-
-Unknown keys are errors, ints are strict, and every error names the offending field's path. ``data_kwargs``,
-``template_kwargs`` and ``engine_options`` are kept as the validated models of their dataset, template and engine,
-so ``config_to_json`` dumps the *effective* values, defaults included: it reproduces exactly the samples a run used.
-"""
+``data_kwargs``, ``template_kwargs`` and ``engine_options`` are kept as the validated models of their dataset,
+template and engine, so ``config_to_json`` dumps the *effective* values, defaults included: it reproduces exactly
+the samples a run used."""
 
 from __future__ import annotations
 
