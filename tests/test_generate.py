@@ -417,7 +417,7 @@ def test_max_new_tokens_must_be_a_positive_integer(tiny_teacher_dir: Path, tiny_
         ({"eos_token_id": -1}, "eos_token_id"),
         ({"cache_implementation": "paged"}, "continuous batching"),
         ({"cache_implementation": "bogus"}, "invalid generation settings"),
-        ({"early_stopping": "sometimes"}, "early_stopping"),
+        ({"early_stopping": "sometimes", "num_beams": 2}, "early_stopping"),
     ],
 )
 def test_invalid_generation_settings_are_config_errors(

@@ -80,12 +80,6 @@ def _stop_strings(value: Any) -> Any:
     raise ValueError(f"must be a non-empty string or a non-empty list of non-empty strings (got {show(value)})")
 
 
-def _early_stopping(value: Any) -> Any:
-    if isinstance(value, bool) or value == "never":
-        return value
-    raise ValueError(f'must be true, false or "never" (got {show(value)})')
-
-
 def _not_paged(value: str) -> str:
     if value == "paged":
         raise ValueError('must not be "paged": continuous batching is chosen with the top-level engine field')
@@ -134,9 +128,7 @@ class GenerationKwargs(BaseModel):
     repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(*_NOT_CONTINUOUS, neutral=1.0)
     encoder_repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(*_STATIC, neutral=1.0)
     length_penalty: float | None = _only(*_STATIC, neutral=1.0)
-    early_stopping: Annotated[JsonValue, AfterValidator(_early_stopping)] | None = _only(
-        *_STATIC, neutral=False, description='true, false or "never".'
-    )
+    early_stopping: JsonValue | None = _only(*_STATIC, neutral=False, description='true, false or "never".')
     no_repeat_ngram_size: Count | None = _only(*_STATIC, neutral=0)
     encoder_no_repeat_ngram_size: Count | None = _only(*_STATIC, neutral=0)
     renormalize_logits: bool | None = _only(*_STATIC, neutral=False)
