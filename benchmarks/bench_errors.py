@@ -95,14 +95,14 @@ MISTAKES: dict[str, tuple[Change, str]] = {
     "a column typo (`data_kwargs.query`)": (_kwargs(query="qq"), "column 'qq' is missing"),
     "a missing data file": (_data(source="rows.jsnol"), "does not exist"),
     "a wrong dataset name": (_data(dataset_name="tabel"), "unknown dataset"),
-    "a wrong engine name": (_top(engine="transformer"), "engine: must be"),
+    "a wrong engine name": (_top(engine="transformer"), "engine: input should be"),
     "a wrong template name": (_data(template="defualt"), "unknown template"),
     "a bad `generation_kwargs` value": (_generation(temperature=-1), "temperature"),
     "an existing output directory": (_existing_output, "already exists"),
     "a hub id while offline": (_hub_id, "is a hub id"),
     "bad JSON": (lambda config, root: None, "invalid JSON"),
     "too many samples": (_data(num_samples=10**6), "lower num_samples to at most"),
-    "a negative count": (_data(num_samples=-1), "must be >= 0"),
+    "a negative count": (_data(num_samples=-1), "greater than or equal to 0"),
 }
 
 

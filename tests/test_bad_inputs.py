@@ -132,8 +132,13 @@ CASES = [
         2,
         "duplicate key 'a'",
     ),
-    Case("seed beyond numpy's range", _config(seed=2**32), 2, "seed: must be <= 4294967295"),
-    Case("data config seed below zero", _config(data_configs=[musique(seed=-1)]), 2, "seed: must be >= 0"),
+    Case("seed beyond numpy's range", _config(seed=2**32), 2, "seed: input should be less than or equal to 4294967295"),
+    Case(
+        "data config seed below zero",
+        _config(data_configs=[musique(seed=-1)]),
+        2,
+        "seed: input should be greater than or equal to 0",
+    ),
     Case(
         "attn_implementation garbage",
         _model(attn_implementation="garbage"),
@@ -330,9 +335,9 @@ def invalid_and_data(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str
         ],
     )
     return config, [
-        "engine: must be 'transformers', 'transformers-continuous' or 'vllm' (got \"transformer\"); did you mean "
-        "'transformers'?",
-        "data_configs[1].num_samples: must be >= 0 (got -1)",
+        "engine: input should be 'transformers', 'transformers-continuous' or 'vllm' (got \"transformer\"); "
+        "did you mean 'transformers'?",
+        "data_configs[1].num_samples: input should be greater than or equal to 0 (got -1)",
         "data_configs[2].template: unknown",
         "Output path",
         "data_configs[0]: table: column 'qq' is missing",
@@ -344,8 +349,8 @@ def config_fields(tmp: Path, teacher: Path) -> tuple[dict[str, Any], list[str]]:
     config = config_dict(tmp, teacher, gen_batch_size=0, seed=-3, data_configs=[table(tmp, dataset_name="tabel")])
     config["model"]["generation_kwargs"] = {"max_new_tokens": 4, "temperature": -1}
     return config, [
-        "gen_batch_size: must be >= 1",
-        "seed: must be >= 0",
+        "gen_batch_size: input should be greater than or equal to 1",
+        "seed: input should be greater than or equal to 0",
         "dataset_name: unknown dataset 'tabel'",
         "generation_kwargs.temperature",
     ]
@@ -447,7 +452,7 @@ def apply_hint(config: dict[str, Any], problem: dict[str, str]) -> None:
     for part in parents:
         node = node[part]
     suggested = re.search(r"did you mean '([^']+)'", message)
-    if re.search(r"unknown \w+ key|change the key", message) and suggested:  # a misspelt key: rename it
+    if re.search(r"unknown field|change the key", message) and suggested:  # a misspelt key: rename it
         node[suggested.group(1)] = node.pop(last)
     elif (found := re.search(r"change '([^']+)' in", message)) and suggested:  # one name of a list
         node[last] = [suggested.group(1) if item == found.group(1) else item for item in node[last]]
@@ -459,7 +464,7 @@ def apply_hint(config: dict[str, Any], problem: dict[str, str]) -> None:
         node[last] = int(found.group(1))
     elif found := re.search(r" (\S+) is free\.$", message):
         node[last] = found.group(1)
-    elif found := re.search(r"must be >= (\d+)", message):
+    elif found := re.search(r"greater than or equal to (\d+)", message):
         node[last] = int(found.group(1))
     else:
         raise AssertionError(f"no fix to apply in: {message}")

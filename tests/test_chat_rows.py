@@ -237,5 +237,5 @@ def test_an_id_column_must_hold_strings_or_integers(chats: Path, tmp_path: Path)
         build_samples([data_config(chats, data_kwargs={"id": "ident"})])
     path = tmp_path / "ids.jsonl"
     path.write_text(json.dumps({"id": True, "messages": [turn("user", "x")]}) + "\n", encoding="utf-8")
-    with pytest.raises(DatasetError, match="'id' must be a string or integer, got a boolean"):
+    with pytest.raises(DatasetError, match=r"'id' must be a string or integer \(got true\)"):
         build_samples([data_config(path, num_samples=1, data_kwargs={"id": "id"})])

@@ -408,6 +408,7 @@ def test_max_new_tokens_must_be_a_positive_integer(tiny_teacher_dir: Path, tiny_
         ({"num_return_sequences": 2}, "without beam search do not support `num_return_sequences` different than 1"),
         ({"num_return_sequences": 3, "num_beams": 2}, r"\(3\) has to be smaller or equal to `num_beams`"),
         ({"temprature": 0.5}, r"Unknown generation setting: model\.generation_kwargs\.temprature"),
+        ({"streamer": "tqdm"}, r"Unknown generation setting: model\.generation_kwargs\.streamer"),
         ({"prompt_lookup_num_tokens": 3}, "assisted"),
         ({"stop_strings": ["x"], "num_beams": 2}, "cannot be combined with beam search"),
         ({"stop_strings": ""}, "stop_strings"),
@@ -416,7 +417,7 @@ def test_max_new_tokens_must_be_a_positive_integer(tiny_teacher_dir: Path, tiny_
         ({"eos_token_id": -1}, "eos_token_id"),
         ({"cache_implementation": "paged"}, "continuous batching"),
         ({"cache_implementation": "bogus"}, "invalid generation settings"),
-        ({"early_stopping": "sometimes"}, "early_stopping"),
+        ({"early_stopping": "sometimes", "num_beams": 2}, "early_stopping"),
     ],
 )
 def test_invalid_generation_settings_are_config_errors(
@@ -432,10 +433,11 @@ def test_the_effective_config_is_checked_without_a_model() -> None:
     assert effective_problems(greedy, user=(), teacher="t") == []  # a sampling setting is not checked under greedy
     sampled = {"max_new_tokens": 4, "do_sample": True, "temperature": 0.0}
     assert effective_problems(sampled, user={"temperature"}, teacher="t") == [
-        "model.generation_kwargs.temperature (config): must be > 0.0 (got 0.0)."
+        "model.generation_kwargs.temperature (config): input should be greater than 0 (got 0.0)."
     ]
     assert effective_problems({"max_new_tokens": 0, "do_sample": False}, user=(), teacher="t") == [
-        "model.generation_kwargs.max_new_tokens (teacher's generation config): must be >= 1 (got 0)."
+        "model.generation_kwargs.max_new_tokens (teacher's generation config): input should be greater than or "
+        "equal to 1 (got 0)."
     ]
     missing = effective_problems({"do_sample": False}, user=(), teacher="t")
     assert missing == [

@@ -27,7 +27,7 @@ def test_engine_options_are_the_chosen_engines_validated_model(tmp_path: Path) -
 
 
 def test_engine_options_of_another_engine_name_the_engine(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"engine_options\.page_size: unknown option of engine 'transformers'"):
+    with pytest.raises(ConfigError, match=r"engine_options\.page_size: unknown field \(allowed: none\)"):
         parse_config(config_dict(tmp_path, "org/teacher", engine_options={"page_size": 16}))
 
 

@@ -290,8 +290,10 @@ def test_two_bad_sets_are_two_problems_each_named_after_its_set(
     assert cli_run(["generate", str(config), *args, "--dry-run"]) == 2
     lines = sorted(line for line in capsys.readouterr().err.splitlines() if line.startswith("error:"))
     assert len(lines) == 2  # seed=7 is fine: no problem names it
-    assert lines[0].startswith("error: --set gen_batch_size=0: gen_batch_size: must be >= 1")
-    assert lines[1].startswith("error: --set model.dtype=float8: model.dtype: must be")
+    assert lines[0].startswith(
+        "error: --set gen_batch_size=0: gen_batch_size: input should be greater than or equal to 1"
+    )
+    assert lines[1].startswith("error: --set model.dtype=float8: model.dtype: input should be")
 
 
 _MODEL = '{"model_path": "t", "dtype": "f9"}'
@@ -303,14 +305,14 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
         pytest.param(
             {"gen_batch_size": 0},
             Overrides(sets=("model.dtype=float32",)),
-            [("gen_batch_size", "{config}: gen_batch_size: must be >= 1")],
+            [("gen_batch_size", "{config}: gen_batch_size: input should be greater than or equal to 1")],
             [0],
             id="the file's own",
         ),
         pytest.param(
             {},
             Overrides(sets=("model.dtype=float8", f"model={_MODEL}")),
-            [("model.dtype", f"--set model={_MODEL}: model.dtype: must be")],
+            [("model.dtype", f"--set model={_MODEL}: model.dtype: input should be")],
             [0],
             id="a replaced object",
         ),
@@ -319,9 +321,10 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
             Overrides(sets=('data_configs.0={"dataset_name": "musique"}',)),
             [
                 (
-                    "data_configs[0]",
-                    '--set data_configs.0={"dataset_name": "musique"}: data_configs[0]: missing required fields',
+                    f"data_configs[0].{name}",
+                    f'--set data_configs.0={{"dataset_name": "musique"}}: data_configs[0].{name}: is',
                 )
+                for name in ("num_samples", "num_data_strs", "num_shots", "subset")
             ],
             [],
             id="a replaced list item",
@@ -329,7 +332,12 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
         pytest.param(
             {},
             Overrides(sets=("data_configs.0.seed=x",)),
-            [("data_configs[0].seed", "--set data_configs.0.seed=x: data_configs[0].seed: must be an integer")],
+            [
+                (
+                    "data_configs[0].seed",
+                    "--set data_configs.0.seed=x: data_configs[0].seed: input should be a valid integer",
+                )
+            ],
             [],
             id="a list item's field",
         ),
@@ -339,7 +347,7 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
             [
                 (
                     "engine_options.max_num_seqs",
-                    "--set engine=transformers: engine_options.max_num_seqs: unknown option of engine 'transformers'",
+                    "--set engine=transformers: engine_options.max_num_seqs: unknown field (allowed: none)",
                 )
             ],
             [0],
@@ -366,7 +374,7 @@ _MODEL = '{"model_path": "t", "dtype": "f9"}'
             Overrides(output_dir="", limit=0),
             [
                 ("--limit", "--limit must be a positive number of samples, got 0."),
-                ("output_dir", "--output-dir : output_dir: must be a non-empty string"),
+                ("output_dir", "--output-dir : output_dir: string should have at least 1 character"),
             ],
             [0],
             id="output-dir and limit",

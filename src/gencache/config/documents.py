@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gencache.config.messages import type_name as _type_name
+from gencache.config.messages import show
 from gencache.core.errors import ConfigError
 
 DEFAULTS_FILENAME = "_default.json"
@@ -86,11 +86,8 @@ def read_config_document(path: Path, what: str) -> dict[str, Any]:
     """Read one config document (a config file or a ``_default.json``): a regular UTF-8 file holding a strict JSON
     object (:func:`parse_json_text`). A FIFO, a device or a directory is refused before it is opened."""
     try:
-        mode = path.stat().st_mode
-        if stat.S_ISDIR(mode):
-            raise ConfigError(f"{what} is a directory, not a JSON file: {path}")
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"{what} {path} is not a regular file (a pipe or a device?); give a JSON file.")
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ConfigError(f"{what} {path} is not a regular file (a directory or a pipe?); give a JSON file.")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {path}") from None
@@ -100,7 +97,7 @@ def read_config_document(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     value = parse_json_text(text, str(path))
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: the config must be a JSON object, not {_type_name(value)}")
+        raise ConfigError(f"{path}: the config must be a JSON object (got {show(value)})")
     return value
 
 

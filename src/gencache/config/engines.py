@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gencache.config.messages import ConfigObject
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 
 #: What each engine does with ``gen_batch_size``: the config reference and ``resolved_config.json`` say it.
@@ -14,10 +15,8 @@ GEN_BATCH_SIZE_USE: dict[str, str] = {
 }
 
 
-class EngineOptions(BaseModel):
-    """Base of every engine's options: strict, frozen, unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+class EngineOptions(ConfigObject):
+    """Base of every engine's options."""
 
 
 class StaticOptions(EngineOptions):

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
+from pydantic import ConfigDict, StrictBool, StrictStr
+
+from gencache.config.messages import ConfigObject
 
 
-class KwargsModel(BaseModel):
-    """Strict, frozen options of one dataset or template; unknown keys are errors."""
+class KwargsModel(ConfigObject):
+    """The options of one dataset or template (lax: a field that takes no other type is ``Strict*``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=False)
 
 
 class TemplateKwargs(KwargsModel):

@@ -1,5 +1,5 @@
 """How every input error reads: pydantic errors as one line naming every failing field path and what is wrong,
-e.g. ``data_configs[1].data_kwargs.dificulty: unknown data_kwargs key for dataset 'hotpot_qa' (did you mean ...)``."""
+e.g. ``data_configs[1].data_kwargs.dificulty: unknown field (did you mean 'difficulty'? allowed: ...)``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from gencache.config.names import LOGIT_FIELDS, NO_LOGITS_MESSAGE
@@ -26,21 +26,6 @@ def show(value: Any) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-_TYPE_NAMES = (
-    (type(None), "null"),
-    ((list, tuple), "a list"),
-    (bool, "a boolean"),
-    (int, "an integer"),
-    (float, "a number"),
-    (str, "a string"),
-    (Mapping, "an object"),
-)
-
-
-def type_name(value: Any) -> str:
-    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
 
 
 def closest(name: object, choices: Iterable[str], n: int = 1) -> list[str]:
@@ -65,8 +50,6 @@ def unknown_name(kind: str, name: object, known: Iterable[str]) -> str:
 
 _NESTED = "gencache_nested"
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
 
 def nested_error(problems: Sequence[FieldProblem]) -> PydanticCustomError:
     """An error carrying ``(sub-path, message)`` problems below the field that raised it, so that a validator on
@@ -83,77 +66,34 @@ def format_loc(loc: Sequence[str | int]) -> str:
     return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).removeprefix(".")
 
 
-_MUST_BE = {
-    **dict.fromkeys(["int_type", "int_parsing", "int_from_float"], "an integer"),
-    "string_type": "a string",
-    **dict.fromkeys(["bool_type", "bool_parsing"], "true or false"),
-    **dict.fromkeys(["dict_type", "model_type", "model_attributes_type", "mapping_type"], "an object"),
-    "list_type": "a list",
-    **dict.fromkeys(["float_type", "float_parsing"], "a number"),
-}
-#: How gencache words the other pydantic error kinds, formatted with the error's context and ``got``, the bad value.
-_MESSAGES = {
-    "finite_number": "must be a finite number (got {got})",
-    "string_too_short": "must be a non-empty string",
-    "too_short": "must be a non-empty list (got {got})",
-    "greater_than_equal": "must be >= {ge} (got {got})",
-    "greater_than": "must be > {gt} (got {got})",
-    "less_than_equal": "must be <= {le} (got {got})",
-    "less_than": "must be < {lt} (got {got})",
-    "value_error": "{error}",
-    "assertion_error": "{error}",
-}
-
-
-def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None, unknown: str) -> list[FieldProblem]:
+def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> list[FieldProblem]:
+    """One pydantic error in gencache's words: pydantic's own message and the bad value, except for an unknown key
+    (with the closest allowed one) and a rule's own message."""
     loc: Loc = tuple(err["loc"])
     kind = err["type"]
     ctx: Mapping[str, Any] = err.get("ctx") or {}
     value = err.get("input")
     if kind == _NESTED:
         return [(loc + tuple(sub), msg) for sub, msg in ctx["problems"]]
+    if kind == "missing":
+        return [(loc, "is required")]
     if kind == "extra_forbidden":
         if loc[-1] in LOGIT_FIELDS:
             return [(loc, NO_LOGITS_MESSAGE)]
         if model is None:
-            return [(loc, f"unknown {unknown}")]
+            return [(loc, "unknown field")]
         allowed = sorted(model.model_fields)
-        return [(loc, f"unknown {unknown} ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
-    if kind in _MUST_BE:
-        shown = "null" if value is None else f"{type_name(value)} (got {show(value)})"
-        return [(loc, f"must be {_MUST_BE[kind]}, not {shown}")]
-    if kind in _MESSAGES:
-        return [(loc, _MESSAGES[kind].format(got=show(value), **ctx))]
-    if kind == "literal_error":
-        expected = str(ctx["expected"])
-        hint = did_you_mean(value, re.findall(r"'([^']*)'", expected)).rstrip()
-        return [(loc, f"must be {expected} (got {show(value)}){'; ' + hint if hint else ''}")]
+        return [(loc, f"unknown field ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
+    if kind in ("value_error", "assertion_error"):
+        return [(loc, str(ctx["error"]))]
     msg = str(err["msg"])
-    return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)})")]
+    hint = did_you_mean(value, re.findall(r"'([^']*)'", str(ctx["expected"]))) if kind == "literal_error" else ""
+    return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)}){'; ' + hint.rstrip() if hint else ''}")]
 
 
-def collect_problems(
-    exc: ValidationError, model: type[BaseModel] | None, *, unknown: str = "field"
-) -> list[FieldProblem]:
-    """Every problem of ``exc`` as ``(location, message)``; an unknown key reads "unknown ``unknown``" (``field``,
-    or e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
-    out: list[FieldProblem] = []
-    missing: dict[Loc, list[str]] = {}  # one problem per object, listing all its missing fields
-    for err in exc.errors(include_url=False):
-        if err["type"] == "missing":
-            missing.setdefault(tuple(err["loc"][:-1]), []).append(str(err["loc"][-1]))
-        else:
-            out += _error_message(err, model, unknown)
-    for loc, names in missing.items():
-        one = len(names) == 1
-        out.append(((*loc, names[0]), "is required") if one else (loc, f"missing required fields {', '.join(names)}"))
-    return out
-
-
-def join_problems(problems: Sequence[FieldProblem], origin: str | None) -> str:
-    parts = [line for _, line in problem_lines(problems)]
-    text = "; ".join(parts[:5] + [f"... and {len(parts) - 5} more"] * (len(parts) > 5))
-    return f"{origin}: {text}" if origin else text
+def collect_problems(exc: ValidationError, model: type[BaseModel] | None) -> list[FieldProblem]:
+    """Every problem of ``exc`` as ``(location, message)``; an unknown key's names the closest fields of ``model``."""
+    return [problem for err in exc.errors(include_url=False) for problem in _error_message(err, model)]
 
 
 def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
@@ -171,14 +111,23 @@ def parse_loc(text: str) -> Loc:
 
 
 def format_validation_error(exc: ValidationError, *, origin: str | None = None) -> str:
-    """One line naming every failing field path and what is wrong with it."""
-    return join_problems(collect_problems(exc, None), origin)
+    """One line naming every failing field path and what is wrong with it (the first five, then how many more)."""
+    parts = [line for _, line in problem_lines(collect_problems(exc, None))]
+    text = "; ".join(parts[:5] + [f"... and {len(parts) - 5} more"] * (len(parts) > 5))
+    return f"{origin}: {text}" if origin else text
 
 
-def validate_nested(model: type[ModelT], value: Mapping[str, Any], what: str) -> ModelT:
-    """``value`` validated with ``model``, or a :func:`nested_error` in which an unknown key is an "unknown
-    ``what``" (e.g. ``data_kwargs key for dataset 'hotpot_qa'``)."""
-    try:
-        return model.model_validate(dict(value))
-    except ValidationError as exc:
-        raise nested_error(collect_problems(exc, model, unknown=what)) from None
+class ConfigObject(BaseModel):
+    """An object of a config: frozen, strict, unknown keys are errors, and its problems are worded where it is
+    validated, where the fields an unknown key could have meant are known (a logit or score field's error says why
+    it is refused)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _problems(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise nested_error(collect_problems(exc, cls)) from None

@@ -1,9 +1,7 @@
 """The generation-cache config: the pydantic models and loading (every field is described in docs/config.md).
-
-Unknown keys are errors, ints are strict, and every error names the offending field's path. ``data_kwargs``,
-``template_kwargs`` and ``engine_options`` are kept as the validated models of their dataset, template and engine,
-so ``config_to_json`` dumps the *effective* values, defaults included: it reproduces exactly the samples a run used.
-"""
+``data_kwargs``, ``template_kwargs`` and ``engine_options`` are kept as the validated models of their dataset,
+template and engine, so ``config_to_json`` dumps the *effective* values, defaults included: it reproduces exactly
+the samples a run used."""
 
 from __future__ import annotations
 
@@ -16,9 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     SerializeAsAny,
     ValidationError,
     ValidationInfo,
@@ -26,21 +22,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from gencache.config.datasets import dataset_kwargs_model, dataset_names
 from gencache.config.documents import read_merged_config
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
-from gencache.config.messages import (
-    collect_problems,
-    format_validation_error,
-    nested_error,
-    show,
-    unknown_name,
-    validate_nested,
-)
+from gencache.config.messages import ConfigObject, format_validation_error, nested_error, unknown_name
 from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.core.errors import ConfigError
@@ -80,22 +68,7 @@ def answer_pattern_problem(pattern: str) -> str | None:
 LocalOrHub = Annotated[str, Field(min_length=1), _rule(url_problem)]
 
 
-class _Strict(BaseModel):
-    """Unknown keys are errors (a logit or score field's error says why it is refused), ints are strict."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _problems(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
-        """This object's problems worded here, where the fields an unknown key could have meant are known."""
-        try:
-            return handler(data)
-        except ValidationError as exc:
-            raise nested_error(collect_problems(exc, cls)) from None
-
-
-class ModelConfig(_Strict):
+class ModelConfig(ConfigObject):
     """The teacher: where to load it from and how."""
 
     model_path: LocalOrHub = Field(
@@ -114,6 +87,7 @@ class ModelConfig(_Strict):
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
     device: str = Field(
         default="cuda:0",
+        pattern=r"^(cpu|auto|cuda|cuda:\d+)$",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
     )
@@ -129,13 +103,6 @@ class ModelConfig(_Strict):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        if not re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value):
-            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})')
-        return value
 
     @field_validator("generation_kwargs")
     @classmethod
@@ -156,19 +123,19 @@ class ModelConfig(_Strict):
         return self.tokenizer_path or self.model_path
 
 
-#: Per field whose model its sibling names: the model of a name, what an unknown key in it is, and the value kept
-#: when the sibling itself failed (that error is reported instead).
-_CHOSEN: dict[str, tuple[Callable[[str], type[BaseModel]], str, type[BaseModel]]] = {
-    "data_kwargs": (dataset_kwargs_model, "data_kwargs key for dataset", KwargsModel),
-    "template_kwargs": (TEMPLATE_KWARGS.__getitem__, "template_kwargs key for template", TemplateKwargs),
-    "engine_options": (ENGINE_OPTIONS.__getitem__, "option of engine", EngineOptions),
+#: Per field whose model its sibling names: the model of a name, and the value kept when the sibling itself failed
+#: (that error is reported instead).
+_CHOSEN: dict[str, tuple[Callable[[str], type[BaseModel]], type[BaseModel]]] = {
+    "data_kwargs": (dataset_kwargs_model, KwargsModel),
+    "template_kwargs": (TEMPLATE_KWARGS.__getitem__, TemplateKwargs),
+    "engine_options": (ENGINE_OPTIONS.__getitem__, EngineOptions),
 }
 
 
 def _chosen(value: Any, info: ValidationInfo) -> Any:
     """``data_kwargs``, ``template_kwargs`` or ``engine_options`` validated with the model its sibling names (an
     instance of that model passes as it is)."""
-    model_of, what, empty = _CHOSEN[str(info.field_name)]
+    model_of, empty = _CHOSEN[str(info.field_name)]
     name = info.data.get(READS_SIBLING[str(info.field_name)])
     if name is None:
         return empty()
@@ -177,9 +144,7 @@ def _chosen(value: Any, info: ValidationInfo) -> Any:
         return value
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
-    if not isinstance(value, dict):
-        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-    return validate_nested(model, value, f"{what} {name!r}")
+    return model.model_validate(value)
 
 
 # A validated kwargs or options model, serialised with its own fields; the model is chosen by the sibling name field,
@@ -187,7 +152,7 @@ def _chosen(value: Any, info: ValidationInfo) -> Any:
 _ANY_OBJECT = WithJsonSchema({"type": "object", "additionalProperties": True})
 
 
-class DataConfig(_Strict):
+class DataConfig(ConfigObject):
     """One dataset selection: which samples, rendered with which template."""
 
     dataset_name: str = Field(
@@ -248,7 +213,7 @@ class DataConfig(_Strict):
     _kwargs = field_validator("data_kwargs", "template_kwargs", mode="before")(_chosen)
 
 
-class CacheConfig(_Strict):
+class CacheConfig(ConfigObject):
     """A whole generation-cache run: one teacher, its data configs, one output artifact."""
 
     model: ModelConfig = Field(description="The teacher.")
@@ -294,7 +259,7 @@ class CacheConfig(_Strict):
     _engine_options = field_validator("engine_options", mode="before")(_chosen)
 
 
-class _DataConfigList(_Strict):
+class _DataConfigList(ConfigObject):
     data_configs: list[DataConfig] = Field(min_length=1)
 
 

@@ -103,12 +103,8 @@ def output_name_problem(path: str) -> str | None:
     name = os.path.basename(path.rstrip("/"))
     if name not in ("", ".", ".."):
         return None
-    what = f"its last part is {name!r}" if name else "it is the root directory"
     example = os.path.normpath(os.path.join(path, "my-run"))
-    return (
-        f"{path!r} has no name of its own ({what}); an output path ends in the name of the new directory or file, "
-        f"e.g. {example!r}"
-    )
+    return f"{path!r} has no name of its own; end it in the name of the new directory or file, e.g. {example!r}"
 
 
 def check_output_name(path: str, what: str) -> None:

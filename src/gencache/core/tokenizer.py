@@ -9,11 +9,8 @@ from gencache.core.errors import ConfigError
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:
-    """Put ``tokenizer`` in the state gencache generates with, in place, and return it.
-
-    Left padding; when no pad token is set, the pad token falls back to the EOS token. Training calls this too,
-    so the tokenizer state it compares with an artifact's provenance is the one generation recorded.
-    """
+    """``tokenizer`` put in the state gencache generates with, in place: left padding, the EOS token as the pad
+    token when none is set. Training calls this too, so the state it compares with an artifact's is the one recorded."""
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:

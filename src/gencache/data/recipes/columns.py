@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gencache.config.messages import did_you_mean, type_name
+from gencache.config.messages import did_you_mean, show
 from gencache.core.errors import DatasetError
 from gencache.data.sources import origin_of
 
@@ -74,7 +74,7 @@ KINDS: dict[str, Callable[[Any], bool]] = {
 def require_type(table: Any, label: str, index: int, value: Any, name: str, kind: str) -> Any:
     """``value`` if it has JSON type ``kind``, else an error naming the field and the row's file and line."""
     if not KINDS[kind](value):
-        raise row_error(table, label, index, f"{name!r} must be a {kind}, got {type_name(value)}")
+        raise row_error(table, label, index, f"{name!r} must be a {kind} (got {show(value)})")
     return value
 
 
