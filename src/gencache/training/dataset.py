@@ -86,6 +86,15 @@ class LeftOut:
         return f"left out {self.samples} of {self.considered} samples: {'; '.join(parts)}"
 
 
+def _check(name: str, value: Any, ok: bool, wanted: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name} must be {wanted}, got {value!r}.")
+
+
+def _positive(value: Any) -> bool:
+    return value is None or (type(value) is int and value > 0)
+
+
 DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.PathLike[str]
 CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -145,12 +154,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         min_score: Mapping[str, float] | None = None,
         scores: Any = None,
     ) -> None:
-        if sequences not in SEQUENCE_CHOICES:
-            raise ConfigError(f"sequences must be one of {', '.join(SEQUENCE_CHOICES)}, got {sequences!r}.")
-        if truncation not in TRUNCATION_POLICIES:
-            raise ConfigError(f"truncation must be one of {', '.join(TRUNCATION_POLICIES)}, got {truncation!r}.")
-        if max_length is not None and (type(max_length) is not int or max_length < 1):
-            raise ConfigError(f"max_length must be a positive integer or None, got {max_length!r}.")
+        _check("sequences", sequences, sequences in SEQUENCE_CHOICES, f"one of {', '.join(SEQUENCE_CHOICES)}")
+        _check("truncation", truncation, truncation in TRUNCATION_POLICIES, f"one of {', '.join(TRUNCATION_POLICIES)}")
+        _check("max_length", max_length, _positive(max_length), "a positive integer or None")
         self.cache: GenerationCache = open_caches(
             artifact if isinstance(artifact, (str, os.PathLike)) else [Path(p) for p in artifact]
         )
@@ -183,19 +189,6 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             }
         )
 
-    def _scores_of(self) -> Mapping[tuple[str, int], Mapping[str, float] | None]:
-        """Every answer's metrics: from ``scores`` when given, else scored once from the answers and samples."""
-        if self._scores is None:
-            source = self._scores_source
-            if isinstance(source, (str, os.PathLike)):
-                self._scores = read_scores(source)
-            elif source is not None:
-                self._scores = getattr(source, "by_answer", source)  # what gencache.score returned, or a mapping
-            else:
-                scored = score_cache(self.samples, self.cache, rules_of(self.samples), every_entry=False)
-                self._scores = {(answer.key, answer.sequence_index): answer.metrics for answer in scored}
-        return self._scores
-
     def _choose(self, arguments: Mapping[str, Any]) -> None:
         """Choose the items under the selection ``arguments``. The answer filters read the manifest's finish reasons
         and shapes only, never the payload, and only when a filter, ``sequences='all'`` or ``max_length`` needs
@@ -204,23 +197,28 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         configs, reasons, cap, missing = (
             arguments[name] for name in ("data_configs", "finish_reasons", "max_answer_tokens", "missing")
         )
-        if missing not in MISSING_POLICIES:
-            raise ConfigError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}.")
-        if cap is not None and (type(cap) is not int or cap < 1):
-            raise ConfigError(f"max_answer_tokens must be a positive integer or None, got {cap!r}.")
-        if reasons is not None:
-            kept_reasons = frozenset(() if isinstance(reasons, str) else reasons)
-            if not kept_reasons or not kept_reasons <= set(FINISH_REASONS):
-                raise ConfigError(
-                    f"finish_reasons takes a list of {', '.join(FINISH_REASONS)} (at least one), got {reasons!r}."
-                )
-        if configs is not None:
-            chosen_configs = [configs] if isinstance(configs, int) else list(configs)
-            count = len(self.samples.summaries)
-            if not chosen_configs or any(type(i) is not int or not 0 <= i < count for i in chosen_configs):
-                raise ConfigError(f"data_configs must list data config indices from 0 to {count - 1}, got {configs!r}.")
+        _check("missing", missing, missing in MISSING_POLICIES, f"one of {', '.join(MISSING_POLICIES)}")
+        _check("max_answer_tokens", cap, _positive(cap), "a positive integer or None")
+        kept_reasons = frozenset(() if reasons is None or isinstance(reasons, str) else reasons)
+        ok = reasons is None or (bool(kept_reasons) and kept_reasons <= set(FINISH_REASONS))
+        _check("finish_reasons", reasons, ok, f"a list of {', '.join(FINISH_REASONS)} (at least one)")
+        chosen_configs = [configs] if isinstance(configs, int) else list(configs or ())
+        count = len(self.samples.summaries)
+        ok = configs is None or (
+            bool(chosen_configs) and all(type(i) is int and 0 <= i < count for i in chosen_configs)
+        )
+        _check("data_configs", configs, ok, f"a list of data config indices from 0 to {count - 1}")
         bar = check_min_score(arguments["min_score"])
-        metrics_of = self._scores_of() if bar is not None else None
+        if bar is not None and self._scores is None:  # every answer's metrics, from ``scores`` or scored once
+            source = self._scores_source
+            if isinstance(source, (str, os.PathLike)):
+                self._scores = read_scores(source)
+            elif source is not None:
+                self._scores = getattr(source, "by_answer", source)  # what gencache.score returned, or a mapping
+            else:
+                scored = score_cache(self.samples, self.cache, rules_of(self.samples), every_entry=False)
+                self._scores = {(answer.key, answer.sequence_index): answer.metrics for answer in scored}
+        metrics_of = self._scores if bar is not None else None
         samples, cache, sequences, owns = self.samples, self.cache, self.sequences, self._owns
         owned = [p for p, s in enumerate(samples) if owns is None or owns(s)]
         chosen = [p for p in owned if configs is None or samples[p].data_config_index in chosen_configs]

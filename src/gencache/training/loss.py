@@ -176,15 +176,11 @@ def distillation_loss(
             f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
             "vocabulary)."
         )
-    if teacher is not None and teacher.shape[-1] != student.shape[-1]:
-        raise CompatibilityError(
-            f"The teacher's vocabulary has {teacher.shape[-1]} logits and the student's {student.shape[-1]}; "
-            "distillation needs one shared vocabulary."
-        )
     if teacher is not None and tuple(teacher.shape) != tuple(student.shape):
-        raise ConfigError(
-            f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)}; run the "
-            "teacher on the same input_ids."
+        error = CompatibilityError if teacher.shape[-1] != student.shape[-1] else ConfigError
+        raise error(
+            f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)} (batch, "
+            "length, vocabulary): run the teacher on the same input_ids, with one shared vocabulary."
         )
     items = int(num_items) if num_items is not None and int(num_items) > 0 else None
     options = {
