@@ -268,11 +268,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 items.extend((position, i) for i in served)
         self.left_out = LeftOut(**counts, answers=refused, considered=len(owned))
         if not items:
-            narrowing = [
-                f"{name}={value!r}"
-                for name, value in arguments.items()
-                if value is not None and not (name == "missing" and value == "error")
-            ]
+            narrowing = [f"{k}={v!r}" for k, v in arguments.items() if v is not None and (k, v) != ("missing", "error")]
             raise ConfigError(
                 f"the selection ({', '.join(narrowing) or 'the default selection'}) keeps no item: "
                 f"{self.left_out.describe()}; widen it."
@@ -327,16 +323,12 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         limit = self.max_length
         if limit is None or prompt_length + answer_length <= limit:
             return 0
-        where = f"sample {sample.sample_index} of data_configs[{sample.data_config_index}] (key {sample.key[:12]}...)"
-        if answer_length >= limit:
+        if answer_length >= limit or self.truncation == "refuse":  # the answer is never cut
+            fix = "leave this sample out" if answer_length >= limit else "pass truncation='left' to cut the prompt"
             raise ConfigError(
-                f"{where}: the teacher's answer has {answer_length} tokens, leaving no room for the prompt within "
-                f"max_length {limit}; the answer is never cut: raise max_length or leave this sample out."
-            )
-        if self.truncation == "refuse":
-            raise ConfigError(
-                f"{where} has {prompt_length} prompt + {answer_length} answer tokens, over max_length {limit}; raise "
-                "max_length or pass truncation='left' to drop prompt tokens from the left."
+                f"sample {sample.sample_index} of data_configs[{sample.data_config_index}] (key {sample.key[:12]}...) "
+                f"has {prompt_length} prompt + {answer_length} answer tokens, over max_length {limit} (the answer is "
+                f"never cut); raise max_length or {fix}."
             )
         return prompt_length + answer_length - limit
 

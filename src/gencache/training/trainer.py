@@ -30,19 +30,16 @@ def check_vocabularies(
     for name, tokenizer in (("student", student_tokenizer), ("teacher", teacher_tokenizer)):
         if tokenizer is not None and len(tokenizer) > student_size:
             raise CompatibilityError(
-                f"The {name} tokenizer has {len(tokenizer)} tokens but the models' output layers only "
-                f"{student_size}; the tokenizer does not belong to these models."
+                f"The {name} tokenizer has {len(tokenizer)} tokens, more than the models' {student_size} logits; "
+                "use the tokenizer of these models."
             )
-    if student_tokenizer is None or teacher_tokenizer is None:
-        return
-    ours, theirs = student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab()
-    if ours != theirs:
-        differing = sorted(set(ours.items()) ^ set(theirs.items()))
-        token = differing[0][0]
-        raise CompatibilityError(
-            f"The student's tokenizer ({len(ours)} tokens) and the teacher's ({len(theirs)}) differ (for example "
-            f"at token {token!r}, {len(differing)} entries in all); distillation needs one shared tokenizer."
-        )
+    if student_tokenizer is not None and teacher_tokenizer is not None:
+        differing = sorted(set(student_tokenizer.get_vocab().items()) ^ set(teacher_tokenizer.get_vocab().items()))
+        if differing:
+            raise CompatibilityError(
+                f"The student's and the teacher's tokenizers differ (at token {differing[0][0]!r}, {len(differing)} "
+                "entries in all); distillation needs one shared tokenizer."
+            )
 
 
 class DistillationTrainer(transformers.Trainer):
