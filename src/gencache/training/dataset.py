@@ -5,12 +5,10 @@ pre-tokenized form TRL's ``SFTTrainer`` takes, with ``completion_mask`` (1 on th
 
 from __future__ import annotations
 
-import bisect
 import copy
-import itertools
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -99,24 +97,20 @@ DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.
 CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
-def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet, Callable[[Sample], bool] | None]:
+def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet, list[bool] | None]:
     """The samples of the runs ``cache`` was opened on, rebuilt from their checked records, one run after another,
-    and which of them the artifacts hold (None: all; a lone shard holds only its own keys)."""
+    and whether the artifacts hold each (None: all; a lone shard holds only its own keys)."""
     readers: list[Any] = list(cache.readers) if isinstance(cache, MultiCacheReader) else [cache]
     groups: dict[str, list[Any]] = {}
     for position, reader in enumerate(readers):
         shard = reader.summary.get("shard")
         groups.setdefault(f"run {shard['run_digest']}" if shard else f"artifact {position}", []).append(reader)
     runs = [run_of_readers(group) for group in groups.values()]
-    samples = concat_sample_sets([rebuild_samples(run, tokenizer) for run in runs])
+    parts = [rebuild_samples(run, tokenizer) for run in runs]
+    samples = concat_sample_sets(parts)
     if all(run.shards is None for run in runs):
         return samples, None
-    starts = list(itertools.accumulate((len(run.config.data_configs) for run in runs[:-1]), initial=0))
-
-    def owns(sample: Sample) -> bool:
-        return runs[bisect.bisect_right(starts, sample.data_config_index) - 1].owns(sample.key)
-
-    return samples, owns
+    return samples, [run.owns(sample.key) for run, part in zip(runs, parts, strict=True) for sample in part]
 
 
 class DistillationDataset(Dataset[dict[str, Any]]):
@@ -157,22 +151,17 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         _check("sequences", sequences, sequences in SEQUENCE_CHOICES, f"one of {', '.join(SEQUENCE_CHOICES)}")
         _check("truncation", truncation, truncation in TRUNCATION_POLICIES, f"one of {', '.join(TRUNCATION_POLICIES)}")
         _check("max_length", max_length, _positive(max_length), "a positive integer or None")
-        self.cache: GenerationCache = open_caches(
-            artifact if isinstance(artifact, (str, os.PathLike)) else [Path(p) for p in artifact]
-        )
+        self.cache: GenerationCache = open_caches(artifact)
+        given: dict[str, Any] = {"model_path": model_path, "tokenizer_path": tokenizer_path, "dtype": dtype}
         provenance = self.cache.provenance
         self.cache.check_compatible(
-            model_path=provenance["model_path"] if model_path is None else model_path,
-            tokenizer_path=provenance["tokenizer_path"] if tokenizer_path is None else tokenizer_path,
-            dtype=provenance["dtype"] if dtype is None else dtype,
-            tokenizer=tokenizer,
+            **{k: provenance[k] if v is None else v for k, v in given.items()}, tokenizer=tokenizer
         )
-        self._owns: Callable[[Sample], bool] | None = None
         if config is None:
-            self.samples, self._owns = recorded_samples(self.cache, tokenizer)
+            self.samples, self._held = recorded_samples(self.cache, tokenizer)
         else:
             configs = load_config(config) if isinstance(config, (str, os.PathLike)) else config
-            self.samples = build_samples(configs, tokenizer)
+            self.samples, self._held = build_samples(configs, tokenizer), None
         self.sequences: SequenceChoice = sequences
         self.seed = seed
         self.max_length = max_length
@@ -219,8 +208,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 scored = score_cache(self.samples, self.cache, rules_of(self.samples), every_entry=False)
                 self._scores = {(answer.key, answer.sequence_index): answer.metrics for answer in scored}
         metrics_of = self._scores if bar is not None else None
-        samples, cache, sequences, owns = self.samples, self.cache, self.sequences, self._owns
-        owned = [p for p, s in enumerate(samples) if owns is None or owns(s)]
+        samples, cache, sequences, held = self.samples, self.cache, self.sequences, self._held
+        owned = [p for p in range(len(samples)) if held is None or held[p]]
         chosen = [p for p in owned if configs is None or samples[p].data_config_index in chosen_configs]
         counts = dict.fromkeys(REASONS, 0)
         counts["data_configs"] = len(owned) - len(chosen)
@@ -350,19 +339,11 @@ class DistillationDataset(Dataset[dict[str, Any]]):
 
         def batches() -> Iterator[Any]:
             for start in range(0, len(data), 1024):  # items per Arrow record batch
-                items = [data[index] for index in range(start, min(start + 1024, len(data)))]
-                labels = [item["labels"].numpy() for item in items]
-                columns = [
-                    [item["input_ids"].numpy() for item in items],
-                    [np.ones(len(row), dtype=np.int64) for row in labels],
-                    labels,
-                    [(row != IGNORE_INDEX).astype(np.int64) for row in labels],
-                ]
-                if metadata:
-                    columns += [[item[name] for item in items] for name in METADATA_COLUMNS]
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)], schema=schema
-                )
+                rows = [data[index] for index in range(start, min(start + 1024, len(data)))]
+                for row in rows:
+                    row.update((name, row[name].numpy()) for name in ("input_ids", "attention_mask", "labels"))
+                    row["completion_mask"] = (row["labels"] != IGNORE_INDEX).astype(np.int64)
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)  # the schema's columns only
 
         if path is None:
             return datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches(list(batches()), schema)))

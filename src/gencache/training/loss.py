@@ -172,10 +172,7 @@ def distillation_loss(
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")
     student, teacher = student_logits, teacher_logits
     if student.dim() != 3 or tuple(labels.shape) != tuple(student.shape[:2]):
-        raise ConfigError(
-            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
-            "vocabulary)."
-        )
+        raise ConfigError(f"labels {tuple(labels.shape)} must be the (batch, length) of logits {tuple(student.shape)}.")
     if teacher is not None and tuple(teacher.shape) != tuple(student.shape):
         error = CompatibilityError if teacher.shape[-1] != student.shape[-1] else ConfigError
         raise error(

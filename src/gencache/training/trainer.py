@@ -71,10 +71,10 @@ class DistillationTrainer(transformers.Trainer):
         if move_teacher and getattr(teacher, "hf_device_map", None) is None:
             teacher.to(self.args.device)
         self.teacher = teacher
-        self.loss_options = {"temperature": temperature, "ce_weight": ce_weight, "kl_weight": kl_weight}
-        self.chunk_size = chunk_size
+        self.loss_options: dict[str, Any] = {"temperature": temperature, "ce_weight": ce_weight}
+        self.loss_options |= {"kl_weight": kl_weight, "chunk_size": chunk_size}
         self._teacher_logits: torch.Tensor | None = None
-        self._parts: dict[str, Any] = {"ce": 0.0, "kl": 0.0, "steps": 0}  # summed as tensors: no sync per step
+        self._parts: list[torch.Tensor] = []  # (ce, kl) of each training step since the last log: no sync per step
         for data in (self.train_dataset, self.eval_dataset):  # once: what a DistillationDataset left out
             left_out = getattr(data, "left_out", None)
             if isinstance(left_out, LeftOut) and left_out:
@@ -99,22 +99,14 @@ class DistillationTrainer(transformers.Trainer):
     def _loss(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
         teacher_logits, self._teacher_logits = self._teacher_logits, None  # never held past its step
         parts = distillation_loss(
-            outputs.logits,
-            teacher_logits,
-            labels,
-            **self.loss_options,
-            chunk_size=self.chunk_size,
-            num_items=num_items_in_batch,
+            outputs.logits, teacher_logits, labels, **self.loss_options, num_items=num_items_in_batch
         )
         if outputs.logits.requires_grad:  # a training step
-            self._parts["ce"] = self._parts["ce"] + parts.ce
-            self._parts["kl"] = self._parts["kl"] + parts.kl
-            self._parts["steps"] += 1
+            self._parts.append(torch.stack([parts.ce, parts.kl]))
         return parts.loss
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        steps = self._parts["steps"]
-        if "loss" in logs and steps:
-            logs = {**logs, "ce": float(self._parts["ce"]) / steps, "kl": float(self._parts["kl"]) / steps}
-            self._parts = {"ce": 0.0, "kl": 0.0, "steps": 0}
+        if "loss" in logs and self._parts:
+            ce, kl = torch.stack(self._parts).mean(dim=0).tolist()
+            logs, self._parts = {**logs, "ce": ce, "kl": kl}, []
         super().log(logs, *args, **kwargs)
