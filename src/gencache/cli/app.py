@@ -454,10 +454,9 @@ def audit(
     from gencache.run.audit import audit
 
     _sources(artifact, None)
-    if engine is not None and engine not in ALL_ENGINES:
-        raise ConfigError(f"--engine: {unknown_name('engine', engine, ALL_ENGINES)}.")
-    if dtype is not None and dtype not in DTYPES:
-        raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
+    for option, value, known in (("--engine", engine, ALL_ENGINES), ("--dtype", dtype, DTYPES)):
+        if value is not None and value not in known:
+            raise ConfigError(f"{option}: {unknown_name(option[2:], value, known)}.")
     target = None
     if report is not None:  # never inside the artifact (immutable) nor under a non-directory
         check_output_name(str(report), "--report")
