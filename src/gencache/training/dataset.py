@@ -169,20 +169,18 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         self._scores_source = scores
         self._scores: Mapping[tuple[str, int], Mapping[str, float] | None] | None = None
         self._choose(
-            {
-                "finish_reasons": finish_reasons,
-                "max_answer_tokens": max_answer_tokens,
-                "data_configs": data_configs,
-                "missing": missing,
-                "min_score": min_score,
-            }
+            finish_reasons=finish_reasons,
+            max_answer_tokens=max_answer_tokens,
+            data_configs=data_configs,
+            missing=missing,
+            min_score=min_score,
         )
 
-    def _choose(self, arguments: Mapping[str, Any]) -> None:
+    def _choose(self, **arguments: Any) -> None:
         """Choose the items under the selection ``arguments``. The answer filters read the manifest's finish reasons
         and shapes only, never the payload, and only when a filter, ``sequences='all'`` or ``max_length`` needs
         them. Samples of another shard are not items and not counted."""
-        self._arguments = dict(arguments)
+        self._arguments = arguments
         configs, reasons, cap, missing = (
             arguments[name] for name in ("data_configs", "finish_reasons", "max_answer_tokens", "missing")
         )
@@ -269,7 +267,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         """A copy of this dataset (nothing reopened or rebuilt) under another selection: each selection argument
         given replaces this dataset's."""
         chosen = copy.copy(self)
-        chosen._choose({**self._arguments, **selection})
+        chosen._choose(**{**self._arguments, **selection})
         return chosen
 
     def __len__(self) -> int:
@@ -343,7 +341,8 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 for row in rows:
                     row.update((name, row[name].numpy()) for name in ("input_ids", "attention_mask", "labels"))
                     row["completion_mask"] = (row["labels"] != IGNORE_INDEX).astype(np.int64)
-                yield pa.RecordBatch.from_pylist(rows, schema=schema)  # the schema's columns only
+                columns = [pa.array([row[field.name] for row in rows], field.type) for field in schema]
+                yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
         if path is None:
             return datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches(list(batches()), schema)))
