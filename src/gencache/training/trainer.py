@@ -66,8 +66,7 @@ class DistillationTrainer(transformers.Trainer):
         super().__init__(*args, **{**kwargs, "compute_loss_func": self._loss})
         check_vocabularies(self.model, teacher, self.processing_class, teacher_tokenizer)
         check_loss_settings(temperature=temperature, chunk_size=chunk_size)  # now, not at the first step
-        teacher.eval()
-        teacher.requires_grad_(False)
+        teacher.eval().requires_grad_(False)
         if move_teacher and getattr(teacher, "hf_device_map", None) is None:
             teacher.to(self.args.device)
         self.teacher = teacher
