@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,8 +16,12 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
+from gencache.artifact.report import classify_path, inspect_report, verify_report
+from gencache.artifact.store import location
 from gencache.cli import render, signals
 from gencache.cli.render import RunProgress, echo_json, make_console, printable, quiet_libraries
+from gencache.config.names import ALL_ENGINES, DTYPES
+from gencache.config.paths import check_output_name
 from gencache.core.errors import ConfigError, GencacheError, InputPathError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
@@ -62,8 +67,6 @@ def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
 
 def _sources(artifact: str, sources: list[str] | None) -> dict[int, str]:
     """``--source I=PATH`` options as a mapping, once ``artifact`` is known to be an artifact."""
-    from gencache.artifact.report import classify_path
-
     if (not_artifact := classify_path(artifact)) is not None:
         raise InputPathError(not_artifact["error"])
     return _by_index("--source", sources)
@@ -241,8 +244,6 @@ def generate(
 def inspect(dirs: _Dirs, as_json: _Json = False) -> None:
     """Show teacher, tokenizer state, entries, token lengths, finish reasons, counts per data config, shards and
     overlaps (exit 1 when an artifact or shard is unreadable or shards are not one run; 2 for a non-artifact)."""
-    from gencache.artifact.report import inspect_report
-
     report = inspect_report(dirs)
     if as_json:
         echo_json(report.to_json())
@@ -255,8 +256,6 @@ def inspect(dirs: _Dirs, as_json: _Json = False) -> None:
 def verify(dirs: _Dirs, as_json: _Json = False) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    from gencache.artifact.report import verify_report
-
     stderr = make_console(stderr=True)
     bar = functools.partial(render.verify_progress, stderr)
     report = verify_report(dirs, progress=bar if stderr.is_terminal and not as_json else None)
@@ -329,7 +328,6 @@ def clean(
     """Remove what killed gencache writers left: temporary directories on this host, or on a bucket their
     incomplete uploads, uncommitted objects and stale locks (a live writer's and every committed artifact kept)."""
     from gencache.artifact.publish import clean as clean_parent
-    from gencache.artifact.store import location
     from gencache.artifact.upload import clean as clean_prefix
 
     where = location(parent)
@@ -449,15 +447,12 @@ def audit(
     every audited key is equal, 1 when any differs, 2 for bad input). Nothing is written into the artifact."""
     from gencache.artifact.publish import publish_file
     from gencache.config.messages import unknown_name
-    from gencache.config.names import ALL_ENGINES, DTYPES
-    from gencache.config.paths import check_output_name
     from gencache.run.audit import audit
 
     _sources(artifact, None)
-    if engine is not None and engine not in ALL_ENGINES:
-        raise ConfigError(f"--engine: {unknown_name('engine', engine, ALL_ENGINES)}.")
-    if dtype is not None and dtype not in DTYPES:
-        raise ConfigError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}.")
+    for option, value, known in (("--engine", engine, ALL_ENGINES), ("--dtype", dtype, DTYPES)):
+        if value is not None and value not in known:
+            raise ConfigError(f"{option}: {unknown_name(option[2:], value, known)}.")
     target = None
     if report is not None:  # never inside the artifact (immutable) nor under a non-directory
         check_output_name(str(report), "--report")
@@ -515,8 +510,6 @@ def _run(argv: list[str] | None) -> int:
             exc.show()  # type: ignore[union-attr]
             return code
         if os.environ.get("GENCACHE_DEBUG") == "1":
-            import traceback
-
             traceback.print_exc()
         if isinstance(exc, InputProblems):  # several independent problems: one line each, then how many
             for problem in exc.problems:

@@ -128,8 +128,7 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
     root = _directory(directory, "", "gencache init")
     config = root / "config.json"
     qa, chat = root / "data" / "qa.jsonl", root / "data" / "chat.jsonl"
-    existing = [str(p) for p in (config, qa, chat) if os.path.lexists(p)]
-    if existing:
+    if existing := [str(p) for p in (config, qa, chat) if os.path.lexists(p)]:
         raise OutputExistsError(
             f"gencache init never overwrites: {', '.join(existing)} already exist; choose another directory."
         )

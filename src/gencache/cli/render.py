@@ -160,24 +160,21 @@ def render_notice(console: Console, level: str, text: str) -> None:
 def render_dry_run(report: Preflight, console: Console) -> None:
     config, samples, counts = report.config, report.samples, report.sample_counts
     assert config is not None  # an invalid config is raised, never reported
-    if samples is not None or counts is not None:
+    if counts is not None:  # the samples' figures when they were built, their counts alone otherwise
         table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
         columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
-        for column in columns:
+        tokens_column = () if samples is None else ("prompt tokens min/med/max",)
+        for column in (*columns, *tokens_column):
             table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-        if samples is None:
-            for index, (count, data) in enumerate(zip(counts or (), config.data_configs, strict=True)):
-                shown = str(count) if count >= 0 else "?"
-                table.add_row(str(index), data.dataset_name, data.split, data.template, shown, "?", "?", "?")
-        else:
-            table.add_column("prompt tokens min/med/max")
-            for summary, data in zip(samples.summaries, config.data_configs, strict=True):
-                values = (summary.index, summary.dataset_name, data.split, data.template, summary.samples)
-                table.add_row(
-                    *map(str, (*values, summary.unique, summary.duplicates)),
-                    "{} / {} / {}".format(*summary.prompt_chars),
-                    "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-",
-                )
+        for index, (count, data) in enumerate(zip(counts, config.data_configs, strict=True)):
+            cells = (str(index), data.dataset_name, data.split, data.template, str(count) if count >= 0 else "?")
+            if samples is None:
+                table.add_row(*cells, "?", "?", "?")
+                continue
+            summary = samples.summaries[index]
+            tokens = "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-"
+            prompt_chars = "{} / {} / {}".format(*summary.prompt_chars)
+            table.add_row(*cells, str(summary.unique), str(summary.duplicates), prompt_chars, tokens)
         console.print(table)
     title = "checks (the same ones generate makes before loading weights)"
     checks = Table("check", "status", "detail", title=title, title_justify="left")
@@ -368,11 +365,10 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
             console.print(_sharded_table(artifact))
             for problem in artifact["shards"]["problems"]:
                 console.print(Text.assemble(("problem", "red"), f": {problem}"))
-            for shard in artifact["artifacts"]:  # one whole line each, like verify's
+            for shard in artifact["artifacts"]:  # every shard in detail; an unreadable one in one line, like verify's
                 if shard["kind"] == "error":
                     err.print(Text(f"FAIL {shard['error']}"))
-            for shard in artifact["artifacts"]:  # every shard in detail, not only the first
-                if shard["kind"] == "artifact":
+                else:
                     console.print(_artifact_table(shard))
         elif kind == "artifact":
             console.print(_artifact_table(artifact))

@@ -67,10 +67,7 @@ class DistillationCollator:
 
     def __init__(self, tokenizer: Any, *, padding_side: str | None = None) -> None:
         if tokenizer.pad_token_id is None:
-            raise ConfigError(
-                "The tokenizer has no pad token; pass it through gencache.prepare_tokenizer() (which falls back to "
-                "the EOS token) before building the collator."
-            )
+            raise ConfigError("The tokenizer has no pad token; pass it through gencache.prepare_tokenizer() first.")
         self.pad_token_id = int(tokenizer.pad_token_id)
         self.padding_side = _check_side(padding_side or tokenizer.padding_side)
 

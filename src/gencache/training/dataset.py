@@ -5,12 +5,10 @@ pre-tokenized form TRL's ``SFTTrainer`` takes, with ``completion_mask`` (1 on th
 
 from __future__ import annotations
 
-import bisect
 import copy
-import itertools
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -86,28 +84,33 @@ class LeftOut:
         return f"left out {self.samples} of {self.considered} samples: {'; '.join(parts)}"
 
 
+def _check(name: str, value: Any, ok: bool, wanted: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name} must be {wanted}, got {value!r}.")
+
+
+def _positive(value: Any) -> bool:
+    return value is None or (type(value) is int and value > 0)
+
+
 DataConfigs = CacheConfig | Sequence[DataConfig | Mapping[str, Any]] | str | os.PathLike[str]
 CachePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
-def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet, Callable[[Sample], bool] | None]:
+def recorded_samples(cache: GenerationCache, tokenizer: Any) -> tuple[SampleSet, list[bool] | None]:
     """The samples of the runs ``cache`` was opened on, rebuilt from their checked records, one run after another,
-    and which of them the artifacts hold (None: all; a lone shard holds only its own keys)."""
+    and whether the artifacts hold each (None: all; a lone shard holds only its own keys)."""
     readers: list[Any] = list(cache.readers) if isinstance(cache, MultiCacheReader) else [cache]
     groups: dict[str, list[Any]] = {}
     for position, reader in enumerate(readers):
         shard = reader.summary.get("shard")
         groups.setdefault(f"run {shard['run_digest']}" if shard else f"artifact {position}", []).append(reader)
     runs = [run_of_readers(group) for group in groups.values()]
-    samples = concat_sample_sets([rebuild_samples(run, tokenizer) for run in runs])
+    parts = [rebuild_samples(run, tokenizer) for run in runs]
+    samples = concat_sample_sets(parts)
     if all(run.shards is None for run in runs):
         return samples, None
-    starts = list(itertools.accumulate((len(run.config.data_configs) for run in runs[:-1]), initial=0))
-
-    def owns(sample: Sample) -> bool:
-        return runs[bisect.bisect_right(starts, sample.data_config_index) - 1].owns(sample.key)
-
-    return samples, owns
+    return samples, [run.owns(sample.key) for run, part in zip(runs, parts, strict=True) for sample in part]
 
 
 class DistillationDataset(Dataset[dict[str, Any]]):
@@ -145,28 +148,20 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         min_score: Mapping[str, float] | None = None,
         scores: Any = None,
     ) -> None:
-        if sequences not in SEQUENCE_CHOICES:
-            raise ConfigError(f"sequences must be one of {', '.join(SEQUENCE_CHOICES)}, got {sequences!r}.")
-        if truncation not in TRUNCATION_POLICIES:
-            raise ConfigError(f"truncation must be one of {', '.join(TRUNCATION_POLICIES)}, got {truncation!r}.")
-        if max_length is not None and (type(max_length) is not int or max_length < 1):
-            raise ConfigError(f"max_length must be a positive integer or None, got {max_length!r}.")
-        self.cache: GenerationCache = open_caches(
-            artifact if isinstance(artifact, (str, os.PathLike)) else [Path(p) for p in artifact]
-        )
+        _check("sequences", sequences, sequences in SEQUENCE_CHOICES, f"one of {', '.join(SEQUENCE_CHOICES)}")
+        _check("truncation", truncation, truncation in TRUNCATION_POLICIES, f"one of {', '.join(TRUNCATION_POLICIES)}")
+        _check("max_length", max_length, _positive(max_length), "a positive integer or None")
+        self.cache: GenerationCache = open_caches(artifact)
+        given: dict[str, Any] = {"model_path": model_path, "tokenizer_path": tokenizer_path, "dtype": dtype}
         provenance = self.cache.provenance
         self.cache.check_compatible(
-            model_path=provenance["model_path"] if model_path is None else model_path,
-            tokenizer_path=provenance["tokenizer_path"] if tokenizer_path is None else tokenizer_path,
-            dtype=provenance["dtype"] if dtype is None else dtype,
-            tokenizer=tokenizer,
+            **{k: provenance[k] if v is None else v for k, v in given.items()}, tokenizer=tokenizer
         )
-        self._owns: Callable[[Sample], bool] | None = None
         if config is None:
-            self.samples, self._owns = recorded_samples(self.cache, tokenizer)
+            self.samples, self._held = recorded_samples(self.cache, tokenizer)
         else:
             configs = load_config(config) if isinstance(config, (str, os.PathLike)) else config
-            self.samples = build_samples(configs, tokenizer)
+            self.samples, self._held = build_samples(configs, tokenizer), None
         self.sequences: SequenceChoice = sequences
         self.seed = seed
         self.max_length = max_length
@@ -174,18 +169,34 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         self._scores_source = scores
         self._scores: Mapping[tuple[str, int], Mapping[str, float] | None] | None = None
         self._choose(
-            {
-                "finish_reasons": finish_reasons,
-                "max_answer_tokens": max_answer_tokens,
-                "data_configs": data_configs,
-                "missing": missing,
-                "min_score": min_score,
-            }
+            finish_reasons=finish_reasons,
+            max_answer_tokens=max_answer_tokens,
+            data_configs=data_configs,
+            missing=missing,
+            min_score=min_score,
         )
 
-    def _scores_of(self) -> Mapping[tuple[str, int], Mapping[str, float] | None]:
-        """Every answer's metrics: from ``scores`` when given, else scored once from the answers and samples."""
-        if self._scores is None:
+    def _choose(self, **arguments: Any) -> None:
+        """Choose the items under the selection ``arguments``. The answer filters read the manifest's finish reasons
+        and shapes only, never the payload, and only when a filter, ``sequences='all'`` or ``max_length`` needs
+        them. Samples of another shard are not items and not counted."""
+        self._arguments = arguments
+        configs, reasons, cap, missing = (
+            arguments[name] for name in ("data_configs", "finish_reasons", "max_answer_tokens", "missing")
+        )
+        _check("missing", missing, missing in MISSING_POLICIES, f"one of {', '.join(MISSING_POLICIES)}")
+        _check("max_answer_tokens", cap, _positive(cap), "a positive integer or None")
+        kept_reasons = frozenset(() if reasons is None or isinstance(reasons, str) else reasons)
+        ok = reasons is None or (bool(kept_reasons) and kept_reasons <= set(FINISH_REASONS))
+        _check("finish_reasons", reasons, ok, f"a list of {', '.join(FINISH_REASONS)} (at least one)")
+        chosen_configs = [configs] if isinstance(configs, int) else list(configs or ())
+        count = len(self.samples.summaries)
+        ok = configs is None or (
+            bool(chosen_configs) and all(type(i) is int and 0 <= i < count for i in chosen_configs)
+        )
+        _check("data_configs", configs, ok, f"a list of data config indices from 0 to {count - 1}")
+        bar = check_min_score(arguments["min_score"])
+        if bar is not None and self._scores is None:  # every answer's metrics, from ``scores`` or scored once
             source = self._scores_source
             if isinstance(source, (str, os.PathLike)):
                 self._scores = read_scores(source)
@@ -194,35 +205,9 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             else:
                 scored = score_cache(self.samples, self.cache, rules_of(self.samples), every_entry=False)
                 self._scores = {(answer.key, answer.sequence_index): answer.metrics for answer in scored}
-        return self._scores
-
-    def _choose(self, arguments: Mapping[str, Any]) -> None:
-        """Choose the items under the selection ``arguments``. The answer filters read the manifest's finish reasons
-        and shapes only, never the payload, and only when a filter, ``sequences='all'`` or ``max_length`` needs
-        them. Samples of another shard are not items and not counted."""
-        self._arguments = dict(arguments)
-        configs, reasons, cap, missing = (
-            arguments[name] for name in ("data_configs", "finish_reasons", "max_answer_tokens", "missing")
-        )
-        if missing not in MISSING_POLICIES:
-            raise ConfigError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}.")
-        if cap is not None and (type(cap) is not int or cap < 1):
-            raise ConfigError(f"max_answer_tokens must be a positive integer or None, got {cap!r}.")
-        if reasons is not None:
-            kept_reasons = frozenset(() if isinstance(reasons, str) else reasons)
-            if not kept_reasons or not kept_reasons <= set(FINISH_REASONS):
-                raise ConfigError(
-                    f"finish_reasons takes a list of {', '.join(FINISH_REASONS)} (at least one), got {reasons!r}."
-                )
-        if configs is not None:
-            chosen_configs = [configs] if isinstance(configs, int) else list(configs)
-            count = len(self.samples.summaries)
-            if not chosen_configs or any(type(i) is not int or not 0 <= i < count for i in chosen_configs):
-                raise ConfigError(f"data_configs must list data config indices from 0 to {count - 1}, got {configs!r}.")
-        bar = check_min_score(arguments["min_score"])
-        metrics_of = self._scores_of() if bar is not None else None
-        samples, cache, sequences, owns = self.samples, self.cache, self.sequences, self._owns
-        owned = [p for p, s in enumerate(samples) if owns is None or owns(s)]
+        metrics_of = self._scores if bar is not None else None
+        samples, cache, sequences, held = self.samples, self.cache, self.sequences, self._held
+        owned = [p for p in range(len(samples)) if held is None or held[p]]
         chosen = [p for p in owned if configs is None or samples[p].data_config_index in chosen_configs]
         counts = dict.fromkeys(REASONS, 0)
         counts["data_configs"] = len(owned) - len(chosen)
@@ -270,11 +255,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
                 items.extend((position, i) for i in served)
         self.left_out = LeftOut(**counts, answers=refused, considered=len(owned))
         if not items:
-            narrowing = [
-                f"{name}={value!r}"
-                for name, value in arguments.items()
-                if value is not None and not (name == "missing" and value == "error")
-            ]
+            narrowing = [f"{k}={v!r}" for k, v in arguments.items() if v is not None and (k, v) != ("missing", "error")]
             raise ConfigError(
                 f"the selection ({', '.join(narrowing) or 'the default selection'}) keeps no item: "
                 f"{self.left_out.describe()}; widen it."
@@ -286,7 +267,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         """A copy of this dataset (nothing reopened or rebuilt) under another selection: each selection argument
         given replaces this dataset's."""
         chosen = copy.copy(self)
-        chosen._choose({**self._arguments, **selection})
+        chosen._choose(**{**self._arguments, **selection})
         return chosen
 
     def __len__(self) -> int:
@@ -329,16 +310,12 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         limit = self.max_length
         if limit is None or prompt_length + answer_length <= limit:
             return 0
-        where = f"sample {sample.sample_index} of data_configs[{sample.data_config_index}] (key {sample.key[:12]}...)"
-        if answer_length >= limit:
+        if answer_length >= limit or self.truncation == "refuse":  # the answer is never cut
+            fix = "leave this sample out" if answer_length >= limit else "pass truncation='left' to cut the prompt"
             raise ConfigError(
-                f"{where}: the teacher's answer has {answer_length} tokens, leaving no room for the prompt within "
-                f"max_length {limit}; the answer is never cut: raise max_length or leave this sample out."
-            )
-        if self.truncation == "refuse":
-            raise ConfigError(
-                f"{where} has {prompt_length} prompt + {answer_length} answer tokens, over max_length {limit}; raise "
-                "max_length or pass truncation='left' to drop prompt tokens from the left."
+                f"sample {sample.sample_index} of data_configs[{sample.data_config_index}] (key {sample.key[:12]}...) "
+                f"has {prompt_length} prompt + {answer_length} answer tokens, over max_length {limit} (the answer is "
+                f"never cut); raise max_length or {fix}."
             )
         return prompt_length + answer_length - limit
 
@@ -360,19 +337,12 @@ class DistillationDataset(Dataset[dict[str, Any]]):
 
         def batches() -> Iterator[Any]:
             for start in range(0, len(data), 1024):  # items per Arrow record batch
-                items = [data[index] for index in range(start, min(start + 1024, len(data)))]
-                labels = [item["labels"].numpy() for item in items]
-                columns = [
-                    [item["input_ids"].numpy() for item in items],
-                    [np.ones(len(row), dtype=np.int64) for row in labels],
-                    labels,
-                    [(row != IGNORE_INDEX).astype(np.int64) for row in labels],
-                ]
-                if metadata:
-                    columns += [[item[name] for item in items] for name in METADATA_COLUMNS]
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)], schema=schema
-                )
+                rows = [data[index] for index in range(start, min(start + 1024, len(data)))]
+                for row in rows:
+                    row.update((name, row[name].numpy()) for name in ("input_ids", "attention_mask", "labels"))
+                    row["completion_mask"] = (row["labels"] != IGNORE_INDEX).astype(np.int64)
+                columns = [pa.array([row[field.name] for row in rows], field.type) for field in schema]
+                yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
         if path is None:
             return datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches(list(batches()), schema)))

@@ -117,15 +117,15 @@ class _ChunkedDistillation(torch.autograd.Function):
         vocabulary = student.shape[-1]
         positions, targets = answer_positions(labels.to(student.device))
         count = int(positions.numel())
-        denominator = float(options["num_items"]) if options["num_items"] is not None else float(max(count, 1))
+        denominator = float(options["num_items"] or max(count, 1))
         flat_student = student.detach().reshape(-1, vocabulary)
         flat_teacher = None if teacher is None else teacher.detach().reshape(-1, vocabulary)
         teacher_positions = positions if teacher is None else positions.to(teacher.device)
-        want_grad = bool(options["want_grad"])
+        want_grad = bool(ctx.needs_input_grad[0])  # the student's logits need a gradient
         grad = torch.zeros_like(flat_student) if want_grad else None
         ce_sum = torch.zeros((), dtype=torch.float64, device=student.device)
         kl_sum = torch.zeros((), dtype=torch.float64, device=student.device)
-        chunk, options = int(options["chunk_size"]), {**options, "scale": 1.0 / denominator}
+        chunk, options = int(options["chunk_size"]), {**options, "scale": 1.0 / denominator, "want_grad": want_grad}
         for start in range(0, count, chunk):
             index, teacher_index = positions[start : start + chunk], teacher_positions[start : start + chunk]
             teacher_chunk = None if flat_teacher is None else flat_teacher.index_select(0, teacher_index)
@@ -172,19 +172,12 @@ def distillation_loss(
         raise ConfigError("teacher_logits is None but kl_weight is not 0; pass the teacher's logits or kl_weight=0.")
     student, teacher = student_logits, teacher_logits
     if student.dim() != 3 or tuple(labels.shape) != tuple(student.shape[:2]):
-        raise ConfigError(
-            f"labels {tuple(labels.shape)} do not match the student's logits {tuple(student.shape)} (batch, length, "
-            "vocabulary)."
-        )
-    if teacher is not None and teacher.shape[-1] != student.shape[-1]:
-        raise CompatibilityError(
-            f"The teacher's vocabulary has {teacher.shape[-1]} logits and the student's {student.shape[-1]}; "
-            "distillation needs one shared vocabulary."
-        )
+        raise ConfigError(f"labels {tuple(labels.shape)} must be the (batch, length) of logits {tuple(student.shape)}.")
     if teacher is not None and tuple(teacher.shape) != tuple(student.shape):
-        raise ConfigError(
-            f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)}; run the "
-            "teacher on the same input_ids."
+        error = CompatibilityError if teacher.shape[-1] != student.shape[-1] else ConfigError
+        raise error(
+            f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)} (batch, "
+            "length, vocabulary): run the teacher on the same input_ids, with one shared vocabulary."
         )
     items = int(num_items) if num_items is not None and int(num_items) > 0 else None
     options = {
@@ -193,7 +186,6 @@ def distillation_loss(
         "kl_weight": float(kl_weight),
         "chunk_size": chunk_size,
         "num_items": items,
-        "want_grad": student_logits.requires_grad and torch.is_grad_enabled(),
     }
     loss, ce, kl = _ChunkedDistillation.apply(student, teacher if kl_weight != 0.0 else None, labels, options)
     positions = int((labels[:, 1:] != IGNORE_INDEX).sum())

@@ -30,19 +30,16 @@ def check_vocabularies(
     for name, tokenizer in (("student", student_tokenizer), ("teacher", teacher_tokenizer)):
         if tokenizer is not None and len(tokenizer) > student_size:
             raise CompatibilityError(
-                f"The {name} tokenizer has {len(tokenizer)} tokens but the models' output layers only "
-                f"{student_size}; the tokenizer does not belong to these models."
+                f"The {name} tokenizer has {len(tokenizer)} tokens, more than the models' {student_size} logits; "
+                "use the tokenizer of these models."
             )
-    if student_tokenizer is None or teacher_tokenizer is None:
-        return
-    ours, theirs = student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab()
-    if ours != theirs:
-        differing = sorted(set(ours.items()) ^ set(theirs.items()))
-        token = differing[0][0]
-        raise CompatibilityError(
-            f"The student's tokenizer ({len(ours)} tokens) and the teacher's ({len(theirs)}) differ (for example "
-            f"at token {token!r}, {len(differing)} entries in all); distillation needs one shared tokenizer."
-        )
+    if student_tokenizer is not None and teacher_tokenizer is not None:
+        differing = sorted(set(student_tokenizer.get_vocab().items()) ^ set(teacher_tokenizer.get_vocab().items()))
+        if differing:
+            raise CompatibilityError(
+                f"The student's and the teacher's tokenizers differ (at token {differing[0][0]!r}, {len(differing)} "
+                "entries in all); distillation needs one shared tokenizer."
+            )
 
 
 class DistillationTrainer(transformers.Trainer):
@@ -69,15 +66,14 @@ class DistillationTrainer(transformers.Trainer):
         super().__init__(*args, **{**kwargs, "compute_loss_func": self._loss})
         check_vocabularies(self.model, teacher, self.processing_class, teacher_tokenizer)
         check_loss_settings(temperature=temperature, chunk_size=chunk_size)  # now, not at the first step
-        teacher.eval()
-        teacher.requires_grad_(False)
+        teacher.eval().requires_grad_(False)
         if move_teacher and getattr(teacher, "hf_device_map", None) is None:
             teacher.to(self.args.device)
         self.teacher = teacher
-        self.loss_options = {"temperature": temperature, "ce_weight": ce_weight, "kl_weight": kl_weight}
-        self.chunk_size = chunk_size
+        self.loss_options: dict[str, Any] = {"temperature": temperature, "ce_weight": ce_weight}
+        self.loss_options |= {"kl_weight": kl_weight, "chunk_size": chunk_size}
         self._teacher_logits: torch.Tensor | None = None
-        self._parts: dict[str, Any] = {"ce": 0.0, "kl": 0.0, "steps": 0}  # summed as tensors: no sync per step
+        self._parts: list[torch.Tensor] = []  # (ce, kl) of each training step since the last log: no sync per step
         for data in (self.train_dataset, self.eval_dataset):  # once: what a DistillationDataset left out
             left_out = getattr(data, "left_out", None)
             if isinstance(left_out, LeftOut) and left_out:
@@ -102,22 +98,14 @@ class DistillationTrainer(transformers.Trainer):
     def _loss(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
         teacher_logits, self._teacher_logits = self._teacher_logits, None  # never held past its step
         parts = distillation_loss(
-            outputs.logits,
-            teacher_logits,
-            labels,
-            **self.loss_options,
-            chunk_size=self.chunk_size,
-            num_items=num_items_in_batch,
+            outputs.logits, teacher_logits, labels, **self.loss_options, num_items=num_items_in_batch
         )
         if outputs.logits.requires_grad:  # a training step
-            self._parts["ce"] = self._parts["ce"] + parts.ce
-            self._parts["kl"] = self._parts["kl"] + parts.kl
-            self._parts["steps"] += 1
+            self._parts.append(torch.stack([parts.ce, parts.kl]))
         return parts.loss
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        steps = self._parts["steps"]
-        if "loss" in logs and steps:
-            logs = {**logs, "ce": float(self._parts["ce"]) / steps, "kl": float(self._parts["kl"]) / steps}
-            self._parts = {"ce": 0.0, "kl": 0.0, "steps": 0}
+        if "loss" in logs and self._parts:
+            ce, kl = torch.stack(self._parts).mean(dim=0).tolist()
+            logs, self._parts = {**logs, "ce": ce, "kl": kl}, []
         super().log(logs, *args, **kwargs)
