@@ -295,7 +295,7 @@ def test_biography_errors() -> None:
         load(dc("biography", 1, num_data_strs=19))
     with pytest.raises(DatasetError, match="Unknown split 'validation' for biography"):
         load(dc("biography", 1, split="validation", source="/nonexistent/never-read"))
-    with pytest.raises(DatasetError, match=r"single file .* two row-aligned tables"):
+    with pytest.raises(DatasetError, match=r"needs the tables train, test, but the single file .* holds only one"):
         load(dc("biography", 1, source=str(FIX / "biography" / "train.jsonl")))
 
 

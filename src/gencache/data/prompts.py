@@ -144,17 +144,10 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     messages.append({"role": "user", "content": user})
     rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
     pieces = re.split(re.escape(SENTINEL) + r"\[(\d+)\]", rendered)  # segments and boundary numbers, alternating
-    found = [int(number) for number in pieces[1::2]]
-    for index in range(len(body) - 1):
-        if found.count(index) != 1:
-            raise PromptError(
-                f"tokenizer_chat sentinel count mismatch for boundary {index}: expected 1, got "
-                f"{found.count(index)}; the chat template drops or repeats user content, use another template."
-            )
-    if found != sorted(found):
+    if [int(number) for number in pieces[1::2]] != list(range(len(body) - 1)):
         raise PromptError(
-            "tokenizer_chat: rendered sentinels are out of order; the chat template reorders user content, "
-            "use another template."
+            "tokenizer_chat: the rendered part boundaries are missing, repeated or out of order; the chat template "
+            "drops, repeats or reorders user content, use another template."
         )
     out: list[Part] = []
     for index, (part, segment) in enumerate(zip(body, pieces[0::2], strict=True)):

@@ -331,14 +331,12 @@ def load_tables(
     hub_config: str | None,
     dir_config: str | None,
     splits: Sequence[str],
-    single_file_error: str | None,
 ) -> tuple[dict[str, Any], SourceInfo]:
     """Load ``splits`` of a dataset from ``source`` as ``datasets.Dataset`` objects (shared inside
-    :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory and
-    ``single_file_error`` why a single file cannot serve this dataset."""
+    :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory."""
     memo = _SHARED.get()
     memo = {} if memo is None else memo
-    request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
+    request = (source, hub_id, label, hub_config, dir_config, tuple(splits))
     if request not in memo:
         mirror = _MIRROR.get()
         if mirror is None or source is None or source not in mirror[1]:
@@ -353,7 +351,7 @@ def load_tables(
 
 
 def _load_tables(request: tuple[Any, ...]) -> tuple[dict[str, Any], SourceInfo]:
-    source, hub_id, label, hub_config, dir_config, splits, single_file_error = request
+    source, hub_id, label, hub_config, dir_config, splits = request
     kind, location = classify_source(source, hub_id)
     if kind == "hub":
         hint = "" if source is None else f" (no local file or directory named {source!r} exists either)"
@@ -362,10 +360,11 @@ def _load_tables(request: tuple[Any, ...]) -> tuple[dict[str, Any], SourceInfo]:
         return tables, SourceInfo(kind="hub", location=location, fingerprints=fingerprints)
     path = Path(location)
     if kind == "file":
-        if single_file_error is not None:
-            raise DatasetError(f"{label} cannot be read from the single file {location!r}: {single_file_error}.")
         if len(splits) != 1:
-            raise DatasetError(f"{label} needs the tables {', '.join(splits)}; a single file holds only one.")
+            raise DatasetError(
+                f"{label} needs the tables {', '.join(splits)}, but the single file {location!r} holds only one; "
+                "point source at a directory laid out by split."
+            )
         table = _read_files([path], label)
         return {splits[0]: table}, SourceInfo(kind="file", location=location, files=((location, file_sha256(path)),))
     from huggingface_hub import metadata_load
