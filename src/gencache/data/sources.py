@@ -55,10 +55,6 @@ class TableOrigin:
     what: str
     files: tuple[Path, ...] = ()
 
-    @property
-    def text_cells(self) -> bool:
-        return any(path.suffix.lower() in DELIMITERS for path in self.files)
-
     def describe(self) -> str:
         return ", ".join(str(p) for p in self.files) if self.files else self.what
 

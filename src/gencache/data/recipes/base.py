@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -196,9 +195,3 @@ def shortfall(dataset: str, split: str, asked: int, available: int, detail: str)
         f"lower num_samples to at most {available} or choose a larger split.",
         "num_samples",
     )
-
-
-def warn(message: str) -> None:
-    """A ``UserWarning`` as the SemPIC research code issued it, attributed to the caller of
-    :meth:`DatasetRecipe.load`."""
-    warnings.warn(message, UserWarning, stacklevel=4)

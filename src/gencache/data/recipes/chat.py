@@ -15,7 +15,7 @@ from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns
-from gencache.data.sources import origin_of
+from gencache.data.sources import DELIMITERS, origin_of
 
 #: The roles of a turn, and ShareGPT's ``from`` values: the roles they stand for.
 ROLES = {role: role for role in ("system", "user", "assistant")}
@@ -46,7 +46,8 @@ COLUMNS = (
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
     """The ``(role, content)`` turns of row ``index``, checked: ``{role, content}``, or ShareGPT's ``{from, value}``
     mapped (a row whose first turn has ``from`` is ShareGPT's)."""
-    if isinstance(row.get(column), str) and origin_of(table, label).text_cells:  # CSV, TSV: a list as JSON text
+    files = origin_of(table, label).files
+    if isinstance(row.get(column), str) and any(p.suffix.lower() in DELIMITERS for p in files):  # a list as JSON text
         try:
             row = {**row, column: json.loads(row[column])}
         except ValueError as error:

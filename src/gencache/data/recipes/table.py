@@ -40,11 +40,7 @@ def named_columns(kwargs: Any, first: str, first_field: str) -> list[Column]:
         if optional is not None:
             named.append((optional, field))
     fields = dict(reversed(named))  # the first field that names a column is the one to change
-    unset = {f"data_kwargs.{name}" for name in type(kwargs).model_fields if name not in kwargs.model_fields_set}
-    return [
-        Column(name, "", True, "", field=fields[name], defaulted=fields[name] in unset)
-        for name in dict.fromkeys(name for name, _ in named)
-    ]
+    return [Column(name, "", True, "", field=fields[name]) for name in dict.fromkeys(name for name, _ in named)]
 
 
 def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwargs: Any) -> list[str]:
