@@ -47,8 +47,7 @@ def _refuse(where: Path, problem: str) -> FormatError:
 
 
 def checked_resolved_config(reader: Any) -> dict[str, Any]:
-    """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
-    the checks ``gencache verify`` makes of it: a :class:`FormatError` naming the file otherwise."""
+    """An opened artifact's ``resolved_config.json`` after ``gencache verify``'s checks (else a FormatError)."""
     resolved = read_resolved_config(reader.path)
     problems = resolved_config_problems(resolved, reader.provenance, reader.summary.get("shard"))
     if problems:
@@ -82,8 +81,7 @@ def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
 
 
 def _relocated(source: Mapping[str, Any], data_root: Path | None) -> dict[str, str]:
-    """The source's files (path -> recorded sha256), moved under ``data_root`` by the location's last path
-    component when given."""
+    """The source's files (path -> recorded sha256), moved under ``data_root`` by the location's last component."""
     location = str(source["location"])
     files = {str(entry["path"]): str(entry["sha256"]) for entry in source["files"]}
     if data_root is None or source.get("kind") not in ("directory", "file"):
@@ -103,8 +101,7 @@ WAYS_FORWARD = (
 
 
 def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
-    """The error of a recorded source file whose bytes changed, with its size and modification time now (the run
-    recorded the sha256 alone)."""
+    """The error of a changed source file, with its size and mtime now (the run recorded the sha256 alone)."""
     stat = file.stat()
     when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return SourceChangedError(
@@ -185,8 +182,7 @@ def recorded_directory(path: str, what: str, option: str) -> str:
 
 
 def load_recorded_tokenizer(run: RecordedRun, path: str | None = None, *, moved: str = "restore it") -> Any:
-    """The tokenizer at ``path``, else the one the run recorded (its ``tokenizer_path``; ``moved`` says what to do
-    when that directory is gone), at the run's revision, prepared as for generation."""
+    """The tokenizer at ``path``, else the run's (``moved``: what to do when it is gone), prepared as for generation."""
     from gencache.generation.teacher import load_tokenizer
 
     model = run.config.model

@@ -49,8 +49,7 @@ class SourceInfo:
 
 @dataclass(frozen=True)
 class TableOrigin:
-    """Where a loaded table's rows came from: its local files in reading order (none for a hub table) and a
-    description of the table (``what``) for messages."""
+    """A loaded table's local files in reading order (none from the hub) and its description for messages."""
 
     what: str
     files: tuple[Path, ...] = ()
@@ -294,8 +293,7 @@ def shared_tables() -> Iterator[None]:
 
 
 def loaded_sources() -> dict[str, SourceInfo]:
-    """The local sources (files and directories) loaded so far in this :func:`shared_tables` block, by ``source``
-    as the config names them."""
+    """The local sources loaded so far in this :func:`shared_tables` block, by ``source`` as the config names them."""
     loaded = (_SHARED.get() or {}).items()
     return {request[0]: info for request, (_, info) in loaded if info.kind != "hub"}
 

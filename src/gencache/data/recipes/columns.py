@@ -15,8 +15,7 @@ from gencache.data.sources import origin_of
 
 @dataclass(frozen=True)
 class Column:
-    """One column a recipe reads (a dotted path for a nested field); ``field`` is the config field that names it
-    (``None``: the recipe's own fixed name)."""
+    """One column a recipe reads (dotted for a nested field); ``field``: the config field naming it (None: fixed)."""
 
     name: str
     type: str
@@ -27,8 +26,7 @@ class Column:
 
 
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
-    """Refuse ``table`` when it lacks a required top-level column (of ``table_name``), with the fix that is right
-    for the column's ``field``."""
+    """Refuse ``table`` when it lacks a required top-level column (of ``table_name``), with the fix for its field."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
         top = column.name.split(".")[0].removesuffix("[]")

@@ -30,8 +30,7 @@ COLUMNS = (
 
 
 def named_columns(kwargs: Any, first: str, first_field: str) -> list[Column]:
-    """The columns a row must have under ``kwargs`` (a table's or chat's; ``first``: the query or messages column),
-    each with the ``data_kwargs`` field that names it."""
+    """The columns a row must have under ``kwargs`` (``first``: the query or messages column), with their fields."""
     named: list[tuple[str, str]] = [(first, first_field)]
     named += [(name, "data_kwargs.documents") for name in kwargs.document_columns()]
     named += [(name, "data_kwargs.task") for name in kwargs.task]
