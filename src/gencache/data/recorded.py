@@ -100,17 +100,6 @@ WAYS_FORWARD = (
 )
 
 
-def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
-    """The error of a changed source file, with its size and mtime now (the run recorded the sha256 alone)."""
-    stat = file.stat()
-    when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return SourceChangedError(
-        f"data_configs[{index}]: source file {file} changed since generation (sha256 {recorded[:12]}... recorded, "
-        f"{found[:12]}... now; now {stat.st_size:,} bytes, modified {when}), so its rows no longer give the run's "
-        f"prompts: {WAYS_FORWARD}."
-    )
-
-
 def rebuild_samples(
     run: RecordedRun,
     tokenizer: Any | None = None,
@@ -138,8 +127,14 @@ def rebuild_samples(
                     f"data_configs[{index}]: the recorded source file {file} is gone; restore it, or point "
                     "--data-root/--source (data_root/sources) at the data."
                 )
-            if (found := file_sha256(file)) != recorded:
-                raise source_changed(index, file, recorded, found)
+            if (found := file_sha256(file)) != recorded:  # its size and mtime now help find what changed it
+                stat = file.stat()
+                when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+                raise SourceChangedError(
+                    f"data_configs[{index}]: source file {file} changed since generation (sha256 {recorded[:12]}... "
+                    f"recorded, {found[:12]}... now; now {stat.st_size:,} bytes, modified {when}), so its rows no "
+                    f"longer give the run's prompts: {WAYS_FORWARD}."
+                )
     config = run.config
     if chosen or root is not None:  # each data config's source replaced, or moved under data_root
         raw = copy.deepcopy(dict(run.resolved["config"]))

@@ -249,14 +249,11 @@ def check_min_score(value: Mapping[str, float] | None) -> tuple[tuple[str, float
     :data:`METRICS`, values between 0 and 1 (a :class:`ConfigError` otherwise)."""
     if value is None:
         return None
-    if not isinstance(value, Mapping) or not value:
-        raise ConfigError(f"min_score must map metrics ({', '.join(METRICS)}) to a bar, got {value!r}.")
-    for name, bar in value.items():
-        if name not in METRICS:
-            raise ConfigError(f"min_score: unknown metric {name!r}; the metrics are {', '.join(METRICS)}.")
-        if isinstance(bar, bool) or not isinstance(bar, (int, float)) or not 0.0 <= float(bar) <= 1.0:
-            raise ConfigError(f"min_score: {name} must be a number from 0 to 1, got {bar!r}.")
-    return tuple(sorted((name, float(bar)) for name, bar in value.items()))
+    bars = dict(value) if isinstance(value, Mapping) else {}
+    numbers = all(isinstance(bar, int | float) and not isinstance(bar, bool) for bar in bars.values())
+    if not bars or not numbers or not all(name in METRICS and 0 <= bar <= 1 for name, bar in bars.items()):
+        raise ConfigError(f"min_score must map metrics ({', '.join(METRICS)}) to numbers from 0 to 1, got {value!r}.")
+    return tuple(sorted((name, float(bar)) for name, bar in bars.items()))
 
 
 def parse_min_score(texts: Iterable[str]) -> dict[str, float]:

@@ -128,7 +128,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
 
     def shot(self, rows: RowsT, kwargs: KwargsT, index: int) -> Shot:
         """The few-shot example made of row ``index`` (a recipe with few-shot examples overrides this)."""
-        raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.")
+        raise NotImplementedError
 
     def preamble(self, rendered: list[str]) -> str:
         return "\n".join(rendered) + "\n" if rendered else ""
@@ -145,6 +145,8 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             raise shortfall(self.name, dc.split, dc.num_samples, max(available - dc.num_shots, 0), detail)
 
     def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
+        if dc.num_shots and type(self).shot is DatasetRecipe.shot:  # refused before the source is read
+            raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.", "num_shots")
         selection = self.select(dc, kwargs, tokenizer)
         shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])

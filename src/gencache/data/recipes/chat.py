@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
-from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns
@@ -78,10 +77,6 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
     columns = COLUMNS
 
     def select(self, dc: DataConfigLike, kwargs: ChatKwargs, tokenizer: Any | None) -> Selection[tuple[Any, str]]:
-        if dc.num_shots:
-            raise DatasetError(
-                "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
-            )
         table, info = load_table(self, dc)
         column = kwargs.messages  # or ShareGPT's, when the default column is absent
         default = ChatKwargs.model_fields["messages"].default
