@@ -172,16 +172,14 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             else:  # a chat row's final user turn: no preamble, no leading space
                 blocks = [part for text in context for part in (ContextBlock(text), Inline(" "))]
                 parts = normalize([*blocks, Inline(question.task_prompt)])
-            shown = question.query if question.shown is None else question.shown
-            row = index if question.row is None else question.row
             samples.append(
                 RawSample(
                     semantic,
                     parts,
-                    query=shown,
+                    query=question.query if question.shown is None else question.shown,
                     answer=question.answer,
                     history=question.history,
-                    row=row,
+                    row=index if question.row is None else question.row,
                     row_id=question.row_id,
                 )
             )
