@@ -12,7 +12,6 @@ import glob
 import hashlib
 import json
 import os
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -99,16 +98,10 @@ def csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
             raise csv.Error(reader.line_num, str(error)) from None
 
 
-_ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionary()
-
-
 def origin_of(table: Any, label: str) -> TableOrigin:
-    """The recorded origin of ``table``; a table loaded some other way is described by ``label``."""
-    try:
-        found = _ORIGINS.get(table)
-    except TypeError:
-        found = None
-    return found if found is not None else TableOrigin(what=f"{label} table")
+    """The origin recorded on ``table`` when it was loaded here; a table loaded some other way is described by
+    ``label``."""
+    return getattr(table, "gencache_origin", None) or TableOrigin(what=f"{label} table")
 
 
 def file_sha256(path: Path) -> str:
@@ -224,7 +217,7 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     finally:
         if bars:
             enable_progress_bars()
-    _ORIGINS[table] = TableOrigin(what=label, files=tuple(paths))
+    table.gencache_origin = TableOrigin(what=label, files=tuple(paths))
     return table
 
 
@@ -272,7 +265,7 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
             "copy (a directory laid out by split, or one file), make the hub reachable, or set HF_HUB_OFFLINE=1 if "
             "it is in a local cache (HF_HOME)."
         ) from None
-    _ORIGINS[table] = TableOrigin(what=f"{'dataset directory' if os.path.isdir(hub_id) else 'hub dataset'} {where}")
+    table.gencache_origin = TableOrigin(f"{'dataset directory' if os.path.isdir(hub_id) else 'hub dataset'} {where}")
     return table
 
 
