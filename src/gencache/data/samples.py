@@ -55,6 +55,11 @@ class Sample:
     def prompt_text(self) -> str:
         return prompt_text(self.parts)
 
+    @property
+    def prompt_chars(self) -> int:
+        """The length of :attr:`prompt_text`, counted from the parts (a long prompt is never joined to count it)."""
+        return sum(len(part.text) for part in self.parts)
+
 
 @dataclass(frozen=True)
 class DataConfigSummary:
@@ -212,7 +217,7 @@ def build_samples(
                     samples=len(loaded),
                     unique=len(keys),
                     duplicates=duplicates,
-                    prompt_chars=_stats([len(sample.prompt_text) for sample in loaded]),
+                    prompt_chars=_stats([sample.prompt_chars for sample in loaded]),
                     prompt_tokens=_stats(tokens) if tokenizer is not None else None,
                     source=source,
                     data_kwargs=dc.data_kwargs.model_dump(mode="json"),

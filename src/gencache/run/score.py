@@ -383,7 +383,7 @@ def _audit_section(audit: Mapping[str, Any]) -> str:
 
 
 def _page(report: ScoreReport, audit: Mapping[str, Any] | None, charts: bool) -> str:
-    prompt_chars = {sample.key: len(sample.prompt_text) for sample in report.samples.unique}
+    prompt_chars = {sample.key: sample.prompt_chars for sample in report.samples.unique}
     sections = []
     for group in report.groups:
         index = group.data_config_index
