@@ -147,7 +147,7 @@ def test_tokenizer_chat_renders_the_messages_and_keeps_documents_intact(chats: P
             PromptError,
             "qwen_3_chat: the chat row has its own system turn and template_kwargs.system_prompt is set too",
         ),
-        ({"num_shots": 1}, DatasetError, "chat rows have no few-shot examples"),
+        ({"num_shots": 1}, DatasetError, "chat has no few-shot examples"),
         ({"num_samples": 5}, DatasetError, "chat split 'train' holds 4 usable samples (4 rows)"),
     ],
 )

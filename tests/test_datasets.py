@@ -295,7 +295,7 @@ def test_biography_errors() -> None:
         load(dc("biography", 1, num_data_strs=19))
     with pytest.raises(DatasetError, match="Unknown split 'validation' for biography"):
         load(dc("biography", 1, split="validation", source="/nonexistent/never-read"))
-    with pytest.raises(DatasetError, match=r"single file .* two row-aligned tables"):
+    with pytest.raises(DatasetError, match=r"needs the tables train, test, but the single file .* holds only one"):
         load(dc("biography", 1, source=str(FIX / "biography" / "train.jsonl")))
 
 
@@ -351,7 +351,7 @@ def test_niah_rejects_before_loading(overrides: dict[str, Any], message: str) ->
 
 
 def test_niah_max_len_needs_a_tokenizer() -> None:
-    with pytest.raises(DatasetError, match="max_len=100 counts teacher tokens and needs a tokenizer"):
+    with pytest.raises(DatasetError, match="niah counts teacher tokens with these data_kwargs; pass the tokenizer"):
         load(dc("niah", 1), max_len=100)
 
 

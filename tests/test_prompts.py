@@ -366,12 +366,12 @@ def test_tokenizer_chat_requires_apply_chat_template() -> None:
         render("tokenizer_chat", (Inline("q"),), {}, None)
 
 
-def test_tokenizer_chat_rejects_sentinel_collision() -> None:
-    sentinel = "<|gencache_part_boundary|>"
-    with pytest.raises(PromptError, match=r"sentinel collision: prompt.parts\[1\]"):
+def test_tokenizer_chat_rejects_a_boundary_marker_in_the_text() -> None:
+    sentinel = "<|gencache_part_boundary|>[0]"
+    with pytest.raises(PromptError, match="boundaries are missing, repeated or out of order"):
         render("tokenizer_chat", compose_default("", [f"x{sentinel}"], "q"), {}, FakeChat(_chatml))
-    with pytest.raises(PromptError, match="sentinel collision: system_prompt"):
-        render("tokenizer_chat", (Inline("q"),), {"system_prompt": sentinel}, FakeChat(_chatml))
+    with pytest.raises(PromptError, match="boundaries are missing, repeated or out of order"):
+        render("tokenizer_chat", compose_default("", ["d"], "q"), {"system_prompt": sentinel}, FakeChat(_chatml))
 
 
 def test_tokenizer_chat_rejects_missing_sentinel_after_render() -> None:
@@ -380,12 +380,12 @@ def test_tokenizer_chat_rejects_missing_sentinel_after_render() -> None:
         first = _sentinels(text)[0]
         return text.replace(first, "")
 
-    with pytest.raises(PromptError, match="sentinel count mismatch for boundary 0: expected 1, got 0"):
+    with pytest.raises(PromptError, match="boundaries are missing, repeated or out of order"):
         render("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(drop))
 
 
 def test_tokenizer_chat_rejects_repeated_sentinel_after_render() -> None:
-    with pytest.raises(PromptError, match="expected 1, got 2"):
+    with pytest.raises(PromptError, match="boundaries are missing, repeated or out of order"):
         render("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(lambda m: _chatml(m) * 2))
 
 
@@ -397,7 +397,7 @@ def test_tokenizer_chat_rejects_out_of_order_segments_after_render() -> None:
         reordered = pieces[0] + pieces[3] + pieces[2] + pieces[1] + pieces[4]
         return _chatml([{"role": "user", "content": reordered}])
 
-    with pytest.raises(PromptError, match="out of order"):
+    with pytest.raises(PromptError, match="boundaries are missing, repeated or out of order"):
         render("tokenizer_chat", compose_default("p", ["d"], "q"), {}, FakeChat(swap))
 
 

@@ -24,13 +24,10 @@ def semantic_key(payload: Mapping[str, Any]) -> str:
     (documents, shots) does. Token ids, tokenizer, template, think markup, teacher and generation settings are
     never part of a key. Changing what this returns for an existing payload is a breaking change.
     """
-    extra = sorted(str(k) for k in payload if k not in SEMANTIC_FIELDS)
-    missing = [k for k in SEMANTIC_FIELDS if k not in payload]
-    if extra or missing:
-        named = (("unexpected", extra), ("missing", missing))
-        detail = "; ".join(f"{what}: {', '.join(names)}" for what, names in named if names)
+    if set(payload) != set(SEMANTIC_FIELDS):
         raise DatasetError(
-            f"Semantic payload must contain exactly these fields: {', '.join(SEMANTIC_FIELDS)} ({detail})."
+            f"Semantic payload must contain exactly these fields: {', '.join(SEMANTIC_FIELDS)} (it has: "
+            f"{', '.join(sorted(map(str, payload)))})."
         )
     for name, kind, ok in _FIELD_TYPES:
         if not ok(payload[name]):

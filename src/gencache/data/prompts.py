@@ -131,11 +131,6 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     body = list(normalize(parts))
     if isinstance(body[0], ContextBlock):
         body.insert(0, Inline(""))
-    texts = [("system_prompt", kwargs.system_prompt), ("an earlier chat turn", system)]
-    texts += [("an earlier chat turn", text) for _, text in turns]
-    for where, text in texts + [(f"prompt.parts[{index}]", part.text) for index, part in enumerate(body)]:
-        if SENTINEL in text:
-            raise PromptError(f"tokenizer_chat sentinel collision: {where} contains {SENTINEL!r}; remove it.")
     user = "".join(
         part.text + (f"{SENTINEL}[{index}]" if index < len(body) - 1 else "") for index, part in enumerate(body)
     )
@@ -144,17 +139,10 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     messages.append({"role": "user", "content": user})
     rendered = apply(messages, tokenize=False, add_generation_prompt=True, enable_thinking=kwargs.enable_thinking)
     pieces = re.split(re.escape(SENTINEL) + r"\[(\d+)\]", rendered)  # segments and boundary numbers, alternating
-    found = [int(number) for number in pieces[1::2]]
-    for index in range(len(body) - 1):
-        if found.count(index) != 1:
-            raise PromptError(
-                f"tokenizer_chat sentinel count mismatch for boundary {index}: expected 1, got "
-                f"{found.count(index)}; the chat template drops or repeats user content, use another template."
-            )
-    if found != sorted(found):
+    if [int(number) for number in pieces[1::2]] != list(range(len(body) - 1)):
         raise PromptError(
-            "tokenizer_chat: rendered sentinels are out of order; the chat template reorders user content, "
-            "use another template."
+            "tokenizer_chat: the rendered part boundaries are missing, repeated or out of order; the chat template "
+            "drops, repeats or reorders user content, use another template."
         )
     out: list[Part] = []
     for index, (part, segment) in enumerate(zip(body, pieces[0::2], strict=True)):

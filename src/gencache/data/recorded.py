@@ -47,8 +47,7 @@ def _refuse(where: Path, problem: str) -> FormatError:
 
 
 def checked_resolved_config(reader: Any) -> dict[str, Any]:
-    """The ``resolved_config.json`` of an opened artifact (a :class:`~gencache.artifact.reader.CacheReader`) after
-    the checks ``gencache verify`` makes of it: a :class:`FormatError` naming the file otherwise."""
+    """An opened artifact's ``resolved_config.json`` after ``gencache verify``'s checks (else a FormatError)."""
     resolved = read_resolved_config(reader.path)
     problems = resolved_config_problems(resolved, reader.provenance, reader.summary.get("shard"))
     if problems:
@@ -82,8 +81,7 @@ def run_of_readers(readers: Sequence[Any]) -> RecordedRun:
 
 
 def _relocated(source: Mapping[str, Any], data_root: Path | None) -> dict[str, str]:
-    """The source's files (path -> recorded sha256), moved under ``data_root`` by the location's last path
-    component when given."""
+    """The source's files (path -> recorded sha256), moved under ``data_root`` by the location's last component."""
     location = str(source["location"])
     files = {str(entry["path"]): str(entry["sha256"]) for entry in source["files"]}
     if data_root is None or source.get("kind") not in ("directory", "file"):
@@ -100,18 +98,6 @@ WAYS_FORWARD = (
     "is left out); or export the answers without prompts (gencache export ARTIFACT --no-prompts --out FILE); or "
     "regenerate"
 )
-
-
-def source_changed(index: int, file: Path, recorded: str, found: str) -> SourceChangedError:
-    """The error of a recorded source file whose bytes changed, with its size and modification time now (the run
-    recorded the sha256 alone)."""
-    stat = file.stat()
-    when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return SourceChangedError(
-        f"data_configs[{index}]: source file {file} changed since generation (sha256 {recorded[:12]}... recorded, "
-        f"{found[:12]}... now; now {stat.st_size:,} bytes, modified {when}), so its rows no longer give the run's "
-        f"prompts: {WAYS_FORWARD}."
-    )
 
 
 def rebuild_samples(
@@ -141,8 +127,14 @@ def rebuild_samples(
                     f"data_configs[{index}]: the recorded source file {file} is gone; restore it, or point "
                     "--data-root/--source (data_root/sources) at the data."
                 )
-            if (found := file_sha256(file)) != recorded:
-                raise source_changed(index, file, recorded, found)
+            if (found := file_sha256(file)) != recorded:  # its size and mtime now help find what changed it
+                stat = file.stat()
+                when = datetime.datetime.fromtimestamp(stat.st_mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+                raise SourceChangedError(
+                    f"data_configs[{index}]: source file {file} changed since generation (sha256 {recorded[:12]}... "
+                    f"recorded, {found[:12]}... now; now {stat.st_size:,} bytes, modified {when}), so its rows no "
+                    f"longer give the run's prompts: {WAYS_FORWARD}."
+                )
     config = run.config
     if chosen or root is not None:  # each data config's source replaced, or moved under data_root
         raw = copy.deepcopy(dict(run.resolved["config"]))
@@ -157,13 +149,10 @@ def rebuild_samples(
         if summary.index in chosen:
             continue
         index, info, recorded = summary.index, summary.source, run.resolved["sources"][summary.index]
-        files, read = _relocated(recorded, root), dict(info.files)
-        for name in sorted(set(read) | set(files)):
-            if name in read and name in files and read[name] != files[name]:
-                raise source_changed(index, Path(name), files[name], read[name])
-            if read.get(name) != files.get(name):
-                what = "was not read by the run" if name not in files else "was read by the run but not now"
-                raise SourceChangedError(f"data_configs[{index}]: source file {name} {what}: {WAYS_FORWARD}.")
+        files, read = _relocated(recorded, root), dict(info.files)  # the digests were checked above
+        for name in sorted(set(read) ^ set(files)):
+            what = "was not read by the run" if name not in files else "was read by the run but not now"
+            raise SourceChangedError(f"data_configs[{index}]: source file {name} {what}: {WAYS_FORWARD}.")
         fingerprints = recorded.get("fingerprints")
         if info.kind == "hub" and isinstance(fingerprints, dict) and fingerprints != dict(info.fingerprints):
             raise SourceChangedError(
@@ -188,8 +177,7 @@ def recorded_directory(path: str, what: str, option: str) -> str:
 
 
 def load_recorded_tokenizer(run: RecordedRun, path: str | None = None, *, moved: str = "restore it") -> Any:
-    """The tokenizer at ``path``, else the one the run recorded (its ``tokenizer_path``; ``moved`` says what to do
-    when that directory is gone), at the run's revision, prepared as for generation."""
+    """The tokenizer at ``path``, else the run's (``moved``: what to do when it is gone), prepared as for generation."""
     from gencache.generation.teacher import load_tokenizer
 
     model = run.config.model

@@ -28,8 +28,7 @@ class DuplicatePromptWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Sample:
-    """One sample of a run: its key and payload, its rendered prompt (tokenized per part when a tokenizer was
-    given), and the source row it was made of (``row_id``: the row's own id, when the recipe reads one)."""
+    """One sample of a run: its key and payload, its rendered (maybe tokenized) prompt, the source row it came from."""
 
     key: str
     data_config_index: int
@@ -124,8 +123,7 @@ class SampleSet:
 
 
 def concat_sample_sets(sets: Sequence[SampleSet]) -> SampleSet:
-    """Several runs' samples as one set, in order: the data configs are numbered on across the sets (the second
-    set's first data config follows the first set's last), and the first occurrence of a key wins."""
+    """Several runs' samples as one set, data configs numbered on across the sets; a key's first occurrence wins."""
     samples: list[Sample] = []
     summaries: list[DataConfigSummary] = []
     for chosen in sets:
@@ -144,8 +142,7 @@ def _as_data_configs(config_or_data_configs: Any) -> list[DataConfig]:
 def tokenizer_reasons(
     config_or_data_configs: CacheConfig | Sequence[DataConfig | Mapping[str, Any]], *, first_index: int = 0
 ) -> list[str]:
-    """Why these data configs need a tokenizer: one ``data_configs[i]: ...`` line per reason (empty: none needed);
-    ``first_index`` is the first one's position in its config."""
+    """Why these data configs need a tokenizer, a ``data_configs[i]: ...`` line each (``first_index``: the first i)."""
     reasons: list[str] = []
     for index, dc in enumerate(_as_data_configs(config_or_data_configs), start=first_index):
         if TEMPLATES[dc.template].needs_tokenizer:

@@ -34,9 +34,8 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 @dataclass(frozen=True)
 class AnswerRule:
-    """How one data config's answers are cut and scored: the recipe's cut (``first_line`` or the whole text) or a
-    compiled ``pattern``, whether the reference holds several values (``split_values``: the needles of ``niah``)
-    and the ``headline`` metric."""
+    """How one data config's answers are cut (``first_line``, the whole text or ``pattern``) and scored: whether the
+    reference holds several values (``split_values``: the needles of ``niah``), and the ``headline`` metric."""
 
     first_line: bool = False
     pattern: re.Pattern[str] | None = None
@@ -62,8 +61,7 @@ def answer_rule(dataset_name: str, answer_pattern: str | None = None) -> AnswerR
 
 
 def prompt_opens_thinking(parts: Sequence[str]) -> bool:
-    """Whether a prompt, given as the texts of its parts, ends inside a thinking block: its last ``<think>`` has no
-    ``</think>`` after it."""
+    """Whether the texts of a prompt's parts end inside a thinking block (a last ``<think>`` never closed)."""
     text = "".join(parts)
     return text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE)
 
@@ -129,8 +127,7 @@ SCORE_COLUMNS: dict[str, str] = (
 
 @dataclass(frozen=True)
 class ScoredAnswer:
-    """One stored answer scored: where it comes from, how it ended, the answer as scored, the reference and its
-    ``metrics`` (None when the sample has no reference)."""
+    """One stored answer scored: where it comes from, how it ended, the answer as scored, reference and metrics."""
 
     key: str
     sequence_index: int
@@ -252,14 +249,11 @@ def check_min_score(value: Mapping[str, float] | None) -> tuple[tuple[str, float
     :data:`METRICS`, values between 0 and 1 (a :class:`ConfigError` otherwise)."""
     if value is None:
         return None
-    if not isinstance(value, Mapping) or not value:
-        raise ConfigError(f"min_score must map metrics ({', '.join(METRICS)}) to a bar, got {value!r}.")
-    for name, bar in value.items():
-        if name not in METRICS:
-            raise ConfigError(f"min_score: unknown metric {name!r}; the metrics are {', '.join(METRICS)}.")
-        if isinstance(bar, bool) or not isinstance(bar, (int, float)) or not 0.0 <= float(bar) <= 1.0:
-            raise ConfigError(f"min_score: {name} must be a number from 0 to 1, got {bar!r}.")
-    return tuple(sorted((name, float(bar)) for name, bar in value.items()))
+    bars = dict(value) if isinstance(value, Mapping) else {}
+    numbers = all(isinstance(bar, int | float) and not isinstance(bar, bool) for bar in bars.values())
+    if not bars or not numbers or not all(name in METRICS and 0 <= bar <= 1 for name, bar in bars.items()):
+        raise ConfigError(f"min_score must map metrics ({', '.join(METRICS)}) to numbers from 0 to 1, got {value!r}.")
+    return tuple(sorted((name, float(bar)) for name, bar in bars.items()))
 
 
 def parse_min_score(texts: Iterable[str]) -> dict[str, float]:

@@ -12,7 +12,6 @@ import glob
 import hashlib
 import json
 import os
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -49,15 +48,10 @@ class SourceInfo:
 
 @dataclass(frozen=True)
 class TableOrigin:
-    """Where a loaded table's rows came from: its local files in reading order (none for a hub table) and a
-    description of the table (``what``) for messages."""
+    """A loaded table's local files in reading order (none from the hub) and its description for messages."""
 
     what: str
     files: tuple[Path, ...] = ()
-
-    @property
-    def text_cells(self) -> bool:
-        return any(path.suffix.lower() in DELIMITERS for path in self.files)
 
     def describe(self) -> str:
         return ", ".join(str(p) for p in self.files) if self.files else self.what
@@ -104,16 +98,10 @@ def csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
             raise csv.Error(reader.line_num, str(error)) from None
 
 
-_ORIGINS: weakref.WeakKeyDictionary[Any, TableOrigin] = weakref.WeakKeyDictionary()
-
-
 def origin_of(table: Any, label: str) -> TableOrigin:
-    """The recorded origin of ``table``; a table loaded some other way is described by ``label``."""
-    try:
-        found = _ORIGINS.get(table)
-    except TypeError:
-        found = None
-    return found if found is not None else TableOrigin(what=f"{label} table")
+    """The origin recorded on ``table`` when it was loaded here; a table loaded some other way is described by
+    ``label``."""
+    return getattr(table, "gencache_origin", None) or TableOrigin(what=f"{label} table")
 
 
 def file_sha256(path: Path) -> str:
@@ -194,20 +182,32 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
                     "re-encode the file as UTF-8 (for example with iconv) and rerun."
                 ) from None
     delimiter = DELIMITERS.get(paths[0].suffix.lower())
+    if delimiter is not None:  # every row checked here, where its line is known
+        path, kind = paths[0], paths[0].suffix[1:].upper()
+        try:
+            rows = list(csv_rows(path, delimiter))
+        except csv.Error as error:
+            raise DatasetError(f"{label}: {path} line {error.args[0]}: not valid {kind} ({error.args[1]}).") from None
+        header = rows[0][1] if rows else []
+        if len(set(header)) != len(header) or not all(header):
+            repeated = sorted({name for name in header if header.count(name) > 1 or not name})
+            raise DatasetError(
+                f"{label}: {path} line 1: the {kind} header must name each column once (repeated or empty: "
+                f"{', '.join(repr(name) for name in repeated)}); rename them."
+            )
+        sign = "tab" if delimiter == "\t" else "comma"
+        for start, cells in rows[1:]:
+            if len(cells) != len(header):
+                raise DatasetError(
+                    f"{label}: {path} line {start}: {len(cells)} cells, but the header names {len(header)} columns; "
+                    f"quote cells that hold a {sign} or a line break."
+                )
     bars = is_progress_bar_enabled()
     disable_progress_bars()
     try:
         if delimiter is not None:
-            path = paths[0]
-            header = next(csv_rows(path, delimiter), (1, []))[1]
-            if len(set(header)) != len(header) or not all(header):
-                repeated = sorted({name for name in header if header.count(name) > 1 or not name})
-                raise DatasetError(
-                    f"{label}: {path} line 1: the {path.suffix[1:].upper()} header must name each column once "
-                    f"(repeated or empty: {', '.join(repr(name) for name in repeated)}); rename them."
-                )
             cells = pyarrow.csv.read_csv(
-                path,
+                paths[0],
                 parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
                 convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pyarrow.string())),
             )
@@ -215,8 +215,6 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
         else:
             builder = "parquet" if paths[0].suffix.lower() == ".parquet" else "json"
             table = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
-    except DatasetError:
-        raise
     except Exception as exc:  # datasets and pyarrow raise many types for unreadable files; report one line
         for path in paths:
             found = _bad_line(path)
@@ -229,29 +227,13 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
     finally:
         if bars:
             enable_progress_bars()
-    _ORIGINS[table] = TableOrigin(what=label, files=tuple(paths))
+    table.gencache_origin = TableOrigin(what=label, files=tuple(paths))
     return table
 
 
 def _bad_line(path: Path) -> str | None:
-    """``N <what is wrong>`` for the first line that is not JSON (JSON Lines) or the first row whose width differs
-    from the header's (CSV, TSV); None when no single line is to blame."""
-    if path.suffix.lower() == ".parquet" or _json_array(path):
-        return None
-    delimiter = DELIMITERS.get(path.suffix.lower())
-    if delimiter is not None:
-        try:
-            rows = list(csv_rows(path, delimiter))
-        except csv.Error as error:
-            return f"{error.args[0]}: not valid {path.suffix[1:].upper()} ({error.args[1]})."
-        width = len(rows[0][1])
-        for start, cells in rows[1:]:
-            if len(cells) != width:
-                sign = "tab" if delimiter == "\t" else "comma"
-                return (
-                    f"{start}: {len(cells)} cells, but the header names {width} columns; quote cells that hold a "
-                    f"{sign} or a line break."
-                )
+    """``N <what is wrong>`` for the first line of a JSON Lines file that is not JSON; None when no line is to blame."""
+    if path.suffix.lower() in (".parquet", *DELIMITERS) or _json_array(path):
         return None
     for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):  # not splitlines:
         # JSON strings may hold U+2028 and the like
@@ -277,7 +259,7 @@ def _load_hub(hub_id: str, config: str | None, split: str, label: str, hint: str
             "copy (a directory laid out by split, or one file), make the hub reachable, or set HF_HUB_OFFLINE=1 if "
             "it is in a local cache (HF_HOME)."
         ) from None
-    _ORIGINS[table] = TableOrigin(what=f"{'dataset directory' if os.path.isdir(hub_id) else 'hub dataset'} {where}")
+    table.gencache_origin = TableOrigin(f"{'dataset directory' if os.path.isdir(hub_id) else 'hub dataset'} {where}")
     return table
 
 
@@ -298,8 +280,7 @@ def shared_tables() -> Iterator[None]:
 
 
 def loaded_sources() -> dict[str, SourceInfo]:
-    """The local sources (files and directories) loaded so far in this :func:`shared_tables` block, by ``source``
-    as the config names them."""
+    """The local sources loaded so far in this :func:`shared_tables` block, by ``source`` as the config names them."""
     loaded = (_SHARED.get() or {}).items()
     return {request[0]: info for request, (_, info) in loaded if info.kind != "hub"}
 
@@ -331,14 +312,12 @@ def load_tables(
     hub_config: str | None,
     dir_config: str | None,
     splits: Sequence[str],
-    single_file_error: str | None,
 ) -> tuple[dict[str, Any], SourceInfo]:
     """Load ``splits`` of a dataset from ``source`` as ``datasets.Dataset`` objects (shared inside
-    :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory and
-    ``single_file_error`` why a single file cannot serve this dataset."""
+    :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory."""
     memo = _SHARED.get()
     memo = {} if memo is None else memo
-    request = (source, hub_id, label, hub_config, dir_config, tuple(splits), single_file_error)
+    request = (source, hub_id, label, hub_config, dir_config, tuple(splits))
     if request not in memo:
         mirror = _MIRROR.get()
         if mirror is None or source is None or source not in mirror[1]:
@@ -353,7 +332,7 @@ def load_tables(
 
 
 def _load_tables(request: tuple[Any, ...]) -> tuple[dict[str, Any], SourceInfo]:
-    source, hub_id, label, hub_config, dir_config, splits, single_file_error = request
+    source, hub_id, label, hub_config, dir_config, splits = request
     kind, location = classify_source(source, hub_id)
     if kind == "hub":
         hint = "" if source is None else f" (no local file or directory named {source!r} exists either)"
@@ -362,10 +341,11 @@ def _load_tables(request: tuple[Any, ...]) -> tuple[dict[str, Any], SourceInfo]:
         return tables, SourceInfo(kind="hub", location=location, fingerprints=fingerprints)
     path = Path(location)
     if kind == "file":
-        if single_file_error is not None:
-            raise DatasetError(f"{label} cannot be read from the single file {location!r}: {single_file_error}.")
         if len(splits) != 1:
-            raise DatasetError(f"{label} needs the tables {', '.join(splits)}; a single file holds only one.")
+            raise DatasetError(
+                f"{label} needs the tables {', '.join(splits)}, but the single file {location!r} holds only one; "
+                "point source at a directory laid out by split."
+            )
         table = _read_files([path], label)
         return {splits[0]: table}, SourceInfo(kind="file", location=location, files=((location, file_sha256(path)),))
     from huggingface_hub import metadata_load

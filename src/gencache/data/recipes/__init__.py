@@ -88,11 +88,10 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
 
     def load(self, dc: DataConfigLike, kwargs: Any, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         result = self._call("load", lambda: self.inner.load(dc, kwargs, tokenizer))
-        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)):
-            raise self._malformed(f"load returned {type(result).__name__}, not (a list of samples, SourceInfo)")
+        shape = isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)
+        if not (shape and isinstance(result[1], SourceInfo)):
+            raise self._malformed(f"load returned {result!r:.60}, not (a list of samples, SourceInfo)")
         samples, source = result
-        if not isinstance(source, SourceInfo):
-            raise self._malformed(f"load returned {type(source).__name__} as its source, not a SourceInfo")
         if len(samples) != dc.num_samples:
             raise self._malformed(f"load returned {len(samples)} samples but num_samples is {dc.num_samples}")
         for index, sample in enumerate(samples):
@@ -104,9 +103,8 @@ class PluginRecipe(DatasetRecipe[Any, Any]):
                     raise PromptError("its prompt parts are not normalised (use gencache.data.prompts.normalize)")
             except (DatasetError, PromptError, TypeError) as exc:
                 raise self._malformed(f"sample {index}: {exc}") from None
-            for field in ("query", "answer"):
-                if not isinstance(getattr(sample, field), str):
-                    raise self._malformed(f"sample {index}: {field} is not a string")
+            if not (isinstance(sample.query, str) and isinstance(sample.answer, str)):
+                raise self._malformed(f"sample {index}: its query and answer must be strings")
         return samples, source
 
     def _malformed(self, problem: str) -> DatasetError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -129,16 +128,16 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
 
     def shot(self, rows: RowsT, kwargs: KwargsT, index: int) -> Shot:
         """The few-shot example made of row ``index`` (a recipe with few-shot examples overrides this)."""
-        raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.")
+        raise NotImplementedError
 
     def preamble(self, rendered: list[str]) -> str:
         return "\n".join(rendered) + "\n" if rendered else ""
 
     def tables(
-        self, dc: DataConfigLike, *, splits: Sequence[str], hub_config: str | None, single_file_error: str | None = None
+        self, dc: DataConfigLike, *, splits: Sequence[str], hub_config: str | None
     ) -> tuple[dict[str, Any], SourceInfo]:
         """The data config's tables from its ``source`` (the hub dataset :attr:`hub_id` when null), by split."""
-        return load_tables(dc.source, self.hub_id, self.name, hub_config, dc.subset, splits, single_file_error)
+        return load_tables(dc.source, self.hub_id, self.name, hub_config, dc.subset, splits)
 
     def require_rows(self, dc: DataConfigLike, available: int, detail: str) -> None:
         """A shortfall error unless ``available`` rows cover the few-shot examples and the samples."""
@@ -146,6 +145,10 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             raise shortfall(self.name, dc.split, dc.num_samples, max(available - dc.num_shots, 0), detail)
 
     def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
+        if dc.num_shots and type(self).shot is DatasetRecipe.shot:  # refused before the source is read
+            raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.", "num_shots")
+        if tokenizer is None and self.needs_tokenizer(kwargs):
+            raise DatasetError(f"{self.name} counts teacher tokens with these data_kwargs; pass the tokenizer.")
         selection = self.select(dc, kwargs, tokenizer)
         shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])
@@ -171,16 +174,14 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
             else:  # a chat row's final user turn: no preamble, no leading space
                 blocks = [part for text in context for part in (ContextBlock(text), Inline(" "))]
                 parts = normalize([*blocks, Inline(question.task_prompt)])
-            shown = question.query if question.shown is None else question.shown
-            row = index if question.row is None else question.row
             samples.append(
                 RawSample(
                     semantic,
                     parts,
-                    query=shown,
+                    query=question.query if question.shown is None else question.shown,
                     answer=question.answer,
                     history=question.history,
-                    row=row,
+                    row=index if question.row is None else question.row,
                     row_id=question.row_id,
                 )
             )
@@ -196,9 +197,3 @@ def shortfall(dataset: str, split: str, asked: int, available: int, detail: str)
         f"lower num_samples to at most {available} or choose a larger split.",
         "num_samples",
     )
-
-
-def warn(message: str) -> None:
-    """A ``UserWarning`` as the SemPIC research code issued it, attributed to the caller of
-    :meth:`DatasetRecipe.load`."""
-    warnings.warn(message, UserWarning, stacklevel=4)

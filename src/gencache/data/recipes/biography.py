@@ -57,10 +57,6 @@ QA_TEMPLATES: dict[str, tuple[str, ...]] = {
     ),
 }
 SPLITS = ("train", "test")
-ONE_FILE = (
-    "biography needs two row-aligned tables, train (statements) and test (prefixes, name, labels); "
-    "point source at a directory holding <subset>/train.jsonl and <subset>/test.jsonl"
-)
 COLUMNS = (
     *(
         Column(attr, "list of strings", True, "Statements about the person; a document takes one at random.", "train")
@@ -125,7 +121,7 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
                 f"Unknown split {dc.split!r} for biography; use 'train' or 'test' "
                 "(a 50/50 partition of the filtered people)."
             )
-        tables, info = self.tables(dc, splits=SPLITS, hub_config=dc.subset, single_file_error=ONE_FILE)
+        tables, info = self.tables(dc, splits=SPLITS, hub_config=dc.subset)
         train, test = tables["train"], tables["test"]
         if len(train) != len(test):
             raise DatasetError(

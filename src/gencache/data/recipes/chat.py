@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from gencache.config.datasets import HISTORY, ChatKwargs
-from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection
 from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
 from gencache.data.recipes.table import documents_of, filtered_order, load_table, named_columns
-from gencache.data.sources import origin_of
+from gencache.data.sources import DELIMITERS, origin_of
 
 #: The roles of a turn, and ShareGPT's ``from`` values: the roles they stand for.
 ROLES = {role: role for role in ("system", "user", "assistant")}
@@ -46,7 +45,8 @@ COLUMNS = (
 def conversation(table: Any, label: str, index: int, row: Mapping[str, Any], column: str) -> list[tuple[str, str]]:
     """The ``(role, content)`` turns of row ``index``, checked: ``{role, content}``, or ShareGPT's ``{from, value}``
     mapped (a row whose first turn has ``from`` is ShareGPT's)."""
-    if isinstance(row.get(column), str) and origin_of(table, label).text_cells:  # CSV, TSV: a list as JSON text
+    files = origin_of(table, label).files
+    if isinstance(row.get(column), str) and any(p.suffix.lower() in DELIMITERS for p in files):  # a list as JSON text
         try:
             row = {**row, column: json.loads(row[column])}
         except ValueError as error:
@@ -77,10 +77,6 @@ class ChatRecipe(DatasetRecipe[ChatKwargs, tuple[Any, str]]):
     columns = COLUMNS
 
     def select(self, dc: DataConfigLike, kwargs: ChatKwargs, tokenizer: Any | None) -> Selection[tuple[Any, str]]:
-        if dc.num_shots:
-            raise DatasetError(
-                "chat rows have no few-shot examples (a conversation is its own context); set num_shots to 0."
-            )
         table, info = load_table(self, dc)
         column = kwargs.messages  # or ShareGPT's, when the default column is absent
         default = ChatKwargs.model_fields["messages"].default

@@ -15,8 +15,7 @@ from gencache.data.sources import origin_of
 
 @dataclass(frozen=True)
 class Column:
-    """One column a recipe reads (a dotted path for a nested field); ``field`` is the config field that names it
-    (``None``: the recipe's own fixed name), ``defaulted`` whether that field was left at its default."""
+    """One column a recipe reads (dotted for a nested field); ``field``: the config field naming it (None: fixed)."""
 
     name: str
     type: str
@@ -24,12 +23,10 @@ class Column:
     description: str
     table: str | None = None
     field: str | None = None
-    defaulted: bool = False
 
 
 def check_columns(table: Any, label: str, columns: Iterable[Column], table_name: str | None = None) -> None:
-    """Refuse ``table`` when it lacks a required top-level column (of ``table_name``), with the fix that is right
-    for the column's ``field``."""
+    """Refuse ``table`` when it lacks a required top-level column (of ``table_name``), with the fix for its field."""
     names = list(getattr(table, "column_names", []) or [])
     for column in columns:
         top = column.name.split(".")[0].removesuffix("[]")
@@ -48,8 +45,6 @@ def check_columns(table: Any, label: str, columns: Iterable[Column], table_name:
             fix = f"change {top!r} in {column.field} to one of the file's columns"
         else:
             fix = f"set {column.field} to one of the file's columns"
-        if column.defaulted:
-            fix += f" (unset, so {top!r} by default)"
         if column.field == "data_kwargs.answer":
             fix += " or to null when the rows hold no answer and num_shots is 0"
         raise DatasetError(f"{found}{fix}, or rename the column in the file.", column.field)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import random
+import warnings
 from typing import Any
 
 from gencache.config.datasets import HotpotQAKwargs
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot, warn
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot
 from gencache.data.recipes.columns import Column, field_of, require_type
 
 INSTRUCTION = "Answer the following question based on the provided context.\n"
@@ -53,7 +54,7 @@ class HotpotQARecipe(DatasetRecipe[HotpotQAKwargs, QuestionRows]):
         random.Random(dc.seed).shuffle(order)
         kept = [i for i in order if levels[i] in kwargs.difficulty]
         if dc.num_shots > 0:
-            warn("few_shot_str is not recommended for HotpotQA")
+            warnings.warn("few_shot_str is not recommended for HotpotQA", stacklevel=3)  # the caller of load
         detail = f"{len(kept)} rows of difficulty {', '.join(kwargs.difficulty)}, {dc.num_shots} used as few-shot"
         self.require_rows(dc, len(kept), detail)
         rows = QuestionRows(table, self.name, functools.partial(_documents, table))

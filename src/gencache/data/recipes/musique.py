@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import random
+import warnings
 from typing import Any
 
 from gencache.config.datasets import MuSiQueKwargs
-from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot, warn
+from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, QuestionRows, Selection, Shot
 from gencache.data.recipes.columns import Column, field_of, require_type
 
 INSTRUCTION = "Answer the following question based on the provided context.\n"
@@ -55,7 +56,7 @@ class MuSiQueRecipe(DatasetRecipe[MuSiQueKwargs, QuestionRows]):
         order = list(range(total))
         random.Random(dc.seed).shuffle(order)
         if dc.num_shots > 0 and kwargs.add_cot:
-            warn("Do not recommend using few-shot with CoT for MuSiQue dataset.")
+            warnings.warn("Do not recommend using few-shot with CoT for MuSiQue dataset.", stacklevel=3)
         self.require_rows(dc, total, f"{total} rows, {dc.num_shots} used as few-shot")
         shots = order[total - dc.num_shots :] if dc.num_shots else []
         candidates = order[: total - dc.num_shots][: dc.num_samples]

@@ -30,8 +30,7 @@ COLUMNS = (
 
 
 def named_columns(kwargs: Any, first: str, first_field: str) -> list[Column]:
-    """The columns a row must have under ``kwargs`` (a table's or chat's; ``first``: the query or messages column),
-    each with the ``data_kwargs`` field that names it."""
+    """The columns a row must have under ``kwargs`` (``first``: the query or messages column), with their fields."""
     named: list[tuple[str, str]] = [(first, first_field)]
     named += [(name, "data_kwargs.documents") for name in kwargs.document_columns()]
     named += [(name, "data_kwargs.task") for name in kwargs.task]
@@ -40,11 +39,7 @@ def named_columns(kwargs: Any, first: str, first_field: str) -> list[Column]:
         if optional is not None:
             named.append((optional, field))
     fields = dict(reversed(named))  # the first field that names a column is the one to change
-    unset = {f"data_kwargs.{name}" for name in type(kwargs).model_fields if name not in kwargs.model_fields_set}
-    return [
-        Column(name, "", True, "", field=fields[name], defaulted=fields[name] in unset)
-        for name in dict.fromkeys(name for name, _ in named)
-    ]
+    return [Column(name, "", True, "", field=fields[name]) for name in dict.fromkeys(name for name, _ in named)]
 
 
 def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwargs: Any) -> list[str]:
