@@ -210,16 +210,14 @@ class ReportResult:
 
 def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The JSON report ``gencache audit --report`` wrote."""
-    file = Path(path)
     try:
-        document = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:  # unreadable, not UTF-8, not JSON
+        document: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not {"audited", "equal", "differing", "engine"} <= document.keys():
+            raise ValueError("it lacks audited, equal, differing or engine")
+    except (OSError, ValueError, AttributeError) as error:  # unreadable, not JSON, not an object, not the report
         raise ConfigError(
-            f"--audit {file}: cannot read it as JSON ({error}); pass the file gencache audit --report wrote."
+            f"--audit {path}: not a report of gencache audit --report ({error}); pass the file it wrote."
         ) from None
-    needed = ("audited", "equal", "differing", "engine")
-    if not isinstance(document, dict) or not all(name in document for name in needed):
-        raise ConfigError(f"--audit {file}: not a report of gencache audit --report (it lacks {', '.join(needed)}).")
     return document
 
 
