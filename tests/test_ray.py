@@ -242,11 +242,10 @@ def test_addresses_resolve_as_documented() -> None:
     from gencache.core.errors import ConfigError
     from gencache.run.ray import resolve_address
 
-    assert resolve_address(None, {}).local
-    assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}).value == "10.0.0.1:6379"
-    assert resolve_address("auto", {"RAY_ADDRESS": "head:6379"}) == resolve_address("head:6379", {})
-    client = resolve_address("ray://head:10001", {})
-    assert (client.host, client.port) == ("head", 10001)
+    assert resolve_address(None, {}) == "local"
+    assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
+    assert resolve_address("auto", {"RAY_ADDRESS": "head:6379"}) == "head:6379"
+    assert resolve_address("ray://head:10001", {}) == "ray://head:10001"
     for bad in ("head", "head:port", "http://head:1", "head:70000"):
         with pytest.raises(ConfigError):
             resolve_address(bad, {})

@@ -87,8 +87,7 @@ class AuditReport:
         return 0 if self.differing == 0 else 1
 
     def divergence(self) -> dict[int, int]:
-        """How many differing keys first diverge at each answer position (finish-reason-only differences count
-        at the stored length)."""
+        """How many differing keys first diverge at each answer position (a finish reason alone: its length)."""
         positions = Counter(
             min(s.stored_length for s in key.sequences) if key.first_difference is None else key.first_difference
             for key in self.keys
@@ -188,10 +187,9 @@ def audit(
     dtype: str | None = None,
     progress: ProgressFactory | None = None,
 ) -> AuditReport:
-    """Audit the artifact or shard base at ``path`` and return the report; nothing is written. ``engine``,
-    ``model_path``, ``tokenizer_path``, ``device`` and ``dtype`` override what the run recorded (the teacher's
-    directory after it moved, or the original of a cache made by a modified teacher); ``progress(total)`` makes the
-    progress the regeneration reports to. Bad input raises before any weights load."""
+    """Audit the artifact or shard base at ``path``; nothing is written. ``engine``, ``model_path``,
+    ``tokenizer_path``, ``device`` and ``dtype`` override what the run recorded (the teacher's directory after it
+    moved, or the original of a cache made by a modified teacher). Bad input raises before any weights load."""
     reader, run = open_recorded_run(path)
     chosen, selection = select_keys(list(reader), samples=samples, all_keys=all_keys, keys=keys, seed=seed)
     name = _choose_engine(run, engine)

@@ -176,78 +176,56 @@ def import_ray(local: bool = False) -> Any:
     return ray
 
 
-@dataclass(frozen=True)
-class Address:
-    """Where ``--ray`` connects: ``value`` as given to ``ray.init`` (``"local"`` starts an instance here), and the
-    host and port the probe opens (None for a local instance)."""
-
-    value: str
-    host: str | None = None
-    port: int | None = None
-
-    @property
-    def local(self) -> bool:
-        return self.value == "local"
-
-
-def resolve_address(given: str | None, env: Mapping[str, str]) -> Address:
-    """``given`` (an address, ``auto`` or ``local``) or, when None, ``RAY_ADDRESS`` or a local instance."""
+def resolve_address(given: str | None, env: Mapping[str, str]) -> str:
+    """The address for ``ray.init``: ``given`` (an address, ``auto`` or ``local``) or, when None, ``RAY_ADDRESS`` or
+    ``local`` (an instance started here)."""
     text = (given or "").strip() or env.get("RAY_ADDRESS", "").strip() or "local"
-    if text == "local":
-        return Address("local")
-    if text == "auto":
-        found = env.get("RAY_ADDRESS", "").strip()
-        if not found:
-            try:  # the cluster `ray start` last recorded on this machine (Ray's own lookup)
-                with environment_kept():  # ray's import sets RAY_CLIENT_MODE (see import_ray)
-                    from ray._private.services import canonicalize_bootstrap_address
+    if text == "auto":  # RAY_ADDRESS, else the cluster `ray start` last recorded here (Ray's own lookup)
+        text = env.get("RAY_ADDRESS", "").strip()
+        with environment_kept(), contextlib.suppress(Exception):  # importing ray sets RAY_CLIENT_MODE
+            from ray._private.services import canonicalize_bootstrap_address
 
-                found = canonicalize_bootstrap_address("auto") or ""
-            except Exception:  # Ray's lookup found nothing readable: there is no cluster to join
-                found = ""
-        if not found or found == "auto":
+            text = text or canonicalize_bootstrap_address("auto") or ""
+        if not text:
             raise ConfigError(
                 "--ray auto found no running Ray cluster on this machine (RAY_ADDRESS is not set and no `ray start` "
                 "cluster is recorded); start one with `ray start --head`, or give its address."
             )
-        text = found
     scheme, _, rest = text.rpartition("://")
-    if scheme not in ("", "ray"):
-        raise ConfigError(f"--ray {text}: use HOST:PORT, ray://HOST:PORT, auto or local.")
     host, _, port = rest.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if text != "local" and (scheme not in ("", "ray") or not host or not port.isdigit() or not 0 < int(port) < 65536):
         raise ConfigError(f"--ray {text} is not a Ray address: use HOST:PORT, ray://HOST:PORT, auto or local.")
-    return Address(text, host.strip("[]"), int(port))
+    return text
 
 
-def check_reachable(address: Address) -> None:
+def check_reachable(address: str) -> None:
     """One line, in seconds, when nothing answers at the cluster's address or what answers is not Ray: both Ray's
     cluster port and its client port speak gRPC, whose server answers an HTTP/2 greeting with a SETTINGS frame
     (an HTTP/1 server such as the dashboard answers ``HTTP/1.1 400``)."""
-    if address.host is None or address.port is None:
+    if address == "local":
         return
-    where = f"--ray {address.value}"
+    host, _, port = address.rpartition("://")[2].rpartition(":")
     try:
-        with socket.create_connection((address.host, address.port), timeout=CONNECT_TIMEOUT_S) as probe:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
             probe.sendall(_HTTP2_HELLO)
             answer = probe.recv(9)
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
         raise ConfigError(
-            f"{where}: no Ray cluster answers at {address.host}:{address.port} ({reason}); start one "
+            f"--ray {address}: no Ray cluster answers at {host}:{port} ({reason}); start one "
             "(ray start --head) or check the address."
         ) from None
     if len(answer) < 4 or answer[3] != 4:  # the frame type of SETTINGS
         raise ConfigError(
-            f"{where}: what answers at {address.host}:{address.port} is not a Ray cluster (a web server, such as "
+            f"--ray {address}: what answers at {host}:{port} is not a Ray cluster (a web server, such as "
             "the dashboard?); give the cluster's GCS port (6379 by default, the port `ray start --head` prints), or "
             "ray://HOST:10001."
         )
 
 
 def _stop_in(error: BaseException) -> BaseException | None:
-    """The stop a signal handler raised, if ``error`` is one or carries one: a handler's exception raised inside
-    Ray's C calls (KeyboardInterrupt excepted) comes out as a ``SystemError`` caused by it."""
+    """The stop a signal handler raised, if ``error`` is one or carries one: raised inside Ray's C calls, it comes
+    out as a ``SystemError`` caused by it."""
     if not isinstance(error, Exception):
         return error
     cause = error.__cause__
@@ -257,16 +235,12 @@ def _stop_in(error: BaseException) -> BaseException | None:
 
 
 @contextlib.contextmanager
-def connected(ray: Any, address: Address) -> Iterator[None]:
-    """Connected to the cluster for the block (a local instance is started and stopped with it); a process already
-    connected to Ray keeps its connection. The signal handlers ``ray.init`` replaces come back at once, the
-    environment variables it sets when the block ends. A local start that hit the raylet's fixed agent timeout is
-    tried again after a clean shutdown, up to :data:`LOCAL_START_ATTEMPTS` times. A stop raised inside one of Ray's
-    C calls goes on as itself."""
-    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address.local:
-        options["include_dashboard"] = False
-    attempts = LOCAL_START_ATTEMPTS if address.local else 1
+def connected(ray: Any, address: str) -> Iterator[None]:
+    """Connected to the cluster for the block (a local instance is started and stopped with it; a process already
+    connected keeps its connection), with the signal handlers ``ray.init`` replaces back at once and the variables it
+    sets when the block ends. A local start that hit the raylet's fixed agent timeout is tried again; a stop raised
+    inside one of Ray's C calls goes on as itself."""
+    attempts, dashboard = (LOCAL_START_ATTEMPTS, {"include_dashboard": False}) if address == "local" else (1, {})
     try:
         if ray.is_initialized():
             yield
@@ -275,16 +249,16 @@ def connected(ray: Any, address: Address) -> Iterator[None]:
             for attempt in range(1, attempts + 1):
                 try:
                     with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them
-                        ray.init(address=address.value, **options)
+                        ray.init(address=address, log_to_driver=False, configure_logging=False, **dashboard)
                     break
                 except BaseException as error:
                     ray.shutdown()  # what a failed or stopped start started
                     if _stop_in(error) is not None:
                         raise
                     if isinstance(error, ConnectionError):
-                        raise ConfigError(f"--ray {address.value}: cannot connect ({error}).") from None
+                        raise ConfigError(f"--ray {address}: cannot connect ({error}).") from None
                     if STARTUP_TIMEOUT not in str(error) or attempt == attempts:
-                        what = "start a local Ray instance" if address.local else f"connect to {address.value}"
+                        what = "start a local Ray instance" if address == "local" else f"connect to {address}"
                         raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
             try:
                 yield
@@ -300,9 +274,8 @@ def connected(ray: Any, address: Address) -> Iterator[None]:
 def worker_shape(
     device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]
 ) -> tuple[float, int]:
-    """The GPUs each teacher worker asks Ray for (with one CPU), and how many workers the cluster holds at once: a
-    GPU config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank (a fraction lets two workers share one
-    GPU), a CPU config's none; a GPU config on a cluster without GPUs is refused here."""
+    """The GPUs each worker asks Ray for (with one CPU), and how many workers the cluster holds at once: a GPU
+    config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank, a CPU config's none."""
     gpus, cpus = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
     if device == "cpu":
         return 0.0, max(int(cpus), 1)
@@ -331,9 +304,8 @@ def generate_on_ray(
     notify: Notify | None = None,
     progress: ProgressFactory | None = None,
 ) -> RayRun:
-    """Run ``config_path``'s shards on a Ray cluster as ``options`` say (see the module docstring). Raises
-    :class:`gencache.GencacheError` subclasses (exit 2 for bad input, before any worker starts); a stop raised by
-    the caller's signal handlers goes on with what was published attached. Nothing is printed: ``notify`` and
+    """Run ``config_path``'s shards on a Ray cluster as ``options`` say; bad input raises before any worker starts,
+    and a stop raised by the caller's signal handlers goes on with what was published attached. ``notify`` and
     ``progress`` as for :func:`gencache.generate`."""
     options, overrides = options or RayOptions(), overrides or Overrides()
     env = os.environ if env is None else env
@@ -347,13 +319,13 @@ def generate_on_ray(
             f"{launched.count} under {launched.origin}; start the driver once, outside torchrun/srun (or drop --ray)."
         )
     where = resolve_address(options.address, env)
-    ray = import_ray(local=where.local)
+    ray = import_ray(local=where == "local")
     check_reachable(where)
     # every problem of the config before connecting; no launcher's ranks apply: the driver is not one
     config_path = os.path.abspath(os.fspath(config_path))
     plan = plan_run(config_path, overrides, None, options.shards, {}, True, keep_split=True)
     spec, started = plan.targets[0].shard, time.monotonic()
-    run = RayRun(plan.base, where.value, spec.count if spec else 0, 0, options.max_retries)
+    run = RayRun(plan.base, where, spec.count if spec else 0, 0, options.max_retries)
     driver = _Driver(ray, plan, config_path, overrides, notify or (lambda level, text: None), progress, run)
     try:
         for target in plan.targets:
@@ -365,15 +337,13 @@ def generate_on_ray(
             driver.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
         if not run.shards or plan.pending:  # else every shard is published: nothing to connect for
             local = "starting a local Ray instance"
-            driver.say("status", local if where.local else f"connecting to the Ray cluster at {where.value}")
+            driver.say("status", local if where == "local" else f"connecting to the Ray cluster at {where}")
             with connected(ray, where):
                 driver.generate(options)
     except Stopped as stop:
         done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
         stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
         raise
-    finally:  # what workers that died or were stopped with the run left
-        run.removed += driver.clean()
     run.seconds = time.monotonic() - started
     return run
 
@@ -462,9 +432,9 @@ class _Driver:
             )
 
     def _collect(self, pool: Any, tally: Any, bar: Any, gpus: float, timeout: float) -> str | None:
-        """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress, and check each worker's
-        record (a failure ends the run with its error's exit code; a published shard must be of this run); give up
-        after ``timeout`` seconds without a change. The last error of a worker that Ray gave up, if any."""
+        """Wait for the shards, showing the tally's progress, and check each worker's record (a failure ends the run
+        with its exit code; a published shard must be of this run) until ``timeout`` seconds pass without a change.
+        The last error of a worker that Ray gave up, if any."""
         ray, run = self.ray, self.run
         alive, done, lost = run.workers, len(self.plan.published), None
         shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
@@ -490,9 +460,7 @@ class _Driver:
                 done, changed = done + 1, time.monotonic()
             except TimeoutError:
                 pass
-            except (
-                ray.exceptions.RayActorError
-            ) as error:  # a worker died more often than its retries allow: Ray gave it up
+            except ray.exceptions.RayActorError as error:  # a worker died more often than its retries allow
                 alive, lost = alive - 1, str(error).splitlines()[0]
             with contextlib.suppress(TimeoutError):  # a tally that does not answer: no worker process started
                 snapshot = ray.get(tally.snapshot.remote(), timeout=POLL_S)
@@ -520,9 +488,9 @@ class _Driver:
         return lost
 
     def clean(self, wait: float = 0.0) -> list[str]:
-        """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
-        free), or on a bucket their uploads and uncommitted objects (their lock is stale). ``wait``: seconds to
-        wait for killed workers to exit and free their locks (Ray reports an actor dead before its process ends)."""
+        """Remove what the dead writers of this run's shards left (on a bucket: their uploads and uncommitted
+        objects), waiting up to ``wait`` seconds for killed workers to free their locks (Ray reports an actor dead
+        before its process ends)."""
         parent, outputs = self.plan.base.parent, {t.output_dir.name for t in self.plan.targets}
         if isinstance(parent, S3Url):
             return clean_prefix(parent, outputs)
@@ -540,10 +508,9 @@ class _Driver:
 # -- the workers' side ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What every worker of a run is created with: the config (an absolute path), the overrides, the shard count,
-    the driver's working directory (the config's relative paths are relative to it), the absolute location of each
-    local data ``source`` the driver sends (by ``source`` as the config names it), what ``resolved_config.json``
-    records of the launch, and the name of the run's tally actor."""
+    """What every worker of a run is created with: ``working_directory`` is the driver's (the config's relative
+    paths are relative to it), ``sources`` the absolute location of each local data source the driver sends (by
+    its name in the config), ``launch`` what ``resolved_config.json`` records, ``tally`` the tally actor's name."""
 
     config_path: str
     overrides: Overrides
@@ -555,11 +522,10 @@ class WorkerSpec:
 
 
 class ShardWorker:
-    """A teacher worker (wrapped with ``ray.remote`` by the driver) created with the bytes of the driver's files
-    (none on a shared filesystem). Creating it is cheap; the first shard it has to generate makes the run's checks
-    and loads the teacher, so that a restarted worker (Ray runs ``__init__`` again) loads it in the call that retries
-    the dead worker's shard. Every outcome, a failure included, comes back as a :class:`ShardRecord`: only the death
-    of the worker's process reaches the driver as Ray's error."""
+    """A teacher worker (an actor), created with the bytes of the driver's files (none on a shared filesystem).
+    Creating it is cheap: its first shard makes the run's checks and loads the teacher, so that a restarted worker
+    (Ray runs ``__init__`` again) loads it in the call that retries the dead worker's shard. Every outcome comes back
+    as a :class:`ShardRecord`: only the death of the worker's process reaches the driver as Ray's error."""
 
     def __init__(self, spec: WorkerSpec, files: dict[str, bytes]) -> None:
         import ray
