@@ -120,12 +120,10 @@ def select_keys(
 ) -> tuple[list[str], str]:
     """The keys to audit and how they were chosen: ``keys`` as given, every key, or ``samples`` keys drawn with
     ``random.Random(seed)`` from the sorted keys."""
-    if keys is not None and all_keys:
-        raise ConfigError("audit: give either keys or all_keys, not both.")
     if keys is not None:
         wanted = list(dict.fromkeys(keys))
-        if not wanted:
-            raise ConfigError("audit: no keys given.")
+        if all_keys or not wanted:
+            raise ConfigError("audit: give either keys or all_keys, not both." if all_keys else "audit: no keys given.")
         if missing := sorted(set(wanted) - set(available), key=wanted.index):
             raise ConfigError(
                 f"audit: {len(missing)} of the {len(wanted)} keys given are not in the artifact (first: "

@@ -184,7 +184,6 @@ REASON_COLOURS = {"eos": "#4c72b0", "stop": "#55a868", "length": "#c44e52"}
 _SVG_NOISE = re.compile(
     r'<\?xml[^>]*\?>\s*|<!DOCTYPE[^>]*>\s*|\s+xmlns(?::\w+)?="[^"]*"|<metadata>.*?</metadata>\s*', re.DOTALL
 )
-_SVG_SIZE = re.compile(r'<svg([^>]*?)\swidth="[^"]*"\s+height="[^"]*"')
 
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;padding:0 16px}
@@ -193,6 +192,7 @@ th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 td.num{text-align:right;white-space:nowrap}
 table.examples td{max-width:330px;white-space:pre-wrap;word-break:break-word;font-size:12px}
 table.examples td.num{white-space:nowrap;word-break:normal}
+figure.chart svg{width:100%;height:auto}
 .note{color:#6e6e73}.bad{color:#b00020;font-weight:600}.warn{color:#9a6700}.good{color:#1b7f3b}
 """
 
@@ -361,8 +361,7 @@ def _figure(
                 axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
-    svg = _SVG_NOISE.sub("", buffer.getvalue())  # an element for an HTML page, which knows SVG's namespace
-    return _SVG_SIZE.sub(r'<svg\1 style="width:100%;height:auto"', svg, count=1).strip()
+    return _SVG_NOISE.sub("", buffer.getvalue()).strip()  # an element for an HTML page, which knows SVG's namespace
 
 
 def _audit_section(audit: Mapping[str, Any]) -> str:
