@@ -57,8 +57,7 @@ FORMATS = ("jsonl", "parquet")
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What an export wrote: the number of records, why they carry no prompts when they do not, and how many
-    answers ``min_score`` left out."""
+    """What an export wrote: ``note`` says why the records carry no prompts when they do not."""
 
     out: Path
     records: int
