@@ -171,8 +171,7 @@ def import_ray(local: bool = False) -> Any:
             import ray
     except ImportError:
         raise ConfigError(
-            "--ray needs Ray, which is not installed: install the extra (pip install 'gencache[ray]', or uv sync "
-            "--extra ray)."
+            "--ray needs Ray, which is not installed: pip install 'gencache[ray]' (or uv sync --extra ray)."
         ) from None
     return ray
 
@@ -213,14 +212,12 @@ def check_reachable(address: str) -> None:
     except OSError as error:
         reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
         raise ConfigError(
-            f"--ray {address}: no Ray cluster answers at {host}:{port} ({reason}); start one "
-            "(ray start --head) or check the address."
+            f"--ray {address}: no Ray cluster answers at {host}:{port} ({reason}); start one or check the address."
         ) from None
     if len(answer) < 4 or answer[3] != 4:  # the frame type of SETTINGS
         raise ConfigError(
-            f"--ray {address}: what answers at {host}:{port} is not a Ray cluster (a web server, such as "
-            "the dashboard?); give the cluster's GCS port (6379 by default, the port `ray start --head` prints), or "
-            "ray://HOST:10001."
+            f"--ray {address}: what answers at {host}:{port} is not a Ray cluster (the dashboard?); give its GCS port "
+            "(6379 by default, as `ray start --head` prints) or ray://HOST:10001."
         )
 
 
@@ -473,15 +470,11 @@ class _Driver:
             bar.stage(f"shards {done}/{run.shards}, workers {alive}, retries {retries}")
             if time.monotonic() - changed > timeout:  # why, by what the tally last said (it asks for no resources)
                 why = f"no shard made progress for {timeout:g} s (a teacher that loads for longer?)"
-                if shown is None:
-                    why = (
-                        f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the "
-                        "run's tally, which asks for no resources; a runtime environment that fails?)"
-                    )
-                elif not shown[2]:
-                    why = (
-                        f"no worker started in {timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU free for "
-                        "one (other jobs hold them?)"
+                if shown is None or not shown[2]:
+                    why = f"no worker started in {timeout:g} s: " + (
+                        "Ray could not start worker processes (not even the tally's; a failing runtime environment?)"
+                        if shown is None
+                        else f"the cluster never had {gpus:g} GPU and 1 CPU free for one (other jobs hold them?)"
                     )
                 node = ray._private.worker._global_node  # None for a Ray Client driver: the head's default
                 logs = node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
