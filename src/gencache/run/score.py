@@ -79,7 +79,7 @@ class ScoreReport:
     answers: tuple[ScoredAnswer, ...]
     overall: ScoreGroup
     groups: tuple[ScoreGroup, ...]
-    max_new_tokens: int | None = None
+    max_new_tokens: int
     out: Path | None = None
     reader: Any = field(default=None, repr=False, compare=False)
     resolved: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -102,7 +102,7 @@ class ScoreReport:
 
         cut = sum(answer.finish_reason == "length" for answer in self.answers)
         empty = sum(not answer.answer for answer in self.answers)
-        limit = f"max_new_tokens ({self.max_new_tokens})" if self.max_new_tokens else "max_new_tokens"
+        limit = f"max_new_tokens ({self.max_new_tokens})"
         signs = [
             ("bad" if n * 2 >= total else "warn" if n else "good", f"{share(n)} {what}")
             for n, what in ((cut, f"were cut at {limit}."), (empty, "are empty as scored."))
@@ -315,9 +315,7 @@ def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]
     return np.arange(0, top + width + 1, width, dtype=np.float64)
 
 
-def _figure(
-    group: ScoreGroup, answers: Sequence[ScoredAnswer], prompt_chars: Mapping[str, int], max_new: int | None
-) -> str:
+def _figure(group: ScoreGroup, answers: Sequence[ScoredAnswer], prompt_chars: Mapping[str, int], max_new: int) -> str:
     """One data config's figure as an inline SVG element: the answer lengths stacked by finish reason, prompt
     length against answer length, and the headline score's histogram when some answer is scored."""
     import matplotlib
@@ -325,7 +323,7 @@ def _figure(
     from matplotlib.ticker import MaxNLocator
 
     lengths = np.array([a.token_length for a in answers], dtype=np.int64)
-    top = max(int(lengths.max()), max_new or 1)
+    top = max(int(lengths.max()), max_new)
     reasons = sorted({a.finish_reason for a in answers})
     with matplotlib.rc_context(
         {"svg.fonttype": "none", "font.size": 8, "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.titlesize": 9}
@@ -340,8 +338,7 @@ def _figure(
             color=[REASON_COLOURS.get(r, f"C{i + 4}") for i, r in enumerate(reasons)],
             label=reasons,
         )
-        if max_new is not None:
-            panels[0].axvline(max_new, color="#222222", linestyle="--", linewidth=1, label="max_new_tokens")
+        panels[0].axvline(max_new, color="#222222", linestyle="--", linewidth=1, label="max_new_tokens")
         panels[0].set(title="answer length (tokens)", ylabel="answers")
         panels[0].legend(fontsize=7, loc="upper left", framealpha=0.85)
         prompts = np.array([prompt_chars[a.key] for a in answers], dtype=np.float64)
