@@ -52,14 +52,12 @@ COLUMNS: dict[str, str] = JOIN_COLUMNS | {
     "reached_max_length": "bool_",
     "content_digest": "string",
 }
-#: The format of an ``out`` path by its extension.
-EXTENSIONS: dict[str, str] = {".jsonl": "jsonl", ".parquet": "parquet"}
+FORMATS = ("jsonl", "parquet")
 
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What an export wrote: the number of records, why they carry no prompts when they do not, and how many
-    answers ``min_score`` left out."""
+    """What an export wrote: ``note`` says why the records carry no prompts when they do not."""
 
     out: Path
     records: int
@@ -123,23 +121,6 @@ def write_atomic(out: Path, write: Callable[[IO[bytes]], int]) -> int:
     return count
 
 
-def _format_of(out: str | os.PathLike[str], format: str | None) -> str:
-    """``format``, or the one ``out``'s extension names; a ``format`` that contradicts the extension is refused."""
-    by_extension = EXTENSIONS.get(Path(out).suffix.lower())
-    if format is not None and format not in EXTENSIONS.values():
-        raise ConfigError(f"--format must be one of jsonl, parquet, got {format!r}.")
-    if format is None and by_extension is None:
-        raise ConfigError(
-            f"--out {out}: the format follows the extension ({', '.join(EXTENSIONS)}); name the file so, or pass "
-            "--format jsonl|parquet."
-        )
-    if by_extension not in (None, format or by_extension):
-        raise ConfigError(
-            f"--format {format} contradicts --out {out} (a {by_extension} name); drop --format or rename the file."
-        )
-    return str(format or by_extension)
-
-
 def _passed(
     samples: Any, reader: Any, min_score: Mapping[str, float], scores: str | os.PathLike[str] | None
 ) -> tuple[set[tuple[str, int]], int]:
@@ -184,7 +165,13 @@ def export(
     ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from
     ``scores``."""
     check_output_name(os.fspath(out), "--out")
-    parquet = _format_of(out, format) == "parquet"
+    suffix = Path(out).suffix.lower()[1:]
+    chosen = format or suffix  # the format the extension names, unless given; never one that contradicts it
+    if chosen not in FORMATS or (suffix in FORMATS and suffix != chosen):
+        raise ConfigError(
+            f"--out {out}{f' --format {format}' if format else ''}: the format is jsonl or parquet, named by the "
+            "extension or by --format; name the file .jsonl or .parquet, or pass a --format that matches it."
+        )
     if scores is not None and min_score is None:
         raise ConfigError("--scores goes with --min-score METRIC=VALUE; add the bar.")
     out_path = check_out(out)
@@ -275,11 +262,11 @@ def export(
                         "completion_ids": sequence.tolist(),
                         "prompt_token_length": None if prompt["prompt_ids"] is None else len(prompt["prompt_ids"]),
                         "token_length": len(sequence),
-                        "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
+                        "max_new_tokens": max_new_tokens,
                         "finish_reason": reason,
                         "reached_max_length": reason == "length",
                         "content_digest": digests[key],
                     }
 
-    written = write_atomic(out_path, lambda handle: write_rows(records(), handle, parquet, metadata))
+    written = write_atomic(out_path, lambda handle: write_rows(records(), handle, chosen == "parquet", metadata))
     return ExportResult(out_path, written, note, left_out)

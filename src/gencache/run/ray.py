@@ -1,18 +1,21 @@
 """``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
 
-The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, connects, fixes the shard
-count and hands each shard still to publish to Ray's :class:`ray.util.ActorPool` of :class:`ShardWorker` actors;
-Ray restarts a worker whose process died and retries its shard. Each worker publishes shard after shard with the
-atomic publish of one process, to a path every node reaches: a shared filesystem, or a bucket (then the driver sends
-its config and local data files). The driver checks each published shard's ``run_digest``, shows one progress
-display fed by the :class:`RunTally` actor, and gives up when no worker starts or no shard progresses for
-``timeout`` seconds. ``ray`` is imported inside the functions that need it.
+The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, probes the address,
+connects, fixes the shard count and hands each shard still to publish to Ray's :class:`ray.util.ActorPool` of
+:class:`ShardWorker` actors; Ray restarts a worker whose process died and retries its shard. Each worker publishes
+with the atomic publish of one process, to a path every node reaches: a shared filesystem, or a bucket (then the
+driver sends its config and local data files). The driver checks each published shard's ``run_digest``, shows one
+progress display fed by the :class:`RunTally` actor, and gives up when no worker starts or no shard progresses for
+``timeout`` seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -37,17 +40,11 @@ from gencache.core.errors import (
     Stopped,
     StoppedRun,
 )
+from gencache.core.process import environment_kept, signal_handlers_kept
 from gencache.core.progress import Notify, ProgressFactory, StagedProgress
 from gencache.data.sources import loaded_sources, mirrored, read_mirrored, shared_tables
 from gencache.run.plan import Overrides, Plan, Target, check_published, full_split, reshard, shard_from_env
 from gencache.run.preflight import input_keys, plan_run, preflight
-from gencache.run.ray_cluster import (
-    check_reachable,
-    connected,
-    import_ray,
-    resolve_address,
-    worker_shape,
-)
 from gencache.run.session import TeacherSession
 
 #: Seconds of each wait on Ray: how soon a stop, a published shard or a change of progress is seen.
@@ -60,6 +57,14 @@ REPORT_INTERVAL_S = 0.5
 #: Seconds the end of a run waits for its killed workers to exit and free their shards' locks, so that their
 #: temporary directories can be removed (under a second, unless the machine is loaded).
 KILL_WAIT_S = 30.0
+#: Seconds the probe of a cluster's address waits for it to answer.
+CONNECT_TIMEOUT_S = 5.0
+#: Ray's message for a node whose agents did not start in time (ray issue #65983, a loaded machine), and how often
+#: a local start meets it at most.
+STARTUP_TIMEOUT = "timed out during startup"
+LOCAL_START_ATTEMPTS = 3
+#: The first bytes of an HTTP/2 connection (RFC 9113): the client preface and an empty SETTINGS frame.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,138 @@ class RayRun:
         }
 
 
+# -- connecting to a cluster ----------------------------------------------------------------------------------------
+def import_ray(local: bool = False) -> Any:
+    """The ray module, or one line saying how to install it. Importing ray sets ``RAY_CLIENT_MODE`` (read at that
+    import only), which is taken back; for a ``local`` instance Ray's ``uv run`` integration is off (read at that
+    import too), so that its workers run with the driver's own interpreter and environment."""
+    try:
+        with environment_kept():
+            if local:
+                os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+            import ray
+    except ImportError:
+        raise ConfigError(
+            "--ray needs Ray, which is not installed: pip install 'gencache[ray]' (or uv sync --extra ray)."
+        ) from None
+    return ray
+
+
+def resolve_address(given: str | None, env: Mapping[str, str]) -> str:
+    """The address for ``ray.init``: ``given`` (an address, ``auto`` or ``local``) or, when None, ``RAY_ADDRESS`` or
+    ``local`` (an instance started here)."""
+    text = (given or "").strip() or env.get("RAY_ADDRESS", "").strip() or "local"
+    if text == "auto":  # RAY_ADDRESS, else the cluster `ray start` last recorded here (Ray's own lookup)
+        text = env.get("RAY_ADDRESS", "").strip()
+        with environment_kept(), contextlib.suppress(Exception):  # importing ray sets RAY_CLIENT_MODE
+            from ray._private.services import canonicalize_bootstrap_address
+
+            text = text or canonicalize_bootstrap_address("auto") or ""
+        if not text:
+            raise ConfigError(
+                "--ray auto found no running Ray cluster on this machine (RAY_ADDRESS is not set and no `ray start` "
+                "cluster is recorded); start one with `ray start --head`, or give its address."
+            )
+    scheme, _, rest = text.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    if text != "local" and (scheme not in ("", "ray") or not host or not port.isdigit() or not 0 < int(port) < 65536):
+        raise ConfigError(f"--ray {text} is not a Ray address: use HOST:PORT, ray://HOST:PORT, auto or local.")
+    return text
+
+
+def check_reachable(address: str) -> None:
+    """One line, in seconds, when nothing answers at the cluster's address or what answers is not Ray: both Ray's
+    cluster port and its client port speak gRPC, whose server answers an HTTP/2 greeting with a SETTINGS frame
+    (an HTTP/1 server such as the dashboard answers ``HTTP/1.1 400``)."""
+    if address == "local":
+        return
+    host, _, port = address.rpartition("://")[2].rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as probe:
+            probe.sendall(_HTTP2_HELLO)
+            answer = probe.recv(9)
+    except OSError as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else (error.strerror or str(error))
+        raise ConfigError(
+            f"--ray {address}: no Ray cluster answers at {host}:{port} ({reason}); start one or check the address."
+        ) from None
+    if len(answer) < 4 or answer[3] != 4:  # the frame type of SETTINGS
+        raise ConfigError(
+            f"--ray {address}: what answers at {host}:{port} is not a Ray cluster (the dashboard?); give its GCS port "
+            "(6379 by default, as `ray start --head` prints) or ray://HOST:10001."
+        )
+
+
+def _stop_in(error: BaseException) -> BaseException | None:
+    """The stop a signal handler raised, if ``error`` is one or carries one: raised inside Ray's C calls, it comes
+    out as a ``SystemError`` caused by it."""
+    if not isinstance(error, Exception):
+        return error
+    cause = error.__cause__
+    if isinstance(error, SystemError) and cause is not None and not isinstance(cause, Exception):
+        return cause
+    return None
+
+
+@contextlib.contextmanager
+def connected(ray: Any, address: str) -> Iterator[None]:
+    """Connected to the cluster for the block (a local instance is started and stopped with it; a process already
+    connected keeps its connection), with the signal handlers ``ray.init`` replaces back at once and the variables it
+    sets when the block ends. A local start that hit the raylet's fixed agent timeout is tried again; a stop raised
+    inside one of Ray's C calls goes on as itself."""
+    attempts, dashboard = (LOCAL_START_ATTEMPTS, {"include_dashboard": False}) if address == "local" else (1, {})
+    try:
+        if ray.is_initialized():
+            yield
+            return
+        with environment_kept():  # ray.init sets variables of its own (RAY_AUTH_MODE, PYTHONBREAKPOINT, ...)
+            for attempt in range(1, attempts + 1):
+                try:
+                    with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them
+                        ray.init(address=address, log_to_driver=False, configure_logging=False, **dashboard)
+                    break
+                except BaseException as error:
+                    ray.shutdown()  # what a failed or stopped start started
+                    if _stop_in(error) is not None:
+                        raise
+                    if isinstance(error, ConnectionError):
+                        raise ConfigError(f"--ray {address}: cannot connect ({error}).") from None
+                    if STARTUP_TIMEOUT not in str(error) or attempt == attempts:
+                        what = "start a local Ray instance" if address == "local" else f"connect to {address}"
+                        raise GenerationError(f"--ray: could not {what}: {str(error).splitlines()[0]}") from None
+            try:
+                yield
+            finally:
+                ray.shutdown()
+    except SystemError as error:
+        stop = _stop_in(error)
+        if stop is None:
+            raise
+        raise stop from None
+
+
+def worker_shape(
+    device: str, tensor_parallel: int, worker_gpus: float, resources: Mapping[str, float]
+) -> tuple[float, int]:
+    """The GPUs each worker asks Ray for (with one CPU), and how many workers the cluster holds at once: a GPU
+    config's worker takes ``worker_gpus`` GPUs per tensor-parallel rank, a CPU config's none."""
+    gpus, cpus = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
+    if device == "cpu":
+        return 0.0, max(int(cpus), 1)
+    if gpus <= 0:
+        raise ConfigError(
+            f"model.device is {device!r} but the Ray cluster has no GPUs ({cpus:g} CPUs): add GPU nodes, or set "
+            'model.device to "cpu" for a CPU run (--set model.device=\\"cpu\\").'
+        )
+    per_worker = worker_gpus * tensor_parallel
+    if per_worker > 1 and not float(per_worker).is_integer():
+        raise ConfigError(
+            f"--worker-gpus {worker_gpus} with tensor_parallel_size {tensor_parallel} asks {per_worker:g} GPUs per "
+            "worker; a worker takes a fraction of one GPU or whole GPUs."
+        )
+    return per_worker, max(min(math.floor(gpus / per_worker + 1e-9), int(cpus)), 0)
+
+
 # -- the driver -----------------------------------------------------------------------------------------------------
 def generate_on_ray(
     config_path: str | os.PathLike[str],
@@ -165,9 +302,8 @@ def generate_on_ray(
     notify: Notify | None = None,
     progress: ProgressFactory | None = None,
 ) -> RayRun:
-    """Run ``config_path``'s shards on a Ray cluster as ``options`` say (see the module docstring). Raises
-    :class:`gencache.GencacheError` subclasses (exit 2 for bad input, before any worker starts); a stop raised by
-    the caller's signal handlers goes on with what was published attached. Nothing is printed: ``notify`` and
+    """Run ``config_path``'s shards on a Ray cluster as ``options`` say; bad input raises before any worker starts,
+    and a stop raised by the caller's signal handlers goes on with what was published attached. ``notify`` and
     ``progress`` as for :func:`gencache.generate`."""
     options, overrides = options or RayOptions(), overrides or Overrides()
     env = os.environ if env is None else env
@@ -181,13 +317,13 @@ def generate_on_ray(
             f"{launched.count} under {launched.origin}; start the driver once, outside torchrun/srun (or drop --ray)."
         )
     where = resolve_address(options.address, env)
-    ray = import_ray(local=where.local)
+    ray = import_ray(local=where == "local")
     check_reachable(where)
     # every problem of the config before connecting; no launcher's ranks apply: the driver is not one
     config_path = os.path.abspath(os.fspath(config_path))
     plan = plan_run(config_path, overrides, None, options.shards, {}, True, keep_split=True)
     spec, started = plan.targets[0].shard, time.monotonic()
-    run = RayRun(plan.base, where.value, spec.count if spec else 0, 0, options.max_retries)
+    run = RayRun(plan.base, where, spec.count if spec else 0, 0, options.max_retries)
     driver = _Driver(ray, plan, config_path, overrides, notify or (lambda level, text: None), progress, run)
     try:
         for target in plan.targets:
@@ -199,15 +335,13 @@ def generate_on_ray(
             driver.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
         if not run.shards or plan.pending:  # else every shard is published: nothing to connect for
             local = "starting a local Ray instance"
-            driver.say("status", local if where.local else f"connecting to the Ray cluster at {where.value}")
+            driver.say("status", local if where == "local" else f"connecting to the Ray cluster at {where}")
             with connected(ray, where):
                 driver.generate(options)
     except Stopped as stop:
         done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
         stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
         raise
-    finally:  # what workers that died or were stopped with the run left
-        run.removed += driver.clean()
     run.seconds = time.monotonic() - started
     return run
 
@@ -296,9 +430,9 @@ class _Driver:
             )
 
     def _collect(self, pool: Any, tally: Any, bar: Any, gpus: float, timeout: float) -> str | None:
-        """Wait for the shards in steps of :data:`POLL_S`, showing the tally's progress, and check each worker's
-        record (a failure ends the run with its error's exit code; a published shard must be of this run); give up
-        after ``timeout`` seconds without a change. The last error of a worker that Ray gave up, if any."""
+        """Wait for the shards, showing the tally's progress, and check each worker's record (a failure ends the run
+        with its exit code; a published shard must be of this run) until ``timeout`` seconds pass without a change.
+        The last error of a worker that Ray gave up, if any."""
         ray, run = self.ray, self.run
         alive, done, lost = run.workers, len(self.plan.published), None
         shown: tuple[int, int, dict[int, int]] | None = None  # None until the tally first answers
@@ -324,9 +458,7 @@ class _Driver:
                 done, changed = done + 1, time.monotonic()
             except TimeoutError:
                 pass
-            except (
-                ray.exceptions.RayActorError
-            ) as error:  # a worker died more often than its retries allow: Ray gave it up
+            except ray.exceptions.RayActorError as error:  # a worker died more often than its retries allow
                 alive, lost = alive - 1, str(error).splitlines()[0]
             with contextlib.suppress(TimeoutError):  # a tally that does not answer: no worker process started
                 snapshot = ray.get(tally.snapshot.remote(), timeout=POLL_S)
@@ -338,15 +470,11 @@ class _Driver:
             bar.stage(f"shards {done}/{run.shards}, workers {alive}, retries {retries}")
             if time.monotonic() - changed > timeout:  # why, by what the tally last said (it asks for no resources)
                 why = f"no shard made progress for {timeout:g} s (a teacher that loads for longer?)"
-                if shown is None:
-                    why = (
-                        f"no worker started in {timeout:g} s: Ray could not start worker processes (not even the "
-                        "run's tally, which asks for no resources; a runtime environment that fails?)"
-                    )
-                elif not shown[2]:
-                    why = (
-                        f"no worker started in {timeout:g} s: the cluster never had {gpus:g} GPU and 1 CPU free for "
-                        "one (other jobs hold them?)"
+                if shown is None or not shown[2]:
+                    why = f"no worker started in {timeout:g} s: " + (
+                        "Ray could not start worker processes (not even the tally's; a failing runtime environment?)"
+                        if shown is None
+                        else f"the cluster never had {gpus:g} GPU and 1 CPU free for one (other jobs hold them?)"
                     )
                 node = ray._private.worker._global_node  # None for a Ray Client driver: the head's default
                 logs = node.get_logs_dir_path() if node is not None else "/tmp/ray/session_latest/logs on the head node"
@@ -354,9 +482,9 @@ class _Driver:
         return lost
 
     def clean(self, wait: float = 0.0) -> list[str]:
-        """Remove what the dead writers of this run's shards left: their temporary directories (their lock is
-        free), or on a bucket their uploads and uncommitted objects (their lock is stale). ``wait``: seconds to
-        wait for killed workers to exit and free their locks (Ray reports an actor dead before its process ends)."""
+        """Remove what the dead writers of this run's shards left (on a bucket: their uploads and uncommitted
+        objects), waiting up to ``wait`` seconds for killed workers to free their locks (Ray reports an actor dead
+        before its process ends)."""
         parent, outputs = self.plan.base.parent, {t.output_dir.name for t in self.plan.targets}
         if isinstance(parent, S3Url):
             return clean_prefix(parent, outputs)
@@ -374,10 +502,9 @@ class _Driver:
 # -- the workers' side ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What every worker of a run is created with: the config (an absolute path), the overrides, the shard count,
-    the driver's working directory (the config's relative paths are relative to it), the absolute location of each
-    local data ``source`` the driver sends (by ``source`` as the config names it), what ``resolved_config.json``
-    records of the launch, and the name of the run's tally actor."""
+    """What every worker of a run is created with: ``working_directory`` is the driver's (the config's relative
+    paths are relative to it), ``sources`` the absolute location of each local data source the driver sends (by
+    its name in the config), ``launch`` what ``resolved_config.json`` records, ``tally`` the tally actor's name."""
 
     config_path: str
     overrides: Overrides
@@ -389,11 +516,10 @@ class WorkerSpec:
 
 
 class ShardWorker:
-    """A teacher worker (wrapped with ``ray.remote`` by the driver) created with the bytes of the driver's files
-    (none on a shared filesystem). Creating it is cheap; the first shard it has to generate makes the run's checks
-    and loads the teacher, so that a restarted worker (Ray runs ``__init__`` again) loads it in the call that retries
-    the dead worker's shard. Every outcome, a failure included, comes back as a :class:`ShardRecord`: only the death
-    of the worker's process reaches the driver as Ray's error."""
+    """A teacher worker (an actor), created with the bytes of the driver's files (none on a shared filesystem).
+    Creating it is cheap: its first shard makes the run's checks and loads the teacher, so that a restarted worker
+    (Ray runs ``__init__`` again) loads it in the call that retries the dead worker's shard. Every outcome comes back
+    as a :class:`ShardRecord`: only the death of the worker's process reaches the driver as Ray's error."""
 
     def __init__(self, spec: WorkerSpec, files: dict[str, bytes]) -> None:
         import ray
@@ -488,9 +614,9 @@ class RunTally:
         return self.attempts[shard]
 
     def advance(self, shard: int, attempt: int, samples: int, tokens: int) -> None:
-        """Add an attempt's progress (a report of an earlier, dead attempt is dropped)."""
+        """An attempt's progress so far (a report of an earlier, dead attempt is dropped)."""
         if self.attempts.get(shard) == attempt:
-            self.done[shard] = (self.done[shard][0] + samples, self.done[shard][1] + tokens)
+            self.done[shard] = (samples, tokens)
 
     def snapshot(self) -> tuple[int, int, dict[int, int]]:
         """Samples and tokens generated by the current attempts, and every shard's attempts so far."""
@@ -498,26 +624,25 @@ class RunTally:
 
 
 class TallyProgress:
-    """The engine's progress inside a worker, sent to the tally every :data:`REPORT_INTERVAL_S` seconds (fire and
-    forget) and at :meth:`close`, which waits until the tally has it: the driver's next snapshot counts the shard."""
+    """The engine's progress inside a worker, its totals sent to the tally every :data:`REPORT_INTERVAL_S` seconds
+    (fire and forget) and at :meth:`close`, which waits until the tally has them: the driver's next snapshot counts
+    the shard."""
 
     def __init__(self, tally: Any, shard: int, attempt: int) -> None:
-        self.tally, self.shard, self.attempt = tally, shard, attempt
+        self.send = functools.partial(tally.advance.remote, shard, attempt)
         self.samples = self.tokens = 0
         self.sent = time.monotonic()
 
     def start(self, total_samples: int) -> None:  # the driver knows every shard's size
         pass
 
-    def advance(self, samples: int, tokens: int, *, last: bool = False) -> None:
+    def advance(self, samples: int, tokens: int) -> None:
         self.samples, self.tokens = self.samples + samples, self.tokens + tokens
-        if last or time.monotonic() - self.sent >= REPORT_INTERVAL_S:
-            self.last: Any = self.tally.advance.remote(self.shard, self.attempt, self.samples, self.tokens)
-            self.samples = self.tokens = 0
+        if time.monotonic() - self.sent >= REPORT_INTERVAL_S:
+            self.send(self.samples, self.tokens)
             self.sent = time.monotonic()
 
     def close(self) -> None:
         import ray
 
-        self.advance(0, 0, last=True)
-        ray.get(self.last)
+        ray.get(self.send(self.samples, self.tokens))

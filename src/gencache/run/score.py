@@ -79,7 +79,7 @@ class ScoreReport:
     answers: tuple[ScoredAnswer, ...]
     overall: ScoreGroup
     groups: tuple[ScoreGroup, ...]
-    max_new_tokens: int | None = None
+    max_new_tokens: int
     out: Path | None = None
     reader: Any = field(default=None, repr=False, compare=False)
     resolved: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -102,7 +102,7 @@ class ScoreReport:
 
         cut = sum(answer.finish_reason == "length" for answer in self.answers)
         empty = sum(not answer.answer for answer in self.answers)
-        limit = f"max_new_tokens ({self.max_new_tokens})" if self.max_new_tokens else "max_new_tokens"
+        limit = f"max_new_tokens ({self.max_new_tokens})"
         signs = [
             ("bad" if n * 2 >= total else "warn" if n else "good", f"{share(n)} {what}")
             for n, what in ((cut, f"were cut at {limit}."), (empty, "are empty as scored."))
@@ -184,7 +184,6 @@ REASON_COLOURS = {"eos": "#4c72b0", "stop": "#55a868", "length": "#c44e52"}
 _SVG_NOISE = re.compile(
     r'<\?xml[^>]*\?>\s*|<!DOCTYPE[^>]*>\s*|\s+xmlns(?::\w+)?="[^"]*"|<metadata>.*?</metadata>\s*', re.DOTALL
 )
-_SVG_SIZE = re.compile(r'<svg([^>]*?)\swidth="[^"]*"\s+height="[^"]*"')
 
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;padding:0 16px}
@@ -193,6 +192,7 @@ th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 td.num{text-align:right;white-space:nowrap}
 table.examples td{max-width:330px;white-space:pre-wrap;word-break:break-word;font-size:12px}
 table.examples td.num{white-space:nowrap;word-break:normal}
+figure.chart svg{width:100%;height:auto}
 .note{color:#6e6e73}.bad{color:#b00020;font-weight:600}.warn{color:#9a6700}.good{color:#1b7f3b}
 """
 
@@ -210,16 +210,14 @@ class ReportResult:
 
 def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The JSON report ``gencache audit --report`` wrote."""
-    file = Path(path)
     try:
-        document = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:  # unreadable, not UTF-8, not JSON
+        document: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not {"audited", "equal", "differing", "engine"} <= document.keys():
+            raise ValueError("it lacks audited, equal, differing or engine")
+    except (OSError, ValueError, AttributeError) as error:  # unreadable, not JSON, not an object, not the report
         raise ConfigError(
-            f"--audit {file}: cannot read it as JSON ({error}); pass the file gencache audit --report wrote."
+            f"--audit {path}: not a report of gencache audit --report ({error}); pass the file it wrote."
         ) from None
-    needed = ("audited", "equal", "differing", "engine")
-    if not isinstance(document, dict) or not all(name in document for name in needed):
-        raise ConfigError(f"--audit {file}: not a report of gencache audit --report (it lacks {', '.join(needed)}).")
     return document
 
 
@@ -317,9 +315,7 @@ def _integer_edges(top: int, bins: int) -> np.ndarray[Any, np.dtype[np.float64]]
     return np.arange(0, top + width + 1, width, dtype=np.float64)
 
 
-def _figure(
-    group: ScoreGroup, answers: Sequence[ScoredAnswer], prompt_chars: Mapping[str, int], max_new: int | None
-) -> str:
+def _figure(group: ScoreGroup, answers: Sequence[ScoredAnswer], prompt_chars: Mapping[str, int], max_new: int) -> str:
     """One data config's figure as an inline SVG element: the answer lengths stacked by finish reason, prompt
     length against answer length, and the headline score's histogram when some answer is scored."""
     import matplotlib
@@ -327,7 +323,7 @@ def _figure(
     from matplotlib.ticker import MaxNLocator
 
     lengths = np.array([a.token_length for a in answers], dtype=np.int64)
-    top = max(int(lengths.max()), max_new or 1)
+    top = max(int(lengths.max()), max_new)
     reasons = sorted({a.finish_reason for a in answers})
     with matplotlib.rc_context(
         {"svg.fonttype": "none", "font.size": 8, "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.titlesize": 9}
@@ -342,8 +338,7 @@ def _figure(
             color=[REASON_COLOURS.get(r, f"C{i + 4}") for i, r in enumerate(reasons)],
             label=reasons,
         )
-        if max_new is not None:
-            panels[0].axvline(max_new, color="#222222", linestyle="--", linewidth=1, label="max_new_tokens")
+        panels[0].axvline(max_new, color="#222222", linestyle="--", linewidth=1, label="max_new_tokens")
         panels[0].set(title="answer length (tokens)", ylabel="answers")
         panels[0].legend(fontsize=7, loc="upper left", framealpha=0.85)
         prompts = np.array([prompt_chars[a.key] for a in answers], dtype=np.float64)
@@ -363,8 +358,7 @@ def _figure(
                 axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
-    svg = _SVG_NOISE.sub("", buffer.getvalue())  # an element for an HTML page, which knows SVG's namespace
-    return _SVG_SIZE.sub(r'<svg\1 style="width:100%;height:auto"', svg, count=1).strip()
+    return _SVG_NOISE.sub("", buffer.getvalue()).strip()  # an element for an HTML page, which knows SVG's namespace
 
 
 def _audit_section(audit: Mapping[str, Any]) -> str:
