@@ -240,7 +240,7 @@ def test_a_cuda_config_on_a_cluster_without_gpus_is_refused_before_any_worker(
 
 def test_addresses_resolve_as_documented() -> None:
     from gencache.core.errors import ConfigError
-    from gencache.run.ray import resolve_address
+    from gencache.run.ray_cluster import resolve_address
 
     assert resolve_address(None, {}) == "local"
     assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"

@@ -42,7 +42,7 @@ def start_cluster(num_cpus: int = 2, attempts: int = 4) -> str:
     again after a clean shutdown; the last failure names the attempts."""
     import ray
 
-    from gencache.run.ray import STARTUP_TIMEOUT
+    from gencache.run.ray_cluster import STARTUP_TIMEOUT
 
     with signal_handlers_kept(signal.SIGTERM, signal.SIGINT):  # ray.init replaces them; other tests expect theirs
         for attempt in range(1, attempts + 1):
