@@ -13,7 +13,6 @@ import struct
 import subprocess
 import weakref
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -573,40 +572,6 @@ def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert data == b"".join(p for e in entries for p in e.payload())
         w.finalize(resolved_config=RESOLVED, summary={})
     assert verify(tmp_path) == []
-
-
-@pytest.mark.parametrize("sequences", [1, 3])
-def test_a_failed_append_rolls_back_and_the_writer_stays_usable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sequences: int
-) -> None:
-    real_pwrite, real_pwritev = os.pwrite, os.pwritev
-    calls = []
-
-    def failing(real: Any) -> Any:
-        def write(fd: int, data: Any, offset: int) -> int:
-            calls.append(offset)
-            if len(calls) == 1:  # part of the entry goes out, then the disk is full
-                part = [memoryview(data[0])[:8]] if isinstance(data, list) else memoryview(data)[:8]
-                return real(fd, part, offset)  # type: ignore[no-any-return]
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        return write
-
-    first, second, third = make_entries(3, sequences=sequences)
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, sequences, 10)) as w:
-        w.add(*_args(first))
-        size = os.stat(w.path).st_size
-        monkeypatch.setattr(os, "pwrite", failing(real_pwrite))
-        monkeypatch.setattr(os, "pwritev", failing(real_pwritev))
-        with pytest.raises(WriteError, match="ENOSPC") as caught:
-            w.add(*_args(second))
-        monkeypatch.undo()
-        assert caught.value.errno == errno.ENOSPC and len(calls) == 2
-        assert os.stat(w.path).st_size == size and list(w._records) == [first.key]
-        assert w.add(*_args(third)) and w.add(*_args(second))
-        w.finalize(resolved_config=RESOLVED, summary={})
-    reader = CacheReader(tmp_path)
-    assert list(reader.keys()) == sorted([first.key, second.key, third.key]) and verify(tmp_path) == []
 
 
 def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:

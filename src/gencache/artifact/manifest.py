@@ -32,8 +32,8 @@ from gencache.artifact.names import (
     shard_of,
     tensor_name,
 )
-from gencache.config.names import DTYPES
-from gencache.core.canonical import canonical_bytes, canonical_json, is_int, json_digest
+from gencache.config.names import Dtype
+from gencache.core.canonical import canonical_bytes, canonical_json, json_digest
 from gencache.core.errors import FormatError
 from gencache.core.tokenizer import tokenizer_state
 
@@ -59,7 +59,7 @@ class _TokenizerState(msgspec.Struct, forbid_unknown_fields=True):
 class _Provenance(msgspec.Struct, forbid_unknown_fields=True):
     model_path: Annotated[str, msgspec.Meta(min_length=1)]
     tokenizer_path: Annotated[str, msgspec.Meta(min_length=1)]
-    dtype: str
+    dtype: Dtype
     tokenizer: _TokenizerState
 
 
@@ -74,8 +74,6 @@ def _convert(value: object, kind: Any, where: str) -> Any:
 def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]:
     """Validate a provenance object and return a plain copy."""
     checked = _convert(value, _Provenance, where)
-    if checked.dtype not in DTYPES:
-        raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {checked.dtype!r}.")
     for field in ("model_path", "tokenizer_path"):
         try:
             getattr(checked, field).encode("utf-8")
@@ -321,23 +319,21 @@ def check_summary(
 ) -> None:
     """Check a read manifest's ``summary`` against the counts of its ``entries`` (whose ``keys`` are iterated once)."""
     where = "manifest.json summary"
-    summary = _convert(value, _Summary, where)
+    _check_runs(value, keys, where)
     counted = {"entries": entries, "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
     for field, expected in counted.items():
         if value[field] != expected:
             raise FormatError(f"{where}.{field} is {value[field]!r} but the entries hold {expected!r}.")
-    check_data_configs(value["data_configs"], f"{where}.data_configs")
-    if summary.shard is not None and summary.shard.index >= summary.shard.count:
-        raise FormatError(f"{where}.shard.index must be below its count {summary.shard.count}.")
-    _check_runs(value, keys, where)
 
 
-def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
-    """:class:`FormatError` unless ``summary``'s entries, duplicates and data configs describe one run, and each
-    of the ``keys`` belongs to its shard."""
-    entries, duplicates, data_configs, shard = (summary[f] for f in ("entries", "duplicates", "data_configs", "shard"))
-    if not is_int(duplicates) or duplicates < 0:
-        raise FormatError(f"{where}.duplicates must be a non-negative integer, got {duplicates!r}.")
+def _check_runs(value: Any, keys: Iterable[str], where: str) -> None:
+    """:class:`FormatError` unless the summary ``value`` is well formed, its entries, duplicates and data configs
+    describe one run, and each of the ``keys`` belongs to its shard."""
+    summary = _convert(value, _Summary, where)
+    entries, duplicates, shard = summary.entries, summary.duplicates, summary.shard
+    data_configs = check_data_configs(summary.data_configs, f"{where}.data_configs")
+    if shard is not None and shard.index >= shard.count:
+        raise FormatError(f"{where}.shard.index must be below its count {shard.count}.")
     samples = sum(item["samples"] for item in data_configs)
     unique_keys, uniques = samples - duplicates, [item["unique"] for item in data_configs]
     problem = None
@@ -346,7 +342,7 @@ def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> 
             f"{samples} samples with {duplicates} duplicates leave {unique_keys} unique keys, which the per-config "
             "unique counts cannot produce"
         )
-    elif data_configs and (shard is None or shard["count"] == 1) and unique_keys != entries:
+    elif data_configs and (shard is None or shard.count == 1) and unique_keys != entries:
         problem = (
             f"{samples} samples with {duplicates} duplicates make {unique_keys} unique keys, not {entries} entries"
         )
@@ -355,8 +351,8 @@ def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> 
     if problem:
         raise FormatError(f"{where} is inconsistent: {problem}.")
     for key in keys if shard is not None else ():
-        if shard_of(key, shard["count"]) != shard["index"]:
+        if shard_of(key, shard.count) != shard.index:
             raise FormatError(
-                f"{where}.shard says shard {shard['index']} of {shard['count']} but key {key} belongs to shard "
-                f"{shard_of(key, shard['count'])} (rule key-mod)."
+                f"{where}.shard says shard {shard.index} of {shard.count} but key {key} belongs to shard "
+                f"{shard_of(key, shard.count)} (rule key-mod)."
             )

@@ -20,7 +20,7 @@ from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFES
 from gencache.artifact.publish import host_tag, pid_alive
 from gencache.artifact.store import call, client, list_objects, read_object, remove
 from gencache.config.paths import S3Url
-from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError, WriteError
+from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError
 
 PART_BYTES = 8 * 1024 * 1024
 """The size at which buffered payload bytes are sent as a part (every part but the last must be >= 5 MiB)."""
@@ -156,41 +156,27 @@ def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
 class PayloadUpload:
     """The sink of a :class:`gencache.artifact.writer.CacheWriter` writing to ``<where>/cache.safetensors``.
 
-    Bytes ``[0, first_end)`` form part 1, kept in memory and sent last with the finished header; later data is sent
-    in parts of about :data:`PART_BYTES` as it arrives, so the payload is never staged whole.
+    The first 5 MiB (S3's smallest part), the reserved header included, form part 1, kept in memory and sent last
+    with the finished header; later data is sent in parts of about :data:`PART_BYTES` as it arrives, so the payload
+    is never staged whole.
     """
 
     def __init__(self, where: S3Url, prefix: bytes, capacity: int) -> None:
         self.upload = MultipartUpload(where / PAYLOAD_NAME)
-        self.data_start = LENGTH_PREFIX_BYTES + capacity
         self.prefix, self.capacity = prefix, capacity
-        self.first_end = max(self.data_start, 5 * 1024 * 1024)  # S3's smallest part
+        self.first_data = max(5 * 1024 * 1024 - LENGTH_PREFIX_BYTES - capacity, 0)
         self.held = bytearray()  # data bytes of part 1
         self.pending = bytearray()  # data bytes of the next part
-        self.sent_data = 0  # data bytes in the parts sent after part 1
 
     def append(self, buffers: Sequence[bytes | memoryview]) -> None:
         for buffer in buffers:
             view = memoryview(buffer).cast("B")
-            room = self.first_end - self.data_start - len(self.held)
+            room = self.first_data - len(self.held)
             self.held += view[:room]
-            self.pending += view[room:] if room > 0 else view
+            self.pending += view[room:]
         if len(self.pending) >= PART_BYTES:
             self.upload.send(len(self.upload.parts) + 2, self.pending)
-            self.sent_data += len(self.pending)
             self.pending.clear()
-
-    def truncate(self, size: int) -> None:
-        """Drop what was appended after file size ``size``: possible only while it is still in memory (the data of
-        part 1 until a later part is sent, then that of the next part)."""
-        data = size - self.data_start
-        if data >= len(self.held) + self.sent_data:
-            del self.pending[data - len(self.held) - self.sent_data :]
-        elif not self.sent_data:
-            del self.held[data:]
-            self.pending.clear()
-        else:
-            raise WriteError(f"{self.upload.where}: bytes already sent cannot be taken back.")
 
     def finish(self, header: bytes) -> None:
         """Send the last data, then part 1 with ``header`` in its reserved place, and complete the upload."""

@@ -136,10 +136,6 @@ class _PayloadFile:
         write_at(self.fd, buffers, self.size)
         self.size += sum(map(len, buffers))
 
-    def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
-        self.size = size
-
     def finish(self, header: bytes) -> None:
         write_at(self.fd, [header], LENGTH_PREFIX_BYTES)
         os.fchmod(self.fd, READ_ONLY)
@@ -157,8 +153,8 @@ class CacheWriter:
     """Streams entries into ``<directory>/cache.safetensors`` (a local directory or an ``s3://`` prefix) and
     finalizes the artifact's three files, keeping only entry metadata in memory.
 
-    A failed append rolls the payload back to the previous entry and leaves the writer usable. Until
-    :meth:`finalize` the header is all spaces, so no safetensors loader accepts the file.
+    Any failure of an append or of :meth:`finalize` removes the writer's files. Until :meth:`finalize` the header is
+    all spaces, so no safetensors loader accepts the file.
     """
 
     def __init__(self, directory: Path | S3Url, *, provenance: Mapping[str, Any], header_capacity: int) -> None:
@@ -169,7 +165,6 @@ class CacheWriter:
         self.header_capacity = header_capacity
         self.path = directory / PAYLOAD_NAME
         self._records: dict[str, Record] = {}
-        self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
         self._state = "open"
         self._created: list[Path | S3Url] = []
@@ -212,17 +207,11 @@ class CacheWriter:
                 "map to one generation."
             )
         start = self._data_end
-        with _undone_on_failure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
+        with _undone_on_failure(self.abort, lambda: f"Appending entry {key} to {self.path}"):
             self._payload.append(buffers)
         self._records[key] = (start, *fields)
         self._data_end = start + sum(map(len, buffers))
         return True
-
-    def _rollback(self, data_end: int) -> None:
-        try:
-            self._payload.truncate(self._data_start + data_end)
-        except OSError:
-            self._state = "failed"
 
     def finalize(self, *, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
