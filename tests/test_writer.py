@@ -201,7 +201,7 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
         ("a" * 64, [], [], [], "no sequences"),
         ("a" * 64, [b""], ["t"], ["eos"], "at least one int64"),
         ("a" * 64, [b"\x01\x02\x03"], ["t"], ["eos"], "at least one int64"),
-        ("a" * 64, tokens([1]), ["t"], ["eos"], "list of sequences"),
+        ("a" * 64, tokens([1]), ["t"], ["eos"], "bytes-like"),
         ("a" * 64, [[1, 2]], ["t"], ["eos"], "bytes-like"),
         ("a" * 64, [tokens([1])], ["t", "u"], ["eos"], "one text and one finish reason"),
         ("a" * 64, [tokens([1])], ["t"], ["stop"], "finish reason"),
@@ -382,7 +382,7 @@ def test_an_existing_output_path_is_refused_before_anything_is_created(tmp_path:
         out.mkdir()
         if kind == "dir":
             (out / "f").write_text("x")
-    shown = " as a dangling symlink to .*missing; remove the link" if kind == "dangling-symlink" else "; choose a new"
+    shown = " as a dangling symlink to .*missing; choose a new" if kind == "dangling-symlink" else "; choose a new"
     with pytest.raises(OutputExistsError, match=f"already exists{shown}"):
         check_output_path(out)
     with pytest.raises(OutputExistsError), ArtifactBuild(out, provenance=PROVENANCE, header_capacity=256):

@@ -90,15 +90,11 @@ def check_output_path(output_dir: Path | str) -> None:
     directory could have (``gencache clean`` would take it for a leftover), or too long once the temporary names are
     derived from it."""
     check_output_name(os.fspath(output_dir), "output_dir")
-    if os.path.islink(output_dir) and not os.path.exists(output_dir):
-        raise OutputExistsError(
-            f"Output path {output_dir} already exists as a dangling symlink to {os.readlink(output_dir)}; remove the "
-            "link or choose a new output_dir."
-        )
     if os.path.lexists(output_dir):
+        link = f" as a dangling symlink to {os.readlink(output_dir)}" if not os.path.exists(output_dir) else ""
         raise OutputExistsError(
-            f"Output path {output_dir} already exists; choose a new output_dir (gencache never overwrites, appends to "
-            "or resumes an artifact)."
+            f"Output path {output_dir} already exists{link}; choose a new output_dir (gencache never overwrites, "
+            "appends to or resumes an artifact)."
         )
     path = Path(output_dir)
     if TEMP_RE.match(path.name):
@@ -107,17 +103,12 @@ def check_output_path(output_dir: Path | str) -> None:
             "which gencache clean removes; choose another name."
         )
     lock = path.parent / (temp_name(path) + LOCK_SUFFIX)  # the longest name and path a build derives
-    for part in (*path.parts, lock.name):
-        if (size := len(os.fsencode(part))) > NAME_MAX:
-            raise ConfigError(
-                f"output_dir {str(output_dir)[:60]}... is too long: {part[:40]}... (a component, or the temporary "
-                f"lock file name derived from it) is {size} bytes, over the file system's {NAME_MAX}; choose a "
-                "shorter name."
-            )
-    if (size := len(os.fsencode(os.path.abspath(lock)))) > PATH_MAX:
+    longest = max(len(os.fsencode(part)) for part in (*path.parts, lock.name))
+    if longest > NAME_MAX or len(os.fsencode(os.path.abspath(lock))) > PATH_MAX:
         raise ConfigError(
-            f"output_dir {str(output_dir)[:60]}... is too long: its temporary paths would be {size} bytes, over the "
-            f"kernel's {PATH_MAX}; choose a shorter path."
+            f"output_dir {str(output_dir)[:60]}... is too long: a name in it, or a temporary name derived from it, "
+            f"would be over the file system's {NAME_MAX} bytes (or the whole path over {PATH_MAX}); choose a shorter "
+            "path."
         )
 
 

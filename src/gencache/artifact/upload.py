@@ -47,7 +47,11 @@ def check_absent(where: S3Url) -> None:
             f"overwrites an artifact; `gencache clean {where.parent}` removes what a killed writer left)."
         )
     if (holder := _holder(lock_of(where))) is not None:
-        raise OutputExistsError(f"Output {where} {_describe(where, holder)}.")
+        raise OutputExistsError(
+            f"Output {where} is being written by another gencache run (host {holder.get('host', '?')}, pid "
+            f"{holder.get('pid', '?')}), or was left by one that was killed; wait for it, or, once no writer runs, "
+            f"`gencache clean {where.parent}` removes what it left."
+        )
 
 
 def _holder(lock: S3Url) -> dict[str, Any] | None:
@@ -60,24 +64,13 @@ def _holder(lock: S3Url) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {}
 
 
-def _describe(where: S3Url, holder: dict[str, Any]) -> str:
-    who = f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
-    return (
-        f"is being written by another gencache run ({who}), or was left by one that was killed; wait for it, or, "
-        f"once no writer runs, `gencache clean {where.parent}` removes what it left"
-    )
-
-
 class Lease:
     """A writer's lock object, rewritten every :data:`REFRESH_EVERY` seconds by a daemon thread until released."""
 
     def __init__(self, where: S3Url) -> None:
         self.where, self.lock = where, lock_of(where)
         self.body = json.dumps({"host": host_tag(), "pid": os.getpid(), "output": str(where)}).encode()
-        try:
-            self._put(IfNoneMatch="*")
-        except OutputExistsError:
-            raise OutputExistsError(f"Output {where} {_describe(where, _holder(self.lock) or {})}.") from None
+        self._put(IfNoneMatch="*")  # another writer's lock: an OutputExistsError
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._refresh, name="gencache-s3-lease", daemon=True)
         self._thread.start()
@@ -225,15 +218,12 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
         if outputs is not None and name not in outputs:
             continue
         where, lock = parent / name, lock_of(parent / name)
-        holder = _holder(lock)
-        if name not in locks and holder is not None:  # a writer that started after the listing
-            continue
-        if name in locks and holder is not None:  # gone when its process on this host is, or when not rewritten
-            pid = holder.get("pid")
-            if holder.get("host") == host_tag() and isinstance(pid, int):
-                if pid_alive(pid):
-                    continue
-            elif time.time() - locks[name]["LastModified"].timestamp() <= STALE_AFTER:
+        if (holder := _holder(lock)) is not None:  # kept: a writer that started after the listing, or a live one
+            pid = holder.get("pid", "")  # gone when its process on this host is, or when its lock is not rewritten
+            here = holder.get("host") == host_tag() and isinstance(pid, int)
+            if name not in locks or (
+                pid_alive(pid) if here else time.time() - locks[name]["LastModified"].timestamp() <= STALE_AFTER
+            ):
                 continue
         for upload in uploads.get(name, []):  # one completed or aborted meanwhile is fine
             stale = MultipartUpload(parent / upload["Key"][len(parent.prefix) :])

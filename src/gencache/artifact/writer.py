@@ -63,8 +63,6 @@ def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Ite
 
 
 def _as_view(sequence: object, key: str, i: int) -> memoryview:
-    if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:  # what the engines append
-        return memoryview(sequence)
     where = f"Entry {key} sequence {i}"
     try:
         view = memoryview(sequence)  # type: ignore[arg-type]
@@ -89,8 +87,6 @@ def _entry_fields(
     key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> tuple[list[memoryview], list[Any]]:
     """Check one entry; its buffers and its record fields without the start (str subclasses as plain str)."""
-    if isinstance(sequences, (bytes, bytearray, memoryview)):
-        raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
     for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
         if isinstance(value, (str, bytes, bytearray, memoryview)):
             raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
@@ -107,12 +103,11 @@ def _entry_fields(
     for i, (buffer, text, reason) in enumerate(zip(buffers, texts, reasons, strict=True)):
         if not isinstance(text, str):
             raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
-        if not text.isascii():  # an ASCII str always encodes
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
-        if not isinstance(reason, str) or reason not in FINISH_REASONS:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
+        if reason not in FINISH_REASONS:
             raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
         fields += (buffer.nbytes // TOKEN_BYTES, None, str(text), str(reason))
     return buffers, fields
