@@ -294,8 +294,7 @@ class ArtifactBuild:
         self.temp_dir: Path | None = None
         self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
-        self._lock: tuple[Path, int] | None = None
-        self._lease: Lease | None = None
+        self._release: Callable[[], None] | None = None  # of the temporary directory's lock or the bucket's lease
 
     @property
     def writer(self) -> CacheWriter:
@@ -304,33 +303,31 @@ class ArtifactBuild:
         return self._writer
 
     def __enter__(self) -> ArtifactBuild:
-        output = self.output_dir
+        output = directory = self.output_dir
         if isinstance(output, S3Url):
             check_absent(output)
-            self._lease = Lease(output)
-            with _undone_on_failure(self._cleanup, lambda: f"Starting {output}"):
-                self._writer = CacheWriter(output, provenance=self.provenance, header_capacity=self.header_capacity)
-            return self
-        check_output_path(output)
-        with _undone_on_failure(self._cleanup, lambda: f"Creating a temporary directory beside {output}"):
-            output.parent.mkdir(parents=True, exist_ok=True)
-            temp = output.parent / temp_name(output)
-            self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
-            self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
-            temp.mkdir(mode=0o700)
-            self._writer = CacheWriter(temp, provenance=self.provenance, header_capacity=self.header_capacity)
+            self._release = Lease(output).release
+        else:
+            check_output_path(output)
+        with _undone_on_failure(self._cleanup, lambda: f"Starting {output}"):
+            if isinstance(output, Path):
+                output.parent.mkdir(parents=True, exist_ok=True)
+                directory = temp = output.parent / temp_name(output)
+                fd = hold_lock(temp)  # held until exit: gencache clean leaves a live build alone
+                self._release = lambda: release_lock(temp, fd)
+                self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
+                temp.mkdir(mode=0o700)
+            self._writer = CacheWriter(directory, provenance=self.provenance, header_capacity=self.header_capacity)
         return self
 
     def publish(self) -> str:
         """Publish the finalized artifact: rename the temporary directory to ``output_dir`` and return
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
+        if self._writer is None or not self._writer.finalized:
+            raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
         if self.published_mode is None:
-            if self._writer is None or not self._writer.finalized:
-                raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
-            if self.temp_dir is None:
-                self.published_mode = "s3"
-            else:
-                self.published_mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)  # type: ignore[arg-type]
+            temp, output = self.temp_dir, self.output_dir
+            self.published_mode = "s3" if temp is None else publish(temp, output, mode=self.rename_mode)  # type: ignore[arg-type]
         return self.published_mode
 
     @property
@@ -351,12 +348,9 @@ class ArtifactBuild:
                 if self.temp_dir is not None:
                     shutil.rmtree(self.temp_dir, ignore_errors=True)
         finally:
-            if self._lock is not None:
-                release_lock(*self._lock)
-                self._lock = None
-            if self._lease is not None:
-                self._lease.release()
-                self._lease = None
+            release, self._release = self._release, None
+            if release is not None:
+                release()
 
     def __exit__(self, *exc: object) -> None:
         self._cleanup()
