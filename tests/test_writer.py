@@ -552,28 +552,6 @@ def test_single_sequence_re_adds_and_conflicts(tmp_path: Path) -> None:
     assert verify(tmp_path) == []
 
 
-def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_pwrite, real_pwritev = os.pwrite, os.pwritev
-
-    def pwrite(fd: int, data: bytes, offset: int) -> int:
-        return real_pwrite(fd, memoryview(data)[:5], offset)
-
-    def pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
-        return real_pwritev(fd, [memoryview(buffers[0])[:11]], offset)
-
-    entries = make_entries(4, length=9, sequences=1) + make_entries(3, length=9, sequences=3, start=4)
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(7, 3, 11)) as w:
-        monkeypatch.setattr(os, "pwrite", pwrite)
-        monkeypatch.setattr(os, "pwritev", pwritev)
-        for e in entries:
-            assert w.add(*_args(e))
-        monkeypatch.undo()
-        data = w.path.read_bytes()[8 + w.header_capacity :]
-        assert data == b"".join(p for e in entries for p in e.payload())
-        w.finalize(resolved_config=RESOLVED, summary={})
-    assert verify(tmp_path) == []
-
-
 def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:
     count = 1_500  # about 1.6 MB of manifest: more than one MANIFEST_CHUNK_BYTES piece
     with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(count, 1, 2)) as w:

@@ -13,7 +13,7 @@ import re
 import secrets
 import shutil
 import socket
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, TypeVar
@@ -37,21 +37,6 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
-    """Write ``buffers`` back to back at ``offset``, again from where a short ``pwritev`` stopped (a file-size limit,
-    the kernel's 2 GiB cap, a signal)."""
-    pending = list(buffers)
-    while pending:
-        written = os.pwritev(fd, pending[:64], offset)  # far below IOV_MAX
-        if written <= 0:
-            raise OSError(errno.EIO, "write made no progress")
-        offset += written
-        while pending and written >= len(pending[0]):
-            written -= len(pending.pop(0))
-        if written:
-            pending[0] = memoryview(pending[0]).cast("B")[written:]
 
 
 def umask() -> int:

@@ -37,7 +37,6 @@ from gencache.artifact.publish import (
     publish,
     release_lock,
     temp_name,
-    write_at,
     write_error,
 )
 from gencache.artifact.store import exists, location, remove
@@ -117,31 +116,30 @@ class _PayloadFile:
     """The local sink of a :class:`CacheWriter` (:class:`gencache.artifact.upload.PayloadUpload` on a bucket)."""
 
     def __init__(self, path: Path) -> None:
-        self.size = 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.file = open(path, "xb")  # noqa: SIM115  (closed by finish or abort)
 
     def reserve(self, prefix: bytes, capacity: int) -> None:
-        self.size = LENGTH_PREFIX_BYTES + capacity
-        write_at(self.fd, [prefix], 0)
+        self.file.write(prefix)
         spaces = b" " * min(capacity, 8 * 1024 * 1024)  # written in pieces of at most 8 MiB
         for offset in range(0, capacity, len(spaces)):
-            write_at(self.fd, [spaces[: capacity - offset]], LENGTH_PREFIX_BYTES + offset)
+            self.file.write(spaces[: capacity - offset])
+        self.file.flush()
 
     def append(self, buffers: Sequence[bytes | memoryview]) -> None:
-        write_at(self.fd, buffers, self.size)
-        self.size += sum(map(len, buffers))
+        self.file.writelines(buffers)
+        self.file.flush()
 
     def finish(self, header: bytes) -> None:
-        write_at(self.fd, [header], LENGTH_PREFIX_BYTES)
-        os.fchmod(self.fd, READ_ONLY)
-        os.fsync(self.fd)
-        self.abort()
+        self.file.seek(LENGTH_PREFIX_BYTES)
+        self.file.write(header)
+        self.file.flush()
+        os.fchmod(self.file.fileno(), READ_ONLY)
+        os.fsync(self.file.fileno())
+        self.file.close()
 
     def abort(self) -> None:
-        if self.fd >= 0:
-            with suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
+        with suppress(OSError):  # a failed write's bytes still buffered
+            self.file.close()
 
 
 class CacheWriter:
