@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
-from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
+from gencache.artifact.names import ARTIFACT_FILES, MANIFEST_NAME, TEMP_RE
 from gencache.artifact.publish import host_tag, pid_alive
 from gencache.artifact.store import call, client, list_objects, read_object, remove
 from gencache.config.paths import S3Url
@@ -132,51 +132,43 @@ class MultipartUpload:
 
 def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
     """Create the object ``where`` from ``pieces`` (multipart: memory stays flat) only if it does not exist."""
-    upload, buffer = MultipartUpload(where), bytearray()
+    upload = PayloadUpload(where, 0)
     try:
         for piece in pieces:
-            buffer += piece
-            if len(buffer) >= PART_BYTES:
-                upload.send(len(upload.parts) + 1, buffer)
-                buffer.clear()
-        if buffer or not upload.parts:
-            upload.send(len(upload.parts) + 1, buffer)
-        upload.complete()
+            upload.append([piece])
+        upload.finish(b"")
     finally:
         upload.abort()
 
 
 class PayloadUpload:
-    """The sink of a :class:`gencache.artifact.writer.CacheWriter` writing to ``<where>/cache.safetensors``.
+    """A new object uploaded as it is appended, its first ``reserved`` bytes given last: the sink of a
+    :class:`gencache.artifact.writer.CacheWriter` writing ``<where>/cache.safetensors``, whose header comes last.
 
-    The first 5 MiB (S3's smallest part), the reserved header included, form part 1, kept in memory and sent last
-    with the finished header; later data is sent in parts of about :data:`PART_BYTES` as it arrives, so the payload
-    is never staged whole.
+    The first 5 MiB (S3's smallest part), the reserved bytes included, form part 1, kept in memory and sent last;
+    later data is sent in parts of about :data:`PART_BYTES` as it arrives, so the object is never staged whole.
     """
 
-    def __init__(self, where: S3Url, prefix: bytes, capacity: int) -> None:
-        self.upload = MultipartUpload(where / PAYLOAD_NAME)
-        self.prefix, self.capacity = prefix, capacity
-        self.first_data = max(5 * 1024 * 1024 - LENGTH_PREFIX_BYTES - capacity, 0)
+    def __init__(self, where: S3Url, reserved: int) -> None:
+        self.upload, self.reserved = MultipartUpload(where), reserved
         self.held = bytearray()  # data bytes of part 1
         self.pending = bytearray()  # data bytes of the next part
 
     def append(self, buffers: Sequence[bytes | memoryview]) -> None:
         for buffer in buffers:
             view = memoryview(buffer).cast("B")
-            room = self.first_data - len(self.held)
+            room = max(5 * 1024 * 1024 - self.reserved - len(self.held), 0)
             self.held += view[:room]
             self.pending += view[room:]
         if len(self.pending) >= PART_BYTES:
             self.upload.send(len(self.upload.parts) + 2, self.pending)
             self.pending.clear()
 
-    def finish(self, header: bytes) -> None:
-        """Send the last data, then part 1 with ``header`` in its reserved place, and complete the upload."""
+    def finish(self, head: bytes) -> None:
+        """Send the last data, then part 1 with ``head`` (space-padded to the reserved size), and complete."""
         if self.pending:
             self.upload.send(len(self.upload.parts) + 2, self.pending)
-        padding = b" " * (self.capacity - len(header))
-        self.upload.send(1, self.prefix + header + padding + self.held)
+        self.upload.send(1, head.ljust(self.reserved, b" ") + self.held)
         try:
             self.upload.complete()
         except OutputExistsError:

@@ -129,9 +129,9 @@ class _PayloadFile:
         self.file.writelines(buffers)
         self.file.flush()
 
-    def finish(self, header: bytes) -> None:
-        self.file.seek(LENGTH_PREFIX_BYTES)
-        self.file.write(header)
+    def finish(self, head: bytes) -> None:
+        self.file.seek(0)
+        self.file.write(head)
         self.file.flush()
         os.fchmod(self.file.fileno(), READ_ONLY)
         os.fsync(self.file.fileno())
@@ -163,7 +163,7 @@ class CacheWriter:
         self._created: list[Path | S3Url] = []
         self._payload: _PayloadFile | PayloadUpload
         if isinstance(directory, S3Url):
-            self._payload = PayloadUpload(directory, prefix, header_capacity)
+            self._payload = PayloadUpload(directory / PAYLOAD_NAME, LENGTH_PREFIX_BYTES + header_capacity)
             return
         try:
             self._payload = _PayloadFile(directory / PAYLOAD_NAME)
@@ -227,7 +227,7 @@ class CacheWriter:
             )
             first = next(manifest)
             resolved = json_file_bytes(dict(resolved_config))
-            self._payload.finish(header)
+            self._payload.finish(length_prefix(self.header_capacity) + header)
             if self.path not in self._created:
                 self._created.append(self.path)
             self._write_new(self.directory / RESOLVED_NAME, (resolved,))
