@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import resource
@@ -28,6 +29,12 @@ from support import phase_hooks
 from support.storage_helpers import PROVENANCE, RESOLVED, make_entries
 
 
+def monkeypatch_rename() -> None:
+    from gencache.artifact import publish
+
+    publish._renameat2 = lambda source, target: errno.EINVAL  # type: ignore[assignment]
+
+
 def build(args: argparse.Namespace) -> int:
     entries = make_entries(args.entries, length=args.length)
     capacity = header_capacity(len(entries), 1, args.length + 2)
@@ -35,9 +42,9 @@ def build(args: argparse.Namespace) -> int:
     signals.install()
     phase_hooks.install()
     try:
-        with ArtifactBuild(
-            args.output, provenance=PROVENANCE, header_capacity=capacity, rename_mode=args.rename_mode
-        ) as b:
+        if args.rename_mode == "rename":  # a file system without RENAME_NOREPLACE
+            monkeypatch_rename()
+        with ArtifactBuild(args.output, provenance=PROVENANCE, header_capacity=capacity) as b:
             if args.fsize:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (args.fsize, resource.RLIM_INFINITY))
             for entry in entries:

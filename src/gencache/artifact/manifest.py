@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -303,15 +304,9 @@ def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], 
     """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``(data config
     index, key)`` ``samples``, those with a key among the shard's ``keys``, and their distinct keys."""
     mine = set(keys)
-    counts = [{"index": index, "samples": 0, "unique": 0} for index in range(configs)]
-    seen: set[tuple[int, str]] = set()
-    for index, key in samples:
-        if key in mine:
-            counts[index]["samples"] += 1
-            if (index, key) not in seen:
-                seen.add((index, key))
-                counts[index]["unique"] += 1
-    return counts
+    ours = [(index, key) for index, key in samples if key in mine]
+    counted, distinct = Counter(index for index, _ in ours), Counter(index for index, _ in set(ours))
+    return [{"index": index, "samples": counted[index], "unique": distinct[index]} for index in range(configs)]
 
 
 def check_summary(

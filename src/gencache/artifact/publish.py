@@ -140,7 +140,7 @@ def probe_rename(parent: Path | str) -> str:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = None) -> str:
+def publish(temp_dir: Path | str, output_dir: Path | str) -> str:
     """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
 
     Where ``renameat2(RENAME_NOREPLACE)`` is missing, a plain rename of the non-empty directory, which refuses an
@@ -152,7 +152,7 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
         fsync_dir(temp_dir)
     except OSError as error:
         raise write_error(f"Preparing {temp_dir} for publishing", error) from error
-    code = errno.EINVAL if mode == "rename" else _renameat2(temp_dir, output_dir)
+    code = _renameat2(temp_dir, output_dir)
     used = "renameat2"
     if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
         used = "rename"

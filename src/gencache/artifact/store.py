@@ -108,8 +108,6 @@ def read_object(where: S3Url, *, start: int | None = None, length: int | None = 
     object changed since."""
     arguments: dict[str, Any] = {"Bucket": where.bucket, "Key": where.key}
     if start is not None:
-        if length == 0:
-            return b""
         end = "" if length is None else start + length - 1
         arguments["Range"] = f"bytes={start}-{end}"
     if etag is not None:

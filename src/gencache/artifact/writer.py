@@ -195,10 +195,7 @@ class CacheWriter:
         if key in self._records:
             if self._records[key][1:] == tuple(fields):
                 return False
-            raise FormatError(
-                f"Conflicting duplicate key {key}: it was already added with different content; a key must always "
-                "map to one generation."
-            )
+            raise FormatError(f"Conflicting duplicate key {key}: it was added before with other content.")
         start = self._data_end
         with _undone_on_failure(self.abort, lambda: f"Appending entry {key} to {self.path}"):
             self._payload.append(buffers)
@@ -218,8 +215,7 @@ class CacheWriter:
             if len(header) > self.header_capacity:
                 raise HeaderCapacityError(
                     f"The safetensors header needs {len(header):,} bytes but only {self.header_capacity:,} were "
-                    "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
-                    "max_new_tokens) for the run, or split it with --shard. Nothing was published."
+                    "reserved; split the run with --shard. Nothing was published."
                 )
             # streamed (memory stays flat); its first piece, the summary built, before anything is written
             manifest = iter_manifest_bytes(
@@ -283,12 +279,10 @@ class ArtifactBuild:
         *,
         provenance: Mapping[str, Any],
         header_capacity: int,
-        rename_mode: str | None = None,
     ) -> None:
         self.output_dir = location(output_dir)
         self.provenance = check_provenance(provenance)
         self.header_capacity = header_capacity
-        self.rename_mode = rename_mode
         self.temp_dir: Path | None = None
         self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
@@ -325,7 +319,7 @@ class ArtifactBuild:
             raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
         if self.published_mode is None:
             temp, output = self.temp_dir, self.output_dir
-            self.published_mode = "s3" if temp is None else publish(temp, output, mode=self.rename_mode)  # type: ignore[arg-type]
+            self.published_mode = "s3" if temp is None else publish(temp, output)  # type: ignore[arg-type]
         return self.published_mode
 
     @property
