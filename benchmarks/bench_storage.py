@@ -95,7 +95,7 @@ def write(shape: Shape, directory: Path, name: str) -> WriteResult:
         spent = {"write": 0.0, "fsync": 0.0}
         started = time.perf_counter()
         with (
-            timed(writer_module._PayloadFile, "finish", spent, "write"),
+            timed(writer_module._NewFile, "finish", spent, "write"),
             timed(writer_module.os, "fsync", spent, "fsync"),
         ):
             build.writer.finalize(resolved_config={"bench": shape.name}, summary={})

@@ -130,20 +130,9 @@ class MultipartUpload:
                 call("Aborting an upload", s3.abort_multipart_upload, **self.object, UploadId=upload_id)
 
 
-def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
-    """Create the object ``where`` from ``pieces`` (multipart: memory stays flat) only if it does not exist."""
-    upload = PayloadUpload(where, 0)
-    try:
-        for piece in pieces:
-            upload.append([piece])
-        upload.finish(b"")
-    finally:
-        upload.abort()
-
-
-class PayloadUpload:
-    """A new object uploaded as it is appended, its first ``reserved`` bytes given last: the sink of a
-    :class:`gencache.artifact.writer.CacheWriter` writing ``<where>/cache.safetensors``, whose header comes last.
+class ObjectUpload:
+    """A new object, created only if it does not exist, uploaded as it is appended, its first ``reserved`` bytes
+    given last (a :class:`gencache.artifact.writer.CacheWriter`'s sink: the payload's header comes last).
 
     The first 5 MiB (S3's smallest part), the reserved bytes included, form part 1, kept in memory and sent last;
     later data is sent in parts of about :data:`PART_BYTES` as it arrives, so the object is never staged whole.

@@ -40,7 +40,7 @@ from gencache.artifact.publish import (
     write_error,
 )
 from gencache.artifact.store import exists, location, remove
-from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
+from gencache.artifact.upload import Lease, ObjectUpload, check_absent
 from gencache.config.paths import S3Url
 from gencache.core.canonical import is_sha256_hex
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
@@ -112,8 +112,9 @@ def _entry_fields(
     return buffers, fields
 
 
-class _PayloadFile:
-    """The local sink of a :class:`CacheWriter` (:class:`gencache.artifact.upload.PayloadUpload` on a bucket)."""
+class _NewFile:
+    """A new local file written in order, its head rewritten last (:class:`gencache.artifact.upload.ObjectUpload`
+    on a bucket)."""
 
     def __init__(self, path: Path) -> None:
         self.file = open(path, "xb")  # noqa: SIM115  (closed by finish or abort)
@@ -161,12 +162,12 @@ class CacheWriter:
         self._data_end = 0
         self._state = "open"
         self._created: list[Path | S3Url] = []
-        self._payload: _PayloadFile | PayloadUpload
+        self._payload: _NewFile | ObjectUpload
         if isinstance(directory, S3Url):
-            self._payload = PayloadUpload(directory / PAYLOAD_NAME, LENGTH_PREFIX_BYTES + header_capacity)
+            self._payload = ObjectUpload(directory / PAYLOAD_NAME, LENGTH_PREFIX_BYTES + header_capacity)
             return
         try:
-            self._payload = _PayloadFile(directory / PAYLOAD_NAME)
+            self._payload = _NewFile(directory / PAYLOAD_NAME)
         except OSError as error:
             raise write_error(f"Creating {self.path}", error) from error
         self._created.append(self.path)
@@ -234,14 +235,13 @@ class CacheWriter:
 
     def _write_new(self, where: Path | S3Url, pieces: Iterable[bytes]) -> None:
         self._created.append(where)
-        if isinstance(where, S3Url):
-            put_new(where, pieces)
-            return
-        with open(where, "xb") as handle:
-            handle.writelines(pieces)
-            handle.flush()
-            os.fchmod(handle.fileno(), READ_ONLY)
-            os.fsync(handle.fileno())
+        sink = ObjectUpload(where, 0) if isinstance(where, S3Url) else _NewFile(where)
+        try:
+            for piece in pieces:  # the manifest is streamed: memory stays flat
+                sink.append([piece])
+            sink.finish(b"")
+        finally:
+            sink.abort()
 
     def abort(self) -> None:
         """Close and remove this writer's files (idempotent; a finalized or committed writer keeps them)."""
