@@ -19,7 +19,7 @@ from gencache.artifact.header import header_capacity
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, is_published, verify
 from gencache.artifact.report import inspect_report
-from gencache.artifact.upload import MultipartUpload, clean
+from gencache.artifact.upload import ObjectUpload, clean
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.paths import parse_s3_url
 from gencache.core.errors import FormatError, OutputExistsError, WriteError
@@ -335,14 +335,14 @@ def test_a_stopped_generate_leaves_nothing_on_the_bucket(s3_env: S3Env, tmp_path
 def test_a_failed_upload_ends_the_build_and_leaves_nothing_on_the_bucket(
     s3_env: S3Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    send = MultipartUpload.send
+    send = ObjectUpload.send
 
-    def fail_part_2(upload: MultipartUpload, number: int, data: bytes) -> None:
+    def fail_part_2(upload: ObjectUpload, number: int, data: bytes) -> None:
         if number == 2:
             raise WriteError("the store went away")
         send(upload, number, data)
 
-    monkeypatch.setattr(MultipartUpload, "send", fail_part_2)
+    monkeypatch.setattr(ObjectUpload, "send", fail_part_2)
     url, entries = s3_env.url("runs/failed"), {key: [i] * 393_216 for i, key in enumerate(keys_of(5))}  # 3 MiB
     with (
         pytest.raises(WriteError, match="went away"),

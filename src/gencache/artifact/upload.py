@@ -91,14 +91,19 @@ class Lease:
             remove(self.lock)
 
 
-class MultipartUpload:
-    """One object uploaded in numbered parts, completed with ``If-None-Match: *`` or aborted."""
+class ObjectUpload:
+    """A new object (``If-None-Match: *``: never one that exists) sent as one multipart upload while it is appended,
+    its first ``reserved`` bytes given last (a :class:`gencache.artifact.writer.CacheWriter`'s payload header comes
+    last). The first 5 MiB (S3's smallest part) form part 1, kept in memory and sent last; later data is sent in
+    parts of about :data:`PART_BYTES` as it arrives, so the object is never staged whole."""
 
-    def __init__(self, where: S3Url) -> None:
-        self.where, self.object = where, {"Bucket": where.bucket, "Key": where.key}
+    def __init__(self, where: S3Url, reserved: int) -> None:
+        self.where, self.object, self.reserved = where, {"Bucket": where.bucket, "Key": where.key}, reserved
         self.upload_id: str | None = None
         self.created = False  # a create was sent: the server may hold the upload even if its answer never came
         self.parts: dict[int, str] = {}
+        self.held = bytearray()  # data bytes of part 1
+        self.pending = bytearray()  # data bytes of the next part
 
     def send(self, number: int, data: bytes | bytearray | memoryview) -> None:
         s3, what = client(), f"Uploading {self.where}"
@@ -108,10 +113,30 @@ class MultipartUpload:
         sent = call(what, s3.upload_part, **self.object, UploadId=self.upload_id, PartNumber=number, Body=bytes(data))
         self.parts[number] = sent["ETag"]
 
-    def complete(self) -> None:
+    def append(self, buffers: Sequence[bytes | memoryview]) -> None:
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            room = max(5 * 1024 * 1024 - self.reserved - len(self.held), 0)
+            self.held += view[:room]
+            self.pending += view[room:]
+        if len(self.pending) >= PART_BYTES:
+            self.send(len(self.parts) + 2, self.pending)
+            self.pending.clear()
+
+    def finish(self, head: bytes) -> None:
+        """Send the last data, then part 1 with ``head`` (space-padded to the reserved size), and complete."""
+        if self.pending:
+            self.send(len(self.parts) + 2, self.pending)
+        self.send(1, head.ljust(self.reserved, b" ") + self.held)
         parts = [{"PartNumber": number, "ETag": tag} for number, tag in sorted(self.parts.items())]
-        upload = {"UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}}
-        call(f"Publishing {self.where}", client().complete_multipart_upload, **self.object, **upload, IfNoneMatch="*")
+        upload = {"UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}, "IfNoneMatch": "*"}
+        try:
+            call(f"Publishing {self.where}", client().complete_multipart_upload, **self.object, **upload)
+        except OutputExistsError:
+            raise OutputExistsError(
+                f"Output {self.where.parent} was published by another writer first (the artifact there is theirs); "
+                "this run committed nothing."
+            ) from None
         self.upload_id, self.created = None, False
 
     def abort(self) -> None:
@@ -128,47 +153,6 @@ class MultipartUpload:
                 ids = [upload["UploadId"] for upload in listed.get("Uploads", []) if upload["Key"] == self.where.key]
             for upload_id in ids:
                 call("Aborting an upload", s3.abort_multipart_upload, **self.object, UploadId=upload_id)
-
-
-class ObjectUpload:
-    """A new object, created only if it does not exist, uploaded as it is appended, its first ``reserved`` bytes
-    given last (a :class:`gencache.artifact.writer.CacheWriter`'s sink: the payload's header comes last).
-
-    The first 5 MiB (S3's smallest part), the reserved bytes included, form part 1, kept in memory and sent last;
-    later data is sent in parts of about :data:`PART_BYTES` as it arrives, so the object is never staged whole.
-    """
-
-    def __init__(self, where: S3Url, reserved: int) -> None:
-        self.upload, self.reserved = MultipartUpload(where), reserved
-        self.held = bytearray()  # data bytes of part 1
-        self.pending = bytearray()  # data bytes of the next part
-
-    def append(self, buffers: Sequence[bytes | memoryview]) -> None:
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B")
-            room = max(5 * 1024 * 1024 - self.reserved - len(self.held), 0)
-            self.held += view[:room]
-            self.pending += view[room:]
-        if len(self.pending) >= PART_BYTES:
-            self.upload.send(len(self.upload.parts) + 2, self.pending)
-            self.pending.clear()
-
-    def finish(self, head: bytes) -> None:
-        """Send the last data, then part 1 with ``head`` (space-padded to the reserved size), and complete."""
-        if self.pending:
-            self.upload.send(len(self.upload.parts) + 2, self.pending)
-        self.upload.send(1, head.ljust(self.reserved, b" ") + self.held)
-        try:
-            self.upload.complete()
-        except OutputExistsError:
-            where = self.upload.where.parent
-            raise OutputExistsError(
-                f"Output {where} was published by another writer first (the artifact there is theirs); this run "
-                "committed nothing."
-            ) from None
-
-    def abort(self) -> None:
-        self.upload.abort()
 
 
 # -- clean ---------------------------------------------------------------------------------------------------
@@ -207,7 +191,7 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
             ):
                 continue
         for upload in uploads.get(name, []):  # one completed or aborted meanwhile is fine
-            stale = MultipartUpload(parent / upload["Key"][len(parent.prefix) :])
+            stale = ObjectUpload(parent / upload["Key"][len(parent.prefix) :], 0)
             stale.upload_id = upload["UploadId"]
             stale.abort()
             removed.append(f"{stale.where} (incomplete upload)")
