@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -123,8 +124,7 @@ def download(where: S3Url, etag: str, target: Path) -> None:
     body = call(f"Reading {where}", client().get_object, Bucket=where.bucket, Key=where.key, IfMatch=etag)["Body"]
     try:
         with open(target, "xb") as handle:
-            for chunk in body.iter_chunks(8 * 1024 * 1024):
-                handle.write(chunk)
+            shutil.copyfileobj(body, handle, 8 * 1024 * 1024)
     except GencacheError:  # a stop (Ctrl-C, SIGTERM) passes through
         raise
     except Exception as error:  # a full disk, a connection lost mid-stream

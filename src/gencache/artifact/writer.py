@@ -273,18 +273,11 @@ class ArtifactBuild:
     installs no signal handler, and :attr:`published` says after an interruption whether the output is complete.
     """
 
-    def __init__(
-        self,
-        output_dir: Path | str | S3Url,
-        *,
-        provenance: Mapping[str, Any],
-        header_capacity: int,
-    ) -> None:
+    def __init__(self, output_dir: Path | str | S3Url, *, provenance: Mapping[str, Any], header_capacity: int) -> None:
         self.output_dir = location(output_dir)
         self.provenance = check_provenance(provenance)
         self.header_capacity = header_capacity
         self.temp_dir: Path | None = None
-        self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
         self._release: Callable[[], None] | None = None  # of the temporary directory's lock or the bucket's lease
 
@@ -317,17 +310,13 @@ class ArtifactBuild:
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
         if self._writer is None or not self._writer.finalized:
             raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
-        if self.published_mode is None:
-            temp, output = self.temp_dir, self.output_dir
-            self.published_mode = "s3" if temp is None else publish(temp, output)  # type: ignore[arg-type]
-        return self.published_mode
+        temp = self.temp_dir
+        return "s3" if temp is None else publish(temp, self.output_dir)  # type: ignore[arg-type]
 
     @property
     def published(self) -> bool:
         """Whether the output is in place, though an exception may have interrupted :meth:`publish` after the rename
         or the commit: only the rename moves the temporary directory away, and the output did not exist before."""
-        if self.published_mode is not None:
-            return True
         if self._writer is None or not self._writer.finalized:  # only a finalized build is renamed or committed
             return False
         return self.temp_dir is None or (not os.path.lexists(self.temp_dir) and exists(self.output_dir))
