@@ -162,14 +162,11 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     :data:`STALE_AFTER` seconds); never a committed artifact or an object that is no artifact's file. Returns what
     was removed."""
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
-    pages = client().get_paginator("list_multipart_uploads").paginate(Bucket=parent.bucket, Prefix=parent.prefix)
+    paginate = client().get_paginator("list_multipart_uploads").paginate
+    listing = {"Bucket": parent.bucket, "Prefix": parent.prefix}
+    pages = call(f"Listing uploads under {parent}/", lambda **where: list(paginate(**where)), **listing)
     uploads: dict[str, list[dict[str, Any]]] = {}
-    listed = call(
-        f"Listing uploads under {parent}/",
-        lambda Bucket: [u for p in pages for u in p.get("Uploads", [])],
-        Bucket=parent.bucket,
-    )
-    for upload in listed:
+    for upload in (upload for page in pages for upload in page.get("Uploads", [])):
         name, _, file = upload["Key"][len(parent.prefix) :].partition("/")
         if file in ARTIFACT_FILES:
             uploads.setdefault(name, []).append(upload)
