@@ -285,8 +285,7 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
 
     A directory whose lock file is free has a dead writer; one without a lock file is not a writer's, except the
     scratch directories of :func:`probe_rename`, removed once the process on this host that named them is gone.
-    What another cleaner removed meanwhile counts as done. What cannot be removed is named in one
-    :class:`WriteError` after the rest is removed.
+    What cannot be removed is named in one :class:`WriteError` after the rest is removed.
     """
     parent = Path(parent)
     if not parent.is_dir():

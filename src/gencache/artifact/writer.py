@@ -207,8 +207,7 @@ class CacheWriter:
     def finalize(self, *, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
         creation is the commit). ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any
-        may be omitted). On any failure the writer's files are removed and the error re-raised.
-        """
+        may be omitted)."""
         self._require_open("finalize")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
             keys = sorted(self._records)
