@@ -119,12 +119,9 @@ def test_generate_refuses_an_output_dir_named_like_a_temporary_directory(tmp_pat
 
     with pytest.raises(ConfigError, match="gencache temporary directory"):
         check_output_path(tmp_path / f".x.gencache-{host_tag()}-123-0123abcd")
-    with pytest.raises(ConfigError, match="over the file system's 255"):
-        check_output_path(tmp_path / ("n" * 256))
-    with pytest.raises(ConfigError, match="temporary lock file name"):
-        check_output_path(tmp_path / ("n" * 240))
-    with pytest.raises(ConfigError, match="over the kernel's 4096"):
-        check_output_path(tmp_path.joinpath(*["d" * 100] * 42))
+    for too_long in (tmp_path / ("n" * 256), tmp_path / ("n" * 240), tmp_path.joinpath(*["d" * 100] * 42)):
+        with pytest.raises(ConfigError, match=r"is too long.*choose a shorter path"):
+            check_output_path(too_long)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ output path: in a child process writing a real artifact, stopped at each moment 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -210,32 +209,6 @@ def test_file_size_limit_during_append_fails_clearly_and_publishes_nothing(tmp_p
     assert message.count("\n") == 0
     assert "EFBIG" in message and "ulimit -f" in message and "Nothing was published" in message
     assert os.listdir(tmp_path) == []
-
-
-def test_failed_append_rolls_back_to_the_previous_entry(tmp_path: Path) -> None:
-    start, sizes = _sizes(10, 500)
-    limit = start + sum(sizes[:3]) + sizes[3] // 2
-    output = tmp_path / "out"
-    result = subprocess.run(
-        [PYTHON, str(CHILD), "build", str(output), "10", "500", "--fsize", str(limit), "--rollback"],
-        env=child_env(),
-        cwd=CHILD.parent,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["size_before"] == start + sum(sizes[:3])
-    assert report["size_after"] == report["size_before"]
-    assert report["errno"] == 27  # EFBIG
-    assert verify(output) == []
-    reader = CacheReader(output)
-    assert len(reader) == 4
-    assert report["failed_key"] not in reader
-    assert [reader[e.key].sequences[0].tolist() for e in make_entries(3, length=500)] == [
-        list(e.sequences[0]) for e in make_entries(3, length=500)
-    ]
 
 
 @pytest.mark.parametrize("mode", ["renameat2", "rename"])

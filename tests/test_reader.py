@@ -318,8 +318,8 @@ def test_open_caches_refuses_an_empty_path_and_bytes() -> None:
         (lambda r: r["model"].update(model_path="other/teacher"), "model.model_path is 'other/teacher'"),
         (lambda r: r["config"]["model"].update(dtype="bfloat16"), "config.model.dtype is 'bfloat16'"),
         (lambda r: r["tokenizer"].update(pad_token_id=5), "resolved_config.json tokenizer is"),
-        (lambda r: r.update(config=[1, 2]), "field 'config' is not a JSON dict"),
-        (lambda r: r.pop("generation"), "lacks the field 'generation'"),
+        (lambda r: r.update(config=[1, 2]), "got `array` - at `$.config`"),
+        (lambda r: r.pop("generation"), "missing required field `generation`"),
     ],
 )
 def test_verify_checks_the_resolved_config_against_the_manifest(

@@ -19,7 +19,7 @@ from gencache.artifact.header import header_capacity
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, is_published, verify
 from gencache.artifact.report import inspect_report
-from gencache.artifact.upload import MultipartUpload, clean
+from gencache.artifact.upload import ObjectUpload, clean
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.paths import parse_s3_url
 from gencache.core.errors import FormatError, OutputExistsError, WriteError
@@ -332,25 +332,22 @@ def test_a_stopped_generate_leaves_nothing_on_the_bucket(s3_env: S3Env, tmp_path
     assert s3_env.keys() == [] and s3_env.uploads() == []
 
 
-def test_a_failed_append_is_rolled_back_on_a_bucket_as_on_disk(s3_env: S3Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    send, failed = MultipartUpload.send, []
+def test_a_failed_upload_ends_the_build_and_leaves_nothing_on_the_bucket(
+    s3_env: S3Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    send = ObjectUpload.send
 
-    def fail_once(upload: MultipartUpload, number: int, data: bytes) -> None:
-        if not failed:
-            failed.append(number)
+    def fail_part_2(upload: ObjectUpload, number: int, data: bytes) -> None:
+        if number == 2:
             raise WriteError("the store went away")
         send(upload, number, data)
 
-    monkeypatch.setattr(MultipartUpload, "send", fail_once)
-    url, entries = s3_env.url("runs/rollback"), {key: [i] * 393_216 for i, key in enumerate(keys_of(5))}  # 3 MiB
-    with ArtifactBuild(url, provenance=PROVENANCE, header_capacity=header_capacity(5, 1, 393_216)) as b:
+    monkeypatch.setattr(ObjectUpload, "send", fail_part_2)
+    url, entries = s3_env.url("runs/failed"), {key: [i] * 393_216 for i, key in enumerate(keys_of(5))}  # 3 MiB
+    with (
+        pytest.raises(WriteError, match="went away"),
+        ArtifactBuild(url, provenance=PROVENANCE, header_capacity=header_capacity(5, 1, 393_216)) as b,
+    ):
         for key, ids in entries.items():
-            try:
-                b.writer.add(key, [tokens(ids)], ["x"], ["eos"])
-            except WriteError:  # the part that would have held the fifth entry: the entry is rolled back
-                b.writer.add(key, [tokens(ids)], ["x"], ["eos"])
-        b.writer.finalize(resolved_config=RESOLVED, summary={})
-        b.publish()
-    assert failed == [2]
-    reader = CacheReader(url, download=False)
-    assert all(reader.get_arrays(key).sequences[0].tolist() == ids for key, ids in entries.items())
+            b.writer.add(key, [tokens(ids)], ["x"], ["eos"])
+    assert s3_env.keys() == [] and s3_env.uploads() == []

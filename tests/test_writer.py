@@ -13,7 +13,6 @@ import struct
 import subprocess
 import weakref
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -202,7 +201,7 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
         ("a" * 64, [], [], [], "no sequences"),
         ("a" * 64, [b""], ["t"], ["eos"], "at least one int64"),
         ("a" * 64, [b"\x01\x02\x03"], ["t"], ["eos"], "at least one int64"),
-        ("a" * 64, tokens([1]), ["t"], ["eos"], "list of sequences"),
+        ("a" * 64, tokens([1]), ["t"], ["eos"], "bytes-like"),
         ("a" * 64, [[1, 2]], ["t"], ["eos"], "bytes-like"),
         ("a" * 64, [tokens([1])], ["t", "u"], ["eos"], "one text and one finish reason"),
         ("a" * 64, [tokens([1])], ["t"], ["stop"], "finish reason"),
@@ -383,7 +382,7 @@ def test_an_existing_output_path_is_refused_before_anything_is_created(tmp_path:
         out.mkdir()
         if kind == "dir":
             (out / "f").write_text("x")
-    shown = " as a dangling symlink to .*missing; remove the link" if kind == "dangling-symlink" else "; choose a new"
+    shown = " as a dangling symlink to .*missing; choose a new" if kind == "dangling-symlink" else "; choose a new"
     with pytest.raises(OutputExistsError, match=f"already exists{shown}"):
         check_output_path(out)
     with pytest.raises(OutputExistsError), ArtifactBuild(out, provenance=PROVENANCE, header_capacity=256):
@@ -474,8 +473,6 @@ def test_a_finished_but_unpublished_temporary_directory_is_no_artifact(tmp_path:
 def test_publish_falls_back_to_a_plain_rename_and_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert probe_rename(tmp_path / "new" / "parent") in ("renameat2", "rename")
     assert os.listdir(tmp_path / "new" / "parent") == []
-    out = write_artifact(tmp_path / "a", make_entries(2), rename_mode="rename")
-    assert verify(out) == []
     # a filesystem without RENAME_NOREPLACE answers EINVAL: probe and publish fall back to rename
     monkeypatch.setattr(publish_module, "_renameat2", lambda source, target: errno.EINVAL)
     assert probe_rename(tmp_path) == "rename"
@@ -551,62 +548,6 @@ def test_single_sequence_re_adds_and_conflicts(tmp_path: Path) -> None:
         assert os.stat(w.path).st_size == size + 16
         w.finalize(resolved_config=RESOLVED, summary={})
     assert verify(tmp_path) == []
-
-
-def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_pwrite, real_pwritev = os.pwrite, os.pwritev
-
-    def pwrite(fd: int, data: bytes, offset: int) -> int:
-        return real_pwrite(fd, memoryview(data)[:5], offset)
-
-    def pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
-        return real_pwritev(fd, [memoryview(buffers[0])[:11]], offset)
-
-    entries = make_entries(4, length=9, sequences=1) + make_entries(3, length=9, sequences=3, start=4)
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(7, 3, 11)) as w:
-        monkeypatch.setattr(os, "pwrite", pwrite)
-        monkeypatch.setattr(os, "pwritev", pwritev)
-        for e in entries:
-            assert w.add(*_args(e))
-        monkeypatch.undo()
-        data = w.path.read_bytes()[8 + w.header_capacity :]
-        assert data == b"".join(p for e in entries for p in e.payload())
-        w.finalize(resolved_config=RESOLVED, summary={})
-    assert verify(tmp_path) == []
-
-
-@pytest.mark.parametrize("sequences", [1, 3])
-def test_a_failed_append_rolls_back_and_the_writer_stays_usable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sequences: int
-) -> None:
-    real_pwrite, real_pwritev = os.pwrite, os.pwritev
-    calls = []
-
-    def failing(real: Any) -> Any:
-        def write(fd: int, data: Any, offset: int) -> int:
-            calls.append(offset)
-            if len(calls) == 1:  # part of the entry goes out, then the disk is full
-                part = [memoryview(data[0])[:8]] if isinstance(data, list) else memoryview(data)[:8]
-                return real(fd, part, offset)  # type: ignore[no-any-return]
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        return write
-
-    first, second, third = make_entries(3, sequences=sequences)
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, sequences, 10)) as w:
-        w.add(*_args(first))
-        size = os.stat(w.path).st_size
-        monkeypatch.setattr(os, "pwrite", failing(real_pwrite))
-        monkeypatch.setattr(os, "pwritev", failing(real_pwritev))
-        with pytest.raises(WriteError, match="ENOSPC") as caught:
-            w.add(*_args(second))
-        monkeypatch.undo()
-        assert caught.value.errno == errno.ENOSPC and len(calls) == 2
-        assert os.stat(w.path).st_size == size and list(w._records) == [first.key]
-        assert w.add(*_args(third)) and w.add(*_args(second))
-        w.finalize(resolved_config=RESOLVED, summary={})
-    reader = CacheReader(tmp_path)
-    assert list(reader.keys()) == sorted([first.key, second.key, third.key]) and verify(tmp_path) == []
 
 
 def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:

@@ -1,12 +1,11 @@
 """Child process of the storage tests (crash, signal, file-size-limit, race and memory tests).
 
-``python storage_child.py build OUTPUT ENTRIES LENGTH [--rename-mode M] [--fsize BYTES] [--rollback]``
+``python storage_child.py build OUTPUT ENTRIES LENGTH [--rename-mode M] [--fsize BYTES]``
     writes ENTRIES entries of about LENGTH tokens through ArtifactBuild and publishes OUTPUT; the process owns
     its signals as the command line does (the build installs none). Exit codes: 0 published, 143 SIGTERM, 130
     Ctrl-C, otherwise the GencacheError's exit code (its message on stderr). With
     ``GENCACHE_TEST_PHASES`` set it reports its moments and waits at each (:mod:`support.phase_hooks`). ``--fsize`` sets
-    RLIMIT_FSIZE after the header is reserved; ``--rollback`` catches the first append failure, checks that the
-    file is back at its previous size, appends one small entry and publishes (JSON report on stdout).
+    RLIMIT_FSIZE after the header is reserved. On success it prints the publish mode and entries as JSON.
 ``python storage_child.py memory ARTIFACT``
     opens ARTIFACT in this fresh process, reads one entry, and prints RssAnon and the payload map's Rss (from
     /proc/self/smaps) before and after, as JSON.
@@ -15,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import resource
@@ -24,9 +24,15 @@ from pathlib import Path
 from gencache.artifact.header import header_capacity
 from gencache.artifact.writer import ArtifactBuild
 from gencache.cli import signals
-from gencache.core.errors import GencacheError, Stopped, WriteError
+from gencache.core.errors import GencacheError, Stopped
 from support import phase_hooks
 from support.storage_helpers import PROVENANCE, RESOLVED, make_entries
+
+
+def monkeypatch_rename() -> None:
+    from gencache.artifact import publish
+
+    publish._renameat2 = lambda source, target: errno.EINVAL  # type: ignore[assignment]
 
 
 def build(args: argparse.Namespace) -> int:
@@ -36,28 +42,13 @@ def build(args: argparse.Namespace) -> int:
     signals.install()
     phase_hooks.install()
     try:
-        with ArtifactBuild(
-            args.output, provenance=PROVENANCE, header_capacity=capacity, rename_mode=args.rename_mode
-        ) as b:
+        if args.rename_mode == "rename":  # a file system without RENAME_NOREPLACE
+            monkeypatch_rename()
+        with ArtifactBuild(args.output, provenance=PROVENANCE, header_capacity=capacity) as b:
             if args.fsize:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (args.fsize, resource.RLIM_INFINITY))
             for entry in entries:
-                size_before = os.stat(b.writer.path).st_size
-                try:
-                    b.writer.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
-                except WriteError as error:
-                    if not args.rollback or report:
-                        raise
-                    report = {
-                        "error": str(error),
-                        "errno": error.errno,
-                        "size_before": size_before,
-                        "size_after": os.stat(b.writer.path).st_size,
-                        "failed_key": entry.key,
-                    }
-                    small = make_entries(1, length=1, start=10_000)[0]
-                    b.writer.add(small.key, small.payload(), small.texts, small.finish_reasons)
-                    break
+                b.writer.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
             b.writer.finalize(resolved_config=RESOLVED, summary={})
             report["mode"] = b.publish()
             report["entries"] = len(b.writer)
@@ -131,7 +122,6 @@ def main(argv: list[str]) -> int:
     b.add_argument("length", type=int)
     b.add_argument("--rename-mode", default=None)
     b.add_argument("--fsize", type=int, default=0)
-    b.add_argument("--rollback", action="store_true")
     m = sub.add_parser("memory")
     m.add_argument("output", type=Path)
     args = parser.parse_args(argv)

@@ -63,14 +63,13 @@ def write_artifact(
     capacity: int | None = None,
     summary: Mapping[str, Any] | None = None,
     resolved_config: Mapping[str, Any] | None = None,
-    rename_mode: str | None = None,
 ) -> Path:
     """Write and publish an artifact through :class:`ArtifactBuild`; returns ``output_dir``."""
     if capacity is None:
         max_tokens = max((len(s) for e in entries for s in e.sequences), default=1)
         max_seqs = max((len(e.sequences) for e in entries), default=1)
         capacity = header_capacity(len(entries), max_seqs, max_tokens)
-    with ArtifactBuild(output_dir, provenance=provenance, header_capacity=capacity, rename_mode=rename_mode) as build:
+    with ArtifactBuild(output_dir, provenance=provenance, header_capacity=capacity) as build:
         for entry in entries:
             build.writer.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
         shard = (summary or {}).get("shard")

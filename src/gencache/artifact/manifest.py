@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -32,8 +33,8 @@ from gencache.artifact.names import (
     shard_of,
     tensor_name,
 )
-from gencache.config.names import DTYPES
-from gencache.core.canonical import canonical_bytes, canonical_json, is_int, json_digest
+from gencache.config.names import Dtype
+from gencache.core.canonical import canonical_bytes, canonical_json, json_digest
 from gencache.core.errors import FormatError
 from gencache.core.tokenizer import tokenizer_state
 
@@ -59,7 +60,7 @@ class _TokenizerState(msgspec.Struct, forbid_unknown_fields=True):
 class _Provenance(msgspec.Struct, forbid_unknown_fields=True):
     model_path: Annotated[str, msgspec.Meta(min_length=1)]
     tokenizer_path: Annotated[str, msgspec.Meta(min_length=1)]
-    dtype: str
+    dtype: Dtype
     tokenizer: _TokenizerState
 
 
@@ -74,8 +75,6 @@ def _convert(value: object, kind: Any, where: str) -> Any:
 def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]:
     """Validate a provenance object and return a plain copy."""
     checked = _convert(value, _Provenance, where)
-    if checked.dtype not in DTYPES:
-        raise FormatError(f"{where}.dtype must be one of {', '.join(DTYPES)}, got {checked.dtype!r}.")
     for field in ("model_path", "tokenizer_path"):
         try:
             getattr(checked, field).encode("utf-8")
@@ -305,15 +304,9 @@ def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], 
     """A shard's own counts per data config, in the shape of ``summary.data_configs``: of the run's ``(data config
     index, key)`` ``samples``, those with a key among the shard's ``keys``, and their distinct keys."""
     mine = set(keys)
-    counts = [{"index": index, "samples": 0, "unique": 0} for index in range(configs)]
-    seen: set[tuple[int, str]] = set()
-    for index, key in samples:
-        if key in mine:
-            counts[index]["samples"] += 1
-            if (index, key) not in seen:
-                seen.add((index, key))
-                counts[index]["unique"] += 1
-    return counts
+    ours = [(index, key) for index, key in samples if key in mine]
+    counted, distinct = Counter(index for index, _ in ours), Counter(index for index, _ in set(ours))
+    return [{"index": index, "samples": counted[index], "unique": distinct[index]} for index in range(configs)]
 
 
 def check_summary(
@@ -321,23 +314,21 @@ def check_summary(
 ) -> None:
     """Check a read manifest's ``summary`` against the counts of its ``entries`` (whose ``keys`` are iterated once)."""
     where = "manifest.json summary"
-    summary = _convert(value, _Summary, where)
+    _check_runs(value, keys, where)
     counted = {"entries": entries, "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
     for field, expected in counted.items():
         if value[field] != expected:
             raise FormatError(f"{where}.{field} is {value[field]!r} but the entries hold {expected!r}.")
-    check_data_configs(value["data_configs"], f"{where}.data_configs")
-    if summary.shard is not None and summary.shard.index >= summary.shard.count:
-        raise FormatError(f"{where}.shard.index must be below its count {summary.shard.count}.")
-    _check_runs(value, keys, where)
 
 
-def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
-    """:class:`FormatError` unless ``summary``'s entries, duplicates and data configs describe one run, and each
-    of the ``keys`` belongs to its shard."""
-    entries, duplicates, data_configs, shard = (summary[f] for f in ("entries", "duplicates", "data_configs", "shard"))
-    if not is_int(duplicates) or duplicates < 0:
-        raise FormatError(f"{where}.duplicates must be a non-negative integer, got {duplicates!r}.")
+def _check_runs(value: Any, keys: Iterable[str], where: str) -> None:
+    """:class:`FormatError` unless the summary ``value`` is well formed, its entries, duplicates and data configs
+    describe one run, and each of the ``keys`` belongs to its shard."""
+    summary = _convert(value, _Summary, where)
+    entries, duplicates, shard = summary.entries, summary.duplicates, summary.shard
+    data_configs = check_data_configs(summary.data_configs, f"{where}.data_configs")
+    if shard is not None and shard.index >= shard.count:
+        raise FormatError(f"{where}.shard.index must be below its count {shard.count}.")
     samples = sum(item["samples"] for item in data_configs)
     unique_keys, uniques = samples - duplicates, [item["unique"] for item in data_configs]
     problem = None
@@ -346,7 +337,7 @@ def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> 
             f"{samples} samples with {duplicates} duplicates leave {unique_keys} unique keys, which the per-config "
             "unique counts cannot produce"
         )
-    elif data_configs and (shard is None or shard["count"] == 1) and unique_keys != entries:
+    elif data_configs and (shard is None or shard.count == 1) and unique_keys != entries:
         problem = (
             f"{samples} samples with {duplicates} duplicates make {unique_keys} unique keys, not {entries} entries"
         )
@@ -355,8 +346,8 @@ def _check_runs(summary: Mapping[str, Any], keys: Iterable[str], where: str) -> 
     if problem:
         raise FormatError(f"{where} is inconsistent: {problem}.")
     for key in keys if shard is not None else ():
-        if shard_of(key, shard["count"]) != shard["index"]:
+        if shard_of(key, shard.count) != shard.index:
             raise FormatError(
-                f"{where}.shard says shard {shard['index']} of {shard['count']} but key {key} belongs to shard "
-                f"{shard_of(key, shard['count'])} (rule key-mod)."
+                f"{where}.shard says shard {shard.index} of {shard.count} but key {key} belongs to shard "
+                f"{shard_of(key, shard.count)} (rule key-mod)."
             )

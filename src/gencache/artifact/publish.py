@@ -13,7 +13,7 @@ import re
 import secrets
 import shutil
 import socket
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, TypeVar
@@ -37,21 +37,6 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_at(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
-    """Write ``buffers`` back to back at ``offset``, again from where a short ``pwritev`` stopped (a file-size limit,
-    the kernel's 2 GiB cap, a signal)."""
-    pending = list(buffers)
-    while pending:
-        written = os.pwritev(fd, pending[:64], offset)  # far below IOV_MAX
-        if written <= 0:
-            raise OSError(errno.EIO, "write made no progress")
-        offset += written
-        while pending and written >= len(pending[0]):
-            written -= len(pending.pop(0))
-        if written:
-            pending[0] = memoryview(pending[0]).cast("B")[written:]
 
 
 def umask() -> int:
@@ -90,15 +75,11 @@ def check_output_path(output_dir: Path | str) -> None:
     directory could have (``gencache clean`` would take it for a leftover), or too long once the temporary names are
     derived from it."""
     check_output_name(os.fspath(output_dir), "output_dir")
-    if os.path.islink(output_dir) and not os.path.exists(output_dir):
-        raise OutputExistsError(
-            f"Output path {output_dir} already exists as a dangling symlink to {os.readlink(output_dir)}; remove the "
-            "link or choose a new output_dir."
-        )
     if os.path.lexists(output_dir):
+        link = f" as a dangling symlink to {os.readlink(output_dir)}" if not os.path.exists(output_dir) else ""
         raise OutputExistsError(
-            f"Output path {output_dir} already exists; choose a new output_dir (gencache never overwrites, appends to "
-            "or resumes an artifact)."
+            f"Output path {output_dir} already exists{link}; choose a new output_dir (gencache never overwrites, "
+            "appends to or resumes an artifact)."
         )
     path = Path(output_dir)
     if TEMP_RE.match(path.name):
@@ -107,17 +88,12 @@ def check_output_path(output_dir: Path | str) -> None:
             "which gencache clean removes; choose another name."
         )
     lock = path.parent / (temp_name(path) + LOCK_SUFFIX)  # the longest name and path a build derives
-    for part in (*path.parts, lock.name):
-        if (size := len(os.fsencode(part))) > NAME_MAX:
-            raise ConfigError(
-                f"output_dir {str(output_dir)[:60]}... is too long: {part[:40]}... (a component, or the temporary "
-                f"lock file name derived from it) is {size} bytes, over the file system's {NAME_MAX}; choose a "
-                "shorter name."
-            )
-    if (size := len(os.fsencode(os.path.abspath(lock)))) > PATH_MAX:
+    longest = max(len(os.fsencode(part)) for part in (*path.parts, lock.name))
+    if longest > NAME_MAX or len(os.fsencode(os.path.abspath(lock))) > PATH_MAX:
         raise ConfigError(
-            f"output_dir {str(output_dir)[:60]}... is too long: its temporary paths would be {size} bytes, over the "
-            f"kernel's {PATH_MAX}; choose a shorter path."
+            f"output_dir {str(output_dir)[:60]}... is too long: a name in it, or a temporary name derived from it, "
+            f"would be over the file system's {NAME_MAX} bytes (or the whole path over {PATH_MAX}); choose a shorter "
+            "path."
         )
 
 
@@ -164,7 +140,7 @@ def probe_rename(parent: Path | str) -> str:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = None) -> str:
+def publish(temp_dir: Path | str, output_dir: Path | str) -> str:
     """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
 
     Where ``renameat2(RENAME_NOREPLACE)`` is missing, a plain rename of the non-empty directory, which refuses an
@@ -176,7 +152,7 @@ def publish(temp_dir: Path | str, output_dir: Path | str, *, mode: str | None = 
         fsync_dir(temp_dir)
     except OSError as error:
         raise write_error(f"Preparing {temp_dir} for publishing", error) from error
-    code = errno.EINVAL if mode == "rename" else _renameat2(temp_dir, output_dir)
+    code = _renameat2(temp_dir, output_dir)
     used = "renameat2"
     if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
         used = "rename"
@@ -309,8 +285,7 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
 
     A directory whose lock file is free has a dead writer; one without a lock file is not a writer's, except the
     scratch directories of :func:`probe_rename`, removed once the process on this host that named them is gone.
-    What another cleaner removed meanwhile counts as done. What cannot be removed is named in one
-    :class:`WriteError` after the rest is removed.
+    What cannot be removed is named in one :class:`WriteError` after the rest is removed.
     """
     parent = Path(parent)
     if not parent.is_dir():

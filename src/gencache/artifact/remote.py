@@ -1,12 +1,10 @@
 """A committed artifact on an ``s3://`` prefix, as a reader sees it: its three objects listed together (their
-ETags name the version read), the manifest and resolved config kept in a local cache directory, the payload's
-header read by range, and the payload downloaded into the cache on first use or read by range per entry.
+ETags name the version read), the payload's header read by range, and the objects downloaded on first use into
+``<cache_root>/<bucket>/<key>/<digest of the three ETags>`` (an object that changed gets a new directory, so a stale
+copy is never served) or read by range per entry.
 
-The cache directory is ``<cache_root>/<bucket>/<key>/<digest of the three ETags>``: an object that changed gets a
-new directory, so a stale copy is never served. Downloads are written to a temporary file and renamed into place
-under a file lock, so every rank and DataLoader worker of a node shares one copy, and one is never read half
-written. Every download asks for the listed ETag (``If-Match``), and the payload's size is checked; each entry's
-digests are checked on its first read, as on a local artifact.
+A download asks for the listed ETag (``If-Match``), is checked for size and renamed into place under a file lock:
+every rank and DataLoader worker of a node shares one copy, never read half written.
 """
 
 from __future__ import annotations

@@ -10,28 +10,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gencache.artifact.names import FORMAT_VERSION
 from gencache.core.canonical import json_digest
 
-#: Top-level fields of ``resolved_config.json`` and the JSON type each holds (``None``: may also be null).
-RESOLVED_FIELDS: dict[str, tuple[type, ...]] = {
-    "format_version": (int,),
-    "gencache_version": (str,),
-    "config": (dict,),
-    "overrides": (dict,),
-    "output_dir": (str,),
-    "run_digest": (str,),
-    "shard": (dict, type(None)),
-    "sources": (list,),
-    "data_kwargs": (list,),
-    "generation": (dict,),
-    "tokenizer": (dict,),
-    "engine": (dict,),
-    "batching": (dict, type(None)),
-    "model": (dict,),
-    "runtime": (dict,),
-    "samples": (dict,),
-}
+
+class _Resolved(msgspec.Struct):
+    """The top-level fields of ``resolved_config.json`` and their JSON types (more are allowed)."""
+
+    format_version: int
+    gencache_version: str
+    config: dict[str, Any]
+    overrides: dict[str, Any]
+    output_dir: str
+    run_digest: str
+    shard: dict[str, Any] | None
+    sources: list[Any]
+    data_kwargs: list[Any]
+    generation: dict[str, Any]
+    tokenizer: dict[str, Any]
+    engine: dict[str, Any]
+    batching: dict[str, Any] | None
+    model: dict[str, Any]
+    runtime: dict[str, Any]
+    samples: dict[str, Any]
 
 
 DIGEST_FIELD = "resolved_digest"
@@ -62,14 +65,11 @@ def resolved_config_problems(
     (but by a direct :class:`gencache.artifact.writer.ArtifactBuild`) and only needs to be a JSON object."""
     if "gencache_version" not in resolved and "config" not in resolved:
         return []
+    try:
+        msgspec.convert(resolved, _Resolved)
+    except msgspec.ValidationError as error:
+        return [f"resolved_config.json is not a gencache run's resolved config: {error}"]
     problems = []
-    for name, types in RESOLVED_FIELDS.items():
-        if name not in resolved:
-            problems.append(f"resolved_config.json lacks the field {name!r}")
-        elif not isinstance(resolved[name], types) or isinstance(resolved[name], bool):
-            problems.append(f"resolved_config.json field {name!r} is not a JSON {types[0].__name__}")
-    if problems:
-        return problems
     recorded = resolved.get(DIGEST_FIELD)
     if recorded is not None and recorded != with_resolved_digest(resolved)[DIGEST_FIELD]:
         problems.append(f"resolved_config.json does not match its {DIGEST_FIELD} (a field was edited)")

@@ -49,14 +49,10 @@ def find_shards(path: PathLike | S3Url) -> ShardSet | None:
 
 
 def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any]:
-    """The verdict on ``shards`` given the manifest ``summary.shard`` record of each readable shard (a present
-    index missing from ``infos`` could not be opened): shard names (``00003``) present, missing, unreadable,
-    misnamed or of another run, the directories of other splits, the set's run and its ``problems`` (one sentence
-    each, naming the directories concerned and what to do).
-
-    The run of the set is the ``run_digest`` recorded by most correctly named shards (the lowest index wins a tie);
-    every other correctly named shard is of another run.
-    """
+    """The verdict on ``shards`` given the ``summary.shard`` record of each readable shard (a present index missing
+    from ``infos`` could not be opened): the shard names (``00003``) present, missing, unreadable, misnamed or of
+    another run, the directories of other splits, the set's run (the ``run_digest`` most correctly named shards
+    record, the lowest index winning a tie) and its ``problems``, one sentence each."""
 
     def names(indices: Any) -> list[str]:
         return [f"{i:05d}" for i in indices]

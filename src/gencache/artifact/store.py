@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,8 +109,6 @@ def read_object(where: S3Url, *, start: int | None = None, length: int | None = 
     object changed since."""
     arguments: dict[str, Any] = {"Bucket": where.bucket, "Key": where.key}
     if start is not None:
-        if length == 0:
-            return b""
         end = "" if length is None else start + length - 1
         arguments["Range"] = f"bytes={start}-{end}"
     if etag is not None:
@@ -125,8 +124,7 @@ def download(where: S3Url, etag: str, target: Path) -> None:
     body = call(f"Reading {where}", client().get_object, Bucket=where.bucket, Key=where.key, IfMatch=etag)["Body"]
     try:
         with open(target, "xb") as handle:
-            for chunk in body.iter_chunks(8 * 1024 * 1024):
-                handle.write(chunk)
+            shutil.copyfileobj(body, handle, 8 * 1024 * 1024)
     except GencacheError:  # a stop (Ctrl-C, SIGTERM) passes through
         raise
     except Exception as error:  # a full disk, a connection lost mid-stream

@@ -16,11 +16,11 @@ from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from typing import Any
 
-from gencache.artifact.names import ARTIFACT_FILES, LENGTH_PREFIX_BYTES, MANIFEST_NAME, PAYLOAD_NAME, TEMP_RE
+from gencache.artifact.names import ARTIFACT_FILES, MANIFEST_NAME, TEMP_RE
 from gencache.artifact.publish import host_tag, pid_alive
 from gencache.artifact.store import call, client, list_objects, read_object, remove
 from gencache.config.paths import S3Url
-from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError, WriteError
+from gencache.core.errors import ConfigError, FormatError, GencacheError, OutputExistsError
 
 PART_BYTES = 8 * 1024 * 1024
 """The size at which buffered payload bytes are sent as a part (every part but the last must be >= 5 MiB)."""
@@ -47,7 +47,11 @@ def check_absent(where: S3Url) -> None:
             f"overwrites an artifact; `gencache clean {where.parent}` removes what a killed writer left)."
         )
     if (holder := _holder(lock_of(where))) is not None:
-        raise OutputExistsError(f"Output {where} {_describe(where, holder)}.")
+        raise OutputExistsError(
+            f"Output {where} is being written by another gencache run (host {holder.get('host', '?')}, pid "
+            f"{holder.get('pid', '?')}), or was left by one that was killed; wait for it, or, once no writer runs, "
+            f"`gencache clean {where.parent}` removes what it left."
+        )
 
 
 def _holder(lock: S3Url) -> dict[str, Any] | None:
@@ -60,24 +64,13 @@ def _holder(lock: S3Url) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {}
 
 
-def _describe(where: S3Url, holder: dict[str, Any]) -> str:
-    who = f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
-    return (
-        f"is being written by another gencache run ({who}), or was left by one that was killed; wait for it, or, "
-        f"once no writer runs, `gencache clean {where.parent}` removes what it left"
-    )
-
-
 class Lease:
     """A writer's lock object, rewritten every :data:`REFRESH_EVERY` seconds by a daemon thread until released."""
 
     def __init__(self, where: S3Url) -> None:
         self.where, self.lock = where, lock_of(where)
         self.body = json.dumps({"host": host_tag(), "pid": os.getpid(), "output": str(where)}).encode()
-        try:
-            self._put(IfNoneMatch="*")
-        except OutputExistsError:
-            raise OutputExistsError(f"Output {where} {_describe(where, _holder(self.lock) or {})}.") from None
+        self._put(IfNoneMatch="*")  # another writer's lock: an OutputExistsError
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._refresh, name="gencache-s3-lease", daemon=True)
         self._thread.start()
@@ -98,14 +91,19 @@ class Lease:
             remove(self.lock)
 
 
-class MultipartUpload:
-    """One object uploaded in numbered parts, completed with ``If-None-Match: *`` or aborted."""
+class ObjectUpload:
+    """A new object (``If-None-Match: *``: never one that exists) sent as one multipart upload while it is appended,
+    its first ``reserved`` bytes given last (a :class:`gencache.artifact.writer.CacheWriter`'s payload header comes
+    last). The first 5 MiB (S3's smallest part) form part 1, kept in memory and sent last; later data is sent in
+    parts of about :data:`PART_BYTES` as it arrives, so the object is never staged whole."""
 
-    def __init__(self, where: S3Url) -> None:
-        self.where, self.object = where, {"Bucket": where.bucket, "Key": where.key}
+    def __init__(self, where: S3Url, reserved: int) -> None:
+        self.where, self.object, self.reserved = where, {"Bucket": where.bucket, "Key": where.key}, reserved
         self.upload_id: str | None = None
         self.created = False  # a create was sent: the server may hold the upload even if its answer never came
         self.parts: dict[int, str] = {}
+        self.held = bytearray()  # data bytes of part 1
+        self.pending = bytearray()  # data bytes of the next part
 
     def send(self, number: int, data: bytes | bytearray | memoryview) -> None:
         s3, what = client(), f"Uploading {self.where}"
@@ -115,10 +113,30 @@ class MultipartUpload:
         sent = call(what, s3.upload_part, **self.object, UploadId=self.upload_id, PartNumber=number, Body=bytes(data))
         self.parts[number] = sent["ETag"]
 
-    def complete(self) -> None:
+    def append(self, buffers: Sequence[bytes | memoryview]) -> None:
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            room = max(5 * 1024 * 1024 - self.reserved - len(self.held), 0)
+            self.held += view[:room]
+            self.pending += view[room:]
+        if len(self.pending) >= PART_BYTES:
+            self.send(len(self.parts) + 2, self.pending)
+            self.pending.clear()
+
+    def finish(self, head: bytes) -> None:
+        """Send the last data, then part 1 with ``head`` (space-padded to the reserved size), and complete."""
+        if self.pending:
+            self.send(len(self.parts) + 2, self.pending)
+        self.send(1, head.ljust(self.reserved, b" ") + self.held)
         parts = [{"PartNumber": number, "ETag": tag} for number, tag in sorted(self.parts.items())]
-        upload = {"UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}}
-        call(f"Publishing {self.where}", client().complete_multipart_upload, **self.object, **upload, IfNoneMatch="*")
+        upload = {"UploadId": self.upload_id, "MultipartUpload": {"Parts": parts}, "IfNoneMatch": "*"}
+        try:
+            call(f"Publishing {self.where}", client().complete_multipart_upload, **self.object, **upload)
+        except OutputExistsError:
+            raise OutputExistsError(
+                f"Output {self.where.parent} was published by another writer first (the artifact there is theirs); "
+                "this run committed nothing."
+            ) from None
         self.upload_id, self.created = None, False
 
     def abort(self) -> None:
@@ -137,80 +155,6 @@ class MultipartUpload:
                 call("Aborting an upload", s3.abort_multipart_upload, **self.object, UploadId=upload_id)
 
 
-def put_new(where: S3Url, pieces: Iterable[bytes]) -> None:
-    """Create the object ``where`` from ``pieces`` (multipart: memory stays flat) only if it does not exist."""
-    upload, buffer = MultipartUpload(where), bytearray()
-    try:
-        for piece in pieces:
-            buffer += piece
-            if len(buffer) >= PART_BYTES:
-                upload.send(len(upload.parts) + 1, buffer)
-                buffer.clear()
-        if buffer or not upload.parts:
-            upload.send(len(upload.parts) + 1, buffer)
-        upload.complete()
-    finally:
-        upload.abort()
-
-
-class PayloadUpload:
-    """The sink of a :class:`gencache.artifact.writer.CacheWriter` writing to ``<where>/cache.safetensors``.
-
-    Bytes ``[0, first_end)`` form part 1, kept in memory and sent last with the finished header; later data is sent
-    in parts of about :data:`PART_BYTES` as it arrives, so the payload is never staged whole.
-    """
-
-    def __init__(self, where: S3Url, prefix: bytes, capacity: int) -> None:
-        self.upload = MultipartUpload(where / PAYLOAD_NAME)
-        self.data_start = LENGTH_PREFIX_BYTES + capacity
-        self.prefix, self.capacity = prefix, capacity
-        self.first_end = max(self.data_start, 5 * 1024 * 1024)  # S3's smallest part
-        self.held = bytearray()  # data bytes of part 1
-        self.pending = bytearray()  # data bytes of the next part
-        self.sent_data = 0  # data bytes in the parts sent after part 1
-
-    def append(self, buffers: Sequence[bytes | memoryview]) -> None:
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B")
-            room = self.first_end - self.data_start - len(self.held)
-            self.held += view[:room]
-            self.pending += view[room:] if room > 0 else view
-        if len(self.pending) >= PART_BYTES:
-            self.upload.send(len(self.upload.parts) + 2, self.pending)
-            self.sent_data += len(self.pending)
-            self.pending.clear()
-
-    def truncate(self, size: int) -> None:
-        """Drop what was appended after file size ``size``: possible only while it is still in memory (the data of
-        part 1 until a later part is sent, then that of the next part)."""
-        data = size - self.data_start
-        if data >= len(self.held) + self.sent_data:
-            del self.pending[data - len(self.held) - self.sent_data :]
-        elif not self.sent_data:
-            del self.held[data:]
-            self.pending.clear()
-        else:
-            raise WriteError(f"{self.upload.where}: bytes already sent cannot be taken back.")
-
-    def finish(self, header: bytes) -> None:
-        """Send the last data, then part 1 with ``header`` in its reserved place, and complete the upload."""
-        if self.pending:
-            self.upload.send(len(self.upload.parts) + 2, self.pending)
-        padding = b" " * (self.capacity - len(header))
-        self.upload.send(1, self.prefix + header + padding + self.held)
-        try:
-            self.upload.complete()
-        except OutputExistsError:
-            where = self.upload.where.parent
-            raise OutputExistsError(
-                f"Output {where} was published by another writer first (the artifact there is theirs); this run "
-                "committed nothing."
-            ) from None
-
-    def abort(self) -> None:
-        self.upload.abort()
-
-
 # -- clean ---------------------------------------------------------------------------------------------------
 def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     """Remove what dead writers left under ``parent`` (with ``outputs``, only for these output names): incomplete
@@ -218,14 +162,11 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
     :data:`STALE_AFTER` seconds); never a committed artifact or an object that is no artifact's file. Returns what
     was removed."""
     # uploads first: a writer creates its lock before its upload, so every upload listed has its lock listed below
-    pages = client().get_paginator("list_multipart_uploads").paginate(Bucket=parent.bucket, Prefix=parent.prefix)
+    paginate = client().get_paginator("list_multipart_uploads").paginate
+    listing = {"Bucket": parent.bucket, "Prefix": parent.prefix}
+    pages = call(f"Listing uploads under {parent}/", lambda **where: list(paginate(**where)), **listing)
     uploads: dict[str, list[dict[str, Any]]] = {}
-    listed = call(
-        f"Listing uploads under {parent}/",
-        lambda Bucket: [u for p in pages for u in p.get("Uploads", [])],
-        Bucket=parent.bucket,
-    )
-    for upload in listed:
+    for upload in (upload for page in pages for upload in page.get("Uploads", [])):
         name, _, file = upload["Key"][len(parent.prefix) :].partition("/")
         if file in ARTIFACT_FILES:
             uploads.setdefault(name, []).append(upload)
@@ -239,18 +180,15 @@ def clean(parent: S3Url, outputs: Iterable[str] | None = None) -> list[str]:
         if outputs is not None and name not in outputs:
             continue
         where, lock = parent / name, lock_of(parent / name)
-        holder = _holder(lock)
-        if name not in locks and holder is not None:  # a writer that started after the listing
-            continue
-        if name in locks and holder is not None:  # gone when its process on this host is, or when not rewritten
-            pid = holder.get("pid")
-            if holder.get("host") == host_tag() and isinstance(pid, int):
-                if pid_alive(pid):
-                    continue
-            elif time.time() - locks[name]["LastModified"].timestamp() <= STALE_AFTER:
+        if (holder := _holder(lock)) is not None:  # kept: a writer that started after the listing, or a live one
+            pid = holder.get("pid", "")  # gone when its process on this host is, or when its lock is not rewritten
+            here = holder.get("host") == host_tag() and isinstance(pid, int)
+            if name not in locks or (
+                pid_alive(pid) if here else time.time() - locks[name]["LastModified"].timestamp() <= STALE_AFTER
+            ):
                 continue
         for upload in uploads.get(name, []):  # one completed or aborted meanwhile is fine
-            stale = MultipartUpload(parent / upload["Key"][len(parent.prefix) :])
+            stale = ObjectUpload(parent / upload["Key"][len(parent.prefix) :], 0)
             stale.upload_id = upload["UploadId"]
             stale.abort()
             removed.append(f"{stale.where} (incomplete upload)")

@@ -37,11 +37,10 @@ from gencache.artifact.publish import (
     publish,
     release_lock,
     temp_name,
-    write_at,
     write_error,
 )
 from gencache.artifact.store import exists, location, remove
-from gencache.artifact.upload import Lease, PayloadUpload, check_absent, put_new
+from gencache.artifact.upload import Lease, ObjectUpload, check_absent
 from gencache.config.paths import S3Url
 from gencache.core.canonical import is_sha256_hex
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
@@ -63,8 +62,6 @@ def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Ite
 
 
 def _as_view(sequence: object, key: str, i: int) -> memoryview:
-    if type(sequence) is bytes and sequence and not len(sequence) % TOKEN_BYTES:  # what the engines append
-        return memoryview(sequence)
     where = f"Entry {key} sequence {i}"
     try:
         view = memoryview(sequence)  # type: ignore[arg-type]
@@ -89,8 +86,6 @@ def _entry_fields(
     key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]
 ) -> tuple[list[memoryview], list[Any]]:
     """Check one entry; its buffers and its record fields without the start (str subclasses as plain str)."""
-    if isinstance(sequences, (bytes, bytearray, memoryview)):
-        raise FormatError(f"Entry {key}: sequences must be a list of sequences, not one bytes object.")
     for name, value in (("texts", texts), ("finish reasons", finish_reasons)):
         if isinstance(value, (str, bytes, bytearray, memoryview)):
             raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
@@ -107,58 +102,53 @@ def _entry_fields(
     for i, (buffer, text, reason) in enumerate(zip(buffers, texts, reasons, strict=True)):
         if not isinstance(text, str):
             raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
-        if not text.isascii():  # an ASCII str always encodes
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
-        if not isinstance(reason, str) or reason not in FINISH_REASONS:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
+        if reason not in FINISH_REASONS:
             raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
         fields += (buffer.nbytes // TOKEN_BYTES, None, str(text), str(reason))
     return buffers, fields
 
 
-class _PayloadFile:
-    """The local sink of a :class:`CacheWriter` (:class:`gencache.artifact.upload.PayloadUpload` on a bucket)."""
+class _NewFile:
+    """A new local file written in order, its head rewritten last (:class:`gencache.artifact.upload.ObjectUpload`
+    on a bucket)."""
 
     def __init__(self, path: Path) -> None:
-        self.size = 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.file = open(path, "xb")  # noqa: SIM115  (closed by finish or abort)
 
     def reserve(self, prefix: bytes, capacity: int) -> None:
-        self.size = LENGTH_PREFIX_BYTES + capacity
-        write_at(self.fd, [prefix], 0)
+        self.file.write(prefix)
         spaces = b" " * min(capacity, 8 * 1024 * 1024)  # written in pieces of at most 8 MiB
         for offset in range(0, capacity, len(spaces)):
-            write_at(self.fd, [spaces[: capacity - offset]], LENGTH_PREFIX_BYTES + offset)
+            self.file.write(spaces[: capacity - offset])
+        self.file.flush()
 
     def append(self, buffers: Sequence[bytes | memoryview]) -> None:
-        write_at(self.fd, buffers, self.size)
-        self.size += sum(map(len, buffers))
+        self.file.writelines(buffers)
+        self.file.flush()
 
-    def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
-        self.size = size
-
-    def finish(self, header: bytes) -> None:
-        write_at(self.fd, [header], LENGTH_PREFIX_BYTES)
-        os.fchmod(self.fd, READ_ONLY)
-        os.fsync(self.fd)
-        self.abort()
+    def finish(self, head: bytes) -> None:
+        self.file.seek(0)
+        self.file.write(head)
+        self.file.flush()
+        os.fchmod(self.file.fileno(), READ_ONLY)
+        os.fsync(self.file.fileno())
+        self.file.close()
 
     def abort(self) -> None:
-        if self.fd >= 0:
-            with suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
+        with suppress(OSError):  # a failed write's bytes still buffered
+            self.file.close()
 
 
 class CacheWriter:
     """Streams entries into ``<directory>/cache.safetensors`` (a local directory or an ``s3://`` prefix) and
     finalizes the artifact's three files, keeping only entry metadata in memory.
 
-    A failed append rolls the payload back to the previous entry and leaves the writer usable. Until
-    :meth:`finalize` the header is all spaces, so no safetensors loader accepts the file.
+    Any failure of an append or of :meth:`finalize` removes the writer's files. Until :meth:`finalize` the header is
+    all spaces, so no safetensors loader accepts the file.
     """
 
     def __init__(self, directory: Path | S3Url, *, provenance: Mapping[str, Any], header_capacity: int) -> None:
@@ -169,16 +159,15 @@ class CacheWriter:
         self.header_capacity = header_capacity
         self.path = directory / PAYLOAD_NAME
         self._records: dict[str, Record] = {}
-        self._data_start = LENGTH_PREFIX_BYTES + header_capacity
         self._data_end = 0
         self._state = "open"
         self._created: list[Path | S3Url] = []
-        self._payload: _PayloadFile | PayloadUpload
+        self._payload: _NewFile | ObjectUpload
         if isinstance(directory, S3Url):
-            self._payload = PayloadUpload(directory, prefix, header_capacity)
+            self._payload = ObjectUpload(directory / PAYLOAD_NAME, LENGTH_PREFIX_BYTES + header_capacity)
             return
         try:
-            self._payload = _PayloadFile(directory / PAYLOAD_NAME)
+            self._payload = _NewFile(directory / PAYLOAD_NAME)
         except OSError as error:
             raise write_error(f"Creating {self.path}", error) from error
         self._created.append(self.path)
@@ -207,28 +196,18 @@ class CacheWriter:
         if key in self._records:
             if self._records[key][1:] == tuple(fields):
                 return False
-            raise FormatError(
-                f"Conflicting duplicate key {key}: it was already added with different content; a key must always "
-                "map to one generation."
-            )
+            raise FormatError(f"Conflicting duplicate key {key}: it was added before with other content.")
         start = self._data_end
-        with _undone_on_failure(lambda: self._rollback(start), lambda: f"Appending entry {key} to {self.path}"):
+        with _undone_on_failure(self.abort, lambda: f"Appending entry {key} to {self.path}"):
             self._payload.append(buffers)
         self._records[key] = (start, *fields)
         self._data_end = start + sum(map(len, buffers))
         return True
 
-    def _rollback(self, data_end: int) -> None:
-        try:
-            self._payload.truncate(self._data_start + data_end)
-        except OSError:
-            self._state = "failed"
-
     def finalize(self, *, resolved_config: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
         creation is the commit). ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any
-        may be omitted). On any failure the writer's files are removed and the error re-raised.
-        """
+        may be omitted)."""
         self._require_open("finalize")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
             keys = sorted(self._records)
@@ -236,8 +215,7 @@ class CacheWriter:
             if len(header) > self.header_capacity:
                 raise HeaderCapacityError(
                     f"The safetensors header needs {len(header):,} bytes but only {self.header_capacity:,} were "
-                    "reserved; reserve gencache.artifact.header.header_capacity(entries, sequences_per_entry, "
-                    "max_new_tokens) for the run, or split it with --shard. Nothing was published."
+                    "reserved; split the run with --shard. Nothing was published."
                 )
             # streamed (memory stays flat); its first piece, the summary built, before anything is written
             manifest = iter_manifest_bytes(
@@ -245,7 +223,7 @@ class CacheWriter:
             )
             first = next(manifest)
             resolved = json_file_bytes(dict(resolved_config))
-            self._payload.finish(header)
+            self._payload.finish(length_prefix(self.header_capacity) + header)
             if self.path not in self._created:
                 self._created.append(self.path)
             self._write_new(self.directory / RESOLVED_NAME, (resolved,))
@@ -256,14 +234,13 @@ class CacheWriter:
 
     def _write_new(self, where: Path | S3Url, pieces: Iterable[bytes]) -> None:
         self._created.append(where)
-        if isinstance(where, S3Url):
-            put_new(where, pieces)
-            return
-        with open(where, "xb") as handle:
-            handle.writelines(pieces)
-            handle.flush()
-            os.fchmod(handle.fileno(), READ_ONLY)
-            os.fsync(handle.fileno())
+        sink = ObjectUpload(where, 0) if isinstance(where, S3Url) else _NewFile(where)
+        try:
+            for piece in pieces:  # the manifest is streamed: memory stays flat
+                sink.append([piece])
+            sink.finish(b"")
+        finally:
+            sink.abort()
 
     def abort(self) -> None:
         """Close and remove this writer's files (idempotent; a finalized or committed writer keeps them)."""
@@ -295,23 +272,13 @@ class ArtifactBuild:
     installs no signal handler, and :attr:`published` says after an interruption whether the output is complete.
     """
 
-    def __init__(
-        self,
-        output_dir: Path | str | S3Url,
-        *,
-        provenance: Mapping[str, Any],
-        header_capacity: int,
-        rename_mode: str | None = None,
-    ) -> None:
+    def __init__(self, output_dir: Path | str | S3Url, *, provenance: Mapping[str, Any], header_capacity: int) -> None:
         self.output_dir = location(output_dir)
         self.provenance = check_provenance(provenance)
         self.header_capacity = header_capacity
-        self.rename_mode = rename_mode
         self.temp_dir: Path | None = None
-        self.published_mode: str | None = None
         self._writer: CacheWriter | None = None
-        self._lock: tuple[Path, int] | None = None
-        self._lease: Lease | None = None
+        self._release: Callable[[], None] | None = None  # of the temporary directory's lock or the bucket's lease
 
     @property
     def writer(self) -> CacheWriter:
@@ -320,41 +287,35 @@ class ArtifactBuild:
         return self._writer
 
     def __enter__(self) -> ArtifactBuild:
-        output = self.output_dir
+        output = directory = self.output_dir
         if isinstance(output, S3Url):
             check_absent(output)
-            self._lease = Lease(output)
-            with _undone_on_failure(self._cleanup, lambda: f"Starting {output}"):
-                self._writer = CacheWriter(output, provenance=self.provenance, header_capacity=self.header_capacity)
-            return self
-        check_output_path(output)
-        with _undone_on_failure(self._cleanup, lambda: f"Creating a temporary directory beside {output}"):
-            output.parent.mkdir(parents=True, exist_ok=True)
-            temp = output.parent / temp_name(output)
-            self._lock = (temp, hold_lock(temp))  # held until exit: gencache clean leaves a live build alone
-            self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
-            temp.mkdir(mode=0o700)
-            self._writer = CacheWriter(temp, provenance=self.provenance, header_capacity=self.header_capacity)
+            self._release = Lease(output).release
+        else:
+            check_output_path(output)
+        with _undone_on_failure(self._cleanup, lambda: f"Starting {output}"):
+            if isinstance(output, Path):
+                output.parent.mkdir(parents=True, exist_ok=True)
+                directory = temp = output.parent / temp_name(output)
+                fd = hold_lock(temp)  # held until exit: gencache clean leaves a live build alone
+                self._release = lambda: release_lock(temp, fd)
+                self.temp_dir = temp  # before it exists: a stop as mkdir returns still finds it to remove
+                temp.mkdir(mode=0o700)
+            self._writer = CacheWriter(directory, provenance=self.provenance, header_capacity=self.header_capacity)
         return self
 
     def publish(self) -> str:
         """Publish the finalized artifact: rename the temporary directory to ``output_dir`` and return
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
-        if self.published_mode is None:
-            if self._writer is None or not self._writer.finalized:
-                raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
-            if self.temp_dir is None:
-                self.published_mode = "s3"
-            else:
-                self.published_mode = publish(self.temp_dir, self.output_dir, mode=self.rename_mode)  # type: ignore[arg-type]
-        return self.published_mode
+        if self._writer is None or not self._writer.finalized:
+            raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
+        temp = self.temp_dir
+        return "s3" if temp is None else publish(temp, self.output_dir)  # type: ignore[arg-type]
 
     @property
     def published(self) -> bool:
         """Whether the output is in place, though an exception may have interrupted :meth:`publish` after the rename
         or the commit: only the rename moves the temporary directory away, and the output did not exist before."""
-        if self.published_mode is not None:
-            return True
         if self._writer is None or not self._writer.finalized:  # only a finalized build is renamed or committed
             return False
         return self.temp_dir is None or (not os.path.lexists(self.temp_dir) and exists(self.output_dir))
@@ -367,12 +328,9 @@ class ArtifactBuild:
                 if self.temp_dir is not None:
                     shutil.rmtree(self.temp_dir, ignore_errors=True)
         finally:
-            if self._lock is not None:
-                release_lock(*self._lock)
-                self._lock = None
-            if self._lease is not None:
-                self._lease.release()
-                self._lease = None
+            release, self._release = self._release, None
+            if release is not None:
+                release()
 
     def __exit__(self, *exc: object) -> None:
         self._cleanup()

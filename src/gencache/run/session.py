@@ -85,7 +85,6 @@ class TeacherSession:
             target.output_dir,
             provenance=provenance,
             header_capacity=inputs.capacity[target.output_dir],
-            rename_mode=inputs.rename_mode,
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(inputs.engine.generate(prompts, progress=progress)) as entries:
