@@ -44,7 +44,6 @@ if str(ROOT / "src") not in sys.path:
 from gencache.generation.effective import EffectiveGeneration, resolve_generation  # noqa: E402
 from gencache.generation.engines.transformers import (  # noqa: E402
     MIN_TRANSFORMERS,
-    generate_entries,
     plan_batches,
     supported_transformers,
 )
@@ -57,6 +56,7 @@ from longtail import (  # noqa: E402
     EngineRun,
     choose_eos,
     choose_stop_string,
+    engine_on,
     one_by_one,
     padding_stats,
     run_continuous,
@@ -123,7 +123,7 @@ def batched(
     """gencache's generator: unique prompts, length-sorted longest first, left padded, cut per recorded step."""
     return {
         entry.key: entry.sequences[0].tolist()
-        for entry in generate_entries(model, tokenizer, generation, prompts, batch_size=batch_size)
+        for entry in engine_on("transformers", model, tokenizer, generation, batch_size=batch_size).entries(prompts)
     }
 
 

@@ -17,10 +17,18 @@ from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import ENGINES, EngineContext, create_engine
-from gencache.generation.engines.transformers import generate_continuous, generate_entries, size_paged_cache
+from gencache.generation.engines.transformers import size_paged_cache
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.run.api import generate
-from support.generation_helpers import decode, finish_workload, resolve, solo, text_prompts
+from support.generation_helpers import (
+    continuous_entries,
+    decode,
+    finish_workload,
+    resolve,
+    solo,
+    static_entries,
+    text_prompts,
+)
 
 
 def _tokens(entry: Any) -> list[list[int]]:
@@ -28,7 +36,7 @@ def _tokens(entry: Any) -> list[list[int]]:
 
 
 def _continuous(model: Any, tokenizer: Any, generation: Any, prompts: Any, **options: Any) -> list[Any]:
-    return list(generate_continuous(model, tokenizer, generation, prompts, options=ContinuousOptions(**options)))
+    return list(continuous_entries(model, tokenizer, generation, prompts, options=ContinuousOptions(**options)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -50,7 +58,7 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
 
     monkeypatch.setattr(ContinuousBatchingManager, "cancel_request", counted)
     entries = list(
-        generate_continuous(
+        continuous_entries(
             tiny_model,
             tiny_tokenizer,
             generation,
@@ -72,7 +80,7 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
             assert tokens == outputs[entry.key][:step]
     assert reasons == {FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH}
     assert cancelled  # the stop-string requests were cancelled, not decoded to their limit
-    static = generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4)
+    static = static_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4)
     by_key = {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in static}
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 
@@ -91,7 +99,7 @@ def test_continuous_packs_at_most_max_concurrent_sequences_per_forward(
 
     monkeypatch.setattr(tiny_model, "forward", counted)
     options = ContinuousOptions(max_concurrent_sequences=4)
-    entries = list(generate_continuous(tiny_model, tiny_tokenizer, generation, prompts, options=options))
+    entries = list(continuous_entries(tiny_model, tiny_tokenizer, generation, prompts, options=options))
     assert len(entries) == len(prompts) and packed and max(packed) <= 4
     assert sum(packed) >= sum(entry.num_tokens for entry in entries)  # one slot per kept token at least
 
@@ -105,7 +113,7 @@ def test_num_return_sequences_and_seeded_sampling_are_reproducible(
     )
 
     def run(seed: int) -> dict[str, Any]:
-        entries = generate_continuous(
+        entries = continuous_entries(
             tiny_model,
             tiny_tokenizer,
             generation,

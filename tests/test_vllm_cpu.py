@@ -19,7 +19,6 @@ from gencache.config.engines import VllmOptions
 from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
 from gencache.generation.engines import EngineContext, create_engine
-from gencache.generation.engines.transformers import generate_entries
 from gencache.generation.engines.vllm import VllmEngine, installed_build
 from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from support.generation_helpers import (
@@ -29,6 +28,7 @@ from support.generation_helpers import (
     manifest_digests,
     resolve,
     solo,
+    static_entries,
     text_prompts,
 )
 
@@ -124,7 +124,7 @@ def test_greedy_float32_equals_one_prompt_generate_for_every_finish_reason(
             assert entry.finish_reasons == (reason,)
             assert tokens == outputs[entry.key][:step]
     assert {entry.finish_reasons[0] for entry in entries} == {FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH}
-    static = generate_entries(model, tokenizer, generation, prompts, batch_size=4)
+    static = static_entries(model, tokenizer, generation, prompts, batch_size=4)
     by_key = {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in static}
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 

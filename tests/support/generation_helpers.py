@@ -57,6 +57,37 @@ def solo(model: Any, tokenizer: Any, generation: EffectiveGeneration, ids: Seque
     return rows
 
 
+def engine_of(
+    name: str, model: Any, tokenizer: Any, generation: EffectiveGeneration, *, options: Any = None, **context: Any
+) -> Any:
+    """The engine ``name`` as a run creates it (its refusals included), with ``model`` as its loaded teacher."""
+    from gencache.generation.engines import EngineContext, create_engine
+
+    engine = create_engine(
+        name,
+        EngineContext(generation, tokenizer, "tiny", "float32", "cpu", options=options, **context),
+    )
+    engine.model = model
+    return engine
+
+
+def static_entries(
+    model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, *, batch_size: int, seed: int = 0
+) -> Any:
+    """The ``transformers`` engine's entries of ``prompts``."""
+    engine = engine_of("transformers", model, tokenizer, generation, batch_size=batch_size, seed=seed)
+    return engine.entries(prompts)
+
+
+def continuous_entries(
+    model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, *, options: Any = None, seed: int = 0
+) -> Any:
+    """The ``transformers-continuous`` engine's entries of ``prompts``."""
+    return engine_of("transformers-continuous", model, tokenizer, generation, options=options, seed=seed).entries(
+        prompts
+    )
+
+
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     text: str = tokenizer.decode(list(ids), skip_special_tokens=False)
     return text

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
-KeyedPrompt = tuple[str, Sequence[int]]
 Prompts = list[tuple[str, list[int]]]
 
 
@@ -92,7 +91,7 @@ class Engine(ABC):
         self.model: Any = None
 
     def generate(
-        self, prompts: Iterable[KeyedPrompt], *, progress: Progress | None = None
+        self, prompts: Iterable[tuple[str, Sequence[int]]], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         """Yield one entry per prompt, in any order; ``progress`` is started with the prompt count (once the
         engine is ready) and advanced per entry. Close the iterator (``contextlib.closing``) when stopping early:
