@@ -23,6 +23,7 @@ Each mode prints markdown sections on stdout. ``main(argv)`` is what ``benchmark
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import random
@@ -390,10 +391,8 @@ def _vllm_run(
             generation_config="vllm",
         )
         scanner = FinishScanner(
-            eos_token_ids=generation.eos_token_ids,
-            stop_strings=(),
-            tokenizer=tokenizer,
-            max_new_tokens=generation.max_new_tokens,
+            dataclasses.replace(generation, stop_strings=()),
+            tokenizer,
         )
         inputs = [v.TokensPrompt(prompt_token_ids=ids) for _, ids in prompts]
         params = [v.SamplingParams(**sampling_params_kwargs(generation, seed=sampling_seed(0, k))) for k, _ in prompts]

@@ -18,13 +18,14 @@ from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import ENGINES, EngineContext, create_engine
 from gencache.generation.engines.transformers import size_paged_cache
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
+from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.run.api import generate
 from support.generation_helpers import (
     continuous_entries,
     decode,
     finish_workload,
     resolve,
+    scanner,
     solo,
     static_entries,
     text_prompts,
@@ -154,15 +155,13 @@ def test_the_finish_scanner_applies_eos_then_stop_string_then_length(tiny_tokeni
     ids = tiny_tokenizer("one two three four", add_special_tokens=False).input_ids
     text_after = [decode(tiny_tokenizer, ids[:n]) for n in range(1, len(ids) + 1)]
     stop = text_after[1][len(text_after[0]) :].strip()
-    scanner = FinishScanner(eos_token_ids=[], stop_strings=[stop], tokenizer=tiny_tokenizer, max_new_tokens=50)
-    assert scanner.scan(ids) == (2, FINISH_STOP_STRING)
-    eos_first = FinishScanner(eos_token_ids=[ids[1]], stop_strings=[stop], tokenizer=tiny_tokenizer, max_new_tokens=9)
+    stop_first = scanner(tiny_tokenizer, [], [stop], 50)
+    assert stop_first.scan(ids) == (2, FINISH_STOP_STRING)
+    eos_first = scanner(tiny_tokenizer, [ids[1]], [stop], 9)
     assert eos_first.scan(ids) == (2, FINISH_EOS)
-    short = FinishScanner(eos_token_ids=[], stop_strings=[], tokenizer=tiny_tokenizer, max_new_tokens=1)
+    short = scanner(tiny_tokenizer, [], [], 1)
     assert short.scan(ids) == (1, FINISH_LENGTH)
-    assert (
-        FinishScanner(eos_token_ids=[], stop_strings=[], tokenizer=tiny_tokenizer, max_new_tokens=99).scan(ids) is None
-    )
+    assert scanner(tiny_tokenizer, [], [], 99).scan(ids) is None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -272,7 +272,7 @@ def test_answers_stream_with_progress_and_unrelated_prompts_are_served_nothing_f
         ({"attn_implementation": "sdpa"}, "model.attn_implementation"),
         ({"generation_kwargs": {"max_new_tokens": 4, "min_new_tokens": 2}}, "min_new_tokens"),
         ({"head_dim": 16}, "head size 16"),
-        ({"device": "cuda"}, "CPU build"),
+        ({"device": "cuda"}, "needs vLLM's GPU build"),
     ],
 )
 def test_refused_settings_stop_before_any_weights_load_with_one_line_and_exit_two(

