@@ -115,8 +115,13 @@ class Engine(ABC):
         """How the engine batched the run, as ``resolved_config.json`` records it."""
 
     def import_libraries(self) -> None:
-        """Import what :meth:`load_weights` needs without loading weights, so that the load is timed alone."""
-        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+        """Import torch and the teacher architecture's modeling code without reading any weights, so that the load
+        is timed alone. What cannot be read is left to the load to report."""
+        import torch  # noqa: F401  (the first import of torch is part of what this takes)
+
+        with contextlib.suppress(Exception):
+            config = teacher.hf().AutoConfig.from_pretrained(self.context.model_path, revision=self.context.revision)
+            importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
 
     def load_weights(self) -> None:
         ctx = self.context

