@@ -12,7 +12,7 @@ import contextlib
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from gencache.config.engines import EngineOptions
@@ -229,16 +229,9 @@ class PrefixStats:
 
     block_size: int
     prompt_tokens: int = 0
-    cached_tokens: int = 0
-    floor_tokens: int = 0
-    source: str = ""
+    cached_prompt_tokens: int = 0
+    floor_prompt_tokens: int = 0
+    cached_from: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "block_size": self.block_size,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_prompt_tokens": self.cached_tokens,
-            "computed_prompt_tokens": self.prompt_tokens - self.cached_tokens,
-            "floor_prompt_tokens": self.floor_tokens,
-            "cached_from": self.source,
-        }
+        return {**asdict(self), "computed_prompt_tokens": self.prompt_tokens - self.cached_prompt_tokens}

@@ -232,10 +232,9 @@ def size_paged_cache(
 # -- hooks on one manager (never on its class) --------------------------------------------------------------------
 def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, int] | None) -> None:
     """Wrap the creation of this manager's batch processor (in the manager's thread): count every prefix match of
-    its paged cache in ``shared.cached_tokens`` and, when sampling (``streams``), draw each row from its request's
-    own stream."""
+    its paged cache in ``shared`` and, when sampling (``streams``), draw each row from its request's own stream."""
     create = manager._create_batch_processor
-    shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
+    shared.cached_from = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
 
     def create_hooked() -> Any:
         import torch
@@ -250,7 +249,7 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
 
         def search_counted(request_id: str, prompt_ids: list[int]) -> int:
             matched = int(search(request_id, prompt_ids))
-            shared.cached_tokens += matched
+            shared.cached_prompt_tokens += matched
             return matched
 
         cache.search_prefix_match = search_counted
@@ -316,7 +315,7 @@ class TransformersContinuousEngine(Engine):
             budget=budget,
         )
         total, floor = prefix_floor((ids for _, ids in prompts for _ in range(per_prompt)), chosen.page_size)
-        self.prefix = shared = PrefixStats(chosen.page_size, total, floor_tokens=floor)
+        self.prefix = shared = PrefixStats(chosen.page_size, total, floor_prompt_tokens=floor)
         config = copy.deepcopy(generation.config)
         config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
         config.num_return_sequences = 1  # every sequence is its own request

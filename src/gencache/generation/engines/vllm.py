@@ -111,26 +111,23 @@ def size_cpu_kv_cache(
     block = CPU_BLOCK_SIZE
     context = options.max_model_len or (max(prompt_lengths) + generation.max_new_tokens)
     per_request = math.ceil(context / block) * block * per_token
-    if options.kv_cache_memory_gib is not None:
-        kv_bytes, source = int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
-        if kv_bytes < per_request:
-            raise GenerationError(
-                f"engine vllm: engine_options.kv_cache_memory_gib ({options.kv_cache_memory_gib} GiB) holds less "
-                f"than one request of {context} tokens ({per_request / GIB:.3f} GiB); raise it or lower max_model_len."
-            )
-        concurrency = kv_bytes // per_request
+    if options.kv_cache_memory_gib is None:
+        budget, source = psutil.virtual_memory().available // 4, "a quarter of the available host memory"
     else:
-        budget = psutil.virtual_memory().available // 4
-        source = "the workload, within a quarter of the available host memory"
-        if per_request > budget:
-            raise GenerationError(
-                f"engine vllm: one request of {context} tokens needs {per_request / GIB:.2f} GiB of KV cache, more "
-                f"than a quarter of the available host memory ({budget / GIB:.2f} GiB); set "
-                "engine_options.kv_cache_memory_gib or shorten the prompts."
-            )
+        budget, source = int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
+    if per_request > budget:
+        raise GenerationError(
+            f"engine vllm: one request of {context} tokens needs {per_request / GIB:.3f} GiB of KV cache, more than "
+            f"{source} ({budget / GIB:.3f} GiB); raise engine_options.kv_cache_memory_gib, lower max_model_len or "
+            "shorten the prompts."
+        )
+    if options.kv_cache_memory_gib is not None:
+        concurrency, kv_bytes = budget // per_request, budget
+    else:
         wanted = min(options.max_num_seqs or 256, len(prompt_lengths) * generation.num_return_sequences)
         concurrency = max(1, min(wanted, (budget - block * per_token) // per_request))
         kv_bytes = concurrency * per_request + block * per_token  # vLLM sets one block aside (its null block)
+        source = f"the workload, within {source}"
     return KvSizing(context, block, concurrency, kv_bytes, kv_bytes // per_token, source)
 
 
@@ -350,13 +347,8 @@ class VllmEngine(Engine):
             per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
             lengths = [len(ids) for _, ids in prompts]
             sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
-            built = self.sizing
-            if (
-                self.llm is None
-                or built is None
-                or sizing.max_model_len > built.max_model_len
-                or sizing.concurrency > built.concurrency
-            ):
+            built = None if self.llm is None else self.sizing
+            if built is None or sizing.max_model_len > built.max_model_len or sizing.concurrency > built.concurrency:
                 self.close()
                 self._build(
                     max_model_len=sizing.max_model_len,
@@ -376,8 +368,9 @@ class VllmEngine(Engine):
         engine = self.llm.llm_engine
         block = int(engine.vllm_config.cache_config.block_size or CPU_BLOCK_SIZE)
         total, floor = prefix_floor((ids for _, ids in ordered), block)
-        prefix = PrefixStats(block, total, floor_tokens=floor, source="vLLM's RequestOutput.num_cached_tokens")
-        self.prefix = prefix
+        self.prefix = prefix = PrefixStats(
+            block, total, floor_prompt_tokens=floor, cached_from="vLLM's RequestOutput.num_cached_tokens"
+        )
         scanner = FinishScanner(generation, ctx.tokenizer)
         queue_size = QUEUE_PER_SLOT * int(engine.vllm_config.scheduler_config.max_num_seqs)
         in_flight: set[str] = set()
@@ -405,7 +398,7 @@ class VllmEngine(Engine):
                 for output in outputs:
                     if output.finished and output.request_id in in_flight:
                         in_flight.discard(output.request_id)
-                        prefix.cached_tokens += int(output.num_cached_tokens or 0)
+                        prefix.cached_prompt_tokens += int(output.num_cached_tokens or 0)
                         key = ordered[int(output.request_id)][0]
                         yield request_output_to_entry(key, output, scanner, ctx.tokenizer)
         finally:
