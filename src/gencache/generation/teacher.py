@@ -238,12 +238,9 @@ def check_teacher_weights(model_path: str) -> str:
 
 
 def vocab_size_of(config: Any) -> int | None:
-    """The teacher's embedding rows (``vocab_size`` of its config, or of its text config), or None."""
-    for candidate in (config, getattr(config, "text_config", None)):
-        value = getattr(candidate, "vocab_size", None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    """The teacher's embedding rows (``vocab_size`` of its text config), or None."""
+    value = getattr(config.get_text_config(), "vocab_size", None)
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _ids(value: Any) -> Iterator[int]:

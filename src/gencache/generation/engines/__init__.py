@@ -86,8 +86,7 @@ class Engine(ABC):
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
         self.context = context
-        given = context.options
-        self.options: Any = given if isinstance(given, self.options_model) else self.options_model()
+        self.options: Any = context.options or self.options_model()
         self.model: Any = None
 
     def generate(
@@ -146,17 +145,15 @@ class Engine(ABC):
     def runtime(self) -> dict[str, Any]:
         """dtype, attention, device and library versions of the loaded teacher, and its determinism facts."""
         info = teacher.runtime_info(self.model)
-        return {**info, "determinism": self.determinism(info["attn_implementation"])}
-
-    def determinism(self, attention: str | None) -> dict[str, Any]:
-        return teacher.determinism_facts(
+        info["determinism"] = teacher.determinism_facts(
             self.context.device,
             batch_invariant=False,
             prefix_caching=False,
             chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
             tensor_parallel_size=1,
-            attention_backend=attention,
+            attention_backend=info["attn_implementation"],
         )
+        return info
 
     def commit_hash(self) -> str | None:
         """The teacher's hub commit when it was loaded from the hub (None: vLLM's)."""

@@ -408,13 +408,13 @@ class TransformersContinuousEngine(Engine):
             facts["paged_cache"] = asdict(self.sizing)
         return facts
 
-    def determinism(self, attention: str | None) -> dict[str, Any]:
-        sizing = self.sizing
-        return {
-            **super().determinism(attention),
-            "prefix_caching": self.options.prefix_sharing,
-            "chunked_prefill": None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens,
-        }
+    def runtime(self) -> dict[str, Any]:
+        info, sizing = super().runtime(), self.sizing
+        info["determinism"]["prefix_caching"] = self.options.prefix_sharing
+        info["determinism"]["chunked_prefill"] = (
+            None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens
+        )
+        return info
 
     def batching(self) -> dict[str, Any]:
         return {
