@@ -372,8 +372,8 @@ def _vllm_run(
         return f"not run: vLLM is not importable ({type(exc).__name__}: {_first_line(exc)})"
     import torch
 
+    from gencache.generation.engines import FinishScanner
     from gencache.generation.engines.vllm import request_output_to_entry, sampling_params_kwargs
-    from gencache.generation.finish import FinishScanner
     from gencache.generation.sampling import sampling_seed
 
     try:

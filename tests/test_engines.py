@@ -16,9 +16,15 @@ from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC,
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
-from gencache.generation.engines import ENGINES, EngineContext, create_engine
+from gencache.generation.engines import (
+    ENGINES,
+    FINISH_EOS,
+    FINISH_LENGTH,
+    FINISH_STOP_STRING,
+    EngineContext,
+    create_engine,
+)
 from gencache.generation.engines.transformers import size_paged_cache
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.run.api import generate
 from support.generation_helpers import (
     continuous_entries,

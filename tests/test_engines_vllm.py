@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from gencache.core.errors import GenerationError
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.engines.vllm import (
     completion_to_answer,
     request_output_to_entry,
     sampling_params_kwargs,
 )
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.sampling import sampling_seed
 from support.generation_helpers import decode, resolve, scanner
 

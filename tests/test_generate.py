@@ -18,9 +18,8 @@ import pytest
 from gencache.config.generation import effective_problems
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration
-from gencache.generation.engines import EngineContext, GeneratedEntry
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, EngineContext, GeneratedEntry
 from gencache.generation.engines.transformers import TransformersEngine, plan_batches
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
 from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
 from support.generation_helpers import (

@@ -18,9 +18,8 @@ from gencache.cli.app import run as cli_run
 from gencache.config.engines import VllmOptions
 from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
-from gencache.generation.engines import EngineContext, create_engine
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, EngineContext, create_engine
 from gencache.generation.engines.vllm import VllmEngine, installed_build
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from support.generation_helpers import (
     build_cpu_attention_teacher,
     decode,

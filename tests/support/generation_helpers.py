@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 
 PROMPT_TEXTS = (
     "Alice Hartley was born in",

@@ -2,8 +2,8 @@
 
 An engine is created from an :class:`EngineContext` before any weights load, refusing whatever it cannot honour
 (:func:`create_engine`). The writer, the keys and the format do not depend on the engine. Importing this package
-imports neither torch nor an engine module. What more than one engine uses lives here too: the cache sizers' memory
-figures and the prefix-cache statistics (:class:`PrefixStats`).
+imports neither torch nor an engine module. What more than one engine uses lives here too: the finish rule
+(:class:`FinishScanner`), the cache sizers' memory figures and the prefix-cache statistics (:class:`PrefixStats`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.names import FINISH_REASONS
 from gencache.config.engines import EngineOptions
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.generation import teacher
@@ -55,6 +56,48 @@ def entry_of(key: str, answers: Sequence[tuple[list[int], str]], tokenizer: Any)
         texts=tuple(tokenizer.decode(tokens, skip_special_tokens=False) for tokens, _ in answers),
         finish_reasons=tuple(reason for _, reason in answers),
     )
+
+
+FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
+
+
+class FinishScanner:
+    """The finish rule, shared by every engine: for each generated position, in order, a sequence finishes at the
+    first of
+
+    1. ``eos``: the token is in the EOS list (the EOS token is kept);
+    2. ``stop_string``: the decoded tail of the answer (``skip_special_tokens=False``) now contains a stop string
+       (the token that completed it is kept; the answer is cut there even when the engine generated more);
+    3. ``length``: ``max_new_tokens`` tokens exist.
+
+    The same rule runs in every engine (on a static batch as a stopping criterion), so a stop string completes at
+    the same token in each. Beam search cuts each hypothesis after its first EOS token, where beam search makes it
+    final. A stop string is looked for in the decoded last ``window`` tokens: every token carries at least one
+    byte, and the margin covers a partial UTF-8 character or a decoder-stripped leading space at the start of the
+    window."""
+
+    def __init__(self, generation: EffectiveGeneration, tokenizer: Any) -> None:
+        self.eos = frozenset(generation.eos_token_ids)
+        self.stop_strings = generation.stop_strings
+        self.tokenizer = tokenizer
+        self.window = max((len(s.encode("utf-8")) for s in self.stop_strings), default=0) + 4
+        self.max_new_tokens = generation.max_new_tokens
+
+    def scan(self, tokens: Sequence[int], start: int = 0) -> tuple[int, str] | None:
+        """Check positions ``start..len(tokens)-1``; ``(tokens to keep, finish reason)`` at the first finish, else
+        None (the sequence is still open)."""
+        for position in range(start, len(tokens)):
+            step = position + 1
+            if int(tokens[position]) in self.eos:
+                return step, FINISH_EOS
+            if self.stop_strings:
+                tail = list(tokens[max(0, step - self.window) : step])
+                text = self.tokenizer.decode(tail, skip_special_tokens=False)
+                if any(stop in text for stop in self.stop_strings):
+                    return step, FINISH_STOP_STRING
+            if step >= self.max_new_tokens:
+                return step, FINISH_LENGTH
+        return None
 
 
 @dataclass(frozen=True)

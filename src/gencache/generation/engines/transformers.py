@@ -29,9 +29,11 @@ from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS, ENGINE_STATIC
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
 from gencache.generation.engines import (
+    FINISH_LENGTH,
     GIB,
     Engine,
     EngineContext,
+    FinishScanner,
     GeneratedEntry,
     PrefixStats,
     Prompts,
@@ -39,7 +41,6 @@ from gencache.generation.engines import (
     kv_bytes_per_token,
     prefix_floor,
 )
-from gencache.generation.finish import FINISH_LENGTH, FinishRecorder, FinishScanner
 from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
 
@@ -48,6 +49,28 @@ def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     ``batch_size``."""
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+class FinishRecorder:
+    """A stopping criterion of ``generate`` that records, per row of a static batch, the step at which it finished
+    and why. It has no ``eos_token_id`` attribute, which transformers would read as "an EOS criterion"."""
+
+    def __init__(self, scanner: FinishScanner, *, prompt_width: int, rows: int) -> None:
+        self.scanner = scanner
+        self.prompt_width = prompt_width
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.finished: list[tuple[int, str] | None] = [None] * rows
+
+    def __call__(self, input_ids: Any, scores: Any = None, **kwargs: Any) -> Any:
+        import torch
+
+        start = self.prompt_width + len(self.tokens[0])
+        for row, new in enumerate(input_ids[:, start:].tolist()):
+            tokens = self.tokens[row]
+            tokens.extend(new)
+            if self.finished[row] is None:
+                self.finished[row] = self.scanner.scan(tokens, len(tokens) - len(new))
+        return torch.tensor([found is not None for found in self.finished], device=input_ids.device)
 
 
 @contextlib.contextmanager

@@ -30,9 +30,13 @@ from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.process import environment_kept
 from gencache.generation.engines import (
+    FINISH_EOS,
+    FINISH_LENGTH,
+    FINISH_STOP_STRING,
     GIB,
     Engine,
     EngineContext,
+    FinishScanner,
     GeneratedEntry,
     PrefixStats,
     Prompts,
@@ -42,7 +46,6 @@ from gencache.generation.engines import (
     prefix_floor,
     prefix_order,
 )
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
 from gencache.generation.teacher import determinism_facts, gpu_of, hf, library_versions
 
