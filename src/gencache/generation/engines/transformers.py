@@ -101,8 +101,6 @@ def _last_processor(model: Any, streams: Sequence[int], prompt_width: int) -> It
 
 
 class TransformersEngine(Engine):
-    """The ``transformers`` engine (see the module docstring)."""
-
     name = ENGINE_STATIC
     options_model = StaticOptions
 
@@ -118,8 +116,7 @@ class TransformersEngine(Engine):
         ctx, model = self.context, self.model
         tokenizer, generation, device, batch_size = ctx.tokenizer, ctx.generation, model.device, ctx.batch_size
         per_prompt = generation.num_return_sequences
-        pad_id = generation.config.pad_token_id
-        pad_id = int(pad_id if pad_id is not None else tokenizer.pad_token_id or 0)
+        pad_id = int(generation.config.pad_token_id)  # the tokenizer's unless the user set one
         beams = generation.num_beams > 1
         config = copy.deepcopy(generation.config)
         config.stop_strings = None  # the finish rule matches them (beam search takes none)
@@ -294,8 +291,6 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
 
 
 class TransformersContinuousEngine(Engine):
-    """The ``transformers-continuous`` engine (see the module docstring)."""
-
     name = ENGINE_CONTINUOUS
     options_model = ContinuousOptions
 

@@ -205,8 +205,6 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
 
 
 class VllmEngine(Engine):
-    """The ``vllm`` engine (see the module docstring)."""
-
     name = ENGINE_VLLM
     options_model = VllmOptions
 
