@@ -40,8 +40,7 @@ class EffectiveGeneration:
     max_new_tokens: int
     num_return_sequences: int
     do_sample: bool
-    num_beams: int = 1
-    defaults: Mapping[str, Any] | None = None
+    defaults: Mapping[str, Any]
 
 
 @functools.cache
@@ -99,17 +98,14 @@ def resolve_generation(
     if problems_found:
         raise ConfigError(problems_found[0])  # the first problem, the teacher's values included
     do_sample: bool = merged["do_sample"]
-    num_beams = int(merged.get("num_beams", 1))
-    for key in (*(() if do_sample else SAMPLING_KEYS), *(BEAM_KEYS if num_beams == 1 else ())):
+    for key in (*(() if do_sample else SAMPLING_KEYS), *(BEAM_KEYS if merged.get("num_beams", 1) == 1 else ())):
         merged.pop(key, None)
-    eos = merged.get("eos_token_id", [])
-    eos_token_ids = tuple(int(token) for token in (eos if isinstance(eos, list) else [eos]))
-    stops = merged.get("stop_strings", [])
-    stop_strings = tuple(dict.fromkeys([stops] if isinstance(stops, str) else stops))
     if "eos_token_id" in merged:
-        merged["eos_token_id"] = list(eos_token_ids)
+        eos = merged["eos_token_id"]
+        merged["eos_token_id"] = [int(token) for token in (eos if isinstance(eos, list) else [eos])]
     if "stop_strings" in merged:
-        merged["stop_strings"] = list(stop_strings)
+        stops = merged["stop_strings"]
+        merged["stop_strings"] = list(dict.fromkeys([stops] if isinstance(stops, str) else stops))
     try:
         config: GenerationConfig = hf().GenerationConfig(**merged)
         config.validate(strict=True)
@@ -118,12 +114,11 @@ def resolve_generation(
     return EffectiveGeneration(
         config=config,
         kwargs=dict(sorted(merged.items())),
-        eos_token_ids=eos_token_ids,
-        stop_strings=stop_strings,
+        eos_token_ids=tuple(merged.get("eos_token_id", ())),
+        stop_strings=tuple(merged.get("stop_strings", ())),
         max_new_tokens=int(merged["max_new_tokens"]),
         num_return_sequences=int(merged.get("num_return_sequences", 1)),
         do_sample=do_sample,
-        num_beams=num_beams,
         defaults={key: value for key, value in defaults.items() if value is not None},
     )
 
@@ -131,7 +126,7 @@ def resolve_generation(
 def check_engine(engine: str, generation: EffectiveGeneration) -> None:
     """Refuse every effective setting ``engine`` cannot honour exactly: one :class:`ConfigError` line naming the
     engine, the setting and the engines that honour it."""
-    lines = engine_refusals(engine, generation.kwargs, defaults=generation.defaults or {})
+    lines = engine_refusals(engine, generation.kwargs, defaults=generation.defaults)
     if lines:
         more = f" (and {len(lines) - 1} more setting{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else ""
         raise ConfigError(lines[0].rstrip(".") + more + ".")

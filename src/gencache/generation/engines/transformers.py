@@ -117,7 +117,7 @@ class TransformersEngine(Engine):
         tokenizer, generation, device, batch_size = ctx.tokenizer, ctx.generation, model.device, ctx.batch_size
         per_prompt = generation.num_return_sequences
         pad_id = int(generation.config.pad_token_id)  # the tokenizer's unless the user set one
-        beams = generation.num_beams > 1
+        beams = generation.kwargs.get("num_beams", 1) > 1
         config = copy.deepcopy(generation.config)
         config.stop_strings = None  # the finish rule matches them (beam search takes none)
         scanner = FinishScanner(generation, tokenizer)
