@@ -159,7 +159,6 @@ class TransformersEngine(Engine):
             generated = sequences[:, width:]
             del sequences, input_ids, attention_mask
             steps = generated.shape[1]
-            # beam search: a hypothesis is final at its first EOS token
             found = recorder.finished if recorder else [scanner.scan(row) for row in generated.tolist()]
             # a row that never finished (generation ended for another reason) keeps everything, by length
             cuts = [hit or (steps, FINISH_LENGTH) for hit in found]

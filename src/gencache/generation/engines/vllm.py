@@ -297,11 +297,6 @@ class VllmEngine(Engine):
         import vllm.platforms
 
         self.platform = str(vllm.platforms.current_platform.device_type)
-        if self.on_cpu != (self.platform == "cpu"):
-            raise GenerationError(
-                f"The installed vLLM ({self.build.describe()}) runs on {self.platform!r}, not on model.device "
-                f"{self.context.device!r}."
-            )
         if not self.on_cpu:
             gib = self.options.kv_cache_memory_gib
             self._build(
