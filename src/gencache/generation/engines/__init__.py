@@ -122,6 +122,7 @@ class Engine(ABC):
 
     name: str
     options_model: type[EngineOptions]
+    sampling_rule = SAMPLING_RULE
     loads_with_prompts = False
     """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first prompts
     (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
@@ -182,7 +183,7 @@ class Engine(ABC):
             "name": self.name,
             "options": self.options.model_dump(mode="json"),
             "version": teacher.hf().__version__,
-            "sampling": dict(SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
+            "sampling": dict(self.sampling_rule) if self.context.generation.do_sample else "greedy (no random draws)",
         }
 
     def runtime(self) -> dict[str, Any]:

@@ -207,6 +207,7 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
 class VllmEngine(Engine):
     name = ENGINE_VLLM
     options_model = VllmOptions
+    sampling_rule = VLLM_SAMPLING_RULE
 
     def __init__(self, context: EngineContext) -> None:
         build = installed_build()
@@ -404,8 +405,6 @@ class VllmEngine(Engine):
 
     def describe(self) -> dict[str, Any]:
         facts = {**super().describe(), "version": self.build.version, "distribution": self.build.distribution}
-        if self.context.generation.do_sample:
-            facts["sampling"] = dict(VLLM_SAMPLING_RULE)
         if self.on_cpu:
             facts["process"] = "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
             facts["amx"] = self.amx
@@ -414,7 +413,7 @@ class VllmEngine(Engine):
         return facts
 
     def batching(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
+        return {
             "order": "prompts sorted by their token ids (shared prefixes run together); results in finish order",
             "feed": f"continuous: up to {QUEUE_PER_SLOT} x max_num_seqs requests queued in vLLM, each finished "
             "request written at once",
@@ -422,10 +421,8 @@ class VllmEngine(Engine):
             "padding": "none (paged attention)",
             "answer_cut": "gencache's finish rule on each completion's tokens (eos inclusive, stop_string "
             "inclusive, length)",
+            **({"prefix_cache": self.prefix.to_json()} if self.prefix else {}),
         }
-        if self.prefix is not None:
-            facts["prefix_cache"] = self.prefix.to_json()
-        return facts
 
     def runtime(self) -> dict[str, Any]:
         import torch
