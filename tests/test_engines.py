@@ -17,7 +17,6 @@ from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
 from gencache.generation.engines import (
-    ENGINES,
     FINISH_EOS,
     FINISH_LENGTH,
     FINISH_STOP_STRING,
@@ -173,10 +172,6 @@ def test_the_finish_scanner_applies_eos_then_stop_string_then_length(tiny_tokeni
 # ---------------------------------------------------------------------------------------------------------------
 # The rule book: what each engine refuses
 # ---------------------------------------------------------------------------------------------------------------
-def test_the_registry_names_every_engine() -> None:
-    assert tuple(ENGINES) == ALL_ENGINES == (ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM)
-
-
 @pytest.mark.parametrize(
     ("settings", "engine", "fragment"),
     [

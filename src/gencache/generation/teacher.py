@@ -79,7 +79,6 @@ def load_teacher(
             model: Any = hf().AutoModelForCausalLM.from_pretrained(
                 model_path,
                 dtype=getattr(torch, dtype),
-                low_cpu_mem_usage=True,
                 revision=revision,
                 device_map="auto" if device == "auto" else torch.device(device),
                 generation_config=generation_config,

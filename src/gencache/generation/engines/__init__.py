@@ -205,20 +205,16 @@ class Engine(ABC):
         return value if isinstance(value, str) else None
 
 
-#: Engine name (:data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and class.
-ENGINES: dict[str, tuple[str, str]] = {
-    ENGINE_STATIC: ("transformers", "TransformersEngine"),
-    ENGINE_CONTINUOUS: ("transformers", "TransformersContinuousEngine"),
-    ENGINE_VLLM: ("vllm", "VllmEngine"),
-}
-
-
 def create_engine(name: str, context: EngineContext) -> Engine:
-    """The engine ``name`` for ``context``, refusing settings it cannot honour and a missing optional dependency
-    (one :class:`ConfigError` line)."""
-    module, engine_class = ENGINES[name]
-    engine: Engine = getattr(importlib.import_module(f"{__name__}.{module}"), engine_class)(context)
-    return engine
+    """The engine ``name`` (one of :data:`gencache.config.names.ALL_ENGINES`) for ``context``, refusing settings it
+    cannot honour and a missing optional dependency (one :class:`ConfigError` line)."""
+    if name == ENGINE_VLLM:
+        from gencache.generation.engines.vllm import VllmEngine
+
+        return VllmEngine(context)
+    from gencache.generation.engines.transformers import TransformersContinuousEngine, TransformersEngine
+
+    return {ENGINE_STATIC: TransformersEngine, ENGINE_CONTINUOUS: TransformersContinuousEngine}[name](context)
 
 
 # -- KV cache memory -----------------------------------------------------------------------------------------------
