@@ -84,9 +84,8 @@ def continuous_entries(
     model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, *, options: Any = None, seed: int = 0
 ) -> Any:
     """The ``transformers-continuous`` engine's entries of ``prompts``."""
-    return engine_of("transformers-continuous", model, tokenizer, generation, options=options, seed=seed).entries(
-        prompts
-    )
+    engine = engine_of("transformers-continuous", model, tokenizer, generation, options=options, seed=seed)
+    return engine.entries(prompts)
 
 
 def scanner(tokenizer: Any, eos: Sequence[int], stops: Sequence[str], max_new_tokens: int) -> FinishScanner:
