@@ -5,7 +5,6 @@ by transformers and the ranges gencache adds (:mod:`gencache.config.generation`)
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,11 +42,6 @@ class EffectiveGeneration:
     defaults: Mapping[str, Any]
 
 
-@functools.cache
-def _known_generation_fields() -> frozenset[str]:
-    return frozenset(name for name in vars(hf().GenerationConfig()) if not name.startswith("_"))
-
-
 def resolve_generation(
     generation_kwargs: Mapping[str, Any], *, model_path: str, revision: str | None, tokenizer: Any
 ) -> EffectiveGeneration:
@@ -57,7 +51,8 @@ def resolve_generation(
     tokenizer's unless the user sets it, and settings of a decoding mode the run does not use are dropped (sampling
     parameters under greedy decoding, beam parameters without beams), so transformers cannot warn about them or
     re-fill them from the teacher. ``max_new_tokens`` decides the length (``max_length`` is refused)."""
-    unknown = sorted(set(generation_kwargs) - _known_generation_fields())
+    fields = {name for name in vars(hf().GenerationConfig()) if not name.startswith("_")}
+    unknown = sorted(set(generation_kwargs) - fields)
     if unknown:
         names = ", ".join(f"{FIELD}.{key}" for key in unknown)
         error = ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
@@ -88,7 +83,7 @@ def resolve_generation(
     refused = {"do_sample", "max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED, *GENERATION_FORBIDDEN}
     defaults: dict[str, Any] = dict(hf().GenerationConfig._get_default_generation_params())
     merged = {key: value for key, value in defaults.items() if key not in refused}
-    known = _known_generation_fields() - refused
+    known = fields - refused
     merged.update((key, value) for key, value in data.items() if key in known and value is not None)
     merged.update(user)
     merged["do_sample"] = bool(user.get("do_sample", False))
