@@ -23,6 +23,7 @@ Each mode prints markdown sections on stdout. ``main(argv)`` is what ``benchmark
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import random
@@ -44,7 +45,6 @@ if str(ROOT / "src") not in sys.path:
 from gencache.generation.effective import EffectiveGeneration, resolve_generation  # noqa: E402
 from gencache.generation.engines.transformers import (  # noqa: E402
     MIN_TRANSFORMERS,
-    generate_entries,
     plan_batches,
     supported_transformers,
 )
@@ -57,6 +57,7 @@ from longtail import (  # noqa: E402
     EngineRun,
     choose_eos,
     choose_stop_string,
+    engine_on,
     one_by_one,
     padding_stats,
     run_continuous,
@@ -123,7 +124,7 @@ def batched(
     """gencache's generator: unique prompts, length-sorted longest first, left padded, cut per recorded step."""
     return {
         entry.key: entry.sequences[0].tolist()
-        for entry in generate_entries(model, tokenizer, generation, prompts, batch_size=batch_size)
+        for entry in engine_on("transformers", model, tokenizer, generation, batch_size=batch_size).entries(prompts)
     }
 
 
@@ -371,8 +372,8 @@ def _vllm_run(
         return f"not run: vLLM is not importable ({type(exc).__name__}: {_first_line(exc)})"
     import torch
 
+    from gencache.generation.engines import FinishScanner
     from gencache.generation.engines.vllm import request_output_to_entry, sampling_params_kwargs
-    from gencache.generation.finish import FinishScanner
     from gencache.generation.sampling import sampling_seed
 
     try:
@@ -390,10 +391,8 @@ def _vllm_run(
             generation_config="vllm",
         )
         scanner = FinishScanner(
-            eos_token_ids=generation.eos_token_ids,
-            stop_strings=(),
-            tokenizer=tokenizer,
-            max_new_tokens=generation.max_new_tokens,
+            dataclasses.replace(generation, stop_strings=()),
+            tokenizer,
         )
         inputs = [v.TokensPrompt(prompt_token_ids=ids) for _, ids in prompts]
         params = [v.SamplingParams(**sampling_params_kwargs(generation, seed=sampling_seed(0, k))) for k, _ in prompts]

@@ -112,9 +112,9 @@ def _transformers_row(run: EngineRun, prompt_tokens: int, reference: dict[str, l
     efficiency = f"{stats.slot_efficiency:.3f}" if stats is not None and stats.slots else "not exposed"
     if run.prefix is not None:
         prefix = run.prefix
-        computed_tokens = prefix.prompt_tokens - prefix.cached_tokens
-        computed, floor = str(computed_tokens), f"{prefix.floor_tokens} (blocks of {prefix.block_size})"
-        ratio = f"{computed_tokens / prefix.floor_tokens:.2f}x" if prefix.floor_tokens else "-"
+        computed_tokens = prefix.prompt_tokens - prefix.cached_prompt_tokens
+        computed, floor = str(computed_tokens), f"{prefix.floor_prompt_tokens} (blocks of {prefix.block_size})"
+        ratio = f"{computed_tokens / prefix.floor_prompt_tokens:.2f}x" if prefix.floor_prompt_tokens else "-"
     else:
         cells = stats.prompt_cells if stats is not None else prompt_tokens
         computed, floor, ratio = f"{cells} (padding included)", "- (no prefix cache)", "-"

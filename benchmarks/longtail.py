@@ -21,10 +21,18 @@ from unittest import mock
 
 from gencache.config.engines import ContinuousOptions
 from gencache.generation.effective import EffectiveGeneration
-from gencache.generation.engines import GeneratedEntry, PrefixStats
-from gencache.generation.engines.transformers import generate_continuous, generate_entries, plan_batches
+from gencache.generation.engines import Engine, EngineContext, GeneratedEntry, PrefixStats, create_engine
+from gencache.generation.engines.transformers import plan_batches
 
 KeyedPrompt = tuple[str, list[int]]
+
+
+def engine_on(name: str, model: Any, tokenizer: Any, generation: EffectiveGeneration, **context: Any) -> Engine:
+    """The engine ``name`` with ``model`` as its loaded teacher."""
+    device = str(model.device)
+    engine = create_engine(name, EngineContext(generation, tokenizer, "benchmark", "float32", device, **context))
+    engine.model = model
+    return engine
 
 
 @dataclass(frozen=True)
@@ -236,7 +244,7 @@ def run_static(
         "transformers",
         batch,
         model,
-        lambda: generate_entries(model, tokenizer, generation, prompts, batch_size=batch),
+        lambda: engine_on("transformers", model, tokenizer, generation, batch_size=batch).entries(list(prompts)),
         stats,
         cuda=cuda,
         cancel=True,
@@ -257,18 +265,18 @@ def run_continuous(
     requests that completed a stop string are not cancelled, to measure what cancelling saves), with its
     prefix-sharing statistics."""
     options = ContinuousOptions(max_concurrent_sequences=concurrency)
-    shared: list[PrefixStats] = []
+    engine = engine_on("transformers-continuous", model, tokenizer, generation, options=options)
     stats = EngineStats(prompt_cells=sum(len(ids) for _, ids in prompts) * generation.num_return_sequences)
     run = _measure(
         "transformers-continuous" if cancel else "transformers-continuous, no cancel",
         concurrency,
         model,
-        lambda: generate_continuous(model, tokenizer, generation, prompts, options=options, prefix=shared),
+        lambda: engine.entries(list(prompts)),
         stats,
         cuda=cuda,
         cancel=cancel,
     )
-    return dataclasses.replace(run, prefix=shared[-1] if shared else None)
+    return dataclasses.replace(run, prefix=engine.prefix)
 
 
 def choose_stop_string(tokenizer: Any, free_outputs: Sequence[Sequence[int]], choice: EosChoice) -> str:

@@ -194,7 +194,7 @@ CASES = [
             f"teacher {name} not JSON",
             _teacher_copy(_break_json(name)),
             2,
-            f"teacher/{name} is not valid JSON: Expecting ':' delimiter at line 2, column 7",
+            f"teacher/{name} is not valid JSON (Expecting ':' delimiter: line 2 column 7",
         )
         for name in ("generation_config.json", "config.json", "tokenizer_config.json", "tokenizer.json")
     ),

@@ -20,7 +20,6 @@ from gencache.config.names import ALL_ENGINES
 from gencache.core.errors import ConfigError
 from gencache.data.prompts import CHAT_TEMPLATES, TEMPLATES
 from gencache.data.recipes import BUILTIN_DATASETS, get_recipe
-from gencache.generation.engines import ENGINES
 
 DATASETS_KNOWN = "known: biography, chat, hotpot_qa, musique, niah, table"
 TEMPLATES_KNOWN = "known: default, llama_chat, qwen_3_chat, tokenizer_chat"
@@ -78,7 +77,6 @@ def test_the_recipes_and_templates_follow_the_config_lists_of_names() -> None:
 
 def test_every_engine_table_is_keyed_by_the_one_list_of_engine_names() -> None:
     assert tuple(ENGINE_OPTIONS) == ALL_ENGINES
-    assert tuple(ENGINES) == ALL_ENGINES
     assert tuple(GEN_BATCH_SIZE_USE) == ALL_ENGINES
 
 

@@ -16,11 +16,25 @@ from gencache.config.names import ALL_ENGINES, ENGINE_CONTINUOUS, ENGINE_STATIC,
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.data.recipes import sample_source
 from gencache.generation.effective import check_engine
-from gencache.generation.engines import ENGINES, EngineContext, create_engine
-from gencache.generation.engines.transformers import generate_continuous, generate_entries, size_paged_cache
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
+from gencache.generation.engines import (
+    FINISH_EOS,
+    FINISH_LENGTH,
+    FINISH_STOP_STRING,
+    EngineContext,
+    create_engine,
+)
+from gencache.generation.engines.transformers import size_paged_cache
 from gencache.run.api import generate
-from support.generation_helpers import decode, finish_workload, resolve, solo, text_prompts
+from support.generation_helpers import (
+    continuous_entries,
+    decode,
+    finish_workload,
+    resolve,
+    scanner,
+    solo,
+    static_entries,
+    text_prompts,
+)
 
 
 def _tokens(entry: Any) -> list[list[int]]:
@@ -28,7 +42,7 @@ def _tokens(entry: Any) -> list[list[int]]:
 
 
 def _continuous(model: Any, tokenizer: Any, generation: Any, prompts: Any, **options: Any) -> list[Any]:
-    return list(generate_continuous(model, tokenizer, generation, prompts, options=ContinuousOptions(**options)))
+    return list(continuous_entries(model, tokenizer, generation, prompts, options=ContinuousOptions(**options)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -50,7 +64,7 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
 
     monkeypatch.setattr(ContinuousBatchingManager, "cancel_request", counted)
     entries = list(
-        generate_continuous(
+        continuous_entries(
             tiny_model,
             tiny_tokenizer,
             generation,
@@ -72,7 +86,7 @@ def test_continuous_equals_one_prompt_generate_with_eos_at_step_one_stop_string_
             assert tokens == outputs[entry.key][:step]
     assert reasons == {FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH}
     assert cancelled  # the stop-string requests were cancelled, not decoded to their limit
-    static = generate_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4)
+    static = static_entries(tiny_model, tiny_tokenizer, generation, prompts, batch_size=4)
     by_key = {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in static}
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 
@@ -91,7 +105,7 @@ def test_continuous_packs_at_most_max_concurrent_sequences_per_forward(
 
     monkeypatch.setattr(tiny_model, "forward", counted)
     options = ContinuousOptions(max_concurrent_sequences=4)
-    entries = list(generate_continuous(tiny_model, tiny_tokenizer, generation, prompts, options=options))
+    entries = list(continuous_entries(tiny_model, tiny_tokenizer, generation, prompts, options=options))
     assert len(entries) == len(prompts) and packed and max(packed) <= 4
     assert sum(packed) >= sum(entry.num_tokens for entry in entries)  # one slot per kept token at least
 
@@ -105,7 +119,7 @@ def test_num_return_sequences_and_seeded_sampling_are_reproducible(
     )
 
     def run(seed: int) -> dict[str, Any]:
-        entries = generate_continuous(
+        entries = continuous_entries(
             tiny_model,
             tiny_tokenizer,
             generation,
@@ -146,24 +160,18 @@ def test_the_finish_scanner_applies_eos_then_stop_string_then_length(tiny_tokeni
     ids = tiny_tokenizer("one two three four", add_special_tokens=False).input_ids
     text_after = [decode(tiny_tokenizer, ids[:n]) for n in range(1, len(ids) + 1)]
     stop = text_after[1][len(text_after[0]) :].strip()
-    scanner = FinishScanner(eos_token_ids=[], stop_strings=[stop], tokenizer=tiny_tokenizer, max_new_tokens=50)
-    assert scanner.scan(ids) == (2, FINISH_STOP_STRING)
-    eos_first = FinishScanner(eos_token_ids=[ids[1]], stop_strings=[stop], tokenizer=tiny_tokenizer, max_new_tokens=9)
+    stop_first = scanner(tiny_tokenizer, [], [stop], 50)
+    assert stop_first.scan(ids) == (2, FINISH_STOP_STRING)
+    eos_first = scanner(tiny_tokenizer, [ids[1]], [stop], 9)
     assert eos_first.scan(ids) == (2, FINISH_EOS)
-    short = FinishScanner(eos_token_ids=[], stop_strings=[], tokenizer=tiny_tokenizer, max_new_tokens=1)
+    short = scanner(tiny_tokenizer, [], [], 1)
     assert short.scan(ids) == (1, FINISH_LENGTH)
-    assert (
-        FinishScanner(eos_token_ids=[], stop_strings=[], tokenizer=tiny_tokenizer, max_new_tokens=99).scan(ids) is None
-    )
+    assert scanner(tiny_tokenizer, [], [], 99).scan(ids) is None
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The rule book: what each engine refuses
 # ---------------------------------------------------------------------------------------------------------------
-def test_the_registry_names_every_engine() -> None:
-    assert tuple(ENGINES) == ALL_ENGINES == (ENGINE_STATIC, ENGINE_CONTINUOUS, ENGINE_VLLM)
-
-
 @pytest.mark.parametrize(
     ("settings", "engine", "fragment"),
     [

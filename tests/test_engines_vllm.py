@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from gencache.core.errors import GenerationError
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from gencache.generation.engines.vllm import (
     completion_to_answer,
     request_output_to_entry,
     sampling_params_kwargs,
 )
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.sampling import sampling_seed
-from support.generation_helpers import decode, resolve
+from support.generation_helpers import decode, resolve, scanner
 
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
@@ -37,10 +37,6 @@ def _completion(tokens: list[int], finish_reason: str | None, stop_reason: Any =
         finish_reason=finish_reason,
         stop_reason=stop_reason,
     )
-
-
-def _scanner(tokenizer: Any, eos: list[int], stops: list[str], max_new_tokens: int) -> FinishScanner:
-    return FinishScanner(eos_token_ids=eos, stop_strings=stops, tokenizer=tokenizer, max_new_tokens=max_new_tokens)
 
 
 def test_greedy_settings_map_to_sampling_params(tiny_teacher_dir: Path, tiny_tokenizer: Any) -> None:
@@ -85,27 +81,27 @@ def test_completions_map_to_finish_reasons_with_gencaches_cut(tiny_tokenizer: An
     assert len(ids) >= 4
     stop = decode(tiny_tokenizer, ids[:3])  # completes exactly at the third token
     assert len(stop) > len(decode(tiny_tokenizer, ids[:2]))
-    scanner = _scanner(tiny_tokenizer, [ids[-1]], [stop], 50)
+    stopping = scanner(tiny_tokenizer, [ids[-1]], [stop], 50)
     # vLLM ran past a stop string (here up to an EOS id): the answer is cut where gencache's rule finishes it.
-    assert completion_to_answer(_completion(ids, "stop", ids[-1]), scanner) == (ids[:3], FINISH_STOP_STRING)
+    assert completion_to_answer(_completion(ids, "stop", ids[-1]), stopping) == (ids[:3], FINISH_STOP_STRING)
     # EOS: vLLM reports the stop token id; the EOS token is kept.
-    eos_only = _scanner(tiny_tokenizer, [ids[1]], [], 50)
+    eos_only = scanner(tiny_tokenizer, [ids[1]], [], 50)
     assert completion_to_answer(_completion(ids[:2], "stop", ids[1]), eos_only) == (ids[:2], FINISH_EOS)
     # Stop string: vLLM's token_ids end at the completing token, which gencache's rule also keeps.
-    assert completion_to_answer(_completion(ids[:3], "stop", stop), scanner) == (ids[:3], FINISH_STOP_STRING)
+    assert completion_to_answer(_completion(ids[:3], "stop", stop), stopping) == (ids[:3], FINISH_STOP_STRING)
     # Length at max_new_tokens.
-    assert completion_to_answer(_completion(ids[:4], "length"), _scanner(tiny_tokenizer, [], [], 4)) == (
+    assert completion_to_answer(_completion(ids[:4], "length"), scanner(tiny_tokenizer, [], [], 4)) == (
         ids[:4],
         FINISH_LENGTH,
     )
     # A stop string vLLM's detokenizer saw but the rule's window did not: vLLM's reason is used, tokens kept.
-    assert completion_to_answer(_completion(ids[:2], "stop", "zzz"), _scanner(tiny_tokenizer, [], [], 50)) == (
+    assert completion_to_answer(_completion(ids[:2], "stop", "zzz"), scanner(tiny_tokenizer, [], [], 50)) == (
         ids[:2],
         FINISH_STOP_STRING,
     )
     for reason in ("abort", "error", None):
         with pytest.raises(GenerationError, match="finish_reason"):
-            completion_to_answer(_completion(ids, reason), scanner)
+            completion_to_answer(_completion(ids, reason), stopping)
 
 
 def test_a_request_output_becomes_one_entry_with_texts_decoded_by_gencache(tiny_tokenizer: Any) -> None:
@@ -120,7 +116,7 @@ def test_a_request_output_becomes_one_entry_with_texts_decoded_by_gencache(tiny_
         outputs=[second, first],
         finished=True,
     )
-    entry = request_output_to_entry("key", request, _scanner(tiny_tokenizer, [ids[1]], [], 4), tiny_tokenizer)
+    entry = request_output_to_entry("key", request, scanner(tiny_tokenizer, [ids[1]], [], 4), tiny_tokenizer)
     assert [seq.tolist() for seq in entry.sequences] == [ids[:2], ids[:2]]  # index 0 is cut at its first EOS
     assert entry.finish_reasons == (FINISH_EOS, FINISH_EOS)
     assert entry.texts == (decode(tiny_tokenizer, ids[:2]),) * 2

@@ -18,16 +18,24 @@ import pytest
 from gencache.config.generation import effective_problems
 from gencache.core.errors import ConfigError, GenerationError
 from gencache.generation.effective import EffectiveGeneration
-from gencache.generation.engines import EngineContext, GeneratedEntry
-from gencache.generation.engines.transformers import TransformersEngine, generate_entries, plan_batches
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, EngineContext, GeneratedEntry
+from gencache.generation.engines.transformers import TransformersEngine, plan_batches
 from gencache.generation.teacher import load_teacher, load_tokenizer, runtime_info
 from gencache.generation.tiny import ENDOFTEXT, IM_END, TINY_MAX_NEW_TOKENS
-from support.generation_helpers import PROMPT_TEXTS, choose_finish_case, decode, key_of, resolve, solo, text_prompts
+from support.generation_helpers import (
+    PROMPT_TEXTS,
+    choose_finish_case,
+    decode,
+    key_of,
+    resolve,
+    solo,
+    static_entries,
+    text_prompts,
+)
 
 
 def _run(model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, batch_size: int) -> list[Any]:
-    return list(generate_entries(model, tokenizer, generation, prompts, batch_size=batch_size))
+    return list(static_entries(model, tokenizer, generation, prompts, batch_size=batch_size))
 
 
 def _tokens(entry: GeneratedEntry) -> list[list[int]]:

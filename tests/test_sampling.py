@@ -19,10 +19,9 @@ import gencache
 from gencache.config.engines import ContinuousOptions
 from gencache.core.errors import ConfigError
 from gencache.generation.engines import EngineContext, create_engine
-from gencache.generation.engines.transformers import generate_continuous, generate_entries
 from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 from support.config_factory import hotpot_qa, musique, write_config
-from support.generation_helpers import resolve, text_prompts
+from support.generation_helpers import continuous_entries, resolve, static_entries, text_prompts
 
 SAMPLING = {"do_sample": True, "temperature": 1.3, "top_p": 0.9, "top_k": 20, "num_return_sequences": 3}
 
@@ -91,12 +90,12 @@ def test_static_and_continuous_answers_ignore_batch_size_concurrency_subset_and_
 
     def static(chosen: list[tuple[str, list[int]]], batch_size: int, seed: int = 11) -> dict[str, Any]:
         return _answers(
-            generate_entries(tiny_model, tiny_tokenizer, generation, chosen, batch_size=batch_size, seed=seed)
+            static_entries(tiny_model, tiny_tokenizer, generation, chosen, batch_size=batch_size, seed=seed)
         )
 
     def continuous(chosen: list[tuple[str, list[int]]], concurrency: int) -> dict[str, Any]:
         options = ContinuousOptions(max_concurrent_sequences=concurrency)
-        return _answers(generate_continuous(tiny_model, tiny_tokenizer, generation, chosen, options=options, seed=11))
+        return _answers(continuous_entries(tiny_model, tiny_tokenizer, generation, chosen, options=options, seed=11))
 
     reference = static(prompts, 1)
     for other in (

@@ -18,10 +18,8 @@ from gencache.cli.app import run as cli_run
 from gencache.config.engines import VllmOptions
 from gencache.core.errors import ConfigError
 from gencache.data.recipes import sample_source
-from gencache.generation.engines import EngineContext, create_engine
-from gencache.generation.engines.transformers import generate_entries
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, EngineContext, create_engine
 from gencache.generation.engines.vllm import VllmEngine, installed_build
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
 from support.generation_helpers import (
     build_cpu_attention_teacher,
     decode,
@@ -29,6 +27,7 @@ from support.generation_helpers import (
     manifest_digests,
     resolve,
     solo,
+    static_entries,
     text_prompts,
 )
 
@@ -124,7 +123,7 @@ def test_greedy_float32_equals_one_prompt_generate_for_every_finish_reason(
             assert entry.finish_reasons == (reason,)
             assert tokens == outputs[entry.key][:step]
     assert {entry.finish_reasons[0] for entry in entries} == {FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH}
-    static = generate_entries(model, tokenizer, generation, prompts, batch_size=4)
+    static = static_entries(model, tokenizer, generation, prompts, batch_size=4)
     by_key = {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in static}
     assert {e.key: (_tokens(e), e.texts, e.finish_reasons) for e in entries} == by_key
 
@@ -272,7 +271,7 @@ def test_answers_stream_with_progress_and_unrelated_prompts_are_served_nothing_f
         ({"attn_implementation": "sdpa"}, "model.attn_implementation"),
         ({"generation_kwargs": {"max_new_tokens": 4, "min_new_tokens": 2}}, "min_new_tokens"),
         ({"head_dim": 16}, "head size 16"),
-        ({"device": "cuda"}, "CPU build"),
+        ({"device": "cuda"}, "needs vLLM's GPU build"),
     ],
 )
 def test_refused_settings_stop_before_any_weights_load_with_one_line_and_exit_two(

@@ -12,12 +12,8 @@ import pytest
 
 from gencache.config.engines import ContinuousOptions
 from gencache.generation.engines import PrefixStats, prefix_floor, prefix_order
-from gencache.generation.engines.transformers import (
-    TransformersContinuousEngine,
-    generate_continuous,
-    supported_transformers,
-)
-from support.generation_helpers import resolve
+from gencache.generation.engines.transformers import TransformersContinuousEngine, supported_transformers
+from support.generation_helpers import engine_of, resolve
 
 
 def test_the_floor_counts_what_no_earlier_prompt_shares_in_whole_blocks() -> None:
@@ -46,7 +42,7 @@ def test_the_prefix_order_puts_prompts_with_a_common_prefix_together_and_keeps_e
 
 
 def test_prefix_stats_say_how_much_of_what_the_floor_allows_was_cached() -> None:
-    stats = PrefixStats(16, prompt_tokens=100, cached_tokens=45, floor_tokens=50, source="test")
+    stats = PrefixStats(16, prompt_tokens=100, cached_prompt_tokens=45, floor_prompt_tokens=50, cached_from="test")
     assert stats.to_json() == {
         "block_size": 16,
         "prompt_tokens": 100,
@@ -71,19 +67,19 @@ def test_the_continuous_engines_block_sharing_is_measured_against_the_floor(
     unrelated = [(f"u{i}", [i + 5, *(rng.randrange(5, vocabulary) for _ in range(40))]) for i in range(6)]
     generation = resolve(tiny_teacher_dir, tiny_tokenizer, max_new_tokens=3, eos_token_id=[])
     options = ContinuousOptions(max_concurrent_sequences=2, page_size=16)
-    measured: list[PrefixStats] = []
-    entries = list(
-        generate_continuous(tiny_model, tiny_tokenizer, generation, few_shot, options=options, prefix=measured)
-    )
-    assert len(entries) == 6
-    (stats,) = measured
-    assert (stats.prompt_tokens, stats.floor_tokens) == (6 * 101, 101 + 5 * 5)
+    engine = engine_of("transformers-continuous", tiny_model, tiny_tokenizer, generation, options=options)
+    assert len(list(engine.entries(few_shot))) == 6
+    stats = engine.prefix
+    assert (stats.prompt_tokens, stats.floor_prompt_tokens) == (6 * 101, 101 + 5 * 5)
     # The requests of the first forward each compute the shots; every later one is served them from the cache. The
     # manager runs in its own thread, so the first forward holds one request or both (two slots), by timing.
-    assert stats.cached_tokens in (4 * 96, 5 * 96)
-    assert "block sharing" in stats.source
-    list(generate_continuous(tiny_model, tiny_tokenizer, generation, unrelated, options=options, prefix=measured))
-    assert measured[-1].cached_tokens == 0 and measured[-1].floor_tokens == measured[-1].prompt_tokens == 6 * 41
+    assert stats.cached_prompt_tokens in (4 * 96, 5 * 96)
+    assert "block sharing" in stats.cached_from
+    list(engine.entries(unrelated))
+    assert (
+        engine.prefix.cached_prompt_tokens == 0
+        and engine.prefix.floor_prompt_tokens == engine.prefix.prompt_tokens == 6 * 41
+    )
 
 
 @needs_continuous

@@ -8,10 +8,11 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING
+from gencache.generation.engines import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 
 PROMPT_TEXTS = (
     "Alice Hartley was born in",
@@ -55,6 +56,42 @@ def solo(model: Any, tokenizer: Any, generation: EffectiveGeneration, ids: Seque
         )
     rows: list[list[int]] = output[:, input_ids.shape[1] :].tolist()
     return rows
+
+
+def engine_of(
+    name: str, model: Any, tokenizer: Any, generation: EffectiveGeneration, *, options: Any = None, **context: Any
+) -> Any:
+    """The engine ``name`` as a run creates it (its refusals included), with ``model`` as its loaded teacher."""
+    from gencache.generation.engines import EngineContext, create_engine
+
+    engine = create_engine(
+        name,
+        EngineContext(generation, tokenizer, "tiny", "float32", "cpu", options=options, **context),
+    )
+    engine.model = model
+    return engine
+
+
+def static_entries(
+    model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, *, batch_size: int, seed: int = 0
+) -> Any:
+    """The ``transformers`` engine's entries of ``prompts``."""
+    engine = engine_of("transformers", model, tokenizer, generation, batch_size=batch_size, seed=seed)
+    return engine.entries(prompts)
+
+
+def continuous_entries(
+    model: Any, tokenizer: Any, generation: EffectiveGeneration, prompts: Any, *, options: Any = None, seed: int = 0
+) -> Any:
+    """The ``transformers-continuous`` engine's entries of ``prompts``."""
+    engine = engine_of("transformers-continuous", model, tokenizer, generation, options=options, seed=seed)
+    return engine.entries(prompts)
+
+
+def scanner(tokenizer: Any, eos: Sequence[int], stops: Sequence[str], max_new_tokens: int) -> FinishScanner:
+    """The finish rule of these settings."""
+    settings: Any = SimpleNamespace(eos_token_ids=tuple(eos), stop_strings=tuple(stops), max_new_tokens=max_new_tokens)
+    return FinishScanner(settings, tokenizer)
 
 
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:

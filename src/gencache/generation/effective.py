@@ -5,7 +5,6 @@ by transformers and the ranges gencache adds (:mod:`gencache.config.generation`)
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,13 +38,7 @@ class EffectiveGeneration:
     max_new_tokens: int
     num_return_sequences: int
     do_sample: bool
-    num_beams: int = 1
-    defaults: Mapping[str, Any] | None = None
-
-
-@functools.cache
-def _known_generation_fields() -> frozenset[str]:
-    return frozenset(name for name in vars(hf().GenerationConfig()) if not name.startswith("_"))
+    defaults: Mapping[str, Any]
 
 
 def resolve_generation(
@@ -57,7 +50,8 @@ def resolve_generation(
     tokenizer's unless the user sets it, and settings of a decoding mode the run does not use are dropped (sampling
     parameters under greedy decoding, beam parameters without beams), so transformers cannot warn about them or
     re-fill them from the teacher. ``max_new_tokens`` decides the length (``max_length`` is refused)."""
-    unknown = sorted(set(generation_kwargs) - _known_generation_fields())
+    fields = {name for name in vars(hf().GenerationConfig()) if not name.startswith("_")}
+    unknown = sorted(set(generation_kwargs) - fields)
     if unknown:
         names = ", ".join(f"{FIELD}.{key}" for key in unknown)
         error = ConfigError(f"Unknown generation setting{'s' if len(unknown) > 1 else ''}: {names}.")
@@ -88,7 +82,7 @@ def resolve_generation(
     refused = {"do_sample", "max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED}
     defaults: dict[str, Any] = dict(hf().GenerationConfig._get_default_generation_params())
     merged = {key: value for key, value in defaults.items() if key not in refused}
-    known = _known_generation_fields() - refused
+    known = fields - refused
     merged.update((key, value) for key, value in data.items() if key in known and value is not None)
     merged.update(user)
     merged["do_sample"] = bool(user.get("do_sample", False))
@@ -98,17 +92,14 @@ def resolve_generation(
     if problems_found:
         raise ConfigError(problems_found[0])  # the first problem, the teacher's values included
     do_sample: bool = merged["do_sample"]
-    num_beams = int(merged.get("num_beams", 1))
-    for key in (*(() if do_sample else SAMPLING_KEYS), *(BEAM_KEYS if num_beams == 1 else ())):
+    for key in (*(() if do_sample else SAMPLING_KEYS), *(BEAM_KEYS if merged.get("num_beams", 1) == 1 else ())):
         merged.pop(key, None)
-    eos = merged.get("eos_token_id", [])
-    eos_token_ids = tuple(int(token) for token in (eos if isinstance(eos, list) else [eos]))
-    stops = merged.get("stop_strings", [])
-    stop_strings = tuple(dict.fromkeys([stops] if isinstance(stops, str) else stops))
     if "eos_token_id" in merged:
-        merged["eos_token_id"] = list(eos_token_ids)
+        eos = merged["eos_token_id"]
+        merged["eos_token_id"] = [int(token) for token in (eos if isinstance(eos, list) else [eos])]
     if "stop_strings" in merged:
-        merged["stop_strings"] = list(stop_strings)
+        stops = merged["stop_strings"]
+        merged["stop_strings"] = list(dict.fromkeys([stops] if isinstance(stops, str) else stops))
     try:
         config: GenerationConfig = hf().GenerationConfig(**merged)
         config.validate(strict=True)
@@ -117,12 +108,11 @@ def resolve_generation(
     return EffectiveGeneration(
         config=config,
         kwargs=dict(sorted(merged.items())),
-        eos_token_ids=eos_token_ids,
-        stop_strings=stop_strings,
+        eos_token_ids=tuple(merged.get("eos_token_id", ())),
+        stop_strings=tuple(merged.get("stop_strings", ())),
         max_new_tokens=int(merged["max_new_tokens"]),
         num_return_sequences=int(merged.get("num_return_sequences", 1)),
         do_sample=do_sample,
-        num_beams=num_beams,
         defaults={key: value for key, value in defaults.items() if value is not None},
     )
 
@@ -130,7 +120,7 @@ def resolve_generation(
 def check_engine(engine: str, generation: EffectiveGeneration) -> None:
     """Refuse every effective setting ``engine`` cannot honour exactly: one :class:`ConfigError` line naming the
     engine, the setting and the engines that honour it."""
-    lines = engine_refusals(engine, generation.kwargs, defaults=generation.defaults or {})
+    lines = engine_refusals(engine, generation.kwargs, defaults=generation.defaults)
     if lines:
         more = f" (and {len(lines) - 1} more setting{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else ""
         raise ConfigError(lines[0].rstrip(".") + more + ".")

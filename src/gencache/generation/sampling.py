@@ -72,21 +72,3 @@ def draw_tokens(scores: torch.Tensor, draws: np.ndarray[Any, np.dtype[np.float64
     # strictly below the total, so the token found always has a positive probability (its cumulative sum rises)
     targets = torch.minimum(targets, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, targets, right=True).squeeze(-1)
-
-
-class SequenceSampler:
-    """The last logits processor of a batched ``model.generate`` call: it draws each row's token from the row's own
-    stream (one seed per row in ``streams``) and hands transformers scores that leave no choice (0 at that token,
-    ``-inf`` elsewhere), so transformers' own draw from its global generator returns that token."""
-
-    def __init__(self, streams: Sequence[int], prompt_width: int) -> None:
-        self.streams = list(streams)
-        self.prompt_width = prompt_width
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        import torch
-
-        position = int(input_ids.shape[1]) - self.prompt_width
-        draws = uniforms(self.streams, [position] * len(self.streams))
-        chosen = torch.full_like(scores, float("-inf"))
-        return chosen.scatter_(1, draw_tokens(scores, draws).unsqueeze(-1).to(scores.device), 0.0)

@@ -42,16 +42,6 @@ def load_tokenizer(tokenizer_path: str, *, revision: str | None = None) -> Any:
     return prepare_tokenizer(tokenizer)
 
 
-def import_model_code(model_path: str, *, revision: str | None = None) -> None:
-    """Import torch and the modeling code of the teacher's architecture without reading any weights, so that the
-    load is timed alone. What cannot be read is left to the load to report."""
-    import torch  # noqa: F401  (the first import of torch is part of what this takes)
-
-    with contextlib.suppress(Exception):
-        config = hf().AutoConfig.from_pretrained(model_path, revision=revision)
-        importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
-
-
 @contextlib.contextmanager
 def no_loading_bar() -> Iterator[None]:
     """No "Loading weights" bar in this block (transformers has no switch per call), and transformers' and
@@ -84,23 +74,17 @@ def load_teacher(
     effective one) becomes the model's, so the teacher's ``generation_config.json`` is not read a second time."""
     import torch
 
-    kwargs: dict[str, Any] = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
         with no_loading_bar():
             model: Any = hf().AutoModelForCausalLM.from_pretrained(
                 model_path,
                 dtype=getattr(torch, dtype),
-                low_cpu_mem_usage=True,
                 revision=revision,
                 device_map="auto" if device == "auto" else torch.device(device),
                 generation_config=generation_config,
-                **kwargs,
+                attn_implementation=attn_implementation,
             )
-    except torch.OutOfMemoryError as exc:
-        raise GenerationError(
-            f"Out of memory while loading the teacher {model_path!r} in {dtype} on {device}: {first_line(exc)}"
-        ) from exc
-    except Exception as exc:
+    except Exception as exc:  # out of memory too
         raise GenerationError(
             f"Cannot load the teacher {model_path!r} ({dtype}, device {device}"
             f"{f', revision {revision}' if revision else ''}): {first_line(exc)}"
@@ -158,7 +142,6 @@ def determinism_facts(device: str, **engine_facts: Any) -> dict[str, Any]:
 
     gpu_name, capability = gpu_of(device)
     return {
-        "batch_invariant": engine_facts.pop("batch_invariant"),
         "torch_deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
         "torch_deterministic_warn_only": bool(torch.is_deterministic_algorithms_warn_only_enabled()),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
@@ -197,17 +180,12 @@ def read_json_file(path: str | Path) -> Any:
     """One of the teacher's (or tokenizer's) JSON files, parsed; a :class:`ConfigError` naming the file (and the
     line and column) when it cannot be."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"The teacher's file {path} is not UTF-8 text (byte {error.start:,}); re-download or re-save the model."
-        ) from None
+        return json.loads(Path(path).read_bytes())
     except OSError as error:
         raise ConfigError(f"The teacher's file {path} cannot be read: {error.strerror or error}.") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # not JSON, or not UTF-8 text
         raise ConfigError(
-            f"The teacher's file {path} is not valid JSON: {error.msg} at line {error.lineno}, column "
-            f"{error.colno}; fix it or re-download the model."
+            f"The teacher's file {path} is not valid JSON ({error}); fix it or re-download the model."
         ) from None
 
 
@@ -259,12 +237,9 @@ def check_teacher_weights(model_path: str) -> str:
 
 
 def vocab_size_of(config: Any) -> int | None:
-    """The teacher's embedding rows (``vocab_size`` of its config, or of its text config), or None."""
-    for candidate in (config, getattr(config, "text_config", None)):
-        value = getattr(candidate, "vocab_size", None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    """The teacher's embedding rows (``vocab_size`` of its text config), or None."""
+    value = getattr(config.get_text_config(), "vocab_size", None)
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _ids(value: Any) -> Iterator[int]:

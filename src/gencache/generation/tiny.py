@@ -105,8 +105,6 @@ def build_tiny_teacher(directory: str | os.PathLike[str], *, seed: int = 0, head
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    texts = list(builtin_corpus())
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
@@ -118,7 +116,7 @@ def build_tiny_teacher(directory: str | os.PathLike[str], *, seed: int = 0, head
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    raw.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    raw.train_from_iterator(builtin_corpus(), trainer=trainer)
     tokenizer = hf().PreTrainedTokenizerFast(
         tokenizer_object=raw,
         eos_token=IM_END,

