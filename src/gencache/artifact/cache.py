@@ -5,7 +5,7 @@ the entries as numpy arrays, the missing-key errors and the provenance check aga
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -79,10 +79,6 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def metadata(self, key: str) -> dict[str, Any] | None:
         """The manifest entry of ``key`` (tensor refs, texts, finish reasons, digests) as a new object, or None."""
 
-    @abc.abstractmethod
-    def source(self, key: str) -> Location:
-        """The artifact directory that serves ``key``."""
-
     def __getitem__(self, key: str) -> Generation:
         """The entry of ``key``: zero-copy int64 views of one private memory map of the payload, its texts and
         finish reasons. ``.clone()`` a tensor before modifying it in place: an in-place edit would change what
@@ -119,13 +115,9 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
             array.flags.writeable = False
         return GenerationArrays(key, tuple(arrays), texts, reasons)
 
-    def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
-        """``[cache[key] for key in keys]``: how torch's DataLoader fetches a batch of a map-style dataset."""
-        return [self[key] for key in keys]
-
     def get_many(self, keys: Iterable[str]) -> list[Generation]:
-        """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
-        is looked up before any entry is read: :class:`MissingEntriesError` names how many are missing."""
+        """The entries of ``keys``, in order (repeats allowed), as one batch. Every key is looked up before any
+        entry is read: :class:`MissingEntriesError` names how many are missing."""
         wanted = self._check_keys(keys, "get_many")
         self.require(wanted)
         return [self[key] for key in wanted]

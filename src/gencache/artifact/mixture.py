@@ -117,12 +117,6 @@ class MultiCacheReader(GenerationCache):
         position = self._position(key)
         return None if position < 0 else self._locate(position)[0].metadata(key)
 
-    def source(self, key: str) -> Location:
-        position = self._position(key)
-        if position < 0:
-            raise self._missing(key)
-        return self._locate(position)[0].path
-
 
 def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCacheReader:
     """Open one artifact or a mixture.

@@ -231,11 +231,6 @@ class CacheReader(GenerationCache):
         """The local file of one of the artifact's three (on a bucket: its copy in the local cache)."""
         return self._remote.local(name) if self._remote is not None else cast(Path, self.path) / name
 
-    def source(self, key: str) -> Location:
-        if self.index.find(key) < 0:
-            raise self._missing(key)
-        return self.path
-
     def _manifest_entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
         try:
             return self.index.entry(position)
@@ -297,51 +292,6 @@ class CacheReader(GenerationCache):
                 "replaced); open the new artifact explicitly."
             )
 
-    # -- full verification ----------------------------------------------------------------------------------
-    def verify_all(self, progress: ProgressCallback | None = None) -> list[str]:
-        """Every check of :func:`verify` on this opened artifact; the problems found (without the path)."""
-        problems: list[str] = []
-        manifest = _json_file(read_regular(self._file(MANIFEST_NAME), "Manifest"), MANIFEST_NAME, problems)
-        entries: dict[str, Any] | None = None
-        try:
-            if manifest is not None:
-                entries = check_manifest(manifest).entries  # every entry, and the summary's finish-reason counts
-        except FormatError as error:
-            problems.append(str(error))
-        resolved = _json_file(read_regular(self._file(RESOLVED_NAME), "Resolved config"), RESOLVED_NAME, problems)
-        if isinstance(resolved, dict):
-            problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
-        elif resolved is not None:
-            problems.append("resolved_config.json does not hold a JSON object")
-        index = self.index
-        order = np.argsort(index.starts, kind="stable")
-        digests: list[bytes] = [b""] * len(order)
-        total = self.payload_bytes
-        with open(self._file(PAYLOAD_NAME), "rb", buffering=8 * 1024 * 1024) as handle:
-            done = len(handle.read(self._data_offset))  # the header: checked at open
-            for sequence, length in zip(order.tolist(), index.lengths[order].tolist(), strict=True):
-                data = handle.read(length * TOKEN_BYTES)
-                digests[sequence] = hashlib.sha256(data).digest()
-                done += len(data)
-                if progress is not None:
-                    progress(done, total)
-        if entries is not None and len(entries) != len(index):
-            problems.append(f"manifest.json lists {len(entries)} entries but {PAYLOAD_NAME} holds {len(index)}")
-        first = index.first.tolist()
-        for position, key in enumerate(index.iter_keys()):
-            try:
-                if entries is not None and key in entries:
-                    entry = index.check_entry(position, entries[key])
-                else:
-                    entry = index.entry(position)[0]
-            except FormatError as error:
-                problems.append(str(error))
-                continue
-            problems.extend(_entry_problems(key, entry, digests[first[position] : first[position + 1]]))
-        if progress is not None:
-            progress(total, total)
-        return problems
-
 
 def _json_file(raw: bytes, name: str, problems: list[str]) -> Any:
     """The JSON file ``name`` (``raw``, its bytes) parsed, or None; what is wrong with it added to ``problems``."""
@@ -377,9 +327,41 @@ def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> 
     """The problems of one artifact (none: it is intact): every open-time check, canonical manifest and resolved
     config, every tensor digest (re-hashed from the file) and every content digest; ``progress(done_bytes,
     total_bytes)`` is called while hashing."""
+    problems: list[str] = []
     try:
         reader = CacheReader(path)
-        problems = reader.verify_all(progress)
+        index, total = reader.index, reader.payload_bytes
+        manifest = _json_file(read_regular(reader._file(MANIFEST_NAME), "Manifest"), MANIFEST_NAME, problems)
+        try:
+            if manifest is not None:
+                check_manifest(manifest)  # every entry, and the summary's counts of them
+        except FormatError as error:
+            problems.append(str(error))
+        resolved = _json_file(read_regular(reader._file(RESOLVED_NAME), "Resolved config"), RESOLVED_NAME, problems)
+        if isinstance(resolved, dict):
+            problems.extend(resolved_config_problems(resolved, reader.provenance, reader.summary.get("shard")))
+        elif resolved is not None:
+            problems.append("resolved_config.json does not hold a JSON object")
+        order = np.argsort(index.starts, kind="stable")
+        digests: list[bytes] = [b""] * len(order)
+        with open(reader._file(PAYLOAD_NAME), "rb", buffering=8 * 1024 * 1024) as handle:
+            done = len(handle.read(reader._data_offset))  # the header: checked at open
+            for sequence, length in zip(order.tolist(), index.lengths[order].tolist(), strict=True):
+                data = handle.read(length * TOKEN_BYTES)
+                digests[sequence] = hashlib.sha256(data).digest()
+                done += len(data)
+                if progress is not None:
+                    progress(done, total)
+        first = index.first.tolist()
+        for position, key in enumerate(index.iter_keys()):
+            try:
+                entry = index.entry(position)[0]
+            except FormatError as error:
+                problems.append(str(error))
+                continue
+            problems.extend(_entry_problems(key, entry, digests[first[position] : first[position + 1]]))
+        if progress is not None:
+            progress(total, total)
     except GencacheError as error:
         return [str(error)]
     except OSError as error:
