@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import mmap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,32 +143,17 @@ class CompactIndex:
 def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> CompactIndex:
     """Check the manifest's members after its entries (``manifest``, its bytes) and the payload header bytes
     ``header_raw`` (the ``H`` bytes after the length prefix) of a payload of ``payload_size`` bytes, and each
-    against the other; :class:`FormatError` names the first problem."""
+    against the other (the summary against the header's entries, sequences and tokens; its finish-reason counts,
+    what only the entries tell and ``gencache verify`` counts, must count every sequence); :class:`FormatError`
+    names the first problem."""
     try:
-        entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
+        entries_end, top = manifest_tail(manifest)
         if entries_end > len(_MANIFEST_OPEN):  # the first entry's key comes first
             _require(manifest.find(_ENTRY_OPEN, len(_MANIFEST_OPEN)) == len(_MANIFEST_OPEN) + 1 + DIGEST_HEX_CHARS)
         _require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN)
     except FormatError:
         manifest = _canonical_manifest(manifest)
-        entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
-    keys, first, starts, lengths = check_payload(top, header_raw, payload_size)
-    return CompactIndex(
-        keys=keys,
-        first=first,
-        starts=starts,
-        lengths=lengths,
-        manifest=manifest,
-        entries_end=entries_end,
-        members=top,
-    )
-
-
-def check_payload(top: dict[str, Any], header_raw: bytes, payload_size: int) -> tuple[np.ndarray, ...]:
-    """The scanned header (:func:`scan_header`) of a payload of ``payload_size`` bytes whose header bytes (after
-    the length prefix) are ``header_raw``, checked against that size and the manifest's members after its entries
-    ``top`` (its summary against the header's entries, sequences and tokens; its finish-reason counts, what only
-    the entries tell and ``gencache verify`` counts, must count every sequence)."""
+        entries_end, top = manifest_tail(manifest)
     keys, first, starts, lengths = scan_header(header_raw.rstrip(b" "), top["provenance_digest"])
     tokens = int(lengths.sum())
     if payload_size != (expected := 8 + len(header_raw) + TOKEN_BYTES * tokens):
@@ -179,7 +164,7 @@ def check_payload(top: dict[str, Any], header_raw: bytes, payload_size: int) -> 
     check_summary(top["summary"], len(keys), (raw.decode() for raw in keys.tolist()), len(lengths), tokens, reasons)
     if reasons.keys() != set(FINISH_REASONS) or min(reasons.values()) < 0 or sum(reasons.values()) != len(lengths):
         raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
-    return keys, first, starts, lengths
+    return CompactIndex(keys, first, starts, lengths, manifest, entries_end, top)
 
 
 def _require(condition: bool) -> None:
@@ -188,19 +173,13 @@ def _require(condition: bool) -> None:
 
 
 # -- the manifest ------------------------------------------------------------------------------------------------
-def manifest_tail(size: int, read: Callable[[int, int], bytes]) -> tuple[int, dict[str, Any]]:
-    """Where the entries' object closes in a canonical manifest of ``size`` bytes and its members after it,
-    checked as :func:`check_manifest` checks them, read from its end with ``read(length, offset)``."""
-    length = 4096
-    while True:  # the members after the entries are small: a few KiB, read from the end
-        tail = read(min(length, size), max(size - length, 0))
-        at = tail.rfind(OTHERS)
-        if at >= 0 or length >= size:
-            break
-        length *= 4
+def manifest_tail(manifest: Buffer) -> tuple[int, dict[str, Any]]:
+    """Where the entries' object closes in a canonical manifest and its members after it, checked as
+    :func:`check_manifest` checks them."""
+    at = manifest.rfind(OTHERS)
     try:
         _require(at >= 0)
-        top = json.loads(b"{" + tail[at + 2 :])  # small; the standard library's parser
+        top = json.loads(b"{" + manifest[at + 2 :])  # small; the standard library's parser
     except (ValueError, RecursionError):
         top = None
     _require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
@@ -209,7 +188,7 @@ def manifest_tail(size: int, read: Callable[[int, int], bytes]) -> tuple[int, di
     top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
     _require(top["provenance_digest"] == provenance_digest(top["provenance"]))
     _require(isinstance(top["summary"], dict))
-    return max(size - length, 0) + at, top
+    return at, top
 
 
 def _canonical_manifest(manifest: Buffer) -> bytes:

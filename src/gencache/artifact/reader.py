@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from gencache.artifact._index import TEXTS, CompactIndex, build_index, check_payload, manifest_tail
+from gencache.artifact._index import TEXTS, CompactIndex, build_index
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import check_manifest, content_digest, json_file_bytes
@@ -105,18 +105,8 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     guarantees (the open-time checks: files, the manifest's members after its entries, the header, the payload's
     size) and the run digest its resolved config records, without reading its entries or its payload (``verify``
     is the full check). :class:`FormatError` names what is wrong with one that is not whole."""
-    where = location(path)
-    if not isinstance(where, S3Url):
-        CacheReader(where)  # maps the manifest, reads its members after the entries and the payload's header
-    else:
-        try:
-            remote = RemoteArtifact(where)  # the manifest's members after the entries by range, not all of it
-            size, header_raw = remote.payload_head()
-            _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
-            check_payload(members, header_raw, size)
-        except FormatError as error:
-            raise FormatError(f"{where}: {error}") from None
-    return read_resolved_config(where).get("run_digest") == run_digest
+    CacheReader(path)  # maps the manifest, reads its members after the entries and the payload's header
+    return read_resolved_config(path).get("run_digest") == run_digest
 
 
 class CacheReader(GenerationCache):
