@@ -308,7 +308,7 @@ def test_open_caches_refuses_an_empty_path_and_bytes() -> None:
         open_caches("")
     with pytest.raises(FormatError, match="empty path"):
         open_caches(["", ""])
-    with pytest.raises(TypeError, match="not bytes"):
+    with pytest.raises(TypeError, match=r"is not a str or os\.PathLike path"):
         open_caches(b"/tmp")  # type: ignore[arg-type]
 
 

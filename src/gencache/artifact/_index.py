@@ -106,22 +106,9 @@ class CompactIndex:
                 hi, above = mid, int(self.keys.searchsorted(found))
         raise FormatError(f"manifest.json has no entry {key}, which {PAYLOAD_NAME} holds.")
 
-    def check_entry(self, position: int, entry: object) -> dict[str, Any]:
-        """``entry`` checked as the entry of ``position``: as :func:`check_manifest` checks an entry, and that it
-        describes exactly that key's tensors in the header."""
-        key = self.key(position)
-        lengths = check_entry(key, entry)
-        lo, hi = self.first[position : position + 2].tolist()
-        if lengths != self.lengths[lo:hi].tolist():
-            raise FormatError(
-                f"manifest.json entry {key} lists sequences of {lengths} tokens but {PAYLOAD_NAME} holds "
-                f"{self.lengths[lo:hi].tolist()}."
-            )
-        assert isinstance(entry, dict)
-        return entry
-
     def entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
-        """The checked manifest entry of ``position`` and the byte span of its text list's JSON in the manifest."""
+        """The manifest entry of ``position``, checked as :func:`check_manifest` checks an entry and against that
+        key's tensors in the header, and the byte span of its text list's JSON in the manifest."""
         key = self.key(position)
         start, end = self._locate(position, key)
         raw = self.manifest[start:end]
@@ -129,7 +116,12 @@ class CompactIndex:
             entry = msgspec.json.decode(raw)
         except msgspec.DecodeError as error:
             raise FormatError(f"manifest.json entry {key} is not valid JSON ({error}) (damaged).") from None
-        entry = self.check_entry(position, entry)
+        lo, hi = self.first[position : position + 2].tolist()
+        if (lengths := check_entry(key, entry)) != self.lengths[lo:hi].tolist():
+            raise FormatError(
+                f"manifest.json entry {key} lists sequences of {lengths} tokens but {PAYLOAD_NAME} holds "
+                f"{self.lengths[lo:hi].tolist()}."
+            )
         texts_at = start + raw.rfind(_TEXT_OPEN) + len(_TEXT_OPEN) - 1  # the text list's opening bracket
         try:
             texts = TEXTS.decode(self.manifest[texts_at : end - 1])

@@ -118,7 +118,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def get_many(self, keys: Iterable[str]) -> list[Generation]:
         """The entries of ``keys``, in order (repeats allowed), as one batch. Every key is looked up before any
         entry is read: :class:`MissingEntriesError` names how many are missing."""
-        wanted = self._check_keys(keys, "get_many")
+        wanted = keys if isinstance(keys, (str, bytes)) else list(keys)
         self.require(wanted)
         return [self[key] for key in wanted]
 
@@ -128,18 +128,12 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
             "(check the data configs, or use .get() to test membership)."
         )
 
-    @staticmethod
-    def _check_keys(keys: Iterable[str], what: str) -> list[str]:
-        if isinstance(keys, (str, bytes)):
-            raise TypeError(
-                f"{what}() takes an iterable of keys, not one {type(keys).__name__}; wrap a single key in a list."
-            )
-        return list(keys)
-
     def require(self, keys: Iterable[str]) -> None:
         """Coverage check: raise :class:`MissingEntriesError` unless every key is present (reads no entry).
         ``keys`` is an iterable of keys; one string is a ``TypeError``."""
-        wanted = set(self._check_keys(keys, "require"))
+        if isinstance(keys, (str, bytes)):
+            raise TypeError(f"Give an iterable of keys, not one {type(keys).__name__}; wrap a single key in a list.")
+        wanted = set(keys)
         missing = sorted(key for key in wanted if self._position(key) < 0)
         if missing:
             raise MissingEntriesError(

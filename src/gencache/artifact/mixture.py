@@ -113,9 +113,7 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     (every shard must exist and come from the same run). The same directory twice (even through a symlink),
     differing provenance or a key stored with different content in two artifacts are errors.
     """
-    if isinstance(paths, (bytes, bytearray)):
-        raise TypeError("open_caches takes str or os.PathLike paths (or a list of them), not bytes; decode the path.")
-    items = [paths] if isinstance(paths, (str, os.PathLike, S3Url)) else list(paths)
+    items = [paths] if isinstance(paths, (str, bytes, os.PathLike, S3Url)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
     for item in items:

@@ -45,15 +45,6 @@ from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
-def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
-    """A read-only shared map of a file: file-backed pages that forked processes share."""
-    fd = open_regular(path, what)
-    try:
-        return b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-
-
 def _missing(path: Path) -> str:
     """Why an artifact directory that does not exist cannot be opened: a shard base (its shards beside it) is
     opened with ``open_caches``, anything else is a wrong path."""
@@ -133,7 +124,11 @@ class CacheReader(GenerationCache):
         self._remote = RemoteArtifact(self.path, self.cache_dir) if isinstance(self.path, S3Url) else None
         if self._remote is None:
             check_artifact_files(cast(Path, self.path))
-        manifest = _map_file(self._file(MANIFEST_NAME), "Manifest")
+        fd = open_regular(self._file(MANIFEST_NAME), "Manifest")
+        try:  # a read-only shared map: file-backed pages that forked processes share
+            manifest = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if os.fstat(fd).st_size else b""
+        finally:
+            os.close(fd)
         # the payload (on a bucket: if a process of this node downloaded it, else its header is read by range),
         # kept open until it is mapped (get_arrays reads it, the map is made from it): the file opened here
         payload = (self._remote.cache if self._remote is not None else cast(Path, self.path)) / PAYLOAD_NAME
