@@ -53,7 +53,7 @@ def test_entries_round_trip(artifact: tuple[Path, list[Entry]]) -> None:
         assert generation.texts == e.texts and generation.finish_reasons == e.finish_reasons
         assert e.key in reader and reader.get(e.key) is not None
     assert reader.provenance == PROVENANCE
-    assert reader.manifest["summary"]["entries"] == 12
+    assert reader.summary["entries"] == 12
 
 
 def test_missing_keys(artifact: tuple[Path, list[Entry]]) -> None:

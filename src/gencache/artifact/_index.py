@@ -56,9 +56,6 @@ class CompactIndex:
     entries_end: int  # where the entries' object closes in ``manifest``
     members: dict[str, Any]  # the manifest's members after its entries, checked
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
     def find(self, key: object) -> int:
         """The position of ``key``, or -1."""
         if type(key) is not str or len(key) != DIGEST_HEX_CHARS or not key.isascii():

@@ -159,10 +159,10 @@ class CacheReader(GenerationCache):
         self._data_offset = LENGTH_PREFIX_BYTES + self.header_capacity
         # filled on an entry's first read, once it is checked: where its texts' JSON is in the manifest (0, 0 until
         # then) and its sequences' finish-reason codes
-        self._texts_at = np.zeros((len(index), 2), dtype=np.int64)
+        self._texts_at = np.zeros((len(index.keys), 2), dtype=np.int64)
         self._manifest = memoryview(index.manifest)  # texts are decoded from it without a copy
         self._reasons = np.zeros(len(index.starts), dtype=np.uint8)
-        self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
+        self._single = len(index.starts) == len(index.keys)  # one sequence per entry (every entry has at least one)
 
     def _fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
@@ -189,7 +189,7 @@ class CacheReader(GenerationCache):
 
     # -- mapping -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.index.keys)
 
     def __iter__(self) -> Iterator[str]:
         """Keys in sorted (manifest) order."""
@@ -197,16 +197,6 @@ class CacheReader(GenerationCache):
 
     def _position(self, key: object) -> int:
         return self.index.find(key)
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """The whole manifest, parsed from ``manifest.json`` on every access (large for big artifacts: prefer
-        :attr:`summary`, :meth:`metadata` and the mapping itself)."""
-        try:
-            value: dict[str, Any] = json.loads(read_regular(self._file(MANIFEST_NAME), "Manifest").decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            raise self._fail(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
-        return value
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self.index.find(key)

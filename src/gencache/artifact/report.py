@@ -217,7 +217,7 @@ def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
     """Two or more readable paths: which provenance fields differ, the union of their keys, and per pair the keys
     both hold and those whose stored contents differ (the first few)."""
     digests = [
-        {k: e["content_digest"] for reader in reversed(readers) for k, e in reader.manifest["entries"].items()}
+        {k: e["content_digest"] for reader in reversed(readers) for k in reader if (e := reader.metadata(k))}
         for _, readers in named
     ]
     first = named[0][1][0].provenance
