@@ -7,7 +7,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -90,16 +90,6 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
 
     def __contains__(self, key: object) -> bool:
         return self._position(key) >= 0
-
-    @overload
-    def get(self, key: str, /) -> Generation | None: ...
-    @overload
-    def get(self, key: str, /, default: Generation | Any) -> Generation | Any: ...
-
-    def get(self, key: str, /, default: Any = None) -> Any:
-        """The entry for ``key``, or ``default`` (None) when the cache does not hold it."""
-        position = self._position(key)
-        return default if position < 0 else self._read(position, key)
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__

@@ -78,16 +78,14 @@ def build_header(
     keys = sorted(records) if sorted_keys is None else sorted_keys
     meta = metadata_member(provenance_digest)
     at = bisect.bisect_left(keys, _METADATA_NAME)
-    width = TOKEN_BYTES
-    parts: list[str] = []
-    append = parts.append
+    width, parts = TOKEN_BYTES, []
     for position, key in enumerate(keys):
         if position == at:
-            append(meta)
+            parts.append(meta)
         record = records[key]
         if len(record) == 1 + RECORD_STRIDE:  # one sequence: _tensor_member_text(tensor_name(key, 0), ...), inlined
             start, n = record[0], record[1]
-            append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":"I64","shape":[{n}]}}')
+            parts.append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":"I64","shape":[{n}]}}')
             continue
         start, lengths = record[0], record[1::RECORD_STRIDE]
         starts = []
@@ -96,9 +94,9 @@ def build_header(
             start += n * width
         for i in sorted(range(len(lengths)), key=str):  # the order canonical JSON sorts names: "10" before "2"
             s, n = starts[i], lengths[i]
-            append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
+            parts.append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
     if at == len(keys):
-        append(meta)
+        parts.append(meta)
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 

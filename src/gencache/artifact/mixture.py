@@ -93,17 +93,13 @@ class MultiCacheReader(GenerationCache):
                 return local * len(self.readers) + owner
         return -1
 
-    def _locate(self, position: int) -> tuple[CacheReader, int]:
-        local, owner = divmod(position, len(self.readers))
-        return self.readers[owner], local
-
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
-        reader, local = self._locate(position)
-        return reader._entry(local)
+        local, owner = divmod(position, len(self.readers))
+        return self.readers[owner]._entry(local)
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)
-        return None if position < 0 else self._locate(position)[0].metadata(key)
+        return None if position < 0 else self.readers[position % len(self.readers)].metadata(key)
 
 
 def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCacheReader:

@@ -71,8 +71,6 @@ def check_artifact_files(path: Path) -> None:
         names = set(os.listdir(path))
     except FileNotFoundError:
         raise FormatError(_missing(path)) from None
-    except NotADirectoryError:
-        raise FormatError(f"Cache path {path} is not a directory.") from None
     except OSError as error:
         raise FormatError(f"Cache directory {path} cannot be listed ({error.strerror}).") from None
     if problem := files_problem(path, names):
@@ -147,7 +145,7 @@ class CacheReader(GenerationCache):
             if self._fd is not None:
                 self._close_fd()
             if isinstance(error, FormatError):
-                raise self._fail(str(error)) from None
+                raise FormatError(f"{self.path}: {error}") from None
             raise
         self.header_capacity = len(header_raw)
         self._tokens = None
@@ -164,9 +162,6 @@ class CacheReader(GenerationCache):
         self._reasons = np.zeros(len(index.starts), dtype=np.uint8)
         self._single = len(index.starts) == len(index.keys)  # one sequence per entry (every entry has at least one)
 
-    def _fail(self, message: str) -> FormatError:
-        return FormatError(f"{self.path}: {message}")
-
     def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RemoteArtifact:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
         first use (on a bucket: of the payload downloaded into the local cache, or range reads without it)."""
@@ -181,7 +176,7 @@ class CacheReader(GenerationCache):
         try:
             mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except (OSError, ValueError) as error:
-            raise self._fail(f"{PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
+            raise FormatError(f"{self.path}: {PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
         self._tokens = np.frombuffer(mapped, dtype="<i8")
         self._fd = None
         self._close_fd()
@@ -210,7 +205,7 @@ class CacheReader(GenerationCache):
         try:
             return self.index.entry(position)
         except FormatError as error:
-            raise self._fail(str(error)) from None
+            raise FormatError(f"{self.path}: {error}") from None
 
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
@@ -262,9 +257,9 @@ class CacheReader(GenerationCache):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"], download=state["download"], cache_dir=state["cache"])  # type: ignore[misc]
         if self.identity != state["identity"]:
-            raise self._fail(
-                "the artifact at this path is not the one the reader was pickled from (it was regenerated or "
-                "replaced); open the new artifact explicitly."
+            raise FormatError(
+                f"{self.path}: the artifact at this path is not the one the reader was pickled from (it was "
+                "regenerated or replaced); open the new artifact explicitly."
             )
 
 
