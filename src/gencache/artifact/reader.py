@@ -11,7 +11,6 @@ import hashlib
 import json
 import mmap
 import os
-import stat
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -68,21 +67,18 @@ def check_artifact_files(path: Path) -> None:
             f"rename); it is not an artifact: `gencache clean {path.parent}` removes it once its writer is gone."
         )
     try:
-        names = set(os.listdir(path))
+        with os.scandir(path) as listing:
+            found = {entry.name: entry for entry in listing}
+        if problem := files_problem(path, set(found)):
+            raise FormatError(problem)
+        for name in sorted(ARTIFACT_FILES):
+            if not found[name].is_file(follow_symlinks=False):
+                kind = "a symlink" if found[name].is_symlink() else "not a regular file"
+                raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, not link).")
     except FileNotFoundError:
         raise FormatError(_missing(path)) from None
     except OSError as error:
-        raise FormatError(f"Cache directory {path} cannot be listed ({error.strerror}).") from None
-    if problem := files_problem(path, names):
-        raise FormatError(problem)
-    for name in sorted(ARTIFACT_FILES):
-        try:
-            mode = os.lstat(path / name).st_mode
-        except OSError as error:
-            raise FormatError(f"{path}: {name} cannot be read ({error.strerror}).") from None
-        if not stat.S_ISREG(mode):
-            kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
-            raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, do not link).")
+        raise FormatError(f"Cache directory {path} cannot be read ({error.strerror}).") from None
 
 
 ProgressCallback = Callable[[int, int], None]
