@@ -67,14 +67,6 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry at ``position``: its sequences as views of the payload map, its texts and finish reasons."""
 
-    def _read(self, position: int, key: str) -> Generation:
-        import torch
-
-        arrays, texts, reasons = self._entry(position)
-        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
-        # pickling it for another process carries only these bytes, never the whole payload
-        return Generation(key, tuple(map(torch.from_numpy, arrays)), texts, reasons)
-
     @abc.abstractmethod
     def metadata(self, key: str) -> dict[str, Any] | None:
         """The manifest entry of ``key`` (tensor refs, texts, finish reasons, digests) as a new object, or None."""
@@ -83,10 +75,12 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         """The entry of ``key``: zero-copy int64 views of one private memory map of the payload, its texts and
         finish reasons. ``.clone()`` a tensor before modifying it in place: an in-place edit would change what
         later reads of that key return in this process (the file itself is never written)."""
-        position = self._position(key)
-        if position < 0:
-            raise self._missing(key)
-        return self._read(position, key)
+        arrays, texts, reasons = self._entry(self._found(key))
+        import torch
+
+        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
+        # pickling it for another process carries only these bytes, never the whole payload
+        return Generation(key, tuple(map(torch.from_numpy, arrays)), texts, reasons)
 
     def __contains__(self, key: object) -> bool:
         return self._position(key) >= 0
@@ -97,10 +91,7 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def get_arrays(self, key: str) -> GenerationArrays:
         """``cache[key]`` with the sequences as read-only numpy arrays, checked the same way; a reader serves them
         without importing torch (what ``gencache export`` uses)."""
-        position = self._position(key)
-        if position < 0:
-            raise self._missing(key)
-        arrays, texts, reasons = self._entry(position)
+        arrays, texts, reasons = self._entry(self._found(key))
         for array in arrays:
             array.flags.writeable = False
         return GenerationArrays(key, tuple(arrays), texts, reasons)
@@ -112,11 +103,14 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
         self.require(wanted)
         return [self[key] for key in wanted]
 
-    def _missing(self, key: object) -> MissingEntryError:
-        return MissingEntryError(
-            f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
-            "(check the data configs, or use .get() to test membership)."
-        )
+    def _found(self, key: object) -> int:
+        """Where ``key`` is held; :class:`MissingEntryError` when the cache does not hold it."""
+        if (position := self._position(key)) < 0:
+            raise MissingEntryError(
+                f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
+                "(check the data configs, or use .get() to test membership)."
+            )
+        return position
 
     def require(self, keys: Iterable[str]) -> None:
         """Coverage check: raise :class:`MissingEntriesError` unless every key is present (reads no entry).
