@@ -32,7 +32,7 @@ from gencache.artifact.names import (
     tensor_name,
 )
 from gencache.core.canonical import canonical_bytes, json_digest
-from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError, ShardError
+from gencache.core.errors import FormatError, HeaderCapacityError, ShardError
 from support.format_reference import header_object, make_record, manifest_object, record_fields
 from support.storage_helpers import PROVENANCE, TOKENIZER, key
 
@@ -95,15 +95,6 @@ def test_header_capacity_refuses_plans_over_the_safetensors_limit_and_suggests_s
         header_capacity(100_000, 8, 32_768)
 
 
-@pytest.mark.parametrize(
-    ("args", "name"),
-    [((-1, 1, 1), "entries"), ((1, 0, 1), "sequences"), ((1, 1, 0), "max_new"), ((1, True, 5), "sequences")],
-)
-def test_header_capacity_rejects_bad_plans(args: tuple[int, int, int], name: str) -> None:
-    with pytest.raises(ConfigError, match=name):
-        header_capacity(*args)
-
-
 def test_the_length_prefix_is_written_and_read_back() -> None:
     assert length_prefix(16) == (16).to_bytes(8, "little")
     with pytest.raises(HeaderCapacityError, match="multiple of 8"):
@@ -117,7 +108,7 @@ def test_the_length_prefix_is_written_and_read_back() -> None:
     ]:
         with pytest.raises(FormatError):
             read_length_prefix(prefix, size)
-    with pytest.raises(FormatError, match="invalid"):
+    with pytest.raises(FormatError, match="header length"):
         read_length_prefix((MAX_HEADER_BYTES + 8).to_bytes(8, "little"), 10**9)
 
 

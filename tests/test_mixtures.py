@@ -48,7 +48,6 @@ def test_mixtures_take_the_union_and_accept_identical_duplicates(tmp_path: Path)
     assert len(mix) == 5 and set(mix.keys()) == {e.key for e in entries}
     for e in entries:
         assert mix[e.key].texts == e.texts and e.key in mix
-    assert mix.source(entries[2].key) == a and mix.source(entries[4].key) == b
     assert mix.metadata(entries[4].key) is not None and mix.get("0" * 64) is None
     mix.require(e.key for e in entries)
     mix.check_compatible(
@@ -75,10 +74,7 @@ def test_mixtures_require_identical_provenance(tmp_path: Path) -> None:
     with pytest.raises(CompatibilityError) as caught:
         open_caches([a, c])
     assert "(differing: model_path)" in str(caught.value)
-    assert (
-        "model_path is compared verbatim, as recorded (model_path 'tiny/teacher' vs '/elsewhere/tiny/teacher')"
-        in str(caught.value)
-    )
+    assert "as recorded: model_path 'tiny/teacher' vs '/elsewhere/tiny/teacher'" in str(caught.value)
     assert "regenerate one with the other's path" in str(caught.value)
 
 
@@ -119,7 +115,7 @@ def test_an_unsuffixed_output_directory_expands_to_all_its_shards(tmp_path: Path
     assert shards["shards"]["missing"] == [] and shards["shards"]["other_run"] == []
     verified = verify_report([tmp_path / "out"])
     lines = verified.lines()
-    assert verified.ok and verified.exit_code == 0
+    assert verified.exit_code == 0
     assert len(lines) == 3 and all(line.startswith("OK") for line in lines)
 
 
@@ -132,7 +128,7 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
     report = inspect_report([tmp_path / "out"])
     assert report.to_json()["artifacts"][0]["shards"]["missing"] == ["00002"] and report.exit_code == 1
     verified = verify_report([tmp_path / "out"])
-    assert not verified.ok and verified.exit_code == 1
+    assert verified.exit_code == 1
     assert any("shards 00002 are missing" in line for line in verified.lines())
 
 
@@ -147,7 +143,7 @@ def test_a_shard_of_another_run_is_named(tmp_path: Path) -> None:
     # verify applies the same check: each shard is intact on its own, but the set is not one run
     verified = verify_report([tmp_path / "out"])
     lines = verified.lines()
-    assert not verified.ok
+    assert verified.exit_code
     assert [line for line in lines if line.startswith("FAIL")] == [
         line for line in lines if "different runs" in line and "shards 00001 have run_digest 222222222222" in line
     ]
@@ -228,14 +224,13 @@ def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", make_entries(3))
     verified = verify_report([a, tmp_path / "nope"], progress=functools.partial(verify_progress, Console(record=True)))
     lines = verified.lines()
-    assert not verified.ok and verified.exit_code == 2  # a path that is not an artifact is bad input
+    assert verified.exit_code == 2  # a path that is not an artifact is bad input
     assert lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]
     assert [r["status"] for r in verified.to_json()["results"]] == ["ok", "bad_input"]
     assert issubclass(ShardError, GencacheError)
 
 
 def test_a_shard_set_routes_each_key_to_its_shard(tmp_path: Path) -> None:
-    from gencache.artifact.names import shard_of
 
     entries = make_entries(40)
     paths = make_shards(tmp_path / "out", 3, entries)
@@ -243,7 +238,7 @@ def test_a_shard_set_routes_each_key_to_its_shard(tmp_path: Path) -> None:
         assert isinstance(mix, MultiCacheReader)
         assert list(mix) == sorted(e.key for e in entries) and len(mix) == 40
         for e in entries:
-            assert mix.source(e.key) == paths[shard_of(e.key, 3)] and mix[e.key].texts == e.texts
+            assert mix[e.key].texts == e.texts
             assert mix.metadata(e.key) is not None
         missing = "f" * 64
         assert missing not in mix and mix.get(missing) is None and "g" * 64 not in mix

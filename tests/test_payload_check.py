@@ -10,7 +10,7 @@ import pytest
 
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader
-from gencache.core.errors import IntegrityError, MissingEntryError
+from gencache.core.errors import IntegrityError
 from support.storage_helpers import Entry, make_entries, writable_copy, write_artifact, write_shard
 
 
@@ -47,26 +47,13 @@ def test_a_token_changed_in_place_fails_the_first_read_of_its_entry(
         reader[first.key]
 
 
-def test_getitems_returns_what_individual_reads_return(artifact: tuple[Path, list[Entry]], tmp_path: Path) -> None:
-    reader = CacheReader(artifact[0])
-    keys = [*[e.key for e in artifact[1]][::-1], artifact[1][0].key]  # any order, repeats allowed
-    batch = reader.__getitems__(keys)
-    assert [g.key for g in batch] == keys
-    for generation, key in zip(batch, keys, strict=True):
-        single = reader[key]
-        assert tokens(generation) == tokens(single)
-        assert (generation.texts, generation.finish_reasons) == (single.texts, single.finish_reasons)
-    with pytest.raises(MissingEntryError):
-        reader.__getitems__([keys[0], "0" * 64])
-
-
 def test_a_shard_set_batch_returns_individual_reads(tmp_path: Path) -> None:
     entries = make_entries(10)
     for index in range(2):
         write_shard(tmp_path / "out", index, 2, entries, "d" * 64)
     mixture = open_caches(tmp_path / "out")
     keys = sorted(e.key for e in entries)
-    assert [tokens(g) for g in mixture.__getitems__(keys)] == [tokens(mixture[k]) for k in keys]
+    assert [tokens(g) for g in mixture.get_many(keys)] == [tokens(mixture[k]) for k in keys]
 
 
 def test_get_arrays_serves_the_same_entries_as_numpy(artifact: tuple[Path, list[Entry]], tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import mmap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,6 @@ from gencache.artifact.manifest import (
     provenance_digest,
 )
 from gencache.artifact.names import DIGEST_HEX_CHARS, FINISH_REASONS, FORMAT_VERSION, PAYLOAD_NAME, STORAGE, TOKEN_BYTES
-from gencache.core.canonical import is_int
 from gencache.core.errors import FormatError
 
 Buffer = bytes | mmap.mmap
@@ -56,9 +55,6 @@ class CompactIndex:
     manifest: Buffer  # canonical manifest bytes
     entries_end: int  # where the entries' object closes in ``manifest``
     members: dict[str, Any]  # the manifest's members after its entries, checked
-
-    def __len__(self) -> int:
-        return len(self.keys)
 
     def find(self, key: object) -> int:
         """The position of ``key``, or -1."""
@@ -107,22 +103,9 @@ class CompactIndex:
                 hi, above = mid, int(self.keys.searchsorted(found))
         raise FormatError(f"manifest.json has no entry {key}, which {PAYLOAD_NAME} holds.")
 
-    def check_entry(self, position: int, entry: object) -> dict[str, Any]:
-        """``entry`` checked as the entry of ``position``: as :func:`check_manifest` checks an entry, and that it
-        describes exactly that key's tensors in the header."""
-        key = self.key(position)
-        lengths = check_entry(key, entry)
-        lo, hi = self.first[position : position + 2].tolist()
-        if lengths != self.lengths[lo:hi].tolist():
-            raise FormatError(
-                f"manifest.json entry {key} lists sequences of {lengths} tokens but {PAYLOAD_NAME} holds "
-                f"{self.lengths[lo:hi].tolist()}."
-            )
-        assert isinstance(entry, dict)
-        return entry
-
     def entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
-        """The checked manifest entry of ``position`` and the byte span of its text list's JSON in the manifest."""
+        """The manifest entry of ``position``, checked as :func:`check_manifest` checks an entry and against that
+        key's tensors in the header, and the byte span of its text list's JSON in the manifest."""
         key = self.key(position)
         start, end = self._locate(position, key)
         raw = self.manifest[start:end]
@@ -130,7 +113,12 @@ class CompactIndex:
             entry = msgspec.json.decode(raw)
         except msgspec.DecodeError as error:
             raise FormatError(f"manifest.json entry {key} is not valid JSON ({error}) (damaged).") from None
-        entry = self.check_entry(position, entry)
+        lo, hi = self.first[position : position + 2].tolist()
+        if (lengths := check_entry(key, entry)) != self.lengths[lo:hi].tolist():
+            raise FormatError(
+                f"manifest.json entry {key} lists sequences of {lengths} tokens but {PAYLOAD_NAME} holds "
+                f"{self.lengths[lo:hi].tolist()}."
+            )
         texts_at = start + raw.rfind(_TEXT_OPEN) + len(_TEXT_OPEN) - 1  # the text list's opening bracket
         try:
             texts = TEXTS.decode(self.manifest[texts_at : end - 1])
@@ -144,32 +132,17 @@ class CompactIndex:
 def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> CompactIndex:
     """Check the manifest's members after its entries (``manifest``, its bytes) and the payload header bytes
     ``header_raw`` (the ``H`` bytes after the length prefix) of a payload of ``payload_size`` bytes, and each
-    against the other; :class:`FormatError` names the first problem."""
+    against the other (the summary against the header's entries, sequences and tokens; its finish-reason counts,
+    what only the entries tell and ``gencache verify`` counts, must count every sequence); :class:`FormatError`
+    names the first problem."""
     try:
-        entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
+        entries_end, top = manifest_tail(manifest)
         if entries_end > len(_MANIFEST_OPEN):  # the first entry's key comes first
             _require(manifest.find(_ENTRY_OPEN, len(_MANIFEST_OPEN)) == len(_MANIFEST_OPEN) + 1 + DIGEST_HEX_CHARS)
         _require(manifest[: len(_MANIFEST_OPEN)] == _MANIFEST_OPEN)
     except FormatError:
         manifest = _canonical_manifest(manifest)
-        entries_end, top = manifest_tail(len(manifest), lambda n, at: manifest[at : at + n])
-    keys, first, starts, lengths = check_payload(top, header_raw, payload_size)
-    return CompactIndex(
-        keys=keys,
-        first=first,
-        starts=starts,
-        lengths=lengths,
-        manifest=manifest,
-        entries_end=entries_end,
-        members=top,
-    )
-
-
-def check_payload(top: dict[str, Any], header_raw: bytes, payload_size: int) -> tuple[np.ndarray, ...]:
-    """The scanned header (:func:`scan_header`) of a payload of ``payload_size`` bytes whose header bytes (after
-    the length prefix) are ``header_raw``, checked against that size and the manifest's members after its entries
-    ``top`` (its summary against the header's entries, sequences and tokens; its finish-reason counts, what only
-    the entries tell and ``gencache verify`` counts, must count every sequence)."""
+        entries_end, top = manifest_tail(manifest)
     keys, first, starts, lengths = scan_header(header_raw.rstrip(b" "), top["provenance_digest"])
     tokens = int(lengths.sum())
     if payload_size != (expected := 8 + len(header_raw) + TOKEN_BYTES * tokens):
@@ -177,15 +150,10 @@ def check_payload(top: dict[str, Any], header_raw: bytes, payload_size: int) -> 
             f"{PAYLOAD_NAME} is {payload_size} bytes but its header describes {expected} (truncated or extended)."
         )
     reasons = top["summary"].get("finish_reasons")
-    if not (
-        isinstance(reasons, dict)
-        and reasons.keys() == set(FINISH_REASONS)
-        and all(is_int(count) and count >= 0 for count in reasons.values())
-        and sum(reasons.values()) == len(lengths)
-    ):
-        raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
     check_summary(top["summary"], len(keys), (raw.decode() for raw in keys.tolist()), len(lengths), tokens, reasons)
-    return keys, first, starts, lengths
+    if reasons.keys() != set(FINISH_REASONS) or min(reasons.values()) < 0 or sum(reasons.values()) != len(lengths):
+        raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
+    return CompactIndex(keys, first, starts, lengths, manifest, entries_end, top)
 
 
 def _require(condition: bool) -> None:
@@ -194,19 +162,13 @@ def _require(condition: bool) -> None:
 
 
 # -- the manifest ------------------------------------------------------------------------------------------------
-def manifest_tail(size: int, read: Callable[[int, int], bytes]) -> tuple[int, dict[str, Any]]:
-    """Where the entries' object closes in a canonical manifest of ``size`` bytes and its members after it,
-    checked as :func:`check_manifest` checks them, read from its end with ``read(length, offset)``."""
-    length = 4096
-    while True:  # the members after the entries are small: a few KiB, read from the end
-        tail = read(min(length, size), max(size - length, 0))
-        at = tail.rfind(OTHERS)
-        if at >= 0 or length >= size:
-            break
-        length *= 4
+def manifest_tail(manifest: Buffer) -> tuple[int, dict[str, Any]]:
+    """Where the entries' object closes in a canonical manifest and its members after it, checked as
+    :func:`check_manifest` checks them."""
+    at = manifest.rfind(OTHERS)
     try:
         _require(at >= 0)
-        top = json.loads(b"{" + tail[at + 2 :])  # small; the standard library's parser
+        top = json.loads(b"{" + manifest[at + 2 :])  # small; the standard library's parser
     except (ValueError, RecursionError):
         top = None
     _require(isinstance(top, dict) and set(top) == MANIFEST_FIELDS - {"entries"})
@@ -215,7 +177,7 @@ def manifest_tail(size: int, read: Callable[[int, int], bytes]) -> tuple[int, di
     top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
     _require(top["provenance_digest"] == provenance_digest(top["provenance"]))
     _require(isinstance(top["summary"], dict))
-    return max(size - length, 0) + at, top
+    return at, top
 
 
 def _canonical_manifest(manifest: Buffer) -> bytes:

@@ -5,9 +5,9 @@ the entries as numpy arrays, the missing-key errors and the provenance check aga
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,43 +67,23 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry at ``position``: its sequences as views of the payload map, its texts and finish reasons."""
 
-    def _read(self, position: int, key: str) -> Generation:
-        import torch
-
-        arrays, texts, reasons = self._entry(position)
-        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
-        # pickling it for another process carries only these bytes, never the whole payload
-        return Generation(key, tuple(map(torch.from_numpy, arrays)), texts, reasons)
-
     @abc.abstractmethod
     def metadata(self, key: str) -> dict[str, Any] | None:
         """The manifest entry of ``key`` (tensor refs, texts, finish reasons, digests) as a new object, or None."""
-
-    @abc.abstractmethod
-    def source(self, key: str) -> Location:
-        """The artifact directory that serves ``key``."""
 
     def __getitem__(self, key: str) -> Generation:
         """The entry of ``key``: zero-copy int64 views of one private memory map of the payload, its texts and
         finish reasons. ``.clone()`` a tensor before modifying it in place: an in-place edit would change what
         later reads of that key return in this process (the file itself is never written)."""
-        position = self._position(key)
-        if position < 0:
-            raise self._missing(key)
-        return self._read(position, key)
+        arrays, texts, reasons = self._entry(self._found(key))
+        import torch
+
+        # each tensor's storage is exactly its own bytes of the map (zero-copy; it keeps the map alive), so
+        # pickling it for another process carries only these bytes, never the whole payload
+        return Generation(key, tuple(map(torch.from_numpy, arrays)), texts, reasons)
 
     def __contains__(self, key: object) -> bool:
         return self._position(key) >= 0
-
-    @overload
-    def get(self, key: str, /) -> Generation | None: ...
-    @overload
-    def get(self, key: str, /, default: Generation | Any) -> Generation | Any: ...
-
-    def get(self, key: str, /, default: Any = None) -> Any:
-        """The entry for ``key``, or ``default`` (None) when the cache does not hold it."""
-        position = self._position(key)
-        return default if position < 0 else self._read(position, key)
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__
@@ -111,43 +91,33 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def get_arrays(self, key: str) -> GenerationArrays:
         """``cache[key]`` with the sequences as read-only numpy arrays, checked the same way; a reader serves them
         without importing torch (what ``gencache export`` uses)."""
-        position = self._position(key)
-        if position < 0:
-            raise self._missing(key)
-        arrays, texts, reasons = self._entry(position)
+        arrays, texts, reasons = self._entry(self._found(key))
         for array in arrays:
             array.flags.writeable = False
         return GenerationArrays(key, tuple(arrays), texts, reasons)
 
-    def __getitems__(self, keys: Sequence[str]) -> list[Generation]:
-        """``[cache[key] for key in keys]``: how torch's DataLoader fetches a batch of a map-style dataset."""
-        return [self[key] for key in keys]
-
     def get_many(self, keys: Iterable[str]) -> list[Generation]:
-        """The entries of ``keys``, in order (repeats allowed), as one batch (see :meth:`__getitems__`). Every key
-        is looked up before any entry is read: :class:`MissingEntriesError` names how many are missing."""
-        wanted = self._check_keys(keys, "get_many")
+        """The entries of ``keys``, in order (repeats allowed), as one batch. Every key is looked up before any
+        entry is read: :class:`MissingEntriesError` names how many are missing."""
+        wanted = keys if isinstance(keys, (str, bytes)) else list(keys)
         self.require(wanted)
         return [self[key] for key in wanted]
 
-    def _missing(self, key: object) -> MissingEntryError:
-        return MissingEntryError(
-            f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
-            "(check the data configs, or use .get() to test membership)."
-        )
-
-    @staticmethod
-    def _check_keys(keys: Iterable[str], what: str) -> list[str]:
-        if isinstance(keys, (str, bytes)):
-            raise TypeError(
-                f"{what}() takes an iterable of keys, not one {type(keys).__name__}; wrap a single key in a list."
+    def _found(self, key: object) -> int:
+        """Where ``key`` is held; :class:`MissingEntryError` when the cache does not hold it."""
+        if (position := self._position(key)) < 0:
+            raise MissingEntryError(
+                f"Key {key!r} is not in the cache {self._describe()}; the sample was not generated for this artifact "
+                "(check the data configs, or use .get() to test membership)."
             )
-        return list(keys)
+        return position
 
     def require(self, keys: Iterable[str]) -> None:
         """Coverage check: raise :class:`MissingEntriesError` unless every key is present (reads no entry).
         ``keys`` is an iterable of keys; one string is a ``TypeError``."""
-        wanted = set(self._check_keys(keys, "require"))
+        if isinstance(keys, (str, bytes)):
+            raise TypeError(f"Give an iterable of keys, not one {type(keys).__name__}; wrap a single key in a list.")
+        wanted = set(keys)
         missing = sorted(key for key in wanted if self._position(key) < 0)
         if missing:
             raise MissingEntriesError(

@@ -25,7 +25,7 @@ from gencache.artifact.names import (
     tensor_name,
 )
 from gencache.core.canonical import canonical_json, is_int
-from gencache.core.errors import ConfigError, FormatError, HeaderCapacityError
+from gencache.core.errors import FormatError, HeaderCapacityError
 
 _METADATA_NAME = "__metadata__"
 
@@ -50,13 +50,6 @@ def header_capacity(entries: int, sequences_per_entry: int, max_new_tokens: int)
     shape), rounded up to a multiple of 8. It bounds the real header for any keys and lengths of that plan.
     Raises :class:`HeaderCapacityError` (suggesting ``--shard``) when it exceeds the safetensors limit.
     """
-    for name, value, low in (
-        ("entries", entries, 0),
-        ("sequences_per_entry", sequences_per_entry, 1),
-        ("max_new_tokens", max_new_tokens, 1),
-    ):
-        if not is_int(value) or value < low:
-            raise ConfigError(f"header_capacity: {name} must be an integer >= {low}, got {value!r}.")
     tensors = entries * sequences_per_entry
     max_payload = tensors * max_new_tokens * TOKEN_BYTES
     longest_name = tensor_name("0" * DIGEST_HEX_CHARS, sequences_per_entry - 1)
@@ -85,16 +78,14 @@ def build_header(
     keys = sorted(records) if sorted_keys is None else sorted_keys
     meta = metadata_member(provenance_digest)
     at = bisect.bisect_left(keys, _METADATA_NAME)
-    width = TOKEN_BYTES
-    parts: list[str] = []
-    append = parts.append
+    width, parts = TOKEN_BYTES, []
     for position, key in enumerate(keys):
         if position == at:
-            append(meta)
+            parts.append(meta)
         record = records[key]
         if len(record) == 1 + RECORD_STRIDE:  # one sequence: _tensor_member_text(tensor_name(key, 0), ...), inlined
             start, n = record[0], record[1]
-            append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":"I64","shape":[{n}]}}')
+            parts.append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":"I64","shape":[{n}]}}')
             continue
         start, lengths = record[0], record[1::RECORD_STRIDE]
         starts = []
@@ -103,9 +94,9 @@ def build_header(
             start += n * width
         for i in sorted(range(len(lengths)), key=str):  # the order canonical JSON sorts names: "10" before "2"
             s, n = starts[i], lengths[i]
-            append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
+            parts.append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))
     if at == len(keys):
-        append(meta)
+        parts.append(meta)
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
@@ -122,16 +113,15 @@ def length_prefix(capacity: int) -> bytes:
 # -- reading -----------------------------------------------------------------------------------------------
 def read_length_prefix(prefix: bytes, file_size: int) -> int:
     """The header capacity from the first 8 bytes, checked against the format-3 rules and the file size."""
-    if len(prefix) < LENGTH_PREFIX_BYTES or file_size < LENGTH_PREFIX_BYTES:
-        raise FormatError(f"{PAYLOAD_NAME} is {file_size} bytes, too short for a safetensors length prefix.")
     capacity = int.from_bytes(prefix[:LENGTH_PREFIX_BYTES], "little")
-    if capacity == 0 or capacity % 8 or capacity > MAX_HEADER_BYTES:
+    if (
+        len(prefix) < LENGTH_PREFIX_BYTES
+        or capacity % 8
+        or not 0 < capacity <= min(MAX_HEADER_BYTES, file_size - LENGTH_PREFIX_BYTES)
+    ):
         raise FormatError(
-            f"{PAYLOAD_NAME} header length {capacity} is invalid (format {FORMAT_VERSION} uses a positive multiple "
-            f"of 8 up to {MAX_HEADER_BYTES:,})."
-        )
-    if LENGTH_PREFIX_BYTES + capacity > file_size:
-        raise FormatError(
-            f"{PAYLOAD_NAME} is truncated: its header needs {capacity} bytes but the file is {file_size}."
+            f"{PAYLOAD_NAME} ({file_size} bytes) does not start with a format-{FORMAT_VERSION} header length (a "
+            f"positive multiple of 8 up to {MAX_HEADER_BYTES:,} that the file holds; it reads {capacity}): the file "
+            "is damaged or truncated."
         )
     return capacity

@@ -24,18 +24,11 @@ def _incompatible(first: CacheReader, other: CacheReader) -> str:
     """Why two artifacts cannot be mixed; paths are compared as recorded (one run's path is the other's only by
     regenerating)."""
     fields = [f for f in PROVENANCE_FIELDS if other.provenance[f] != first.provenance[f]]
-    message = (
-        f"Generation caches {first.path} and {other.path} have incompatible provenance (differing: "
-        f"{', '.join(fields)}); mix only artifacts of one teacher, tokenizer state and dtype."
-    )
-    paths = [f for f in fields if f in ("model_path", "tokenizer_path")]
-    if not paths:
-        return message
-    shown = "; ".join(f"{f} {first.provenance[f]!r} vs {other.provenance[f]!r}" for f in paths)
+    paths = [f"{f} {first.provenance[f]!r} vs {other.provenance[f]!r}" for f in fields if f.endswith("_path")]
     return (
-        f"{message} {' and '.join(paths)} {'are' if len(paths) > 1 else 'is'} compared verbatim, as recorded "
-        f"({shown}): the same teacher at two paths counts as two, and nothing mixes them as they are; to mix them, "
-        "regenerate one with the other's path."
+        f"Generation caches {first.path} and {other.path} have incompatible provenance (differing: "
+        f"{', '.join(fields)}); mix only artifacts of one teacher, tokenizer state and dtype"
+        + (f" (paths compare as recorded: {'; '.join(paths)}; regenerate one with the other's path)." if paths else ".")
     )
 
 
@@ -51,8 +44,6 @@ class MultiCacheReader(GenerationCache):
     """
 
     def __init__(self, readers: Sequence[CacheReader]) -> None:
-        if not readers:
-            raise FormatError("A mixture needs at least one artifact.")
         self.readers = tuple(readers)
         self.paths = tuple(reader.path for reader in self.readers)
         first = self.readers[0]
@@ -66,11 +57,8 @@ class MultiCacheReader(GenerationCache):
         route = {info["index"]: at for at, info in enumerate(infos) if info and info["count"] == len(infos)}
         if len(route) == len(infos) and len({info["run_digest"] for info in infos}) == 1:
             self._route: list[int] | None = [route[index] for index in range(len(infos))]  # reader of each shard
-        else:
-            self._route = None
-            self._check_duplicates()
-
-    def _check_duplicates(self) -> None:
+            return
+        self._route = None
         keys = np.sort(np.concatenate([reader.index.keys for reader in self.readers]))
         repeated = keys[1:][keys[1:] == keys[:-1]]
         self._len -= len(repeated)
@@ -105,23 +93,13 @@ class MultiCacheReader(GenerationCache):
                 return local * len(self.readers) + owner
         return -1
 
-    def _locate(self, position: int) -> tuple[CacheReader, int]:
-        local, owner = divmod(position, len(self.readers))
-        return self.readers[owner], local
-
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
-        reader, local = self._locate(position)
-        return reader._entry(local)
+        local, owner = divmod(position, len(self.readers))
+        return self.readers[owner]._entry(local)
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self._position(key)
-        return None if position < 0 else self._locate(position)[0].metadata(key)
-
-    def source(self, key: str) -> Location:
-        position = self._position(key)
-        if position < 0:
-            raise self._missing(key)
-        return self._locate(position)[0].path
+        return None if position < 0 else self.readers[position % len(self.readers)].metadata(key)
 
 
 def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCacheReader:
@@ -131,9 +109,7 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     (every shard must exist and come from the same run). The same directory twice (even through a symlink),
     differing provenance or a key stored with different content in two artifacts are errors.
     """
-    if isinstance(paths, (bytes, bytearray)):
-        raise TypeError("open_caches takes str or os.PathLike paths (or a list of them), not bytes; decode the path.")
-    items = [paths] if isinstance(paths, (str, os.PathLike, S3Url)) else list(paths)
+    items = [paths] if isinstance(paths, (str, bytes, os.PathLike, S3Url)) else list(paths)
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
     for item in items:

@@ -11,7 +11,6 @@ import hashlib
 import json
 import mmap
 import os
-import stat
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -21,7 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from gencache.artifact._index import TEXTS, CompactIndex, build_index, check_payload, manifest_tail
+from gencache.artifact._index import TEXTS, CompactIndex, build_index
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import check_manifest, content_digest, json_file_bytes
@@ -45,15 +44,6 @@ from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
-def _map_file(path: Path, what: str) -> mmap.mmap | bytes:
-    """A read-only shared map of a file: file-backed pages that forked processes share."""
-    fd = open_regular(path, what)
-    try:
-        return b"" if os.fstat(fd).st_size == 0 else mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-
-
 def _missing(path: Path) -> str:
     """Why an artifact directory that does not exist cannot be opened: a shard base (its shards beside it) is
     opened with ``open_caches``, anything else is a wrong path."""
@@ -77,23 +67,18 @@ def check_artifact_files(path: Path) -> None:
             f"rename); it is not an artifact: `gencache clean {path.parent}` removes it once its writer is gone."
         )
     try:
-        names = set(os.listdir(path))
+        with os.scandir(path) as listing:
+            found = {entry.name: entry for entry in listing}
+        if problem := files_problem(path, set(found)):
+            raise FormatError(problem)
+        for name in sorted(ARTIFACT_FILES):
+            if not found[name].is_file(follow_symlinks=False):
+                kind = "a symlink" if found[name].is_symlink() else "not a regular file"
+                raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, not link).")
     except FileNotFoundError:
         raise FormatError(_missing(path)) from None
-    except NotADirectoryError:
-        raise FormatError(f"Cache path {path} is not a directory.") from None
     except OSError as error:
-        raise FormatError(f"Cache directory {path} cannot be listed ({error.strerror}).") from None
-    if problem := files_problem(path, names):
-        raise FormatError(problem)
-    for name in sorted(ARTIFACT_FILES):
-        try:
-            mode = os.lstat(path / name).st_mode
-        except OSError as error:
-            raise FormatError(f"{path}: {name} cannot be read ({error.strerror}).") from None
-        if not stat.S_ISREG(mode):
-            kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
-            raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, do not link).")
+        raise FormatError(f"Cache directory {path} cannot be read ({error.strerror}).") from None
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -105,18 +90,8 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     guarantees (the open-time checks: files, the manifest's members after its entries, the header, the payload's
     size) and the run digest its resolved config records, without reading its entries or its payload (``verify``
     is the full check). :class:`FormatError` names what is wrong with one that is not whole."""
-    where = location(path)
-    if not isinstance(where, S3Url):
-        CacheReader(where)  # maps the manifest, reads its members after the entries and the payload's header
-    else:
-        try:
-            remote = RemoteArtifact(where)  # the manifest's members after the entries by range, not all of it
-            size, header_raw = remote.payload_head()
-            _, members = manifest_tail(remote.sizes[MANIFEST_NAME], lambda n, at: remote.read(MANIFEST_NAME, at, n))
-            check_payload(members, header_raw, size)
-        except FormatError as error:
-            raise FormatError(f"{where}: {error}") from None
-    return read_resolved_config(where).get("run_digest") == run_digest
+    CacheReader(path)  # maps the manifest, reads its members after the entries and the payload's header
+    return read_resolved_config(path).get("run_digest") == run_digest
 
 
 class CacheReader(GenerationCache):
@@ -143,7 +118,11 @@ class CacheReader(GenerationCache):
         self._remote = RemoteArtifact(self.path, self.cache_dir) if isinstance(self.path, S3Url) else None
         if self._remote is None:
             check_artifact_files(cast(Path, self.path))
-        manifest = _map_file(self._file(MANIFEST_NAME), "Manifest")
+        fd = open_regular(self._file(MANIFEST_NAME), "Manifest")
+        try:  # a read-only shared map: file-backed pages that forked processes share
+            manifest = mmap.mmap(fd, 0, prot=mmap.PROT_READ) if os.fstat(fd).st_size else b""
+        finally:
+            os.close(fd)
         # the payload (on a bucket: if a process of this node downloaded it, else its header is read by range),
         # kept open until it is mapped (get_arrays reads it, the map is made from it): the file opened here
         payload = (self._remote.cache if self._remote is not None else cast(Path, self.path)) / PAYLOAD_NAME
@@ -162,7 +141,7 @@ class CacheReader(GenerationCache):
             if self._fd is not None:
                 self._close_fd()
             if isinstance(error, FormatError):
-                raise self._fail(str(error)) from None
+                raise FormatError(f"{self.path}: {error}") from None
             raise
         self.header_capacity = len(header_raw)
         self._tokens = None
@@ -174,13 +153,10 @@ class CacheReader(GenerationCache):
         self._data_offset = LENGTH_PREFIX_BYTES + self.header_capacity
         # filled on an entry's first read, once it is checked: where its texts' JSON is in the manifest (0, 0 until
         # then) and its sequences' finish-reason codes
-        self._texts_at = np.zeros((len(index), 2), dtype=np.int64)
+        self._texts_at = np.zeros((len(index.keys), 2), dtype=np.int64)
         self._manifest = memoryview(index.manifest)  # texts are decoded from it without a copy
         self._reasons = np.zeros(len(index.starts), dtype=np.uint8)
-        self._single = len(index.starts) == len(index)  # one sequence per entry (every entry has at least one)
-
-    def _fail(self, message: str) -> FormatError:
-        return FormatError(f"{self.path}: {message}")
+        self._single = len(index.starts) == len(index.keys)  # one sequence per entry (every entry has at least one)
 
     def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RemoteArtifact:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
@@ -196,7 +172,7 @@ class CacheReader(GenerationCache):
         try:
             mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except (OSError, ValueError) as error:
-            raise self._fail(f"{PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
+            raise FormatError(f"{self.path}: {PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
         self._tokens = np.frombuffer(mapped, dtype="<i8")
         self._fd = None
         self._close_fd()
@@ -204,7 +180,7 @@ class CacheReader(GenerationCache):
 
     # -- mapping -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.index.keys)
 
     def __iter__(self) -> Iterator[str]:
         """Keys in sorted (manifest) order."""
@@ -212,16 +188,6 @@ class CacheReader(GenerationCache):
 
     def _position(self, key: object) -> int:
         return self.index.find(key)
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """The whole manifest, parsed from ``manifest.json`` on every access (large for big artifacts: prefer
-        :attr:`summary`, :meth:`metadata` and the mapping itself)."""
-        try:
-            value: dict[str, Any] = json.loads(read_regular(self._file(MANIFEST_NAME), "Manifest").decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            raise self._fail(f"manifest.json is not valid UTF-8 JSON ({error}); the artifact is damaged.") from None
-        return value
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         position = self.index.find(key)
@@ -231,16 +197,11 @@ class CacheReader(GenerationCache):
         """The local file of one of the artifact's three (on a bucket: its copy in the local cache)."""
         return self._remote.local(name) if self._remote is not None else cast(Path, self.path) / name
 
-    def source(self, key: str) -> Location:
-        if self.index.find(key) < 0:
-            raise self._missing(key)
-        return self.path
-
     def _manifest_entry(self, position: int) -> tuple[dict[str, Any], tuple[int, int]]:
         try:
             return self.index.entry(position)
         except FormatError as error:
-            raise self._fail(str(error)) from None
+            raise FormatError(f"{self.path}: {error}") from None
 
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
@@ -292,55 +253,10 @@ class CacheReader(GenerationCache):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"], download=state["download"], cache_dir=state["cache"])  # type: ignore[misc]
         if self.identity != state["identity"]:
-            raise self._fail(
-                "the artifact at this path is not the one the reader was pickled from (it was regenerated or "
-                "replaced); open the new artifact explicitly."
+            raise FormatError(
+                f"{self.path}: the artifact at this path is not the one the reader was pickled from (it was "
+                "regenerated or replaced); open the new artifact explicitly."
             )
-
-    # -- full verification ----------------------------------------------------------------------------------
-    def verify_all(self, progress: ProgressCallback | None = None) -> list[str]:
-        """Every check of :func:`verify` on this opened artifact; the problems found (without the path)."""
-        problems: list[str] = []
-        manifest = _json_file(read_regular(self._file(MANIFEST_NAME), "Manifest"), MANIFEST_NAME, problems)
-        entries: dict[str, Any] | None = None
-        try:
-            if manifest is not None:
-                entries = check_manifest(manifest).entries  # every entry, and the summary's finish-reason counts
-        except FormatError as error:
-            problems.append(str(error))
-        resolved = _json_file(read_regular(self._file(RESOLVED_NAME), "Resolved config"), RESOLVED_NAME, problems)
-        if isinstance(resolved, dict):
-            problems.extend(resolved_config_problems(resolved, self.provenance, self.summary.get("shard")))
-        elif resolved is not None:
-            problems.append("resolved_config.json does not hold a JSON object")
-        index = self.index
-        order = np.argsort(index.starts, kind="stable")
-        digests: list[bytes] = [b""] * len(order)
-        total = self.payload_bytes
-        with open(self._file(PAYLOAD_NAME), "rb", buffering=8 * 1024 * 1024) as handle:
-            done = len(handle.read(self._data_offset))  # the header: checked at open
-            for sequence, length in zip(order.tolist(), index.lengths[order].tolist(), strict=True):
-                data = handle.read(length * TOKEN_BYTES)
-                digests[sequence] = hashlib.sha256(data).digest()
-                done += len(data)
-                if progress is not None:
-                    progress(done, total)
-        if entries is not None and len(entries) != len(index):
-            problems.append(f"manifest.json lists {len(entries)} entries but {PAYLOAD_NAME} holds {len(index)}")
-        first = index.first.tolist()
-        for position, key in enumerate(index.iter_keys()):
-            try:
-                if entries is not None and key in entries:
-                    entry = index.check_entry(position, entries[key])
-                else:
-                    entry = index.entry(position)[0]
-            except FormatError as error:
-                problems.append(str(error))
-                continue
-            problems.extend(_entry_problems(key, entry, digests[first[position] : first[position + 1]]))
-        if progress is not None:
-            progress(total, total)
-        return problems
 
 
 def _json_file(raw: bytes, name: str, problems: list[str]) -> Any:
@@ -377,9 +293,41 @@ def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> 
     """The problems of one artifact (none: it is intact): every open-time check, canonical manifest and resolved
     config, every tensor digest (re-hashed from the file) and every content digest; ``progress(done_bytes,
     total_bytes)`` is called while hashing."""
+    problems: list[str] = []
     try:
         reader = CacheReader(path)
-        problems = reader.verify_all(progress)
+        index, total = reader.index, reader.payload_bytes
+        manifest = _json_file(read_regular(reader._file(MANIFEST_NAME), "Manifest"), MANIFEST_NAME, problems)
+        try:
+            if manifest is not None:
+                check_manifest(manifest)  # every entry, and the summary's counts of them
+        except FormatError as error:
+            problems.append(str(error))
+        resolved = _json_file(read_regular(reader._file(RESOLVED_NAME), "Resolved config"), RESOLVED_NAME, problems)
+        if isinstance(resolved, dict):
+            problems.extend(resolved_config_problems(resolved, reader.provenance, reader.summary.get("shard")))
+        elif resolved is not None:
+            problems.append("resolved_config.json does not hold a JSON object")
+        order = np.argsort(index.starts, kind="stable")
+        digests: list[bytes] = [b""] * len(order)
+        with open(reader._file(PAYLOAD_NAME), "rb", buffering=8 * 1024 * 1024) as handle:
+            done = len(handle.read(reader._data_offset))  # the header: checked at open
+            for sequence, length in zip(order.tolist(), index.lengths[order].tolist(), strict=True):
+                data = handle.read(length * TOKEN_BYTES)
+                digests[sequence] = hashlib.sha256(data).digest()
+                done += len(data)
+                if progress is not None:
+                    progress(done, total)
+        first = index.first.tolist()
+        for position, key in enumerate(index.iter_keys()):
+            try:
+                entry = index.entry(position)[0]
+            except FormatError as error:
+                problems.append(str(error))
+                continue
+            problems.extend(_entry_problems(key, entry, digests[first[position] : first[position + 1]]))
+        if progress is not None:
+            progress(total, total)
     except GencacheError as error:
         return [str(error)]
     except OSError as error:

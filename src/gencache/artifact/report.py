@@ -60,10 +60,6 @@ class VerifyReport:
     results: list[dict[str, Any]]
 
     @property
-    def ok(self) -> bool:
-        return all(result["status"] == "ok" for result in self.results)
-
-    @property
     def exit_code(self) -> int:
         return max(({"ok": 0, "fail": 1}.get(result["status"], 2) for result in self.results), default=0)
 
@@ -76,7 +72,7 @@ class VerifyReport:
         return lines
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "results": self.results}
+        return {"ok": not self.exit_code, "results": self.results}
 
 
 def _not_artifact(path: Location, kind: str, error: str, children: list[str] | None = None) -> dict[str, Any]:
@@ -107,14 +103,7 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
     stray = stray_directory(path)
     if stray is not None:
         return _not_artifact(path, "stray", stray)
-    if not path.is_dir():
-        return _not_artifact(
-            path,
-            "not_artifact",
-            f"{path} is not an artifact: an artifact is a directory (with cache.safetensors, manifest.json and "
-            "resolved_config.json); give its directory.",
-        )
-    if (names := listdir(path)) is None:
+    if (names := listdir(path) if path.is_dir() else []) is None:
         return None  # opening it says why it cannot be read
     if not (path / MANIFEST_NAME).exists():
         children = sorted(
@@ -134,7 +123,7 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
         return _not_artifact(
             path,
             "not_artifact",
-            f"{path} is not an artifact: it holds none of cache.safetensors, manifest.json and resolved_config.json; "
+            f"{path} is not an artifact (a directory of cache.safetensors, manifest.json and resolved_config.json); "
             "check the path.",
         )
     return None
@@ -228,7 +217,7 @@ def _overlap(named: list[tuple[str, list[CacheReader]]]) -> dict[str, Any]:
     """Two or more readable paths: which provenance fields differ, the union of their keys, and per pair the keys
     both hold and those whose stored contents differ (the first few)."""
     digests = [
-        {k: e["content_digest"] for reader in reversed(readers) for k, e in reader.manifest["entries"].items()}
+        {k: e["content_digest"] for reader in reversed(readers) for k in reader if (e := reader.metadata(k))}
         for _, readers in named
     ]
     first = named[0][1][0].provenance
