@@ -68,6 +68,16 @@ def test_a_bucket_artifact_is_byte_identical_to_a_local_one(s3_env: S3Env, tmp_p
     assert is_published(s3_env.url("runs/x"), RESOLVED.get("run_digest", "")) is ("run_digest" in RESOLVED)
 
 
+
+def test_a_rerun_recognises_a_bucket_artifact_by_range_reads_alone(
+    s3_env: S3Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # resuming reads each published shard's header and manifest tail, never its entries: nothing is downloaded
+    build(s3_env.url("runs/y"), {key: [1, 2, 3] for key in keys_of(3000)})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert is_published(s3_env.url("runs/y"), RESOLVED.get("run_digest", "")) is ("run_digest" in RESOLVED)
+    assert not (tmp_path / "xdg").exists() or not any(p.is_file() for p in (tmp_path / "xdg").rglob("*"))
+
 # -- the command line against the bucket -----------------------------------------------------------------------
 def gencache(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

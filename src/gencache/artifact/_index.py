@@ -143,6 +143,15 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     except FormatError:
         manifest = _canonical_manifest(manifest)
         entries_end, top = manifest_tail(manifest)
+    keys, first, starts, lengths = check_payload(top, header_raw, payload_size)
+    return CompactIndex(keys, first, starts, lengths, manifest, entries_end, top)
+
+
+def check_payload(
+    top: dict[str, Any], header_raw: bytes, payload_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The scanned header of a payload of ``payload_size`` bytes, checked against that size and the manifest's
+    members after its entries ``top`` (also when only they were read, by range from a bucket)."""
     keys, first, starts, lengths = scan_header(header_raw.rstrip(b" "), top["provenance_digest"])
     tokens = int(lengths.sum())
     if payload_size != (expected := 8 + len(header_raw) + TOKEN_BYTES * tokens):
@@ -153,7 +162,7 @@ def build_index(manifest: Buffer, header_raw: bytes, payload_size: int) -> Compa
     check_summary(top["summary"], len(keys), (raw.decode() for raw in keys.tolist()), len(lengths), tokens, reasons)
     if reasons.keys() != set(FINISH_REASONS) or min(reasons.values()) < 0 or sum(reasons.values()) != len(lengths):
         raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
-    return CompactIndex(keys, first, starts, lengths, manifest, entries_end, top)
+    return keys, first, starts, lengths
 
 
 def _require(condition: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from gencache.artifact._index import TEXTS, CompactIndex, build_index
+from gencache.artifact._index import OTHERS, TEXTS, CompactIndex, build_index, check_payload, manifest_tail
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.header import read_length_prefix
 from gencache.artifact.manifest import check_manifest, content_digest, json_file_bytes
@@ -90,8 +90,22 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     guarantees (the open-time checks: files, the manifest's members after its entries, the header, the payload's
     size) and the run digest its resolved config records, without reading its entries or its payload (``verify``
     is the full check). :class:`FormatError` names what is wrong with one that is not whole."""
-    CacheReader(path)  # maps the manifest, reads its members after the entries and the payload's header
-    return read_resolved_config(path).get("run_digest") == run_digest
+    where = location(path)
+    if isinstance(where, S3Url):  # by range: the payload's header and the manifest's few KiB after its entries
+        remote = RemoteArtifact(where)
+        size, header_raw = remote.payload_head()
+        manifest_size, length = remote.sizes[MANIFEST_NAME], 4096
+        tail = remote.read(MANIFEST_NAME, max(manifest_size - length, 0))
+        while OTHERS not in tail and length < manifest_size:
+            length *= 4
+            tail = remote.read(MANIFEST_NAME, max(manifest_size - length, 0))
+        try:
+            check_payload(manifest_tail(tail)[1], header_raw, size)
+        except FormatError as error:
+            raise FormatError(f"{where}: {error}") from None
+    else:
+        CacheReader(where)  # maps the manifest, reads its members after the entries and the payload's header
+    return read_resolved_config(where).get("run_digest") == run_digest
 
 
 class CacheReader(GenerationCache):
