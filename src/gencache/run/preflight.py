@@ -22,6 +22,7 @@ from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 from pydantic import ValidationError
 
+from gencache.artifact.header import header_capacity
 from gencache.artifact.publish import check_output_path, probe_rename
 from gencache.artifact.store import Location
 from gencache.artifact.upload import check_absent
@@ -29,7 +30,7 @@ from gencache.config.documents import read_merged_config
 from gencache.config.engines import ContinuousOptions
 from gencache.config.messages import collect_problems, format_loc, parse_loc, problem_lines
 from gencache.config.models import CacheConfig, DataConfig, ModelConfig, parse_data_configs
-from gencache.config.names import ENGINE_VLLM
+from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.config.paths import S3Url, looks_like_path
 from gencache.core.errors import (
     ConfigError,
@@ -44,12 +45,12 @@ from gencache.core.errors import (
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import TEMPLATES
 from gencache.data.recipes import get_recipe
-from gencache.data.samples import Sample, SampleSet, build_samples
+from gencache.data.samples import DuplicatePromptWarning, Sample, SampleSet, build_samples
 from gencache.data.sources import shared_tables
 from gencache.generation import teacher as checks
-from gencache.generation.effective import EffectiveGeneration
-from gencache.generation.engines import Engine
-from gencache.run import teacher_checks as phase_two
+from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.engines import GIB, Engine
+from gencache.generation.engines.transformers import size_paged_cache
 from gencache.run.plan import (
     Override,
     Overrides,
@@ -234,17 +235,17 @@ def preflight(
                 "config or data checks found problems)"
             )
         device, model = device or "cpu", config.model
-        found.check("torch device", "model.device", phase_two.torch_device, device)
-        tokenizer = found.check("tokenizer", "model.tokenizer_path", phase_two.tokenizer, model)
+        found.check("torch device", "model.device", _torch_device, device)
+        tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
         generation = found.check(
-            "generation", "model.generation_kwargs", phase_two.generation, model, tokenizer, needs=["tokenizer"]
+            "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
         )
 
         def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
             return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
 
         engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
-        teacher = found.check("teacher config", "model.model_path", phase_two.teacher_config, model)
+        teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
         found.check(
             "attention",
             "model.attn_implementation",
@@ -262,7 +263,7 @@ def preflight(
 
         needs = ["tokenizer", "generation", "teacher config"]
         found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
-        samples = found.check("samples", "data_configs", phase_two.samples, config, tokenizer, needs=["tokenizer"])
+        samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
         if tokenizer is None and not found.blocked:
             found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
         if samples is None or generation is None:
@@ -283,15 +284,15 @@ def preflight(
         found.check(
             "context length",
             "model.generation_kwargs.max_new_tokens",
-            lambda: phase_two.context(samples, generation, teacher),
+            lambda: _context(samples, generation, teacher),
         )
         if vocab_size is not None:
-            found.check("prompt ids", "data_configs", phase_two.prompt_ids, samples, vocab_size, needs=["vocabulary"])
+            found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
         options = config.engine_options
         if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
             where, needs = "engine_options.kv_cache_memory_gib", ["teacher config", "engine"]
-            found.check("paged cache", where, phase_two.paged_cache, config, samples, generation, teacher, needs=needs)
-        found.capacity = found.check("header budget", "output_dir", phase_two.budget, found.targets, generation) or {}
+            found.check("paged cache", where, _paged_cache, config, samples, generation, teacher, needs=needs)
+        found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
         if not found.problems and engine is not None and rename_mode is not None:
             inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
             found.inputs = RunInputs(*inputs)
@@ -514,3 +515,131 @@ def _engine_package(engine: str) -> tuple[None, str]:
             '(pip install "gencache[vllm]", or vLLM\'s CPU build; see docs/engines.md) or set engine to "transformers".'
         )
     return None, "vllm: installed"
+
+
+# -- phase 2: the teacher and the tokenized samples -----------------------------------------------------------------
+def _torch_device(device: str) -> tuple[None, str]:
+    """The device exists on this machine as torch sees it (the config admits only devices torch can name)."""
+    if not device.startswith("cuda"):
+        return None, device
+    import torch
+
+    index = torch.device(device).index
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"model.device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+            'set model.device to "cpu" or run on a machine with a GPU.'
+        )
+    count = torch.cuda.device_count()
+    if index is not None and index >= count:
+        raise ConfigError(
+            f"model.device {device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1}); "
+            "choose one of them."
+        )
+    return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
+
+
+def _tokenizer(model: ModelConfig) -> tuple[Any, str]:
+    got = checks.load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+    return got, f"{type(got).__name__}, pad id {got.pad_token_id}, eos id {got.eos_token_id}"
+
+
+def _generation(model: ModelConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
+    effective = resolve_generation(
+        model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=tokenizer
+    )
+    shown = f"max_new_tokens {effective.max_new_tokens}, {effective.num_return_sequences} sequence(s) per prompt"
+    return effective, shown
+
+
+def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
+    """The teacher's ``config.json`` (no weights; phase 1 parsed it, naming invalid JSON's line and column)."""
+    from transformers import AutoConfig
+
+    try:
+        teacher = AutoConfig.from_pretrained(model.model_path, revision=model.revision)
+    except Exception as error:
+        raise ConfigError(
+            f"Cannot read the teacher's config.json from {model.model_path!r}: {first_line(error)}"
+        ) from None
+    positions = _max_positions(teacher)
+    return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
+
+
+def _max_positions(config: Any) -> int | None:
+    """The first field of the teacher's ``config.json`` that gives its maximum number of positions."""
+    for candidate in (config, getattr(config, "text_config", None)):
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+            value = getattr(candidate, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
+    with warnings.catch_warnings():  # reported by the caller, from samples.conflicting_prompts
+        warnings.simplefilter("ignore", DuplicatePromptWarning)
+        built = build_samples(config, tokenizer=tokenizer)
+    return built, f"{len(built)} samples, {len(built.unique)} unique keys, {built.duplicates} duplicates"
+
+
+def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
+    """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
+    lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
+    longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
+    max_new_tokens = generation.max_new_tokens
+    if (positions := _max_positions(teacher)) is None:
+        return None, "not checked: the teacher's config.json records no maximum positions"
+    if longest + max_new_tokens > positions:
+        room = positions - longest
+        advice = f"lower max_new_tokens to at most {room}" if room > 0 else "shorten the prompts"
+        raise ConfigError(
+            f"model.generation_kwargs.max_new_tokens {max_new_tokens} plus the longest prompt ({longest} tokens, "
+            f"{where}) is {longest + max_new_tokens} tokens, beyond the teacher's {positions} positions "
+            f"(config.json); {advice}."
+        )
+    return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
+
+
+def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
+    largest, where = -1, "-"
+    for sample in samples.unique:
+        if sample.input_ids and max(sample.input_ids) > largest:
+            largest = max(sample.input_ids)
+            where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
+    return None, checks.check_prompt_ids(largest, where, vocab_size)
+
+
+def _paged_cache(
+    config: CacheConfig, samples: SampleSet, generation: EffectiveGeneration, teacher: Any
+) -> tuple[None, str]:
+    """The continuous engine's ``kv_cache_memory_gib`` holds one request of the longest prompt plus
+    ``max_new_tokens`` (the engine's own sizing)."""
+    options = config.engine_options
+    assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
+    lengths = [len(sample.input_ids or ()) for sample in samples.unique]
+    try:
+        sizing = size_paged_cache(
+            lengths,
+            generation.max_new_tokens,
+            len(lengths) * generation.num_return_sequences,
+            options,
+            model_config=teacher,
+            dtype_bytes=DTYPE_BYTES[config.model.dtype],
+            budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
+        )
+    except GencacheError as error:  # a failure of the run, refused here as bad input
+        raise ConfigError(str(error)) from None
+    except Exception as error:  # a config.json without the attention sizes
+        raise ConfigError(
+            f"engine_options.kv_cache_memory_gib: cannot size the paged cache: {first_line(error)}"
+        ) from None
+    return None, f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
+
+
+def _budget(targets: list[Target], generation: EffectiveGeneration) -> tuple[dict[Location, int], str]:
+    capacities = {
+        target.output_dir: header_capacity(len(target.keys), generation.num_return_sequences, generation.max_new_tokens)
+        for target in targets
+    }
+    return capacities, f"{max(capacities.values(), default=0):,} bytes reserved for the largest artifact"
