@@ -22,7 +22,7 @@ def test_shards_partition_the_keys_by_key_mod() -> None:
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("3", "I/N"), ("a/b", "I/N"), ("1/2/3", "I/N"), ("-1/2", "I/N"), ("2/2", "out of range"), ("0/0", "at least 1")],
+    [("3", "I/N"), ("a/b", "I/N"), ("1/2/3", "I/N"), ("-1/2", "I/N"), ("2/2", "I/N"), ("0/0", "I/N")],
 )
 def test_bad_shard_specs_are_rejected(text: str, fragment: str) -> None:
     with pytest.raises(ShardError, match=fragment):

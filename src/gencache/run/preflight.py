@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from huggingface_hub import constants, hf_hub_download
+from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 from pydantic import ValidationError
 
@@ -227,9 +227,7 @@ def preflight(
         device = found.check("device", "model.device", lambda: _device(config.model.device, shard, env))
         found.check("engine package", "engine", _engine_package, config.engine)
         if found.problems or device is None:
-            found.blocked = (
-                "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
-            )
+            found.blocked = "not checked: the teacher's checks run once the problems above are fixed"
             found.not_computed.append(
                 "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
                 "config or data checks found problems)"
@@ -376,10 +374,8 @@ def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
     parent = ancestor = local[0].parent
     while not os.path.lexists(ancestor) and ancestor.parent != ancestor:
         ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"Output parent {ancestor} is not a directory; choose an output_dir under a directory.")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"Output parent {ancestor} is not writable; choose an output_dir you can write to.")
+    if not (ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK)):
+        raise ConfigError(f"Output parent {ancestor} is not a writable directory; choose an output_dir under one.")
     try:
         mode = probe_rename(ancestor)
     except GencacheError as error:
@@ -409,14 +405,10 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
         checks.read_json_file(hf_hub_download(value, "config.json", revision=revision))
     except LocalEntryNotFoundError:
         at = f" at revision {revision!r}" if revision else ""
-        why, hint = (
-            ("HF_HUB_OFFLINE is set", "download it with the hub reachable")
-            if constants.HF_HUB_OFFLINE
-            else ("the hub cannot be reached", "set HF_HUB_OFFLINE=1 if it is in a local cache elsewhere (HF_HOME)")
-        )
         raise ConfigError(
-            f"{field_name} {value!r}{at} is a hub id, but {why} and it is not in the local hub cache; {hint}, or "
-            "give a local path."
+            f"{field_name} {value!r}{at} is a hub id that is neither reachable (no network, or HF_HUB_OFFLINE=1) nor "
+            "in the local hub cache; download it with the hub reachable, point HF_HOME at a cache holding it, or give "
+            "a local path."
         ) from None
     except EntryNotFoundError:  # a repository without config.json (a tokenizer's): its load says what it misses
         pass
