@@ -80,5 +80,5 @@ def test_a_launcher_rank_out_of_range_names_the_variable(env: dict[str, str], va
     from gencache.core.errors import ShardError
     from gencache.run.plan import shard_from_env
 
-    with pytest.raises(ShardError, match=f"Environment variable {variable} is out of range for 2 processes"):
+    with pytest.raises(ShardError, match=f"{variable} is out of range"):
         shard_from_env(env)

@@ -110,12 +110,8 @@ def generate(
             return plan.output_dir
         inputs = found.run_inputs()
         pending, samples, setup = inputs.targets, inputs.samples, plan.config
-        if samples.conflicting_prompts:
-            say(
-                "warning",
-                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts (another template or "
-                "rendering option); the first occurrence's prompt is generated for all.",
-            )
+        if conflicts := len(samples.conflicting_prompts):  # another template or rendering option
+            say("warning", f"{conflicts} duplicated keys rendered different prompts; each key's first is generated.")
         total = sum(len(t.keys) for t in pending)
         say(
             "info",

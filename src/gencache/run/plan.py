@@ -144,12 +144,11 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
         if count is None or count <= 1:  # at most one process: no shard
             continue
         rank = _env_int(env, rank_var)
-        if rank is None:
-            raise ShardError(f"{origin} started {count} processes but {rank_var} is not set; launch through {origin}.")
-        if not 0 <= rank < count:
+        if rank is None or not 0 <= rank < count:
+            given = f"{rank_var} is not set" if rank is None else f"{rank_var}={rank} is out of range"
             raise ShardError(
-                f"Environment variable {rank_var}={rank} is out of range for {count} processes ("
-                f"{' or '.join(count_vars)}={count}; use 0..{count - 1}); launch through {origin} or fix the variables."
+                f"{origin} started {count} processes (ranks 0..{count - 1}) but {given}; launch through {origin} or "
+                "fix the environment variables."
             )
         local = _env_int(env, local_var)
         return ShardSpec(index=rank, count=count, origin=origin, local_rank=rank if local is None else local)
@@ -198,8 +197,7 @@ def full_split(keys: Sequence[str], most: int) -> int:
 # -- the plan ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
-    """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
-    once the samples are built)."""
+    """One artifact a run publishes: its directory, its shard (None unsharded), its keys once the samples are built."""
 
     output_dir: Location
     shard: ShardSpec | None
@@ -264,16 +262,12 @@ def check_published(output_dir: Location, digest: str) -> None:
     """Accept an existing ``output_dir`` only as an artifact the same run published (the payload's bytes are
     ``gencache verify``'s to check)."""
     try:
-        published = is_published(output_dir, digest)
+        why = None if is_published(output_dir, digest) else "belongs to another run (its config differs)"
     except FormatError as error:
+        why = f"is not a whole artifact ({error})"
+    if why is not None:
         raise OutputExistsError(
-            f"{output_dir} exists but is not a whole artifact ({error}); move it aside and rerun (gencache never "
-            "overwrites an artifact)."
-        ) from None
-    if not published:
-        raise OutputExistsError(
-            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
-            "it aside."
+            f"{output_dir} exists but {why}; move it aside or choose a new output_dir (gencache never overwrites)."
         )
 
 

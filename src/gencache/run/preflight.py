@@ -517,16 +517,11 @@ def _torch_device(device: str) -> tuple[None, str]:
     import torch
 
     index = torch.device(device).index
-    if not torch.cuda.is_available():
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if (index or 0) >= count:
         raise ConfigError(
-            f"model.device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
-            'set model.device to "cpu" or run on a machine with a GPU.'
-        )
-    count = torch.cuda.device_count()
-    if index is not None and index >= count:
-        raise ConfigError(
-            f"model.device {device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1}); "
-            "choose one of them."
+            f"model.device {device!r}: torch {torch.__version__} sees {count} CUDA device(s) on this machine; "
+            'name one of them (cuda:0 is the first) or set model.device to "cpu".'
         )
     return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
 
