@@ -15,7 +15,7 @@ from typing import Any
 
 from gencache.artifact.store import Location
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
-from gencache.core.progress import Notify, Progress, ProgressFactory, StagedProgress
+from gencache.core.progress import Notify, ProgressFactory, StagedProgress
 from gencache.run.plan import Overrides
 from gencache.run.preflight import Preflight, plan_run, preflight
 from gencache.run.ray import RayOptions, generate_on_ray
@@ -130,13 +130,13 @@ def generate(
         def loaded() -> None:
             say("info", f"teacher loaded in {_seconds(time.monotonic() - loading)}")
 
-        deferred = inputs.engine.loads_with_prompts  # vLLM on a CPU builds its model with the prompts
-        if deferred:
+        started = True
+        bar = _LoadedOnStart(progress(total) if progress else None, total)
+        if inputs.engine.loads_with_prompts:  # vLLM on a CPU builds its model with the prompts
             say("info", f"{setup.engine} loads the teacher with the first prompts (it sizes its cache from them)")
+            bar.loaded = loaded
         else:
             loaded()
-        started = True
-        bar = _LoadedOnStart(progress(total) if progress else None, total, loaded if deferred else None)
         with contextlib.closing(bar):
             for target in pending:
                 if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
@@ -170,9 +170,7 @@ class _LoadedOnStart(StagedProgress):
     """The run's progress; for an engine that builds its model with the first prompts, the first ``start`` says the
     teacher loaded."""
 
-    def __init__(self, inner: Progress | None, total: int, loaded: Callable[[], None] | None) -> None:
-        super().__init__(inner, total)
-        self.loaded = loaded
+    loaded: Callable[[], None] | None = None
 
     def start(self, total_samples: int) -> None:
         if self.loaded is not None and not self.started:

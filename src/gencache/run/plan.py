@@ -229,11 +229,6 @@ class Plan:
         return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
 
 
-def run_digest(resolved_config: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
-    return json_digest({k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")})
-
-
 def plan_targets(
     output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None, keep_split: bool = False
 ) -> list[Target]:
@@ -277,7 +272,7 @@ def make_plan(
     """The plan of a valid ``config`` to publish ``targets``; with ``skip`` those the same run already published are
     set aside."""
     config_json = config_to_json(config)
-    digest = run_digest(config_json)
+    digest = json_digest({k: v for k, v in config_json.items() if k != "output_dir"})  # equal for every shard
     published = [t.output_dir for t in targets if skip and exists(t.output_dir)]
     problems: list[Problem] = []
     for path in published:

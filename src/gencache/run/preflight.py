@@ -7,7 +7,6 @@ phase 2 (the teacher and the tokenized samples) runs only when phase 1 found not
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
 import glob
 import importlib.util
@@ -51,6 +50,7 @@ from gencache.generation import teacher as checks
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import GIB, Engine
 from gencache.generation.engines.transformers import size_paged_cache
+from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 from gencache.run.plan import (
     Override,
     Overrides,
@@ -165,10 +165,9 @@ def plan_run(
         problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
         limit = None
     try:
-        raw, origin = read_merged_config(config_path)
+        current, origin = read_merged_config(config_path)
     except ConfigError as error:
         raise_problems([Problem("config", str(config_path), error, origin=str(config_path)), *problems])
-    current = copy.deepcopy(raw)
     applied: list[Override] = []
     if (output_dir := overrides.output_dir) is not None:
         try:
@@ -499,14 +498,9 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
 
 
 def _engine_package(engine: str) -> tuple[None, str]:
-    if engine != ENGINE_VLLM:
-        return None, f"{engine}: transformers"
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigError(
-            'engine "vllm" needs the vllm package, which is not installed in this environment: install it '
-            '(pip install "gencache[vllm]", or vLLM\'s CPU build; see docs/engines.md) or set engine to "transformers".'
-        )
-    return None, "vllm: installed"
+    if engine == ENGINE_VLLM and installed_build() is None:
+        raise ConfigError(f'engine "vllm" needs the vllm package: {INSTALL_HINT}; or set engine to "transformers".')
+    return None, f"{engine}: installed"
 
 
 # -- phase 2: the teacher and the tokenized samples -----------------------------------------------------------------
