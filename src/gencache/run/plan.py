@@ -103,10 +103,7 @@ def check_utf8(what: str, path: str) -> None:
         path.encode("utf-8")
     except UnicodeEncodeError:
         shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise ConfigError(
-            f"The {what} {shown} is not valid UTF-8, so the artifact could not record it; rename it or run from a "
-            "directory whose path is UTF-8."
-        ) from None
+        raise ConfigError(f"The {what} {shown} is not valid UTF-8; rename it: the artifact records it.") from None
 
 
 # -- shards: --shard I/N, torchrun and SLURM ranks, --shards N ---------------------------------------------------
@@ -146,10 +143,7 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
         rank = _env_int(env, rank_var)
         if rank is None or not 0 <= rank < count:
             given = f"{rank_var} is not set" if rank is None else f"{rank_var}={rank} is out of range"
-            raise ShardError(
-                f"{origin} started {count} processes (ranks 0..{count - 1}) but {given}; launch through {origin} or "
-                "fix the environment variables."
-            )
+            raise ShardError(f"{origin} started {count} processes (ranks 0..{count - 1}) but {given}; fix the launch.")
         local = _env_int(env, local_var)
         return ShardSpec(index=rank, count=count, origin=origin, local_rank=rank if local is None else local)
     return None
@@ -166,10 +160,8 @@ def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -
         raise ShardError(f"--shard must look like I/N with 0 <= I < N (for example 0/8), got {cli_value!r}.")
     index, count = int(parts[0]), int(parts[1])
     if from_env is not None and (from_env.index, from_env.count) != (index, count):
-        raise ShardError(
-            f"--shard {index}/{count} disagrees with the {from_env.origin} rank {from_env.index}/{from_env.count}; "
-            "drop --shard under a launcher."
-        )
+        rank = f"{from_env.origin} rank {from_env.index}/{from_env.count}"
+        raise ShardError(f"--shard {index}/{count} disagrees with the {rank}; drop --shard under a launcher.")
     return from_env or ShardSpec(index, count)
 
 
@@ -181,10 +173,7 @@ def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str]
     if device in ("cuda", "cuda:0"):
         visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
         return "cuda:0" if len([d for d in visible.split(",") if d.strip()]) == 1 else f"cuda:{shard.local_rank}"
-    raise ShardError(
-        f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
-        '"cuda" (each rank uses cuda:LOCAL_RANK).'
-    )
+    raise ShardError(f'model.device {device!r} under {shard.origin}: use "cuda" (each rank takes cuda:LOCAL_RANK).')
 
 
 def full_split(keys: Sequence[str], most: int) -> int:
@@ -240,10 +229,7 @@ def plan_targets(
         shards = found.count
     spec = resolve_shard(shard, env)
     if shards is not None and spec is not None:
-        raise ShardError(
-            f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
-            "or use --shard I/N alone."
-        )
+        raise ShardError(f"--shards runs every shard in this process; drop --shard (or the {spec.origin} launch).")
     if shards is not None and (isinstance(shards, bool) or shards < 1):
         raise ShardError(f"--shards must be at least 1, got {shards}.")
     specs = [spec] if shards is None else [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
@@ -261,9 +247,7 @@ def check_published(output_dir: Location, digest: str) -> None:
     except FormatError as error:
         why = f"is not a whole artifact ({error})"
     if why is not None:
-        raise OutputExistsError(
-            f"{output_dir} exists but {why}; move it aside or choose a new output_dir (gencache never overwrites)."
-        )
+        raise OutputExistsError(f"{output_dir} exists but {why}; move it aside or choose a new output_dir.")
 
 
 def make_plan(

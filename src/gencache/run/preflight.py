@@ -227,10 +227,7 @@ def preflight(
         found.check("engine package", "engine", _engine_package, config.engine)
         if found.problems or device is None:
             found.blocked = "not checked: the teacher's checks run once the problems above are fixed"
-            found.not_computed.append(
-                "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
-                "config or data checks found problems)"
-            )
+            found.not_computed.append("the teacher's checks, prompt token counts, context length, header budget")
         device, model = device or "cpu", config.model
         found.check("torch device", "model.device", _torch_device, device)
         tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
@@ -343,9 +340,7 @@ def _phase_one(
     if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
 
         def some() -> tuple[None, str]:
-            raise ConfigError(
-                "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
-            )
+            raise ConfigError("No samples: every data config has num_samples 0; raise at least one.")
 
         found.check("datasets", "data_configs", some)
     if keys is not None:
@@ -391,9 +386,7 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     path = Path(value).expanduser()
     if os.path.isdir(path):
         if field_name == "model.model_path" and not (path / "config.json").is_file():
-            raise ConfigError(
-                f"{field_name} {path} has no config.json; point it at a model directory saved by save_pretrained."
-            )
+            raise ConfigError(f"{field_name} {path} has no config.json; point it at a save_pretrained directory.")
         count = checks.check_json_files(path)
         return None, f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
     if os.path.lexists(path):
@@ -405,9 +398,8 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     except LocalEntryNotFoundError:
         at = f" at revision {revision!r}" if revision else ""
         raise ConfigError(
-            f"{field_name} {value!r}{at} is a hub id that is neither reachable (no network, or HF_HUB_OFFLINE=1) nor "
-            "in the local hub cache; download it with the hub reachable, point HF_HOME at a cache holding it, or give "
-            "a local path."
+            f"{field_name} {value!r}{at} is a hub id neither reachable (no network, or HF_HUB_OFFLINE=1) nor in the "
+            "local hub cache; download it, point HF_HOME at a cache that holds it, or give a local path."
         ) from None
     except EntryNotFoundError:  # a repository without config.json (a tokenizer's): its load says what it misses
         pass
@@ -445,10 +437,8 @@ def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None
 
     def count(shard: ShardSpec) -> tuple[None, str]:
         if shard.count > max(unique, 1):
-            raise ShardError(
-                f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards "
-                f"would be empty; use at most {full_split(keys, shard.count)} shards, which leaves none empty."
-            )
+            most = full_split(keys, shard.count)
+            raise ShardError(f"{shard.origin} {shard.count} leaves shards empty ({unique} keys); use at most {most}.")
         return None, f"{shard.count} shards over {unique} unique keys"
 
     def shown(index: int) -> tuple[None, str]:
@@ -513,10 +503,7 @@ def _torch_device(device: str) -> tuple[None, str]:
     index = torch.device(device).index
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if (index or 0) >= count:
-        raise ConfigError(
-            f"model.device {device!r}: torch {torch.__version__} sees {count} CUDA device(s) on this machine; "
-            'name one of them (cuda:0 is the first) or set model.device to "cpu".'
-        )
+        raise ConfigError(f'model.device {device!r}: torch sees {count} CUDA device(s); name one or set it to "cpu".')
     return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
 
 
@@ -540,9 +527,7 @@ def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
     try:
         teacher = AutoConfig.from_pretrained(model.model_path, revision=model.revision)
     except Exception as error:
-        raise ConfigError(
-            f"Cannot read the teacher's config.json from {model.model_path!r}: {first_line(error)}"
-        ) from None
+        raise ConfigError(f"Unreadable config.json in {model.model_path!r}: {first_line(error)}") from None
     positions = _max_positions(teacher)
     return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
 
@@ -576,8 +561,7 @@ def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) 
         advice = f"lower max_new_tokens to at most {room}" if room > 0 else "shorten the prompts"
         raise ConfigError(
             f"model.generation_kwargs.max_new_tokens {max_new_tokens} plus the longest prompt ({longest} tokens, "
-            f"{where}) is {longest + max_new_tokens} tokens, beyond the teacher's {positions} positions "
-            f"(config.json); {advice}."
+            f"{where}) goes beyond the teacher's {positions} positions (config.json); {advice}."
         )
     return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
 
@@ -609,12 +593,8 @@ def _paged_cache(
             dtype_bytes=DTYPE_BYTES[config.model.dtype],
             budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
         )
-    except GencacheError as error:  # a failure of the run, refused here as bad input
-        raise ConfigError(str(error)) from None
-    except Exception as error:  # a config.json without the attention sizes
-        raise ConfigError(
-            f"engine_options.kv_cache_memory_gib: cannot size the paged cache: {first_line(error)}"
-        ) from None
+    except Exception as error:  # too small (a failure of the run, refused here), or no attention sizes in config.json
+        raise ConfigError(f"engine_options.kv_cache_memory_gib: the paged cache: {first_line(error)}") from None
     return None, f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
 
 
