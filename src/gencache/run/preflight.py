@@ -7,6 +7,7 @@ phase 2 (the teacher and the tokenized samples) runs only when phase 1 found not
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import glob
 import importlib.util
@@ -165,9 +166,10 @@ def plan_run(
         problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
         limit = None
     try:
-        current, origin = read_merged_config(config_path)
+        raw, origin = read_merged_config(config_path)
     except ConfigError as error:
         raise_problems([Problem("config", str(config_path), error, origin=str(config_path)), *problems])
+    current = copy.deepcopy(raw)
     applied: list[Override] = []
     if (output_dir := overrides.output_dir) is not None:
         try:
@@ -227,7 +229,7 @@ def preflight(
         found.check("engine package", "engine", _engine_package, config.engine)
         if found.problems or device is None:
             found.blocked = "not checked: the teacher's checks run once the problems above are fixed"
-            found.not_computed.append("the teacher's checks, prompt token counts, context length, header budget")
+            found.not_computed.append("the teacher's checks")
         device, model = device or "cpu", config.model
         found.check("torch device", "model.device", _torch_device, device)
         tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
@@ -258,13 +260,10 @@ def preflight(
         needs = ["tokenizer", "generation", "teacher config"]
         found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
         samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
-        if tokenizer is None and not found.blocked:
-            found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
         if samples is None or generation is None:
             for name in ("context length", "header budget"):
                 found.skip(name, "not computed: needs the samples and generation config")
-            if not found.blocked:
-                found.not_computed += ["the context-length check", "the header budget"]
+            found.not_computed += ["prompt token counts", "the context-length check", "the header budget"]
             return found
         found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
         every = samples.keys()
