@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from gencache.core.errors import ShardError
-from gencache.run.plan import ShardSpec, device_for_rank, resolve_shard, shard_from_env
+from gencache.run.plan import ShardSpec, resolve_shard, shard_from_env
 
 KEYS = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)]
 
@@ -51,7 +51,14 @@ def test_explicit_shard_must_agree_with_launcher() -> None:
     assert resolve_shard(None, {}) is None
 
 
-def test_devices_map_to_the_local_rank() -> None:
+def test_devices_map_to_the_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gencache.run import preflight
+
+    monkeypatch.setattr(preflight, "_gpu_driver_evidence", lambda: ["/dev/nvidia0"])  # a GPU machine
+
+    def device_for_rank(device: str, shard: ShardSpec | None, env: dict[str, str]) -> str:
+        return preflight._device(device, shard, env)[0]
+
     spec = ShardSpec(index=5, count=8, origin="torchrun", local_rank=5)
     all_gpus = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
     assert device_for_rank("cuda", spec, all_gpus) == "cuda:5"

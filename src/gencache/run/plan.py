@@ -165,17 +165,6 @@ def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -
     return from_env or ShardSpec(index, count)
 
 
-def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None = None) -> str:
-    """This rank's device under a multi-process launcher: ``cuda`` or ``cuda:0`` is ``cuda:LOCAL_RANK``, or
-    ``cuda:0`` when ``CUDA_VISIBLE_DEVICES`` leaves exactly one GPU; another index or ``auto`` is ambiguous."""
-    if shard is None or shard.local_rank is None or device == "cpu":
-        return device
-    if device in ("cuda", "cuda:0"):
-        visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
-        return "cuda:0" if len([d for d in visible.split(",") if d.strip()]) == 1 else f"cuda:{shard.local_rank}"
-    raise ShardError(f'model.device {device!r} under {shard.origin}: use "cuda" (each rank takes cuda:LOCAL_RANK).')
-
-
 def full_split(keys: Sequence[str], most: int) -> int:
     """The largest shard count up to ``most`` that leaves no shard without keys (1 for no keys)."""
     unique = set(keys)

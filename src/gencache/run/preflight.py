@@ -60,7 +60,6 @@ from gencache.run.plan import (
     Target,
     apply_override,
     check_utf8,
-    device_for_rank,
     full_split,
     make_plan,
     origin_of,
@@ -463,9 +462,16 @@ def _gpu_driver_evidence() -> list[str]:
     return [*found, "libcuda.so.1"]
 
 
-def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
-    """This rank's device and what can be known of it without torch (whether torch sees it is phase 2's)."""
-    device = device_for_rank(configured, shard, env)
+def _device(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
+    """This rank's device and what can be known of it without torch (whether torch sees it is phase 2's). Under a
+    multi-process launcher ``cuda`` or ``cuda:0`` is ``cuda:LOCAL_RANK``, or ``cuda:0`` when ``CUDA_VISIBLE_DEVICES``
+    leaves exactly one GPU; another index or ``auto`` is ambiguous."""
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if shard is not None and shard.local_rank is not None and device != "cpu":
+        if device not in ("cuda", "cuda:0"):
+            raise ShardError(f'model.device {device!r} under {shard.origin}: set "cuda" (cuda:LOCAL_RANK per rank).')
+        one = len([d for d in (visible or "").split(",") if d.strip()]) == 1
+        device = "cuda:0" if one else f"cuda:{shard.local_rank}"
     if device == "cpu":
         return device, "cpu"
     if device == "auto":
@@ -473,7 +479,6 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
             raise ConfigError('model.device "auto" needs the accelerate package; install it or name a device.')
         return device, "auto (device_map)"
     choose = 'set model.device to "cpu" (in the config, or --set model.device=cpu) or run on a machine with a GPU'
-    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
     if visible is not None and not visible.strip():
         raise ConfigError(f"model.device {device!r}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; {choose}.")
     evidence = _gpu_driver_evidence()
