@@ -66,7 +66,7 @@ from gencache.run.plan import (
     parse_set,
     plan_targets,
 )
-from gencache.run.session import RunInputs, build_engine
+from gencache.run.session import TeacherSession, build_engine
 
 T = TypeVar("T")
 
@@ -82,7 +82,7 @@ class Check:
 
 @dataclass
 class Preflight:
-    """The checks' report (what ``gencache.dry_run`` returns): ``config`` is None for an invalid config, ``inputs``
+    """The checks' report (what ``gencache.dry_run`` returns): ``config`` is None for an invalid config, ``session``
     present once every check passed; while ``blocked`` says why, every check is skipped."""
 
     config: CacheConfig | None
@@ -90,14 +90,14 @@ class Preflight:
     output_dir: Location | None = None
     published: list[Location] = field(default_factory=list)
     samples: SampleSet | None = None
-    sample_counts: list[int] | None = None
+    sample_counts: list[int] = field(default_factory=list)
     capacity: dict[Location, int] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     not_computed: list[str] = field(default_factory=list)
     prompt: Sample | None = None
     prompt_index: int | None = None
-    inputs: RunInputs | None = None
+    session: TeacherSession | None = None
     blocked: str | None = None
     applied: Sequence[Override] = ()
 
@@ -135,11 +135,11 @@ class Preflight:
         self.checks.append(Check(name, "ok", detail))
         return value
 
-    def run_inputs(self) -> RunInputs:
-        """The complete inputs of the run; the problems are raised."""
+    def run_session(self) -> TeacherSession:
+        """The run's session, its teacher not loaded yet; the problems are raised."""
         raise_problems(self.problems)
-        assert self.inputs is not None, "checks of a run that found no problem leave its inputs"
-        return self.inputs
+        assert self.session is not None, "checks of a run that found no problem leave its session"
+        return self.session
 
 
 def plan_run(
@@ -264,7 +264,7 @@ def preflight(
                 found.skip(name, "not computed: needs the samples and generation config")
             found.not_computed += ["prompt token counts", "the context-length check", "the header budget"]
             return found
-        found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
+        found.samples = samples
         every = samples.keys()
         found.targets = [
             Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
@@ -287,7 +287,7 @@ def preflight(
         found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
         if not found.problems and engine is not None and rename_mode is not None:
             inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
-            found.inputs = RunInputs(*inputs)
+            found.session = TeacherSession(plan, *inputs)
     return found
 
 
@@ -326,15 +326,13 @@ def _phase_one(
         found.check("model", "model.model_path", _model_location, "model.model_path", model)
         if model.effective_tokenizer_path != model.model_path:
             found.check("tokenizer path", "model.tokenizer_path", _model_location, "model.tokenizer_path", model)
-    counts: list[int] = []
     keys: list[str] | None = []
     with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
         warnings.simplefilter("ignore")
         for index, dc in data_configs:
             read = found.check(f"data_configs[{index}]", f"data_configs[{index}]", _data_config, index, dc)
-            counts.append(-1 if read is None else len(read))
+            found.sample_counts.append(-1 if read is None else len(read))
             keys = None if read is None or keys is None else keys + read
-    found.sample_counts = counts
     if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
 
         def some() -> tuple[None, str]:
@@ -436,7 +434,9 @@ def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None
     def count(shard: ShardSpec) -> tuple[None, str]:
         if shard.count > max(unique, 1):
             most = full_split(keys, shard.count)
-            raise ShardError(f"{shard.origin} {shard.count} leaves shards empty ({unique} keys); use at most {most}.")
+            raise ShardError(
+                f"{shard.origin} {shard.count} for {unique} keys leaves some empty; use at most {most} shards."
+            )
         return None, f"{shard.count} shards over {unique} unique keys"
 
     def shown(index: int) -> tuple[None, str]:
