@@ -385,10 +385,9 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
             raise ConfigError(f"{field_name} {path} has no config.json; point it at a save_pretrained directory.")
         count = checks.check_json_files(path)
         return None, f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
-    if os.path.lexists(path):
-        raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
-    if looks_like_path(value):
-        raise ConfigError(f"{field_name} {path.absolute()} does not exist; fix the path or give a hub id.")
+    if os.path.lexists(path) or looks_like_path(value):
+        problem = "is not a directory" if os.path.lexists(path) else "does not exist"
+        raise ConfigError(f"{field_name} {path.absolute()} {problem}; fix the path or give a hub id.")
     try:  # huggingface_hub's offline mode, timeouts and fall-back to its local cache when the hub is unreachable
         checks.read_json_file(hf_hub_download(value, "config.json", revision=revision))
     except LocalEntryNotFoundError:
