@@ -169,7 +169,7 @@ CASES = [
         2,
         "suppress_tokens",
     ),
-    Case("more shards than keys", _with_args("--shards", "16"), 2, "--shards asks for 16 shards but the run has 4"),
+    Case("more shards than keys", _with_args("--shards", "16"), 2, "--shards 16 for 4 keys leaves some empty"),
     Case(
         "paged cache too small for one request",
         _config(engine="transformers-continuous", engine_options={"kv_cache_memory_gib": 1e-6}),

@@ -68,7 +68,6 @@ def test_a_bucket_artifact_is_byte_identical_to_a_local_one(s3_env: S3Env, tmp_p
     assert is_published(s3_env.url("runs/x"), RESOLVED.get("run_digest", "")) is ("run_digest" in RESOLVED)
 
 
-
 def test_a_rerun_recognises_a_bucket_artifact_by_range_reads_alone(
     s3_env: S3Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,6 +76,7 @@ def test_a_rerun_recognises_a_bucket_artifact_by_range_reads_alone(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert is_published(s3_env.url("runs/y"), RESOLVED.get("run_digest", "")) is ("run_digest" in RESOLVED)
     assert not (tmp_path / "xdg").exists() or not any(p.is_file() for p in (tmp_path / "xdg").rglob("*"))
+
 
 # -- the command line against the bucket -----------------------------------------------------------------------
 def gencache(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from gencache.core.errors import ShardError
-from gencache.run.plan import ShardSpec, device_for_rank, resolve_shard, run_digest, shard_from_env
+from gencache.run.plan import ShardSpec, resolve_shard, shard_from_env
 
 KEYS = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)]
 
@@ -22,7 +22,7 @@ def test_shards_partition_the_keys_by_key_mod() -> None:
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("3", "I/N"), ("a/b", "I/N"), ("1/2/3", "I/N"), ("-1/2", "I/N"), ("2/2", "out of range"), ("0/0", "at least 1")],
+    [("3", "I/N"), ("a/b", "I/N"), ("1/2/3", "I/N"), ("-1/2", "I/N"), ("2/2", "I/N"), ("0/0", "I/N")],
 )
 def test_bad_shard_specs_are_rejected(text: str, fragment: str) -> None:
     with pytest.raises(ShardError, match=fragment):
@@ -51,7 +51,14 @@ def test_explicit_shard_must_agree_with_launcher() -> None:
     assert resolve_shard(None, {}) is None
 
 
-def test_devices_map_to_the_local_rank() -> None:
+def test_devices_map_to_the_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gencache.run import preflight
+
+    monkeypatch.setattr(preflight, "_gpu_driver_evidence", lambda: ["/dev/nvidia0"])  # a GPU machine
+
+    def device_for_rank(device: str, shard: ShardSpec | None, env: dict[str, str]) -> str:
+        return preflight._device(device, shard, env)[0]
+
     spec = ShardSpec(index=5, count=8, origin="torchrun", local_rank=5)
     all_gpus = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
     assert device_for_rank("cuda", spec, all_gpus) == "cuda:5"
@@ -66,12 +73,6 @@ def test_devices_map_to_the_local_rank() -> None:
     assert device_for_rank("cuda:1", None, {}) == "cuda:1"
 
 
-def test_run_digest_ignores_output_and_shard_fields_only() -> None:
-    config = {"model": {"model_path": "m"}, "seed": 1, "output_dir": "/a"}
-    assert run_digest(config) == run_digest(config | {"output_dir": "/b", "shard": {"index": 1}})
-    assert run_digest(config) != run_digest(config | {"seed": 2})
-
-
 @pytest.mark.parametrize(
     ("env", "variable"),
     [({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2"), ({"SLURM_NTASKS": "2", "SLURM_PROCID": "5"}, "SLURM_PROCID=5")],
@@ -80,5 +81,5 @@ def test_a_launcher_rank_out_of_range_names_the_variable(env: dict[str, str], va
     from gencache.core.errors import ShardError
     from gencache.run.plan import shard_from_env
 
-    with pytest.raises(ShardError, match=f"Environment variable {variable} is out of range for 2 processes"):
+    with pytest.raises(ShardError, match=f"{variable} is out of range"):
         shard_from_env(env)

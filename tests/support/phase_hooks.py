@@ -80,7 +80,7 @@ def install(*, run: bool = False) -> None:
         after(
             session.TeacherSession,
             "publish",
-            lambda run, target, *_: last if target is run.inputs.targets[-1] else None,
+            lambda run, target, *_: last if target is run.targets[-1] else None,
         )
 
 

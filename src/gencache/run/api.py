@@ -15,11 +15,10 @@ from typing import Any
 
 from gencache.artifact.store import Location
 from gencache.core.errors import ConfigError, Stopped, StoppedRun
-from gencache.core.progress import Notify, Progress, ProgressFactory, StagedProgress
+from gencache.core.progress import Notify, ProgressFactory, StagedProgress
 from gencache.run.plan import Overrides
 from gencache.run.preflight import Preflight, plan_run, preflight
 from gencache.run.ray import RayOptions, generate_on_ray
-from gencache.run.session import TeacherSession
 
 Settings = Mapping[str, Any] | Sequence[str]
 PathLike = str | os.PathLike[str]
@@ -108,39 +107,34 @@ def generate(
             say("info", f"already published and verified: {path}")
         if not plan.pending:
             return plan.output_dir
-        inputs = found.run_inputs()
-        pending, samples, setup = inputs.targets, inputs.samples, plan.config
-        if samples.conflicting_prompts:
-            say(
-                "warning",
-                f"{len(samples.conflicting_prompts)} duplicated keys rendered different prompts (another template or "
-                "rendering option); the first occurrence's prompt is generated for all.",
-            )
+        session = found.run_session()
+        pending, samples, setup = session.targets, session.samples, plan.config
+        if conflicts := len(samples.conflicting_prompts):  # another template or rendering option
+            say("warning", f"{conflicts} duplicated keys rendered different prompts; each key's first is generated.")
         total = sum(len(t.keys) for t in pending)
         say(
             "info",
             f"{total} unique samples to generate ({samples.duplicates} duplicates skipped"
             f"{f', {len(pending)} shards' if len(pending) > 1 else ''}), max_new_tokens "
-            f"{inputs.generation.max_new_tokens}, engine {setup.engine}"
+            f"{session.generation.max_new_tokens}, engine {setup.engine}"
             f"{f', batch size {setup.gen_batch_size}' if setup.engine == 'transformers' else ''}, "
-            f"device {inputs.device}",
+            f"device {session.device}",
         )
-        inputs.engine.import_libraries()  # the load below is timed alone, without the imports
+        session.engine.import_libraries()  # the load below is timed alone, without the imports
         say("status", f"loading the teacher {setup.model.model_path}")
         loading = time.monotonic()
-        session = TeacherSession(plan, inputs)
         session.load()
 
         def loaded() -> None:
             say("info", f"teacher loaded in {_seconds(time.monotonic() - loading)}")
 
-        deferred = inputs.engine.loads_with_prompts  # vLLM on a CPU builds its model with the prompts
-        if deferred:
+        started = True
+        bar = _LoadedOnStart(progress(total) if progress else None, total)
+        if session.engine.loads_with_prompts:  # vLLM on a CPU builds its model with the prompts
             say("info", f"{setup.engine} loads the teacher with the first prompts (it sizes its cache from them)")
+            bar.loaded = loaded
         else:
             loaded()
-        started = True
-        bar = _LoadedOnStart(progress(total) if progress else None, total, loaded if deferred else None)
         with contextlib.closing(bar):
             for target in pending:
                 if target.shard is not None:  # zero-based, as in --shard I/N and the shard directory names
@@ -171,12 +165,9 @@ def _seconds(value: float) -> str:
 
 
 class _LoadedOnStart(StagedProgress):
-    """The run's progress; for an engine that builds its model with the first prompts, the first ``start`` says the
-    teacher loaded."""
+    """The run's progress; its first ``start`` calls ``loaded`` (for an engine that loads with the first prompts)."""
 
-    def __init__(self, inner: Progress | None, total: int, loaded: Callable[[], None] | None) -> None:
-        super().__init__(inner, total)
-        self.loaded = loaded
+    loaded: Callable[[], None] | None = None
 
     def start(self, total_samples: int) -> None:
         if self.loaded is not None and not self.started:

@@ -59,12 +59,9 @@ class Override:
 def parse_set(text: str) -> Override:
     """``PATH=VALUE`` to an :class:`Override`: list items by their index, the value JSON or else the plain string."""
     name, sep, raw = text.partition("=")
-    name = name.strip()
-    if not sep or not name:
-        raise ConfigError(f"--set {text!r} must look like PATH=VALUE, for example --set gen_batch_size=8.")
-    parts = name.split(".")
-    if any(not part for part in parts):
-        raise ConfigError(f"--set {text!r}: the path {name!r} has an empty part; separate field names by single dots.")
+    parts = name.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError(f"--set {text!r} must look like PATH=VALUE with a dotted PATH, for example --set seed=1.")
     path = tuple(int(part) if part.isdigit() else part for part in parts)
     return Override(f"--set {text}", path, parse_set_value(raw, f"--set {text}"))
 
@@ -106,10 +103,7 @@ def check_utf8(what: str, path: str) -> None:
         path.encode("utf-8")
     except UnicodeEncodeError:
         shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise ConfigError(
-            f"The {what} {shown} is not valid UTF-8, so the artifact could not record it; rename it or run from a "
-            "directory whose path is UTF-8."
-        ) from None
+        raise ConfigError(f"The {what} {shown} is not valid UTF-8; rename it: the artifact records it.") from None
 
 
 # -- shards: --shard I/N, torchrun and SLURM ranks, --shards N ---------------------------------------------------
@@ -147,13 +141,9 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> ShardSpec | None:
         if count is None or count <= 1:  # at most one process: no shard
             continue
         rank = _env_int(env, rank_var)
-        if rank is None:
-            raise ShardError(f"{origin} started {count} processes but {rank_var} is not set; launch through {origin}.")
-        if not 0 <= rank < count:
-            raise ShardError(
-                f"Environment variable {rank_var}={rank} is out of range for {count} processes ("
-                f"{' or '.join(count_vars)}={count}; use 0..{count - 1}); launch through {origin} or fix the variables."
-            )
+        if rank is None or not 0 <= rank < count:
+            given = f"{rank_var} is not set" if rank is None else f"{rank_var}={rank} is out of range"
+            raise ShardError(f"{origin} started {count} processes (ranks 0..{count - 1}) but {given}; fix the launch.")
         local = _env_int(env, local_var)
         return ShardSpec(index=rank, count=count, origin=origin, local_rank=rank if local is None else local)
     return None
@@ -166,33 +156,13 @@ def resolve_shard(cli_value: str | None, env: Mapping[str, str] | None = None) -
     if cli_value is None:
         return from_env
     parts = cli_value.strip().split("/")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ShardError(f"--shard must look like I/N with zero-based I (for example 0/8), got {cli_value!r}.")
+    if not (len(parts) == 2 and all(p.strip().isdigit() for p in parts) and int(parts[0]) < int(parts[1])):
+        raise ShardError(f"--shard must look like I/N with 0 <= I < N (for example 0/8), got {cli_value!r}.")
     index, count = int(parts[0]), int(parts[1])
-    if count < 1:
-        raise ShardError(f"Shard count must be at least 1, got {count}.")
-    if index >= count:
-        raise ShardError(f"Shard index {index} is out of range for {count} shards (use 0..{count - 1}).")
     if from_env is not None and (from_env.index, from_env.count) != (index, count):
-        raise ShardError(
-            f"--shard {index}/{count} disagrees with the {from_env.origin} rank {from_env.index}/{from_env.count}; "
-            "drop --shard under a launcher."
-        )
+        rank = f"{from_env.origin} rank {from_env.index}/{from_env.count}"
+        raise ShardError(f"--shard {index}/{count} disagrees with the {rank}; drop --shard under a launcher.")
     return from_env or ShardSpec(index, count)
-
-
-def device_for_rank(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None = None) -> str:
-    """This rank's device under a multi-process launcher: ``cuda`` or ``cuda:0`` is ``cuda:LOCAL_RANK``, or
-    ``cuda:0`` when ``CUDA_VISIBLE_DEVICES`` leaves exactly one GPU; another index or ``auto`` is ambiguous."""
-    if shard is None or shard.local_rank is None or device == "cpu":
-        return device
-    if device in ("cuda", "cuda:0"):
-        visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
-        return "cuda:0" if len([d for d in visible.split(",") if d.strip()]) == 1 else f"cuda:{shard.local_rank}"
-    raise ShardError(
-        f"model.device {device!r} cannot be used under {shard.origin} with {shard.count} processes: set it to "
-        '"cuda" (each rank uses cuda:LOCAL_RANK).'
-    )
 
 
 def full_split(keys: Sequence[str], most: int) -> int:
@@ -205,8 +175,7 @@ def full_split(keys: Sequence[str], most: int) -> int:
 # -- the plan ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
-    """One artifact a run publishes: its directory, its shard (None for an unsharded run) and its keys (filled
-    once the samples are built)."""
+    """One artifact a run publishes: its directory, its shard (None unsharded), its keys once the samples are built."""
 
     output_dir: Location
     shard: ShardSpec | None
@@ -238,11 +207,6 @@ class Plan:
         return self.base if shard is None or shard.origin == "--shards" else self.targets[0].output_dir
 
 
-def run_digest(resolved_config: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical effective config without the shard and output fields: equal for every shard of a run."""
-    return json_digest({k: v for k, v in resolved_config.items() if k not in ("output_dir", "shard")})
-
-
 def plan_targets(
     output_dir: str, shard: str | None, shards: int | None, env: Mapping[str, str] | None, keep_split: bool = False
 ) -> list[Target]:
@@ -254,10 +218,7 @@ def plan_targets(
         shards = found.count
     spec = resolve_shard(shard, env)
     if shards is not None and spec is not None:
-        raise ShardError(
-            f"--shards {shards} runs every shard in this process; drop --shard (or the {spec.origin} launch), "
-            "or use --shard I/N alone."
-        )
+        raise ShardError(f"--shards runs every shard in this process; drop --shard (or the {spec.origin} launch).")
     if shards is not None and (isinstance(shards, bool) or shards < 1):
         raise ShardError(f"--shards must be at least 1, got {shards}.")
     specs = [spec] if shards is None else [ShardSpec(index=i, count=shards, origin="--shards") for i in range(shards)]
@@ -271,17 +232,11 @@ def check_published(output_dir: Location, digest: str) -> None:
     """Accept an existing ``output_dir`` only as an artifact the same run published (the payload's bytes are
     ``gencache verify``'s to check)."""
     try:
-        published = is_published(output_dir, digest)
+        why = None if is_published(output_dir, digest) else "belongs to another run (its config differs)"
     except FormatError as error:
-        raise OutputExistsError(
-            f"{output_dir} exists but is not a whole artifact ({error}); move it aside and rerun (gencache never "
-            "overwrites an artifact)."
-        ) from None
-    if not published:
-        raise OutputExistsError(
-            f"{output_dir} exists but belongs to another run (its config differs); choose a new output_dir or move "
-            "it aside."
-        )
+        why = f"is not a whole artifact ({error})"
+    if why is not None:
+        raise OutputExistsError(f"{output_dir} exists but {why}; move it aside or choose a new output_dir.")
 
 
 def make_plan(
@@ -290,7 +245,7 @@ def make_plan(
     """The plan of a valid ``config`` to publish ``targets``; with ``skip`` those the same run already published are
     set aside."""
     config_json = config_to_json(config)
-    digest = run_digest(config_json)
+    digest = json_digest({k: v for k, v in config_json.items() if k != "output_dir"})  # equal for every shard
     published = [t.output_dir for t in targets if skip and exists(t.output_dir)]
     problems: list[Problem] = []
     for path in published:

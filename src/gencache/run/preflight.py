@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from huggingface_hub import constants, hf_hub_download
+from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 from pydantic import ValidationError
 
+from gencache.artifact.header import header_capacity
 from gencache.artifact.publish import check_output_path, probe_rename
 from gencache.artifact.store import Location
 from gencache.artifact.upload import check_absent
@@ -29,7 +30,7 @@ from gencache.config.documents import read_merged_config
 from gencache.config.engines import ContinuousOptions
 from gencache.config.messages import collect_problems, format_loc, parse_loc, problem_lines
 from gencache.config.models import CacheConfig, DataConfig, ModelConfig, parse_data_configs
-from gencache.config.names import ENGINE_VLLM
+from gencache.config.names import DTYPE_BYTES, ENGINE_VLLM
 from gencache.config.paths import S3Url, looks_like_path
 from gencache.core.errors import (
     ConfigError,
@@ -44,12 +45,13 @@ from gencache.core.errors import (
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import TEMPLATES
 from gencache.data.recipes import get_recipe
-from gencache.data.samples import Sample, SampleSet, build_samples
+from gencache.data.samples import DuplicatePromptWarning, Sample, SampleSet, build_samples
 from gencache.data.sources import shared_tables
 from gencache.generation import teacher as checks
-from gencache.generation.effective import EffectiveGeneration
-from gencache.generation.engines import Engine
-from gencache.run import teacher_checks as phase_two
+from gencache.generation.effective import EffectiveGeneration, resolve_generation
+from gencache.generation.engines import GIB, Engine
+from gencache.generation.engines.transformers import size_paged_cache
+from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 from gencache.run.plan import (
     Override,
     Overrides,
@@ -58,14 +60,13 @@ from gencache.run.plan import (
     Target,
     apply_override,
     check_utf8,
-    device_for_rank,
     full_split,
     make_plan,
     origin_of,
     parse_set,
     plan_targets,
 )
-from gencache.run.session import RunInputs, build_engine
+from gencache.run.session import TeacherSession, build_engine
 
 T = TypeVar("T")
 
@@ -81,7 +82,7 @@ class Check:
 
 @dataclass
 class Preflight:
-    """The checks' report (what ``gencache.dry_run`` returns): ``config`` is None for an invalid config, ``inputs``
+    """The checks' report (what ``gencache.dry_run`` returns): ``config`` is None for an invalid config, ``session``
     present once every check passed; while ``blocked`` says why, every check is skipped."""
 
     config: CacheConfig | None
@@ -89,14 +90,14 @@ class Preflight:
     output_dir: Location | None = None
     published: list[Location] = field(default_factory=list)
     samples: SampleSet | None = None
-    sample_counts: list[int] | None = None
+    sample_counts: list[int] = field(default_factory=list)
     capacity: dict[Location, int] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     not_computed: list[str] = field(default_factory=list)
     prompt: Sample | None = None
     prompt_index: int | None = None
-    inputs: RunInputs | None = None
+    session: TeacherSession | None = None
     blocked: str | None = None
     applied: Sequence[Override] = ()
 
@@ -134,11 +135,11 @@ class Preflight:
         self.checks.append(Check(name, "ok", detail))
         return value
 
-    def run_inputs(self) -> RunInputs:
-        """The complete inputs of the run; the problems are raised."""
+    def run_session(self) -> TeacherSession:
+        """The run's session, its teacher not loaded yet; the problems are raised."""
         raise_problems(self.problems)
-        assert self.inputs is not None, "checks of a run that found no problem leave its inputs"
-        return self.inputs
+        assert self.session is not None, "checks of a run that found no problem leave its session"
+        return self.session
 
 
 def plan_run(
@@ -226,25 +227,20 @@ def preflight(
         device = found.check("device", "model.device", lambda: _device(config.model.device, shard, env))
         found.check("engine package", "engine", _engine_package, config.engine)
         if found.problems or device is None:
-            found.blocked = (
-                "not checked: the checks above found problems (the teacher's checks run once they are fixed)"
-            )
-            found.not_computed.append(
-                "the teacher's checks, prompt token counts, the context-length check and the header budget (the "
-                "config or data checks found problems)"
-            )
+            found.blocked = "not checked: the teacher's checks run once the problems above are fixed"
+            found.not_computed.append("the teacher's checks")
         device, model = device or "cpu", config.model
-        found.check("torch device", "model.device", phase_two.torch_device, device)
-        tokenizer = found.check("tokenizer", "model.tokenizer_path", phase_two.tokenizer, model)
+        found.check("torch device", "model.device", _torch_device, device)
+        tokenizer = found.check("tokenizer", "model.tokenizer_path", _tokenizer, model)
         generation = found.check(
-            "generation", "model.generation_kwargs", phase_two.generation, model, tokenizer, needs=["tokenizer"]
+            "generation", "model.generation_kwargs", _generation, model, tokenizer, needs=["tokenizer"]
         )
 
         def engine_of(generation: EffectiveGeneration, tokenizer: Any) -> tuple[Engine, str]:
             return build_engine(config, generation=generation, tokenizer=tokenizer, device=device), config.engine
 
         engine = found.check("engine", "engine_options", engine_of, generation, tokenizer, needs=["generation"])
-        teacher = found.check("teacher config", "model.model_path", phase_two.teacher_config, model)
+        teacher = found.check("teacher config", "model.model_path", _teacher_config, model)
         found.check(
             "attention",
             "model.attn_implementation",
@@ -262,16 +258,13 @@ def preflight(
 
         needs = ["tokenizer", "generation", "teacher config"]
         found.check("vocabulary", "model.tokenizer_path", vocabulary, tokenizer, generation, needs=needs)
-        samples = found.check("samples", "data_configs", phase_two.samples, config, tokenizer, needs=["tokenizer"])
-        if tokenizer is None and not found.blocked:
-            found.not_computed.append("prompt renderings, unique keys and prompt token counts (no tokenizer)")
+        samples = found.check("samples", "data_configs", _samples, config, tokenizer, needs=["tokenizer"])
         if samples is None or generation is None:
             for name in ("context length", "header budget"):
                 found.skip(name, "not computed: needs the samples and generation config")
-            if not found.blocked:
-                found.not_computed += ["the context-length check", "the header budget"]
+            found.not_computed += ["prompt token counts", "the context-length check", "the header budget"]
             return found
-        found.samples, found.sample_counts = samples, [s.samples for s in samples.summaries]
+        found.samples = samples
         every = samples.keys()
         found.targets = [
             Target(t.output_dir, t.shard, tuple(t.shard.select(every) if t.shard else every)) for t in found.targets
@@ -283,18 +276,18 @@ def preflight(
         found.check(
             "context length",
             "model.generation_kwargs.max_new_tokens",
-            lambda: phase_two.context(samples, generation, teacher),
+            lambda: _context(samples, generation, teacher),
         )
         if vocab_size is not None:
-            found.check("prompt ids", "data_configs", phase_two.prompt_ids, samples, vocab_size, needs=["vocabulary"])
+            found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
         options = config.engine_options
         if isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None:
             where, needs = "engine_options.kv_cache_memory_gib", ["teacher config", "engine"]
-            found.check("paged cache", where, phase_two.paged_cache, config, samples, generation, teacher, needs=needs)
-        found.capacity = found.check("header budget", "output_dir", phase_two.budget, found.targets, generation) or {}
+            found.check("paged cache", where, _paged_cache, config, samples, generation, teacher, needs=needs)
+        found.capacity = found.check("header budget", "output_dir", _budget, found.targets, generation) or {}
         if not found.problems and engine is not None and rename_mode is not None:
             inputs = (found.targets, device, tokenizer, generation, engine, samples, found.capacity, rename_mode)
-            found.inputs = RunInputs(*inputs)
+            found.session = TeacherSession(plan, *inputs)
     return found
 
 
@@ -333,21 +326,17 @@ def _phase_one(
         found.check("model", "model.model_path", _model_location, "model.model_path", model)
         if model.effective_tokenizer_path != model.model_path:
             found.check("tokenizer path", "model.tokenizer_path", _model_location, "model.tokenizer_path", model)
-    counts: list[int] = []
     keys: list[str] | None = []
     with warnings.catch_warnings():  # a recipe's warnings come once, with the samples of phase 2
         warnings.simplefilter("ignore")
         for index, dc in data_configs:
             read = found.check(f"data_configs[{index}]", f"data_configs[{index}]", _data_config, index, dc)
-            counts.append(-1 if read is None else len(read))
+            found.sample_counts.append(-1 if read is None else len(read))
             keys = None if read is None or keys is None else keys + read
-    found.sample_counts = counts
     if data_configs and all(dc.num_samples == 0 for _, dc in data_configs):
 
         def some() -> tuple[None, str]:
-            raise ConfigError(
-                "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
-            )
+            raise ConfigError("No samples: every data config has num_samples 0; raise at least one.")
 
         found.check("datasets", "data_configs", some)
     if keys is not None:
@@ -375,10 +364,8 @@ def _output_location(outputs: Sequence[Location]) -> tuple[str | None, str]:
     parent = ancestor = local[0].parent
     while not os.path.lexists(ancestor) and ancestor.parent != ancestor:
         ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"Output parent {ancestor} is not a directory; choose an output_dir under a directory.")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"Output parent {ancestor} is not writable; choose an output_dir you can write to.")
+    if not (ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK)):
+        raise ConfigError(f"Output parent {ancestor} is not a writable directory; choose an output_dir under one.")
     try:
         mode = probe_rename(ancestor)
     except GencacheError as error:
@@ -395,27 +382,19 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     path = Path(value).expanduser()
     if os.path.isdir(path):
         if field_name == "model.model_path" and not (path / "config.json").is_file():
-            raise ConfigError(
-                f"{field_name} {path} has no config.json; point it at a model directory saved by save_pretrained."
-            )
+            raise ConfigError(f"{field_name} {path} has no config.json; point it at a save_pretrained directory.")
         count = checks.check_json_files(path)
         return None, f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
-    if os.path.lexists(path):
-        raise ConfigError(f"{field_name} {path} is not a directory; point it at a model directory or a hub id.")
-    if looks_like_path(value):
-        raise ConfigError(f"{field_name} {path.absolute()} does not exist; fix the path or give a hub id.")
+    if os.path.lexists(path) or looks_like_path(value):
+        problem = "is not a directory" if os.path.lexists(path) else "does not exist"
+        raise ConfigError(f"{field_name} {path.absolute()} {problem}; fix the path or give a hub id.")
     try:  # huggingface_hub's offline mode, timeouts and fall-back to its local cache when the hub is unreachable
         checks.read_json_file(hf_hub_download(value, "config.json", revision=revision))
     except LocalEntryNotFoundError:
         at = f" at revision {revision!r}" if revision else ""
-        why, hint = (
-            ("HF_HUB_OFFLINE is set", "download it with the hub reachable")
-            if constants.HF_HUB_OFFLINE
-            else ("the hub cannot be reached", "set HF_HUB_OFFLINE=1 if it is in a local cache elsewhere (HF_HOME)")
-        )
         raise ConfigError(
-            f"{field_name} {value!r}{at} is a hub id, but {why} and it is not in the local hub cache; {hint}, or "
-            "give a local path."
+            f"{field_name} {value!r}{at} is a hub id neither reachable (no network, or HF_HUB_OFFLINE=1) nor in the "
+            "local hub cache; download it, point HF_HOME at a cache that holds it, or give a local path."
         ) from None
     except EntryNotFoundError:  # a repository without config.json (a tokenizer's): its load says what it misses
         pass
@@ -453,9 +432,9 @@ def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None
 
     def count(shard: ShardSpec) -> tuple[None, str]:
         if shard.count > max(unique, 1):
+            most = full_split(keys, shard.count)
             raise ShardError(
-                f"{shard.origin} asks for {shard.count} shards but the run has {unique} unique key(s): some shards "
-                f"would be empty; use at most {full_split(keys, shard.count)} shards, which leaves none empty."
+                f"{shard.origin} {shard.count} for {unique} keys leaves some empty; use at most {most} shards."
             )
         return None, f"{shard.count} shards over {unique} unique keys"
 
@@ -482,9 +461,16 @@ def _gpu_driver_evidence() -> list[str]:
     return [*found, "libcuda.so.1"]
 
 
-def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
-    """This rank's device and what can be known of it without torch (whether torch sees it is phase 2's)."""
-    device = device_for_rank(configured, shard, env)
+def _device(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
+    """This rank's device and what can be known of it without torch (whether torch sees it is phase 2's). Under a
+    multi-process launcher ``cuda`` or ``cuda:0`` is ``cuda:LOCAL_RANK``, or ``cuda:0`` when ``CUDA_VISIBLE_DEVICES``
+    leaves exactly one GPU; another index or ``auto`` is ambiguous."""
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if shard is not None and shard.local_rank is not None and device != "cpu":
+        if device not in ("cuda", "cuda:0"):
+            raise ShardError(f'model.device {device!r} under {shard.origin}: set "cuda" (cuda:LOCAL_RANK per rank).')
+        one = len([d for d in (visible or "").split(",") if d.strip()]) == 1
+        device = "cuda:0" if one else f"cuda:{shard.local_rank}"
     if device == "cpu":
         return device, "cpu"
     if device == "auto":
@@ -492,7 +478,6 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
             raise ConfigError('model.device "auto" needs the accelerate package; install it or name a device.')
         return device, "auto (device_map)"
     choose = 'set model.device to "cpu" (in the config, or --set model.device=cpu) or run on a machine with a GPU'
-    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
     if visible is not None and not visible.strip():
         raise ConfigError(f"model.device {device!r}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; {choose}.")
     evidence = _gpu_driver_evidence()
@@ -506,11 +491,119 @@ def _device(configured: str, shard: ShardSpec | None, env: Mapping[str, str] | N
 
 
 def _engine_package(engine: str) -> tuple[None, str]:
-    if engine != ENGINE_VLLM:
-        return None, f"{engine}: transformers"
-    if importlib.util.find_spec("vllm") is None:
+    if engine == ENGINE_VLLM and installed_build() is None:
+        raise ConfigError(f'engine "vllm" needs the vllm package: {INSTALL_HINT}; or set engine to "transformers".')
+    return None, f"{engine}: installed"
+
+
+# -- phase 2: the teacher and the tokenized samples -----------------------------------------------------------------
+def _torch_device(device: str) -> tuple[None, str]:
+    """The device exists on this machine as torch sees it (the config admits only devices torch can name)."""
+    if not device.startswith("cuda"):
+        return None, device
+    import torch
+
+    index = torch.device(device).index
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if (index or 0) >= count:
+        raise ConfigError(f'model.device {device!r}: torch sees {count} CUDA device(s); name one or set it to "cpu".')
+    return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
+
+
+def _tokenizer(model: ModelConfig) -> tuple[Any, str]:
+    got = checks.load_tokenizer(model.effective_tokenizer_path, revision=model.revision)
+    return got, f"{type(got).__name__}, pad id {got.pad_token_id}, eos id {got.eos_token_id}"
+
+
+def _generation(model: ModelConfig, tokenizer: Any) -> tuple[EffectiveGeneration, str]:
+    effective = resolve_generation(
+        model.generation_kwargs, model_path=model.model_path, revision=model.revision, tokenizer=tokenizer
+    )
+    shown = f"max_new_tokens {effective.max_new_tokens}, {effective.num_return_sequences} sequence(s) per prompt"
+    return effective, shown
+
+
+def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
+    """The teacher's ``config.json`` (no weights; phase 1 parsed it, naming invalid JSON's line and column)."""
+    from transformers import AutoConfig
+
+    try:
+        teacher = AutoConfig.from_pretrained(model.model_path, revision=model.revision)
+    except Exception as error:
+        raise ConfigError(f"Unreadable config.json in {model.model_path!r}: {first_line(error)}") from None
+    positions = _max_positions(teacher)
+    return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
+
+
+def _max_positions(config: Any) -> int | None:
+    """The first field of the teacher's ``config.json`` that gives its maximum number of positions."""
+    for candidate in (config, getattr(config, "text_config", None)):
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+            value = getattr(candidate, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
+    with warnings.catch_warnings():  # reported by the caller, from samples.conflicting_prompts
+        warnings.simplefilter("ignore", DuplicatePromptWarning)
+        built = build_samples(config, tokenizer=tokenizer)
+    return built, f"{len(built)} samples, {len(built.unique)} unique keys, {built.duplicates} duplicates"
+
+
+def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
+    """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
+    lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
+    longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
+    max_new_tokens = generation.max_new_tokens
+    if (positions := _max_positions(teacher)) is None:
+        return None, "not checked: the teacher's config.json records no maximum positions"
+    if longest + max_new_tokens > positions:
+        room = positions - longest
+        advice = f"lower max_new_tokens to at most {room}" if room > 0 else "shorten the prompts"
         raise ConfigError(
-            'engine "vllm" needs the vllm package, which is not installed in this environment: install it '
-            '(pip install "gencache[vllm]", or vLLM\'s CPU build; see docs/engines.md) or set engine to "transformers".'
+            f"model.generation_kwargs.max_new_tokens {max_new_tokens} plus the longest prompt ({longest} tokens, "
+            f"{where}) goes beyond the teacher's {positions} positions (config.json); {advice}."
         )
-    return None, "vllm: installed"
+    return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
+
+
+def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
+    largest, where = -1, "-"
+    for sample in samples.unique:
+        if sample.input_ids and max(sample.input_ids) > largest:
+            largest = max(sample.input_ids)
+            where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
+    return None, checks.check_prompt_ids(largest, where, vocab_size)
+
+
+def _paged_cache(
+    config: CacheConfig, samples: SampleSet, generation: EffectiveGeneration, teacher: Any
+) -> tuple[None, str]:
+    """The continuous engine's ``kv_cache_memory_gib`` holds one request of the longest prompt plus
+    ``max_new_tokens`` (the engine's own sizing)."""
+    options = config.engine_options
+    assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
+    lengths = [len(sample.input_ids or ()) for sample in samples.unique]
+    try:
+        sizing = size_paged_cache(
+            lengths,
+            generation.max_new_tokens,
+            len(lengths) * generation.num_return_sequences,
+            options,
+            model_config=teacher,
+            dtype_bytes=DTYPE_BYTES[config.model.dtype],
+            budget=(int(options.kv_cache_memory_gib * GIB), "engine_options.kv_cache_memory_gib"),
+        )
+    except Exception as error:  # too small (a failure of the run, refused here), or no attention sizes in config.json
+        raise ConfigError(f"engine_options.kv_cache_memory_gib: the paged cache: {first_line(error)}") from None
+    return None, f"{sizing.num_blocks} blocks of {sizing.page_size} tokens, {sizing.concurrency} requests at once"
+
+
+def _budget(targets: list[Target], generation: EffectiveGeneration) -> tuple[dict[Location, int], str]:
+    capacities = {
+        target.output_dir: header_capacity(len(target.keys), generation.num_return_sequences, generation.max_new_tokens)
+        for target in targets
+    }
+    return capacities, f"{max(capacities.values(), default=0):,} bytes reserved for the largest artifact"

@@ -451,9 +451,9 @@ class ShardWorker:
             if not report.problems or any(p.location != "output_dir" for p in report.problems):
                 break
             plan = self.plan = self._plan(config_path)
-        inputs = report.run_inputs()
-        self.targets = {t.shard.index: t for t in inputs.targets if t.shard is not None}
-        return TeacherSession(plan, inputs, launch=self.spec.launch, working_directory=self.spec.working_directory)
+        session = report.run_session()
+        self.targets = {t.shard.index: t for t in session.targets if t.shard is not None}
+        return replace(session, launch=self.spec.launch, working_directory=self.spec.working_directory)
 
 
 class RunTally:

@@ -40,10 +40,14 @@ class Published:
     rename_mode: str
 
 
-@dataclass(frozen=True)
-class RunInputs:
-    """What a run takes from the checks, every part present."""
+@dataclass
+class TeacherSession:
+    """The run's ``plan`` and what its checks produced (every part present: the targets still to publish, with their
+    keys), the teacher loaded once, publishing a target per :meth:`publish`. A Ray worker's ``resolved_config.json``
+    records its ``launch`` (workers, shards, retries) and the driver's ``working_directory``, where the config's
+    relative paths were read, in place of this process's."""
 
+    plan: Plan
     targets: list[Target]
     device: str
     tokenizer: Any
@@ -52,22 +56,12 @@ class RunInputs:
     samples: SampleSet
     capacity: Mapping[Location, int]
     rename_mode: str
-
-
-@dataclass
-class TeacherSession:
-    """The run's ``plan`` and checked ``inputs``, the teacher loaded once, publishing a target per :meth:`publish`.
-    A Ray worker's ``resolved_config.json`` records its ``launch`` (workers, shards, retries) and the driver's
-    ``working_directory``, where the config's relative paths were read, in place of this process's."""
-
-    plan: Plan
-    inputs: RunInputs
     launch: Mapping[str, Any] | None = None
     working_directory: str | None = None
     loaded: bool = field(default=False, init=False)
 
     def load(self) -> None:
-        self.inputs.engine.load_weights()
+        self.engine.load_weights()
         self.loaded = True
 
     def publish(
@@ -76,23 +70,23 @@ class TeacherSession:
         """Generate ``target``'s keys (the teacher loaded), write and publish its artifact. ``on_published(path)`` is
         called once the rename happened, also when an exception (a stop) interrupts the publish after it: the caller
         then knows the artifact is complete."""
-        inputs, model = self.inputs, self.plan.config.model
-        prompts = [(key, inputs.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
+        model = self.plan.config.model
+        prompts = [(key, self.samples.by_key(key).input_ids or ()) for key in target.keys]  # tokenized: never None
         started, tokens = time.monotonic(), 0
-        tokenizer = tokenizer_state(inputs.tokenizer)
+        tokenizer = tokenizer_state(self.tokenizer)
         provenance = make_provenance(model.model_path, model.effective_tokenizer_path, model.dtype, tokenizer)
         with ArtifactBuild(
             target.output_dir,
             provenance=provenance,
-            header_capacity=inputs.capacity[target.output_dir],
+            header_capacity=self.capacity[target.output_dir],
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
-            with contextlib.closing(inputs.engine.generate(prompts, progress=progress)) as entries:
+            with contextlib.closing(self.engine.generate(prompts, progress=progress)) as entries:
                 for entry in entries:
                     sequences = [seq.numpy().tobytes() for seq in entry.sequences]
                     build.writer.add(entry.key, sequences, entry.texts, entry.finish_reasons)
                     tokens += entry.num_tokens
-            samples, digest = inputs.samples, self.plan.digest
+            samples, digest = self.samples, self.plan.digest
             summary = {
                 "duplicates": samples.duplicates,
                 "data_configs": [
@@ -111,7 +105,7 @@ class TeacherSession:
     def _resolved(self, target: Target) -> dict[str, Any]:
         """``resolved_config.json``: everything needed to reproduce and audit the run (provenance only; training
         never reads it)."""
-        plan, inputs, samples, model = self.plan, self.inputs, self.inputs.samples, self.plan.config.model
+        plan, samples, model = self.plan, self.samples, self.plan.config.model
         # The recorded config must rebuild the same samples from any working directory (gencache export does):
         # local sources and local model/tokenizer directories are made absolute; hub ids stay as they are.
         config_json = copy.deepcopy(plan.config_json)
@@ -142,32 +136,32 @@ class TeacherSession:
             },
             "sources": [s.source.to_json() for s in samples.summaries],
             "data_kwargs": [dict(s.data_kwargs) for s in samples.summaries],
-            "generation": inputs.generation.kwargs,
-            "tokenizer": tokenizer_state(inputs.tokenizer),
-            "chat_template_sha256": chat_template_digest(inputs.tokenizer),
+            "generation": self.generation.kwargs,
+            "tokenizer": tokenizer_state(self.tokenizer),
+            "chat_template_sha256": chat_template_digest(self.tokenizer),
             "tokenization": {
                 "scheme": "per-part",
                 "add_special_tokens": False,
                 "padding_side": "left",
                 "description": "each inline text and each document tokenized separately, ids concatenated",
             },
-            "engine": inputs.engine.describe(),
+            "engine": self.engine.describe(),
             "batching": {
-                **inputs.engine.batching(),
+                **self.engine.batching(),
                 "gen_batch_size": {"value": plan.config.gen_batch_size, "use": GEN_BATCH_SIZE_USE[plan.config.engine]},
             },
             "model": {
                 "model_path": model.model_path,
                 "revision": model.revision,
-                "commit_hash": inputs.engine.commit_hash(),
+                "commit_hash": self.engine.commit_hash(),
                 # a local teacher is recognised by what it is, wherever it is moved (check_compatible, audit)
                 "identity": {
                     "model_path": local_identity(model.model_path),
                     "tokenizer_path": local_identity(model.effective_tokenizer_path),
                 },
             },
-            "runtime": inputs.engine.runtime(),
-            "publish": {"rename": inputs.rename_mode},
+            "runtime": self.engine.runtime(),
+            "publish": {"rename": self.rename_mode},
             "samples": {
                 "total": len(samples),
                 "unique": len(samples.unique),
