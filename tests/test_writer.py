@@ -220,6 +220,7 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
         ("a" * 64, [tokens([1])], ["t"], "eos", "finish reasons must be a list"),
         ("a" * 64, [tokens([1])], [None], ["eos"], "must be a str"),
         ("a" * 64, [tokens([1])], ["t"], [["eos"]], "finish reason"),
+        ("a" * 64, [tokens([1])], ["t"], [np.array(["eos"])], "finish reason"),
         ("a" * 64, [tokens([1]), tokens([2])], ["t", "\udfff"], ["eos", "eos"], "not valid Unicode"),
     ],
 )
@@ -369,6 +370,15 @@ def test_publish_requires_a_finalized_writer(tmp_path: Path) -> None:
     with pytest.raises(WriteError, match="inside the with block"):
         ArtifactBuild(tmp_path / "out", provenance=PROVENANCE, header_capacity=256).publish()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_second_publish_says_the_artifact_is_published_already(tmp_path: Path) -> None:
+    with ArtifactBuild(tmp_path / "out", provenance=PROVENANCE, header_capacity=256) as build:
+        build.writer.finalize(resolved_config={}, summary={})
+        assert build.publish() in ("renameat2", "rename")
+        with pytest.raises(WriteError, match="published already"):
+            build.publish()
+    assert verify(tmp_path / "out") == []
 
 
 @pytest.mark.parametrize("kind", ["file", "dir", "empty-dir", "dangling-symlink"])

@@ -77,7 +77,10 @@ def call(what: str, function: Callable[..., T], /, **arguments: Any) -> T:
         if code in ("NoSuchKey", "NotFound", "404"):
             raise FormatError(f"{what}: no such object.") from None
         if code == "PreconditionFailed":
-            raise OutputExistsError(f"{what}: another writer created it first.") from None
+            raise OutputExistsError(
+                f"{what}: another writer created it first; wait for it to finish, or run `gencache clean` if it was "
+                "killed."
+            ) from None
         raise WriteError(f"{what} failed: {code or error}.") from None
     except NoCredentialsError:
         raise ConfigError(

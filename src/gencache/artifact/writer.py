@@ -106,7 +106,7 @@ def _entry_fields(
             text.encode("utf-8")
         except UnicodeEncodeError as error:
             raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
-        if reason not in FINISH_REASONS:
+        if not isinstance(reason, str) or reason not in FINISH_REASONS:
             raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
         fields += (buffer.nbytes // TOKEN_BYTES, None, str(text), str(reason))
     return buffers, fields
@@ -310,7 +310,11 @@ class ArtifactBuild:
         if self._writer is None or not self._writer.finalized:
             raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
         temp = self.temp_dir
-        return "s3" if temp is None else publish(temp, self.output_dir)  # type: ignore[arg-type]
+        if temp is None:
+            return "s3"
+        if self.published:
+            raise WriteError(f"{self.output_dir} is published already; publish() is called once per build.")
+        return publish(temp, self.output_dir)  # type: ignore[arg-type]
 
     @property
     def published(self) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gencache.config.names import ENGINE_STATIC, ENGINE_VLLM
-from gencache.core.errors import ConfigError
+from gencache.core.errors import ConfigError, DatasetError
 from gencache.core.progress import ProgressFactory, StagedProgress
 from gencache.data.recorded import (
     RecordedRun,
@@ -202,6 +202,8 @@ def audit(
     prompts = {
         s.key: [int(t) for t in s.input_ids] for s in rebuild_samples(run, tokenizer).unique if s.input_ids is not None
     }
+    if unmatched := [key for key in chosen if key not in prompts]:  # the recipes or datasets changed since
+        raise DatasetError(f"audit: {len(unmatched)} audited keys match no rebuilt sample (first: {unmatched[0]}).")
     generation = resolve_generation(
         model.generation_kwargs, model_path=teacher, revision=model.revision, tokenizer=tokenizer
     )

@@ -262,7 +262,7 @@ def export(
                         "completion_ids": sequence.tolist(),
                         "prompt_token_length": None if prompt["prompt_ids"] is None else len(prompt["prompt_ids"]),
                         "token_length": len(sequence),
-                        "max_new_tokens": max_new_tokens,
+                        "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else None,
                         "finish_reason": reason,
                         "reached_max_length": reason == "length",
                         "content_digest": digests[key],

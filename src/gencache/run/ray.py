@@ -200,6 +200,8 @@ def generate_on_ray(
         done = tuple(str(r.output_dir) for r in sorted(run.records, key=lambda r: r.index))
         stop.run = StoppedRun(done, remaining=len(done) < run.shards or not run.shards)
         raise
+    finally:  # what workers that outlived the run's wait for them left (Ray's shutdown has ended them)
+        run.removed += driver.clean()
     run.seconds = time.monotonic() - started
     return run
 
