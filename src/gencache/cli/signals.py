@@ -21,29 +21,35 @@ _published: StoppedRun | None = None  # what the command's run returned as publi
 received: Stopped | None = None  # the stop a handler raised, should code in its way (pydantic-core) wrap it
 
 
+_waiting = False  # a stop waits for an import to return
+
+
 def _stop(signum: int, frame: FrameType | None) -> None:
-    global received
-    received = Stopped(signal.Signals(signum).name, _published)
-    _raise_outside_imports(signum, frame)
-
-
-def _raise_outside_imports(signum: int, frame: FrameType | None) -> None:
     """Raise the stop, unless an import is under way: a C++ extension initialising (torch's autograd) calls back
-    into Python, and an exception there aborts the process (pybind11 terminates it). A timer's SIGALRM then retries
+    into Python, and an exception there aborts the process (pybind11 terminates it). The signal is then sent again
     every 50 ms until the import has returned."""
+    global received, _waiting
+    received = Stopped(signal.Signals(signum).name, _published)
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib"):
-            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            _waiting = True
+            threading.Timer(0.05, _send_again, (signum,)).start()
             return
         frame = frame.f_back
-    assert received is not None  # SIGALRM is ours only while a stop waits
+    _waiting = False
     raise received
+
+
+def _send_again(signum: int) -> None:
+    if _waiting:
+        signal.pthread_kill(threading.main_thread().ident or 0, signum)
 
 
 def raise_pending() -> None:
     """Raise a stop still waiting for its import to return, now that the command has returned."""
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    if received is not None:
+    global _waiting
+    if _waiting and received is not None:
+        _waiting = False
         raise received
 
 
@@ -54,20 +60,18 @@ def install(handler: Callable[[int, FrameType | None], object] | signal.Handlers
         for signum in _STOP_SIGNALS:
             if signal.getsignal(signum) is not signal.SIG_IGN:
                 signal.signal(signum, handler)
-        if handler is _stop:
-            signal.signal(signal.SIGALRM, _raise_outside_imports)
 
 
 @contextlib.contextmanager
 def owned() -> Iterator[None]:
     """The handlers of :func:`install` for one command run inside another program, the caller's back afterwards."""
-    global received
-    with signal_handlers_kept(*_STOP_SIGNALS, signal.SIGALRM):
+    global received, _waiting
+    with signal_handlers_kept(*_STOP_SIGNALS):
         install()
         try:
             yield
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _waiting = False
             note_published([])
             received = None
 
