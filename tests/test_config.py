@@ -166,7 +166,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
         ("model.dtype: input should be 'bfloat16', 'float16' or 'float32'",),
     ),
     ("dtype_torch_name", _set("model.dtype", "torch.bfloat16"), ("model.dtype:",)),
-    ("device_gpu", _set("model.device", "gpu"), ("model.device: string should match pattern", '(got "gpu")')),
+    ("device_gpu", _set("model.device", "gpu"), ('model.device: must be "cpu", "cuda", "cuda:N" or "auto"',)),
     ("device_cuda_letter", _set("model.device", "cuda:x"), ("model.device:", '"cuda:x"')),
     ("device_uppercase", _set("model.device", "CUDA:0"), ("model.device:",)),
     ("device_int", _set("model.device", 0), ("model.device: input should be a valid string (got 0)",)),

@@ -3,7 +3,6 @@ check configs against the published schema without another dependency. Unknown k
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,8 +66,6 @@ def _keyword(
             return [] if len(instance) >= value else [f"{path}: fewer than {value} items"]
     if isinstance(instance, str) and keyword == "minLength":
         return [] if len(instance) >= value else [f"{path}: shorter than {value}"]
-    if isinstance(instance, str) and keyword == "pattern":
-        return [] if re.search(value, instance) else [f"{path}: does not match {value}"]
     if TYPES["number"](instance):
         limits = {
             "minimum": lambda: instance >= value,
@@ -85,7 +82,6 @@ def _keyword(
         "items",
         "minItems",
         "minLength",
-        "pattern",
         "minimum",
         "maximum",
         "exclusiveMinimum",

@@ -28,7 +28,7 @@ from gencache.config.documents import read_merged_config
 from gencache.config.engines import ENGINE_OPTIONS, GEN_BATCH_SIZE_USE, EngineOptions
 from gencache.config.generation import generation_problems
 from gencache.config.kwargs import TEMPLATE_KWARGS, KwargsModel, TemplateKwargs
-from gencache.config.messages import ConfigObject, format_validation_error, nested_error, unknown_name
+from gencache.config.messages import ConfigObject, format_validation_error, nested_error, show, unknown_name
 from gencache.config.names import READS_SIBLING, Dtype, EngineName
 from gencache.config.paths import output_name_problem, url_problem
 from gencache.core.errors import ConfigError
@@ -87,7 +87,6 @@ class ModelConfig(ConfigObject):
     dtype: Dtype = Field(default="bfloat16", description="Weights dtype; recorded in provenance as this string.")
     device: str = Field(
         default="cuda:0",
-        pattern=r"^(cpu|auto|cuda|cuda:\d+)$",
         description='"cpu", "cuda", "cuda:N" or "auto" (device_map="auto"). Under torchrun/SLURM "cuda" or '
         '"cuda:0" means this rank\'s cuda:LOCAL_RANK.',
     )
@@ -103,6 +102,13 @@ class ModelConfig(ConfigObject):
         "do_sample is false unless asked. max_new_tokens must end up a positive int. Logit and score fields "
         "are rejected.",
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|auto|cuda|cuda:\d+", value):
+            raise ValueError(f'must be "cpu", "cuda", "cuda:N" or "auto" (got {show(value)})')
+        return value
 
     @field_validator("generation_kwargs")
     @classmethod
