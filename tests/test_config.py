@@ -260,6 +260,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     ),
     ("stop_strings_empty", _set("model.generation_kwargs.stop_strings", []), ("generation_kwargs.stop_strings:",)),
     ("eos_negative", _set("model.generation_kwargs.eos_token_id", [1, -2]), ("generation_kwargs.eos_token_id:",)),
+    ("streamer", _set("model.generation_kwargs.streamer", "tqdm"), ("generation_kwargs.streamer: not allowed",)),
     (
         "generation_kwargs_list",
         _set("model.generation_kwargs", [1]),
@@ -504,8 +505,8 @@ def parse_generation_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         ({"eos_token_id": [1, "2"]}, "eos_token_id: must be a token id"),
         ({"stop_strings": ["ok", ""]}, "stop_strings: must be"),
         ({"custom": object()}, "model.generation_kwargs.custom: input was not a valid JSON value"),
-        ({"max_time": 1, "penalty_alpha": 1}, "max_time: not supported: "),
-        ({"max_time": 1, "penalty_alpha": 1}, "penalty_alpha: not supported: "),
+        ({"stopping_criteria": [], "streamer": 1}, "stopping_criteria: not allowed here: "),
+        ({"stopping_criteria": [], "streamer": 1}, "streamer: not allowed here: "),
         ({"max_length": 50}, "max_length: not supported: it counts the prompt tokens"),
         ({"max_time": 5.0}, "max_time: not supported"),
         ({"penalty_alpha": 0.6, "top_k": 4}, "penalty_alpha: not supported"),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gencache.config import CacheConfig, DataConfig, ModelConfig, config_to_json, parse_config
-from gencache.config.generation import GENERATION_UNSUPPORTED, GenerationKwargs
+from gencache.config.generation import GENERATION_FORBIDDEN, GenerationKwargs
 from gencache.config.names import LOGIT_FIELDS
 from gencache.data.prompts import TEMPLATES
 from gencache.data.recipes import BUILTIN_DATASETS as DATASETS
@@ -103,7 +103,7 @@ def test_markdown_documents_every_field_dataset_and_template() -> None:
         assert f"### `{name}`" in text
         for field in spec.kwargs_model.model_fields:
             assert f"| `{field}` |" in text
-    for name in [*GenerationKwargs.model_fields, *GENERATION_UNSUPPORTED, *LOGIT_FIELDS]:
+    for name in [*GenerationKwargs.model_fields, *GENERATION_FORBIDDEN, *LOGIT_FIELDS]:
         assert f"| `{name}` |" in text
     assert "| `gen_batch_size` | int | `1` |" in text
     assert "| `output_dir` | str | required |" in text
@@ -213,7 +213,7 @@ def test_the_schema_still_checks_what_a_file_holds() -> None:
     bad = [
         {"gen_batch_size": 0},
         {"model": {"generation_kwargs": {"top_p": 1.5}}},
-        {"model": {"generation_kwargs": {"max_time": 5}}},
+        {"model": {"generation_kwargs": {"streamer": "x"}}},
         {"store_logits": True},
         {"model": {"model_pth": "x"}},
         {"data_configs": [{**data_config, "data_kwargs": {"dificulty": ["hard"]}}]},

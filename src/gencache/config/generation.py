@@ -15,6 +15,21 @@ from gencache.config.names import ALL_ENGINES, ENGINE_STATIC, ENGINE_VLLM, LOGIT
 
 FIELD = "model.generation_kwargs"
 
+#: Python-object hooks of ``model.generate`` that a JSON config cannot express or that gencache owns itself.
+GENERATION_FORBIDDEN: Mapping[str, str] = {
+    "streamer": "gencache shows its own progress",
+    "stopping_criteria": "gencache installs its own stopping criterion (use stop_strings or eos_token_id)",
+    "logits_processor": "not expressible in a JSON config",
+    "prefix_allowed_tokens_fn": "not expressible in a JSON config",
+    "assistant_model": "not expressible in a JSON config",
+    "synced_gpus": "gencache decides device placement",
+    "generation_config": "give the settings themselves in generation_kwargs",
+    "tokenizer": "gencache passes the configured tokenizer",
+    "inputs": "gencache builds the inputs from the data configs",
+    "input_ids": "gencache builds the inputs from the data configs",
+    "attention_mask": "gencache builds the attention mask",
+}
+
 _ASSISTED = "assisted and speculative decoding generate one prompt at a time"
 _MOVED = "this decoding strategy moved out of transformers (custom_generate)"
 #: Generation settings transformers knows but gencache refuses, with the reason given to the user.
@@ -58,6 +73,7 @@ GENERATION_UNSUPPORTED: Mapping[str, str] = {
 
 _REFUSED = {
     **{key: f"not supported: {why}" for key, why in GENERATION_UNSUPPORTED.items()},
+    **{key: f"not allowed here: {why}" for key, why in GENERATION_FORBIDDEN.items()},
     **dict.fromkeys(LOGIT_FIELDS, NO_LOGITS_MESSAGE),
 }
 
@@ -78,6 +94,12 @@ def _stop_strings(value: Any) -> Any:
     if strings and all(isinstance(v, str) and v for v in strings):
         return value
     raise ValueError(f"must be a non-empty string or a non-empty list of non-empty strings (got {show(value)})")
+
+
+def _early_stopping(value: Any) -> Any:
+    if isinstance(value, bool) or value == "never":
+        return value
+    raise ValueError(f'must be true, false or "never" (got {show(value)})')
 
 
 def _not_paged(value: str) -> str:
@@ -128,7 +150,9 @@ class GenerationKwargs(BaseModel):
     repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(*_NOT_CONTINUOUS, neutral=1.0)
     encoder_repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(*_STATIC, neutral=1.0)
     length_penalty: float | None = _only(*_STATIC, neutral=1.0)
-    early_stopping: JsonValue | None = _only(*_STATIC, neutral=False, description='true, false or "never".')
+    early_stopping: Annotated[JsonValue, AfterValidator(_early_stopping)] | None = _only(
+        *_STATIC, neutral=False, description='true, false or "never".'
+    )
     no_repeat_ngram_size: Count | None = _only(*_STATIC, neutral=0)
     encoder_no_repeat_ngram_size: Count | None = _only(*_STATIC, neutral=0)
     renormalize_logits: bool | None = _only(*_STATIC, neutral=False)

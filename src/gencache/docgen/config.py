@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from gencache.config import DEFAULTS_FILENAME, CacheConfig
 from gencache.config.engines import ENGINE_OPTIONS
-from gencache.config.generation import GENERATION_UNSUPPORTED, GenerationKwargs
+from gencache.config.generation import GENERATION_FORBIDDEN, GENERATION_UNSUPPORTED, GenerationKwargs
 from gencache.config.names import LOGIT_FIELDS
 from gencache.data.prompts import TEMPLATES
 from gencache.data.recipes import BUILTIN_DATASETS
@@ -66,7 +66,7 @@ def _full_schema() -> dict[str, Any]:
     schema["allOf"] = _switch("engine", "engine_options", engines, defs)
     generation = _schema(GenerationKwargs)
     defs.update(generation.pop("$defs", {}))
-    refused = sorted(LOGIT_FIELDS | set(GENERATION_UNSUPPORTED))
+    refused = sorted(LOGIT_FIELDS | set(GENERATION_FORBIDDEN) | set(GENERATION_UNSUPPORTED))
     defs["ModelConfig"]["properties"]["generation_kwargs"].update(
         properties=generation["properties"], propertyNames={"not": {"enum": refused}}
     )
@@ -139,7 +139,7 @@ def config_tables() -> str:
     schema = _full_schema()
     defs, model = schema["$defs"], schema["$defs"]["ModelConfig"]
     refused = dict.fromkeys(sorted(LOGIT_FIELDS), "logits and scores are never collected (format 3)")
-    refused |= GENERATION_UNSUPPORTED
+    refused |= {**GENERATION_FORBIDDEN, **GENERATION_UNSUPPORTED}
     lines = ["## Top level", "", *_table(schema, defs), "## `model`", "", *_table(model, defs, "model.")]
     lines += ["### `model.generation_kwargs`", "", *_table(model["properties"]["generation_kwargs"], defs)]
     lines += ["Refused keys:", "", *_md(["key", "why"], [[f"`{key}`", why] for key, why in refused.items()])]

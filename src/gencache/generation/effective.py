@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gencache.config.generation import (
     BEAM_KEYS,
     FIELD,
+    GENERATION_FORBIDDEN,
     GENERATION_UNSUPPORTED,
     SAMPLING_KEYS,
     effective_problems,
@@ -79,7 +80,7 @@ def resolve_generation(
         except Exception as exc:
             raise ConfigError(f"Cannot read the teacher's config.json from {where}: {first_line(exc)}") from exc
     user = {key: value for key, value in generation_kwargs.items() if value is not None}
-    refused = {"do_sample", "max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED}
+    refused = {"do_sample", "max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED, *GENERATION_FORBIDDEN}
     defaults: dict[str, Any] = dict(hf().GenerationConfig._get_default_generation_params())
     merged = {key: value for key, value in defaults.items() if key not in refused}
     known = fields - refused
