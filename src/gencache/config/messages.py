@@ -86,6 +86,8 @@ def _error_message(err: Mapping[str, Any], model: type[BaseModel] | None) -> lis
         return [(loc, f"unknown field ({did_you_mean(loc[-1], allowed)}allowed: {', '.join(allowed) or 'none'})")]
     if kind in ("value_error", "assertion_error"):
         return [(loc, str(ctx["error"]))]
+    if kind in ("model_type", "dict_type", "model_attributes_type"):  # pydantic's names the model's class
+        return [(loc, f"must be a JSON object (got {show(value)})")]
     msg = str(err["msg"])
     hint = did_you_mean(value, re.findall(r"'([^']*)'", str(ctx["expected"]))) if kind == "literal_error" else ""
     return [(loc, f"{msg[:1].lower()}{msg[1:]} (got {show(value)}){'; ' + hint.rstrip() if hint else ''}")]
