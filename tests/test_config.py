@@ -207,7 +207,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     (
         "data_kwargs_list",
         _set("data_configs[0].data_kwargs", ["hard"]),
-        ("data_kwargs: input should be a valid dictionary",),
+        ("data_kwargs: must be a JSON object",),
     ),
     # registries
     (
@@ -264,7 +264,7 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     (
         "generation_kwargs_list",
         _set("model.generation_kwargs", [1]),
-        ("model.generation_kwargs: input should be a valid dictionary",),
+        ("model.generation_kwargs: must be a JSON object",),
     ),
     # required and non-empty strings, wrong shapes
     ("output_dir_empty", _set("output_dir", ""), ("output_dir: string should have at least 1 character",)),
@@ -272,12 +272,12 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]]] =
     ("output_dir_null", _set("output_dir", None), ("output_dir: input should be a valid string (got null)",)),
     ("model_path_empty", _set("model.model_path", ""), ("model.model_path: string should have at least 1 character",)),
     ("model_path_missing", _delete("model.model_path"), ("model.model_path: is required",)),
-    ("model_not_object", _set("model", "Qwen/Qwen3-8B"), ("model: input should be a valid dictionary",)),
+    ("model_not_object", _set("model", "Qwen/Qwen3-8B"), ("model: must be a JSON object",)),
     ("data_configs_object", _set("data_configs", {"a": 1}), ("data_configs: input should be a valid list",)),
     (
         "data_config_not_object",
         _set("data_configs[1]", "hotpot"),
-        ("data_configs[1]: input should be a valid dictionary",),
+        ("data_configs[1]: must be a JSON object",),
     ),
     (
         "tokenizer_path_empty",
@@ -705,7 +705,7 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 
 
 def test_parse_config_rejects_non_mapping() -> None:
-    with pytest.raises(ConfigError, match="input should be a valid dictionary"):
+    with pytest.raises(ConfigError, match="must be a JSON object"):
         parse_config([1])  # type: ignore[arg-type]
 
 
