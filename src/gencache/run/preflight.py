@@ -548,17 +548,16 @@ def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) 
     """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
     lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
     longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
-    max_new_tokens = generation.max_new_tokens
     if (positions := _max_positions(teacher)) is None:
         return None, "not checked: the teacher's config.json records no maximum positions"
-    if longest + max_new_tokens > positions:
+    if longest + generation.max_new_tokens > positions:
         room = positions - longest
         advice = f"lower max_new_tokens to at most {room}" if room > 0 else "shorten the prompts"
         raise ConfigError(
-            f"model.generation_kwargs.max_new_tokens {max_new_tokens} plus the longest prompt ({longest} tokens, "
-            f"{where}) goes beyond the teacher's {positions} positions (config.json); {advice}."
+            f"model.generation_kwargs.max_new_tokens {generation.max_new_tokens} plus the longest prompt ({longest} "
+            f"tokens, {where}) goes beyond the teacher's {positions} positions (config.json); {advice}."
         )
-    return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
+    return None, f"longest prompt {longest} + max_new_tokens {generation.max_new_tokens} <= {positions} positions"
 
 
 def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
