@@ -7,6 +7,7 @@ phase 2 (the teacher and the tokenized samples) runs only when phase 1 found not
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import glob
 import importlib.util
@@ -164,9 +165,10 @@ def plan_run(
         problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
         limit = None
     try:
-        current, origin = read_merged_config(config_path)
+        raw, origin = read_merged_config(config_path)
     except ConfigError as error:
         raise_problems([Problem("config", str(config_path), error, origin=str(config_path)), *problems])
+    current = copy.deepcopy(raw)
     applied: list[Override] = []
     if (output_dir := overrides.output_dir) is not None:
         try:
