@@ -409,9 +409,14 @@ def test_the_input_checks_import_no_model_library(tmp_path: Path, tiny_teacher_d
 
 
 def _has_gpu_driver() -> bool:
-    from gencache.run.preflight import _gpu_driver_evidence
+    from gencache.core.errors import ConfigError
+    from gencache.run.preflight import _device
 
-    return bool(_gpu_driver_evidence())
+    try:
+        _device("cuda", None, {})
+    except ConfigError:
+        return False
+    return True
 
 
 @pytest.mark.skipif(

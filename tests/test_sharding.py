@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_explicit_shard_must_agree_with_launcher() -> None:
 def test_devices_map_to_the_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     from gencache.run import preflight
 
-    monkeypatch.setattr(preflight, "_gpu_driver_evidence", lambda: ["/dev/nvidia0"])  # a GPU machine
+    monkeypatch.setattr(preflight, "glob", SimpleNamespace(glob=lambda pattern: ["/dev/nvidia0"]))  # a GPU machine
 
     def device_for_rank(device: str, shard: ShardSpec | None, env: dict[str, str]) -> str:
         return preflight._device(device, shard, env)[0]

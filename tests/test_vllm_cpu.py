@@ -10,6 +10,7 @@ import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -301,7 +302,7 @@ def test_refused_settings_stop_before_any_weights_load_with_one_line_and_exit_tw
 
         import gencache.run.preflight
 
-        monkeypatch.setattr(gencache.run.preflight, "_gpu_driver_evidence", lambda: ["/dev/nvidia0"])
+        monkeypatch.setattr(gencache.run.preflight, "glob", SimpleNamespace(glob=lambda pattern: ["/dev/nvidia0"]))
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "a GPU")

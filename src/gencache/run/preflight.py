@@ -449,18 +449,6 @@ def _counted(found: Preflight, keys: list[str], shard: ShardSpec | None) -> None
         found.check("show prompt", "--show-prompt", shown, found.prompt_index)
 
 
-def _gpu_driver_evidence() -> list[str]:
-    """What shows a GPU driver without loading it (empty: none): NVIDIA's device nodes, AMD's ROCm node (torch's
-    "cuda" device runs on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a CUDA
-    context made here would break the processes vLLM forks later)."""
-    found = [node for pattern in ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg") for node in sorted(glob.glob(pattern))]
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return found
-    return [*found, "libcuda.so.1"]
-
-
 def _device(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None) -> tuple[str, str]:
     """This rank's device and what can be known of it without torch (whether torch sees it is phase 2's). Under a
     multi-process launcher ``cuda`` or ``cuda:0`` is ``cuda:LOCAL_RANK``, or ``cuda:0`` when ``CUDA_VISIBLE_DEVICES``
@@ -480,7 +468,13 @@ def _device(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None)
     choose = 'set model.device to "cpu" (in the config, or --set model.device=cpu) or run on a machine with a GPU'
     if visible is not None and not visible.strip():
         raise ConfigError(f"model.device {device!r}: CUDA_VISIBLE_DEVICES is empty, so no GPU is visible; {choose}.")
-    evidence = _gpu_driver_evidence()
+    # What shows a GPU driver without loading it: NVIDIA's device nodes, AMD's ROCm node (torch's "cuda" device runs
+    # on ROCm too), WSL's GPU node, and NVIDIA's driver library (opened, never initialised: a CUDA context made here
+    # would break the processes vLLM forks later).
+    evidence = [node for nodes in ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg") for node in sorted(glob.glob(nodes))]
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libcuda.so.1")
+        evidence.append("libcuda.so.1")
     if not evidence:
         default = " (the default)" if device == ModelConfig.model_fields["device"].default else ""
         raise ConfigError(
@@ -504,7 +498,7 @@ def _torch_device(device: str) -> tuple[None, str]:
     import torch
 
     index = torch.device(device).index
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = torch.cuda.device_count()
     if (index or 0) >= count:
         raise ConfigError(f'model.device {device!r}: torch sees {count} CUDA device(s); name one or set it to "cpu".')
     return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
@@ -556,33 +550,29 @@ def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) 
     """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
     lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
     longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
-    max_new_tokens = generation.max_new_tokens
     if (positions := _max_positions(teacher)) is None:
         return None, "not checked: the teacher's config.json records no maximum positions"
-    if longest + max_new_tokens > positions:
+    if longest + generation.max_new_tokens > positions:
         room = positions - longest
         advice = f"lower max_new_tokens to at most {room}" if room > 0 else "shorten the prompts"
         raise ConfigError(
-            f"model.generation_kwargs.max_new_tokens {max_new_tokens} plus the longest prompt ({longest} tokens, "
-            f"{where}) goes beyond the teacher's {positions} positions (config.json); {advice}."
+            f"model.generation_kwargs.max_new_tokens {generation.max_new_tokens} plus the longest prompt ({longest} "
+            f"tokens, {where}) goes beyond the teacher's {positions} positions (config.json); {advice}."
         )
-    return None, f"longest prompt {longest} + max_new_tokens {max_new_tokens} <= {positions} positions"
+    return None, f"longest prompt {longest} + max_new_tokens {generation.max_new_tokens} <= {positions} positions"
 
 
 def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
-    largest, where = -1, "-"
-    for sample in samples.unique:
-        if sample.input_ids and max(sample.input_ids) > largest:
-            largest = max(sample.input_ids)
-            where = f"data_configs[{sample.data_config_index}] sample {sample.sample_index}"
+    top = max(samples.unique, key=lambda sample: max(sample.input_ids or (-1,)), default=None)
+    largest = max(top.input_ids or (-1,)) if top else -1
+    where = f"data_configs[{top.data_config_index}] sample {top.sample_index}" if top else "-"
     return None, checks.check_prompt_ids(largest, where, vocab_size)
 
 
 def _paged_cache(
     config: CacheConfig, samples: SampleSet, generation: EffectiveGeneration, teacher: Any
 ) -> tuple[None, str]:
-    """The continuous engine's ``kv_cache_memory_gib`` holds one request of the longest prompt plus
-    ``max_new_tokens`` (the engine's own sizing)."""
+    """``kv_cache_memory_gib`` holds one request of the longest prompt plus ``max_new_tokens`` (the engine's sizing)."""
     options = config.engine_options
     assert isinstance(options, ContinuousOptions) and options.kv_cache_memory_gib is not None
     lengths = [len(sample.input_ids or ()) for sample in samples.unique]
