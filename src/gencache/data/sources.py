@@ -182,32 +182,20 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
                     "re-encode the file as UTF-8 (for example with iconv) and rerun."
                 ) from None
     delimiter = DELIMITERS.get(paths[0].suffix.lower())
-    if delimiter is not None:  # every row checked here, where its line is known
-        path, kind = paths[0], paths[0].suffix[1:].upper()
-        try:
-            rows = list(csv_rows(path, delimiter))
-        except csv.Error as error:
-            raise DatasetError(f"{label}: {path} line {error.args[0]}: not valid {kind} ({error.args[1]}).") from None
-        header = rows[0][1] if rows else []
-        if len(set(header)) != len(header) or not all(header):
-            repeated = sorted({name for name in header if header.count(name) > 1 or not name})
-            raise DatasetError(
-                f"{label}: {path} line 1: the {kind} header must name each column once (repeated or empty: "
-                f"{', '.join(repr(name) for name in repeated)}); rename them."
-            )
-        sign = "tab" if delimiter == "\t" else "comma"
-        for start, cells in rows[1:]:
-            if len(cells) != len(header):
-                raise DatasetError(
-                    f"{label}: {path} line {start}: {len(cells)} cells, but the header names {len(header)} columns; "
-                    f"quote cells that hold a {sign} or a line break."
-                )
     bars = is_progress_bar_enabled()
     disable_progress_bars()
     try:
         if delimiter is not None:
+            path = paths[0]
+            header = next(csv_rows(path, delimiter), (1, []))[1]
+            if len(set(header)) != len(header) or not all(header):
+                repeated = sorted({name for name in header if header.count(name) > 1 or not name})
+                raise DatasetError(
+                    f"{label}: {path} line 1: the {path.suffix[1:].upper()} header must name each column once "
+                    f"(repeated or empty: {', '.join(repr(name) for name in repeated)}); rename them."
+                )
             cells = pyarrow.csv.read_csv(
-                paths[0],
+                path,
                 parse_options=pyarrow.csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
                 convert_options=pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(header, pyarrow.string())),
             )
@@ -215,6 +203,8 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
         else:
             builder = "parquet" if paths[0].suffix.lower() == ".parquet" else "json"
             table = datasets.load_dataset(builder, data_files=[str(p) for p in paths], split="train")
+    except DatasetError:
+        raise
     except Exception as exc:  # datasets and pyarrow raise many types for unreadable files; report one line
         for path in paths:
             found = _bad_line(path)
@@ -232,8 +222,24 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
 
 
 def _bad_line(path: Path) -> str | None:
-    """``N <what is wrong>`` for the first line of a JSON Lines file that is not JSON; None when no line is to blame."""
-    if path.suffix.lower() in (".parquet", *DELIMITERS) or _json_array(path):
+    """``N <what is wrong>`` for the first line that is not JSON (JSON Lines) or the first row whose width differs
+    from the header's (CSV, TSV); None when no single line is to blame."""
+    if path.suffix.lower() == ".parquet" or _json_array(path):
+        return None
+    delimiter = DELIMITERS.get(path.suffix.lower())
+    if delimiter is not None:
+        try:
+            rows = list(csv_rows(path, delimiter))
+        except csv.Error as error:
+            return f"{error.args[0]}: not valid {path.suffix[1:].upper()} ({error.args[1]})."
+        width = len(rows[0][1])
+        for start, cells in rows[1:]:
+            if len(cells) != width:
+                sign = "tab" if delimiter == "\t" else "comma"
+                return (
+                    f"{start}: {len(cells)} cells, but the header names {width} columns; quote cells that hold a "
+                    f"{sign} or a line break."
+                )
         return None
     for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):  # not splitlines:
         # JSON strings may hold U+2028 and the like
