@@ -366,12 +366,12 @@ def test_tokenizer_chat_requires_apply_chat_template() -> None:
         render("tokenizer_chat", (Inline("q"),), {}, None)
 
 
-def test_tokenizer_chat_rejects_a_boundary_marker_in_the_text() -> None:
-    sentinel = "<|gencache_part_boundary|>[0]"
-    with pytest.raises(PromptError, match="boundaries are missing, repeated or out of order"):
+def test_tokenizer_chat_rejects_sentinel_collision() -> None:
+    sentinel = "<|gencache_part_boundary|>"
+    with pytest.raises(PromptError, match=r"sentinel collision: prompt.parts\[1\]"):
         render("tokenizer_chat", compose_default("", [f"x{sentinel}"], "q"), {}, FakeChat(_chatml))
-    with pytest.raises(PromptError, match="boundaries are missing, repeated or out of order"):
-        render("tokenizer_chat", compose_default("", ["d"], "q"), {"system_prompt": sentinel}, FakeChat(_chatml))
+    with pytest.raises(PromptError, match="sentinel collision: system_prompt"):
+        render("tokenizer_chat", (Inline("q"),), {"system_prompt": sentinel}, FakeChat(_chatml))
 
 
 def test_tokenizer_chat_rejects_missing_sentinel_after_render() -> None:

@@ -131,6 +131,11 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     body = list(normalize(parts))
     if isinstance(body[0], ContextBlock):
         body.insert(0, Inline(""))
+    texts = [("system_prompt", kwargs.system_prompt), ("an earlier chat turn", system)]
+    texts += [("an earlier chat turn", text) for _, text in turns]
+    for where, text in texts + [(f"prompt.parts[{index}]", part.text) for index, part in enumerate(body)]:
+        if SENTINEL in text:
+            raise PromptError(f"tokenizer_chat sentinel collision: {where} contains {SENTINEL!r}; remove it.")
     user = "".join(
         part.text + (f"{SENTINEL}[{index}]" if index < len(body) - 1 else "") for index, part in enumerate(body)
     )
