@@ -351,7 +351,7 @@ def test_niah_rejects_before_loading(overrides: dict[str, Any], message: str) ->
 
 
 def test_niah_max_len_needs_a_tokenizer() -> None:
-    with pytest.raises(DatasetError, match="niah counts teacher tokens with these data_kwargs; pass the tokenizer"):
+    with pytest.raises(DatasetError, match="max_len=100 counts teacher tokens and needs a tokenizer"):
         load(dc("niah", 1), max_len=100)
 
 

@@ -147,8 +147,6 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         if dc.num_shots and type(self).shot is DatasetRecipe.shot:  # refused before the source is read
             raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.", "num_shots")
-        if tokenizer is None and self.needs_tokenizer(kwargs):
-            raise DatasetError(f"{self.name} counts teacher tokens with these data_kwargs; pass the tokenizer.")
         selection = self.select(dc, kwargs, tokenizer)
         shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])

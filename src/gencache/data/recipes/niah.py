@@ -96,6 +96,11 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
             )
         if dc.num_data_strs != 0:
             raise DatasetError("NIAH dataset requires num_data_strs to be 0 to use all passages.")
+        if kwargs.max_len >= 0 and tokenizer is None:
+            raise DatasetError(
+                f"niah data_kwargs.max_len={kwargs.max_len} counts teacher tokens and needs a tokenizer; "
+                "pass the teacher's tokenizer or set max_len to -1."
+            )
         tables, info = self.tables(dc, splits=("test",), hub_config=dc.subset)
         table = tables["test"]
         self.check_columns(table)
