@@ -117,15 +117,15 @@ class _ChunkedDistillation(torch.autograd.Function):
         vocabulary = student.shape[-1]
         positions, targets = answer_positions(labels.to(student.device))
         count = int(positions.numel())
-        denominator = float(options["num_items"] or max(count, 1))
+        denominator = float(options["num_items"]) if options["num_items"] is not None else float(max(count, 1))
         flat_student = student.detach().reshape(-1, vocabulary)
         flat_teacher = None if teacher is None else teacher.detach().reshape(-1, vocabulary)
         teacher_positions = positions if teacher is None else positions.to(teacher.device)
-        want_grad = bool(ctx.needs_input_grad[0])  # the student's logits need a gradient
+        want_grad = bool(options["want_grad"])
         grad = torch.zeros_like(flat_student) if want_grad else None
         ce_sum = torch.zeros((), dtype=torch.float64, device=student.device)
         kl_sum = torch.zeros((), dtype=torch.float64, device=student.device)
-        chunk, options = int(options["chunk_size"]), {**options, "scale": 1.0 / denominator, "want_grad": want_grad}
+        chunk, options = int(options["chunk_size"]), {**options, "scale": 1.0 / denominator}
         for start in range(0, count, chunk):
             index, teacher_index = positions[start : start + chunk], teacher_positions[start : start + chunk]
             teacher_chunk = None if flat_teacher is None else flat_teacher.index_select(0, teacher_index)
@@ -186,6 +186,7 @@ def distillation_loss(
         "kl_weight": float(kl_weight),
         "chunk_size": chunk_size,
         "num_items": items,
+        "want_grad": student_logits.requires_grad and torch.is_grad_enabled(),
     }
     loss, ce, kl = _ChunkedDistillation.apply(student, teacher if kl_weight != 0.0 else None, labels, options)
     positions = int((labels[:, 1:] != IGNORE_INDEX).sum())
