@@ -167,14 +167,16 @@ def render_dry_run(report: Preflight, console: Console) -> None:
         for column in (*columns, *tokens_column):
             table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
         for index, (count, data) in enumerate(zip(counts, config.data_configs, strict=True)):
-            cells = (str(index), data.dataset_name, data.split, data.template, str(count) if count >= 0 else "?")
-            if samples is None:
-                table.add_row(*cells, "?", "?", "?")
+            cells = (str(index), data.dataset_name, data.split, data.template)
+            if samples is None:  # a count is unknown (-1) until the tokenizer counted tokens
+                table.add_row(*cells, str(count) if count >= 0 else "?", "?", "?", "?")
                 continue
             summary = samples.summaries[index]
             tokens = "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-"
             prompt_chars = "{} / {} / {}".format(*summary.prompt_chars)
-            table.add_row(*cells, str(summary.unique), str(summary.duplicates), prompt_chars, tokens)
+            table.add_row(
+                *cells, *map(str, (summary.samples, summary.unique, summary.duplicates)), prompt_chars, tokens
+            )
         console.print(table)
     title = "checks (the same ones generate makes before loading weights)"
     checks = Table("check", "status", "detail", title=title, title_justify="left")
