@@ -254,16 +254,10 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, settings: Mapping[str, Any
     """The tokenizer belongs to the teacher (no id beyond its embedding, not far fewer tokens than it has) and
     every token id among the effective generation ``settings`` is inside the embedding."""
     tokens = len(tokenizer)
-    if tokens > vocab_size + max(MAX_EXTRA_TOKENS, vocab_size // 100):
+    if not MIN_VOCAB_COVERAGE * vocab_size <= tokens <= vocab_size + max(MAX_EXTRA_TOKENS, vocab_size // 100):
         raise ConfigError(
             f"model.tokenizer_path: the tokenizer has {tokens:,} tokens but the teacher's embedding has {vocab_size:,} "
-            "rows (vocab_size in config.json): its ids would fall outside the teacher; use the teacher's tokenizer."
-        )
-    if tokens < MIN_VOCAB_COVERAGE * vocab_size:
-        raise ConfigError(
-            f"model.tokenizer_path: the tokenizer has {tokens:,} tokens, under {MIN_VOCAB_COVERAGE:.0%} of the "
-            f"teacher's {vocab_size:,}-row vocabulary (vocab_size in config.json): it is another model's tokenizer; "
-            "use the teacher's tokenizer."
+            "rows (vocab_size in config.json): it is another model's tokenizer; use the teacher's tokenizer."
         )
     for name in sorted(key for key in settings if key.endswith(TOKEN_ID_SETTINGS)):
         bad = [token for token in _ids(settings[name]) if not 0 <= token < vocab_size]

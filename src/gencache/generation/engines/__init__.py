@@ -144,10 +144,9 @@ class Engine(ABC):
             if progress is not None:
                 progress.start(len(keyed))
             for entry in entries:
-                tokens = entry.num_tokens
                 yield entry
                 if progress is not None:
-                    progress.advance(1, tokens)
+                    progress.advance(1, entry.num_tokens)
 
     @abstractmethod
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:

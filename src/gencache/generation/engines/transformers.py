@@ -389,9 +389,7 @@ class TransformersContinuousEngine(Engine):
                 tokens = [int(token) for token in output.generated_tokens]
                 hit = scanner.scan(tokens, scanned[request])
                 scanned[request] = len(tokens)
-                if (
-                    hit is None
-                ):  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
+                if hit is None:  # the manager finishes a request only at an EOS id or max_new_tokens
                     continue
                 del scanned[request]
                 if not output.is_finished():
