@@ -184,9 +184,7 @@ def read_json_file(path: str | Path) -> Any:
     except OSError as error:
         raise ConfigError(f"The teacher's file {path} cannot be read: {error.strerror or error}.") from None
     except ValueError as error:  # not JSON, or not UTF-8 text
-        raise ConfigError(
-            f"The teacher's file {path} is not valid JSON ({error}); fix it or re-download the model."
-        ) from None
+        raise ConfigError(f"The teacher's file {path} is not valid JSON ({error}); fix or re-download it.") from None
 
 
 def check_json_files(directory: Path) -> int:
@@ -217,9 +215,7 @@ def check_teacher_weights(model_path: str) -> str:
         try:
             files = [directory / shard for shard in sorted(set(read_json_file(found)["weight_map"].values()))]
         except (KeyError, TypeError, AttributeError) as error:
-            raise ConfigError(
-                f"Teacher weight index {found} cannot be read ({error}); re-download or re-save the model."
-            ) from None
+            raise ConfigError(f"Teacher weight index {found} is unreadable ({error}); re-download the model.") from None
     for path in files:
         if not path.is_file():
             raise ConfigError(f"Teacher weight file {path} is missing; re-download or re-save the model.")
