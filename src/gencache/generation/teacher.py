@@ -207,8 +207,7 @@ def check_teacher_weights(model_path: str) -> str:
     found = next((directory / name for name in _WEIGHT_NAMES if (directory / name).is_file()), None)
     if found is None:
         raise ConfigError(
-            f"model.model_path {directory} has no weights (none of {', '.join(_WEIGHT_NAMES)}); point it at a "
-            "directory saved by save_pretrained."
+            f"model.model_path {directory} has no weights ({', '.join(_WEIGHT_NAMES)}); point it at a saved model."
         )
     files = [found]
     if found.name.endswith(".index.json"):
@@ -225,8 +224,7 @@ def check_teacher_weights(model_path: str) -> str:
                     pass
             except Exception as error:
                 raise ConfigError(
-                    f"Teacher weight file {path} is truncated or not a safetensors file ({first_line(error)}); "
-                    "re-download or re-save the model."
+                    f"Teacher weight file {path} is truncated or not safetensors ({first_line(error)}); re-download it."
                 ) from None
     total = sum(path.stat().st_size for path in files)
     return f"{len(files)} weight file(s), {total / 2**20:,.1f} MiB, complete"
@@ -288,7 +286,6 @@ def check_attn_implementation(value: str | None, device: str) -> str:
         )
     if _FLASH.match(value) and not device.startswith("cuda") and device != "auto":
         raise ConfigError(
-            f"model.attn_implementation {value!r} needs a CUDA device (model.device is {device!r}); "
-            'use "sdpa" or "eager" on this device.'
+            f'model.attn_implementation {value!r} needs a CUDA device (model.device is {device!r}); use "sdpa".'
         )
     return value

@@ -108,8 +108,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
         if kwargs.tasks is not None:
             if "task" not in table.column_names:
                 raise DatasetError(
-                    "niah data_kwargs.tasks needs a 'task' column in the source (its columns: "
-                    f"{', '.join(table.column_names)}); omit tasks."
+                    f"niah data_kwargs.tasks needs a 'task' column (columns: {', '.join(table.column_names)}); omit it."
                 )
             tasks = list(table["task"])
             part = [i for i in part if tasks[i] in kwargs.tasks]
