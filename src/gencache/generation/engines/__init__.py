@@ -2,8 +2,7 @@
 
 An engine is created from an :class:`EngineContext` before any weights load, refusing whatever it cannot honour
 (:func:`create_engine`). The writer, the keys and the format do not depend on the engine. Importing this package
-imports neither torch nor an engine module. What more than one engine uses lives here too: the finish rule
-(:class:`FinishScanner`), the cache sizers' memory figures and the prefix-cache statistics (:class:`PrefixStats`).
+imports neither torch nor an engine module.
 """
 
 from __future__ import annotations

@@ -297,9 +297,8 @@ class TransformersContinuousEngine(Engine):
         super().__init__(context)
         if not supported_transformers():
             raise ConfigError(
-                f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later (its '
-                f"continuous-batching manager); this environment has transformers "
-                f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
+                f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later; this '
+                f'environment has {importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
         self.sizing: CacheSizing | None = None
         self.prefix: PrefixStats | None = None
