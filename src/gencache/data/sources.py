@@ -240,9 +240,7 @@ def _bad_line(path: Path) -> str | None:
             try:
                 json.loads(line)
             except json.JSONDecodeError as error:
-                return (
-                    f"{number} is not valid JSON ({error.msg} at column {error.colno}); write one JSON object per line."
-                )
+                return f"{number} is not valid JSON ({error.msg} at column {error.colno}); fix that line."
     return None
 
 
