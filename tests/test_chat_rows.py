@@ -139,8 +139,7 @@ def test_tokenizer_chat_renders_the_messages_and_keeps_documents_intact(chats: P
         (
             {"template": "default"},
             PromptError,
-            "template 'default' renders one plain-text prompt and cannot render a "
-            "conversation (a chat row); use one of tokenizer_chat, llama_chat, qwen_3_chat",
+            "template 'default' cannot render a conversation (a chat row); use tokenizer_chat, llama_chat, qwen_3_chat",
         ),
         (
             {"template_kwargs": {"system_prompt": "Other."}},

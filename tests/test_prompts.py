@@ -360,9 +360,9 @@ def test_tokenizer_chat_rejects_modified_context_content() -> None:
 
 
 def test_tokenizer_chat_requires_apply_chat_template() -> None:
-    with pytest.raises(PromptError, match="apply_chat_template"):
+    with pytest.raises(PromptError, match="needs a tokenizer with a chat template"):
         render("tokenizer_chat", (Inline("q"),), {}, CharTokenizer())
-    with pytest.raises(PromptError, match="apply_chat_template"):
+    with pytest.raises(PromptError, match="needs a tokenizer with a chat template"):
         render("tokenizer_chat", (Inline("q"),), {}, None)
 
 

@@ -36,8 +36,7 @@ def semantic_key(payload: Mapping[str, Any]) -> str:
         data = canonical_bytes(dict(payload))
     except UnicodeEncodeError as exc:
         raise DatasetError(
-            f"Semantic payload is not valid Unicode ({exc.reason} at position {exc.start}); "
-            "fix the source text (lone surrogate)."
+            f"Semantic payload is not valid Unicode ({exc.reason} at position {exc.start}); fix the source text."
         ) from None
     except (TypeError, ValueError) as exc:
         raise DatasetError(f"Semantic payload is not canonical JSON: {exc}.") from None

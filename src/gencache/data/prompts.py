@@ -125,8 +125,7 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     apply = getattr(tokenizer, "apply_chat_template", None)
     if not callable(apply):
         raise PromptError(
-            "Template tokenizer_chat needs a tokenizer with a callable apply_chat_template; "
-            "pass the teacher's tokenizer or choose another template."
+            "Template tokenizer_chat needs a tokenizer with a chat template; pass the teacher's or use another one."
         )
     body = list(normalize(parts))
     if isinstance(body[0], ContextBlock):
@@ -146,15 +145,13 @@ def _tokenizer_chat(history: History, parts: Prompt, kwargs: Any, tokenizer: Any
     pieces = re.split(re.escape(SENTINEL) + r"\[(\d+)\]", rendered)  # segments and boundary numbers, alternating
     if [int(number) for number in pieces[1::2]] != list(range(len(body) - 1)):
         raise PromptError(
-            "tokenizer_chat: the rendered part boundaries are missing, repeated or out of order; the chat template "
-            "drops, repeats or reorders user content, use another template."
+            "tokenizer_chat: the rendered part boundaries are missing, repeated or out of order; use another template."
         )
     out: list[Part] = []
     for index, (part, segment) in enumerate(zip(body, pieces[0::2], strict=True)):
         if isinstance(part, ContextBlock) and segment != part.text:
             raise PromptError(
-                f"tokenizer_chat template modified ContextBlock content at prompt.parts[{index}]; "
-                "documents must pass through a chat template unchanged, use another template."
+                f"tokenizer_chat template modified ContextBlock content at prompt.parts[{index}]; use another template."
             )
         out.append(part if isinstance(part, ContextBlock) else Inline(segment))
     return normalize(out)
@@ -180,8 +177,7 @@ class TemplateSpec:
             return self.chat(history or (), parts, kwargs, tokenizer)
         if history is not None:
             raise PromptError(
-                f"template {self.name!r} renders one plain-text prompt and cannot render a conversation (a chat "
-                f"row); use one of {', '.join(CHAT_TEMPLATES)}."
+                f"template {self.name!r} cannot render a conversation (a chat row); use {', '.join(CHAT_TEMPLATES)}."
             )
         return normalize(parts)
 
@@ -223,8 +219,7 @@ def tokenize_prompt(parts: Prompt, tokenizer: Any) -> TokenizedPrompt:
         end = len(ids)
         if start == end and isinstance(part, ContextBlock):
             raise PromptError(
-                f"ContextBlock spans must be non-empty: prompt.parts[{index}] tokenizes to no tokens "
-                "(an empty or whitespace-only document); drop empty documents from the source."
+                f"ContextBlock spans must be non-empty: prompt.parts[{index}] is blank; drop it from the source."
             )
         if start == end and index == len(body) - 1:
             raise PromptError("The terminal Inline span must be non-empty: the task text tokenizes to no tokens.")

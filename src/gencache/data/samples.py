@@ -226,9 +226,7 @@ def build_samples(
             )
             samples.extend(loaded)
     if not samples:
-        raise ConfigError(
-            "No samples: every data config has num_samples 0; raise num_samples of at least one data config."
-        )
+        raise ConfigError("No samples: every data config has num_samples 0; raise num_samples of at least one.")
     result = SampleSet(tuple(samples), tuple(summaries))
     if result.conflicting_prompts:
         earlier = result.by_key(result.conflicting_prompts[0])

@@ -209,8 +209,7 @@ def score_cache(
     unmatched = len(cache) - matched
     if unmatched and every_entry:
         raise DatasetError(
-            f"{unmatched} cache entries match no rebuilt sample (the datasets changed since generation); nothing "
-            "can be scored against their references."
+            f"{unmatched} cache entries match no rebuilt sample: the datasets changed since the run; use the old data."
         )
     return scored
 

@@ -178,8 +178,7 @@ def _read_files(paths: Sequence[Path], label: str) -> Any:
             except UnicodeDecodeError as error:
                 line = data[: error.start].count(b"\n") + 1
                 raise DatasetError(
-                    f"{label}: {path} is not valid UTF-8 (line {line}, byte {error.start}: {error.reason}); "
-                    "re-encode the file as UTF-8 (for example with iconv) and rerun."
+                    f"{label}: {path} is not valid UTF-8 (line {line}: {error.reason}); re-encode it."
                 ) from None
     delimiter = DELIMITERS.get(paths[0].suffix.lower())
     bars = is_progress_bar_enabled()
@@ -247,9 +246,7 @@ def _bad_line(path: Path) -> str | None:
             try:
                 json.loads(line)
             except json.JSONDecodeError as error:
-                return (
-                    f"{number} is not valid JSON ({error.msg} at column {error.colno}); write one JSON object per line."
-                )
+                return f"{number} is not valid JSON ({error.msg} at column {error.colno}); fix that line."
     return None
 
 

@@ -65,20 +65,15 @@ def resolve_generation(
         path = hf().utils.cached_file(
             model_path, "generation_config.json", _raise_exceptions_for_missing_entries=False, revision=revision
         )
+        if path is None:
+            model_config = hf().AutoConfig.from_pretrained(model_path, revision=revision)
+            data = hf().GenerationConfig.from_model_config(model_config).to_dict()
     except Exception as exc:
         raise ConfigError(f"Cannot read the teacher's generation config from {where}: {first_line(exc)}") from exc
     if path is not None:
         data = read_json_file(path)
         if not isinstance(data, dict):
-            raise ConfigError(
-                f"The teacher's file {path} does not hold a JSON object; fix it or re-download the model."
-            )
-    else:
-        try:
-            model_config = hf().AutoConfig.from_pretrained(model_path, revision=revision)
-            data = hf().GenerationConfig.from_model_config(model_config).to_dict()
-        except Exception as exc:
-            raise ConfigError(f"Cannot read the teacher's config.json from {where}: {first_line(exc)}") from exc
+            raise ConfigError(f"The teacher's file {path} is not a JSON object; fix it or re-download the model.")
     user = {key: value for key, value in generation_kwargs.items() if value is not None}
     refused = {"do_sample", "max_length", *LOGIT_FIELDS, *GENERATION_UNSUPPORTED, *GENERATION_FORBIDDEN}
     defaults: dict[str, Any] = dict(hf().GenerationConfig._get_default_generation_params())

@@ -184,9 +184,7 @@ def read_json_file(path: str | Path) -> Any:
     except OSError as error:
         raise ConfigError(f"The teacher's file {path} cannot be read: {error.strerror or error}.") from None
     except ValueError as error:  # not JSON, or not UTF-8 text
-        raise ConfigError(
-            f"The teacher's file {path} is not valid JSON ({error}); fix it or re-download the model."
-        ) from None
+        raise ConfigError(f"The teacher's file {path} is not valid JSON ({error}); fix or re-download it.") from None
 
 
 def check_json_files(directory: Path) -> int:
@@ -209,17 +207,14 @@ def check_teacher_weights(model_path: str) -> str:
     found = next((directory / name for name in _WEIGHT_NAMES if (directory / name).is_file()), None)
     if found is None:
         raise ConfigError(
-            f"model.model_path {directory} has no weights (none of {', '.join(_WEIGHT_NAMES)}); point it at a "
-            "directory saved by save_pretrained."
+            f"model.model_path {directory} has no weights ({', '.join(_WEIGHT_NAMES)}); point it at a saved model."
         )
     files = [found]
     if found.name.endswith(".index.json"):
         try:
             files = [directory / shard for shard in sorted(set(read_json_file(found)["weight_map"].values()))]
         except (KeyError, TypeError, AttributeError) as error:
-            raise ConfigError(
-                f"Teacher weight index {found} cannot be read ({error}); re-download or re-save the model."
-            ) from None
+            raise ConfigError(f"Teacher weight index {found} is unreadable ({error}); re-download the model.") from None
     for path in files:
         if not path.is_file():
             raise ConfigError(f"Teacher weight file {path} is missing; re-download or re-save the model.")
@@ -229,8 +224,7 @@ def check_teacher_weights(model_path: str) -> str:
                     pass
             except Exception as error:
                 raise ConfigError(
-                    f"Teacher weight file {path} is truncated or not a safetensors file ({first_line(error)}); "
-                    "re-download or re-save the model."
+                    f"Teacher weight file {path} is truncated or not safetensors ({first_line(error)}); re-download it."
                 ) from None
     total = sum(path.stat().st_size for path in files)
     return f"{len(files)} weight file(s), {total / 2**20:,.1f} MiB, complete"
@@ -254,16 +248,10 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, settings: Mapping[str, Any
     """The tokenizer belongs to the teacher (no id beyond its embedding, not far fewer tokens than it has) and
     every token id among the effective generation ``settings`` is inside the embedding."""
     tokens = len(tokenizer)
-    if tokens > vocab_size + max(MAX_EXTRA_TOKENS, vocab_size // 100):
+    if not MIN_VOCAB_COVERAGE * vocab_size <= tokens <= vocab_size + max(MAX_EXTRA_TOKENS, vocab_size // 100):
         raise ConfigError(
             f"model.tokenizer_path: the tokenizer has {tokens:,} tokens but the teacher's embedding has {vocab_size:,} "
-            "rows (vocab_size in config.json): its ids would fall outside the teacher; use the teacher's tokenizer."
-        )
-    if tokens < MIN_VOCAB_COVERAGE * vocab_size:
-        raise ConfigError(
-            f"model.tokenizer_path: the tokenizer has {tokens:,} tokens, under {MIN_VOCAB_COVERAGE:.0%} of the "
-            f"teacher's {vocab_size:,}-row vocabulary (vocab_size in config.json): it is another model's tokenizer; "
-            "use the teacher's tokenizer."
+            "rows (vocab_size in config.json): it is another model's tokenizer; use the teacher's tokenizer."
         )
     for name in sorted(key for key in settings if key.endswith(TOKEN_ID_SETTINGS)):
         bad = [token for token in _ids(settings[name]) if not 0 <= token < vocab_size]
@@ -298,7 +286,6 @@ def check_attn_implementation(value: str | None, device: str) -> str:
         )
     if _FLASH.match(value) and not device.startswith("cuda") and device != "auto":
         raise ConfigError(
-            f"model.attn_implementation {value!r} needs a CUDA device (model.device is {device!r}); "
-            'use "sdpa" or "eager" on this device.'
+            f'model.attn_implementation {value!r} needs a CUDA device (model.device is {device!r}); use "sdpa".'
         )
     return value

@@ -82,14 +82,11 @@ def builtin_corpus() -> Iterator[str]:
         last = _SURNAMES[i % len(_SURNAMES)]
         city = _CITIES[(3 * i) % len(_CITIES)]
         field = _FIELDS[i % len(_FIELDS)]
-        company = _COMPANIES[i % len(_COMPANIES)]
-        month = _MONTHS[(5 * i) % len(_MONTHS)]
-        year = 1940 + 3 * i
         pronoun = "She" if i % 2 == 0 else "He"
         yield (
-            f"{first} {last} was born on {month} {1 + (7 * i) % 28}, {year} in {city}. "
-            f"{pronoun} studied {field} at the University of {_CITIES[(i + 4) % len(_CITIES)]}. "
-            f"{pronoun} worked for {company} and lived in {city} for {10 + i} years."
+            f"{first} {last} was born on {_MONTHS[(5 * i) % len(_MONTHS)]} {1 + (7 * i) % 28}, {1940 + 3 * i} in "
+            f"{city}. {pronoun} studied {field} at the University of {_CITIES[(i + 4) % len(_CITIES)]}. "
+            f"{pronoun} worked for {_COMPANIES[i % len(_COMPANIES)]} and lived in {city} for {10 + i} years."
         )
         yield f"Question: Where was {first} {last} born? Answer: {city}."
         yield f"Question: What did {first} {last} study? Answer: {field}."

@@ -118,8 +118,7 @@ class BiographyRecipe(DatasetRecipe[BiographyKwargs, _Rows]):
     def select(self, dc: DataConfigLike, kwargs: BiographyKwargs, tokenizer: Any | None) -> Selection[_Rows]:
         if dc.split not in SPLITS:
             raise DatasetError(
-                f"Unknown split {dc.split!r} for biography; use 'train' or 'test' "
-                "(a 50/50 partition of the filtered people)."
+                f"Unknown split {dc.split!r} for biography; use 'train' or 'test' (halves of the people kept)."
             )
         tables, info = self.tables(dc, splits=SPLITS, hub_config=dc.subset)
         train, test = tables["train"], tables["test"]

@@ -91,8 +91,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
     def select(self, dc: DataConfigLike, kwargs: NIAHKwargs, tokenizer: Any | None) -> Selection[tuple[Any, Any]]:
         if dc.split not in ("train", "test"):
             raise DatasetError(
-                f"Unknown split {dc.split!r} for niah; use 'train' or 'test' "
-                "(halves of the hub test table, shuffled with seed 42)."
+                f"Unknown split {dc.split!r} for niah; use 'train' or 'test' (halves of the hub test table)."
             )
         if dc.num_data_strs != 0:
             raise DatasetError("NIAH dataset requires num_data_strs to be 0 to use all passages.")
@@ -114,8 +113,7 @@ class NIAHRecipe(DatasetRecipe[NIAHKwargs, tuple[Any, Any]]):
         if kwargs.tasks is not None:
             if "task" not in table.column_names:
                 raise DatasetError(
-                    "niah data_kwargs.tasks needs a 'task' column in the source (its columns: "
-                    f"{', '.join(table.column_names)}); omit tasks."
+                    f"niah data_kwargs.tasks needs a 'task' column (columns: {', '.join(table.column_names)}); omit it."
                 )
             tasks = list(table["task"])
             part = [i for i in part if tasks[i] in kwargs.tasks]

@@ -2,8 +2,7 @@
 
 An engine is created from an :class:`EngineContext` before any weights load, refusing whatever it cannot honour
 (:func:`create_engine`). The writer, the keys and the format do not depend on the engine. Importing this package
-imports neither torch nor an engine module. What more than one engine uses lives here too: the finish rule
-(:class:`FinishScanner`), the cache sizers' memory figures and the prefix-cache statistics (:class:`PrefixStats`).
+imports neither torch nor an engine module.
 """
 
 from __future__ import annotations
@@ -144,10 +143,9 @@ class Engine(ABC):
             if progress is not None:
                 progress.start(len(keyed))
             for entry in entries:
-                tokens = entry.num_tokens
                 yield entry
                 if progress is not None:
-                    progress.advance(1, tokens)
+                    progress.advance(1, entry.num_tokens)
 
     @abstractmethod
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:

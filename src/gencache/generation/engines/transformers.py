@@ -297,9 +297,8 @@ class TransformersContinuousEngine(Engine):
         super().__init__(context)
         if not supported_transformers():
             raise ConfigError(
-                f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later (its '
-                f"continuous-batching manager); this environment has transformers "
-                f'{importlib.metadata.version("transformers")}. Use engine "transformers" here.'
+                f'engine "{self.name}" needs transformers {".".join(map(str, MIN_TRANSFORMERS))} or later; this '
+                f'environment has {importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
         self.sizing: CacheSizing | None = None
         self.prefix: PrefixStats | None = None
@@ -389,9 +388,7 @@ class TransformersContinuousEngine(Engine):
                 tokens = [int(token) for token in output.generated_tokens]
                 hit = scanner.scan(tokens, scanned[request])
                 scanned[request] = len(tokens)
-                if (
-                    hit is None
-                ):  # the manager finishes a request only at an EOS id or max_new_tokens, which the rule sees
+                if hit is None:  # the manager finishes a request only at an EOS id or max_new_tokens
                     continue
                 del scanned[request]
                 if not output.is_finished():
