@@ -224,8 +224,7 @@ class CacheWriter:
             first = next(manifest)
             resolved = json_file_bytes(dict(resolved_config))
             self._payload.finish(length_prefix(self.header_capacity) + header)
-            if self.path not in self._created:
-                self._created.append(self.path)
+            self._created.append(self.path)  # on a bucket the payload exists from here on (locally: listed twice)
             self._write_new(self.directory / RESOLVED_NAME, (resolved,))
             self._write_new(self.directory / MANIFEST_NAME, itertools.chain((first,), manifest))
             if isinstance(self.directory, Path):
@@ -309,8 +308,7 @@ class ArtifactBuild:
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
         if self._writer is None or not self._writer.finalized:
             raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
-        temp = self.temp_dir
-        return "s3" if temp is None else publish(temp, self.output_dir)  # type: ignore[arg-type]
+        return "s3" if self.temp_dir is None else publish(self.temp_dir, self.output_dir)  # type: ignore[arg-type]
 
     @property
     def published(self) -> bool:
