@@ -66,9 +66,8 @@ class VerifyReport:
     def lines(self) -> list[str]:
         """``OK   <path>`` per intact artifact, ``FAIL <problem>`` per problem."""
         lines: list[str] = []
-        for result in self.results:
-            lines += [f"OK   {result['path']}"] if result["status"] == "ok" else []
-            lines += [f"FAIL {problem}" for problem in result["problems"]]
+        for found in self.results:  # an intact artifact has no problems, the others one or more
+            lines += [f"OK   {found['path']}"] if found["status"] == "ok" else [f"FAIL {p}" for p in found["problems"]]
         return lines
 
     def to_json(self) -> dict[str, Any]:
