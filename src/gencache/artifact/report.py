@@ -99,8 +99,7 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
             f"{path} is the temporary directory of an unfinished gencache run, not an artifact; if that run was "
             f"killed, `gencache clean {path.parent}` removes it (a live run's directory is kept).",
         )
-    stray = stray_directory(path)
-    if stray is not None:
+    if (stray := stray_directory(path)) is not None:
         return _not_artifact(path, "stray", stray)
     if (names := listdir(path) if path.is_dir() else []) is None:
         return None  # opening it says why it cannot be read
