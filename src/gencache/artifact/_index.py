@@ -158,8 +158,9 @@ def check_payload(
         raise FormatError(
             f"{PAYLOAD_NAME} is {payload_size} bytes but its header describes {expected} (truncated or extended)."
         )
-    reasons = top["summary"].get("finish_reasons")
-    check_summary(top["summary"], len(keys), (raw.decode() for raw in keys.tolist()), len(lengths), tokens, reasons)
+    names = (raw.decode() for raw in keys.tolist())
+    check_summary(top["summary"], names, entries=len(keys), sequences=len(lengths), tokens=tokens)
+    reasons = top["summary"]["finish_reasons"]
     if reasons.keys() != set(FINISH_REASONS) or min(reasons.values()) < 0 or sum(reasons.values()) != len(lengths):
         raise FormatError(f"manifest.json summary.finish_reasons {reasons!r} does not count {len(lengths)} sequences.")
     return keys, first, starts, lengths
@@ -185,7 +186,6 @@ def manifest_tail(manifest: Buffer) -> tuple[int, dict[str, Any]]:
     _require(top["storage"] == STORAGE and top["payload"] == PAYLOAD_NAME)
     top["provenance"] = check_provenance(top["provenance"], "manifest.json provenance")
     _require(top["provenance_digest"] == provenance_digest(top["provenance"]))
-    _require(isinstance(top["summary"], dict))
     return at, top
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gencache.artifact.manifest import PROVENANCE_FIELDS
-from gencache.artifact.resolved import IDENTITY_FIELDS, local_identity, recorded_identity
+from gencache.artifact.resolved import local_identity, nested
 from gencache.artifact.store import Location, read_resolved_config
 from gencache.core.errors import CompatibilityError, FormatError, MissingEntriesError, MissingEntryError
 from gencache.core.tokenizer import tokenizer_state
@@ -127,14 +127,13 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
             )
 
     def _same_directory(self, field: str, requested: object) -> bool:
-        """Whether ``requested`` is the local directory whose identity the artifact recorded for ``field``."""
-        if field not in IDENTITY_FIELDS or not isinstance(requested, str):
-            return False
+        """Whether ``requested`` is the local directory whose identity the artifact recorded for the path ``field``
+        (none is recorded for a hub id or the other fields)."""
         try:
-            recorded = recorded_identity(read_resolved_config(self.paths[0]), field)
+            recorded = nested(read_resolved_config(self.paths[0]), "model", "identity", field)
         except FormatError:
             return False
-        return recorded is not None and recorded == local_identity(requested)
+        return isinstance(recorded, str) and isinstance(requested, str) and recorded == local_identity(requested)
 
     def check_compatible(
         self, *, model_path: str, tokenizer_path: str, dtype: str | torch.dtype, tokenizer: Any

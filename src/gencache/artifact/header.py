@@ -114,11 +114,7 @@ def length_prefix(capacity: int) -> bytes:
 def read_length_prefix(prefix: bytes, file_size: int) -> int:
     """The header capacity from the first 8 bytes, checked against the format-3 rules and the file size."""
     capacity = int.from_bytes(prefix[:LENGTH_PREFIX_BYTES], "little")
-    if (
-        len(prefix) < LENGTH_PREFIX_BYTES
-        or capacity % 8
-        or not 0 < capacity <= min(MAX_HEADER_BYTES, file_size - LENGTH_PREFIX_BYTES)
-    ):
+    if capacity % 8 or not 0 < capacity <= min(MAX_HEADER_BYTES, file_size - LENGTH_PREFIX_BYTES):  # a short file too
         raise FormatError(
             f"{PAYLOAD_NAME} ({file_size} bytes) does not start with a format-{FORMAT_VERSION} header length (a "
             f"positive multiple of 8 up to {MAX_HEADER_BYTES:,} that the file holds; it reads {capacity}): the file "

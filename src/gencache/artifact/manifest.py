@@ -211,15 +211,14 @@ def check_manifest(value: object) -> Manifest:
     provenance = check_provenance(manifest.provenance, "manifest.json provenance")
     if manifest.provenance_digest != provenance_digest(provenance):
         raise FormatError("manifest.json provenance_digest does not match its provenance (the manifest was altered).")
-    sequences = tokens = 0
+    lengths: list[int] = []
     reasons = dict.fromkeys(FINISH_REASONS, 0)
     for key, entry in manifest.entries.items():
-        lengths = check_entry(key, entry)
-        sequences += len(lengths)
-        tokens += sum(lengths)
+        lengths += check_entry(key, entry)
         for reason in entry["finish_reasons"]:
             reasons[reason] += 1
-    check_summary(manifest.summary, len(manifest.entries), manifest.entries, sequences, tokens, reasons)
+    counts: dict[str, Any] = {"entries": len(manifest.entries), "sequences": len(lengths), "tokens": sum(lengths)}
+    check_summary(manifest.summary, manifest.entries, finish_reasons=reasons, **counts)
     return manifest
 
 
@@ -296,7 +295,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
         "data_configs": data_configs,
         "shard": shard,
     }
-    _check_runs(summary, records, "summary")
+    check_summary(summary, records, "summary")
     return summary
 
 
@@ -309,21 +308,10 @@ def shard_data_configs(samples: Iterable[tuple[int, str]], keys: Iterable[str], 
     return [{"index": index, "samples": counted[index], "unique": distinct[index]} for index in range(configs)]
 
 
-def check_summary(
-    value: Any, entries: int, keys: Iterable[str], sequences: int, tokens: int, reasons: Mapping[str, int]
-) -> None:
-    """Check a read manifest's ``summary`` against the counts of its ``entries`` (whose ``keys`` are iterated once)."""
-    where = "manifest.json summary"
-    _check_runs(value, keys, where)
-    counted = {"entries": entries, "sequences": sequences, "tokens": tokens, "finish_reasons": dict(reasons)}
-    for field, expected in counted.items():
-        if value[field] != expected:
-            raise FormatError(f"{where}.{field} is {value[field]!r} but the entries hold {expected!r}.")
-
-
-def _check_runs(value: Any, keys: Iterable[str], where: str) -> None:
+def check_summary(value: Any, keys: Iterable[str], where: str = "manifest.json summary", **counted: Any) -> None:
     """:class:`FormatError` unless the summary ``value`` is well formed, its entries, duplicates and data configs
-    describe one run, and each of the ``keys`` belongs to its shard."""
+    describe one run, each of the ``keys`` (iterated once) belongs to its shard, and it holds the ``counted`` values
+    of a read manifest's entries."""
     summary = _convert(value, _Summary, where)
     entries, duplicates, shard = summary.entries, summary.duplicates, summary.shard
     data_configs = check_data_configs(summary.data_configs, f"{where}.data_configs")
@@ -351,3 +339,6 @@ def _check_runs(value: Any, keys: Iterable[str], where: str) -> None:
                 f"{where}.shard says shard {shard.index} of {shard.count} but key {key} belongs to shard "
                 f"{shard_of(key, shard.count)} (rule key-mod)."
             )
+    for field, expected in counted.items():
+        if value[field] != expected:
+            raise FormatError(f"{where}.{field} is {value[field]!r} but the entries hold {expected!r}.")

@@ -113,9 +113,7 @@ def open_caches(paths: PathLike | Sequence[PathLike]) -> CacheReader | MultiCach
     if not items:
         raise FormatError("open_caches needs at least one artifact path.")
     for item in items:
-        if not isinstance(item, S3Url) and (
-            not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes)
-        ):
+        if not isinstance(item, (str, os.PathLike, S3Url)):
             raise TypeError(f"open_caches: {item!r} is not a str or os.PathLike path.")
     if "" in items:
         raise FormatError("open_caches: an empty path names no artifact; give the artifact's directory.")

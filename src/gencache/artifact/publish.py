@@ -91,9 +91,8 @@ def check_output_path(output_dir: Path | str) -> None:
     longest = max(len(os.fsencode(part)) for part in (*path.parts, lock.name))
     if longest > NAME_MAX or len(os.fsencode(os.path.abspath(lock))) > PATH_MAX:
         raise ConfigError(
-            f"output_dir {str(output_dir)[:60]}... is too long: a name in it, or a temporary name derived from it, "
-            f"would be over the file system's {NAME_MAX} bytes (or the whole path over {PATH_MAX}); choose a shorter "
-            "path."
+            f"output_dir {str(output_dir)[:60]}... is too long: a name in it or derived from it would be over "
+            f"{NAME_MAX} bytes (or the path over {PATH_MAX}); choose a shorter path."
         )
 
 

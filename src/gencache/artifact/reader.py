@@ -44,19 +44,6 @@ from gencache.core.errors import FormatError, GencacheError, IntegrityError
 
 
 # -- reading the files of an artifact (regular files only, never through a symlink) ------------------------------
-def _missing(path: Path) -> str:
-    """Why an artifact directory that does not exist cannot be opened: a shard base (its shards beside it) is
-    opened with ``open_caches``, anything else is a wrong path."""
-    shards = find_shards(path)
-    if shards is None:
-        return f"Cache directory {path} does not exist; check the path (or generate it)."
-    return (
-        f"{path} is the base of {len(shards.present)} shard directories ({path.name}-shard-*-of-{shards.count:05d}), "
-        f"not one artifact: open the shards together with gencache.open_caches({str(path)!r}) (CacheReader opens "
-        "one artifact or one shard directory)."
-    )
-
-
 def check_artifact_files(path: Path) -> None:
     """Raise :class:`FormatError` unless ``path`` is a published directory of exactly the three artifact files, each
     a regular file (no symlink). A writer's temporary directory is refused by its name, even complete: a run killed
@@ -75,8 +62,14 @@ def check_artifact_files(path: Path) -> None:
             if not found[name].is_file(follow_symlinks=False):
                 kind = "a symlink" if found[name].is_symlink() else "not a regular file"
                 raise FormatError(f"{path}: {name} is {kind}; artifact files must be regular files (copy, not link).")
-    except FileNotFoundError:
-        raise FormatError(_missing(path)) from None
+    except FileNotFoundError:  # a shard base (its shards beside it) is opened with open_caches
+        if (shards := find_shards(path)) is None:
+            raise FormatError(f"Cache directory {path} does not exist; check the path (or generate it).") from None
+        raise FormatError(
+            f"{path} is the base of {len(shards.present)} shard directories ({path.name}-shard-*-of-"
+            f"{shards.count:05d}), not one artifact: open the shards together with gencache.open_caches("
+            f"{str(path)!r}) (CacheReader opens one artifact or one shard directory)."
+        ) from None
     except OSError as error:
         raise FormatError(f"Cache directory {path} cannot be read ({error.strerror}).") from None
 

@@ -13,7 +13,6 @@ import fcntl
 import hashlib
 import os
 import secrets
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +83,7 @@ class RemoteArtifact:
                 os.chmod(temp, 0o444)
                 os.replace(temp, path)
             finally:
-                with suppress(FileNotFoundError):
-                    temp.unlink()
+                temp.unlink(missing_ok=True)
         return path
 
     def __getitem__(self, span: slice) -> np.ndarray[Any, np.dtype[np.int64]]:

@@ -66,9 +66,8 @@ class VerifyReport:
     def lines(self) -> list[str]:
         """``OK   <path>`` per intact artifact, ``FAIL <problem>`` per problem."""
         lines: list[str] = []
-        for result in self.results:
-            lines += [f"OK   {result['path']}"] if result["status"] == "ok" else []
-            lines += [f"FAIL {problem}" for problem in result["problems"]]
+        for found in self.results:  # an intact artifact has no problems, the others one or more
+            lines += [f"OK   {found['path']}"] if found["status"] == "ok" else [f"FAIL {p}" for p in found["problems"]]
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -100,8 +99,7 @@ def classify_path(item: PathLike | S3Url) -> dict[str, Any] | None:
             f"{path} is the temporary directory of an unfinished gencache run, not an artifact; if that run was "
             f"killed, `gencache clean {path.parent}` removes it (a live run's directory is kept).",
         )
-    stray = stray_directory(path)
-    if stray is not None:
+    if (stray := stray_directory(path)) is not None:
         return _not_artifact(path, "stray", stray)
     if (names := listdir(path) if path.is_dir() else []) is None:
         return None  # opening it says why it cannot be read

@@ -105,8 +105,6 @@ IDENTITY_FILES = frozenset(
         "model.safetensors.index.json",
     }
 )
-#: The provenance paths whose local directory's identity ``resolved_config.json`` records under ``model.identity``.
-IDENTITY_FIELDS = ("model_path", "tokenizer_path")
 
 
 def local_identity(path: str) -> str | None:
@@ -124,9 +122,3 @@ def local_identity(path: str) -> str | None:
                 header = handle.read(int.from_bytes(handle.read(8), "little"))
             parts[file.name] = hashlib.sha256(header).hexdigest()
     return json_digest(parts)
-
-
-def recorded_identity(resolved: Mapping[str, Any], field: str) -> str | None:
-    """The identity recorded for the provenance path ``field``; None when none was (a hub id, an older artifact)."""
-    found = nested(resolved, "model", "identity", field)
-    return found if isinstance(found, str) else None

@@ -164,8 +164,7 @@ def expand_output(path: PathLike | S3Url) -> tuple[list[Location], ShardSet | No
     checks the set); ``([path], None)`` when there are none. :class:`ShardError` when the path is a stray directory
     that hides its shard siblings."""
     full = location(path)
-    stray = stray_directory(full)
-    if stray is not None:
+    if (stray := stray_directory(full)) is not None:
         raise ShardError(stray)
     shards = None if exists(full) else find_shards(full)
     return ([full], None) if shards is None else (list(shards.present.values()), shards)

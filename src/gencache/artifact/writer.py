@@ -181,14 +181,11 @@ class CacheWriter:
     def __len__(self) -> int:
         return len(self._records)
 
-    def _require_open(self, action: str) -> None:
-        if self._state != "open":
-            raise WriteError(f"Cannot {action}: this CacheWriter is {self._state}; start a new artifact.")
-
     def add(self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]) -> bool:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
         reason per sequence. Returns False for an identical re-add (nothing written)."""
-        self._require_open("add entries")
+        if self._state != "open":
+            raise WriteError(f"Cannot add entries: this CacheWriter is {self._state}; start a new artifact.")
         if not is_sha256_hex(key):
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
         buffers, fields = _entry_fields(key, sequences, texts, finish_reasons)
@@ -208,7 +205,8 @@ class CacheWriter:
         """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
         creation is the commit). ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any
         may be omitted)."""
-        self._require_open("finalize")
+        if self._state != "open":
+            raise WriteError(f"Cannot finalize: this CacheWriter is {self._state}; start a new artifact.")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
             keys = sorted(self._records)
             header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
@@ -224,8 +222,7 @@ class CacheWriter:
             first = next(manifest)
             resolved = json_file_bytes(dict(resolved_config))
             self._payload.finish(length_prefix(self.header_capacity) + header)
-            if self.path not in self._created:
-                self._created.append(self.path)
+            self._created.append(self.path)  # on a bucket the payload exists from here on (locally: listed twice)
             self._write_new(self.directory / RESOLVED_NAME, (resolved,))
             self._write_new(self.directory / MANIFEST_NAME, itertools.chain((first,), manifest))
             if isinstance(self.directory, Path):
