@@ -22,6 +22,7 @@ received: Stopped | None = None  # the stop a handler raised, should code in its
 
 
 _waiting = False  # a stop waits for an import to return
+_lock = threading.Lock()
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -41,15 +42,17 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def _send_again(signum: int) -> None:
-    if _waiting:
-        signal.pthread_kill(threading.main_thread().ident or 0, signum)
+    with _lock:  # never after the command has taken the stop or returned
+        if _waiting:
+            signal.pthread_kill(threading.main_thread().ident or 0, signum)
 
 
 def raise_pending() -> None:
     """Raise a stop still waiting for its import to return, now that the command has returned."""
     global _waiting
-    if _waiting and received is not None:
-        _waiting = False
+    with _lock:
+        waiting, _waiting = _waiting, False
+    if waiting and received is not None:
         raise received
 
 
@@ -71,7 +74,8 @@ def owned() -> Iterator[None]:
         try:
             yield
         finally:
-            _waiting = False
+            with _lock:
+                _waiting = False
             note_published([])
             received = None
 

@@ -341,6 +341,8 @@ class VllmEngine(Engine):
         """On a CPU, first build the ``LLM`` sized for ``prompts``, or rebuild it when they need more than the
         built one holds (a later shard of the same process)."""
         if prompts and self.on_cpu:
+            if self.teacher_config is None:  # e.g. an attention-free architecture
+                raise GenerationError(f"Cannot read the attention shape of {self.context.model_path!r} (config.json).")
             per_token = kv_bytes_per_token(self.teacher_config, DTYPE_BYTES[self.context.dtype])
             lengths = [len(ids) for _, ids in prompts]
             sizing = size_cpu_kv_cache(lengths, self.context.generation, self.options, per_token)
