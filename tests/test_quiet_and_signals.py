@@ -105,7 +105,7 @@ EARLY_CHILD = "import gencache.cli; gencache.cli.main(['--help'])"
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_in_the_first_milliseconds_of_main_is_one_line(signum: int) -> None:
     """From the first line of ``main``: before even gencache's signal module has imported, the one line of a stop
-    before anything ran (``Stopped(name).message``) and 130/143."""
+    before anything ran (``str(Stopped(name))``) and 130/143."""
     name = signal.Signals(signum).name
     for delay in (0.002, 0.01, 0.02, 0.04):
         proc = subprocess.Popen(
@@ -116,7 +116,7 @@ def test_a_signal_in_the_first_milliseconds_of_main_is_one_line(signum: int) -> 
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=TIMEOUT)
         assert out == "", (delay, out)  # stopped before --help printed
-        assert err.splitlines() == [Stopped(name).message], (delay, err)
+        assert err.splitlines() == [str(Stopped(name))], (delay, err)
         assert proc.returncode == Stopped(name).exit_code, (delay, err)
 
 
@@ -138,7 +138,7 @@ app.main(["wrapping"])
 
 def test_a_signal_that_third_party_code_wraps_is_still_one_stop_line() -> None:
     proc = subprocess.run([sys.executable, "-c", WRAPPING_CHILD], capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.stderr.splitlines() == [Stopped("SIGTERM").message]
+    assert proc.stderr.splitlines() == [str(Stopped("SIGTERM"))]
     assert proc.returncode == 143
 
 
@@ -170,7 +170,7 @@ def test_a_signal_during_an_import_stops_the_command_once_the_import_returns(tmp
     proc = subprocess.run(
         [sys.executable, "-c", IMPORTING_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT
     )
-    assert proc.stderr.splitlines() == [Stopped("SIGTERM").message]
+    assert proc.stderr.splitlines() == [str(Stopped("SIGTERM"))]
     assert proc.returncode == 143
     assert (tmp_path / "finished").exists()
 

@@ -193,5 +193,5 @@ def test_a_stop_as_the_build_releases_its_lock_still_names_the_artifact_publishe
         generate(config)
     out = tmp_path / "out"
     assert verify(out) == []
-    assert "nothing was published" not in stopped.value.message
-    assert str(out) in stopped.value.message and "published" in stopped.value.message
+    assert "nothing was published" not in str(stopped.value)
+    assert str(out) in str(stopped.value) and "published" in str(stopped.value)

@@ -503,7 +503,7 @@ def _run(argv: list[str] | None) -> int:
         # schema being built) wrapped the stop in its own error
         stop = exc if isinstance(exc, Stopped) else signals.received
         if stop is not None:
-            typer.echo(printable(stop.message), err=True)
+            typer.echo(printable(str(stop)), err=True)
             return stop.exit_code
         code = getattr(exc, "exit_code", None)
         if callable(getattr(exc, "show", None)) and isinstance(code, int):  # a usage error (typer's copy of click's)
@@ -535,7 +535,7 @@ def main(argv: list[str] | None = None) -> None:
         signals.quiet_exit(code)
     except Stopped as stop:  # between the command's end and the quiet exit: nothing is left to clean up
         try:
-            typer.echo(stop.message, err=True)
+            typer.echo(str(stop), err=True)
         finally:
             os._exit(stop.exit_code)
     sys.exit(code)

@@ -109,7 +109,6 @@ def read_merged_config(path: str | os.PathLike[str]) -> tuple[dict[str, Any], st
     defaults_path = config_path.parent / DEFAULTS_FILENAME
     origin = str(config_path)
     if defaults_path.is_file() and config_path.name != DEFAULTS_FILENAME:
-        defaults = read_config_document(defaults_path, "defaults file")
-        raw = merge_defaults(raw, defaults)
+        raw = merge_defaults(raw, read_config_document(defaults_path, "defaults file"))
         origin = f"{config_path} (merged with {defaults_path.name})"
     return raw, origin

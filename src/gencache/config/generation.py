@@ -30,8 +30,6 @@ GENERATION_FORBIDDEN: Mapping[str, str] = {
     "attention_mask": "gencache builds the attention mask",
 }
 
-_ASSISTED = "assisted and speculative decoding generate one prompt at a time"
-_MOVED = "this decoding strategy moved out of transformers (custom_generate)"
 #: Generation settings transformers knows but gencache refuses, with the reason given to the user.
 GENERATION_UNSUPPORTED: Mapping[str, str] = {
     "max_length": "it counts the prompt tokens; set max_new_tokens instead",
@@ -55,7 +53,7 @@ GENERATION_UNSUPPORTED: Mapping[str, str] = {
             "speculation_type",
             "use_mtp",
         ],
-        _ASSISTED,
+        "assisted and speculative decoding generate one prompt at a time",
     ),
     **dict.fromkeys(
         [
@@ -67,7 +65,7 @@ GENERATION_UNSUPPORTED: Mapping[str, str] = {
             "constraints",
             "force_words_ids",
         ],
-        _MOVED,
+        "this decoding strategy moved out of transformers (custom_generate)",
     ),
 }
 
@@ -109,13 +107,12 @@ def _not_paged(value: str) -> str:
 
 
 def _only(*engines: str, neutral: Any = None, description: str | None = None) -> Any:
-    """A field honoured exactly by ``engines`` only, and without effect at ``neutral`` (None: no such value)."""
-    extra = {"x-engines": list(engines), "x-neutral": neutral}
+    """A field honoured exactly by ``engines`` (none: the static engine) only, without effect at ``neutral``."""
+    extra = {"x-engines": list(engines or _STATIC), "x-neutral": neutral}
     return Field(default=None, description=description, json_schema_extra=extra)
 
 
 _STATIC = (ENGINE_STATIC,)
-_NOT_CONTINUOUS = (ENGINE_STATIC, ENGINE_VLLM)
 Positive = Annotated[int, Field(ge=1)]
 Count = Annotated[int, Field(ge=0)]
 TokenIds = Annotated[JsonValue, AfterValidator(_token_ids)]
@@ -135,48 +132,48 @@ class GenerationKwargs(BaseModel):
     do_sample: bool | None = None
     use_cache: bool | None = None
     disable_compile: bool | None = None
-    min_new_tokens: Count | None = _only(*_STATIC, neutral=0)
-    min_length: Count | None = _only(*_STATIC, neutral=0)
-    num_beams: Positive | None = _only(*_STATIC, neutral=1)
+    min_new_tokens: Count | None = _only(neutral=0)
+    min_length: Count | None = _only(neutral=0)
+    num_beams: Positive | None = _only(neutral=1)
     num_return_sequences: Positive | None = None
     temperature: Annotated[float, Field(gt=0)] | None = None
     top_k: Count | None = None
     top_p: Unit | None = None
     min_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    typical_p: Unit | None = _only(*_STATIC, neutral=1.0)
-    epsilon_cutoff: Cutoff | None = _only(*_STATIC, neutral=0.0)
-    eta_cutoff: Cutoff | None = _only(*_STATIC, neutral=0.0)
-    top_h: Unit | None = _only(*_STATIC)
-    repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(*_NOT_CONTINUOUS, neutral=1.0)
-    encoder_repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(*_STATIC, neutral=1.0)
-    length_penalty: float | None = _only(*_STATIC, neutral=1.0)
+    typical_p: Unit | None = _only(neutral=1.0)
+    epsilon_cutoff: Cutoff | None = _only(neutral=0.0)
+    eta_cutoff: Cutoff | None = _only(neutral=0.0)
+    top_h: Unit | None = _only()
+    repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(ENGINE_STATIC, ENGINE_VLLM, neutral=1.0)
+    encoder_repetition_penalty: Annotated[float, Field(gt=0)] | None = _only(neutral=1.0)
+    length_penalty: float | None = _only(neutral=1.0)
     early_stopping: Annotated[JsonValue, AfterValidator(_early_stopping)] | None = _only(
-        *_STATIC, neutral=False, description='true, false or "never".'
+        neutral=False, description='true, false or "never".'
     )
-    no_repeat_ngram_size: Count | None = _only(*_STATIC, neutral=0)
-    encoder_no_repeat_ngram_size: Count | None = _only(*_STATIC, neutral=0)
-    renormalize_logits: bool | None = _only(*_STATIC, neutral=False)
-    remove_invalid_values: bool | None = _only(*_STATIC, neutral=False)
+    no_repeat_ngram_size: Count | None = _only(neutral=0)
+    encoder_no_repeat_ngram_size: Count | None = _only(neutral=0)
+    renormalize_logits: bool | None = _only(neutral=False)
+    remove_invalid_values: bool | None = _only(neutral=False)
     eos_token_id: TokenIds | None = Field(
         default=None, description="A token id or a list of them; [] stops only at max_new_tokens."
     )
     pad_token_id: Count | None = None
     bos_token_id: Count | None = None
     decoder_start_token_id: Count | None = None
-    forced_bos_token_id: Count | None = _only(*_STATIC)
-    forced_eos_token_id: TokenIds | None = _only(*_STATIC, description="A token id or a list of them.")
-    suppress_tokens: list[Count] | None = _only(*_STATIC)
-    begin_suppress_tokens: list[Count] | None = _only(*_STATIC)
+    forced_bos_token_id: Count | None = _only()
+    forced_eos_token_id: TokenIds | None = _only(description="A token id or a list of them.")
+    suppress_tokens: list[Count] | None = _only()
+    begin_suppress_tokens: list[Count] | None = _only()
     stop_strings: Annotated[JsonValue, AfterValidator(_stop_strings)] | None = Field(
         default=None, description="A non-empty string or a non-empty list of non-empty strings."
     )
-    guidance_scale: float | None = _only(*_STATIC, neutral=1.0)
-    token_healing: bool | None = _only(*_STATIC, neutral=False)
+    guidance_scale: float | None = _only(neutral=1.0)
+    token_healing: bool | None = _only(neutral=False)
     cache_implementation: Annotated[str, AfterValidator(_not_paged)] | None = _only(
-        *_STATIC, description='Not "paged": continuous batching is the engine "transformers-continuous".'
+        description='Not "paged": continuous batching is the engine "transformers-continuous".'
     )
-    max_cache_len: Positive | None = _only(*_STATIC)
-    prefill_chunk_size: Positive | None = _only(*_STATIC)
+    max_cache_len: Positive | None = _only()
+    prefill_chunk_size: Positive | None = _only()
 
 
 def generation_problems(kwargs: Mapping[str, Any]) -> list[FieldProblem]:

@@ -100,11 +100,8 @@ def collect_problems(exc: ValidationError, model: type[BaseModel] | None) -> lis
 
 def problem_lines(problems: Sequence[FieldProblem]) -> list[tuple[Loc, str]]:
     """Each problem as ``(location, "path: message")``, without a final full stop (the lines are joined)."""
-    lines: list[tuple[Loc, str]] = []
-    for loc, msg in problems:
-        text = msg[:-1] if msg.endswith(".") and not msg.endswith("...") else msg
-        lines.append((loc, f"{format_loc(loc)}: {text}" if loc else text))
-    return lines
+    texts = [(loc, msg[:-1] if msg.endswith(".") and not msg.endswith("...") else msg) for loc, msg in problems]
+    return [(loc, f"{format_loc(loc)}: {text}" if loc else text) for loc, text in texts]
 
 
 def parse_loc(text: str) -> Loc:

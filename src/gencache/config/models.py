@@ -42,8 +42,7 @@ def _rule(problem_of: Callable[[str], str | None]) -> AfterValidator:
     """A string's rule, given as the function that says what is wrong with a value (None: nothing)."""
 
     def check(value: str) -> str:
-        problem = problem_of(value)
-        if problem is not None:
+        if (problem := problem_of(value)) is not None:
             raise ValueError(problem)
         return value
 
@@ -113,8 +112,7 @@ class ModelConfig(ConfigObject):
     @field_validator("generation_kwargs")
     @classmethod
     def _generation(cls, value: dict[str, Any]) -> dict[str, Any]:
-        problems = generation_problems(value)
-        if problems:
+        if problems := generation_problems(value):
             raise nested_error(problems)
         return copy.deepcopy(value)
 

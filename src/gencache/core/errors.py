@@ -167,14 +167,8 @@ class Stopped(BaseException):
         self.exit_code = 130 if signame == "SIGINT" else 143
 
     def __str__(self) -> str:
-        return self.message
-
-    @property
-    def message(self) -> str:
         """The one line of a stop: what was published, what was not, and what to do next."""
-        stopped, run = f"Terminated by {self.signame}", self.run
-        if run is None:
-            return f"{stopped}; nothing was published."
+        stopped, run = f"Terminated by {self.signame}", self.run or StoppedRun()
         during = f" while generating {run.generating} (not published)" if run.generating is not None else ""
         if not run.published:
             before = "" if run.started else " before generation started"

@@ -225,9 +225,7 @@ def export(
     digests = {key: (reader.metadata(key) or {}).get("content_digest") for key in reader}
     # where the export came from (a parquet file's schema metadata); entries_digest is SHA-256 over
     # "<key> <content_digest>\n" in key order
-    entries = hashlib.sha256()
-    for key in reader:
-        entries.update(f"{key} {digests[key]}\n".encode())
+    entries = hashlib.sha256("".join(f"{key} {digests[key]}\n" for key in reader).encode())
     provenance = dict(reader.provenance)
     metadata = {
         "format_version": FORMAT_VERSION,
