@@ -369,7 +369,8 @@ def _run(args: argparse.Namespace, root: Path, base: Shape, tenfold: Shape, heav
     lines += [
         "",
         "Notes: append includes the caller building its three lists, validation, hashing, one buffered write "
-        "per entry and the retained metadata; the baseline does only the write (at the same file offset) and the raw digest, "
+        "per entry and the retained metadata; the baseline does only the write (at the same file offset) and the raw "
+        "digest, "
         "so the gap is the per-entry Python work of a correct writer (a few hundred ns of checks plus a dict entry "
         "and one flat tuple), which only matters when entries are small; both are the best of interleaved runs. "
         "Writer memory per entry is what tracemalloc sees the writer keep (one flat tuple: offset, length, raw "
