@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from typer.core import TyperCommand
 
@@ -59,8 +60,7 @@ def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
     for text in texts or ():
         index, sep, value = text.partition("=")
         if not sep or not index.strip().isdigit() or not value:
-            shape = "I=PATH" if option == "--source" else "I=REGEX"
-            raise ConfigError(f"{option} must look like {shape} (data config index I), got {text!r}.")
+            raise ConfigError(f"{option} must look like I=VALUE (data config index I), got {text!r}.")
         chosen[int(index)] = value
     return chosen
 
@@ -505,10 +505,9 @@ def _run(argv: list[str] | None) -> int:
         if stop is not None:
             typer.echo(printable(stop.message), err=True)
             return stop.exit_code
-        code = getattr(exc, "exit_code", None)
-        if callable(getattr(exc, "show", None)) and isinstance(code, int):  # a usage error (typer's copy of click's)
-            exc.show()  # type: ignore[union-attr]
-            return code
+        if isinstance(exc, click.ClickException):  # a usage error
+            exc.show()
+            return exc.exit_code
         if os.environ.get("GENCACHE_DEBUG") == "1":
             traceback.print_exc()
         if isinstance(exc, InputProblems):  # several independent problems: one line each, then how many

@@ -428,13 +428,12 @@ def render_audit(report: AuditReport, console: Console) -> None:
     divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
     per_key = report.seconds / len(report.keys) if report.keys else 0.0
     console.print(
-        escape(
-            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
-            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
-            f"{report.differing} differing"
-            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
-            + f"; {per_key:.3f} s per key"
-        ),
+        f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
+        f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
+        f"{report.differing} differing"
+        + (f"; first divergence at token (keys): {divergence}" if divergence else "")
+        + f"; {per_key:.3f} s per key",
+        markup=False,
     )
 
 
