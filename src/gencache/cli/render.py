@@ -92,10 +92,8 @@ def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = 
 
 class RunProgress:
     """A run's progress (:class:`gencache.core.progress.Progress`) on stderr (or ``stream``): rich's live bar on a
-    terminal; elsewhere, for a log, the same figures as one plain line at the start, at most one every
-    ``interval`` seconds and one at the end."""
-
-    interval = 10.0
+    terminal; elsewhere, for a log, the same figures as one plain line at the start, at most one every 10 seconds
+    and one at the end."""
 
     def __init__(self, total: int, *, stream: IO[str] | None = None) -> None:
         self.console = make_console(stderr=True, file=stream)
@@ -119,7 +117,7 @@ class RunProgress:
     def advance(self, samples: int, tokens: int) -> None:
         self.done += samples
         self.tokens += tokens
-        self._show(line=time.monotonic() - self.shown >= self.interval)
+        self._show(line=time.monotonic() - self.shown >= 10.0)
 
     def close(self) -> None:
         if self.started is not None:
