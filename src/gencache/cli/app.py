@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -505,9 +504,10 @@ def _run(argv: list[str] | None) -> int:
         if stop is not None:
             typer.echo(printable(stop.message), err=True)
             return stop.exit_code
-        if isinstance(exc, click.ClickException):  # a usage error
-            exc.show()
-            return exc.exit_code
+        code = getattr(exc, "exit_code", None)
+        if callable(getattr(exc, "show", None)) and isinstance(code, int):  # a usage error (typer's copy of click's)
+            exc.show()  # type: ignore[union-attr]
+            return code
         if os.environ.get("GENCACHE_DEBUG") == "1":
             traceback.print_exc()
         if isinstance(exc, InputProblems):  # several independent problems: one line each, then how many
