@@ -357,7 +357,9 @@ def _sharded_table(report: dict[str, Any]) -> Table:
 def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
     """``gencache inspect``'s tables on ``console``, its ``error:`` and ``FAIL`` lines on ``err``."""
     err = err or console
-    for artifact in report.artifacts:
+    artifacts = list(report.artifacts)
+    while artifacts:
+        artifact = artifacts.pop(0)
         path, kind, error = artifact["path"], artifact["kind"], artifact.get("error", "")
         if kind == "error":
             err.print(Text(f"FAIL {error if error.startswith(path) else f'{path}: {error}'}"))
@@ -365,11 +367,7 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
             console.print(_sharded_table(artifact))
             for problem in artifact["shards"]["problems"]:
                 console.print(Text.assemble(("problem", "red"), f": {problem}"))
-            for shard in artifact["artifacts"]:  # every shard in detail; an unreadable one in one line, like verify's
-                if shard["kind"] == "error":
-                    err.print(Text(f"FAIL {shard['error']}"))
-                else:
-                    console.print(_artifact_table(shard))
+            artifacts[:0] = artifact["artifacts"]  # next, every shard in detail; an unreadable one in one line
         elif kind == "artifact":
             console.print(_artifact_table(artifact))
         else:  # not an artifact
