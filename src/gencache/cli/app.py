@@ -108,10 +108,9 @@ class GenerateCommand(TyperCommand):
 def _ray_output_off(verbose: bool) -> Iterator[None]:
     """Unless ``verbose``, descriptor 2 (where Ray's C++ core and a local instance's processes write) points at the
     null device for the block, while ``sys.stderr`` is a copy of the terminal's."""
-    try:
+    ours = False
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # a captured or replaced stderr has no fileno
         ours = not verbose and sys.stderr.fileno() == 2
-    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr
-        ours = False
     if not ours:
         yield
         return
