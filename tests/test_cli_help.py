@@ -37,3 +37,9 @@ def test_a_set_with_a_space_for_the_equals_sign_shows_the_path_value_form(
     err = capsys.readouterr().err
     assert err == "error: --set takes PATH=VALUE as one argument: --set gen_batch_size=8.\n"
     assert not list(tmp_path.iterdir())
+
+
+def test_an_unknown_option_is_a_usage_error_exiting_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_run(["inspect", "--nope"]) == 2
+    err = capsys.readouterr().err
+    assert "No such option: --nope" in err and "internal error" not in err

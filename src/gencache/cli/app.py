@@ -59,8 +59,7 @@ def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
     for text in texts or ():
         index, sep, value = text.partition("=")
         if not sep or not index.strip().isdigit() or not value:
-            shape = "I=PATH" if option == "--source" else "I=REGEX"
-            raise ConfigError(f"{option} must look like {shape} (data config index I), got {text!r}.")
+            raise ConfigError(f"{option} must look like I=VALUE (data config index I), got {text!r}.")
         chosen[int(index)] = value
     return chosen
 
@@ -109,10 +108,9 @@ class GenerateCommand(TyperCommand):
 def _ray_output_off(verbose: bool) -> Iterator[None]:
     """Unless ``verbose``, descriptor 2 (where Ray's C++ core and a local instance's processes write) points at the
     null device for the block, while ``sys.stderr`` is a copy of the terminal's."""
-    try:
+    ours = False
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # a captured or replaced stderr has no fileno
         ours = not verbose and sys.stderr.fileno() == 2
-    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr
-        ours = False
     if not ours:
         yield
         return

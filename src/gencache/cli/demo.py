@@ -13,7 +13,7 @@ from typing import Any, cast
 import typer
 from rich.console import Console
 
-from gencache.core.errors import InputPathError, OutputExistsError, WriteError
+from gencache.core.errors import InputPathError, OutputExistsError
 from gencache.data.recipes import sample_source
 
 #: The bundled sample sets the demo generates from (every data config also takes ``num_data_strs`` and
@@ -85,10 +85,7 @@ def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None)
 
     console = console or make_console()
     workdir = _directory(workdir, "--workdir ", "the demo")
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise WriteError(f"Cannot create the demo work directory {workdir}: {exc.strerror or exc}.") from exc
+    workdir.mkdir(parents=True, exist_ok=True)  # an OSError is one error line, exit 1
     teacher, built = _tiny_teacher(workdir)
     console.print(f"[bold]1.[/bold] {'built' if built else 'reusing'} a tiny random Qwen3-style teacher in {teacher}")
     n = 1
@@ -142,14 +139,11 @@ def write_starter(directory: str | os.PathLike[str], *, teacher: str | None = No
     body["output_dir"] = str(root / body["output_dir"])
     for data_config in body["data_configs"]:
         data_config["source"] = str(root / data_config["source"])
-    try:
-        qa.parent.mkdir(parents=True, exist_ok=True)
-        for target in (qa, chat):  # only these two: the check above covers nothing else
-            shutil.copyfile(STARTER / "data" / target.name, target)
-            typer.echo(f"wrote {target}")
-        config.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise WriteError(f"gencache init could not write into {root}: {exc.strerror or exc}.") from exc
+    qa.parent.mkdir(parents=True, exist_ok=True)  # an OSError is one error line naming the path, exit 1
+    for target in (qa, chat):  # only these two: the check above covers nothing else
+        shutil.copyfile(STARTER / "data" / target.name, target)
+        typer.echo(f"wrote {target}")
+    config.write_text(json.dumps(body, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     typer.echo(f"wrote {config}")
     typer.echo(f"next: gencache generate {config} --dry-run   (then without --dry-run)")
     return config

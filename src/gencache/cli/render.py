@@ -92,10 +92,8 @@ def quiet_libraries(verbose: bool = False, warn: Callable[[str], None] | None = 
 
 class RunProgress:
     """A run's progress (:class:`gencache.core.progress.Progress`) on stderr (or ``stream``): rich's live bar on a
-    terminal; elsewhere, for a log, the same figures as one plain line at the start, at most one every
-    ``interval`` seconds and one at the end."""
-
-    interval = 10.0
+    terminal; elsewhere, for a log, the same figures as one plain line at the start, at most one every 10 seconds
+    and one at the end."""
 
     def __init__(self, total: int, *, stream: IO[str] | None = None) -> None:
         self.console = make_console(stderr=True, file=stream)
@@ -119,7 +117,7 @@ class RunProgress:
     def advance(self, samples: int, tokens: int) -> None:
         self.done += samples
         self.tokens += tokens
-        self._show(line=time.monotonic() - self.shown >= self.interval)
+        self._show(line=time.monotonic() - self.shown >= 10.0)
 
     def close(self) -> None:
         if self.started is not None:
@@ -359,7 +357,9 @@ def _sharded_table(report: dict[str, Any]) -> Table:
 def render_inspect(report: InspectReport, console: Console, err: Console | None = None) -> None:
     """``gencache inspect``'s tables on ``console``, its ``error:`` and ``FAIL`` lines on ``err``."""
     err = err or console
-    for artifact in report.artifacts:
+    artifacts = list(report.artifacts)
+    while artifacts:
+        artifact = artifacts.pop(0)
         path, kind, error = artifact["path"], artifact["kind"], artifact.get("error", "")
         if kind == "error":
             err.print(Text(f"FAIL {error if error.startswith(path) else f'{path}: {error}'}"))
@@ -367,11 +367,7 @@ def render_inspect(report: InspectReport, console: Console, err: Console | None 
             console.print(_sharded_table(artifact))
             for problem in artifact["shards"]["problems"]:
                 console.print(Text.assemble(("problem", "red"), f": {problem}"))
-            for shard in artifact["artifacts"]:  # every shard in detail; an unreadable one in one line, like verify's
-                if shard["kind"] == "error":
-                    err.print(Text(f"FAIL {shard['error']}"))
-                else:
-                    console.print(_artifact_table(shard))
+            artifacts[:0] = artifact["artifacts"]  # next, every shard in detail; an unreadable one in one line
         elif kind == "artifact":
             console.print(_artifact_table(artifact))
         else:  # not an artifact
@@ -428,13 +424,12 @@ def render_audit(report: AuditReport, console: Console) -> None:
     divergence = ", ".join(f"{position} ({count})" for position, count in report.divergence().items())
     per_key = report.seconds / len(report.keys) if report.keys else 0.0
     console.print(
-        escape(
-            f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
-            f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
-            f"{report.differing} differing"
-            + (f"; first divergence at token (keys): {divergence}" if divergence else "")
-            + f"; {per_key:.3f} s per key"
-        ),
+        f"audited {len(report.keys)} of {report.total_keys} keys ({report.selection}) with {report.engine} on "
+        f"{report.device} in {report.dtype}, {'sampled' if report.sampled else 'greedy'}: {report.equal} equal, "
+        f"{report.differing} differing"
+        + (f"; first divergence at token (keys): {divergence}" if divergence else "")
+        + f"; {per_key:.3f} s per key",
+        markup=False,
     )
 
 

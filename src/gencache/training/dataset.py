@@ -229,14 +229,13 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             finished, lengths = entry["finish_reasons"], [int(ref["shape"][0]) for ref in entry["sequences"]]
             by_reason = [i for i, reason in enumerate(finished) if reasons is None or reason in kept_reasons]
             by_length = [i for i in by_reason if cap is None or lengths[i] <= cap]
-            metrics: list[Mapping[str, float] | None] = [None] * len(finished)
-            if metrics_of is not None:
-                if any((key, index) not in metrics_of for index in range(len(finished))):
-                    raise ConfigError(
-                        f"the scores lack answers of key {key[:12]}... ({len(finished)} stored); they were computed "
-                        "for another artifact: score this one (gencache score ARTIFACT --out FILE) and pass that file."
-                    )
-                metrics = [metrics_of[(key, index)] for index in range(len(finished))]
+            try:
+                metrics = [None if metrics_of is None else metrics_of[(key, i)] for i in range(len(finished))]
+            except KeyError:
+                raise ConfigError(
+                    f"the scores lack answers of key {key[:12]}... ({len(finished)} stored); they were computed "
+                    "for another artifact: score this one (gencache score ARTIFACT --out FILE) and pass that file."
+                ) from None
             # an answer without a reference is below every bar
             kept = tuple(i for i in by_length if not bar or all((metrics[i] or {}).get(n, -1.0) >= v for n, v in bar))
             if not kept:
@@ -289,7 +288,6 @@ class DistillationDataset(Dataset[dict[str, Any]]):
         prompt = torch.tensor(sample.input_ids, dtype=torch.int64)
         prompt = prompt[self._prompt_room(sample, len(prompt), len(answer)) :]
         input_ids = torch.cat([prompt, answer])
-        source_id = sample.source_id
         return {
             "input_ids": input_ids,
             "attention_mask": torch.ones_like(input_ids),
@@ -299,7 +297,7 @@ class DistillationDataset(Dataset[dict[str, Any]]):
             "sequence_index": choice,
             "prompt_length": len(prompt),
             "data_config_index": sample.data_config_index,
-            "row_id": None if source_id is None else str(source_id),
+            "row_id": None if sample.source_id is None else str(sample.source_id),
             "row_index": sample.row,
             "reference": sample.reference,
         }
