@@ -19,7 +19,7 @@ from gencache.artifact.header import header_capacity
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, is_published, verify
 from gencache.artifact.report import inspect_report
-from gencache.artifact.upload import ObjectUpload, clean
+from gencache.artifact.upload import Lease, ObjectUpload, clean
 from gencache.artifact.writer import ArtifactBuild
 from gencache.config.paths import parse_s3_url
 from gencache.core.errors import FormatError, OutputExistsError, WriteError
@@ -237,11 +237,31 @@ def test_two_writers_racing_for_one_prefix_make_exactly_one_artifact(s3_env: S3E
     assert s3_env.keys() == [f"runs/race/{name}" for name in ARTIFACT] and s3_env.uploads() == []
 
 
+def test_a_stop_just_after_the_server_created_the_lock_leaves_nothing(
+    s3_env: S3Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_put = Lease._put
+
+    def put_then_stop(self: Lease, **conditions: str) -> None:
+        real_put(self, **conditions)
+        raise KeyboardInterrupt  # a signal as the server's answer arrives
+
+    monkeypatch.setattr(Lease, "_put", put_then_stop)
+    with (
+        pytest.raises(KeyboardInterrupt),
+        ArtifactBuild(s3_env.url("runs/s"), provenance=PROVENANCE, header_capacity=256),
+    ):
+        pass
+    assert s3_env.keys() == [] and s3_env.uploads() == []
+
+
 def test_the_server_refuses_a_second_commit_even_without_the_lock(
     s3_env: S3Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class NoLease:  # a lost lock: two writers reach the commit
         def __init__(self, where: object) -> None: ...
+
+        def acquire(self) -> None: ...
 
         def release(self) -> None: ...
 

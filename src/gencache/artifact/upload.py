@@ -65,14 +65,18 @@ def _holder(lock: S3Url) -> dict[str, Any] | None:
 
 
 class Lease:
-    """A writer's lock object, rewritten every :data:`REFRESH_EVERY` seconds by a daemon thread until released."""
+    """A writer's lock object, created by :meth:`acquire` and rewritten every :data:`REFRESH_EVERY` seconds by a
+    daemon thread until :meth:`release`, which removes it when it is this lease's, also when a stop interrupted
+    :meth:`acquire` after the server had created it."""
 
     def __init__(self, where: S3Url) -> None:
         self.where, self.lock = where, lock_of(where)
         self.body = json.dumps({"host": host_tag(), "pid": os.getpid(), "output": str(where)}).encode()
-        self._put(IfNoneMatch="*")  # another writer's lock: an OutputExistsError
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._refresh, name="gencache-s3-lease", daemon=True)
+
+    def acquire(self) -> None:
+        self._put(IfNoneMatch="*")  # another writer's lock: an OutputExistsError
         self._thread.start()
 
     def _put(self, **conditions: str) -> None:
@@ -86,9 +90,11 @@ class Lease:
 
     def release(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
         with suppress(GencacheError):
-            remove(self.lock)
+            if read_object(self.lock) == self.body:  # never another writer's
+                remove(self.lock)
 
 
 class ObjectUpload:

@@ -287,11 +287,14 @@ class ArtifactBuild:
         output = directory = self.output_dir
         if isinstance(output, S3Url):
             check_absent(output)
-            self._release = Lease(output).release
+            lease = Lease(output)
+            self._release = lease.release  # set before the lock exists: a stop at any moment still removes it
         else:
             check_output_path(output)
         with _undone_on_failure(self._cleanup, lambda: f"Starting {output}"):
-            if isinstance(output, Path):
+            if isinstance(output, S3Url):
+                lease.acquire()
+            else:
                 output.parent.mkdir(parents=True, exist_ok=True)
                 directory = temp = output.parent / temp_name(output)
                 fd = hold_lock(temp)  # held until exit: gencache clean leaves a live build alone
