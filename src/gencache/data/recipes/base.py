@@ -98,6 +98,10 @@ class QuestionRows:
         )
 
 
+def _no_shots(name: str) -> DatasetError:
+    return DatasetError(f"{name} has no few-shot examples; set num_shots to 0.", "num_shots")
+
+
 class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
     """A dataset: its name, canonical hub id, ``data_kwargs`` model, and the steps that turn a data config into
     samples. :meth:`load` is the one skeleton: :meth:`select` (read and shuffle the source), one :meth:`shot` per
@@ -128,7 +132,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
 
     def shot(self, rows: RowsT, kwargs: KwargsT, index: int) -> Shot:
         """The few-shot example made of row ``index`` (a recipe with few-shot examples overrides this)."""
-        raise NotImplementedError
+        raise _no_shots(self.name)
 
     def preamble(self, rendered: list[str]) -> str:
         return "\n".join(rendered) + "\n" if rendered else ""
@@ -146,7 +150,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
 
     def load(self, dc: DataConfigLike, kwargs: KwargsT, tokenizer: Any | None) -> tuple[list[RawSample], SourceInfo]:
         if dc.num_shots and type(self).shot is DatasetRecipe.shot:  # refused before the source is read
-            raise DatasetError(f"{self.name} has no few-shot examples; set num_shots to 0.", "num_shots")
+            raise _no_shots(self.name)
         selection = self.select(dc, kwargs, tokenizer)
         shots = [self.shot(selection.rows, kwargs, index) for index in selection.shots]
         preamble = self.preamble([shot.rendered for shot in shots])
