@@ -39,16 +39,44 @@ CHAT_TEMPLATE = (
 )
 
 _FIRST_NAMES = (
-    *("Alice", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas"),
-    *("Kamala", "Lars", "Maya", "Nikolai", "Olga", "Pablo", "Quinn", "Rosa", "Samir", "Tove"),
+    "Alice",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kamala",
+    "Lars",
+    "Maya",
+    "Nikolai",
+    "Olga",
+    "Pablo",
+    "Quinn",
+    "Rosa",
+    "Samir",
+    "Tove",
 )
 _SURNAMES = ("Hartley", "Moreau", "Okafor", "Lindqvist", "Tanaka", "Ferreira", "Novak", "Castillo", "Brennan", "Petrov")
 _CITIES = ("Lisbon", "Kyoto", "Toronto", "Nairobi", "Oslo", "Valparaiso", "Krakow", "Melbourne", "Tunis", "Seattle")
 _FIELDS = ("physics", "history", "chemistry", "linguistics", "economics", "music", "geology", "medicine")
 _COMPANIES = ("Northwind Labs", "Bluewater Systems", "Aurora Press", "Granite Works", "Helix Energy")
 _MONTHS = (
-    *("January", "February", "March", "April", "May", "June"),
-    *("July", "August", "September", "October", "November", "December"),
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 )
 _PASSAGES = (
     "The river flows north through the valley before it reaches the old stone bridge near the harbour.",
