@@ -73,7 +73,8 @@ class DistillationTrainer(transformers.Trainer):
         self.loss_options: dict[str, Any] = {"temperature": temperature, "ce_weight": ce_weight}
         self.loss_options |= {"kl_weight": kl_weight, "chunk_size": chunk_size}
         self._teacher_logits: torch.Tensor | None = None
-        self._parts: list[torch.Tensor] = []  # (ce, kl) of each training step since the last log: no sync per step
+        # (ce, kl) summed as a tensor over the training steps since the last log (no sync per step), and their count
+        self._parts: tuple[torch.Tensor | int, int] = (0, 0)
         for data in (self.train_dataset, self.eval_dataset):  # once: what a DistillationDataset left out
             left_out = getattr(data, "left_out", None)
             if isinstance(left_out, LeftOut) and left_out:
@@ -101,11 +102,13 @@ class DistillationTrainer(transformers.Trainer):
             outputs.logits, teacher_logits, labels, **self.loss_options, num_items=num_items_in_batch
         )
         if outputs.logits.requires_grad:  # a training step
-            self._parts.append(torch.stack([parts.ce, parts.kl]))
+            total, steps = self._parts
+            self._parts = (total + torch.stack([parts.ce, parts.kl]), steps + 1)
         return parts.loss
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        if "loss" in logs and self._parts:
-            ce, kl = torch.stack(self._parts).mean(dim=0).tolist()
-            logs, self._parts = {**logs, "ce": ce, "kl": kl}, []
+        total, steps = self._parts
+        if "loss" in logs and steps:
+            ce, kl = (total / steps).tolist()  # type: ignore[union-attr]
+            logs, self._parts = {**logs, "ce": ce, "kl": kl}, (0, 0)
         super().log(logs, *args, **kwargs)
