@@ -510,6 +510,7 @@ def test_run_progress_draws_plain_lines_off_a_terminal_and_a_rich_bar_on_one(mon
     assert not RunProgress(3, stream=io.StringIO()).live
     stream, clock = _Terminal(), _Clock()
     monkeypatch.setattr(time, "monotonic", clock)
+    monkeypatch.setenv("COLUMNS", "200")  # the bar's figures whole whatever the terminal's width
     progress = RunProgress(3, stream=stream)
     assert progress.live
     progress.start(3)
