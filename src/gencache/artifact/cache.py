@@ -129,11 +129,13 @@ class GenerationCache(Mapping[str, Generation], abc.ABC):
     def _same_directory(self, field: str, requested: object) -> bool:
         """Whether ``requested`` is the local directory whose identity the artifact recorded for the path ``field``
         (none is recorded for a hub id or the other fields)."""
+        if field not in ("model_path", "tokenizer_path") or not isinstance(requested, str):
+            return False
         try:
             recorded = nested(read_resolved_config(self.paths[0]), "model", "identity", field)
         except FormatError:
             return False
-        return isinstance(recorded, str) and isinstance(requested, str) and recorded == local_identity(requested)
+        return isinstance(recorded, str) and recorded == local_identity(requested)
 
     def check_compatible(
         self, *, model_path: str, tokenizer_path: str, dtype: str | torch.dtype, tokenizer: Any

@@ -156,7 +156,7 @@ class CacheReader(GenerationCache):
         self.summary: dict[str, Any] = index.members["summary"]
         self.provenance: dict[str, Any] = index.members["provenance"]
         self.provenance_digest: str = index.members["provenance_digest"]
-        self.header_json_bytes = len(header_raw.rstrip(b" "))
+        self.header_json_bytes = header_raw.rfind(b"}") + 1  # the JSON before its padding, without copying it
         self._data_offset = LENGTH_PREFIX_BYTES + self.header_capacity
         # filled on an entry's first read, once it is checked: where its texts' JSON is in the manifest (0, 0 until
         # then) and its sequences' finish-reason codes

@@ -62,6 +62,8 @@ def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Ite
 
 
 def _as_view(sequence: object, key: str, i: int) -> memoryview:
+    if type(sequence) is bytes and sequence and len(sequence) % TOKEN_BYTES == 0:  # what the engines append
+        return memoryview(sequence)
     where = f"Entry {key} sequence {i}"
     try:
         view = memoryview(sequence)  # type: ignore[arg-type]
@@ -102,10 +104,11 @@ def _entry_fields(
     for i, (buffer, text, reason) in enumerate(zip(buffers, texts, reasons, strict=True)):
         if not isinstance(text, str):
             raise FormatError(f"Entry {key} text {i} must be a str, got {type(text).__name__}.")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
+        if not text.isascii():  # ASCII text always encodes
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise FormatError(f"Entry {key} text {i} is not valid Unicode ({error.reason}).") from None
         if not isinstance(reason, str) or reason not in FINISH_REASONS:
             raise FormatError(f"Entry {key} finish reason {reason!r} is not one of {', '.join(FINISH_REASONS)}.")
         fields += (buffer.nbytes // TOKEN_BYTES, None, str(text), str(reason))

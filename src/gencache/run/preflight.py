@@ -51,7 +51,6 @@ from gencache.generation import teacher as checks
 from gencache.generation.effective import EffectiveGeneration, resolve_generation
 from gencache.generation.engines import GIB, Engine
 from gencache.generation.engines.transformers import size_paged_cache
-from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
 from gencache.run.plan import (
     Override,
     Overrides,
@@ -485,6 +484,8 @@ def _device(device: str, shard: ShardSpec | None, env: Mapping[str, str] | None)
 
 
 def _engine_package(engine: str) -> tuple[None, str]:
+    from gencache.generation.engines.vllm import INSTALL_HINT, installed_build
+
     if engine == ENGINE_VLLM and installed_build() is None:
         raise ConfigError(f'engine "vllm" needs the vllm package: {INSTALL_HINT}; or set engine to "transformers".')
     return None, f"{engine}: installed"
