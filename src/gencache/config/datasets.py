@@ -120,10 +120,6 @@ class TableKwargs(KwargsModel):
             raise ValueError("must name at least one column (or be null for no documents)")
         return value
 
-    def document_columns(self) -> list[str]:
-        """The document columns, in order."""
-        return [self.documents] if isinstance(self.documents, str) else list(self.documents or ())
-
 
 HISTORY = "history"
 
@@ -148,10 +144,6 @@ class ChatKwargs(KwargsModel):
         if HISTORY in value:
             raise ValueError(f"{HISTORY!r} is the key's conversation field; rename that column")
         return value
-
-    def document_columns(self) -> list[str]:
-        """The document columns, in order."""
-        return [self.documents] if isinstance(self.documents, str) else list(self.documents or ())
 
 
 #: The one list of built-in dataset names, with each one's model (:data:`gencache.data.recipes.BUILTIN_DATASETS`
@@ -216,6 +208,15 @@ def load_entry_point(ep: metadata.EntryPoint) -> Any:
     return target
 
 
+def plugin_recipe(name: str) -> tuple[Any, str]:
+    """The recipe of the plug-in dataset ``name`` (imported now) and the plug-in's label for messages; a
+    :class:`ConfigError` naming the known datasets when no plug-in has that name."""
+    ep = entry_point(name)
+    if ep is None:
+        raise ConfigError(unknown_name("dataset", name, dataset_names()))
+    return load_entry_point(ep), describe(ep)
+
+
 def dataset_names() -> list[str]:
     """The built-ins, then the installed plug-ins (sorted; nothing imported, one installed meanwhile is found)."""
     plugins = sorted(metadata.entry_points(group=GROUP).names)
@@ -225,15 +226,13 @@ def dataset_names() -> list[str]:
 def dataset_kwargs_model(name: str) -> type[KwargsModel]:
     """The ``data_kwargs`` model of dataset ``name``: a built-in's, or a plug-in's (imported now; a plug-in cannot
     reuse a built-in's name)."""
+    if name not in DATASET_KWARGS:
+        model: type[KwargsModel] = plugin_recipe(name)[0].kwargs_model
+        return model
     ep = entry_point(name)
-    if name in DATASET_KWARGS:
-        if ep is not None:
-            raise DatasetError(
-                f"{describe(ep)} uses the name of the built-in dataset {name!r}; a plug-in cannot replace a "
-                "built-in, rename its entry point."
-            )
-        return DATASET_KWARGS[name]
-    if ep is None:
-        raise ConfigError(unknown_name("dataset", name, dataset_names()))
-    model: type[KwargsModel] = load_entry_point(ep).kwargs_model
-    return model
+    if ep is not None:
+        raise DatasetError(
+            f"{describe(ep)} uses the name of the built-in dataset {name!r}; a plug-in cannot replace a built-in, "
+            "rename its entry point."
+        )
+    return DATASET_KWARGS[name]

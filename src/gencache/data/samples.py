@@ -203,9 +203,7 @@ def build_samples(
                         )
                     )
             except (ConfigError, DatasetError, PromptError) as exc:
-                text = str(exc)
-                named = text if text.startswith(f"data_configs[{index}]") else f"data_configs[{index}]: {text}"
-                raise reworded(exc, named) from exc
+                raise reworded(exc, f"data_configs[{index}]: {exc}") from exc
             keys = {sample.key for sample in loaded}
             duplicates = len(loaded) - len(keys - seen)
             seen |= keys

@@ -11,17 +11,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from gencache.config.datasets import (
-    DATASET_KWARGS,
-    dataset_kwargs_model,
-    dataset_names,
-    describe,
-    entry_point,
-    load_entry_point,
-    not_a_recipe,
-)
-from gencache.config.messages import unknown_name
-from gencache.core.errors import ConfigError, DatasetError, GencacheError, PromptError, first_line, reworded
+from gencache.config.datasets import DATASET_KWARGS, dataset_kwargs_model, not_a_recipe, plugin_recipe
+from gencache.core.errors import DatasetError, GencacheError, PromptError, first_line, reworded
 from gencache.data.keys import semantic_key
 from gencache.data.prompts import normalize
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, RawSample, Selection
@@ -41,13 +32,10 @@ def get_recipe(name: str) -> DatasetRecipe[Any, Any]:
     if name in BUILTIN_DATASETS:
         dataset_kwargs_model(name)  # refuses a plug-in that reuses a built-in's name
         return BUILTIN_DATASETS[name]
-    ep = entry_point(name)
-    if ep is None:
-        raise ConfigError(unknown_name("dataset", name, dataset_names()))
-    target = load_entry_point(ep)
+    target, label = plugin_recipe(name)
     if not isinstance(target, DatasetRecipe):
-        raise not_a_recipe(describe(ep), target)
-    return PluginRecipe(target, describe(ep))
+        raise not_a_recipe(label, target)
+    return PluginRecipe(target, label)
 
 
 def sample_source(name: str) -> Path:

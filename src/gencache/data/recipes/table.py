@@ -9,7 +9,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from gencache.config.datasets import TableKwargs
+from gencache.config.datasets import ChatKwargs, TableKwargs
 from gencache.core.errors import DatasetError
 from gencache.data.recipes.base import DataConfigLike, DatasetRecipe, Question, Selection, Shot
 from gencache.data.recipes.columns import Column, check_columns, field_of, require_type, row_error
@@ -29,10 +29,14 @@ COLUMNS = (
 )
 
 
+def document_columns(kwargs: TableKwargs | ChatKwargs) -> list[str]:
+    return [kwargs.documents] if isinstance(kwargs.documents, str) else list(kwargs.documents or ())
+
+
 def named_columns(kwargs: Any, first: str, first_field: str) -> list[Column]:
     """The columns a row must have under ``kwargs`` (``first``: the query or messages column), with their fields."""
     named: list[tuple[str, str]] = [(first, first_field)]
-    named += [(name, "data_kwargs.documents") for name in kwargs.document_columns()]
+    named += [(name, "data_kwargs.documents") for name in document_columns(kwargs)]
     named += [(name, "data_kwargs.task") for name in kwargs.task]
     named += [(name, f"data_kwargs.filters.{name}") for name in kwargs.filters]
     for optional, field in ((getattr(kwargs, "answer", None), "data_kwargs.answer"), (kwargs.id, "data_kwargs.id")):
@@ -46,7 +50,7 @@ def documents_of(table: Any, label: str, index: int, row: Mapping[str, Any], kwa
     """The documents of row ``index``: each document column in order; a string is one document, a list gives
     its strings (or its objects' ``document_field``) in order."""
     documents: list[str] = []
-    for column in kwargs.document_columns():
+    for column in document_columns(kwargs):
         value = field_of(table, label, index, row, column, "any")
         if isinstance(value, str):
             documents.append(value)
