@@ -46,20 +46,23 @@ def cpu_context(teacher: Path, tokenizer: Any, options: Any = None) -> EngineCon
 def test_a_plugin_object_without_a_kwargs_model_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib import metadata
 
-    from gencache.config.datasets import GROUP, load_entry_point
+    from gencache.config import datasets
+    from gencache.config.datasets import GROUP, plugin_recipe
     from gencache.core.errors import DatasetError
 
     module = "gencache_test_bad_plugin"
     (tmp_path / f"{module}.py").write_text("class Recipe:\n    name = 'bad'\n    kwargs_model = dict\n\nTHING = 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     bad_model = metadata.EntryPoint(name="bad", value=f"{module}:Recipe", group=GROUP)
+    monkeypatch.setattr(datasets, "entry_point", lambda name: bad_model)
     with pytest.raises(
         DatasetError, match=r"kwargs_model is <class 'dict'>, not a subclass of gencache\.config\.Kwarg"
     ):
-        load_entry_point(bad_model)
+        plugin_recipe("bad")
     no_recipe = metadata.EntryPoint(name="bad", value=f"{module}:THING", group=GROUP)
+    monkeypatch.setattr(datasets, "entry_point", lambda name: no_recipe)
     with pytest.raises(DatasetError, match="is a int, not a gencache DatasetRecipe"):
-        load_entry_point(no_recipe)
+        plugin_recipe("bad")
 
 
 def test_every_dtype_has_its_byte_size() -> None:

@@ -174,10 +174,14 @@ def not_a_recipe(label: str, target: Any) -> DatasetError:
     )
 
 
-def load_entry_point(ep: metadata.EntryPoint) -> Any:
-    """Import the object behind ``ep`` and make it a recipe instance (calling a class or factory); one
-    :class:`DatasetError` naming the plug-in when that fails, when it has no ``kwargs_model`` or when its name is
-    not the entry point's."""
+def plugin_recipe(name: str) -> tuple[Any, str]:
+    """The recipe of the plug-in dataset ``name``, imported now and made an instance (calling a class or factory),
+    and the plug-in's label for messages. A :class:`ConfigError` naming the known datasets when no plug-in has that
+    name; one :class:`DatasetError` naming the plug-in when loading it fails, when it has no ``kwargs_model`` or when
+    its name is not the entry point's."""
+    ep = entry_point(name)
+    if ep is None:
+        raise ConfigError(unknown_name("dataset", name, dataset_names()))
     label = describe(ep)
     try:
         target = ep.load()
@@ -205,16 +209,7 @@ def load_entry_point(ep: metadata.EntryPoint) -> Any:
             f"{label}: its recipe is named {getattr(target, 'name', None)!r}; the recipe's name and the entry "
             "point's name must be the same."
         )
-    return target
-
-
-def plugin_recipe(name: str) -> tuple[Any, str]:
-    """The recipe of the plug-in dataset ``name`` (imported now) and the plug-in's label for messages; a
-    :class:`ConfigError` naming the known datasets when no plug-in has that name."""
-    ep = entry_point(name)
-    if ep is None:
-        raise ConfigError(unknown_name("dataset", name, dataset_names()))
-    return load_entry_point(ep), describe(ep)
+    return target, label
 
 
 def dataset_names() -> list[str]:
