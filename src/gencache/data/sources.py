@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gencache.config import DataConfig
 from gencache.config.messages import closest
 from gencache.config.paths import FILE_SUFFIXES, looks_like_path
 from gencache.core.errors import DatasetError, first_line
@@ -309,25 +310,20 @@ def read_mirrored(root: Path, sources: Mapping[str, str]) -> Iterator[None]:
 
 
 def load_tables(
-    source: str | None,
-    hub_id: str,
-    label: str,
-    hub_config: str | None,
-    dir_config: str | None,
-    splits: Sequence[str],
+    dc: DataConfig, hub_id: str, label: str, hub_config: str | None, splits: Sequence[str]
 ) -> tuple[dict[str, Any], SourceInfo]:
-    """Load ``splits`` of a dataset from ``source`` as ``datasets.Dataset`` objects (shared inside
-    :func:`shared_tables`); ``dir_config`` is the sub-folder tried first in a local directory."""
+    """Load ``splits`` of a data config's dataset from its ``source`` as ``datasets.Dataset`` objects (shared inside
+    :func:`shared_tables`); in a local directory its ``subset`` sub-folder is tried first."""
     memo = _SHARED.get()
     memo = {} if memo is None else memo
-    request = (source, hub_id, label, hub_config, dir_config, tuple(splits))
+    request = (dc.source, hub_id, label, hub_config, dc.subset, tuple(splits))
     if request not in memo:
         mirror = _MIRROR.get()
-        if mirror is None or source is None or source not in mirror[1]:
+        if mirror is None or dc.source is None or dc.source not in mirror[1]:
             memo[request] = _load_tables(request)
         else:  # read the copy, recorded as the original
             root = mirror[0]
-            tables, info = _load_tables((str(mirrored(root, mirror[1][source])), *request[1:]))
+            tables, info = _load_tables((str(mirrored(root, mirror[1][dc.source])), *request[1:]))
             files = tuple((str(Path("/", Path(path).relative_to(root))), digest) for path, digest in info.files)
             location = str(Path("/", Path(info.location).relative_to(root)))
             memo[request] = tables, replace(info, location=location, files=files)

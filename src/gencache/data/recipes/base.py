@@ -141,7 +141,7 @@ class DatasetRecipe(ABC, Generic[KwargsT, RowsT]):
         self, dc: DataConfigLike, *, splits: Sequence[str], hub_config: str | None
     ) -> tuple[dict[str, Any], SourceInfo]:
         """The data config's tables from its ``source`` (the hub dataset :attr:`hub_id` when null), by split."""
-        return load_tables(dc.source, self.hub_id, self.name, hub_config, dc.subset, splits)
+        return load_tables(dc, self.hub_id, self.name, hub_config, splits)
 
     def require_rows(self, dc: DataConfigLike, available: int, detail: str) -> None:
         """A shortfall error unless ``available`` rows cover the few-shot examples and the samples."""
