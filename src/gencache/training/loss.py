@@ -121,8 +121,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         flat_student = student.detach().reshape(-1, vocabulary)
         flat_teacher = None if teacher is None else teacher.detach().reshape(-1, vocabulary)
         teacher_positions = positions if teacher is None else positions.to(teacher.device)
-        want_grad = bool(options["want_grad"])
-        grad = torch.zeros_like(flat_student) if want_grad else None
+        grad = torch.zeros_like(flat_student) if options["want_grad"] else None
         ce_sum = torch.zeros((), dtype=torch.float64, device=student.device)
         kl_sum = torch.zeros((), dtype=torch.float64, device=student.device)
         chunk, options = int(options["chunk_size"]), {**options, "scale": 1.0 / denominator}

@@ -233,12 +233,6 @@ def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
 
 
 # -- shared prompt prefixes ---------------------------------------------------------------------------------------
-def prefix_order(prompts: Prompts) -> Prompts:
-    """The prompts sorted by their token ids (ties keep their order): prompts that share a prefix are adjacent,
-    and the longer their common prefix, the closer they are."""
-    return sorted(prompts, key=lambda prompt: tuple(prompt[1]))
-
-
 def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int]:
     """``(prompt tokens, floor)`` of prompts in run order: the floor counts the tokens of each prompt beyond the
     longest whole-block prefix that an earlier prompt has, and always its last token (its logits start the answer,
