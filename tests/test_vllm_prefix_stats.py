@@ -16,16 +16,21 @@ from gencache.generation.engines.transformers import TransformersContinuousEngin
 from support.generation_helpers import engine_of, resolve
 
 
+def _counts(prompts: list[list[int]], block: int) -> tuple[int, int]:
+    stats = prefix_floor(prompts, block)
+    return stats.prompt_tokens, stats.floor_prompt_tokens
+
+
 def test_the_floor_counts_what_no_earlier_prompt_shares_in_whole_blocks() -> None:
     shared = list(range(10, 30))  # 20 tokens: two whole blocks of 8 and 4 more
     first, second = [*shared, 1, 2, 3], [*shared, 4, 5]
-    assert prefix_floor([first], 8) == (23, 23)  # nothing before it
+    assert _counts([first], 8) == (23, 23)  # nothing before it
     # The second prompt shares 20 tokens, of which two whole blocks (16 tokens) can be served.
-    assert prefix_floor([first, second], 8) == (45, 23 + 22 - 16)
-    assert prefix_floor([first, first], 8) == (46, 23 + 23 - 16)  # the last prompt token is always computed
-    assert prefix_floor([[1, 2, 3], [4, 5, 6]], 1) == (6, 6)
-    assert prefix_floor([[1, 2, 3], [1, 2, 9]], 1) == (6, 4)
-    assert prefix_floor([[1] * 8, [1] * 8, [1] * 9], 8) == (25, 8 + 8 + 1)  # whole blocks; never the last token
+    assert _counts([first, second], 8) == (45, 23 + 22 - 16)
+    assert _counts([first, first], 8) == (46, 23 + 23 - 16)  # the last prompt token is always computed
+    assert _counts([[1, 2, 3], [4, 5, 6]], 1) == (6, 6)
+    assert _counts([[1, 2, 3], [1, 2, 9]], 1) == (6, 4)
+    assert _counts([[1] * 8, [1] * 8, [1] * 9], 8) == (25, 8 + 8 + 1)  # whole blocks; never the last token
 
 
 def test_prefix_stats_say_how_much_of_what_the_floor_allows_was_cached() -> None:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FINISH_REASONS
-from gencache.config.engines import EngineOptions
+from gencache.config.engines import ENGINE_OPTIONS, EngineOptions
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.generation import teacher
 from gencache.generation.effective import check_engine
@@ -120,7 +120,6 @@ class Engine(ABC):
     What an engine does not override is the transformers engines' (the teacher loaded by transformers)."""
 
     name: str
-    options_model: type[EngineOptions]
     sampling_rule = SAMPLING_RULE
     loads_with_prompts = False
     """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first prompts
@@ -129,7 +128,8 @@ class Engine(ABC):
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
         self.context = context
-        self.options: Any = context.options or self.options_model()
+        self.options: Any = context.options or ENGINE_OPTIONS[self.name]()
+        self.scanner = FinishScanner(context.generation, context.tokenizer)
         self.model: Any = None
 
     def generate(
@@ -233,8 +233,8 @@ def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
 
 
 # -- shared prompt prefixes ---------------------------------------------------------------------------------------
-def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int]:
-    """``(prompt tokens, floor)`` of prompts in run order: the floor counts the tokens of each prompt beyond the
+def prefix_floor(prompts: Iterable[Sequence[int]], block: int, cached_from: str = "") -> PrefixStats:
+    """The stats of prompts in run order, none served yet: the floor counts the tokens of each prompt beyond the
     longest whole-block prefix that an earlier prompt has, and always its last token (its logits start the answer,
     so a cache never serves it)."""
     seen: set[int] = set()
@@ -249,7 +249,7 @@ def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int
             shared += block if shared == start and chain in seen else 0
         floor += len(tokens) - (min(shared, len(tokens) - 1) // block) * block
         seen.update(hashes)
-    return total, floor
+    return PrefixStats(block, total, floor_prompt_tokens=floor, cached_from=cached_from)
 
 
 @dataclass

@@ -205,7 +205,6 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
 
 class VllmEngine(Engine):
     name = ENGINE_VLLM
-    options_model = VllmOptions
     sampling_rule = VLLM_SAMPLING_RULE
 
     def __init__(self, context: EngineContext) -> None:
@@ -359,14 +358,12 @@ class VllmEngine(Engine):
         import vllm
         from vllm.sampling_params import RequestOutputKind
 
-        ctx, generation = self.context, self.context.generation
+        ctx, generation, scanner = self.context, self.context.generation, self.scanner
         engine = self.llm.llm_engine
         block = int(engine.vllm_config.cache_config.block_size or CPU_BLOCK_SIZE)
-        total, floor = prefix_floor((ids for _, ids in ordered), block)
-        self.prefix = prefix = PrefixStats(
-            block, total, floor_prompt_tokens=floor, cached_from="vLLM's RequestOutput.num_cached_tokens"
+        self.prefix = prefix = prefix_floor(
+            (ids for _, ids in ordered), block, cached_from="vLLM's RequestOutput.num_cached_tokens"
         )
-        scanner = FinishScanner(generation, ctx.tokenizer)
         queue_size = QUEUE_PER_SLOT * int(engine.vllm_config.scheduler_config.max_num_seqs)
         in_flight: set[str] = set()
         following = 0
