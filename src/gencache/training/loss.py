@@ -178,13 +178,12 @@ def distillation_loss(
             f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)} (batch, "
             "length, vocabulary): run the teacher on the same input_ids, with one shared vocabulary."
         )
-    items = int(num_items) if num_items is not None and int(num_items) > 0 else None
     options = {
         "temperature": float(temperature),
         "ce_weight": float(ce_weight),
         "kl_weight": float(kl_weight),
         "chunk_size": chunk_size,
-        "num_items": items,
+        "num_items": int(num_items) if num_items is not None and int(num_items) > 0 else None,
         "want_grad": student_logits.requires_grad and torch.is_grad_enabled(),
     }
     loss, ce, kl = _ChunkedDistillation.apply(student, teacher if kl_weight != 0.0 else None, labels, options)

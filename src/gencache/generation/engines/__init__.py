@@ -83,8 +83,7 @@ class FinishScanner:
         self.max_new_tokens = generation.max_new_tokens
 
     def scan(self, tokens: Sequence[int], start: int = 0) -> tuple[int, str] | None:
-        """Check positions ``start..len(tokens)-1``; ``(tokens to keep, finish reason)`` at the first finish, else
-        None (the sequence is still open)."""
+        """``(tokens to keep, finish reason)`` at the first finish from position ``start`` on, else None (open)."""
         for position in range(start, len(tokens)):
             step = position + 1
             if int(tokens[position]) in self.eos:
@@ -121,6 +120,7 @@ class Engine(ABC):
 
     name: str
     sampling_rule = SAMPLING_RULE
+    prefix: PrefixStats | None = None  # an engine with a prefix cache: what its last run cached
     loads_with_prompts = False
     """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first prompts
     (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""

@@ -45,8 +45,7 @@ from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks of
-    ``batch_size``."""
+    """Prompt indices by length, longest first (ties keep their input order), in chunks of ``batch_size``."""
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
@@ -104,11 +103,9 @@ class TransformersEngine(Engine):
     name = ENGINE_STATIC
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
-        """One entry per prompt, in batch order.
-
-        The effective config is the model's generation config too during each call, so transformers cannot re-fill
-        dropped settings from the teacher. transformers still draws from torch's global generator when sampling, so
-        the generator is restored after each call."""
+        """One entry per prompt, in batch order. The effective config is the model's generation config too during
+        each call, so transformers cannot re-fill dropped settings from the teacher; transformers still draws from
+        torch's global generator when sampling, so the generator is restored after each call."""
         import torch
         from torch.nn.utils.rnn import pad_sequence
 
@@ -298,7 +295,6 @@ class TransformersContinuousEngine(Engine):
                 f'environment has {importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
         self.sizing: CacheSizing | None = None
-        self.prefix: PrefixStats | None = None
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
         """One entry per prompt through transformers' continuous-batching manager, in finish order, recording the

@@ -38,7 +38,6 @@ from gencache.generation.engines import (
     EngineContext,
     FinishScanner,
     GeneratedEntry,
-    PrefixStats,
     Prompts,
     entry_of,
     head_dim_of,
@@ -222,7 +221,6 @@ class VllmEngine(Engine):
         self._refuse()
         self.llm: Any = None
         self.sizing: KvSizing | None = None
-        self.prefix: PrefixStats | None = None
         self.platform: str | None = None
         self.amx: bool | None = None
 
