@@ -221,12 +221,6 @@ def check_teacher_weights(model_path: str) -> str:
     return f"{len(files)} weight file(s), {total / 2**20:,.1f} MiB, complete"
 
 
-def vocab_size_of(config: Any) -> int | None:
-    """The teacher's embedding rows (``vocab_size`` of its text config), or None."""
-    value = getattr(config.get_text_config(), "vocab_size", None)
-    return value if isinstance(value, int) and value > 0 else None
-
-
 def _ids(value: Any) -> Iterator[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         yield value

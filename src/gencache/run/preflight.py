@@ -248,7 +248,8 @@ def preflight(
         found.check(
             "teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path))
         )
-        vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
+        vocab_size = getattr(teacher.get_text_config(), "vocab_size", None) if teacher is not None else None
+        vocab_size = vocab_size if isinstance(vocab_size, int) and vocab_size > 0 else None  # the embedding's rows
 
         def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
             if vocab_size is None:

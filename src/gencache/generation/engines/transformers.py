@@ -153,10 +153,9 @@ class TransformersEngine(Engine):
                 model.generation_config = previous
             generated = sequences[:, width:]
             del sequences, input_ids, attention_mask
-            steps = generated.shape[1]
             found = recorder.finished if recorder else [scanner.scan(row) for row in generated.tolist()]
             # a row that never finished (generation ended for another reason) keeps everything, by length
-            cuts = [hit or (steps, FINISH_LENGTH) for hit in found]
+            cuts = [hit or (generated.shape[1], FINISH_LENGTH) for hit in found]
             for position, index in enumerate(batch):
                 answers = range(position * per_prompt, (position + 1) * per_prompt)
                 yield entry_of(
