@@ -208,7 +208,7 @@ def vllm_beside_transformers(*, quick: bool, only: bool = False) -> str:
         prompts, reference, choice = workload["prompts"], workload["reference"], workload["choice"]
         prompt_tokens = sum(len(ids) for _, ids in prompts)
         lengths = [len(ids) for _, ids in prompts]
-        _, floor_128 = prefix_floor((ids for _, ids in sorted(prompts, key=lambda p: p[1])), 128)
+        floor_128 = prefix_floor((ids for _, ids in sorted(prompts, key=lambda p: p[1])), 128).floor_prompt_tokens
         lines += [
             f"### {workload['name']}: {len(prompts)} prompts of {min(lengths)}-{max(lengths)} tokens, max_new_tokens "
             f"{choice.max_new_tokens}, median answer {100 * choice.median_fraction:.0f}% of it, "

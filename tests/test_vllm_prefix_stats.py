@@ -1,4 +1,4 @@
-"""Shared prompt prefixes: the prefix order, the floor of prompt tokens a run must compute, and the continuous
+"""Shared prompt prefixes: the floor of prompt tokens a run must compute, and the continuous
 transformers engine's block sharing measured against that floor (the vllm engine's own measure is tested in
 ``test_vllm_cpu.py``). Runs in the default environment."""
 
@@ -11,34 +11,26 @@ from typing import Any
 import pytest
 
 from gencache.config.engines import ContinuousOptions
-from gencache.generation.engines import PrefixStats, prefix_floor, prefix_order
+from gencache.generation.engines import PrefixStats, prefix_floor
 from gencache.generation.engines.transformers import TransformersContinuousEngine, supported_transformers
 from support.generation_helpers import engine_of, resolve
+
+
+def _counts(prompts: list[list[int]], block: int) -> tuple[int, int]:
+    stats = prefix_floor(prompts, block)
+    return stats.prompt_tokens, stats.floor_prompt_tokens
 
 
 def test_the_floor_counts_what_no_earlier_prompt_shares_in_whole_blocks() -> None:
     shared = list(range(10, 30))  # 20 tokens: two whole blocks of 8 and 4 more
     first, second = [*shared, 1, 2, 3], [*shared, 4, 5]
-    assert prefix_floor([first], 8) == (23, 23)  # nothing before it
+    assert _counts([first], 8) == (23, 23)  # nothing before it
     # The second prompt shares 20 tokens, of which two whole blocks (16 tokens) can be served.
-    assert prefix_floor([first, second], 8) == (45, 23 + 22 - 16)
-    assert prefix_floor([first, first], 8) == (46, 23 + 23 - 16)  # the last prompt token is always computed
-    assert prefix_floor([[1, 2, 3], [4, 5, 6]], 1) == (6, 6)
-    assert prefix_floor([[1, 2, 3], [1, 2, 9]], 1) == (6, 4)
-    assert prefix_floor([[1] * 8, [1] * 8, [1] * 9], 8) == (25, 8 + 8 + 1)  # whole blocks; never the last token
-
-
-def test_the_prefix_order_puts_prompts_with_a_common_prefix_together_and_keeps_every_prompt() -> None:
-    rng = random.Random(0)
-    shots = {name: [rng.randrange(100, 200) for _ in range(30)] for name in "abc"}
-    prompts = [(f"{name}{i}", [*shots[name], rng.randrange(100, 200)]) for i in range(4) for name in "abc"]
-    ordered = prefix_order(prompts)
-    assert sorted(ordered) == sorted(prompts)
-    groups = [key[0] for key, _ in ordered]
-    runs = [group for i, group in enumerate(groups) if i == 0 or groups[i - 1] != group]
-    assert sorted(runs) == ["a", "b", "c"]  # each group of shared shots is one run of neighbours
-    # Ordering never changes the floor of whole blocks here, and grouped prompts reach it.
-    assert prefix_floor((ids for _, ids in ordered), 8)[1] == prefix_floor((ids for _, ids in prompts), 8)[1]
+    assert _counts([first, second], 8) == (45, 23 + 22 - 16)
+    assert _counts([first, first], 8) == (46, 23 + 23 - 16)  # the last prompt token is always computed
+    assert _counts([[1, 2, 3], [4, 5, 6]], 1) == (6, 6)
+    assert _counts([[1, 2, 3], [1, 2, 9]], 1) == (6, 4)
+    assert _counts([[1] * 8, [1] * 8, [1] * 9], 8) == (25, 8 + 8 + 1)  # whole blocks; never the last token
 
 
 def test_prefix_stats_say_how_much_of_what_the_floor_allows_was_cached() -> None:

@@ -187,15 +187,6 @@ def read_json_file(path: str | Path) -> Any:
         raise ConfigError(f"The teacher's file {path} is not valid JSON ({error}); fix or re-download it.") from None
 
 
-def check_json_files(directory: Path) -> int:
-    """Parse every JSON file directly in a local model or tokenizer directory, so that a broken one is named with
-    its line and column before any model library is imported; returns their count."""
-    files = sorted(path for path in directory.glob("*.json") if path.is_file())
-    for path in files:
-        read_json_file(path)
-    return len(files)
-
-
 def check_teacher_weights(model_path: str) -> str:
     """Every weight file of a local teacher directory exists, and each safetensors file is whole (safetensors
     checks that from the header). A hub id is checked when it downloads."""
@@ -230,12 +221,6 @@ def check_teacher_weights(model_path: str) -> str:
     return f"{len(files)} weight file(s), {total / 2**20:,.1f} MiB, complete"
 
 
-def vocab_size_of(config: Any) -> int | None:
-    """The teacher's embedding rows (``vocab_size`` of its text config), or None."""
-    value = getattr(config.get_text_config(), "vocab_size", None)
-    return value if isinstance(value, int) and value > 0 else None
-
-
 def _ids(value: Any) -> Iterator[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         yield value
@@ -261,16 +246,6 @@ def check_vocabulary(tokenizer: Any, vocab_size: int, settings: Mapping[str, Any
                 f"(0..{vocab_size - 1}); use an id the tokenizer has."
             )
     return f"tokenizer {tokens:,} tokens, embedding {vocab_size:,} rows; every generation token id inside"
-
-
-def check_prompt_ids(largest: int, where: str, vocab_size: int) -> str:
-    """Every prompt token id is inside the teacher's embedding (``largest`` is the largest, in ``where``)."""
-    if largest >= vocab_size:
-        raise ConfigError(
-            f"model.tokenizer_path: prompt token id {largest} ({where}) is outside the teacher's {vocab_size:,}-row "
-            "embedding (vocab_size in config.json); use the teacher's tokenizer."
-        )
-    return f"largest prompt token id {largest} < {vocab_size:,}"
 
 
 def check_attn_implementation(value: str | None, device: str) -> str:

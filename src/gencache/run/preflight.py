@@ -248,7 +248,8 @@ def preflight(
         found.check(
             "teacher weights", "model.model_path", lambda: (None, checks.check_teacher_weights(model.model_path))
         )
-        vocab_size = checks.vocab_size_of(teacher) if teacher is not None else None
+        vocab_size = getattr(teacher.get_text_config(), "vocab_size", None) if teacher is not None else None
+        vocab_size = vocab_size if isinstance(vocab_size, int) and vocab_size > 0 else None  # the embedding's rows
 
         def vocabulary(tokenizer: Any, generation: EffectiveGeneration) -> tuple[None, str]:
             if vocab_size is None:
@@ -382,8 +383,10 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     if os.path.isdir(path):
         if field_name == "model.model_path" and not (path / "config.json").is_file():
             raise ConfigError(f"{field_name} {path} has no config.json; point it at a save_pretrained directory.")
-        count = checks.check_json_files(path)
-        return None, f"local directory {path.absolute()} ({count} JSON file{'s' if count != 1 else ''} read)"
+        files = sorted(file for file in path.glob("*.json") if file.is_file())
+        for file in files:  # a broken one is named with its line and column before any model library is imported
+            checks.read_json_file(file)
+        return None, f"local directory {path.absolute()} ({len(files)} JSON file{'s' if len(files) != 1 else ''} read)"
     if os.path.lexists(path) or looks_like_path(value):
         problem = "is not a directory" if os.path.lexists(path) else "does not exist"
         raise ConfigError(f"{field_name} {path.absolute()} {problem}; fix the path or give a hub id.")
@@ -567,7 +570,12 @@ def _prompt_ids(samples: SampleSet, vocab_size: int) -> tuple[None, str]:
     top = max(samples.unique, key=lambda sample: max(sample.input_ids or (-1,)), default=None)
     largest = max(top.input_ids or (-1,)) if top else -1
     where = f"data_configs[{top.data_config_index}] sample {top.sample_index}" if top else "-"
-    return None, checks.check_prompt_ids(largest, where, vocab_size)
+    if largest >= vocab_size:
+        raise ConfigError(
+            f"model.tokenizer_path: prompt token id {largest} ({where}) is outside the teacher's {vocab_size:,}-row "
+            "embedding (vocab_size in config.json); use the teacher's tokenizer."
+        )
+    return None, f"largest prompt token id {largest} < {vocab_size:,}"
 
 
 def _paged_cache(

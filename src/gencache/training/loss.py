@@ -121,8 +121,7 @@ class _ChunkedDistillation(torch.autograd.Function):
         flat_student = student.detach().reshape(-1, vocabulary)
         flat_teacher = None if teacher is None else teacher.detach().reshape(-1, vocabulary)
         teacher_positions = positions if teacher is None else positions.to(teacher.device)
-        want_grad = bool(options["want_grad"])
-        grad = torch.zeros_like(flat_student) if want_grad else None
+        grad = torch.zeros_like(flat_student) if options["want_grad"] else None
         ce_sum = torch.zeros((), dtype=torch.float64, device=student.device)
         kl_sum = torch.zeros((), dtype=torch.float64, device=student.device)
         chunk, options = int(options["chunk_size"]), {**options, "scale": 1.0 / denominator}
@@ -179,13 +178,12 @@ def distillation_loss(
             f"teacher_logits {tuple(teacher.shape)} do not match student_logits {tuple(student.shape)} (batch, "
             "length, vocabulary): run the teacher on the same input_ids, with one shared vocabulary."
         )
-    items = int(num_items) if num_items is not None and int(num_items) > 0 else None
     options = {
         "temperature": float(temperature),
         "ce_weight": float(ce_weight),
         "kl_weight": float(kl_weight),
         "chunk_size": chunk_size,
-        "num_items": items,
+        "num_items": int(num_items) if num_items is not None and int(num_items) > 0 else None,
         "want_grad": student_logits.requires_grad and torch.is_grad_enabled(),
     }
     loss, ce, kl = _ChunkedDistillation.apply(student, teacher if kl_weight != 0.0 else None, labels, options)

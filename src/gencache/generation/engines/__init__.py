@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from gencache.artifact.names import FINISH_REASONS
-from gencache.config.engines import EngineOptions
+from gencache.config.engines import ENGINE_OPTIONS, EngineOptions
 from gencache.config.names import ENGINE_CONTINUOUS, ENGINE_STATIC, ENGINE_VLLM
 from gencache.generation import teacher
 from gencache.generation.effective import check_engine
@@ -83,8 +83,7 @@ class FinishScanner:
         self.max_new_tokens = generation.max_new_tokens
 
     def scan(self, tokens: Sequence[int], start: int = 0) -> tuple[int, str] | None:
-        """Check positions ``start..len(tokens)-1``; ``(tokens to keep, finish reason)`` at the first finish, else
-        None (the sequence is still open)."""
+        """``(tokens to keep, finish reason)`` at the first finish from position ``start`` on, else None (open)."""
         for position in range(start, len(tokens)):
             step = position + 1
             if int(tokens[position]) in self.eos:
@@ -120,8 +119,8 @@ class Engine(ABC):
     What an engine does not override is the transformers engines' (the teacher loaded by transformers)."""
 
     name: str
-    options_model: type[EngineOptions]
     sampling_rule = SAMPLING_RULE
+    prefix: PrefixStats | None = None  # an engine with a prefix cache: what its last run cached
     loads_with_prompts = False
     """True when :meth:`load_weights` leaves the model to :meth:`generate`, which builds it from the first prompts
     (vLLM on a CPU sizes its cache from them); the run then says the teacher loaded once it has."""
@@ -129,7 +128,8 @@ class Engine(ABC):
     def __init__(self, context: EngineContext) -> None:
         check_engine(self.name, context.generation)
         self.context = context
-        self.options: Any = context.options or self.options_model()
+        self.options: Any = context.options or ENGINE_OPTIONS[self.name]()
+        self.scanner = FinishScanner(context.generation, context.tokenizer)
         self.model: Any = None
 
     def generate(
@@ -233,14 +233,8 @@ def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
 
 
 # -- shared prompt prefixes ---------------------------------------------------------------------------------------
-def prefix_order(prompts: Prompts) -> Prompts:
-    """The prompts sorted by their token ids (ties keep their order): prompts that share a prefix are adjacent,
-    and the longer their common prefix, the closer they are."""
-    return sorted(prompts, key=lambda prompt: tuple(prompt[1]))
-
-
-def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int]:
-    """``(prompt tokens, floor)`` of prompts in run order: the floor counts the tokens of each prompt beyond the
+def prefix_floor(prompts: Iterable[Sequence[int]], block: int, cached_from: str = "") -> PrefixStats:
+    """The stats of prompts in run order, none served yet: the floor counts the tokens of each prompt beyond the
     longest whole-block prefix that an earlier prompt has, and always its last token (its logits start the answer,
     so a cache never serves it)."""
     seen: set[int] = set()
@@ -255,7 +249,7 @@ def prefix_floor(prompts: Iterable[Sequence[int]], block: int) -> tuple[int, int
             shared += block if shared == start and chain in seen else 0
         floor += len(tokens) - (min(shared, len(tokens) - 1) // block) * block
         seen.update(hashes)
-    return total, floor
+    return PrefixStats(block, total, floor_prompt_tokens=floor, cached_from=cached_from)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
-from gencache.config.engines import ContinuousOptions, StaticOptions
+from gencache.config.engines import ContinuousOptions
 from gencache.config.names import DTYPE_BYTES, ENGINE_CONTINUOUS, ENGINE_STATIC
 from gencache.core.errors import ConfigError, GenerationError, first_line
 from gencache.generation import teacher
@@ -45,8 +45,7 @@ from gencache.generation.sampling import draw_tokens, sampling_seed, uniforms
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices of the prompts sorted by length, longest first (ties keep their input order), in chunks of
-    ``batch_size``."""
+    """Prompt indices by length, longest first (ties keep their input order), in chunks of ``batch_size``."""
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
@@ -102,25 +101,21 @@ def _last_processor(model: Any, streams: Sequence[int], prompt_width: int) -> It
 
 class TransformersEngine(Engine):
     name = ENGINE_STATIC
-    options_model = StaticOptions
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
-        """One entry per prompt, in batch order.
-
-        The effective config is the model's generation config too during each call, so transformers cannot re-fill
-        dropped settings from the teacher. transformers still draws from torch's global generator when sampling, so
-        the generator is restored after each call."""
+        """One entry per prompt, in batch order. The effective config is the model's generation config too during
+        each call, so transformers cannot re-fill dropped settings from the teacher; transformers still draws from
+        torch's global generator when sampling, so the generator is restored after each call."""
         import torch
         from torch.nn.utils.rnn import pad_sequence
 
-        ctx, model = self.context, self.model
+        ctx, model, scanner = self.context, self.model, self.scanner
         tokenizer, generation, device, batch_size = ctx.tokenizer, ctx.generation, model.device, ctx.batch_size
         per_prompt = generation.num_return_sequences
         pad_id = int(generation.config.pad_token_id)  # the tokenizer's unless the user set one
         beams = generation.kwargs.get("num_beams", 1) > 1
         config = copy.deepcopy(generation.config)
         config.stop_strings = None  # the finish rule matches them (beam search takes none)
-        scanner = FinishScanner(generation, tokenizer)
         cuda = [device] if device.type == "cuda" else []
         for batch_index, batch in enumerate(plan_batches([len(ids) for _, ids in prompts], batch_size)):
             width = max(len(prompts[index][1]) for index in batch)
@@ -158,10 +153,9 @@ class TransformersEngine(Engine):
                 model.generation_config = previous
             generated = sequences[:, width:]
             del sequences, input_ids, attention_mask
-            steps = generated.shape[1]
             found = recorder.finished if recorder else [scanner.scan(row) for row in generated.tolist()]
             # a row that never finished (generation ended for another reason) keeps everything, by length
-            cuts = [hit or (steps, FINISH_LENGTH) for hit in found]
+            cuts = [hit or (generated.shape[1], FINISH_LENGTH) for hit in found]
             for position, index in enumerate(batch):
                 answers = range(position * per_prompt, (position + 1) * per_prompt)
                 yield entry_of(
@@ -291,7 +285,6 @@ def hook_batch_processor(manager: Any, shared: PrefixStats, streams: dict[str, i
 
 class TransformersContinuousEngine(Engine):
     name = ENGINE_CONTINUOUS
-    options_model = ContinuousOptions
 
     def __init__(self, context: EngineContext) -> None:
         super().__init__(context)
@@ -301,7 +294,6 @@ class TransformersContinuousEngine(Engine):
                 f'environment has {importlib.metadata.version("transformers")}. Use engine "transformers" here.'
             )
         self.sizing: CacheSizing | None = None
-        self.prefix: PrefixStats | None = None
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
         """One entry per prompt through transformers' continuous-batching manager, in finish order, recording the
@@ -311,7 +303,7 @@ class TransformersContinuousEngine(Engine):
 
         if not prompts:
             return
-        ctx, model, options = self.context, self.model, self.options
+        ctx, model, options, scanner = self.context, self.model, self.options, self.scanner
         tokenizer, generation = ctx.tokenizer, ctx.generation
         per_prompt = generation.num_return_sequences
         eos = list(generation.eos_token_ids) or -1
@@ -330,8 +322,7 @@ class TransformersContinuousEngine(Engine):
             dtype_bytes=DTYPE_BYTES[str(model.dtype).removeprefix("torch.")],
             budget=budget,
         )
-        total, floor = prefix_floor((ids for _, ids in prompts for _ in range(per_prompt)), chosen.page_size)
-        self.prefix = shared = PrefixStats(chosen.page_size, total, floor_prompt_tokens=floor)
+        self.prefix = shared = prefix_floor((ids for _, ids in prompts for _ in range(per_prompt)), chosen.page_size)
         config = copy.deepcopy(generation.config)
         config.stop_strings = None  # gencache matches stop strings itself (the manager would ignore them)
         config.num_return_sequences = 1  # every sequence is its own request
@@ -357,7 +348,6 @@ class TransformersContinuousEngine(Engine):
             f"{i}:{s}": sampling_seed(ctx.seed, key, s) for i, (key, _) in enumerate(prompts) for s in range(per_prompt)
         }
         hook_batch_processor(manager, shared, streams if generation.do_sample else None)
-        scanner = FinishScanner(generation, tokenizer)
         scanned = dict.fromkeys(streams, 0)
         answers: dict[int, dict[int, tuple[list[int], str]]] = {}
         finished_cleanly = False

