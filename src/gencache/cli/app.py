@@ -54,7 +54,6 @@ _Sources = Annotated[list[str] | None, typer.Option(metavar="I=PATH", help="Read
 
 
 def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
-    """``--source I=PATH`` or ``--answer-pattern I=REGEX`` options as a mapping from data config index I."""
     chosen: dict[int, str] = {}
     for text in texts or ():
         index, sep, value = text.partition("=")

@@ -77,7 +77,6 @@ def _tiny_teacher(root: Path) -> tuple[Path, bool]:
 
 
 def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None) -> Path:
-    """Run the demo in ``workdir``; return the published artifact directory."""
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
     from gencache.cli.render import make_console, render_inspect, render_notice

@@ -57,7 +57,6 @@ def echo_json(value: Any) -> None:
 
 
 def duration(seconds: float | None) -> str:
-    """``H:MM:SS``, or ``-:--:--`` when unknown."""
     return "-:--:--" if seconds is None else str(timedelta(seconds=round(seconds)))
 
 
@@ -105,7 +104,6 @@ class RunProgress:
         self.task = self.bar.add_task("", total=total, stage="generate")
 
     def set_label(self, label: str) -> None:
-        """Name the current stage (``shard 2/4``) beside the figures."""
         self.label = label
         self._show(line=False)
 
@@ -434,7 +432,6 @@ def render_audit(report: AuditReport, console: Console) -> None:
 
 
 def render_ray(result: RayRun, console: Console) -> None:
-    """A ``--ray`` run's summary: a table with one row per shard, then the totals."""
     table = Table(title=f"gencache --ray: {result.output_dir}", title_justify="left")
     for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
         table.add_column(column, justify="left" if column in ("status", "worker") else "right")

@@ -118,7 +118,6 @@ def _rules(prop: Mapping[str, Any]) -> str:
 
 
 def _table(schema: Mapping[str, Any], defs: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """One row per property of ``schema``: its name, type, default (or required), description and rules."""
     if not schema.get("properties"):
         return ["None: any key is an error.", ""]
     required = schema.get("required", ())
