@@ -16,8 +16,7 @@ from rich.console import Console
 from gencache.core.errors import ConfigError, OutputExistsError
 from gencache.data.recipes import sample_source
 
-#: The bundled sample sets the demo generates from (every data config also takes ``num_data_strs`` and
-#: ``num_shots`` 0, ``split`` "train", ``seed`` 0 and ``template`` "tokenizer_chat" unless it says otherwise).
+#: The bundled sample sets the demo generates from, each over ``_DEFAULTS`` unless it says otherwise.
 DEMO_DATASETS: list[dict[str, Any]] = [
     {
         "dataset_name": "biography",
