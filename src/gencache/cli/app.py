@@ -502,10 +502,9 @@ def _run(argv: list[str] | None) -> int:
         if stop is not None:
             typer.echo(printable(str(stop)), err=True)
             return stop.exit_code
-        code = getattr(exc, "exit_code", None)
-        if callable(getattr(exc, "show", None)) and isinstance(code, int):  # a usage error (typer's copy of click's)
-            exc.show()  # type: ignore[union-attr]
-            return code
+        if isinstance(exc, typer.TyperException):  # a usage error (typer's copy of click's)
+            exc.show()  # type: ignore[attr-defined]
+            return exc.exit_code
         if os.environ.get("GENCACHE_DEBUG") == "1":
             traceback.print_exc()
         if isinstance(exc, InputProblems):  # several independent problems: one line each, then how many

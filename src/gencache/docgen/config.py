@@ -140,8 +140,7 @@ def config_tables() -> str:
     for field, each in (("data_kwargs", "dataset"), ("template_kwargs", "template"), ("engine_options", "engine")):
         lines += [f"## `{field}` of each {each}", ""]
         for key in (key for key in defs if key.startswith(f"{field}.")):
-            about = [defs[key]["description"], ""] if "description" in defs[key] else []
-            lines += [f"### `{key.split('.', 1)[1]}`", "", *about, *_table(defs[key], defs)]
+            lines += [f"### `{key.split('.', 1)[1]}`", "", defs[key]["description"], "", *_table(defs[key], defs)]
     return "\n".join(lines)
 
 
