@@ -156,24 +156,21 @@ def render_notice(console: Console, level: str, text: str) -> None:
 def render_dry_run(report: Preflight, console: Console) -> None:
     config, samples, counts = report.config, report.samples, report.sample_counts
     assert config is not None  # an invalid config is raised, never reported
-    if counts is not None:  # the samples' figures when they were built, their counts alone otherwise
-        table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
-        columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
-        tokens_column = () if samples is None else ("prompt tokens min/med/max",)
-        for column in (*columns, *tokens_column):
-            table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-        for index, (count, data) in enumerate(zip(counts, config.data_configs, strict=True)):
-            cells = (str(index), data.dataset_name, data.split, data.template)
-            if samples is None:  # a count is unknown (-1) until the tokenizer counted tokens
-                table.add_row(*cells, str(count) if count >= 0 else "?", "?", "?", "?")
-                continue
-            summary = samples.summaries[index]
-            tokens = "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-"
-            prompt_chars = "{} / {} / {}".format(*summary.prompt_chars)
-            table.add_row(
-                *cells, *map(str, (summary.samples, summary.unique, summary.duplicates)), prompt_chars, tokens
-            )
-        console.print(table)
+    table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
+    columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
+    tokens_column = () if samples is None else ("prompt tokens min/med/max",)
+    for column in (*columns, *tokens_column):
+        table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
+    for index, (count, data) in enumerate(zip(counts, config.data_configs, strict=True)):
+        cells = (str(index), data.dataset_name, data.split, data.template)
+        if samples is None:  # a count is unknown (-1) until the tokenizer counted tokens
+            table.add_row(*cells, str(count) if count >= 0 else "?", "?", "?", "?")
+            continue
+        summary = samples.summaries[index]
+        tokens = "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-"
+        prompt_chars = "{} / {} / {}".format(*summary.prompt_chars)
+        table.add_row(*cells, *map(str, (summary.samples, summary.unique, summary.duplicates)), prompt_chars, tokens)
+    console.print(table)
     title = "checks (the same ones generate makes before loading weights)"
     checks = Table("check", "status", "detail", title=title, title_justify="left")
     for check in report.checks:
