@@ -253,9 +253,8 @@ def inspect(dirs: _Dirs, as_json: _Json = False) -> None:
 def verify(dirs: _Dirs, as_json: _Json = False) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    stderr = make_console(stderr=True)
-    bar = functools.partial(render.verify_progress, stderr)
-    report = verify_report(dirs, progress=bar if stderr.is_terminal and not as_json else None)
+    terminal = make_console(stderr=True).is_terminal
+    report = verify_report(dirs, progress=render.verify_progress if terminal and not as_json else None)
     if as_json:
         echo_json(report.to_json())
     else:

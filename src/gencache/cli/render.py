@@ -97,14 +97,14 @@ class RunProgress:
     def __init__(self, total: int, *, stream: IO[str] | None = None) -> None:
         self.console = make_console(stderr=True, file=stream)
         self.live = self.console.is_terminal
-        self.total, self.done, self.tokens, self.label, self.shown = total, 0, 0, "", 0.0
+        self.total, self.done, self.tokens, self.stage, self.shown = total, 0, 0, "generate", 0.0
         self.started: float | None = None
         columns = (TextColumn("[bold]{task.fields[stage]}"), BarColumn(), TextColumn("{task.description}"))
         self.bar = Progress(*columns, console=self.console, disable=not self.live)
         self.task = self.bar.add_task("", total=total, stage="generate")
 
     def set_label(self, label: str) -> None:
-        self.label = label
+        self.stage = f"generate [{label}]"
         self._show(line=False)
 
     def start(self, total_samples: int) -> None:
@@ -132,10 +132,9 @@ class RunProgress:
             f"{self.done}/{self.total} samples ({percent:.1f}%), {self.tokens} tokens, {rate:.1f} tok/s, "
             f"elapsed {duration(elapsed)}, ETA {duration(eta)}"
         )
-        stage = f"generate [{self.label}]" if self.label else "generate"
-        self.bar.update(self.task, completed=self.done, total=self.total, description=figures, stage=stage)
+        self.bar.update(self.task, completed=self.done, total=self.total, description=figures, stage=self.stage)
         if line and not self.live and self.started is not None:
-            self.console.print(f"gencache: {stage}: {figures}", markup=False)
+            self.console.print(f"gencache: {self.stage}: {figures}", markup=False)
             self.shown = time.monotonic()
 
 
@@ -212,10 +211,10 @@ def render_dry_run(report: Preflight, console: Console) -> None:
 
 
 @contextlib.contextmanager
-def verify_progress(console: Console, name: str, total: int) -> Iterator[ProgressCallback]:
-    """One transient bar per artifact that :func:`gencache.artifact.report.verify_report` re-hashes."""
+def verify_progress(name: str, total: int) -> Iterator[ProgressCallback]:
+    """One transient bar on stderr per artifact that :func:`gencache.artifact.report.verify_report` re-hashes."""
     columns = (TextColumn("verifying {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
+    with Progress(*columns, console=make_console(stderr=True), transient=True) as bar:
         task = bar.add_task(name, total=total)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
