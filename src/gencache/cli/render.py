@@ -1,5 +1,4 @@
-"""Everything the command line prints: rich consoles, text made safe for a terminal, the only quieting of other
-libraries, a run's progress, and how each command shows what the library returns (inspect's tables hold every
+"""Everything the command line prints, and the only quieting of other libraries (inspect's tables hold every
 recorded value as a rich :class:`~rich.text.Text`, never parsed as markup or emoji)."""
 
 from __future__ import annotations
