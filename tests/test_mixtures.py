@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
@@ -222,7 +221,7 @@ def test_inspect_shows_recorded_values_that_look_like_markup_as_they_are(tmp_pat
 
 def test_verify_report_lists_problems_per_artifact(tmp_path: Path) -> None:
     a = write_artifact(tmp_path / "a", make_entries(3))
-    verified = verify_report([a, tmp_path / "nope"], progress=functools.partial(verify_progress, Console(record=True)))
+    verified = verify_report([a, tmp_path / "nope"], progress=verify_progress)
     lines = verified.lines()
     assert verified.exit_code == 2  # a path that is not an artifact is bad input
     assert lines[0] == f"OK   {a}" and lines[1].startswith("FAIL") and "does not exist" in lines[1]

@@ -22,7 +22,7 @@ from gencache.cli import render, signals
 from gencache.cli.render import RunProgress, echo_json, make_console, printable, quiet_libraries
 from gencache.config.names import ALL_ENGINES, DTYPES
 from gencache.config.paths import check_output_name
-from gencache.core.errors import ConfigError, GencacheError, InputPathError, InputProblems, Problem, Stopped
+from gencache.core.errors import ConfigError, GencacheError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -54,7 +54,6 @@ _Sources = Annotated[list[str] | None, typer.Option(metavar="I=PATH", help="Read
 
 
 def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
-    """``--source I=PATH`` or ``--answer-pattern I=REGEX`` options as a mapping from data config index I."""
     chosen: dict[int, str] = {}
     for text in texts or ():
         index, sep, value = text.partition("=")
@@ -67,7 +66,7 @@ def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
 def _sources(artifact: str, sources: list[str] | None) -> dict[int, str]:
     """``--source I=PATH`` options as a mapping, once ``artifact`` is known to be an artifact."""
     if (not_artifact := classify_path(artifact)) is not None:
-        raise InputPathError(not_artifact["error"])
+        raise ConfigError(not_artifact["error"])
     return _by_index("--source", sources)
 
 
@@ -254,9 +253,8 @@ def inspect(dirs: _Dirs, as_json: _Json = False) -> None:
 def verify(dirs: _Dirs, as_json: _Json = False) -> None:
     """Re-hash every tensor and entry and check the header against the manifest (and that the shards of a sharded
     output are one whole run); exit 1 on any problem, 2 when a path is not an artifact."""
-    stderr = make_console(stderr=True)
-    bar = functools.partial(render.verify_progress, stderr)
-    report = verify_report(dirs, progress=bar if stderr.is_terminal and not as_json else None)
+    terminal = make_console(stderr=True).is_terminal
+    report = verify_report(dirs, progress=render.verify_progress if terminal and not as_json else None)
     if as_json:
         echo_json(report.to_json())
     else:
@@ -503,10 +501,9 @@ def _run(argv: list[str] | None) -> int:
         if stop is not None:
             typer.echo(printable(str(stop)), err=True)
             return stop.exit_code
-        code = getattr(exc, "exit_code", None)
-        if callable(getattr(exc, "show", None)) and isinstance(code, int):  # a usage error (typer's copy of click's)
-            exc.show()  # type: ignore[union-attr]
-            return code
+        if isinstance(exc, typer.TyperException):  # a usage error (typer's copy of click's)
+            exc.show()  # type: ignore[attr-defined]
+            return exc.exit_code
         if os.environ.get("GENCACHE_DEBUG") == "1":
             traceback.print_exc()
         if isinstance(exc, InputProblems):  # several independent problems: one line each, then how many

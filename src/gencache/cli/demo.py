@@ -13,11 +13,10 @@ from typing import Any, cast
 import typer
 from rich.console import Console
 
-from gencache.core.errors import InputPathError, OutputExistsError
+from gencache.core.errors import ConfigError, OutputExistsError
 from gencache.data.recipes import sample_source
 
-#: The bundled sample sets the demo generates from (every data config also takes ``num_data_strs`` and
-#: ``num_shots`` 0, ``split`` "train", ``seed`` 0 and ``template`` "tokenizer_chat" unless it says otherwise).
+#: The bundled sample sets the demo generates from, each over ``_DEFAULTS`` unless it says otherwise.
 DEMO_DATASETS: list[dict[str, Any]] = [
     {
         "dataset_name": "biography",
@@ -60,7 +59,7 @@ def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:
 def _directory(path: str | os.PathLike[str], option: str, purpose: str) -> Path:
     root = Path(path).absolute()
     if os.path.lexists(root) and not root.is_dir():
-        raise InputPathError(f"{option}{root} exists and is not a directory; choose a directory for {purpose}.")
+        raise ConfigError(f"{option}{root} exists and is not a directory; choose a directory for {purpose}.")
     return root
 
 
@@ -77,7 +76,6 @@ def _tiny_teacher(root: Path) -> tuple[Path, bool]:
 
 
 def run_demo(workdir: str | os.PathLike[str], *, console: Console | None = None) -> Path:
-    """Run the demo in ``workdir``; return the published artifact directory."""
     from gencache.artifact.reader import CacheReader
     from gencache.artifact.report import inspect_report
     from gencache.cli.render import make_console, render_inspect, render_notice

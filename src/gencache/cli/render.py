@@ -1,5 +1,4 @@
-"""Everything the command line prints: rich consoles, text made safe for a terminal, the only quieting of other
-libraries, a run's progress, and how each command shows what the library returns (inspect's tables hold every
+"""Everything the command line prints, and the only quieting of other libraries (inspect's tables hold every
 recorded value as a rich :class:`~rich.text.Text`, never parsed as markup or emoji)."""
 
 from __future__ import annotations
@@ -57,7 +56,6 @@ def echo_json(value: Any) -> None:
 
 
 def duration(seconds: float | None) -> str:
-    """``H:MM:SS``, or ``-:--:--`` when unknown."""
     return "-:--:--" if seconds is None else str(timedelta(seconds=round(seconds)))
 
 
@@ -98,15 +96,14 @@ class RunProgress:
     def __init__(self, total: int, *, stream: IO[str] | None = None) -> None:
         self.console = make_console(stderr=True, file=stream)
         self.live = self.console.is_terminal
-        self.total, self.done, self.tokens, self.label, self.shown = total, 0, 0, "", 0.0
+        self.total, self.done, self.tokens, self.stage, self.shown = total, 0, 0, "generate", 0.0
         self.started: float | None = None
         columns = (TextColumn("[bold]{task.fields[stage]}"), BarColumn(), TextColumn("{task.description}"))
         self.bar = Progress(*columns, console=self.console, disable=not self.live)
         self.task = self.bar.add_task("", total=total, stage="generate")
 
     def set_label(self, label: str) -> None:
-        """Name the current stage (``shard 2/4``) beside the figures."""
-        self.label = label
+        self.stage = f"generate [{label}]"
         self._show(line=False)
 
     def start(self, total_samples: int) -> None:
@@ -134,10 +131,9 @@ class RunProgress:
             f"{self.done}/{self.total} samples ({percent:.1f}%), {self.tokens} tokens, {rate:.1f} tok/s, "
             f"elapsed {duration(elapsed)}, ETA {duration(eta)}"
         )
-        stage = f"generate [{self.label}]" if self.label else "generate"
-        self.bar.update(self.task, completed=self.done, total=self.total, description=figures, stage=stage)
+        self.bar.update(self.task, completed=self.done, total=self.total, description=figures, stage=self.stage)
         if line and not self.live and self.started is not None:
-            self.console.print(f"gencache: {stage}: {figures}", markup=False)
+            self.console.print(f"gencache: {self.stage}: {figures}", markup=False)
             self.shown = time.monotonic()
 
 
@@ -158,24 +154,21 @@ def render_notice(console: Console, level: str, text: str) -> None:
 def render_dry_run(report: Preflight, console: Console) -> None:
     config, samples, counts = report.config, report.samples, report.sample_counts
     assert config is not None  # an invalid config is raised, never reported
-    if counts is not None:  # the samples' figures when they were built, their counts alone otherwise
-        table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
-        columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
-        tokens_column = () if samples is None else ("prompt tokens min/med/max",)
-        for column in (*columns, *tokens_column):
-            table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
-        for index, (count, data) in enumerate(zip(counts, config.data_configs, strict=True)):
-            cells = (str(index), data.dataset_name, data.split, data.template)
-            if samples is None:  # a count is unknown (-1) until the tokenizer counted tokens
-                table.add_row(*cells, str(count) if count >= 0 else "?", "?", "?", "?")
-                continue
-            summary = samples.summaries[index]
-            tokens = "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-"
-            prompt_chars = "{} / {} / {}".format(*summary.prompt_chars)
-            table.add_row(
-                *cells, *map(str, (summary.samples, summary.unique, summary.duplicates)), prompt_chars, tokens
-            )
-        console.print(table)
+    table = Table(title=f"gencache dry run: {report.output_dir}", title_justify="left")
+    columns = ("#", "dataset", "split", "template", "samples", "unique", "duplicates", "prompt chars min/med/max")
+    tokens_column = () if samples is None else ("prompt tokens min/med/max",)
+    for column in (*columns, *tokens_column):
+        table.add_column(column, justify="right" if column in ("#", "samples", "unique", "duplicates") else "left")
+    for index, (count, data) in enumerate(zip(counts, config.data_configs, strict=True)):
+        cells = (str(index), data.dataset_name, data.split, data.template)
+        if samples is None:  # a count is unknown (-1) until the tokenizer counted tokens
+            table.add_row(*cells, str(count) if count >= 0 else "?", "?", "?", "?")
+            continue
+        summary = samples.summaries[index]
+        tokens = "{} / {} / {}".format(*summary.prompt_tokens) if summary.prompt_tokens else "-"
+        prompt_chars = "{} / {} / {}".format(*summary.prompt_chars)
+        table.add_row(*cells, *map(str, (summary.samples, summary.unique, summary.duplicates)), prompt_chars, tokens)
+    console.print(table)
     title = "checks (the same ones generate makes before loading weights)"
     checks = Table("check", "status", "detail", title=title, title_justify="left")
     for check in report.checks:
@@ -217,10 +210,10 @@ def render_dry_run(report: Preflight, console: Console) -> None:
 
 
 @contextlib.contextmanager
-def verify_progress(console: Console, name: str, total: int) -> Iterator[ProgressCallback]:
-    """One transient bar per artifact that :func:`gencache.artifact.report.verify_report` re-hashes."""
+def verify_progress(name: str, total: int) -> Iterator[ProgressCallback]:
+    """One transient bar on stderr per artifact that :func:`gencache.artifact.report.verify_report` re-hashes."""
     columns = (TextColumn("verifying {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
+    with Progress(*columns, console=make_console(stderr=True), transient=True) as bar:
         task = bar.add_task(name, total=total)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
@@ -434,7 +427,6 @@ def render_audit(report: AuditReport, console: Console) -> None:
 
 
 def render_ray(result: RayRun, console: Console) -> None:
-    """A ``--ray`` run's summary: a table with one row per shard, then the totals."""
     table = Table(title=f"gencache --ray: {result.output_dir}", title_justify="left")
     for column in ("shard", "status", "worker", "seconds", "of which load", "attempts", "entries", "tokens"):
         table.add_column(column, justify="left" if column in ("status", "worker") else "right")

@@ -1,2 +1,1 @@
-"""The foundation every other package stands on (errors, canonical JSON, tokenizer state, progress, version, lazy
-names, process state); nothing here imports another gencache package."""
+"""The foundation every other package stands on: nothing here imports another gencache package."""

@@ -29,16 +29,10 @@ ABOUT = (
 )
 
 
-def _schema(model: type[BaseModel]) -> dict[str, Any]:
-    """``model``'s JSON schema, closed to unknown keys unless it takes them."""
-    schema = model.model_json_schema(ref_template="#/$defs/{model}")
-    return {**schema, "additionalProperties": schema.get("additionalProperties", False)}
-
-
 def _switch(selector: str, target: str, models: Mapping[str, tuple[type[BaseModel], str]], defs: dict[str, Any]) -> Any:
     """One ``if selector == name then target is model`` rule per ``name: (model, description)``, into ``defs``."""
     for name, (model, about) in models.items():
-        defs[f"{target}.{name}"] = {**_schema(model), "description": " ".join(about.split())}
+        defs[f"{target}.{name}"] = {**model.model_json_schema(), "description": " ".join(about.split())}
     then = {name: {"properties": {target: {"$ref": f"#/$defs/{target}.{name}"}}} for name in models}
     return [{"if": {"properties": {selector: {"const": n}}, "required": [selector]}, "then": then[n]} for n in models]
 
@@ -46,7 +40,7 @@ def _switch(selector: str, target: str, models: Mapping[str, tuple[type[BaseMode
 def _full_schema() -> dict[str, Any]:
     """The schema of a merged config; each dataset's, template's and engine's options are chosen by its name
     (built-in datasets are examples, not an enum: plug-ins add names)."""
-    schema = _schema(CacheConfig)
+    schema = CacheConfig.model_json_schema()
     defs = schema["$defs"]
     props = defs["DataConfig"]["properties"]
     props["dataset_name"]["examples"] = sorted(BUILTIN_DATASETS)
@@ -64,7 +58,7 @@ def _full_schema() -> dict[str, Any]:
     )
     engines = {name: (model, model.__doc__ or "") for name, model in ENGINE_OPTIONS.items()}
     schema["allOf"] = _switch("engine", "engine_options", engines, defs)
-    generation = _schema(GenerationKwargs)
+    generation = GenerationKwargs.model_json_schema()
     defs.update(generation.pop("$defs", {}))
     refused = sorted(LOGIT_FIELDS | set(GENERATION_FORBIDDEN) | set(GENERATION_UNSUPPORTED))
     defs["ModelConfig"]["properties"]["generation_kwargs"].update(
@@ -124,7 +118,6 @@ def _rules(prop: Mapping[str, Any]) -> str:
 
 
 def _table(schema: Mapping[str, Any], defs: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """One row per property of ``schema``: its name, type, default (or required), description and rules."""
     if not schema.get("properties"):
         return ["None: any key is an error.", ""]
     required = schema.get("required", ())
@@ -147,8 +140,7 @@ def config_tables() -> str:
     for field, each in (("data_kwargs", "dataset"), ("template_kwargs", "template"), ("engine_options", "engine")):
         lines += [f"## `{field}` of each {each}", ""]
         for key in (key for key in defs if key.startswith(f"{field}.")):
-            about = [defs[key]["description"], ""] if "description" in defs[key] else []
-            lines += [f"### `{key.split('.', 1)[1]}`", "", *about, *_table(defs[key], defs)]
+            lines += [f"### `{key.split('.', 1)[1]}`", "", defs[key]["description"], "", *_table(defs[key], defs)]
     return "\n".join(lines)
 
 

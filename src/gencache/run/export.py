@@ -26,7 +26,6 @@ from gencache.core.errors import (
     DatasetError,
     FormatError,
     GencacheError,
-    InputPathError,
     OutputExistsError,
     SourceChangedError,
     WriteError,
@@ -101,9 +100,7 @@ def check_out(out: str | os.PathLike[str]) -> Path:
         raise OutputExistsError(f"{path} already exists; choose another --out path.")
     parent = next(parent for parent in path.parents if os.path.lexists(parent))
     if not parent.is_dir():
-        raise InputPathError(
-            f"Cannot write {path}: {parent} is not a directory; choose an --out path under a directory."
-        )
+        raise ConfigError(f"Cannot write {path}: {parent} is not a directory; choose an --out path under a directory.")
     return path
 
 
