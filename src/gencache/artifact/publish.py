@@ -101,11 +101,10 @@ def _renameat2(source: Path, target: Path) -> int:
     func = getattr(_libc(), "renameat2", None)
     if func is None:
         return errno.ENOSYS
-    ctypes.set_errno(0)
     at_fdcwd, noreplace = -100, 1
     if func(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), noreplace) == 0:
         return 0
-    return ctypes.get_errno() or errno.EIO
+    return ctypes.get_errno()  # a failed call (-1) always sets it
 
 
 _libc = functools.cache(lambda: ctypes.CDLL(None, use_errno=True))

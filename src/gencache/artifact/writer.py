@@ -93,12 +93,10 @@ def _entry_fields(
             raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
     buffers = [_as_view(sequence, key, i) for i, sequence in enumerate(sequences)]
     texts, reasons = tuple(texts), tuple(finish_reasons)
-    if not buffers:
-        raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
-    if len(texts) != len(buffers) or len(reasons) != len(buffers):
+    if not buffers or len(texts) != len(buffers) or len(reasons) != len(buffers):
         raise FormatError(
             f"Entry {key} has {len(buffers)} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
-            "give one text and one finish reason per sequence."
+            "give at least one sequence, and one text and one finish reason per sequence."
         )
     fields: list[Any] = []
     for i, (buffer, text, reason) in enumerate(zip(buffers, texts, reasons, strict=True)):
@@ -181,9 +179,6 @@ class CacheWriter:
     def finalized(self) -> bool:
         return self._state == "finalized"
 
-    def __len__(self) -> int:
-        return len(self._records)
-
     def add(self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]) -> bool:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
         reason per sequence. Returns False for an identical re-add (nothing written)."""
@@ -255,12 +250,6 @@ class CacheWriter:
             remove(where)
         self._created.clear()
         self._state = "aborted"
-
-    def __enter__(self) -> CacheWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.abort()  # a finalized writer keeps its files
 
 
 class ArtifactBuild:
