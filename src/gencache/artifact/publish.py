@@ -70,7 +70,7 @@ NAME_MAX = 255  # the longest file name (bytes) Linux file systems take
 PATH_MAX = 4096  # the longest path (bytes) the kernel takes
 
 
-def check_output_path(output_dir: Path | str) -> None:
+def check_output_path(output_dir: Path) -> None:
     """Refuse an output path that exists (even as an empty directory or a dangling symlink), whose name a temporary
     directory could have (``gencache clean`` would take it for a leftover), or too long once the temporary names are
     derived from it."""
@@ -81,14 +81,13 @@ def check_output_path(output_dir: Path | str) -> None:
             f"Output path {output_dir} already exists{link}; choose a new output_dir (gencache never overwrites, "
             "appends to or resumes an artifact)."
         )
-    path = Path(output_dir)
-    if TEMP_RE.match(path.name):
+    if TEMP_RE.match(output_dir.name):
         raise ConfigError(
             f"output_dir {output_dir} has the form of a gencache temporary directory (.NAME.gencache-HOST-PID-HEX), "
             "which gencache clean removes; choose another name."
         )
-    lock = path.parent / (temp_name(path) + LOCK_SUFFIX)  # the longest name and path a build derives
-    longest = max(len(os.fsencode(part)) for part in (*path.parts, lock.name))
+    lock = output_dir.parent / (temp_name(output_dir) + LOCK_SUFFIX)  # the longest name and path a build derives
+    longest = max(len(os.fsencode(part)) for part in (*output_dir.parts, lock.name))
     if longest > NAME_MAX or len(os.fsencode(os.path.abspath(lock))) > PATH_MAX:
         raise ConfigError(
             f"output_dir {str(output_dir)[:60]}... is too long: a name in it or derived from it would be over "
@@ -110,10 +109,9 @@ def _renameat2(source: Path, target: Path) -> int:
 _libc = functools.cache(lambda: ctypes.CDLL(None, use_errno=True))
 
 
-def probe_rename(parent: Path | str) -> str:
+def probe_rename(parent: Path) -> str:
     """Which publish rename ``parent``'s filesystem supports, ``"renameat2"`` or ``"rename"``, found by renaming
     directories in a scratch directory; one whose ``renameat2`` accepts the flag but replaces a directory is refused."""
-    parent = Path(parent)
     scratch = parent / temp_name(parent / "probe", _PROBE)
     try:
         try:
@@ -138,13 +136,12 @@ def probe_rename(parent: Path | str) -> str:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def publish(temp_dir: Path | str, output_dir: Path | str) -> str:
+def publish(temp_dir: Path, output_dir: Path) -> str:
     """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
 
     Where ``renameat2(RENAME_NOREPLACE)`` is missing, a plain rename of the non-empty directory, which refuses an
     existing non-empty directory, a file or a symlink, after checking the output is still absent.
     """
-    temp_dir, output_dir = Path(temp_dir), Path(output_dir)
     try:
         os.chmod(temp_dir, 0o777 & ~umask())
         fsync_dir(temp_dir)
@@ -211,9 +208,8 @@ def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: 
 LOCK_SUFFIX = ".lock"
 
 
-def lock_path(temp_dir: Path | str) -> Path:
+def lock_path(temp_dir: Path) -> Path:
     """``<temp_dir>.lock``, beside the directory (an artifact holds exactly its three files)."""
-    temp_dir = Path(temp_dir)
     return temp_dir.with_name(temp_dir.name + LOCK_SUFFIX)
 
 
@@ -277,7 +273,7 @@ def _try_lock(path: str) -> tuple[str, int]:
     return "dead", fd
 
 
-def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:
+def clean(parent: Path, outputs: Collection[str] | None = None) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead (with ``outputs``, only those of these
     output names); return what this call removed.
 
@@ -285,7 +281,6 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
     scratch directories of :func:`probe_rename`, removed once the process on this host that named them is gone.
     What cannot be removed is named in one :class:`WriteError` after the rest is removed.
     """
-    parent = Path(parent)
     if not parent.is_dir():
         raise ConfigError(f"{parent} is not a directory; give the directory that holds the output directories.")
     removed = []
