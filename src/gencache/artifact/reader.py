@@ -87,9 +87,8 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     if isinstance(where, S3Url):  # by range: the payload's header and the manifest's few KiB after its entries
         remote = RemoteArtifact(where)
         size, header_raw = remote.payload_head()
-        manifest_size, length = remote.sizes[MANIFEST_NAME], 4096
-        tail = remote.read(MANIFEST_NAME, max(manifest_size - length, 0))
-        while OTHERS not in tail and length < manifest_size:
+        manifest_size, length, tail = remote.sizes[MANIFEST_NAME], 1024, b""
+        while OTHERS not in tail and len(tail) < manifest_size:
             length *= 4
             tail = remote.read(MANIFEST_NAME, max(manifest_size - length, 0))
         try:

@@ -24,8 +24,6 @@ from gencache.artifact.store import download, list_objects, read_object
 from gencache.config.paths import S3Url
 from gencache.core.errors import FormatError
 
-HEAD_BYTES = 64 * 1024  # the first range read of a payload: the length prefix and, usually, the whole header
-
 
 class RemoteArtifact:
     """The objects of the artifact at ``where`` (:class:`FormatError` unless exactly the three, committed), cached
@@ -56,7 +54,7 @@ class RemoteArtifact:
     def payload_head(self) -> tuple[int, bytes]:
         """The payload's size and its header's bytes (length prefix excluded): one or two range reads."""
         size = self.sizes[PAYLOAD_NAME]
-        head = self.read(PAYLOAD_NAME, 0, min(size, HEAD_BYTES))
+        head = self.read(PAYLOAD_NAME, 0, min(size, 64 * 1024))  # usually the whole header
         capacity = read_length_prefix(head[:LENGTH_PREFIX_BYTES], size)
         end = LENGTH_PREFIX_BYTES + capacity
         if end > len(head):

@@ -72,10 +72,7 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any
         )
     mislabeled: list[int] = []
     groups: dict[str, list[int]] = {}
-    for index in shards.present:
-        if index not in infos:
-            continue
-        info = infos[index]
+    for index, info in sorted(infos.items()):
         if isinstance(info, Mapping) and info.get("index") == index and info.get("count") == count:
             groups.setdefault(str(info.get("run_digest")), []).append(index)
             continue

@@ -45,8 +45,6 @@ from gencache.config.paths import S3Url
 from gencache.core.canonical import is_sha256_hex
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
 
-READ_ONLY = 0o444
-
 
 @contextmanager
 def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Iterator[None]:
@@ -135,7 +133,7 @@ class _NewFile:
         self.file.seek(0)
         self.file.write(head)
         self.file.flush()
-        os.fchmod(self.file.fileno(), READ_ONLY)
+        os.fchmod(self.file.fileno(), 0o444)  # published files are read-only
         os.fsync(self.file.fileno())
         self.file.close()
 
