@@ -174,7 +174,6 @@ class CacheReader(GenerationCache):
                 return self._tokens
             self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
             self._close_fd = weakref.finalize(self, os.close, self._fd)
-        assert self._fd is not None
         try:
             mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except (OSError, ValueError) as error:
@@ -332,8 +331,6 @@ def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> 
                 problems.append(str(error))
                 continue
             problems.extend(_entry_problems(key, entry, digests[first[position] : first[position + 1]]))
-        if progress is not None:
-            progress(total, total)
     except GencacheError as error:
         return [str(error)]
     except OSError as error:

@@ -82,6 +82,5 @@ class RemoteArtifact:
 
     def __getitem__(self, span: slice) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The payload's tokens ``[start:stop]`` (in tokens), read by one range request."""
-        start, stop = int(span.start), int(span.stop)
-        data = self.read(PAYLOAD_NAME, start * TOKEN_BYTES, (stop - start) * TOKEN_BYTES)
+        data = self.read(PAYLOAD_NAME, span.start * TOKEN_BYTES, (span.stop - span.start) * TOKEN_BYTES)
         return np.frombuffer(bytearray(data), dtype="<i8")
