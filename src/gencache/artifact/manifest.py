@@ -212,13 +212,12 @@ def check_manifest(value: object) -> Manifest:
     if manifest.provenance_digest != provenance_digest(provenance):
         raise FormatError("manifest.json provenance_digest does not match its provenance (the manifest was altered).")
     lengths: list[int] = []
-    reasons = dict.fromkeys(FINISH_REASONS, 0)
     for key, entry in manifest.entries.items():
         lengths += check_entry(key, entry)
-        for reason in entry["finish_reasons"]:
-            reasons[reason] += 1
+    reasons = Counter(reason for entry in manifest.entries.values() for reason in entry["finish_reasons"])
     counts: dict[str, Any] = {"entries": len(manifest.entries), "sequences": len(lengths), "tokens": sum(lengths)}
-    check_summary(manifest.summary, manifest.entries, finish_reasons=reasons, **counts)
+    counts["finish_reasons"] = {reason: reasons[reason] for reason in FINISH_REASONS}
+    check_summary(manifest.summary, manifest.entries, **counts)
     return manifest
 
 
@@ -279,11 +278,8 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     """
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = caller.get("shard")
-    reasons = dict.fromkeys(FINISH_REASONS, 0)
     lengths = [n for record in records.values() for n in record[1::RECORD_STRIDE]]
-    for record in records.values():
-        for reason in record[4::RECORD_STRIDE]:
-            reasons[reason] += 1
+    reasons = Counter(reason for record in records.values() for reason in record[4::RECORD_STRIDE])
     whole_run = shard is None or shard["count"] == 1
     implied = sum(item["samples"] for item in data_configs) - len(records) if data_configs and whole_run else 0
     summary = {
@@ -291,7 +287,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
         "sequences": len(lengths),
         "tokens": sum(lengths),
         "duplicates": caller.get("duplicates", implied),
-        "finish_reasons": reasons,
+        "finish_reasons": {reason: reasons[reason] for reason in FINISH_REASONS},
         "data_configs": data_configs,
         "shard": shard,
     }
