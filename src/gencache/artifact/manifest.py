@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
@@ -80,8 +80,7 @@ def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]
             getattr(checked, field).encode("utf-8")
         except UnicodeEncodeError:
             raise FormatError(f"{where}.{field} is not valid Unicode (damaged).") from None
-    provenance: dict[str, Any] = msgspec.to_builtins(checked)
-    return provenance
+    return cast("dict[str, Any]", msgspec.to_builtins(checked))
 
 
 def make_provenance(model_path: str, tokenizer_path: str, dtype: str, tokenizer: Any) -> dict[str, Any]:
