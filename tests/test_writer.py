@@ -109,21 +109,22 @@ def test_golden_bytes_of_a_small_artifact(tmp_path: Path) -> None:
 
 # -- the reservation and the backfill ------------------------------------------------------------------------------
 def test_an_unfinished_payload_is_rejected_by_safetensors_loaders(tmp_path: Path) -> None:
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, 1, 10)) as w:
-        path = w.path
-        for stage in range(3):
-            raw = path.read_bytes()
-            assert raw[8 : 8 + w.header_capacity] == b" " * w.header_capacity
-            for load in (
-                lambda: safetensors.safe_open(path, framework="pt"),
-                lambda: safetensors.safe_open(path, framework="numpy"),
-                lambda: safetensors.torch.load_file(path),
-            ):
-                with pytest.raises(Exception):  # noqa: B017 (safetensors raises its own error types)
-                    load()
-            entry = make_entries(3)[stage]
-            w.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
-    assert os.listdir(tmp_path) == []  # leaving without finalize removed the file
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, 1, 10))
+    path = w.path
+    for stage in range(3):
+        raw = path.read_bytes()
+        assert raw[8 : 8 + w.header_capacity] == b" " * w.header_capacity
+        for load in (
+            lambda: safetensors.safe_open(path, framework="pt"),
+            lambda: safetensors.safe_open(path, framework="numpy"),
+            lambda: safetensors.torch.load_file(path),
+        ):
+            with pytest.raises(Exception):  # noqa: B017 (safetensors raises its own error types)
+                load()
+        entry = make_entries(3)[stage]
+        w.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
+    w.abort()
+    assert os.listdir(tmp_path) == []
 
 
 def test_finalize_backfills_the_header_in_place(tmp_path: Path) -> None:
@@ -171,26 +172,26 @@ def _args(e):  # type: ignore[no-untyped-def]
 # -- duplicates and invalid input ------------------------------------------------------------------------------------
 def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path: Path) -> None:
     e = make_entries(1, sequences=2)[0]
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(2, 2, 20)) as w:
-        assert w.add(*_args(e)) is True
-        size = os.stat(w.path).st_size
-        assert w.add(e.key, [bytearray(p) for p in e.payload()], list(e.texts), list(e.finish_reasons)) is False
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(2, 2, 20))
+    assert w.add(*_args(e)) is True
+    size = os.stat(w.path).st_size
+    assert w.add(e.key, [bytearray(p) for p in e.payload()], list(e.texts), list(e.finish_reasons)) is False
+    assert os.stat(w.path).st_size == size
+    for change in (
+        {"seqs": [e.payload()[0], tokens([1])]},
+        {"texts": [e.texts[0], "other"]},
+        {"reasons": ["length", "length"]},
+        {"seqs": e.payload()[:1], "texts": e.texts[:1], "reasons": e.finish_reasons[:1]},
+    ):
+        with pytest.raises(FormatError, match="Conflicting duplicate key"):
+            w.add(
+                e.key,
+                change.get("seqs", e.payload()),
+                change.get("texts", e.texts),
+                change.get("reasons", e.finish_reasons),
+            )
         assert os.stat(w.path).st_size == size
-        for change in (
-            {"seqs": [e.payload()[0], tokens([1])]},
-            {"texts": [e.texts[0], "other"]},
-            {"reasons": ["length", "length"]},
-            {"seqs": e.payload()[:1], "texts": e.texts[:1], "reasons": e.finish_reasons[:1]},
-        ):
-            with pytest.raises(FormatError, match="Conflicting duplicate key"):
-                w.add(
-                    e.key,
-                    change.get("seqs", e.payload()),
-                    change.get("texts", e.texts),
-                    change.get("reasons", e.finish_reasons),
-                )
-            assert os.stat(w.path).st_size == size
-        assert list(w._records) == [e.key] and len(w) == 1
+    assert list(w._records) == [e.key] and len(w._records) == 1
 
 
 @pytest.mark.parametrize(
@@ -198,7 +199,7 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
     [
         ("A" * 64, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
         ("a" * 63, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
-        ("a" * 64, [], [], [], "no sequences"),
+        ("a" * 64, [], [], [], "at least one sequence"),
         ("a" * 64, [b""], ["t"], ["eos"], "at least one int64"),
         ("a" * 64, [b"\x01\x02\x03"], ["t"], ["eos"], "at least one int64"),
         ("a" * 64, tokens([1]), ["t"], ["eos"], "bytes-like"),
@@ -227,38 +228,38 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
 def test_invalid_entries_are_rejected_and_leave_the_writer_usable(
     tmp_path: Path, key: str, sequences: object, texts: list[object], reasons: list[str], fragment: str
 ) -> None:
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(2, 2, 20)) as w:
-        size = os.stat(w.path).st_size
-        with pytest.raises(FormatError, match=fragment):
-            w.add(key, sequences, texts, reasons)  # type: ignore[arg-type]
-        assert os.stat(w.path).st_size == size and len(w) == 0
-        assert w.add(*_args(make_entries(1)[0]))
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(2, 2, 20))
+    size = os.stat(w.path).st_size
+    with pytest.raises(FormatError, match=fragment):
+        w.add(key, sequences, texts, reasons)  # type: ignore[arg-type]
+    assert os.stat(w.path).st_size == size and len(w._records) == 0
+    assert w.add(*_args(make_entries(1)[0]))
 
 
 def test_int64_arrays_and_raw_bytes_are_accepted(tmp_path: Path) -> None:
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(4, 1, 3)) as w:
-        for i, sequence in enumerate(
-            [
-                np.array([1, 2, 3], dtype=np.int64),
-                bytearray(tokens([1, 2, 3])),
-                memoryview(tokens([1, 2, 3])),
-                tokens([1, 2, 3]),
-            ]
-        ):
-            assert w.add(hashlib.sha256(bytes([i])).hexdigest(), [sequence], ["t"], ["eos"])
-        assert len({r[2] for r in w._records.values()}) == 1  # one digest
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(4, 1, 3))
+    for i, sequence in enumerate(
+        [
+            np.array([1, 2, 3], dtype=np.int64),
+            bytearray(tokens([1, 2, 3])),
+            memoryview(tokens([1, 2, 3])),
+            tokens([1, 2, 3]),
+        ]
+    ):
+        assert w.add(hashlib.sha256(bytes([i])).hexdigest(), [sequence], ["t"], ["eos"])
+    assert len({r[2] for r in w._records.values()}) == 1  # one digest
 
 
 def test_the_writer_keeps_no_reference_to_token_buffers(tmp_path: Path) -> None:
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(50, 1, 64)) as w:
-        refs = []
-        for i in range(50):
-            array = np.arange(i, i + 64, dtype="<i8")
-            refs.append(weakref.ref(array))
-            w.add(hashlib.sha256(bytes([i])).hexdigest(), [array], ["t"], ["eos"])
-            del array
-        gc.collect()
-        assert all(ref() is None for ref in refs)
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(50, 1, 64))
+    refs = []
+    for i in range(50):
+        array = np.arange(i, i + 64, dtype="<i8")
+        refs.append(weakref.ref(array))
+        w.add(hashlib.sha256(bytes([i])).hexdigest(), [array], ["t"], ["eos"])
+        del array
+    gc.collect()
+    assert all(ref() is None for ref in refs)
 
 
 def test_abort_is_idempotent_and_closes_the_writer(tmp_path: Path) -> None:
@@ -534,39 +535,39 @@ class _Str(str):
 
 def test_single_sequence_re_adds_and_conflicts(tmp_path: Path) -> None:
     seq = tokens([1, 2, 3])
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, 1, 3)) as w:
-        assert w.add(A, [seq], ["tëxt"], ["length"]) is True
-        size = os.stat(w.path).st_size
-        for same in (
-            ([seq], ["tëxt"], ["length"]),
-            ((seq,), ("tëxt",), ("length",)),
-            ([bytearray(seq)], ["tëxt"], ["length"]),
-            ([np.array([1, 2, 3], dtype=np.int64)], [_Str("tëxt")], [_Str("length")]),
-        ):
-            assert w.add(A, *same) is False
-        for different in (
-            ([tokens([1, 2, 4])], ["tëxt"], ["length"]),
-            ([tokens([1, 2])], ["tëxt"], ["length"]),
-            ([seq], ["text"], ["length"]),
-            ([seq], ["tëxt"], ["eos"]),
-            ([seq, seq], ["tëxt", "tëxt"], ["length", "length"]),
-        ):
-            with pytest.raises(FormatError, match="Conflicting duplicate key"):
-                w.add(A, *different)
-        assert w.add(B, [tokens([5]), tokens([6])], [_Str("a"), "b"], [_Str("eos"), "eos"]) is True
-        assert w.add(B, [tokens([5]), tokens([6])], ["a", "b"], ["eos", "eos"]) is False
-        assert os.stat(w.path).st_size == size + 16
-        w.finalize(resolved_config=RESOLVED, summary={})
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(3, 1, 3))
+    assert w.add(A, [seq], ["tëxt"], ["length"]) is True
+    size = os.stat(w.path).st_size
+    for same in (
+        ([seq], ["tëxt"], ["length"]),
+        ((seq,), ("tëxt",), ("length",)),
+        ([bytearray(seq)], ["tëxt"], ["length"]),
+        ([np.array([1, 2, 3], dtype=np.int64)], [_Str("tëxt")], [_Str("length")]),
+    ):
+        assert w.add(A, *same) is False
+    for different in (
+        ([tokens([1, 2, 4])], ["tëxt"], ["length"]),
+        ([tokens([1, 2])], ["tëxt"], ["length"]),
+        ([seq], ["text"], ["length"]),
+        ([seq], ["tëxt"], ["eos"]),
+        ([seq, seq], ["tëxt", "tëxt"], ["length", "length"]),
+    ):
+        with pytest.raises(FormatError, match="Conflicting duplicate key"):
+            w.add(A, *different)
+    assert w.add(B, [tokens([5]), tokens([6])], [_Str("a"), "b"], [_Str("eos"), "eos"]) is True
+    assert w.add(B, [tokens([5]), tokens([6])], ["a", "b"], ["eos", "eos"]) is False
+    assert os.stat(w.path).st_size == size + 16
+    w.finalize(resolved_config=RESOLVED, summary={})
     assert verify(tmp_path) == []
 
 
 def test_a_manifest_of_many_pieces_is_streamed_whole(tmp_path: Path) -> None:
     count = 1_500  # about 1.6 MB of manifest: more than one MANIFEST_CHUNK_BYTES piece
-    with CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(count, 1, 2)) as w:
-        for i in range(count):
-            w.add(hashlib.sha256(b"%d" % i).hexdigest(), [tokens([i, i + 1])], [f"{i} " + "é" * 500], ["eos"])
-        records = dict(w._records)
-        w.finalize(resolved_config=RESOLVED, summary={})
+    w = CacheWriter(tmp_path, provenance=PROVENANCE, header_capacity=header_capacity(count, 1, 2))
+    for i in range(count):
+        w.add(hashlib.sha256(b"%d" % i).hexdigest(), [tokens([i, i + 1])], [f"{i} " + "é" * 500], ["eos"])
+    records = dict(w._records)
+    w.finalize(resolved_config=RESOLVED, summary={})
     manifest = (tmp_path / "manifest.json").read_bytes()
     assert len(manifest) > MANIFEST_CHUNK_BYTES
     assert manifest == json_file_bytes(manifest_object(PROVENANCE, records, build_summary(records, {})))

@@ -51,7 +51,7 @@ def build(args: argparse.Namespace) -> int:
                 b.writer.add(entry.key, entry.payload(), entry.texts, entry.finish_reasons)
             b.writer.finalize(resolved_config=RESOLVED, summary={})
             report["mode"] = b.publish()
-            report["entries"] = len(b.writer)
+            report["entries"] = len(entries)
     except Stopped as stop:
         return stop.exit_code
     except GencacheError as error:

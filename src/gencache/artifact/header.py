@@ -9,6 +9,7 @@ to ``{"data_offsets": [start, end], "dtype": "I64", "shape": [n]}`` (offsets rel
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -87,11 +88,8 @@ def build_header(
             start, n = record[0], record[1]
             parts.append(f'"{key}.0":{{"data_offsets":[{start},{start + n * width}],"dtype":"I64","shape":[{n}]}}')
             continue
-        start, lengths = record[0], record[1::RECORD_STRIDE]
-        starts = []
-        for n in lengths:
-            starts.append(start)
-            start += n * width
+        lengths = record[1::RECORD_STRIDE]
+        starts = list(itertools.accumulate([n * width for n in lengths[:-1]], initial=record[0]))
         for i in sorted(range(len(lengths)), key=str):  # the order canonical JSON sorts names: "10" before "2"
             s, n = starts[i], lengths[i]
             parts.append(_tensor_member_text(tensor_name(key, i), s, s + n * width, n))

@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
@@ -80,8 +80,7 @@ def check_provenance(value: object, where: str = "provenance") -> dict[str, Any]
             getattr(checked, field).encode("utf-8")
         except UnicodeEncodeError:
             raise FormatError(f"{where}.{field} is not valid Unicode (damaged).") from None
-    provenance: dict[str, Any] = msgspec.to_builtins(checked)
-    return provenance
+    return cast("dict[str, Any]", msgspec.to_builtins(checked))
 
 
 def make_provenance(model_path: str, tokenizer_path: str, dtype: str, tokenizer: Any) -> dict[str, Any]:
@@ -212,13 +211,12 @@ def check_manifest(value: object) -> Manifest:
     if manifest.provenance_digest != provenance_digest(provenance):
         raise FormatError("manifest.json provenance_digest does not match its provenance (the manifest was altered).")
     lengths: list[int] = []
-    reasons = dict.fromkeys(FINISH_REASONS, 0)
     for key, entry in manifest.entries.items():
         lengths += check_entry(key, entry)
-        for reason in entry["finish_reasons"]:
-            reasons[reason] += 1
+    reasons = Counter(reason for entry in manifest.entries.values() for reason in entry["finish_reasons"])
     counts: dict[str, Any] = {"entries": len(manifest.entries), "sequences": len(lengths), "tokens": sum(lengths)}
-    check_summary(manifest.summary, manifest.entries, finish_reasons=reasons, **counts)
+    counts["finish_reasons"] = {reason: reasons[reason] for reason in FINISH_REASONS}
+    check_summary(manifest.summary, manifest.entries, **counts)
     return manifest
 
 
@@ -279,11 +277,8 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
     """
     data_configs = check_data_configs(caller.get("data_configs", []), "summary.data_configs")
     shard = caller.get("shard")
-    reasons = dict.fromkeys(FINISH_REASONS, 0)
     lengths = [n for record in records.values() for n in record[1::RECORD_STRIDE]]
-    for record in records.values():
-        for reason in record[4::RECORD_STRIDE]:
-            reasons[reason] += 1
+    reasons = Counter(reason for record in records.values() for reason in record[4::RECORD_STRIDE])
     whole_run = shard is None or shard["count"] == 1
     implied = sum(item["samples"] for item in data_configs) - len(records) if data_configs and whole_run else 0
     summary = {
@@ -291,7 +286,7 @@ def build_summary(records: Mapping[str, Record], caller: Mapping[str, Any]) -> d
         "sequences": len(lengths),
         "tokens": sum(lengths),
         "duplicates": caller.get("duplicates", implied),
-        "finish_reasons": reasons,
+        "finish_reasons": {reason: reasons[reason] for reason in FINISH_REASONS},
         "data_configs": data_configs,
         "shard": shard,
     }

@@ -70,7 +70,7 @@ NAME_MAX = 255  # the longest file name (bytes) Linux file systems take
 PATH_MAX = 4096  # the longest path (bytes) the kernel takes
 
 
-def check_output_path(output_dir: Path | str) -> None:
+def check_output_path(output_dir: Path) -> None:
     """Refuse an output path that exists (even as an empty directory or a dangling symlink), whose name a temporary
     directory could have (``gencache clean`` would take it for a leftover), or too long once the temporary names are
     derived from it."""
@@ -81,14 +81,13 @@ def check_output_path(output_dir: Path | str) -> None:
             f"Output path {output_dir} already exists{link}; choose a new output_dir (gencache never overwrites, "
             "appends to or resumes an artifact)."
         )
-    path = Path(output_dir)
-    if TEMP_RE.match(path.name):
+    if TEMP_RE.match(output_dir.name):
         raise ConfigError(
             f"output_dir {output_dir} has the form of a gencache temporary directory (.NAME.gencache-HOST-PID-HEX), "
             "which gencache clean removes; choose another name."
         )
-    lock = path.parent / (temp_name(path) + LOCK_SUFFIX)  # the longest name and path a build derives
-    longest = max(len(os.fsencode(part)) for part in (*path.parts, lock.name))
+    lock = output_dir.parent / (temp_name(output_dir) + LOCK_SUFFIX)  # the longest name and path a build derives
+    longest = max(len(os.fsencode(part)) for part in (*output_dir.parts, lock.name))
     if longest > NAME_MAX or len(os.fsencode(os.path.abspath(lock))) > PATH_MAX:
         raise ConfigError(
             f"output_dir {str(output_dir)[:60]}... is too long: a name in it or derived from it would be over "
@@ -101,26 +100,23 @@ def _renameat2(source: Path, target: Path) -> int:
     func = getattr(_libc(), "renameat2", None)
     if func is None:
         return errno.ENOSYS
-    ctypes.set_errno(0)
     at_fdcwd, noreplace = -100, 1
     if func(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), noreplace) == 0:
         return 0
-    return ctypes.get_errno() or errno.EIO
+    return ctypes.get_errno()  # a failed call (-1) always sets it
 
 
 _libc = functools.cache(lambda: ctypes.CDLL(None, use_errno=True))
 
 
-def probe_rename(parent: Path | str) -> str:
-    """Which publish rename ``parent``'s filesystem supports, ``"renameat2"`` or ``"rename"``, found by renaming
-    directories in a scratch directory; one whose ``renameat2`` accepts the flag but replaces a directory is refused."""
-    parent = Path(parent)
+def probe_rename(parent: Path) -> str:
+    """Which publish rename ``parent``'s filesystem supports, ``"renameat2"`` or ``"rename"``, found by renaming a
+    directory in a scratch directory (where the flag is taken, the kernel itself refuses an existing target)."""
     scratch = parent / temp_name(parent / "probe", _PROBE)
     try:
         try:
             scratch.mkdir(mode=0o700, parents=True)
             (scratch / "a").mkdir()
-            (scratch / "c").mkdir()
         except OSError as error:
             raise write_error(f"Creating a scratch directory in {parent}", error) from error
         code = _renameat2(scratch / "a", scratch / "b")
@@ -128,24 +124,17 @@ def probe_rename(parent: Path | str) -> str:
             return "rename"
         if code:
             raise WriteError(f"renameat2 probe in {parent} failed: {os.strerror(code)}; check the output filesystem.")
-        code = _renameat2(scratch / "b", scratch / "c")
-        if code != errno.EEXIST:
-            raise WriteError(
-                f"renameat2(RENAME_NOREPLACE) in {parent} did not refuse an existing directory "
-                f"({os.strerror(code) if code else 'it replaced it'}); this filesystem cannot publish safely."
-            )
         return "renameat2"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def publish(temp_dir: Path | str, output_dir: Path | str) -> str:
+def publish(temp_dir: Path, output_dir: Path) -> str:
     """Rename the finished ``temp_dir`` to ``output_dir`` without replacing anything; return the mode used.
 
     Where ``renameat2(RENAME_NOREPLACE)`` is missing, a plain rename of the non-empty directory, which refuses an
     existing non-empty directory, a file or a symlink, after checking the output is still absent.
     """
-    temp_dir, output_dir = Path(temp_dir), Path(output_dir)
     try:
         os.chmod(temp_dir, 0o777 & ~umask())
         fsync_dir(temp_dir)
@@ -212,9 +201,8 @@ def publish_file(path: Path | str, write: Callable[[IO[bytes]], T], *, replace: 
 LOCK_SUFFIX = ".lock"
 
 
-def lock_path(temp_dir: Path | str) -> Path:
+def lock_path(temp_dir: Path) -> Path:
     """``<temp_dir>.lock``, beside the directory (an artifact holds exactly its three files)."""
-    temp_dir = Path(temp_dir)
     return temp_dir.with_name(temp_dir.name + LOCK_SUFFIX)
 
 
@@ -278,7 +266,7 @@ def _try_lock(path: str) -> tuple[str, int]:
     return "dead", fd
 
 
-def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Path]:
+def clean(parent: Path, outputs: Collection[str] | None = None) -> list[Path]:
     """Remove the temporary directories in ``parent`` whose writer is dead (with ``outputs``, only those of these
     output names); return what this call removed.
 
@@ -286,7 +274,6 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
     scratch directories of :func:`probe_rename`, removed once the process on this host that named them is gone.
     What cannot be removed is named in one :class:`WriteError` after the rest is removed.
     """
-    parent = Path(parent)
     if not parent.is_dir():
         raise ConfigError(f"{parent} is not a directory; give the directory that holds the output directories.")
     removed = []
@@ -321,9 +308,8 @@ def clean(parent: Path | str, outputs: Collection[str] | None = None) -> list[Pa
         try:
             shutil.rmtree(path)
             removed.append(Path(path))
-            if fd >= 0:
-                with suppress(OSError):
-                    os.unlink(lock)
+            with suppress(OSError):  # a rename probe's scratch directory has none
+                os.unlink(lock)
         except FileNotFoundError:
             pass  # another cleaner removed it meanwhile
         except OSError as error:

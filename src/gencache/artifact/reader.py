@@ -87,9 +87,8 @@ def is_published(path: PathLike | S3Url, run_digest: str) -> bool:
     if isinstance(where, S3Url):  # by range: the payload's header and the manifest's few KiB after its entries
         remote = RemoteArtifact(where)
         size, header_raw = remote.payload_head()
-        manifest_size, length = remote.sizes[MANIFEST_NAME], 4096
-        tail = remote.read(MANIFEST_NAME, max(manifest_size - length, 0))
-        while OTHERS not in tail and length < manifest_size:
+        manifest_size, length, tail = remote.sizes[MANIFEST_NAME], 1024, b""
+        while OTHERS not in tail and len(tail) < manifest_size:
             length *= 4
             tail = remote.read(MANIFEST_NAME, max(manifest_size - length, 0))
         try:
@@ -175,7 +174,6 @@ class CacheReader(GenerationCache):
                 return self._tokens
             self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
             self._close_fd = weakref.finalize(self, os.close, self._fd)
-        assert self._fd is not None
         try:
             mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except (OSError, ValueError) as error:
@@ -333,8 +331,6 @@ def verify(path: PathLike | S3Url, progress: ProgressCallback | None = None) -> 
                 problems.append(str(error))
                 continue
             problems.extend(_entry_problems(key, entry, digests[first[position] : first[position + 1]]))
-        if progress is not None:
-            progress(total, total)
     except GencacheError as error:
         return [str(error)]
     except OSError as error:

@@ -32,9 +32,8 @@ class ShardSet:
     other_splits: dict[int, tuple[Location, ...]]
 
 
-def find_shards(path: PathLike | S3Url) -> ShardSet | None:
-    """The shard siblings of an unsuffixed ``path`` (None when there are none)."""
-    base = location(path)
+def find_shards(base: Location) -> ShardSet | None:
+    """The shard siblings of an unsuffixed ``base`` (None when there are none)."""
     splits: dict[int, dict[int, Location]] = {}
     for name in listdir(base.parent) or ():
         parsed = parse_shard_dir_name(name)
@@ -73,10 +72,7 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any
         )
     mislabeled: list[int] = []
     groups: dict[str, list[int]] = {}
-    for index in shards.present:
-        if index not in infos:
-            continue
-        info = infos[index]
+    for index, info in sorted(infos.items()):
         if isinstance(info, Mapping) and info.get("index") == index and info.get("count") == count:
             groups.setdefault(str(info.get("run_digest")), []).append(index)
             continue
@@ -111,29 +107,28 @@ def check_shard_set(shards: ShardSet, infos: Mapping[int, Any]) -> dict[str, Any
     }
 
 
-def stray_directory(path: PathLike | S3Url) -> str | None:
+def stray_directory(path: Location) -> str | None:
     """Why ``path`` hides the shard directories beside it, or None: it is a directory holding none of the artifact
     files (empty, say) while ``<path>-shard-IIIII-of-NNNNN`` directories exist."""
-    full = location(path)
-    listed = None if isinstance(full, Path) and full.is_symlink() else listdir(full)
+    listed = None if isinstance(path, Path) and path.is_symlink() else listdir(path)
     names = None if listed is None else set(listed)
-    shards = None if names is None or names & ARTIFACT_FILES else find_shards(full)
+    shards = None if names is None or names & ARTIFACT_FILES else find_shards(path)
     if shards is None:
         return None
-    what, fix = ("an empty directory", f"rmdir {full}") if not names else ("not an artifact", "move it away")
+    what, fix = ("an empty directory", f"rmdir {path}") if not names else ("not an artifact", "move it away")
     return (
-        f"{full} is {what} and hides the {len(shards.present)} shard directories "
-        f"{full.name}-shard-*-of-{shards.count:05d} beside it: remove the stray directory ({fix}) so that the path "
+        f"{path} is {what} and hides the {len(shards.present)} shard directories "
+        f"{path.name}-shard-*-of-{shards.count:05d} beside it: remove the stray directory ({fix}) so that the path "
         "stands for its shards, or name one shard directory."
     )
 
 
-def split_conflict(path: PathLike | S3Url, count: int | None) -> str | None:
+def split_conflict(path: Location, count: int | None) -> str | None:
     """Why a run may not write its split of the unsharded output path ``path`` (``count`` ways, or unsplit when
     None), or None when it may: the two splits could never be read as one artifact, and an unsplit run would
     publish ``path`` itself over the split's name. An unsplit run over a path that exists is left to the output
     check (it refuses any existing path)."""
-    if count is None and exists(location(path)):
+    if count is None and exists(path):
         return None
     found = find_shards(path)
     if found is None:

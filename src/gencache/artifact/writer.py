@@ -45,8 +45,6 @@ from gencache.config.paths import S3Url
 from gencache.core.canonical import is_sha256_hex
 from gencache.core.errors import FormatError, GencacheError, HeaderCapacityError, WriteError
 
-READ_ONLY = 0o444
-
 
 @contextmanager
 def _undone_on_failure(undo: Callable[[], None], what: Callable[[], str]) -> Iterator[None]:
@@ -93,12 +91,10 @@ def _entry_fields(
             raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
     buffers = [_as_view(sequence, key, i) for i, sequence in enumerate(sequences)]
     texts, reasons = tuple(texts), tuple(finish_reasons)
-    if not buffers:
-        raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
-    if len(texts) != len(buffers) or len(reasons) != len(buffers):
+    if not buffers or len(texts) != len(buffers) or len(reasons) != len(buffers):
         raise FormatError(
             f"Entry {key} has {len(buffers)} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
-            "give one text and one finish reason per sequence."
+            "give at least one sequence, and one text and one finish reason per sequence."
         )
     fields: list[Any] = []
     for i, (buffer, text, reason) in enumerate(zip(buffers, texts, reasons, strict=True)):
@@ -137,7 +133,7 @@ class _NewFile:
         self.file.seek(0)
         self.file.write(head)
         self.file.flush()
-        os.fchmod(self.file.fileno(), READ_ONLY)
+        os.fchmod(self.file.fileno(), 0o444)  # published files are read-only
         os.fsync(self.file.fileno())
         self.file.close()
 
@@ -163,7 +159,7 @@ class CacheWriter:
         self.path = directory / PAYLOAD_NAME
         self._records: dict[str, Record] = {}
         self._data_end = 0
-        self._state = "open"
+        self.state = "open"  # then "finalized" or "aborted"
         self._created: list[Path | S3Url] = []
         self._payload: _NewFile | ObjectUpload
         if isinstance(directory, S3Url):
@@ -177,18 +173,11 @@ class CacheWriter:
         with _undone_on_failure(self.abort, lambda: f"Reserving the header of {self.path}"):
             self._payload.reserve(prefix, header_capacity)
 
-    @property
-    def finalized(self) -> bool:
-        return self._state == "finalized"
-
-    def __len__(self) -> int:
-        return len(self._records)
-
     def add(self, key: str, sequences: Sequence[Any], texts: Sequence[str], finish_reasons: Sequence[str]) -> bool:
         """Append one entry: its answer sequences (bytes-like, little-endian int64), one text and one finish
         reason per sequence. Returns False for an identical re-add (nothing written)."""
-        if self._state != "open":
-            raise WriteError(f"Cannot add entries: this CacheWriter is {self._state}; start a new artifact.")
+        if self.state != "open":
+            raise WriteError(f"Cannot add entries: this CacheWriter is {self.state}; start a new artifact.")
         if not is_sha256_hex(key):
             raise FormatError(f"Entry key {key!r} is not a 64-character lowercase hex semantic key.")
         buffers, fields = _entry_fields(key, sequences, texts, finish_reasons)
@@ -208,8 +197,8 @@ class CacheWriter:
         """Write the header in place, ``resolved_config.json`` and last ``manifest.json`` (on a bucket its
         creation is the commit). ``summary`` holds the caller's ``duplicates``, ``data_configs`` and ``shard`` (any
         may be omitted)."""
-        if self._state != "open":
-            raise WriteError(f"Cannot finalize: this CacheWriter is {self._state}; start a new artifact.")
+        if self.state != "open":
+            raise WriteError(f"Cannot finalize: this CacheWriter is {self.state}; start a new artifact.")
         with _undone_on_failure(self.abort, lambda: f"Finalizing {self.directory}"):
             keys = sorted(self._records)
             header = build_header(self._records, self.provenance_digest, sorted_keys=keys)
@@ -230,7 +219,7 @@ class CacheWriter:
             self._write_new(self.directory / MANIFEST_NAME, itertools.chain((first,), manifest))
             if isinstance(self.directory, Path):
                 fsync_dir(self.directory)
-        self._state = "finalized"
+        self.state = "finalized"
 
     def _write_new(self, where: Path | S3Url, pieces: Iterable[bytes]) -> None:
         self._created.append(where)
@@ -244,23 +233,17 @@ class CacheWriter:
 
     def abort(self) -> None:
         """Close and remove this writer's files (idempotent; a finalized or committed writer keeps them)."""
-        if self._state == "finalized":
+        if self.state == "finalized":
             return
         self._payload.abort()
         manifest = self.directory / MANIFEST_NAME
         if isinstance(manifest, S3Url) and manifest in self._created and exists(manifest):
-            self._state = "finalized"  # committed, though the reply never came: the artifact is whole
+            self.state = "finalized"  # committed, though the reply never came: the artifact is whole
             return
         for where in self._created:
             remove(where)
         self._created.clear()
-        self._state = "aborted"
-
-    def __enter__(self) -> CacheWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.abort()  # a finalized writer keeps its files
+        self.state = "aborted"
 
 
 class ArtifactBuild:
@@ -310,7 +293,7 @@ class ArtifactBuild:
     def publish(self) -> str:
         """Publish the finalized artifact: rename the temporary directory to ``output_dir`` and return
         ``"renameat2"`` or ``"rename"``; on a bucket the writer's manifest already committed it (``"s3"``)."""
-        if self._writer is None or not self._writer.finalized:
+        if self._writer is None or self._writer.state != "finalized":
             raise WriteError("Finalize the writer inside the with block before publishing; nothing was published.")
         temp = self.temp_dir
         if temp is None:
@@ -323,7 +306,7 @@ class ArtifactBuild:
     def published(self) -> bool:
         """Whether the output is in place, though an exception may have interrupted :meth:`publish` after the rename
         or the commit: only the rename moves the temporary directory away, and the output did not exist before."""
-        if self._writer is None or not self._writer.finalized:  # only a finalized build is renamed or committed
+        if self._writer is None or self._writer.state != "finalized":  # only a finalized build is renamed or committed
             return False
         return self.temp_dir is None or (not os.path.lexists(self.temp_dir) and exists(self.output_dir))
 
