@@ -40,7 +40,7 @@ from gencache.core.errors import (
 )
 from gencache.core.progress import Notify, ProgressFactory, StagedProgress
 from gencache.data.sources import loaded_sources, mirrored, read_mirrored, shared_tables
-from gencache.run.plan import Overrides, Plan, Target, check_published, full_split, reshard, shard_from_env
+from gencache.run.plan import Overrides, Plan, Target, check_published, full_split, shard_from_env
 from gencache.run.preflight import input_keys, plan_run, preflight
 from gencache.run.ray_cluster import check_reachable, connected, import_ray, resolve_address, worker_shape
 from gencache.run.session import TeacherSession
@@ -72,9 +72,10 @@ class RayOptions:
     timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        for name, value in (("shards", self.shards), ("workers", self.workers)):
-            if value is not None and (isinstance(value, bool) or value < 1):
-                raise ConfigError(f"--{name} must be at least 1, got {value}.")
+        if self.workers is not None and (
+            isinstance(self.workers, bool) or self.workers < 1
+        ):  # --shards: checked with the plan
+            raise ConfigError(f"--workers must be at least 1, got {self.workers}.")
         if isinstance(self.max_retries, bool) or self.max_retries < 0:
             raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}.")
         if not self.worker_gpus > 0:
@@ -235,10 +236,9 @@ class _Driver:
             self.say("warning", f"the cluster holds {capacity} workers at once; --workers {options.workers} uses that")
         default = not run.shards
         with shared_tables():  # the data files are read once for both checks
-            if default:  # eight shards per worker, fewer when some shard would own no key
-                keys = input_keys(replace(self.plan, pending=[]))
-                run.shards = full_split(keys, SHARDS_PER_WORKER * count)
-                self.plan = reshard(self.plan, run.shards)
+            if default:  # eight shards per worker, fewer when some shard would own no key (planned as the workers plan)
+                run.shards = full_split(input_keys(replace(self.plan, pending=[])), SHARDS_PER_WORKER * count)
+                self.plan = plan_run(self.config_path, self.overrides, None, run.shards, {}, True)
             keys = input_keys(self.plan)
             # with no shared filesystem to assume (a bucket), the config and the data files go to the workers
             sources = loaded_sources() if isinstance(self.plan.base, S3Url) else {}
