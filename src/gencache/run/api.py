@@ -25,7 +25,6 @@ PathLike = str | os.PathLike[str]
 
 
 def _overrides(overrides: Settings | None, output_dir: PathLike | None, limit: int | None) -> Overrides:
-    """``overrides`` as ``--set`` texts (a mapping's values JSON-encoded), with ``--output-dir`` and ``--limit``."""
     if isinstance(overrides, str):
         raise ConfigError("overrides must be a mapping of dotted paths to values or a list of 'PATH=VALUE' texts.")
     texts = []

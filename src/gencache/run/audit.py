@@ -50,8 +50,6 @@ class SequenceAudit:
 
 @dataclass(frozen=True)
 class KeyAudit:
-    """One audited key: its sequences' comparisons; ``first_difference`` is the earliest over them."""
-
     key: str
     sequences: tuple[SequenceAudit, ...]
     equal: bool
@@ -60,8 +58,6 @@ class KeyAudit:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What :func:`audit` found: the artifact, how it regenerated, each chosen key's :class:`KeyAudit`, the time."""
-
     path: Path
     engine: str
     model_path: str

@@ -95,7 +95,6 @@ def write_rows(
 
 
 def check_out(out: str | os.PathLike[str]) -> Path:
-    """The absolute ``--out`` path, refused when it exists or lies under something that is not a directory."""
     path = Path(os.path.abspath(out))
     if os.path.lexists(path):
         raise OutputExistsError(f"{path} already exists; choose another --out path.")

@@ -531,7 +531,6 @@ def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
 
 
 def _max_positions(config: Any) -> int | None:
-    """The first field of the teacher's ``config.json`` that gives its maximum number of positions."""
     for candidate in (config, getattr(config, "text_config", None)):
         for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
             value = getattr(candidate, name, None)
@@ -548,7 +547,6 @@ def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
 
 
 def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
-    """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
     lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
     longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
     if (positions := _max_positions(teacher)) is None:

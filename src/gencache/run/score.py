@@ -199,8 +199,6 @@ figure.chart svg{width:100%;height:auto}
 
 @dataclass(frozen=True)
 class ReportResult:
-    """What :func:`write_report` wrote."""
-
     out: Path
     size: int
     charts: bool
@@ -209,7 +207,6 @@ class ReportResult:
 
 
 def _e(value: Any) -> str:
-    """``value`` as escaped text: nothing for None, JSON for a mapping or a list."""
     if isinstance(value, (dict, list)):
         value = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return html.escape("" if value is None else str(value))

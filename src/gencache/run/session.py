@@ -32,8 +32,6 @@ from gencache.run.plan import Plan, Target
 
 @dataclass(frozen=True)
 class Published:
-    """One target published: its entries, generated tokens, seconds and the rename used."""
-
     entries: int
     tokens: int
     seconds: float
