@@ -7,7 +7,6 @@ phase 2 (the teacher and the tokenized samples) runs only when phase 1 found not
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
 import glob
 import importlib.util
@@ -164,10 +163,9 @@ def plan_run(
         problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
         limit = None
     try:
-        raw, origin = read_merged_config(config_path)
+        current, origin = read_merged_config(config_path)  # read afresh: the overrides are applied in place
     except ConfigError as error:
         raise_problems([Problem("config", str(config_path), error, origin=str(config_path)), *problems])
-    current = copy.deepcopy(raw)
     applied: list[Override] = []
     if (output_dir := overrides.output_dir) is not None:
         try:
