@@ -72,9 +72,7 @@ class RayOptions:
     timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.workers is not None and (
-            isinstance(self.workers, bool) or self.workers < 1
-        ):  # --shards: checked with the plan
+        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
             raise ConfigError(f"--workers must be at least 1, got {self.workers}.")
         if isinstance(self.max_retries, bool) or self.max_retries < 0:
             raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}.")
