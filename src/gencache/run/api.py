@@ -122,7 +122,7 @@ def generate(
         session.engine.import_libraries()  # the load below is timed alone, without the imports
         say("status", f"loading the teacher {setup.model.model_path}")
         loading = time.monotonic()
-        session.load()
+        session.engine.load_weights()
 
         def loaded() -> None:
             say("info", f"teacher loaded in {_seconds(time.monotonic() - loading)}")

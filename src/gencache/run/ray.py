@@ -402,13 +402,12 @@ class ShardWorker:
                 record = replace(record, output_dir=target.output_dir)
                 if exists(target.output_dir):
                     raise OutputExistsError(f"{target.output_dir} exists")
-                if self.session is None:
-                    self.session = self._checked(plan, config_path)
-            if not self.session.loaded:  # this call made the checks; it loads the teacher first
-                self.session.load()
-                record = replace(record, load_seconds=time.monotonic() - started)
+                session = self.session or self._checked(plan, config_path)
+            if session is not self.session:  # this call made the checks; it loads the teacher first
+                session.engine.load_weights()
+                self.session, record = session, replace(record, load_seconds=time.monotonic() - started)
             with contextlib.closing(TallyProgress(self.tally, index, attempt)) as progress:
-                published = self.session.publish(self.targets[index], progress)
+                published = session.publish(self.targets[index], progress)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
         except OutputExistsError:  # published by an earlier attempt, or another attempt's rename won the race
             record = replace(record, status="done")  # the driver checks it as it checks every published shard
