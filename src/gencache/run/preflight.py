@@ -373,7 +373,6 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     """A local model or tokenizer directory exists and its JSON files parse; a hub id is reachable or cached, and
     its ``config.json`` parses."""
     value = model.model_path if field_name == "model.model_path" else model.effective_tokenizer_path
-    revision = model.revision
     path = Path(value).expanduser()
     if os.path.isdir(path):
         if field_name == "model.model_path" and not (path / "config.json").is_file():
@@ -384,9 +383,9 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
         problem = "is not a directory" if os.path.lexists(path) else "does not exist"
         raise ConfigError(f"{field_name} {path.absolute()} {problem}; fix the path or give a hub id.")
     try:  # huggingface_hub's offline mode, timeouts and fall-back to its local cache when the hub is unreachable
-        checks.read_json_file(hf_hub_download(value, "config.json", revision=revision))
+        checks.read_json_file(hf_hub_download(value, "config.json", revision=model.revision))
     except LocalEntryNotFoundError:
-        at = f" at revision {revision!r}" if revision else ""
+        at = f" at revision {model.revision!r}" if model.revision else ""
         raise ConfigError(
             f"{field_name} {value!r}{at} is a hub id neither reachable (no network, or HF_HUB_OFFLINE=1) nor in the "
             "local hub cache; download it, point HF_HOME at a cache that holds it, or give a local path."
