@@ -287,11 +287,11 @@ def preflight(
 
 
 def input_keys(plan: Plan) -> list[str]:
-    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order."""
+    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's unique keys."""
     found = Preflight(plan.config, plan.pending, applied=plan.applied)
     keys = _phase_one(found, list(enumerate(plan.config.data_configs)), plan.targets[0].shard)[1]
     raise_problems(found.problems)
-    return keys or []
+    return list(dict.fromkeys(keys or []))
 
 
 # -- phase 1: the config, the data files, what the machine shows without torch ----------------------------------

@@ -246,8 +246,7 @@ class _Driver:
             f"({'up to ' + str(SHARDS_PER_WORKER) + ' per worker, each with keys' if default else '--shards'}), "
             f"{run.workers} workers of {gpus:g} GPU and 1 CPU, up to {options.max_retries} retries per shard",
         )
-        unique = list(dict.fromkeys(keys))
-        samples = sum(len(spec.select(unique)) for spec in pending.values())
+        samples = sum(len(spec.select(keys)) for spec in pending.values())
         files: dict[str, bytes] = {}
         if isinstance(self.plan.base, S3Url):  # what the workers read, as they may not see the driver's files
             paths = [self.config_path, str(Path(self.config_path).parent / DEFAULTS_FILENAME)]
