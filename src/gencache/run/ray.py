@@ -40,7 +40,7 @@ from gencache.core.errors import (
 )
 from gencache.core.progress import Notify, ProgressFactory, StagedProgress
 from gencache.data.sources import loaded_sources, mirrored, read_mirrored, shared_tables
-from gencache.run.plan import Overrides, Plan, Target, check_published, full_split, shard_from_env
+from gencache.run.plan import Overrides, Plan, check_published, full_split, shard_from_env
 from gencache.run.preflight import input_keys, plan_run, preflight
 from gencache.run.ray_cluster import check_reachable, connected, import_ray, resolve_address, worker_shape
 from gencache.run.session import TeacherSession
@@ -384,7 +384,6 @@ class ShardWorker:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.plan: Plan | None = None
         self.session: TeacherSession | None = None
-        self.targets: dict[int, Target] = {}
 
     def publish(self, index: int) -> ShardRecord:
         """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
@@ -405,7 +404,7 @@ class ShardWorker:
                 session.engine.load_weights()
                 self.session, record = session, replace(record, load_seconds=time.monotonic() - started)
             with contextlib.closing(TallyProgress(self.tally, index, attempt)) as progress:
-                published = session.publish(self.targets[index], progress)
+                published = session.publish(next(t for t in session.targets if t.shard == target.shard), progress)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
         except OutputExistsError:  # published by an earlier attempt, or another attempt's rename won the race
             record = replace(record, status="done")  # the driver checks it as it checks every published shard
@@ -444,9 +443,7 @@ class ShardWorker:
             if not report.problems or any(p.location != "output_dir" for p in report.problems):
                 break
             plan = self.plan = self._plan(config_path)
-        session = report.run_session()
-        self.targets = {t.shard.index: t for t in session.targets if t.shard is not None}
-        return replace(session, launch=self.spec.launch, working_directory=self.spec.working_directory)
+        return replace(report.run_session(), launch=self.spec.launch, working_directory=self.spec.working_directory)
 
 
 class RunTally:
