@@ -187,13 +187,12 @@ def export(
             tokenizer = load_recorded_tokenizer(run, tokenizer_path, moved="pass --tokenizer DIR, its new place")
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
         names = {summary.index: summary.dataset_name for summary in samples.summaries}
-        for sample in samples.unique:  # each key's fields from its first sample, in run order
+        for sample in samples.unique:  # each key's fields from its first sample, in run order (ids: with prompts)
             if sample.key in keys and sample.key not in fields:
-                ids = sample.input_ids if prompts else None
                 fields[sample.key] = join_fields(sample, names) | {
                     "reference": sample.reference,
                     "prompt": sample.prompt_text if prompts else None,
-                    "prompt_ids": None if ids is None else [int(i) for i in ids],
+                    "prompt_ids": None if sample.input_ids is None else [int(i) for i in sample.input_ids],
                 }
         if len(fields) < len(keys):
             raise DatasetError(
