@@ -1,3 +1,3 @@
 """A run: generating an artifact (``api``, ``plan``, ``preflight``, ``session``, on Ray ``ray`` and ``ray_cluster``)
-and the work over a published one (``audit``, ``score`` with the HTML report, ``export``). Library code: no output.
+and the work over a published one (``audit``, ``score`` with the HTML report, ``export``). Library code: it prints nothing.
 """
