@@ -105,7 +105,6 @@ class Preflight:
 
     @property
     def exit_code(self) -> int:
-        """What ``generate`` would exit with: the first problem's code, 0 when there is none."""
         return self.problems[0].error.exit_code if self.problems else 0
 
     def skip(self, name: str, why: str) -> None:
