@@ -73,9 +73,10 @@ def install(*, run: bool = False) -> None:
     before(publish, "fsync_dir", lambda path: None if publish.TEMP_RE.match(Path(path).name) else "renamed")
     after(writer, "publish", "published")
     if run:
+        from gencache.generation.engines import Engine
         from gencache.run import session
 
-        after(session.TeacherSession, "load", "model_loaded")
+        after(Engine, "load_weights", "model_loaded")  # the transformers engines' load (vLLM's is its own)
         last = "run_finished"  # after the last target's publish, inside the run
         after(
             session.TeacherSession,

@@ -25,7 +25,6 @@ PathLike = str | os.PathLike[str]
 
 
 def _overrides(overrides: Settings | None, output_dir: PathLike | None, limit: int | None) -> Overrides:
-    """``overrides`` as ``--set`` texts (a mapping's values JSON-encoded), with ``--output-dir`` and ``--limit``."""
     if isinstance(overrides, str):
         raise ConfigError("overrides must be a mapping of dotted paths to values or a list of 'PATH=VALUE' texts.")
     texts = []
@@ -123,7 +122,7 @@ def generate(
         session.engine.import_libraries()  # the load below is timed alone, without the imports
         say("status", f"loading the teacher {setup.model.model_path}")
         loading = time.monotonic()
-        session.load()
+        session.engine.load_weights()
 
         def loaded() -> None:
             say("info", f"teacher loaded in {_seconds(time.monotonic() - loading)}")

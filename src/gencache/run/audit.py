@@ -50,8 +50,6 @@ class SequenceAudit:
 
 @dataclass(frozen=True)
 class KeyAudit:
-    """One audited key: its sequences' comparisons; ``first_difference`` is the earliest over them."""
-
     key: str
     sequences: tuple[SequenceAudit, ...]
     equal: bool
@@ -60,8 +58,6 @@ class KeyAudit:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What :func:`audit` found: the artifact, how it regenerated, each chosen key's :class:`KeyAudit`, the time."""
-
     path: Path
     engine: str
     model_path: str
@@ -96,7 +92,6 @@ class AuditReport:
         return dict(sorted(positions.items()))
 
     def to_json(self) -> dict[str, Any]:
-        per_key = self.seconds / len(self.keys) if self.keys else 0.0
         return asdict(self) | {
             "path": str(self.path),
             "audited": len(self.keys),
@@ -105,7 +100,7 @@ class AuditReport:
             "ok": self.exit_code == 0,
             "first_divergence": {str(position): count for position, count in self.divergence().items()},
             "seconds": round(self.seconds, 3),
-            "seconds_per_key": round(per_key, 4),
+            "seconds_per_key": round(self.seconds / len(self.keys) if self.keys else 0.0, 4),
             "load_seconds": round(self.load_seconds, 3),
         }
 

@@ -94,7 +94,6 @@ def write_rows(
 
 
 def check_out(out: str | os.PathLike[str]) -> Path:
-    """The absolute ``--out`` path, refused when it exists or lies under something that is not a directory."""
     path = Path(os.path.abspath(out))
     if os.path.lexists(path):
         raise OutputExistsError(f"{path} already exists; choose another --out path.")
@@ -156,11 +155,10 @@ def export(
     scores: str | os.PathLike[str] | None = None,
     tokenizer_path: str | None = None,
 ) -> ExportResult:
-    """Export an artifact (or an unsuffixed sharded output) to ``out``, in ``format`` or the one its extension
-    names. ``prompts=False`` loads no tokenizer (the join fields still come from the samples rebuilt without one);
+    """Export an artifact (or an unsuffixed sharded output) to ``out``, in ``format`` or the one its extension names.
+    ``prompts=False`` loads no tokenizer (the join fields still come from the samples rebuilt without one);
     ``data_root``, ``sources`` and ``tokenizer_path`` find moved datasets and tokenizer; ``min_score`` (for example
-    ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from
-    ``scores``."""
+    ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from ``scores``."""
     check_output_name(os.fspath(out), "--out")
     suffix = Path(out).suffix.lower()[1:]
     chosen = format or suffix  # the format the extension names, unless given; never one that contradicts it
@@ -186,13 +184,12 @@ def export(
             tokenizer = load_recorded_tokenizer(run, tokenizer_path, moved="pass --tokenizer DIR, its new place")
         samples = rebuild_samples(run, tokenizer, sources=sources, data_root=data_root)
         names = {summary.index: summary.dataset_name for summary in samples.summaries}
-        for sample in samples.unique:  # each key's fields from its first sample, in run order
+        for sample in samples.unique:  # each key's fields from its first sample, in run order (ids: with prompts)
             if sample.key in keys and sample.key not in fields:
-                ids = sample.input_ids if prompts else None
                 fields[sample.key] = join_fields(sample, names) | {
                     "reference": sample.reference,
                     "prompt": sample.prompt_text if prompts else None,
-                    "prompt_ids": None if ids is None else [int(i) for i in ids],
+                    "prompt_ids": None if sample.input_ids is None else [int(i) for i in sample.input_ids],
                 }
         if len(fields) < len(keys):
             raise DatasetError(

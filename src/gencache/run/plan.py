@@ -256,9 +256,3 @@ def make_plan(
     raise_problems(problems)
     pending = [t for t in targets if t.output_dir not in published]
     return Plan(config, config_json, digest, overrides, applied, targets, pending, published)
-
-
-def reshard(plan: Plan, count: int) -> Plan:
-    """``plan``'s run split into ``count`` shards (as ``--shards count``), the shards already published set aside."""
-    targets = plan_targets(plan.config.output_dir, None, count, {})
-    return make_plan(plan.config, plan.overrides, plan.applied, targets, True)

@@ -7,7 +7,6 @@ phase 2 (the teacher and the tokenized samples) runs only when phase 1 found not
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
 import glob
 import importlib.util
@@ -106,7 +105,6 @@ class Preflight:
 
     @property
     def exit_code(self) -> int:
-        """What ``generate`` would exit with: the first problem's code, 0 when there is none."""
         return self.problems[0].error.exit_code if self.problems else 0
 
     def skip(self, name: str, why: str) -> None:
@@ -164,10 +162,9 @@ def plan_run(
         problem("--limit", ConfigError(f"--limit must be a positive number of samples, got {limit}."))
         limit = None
     try:
-        raw, origin = read_merged_config(config_path)
+        current, origin = read_merged_config(config_path)  # read afresh: the overrides are applied in place
     except ConfigError as error:
         raise_problems([Problem("config", str(config_path), error, origin=str(config_path)), *problems])
-    current = copy.deepcopy(raw)
     applied: list[Override] = []
     if (output_dir := overrides.output_dir) is not None:
         try:
@@ -274,9 +271,7 @@ def preflight(
         if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
             found.prompt = samples[found.prompt_index]
         found.check(
-            "context length",
-            "model.generation_kwargs.max_new_tokens",
-            lambda: _context(samples, generation, teacher),
+            "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
         )
         if vocab_size is not None:
             found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])
@@ -292,11 +287,11 @@ def preflight(
 
 
 def input_keys(plan: Plan) -> list[str]:
-    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's keys in sample order."""
+    """Phase 1 for ``plan`` (the device is each Ray worker's), every problem raised; the run's unique keys."""
     found = Preflight(plan.config, plan.pending, applied=plan.applied)
     keys = _phase_one(found, list(enumerate(plan.config.data_configs)), plan.targets[0].shard)[1]
     raise_problems(found.problems)
-    return keys or []
+    return list(dict.fromkeys(keys or []))
 
 
 # -- phase 1: the config, the data files, what the machine shows without torch ----------------------------------
@@ -378,7 +373,6 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
     """A local model or tokenizer directory exists and its JSON files parse; a hub id is reachable or cached, and
     its ``config.json`` parses."""
     value = model.model_path if field_name == "model.model_path" else model.effective_tokenizer_path
-    revision = model.revision
     path = Path(value).expanduser()
     if os.path.isdir(path):
         if field_name == "model.model_path" and not (path / "config.json").is_file():
@@ -391,9 +385,9 @@ def _model_location(field_name: str, model: ModelConfig) -> tuple[None, str]:
         problem = "is not a directory" if os.path.lexists(path) else "does not exist"
         raise ConfigError(f"{field_name} {path.absolute()} {problem}; fix the path or give a hub id.")
     try:  # huggingface_hub's offline mode, timeouts and fall-back to its local cache when the hub is unreachable
-        checks.read_json_file(hf_hub_download(value, "config.json", revision=revision))
+        checks.read_json_file(hf_hub_download(value, "config.json", revision=model.revision))
     except LocalEntryNotFoundError:
-        at = f" at revision {revision!r}" if revision else ""
+        at = f" at revision {model.revision!r}" if model.revision else ""
         raise ConfigError(
             f"{field_name} {value!r}{at} is a hub id neither reachable (no network, or HF_HUB_OFFLINE=1) nor in the "
             "local hub cache; download it, point HF_HOME at a cache that holds it, or give a local path."
@@ -501,11 +495,10 @@ def _torch_device(device: str) -> tuple[None, str]:
         return None, device
     import torch
 
-    index = torch.device(device).index
-    count = torch.cuda.device_count()
-    if (index or 0) >= count:
+    index, count = torch.device(device).index or 0, torch.cuda.device_count()
+    if index >= count:
         raise ConfigError(f'model.device {device!r}: torch sees {count} CUDA device(s); name one or set it to "cpu".')
-    return None, f"{device} ({torch.cuda.get_device_name(index or 0)})"
+    return None, f"{device} ({torch.cuda.get_device_name(index)})"
 
 
 def _tokenizer(model: ModelConfig) -> tuple[Any, str]:
@@ -534,7 +527,6 @@ def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
 
 
 def _max_positions(config: Any) -> int | None:
-    """The first field of the teacher's ``config.json`` that gives its maximum number of positions."""
     for candidate in (config, getattr(config, "text_config", None)):
         for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
             value = getattr(candidate, name, None)
@@ -551,7 +543,6 @@ def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
 
 
 def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
-    """The longest prompt plus ``max_new_tokens`` within the teacher's positions."""
     lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
     longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
     if (positions := _max_positions(teacher)) is None:

@@ -1,12 +1,11 @@
 """``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
 
-The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, probes the address,
-connects, fixes the shard count and hands each shard still to publish to Ray's :class:`ray.util.ActorPool` of
-:class:`ShardWorker` actors; Ray restarts a worker whose process died and retries its shard. Each worker publishes
-with the atomic publish of one process, to a path every node reaches: a shared filesystem, or a bucket (then the
-driver sends its config and local data files). The driver checks each published shard's ``run_digest``, shows one
-progress display fed by the :class:`RunTally` actor, and gives up when no worker starts or no shard progresses for
-``timeout`` seconds.
+The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, probes the address, connects,
+fixes the shard count and hands each shard still to publish to Ray's :class:`ray.util.ActorPool` of :class:`ShardWorker`
+actors; Ray restarts a worker whose process died and retries its shard. Each worker publishes with the atomic publish of
+one process, to a path every node reaches: a shared filesystem, or a bucket (then the driver sends its config and local
+data files). The driver checks each published shard's ``run_digest``, shows one progress display fed by the
+:class:`RunTally` actor, and gives up when no worker starts or no shard progresses for ``timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from gencache.core.errors import (
 )
 from gencache.core.progress import Notify, ProgressFactory, StagedProgress
 from gencache.data.sources import loaded_sources, mirrored, read_mirrored, shared_tables
-from gencache.run.plan import Overrides, Plan, Target, check_published, full_split, reshard, shard_from_env
+from gencache.run.plan import Overrides, Plan, check_published, full_split, shard_from_env
 from gencache.run.preflight import input_keys, plan_run, preflight
 from gencache.run.ray_cluster import check_reachable, connected, import_ray, resolve_address, worker_shape
 from gencache.run.session import TeacherSession
@@ -72,15 +71,13 @@ class RayOptions:
     timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        for name, value in (("shards", self.shards), ("workers", self.workers)):
-            if value is not None and (isinstance(value, bool) or value < 1):
-                raise ConfigError(f"--{name} must be at least 1, got {value}.")
+        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
+            raise ConfigError(f"--workers must be at least 1, got {self.workers}.")
         if isinstance(self.max_retries, bool) or self.max_retries < 0:
             raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}.")
-        if not self.worker_gpus > 0:
-            raise ConfigError(f"--worker-gpus must be more than 0, got {self.worker_gpus}.")
-        if not self.timeout > 0:
-            raise ConfigError(f"--ray-timeout must be more than 0 seconds, got {self.timeout}.")
+        for option, value in (("--worker-gpus", self.worker_gpus), ("--ray-timeout", self.timeout)):
+            if not value > 0:
+                raise ConfigError(f"{option} must be more than 0, got {value}.")
 
 
 @dataclass(frozen=True)
@@ -112,8 +109,6 @@ class ShardRecord:
 
 @dataclass
 class RayRun:
-    """What a Ray run did: the shard base, the cluster it ran on, and a record per shard."""
-
     output_dir: Location
     address: str = ""
     shards: int = 0
@@ -208,8 +203,6 @@ def generate_on_ray(
 
 @dataclass
 class _Driver:
-    """One Ray run once connected: the plan, the workers, the pool and the records."""
-
     ray: Any
     plan: Plan
     config_path: str
@@ -235,10 +228,9 @@ class _Driver:
             self.say("warning", f"the cluster holds {capacity} workers at once; --workers {options.workers} uses that")
         default = not run.shards
         with shared_tables():  # the data files are read once for both checks
-            if default:  # eight shards per worker, fewer when some shard would own no key
-                keys = input_keys(replace(self.plan, pending=[]))
-                run.shards = full_split(keys, SHARDS_PER_WORKER * count)
-                self.plan = reshard(self.plan, run.shards)
+            if default:  # eight shards per worker, fewer when some shard would own no key (planned as the workers plan)
+                run.shards = full_split(input_keys(replace(self.plan, pending=[])), SHARDS_PER_WORKER * count)
+                self.plan = plan_run(self.config_path, self.overrides, None, run.shards, {}, True)
             keys = input_keys(self.plan)
             # with no shared filesystem to assume (a bucket), the config and the data files go to the workers
             sources = loaded_sources() if isinstance(self.plan.base, S3Url) else {}
@@ -250,11 +242,9 @@ class _Driver:
             "info",
             f"ray {run.address}: {len(pending)} of {run.shards} shards to generate "
             f"({'up to ' + str(SHARDS_PER_WORKER) + ' per worker, each with keys' if default else '--shards'}), "
-            f"{run.workers} workers of {gpus:g} GPU and 1 CPU, up to "
-            f"{options.max_retries} retries per shard",
+            f"{run.workers} workers of {gpus:g} GPU and 1 CPU, up to {options.max_retries} retries per shard",
         )
-        unique = list(dict.fromkeys(keys))
-        samples = sum(len(spec.select(unique)) for spec in pending.values())
+        samples = sum(len(spec.select(keys)) for spec in pending.values())
         files: dict[str, bytes] = {}
         if isinstance(self.plan.base, S3Url):  # what the workers read, as they may not see the driver's files
             paths = [self.config_path, str(Path(self.config_path).parent / DEFAULTS_FILENAME)]
@@ -392,7 +382,6 @@ class ShardWorker:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.plan: Plan | None = None
         self.session: TeacherSession | None = None
-        self.targets: dict[int, Target] = {}
 
     def publish(self, index: int) -> ShardRecord:
         """Publish shard ``index`` (or find it published); never raises for the shard's own failure."""
@@ -408,13 +397,12 @@ class ShardWorker:
                 record = replace(record, output_dir=target.output_dir)
                 if exists(target.output_dir):
                     raise OutputExistsError(f"{target.output_dir} exists")
-                if self.session is None:
-                    self.session = self._checked(plan, config_path)
-            if not self.session.loaded:  # this call made the checks; it loads the teacher first
-                self.session.load()
-                record = replace(record, load_seconds=time.monotonic() - started)
+                session = self.session or self._checked(plan, config_path)
+            if session is not self.session:  # this call made the checks; it loads the teacher first
+                session.engine.load_weights()
+                self.session, record = session, replace(record, load_seconds=time.monotonic() - started)
             with contextlib.closing(TallyProgress(self.tally, index, attempt)) as progress:
-                published = self.session.publish(self.targets[index], progress)
+                published = session.publish(next(t for t in session.targets if t.shard == target.shard), progress)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
         except OutputExistsError:  # published by an earlier attempt, or another attempt's rename won the race
             record = replace(record, status="done")  # the driver checks it as it checks every published shard
@@ -453,9 +441,7 @@ class ShardWorker:
             if not report.problems or any(p.location != "output_dir" for p in report.problems):
                 break
             plan = self.plan = self._plan(config_path)
-        session = report.run_session()
-        self.targets = {t.shard.index: t for t in session.targets if t.shard is not None}
-        return replace(session, launch=self.spec.launch, working_directory=self.spec.working_directory)
+        return replace(report.run_session(), launch=self.spec.launch, working_directory=self.spec.working_directory)
 
 
 class RunTally:
@@ -468,7 +454,6 @@ class RunTally:
         self.done: dict[int, tuple[int, int]] = {}
 
     def begin(self, shard: int) -> int:
-        """A worker takes ``shard``: its attempt number (1 for the first), its progress back to zero."""
         self.attempts[shard] = self.attempts.get(shard, 0) + 1
         self.done[shard] = (0, 0)
         return self.attempts[shard]
@@ -479,7 +464,6 @@ class RunTally:
             self.done[shard] = (samples, tokens)
 
     def snapshot(self) -> tuple[int, int, dict[int, int]]:
-        """Samples and tokens generated by the current attempts, and every shard's attempts so far."""
         return sum(s for s, _ in self.done.values()), sum(t for _, t in self.done.values()), dict(self.attempts)
 
 

@@ -35,8 +35,7 @@ NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
 
 @dataclass(frozen=True)
 class ScoreGroup:
-    """Counts and means over some answers (a mean is None when no answer is scored), and the same per finish
-    reason."""
+    """Counts and means over some answers (a mean is None when no answer is scored), and the same per finish reason."""
 
     label: str
     answers: int
@@ -199,8 +198,6 @@ figure.chart svg{width:100%;height:auto}
 
 @dataclass(frozen=True)
 class ReportResult:
-    """What :func:`write_report` wrote."""
-
     out: Path
     size: int
     charts: bool
@@ -208,21 +205,7 @@ class ReportResult:
     answers: int
 
 
-def read_audit(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON report ``gencache audit --report`` wrote."""
-    try:
-        document: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not {"audited", "equal", "differing", "engine"} <= document.keys():
-            raise ValueError("it lacks audited, equal, differing or engine")
-    except (OSError, ValueError, AttributeError) as error:  # unreadable, not JSON, not an object, not the report
-        raise ConfigError(
-            f"--audit {path}: not a report of gencache audit --report ({error}); pass the file it wrote."
-        ) from None
-    return document
-
-
 def _e(value: Any) -> str:
-    """``value`` as escaped text: nothing for None, JSON for a mapping or a list."""
     if isinstance(value, (dict, list)):
         value = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return html.escape("" if value is None else str(value))
@@ -420,7 +403,16 @@ def write_report(
 ) -> ReportResult:
     """Score ``artifact`` and write its page to ``out`` (which must not exist), with the audit report ``audit``."""
     out_path = check_out(out)
-    audit_document = None if audit is None else read_audit(audit)
+    audit_document = None
+    if audit is not None:  # the JSON report gencache audit --report wrote
+        try:
+            audit_document = json.loads(Path(audit).read_text(encoding="utf-8"))
+            if not {"audited", "equal", "differing", "engine"} <= audit_document.keys():
+                raise ValueError("it lacks audited, equal, differing or engine")
+        except (OSError, ValueError, AttributeError) as error:  # unreadable, not JSON, not an object, not the report
+            raise ConfigError(
+                f"--audit {audit}: not a report of gencache audit --report ({error}); pass the file it wrote."
+            ) from None
     report = score(artifact, answer_patterns=answer_patterns, data_root=data_root, sources=sources)
     charts = importlib.util.find_spec("matplotlib") is not None
     page = _page(report, audit_document, charts).encode("utf-8")

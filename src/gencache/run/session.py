@@ -9,7 +9,7 @@ import copy
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gencache.artifact.manifest import make_provenance, shard_data_configs
@@ -32,8 +32,6 @@ from gencache.run.plan import Plan, Target
 
 @dataclass(frozen=True)
 class Published:
-    """One target published: its entries, generated tokens, seconds and the rename used."""
-
     entries: int
     tokens: int
     seconds: float
@@ -43,7 +41,7 @@ class Published:
 @dataclass
 class TeacherSession:
     """The run's ``plan`` and what its checks produced (every part present: the targets still to publish, with their
-    keys), the teacher loaded once, publishing a target per :meth:`publish`. A Ray worker's ``resolved_config.json``
+    keys), publishing a target per :meth:`publish`. A Ray worker's ``resolved_config.json``
     records its ``launch`` (workers, shards, retries) and the driver's ``working_directory``, where the config's
     relative paths were read, in place of this process's."""
 
@@ -58,11 +56,6 @@ class TeacherSession:
     rename_mode: str
     launch: Mapping[str, Any] | None = None
     working_directory: str | None = None
-    loaded: bool = field(default=False, init=False)
-
-    def load(self) -> None:
-        self.engine.load_weights()
-        self.loaded = True
 
     def publish(
         self, target: Target, progress: Progress, *, on_published: Callable[[Location], None] | None = None
@@ -76,9 +69,7 @@ class TeacherSession:
         tokenizer = tokenizer_state(self.tokenizer)
         provenance = make_provenance(model.model_path, model.effective_tokenizer_path, model.dtype, tokenizer)
         with ArtifactBuild(
-            target.output_dir,
-            provenance=provenance,
-            header_capacity=self.capacity[target.output_dir],
+            target.output_dir, provenance=provenance, header_capacity=self.capacity[target.output_dir]
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(self.engine.generate(prompts, progress=progress)) as entries:
