@@ -155,10 +155,11 @@ def export(
     scores: str | os.PathLike[str] | None = None,
     tokenizer_path: str | None = None,
 ) -> ExportResult:
-    """Export an artifact (or an unsuffixed sharded output) to ``out``, in ``format`` or the one its extension names.
-    ``prompts=False`` loads no tokenizer (the join fields still come from the samples rebuilt without one);
+    """Export an artifact (or an unsuffixed sharded output) to ``out``, in ``format`` or the one its extension
+    names. ``prompts=False`` loads no tokenizer (the join fields still come from the samples rebuilt without one);
     ``data_root``, ``sources`` and ``tokenizer_path`` find moved datasets and tokenizer; ``min_score`` (for example
-    ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from ``scores``."""
+    ``{"f1": 0.5}``) keeps the answers whose metrics all reach their bar, scored on the fly or read from
+    ``scores``."""
     check_output_name(os.fspath(out), "--out")
     suffix = Path(out).suffix.lower()[1:]
     chosen = format or suffix  # the format the extension names, unless given; never one that contradicts it

@@ -242,7 +242,8 @@ class _Driver:
             "info",
             f"ray {run.address}: {len(pending)} of {run.shards} shards to generate "
             f"({'up to ' + str(SHARDS_PER_WORKER) + ' per worker, each with keys' if default else '--shards'}), "
-            f"{run.workers} workers of {gpus:g} GPU and 1 CPU, up to {options.max_retries} retries per shard",
+            f"{run.workers} workers of {gpus:g} GPU and 1 CPU, up to "
+            f"{options.max_retries} retries per shard",
         )
         samples = sum(len(spec.select(keys)) for spec in pending.values())
         files: dict[str, bytes] = {}

@@ -35,7 +35,8 @@ NO_GOLD = "No answer has a gold reference: nothing is scored against the gold."
 
 @dataclass(frozen=True)
 class ScoreGroup:
-    """Counts and means over some answers (a mean is None when no answer is scored), and the same per finish reason."""
+    """Counts and means over some answers (a mean is None when no answer is scored), and the same per finish
+    reason."""
 
     label: str
     answers: int
