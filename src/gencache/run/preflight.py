@@ -271,7 +271,9 @@ def preflight(
         if found.prompt_index is not None and 0 <= found.prompt_index < len(samples):
             found.prompt = samples[found.prompt_index]
         found.check(
-            "context length", "model.generation_kwargs.max_new_tokens", lambda: _context(samples, generation, teacher)
+            "context length",
+            "model.generation_kwargs.max_new_tokens",
+            lambda: _context(samples, generation, teacher),
         )
         if vocab_size is not None:
             found.check("prompt ids", "data_configs", _prompt_ids, samples, vocab_size, needs=["vocabulary"])

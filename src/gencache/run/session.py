@@ -69,7 +69,9 @@ class TeacherSession:
         tokenizer = tokenizer_state(self.tokenizer)
         provenance = make_provenance(model.model_path, model.effective_tokenizer_path, model.dtype, tokenizer)
         with ArtifactBuild(
-            target.output_dir, provenance=provenance, header_capacity=self.capacity[target.output_dir]
+            target.output_dir,
+            provenance=provenance,
+            header_capacity=self.capacity[target.output_dir],
         ) as build:
             # closing(): an engine's worker threads stop when generation ends early (an error, a signal).
             with contextlib.closing(self.engine.generate(prompts, progress=progress)) as entries:
