@@ -1,11 +1,12 @@
 """``generate --ray``: one run's shards handed to a pool of teacher workers on a Ray cluster.
 
-The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, probes the address, connects,
-fixes the shard count and hands each shard still to publish to Ray's :class:`ray.util.ActorPool` of :class:`ShardWorker`
-actors; Ray restarts a worker whose process died and retries its shard. Each worker publishes with the atomic publish of
-one process, to a path every node reaches: a shared filesystem, or a bucket (then the driver sends its config and local
-data files). The driver checks each published shard's ``run_digest``, shows one progress display fed by the
-:class:`RunTally` actor, and gives up when no worker starts or no shard progresses for ``timeout`` seconds.
+The driver (:func:`generate_on_ray`) plans the run and makes the model-free checks once, probes the address,
+connects, fixes the shard count and hands each shard still to publish to Ray's :class:`ray.util.ActorPool` of
+:class:`ShardWorker` actors; Ray restarts a worker whose process died and retries its shard. Each worker publishes
+with the atomic publish of one process, to a path every node reaches: a shared filesystem, or a bucket (then the
+driver sends its config and local data files). The driver checks each published shard's ``run_digest``, shows one
+progress display fed by the :class:`RunTally` actor, and gives up when no worker starts or no shard progresses for
+``timeout`` seconds.
 """
 
 from __future__ import annotations
