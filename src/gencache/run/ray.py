@@ -72,8 +72,9 @@ class RayOptions:
     timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
-            raise ConfigError(f"--workers must be at least 1, got {self.workers}.")
+        for name, value in (("shards", self.shards), ("workers", self.workers)):  # before the address is probed
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise ConfigError(f"--{name} must be at least 1, got {value}.")
         if isinstance(self.max_retries, bool) or self.max_retries < 0:
             raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}.")
         for option, value in (("--worker-gpus", self.worker_gpus), ("--ray-timeout", self.timeout)):
