@@ -41,9 +41,9 @@ class Published:
 @dataclass
 class TeacherSession:
     """The run's ``plan`` and what its checks produced (every part present: the targets still to publish, with their
-    keys), publishing a target per :meth:`publish`. A Ray worker's ``resolved_config.json``
-    records its ``launch`` (workers, shards, retries) and the driver's ``working_directory``, where the config's
-    relative paths were read, in place of this process's."""
+    keys), publishing a target per :meth:`publish` once its engine's weights are loaded. A Ray worker's
+    ``resolved_config.json`` records its ``launch`` (workers, shards, retries) and the driver's
+    ``working_directory``, where the config's relative paths were read, in place of this process's."""
 
     plan: Plan
     targets: list[Target]
