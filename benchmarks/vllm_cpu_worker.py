@@ -41,7 +41,7 @@ def _gencache_run(engine: Any, prompts: list[tuple[str, list[int]]], generation:
     provenance = make_provenance(model_path=model_path, tokenizer_path=model_path, dtype="float32", tokenizer=tokenizer)
     capacity = header_capacity(len(prompts), generation.num_return_sequences, generation.max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="gencache-bench-vllm-") as tmp:
-        writer = CacheWriter(tmp, provenance=provenance, header_capacity=capacity)
+        writer = CacheWriter(Path(tmp), provenance=provenance, header_capacity=capacity)
         engine.llm.reset_prefix_cache()
         answers: dict[str, list[int]] = {}
         wall, cpu = time.perf_counter(), time.process_time()

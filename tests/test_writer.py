@@ -199,7 +199,7 @@ def test_identical_re_adds_are_no_ops_and_conflicting_ones_are_rejected(tmp_path
     [
         ("A" * 64, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
         ("a" * 63, [tokens([1])], ["t"], ["eos"], "lowercase hex"),
-        ("a" * 64, [], [], [], "at least one sequence"),
+        ("a" * 64, [], [], [], "no sequences"),
         ("a" * 64, [b""], ["t"], ["eos"], "at least one int64"),
         ("a" * 64, [b"\x01\x02\x03"], ["t"], ["eos"], "at least one int64"),
         ("a" * 64, tokens([1]), ["t"], ["eos"], "bytes-like"),

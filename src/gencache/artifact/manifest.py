@@ -215,8 +215,8 @@ def check_manifest(value: object) -> Manifest:
         lengths += check_entry(key, entry)
     reasons = Counter(reason for entry in manifest.entries.values() for reason in entry["finish_reasons"])
     counts: dict[str, Any] = {"entries": len(manifest.entries), "sequences": len(lengths), "tokens": sum(lengths)}
-    counts["finish_reasons"] = {reason: reasons[reason] for reason in FINISH_REASONS}
-    check_summary(manifest.summary, manifest.entries, **counts)
+    finish_reasons = {reason: reasons[reason] for reason in FINISH_REASONS}
+    check_summary(manifest.summary, manifest.entries, finish_reasons=finish_reasons, **counts)
     return manifest
 
 

@@ -3,7 +3,7 @@ ETags name the version read), the payload's header read by range, and the object
 ``<cache_root>/<bucket>/<key>/<digest of the three ETags>`` (an object that changed gets a new directory, so a stale
 copy is never served) or read by range per entry.
 
-A download asks for the listed ETag (``If-Match``) and is renamed into place whole under a file lock:
+A download asks for the listed ETag (``If-Match``), is checked for size and renamed into place under a file lock:
 every rank and DataLoader worker of a node shares one copy, never read half written.
 """
 
@@ -73,7 +73,11 @@ class RemoteArtifact:
                 return path
             temp = self.cache / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
             try:
-                download(self.where / name, self.etags[name], temp)  # botocore checks its length
+                download(self.where / name, self.etags[name], temp)
+                if temp.stat().st_size != self.sizes[name]:  # a reply without Content-Length that ended early
+                    raise FormatError(
+                        f"{self.where / name} arrived with {temp.stat().st_size} bytes, not {self.sizes[name]}."
+                    )
                 os.chmod(temp, 0o444)
                 os.replace(temp, path)
             finally:

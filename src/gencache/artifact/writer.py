@@ -91,10 +91,12 @@ def _entry_fields(
             raise FormatError(f"Entry {key}: {name} must be a list of strings, one per sequence, not one string.")
     buffers = [_as_view(sequence, key, i) for i, sequence in enumerate(sequences)]
     texts, reasons = tuple(texts), tuple(finish_reasons)
-    if not buffers or len(texts) != len(buffers) or len(reasons) != len(buffers):
+    if not buffers:
+        raise FormatError(f"Entry {key} has no sequences; every entry needs at least one answer.")
+    if len(texts) != len(buffers) or len(reasons) != len(buffers):
         raise FormatError(
             f"Entry {key} has {len(buffers)} sequences, {len(texts)} texts and {len(reasons)} finish reasons; "
-            "give at least one sequence, and one text and one finish reason per sequence."
+            "give one text and one finish reason per sequence."
         )
     fields: list[Any] = []
     for i, (buffer, text, reason) in enumerate(zip(buffers, texts, reasons, strict=True)):

@@ -77,9 +77,10 @@ class RayOptions:
                 raise ConfigError(f"--{name} must be at least 1, got {value}.")
         if isinstance(self.max_retries, bool) or self.max_retries < 0:
             raise ConfigError(f"--max-retries must be 0 or more, got {self.max_retries}.")
-        for option, value in (("--worker-gpus", self.worker_gpus), ("--ray-timeout", self.timeout)):
-            if not value > 0:
-                raise ConfigError(f"{option} must be more than 0, got {value}.")
+        if not self.worker_gpus > 0:
+            raise ConfigError(f"--worker-gpus must be more than 0, got {self.worker_gpus}.")
+        if not self.timeout > 0:
+            raise ConfigError(f"--ray-timeout must be more than 0 seconds, got {self.timeout}.")
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,11 @@ class TransformersEngine(Engine):
     name = ENGINE_STATIC
 
     def entries(self, prompts: Prompts) -> Generator[GeneratedEntry, None, None]:
-        """One entry per prompt, in batch order. The effective config is the model's generation config too during
-        each call, so transformers cannot re-fill dropped settings from the teacher; transformers still draws from
-        torch's global generator when sampling, so the generator is restored after each call."""
+        """One entry per prompt, in batch order.
+
+        The effective config is the model's generation config too during each call, so transformers cannot re-fill
+        dropped settings from the teacher. transformers still draws from torch's global generator when sampling, so
+        the generator is restored after each call."""
         import torch
         from torch.nn.utils.rnn import pad_sequence
 

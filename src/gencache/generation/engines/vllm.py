@@ -247,8 +247,8 @@ class VllmEngine(Engine):
             )
         if self.on_cpu and self.head_dim is not None and self.head_dim not in CPU_HEAD_SIZES:
             raise ConfigError(
-                f"{name} on a CPU: vLLM's CPU attention does not support the teacher's attention head size "
-                f'{self.head_dim} (only {", ".join(map(str, CPU_HEAD_SIZES))}); use engine "transformers" or '
+                f"{name} on a CPU: the teacher's attention head size {self.head_dim} is not one vLLM's CPU attention "
+                f'supports ({", ".join(map(str, CPU_HEAD_SIZES))}); use engine "transformers" or '
                 '"transformers-continuous".'
             )
         if not options.batch_invariant:
