@@ -22,7 +22,7 @@ from gencache.cli import render, signals
 from gencache.cli.render import RunProgress, echo_json, make_console, printable, quiet_libraries
 from gencache.config.names import ALL_ENGINES, DTYPES
 from gencache.config.paths import check_output_name
-from gencache.core.errors import ConfigError, GencacheError, InputProblems, Problem, Stopped
+from gencache.core.errors import ConfigError, GencacheError, InputPathError, InputProblems, Problem, Stopped
 from gencache.core.version import __version__
 
 app = typer.Typer(
@@ -66,7 +66,7 @@ def _by_index(option: str, texts: list[str] | None) -> dict[int, str]:
 def _sources(artifact: str, sources: list[str] | None) -> dict[int, str]:
     """``--source I=PATH`` options as a mapping, once ``artifact`` is known to be an artifact."""
     if (not_artifact := classify_path(artifact)) is not None:
-        raise ConfigError(not_artifact["error"])
+        raise InputPathError(not_artifact["error"])
     return _by_index("--source", sources)
 
 

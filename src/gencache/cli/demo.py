@@ -13,7 +13,7 @@ from typing import Any, cast
 import typer
 from rich.console import Console
 
-from gencache.core.errors import ConfigError, OutputExistsError
+from gencache.core.errors import InputPathError, OutputExistsError
 from gencache.data.recipes import sample_source
 
 #: The bundled sample sets the demo generates from, each over ``_DEFAULTS`` unless it says otherwise.
@@ -59,7 +59,7 @@ def demo_config(teacher: Path, output_dir: Path) -> dict[str, Any]:
 def _directory(path: str | os.PathLike[str], option: str, purpose: str) -> Path:
     root = Path(path).absolute()
     if os.path.lexists(root) and not root.is_dir():
-        raise ConfigError(f"{option}{root} exists and is not a directory; choose a directory for {purpose}.")
+        raise InputPathError(f"{option}{root} exists and is not a directory; choose a directory for {purpose}.")
     return root
 
 

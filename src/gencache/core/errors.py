@@ -43,7 +43,7 @@ class BadInputError(GencacheError):
 
 
 class ConfigError(BadInputError, ValueError):
-    """The config file, one of its fields or a command-line option (a path, a name) is invalid."""
+    """The config file or one of its fields is invalid."""
 
 
 class DatasetError(BadInputError, ValueError):
@@ -75,6 +75,10 @@ class OutputExistsError(BadInputError, FileExistsError):
 class HeaderCapacityError(BadInputError, ValueError):
     """The run's plan needs a bigger safetensors header than fits (split it with ``--shard``), or the header
     outgrew the capacity reserved for it."""
+
+
+class InputPathError(BadInputError, FileNotFoundError):
+    """A path given on the command line does not exist or is not what the command reads."""
 
 
 @dataclass(frozen=True)

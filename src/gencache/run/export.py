@@ -26,6 +26,7 @@ from gencache.core.errors import (
     DatasetError,
     FormatError,
     GencacheError,
+    InputPathError,
     OutputExistsError,
     SourceChangedError,
     WriteError,
@@ -99,7 +100,9 @@ def check_out(out: str | os.PathLike[str]) -> Path:
         raise OutputExistsError(f"{path} already exists; choose another --out path.")
     parent = next(parent for parent in path.parents if os.path.lexists(parent))
     if not parent.is_dir():
-        raise ConfigError(f"Cannot write {path}: {parent} is not a directory; choose an --out path under a directory.")
+        raise InputPathError(
+            f"Cannot write {path}: {parent} is not a directory; choose an --out path under a directory."
+        )
     return path
 
 
