@@ -50,6 +50,8 @@ class SequenceAudit:
 
 @dataclass(frozen=True)
 class KeyAudit:
+    """One audited key: its sequences' comparisons; ``first_difference`` is the earliest over them."""
+
     key: str
     sequences: tuple[SequenceAudit, ...]
     equal: bool
@@ -58,6 +60,8 @@ class KeyAudit:
 
 @dataclass(frozen=True)
 class AuditReport:
+    """What :func:`audit` found: the artifact, how it regenerated, each chosen key's :class:`KeyAudit`, the time."""
+
     path: Path
     engine: str
     model_path: str

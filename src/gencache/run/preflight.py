@@ -497,7 +497,8 @@ def _torch_device(device: str) -> tuple[None, str]:
         return None, device
     import torch
 
-    index, count = torch.device(device).index or 0, torch.cuda.device_count()
+    index = torch.device(device).index or 0
+    count = torch.cuda.device_count()
     if index >= count:
         raise ConfigError(f'model.device {device!r}: torch sees {count} CUDA device(s); name one or set it to "cpu".')
     return None, f"{device} ({torch.cuda.get_device_name(index)})"

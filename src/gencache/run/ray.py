@@ -404,7 +404,8 @@ class ShardWorker:
                 session = self.session or self._checked(plan, config_path)
             if session is not self.session:  # this call made the checks; it loads the teacher first
                 session.engine.load_weights()
-                self.session, record = session, replace(record, load_seconds=time.monotonic() - started)
+                self.session = session
+                record = replace(record, load_seconds=time.monotonic() - started)
             with contextlib.closing(TallyProgress(self.tally, index, attempt)) as progress:
                 published = session.publish(next(t for t in session.targets if t.shard == target.shard), progress)
             record = replace(record, status="published", entries=published.entries, tokens=published.tokens)
