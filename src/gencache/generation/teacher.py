@@ -187,6 +187,16 @@ def read_json_file(path: str | Path) -> Any:
         raise ConfigError(f"The teacher's file {path} is not valid JSON ({error}); fix or re-download it.") from None
 
 
+def max_positions(config: Any) -> int | None:
+    """The longest sequence a teacher's ``config.json`` admits (its own or its text model's), or None."""
+    for candidate in (config, getattr(config, "text_config", None)):
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+            value = getattr(candidate, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
 def check_teacher_weights(model_path: str) -> str:
     """Every weight file of a local teacher directory exists, and each safetensors file is whole (safetensors
     checks that from the header). A hub id is checked when it downloads."""

@@ -525,17 +525,8 @@ def _teacher_config(model: ModelConfig) -> tuple[Any, str]:
         teacher = AutoConfig.from_pretrained(model.model_path, revision=model.revision)
     except Exception as error:
         raise ConfigError(f"Unreadable config.json in {model.model_path!r}: {first_line(error)}") from None
-    positions = _max_positions(teacher)
+    positions = checks.max_positions(teacher)
     return teacher, f"{positions} positions" if positions else "config.json records no maximum positions"
-
-
-def _max_positions(config: Any) -> int | None:
-    for candidate in (config, getattr(config, "text_config", None)):
-        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
-            value = getattr(candidate, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
 
 
 def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
@@ -548,7 +539,7 @@ def _samples(config: CacheConfig, tokenizer: Any) -> tuple[SampleSet, str]:
 def _context(samples: SampleSet, generation: EffectiveGeneration, teacher: Any) -> tuple[None, str]:
     lengths = [(s.prompt_tokens[2], f"data_configs[{s.index}]") for s in samples.summaries if s.prompt_tokens]
     longest, where = max(lengths, key=lambda length: length[0], default=(0, "-"))
-    if (positions := _max_positions(teacher)) is None:
+    if (positions := checks.max_positions(teacher)) is None:
         return None, "not checked: the teacher's config.json records no maximum positions"
     if longest + generation.max_new_tokens > positions:
         room = positions - longest
