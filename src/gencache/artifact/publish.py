@@ -271,7 +271,8 @@ def clean(parent: Path, outputs: Collection[str] | None = None) -> list[Path]:
     output names); return what this call removed.
 
     A directory whose lock file is free has a dead writer; one without a lock file is not a writer's, except the
-    scratch directories of :func:`probe_rename`, removed once the process on this host that named them is gone.
+    scratch directories of :func:`probe_rename`, removed (whatever ``outputs``) once the process on this host that
+    named them is gone: a process killed while it probed, a Ray worker say, leaves one.
     What cannot be removed is named in one :class:`WriteError` after the rest is removed.
     """
     if not parent.is_dir():
@@ -284,7 +285,7 @@ def clean(parent: Path, outputs: Collection[str] | None = None) -> list[Path]:
     failed: list[str] = []
     for name in sorted(names):
         match = TEMP_RE.match(name.removesuffix(LOCK_SUFFIX))
-        if match is None or (outputs is not None and match["name"] not in outputs):
+        if match is None or (outputs is not None and match["name"] not in outputs and _PROBE not in match["name"]):
             continue
         path = os.path.join(parent, name)
         if name.endswith(LOCK_SUFFIX):

@@ -188,7 +188,7 @@ def generate_on_ray(
                 driver.say("info", f"already published and verified: {target.output_dir}")
         run.removed += driver.clean()
         for removed in run.removed:
-            driver.say("info", f"removed {removed}, left by a stopped or dead writer of this run")
+            driver.say("info", f"removed {removed}, left by a stopped or dead gencache process")
         if not run.shards or plan.pending:  # else every shard is published: nothing to connect for
             local = "starting a local Ray instance"
             driver.say("status", local if where == "local" else f"connecting to the Ray cluster at {where}")
