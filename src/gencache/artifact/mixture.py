@@ -81,16 +81,18 @@ class MultiCacheReader(GenerationCache):
     def _position(self, key: object) -> int:
         """``local * len(readers) + owner``: the key's position in the first reader that holds it, and that
         reader's."""
-        owners: Sequence[int] = range(len(self.readers))
+        count = len(self.readers)
         if self._route is not None:
             try:
-                owners = (self._route[int(key, 16) % len(self._route)],)  # type: ignore[call-overload]
+                owner = self._route[int(key, 16) % count]  # type: ignore[call-overload]
             except (TypeError, ValueError):
                 return -1
-        for owner in owners:
             local = self.readers[owner].index.find(key)
+            return -1 if local < 0 else local * count + owner
+        for owner, reader in enumerate(self.readers):
+            local = reader.index.find(key)
             if local >= 0:
-                return local * len(self.readers) + owner
+                return local * count + owner
         return -1
 
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:

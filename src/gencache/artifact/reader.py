@@ -157,9 +157,10 @@ class CacheReader(GenerationCache):
         self.provenance_digest: str = index.members["provenance_digest"]
         self.header_json_bytes = header_raw.rfind(b"}") + 1  # the JSON before its padding, without copying it
         self._data_offset = LENGTH_PREFIX_BYTES + self.header_capacity
-        # filled on an entry's first read, once it is checked: where its texts' JSON is in the manifest (0, 0 until
-        # then) and its sequences' finish-reason codes
-        self._texts_at = np.zeros((len(index.keys), 2), dtype=np.int64)
+        # filled on an entry's first read, once it is checked (zeros until then): a row per entry of its first
+        # sequence's token start and length in the map and where its texts' JSON is in the manifest (one row, so
+        # that a later read costs one memory access), and its sequences' finish-reason codes
+        self._rows = np.zeros((len(index.keys), 4), dtype=np.int64)
         self._manifest = memoryview(index.manifest)  # texts are decoded from it without a copy
         self._reasons = np.zeros(len(index.starts), dtype=np.uint8)
         self._single = len(index.starts) == len(index.keys)  # one sequence per entry (every entry has at least one)
@@ -211,25 +212,26 @@ class CacheReader(GenerationCache):
     def _entry(self, position: int) -> tuple[list[np.ndarray[Any, Any]], tuple[str, ...], tuple[str, ...]]:
         """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
         tokens = self._tokens if self._tokens is not None else self._map()
-        index = self.index
-        if self._single:  # every entry has one sequence: entry i is sequence i
-            start = (self._data_offset + index.starts.item(position)) // TOKEN_BYTES
-            arrays = [tokens[start : start + index.lengths.item(position)]]
-        else:
-            lo, hi = index.first[position : position + 2].tolist()
-            starts = (self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES
-            lengths = index.lengths[lo:hi].tolist()
-            arrays = [tokens[s : s + n] for s, n in zip(starts.tolist(), lengths, strict=True)]
-        texts_at, texts_end = self._texts_at.item(position, 0), self._texts_at.item(position, 1)
+        start, length, texts_at, texts_end = self._rows[position].tolist()
         if not texts_end:
-            texts_at, texts_end = self._verify_entry(position, arrays)
+            start, length, texts_at, texts_end = self._verify_entry(position, tokens)
         texts: tuple[str, ...] = TEXTS.decode(self._manifest[texts_at:texts_end])
-        if self._single:
-            return arrays, texts, (FINISH_REASONS[self._reasons.item(position)],)
-        return arrays, texts, tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
+        if self._single:  # every entry has one sequence: entry i is sequence i
+            return [tokens[start : start + length]], texts, (FINISH_REASONS[self._reasons.item(position)],)
+        lo, hi = self.index.first[position : position + 2].tolist()
+        reasons = tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
+        return self._sequences(position, tokens), texts, reasons
 
-    def _verify_entry(self, position: int, arrays: list[np.ndarray[Any, Any]]) -> tuple[int, int]:
-        """Check an entry against the manifest and its digests and remember it as checked: where its texts are."""
+    def _sequences(self, position: int, tokens: Any) -> list[np.ndarray[Any, Any]]:
+        """The entry's sequences as views of the map, from the index."""
+        index = self.index
+        lo, hi = index.first[position : position + 2].tolist()
+        starts = ((self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES).tolist()
+        return [tokens[s : s + n] for s, n in zip(starts, index.lengths[lo:hi].tolist(), strict=True)]
+
+    def _verify_entry(self, position: int, tokens: Any) -> list[int]:
+        """Check an entry against the manifest and its digests and remember it as checked: its row."""
+        arrays = self._sequences(position, tokens)
         entry, (texts_at, texts_end) = self._manifest_entry(position)
         problems = _entry_problems(self.index.key(position), entry, [hashlib.sha256(a.data).digest() for a in arrays])
         if problems:
@@ -239,8 +241,10 @@ class CacheReader(GenerationCache):
             )
         lo = int(self.index.first[position])
         self._reasons[lo : lo + len(arrays)] = [FINISH_REASONS.index(reason) for reason in entry["finish_reasons"]]
-        self._texts_at[position] = texts_at, texts_end
-        return texts_at, texts_end
+        start = (self._data_offset + int(self.index.starts[lo])) // TOKEN_BYTES
+        row = [start, int(self.index.lengths[lo]), texts_at, texts_end]
+        self._rows[position] = row
+        return row
 
     # -- pickling (DataLoader workers reopen the map) -----------------------------------------------------
     @cached_property
