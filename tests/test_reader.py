@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import tempfile
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -236,8 +237,28 @@ def test_readers_are_mappings(artifact: tuple[Path, list[Entry]], tmp_path: Path
         assert [g.key for g in cache.values()] == list(cache)
         assert cache.get(key("absent"), "default") == "default" and cache.get(key("absent")) is None
         assert 42 not in cache and key("absent").upper() not in cache
+        for odd in (entries[0].key + "\n", "\ud800", entries[0].key[:63] + "é", "a" * 1_000_000):
+            assert odd not in cache and cache.get(odd) is None  # at once, whatever the string
         assert cache == cache and cache != CacheReader(path) and len({cache}) == 1
     assert items[entries[0].key].texts == entries[0].texts
+
+
+def test_threads_that_read_a_fresh_reader_at_once_all_get_their_entries(tmp_path: Path) -> None:
+    entries = make_entries(6)
+    path = write_artifact(tmp_path / "a", entries)
+
+    def work(reader: CacheReader, start: threading.Barrier, entry: Entry, read: list[list[int]]) -> None:
+        start.wait()
+        read.append(reader.get_arrays(entry.key).sequences[0].tolist())
+
+    for _ in range(20):  # the payload is mapped on the first read: every thread's read races for it
+        reader, start, read = CacheReader(path), threading.Barrier(len(entries)), []
+        threads = [threading.Thread(target=work, args=(reader, start, entry, read)) for entry in entries]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(read) == sorted(list(entry.sequences[0]) for entry in entries)
 
 
 def test_get_many_reads_in_order_and_checks_every_key_first(artifact: tuple[Path, list[Entry]]) -> None:

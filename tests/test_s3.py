@@ -18,6 +18,7 @@ import torch
 from gencache.artifact.header import header_capacity
 from gencache.artifact.mixture import open_caches
 from gencache.artifact.reader import CacheReader, is_published, verify
+from gencache.artifact.remote import RemoteArtifact
 from gencache.artifact.report import inspect_report
 from gencache.artifact.upload import Lease, ObjectUpload, clean
 from gencache.artifact.writer import ArtifactBuild
@@ -44,7 +45,9 @@ def build(out: object, entries: dict[str, list[int]]) -> None:
         b.publish()
 
 
-def test_a_bucket_artifact_is_byte_identical_to_a_local_one(s3_env: S3Env, tmp_path: Path) -> None:
+def test_a_bucket_artifact_is_byte_identical_to_a_local_one(
+    s3_env: S3Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = np.random.default_rng(0)
     # about 20 MiB of payload: several parts, the first (with the header) sent last
     entries = {key: rng.integers(0, 50_000, 40_000).tolist() for key in keys_of(66)}
@@ -62,7 +65,16 @@ def test_a_bucket_artifact_is_byte_identical_to_a_local_one(s3_env: S3Env, tmp_p
         assert reader.get_arrays(key).sequences[0].tolist() == entries[key]
     ranged = CacheReader(s3_env.url("runs/x"), download=False, cache_dir=tmp_path / "cache2")
     key = list(local)[7]
+    requests: list[str] = []
+    read = RemoteArtifact.read
+
+    def counted(self: RemoteArtifact, name: str, start: int | None = None, length: int | None = None) -> bytes:
+        requests.append(name)
+        return read(self, name, start, length)
+
+    monkeypatch.setattr(RemoteArtifact, "read", counted)
     assert ranged.get_arrays(key).sequences[0].tolist() == entries[key]
+    assert requests == ["cache.safetensors"]  # a first read checks and returns the bytes of one range request
     assert list((tmp_path / "cache2").glob("**/cache.safetensors")) == []  # range reads, no download
     assert verify(s3_env.url("runs/x")) == []
     assert is_published(s3_env.url("runs/x"), RESOLVED.get("run_digest", "")) is ("run_digest" in RESOLVED)

@@ -57,8 +57,8 @@ class CompactIndex:
     members: dict[str, Any]  # the manifest's members after its entries, checked
 
     def find(self, key: object) -> int:
-        """The position of ``key``, or -1 (a string of another length or alphabet is simply not found)."""
-        if type(key) is not str:
+        """The position of ``key``, or -1."""
+        if type(key) is not str or len(key) != DIGEST_HEX_CHARS or not key.isascii():
             return -1
         raw = key.encode()
         keys = self.keys

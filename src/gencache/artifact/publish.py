@@ -66,6 +66,7 @@ def write_error(what: str, error: OSError) -> WriteError:
 
 T = TypeVar("T")
 _PROBE = ".rename-probe"  # in the name of probe_rename's scratch directory
+_PROBE_NAME = "probe" + _PROBE  # how that name starts
 NAME_MAX = 255  # the longest file name (bytes) Linux file systems take
 PATH_MAX = 4096  # the longest path (bytes) the kernel takes
 
@@ -285,7 +286,8 @@ def clean(parent: Path, outputs: Collection[str] | None = None) -> list[Path]:
     failed: list[str] = []
     for name in sorted(names):
         match = TEMP_RE.match(name.removesuffix(LOCK_SUFFIX))
-        if match is None or (outputs is not None and match["name"] not in outputs and _PROBE not in match["name"]):
+        probe = match is not None and match["name"].startswith(_PROBE_NAME)
+        if match is None or (outputs is not None and match["name"] not in outputs and not probe):
             continue
         path = os.path.join(parent, name)
         if name.endswith(LOCK_SUFFIX):
@@ -303,7 +305,7 @@ def clean(parent: Path, outputs: Collection[str] | None = None) -> list[Path]:
         if state == "live":
             continue
         if state == "absent" and (
-            _PROBE not in match["name"] or match["host"] != host_tag() or pid_alive(int(match["pid"]))
+            not probe or match["host"] != host_tag() or pid_alive(int(match["pid"]))
         ):  # no lock file: not a writer's directory, or a rename probe's scratch directory still in use
             continue
         try:

@@ -12,6 +12,7 @@ import json
 import mmap
 import os
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
@@ -151,6 +152,7 @@ class CacheReader(GenerationCache):
             raise
         self.header_capacity = len(header_raw)
         self._tokens = None
+        self._mapping = threading.Lock()  # threads that read first at once map the payload once
         self.index: CompactIndex = index  # the checked index (flat arrays; read-only by convention)
         self.summary: dict[str, Any] = index.members["summary"]
         self.provenance: dict[str, Any] = index.members["provenance"]
@@ -168,21 +170,24 @@ class CacheReader(GenerationCache):
     def _map(self) -> np.ndarray[Any, np.dtype[np.int64]] | RemoteArtifact:
         """The one private (copy-on-write) map of the payload file this reader opened, as int64 tokens, made on
         first use (on a bucket: of the payload downloaded into the local cache, or range reads without it)."""
-        if self._fd is None:  # on a bucket, not downloaded yet
-            assert self._remote is not None
-            if not self.download:
-                self._tokens = self._remote
+        with self._mapping:
+            if self._tokens is not None:  # another thread mapped it meanwhile
                 return self._tokens
-            self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
-            self._close_fd = weakref.finalize(self, os.close, self._fd)
-        try:
-            mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        except (OSError, ValueError) as error:
-            raise FormatError(f"{self.path}: {PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
-        self._tokens = np.frombuffer(mapped, dtype="<i8")
-        self._fd = None
-        self._close_fd()
-        return self._tokens
+            if self._fd is None:  # on a bucket, not downloaded yet
+                assert self._remote is not None
+                if not self.download:
+                    self._tokens = self._remote
+                    return self._tokens
+                self._fd = open_regular(self._remote.local(PAYLOAD_NAME), PAYLOAD_NAME)
+                self._close_fd = weakref.finalize(self, os.close, self._fd)
+            try:
+                mapped = mmap.mmap(self._fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            except (OSError, ValueError) as error:
+                raise FormatError(f"{self.path}: {PAYLOAD_NAME} cannot be memory-mapped ({error}).") from None
+            self._tokens = np.frombuffer(mapped, dtype="<i8")
+            self._fd = None
+            self._close_fd()
+            return self._tokens
 
     # -- mapping -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -213,14 +218,17 @@ class CacheReader(GenerationCache):
         """The entry's sequences as views of the map, its texts and finish reasons, checked on its first read."""
         tokens = self._tokens if self._tokens is not None else self._map()
         start, length, texts_at, texts_end = self._rows[position].tolist()
-        if not texts_end:
-            start, length, texts_at, texts_end = self._verify_entry(position, tokens)
+        arrays = None
+        if not texts_end:  # the first read: the arrays checked are the ones returned
+            arrays = self._sequences(position, tokens)
+            start, length, texts_at, texts_end = self._verify_entry(position, arrays)
         texts: tuple[str, ...] = TEXTS.decode(self._manifest[texts_at:texts_end])
         if self._single:  # every entry has one sequence: entry i is sequence i
-            return [tokens[start : start + length]], texts, (FINISH_REASONS[self._reasons.item(position)],)
+            arrays = arrays or [tokens[start : start + length]]
+            return arrays, texts, (FINISH_REASONS[self._reasons.item(position)],)
         lo, hi = self.index.first[position : position + 2].tolist()
         reasons = tuple(FINISH_REASONS[code] for code in self._reasons[lo:hi].tolist())
-        return self._sequences(position, tokens), texts, reasons
+        return arrays or self._sequences(position, tokens), texts, reasons
 
     def _sequences(self, position: int, tokens: Any) -> list[np.ndarray[Any, Any]]:
         """The entry's sequences as views of the map, from the index."""
@@ -229,9 +237,8 @@ class CacheReader(GenerationCache):
         starts = ((self._data_offset + index.starts[lo:hi]) // TOKEN_BYTES).tolist()
         return [tokens[s : s + n] for s, n in zip(starts, index.lengths[lo:hi].tolist(), strict=True)]
 
-    def _verify_entry(self, position: int, tokens: Any) -> list[int]:
-        """Check an entry against the manifest and its digests and remember it as checked: its row."""
-        arrays = self._sequences(position, tokens)
+    def _verify_entry(self, position: int, arrays: list[np.ndarray[Any, Any]]) -> list[int]:
+        """Check an entry's ``arrays`` against the manifest and its digests and remember it as checked: its row."""
         entry, (texts_at, texts_end) = self._manifest_entry(position)
         problems = _entry_problems(self.index.key(position), entry, [hashlib.sha256(a.data).digest() for a in arrays])
         if problems:
