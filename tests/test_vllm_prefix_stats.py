@@ -1,6 +1,6 @@
-"""Shared prompt prefixes: the floor of prompt tokens a run must compute, and the continuous
-transformers engine's block sharing measured against that floor (the vllm engine's own measure is tested in
-``test_vllm_cpu.py``). Runs in the default environment."""
+"""Shared prompt prefixes: the floor of prompt tokens a run must compute, and the continuous transformers engine's
+block sharing measured against that floor (the vllm engine's own measure is tested in ``test_vllm_cpu.py``). Runs in
+the default environment."""
 
 from __future__ import annotations
 
