@@ -13,6 +13,7 @@ import numpy as np
 
 from gencache.artifact.cache import GenerationCache
 from gencache.artifact.manifest import PROVENANCE_FIELDS
+from gencache.artifact.names import shard_of
 from gencache.artifact.reader import CacheReader
 from gencache.artifact.shards import check_shard_set, expand_output
 from gencache.artifact.store import Location, PathLike
@@ -84,7 +85,7 @@ class MultiCacheReader(GenerationCache):
         count = len(self.readers)
         if self._route is not None:
             try:
-                owner = self._route[int(key, 16) % count]  # type: ignore[call-overload]
+                owner = self._route[shard_of(key, count)]  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 return -1
             local = self.readers[owner].index.find(key)
